@@ -1,0 +1,32 @@
+# Tidewater's build. Every target works from a fresh clone.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+DEMO_DIR ?= $(CURDIR)/.demo
+
+.PHONY: venv test test-unit test-integration test-docker proto lint demo bench image up down clean chaos audit
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip wheel setuptools
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	touch $(STAMP)
+
+test: venv
+	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/docker tests
+
+proto: venv
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. proto/tidewater.proto
+
+lint: venv
+	$(PY) -m ruff check .
+
+demo: venv
+	$(PY) -m client.demo --data-dir $(DEMO_DIR)
+
+bench: venv
+	$(PY) bench/log_bench.py

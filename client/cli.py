@@ -1,0 +1,58 @@
+"""The `tide` command line: Kafka-like tools for a Tidewater cluster.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``,
+which adds its parser and sets ``func`` (taking the parsed args, returning an
+exit code). Errors print one line to stderr and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Modules that add subcommands; each has register(subparsers).
+SUBCOMMAND_MODULES = [
+    "client.commands.dump_log",
+]
+
+
+class CliError(Exception):
+    """A failure to report as one line, with the exit code to use."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tide", description="Tidewater command line tools")
+    parser.add_argument(
+        "--bootstrap-server",
+        default=os.environ.get("TIDE_BOOTSTRAP_SERVER", "localhost:9092"),
+        help="HOST:PORT of any broker (env TIDE_BOOTSTRAP_SERVER; default localhost:9092)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"tide: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

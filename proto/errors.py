@@ -1,0 +1,179 @@
+"""Typed exceptions inside Tidewater, and their one mapping to the wire's ErrorCode.
+
+Every exception that can reach a client carries the ``ErrorCode`` it becomes at
+the gRPC boundary and whether a client should retry (``retriable``) and
+refresh its metadata first (``invalid_metadata``), as aiokafka's errors do.
+"""
+
+from __future__ import annotations
+
+from proto import tidewater_pb2 as pb
+
+ErrorCode = pb.ErrorCode
+
+
+class TidewaterError(Exception):
+    """Base of every error with a wire code."""
+
+    error_code: int = pb.UNKNOWN_SERVER_ERROR
+    retriable: bool = False
+    invalid_metadata: bool = False
+
+    @property
+    def error_name(self) -> str:
+        return ErrorCode.Name(self.error_code)
+
+
+class CorruptRecordError(TidewaterError):
+    """A batch failed framing, magic or CRC checks.
+
+    ``position`` is the byte position of the bad batch in the buffer or file it
+    was read from; ``path`` is set when it came from a file.
+    """
+
+    error_code = pb.CORRUPT_MESSAGE
+
+    def __init__(self, message: str, *, position: int = -1, path: str | None = None,
+                 too_large: bool = False):
+        self.position = position
+        self.path = path
+        self.too_large = too_large
+        where = f" at {path}:{position}" if path else (f" at position {position}" if position >= 0 else "")
+        super().__init__(message + where)
+        self.reason = message
+
+
+class MessageTooLargeError(TidewaterError):
+    error_code = pb.MESSAGE_TOO_LARGE
+
+
+class RecordListTooLargeError(TidewaterError):
+    error_code = pb.RECORD_LIST_TOO_LARGE
+
+
+class InvalidTopicError(TidewaterError):
+    error_code = pb.INVALID_TOPIC_EXCEPTION
+
+
+class UnknownTopicOrPartitionError(TidewaterError):
+    error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+    invalid_metadata = True
+
+
+class NotLeaderOrFollowerError(TidewaterError):
+    error_code = pb.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+    invalid_metadata = True
+
+
+class LeaderNotAvailableError(TidewaterError):
+    error_code = pb.LEADER_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+
+
+class OffsetOutOfRangeError(TidewaterError):
+    error_code = pb.OFFSET_OUT_OF_RANGE
+
+
+class FencedLeaderEpochError(TidewaterError):
+    error_code = pb.FENCED_LEADER_EPOCH
+    retriable = True
+    invalid_metadata = True
+
+
+class UnknownLeaderEpochError(TidewaterError):
+    error_code = pb.UNKNOWN_LEADER_EPOCH
+    retriable = True
+
+
+class NotEnoughReplicasError(TidewaterError):
+    error_code = pb.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(TidewaterError):
+    error_code = pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+
+
+class InvalidRequiredAcksError(TidewaterError):
+    error_code = pb.INVALID_REQUIRED_ACKS
+
+
+class RequestTimedOutError(TidewaterError):
+    error_code = pb.REQUEST_TIMED_OUT
+    retriable = True
+
+
+class InvalidRequestError(TidewaterError):
+    error_code = pb.INVALID_REQUEST
+
+
+class InvalidConfigError(TidewaterError):
+    error_code = pb.INVALID_CONFIG
+
+
+class UnsupportedCompressionError(TidewaterError):
+    error_code = pb.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class StaleControllerEpochError(TidewaterError):
+    error_code = pb.STALE_CONTROLLER_EPOCH
+
+
+class StaleBrokerEpochError(TidewaterError):
+    error_code = pb.STALE_BROKER_EPOCH
+
+
+class KafkaStorageError(TidewaterError):
+    """A log dir failed (full disk, permission, I/O). Data already written stays intact."""
+
+    error_code = pb.KAFKA_STORAGE_ERROR
+    retriable = True
+    invalid_metadata = True
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
+        super().__init__(f"{message} ({path})" if path else message)
+
+
+class CorruptFileError(TidewaterError):
+    """A checkpoint or index file on disk is malformed."""
+
+    error_code = pb.KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        where = f"{path}" + (f":{line}" if line is not None else "") if path else ""
+        super().__init__(f"{message}: {where}" if where else message)
+
+
+_BY_CODE: dict[int, type[TidewaterError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, TidewaterError) and _cls is not TidewaterError:
+        _BY_CODE.setdefault(_cls.error_code, _cls)
+
+
+def error_for_code(code: int, message: str = "") -> TidewaterError:
+    """The typed exception a client raises for a wire code (not for NONE)."""
+    cls = _BY_CODE.get(code)
+    if cls is None or cls in (CorruptRecordError, KafkaStorageError, CorruptFileError):
+        name = ErrorCode.Name(code) if code in ErrorCode.values() else f"error {code}"
+        err = TidewaterError(message or name)
+        err.error_code = code
+        if cls is not None:
+            err.retriable = cls.retriable
+            err.invalid_metadata = cls.invalid_metadata
+        return err
+    return cls(message or ErrorCode.Name(code))
+
+
+def is_retriable(code: int) -> bool:
+    cls = _BY_CODE.get(code)
+    return bool(cls and cls.retriable) or code in (
+        pb.LEADER_NOT_AVAILABLE, pb.REQUEST_TIMED_OUT, pb.NETWORK_EXCEPTION,
+        pb.BROKER_NOT_AVAILABLE, pb.REPLICA_NOT_AVAILABLE, pb.OFFSET_NOT_AVAILABLE,
+    )
