@@ -30,3 +30,6 @@ demo: venv
 
 bench: venv
 	$(PY) bench/log_bench.py
+
+# Docker image, compose cluster and chaos targets live beside the Dockerfile.
+-include deploy/docker.mk
