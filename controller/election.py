@@ -1,0 +1,213 @@
+"""Partition leader elections and ISR changes: pure functions, no I/O, no clock.
+
+Theory of operation
+-------------------
+The controller holds one ``PartitionRecord`` per partition. Every event that
+may change a partition (a broker fenced, unfenced, shutting down, a leader's
+AlterPartition, the periodic preferred-leader check) is a function here that
+takes the current record and the set of live (registered, unfenced, not
+shutting down) brokers and returns either ``None`` (nothing changes) or a
+``Change`` with the new record. The caller persists the new record and only
+then tells the brokers.
+
+Epoch rules (Kafka KRaft):
+
+=====================  ============  ===============
+change                 leader_epoch  partition_epoch
+=====================  ============  ===============
+leader changes         +1            +1
+(incl. going offline)
+ISR-only change        same          +1
+nothing changes        same          same
+=====================  ============  ===============
+
+Election rules:
+
+* A clean election picks the first replica in ``replicas`` order (the
+  preferred replica comes first) that is both in the ISR and live.
+* When no ISR member is live the partition goes offline (``leader == -1``);
+  the ISR keeps its last member so that it never becomes empty and we know
+  whose data is the newest.
+* With ``unclean_allowed`` an offline partition instead takes any live replica
+  (replicas order) as leader with ISR = [that replica]; the change is flagged
+  ``unclean`` (data below the old high watermark may be lost).
+* A fenced or shutting-down broker leaves every ISR it is not the last member
+  of, and gives up leadership.
+* The preferred replica (``replicas[0]``) takes leadership back as soon as it
+  is live and in the ISR (``maybe_preferred_leader``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from dataclasses import dataclass, replace
+
+from proto import tidewater_pb2 as pb
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """The controller's view of one partition."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]  # preferred replica first
+    isr: tuple[int, ...]  # never empty
+    leader: int  # NO_LEADER: offline
+    leader_epoch: int
+    partition_epoch: int
+
+    def __post_init__(self) -> None:
+        # Invariants every record must keep; a violation is a programmer error.
+        assert self.replicas, f"{self.topic}-{self.partition}: no replicas"
+        assert len(set(self.replicas)) == len(self.replicas), f"duplicate replicas {self.replicas}"
+        assert self.isr, f"{self.topic}-{self.partition}: empty ISR"
+        assert set(self.isr) <= set(self.replicas), f"ISR {self.isr} not in replicas {self.replicas}"
+        assert self.leader == NO_LEADER or self.leader in self.isr, (
+            f"{self.topic}-{self.partition}: leader {self.leader} not in ISR {self.isr}")
+
+    @property
+    def offline(self) -> bool:
+        return self.leader == NO_LEADER
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A new record for a partition, and how it came about."""
+
+    record: PartitionRecord
+    leader_changed: bool
+    unclean: bool = False
+
+
+def new_partition(topic: str, partition: int, replicas: Iterable[int],
+                  live: Set[int]) -> PartitionRecord:
+    """A freshly created partition: ISR = the live replicas, leader = the first of them.
+
+    With no live replica at all (only possible when the caller allows it) the
+    ISR is all replicas and the partition starts offline.
+    """
+    replicas = tuple(replicas)
+    isr = tuple(r for r in replicas if r in live) or replicas
+    leader = isr[0] if isr[0] in live else NO_LEADER
+    return PartitionRecord(topic, partition, replicas, isr, leader, 0, 0)
+
+
+def _with_leader(p: PartitionRecord, leader: int, isr: tuple[int, ...],
+                 *, unclean: bool = False) -> Change | None:
+    if leader == p.leader and isr == p.isr:
+        return None
+    if leader != p.leader:
+        record = replace(p, leader=leader, isr=isr, leader_epoch=p.leader_epoch + 1,
+                         partition_epoch=p.partition_epoch + 1)
+        return Change(record, leader_changed=True, unclean=unclean)
+    record = replace(p, isr=isr, partition_epoch=p.partition_epoch + 1)
+    return Change(record, leader_changed=False)
+
+
+def _choose_leader(p: PartitionRecord, isr: tuple[int, ...], live: Set[int],
+                   unclean_allowed: bool) -> tuple[int, tuple[int, ...], bool]:
+    """(leader, isr, unclean) for ``p`` with ISR ``isr`` given the live brokers."""
+    for replica in p.replicas:
+        if replica in isr and replica in live:
+            return replica, isr, False
+    if unclean_allowed:
+        for replica in p.replicas:
+            if replica in live:
+                return replica, (replica,), True
+    return NO_LEADER, isr, False
+
+
+def elect(p: PartitionRecord, live: Set[int], *, unclean_allowed: bool) -> Change | None:
+    """Make sure ``p`` has a live leader if it can have one.
+
+    A live leader is kept (use ``maybe_preferred_leader`` to move it back to
+    the preferred replica). Otherwise a clean election from the live ISR, else
+    unclean if allowed, else offline.
+    """
+    if p.leader != NO_LEADER and p.leader in live:
+        return None
+    leader, isr, unclean = _choose_leader(p, p.isr, live, unclean_allowed)
+    return _with_leader(p, leader, isr, unclean=unclean)
+
+
+def _remove_broker(p: PartitionRecord, broker_id: int, live: Set[int],
+                   unclean_allowed: bool) -> Change | None:
+    if broker_id not in p.replicas:
+        return None
+    live = set(live) - {broker_id}
+    isr = tuple(r for r in p.isr if r != broker_id) or p.isr  # the last member stays
+    if p.leader == broker_id:
+        leader, isr, unclean = _choose_leader(p, isr, live, unclean_allowed)
+        return _with_leader(p, leader, isr, unclean=unclean)
+    return _with_leader(p, p.leader, isr)
+
+
+def on_broker_fenced(p: PartitionRecord, broker_id: int, live: Set[int], *,
+                     unclean_allowed: bool) -> Change | None:
+    """``broker_id`` missed its session: drop it from the ISR and from leadership."""
+    return _remove_broker(p, broker_id, live, unclean_allowed)
+
+
+def on_broker_unfenced(p: PartitionRecord, broker_id: int, live: Set[int], *,
+                       unclean_allowed: bool) -> Change | None:
+    """``broker_id`` is back: an offline partition it can lead gets a leader again.
+
+    It does not rejoin the ISR here: its leader adds it (AlterPartition) once it
+    has caught up.
+    """
+    if broker_id not in p.replicas or not p.offline:
+        return None
+    return elect(p, set(live) | {broker_id}, unclean_allowed=unclean_allowed)
+
+
+def on_controlled_shutdown(p: PartitionRecord, broker_id: int, live: Set[int]) -> Change | None:
+    """``broker_id`` is shutting down: move leadership away, leave the ISR.
+
+    Never unclean: a planned shutdown must not lose data. When it was the only
+    live ISR member the partition goes offline until an ISR member returns.
+    """
+    return _remove_broker(p, broker_id, live, unclean_allowed=False)
+
+
+def maybe_preferred_leader(p: PartitionRecord, live: Set[int]) -> Change | None:
+    """Move leadership back to ``replicas[0]`` when it is live and in the ISR."""
+    preferred = p.replicas[0]
+    if p.leader == preferred or preferred not in live or preferred not in p.isr:
+        return None
+    return _with_leader(p, preferred, p.isr)
+
+
+def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
+                    partition_epoch: int, new_isr: Iterable[int],
+                    live: Set[int]) -> tuple[int, PartitionRecord]:
+    """Validate a leader's ISR proposal; returns (ErrorCode, the record to answer with).
+
+    On NONE the returned record is the committed one (partition_epoch + 1 when
+    the ISR changed); on an error it is the unchanged current record, so the
+    leader learns the current state either way.
+    """
+    new_isr = tuple(new_isr)
+    if leader_epoch != p.leader_epoch:
+        return pb.FENCED_LEADER_EPOCH, p
+    if leader_id != p.leader:
+        return pb.NOT_LEADER_OR_FOLLOWER, p
+    if partition_epoch != p.partition_epoch:
+        return pb.INVALID_UPDATE_VERSION, p
+    if len(set(new_isr)) != len(new_isr) or leader_id not in new_isr:
+        return pb.INVALID_REQUEST, p
+    for replica in new_isr:
+        if replica not in p.replicas:
+            return pb.INELIGIBLE_REPLICA, p
+        # Members already in the ISR may be mid-fencing; only joiners must be live.
+        if replica not in p.isr and replica not in live:
+            return pb.INELIGIBLE_REPLICA, p
+    if new_isr == p.isr:
+        return pb.NONE, p
+    return pb.NONE, replace(p, isr=new_isr, partition_epoch=p.partition_epoch + 1)
