@@ -1,0 +1,173 @@
+"""Follower truncation (OffsetForLeaderEpoch, diverging_epoch), follower HW, leader divergence check.
+
+Every worked example of the replication reference and the design notes in
+/work/shared/seeds is here, driven through the same LeaderEpochCache the
+broker uses (in memory).
+"""
+
+import pytest
+
+from broker.replication.follower import (
+    TruncationStep,
+    check_diverging,
+    follower_high_watermark,
+    follower_truncation,
+    truncation_for_diverging_epoch,
+)
+from broker.storage.epoch_cache import LeaderEpochCache
+from proto.errors import OffsetOutOfRangeError
+
+
+def cache(*entries):
+    return LeaderEpochCache(None, entries)
+
+
+def negotiate(leader_cache, leader_leo, follower_cache, follower_leo, follower_hw, max_rounds=10):
+    """Run the OffsetForLeaderEpoch loop as a follower would; returns (final offset, rounds)."""
+    for rounds in range(1, max_rounds + 1):
+        answer = leader_cache.end_offset_for(follower_cache.latest_epoch, leader_leo)
+        step = follower_truncation(answer, follower_cache, follower_leo, follower_hw)
+        assert step.truncate_to <= follower_leo
+        follower_leo = step.truncate_to
+        follower_cache.truncate_from_end(step.truncate_to)
+        follower_hw = min(follower_hw, follower_leo)
+        if step.done:
+            return follower_leo, rounds
+    raise AssertionError("truncation did not converge")
+
+
+def test_reference_worked_example():
+    # Leader (0,0),(2,5) LEO 8; follower (0,0),(1,3) LEO 6. Follower asks with
+    # epoch 1, leader answers (0,5); follower's end_offset_for(0) is (0,3).
+    leader, follower = cache((0, 0), (2, 5)), cache((0, 0), (1, 3))
+    answer = leader.end_offset_for(1, 8)
+    assert answer == (0, 5)
+    assert follower_truncation(answer, follower, 6, 2) == TruncationStep(3, done=True)
+
+
+def test_undefined_answer_falls_back_to_high_watermark():
+    follower = cache((0, 0), (1, 3))
+    assert follower_truncation((-1, -1), follower, 6, 2) == TruncationStep(2, done=True)
+    # The leader knows no epoch for a follower with an empty cache either.
+    assert follower_truncation(cache().end_offset_for(-1, 9), cache(), 4, 1) == TruncationStep(1, True)
+
+
+def test_same_epoch_follower_behind_truncates_nothing():
+    # Leader and follower in epoch 3; the leader has more (LEO 20 vs 12).
+    leader, follower = cache((0, 0), (3, 7)), cache((0, 0), (3, 7))
+    answer = leader.end_offset_for(3, 20)
+    assert answer == (3, 20)
+    assert follower_truncation(answer, follower, 12, 9) == TruncationStep(12, done=True)
+
+
+def test_follower_ahead_in_same_epoch_cuts_to_leader_end():
+    # The follower had epoch-3 records the new leader (epoch 4) never got.
+    leader, follower = cache((0, 0), (3, 7), (4, 10)), cache((0, 0), (3, 7))
+    answer = leader.end_offset_for(3, 15)
+    assert answer == (3, 10)
+    assert follower_truncation(answer, follower, 13, 8) == TruncationStep(10, done=True)
+
+
+def test_epochs_disagree_ask_again_until_they_match():
+    # Leader (0,0),(1,5),(3,10) LEO 12; follower (0,0),(2,6) LEO 9 (it led epoch 2
+    # without the leader's epoch 1). Round 1: leader answers (1,10) for epoch 2;
+    # follower never had epoch 1: end_offset_for(1) = (0,6) -> truncate to 6, ask again.
+    leader, follower = cache((0, 0), (1, 5), (3, 10)), cache((0, 0), (2, 6))
+    first = leader.end_offset_for(2, 12)
+    assert first == (1, 10)
+    assert follower_truncation(first, follower, 9, 3) == TruncationStep(6, done=False)
+    follower.truncate_from_end(6)
+    # Round 2 with epoch 0: leader (0,5), own (0,6) -> truncate to 5.
+    second = leader.end_offset_for(follower.latest_epoch, 12)
+    assert second == (0, 5)
+    assert follower_truncation(second, follower, 6, 3) == TruncationStep(5, done=True)
+
+
+def test_negotiate_loop_converges_on_common_prefix():
+    final, rounds = negotiate(cache((0, 0), (1, 5), (3, 10)), 12, cache((0, 0), (2, 6)), 9, 3)
+    assert (final, rounds) == (5, 2)
+
+
+def test_follower_without_epoch_information_takes_leader_offset():
+    # Follower's cache is empty (e.g. data from before epochs were tracked):
+    # Kafka's fallback truncates to the leader's offset.
+    assert follower_truncation((2, 7), cache(), 9, 3) == TruncationStep(7, done=True)
+    assert follower_truncation((2, 7), cache(), 5, 3) == TruncationStep(5, done=True)
+
+
+def test_seed_notes_old_leader_rejoins_after_new_epoch():
+    # 000 notes: A (old leader) has offsets 1..6 in epoch 1 (LEO 7); B led epoch 2
+    # from offset 5 (LEO 8). A asks with epoch 1, B answers (1,5): A drops 5 and 6.
+    leader, follower = cache((1, 1), (2, 5)), cache((1, 1))
+    answer = leader.end_offset_for(1, 8)
+    assert answer == (1, 5)
+    assert follower_truncation(answer, follower, 7, 4) == TruncationStep(5, done=True)
+
+
+def test_seed_notes_kip101_data_loss_scenario_keeps_m2():
+    # 004 scenario 1: follower A has m1, m2 (epoch 0, LEO 2) with HW 1 when it
+    # restarts; leader B has the same. Truncating to the HW would lose m2.
+    leader, follower = cache((0, 0)), cache((0, 0))
+    answer = leader.end_offset_for(0, 2)
+    assert answer == (0, 2)
+    assert follower_truncation(answer, follower, 2, 1) == TruncationStep(2, done=True)
+
+
+def test_seed_notes_divergent_logs_scenario_drops_m2():
+    # 002/004 scenario 2: A has m1, m2 in epoch 0; both crash, B (only m1) leads
+    # epoch 1 and writes m3 at offset 1. A asks with 0, B answers (0,1): drop m2.
+    leader, follower = cache((0, 0), (1, 1)), cache((0, 0))
+    answer = leader.end_offset_for(0, 2)
+    assert answer == (0, 1)
+    assert follower_truncation(answer, follower, 2, 1) == TruncationStep(1, done=True)
+
+
+def test_truncation_never_extends_the_log():
+    leader, follower = cache((0, 0), (5, 50)), cache((0, 0), (5, 50))
+    assert follower_truncation(leader.end_offset_for(5, 80), follower, 60, 55).truncate_to == 60
+
+
+# ---------------------------------------------------------------- diverging epoch (KIP-320)
+
+def test_check_diverging_no_epoch_means_no_check():
+    assert check_diverging(-1, 5, cache((0, 0), (2, 5)), 8) is None
+
+
+def test_check_diverging_consistent_fetch_is_served():
+    leader = cache((0, 0), (2, 5))
+    assert check_diverging(2, 8, leader, 8) is None  # latest epoch, at the LEO
+    assert check_diverging(0, 5, leader, 8) is None  # epoch 0 ended at 5, fetching from 5
+
+
+def test_check_diverging_fetch_offset_past_epoch_end():
+    # The follower fetched epoch 0 up to 6 but the leader's epoch 0 ended at 5.
+    assert check_diverging(0, 6, cache((0, 0), (2, 5)), 8) == (0, 5)
+
+
+def test_check_diverging_leader_never_had_the_epoch():
+    # Reference worked example via a fetch: last fetched epoch 1, offset 6.
+    leader, follower = cache((0, 0), (2, 5)), cache((0, 0), (1, 3))
+    diverging = check_diverging(1, 6, leader, 8)
+    assert diverging == (0, 5)
+    assert truncation_for_diverging_epoch(diverging, follower, 6, 2) == TruncationStep(3, True)
+
+
+def test_check_diverging_unplaceable_epoch_is_out_of_range():
+    # Epoch 3 is above everything the leader has and not its latest.
+    with pytest.raises(OffsetOutOfRangeError):
+        check_diverging(3, 4, cache((0, 0), (2, 100)), 100)
+
+
+def test_check_diverging_epoch_before_leader_history():
+    # Leader's cache starts at epoch 4 (older entries retained away); follower says 2.
+    leader = cache((4, 50), (6, 70))
+    assert check_diverging(2, 60, leader, 80) == (2, 50)  # ended before 60: diverging
+    assert check_diverging(2, 50, leader, 80) is None
+
+
+# ---------------------------------------------------------------- follower HW
+
+def test_follower_high_watermark_is_min_of_leader_hw_and_own_leo():
+    assert follower_high_watermark(10, 7) == 7
+    assert follower_high_watermark(5, 7) == 5
+    assert follower_high_watermark(0, 0) == 0
