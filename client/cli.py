@@ -14,6 +14,10 @@ import sys
 
 # Modules that add subcommands; each has register(subparsers).
 SUBCOMMAND_MODULES = [
+    "client.commands.topics",
+    "client.commands.produce",
+    "client.commands.consume",
+    "client.commands.cluster",
     "client.commands.dump_log",
 ]
 

@@ -1,0 +1,304 @@
+"""Admin client: create, delete, list and describe topics; describe the cluster.
+
+Admin calls go to any broker's ``Controller`` service (brokers forward them to
+the active controller). Per-replica log state (LEO, HW, log start offset)
+comes from each broker's ``DescribeReplicas``, asked in parallel; a broker
+that does not answer leaves its replicas' state unknown (-1), it does not fail
+the whole description.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+
+from client.metadata import Address, MetadataClient, format_address, rpc_call, rpc_error_to_typed
+from proto import tidewater_pb2 as pb
+from proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: cluster default
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    broker_id: int
+    broker_epoch: int
+    listeners: dict[str, str]  # listener name -> host:port
+    fenced: bool
+    in_controlled_shutdown: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaState:
+    broker: int
+    log_end_offset: int = -1
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    is_leader: bool = False
+    size_bytes: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: bool
+    replicas_state: tuple[ReplicaState, ...] = ()
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescriptionInfo:
+    name: str
+    configs: dict[str, str]
+    partitions: tuple[PartitionDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int
+    controller_epoch: int
+    brokers: tuple[BrokerDescription, ...]
+    topics: tuple[TopicDescriptionInfo, ...]
+    unclean_elections_total: int = 0
+
+    @property
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics)
+
+    def offline_partitions(self) -> list[tuple[str, int]]:
+        return [(t.name, p.partition) for t in self.topics for p in t.partitions if p.offline or p.leader < 0]
+
+    def under_replicated_partitions(self) -> list[tuple[str, int]]:
+        return [(t.name, p.partition) for t in self.topics for p in t.partitions if p.under_replicated]
+
+
+class TopicOperationError(TidewaterError):
+    """Some topics of a create/delete failed; ``errors`` maps name -> typed error."""
+
+    def __init__(self, errors: dict[str, TidewaterError]):
+        self.errors = errors
+        first = next(iter(errors.values()))
+        self.error_code = first.error_code
+        super().__init__("; ".join(f"{name}: {err}" for name, err in errors.items()))
+
+
+class AdminClient:
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
+                 metadata: MetadataClient | None = None):
+        self.request_timeout_ms = request_timeout_ms
+        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topics(self, topics: list[NewTopic], *, validate_only: bool = False
+                      ) -> dict[str, TidewaterError | None]:
+        """Create topics; per name, None or the typed error. Nothing raised for per-topic errors."""
+        request = pb.CreateTopicsRequest(
+            timeout_ms=self.request_timeout_ms, validate_only=validate_only,
+            topics=[pb.CreatableTopic(name=t.name, num_partitions=t.num_partitions,
+                                      replication_factor=t.replication_factor,
+                                      configs=dict(t.configs)) for t in topics])
+        resp = self._controller_call("CreateTopics", request)
+        self.metadata.invalidate()
+        return self._topic_results(resp.topics)
+
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None) -> None:
+        """Create one topic; raises its typed error."""
+        self._raise_failures(self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))]))
+
+    def delete_topics(self, names: list[str]) -> dict[str, TidewaterError | None]:
+        request = pb.DeleteTopicsRequest(names=list(names), timeout_ms=self.request_timeout_ms)
+        resp = self._controller_call("DeleteTopics", request)
+        self.metadata.invalidate()
+        return self._topic_results(resp.topics)
+
+    def delete_topic(self, name: str) -> None:
+        self._raise_failures(self.delete_topics([name]))
+
+    def list_topics(self) -> list[str]:
+        return sorted(t.name for t in self.describe_cluster().topics)
+
+    def describe_cluster(self) -> ClusterDescription:
+        resp = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, f"DescribeCluster: {pb.ErrorCode.Name(resp.error_code)}")
+        brokers = tuple(
+            BrokerDescription(
+                broker_id=b.broker_id, broker_epoch=b.broker_epoch,
+                listeners={li.name: f"{li.host}:{li.port}" for li in b.listeners},
+                fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
+            for b in sorted(resp.brokers, key=lambda b: b.broker_id))
+        topics = tuple(
+            TopicDescriptionInfo(
+                name=t.name, configs=dict(t.configs),
+                partitions=tuple(_partition_description(p)
+                                 for p in sorted(t.partitions, key=lambda p: p.partition)))
+            for t in sorted(resp.topics, key=lambda t: t.name))
+        return ClusterDescription(
+            cluster_id=resp.cluster_id, controller_id=resp.controller_id,
+            controller_epoch=resp.controller_epoch, brokers=brokers, topics=topics,
+            unclean_elections_total=resp.unclean_elections_total)
+
+    def describe_topics(self, names: list[str] | None = None, *, with_replica_state: bool = True
+                        ) -> list[TopicDescriptionInfo]:
+        """Topics (all when ``names`` is empty) with per-replica LEO/HW/log start.
+
+        Raises UnknownTopicOrPartitionError naming every missing topic.
+        """
+        cluster = self.describe_cluster()
+        by_name = {t.name: t for t in cluster.topics}
+        if names:
+            missing = [n for n in names if n not in by_name]
+            if missing:
+                raise UnknownTopicOrPartitionError("unknown topic(s): " + ", ".join(missing))
+            topics = [by_name[n] for n in names]
+        else:
+            topics = list(cluster.topics)
+        if not with_replica_state or not topics:
+            return topics
+        states = self.describe_replicas([t.name for t in topics])
+        out = []
+        for t in topics:
+            parts = []
+            for p in t.partitions:
+                rs = tuple(states.get((t.name, p.partition, b), ReplicaState(broker=b)) for b in p.replicas)
+                parts.append(_replace_replicas_state(p, rs))
+            out.append(TopicDescriptionInfo(t.name, t.configs, tuple(parts)))
+        return out
+
+    def describe_replicas(self, topics: list[str]) -> dict[tuple[str, int, int], ReplicaState]:
+        """(topic, partition, broker) -> ReplicaState, from every broker that answers."""
+        snap = self.metadata.refresh()
+        request = pb.DescribeReplicasRequest(topics=list(topics))
+        calls = []
+        for broker_id, address in snap.brokers.items():
+            calls.append((broker_id, address, self.metadata.pool.broker(address).DescribeReplicas.future(
+                request, timeout=self.request_timeout_ms / 1000)))
+        out: dict[tuple[str, int, int], ReplicaState] = {}
+        for broker_id, _address, call in calls:
+            try:
+                resp = call.result()
+            except grpc.RpcError:
+                continue  # that broker's replicas stay unknown
+            answering = resp.broker_id if resp.broker_id else broker_id
+            for r in resp.replicas:
+                out[(r.topic, r.partition, answering)] = ReplicaState(
+                    broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
+                    log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _controller_call(self, method: str, request):
+        timeout_s = self.request_timeout_ms / 1000 + 5
+
+        def call(address: Address):
+            return rpc_call(getattr(self.metadata.pool.controller(address), method), request,
+                            timeout_s=timeout_s, address=address)
+
+        try:
+            return self.metadata.any_broker_call(call)
+        except grpc.RpcError as e:  # pragma: no cover - rpc_call converts these
+            raise rpc_error_to_typed(e) from None
+
+    @staticmethod
+    def _topic_results(results) -> dict[str, TidewaterError | None]:
+        out: dict[str, TidewaterError | None] = {}
+        for r in results:
+            if r.error_code == pb.NONE:
+                out[r.name] = None
+            else:
+                out[r.name] = error_for_code(
+                    r.error_code, r.error_message or pb.ErrorCode.Name(r.error_code))
+        return out
+
+    @staticmethod
+    def _raise_failures(results: dict[str, TidewaterError | None]) -> None:
+        errors = {name: e for name, e in results.items() if e is not None}
+        if len(errors) == 1:
+            raise next(iter(errors.values()))
+        if errors:
+            raise TopicOperationError(errors)
+
+    def close(self) -> None:
+        self.metadata.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _partition_description(p: pb.PartitionState) -> PartitionDescription:
+    return PartitionDescription(
+        partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+        partition_epoch=p.partition_epoch, replicas=tuple(p.replicas), isr=tuple(p.isr),
+        offline=p.offline or p.leader < 0)
+
+
+def _replace_replicas_state(p: PartitionDescription, rs: tuple[ReplicaState, ...]) -> PartitionDescription:
+    return PartitionDescription(p.partition, p.leader, p.leader_epoch, p.partition_epoch,
+                                p.replicas, p.isr, p.offline, rs)
+
+
+def topic_to_json(t: TopicDescriptionInfo) -> dict:
+    """The JSON shape of ``tide topics describe --json``."""
+    return {
+        "name": t.name,
+        "configs": dict(sorted(t.configs.items())),
+        "partitions": [
+            {
+                "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                "partition_epoch": p.partition_epoch, "replicas": list(p.replicas),
+                "isr": list(p.isr), "offline": p.offline,
+                "replicas_state": [
+                    {"broker": r.broker, "log_end_offset": r.log_end_offset,
+                     "high_watermark": r.high_watermark, "log_start_offset": r.log_start_offset}
+                    for r in p.replicas_state],
+            }
+            for p in t.partitions
+        ],
+    }
+
+
+def cluster_to_json(c: ClusterDescription) -> dict:
+    """The JSON shape of ``tide cluster describe --json``."""
+    return {
+        "cluster_id": c.cluster_id,
+        "controller": {"id": c.controller_id, "epoch": c.controller_epoch},
+        "brokers": [
+            {"id": b.broker_id, "epoch": b.broker_epoch, "addresses": b.listeners,
+             "fenced": b.fenced, "in_controlled_shutdown": b.in_controlled_shutdown}
+            for b in c.brokers],
+        "topic_count": len(c.topics),
+        "partition_count": c.partition_count,
+        "offline_partitions": [f"{t}-{p}" for t, p in c.offline_partitions()],
+        "under_replicated_partitions": [f"{t}-{p}" for t, p in c.under_replicated_partitions()],
+        "unclean_elections_total": c.unclean_elections_total,
+    }
+
+
+__all__ = [
+    "AdminClient", "NewTopic", "ClusterDescription", "TopicDescriptionInfo", "PartitionDescription",
+    "ReplicaState", "BrokerDescription", "TopicOperationError", "topic_to_json", "cluster_to_json",
+    "format_address",
+]

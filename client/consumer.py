@@ -1,0 +1,330 @@
+"""The consumer: manually assigned partitions, positions, and fetches from leaders.
+
+Theory of operation: every assigned partition has a *position* (the next offset
+to return) or none yet. ``poll`` first resolves missing positions with
+``ListOffsets`` by the reset policy (earliest / latest / none), then sends one
+``Fetch`` per leader broker for its partitions (concurrently), decodes the
+batches (``proto.records.decode_batch``) and returns the records at or after
+each position, advancing it. Fetches carry the leader epoch from metadata
+(KIP-320) so a stale leader answers FENCED_LEADER_EPOCH instead of data.
+
+Per-partition answers:
+
+| answer                                   | action                                      |
+|------------------------------------------|---------------------------------------------|
+| NONE                                     | return records, advance the position        |
+| NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, transport error | refresh metadata, retry next poll |
+| UNKNOWN_LEADER_EPOCH                     | the broker lags our metadata: retry later   |
+| OFFSET_OUT_OF_RANGE                      | reset by policy; policy none raises         |
+| anything else                            | raise the typed error                       |
+
+There is no group management and no committed offsets: the caller owns
+assignment and positions (``assign``, ``seek``, ``position``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from client.metadata import (
+    Address,
+    BrokerConnectionError,
+    MetadataClient,
+    TopicPartition,
+    rpc_error_to_typed,
+)
+from proto import tidewater_pb2 as pb
+from proto.errors import (
+    OffsetOutOfRangeError,
+    TidewaterError,
+    error_for_code,
+)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+RESET_POLICIES = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    leader_epoch: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """Position out of range (or missing) and the reset policy is ``none``."""
+
+
+class Consumer:
+    def __init__(self, bootstrap: str, *, auto_offset_reset: str = "latest",
+                 fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
+                 fetch_max_bytes: int = 50 * 1024 * 1024,
+                 max_partition_fetch_bytes: int = 1024 * 1024, request_timeout_ms: int = 30000,
+                 retry_backoff_ms: int = 100, metadata: MetadataClient | None = None):
+        if auto_offset_reset not in RESET_POLICIES:
+            raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
+        self.auto_offset_reset = auto_offset_reset
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        self._positions: dict[TopicPartition, int | None] = {}
+        # Partitions whose position must be reset by timestamp (-2 earliest, -1 latest).
+        self._pending_reset: dict[TopicPartition, int] = {}
+        self._backoff_until: dict[TopicPartition, float] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------ assignment & positions
+
+    def assign(self, partitions) -> None:
+        """Consume exactly these (topic, partition) pairs; positions of kept ones survive."""
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        self._positions = {tp: self._positions.get(tp) for tp in tps}
+        self._pending_reset = {tp: ts for tp, ts in self._pending_reset.items() if tp in self._positions}
+        self.metadata.add_topics({tp.topic for tp in tps})
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._positions)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """Partition numbers of ``topic`` (raises UnknownTopicOrPartitionError)."""
+        return sorted(self.metadata.partitions_for(topic))
+
+    def seek(self, tp, offset: int) -> None:
+        tp = self._assigned(tp)
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self._positions[tp] = offset
+        self._pending_reset.pop(tp, None)
+
+    def seek_to_beginning(self, tps=None) -> None:
+        for tp in tps or list(self._positions):
+            self._pending_reset[self._assigned(tp)] = EARLIEST_TIMESTAMP
+
+    def seek_to_end(self, tps=None) -> None:
+        for tp in tps or list(self._positions):
+            self._pending_reset[self._assigned(tp)] = LATEST_TIMESTAMP
+
+    def position(self, tp) -> int:
+        """The next offset ``poll`` returns for ``tp`` (resolving a pending reset now)."""
+        tp = self._assigned(tp)
+        self._resolve_positions(deadline=time.monotonic() + self.request_timeout_ms / 1000)
+        pos = self._positions[tp]
+        if pos is None:
+            raise BrokerConnectionError(f"no position for {tp.topic}-{tp.partition} yet")
+        return pos
+
+    def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
+        return self._list_offsets([TopicPartition(*tp) for tp in tps], EARLIEST_TIMESTAMP)
+
+    def end_offsets(self, tps) -> dict[TopicPartition, int]:
+        """High watermark of each partition (the next offset a consumer could read)."""
+        return self._list_offsets([TopicPartition(*tp) for tp in tps], LATEST_TIMESTAMP)
+
+    def _assigned(self, tp) -> TopicPartition:
+        tp = TopicPartition(*tp)
+        if tp not in self._positions:
+            raise ValueError(f"{tp.topic}-{tp.partition} is not assigned")
+        return tp
+
+    # ------------------------------------------------------------------ poll
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records fetched within ``timeout_ms`` (empty when none arrived)."""
+        if self._closed:
+            raise RuntimeError("consumer is closed")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._resolve_positions(deadline)
+            records = self._fetch_once(deadline, max_records)
+            if records or time.monotonic() >= deadline:
+                return records
+
+    def _resolve_positions(self, deadline: float) -> None:
+        needing = {tp: self._pending_reset.get(tp, self._reset_timestamp(tp))
+                   for tp, pos in self._positions.items()
+                   if pos is None or tp in self._pending_reset}
+        if not needing:
+            return
+        by_ts: dict[int, list[TopicPartition]] = {}
+        for tp, ts in needing.items():
+            by_ts.setdefault(ts, []).append(tp)
+        for ts, tps in by_ts.items():
+            try:
+                offsets = self._list_offsets(tps, ts)
+            except TidewaterError as e:
+                if not e.retriable:
+                    raise
+                self.metadata.invalidate()
+                continue
+            for tp, offset in offsets.items():
+                self._positions[tp] = offset
+                self._pending_reset.pop(tp, None)
+
+    def _reset_timestamp(self, tp: TopicPartition) -> int:
+        if self.auto_offset_reset == "none":
+            raise NoOffsetForPartitionError(f"no position for {tp.topic}-{tp.partition} and reset policy is none")
+        return EARLIEST_TIMESTAMP if self.auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+
+    def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """ListOffsets at each partition's leader; partitions without a leader are left out."""
+        by_leader: dict[Address, list[tuple[TopicPartition, int]]] = {}
+        for tp in tps:
+            leader = self.metadata.leader_for(tp)
+            if leader is None:
+                self.metadata.invalidate()
+                continue
+            by_leader.setdefault(leader.address, []).append((tp, leader.leader_epoch))
+        out: dict[TopicPartition, int] = {}
+        for address, items in by_leader.items():
+            request = pb.ListOffsetsRequest(replica_id=-1, partitions=[
+                pb.ListOffsetsPartition(topic=tp.topic, partition=tp.partition,
+                                        current_leader_epoch=epoch, timestamp=timestamp)
+                for tp, epoch in items])
+            try:
+                resp = self.metadata.pool.broker(address).ListOffsets(
+                    request, timeout=self.request_timeout_ms / 1000)
+            except grpc.RpcError as e:
+                self.metadata.invalidate()
+                raise rpc_error_to_typed(e, address) from None
+            for p in resp.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                if p.error_code == pb.NONE:
+                    out[tp] = p.offset
+                    continue
+                err = error_for_code(p.error_code, f"ListOffsets {p.topic}-{p.partition}: "
+                                     f"{pb.ErrorCode.Name(p.error_code)}")
+                if not err.retriable:
+                    raise err
+                if err.invalid_metadata:
+                    self.metadata.invalidate()
+        return out
+
+    def _fetch_once(self, deadline: float, max_records: int | None) -> list[ConsumerRecord]:
+        now = time.monotonic()
+        by_leader: dict[Address, list[tuple[TopicPartition, int, int]]] = {}
+        for tp, pos in self._positions.items():
+            if pos is None or self._backoff_until.get(tp, 0) > now:
+                continue
+            try:
+                leader = self.metadata.leader_for(tp)
+            except TidewaterError as e:
+                if not e.retriable:
+                    raise
+                leader = None
+            if leader is None:
+                self.metadata.invalidate()
+                self._backoff(tp)
+                continue
+            by_leader.setdefault(leader.address, []).append((tp, pos, leader.leader_epoch))
+        if not by_leader:
+            time.sleep(max(0.0, min(self.retry_backoff_ms / 1000, deadline - time.monotonic())))
+            return []
+        wait_ms = int(max(0, min(self.fetch_max_wait_ms, (deadline - now) * 1000)))
+        calls = []
+        for address, items in by_leader.items():
+            request = pb.FetchRequest(
+                replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
+                min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+                partitions=[pb.FetchPartition(
+                    topic=tp.topic, partition=tp.partition, current_leader_epoch=epoch,
+                    fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=self.max_partition_fetch_bytes)
+                    for tp, pos, epoch in items])
+            call = self.metadata.pool.broker(address).Fetch.future(
+                request, timeout=wait_ms / 1000 + self.request_timeout_ms / 1000)
+            calls.append((address, items, call))
+        records: list[ConsumerRecord] = []
+        for address, items, call in calls:
+            try:
+                resp = call.result()
+            except grpc.RpcError as e:
+                self._on_partition_error([tp for tp, _, _ in items], rpc_error_to_typed(e, address))
+                continue
+            if resp.error_code != pb.NONE:
+                self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
+                continue
+            for p in resp.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                if tp not in self._positions:
+                    continue
+                if p.error_code != pb.NONE:
+                    self._on_partition_error([tp], error_for_code(
+                        p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
+                    continue
+                if p.records:
+                    records.extend(self._decode(tp, p.records))
+        if max_records is not None and len(records) > max_records:
+            # Hand back only max_records; rewind positions so the rest come next poll.
+            kept = records[:max_records]
+            for rec in records[max_records:]:
+                tp = TopicPartition(rec.topic, rec.partition)
+                pos = self._positions.get(tp)
+                if pos is not None and rec.offset < pos:
+                    self._positions[tp] = rec.offset
+            return kept
+        return records
+
+    def _decode(self, tp: TopicPartition, data: bytes) -> list[ConsumerRecord]:
+        from proto.batch import iter_batches
+        from proto.records import decode_batch
+
+        position = self._positions[tp]
+        out = []
+        for batch_pos, header in iter_batches(data, validate=False):
+            if header.next_offset <= position:
+                continue
+            _, records = decode_batch(data, batch_pos)  # CRC-checks the batch
+            if header.is_control:
+                position = header.next_offset
+                continue
+            for r in records:
+                if r.offset < position:
+                    continue
+                out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.key, r.value,
+                                          r.timestamp, header.partition_leader_epoch,
+                                          tuple(r.headers)))
+            position = max(position, header.next_offset)
+        self._positions[tp] = position
+        return out
+
+    def _on_partition_error(self, tps: list[TopicPartition], error: TidewaterError) -> None:
+        if isinstance(error, OffsetOutOfRangeError):
+            for tp in tps:
+                if self.auto_offset_reset == "none":
+                    raise NoOffsetForPartitionError(
+                        f"offset {self._positions.get(tp)} out of range for {tp.topic}-{tp.partition}")
+                self._pending_reset[tp] = self._reset_timestamp(tp)
+            return
+        if not error.retriable:
+            raise error
+        if error.invalid_metadata:
+            self.metadata.invalidate()
+        for tp in tps:
+            self._backoff(tp)
+
+    def _backoff(self, tp: TopicPartition) -> None:
+        self._backoff_until[tp] = time.monotonic() + self.retry_backoff_ms / 1000
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.metadata.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

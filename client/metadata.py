@@ -1,0 +1,311 @@
+"""Cluster metadata for clients: bootstrap, Metadata refresh, leader lookup, channel pool.
+
+A client knows a cluster only through a bootstrap list (``host:port[,host:port]``).
+``MetadataClient.refresh`` asks any reachable broker (known brokers first, then
+the bootstrap list) for ``Metadata`` and keeps the answer as an immutable
+``ClusterMetadata`` snapshot. Producers and consumers look partition leaders up
+in that snapshot and call ``invalidate``/``refresh`` when a broker tells them
+the snapshot is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
+LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH) or a connection fails.
+
+``ChannelPool`` keeps one gRPC channel per broker address for the life of the
+client, because opening a channel per request costs a TCP and HTTP/2 handshake.
+
+gRPC transport failures become ``BrokerConnectionError`` (wire code
+NETWORK_EXCEPTION, retriable, invalid metadata) at one place: ``rpc_call``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
+
+import grpc
+
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+from proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+
+Address = tuple[str, int]
+T = TypeVar("T")
+
+# gRPC messages can carry big fetch answers; the default 4 MiB receive limit is too small.
+GRPC_MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+    # Reconnect quickly after a broker restarts instead of gRPC's default 1 s..120 s backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.min_reconnect_backoff_ms", 100),
+]
+
+
+class BrokerConnectionError(TidewaterError):
+    """A broker could not be reached or the call died in transport (client side only)."""
+
+    error_code = pb.NETWORK_EXCEPTION
+    retriable = True
+    invalid_metadata = True
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+def parse_address(text: str) -> Address:
+    """``host:port`` -> (host, port); raises ValueError with the bad text."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad address {text!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def parse_bootstrap(text: str) -> list[Address]:
+    """``host:port[,host:port...]`` -> addresses; raises ValueError."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("empty bootstrap server list")
+    return [parse_address(p) for p in parts]
+
+
+def format_address(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+class ChannelPool:
+    """One gRPC channel (and stubs) per broker address, reused until ``close``."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._channels: dict[Address, grpc.Channel] = {}
+        self._broker_stubs: dict[Address, pb_grpc.BrokerStub] = {}
+        self._controller_stubs: dict[Address, pb_grpc.ControllerStub] = {}
+
+    def channel(self, address: Address) -> grpc.Channel:
+        with self._lock:
+            ch = self._channels.get(address)
+            if ch is None:
+                ch = grpc.insecure_channel(format_address(address), options=_CHANNEL_OPTIONS)
+                self._channels[address] = ch
+            return ch
+
+    def broker(self, address: Address) -> pb_grpc.BrokerStub:
+        stub = self._broker_stubs.get(address)
+        if stub is None:
+            stub = pb_grpc.BrokerStub(self.channel(address))
+            self._broker_stubs[address] = stub
+        return stub
+
+    def controller(self, address: Address) -> pb_grpc.ControllerStub:
+        stub = self._controller_stubs.get(address)
+        if stub is None:
+            stub = pb_grpc.ControllerStub(self.channel(address))
+            self._controller_stubs[address] = stub
+        return stub
+
+    def close(self) -> None:
+        with self._lock:
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._broker_stubs.clear()
+            self._controller_stubs.clear()
+        for ch in channels:
+            ch.close()
+
+
+def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> TidewaterError:
+    """Map a gRPC transport failure to a typed client error."""
+    code = err.code() if hasattr(err, "code") else None
+    details = err.details() if hasattr(err, "details") else str(err)
+    where = f" {format_address(address)}" if address else ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        from proto.errors import RequestTimedOutError
+
+        return RequestTimedOutError(f"request to{where} timed out")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return BrokerConnectionError(f"broker{where} unavailable: {details}")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        err2 = error_for_code(pb.UNSUPPORTED_VERSION, f"broker{where} does not implement this call")
+        return err2
+    return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")
+
+
+def rpc_call(fn: Callable[..., T], request, *, timeout_s: float, address: Address | None = None) -> T:
+    """Call a unary stub method, turning gRPC failures into typed errors."""
+    try:
+        return fn(request, timeout=timeout_s)
+    except grpc.RpcError as e:
+        raise rpc_error_to_typed(e, address) from None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int  # -1: no leader
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+    error_code: int = pb.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    error_code: int
+    partitions: dict[int, PartitionInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """One Metadata answer, never mutated."""
+
+    brokers: dict[int, Address]
+    controller_id: int
+    topics: dict[str, TopicInfo]
+    cluster_id: str = ""
+    fetched_at_s: float = 0.0
+
+    @classmethod
+    def from_response(cls, resp: pb.MetadataResponse, now_s: float) -> ClusterMetadata:
+        brokers = {b.broker_id: (b.host, b.port) for b in resp.brokers}
+        topics = {}
+        for t in resp.topics:
+            parts = {
+                p.partition: PartitionInfo(
+                    partition=p.partition, leader=p.leader, leader_epoch=p.leader_epoch,
+                    replicas=tuple(p.replicas), isr=tuple(p.isr),
+                    offline_replicas=tuple(p.offline_replicas), error_code=p.error_code,
+                )
+                for p in t.partitions
+            }
+            topics[t.name] = TopicInfo(name=t.name, error_code=t.error_code, partitions=parts)
+        return cls(brokers=brokers, controller_id=resp.controller_id, topics=topics,
+                   cluster_id=resp.cluster_id, fetched_at_s=now_s)
+
+
+class LeaderInfo(NamedTuple):
+    broker_id: int
+    address: Address
+    leader_epoch: int
+
+
+class MetadataClient:
+    """Bootstrap, Metadata refresh and leader lookup, shared by one client's threads."""
+
+    def __init__(self, bootstrap: str | list[Address], *, pool: ChannelPool | None = None,
+                 request_timeout_ms: int = 5000, metadata_max_age_ms: int = 30000):
+        self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
+        self.pool = pool or ChannelPool()
+        self.request_timeout_ms = request_timeout_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._lock = threading.Lock()
+        self._snapshot: ClusterMetadata | None = None
+        self._stale = True
+        # Topics this client cares about; refreshes ask only for these (empty: all).
+        self._topics: set[str] = set()
+
+    @property
+    def snapshot(self) -> ClusterMetadata | None:
+        return self._snapshot
+
+    def add_topics(self, topics) -> None:
+        with self._lock:
+            new = set(topics) - self._topics
+            if new:
+                self._topics |= new
+                self._stale = True
+
+    def invalidate(self) -> None:
+        """Mark the snapshot stale; the next ``current`` refreshes it."""
+        self._stale = True
+
+    def candidate_addresses(self) -> list[Address]:
+        """Known brokers (shuffled) then the bootstrap list: where to send Metadata or admin calls."""
+        snap = self._snapshot
+        known = list(snap.brokers.values()) if snap else []
+        random.shuffle(known)
+        seen: set[Address] = set()
+        out = []
+        for a in known + self.bootstrap:
+            if a not in seen:
+                seen.add(a)
+                out.append(a)
+        return out
+
+    def any_broker_call(self, call: Callable[[Address], T]) -> T:
+        """Run ``call(address)`` on the first broker that answers; raise the last connection error."""
+        last: TidewaterError | None = None
+        for address in self.candidate_addresses():
+            try:
+                return call(address)
+            except BrokerConnectionError as e:
+                last = e
+        raise BrokerConnectionError(
+            "no broker reachable (tried "
+            + ", ".join(format_address(a) for a in self.candidate_addresses()) + ")"
+            + (f": {last}" if last else "")
+        )
+
+    def refresh(self, topics: list[str] | None = None) -> ClusterMetadata:
+        """Fetch Metadata now (for ``topics``, or the tracked topics, or all)."""
+        if topics:
+            self.add_topics(topics)
+        request = pb.MetadataRequest(topics=sorted(self._topics))
+        timeout_s = self.request_timeout_ms / 1000
+
+        def ask(address: Address) -> pb.MetadataResponse:
+            return rpc_call(self.pool.broker(address).Metadata, request, timeout_s=timeout_s,
+                            address=address)
+
+        resp = self.any_broker_call(ask)
+        snap = ClusterMetadata.from_response(resp, time.monotonic())
+        with self._lock:
+            self._snapshot = snap
+            self._stale = False
+        return snap
+
+    def current(self) -> ClusterMetadata:
+        """The snapshot, refreshed first when stale or older than metadata_max_age_ms."""
+        snap = self._snapshot
+        if (snap is None or self._stale
+                or (time.monotonic() - snap.fetched_at_s) * 1000 > self.metadata_max_age_ms):
+            snap = self.refresh()
+        return snap
+
+    def partitions_for(self, topic: str) -> dict[int, PartitionInfo]:
+        """Partitions of ``topic``; raises UnknownTopicOrPartitionError (or the topic's error)."""
+        self.add_topics([topic])
+        snap = self.current()
+        info = snap.topics.get(topic)
+        if info is None or info.error_code != pb.NONE or not info.partitions:
+            if info is not None and info.error_code not in (pb.NONE, pb.UNKNOWN_TOPIC_OR_PARTITION):
+                raise error_for_code(info.error_code, f"topic {topic!r}: {pb.ErrorCode.Name(info.error_code)}")
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        return info.partitions
+
+    def leader_for(self, tp: TopicPartition) -> LeaderInfo | None:
+        """Leader of ``tp`` from the current snapshot, or None when it has none (offline or unknown broker)."""
+        parts = self.partitions_for(tp.topic)
+        p = parts.get(tp.partition)
+        if p is None:
+            raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
+        if p.leader < 0:
+            return None
+        address = self._snapshot.brokers.get(p.leader) if self._snapshot else None
+        if address is None:
+            return None
+        return LeaderInfo(p.leader, address, p.leader_epoch)
+
+    def broker_address(self, broker_id: int) -> Address | None:
+        snap = self._snapshot
+        return snap.brokers.get(broker_id) if snap else None
+
+    def close(self) -> None:
+        self.pool.close()

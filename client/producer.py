@@ -1,0 +1,328 @@
+"""The producer: batches records per partition and sends them to partition leaders.
+
+Theory of operation: ``send`` picks a partition (``client.partitioner``), adds
+the record to the ``RecordAccumulator`` and returns a future. One sender
+thread loops: expire old batches, find ready partitions, look their leaders up
+(``MetadataClient``), encode each batch once (``proto.records.encode_batch``),
+group batches by leader into one ``ProduceRequest`` per broker and send it
+asynchronously. The answer is handled per partition:
+
+| answer                          | action                                             |
+|---------------------------------|----------------------------------------------------|
+| NONE                            | futures get offset = base_offset + index           |
+| retriable (proto.errors)        | refresh metadata if ``invalid_metadata``; retry    |
+|                                 | after ``retry_backoff_ms`` while retries and the   |
+|                                 | delivery timeout allow                             |
+| anything else                   | futures fail with the typed exception              |
+
+A transport failure counts as a retriable ``BrokerConnectionError`` for every
+batch in the request. A partition with a request in flight is muted, so retries
+never reorder records. Memory is bounded: ``send`` blocks up to
+``max_block_ms`` while ``buffer_memory_bytes`` are queued.
+
+Retries can duplicate a batch whose first answer was lost (there is no
+idempotent producer); set ``retries=0`` for at-most-once sends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+
+import grpc
+
+from client.accumulator import PendingRecord, ProducerBatch, RecordAccumulator, RecordMetadata
+from client.metadata import (
+    Address,
+    BrokerConnectionError,
+    MetadataClient,
+    TopicPartition,
+    rpc_error_to_typed,
+)
+from client.partitioner import StickyPartitioner
+from proto import tidewater_pb2 as pb
+from proto.errors import (
+    InvalidRequiredAcksError,
+    RequestTimedOutError,
+    TidewaterError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+
+__all__ = ["Producer", "RecordMetadata", "parse_acks"]
+
+
+def parse_acks(value: str | int) -> int:
+    """'all'/-1 -> -1, '0' -> 0, '1' -> 1; anything else raises InvalidRequiredAcksError."""
+    text = str(value).strip().lower()
+    mapping = {"all": -1, "-1": -1, "0": 0, "1": 1}
+    if text not in mapping:
+        raise InvalidRequiredAcksError(f"acks must be 0, 1 or all, not {value!r}")
+    return mapping[text]
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Producer:
+    def __init__(self, bootstrap: str, *, acks: int | str = -1, batch_size_bytes: int = 16384,
+                 linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
+                 retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
+                 buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
+                 unknown_topic_wait_ms: int = 1000, metadata: MetadataClient | None = None):
+        self.acks = parse_acks(acks)
+        self.request_timeout_ms = request_timeout_ms
+        self.retries = retries
+        self.retry_backoff_ms = retry_backoff_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.buffer_memory_bytes = buffer_memory_bytes
+        self.max_block_ms = max_block_ms
+        self.unknown_topic_wait_ms = unknown_topic_wait_ms
+        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
+        self._partitioner = StickyPartitioner(batch_size_bytes)
+        self._lock = threading.Condition()
+        self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        self._unfinished = 0  # records sent but not yet resolved
+        self._closed = False
+        self._last_metadata_refresh_ms = 0
+        self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)
+        self._sender.start()
+
+    # ------------------------------------------------------------------ public API
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+             partition: int | None = None, headers=(), timestamp_ms: int | None = None) -> Future:
+        """Queue one record; the future resolves to RecordMetadata or a typed exception."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        parts = self._partitions_with_wait(topic)
+        num = len(parts)
+        if partition is not None:
+            if partition not in parts:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition} ({num} partitions)")
+        else:
+            available = [p for p, info in parts.items() if info.leader >= 0]
+            size = (len(value) if value else 0) + (len(key) if key else 0)
+            partition = self._partitioner.partition(topic, key, size, num, available)
+        record = PendingRecord(key, value, tuple(headers),
+                               timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        with self._lock:
+            while self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RequestTimedOutError(
+                        f"buffer of {self.buffer_memory_bytes} bytes full for {self.max_block_ms} ms")
+                self._lock.wait(remaining)
+            fut = self._accumulator.append(TopicPartition(topic, partition), record, _now_ms())
+            self._unfinished += 1
+            fut.add_done_callback(self._on_record_done)
+            self._lock.notify_all()
+        return fut
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything queued now and wait until every record is resolved."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._lock:
+            self._accumulator.begin_flush()
+            self._lock.notify_all()
+            try:
+                while self._unfinished > 0:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise RequestTimedOutError(f"flush timed out with {self._unfinished} records pending")
+                    self._lock.wait(remaining if remaining is not None else 1.0)
+            finally:
+                self._accumulator.end_flush()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the sender thread, fail what is left, close channels."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout_s)
+        finally:
+            with self._lock:
+                self._closed = True
+                self._lock.notify_all()
+            self._sender.join(timeout=5)
+            with self._lock:
+                leftovers = self._accumulator.abort_all()
+            for batch in leftovers:
+                batch.fail(RuntimeError("producer closed before delivery"))
+            self.metadata.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _partitions_with_wait(self, topic: str):
+        """Partitions of ``topic``, retrying retriable errors (a topic being created has no
+        leaders yet) up to ``max_block_ms``; an unknown topic is given only ``unknown_topic_wait_ms``."""
+        start = time.monotonic()
+        while True:
+            try:
+                return self.metadata.partitions_for(topic)
+            except TidewaterError as e:
+                waited_ms = (time.monotonic() - start) * 1000
+                limit_ms = (self.unknown_topic_wait_ms if isinstance(e, UnknownTopicOrPartitionError)
+                            else self.max_block_ms)
+                if not e.retriable or waited_ms + self.retry_backoff_ms > limit_ms:
+                    raise
+                self.metadata.invalidate()
+                time.sleep(self.retry_backoff_ms / 1000)
+
+    def _on_record_done(self, _fut: Future) -> None:
+        with self._lock:
+            self._unfinished -= 1
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                now = _now_ms()
+                self._expire(now)
+                ready, next_ms = self._accumulator.ready(now, muted=set(self._in_flight))
+                if not ready:
+                    wait_ms = 200 if next_ms is None else max(1, min(200, next_ms - now))
+                    self._lock.wait(wait_ms / 1000)
+                    continue
+            try:
+                self._send_ready(ready)
+            except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
+                with self._lock:
+                    for tp in ready:
+                        batch = self._accumulator.drain(tp)
+                        if batch is not None:
+                            self._finish(batch, e)
+
+    def _expire(self, now: int) -> None:
+        for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
+            self._finish(batch, RequestTimedOutError(
+                f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
+                f"not delivered within {self.delivery_timeout_ms} ms"))
+
+    def _finish(self, batch: ProducerBatch, error: BaseException | None,
+                base_offset: int = -1, log_append_time_ms: int = -1) -> None:
+        """Resolve a batch for good (caller holds the lock)."""
+        self._accumulator.release(batch)
+        if error is None:
+            batch.complete(base_offset, log_append_time_ms)
+        else:
+            batch.fail(error)
+        self._lock.notify_all()
+
+    def _send_ready(self, ready: list[TopicPartition]) -> None:
+        from proto.records import SimpleRecord, encode_batch
+
+        by_leader: dict[Address, list[tuple[ProducerBatch, int]]] = {}
+        need_refresh = False
+        for tp in ready:
+            try:
+                leader = self.metadata.leader_for(tp)
+            except TidewaterError as e:
+                if e.retriable:
+                    leader = None
+                else:
+                    with self._lock:
+                        batch = self._accumulator.drain(tp)
+                        if batch is not None:
+                            self._finish(batch, e)
+                    continue
+            with self._lock:
+                batch = self._accumulator.drain(tp)
+                if batch is None:
+                    continue
+                if leader is None:
+                    # No leader known: wait a backoff for new metadata (the delivery timeout still applies).
+                    need_refresh = True
+                    self._accumulator.reenqueue(batch, _now_ms(), self.retry_backoff_ms)
+                    batch.attempts -= 1
+                    continue
+                self._in_flight[tp] = batch
+            if batch.encoded is None:
+                batch.encoded = encode_batch(
+                    [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records])
+            by_leader.setdefault(leader.address, []).append((batch, leader.broker_id))
+        if need_refresh:
+            self._maybe_refresh_metadata()
+        for address, items in by_leader.items():
+            request = pb.ProduceRequest(
+                acks=self.acks, timeout_ms=self.request_timeout_ms,
+                partitions=[pb.ProducePartitionData(topic=b.tp.topic, partition=b.tp.partition,
+                                                    records=b.encoded) for b, _ in items])
+            batches = [b for b, _ in items]
+            try:
+                call = self.metadata.pool.broker(address).Produce.future(
+                    request, timeout=self.request_timeout_ms / 1000 + 5)
+            except grpc.RpcError as e:
+                self._on_response(batches, None, rpc_error_to_typed(e, address))
+                continue
+            call.add_done_callback(
+                lambda c, batches=batches, address=address: self._on_call_done(c, batches, address))
+
+    def _on_call_done(self, call, batches: list[ProducerBatch], address: Address) -> None:
+        try:
+            response = call.result()
+        except grpc.RpcError as e:
+            self._on_response(batches, None, rpc_error_to_typed(e, address))
+            return
+        except Exception as e:  # noqa: BLE001 - never leave futures hanging
+            self._on_response(batches, None, e if isinstance(e, TidewaterError)
+                              else BrokerConnectionError(str(e)))
+            return
+        self._on_response(batches, response, None)
+
+    def _on_response(self, batches: list[ProducerBatch], response: pb.ProduceResponse | None,
+                     transport_error: TidewaterError | Exception | None) -> None:
+        answers = {}
+        if response is not None:
+            answers = {(p.topic, p.partition): p for p in response.partitions}
+        refresh = False
+        with self._lock:
+            now = _now_ms()
+            for batch in batches:
+                self._in_flight.pop(batch.tp, None)
+                if transport_error is not None:
+                    error = transport_error
+                else:
+                    answer = answers.get((batch.tp.topic, batch.tp.partition))
+                    if answer is None:
+                        error = BrokerConnectionError(
+                            f"no answer for {batch.tp.topic}-{batch.tp.partition} in produce response")
+                    elif answer.error_code == pb.NONE:
+                        self._finish(batch, None, answer.base_offset, answer.log_append_time_ms)
+                        continue
+                    else:
+                        error = error_for_code(answer.error_code, answer.error_message or
+                                               pb.ErrorCode.Name(answer.error_code))
+                retriable = getattr(error, "retriable", False)
+                if getattr(error, "invalid_metadata", False):
+                    refresh = True
+                expired = now - batch.created_ms >= self.delivery_timeout_ms
+                if retriable and batch.attempts <= self.retries and not expired:
+                    self._accumulator.reenqueue(batch, now, self.retry_backoff_ms)
+                else:
+                    self._finish(batch, error)
+            self._lock.notify_all()
+        if refresh:
+            self.metadata.invalidate()
+
+    def _maybe_refresh_metadata(self) -> None:
+        now = _now_ms()
+        if now - self._last_metadata_refresh_ms < self.retry_backoff_ms:
+            return
+        self._last_metadata_refresh_ms = now
+        try:
+            self.metadata.refresh()
+        except TidewaterError:
+            pass  # no broker reachable now; batches wait and expire by the delivery timeout
