@@ -1,0 +1,621 @@
+"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+
+``<base>.log`` (``base`` = the first offset in it, 20 digits, zero-padded) is a
+plain concatenation of RecordBatch v2 batches exactly as they travel on the wire
+(layout in ``proto/batch.py``), with no framing of its own: Kafka's format.
+Offsets are known from batch headers alone (``baseOffset`` and
+``lastOffsetDelta``); records are never decoded here. The index files and their
+formats are described in ``broker/storage/index.py``.
+
+The segment does the file I/O of one append (a single ``write``), reads of whole
+batches by offset (index lookup, then a header scan), truncation and the batch
+scan used by recovery. Every ``OSError`` becomes ``KafkaStorageError`` with the
+path; a failed append cuts any partial bytes so the file keeps whole batches.
+
+Threading: one writer (the partition's append path). Readers may run on other
+threads: they only read below the size they saw when they started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from broker.storage.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
+from broker.storage.log_config import LogConfig
+from proto.batch import ATTRIBUTES_OFFSET, BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
+from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SCAN_CHUNK_BYTES = 8 << 20  # recovery reads this much per syscall
+LOCATE_CHUNK_BYTES = 16 << 10  # header scan after an index lookup
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
+# lastOffsetDelta, baseTimestamp, maxTimestamp (the first 43 header bytes)
+_SCAN_HEADER = struct.Struct(">qiibIhiqq")
+assert _SCAN_HEADER.size == 43
+_PREFIX = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_RECORD_COUNT = struct.Struct(">i")
+_RECORD_COUNT_AT = 57
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """(base_offset, suffix) of a segment file name, None if it is not one."""
+    stem, dot, suffix = name.partition(".")
+    if not dot or len(stem) != 20 or not stem.isascii() or not stem.isdigit():
+        return None
+    return int(stem), "." + suffix
+
+
+def storage_error(what: str, path: Path, error: OSError) -> KafkaStorageError:
+    return KafkaStorageError(f"{what}: {error.strerror or error}", path=str(path))
+
+
+@dataclass(slots=True)
+class ScannedBatch:
+    position: int
+    base_offset: int
+    last_offset: int
+    partition_leader_epoch: int
+    max_timestamp: int
+    size: int
+
+
+def iter_batches_in_file(fd: int, path: Path, start: int, end: int, *,
+                         validate_crc: bool) -> Iterator[tuple]:
+    """Yield raw header tuples ``(position, size, base_offset, epoch, last_offset_delta,
+    max_timestamp)`` for batches in ``[start, end)`` of a file.
+
+    Reads ``SCAN_CHUNK_BYTES`` at a time and checks framing and magic (and the
+    CRC32C over a memoryview slice when ``validate_crc``). The first bad or torn
+    batch raises CorruptRecordError with its file position; the batches before
+    it have already been yielded.
+    """
+    unpack_header = _SCAN_HEADER.unpack_from
+    position = start
+    while position < end:
+        want = min(max(SCAN_CHUNK_BYTES, 0), end - position)
+        try:
+            chunk = os.pread(fd, want, position)
+        except OSError as e:
+            raise storage_error("cannot read segment", path, e) from e
+        view = memoryview(chunk)
+        chunk_end = len(chunk)
+        if chunk_end == 0:
+            raise CorruptRecordError("file ended early", position=position, path=str(path))
+        p = 0
+        while True:
+            remaining = chunk_end - p
+            if remaining < HEADER_SIZE:
+                break
+            (base_offset, batch_length, epoch, magic, crc, _attributes, last_offset_delta,
+             _base_timestamp, max_timestamp) = unpack_header(chunk, p)
+            size = LOG_OVERHEAD + batch_length
+            if batch_length < BATCH_LENGTH_MIN:
+                raise CorruptRecordError(f"batch length {batch_length} below minimum",
+                                         position=position + p, path=str(path))
+            if size > remaining:
+                break
+            if magic != MAGIC_V2:
+                raise CorruptRecordError(f"unsupported magic {magic}", position=position + p,
+                                         path=str(path))
+            if last_offset_delta < 0:
+                raise CorruptRecordError("negative lastOffsetDelta", position=position + p,
+                                         path=str(path))
+            if validate_crc and crc32c(view[p + ATTRIBUTES_OFFSET:p + size]) != crc:
+                raise CorruptRecordError("CRC mismatch", position=position + p, path=str(path))
+            yield position + p, size, base_offset, epoch, last_offset_delta, max_timestamp
+            p += size
+        if p == 0:
+            # Not even one whole batch in the chunk: either it is bigger than the
+            # chunk (read it whole next time) or the file ends inside it.
+            if chunk_end >= LOG_OVERHEAD:
+                batch_length = _PREFIX.unpack_from(chunk, 0)[1]
+                if batch_length < BATCH_LENGTH_MIN:
+                    raise CorruptRecordError(f"batch length {batch_length} below minimum",
+                                             position=position, path=str(path))
+                size = LOG_OVERHEAD + batch_length
+                if size <= end - position and size > chunk_end:
+                    yield from _iter_one_big_batch(fd, path, position, size, end,
+                                                   validate_crc=validate_crc)
+                    position += size
+                    continue
+                raise CorruptRecordError(
+                    f"truncated batch: length says {size} bytes, {end - position} present",
+                    position=position, path=str(path))
+            raise CorruptRecordError(f"truncated batch: {chunk_end} bytes at end of file",
+                                     position=position, path=str(path))
+        position += p
+
+
+def _iter_one_big_batch(fd: int, path: Path, position: int, size: int, end: int, *,
+                        validate_crc: bool) -> Iterator[tuple]:
+    try:
+        chunk = os.pread(fd, size, position)
+    except OSError as e:
+        raise storage_error("cannot read segment", path, e) from e
+    if len(chunk) < size:
+        raise CorruptRecordError("truncated batch", position=position, path=str(path))
+    (base_offset, _length, epoch, magic, crc, _attributes, last_offset_delta, _base_timestamp,
+     max_timestamp) = _SCAN_HEADER.unpack_from(chunk, 0)
+    if magic != MAGIC_V2:
+        raise CorruptRecordError(f"unsupported magic {magic}", position=position, path=str(path))
+    if last_offset_delta < 0:
+        raise CorruptRecordError("negative lastOffsetDelta", position=position, path=str(path))
+    if validate_crc and crc32c(memoryview(chunk)[ATTRIBUTES_OFFSET:]) != crc:
+        raise CorruptRecordError("CRC mismatch", position=position, path=str(path))
+    yield position, size, base_offset, epoch, last_offset_delta, max_timestamp
+
+
+@dataclass
+class SegmentScan:
+    """What a scan of a segment found: how far it is valid and what broke it."""
+
+    valid_bytes: int
+    next_offset: int
+    error: CorruptRecordError | None = None
+    # (epoch, base_offset) at each change of partitionLeaderEpoch, in order.
+    epoch_starts: list[tuple[int, int]] = field(default_factory=list)
+
+
+class LogSegment:
+    """The files of one segment and the offsets, sizes and timestamps they hold."""
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int,
+                 size_bytes: int):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX),
+                                 base_offset, config.segment_index_bytes // 8)
+        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+                                    base_offset, config.segment_index_bytes // 12)
+        self._fd = fd
+        self.size_bytes = size_bytes
+        self.flushed_size_bytes = size_bytes
+        self.next_offset = base_offset  # offset after the last batch
+        self.max_timestamp = -1  # largest batch maxTimestamp in the segment
+        self.offset_of_max_timestamp = base_offset
+        self.bytes_since_last_index_entry = 0
+        self.first_batch_time_ms: int | None = None  # for segment.ms
+
+    # -- opening -----------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+        """A new empty segment; an existing file of the same name is emptied."""
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        except OSError as e:
+            raise storage_error("cannot create segment", path, e) from e
+        segment = cls(directory, base_offset, config, fd, 0)
+        try:
+            segment.index.flush()
+            segment.time_index.flush()
+        except KafkaStorageError:
+            segment.close()
+            raise
+        return segment
+
+    @classmethod
+    def open_existing(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+        """Open the files without reading any batch (load_trusted or recover comes next)."""
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            size = os.fstat(fd).st_size
+        except OSError as e:
+            raise storage_error("cannot open segment", path, e) from e
+        return cls(directory, base_offset, config, fd, size)
+
+    def load_trusted(self) -> bool:
+        """Use the index files as they are and check the tail after the last entry.
+
+        Used for segments below the recovery point (flushed) and after a clean
+        shutdown: reads only the index files and the batches after the last
+        index entry (CRC-checked). False when that is not enough (an index file
+        missing or insane, the tail does not scan): the caller must then
+        ``scan`` the whole segment, which rebuilds the indexes and finds the cut.
+        """
+        try:
+            if not (self.index.load(self.size_bytes) and self.time_index.load(1 << 63)):
+                log.info("index files of %s missing; rebuilding them", self.log_path)
+                return False
+        except CorruptFileError as e:
+            log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+            return False
+        last_offset, position = self.index.last_entry
+        try:
+            self._scan_tail(position, validate_crc=True,
+                            expected_last_offset=last_offset if position > 0 else None)
+        except CorruptRecordError as e:
+            log.warning("tail check of %s failed (%s); scanning the whole segment",
+                        self.log_path, e)
+            return False
+        if self.time_index.last_entry[1] >= max(self.next_offset, self.base_offset + 1):
+            log.warning("time index %s points past the segment end %d; rebuilding it",
+                        self.time_index.path, self.next_offset)
+            return False
+        return True
+
+    def _scan_tail(self, position: int, *, validate_crc: bool,
+                   expected_last_offset: int | None = None) -> None:
+        """Set next_offset, max timestamp and bytes since the last index entry from the
+        batches at ``position`` onwards (the time index gives the max before it)."""
+        next_offset = self.base_offset
+        max_timestamp, offset_of_max = -1, self.base_offset
+        if position > 0 or len(self.time_index):
+            max_timestamp, offset_of_max = self.time_index.last_entry
+        first = True
+        for (batch_position, _size, base_offset, _epoch, last_offset_delta,
+             batch_max_timestamp) in iter_batches_in_file(self._fd, self.log_path, position,
+                                                          self.size_bytes,
+                                                          validate_crc=validate_crc):
+            last_offset = base_offset + last_offset_delta
+            if first and position == 0 and base_offset != self.base_offset:
+                raise CorruptRecordError(
+                    f"first batch offset {base_offset} is not the segment base {self.base_offset}",
+                    position=batch_position, path=str(self.log_path))
+            if not first and base_offset != next_offset:
+                raise CorruptRecordError(
+                    f"batch offset {base_offset} does not follow {next_offset - 1}",
+                    position=batch_position, path=str(self.log_path))
+            if batch_position == 0 and self.first_batch_time_ms is None:
+                self.first_batch_time_ms = batch_max_timestamp
+            if first and expected_last_offset is not None and last_offset != expected_last_offset:
+                raise CorruptRecordError(
+                    f"index says last offset {expected_last_offset}, batch has {last_offset}",
+                    position=batch_position, path=str(self.log_path))
+            first = False
+            next_offset = last_offset + 1
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+        if first and position > 0:
+            raise CorruptRecordError("index points past the last batch", position=position,
+                                     path=str(self.log_path))
+        self.next_offset = next_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+        self.bytes_since_last_index_entry = self.size_bytes - position
+        if self.first_batch_time_ms is None and self.size_bytes:
+            self.first_batch_time_ms = self._read_first_max_timestamp()
+
+    def _read_first_max_timestamp(self) -> int:
+        try:
+            header = os.pread(self._fd, 43, 0)
+        except OSError as e:
+            raise storage_error("cannot read segment", self.log_path, e) from e
+        return _SCAN_HEADER.unpack_from(header, 0)[8] if len(header) == 43 else -1
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batches (framing only); raises CorruptRecordError
+        if the file does not scan, in which case the caller must recover it."""
+        scan = self.scan(self.base_offset, validate_crc=False)
+        if scan.error is not None:
+            raise scan.error
+
+    def scan(self, expected_base_offset: int, *, validate_crc: bool = True) -> SegmentScan:
+        """Walk every batch, rebuild the indexes in memory and stop at the first bad one.
+
+        A batch is bad if its framing, magic or CRC is wrong or its base offset is
+        not ``expected_base_offset`` (first batch) or the previous last offset + 1.
+        The segment's state then describes the valid prefix; the file is not cut
+        here (see truncate_to_position).
+        """
+        offset_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        interval = self.config.index_interval_bytes
+        max_offset_entries, max_time_entries = self.index.max_entries, self.time_index.max_entries
+        next_offset = expected_base_offset
+        max_timestamp, offset_of_max = -1, self.base_offset
+        bytes_since = 0
+        valid_bytes = 0
+        epoch_starts: list[tuple[int, int]] = []
+        last_epoch = None
+        error = None
+        first_time = None
+        try:
+            for (position, size, base_offset, epoch, last_offset_delta,
+                 batch_max_timestamp) in iter_batches_in_file(self._fd, self.log_path, 0,
+                                                              self.size_bytes,
+                                                              validate_crc=validate_crc):
+                if base_offset != next_offset:
+                    raise CorruptRecordError(
+                        f"batch offset {base_offset} where {next_offset} was expected",
+                        position=position, path=str(self.log_path))
+                last_offset = base_offset + last_offset_delta
+                if last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
+                    raise CorruptRecordError("offset too far from the segment base",
+                                             position=position, path=str(self.log_path))
+                if first_time is None:
+                    first_time = batch_max_timestamp
+                if batch_max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+                if bytes_since > interval and len(offset_entries) < max_offset_entries:
+                    offset_entries.append((last_offset, position))
+                    if ((not time_entries or max_timestamp > time_entries[-1][0])
+                            and len(time_entries) < max_time_entries):
+                        time_entries.append((max_timestamp, offset_of_max))
+                    bytes_since = 0
+                bytes_since += size
+                if epoch != last_epoch:
+                    epoch_starts.append((epoch, base_offset))
+                    last_epoch = epoch
+                next_offset = last_offset + 1
+                valid_bytes = position + size
+        except CorruptRecordError as e:
+            error = e
+        self.index.reset(offset_entries)
+        self.time_index.reset(time_entries)
+        self.next_offset = next_offset if valid_bytes else self.base_offset
+        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+        self.bytes_since_last_index_entry = bytes_since
+        self.first_batch_time_ms = first_time
+        return SegmentScan(valid_bytes, self.next_offset, error, epoch_starts)
+
+    def epoch_starts(self) -> list[tuple[int, int]]:
+        """(epoch, base_offset) at each change of partitionLeaderEpoch (header scan)."""
+        starts: list[tuple[int, int]] = []
+        last_epoch = None
+        for (_p, _s, base_offset, epoch, _d, _t) in iter_batches_in_file(
+                self._fd, self.log_path, 0, self.size_bytes, validate_crc=False):
+            if epoch != last_epoch:
+                starts.append((epoch, base_offset))
+                last_epoch = epoch
+        return starts
+
+    # -- appending ---------------------------------------------------------
+
+    def relative_offset_fits(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
+
+    def append(self, data, batches: list[tuple[int, int, int, int]], next_offset: int,
+               now_ms: int) -> None:
+        """Write ``data`` (whole batches) with one write and index it.
+
+        ``batches`` holds ``(position_in_data, size, last_offset, max_timestamp)``
+        per batch. On an OSError the file is cut back to its old size and
+        KafkaStorageError is raised with nothing changed.
+        """
+        start = self.size_bytes
+        view = memoryview(data)
+        try:
+            written = os.write(self._fd, view)
+            while written < len(view):  # short writes happen on full disks and signals
+                written += os.write(self._fd, view[written:])
+        except OSError as e:
+            self._cut_after_failed_write(start)
+            raise storage_error("cannot append to segment", self.log_path, e) from e
+        interval = self.config.index_interval_bytes
+        index, time_index = self.index, self.time_index
+        max_timestamp, offset_of_max = self.max_timestamp, self.offset_of_max_timestamp
+        bytes_since = self.bytes_since_last_index_entry
+        for position, size, last_offset, batch_max_timestamp in batches:
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+            if bytes_since > interval:
+                index.append(last_offset, start + position)
+                time_index.maybe_append(max_timestamp, offset_of_max)
+                bytes_since = 0
+            bytes_since += size
+        self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+        self.bytes_since_last_index_entry = bytes_since
+        if start == 0:
+            self.first_batch_time_ms = now_ms
+        self.size_bytes = start + len(view)
+        self.next_offset = next_offset
+
+    def _cut_after_failed_write(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as e:
+            # Partial bytes may remain; recovery on the next start cuts the torn tail.
+            log.error("cannot cut %s back to %d bytes after a failed write: %s",
+                      self.log_path, size, e)
+            raise storage_error("cannot cut segment after failed write", self.log_path, e) from e
+
+    # -- reading -----------------------------------------------------------
+
+    def _read_at(self, size: int, position: int) -> bytes:
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as e:
+            raise storage_error("cannot read segment", self.log_path, e) from e
+
+    def locate(self, offset: int, size_limit: int | None = None) -> tuple[int, int, int] | None:
+        """(position, base_offset, last_offset) of the first batch whose last offset >=
+        ``offset``; None if there is none below ``size_limit``.
+
+        The index lookup is checked against the batch it points to; a stale or
+        damaged index is rebuilt from the file and the lookup repeated.
+        """
+        end = self.size_bytes if size_limit is None else size_limit
+        try:
+            return self._locate(offset, end)
+        except CorruptFileError as e:
+            log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+            self.rebuild_indexes()
+            return self._locate(offset, end)
+
+    def _locate(self, offset: int, end: int) -> tuple[int, int, int] | None:
+        entry_offset, position = self.index.lookup(offset)
+        check_entry = position > 0
+        while position < end:
+            chunk = self._read_at(min(LOCATE_CHUNK_BYTES, end - position), position)
+            p = 0
+            while len(chunk) - p >= HEADER_SIZE:
+                base_offset, batch_length = _PREFIX.unpack_from(chunk, p)
+                last_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                    chunk, p + _LAST_OFFSET_DELTA_AT)[0]
+                if batch_length < BATCH_LENGTH_MIN or (check_entry and last_offset != entry_offset):
+                    if check_entry:
+                        raise CorruptFileError(
+                            f"index entry ({entry_offset}, {position}) does not match the log",
+                            path=str(self.index.path))
+                    raise CorruptRecordError("malformed batch", position=position + p,
+                                             path=str(self.log_path))
+                check_entry = False
+                if last_offset >= offset:
+                    return position + p, base_offset, last_offset
+                p += LOG_OVERHEAD + batch_length
+            if p == 0:
+                if check_entry:
+                    raise CorruptFileError(f"index entry ({entry_offset}, {position}) is past the "
+                                           "last batch", path=str(self.index.path))
+                raise CorruptRecordError("truncated batch", position=position,
+                                         path=str(self.log_path))
+            position += p
+        return None
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None,
+             min_one_batch: bool) -> tuple[bytes, int, int] | None:
+        """Whole batches from the one holding ``start_offset``: (bytes, first, next offset).
+
+        Stops before the first batch with base offset >= ``max_offset`` and before
+        ``max_bytes``, but returns the first batch whole if ``min_one_batch``.
+        None when the segment has no batch with last offset >= start_offset.
+        """
+        end = self.size_bytes  # batches past this may be mid-append
+        found = self.locate(start_offset, end)
+        if found is None:
+            return None
+        position, first_offset, _last = found
+        if max_offset is not None and first_offset >= max_offset:
+            return b"", first_offset, first_offset
+        data = self._read_at(max(0, min(max_bytes, end - position)), position)
+        p, next_offset = 0, first_offset
+        while len(data) - p >= HEADER_SIZE:
+            base_offset, batch_length = _PREFIX.unpack_from(data, p)
+            size = LOG_OVERHEAD + batch_length
+            if p + size > len(data) or (max_offset is not None and base_offset >= max_offset):
+                break
+            next_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                data, p + _LAST_OFFSET_DELTA_AT)[0] + 1
+            p += size
+        if p == 0:
+            if not min_one_batch:
+                return b"", first_offset, first_offset
+            header = self._read_at(HEADER_SIZE, position)
+            base_offset, batch_length = _PREFIX.unpack_from(header, 0)
+            data = self._read_at(LOG_OVERHEAD + batch_length, position)
+            next_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                header, _LAST_OFFSET_DELTA_AT)[0] + 1
+            return data, first_offset, next_offset
+        return (data if p == len(data) else data[:p]), first_offset, next_offset
+
+    def read_batch_at(self, position: int) -> bytes:
+        header = self._read_at(LOG_OVERHEAD, position)
+        return self._read_at(LOG_OVERHEAD + _PREFIX.unpack_from(header, 0)[1], position)
+
+    def find_offset_by_timestamp(self, timestamp_ms: int,
+                                 from_offset: int) -> tuple[int, int, int, int] | None:
+        """First batch at or after ``from_offset`` with maxTimestamp >= ``timestamp_ms``:
+        (position, base_offset, max_timestamp, partition_leader_epoch), or None."""
+        if self.max_timestamp < timestamp_ms:
+            return None
+        _ts, index_offset = self.time_index.lookup(timestamp_ms)
+        found = self.locate(max(index_offset, from_offset))
+        if found is None:
+            return None
+        start = found[0]
+        for (position, _size, base_offset, epoch, _delta, max_timestamp) in iter_batches_in_file(
+                self._fd, self.log_path, start, self.size_bytes, validate_crc=False):
+            if max_timestamp >= timestamp_ms:
+                return position, base_offset, max_timestamp, epoch
+        return None
+
+    # -- truncation, flush, lifecycle --------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset >= ``offset``; returns bytes removed.
+
+        A batch holding ``offset`` goes whole, so next_offset may end below ``offset``.
+        """
+        found = self.locate(offset)
+        if found is None:
+            return 0
+        return self.truncate_to_position(found[0], found[1])
+
+    def truncate_to_position(self, position: int, next_offset: int) -> int:
+        """Cut the file at ``position`` (a batch boundary) where ``next_offset`` starts."""
+        removed = self.size_bytes - position
+        if removed <= 0:
+            return 0
+        try:
+            os.ftruncate(self._fd, position)
+        except OSError as e:
+            raise storage_error("cannot truncate segment", self.log_path, e) from e
+        self.size_bytes = position
+        self.flushed_size_bytes = min(self.flushed_size_bytes, position)
+        self.index.truncate_to_position(position)
+        self.time_index.truncate_to(next_offset)
+        self.next_offset = next_offset
+        if position == 0:
+            self.next_offset = self.base_offset
+            self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+            self.bytes_since_last_index_entry = 0
+            self.first_batch_time_ms = None
+        else:
+            self._scan_tail(self.index.last_entry[1], validate_crc=False)
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Kafka adds a final time index entry when a segment is rolled."""
+        if self.max_timestamp >= 0 and not self.time_index.is_full:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    @property
+    def needs_flush(self) -> bool:
+        return (self.flushed_size_bytes != self.size_bytes or self.index.is_dirty
+                or self.time_index.is_dirty)
+
+    def flush(self) -> None:
+        """fsync the .log, then write and fsync the index tails."""
+        if self.flushed_size_bytes != self.size_bytes:
+            size = self.size_bytes
+            try:
+                os.fsync(self._fd)
+            except OSError as e:
+                raise storage_error("cannot fsync segment", self.log_path, e) from e
+            self.flushed_size_bytes = size
+        self.index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                os.close(self._fd)
+            except OSError as e:
+                raise storage_error("cannot close segment", self.log_path, e) from e
+            finally:
+                self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the three files."""
+        self.close()
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                raise storage_error("cannot delete segment file", path, e) from e
+
+    def __repr__(self) -> str:
+        return (f"LogSegment(base={self.base_offset}, next={self.next_offset}, "
+                f"size={self.size_bytes})")
