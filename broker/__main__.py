@@ -1,0 +1,51 @@
+"""``python -m broker`` / ``tide-broker``: run one broker until SIGTERM or SIGINT.
+
+Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
+(one line on stderr), 1 when start-up fails (e.g. the port is taken).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from broker.config import ConfigError, config_from_args
+
+
+async def _serve(config) -> int:
+    from broker.process import BrokerProcess
+
+    process = BrokerProcess(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await process.start()
+    except OSError as e:
+        print(f"tide-broker: cannot start: {e}", file=sys.stderr)
+        await process.shutdown()
+        return 1
+    await stop.wait()
+    await process.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = config_from_args(argv)
+    except ConfigError as e:
+        print(f"tide-broker: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format=f"%(asctime)s broker-{config.broker_id} %(levelname)s %(name)s: %(message)s")
+    return uvloop.run(_serve(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""The broker's configuration: command-line flags and ``--set name=value`` overrides.
+
+Names follow Kafka's. Broker-level settings become fields of ``BrokerConfig``;
+topic-level settings (``segment.bytes``, ``retention.ms``, ...) are kept as the
+broker's defaults for every topic and are overridden per topic by the configs
+the controller sends in LeaderAndIsr. An unknown name or a malformed value is a
+``ConfigError`` (``python -m broker`` exits 2 with its one-line message).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
+from proto.errors import InvalidConfigError
+
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A flag or ``--set`` value the broker cannot start with."""
+
+
+def _int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
+
+
+# Broker-level names -> (field name, parser). Topic-level names below.
+_BROKER_SETTINGS = {
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
+    "min.insync.replicas": ("min_insync_replicas", _int),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", _int),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", _int),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int),
+    "message.max.bytes": ("message_max_bytes", _int),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int),
+    "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int),
+    "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
+}
+
+# Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
+# defaults for every topic; LogConfig.from_configs checks their values.
+_TOPIC_INT_NAMES = LOG_CONFIG_NAMES - {"message.timestamp.type"}
+
+# Per-topic names that are not log settings but replication settings.
+TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
+
+
+@dataclass
+class BrokerConfig:
+    broker_id: int
+    listen: tuple[str, int]
+    controller: tuple[str, int]
+    data_dir: Path
+    advertise: tuple[str, int] | None = None
+    external_listen: tuple[str, int] | None = None
+    external_advertise: tuple[str, int] | None = None
+    metrics_port: int = 0
+    # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
+    replica_lag_time_max_ms: int = 3000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    broker_session_timeout_ms: int = 3000
+    broker_heartbeat_interval_ms: int = 500
+    replica_fetch_max_bytes: int = 1 * MIB
+    # A follower's long-poll returns as soon as data arrives, so acks=all
+    # latency does not depend on this; it only bounds an idle round trip.
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = 200
+    message_max_bytes: int = 1048588
+    log_retention_check_interval_ms: int = 30_000
+    log_flush_offset_checkpoint_interval_ms: int = 1000
+    socket_request_max_bytes: int = 100 * MIB
+    controlled_shutdown_timeout_ms: int = 5000
+    # Topic-level defaults given with --set (Kafka names -> string values).
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.advertise is None:
+            self.advertise = self.listen
+        if self.external_listen is not None and self.external_advertise is None:
+            self.external_advertise = self.external_listen
+
+    def apply_settings(self, settings: Mapping[str, str]) -> None:
+        """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
+        for name, value in settings.items():
+            if name in _BROKER_SETTINGS:
+                attr, parse = _BROKER_SETTINGS[name]
+                setattr(self, attr, parse(name, value))
+            elif name in LOG_CONFIG_NAMES:
+                if name in _TOPIC_INT_NAMES:
+                    _int(name, value)
+                self.topic_defaults[name] = value
+            else:
+                raise ConfigError(f"unknown setting {name!r}")
+        try:
+            LogConfig.from_configs(self.log_config_overrides())
+        except InvalidConfigError as e:
+            raise ConfigError(str(e)) from None
+        self.validate()
+
+    def validate(self) -> None:
+        positive = {
+            "replica.lag.time.max.ms": self.replica_lag_time_max_ms,
+            "min.insync.replicas": self.min_insync_replicas,
+            "broker.session.timeout.ms": self.broker_session_timeout_ms,
+            "broker.heartbeat.interval.ms": self.broker_heartbeat_interval_ms,
+            "replica.fetch.max.bytes": self.replica_fetch_max_bytes,
+            "message.max.bytes": self.message_max_bytes,
+            "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
+            "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
+            "socket.request.max.bytes": self.socket_request_max_bytes,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{name} must be positive, got {value}")
+        if self.replica_fetch_wait_max_ms < 0:
+            raise ConfigError("replica.fetch.wait.max.ms must not be negative")
+        if self.broker_id < 0:
+            raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
+
+    def log_config_overrides(self, topic_configs: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The log settings for a topic: broker defaults, then the topic's own configs."""
+        merged = dict(self.topic_defaults)
+        if "max.message.bytes" not in merged:
+            merged["max.message.bytes"] = str(self.message_max_bytes)
+        for name, value in (topic_configs or {}).items():
+            if name in LOG_CONFIG_NAMES:
+                merged[name] = value
+        return merged
+
+    def min_insync_replicas_for(self, topic_configs: Mapping[str, str] | None) -> int:
+        value = (topic_configs or {}).get("min.insync.replicas")
+        if value is None:
+            return self.min_insync_replicas
+        try:
+            return max(1, int(value))
+        except ValueError:
+            return self.min_insync_replicas
+
+
+def parse_host_port(text: str, flag: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{flag}: expected HOST:PORT, got {text!r}")
+    port_number = _int(flag, port)
+    if not 0 <= port_number <= 65535:
+        raise ConfigError(f"{flag}: port out of range in {text!r}")
+    return host.strip("[]"), port_number
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tide-broker", description="A Tidewater broker")
+    p.add_argument("--broker-id", type=int, required=True)
+    p.add_argument("--listen", required=True, help="HOST:PORT of the INTERNAL listener")
+    p.add_argument("--advertise", help="HOST:PORT others use for INTERNAL (default: --listen)")
+    p.add_argument("--external-listen", help="HOST:PORT of an optional EXTERNAL listener")
+    p.add_argument("--external-advertise", help="advertised EXTERNAL HOST:PORT")
+    p.add_argument("--controller", required=True, help="HOST:PORT of the controller")
+    p.add_argument("--data-dir", required=True, type=Path)
+    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0 = off")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="Kafka-named broker or default topic setting (repeatable)")
+    return p
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
+        settings[name.strip()] = value.strip()
+    return settings
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
+    """Parse the command line; argparse errors exit 2, bad values raise ConfigError."""
+    args = build_arg_parser().parse_args(argv)
+    config = BrokerConfig(
+        broker_id=args.broker_id,
+        listen=parse_host_port(args.listen, "--listen"),
+        advertise=parse_host_port(args.advertise, "--advertise") if args.advertise else None,
+        external_listen=(parse_host_port(args.external_listen, "--external-listen")
+                         if args.external_listen else None),
+        external_advertise=(parse_host_port(args.external_advertise, "--external-advertise")
+                            if args.external_advertise else None),
+        controller=parse_host_port(args.controller, "--controller"),
+        data_dir=args.data_dir,
+        metrics_port=args.metrics_port,
+    )
+    config.apply_settings(parse_settings(args.set))
+    return config

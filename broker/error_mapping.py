@@ -1,0 +1,26 @@
+"""The one place where exceptions become wire ErrorCodes.
+
+Typed errors (``proto.errors``) carry their code. A batch too large for the
+log is a CorruptRecordError with ``too_large`` and answers MESSAGE_TOO_LARGE.
+Anything else is a bug or an unexpected failure: UNKNOWN_SERVER_ERROR, with
+the traceback logged here so it is never silently lost.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from proto import tidewater_pb2 as pb
+from proto.errors import CorruptRecordError, TidewaterError
+
+log = logging.getLogger("tidewater.broker")
+
+
+def error_code_for(exc: BaseException, *, context: str = "") -> tuple[int, str]:
+    """``(ErrorCode, message)`` to answer for ``exc``."""
+    if isinstance(exc, CorruptRecordError) and exc.too_large:
+        return pb.MESSAGE_TOO_LARGE, str(exc)
+    if isinstance(exc, TidewaterError):
+        return exc.error_code, str(exc)
+    log.error("unexpected error%s", f" in {context}" if context else "", exc_info=exc)
+    return pb.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,299 @@
+"""Follower fetchers: one task per leader broker, all its partitions in one Fetch request.
+
+Theory of operation (per partition, a ``FetchAssignment`` made by LeaderAndIsr):
+1. truncating: ask the leader ``OffsetForLeaderEpoch(latest local epoch)`` and
+   truncate by ``follower_truncation`` until it says done (replication.md);
+2. fetching: long-poll Fetch from the LEO with ``last_fetched_epoch``;
+   append as follower, HW = min(leader HW, LEO). A ``diverging_epoch`` answer
+   truncates the same way without a separate round trip.
+
+Safety: an answer is applied only if the partition still has the same
+assignment object (same leader epoch) after taking its lock, so a fetcher
+never appends or truncates for a partition whose leader epoch changed while
+the request was in flight. Errors: FENCED_LEADER_EPOCH (we are stale) parks
+the partition until the next LeaderAndIsr; UNKNOWN_LEADER_EPOCH,
+NOT_LEADER_OR_FOLLOWER and lost connections back off and retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+
+from broker.error_mapping import error_code_for
+from broker.replication import follower_truncation
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from broker.partition import Partition
+    from broker.replica_manager import ReplicaManager
+
+log = logging.getLogger("tidewater.broker.fetcher")
+
+RPC_MARGIN_S = 5.0
+
+
+@dataclass(eq=False)
+class FetchAssignment:
+    """Follow ``partition`` from one leader in one leader epoch."""
+
+    partition: Partition
+    leader_id: int
+    leader_epoch: int
+    truncating: bool = True
+    parked: bool = False  # fenced: wait for the next LeaderAndIsr
+    retry_at: float = 0.0  # monotonic seconds; backoff after an error
+
+    @property
+    def current(self) -> bool:
+        return self.partition.leader_epoch == self.leader_epoch and not self.partition.is_leader
+
+
+class LeaderFetcher:
+    """Fetches every partition led by ``leader_id`` in one long-poll request."""
+
+    def __init__(self, manager: FetcherManager, leader_id: int):
+        self.manager = manager
+        self.leader_id = leader_id
+        self.assignments: dict = {}
+        self._changed = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._endpoint: tuple[str, int] | None = None
+        self._stub: pb_grpc.BrokerStub | None = None
+        self.task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
+
+    def add(self, assignment: FetchAssignment) -> None:
+        self.assignments[assignment.partition.tp] = assignment
+        self._changed.set()
+
+    def remove(self, tp) -> None:
+        if self.assignments.pop(tp, None) is not None:
+            self._changed.set()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+
+    # ------------------------------------------------------------------ loop
+
+    def _connect(self) -> pb_grpc.BrokerStub | None:
+        endpoint = self.manager.replica_manager.leader_endpoints.get(self.leader_id)
+        if endpoint is None:
+            return None
+        if endpoint != self._endpoint:
+            if self._channel is not None:
+                asyncio.ensure_future(self._channel.close())
+            limit = self.manager.config.socket_request_max_bytes
+            self._channel = grpc.aio.insecure_channel(
+                f"{endpoint[0]}:{endpoint[1]}",
+                options=[("grpc.max_receive_message_length", limit),
+                         ("grpc.max_send_message_length", limit)])
+            self._stub = pb_grpc.BrokerStub(self._channel)
+            self._endpoint = endpoint
+        return self._stub
+
+    async def _run(self) -> None:
+        backoff_s = self.manager.config.replica_fetch_backoff_ms / 1000
+        while True:
+            self._changed.clear()
+            now = time.monotonic()
+            active = [a for a in self.assignments.values()
+                      if not a.parked and a.current and a.retry_at <= now]
+            stub = self._connect()
+            if not active or stub is None:
+                waits = [a.retry_at - now for a in self.assignments.values()
+                         if not a.parked and a.retry_at > now]
+                timeout = min(waits) if waits else (backoff_s if stub is None else None)
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout)
+                except TimeoutError:
+                    pass
+                continue
+            try:
+                truncating = [a for a in active if a.truncating]
+                if truncating:
+                    await self._truncate(stub, truncating)
+                    continue
+                await self._fetch_until_changed(stub, active)
+            except grpc.aio.AioRpcError as e:
+                log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
+                await asyncio.sleep(backoff_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a bug must not kill replication silently
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                await asyncio.sleep(backoff_s)
+
+    async def _fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
+        """One Fetch; cancelled when the assignment set changes (new partitions wait no longer)."""
+        fetch = asyncio.ensure_future(self._fetch(stub, active))
+        changed = asyncio.ensure_future(self._changed.wait())
+        try:
+            await asyncio.wait({fetch, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            if not fetch.done():
+                fetch.cancel()
+            await asyncio.gather(fetch, changed, return_exceptions=True)
+        if fetch.done() and not fetch.cancelled() and fetch.exception() is not None:
+            raise fetch.exception()
+
+    # ------------------------------------------------------------------ truncation
+
+    async def _truncate(self, stub, assignments: list[FetchAssignment]) -> None:
+        request = pb.OffsetForLeaderEpochRequest(replica_id=self.manager.broker_id)
+        for a in assignments:
+            request.partitions.add(topic=a.partition.tp.topic, partition=a.partition.tp.partition,
+                                   current_leader_epoch=a.leader_epoch,
+                                   leader_epoch=a.partition.log.leader_epoch_cache.latest_epoch)
+        response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
+        by_tp = {(p.topic, p.partition): p for p in response.partitions}
+        for a in assignments:
+            answer = by_tp.get(tuple(a.partition.tp))
+            if answer is None:
+                continue
+            async with a.partition.lock:
+                if self.assignments.get(a.partition.tp) is not a or not a.current:
+                    continue  # the leader epoch changed while the request was in flight
+                if answer.error_code != pb.NONE:
+                    self._on_error(a, answer.error_code, "OffsetForLeaderEpoch")
+                    continue
+                self._apply_truncation(a, (answer.leader_epoch, answer.end_offset))
+
+    def _apply_truncation(self, a: FetchAssignment, leader_answer: tuple[int, int]) -> None:
+        partition = a.partition
+        step = follower_truncation(leader_answer, partition.log.leader_epoch_cache,
+                                   partition.log_end_offset, partition.high_watermark)
+        before = partition.log_end_offset
+        partition.truncate_to(step.truncate_to)
+        a.truncating = not step.done
+        if before != partition.log_end_offset or step.done:
+            log.info("%s: leader answered %s, truncated to %d (LEO was %d)%s", partition.tp,
+                     leader_answer, step.truncate_to, before, "" if step.done else ", asking again")
+
+    # ------------------------------------------------------------------ fetch
+
+    async def _fetch(self, stub, active: list[FetchAssignment]) -> None:
+        config = self.manager.config
+        request = pb.FetchRequest(replica_id=self.manager.broker_id,
+                                  replica_broker_epoch=self.manager.broker_epoch(),
+                                  max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
+                                  max_bytes=config.replica_fetch_max_bytes)
+        for a in active:
+            log_ = a.partition.log
+            request.partitions.add(
+                topic=a.partition.tp.topic, partition=a.partition.tp.partition,
+                current_leader_epoch=a.leader_epoch, fetch_offset=log_.log_end_offset,
+                last_fetched_epoch=log_.leader_epoch_cache.latest_epoch,
+                log_start_offset=log_.log_start_offset,
+                partition_max_bytes=config.replica_fetch_max_bytes)
+        sent = {(p.topic, p.partition): p.fetch_offset for p in request.partitions}
+        timeout_s = config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
+        response = await stub.Fetch(request, timeout=timeout_s)
+        if response.error_code != pb.NONE:
+            raise RuntimeError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
+        for p in response.partitions:
+            a = self.assignments.get((p.topic, p.partition))
+            if a is None:
+                continue
+            async with a.partition.lock:
+                if self.assignments.get(a.partition.tp) is not a or not a.current:
+                    continue  # leader epoch changed while in flight: drop the answer
+                if a.partition.log_end_offset != sent.get((p.topic, p.partition)):
+                    continue  # the log moved meanwhile (truncated): fetch again from its LEO
+                try:
+                    self._apply_fetch(a, p)
+                except Exception as e:  # noqa: BLE001
+                    code, message = error_code_for(e, context="follower append")
+                    log.warning("%s: follower append failed: %s %s", a.partition.tp,
+                                pb.ErrorCode.Name(code), message)
+                    a.retry_at = time.monotonic() + config.replica_fetch_backoff_ms / 1000
+
+    def _apply_fetch(self, a: FetchAssignment, p: pb.FetchPartitionResponse) -> None:
+        partition = a.partition
+        if p.error_code == pb.OFFSET_OUT_OF_RANGE and p.log_start_offset > partition.log_end_offset:
+            # The leader deleted what we would fetch next (retention): start over there.
+            log.info("%s: leader log starts at %d past our LEO %d: truncating fully",
+                     partition.tp, p.log_start_offset, partition.log_end_offset)
+            partition.truncate_fully_and_start_at(p.log_start_offset)
+            return
+        if p.error_code != pb.NONE:
+            self._on_error(a, p.error_code, "Fetch")
+            return
+        if p.HasField("diverging_epoch"):
+            self._apply_truncation(a, (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
+            return
+        if p.records:
+            info = partition.log.append_as_follower(p.records, int(time.time() * 1000))
+            self.manager.replica_manager.metrics.replication_bytes_in.inc(len(p.records))
+            del info
+        partition.set_follower_high_watermark(p.high_watermark)
+
+    def _on_error(self, a: FetchAssignment, code: int, rpc: str) -> None:
+        backoff_s = self.manager.config.replica_fetch_backoff_ms / 1000
+        name = pb.ErrorCode.Name(code)
+        if code == pb.FENCED_LEADER_EPOCH:
+            a.parked = True  # we are behind the leader: the controller will tell us more
+        elif code == pb.OFFSET_OUT_OF_RANGE:
+            a.truncating = True
+            a.retry_at = time.monotonic() + backoff_s
+        else:
+            a.retry_at = time.monotonic() + backoff_s
+        log.info("%s: %s from leader %d answered %s", a.partition.tp, rpc, self.leader_id, name)
+
+
+class FetcherManager:
+    """Owns the fetcher tasks: one per leader broker id."""
+
+    def __init__(self, replica_manager: ReplicaManager):
+        self.replica_manager = replica_manager
+        self.config = replica_manager.config
+        self.broker_id = replica_manager.broker_id
+        self.fetchers: dict[int, LeaderFetcher] = {}
+        self._by_tp: dict = {}
+
+    def broker_epoch(self) -> int:
+        return self.replica_manager._broker_epoch()
+
+    def add_partition(self, partition: Partition, leader_id: int) -> None:
+        """Follow ``partition`` from ``leader_id`` in its current leader epoch (truncate first)."""
+        self.remove_partition(partition.tp)
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = LeaderFetcher(self, leader_id)
+        fetcher.add(FetchAssignment(partition, leader_id, partition.leader_epoch))
+        self._by_tp[partition.tp] = leader_id
+
+    def ensure_partition(self, partition: Partition, leader_id: int) -> None:
+        """Resume a parked or missing assignment for the same state (a LeaderAndIsr resend)."""
+        fetcher = self.fetchers.get(self._by_tp.get(partition.tp, -1))
+        a = fetcher.assignments.get(partition.tp) if fetcher else None
+        if a is None or a.leader_id != leader_id or a.leader_epoch != partition.leader_epoch:
+            self.add_partition(partition, leader_id)
+        elif a.parked:
+            a.parked = False
+            a.truncating = True
+            fetcher._changed.set()
+
+    def remove_partition(self, tp) -> None:
+        leader_id = self._by_tp.pop(tp, None)
+        if leader_id is not None and leader_id in self.fetchers:
+            self.fetchers[leader_id].remove(tp)
+
+    def assignment(self, tp) -> FetchAssignment | None:
+        leader_id = self._by_tp.get(tp)
+        fetcher = self.fetchers.get(leader_id) if leader_id is not None else None
+        return fetcher.assignments.get(tp) if fetcher else None
+
+    async def shutdown(self) -> None:
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        self._by_tp.clear()
+        await asyncio.gather(*(f.close() for f in fetchers), return_exceptions=True)

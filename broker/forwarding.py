@@ -1,0 +1,61 @@
+"""The broker's ``Controller`` service: forwards admin calls to the controller.
+
+Clients need only a bootstrap broker: CreateTopics, DeleteTopics and
+DescribeCluster go to the controller unchanged and its answer comes back
+unchanged. When the controller cannot be reached every item answers
+NOT_CONTROLLER (retriable) with the transport error as message. The
+broker-to-controller RPCs (RegisterBroker, BrokerHeartbeat, AlterPartition)
+are not the broker's to answer: NOT_CONTROLLER.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+FORWARD_MARGIN_S = 5.0
+
+
+class ControllerForwarder(pb_grpc.ControllerServicer):
+    def __init__(self, controller_stub: pb_grpc.ControllerStub):
+        self._stub = controller_stub
+
+    @staticmethod
+    def _timeout_s(timeout_ms: int) -> float:
+        return max(timeout_ms, 0) / 1000 + FORWARD_MARGIN_S
+
+    async def CreateTopics(self, request, context):
+        try:
+            return await self._stub.CreateTopics(request, timeout=self._timeout_s(request.timeout_ms))
+        except grpc.aio.AioRpcError as e:
+            message = f"controller unreachable: {e.code().name}"
+            return pb.CreateTopicsResponse(topics=[
+                pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
+                for t in request.topics])
+
+    async def DeleteTopics(self, request, context):
+        try:
+            return await self._stub.DeleteTopics(request, timeout=self._timeout_s(request.timeout_ms))
+        except grpc.aio.AioRpcError as e:
+            message = f"controller unreachable: {e.code().name}"
+            return pb.DeleteTopicsResponse(topics=[
+                pb.TopicResult(name=name, error_code=pb.NOT_CONTROLLER, error_message=message)
+                for name in request.names])
+
+    async def DescribeCluster(self, request, context):
+        try:
+            return await self._stub.DescribeCluster(request, timeout=FORWARD_MARGIN_S)
+        except grpc.aio.AioRpcError:
+            return pb.DescribeClusterResponse(error_code=pb.NOT_CONTROLLER)
+
+    async def RegisterBroker(self, request, context):
+        return pb.RegisterBrokerResponse(error_code=pb.NOT_CONTROLLER,
+                                         error_message="this is a broker, not the controller")
+
+    async def BrokerHeartbeat(self, request, context):
+        return pb.BrokerHeartbeatResponse(error_code=pb.NOT_CONTROLLER)
+
+    async def AlterPartition(self, request, context):
+        return pb.AlterPartitionResponse(error_code=pb.NOT_CONTROLLER)

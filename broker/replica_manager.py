@@ -1,0 +1,613 @@
+"""The broker's replicas: applies controller decisions, serves produce/fetch and the offset RPCs.
+
+Theory of operation:
+- Partitions exist locally only after a LeaderAndIsr names this broker as a
+  replica. Logs loaded at start-up wait (with their checkpointed HW) until then.
+- ``leader_and_isr``: stale controller epoch -> STALE_CONTROLLER_EPOCH. Per
+  partition, under its lock: a newer leader epoch (or the same with a newer
+  partition epoch) is applied, the same state again is a no-op, an older one
+  is FENCED_LEADER_EPOCH. Leader: epoch cache assign + fsync, then the leader
+  state exists and the partition is served. Follower: the leader state goes,
+  pending acks=all waiters fail with NOT_LEADER_OR_FOLLOWER, the fetcher for
+  the new leader truncates (OffsetForLeaderEpoch) and then fetches.
+- ``produce``: per partition validation, append under the partition lock,
+  acks=all waits in the ``ProducePurgatory`` until the HW passes the last
+  offset. Every HW move calls ``_on_high_watermark_moved``, which wakes the
+  purgatory and the long-poll fetches: nothing polls.
+- ``fetch``: consumers read from the leader below the HW; followers are
+  fenced by epoch, checked for divergence, and their fetch offset moves the
+  leader's view of their LEO (HW, ISR expansion).
+- Background: ISR shrink checks, AlterPartition round trips (the new ISR is
+  used only after the controller commits it), HW checkpoints, retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from broker.config import BrokerConfig
+from broker.error_mapping import error_code_for
+from broker.fetcher import FetcherManager
+from broker.metadata_cache import MetadataCache
+from broker.metrics import BrokerMetrics, ReplicaSnapshot
+from broker.partition import Partition, state_is_newer
+from broker.purgatory import FetchWaiters, ProducePurgatory
+from broker.replication import check_diverging
+from broker.storage.log_config import LogConfig
+from broker.storage.topics import TopicPartition, validate_topic_partition
+from proto import tidewater_pb2 as pb
+from proto.batch import iter_batches
+from proto.errors import (
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRequiredAcksError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger("tidewater.broker.replica_manager")
+
+ACKS_TIMEOUT_DEFAULT_MS = 30_000
+FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
+PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
+FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+def wall_ms() -> int:
+    """Wall-clock ms: record timestamps, segment.ms and retention.ms."""
+    return int(time.time() * 1000)
+
+
+def mono_ms() -> int:
+    """Monotonic ms: replication timing (follower lag), immune to clock steps."""
+    return int(time.monotonic() * 1000)
+
+
+def record_count(records: bytes) -> int:
+    try:
+        return sum(h.record_count for _, h in iter_batches(records, validate=False))
+    except CorruptRecordError:
+        return 0
+
+
+class ReplicaManager:
+    def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
+                 metrics: BrokerMetrics,
+                 alter_partition: Callable[[list[pb.AlterPartitionItem]],
+                                           Awaitable[pb.AlterPartitionResponse]],
+                 broker_epoch: Callable[[], int]):
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self.metrics = metrics
+        self._alter_partition_rpc = alter_partition
+        self._broker_epoch = broker_epoch
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = -1
+        self.produce_purgatory = ProducePurgatory()
+        self.fetch_waiters = FetchWaiters()
+        # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
+        self.leader_endpoints: dict[int, tuple[str, int]] = {}
+        self.fetchers = FetcherManager(self)
+        self._loaded_high_watermarks: dict[TopicPartition, int] = {}
+        self._background: set[asyncio.Task] = set()
+        self._loops: list[asyncio.Task] = []
+        metrics.register_replicas(self.replica_snapshots)
+
+    # ================================================================ lifecycle
+
+    def load(self) -> None:
+        """Logs are loaded (LogManager.load); remember their checkpointed HWs, clamped to the LEO."""
+        checkpointed = self.log_manager.read_high_watermarks()
+        for tp, log_ in self.log_manager.logs().items():
+            hw = checkpointed.get(tp, 0)
+            self._loaded_high_watermarks[tp] = max(log_.log_start_offset,
+                                                   min(hw, log_.log_end_offset))
+
+    def start(self) -> None:
+        self._loops = [
+            asyncio.create_task(self._isr_maintenance_loop(), name="isr-maintenance"),
+            asyncio.create_task(self._checkpoint_loop(), name="hw-checkpoint"),
+            asyncio.create_task(self._retention_loop(), name="retention"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop tasks and fetchers, answer waiters; the caller then shuts the LogManager down."""
+        for task in self._loops + list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._background, return_exceptions=True)
+        await self.fetchers.shutdown()
+        self.produce_purgatory.fail_everything(pb.NOT_LEADER_OR_FOLLOWER)
+        self.fetch_waiters.notify_all()
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        hws = dict(self._loaded_high_watermarks)
+        hws.update({tp: p.high_watermark for tp, p in self.partitions.items()})
+        return hws
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.log_manager.checkpoint_high_watermarks(self.high_watermarks())
+
+    # ================================================================ controller requests
+
+    async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
+        if request.controller_epoch < self.controller_epoch:
+            return pb.LeaderAndIsrResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        own_epoch = self._broker_epoch()
+        if 0 <= request.broker_epoch < own_epoch:
+            # Meant for an earlier incarnation of this broker.
+            return pb.LeaderAndIsrResponse(error_code=pb.STALE_BROKER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        for e in request.leaders:
+            self.leader_endpoints[e.broker_id] = (e.host, e.port)
+        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        for item in request.partitions:
+            try:
+                code, message = await self._apply_partition_state(item)
+            except Exception as e:  # noqa: BLE001 - converted at the one boundary
+                code, message = error_code_for(e, context="LeaderAndIsr")
+            response.partitions.add(topic=item.state.topic, partition=item.state.partition,
+                                    error_code=code, error_message=message)
+        return response
+
+    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition) -> tuple[int, str]:
+        state = item.state
+        tp = TopicPartition(state.topic, state.partition)
+        validate_topic_partition(tp)
+        if self.broker_id not in state.replicas:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        partition = self.partitions.get(tp) or self._create_partition(tp, dict(item.topic_configs))
+        async with partition.lock:
+            if not state_is_newer(state, partition.leader_epoch, partition.partition_epoch):
+                if (state.leader_epoch, state.partition_epoch) == (partition.leader_epoch,
+                                                                   partition.partition_epoch):
+                    # A resend (e.g. after re-registration): already applied.
+                    if not partition.is_leader and state.leader >= 0:
+                        self.fetchers.ensure_partition(partition, state.leader)
+                    return pb.NONE, ""
+                return pb.FENCED_LEADER_EPOCH, (
+                    f"state epoch ({state.leader_epoch}, {state.partition_epoch}) is not newer "
+                    f"than ({partition.leader_epoch}, {partition.partition_epoch})")
+            if state.leader == self.broker_id:
+                if partition.is_leader and state.leader_epoch == partition.leader_epoch:
+                    partition.update_isr(state, mono_ms())
+                else:
+                    self.fetchers.remove_partition(tp)
+                    partition.become_leader(state, mono_ms())
+                    self.metrics.leader_elections.inc()
+                    log.info("leader of %s in epoch %d at LEO %d, ISR %s", tp, state.leader_epoch,
+                             partition.log_end_offset, list(state.isr))
+                self._on_high_watermark_moved(partition)
+            elif state.leader_epoch != partition.leader_epoch or partition.is_leader:
+                if partition.become_follower(state):
+                    self.produce_purgatory.fail_all(tp, pb.NOT_LEADER_OR_FOLLOWER)
+                self.fetch_waiters.notify(tp)  # long-polls answer NOT_LEADER_OR_FOLLOWER now
+                self.fetchers.remove_partition(tp)
+                if state.leader >= 0:
+                    self.fetchers.add_partition(partition, state.leader)
+                log.info("follower of %s in epoch %d (leader %d) at LEO %d", tp,
+                         state.leader_epoch, state.leader, partition.log_end_offset)
+            else:
+                partition.become_follower(state)  # ISR-only change seen by a follower
+        return pb.NONE, ""
+
+    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str]) -> Partition:
+        log_ = self.log_manager.get(tp)
+        if log_ is None:
+            config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+            log_ = self.log_manager.get_or_create(tp, config, wall_ms())
+        partition = Partition(
+            tp, log_, local_broker_id=self.broker_id,
+            high_watermark=self._loaded_high_watermarks.pop(tp, 0),
+            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms)
+        self.partitions[tp] = partition
+        return partition
+
+    async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        if request.controller_epoch < self.controller_epoch:
+            return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        response = pb.StopReplicaResponse(error_code=pb.NONE)
+        for state in request.partitions:
+            tp = TopicPartition(state.topic, state.partition)
+            code, message = pb.NONE, ""
+            try:
+                partition = self.partitions.get(tp)
+                if partition is not None:
+                    if 0 <= state.leader_epoch < partition.leader_epoch:
+                        raise FencedLeaderEpochError(
+                            f"StopReplica epoch {state.leader_epoch} is older than "
+                            f"{partition.leader_epoch} for {tp}")
+                    async with partition.lock:
+                        self.fetchers.remove_partition(tp)
+                        partition.become_follower(pb.PartitionState(
+                            topic=tp.topic, partition=tp.partition, leader=-1,
+                            leader_epoch=max(state.leader_epoch, partition.leader_epoch),
+                            partition_epoch=partition.partition_epoch))
+                        self.produce_purgatory.fail_all(tp, pb.NOT_LEADER_OR_FOLLOWER)
+                        self.fetch_waiters.notify(tp)
+                        if request.delete_partitions:
+                            del self.partitions[tp]
+                if request.delete_partitions:
+                    self._loaded_high_watermarks.pop(tp, None)
+                    if self.log_manager.get(tp) is not None:
+                        self.log_manager.delete(tp)
+            except Exception as e:  # noqa: BLE001
+                code, message = error_code_for(e, context="StopReplica")
+            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
+                                    error_message=message)
+        return response
+
+    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+        try:
+            self.metadata_cache.update(request)
+        except Exception as e:  # noqa: BLE001
+            return pb.UpdateMetadataResponse(error_code=error_code_for(e)[0])
+        for b in request.brokers:
+            for lst in b.listeners:
+                if lst.name == "INTERNAL" and not b.fenced:
+                    self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    # ================================================================ lookups
+
+    def _partition(self, topic: str, partition_index: int) -> Partition:
+        tp = TopicPartition(topic, partition_index)
+        # Validation before any lookup: a bad name never reaches the file system.
+        validate_topic_partition(tp)
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise UnknownTopicOrPartitionError(f"{tp} is not hosted on broker {self.broker_id}")
+        return partition
+
+    # ================================================================ produce
+
+    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        acks = request.acks
+        response = pb.ProduceResponse()
+        if acks not in (0, 1, -1):
+            err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
+            for data in request.partitions:
+                response.partitions.add(topic=data.topic, partition=data.partition,
+                                        error_code=err.error_code, error_message=str(err),
+                                        base_offset=-1)
+            return response
+        waits = []
+        for data in request.partitions:
+            result = response.partitions.add(topic=data.topic, partition=data.partition,
+                                             error_code=pb.NONE, base_offset=-1)
+            try:
+                partition = self._partition(data.topic, data.partition)
+                info = await self._append_as_leader(partition, data.records, acks)
+                result.base_offset = info.first_offset
+                result.log_append_time_ms = info.log_append_time_ms
+                result.log_start_offset = partition.log.log_start_offset
+                if acks == -1:
+                    waits.append((result, partition, info.last_offset + 1))
+            except Exception as e:  # noqa: BLE001
+                result.error_code, result.error_message = error_code_for(e, context="Produce")
+                result.base_offset = -1
+            if result.error_code != pb.NONE:
+                self.metrics.request_errors.labels("Produce",
+                                                   pb.ErrorCode.Name(result.error_code)).inc()
+        if acks == 0:
+            # The client asked for no answer: nothing to tell it, errors included.
+            return pb.ProduceResponse()
+        if waits:
+            timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
+            codes = await asyncio.gather(*(
+                self.produce_purgatory.wait(partition.tp, required, timeout_ms,
+                                            partition.acks_all_result)
+                for _, partition, required in waits))
+            for (result, _, _), code in zip(waits, codes, strict=True):
+                if code != pb.NONE:
+                    result.error_code = code
+                    result.error_message = pb.ErrorCode.Name(code)
+                    if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                        # Not acknowledged: the records may still commit or vanish.
+                        result.base_offset = -1
+        return response
+
+    async def _append_as_leader(self, partition: Partition, records: bytes, acks: int):
+        if not records:
+            raise CorruptRecordError("produce request carries no record batch")
+        async with partition.lock:
+            leader = partition.require_leader()
+            if acks == -1:
+                leader.check_acks_all_allowed()  # nothing written when the ISR is too small
+            info = partition.log.append_as_leader(records, leader.leader_epoch, wall_ms())
+            self.metrics.messages_in.inc(info.record_count)
+            self.metrics.bytes_in.inc(len(records))
+            if leader.on_local_append(partition.log.log_end_offset, mono_ms()):
+                self._on_high_watermark_moved(partition)
+            self.fetch_waiters.notify(partition.tp)  # followers' long-polls
+            return info
+
+    def _on_high_watermark_moved(self, partition: Partition) -> None:
+        """Also called after ISR changes: acks=all answers depend on both."""
+        self.produce_purgatory.try_complete(partition.tp, partition.acks_all_result)
+        self.fetch_waiters.notify(partition.tp)
+
+    # ================================================================ fetch
+
+    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        loop = asyncio.get_running_loop()
+        max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
+        deadline = loop.time() + max_wait_ms / 1000
+        is_follower = request.replica_id >= 0
+        keys = [TopicPartition(p.topic, p.partition) for p in request.partitions]
+        first_pass = True
+        first_high_watermarks: dict[int, int] = {}
+        while True:
+            response, total_bytes, must_answer = self._read_fetch(request, is_follower, first_pass)
+            if first_pass:
+                first_high_watermarks = {i: p.high_watermark
+                                         for i, p in enumerate(response.partitions)}
+            elif is_follower and any(p.high_watermark != first_high_watermarks.get(i)
+                                     for i, p in enumerate(response.partitions)):
+                must_answer = True  # followers learn HW moves promptly
+            first_pass = False
+            remaining_s = deadline - loop.time()
+            if must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0:
+                break
+            waiter = self.fetch_waiters.watch(keys)
+            try:
+                await asyncio.wait_for(waiter, remaining_s)
+            except TimeoutError:
+                pass
+            finally:
+                self.fetch_waiters.discard(waiter)
+        kind = "replica" if is_follower else "consumer"
+        for p in response.partitions:
+            if p.records:
+                self.metrics.bytes_out.labels(kind).inc(len(p.records))
+                self.metrics.messages_out.labels(kind).inc(record_count(p.records))
+            if p.error_code != pb.NONE:
+                self.metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(p.error_code)).inc()
+        return response
+
+    def _read_fetch(self, request: pb.FetchRequest, is_follower: bool,
+                    first_pass: bool) -> tuple[pb.FetchResponse, int, bool]:
+        response = pb.FetchResponse(error_code=pb.NONE)
+        max_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES_DEFAULT
+        total_bytes = 0
+        must_answer = False
+        for fp in request.partitions:
+            out = response.partitions.add(topic=fp.topic, partition=fp.partition,
+                                          error_code=pb.NONE, high_watermark=-1,
+                                          log_start_offset=-1, log_end_offset=-1, leader_epoch=-1)
+            try:
+                partition = self._partition(fp.topic, fp.partition)
+                out.leader_epoch = partition.leader_epoch
+                out.high_watermark = partition.high_watermark
+                out.log_start_offset = partition.log.log_start_offset
+                out.log_end_offset = partition.log_end_offset
+                partition_max = fp.partition_max_bytes if fp.partition_max_bytes > 0 \
+                    else PARTITION_MAX_BYTES_DEFAULT
+                budget = min(partition_max, max(max_bytes - total_bytes, 0))
+                if is_follower:
+                    records = self._read_for_follower(partition, fp, request.replica_id, budget,
+                                                      total_bytes == 0, first_pass, out)
+                else:
+                    records = self._read_for_consumer(partition, fp, budget, total_bytes == 0)
+                out.high_watermark = partition.high_watermark
+                out.records = records
+                total_bytes += len(records)
+                if out.HasField("diverging_epoch"):
+                    must_answer = True
+            except Exception as e:  # noqa: BLE001
+                out.error_code, out.error_message = error_code_for(e, context="Fetch")
+                out.records = b""
+                must_answer = True
+        return response, total_bytes, must_answer
+
+    def _read_for_consumer(self, partition: Partition, fp: pb.FetchPartition, max_bytes: int,
+                           min_one_batch: bool) -> bytes:
+        partition.require_leader()
+        partition.check_leader_epoch(fp.current_leader_epoch)
+        log_ = partition.log
+        if not log_.log_start_offset <= fp.fetch_offset <= log_.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"fetch offset {fp.fetch_offset} outside [{log_.log_start_offset}, "
+                f"{log_.log_end_offset}] for {partition.tp}")
+        high_watermark = partition.high_watermark
+        if fp.fetch_offset >= high_watermark:
+            return b""  # nothing committed there yet: never read above the HW
+        return bytes(log_.read(fp.fetch_offset, max_bytes, max_offset=high_watermark,
+                               min_one_batch=min_one_batch).records)
+
+    def _read_for_follower(self, partition: Partition, fp: pb.FetchPartition, replica_id: int,
+                           max_bytes: int, min_one_batch: bool, first_pass: bool,
+                           out: pb.FetchPartitionResponse) -> bytes:
+        leader = partition.require_leader()
+        partition.check_leader_epoch(fp.current_leader_epoch)
+        log_ = partition.log
+        diverging = check_diverging(fp.last_fetched_epoch, fp.fetch_offset,
+                                    log_.leader_epoch_cache, log_.log_end_offset)
+        if diverging is not None:
+            out.diverging_epoch.epoch, out.diverging_epoch.end_offset = diverging
+            return b""
+        if not log_.log_start_offset <= fp.fetch_offset <= log_.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"follower {replica_id} fetch offset {fp.fetch_offset} outside "
+                f"[{log_.log_start_offset}, {log_.log_end_offset}] for {partition.tp}")
+        if first_pass:
+            decision = leader.on_follower_fetch(replica_id, fp.fetch_offset, mono_ms())
+            if decision.high_watermark_changed:
+                self._on_high_watermark_moved(partition)
+            if decision.propose_isr is not None:
+                self._send_alter_partition(partition, decision.propose_isr)
+        if fp.fetch_offset >= log_.log_end_offset:
+            return b""
+        return bytes(log_.read(fp.fetch_offset, max_bytes, min_one_batch=min_one_batch).records)
+
+    # ================================================================ offsets
+
+    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        for lp in request.partitions:
+            out = response.partitions.add(topic=lp.topic, partition=lp.partition,
+                                          error_code=pb.NONE, timestamp=-1, offset=-1,
+                                          leader_epoch=-1)
+            try:
+                partition = self._partition(lp.topic, lp.partition)
+                if request.replica_id < 0:
+                    partition.require_leader()
+                partition.check_leader_epoch(lp.current_leader_epoch)
+                log_ = partition.log
+                cache = log_.leader_epoch_cache
+                if lp.timestamp == EARLIEST_TIMESTAMP:
+                    out.offset = log_.log_start_offset
+                elif lp.timestamp == LATEST_TIMESTAMP:
+                    out.offset = (partition.high_watermark if request.replica_id < 0
+                                  else log_.log_end_offset)
+                else:
+                    # A record found at or above the HW does not exist for a consumer yet.
+                    found = log_.fetch_offset_by_timestamp(lp.timestamp)
+                    if found is not None and (request.replica_id >= 0
+                                              or found[0] < partition.high_watermark):
+                        out.offset, out.timestamp, out.leader_epoch = found
+                    continue
+                # The epoch of the last record before the offset (Kafka's answer for -1/-2).
+                out.leader_epoch = cache.epoch_for_offset(max(out.offset - 1, log_.log_start_offset))
+            except Exception as e:  # noqa: BLE001
+                out.error_code = error_code_for(e, context="ListOffsets")[0]
+        return response
+
+    def offset_for_leader_epoch(self, request: pb.OffsetForLeaderEpochRequest
+                                ) -> pb.OffsetForLeaderEpochResponse:
+        response = pb.OffsetForLeaderEpochResponse()
+        for p in request.partitions:
+            out = response.partitions.add(topic=p.topic, partition=p.partition,
+                                          error_code=pb.NONE, leader_epoch=-1, end_offset=-1)
+            try:
+                partition = self._partition(p.topic, p.partition)
+                partition.require_leader()
+                partition.check_leader_epoch(p.current_leader_epoch)
+                log_ = partition.log
+                # KIP-279: the epoch travels with the offset, even as (-1, -1).
+                out.leader_epoch, out.end_offset = log_.leader_epoch_cache.end_offset_for(
+                    p.leader_epoch, log_.log_end_offset)
+            except Exception as e:  # noqa: BLE001
+                out.error_code = error_code_for(e, context="OffsetForLeaderEpoch")[0]
+        return response
+
+    def describe_replicas(self, request: pb.DescribeReplicasRequest) -> pb.DescribeReplicasResponse:
+        wanted = set(request.topics)
+        response = pb.DescribeReplicasResponse(broker_id=self.broker_id)
+        for tp in sorted(self.partitions):
+            if wanted and tp.topic not in wanted:
+                continue
+            p = self.partitions[tp]
+            response.replicas.add(
+                topic=tp.topic, partition=tp.partition, is_leader=p.is_leader,
+                leader_epoch=p.leader_epoch, log_start_offset=p.log.log_start_offset,
+                log_end_offset=p.log_end_offset, high_watermark=p.high_watermark,
+                size_bytes=p.log.size_bytes, isr=list(p.leader_isr))
+        return response
+
+    def replica_snapshots(self) -> list[ReplicaSnapshot]:
+        out = []
+        for tp, p in list(self.partitions.items()):
+            isr = p.leader_isr
+            out.append(ReplicaSnapshot(
+                topic=tp.topic, partition=tp.partition, log_end_offset=p.log_end_offset,
+                high_watermark=p.high_watermark, log_start_offset=p.log.log_start_offset,
+                leader_epoch=p.leader_epoch, isr_size=len(isr), is_leader=p.is_leader,
+                under_replicated=p.is_leader and len(isr) < len(p.replicas)))
+        return out
+
+    # ================================================================ ISR changes
+
+    def _send_alter_partition(self, partition: Partition, proposed_isr: tuple[int, ...]) -> None:
+        leader = partition.leader_state
+        if leader is None:
+            return
+        partition.alter_partition_in_flight = True
+        item = pb.AlterPartitionItem(topic=partition.tp.topic, partition=partition.tp.partition,
+                                     leader_epoch=leader.leader_epoch,
+                                     partition_epoch=leader.partition_epoch,
+                                     new_isr=list(proposed_isr))
+        task = asyncio.create_task(self._alter_partition(partition, leader, item),
+                                   name=f"alter-partition-{partition.tp}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _alter_partition(self, partition: Partition, leader, item: pb.AlterPartitionItem
+                               ) -> None:
+        committed: pb.PartitionState | None = None
+        reason = ""
+        try:
+            resp = await self._alter_partition_rpc([item])
+            if resp.error_code != pb.NONE:
+                reason = pb.ErrorCode.Name(resp.error_code)
+            elif len(resp.items) != 1 or resp.items[0].error_code != pb.NONE:
+                reason = pb.ErrorCode.Name(resp.items[0].error_code) if resp.items else "no items"
+            else:
+                committed = resp.items[0].state
+        except Exception as e:  # noqa: BLE001 - the controller may be gone: retry later
+            reason = f"{type(e).__name__}: {e}"
+        async with partition.lock:
+            if partition.leader_state is not leader:
+                return  # leadership changed meanwhile: the answer belongs to the past
+            partition.alter_partition_in_flight = False
+            if committed is None or committed.leader_epoch != leader.leader_epoch:
+                leader.on_alter_partition_failed()
+                log.info("AlterPartition %s ISR %s not committed: %s", partition.tp,
+                         list(item.new_isr), reason or "leader epoch changed")
+                return
+            old_isr = leader.isr
+            leader.on_alter_partition_committed(tuple(committed.isr), committed.partition_epoch,
+                                                mono_ms())
+            partition.partition_epoch = committed.partition_epoch
+            partition.isr = tuple(committed.isr)
+            if len(committed.isr) < len(old_isr):
+                self.metrics.isr_shrinks.inc()
+            elif len(committed.isr) > len(old_isr):
+                self.metrics.isr_expands.inc()
+            log.info("ISR of %s is now %s (partition epoch %d)", partition.tp,
+                     list(committed.isr), committed.partition_epoch)
+            self._on_high_watermark_moved(partition)
+
+    async def _isr_maintenance_loop(self) -> None:
+        interval_s = max(self.config.replica_lag_time_max_ms / 2, 50) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now = mono_ms()
+            for partition in list(self.partitions.values()):
+                leader = partition.leader_state
+                if leader is None or partition.alter_partition_in_flight:
+                    continue
+                proposal = leader.maybe_shrink_isr(now)
+                if proposal is not None:
+                    log.info("proposing ISR shrink of %s to %s", partition.tp, list(proposal))
+                    self._send_alter_partition(partition, proposal)
+
+    # ================================================================ background
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.checkpoint_high_watermarks()
+            except Exception as e:  # noqa: BLE001 - keep serving; next round retries
+                log.error("high watermark checkpoint failed: %s", e)
+
+    async def _retention_loop(self) -> None:
+        interval_s = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            for partition in list(self.partitions.values()):
+                try:
+                    partition.log.delete_old_segments(wall_ms(), partition.high_watermark)
+                except Exception as e:  # noqa: BLE001
+                    log.error("retention of %s failed: %s", partition.tp, e)
+

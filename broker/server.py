@@ -1,0 +1,112 @@
+"""The broker's gRPC surface: the ``Broker`` service on each listener.
+
+Each listener (INTERNAL, optional EXTERNAL) is its own ``grpc.aio`` server
+with its own servicer instance that knows the listener's name, so Metadata
+answers with the brokers' addresses on the listener the request came in on.
+Every RPC is timed (``request_latency_seconds{rpc}``); an exception escaping
+a handler is a bug: it is logged and answered as UNKNOWN_SERVER_ERROR where
+the response has a request-level code, else as gRPC INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import grpc
+
+from broker.error_mapping import error_code_for
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+log = logging.getLogger("tidewater.broker.server")
+
+# Responses with a request-level error_code field.
+_REQUEST_LEVEL_ERROR = {
+    "Fetch": pb.FetchResponse,
+    "LeaderAndIsr": pb.LeaderAndIsrResponse,
+    "UpdateMetadata": pb.UpdateMetadataResponse,
+    "StopReplica": pb.StopReplicaResponse,
+}
+
+
+def _rpc(name: str):
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def timed(self, request, context):
+            started = time.perf_counter()
+            try:
+                return await handler(self, request, context)
+            except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+                code, message = error_code_for(e, context=name)
+                response_type = _REQUEST_LEVEL_ERROR.get(name)
+                if response_type is not None:
+                    return response_type(error_code=code)
+                await context.abort(grpc.StatusCode.INTERNAL,
+                                    f"{pb.ErrorCode.Name(code)}: {message}")
+            finally:
+                self.metrics.request_latency.labels(name).observe(time.perf_counter() - started)
+        return timed
+    return wrap
+
+
+class BrokerServicer(pb_grpc.BrokerServicer):
+    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str):
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.metrics = metrics
+        self.listener_name = listener_name
+
+    @_rpc("Produce")
+    async def Produce(self, request, context):
+        return await self.replica_manager.produce(request)
+
+    @_rpc("Fetch")
+    async def Fetch(self, request, context):
+        return await self.replica_manager.fetch(request)
+
+    @_rpc("ListOffsets")
+    async def ListOffsets(self, request, context):
+        return self.replica_manager.list_offsets(request)
+
+    @_rpc("OffsetForLeaderEpoch")
+    async def OffsetForLeaderEpoch(self, request, context):
+        return self.replica_manager.offset_for_leader_epoch(request)
+
+    @_rpc("Metadata")
+    async def Metadata(self, request, context):
+        return self.metadata_cache.metadata_response(list(request.topics), self.listener_name)
+
+    @_rpc("LeaderAndIsr")
+    async def LeaderAndIsr(self, request, context):
+        return await self.replica_manager.leader_and_isr(request)
+
+    @_rpc("UpdateMetadata")
+    async def UpdateMetadata(self, request, context):
+        return self.replica_manager.update_metadata(request)
+
+    @_rpc("StopReplica")
+    async def StopReplica(self, request, context):
+        return await self.replica_manager.stop_replica(request)
+
+    @_rpc("DescribeReplicas")
+    async def DescribeReplicas(self, request, context):
+        return self.replica_manager.describe_replicas(request)
+
+
+def build_server(*, host: str, port: int, servicer: BrokerServicer,
+                 controller_servicer: pb_grpc.ControllerServicer,
+                 max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server for one listener; returns it (not started) and its bound port."""
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 0),
+    ])
+    pb_grpc.add_BrokerServicer_to_server(servicer, server)
+    pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port}")
+    return server, bound
