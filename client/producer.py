@@ -71,7 +71,8 @@ class Producer:
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
-                 unknown_topic_wait_ms: int = 1000, metadata: MetadataClient | None = None):
+                 unknown_topic_wait_ms: int = 1000, compression: int = 0,
+                 metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
@@ -80,6 +81,7 @@ class Producer:
         self.buffer_memory_bytes = buffer_memory_bytes
         self.max_block_ms = max_block_ms
         self.unknown_topic_wait_ms = unknown_topic_wait_ms
+        self.compression = compression  # proto.records.COMPRESSION_* code
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
@@ -251,7 +253,8 @@ class Producer:
                 self._in_flight[tp] = batch
             if batch.encoded is None:
                 batch.encoded = encode_batch(
-                    [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records])
+                    [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records],
+                    compression=self.compression)
             by_leader.setdefault(leader.address, []).append((batch, leader.broker_id))
         if need_refresh:
             self._maybe_refresh_metadata()

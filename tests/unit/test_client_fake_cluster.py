@@ -1,0 +1,300 @@
+"""Producer and consumer against in-process fake brokers (real gRPC, scripted behaviour).
+
+The fakes keep one log per partition and a leader/epoch table that tests
+change, and can be told to answer the next requests with an error. This drives
+the client's retry, metadata-refresh and leader-following paths without the
+real broker processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+
+import grpc
+import pytest
+
+from client.consumer import Consumer, NoOffsetForPartitionError
+from client.producer import Producer
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+from proto.batch import iter_batches, set_base_offset_and_epoch
+from proto.errors import InvalidTopicError, UnknownTopicOrPartitionError
+
+
+class FakeState:
+    def __init__(self, partitions: int, broker_ids: list[int]):
+        self.lock = threading.Lock()
+        self.broker_ids = broker_ids
+        self.addresses: dict[int, tuple[str, int]] = {}
+        self.leaders = {p: broker_ids[p % len(broker_ids)] for p in range(partitions)}
+        self.epochs = dict.fromkeys(range(partitions), 0)
+        self.logs: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        self.log_start = dict.fromkeys(range(partitions), 0)
+        self.produce_errors: list[int] = []  # answer the next produce partitions with these
+        self.produce_requests = 0
+        self.metadata_requests = 0
+
+    def leo(self, p: int) -> int:
+        log = self.logs[p]
+        if not log:
+            return self.log_start[p]
+        base, data = log[-1]
+        header = next(iter_batches(data))[1]
+        return base + header.last_offset_delta + 1
+
+    def move_leader(self, p: int, broker_id: int) -> None:
+        with self.lock:
+            self.leaders[p] = broker_id
+            self.epochs[p] += 1
+
+
+class FakeBroker(pb_grpc.BrokerServicer):
+    def __init__(self, broker_id: int, state: FakeState):
+        self.broker_id = broker_id
+        self.state = state
+
+    def Metadata(self, request, context):
+        s = self.state
+        with s.lock:
+            s.metadata_requests += 1
+            topics = [pb.TopicMetadata(name="t", partitions=[
+                pb.PartitionMetadata(partition=p, leader=s.leaders[p], leader_epoch=s.epochs[p],
+                                     replicas=s.broker_ids, isr=s.broker_ids)
+                for p in sorted(s.leaders)])]
+            if request.topics and "t" not in request.topics:
+                topics = [pb.TopicMetadata(name=n, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION)
+                          for n in request.topics]
+            elif request.topics:
+                topics += [pb.TopicMetadata(name=n, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION)
+                           for n in request.topics if n != "t"]
+            return pb.MetadataResponse(
+                brokers=[pb.BrokerEndpoint(broker_id=b, host=h, port=port)
+                         for b, (h, port) in s.addresses.items()],
+                controller_id=3000, topics=topics, cluster_id="fake")
+
+    def Produce(self, request, context):
+        s = self.state
+        out = []
+        with s.lock:
+            s.produce_requests += 1
+            for part in request.partitions:
+                p = part.partition
+                if s.produce_errors:
+                    code = s.produce_errors.pop(0)
+                    out.append(pb.ProducePartitionResponse(topic=part.topic, partition=p,
+                                                           error_code=code, base_offset=-1))
+                    continue
+                if part.topic != "t" or p not in s.leaders:
+                    out.append(pb.ProducePartitionResponse(topic=part.topic, partition=p,
+                                                           error_code=pb.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                if s.leaders[p] != self.broker_id:
+                    out.append(pb.ProducePartitionResponse(topic=part.topic, partition=p,
+                                                           error_code=pb.NOT_LEADER_OR_FOLLOWER))
+                    continue
+                data = bytearray(part.records)
+                base = s.leo(p)
+                set_base_offset_and_epoch(data, 0, base, s.epochs[p])
+                s.logs[p].append((base, bytes(data)))
+                out.append(pb.ProducePartitionResponse(
+                    topic=part.topic, partition=p, error_code=pb.NONE,
+                    base_offset=base if request.acks != 0 else -1))
+        return pb.ProduceResponse(partitions=out)
+
+    def Fetch(self, request, context):
+        s = self.state
+        out = []
+        with s.lock:
+            for fp in request.partitions:
+                p = fp.partition
+                resp = pb.FetchPartitionResponse(topic=fp.topic, partition=p)
+                if s.leaders.get(p) != self.broker_id:
+                    resp.error_code = pb.NOT_LEADER_OR_FOLLOWER
+                elif fp.current_leader_epoch >= 0 and fp.current_leader_epoch < s.epochs[p]:
+                    resp.error_code = pb.FENCED_LEADER_EPOCH
+                elif fp.current_leader_epoch > s.epochs[p]:
+                    resp.error_code = pb.UNKNOWN_LEADER_EPOCH
+                elif not s.log_start[p] <= fp.fetch_offset <= s.leo(p):
+                    resp.error_code = pb.OFFSET_OUT_OF_RANGE
+                else:
+                    chunks = []
+                    for base, data in s.logs[p]:
+                        header = next(iter_batches(data))[1]
+                        if base + header.last_offset_delta >= fp.fetch_offset:
+                            chunks.append(data)
+                    resp.records = b"".join(chunks)
+                    resp.high_watermark = s.leo(p)
+                    resp.leader_epoch = s.epochs[p]
+                out.append(resp)
+        return pb.FetchResponse(partitions=out)
+
+    def ListOffsets(self, request, context):
+        s = self.state
+        out = []
+        with s.lock:
+            for lp in request.partitions:
+                p = lp.partition
+                if s.leaders.get(p) != self.broker_id:
+                    out.append(pb.ListOffsetsPartitionResponse(topic=lp.topic, partition=p,
+                                                               error_code=pb.NOT_LEADER_OR_FOLLOWER))
+                    continue
+                offset = s.log_start[p] if lp.timestamp == -2 else s.leo(p)
+                out.append(pb.ListOffsetsPartitionResponse(topic=lp.topic, partition=p,
+                                                           offset=offset, timestamp=-1))
+        return pb.ListOffsetsResponse(partitions=out)
+
+
+@pytest.fixture
+def fake_cluster():
+    state = FakeState(partitions=3, broker_ids=[1, 2])
+    servers = []
+    for b in state.broker_ids:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_BrokerServicer_to_server(FakeBroker(b, state), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        state.addresses[b] = ("127.0.0.1", port)
+        servers.append(server)
+    bootstrap = ",".join(f"127.0.0.1:{state.addresses[b][1]}" for b in state.broker_ids)
+    yield state, bootstrap
+    for server in servers:
+        server.stop(grace=None)
+
+
+def consume_all(bootstrap: str, expected: int, partitions=(0, 1, 2), timeout_ms: int = 5000):
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("t", p) for p in partitions])
+        got = []
+        for _ in range(50):
+            got += consumer.poll(timeout_ms=100)
+            if len(got) >= expected:
+                break
+        return got
+
+
+def test_per_record_offsets_and_keyed_partitioning(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks="all", linger_ms=20) as producer:
+        futs = [producer.send("t", f"v{i}".encode(), key=b"same-key") for i in range(10)]
+        producer.flush(5)
+        metas = [f.result() for f in futs]
+    partitions = {m.partition for m in metas}
+    assert len(partitions) == 1  # one key, one partition
+    assert [m.offset for m in metas] == list(range(10))
+    records = consume_all(bootstrap, 10)
+    assert [(r.offset, r.value) for r in records] == [(i, f"v{i}".encode()) for i in range(10)]
+    assert all(r.key == b"same-key" for r in records)
+
+
+def test_retriable_errors_are_retried_and_not_leader_refreshes_metadata(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0, retry_backoff_ms=10) as producer:
+        producer.send("t", b"warm", partition=0).result(5)
+        refreshes_before = state.metadata_requests
+        state.produce_errors = [pb.NOT_ENOUGH_REPLICAS, pb.REQUEST_TIMED_OUT]
+        state.move_leader(0, 2)  # the producer's metadata now points at the wrong broker
+        meta = producer.send("t", b"after", partition=0).result(5)
+    assert meta.offset == 1
+    assert state.metadata_requests > refreshes_before
+    assert [base for base, _ in state.logs[0]] == [0, 1]
+
+
+def test_non_retriable_error_fails_the_records_with_a_typed_exception(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, linger_ms=0) as producer:
+        state.produce_errors = [pb.INVALID_TOPIC_EXCEPTION]
+        fut = producer.send("t", b"x", partition=1)
+        with pytest.raises(InvalidTopicError):
+            fut.result(5)
+    assert state.logs[1] == []
+
+
+def test_retries_zero_fails_fast(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, linger_ms=0, retries=0) as producer:
+        state.produce_errors = [pb.NOT_ENOUGH_REPLICAS]
+        with pytest.raises(Exception) as info:
+            producer.send("t", b"x", partition=2).result(5)
+    assert info.value.error_code == pb.NOT_ENOUGH_REPLICAS
+
+
+def test_unknown_topic_raises_on_send(fake_cluster):
+    _, bootstrap = fake_cluster
+    with Producer(bootstrap, unknown_topic_wait_ms=200) as producer:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            producer.send("missing", b"x")
+
+
+def test_batching_puts_many_records_in_few_requests(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=50, batch_size_bytes=1 << 20) as producer:
+        futs = [producer.send("t", b"x" * 10, partition=0) for _ in range(200)]
+        producer.flush(5)
+    assert all(f.result().offset >= 0 for f in futs)
+    assert state.produce_requests <= 5
+    assert len(state.logs[0]) <= 5
+
+
+def test_acks_zero_resolves_with_offset_minus_one(fake_cluster):
+    _, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=0, linger_ms=0) as producer:
+        assert producer.send("t", b"x", partition=0).result(5).offset == -1
+
+
+def test_consumer_follows_leader_change(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        for i in range(3):
+            producer.send("t", f"a{i}".encode(), partition=0).result(5)
+    with Consumer(bootstrap, auto_offset_reset="earliest", retry_backoff_ms=10) as consumer:
+        consumer.assign([("t", 0)])
+        first = consumer.poll(2000)
+        assert [r.value for r in first] == [b"a0", b"a1", b"a2"]
+        state.move_leader(0, 2)
+        with state.lock:  # the new leader appends in its epoch
+            base = state.leo(0)
+        with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+            producer.send("t", b"b0", partition=0).result(5)
+        got = []
+        for _ in range(30):
+            got += consumer.poll(100)
+            if got:
+                break
+        assert [(r.offset, r.value, r.leader_epoch) for r in got] == [(base, b"b0", 1)]
+
+
+def test_offset_out_of_range_resets_by_policy(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        producer.send("t", b"only", partition=1).result(5)
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("t", 1)])
+        consumer.seek(("t", 1), 50)
+        got = []
+        for _ in range(20):
+            got += consumer.poll(100)
+            if got:
+                break
+        assert [r.value for r in got] == [b"only"]
+    with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([("t", 1)])
+        consumer.seek(("t", 1), 50)
+        with pytest.raises(NoOffsetForPartitionError):
+            consumer.poll(500)
+
+
+def test_seek_to_end_and_max_records(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        for i in range(5):
+            producer.send("t", f"{i}".encode(), partition=2).result(5)
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("t", 2)])
+        consumer.seek_to_end()
+        assert consumer.position(("t", 2)) == 5
+        consumer.seek(("t", 2), 1)
+        got = consumer.poll(1000, max_records=2)
+        assert [r.offset for r in got] == [1, 2]
+        got = consumer.poll(1000)
+        assert [r.offset for r in got] == [3, 4]
