@@ -1,0 +1,690 @@
+"""The log of one partition replica: an ordered list of segments plus its epoch cache.
+
+Theory of operation. The log is a directory of segments (layout and recovery in
+``recovery.py``, file formats in ``segment.py`` and ``index.py``, the epoch
+checkpoint in ``epoch_cache.py``). Only the last segment (the active one) is
+written. Offsets are contiguous: each batch starts at the previous batch's last
+offset + 1 and each segment at the previous segment's end, so the log end
+offset (LEO) is the active segment's end.
+
+- Appends validate every batch (framing, magic, CRC32C) without decoding
+  records. A leader append restamps baseOffset/partitionLeaderEpoch in a copy
+  of the request bytes (both lie outside the CRC) and assigns offsets from the
+  LEO; a follower append keeps the leader's offsets and epochs. One ``write``
+  per append; the epoch cache is updated (and fsynced) before the write, as
+  Kafka does, and undone if the write fails.
+- Reads locate the batch holding the start offset (segment by base offset,
+  then index, then header scan) and return whole batches.
+- The active segment rolls on ``segment.bytes``, ``segment.ms``, a full index,
+  or when an offset would not fit the index's 32-bit relative offset. The
+  rolled segment is flushed and the recovery point moves to the new segment.
+- ``recovery_point``: every offset below it is fsynced. It moves on flush
+  (``flush.messages``, ``flush.ms``, roll, checkpoint, close).
+- Retention deletes whole segments that lie entirely below the high
+  watermark, oldest first, never the active one, and moves the log start
+  offset (the epoch cache drops what lies before it).
+
+Errors: bad input raises CorruptRecordError / MessageTooLargeError /
+RecordListTooLargeError before anything is written. An OSError becomes
+KafkaStorageError. A failed append write is cut back so the LEO is unchanged;
+any other failure while changing the log takes it offline (every later call
+raises KafkaStorageError) because memory and disk may then disagree; the next
+open recovers it from disk.
+
+Threading: every public method takes the log's lock, so one task may append
+while fetch handlers read from other threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import threading
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from broker.storage.log_config import LogConfig
+from broker.storage.recovery import load_segments
+from broker.storage.segment import LogSegment, storage_error
+from broker.storage.topics import TopicPartition, parse_log_dir_name
+from proto.batch import (
+    ATTRIBUTES_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    set_base_offset_and_epoch,
+    validate_batch,
+)
+from proto.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+)
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
+LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
+_ATTRIBUTES_AND_MAX_TIMESTAMP = (struct.Struct(">h"), struct.Struct(">q"))
+_MAX_TIMESTAMP_AT = 35
+_CRC = struct.Struct(">I")
+_CRC_AT = 17
+
+
+class UnexpectedAppendOffsetError(InvalidRequestError):
+    """A follower append does not start at the log end offset."""
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    size_bytes: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    offset_of_max_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class ReadResult:
+    records: bytes  # whole batches
+    first_offset: int  # base offset of the first batch (the start offset if empty)
+    next_offset: int  # offset after the last batch returned
+
+
+class Log:
+    """One partition replica's log. Open with ``Log.open``."""
+
+    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
+                 leader_epoch_cache: LeaderEpochCache, log_start_offset: int,
+                 recovery_point: int, now_ms: int):
+        self.dir = directory
+        self.topic_partition: TopicPartition | None
+        try:
+            self.topic_partition = parse_log_dir_name(directory.name)
+        except ValueError:
+            self.topic_partition = None  # a test or tool directory
+        self.config = config
+        self.leader_epoch_cache = leader_epoch_cache
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._offline_reason: str | None = None
+        self._closed = False
+        self._lock = threading.RLock()
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: Path, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
+             log_start_offset: int | None = None, had_clean_shutdown: bool = False) -> Log:
+        """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly."""
+        directory = Path(dir)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error("cannot create log directory", directory, e) from e
+        checkpoint_path = directory / LEADER_EPOCH_CHECKPOINT
+        cache: LeaderEpochCache | None
+        try:
+            cache = LeaderEpochCache.load(checkpoint_path)
+            rebuild_epochs = not checkpoint_path.exists()
+        except CorruptFileError as e:
+            log.warning("%s; rebuilding it from the batches' partitionLeaderEpoch", e)
+            cache, rebuild_epochs = None, True
+        loaded = load_segments(directory, config, recovery_point=recovery_point,
+                               had_clean_shutdown=had_clean_shutdown,
+                               collect_epochs=rebuild_epochs)
+        segments = loaded.segments
+        try:
+            if not segments:
+                start = log_start_offset if log_start_offset is not None else 0
+                segments.append(LogSegment.create(directory, max(0, start), config))
+                _fsync_dir(directory)
+            log_end_offset = segments[-1].next_offset
+            # The checkpointed start may be past the first segment (retention moved it
+            # before the segment went) but never past the data that is left.
+            start = segments[0].base_offset
+            if log_start_offset is not None:
+                start = max(start, log_start_offset)
+            start = min(start, log_end_offset)
+            if rebuild_epochs:
+                cache = LeaderEpochCache(checkpoint_path)
+                cache.clear()  # replaces a corrupt file even when no batch has an epoch
+                for epoch, base_offset in loaded.epoch_starts:
+                    if epoch >= 0:
+                        cache.assign(epoch, base_offset)
+                if cache.entries():
+                    log.info("rebuilt %s: %s", checkpoint_path, cache.entries())
+            assert cache is not None
+            cache.truncate_from_end(log_end_offset)
+            cache.truncate_from_start(start)
+        except BaseException:
+            for segment in segments:
+                try:
+                    segment.close()
+                except KafkaStorageError:
+                    pass
+            raise
+        # Trusted segments were flushed; recovered ones were fsynced by load_segments.
+        return cls(directory, config, segments, cache, start, log_end_offset, now_ms)
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.leader_epoch_cache.latest_epoch
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        with self._lock:
+            return list(self._segments)
+
+    @property
+    def is_offline(self) -> bool:
+        return self._offline_reason is not None
+
+    def _check_usable(self) -> None:
+        if self._offline_reason is not None:
+            raise KafkaStorageError(f"log is offline after a disk error: {self._offline_reason}",
+                                    path=str(self.dir))
+        if self._closed:
+            raise KafkaStorageError("log is closed", path=str(self.dir))
+
+    def _go_offline(self, error: KafkaStorageError) -> None:
+        self._offline_reason = str(error)
+        log.error("log %s offline: %s", self.dir, error)
+
+    # -- appends -------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Validate, assign offsets from the LEO, stamp ``leader_epoch``, append."""
+        with self._lock:
+            self._check_usable()
+            latest_epoch = self.leader_epoch_cache.latest_epoch
+            if leader_epoch < latest_epoch:
+                raise FencedLeaderEpochError(
+                    f"append in leader epoch {leader_epoch}, the log is at epoch {latest_epoch}")
+            self._check_append_size(len(records))
+            buf = bytearray(records)
+            first_offset = offset = self.log_end_offset
+            log_append_time = self.config.log_append_time
+            max_size = self.config.max_message_bytes
+            batches = []
+            record_count = 0
+            max_timestamp, offset_of_max = -1, -1
+            position, end = 0, len(buf)
+            while position < end:
+                header = _validate(buf, position, max_size)
+                if header.record_count != header.last_offset_delta + 1:
+                    raise CorruptRecordError(
+                        f"record count {header.record_count} does not match lastOffsetDelta "
+                        f"{header.last_offset_delta}", position=position)
+                set_base_offset_and_epoch(buf, position, offset, leader_epoch)
+                batch_max_timestamp = header.max_timestamp
+                if log_append_time:
+                    batch_max_timestamp = now_ms
+                    _set_log_append_time(buf, position, header.size, header.attributes, now_ms)
+                last_offset = offset + header.last_offset_delta
+                batches.append((position, header.size, last_offset, batch_max_timestamp))
+                if batch_max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max_timestamp, last_offset
+                record_count += header.record_count
+                offset = last_offset + 1
+                position += header.size
+            if not batches:
+                return self._empty_append_info()
+            epochs = [(leader_epoch, first_offset)] if leader_epoch >= 0 else []
+            self._append(buf, batches, epochs, offset, record_count, now_ms)
+            return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
+                              now_ms if log_append_time else -1, offset_of_max)
+
+    def append_as_follower(self, records: bytes, now_ms: int) -> AppendInfo:
+        """Validate and append the leader's batches as they are (offsets, epochs)."""
+        with self._lock:
+            self._check_usable()
+            self._check_append_size(len(records))
+            view = memoryview(records)
+            offset = first_offset = self.log_end_offset
+            batches = []
+            epochs: list[tuple[int, int]] = []
+            last_epoch = self.leader_epoch_cache.latest_epoch
+            record_count = 0
+            max_timestamp, offset_of_max = -1, -1
+            position, end = 0, len(view)
+            while position < end:
+                header = validate_batch(view, position)
+                if header.base_offset != offset:
+                    raise UnexpectedAppendOffsetError(
+                        f"follower batch at offset {header.base_offset}, expected {offset} "
+                        f"(log end offset {first_offset})")
+                last_offset = header.last_offset
+                batches.append((position, header.size, last_offset, header.max_timestamp))
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, last_offset
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != last_epoch:
+                    epochs.append((epoch, header.base_offset))
+                    last_epoch = epoch
+                record_count += header.record_count
+                offset = last_offset + 1
+                position += header.size
+            if not batches:
+                return self._empty_append_info()
+            self._append(view, batches, epochs, offset, record_count, now_ms)
+            return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(view),
+                              -1, offset_of_max)
+
+    def _check_append_size(self, size: int) -> None:
+        # Kafka's RecordBatchTooLargeException: an append must fit in one segment.
+        if size > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{size} bytes in one append exceed segment.bytes {self.config.segment_bytes}")
+
+    def _empty_append_info(self) -> AppendInfo:
+        leo = self.log_end_offset
+        return AppendInfo(leo, leo - 1, 0, -1, 0, -1, -1)
+
+    def _append(self, data, batches: list, epochs: list[tuple[int, int]], next_offset: int,
+                record_count: int, now_ms: int) -> None:
+        self._maybe_roll_for(len(data), next_offset - 1, now_ms)
+        old_log_end_offset = self.log_end_offset
+        cache = self.leader_epoch_cache
+        try:
+            for epoch, start_offset in epochs:
+                cache.assign(epoch, start_offset)
+        except KafkaStorageError as e:
+            self._go_offline(e)
+            raise
+        try:
+            self.active_segment.append(data, batches, next_offset, now_ms)
+        except KafkaStorageError as e:
+            try:
+                if epochs:
+                    cache.truncate_from_end(old_log_end_offset)
+            except KafkaStorageError as undo_error:
+                self._go_offline(undo_error)
+            if self.active_segment.size_bytes != _file_size(self.active_segment):
+                self._go_offline(e)
+            raise
+        self._unflushed_messages += record_count
+        flush_messages, flush_ms = self.config.flush_messages, self.config.flush_ms
+        if ((flush_messages is not None and self._unflushed_messages >= flush_messages)
+                or (flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms)):
+            self._flush(now_ms)
+
+    # -- rolling -------------------------------------------------------------
+
+    def _should_roll(self, segment: LogSegment, append_bytes: int, last_offset: int,
+                     now_ms: int) -> bool:
+        if segment.size_bytes == 0:
+            return False
+        config = self.config
+        return (segment.size_bytes + append_bytes > config.segment_bytes
+                or (segment.first_batch_time_ms is not None
+                    and now_ms - segment.first_batch_time_ms > config.segment_ms)
+                or segment.index.is_full or segment.time_index.is_full
+                or not segment.relative_offset_fits(last_offset))
+
+    def _maybe_roll_for(self, append_bytes: int, last_offset: int, now_ms: int) -> None:
+        if self._should_roll(self.active_segment, append_bytes, last_offset, now_ms):
+            self._roll(now_ms)
+
+    def maybe_roll(self, now_ms: int) -> None:
+        """Roll the active segment if segment.ms has passed (called periodically)."""
+        with self._lock:
+            self._check_usable()
+            segment = self.active_segment
+            if (segment.size_bytes and segment.first_batch_time_ms is not None
+                    and now_ms - segment.first_batch_time_ms > self.config.segment_ms):
+                self._roll(now_ms)
+
+    def roll(self, now_ms: int) -> None:
+        """Start a new segment at the LEO now (no-op if the active segment is empty)."""
+        with self._lock:
+            self._check_usable()
+            if self.active_segment.size_bytes:
+                self._roll(now_ms)
+
+    def _roll(self, now_ms: int) -> None:
+        old = self.active_segment
+        try:
+            old.on_become_inactive()
+            new = LogSegment.create(self.dir, old.next_offset, self.config)
+            self._segments = [*self._segments, new]
+            self._base_offsets = [*self._base_offsets, new.base_offset]
+            _fsync_dir(self.dir)
+            # Kafka flushes the rolled segment; the recovery point moves past it.
+            self._flush_segments_below(new.base_offset)
+        except KafkaStorageError as e:
+            self._go_offline(e)
+            raise
+        self._last_flush_ms = now_ms
+
+    # -- reads ---------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``start_offset``, up to ``max_bytes``.
+
+        Only batches with base offset < ``max_offset`` (exclusive; the HW for
+        consumers). At least one batch if ``min_one_batch``, even past max_bytes.
+        OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        """
+        with self._lock:
+            self._check_usable()
+            log_end_offset = self.log_end_offset
+            if start_offset < self.log_start_offset or start_offset > log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} outside [{self.log_start_offset}, {log_end_offset}]")
+            i = bisect_right(self._base_offsets, start_offset) - 1
+            while 0 <= i < len(self._segments) and start_offset < log_end_offset:
+                found = self._segments[i].read(start_offset, max_bytes, max_offset, min_one_batch)
+                if found is not None:
+                    data, first_offset, next_offset = found
+                    return ReadResult(data, first_offset, next_offset if data else start_offset)
+                i += 1
+            return ReadResult(b"", start_offset, start_offset)
+
+    def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader_epoch) of the first record with timestamp >=
+        ``timestamp_ms``; None if there is none. -2: log start, -1: log end."""
+        with self._lock:
+            self._check_usable()
+            cache = self.leader_epoch_cache
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                return (self.log_start_offset, -1,
+                        cache.epoch_for_offset(self.log_start_offset))
+            if timestamp_ms == LATEST_TIMESTAMP:
+                return self.log_end_offset, -1, cache.latest_epoch
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp_ms:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is None:
+                    continue
+                position, base_offset, max_timestamp, epoch = found
+                return self._exact_offset_for_timestamp(segment, position, timestamp_ms,
+                                                        base_offset, max_timestamp, epoch)
+            return None
+
+    def _exact_offset_for_timestamp(self, segment: LogSegment, position: int, timestamp_ms: int,
+                                    base_offset: int, max_timestamp: int,
+                                    epoch: int) -> tuple[int, int, int]:
+        # The batch is found from headers; the record inside needs a decode.
+        from proto.records import decode_batch
+
+        try:
+            _header, records = decode_batch(segment.read_batch_at(position))
+        except (CorruptRecordError, ValueError) as e:
+            log.warning("cannot decode batch at %s:%d for a timestamp lookup: %s",
+                        segment.log_path, position, e)
+            return max(base_offset, self.log_start_offset), max_timestamp, epoch
+        for record in records:
+            if record.timestamp >= timestamp_ms and record.offset >= self.log_start_offset:
+                return record.offset, record.timestamp, epoch
+        return max(base_offset, self.log_start_offset), max_timestamp, epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # -- truncation and retention --------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding offsets >= ``offset`` (a batch straddling it goes
+        whole, so the LEO may end below ``offset``); epoch cache follows."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_usable()
+            if offset < self.log_start_offset:
+                self._truncate_fully_and_start_at(offset)
+                return
+            try:
+                if offset < self.log_end_offset:
+                    self._truncate_segments(offset)
+                    # A straddling batch went whole: entries from the new LEO on go too.
+                    self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
+                else:
+                    self.leader_epoch_cache.truncate_from_end(offset)  # Kafka does, even here
+            except KafkaStorageError as e:
+                self._go_offline(e)
+                raise
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    def _truncate_segments(self, offset: int) -> None:
+        keep = max(1, bisect_right(self._base_offsets, offset - 1))
+        doomed = self._segments[keep:]
+        self._segments = self._segments[:keep]
+        self._base_offsets = self._base_offsets[:keep]
+        for segment in reversed(doomed):
+            segment.delete()
+        active = self.active_segment
+        active.truncate_to(offset)
+        active.flush()  # the cut must be durable before anything new is written
+        if doomed:
+            _fsync_dir(self.dir)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything; the log restarts empty at ``offset`` (start = LEO = offset)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        with self._lock:
+            self._check_usable()
+            self._truncate_fully_and_start_at(offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        try:
+            # Newest first: a crash midway leaves a prefix of the old log, never a gap.
+            for segment in reversed(self._segments):
+                segment.delete()
+            self._segments, self._base_offsets = [], []
+            new = LogSegment.create(self.dir, offset, self.config)
+            self._segments, self._base_offsets = [new], [offset]
+            _fsync_dir(self.dir)
+            self.leader_epoch_cache.clear()
+        except KafkaStorageError as e:
+            self._go_offline(e)
+            raise
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self._unflushed_messages = 0
+
+    def delete_old_segments(self, now_ms: int, high_watermark: int) -> int:
+        """Retention: delete the oldest segments past retention.ms or beyond
+        retention.bytes, only those entirely below ``high_watermark`` and never the
+        active one. Returns how many were deleted."""
+        with self._lock:
+            self._check_usable()
+            config = self.config
+            total_bytes = self.size_bytes
+            deletable = 0
+            for i in range(len(self._segments) - 1):
+                segment = self._segments[i]
+                if self._segments[i + 1].base_offset > high_watermark:
+                    break
+                expired = config.retention_ms >= 0 and (
+                    now_ms - self._largest_timestamp(segment) > config.retention_ms)
+                too_big = (config.retention_bytes >= 0
+                           and total_bytes - segment.size_bytes >= config.retention_bytes)
+                if not (expired or too_big):
+                    break
+                total_bytes -= segment.size_bytes
+                deletable += 1
+            if deletable:
+                self._delete_oldest(deletable)
+            return deletable
+
+    def _largest_timestamp(self, segment: LogSegment) -> int:
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        try:  # no batch timestamps: Kafka falls back to the file's mtime
+            return int(os.stat(segment.log_path).st_mtime * 1000)
+        except OSError as e:
+            raise storage_error("cannot stat segment", segment.log_path, e) from e
+
+    def _delete_oldest(self, count: int) -> None:
+        doomed = self._segments[:count]
+        new_start = self._segments[count].base_offset
+        try:
+            # Start offset first: a crash after it but before the files go only
+            # leaves extra old data, which the next retention pass removes.
+            self.log_start_offset = max(self.log_start_offset, new_start)
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+            self._segments = self._segments[count:]
+            self._base_offsets = self._base_offsets[count:]
+            for segment in doomed:
+                log.info("retention: deleting %s (%d bytes)", segment.log_path, segment.size_bytes)
+                segment.delete()
+        except KafkaStorageError as e:
+            self._go_offline(e)
+            raise
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+
+    # -- flush and lifecycle -------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync everything up to the LEO; the recovery point becomes the LEO."""
+        with self._lock:
+            self._check_usable()
+            self._flush(now_ms)
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush if flush.ms has passed with unflushed data (called periodically)."""
+        with self._lock:
+            self._check_usable()
+            flush_ms = self.config.flush_ms
+            if (flush_ms is not None and self.recovery_point < self.log_end_offset
+                    and now_ms - self._last_flush_ms >= flush_ms):
+                self._flush(now_ms)
+                return True
+            return False
+
+    def _flush(self, now_ms: int | None) -> None:
+        try:
+            self._flush_segments_below(None)
+        except KafkaStorageError as e:
+            self._go_offline(e)
+            raise
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def _flush_segments_below(self, end_base_offset: int | None) -> None:
+        """Flush segments from the one holding the recovery point up to (not including)
+        the segment starting at ``end_base_offset`` (None: all)."""
+        first = max(0, bisect_right(self._base_offsets, self.recovery_point) - 1)
+        for segment in self._segments[first:]:
+            if end_base_offset is not None and segment.base_offset >= end_base_offset:
+                break
+            if segment.needs_flush:
+                segment.flush()
+        new_point = self.log_end_offset if end_base_offset is None else end_base_offset
+        self.recovery_point = max(self.recovery_point, new_point)
+
+    def update_config(self, config: LogConfig) -> None:
+        """New topic configs apply to later appends, rolls and retention passes."""
+        with self._lock:
+            self.config = config
+            for segment in self._segments:
+                segment.config = config
+
+    def close(self) -> None:
+        """Flush and close the files; the log can no longer be used."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._offline_reason is None:
+                    self._flush(None)
+                    self.active_segment.on_become_inactive()
+                    self.active_segment.flush()
+            finally:
+                self._closed = True
+                for segment in self._segments:
+                    try:
+                        segment.close()
+                    except KafkaStorageError as e:
+                        log.error("%s", e)
+
+    def delete(self) -> None:
+        """Close without flushing and remove the whole directory."""
+        with self._lock:
+            self._closed = True
+            for segment in self._segments:
+                try:
+                    segment.close()
+                except KafkaStorageError:
+                    pass
+            try:
+                shutil.rmtree(self.dir)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise storage_error("cannot delete log directory", self.dir, e) from e
+
+    def __repr__(self) -> str:
+        return (f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self._segments)})")
+
+
+def _validate(buf, position: int, max_size: int):
+    try:
+        return validate_batch(buf, position, max_size=max_size)
+    except CorruptRecordError as e:
+        if e.too_large:
+            raise MessageTooLargeError(e.reason) from None
+        raise
+
+
+def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: int,
+                         now_ms: int) -> None:
+    """Mark the batch LogAppendTime with maxTimestamp = now; these lie inside the CRC."""
+    attributes_struct, timestamp_struct = _ATTRIBUTES_AND_MAX_TIMESTAMP
+    attributes_struct.pack_into(buf, position + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    timestamp_struct.pack_into(buf, position + _MAX_TIMESTAMP_AT, now_ms)
+    crc = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
+    _CRC.pack_into(buf, position + _CRC_AT, crc)
+
+
+def _file_size(segment: LogSegment) -> int:
+    try:
+        return os.stat(segment.log_path).st_size
+    except OSError:
+        return -1
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error("cannot fsync directory", directory, e) from e
