@@ -1,0 +1,440 @@
+"""Kafka RecordBatch v2 records: encode and decode, with compression.
+
+``proto/batch.py`` owns the 61-byte batch header; this module owns what follows
+it. The records part of a batch is ``recordCount`` records, compressed as one
+block when the header's compression bits (attributes & 0x07) say so:
+0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+
+One record (Kafka's ``DefaultRecord``; varints are zig-zag, as protobuf's sint)::
+
+    length            varint   bytes of the record after this field
+    attributes        int8     unused, 0
+    timestampDelta    varlong  timestamp - batch baseTimestamp (may be negative)
+    offsetDelta       varint   offset - batch baseOffset
+    keyLength         varint   -1 = null key
+    key               bytes
+    valueLength       varint   -1 = null value
+    value             bytes
+    headersCount      varint
+    headers           headersCount times:
+        headerKeyLength    varint   (>= 0)
+        headerKey          UTF-8 string
+        headerValueLength  varint   -1 = null value
+        headerValue        bytes
+
+Compression formats are Kafka's: gzip is a gzip stream (RFC 1952), lz4 the
+LZ4 *frame* format with independent 64 KiB blocks (Kafka's
+``KafkaLZ4BlockOutputStream``), zstd a zstd frame (with the content size when we
+write it; Java producers write none, which we also read). Snappy (xerial
+framing) needs a snappy package, which is not a dependency:
+UnsupportedCompressionError.
+
+Decoding is defensive: every length is checked against the bytes that are
+there before anything is allocated, varints are capped at 5 (varint) or 10
+(varlong) bytes, decompression stops at ``max_decompressed_bytes``. Anything
+wrong is a CorruptRecordError with the batch's position, never a MemoryError
+or an IndexError.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import struct
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from proto.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    iter_batches,
+    validate_batch,
+)
+from proto.errors import CorruptRecordError, UnsupportedCompressionError
+
+COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = (
+    0, 1, 2, 3, 4,
+)
+COMPRESSION_NAMES = {
+    COMPRESSION_NONE: "none",
+    COMPRESSION_GZIP: "gzip",
+    COMPRESSION_SNAPPY: "snappy",
+    COMPRESSION_LZ4: "lz4",
+    COMPRESSION_ZSTD: "zstd",
+}
+COMPRESSION_BY_NAME = {name: code for code, name in COMPRESSION_NAMES.items()}
+
+# A batch's records never decompress to more than this by default (Kafka's
+# max.message.bytes is ~1 MiB compressed; 64 MiB leaves room for any sane ratio).
+DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
+VARINT_BYTES_MAX = 5
+VARLONG_BYTES_MAX = 10
+# length(1) + attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
+RECORD_BYTES_MIN = 7
+LZ4_BLOCK_SIZE_BYTES = 64 * 1024
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == HEADER_SIZE
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One decoded record with its absolute offset and timestamp."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SimpleRecord:
+    """A record to encode; ``timestamp_ms=None`` takes the batch's base timestamp (or now)."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+
+
+# -- varints -------------------------------------------------------------------
+
+def _zigzag_bytes(value: int) -> bytes:
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+# Lengths and offset deltas are almost always small: look their bytes up.
+_SMALL_VARINT_MIN, _SMALL_VARINT_MAX = -1, 1 << 13
+_SMALL_VARINTS = tuple(_zigzag_bytes(n) for n in range(_SMALL_VARINT_MIN, _SMALL_VARINT_MAX))
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint bytes of a signed 64-bit ``value``."""
+    if _SMALL_VARINT_MIN <= value < _SMALL_VARINT_MAX:
+        return _SMALL_VARINTS[value + 1]
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{value} does not fit a varlong")
+    return _zigzag_bytes(value)
+
+
+def decode_varint(buf, position: int, bytes_max: int = VARLONG_BYTES_MAX) -> tuple[int, int]:
+    """``(value, next_position)`` of the zig-zag varint at ``position``.
+
+    Raises ValueError when the buffer ends first or it is longer than ``bytes_max``.
+    """
+    end = len(buf)
+    shift = 0
+    raw = 0
+    limit = position + bytes_max
+    while True:
+        if position >= end:
+            raise ValueError("varint runs past the end")
+        if position >= limit:
+            raise ValueError(f"varint longer than {bytes_max} bytes")
+        b = buf[position]
+        position += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (raw >> 1) ^ -(raw & 1), position
+        shift += 7
+
+
+# -- compression ---------------------------------------------------------------
+
+def compress(compression: int, data: bytes) -> bytes:
+    """The records part compressed as Kafka writes it."""
+    if compression == COMPRESSION_NONE:
+        return data
+    if compression == COMPRESSION_GZIP:
+        # mtime=0: the same records always give the same bytes (and CRC).
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if compression == COMPRESSION_LZ4:
+        import lz4.frame
+
+        return lz4.frame.compress(
+            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+            content_checksum=False, store_size=False,
+        )
+    if compression == COMPRESSION_ZSTD:
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
+    if compression == COMPRESSION_SNAPPY:
+        raise UnsupportedCompressionError("snappy needs a snappy package, which is not installed")
+    raise UnsupportedCompressionError(f"unknown compression type {compression}")
+
+
+def decompress(compression: int, data: bytes,
+               max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> bytes:
+    """Inverse of :func:`compress`, stopping at ``max_decompressed_bytes``.
+
+    Raises UnsupportedCompressionError for snappy or an unknown code and
+    ValueError for damaged or oversized data.
+    """
+    if compression == COMPRESSION_NONE:
+        return data
+    if compression == COMPRESSION_GZIP:
+        return _gunzip(data, max_decompressed_bytes)
+    if compression == COMPRESSION_LZ4:
+        return _lz4_decompress(data, max_decompressed_bytes)
+    if compression == COMPRESSION_ZSTD:
+        return _zstd_decompress(data, max_decompressed_bytes)
+    if compression == COMPRESSION_SNAPPY:
+        raise UnsupportedCompressionError("snappy needs a snappy package, which is not installed")
+    raise UnsupportedCompressionError(f"unknown compression type {compression}")
+
+
+class DecompressedTooLargeError(ValueError):
+    """The records part decompresses to more than the allowed size."""
+
+
+def _too_large(limit: int) -> DecompressedTooLargeError:
+    return DecompressedTooLargeError(f"records decompress to more than {limit} bytes")
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    remaining = data
+    try:
+        while True:  # a gzip stream may hold several members (Java reads them all)
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            out += d.decompress(remaining, limit + 1 - len(out))
+            if len(out) > limit or d.unconsumed_tail:
+                raise _too_large(limit)
+            if not d.eof:
+                raise ValueError("gzip stream is truncated")
+            remaining = d.unused_data
+            if not remaining:
+                return bytes(out)
+    except zlib.error as e:
+        raise ValueError(f"gzip: {e}") from e
+
+
+def _lz4_decompress(data: bytes, limit: int) -> bytes:
+    import lz4.frame
+
+    out = bytearray()
+    remaining = data
+    try:
+        while remaining:  # possibly several frames, one after the other
+            d = lz4.frame.LZ4FrameDecompressor()
+            out += d.decompress(remaining, max_length=limit + 1 - len(out))
+            if len(out) > limit or not d.needs_input and not d.eof:
+                raise _too_large(limit)
+            if not d.eof:
+                raise ValueError("lz4 frame is truncated")
+            remaining = d.unused_data
+    except RuntimeError as e:
+        raise ValueError(f"lz4: {e}") from e
+    return bytes(out)
+
+
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
+    import zstandard
+
+    try:
+        params = zstandard.get_frame_parameters(data)
+        if params.content_size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) \
+                and params.content_size > limit:
+            raise _too_large(limit)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(data), read_across_frames=True)
+        chunks = []
+        total = 0
+        while True:  # read() may return less than asked: read until the stream ends
+            chunk = reader.read(limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise _too_large(limit)
+        return b"".join(chunks)
+    except zstandard.ZstdError as e:
+        raise ValueError(f"zstd: {e}") from e
+
+
+# -- encoding --------------------------------------------------------------------
+
+def _append_bytes_field(out: bytearray, data) -> None:
+    if data is None:
+        out += b"\x01"  # varint(-1)
+    else:
+        out += encode_varint(len(data))
+        out += data
+
+
+def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRecord], *,
+                 base_offset: int = 0, partition_leader_epoch: int = -1,
+                 compression: int = COMPRESSION_NONE, base_timestamp_ms: int | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1,
+                 base_sequence: int = -1) -> bytes:
+    """One RecordBatch v2 (magic 2, CreateTime) holding ``records`` in order.
+
+    Records are ``(key, value)`` pairs or SimpleRecord. A record without a
+    timestamp gets ``base_timestamp_ms``, or the current time when that is None;
+    the batch's baseTimestamp is ``base_timestamp_ms`` or the first record's.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if compression not in COMPRESSION_NAMES:
+        raise UnsupportedCompressionError(f"unknown compression type {compression}")
+    default_ts = base_timestamp_ms if base_timestamp_ms is not None else int(time.time() * 1000)
+    first = records[0]
+    if base_timestamp_ms is not None:
+        base_ts = base_timestamp_ms
+    elif isinstance(first, SimpleRecord) and first.timestamp_ms is not None:
+        base_ts = first.timestamp_ms
+    else:
+        base_ts = default_ts
+    max_ts = _INT64_MIN
+
+    body = bytearray()  # one record's bytes after its length field
+    out = bytearray()   # all records
+    for offset_delta, record in enumerate(records):
+        if isinstance(record, SimpleRecord):
+            key, value, headers = record.key, record.value, record.headers
+            ts = record.timestamp_ms if record.timestamp_ms is not None else default_ts
+        else:
+            key, value = record
+            headers = ()
+            ts = default_ts
+        if ts > max_ts:
+            max_ts = ts
+        body.clear()
+        body += b"\x00"  # attributes
+        body += encode_varint(ts - base_ts)
+        body += encode_varint(offset_delta)
+        _append_bytes_field(body, key)
+        _append_bytes_field(body, value)
+        body += encode_varint(len(headers))
+        for header_key, header_value in headers:
+            name = header_key.encode("utf-8") if isinstance(header_key, str) else header_key
+            body += encode_varint(len(name))
+            body += name
+            _append_bytes_field(body, header_value)
+        out += encode_varint(len(body))
+        out += body
+
+    payload = compress(compression, bytes(out)) if compression != COMPRESSION_NONE else out
+    batch = bytearray(HEADER_SIZE)
+    batch += payload
+    record_count = len(records)
+    _HEADER.pack_into(
+        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+        compression, record_count - 1, base_ts, max_ts, producer_id, producer_epoch,
+        base_sequence, record_count,
+    )
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+# -- decoding --------------------------------------------------------------------
+
+def _read_records(data: bytes, header: BatchHeader) -> list[Record]:
+    """Parse ``header.record_count`` records from ``data`` (already decompressed).
+
+    Raises ValueError describing the first thing wrong.
+    """
+    records = []
+    append = records.append
+    end = len(data)
+    if header.record_count > end // RECORD_BYTES_MIN:
+        raise ValueError(f"record count {header.record_count} cannot fit in {end} bytes")
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+    pos = 0
+    for _ in range(header.record_count):
+        length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+        if length < RECORD_BYTES_MIN - 1 or length > end - pos:
+            raise ValueError(f"record length {length} with {end - pos} bytes left")
+        record_end = pos + length
+        pos += 1  # attributes: unused
+        ts_delta, pos = decode_varint(data, pos, VARLONG_BYTES_MAX)
+        offset_delta, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+        key, pos = _read_bytes_field(data, pos, record_end)
+        value, pos = _read_bytes_field(data, pos, record_end)
+        header_count, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+        if header_count < 0 or header_count > (record_end - pos) // 2:
+            raise ValueError(f"header count {header_count} with {record_end - pos} bytes left")
+        headers: tuple = ()
+        if header_count:
+            header_list = []
+            for _ in range(header_count):
+                name_bytes, pos = _read_bytes_field(data, pos, record_end)
+                if name_bytes is None:
+                    raise ValueError("null header key")
+                try:
+                    name = name_bytes.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"header key is not UTF-8: {name_bytes!r}") from e
+                header_value, pos = _read_bytes_field(data, pos, record_end)
+                header_list.append((name, header_value))
+            headers = tuple(header_list)
+        if pos != record_end:
+            raise ValueError(f"record says {length} bytes, fields took {length - record_end + pos}")
+        timestamp = header.max_timestamp if log_append_time else base_ts + ts_delta
+        append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    if pos != end:
+        raise ValueError(f"{end - pos} bytes after the last of {header.record_count} records")
+    return records
+
+
+def _read_bytes_field(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    if length == -1:
+        return None, pos
+    if length < -1 or length > limit - pos:
+        raise ValueError(f"field length {length} with {limit - pos} bytes left in the record")
+    return data[pos:pos + length], pos + length
+
+
+def decode_batch(buf, position: int = 0, *,
+                 max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX,
+                 ) -> tuple[BatchHeader, list[Record]]:
+    """The header and records of the batch at ``position``; validates framing and CRC.
+
+    Raises CorruptRecordError (with ``position``) for anything malformed and
+    UnsupportedCompressionError for snappy or an unknown compression code.
+    """
+    header = validate_batch(buf, position)
+    return header, decode_batch_records(buf, position, header,
+                                        max_decompressed_bytes=max_decompressed_bytes)
+
+
+def decode_batch_records(buf, position: int, header: BatchHeader, *,
+                         max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> list[Record]:
+    """The records of an already validated batch (for callers that validated it themselves)."""
+    payload = bytes(memoryview(buf)[position + HEADER_SIZE:position + header.size])
+    compression = header.attributes & COMPRESSION_MASK
+    try:
+        data = decompress(compression, payload, max_decompressed_bytes)
+        return _read_records(data, header)
+    except ValueError as e:
+        raise CorruptRecordError(f"bad records in batch: {e}", position=position,
+                                 too_large=isinstance(e, DecompressedTooLargeError)) from e
+
+
+def decode_records(buf) -> Iterator[Record]:
+    """Every record of every batch in ``buf``, in order (each batch CRC-checked)."""
+    for position, header in iter_batches(buf):
+        yield from decode_batch_records(buf, position, header)
