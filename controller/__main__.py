@@ -1,0 +1,91 @@
+"""``python -m controller`` / ``tide-controller``: run the Tidewater controller.
+
+Exit codes: 0 after SIGTERM/SIGINT, 1 when a fatal error stopped it (metadata
+log unwritable or corrupt, a crashed internal task), 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import uvloop
+
+from controller.config import ControllerConfig, parse_host_port
+from controller.server import ControllerServer
+from proto.errors import InvalidConfigError, TidewaterError
+
+log = logging.getLogger("controller")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tide-controller",
+                                     description="Run the Tidewater controller")
+    parser.add_argument("--listen", default="127.0.0.1:9090", help="HOST:PORT for gRPC")
+    parser.add_argument("--data-dir", required=True, type=Path,
+                        help="directory of the durable metadata log")
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="Prometheus /metrics port on the listen host (0: off)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        dest="settings", help="Kafka-named setting, e.g. "
+                        "broker.session.timeout.ms=3000 (repeatable)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ControllerConfig:
+    parse_host_port(args.listen)  # ValueError on a bad address
+    if not 0 <= args.metrics_port < 65536:
+        raise ValueError(f"--metrics-port {args.metrics_port} is out of range")
+    config = ControllerConfig(listen=args.listen, data_dir=args.data_dir,
+                              metrics_port=args.metrics_port)
+    config.apply_settings(args.settings)
+    return config
+
+
+async def serve(config: ControllerConfig) -> int:
+    server = ControllerServer(config)
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    try:
+        await server.start()
+        print(f"controller listening on port {server.port}", flush=True)  # for scripts and tests
+        waiters = [asyncio.ensure_future(stop_requested.wait()),
+                   asyncio.ensure_future(server.stopped.wait())]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+        if stop_requested.is_set():
+            log.info("signal received: shutting down")
+    finally:
+        await server.stop()
+    return 1 if server.failure is not None else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("asyncio").setLevel(logging.WARNING)
+    try:
+        config = config_from_args(args)
+    except (ValueError, InvalidConfigError) as e:
+        print(f"tide-controller: {e}", file=sys.stderr)
+        return 2
+    try:
+        return uvloop.run(serve(config))
+    except (TidewaterError, OSError) as e:
+        log.critical("controller failed: %s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

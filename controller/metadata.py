@@ -1,0 +1,210 @@
+"""The controller's metadata image and the records that change it.
+
+``ClusterMetadata.apply(offset, record)`` is the only way the image changes,
+both when the log is replayed at start-up and at run time, so the two can
+never disagree. Records are plain JSON objects (see ``metadata_log`` for the
+framing); their ``type`` and fields:
+
+======================  ==========================================================
+type                    fields
+======================  ==========================================================
+cluster                 cluster_id (first record of a new log)
+controller_epoch        epoch (one per controller start)
+broker_registered       broker_id, incarnation_id, listeners [[name, host, port]];
+                        the record's offset becomes the broker epoch; unfenced
+broker_fenced           broker_id
+broker_unfenced         broker_id
+topic_created           name, configs {str: str}, partitions [{partition,
+                        replicas, isr, leader}] (epochs start at 0)
+partition_changed       topic, partition, leader, isr, leader_epoch,
+                        partition_epoch, unclean (bool)
+topic_deleted           name
+======================  ==========================================================
+
+Broker sessions (last heartbeat, controlled shutdown) are not metadata: they
+live in ``sessions.BrokerSessions`` and start fresh with every controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.election import PartitionRecord
+from proto.errors import CorruptFileError
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    listeners: tuple[Listener, ...]
+    fenced: bool = False
+
+    def listener(self, name: str) -> Listener | None:
+        for listener in self.listeners:
+            if listener.name == name:
+                return listener
+        return None
+
+    @property
+    def internal(self) -> Listener | None:
+        """The endpoint brokers and the controller use; the first listener if none is named INTERNAL."""
+        return self.listener("INTERNAL") or (self.listeners[0] if self.listeners else None)
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    configs: dict[str, str]
+    partitions: dict[int, PartitionRecord] = field(default_factory=dict)
+
+
+class ClusterMetadata:
+    """Brokers, topics and partitions as of the last applied record."""
+
+    def __init__(self) -> None:
+        self.cluster_id: str = ""
+        self.controller_epoch: int = 0
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.topics_created_total = 0  # spreads replica assignment across topics
+        self.unclean_elections_total = 0
+        self.last_offset = -1
+
+    # ------------------------------------------------------------ queries
+
+    def partition(self, topic: str, partition: int) -> PartitionRecord | None:
+        info = self.topics.get(topic)
+        return info.partitions.get(partition) if info else None
+
+    def all_partitions(self):
+        for info in self.topics.values():
+            yield from info.partitions.values()
+
+    def unfenced_broker_ids(self) -> set[int]:
+        return {b.broker_id for b in self.brokers.values() if not b.fenced}
+
+    def partitions_of_broker(self, broker_id: int) -> list[PartitionRecord]:
+        return [p for p in self.all_partitions() if broker_id in p.replicas]
+
+    # ------------------------------------------------------------ replay
+
+    def apply(self, offset: int, record: dict) -> None:
+        """Apply one record; raises CorruptFileError when it does not fit the image."""
+        kind = record.get("type")
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            raise CorruptFileError(f"unknown metadata record type {kind!r} at offset {offset}")
+        try:
+            handler(self, offset, record)
+        except (KeyError, TypeError, ValueError, AssertionError) as e:
+            raise CorruptFileError(
+                f"metadata record {kind} at offset {offset} does not apply: {e!r}") from e
+        self.last_offset = offset
+
+    def _apply_cluster(self, offset: int, r: dict) -> None:
+        self.cluster_id = r["cluster_id"]
+
+    def _apply_controller_epoch(self, offset: int, r: dict) -> None:
+        epoch = int(r["epoch"])
+        if epoch <= self.controller_epoch:
+            raise ValueError(f"controller epoch {epoch} after {self.controller_epoch}")
+        self.controller_epoch = epoch
+
+    def _apply_broker_registered(self, offset: int, r: dict) -> None:
+        listeners = tuple(Listener(str(n), str(h), int(p)) for n, h, p in r["listeners"])
+        broker_id = int(r["broker_id"])
+        self.brokers[broker_id] = BrokerInfo(broker_id, offset, str(r["incarnation_id"]), listeners)
+
+    def _apply_broker_fenced(self, offset: int, r: dict) -> None:
+        self.brokers[int(r["broker_id"])].fenced = True
+
+    def _apply_broker_unfenced(self, offset: int, r: dict) -> None:
+        self.brokers[int(r["broker_id"])].fenced = False
+
+    def _apply_topic_created(self, offset: int, r: dict) -> None:
+        name = r["name"]
+        if name in self.topics:
+            raise ValueError(f"topic {name} exists")
+        info = TopicInfo(name, {str(k): str(v) for k, v in r["configs"].items()})
+        for p in r["partitions"]:
+            number = int(p["partition"])
+            info.partitions[number] = PartitionRecord(
+                name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]), 0, 0)
+        self.topics[name] = info
+        self.topics_created_total += 1
+
+    def _apply_partition_changed(self, offset: int, r: dict) -> None:
+        info = self.topics[r["topic"]]
+        old = info.partitions[int(r["partition"])]
+        new = PartitionRecord(old.topic, old.partition, old.replicas, tuple(r["isr"]),
+                              int(r["leader"]), int(r["leader_epoch"]), int(r["partition_epoch"]))
+        if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
+            raise ValueError(f"epochs go backwards: {old} -> {new}")
+        info.partitions[old.partition] = new
+        if r.get("unclean"):
+            self.unclean_elections_total += 1
+
+    def _apply_topic_deleted(self, offset: int, r: dict) -> None:
+        del self.topics[r["name"]]
+
+
+_HANDLERS = {
+    "cluster": ClusterMetadata._apply_cluster,
+    "controller_epoch": ClusterMetadata._apply_controller_epoch,
+    "broker_registered": ClusterMetadata._apply_broker_registered,
+    "broker_fenced": ClusterMetadata._apply_broker_fenced,
+    "broker_unfenced": ClusterMetadata._apply_broker_unfenced,
+    "topic_created": ClusterMetadata._apply_topic_created,
+    "partition_changed": ClusterMetadata._apply_partition_changed,
+    "topic_deleted": ClusterMetadata._apply_topic_deleted,
+}
+
+
+# ---------------------------------------------------------------- record constructors
+
+def cluster_record(cluster_id: str) -> dict:
+    return {"type": "cluster", "cluster_id": cluster_id}
+
+
+def controller_epoch_record(epoch: int) -> dict:
+    return {"type": "controller_epoch", "epoch": epoch}
+
+
+def broker_registered_record(broker_id: int, incarnation_id: str,
+                             listeners: list[Listener]) -> dict:
+    return {"type": "broker_registered", "broker_id": broker_id, "incarnation_id": incarnation_id,
+            "listeners": [[x.name, x.host, x.port] for x in listeners]}
+
+
+def broker_fenced_record(broker_id: int) -> dict:
+    return {"type": "broker_fenced", "broker_id": broker_id}
+
+
+def broker_unfenced_record(broker_id: int) -> dict:
+    return {"type": "broker_unfenced", "broker_id": broker_id}
+
+
+def topic_created_record(name: str, configs: dict[str, str],
+                         partitions: list[PartitionRecord]) -> dict:
+    return {"type": "topic_created", "name": name, "configs": dict(configs),
+            "partitions": [{"partition": p.partition, "replicas": list(p.replicas),
+                            "isr": list(p.isr), "leader": p.leader} for p in partitions]}
+
+
+def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> dict:
+    return {"type": "partition_changed", "topic": p.topic, "partition": p.partition,
+            "leader": p.leader, "isr": list(p.isr), "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch, "unclean": unclean}
+
+
+def topic_deleted_record(name: str) -> dict:
+    return {"type": "topic_deleted", "name": name}

@@ -1,0 +1,235 @@
+"""Delivery of LeaderAndIsr, UpdateMetadata and StopReplica to the brokers.
+
+One ``BrokerSender`` task per live (unfenced) broker incarnation talks to the
+broker's INTERNAL listener. Its queue is a set of *marks*, not of requests:
+which partitions need a LeaderAndIsr, whether an UpdateMetadata is due, which
+deleted partitions need a StopReplica. Marks coalesce (a partition that
+changed three times is sent once, in its latest state), so the queue is
+bounded by the number of partitions. Requests are built from the image when
+they are sent, after a short debounce, so a burst of changes becomes one
+request. Order within a round: StopReplica, LeaderAndIsr, UpdateMetadata.
+
+A failed delivery keeps its marks and is retried with exponential backoff
+until it succeeds or the sender is closed (the broker was fenced or
+re-registered with a new epoch; a new incarnation gets a new sender and a
+full resync). A broker answering STALE_CONTROLLER_EPOCH or STALE_BROKER_EPOCH
+is logged and not retried: that request can never succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from controller import requests
+from controller.config import ControllerConfig
+from controller.state_machine import ControllerStateMachine, Effects
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+_NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH)
+
+
+class BrokerSender:
+    def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
+                 target: str, config: ControllerConfig,
+                 on_delivered: Callable[[str], None] | None = None):
+        self.machine = machine
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.target = target
+        self.config = config
+        self._on_delivered = on_delivered or (lambda kind: None)
+        self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
+        self._pending_metadata = False
+        self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = pb_grpc.BrokerStub(self._channel)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"sender-{broker_id}-{broker_epoch}")
+        self._task.add_done_callback(self._on_task_done)
+        self.delivered_counts = {"LeaderAndIsr": 0, "UpdateMetadata": 0, "StopReplica": 0}
+
+    # ------------------------------------------------------------ marks
+
+    def mark_partitions(self, tps, *, new: set[tuple[str, int]] = frozenset()) -> None:
+        for tp in tps:
+            self._pending_partitions[tp] = self._pending_partitions.get(tp, False) or tp in new
+        self._wake.set()
+
+    def mark_metadata(self) -> None:
+        self._pending_metadata = True
+        self._wake.set()
+
+    def mark_stop(self, partitions) -> None:
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            self._pending_stop[tp] = p
+            self._pending_partitions.pop(tp, None)  # a LeaderAndIsr for it would be stale
+        self._wake.set()
+
+    @property
+    def idle(self) -> bool:
+        return not (self._pending_partitions or self._pending_metadata or self._pending_stop)
+
+    # ------------------------------------------------------------ loop
+
+    async def _run(self) -> None:
+        backoff_ms = self.config.sender_retry_backoff_ms
+        while not self._closed:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.config.sender_debounce_ms:
+                await asyncio.sleep(self.config.sender_debounce_ms / 1000)
+            while not self._closed and not self.idle:
+                try:
+                    await self._send_round()
+                    backoff_ms = self.config.sender_retry_backoff_ms
+                except (TimeoutError, grpc.aio.AioRpcError) as e:
+                    detail = e.code().name if isinstance(e, grpc.aio.AioRpcError) else "timeout"
+                    log.info("broker %d at %s unreachable (%s); retrying in %d ms",
+                             self.broker_id, self.target, detail, backoff_ms)
+                    await asyncio.sleep(backoff_ms / 1000)
+                    backoff_ms = min(backoff_ms * 2, self.config.sender_retry_backoff_max_ms)
+
+    async def _send_round(self) -> None:
+        metadata = self.machine.metadata
+        node_id = self.config.node_id
+        timeout_s = self.config.sender_request_timeout_ms / 1000
+        if self._pending_stop:
+            stops, self._pending_stop = self._pending_stop, {}
+            request = requests.stop_replica(metadata, node_id, self.broker_id, stops.values(),
+                                            delete=True)
+            try:
+                response = await self._stub.StopReplica(request, timeout=timeout_s)
+            except BaseException:
+                self._pending_stop = {**stops, **self._pending_stop}
+                raise
+            self._check("StopReplica", response.error_code, response.partitions)
+        if self._pending_partitions:
+            marks, self._pending_partitions = self._pending_partitions, {}
+            partitions = []
+            for (topic, number), is_new in sorted(marks.items()):
+                p = metadata.partition(topic, number)
+                if p is not None and self.broker_id in p.replicas:
+                    partitions.append((p, is_new))
+            if partitions:
+                request = requests.leader_and_isr(metadata, node_id, self.broker_id, partitions)
+                try:
+                    response = await self._stub.LeaderAndIsr(request, timeout=timeout_s)
+                except BaseException:
+                    for tp, is_new in marks.items():
+                        self._pending_partitions[tp] = self._pending_partitions.get(tp, False) or is_new
+                    raise
+                self._check("LeaderAndIsr", response.error_code, response.partitions)
+        if self._pending_metadata:
+            self._pending_metadata = False
+            request = requests.update_metadata(metadata, node_id, self.machine.sessions)
+            try:
+                response = await self._stub.UpdateMetadata(request, timeout=timeout_s)
+            except BaseException:
+                self._pending_metadata = True
+                raise
+            self._check("UpdateMetadata", response.error_code, ())
+
+    def _check(self, kind: str, error_code: int, partitions) -> None:
+        if error_code in _NOT_RETRIED:
+            log.warning("broker %d refused %s: %s (controller epoch %d, broker epoch %d)",
+                        self.broker_id, kind, pb.ErrorCode.Name(error_code),
+                        self.machine.metadata.controller_epoch, self.broker_epoch)
+        elif error_code != pb.NONE:
+            log.warning("broker %d answered %s with %s", self.broker_id, kind,
+                        pb.ErrorCode.Name(error_code))
+        for item in partitions:
+            if item.error_code != pb.NONE:
+                log.info("broker %d: %s %s-%d: %s %s", self.broker_id, kind, item.topic,
+                         item.partition, pb.ErrorCode.Name(item.error_code), item.error_message)
+        self.delivered_counts[kind] += 1
+        self._on_delivered(kind)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sender for broker %d died", self.broker_id, exc_info=task.exception())
+
+    async def close(self) -> None:
+        self._closed = True
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # already logged by the done callback
+            pass
+        await self._channel.close()
+
+
+class BrokerSenders:
+    """The set of senders, one per unfenced broker, fed by committed effects."""
+
+    def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
+                 on_delivered: Callable[[str], None] | None = None):
+        self.machine = machine
+        self.config = config
+        self._on_delivered = on_delivered
+        self.senders: dict[int, BrokerSender] = {}
+        self._closing: set[asyncio.Task] = set()
+
+    def _close_later(self, sender: BrokerSender) -> None:
+        task = asyncio.get_running_loop().create_task(sender.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _ensure_sender(self, broker_id: int) -> BrokerSender | None:
+        broker = self.machine.metadata.brokers.get(broker_id)
+        if broker is None or broker.fenced or broker.internal is None:
+            return None
+        sender = self.senders.get(broker_id)
+        if sender is not None and sender.broker_epoch == broker.broker_epoch:
+            return sender
+        if sender is not None:
+            self._close_later(sender)
+        endpoint = broker.internal
+        sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
+                              f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered)
+        self.senders[broker_id] = sender
+        return sender
+
+    def on_commit(self, effects: Effects) -> None:
+        metadata = self.machine.metadata
+        for broker_id in effects.fenced_brokers:
+            sender = self.senders.pop(broker_id, None)
+            if sender is not None:
+                self._close_later(sender)
+        for broker_id in effects.resync_brokers:
+            sender = self._ensure_sender(broker_id)
+            if sender is not None:
+                hosted = [(p.topic, p.partition) for p in metadata.partitions_of_broker(broker_id)]
+                sender.mark_partitions(hosted, new=effects.new_partitions)
+                sender.mark_metadata()
+        for broker_id, partitions in effects.stop_replicas:
+            sender = self.senders.get(broker_id)
+            if sender is not None:
+                sender.mark_stop(partitions)
+        for tp in effects.changed_partitions:
+            p = metadata.partition(*tp)
+            if p is None:
+                continue
+            for replica in p.replicas:
+                sender = self.senders.get(replica)
+                if sender is not None:
+                    sender.mark_partitions([tp], new=effects.new_partitions)
+        if effects.metadata_changed:
+            for sender in self.senders.values():
+                sender.mark_metadata()
+
+    async def close(self) -> None:
+        senders, self.senders = list(self.senders.values()), {}
+        await asyncio.gather(*(s.close() for s in senders), *self._closing,
+                             return_exceptions=True)

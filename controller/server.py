@@ -1,0 +1,145 @@
+"""Wiring of the controller process: log, owner, senders, timers, gRPC server, metrics.
+
+``ControllerServer.start()`` recovers the metadata log, appends the new
+controller epoch, starts the owner task, the session and preferred-leader
+timers, the gRPC server and (optionally) the metrics endpoint. ``stop()``
+undoes it in reverse: gRPC first (with a grace period, so in-flight requests
+finish), then timers, owner and senders, then the log file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+
+from controller.config import ControllerConfig, parse_host_port
+from controller.metadata_log import MetadataLog
+from controller.metrics import ControllerMetrics
+from controller.owner import MetadataOwner, OwnerStoppedError
+from controller.sender import BrokerSenders
+from controller.service import ControllerService
+from controller.state_machine import ControllerStateMachine, Effects
+from proto import tidewater_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SESSION_CHECK_INTERVAL_MS_MAX = 100
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ControllerServer:
+    def __init__(self, config: ControllerConfig):
+        self.config = config
+        self.machine = ControllerStateMachine(config)
+        self.metrics = ControllerMetrics()
+        self.metadata_log: MetadataLog | None = None
+        self.owner: MetadataOwner | None = None
+        self.senders: BrokerSenders | None = None
+        self.grpc_server: grpc.aio.Server | None = None
+        self.port: int | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._metrics_http = None
+        self.stopped = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    def _on_commit(self, effects: Effects) -> None:
+        self.senders.on_commit(effects)
+        self.metrics.on_commit(self.machine, effects)
+
+    async def start(self) -> None:
+        self.metadata_log = MetadataLog.open(self.config.data_dir)
+        self.senders = BrokerSenders(
+            self.machine, self.config,
+            on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc())
+        self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
+                                   clock_ms=monotonic_ms,
+                                   queue_size_max=self.config.metadata_queue_size_max)
+        replayed = self.owner.recover()
+        self.owner.run_now(self.machine.start)
+        metadata = self.machine.metadata
+        log.info("metadata log %s: replayed %d records; cluster %s, controller epoch %d, "
+                 "%d brokers, %d topics", self.metadata_log.path, replayed, metadata.cluster_id,
+                 metadata.controller_epoch, len(metadata.brokers), len(metadata.topics))
+        self.metrics.active_controller.set(1)
+        self.metrics.refresh(self.machine)
+
+        self._spawn(self.owner.run(), "metadata-owner")
+        self._spawn(self._session_timer(), "session-timer")
+        self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
+
+        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_ControllerServicer_to_server(
+            ControllerService(self.owner, self.machine, self.metrics), self.grpc_server)
+        host, port = parse_host_port(self.config.listen)
+        self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await self.grpc_server.start()
+        if self.config.metrics_port:
+            self._metrics_http = self.metrics.serve(self.config.metrics_port, host)
+        log.info("controller %d listening on %s:%d (metrics port %s)", self.config.node_id, host,
+                 self.port, self.config.metrics_port or "off")
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(self._on_task_done)
+        self._tasks.append(task)
+
+    def _on_task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and self.failure is None:
+            log.critical("task %s failed; stopping the controller", task.get_name(),
+                         exc_info=error)
+            self.failure = error
+            self.stopped.set()
+
+    async def _session_timer(self) -> None:
+        interval_s = min(SESSION_CHECK_INTERVAL_MS_MAX,
+                         self.config.broker_session_timeout_ms // 10 or 1) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                fenced = await self.owner.submit(self.machine.check_sessions)
+            except OwnerStoppedError:
+                return
+            for broker_id in fenced:
+                log.warning("broker %d fenced: no heartbeat for %d ms", broker_id,
+                            self.config.broker_session_timeout_ms)
+
+    async def _preferred_leader_timer(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
+            try:
+                moved = await self.owner.submit(self.machine.preferred_leader_check)
+            except OwnerStoppedError:
+                return
+            if moved:
+                log.info("preferred leader election moved %d partitions", moved)
+
+    async def stop(self) -> None:
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(self.config.shutdown_grace_seconds)
+        if self.owner is not None:
+            self.owner.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.senders is not None:
+            await self.senders.close()
+        if self._metrics_http is not None:
+            server, thread = self._metrics_http
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=2)
+        if self.metadata_log is not None:
+            self.metadata_log.close()
+        self.metrics.active_controller.set(0)
+        self.stopped.set()

@@ -1,0 +1,130 @@
+"""The gRPC ``Controller`` service, and the contract brokers follow with it.
+
+Broker <-> controller contract (details this controller decides)
+------------------------------------------------------------------
+* **RegisterBroker** every time the broker process starts, with a new
+  ``incarnation_id`` (e.g. a uuid4) and its listeners (``INTERNAL`` is where
+  the controller and other brokers reach it; ``EXTERNAL`` is optional). The
+  answer's ``broker_epoch`` (the registration record's offset in the metadata
+  log: it only grows, also across controller restarts) goes into every later
+  heartbeat, AlterPartition and replica fetch. A registration is accepted at
+  once, also while an older incarnation of the same id still has a session:
+  the new process wins. If the incarnation differs from the registered one,
+  the broker is first removed from every ISR it is not the last member of
+  and from leadership (it may have lost unflushed data), then re-admitted.
+  INVALID_REQUEST: negative id, empty incarnation id, no listeners, a bad
+  host/port, repeated listener names.
+* **BrokerHeartbeat** every ``broker.heartbeat.interval.ms`` (500 ms
+  suggested); ``broker.session.timeout.ms`` (default 3000) without one fences
+  the broker: it leaves every ISR it is not the last member of, its
+  leaderships move (leader_epoch + 1) and it receives nothing more.
+  ``STALE_BROKER_EPOCH`` answers mean "unknown broker or old epoch": register
+  again (new incarnation not needed) and use the new epoch. A heartbeat with
+  the current epoch from a fenced broker unfences it; it then gets a full
+  resync (LeaderAndIsr for every partition it hosts + UpdateMetadata), and an
+  offline partition it can lead elects it.
+* **Controlled shutdown**: heartbeat with ``want_shutdown=true`` (keep the
+  interval) until ``should_shutdown`` is true. The controller moves every
+  leadership away and drops the broker from ISRs; a partition whose only live
+  ISR member is this broker goes offline (never an unclean election). Then
+  the broker exits; its session expiring afterwards changes nothing.
+* **Controller restart**: the controller bumps its epoch, replays its log and
+  gives every broker that was unfenced a fresh session. Heartbeats with the
+  broker's current epoch keep working; the controller resyncs every unfenced
+  broker (full LeaderAndIsr with the new controller epoch + UpdateMetadata).
+  Brokers must accept a higher controller epoch and refuse a lower one with
+  STALE_CONTROLLER_EPOCH.
+* **AlterPartition**: top-level STALE_BROKER_EPOCH when the sender's epoch is
+  not current or it is fenced. Per item: FENCED_LEADER_EPOCH (leader epoch is
+  not the current one), NOT_LEADER_OR_FOLLOWER (sender is not the leader),
+  INVALID_UPDATE_VERSION (partition epoch is stale), INVALID_REQUEST (ISR
+  lacks the leader or repeats a member), INELIGIBLE_REPLICA (a member is not a
+  replica, or a joining member is not live), UNKNOWN_TOPIC_OR_PARTITION. The
+  item's ``state`` is the committed state on success and the current state on
+  error. When the change brings the preferred replica back into the ISR the
+  controller moves leadership to it right after (a separate LeaderAndIsr).
+* Pushes (broker's ``Broker`` service, INTERNAL listener): LeaderAndIsr for a
+  partition goes to all its unfenced replicas whenever it changes;
+  ``is_new`` marks partitions of a topic created in the same change. Every
+  committed change also sends a full UpdateMetadata to every unfenced broker.
+  DeleteTopics sends StopReplica(delete_partitions=true) to the replicas that
+  are unfenced at the time; a fenced replica gets none and must treat logs of
+  partitions absent from its next full resync as stray.
+* CreateTopics answers once the topic is durable, before brokers have the
+  LeaderAndIsr: clients retry NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC briefly.
+  Every topic gets ``min.insync.replicas`` in its configs (cluster default
+  unless given).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from controller.metrics import ControllerMetrics
+from controller.owner import MetadataOwner, OwnerStoppedError
+from controller.state_machine import ControllerStateMachine
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+from proto.errors import TidewaterError
+
+log = logging.getLogger(__name__)
+
+
+class ControllerService(pb_grpc.ControllerServicer):
+    def __init__(self, owner: MetadataOwner, machine: ControllerStateMachine,
+                 metrics: ControllerMetrics):
+        self.owner = owner
+        self.machine = machine
+        self.metrics = metrics
+
+    async def _run(self, rpc: str, command, context: grpc.aio.ServicerContext):
+        with self.metrics.time_rpc(rpc):
+            try:
+                return await self.owner.submit(command)
+            except OwnerStoppedError as e:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except TidewaterError as e:
+                # Request-level typed errors have no per-message error field
+                # everywhere; INVALID_ARGUMENT carries the message.
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"{e.error_name}: {e}")
+
+    async def RegisterBroker(self, request, context):
+        response = await self._run("RegisterBroker", lambda tx, now: (
+            self.machine.register_broker(tx, now, request)), context)
+        if response.error_code == pb.NONE:
+            log.info("broker %d registered (incarnation %s) with epoch %d: %s",
+                     request.broker_id, request.incarnation_id, response.broker_epoch,
+                     ", ".join(f"{x.name}={x.host}:{x.port}" for x in request.listeners))
+        return response
+
+    async def BrokerHeartbeat(self, request, context):
+        return await self._run("BrokerHeartbeat", lambda tx, now: (
+            self.machine.broker_heartbeat(tx, now, request)), context)
+
+    async def AlterPartition(self, request, context):
+        return await self._run("AlterPartition", lambda tx, now: (
+            self.machine.alter_partition(tx, now, request)), context)
+
+    async def CreateTopics(self, request, context):
+        response = await self._run("CreateTopics", lambda tx, now: (
+            self.machine.create_topics(tx, now, request)), context)
+        for t in response.topics:
+            if t.error_code == pb.NONE and not request.validate_only:
+                log.info("created topic %s: %d partitions, replication factor %d",
+                         t.name, t.num_partitions, t.replication_factor)
+        return response
+
+    async def DeleteTopics(self, request, context):
+        response = await self._run("DeleteTopics", lambda tx, now: (
+            self.machine.delete_topics(tx, now, request)), context)
+        for t in response.topics:
+            if t.error_code == pb.NONE:
+                log.info("deleted topic %s", t.name)
+        return response
+
+    async def DescribeCluster(self, request, context):
+        return await self._run("DescribeCluster", lambda tx, now: (
+            self.machine.describe_cluster(tx, now, request)), context)

@@ -1,0 +1,343 @@
+"""What the controller does for each request and timer: plain code, time passed in.
+
+Every command takes a ``Tx`` and ``now_ms``. It validates its input first
+(raising a typed error or answering with an ErrorCode before anything is
+appended), then appends records through ``tx.append``, which applies them to
+the image at once so later steps of the same command see them. The owner
+(``owner.MetadataOwner``) makes the records durable before it answers or lets
+``tx.effects`` reach the brokers; a command that fails after appending is a
+programmer error and stops the controller.
+
+``live`` below means registered, unfenced and not in controlled shutdown:
+the brokers that may lead or join an ISR.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controller import requests
+from controller.assignment import assign_replicas
+from controller.config import ControllerConfig
+from controller.election import (
+    Change,
+    PartitionRecord,
+    alter_partition,
+    maybe_preferred_leader,
+    new_partition,
+    on_broker_fenced,
+    on_broker_unfenced,
+    on_controlled_shutdown,
+)
+from controller.metadata import (
+    ClusterMetadata,
+    Listener,
+    broker_fenced_record,
+    broker_registered_record,
+    broker_unfenced_record,
+    cluster_record,
+    controller_epoch_record,
+    partition_changed_record,
+    topic_created_record,
+    topic_deleted_record,
+)
+from controller.sessions import BrokerSessions
+from controller.validation import collision_key, validate_topic_configs, validate_topic_name
+from proto import tidewater_pb2 as pb
+from proto.errors import TidewaterError
+
+PARTITIONS_PER_TOPIC_MAX = 10_000
+LISTENERS_MAX = 8
+
+
+@dataclass
+class Effects:
+    """What the brokers must hear about once a command's records are durable."""
+
+    changed_partitions: set[tuple[str, int]] = field(default_factory=set)
+    new_partitions: set[tuple[str, int]] = field(default_factory=set)
+    resync_brokers: set[int] = field(default_factory=set)  # full LeaderAndIsr, new sender
+    fenced_brokers: set[int] = field(default_factory=set)  # stop sending
+    stop_replicas: list[tuple[int, list[PartitionRecord]]] = field(default_factory=list)
+    metadata_changed: bool = False
+    leader_elections: int = 0
+    unclean_leader_elections: int = 0
+    isr_changes: int = 0
+
+
+class Tx:
+    """Records of one command, applied to the image as they are appended."""
+
+    def __init__(self, metadata: ClusterMetadata, next_offset: int):
+        self.metadata = metadata
+        self.next_offset = next_offset
+        self.records: list[dict] = []
+        self.effects = Effects()
+
+    def append(self, record: dict) -> int:
+        offset = self.next_offset + len(self.records)
+        self.metadata.apply(offset, record)
+        self.records.append(record)
+        self.effects.metadata_changed = True
+        return offset
+
+
+class ControllerStateMachine:
+    def __init__(self, config: ControllerConfig, metadata: ClusterMetadata | None = None):
+        self.config = config
+        self.metadata = metadata or ClusterMetadata()
+        self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+
+    # ------------------------------------------------------------ helpers
+
+    def live_broker_ids(self) -> set[int]:
+        return {b for b in self.metadata.unfenced_broker_ids()
+                if not self.sessions.in_controlled_shutdown(b)}
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        return self.config.unclean_allowed(self.metadata.topics[topic].configs)
+
+    def _commit_change(self, tx: Tx, old: PartitionRecord, change: Change) -> None:
+        tx.append(partition_changed_record(change.record, unclean=change.unclean))
+        tx.effects.changed_partitions.add((old.topic, old.partition))
+        if change.leader_changed:
+            tx.effects.leader_elections += 1
+        if change.unclean:
+            tx.effects.unclean_leader_elections += 1
+        if change.record.isr != old.isr:
+            tx.effects.isr_changes += 1
+
+    def _for_partitions_of(self, tx: Tx, broker_id: int,
+                           decide: Callable[[PartitionRecord], Change | None]) -> None:
+        for p in self.metadata.partitions_of_broker(broker_id):
+            change = decide(p)
+            if change is not None:
+                self._commit_change(tx, p, change)
+
+    def _fence(self, tx: Tx, broker_id: int) -> None:
+        live = self.live_broker_ids() - {broker_id}
+        self._for_partitions_of(tx, broker_id, lambda p: on_broker_fenced(
+            p, broker_id, live, unclean_allowed=self._unclean_allowed(p.topic)))
+        if not self.metadata.brokers[broker_id].fenced:
+            tx.append(broker_fenced_record(broker_id))
+        self.sessions.end(broker_id)
+        tx.effects.fenced_brokers.add(broker_id)
+        tx.effects.resync_brokers.discard(broker_id)
+
+    def _unfence_elections(self, tx: Tx, broker_id: int) -> None:
+        live = self.live_broker_ids()
+        self._for_partitions_of(tx, broker_id, lambda p: on_broker_unfenced(
+            p, broker_id, live, unclean_allowed=self._unclean_allowed(p.topic)))
+        tx.effects.resync_brokers.add(broker_id)
+        tx.effects.fenced_brokers.discard(broker_id)
+
+    # ------------------------------------------------------------ start-up
+
+    def start(self, tx: Tx, now_ms: int) -> None:
+        """After replay: a cluster id for a new log, a new controller epoch, fresh sessions."""
+        if not self.metadata.cluster_id:
+            tx.append(cluster_record(uuid.uuid4().hex))
+        tx.append(controller_epoch_record(self.metadata.controller_epoch + 1))
+        for broker_id in self.metadata.unfenced_broker_ids():
+            self.sessions.reset(broker_id, now_ms)
+            tx.effects.resync_brokers.add(broker_id)
+
+    # ------------------------------------------------------------ brokers
+
+    def register_broker(self, tx: Tx, now_ms: int,
+                        req: pb.RegisterBrokerRequest) -> pb.RegisterBrokerResponse:
+        def refuse(message: str) -> pb.RegisterBrokerResponse:
+            return pb.RegisterBrokerResponse(error_code=pb.INVALID_REQUEST, error_message=message,
+                                             broker_epoch=-1)
+
+        if req.broker_id < 0:
+            return refuse(f"broker id {req.broker_id} is negative")
+        if not req.incarnation_id:
+            return refuse("incarnation_id is empty")
+        if not 1 <= len(req.listeners) <= LISTENERS_MAX:
+            return refuse(f"expected 1..{LISTENERS_MAX} listeners, got {len(req.listeners)}")
+        listeners = []
+        for x in req.listeners:
+            if not x.name or not x.host or not 0 < x.port < 65536:
+                return refuse(f"bad listener {x.name}={x.host}:{x.port}")
+            listeners.append(Listener(x.name, x.host, x.port))
+        if len({x.name for x in listeners}) != len(listeners):
+            return refuse("listener names repeat")
+
+        existing = self.metadata.brokers.get(req.broker_id)
+        if existing and not existing.fenced and existing.incarnation_id != req.incarnation_id:
+            # A new process: the old one may have lost unflushed data, so it
+            # leaves leadership and ISRs as if it had been fenced.
+            self._fence(tx, req.broker_id)
+        broker_epoch = tx.append(broker_registered_record(req.broker_id, req.incarnation_id,
+                                                          listeners))
+        self.sessions.reset(req.broker_id, now_ms)
+        self._unfence_elections(tx, req.broker_id)
+        return pb.RegisterBrokerResponse(
+            error_code=pb.NONE, broker_epoch=broker_epoch,
+            controller_epoch=self.metadata.controller_epoch, cluster_id=self.metadata.cluster_id)
+
+    def broker_heartbeat(self, tx: Tx, now_ms: int,
+                         req: pb.BrokerHeartbeatRequest) -> pb.BrokerHeartbeatResponse:
+        broker = self.metadata.brokers.get(req.broker_id)
+        epoch = self.metadata.controller_epoch
+        if broker is None or broker.broker_epoch != req.broker_epoch:
+            return pb.BrokerHeartbeatResponse(error_code=pb.STALE_BROKER_EPOCH, is_fenced=True,
+                                              controller_epoch=epoch)
+        self.sessions.touch(req.broker_id, now_ms)
+        if req.want_shutdown:
+            should_shutdown = True
+            if not broker.fenced:
+                self.sessions.begin_controlled_shutdown(req.broker_id)
+                live = self.live_broker_ids()
+                self._for_partitions_of(tx, req.broker_id, lambda p: on_controlled_shutdown(
+                    p, req.broker_id, live))
+                should_shutdown = not any(p.leader == req.broker_id
+                                          for p in self.metadata.all_partitions())
+        else:
+            should_shutdown = False
+            if broker.fenced:
+                tx.append(broker_unfenced_record(req.broker_id))
+                self._unfence_elections(tx, req.broker_id)
+        return pb.BrokerHeartbeatResponse(error_code=pb.NONE, is_fenced=broker.fenced,
+                                          should_shutdown=should_shutdown, controller_epoch=epoch)
+
+    def check_sessions(self, tx: Tx, now_ms: int) -> list[int]:
+        """Fence every unfenced broker whose session expired; returns their ids."""
+        expired = self.sessions.expired(self.metadata.unfenced_broker_ids(), now_ms)
+        for broker_id in expired:
+            self._fence(tx, broker_id)
+        return expired
+
+    # ------------------------------------------------------------ partitions
+
+    def alter_partition(self, tx: Tx, now_ms: int,
+                        req: pb.AlterPartitionRequest) -> pb.AlterPartitionResponse:
+        broker = self.metadata.brokers.get(req.broker_id)
+        if broker is None or broker.broker_epoch != req.broker_epoch or broker.fenced:
+            return pb.AlterPartitionResponse(error_code=pb.STALE_BROKER_EPOCH)
+        response = pb.AlterPartitionResponse(error_code=pb.NONE)
+        live = self.live_broker_ids()
+        for item in req.items:
+            current = self.metadata.partition(item.topic, item.partition)
+            if current is None:
+                response.items.add(error_code=pb.UNKNOWN_TOPIC_OR_PARTITION,
+                                   state=pb.PartitionState(topic=item.topic,
+                                                           partition=item.partition, leader=-1))
+                continue
+            code, record = alter_partition(
+                current, leader_id=req.broker_id, leader_epoch=item.leader_epoch,
+                partition_epoch=item.partition_epoch, new_isr=tuple(item.new_isr), live=live)
+            if code == pb.NONE and record is not current:
+                self._commit_change(tx, current, Change(record, leader_changed=False))
+            response.items.add(error_code=code, state=requests.partition_state(record))
+            preferred = record.replicas[0]
+            if code == pb.NONE and preferred in record.isr and preferred not in current.isr:
+                # The preferred replica just caught up: give it leadership back now
+                # instead of at the next periodic check.
+                change = maybe_preferred_leader(record, live)
+                if change is not None:
+                    self._commit_change(tx, record, change)
+        return response
+
+    def preferred_leader_check(self, tx: Tx, now_ms: int) -> int:
+        """Move every partition whose preferred replica can lead back to it; returns how many."""
+        live = self.live_broker_ids()
+        moved = 0
+        for p in list(self.metadata.all_partitions()):
+            change = maybe_preferred_leader(p, live)
+            if change is not None:
+                self._commit_change(tx, p, change)
+                moved += 1
+        return moved
+
+    # ------------------------------------------------------------ topics
+
+    def _check_topic(self, t: pb.CreatableTopic, live: set[int],
+                     taken: set[str]) -> tuple[int, int, dict[str, str]]:
+        """(partitions, replication factor, configs) or a typed error."""
+        validate_topic_name(t.name)
+        if t.name in self.metadata.topics:
+            raise _TopicError(pb.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists")
+        if collision_key(t.name) in taken:
+            raise _TopicError(pb.INVALID_TOPIC_EXCEPTION,
+                              f"topic {t.name!r} collides with an existing topic ('.' vs '_')")
+        partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
+        if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX:
+            raise _TopicError(pb.INVALID_PARTITIONS,
+                              f"partitions must be 1..{PARTITIONS_PER_TOPIC_MAX}, got {partitions}")
+        factor = (self.config.default_replication_factor if t.replication_factor == -1
+                  else t.replication_factor)
+        if not 1 <= factor <= len(live):
+            raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
+                              f"replication factor {factor} must be 1..{len(live)} "
+                              f"(the live brokers)")
+        configs = dict(t.configs)
+        validate_topic_configs(configs)
+        return partitions, factor, {**self.config.default_topic_configs(), **configs}
+
+    def create_topics(self, tx: Tx, now_ms: int,
+                      req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
+        response = pb.CreateTopicsResponse()
+        live = self.live_broker_ids()
+        names = [t.name for t in req.topics]
+        taken = {collision_key(name) for name in self.metadata.topics}
+        for t in req.topics:
+            result = response.topics.add(name=t.name, error_code=pb.NONE)
+            try:
+                if names.count(t.name) > 1:
+                    raise _TopicError(pb.INVALID_REQUEST, f"topic {t.name!r} is named twice")
+                partitions, factor, configs = self._check_topic(t, live, taken)
+            except TidewaterError as e:
+                result.error_code, result.error_message = e.error_code, str(e)
+                continue
+            result.num_partitions, result.replication_factor = partitions, factor
+            taken.add(collision_key(t.name))
+            if req.validate_only:
+                continue
+            assignment = assign_replicas(sorted(live), partitions, factor,
+                                         topic_sequence=self.metadata.topics_created_total)
+            records = [new_partition(t.name, i, replicas, live)
+                       for i, replicas in enumerate(assignment)]
+            tx.append(topic_created_record(t.name, configs, records))
+            for p in records:
+                tx.effects.changed_partitions.add((p.topic, p.partition))
+                tx.effects.new_partitions.add((p.topic, p.partition))
+        return response
+
+    def delete_topics(self, tx: Tx, now_ms: int,
+                      req: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
+        response = pb.DeleteTopicsResponse()
+        for name in dict.fromkeys(req.names):  # once each, in order
+            info = self.metadata.topics.get(name)
+            if info is None:
+                response.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION,
+                                    error_message=f"topic {name!r} does not exist")
+                continue
+            partitions = list(info.partitions.values())
+            tx.append(topic_deleted_record(name))
+            by_broker: dict[int, list[PartitionRecord]] = {}
+            for p in partitions:
+                for replica in p.replicas:
+                    by_broker.setdefault(replica, []).append(p)
+            unfenced = self.metadata.unfenced_broker_ids()
+            for broker_id, owned in sorted(by_broker.items()):
+                if broker_id in unfenced:
+                    tx.effects.stop_replicas.append((broker_id, owned))
+            response.topics.add(name=name, error_code=pb.NONE, num_partitions=len(partitions),
+                                replication_factor=len(partitions[0].replicas) if partitions else 0)
+        return response
+
+    def describe_cluster(self, tx: Tx, now_ms: int,
+                         req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
+        return requests.describe_cluster(self.metadata, self.sessions, self.config.node_id)
+
+
+class _TopicError(TidewaterError):
+    """A CreateTopics failure with an explicit code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.error_code = code
