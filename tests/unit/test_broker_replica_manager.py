@@ -1,0 +1,274 @@
+"""ReplicaManager driven directly (no sockets): LeaderAndIsr, produce, fetch, fencing, acks=all."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.metadata_cache import MetadataCache
+from broker.metrics import BrokerMetrics
+from broker.replica_manager import ReplicaManager
+from broker.storage.topics import TopicPartition
+from proto import tidewater_pb2 as pb
+from tests.unit.test_broker_fakes import FakeLogManager, make_batch
+
+TP = TopicPartition("orders", 0)
+
+
+class FakeController:
+    """Commits every AlterPartition proposal with the next partition epoch."""
+
+    def __init__(self):
+        self.items: list[pb.AlterPartitionItem] = []
+        self.accept = True
+
+    async def alter_partition(self, items):
+        self.items.extend(items)
+        resp = pb.AlterPartitionResponse(error_code=pb.NONE)
+        for it in items:
+            if not self.accept:
+                resp.items.add(error_code=pb.INVALID_UPDATE_VERSION)
+                continue
+            resp.items.add(error_code=pb.NONE, state=pb.PartitionState(
+                topic=it.topic, partition=it.partition, leader=1, leader_epoch=it.leader_epoch,
+                partition_epoch=it.partition_epoch + 1, replicas=[1, 2], isr=list(it.new_isr)))
+        return resp
+
+
+def make_manager(tmp_path: Path, **settings) -> tuple[ReplicaManager, FakeController]:
+    config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
+                          data_dir=tmp_path)
+    config.apply_settings(settings)
+    controller = FakeController()
+    rm = ReplicaManager(config=config, log_manager=FakeLogManager(),
+                        metadata_cache=MetadataCache(), metrics=BrokerMetrics(1),
+                        alter_partition=controller.alter_partition, broker_epoch=lambda: 7)
+    return rm, controller
+
+
+def lai(leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2), replicas=(1, 2),
+        controller_epoch=1, configs=None) -> pb.LeaderAndIsrRequest:
+    return pb.LeaderAndIsrRequest(
+        controller_id=0, controller_epoch=controller_epoch, broker_epoch=7,
+        partitions=[pb.LeaderAndIsrPartition(
+            state=pb.PartitionState(topic=TP.topic, partition=TP.partition, leader=leader,
+                                    leader_epoch=leader_epoch, partition_epoch=partition_epoch,
+                                    replicas=list(replicas), isr=list(isr)),
+            topic_configs=configs or {}, is_new=True)],
+        leaders=[pb.BrokerEndpoint(broker_id=2, host="127.0.0.1", port=1)])
+
+
+def produce(acks=1, records=None, topic=TP.topic, partition=0, timeout_ms=2000):
+    return pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[pb.ProducePartitionData(
+        topic=topic, partition=partition, records=make_batch(1) if records is None else records)])
+
+
+def follower_fetch(offset, epoch=0, last_fetched_epoch=-1, max_wait_ms=0):
+    return pb.FetchRequest(replica_id=2, max_wait_ms=max_wait_ms, min_bytes=1, partitions=[
+        pb.FetchPartition(topic=TP.topic, partition=0, current_leader_epoch=epoch,
+                          fetch_offset=offset, last_fetched_epoch=last_fetched_epoch)])
+
+
+def consumer_fetch(offset, max_wait_ms=0):
+    return pb.FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, partitions=[
+        pb.FetchPartition(topic=TP.topic, partition=0, current_leader_epoch=-1,
+                          fetch_offset=offset)])
+
+
+async def test_become_leader_assigns_epoch_and_acks1_appends(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    resp = await rm.leader_and_isr(lai(leader_epoch=3))
+    assert [p.error_code for p in resp.partitions] == [pb.NONE]
+    log = rm.partitions[TP].log
+    assert log.leader_epoch_cache.entries() == [(3, 0)]
+    out = await rm.produce(produce(acks=1, records=make_batch(4)))
+    assert out.partitions[0].error_code == pb.NONE and out.partitions[0].base_offset == 0
+    assert log.log_end_offset == 4
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].base_offset == 4
+
+
+async def test_acks_all_waits_for_follower_fetch(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    task = asyncio.create_task(rm.produce(produce(acks=-1, records=make_batch(2))))
+    await asyncio.sleep(0.05)
+    assert not task.done() and rm.produce_purgatory.pending(TP) == 1
+    # The follower fetches the records (offset 0), then fetches at 2: the HW reaches 2.
+    first = await rm.fetch(follower_fetch(0))
+    assert first.partitions[0].records and first.partitions[0].high_watermark == 0
+    assert not task.done()
+    second = await rm.fetch(follower_fetch(2))
+    assert second.partitions[0].high_watermark == 2
+    out = await asyncio.wait_for(task, 1)
+    assert out.partitions[0].error_code == pb.NONE and out.partitions[0].base_offset == 0
+
+
+async def test_acks_all_times_out_without_follower(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    out = await rm.produce(produce(acks=-1, timeout_ms=100))
+    assert out.partitions[0].error_code == pb.REQUEST_TIMED_OUT
+    assert rm.produce_purgatory.pending() == 0
+
+
+async def test_min_insync_replicas_rejects_before_append(tmp_path):
+    rm, _ = make_manager(tmp_path, **{"min.insync.replicas": "2"})
+    await rm.leader_and_isr(lai(isr=(1,)))
+    out = await rm.produce(produce(acks=-1))
+    assert out.partitions[0].error_code == pb.NOT_ENOUGH_REPLICAS
+    assert rm.partitions[TP].log.log_end_offset == 0
+    # acks=1 is not subject to min.insync.replicas
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.NONE
+
+
+async def test_leadership_loss_fails_waiters(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    task = asyncio.create_task(rm.produce(produce(acks=-1)))
+    await asyncio.sleep(0.02)
+    resp = await rm.leader_and_isr(lai(leader=2, leader_epoch=1, partition_epoch=1))
+    assert resp.partitions[0].error_code == pb.NONE
+    out = await asyncio.wait_for(task, 1)
+    assert out.partitions[0].error_code == pb.NOT_LEADER_OR_FOLLOWER
+    assert not rm.partitions[TP].is_leader
+    await rm.stop()
+
+
+@pytest.mark.parametrize("topic,code", [
+    ("../etc", pb.INVALID_TOPIC_EXCEPTION), ("nope", pb.UNKNOWN_TOPIC_OR_PARTITION)])
+async def test_produce_bad_topic(tmp_path, topic, code):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    out = await rm.produce(produce(topic=topic))
+    assert out.partitions[0].error_code == code
+    assert not (tmp_path / "etc").exists()
+
+
+async def test_produce_invalid_acks_and_corrupt(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    out = await rm.produce(produce(acks=2))
+    assert out.partitions[0].error_code == pb.INVALID_REQUIRED_ACKS
+    bad = bytearray(make_batch(1))
+    bad[-1] ^= 0xFF
+    out = await rm.produce(produce(records=bytes(bad)))
+    assert out.partitions[0].error_code == pb.CORRUPT_MESSAGE
+    out = await rm.produce(produce(records=b""))
+    assert out.partitions[0].error_code == pb.CORRUPT_MESSAGE
+    assert rm.partitions[TP].log.log_end_offset == 0
+
+
+async def test_message_too_large(tmp_path):
+    rm, _ = make_manager(tmp_path, **{"max.message.bytes": "200"})
+    await rm.leader_and_isr(lai())
+    out = await rm.produce(produce(records=make_batch(1, b"y" * 500)))
+    assert out.partitions[0].error_code == pb.MESSAGE_TOO_LARGE
+
+
+async def test_acks0_returns_empty_response(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    out = await rm.produce(produce(acks=0))
+    assert len(out.partitions) == 0
+    assert rm.partitions[TP].log.log_end_offset == 1
+
+
+async def test_consumer_never_reads_above_high_watermark(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    await rm.produce(produce(acks=1, records=make_batch(3)))
+    resp = await rm.fetch(consumer_fetch(0))
+    p = resp.partitions[0]
+    assert p.error_code == pb.NONE and p.records == b"" and p.high_watermark == 0
+    assert p.log_end_offset == 3
+    await rm.fetch(follower_fetch(3))
+    resp = await rm.fetch(consumer_fetch(0))
+    assert resp.partitions[0].high_watermark == 3 and len(resp.partitions[0].records) > 0
+
+
+async def test_consumer_long_poll_woken_by_high_watermark(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    poll = asyncio.create_task(rm.fetch(consumer_fetch(0, max_wait_ms=5000)))
+    await asyncio.sleep(0.02)
+    await rm.produce(produce(acks=1))
+    await asyncio.sleep(0.02)
+    assert not poll.done()  # appended but not committed
+    await rm.fetch(follower_fetch(1))
+    resp = await asyncio.wait_for(poll, 1)
+    assert resp.partitions[0].records
+
+
+async def test_follower_fetch_fencing_and_divergence(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(leader_epoch=2))
+    await rm.produce(produce(acks=1, records=make_batch(5)))
+    resp = await rm.fetch(follower_fetch(0, epoch=1))
+    assert resp.partitions[0].error_code == pb.FENCED_LEADER_EPOCH
+    resp = await rm.fetch(follower_fetch(0, epoch=3))
+    assert resp.partitions[0].error_code == pb.UNKNOWN_LEADER_EPOCH
+    # Follower claims epoch 1 up to offset 3; the leader has epoch 2 from 0: diverged.
+    resp = await rm.fetch(follower_fetch(3, epoch=2, last_fetched_epoch=1))
+    p = resp.partitions[0]
+    assert p.HasField("diverging_epoch") and p.records == b""
+    assert (p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (1, 0)
+    resp = await rm.fetch(follower_fetch(9, epoch=2))
+    assert resp.partitions[0].error_code == pb.OFFSET_OUT_OF_RANGE
+
+
+async def test_offset_for_leader_epoch_and_list_offsets(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(leader_epoch=0))
+    await rm.produce(produce(acks=1, records=make_batch(2)))
+    await rm.leader_and_isr(lai(leader_epoch=2, partition_epoch=1))
+    await rm.produce(produce(acks=1, records=make_batch(3)))
+    resp = rm.offset_for_leader_epoch(pb.OffsetForLeaderEpochRequest(replica_id=2, partitions=[
+        pb.OffsetForLeaderEpochPartition(topic=TP.topic, partition=0, current_leader_epoch=2,
+                                         leader_epoch=1)]))
+    p = resp.partitions[0]
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (pb.NONE, 0, 2)
+    await rm.fetch(follower_fetch(5, epoch=2))
+    lo = rm.list_offsets(pb.ListOffsetsRequest(replica_id=-1, partitions=[
+        pb.ListOffsetsPartition(topic=TP.topic, partition=0, current_leader_epoch=-1,
+                                timestamp=t) for t in (-2, -1)]))
+    assert [p.offset for p in lo.partitions] == [0, 5]
+
+
+async def test_stale_controller_and_leader_epochs(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(leader_epoch=5, partition_epoch=5, controller_epoch=3))
+    resp = await rm.leader_and_isr(lai(leader_epoch=6, controller_epoch=2))
+    assert resp.error_code == pb.STALE_CONTROLLER_EPOCH
+    resp = await rm.leader_and_isr(lai(leader_epoch=4, partition_epoch=9, controller_epoch=3))
+    assert resp.partitions[0].error_code == pb.FENCED_LEADER_EPOCH
+    resp = await rm.leader_and_isr(lai(leader_epoch=5, partition_epoch=5, controller_epoch=3))
+    assert resp.partitions[0].error_code == pb.NONE  # a resend of the applied state
+    assert rm.partitions[TP].leader_epoch == 5
+
+
+async def test_isr_shrink_goes_through_controller(tmp_path):
+    rm, controller = make_manager(tmp_path, **{"replica.lag.time.max.ms": "100"})
+    await rm.leader_and_isr(lai())
+    rm.start()
+    try:
+        for _ in range(100):
+            if rm.partitions[TP].leader_isr == (1,):
+                break
+            await asyncio.sleep(0.02)
+        assert rm.partitions[TP].leader_isr == (1,)
+        assert list(controller.items[0].new_isr) == [1]
+        assert rm.metrics.isr_shrinks._value.get() == 1
+        # The follower catches up and is proposed back.
+        await rm.fetch(follower_fetch(0))
+        for _ in range(100):
+            if rm.partitions[TP].leader_isr == (1, 2):
+                break
+            await asyncio.sleep(0.01)
+        assert rm.partitions[TP].leader_isr == (1, 2)
+    finally:
+        await rm.stop()
