@@ -352,7 +352,8 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
 def _read_records(data: bytes, header: BatchHeader) -> list[Record]:
     """Parse ``header.record_count`` records from ``data`` (already decompressed).
 
-    Raises ValueError describing the first thing wrong.
+    Raises ValueError describing the first thing wrong. Single-byte varints (almost
+    every length and delta) are decoded inline: this loop is the consumer's hot path.
     """
     records = []
     append = records.append
@@ -362,34 +363,39 @@ def _read_records(data: bytes, header: BatchHeader) -> list[Record]:
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+    read_varint = decode_varint
     pos = 0
     for _ in range(header.record_count):
-        length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+        b = data[pos] if pos < end else 0x80
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = read_varint(data, pos, VARINT_BYTES_MAX)
         if length < RECORD_BYTES_MIN - 1 or length > end - pos:
             raise ValueError(f"record length {length} with {end - pos} bytes left")
         record_end = pos + length
-        pos += 1  # attributes: unused
-        ts_delta, pos = decode_varint(data, pos, VARLONG_BYTES_MAX)
-        offset_delta, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+        # attributes (unused) at pos; the record is >= 6 bytes, so pos + 1 < record_end.
+        b = data[pos + 1]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 2
+        else:
+            ts_delta, pos = read_varint(data, pos + 1, VARLONG_BYTES_MAX)
+        b = data[pos] if pos < record_end else 0x80
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = read_varint(data, pos, VARINT_BYTES_MAX)
         key, pos = _read_bytes_field(data, pos, record_end)
         value, pos = _read_bytes_field(data, pos, record_end)
-        header_count, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
-        if header_count < 0 or header_count > (record_end - pos) // 2:
-            raise ValueError(f"header count {header_count} with {record_end - pos} bytes left")
-        headers: tuple = ()
-        if header_count:
-            header_list = []
-            for _ in range(header_count):
-                name_bytes, pos = _read_bytes_field(data, pos, record_end)
-                if name_bytes is None:
-                    raise ValueError("null header key")
-                try:
-                    name = name_bytes.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise ValueError(f"header key is not UTF-8: {name_bytes!r}") from e
-                header_value, pos = _read_bytes_field(data, pos, record_end)
-                header_list.append((name, header_value))
-            headers = tuple(header_list)
+        b = data[pos] if pos < record_end else 0x80
+        if b == 0:
+            headers: tuple = ()
+            pos += 1
+        else:
+            headers, pos = _read_headers(data, pos, record_end)
         if pos != record_end:
             raise ValueError(f"record says {length} bytes, fields took {length - record_end + pos}")
         timestamp = header.max_timestamp if log_append_time else base_ts + ts_delta
@@ -399,8 +405,33 @@ def _read_records(data: bytes, header: BatchHeader) -> list[Record]:
     return records
 
 
+def _read_headers(data: bytes, pos: int, record_end: int,
+                  ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    header_count, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    # Each header takes at least 2 bytes (two lengths): bounds the loop before it runs.
+    if header_count < 0 or header_count > (record_end - pos) // 2:
+        raise ValueError(f"header count {header_count} with {record_end - pos} bytes left")
+    headers = []
+    for _ in range(header_count):
+        name_bytes, pos = _read_bytes_field(data, pos, record_end)
+        if name_bytes is None:
+            raise ValueError("null header key")
+        try:
+            name = name_bytes.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"header key is not UTF-8: {name_bytes!r}") from e
+        header_value, pos = _read_bytes_field(data, pos, record_end)
+        headers.append((name, header_value))
+    return tuple(headers), pos
+
+
 def _read_bytes_field(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    b = data[pos] if pos < limit else 0x80
+    if b < 0x80:
+        length = (b >> 1) ^ -(b & 1)
+        pos += 1
+    else:
+        length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
     if length == -1:
         return None, pos
     if length < -1 or length > limit - pos:
