@@ -174,7 +174,12 @@ class Producer:
                 return self.metadata.partitions_for(topic)
             except TidewaterError as e:
                 waited_ms = (time.monotonic() - start) * 1000
-                limit_ms = (self.unknown_topic_wait_ms if isinstance(e, UnknownTopicOrPartitionError)
+                # An unknown topic, or a bootstrap list that never answered, is most likely a
+                # mistake: give up quickly instead of blocking for max_block_ms.
+                never_connected = (isinstance(e, BrokerConnectionError)
+                                   and self.metadata.snapshot is None)
+                limit_ms = (self.unknown_topic_wait_ms
+                            if isinstance(e, UnknownTopicOrPartitionError) or never_connected
                             else self.max_block_ms)
                 if not e.retriable or waited_ms + self.retry_backoff_ms > limit_ms:
                     raise

@@ -1,0 +1,94 @@
+"""Helpers for CLI tests: run `tide` as a subprocess and share one local cluster per module.
+
+Import the fixtures into a test module with
+``from tests.cli.cluster_fixtures import cluster, run_tide  # noqa: F401``.
+A cluster is started with ``tide cluster up --base-port 0`` (free ports) and
+always stopped with ``tide cluster down`` (which kills by the recorded pids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TideResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def run_tide(*args: str, bootstrap: str | None = None, input: str | bytes | None = None,
+             timeout_s: float = 60, env: dict | None = None) -> TideResult:
+    """Run ``python -m client ARGS`` and capture its output."""
+    cmd = [sys.executable, "-m", "client"]
+    if bootstrap is not None:
+        cmd += ["--bootstrap-server", bootstrap]
+    cmd += list(args)
+    full_env = dict(os.environ)
+    full_env.pop("TIDE_BOOTSTRAP_SERVER", None)
+    full_env.update(env or {})
+    data = input.encode() if isinstance(input, str) else input
+    proc = subprocess.run(cmd, input=data, capture_output=True, timeout=timeout_s, cwd=PROJECT_DIR,
+                          env=full_env)
+    return TideResult(proc.returncode, proc.stdout.decode(errors="replace"),
+                      proc.stderr.decode(errors="replace"))
+
+
+def assert_one_line_error(result: TideResult, *fragments: str) -> str:
+    """The command failed with exactly one `tide: ...` line on stderr mentioning every fragment."""
+    assert result.returncode != 0, result
+    assert len(result.stderr_lines) == 1, result.stderr
+    line = result.stderr_lines[0]
+    assert line.startswith("tide: "), line
+    for fragment in fragments:
+        assert fragment in line, (fragment, line)
+    return line
+
+
+@dataclass
+class RunningCluster:
+    data_dir: Path
+    bootstrap: str
+
+    def manifest(self) -> dict:
+        return json.loads((self.data_dir / "cluster.json").read_text())
+
+    def tide(self, *args: str, **kwargs) -> TideResult:
+        return run_tide(*args, bootstrap=self.bootstrap, **kwargs)
+
+
+def start_cluster(data_dir: Path, brokers: int, *settings: str) -> RunningCluster:
+    args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0"]
+    for s in settings:
+        args += ["--set", s]
+    result = run_tide(*args, timeout_s=90)
+    if result.returncode != 0:
+        run_tide("cluster", "down", "--data-dir", str(data_dir), "--timeout-s", "5")
+        pytest.fail(f"cluster up failed: {result.stderr}")
+    return RunningCluster(data_dir, result.stdout.strip().splitlines()[-1])
+
+
+def stop_cluster(c: RunningCluster) -> None:
+    run_tide("cluster", "down", "--data-dir", str(c.data_dir), "--timeout-s", "10", timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A controller and 3 brokers shared by one test module."""
+    c = start_cluster(tmp_path_factory.mktemp("cluster"), 3)
+    yield c
+    stop_cluster(c)

@@ -1,0 +1,125 @@
+"""`tide cluster up|status|kill|start|down` manage real processes by the pids in cluster.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from cluster_fixtures import assert_one_line_error, run_tide, start_cluster, stop_cluster
+
+pytestmark = pytest.mark.integration
+
+
+def status(data_dir: Path) -> dict:
+    result = run_tide("cluster", "status", "--data-dir", str(data_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    return {p["name"]: p for p in json.loads(result.stdout)["processes"]}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("lc"), 2, "min.insync.replicas=1", "num.partitions=2")
+    yield c
+    stop_cluster(c)
+
+
+def test_up_records_manifest_and_everything_serves(two_brokers):
+    m = two_brokers.manifest()
+    assert set(m["processes"]) == {"controller", "broker-1", "broker-2"}
+    assert m["bootstrap"] == two_brokers.bootstrap
+    for name, proc in m["processes"].items():
+        assert pid_alive(proc["pid"]), name
+        assert proc["listen"].startswith("127.0.0.1:")
+        assert proc["metrics_port"] > 0
+        assert Path(proc["data_dir"]) == two_brokers.data_dir / name
+        assert (two_brokers.data_dir / f"{name}.log").exists()
+        assert proc["command"][1:3] == ["-m", proc["kind"]]
+    # --set is routed: num.partitions only to the controller, min.insync.replicas to all.
+    assert "num.partitions=2" in m["processes"]["controller"]["command"]
+    assert "num.partitions=2" not in m["processes"]["broker-1"]["command"]
+    assert "min.insync.replicas=1" in m["processes"]["broker-1"]["command"]
+    st = status(two_brokers.data_dir)
+    assert all(p["alive"] and p["serving"] for p in st.values()), st
+    text = run_tide("cluster", "status", "--data-dir", str(two_brokers.data_dir))
+    assert "broker-2" in text.stdout and two_brokers.bootstrap in text.stdout
+
+
+def test_kill_and_start_a_broker(two_brokers):
+    old_pid = two_brokers.manifest()["processes"]["broker-2"]["pid"]
+    result = run_tide("cluster", "kill", "2", "--data-dir", str(two_brokers.data_dir))
+    assert result.returncode == 0, result.stderr
+    assert not pid_alive(old_pid)
+    st = status(two_brokers.data_dir)
+    assert not st["broker-2"]["alive"] and not st["broker-2"]["serving"]
+    assert st["broker-1"]["serving"]
+    # Killing it again is an error: it is not running.
+    assert_one_line_error(run_tide("cluster", "kill", "2", "--data-dir", str(two_brokers.data_dir)),
+                          "not running")
+    started = run_tide("cluster", "start", "2", "--data-dir", str(two_brokers.data_dir), timeout_s=60)
+    assert started.returncode == 0, started.stderr
+    new_pid = two_brokers.manifest()["processes"]["broker-2"]["pid"]
+    assert new_pid != old_pid and pid_alive(new_pid)
+    assert status(two_brokers.data_dir)["broker-2"]["serving"]
+    assert_one_line_error(run_tide("cluster", "start", "2", "--data-dir", str(two_brokers.data_dir)),
+                          "already running")
+
+
+def test_stop_and_continue(two_brokers):
+    d = str(two_brokers.data_dir)
+    assert run_tide("cluster", "kill", "1", "--signal", "STOP", "--data-dir", d).returncode == 0
+    st = status(two_brokers.data_dir)["broker-1"]
+    assert st["alive"] and st["stopped"] and not st["serving"]
+    assert run_tide("cluster", "kill", "1", "--signal", "CONT", "--data-dir", d).returncode == 0
+    st = status(two_brokers.data_dir)["broker-1"]
+    assert st["alive"] and not st["stopped"]
+
+
+def test_unknown_ids_and_missing_cluster(two_brokers, tmp_path):
+    d = str(two_brokers.data_dir)
+    assert_one_line_error(run_tide("cluster", "kill", "7", "--data-dir", d), "no process")
+    assert_one_line_error(run_tide("cluster", "status", "--data-dir", str(tmp_path / "none")), "no cluster")
+    assert_one_line_error(run_tide("cluster", "up", "--brokers", "1", "--data-dir", d, "--base-port", "0"),
+                          "already running")
+
+
+def test_up_with_port_in_use_fails_cleanly(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),
+                          "--base-port", str(port))
+    assert_one_line_error(result, "in use", str(port))
+
+
+def test_failing_process_reports_its_log(tmp_path):
+    result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path), "--base-port", "0",
+                      "--set", "no.such.setting=1", timeout_s=90)
+    assert result.returncode != 0
+    first = result.stderr_lines[0]
+    assert first.startswith("tide: cluster up failed:") and "broker-1" in first
+    assert "no.such.setting" in result.stderr  # the log tail follows the one-line reason
+    m = json.loads((tmp_path / "cluster.json").read_text())
+    assert not any(pid_alive(p["pid"]) for p in m["processes"].values())
+
+
+def test_down_stops_every_process(tmp_path):
+    c = start_cluster(tmp_path, 1)
+    pids = [p["pid"] for p in c.manifest()["processes"].values()]
+    result = run_tide("cluster", "down", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert not any(pid_alive(pid) for pid in pids)
+    st = status(tmp_path)
+    assert not any(p["alive"] for p in st.values())
+    assert os.path.exists(tmp_path / "broker-1")  # data stays for a later `up`
