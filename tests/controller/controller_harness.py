@@ -1,0 +1,88 @@
+"""A controller state machine on a real metadata log, driven synchronously (no sockets)."""
+
+from controller.config import ControllerConfig
+from controller.metadata_log import MetadataLog
+from controller.owner import MetadataOwner
+from controller.state_machine import ControllerStateMachine
+from proto import tidewater_pb2 as pb
+
+
+class Harness:
+    def __init__(self, data_dir, settings=(), now_ms=1_000_000):
+        self.data_dir = data_dir
+        self.settings = list(settings)
+        self.config = ControllerConfig(data_dir=data_dir)
+        self.config.apply_settings(self.settings)
+        self.log = MetadataLog.open(data_dir)
+        self.machine = ControllerStateMachine(self.config)
+        self.effects = []
+        self.now_ms = now_ms
+        self.owner = MetadataOwner(self.log, self.machine, on_commit=self.effects.append,
+                                   clock_ms=lambda: self.now_ms)
+        self.replayed = self.owner.recover()
+        self.owner.run_now(self.machine.start)
+        self.epochs = {}
+
+    @property
+    def metadata(self):
+        return self.machine.metadata
+
+    def restart(self):
+        self.log.close()
+        return Harness(self.data_dir, self.settings, self.now_ms)
+
+    def run(self, method, request):
+        return self.owner.run_now(lambda tx, now: method(tx, now, request))
+
+    def register(self, broker_id, incarnation="inc-1", port=None):
+        response = self.run(self.machine.register_broker, pb.RegisterBrokerRequest(
+            broker_id=broker_id, incarnation_id=incarnation,
+            listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1",
+                                   port=port or 20000 + broker_id)]))
+        if response.error_code == pb.NONE:
+            self.epochs[broker_id] = response.broker_epoch
+        return response
+
+    def heartbeat(self, broker_id, *, epoch=None, want_shutdown=False):
+        return self.run(self.machine.broker_heartbeat, pb.BrokerHeartbeatRequest(
+            broker_id=broker_id, broker_epoch=self.epochs.get(broker_id, -1) if epoch is None else epoch,
+            want_shutdown=want_shutdown))
+
+    def heartbeat_all(self, *except_ids):
+        for broker_id in self.epochs:
+            if broker_id not in except_ids:
+                self.heartbeat(broker_id)
+
+    def advance(self, ms, *silent):
+        """Move time in small steps; everyone but ``silent`` heartbeats; sessions are checked."""
+        fenced = []
+        step = 100
+        for _ in range(0, ms, step):
+            self.now_ms += step
+            self.heartbeat_all(*silent)
+            fenced += self.owner.run_now(self.machine.check_sessions)
+        return fenced
+
+    def create(self, name, partitions=1, rf=1, configs=None, validate_only=False):
+        response = self.run(self.machine.create_topics, pb.CreateTopicsRequest(
+            topics=[pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=rf,
+                                      configs=configs or {})], validate_only=validate_only))
+        return response.topics[0]
+
+    def alter(self, broker_id, p, new_isr, *, leader_epoch=None, partition_epoch=None,
+              broker_epoch=None):
+        response = self.run(self.machine.alter_partition, pb.AlterPartitionRequest(
+            broker_id=broker_id,
+            broker_epoch=self.epochs[broker_id] if broker_epoch is None else broker_epoch,
+            items=[pb.AlterPartitionItem(
+                topic=p.topic, partition=p.partition,
+                leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
+                partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
+                new_isr=new_isr)]))
+        return response
+
+    def describe(self):
+        return self.run(self.machine.describe_cluster, pb.DescribeClusterRequest())
+
+    def partition(self, topic, number=0):
+        return self.metadata.partition(topic, number)

@@ -1,0 +1,330 @@
+"""Controller commands on a real metadata log, without sockets: time is passed in."""
+
+import pytest
+from controller_harness import Harness
+
+from controller.election import NO_LEADER
+from proto import tidewater_pb2 as pb
+
+
+@pytest.fixture
+def h(tmp_path):
+    harness = Harness(tmp_path / "ctl")
+    yield harness
+    harness.log.close()
+
+
+def three_brokers(h):
+    for b in (1, 2, 3):
+        assert h.register(b).error_code == pb.NONE
+    return h
+
+
+# ---------------------------------------------------------------- start-up
+
+def test_start_creates_cluster_id_and_bumps_controller_epoch_on_restart(h):
+    assert h.metadata.controller_epoch == 1 and len(h.metadata.cluster_id) == 32
+    cluster_id = h.metadata.cluster_id
+    h2 = h.restart()
+    assert h2.metadata.controller_epoch == 2 and h2.metadata.cluster_id == cluster_id
+    h2.log.close()
+
+
+# ---------------------------------------------------------------- registration
+
+def test_each_registration_gets_a_larger_epoch(h):
+    e1 = h.register(1).broker_epoch
+    e2 = h.register(2).broker_epoch
+    e1b = h.register(1, incarnation="inc-2").broker_epoch
+    assert 0 < e1 < e2 < e1b
+    response = h.register(1, incarnation="inc-2")
+    assert response.broker_epoch > e1b
+    assert response.controller_epoch == 1 and response.cluster_id == h.metadata.cluster_id
+
+
+def test_zombie_with_old_epoch_gets_stale_broker_epoch(h):
+    old = h.register(1).broker_epoch
+    h.register(1, incarnation="inc-2")
+    assert h.heartbeat(1, epoch=old).error_code == pb.STALE_BROKER_EPOCH
+    assert h.heartbeat(1).error_code == pb.NONE
+    assert h.heartbeat(7, epoch=old).error_code == pb.STALE_BROKER_EPOCH  # never registered
+
+
+@pytest.mark.parametrize("listeners", [
+    [],
+    [pb.Listener(name="INTERNAL", host="", port=1)],
+    [pb.Listener(name="INTERNAL", host="h", port=0)],
+    [pb.Listener(name="INTERNAL", host="h", port=70000)],
+    [pb.Listener(name="A", host="h", port=1), pb.Listener(name="A", host="h", port=2)],
+])
+def test_bad_registration_is_refused_and_stores_nothing(h, listeners):
+    before = h.log.next_offset
+    response = h.run(h.machine.register_broker, pb.RegisterBrokerRequest(
+        broker_id=1, incarnation_id="x", listeners=listeners))
+    assert response.error_code == pb.INVALID_REQUEST and response.error_message
+    assert h.log.next_offset == before and 1 not in h.metadata.brokers
+
+
+def test_new_incarnation_of_a_leader_loses_leadership_and_isr(h):
+    three_brokers(h)
+    h.create("t", partitions=3, rf=3)
+    led = [p for p in h.metadata.all_partitions() if p.leader == 1]
+    assert led
+    h.register(1, incarnation="restarted")
+    for p in led:
+        now = h.partition(p.topic, p.partition)
+        assert now.leader != 1 and 1 not in now.isr and now.leader_epoch == p.leader_epoch + 1
+
+
+# ---------------------------------------------------------------- topics
+
+def test_create_topic_spreads_replicas_and_leaders(h):
+    three_brokers(h)
+    result = h.create("orders", partitions=6, rf=2)
+    assert (result.error_code, result.num_partitions, result.replication_factor) == (pb.NONE, 6, 2)
+    parts = [h.partition("orders", i) for i in range(6)]
+    assert {p.leader for p in parts} == {1, 2, 3}
+    for p in parts:
+        assert p.leader == p.replicas[0] and p.isr == p.replicas and len(set(p.replicas)) == 2
+        assert (p.leader_epoch, p.partition_epoch) == (0, 0)
+    assert h.metadata.topics["orders"].configs == {"min.insync.replicas": "1"}
+    # single-partition topics get different leaders
+    leaders = {h.create(f"s{i}").error_code == pb.NONE and h.partition(f"s{i}").leader
+               for i in range(3)}
+    assert leaders == {1, 2, 3}
+
+
+def test_create_topic_defaults_and_configs(tmp_path):
+    h = Harness(tmp_path, settings=["num.partitions=4", "default.replication.factor=2",
+                                    "min.insync.replicas=2"])
+    three_brokers(h)
+    result = h.create("d", partitions=-1, rf=-1, configs={"retention.ms": "1000"})
+    assert (result.num_partitions, result.replication_factor) == (4, 2)
+    assert h.metadata.topics["d"].configs == {"min.insync.replicas": "2", "retention.ms": "1000"}
+    h.log.close()
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "x" * 250, "sp ace", "ü"])
+def test_create_topic_bad_name(h, name):
+    three_brokers(h)
+    result = h.create(name)
+    assert result.error_code == pb.INVALID_TOPIC_EXCEPTION and result.error_message
+    assert not h.metadata.topics
+
+
+@pytest.mark.parametrize("partitions,rf,code", [
+    (0, 1, pb.INVALID_PARTITIONS), (-2, 1, pb.INVALID_PARTITIONS),
+    (10_001, 1, pb.INVALID_PARTITIONS),
+    (1, 4, pb.INVALID_REPLICATION_FACTOR), (1, 0, pb.INVALID_REPLICATION_FACTOR),
+    (1, -5, pb.INVALID_REPLICATION_FACTOR),
+])
+def test_create_topic_bad_counts(h, partitions, rf, code):
+    three_brokers(h)
+    assert h.create("t", partitions=partitions, rf=rf).error_code == code
+    assert not h.metadata.topics
+
+
+@pytest.mark.parametrize("configs", [
+    {"no.such.config": "1"}, {"min.insync.replicas": "0"}, {"retention.ms": "soon"},
+    {"message.timestamp.type": "Later"}, {"cleanup.policy": "compact"},
+    {"unclean.leader.election.enable": "yes"},
+])
+def test_create_topic_bad_config(h, configs):
+    three_brokers(h)
+    result = h.create("t", configs=configs)
+    assert result.error_code == pb.INVALID_CONFIG and result.error_message
+    assert not h.metadata.topics
+
+
+def test_create_topic_exists_collides_or_repeats(h):
+    three_brokers(h)
+    assert h.create("a.b").error_code == pb.NONE
+    assert h.create("a.b").error_code == pb.TOPIC_ALREADY_EXISTS
+    assert h.create("a_b").error_code == pb.INVALID_TOPIC_EXCEPTION
+    response = h.run(h.machine.create_topics, pb.CreateTopicsRequest(topics=[
+        pb.CreatableTopic(name="x", num_partitions=1, replication_factor=1),
+        pb.CreatableTopic(name="x", num_partitions=1, replication_factor=1),
+        pb.CreatableTopic(name="y", num_partitions=1, replication_factor=1)]))
+    assert [t.error_code for t in response.topics] == [pb.INVALID_REQUEST, pb.INVALID_REQUEST,
+                                                       pb.NONE]
+    assert set(h.metadata.topics) == {"a.b", "y"}
+
+
+def test_rf_counts_only_live_brokers(h):
+    three_brokers(h)
+    h.advance(3500, 3)
+    assert h.metadata.brokers[3].fenced
+    assert h.create("t", rf=3).error_code == pb.INVALID_REPLICATION_FACTOR
+    assert h.create("t", rf=2).error_code == pb.NONE
+    assert 3 not in h.partition("t").replicas
+
+
+def test_validate_only_creates_nothing(h):
+    three_brokers(h)
+    before = h.log.next_offset
+    result = h.create("t", partitions=2, rf=2, validate_only=True)
+    assert result.error_code == pb.NONE and result.num_partitions == 2
+    assert not h.metadata.topics and h.log.next_offset == before
+
+
+def test_delete_topic_sends_stop_replica_to_live_replicas(h):
+    three_brokers(h)
+    h.create("t", partitions=2, rf=2)
+    h.advance(3500, 3)
+    h.effects.clear()
+    response = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["t", "nope"]))
+    assert [t.error_code for t in response.topics] == [pb.NONE, pb.UNKNOWN_TOPIC_OR_PARTITION]
+    assert "t" not in h.metadata.topics
+    stops = h.effects[-1].stop_replicas
+    assert {b for b, _ in stops} <= {1, 2} and stops
+    assert h.create("t").error_code == pb.NONE  # the name is free again
+
+
+# ---------------------------------------------------------------- sessions and elections
+
+def test_silent_broker_is_fenced_and_leadership_moves(h):
+    three_brokers(h)
+    h.create("t", partitions=3, rf=3)
+    before = {p.partition: p for p in h.metadata.all_partitions()}
+    assert h.advance(2900, 1) == []  # within the session
+    fenced = h.advance(300, 1)
+    assert fenced == [1] and h.metadata.brokers[1].fenced
+    for number, old in before.items():
+        p = h.partition("t", number)
+        assert 1 not in p.isr and p.leader != 1
+        assert p.partition_epoch == old.partition_epoch + 1
+        assert p.leader_epoch == old.leader_epoch + (1 if old.leader == 1 else 0)
+    assert sum(e.leader_elections for e in h.effects if 1 in e.fenced_brokers) == 1
+
+
+def test_last_isr_member_lost_goes_offline_then_returns(h):
+    three_brokers(h)
+    h.create("t", rf=1)
+    p = h.partition("t")
+    h.advance(3500, p.leader)
+    offline = h.partition("t")
+    assert offline.leader == NO_LEADER and offline.isr == (p.leader,)
+    assert offline.leader_epoch == 1
+    # the same process heartbeats again: unfenced, leads again
+    response = h.heartbeat(p.leader)
+    assert response.error_code == pb.NONE and not response.is_fenced
+    back = h.partition("t")
+    assert back.leader == p.leader and back.leader_epoch == 2
+    assert p.leader in h.effects[-1].resync_brokers
+
+
+def test_unclean_election_when_enabled_per_topic(h):
+    three_brokers(h)
+    h.create("t", rf=2, configs={"unclean.leader.election.enable": "true"})
+    p = h.partition("t")
+    leader, follower = p.replicas
+    h.alter(leader, p, [leader])  # the follower fell behind
+    h.advance(3500, leader)
+    q = h.partition("t")
+    assert q.leader == follower and q.isr == (follower,)
+    assert h.metadata.unclean_elections_total == 1
+    assert h.describe().unclean_elections_total == 1
+
+
+def test_controlled_shutdown_moves_leaders_then_allows_exit(h):
+    three_brokers(h)
+    h.create("t", partitions=3, rf=2)
+    h.create("solo", rf=1)
+    solo = h.partition("solo")
+    shutting = solo.leader
+    response = h.heartbeat(shutting, want_shutdown=True)
+    assert response.error_code == pb.NONE and response.should_shutdown
+    for p in h.metadata.all_partitions():
+        assert p.leader != shutting
+        if p.topic == "t":
+            assert shutting not in p.isr and p.leader != NO_LEADER
+    assert h.partition("solo").offline and h.partition("solo").isr == (shutting,)
+    # while shutting down it is not elected back, even as preferred replica
+    h.owner.run_now(h.machine.preferred_leader_check)
+    assert all(p.leader != shutting for p in h.metadata.all_partitions())
+    described = {b.broker_id: b for b in h.describe().brokers}
+    assert described[shutting].in_controlled_shutdown
+
+
+def test_fenced_broker_is_told_to_shut_down(h):
+    three_brokers(h)
+    h.advance(3500, 2)
+    assert h.heartbeat(2, want_shutdown=True).should_shutdown
+
+
+# ---------------------------------------------------------------- AlterPartition
+
+def test_alter_partition_accepts_current_and_rejects_stale(h):
+    three_brokers(h)
+    h.create("t", rf=3)
+    p = h.partition("t")
+    leader = p.leader
+    shrunk = [leader, p.replicas[1]]
+    response = h.alter(leader, p, shrunk)
+    assert response.error_code == pb.NONE
+    item = response.items[0]
+    assert item.error_code == pb.NONE and list(item.state.isr) == shrunk
+    assert item.state.partition_epoch == p.partition_epoch + 1
+    # the same proposal again carries a stale partition epoch
+    stale = h.alter(leader, p, [leader]).items[0]
+    assert stale.error_code == pb.INVALID_UPDATE_VERSION
+    assert list(stale.state.isr) == shrunk  # the current state comes back
+    # a zombie broker epoch is refused as a whole
+    assert h.alter(leader, h.partition("t"), [leader], broker_epoch=1).error_code == \
+        pb.STALE_BROKER_EPOCH
+    unknown = h.run(h.machine.alter_partition, pb.AlterPartitionRequest(
+        broker_id=leader, broker_epoch=h.epochs[leader],
+        items=[pb.AlterPartitionItem(topic="zz", partition=0, new_isr=[leader])]))
+    assert unknown.items[0].error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_preferred_replica_back_in_isr_takes_leadership_at_once(h):
+    three_brokers(h)
+    h.create("t", rf=2)
+    p = h.partition("t")
+    preferred, other = p.replicas
+    h.advance(3500, preferred)
+    q = h.partition("t")
+    assert q.leader == other and q.isr == (other,)
+    h.heartbeat(preferred)  # back, but not in the ISR: stays follower
+    h.owner.run_now(h.machine.preferred_leader_check)
+    assert h.partition("t").leader == other
+    response = h.alter(other, h.partition("t"), [other, preferred])
+    assert response.items[0].error_code == pb.NONE
+    assert response.items[0].state.leader == other  # the answer is the ISR change itself
+    r = h.partition("t")
+    assert r.leader == preferred and r.leader_epoch == q.leader_epoch + 1
+
+
+def test_periodic_preferred_leader_check(h):
+    three_brokers(h)
+    h.create("t", rf=2)
+    p = h.partition("t")
+    preferred, other = p.replicas
+    h.heartbeat(preferred, want_shutdown=True)
+    assert h.partition("t").leader == other
+    h.register(preferred, incarnation="again")  # restarted: new registration
+    h.alter(other, h.partition("t"), [other, preferred])
+    assert h.partition("t").leader == preferred
+
+
+# ---------------------------------------------------------------- durability
+
+def test_restart_replays_to_the_same_state(h):
+    three_brokers(h)
+    h.create("a", partitions=3, rf=2)
+    h.create("b", partitions=2, rf=3, configs={"retention.ms": "5"})
+    h.advance(3500, 2)
+    h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["a"]))
+    h.create("c", partitions=1, rf=1)
+    before = h.describe()
+    h2 = h.restart()
+    after = h2.describe()
+    assert after.controller_epoch == before.controller_epoch + 1
+    before.controller_epoch = after.controller_epoch
+    assert after == before
+    # brokers known unfenced get a fresh session and a resync
+    assert h2.effects[0].resync_brokers == {1, 3}
+    # epochs keep growing across restarts
+    assert h2.register(4).broker_epoch > max(h.epochs.values())
+    h2.log.close()
