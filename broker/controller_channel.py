@@ -4,10 +4,11 @@ Theory of operation:
 - ``register()`` retries RegisterBroker until the controller answers NONE; the
   answer's ``broker_epoch`` identifies this incarnation in every later call.
 - ``run_heartbeats()`` sends BrokerHeartbeat every ``broker.heartbeat.interval.ms``.
-  STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED, or being fenced after having
-  been unfenced (the controller gave up on us, e.g. after a long pause), means
-  the controller may have stopped sending us state: register again, and the
-  controller resends the full LeaderAndIsr for our partitions.
+  STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED means the controller no longer
+  knows this epoch: register again, and the controller resends the full
+  LeaderAndIsr for our partitions. A heartbeat from a fenced broker (e.g.
+  after a long pause) unfences it and brings a full resync too; if we stay
+  fenced for two session timeouts anyway, we register again as a safety net.
 - ``controlled_shutdown()`` heartbeats with ``want_shutdown`` until the answer
   says ``should_shutdown`` (leadership moved away) or the timeout passes.
 - A controller that cannot be reached is retried with a backoff; no call here
@@ -49,8 +50,7 @@ class ControllerChannel:
         self.cluster_id = ""
         self.is_fenced = True
         self._on_registered = on_registered
-        self._registered_at = 0.0
-        self._was_unfenced = False
+        self._fenced_since: float | None = None
         self._stopping = False
         host, port = controller_address
         options = [("grpc.max_receive_message_length", max_message_bytes),
@@ -86,8 +86,7 @@ class ControllerChannel:
                 continue
             self.broker_epoch = resp.broker_epoch
             self.cluster_id = resp.cluster_id
-            self._registered_at = time.monotonic()
-            self._was_unfenced = False
+            self._fenced_since = None
             log.info("registered broker %d with broker epoch %d", self.broker_id,
                      self.broker_epoch)
             if self._on_registered is not None:
@@ -113,12 +112,12 @@ class ControllerChannel:
         if resp.error_code != pb.NONE:
             return False
         if not resp.is_fenced:
-            self._was_unfenced = True
+            self._fenced_since = None
             return False
-        # Fenced again after having been unfenced, or never unfenced within a
-        # session timeout: the controller may have dropped our state.
-        fenced_for_s = time.monotonic() - self._registered_at
-        return self._was_unfenced or fenced_for_s * 1000 > 2 * self.session_timeout_ms
+        now = time.monotonic()
+        if self._fenced_since is None:
+            self._fenced_since = now
+        return (now - self._fenced_since) * 1000 > 2 * self.session_timeout_ms
 
     async def run_heartbeats(self) -> None:
         """Heartbeat forever (until cancelled), re-registering when the controller says so."""

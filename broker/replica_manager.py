@@ -53,6 +53,7 @@ log = logging.getLogger("tidewater.broker.replica_manager")
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
+RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
 FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -593,21 +594,26 @@ class ReplicaManager:
     # ================================================================ background
 
     async def _checkpoint_loop(self) -> None:
+        """HW checkpoint, segment.ms rolls and flush.ms flushes; recovery points less often."""
         interval_s = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        last_recovery_checkpoint = time.monotonic()
         while True:
             await asyncio.sleep(interval_s)
             try:
                 self.checkpoint_high_watermarks()
+                self.log_manager.maybe_roll_and_flush(wall_ms())
+                if time.monotonic() - last_recovery_checkpoint >= RECOVERY_CHECKPOINT_INTERVAL_S:
+                    last_recovery_checkpoint = time.monotonic()
+                    self.log_manager.checkpoint_recovery_points()
             except Exception as e:  # noqa: BLE001 - keep serving; next round retries
-                log.error("high watermark checkpoint failed: %s", e)
+                log.error("checkpoint failed: %s", e)
 
     async def _retention_loop(self) -> None:
         interval_s = self.config.log_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            for partition in list(self.partitions.values()):
-                try:
-                    partition.log.delete_old_segments(wall_ms(), partition.high_watermark)
-                except Exception as e:  # noqa: BLE001
-                    log.error("retention of %s failed: %s", partition.tp, e)
-
+            try:
+                hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
+                self.log_manager.delete_old_segments(wall_ms(), hws)
+            except Exception as e:  # noqa: BLE001
+                log.error("retention failed: %s", e)

@@ -165,3 +165,12 @@ class FakeLogManager:
 
     def checkpoint_high_watermarks(self, hws):
         self.checkpointed = dict(hws)
+
+    def maybe_roll_and_flush(self, now_ms):
+        pass
+
+    def checkpoint_recovery_points(self):
+        pass
+
+    def delete_old_segments(self, now_ms, high_watermarks):
+        return 0
