@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = [
     "client.commands.consume",
     "client.commands.cluster",
     "client.commands.dump_log",
+    "client.commands.metrics",
 ]
 
 
