@@ -122,7 +122,7 @@ class Proc:
 
 class Broker:
     def __init__(self, broker_id: int, controller_address: str, data_dir: Path, log_dir: Path,
-                 settings: dict[str, str]):
+                 settings: dict[str, str], extra_args: list[str] | None = None):
         self.broker_id = broker_id
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -131,6 +131,7 @@ class Broker:
                 "--controller", controller_address, "--data-dir", str(data_dir)]
         for name, value in settings.items():
             argv += ["--set", f"{name}={value}"]
+        argv += extra_args or []
         self.proc = Proc(f"broker-{broker_id}", argv, log_dir / f"broker-{broker_id}.log")
         self._channel: grpc.Channel | None = None
 
@@ -175,9 +176,10 @@ class Cluster:
         self.controller = Proc("controller", argv, self.base / "controller.log")
         self.controller.start()
 
-    def add_broker(self, broker_id: int, settings: dict[str, str]) -> Broker:
+    def add_broker(self, broker_id: int, settings: dict[str, str],
+                   extra_args: list[str] | None = None) -> Broker:
         b = Broker(broker_id, self.controller_address, self.base / f"broker-{broker_id}",
-                   self.base, settings)
+                   self.base, settings, extra_args)
         self.brokers[broker_id] = b
         b.proc.start()
         return b
@@ -255,13 +257,15 @@ def cluster(tmp_path, request):
     clusters: list[Cluster] = []
 
     def make(n: int = 2, broker_settings: dict[str, str] | None = None,
-             controller_settings: dict[str, str] | None = None) -> Cluster:
+             controller_settings: dict[str, str] | None = None,
+             extra_args: Callable[[int], list[str]] | None = None) -> Cluster:
         c = Cluster(tmp_path / f"cluster{len(clusters)}")
         c.base.mkdir(parents=True)
         clusters.append(c)
         c.start_controller({**FAST_CONTROLLER_SETTINGS, **(controller_settings or {})})
         for broker_id in range(1, n + 1):
-            c.add_broker(broker_id, {**FAST_BROKER_SETTINGS, **(broker_settings or {})})
+            c.add_broker(broker_id, {**FAST_BROKER_SETTINGS, **(broker_settings or {})},
+                         extra_args(broker_id) if extra_args else None)
         c.wait_registered(range(1, n + 1))
         return c
 
