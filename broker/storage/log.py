@@ -317,12 +317,9 @@ class Log:
         try:
             for epoch, start_offset in epochs:
                 cache.assign(epoch, start_offset)
-        except KafkaStorageError as e:
-            self._go_offline(e)
-            raise
-        try:
             self.active_segment.append(data, batches, next_offset, now_ms)
         except KafkaStorageError as e:
+            # Undo: the cache may hold entries for offsets that were never written.
             try:
                 if epochs:
                     cache.truncate_from_end(old_log_end_offset)

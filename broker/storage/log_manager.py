@@ -1,0 +1,268 @@
+"""All partition logs of one data dir, and the data dir's checkpoint files.
+
+Data dir layout::
+
+    <data_dir>/
+        <topic>-<partition>/               one Log each (see log.py, recovery.py)
+        replication-offset-checkpoint      high watermarks         } Kafka's text format,
+        recovery-point-offset-checkpoint   flushed-up-to offsets   } see checkpoints.py
+        log-start-offset-checkpoint        log start offsets       }
+        .kafka_cleanshutdown               present only after a clean shutdown
+        <topic>-<partition>.<hex>-delete   a log being deleted (removed on load)
+
+Ordering rules:
+
+- ``load`` opens every log before it removes the clean-shutdown marker, so a
+  crash during start-up still recovers next time; it removes the marker before
+  returning, so anything written afterwards counts as unclean until the next
+  ``shutdown``.
+- ``shutdown`` closes (flushes) every log, then writes the recovery-point and
+  log-start checkpoints, and only then the marker.
+- ``checkpoint_recovery_points`` flushes each log before writing its recovery
+  point, so the file never claims more than is on disk.
+- ``read_high_watermarks`` clamps each stored HW into its log's
+  [log_start_offset, log_end_offset]: recovery may have cut the log below it.
+
+A damaged checkpoint is logged and treated as empty: recovery points default
+to 0 (every segment is re-validated), log start offsets to the first segment,
+high watermarks to the log start offset (the leader re-learns them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from broker.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    has_clean_shutdown_marker,
+    remove_clean_shutdown_marker,
+    write_clean_shutdown_marker,
+)
+from broker.storage.log import Log
+from broker.storage.log_config import LogConfig
+from broker.storage.segment import storage_error
+from broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
+from proto.errors import CorruptFileError, KafkaStorageError
+
+log = logging.getLogger(__name__)
+
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogManager:
+    """Opens, creates, deletes and checkpoints the logs of one data dir."""
+
+    def __init__(self, data_dir: Path, default_config: LogConfig):
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config
+        self.had_clean_shutdown = False
+        self._logs: dict[TopicPartition, Log] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._lock = threading.RLock()
+        self._hw_file = OffsetCheckpointFile(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
+        self._recovery_file = OffsetCheckpointFile(self.data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
+        self._start_file = OffsetCheckpointFile(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
+
+    # -- start-up ------------------------------------------------------------
+
+    def load(self, now_ms: int) -> None:
+        """Open every log in the data dir, recovering them after an unclean shutdown."""
+        with self._lock:
+            try:
+                self.data_dir.mkdir(parents=True, exist_ok=True)
+                names = sorted(os.listdir(self.data_dir))
+            except OSError as e:
+                raise storage_error("cannot open data dir", self.data_dir, e) from e
+            self.had_clean_shutdown = has_clean_shutdown_marker(self.data_dir)
+            if not self.had_clean_shutdown:
+                log.warning("%s was not shut down cleanly: recovering its logs", self.data_dir)
+            recovery_points = self._read_checkpoint(self._recovery_file)
+            log_start_offsets = self._read_checkpoint(self._start_file)
+            for name in names:
+                path = self.data_dir / name
+                if not path.is_dir():
+                    continue
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    log.info("finishing the deletion of %s", path)
+                    _remove_tree(path)
+                    continue
+                try:
+                    tp = parse_log_dir_name(name)
+                except ValueError:
+                    log.warning("ignoring %s: not a partition directory", path)
+                    continue
+                self._logs[tp] = Log.open(
+                    path, self._config_for(tp.topic), now_ms=now_ms,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=log_start_offsets.get(tp),
+                    had_clean_shutdown=self.had_clean_shutdown)
+            remove_clean_shutdown_marker(self.data_dir)
+
+    def _read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
+        try:
+            return checkpoint.read()
+        except CorruptFileError as e:
+            log.warning("%s; ignoring it", e)
+            return {}
+
+    def _config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    # -- logs ----------------------------------------------------------------
+
+    def get(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def logs(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)
+
+    def get_or_create(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> Log:
+        """The log of ``tp``, created empty (with ``config``) if there is none."""
+        tp = TopicPartition(*tp)
+        name = log_dir_name(tp)  # raises InvalidTopicError before any path is built
+        with self._lock:
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            self._topic_configs.setdefault(tp.topic, config)
+            created = Log.open(self.data_dir / name, config, now_ms=now_ms,
+                               had_clean_shutdown=True)
+            self._logs[tp] = created
+            return created
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Apply new topic configs to the topic's logs (and to logs created later)."""
+        with self._lock:
+            self._topic_configs[topic] = config
+            for tp, partition_log in self._logs.items():
+                if tp.topic == topic:
+                    partition_log.update_config(config)
+
+    def delete(self, tp: TopicPartition) -> None:
+        """Remove the log of ``tp`` and its checkpoint entries (no-op if absent)."""
+        tp = TopicPartition(*tp)
+        with self._lock:
+            partition_log = self._logs.pop(tp, None)
+            if partition_log is None:
+                return
+            # Rename first: a crash mid-delete leaves a "-delete" dir that load() removes,
+            # never a half-deleted log that looks real.
+            doomed = self.data_dir / f"{log_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            try:
+                os.rename(partition_log.dir, doomed)
+                partition_log.dir = doomed
+            except OSError as e:
+                raise storage_error("cannot rename log for deletion", partition_log.dir, e) from e
+            partition_log.delete()
+            self.checkpoint_recovery_points(flush=False)
+            self.checkpoint_log_start_offsets()
+            hws = self._read_checkpoint(self._hw_file)
+            if tp in hws:
+                del hws[tp]
+                self._hw_file.write(hws)
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """Stored HW of every open log, clamped into [log_start_offset, log_end_offset]."""
+        with self._lock:
+            stored = self._read_checkpoint(self._hw_file)
+            result = {}
+            for tp, partition_log in self._logs.items():
+                hw = stored.get(tp, partition_log.log_start_offset)
+                clamped = min(max(hw, partition_log.log_start_offset),
+                              partition_log.log_end_offset)
+                if clamped != hw and tp in stored:
+                    log.warning("high watermark %d of %s clamped to %d (log is [%d, %d])", hw, tp,
+                                clamped, partition_log.log_start_offset,
+                                partition_log.log_end_offset)
+                result[tp] = clamped
+            return result
+
+    def checkpoint_high_watermarks(self, hws: Mapping[TopicPartition, int]) -> None:
+        """Write the HWs of the logs this data dir holds (others are ignored)."""
+        with self._lock:
+            self._hw_file.write({TopicPartition(*tp): hw for tp, hw in hws.items()
+                                 if TopicPartition(*tp) in self._logs})
+
+    def checkpoint_recovery_points(self, *, flush: bool = True) -> None:
+        """Flush every log (unless ``flush=False``), then write their recovery points."""
+        with self._lock:
+            points = {}
+            for tp, partition_log in self._logs.items():
+                if partition_log.is_offline:
+                    continue
+                if flush:
+                    partition_log.flush()
+                points[tp] = partition_log.recovery_point
+            self._recovery_file.write(points)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        with self._lock:
+            self._start_file.write({tp: partition_log.log_start_offset
+                                    for tp, partition_log in self._logs.items()})
+
+    # -- periodic work -------------------------------------------------------
+
+    def maybe_roll_and_flush(self, now_ms: int) -> None:
+        """segment.ms rolls and flush.ms flushes for every log (call every ~second)."""
+        for partition_log in self.logs().values():
+            if partition_log.is_offline:
+                continue
+            partition_log.maybe_roll(now_ms)
+            partition_log.maybe_flush(now_ms)
+
+    def delete_old_segments(self, now_ms: int,
+                            high_watermarks: Mapping[TopicPartition, int]) -> int:
+        """Retention for every log with a known HW; checkpoints moved start offsets."""
+        deleted = 0
+        for tp, partition_log in self.logs().items():
+            hw = high_watermarks.get(tp)
+            if hw is None or partition_log.is_offline:
+                continue
+            deleted += partition_log.delete_old_segments(now_ms, hw)
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    # -- shutdown ------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Close every log, write checkpoints, then the clean-shutdown marker.
+
+        The marker is left out if any log failed: the next start recovers.
+        """
+        with self._lock:
+            clean = True
+            for tp, partition_log in self._logs.items():
+                try:
+                    if partition_log.is_offline:
+                        clean = False
+                    partition_log.close()
+                except KafkaStorageError as e:
+                    log.error("closing the log of %s failed: %s", tp, e)
+                    clean = False
+            if clean:
+                self._recovery_file.write({tp: partition_log.recovery_point
+                                           for tp, partition_log in self._logs.items()})
+                self._start_file.write({tp: partition_log.log_start_offset
+                                        for tp, partition_log in self._logs.items()})
+                write_clean_shutdown_marker(self.data_dir)
+            self._logs.clear()
+
+
+def _remove_tree(path: Path) -> None:
+    try:
+        shutil.rmtree(path)
+    except OSError as e:
+        raise storage_error("cannot remove directory", path, e) from e
