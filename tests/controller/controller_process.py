@@ -1,0 +1,188 @@
+"""A real controller process and fake brokers (grpc.aio servicers in the test's loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ControllerProcess:
+    """``python -m controller`` on a free port; always stop() it (kills by pid)."""
+
+    def __init__(self, data_dir: Path, settings=(), port: int | None = None,
+                 metrics_port: int = 0):
+        self.data_dir = data_dir
+        self.settings = list(settings)
+        self.port = port or free_port()
+        self.metrics_port = metrics_port
+        self.proc: subprocess.Popen | None = None
+        self.stderr_path = data_dir.parent / f"controller-{self.port}.stderr"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 15) -> ControllerProcess:
+        cmd = [sys.executable, "-m", "controller", "--listen", self.address,
+               "--data-dir", str(self.data_dir), "--metrics-port", str(self.metrics_port)]
+        for s in self.settings:
+            cmd += ["--set", s]
+        stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed after Popen dups it
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=PROJECT_DIR, stdout=subprocess.PIPE,
+                                         stderr=stderr)
+        finally:
+            stderr.close()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        if "listening" not in line:
+            self.stop()
+            raise RuntimeError(f"controller did not start: {line!r}\n{self.stderr()}")
+        return self
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def signal(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signum)
+
+    def wait(self, timeout_s: float = 10) -> int:
+        return self.proc.wait(timeout=timeout_s)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+class FakeBroker(pb_grpc.BrokerServicer):
+    """Registers, heartbeats, and records what the controller pushes to it."""
+
+    def __init__(self, broker_id: int, controller_address: str, heartbeat_interval_ms: int = 100):
+        self.broker_id = broker_id
+        self.controller_address = controller_address
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.incarnation_id = uuid.uuid4().hex
+        self.broker_epoch = -1
+        self.leader_and_isr: list[pb.LeaderAndIsrRequest] = []
+        self.update_metadata: list[pb.UpdateMetadataRequest] = []
+        self.stop_replica: list[pb.StopReplicaRequest] = []
+        self.heartbeat_responses: list[pb.BrokerHeartbeatResponse] = []
+        self.heartbeating = True
+        self.want_shutdown = False
+        self._server: grpc.aio.Server | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._task: asyncio.Task | None = None
+        self.port = None
+
+    # ------------------------------------------------------------ Broker service
+
+    async def LeaderAndIsr(self, request, context):
+        self.leader_and_isr.append(request)
+        return pb.LeaderAndIsrResponse(error_code=pb.NONE)
+
+    async def UpdateMetadata(self, request, context):
+        self.update_metadata.append(request)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    async def StopReplica(self, request, context):
+        self.stop_replica.append(request)
+        return pb.StopReplicaResponse(error_code=pb.NONE)
+
+    # ------------------------------------------------------------ life cycle
+
+    async def start(self) -> FakeBroker:
+        self._server = grpc.aio.server()
+        pb_grpc.add_BrokerServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        await self._server.start()
+        self._channel = grpc.aio.insecure_channel(self.controller_address)
+        self.controller = pb_grpc.ControllerStub(self._channel)
+        await self.register()
+        self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        return self
+
+    async def register(self) -> int:
+        response = await self.controller.RegisterBroker(pb.RegisterBrokerRequest(
+            broker_id=self.broker_id, incarnation_id=self.incarnation_id,
+            listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1", port=self.port)]),
+            timeout=5)
+        assert response.error_code == pb.NONE, response
+        self.broker_epoch = response.broker_epoch
+        return self.broker_epoch
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+            if not self.heartbeating:
+                continue
+            try:
+                response = await self.controller.BrokerHeartbeat(pb.BrokerHeartbeatRequest(
+                    broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                    want_shutdown=self.want_shutdown), timeout=2)
+            except grpc.aio.AioRpcError:
+                continue  # controller down: keep trying, as a broker does
+            self.heartbeat_responses.append(response)
+            if response.error_code == pb.STALE_BROKER_EPOCH:
+                try:
+                    await self.register()
+                except grpc.aio.AioRpcError:
+                    pass
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+        if self._server is not None:
+            await self._server.stop(0)
+
+    # ------------------------------------------------------------ what it saw
+
+    def latest_states(self) -> dict[tuple[str, int], pb.PartitionState]:
+        """The newest LeaderAndIsr state per partition received so far."""
+        states = {}
+        for request in self.leader_and_isr:
+            for item in request.partitions:
+                states[(item.state.topic, item.state.partition)] = item.state
+        return states
+
+
+async def eventually(predicate, timeout_s: float = 10, interval_s: float = 0.05):
+    """Wait until ``predicate()`` (sync or async) is truthy; returns its value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(interval_s)
