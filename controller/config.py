@@ -32,6 +32,7 @@ class ControllerConfig:
     num_partitions: int = 1
     min_insync_replicas: int = 1  # default topic config
     leader_imbalance_check_interval_seconds: float = 5.0
+    auto_leader_rebalance_enable: bool = True  # periodic preferred leader election
     # How long senders wait to coalesce changes into one request, and retry limits.
     sender_debounce_ms: int = 5
     sender_retry_backoff_ms: int = 50
@@ -51,6 +52,7 @@ class ControllerConfig:
         "min.insync.replicas": ("min_insync_replicas", int),
         "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds",
                                                     float),
+        "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
         "controller.sender.debounce.ms": ("sender_debounce_ms", int),
         "controller.sender.retry.backoff.ms": ("sender_retry_backoff_ms", int),
         "controller.sender.retry.backoff.max.ms": ("sender_retry_backoff_max_ms", int),

@@ -17,12 +17,16 @@ truncation fsynced. A bad frame with more data after it, or a frame whose
 payload is not a JSON object, is corruption: ``CorruptFileError`` with the path
 and byte position, and nothing is modified.
 
+Only one process may use a log: ``open`` takes an exclusive ``flock`` on the
+file and fails with ``KafkaStorageError`` when another process holds it.
+
 Durability: ``append`` writes all frames of a batch with one write and fsyncs
 the file before returning; the directory is fsynced when the file is created.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -75,10 +79,21 @@ class MetadataLog:
             path = data_dir / FILE_NAME
             created = not path.exists()
             file = open(path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
+        try:
+            # Two controllers appending to one log would interleave records.
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            file.close()
+            raise KafkaStorageError("metadata log is locked by another controller process",
+                                    path=str(path)) from e
+        try:
             if created:
                 _fsync_dir(data_dir)
         except OSError as e:
-            raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
+            file.close()
+            raise KafkaStorageError(f"cannot sync {data_dir}: {e}", path=str(data_dir)) from e
         try:
             file.seek(0)
             data = file.read()

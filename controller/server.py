@@ -71,7 +71,8 @@ class ControllerServer:
 
         self._spawn(self.owner.run(), "metadata-owner")
         self._spawn(self._session_timer(), "session-timer")
-        self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
+        if self.config.auto_leader_rebalance_enable:
+            self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
 
         self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_ControllerServicer_to_server(

@@ -116,16 +116,23 @@ class FakeBroker(pb_grpc.BrokerServicer):
 
     # ------------------------------------------------------------ life cycle
 
-    async def start(self) -> FakeBroker:
-        self._server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
-        await self._server.start()
+    async def start(self, *, serve: bool = True) -> FakeBroker:
+        """Register and heartbeat; with ``serve=False`` the Broker service starts only at serve()."""
+        if serve:
+            await self.serve()
+        else:
+            self.port = free_port()
         self._channel = grpc.aio.insecure_channel(self.controller_address)
         self.controller = pb_grpc.ControllerStub(self._channel)
         await self.register()
         self._task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
         return self
+
+    async def serve(self) -> None:
+        self._server = grpc.aio.server()
+        pb_grpc.add_BrokerServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port(f"127.0.0.1:{self.port or 0}")
+        await self._server.start()
 
     async def register(self) -> int:
         response = await self.controller.RegisterBroker(pb.RegisterBrokerRequest(

@@ -102,3 +102,13 @@ def test_record_without_type_is_corruption(tmp_path):
     path.write_bytes(good + bad + good)
     with pytest.raises(CorruptFileError):
         MetadataLog.open(tmp_path)
+
+
+def test_second_open_of_a_locked_log_is_refused(tmp_path):
+    from proto.errors import KafkaStorageError
+
+    log = MetadataLog.open(tmp_path)
+    with pytest.raises(KafkaStorageError, match="locked"):
+        MetadataLog.open(tmp_path)
+    log.close()
+    MetadataLog.open(tmp_path).close()

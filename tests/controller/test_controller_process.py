@@ -132,10 +132,29 @@ async def test_silent_broker_is_fenced_and_leadership_moves(cluster):
     new_leader = after[0].leader
     await eventually(lambda: brokers[new_leader].latest_states()[("t", 0)].leader == new_leader)
     assert brokers[new_leader].latest_states()[("t", 0)].leader_epoch == before[0].leader_epoch + 1
-    # a zombie heartbeat with the old epoch still works (same epoch), unfencing it
+    # the same process heartbeating again (current epoch) is unfenced
     brokers[victim].heartbeating = True
     await eventually(lambda: brokers[victim].heartbeat_responses
                      and not brokers[victim].heartbeat_responses[-1].is_fenced)
+
+
+async def test_sender_retries_until_the_broker_serves(controller_factory):
+    controller = controller_factory()
+    channel = grpc.aio.insecure_channel(controller.address)
+    stub = pb_grpc.ControllerStub(channel)
+    late = FakeBroker(1, controller.address)
+    await late.start(serve=False)  # registered, but its Broker service is not up yet
+    try:
+        assert (await create(stub, "t", partitions=2)).error_code == pb.NONE
+        await asyncio.sleep(0.3)  # a few failed deliveries
+        await late.serve()
+        await eventually(lambda: len(late.latest_states()) == 2)
+        await eventually(lambda: late.update_metadata
+                         and len(late.update_metadata[-1].partitions) == 2)
+        assert "unreachable" in controller.stderr()
+    finally:
+        await late.stop()
+        await channel.close()
 
 
 async def test_zombie_epoch_refused_after_reregistration(cluster):
