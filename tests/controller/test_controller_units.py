@@ -1,0 +1,163 @@
+"""Small pure pieces of the controller: assignment, validation, config, owner, replay errors."""
+
+import asyncio
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.assignment import assign_replicas
+from controller.config import ControllerConfig
+from controller.metadata import ClusterMetadata
+from controller.metadata_log import MetadataLog
+from controller.owner import ImageAheadOfDiskError, MetadataOwner
+from controller.state_machine import ControllerStateMachine
+from controller.validation import validate_topic_configs, validate_topic_name
+from proto.errors import CorruptFileError, InvalidConfigError, InvalidTopicError
+
+# ---------------------------------------------------------------- assignment
+
+@settings(max_examples=100, deadline=None)
+@given(brokers=st.lists(st.integers(0, 50), min_size=1, max_size=6, unique=True),
+       partitions=st.integers(1, 40), data=st.data())
+def test_assignment_is_valid_and_balanced(brokers, partitions, data):
+    rf = data.draw(st.integers(1, len(brokers)))
+    seq = data.draw(st.integers(0, 100))
+    assignment = assign_replicas(brokers, partitions, rf, topic_sequence=seq)
+    assert len(assignment) == partitions
+    for replicas in assignment:
+        assert len(replicas) == rf and len(set(replicas)) == rf and set(replicas) <= set(brokers)
+    leaders = Counter(r[0] for r in assignment)
+    # leaders differ by at most one partition between brokers
+    counts = [leaders.get(b, 0) for b in brokers]
+    assert max(counts) - min(counts) <= 1
+    replicas_per_broker = Counter(b for r in assignment for b in r)
+    counts = [replicas_per_broker.get(b, 0) for b in brokers]
+    assert max(counts) - min(counts) <= rf
+
+
+def test_assignment_start_shifts_with_topic_sequence():
+    firsts = {assign_replicas([1, 2, 3], 1, 1, topic_sequence=s)[0][0] for s in range(3)}
+    assert firsts == {1, 2, 3}
+
+
+def test_assignment_rejects_impossible_requests():
+    with pytest.raises(ValueError):
+        assign_replicas([1, 2], 1, 3, topic_sequence=0)
+    with pytest.raises(ValueError):
+        assign_replicas([1, 2], 0, 1, topic_sequence=0)
+
+
+# ---------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("name", ["a", "A-b_c.9", "x" * 249])
+def test_good_topic_names(name):
+    validate_topic_name(name)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../etc", "a/b", "a\\b", "x" * 250, "a b",
+                                  "é", "a\x00"])
+def test_bad_topic_names(name):
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(name)
+
+
+def test_topic_configs():
+    validate_topic_configs({"min.insync.replicas": "2", "retention.ms": "-1",
+                            "retention.bytes": "-1", "segment.bytes": "1048576",
+                            "message.timestamp.type": "LogAppendTime",
+                            "unclean.leader.election.enable": "TRUE",
+                            "cleanup.policy": "delete", "flush.messages": "1", "flush.ms": "0",
+                            "index.interval.bytes": "4096", "max.message.bytes": "1000",
+                            "segment.ms": "1000"})
+    for bad in ({"segment.bytes": "13"}, {"retention.ms": "-2"}, {"flush.messages": "0"},
+                {"max.message.bytes": "1.5"}, {"compression.type": "zstd"}):
+        with pytest.raises(InvalidConfigError):
+            validate_topic_configs(bad)
+
+
+# ---------------------------------------------------------------- config
+
+def test_settings_by_kafka_name():
+    config = ControllerConfig()
+    config.apply_settings(["broker.session.timeout.ms=1500", "unclean.leader.election.enable=true",
+                           "num.partitions=3", "leader.imbalance.check.interval.seconds=0.5"])
+    assert config.broker_session_timeout_ms == 1500 and config.unclean_leader_election_enable
+    assert config.num_partitions == 3 and config.leader_imbalance_check_interval_seconds == 0.5
+    assert config.unclean_allowed({}) is True
+    assert config.unclean_allowed({"unclean.leader.election.enable": "false"}) is False
+
+
+@pytest.mark.parametrize("item", ["nope=1", "num.partitions", "num.partitions=0",
+                                  "broker.session.timeout.ms=x",
+                                  "unclean.leader.election.enable=maybe"])
+def test_bad_settings(item):
+    with pytest.raises(InvalidConfigError):
+        ControllerConfig().apply_settings([item])
+
+
+# ---------------------------------------------------------------- owner
+
+def make_owner(tmp_path, commits):
+    log = MetadataLog.open(tmp_path)
+    machine = ControllerStateMachine(ControllerConfig(data_dir=tmp_path))
+    return MetadataOwner(log, machine, on_commit=commits.append, clock_ms=lambda: 0), log
+
+
+async def test_owner_runs_commands_in_order_and_answers_after_the_write(tmp_path):
+    commits = []
+    owner, log = make_owner(tmp_path, commits)
+    task = asyncio.get_running_loop().create_task(owner.run())
+    try:
+        def command(n):
+            def run(tx, now_ms):
+                tx.append({"type": "cluster", "cluster_id": f"c{n}"})
+                return log.next_offset  # before the write
+            return run
+        results = await asyncio.gather(*(owner.submit(command(n)) for n in range(5)))
+        assert results == [0, 1, 2, 3, 4]
+        assert log.next_offset == 5 and len(commits) == 5
+        assert owner.machine.metadata.cluster_id == "c4"
+
+        def refuse(tx, now_ms):
+            raise InvalidConfigError("no")
+        with pytest.raises(InvalidConfigError):
+            await owner.submit(refuse)
+        assert not task.done()  # a failure before appending only fails its caller
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        log.close()
+
+
+async def test_owner_stops_when_a_command_fails_after_appending(tmp_path):
+    owner, log = make_owner(tmp_path, [])
+    task = asyncio.get_running_loop().create_task(owner.run())
+
+    def broken(tx, now_ms):
+        tx.append({"type": "cluster", "cluster_id": "x"})
+        raise RuntimeError("bug")
+    with pytest.raises(Exception, match="metadata owner failed"):
+        await owner.submit(broken)
+    with pytest.raises(ImageAheadOfDiskError):
+        await task
+    assert log.next_offset == 0  # nothing half-done reached the disk
+    with pytest.raises(Exception, match="shutting down"):
+        await owner.submit(lambda tx, now: None)
+    log.close()
+
+
+# ---------------------------------------------------------------- replay errors
+
+def test_replay_refuses_records_that_do_not_fit():
+    metadata = ClusterMetadata()
+    with pytest.raises(CorruptFileError):
+        metadata.apply(0, {"type": "mystery"})
+    with pytest.raises(CorruptFileError):
+        metadata.apply(0, {"type": "broker_fenced", "broker_id": 1})  # never registered
+    with pytest.raises(CorruptFileError):
+        metadata.apply(0, {"type": "partition_changed", "topic": "t", "partition": 0})
+    metadata.apply(0, {"type": "controller_epoch", "epoch": 3})
+    with pytest.raises(CorruptFileError):
+        metadata.apply(1, {"type": "controller_epoch", "epoch": 3})
