@@ -204,9 +204,9 @@ def _story(cluster: LocalCluster, bootstrap: str, records: int) -> bool:
     missing = [v for v in ledger.acked if counts[v] == 0]
     duplicated = [v for v, c in counts.items() if c > 1]
     misplaced = [v for v, pos in ledger.acked.items() if counts[v] == 1 and where[v] != pos]
-    acked_values = set(ledger.acked)
+    sent_values = set(ledger.acked) | set(ledger.failed_attempts)
     in_doubt = sum(1 for v in ledger.failed_attempts if counts[v] > 0)
-    unknown = [v for v in counts if v not in acked_values and v not in set(ledger.failed_attempts)]
+    unknown = [v for v in counts if v not in sent_values]
     say(f"acknowledged {len(ledger.acked)}; missing {len(missing)}; duplicated {len(duplicated)}; "
         f"at another offset than acknowledged {len(misplaced)}; unacknowledged attempts found in the "
         f"log (in doubt, not duplicates) {in_doubt}; records nobody sent {len(unknown)}")

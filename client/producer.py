@@ -304,6 +304,10 @@ class Producer:
                     error = transport_error
                 else:
                     answer = answers.get((batch.tp.topic, batch.tp.partition))
+                    if answer is None and self.acks == 0:
+                        # acks=0: the broker owes no answer; the record counts as sent.
+                        self._finish(batch, None, -1)
+                        continue
                     if answer is None:
                         error = BrokerConnectionError(
                             f"no answer for {batch.tp.topic}-{batch.tp.partition} in produce response")

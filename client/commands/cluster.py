@@ -104,11 +104,12 @@ def _cluster(args) -> LocalCluster:
 
 
 def _one_line(e: Exception) -> str:
-    """LocalClusterError messages may carry a log tail after the first line; keep it on stderr
-    after the one-line reason so the reason stays the first and only `tide:` line."""
+    """LocalClusterError messages may carry a log tail after the first line: it goes to
+    stdout, so stderr keeps exactly one line, the reason."""
     first, _, rest = str(e).partition("\n")
     if rest:
-        sys.stderr.write(rest + "\n")
+        sys.stdout.write(rest + "\n")
+        sys.stdout.flush()
     return first
 
 

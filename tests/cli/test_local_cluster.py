@@ -107,9 +107,8 @@ def test_failing_process_reports_its_log(tmp_path):
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path), "--base-port", "0",
                       "--set", "no.such.setting=1", timeout_s=90)
     assert result.returncode != 0
-    first = result.stderr_lines[0]
-    assert first.startswith("tide: cluster up failed:") and "broker-1" in first
-    assert "no.such.setting" in result.stderr  # the log tail follows the one-line reason
+    assert_one_line_error(result, "cluster up failed:", "broker-1")
+    assert "no.such.setting" in result.stdout  # the log tail of the failing process
     m = json.loads((tmp_path / "cluster.json").read_text())
     assert not any(pid_alive(p["pid"]) for p in m["processes"].values())
 

@@ -100,6 +100,8 @@ class FakeBroker(pb_grpc.BrokerServicer):
                 out.append(pb.ProducePartitionResponse(
                     topic=part.topic, partition=p, error_code=pb.NONE,
                     base_offset=base if request.acks != 0 else -1))
+        if request.acks == 0:
+            return pb.ProduceResponse()  # like the real broker: no answer owed with acks=0
         return pb.ProduceResponse(partitions=out)
 
     def Fetch(self, request, context):
