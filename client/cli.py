@@ -20,6 +20,7 @@ SUBCOMMAND_MODULES = [
     "client.commands.cluster",
     "client.commands.dump_log",
     "client.commands.metrics",
+    "client.commands.chaos",
 ]
 
 

@@ -1,0 +1,99 @@
+"""Second half of `make up`: wait for the compose cluster, then create the demo topic.
+
+Run with the host venv after `docker-compose up -d`:
+    .venv/bin/python deploy/up.py [--compose-project tidewater] [--topic demo]
+
+Waits until every container's health check passes and every broker is
+registered and unfenced, creates the topic (an existing one is fine) and waits
+until each of its partitions has a leader and a full ISR. Prints the addresses
+to use from the host. Exit 1 with a one-line reason on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not installed
+
+from client.admin import AdminClient, NewTopic  # noqa: E402
+from client.chaos.targets import ChaosTargetError, ComposeCluster  # noqa: E402
+from proto import tidewater_pb2 as pb  # noqa: E402
+from proto.errors import TidewaterError  # noqa: E402
+
+READY_TIMEOUT_S = 180
+
+
+def wait_for_brokers(admin: AdminClient, broker_ids: list[int], deadline: float) -> None:
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            cluster = admin.describe_cluster()
+            live = {b.broker_id for b in cluster.brokers if not b.fenced}
+            if set(broker_ids) <= live:
+                return
+            last = f"live brokers {sorted(live)}"
+        except TidewaterError as e:
+            last = str(e)
+        time.sleep(0.5)
+    raise ChaosTargetError(f"brokers {broker_ids} not all registered: {last}")
+
+
+def ensure_topic(admin: AdminClient, topic: str, partitions: int, replication_factor: int,
+                 min_insync_replicas: int, deadline: float) -> None:
+    errors = admin.create_topics([NewTopic(topic, partitions, replication_factor,
+                                           {"min.insync.replicas": str(min_insync_replicas)})])
+    error = errors.get(topic)
+    if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
+        raise ChaosTargetError(f"create topic {topic}: {error}")
+    last = "not described yet"
+    while time.monotonic() < deadline:
+        try:
+            (info,) = admin.describe_topics([topic], with_replica_state=False)
+            waiting = [p.partition for p in info.partitions
+                       if p.leader < 0 or len(p.isr) < len(p.replicas)]
+            if not waiting:
+                return
+            last = f"partitions without leader or full ISR: {waiting}"
+        except TidewaterError as e:
+            last = str(e)
+        time.sleep(0.5)
+    raise ChaosTargetError(f"topic {topic}: {last}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--compose-project", default="tidewater")
+    parser.add_argument("--compose-file", type=Path, default=None, help="(informational)")
+    parser.add_argument("--topic", default="demo")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--replication-factor", type=int, default=3)
+    parser.add_argument("--min-insync-replicas", type=int, default=2)
+    parser.add_argument("--timeout-s", type=float, default=READY_TIMEOUT_S)
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.timeout_s
+    try:
+        cluster = ComposeCluster(args.compose_project)
+        cluster.wait_healthy(timeout_s=args.timeout_s)
+        bootstrap = cluster.bootstrap()
+        with AdminClient(bootstrap, request_timeout_ms=5000) as admin:
+            wait_for_brokers(admin, cluster.broker_ids(), deadline)
+            if args.topic:
+                ensure_topic(admin, args.topic, args.partitions, args.replication_factor,
+                             args.min_insync_replicas, deadline)
+        metrics = ", ".join(f"{t.source} {t.url}" for t in cluster.metrics_targets())
+    except (ChaosTargetError, TidewaterError) as e:
+        print(f"up: {e}", file=sys.stderr)
+        return 1
+    print(f"cluster {args.compose_project} is up; bootstrap {bootstrap.split(',')[0]}")
+    if args.topic:
+        print(f"topic {args.topic}: {args.partitions} partitions, replication factor "
+              f"{args.replication_factor}, min.insync.replicas={args.min_insync_replicas}")
+    print(f"metrics: {metrics}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
