@@ -141,7 +141,8 @@ class Log:
         cache: LeaderEpochCache | None
         try:
             cache = LeaderEpochCache.load(checkpoint_path)
-            rebuild_epochs = not checkpoint_path.exists()
+            # Missing or empty while batches exist: rebuild from the batches.
+            rebuild_epochs = not cache.entries()
         except CorruptFileError as e:
             log.warning("%s; rebuilding it from the batches' partitionLeaderEpoch", e)
             cache, rebuild_epochs = None, True
@@ -155,20 +156,14 @@ class Log:
                 segments.append(LogSegment.create(directory, max(0, start), config))
                 _fsync_dir(directory)
             log_end_offset = segments[-1].next_offset
-            # The checkpointed start may be past the first segment (retention moved it
-            # before the segment went) but never past the data that is left.
-            start = segments[0].base_offset
-            if log_start_offset is not None:
-                start = max(start, log_start_offset)
-            start = min(start, log_end_offset)
+            start = _choose_log_start_offset(segments, log_start_offset)
+            if not rebuild_epochs and not _epoch_cache_matches_log(cache, segments, start):
+                log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
+                            checkpoint_path)
+                rebuild_epochs = True
+                loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
             if rebuild_epochs:
-                cache = LeaderEpochCache(checkpoint_path)
-                cache.clear()  # replaces a corrupt file even when no batch has an epoch
-                for epoch, base_offset in loaded.epoch_starts:
-                    if epoch >= 0:
-                        cache.assign(epoch, base_offset)
-                if cache.entries():
-                    log.info("rebuilt %s: %s", checkpoint_path, cache.entries())
+                cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
             assert cache is not None
             cache.truncate_from_end(log_end_offset)
             cache.truncate_from_start(start)
@@ -648,6 +643,67 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.dir}, start={self.log_start_offset}, end={self.log_end_offset}, "
                 f"segments={len(self._segments)})")
+
+
+def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | None) -> int:
+    """The checkpointed log start offset if it is a segment's base offset (retention only
+    ever moves it to one), else the first segment's base offset."""
+    first = segments[0].base_offset
+    if checkpointed is None or checkpointed == first:
+        return first
+    if any(s.base_offset == checkpointed for s in segments):
+        # Retention moved the start but the old segments were not deleted yet.
+        return checkpointed
+    log.warning("log start offset %d from the checkpoint is not a segment start in %s; "
+                "using %d", checkpointed, segments[0].directory, first)
+    return first
+
+
+def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
+                             log_start_offset: int) -> bool:
+    """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
+    batch before it (if kept) must be of another epoch. Cheap: a few header reads."""
+    bases = [s.base_offset for s in segments]
+    log_end_offset = segments[-1].next_offset
+
+    def batch_at(offset: int) -> tuple[int, int] | None:
+        """(base_offset, partitionLeaderEpoch) of the batch holding ``offset``."""
+        i = bisect_right(bases, offset) - 1
+        if i < 0:
+            return None
+        found = segments[i].locate(offset)
+        if found is None:
+            return None
+        return found[1], segments[i].read_epoch_at(found[0])
+
+    try:
+        for epoch, start in cache.entries():
+            if start >= log_end_offset:
+                continue
+            if start < log_start_offset:
+                continue  # truncate_from_start fixes these
+            at = batch_at(start)
+            if at is None or at != (start, epoch):
+                return False
+            if start > log_start_offset:
+                before = batch_at(start - 1)
+                if before is None or before[1] == epoch:
+                    return False
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def _rebuild_epoch_cache(checkpoint_path: Path,
+                         epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
+    cache = LeaderEpochCache(checkpoint_path)
+    cache.clear()  # replaces a corrupt file even when no batch has an epoch
+    for epoch, base_offset in epoch_starts:
+        if epoch >= 0:
+            cache.assign(epoch, base_offset)
+    if cache.entries():
+        log.info("rebuilt %s: %s", checkpoint_path, cache.entries())
+    return cache
 
 
 def _validate(buf, position: int, max_size: int):

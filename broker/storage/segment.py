@@ -47,8 +47,7 @@ assert _SCAN_HEADER.size == 43
 _PREFIX = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
-_RECORD_COUNT = struct.Struct(">i")
-_RECORD_COUNT_AT = 57
+_EPOCH = struct.Struct(">i")
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -519,6 +518,13 @@ class LogSegment:
                 header, _LAST_OFFSET_DELTA_AT)[0] + 1
             return data, first_offset, next_offset
         return (data if p == len(data) else data[:p]), first_offset, next_offset
+
+    def read_epoch_at(self, position: int) -> int:
+        """partitionLeaderEpoch of the batch at ``position``."""
+        header = self._read_at(16, position)
+        if len(header) < 16:
+            raise CorruptRecordError("truncated batch", position=position, path=str(self.log_path))
+        return _EPOCH.unpack_from(header, 12)[0]
 
     def read_batch_at(self, position: int) -> bytes:
         header = self._read_at(LOG_OVERHEAD, position)
