@@ -1,0 +1,147 @@
+"""LogManager: loading a data dir, creating and deleting logs, checkpoints, the
+clean-shutdown marker, and clamping stored high watermarks after recovery."""
+
+import pytest
+
+from broker.storage.checkpoints import CLEAN_SHUTDOWN_FILE, OffsetCheckpointFile
+from broker.storage.log_config import LogConfig
+from broker.storage.log_manager import LogManager
+from broker.storage.topics import TopicPartition
+from proto.errors import InvalidTopicError
+from proto.records import encode_batch
+
+CONFIG = LogConfig(segment_bytes=400)
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b-x", 0)
+
+
+def batch(n=1):
+    return encode_batch([(None, b"value")] * n, base_timestamp_ms=1000)
+
+
+def filled_manager(data_dir):
+    manager = LogManager(data_dir, CONFIG)
+    manager.load(now_ms=0)
+    for tp, count in ((A0, 10), (A1, 3), (B0, 0)):
+        log = manager.get_or_create(tp, CONFIG, now_ms=0)
+        for _ in range(count):
+            log.append_as_leader(batch(2), leader_epoch=1, now_ms=0)
+    return manager
+
+
+def test_create_load_and_clean_shutdown(tmp_path):
+    manager = filled_manager(tmp_path)
+    assert not manager.had_clean_shutdown
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["a-0", "a-1", "b-x-0"]
+    assert manager.get_or_create(A0, CONFIG, now_ms=0) is manager.get(A0)
+    manager.checkpoint_high_watermarks({A0: 12, A1: 6, TopicPartition("gone", 0): 5})
+    manager.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {
+        A0: 20, A1: 6, B0: 0}
+    assert OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint").read() == {
+        A0: 0, A1: 0, B0: 0}
+
+    again = LogManager(tmp_path, CONFIG)
+    again.load(now_ms=0)
+    assert again.had_clean_shutdown
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # a crash from now on is unclean
+    assert {tp: log.log_end_offset for tp, log in again.logs().items()} == {A0: 20, A1: 6, B0: 0}
+    assert again.read_high_watermarks() == {A0: 12, A1: 6, B0: 0}
+    assert again.get(A0).leader_epoch_cache.entries() == [(1, 0)]
+
+
+def test_unclean_start_recovers_and_clamps_high_watermarks(tmp_path, caplog):
+    manager = filled_manager(tmp_path)
+    manager.checkpoint_high_watermarks({A0: 20, A1: 6})
+    manager.checkpoint_recovery_points()
+    log = manager.get(A0)
+    log.append_as_leader(batch(2), leader_epoch=2, now_ms=0)  # after the recovery point
+    active = log.active_segment.log_path
+    size = active.stat().st_size
+    # Crash: no shutdown; the last append is torn in half.
+    with open(active, "r+b") as f:
+        f.truncate(size - 20)
+    again = LogManager(tmp_path, CONFIG)
+    again.load(now_ms=0)
+    assert not again.had_clean_shutdown
+    assert again.get(A0).log_end_offset == 20
+    assert again.get(A0).leader_epoch_cache.entries() == [(1, 0)]
+    assert "bytes removed" in caplog.text
+    # Cut a log below its stored HW: reading HWs clamps into [log start, LEO].
+    again.get(A1).truncate_to(2)
+    assert again.read_high_watermarks() == {A0: 20, A1: 2, B0: 0}
+    assert "clamped" in caplog.text
+
+
+def test_corrupt_checkpoints_mean_full_recovery_not_failure(tmp_path, caplog):
+    manager = filled_manager(tmp_path)
+    manager.checkpoint_high_watermarks({A0: 20})
+    manager.shutdown()
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
+                 "replication-offset-checkpoint"):
+        (tmp_path / name).write_bytes(b"0\n7\ngarbage")
+    (tmp_path / CLEAN_SHUTDOWN_FILE).unlink()
+    again = LogManager(tmp_path, CONFIG)
+    again.load(now_ms=0)
+    assert again.get(A0).log_end_offset == 20
+    assert again.read_high_watermarks() == {A0: 0, A1: 0, B0: 0}  # re-learned from the leader
+    assert "ignoring it" in caplog.text
+
+
+def test_invalid_topic_never_touches_the_disk(tmp_path):
+    manager = LogManager(tmp_path, CONFIG)
+    manager.load(now_ms=0)
+    for topic in ("..", "../evil", "a/b", "", "x" * 250):
+        with pytest.raises(InvalidTopicError):
+            manager.get_or_create(TopicPartition(topic, 0), CONFIG, now_ms=0)
+    assert list(tmp_path.iterdir()) == []
+    assert not (tmp_path.parent / "evil-0").exists()
+
+
+def test_delete_removes_directory_and_checkpoint_entries(tmp_path):
+    manager = filled_manager(tmp_path)
+    manager.checkpoint_high_watermarks({A0: 20, A1: 6})
+    manager.checkpoint_recovery_points()
+    manager.checkpoint_log_start_offsets()
+    manager.delete(A0)
+    manager.delete(A0)  # absent: no-op
+    assert manager.get(A0) is None
+    assert not (tmp_path / "a-0").exists()
+    assert not any(p.name.endswith("-delete") for p in tmp_path.iterdir())
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
+                 "replication-offset-checkpoint"):
+        assert A0 not in OffsetCheckpointFile(tmp_path / name).read()
+    recreated = manager.get_or_create(A0, CONFIG, now_ms=0)
+    assert recreated.log_end_offset == 0
+
+
+def test_load_finishes_interrupted_deletes_and_ignores_strangers(tmp_path, caplog):
+    (tmp_path / "a-0.0123abcd-delete").mkdir()
+    (tmp_path / "a-0.0123abcd-delete" / "00000000000000000000.log").write_bytes(b"x")
+    (tmp_path / "lost+found").mkdir()
+    (tmp_path / "notes.txt").write_text("hi")
+    manager = LogManager(tmp_path, CONFIG)
+    manager.load(now_ms=0)
+    assert manager.logs() == {}
+    assert not (tmp_path / "a-0.0123abcd-delete").exists()
+    assert (tmp_path / "lost+found").exists()
+    assert "not a partition directory" in caplog.text
+
+
+def test_retention_and_periodic_work_through_the_manager(tmp_path):
+    config = LogConfig(segment_bytes=200, retention_bytes=200, retention_ms=-1, segment_ms=1000)
+    manager = LogManager(tmp_path, config)
+    manager.load(now_ms=0)
+    log = manager.get_or_create(A0, config, now_ms=0)
+    for _ in range(10):
+        log.append_as_leader(batch(2), 0, now_ms=0)
+    segments_before = len(log.segments())
+    assert manager.delete_old_segments(now_ms=0, high_watermarks={A0: 20}) > 0
+    assert log.log_start_offset > 0
+    assert OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint").read()[A0] == \
+        log.log_start_offset
+    assert len(log.segments()) < segments_before
+    manager.maybe_roll_and_flush(now_ms=5000)  # segment.ms passed: the active one rolls
+    assert log.active_segment.size_bytes == 0
+    manager.update_topic_config("a", LogConfig(segment_bytes=10_000))
+    assert log.config.segment_bytes == 10_000
