@@ -51,6 +51,7 @@ from crc32c import crc32c
 from proto.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
+    CRC_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -307,8 +308,8 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
         base_ts = default_ts
     max_ts = _INT64_MIN
 
-    body = bytearray()  # one record's bytes after its length field
-    out = bytearray()   # all records
+    body = bytearray()             # one record's bytes after its length field
+    out = bytearray(HEADER_SIZE)   # the batch: header placeholder, then the records
     for offset_delta, record in enumerate(records):
         if isinstance(record, SimpleRecord):
             key, value, headers = record.key, record.value, record.headers
@@ -334,16 +335,19 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
         out += encode_varint(len(body))
         out += body
 
-    payload = compress(compression, bytes(out)) if compression != COMPRESSION_NONE else out
-    batch = bytearray(HEADER_SIZE)
-    batch += payload
+    batch = out
+    if compression != COMPRESSION_NONE:
+        compressed = compress(compression, bytes(memoryview(batch)[HEADER_SIZE:]))
+        del batch[HEADER_SIZE:]
+        batch += compressed
     record_count = len(records)
     _HEADER.pack_into(
         batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
         compression, record_count - 1, base_ts, max_ts, producer_id, producer_epoch,
         base_sequence, record_count,
     )
-    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    # One CRC over attributes..end; baseOffset, length and leader epoch lie outside it.
+    struct.pack_into(">I", batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return bytes(batch)
 
 
