@@ -35,6 +35,15 @@ log = logging.getLogger(__name__)
 _NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH)
 
 
+def channel_options(config: ControllerConfig) -> list[tuple[str, int]]:
+    """gRPC's own reconnect backoff grows to 120 s by default; a broker that was down
+    for a while would then stay unreachable long after it is back. Cap it at our retry cap."""
+    return [("grpc.initial_reconnect_backoff_ms", config.sender_retry_backoff_ms),
+            ("grpc.min_reconnect_backoff_ms", config.sender_retry_backoff_ms),
+            ("grpc.max_reconnect_backoff_ms", config.sender_retry_backoff_max_ms),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024)]
+
+
 class BrokerSender:
     def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
                  target: str, config: ControllerConfig,
@@ -50,7 +59,7 @@ class BrokerSender:
         self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
         self._wake = asyncio.Event()
         self._closed = False
-        self._channel = grpc.aio.insecure_channel(target)
+        self._channel = grpc.aio.insecure_channel(target, options=channel_options(config))
         self._stub = pb_grpc.BrokerStub(self._channel)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"sender-{broker_id}-{broker_epoch}")

@@ -29,7 +29,8 @@ Broker <-> controller contract (details this controller decides)
   ISR member is this broker goes offline (never an unclean election). Then
   the broker exits; its session expiring afterwards changes nothing.
 * **Controller restart**: the controller bumps its epoch, replays its log and
-  gives every broker that was unfenced a fresh session. Heartbeats with the
+  gives every broker that was unfenced a fresh session of two session timeouts
+  (time for its channel to reconnect). Heartbeats with the
   broker's current epoch keep working; the controller resyncs every unfenced
   broker (full LeaderAndIsr with the new controller epoch + UpdateMetadata).
   Brokers must accept a higher controller epoch and refuse a lower one with

@@ -1,8 +1,9 @@
 """Broker sessions: when each broker last heartbeated, and who is shutting down.
 
 Not durable on purpose: a restarted controller gives every broker it knows a
-fresh session (as KRaft does on failover), so a broker is fenced only after it
-stayed silent for a whole session timeout under the new controller.
+fresh session (as KRaft does on failover), twice as long as usual, so a broker
+is fenced only after it stayed silent for two session timeouts under the new
+controller (its channel may need a while to reconnect).
 """
 
 from __future__ import annotations

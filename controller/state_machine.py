@@ -141,7 +141,9 @@ class ControllerStateMachine:
             tx.append(cluster_record(uuid.uuid4().hex))
         tx.append(controller_epoch_record(self.metadata.controller_epoch + 1))
         for broker_id in self.metadata.unfenced_broker_ids():
-            self.sessions.reset(broker_id, now_ms)
+            # One extra session timeout: a broker's gRPC channel may be in its
+            # reconnect backoff after the controller was down.
+            self.sessions.reset(broker_id, now_ms + self.config.broker_session_timeout_ms)
             tx.effects.resync_brokers.add(broker_id)
 
     # ------------------------------------------------------------ brokers

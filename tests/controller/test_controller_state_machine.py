@@ -328,3 +328,13 @@ def test_restart_replays_to_the_same_state(h):
     # epochs keep growing across restarts
     assert h2.register(4).broker_epoch > max(h.epochs.values())
     h2.log.close()
+
+
+def test_restarted_controller_gives_known_brokers_two_session_timeouts(h):
+    three_brokers(h)
+    h.create("t", rf=3)
+    h2 = h.restart()
+    h2.epochs = dict(h.epochs)
+    assert h2.advance(5900, 1) == []  # silent broker 1 still within its first, longer session
+    assert h2.advance(300, 1) == [1]
+    h2.log.close()
