@@ -54,6 +54,7 @@ ACKS_TIMEOUT_DEFAULT_MS = 30_000
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
 RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
+ALTER_PARTITION_RETRY_BACKOFF_S = 0.2
 FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -163,7 +164,9 @@ class ReplicaManager:
         validate_topic_partition(tp)
         if self.broker_id not in state.replicas:
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
-        partition = self.partitions.get(tp) or self._create_partition(tp, dict(item.topic_configs))
+        topic_configs = dict(item.topic_configs)
+        partition = self.partitions.get(tp) or self._create_partition(tp, topic_configs)
+        self._apply_topic_configs(partition, topic_configs)
         async with partition.lock:
             if not state_is_newer(state, partition.leader_epoch, partition.partition_epoch):
                 if (state.leader_epoch, state.partition_epoch) == (partition.leader_epoch,
@@ -210,6 +213,18 @@ class ReplicaManager:
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms)
         self.partitions[tp] = partition
         return partition
+
+    def _apply_topic_configs(self, partition: Partition, topic_configs: dict[str, str]) -> None:
+        """Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
+        if not topic_configs:
+            return
+        config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+        if config != partition.log.config:
+            self.log_manager.update_topic_config(partition.tp.topic, config)
+        min_insync_replicas = self.config.min_insync_replicas_for(topic_configs)
+        partition.min_insync_replicas = min_insync_replicas
+        if partition.leader_state is not None:
+            partition.leader_state.min_insync_replicas = min_insync_replicas
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         if request.controller_epoch < self.controller_epoch:
@@ -555,6 +570,9 @@ class ReplicaManager:
                 committed = resp.items[0].state
         except Exception as e:  # noqa: BLE001 - the controller may be gone: retry later
             reason = f"{type(e).__name__}: {e}"
+        if committed is None:
+            # The proposal stays pending during the backoff, so no new one is sent.
+            await asyncio.sleep(ALTER_PARTITION_RETRY_BACKOFF_S)
         async with partition.lock:
             if partition.leader_state is not leader:
                 return  # leadership changed meanwhile: the answer belongs to the past

@@ -243,11 +243,11 @@ class Cluster:
         if self.controller is not None:
             self.controller.kill()
 
-    def logs(self) -> str:
+    def logs(self, lines: int = 40) -> str:
         parts = []
         for proc in [self.controller] + [b.proc for b in self.brokers.values()]:
             if proc is not None:
-                parts.append(f"----- {proc.name}\n{proc.log_tail()}")
+                parts.append(f"----- {proc.name}\n{proc.log_tail(lines)}")
         return "\n".join(parts)
 
 
@@ -272,8 +272,9 @@ def cluster(tmp_path, request):
     yield make
     failed = getattr(request.node, "rep_call", None)
     for c in clusters:
-        if failed is not None and failed.failed:
-            print(c.logs())
+        # TIDE_TEST_LOGS=1 prints the process logs of passing tests too.
+        if (failed is not None and failed.failed) or os.environ.get("TIDE_TEST_LOGS"):
+            print(c.logs(400))
         c.stop_all()
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from broker.storage.epoch_cache import LeaderEpochCache
+from broker.storage.log_config import LogConfig
 from broker.storage.topics import TopicPartition
 from proto.batch import (
     ATTRIBUTES_OFFSET,
@@ -59,12 +60,12 @@ class FakeReadResult:
 
 
 class FakeLog:
-    def __init__(self, tp: TopicPartition, max_message_bytes: int = 1 << 20):
+    def __init__(self, tp: TopicPartition, config: LogConfig):
         self.topic_partition = tp
+        self.config = config
         self.leader_epoch_cache = LeaderEpochCache(None)
         self.batches: list[tuple[int, int, bytes]] = []  # (base, next, bytes)
         self.log_start_offset = 0
-        self.max_message_bytes = max_message_bytes
 
     @property
     def log_end_offset(self) -> int:
@@ -81,7 +82,7 @@ class FakeLog:
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> FakeAppendInfo:
         headers = list(iter_batches(records))
         for _, h in headers:
-            if h.size > self.max_message_bytes:
+            if h.size > self.config.max_message_bytes:
                 raise CorruptRecordError("too large", too_large=True)
         first = self.log_end_offset
         count = 0
@@ -155,10 +156,15 @@ class FakeLogManager:
         return dict(self._logs)
 
     def get_or_create(self, tp, config, now_ms):
-        return self._logs.setdefault(tp, FakeLog(tp, config.max_message_bytes))
+        return self._logs.setdefault(tp, FakeLog(tp, config))
 
     def delete(self, tp):
         self._logs.pop(tp, None)
+
+    def update_topic_config(self, topic, config):
+        for tp, log in self._logs.items():
+            if tp.topic == topic:
+                log.config = config
 
     def read_high_watermarks(self):
         return dict(self.checkpointed)

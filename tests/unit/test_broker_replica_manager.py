@@ -272,3 +272,14 @@ async def test_isr_shrink_goes_through_controller(tmp_path):
         assert rm.partitions[TP].leader_isr == (1, 2)
     finally:
         await rm.stop()
+
+
+async def test_topic_configs_apply_to_existing_logs(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(isr=(1,), configs={"max.message.bytes": "100000"}))
+    assert rm.partitions[TP].log.config.max_message_bytes == 100000
+    await rm.leader_and_isr(lai(isr=(1,), partition_epoch=1,
+                                configs={"max.message.bytes": "150", "min.insync.replicas": "2"}))
+    assert rm.partitions[TP].log.config.max_message_bytes == 150
+    out = await rm.produce(produce(acks=-1))
+    assert out.partitions[0].error_code == pb.NOT_ENOUGH_REPLICAS
