@@ -1,0 +1,70 @@
+"""Judging a chaos run (client/chaos/verdict.py) and the leader monitor's rule."""
+
+from __future__ import annotations
+
+from client.chaos.monitor import leaderless
+from client.chaos.replicas import ReplicaComparison
+from client.chaos.verdict import judge
+
+P = "run1-p"
+SAME = ReplicaComparison(True, "")
+
+
+def run(consumed, acked, sent=None, replicas=None, notes=None):
+    sent = sent if sent is not None else {v: p for v, (p, _) in acked.items()}
+    return judge(partitions=[0, 1], value_prefix=P, sent=sent, acked=acked, consumed=consumed,
+                 no_leader_s={0: 1.5}, replicas=replicas or {0: SAME, 1: SAME}, notes=notes)
+
+
+def test_everything_acknowledged_is_there_once():
+    acked = {f"{P}0-1": (0, 0), f"{P}0-2": (1, 0), f"{P}0-3": (0, 1)}
+    consumed = {0: [(0, f"{P}0-1"), (1, f"{P}0-3")], 1: [(0, f"{P}0-2")]}
+    v = run(consumed, acked)
+    assert v.ok
+    assert [(p.partition, p.acked, p.no_leader_s) for p in v.partitions] == [(0, 2, 1.5), (1, 1, 0.0)]
+    assert v.table().splitlines()[-1] == "VERDICT: PASS"
+
+
+def test_lost_record_fails():
+    acked = {f"{P}0-1": (0, 0), f"{P}0-2": (0, 1)}
+    v = run({0: [(0, f"{P}0-1")], 1: []}, acked)
+    assert not v.ok
+    assert v.partitions[0].lost == 1
+    assert f"lost {P}0-2@1" in v.partitions[0].examples
+    assert v.table().splitlines()[-1] == "VERDICT: FAIL"
+
+
+def test_record_at_another_offset_fails():
+    v = run({0: [(0, "other"), (1, f"{P}0-1")], 1: []}, {f"{P}0-1": (0, 0)})
+    assert not v.ok and v.partitions[0].moved == 1 and v.partitions[0].lost == 0
+
+
+def test_duplicate_fails():
+    v = run({0: [(0, f"{P}0-1"), (1, f"{P}0-1")], 1: []}, {f"{P}0-1": (0, 0)})
+    assert not v.ok and v.partitions[0].duplicates == 1
+
+
+def test_unacknowledged_but_present_is_fine_and_counted():
+    sent = {f"{P}0-1": 0, f"{P}0-2": 0}
+    v = run({0: [(0, f"{P}0-1"), (1, f"{P}0-2")], 1: []}, {f"{P}0-1": (0, 0)}, sent=sent)
+    assert v.ok and v.partitions[0].unacked_present == 1
+
+
+def test_never_sent_value_with_our_prefix_fails_other_records_are_ignored():
+    v = run({0: [(0, "from-an-earlier-run"), (1, f"{P}9-9")], 1: []}, {})
+    assert not v.ok and v.partitions[0].unknown == 1
+    assert run({0: [(0, "from-an-earlier-run")], 1: []}, {}).ok
+
+
+def test_diverged_replicas_or_run_problems_fail():
+    v = run({0: [], 1: []}, {}, replicas={0: SAME, 1: ReplicaComparison(False, "brokers 1 and 2 differ")})
+    assert not v.ok and "partition 1 replicas: brokers 1 and 2 differ" in v.table()
+    v = run({0: [], 1: []}, {}, notes=["not settled"])
+    assert not v.ok and "problem: not settled" in v.table()
+
+
+def test_leaderless_rule():
+    assert leaderless(None, [0, 1], set()) == {0, 1}
+    assert leaderless({0: 1, 1: -1}, [0, 1], set()) == {1}
+    assert leaderless({0: 1, 1: 2}, [0, 1], {2}) == {1}
+    assert leaderless({0: 1}, [0, 1], set()) == {1}
