@@ -32,6 +32,7 @@ from proto import tidewater_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
+SYNC_POLL_INTERVAL_S = 0.005
 _NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH)
 
 
@@ -64,6 +65,7 @@ class BrokerSender:
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"sender-{broker_id}-{broker_epoch}")
         self._task.add_done_callback(self._on_task_done)
+        self.synced_offset = -1  # every change up to this metadata offset is delivered
         self.delivered_counts = {"LeaderAndIsr": 0, "UpdateMetadata": 0, "StopReplica": 0}
 
     # ------------------------------------------------------------ marks
@@ -98,8 +100,11 @@ class BrokerSender:
             if self.config.sender_debounce_ms:
                 await asyncio.sleep(self.config.sender_debounce_ms / 1000)
             while not self._closed and not self.idle:
+                # Every mark set by a commit up to this offset is taken by this round.
+                round_offset = self.machine.metadata.last_offset
                 try:
                     await self._send_round()
+                    self.synced_offset = max(self.synced_offset, round_offset)
                     backoff_ms = self.config.sender_retry_backoff_ms
                 except (TimeoutError, grpc.aio.AioRpcError) as e:
                     detail = e.code().name if isinstance(e, grpc.aio.AioRpcError) else "timeout"
@@ -237,6 +242,19 @@ class BrokerSenders:
         if effects.metadata_changed:
             for sender in self.senders.values():
                 sender.mark_metadata()
+
+    async def wait_synced(self, offset: int, timeout_s: float) -> bool:
+        """Wait until every live broker has received all changes up to ``offset``.
+
+        Returns False on timeout (e.g. a broker is unreachable but not fenced yet).
+        """
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            if all(s.synced_offset >= offset for s in self.senders.values()):
+                return True
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(SYNC_POLL_INTERVAL_S)
 
     async def close(self) -> None:
         senders, self.senders = list(self.senders.values()), {}

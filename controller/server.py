@@ -76,7 +76,8 @@ class ControllerServer:
 
         self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         pb_grpc.add_ControllerServicer_to_server(
-            ControllerService(self.owner, self.machine, self.metrics), self.grpc_server)
+            ControllerService(self.owner, self.machine, self.metrics, self.senders),
+            self.grpc_server)
         host, port = parse_host_port(self.config.listen)
         self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:

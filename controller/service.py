@@ -51,8 +51,11 @@ Broker <-> controller contract (details this controller decides)
   DeleteTopics sends StopReplica(delete_partitions=true) to the replicas that
   are unfenced at the time; a fenced replica gets none and must treat logs of
   partitions absent from its next full resync as stray.
-* CreateTopics answers once the topic is durable, before brokers have the
-  LeaderAndIsr: clients retry NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC briefly.
+* CreateTopics and DeleteTopics answer once the change is durable AND every
+  unfenced broker acknowledged the resulting LeaderAndIsr / StopReplica /
+  UpdateMetadata, waiting at most min(timeout_ms, 5000) ms (0: no wait); after
+  that wait they answer NONE anyway (the change is committed), so clients
+  should still retry NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC briefly.
   Every topic gets ``min.insync.replicas`` in its configs (cluster default
   unless given).
 """
@@ -65,6 +68,7 @@ import grpc
 
 from controller.metrics import ControllerMetrics
 from controller.owner import MetadataOwner, OwnerStoppedError
+from controller.sender import BrokerSenders
 from controller.state_machine import ControllerStateMachine
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
@@ -75,10 +79,22 @@ log = logging.getLogger(__name__)
 
 class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, owner: MetadataOwner, machine: ControllerStateMachine,
-                 metrics: ControllerMetrics):
+                 metrics: ControllerMetrics, senders: BrokerSenders | None = None,
+                 propagation_wait_ms_max: int = 5000):
         self.owner = owner
         self.machine = machine
         self.metrics = metrics
+        self.senders = senders
+        self.propagation_wait_ms_max = propagation_wait_ms_max
+
+    async def _wait_propagated(self, offset: int, timeout_ms: int) -> None:
+        """Give brokers the change before answering, so clients find the topic at once."""
+        wait_ms = min(timeout_ms, self.propagation_wait_ms_max)
+        if self.senders is None or wait_ms <= 0:
+            return
+        if not await self.senders.wait_synced(offset, wait_ms / 1000):
+            log.info("change at offset %d not yet delivered to every broker after %d ms",
+                     offset, wait_ms)
 
     async def _run(self, rpc: str, command, context: grpc.aio.ServicerContext):
         with self.metrics.time_rpc(rpc):
@@ -110,8 +126,11 @@ class ControllerService(pb_grpc.ControllerServicer):
             self.machine.alter_partition(tx, now, request)), context)
 
     async def CreateTopics(self, request, context):
-        response = await self._run("CreateTopics", lambda tx, now: (
-            self.machine.create_topics(tx, now, request)), context)
+        response, offset = await self._run("CreateTopics", lambda tx, now: (
+            self.machine.create_topics(tx, now, request), self.machine.metadata.last_offset),
+            context)
+        if any(t.error_code == pb.NONE for t in response.topics) and not request.validate_only:
+            await self._wait_propagated(offset, request.timeout_ms)
         for t in response.topics:
             if t.error_code == pb.NONE and not request.validate_only:
                 log.info("created topic %s: %d partitions, replication factor %d",
@@ -119,8 +138,11 @@ class ControllerService(pb_grpc.ControllerServicer):
         return response
 
     async def DeleteTopics(self, request, context):
-        response = await self._run("DeleteTopics", lambda tx, now: (
-            self.machine.delete_topics(tx, now, request)), context)
+        response, offset = await self._run("DeleteTopics", lambda tx, now: (
+            self.machine.delete_topics(tx, now, request), self.machine.metadata.last_offset),
+            context)
+        if any(t.error_code == pb.NONE for t in response.topics):
+            await self._wait_propagated(offset, request.timeout_ms)
         for t in response.topics:
             if t.error_code == pb.NONE:
                 log.info("deleted topic %s", t.name)

@@ -48,10 +48,10 @@ async def cluster(controller_factory):
         await channel.close()
 
 
-async def create(stub, name, partitions=1, rf=1, configs=None):
+async def create(stub, name, partitions=1, rf=1, configs=None, timeout_ms=0):
     response = await stub.CreateTopics(pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
-        name=name, num_partitions=partitions, replication_factor=rf, configs=configs or {})]),
-        timeout=5)
+        name=name, num_partitions=partitions, replication_factor=rf, configs=configs or {})],
+        timeout_ms=timeout_ms), timeout=10)
     return response.topics[0]
 
 
@@ -109,6 +109,21 @@ async def test_create_topic_delivers_leader_and_isr_to_every_replica(cluster):
     last = brokers[1].update_metadata[-1]
     assert last.cluster_id and [t.name for t in last.topics] == ["orders"]
     assert {x.name for b in last.brokers for x in b.listeners} == {"INTERNAL"}
+
+
+async def test_create_and_delete_answer_after_brokers_have_the_change(cluster):
+    controller, brokers, stub = cluster
+    assert (await create(stub, "ready", partitions=3, rf=2, timeout_ms=5000)).error_code == pb.NONE
+    hosted = 0
+    for broker in brokers.values():  # no waiting: delivered before the answer
+        hosted += len(broker.latest_states())
+        assert {p.topic for p in broker.update_metadata[-1].partitions} == {"ready"}
+    assert hosted == 6
+    response = await stub.DeleteTopics(pb.DeleteTopicsRequest(names=["ready"], timeout_ms=5000),
+                                       timeout=10)
+    assert response.topics[0].error_code == pb.NONE
+    assert sum(len(s.partitions) for b in brokers.values() for s in b.stop_replica) == 6
+    assert all(not b.update_metadata[-1].partitions for b in brokers.values())
 
 
 async def test_silent_broker_is_fenced_and_leadership_moves(cluster):
@@ -271,7 +286,7 @@ async def test_kill_and_restart_keeps_metadata_and_resyncs(controller_factory):
                 r.controller_epoch == 2 and len(r.partitions) == 2 for r in b.leader_and_isr))
             await eventually(lambda b=broker: any(r.controller_epoch == 2
                                                   for r in b.update_metadata))
-        await asyncio.sleep(SESSION_MS * 1.5 / 1000)
+        await asyncio.sleep(SESSION_MS * 2.5 / 1000)  # past the longer first session
         described = await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
         assert not any(b.fenced for b in described.brokers)
         assert "replayed" in restarted.stderr()
