@@ -181,6 +181,8 @@ class ReplicaManager:
             if state.leader == self.broker_id:
                 if partition.is_leader and state.leader_epoch == partition.leader_epoch:
                     partition.update_isr(state, mono_ms())
+                    log.info("ISR of %s set by the controller: %s (partition epoch %d)", tp,
+                             list(state.isr), state.partition_epoch)
                 else:
                     self.fetchers.remove_partition(tp)
                     partition.become_leader(state, mono_ms())
@@ -596,13 +598,24 @@ class ReplicaManager:
             self._on_high_watermark_moved(partition)
 
     async def _isr_maintenance_loop(self) -> None:
-        interval_s = max(self.config.replica_lag_time_max_ms / 2, 50) / 1000
+        """ISR shrink proposals, and the time-driven HW re-check.
+
+        The HW counts a caught-up follower outside the ISR for up to
+        replica.lag.time.max.ms after its last fetch; when that runs out
+        without any append or fetch (the follower is gone) only the passing
+        of time can move the HW, so it is re-evaluated here.
+        """
+        interval_s = min(self.config.replica_lag_time_max_ms / 4, 250) / 1000
         while True:
             await asyncio.sleep(interval_s)
             now = mono_ms()
             for partition in list(self.partitions.values()):
                 leader = partition.leader_state
-                if leader is None or partition.alter_partition_in_flight:
+                if leader is None:
+                    continue
+                if leader.maybe_advance_high_watermark(now):
+                    self._on_high_watermark_moved(partition)
+                if partition.alter_partition_in_flight:
                     continue
                 proposal = leader.maybe_shrink_isr(now)
                 if proposal is not None:

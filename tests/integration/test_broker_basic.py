@@ -62,3 +62,79 @@ def test_malformed_requests_get_typed_errors(cluster):
     assert b.replica("bad").log_end_offset == 0
     assert not (c.brokers[1].data_dir.parent / "etc").exists()
     assert one() == pb.NONE
+
+
+def test_consumers_never_read_above_the_high_watermark(cluster):
+    import signal
+
+    c = cluster(2)
+    c.create_topic("hw", replication_factor=2)
+    leader = c.wait_leader_ready("hw", isr_size=2)
+    assert produce(leader, "hw", [b"committed"], acks=-1).error_code == pb.NONE
+    follower = c.brokers[3 - leader.broker_id]
+    follower.proc.signal(signal.SIGSTOP)
+    try:
+        r = produce(leader, "hw", [b"pending"], acks=1)
+        assert r.error_code == pb.NONE and r.base_offset == 1
+        p = fetch(leader, "hw", 0)
+        assert (p.high_watermark, p.log_end_offset) == (1, 2)
+        from proto.records import decode_records
+        assert [rec.value for rec in decode_records(p.records)] == [b"committed"]
+        assert fetch(leader, "hw", 1).records == b""
+        # A consumer long-poll at the HW returns once the record commits (ISR shrink here).
+        p = fetch(leader, "hw", 1, max_wait_ms=8000)
+        assert [rec.value for rec in decode_records(p.records)] == [b"pending"]
+        assert p.high_watermark == 2
+    finally:
+        follower.proc.signal(signal.SIGCONT)
+
+
+def test_external_listener_metadata(cluster):
+    from tests.integration.conftest import free_port
+
+    ports = {1: free_port()}
+    c = cluster(1, extra_args=lambda i: ["--external-listen", f"127.0.0.1:{ports[i]}",
+                                         "--external-advertise", f"localhost:{ports[i]}"])
+    c.create_topic("ext", replication_factor=1)
+    b = c.brokers[1]
+    internal = b.stub.Metadata(pb.MetadataRequest(), timeout=5)
+    assert [(x.host, x.port) for x in internal.brokers] == [("127.0.0.1", b.port)]
+    ext_channel = grpc.insecure_channel(f"127.0.0.1:{ports[1]}")
+    try:
+        from proto import tidewater_pb2_grpc as pb_grpc
+        ext = pb_grpc.BrokerStub(ext_channel)
+        meta = wait_for(lambda: ext.Metadata(pb.MetadataRequest(topics=["ext"]), timeout=5))
+        assert [(x.host, x.port) for x in meta.brokers] == [("localhost", ports[1])]
+        assert meta.topics[0].partitions[0].leader == 1
+        # The external listener serves data too.
+        r = ext.Produce(pb.ProduceRequest(acks=1, timeout_ms=2000, partitions=[
+            pb.ProducePartitionData(topic="ext", partition=0,
+                                    records=encode_batch([(None, b"e")]))]), timeout=10)
+        assert r.partitions[0].error_code == pb.NONE
+    finally:
+        ext_channel.close()
+
+
+def test_admin_calls_are_forwarded_and_controller_restart_keeps_serving(cluster):
+    c = cluster(2)
+    c.create_topic("fw", replication_factor=2, via=2)  # CreateTopics through broker 2
+    described = c.brokers[1].admin.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
+    assert described.error_code == pb.NONE and {b.broker_id for b in described.brokers} == {1, 2}
+    leader = c.wait_leader_ready("fw", isr_size=2)
+    assert produce(leader, "fw", [b"before"], acks=-1).error_code == pb.NONE
+    c.controller.terminate()
+    # Without a controller, data still flows and admin calls answer NOT_CONTROLLER.
+    assert produce(leader, "fw", [b"during"], acks=-1).error_code == pb.NONE
+    down = leader.admin.DescribeCluster(pb.DescribeClusterRequest(), timeout=15)
+    assert down.error_code == pb.NOT_CONTROLLER
+    c.controller.start()
+    c.wait_registered([1, 2])
+    leader = c.wait_leader_ready("fw", isr_size=2)
+    assert produce(leader, "fw", [b"after"], acks=-1).error_code == pb.NONE
+    assert [v for _, v in consume_all(leader, "fw")] == [b"before", b"during", b"after"]
+    resp = leader.admin.DeleteTopics(pb.DeleteTopicsRequest(names=["fw"], timeout_ms=5000),
+                                     timeout=15)
+    assert resp.topics[0].error_code == pb.NONE
+    wait_for(lambda: all(b.replica("fw") is None for b in c.brokers.values()),
+             message="replicas deleted")
+    assert not any((b.data_dir / "fw-0").exists() for b in c.brokers.values())
