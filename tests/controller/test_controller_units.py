@@ -161,3 +161,43 @@ def test_replay_refuses_records_that_do_not_fit():
     metadata.apply(0, {"type": "controller_epoch", "epoch": 3})
     with pytest.raises(CorruptFileError):
         metadata.apply(1, {"type": "controller_epoch", "epoch": 3})
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_follow_committed_changes(tmp_path):
+    from controller_harness import Harness
+
+    from controller.metrics import ControllerMetrics
+
+    h = Harness(tmp_path / "ctl", settings=["unclean.leader.election.enable=true"])
+    metrics = ControllerMetrics()
+    h.owner._on_commit = lambda effects: metrics.on_commit(h.machine, effects)
+
+    def value(name):
+        return metrics.registry.get_sample_value("tidewater_controller_" + name) or 0.0
+
+    for b in (1, 2):
+        h.register(b)
+    h.create("t", partitions=2, rf=2)
+    h.create("solo", partitions=1, rf=1)
+    assert value("partitions") == 3 and value("topics") == 2 and value("registered_brokers") == 2
+    solo_leader = h.partition("solo").leader
+    h.advance(3500, solo_leader)
+    assert value("fenced_brokers") == 1
+    assert value("offline_partitions") == 1  # solo has no other replica
+    assert value("under_replicated_partitions") == 2  # both partitions of t lost a replica
+    assert value("leader_elections_total") >= 2  # t's partition led by the lost broker + solo
+    assert value("isr_changes_total") >= 1
+    p = h.partition("t", 0)
+    leader = p.leader
+    follower = next(r for r in p.replicas if r != leader)
+    h.heartbeat(solo_leader)  # back: solo has its leader again
+    assert value("offline_partitions") == 0
+    # the returning broker is not back in t's ISRs: losing t's only ISR member now
+    # makes both partitions elect it uncleanly
+    assert h.partition("t", 0).isr == (leader,) and h.partition("t", 1).isr == (leader,)
+    h.advance(3500, leader)
+    assert value("unclean_leader_elections_total") == 2
+    assert h.partition("t", 0).leader == follower == h.partition("t", 1).leader
+    h.log.close()
