@@ -1,0 +1,222 @@
+"""The audit job: read brokers' data, metrics and ack logs, run every rule, write the report.
+
+Under spark-submit (any master; the package on ``--py-files`` as a zip)::
+
+    spark-submit --master local[*] --py-files audit.zip audit/job.py \\
+        DATA_DIR... [--metrics DIR] [--ack-log FILE...] --out DIR
+
+or ``python -m audit.job ...`` / ``tide audit ...``, which start a local Spark.
+Exit code: 0 every rule passes, 1 some rule fails, 2 the input cannot be read.
+
+Ack log format (``tide produce --ack-log``): JSON lines
+``{"topic", "partition", "offset", "key", "value", "acks"}`` with key and
+value as text (undecodable bytes as surrogate escapes, null for null) and
+acks ``"all"``/``"1"``/``"0"`` or -1/1/0. A torn last line (no newline) is
+skipped: the producer may have been killed while writing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+EXIT_PASS, EXIT_FAIL, EXIT_INPUT = 0, 1, 2
+ACKS_NAMES = {"all": "all", "-1": "all", "1": "1", "0": "0"}
+
+
+class AckLogError(Exception):
+    """An ack log line that is not the documented JSON object."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="audit", description="Audit Tidewater broker data.")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("data", nargs="+", metavar="DATA_DIR",
+                   help="broker data dirs, a folder of them, partition dirs or segment files")
+    p.add_argument("--metrics", action="append", default=[], metavar="DIR",
+                   help="metrics snapshots (tide metrics scrape output or Prometheus text)")
+    p.add_argument("--ack-log", action="append", default=[], metavar="FILE",
+                   help="ack log of tide produce --ack-log (repeatable)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the report")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master when no session exists yet (default local[*])")
+
+
+def parse_ack_log(path: str) -> list[tuple]:
+    """(topic, partition, offset, key, value, acks) rows; raises AckLogError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise AckLogError(f"cannot read ack log {path}: {e.strerror}") from e
+    lines = text.split("\n")
+    torn_tail = lines.pop() if lines else ""  # text after the last newline
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        rows.append(_ack_row(line, f"{path}:{number}"))
+    if torn_tail.strip():
+        try:
+            rows.append(_ack_row(torn_tail, f"{path}:{len(lines) + 1}"))
+        except AckLogError:
+            pass  # a torn last line: the writer died mid-line
+    return rows
+
+
+def _ack_bytes(value, where: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise AckLogError(f"{where}: key and value must be text or null")
+    return value.encode("utf-8", errors="surrogateescape")
+
+
+def _ack_row(line: str, where: str) -> tuple:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise AckLogError(f"{where}: not JSON: {e.msg}") from None
+    if not isinstance(obj, dict):
+        raise AckLogError(f"{where}: not a JSON object")
+    try:
+        topic, partition, offset = obj["topic"], int(obj["partition"]), int(obj["offset"])
+        acks = ACKS_NAMES[str(obj.get("acks", "all")).lower()]
+    except (KeyError, TypeError, ValueError) as e:
+        raise AckLogError(f"{where}: missing or bad field: {e}") from None
+    return (str(topic), partition, offset, _ack_bytes(obj.get("key"), where),
+            _ack_bytes(obj.get("value"), where), acks)
+
+
+ACK_DDL = "topic string, partition int, offset long, key binary, value binary, acks string"
+
+
+def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str]):
+    """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable."""
+    from audit import metrics_reader, reader
+    from audit.rules import AuditInputs
+
+    inventory = reader.discover(data)  # fails fast, on the driver, on a missing path
+    paths = json.dumps(data)
+    batches = spark.read.format("tidewater-log").option("paths", paths).load().cache()
+    checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load().cache()
+    metrics_df = None
+    if metrics:
+        metrics_reader.discover_metric_files(metrics)
+        metrics_df = (spark.read.format("tidewater-metrics").option("paths", json.dumps(metrics))
+                      .load().cache())
+    acks_df = records = None
+    if ack_logs:
+        rows = [row for path in ack_logs for row in parse_ack_log(path)]
+        acks_df = spark.createDataFrame(rows, ACK_DDL).cache()
+        wanted = sorted({(r[0], r[1]) for r in rows})
+        records = (spark.read.format("tidewater-log").option("level", "record")
+                   .option("topic_partitions", json.dumps(wanted))
+                   .option("paths", paths).load())
+    inputs = AuditInputs(spark, batches, checkpoints, records, metrics_df, acks_df)
+    return inputs, inventory
+
+
+def _is_input_error(e: BaseException) -> bool:
+    text = f"{type(e).__name__}: {e}"
+    return any(name in text for name in ("AuditInputError", "MetricsFormatError", "AckLogError"))
+
+
+def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None,
+              ack_logs: list[str] | None = None, log=print) -> int:
+    """Run every rule and write the report; returns the exit code."""
+    from audit import health, report, rules
+    from audit.reader import AuditInputError
+
+    metrics = metrics or []
+    ack_logs = ack_logs or []
+    started = time.monotonic()
+    try:
+        inputs, inventory = load_inputs(spark, data, metrics, ack_logs)
+        results = rules.run_rules(inputs)
+    except (AuditInputError, AckLogError) as e:
+        log(f"audit: input cannot be read: {e}")
+        return EXIT_INPUT
+    except Exception as e:  # errors raised in Spark's Python workers arrive wrapped
+        if _is_input_error(e):
+            log(f"audit: input cannot be read: {str(e).strip().splitlines()[-1]}")
+            return EXIT_INPUT
+        raise
+    samples: list[health.ReplicaSample] = []
+    up: dict[str, list[tuple[int, float]]] = {}
+    wide = rules.replica_samples(inputs.metrics)
+    if wide is not None:
+        samples = [health.ReplicaSample(r.timestamp_ms, r.broker_id, r.topic, r.partition,
+                                        r.log_end_offset, r.high_watermark, r.leader_epoch,
+                                        r.isr_size, r.is_leader)
+                   for r in wide.collect()]
+        for r in inputs.metrics.where("name = 'up'").select("timestamp_ms", "source",
+                                                             "value").collect():
+            up.setdefault(r.source, []).append((r.timestamp_ms, r.value))
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    inputs_summary = {"data": data, "metrics": metrics, "ack_logs": ack_logs,
+                      "brokers": sorted(set(inventory.data_dirs.values())),
+                      "segments": len(inventory.segments),
+                      "segment_bytes": sum(s.size_bytes for s in inventory.segments)}
+    doc = report.build_report(results, inputs_summary, health.partition_health(samples))
+    doc["elapsed_s"] = round(time.monotonic() - started, 3)
+    report.write_violation_tables(out_dir, results)
+    report.write_json(out_dir, doc)
+    (out_dir / "report.md").write_text(report.render_markdown(doc))
+    (out_dir / "report.html").write_text(report.render_html(
+        doc, samples, health.under_replicated_timeline(samples), up))
+    for r in doc["rules"]:
+        state = "skipped" if r["skipped"] else ("pass" if r["passed"] else "FAIL")
+        log(f"{r['name']:<32} {state:<7} violations={r['violations']} checked={r['checked']}")
+    log(f"audit: {'PASS' if doc['passed'] else 'FAIL'}; report in {out_dir}/report.md")
+    return doc["exit_code"]
+
+
+def session_for(master: str):
+    """The session spark-submit made (its master wins), else a quiet local one."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from audit import datasource, session
+
+    active = SparkContext._active_spark_context
+    if active is None and "spark.master" not in _submit_conf():
+        return session.local_session(master)
+    spark = SparkSession.builder.getOrCreate()
+    datasource.register(spark)
+    return spark
+
+
+def _submit_conf() -> dict:
+    """spark-submit passes its settings to the Python driver through the JVM; probe lightly."""
+    import os
+
+    # Set by spark-submit's PythonRunner for the driver process.
+    return {"spark.master": True} if os.environ.get("PYSPARK_GATEWAY_PORT") else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from audit.session import SparkUnavailableError
+
+    try:
+        spark = session_for(args.master)
+    except SparkUnavailableError as e:
+        print(f"audit: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    try:
+        return run_audit(spark, args.data, args.out, args.metrics, args.ack_log,
+                         log=lambda m: print(m, file=sys.stderr))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

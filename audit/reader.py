@@ -1,0 +1,551 @@
+"""The audit's own reader of Tidewater's on-disk format (independent of broker/ and proto/).
+
+The audit must not trust the code it checks, so this module re-implements the
+little it needs with ``struct``, ``crc32c`` and the compression libraries.
+
+Folder layout it understands::
+
+    DATA_DIR/                            one broker's data dir (broker id: meta.properties
+      meta.properties                    `broker.id=N` / `node.id=N`, else the nearest folder
+      replication-offset-checkpoint      named broker-N on the path)
+      recovery-point-offset-checkpoint
+      log-start-offset-checkpoint
+      <topic>-<partition>/
+        %020d.log                        segment: RecordBatch v2 batches back to back,
+        %020d.index, %020d.timeindex     named by the segment's base offset
+        leader-epoch-checkpoint
+
+Offset checkpoints (Kafka text format)::
+
+    0                                    version
+    <count>
+    <topic> <partition> <offset>         count lines
+
+Leader epoch checkpoint: the same with ``<epoch> <start_offset>`` lines.
+
+RecordBatch v2 (big-endian)::
+
+    0  baseOffset int64 | 8 batchLength int32 (bytes after this field)
+    12 partitionLeaderEpoch int32 | 16 magic int8 (=2) | 17 crc uint32 (CRC32C of 21..end)
+    21 attributes int16 (bits 0-2 codec: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+    23 lastOffsetDelta int32 | 27 baseTimestamp int64 | 35 maxTimestamp int64
+    43 producerId int64 | 51 producerEpoch int16 | 53 baseSequence int32
+    57 recordCount int32 | 61 records (compressed as a whole when codec != 0)
+
+Record: length varint, attributes int8, timestampDelta varlong, offsetDelta
+varint, keyLength varint (-1 = null), key, valueLength varint, value,
+headerCount varint, then per header keyLength varint, key, valueLength varint,
+value (all varints zigzag-encoded).
+
+A torn or corrupt tail is data, not a crash: the scan reports it as one row
+with ``status`` ``torn`` or ``corrupt`` and stops that segment there (framing
+after it cannot be trusted). A CRC mismatch with intact framing is reported
+with ``status`` ``crc_mismatch`` and the scan goes on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+LOG_OVERHEAD = 12
+HEADER_SIZE = 61
+BATCH_LENGTH_MIN = HEADER_SIZE - LOG_OVERHEAD
+CRC_START = 21
+MAGIC_V2 = 2
+CODEC_MASK = 0x07
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER.size == HEADER_SIZE
+_PREFIX = struct.Struct(">qi")
+assert _PREFIX.size == LOG_OVERHEAD
+
+STATUS_OK = "ok"
+STATUS_CRC_MISMATCH = "crc_mismatch"
+STATUS_CORRUPT = "corrupt"  # framing broken: the rest of the segment is unreadable
+STATUS_TORN = "torn"        # the file ends inside a batch
+
+SEGMENT_SUFFIX = ".log"
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+OFFSET_CHECKPOINTS = {
+    "replication-offset-checkpoint": "high-watermark",
+    "recovery-point-offset-checkpoint": "recovery-point",
+    "log-start-offset-checkpoint": "log-start-offset",
+}
+_PARTITION_DIR = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]{1,249})-(?P<partition>\d+)$")
+_BROKER_DIR = re.compile(r"^broker[-_]?(?P<id>\d+)$")
+_SCAN_DEPTH_MAX = 6  # how deep below an input folder data dirs are looked for
+
+
+class AuditInputError(Exception):
+    """An input cannot be read at all (missing path, nothing to audit, bad file)."""
+
+
+class CheckpointFormatError(ValueError):
+    """A checkpoint file does not follow the text format; carries the path and line."""
+
+    def __init__(self, message: str, path: str, line: int):
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+class RecordDecodeError(ValueError):
+    """The records section of a batch cannot be decoded (bad varint, codec, lengths)."""
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    broker_id: int
+    data_dir: str
+    topic: str
+    partition: int
+    path: str
+    base_offset: int  # from the file name
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDir:
+    broker_id: int
+    data_dir: str
+    topic: str
+    partition: int
+    path: str
+
+
+@dataclass(slots=True)
+class Inventory:
+    """Everything found under the input paths, in a stable order."""
+
+    data_dirs: dict[str, int] = field(default_factory=dict)  # path -> broker id
+    partition_dirs: list[PartitionDir] = field(default_factory=list)
+    segments: list[SegmentFile] = field(default_factory=list)
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """``"orders-3"`` -> ``("orders", 3)``; None for anything else (``x-0.abc-delete``)."""
+    m = _PARTITION_DIR.match(name)
+    if m is None or m["topic"] in (".", ".."):
+        return None
+    return m["topic"], int(m["partition"])
+
+
+def segment_base_offset(path: str | Path) -> int | None:
+    stem = Path(path).name[: -len(SEGMENT_SUFFIX)]
+    return int(stem) if stem.isdigit() else None
+
+
+def _is_partition_dir(path: Path) -> bool:
+    if parse_partition_dir_name(path.name) is None or not path.is_dir():
+        return False
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return any(n.endswith(SEGMENT_SUFFIX) or n == EPOCH_CHECKPOINT for n in names)
+
+
+def _read_meta_broker_id(data_dir: Path) -> int | None:
+    meta = data_dir / "meta.properties"
+    try:
+        text = meta.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() in ("broker.id", "node.id") and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+    return None
+
+
+def broker_id_for(data_dir: Path) -> int | None:
+    """meta.properties in the data dir, else the nearest ``broker-N`` folder up the path."""
+    found = _read_meta_broker_id(data_dir)
+    if found is not None:
+        return found
+    for part in (data_dir, *data_dir.parents):
+        m = _BROKER_DIR.match(part.name)
+        if m:
+            return int(m["id"])
+    return None
+
+
+def _partition_dirs_under(root: Path) -> Iterator[Path]:
+    if _is_partition_dir(root):
+        yield root
+        return
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir())
+        except OSError as e:
+            raise AuditInputError(f"cannot list {folder}: {e}") from e
+        for child in reversed(children):
+            if _is_partition_dir(child):
+                yield child
+            elif depth + 1 < _SCAN_DEPTH_MAX:
+                stack.append((child, depth + 1))
+
+
+def discover(paths: Iterable[str | Path]) -> Inventory:
+    """Find data dirs, partition dirs and segments under ``paths``.
+
+    A path may be a folder of broker folders, one broker's data dir, one
+    partition dir or one ``.log`` segment. Brokers with no id on disk are
+    numbered -1, -2, ... in path order. Raises AuditInputError when a path is
+    missing or nothing at all is found.
+    """
+    inventory = Inventory()
+    unknown_ids: dict[str, int] = {}
+    single_segments: list[Path] = []
+    partition_paths: list[Path] = []
+    for raw in paths:
+        path = Path(raw).resolve()
+        if not path.exists():
+            raise AuditInputError(f"no such file or folder: {raw}")
+        if path.is_file():
+            if not path.name.endswith(SEGMENT_SUFFIX):
+                raise AuditInputError(f"not a segment file (*.log): {raw}")
+            if parse_partition_dir_name(path.parent.name) is None:
+                raise AuditInputError(f"segment {raw} is not inside a <topic>-<partition> folder")
+            single_segments.append(path)
+            continue
+        partition_paths.extend(_partition_dirs_under(path))
+
+    def broker_of(data_dir: Path) -> int:
+        key = str(data_dir)
+        if key not in inventory.data_dirs:
+            found = broker_id_for(data_dir)
+            if found is None:
+                found = unknown_ids.setdefault(key, -1 - len(unknown_ids))
+            inventory.data_dirs[key] = found
+        return inventory.data_dirs[key]
+
+    seen: set[str] = set()
+    for pdir in partition_paths:
+        if str(pdir) in seen:
+            continue
+        seen.add(str(pdir))
+        topic, partition = parse_partition_dir_name(pdir.name)  # type: ignore[misc]
+        broker = broker_of(pdir.parent)
+        inventory.partition_dirs.append(
+            PartitionDir(broker, str(pdir.parent), topic, partition, str(pdir)))
+        for seg in sorted(pdir.glob("*" + SEGMENT_SUFFIX)):
+            base = segment_base_offset(seg)
+            if base is not None:
+                inventory.segments.append(SegmentFile(
+                    broker, str(pdir.parent), topic, partition, str(seg), base,
+                    seg.stat().st_size))
+    for seg in single_segments:
+        if str(seg) in {s.path for s in inventory.segments}:
+            continue
+        topic, partition = parse_partition_dir_name(seg.parent.name)  # type: ignore[misc]
+        broker = broker_of(seg.parent.parent)
+        base = segment_base_offset(seg)
+        inventory.segments.append(SegmentFile(
+            broker, str(seg.parent.parent), topic, partition, str(seg),
+            base if base is not None else -1, seg.stat().st_size))
+    if not inventory.segments and not inventory.partition_dirs:
+        raise AuditInputError("no Tidewater partition folders or segments found in: "
+                              + ", ".join(str(p) for p in paths))
+    return inventory
+
+
+# ---------------------------------------------------------------- batches
+
+# One row per batch, in this column order (see BATCH_COLUMNS in datasource.py).
+BATCH_FIELDS = (
+    "position", "base_offset", "last_offset", "record_count", "partition_leader_epoch",
+    "magic", "attributes", "crc_stored", "crc_valid", "base_timestamp", "max_timestamp",
+    "producer_id", "size_bytes", "status", "error",
+)
+
+
+def _open_bytes(path: str):
+    """The file's bytes as a buffer (mmap; empty bytes for an empty file)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def scan_batches(buf) -> Iterator[tuple]:
+    """Yield one tuple per batch in ``buf`` (fields in BATCH_FIELDS order).
+
+    Never raises on bad data: a torn or corrupt batch is the last row, with a
+    status and a reason.
+    """
+    yield from scan_batch_chunks(buf, chunk_rows=1 << 62, flat=True)
+
+
+def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Iterator:
+    """Like scan_batches, but yields lists of row tuples of at most ``chunk_rows``.
+
+    This is the hot loop of the audit: one struct unpack and one CRC call per
+    batch, nothing else.
+    """
+    view = memoryview(buf)
+    end = len(buf)
+    unpack = _HEADER.unpack_from
+    pos = 0
+    rows: list[tuple] = []
+    append = rows.append
+    while pos < end:
+        remaining = end - pos
+        if remaining < HEADER_SIZE:
+            if remaining >= LOG_OVERHEAD:
+                base, length = _PREFIX.unpack_from(buf, pos)
+                reason = f"file ends {remaining} bytes into a batch of {LOG_OVERHEAD + length}"
+            else:
+                base, reason = None, f"file ends {remaining} bytes into a batch header"
+            append((pos, base, None, None, None, None, None, None, False, None, None, None,
+                    remaining, STATUS_TORN, reason))
+            break
+        (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
+         _bseq, count) = unpack(buf, pos)
+        size = LOG_OVERHEAD + length
+        if length < BATCH_LENGTH_MIN or magic != MAGIC_V2:
+            reason = (f"batch length {length} below minimum {BATCH_LENGTH_MIN}"
+                      if length < BATCH_LENGTH_MIN else f"unsupported magic {magic}")
+            append((pos, base, None, None, epoch, magic, None, crc, False, None, None, None,
+                    remaining, STATUS_CORRUPT, reason))
+            break
+        if size > remaining:
+            append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
+                    base_ts, max_ts, pid, remaining, STATUS_TORN,
+                    f"batch of {size} bytes but only {remaining} left in the file"))
+            break
+        computed = crc32c(view[pos + CRC_START: pos + size])
+        if computed == crc:
+            if last_delta < 0 or count < 0:
+                append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, True,
+                        base_ts, max_ts, pid, size, STATUS_CORRUPT,
+                        "negative lastOffsetDelta or record count"))
+            else:
+                append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, True,
+                        base_ts, max_ts, pid, size, STATUS_OK, None))
+        else:
+            append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
+                    base_ts, max_ts, pid, size, STATUS_CRC_MISMATCH,
+                    f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}"))
+        pos += size
+        if len(rows) >= chunk_rows:
+            if flat:
+                yield from rows
+            else:
+                yield rows
+            rows = []
+            append = rows.append
+    if rows:
+        if flat:
+            yield from rows
+        else:
+            yield rows
+    view.release()
+
+
+def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple]]:
+    """Chunks of batch rows of one segment file; an unreadable file is one ``corrupt`` row."""
+    try:
+        buf = _open_bytes(path)
+    except OSError as e:
+        yield [(0, None, None, None, None, None, None, None, False, None, None, None, 0,
+                STATUS_CORRUPT, f"cannot read segment: {e}")]
+        return
+    try:
+        yield from scan_batch_chunks(buf, chunk_rows)
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+# ---------------------------------------------------------------- records
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    """Zigzag varint (up to 64 bits) at ``pos``: (value, next position)."""
+    shift = 0
+    raw = 0
+    while True:
+        if pos >= len(buf):
+            raise RecordDecodeError("varint runs past the end of the records")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise RecordDecodeError("varint longer than 10 bytes")
+
+
+def _read_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise RecordDecodeError(f"field of {length} bytes runs past the end of the records")
+    return bytes(buf[pos: pos + length]), pos + length
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    """Uncompressed records section for a batch with compression ``codec``."""
+    try:
+        if codec == 0:
+            return data
+        if codec == 1:
+            return gzip.decompress(data)
+        if codec == 2:
+            return _snappy_decompress(data)
+        if codec == 3:
+            import lz4.frame
+
+            return lz4.frame.decompress(data)
+        if codec == 4:
+            import zstandard
+
+            with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+                return reader.read()
+    except RecordDecodeError:
+        raise
+    except Exception as e:  # each codec library raises its own error types
+        raise RecordDecodeError(f"codec {codec}: cannot decompress: {e}") from e
+    raise RecordDecodeError(f"unknown compression codec {codec}")
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Raw snappy, or the xerial framing Kafka's Java client writes."""
+    try:
+        import cramjam
+
+        raw = cramjam.snappy.decompress_raw
+    except ImportError:
+        try:
+            import snappy
+
+            raw = snappy.decompress
+        except ImportError:
+            raise RecordDecodeError("snappy batch but no snappy library installed") from None
+    if data.startswith(_XERIAL_MAGIC):
+        out = bytearray()
+        pos = 16  # magic, version, compatible version
+        while pos + 4 <= len(data):
+            (n,) = struct.unpack_from(">i", data, pos)
+            out += bytes(raw(data[pos + 4: pos + 4 + n]))
+            pos += 4 + n
+        return bytes(out)
+    return bytes(raw(data))
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    header_count: int
+
+
+def decode_batch_records(buf, position: int, size: int) -> list[DecodedRecord]:
+    """Decode the records of the (framed) batch at ``position``; raises RecordDecodeError."""
+    (base, _length, _epoch, _magic, _crc, attrs, _lod, base_ts, _max_ts, _pid, _pe, _bs,
+     count) = _HEADER.unpack_from(buf, position)
+    data = decompress(attrs & CODEC_MASK, bytes(buf[position + HEADER_SIZE: position + size]))
+    records: list[DecodedRecord] = []
+    pos = 0
+    for _ in range(count):
+        length, pos = _read_varint(data, pos)
+        record_end = pos + length
+        if length < 0 or record_end > len(data):
+            raise RecordDecodeError(f"record length {length} runs past the end of the batch")
+        pos += 1  # record attributes
+        ts_delta, pos = _read_varint(data, pos)
+        offset_delta, pos = _read_varint(data, pos)
+        key, pos = _read_bytes(data, pos)
+        value, pos = _read_bytes(data, pos)
+        header_count, pos = _read_varint(data, pos)
+        for _h in range(max(header_count, 0)):
+            _hk, pos = _read_bytes(data, pos)
+            _hv, pos = _read_bytes(data, pos)
+        if pos != record_end:
+            raise RecordDecodeError(
+                f"record declares {length} bytes, its fields take {pos - record_end + length}")
+        records.append(DecodedRecord(base + offset_delta, base_ts + ts_delta, key, value,
+                                     header_count))
+    if pos != len(data):
+        raise RecordDecodeError(f"{len(data) - pos} bytes after the last of {count} records")
+    return records
+
+
+def payload_hash(data: bytes | None) -> str | None:
+    """Short stable digest of a key or value (hex), None for null."""
+    if data is None:
+        return None
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def parse_offset_checkpoint(text: str, path: str = "<checkpoint>") -> list[tuple[str, int, int]]:
+    """``topic partition offset`` entries; an empty file is empty. Raises CheckpointFormatError."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    count = _checkpoint_preamble(lines, path)
+    entries = []
+    for i, line in enumerate(lines[2: 2 + count], start=3):
+        parts = line.split()
+        if len(parts) != 3 or not _is_int(parts[1]) or not _is_int(parts[2]):
+            raise CheckpointFormatError(f"expected 'topic partition offset', got {line!r}", path, i)
+        entries.append((parts[0], int(parts[1]), int(parts[2])))
+    return entries
+
+
+def parse_epoch_checkpoint(text: str, path: str = "<checkpoint>") -> list[tuple[int, int]]:
+    """``epoch start_offset`` entries; an empty file is empty. Raises CheckpointFormatError."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    count = _checkpoint_preamble(lines, path)
+    entries = []
+    for i, line in enumerate(lines[2: 2 + count], start=3):
+        parts = line.split()
+        if len(parts) != 2 or not all(_is_int(p) for p in parts):
+            raise CheckpointFormatError(f"expected 'epoch start_offset', got {line!r}", path, i)
+        entries.append((int(parts[0]), int(parts[1])))
+    return entries
+
+
+def _checkpoint_preamble(lines: list[str], path: str) -> int:
+    if lines[0].strip() != "0":
+        raise CheckpointFormatError(f"unsupported version {lines[0]!r}", path, 1)
+    if len(lines) < 2 or not lines[1].strip().isdigit():
+        raise CheckpointFormatError("missing entry count", path, 2)
+    count = int(lines[1])
+    body = [ln for ln in lines[2:] if ln.strip()]
+    if len(body) != count:
+        raise CheckpointFormatError(f"count says {count} entries, file has {len(body)}", path, 2)
+    return count
+
+
+def _is_int(s: str) -> bool:
+    return s.lstrip("-").isdigit()

@@ -1,0 +1,542 @@
+"""The audit's rules: each a named check over the data sources, with its violations.
+
+Every rule returns a RuleResult whose ``violations`` DataFrame has the same
+columns (VIOLATION_COLUMNS): rule, broker_id, topic, partition, offset,
+detail. A rule passes when it has no violation. Heavy work (every batch,
+every record) runs in Spark; the few per-replica summaries that need a
+sequential replay (leader-epoch histories: one entry per epoch change) are
+collected to the driver.
+
+| rule | checks | input |
+|---|---|---|
+| batch_crc_and_framing | every batch frames and passes its CRC32C | log |
+| offsets_contiguous | each batch starts right after the previous one, per replica | log |
+| epochs_monotonic | batch leader epochs never decrease, per replica | log |
+| epoch_checkpoint_matches_log | leader-epoch-checkpoint = the epoch cache the log implies | log, checkpoints |
+| offset_checkpoints_within_log | log-start <= HW <= LEO and recovery point <= LEO | log, checkpoints |
+| replicas_agree_below_hw | below the HW every replica covering an offset holds the identical batch (offsets, epoch, CRC) | log, checkpoints, metrics |
+| epoch_histories_agree | replicas' epoch histories give each common epoch the same start offset | log |
+| hw_monotonic_per_leader_epoch | a leader's HW never goes back within one leader epoch | metrics |
+| hw_not_above_leo | HW <= LEO in every sample | metrics |
+| acked_writes_present | every acks=all record is held by a replica at its offset, same key and value | ack logs, log (records) |
+
+The epoch cache a log implies is the protocol's ``assign(epoch, base_offset)``
+replayed over its batches in file order (what a follower does). When epochs
+never decrease this is exactly "the first batch of each epoch". A checkpoint
+may end with one more entry than that: a leader's ``(new epoch, LEO)`` before
+it wrote anything. Epoch histories (rule epoch_histories_agree) are compared
+from the logs, not the checkpoints, so one broken checkpoint file is reported
+once (by epoch_checkpoint_matches_log) rather than twice.
+
+The committed HW of a partition is the largest HW any replica checkpointed or
+any metrics sample showed: below it every replica in sync must agree. A
+replica that ends below the HW is reported as lagging (information), and
+batches at or above the HW as uncommitted (information), never as violations.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from audit.reader import STATUS_CORRUPT, STATUS_OK, STATUS_TORN
+
+VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
+VIOLATION_DDL = ("rule string, broker_id int, topic string, partition int, offset long, "
+                 "detail string")
+REPLICA_KEYS = ["broker_id", "topic", "partition"]
+PARTITION_KEYS = ["topic", "partition"]
+
+# Metric names (broker/metrics.py); older or plain exports without "replica_" also match.
+BROKER_METRIC_PREFIXES = ("tidewater_broker_replica_", "tidewater_broker_")
+REPLICA_GAUGES = ("log_end_offset", "high_watermark", "log_start_offset", "leader_epoch",
+                  "isr_size", "is_leader")
+
+
+@dataclass
+class RuleResult:
+    name: str
+    description: str
+    checked: int                 # items the rule looked at (batches, pairs, samples, acks)
+    violations: DataFrame        # VIOLATION_COLUMNS
+    violation_count: int = 0
+    skipped: str | None = None   # why the rule could not run (missing input); passes
+    info: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.violation_count == 0
+
+
+@dataclass
+class AuditInputs:
+    spark: SparkSession
+    batches: DataFrame                 # tidewater-log, batch level
+    checkpoints: DataFrame             # tidewater-checkpoints
+    records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
+    metrics: DataFrame | None = None   # tidewater-metrics
+    acks: DataFrame | None = None      # topic, partition, offset, key, value, acks
+
+
+def _violations(df: DataFrame, rule: str, broker, topic, partition, offset, detail) -> DataFrame:
+    return df.select(
+        F.lit(rule).alias("rule"), broker.cast("int").alias("broker_id"),
+        topic.cast("string").alias("topic"), partition.cast("int").alias("partition"),
+        offset.cast("long").alias("offset"), detail.cast("string").alias("detail"))
+
+
+def _empty_violations(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], VIOLATION_DDL)
+
+
+def _result(name: str, description: str, checked: int, violations: DataFrame,
+            **kwargs) -> RuleResult:
+    violations = violations.cache()
+    return RuleResult(name, description, checked, violations, violations.count(), **kwargs)
+
+
+# ---------------------------------------------------------------- derived frames
+
+
+class Derived:
+    """Frames and driver-side summaries several rules share, computed once."""
+
+    def __init__(self, inputs: AuditInputs):
+        self.inputs = inputs
+        b = inputs.batches
+        self.framed = b.where(F.col("base_offset").isNotNull()
+                              & (F.col("status") != STATUS_TORN)
+                              & (F.col("status") != STATUS_CORRUPT)
+                              | (F.col("status") == STATUS_CORRUPT) & F.col("crc_valid"))
+        order = Window.partitionBy(*REPLICA_KEYS).orderBy("segment_base_offset", "position")
+        self.ordered = (self.framed
+                        .withColumn("prev_last_offset", F.lag("last_offset").over(order))
+                        .withColumn("prev_epoch", F.lag("partition_leader_epoch").over(order))
+                        .withColumn("seq", F.row_number().over(order))
+                        .cache())
+        self.replicas = (self.framed.groupBy(*REPLICA_KEYS).agg(
+            F.min("base_offset").alias("log_start_offset"),
+            (F.max("last_offset") + 1).alias("log_end_offset"),
+            F.count("*").alias("batch_count")).cache())
+        self._epoch_logs: dict | None = None
+        self._hw: dict | None = None
+
+    def replica_epoch_logs(self) -> dict[tuple[int, str, int], dict]:
+        """Per replica: the epoch cache its log implies, its log start and end offsets."""
+        if self._epoch_logs is None:
+            changes = (self.ordered
+                       .where(F.col("prev_epoch").isNull()
+                              | (F.col("prev_epoch") != F.col("partition_leader_epoch")))
+                       .select(*REPLICA_KEYS, "seq", "partition_leader_epoch", "base_offset")
+                       .collect())
+            logs: dict[tuple[int, str, int], dict] = {}
+            for row in self.replicas.collect():
+                logs[(row.broker_id, row.topic, row.partition)] = {
+                    "log_start_offset": row.log_start_offset,
+                    "log_end_offset": row.log_end_offset, "cache": [], "last_epoch": None}
+            for row in sorted(changes, key=lambda r: (r.broker_id, r.topic, r.partition, r.seq)):
+                entry = logs[(row.broker_id, row.topic, row.partition)]
+                assign_epoch(entry["cache"], row.partition_leader_epoch, row.base_offset)
+                entry["last_epoch"] = row.partition_leader_epoch
+            self._epoch_logs = logs
+        return self._epoch_logs
+
+    def committed_high_watermarks(self) -> dict[tuple[str, int], int]:
+        """Per partition: the largest HW any replica checkpointed or any sample showed."""
+        if self._hw is None:
+            hw: dict[tuple[str, int], int] = {}
+            rows = (self.inputs.checkpoints.where(F.col("kind") == "high-watermark")
+                    .where(F.col("error").isNull())
+                    .groupBy(*PARTITION_KEYS).agg(F.max("offset").alias("hw")).collect())
+            for r in rows:
+                hw[(r.topic, r.partition)] = r.hw
+            samples = replica_samples(self.inputs.metrics)
+            if samples is not None:
+                for r in (samples.where(F.col("high_watermark").isNotNull())
+                          .groupBy(*PARTITION_KEYS)
+                          .agg(F.max("high_watermark").alias("hw")).collect()):
+                    key = (r.topic, r.partition)
+                    hw[key] = max(hw.get(key, -1), int(r.hw))
+            self._hw = hw
+        return self._hw
+
+
+def assign_epoch(cache: list[tuple[int, int]], epoch: int, start_offset: int) -> None:
+    """The leader-epoch cache's assign() (replication.md), on a plain list."""
+    if cache and cache[-1][0] == epoch and start_offset >= cache[-1][1]:
+        return
+    while cache and (cache[-1][0] >= epoch or cache[-1][1] >= start_offset):
+        cache.pop()
+    cache.append((epoch, start_offset))
+
+
+# ---------------------------------------------------------------- log rules
+
+
+def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    b = inputs.batches
+    bad = b.where(F.col("status") != STATUS_OK)
+    detail = F.concat_ws(" ", F.col("status"), F.lit("at"),
+                         F.concat(F.col("segment"), F.lit(":"), F.col("position").cast("string")),
+                         F.coalesce(F.col("error"), F.lit("")))
+    v = _violations(bad, "batch_crc_and_framing", F.col("broker_id"), F.col("topic"),
+                    F.col("partition"), F.col("base_offset"), detail)
+    return _result("batch_crc_and_framing",
+                   "Every batch is framed (length, magic) and passes its CRC32C.",
+                   b.count(), v)
+
+
+def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    o = derived.ordered.where(F.col("prev_last_offset").isNotNull())
+    bad = o.where(F.col("base_offset") != F.col("prev_last_offset") + 1)
+    detail = F.when(
+        F.col("base_offset") > F.col("prev_last_offset") + 1,
+        F.format_string("gap: offsets %d..%d missing", F.col("prev_last_offset") + 1,
+                        F.col("base_offset") - 1),
+    ).otherwise(F.format_string("overlap: batch starts at %d after a batch ending at %d",
+                                F.col("base_offset"), F.col("prev_last_offset")))
+    v = _violations(bad, "offsets_contiguous", F.col("broker_id"), F.col("topic"),
+                    F.col("partition"), F.col("base_offset"), detail)
+    return _result("offsets_contiguous",
+                   "Within each replica every batch starts right after the previous one "
+                   "(no gap, no overlap, strictly increasing).", derived.ordered.count(), v)
+
+
+def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    o = derived.ordered.where(F.col("prev_epoch").isNotNull())
+    bad = o.where(F.col("partition_leader_epoch") < F.col("prev_epoch"))
+    detail = F.format_string("batch epoch %d after epoch %d", F.col("partition_leader_epoch"),
+                             F.col("prev_epoch"))
+    v = _violations(bad, "epochs_monotonic", F.col("broker_id"), F.col("topic"),
+                    F.col("partition"), F.col("base_offset"), detail)
+    return _result("epochs_monotonic",
+                   "Within each replica the batches' partitionLeaderEpoch never decreases.",
+                   derived.ordered.count(), v)
+
+
+def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    spark = inputs.spark
+    logs = derived.replica_epoch_logs()
+    cp = inputs.checkpoints.where(F.col("kind") == "leader-epoch").collect()
+    files: dict[tuple[int, str, int], list] = defaultdict(list)
+    errors: dict[tuple[int, str, int], str] = {}
+    for r in cp:
+        key = (r.broker_id, r.topic, r.partition)
+        if r.error is not None:
+            errors[key] = r.error
+        else:
+            files[key].append((r.entry_index, r.epoch, r.offset))
+    rows = []
+    keys = sorted(set(logs) | set(files) | set(errors), key=str)
+    for key in keys:
+        broker, topic, partition = key
+        if key in errors:
+            rows.append((broker, topic, partition, None, f"unreadable: {errors[key]}"))
+            continue
+        expected = logs.get(key, {}).get("cache", [])
+        log_end = logs.get(key, {}).get("log_end_offset")
+        actual = [(e, o) for _i, e, o in sorted(files.get(key, []))]
+        for problem, offset in compare_epoch_checkpoint(expected, actual, log_end):
+            rows.append((broker, topic, partition, offset, problem))
+    v = spark.createDataFrame(
+        [("epoch_checkpoint_matches_log", *r) for r in rows], VIOLATION_DDL)
+    return _result("epoch_checkpoint_matches_log",
+                   "Each replica's leader-epoch-checkpoint equals the epoch cache its own log "
+                   "implies (first batch of each epoch).", len(keys), v)
+
+
+def compare_epoch_checkpoint(expected: list[tuple[int, int]], actual: list[tuple[int, int]],
+                             log_end_offset: int | None) -> list[tuple[str, int | None]]:
+    """Differences between the implied cache and the checkpoint, as (detail, offset)."""
+    if actual[: len(expected)] == expected:
+        extra = actual[len(expected):]
+        last_epoch = expected[-1][0] if expected else -1
+        # A leader's (new epoch, LEO) before its first write is the one allowed extra.
+        if not extra or (len(extra) == 1 and extra[0][0] > last_epoch
+                         and (log_end_offset is None or extra[0][1] == log_end_offset)):
+            return []
+    problems: list[tuple[str, int | None]] = []
+    exp, act = dict(expected), dict(actual)
+    for epoch, start in expected:
+        if epoch not in act:
+            problems.append((f"epoch {epoch} starts at {start} in the log, "
+                             "missing from the checkpoint", start))
+        elif act[epoch] != start:
+            problems.append((f"epoch {epoch}: checkpoint says start {act[epoch]}, "
+                             f"log says {start}", start))
+    for epoch, start in actual:
+        if epoch not in exp:
+            problems.append((f"checkpoint has epoch {epoch} at {start}, "
+                             "no batch of that epoch starts there in the log", start))
+    if not problems:
+        problems.append((f"checkpoint entries {actual} in a different order than the log's "
+                         f"{expected}", None))
+    return problems
+
+
+def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    cp = inputs.checkpoints.where(F.col("kind") != "leader-epoch")
+    bad_files = cp.where(F.col("error").isNotNull())
+    wide = (cp.where(F.col("error").isNull())
+            .groupBy(*REPLICA_KEYS).pivot("kind", ["high-watermark", "recovery-point",
+                                                    "log-start-offset"])
+            .agg(F.first("offset"))
+            .withColumnRenamed("high-watermark", "hw")
+            .withColumnRenamed("recovery-point", "recovery_point")
+            .withColumnRenamed("log-start-offset", "log_start"))
+    j = wide.join(derived.replicas, REPLICA_KEYS, "left")
+    leo = F.coalesce(F.col("log_end_offset"), F.lit(0))
+    checks = [
+        (F.col("hw") > leo, F.format_string("HW checkpoint %d above the log end %d",
+                                            F.col("hw"), leo), F.col("hw")),
+        (F.col("recovery_point") > leo,
+         F.format_string("recovery point %d above the log end %d", F.col("recovery_point"), leo),
+         F.col("recovery_point")),
+        (F.col("log_start") > F.col("hw"),
+         F.format_string("log start offset %d above the HW %d", F.col("log_start"), F.col("hw")),
+         F.col("log_start")),
+        (F.col("log_start") < F.col("log_start_offset"),
+         F.format_string("log start offset %d below the first batch %d", F.col("log_start"),
+                         F.col("log_start_offset")), F.col("log_start")),
+    ]
+    parts = [_violations(j.where(cond), "offset_checkpoints_within_log", F.col("broker_id"),
+                         F.col("topic"), F.col("partition"), off, detail)
+             for cond, detail, off in checks]
+    parts.append(_violations(bad_files, "offset_checkpoints_within_log", F.col("broker_id"),
+                             F.lit(None), F.lit(None), F.lit(None),
+                             F.concat(F.lit("unreadable: "), F.col("error"))))
+    v = parts[0]
+    for p in parts[1:]:
+        v = v.unionByName(p)
+    return _result("offset_checkpoints_within_log",
+                   "Offset checkpoints fit the log: log start <= HW <= log end, "
+                   "recovery point <= log end.", wide.count(), v)
+
+
+def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    spark = inputs.spark
+    hw = derived.committed_high_watermarks()
+    hw_df = spark.createDataFrame([(t, p, o) for (t, p), o in hw.items()],
+                                  "topic string, partition int, high_watermark long")
+    mine = (derived.framed.join(hw_df, PARTITION_KEYS)
+            .where(F.col("last_offset") < F.col("high_watermark"))
+            .select(*REPLICA_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
+                    "crc_stored", "high_watermark"))
+    peers = derived.replicas.select(
+        F.col("broker_id").alias("peer_id"), *PARTITION_KEYS,
+        F.col("log_start_offset").alias("peer_start"), F.col("log_end_offset").alias("peer_end"))
+    # Every (batch, peer) where the peer's log covers the batch's offsets below the HW.
+    expected = (mine.join(peers, PARTITION_KEYS)
+                .where((F.col("peer_id") != F.col("broker_id"))
+                       & (F.col("peer_start") <= F.col("base_offset"))
+                       & (F.col("last_offset") < F.col("peer_end"))))
+    held = derived.framed.select(
+        F.col("broker_id").alias("peer_id"), *PARTITION_KEYS, "base_offset", "last_offset",
+        "partition_leader_epoch", "crc_stored").withColumn("held", F.lit(True))
+    compared = expected.join(held, ["peer_id", *PARTITION_KEYS, "base_offset", "last_offset",
+                                    "partition_leader_epoch", "crc_stored"], "left")
+    bad = compared.where(F.col("held").isNull())
+    detail = F.format_string(
+        "broker %d holds batch %d..%d (epoch %d, crc %d) below HW %d; broker %d does not",
+        F.col("broker_id"), F.col("base_offset"), F.col("last_offset"),
+        F.col("partition_leader_epoch"), F.col("crc_stored"), F.col("high_watermark"),
+        F.col("peer_id"))
+    v = _violations(bad, "replicas_agree_below_hw", F.col("peer_id"), F.col("topic"),
+                    F.col("partition"), F.col("base_offset"), detail)
+    info = replica_positions(derived, hw)
+    return _result("replicas_agree_below_hw",
+                   "Below the partition's committed HW every replica that covers an offset "
+                   "holds the identical batch (offsets, epoch, CRC).", compared.count(), v,
+                   info=info)
+
+
+def replica_positions(derived: Derived, hw: dict[tuple[str, int], int]) -> dict:
+    """Lagging replicas and uncommitted suffixes, for the report (never violations)."""
+    lagging, uncommitted = [], []
+    for (broker, topic, partition), log in sorted(derived.replica_epoch_logs().items(),
+                                                  key=str):
+        committed = hw.get((topic, partition))
+        if committed is None:
+            continue
+        leo = log["log_end_offset"]
+        if leo < committed:
+            lagging.append({"broker_id": broker, "topic": topic, "partition": partition,
+                            "log_end_offset": leo, "high_watermark": committed})
+        elif leo > committed:
+            uncommitted.append({"broker_id": broker, "topic": topic, "partition": partition,
+                                "high_watermark": committed, "log_end_offset": leo,
+                                "uncommitted_offsets": leo - committed})
+    return {"high_watermarks": {f"{t}-{p}": o for (t, p), o in sorted(hw.items())},
+            "lagging_replicas": lagging, "uncommitted_suffixes": uncommitted}
+
+
+def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    logs = derived.replica_epoch_logs()
+    by_partition: dict[tuple[str, int], list] = defaultdict(list)
+    for (broker, topic, partition), log in logs.items():
+        by_partition[(topic, partition)].append((broker, log))
+    rows, pairs = [], 0
+    for (topic, partition), replicas in sorted(by_partition.items()):
+        replicas.sort(key=lambda item: item[0])
+        for i, (a, log_a) in enumerate(replicas):
+            for b, log_b in replicas[i + 1:]:
+                pairs += 1
+                for epoch, start_a, start_b in diverging_epochs(log_a, log_b):
+                    rows.append(("epoch_histories_agree", b, topic, partition, min(start_a, start_b),
+                                 f"epoch {epoch} starts at {start_a} on broker {a}, "
+                                 f"at {start_b} on broker {b}"))
+    v = inputs.spark.createDataFrame(rows, VIOLATION_DDL)
+    return _result("epoch_histories_agree",
+                   "The replicas' leader-epoch histories (from their logs) agree on every "
+                   "epoch they share.", pairs, v)
+
+
+def diverging_epochs(log_a: dict, log_b: dict) -> list[tuple[int, int, int]]:
+    """(epoch, start on a, start on b) for shared epochs whose starts differ.
+
+    A replica's first epoch may start later when its log starts later (retention
+    or a follower that began from the leader's log start).
+    """
+    a, b = dict(log_a["cache"]), dict(log_b["cache"])
+    first_a = log_a["cache"][0][0] if log_a["cache"] else None
+    first_b = log_b["cache"][0][0] if log_b["cache"] else None
+    out = []
+    for epoch in sorted(set(a) & set(b)):
+        sa, sb = a[epoch], b[epoch]
+        if sa == sb:
+            continue
+        if epoch == first_a and sa > sb and sa == log_a["log_start_offset"]:
+            continue
+        if epoch == first_b and sb > sa and sb == log_b["log_start_offset"]:
+            continue
+        out.append((epoch, sa, sb))
+    return out
+
+
+# ---------------------------------------------------------------- metrics rules
+
+
+def replica_samples(metrics: DataFrame | None) -> DataFrame | None:
+    """One row per (timestamp, broker, topic, partition) with the replica gauges as columns."""
+    if metrics is None:
+        return None
+    name = F.col("name")
+    short = F.lit(None).cast("string")
+    for prefix in reversed(BROKER_METRIC_PREFIXES):
+        short = F.when(name.startswith(prefix), F.expr(f"substring(name, {len(prefix) + 1})")
+                       ).otherwise(short)
+    m = (metrics.withColumn("gauge", short)
+         .where(F.col("gauge").isin(*REPLICA_GAUGES))
+         .where(F.col("labels").getItem("topic").isNotNull()
+                & F.col("labels").getItem("partition").isNotNull())
+         .select("timestamp_ms",
+                 F.coalesce(F.col("labels").getItem("broker").cast("int"),
+                            F.regexp_extract("source", r"broker[-_]?(\d+)", 1).cast("int"))
+                 .alias("broker_id"),
+                 F.col("labels").getItem("topic").alias("topic"),
+                 F.col("labels").getItem("partition").cast("int").alias("partition"),
+                 "gauge", "value"))
+    return (m.groupBy("timestamp_ms", *REPLICA_KEYS).pivot("gauge", list(REPLICA_GAUGES))
+            .agg(F.max("value")))
+
+
+def _skipped(inputs: AuditInputs, name: str, description: str, why: str) -> RuleResult:
+    return RuleResult(name, description, 0, _empty_violations(inputs.spark), 0, skipped=why)
+
+
+def hw_monotonic_per_leader_epoch(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "hw_monotonic_per_leader_epoch"
+    description = "A leader's HW never goes backwards within one leader epoch (metrics)."
+    samples = replica_samples(inputs.metrics)
+    if samples is None:
+        return _skipped(inputs, name, description, "no metrics given")
+    leaders = samples.where((F.col("is_leader") == 1) & F.col("high_watermark").isNotNull())
+    w = Window.partitionBy(*REPLICA_KEYS, "leader_epoch").orderBy("timestamp_ms")
+    o = leaders.withColumn("prev_hw", F.lag("high_watermark").over(w))
+    bad = o.where(F.col("high_watermark") < F.col("prev_hw"))
+    detail = F.format_string("leader HW %d after %d in leader epoch %d at %d ms",
+                             F.col("high_watermark").cast("long"), F.col("prev_hw").cast("long"),
+                             F.col("leader_epoch").cast("long"), F.col("timestamp_ms"))
+    v = _violations(bad, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
+                    F.col("high_watermark"), detail)
+    return _result(name, description, leaders.count(), v)
+
+
+def hw_not_above_leo(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "hw_not_above_leo"
+    description = "In every sample a replica's HW is at most its log end offset (metrics)."
+    samples = replica_samples(inputs.metrics)
+    if samples is None:
+        return _skipped(inputs, name, description, "no metrics given")
+    both = samples.where(F.col("high_watermark").isNotNull()
+                         & F.col("log_end_offset").isNotNull())
+    bad = both.where(F.col("high_watermark") > F.col("log_end_offset"))
+    detail = F.format_string("HW %d above LEO %d at %d ms", F.col("high_watermark").cast("long"),
+                             F.col("log_end_offset").cast("long"), F.col("timestamp_ms"))
+    v = _violations(bad, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
+                    F.col("high_watermark"), detail)
+    return _result(name, description, both.count(), v)
+
+
+# ---------------------------------------------------------------- ack rule
+
+
+def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "acked_writes_present"
+    description = ("Every record acknowledged with acks=all is held by a replica at its "
+                   "acknowledged offset with the same key and value (acks=1 losses counted "
+                   "apart, as expected behaviour).")
+    if inputs.acks is None or inputs.records is None:
+        return _skipped(inputs, name, description, "no ack log given")
+    acks = inputs.acks.where(F.col("acks").isin("all", "1") & (F.col("offset") >= 0))
+    held = (inputs.records.where(F.col("crc_valid") & F.col("error").isNull())
+            .select(*PARTITION_KEYS, "offset", F.col("key").alias("held_key"),
+                    F.col("value").alias("held_value"), "broker_id"))
+    matched = (acks.join(held, PARTITION_KEYS + ["offset"], "left")
+               .withColumn("same", F.col("held_key").eqNullSafe(F.col("key"))
+                           & F.col("held_value").eqNullSafe(F.col("value")))
+               .groupBy(*PARTITION_KEYS, "offset", "acks")
+               .agg(F.max(F.col("same").cast("int")).alias("present"),
+                    F.count("broker_id").alias("replicas_with_offset"))
+               .cache())
+    lost = matched.where(F.coalesce(F.col("present"), F.lit(0)) == 0)
+    detail = F.when(F.col("replicas_with_offset") == 0,
+                    F.format_string("acks=%s record at offset %d: no replica holds the offset",
+                                    F.col("acks"), F.col("offset"))
+                    ).otherwise(F.format_string(
+                        "acks=%s record at offset %d: %d replica(s) hold a different record",
+                        F.col("acks"), F.col("offset"), F.col("replicas_with_offset")))
+    v = _violations(lost.where(F.col("acks") == "all"), name, F.lit(None), F.col("topic"),
+                    F.col("partition"), F.col("offset"), detail)
+    counts = {r.acks: (r.total, r.lost) for r in matched.groupBy("acks").agg(
+        F.count("*").alias("total"),
+        F.sum((F.coalesce(F.col("present"), F.lit(0)) == 0).cast("int")).alias("lost")).collect()}
+    info = {"acks_all_checked": counts.get("all", (0, 0))[0],
+            "acks_all_lost": counts.get("all", (0, 0))[1] or 0,
+            "acks_1_checked": counts.get("1", (0, 0))[0],
+            "acks_1_lost": counts.get("1", (0, 0))[1] or 0}
+    return _result(name, description, info["acks_all_checked"], v, info=info)
+
+
+RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
+    batch_crc_and_framing,
+    offsets_contiguous,
+    epochs_monotonic,
+    epoch_checkpoint_matches_log,
+    offset_checkpoints_within_log,
+    replicas_agree_below_hw,
+    epoch_histories_agree,
+    hw_monotonic_per_leader_epoch,
+    hw_not_above_leo,
+    acked_writes_present,
+)
+BATCH_LEVEL_RULES = (batch_crc_and_framing, offsets_contiguous, epochs_monotonic)
+
+
+def run_rules(inputs: AuditInputs, rules=RULES) -> list[RuleResult]:
+    derived = Derived(inputs)
+    return [rule(inputs, derived) for rule in rules]
