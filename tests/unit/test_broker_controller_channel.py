@@ -1,0 +1,114 @@
+"""ControllerChannel against an in-process fake controller (grpc.aio on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from broker.controller_channel import ControllerChannel
+from broker.forwarding import ControllerForwarder
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+
+
+class FakeController(pb_grpc.ControllerServicer):
+    def __init__(self):
+        self.registrations = 0
+        self.epoch = 10
+        self.stale_next = False
+        self.shutdown_after = 2
+        self.shutdown_asks = 0
+
+    async def RegisterBroker(self, request, context):
+        self.registrations += 1
+        self.epoch += 1
+        return pb.RegisterBrokerResponse(error_code=pb.NONE, broker_epoch=self.epoch,
+                                         cluster_id="c")
+
+    async def BrokerHeartbeat(self, request, context):
+        if request.want_shutdown:
+            self.shutdown_asks += 1
+            return pb.BrokerHeartbeatResponse(should_shutdown=self.shutdown_asks >= self.shutdown_after)
+        if self.stale_next or request.broker_epoch != self.epoch:
+            self.stale_next = False
+            return pb.BrokerHeartbeatResponse(error_code=pb.STALE_BROKER_EPOCH)
+        return pb.BrokerHeartbeatResponse(error_code=pb.NONE)
+
+    async def CreateTopics(self, request, context):
+        return pb.CreateTopicsResponse(topics=[pb.TopicResult(name=t.name, error_code=pb.NONE)
+                                               for t in request.topics])
+
+
+@pytest.fixture
+async def controller():
+    fake = FakeController()
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield fake, port, server
+    await server.stop(0)
+
+
+def channel_to(port: int) -> ControllerChannel:
+    return ControllerChannel(broker_id=1, controller_address=("127.0.0.1", port),
+                             listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1", port=1)],
+                             heartbeat_interval_ms=20, session_timeout_ms=200)
+
+
+async def test_register_then_reregister_on_stale_epoch(controller):
+    fake, port, _ = controller
+    channel = channel_to(port)
+    try:
+        assert await asyncio.wait_for(channel.register(), 5) == 11
+        beats = asyncio.create_task(channel.run_heartbeats())
+        fake.stale_next = True
+        for _ in range(200):
+            if fake.registrations == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert fake.registrations == 2 and channel.broker_epoch == 12
+        beats.cancel()
+        assert await channel.controlled_shutdown(2000) is True
+        assert fake.shutdown_asks == 2
+    finally:
+        await channel.close()
+
+
+async def test_register_retries_until_the_controller_is_up():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    channel = channel_to(port)
+    fake = FakeController()
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(fake, server)
+    try:
+        registering = asyncio.create_task(channel.register())
+        await asyncio.sleep(0.5)
+        assert not registering.done()
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        assert await asyncio.wait_for(registering, 10) == 11
+    finally:
+        await channel.close()
+        await server.stop(0)
+
+
+async def test_forwarder_passes_through_and_reports_unreachable(controller):
+    _fake, port, server = controller
+    channel = channel_to(port)
+    forwarder = ControllerForwarder(channel.stub)
+    request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="t")], timeout_ms=100)
+    resp = await forwarder.CreateTopics(request, None)
+    assert resp.topics[0].error_code == pb.NONE
+    await server.stop(0)
+    resp = await forwarder.CreateTopics(request, None)
+    assert resp.topics[0].error_code == pb.NOT_CONTROLLER
+    assert (await forwarder.DescribeCluster(pb.DescribeClusterRequest(), None)).error_code == \
+        pb.NOT_CONTROLLER
+    await channel.close()
