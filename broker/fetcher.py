@@ -195,19 +195,22 @@ class LeaderFetcher:
                 last_fetched_epoch=log_.leader_epoch_cache.latest_epoch,
                 log_start_offset=log_.log_start_offset,
                 partition_max_bytes=config.replica_fetch_max_bytes)
-        sent = {(p.topic, p.partition): p.fetch_offset for p in request.partitions}
+        # The assignment each answer belongs to is the one the request was built
+        # from, never whatever is assigned when the answer arrives.
+        sent = {(a.partition.tp.topic, a.partition.tp.partition): (a, p.fetch_offset)
+                for a, p in zip(active, request.partitions, strict=True)}
         timeout_s = config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
         response = await stub.Fetch(request, timeout=timeout_s)
         if response.error_code != pb.NONE:
             raise RuntimeError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
         for p in response.partitions:
-            a = self.assignments.get((p.topic, p.partition))
+            a, fetch_offset = sent.get((p.topic, p.partition), (None, -1))
             if a is None:
                 continue
             async with a.partition.lock:
                 if self.assignments.get(a.partition.tp) is not a or not a.current:
                     continue  # leader epoch changed while in flight: drop the answer
-                if a.partition.log_end_offset != sent.get((p.topic, p.partition)):
+                if a.partition.log_end_offset != fetch_offset:
                     continue  # the log moved meanwhile (truncated): fetch again from its LEO
                 try:
                     self._apply_fetch(a, p)

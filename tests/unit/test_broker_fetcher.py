@@ -1,0 +1,111 @@
+"""Follower fetchers: truncation by OffsetForLeaderEpoch over real gRPC, stale answers dropped."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.forwarding import ControllerForwarder
+from broker.server import BrokerServicer, build_server
+from broker.storage.log_config import LogConfig
+from proto import tidewater_pb2 as pb
+from proto.batch import set_base_offset_and_epoch
+from tests.unit.test_broker_fakes import FakeLog, make_batch
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+
+
+def seeded_log(epochs_and_counts) -> FakeLog:
+    log = FakeLog(TP, LogConfig())
+    for epoch, count in epochs_and_counts:
+        for _ in range(count):
+            log.append_as_leader(make_batch(1, timestamp_ms=1000), epoch, 0)
+    return log
+
+
+async def wait_until(predicate, timeout_s=5.0):
+    for _ in range(int(timeout_s / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_follower_truncates_to_the_largest_common_epoch_then_fetches(tmp_path):
+    # replication.md worked example: leader (0,0),(2,5) LEO 8; follower (0,0),(1,3) LEO 6.
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = seeded_log([(0, 5), (2, 3)])
+    follower_rm, _ = make_manager(tmp_path / "f")
+    follower_rm.broker_id = 2
+    follower_rm.fetchers.broker_id = 2
+    follower_rm.log_manager._logs[TP] = seeded_log([(0, 3), (1, 3)])
+    server, port = build_server(host="127.0.0.1", port=0,
+                                servicer=BrokerServicer(leader_rm, leader_rm.metadata_cache,
+                                                        leader_rm.metrics, "INTERNAL"),
+                                controller_servicer=ControllerForwarder(None),
+                                max_message_bytes=1 << 20)
+    await server.start()
+    try:
+        await leader_rm.leader_and_isr(lai(leader=1, leader_epoch=3, isr=(1,)))
+        request = lai(leader=1, leader_epoch=3, isr=(1,))
+        request.leaders[0].broker_id, request.leaders[0].port = 1, port
+        follower_log = follower_rm.log_manager.get(TP)
+        resp = await follower_rm.leader_and_isr(request)
+        assert resp.partitions[0].error_code == pb.NONE
+        await wait_until(lambda: follower_log.log_end_offset == 8)
+        # Truncated to 3 (end of epoch 0 on the follower), then fetched 3..8 from the leader.
+        assert follower_log.leader_epoch_cache.entries() == [(0, 0), (2, 5)]
+        leader_log = leader_rm.log_manager.get(TP)
+        assert [b[2] for b in follower_log.batches] == [b[2] for b in leader_log.batches]
+        await wait_until(lambda: follower_rm.partitions[TP].high_watermark == 8)
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
+
+
+class EpochBumpingStub:
+    """Answers a Fetch with one record, but applies a newer LeaderAndIsr first (in flight)."""
+
+    def __init__(self, rm, record: bytes):
+        self.rm = rm
+        self.record = record
+
+    async def Fetch(self, request, timeout=None):
+        resp = await self.rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+        assert resp.partitions[0].error_code == pb.NONE
+        p = request.partitions[0]
+        return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
+            topic=p.topic, partition=p.partition, error_code=pb.NONE, high_watermark=1,
+            log_start_offset=0, log_end_offset=1, leader_epoch=0, records=self.record)])
+
+
+async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    rm.broker_id = rm.fetchers.broker_id = 2
+    record = bytearray(make_batch(1))
+    set_base_offset_and_epoch(record, 0, 0, 0)
+    await rm.leader_and_isr(lai(leader=1, leader_epoch=0))
+    fetcher = rm.fetchers.fetchers[1]
+    fetcher.task.cancel()  # drive the fetch by hand
+    await asyncio.gather(fetcher.task, return_exceptions=True)
+    assignment = rm.fetchers.assignment(TP)
+    assignment.truncating = False
+    try:
+        await fetcher._fetch(EpochBumpingStub(rm, bytes(record)), [assignment])
+        assert rm.partitions[TP].leader_epoch == 1
+        assert rm.partitions[TP].log.log_end_offset == 0  # the epoch-0 answer was dropped
+        # The same answer in a current request is applied.
+        current = rm.fetchers.assignment(TP)
+        current.truncating = False
+        rm.fetchers.fetchers[1].task.cancel()
+
+        class Plain(EpochBumpingStub):
+            async def Fetch(self, request, timeout=None):
+                p = request.partitions[0]
+                return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
+                    topic=p.topic, partition=p.partition, error_code=pb.NONE, high_watermark=1,
+                    log_start_offset=0, log_end_offset=1, leader_epoch=1, records=self.record)])
+
+        await rm.fetchers.fetchers[1]._fetch(Plain(rm, bytes(record)), [current])
+        assert rm.partitions[TP].log.log_end_offset == 1
+        assert rm.partitions[TP].high_watermark == 1
+    finally:
+        await rm.stop()
