@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
@@ -113,12 +112,13 @@ def test_failing_process_reports_its_log(tmp_path):
     assert not any(pid_alive(p["pid"]) for p in m["processes"].values())
 
 
-def test_down_stops_every_process(tmp_path):
-    c = start_cluster(tmp_path, 1)
-    pids = [p["pid"] for p in c.manifest()["processes"].values()]
-    result = run_tide("cluster", "down", "--data-dir", str(tmp_path))
+def test_zz_down_stops_every_process(two_brokers):
+    """Runs last in this module (file order): stops the shared cluster."""
+    pids = [p["pid"] for p in two_brokers.manifest()["processes"].values()]
+    assert all(pid_alive(pid) for pid in pids)
+    result = run_tide("cluster", "down", "--data-dir", str(two_brokers.data_dir))
     assert result.returncode == 0, result.stderr
     assert not any(pid_alive(pid) for pid in pids)
-    st = status(tmp_path)
+    st = status(two_brokers.data_dir)
     assert not any(p["alive"] for p in st.values())
-    assert os.path.exists(tmp_path / "broker-1")  # data stays for a later `up`
+    assert (two_brokers.data_dir / "broker-1").is_dir()  # data stays for a later `up`

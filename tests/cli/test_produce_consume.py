@@ -124,14 +124,14 @@ def test_unreachable_bootstrap_fails_with_one_line():
     from client.local_cluster import free_port
 
     address = f"127.0.0.1:{free_port()}"
-    for args in (("topics", "list"), ("consume", "t", "--timeout-ms", "300"), ("cluster", "describe")):
-        result = run_tide(*args, bootstrap=address, timeout_s=30)
-        assert_one_line_error(result, "no broker reachable", address)
+    result = run_tide("topics", "list", bootstrap=address, timeout_s=30)
+    assert_one_line_error(result, "no broker reachable", address)
     result = run_tide("produce", "t", bootstrap=address, input="x\n", timeout_s=30)
     assert_one_line_error(result, "no broker reachable")
     # The environment variable works as --bootstrap-server does.
-    result = run_tide("topics", "list", env={"TIDE_BOOTSTRAP_SERVER": address}, timeout_s=30)
-    assert_one_line_error(result, address)
+    result = run_tide("consume", "t", "--timeout-ms", "300", env={"TIDE_BOOTSTRAP_SERVER": address},
+                      timeout_s=30)
+    assert_one_line_error(result, "no broker reachable", address)
 
 
 def test_bad_bootstrap_value():

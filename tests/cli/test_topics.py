@@ -68,11 +68,12 @@ def test_create_existing_topic_fails_with_one_line(cluster):  # noqa: F811
     assert_one_line_error(result, "twice", "TOPIC_ALREADY_EXISTS")
 
 
-@pytest.mark.parametrize("name", ["bad/name", "..", "x" * 250, "sp ace"])
-def test_bad_topic_name(cluster, name):  # noqa: F811
-    result = cluster.tide("topics", "create", name)
-    assert_one_line_error(result, "INVALID_TOPIC_EXCEPTION")
-    assert name not in cluster.tide("topics", "list").stdout.split()
+def test_bad_topic_names(cluster):  # noqa: F811
+    names = ["bad/name", "..", "x" * 250, "sp ace"]
+    for name in names:
+        assert_one_line_error(cluster.tide("topics", "create", name), "INVALID_TOPIC_EXCEPTION")
+    listed = cluster.tide("topics", "list").stdout.split()
+    assert not set(names) & set(listed)
 
 
 def test_replication_factor_larger_than_brokers(cluster):  # noqa: F811
