@@ -138,3 +138,33 @@ def test_admin_calls_are_forwarded_and_controller_restart_keeps_serving(cluster)
     wait_for(lambda: all(b.replica("fw") is None for b in c.brokers.values()),
              message="replicas deleted")
     assert not any((b.data_dir / "fw-0").exists() for b in c.brokers.values())
+
+
+def test_list_offsets_and_offset_for_leader_epoch(cluster):
+    c = cluster(1)
+    c.create_topic("lo", replication_factor=1)
+    b = c.leader("lo")
+    for i, ts in enumerate((1000, 2000, 3000)):
+        batch = encode_batch([(None, b"%d" % i)], base_timestamp_ms=ts)
+        r = b.stub.Produce(pb.ProduceRequest(acks=-1, timeout_ms=2000, partitions=[
+            pb.ProducePartitionData(topic="lo", partition=0, records=batch)]), timeout=10)
+        assert r.partitions[0].error_code == pb.NONE
+
+    def list_offsets(ts, replica_id=-1, epoch=-1):
+        resp = b.stub.ListOffsets(pb.ListOffsetsRequest(replica_id=replica_id, partitions=[
+            pb.ListOffsetsPartition(topic="lo", partition=0, current_leader_epoch=epoch,
+                                    timestamp=ts)]), timeout=5)
+        return resp.partitions[0]
+
+    assert list_offsets(-2).offset == 0
+    assert list_offsets(-1).offset == 3
+    found = list_offsets(1500)
+    assert (found.error_code, found.offset, found.timestamp) == (pb.NONE, 1, 2000)
+    assert list_offsets(9999).offset == -1
+    epoch = b.replica("lo").leader_epoch
+    assert list_offsets(-1, epoch=epoch + 1).error_code == pb.UNKNOWN_LEADER_EPOCH
+    resp = b.stub.OffsetForLeaderEpoch(pb.OffsetForLeaderEpochRequest(replica_id=-1, partitions=[
+        pb.OffsetForLeaderEpochPartition(topic="lo", partition=0, current_leader_epoch=epoch,
+                                         leader_epoch=epoch)]), timeout=5)
+    p = resp.partitions[0]
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (pb.NONE, epoch, 3)
