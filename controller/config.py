@@ -39,6 +39,7 @@ class ControllerConfig:
     sender_retry_backoff_max_ms: int = 1000
     sender_request_timeout_ms: int = 5000
     metadata_queue_size_max: int = 1024
+    metadata_compaction_records_min: int = 10_000  # compact at start-up beyond this
     shutdown_grace_seconds: float = 2.0
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -54,6 +55,7 @@ class ControllerConfig:
                                                     float),
         "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
         "controller.sender.debounce.ms": ("sender_debounce_ms", int),
+        "controller.metadata.compaction.records.min": ("metadata_compaction_records_min", int),
         "controller.sender.retry.backoff.ms": ("sender_retry_backoff_ms", int),
         "controller.sender.retry.backoff.max.ms": ("sender_retry_backoff_max_ms", int),
         "controller.sender.request.timeout.ms": ("sender_request_timeout_ms", int),
@@ -83,7 +85,7 @@ class ControllerConfig:
         positive = ("broker_session_timeout_ms", "default_replication_factor", "num_partitions",
                     "min_insync_replicas", "leader_imbalance_check_interval_seconds",
                     "sender_retry_backoff_ms", "sender_retry_backoff_max_ms",
-                    "sender_request_timeout_ms")
+                    "sender_request_timeout_ms", "metadata_compaction_records_min")
         names = {attr: name for name, (attr, _) in self.SETTABLE.items()}
         for f in fields(self):
             if f.name in positive and getattr(self, f.name) <= 0:

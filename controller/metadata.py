@@ -10,16 +10,22 @@ type                    fields
 ======================  ==========================================================
 cluster                 cluster_id (first record of a new log)
 controller_epoch        epoch (one per controller start)
-broker_registered       broker_id, incarnation_id, listeners [[name, host, port]];
-                        the record's offset becomes the broker epoch; unfenced
+broker_registered       broker_id, incarnation_id, listeners [[name, host, port]],
+                        optional broker_epoch (else the record's offset); unfenced
 broker_fenced           broker_id
 broker_unfenced         broker_id
 topic_created           name, configs {str: str}, partitions [{partition,
-                        replicas, isr, leader}] (epochs start at 0)
+                        replicas, isr, leader, optional leader_epoch and
+                        partition_epoch (else 0)}]
 partition_changed       topic, partition, leader, isr, leader_epoch,
                         partition_epoch, unclean (bool)
 topic_deleted           name
+counters                unclean_elections_total, topics_created_total (snapshots)
 ======================  ==========================================================
+
+``snapshot_records()`` describes the whole image with these records (explicit
+epochs included); replaying them gives back an equal image. Compaction
+rewrites the log with them.
 
 Broker sessions (last heartbeat, controlled shutdown) are not metadata: they
 live in ``sessions.BrokerSessions`` and start fresh with every controller.
@@ -122,7 +128,8 @@ class ClusterMetadata:
     def _apply_broker_registered(self, offset: int, r: dict) -> None:
         listeners = tuple(Listener(str(n), str(h), int(p)) for n, h, p in r["listeners"])
         broker_id = int(r["broker_id"])
-        self.brokers[broker_id] = BrokerInfo(broker_id, offset, str(r["incarnation_id"]), listeners)
+        epoch = int(r.get("broker_epoch", offset))
+        self.brokers[broker_id] = BrokerInfo(broker_id, epoch, str(r["incarnation_id"]), listeners)
 
     def _apply_broker_fenced(self, offset: int, r: dict) -> None:
         self.brokers[int(r["broker_id"])].fenced = True
@@ -138,7 +145,8 @@ class ClusterMetadata:
         for p in r["partitions"]:
             number = int(p["partition"])
             info.partitions[number] = PartitionRecord(
-                name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]), 0, 0)
+                name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]),
+                int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)))
         self.topics[name] = info
         self.topics_created_total += 1
 
@@ -156,6 +164,35 @@ class ClusterMetadata:
     def _apply_topic_deleted(self, offset: int, r: dict) -> None:
         del self.topics[r["name"]]
 
+    def _apply_counters(self, offset: int, r: dict) -> None:
+        self.unclean_elections_total = int(r["unclean_elections_total"])
+        self.topics_created_total = int(r["topics_created_total"])
+
+    # ------------------------------------------------------------ snapshot
+
+    def snapshot_records(self) -> list[dict]:
+        """Records that rebuild this image from nothing (for compaction)."""
+        records = []
+        if self.cluster_id:
+            records.append(cluster_record(self.cluster_id))
+        if self.controller_epoch:
+            records.append(controller_epoch_record(self.controller_epoch))
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            record = broker_registered_record(b.broker_id, b.incarnation_id, list(b.listeners))
+            record["broker_epoch"] = b.broker_epoch
+            records.append(record)
+            if b.fenced:
+                records.append(broker_fenced_record(b.broker_id))
+        for info in sorted(self.topics.values(), key=lambda t: t.name):
+            partitions = [info.partitions[n] for n in sorted(info.partitions)]
+            records.append(topic_created_record(info.name, info.configs, partitions,
+                                                with_epochs=True))
+        # after the topics: topic_created counts itself, this sets the true totals
+        records.append({"type": "counters",
+                        "unclean_elections_total": self.unclean_elections_total,
+                        "topics_created_total": self.topics_created_total})
+        return records
+
 
 _HANDLERS = {
     "cluster": ClusterMetadata._apply_cluster,
@@ -166,6 +203,7 @@ _HANDLERS = {
     "topic_created": ClusterMetadata._apply_topic_created,
     "partition_changed": ClusterMetadata._apply_partition_changed,
     "topic_deleted": ClusterMetadata._apply_topic_deleted,
+    "counters": ClusterMetadata._apply_counters,
 }
 
 
@@ -193,11 +231,17 @@ def broker_unfenced_record(broker_id: int) -> dict:
     return {"type": "broker_unfenced", "broker_id": broker_id}
 
 
-def topic_created_record(name: str, configs: dict[str, str],
-                         partitions: list[PartitionRecord]) -> dict:
-    return {"type": "topic_created", "name": name, "configs": dict(configs),
-            "partitions": [{"partition": p.partition, "replicas": list(p.replicas),
-                            "isr": list(p.isr), "leader": p.leader} for p in partitions]}
+def topic_created_record(name: str, configs: dict[str, str], partitions: list[PartitionRecord],
+                         *, with_epochs: bool = False) -> dict:
+    items = []
+    for p in partitions:
+        item = {"partition": p.partition, "replicas": list(p.replicas), "isr": list(p.isr),
+                "leader": p.leader}
+        if with_epochs:
+            item["leader_epoch"] = p.leader_epoch
+            item["partition_epoch"] = p.partition_epoch
+        items.append(item)
+    return {"type": "topic_created", "name": name, "configs": dict(configs), "partitions": items}
 
 
 def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> dict:

@@ -1,27 +1,37 @@
 """The controller's durable metadata log: an append-only file of JSON records.
 
-On-disk format (``<data-dir>/metadata.log``), one frame per record, nothing else::
+Files in ``<data-dir>``::
+
+    metadata.log       the records (format below)
+    metadata.lock      held with flock(LOCK_EX) while a controller uses the directory
+    metadata.log.tmp   a compaction in progress (deleted at open: the rename never happened)
+
+``metadata.log`` is a sequence of frames, nothing else::
 
     offset  size  field
     0       4     payload_length   uint32 big-endian, 1..RECORD_BYTES_MAX
     4       4     crc32c           uint32 big-endian, CRC-32C of the payload
     8       n     payload          UTF-8 JSON object with a "type" key
 
-A record's *offset* is its index in the file (0 for the first). Offsets never
-change (there is no compaction), so the controller uses them as broker epochs.
+Every record has an *offset*. Offsets only grow, across restarts and
+compactions, so the controller uses them as broker epochs. A file starts at
+offset 0, unless its first record is ``{"type": "log_start", "next_offset": N}``
+(written by compaction): then the record after it has offset N. ``log_start``
+itself is not a metadata record and is never returned.
 
 Recovery: frames are read in order. A frame that is cut short (fewer bytes
-than its header announces), or the very last frame when its CRC fails, is a
-torn write from a crash: the file is truncated at the frame's start and the
-truncation fsynced. A bad frame with more data after it, or a frame whose
-payload is not a JSON object, is corruption: ``CorruptFileError`` with the path
-and byte position, and nothing is modified.
-
-Only one process may use a log: ``open`` takes an exclusive ``flock`` on the
-file and fails with ``KafkaStorageError`` when another process holds it.
+than its header announces), zero bytes where a header should be, or the very
+last frame when its CRC fails, is a torn write from a crash: the file is
+truncated at the frame's start and the truncation fsynced. A bad frame with
+more data after it, or a payload that is not a JSON object with a type, is
+corruption: ``CorruptFileError`` with the path and byte position, and nothing
+is modified.
 
 Durability: ``append`` writes all frames of a batch with one write and fsyncs
-the file before returning; the directory is fsynced when the file is created.
+the file before returning. ``rewrite`` (compaction) writes ``.tmp``, fsyncs it,
+renames it over the log and fsyncs the directory: a crash leaves either the
+old or the new file, never a mix. A failed append leaves the process unable to
+continue (the caller stops); recovery cuts its torn frame on the next start.
 """
 
 from __future__ import annotations
@@ -41,9 +51,12 @@ from proto.errors import CorruptFileError, KafkaStorageError
 log = logging.getLogger(__name__)
 
 FILE_NAME = "metadata.log"
+LOCK_FILE_NAME = "metadata.lock"
+TMP_SUFFIX = ".tmp"
 FRAME_HEADER = struct.Struct(">II")  # payload_length, crc32c
 assert FRAME_HEADER.size == 8
 RECORD_BYTES_MAX = 16 * 1024 * 1024  # a topic with many partitions still fits
+LOG_START = "log_start"
 
 
 def encode_frame(record: dict) -> bytes:
@@ -62,38 +75,50 @@ def _fsync_dir(path: Path) -> None:
 
 
 class MetadataLog:
-    """Append-only record file. Open with ``MetadataLog.open`` which recovers it."""
+    """Append-only record file. Open with ``MetadataLog.open``, which recovers it."""
 
-    def __init__(self, path: Path, file, records: list[dict], size_bytes: int):
-        self.path = path
+    def __init__(self, data_dir: Path, lock_file, file, records: list[dict], start_offset: int,
+                 size_bytes: int):
+        self.data_dir = data_dir
+        self.path = data_dir / FILE_NAME
+        self._lock_file = lock_file
         self._file = file
         self._recovered = records
+        self.start_offset = start_offset  # offset of the first record in the file
         self.size_bytes = size_bytes
-        self.next_offset = len(records)
+        self.next_offset = start_offset + len(records)
+
+    @property
+    def record_count(self) -> int:
+        """Records in the file now (what a replay would read)."""
+        return self.next_offset - self.start_offset
 
     @classmethod
     def open(cls, data_dir: Path) -> MetadataLog:
         data_dir = Path(data_dir)
+        path = data_dir / FILE_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            path = data_dir / FILE_NAME
-            created = not path.exists()
-            file = open(path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")  # noqa: SIM115 - kept open
         except OSError as e:
             raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
         try:
             # Two controllers appending to one log would interleave records.
-            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            file.close()
+            lock_file.close()
             raise KafkaStorageError("metadata log is locked by another controller process",
                                     path=str(path)) from e
         try:
+            tmp = path.with_name(path.name + TMP_SUFFIX)
+            tmp.unlink(missing_ok=True)  # an unfinished compaction
+            created = not path.exists()
+            file = open(path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
             if created:
                 _fsync_dir(data_dir)
         except OSError as e:
-            file.close()
-            raise KafkaStorageError(f"cannot sync {data_dir}: {e}", path=str(data_dir)) from e
+            lock_file.close()
+            raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(path)) from e
         try:
             file.seek(0)
             data = file.read()
@@ -104,15 +129,29 @@ class MetadataLog:
                 file.truncate(valid_bytes)
                 file.flush()
                 os.fsync(file.fileno())
+        except OSError as e:
+            file.close()
+            lock_file.close()
+            raise KafkaStorageError(f"cannot recover metadata log: {e}", path=str(path)) from e
         except BaseException:
             file.close()
+            lock_file.close()
             raise
-        return cls(path, file, records, valid_bytes)
+        start_offset = 0
+        if records and records[0].get("type") == LOG_START:
+            try:
+                start_offset = int(records.pop(0)["next_offset"])
+            except (KeyError, TypeError, ValueError) as e:
+                file.close()
+                lock_file.close()
+                raise CorruptFileError(f"bad log_start record: {e!r}", path=str(path)) from e
+        return cls(data_dir, lock_file, file, records, start_offset, valid_bytes)
 
     def recovered_records(self) -> Iterator[tuple[int, dict]]:
         """(offset, record) for every record found at open, in order (once)."""
         records, self._recovered = self._recovered, []
-        yield from enumerate(records)
+        for i, record in enumerate(records):
+            yield self.start_offset + i, record
 
     def append(self, records: Iterable[dict]) -> int:
         """Write and fsync ``records``; returns the offset of the first one."""
@@ -131,8 +170,36 @@ class MetadataLog:
         self.next_offset += len(frame_list)
         return first_offset
 
+    def rewrite(self, records: list[dict]) -> int:
+        """Replace the whole file by ``records`` (a snapshot); returns the first one's offset.
+
+        Offsets continue from ``next_offset``: the snapshot's records get new,
+        larger offsets, so epochs derived from offsets never repeat.
+        """
+        first_offset = self.next_offset
+        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        data = encode_frame({"type": LOG_START, "next_offset": first_offset})
+        data += b"".join(encode_frame(r) for r in records)
+        try:
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+            _fsync_dir(self.data_dir)
+            new_file = open(self.path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+        except OSError as e:
+            raise KafkaStorageError(f"cannot compact metadata log: {e}", path=str(self.path)) from e
+        self._file.close()
+        self._file = new_file
+        self.start_offset = first_offset
+        self.next_offset = first_offset + len(records)
+        self.size_bytes = len(data)
+        return first_offset
+
     def close(self) -> None:
         self._file.close()
+        self._lock_file.close()  # releases the flock
 
 
 def _decode_all(data: bytes, path: str) -> tuple[list[dict], int]:
@@ -145,8 +212,8 @@ def _decode_all(data: bytes, path: str) -> tuple[list[dict], int]:
             break  # torn header
         length, crc = FRAME_HEADER.unpack_from(data, pos)
         if not 0 < length <= RECORD_BYTES_MAX:
-            if _is_tail_garbage(data, pos):
-                break
+            if not any(data[pos:]):
+                break  # zeros after the last record: blocks allocated, never written
             raise CorruptFileError(f"bad record length {length} at position {pos}", path=path)
         payload_start = pos + FRAME_HEADER.size
         if end - payload_start < length:
@@ -162,11 +229,8 @@ def _decode_all(data: bytes, path: str) -> tuple[list[dict], int]:
             raise CorruptFileError(f"record at position {pos} is not JSON: {e}", path=path) from e
         if not isinstance(record, dict) or "type" not in record:
             raise CorruptFileError(f"record at position {pos} has no type", path=path)
+        if record["type"] == LOG_START and pos != 0:
+            raise CorruptFileError(f"log_start record at position {pos}", path=path)
         records.append(record)
         pos = payload_start + length
     return records, pos
-
-
-def _is_tail_garbage(data: bytes, pos: int) -> bool:
-    # A torn append can leave zeros (pre-allocated blocks) after the last record.
-    return not any(data[pos:])

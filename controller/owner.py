@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from controller.metadata import ClusterMetadata
 from controller.metadata_log import MetadataLog
 from controller.state_machine import ControllerStateMachine, Effects, Tx
 
@@ -57,6 +58,26 @@ class MetadataOwner:
             self.machine.metadata.apply(offset, record)
             count += 1
         return count
+
+    def maybe_compact(self, records_min: int) -> bool:
+        """After ``recover``: rewrite the log as a snapshot of the image when it has at
+        least ``records_min`` records and the snapshot is under half its size."""
+        count = self.metadata_log.record_count
+        if count < records_min:
+            return False
+        snapshot = self.machine.metadata.snapshot_records()
+        if len(snapshot) * 2 > count:
+            return False
+        # Check before writing: the snapshot must rebuild exactly this image.
+        check = ClusterMetadata()
+        for i, record in enumerate(snapshot):
+            check.apply(i, record)
+        if check.snapshot_records() != snapshot:
+            raise AssertionError("metadata snapshot does not replay to the same image")
+        first = self.metadata_log.rewrite(snapshot)
+        log.info("compacted the metadata log from %d to %d records (offsets from %d)",
+                 count, len(snapshot), first)
+        return True
 
     async def submit(self, command: Command[T]) -> T:
         if self._stopping or self.failure is not None:

@@ -1,8 +1,9 @@
 """Wiring of the controller process: log, owner, senders, timers, gRPC server, metrics.
 
-``ControllerServer.start()`` recovers the metadata log, appends the new
-controller epoch, starts the owner task, the session and preferred-leader
-timers, the gRPC server and (optionally) the metrics endpoint. ``stop()``
+``ControllerServer.start()`` recovers the metadata log (compacting it when it
+grew large), appends the new controller epoch, starts the owner task, the
+session and preferred-leader timers, the gRPC server and (optionally) the
+metrics endpoint. ``stop()``
 undoes it in reverse: gRPC first (with a grace period, so in-flight requests
 finish), then timers, owner and senders, then the log file.
 """
@@ -61,6 +62,7 @@ class ControllerServer:
                                    clock_ms=monotonic_ms,
                                    queue_size_max=self.config.metadata_queue_size_max)
         replayed = self.owner.recover()
+        self.owner.maybe_compact(self.config.metadata_compaction_records_min)
         self.owner.run_now(self.machine.start)
         metadata = self.machine.metadata
         log.info("metadata log %s: replayed %d records; cluster %s, controller epoch %d, "

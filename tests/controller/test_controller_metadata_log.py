@@ -112,3 +112,37 @@ def test_second_open_of_a_locked_log_is_refused(tmp_path):
         MetadataLog.open(tmp_path)
     log.close()
     MetadataLog.open(tmp_path).close()
+
+
+def test_rewrite_keeps_offsets_growing_and_survives_reopen(tmp_path):
+    log = MetadataLog.open(tmp_path)
+    log.append(records(10))
+    assert log.rewrite([{"type": "t", "i": "snap"}]) == 10
+    assert (log.start_offset, log.next_offset, log.record_count) == (10, 11, 1)
+    assert log.append([{"type": "t", "i": "after"}]) == 11
+    log.close()
+    log = MetadataLog.open(tmp_path)
+    assert list(log.recovered_records()) == [(10, {"type": "t", "i": "snap"}),
+                                             (11, {"type": "t", "i": "after"})]
+    assert log.next_offset == 12
+    log.close()
+
+
+def test_unfinished_compaction_is_discarded(tmp_path):
+    log = MetadataLog.open(tmp_path)
+    log.append(records(3))
+    log.close()
+    (tmp_path / (FILE_NAME + ".tmp")).write_bytes(encode_frame({"type": "half"}))
+    log = MetadataLog.open(tmp_path)
+    assert [r["i"] for _, r in log.recovered_records()] == [0, 1, 2]
+    assert not (tmp_path / (FILE_NAME + ".tmp")).exists()
+    log.close()
+
+
+def test_log_start_anywhere_but_first_is_corruption(tmp_path):
+    path = tmp_path / FILE_NAME
+    path.write_bytes(encode_frame({"type": "t"}) + encode_frame({"type": "log_start",
+                                                                  "next_offset": 5})
+                     + encode_frame({"type": "t"}))
+    with pytest.raises(CorruptFileError):
+        MetadataLog.open(tmp_path)

@@ -338,3 +338,32 @@ def test_restarted_controller_gives_known_brokers_two_session_timeouts(h):
     assert h2.advance(5900, 1) == []  # silent broker 1 still within its first, longer session
     assert h2.advance(300, 1) == [1]
     h2.log.close()
+
+
+def test_compaction_keeps_the_image_and_epochs_keep_growing(tmp_path):
+    h = Harness(tmp_path / "ctl", settings=["unclean.leader.election.enable=true"])
+    three_brokers(h)
+    h.create("a", partitions=3, rf=2)
+    h.create("b", partitions=2, rf=3)
+    for _ in range(3):  # churn: fencing and returning brokers
+        h.advance(3500, 2)
+        h.heartbeat(2)
+        h.advance(200)
+    h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["a"]))
+    h.advance(3500, 3)
+    before = h.describe()
+    count = h.log.record_count
+    assert h.owner.maybe_compact(records_min=count + 1) is False  # below the threshold
+    assert h.owner.maybe_compact(records_min=10)
+    assert h.log.record_count < count / 2
+    next_offset = h.log.next_offset
+    h2 = h.restart()
+    after = h2.describe()
+    before.controller_epoch = after.controller_epoch
+    assert after == before
+    assert h2.metadata.topics_created_total == 2
+    # a new registration still gets an epoch above every earlier one
+    assert h2.register(2, incarnation="again").broker_epoch > next_offset
+    h3 = h2.restart()  # compacted log plus appended records replay too
+    assert h3.metadata.brokers[2].broker_epoch == h2.epochs[2]
+    h3.log.close()
