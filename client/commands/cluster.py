@@ -8,7 +8,6 @@ manage a local cluster of processes recorded in ``DIR/cluster.json``
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
@@ -116,6 +115,8 @@ def _one_line(e: Exception) -> str:
 def cmd_up(args) -> int:
     settings = parse_configs(args.set)
     cluster = _cluster(args)
+    # Stream this run's output only: logs are appended to across runs.
+    log_sizes = {p.name: p.stat().st_size for p in Path(cluster.data_dir).glob("*.log")}
     try:
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
                                ready_timeout_s=args.ready_timeout_s)
@@ -123,11 +124,11 @@ def cmd_up(args) -> int:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     print(bootstrap, flush=True)
     if args.foreground:
-        _stay_attached(cluster)
+        _stay_attached(cluster, log_sizes)
     return 0
 
 
-def _stay_attached(cluster: LocalCluster) -> None:
+def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:
     """Stream every process log with a name prefix until SIGINT/SIGTERM, then stop all."""
     stop = threading.Event()
 
@@ -136,7 +137,7 @@ def _stay_attached(cluster: LocalCluster) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    offsets = {name: os.path.getsize(p["log"]) if os.path.exists(p["log"]) else 0
+    offsets = {name: log_sizes.get(Path(p["log"]).name, 0)
                for name, p in cluster.manifest["processes"].items()}
     try:
         while not stop.is_set():
@@ -157,7 +158,8 @@ def _stay_attached(cluster: LocalCluster) -> None:
             stop.wait(0.2)
     finally:
         print("stopping cluster", flush=True)
-        cluster.down()
+        killed = cluster.down()
+        print("cluster stopped" + (f" (SIGKILL: {', '.join(killed)})" if killed else ""), flush=True)
 
 
 def cmd_down(args) -> int:

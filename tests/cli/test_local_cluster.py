@@ -122,3 +122,39 @@ def test_zz_down_stops_every_process(two_brokers):
     st = status(two_brokers.data_dir)
     assert not any(p["alive"] for p in st.values())
     assert (two_brokers.data_dir / "broker-1").is_dir()  # data stays for a later `up`
+
+
+def test_foreground_streams_logs_and_stops_everything_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cluster_fixtures import PROJECT_DIR
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "client", "cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),
+         "--base-port", "0", "--foreground"],
+        cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        bootstrap = proc.stdout.readline().strip()
+        assert bootstrap.startswith("127.0.0.1:"), proc.stderr.read() if proc.poll() is not None else bootstrap
+        pids = [p["pid"] for p in json.loads((tmp_path / "cluster.json").read_text())["processes"].values()]
+        assert all(pid_alive(pid) for pid in pids)
+        # Logs stream with a name prefix until the signal.
+        deadline = time.monotonic() + 30
+        seen = set()
+        while seen != {"[controller]", "[broker-1]"} and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if line.startswith("["):
+                seen.add(line.split()[0])
+        assert seen == {"[controller]", "[broker-1]"}
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            run_tide("cluster", "down", "--data-dir", str(tmp_path), "--timeout-s", "5")
+    assert proc.returncode == 0, err
+    assert "cluster stopped" in out
+    assert not any(pid_alive(pid) for pid in pids)
