@@ -1,0 +1,251 @@
+"""Shared helpers of the cluster benchmark: percentiles, rates, the result table,
+the machine description and ownership of every process the benchmark starts.
+
+Pure helpers (``percentile``, ``latency_summary``, ``format_table``, ``ratio``)
+are unit-tested in tests/unit/test_bench_common.py.
+
+Result rows (``Row``) are what ``cluster_bench.py`` prints and writes as JSON:
+one metric, its unit, the Tidewater value, the peer (NATS JetStream) value,
+and a note saying how it was measured. A value of None means "not measured"
+(skipped or failed; the note says why).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+HOST = "127.0.0.1"
+KIB = 1024
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, linear interpolation
+    between closest ranks (numpy's default). Raises ValueError on no values."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile must be within 0..100, not {q}")
+    position = (len(sorted_values) - 1) * q / 100
+    low = math.floor(position)
+    high = math.ceil(position)
+    if low == high:
+        return float(sorted_values[low])
+    weight = position - low
+    return sorted_values[low] * (1 - weight) + sorted_values[high] * weight
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    count: int
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    mean_ms: float
+
+
+def latency_summary(samples_ms: Sequence[float]) -> LatencySummary:
+    """p50 / p99 / p99.9 / max / mean of latency samples in milliseconds."""
+    values = sorted(samples_ms)
+    if not values:
+        raise ValueError("no latency samples")
+    return LatencySummary(count=len(values), p50_ms=percentile(values, 50),
+                          p99_ms=percentile(values, 99), p999_ms=percentile(values, 99.9),
+                          max_ms=values[-1], mean_ms=sum(values) / len(values))
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(sorted(values), 50)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    records: int
+    payload_bytes: int
+    elapsed_s: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        """Payload megabytes (10^6 bytes) per second, as Kafka's and NATS's tools print."""
+        return self.payload_bytes / self.elapsed_s / 1e6 if self.elapsed_s > 0 else 0.0
+
+
+def ratio(ours: float | None, peer: float | None) -> float | None:
+    """ours / peer, or None when either is missing or the peer is zero."""
+    if ours is None or peer is None or peer == 0:
+        return None
+    return ours / peer
+
+
+# ---------------------------------------------------------------------- the table
+
+
+@dataclass
+class Row:
+    section: str
+    metric: str
+    unit: str
+    tidewater: float | None = None
+    peer: float | None = None
+    note: str = ""
+    # "higher" when a bigger value is better (throughput), "lower" for times.
+    better: str = "higher"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.tidewater, self.peer)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["ratio_tidewater_over_peer"] = self.ratio
+        return out
+
+
+def format_value(value: float | None) -> str:
+    """Compact human number: 3 significant digits, thousands separated; '-' for None."""
+    if value is None:
+        return "-"
+    if value != value:  # NaN
+        return "nan"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    if magnitude == 0:
+        return "0"
+    return f"{value:.3f}"
+
+
+def format_ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                 align_right: Sequence[bool] | None = None) -> str:
+    """Plain-text table: columns padded to their widest cell, a dashed rule under the header.
+    ``align_right[i]`` right-aligns column i (numbers); default left."""
+    columns = len(headers)
+    for row in rows:
+        if len(row) != columns:
+            raise ValueError(f"row has {len(row)} cells, table has {columns} columns: {row!r}")
+    right = list(align_right) if align_right is not None else [False] * columns
+    widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [cells[i].rjust(widths[i]) if right[i] else cells[i].ljust(widths[i])
+                 for i in range(columns)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(headers), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def results_table(rows: Sequence[Row]) -> str:
+    headers = ("section", "metric", "unit", "tidewater", "nats-js", "tw/peer", "note")
+    cells = [(r.section, r.metric, r.unit, format_value(r.tidewater), format_value(r.peer),
+              format_ratio(r.ratio), r.note) for r in rows]
+    return format_table(headers, cells, align_right=(False, False, False, True, True, True, False))
+
+
+# ---------------------------------------------------------------------- the machine
+
+
+def machine_description() -> dict:
+    cpu_model = "unknown"
+    try:
+        for text_line in open("/proc/cpuinfo", encoding="utf-8"):
+            if text_line.startswith("model name"):
+                cpu_model = text_line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_total_kib = None
+    try:
+        for text_line in open("/proc/meminfo", encoding="utf-8"):
+            if text_line.startswith("MemTotal:"):
+                memory_total_kib = int(text_line.split()[1])
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": cpu_model, "kernel": platform.release(),
+            "python": platform.python_version(),
+            "memory_gib": round(memory_total_kib / MIB, 1) if memory_total_kib else None}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------- processes we own
+
+
+class OwnedProcesses:
+    """Every child the benchmark starts, stopped by pid (never by name): SIGTERM, then
+    SIGKILL after ``grace_s``. ``stop_all`` is safe to call twice and on Ctrl-C."""
+
+    def __init__(self) -> None:
+        self._children: list[subprocess.Popen] = []
+
+    def start(self, argv: Sequence[str], *, log_path: str, cwd: str | None = None,
+              env: dict | None = None) -> subprocess.Popen:
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                                     start_new_session=True)
+        self._children.append(child)
+        return child
+
+    def stop(self, child: subprocess.Popen, grace_s: float = 5.0,
+             sig: int = signal.SIGTERM) -> None:
+        if child.poll() is None:
+            try:
+                child.send_signal(sig)
+                child.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=5)
+            except ProcessLookupError:
+                pass
+
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        for child in self._children:
+            if child.poll() is None:
+                try:
+                    child.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for child in self._children:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                child.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(timeout=5)
+        self._children = [c for c in self._children if c.poll() is None]

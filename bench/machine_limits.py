@@ -1,0 +1,104 @@
+"""The machine's limits, measured in the same run for context: sequential disk
+writes and loopback TCP throughput.
+
+- ``disk_write``: append ``total_bytes`` to one new file in ``chunk_bytes``
+  writes, like a log segment. ``fsync="none"`` leaves the bytes in the page
+  cache (what Tidewater's brokers do by default: flush.messages / flush.ms
+  unset, like Kafka; JetStream also syncs only every 2 minutes by default),
+  ``"end"`` adds one fsync before the clock stops, ``"each"`` fsyncs after
+  every chunk. The file is deleted afterwards.
+- ``loopback_tcp``: a receiver process reads into one reused buffer
+  (``recv_into``) while this process ``sendall``s chunks to 127.0.0.1; the
+  clock runs until the receiver has counted every byte.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import time
+from pathlib import Path
+
+from bench.bench_common import HOST, KIB, Throughput
+
+FSYNC_MODES = ("none", "end", "each")
+
+
+def disk_write(directory: str | Path, total_bytes: int, *, chunk_bytes: int = 256 * KIB,
+               fsync: str = "none") -> Throughput:
+    if fsync not in FSYNC_MODES:
+        raise ValueError(f"fsync must be one of {FSYNC_MODES}")
+    if total_bytes <= 0 or chunk_bytes <= 0:
+        raise ValueError("total_bytes and chunk_bytes must be positive")
+    path = Path(directory) / f"disk-write-{os.getpid()}-{time.monotonic_ns()}.bin"
+    chunk = os.urandom(chunk_bytes)
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        start = time.perf_counter()
+        while written < total_bytes:
+            view = memoryview(chunk)[: min(chunk_bytes, total_bytes - written)]
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+                written += n
+            if fsync == "each":
+                os.fsync(fd)
+        if fsync == "end":
+            os.fsync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return Throughput(records=written // chunk_bytes, payload_bytes=written, elapsed_s=elapsed)
+
+
+def _receive(listener_fd_port: int, total_bytes: int, chunk_bytes: int, conn) -> None:
+    with socket.create_connection((HOST, listener_fd_port)) as sock:
+        buffer = bytearray(chunk_bytes)
+        received = 0
+        while received < total_bytes:
+            n = sock.recv_into(buffer)
+            if n == 0:
+                break
+            received += n
+        conn.send(received)
+        conn.close()
+
+
+def loopback_tcp(total_bytes: int, *, chunk_bytes: int = 256 * KIB,
+                 timeout_s: float = 60.0) -> Throughput:
+    """Loopback TCP throughput between this process (sender) and a spawned receiver."""
+    ctx = multiprocessing.get_context("spawn")  # never fork a process holding gRPC threads
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind((HOST, 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        parent_end, child_end = ctx.Pipe()
+        receiver = ctx.Process(target=_receive, args=(port, total_bytes, chunk_bytes, child_end),
+                               daemon=True)
+        receiver.start()
+        try:
+            listener.settimeout(timeout_s)
+            sock, _ = listener.accept()
+            chunk = os.urandom(chunk_bytes)
+            with sock:
+                start = time.perf_counter()
+                sent = 0
+                while sent < total_bytes:
+                    part = chunk if total_bytes - sent >= chunk_bytes else chunk[: total_bytes - sent]
+                    sock.sendall(part)
+                    sent += len(part)
+                if not parent_end.poll(timeout_s):
+                    raise TimeoutError("loopback receiver did not finish")
+                received = parent_end.recv()
+                elapsed = time.perf_counter() - start
+        finally:
+            receiver.join(timeout=5)
+            if receiver.is_alive():
+                receiver.kill()
+                receiver.join(timeout=5)
+    if received != total_bytes:
+        raise RuntimeError(f"loopback receiver got {received} of {total_bytes} bytes")
+    return Throughput(records=total_bytes // chunk_bytes, payload_bytes=total_bytes, elapsed_s=elapsed)

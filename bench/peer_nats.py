@@ -1,0 +1,353 @@
+"""The peer: a 3-node NATS JetStream cluster on 127.0.0.1, driven through nats-py.
+
+Layout of the peer's directory ``DIR`` (a temporary directory)::
+
+    DIR/n<i>.conf     server config: server_name, listen, jetstream { store_dir },
+                      cluster { name, listen, routes } (all on 127.0.0.1)
+    DIR/n<i>/         JetStream file store of server i
+    DIR/n<i>.log      server output
+
+Every server is started by this module (``OwnedProcesses``) and stopped by
+pid. Streams use file storage with 3 replicas; a JetStream publish ack comes
+after the stream's Raft quorum stored the message (there is no weaker ack
+level), which is the counterpart of Tidewater's acks=all. Each workload
+connects to the *stream leader* only, as the issue asks.
+
+Workloads (each on its own fresh stream):
+- ``throughput``: ``publish_async`` with ``max_in_flight`` (256) pending acks.
+- ``ack_latency_serial``: ``publish`` one at a time, each waiting for its ack.
+- ``paced_latency``: ``publish_async`` at a fixed rate; per message the
+  publish-to-ack time and, in a receiver process (push consumer, deliver
+  new), the publish-to-receipt time (see bench/latency_probe.py).
+- ``consume``: a pull consumer (no acks) reading a stream from the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.bench_common import (
+    HOST,
+    LatencySummary,
+    OwnedProcesses,
+    Throughput,
+    free_port,
+    latency_summary,
+)
+from bench.latency_probe import due_count, read_stamp, stamped_payload
+
+NODES = 3
+READY_TIMEOUT_S = 30.0
+CONSUME_TIMEOUT_S = 300.0
+
+
+async def _quiet(_error: Exception) -> None:
+    """nats-py prints every connection error with a traceback by default; the callers here
+    report their own failures."""
+
+
+class PeerUnavailable(Exception):
+    """The peer cannot run here (no nats-server, no nats-py, or the cluster did not form)."""
+
+
+def nats_server_path() -> str | None:
+    return shutil.which("nats-server") or (
+        "/usr/sbin/nats-server" if os.access("/usr/sbin/nats-server", os.X_OK) else None)
+
+
+def server_config(name: str, client_port: int, cluster_port: int, route_ports: list[int],
+                  store_dir: Path) -> str:
+    routes = ", ".join(f'"nats-route://{HOST}:{p}"' for p in route_ports)
+    return (f'server_name: "{name}"\n'
+            f'listen: "{HOST}:{client_port}"\n'
+            f"max_payload: 8MB\n"
+            f"jetstream {{\n  store_dir: \"{store_dir}\"\n}}\n"
+            f"cluster {{\n  name: \"bench\"\n  listen: \"{HOST}:{cluster_port}\"\n"
+            f"  routes: [{routes}]\n}}\n")
+
+
+@dataclass
+class NatsNode:
+    name: str
+    client_port: int
+    cluster_port: int
+
+    @property
+    def url(self) -> str:
+        return f"nats://{HOST}:{self.client_port}"
+
+
+class NatsCluster:
+    def __init__(self, directory: str | Path, processes: OwnedProcesses):
+        self.directory = Path(directory)
+        self.processes = processes
+        self.nodes: list[NatsNode] = []
+        self.version = ""
+
+    def start(self) -> None:
+        binary = nats_server_path()
+        if binary is None:
+            raise PeerUnavailable("nats-server not installed (apt-get install -y nats-server)")
+        try:
+            import nats  # noqa: F401
+        except ImportError:
+            raise PeerUnavailable("nats-py not installed (pip install nats-py)") from None
+        import subprocess
+
+        self.version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                      timeout=10).stdout.strip()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.nodes = [NatsNode(f"n{i}", free_port(), free_port()) for i in range(1, NODES + 1)]
+        for node in self.nodes:
+            store = self.directory / node.name
+            store.mkdir(exist_ok=True)
+            conf = self.directory / f"{node.name}.conf"
+            conf.write_text(server_config(node.name, node.client_port, node.cluster_port,
+                                          [n.cluster_port for n in self.nodes if n is not node], store))
+            self.processes.start([binary, "-c", str(conf)], log_path=str(self.directory / f"{node.name}.log"))
+        try:
+            asyncio.run(self._wait_ready())
+        except Exception as e:  # noqa: BLE001 - any failure here means "peer unavailable"
+            raise PeerUnavailable(f"JetStream cluster did not form: {e!r}; logs in {self.directory}") from None
+
+    async def _wait_ready(self) -> None:
+        """Ready when a replicated stream can be created (meta leader elected, peers known)."""
+        import nats
+
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                nc = await nats.connect(self.nodes[0].url, connect_timeout=2, allow_reconnect=False,
+                                         error_cb=_quiet)
+                try:
+                    js = nc.jetstream(timeout=5)
+                    await self._create_stream(js, "READY_CHECK")
+                    await js.delete_stream("READY_CHECK")
+                    return
+                finally:
+                    await nc.close()
+            except Exception as e:  # noqa: BLE001 - retried until the deadline
+                last_error = e
+                await asyncio.sleep(0.5)
+        raise TimeoutError(f"not ready after {READY_TIMEOUT_S} s: {last_error!r}")
+
+    @staticmethod
+    async def _create_stream(js, name: str) -> None:
+        from nats.js.api import StorageType, StreamConfig
+
+        await js.add_stream(StreamConfig(name=name, subjects=[f"{name.lower()}.>"],
+                                         storage=StorageType.FILE, num_replicas=NODES,
+                                         max_msg_size=-1))
+
+    async def stream_leader_url(self, name: str, *, create: bool = True) -> str:
+        """Create stream ``name`` (R3, file) unless ``create`` is False, wait until it has a
+        leader and both replicas are current, and return the leader's client URL."""
+        import nats
+
+        nc = await nats.connect([n.url for n in self.nodes], connect_timeout=2, error_cb=_quiet)
+        try:
+            js = nc.jetstream(timeout=10)
+            if create:
+                await self._create_stream(js, name)
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while time.monotonic() < deadline:
+                info = await js.stream_info(name)
+                cluster = info.cluster
+                replicas = (cluster.replicas or []) if cluster else []
+                if (cluster and cluster.leader and len(replicas) == NODES - 1
+                        and all(r.current for r in replicas)):
+                    return next(n.url for n in self.nodes if n.name == cluster.leader)
+                await asyncio.sleep(0.1)
+            raise TimeoutError(f"stream {name} has no leader with current replicas")
+        finally:
+            await nc.close()
+
+    async def delete_stream(self, name: str) -> None:
+        import nats
+
+        nc = await nats.connect([n.url for n in self.nodes], connect_timeout=2, error_cb=_quiet)
+        try:
+            await nc.jetstream(timeout=10).delete_stream(name)
+        finally:
+            await nc.close()
+
+
+# ---------------------------------------------------------------------- workloads
+
+
+async def _connect_leader(url: str):
+    import nats
+
+    # Only the leader: the client must not wander to a follower through discovered servers.
+    return await nats.connect(url, connect_timeout=2, dont_randomize=True,
+                              max_reconnect_attempts=0, pending_size=64 * 1024 * 1024,
+                              error_cb=_quiet)
+
+
+async def throughput(cluster: NatsCluster, stream: str, record_bytes: int, count: int,
+                     max_in_flight: int = 256) -> Throughput:
+    url = await cluster.stream_leader_url(stream)
+    nc = await _connect_leader(url)
+    try:
+        js = nc.jetstream(timeout=30, publish_async_max_pending=max_in_flight)
+        subject = f"{stream.lower()}.data"
+        payload = os.urandom(record_bytes)
+        failures = 0
+        futures = []
+        start = time.perf_counter()
+        for _ in range(count):
+            futures.append(await js.publish_async(subject, payload))
+        await asyncio.wait_for(js.publish_async_completed(), timeout=120)
+        elapsed = time.perf_counter() - start
+        for fut in futures:
+            if fut.exception() is not None:
+                failures += 1
+        if failures:
+            raise RuntimeError(f"{failures} of {count} JetStream publishes failed")
+        return Throughput(count, count * record_bytes, elapsed)
+    finally:
+        await nc.close()
+
+
+async def ack_latency_serial(cluster: NatsCluster, stream: str, record_bytes: int,
+                             count: int) -> LatencySummary:
+    url = await cluster.stream_leader_url(stream)
+    nc = await _connect_leader(url)
+    try:
+        js = nc.jetstream(timeout=10)
+        subject = f"{stream.lower()}.data"
+        payload = os.urandom(record_bytes)
+        samples = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            await js.publish(subject, payload)
+            samples.append((time.perf_counter() - t0) * 1000)
+        return latency_summary(samples)
+    finally:
+        await nc.close()
+
+
+def _receiver_main(url: str, stream: str, expected: int, timeout_s: float, conn) -> None:
+    """Receiver process: push consumer from new messages; sends back latencies (ms)."""
+    asyncio.run(_receiver(url, stream, expected, timeout_s, conn))
+
+
+async def _receiver(url: str, stream: str, expected: int, timeout_s: float, conn) -> None:
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    latencies: list[float] = []
+    done = asyncio.Event()
+    nc = await nats.connect(url, connect_timeout=2, dont_randomize=True, error_cb=_quiet)
+    try:
+        js = nc.jetstream(timeout=10)
+
+        async def on_message(msg) -> None:
+            latencies.append((time.time_ns() - read_stamp(msg.data)) / 1e6)
+            if len(latencies) >= expected:
+                done.set()
+
+        sub = await js.subscribe(f"{stream.lower()}.>", cb=on_message, ordered_consumer=True,
+                                 deliver_policy=DeliverPolicy.NEW)
+        conn.send("ready")
+        try:
+            await asyncio.wait_for(done.wait(), timeout=timeout_s)
+        except TimeoutError:
+            pass
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+    conn.send(latencies)
+    conn.close()
+
+
+async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, count: int,
+                        rate_per_s: float) -> dict:
+    """Publish ``count`` stamped messages at ``rate_per_s``; returns ack and end-to-end
+    LatencySummary plus the achieved rate."""
+    url = await cluster.stream_leader_url(stream)
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    timeout_s = count / rate_per_s + 30
+    receiver = ctx.Process(target=_receiver_main, args=(url, stream, count, timeout_s, child_end),
+                           daemon=True)
+    receiver.start()
+    try:
+        if not parent_end.poll(30) or parent_end.recv() != "ready":
+            raise RuntimeError("NATS latency receiver did not start")
+        nc = await _connect_leader(url)
+        try:
+            js = nc.jetstream(timeout=30, publish_async_max_pending=4096)
+            subject = f"{stream.lower()}.data"
+            filler = os.urandom(record_bytes)
+            ack_ms: list[float] = []
+            loop_start_ns = time.time_ns()
+            start = time.perf_counter()
+            interval_ns = 1e9 / rate_per_s
+            sent = 0
+            while sent < count:
+                due = min(count, due_count(time.perf_counter() - start, rate_per_s))
+                while sent < due:
+                    due_ns = loop_start_ns + int(sent * interval_ns)
+                    fut = await js.publish_async(subject, stamped_payload(record_bytes, due_ns, filler))
+                    fut.add_done_callback(
+                        lambda f, due_ns=due_ns: ack_ms.append((time.time_ns() - due_ns) / 1e6)
+                        if f.exception() is None else None)
+                    sent += 1
+                await asyncio.sleep(0.0005)
+            achieved = count / (time.perf_counter() - start)
+            await asyncio.wait_for(js.publish_async_completed(), timeout=60)
+        finally:
+            await nc.close()
+        if not parent_end.poll(timeout_s):
+            raise RuntimeError("NATS latency receiver did not answer")
+        e2e_ms = parent_end.recv()
+    finally:
+        receiver.join(timeout=10)
+        if receiver.is_alive():
+            receiver.kill()
+            receiver.join(timeout=5)
+    if len(ack_ms) != count:
+        raise RuntimeError(f"only {len(ack_ms)} of {count} paced publishes were acknowledged")
+    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
+            "received": len(e2e_ms), "achieved_rate_per_s": achieved}
+
+
+async def consume(cluster: NatsCluster, stream: str, expected: int, record_bytes: int,
+                  batch: int = 2000) -> Throughput:
+    """Read ``expected`` messages of ``stream`` from the beginning with a pull consumer."""
+    import nats.errors
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    url = await cluster.stream_leader_url(stream, create=False)
+    nc = await _connect_leader(url)
+    try:
+        js = nc.jetstream(timeout=30)
+        sub = await js.pull_subscribe(f"{stream.lower()}.>", stream=stream, config=ConsumerConfig(
+            ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, max_waiting=16))
+        received = 0
+        payload_bytes = 0
+        start = time.perf_counter()
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        while received < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {received} of {expected} messages in {CONSUME_TIMEOUT_S} s")
+            try:
+                msgs = await sub.fetch(batch=min(batch, expected - received), timeout=5)
+            except nats.errors.TimeoutError:
+                continue
+            received += len(msgs)
+            payload_bytes += sum(len(m.data) for m in msgs)
+        elapsed = time.perf_counter() - start
+        await sub.unsubscribe()
+        return Throughput(received, payload_bytes, elapsed)
+    finally:
+        await nc.close()
+
