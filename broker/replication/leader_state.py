@@ -18,7 +18,7 @@ event                               result
                                     to propose (AlterPartition)?
 ``maybe_shrink_isr(now)``           ISR shrink to propose, or ``None``
 ``on_alter_partition_committed``    the controller accepted: HW moved?
-``on_alter_partition_failed``       the proposal is dropped, retry later
+``on_alter_partition_failed``       certainly not applied: dropped, retry later
 ``on_leader_and_isr_update``        controller changed the ISR, same epoch
 ``check_acks_all_allowed()``        raises ``NotEnoughReplicasError``
 ``acks_all_result(offset)``         ``None`` (wait) or an ``ErrorCode``
@@ -210,7 +210,16 @@ class LeaderPartitionState:
         return self._apply_isr(tuple(isr), partition_epoch, now_ms)
 
     def on_alter_partition_failed(self) -> None:
-        """The proposal was refused or lost: forget it, a later event proposes again."""
+        """The controller certainly did not apply the proposal: forget it, propose again later.
+
+        Only for answers that prove it was not applied (INELIGIBLE_REPLICA,
+        INVALID_REQUEST, OPERATION_NOT_ATTEMPTED). When unsure (timeout, lost
+        answer) resend the same proposal; on INVALID_UPDATE_VERSION apply the
+        committed state the controller returns with ``on_leader_and_isr_update``;
+        on FENCED_LEADER_EPOCH keep waiting for the LeaderAndIsr that ends this
+        leadership. Dropping a pending expansion the controller did apply would
+        let the HW pass a replica the controller counts as in sync.
+        """
         self.pending_isr = None
 
     def on_leader_and_isr_update(self, isr: Iterable[int], partition_epoch: int,

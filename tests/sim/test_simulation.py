@@ -1,0 +1,257 @@
+"""The seeded cluster simulation: invariants hold for many seeds, and the checks can fail.
+
+A failing seed prints how to reproduce it alone:
+``cd tests && ../.venv/bin/python -m sim.run --seed N --verbose``.
+"""
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from broker.replication.follower import TruncationStep
+from broker.replication.leader_state import LeaderPartitionState
+
+from .cluster import SimConfig, Simulation, SimulationFailure
+from .sim_broker import LEADER, BrokerConfig
+
+SEEDS = range(40)
+TESTS_DIR = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_invariants_hold(seed):
+    result = Simulation(seed).run()
+    assert result.committed_batches > 0, "the run committed nothing: it tested nothing"
+    assert result.crashes > 0 or result.leader_changes > 0
+
+
+def test_seed_reproduces_the_same_run_in_a_fresh_process():
+    # Different hash seeds: nothing may depend on set/dict order of strings.
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        run = subprocess.run([sys.executable, "-m", "sim.run", "--seed", "3"], cwd=TESTS_DIR,
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        outputs.append([line.split()[:-1] for line in run.stdout.splitlines()])  # minus secs
+    assert outputs[0] == outputs[1]
+
+
+def test_same_seed_same_trace_in_process():
+    first, second = Simulation(5, trace_lines=10_000), Simulation(5, trace_lines=10_000)
+    assert first.run() == second.run()
+    assert list(first._trace) == list(second._trace)
+
+
+# ---------------------------------------------------------------- broken variants are caught
+
+class HighWatermarkIgnoresIsr(LeaderPartitionState):
+    """Broken: commits whatever the leader has, as if it were alone."""
+
+    def maybe_advance_high_watermark(self, now_ms):
+        if self.log_end_offset > self.high_watermark:
+            self.high_watermark = self.log_end_offset
+            return True
+        return False
+
+
+class NewLeaderTrustsOldFollowerOffsets(LeaderPartitionState):
+    """Broken: a new leader assumes its ISR followers already hold its whole log."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        for follower in self.followers.values():
+            if follower.replica_id in self.isr:
+                follower.log_end_offset = self.log_end_offset
+                follower.has_fetched = True
+        self.maybe_advance_high_watermark(kwargs["now_ms"])
+
+
+def truncate_to_high_watermark(answer, cache, log_end_offset, high_watermark):
+    """Broken (pre-KIP-101): ignore the leader's answer, cut to the own HW."""
+    return TruncationStep(min(high_watermark, log_end_offset), done=True)
+
+
+def truncate_by_offset_only(answer, cache, log_end_offset, high_watermark):
+    """Broken (KIP-101 without KIP-279): trust the leader's offset, never compare epochs."""
+    epoch, end_offset = answer
+    if end_offset == -1:
+        return TruncationStep(min(high_watermark, log_end_offset), done=True)
+    return TruncationStep(min(end_offset, log_end_offset), done=True)
+
+
+SAFETY_WORDS = ("StrongIsr", "committed", "HW went backwards", "epoch went down",
+                "not contiguous", "epoch cache")
+
+
+def first_safety_failure(seeds, **variant):
+    for seed in seeds:
+        try:
+            Simulation(seed, **variant).run()
+        except SimulationFailure as e:
+            message = str(e)
+            if any(word in message.splitlines()[0] for word in SAFETY_WORDS):
+                return seed, message
+    return None, None
+
+
+@pytest.mark.parametrize("variant", [
+    dict(leader_state_factory=HighWatermarkIgnoresIsr),
+    dict(leader_state_factory=NewLeaderTrustsOldFollowerOffsets),
+    dict(truncation_rule=truncate_to_high_watermark, diverging_rule=truncate_to_high_watermark),
+], ids=["hw-ignores-isr", "new-leader-trusts-old-offsets", "truncate-to-hw"])
+def test_broken_variant_is_caught(variant):
+    seed, message = first_safety_failure(range(20), **variant)
+    assert seed is not None, "the invariant checks did not catch a broken replication rule"
+    first_line = message.splitlines()[0]
+    assert first_line.startswith(f"seed {seed} at "), first_line
+    assert f"--seed {seed}" in message  # how to reproduce it
+
+
+# ---------------------------------------------------------------- scripted scenarios
+
+def scripted_config(broker_count, *, min_insync_replicas=1, use_offset_for_leader_epoch=True,
+                    send_last_fetched_epoch=True, chaos_ms=6000, replica_lag_time_max_ms=10_000):
+    return SimConfig(
+        broker_count=broker_count, partition_count=1, chaos_ms=chaos_ms, settle_ms=4000,
+        loss_probability=0.0, delay_ms_min=1, delay_ms_max=5, crash_per_broker_per_s=0.0,
+        cut_per_s=0.0, produce_per_partition_per_s=0.0, preferred_leader_interval_ms=10**9,
+        broker=BrokerConfig(min_insync_replicas=min_insync_replicas,
+                            replica_lag_time_max_ms=replica_lag_time_max_ms,
+                            use_offset_for_leader_epoch=use_offset_for_leader_epoch,
+                            send_last_fetched_epoch=send_last_fetched_epoch))
+
+
+# (use_offset_for_leader_epoch, send_last_fetched_epoch): how a new follower finds where to cut
+TRUNCATION_MODES = {
+    "offset-for-leader-epoch": (True, True),
+    "diverging-epoch-on-fetch-only": (False, True),
+    "offset-for-leader-epoch-only": (True, False),
+}
+
+
+def fast_leader_changes_scenario(sim):
+    """KIP-279's divergence: F led epoch 1 without records X gave L in epoch 0.
+
+    X=1 leads epoch 0 and writes 0..2 to everyone, then 3..4 reach only L=3
+    (the link X-F is cut). X crashes; F=2 (first in replica order, still in
+    the ISR) leads epoch 1 and writes offset 3; F crashes before anyone copies
+    it; L leads epoch 2 and writes offset 5. When F returns it asks for epoch
+    1: L answers (0, 5), but F's own epoch 0 ended at 3, so F must cut to 3.
+    Trusting the offset alone keeps F's epoch-1 record at 3 under L's epoch-0
+    record at 4.
+    """
+    tp = ("t", 0)
+    for at in (300, 350, 400):
+        sim.at(at, lambda: sim.produce(tp))
+    sim.at(1000, lambda: sim.cut(1, 2, 10**9))
+    sim.at(1050, lambda: sim.produce(tp))
+    sim.at(1100, lambda: sim.produce(tp))
+    sim.at(1300, lambda: sim.cut(2, 3, 10**9))
+    sim.at(1305, lambda: sim.crash(1, lose_unflushed=False))
+    sim.at(2200, lambda: sim.produce(tp))   # to F, leader in epoch 1
+    sim.at(2400, lambda: sim.crash(2, lose_unflushed=False))
+    sim.at(3300, lambda: sim.produce(tp))   # to L, leader in epoch 2
+    sim.at(3500, sim.heal)
+    sim.at(3500, lambda: sim.restart(2))
+    sim.at(3600, lambda: sim.restart(1))
+
+
+@pytest.mark.parametrize("mode", TRUNCATION_MODES)
+def test_fast_leader_changes_converge(mode):
+    ofle, last_fetched = TRUNCATION_MODES[mode]
+    sim = Simulation(0, scripted_config(3, use_offset_for_leader_epoch=ofle,
+                                        send_last_fetched_epoch=last_fetched))
+    fast_leader_changes_scenario(sim)
+    sim.run()
+    leader_log = sim.brokers[3].partitions[("t", 0)].log
+    assert [(b.base_offset, b.epoch) for b in leader_log.batches] == [
+        (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 2)]
+    assert leader_log.cache.entries() == [(0, 0), (2, 5)]
+
+
+def test_fast_leader_changes_catch_offset_only_truncation():
+    # Without KIP-320's check on fetch, trusting the offset alone lets F keep its
+    # epoch-1 record at 3 and append L's epoch-0 record at 4 after it.
+    sim = Simulation(0, scripted_config(3, send_last_fetched_epoch=False),
+                     truncation_rule=truncate_by_offset_only, diverging_rule=truncate_by_offset_only)
+    fast_leader_changes_scenario(sim)
+    with pytest.raises(SimulationFailure, match="epoch went down"):
+        sim.run()
+
+
+def test_offset_only_truncation_livelocks_against_kip320_leader():
+    # With last_fetched_epoch the leader keeps answering diverging_epoch (0, 5),
+    # offset-only truncation never cuts, and the follower never catches up.
+    sim = Simulation(0, scripted_config(3, use_offset_for_leader_epoch=False),
+                     truncation_rule=truncate_by_offset_only, diverging_rule=truncate_by_offset_only)
+    fast_leader_changes_scenario(sim)
+    with pytest.raises(SimulationFailure, match="did not recover"):
+        sim.run()
+
+
+def test_unclean_shutdown_of_both_keeps_committed_records():
+    """replication.md scenario 2: both brokers stop, one loses the tail of its segment.
+
+    Broker 2 comes back first without committed records 5..9. Its new
+    registration takes it out of the ISR, so it is never elected: the
+    partition stays offline (writes are refused) until broker 1 returns, and
+    then broker 2 copies 5..9 back.
+    """
+    sim = Simulation(0, scripted_config(2))
+    tp = ("t", 0)
+    for i in range(10):
+        sim.at(300 + 20 * i, lambda: sim.produce(tp))
+    sim.at(1000, lambda: sim.crash(2, keep_offset=5))   # the follower's file lost 5..9
+    sim.at(1000, lambda: sim.crash(1, lose_unflushed=False))
+    sim.at(1200, lambda: sim.restart(2))
+    for i in range(9):
+        sim.at(1400 + 200 * i, lambda: sim.produce(tp))
+    sim.at(3500, lambda: sim.restart(1))
+    result = sim.run()
+    assert result.excused_losses == []
+    logs = [b.partitions[tp].log for b in sim.brokers.values()]
+    assert logs[0].batches == logs[1].batches
+    assert logs[0].log_end_offset >= 10
+    # Broker 2 lost committed records in the crash: it must not have led before catching up.
+    assert [b.payload_id for b in logs[0].batches[:10]] == list(range(1, 11))
+
+
+def test_fast_leader_bounces_keep_both_logs_equal():
+    """replication.md scenario 4: rounds of {write 1, bounce follower, bounce leader}."""
+    sim = Simulation(0, scripted_config(2, chaos_ms=5 * 3000 + 500))
+    tp = ("t", 0)
+    snapshots = []
+
+    def bounce(role):
+        leader = sim.controller.records[tp].leader
+        victim = leader if role == "leader" else next(b for b in sim.brokers if b != leader)
+        sim.crash(victim, lose_unflushed=False)
+        sim.at(sim.now_ms + 100, lambda: sim.restart(victim))
+
+    def snapshot():
+        logs = [b.partitions[tp].log for b in sim.brokers.values()]
+        snapshots.append(([log.log_end_offset for log in logs], logs[0].batches == logs[1].batches,
+                          sim.checker.stats.acked))
+
+    for round_start in range(300, 300 + 5 * 3000, 3000):
+        sim.at(round_start, lambda: sim.produce(tp))
+        sim.at(round_start + 500, lambda: bounce("follower"))
+        sim.at(round_start + 1500, lambda: bounce("leader"))
+        sim.at(round_start + 2900, snapshot)
+    sim.run()
+    assert len(snapshots) == 5
+    for written, (leos, equal, acked) in enumerate(snapshots, start=1):
+        assert equal and leos == [written, written], snapshots
+        assert acked == written
+    assert any(b.partitions[tp].role == LEADER for b in sim.brokers.values())
+
+
+def test_default_config_is_valid():
+    config = SimConfig.for_seed(1)
+    assert replace(config, partition_count=1).partition_count == 1
+    assert 1 <= config.partition_count <= 3
