@@ -27,7 +27,7 @@ def test_append_then_reopen_replays_in_order_with_offsets(tmp_path):
     log.close()
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(12))
 def test_torn_tail_is_cut_at_the_last_whole_record(tmp_path, seed):
     rng = random.Random(seed)
     log = MetadataLog.open(tmp_path)

@@ -13,7 +13,7 @@ from proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
 
-SESSION_MS = 1000  # short, so fencing tests stay fast
+SESSION_MS = 1500  # short, so fencing tests stay fast; not so short that load fences
 
 
 @pytest.fixture
@@ -286,7 +286,7 @@ async def test_kill_and_restart_keeps_metadata_and_resyncs(controller_factory):
                 r.controller_epoch == 2 and len(r.partitions) == 2 for r in b.leader_and_isr))
             await eventually(lambda b=broker: any(r.controller_epoch == 2
                                                   for r in b.update_metadata))
-        await asyncio.sleep(SESSION_MS * 2.5 / 1000)  # past the longer first session
+        await asyncio.sleep(SESSION_MS * 2.2 / 1000)  # past the longer first session
         described = await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
         assert not any(b.fenced for b in described.brokers)
         assert "replayed" in restarted.stderr()

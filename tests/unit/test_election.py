@@ -278,7 +278,7 @@ def scenarios(draw):
     return p, live, events
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(scenarios())
 def test_epochs_monotonic_and_leader_always_live_isr_member(scenario):
     p, live, events = scenario
