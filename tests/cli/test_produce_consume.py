@@ -136,3 +136,34 @@ def test_unreachable_bootstrap_fails_with_one_line():
 
 def test_bad_bootstrap_value():
     assert_one_line_error(run_tide("topics", "list", bootstrap="nohostport"), "--bootstrap-server")
+
+
+def test_zz_leader_killed_acknowledged_records_survive(cluster, topic, tmp_path):  # noqa: F811
+    """Last in the module: SIGKILL partition 0's leader, keep producing with acks=all through the
+    CLI (the producer retries on the new leader), then every acknowledged record is readable at
+    the offset it was acknowledged with."""
+    d = str(cluster.data_dir)
+    info = json.loads(cluster.tide("topics", "describe", topic, "--json").stdout)["topics"][0]
+    leader = info["partitions"][0]["leader"]
+    epoch = info["partitions"][0]["leader_epoch"]
+    assert cluster.tide("cluster", "kill", str(leader), "--data-dir", d).returncode == 0
+    try:
+        ack_log = tmp_path / "acks.jsonl"
+        result = cluster.tide("produce", topic, "--partition", "0", "--acks", "all", "--ack-log", str(ack_log),
+                              "--timeout-ms", "30000", input="".join(f"after-kill-{i}\n" for i in range(200)))
+        assert result.returncode == 0, result.stderr
+        acks = read_ack_log(ack_log)
+        assert sorted(a["value"] for a in acks) == sorted(f"after-kill-{i}" for i in range(200))
+        info = json.loads(cluster.tide("topics", "describe", topic, "--json").stdout)["topics"][0]
+        p0 = info["partitions"][0]
+        assert p0["leader"] != leader and p0["leader_epoch"] > epoch and leader not in p0["isr"]
+        consumed = cluster.tide("consume", topic, "--partition", "0", "--from-beginning", "--json",
+                                "--timeout-ms", "2000")
+        assert consumed.returncode == 0, consumed.stderr
+        got = {r["offset"]: r for r in map(json.loads, consumed.stdout.splitlines())}
+        for a in acks:
+            assert got[a["offset"]]["value"] == a["value"]
+            assert got[a["offset"]]["leader_epoch"] == p0["leader_epoch"]
+    finally:
+        started = cluster.tide("cluster", "start", str(leader), "--data-dir", d, timeout_s=90)
+        assert started.returncode == 0, started.stderr
