@@ -55,6 +55,10 @@ from broker.storage.segment import LogSegment, storage_error
 from broker.storage.topics import TopicPartition, parse_log_dir_name
 from proto.batch import (
     ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_MIN,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
     set_base_offset_and_epoch,
     validate_batch,
@@ -77,6 +81,11 @@ LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 _ATTRIBUTES_AND_MAX_TIMESTAMP = (struct.Struct(">h"), struct.Struct(">q"))
 _MAX_TIMESTAMP_AT = 35
 _CRC = struct.Struct(">I")
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER_FIELDS = struct.Struct(">qiibIhiqqqhii")
+assert _HEADER_FIELDS.size == HEADER_SIZE
+_unpack_header = _HEADER_FIELDS.unpack_from
 _CRC_AT = 17
 
 
@@ -225,8 +234,9 @@ class Log:
                 raise FencedLeaderEpochError(
                     f"append in leader epoch {leader_epoch}, the log is at epoch {latest_epoch}")
             self._check_append_size(len(records))
-            buf = bytearray(records)
-            first_offset = offset = self.log_end_offset
+            buf = bytearray(records)  # the one copy: restamped in place, then written
+            view = memoryview(buf)
+            first_offset = offset = self._segments[-1].next_offset
             log_append_time = self.config.log_append_time
             max_size = self.config.max_message_bytes
             batches = []
@@ -234,27 +244,31 @@ class Log:
             max_timestamp, offset_of_max = -1, -1
             position, end = 0, len(buf)
             while position < end:
-                header = _validate(buf, position, max_size)
-                if header.record_count != header.last_offset_delta + 1:
+                fields = _checked_header(buf, view, position, end, max_size)
+                size, last_offset_delta, batch_record_count = (
+                    LOG_OVERHEAD + fields[1], fields[6], fields[12])
+                if batch_record_count != last_offset_delta + 1:
                     raise CorruptRecordError(
-                        f"record count {header.record_count} does not match lastOffsetDelta "
-                        f"{header.last_offset_delta}", position=position)
+                        f"record count {batch_record_count} does not match lastOffsetDelta "
+                        f"{last_offset_delta}", position=position)
                 set_base_offset_and_epoch(buf, position, offset, leader_epoch)
-                batch_max_timestamp = header.max_timestamp
+                batch_max_timestamp = fields[8]
                 if log_append_time:
                     batch_max_timestamp = now_ms
-                    _set_log_append_time(buf, position, header.size, header.attributes, now_ms)
-                last_offset = offset + header.last_offset_delta
-                batches.append((position, header.size, last_offset, batch_max_timestamp))
+                    _set_log_append_time(buf, position, size, fields[5], now_ms)
+                last_offset = offset + last_offset_delta
+                batches.append((position, size, last_offset, batch_max_timestamp))
                 if batch_max_timestamp > max_timestamp:
                     max_timestamp, offset_of_max = batch_max_timestamp, last_offset
-                record_count += header.record_count
+                record_count += batch_record_count
                 offset = last_offset + 1
-                position += header.size
+                position += size
             if not batches:
                 return self._empty_append_info()
-            epochs = [(leader_epoch, first_offset)] if leader_epoch >= 0 else []
-            self._append(buf, batches, epochs, offset, record_count, now_ms)
+            # The cache ignores an epoch it already has; skip the call (and its lock).
+            epochs = ([(leader_epoch, first_offset)]
+                      if leader_epoch >= 0 and leader_epoch != latest_epoch else [])
+            self._append(view, batches, epochs, offset, record_count, now_ms)
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
                               now_ms if log_append_time else -1, offset_of_max)
 
@@ -264,7 +278,7 @@ class Log:
             self._check_usable()
             self._check_append_size(len(records))
             view = memoryview(records)
-            offset = first_offset = self.log_end_offset
+            offset = first_offset = self._segments[-1].next_offset
             batches = []
             epochs: list[tuple[int, int]] = []
             last_epoch = self.leader_epoch_cache.latest_epoch
@@ -272,22 +286,23 @@ class Log:
             max_timestamp, offset_of_max = -1, -1
             position, end = 0, len(view)
             while position < end:
-                header = validate_batch(view, position)
-                if header.base_offset != offset:
+                fields = _checked_header(view, view, position, end, None)
+                base_offset, size, epoch = fields[0], LOG_OVERHEAD + fields[1], fields[2]
+                if base_offset != offset:
                     raise UnexpectedAppendOffsetError(
-                        f"follower batch at offset {header.base_offset}, expected {offset} "
+                        f"follower batch at offset {base_offset}, expected {offset} "
                         f"(log end offset {first_offset})")
-                last_offset = header.last_offset
-                batches.append((position, header.size, last_offset, header.max_timestamp))
-                if header.max_timestamp > max_timestamp:
-                    max_timestamp, offset_of_max = header.max_timestamp, last_offset
-                epoch = header.partition_leader_epoch
+                last_offset = base_offset + fields[6]
+                batch_max_timestamp = fields[8]
+                batches.append((position, size, last_offset, batch_max_timestamp))
+                if batch_max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max_timestamp, last_offset
                 if epoch >= 0 and epoch != last_epoch:
-                    epochs.append((epoch, header.base_offset))
+                    epochs.append((epoch, base_offset))
                     last_epoch = epoch
-                record_count += header.record_count
+                record_count += fields[12]
                 offset = last_offset + 1
-                position += header.size
+                position += size
             if not batches:
                 return self._empty_append_info()
             self._append(view, batches, epochs, offset, record_count, now_ms)
@@ -706,13 +721,27 @@ def _rebuild_epoch_cache(checkpoint_path: Path,
     return cache
 
 
-def _validate(buf, position: int, max_size: int):
+def _checked_header(buf, view: memoryview, position: int, end: int,
+                    max_size: int | None) -> tuple:
+    """The header fields (``_HEADER_FIELDS`` order) of a batch that passes framing,
+    magic and CRC checks. The fast path builds no objects; on any failure
+    ``validate_batch`` says precisely what is wrong (MessageTooLargeError when too big)."""
+    if end - position >= HEADER_SIZE:
+        fields = _unpack_header(buf, position)
+        size = LOG_OVERHEAD + fields[1]
+        if (fields[1] >= BATCH_LENGTH_MIN and size <= end - position
+                and (max_size is None or size <= max_size)
+                and fields[3] == MAGIC_V2 and fields[6] >= 0 and fields[12] >= 0
+                and crc32c(view[position + ATTRIBUTES_OFFSET:position + size]) == fields[4]):
+            return fields
     try:
-        return validate_batch(buf, position, max_size=max_size)
+        validate_batch(buf, position, max_size=max_size)
     except CorruptRecordError as e:
         if e.too_large:
             raise MessageTooLargeError(e.reason) from None
         raise
+    # validate_batch checks the same conditions, so it raised; keep a typed error anyway.
+    raise CorruptRecordError("malformed batch", position=position)
 
 
 def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: int,
