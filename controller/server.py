@@ -61,6 +61,22 @@ class ControllerServer:
         self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
                                    clock_ms=monotonic_ms,
                                    queue_size_max=self.config.metadata_queue_size_max)
+        # Bind before writing anything: a controller that cannot serve must not
+        # bump the controller epoch.
+        host, port = parse_host_port(self.config.listen)
+        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_ControllerServicer_to_server(
+            ControllerService(self.owner, self.machine, self.metrics, self.senders),
+            self.grpc_server)
+        try:
+            self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError as e:  # grpc's way of saying the bind failed
+            raise OSError(f"cannot listen on {self.config.listen}: {e}") from e
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        if self.config.metrics_port:
+            self._metrics_http = self.metrics.serve(self.config.metrics_port, host)
+
         replayed = self.owner.recover()
         self.owner.maybe_compact(self.config.metadata_compaction_records_min)
         self.owner.run_now(self.machine.start)
@@ -75,18 +91,7 @@ class ControllerServer:
         self._spawn(self._session_timer(), "session-timer")
         if self.config.auto_leader_rebalance_enable:
             self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
-
-        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_ControllerServicer_to_server(
-            ControllerService(self.owner, self.machine, self.metrics, self.senders),
-            self.grpc_server)
-        host, port = parse_host_port(self.config.listen)
-        self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.config.listen}")
         await self.grpc_server.start()
-        if self.config.metrics_port:
-            self._metrics_http = self.metrics.serve(self.config.metrics_port, host)
         log.info("controller %d listening on %s:%d (metrics port %s)", self.config.node_id, host,
                  self.port, self.config.metrics_port or "off")
 

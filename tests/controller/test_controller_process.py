@@ -332,3 +332,18 @@ def test_bad_arguments_exit_2(tmp_path):
     result = subprocess.run([sys.executable, "-m", "controller", "--data-dir", str(tmp_path),
                              "--set", "no.such.setting=1"], capture_output=True, timeout=30)
     assert result.returncode == 2 and b"unknown setting" in result.stderr
+
+
+def test_port_in_use_exits_1_without_writing(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "controller", "--data-dir",
+                                 str(tmp_path / "c"), "--listen", f"127.0.0.1:{port}"],
+                                capture_output=True, timeout=30)
+    assert result.returncode == 1 and b"cannot listen" in result.stderr
+    assert (tmp_path / "c" / "metadata.log").read_bytes() == b""
