@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
 from broker.replication.follower import follower_truncation, truncation_for_diverging_epoch
@@ -94,6 +94,7 @@ class SimResult:
     excused_losses: list[str]
     messages_sent: int
     messages_dropped: int
+    counters: dict[str, int]  # decision paths the brokers took, summed
 
 
 class Producer:
@@ -192,7 +193,8 @@ class Simulation:
         return SimResult(self.seed, cfg, self.now_ms, self.checker.stats.acked,
                          self.checker.stats.committed_batches, self.controller.leader_changes,
                          self.crashes, self.checker.stats.excused_losses,
-                         self.network.sent, self.network.dropped)
+                         self.network.sent, self.network.dropped,
+                         dict(sum((b.counters for b in self.brokers.values()), Counter())))
 
     def step(self, *, chaos: bool) -> None:
         cfg = self.config

@@ -19,6 +19,7 @@ relies on ``diverging_epoch`` alone (KIP-320 truncation on fetch).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -128,6 +129,7 @@ class SimBroker:
         self._next_hw_checkpoint_ms = 0
         self._next_flush_ms = 0
         self.flush_interval_ms = rng.randint(50, 600)
+        self.counters: Counter[str] = Counter()  # which decision paths ran (coverage)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -316,6 +318,7 @@ class SimBroker:
                                          p.tp, state.leader_epoch, state.partition_epoch, isr)
         p.alter_sent_ms = now_ms
         self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} propose ISR {isr}")
+        self.counters["propose ISR " + ("expand" if len(isr) > len(state.isr) else "shrink")] += 1
         self._send(CONTROLLER, p.alter_request, now_ms)
 
     def _on_alter_partition_response(self, message: AlterPartitionResponse, now_ms: int) -> None:
@@ -401,6 +404,7 @@ class SimBroker:
         try:
             p.leader_state.check_acks_all_allowed()
         except NotEnoughReplicasError as e:
+            self.counters["produce " + e.error_name] += 1
             self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code),
                        now_ms)
             return
@@ -429,6 +433,7 @@ class SimBroker:
         p.waiters = still_waiting
 
     def _answer_produce(self, p: PartitionReplica, waiter: Waiter, error: int, now_ms: int) -> None:
+        self.counters["produce " + pb.ErrorCode.Name(error)] += 1
         if error in (pb.NONE, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
             self.hooks.produce_acknowledged(self, p, waiter, now_ms)
         self._send(waiter.client, ProduceResponse(waiter.request_id, p.tp, error,
@@ -451,6 +456,9 @@ class SimBroker:
             return
         step = self.truncation_rule((message.epoch, message.end_offset), p.log.cache,
                                     p.log.log_end_offset, p.high_watermark)
+        self.counters["offset_for_leader_epoch " + ("done" if step.done else "ask again")] += 1
+        if message.end_offset == -1:
+            self.counters["offset_for_leader_epoch undefined: truncate to HW"] += 1
         self._truncate(p, step.truncate_to, now_ms,
                        f"OffsetForLeaderEpoch answer {(message.epoch, message.end_offset)}")
         if step.done:
@@ -472,6 +480,7 @@ class SimBroker:
         if message.diverging_epoch is not None:
             step = self.diverging_rule(message.diverging_epoch, p.log.cache,
                                        p.log.log_end_offset, p.high_watermark)
+            self.counters["diverging_epoch " + ("done" if step.done else "not done")] += 1
             self._truncate(p, step.truncate_to, now_ms, f"diverging {message.diverging_epoch}")
             return  # not done: the next fetch carries the new last epoch
         if message.batches:
@@ -483,6 +492,7 @@ class SimBroker:
 
     def _truncate(self, p: PartitionReplica, offset: int, now_ms: int, why: str) -> None:
         if offset < p.log.log_end_offset:
+            self.counters["follower truncated records"] += 1
             self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} truncate "
                                      f"{p.log.log_end_offset} -> {offset} ({why})")
         p.log.truncate_to(offset)

@@ -7,6 +7,7 @@ A failing seed prints how to reproduce it alone:
 import os
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from broker.replication.follower import TruncationStep
 from broker.replication.leader_state import LeaderPartitionState
 
 from .cluster import SimConfig, Simulation, SimulationFailure
+from .network import CONTROLLER
 from .sim_broker import LEADER, BrokerConfig
 
 SEEDS = range(40)
@@ -192,6 +194,54 @@ def test_offset_only_truncation_livelocks_against_kip320_leader():
     fast_leader_changes_scenario(sim)
     with pytest.raises(SimulationFailure, match="did not recover"):
         sim.run()
+
+
+@pytest.mark.parametrize("mode", TRUNCATION_MODES)
+def test_follower_without_the_leaders_epoch_asks_again(mode):
+    """Three leaders in a row, each missing the previous one's last record.
+
+    Epoch 0 (leader 1) writes 0..4 everywhere. Epoch 1 (leader 2) writes 5,
+    copied by 3 only. Epoch 2 (leader 1, cut off from 2 and 3) writes its own
+    5. Epoch 3 (leader 3) writes 6. Broker 1 asks with epoch 2, gets (1, 6),
+    but never had epoch 1: its own answer is (0, 5), so it cuts to 5 and asks
+    again with epoch 0 (reference rule 2, E_F != E_L).
+    """
+    ofle, last_fetched = TRUNCATION_MODES[mode]
+    sim = Simulation(0, scripted_config(3, use_offset_for_leader_epoch=ofle,
+                                        send_last_fetched_epoch=last_fetched))
+    tp = ("t", 0)
+    for i in range(5):
+        sim.at(300 + 20 * i, lambda: sim.produce(tp))
+    sim.at(1000, lambda: sim.cut(1, CONTROLLER, 700))      # 1 fenced: 2 leads epoch 1
+    sim.at(2500, lambda: sim.cut(1, 2, 10**9))
+    sim.at(2600, lambda: sim.produce(tp))                    # 2 writes 5, only 3 copies it
+    sim.at(2900, lambda: (sim.cut(2, CONTROLLER, 10**9), sim.cut(2, 3, 10**9),
+                          sim.cut(1, 3, 10**9)))           # 2 fenced: 1 leads epoch 2
+    sim.at(3700, lambda: sim.produce(tp))                    # 1 writes its own 5
+    sim.at(3900, lambda: sim.cut(1, CONTROLLER, 10**9))    # 1 fenced: 3 leads epoch 3
+    sim.at(4600, sim.heal)
+    sim.at(4700, lambda: sim.produce(tp))
+    result = sim.run()
+    if ofle:
+        assert result.counters.get("offset_for_leader_epoch ask again") == 1
+    else:
+        assert result.counters.get("diverging_epoch not done") == 1
+    for broker in sim.brokers.values():
+        log = broker.partitions[tp].log
+        assert [(b.base_offset, b.epoch) for b in log.batches] == [
+            (0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 1), (6, 3)]
+        assert log.cache.entries() == [(0, 0), (1, 5), (3, 6)]
+
+
+def test_random_runs_exercise_the_decision_paths():
+    totals = Counter()
+    for seed in range(8):
+        totals.update(Simulation(seed).run().counters)
+    for path in ("offset_for_leader_epoch done", "offset_for_leader_epoch undefined: truncate to HW",
+                 "diverging_epoch done", "follower truncated records", "propose ISR expand",
+                 "propose ISR shrink", "produce NONE", "produce NOT_ENOUGH_REPLICAS",
+                 "produce NOT_LEADER_OR_FOLLOWER"):
+        assert totals[path] > 0, f"no run took the path {path!r}: {totals}"
 
 
 def test_unclean_shutdown_of_both_keeps_committed_records():
