@@ -191,26 +191,32 @@ async def _connect_leader(url: str):
                               error_cb=_quiet)
 
 
-async def throughput(cluster: NatsCluster, stream: str, record_bytes: int, count: int,
+async def throughput(cluster: NatsCluster, stream: str, record_bytes: int, duration_s: float,
                      max_in_flight: int = 256) -> Throughput:
+    """``publish_async`` for ``duration_s`` with ``max_in_flight`` acks pending; the clock
+    stops when the last ack arrived."""
     url = await cluster.stream_leader_url(stream)
     nc = await _connect_leader(url)
     try:
         js = nc.jetstream(timeout=30, publish_async_max_pending=max_in_flight)
         subject = f"{stream.lower()}.data"
         payload = os.urandom(record_bytes)
-        failures = 0
-        futures = []
+        failures = [0]
+
+        def check(fut) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                failures[0] += 1
+
+        count = 0
         start = time.perf_counter()
-        for _ in range(count):
-            futures.append(await js.publish_async(subject, payload))
+        while time.perf_counter() - start < duration_s:
+            for _ in range(200):
+                (await js.publish_async(subject, payload)).add_done_callback(check)
+            count += 200
         await asyncio.wait_for(js.publish_async_completed(), timeout=120)
         elapsed = time.perf_counter() - start
-        for fut in futures:
-            if fut.exception() is not None:
-                failures += 1
-        if failures:
-            raise RuntimeError(f"{failures} of {count} JetStream publishes failed")
+        if failures[0]:
+            raise RuntimeError(f"{failures[0]} of {count} JetStream publishes failed")
         return Throughput(count, count * record_bytes, elapsed)
     finally:
         await nc.close()

@@ -1,0 +1,378 @@
+"""Cluster benchmark: Tidewater (3 brokers, RF=3) and NATS JetStream (3 nodes, R3)
+side by side in one run, with the machine's disk and loopback limits.
+
+    .venv/bin/python bench/cluster_bench.py [--quick] [--json-out FILE] [--skip-peer]
+                                            [--skip-tidewater] [--work-dir DIR] [--keep]
+
+Everything runs on 127.0.0.1 in a temporary directory; every process started
+(brokers, controller, nats-server, receiver processes) is stopped by pid at
+the end, also on Ctrl-C or SIGTERM. ``--quick`` is a short run (about 2
+minutes, smaller logs for the restart test); the default run takes under 10
+minutes. What each workload does is in bench/tidewater_side.py and
+bench/peer_nats.py.
+
+JSON output (``--json-out``)::
+
+    {"command": "...", "machine": {...}, "profile": {...}, "started_at": "...",
+     "load_before": [1, 5, 15 min], "load_after": [...], "peer_version": "...",
+     "git_commit": "...", "limits": [Row...], "rows": [Row...], "errors": [...]}
+
+where a Row is ``{"section", "metric", "unit", "tidewater", "peer",
+"ratio_tidewater_over_peer", "note", "better", "extra"}`` (see bench_common).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from bench import machine_limits, peer_nats, tidewater_side  # noqa: E402
+from bench.bench_common import (  # noqa: E402
+    GIB,
+    KIB,
+    MIB,
+    OwnedProcesses,
+    Row,
+    format_table,
+    format_value,
+    machine_description,
+    results_table,
+)
+
+RECORD_SIZES = (100, 1024)
+ACKS = (("all", -1), ("1", 1), ("0", 0))
+LATENCY_RECORD_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    produce_s: float          # each throughput run
+    pipelined_s: float
+    latency_1k_count: int     # records at 1,000/s
+    latency_10k_count: int    # records at 10,000/s
+    serial_count: int         # one-at-a-time acks
+    kills: int
+    fill_bytes: int           # broker log for the restart test
+    disk_bytes: int
+    loopback_bytes: int
+
+
+QUICK = Profile("quick", produce_s=3, pipelined_s=3, latency_1k_count=3000, latency_10k_count=20000,
+                serial_count=500, kills=2, fill_bytes=128 * MIB, disk_bytes=256 * MIB,
+                loopback_bytes=512 * MIB)
+FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, latency_10k_count=50000,
+               serial_count=2000, kills=5, fill_bytes=1 * GIB, disk_bytes=1 * GIB,
+               loopback_bytes=2 * GIB)
+
+
+def size_name(record_bytes: int) -> str:
+    return f"{record_bytes // KIB} KiB" if record_bytes % KIB == 0 else f"{record_bytes} B"
+
+
+class Bench:
+    def __init__(self, profile: Profile, work_dir: Path, *, run_peer: bool, run_tidewater: bool):
+        self.profile = profile
+        self.work_dir = work_dir
+        self.run_peer = run_peer
+        self.run_tidewater = run_tidewater
+        self.limits: list[Row] = []
+        self.rows: list[Row] = []
+        self.errors: list[str] = []
+        self.peer_version = ""
+        self.processes = OwnedProcesses()
+        self.peer: dict = {}  # results of the peer, merged into rows at the end
+        self.tw: dict = {}
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, what: str, fn, *args, **kwargs):
+        """Run one measurement; a failure is reported and the run goes on."""
+        print(f"[bench] {what} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001 - one failed measurement must not lose the others
+            message = f"{what}: {type(e).__name__}: {e}"
+            print(f"[bench]   FAILED {message}", file=sys.stderr, flush=True)
+            traceback.print_exc(file=sys.stderr)
+            self.errors.append(message)
+            return None
+        print(f"[bench]   done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        return result
+
+    def measure_limits(self) -> None:
+        p = self.profile
+        disk_dir = self.work_dir
+        for mode, note in (("none", "page cache, no fsync (brokers' default flush policy)"),
+                           ("end", "one fsync at the end")):
+            t = self.step(f"disk write {mode}", machine_limits.disk_write, disk_dir, p.disk_bytes,
+                          fsync=mode)
+            if t is not None:
+                self.limits.append(Row("machine", f"disk seq write {p.disk_bytes // MIB} MiB, 256 KiB writes",
+                                       "MB/s", t.mb_per_s, note=note))
+        t = self.step("loopback tcp", machine_limits.loopback_tcp, p.loopback_bytes)
+        if t is not None:
+            self.limits.append(Row("machine", f"loopback TCP {p.loopback_bytes // MIB} MiB, 256 KiB sends",
+                                   "MB/s", t.mb_per_s, note="one sender, one receiver process"))
+
+    def measure_peer(self) -> None:
+        p = self.profile
+        cluster = peer_nats.NatsCluster(self.work_dir / "nats", self.processes)
+        try:
+            cluster.start()
+        except peer_nats.PeerUnavailable as e:
+            message = f"peer skipped: {e}"
+            print(f"[bench] {message}", file=sys.stderr, flush=True)
+            self.errors.append(message)
+            return
+        self.peer_version = cluster.version
+        for size in RECORD_SIZES:
+            t = self.step(f"nats throughput {size_name(size)}",
+                          lambda s=size: asyncio.run(peer_nats.throughput(
+                              cluster, f"TPUT{s}", s, p.produce_s)))
+            self.peer[("produce", size)] = t
+        self.peer["serial"] = self.step("nats serial publish latency", lambda: asyncio.run(
+            peer_nats.ack_latency_serial(cluster, "SERIAL", LATENCY_RECORD_BYTES, p.serial_count)))
+        for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
+            self.peer[("paced", rate)] = self.step(f"nats paced latency {rate}/s", lambda r=rate, c=count: asyncio.run(
+                peer_nats.paced_latency(cluster, f"PACED{r}", LATENCY_RECORD_BYTES, c, r)))
+        produced = self.peer.get(("produce", 1024))
+        if produced is not None:
+            self.peer["consume"] = self.step("nats consume from the beginning", lambda: asyncio.run(
+                peer_nats.consume(cluster, "TPUT1024", produced.records, 1024)))
+        self.processes.stop_all()
+
+    def measure_tidewater(self) -> None:
+        p = self.profile
+        cluster = tidewater_side.TidewaterCluster(self.work_dir / "tidewater")
+        self._tidewater_cluster = cluster
+        if self.step("tidewater cluster up (3 brokers)", cluster.start) is None:
+            return
+        bootstrap = cluster.bootstrap
+        topics = []
+
+        def topic(name: str) -> str:
+            cluster.create_topic(name)
+            topics.append(name)
+            return name
+
+        for acks_name, acks in ACKS:
+            for size in RECORD_SIZES:
+                name = self.step(f"create topic produce acks={acks_name} {size_name(size)}", topic,
+                                 f"produce-acks{acks_name}-{size}")
+                if name is None:
+                    continue
+                self.tw[("produce", acks_name, size)] = self.step(
+                    f"tidewater Producer acks={acks_name} {size_name(size)}",
+                    tidewater_side.producer_throughput, bootstrap, name, size, acks, p.produce_s)
+                name = self.step(f"create topic pipelined acks={acks_name} {size_name(size)}", topic,
+                                 f"pipelined-acks{acks_name}-{size}")
+                if name is None:
+                    continue
+                self.tw[("pipelined", acks_name, size)] = self.step(
+                    f"tidewater pipelined batches acks={acks_name} {size_name(size)}",
+                    tidewater_side.pipelined_throughput, bootstrap, name, size, acks, p.pipelined_s)
+        name = self.step("create topic serial", topic, "serial")
+        if name:
+            self.tw["serial"] = self.step("tidewater serial acks=all latency",
+                                          tidewater_side.ack_latency_serial, bootstrap, name,
+                                          LATENCY_RECORD_BYTES, p.serial_count)
+        for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
+            name = self.step(f"create topic paced {rate}", topic, f"paced-{rate}")
+            if name:
+                self.tw[("paced", rate)] = self.step(
+                    f"tidewater paced latency {rate}/s", tidewater_side.paced_latency, bootstrap,
+                    name, LATENCY_RECORD_BYTES, count, rate)
+        if self.tw.get(("produce", "all", 1024)) is not None:
+            self.tw["consume"] = self.step("tidewater consume from the beginning",
+                                           tidewater_side.consume_throughput, bootstrap,
+                                           "produce-acksall-1024")
+        name = self.step("create topic failover", topic, "failover")
+        if name:
+            self.tw["failover"] = self.step(f"tidewater failover x{p.kills}", tidewater_side.failover,
+                                            cluster, name, p.kills)
+        self.tw["restart"] = self.step(
+            f"tidewater restart with {p.fill_bytes // MIB} MiB of log", tidewater_side.restart,
+            cluster, "restart-fill", p.fill_bytes, list(topics))
+
+    def stop_everything(self) -> None:
+        cluster = getattr(self, "_tidewater_cluster", None)
+        if cluster is not None:
+            try:
+                cluster.stop()
+            except Exception as e:  # noqa: BLE001 - still stop the peer
+                self.errors.append(f"stopping tidewater: {e!r}")
+        self.processes.stop_all()
+
+    # ------------------------------------------------------------------ rows
+
+    def build_rows(self) -> None:
+        rows = self.rows
+        for size in RECORD_SIZES:
+            peer = self.peer.get(("produce", size))
+            for acks_name, _ in ACKS:
+                for kind, label in (("produce", "Producer"), ("pipelined", "pipelined")):
+                    t = self.tw.get((kind, acks_name, size))
+                    # JetStream acks only after quorum: compare with acks=all only.
+                    peer_t = peer if acks_name == "all" else None
+                    note = ("client.producer, 256 KiB batches, linger 5 ms, 1 in flight/partition"
+                            if kind == "produce" else "pre-encoded 256 KiB batches, 8 requests in flight")
+                    if acks_name == "all" and kind == "produce":
+                        note += "; peer: publish_async, 256 in flight"
+                    metric = f"{label} acks={acks_name} {size_name(size)}"
+                    rows.append(Row("produce", metric, "MB/s", t.mb_per_s if t else None,
+                                    peer_t.mb_per_s if peer_t else None, note))
+                    rows.append(Row("produce", metric, "rec/s", t.records_per_s if t else None,
+                                    peer_t.records_per_s if peer_t else None, ""))
+        tw, peer = self.tw.get("serial"), self.peer.get("serial")
+        for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+            rows.append(Row("latency", f"ack, one at a time, {label}", "ms",
+                            getattr(tw, attr) if tw else None, getattr(peer, attr) if peer else None,
+                            "acks=all 1 KiB; peer: js.publish" if label == "p50" else "", better="lower"))
+        for rate in (1000, 10000):
+            tw, peer = self.tw.get(("paced", rate)), self.peer.get(("paced", rate))
+            for kind, what in (("e2e", "produce->consumer receipt"), ("ack", "produce->ack")):
+                for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+                    tw_s = tw.get(kind) if tw else None
+                    peer_s = peer.get(kind) if peer else None
+                    note = ""
+                    if label == "p50":
+                        note = (f"{what}, 1 KiB, acks=all; achieved "
+                                f"tw {format_value(tw['achieved_rate_per_s']) if tw else '-'}/s, "
+                                f"peer {format_value(peer['achieved_rate_per_s']) if peer else '-'}/s")
+                    rows.append(Row("latency", f"{kind} @{rate:,}/s {label}", "ms",
+                                    getattr(tw_s, attr) if tw_s else None,
+                                    getattr(peer_s, attr) if peer_s else None, note, better="lower"))
+        tw, peer = self.tw.get("consume"), self.peer.get("consume")
+        rows.append(Row("consume", "read 1 KiB topic from the start", "MB/s",
+                        tw.mb_per_s if tw else None, peer.mb_per_s if peer else None,
+                        "client.consumer; peer: pull consumer, batches of 2000, no acks"))
+        rows.append(Row("consume", "read 1 KiB topic from the start", "rec/s",
+                        tw.records_per_s if tw else None, peer.records_per_s if peer else None, ""))
+        fo = self.tw.get("failover")
+        rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
+                        fo["median_s"] if fo else None, None,
+                        ("samples " + ", ".join(f"{s:.2f}" for s in fo["samples_s"])) if fo else "",
+                        better="lower", extra=fo or {}))
+        rs = self.tw.get("restart")
+        if rs:
+            log_mib = rs["log_bytes"] / MIB
+            rows += [
+                Row("restart", f"after SIGKILL, {log_mib:.0f} MiB log: launch -> serving", "s",
+                    rs["after_kill_serving_s"], None, "recovery scan", better="lower", extra=rs),
+                Row("restart", "after SIGKILL: launch -> back in every ISR", "s",
+                    rs["after_kill_isr_s"], None, "", better="lower"),
+                Row("restart", "SIGTERM -> process gone (controlled shutdown)", "s",
+                    rs["clean_shutdown_s"], None, "", better="lower"),
+                Row("restart", "after clean shutdown: launch -> serving", "s",
+                    rs["after_term_serving_s"], None, "", better="lower"),
+                Row("restart", "after clean shutdown: launch -> back in every ISR", "s",
+                    rs["after_term_isr_s"], None, "", better="lower"),
+            ]
+        else:
+            rows.append(Row("restart", "after SIGKILL / clean shutdown", "s", None, None, "failed or skipped"))
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_DIR,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run (~2 min), smaller restart log")
+    parser.add_argument("--json-out", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--skip-peer", action="store_true", help="do not run NATS JetStream")
+    parser.add_argument("--skip-tidewater", action="store_true", help="only the peer and the machine")
+    parser.add_argument("--work-dir", help="directory for data (default: a new temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    args = parser.parse_args(argv)
+    profile = QUICK if args.quick else FULL
+    work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="tide-cluster-bench-")).resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "bench/cluster_bench.py",
+                                                 *(argv if argv is not None else sys.argv[1:])])
+    started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    load_before = os.getloadavg()
+    bench = Bench(profile, work_dir, run_peer=not args.skip_peer, run_tidewater=not args.skip_tidewater)
+
+    def on_sigterm(_signum, _frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    interrupted = False
+    start = time.perf_counter()
+    try:
+        bench.measure_limits()
+        if bench.run_peer:
+            bench.measure_peer()
+        if bench.run_tidewater:
+            bench.measure_tidewater()
+    except KeyboardInterrupt:
+        interrupted = True
+        bench.errors.append("interrupted")
+    finally:
+        bench.stop_everything()
+        signal.signal(signal.SIGTERM, previous)
+        if not args.keep:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    bench.build_rows()
+    machine = machine_description()
+    load_after = os.getloadavg()
+    elapsed = time.perf_counter() - start
+
+    print()
+    print(f"Tidewater cluster benchmark ({profile.name}), {started_at}, commit {git_commit()}")
+    print(f"command: {command}")
+    print(f"machine: {machine['nproc']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB, "
+          f"Linux {machine['kernel']}, Python {machine['python']}; "
+          f"load avg before {load_before[0]:.1f}, after {load_after[0]:.1f}")
+    print(f"tidewater: 3 brokers + controller, 1 partition RF=3 per workload; "
+          f"peer: {bench.peer_version or 'not run'}, 3 nodes, file stream R3 "
+          "(client and servers share the machine)")
+    print(f"run time {elapsed:.0f} s; ratios are tidewater/peer (latency and times: lower is better)")
+    print()
+    print(format_table(("machine limit", "unit", "value", "note"),
+                       [(r.metric, r.unit, format_value(r.tidewater), r.note) for r in bench.limits],
+                       align_right=(False, False, True, False)))
+    print()
+    print(results_table(bench.rows))
+    if bench.errors:
+        print()
+        print("errors:")
+        for e in bench.errors:
+            print(f"  - {e}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({
+            "command": command, "machine": machine, "profile": profile.__dict__,
+            "started_at": started_at, "load_before": load_before, "load_after": load_after,
+            "elapsed_s": elapsed, "peer_version": bench.peer_version, "git_commit": git_commit(),
+            "limits": [r.to_json() for r in bench.limits], "rows": [r.to_json() for r in bench.rows],
+            "errors": bench.errors}, indent=2) + "\n")
+    return 130 if interrupted else (1 if bench.errors and not bench.rows else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,477 @@
+"""Tidewater's side of the cluster benchmark: a local 3-broker cluster
+(``client.local_cluster.LocalCluster``, stopped by pid) driven by the project's
+own client.
+
+Workloads (each on its own topic, 1 partition, replication factor 3 — one
+replicated log, like one JetStream stream):
+- ``producer_throughput``: ``client.producer.Producer`` tuned for throughput
+  (256 KiB batches, linger 5 ms, 64 MiB buffer), one thread calling ``send``
+  for ``duration_s``, then ``flush``. The producer keeps one request in flight
+  per partition (it mutes a partition while a batch is out, to keep order
+  across retries), so this measures what the client can do today.
+- ``pipelined_throughput``: the broker's capacity without the client's
+  per-record work: one RecordBatch v2 of ``batch_bytes`` is encoded once
+  (``proto.records.encode_batch``; the broker assigns offsets, which sit
+  outside the CRC) and sent as ``ProduceRequest``s with ``in_flight`` requests
+  outstanding on the gRPC channel the client uses.
+- ``paced_latency``: the Producer (acks=all, linger 0) sends stamped records
+  (bench/latency_probe.py) at a fixed rate; a receiver *process* with a
+  ``client.consumer.Consumer`` records receipt time; the producer side
+  records each record's ack time.
+- ``consume_throughput``: a Consumer reading a topic from the beginning.
+- ``failover``: a prober writes acks=all records one at a time; the
+  partition leader gets SIGKILL; the time to the first acknowledged write sent
+  after the kill is measured; the broker is restarted and the full ISR awaited
+  before the next kill.
+- ``restart``: the broker's data directory is filled to ``fill_bytes`` of log;
+  then SIGKILL + start (recovery scan) and SIGTERM + start (clean shutdown),
+  timed from launch to serving (answers Metadata, registered and unfenced), and
+  to back in the ISR of every partition.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+
+from bench.bench_common import KIB, MIB, LatencySummary, Throughput, latency_summary, median
+from bench.latency_probe import read_stamp, run_paced, stamped_payload
+
+READY_TIMEOUT_S = 60.0
+
+
+def directory_bytes(path: str | Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            if name.endswith(".log") and not name.startswith("broker"):
+                try:
+                    total += os.path.getsize(os.path.join(root, name))
+                except OSError:
+                    pass
+    return total
+
+
+class TidewaterCluster:
+    """A LocalCluster of ``brokers`` brokers plus the admin client the workloads need."""
+
+    def __init__(self, directory: str | Path, brokers: int = 3, settings: dict | None = None):
+        from client.local_cluster import LocalCluster
+
+        self.directory = Path(directory)
+        self.brokers = brokers
+        self.settings = dict(settings or {})
+        self.local = LocalCluster(self.directory)
+        self.bootstrap = ""
+        self._admin = None
+
+    def start(self) -> str:
+        from client.admin import AdminClient
+
+        self.bootstrap = self.local.up(self.brokers, base_port=0, settings=self.settings,
+                                       ready_timeout_s=READY_TIMEOUT_S)
+        self._admin = AdminClient(self.bootstrap)
+        return self.bootstrap
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+        if self.local.manifest is not None:
+            self.local.down(timeout_s=10)
+
+    @property
+    def admin(self):
+        if self._admin is None:
+            raise RuntimeError("cluster not started")
+        return self._admin
+
+    def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
+                     configs: dict | None = None) -> None:
+        self.admin.create_topic(name, partitions, replication_factor, configs)
+        for p in range(partitions):
+            self.wait_full_isr(name, p)
+
+    def partition(self, topic: str, partition: int = 0):
+        for t in self.admin.describe_topics([topic], with_replica_state=False):
+            for p in t.partitions:
+                if p.partition == partition:
+                    return p
+        return None
+
+    def leader_of(self, topic: str, partition: int = 0) -> int:
+        p = self.partition(topic, partition)
+        return -1 if p is None else p.leader
+
+    def wait_full_isr(self, topic: str, partition: int = 0, timeout_s: float = READY_TIMEOUT_S) -> float:
+        """Wait until the partition has a leader and every replica in its ISR; return seconds."""
+        start = time.monotonic()
+        last = None
+        while time.monotonic() - start < timeout_s:
+            try:
+                last = self.partition(topic, partition)
+            except Exception as e:  # noqa: BLE001 - brokers restarting: ask again
+                last = e
+            if (last is not None and not isinstance(last, Exception) and last.leader >= 0
+                    and set(last.isr) == set(last.replicas)):
+                return time.monotonic() - start
+            time.sleep(0.05)
+        raise TimeoutError(f"{topic}-{partition} not fully in sync after {timeout_s} s: {last}")
+
+    def broker_data_dir(self, broker_id: int) -> Path:
+        return Path(self.local.process(broker_id)["data_dir"])
+
+
+# ---------------------------------------------------------------------- throughput
+
+
+def producer_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int | str,
+                        duration_s: float, *, batch_size_bytes: int = 256 * KIB,
+                        linger_ms: int = 5) -> Throughput:
+    from client.producer import Producer
+
+    value = os.urandom(record_bytes)
+    producer = Producer(bootstrap, acks=acks, batch_size_bytes=batch_size_bytes, linger_ms=linger_ms,
+                        buffer_memory_bytes=64 * MIB, request_timeout_ms=30000)
+    failures = []
+    count = 0
+    try:
+        producer.send(topic, value, partition=0).result(timeout=30)  # metadata and connection warm
+        start = time.perf_counter()
+        futures = []
+        while time.perf_counter() - start < duration_s:
+            for _ in range(500):
+                futures.append(producer.send(topic, value, partition=0))
+            count += 500
+        producer.flush(timeout_s=120)
+        elapsed = time.perf_counter() - start
+        failures = [f.exception() for f in futures if f.exception() is not None]
+    finally:
+        producer.close(timeout_s=30)
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {count} sends failed, first: {failures[0]!r}")
+    return Throughput(count, count * record_bytes, elapsed)
+
+
+def pipelined_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int,
+                         duration_s: float, *, batch_bytes: int = 256 * KIB,
+                         in_flight: int = 8, max_bytes: int | None = None) -> Throughput:
+    """Pre-encoded batches, ``in_flight`` ProduceRequests outstanding, for ``duration_s``
+    (or until ``max_bytes`` of payload went out, whichever comes first)."""
+    from client.metadata import MetadataClient, TopicPartition
+    from proto import tidewater_pb2 as pb
+    from proto.records import encode_batch
+
+    records_per_batch = max(1, batch_bytes // (record_bytes + 10))
+    value = os.urandom(record_bytes)
+    batch = encode_batch([(None, value)] * records_per_batch)
+    metadata = MetadataClient(bootstrap)
+    leader = metadata.leader_for(TopicPartition(topic, 0))
+    if leader is None:
+        raise RuntimeError(f"{topic}-0 has no leader")
+    stub = metadata.pool.broker(leader.address)
+    request = pb.ProduceRequest(acks=acks, timeout_ms=30000, partitions=[
+        pb.ProducePartitionData(topic=topic, partition=0, records=batch)])
+    slots = threading.Semaphore(in_flight)
+    lock = threading.Lock()
+    errors: list[str] = []
+    acknowledged = [0]
+    outstanding = [0]
+    all_done = threading.Condition(lock)
+
+    def on_done(call) -> None:
+        try:
+            response = call.result()
+            codes = [p.error_code for p in response.partitions]
+            if acks != 0 and (not codes or any(c != pb.NONE for c in codes)):
+                with lock:
+                    errors.append(",".join(pb.ErrorCode.Name(c) for c in codes) or "no answer")
+        except Exception as e:  # noqa: BLE001 - counted and reported
+            with lock:
+                errors.append(repr(e))
+        with lock:
+            acknowledged[0] += 1
+            outstanding[0] -= 1
+            all_done.notify_all()
+        slots.release()
+
+    try:
+        stub.Produce(request, timeout=30)  # warm the channel
+        sent = 0
+        start = time.perf_counter()
+        while time.perf_counter() - start < duration_s:
+            if max_bytes is not None and sent * records_per_batch * record_bytes >= max_bytes:
+                break
+            slots.acquire()
+            with lock:
+                if errors:
+                    break
+                outstanding[0] += 1
+            stub.Produce.future(request, timeout=60).add_done_callback(on_done)
+            sent += 1
+        with lock:
+            if not all_done.wait_for(lambda: outstanding[0] == 0, timeout=120):
+                raise TimeoutError("produce requests still outstanding after 120 s")
+        elapsed = time.perf_counter() - start
+    finally:
+        metadata.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} produce requests failed, first: {errors[0]}")
+    records = sent * records_per_batch
+    return Throughput(records, records * record_bytes, elapsed)
+
+
+def consume_throughput(bootstrap: str, topic: str, *, timeout_s: float = 300) -> Throughput:
+    """Read ``topic``-0 from the beginning up to its high watermark."""
+    from client.consumer import Consumer
+
+    consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_bytes=64 * MIB,
+                        max_partition_fetch_bytes=16 * MIB, fetch_max_wait_ms=100)
+    try:
+        tp = (topic, 0)
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])
+        target = next(iter(end.values()))
+        consumer.seek_to_beginning()
+        consumer.position(tp)
+        count = 0
+        payload = 0
+        start = time.perf_counter()
+        while count < target:
+            if time.perf_counter() - start > timeout_s:
+                raise TimeoutError(f"consumed {count} of {target} records in {timeout_s} s")
+            for record in consumer.poll(1000):
+                count += 1
+                payload += len(record.value) if record.value else 0
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    return Throughput(count, payload, elapsed)
+
+
+# ---------------------------------------------------------------------- latency
+
+
+def _receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float, conn) -> None:
+    """Receiver process: a Consumer at the end of ``topic``-0; sends back latencies (ms)."""
+    from client.consumer import Consumer
+
+    consumer = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100)
+    latencies: list[float] = []
+    try:
+        consumer.assign([(topic, 0)])
+        consumer.position((topic, 0))
+        conn.send("ready")
+        deadline = time.monotonic() + timeout_s
+        while len(latencies) < expected and time.monotonic() < deadline:
+            for record in consumer.poll(200):
+                latencies.append((time.time_ns() - read_stamp(record.value)) / 1e6)
+    finally:
+        consumer.close()
+        conn.send(latencies)
+        conn.close()
+
+
+def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
+                  rate_per_s: float) -> dict:
+    """Produce ``count`` stamped records with acks=all at ``rate_per_s``; ack and end-to-end
+    LatencySummary plus the achieved rate."""
+    from client.producer import Producer
+
+    ctx = multiprocessing.get_context("spawn")  # never fork a process holding gRPC threads
+    parent_end, child_end = ctx.Pipe()
+    timeout_s = count / rate_per_s + 60
+    receiver = ctx.Process(target=_receiver_main, args=(bootstrap, topic, count, timeout_s, child_end),
+                           daemon=True)
+    receiver.start()
+    producer = None
+    try:
+        if not parent_end.poll(60) or parent_end.recv() != "ready":
+            raise RuntimeError("latency receiver did not start")
+        producer = Producer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=0,
+                            buffer_memory_bytes=64 * MIB)
+        producer.send(topic, stamped_payload(record_bytes, time.time_ns(), bytes(record_bytes)),
+                      partition=0).result(timeout=30)
+        filler = os.urandom(record_bytes)
+        ack_ms: list[float] = []
+        failures: list[BaseException] = []
+
+        def on_ack(fut, due_ns: int) -> None:
+            if fut.exception() is None:
+                ack_ms.append((time.time_ns() - due_ns) / 1e6)
+            else:
+                failures.append(fut.exception())
+
+        def send_one(_index: int, due_ns: int) -> None:
+            fut = producer.send(topic, stamped_payload(record_bytes, due_ns, filler), partition=0)
+            fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
+
+        achieved = run_paced(count, rate_per_s, send_one)
+        producer.flush(timeout_s=120)
+        if not parent_end.poll(timeout_s):
+            raise RuntimeError("latency receiver did not answer")
+        e2e_ms = parent_end.recv()
+    finally:
+        if producer is not None:
+            producer.close(timeout_s=30)
+        receiver.join(timeout=10)
+        if receiver.is_alive():
+            receiver.kill()
+            receiver.join(timeout=5)
+    if failures:
+        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
+    # The warm-up record may be received too: it is stamped before the paced ones.
+    e2e_ms = e2e_ms[-count:] if len(e2e_ms) > count else e2e_ms
+    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
+            "received": len(e2e_ms), "achieved_rate_per_s": achieved}
+
+
+def ack_latency_serial(bootstrap: str, topic: str, record_bytes: int, count: int) -> LatencySummary:
+    """acks=all sends one at a time, each waiting for its answer (JetStream's ``publish``)."""
+    from client.producer import Producer
+
+    value = os.urandom(record_bytes)
+    samples = []
+    with Producer(bootstrap, acks=-1, linger_ms=0) as producer:
+        producer.send(topic, value, partition=0).result(timeout=30)
+        for _ in range(count):
+            t0 = time.perf_counter()
+            producer.send(topic, value, partition=0).result(timeout=30)
+            samples.append((time.perf_counter() - t0) * 1000)
+    return latency_summary(samples)
+
+
+# ---------------------------------------------------------------------- failover and restart
+
+
+class _Prober:
+    """Writes acks=all records one at a time, each waiting for its answer; remembers
+    (send time, ack time) pairs on the monotonic clock."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from client.producer import Producer
+
+        self.topic = topic
+        self.producer = Producer(bootstrap, acks=-1, linger_ms=0, retry_backoff_ms=50,
+                                 request_timeout_ms=10000, delivery_timeout_ms=60000)
+        self.acks: list[tuple[float, float]] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="failover-prober", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        value = b"p" * 100
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                self.producer.send(self.topic, value, partition=0).result(timeout=60)
+            except Exception as e:  # noqa: BLE001 - counted; the next write tries again
+                self.errors.append(e)
+                continue
+            with self._lock:
+                self.acks.append((sent, time.monotonic()))
+
+    def first_ack_sent_after(self, t: float) -> float | None:
+        with self._lock:
+            for sent, acked in self.acks:
+                if sent >= t:
+                    return acked
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=70)
+        self.producer.close(timeout_s=10)
+
+
+def failover(cluster: TidewaterCluster, topic: str, kills: int, *, timeout_s: float = 60) -> dict:
+    """Median time from SIGKILL of the leader to the next acknowledged acks=all write."""
+    times_s: list[float] = []
+    prober = _Prober(cluster.bootstrap, topic)
+    prober.start()
+    try:
+        for _ in range(kills):
+            cluster.wait_full_isr(topic)
+            deadline = time.monotonic() + 30
+            while prober.first_ack_sent_after(time.monotonic() - 0.5) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("prober gets no acknowledgements before the kill")
+                time.sleep(0.05)
+            leader = cluster.leader_of(topic)
+            killed_at = time.monotonic()
+            cluster.local.kill(leader, "KILL")
+            deadline = killed_at + timeout_s
+            while (acked := prober.first_ack_sent_after(killed_at)) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no acknowledged write {timeout_s} s after killing broker {leader}")
+                time.sleep(0.01)
+            times_s.append(acked - killed_at)
+            cluster.local.start(leader, ready_timeout_s=READY_TIMEOUT_S)
+        cluster.wait_full_isr(topic)
+    finally:
+        prober.stop()
+    return {"median_s": median(times_s), "samples_s": times_s, "write_errors": len(prober.errors)}
+
+
+def _pid_running(pid: int) -> bool:
+    """The process exists and is not a zombie (LocalCluster reaps its children on poll)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _time_start(cluster: TidewaterCluster, broker_id: int, topics: list[str]) -> tuple[float, float]:
+    """Launch a stopped broker; seconds to serving, and to back in every topic's ISR."""
+    start = time.monotonic()
+    cluster.local.start(broker_id, ready_timeout_s=600)
+    serving = time.monotonic() - start
+    for topic in topics:
+        cluster.wait_full_isr(topic, timeout_s=600)
+    return serving, time.monotonic() - start
+
+
+def restart(cluster: TidewaterCluster, fill_topic: str, fill_bytes: int, topics: list[str],
+            *, broker_id: int | None = None) -> dict:
+    """Fill one broker's log to ``fill_bytes``, then time restarts after SIGKILL and SIGTERM."""
+    cluster.create_topic(fill_topic)
+    if broker_id is None:
+        # A follower of the fill topic: the restarted broker is not the one clients write to.
+        p = cluster.partition(fill_topic)
+        broker_id = next(r for r in p.replicas if r != p.leader)
+    data_dir = cluster.broker_data_dir(broker_id)
+    have = directory_bytes(data_dir)
+    fill_start = time.perf_counter()
+    if have < fill_bytes:
+        pipelined_throughput(cluster.bootstrap, fill_topic, 1024, -1, duration_s=3600,
+                             batch_bytes=1 * MIB, in_flight=4, max_bytes=fill_bytes - have)
+    fill_s = time.perf_counter() - fill_start
+    log_bytes = directory_bytes(data_dir)
+    all_topics = [*topics, fill_topic]
+    for topic in all_topics:
+        cluster.wait_full_isr(topic, timeout_s=600)
+
+    cluster.local.kill(broker_id, "KILL")
+    after_kill_serving_s, after_kill_isr_s = _time_start(cluster, broker_id, all_topics)
+
+    stop_start = time.monotonic()
+    pid = cluster.local.process(broker_id)["pid"]
+    cluster.local.kill(broker_id, "TERM")
+    while _pid_running(pid):
+        if time.monotonic() - stop_start > 120:
+            raise TimeoutError(f"broker {broker_id} did not stop within 120 s of SIGTERM")
+        time.sleep(0.02)
+    shutdown_s = time.monotonic() - stop_start
+    after_term_serving_s, after_term_isr_s = _time_start(cluster, broker_id, all_topics)
+    return {"broker_id": broker_id, "log_bytes": log_bytes, "fill_s": fill_s,
+            "after_kill_serving_s": after_kill_serving_s, "after_kill_isr_s": after_kill_isr_s,
+            "clean_shutdown_s": shutdown_s,
+            "after_term_serving_s": after_term_serving_s, "after_term_isr_s": after_term_isr_s}
