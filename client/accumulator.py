@@ -100,6 +100,7 @@ class RecordAccumulator:
         self._flushing = 0
         self.buffered_bytes = 0
         self.buffered_records = 0
+        self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
     def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int) -> Future:
         """Queue a record; return the future of its RecordMetadata."""
@@ -112,6 +113,7 @@ class RecordAccumulator:
             batch = ProducerBatch(tp=tp, created_ms=now_ms)
             batch.try_append(record, record_bytes, fut, self.batch_size_bytes)
             queue.append(batch)
+            self.batches_created += 1
         self.buffered_bytes += record_bytes
         self.buffered_records += 1
         return fut

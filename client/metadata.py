@@ -279,6 +279,18 @@ class MetadataClient:
             snap = self.refresh()
         return snap
 
+    def cached_partitions(self, topic: str) -> dict[int, PartitionInfo] | None:
+        """The producer's fast path: partitions of ``topic`` from a fresh snapshot, else None."""
+        snap = self._snapshot
+        if snap is None or self._stale or topic not in self._topics:
+            return None
+        info = snap.topics.get(topic)
+        if info is None or info.error_code != pb.NONE or not info.partitions:
+            return None
+        if (time.monotonic() - snap.fetched_at_s) * 1000 > self.metadata_max_age_ms:
+            return None
+        return info.partitions
+
     def partitions_for(self, topic: str) -> dict[int, PartitionInfo]:
         """Partitions of ``topic``; raises UnknownTopicOrPartitionError (or the topic's error)."""
         self.add_topics([topic])

@@ -10,6 +10,7 @@ so batches fill up instead of spreading one record per partition.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -59,8 +60,9 @@ class StickyPartitioner:
         self._sticky: dict[str, list[int]] = {}
 
     def partition(self, topic: str, key: bytes | None, size_bytes: int, num_partitions: int,
-                  available: list[int] | None = None) -> int:
-        """Pick a partition; ``available`` are those with a leader (preferred for keyless records)."""
+                  available: list[int] | Callable[[], list[int]] | None = None) -> int:
+        """Pick a partition; ``available`` are those with a leader (preferred for keyless records),
+        or a function giving them, called only when the sticky partition changes."""
         if key is not None:
             return partition_for_key(key, num_partitions)
         state = self._sticky.get(topic)
@@ -70,7 +72,9 @@ class StickyPartitioner:
         state[1] += size_bytes
         return state[0]
 
-    def _next(self, previous: int | None, num_partitions: int, available: list[int] | None) -> int:
+    def _next(self, previous: int | None, num_partitions: int, available) -> int:
+        if callable(available):
+            available = available()
         choices = [p for p in (available or range(num_partitions)) if p < num_partitions]
         if not choices:
             choices = list(range(num_partitions))

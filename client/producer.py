@@ -40,7 +40,7 @@ from client.metadata import (
     TopicPartition,
     rpc_error_to_typed,
 )
-from client.partitioner import StickyPartitioner
+from client.partitioner import StickyPartitioner, partition_for_key
 from proto import tidewater_pb2 as pb
 from proto.errors import (
     InvalidRequiredAcksError,
@@ -85,8 +85,10 @@ class Producer:
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
-        self._lock = threading.Condition()
+        self._lock = threading.Condition(threading.Lock())
         self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        # Retired batches whose futures still need resolving: (batch, error, base_offset, ts).
+        self._finished: list[tuple[ProducerBatch, BaseException | None, int, int]] = []
         self._unfinished = 0  # records sent but not yet resolved
         self._closed = False
         self._last_metadata_refresh_ms = 0
@@ -100,30 +102,41 @@ class Producer:
         """Queue one record; the future resolves to RecordMetadata or a typed exception."""
         if self._closed:
             raise RuntimeError("producer is closed")
-        parts = self._partitions_with_wait(topic)
-        num = len(parts)
+        parts = self.metadata.cached_partitions(topic) or self._partitions_with_wait(topic)
         if partition is not None:
             if partition not in parts:
-                raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition} ({num} partitions)")
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has no partition {partition} ({len(parts)} partitions)")
+        elif key is not None:
+            partition = partition_for_key(key, len(parts))
         else:
-            available = [p for p, info in parts.items() if info.leader >= 0]
-            size = (len(value) if value else 0) + (len(key) if key else 0)
-            partition = self._partitioner.partition(topic, key, size, num, available)
-        record = PendingRecord(key, value, tuple(headers),
+            partition = self._partitioner.partition(
+                topic, None, len(value) if value else 0, len(parts),
+                lambda: [p for p, info in parts.items() if info.leader >= 0])
+        record = PendingRecord(key, value, tuple(headers) if headers else (),
                                timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
-        deadline = time.monotonic() + self.max_block_ms / 1000
+        tp = TopicPartition(topic, partition)
         with self._lock:
-            while self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RequestTimedOutError(
-                        f"buffer of {self.buffer_memory_bytes} bytes full for {self.max_block_ms} ms")
-                self._lock.wait(remaining)
-            fut = self._accumulator.append(TopicPartition(topic, partition), record, _now_ms())
+            if self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
+                self._wait_for_buffer_space()
+            created = self._accumulator.batches_created
+            fut = self._accumulator.append(tp, record, _now_ms())
             self._unfinished += 1
-            fut.add_done_callback(self._on_record_done)
-            self._lock.notify_all()
+            # Wake the sender only when readiness may have changed: a new batch (so the previous
+            # one is full, or a linger clock started) or no linger at all.
+            if created != self._accumulator.batches_created or self._accumulator.linger_ms == 0:
+                self._lock.notify_all()
         return fut
+
+    def _wait_for_buffer_space(self) -> None:
+        """Block (lock held) until queued bytes drop below buffer_memory_bytes or max_block_ms."""
+        deadline = time.monotonic() + self.max_block_ms / 1000
+        while self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"buffer of {self.buffer_memory_bytes} bytes full for {self.max_block_ms} ms")
+            self._lock.wait(remaining)
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued now and wait until every record is resolved."""
@@ -151,6 +164,7 @@ class Producer:
                 self._closed = True
                 self._lock.notify_all()
             self._sender.join(timeout=5)
+            self._resolve_finished()
             with self._lock:
                 leftovers = self._accumulator.abort_all()
             for batch in leftovers:
@@ -186,13 +200,9 @@ class Producer:
                 self.metadata.invalidate()
                 time.sleep(self.retry_backoff_ms / 1000)
 
-    def _on_record_done(self, _fut: Future) -> None:
-        with self._lock:
-            self._unfinished -= 1
-            self._lock.notify_all()
-
     def _run(self) -> None:
         while True:
+            self._resolve_finished()
             with self._lock:
                 if self._closed:
                     return
@@ -200,6 +210,8 @@ class Producer:
                 self._expire(now)
                 ready, next_ms = self._accumulator.ready(now, muted=set(self._in_flight))
                 if not ready:
+                    if self._finished:
+                        continue
                     wait_ms = 200 if next_ms is None else max(1, min(200, next_ms - now))
                     self._lock.wait(wait_ms / 1000)
                     continue
@@ -220,13 +232,25 @@ class Producer:
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None,
                 base_offset: int = -1, log_append_time_ms: int = -1) -> None:
-        """Resolve a batch for good (caller holds the lock)."""
+        """Retire a batch for good (caller holds the lock). Its futures resolve in
+        ``_resolve_finished``, outside the lock, so user callbacks may call ``send``."""
         self._accumulator.release(batch)
-        if error is None:
-            batch.complete(base_offset, log_append_time_ms)
-        else:
-            batch.fail(error)
-        self._lock.notify_all()
+        self._finished.append((batch, error, base_offset, log_append_time_ms))
+
+    def _resolve_finished(self) -> None:
+        with self._lock:
+            if not self._finished:
+                return
+            done, self._finished = self._finished, []
+        for batch, error, base_offset, log_append_time_ms in done:
+            if error is None:
+                batch.complete(base_offset, log_append_time_ms)
+            else:
+                batch.fail(error)
+        with self._lock:
+            # Only now: flush() returns after every future it waited for has resolved.
+            self._unfinished -= sum(len(batch.records) for batch, *_ in done)
+            self._lock.notify_all()
 
     def _send_ready(self, ready: list[TopicPartition]) -> None:
         from proto.records import SimpleRecord, encode_batch
@@ -326,6 +350,7 @@ class Producer:
                 else:
                     self._finish(batch, error)
             self._lock.notify_all()
+        self._resolve_finished()
         if refresh:
             self.metadata.invalidate()
 

@@ -300,3 +300,20 @@ def test_seek_to_end_and_max_records(fake_cluster):
         assert [r.offset for r in got] == [1, 2]
         got = consumer.poll(1000)
         assert [r.offset for r in got] == [3, 4]
+
+
+def test_callbacks_may_send_and_flush_waits_for_every_future(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        chained = []
+
+        def resend(fut):
+            # Runs on a client thread: sending from a callback must not deadlock.
+            chained.append(producer.send("t", b"second", partition=0))
+
+        producer.send("t", b"first", partition=0).add_done_callback(resend)
+        futs = [producer.send("t", b"x", partition=1) for _ in range(50)]
+        producer.flush(5)
+        assert all(f.done() for f in futs)
+        producer.flush(5)
+        assert chained and chained[0].result(5).offset == 1
