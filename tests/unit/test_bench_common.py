@@ -1,0 +1,163 @@
+"""Pure helpers of the cluster benchmark: percentiles, summaries, table, pacing, payloads."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.bench_common import (  # noqa: E402
+    Row,
+    Throughput,
+    format_table,
+    format_value,
+    latency_summary,
+    median,
+    percentile,
+    ratio,
+    results_table,
+)
+from bench.latency_probe import (  # noqa: E402
+    STAMP_BYTES,
+    due_count,
+    read_stamp,
+    run_paced,
+    stamped_payload,
+)
+from bench.peer_nats import server_config  # noqa: E402
+
+
+def test_percentile_matches_linear_interpolation():
+    values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert percentile(values, 0) == 1
+    assert percentile(values, 100) == 10
+    assert percentile(values, 50) == 5.5
+    assert percentile(values, 90) == pytest.approx(9.1)
+    assert percentile([7.0], 99.9) == 7.0
+
+
+def test_percentile_rejects_empty_and_out_of_range():
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1, 2], 101)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=200),
+       st.floats(min_value=0, max_value=100))
+def test_percentile_within_bounds_and_monotonic(values, q):
+    values = sorted(values)
+    p = percentile(values, q)
+    assert values[0] - 1e-6 <= p <= values[-1] + 1e-6
+    assert percentile(values, min(100, q + 1)) >= p - 1e-6
+
+
+def test_latency_summary_of_a_known_distribution():
+    samples = list(range(1, 1001))  # 1..1000 ms, unsorted input is fine
+    samples.reverse()
+    s = latency_summary(samples)
+    assert s.count == 1000
+    assert s.p50_ms == pytest.approx(500.5)
+    assert s.p99_ms == pytest.approx(990.01)
+    assert s.p999_ms == pytest.approx(999.001)
+    assert s.max_ms == 1000
+    assert s.mean_ms == pytest.approx(500.5)
+    with pytest.raises(ValueError):
+        latency_summary([])
+    assert median([3, 1, 2]) == 2
+
+
+def test_throughput_and_ratio():
+    t = Throughput(records=16_300, payload_bytes=16_300 * 1024, elapsed_s=1.0)
+    assert t.records_per_s == 16_300
+    assert t.mb_per_s == pytest.approx(16.69, abs=0.01)
+    assert Throughput(1, 1, 0).records_per_s == 0
+    assert ratio(30, 10) == 3
+    assert ratio(None, 10) is None and ratio(1, None) is None and ratio(1, 0) is None
+
+
+def test_format_value():
+    assert format_value(None) == "-"
+    assert format_value(126565.4) == "126,565"
+    assert format_value(120.4) == "120"
+    assert format_value(12.24) == "12.2"
+    assert format_value(5.281) == "5.28"
+    assert format_value(0.5981) == "0.598"
+    assert format_value(0) == "0"
+    assert format_value(math.nan) == "nan"
+
+
+def test_format_table_aligns_columns():
+    text = format_table(("name", "value"), [("a", "1"), ("longer", "1,000")],
+                        align_right=(False, True))
+    lines = text.splitlines()
+    assert lines[0] == "name    value"
+    assert lines[1] == "------  -----"
+    assert lines[2] == "a           1"
+    assert lines[3] == "longer  1,000"
+    with pytest.raises(ValueError):
+        format_table(("a", "b"), [("only one",)])
+
+
+def test_results_table_has_ratio_and_missing_values():
+    rows = [Row("produce", "acks=all 1 KiB", "MB/s", 50.0, 16.7, "note"),
+            Row("failover", "median", "s", 2.5, None, "", better="lower")]
+    text = results_table(rows)
+    assert "2.99x" in text
+    lines = text.splitlines()
+    assert len(lines) == 4
+    assert lines[3].split()[:2] == ["failover", "median"]
+    assert rows[0].to_json()["ratio_tidewater_over_peer"] == pytest.approx(50 / 16.7)
+    assert rows[1].to_json()["ratio_tidewater_over_peer"] is None
+
+
+def test_stamped_payload_round_trip():
+    filler = bytes(range(256)) * 8
+    payload = stamped_payload(1024, 1_795_296_072_767_000_123, filler)
+    assert len(payload) == 1024
+    assert read_stamp(payload) == 1_795_296_072_767_000_123
+    assert payload[STAMP_BYTES:] == filler[: 1024 - STAMP_BYTES]
+    with pytest.raises(ValueError):
+        stamped_payload(4, 0, filler)
+
+
+def test_due_count_and_run_paced():
+    assert due_count(0, 1000) == 0
+    assert due_count(0.0001, 1000) == 1
+    assert due_count(0.0015, 1000) == 2
+    assert due_count(1.0, 1000) == 1001
+    due: list[int] = []
+    achieved = run_paced(50, 5000, lambda i, ns: due.append(ns))
+    assert len(due) == 50
+    steps = {b - a for a, b in zip(due, due[1:], strict=False)}
+    assert steps <= {199_999, 200_000, 200_001}  # 1/5000 s apart, as scheduled
+    assert achieved > 0
+
+
+def test_nats_server_config_lists_the_other_routes(tmp_path):
+    text = server_config("n1", 4222, 6222, [6223, 6224], tmp_path / "n1")
+    assert 'listen: "127.0.0.1:4222"' in text
+    assert f'store_dir: "{tmp_path / "n1"}"' in text
+    assert '"nats-route://127.0.0.1:6223", "nats-route://127.0.0.1:6224"' in text
+    assert "0.0.0.0" not in text
+
+
+def test_machine_limits_move_every_byte_and_leave_nothing(tmp_path):
+    from bench.machine_limits import disk_write, loopback_tcp
+
+    for mode in ("none", "end", "each"):
+        t = disk_write(tmp_path, 1024 * 1024 + 100, chunk_bytes=64 * 1024, fsync=mode)
+        assert t.payload_bytes == 1024 * 1024 + 100
+        assert t.elapsed_s > 0
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError):
+        disk_write(tmp_path, 1, fsync="sometimes")
+    t = loopback_tcp(4 * 1024 * 1024 + 7, chunk_bytes=64 * 1024)
+    assert t.payload_bytes == 4 * 1024 * 1024 + 7
