@@ -1,0 +1,144 @@
+"""Fixtures for the Docker tests: the image, and one compose cluster per session.
+
+Everything here is skipped, with the reason, when no Docker engine answers or
+docker-compose is missing. The cluster runs under a project name unique to the
+test run (``tidewater-test-<hex>``) on the network compose creates for that
+project, with free host ports and its own data folder, so it never touches a
+user's `make up` cluster; it is removed with ``down -v`` at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+IMAGE_BUILD_TIMEOUT_S = 900
+UP_TIMEOUT_S = 240
+
+
+def _docker_problem() -> str | None:
+    if shutil.which("docker") is None:
+        return "no docker command"
+    try:
+        r = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "docker info did not answer within 30 s"
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return f"no Docker engine answers (docker info: {last})"
+    if shutil.which("docker-compose") is None:
+        return "docker-compose (v1) is not installed"
+    return None
+
+
+DOCKER_PROBLEM = _docker_problem()
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if Path(str(item.fspath)).parent == Path(__file__).parent:
+            item.add_marker(pytest.mark.docker)
+            if DOCKER_PROBLEM:
+                item.add_marker(pytest.mark.skip(reason=f"Docker tests skipped: {DOCKER_PROBLEM}"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, *, env=None, timeout_s=120, check=True, input=None) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s,
+                       input=input)
+    if check and r.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+@dataclass
+class ComposeTestCluster:
+    project: str
+    env: dict
+    data_dir: Path
+    broker_ports: dict[int, int]
+    metrics_ports: dict[str, int]
+    containers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.broker_ports.items()))
+
+    def compose(self, *args, timeout_s=180, check=True):
+        return run(["docker-compose", "-p", self.project, "-f", str(COMPOSE_FILE), *args],
+                   env=self.env, timeout_s=timeout_s, check=check)
+
+    def tide(self, *args, bootstrap=None, timeout_s=120, check=False, input=None):
+        cmd = [sys.executable, "-m", "client", "--bootstrap-server", bootstrap or self.bootstrap, *args]
+        return run(cmd, timeout_s=timeout_s, check=check, input=input)
+
+    def container(self, service: str) -> str:
+        r = run(["docker", "ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={self.project}",
+                 "--filter", f"label=com.docker.compose.service={service}"])
+        return r.stdout.split()[0]
+
+    def state(self, service: str) -> dict:
+        return json.loads(run(["docker", "inspect", self.container(service)]).stdout)[0]["State"]
+
+    def wait_healthy(self, service: str, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if (self.state(service).get("Health") or {}).get("Status") == "healthy":
+                return
+            time.sleep(0.5)
+        pytest.fail(f"{service} not healthy after {timeout_s} s")
+
+    def describe(self, topic: str) -> dict:
+        r = self.tide("topics", "describe", topic, "--json", check=True)
+        return {p["partition"]: p for p in json.loads(r.stdout)["topics"][0]["partitions"]}
+
+
+@pytest.fixture(scope="session")
+def image():
+    """`make image`: the wheelhouse and the image (debootstrap base when nothing can be pulled)."""
+    started = time.monotonic()
+    run(["make", "image"], timeout_s=IMAGE_BUILD_TIMEOUT_S)
+    return {"build_s": time.monotonic() - started}
+
+
+@pytest.fixture(scope="session")
+def compose_cluster(image, tmp_path_factory):
+    project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
+    data_dir = tmp_path_factory.mktemp("compose-data")
+    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+        (data_dir / service).mkdir()
+    broker_ports = {i: free_port() for i in (1, 2, 3)}
+    metrics_ports = {s: free_port() for s in ("controller", "broker-1", "broker-2", "broker-3")}
+    env = dict(os.environ, TIDE_DATA_DIR=str(data_dir),
+               TIDE_CONTROLLER_METRICS_PORT=str(metrics_ports["controller"]))
+    for i in (1, 2, 3):
+        env[f"TIDE_BROKER_{i}_PORT"] = str(broker_ports[i])
+        env[f"TIDE_BROKER_{i}_METRICS_PORT"] = str(metrics_ports[f"broker-{i}"])
+    cluster = ComposeTestCluster(project, env, data_dir, broker_ports, metrics_ports)
+    try:
+        cluster.compose("up", "-d", timeout_s=UP_TIMEOUT_S)
+        run([sys.executable, str(ROOT / "deploy" / "up.py"), "--compose-project", project,
+             "--topic", "demo"], timeout_s=UP_TIMEOUT_S)
+        yield cluster
+    finally:
+        logs = cluster.compose("logs", "--no-color", "--tail", "40", check=False, timeout_s=60)
+        (Path(str(data_dir)).parent / f"{project}.log").write_text(logs.stdout + logs.stderr)
+        cluster.compose("down", "-v", "--remove-orphans", "-t", "5", check=False, timeout_s=180)
+        shutil.rmtree(data_dir, ignore_errors=True)

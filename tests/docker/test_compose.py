@@ -1,0 +1,126 @@
+"""The compose cluster from the host: health checks, produce/consume, leader failover, chaos.
+
+Tests run in file order against one cluster (conftest.py); the chaos run is
+last because it disturbs everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from client.scrape import read_snapshots
+
+pytestmark = pytest.mark.timeout(1200)  # includes the first image build of the session
+
+
+def values(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}-{i:05d}" for i in range(n)]
+
+
+def consumed_values(cluster, topic: str) -> list[str]:
+    r = cluster.tide("consume", topic, "--from-beginning", "--json", "--timeout-ms", "3000", check=True)
+    return [json.loads(line)["value"] for line in r.stdout.splitlines() if line.strip()]
+
+
+def wait_full_isr(cluster, topic: str, timeout_s: float = 120) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parts = cluster.describe(topic)
+        if all(p["leader"] >= 0 and sorted(p["isr"]) == sorted(p["replicas"]) for p in parts.values()):
+            return parts
+        if time.monotonic() > deadline:
+            pytest.fail(f"ISR not full after {timeout_s} s: {parts}")
+        time.sleep(0.5)
+
+
+def test_every_service_is_healthy_and_the_check_fails_when_nothing_serves(compose_cluster):
+    c = compose_cluster
+    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+        assert c.state(service)["Health"]["Status"] == "healthy"
+    broker = c.container("broker-1")
+    ok = subprocess.run(["docker", "exec", broker, "tidewater-healthcheck", "broker", "9092"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    # A port where nothing serves gRPC (the metrics HTTP port) must fail the check.
+    bad = subprocess.run(["docker", "exec", broker, "tidewater-healthcheck", "broker", "9100"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "unhealthy" in bad.stderr
+
+
+def test_produce_and_consume_from_the_host(compose_cluster, tmp_path):
+    c = compose_cluster
+    sent = values("host", 300)
+    ack_log = tmp_path / "acks.jsonl"
+    r = c.tide("produce", "demo", "--acks", "all", "--ack-log", str(ack_log), input="\n".join(sent) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert len(ack_log.read_text().splitlines()) == 300
+    # Any broker's external listener works as bootstrap; metadata names host addresses.
+    other = f"127.0.0.1:{c.broker_ports[3]}"
+    described = c.tide("cluster", "describe", bootstrap=other, check=True).stdout
+    assert f"localhost:{c.broker_ports[2]}" in described
+    got = consumed_values(c, "demo")
+    assert sorted(v for v in got if v.startswith("host-")) == sent
+    # The data folders are bind mounts readable on the host.
+    logs = list((c.data_dir / "broker-1").glob("demo-*/*.log"))
+    assert logs and sum(p.stat().st_size for p in logs) > 0
+
+
+def test_killing_the_leader_fails_over_without_losing_acknowledged_records(compose_cluster, tmp_path):
+    c = compose_cluster
+    before = wait_full_isr(c, "demo")
+    old_leader = before[0]["leader"]
+    service = f"broker-{old_leader}"
+    first = values("failover-a", 200)
+    r = c.tide("produce", "demo", "--acks", "all", "--partition", "0", input="\n".join(first) + "\n")
+    assert r.returncode == 0, r.stderr
+
+    subprocess.run(["docker", "kill", "-s", "KILL", c.container(service)], check=True, capture_output=True)
+    second = values("failover-b", 200)
+    ack_log = tmp_path / "acks.jsonl"
+    r = c.tide("produce", "demo", "--acks", "all", "--partition", "0", "--ack-log", str(ack_log),
+               "--timeout-ms", "60000", input="\n".join(second) + "\n", timeout_s=180)
+    assert r.returncode == 0, r.stderr
+    acked = [json.loads(line) for line in ack_log.read_text().splitlines()]
+    assert len(acked) == 200
+
+    after = c.describe("demo")[0]
+    assert after["leader"] not in (-1, old_leader)
+    assert old_leader not in after["isr"]
+    # A SIGKILLed container stays down (restart policy unless-stopped): chaos decides.
+    assert not c.state(service)["Running"]
+
+    got = consumed_values(c, "demo")
+    assert set(first) <= set(got) and set(second) <= set(got)
+    assert len([v for v in got if v.startswith("failover-")]) == 400  # no duplicates
+
+    subprocess.run(["docker", "start", c.container(service)], check=True, capture_output=True)
+    c.wait_healthy(service)
+    parts = wait_full_isr(c, "demo")
+    assert old_leader in parts[0]["isr"]
+
+
+def test_chaos_run_against_the_compose_cluster(compose_cluster, tmp_path):
+    c = compose_cluster
+    out = tmp_path / "chaos"
+    r = c.tide("chaos", "--compose", "--compose-project", c.project, "--duration", "75", "--seed", "11",
+               "--out", str(out), "--hold", "2,5", "--gap", "1,3", "--scrape-interval-ms", "1000",
+               timeout_s=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "VERDICT: PASS" in r.stdout
+
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["ok"] and sum(p["acked"] for p in verdict["partitions"]) > 1000
+    faults = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
+    applied = {f["fault"] for f in faults if f["action"] in ("kill", "pause", "isolate") and f["ok"]}
+    assert len(applied) >= 3, faults
+    for node in ("controller", "broker-1", "broker-2", "broker-3"):
+        snaps = list(read_snapshots(out / "metrics" / f"{node}.prom"))
+        assert len(snaps) >= 30 and any(s.ok for s in snaps)
+        assert (out / "data" / node).is_dir()
+    # Everything is back: every container runs and is healthy.
+    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+        c.wait_healthy(service, timeout_s=60)
