@@ -155,6 +155,12 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._relative_offsets[i - 1], self._positions[i - 1]
 
+    def position_at_or_below(self, position: int) -> int:
+        """Largest indexed batch start <= ``position`` (0 if none): every batch before
+        it ends there, so a read up to it returns whole batches without a scan."""
+        i = bisect_right(self._positions, position)
+        return self._positions[i - 1] if i else 0
+
     def entry(self, i: int) -> tuple[int, int]:
         return self.base_offset + self._relative_offsets[i], self._positions[i]
 

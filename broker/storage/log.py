@@ -321,13 +321,16 @@ class Log:
 
     def _append(self, data, batches: list, epochs: list[tuple[int, int]], next_offset: int,
                 record_count: int, now_ms: int) -> None:
-        self._maybe_roll_for(len(data), next_offset - 1, now_ms)
-        old_log_end_offset = self.log_end_offset
+        segment = self._segments[-1]
+        if self._should_roll(segment, len(data), next_offset - 1, now_ms):
+            self._roll(now_ms)
+            segment = self._segments[-1]
+        old_log_end_offset = segment.next_offset
         cache = self.leader_epoch_cache
         try:
             for epoch, start_offset in epochs:
                 cache.assign(epoch, start_offset)
-            self.active_segment.append(data, batches, next_offset, now_ms)
+            segment.append(data, batches, next_offset, now_ms)
         except KafkaStorageError as e:
             # Undo: the cache may hold entries for offsets that were never written.
             try:
@@ -342,7 +345,7 @@ class Log:
         flush_messages, flush_ms = self.config.flush_messages, self.config.flush_ms
         if ((flush_messages is not None and self._unflushed_messages >= flush_messages)
                 or (flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms)):
-            self._flush(now_ms)
+            self._flush(now_ms, indexes=False)
 
     # -- rolling -------------------------------------------------------------
 
@@ -356,10 +359,6 @@ class Log:
                     and now_ms - segment.first_batch_time_ms > config.segment_ms)
                 or segment.index.is_full or segment.time_index.is_full
                 or not segment.relative_offset_fits(last_offset))
-
-    def _maybe_roll_for(self, append_bytes: int, last_offset: int, now_ms: int) -> None:
-        if self._should_roll(self.active_segment, append_bytes, last_offset, now_ms):
-            self._roll(now_ms)
 
     def maybe_roll(self, now_ms: int) -> None:
         """Roll the active segment if segment.ms has passed (called periodically)."""
@@ -588,13 +587,13 @@ class Log:
             flush_ms = self.config.flush_ms
             if (flush_ms is not None and self.recovery_point < self.log_end_offset
                     and now_ms - self._last_flush_ms >= flush_ms):
-                self._flush(now_ms)
+                self._flush(now_ms, indexes=False)
                 return True
             return False
 
-    def _flush(self, now_ms: int | None) -> None:
+    def _flush(self, now_ms: int | None, *, indexes: bool = True) -> None:
         try:
-            self._flush_segments_below(None)
+            self._flush_segments_below(None, indexes=indexes)
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -602,14 +601,22 @@ class Log:
         if now_ms is not None:
             self._last_flush_ms = now_ms
 
-    def _flush_segments_below(self, end_base_offset: int | None) -> None:
+    def _flush_segments_below(self, end_base_offset: int | None, *, indexes: bool = True) -> None:
         """Flush segments from the one holding the recovery point up to (not including)
-        the segment starting at ``end_base_offset`` (None: all)."""
+        the segment starting at ``end_base_offset`` (None: all).
+
+        ``indexes=False`` (the flush.messages / flush.ms policy) fsyncs only the .log
+        data: index files are written on roll, checkpoint and close. A trusted segment
+        whose index lags after a crash is still read right: loading scans (with CRC)
+        every batch after the last index entry on disk.
+        """
         first = max(0, bisect_right(self._base_offsets, self.recovery_point) - 1)
         for segment in self._segments[first:]:
             if end_base_offset is not None and segment.base_offset >= end_base_offset:
                 break
-            if segment.needs_flush:
+            if not indexes:
+                segment.flush_data()
+            elif segment.needs_flush:
                 segment.flush()
         new_point = self.log_end_offset if end_base_offset is None else end_base_offset
         self.recovery_point = max(self.recovery_point, new_point)

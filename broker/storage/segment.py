@@ -39,6 +39,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SCAN_CHUNK_BYTES = 8 << 20  # recovery reads this much per syscall
 LOCATE_CHUNK_BYTES = 16 << 10  # header scan after an index lookup
+POSITION_HINTS_MAX = 64  # where recent reads ended: the next read of each reader starts there
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp (the first 43 header bytes)
@@ -194,6 +195,7 @@ class LogSegment:
         self.offset_of_max_timestamp = base_offset
         self.bytes_since_last_index_entry = 0
         self.first_batch_time_ms: int | None = None  # for segment.ms
+        self._position_hints: dict[int, int] = {}  # offset -> batch start, for sequential reads
 
     # -- opening -----------------------------------------------------------
 
@@ -490,23 +492,37 @@ class LogSegment:
         Stops before the first batch with base offset >= ``max_offset`` and before
         ``max_bytes``, but returns the first batch whole if ``min_one_batch``.
         None when the segment has no batch with last offset >= start_offset.
+
+        One pread in the common case: a sequential reader's start position comes
+        from where its previous read ended (``_position_hints``), and the read
+        stops at an indexed batch start so the bytes need no trimming copy.
         """
         end = self.size_bytes  # batches past this may be mid-append
-        found = self.locate(start_offset, end)
-        if found is None:
-            return None
-        position, first_offset, _last = found
+        position = self._position_hints.get(start_offset)
+        hinted = position is not None and position < end
+        if hinted:
+            first_offset = start_offset
+        else:
+            found = self.locate(start_offset, end)
+            if found is None:
+                return None
+            position, first_offset, _last = found
         if max_offset is not None and first_offset >= max_offset:
             return b"", first_offset, first_offset
-        data = self._read_at(max(0, min(max_bytes, end - position)), position)
+        data = self._read_at(self._whole_batches_bytes(position, max_bytes, end), position)
+        if hinted and (len(data) < LOG_OVERHEAD
+                       or _PREFIX.unpack_from(data, 0)[0] != start_offset):
+            self._position_hints.clear()  # stale: cannot happen without a cut; be safe
+            return self.read(start_offset, max_bytes, max_offset, min_one_batch)
         p, next_offset = 0, first_offset
-        while len(data) - p >= HEADER_SIZE:
-            base_offset, batch_length = _PREFIX.unpack_from(data, p)
+        unpack_prefix, unpack_delta = _PREFIX.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+        length = len(data)
+        while length - p >= HEADER_SIZE:
+            base_offset, batch_length = unpack_prefix(data, p)
             size = LOG_OVERHEAD + batch_length
-            if p + size > len(data) or (max_offset is not None and base_offset >= max_offset):
+            if p + size > length or (max_offset is not None and base_offset >= max_offset):
                 break
-            next_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
-                data, p + _LAST_OFFSET_DELTA_AT)[0] + 1
+            next_offset = base_offset + unpack_delta(data, p + _LAST_OFFSET_DELTA_AT)[0] + 1
             p += size
         if p == 0:
             if not min_one_batch:
@@ -516,8 +532,26 @@ class LogSegment:
             data = self._read_at(LOG_OVERHEAD + batch_length, position)
             next_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
                 header, _LAST_OFFSET_DELTA_AT)[0] + 1
-            return data, first_offset, next_offset
-        return (data if p == len(data) else data[:p]), first_offset, next_offset
+            p = len(data)
+        self._remember_position(next_offset, position + p)
+        return (data if p == length else data[:p]), first_offset, next_offset
+
+    def _whole_batches_bytes(self, position: int, max_bytes: int, end: int) -> int:
+        """How much to read from ``position``: up to ``max_bytes``, ending at a known batch
+        boundary when one is known (the segment end, an indexed batch start)."""
+        limit = position + max(0, max_bytes)
+        if limit >= end:
+            return end - position
+        boundary = self.index.position_at_or_below(limit)
+        if boundary > position:
+            return boundary - position  # may leave up to an index interval unused
+        return limit - position
+
+    def _remember_position(self, offset: int, position: int) -> None:
+        hints = self._position_hints
+        if len(hints) >= POSITION_HINTS_MAX:
+            hints.clear()
+        hints[offset] = position
 
     def read_epoch_at(self, position: int) -> int:
         """partitionLeaderEpoch of the batch at ``position``."""
@@ -569,6 +603,7 @@ class LogSegment:
         except OSError as e:
             raise storage_error("cannot truncate segment", self.log_path, e) from e
         self.size_bytes = position
+        self._position_hints.clear()
         self.flushed_size_bytes = min(self.flushed_size_bytes, position)
         self.index.truncate_to_position(position)
         self.time_index.truncate_to(next_offset)
@@ -592,15 +627,20 @@ class LogSegment:
         return (self.flushed_size_bytes != self.size_bytes or self.index.is_dirty
                 or self.time_index.is_dirty)
 
-    def flush(self) -> None:
-        """fsync the .log, then write and fsync the index tails."""
+    def flush_data(self) -> None:
+        """fsync the .log if anything was appended since the last fsync."""
         if self.flushed_size_bytes != self.size_bytes:
             size = self.size_bytes
             try:
-                os.fsync(self._fd)
+                # fdatasync still writes the file size (needed to read the data back).
+                getattr(os, "fdatasync", os.fsync)(self._fd)
             except OSError as e:
                 raise storage_error("cannot fsync segment", self.log_path, e) from e
             self.flushed_size_bytes = size
+
+    def flush(self) -> None:
+        """fsync the .log, then write and fsync the index tails."""
+        self.flush_data()
         self.index.flush()
         self.time_index.flush()
 

@@ -27,10 +27,10 @@ CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=90, retention_ms=-1)
 @pytest.fixture(autouse=True, scope="module")
 def _no_fsync():
     # A simulated crash here keeps the page cache, so fsync changes nothing but time.
-    real_fsync = os.fsync
-    os.fsync = lambda fd: None
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    os.fsync = os.fdatasync = lambda fd: None
     yield
-    os.fsync = real_fsync
+    os.fsync, os.fdatasync = real_fsync, real_fdatasync
 
 
 @dataclass(frozen=True)

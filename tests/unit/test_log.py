@@ -257,8 +257,9 @@ def test_end_offset_for_epoch(tmp_path):
 
 def test_flush_policy_moves_recovery_point(tmp_path, monkeypatch):
     fsyncs = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real: (fsyncs.append(fd), real(fd))[1])
     default = open_log(tmp_path, name="a-0")
     default.append_as_leader(batch(), 0, now_ms=0)
     default.append_as_leader(batch(), 0, now_ms=0)
@@ -353,6 +354,7 @@ def test_failed_fsync_takes_log_offline_until_reopened(tmp_path, monkeypatch):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fdatasync", broken_fsync)
     with pytest.raises(KafkaStorageError):
         log.flush()
     assert log.is_offline

@@ -29,10 +29,10 @@ EXAMPLES = settings(max_examples=30, deadline=None,
 @pytest.fixture(autouse=True, scope="module")
 def _no_fsync():
     # Durability is not under test here (the files are cut by hand); fsync only costs time.
-    real_fsync = os.fsync
-    os.fsync = lambda fd: None
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    os.fsync = os.fdatasync = lambda fd: None
     yield
-    os.fsync = real_fsync
+    os.fsync, os.fdatasync = real_fsync, real_fdatasync
 
 
 class Batch:
@@ -164,6 +164,29 @@ def test_corruption_after_the_recovery_point_is_found(pristine, caplog):
         assert_log_holds_exactly(log, batches[:batches.index(victim)])
         assert "rebuilding" not in caplog.text  # trusted segments kept their index files
         log.close()
+
+
+def test_crash_with_flush_per_append_trusts_data_and_scans_the_unwritten_index_tail(tmp_path):
+    """flush.messages=1 fsyncs only the .log per append (indexes are written on roll and
+    close), so after a crash the recovery point is the LEO while index files lag."""
+    config = LogConfig(segment_bytes=1500, index_interval_bytes=100, flush_messages=1)
+    log = Log.open(tmp_path / "t-0", config, now_ms=0)
+    for i in range(40):
+        log.append_as_leader(encode_batch([(None, b"%02d" % i * 10)], base_timestamp_ms=i), 0,
+                             now_ms=0)
+    assert len(log.segments()) > 1
+    recovery_point, end = log.recovery_point, log.log_end_offset
+    assert recovery_point == end == 40
+    active_index = log.active_segment.index.path
+    assert log.active_segment.index.is_dirty  # entries in memory, not on disk yet
+    for segment in log.segments():
+        segment.close()  # crash: nothing more reaches the disk
+    reopened = Log.open(tmp_path / "t-0", config, now_ms=0, recovery_point=recovery_point)
+    assert reopened.log_end_offset == 40
+    for offset in range(40):
+        data = reopened.read(offset, 1).records
+        assert data[:8] == offset.to_bytes(8, "big")
+    assert active_index.exists()
 
 
 INDEX_DAMAGE = st.sampled_from(["delete", "cut", "flip", "garbage"])
