@@ -63,6 +63,7 @@ class ProducerBatch:
     attempts: int = 0
     retry_after_ms: int = 0
     encoded: bytes | None = None  # filled once by the sender, resent as-is on retries
+    postponed: bool = False  # held back (no leader known) until retry_after_ms
 
     def try_append(self, record: PendingRecord, record_bytes: int, future: Future,
                    batch_size_bytes: int) -> bool:
@@ -127,7 +128,7 @@ class RecordAccumulator:
             if not queue or tp in muted:
                 continue
             batch = queue[0]
-            if batch.attempts > 0:
+            if batch.attempts > 0 or batch.postponed:
                 due = batch.retry_after_ms
             elif self._flushing or len(queue) > 1 or batch.is_full(self.batch_size_bytes):
                 due = now_ms
@@ -149,6 +150,33 @@ class RecordAccumulator:
             del self._queues[tp]
         batch.attempts += 1
         return batch
+
+    def drain_many(self, tp: TopicPartition, bytes_max: int) -> list[ProducerBatch]:
+        """Take the queued batches of ``tp`` in order, at least one, while their estimated
+        sizes stay within ``bytes_max`` (one request carries them all)."""
+        queue = self._queues.get(tp)
+        out: list[ProducerBatch] = []
+        total = 0
+        while queue and (not out or total + queue[0].size_bytes <= bytes_max):
+            batch = queue.popleft()
+            batch.attempts += 1
+            total += batch.size_bytes
+            out.append(batch)
+        if queue is not None and not queue:
+            del self._queues[tp]
+        return out
+
+    def postpone(self, tp: TopicPartition, until_ms: int) -> None:
+        """Hold ``tp`` back until ``until_ms`` (no leader known yet); not counted as an attempt."""
+        queue = self._queues.get(tp)
+        if queue:
+            queue[0].retry_after_ms = until_ms
+            queue[0].postponed = True
+
+    def reenqueue_many(self, batches: list[ProducerBatch], now_ms: int, backoff_ms: int) -> None:
+        """Put batches to retry back at the front of their partition's queue, in order."""
+        for batch in reversed(batches):
+            self.reenqueue(batch, now_ms, backoff_ms)
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int) -> None:
         """Put a batch to retry back at the front of its partition's queue."""

@@ -72,6 +72,7 @@ class Producer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
                  unknown_topic_wait_ms: int = 1000, compression: int = 0,
+                 request_bytes_max: int = 1024 * 1024,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
@@ -82,11 +83,12 @@ class Producer:
         self.max_block_ms = max_block_ms
         self.unknown_topic_wait_ms = unknown_topic_wait_ms
         self.compression = compression  # proto.records.COMPRESSION_* code
+        self.request_bytes_max = request_bytes_max  # per partition per request (at least one batch)
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._lock = threading.Condition(threading.Lock())
-        self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
         # Retired batches whose futures still need resolving: (batch, error, base_offset, ts).
         self._finished: list[tuple[ProducerBatch, BaseException | None, int, int]] = []
         self._unfinished = 0  # records sent but not yet resolved
@@ -220,8 +222,9 @@ class Producer:
             except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
                 with self._lock:
                     for tp in ready:
-                        batch = self._accumulator.drain(tp)
-                        if batch is not None:
+                        if tp in self._in_flight:
+                            continue  # its request is out; the answer resolves it
+                        for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
                             self._finish(batch, e)
 
     def _expire(self, now: int) -> None:
@@ -255,7 +258,8 @@ class Producer:
     def _send_ready(self, ready: list[TopicPartition]) -> None:
         from proto.records import SimpleRecord, encode_batch
 
-        by_leader: dict[Address, list[tuple[ProducerBatch, int]]] = {}
+        # leader address -> [(tp, the partition's batches in order)]
+        by_leader: dict[Address, list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
         need_refresh = False
         for tp in ready:
             try:
@@ -265,56 +269,59 @@ class Producer:
                     leader = None
                 else:
                     with self._lock:
-                        batch = self._accumulator.drain(tp)
-                        if batch is not None:
+                        for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
                             self._finish(batch, e)
                     continue
             with self._lock:
-                batch = self._accumulator.drain(tp)
-                if batch is None:
-                    continue
                 if leader is None:
                     # No leader known: wait a backoff for new metadata (the delivery timeout still applies).
                     need_refresh = True
-                    self._accumulator.reenqueue(batch, _now_ms(), self.retry_backoff_ms)
-                    batch.attempts -= 1
+                    self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
                     continue
-                self._in_flight[tp] = batch
-            if batch.encoded is None:
-                batch.encoded = encode_batch(
-                    [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records],
-                    compression=self.compression)
-            by_leader.setdefault(leader.address, []).append((batch, leader.broker_id))
+                # Every queued batch of the partition goes in one request (in order), so a
+                # partition never has two requests in flight and retries cannot reorder.
+                batches = self._accumulator.drain_many(tp, self.request_bytes_max)
+                if not batches:
+                    continue
+                self._in_flight[tp] = batches
+            for batch in batches:
+                if batch.encoded is None:
+                    batch.encoded = encode_batch(
+                        [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records],
+                        compression=self.compression)
+            by_leader.setdefault(leader.address, []).append((tp, batches))
         if need_refresh:
             self._maybe_refresh_metadata()
-        for address, items in by_leader.items():
+        for address, groups in by_leader.items():
             request = pb.ProduceRequest(
                 acks=self.acks, timeout_ms=self.request_timeout_ms,
-                partitions=[pb.ProducePartitionData(topic=b.tp.topic, partition=b.tp.partition,
-                                                    records=b.encoded) for b, _ in items])
-            batches = [b for b, _ in items]
+                partitions=[pb.ProducePartitionData(
+                    topic=tp.topic, partition=tp.partition,
+                    records=batches[0].encoded if len(batches) == 1 else b"".join(b.encoded for b in batches))
+                    for tp, batches in groups])
             try:
                 call = self.metadata.pool.broker(address).Produce.future(
                     request, timeout=self.request_timeout_ms / 1000 + 5)
             except grpc.RpcError as e:
-                self._on_response(batches, None, rpc_error_to_typed(e, address))
+                self._on_response(groups, None, rpc_error_to_typed(e, address))
                 continue
             call.add_done_callback(
-                lambda c, batches=batches, address=address: self._on_call_done(c, batches, address))
+                lambda c, groups=groups, address=address: self._on_call_done(c, groups, address))
 
-    def _on_call_done(self, call, batches: list[ProducerBatch], address: Address) -> None:
+    def _on_call_done(self, call, groups, address: Address) -> None:
         try:
             response = call.result()
         except grpc.RpcError as e:
-            self._on_response(batches, None, rpc_error_to_typed(e, address))
+            self._on_response(groups, None, rpc_error_to_typed(e, address))
             return
         except Exception as e:  # noqa: BLE001 - never leave futures hanging
-            self._on_response(batches, None, e if isinstance(e, TidewaterError)
+            self._on_response(groups, None, e if isinstance(e, TidewaterError)
                               else BrokerConnectionError(str(e)))
             return
-        self._on_response(batches, response, None)
+        self._on_response(groups, response, None)
 
-    def _on_response(self, batches: list[ProducerBatch], response: pb.ProduceResponse | None,
+    def _on_response(self, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
+                     response: pb.ProduceResponse | None,
                      transport_error: TidewaterError | Exception | None) -> None:
         answers = {}
         if response is not None:
@@ -322,33 +329,41 @@ class Producer:
         refresh = False
         with self._lock:
             now = _now_ms()
-            for batch in batches:
-                self._in_flight.pop(batch.tp, None)
+            for tp, batches in groups:
+                self._in_flight.pop(tp, None)
                 if transport_error is not None:
                     error = transport_error
                 else:
-                    answer = answers.get((batch.tp.topic, batch.tp.partition))
+                    answer = answers.get((tp.topic, tp.partition))
                     if answer is None and self.acks == 0:
-                        # acks=0: the broker owes no answer; the record counts as sent.
-                        self._finish(batch, None, -1)
+                        # acks=0: the broker owes no answer; the records count as sent.
+                        for batch in batches:
+                            self._finish(batch, None, -1)
                         continue
                     if answer is None:
                         error = BrokerConnectionError(
-                            f"no answer for {batch.tp.topic}-{batch.tp.partition} in produce response")
+                            f"no answer for {tp.topic}-{tp.partition} in produce response")
                     elif answer.error_code == pb.NONE:
-                        self._finish(batch, None, answer.base_offset, answer.log_append_time_ms)
+                        # The broker appends the batches contiguously from base_offset.
+                        offset = answer.base_offset
+                        for batch in batches:
+                            self._finish(batch, None, offset, answer.log_append_time_ms)
+                            if offset >= 0:
+                                offset += len(batch.records)
                         continue
                     else:
                         error = error_for_code(answer.error_code, answer.error_message or
                                                pb.ErrorCode.Name(answer.error_code))
-                retriable = getattr(error, "retriable", False)
                 if getattr(error, "invalid_metadata", False):
                     refresh = True
-                expired = now - batch.created_ms >= self.delivery_timeout_ms
-                if retriable and batch.attempts <= self.retries and not expired:
-                    self._accumulator.reenqueue(batch, now, self.retry_backoff_ms)
+                retriable = getattr(error, "retriable", False)
+                head = batches[0]
+                expired = now - head.created_ms >= self.delivery_timeout_ms
+                if retriable and head.attempts <= self.retries and not expired:
+                    self._accumulator.reenqueue_many(batches, now, self.retry_backoff_ms)
                 else:
-                    self._finish(batch, error)
+                    for batch in batches:
+                        self._finish(batch, error)
             self._lock.notify_all()
         self._resolve_finished()
         if refresh:

@@ -118,3 +118,28 @@ def test_bad_settings_rejected():
         RecordAccumulator(batch_size_bytes=0)
     with pytest.raises(ValueError):
         RecordAccumulator(linger_ms=-1)
+
+
+def test_drain_many_takes_batches_in_order_within_a_byte_budget():
+    one = BATCH_OVERHEAD_BYTES + estimate_record_bytes(None, b"x" * 30)
+    acc = RecordAccumulator(batch_size_bytes=one, linger_ms=0)
+    for i in range(5):
+        acc.append(TP0, rec(bytes([i]) * 30), 0)
+    first = acc.drain_many(TP0, bytes_max=3 * one)
+    assert [b.records[0].value[0] for b in first] == [0, 1, 2]
+    assert all(b.attempts == 1 for b in first)
+    # A budget below one batch still takes one.
+    assert len(acc.drain_many(TP0, bytes_max=1)) == 1
+    acc.reenqueue_many(first, now_ms=0, backoff_ms=0)
+    again = acc.drain_many(TP0, bytes_max=10 * one)
+    assert [b.records[0].value[0] for b in again] == [0, 1, 2, 4]
+    assert acc.drain_many(TP0, bytes_max=one) == []
+
+
+def test_postponed_partition_waits_without_counting_an_attempt():
+    acc = RecordAccumulator(batch_size_bytes=16384, linger_ms=0)
+    acc.append(TP0, rec(b"a"), 0)
+    acc.postpone(TP0, until_ms=100)
+    assert acc.ready(50)[0] == []
+    assert acc.ready(100)[0] == [TP0]
+    assert acc.drain_many(TP0, 1 << 20)[0].attempts == 1

@@ -9,6 +9,7 @@ real broker processes.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -33,6 +34,7 @@ class FakeState:
         self.log_start = dict.fromkeys(range(partitions), 0)
         self.produce_errors: list[int] = []  # answer the next produce partitions with these
         self.produce_requests = 0
+        self.produce_delay_s = 0.0
         self.metadata_requests = 0
 
     def leo(self, p: int) -> int:
@@ -76,6 +78,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
     def Produce(self, request, context):
         s = self.state
         out = []
+        time.sleep(s.produce_delay_s)
         with s.lock:
             s.produce_requests += 1
             for part in request.partitions:
@@ -95,8 +98,11 @@ class FakeBroker(pb_grpc.BrokerServicer):
                     continue
                 data = bytearray(part.records)
                 base = s.leo(p)
-                set_base_offset_and_epoch(data, 0, base, s.epochs[p])
-                s.logs[p].append((base, bytes(data)))
+                offset = base
+                for position, header in list(iter_batches(data)):
+                    set_base_offset_and_epoch(data, position, offset, s.epochs[p])
+                    s.logs[p].append((offset, bytes(data[position:position + header.size])))
+                    offset += header.last_offset_delta + 1
                 out.append(pb.ProducePartitionResponse(
                     topic=part.topic, partition=p, error_code=pb.NONE,
                     base_offset=base if request.acks != 0 else -1))
@@ -317,3 +323,21 @@ def test_callbacks_may_send_and_flush_waits_for_every_future(fake_cluster):
         assert all(f.done() for f in futs)
         producer.flush(5)
         assert chained and chained[0].result(5).offset == 1
+
+
+def test_queued_batches_of_a_partition_share_one_request_with_contiguous_offsets(fake_cluster):
+    state, bootstrap = fake_cluster
+    # Tiny batches and a slow broker: batches queue up behind each request in flight.
+    state.produce_delay_s = 0.05
+    with Producer(bootstrap, acks=1, linger_ms=0, batch_size_bytes=200) as producer:
+        futs = []
+        for i in range(300):
+            futs.append(producer.send("t", f"{i:04d}".encode() * 10, partition=0))
+            if i % 30 == 0:
+                time.sleep(0.01)
+        producer.flush(10)
+    assert [f.result().offset for f in futs] == list(range(300))
+    assert len(state.logs[0]) > 10  # many batches ...
+    assert state.produce_requests < len(state.logs[0])  # ... in fewer requests
+    records = consume_all(bootstrap, 300, partitions=(0,))
+    assert [r.value for r in records] == [f"{i:04d}".encode() * 10 for i in range(300)]
