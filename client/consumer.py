@@ -38,6 +38,7 @@ from client.metadata import (
 )
 from proto import tidewater_pb2 as pb
 from proto.errors import (
+    CorruptRecordError,
     OffsetOutOfRangeError,
     TidewaterError,
     error_for_code,
@@ -120,11 +121,17 @@ class Consumer:
     def position(self, tp) -> int:
         """The next offset ``poll`` returns for ``tp`` (resolving a pending reset now)."""
         tp = self._assigned(tp)
-        self._resolve_positions(deadline=time.monotonic() + self.request_timeout_ms / 1000)
-        pos = self._positions[tp]
-        if pos is None:
-            raise BrokerConnectionError(f"no position for {tp.topic}-{tp.partition} yet")
-        return pos
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        while True:
+            self._resolve_positions(deadline)
+            pos = self._positions[tp]
+            if pos is not None and tp not in self._pending_reset:
+                return pos
+            if time.monotonic() >= deadline:
+                raise BrokerConnectionError(
+                    f"no position for {tp.topic}-{tp.partition} within {self.request_timeout_ms} ms "
+                    "(no leader answered ListOffsets)")
+            time.sleep(self.retry_backoff_ms / 1000)
 
     def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
         return self._list_offsets([TopicPartition(*tp) for tp in tps], EARLIEST_TIMESTAMP)
@@ -278,15 +285,25 @@ class Consumer:
         return records
 
     def _decode(self, tp: TopicPartition, data: bytes) -> list[ConsumerRecord]:
-        from proto.batch import iter_batches
-        from proto.records import decode_batch
+        from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
+        from proto.records import decode_batch_records
 
         position = self._positions[tp]
         out = []
-        for batch_pos, header in iter_batches(data, validate=False):
-            if header.next_offset <= position:
-                continue
-            _, records = decode_batch(data, batch_pos)  # CRC-checks the batch
+        batch_pos = 0
+        while True:
+            size = peek_batch_size(data, batch_pos)
+            if size is None or batch_pos + size > len(data):
+                break  # a partial batch at the end (fetch size limit): fetched again next time
+            if size < HEADER_SIZE:
+                raise CorruptRecordError(f"batch of {size} bytes in fetch of {tp.topic}-{tp.partition}",
+                                         position=batch_pos)
+            start = batch_pos
+            batch_pos += size
+            if read_header(data, start).next_offset <= position:
+                continue  # already returned (a fetch starts at the batch holding the position)
+            header = validate_batch(data, start)  # framing, magic, CRC
+            records = decode_batch_records(data, start, header)
             if header.is_control:
                 position = header.next_offset
                 continue

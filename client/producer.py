@@ -4,12 +4,16 @@ Theory of operation: ``send`` picks a partition (``client.partitioner``), adds
 the record to the ``RecordAccumulator`` and returns a future. One sender
 thread loops: expire old batches, find ready partitions, look their leaders up
 (``MetadataClient``), encode each batch once (``proto.records.encode_batch``),
-group batches by leader into one ``ProduceRequest`` per broker and send it
-asynchronously. The answer is handled per partition:
+take every queued batch of a ready partition (up to ``request_bytes_max``),
+group them by leader into one ``ProduceRequest`` per broker and send it
+asynchronously. The broker appends a partition's batches contiguously, so
+record ``i`` of the request gets ``base_offset + i``. The answer is handled
+per partition:
 
 | answer                          | action                                             |
 |---------------------------------|----------------------------------------------------|
 | NONE                            | futures get offset = base_offset + index           |
+|                                 | (-1 with acks=0, which needs no answer)            |
 | retriable (proto.errors)        | refresh metadata if ``invalid_metadata``; retry    |
 |                                 | after ``retry_backoff_ms`` while retries and the   |
 |                                 | delivery timeout allow                             |

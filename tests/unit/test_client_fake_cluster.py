@@ -341,3 +341,25 @@ def test_queued_batches_of_a_partition_share_one_request_with_contiguous_offsets
     assert state.produce_requests < len(state.logs[0])  # ... in fewer requests
     records = consume_all(bootstrap, 300, partitions=(0,))
     assert [r.value for r in records] == [f"{i:04d}".encode() * 10 for i in range(300)]
+
+
+def test_consumer_ignores_a_partial_tail_and_rejects_a_corrupt_batch(fake_cluster):
+    from client.consumer import Consumer as C
+    from client.metadata import TopicPartition
+    from proto.errors import CorruptRecordError
+    from proto.records import encode_batch
+
+    first = encode_batch([(None, b"a"), (None, b"b")], base_offset=0)
+    second = encode_batch([(None, b"c")], base_offset=2)
+    c = C("127.0.0.1:1")
+    tp = TopicPartition("t", 0)
+    c.assign([tp])
+    c.seek(tp, 1)
+    got = c._decode(tp, first + second[:20])
+    assert [(r.offset, r.value) for r in got] == [(1, b"b")]
+    assert c._positions[tp] == 2  # the partial batch is fetched again next time
+    bad = bytearray(second)
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        c._decode(tp, bytes(bad))
+    c.close()
