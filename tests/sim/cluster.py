@@ -65,9 +65,14 @@ class SimConfig:
     def for_seed(cls, seed: int) -> SimConfig:
         """Vary the shape of the run with the seed, so seeds cover different set-ups."""
         rng = random.Random(f"config-{seed}")
+        # How a new follower finds its truncation point: OffsetForLeaderEpoch first,
+        # diverging_epoch on fetch only, or OffsetForLeaderEpoch with pre-KIP-320 fetches.
+        use_offset_for_leader_epoch, send_last_fetched_epoch = rng.choice(
+            [(True, True), (False, True), (True, False)])
         broker = BrokerConfig(
             min_insync_replicas=rng.choice([1, 2, 2, 2]),
-            use_offset_for_leader_epoch=rng.random() < 0.5,
+            use_offset_for_leader_epoch=use_offset_for_leader_epoch,
+            send_last_fetched_epoch=send_last_fetched_epoch,
             replica_lag_time_max_ms=rng.choice([500, 800, 1200]))
         return cls(partition_count=rng.randint(1, 3),
                    loss_probability=rng.choice([0.0, 0.01, 0.03, 0.06]),

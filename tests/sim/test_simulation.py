@@ -12,6 +12,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from broker.replication.follower import TruncationStep
 from broker.replication.leader_state import LeaderPartitionState
@@ -305,3 +307,26 @@ def test_default_config_is_valid():
     config = SimConfig.for_seed(1)
     assert replace(config, partition_count=1).partition_count == 1
     assert 1 <= config.partition_count <= 3
+
+
+# ---------------------------------------------------------------- generated set-ups
+
+@settings(max_examples=6, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), min_insync_replicas=st.integers(1, 3),
+       mode=st.sampled_from(sorted(TRUNCATION_MODES)), partition_count=st.integers(1, 3),
+       loss_probability=st.sampled_from([0.0, 0.05, 0.1]),
+       crash_per_broker_per_s=st.sampled_from([0.2, 1.0]),
+       preferred_leader_interval_ms=st.sampled_from([200, 2000]))
+def test_generated_setups_keep_invariants(seed, min_insync_replicas, mode, partition_count,
+                                          loss_probability, crash_per_broker_per_s,
+                                          preferred_leader_interval_ms):
+    ofle, last_fetched = TRUNCATION_MODES[mode]
+    base = SimConfig.for_seed(seed)
+    config = replace(
+        base, chaos_ms=5000, settle_ms=4000, partition_count=partition_count,
+        loss_probability=loss_probability, crash_per_broker_per_s=crash_per_broker_per_s,
+        preferred_leader_interval_ms=preferred_leader_interval_ms,
+        broker=replace(base.broker, min_insync_replicas=min_insync_replicas,
+                       use_offset_for_leader_epoch=ofle, send_last_fetched_epoch=last_fetched))
+    Simulation(seed, config).run()  # SimulationFailure names the seed and the config
