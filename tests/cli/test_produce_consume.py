@@ -33,7 +33,9 @@ def read_ack_log(path):
 def test_keyed_round_trip_with_acks_all_and_ack_log(cluster, topic, tmp_path):  # noqa: F811
     lines = [f"user-{i % 7}:event-{i}" for i in range(300)]
     ack_log = tmp_path / "acks.jsonl"
+    # Small batches: each request carries several batches per partition.
     result = cluster.tide("produce", topic, "--acks", "all", "--key-separator", ":",
+                          "--batch-size", "256", "--linger-ms", "20",
                           "--ack-log", str(ack_log), input="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     acks = read_ack_log(ack_log)
