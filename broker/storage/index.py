@@ -71,7 +71,7 @@ class _IndexFile:
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self) >= self.max_entries  # subclasses: the same without __len__
 
     @property
     def is_dirty(self) -> bool:
@@ -133,6 +133,10 @@ class OffsetIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._relative_offsets)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._relative_offsets) >= self.max_entries
 
     def append(self, offset: int, position: int) -> None:
         relative = offset - self.base_offset
@@ -224,6 +228,10 @@ class TimeIndex(_IndexFile):
 
     def __len__(self) -> int:
         return len(self._timestamps)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._timestamps) >= self.max_entries
 
     @property
     def last_entry(self) -> tuple[int, int]:

@@ -49,6 +49,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from broker.storage.index import RELATIVE_OFFSET_MAX
 from broker.storage.log_config import LogConfig
 from broker.storage.recovery import load_segments
 from broker.storage.segment import LogSegment, storage_error
@@ -228,12 +229,14 @@ class Log:
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Validate, assign offsets from the LEO, stamp ``leader_epoch``, append."""
         with self._lock:
-            self._check_usable()
+            if self._offline_reason is not None or self._closed:
+                self._check_usable()
             latest_epoch = self.leader_epoch_cache.latest_epoch
             if leader_epoch < latest_epoch:
                 raise FencedLeaderEpochError(
                     f"append in leader epoch {leader_epoch}, the log is at epoch {latest_epoch}")
-            self._check_append_size(len(records))
+            if len(records) > self.config.segment_bytes:
+                self._check_append_size(len(records))
             buf = bytearray(records)  # the one copy: restamped in place, then written
             view = memoryview(buf)
             first_offset = offset = self._segments[-1].next_offset
@@ -351,14 +354,16 @@ class Log:
 
     def _should_roll(self, segment: LogSegment, append_bytes: int, last_offset: int,
                      now_ms: int) -> bool:
-        if segment.size_bytes == 0:
+        size = segment.size_bytes
+        if not size:
             return False
         config = self.config
-        return (segment.size_bytes + append_bytes > config.segment_bytes
-                or (segment.first_batch_time_ms is not None
-                    and now_ms - segment.first_batch_time_ms > config.segment_ms)
+        first_batch_time_ms = segment.first_batch_time_ms
+        return (size + append_bytes > config.segment_bytes
+                or (first_batch_time_ms is not None
+                    and now_ms - first_batch_time_ms > config.segment_ms)
                 or segment.index.is_full or segment.time_index.is_full
-                or not segment.relative_offset_fits(last_offset))
+                or last_offset - segment.base_offset > RELATIVE_OFFSET_MAX)
 
     def maybe_roll(self, now_ms: int) -> None:
         """Roll the active segment if segment.ms has passed (called periodically)."""
