@@ -64,6 +64,7 @@ class ProducerBatch:
     retry_after_ms: int = 0
     encoded: bytes | None = None  # filled once by the sender, resent as-is on retries
     postponed: bool = False  # held back (no leader known) until retry_after_ms
+    last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
 
     def try_append(self, record: PendingRecord, record_bytes: int, future: Future,
                    batch_size_bytes: int) -> bool:

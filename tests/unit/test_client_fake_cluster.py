@@ -363,3 +363,16 @@ def test_consumer_ignores_a_partial_tail_and_rejects_a_corrupt_batch(fake_cluste
     with pytest.raises(CorruptRecordError):
         c._decode(tp, bytes(bad))
     c.close()
+
+
+def test_delivery_timeout_names_the_last_error(fake_cluster):
+    from proto.errors import RequestTimedOutError
+
+    state, bootstrap = fake_cluster
+    state.produce_errors = [pb.NOT_ENOUGH_REPLICAS] * 1000
+    with Producer(bootstrap, linger_ms=0, retry_backoff_ms=20, delivery_timeout_ms=300) as producer:
+        fut = producer.send("t", b"x", partition=0)
+        with pytest.raises(RequestTimedOutError) as info:
+            fut.result(5)
+    assert "NOT_ENOUGH_REPLICAS" in str(info.value)
+    assert state.logs[0] == []
