@@ -233,12 +233,15 @@ class Producer:
 
     def _expire(self, now: int) -> None:
         for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
-            last = batch.last_error
-            cause = (f"; last error: {getattr(last, 'error_name', type(last).__name__)} {last}"
-                     if last is not None else "")
-            self._finish(batch, RequestTimedOutError(
-                f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
-                f"not delivered within {self.delivery_timeout_ms} ms{cause}"))
+            self._finish(batch, self._delivery_timeout_error(batch))
+
+    def _delivery_timeout_error(self, batch: ProducerBatch) -> RequestTimedOutError:
+        last = batch.last_error
+        cause = (f"; last error: {getattr(last, 'error_name', type(last).__name__)} {last}"
+                 if last is not None else "")
+        return RequestTimedOutError(
+            f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
+            f"not delivered within {self.delivery_timeout_ms} ms{cause}")
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None,
                 base_offset: int = -1, log_append_time_ms: int = -1) -> None:
@@ -366,10 +369,14 @@ class Producer:
                 retriable = getattr(error, "retriable", False)
                 head = batches[0]
                 expired = now - head.created_ms >= self.delivery_timeout_ms
-                if retriable and head.attempts <= self.retries and not expired:
+                if retriable and head.attempts <= self.retries:
                     for batch in batches:
                         batch.last_error = error
-                    self._accumulator.reenqueue_many(batches, now, self.retry_backoff_ms)
+                    if expired:
+                        for batch in batches:
+                            self._finish(batch, self._delivery_timeout_error(batch))
+                    else:
+                        self._accumulator.reenqueue_many(batches, now, self.retry_backoff_ms)
                 else:
                     for batch in batches:
                         self._finish(batch, error)
