@@ -20,6 +20,8 @@ event                               result
 ``on_alter_partition_committed``    the controller accepted: HW moved?
 ``on_alter_partition_failed``       certainly not applied: dropped, retry later
 ``on_leader_and_isr_update``        controller changed the ISR, same epoch
+``maybe_advance_high_watermark``    time passed (a joiner stopped being caught
+                                    up): HW moved?
 ``check_acks_all_allowed()``        raises ``NotEnoughReplicasError``
 ``acks_all_result(offset)``         ``None`` (wait) or an ``ErrorCode``
 ==================================  ==========================================
@@ -40,8 +42,17 @@ Follower state (per remote replica, Kafka's ``ReplicaState``):
 
 High watermark:
 ``HW = min(leader LEO, LEO of every member of the maximal ISR, LEO of every
-caught-up follower about to join)``. It moves only forward, and not at all
-while the maximal ISR is smaller than ``min(min_insync_replicas, RF)``.
+caught-up follower about to join)``, where "about to join" is a replica
+outside the maximal ISR that fetched in this leadership and is caught up (at
+the leader's LEO, or caught up within ``replica_lag_time_max_ms``). It moves
+only forward, and not at all while the committed ISR is smaller than
+``min(min_insync_replicas, RF)`` (a pending expansion does not count until
+the controller accepts it).
+
+acks=all: refused before the append when the committed ISR is below
+``min_insync_replicas``; answered once the HW reaches the last offset + 1,
+with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the maximal ISR is below the
+minimum by then (Kafka's ``checkEnoughReplicasReachOffset``).
 
 ISR changes go through the controller, at most one in flight:
 
@@ -259,7 +270,7 @@ class LeaderPartitionState:
 
     def maybe_advance_high_watermark(self, now_ms: int) -> bool:
         """Recompute the HW from what is known; True when it moved (only ever forward)."""
-        if len(self.maximal_isr) < min(self.min_insync_replicas, self.replication_factor):
+        if len(self.isr) < min(self.min_insync_replicas, self.replication_factor):
             return False
         candidate = self.log_end_offset
         maximal_isr = self.maximal_isr
