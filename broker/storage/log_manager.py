@@ -135,8 +135,8 @@ class LogManager:
             if existing is not None:
                 return existing
             self._topic_configs.setdefault(tp.topic, config)
-            created = Log.open(self.data_dir / name, config, now_ms=now_ms,
-                               had_clean_shutdown=True)
+            # A new directory has nothing to recover; a stray old one gets validated.
+            created = Log.open(self.data_dir / name, config, now_ms=now_ms)
             self._logs[tp] = created
             return created
 

@@ -383,3 +383,32 @@ def test_permission_error_is_a_storage_error_with_the_path(tmp_path, monkeypatch
     assert info.value.path.endswith("00000000000000000000.log")
     monkeypatch.undo()
     assert read_all(Log.open(tmp_path / "t-0", LogConfig(), now_ms=0)) == [(0, 1, 0)]
+
+
+def test_reads_return_whole_batches_within_max_bytes(tmp_path):
+    """Random start offsets and limits: whole contiguous batches from the one holding the
+    start, never over max_bytes unless a single batch is forced by min_one_batch; the
+    position hints of sequential reads give the same bytes as cold reads."""
+    import random
+
+    rng = random.Random(5)
+    log = open_log(tmp_path, segment_bytes=5000, index_interval_bytes=300)
+    for i in range(200):
+        log.append_as_leader(batch(rng.randint(1, 3), b"x" * rng.randint(0, 200)), i // 50,
+                             now_ms=0)
+    everything = read_all(log)
+    by_offset = {o: (base, last, epoch) for base, last, epoch in everything
+                 for o in range(base, last + 1)}
+    for _ in range(300):
+        start = rng.randrange(log.log_end_offset)
+        max_bytes = rng.randint(1, 3000)
+        result = log.read(start, max_bytes)
+        got = headers(result.records)
+        assert got[0] == by_offset[start]
+        assert len(result.records) <= max_bytes or len(got) == 1
+        assert got == everything[everything.index(got[0]):everything.index(got[0]) + len(got)]
+        assert result.next_offset == got[-1][1] + 1
+        again = (log.read(result.next_offset, max_bytes)
+                 if result.next_offset < log.log_end_offset else None)
+        if again is not None and again.records:
+            assert headers(again.records)[0][0] == result.next_offset
