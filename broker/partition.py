@@ -54,7 +54,9 @@ class Partition:
         self.leader_state: LeaderPartitionState | None = None
         # A checkpointed HW can exceed the LEO after a crash lost an unflushed tail.
         self._follower_high_watermark = max(0, min(high_watermark, log.log_end_offset))
-        self.alter_partition_in_flight = False
+        # The task sending this leadership's ISR proposals (replica manager's).
+        self.alter_partition_task: asyncio.Task | None = None
+        self.alter_partition_leader: LeaderPartitionState | None = None
 
     # ---------------------------------------------------------------- views
 
@@ -114,7 +116,6 @@ class Partition:
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             now_ms=now_ms,
         )
-        self.alter_partition_in_flight = False
         self._record(state)
 
     def update_isr(self, state: pb.PartitionState, now_ms: int) -> bool:
@@ -135,7 +136,6 @@ class Partition:
         if was_leader:
             self._follower_high_watermark = self.leader_state.high_watermark
         self.leader_state = None
-        self.alter_partition_in_flight = False
         self._follower_high_watermark = min(self._follower_high_watermark,
                                             self.log.log_end_offset)
         self._record(state)

@@ -461,7 +461,7 @@ class ReplicaManager:
             if decision.high_watermark_changed:
                 self._on_high_watermark_moved(partition)
             if decision.propose_isr is not None:
-                self._send_alter_partition(partition, decision.propose_isr)
+                self._send_alter_partition(partition)
         if fp.fetch_offset >= log_.log_end_offset:
             return b""
         return bytes(log_.read(fp.fetch_offset, max_bytes, min_one_batch=min_one_batch).records)
@@ -544,58 +544,92 @@ class ReplicaManager:
 
     # ================================================================ ISR changes
 
-    def _send_alter_partition(self, partition: Partition, proposed_isr: tuple[int, ...]) -> None:
+    def _send_alter_partition(self, partition: Partition) -> None:
+        """Make sure the leader's pending ISR proposal reaches the controller.
+
+        One sender task per leadership and partition: a proposal made while
+        another is in flight is sent by the same task after it.
+        """
         leader = partition.leader_state
-        if leader is None:
+        if leader is None or leader.pending_isr is None:
             return
-        partition.alter_partition_in_flight = True
-        item = pb.AlterPartitionItem(topic=partition.tp.topic, partition=partition.tp.partition,
-                                     leader_epoch=leader.leader_epoch,
-                                     partition_epoch=leader.partition_epoch,
-                                     new_isr=list(proposed_isr))
-        task = asyncio.create_task(self._alter_partition(partition, leader, item),
+        running = partition.alter_partition_task
+        if running is not None and not running.done() and partition.alter_partition_leader is leader:
+            return
+        task = asyncio.create_task(self._alter_partition_sender(partition, leader),
                                    name=f"alter-partition-{partition.tp}")
+        partition.alter_partition_task = task
+        partition.alter_partition_leader = leader
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _alter_partition(self, partition: Partition, leader, item: pb.AlterPartitionItem
-                               ) -> None:
-        committed: pb.PartitionState | None = None
-        reason = ""
-        try:
-            resp = await self._alter_partition_rpc([item])
-            if resp.error_code != pb.NONE:
-                reason = pb.ErrorCode.Name(resp.error_code)
-            elif len(resp.items) != 1 or resp.items[0].error_code != pb.NONE:
-                reason = pb.ErrorCode.Name(resp.items[0].error_code) if resp.items else "no items"
-            else:
-                committed = resp.items[0].state
-        except Exception as e:  # noqa: BLE001 - the controller may be gone: retry later
-            reason = f"{type(e).__name__}: {e}"
-        if committed is None:
-            # The proposal stays pending during the backoff, so no new one is sent.
-            await asyncio.sleep(ALTER_PARTITION_RETRY_BACKOFF_S)
-        async with partition.lock:
-            if partition.leader_state is not leader:
-                return  # leadership changed meanwhile: the answer belongs to the past
-            partition.alter_partition_in_flight = False
-            if committed is None or committed.leader_epoch != leader.leader_epoch:
-                leader.on_alter_partition_failed()
-                log.info("AlterPartition %s ISR %s not committed: %s", partition.tp,
-                         list(item.new_isr), reason or "leader epoch changed")
-                return
-            old_isr = leader.isr
-            leader.on_alter_partition_committed(tuple(committed.isr), committed.partition_epoch,
-                                                mono_ms())
-            partition.partition_epoch = committed.partition_epoch
-            partition.isr = tuple(committed.isr)
-            if len(committed.isr) < len(old_isr):
-                self.metrics.isr_shrinks.inc()
-            elif len(committed.isr) > len(old_isr):
-                self.metrics.isr_expands.inc()
-            log.info("ISR of %s is now %s (partition epoch %d)", partition.tp,
-                     list(committed.isr), committed.partition_epoch)
-            self._on_high_watermark_moved(partition)
+    async def _alter_partition_sender(self, partition: Partition, leader) -> None:
+        """Send pending proposals until none is left, honouring what each answer proves.
+
+        - NONE: apply the committed state.
+        - INVALID_UPDATE_VERSION: not applied; apply the controller's current
+          state (it may contain an earlier proposal whose answer was lost).
+        - transport error, timeout, request-level error: unknown whether it
+          was applied, so resend the same proposal after a backoff (a
+          duplicate is answered INVALID_UPDATE_VERSION with the state).
+        - FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER: this leadership is
+          ending; keep the proposal pending until LeaderAndIsr replaces it.
+        - anything else (INELIGIBLE_REPLICA, INVALID_REQUEST, ...): certainly
+          not applied; drop it, a later event proposes again.
+        """
+        backoff_s = ALTER_PARTITION_RETRY_BACKOFF_S
+        while partition.leader_state is leader and leader.pending_isr is not None:
+            proposal = leader.pending_isr
+            item = pb.AlterPartitionItem(
+                topic=partition.tp.topic, partition=partition.tp.partition,
+                leader_epoch=leader.leader_epoch, partition_epoch=leader.partition_epoch,
+                new_isr=list(proposal.proposed_isr))
+            try:
+                resp = await self._alter_partition_rpc([item])
+                code = resp.error_code if resp.error_code != pb.NONE else (
+                    resp.items[0].error_code if resp.items else pb.UNKNOWN_SERVER_ERROR)
+                state = resp.items[0].state if resp.items else None
+                unsure = resp.error_code != pb.NONE or not resp.items
+            except Exception as e:  # noqa: BLE001 - the controller may be gone
+                code, state, unsure = pb.REQUEST_TIMED_OUT, None, True
+                log.info("AlterPartition %s ISR %s: no answer (%s), resending", partition.tp,
+                         list(item.new_isr), type(e).__name__)
+            if unsure:
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
+                continue
+            async with partition.lock:
+                if partition.leader_state is not leader:
+                    return  # the leadership ended meanwhile: the answer belongs to the past
+                if code in (pb.FENCED_LEADER_EPOCH, pb.NOT_LEADER_OR_FOLLOWER):
+                    log.info("AlterPartition %s answered %s: waiting for LeaderAndIsr",
+                             partition.tp, pb.ErrorCode.Name(code))
+                    return
+                old_isr = leader.isr
+                if state is not None and state.leader_epoch == leader.leader_epoch and code in (
+                        pb.NONE, pb.INVALID_UPDATE_VERSION):
+                    if code == pb.NONE and leader.pending_isr is proposal:
+                        leader.on_alter_partition_committed(
+                            tuple(state.isr), state.partition_epoch, mono_ms())
+                    else:
+                        leader.on_leader_and_isr_update(
+                            tuple(state.isr), state.partition_epoch, mono_ms())
+                    partition.partition_epoch = leader.partition_epoch
+                    partition.isr = leader.isr
+                if code != pb.NONE and leader.pending_isr is proposal:
+                    leader.on_alter_partition_failed()  # certainly not applied (see above)
+                if leader.isr != old_isr:
+                    (self.metrics.isr_shrinks if len(leader.isr) < len(old_isr)
+                     else self.metrics.isr_expands).inc()
+                    log.info("ISR of %s is now %s (partition epoch %d)", partition.tp,
+                             list(leader.isr), leader.partition_epoch)
+                elif code != pb.NONE:
+                    log.info("AlterPartition %s ISR %s refused: %s", partition.tp,
+                             list(item.new_isr), pb.ErrorCode.Name(code))
+                # acks=all answers depend on the ISR as well as on the HW.
+                self._on_high_watermark_moved(partition)
+            if code != pb.NONE:
+                await asyncio.sleep(backoff_s)
 
     async def _isr_maintenance_loop(self) -> None:
         """ISR shrink proposals, and the time-driven HW re-check.
@@ -615,12 +649,10 @@ class ReplicaManager:
                     continue
                 if leader.maybe_advance_high_watermark(now):
                     self._on_high_watermark_moved(partition)
-                if partition.alter_partition_in_flight:
-                    continue
                 proposal = leader.maybe_shrink_isr(now)
                 if proposal is not None:
                     log.info("proposing ISR shrink of %s to %s", partition.tp, list(proposal))
-                    self._send_alter_partition(partition, proposal)
+                    self._send_alter_partition(partition)
 
     # ================================================================ background
 

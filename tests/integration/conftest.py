@@ -38,6 +38,8 @@ FAST_BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": "3000",
 }
 FAST_CONTROLLER_SETTINGS = {"broker.session.timeout.ms": "1500"}
+# Deadlines stretch on a loaded machine (TIDE_TEST_WAIT_SCALE, default 2).
+WAIT_SCALE = float(os.environ.get("TIDE_TEST_WAIT_SCALE", "2"))
 
 
 def free_port() -> int:
@@ -49,7 +51,7 @@ def free_port() -> int:
 def wait_for(predicate: Callable[[], object], timeout_s: float = 15.0, interval_s: float = 0.05,
              message: str = "condition") -> object:
     """Return the first truthy value of ``predicate()``; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s * WAIT_SCALE
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         try:
@@ -307,7 +309,14 @@ def fetch(broker: Broker, topic: str, offset: int, *, partition: int = 0, max_wa
 
 
 def consume_all(broker: Broker, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
-    """Every committed record from offset 0, as (offset, value)."""
+    """Every record from offset 0, as (offset, value), once all of them are committed.
+
+    Call it when nothing is being produced: it first waits until the leader's
+    HW reaches its LEO (a new leader's HW catches up only after its followers
+    fetched in its epoch).
+    """
+    wait_for(lambda: (lambda r: r.high_watermark == r.log_end_offset)(
+        broker.replica(topic, partition)), message=f"{topic}-{partition} fully committed")
     out: list[tuple[int, bytes]] = []
     offset = 0
     while True:

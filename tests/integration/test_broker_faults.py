@@ -66,6 +66,9 @@ def test_leader_sigkill_during_acks_all_loses_nothing_acknowledged(cluster):
     wait_for(lambda: len(c.partition_state("k").isr) == 2, timeout_s=20, message="ISR of 2")
     producer.stop()
     leader = c.wait_leader_ready("k")
+    # A new leader's HW catches up once its followers fetch in its epoch.
+    wait_for(lambda: leader.replica("k").high_watermark == leader.replica("k").log_end_offset,
+             message="HW reaches the LEO")
     values = [v for _, v in consume_all(leader, "k")]
     assert producer.acked <= set(values), producer.acked - set(values)
     offsets = [o for o, _ in consume_all(leader, "k")]

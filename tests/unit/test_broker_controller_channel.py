@@ -65,9 +65,8 @@ async def test_register_then_reregister_on_stale_epoch(controller):
         assert await asyncio.wait_for(channel.register(), 5) == 11
         beats = asyncio.create_task(channel.run_heartbeats())
         fake.stale_next = True
-        for _ in range(200):
-            if fake.registrations == 2:
-                break
+        deadline = asyncio.get_running_loop().time() + 10
+        while fake.registrations < 2 and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         assert fake.registrations == 2 and channel.broker_epoch == 12
         beats.cancel()

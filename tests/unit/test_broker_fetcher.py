@@ -21,8 +21,9 @@ def seeded_log(epochs_and_counts) -> FakeLog:
     return log
 
 
-async def wait_until(predicate, timeout_s=5.0):
-    for _ in range(int(timeout_s / 0.01)):
+async def wait_until(predicate, timeout_s=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
         if predicate():
             return
         await asyncio.sleep(0.01)

@@ -49,6 +49,12 @@ def make_manager(tmp_path: Path, **settings) -> tuple[ReplicaManager, FakeContro
     return rm, controller
 
 
+async def wait_until(predicate, timeout_s=10.0):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline and not predicate():
+        await asyncio.sleep(0.01)
+
+
 def lai(leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2), replicas=(1, 2),
         controller_epoch=1, configs=None) -> pb.LeaderAndIsrRequest:
     return pb.LeaderAndIsrRequest(
@@ -256,19 +262,13 @@ async def test_isr_shrink_goes_through_controller(tmp_path):
     await rm.leader_and_isr(lai())
     rm.start()
     try:
-        for _ in range(100):
-            if rm.partitions[TP].leader_isr == (1,):
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(lambda: rm.partitions[TP].leader_isr == (1,))
         assert rm.partitions[TP].leader_isr == (1,)
         assert list(controller.items[0].new_isr) == [1]
         assert rm.metrics.isr_shrinks._value.get() == 1
         # The follower catches up and is proposed back.
         await rm.fetch(follower_fetch(0))
-        for _ in range(100):
-            if rm.partitions[TP].leader_isr == (1, 2):
-                break
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
         assert rm.partitions[TP].leader_isr == (1, 2)
     finally:
         await rm.stop()
@@ -283,3 +283,50 @@ async def test_topic_configs_apply_to_existing_logs(tmp_path):
     assert rm.partitions[TP].log.config.max_message_bytes == 150
     out = await rm.produce(produce(acks=-1))
     assert out.partitions[0].error_code == pb.NOT_ENOUGH_REPLICAS
+
+
+async def test_alter_partition_lost_answer_is_resent_and_state_applied(tmp_path):
+    """The controller applies an expansion but the answer is lost: the resend's
+    INVALID_UPDATE_VERSION carries the committed state, which the leader adopts."""
+    rm, controller = make_manager(tmp_path)
+    committed = {}
+
+    async def flaky(items):
+        it = items[0]
+        controller.items.append(it)
+        if not committed:
+            committed["state"] = pb.PartitionState(
+                topic=it.topic, partition=it.partition, leader=1, leader_epoch=it.leader_epoch,
+                partition_epoch=it.partition_epoch + 1, replicas=[1, 2], isr=list(it.new_isr))
+            raise ConnectionError("answer lost")
+        return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
+            error_code=pb.INVALID_UPDATE_VERSION, state=committed["state"])])
+
+    rm._alter_partition_rpc = flaky
+    await rm.leader_and_isr(lai(isr=(1,)))
+    await rm.fetch(follower_fetch(0))  # caught up: expansion proposed
+    await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
+    assert rm.partitions[TP].leader_isr == (1, 2)
+    assert len(controller.items) == 2
+    assert rm.partitions[TP].leader_state.pending_isr is None
+    assert rm.partitions[TP].partition_epoch == 1
+
+
+async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_path):
+    rm, controller = make_manager(tmp_path)
+
+    async def fenced(items):
+        controller.items.extend(items)
+        return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
+            error_code=pb.FENCED_LEADER_EPOCH)])
+
+    rm._alter_partition_rpc = fenced
+    await rm.leader_and_isr(lai(isr=(1,)))
+    await rm.fetch(follower_fetch(0))
+    await wait_until(lambda: len(controller.items) == 1)
+    await asyncio.sleep(0.1)
+    assert len(controller.items) == 1  # not resent, not dropped
+    assert rm.partitions[TP].leader_state.pending_isr is not None
+    await rm.leader_and_isr(lai(leader=2, leader_epoch=1, partition_epoch=1))
+    assert not rm.partitions[TP].is_leader
+    await rm.stop()
