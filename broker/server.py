@@ -106,7 +106,10 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     ])
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:  # grpc's way of saying the address is taken or invalid
+        raise OSError(f"cannot listen on {host}:{port}: {e}") from None
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     return server, bound

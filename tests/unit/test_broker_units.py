@@ -115,3 +115,18 @@ def test_metadata_cache_listener_addresses_and_unknown_topics():
     assert missing.error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
     with pytest.raises(StaleControllerEpochError):
         cache.update(_update(1))
+
+
+def test_taken_port_exits_1_with_a_clear_message(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "broker", "--broker-id", "1", "--listen", f"127.0.0.1:{port}",
+             "--controller", "127.0.0.1:1", "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
