@@ -272,7 +272,30 @@ class ReplicaManager:
             for lst in b.listeners:
                 if lst.name == "INTERNAL" and not b.fenced:
                     self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
+        self._delete_stray_logs(request)
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    def _delete_stray_logs(self, request: pb.UpdateMetadataRequest) -> None:
+        """Delete loaded logs the cluster no longer places here (deleted while we were away).
+
+        Only logs never claimed by a LeaderAndIsr since start-up are candidates,
+        and only when the full snapshot says the partition does not exist or
+        does not list this broker as a replica.
+        """
+        if not self._loaded_high_watermarks or not request.partitions:
+            return  # an empty snapshot is more likely a wiped controller than an empty cluster
+        placed = {(p.topic, p.partition): self.broker_id in p.replicas
+                  for p in request.partitions}
+        for tp in list(self._loaded_high_watermarks):
+            if tp in self.partitions or placed.get((tp.topic, tp.partition), False):
+                continue
+            log.warning("deleting stray log %s: not a replica here in controller epoch %d",
+                        tp, request.controller_epoch)
+            self._loaded_high_watermarks.pop(tp, None)
+            try:
+                self.log_manager.delete(tp)
+            except Exception as e:  # noqa: BLE001 - a failed delete leaves the log in place
+                log.error("deleting stray log %s failed: %s", tp, e)
 
     # ================================================================ lookups
 

@@ -330,3 +330,23 @@ async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_pa
     await rm.leader_and_isr(lai(leader=2, leader_epoch=1, partition_epoch=1))
     assert not rm.partitions[TP].is_leader
     await rm.stop()
+
+
+async def test_stray_logs_deleted_only_when_the_snapshot_excludes_them(tmp_path):
+    from broker.storage.log_config import LogConfig
+    from tests.unit.test_broker_fakes import FakeLog
+
+    rm, _ = make_manager(tmp_path)
+    kept, gone, other = TP, TopicPartition("deleted", 0), TopicPartition("elsewhere", 0)
+    for tp in (kept, gone, other):
+        rm.log_manager._logs[tp] = FakeLog(tp, LogConfig())
+    rm.load()
+
+    def snapshot(epoch, partitions):
+        return pb.UpdateMetadataRequest(controller_epoch=epoch, partitions=partitions)
+
+    state = pb.PartitionState(topic=TP.topic, partition=0, leader=1, leader_epoch=0,
+                              replicas=[1, 2], isr=[1, 2])
+    elsewhere = pb.PartitionState(topic="elsewhere", partition=0, leader=2, replicas=[2, 3])
+    rm.update_metadata(snapshot(1, [state, elsewhere]))
+    assert set(rm.log_manager.logs()) == {kept}
