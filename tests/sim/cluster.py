@@ -25,7 +25,7 @@ import heapq
 import math
 import random
 from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from broker.replication.follower import follower_truncation, truncation_for_diverging_epoch
 from broker.replication.leader_state import LeaderPartitionState
@@ -37,6 +37,9 @@ from .sim_broker import LEADER, BrokerConfig, SimBroker
 from .sim_controller import SimController
 
 CLIENT_BASE = 100
+_PRODUCTION_CODE = dict(leader_state_factory=LeaderPartitionState,
+                        truncation_rule=follower_truncation,
+                        diverging_rule=truncation_for_diverging_epoch)
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,7 @@ class Producer:
         self.tp = tp
         self.inflight: dict[int, int] = {}  # request id -> send time
         self.next_request_id = 1
-        self.errors: dict[int, int] = {}
-        self.acked = 0
+        self.errors: dict[int, int] = {}  # ErrorCode -> answers received
 
 
 class Simulation:
@@ -145,6 +147,9 @@ class Simulation:
         self._restart_at_ms: dict[int, float] = {}
         self._scheduled: list[tuple[int, int, object]] = []  # (at_ms, sequence, action)
         self._schedule_sequence = 0
+        self._scripted = False
+        self._decision_code = dict(leader_state_factory=leader_state_factory,
+                                   truncation_rule=truncation_rule, diverging_rule=diverging_rule)
         self._next_payload_id = 1
         self.crashes = 0
 
@@ -328,6 +333,7 @@ class Simulation:
     def at(self, at_ms: int, action) -> None:
         """Run ``action()`` at the start of the first step at or after ``at_ms``."""
         self._schedule_sequence += 1
+        self._scripted = True
         heapq.heappush(self._scheduled, (at_ms, self._schedule_sequence, action))
 
     def produce(self, tp, record_count: int = 1) -> None:
@@ -369,9 +375,14 @@ class Simulation:
 
     def _failure_text(self, message: str) -> str:
         lines = "\n".join(self._trace)
-        return (f"{message}\nreproduce: cd tests && ../.venv/bin/python -m sim.run --seed "
-                f"{self.seed} --verbose\nconfig: {self.config}\nlast trace lines:\n{lines}")
-
-
-def with_overrides(config: SimConfig, **changes) -> SimConfig:
-    return replace(config, **changes)
+        variant = {name: getattr(code, "__name__", repr(code))
+                   for name, code in self._decision_code.items()
+                   if code is not _PRODUCTION_CODE[name]}
+        if self.config == SimConfig.for_seed(self.seed) and not self._scripted and not variant:
+            how = f"cd tests && ../.venv/bin/python -m sim.run --seed {self.seed} --verbose"
+        else:
+            how = (f"Simulation({self.seed}, <the config below>"
+                   + "".join(f", {k}={v}" for k, v in variant.items())
+                   + (") with the same script" if self._scripted else ")"))
+        return (f"{message}\nreproduce: {how}\nconfig: {self.config}\n"
+                f"last trace lines:\n{lines}")

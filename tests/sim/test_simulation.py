@@ -113,7 +113,7 @@ def test_broken_variant_is_caught(variant):
     assert seed is not None, "the invariant checks did not catch a broken replication rule"
     first_line = message.splitlines()[0]
     assert first_line.startswith(f"seed {seed} at "), first_line
-    assert f"--seed {seed}" in message  # how to reproduce it
+    assert f"reproduce: Simulation({seed}, <the config below>, " in message
 
 
 # ---------------------------------------------------------------- scripted scenarios
