@@ -329,13 +329,14 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
             "received": len(e2e_ms), "achieved_rate_per_s": achieved}
 
 
-def ack_latency_serial(bootstrap: str, topic: str, record_bytes: int, count: int) -> LatencySummary:
-    """acks=all sends one at a time, each waiting for its answer (JetStream's ``publish``)."""
+def ack_latency_serial(bootstrap: str, topic: str, record_bytes: int, count: int,
+                       acks: int = -1) -> LatencySummary:
+    """Sends one at a time, each waiting for its answer (JetStream's ``publish``)."""
     from client.producer import Producer
 
     value = os.urandom(record_bytes)
     samples = []
-    with Producer(bootstrap, acks=-1, linger_ms=0) as producer:
+    with Producer(bootstrap, acks=acks, linger_ms=0) as producer:
         producer.send(topic, value, partition=0).result(timeout=30)
         for _ in range(count):
             t0 = time.perf_counter()
