@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from broker.clock import wall_ms
 from broker.error_mapping import error_code_for
 from broker.replication import follower_truncation
 from proto import tidewater_pb2 as pb
@@ -235,9 +236,8 @@ class LeaderFetcher:
             self._apply_truncation(a, (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
             return
         if p.records:
-            info = partition.log.append_as_follower(p.records, int(time.time() * 1000))
+            partition.log.append_as_follower(p.records, wall_ms())
             self.manager.replica_manager.metrics.replication_bytes_in.inc(len(p.records))
-            del info
         partition.set_follower_high_watermark(p.high_watermark)
 
     def _on_error(self, a: FetchAssignment, code: int, rpc: str) -> None:

@@ -17,8 +17,9 @@ Theory of operation:
 - ``fetch``: consumers read from the leader below the HW; followers are
   fenced by epoch, checked for divergence, and their fetch offset moves the
   leader's view of their LEO (HW, ISR expansion).
-- Background: ISR shrink checks, AlterPartition round trips (the new ISR is
-  used only after the controller commits it), HW checkpoints, retention.
+- Background: ISR changes (``isr_changes``: shrink checks, AlterPartition;
+  the new ISR is used only after the controller commits it), HW
+  checkpoints, segment.ms rolls and flush.ms flushes, retention.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from broker.clock import mono_ms, wall_ms
 from broker.config import BrokerConfig
 from broker.error_mapping import error_code_for
 from broker.fetcher import FetcherManager
+from broker.isr_changes import IsrChanges
 from broker.metadata_cache import MetadataCache
 from broker.metrics import BrokerMetrics, ReplicaSnapshot
 from broker.partition import Partition, state_is_newer
@@ -54,20 +57,9 @@ ACKS_TIMEOUT_DEFAULT_MS = 30_000
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
 RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
-ALTER_PARTITION_RETRY_BACKOFF_S = 0.2
 FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
-
-
-def wall_ms() -> int:
-    """Wall-clock ms: record timestamps, segment.ms and retention.ms."""
-    return int(time.time() * 1000)
-
-
-def mono_ms() -> int:
-    """Monotonic ms: replication timing (follower lag), immune to clock steps."""
-    return int(time.monotonic() * 1000)
 
 
 def record_count(records: bytes) -> int:
@@ -88,7 +80,6 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.metrics = metrics
-        self._alter_partition_rpc = alter_partition
         self._broker_epoch = broker_epoch
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
@@ -97,8 +88,10 @@ class ReplicaManager:
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         self.fetchers = FetcherManager(self)
+        self.isr_changes = IsrChanges(alter_partition=alter_partition, metrics=metrics,
+                                      replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+                                      on_change=self._on_high_watermark_moved)
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
-        self._background: set[asyncio.Task] = set()
         self._loops: list[asyncio.Task] = []
         metrics.register_replicas(self.replica_snapshots)
 
@@ -114,16 +107,18 @@ class ReplicaManager:
 
     def start(self) -> None:
         self._loops = [
-            asyncio.create_task(self._isr_maintenance_loop(), name="isr-maintenance"),
+            asyncio.create_task(self.isr_changes.run_maintenance(self.partitions.values),
+                                name="isr-maintenance"),
             asyncio.create_task(self._checkpoint_loop(), name="hw-checkpoint"),
             asyncio.create_task(self._retention_loop(), name="retention"),
         ]
 
     async def stop(self) -> None:
         """Stop tasks and fetchers, answer waiters; the caller then shuts the LogManager down."""
-        for task in self._loops + list(self._background):
+        for task in self._loops:
             task.cancel()
-        await asyncio.gather(*self._loops, *self._background, return_exceptions=True)
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        await self.isr_changes.stop()
         await self.fetchers.shutdown()
         self.produce_purgatory.fail_everything(pb.NOT_LEADER_OR_FOLLOWER)
         self.fetch_waiters.notify_all()
@@ -484,7 +479,7 @@ class ReplicaManager:
             if decision.high_watermark_changed:
                 self._on_high_watermark_moved(partition)
             if decision.propose_isr is not None:
-                self._send_alter_partition(partition)
+                self.isr_changes.send(partition)
         if fp.fetch_offset >= log_.log_end_offset:
             return b""
         return bytes(log_.read(fp.fetch_offset, max_bytes, min_one_batch=min_one_batch).records)
@@ -564,118 +559,6 @@ class ReplicaManager:
                 leader_epoch=p.leader_epoch, isr_size=len(isr), is_leader=p.is_leader,
                 under_replicated=p.is_leader and len(isr) < len(p.replicas)))
         return out
-
-    # ================================================================ ISR changes
-
-    def _send_alter_partition(self, partition: Partition) -> None:
-        """Make sure the leader's pending ISR proposal reaches the controller.
-
-        One sender task per leadership and partition: a proposal made while
-        another is in flight is sent by the same task after it.
-        """
-        leader = partition.leader_state
-        if leader is None or leader.pending_isr is None:
-            return
-        running = partition.alter_partition_task
-        if running is not None and not running.done() and partition.alter_partition_leader is leader:
-            return
-        task = asyncio.create_task(self._alter_partition_sender(partition, leader),
-                                   name=f"alter-partition-{partition.tp}")
-        partition.alter_partition_task = task
-        partition.alter_partition_leader = leader
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _alter_partition_sender(self, partition: Partition, leader) -> None:
-        """Send pending proposals until none is left, honouring what each answer proves.
-
-        - NONE: apply the committed state.
-        - INVALID_UPDATE_VERSION: not applied; apply the controller's current
-          state (it may contain an earlier proposal whose answer was lost).
-        - transport error, timeout, request-level error: unknown whether it
-          was applied, so resend the same proposal after a backoff (a
-          duplicate is answered INVALID_UPDATE_VERSION with the state).
-        - FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER: this leadership is
-          ending; keep the proposal pending until LeaderAndIsr replaces it.
-        - anything else (INELIGIBLE_REPLICA, INVALID_REQUEST, ...): certainly
-          not applied; drop it, a later event proposes again.
-        """
-        backoff_s = ALTER_PARTITION_RETRY_BACKOFF_S
-        while partition.leader_state is leader and leader.pending_isr is not None:
-            proposal = leader.pending_isr
-            item = pb.AlterPartitionItem(
-                topic=partition.tp.topic, partition=partition.tp.partition,
-                leader_epoch=leader.leader_epoch, partition_epoch=leader.partition_epoch,
-                new_isr=list(proposal.proposed_isr))
-            try:
-                resp = await self._alter_partition_rpc([item])
-                code = resp.error_code if resp.error_code != pb.NONE else (
-                    resp.items[0].error_code if resp.items else pb.UNKNOWN_SERVER_ERROR)
-                state = resp.items[0].state if resp.items else None
-                unsure = resp.error_code != pb.NONE or not resp.items
-            except Exception as e:  # noqa: BLE001 - the controller may be gone
-                code, state, unsure = pb.REQUEST_TIMED_OUT, None, True
-                log.info("AlterPartition %s ISR %s: no answer (%s), resending", partition.tp,
-                         list(item.new_isr), type(e).__name__)
-            if unsure:
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 2.0)
-                continue
-            async with partition.lock:
-                if partition.leader_state is not leader:
-                    return  # the leadership ended meanwhile: the answer belongs to the past
-                if code in (pb.FENCED_LEADER_EPOCH, pb.NOT_LEADER_OR_FOLLOWER):
-                    log.info("AlterPartition %s answered %s: waiting for LeaderAndIsr",
-                             partition.tp, pb.ErrorCode.Name(code))
-                    return
-                old_isr = leader.isr
-                if state is not None and state.leader_epoch == leader.leader_epoch and code in (
-                        pb.NONE, pb.INVALID_UPDATE_VERSION):
-                    if code == pb.NONE and leader.pending_isr is proposal:
-                        leader.on_alter_partition_committed(
-                            tuple(state.isr), state.partition_epoch, mono_ms())
-                    else:
-                        leader.on_leader_and_isr_update(
-                            tuple(state.isr), state.partition_epoch, mono_ms())
-                    partition.partition_epoch = leader.partition_epoch
-                    partition.isr = leader.isr
-                if code != pb.NONE and leader.pending_isr is proposal:
-                    leader.on_alter_partition_failed()  # certainly not applied (see above)
-                if leader.isr != old_isr:
-                    (self.metrics.isr_shrinks if len(leader.isr) < len(old_isr)
-                     else self.metrics.isr_expands).inc()
-                    log.info("ISR of %s is now %s (partition epoch %d)", partition.tp,
-                             list(leader.isr), leader.partition_epoch)
-                elif code != pb.NONE:
-                    log.info("AlterPartition %s ISR %s refused: %s", partition.tp,
-                             list(item.new_isr), pb.ErrorCode.Name(code))
-                # acks=all answers depend on the ISR as well as on the HW.
-                self._on_high_watermark_moved(partition)
-            if code != pb.NONE:
-                await asyncio.sleep(backoff_s)
-
-    async def _isr_maintenance_loop(self) -> None:
-        """ISR shrink proposals, and the time-driven HW re-check.
-
-        The HW counts a caught-up follower outside the ISR for up to
-        replica.lag.time.max.ms after its last fetch; when that runs out
-        without any append or fetch (the follower is gone) only the passing
-        of time can move the HW, so it is re-evaluated here.
-        """
-        interval_s = min(self.config.replica_lag_time_max_ms / 4, 250) / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            now = mono_ms()
-            for partition in list(self.partitions.values()):
-                leader = partition.leader_state
-                if leader is None:
-                    continue
-                if leader.maybe_advance_high_watermark(now):
-                    self._on_high_watermark_moved(partition)
-                proposal = leader.maybe_shrink_isr(now)
-                if proposal is not None:
-                    log.info("proposing ISR shrink of %s to %s", partition.tp, list(proposal))
-                    self._send_alter_partition(partition)
 
     # ================================================================ background
 

@@ -302,7 +302,7 @@ async def test_alter_partition_lost_answer_is_resent_and_state_applied(tmp_path)
         return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
             error_code=pb.INVALID_UPDATE_VERSION, state=committed["state"])])
 
-    rm._alter_partition_rpc = flaky
+    rm.isr_changes.alter_partition_rpc = flaky
     await rm.leader_and_isr(lai(isr=(1,)))
     await rm.fetch(follower_fetch(0))  # caught up: expansion proposed
     await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
@@ -320,7 +320,7 @@ async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_pa
         return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
             error_code=pb.FENCED_LEADER_EPOCH)])
 
-    rm._alter_partition_rpc = fenced
+    rm.isr_changes.alter_partition_rpc = fenced
     await rm.leader_and_isr(lai(isr=(1,)))
     await rm.fetch(follower_fetch(0))
     await wait_until(lambda: len(controller.items) == 1)
