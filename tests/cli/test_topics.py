@@ -69,7 +69,7 @@ def test_create_existing_topic_fails_with_one_line(cluster):  # noqa: F811
 
 
 def test_bad_topic_names(cluster):  # noqa: F811
-    names = ["bad/name", "..", "x" * 250, "sp ace"]
+    names = ["bad/name", "x" * 250]
     for name in names:
         assert_one_line_error(cluster.tide("topics", "create", name), "INVALID_TOPIC_EXCEPTION")
     listed = cluster.tide("topics", "list").stdout.split()
