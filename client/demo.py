@@ -217,6 +217,13 @@ def _story(cluster: LocalCluster, bootstrap: str, records: int) -> bool:
     back = wait_for_full_isr(admin, 30)
     say(f"broker {victim} serving again; "
         + (f"back in every ISR after {time.monotonic() - t0:.1f} s" if back else "NOT back in every ISR within 30 s"))
+    try:
+        for p in admin.describe_topics([TOPIC])[0].partitions:
+            replicas = ", ".join(f"broker {r.broker} LEO {r.log_end_offset} HW {r.high_watermark}"
+                                 for r in p.replicas_state)
+            say(f"  partition {p.partition} (leader {p.leader}, epoch {p.leader_epoch}): {replicas}")
+    except TidewaterError as e:
+        say(f"  could not describe replicas: {e}")
     admin.close()
 
     passed = (len(ledger.acked) == records and not missing and not duplicated

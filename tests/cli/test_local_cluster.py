@@ -158,3 +158,19 @@ def test_foreground_streams_logs_and_stops_everything_on_sigterm(tmp_path):
     assert proc.returncode == 0, err
     assert "cluster stopped" in out
     assert not any(pid_alive(pid) for pid in pids)
+
+
+def test_demo_passes(tmp_path):
+    """`make demo` end to end, with fewer records: kill a leader under acks=all, lose nothing."""
+    import subprocess
+    import sys
+
+    from cluster_fixtures import PROJECT_DIR
+
+    proc = subprocess.run([sys.executable, "-m", "client.demo", "--data-dir", str(tmp_path / "demo"),
+                           "--records", "600"], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS: 600 acknowledged records, 0 missing, 0 duplicated" in proc.stdout
+    assert "SIGKILLed broker" in proc.stdout and "cluster stopped" in proc.stdout
+    m = json.loads((tmp_path / "demo" / "cluster.json").read_text())
+    assert not any(pid_alive(p["pid"]) for p in m["processes"].values())
