@@ -186,8 +186,7 @@ class RecordAccumulator:
 
     def release(self, batch: ProducerBatch) -> None:
         """A batch left the producer for good (delivered or failed): free its budget."""
-        self.buffered_bytes -= sum(estimate_record_bytes(r.key, r.value, r.headers)
-                                   for r in batch.records)
+        self.buffered_bytes -= batch.size_bytes - BATCH_OVERHEAD_BYTES
         self.buffered_records -= len(batch.records)
 
     def expire(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch]:

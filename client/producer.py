@@ -75,7 +75,7 @@ class Producer:
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
-                 unknown_topic_wait_ms: int = 1000, compression: int = 0,
+                 unknown_topic_wait_ms: int = 3000, compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
@@ -369,7 +369,7 @@ class Producer:
                 retriable = getattr(error, "retriable", False)
                 head = batches[0]
                 expired = now - head.created_ms >= self.delivery_timeout_ms
-                if retriable and head.attempts <= self.retries:
+                if retriable and head.attempts <= self.retries and not self._closed:
                     for batch in batches:
                         batch.last_error = error
                     if expired:
