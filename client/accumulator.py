@@ -18,6 +18,7 @@ Rules (Kafka's ``RecordAccumulator``):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -93,9 +94,13 @@ class ProducerBatch:
 
 
 class RecordAccumulator:
-    def __init__(self, *, batch_size_bytes: int = 16384, linger_ms: int = 0):
+    def __init__(self, *, batch_size_bytes: int = 16384, linger_ms: int = 0,
+                 future_factory: Callable[[], Future] = Future):
+        """``future_factory`` makes each record's future: concurrent.futures.Future for the
+        threaded producer, ``loop.create_future`` for the asyncio one (same result API)."""
         if batch_size_bytes <= 0 or linger_ms < 0:
             raise ValueError("batch_size_bytes must be positive and linger_ms >= 0")
+        self.future_factory = future_factory
         self.batch_size_bytes = batch_size_bytes
         self.linger_ms = linger_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -106,7 +111,7 @@ class RecordAccumulator:
 
     def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int) -> Future:
         """Queue a record; return the future of its RecordMetadata."""
-        fut: Future = Future()
+        fut = self.future_factory()
         record_bytes = estimate_record_bytes(record.key, record.value, record.headers)
         queue = self._queues.setdefault(tp, deque())
         last = queue[-1] if queue else None

@@ -70,6 +70,70 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def delivery_timeout_error(batch: ProducerBatch, delivery_timeout_ms: int) -> RequestTimedOutError:
+    last = batch.last_error
+    cause = (f"; last error: {getattr(last, 'error_name', type(last).__name__)} {last}"
+             if last is not None else "")
+    return RequestTimedOutError(
+        f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
+        f"not delivered within {delivery_timeout_ms} ms{cause}")
+
+
+def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
+                          response: pb.ProduceResponse | None,
+                          transport_error: BaseException | None, now_ms: int) -> bool:
+    """Apply one Produce answer (or transport failure) to the batches it carried: the
+    decision table of the module docstring, shared by the threaded and asyncio producers.
+
+    ``producer`` supplies ``acks``, ``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms``,
+    ``_closed``, ``_accumulator`` and ``_finish(batch, error, base_offset, log_append_time_ms)``.
+    Returns True when metadata should be refreshed.
+    """
+    answers = {}
+    if response is not None:
+        answers = {(p.topic, p.partition): p for p in response.partitions}
+    refresh = False
+    for tp, batches in groups:
+        if transport_error is not None:
+            error = transport_error
+        else:
+            answer = answers.get((tp.topic, tp.partition))
+            if answer is None and producer.acks == 0:
+                # acks=0: the broker owes no answer; the records count as sent.
+                for batch in batches:
+                    producer._finish(batch, None, -1)
+                continue
+            if answer is None:
+                error = BrokerConnectionError(
+                    f"no answer for {tp.topic}-{tp.partition} in produce response")
+            elif answer.error_code == pb.NONE:
+                # The broker appends the batches contiguously from base_offset.
+                offset = answer.base_offset
+                for batch in batches:
+                    producer._finish(batch, None, offset, answer.log_append_time_ms)
+                    if offset >= 0:
+                        offset += len(batch.records)
+                continue
+            else:
+                error = error_for_code(answer.error_code, answer.error_message or
+                                       pb.ErrorCode.Name(answer.error_code))
+        if getattr(error, "invalid_metadata", False):
+            refresh = True
+        head = batches[0]
+        if getattr(error, "retriable", False) and head.attempts <= producer.retries and not producer._closed:
+            for batch in batches:
+                batch.last_error = error
+            if now_ms - head.created_ms >= producer.delivery_timeout_ms:
+                for batch in batches:
+                    producer._finish(batch, delivery_timeout_error(batch, producer.delivery_timeout_ms))
+            else:
+                producer._accumulator.reenqueue_many(batches, now_ms, producer.retry_backoff_ms)
+        else:
+            for batch in batches:
+                producer._finish(batch, error)
+    return refresh
+
+
 class Producer:
     def __init__(self, bootstrap: str, *, acks: int | str = -1, batch_size_bytes: int = 16384,
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
@@ -233,15 +297,7 @@ class Producer:
 
     def _expire(self, now: int) -> None:
         for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
-            self._finish(batch, self._delivery_timeout_error(batch))
-
-    def _delivery_timeout_error(self, batch: ProducerBatch) -> RequestTimedOutError:
-        last = batch.last_error
-        cause = (f"; last error: {getattr(last, 'error_name', type(last).__name__)} {last}"
-                 if last is not None else "")
-        return RequestTimedOutError(
-            f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
-            f"not delivered within {self.delivery_timeout_ms} ms{cause}")
+            self._finish(batch, delivery_timeout_error(batch, self.delivery_timeout_ms))
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None,
                 base_offset: int = -1, log_append_time_ms: int = -1) -> None:
@@ -333,53 +389,10 @@ class Producer:
     def _on_response(self, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
                      response: pb.ProduceResponse | None,
                      transport_error: TidewaterError | Exception | None) -> None:
-        answers = {}
-        if response is not None:
-            answers = {(p.topic, p.partition): p for p in response.partitions}
-        refresh = False
         with self._lock:
-            now = _now_ms()
-            for tp, batches in groups:
+            for tp, _ in groups:
                 self._in_flight.pop(tp, None)
-                if transport_error is not None:
-                    error = transport_error
-                else:
-                    answer = answers.get((tp.topic, tp.partition))
-                    if answer is None and self.acks == 0:
-                        # acks=0: the broker owes no answer; the records count as sent.
-                        for batch in batches:
-                            self._finish(batch, None, -1)
-                        continue
-                    if answer is None:
-                        error = BrokerConnectionError(
-                            f"no answer for {tp.topic}-{tp.partition} in produce response")
-                    elif answer.error_code == pb.NONE:
-                        # The broker appends the batches contiguously from base_offset.
-                        offset = answer.base_offset
-                        for batch in batches:
-                            self._finish(batch, None, offset, answer.log_append_time_ms)
-                            if offset >= 0:
-                                offset += len(batch.records)
-                        continue
-                    else:
-                        error = error_for_code(answer.error_code, answer.error_message or
-                                               pb.ErrorCode.Name(answer.error_code))
-                if getattr(error, "invalid_metadata", False):
-                    refresh = True
-                retriable = getattr(error, "retriable", False)
-                head = batches[0]
-                expired = now - head.created_ms >= self.delivery_timeout_ms
-                if retriable and head.attempts <= self.retries and not self._closed:
-                    for batch in batches:
-                        batch.last_error = error
-                    if expired:
-                        for batch in batches:
-                            self._finish(batch, self._delivery_timeout_error(batch))
-                    else:
-                        self._accumulator.reenqueue_many(batches, now, self.retry_backoff_ms)
-                else:
-                    for batch in batches:
-                        self._finish(batch, error)
+            refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
             self._lock.notify_all()
         self._resolve_finished()
         if refresh:
