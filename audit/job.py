@@ -102,19 +102,22 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     from audit import metrics_reader, reader
     from audit.rules import AuditInputs
 
-    inventory = reader.discover(data)  # fails fast, on the driver, on a missing path
-    paths = json.dumps(data)
-    batches = spark.read.format("tidewater-log").option("paths", paths).load().cache()
-    checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load().cache()
-    metrics_df = None
+    # Fail fast, on the driver, before any Spark work: missing paths, bad ack logs.
+    inventory = reader.discover(data)
     if metrics:
         metrics_reader.discover_metric_files(metrics)
+    ack_rows = [row for path in ack_logs for row in parse_ack_log(path)]
+    paths = json.dumps(data)
+    batches = spark.read.format("tidewater-log").option("paths", paths).load().cache()
+    checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
+    metrics_df = None
+    if metrics:
         metrics_df = (spark.read.format("tidewater-metrics").option("paths", json.dumps(metrics))
                       .load().cache())
     acks_df = records = None
     if ack_logs:
-        rows = [row for path in ack_logs for row in parse_ack_log(path)]
-        acks_df = spark.createDataFrame(rows, ACK_DDL).cache()
+        rows = ack_rows
+        acks_df = spark.createDataFrame(rows, ACK_DDL)
         wanted = sorted({(r[0], r[1]) for r in rows})
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
@@ -139,7 +142,7 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
     started = time.monotonic()
     try:
         inputs, inventory = load_inputs(spark, data, metrics, ack_logs)
-        results = rules.run_rules(inputs)
+        audit_results = rules.run_rules(inputs)
     except (AuditInputError, AckLogError) as e:
         log(f"audit: input cannot be read: {e}")
         return EXIT_INPUT
@@ -148,14 +151,13 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
             log(f"audit: input cannot be read: {str(e).strip().splitlines()[-1]}")
             return EXIT_INPUT
         raise
-    samples: list[health.ReplicaSample] = []
+    results = audit_results.rules
+    samples = [health.ReplicaSample(r.timestamp_ms, r.broker_id, r.topic, r.partition,
+                                    r.log_end_offset, r.high_watermark, r.leader_epoch,
+                                    r.isr_size, r.is_leader)
+               for r in audit_results.derived.sample_rows]
     up: dict[str, list[tuple[int, float]]] = {}
-    wide = rules.replica_samples(inputs.metrics)
-    if wide is not None:
-        samples = [health.ReplicaSample(r.timestamp_ms, r.broker_id, r.topic, r.partition,
-                                        r.log_end_offset, r.high_watermark, r.leader_epoch,
-                                        r.isr_size, r.is_leader)
-                   for r in wide.collect()]
+    if inputs.metrics is not None:
         for r in inputs.metrics.where("name = 'up'").select("timestamp_ms", "source",
                                                              "value").collect():
             up.setdefault(r.source, []).append((r.timestamp_ms, r.value))
@@ -165,9 +167,10 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
                       "brokers": sorted(set(inventory.data_dirs.values())),
                       "segments": len(inventory.segments),
                       "segment_bytes": sum(s.size_bytes for s in inventory.segments)}
-    doc = report.build_report(results, inputs_summary, health.partition_health(samples))
+    doc = report.build_report(results, report.violation_samples(audit_results.violations),
+                              inputs_summary, health.partition_health(samples))
+    report.write_violation_tables(out_dir, audit_results.violations)
     doc["elapsed_s"] = round(time.monotonic() - started, 3)
-    report.write_violation_tables(out_dir, results)
     report.write_json(out_dir, doc)
     (out_dir / "report.md").write_text(report.render_markdown(doc))
     (out_dir / "report.html").write_text(report.render_html(

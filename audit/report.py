@@ -5,14 +5,14 @@ report.json (UTF-8)::
     {"version": 1, "passed": bool, "exit_code": 0|1,
      "inputs": {"data": [...], "metrics": [...], "ack_logs": [...]},
      "rules": [{"name", "description", "passed", "skipped": null|reason,
-                "checked", "violations", "parquet": "violations/<name>", "sample": [...],
+                "checked", "violations", "parquet": "violations/rule=<name>" | null, "sample": [...],
                 "info": {...}}],
      "partition_health": [{"topic", "partition", "offline_ms", "under_replicated_ms",
                            "isr_shrinks", "isr_expands", ...}]}
 
-``violations/<rule>/`` is a Parquet dataset (written by Spark, so any master
-over shared storage works) with columns rule, broker_id, topic, partition,
-offset, detail. report.html draws its charts as inline SVG: no script, no
+``violations/`` is one Parquet dataset partitioned by rule
+(``violations/rule=<name>/``; written by Spark, so any master over shared
+storage works) with columns broker_id, topic, partition, offset, detail. report.html draws its charts as inline SVG: no script, no
 network.
 """
 
@@ -23,6 +23,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
 from audit.health import ReplicaSample
 from audit.rules import RuleResult
 
@@ -32,20 +35,35 @@ CHART_PARTITIONS_MAX = 12
 CHART_POINTS_MAX = 600
 
 
-def write_violation_tables(out_dir: Path, results: list[RuleResult]) -> None:
-    for r in results:
-        r.violations.coalesce(1).write.mode("overwrite").parquet(
-            str(out_dir / "violations" / r.name))
+def write_violation_tables(out_dir: Path, violations: DataFrame) -> None:
+    """One Parquet dataset, partitioned by rule: ``violations/rule=<name>/part-*.parquet``."""
+    (violations.repartition("rule").write.mode("overwrite").partitionBy("rule")
+     .parquet(str(out_dir / "violations")))
 
 
-def build_report(results: list[RuleResult], inputs: dict, health: list[dict]) -> dict:
+def violation_samples(violations: DataFrame) -> dict[str, list[dict]]:
+    """The first SAMPLE_VIOLATIONS_MAX violations of each rule (by broker, topic, offset)."""
+    w = Window.partitionBy("rule").orderBy("topic", "partition", "offset", "broker_id")
+    rows = (violations.withColumn("n", F.row_number().over(w))
+            .where(F.col("n") <= SAMPLE_VIOLATIONS_MAX).drop("n").collect())
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row.rule, []).append(row.asDict())
+    for sample in out.values():
+        sample.sort(key=lambda v: (str(v["topic"]), v["partition"] or 0, v["offset"] or 0,
+                                   v["broker_id"] or 0))
+    return out
+
+
+def build_report(results: list[RuleResult], samples: dict[str, list[dict]], inputs: dict,
+                 health: list[dict]) -> dict:
     rules = []
     for r in results:
-        sample = [row.asDict() for row in r.violations.limit(SAMPLE_VIOLATIONS_MAX).collect()]
         rules.append({
             "name": r.name, "description": r.description, "passed": r.passed,
             "skipped": r.skipped, "checked": r.checked, "violations": r.violation_count,
-            "parquet": f"violations/{r.name}", "sample": sample, "info": r.info})
+            "parquet": f"violations/rule={r.name}" if r.violation_count else None,
+            "sample": samples.get(r.name, []), "info": r.info})
     passed = all(r.passed for r in results)
     return {"version": REPORT_VERSION, "passed": passed, "exit_code": 0 if passed else 1,
             "inputs": inputs, "rules": rules, "partition_health": health}

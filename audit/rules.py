@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from audit.reader import STATUS_CORRUPT, STATUS_OK, STATUS_TORN
+from audit.reader import STATUS_CORRUPT, STATUS_CRC_MISMATCH, STATUS_OK
 
 VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
 VIOLATION_DDL = ("rule string, broker_id int, topic string, partition int, offset long, "
@@ -62,7 +62,7 @@ class RuleResult:
     name: str
     description: str
     checked: int                 # items the rule looked at (batches, pairs, samples, acks)
-    violations: DataFrame        # VIOLATION_COLUMNS
+    violations: DataFrame        # VIOLATION_COLUMNS (lazy; counted once for all rules)
     violation_count: int = 0
     skipped: str | None = None   # why the rule could not run (missing input); passes
     info: dict = field(default_factory=dict)
@@ -89,39 +89,61 @@ def _violations(df: DataFrame, rule: str, broker, topic, partition, offset, deta
         offset.cast("long").alias("offset"), detail.cast("string").alias("detail"))
 
 
-def _empty_violations(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], VIOLATION_DDL)
+def _local_violations(spark: SparkSession, rule: str, rows: list[tuple]) -> DataFrame:
+    """Violations found on the driver: rows of (broker_id, topic, partition, offset, detail)."""
+    return spark.createDataFrame([(rule, *r) for r in rows], VIOLATION_DDL)
 
 
 def _result(name: str, description: str, checked: int, violations: DataFrame,
             **kwargs) -> RuleResult:
-    violations = violations.cache()
-    return RuleResult(name, description, checked, violations, violations.count(), **kwargs)
+    return RuleResult(name, description, checked, violations, **kwargs)
 
 
 # ---------------------------------------------------------------- derived frames
 
 
 class Derived:
-    """Frames and driver-side summaries several rules share, computed once."""
+    """Frames and small driver-side summaries several rules share, each computed once.
+
+    Spark jobs are what a run costs (each one is a scheduling round trip), so
+    the per-replica summary, the epoch changes, the checkpoints and the
+    metrics samples are each collected by one job and reused.
+    """
 
     def __init__(self, inputs: AuditInputs):
         self.inputs = inputs
+        spark = inputs.spark
         b = inputs.batches
-        self.framed = b.where(F.col("base_offset").isNotNull()
-                              & (F.col("status") != STATUS_TORN)
-                              & (F.col("status") != STATUS_CORRUPT)
-                              | (F.col("status") == STATUS_CORRUPT) & F.col("crc_valid"))
+        framed_cond = (F.col("base_offset").isNotNull()
+                       & (F.col("status").isin(STATUS_OK, STATUS_CRC_MISMATCH)
+                          | ((F.col("status") == STATUS_CORRUPT) & F.col("crc_valid"))))
+        self.framed = b.where(framed_cond)
         order = Window.partitionBy(*REPLICA_KEYS).orderBy("segment_base_offset", "position")
         self.ordered = (self.framed
                         .withColumn("prev_last_offset", F.lag("last_offset").over(order))
                         .withColumn("prev_epoch", F.lag("partition_leader_epoch").over(order))
                         .withColumn("seq", F.row_number().over(order))
                         .cache())
-        self.replicas = (self.framed.groupBy(*REPLICA_KEYS).agg(
-            F.min("base_offset").alias("log_start_offset"),
-            (F.max("last_offset") + 1).alias("log_end_offset"),
-            F.count("*").alias("batch_count")).cache())
+        summary = b.groupBy(*REPLICA_KEYS).agg(
+            F.sum(framed_cond.cast("int")).alias("batch_count"),
+            F.count("*").alias("row_count"),
+            F.min(F.when(framed_cond, F.col("base_offset"))).alias("log_start_offset"),
+            (F.max(F.when(framed_cond, F.col("last_offset"))) + 1).alias("log_end_offset"),
+        ).collect()
+        self.replica_rows = [r for r in summary if r.batch_count]
+        self.total_batches = sum(r.row_count for r in summary)
+        self.framed_batches = sum(r.batch_count for r in summary)
+        self.replicas = spark.createDataFrame(
+            [(r.broker_id, r.topic, r.partition, r.log_start_offset, r.log_end_offset)
+             for r in self.replica_rows],
+            "broker_id int, topic string, partition int, log_start_offset long, "
+            "log_end_offset long")
+        self.checkpoint_rows = inputs.checkpoints.collect()
+        self.samples = replica_samples(inputs.metrics)
+        self.sample_rows = []
+        if self.samples is not None:
+            self.samples = self.samples.cache()
+            self.sample_rows = self.samples.collect()
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
 
@@ -134,7 +156,7 @@ class Derived:
                        .select(*REPLICA_KEYS, "seq", "partition_leader_epoch", "base_offset")
                        .collect())
             logs: dict[tuple[int, str, int], dict] = {}
-            for row in self.replicas.collect():
+            for row in self.replica_rows:
                 logs[(row.broker_id, row.topic, row.partition)] = {
                     "log_start_offset": row.log_start_offset,
                     "log_end_offset": row.log_end_offset, "cache": [], "last_epoch": None}
@@ -149,18 +171,14 @@ class Derived:
         """Per partition: the largest HW any replica checkpointed or any sample showed."""
         if self._hw is None:
             hw: dict[tuple[str, int], int] = {}
-            rows = (self.inputs.checkpoints.where(F.col("kind") == "high-watermark")
-                    .where(F.col("error").isNull())
-                    .groupBy(*PARTITION_KEYS).agg(F.max("offset").alias("hw")).collect())
-            for r in rows:
-                hw[(r.topic, r.partition)] = r.hw
-            samples = replica_samples(self.inputs.metrics)
-            if samples is not None:
-                for r in (samples.where(F.col("high_watermark").isNotNull())
-                          .groupBy(*PARTITION_KEYS)
-                          .agg(F.max("high_watermark").alias("hw")).collect()):
+            for r in self.checkpoint_rows:
+                if r.kind == "high-watermark" and r.error is None:
                     key = (r.topic, r.partition)
-                    hw[key] = max(hw.get(key, -1), int(r.hw))
+                    hw[key] = max(hw.get(key, -1), r.offset)
+            for r in self.sample_rows:
+                if r.high_watermark is not None:
+                    key = (r.topic, r.partition)
+                    hw[key] = max(hw.get(key, -1), int(r.high_watermark))
             self._hw = hw
         return self._hw
 
@@ -178,8 +196,7 @@ def assign_epoch(cache: list[tuple[int, int]], epoch: int, start_offset: int) ->
 
 
 def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    b = inputs.batches
-    bad = b.where(F.col("status") != STATUS_OK)
+    bad = inputs.batches.where(F.col("status") != STATUS_OK)
     detail = F.concat_ws(" ", F.col("status"), F.lit("at"),
                          F.concat(F.col("segment"), F.lit(":"), F.col("position").cast("string")),
                          F.coalesce(F.col("error"), F.lit("")))
@@ -187,7 +204,7 @@ def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
                     F.col("partition"), F.col("base_offset"), detail)
     return _result("batch_crc_and_framing",
                    "Every batch is framed (length, magic) and passes its CRC32C.",
-                   b.count(), v)
+                   derived.total_batches, v)
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -203,7 +220,7 @@ def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
                     F.col("partition"), F.col("base_offset"), detail)
     return _result("offsets_contiguous",
                    "Within each replica every batch starts right after the previous one "
-                   "(no gap, no overlap, strictly increasing).", derived.ordered.count(), v)
+                   "(no gap, no overlap, strictly increasing).", derived.framed_batches, v)
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -215,16 +232,16 @@ def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
                     F.col("partition"), F.col("base_offset"), detail)
     return _result("epochs_monotonic",
                    "Within each replica the batches' partitionLeaderEpoch never decreases.",
-                   derived.ordered.count(), v)
+                   derived.framed_batches, v)
 
 
 def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    spark = inputs.spark
     logs = derived.replica_epoch_logs()
-    cp = inputs.checkpoints.where(F.col("kind") == "leader-epoch").collect()
     files: dict[tuple[int, str, int], list] = defaultdict(list)
     errors: dict[tuple[int, str, int], str] = {}
-    for r in cp:
+    for r in derived.checkpoint_rows:
+        if r.kind != "leader-epoch":
+            continue
         key = (r.broker_id, r.topic, r.partition)
         if r.error is not None:
             errors[key] = r.error
@@ -242,8 +259,7 @@ def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleR
         actual = [(e, o) for _i, e, o in sorted(files.get(key, []))]
         for problem, offset in compare_epoch_checkpoint(expected, actual, log_end):
             rows.append((broker, topic, partition, offset, problem))
-    v = spark.createDataFrame(
-        [("epoch_checkpoint_matches_log", *r) for r in rows], VIOLATION_DDL)
+    v = _local_violations(inputs.spark, "epoch_checkpoint_matches_log", rows)
     return _result("epoch_checkpoint_matches_log",
                    "Each replica's leader-epoch-checkpoint equals the epoch cache its own log "
                    "implies (first batch of each epoch).", len(keys), v)
@@ -279,42 +295,39 @@ def compare_epoch_checkpoint(expected: list[tuple[int, int]], actual: list[tuple
 
 
 def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    cp = inputs.checkpoints.where(F.col("kind") != "leader-epoch")
-    bad_files = cp.where(F.col("error").isNotNull())
-    wide = (cp.where(F.col("error").isNull())
-            .groupBy(*REPLICA_KEYS).pivot("kind", ["high-watermark", "recovery-point",
-                                                    "log-start-offset"])
-            .agg(F.first("offset"))
-            .withColumnRenamed("high-watermark", "hw")
-            .withColumnRenamed("recovery-point", "recovery_point")
-            .withColumnRenamed("log-start-offset", "log_start"))
-    j = wide.join(derived.replicas, REPLICA_KEYS, "left")
-    leo = F.coalesce(F.col("log_end_offset"), F.lit(0))
-    checks = [
-        (F.col("hw") > leo, F.format_string("HW checkpoint %d above the log end %d",
-                                            F.col("hw"), leo), F.col("hw")),
-        (F.col("recovery_point") > leo,
-         F.format_string("recovery point %d above the log end %d", F.col("recovery_point"), leo),
-         F.col("recovery_point")),
-        (F.col("log_start") > F.col("hw"),
-         F.format_string("log start offset %d above the HW %d", F.col("log_start"), F.col("hw")),
-         F.col("log_start")),
-        (F.col("log_start") < F.col("log_start_offset"),
-         F.format_string("log start offset %d below the first batch %d", F.col("log_start"),
-                         F.col("log_start_offset")), F.col("log_start")),
-    ]
-    parts = [_violations(j.where(cond), "offset_checkpoints_within_log", F.col("broker_id"),
-                         F.col("topic"), F.col("partition"), off, detail)
-             for cond, detail, off in checks]
-    parts.append(_violations(bad_files, "offset_checkpoints_within_log", F.col("broker_id"),
-                             F.lit(None), F.lit(None), F.lit(None),
-                             F.concat(F.lit("unreadable: "), F.col("error"))))
-    v = parts[0]
-    for p in parts[1:]:
-        v = v.unionByName(p)
+    logs = {(r.broker_id, r.topic, r.partition): r for r in derived.replica_rows}
+    per_replica: dict[tuple[int, str, int], dict[str, int]] = defaultdict(dict)
+    rows = []
+    for r in derived.checkpoint_rows:
+        if r.kind == "leader-epoch":
+            continue
+        if r.error is not None:
+            rows.append((r.broker_id, None, None, None, f"unreadable: {r.error}"))
+        else:
+            per_replica[(r.broker_id, r.topic, r.partition)][r.kind] = r.offset
+    for key, kinds in sorted(per_replica.items(), key=str):
+        broker, topic, partition = key
+        log = logs.get(key)
+        log_end = log.log_end_offset if log else 0
+        first = log.log_start_offset if log else None
+        hw, rp, start = (kinds.get("high-watermark"), kinds.get("recovery-point"),
+                         kinds.get("log-start-offset"))
+        if hw is not None and hw > log_end:
+            rows.append((broker, topic, partition, hw,
+                         f"HW checkpoint {hw} above the log end {log_end}"))
+        if rp is not None and rp > log_end:
+            rows.append((broker, topic, partition, rp,
+                         f"recovery point {rp} above the log end {log_end}"))
+        if start is not None and hw is not None and start > hw:
+            rows.append((broker, topic, partition, start,
+                         f"log start offset {start} above the HW {hw}"))
+        if start is not None and first is not None and start < first:
+            rows.append((broker, topic, partition, start,
+                         f"log start offset {start} below the first batch {first}"))
+    v = _local_violations(inputs.spark, "offset_checkpoints_within_log", rows)
     return _result("offset_checkpoints_within_log",
                    "Offset checkpoints fit the log: log start <= HW <= log end, "
-                   "recovery point <= log end.", wide.count(), v)
+                   "recovery point <= log end.", len(per_replica), v)
 
 
 def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -322,7 +335,7 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
     hw = derived.committed_high_watermarks()
     hw_df = spark.createDataFrame([(t, p, o) for (t, p), o in hw.items()],
                                   "topic string, partition int, high_watermark long")
-    mine = (derived.framed.join(hw_df, PARTITION_KEYS)
+    mine = (derived.framed.join(F.broadcast(hw_df), PARTITION_KEYS)
             .where(F.col("last_offset") < F.col("high_watermark"))
             .select(*REPLICA_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
                     "crc_stored", "high_watermark"))
@@ -330,7 +343,7 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
         F.col("broker_id").alias("peer_id"), *PARTITION_KEYS,
         F.col("log_start_offset").alias("peer_start"), F.col("log_end_offset").alias("peer_end"))
     # Every (batch, peer) where the peer's log covers the batch's offsets below the HW.
-    expected = (mine.join(peers, PARTITION_KEYS)
+    expected = (mine.join(F.broadcast(peers), PARTITION_KEYS)
                 .where((F.col("peer_id") != F.col("broker_id"))
                        & (F.col("peer_start") <= F.col("base_offset"))
                        & (F.col("last_offset") < F.col("peer_end"))))
@@ -350,26 +363,23 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
     info = replica_positions(derived, hw)
     return _result("replicas_agree_below_hw",
                    "Below the partition's committed HW every replica that covers an offset "
-                   "holds the identical batch (offsets, epoch, CRC).", compared.count(), v,
-                   info=info)
+                   "holds the identical batch (offsets, epoch, CRC).",
+                   derived.framed_batches, v, info=info)
 
 
 def replica_positions(derived: Derived, hw: dict[tuple[str, int], int]) -> dict:
     """Lagging replicas and uncommitted suffixes, for the report (never violations)."""
     lagging, uncommitted = [], []
-    for (broker, topic, partition), log in sorted(derived.replica_epoch_logs().items(),
-                                                  key=str):
-        committed = hw.get((topic, partition))
+    for r in sorted(derived.replica_rows, key=lambda r: (r.topic, r.partition, r.broker_id)):
+        committed = hw.get((r.topic, r.partition))
         if committed is None:
             continue
-        leo = log["log_end_offset"]
-        if leo < committed:
-            lagging.append({"broker_id": broker, "topic": topic, "partition": partition,
-                            "log_end_offset": leo, "high_watermark": committed})
-        elif leo > committed:
-            uncommitted.append({"broker_id": broker, "topic": topic, "partition": partition,
-                                "high_watermark": committed, "log_end_offset": leo,
-                                "uncommitted_offsets": leo - committed})
+        where = {"broker_id": r.broker_id, "topic": r.topic, "partition": r.partition,
+                 "log_end_offset": r.log_end_offset, "high_watermark": committed}
+        if r.log_end_offset < committed:
+            lagging.append(where)
+        elif r.log_end_offset > committed:
+            uncommitted.append({**where, "uncommitted_offsets": r.log_end_offset - committed})
     return {"high_watermarks": {f"{t}-{p}": o for (t, p), o in sorted(hw.items())},
             "lagging_replicas": lagging, "uncommitted_suffixes": uncommitted}
 
@@ -386,10 +396,10 @@ def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
             for b, log_b in replicas[i + 1:]:
                 pairs += 1
                 for epoch, start_a, start_b in diverging_epochs(log_a, log_b):
-                    rows.append(("epoch_histories_agree", b, topic, partition, min(start_a, start_b),
+                    rows.append((b, topic, partition, min(start_a, start_b),
                                  f"epoch {epoch} starts at {start_a} on broker {a}, "
                                  f"at {start_b} on broker {b}"))
-    v = inputs.spark.createDataFrame(rows, VIOLATION_DDL)
+    v = _local_violations(inputs.spark, "epoch_histories_agree", rows)
     return _result("epoch_histories_agree",
                    "The replicas' leader-epoch histories (from their logs) agree on every "
                    "epoch they share.", pairs, v)
@@ -445,16 +455,17 @@ def replica_samples(metrics: DataFrame | None) -> DataFrame | None:
 
 
 def _skipped(inputs: AuditInputs, name: str, description: str, why: str) -> RuleResult:
-    return RuleResult(name, description, 0, _empty_violations(inputs.spark), 0, skipped=why)
+    return RuleResult(name, description, 0, _local_violations(inputs.spark, name, []),
+                      skipped=why)
 
 
 def hw_monotonic_per_leader_epoch(inputs: AuditInputs, derived: Derived) -> RuleResult:
     name = "hw_monotonic_per_leader_epoch"
     description = "A leader's HW never goes backwards within one leader epoch (metrics)."
-    samples = replica_samples(inputs.metrics)
-    if samples is None:
+    if derived.samples is None:
         return _skipped(inputs, name, description, "no metrics given")
-    leaders = samples.where((F.col("is_leader") == 1) & F.col("high_watermark").isNotNull())
+    leaders = derived.samples.where((F.col("is_leader") == 1)
+                                    & F.col("high_watermark").isNotNull())
     w = Window.partitionBy(*REPLICA_KEYS, "leader_epoch").orderBy("timestamp_ms")
     o = leaders.withColumn("prev_hw", F.lag("high_watermark").over(w))
     bad = o.where(F.col("high_watermark") < F.col("prev_hw"))
@@ -463,23 +474,24 @@ def hw_monotonic_per_leader_epoch(inputs: AuditInputs, derived: Derived) -> Rule
                              F.col("leader_epoch").cast("long"), F.col("timestamp_ms"))
     v = _violations(bad, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
                     F.col("high_watermark"), detail)
-    return _result(name, description, leaders.count(), v)
+    checked = sum(1 for r in derived.sample_rows
+                  if r.is_leader == 1 and r.high_watermark is not None)
+    return _result(name, description, checked, v)
 
 
 def hw_not_above_leo(inputs: AuditInputs, derived: Derived) -> RuleResult:
     name = "hw_not_above_leo"
     description = "In every sample a replica's HW is at most its log end offset (metrics)."
-    samples = replica_samples(inputs.metrics)
-    if samples is None:
+    if derived.samples is None:
         return _skipped(inputs, name, description, "no metrics given")
-    both = samples.where(F.col("high_watermark").isNotNull()
-                         & F.col("log_end_offset").isNotNull())
-    bad = both.where(F.col("high_watermark") > F.col("log_end_offset"))
+    bad = derived.samples.where(F.col("high_watermark") > F.col("log_end_offset"))
     detail = F.format_string("HW %d above LEO %d at %d ms", F.col("high_watermark").cast("long"),
                              F.col("log_end_offset").cast("long"), F.col("timestamp_ms"))
     v = _violations(bad, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
                     F.col("high_watermark"), detail)
-    return _result(name, description, both.count(), v)
+    checked = sum(1 for r in derived.sample_rows
+                  if r.high_watermark is not None and r.log_end_offset is not None)
+    return _result(name, description, checked, v)
 
 
 # ---------------------------------------------------------------- ack rule
@@ -502,23 +514,24 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
                .groupBy(*PARTITION_KEYS, "offset", "acks")
                .agg(F.max(F.col("same").cast("int")).alias("present"),
                     F.count("broker_id").alias("replicas_with_offset"))
-               .cache())
-    lost = matched.where(F.coalesce(F.col("present"), F.lit(0)) == 0)
+               .withColumn("lost", F.coalesce(F.col("present"), F.lit(0)) == 0))
+    # One job: every ack outcome comes to the driver only as counts, and the lost
+    # ones (few, unless something is badly wrong) as rows.
+    matched = matched.cache()
+    counts = {r.acks: (r.total, r.lost or 0) for r in matched.groupBy("acks").agg(
+        F.count("*").alias("total"), F.sum(F.col("lost").cast("int")).alias("lost")).collect()}
     detail = F.when(F.col("replicas_with_offset") == 0,
                     F.format_string("acks=%s record at offset %d: no replica holds the offset",
                                     F.col("acks"), F.col("offset"))
                     ).otherwise(F.format_string(
                         "acks=%s record at offset %d: %d replica(s) hold a different record",
                         F.col("acks"), F.col("offset"), F.col("replicas_with_offset")))
-    v = _violations(lost.where(F.col("acks") == "all"), name, F.lit(None), F.col("topic"),
-                    F.col("partition"), F.col("offset"), detail)
-    counts = {r.acks: (r.total, r.lost) for r in matched.groupBy("acks").agg(
-        F.count("*").alias("total"),
-        F.sum((F.coalesce(F.col("present"), F.lit(0)) == 0).cast("int")).alias("lost")).collect()}
+    v = _violations(matched.where(F.col("lost") & (F.col("acks") == "all")), name, F.lit(None),
+                    F.col("topic"), F.col("partition"), F.col("offset"), detail)
     info = {"acks_all_checked": counts.get("all", (0, 0))[0],
-            "acks_all_lost": counts.get("all", (0, 0))[1] or 0,
+            "acks_all_lost": counts.get("all", (0, 0))[1],
             "acks_1_checked": counts.get("1", (0, 0))[0],
-            "acks_1_lost": counts.get("1", (0, 0))[1] or 0}
+            "acks_1_lost": counts.get("1", (0, 0))[1]}
     return _result(name, description, info["acks_all_checked"], v, info=info)
 
 
@@ -537,6 +550,22 @@ RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
 BATCH_LEVEL_RULES = (batch_crc_and_framing, offsets_contiguous, epochs_monotonic)
 
 
-def run_rules(inputs: AuditInputs, rules=RULES) -> list[RuleResult]:
+@dataclass
+class AuditResults:
+    rules: list[RuleResult]
+    violations: DataFrame      # every rule's violations, cached
+    derived: Derived
+
+
+def run_rules(inputs: AuditInputs, rules=RULES) -> AuditResults:
+    """Run ``rules``; their violations are unioned, cached and counted in one job."""
     derived = Derived(inputs)
-    return [rule(inputs, derived) for rule in rules]
+    results = [rule(inputs, derived) for rule in rules]
+    union = results[0].violations
+    for r in results[1:]:
+        union = union.unionByName(r.violations)
+    union = union.cache()
+    counts = {r.rule: r["count"] for r in union.groupBy("rule").count().collect()}
+    for r in results:
+        r.violation_count = counts.get(r.name, 0)
+    return AuditResults(results, union, derived)

@@ -46,7 +46,7 @@ def prepare_environment() -> None:
 
 
 def local_session(master: str = "local[*]", app_name: str = "tidewater-audit",
-                  shuffle_partitions: int = 8):
+                  shuffle_partitions: int | None = None):
     """Start (or reuse) a quiet SparkSession and register the Tidewater data sources."""
     check_spark_available()
     prepare_environment()
@@ -58,7 +58,8 @@ def local_session(master: str = "local[*]", app_name: str = "tidewater-audit",
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # Audit inputs are small per partition: one shuffle partition per core, not 200.
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or os.cpu_count() or 2))
         .config("spark.driver.extraJavaOptions", log4j_option)
         .config("spark.executor.extraJavaOptions", log4j_option)
         .config("spark.driver.host", "127.0.0.1")

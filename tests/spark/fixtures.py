@@ -1,95 +1,64 @@
-"""Fixture dumps for the audit tests: a small cluster's data folders, then damage.
+"""Fixture dumps for the audit tests, written by the project's own log writer.
 
-``build_cluster_dump`` writes three brokers' data dirs (broker-1..3) with the
-project's own log writer (broker/storage/log.py ``Log``) when it is importable,
-else with the minimal writer below, plus the offset checkpoints, an ack log
-and metrics snapshots. The ``damage_*`` helpers each break exactly one
-invariant, in the way the rule meant for it should notice.
+``build_dump(root)`` writes three brokers' data dirs (``root/broker-1..3``)
+through broker/storage (``LogManager`` + ``Log.append_as_follower`` with
+batches from proto/records.py ``encode_batch``), so segments, indexes, epoch
+checkpoints and offset checkpoints are exactly what a broker leaves. It also
+writes an ack log (as ``tide produce --ack-log`` does) and metrics scrape
+files (as ``tide metrics scrape`` does).
+
+Topic ``orders`` (2 partitions) is healthy but not trivial: broker 3 lags on
+partition 0 (its log ends below the HW) and broker 2 holds an uncommitted
+batch above the HW on partition 1. With ``damaged=True`` one extra topic per
+kind of damage is added, each with one partition on all three brokers and
+exactly one thing broken; DAMAGE maps each topic to the one rule that must
+catch it.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
+from broker.storage.log_config import LogConfig
+from broker.storage.log_manager import LogManager
+from broker.storage.topics import TopicPartition
+from proto.records import encode_batch
 
-TOPIC = "orders"
 BROKERS = (1, 2, 3)
 BASE_TIMESTAMP_MS = 1_700_000_000_000
+NOW_MS = BASE_TIMESTAMP_MS + 60_000
+SCRAPES = 10
+
+# Damage topic -> the rule that must catch it (and no other rule may fire for it).
+DAMAGE = {
+    "diverged": "replicas_agree_below_hw",       # broker 2 holds a different batch below the HW
+    "ack-lost": "acked_writes_present",          # an acks=all record no replica holds
+    "flipped": "batch_crc_and_framing",          # one byte flipped in broker 3's segment
+    "epoch-back": "epochs_monotonic",            # a batch's epoch goes back (every replica)
+    "epoch-cp": "epoch_checkpoint_matches_log",  # broker 2's epoch checkpoint is wrong
+    "hw-cp": "offset_checkpoints_within_log",    # broker 3's HW checkpoint is above its log end
+    "hw-drop": "hw_monotonic_per_leader_epoch",  # the leader's HW drops in the metrics
+    "gap": "offsets_contiguous",                 # a batch cut out of every replica: offsets skip
+}
+
+# (epoch, record count) per batch of the standard history: 22 offsets, epochs 0, 1, 3.
+HISTORY = ((0, 3), (0, 2), (0, 4), (1, 1), (1, 5), (3, 2), (3, 2), (3, 3))
+GAP_BATCH = 6          # offsets 17..18, epoch 3, not the first batch of its epoch
+DIVERGED_BATCH = 1     # offsets 3..4
 
 
-# ---------------------------------------------------------------- minimal writer
-
-
-def _varint(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while True:
-        b = raw & 0x7F
-        raw >>= 7
-        if raw:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _field(data: bytes | None) -> bytes:
-    return _varint(-1) if data is None else _varint(len(data)) + data
-
-
-def encode_batch(records, *, base_offset: int = 0, partition_leader_epoch: int = -1,
-                 base_timestamp_ms: int = BASE_TIMESTAMP_MS) -> bytes:
-    """RecordBatch v2 bytes, uncompressed; ``records`` are (key, value) pairs."""
-    body = bytearray()
-    for i, (key, value) in enumerate(records):
-        rec = b"\x00" + _varint(i) + _varint(i) + _field(key) + _field(value) + _varint(0)
-        body += _varint(len(rec)) + rec
-    count = len(records)
-    after_crc = struct.pack(">hiqqqhii", 0, count - 1, base_timestamp_ms,
-                            base_timestamp_ms + count - 1, -1, -1, -1, count) + bytes(body)
-    crc = crc32c(after_crc)
-    batch_length = 4 + 1 + 4 + len(after_crc)
-    return struct.pack(">qiibI", base_offset, batch_length, partition_leader_epoch, 2,
-                       crc) + after_crc
-
-
-def write_offset_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
-    lines = ["0", str(len(entries))] + [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def write_epoch_checkpoint(path: Path, entries: list[tuple[int, int]]) -> None:
-    lines = ["0", str(len(entries))] + [f"{e} {o}" for e, o in entries]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def replay_epoch_cache(entries: list[tuple[int, int]], epoch: int, start: int) -> None:
-    """The epoch cache's assign() from the protocol reference, on a plain list."""
-    if entries and entries[-1][0] == epoch and start >= entries[-1][1]:
-        return
-    while entries and (entries[-1][0] >= epoch or entries[-1][1] >= start):
-        entries.pop()
-    entries.append((epoch, start))
-
-
-# ---------------------------------------------------------------- dump model
+Batch = tuple[int, int, list[tuple[bytes, bytes]]]  # base offset, epoch, (key, value) records
 
 
 @dataclass
 class Replica:
-    """One replica's batches in order: (base_offset, epoch, [(key, value)...])."""
-
-    batches: list[tuple[int, int, list[tuple[bytes, bytes]]]] = field(default_factory=list)
-    high_watermark: int = 0
+    batches: list[Batch]
+    high_watermark: int
 
     @property
     def log_end_offset(self) -> int:
-        if not self.batches:
-            return 0
         base, _epoch, records = self.batches[-1]
         return base + len(records)
 
@@ -101,111 +70,103 @@ class Dump:
     ack_log: Path
     metrics_dir: Path
     # (topic, partition) -> broker -> Replica
-    replicas: dict[tuple[str, int], dict[int, Replica]]
+    replicas: dict[tuple[str, int], dict[int, Replica]] = field(default_factory=dict)
+    # offsets removed from every replica (the gap): not acknowledged
+    cut_offsets: dict[tuple[str, int], set[int]] = field(default_factory=dict)
 
-    def partition_dir(self, broker: int, partition: int, topic: str = TOPIC) -> Path:
+    def partition_dir(self, broker: int, topic: str, partition: int = 0) -> Path:
         return self.data_dirs[broker] / f"{topic}-{partition}"
 
-    def segment(self, broker: int, partition: int, topic: str = TOPIC) -> Path:
-        return sorted(self.partition_dir(broker, partition, topic).glob("*.log"))[0]
+    def segment(self, broker: int, topic: str, partition: int = 0) -> Path:
+        return sorted(self.partition_dir(broker, topic, partition).glob("*.log"))[0]
 
 
-def _records(partition: int, base: int, n: int) -> list[tuple[bytes, bytes]]:
-    return [(f"k{partition}-{base + i}".encode(), f"value-{partition}-{base + i}".encode())
-            for i in range(n)]
-
-
-def _history(partition: int) -> list[tuple[int, int, int]]:
-    """(epoch, base_offset, record_count) batches of the committed history."""
-    batches = []
-    offset = 0
-    for epoch, sizes in ((0, (3, 2, 4)), (1, (1, 5)), (3, (2, 2, 3))):
-        for n in sizes:
-            batches.append((epoch, offset, n))
-            offset += n
+def history(topic: str, partition: int, epochs: list[int] | None = None) -> list[Batch]:
+    batches, offset = [], 0
+    for i, (epoch, count) in enumerate(HISTORY):
+        records = [(f"{topic}-{partition}-k{offset + j}".encode(),
+                    f"value {topic}-{partition} @{offset + j}".encode()) for j in range(count)]
+        batches.append((offset, epochs[i] if epochs else epoch, records))
+        offset += count
     return batches
 
 
-def write_replica_files(partition_dir: Path, replica: Replica) -> None:
-    """One segment file plus leader-epoch-checkpoint, with the minimal writer."""
-    partition_dir.mkdir(parents=True, exist_ok=True)
-    data = bytearray()
-    cache: list[tuple[int, int]] = []
-    for base, epoch, records in replica.batches:
-        data += encode_batch(records, base_offset=base, partition_leader_epoch=epoch,
-                             base_timestamp_ms=BASE_TIMESTAMP_MS + base)
-        replay_epoch_cache(cache, epoch, base)
-    (partition_dir / f"{0:020d}.log").write_bytes(bytes(data))
-    write_epoch_checkpoint(partition_dir / "leader-epoch-checkpoint", cache)
+def _full(batches: list[Batch]) -> dict[int, Replica]:
+    leo = batches[-1][0] + len(batches[-1][2])
+    return {b: Replica(list(batches), leo) for b in BROKERS}
 
 
-def build_cluster_dump(root: Path, partitions: int = 2) -> Dump:
-    """Three brokers, ``partitions`` partitions of TOPIC with replicas on every broker.
-
-    Broker 3 lags on partition 0 (its log ends below the HW: allowed, it is
-    out of the ISR) and broker 2 holds an uncommitted suffix above the HW on
-    partition 1 (allowed: a follower's suffix may differ there).
-    """
-    root.mkdir(parents=True, exist_ok=True)
-    data_dirs = {b: root / f"broker-{b}" for b in BROKERS}
+def model(damaged: bool) -> dict[tuple[str, int], dict[int, Replica]]:
     replicas: dict[tuple[str, int], dict[int, Replica]] = {}
-    for p in range(partitions):
-        history = [(base, epoch, _records(p, base, n)) for epoch, base, n in _history(p)]
-        leo = history[-1][0] + len(history[-1][2])
-        per_broker = {}
-        for b in BROKERS:
-            per_broker[b] = Replica(batches=list(history), high_watermark=leo)
-        if p == 0:
-            per_broker[3].batches = history[:-2]
-            per_broker[3].high_watermark = per_broker[3].log_end_offset
-        if p == 1:
-            # Uncommitted suffix: broker 2 took one batch in epoch 3 that nobody else has;
-            # HW stays where the others end.
-            extra = (leo, 3, [(b"zombie", b"uncommitted")])
-            per_broker[2].batches = history + [extra]
-        replicas[(TOPIC, p)] = per_broker
-    for b, data_dir in data_dirs.items():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        hw, recovery, start = {}, {}, {}
-        for (topic, p), per_broker in replicas.items():
-            replica = per_broker[b]
-            write_replica_files(data_dir / f"{topic}-{p}", replica)
-            hw[(topic, p)] = replica.high_watermark
-            recovery[(topic, p)] = replica.log_end_offset
-            start[(topic, p)] = 0
-        write_offset_checkpoint(data_dir / "replication-offset-checkpoint", hw)
-        write_offset_checkpoint(data_dir / "recovery-point-offset-checkpoint", recovery)
-        write_offset_checkpoint(data_dir / "log-start-offset-checkpoint", start)
-    dump = Dump(root, data_dirs, root / "acks.jsonl", root / "metrics", replicas)
-    write_ack_log(dump)
-    write_metrics(dump)
-    return dump
+    p0 = _full(history("orders", 0))
+    p0[3] = Replica(p0[3].batches[:-2], p0[3].batches[-3][0] + len(p0[3].batches[-3][2]))
+    replicas[("orders", 0)] = p0
+    p1 = _full(history("orders", 1))
+    leo = p1[2].log_end_offset
+    p1[2] = Replica(p1[2].batches + [(leo, 3, [(b"zombie", b"never committed")])], leo)
+    replicas[("orders", 1)] = p1
+    if not damaged:
+        return replicas
+    for topic in DAMAGE:
+        if topic == "epoch-back":
+            epochs = [e for e, _ in HISTORY]
+            epochs[6] = 1  # 0,0,0,1,1,3,1,3 on every replica
+            replicas[(topic, 0)] = _full(history(topic, 0, epochs))
+        else:
+            replicas[(topic, 0)] = _full(history(topic, 0))
+    diverged = replicas[("diverged", 0)][2]
+    base, epoch, records = diverged.batches[DIVERGED_BATCH]
+    diverged.batches[DIVERGED_BATCH] = (base, epoch, [(k, v.upper()) for k, v in records])
+    return replicas
 
 
-def write_ack_log(dump: Dump) -> None:
-    """Every committed record acked with acks=all, plus a few acks=1 records."""
+def write_logs(dump: Dump) -> None:
+    """Every broker's logs and checkpoints through the broker's own storage code."""
+    config = LogConfig()
+    for broker, data_dir in dump.data_dirs.items():
+        manager = LogManager(data_dir, config)
+        manager.load(NOW_MS)
+        hws = {}
+        for (topic, partition), per_broker in sorted(dump.replicas.items()):
+            replica = per_broker[broker]
+            tp = TopicPartition(topic, partition)
+            log = manager.get_or_create(tp, config, NOW_MS)
+            for base, epoch, records in replica.batches:
+                log.append_as_follower(
+                    encode_batch(records, base_offset=base, partition_leader_epoch=epoch,
+                                 base_timestamp_ms=BASE_TIMESTAMP_MS + base * 10), NOW_MS)
+            hws[tp] = replica.high_watermark
+        manager.checkpoint_high_watermarks(hws)
+        manager.shutdown()
+
+
+def write_ack_log(dump: Dump, extra: list[dict] = ()) -> None:
+    """Broker 1's records as acknowledged: acks=all, every fifth one acks=1."""
     with dump.ack_log.open("w") as f:
-        for (topic, p), per_broker in sorted(dump.replicas.items()):
-            leader = per_broker[1]
-            for base, _epoch, records in leader.batches:
+        for (topic, partition), per_broker in sorted(dump.replicas.items()):
+            for base, _epoch, records in per_broker[1].batches:
                 for i, (key, value) in enumerate(records):
                     offset = base + i
-                    acks = "all" if offset % 5 else 1
-                    f.write(json.dumps({"topic": topic, "partition": p, "offset": offset,
+                    if offset in dump.cut_offsets.get((topic, partition), ()):
+                        continue
+                    f.write(json.dumps({"topic": topic, "partition": partition, "offset": offset,
                                         "key": key.decode(), "value": value.decode(),
-                                        "acks": acks}) + "\n")
+                                        "acks": "all" if offset % 5 else 1}) + "\n")
+        for line in extra:
+            f.write(json.dumps(line) + "\n")
 
 
-def write_metrics(dump: Dump) -> None:
-    """Scrape files as ``tide metrics scrape`` writes them: broker 1 leads, HW and LEO grow.
+def write_metrics(dump: Dump, hw_drop_topic: str | None = None) -> None:
+    """Scrape files as ``tide metrics scrape`` writes them; broker 1 leads every partition.
 
-    Broker 3 misses one scrape (an error block) and its last block is torn
-    (no ``# EOF``), which the reader must skip.
+    HW and LEO grow by 3 per scrape; the leader's ISR is 2 at scrape 5 (a shrink
+    and an expand). Broker 3 misses scrape 4 (an error block) and its file ends
+    with a torn block (no ``# EOF``) that must be skipped.
     """
     dump.metrics_dir.mkdir(parents=True, exist_ok=True)
     for b in BROKERS:
         blocks = []
-        for step in range(10):
+        for step in range(SCRAPES):
             ts = BASE_TIMESTAMP_MS + step * 1000 + b
             if b == 3 and step == 4:
                 blocks.append(f"# SCRAPE {ts} broker-{b} error connection refused\n")
@@ -214,10 +175,11 @@ def write_metrics(dump: Dump) -> None:
                      "# HELP tidewater_broker_replica_high_watermark Committed offset",
                      "# TYPE tidewater_broker_replica_high_watermark gauge"]
             for (topic, p), per_broker in sorted(dump.replicas.items()):
-                replica = per_broker[b]
-                leo = min(replica.log_end_offset, step * 3)
-                hw = min(per_broker[1].high_watermark, leo, step * 3)
-                isr = (3 if step != 5 else 2) if b == 1 else 0
+                leo = min(per_broker[b].log_end_offset, step * 3)
+                hw = min(per_broker[1].high_watermark, leo)
+                if topic == hw_drop_topic and b == 1 and step == 7:
+                    hw -= 6
+                isr = (2 if step == 5 else 3) if b == 1 else 0
                 labels = f'topic="{topic}",partition="{p}",broker="{b}"'
                 for name, value in (("log_end_offset", leo), ("high_watermark", hw),
                                     ("log_start_offset", 0), ("leader_epoch", 3),
@@ -228,5 +190,78 @@ def write_metrics(dump: Dump) -> None:
             blocks.append("\n".join(lines) + "\n")
         if b == 3:
             blocks.append(f"# SCRAPE {BASE_TIMESTAMP_MS + 99_000} broker-3 ok\n"
-                          "tidewater_broker_replica_high_watermark{topic=\"orders\",partition=\"0\",")
+                          'tidewater_broker_replica_high_watermark{topic="orders",partition="0",')
         (dump.metrics_dir / f"broker-{b}.prom").write_text("".join(blocks))
+
+
+# ---------------------------------------------------------------- damage on disk
+
+
+def _batch_positions(segment: Path) -> list[tuple[int, int]]:
+    """(position, size) of each batch, read with plain struct (no audit code)."""
+    import struct
+
+    data = segment.read_bytes()
+    out, pos = [], 0
+    while pos + 12 <= len(data):
+        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
+        out.append((pos, size))
+        pos += size
+    return out
+
+
+def flip_byte(segment: Path, batch_index: int) -> None:
+    """Flip the last byte of a batch (inside a record value, under the CRC)."""
+    pos, size = _batch_positions(segment)[batch_index]
+    data = bytearray(segment.read_bytes())
+    data[pos + size - 2] ^= 0x01
+    segment.write_bytes(bytes(data))
+
+
+def cut_batch(segment: Path, batch_index: int) -> None:
+    """Remove one batch's bytes from a segment (later batches keep their offsets)."""
+    pos, size = _batch_positions(segment)[batch_index]
+    data = segment.read_bytes()
+    segment.write_bytes(data[:pos] + data[pos + size:])
+
+
+def set_epoch_start(checkpoint: Path, epoch: int, start_offset: int) -> None:
+    lines = checkpoint.read_text().splitlines()
+    lines = [f"{epoch} {start_offset}" if ln.split()[0] == str(epoch) and i >= 2 else ln
+             for i, ln in enumerate(lines)]
+    checkpoint.write_text("\n".join(lines) + "\n")
+
+
+def set_offset_checkpoint(checkpoint: Path, topic: str, partition: int, offset: int) -> None:
+    lines = checkpoint.read_text().splitlines()
+    lines = [f"{topic} {partition} {offset}" if ln.split()[:2] == [topic, str(partition)] else ln
+             for ln in lines]
+    checkpoint.write_text("\n".join(lines) + "\n")
+
+
+def build_dump(root: Path, damaged: bool = False) -> Dump:
+    root.mkdir(parents=True, exist_ok=True)
+    dump = Dump(root, {b: root / f"broker-{b}" for b in BROKERS}, root / "acks.jsonl",
+                root / "metrics", model(damaged))
+    write_logs(dump)
+    extra_acks: list[dict] = []
+    if damaged:
+        flip_byte(dump.segment(3, "flipped"), 2)
+        set_epoch_start(dump.partition_dir(2, "epoch-cp") / "leader-epoch-checkpoint", 3, 16)
+        leo = dump.replicas[("hw-cp", 0)][3].log_end_offset
+        set_offset_checkpoint(dump.data_dirs[3] / "replication-offset-checkpoint", "hw-cp", 0,
+                              leo + 5)
+        for b in BROKERS:
+            cut_batch(dump.segment(b, "gap"), GAP_BATCH)
+        base, _e, records = dump.replicas[("gap", 0)][1].batches[GAP_BATCH]
+        dump.cut_offsets[("gap", 0)] = set(range(base, base + len(records)))
+        extra_acks = [
+            {"topic": "ack-lost", "partition": 0, "offset": 4, "key": "ack-lost-0-k4",
+             "value": "acknowledged but never stored", "acks": "all"},
+            # acks=1 may lose a write: counted, not a failure.
+            {"topic": "ack-lost", "partition": 0, "offset": 6, "key": "x",
+             "value": "acks=1 lost", "acks": "1"},
+        ]
+    write_ack_log(dump, extra_acks)
+    write_metrics(dump, hw_drop_topic="hw-drop" if damaged else None)
+    return dump

@@ -1,0 +1,196 @@
+"""The audit's own reader, without Spark: segments, records, checkpoints, metrics, ack logs."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from audit import health, metrics_reader, reader
+from audit.job import AckLogError, parse_ack_log
+from audit.rules import assign_epoch, compare_epoch_checkpoint, diverging_epochs
+from proto.records import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+    decode_batch,
+    encode_batch,
+)
+from tests.spark.fixtures import DAMAGE, HISTORY, build_dump
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    return build_dump(tmp_path_factory.mktemp("reader"), damaged=True)
+
+
+def test_discover_finds_every_replica_with_its_broker_id(dump):
+    inventory = reader.discover([dump.root])
+    assert sorted(set(inventory.data_dirs.values())) == [1, 2, 3]
+    topics = {(s.topic, s.partition, s.broker_id) for s in inventory.segments}
+    assert ("orders", 1, 2) in topics and ("gap", 0, 3) in topics
+    assert len(topics) == (2 + len(DAMAGE)) * 3
+
+
+def test_broker_id_from_meta_properties_wins_over_folder_name(tmp_path):
+    data_dir = tmp_path / "broker-7"
+    (data_dir / "t-0").mkdir(parents=True)
+    (data_dir / "t-0" / f"{0:020d}.log").write_bytes(encode_batch([(b"k", b"v")]))
+    assert reader.discover([data_dir]).segments[0].broker_id == 7
+    (data_dir / "meta.properties").write_text("version=0\nbroker.id=42\n")
+    assert reader.discover([data_dir]).segments[0].broker_id == 42
+
+
+def test_discover_rejects_missing_and_empty_inputs(tmp_path):
+    with pytest.raises(reader.AuditInputError, match="no such"):
+        reader.discover([tmp_path / "nope"])
+    with pytest.raises(reader.AuditInputError, match="no Tidewater partition"):
+        reader.discover([tmp_path])
+
+
+def test_scan_matches_the_log_the_broker_wrote(dump):
+    rows = list(reader.scan_batches(dump.segment(1, "orders", 0).read_bytes()))
+    fields = reader.BATCH_FIELDS
+    got = [(r[fields.index("base_offset")], r[fields.index("last_offset")],
+            r[fields.index("partition_leader_epoch")], r[fields.index("status")]) for r in rows]
+    expected, offset = [], 0
+    for epoch, count in HISTORY:
+        expected.append((offset, offset + count - 1, epoch, "ok"))
+        offset += count
+    assert got == expected
+
+
+def test_flipped_byte_is_a_crc_mismatch_and_the_scan_goes_on(dump):
+    rows = list(reader.scan_batches(dump.segment(3, "flipped").read_bytes()))
+    statuses = [r[reader.BATCH_FIELDS.index("status")] for r in rows]
+    assert statuses == ["ok", "ok", "crc_mismatch"] + ["ok"] * (len(HISTORY) - 3)
+
+
+def test_torn_tail_is_a_row_not_a_crash(dump):
+    data = dump.segment(1, "orders", 0).read_bytes()
+    for cut in (len(data) - 1, len(data) - 30, len(data) - 70):
+        rows = list(reader.scan_batches(data[:cut]))
+        assert rows[-1][reader.BATCH_FIELDS.index("status")] == "torn"
+        assert all(r[reader.BATCH_FIELDS.index("status")] == "ok" for r in rows[:-1])
+
+
+def test_broken_framing_is_a_corrupt_row_and_stops_the_segment():
+    batch = bytearray(encode_batch([(b"k", b"v")], base_offset=0))
+    second = bytearray(encode_batch([(b"k", b"v")], base_offset=1))
+    second[16] = 9  # magic
+    rows = list(reader.scan_batches(bytes(batch + second + batch)))
+    assert [r[reader.BATCH_FIELDS.index("status")] for r in rows] == ["ok", "corrupt"]
+    assert "magic" in rows[1][reader.BATCH_FIELDS.index("error")]
+
+
+@pytest.mark.parametrize("codec", [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_LZ4,
+                                   COMPRESSION_ZSTD])
+def test_records_decode_like_the_project_codec(codec):
+    records = [(b"key-%d" % i, b"value-" * i) for i in range(20)] + [(None, b"v"), (b"k", None)]
+    data = encode_batch(records, base_offset=100, partition_leader_epoch=4, compression=codec,
+                        base_timestamp_ms=1_000)
+    mine = reader.decode_batch_records(data, 0, len(data))
+    _header, theirs = decode_batch(data)
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in mine] == \
+        [(r.offset, r.timestamp, r.key, r.value) for r in theirs]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(min_size=0, max_size=400))
+def test_scan_never_raises_on_garbage(garbage):
+    good = encode_batch([(b"k", b"v")], base_offset=0)
+    rows = list(reader.scan_batches(good + garbage))
+    assert rows[0][reader.BATCH_FIELDS.index("status")] == "ok"
+    for r in rows[1:]:
+        position, size = r[0], r[reader.BATCH_FIELDS.index("size_bytes")]
+        assert 0 <= position and position + size <= len(good) + len(garbage)
+
+
+def test_checkpoint_parsers_accept_the_format_and_reject_damage():
+    assert reader.parse_offset_checkpoint("0\n2\na 0 5\nb-c 3 7\n") == [("a", 0, 5), ("b-c", 3, 7)]
+    assert reader.parse_epoch_checkpoint("0\n2\n0 0\n3 15\n") == [(0, 0), (3, 15)]
+    assert reader.parse_epoch_checkpoint("") == []
+    for bad in ("1\n0\n", "0\n2\n0 0\n", "0\n1\nx 1\n", "0\nz\n"):
+        with pytest.raises(reader.CheckpointFormatError):
+            reader.parse_epoch_checkpoint(bad)
+
+
+def test_epoch_replay_follows_the_reference_examples():
+    cache = [(5, 11), (6, 12), (7, 13)]
+    assign_epoch(cache, 7, 12)
+    assert cache == [(5, 11), (7, 12)]
+    cache = [(1, 5), (2, 6)]
+    assign_epoch(cache, 1, 7)
+    assert cache == [(1, 7)]
+    cache = [(2, 6)]
+    assign_epoch(cache, 3, 5)
+    assert cache == [(3, 5)]
+
+
+def test_epoch_checkpoint_comparison():
+    log = [(0, 0), (1, 9), (3, 15)]
+    assert compare_epoch_checkpoint(log, log, 22) == []
+    assert compare_epoch_checkpoint(log, log + [(4, 22)], 22) == []  # new leader, no write yet
+    assert compare_epoch_checkpoint(log, [(0, 0), (1, 9), (3, 16)], 22)
+    assert compare_epoch_checkpoint(log, [(0, 0), (3, 15)], 22)
+    assert compare_epoch_checkpoint(log, log + [(4, 20)], 22)
+
+
+def test_epoch_histories_allow_a_later_log_start():
+    a = {"cache": [(0, 0), (2, 10)], "log_start_offset": 0}
+    b = {"cache": [(0, 4), (2, 10)], "log_start_offset": 4}
+    assert diverging_epochs(a, b) == []
+    c = {"cache": [(0, 0), (2, 11)], "log_start_offset": 0}
+    assert diverging_epochs(a, c) == [(2, 10, 11)]
+
+
+def test_scrape_files_parse_with_error_and_torn_blocks(dump):
+    samples = list(metrics_reader.read_metric_file(str(dump.metrics_dir / "broker-3.prom")))
+    up = [(s.timestamp_ms, s.value) for s in samples if s.name == "up"]
+    assert len(up) == 10 and sum(v for _t, v in up) == 9  # one error block, torn block skipped
+    hw = [s for s in samples if s.name == "tidewater_broker_replica_high_watermark"]
+    assert hw and all(s.labels["broker"] == "3" and s.source == "broker-3" for s in hw)
+
+
+def test_plain_prometheus_text_and_bad_lines(tmp_path):
+    f = tmp_path / "x.prom"
+    f.write_text('# HELP a b\nfoo{topic="t",partition="0"} 3 1700\nbar 1.5\n')
+    samples = list(metrics_reader.read_metric_file(str(f)))
+    assert (samples[0].name, samples[0].labels, samples[0].value, samples[0].timestamp_ms) == \
+        ("foo", {"topic": "t", "partition": "0"}, 3.0, 1700)
+    f.write_text("foo{bad 3\n")
+    with pytest.raises(metrics_reader.MetricsFormatError):
+        list(metrics_reader.read_metric_file(str(f)))
+
+
+def test_ack_log_parses_both_acks_spellings_and_skips_a_torn_tail(tmp_path):
+    f = tmp_path / "acks.jsonl"
+    lines = [{"topic": "t", "partition": 0, "offset": 1, "key": None, "value": "v", "acks": -1},
+             {"topic": "t", "partition": 0, "offset": 2, "key": "k", "value": "\udcff",
+              "acks": "1"}]
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"topic": "t", "part')
+    rows = parse_ack_log(str(f))
+    assert rows == [("t", 0, 1, None, b"v", "all"), ("t", 0, 2, b"k", b"\xff", "1")]
+    f.write_text("not json\n")
+    with pytest.raises(AckLogError):
+        parse_ack_log(str(f))
+
+
+def test_partition_health_counts_offline_and_under_replicated_time():
+    def s(t, b, leader, isr):
+        return health.ReplicaSample(t, b, "t", 0, 10, 10, 1, isr, leader)
+    samples = [s(0, 1, 1, 2), s(0, 2, 0, 0), s(1000, 1, 1, 1), s(1000, 2, 0, 0),
+               s(2000, 1, 0, 0), s(2000, 2, 0, 0), s(3000, 1, 1, 2), s(3000, 2, 0, 0)]
+    (h,) = health.partition_health(samples)
+    assert h["offline_ms"] == 1000 and h["under_replicated_ms"] == 1000
+    assert h["isr_shrinks"] == 1 and h["isr_expands"] == 0
+
+
+def test_batch_header_layout_matches_the_spec():
+    data = encode_batch([(b"k", b"v")], base_offset=5, partition_leader_epoch=3)
+    base, length, epoch, magic = struct.unpack_from(">qiib", data)
+    assert (base, length + 12, epoch, magic) == (5, len(data), 3, 2)
