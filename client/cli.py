@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = [
     "client.commands.dump_log",
     "client.commands.metrics",
     "client.commands.chaos",
+    "client.commands.audit",
 ]
 
 
