@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 # gRPC messages can carry big fetch answers; the default 4 MiB receive limit is too small.
 GRPC_MESSAGE_BYTES_MAX = 64 * 1024 * 1024
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
     ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
     # Reconnect quickly after a broker restarts instead of gRPC's default 1 s..120 s backoff.
@@ -91,7 +91,7 @@ class ChannelPool:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = grpc.insecure_channel(format_address(address), options=_CHANNEL_OPTIONS)
+                ch = grpc.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
                 self._channels[address] = ch
             return ch
 
