@@ -184,10 +184,10 @@ def cmd_status(args) -> int:
                           "processes": [s.to_json() for s in statuses]}, indent=2))
         return 0
     print(f"bootstrap {cluster.bootstrap}")
-    print(f"{'NAME':<12}{'PID':>8}  {'ALIVE':<6}{'SERVING':<8}{'LISTEN':<22}METRICS")
+    print(f"{'NAME':<12}{'PID':>8}  {'ALIVE':<9}{'SERVING':<9}{'LISTEN':<22}METRICS")
     for s in statuses:
         alive = ("stopped" if s.stopped else "yes") if s.alive else "no"
-        print(f"{s.name:<12}{s.pid:>8}  {alive:<6}{'yes' if s.serving else 'no':<8}{s.listen:<22}{s.metrics_port}")
+        print(f"{s.name:<12}{s.pid:>8}  {alive:<9}{'yes' if s.serving else 'no':<9}{s.listen:<22}{s.metrics_port}")
     return 0
 
 
