@@ -167,7 +167,13 @@ class LeaderFetcher:
                 if answer.error_code != pb.NONE:
                     self._on_error(a, answer.error_code, "OffsetForLeaderEpoch")
                     continue
-                self._apply_truncation(a, (answer.leader_epoch, answer.end_offset))
+                try:
+                    self._apply_truncation(a, (answer.leader_epoch, answer.end_offset))
+                except Exception as e:  # noqa: BLE001 - e.g. a failed log dir: this partition only
+                    code, message = error_code_for(e, context="follower truncation")
+                    log.warning("%s: truncation failed: %s %s", a.partition.tp,
+                                pb.ErrorCode.Name(code), message)
+                    a.retry_at = time.monotonic() + self.manager.config.replica_fetch_backoff_ms / 1000
 
     def _apply_truncation(self, a: FetchAssignment, leader_answer: tuple[int, int]) -> None:
         partition = a.partition
