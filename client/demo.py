@@ -4,8 +4,9 @@ Steps: start a local cluster (controller + 3 brokers), create a topic with 3
 partitions, replication factor 3 and min.insync.replicas 2; produce with
 acks=all; SIGKILL the leader of partition 0; keep producing; consume every
 partition from the start and check that every acknowledged record is there
-exactly once, at the offset it was acknowledged with; restart the killed
-broker and wait until it is back in every ISR; stop the cluster.
+exactly once, at the offset it was acknowledged with, and that a consumer
+reading live through the whole failover saw every one of them once; restart
+the killed broker and wait until it is back in every ISR; stop the cluster.
 
 To make "exactly once" checkable the producer does not retry by itself
 (``retries=0``): a record whose send failed is sent again by this script as a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -110,6 +112,41 @@ def consume_everything(bootstrap: str, timeout_s: float = 60) -> list:
         return records
 
 
+class TailingConsumer:
+    """Reads every partition from the start in a thread for the whole story, through the
+    leader failover, so the story can say what a live reader saw."""
+
+    def __init__(self, bootstrap: str):
+        self.consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        self.consumer.assign([(TOPIC, p) for p in range(PARTITIONS)])
+        self.consumer.seek_to_beginning()
+        self.records: list = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-tail", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.records.extend(self.consumer.poll(200))
+        except BaseException as e:  # reported by the story
+            self.error = e
+
+    def wait_for(self, values: set[bytes], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.error is None:
+            if values <= {r.value for r in self.records}:
+                return True
+            time.sleep(0.2)
+        return False
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.consumer.close()
+
+
 def wait_for_full_isr(admin: AdminClient, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -165,6 +202,16 @@ def _story(cluster: LocalCluster, bootstrap: str, records: int) -> bool:
     say(f"created topic {TOPIC}: {PARTITIONS} partitions, replication factor 3, min.insync.replicas 2")
     wait_for_full_isr(admin, 15)
 
+    tail = TailingConsumer(bootstrap)
+    try:
+        return _produce_kill_check(cluster, admin, bootstrap, records, tail)
+    finally:
+        tail.stop()
+        admin.close()
+
+
+def _produce_kill_check(cluster: LocalCluster, admin: AdminClient, bootstrap: str, records: int,
+                        tail: TailingConsumer) -> bool:
     ledger = Ledger()
     half = records // 2
     producer = Producer(bootstrap, acks="all", retries=0, linger_ms=5,
@@ -210,6 +257,12 @@ def _story(cluster: LocalCluster, bootstrap: str, records: int) -> bool:
     say(f"acknowledged {len(ledger.acked)}; missing {len(missing)}; duplicated {len(duplicated)}; "
         f"at another offset than acknowledged {len(misplaced)}; unacknowledged attempts found in the "
         f"log (in doubt, not duplicates) {in_doubt}; records nobody sent {len(unknown)}")
+    tail_complete = tail.wait_for(set(ledger.acked), 30)
+    tail_counts = Counter(r.value for r in tail.records)
+    tail_duplicated = [v for v, c in tail_counts.items() if c > 1]
+    say(f"a consumer reading live through the failover saw {len(tail.records)} records: "
+        + ("every acknowledged one" if tail_complete else "NOT every acknowledged one")
+        + f", {len(tail_duplicated)} twice" + (f" (error: {tail.error})" if tail.error else ""))
 
     say(f"restarting broker {victim} ...")
     t0 = time.monotonic()
@@ -224,16 +277,16 @@ def _story(cluster: LocalCluster, bootstrap: str, records: int) -> bool:
             say(f"  partition {p.partition} (leader {p.leader}, epoch {p.leader_epoch}): {replicas}")
     except TidewaterError as e:
         say(f"  could not describe replicas: {e}")
-    admin.close()
 
     passed = (len(ledger.acked) == records and not missing and not duplicated
-              and not misplaced and not unknown)
+              and not misplaced and not unknown and tail_complete and not tail_duplicated)
     for label, values in (("missing", missing), ("duplicated", duplicated), ("misplaced", misplaced),
                           ("unknown", unknown)):
         if values:
             say(f"{label} examples: " + ", ".join(v.decode() for v in values[:5]))
     print(("PASS" if passed else "FAIL") + f": {len(ledger.acked)} acknowledged records, "
-          f"{len(missing)} missing, {len(duplicated)} duplicated after killing leader broker {victim}",
+          f"{len(missing)} missing, {len(duplicated)} duplicated after killing leader broker {victim}; "
+          f"live consumer saw {'all' if tail_complete else 'NOT all'} of them",
           flush=True)
     return passed
 

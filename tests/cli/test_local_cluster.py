@@ -172,5 +172,6 @@ def test_demo_passes(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: 600 acknowledged records, 0 missing, 0 duplicated" in proc.stdout
     assert "SIGKILLed broker" in proc.stdout and "cluster stopped" in proc.stdout
+    assert "live consumer saw all of them" in proc.stdout
     m = json.loads((tmp_path / "demo" / "cluster.json").read_text())
     assert not any(pid_alive(p["pid"]) for p in m["processes"].values())
