@@ -350,3 +350,25 @@ async def test_stray_logs_deleted_only_when_the_snapshot_excludes_them(tmp_path)
     elsewhere = pb.PartitionState(topic="elsewhere", partition=0, leader=2, replicas=[2, 3])
     rm.update_metadata(snapshot(1, [state, elsewhere]))
     assert set(rm.log_manager.logs()) == {kept}
+
+
+async def test_storage_error_is_answered_per_partition(tmp_path):
+    from proto.errors import KafkaStorageError
+
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(isr=(1,)))
+    log = rm.partitions[TP].log
+
+    def broken(*args, **kwargs):
+        raise KafkaStorageError("disk gone", path="/nowhere")
+
+    log.append_as_leader = broken
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    assert "disk gone" in out.partitions[0].error_message
+    log.read = broken
+    resp = await rm.fetch(consumer_fetch(0))
+    assert resp.partitions[0].error_code == pb.NONE  # nothing below the HW to read yet
+    rm.partitions[TP].leader_state.high_watermark = 1
+    resp = await rm.fetch(consumer_fetch(0))
+    assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
