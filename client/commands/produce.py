@@ -17,6 +17,7 @@ from client.cli import CliError
 from client.commands._common import bootstrap_of, cli_errors, describe_error
 from client.producer import Producer, RecordMetadata, parse_acks
 from proto.errors import TidewaterError
+from proto.records import COMPRESSION_BY_NAME
 
 
 def register(subparsers) -> None:
@@ -31,6 +32,8 @@ def register(subparsers) -> None:
                         help="append one JSON line per acknowledged record")
     parser.add_argument("--batch-size", type=int, default=16384, metavar="BYTES")
     parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"],
+                        help="batch compression (snappy is not supported)")
     parser.add_argument("--timeout-ms", type=int, default=30000,
                         help="give up on a record not acknowledged within this time")
     parser.set_defaults(func=cmd_produce)
@@ -105,7 +108,8 @@ def cmd_produce(args) -> int:
         producer = Producer(bootstrap_of(args), acks=parse_acks(args.acks),
                             batch_size_bytes=args.batch_size, linger_ms=args.linger_ms,
                             request_timeout_ms=min(args.timeout_ms, 30000),
-                            delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms)
+                            delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms,
+                            compression=COMPRESSION_BY_NAME[args.compression])
         try:
             total = 0
             for line_number, raw in enumerate(sys.stdin.buffer, start=1):

@@ -64,7 +64,7 @@ def test_keyed_round_trip_with_acks_all_and_ack_log(cluster, topic, tmp_path):  
 
 
 def test_consume_one_partition_from_offset_with_max_messages(cluster, topic):  # noqa: F811
-    result = cluster.tide("produce", topic, "--partition", "1", "--acks", "1",
+    result = cluster.tide("produce", topic, "--partition", "1", "--acks", "1", "--compression", "zstd",
                           input="".join(f"p1-{i}\n" for i in range(20)))
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in cluster.tide(
