@@ -32,7 +32,7 @@ Election rules:
   (replicas order) as leader with ISR = [that replica]; the change is flagged
   ``unclean`` (data below the old high watermark may be lost).
 * A fenced or shutting-down broker leaves every ISR it is not the last member
-  of, and gives up leadership.
+  of, and gives up leadership (to an unclean leader only if allowed).
 * The preferred replica (``replicas[0]``) takes leadership back as soon as it
   is live and in the ISR (``maybe_preferred_leader``).
 """
@@ -167,13 +167,15 @@ def on_broker_unfenced(p: PartitionRecord, broker_id: int, live: Set[int], *,
     return elect(p, set(live) | {broker_id}, unclean_allowed=unclean_allowed)
 
 
-def on_controlled_shutdown(p: PartitionRecord, broker_id: int, live: Set[int]) -> Change | None:
+def on_controlled_shutdown(p: PartitionRecord, broker_id: int, live: Set[int], *,
+                           unclean_allowed: bool = False) -> Change | None:
     """``broker_id`` is shutting down: move leadership away, leave the ISR.
 
-    Never unclean: a planned shutdown must not lose data. When it was the only
-    live ISR member the partition goes offline until an ISR member returns.
+    When it was the only live ISR member the partition goes offline until an
+    ISR member returns, or (as in Kafka) takes an unclean leader when the topic
+    allows that: the operator chose availability over those records.
     """
-    return _remove_broker(p, broker_id, live, unclean_allowed=False)
+    return _remove_broker(p, broker_id, live, unclean_allowed)
 
 
 def maybe_preferred_leader(p: PartitionRecord, live: Set[int]) -> Change | None:

@@ -26,7 +26,8 @@ Broker <-> controller contract (details this controller decides)
 * **Controlled shutdown**: heartbeat with ``want_shutdown=true`` (keep the
   interval) until ``should_shutdown`` is true. The controller moves every
   leadership away and drops the broker from ISRs; a partition whose only live
-  ISR member is this broker goes offline (never an unclean election). Then
+  ISR member is this broker goes offline (or, when the topic allows unclean
+  elections, gets a live out-of-sync replica as leader, as in Kafka). Then
   the broker exits; its session expiring afterwards changes nothing.
 * **Controller restart**: the controller bumps its epoch, replays its log and
   gives every broker that was unfenced a fresh session of two session timeouts

@@ -25,6 +25,7 @@ from controller.election import (
     Change,
     PartitionRecord,
     alter_partition,
+    elect,
     maybe_preferred_leader,
     new_partition,
     on_broker_fenced,
@@ -145,6 +146,21 @@ class ControllerStateMachine:
             # reconnect backoff after the controller was down.
             self.sessions.reset(broker_id, now_ms + self.config.broker_session_timeout_ms)
             tx.effects.resync_brokers.add(broker_id)
+        # Brokers that were shutting down under the old controller count as live
+        # again: partitions they left offline may have a leader now.
+        self.elect_offline(tx, now_ms)
+
+    def elect_offline(self, tx: Tx, now_ms: int) -> int:
+        """Elect a leader for every offline partition that can have one; returns how many."""
+        live = self.live_broker_ids()
+        elected = 0
+        for p in list(self.metadata.all_partitions()):
+            if p.offline:
+                change = elect(p, live, unclean_allowed=self._unclean_allowed(p.topic))
+                if change is not None:
+                    self._commit_change(tx, p, change)
+                    elected += 1
+        return elected
 
     # ------------------------------------------------------------ brokers
 
@@ -195,7 +211,7 @@ class ControllerStateMachine:
                 self.sessions.begin_controlled_shutdown(req.broker_id)
                 live = self.live_broker_ids()
                 self._for_partitions_of(tx, req.broker_id, lambda p: on_controlled_shutdown(
-                    p, req.broker_id, live))
+                    p, req.broker_id, live, unclean_allowed=self._unclean_allowed(p.topic)))
                 should_shutdown = not any(p.leader == req.broker_id
                                           for p in self.metadata.all_partitions())
         else:
@@ -245,9 +261,13 @@ class ControllerStateMachine:
         return response
 
     def preferred_leader_check(self, tx: Tx, now_ms: int) -> int:
-        """Move every partition whose preferred replica can lead back to it; returns how many."""
+        """Move every partition whose preferred replica can lead back to it; returns how many.
+
+        Also elects leaders for offline partitions that could have one (a
+        safety net: every event that makes that possible already elects).
+        """
+        moved = self.elect_offline(tx, now_ms)
         live = self.live_broker_ids()
-        moved = 0
         for p in list(self.metadata.all_partitions()):
             change = maybe_preferred_leader(p, live)
             if change is not None:

@@ -182,10 +182,12 @@ def test_controlled_shutdown_follower_leaves_isr():
     assert change.record.isr == (1,) and change.record.leader == 1 and not change.leader_changed
 
 
-def test_controlled_shutdown_of_sole_isr_member_goes_offline_never_unclean():
+def test_controlled_shutdown_of_sole_isr_member_goes_offline_unless_unclean_allowed():
     p = rec(replicas=(1, 2), isr=(1,), leader=1)
     change = on_controlled_shutdown(p, 1, {1, 2})
     assert change.record.offline and change.record.isr == (1,) and not change.unclean
+    change = on_controlled_shutdown(p, 1, {1, 2}, unclean_allowed=True)
+    assert change.record.leader == 2 and change.record.isr == (2,) and change.unclean
 
 
 # ---------------------------------------------------------------- preferred leader
@@ -290,7 +292,7 @@ def test_epochs_monotonic_and_leader_always_live_isr_member(scenario):
             live.add(broker)
             change = on_broker_unfenced(p, broker, live, unclean_allowed=unclean)
         elif kind == "shutdown":
-            change = on_controlled_shutdown(p, broker, live)
+            change = on_controlled_shutdown(p, broker, live, unclean_allowed=unclean)
             live.discard(broker)
         elif kind == "prefer":
             change = maybe_preferred_leader(p, live)
