@@ -15,6 +15,7 @@ the brokers that may lead or join an ISR.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,7 +51,9 @@ from proto import tidewater_pb2 as pb
 from proto.errors import TidewaterError
 
 PARTITIONS_PER_TOPIC_MAX = 10_000
+PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
 LISTENERS_MAX = 8
+ITEMS_PER_REQUEST_MAX = 10_000  # AlterPartition items, CreateTopics topics, DeleteTopics names
 
 
 @dataclass
@@ -236,6 +239,8 @@ class ControllerStateMachine:
         broker = self.metadata.brokers.get(req.broker_id)
         if broker is None or broker.broker_epoch != req.broker_epoch or broker.fenced:
             return pb.AlterPartitionResponse(error_code=pb.STALE_BROKER_EPOCH)
+        if len(req.items) > ITEMS_PER_REQUEST_MAX:
+            return pb.AlterPartitionResponse(error_code=pb.INVALID_REQUEST)
         response = pb.AlterPartitionResponse(error_code=pb.NONE)
         live = self.live_broker_ids()
         for item in req.items:
@@ -304,19 +309,27 @@ class ControllerStateMachine:
                       req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
         response = pb.CreateTopicsResponse()
         live = self.live_broker_ids()
-        names = [t.name for t in req.topics]
+        names = Counter(t.name for t in req.topics)
         taken = {collision_key(name) for name in self.metadata.topics}
+        partition_count = sum(len(info.partitions) for info in self.metadata.topics.values())
         for t in req.topics:
             result = response.topics.add(name=t.name, error_code=pb.NONE)
             try:
-                if names.count(t.name) > 1:
+                if len(req.topics) > ITEMS_PER_REQUEST_MAX:
+                    raise _TopicError(pb.INVALID_REQUEST,
+                                      f"more than {ITEMS_PER_REQUEST_MAX} topics in one request")
+                if names[t.name] > 1:
                     raise _TopicError(pb.INVALID_REQUEST, f"topic {t.name!r} is named twice")
                 partitions, factor, configs = self._check_topic(t, live, taken)
+                if partition_count + partitions > PARTITIONS_MAX:
+                    raise _TopicError(pb.INVALID_PARTITIONS,
+                                      f"the cluster would exceed {PARTITIONS_MAX} partitions")
             except TidewaterError as e:
                 result.error_code, result.error_message = e.error_code, str(e)
                 continue
             result.num_partitions, result.replication_factor = partitions, factor
             taken.add(collision_key(t.name))
+            partition_count += partitions
             if req.validate_only:
                 continue
             assignment = assign_replicas(sorted(live), partitions, factor,
@@ -332,6 +345,11 @@ class ControllerStateMachine:
     def delete_topics(self, tx: Tx, now_ms: int,
                       req: pb.DeleteTopicsRequest) -> pb.DeleteTopicsResponse:
         response = pb.DeleteTopicsResponse()
+        if len(req.names) > ITEMS_PER_REQUEST_MAX:
+            for name in dict.fromkeys(req.names):
+                response.topics.add(name=name, error_code=pb.INVALID_REQUEST,
+                                    error_message=f"more than {ITEMS_PER_REQUEST_MAX} names")
+            return response
         for name in dict.fromkeys(req.names):  # once each, in order
             info = self.metadata.topics.get(name)
             if info is None:

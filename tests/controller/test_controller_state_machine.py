@@ -367,3 +367,23 @@ def test_compaction_keeps_the_image_and_epochs_keep_growing(tmp_path):
     h3 = h2.restart()  # compacted log plus appended records replay too
     assert h3.metadata.brokers[2].broker_epoch == h2.epochs[2]
     h3.log.close()
+
+
+def test_request_size_limits(h, monkeypatch):
+    import controller.state_machine as sm
+
+    three_brokers(h)
+    monkeypatch.setattr(sm, "PARTITIONS_MAX", 5)
+    assert h.create("a", partitions=4).error_code == pb.NONE
+    result = h.create("b", partitions=2)
+    assert result.error_code == pb.INVALID_PARTITIONS and "5 partitions" in result.error_message
+    monkeypatch.setattr(sm, "ITEMS_PER_REQUEST_MAX", 2)
+    p = h.partition("a")
+    items = [pb.AlterPartitionItem(topic="a", partition=0, leader_epoch=p.leader_epoch,
+                                   partition_epoch=p.partition_epoch, new_isr=p.isr)] * 3
+    response = h.run(h.machine.alter_partition, pb.AlterPartitionRequest(
+        broker_id=p.leader, broker_epoch=h.epochs[p.leader], items=items))
+    assert response.error_code == pb.INVALID_REQUEST
+    deleted = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["a", "x", "y"]))
+    assert {t.error_code for t in deleted.topics} == {pb.INVALID_REQUEST}
+    assert "a" in h.metadata.topics
