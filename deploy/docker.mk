@@ -19,7 +19,8 @@ COMPOSE_CMD = $(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE_PATH)
 TOPIC ?= demo
 CHAOS_DURATION_S ?= 120
 CHAOS_SEED ?= 1
-CHAOS_OUT ?= $(CURDIR)/build/chaos
+# A new folder per run: tide chaos refuses to mix two runs in one folder.
+CHAOS_OUT ?= $(CURDIR)/build/chaos/seed$(CHAOS_SEED)-$(shell date +%Y%m%d-%H%M%S)
 WHEELHOUSE := build/wheelhouse
 PROJECT_SOURCES := pyproject.toml $(shell find broker controller client audit proto \
 	\( -name '*.py' -o -name '*.proto' \) -not -path '*/__pycache__/*' 2>/dev/null)

@@ -256,6 +256,8 @@ class ChaosRun:
         import random
 
         o = self.opt
+        if (self.out / "run.json").exists():
+            raise ChaosTargetError(f"{self.out} already holds a chaos run; choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         notes: list[str] = []
         admin = AdminClient(self.bootstrap, request_timeout_ms=5000)

@@ -93,6 +93,8 @@ def run(args) -> int:
             raise ValueError("--duration, --producers, --rate and --scrape-interval-ms must be positive")
     except ValueError as e:
         raise CliError(str(e), exit_code=2) from None
+    if (args.out / "run.json").exists():
+        raise CliError(f"{args.out} already holds a chaos run; choose another --out")
     try:
         cluster = ComposeCluster(args.compose_project) if args.compose else LocalChaosCluster(args.data_dir)
         verdict = ChaosRun(cluster, options).run()

@@ -34,7 +34,7 @@ def cluster_dir(tmp_path):
 
 def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp_path):
     out = tmp_path / "out"
-    r = tide("chaos", "--data-dir", str(cluster_dir), "--duration", "18", "--seed", "5",
+    r = tide("chaos", "--data-dir", str(cluster_dir), "--duration", "18", "--seed", "7",
              "--out", str(out), "--hold", "1.5,3", "--gap", "0.5,1", "--warmup", "3",
              "--rate", "150", "--scrape-interval-ms", "500",
              "--faults", "kill_leader,kill_broker,kill_controller,pause_broker,isolate_broker")
@@ -42,7 +42,7 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
     assert "VERDICT: PASS" in r.stdout
 
     run = json.loads((out / "run.json").read_text())
-    assert run["seed"] == 5 and run["cluster"] == "local" and run["plan"]
+    assert run["seed"] == 7 and run["cluster"] == "local" and run["plan"]
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["ok"] and verdict["notes"] == []
     acked = sum(p["acked"] for p in verdict["partitions"])
@@ -55,6 +55,8 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
     applied = [f for f in faults if f["action"] in ("kill", "pause", "isolate") and f["ok"]]
     undone = [f for f in faults if f["action"] in ("start", "unpause", "heal") and f["ok"]]
     assert len(applied) == len(run["plan"]) and len(undone) >= len(applied)
+    assert {f["fault"] for f in applied} == {f["kind"] for f in run["plan"]}
+    assert {"kill_controller", "kill_leader", "isolate_broker"} <= {f["kind"] for f in run["plan"]}
     assert all(f["unix_ms"] > run["started_unix_ms"] for f in faults)
 
     # The ack log matches what the verdict counted, in `tide produce --ack-log` form.
@@ -72,6 +74,15 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
     status = json.loads(tide("cluster", "status", "--data-dir", str(cluster_dir), "--json").stdout)
     entries = status if isinstance(status, list) else status.get("processes", status)
     assert all(p["serving"] for p in entries)
+
+
+def test_chaos_refuses_an_output_folder_holding_a_run(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "run.json").write_text("{}")
+    r = tide("chaos", "--data-dir", str(tmp_path), "--duration", "5", "--out", str(out))
+    assert r.returncode == 1 and "already holds a chaos run" in r.stderr
+    assert (out / "run.json").read_text() == "{}"
 
 
 def test_chaos_needs_a_cluster(tmp_path):
