@@ -280,7 +280,9 @@ class Bench:
         fo = self.tw.get("failover")
         rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
                         fo["median_s"] if fo else None, None,
-                        ("samples " + ", ".join(f"{s:.2f}" for s in fo["samples_s"])) if fo else "",
+                        ("samples " + ", ".join(f"{s:.2f}" for s in fo["samples_s"])
+                         + (f"; {fo['start_retries']} restart(s) needed a 2nd try"
+                            if fo.get("start_retries") else "")) if fo else "",
                         better="lower", extra=fo or {}))
         rs = self.tw.get("restart")
         if rs:

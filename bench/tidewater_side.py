@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -120,6 +121,31 @@ class TidewaterCluster:
                 return time.monotonic() - start
             time.sleep(0.05)
         raise TimeoutError(f"{topic}-{partition} not fully in sync after {timeout_s} s: {last}")
+
+    def start_broker(self, broker_id: int, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+        """(Re)start one stopped broker; one more try if it exits during start-up. Returns the
+        number of extra tries needed (the first failure's log tail goes to stderr)."""
+        from client.local_cluster import LocalClusterError
+
+        try:
+            self.local.start(broker_id, ready_timeout_s=ready_timeout_s)
+            return 0
+        except LocalClusterError as e:
+            print(f"[bench]   broker {broker_id} failed to start, trying once more: {e}",
+                  file=sys.stderr, flush=True)
+            time.sleep(1)
+            self.local.start(broker_id, ready_timeout_s=ready_timeout_s)
+            return 1
+
+    def ensure_all_running(self) -> list[int]:
+        """Start every broker that is not running (after a failed step); returns their ids."""
+        started = []
+        for status in self.local.status():
+            if status.name.startswith("broker-") and not status.alive:
+                broker_id = int(status.name.split("-", 1)[1])
+                self.start_broker(broker_id)
+                started.append(broker_id)
+        return started
 
     def broker_data_dir(self, broker_id: int) -> Path:
         return Path(self.local.process(broker_id)["data_dir"])
@@ -395,6 +421,8 @@ class _Prober:
 def failover(cluster: TidewaterCluster, topic: str, kills: int, *, timeout_s: float = 60) -> dict:
     """Median time from SIGKILL of the leader to the next acknowledged acks=all write."""
     times_s: list[float] = []
+    start_retries = 0
+    cluster.ensure_all_running()
     prober = _Prober(cluster.bootstrap, topic)
     prober.start()
     try:
@@ -414,11 +442,12 @@ def failover(cluster: TidewaterCluster, topic: str, kills: int, *, timeout_s: fl
                     raise TimeoutError(f"no acknowledged write {timeout_s} s after killing broker {leader}")
                 time.sleep(0.01)
             times_s.append(acked - killed_at)
-            cluster.local.start(leader, ready_timeout_s=READY_TIMEOUT_S)
+            start_retries += cluster.start_broker(leader)
         cluster.wait_full_isr(topic)
     finally:
         prober.stop()
-    return {"median_s": median(times_s), "samples_s": times_s, "write_errors": len(prober.errors)}
+    return {"median_s": median(times_s), "samples_s": times_s, "write_errors": len(prober.errors),
+            "start_retries": start_retries}
 
 
 def _pid_running(pid: int) -> bool:
@@ -433,7 +462,8 @@ def _pid_running(pid: int) -> bool:
 def _time_start(cluster: TidewaterCluster, broker_id: int, topics: list[str]) -> tuple[float, float]:
     """Launch a stopped broker; seconds to serving, and to back in every topic's ISR."""
     start = time.monotonic()
-    cluster.local.start(broker_id, ready_timeout_s=600)
+    if cluster.start_broker(broker_id, ready_timeout_s=600):
+        raise RuntimeError(f"broker {broker_id} needed a second start: restart time not measured")
     serving = time.monotonic() - start
     for topic in topics:
         cluster.wait_full_isr(topic, timeout_s=600)
@@ -443,6 +473,7 @@ def _time_start(cluster: TidewaterCluster, broker_id: int, topics: list[str]) ->
 def restart(cluster: TidewaterCluster, fill_topic: str, fill_bytes: int, topics: list[str],
             *, broker_id: int | None = None) -> dict:
     """Fill one broker's log to ``fill_bytes``, then time restarts after SIGKILL and SIGTERM."""
+    cluster.ensure_all_running()
     cluster.create_topic(fill_topic)
     if broker_id is None:
         # A follower of the fill topic: the restarted broker is not the one clients write to.
