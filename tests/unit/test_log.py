@@ -346,6 +346,29 @@ def test_failed_epoch_checkpoint_write_leaves_log_unchanged(tmp_path, monkeypatc
     assert read_all(log) == [(0, 1, 0), (2, 2, 1)]
 
 
+def test_failed_roll_takes_log_offline_and_loses_nothing(tmp_path, monkeypatch):
+    size = len(batch(1))
+    log = open_log(tmp_path, segment_bytes=2 * size)
+    log.append_as_leader(batch(1), 0, now_ms=0)
+    log.append_as_leader(batch(1), 0, now_ms=0)
+    real_open = os.open
+
+    def no_space_for_new_files(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and str(path).endswith(".log"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_space_for_new_files)
+    with pytest.raises(KafkaStorageError):
+        log.append_as_leader(batch(1), 0, now_ms=0)  # needs a new segment
+    assert log.is_offline
+    with pytest.raises(KafkaStorageError):
+        log.append_as_leader(batch(1), 0, now_ms=0)
+    monkeypatch.undo()
+    log.close()
+    assert read_all(Log.open(tmp_path / "t-0", log.config, now_ms=0)) == [(0, 0, 0), (1, 1, 0)]
+
+
 def test_failed_fsync_takes_log_offline_until_reopened(tmp_path, monkeypatch):
     log = open_log(tmp_path)
     log.append_as_leader(batch(2), 0, now_ms=0)

@@ -189,6 +189,22 @@ def test_crash_with_flush_per_append_trusts_data_and_scans_the_unwritten_index_t
     assert active_index.exists()
 
 
+def test_clean_shutdown_marker_still_checks_the_tail(pristine, caplog):
+    """A clean shutdown means the files are trusted, but the batches after the last
+    index entry of each segment are still CRC-checked, and a bad one is cut."""
+    pristine_dir, batches, bases, _entries = pristine
+    last = [b for b in batches if b.segment == bases[-1]]
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = copy_of(pristine_dir, tmp)
+        with open(directory / f"{bases[-1]:020d}.log", "r+b") as f:
+            f.seek(last[-1].position + 30)
+            f.write(b"\xde\xad")
+        log = reopen(directory, clean=True)
+        assert_log_holds_exactly(log, batches[:-1])
+        assert "tail check" in caplog.text and "CRC mismatch" in caplog.text
+        log.close()
+
+
 INDEX_DAMAGE = st.sampled_from(["delete", "cut", "flip", "garbage"])
 
 
