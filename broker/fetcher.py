@@ -30,6 +30,7 @@ from broker.error_mapping import error_code_for
 from broker.replication import follower_truncation
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
+from proto.batch import iter_batches
 
 if TYPE_CHECKING:
     from broker.partition import Partition
@@ -241,10 +242,36 @@ class LeaderFetcher:
         if p.HasField("diverging_epoch"):
             self._apply_truncation(a, (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
             return
-        if p.records:
-            partition.log.append_as_follower(p.records, wall_ms())
-            self.manager.replica_manager.metrics.replication_bytes_in.inc(len(p.records))
+        records = self._records_from_log_end(partition, p.records)
+        if records:
+            partition.log.append_as_follower(records, wall_ms())
+            self.manager.replica_manager.metrics.replication_bytes_in.inc(len(records))
         partition.set_follower_high_watermark(p.high_watermark)
+
+    @staticmethod
+    def _records_from_log_end(partition: Partition, records: bytes) -> bytes:
+        """The part of a fetched chunk that starts exactly at our LEO.
+
+        The leader answers with whole batches from the one holding the fetch
+        offset. Batches wholly below our LEO are skipped; a batch straddling it
+        means our batch boundaries differ from the leader's there (it should
+        not happen after truncation by epochs), so we cut our log back to that
+        batch's base and take the leader's batch instead; if our own batches do
+        not end exactly there either, the next fetch starts from the new LEO.
+        """
+        log_end_offset = partition.log_end_offset
+        for position, header in iter_batches(records, validate=False):
+            if header.next_offset <= log_end_offset:
+                continue
+            if header.base_offset < log_end_offset:
+                log.warning("%s: leader batch %d..%d straddles our LEO %d: truncating to %d",
+                            partition.tp, header.base_offset, header.last_offset,
+                            log_end_offset, header.base_offset)
+                partition.truncate_to(header.base_offset)
+                if partition.log_end_offset != header.base_offset:
+                    return b""
+            return records[position:]
+        return b""
 
     def _on_error(self, a: FetchAssignment, code: int, rpc: str) -> None:
         backoff_s = self.manager.config.replica_fetch_backoff_ms / 1000

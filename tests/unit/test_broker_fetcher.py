@@ -110,3 +110,23 @@ async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path
         assert rm.partitions[TP].high_watermark == 1
     finally:
         await rm.stop()
+
+
+def test_fetched_chunk_is_aligned_to_the_log_end():
+    from broker.fetcher import LeaderFetcher
+    from broker.partition import Partition
+
+    log = seeded_log([(0, 5)])  # single-record batches 0..4, LEO 5
+    partition = Partition(TP, log, local_broker_id=2, high_watermark=0, min_insync_replicas=1,
+                          replica_lag_time_max_ms=1000)
+    below = bytearray(make_batch(2))
+    set_base_offset_and_epoch(below, 0, 1, 0)  # offsets 1..2: wholly below the LEO
+    straddling = bytearray(make_batch(5))
+    set_base_offset_and_epoch(straddling, 0, 3, 0)  # offsets 3..7 straddle LEO 5
+    chunk = bytes(below + straddling)
+    aligned = LeaderFetcher._records_from_log_end(partition, chunk)
+    assert aligned == bytes(straddling)
+    assert log.log_end_offset == 3  # cut back to the leader's batch base
+    log.append_as_follower(aligned, 0)
+    assert log.log_end_offset == 8
+    assert LeaderFetcher._records_from_log_end(partition, chunk) == b""
