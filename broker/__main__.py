@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tide-broker: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
+        level=config.log_level, stream=sys.stderr,
         format=f"%(asctime)s broker-{config.broker_id} %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("asyncio").setLevel(logging.WARNING)
     return uvloop.run(_serve(config))
 
 

@@ -75,6 +75,7 @@ class BrokerConfig:
     external_listen: tuple[str, int] | None = None
     external_advertise: tuple[str, int] | None = None
     metrics_port: int = 0
+    log_level: str = "INFO"
     # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
     replica_lag_time_max_ms: int = 3000
     min_insync_replicas: int = 1
@@ -180,6 +181,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--controller", required=True, help="HOST:PORT of the controller")
     p.add_argument("--data-dir", required=True, type=Path)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0 = off")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="Kafka-named broker or default topic setting (repeatable)")
     return p
@@ -209,6 +211,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
         controller=parse_host_port(args.controller, "--controller"),
         data_dir=args.data_dir,
         metrics_port=args.metrics_port,
+        log_level=args.log_level,
     )
     config.apply_settings(parse_settings(args.set))
     return config

@@ -372,3 +372,17 @@ async def test_storage_error_is_answered_per_partition(tmp_path):
     rm.partitions[TP].leader_state.high_watermark = 1
     resp = await rm.fetch(consumer_fetch(0))
     assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+
+
+async def test_a_vanished_producer_leaves_no_waiter_behind(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())
+    task = asyncio.create_task(rm.produce(produce(acks=-1, timeout_ms=10_000)))
+    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    task.cancel()  # what grpc.aio does when the client goes away
+    await asyncio.gather(task, return_exceptions=True)
+    assert rm.produce_purgatory.pending() == 0
+    # The record stays appended (not acknowledged); the partition keeps working.
+    assert rm.partitions[TP].log.log_end_offset == 1
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].base_offset == 1
