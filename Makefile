@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test test-unit test-integration test-docker proto lint demo bench image up down clean chaos audit
+.PHONY: venv test proto lint demo bench sim
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ demo: venv
 
 bench: venv
 	$(PY) bench/log_bench.py
+
+# Sweep seeds of the deterministic cluster simulation (tests/sim).
+sim: venv
+	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(or $(SIM_COUNT),200)
 
 # Docker image, compose cluster and chaos targets live beside the Dockerfile.
 -include deploy/docker.mk
