@@ -182,12 +182,18 @@ class FakeBroker(pb_grpc.BrokerServicer):
 
 
 async def eventually(predicate, timeout_s: float = 10, interval_s: float = 0.05):
-    """Wait until ``predicate()`` (sync or async) is truthy; returns its value."""
+    """Wait until ``predicate()`` (sync or async) is truthy; returns its value.
+
+    A KeyError or IndexError counts as "not yet" (a message not received so far).
+    """
     deadline = time.monotonic() + timeout_s
     while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
+        try:
+            value = predicate()
+            if asyncio.iscoroutine(value):
+                value = await value
+        except (KeyError, IndexError):
+            value = None  # what it looks up has not arrived yet
         if value:
             return value
         if time.monotonic() > deadline:
