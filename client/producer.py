@@ -139,7 +139,8 @@ class Producer:
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, max_block_ms: int = 60000,
-                 unknown_topic_wait_ms: int = 3000, compression: int = 0,
+                 unknown_topic_wait_ms: int = 3000, bootstrap_wait_ms: int = 1000,
+                 compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
@@ -150,6 +151,7 @@ class Producer:
         self.buffer_memory_bytes = buffer_memory_bytes
         self.max_block_ms = max_block_ms
         self.unknown_topic_wait_ms = unknown_topic_wait_ms
+        self.bootstrap_wait_ms = bootstrap_wait_ms  # no broker ever answered: give up this soon
         self.compression = compression  # proto.records.COMPRESSION_* code
         self.request_bytes_max = request_bytes_max  # per partition per request (at least one batch)
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
@@ -262,9 +264,12 @@ class Producer:
                 # mistake: give up quickly instead of blocking for max_block_ms.
                 never_connected = (isinstance(e, BrokerConnectionError)
                                    and self.metadata.snapshot is None)
-                limit_ms = (self.unknown_topic_wait_ms
-                            if isinstance(e, UnknownTopicOrPartitionError) or never_connected
-                            else self.max_block_ms)
+                if never_connected:
+                    limit_ms = self.bootstrap_wait_ms
+                elif isinstance(e, UnknownTopicOrPartitionError):
+                    limit_ms = self.unknown_topic_wait_ms
+                else:
+                    limit_ms = self.max_block_ms
                 if not e.retriable or waited_ms + self.retry_backoff_ms > limit_ms:
                     raise
                 self.metadata.invalidate()
