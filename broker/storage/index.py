@@ -18,8 +18,9 @@ interval before the wanted batch. Entries strictly increase in both fields.
 The time index gets an entry when the segment's max timestamp grows (at the
 same interval) and once more when the segment stops being active.
 
-Entries live in memory (``array``) and are written to the files on flush:
-only the new tail is appended, a truncation cuts the file. The files carry
+Entries live in memory (``array``) and are written to the files when the
+segment is flushed with its indexes (roll, checkpoint, close): only the new
+tail is appended, a truncation cuts the file. The files carry
 exactly the entries (Kafka trims its preallocated files to that on close), so
 Kafka's tools read them. A file that fails the sanity check (size not a
 multiple of the entry, entries not increasing, position past the segment) is

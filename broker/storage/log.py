@@ -19,7 +19,15 @@ offset (LEO) is the active segment's end.
   or when an offset would not fit the index's 32-bit relative offset. The
   rolled segment is flushed and the recovery point moves to the new segment.
 - ``recovery_point``: every offset below it is fsynced. It moves on flush
-  (``flush.messages``, ``flush.ms``, roll, checkpoint, close).
+  (``flush.messages``, ``flush.ms``, roll, checkpoint, close). The policy
+  flushes fsync only the ``.log`` data; index files are written on roll,
+  checkpoint and close (opening rescans whatever the index files lack).
+- Reopening: ``recovery.py`` trusts or re-validates the segments; the epoch
+  checkpoint is rebuilt from the batches' partitionLeaderEpoch when it is
+  missing, empty, corrupt, or disagrees with the batches; the checkpointed
+  log start offset is used only if it is a segment's base offset.
+- A fetch or follower append never needs the records decoded; only a
+  timestamp lookup decodes the one batch it lands in (exact record offset).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
   offset (the epoch cache drops what lies before it).
