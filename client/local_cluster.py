@@ -296,16 +296,23 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ one process
 
-    def kill(self, ident: str | int, sig: str = "KILL") -> dict:
-        """Send KILL, TERM, STOP or CONT to one process; KILL waits until it is gone."""
-        if sig.upper() not in SIGNALS:
+    def kill(self, ident: str | int, sig: str = "KILL", *, term_timeout_s: float = STOP_TIMEOUT_S) -> dict:
+        """Send KILL, TERM, STOP or CONT to one process. KILL and TERM return once it is gone
+        (TERM: a broker's controlled shutdown may take seconds), so ``start`` can follow."""
+        sig = sig.upper()
+        if sig not in SIGNALS:
             raise LocalClusterError(f"unknown signal {sig!r} (use KILL, TERM, STOP or CONT)")
         proc = self.process(ident)
         if not self._is_alive(proc):
             raise LocalClusterError(f"{proc['name']} (pid {proc['pid']}) is not running")
-        self._signal(proc, SIGNALS[sig.upper()])
-        if sig.upper() == "KILL":
+        if sig == "TERM" and _proc_state(proc["pid"]) == "T":
+            self._signal(proc, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+        self._signal(proc, SIGNALS[sig])
+        if sig == "KILL":
             self._wait_dead(proc, 5)
+        elif sig == "TERM" and not self._wait_dead(proc, term_timeout_s):
+            raise LocalClusterError(f"{proc['name']} (pid {proc['pid']}) still running "
+                                    f"{term_timeout_s:g} s after SIGTERM")
         return proc
 
     def start(self, ident: str | int, ready_timeout_s: float = READY_TIMEOUT_S) -> dict:

@@ -74,6 +74,21 @@ def test_kill_and_start_a_broker(two_brokers):
                           "already running")
 
 
+def test_kill_and_start_the_controller(two_brokers):
+    d = str(two_brokers.data_dir)
+    old_pid = two_brokers.manifest()["processes"]["controller"]["pid"]
+    assert run_tide("cluster", "kill", "controller", "--signal", "TERM", "--data-dir", d).returncode == 0
+    started = run_tide("cluster", "start", "controller", "--data-dir", d, timeout_s=60)
+    assert started.returncode == 0, started.stderr + started.stdout
+    assert not pid_alive(old_pid)
+    st = status(two_brokers.data_dir)
+    assert st["controller"]["serving"] and st["controller"]["pid"] != old_pid
+    # The brokers are still members of the cluster the restarted controller serves.
+    described = two_brokers.tide("cluster", "describe", "--json")
+    assert described.returncode == 0, described.stderr
+    assert [b["id"] for b in json.loads(described.stdout)["brokers"]] == [1, 2]
+
+
 def test_stop_and_continue(two_brokers):
     d = str(two_brokers.data_dir)
     assert run_tide("cluster", "kill", "1", "--signal", "STOP", "--data-dir", d).returncode == 0
