@@ -23,8 +23,13 @@ log = logging.getLogger("controller")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tide-controller",
-                                     description="Run the Tidewater controller")
+    defaults = ControllerConfig()
+    settings = "\n".join(f"  {name} (default {getattr(defaults, attr)})"
+                         for name, (attr, _) in sorted(ControllerConfig.SETTABLE.items()))
+    parser = argparse.ArgumentParser(
+        prog="tide-controller", description="Run the Tidewater controller",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"settings for --set:\n{settings}")
     parser.add_argument("--listen", default="127.0.0.1:9090", help="HOST:PORT for gRPC")
     parser.add_argument("--data-dir", required=True, type=Path,
                         help="directory of the durable metadata log")
