@@ -48,13 +48,15 @@ def channel_options(config: ControllerConfig) -> list[tuple[str, int]]:
 class BrokerSender:
     def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
                  target: str, config: ControllerConfig,
-                 on_delivered: Callable[[str], None] | None = None):
+                 on_delivered: Callable[[str], None] | None = None,
+                 on_failure: Callable[[BaseException], None] | None = None):
         self.machine = machine
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.target = target
         self.config = config
         self._on_delivered = on_delivered or (lambda kind: None)
+        self._on_failure = on_failure or (lambda error: None)
         self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
         self._pending_metadata = False
         self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
@@ -170,7 +172,9 @@ class BrokerSender:
 
     def _on_task_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
+            # A bug: a dead sender would silently starve its broker, so stop loudly.
             log.error("sender for broker %d died", self.broker_id, exc_info=task.exception())
+            self._on_failure(task.exception())
 
     async def close(self) -> None:
         self._closed = True
@@ -188,10 +192,12 @@ class BrokerSenders:
     """The set of senders, one per unfenced broker, fed by committed effects."""
 
     def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
-                 on_delivered: Callable[[str], None] | None = None):
+                 on_delivered: Callable[[str], None] | None = None,
+                 on_failure: Callable[[BaseException], None] | None = None):
         self.machine = machine
         self.config = config
         self._on_delivered = on_delivered
+        self._on_failure = on_failure
         self.senders: dict[int, BrokerSender] = {}
         self._closing: set[asyncio.Task] = set()
 
@@ -211,7 +217,8 @@ class BrokerSenders:
             self._close_later(sender)
         endpoint = broker.internal
         sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
-                              f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered)
+                              f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered,
+                              self._on_failure)
         self.senders[broker_id] = sender
         return sender
 

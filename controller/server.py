@@ -57,7 +57,8 @@ class ControllerServer:
         self.metadata_log = MetadataLog.open(self.config.data_dir)
         self.senders = BrokerSenders(
             self.machine, self.config,
-            on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc())
+            on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc(),
+            on_failure=self._fail)
         self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
                                    clock_ms=monotonic_ms,
                                    queue_size_max=self.config.metadata_queue_size_max)
@@ -104,9 +105,14 @@ class ControllerServer:
         if task.cancelled():
             return
         error = task.exception()
-        if error is not None and self.failure is None:
-            log.critical("task %s failed; stopping the controller", task.get_name(),
-                         exc_info=error)
+        if error is not None:
+            log.critical("task %s failed", task.get_name(), exc_info=error)
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop the process (exit code 1): the image or a sender is broken."""
+        if self.failure is None:
+            log.critical("stopping the controller after: %r", error)
             self.failure = error
             self.stopped.set()
 
