@@ -221,6 +221,10 @@ class OwnedProcesses:
         self._children.append(child)
         return child
 
+    def pids(self) -> list[int]:
+        """Pids of the children still tracked (running or not yet reaped)."""
+        return [child.pid for child in self._children]
+
     def stop(self, child: subprocess.Popen, grace_s: float = 5.0,
              sig: int = signal.SIGTERM) -> None:
         if child.poll() is None:
