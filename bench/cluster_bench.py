@@ -74,7 +74,7 @@ class Profile:
     loopback_bytes: int
 
 
-QUICK = Profile("quick", produce_s=2, pipelined_s=2, latency_1k_count=3000, latency_10k_count=20000,
+QUICK = Profile("quick", produce_s=2, pipelined_s=2, latency_1k_count=3000, latency_10k_count=10000,
                 serial_count=500, kills=2, fill_bytes=128 * MIB, disk_bytes=256 * MIB,
                 loopback_bytes=512 * MIB)
 FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, latency_10k_count=50000,
