@@ -56,10 +56,10 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from broker.storage.epoch_cache import LeaderEpochCache
 from broker.storage.index import RELATIVE_OFFSET_MAX
 from broker.storage.log_config import LogConfig
-from broker.storage.recovery import load_segments
+from broker.storage.recovery import fsync_dir, open_log_dir
 from broker.storage.segment import LogSegment, storage_error
 from broker.storage.topics import TopicPartition, parse_log_dir_name
 from proto.batch import (
@@ -73,7 +73,6 @@ from proto.batch import (
     validate_batch,
 )
 from proto.errors import (
-    CorruptFileError,
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -151,49 +150,12 @@ class Log:
              log_start_offset: int | None = None, had_clean_shutdown: bool = False) -> Log:
         """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly."""
         directory = Path(dir)
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error("cannot create log directory", directory, e) from e
-        checkpoint_path = directory / LEADER_EPOCH_CHECKPOINT
-        cache: LeaderEpochCache | None
-        try:
-            cache = LeaderEpochCache.load(checkpoint_path)
-            # Missing or empty while batches exist: rebuild from the batches.
-            rebuild_epochs = not cache.entries()
-        except CorruptFileError as e:
-            log.warning("%s; rebuilding it from the batches' partitionLeaderEpoch", e)
-            cache, rebuild_epochs = None, True
-        loaded = load_segments(directory, config, recovery_point=recovery_point,
-                               had_clean_shutdown=had_clean_shutdown,
-                               collect_epochs=rebuild_epochs)
-        segments = loaded.segments
-        try:
-            if not segments:
-                start = log_start_offset if log_start_offset is not None else 0
-                segments.append(LogSegment.create(directory, max(0, start), config))
-                _fsync_dir(directory)
-            log_end_offset = segments[-1].next_offset
-            start = _choose_log_start_offset(segments, log_start_offset)
-            if not rebuild_epochs and not _epoch_cache_matches_log(cache, segments, start):
-                log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
-                            checkpoint_path)
-                rebuild_epochs = True
-                loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
-            if rebuild_epochs:
-                cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
-            assert cache is not None
-            cache.truncate_from_end(log_end_offset)
-            cache.truncate_from_start(start)
-        except BaseException:
-            for segment in segments:
-                try:
-                    segment.close()
-                except KafkaStorageError:
-                    pass
-            raise
-        # Trusted segments were flushed; recovered ones were fsynced by load_segments.
-        return cls(directory, config, segments, cache, start, log_end_offset, now_ms)
+        opened = open_log_dir(directory, config, recovery_point=recovery_point,
+                              log_start_offset=log_start_offset,
+                              had_clean_shutdown=had_clean_shutdown)
+        # Trusted segments were flushed; recovered ones were fsynced while opening.
+        return cls(directory, config, opened.segments, opened.leader_epoch_cache,
+                   opened.log_start_offset, opened.segments[-1].next_offset, now_ms)
 
     # -- state ---------------------------------------------------------------
 
@@ -396,7 +358,7 @@ class Log:
             new = LogSegment.create(self.dir, old.next_offset, self.config)
             self._segments = [*self._segments, new]
             self._base_offsets = [*self._base_offsets, new.base_offset]
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             # Kafka flushes the rolled segment; the recovery point moves past it.
             self._flush_segments_below(new.base_offset)
         except KafkaStorageError as e:
@@ -507,7 +469,7 @@ class Log:
         active.truncate_to(offset)
         active.flush()  # the cut must be durable before anything new is written
         if doomed:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at ``offset`` (start = LEO = offset)."""
@@ -525,7 +487,7 @@ class Log:
             self._segments, self._base_offsets = [], []
             new = LogSegment.create(self.dir, offset, self.config)
             self._segments, self._base_offsets = [new], [offset]
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             self.leader_epoch_cache.clear()
         except KafkaStorageError as e:
             self._go_offline(e)
@@ -680,67 +642,6 @@ class Log:
                 f"segments={len(self._segments)})")
 
 
-def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | None) -> int:
-    """The checkpointed log start offset if it is a segment's base offset (retention only
-    ever moves it to one), else the first segment's base offset."""
-    first = segments[0].base_offset
-    if checkpointed is None or checkpointed == first:
-        return first
-    if any(s.base_offset == checkpointed for s in segments):
-        # Retention moved the start but the old segments were not deleted yet.
-        return checkpointed
-    log.warning("log start offset %d from the checkpoint is not a segment start in %s; "
-                "using %d", checkpointed, segments[0].directory, first)
-    return first
-
-
-def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
-                             log_start_offset: int) -> bool:
-    """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
-    batch before it (if kept) must be of another epoch. Cheap: a few header reads."""
-    bases = [s.base_offset for s in segments]
-    log_end_offset = segments[-1].next_offset
-
-    def batch_at(offset: int) -> tuple[int, int] | None:
-        """(base_offset, partitionLeaderEpoch) of the batch holding ``offset``."""
-        i = bisect_right(bases, offset) - 1
-        if i < 0:
-            return None
-        found = segments[i].locate(offset)
-        if found is None:
-            return None
-        return found[1], segments[i].read_epoch_at(found[0])
-
-    try:
-        for epoch, start in cache.entries():
-            if start >= log_end_offset:
-                continue
-            if start < log_start_offset:
-                continue  # truncate_from_start fixes these
-            at = batch_at(start)
-            if at is None or at != (start, epoch):
-                return False
-            if start > log_start_offset:
-                before = batch_at(start - 1)
-                if before is None or before[1] == epoch:
-                    return False
-    except CorruptRecordError:
-        return False
-    return True
-
-
-def _rebuild_epoch_cache(checkpoint_path: Path,
-                         epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
-    cache = LeaderEpochCache(checkpoint_path)
-    cache.clear()  # replaces a corrupt file even when no batch has an epoch
-    for epoch, base_offset in epoch_starts:
-        if epoch >= 0:
-            cache.assign(epoch, base_offset)
-    if cache.entries():
-        log.info("rebuilt %s: %s", checkpoint_path, cache.entries())
-    return cache
-
-
 def _checked_header(buf, view: memoryview, position: int, end: int,
                     max_size: int | None) -> tuple:
     """The header fields (``_HEADER_FIELDS`` order) of a batch that passes framing,
@@ -779,14 +680,3 @@ def _file_size(segment: LogSegment) -> int:
         return os.stat(segment.log_path).st_size
     except OSError:
         return -1
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise storage_error("cannot fsync directory", directory, e) from e

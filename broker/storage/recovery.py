@@ -24,15 +24,23 @@ Recovery rules (Kafka's ``LogLoader``):
   does not check out, is re-validated the same way.
 - Leftovers of interrupted operations (``*.tmp``, ``*.deleted``,
   ``*.cleaned``, ``*.swap``) and index files without a ``.log`` are removed.
+- The epoch checkpoint is rebuilt from the batches' partitionLeaderEpoch
+  (header scan, no CRC) when it is missing, empty, corrupt, or disagrees with
+  the batches (an entry must start a batch of its epoch that follows a batch of
+  another epoch); then it is truncated to the log's end and start offsets.
+- The checkpointed log start offset is used only if it is a segment's base
+  offset (retention moves it only there), else the first segment's base.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from broker.storage.log_config import LogConfig
 from broker.storage.segment import (
     INDEX_SUFFIX,
@@ -42,7 +50,7 @@ from broker.storage.segment import (
     parse_segment_file_name,
     storage_error,
 )
-from proto.errors import KafkaStorageError
+from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,133 @@ class LoadedSegments:
     epoch_starts: list[tuple[int, int]] = field(default_factory=list)
     bytes_removed: int = 0
     segments_scanned: int = 0
+
+
+@dataclass
+class OpenedLog:
+    segments: list[LogSegment]  # at least one; the last is the active segment
+    leader_epoch_cache: LeaderEpochCache
+    log_start_offset: int
+
+
+def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
+                 log_start_offset: int | None, had_clean_shutdown: bool) -> OpenedLog:
+    """Open (creating if needed) a partition directory: segments, epoch cache, start."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error("cannot create log directory", directory, e) from e
+    checkpoint_path = directory / LEADER_EPOCH_CHECKPOINT
+    cache: LeaderEpochCache | None
+    try:
+        cache = LeaderEpochCache.load(checkpoint_path)
+        # Missing or empty while batches exist: rebuild from the batches.
+        rebuild_epochs = not cache.entries()
+    except CorruptFileError as e:
+        log.warning("%s; rebuilding it from the batches' partitionLeaderEpoch", e)
+        cache, rebuild_epochs = None, True
+    loaded = load_segments(directory, config, recovery_point=recovery_point,
+                           had_clean_shutdown=had_clean_shutdown, collect_epochs=rebuild_epochs)
+    segments = loaded.segments
+    try:
+        if not segments:
+            start = log_start_offset if log_start_offset is not None else 0
+            segments.append(LogSegment.create(directory, max(0, start), config))
+            fsync_dir(directory)
+        log_end_offset = segments[-1].next_offset
+        start = _choose_log_start_offset(segments, log_start_offset)
+        if not rebuild_epochs and not _epoch_cache_matches_log(cache, segments, start):
+            log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
+                        checkpoint_path)
+            rebuild_epochs = True
+            loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
+        if rebuild_epochs:
+            cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
+        assert cache is not None
+        cache.truncate_from_end(log_end_offset)
+        cache.truncate_from_start(start)
+    except BaseException:
+        for segment in segments:
+            try:
+                segment.close()
+            except KafkaStorageError:
+                pass
+        raise
+    return OpenedLog(segments, cache, start)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make file creations, renames and deletions in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error("cannot fsync directory", directory, e) from e
+
+
+def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | None) -> int:
+    """The checkpointed log start offset if it is a segment's base offset (retention only
+    ever moves it to one), else the first segment's base offset."""
+    first = segments[0].base_offset
+    if checkpointed is None or checkpointed == first:
+        return first
+    if any(s.base_offset == checkpointed for s in segments):
+        # Retention moved the start but the old segments were not deleted yet.
+        return checkpointed
+    log.warning("log start offset %d from the checkpoint is not a segment start in %s; "
+                "using %d", checkpointed, segments[0].directory, first)
+    return first
+
+
+def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
+                             log_start_offset: int) -> bool:
+    """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
+    batch before it (if kept) must be of another epoch. Cheap: a few header reads."""
+    bases = [s.base_offset for s in segments]
+    log_end_offset = segments[-1].next_offset
+
+    def batch_at(offset: int) -> tuple[int, int] | None:
+        """(base_offset, partitionLeaderEpoch) of the batch holding ``offset``."""
+        i = bisect_right(bases, offset) - 1
+        if i < 0:
+            return None
+        found = segments[i].locate(offset)
+        if found is None:
+            return None
+        return found[1], segments[i].read_epoch_at(found[0])
+
+    try:
+        for epoch, start in cache.entries():
+            if start >= log_end_offset:
+                continue
+            if start < log_start_offset:
+                continue  # truncate_from_start fixes these
+            at = batch_at(start)
+            if at is None or at != (start, epoch):
+                return False
+            if start > log_start_offset:
+                before = batch_at(start - 1)
+                if before is None or before[1] == epoch:
+                    return False
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def _rebuild_epoch_cache(checkpoint_path: Path,
+                         epoch_starts: list[tuple[int, int]]) -> LeaderEpochCache:
+    cache = LeaderEpochCache(checkpoint_path)
+    cache.clear()  # replaces a corrupt file even when no batch has an epoch
+    for epoch, base_offset in epoch_starts:
+        if epoch >= 0:
+            cache.assign(epoch, base_offset)
+    if cache.entries():
+        log.info("rebuilt %s: %s", checkpoint_path, cache.entries())
+    return cache
+
 
 
 def list_segment_base_offsets(directory: Path) -> list[int]:
