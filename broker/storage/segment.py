@@ -68,16 +68,6 @@ def storage_error(what: str, path: Path, error: OSError) -> KafkaStorageError:
     return KafkaStorageError(f"{what}: {error.strerror or error}", path=str(path))
 
 
-@dataclass(slots=True)
-class ScannedBatch:
-    position: int
-    base_offset: int
-    last_offset: int
-    partition_leader_epoch: int
-    max_timestamp: int
-    size: int
-
-
 def iter_batches_in_file(fd: int, path: Path, start: int, end: int, *,
                          validate_crc: bool) -> Iterator[tuple]:
     """Yield raw header tuples ``(position, size, base_offset, epoch, last_offset_delta,
