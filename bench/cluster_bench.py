@@ -129,6 +129,11 @@ class Bench:
             if t is not None:
                 self.limits.append(Row("machine", f"disk seq write {p.disk_bytes // MIB} MiB, 256 KiB writes",
                                        "MB/s", t.mb_per_s, note=note))
+        seconds = self.step("python start + import broker.process", machine_limits.python_import_s,
+                            "broker.process", cwd=str(PROJECT_DIR))
+        if seconds is not None:
+            self.limits.append(Row("machine", "python start + import broker.process", "s", seconds,
+                                   note="floor of any broker restart"))
         t = self.step("loopback tcp", machine_limits.loopback_tcp, p.loopback_bytes)
         if t is not None:
             self.limits.append(Row("machine", f"loopback TCP {p.loopback_bytes // MIB} MiB, 256 KiB sends",
@@ -292,17 +297,29 @@ class Bench:
                     rs["after_kill_serving_s"], None,
                     "recovery scan" + (" (--quick: smaller log than the 1 GiB of a full run)"
                                        if self.profile is QUICK else ""), better="lower", extra=rs),
+                Row("restart", "after SIGKILL: log loading (broker's own log line)", "s",
+                    rs["after_kill_log_load"].get("load_s"), None,
+                    load_note(rs["after_kill_log_load"]), better="lower"),
                 Row("restart", "after SIGKILL: launch -> back in every ISR", "s",
                     rs["after_kill_isr_s"], None, "", better="lower"),
                 Row("restart", "SIGTERM -> process gone (controlled shutdown)", "s",
                     rs["clean_shutdown_s"], None, "", better="lower"),
                 Row("restart", "after clean shutdown: launch -> serving", "s",
                     rs["after_term_serving_s"], None, "", better="lower"),
+                Row("restart", "after clean shutdown: log loading (broker's own log line)", "s",
+                    rs["after_term_log_load"].get("load_s"), None,
+                    load_note(rs["after_term_log_load"]), better="lower"),
                 Row("restart", "after clean shutdown: launch -> back in every ISR", "s",
                     rs["after_term_isr_s"], None, "", better="lower"),
             ]
         else:
             rows.append(Row("restart", "after SIGKILL / clean shutdown", "s", None, None, "failed or skipped"))
+
+
+def load_note(load: dict) -> str:
+    if not load:
+        return "no 'loaded N logs' line found"
+    return f"{load['logs']} logs, clean shutdown before: {load['clean_before']}"
 
 
 def git_commit() -> str:

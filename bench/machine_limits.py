@@ -7,6 +7,8 @@ writes and loopback TCP throughput.
   unset, like Kafka; JetStream also syncs only every 2 minutes by default),
   ``"end"`` adds one fsync before the clock stops, ``"each"`` fsyncs after
   every chunk. The file is deleted afterwards.
+- ``python_import_s``: a fresh interpreter importing a module (the broker's
+  start-up floor).
 - ``loopback_tcp``: a receiver process reads into one reused buffer
   (``recv_into``) while this process ``sendall``s chunks to 127.0.0.1; the
   clock runs until the receiver has counted every byte.
@@ -17,12 +19,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from bench.bench_common import HOST, KIB, Throughput
 
 FSYNC_MODES = ("none", "end", "each")
+
+
+def python_import_s(module: str, *, cwd: str | Path | None = None) -> float:
+    """Seconds for a fresh interpreter to start and import ``module`` (what every broker
+    restart pays before it can load a single log)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=cwd,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=120)
+    return time.perf_counter() - start
 
 
 def disk_write(directory: str | Path, total_bytes: int, *, chunk_bytes: int = 256 * KIB,

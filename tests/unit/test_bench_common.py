@@ -161,3 +161,14 @@ def test_machine_limits_move_every_byte_and_leave_nothing(tmp_path):
         disk_write(tmp_path, 1, fsync="sometimes")
     t = loopback_tcp(4 * 1024 * 1024 + 7, chunk_bytes=64 * 1024)
     assert t.payload_bytes == 4 * 1024 * 1024 + 7
+
+
+def test_last_log_load_reads_the_brokers_last_line():
+    from bench.tidewater_side import last_log_load
+
+    text = ("2026-11-21 21:54:24,234 broker-3 INFO tidewater.broker: loaded 1 logs in 0.01s "
+            "(clean shutdown before: True)\n"
+            "2026-11-21 21:58:00,000 broker-3 INFO tidewater.broker: loaded 14 logs in 2.35s "
+            "(clean shutdown before: False)\n")
+    assert last_log_load(text) == (14, 2.35, False)
+    assert last_log_load("nothing here") is None
