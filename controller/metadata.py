@@ -19,7 +19,10 @@ topic_created           name, configs {str: str}, partitions [{partition,
                         partition_epoch (else 0)}]
 partition_changed       topic, partition, leader, isr, leader_epoch,
                         partition_epoch, unclean (bool)
-topic_deleted           name
+topic_deleted           name, optional pending_stops {broker_id: [partition]}: the
+                        fenced replicas that still need a StopReplica
+pending_stops_cleared   broker_id (its pending StopReplicas were handed to a sender)
+pending_stops           broker_id, partitions [[topic, partition]] (snapshots)
 counters                unclean_elections_total, topics_created_total (snapshots)
 ======================  ==========================================================
 
@@ -83,6 +86,9 @@ class ClusterMetadata:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_created_total = 0  # spreads replica assignment across topics
         self.unclean_elections_total = 0
+        # Partitions of deleted topics whose replica was fenced at the time: it
+        # gets a StopReplica when it returns.
+        self.pending_stops: dict[int, set[tuple[str, int]]] = {}
         self.last_offset = -1
 
     # ------------------------------------------------------------ queries
@@ -162,7 +168,18 @@ class ClusterMetadata:
             self.unclean_elections_total += 1
 
     def _apply_topic_deleted(self, offset: int, r: dict) -> None:
-        del self.topics[r["name"]]
+        name = r["name"]
+        del self.topics[name]
+        for broker_id, partitions in r.get("pending_stops", {}).items():
+            self.pending_stops.setdefault(int(broker_id), set()).update(
+                (name, int(n)) for n in partitions)
+
+    def _apply_pending_stops_cleared(self, offset: int, r: dict) -> None:
+        self.pending_stops.pop(int(r["broker_id"]), None)
+
+    def _apply_pending_stops(self, offset: int, r: dict) -> None:
+        self.pending_stops.setdefault(int(r["broker_id"]), set()).update(
+            (str(t), int(n)) for t, n in r["partitions"])
 
     def _apply_counters(self, offset: int, r: dict) -> None:
         self.unclean_elections_total = int(r["unclean_elections_total"])
@@ -187,6 +204,10 @@ class ClusterMetadata:
             partitions = [info.partitions[n] for n in sorted(info.partitions)]
             records.append(topic_created_record(info.name, info.configs, partitions,
                                                 with_epochs=True))
+        for broker_id in sorted(self.pending_stops):
+            records.append({"type": "pending_stops", "broker_id": broker_id,
+                            "partitions": sorted([t, n] for t, n in
+                                                 self.pending_stops[broker_id])})
         # after the topics: topic_created counts itself, this sets the true totals
         records.append({"type": "counters",
                         "unclean_elections_total": self.unclean_elections_total,
@@ -204,6 +225,8 @@ _HANDLERS = {
     "partition_changed": ClusterMetadata._apply_partition_changed,
     "topic_deleted": ClusterMetadata._apply_topic_deleted,
     "counters": ClusterMetadata._apply_counters,
+    "pending_stops_cleared": ClusterMetadata._apply_pending_stops_cleared,
+    "pending_stops": ClusterMetadata._apply_pending_stops,
 }
 
 
@@ -250,5 +273,12 @@ def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> di
             "partition_epoch": p.partition_epoch, "unclean": unclean}
 
 
-def topic_deleted_record(name: str) -> dict:
-    return {"type": "topic_deleted", "name": name}
+def topic_deleted_record(name: str, pending_stops: dict[int, list[int]] | None = None) -> dict:
+    record = {"type": "topic_deleted", "name": name}
+    if pending_stops:
+        record["pending_stops"] = {str(b): sorted(ns) for b, ns in pending_stops.items()}
+    return record
+
+
+def pending_stops_cleared_record(broker_id: int) -> dict:
+    return {"type": "pending_stops_cleared", "broker_id": broker_id}

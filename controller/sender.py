@@ -85,7 +85,9 @@ class BrokerSender:
         for p in partitions:
             tp = (p.topic, p.partition)
             self._pending_stop[tp] = p
-            self._pending_partitions.pop(tp, None)  # a LeaderAndIsr for it would be stale
+            current = self.machine.metadata.partition(*tp)
+            if current is None or self.broker_id not in current.replicas:
+                self._pending_partitions.pop(tp, None)  # a LeaderAndIsr for it would be stale
         self._wake.set()
 
     @property

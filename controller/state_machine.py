@@ -23,6 +23,7 @@ from controller import requests
 from controller.assignment import assign_replicas
 from controller.config import ControllerConfig
 from controller.election import (
+    NO_LEADER,
     Change,
     PartitionRecord,
     alter_partition,
@@ -42,6 +43,7 @@ from controller.metadata import (
     cluster_record,
     controller_epoch_record,
     partition_changed_record,
+    pending_stops_cleared_record,
     topic_created_record,
     topic_deleted_record,
 )
@@ -136,6 +138,15 @@ class ControllerStateMachine:
             p, broker_id, live, unclean_allowed=self._unclean_allowed(p.topic)))
         tx.effects.resync_brokers.add(broker_id)
         tx.effects.fenced_brokers.discard(broker_id)
+        pending = self.metadata.pending_stops.get(broker_id)
+        if pending:
+            # Deleted while it was fenced. Handed to its sender once: should it
+            # be lost again before delivery, the broker's own stray-log check
+            # at its next start is the fallback.
+            stubs = [PartitionRecord(topic, number, (broker_id,), (broker_id,), NO_LEADER, -1, -1)
+                     for topic, number in sorted(pending)]
+            tx.append(pending_stops_cleared_record(broker_id))
+            tx.effects.stop_replicas.append((broker_id, stubs))
 
     # ------------------------------------------------------------ start-up
 
@@ -357,12 +368,14 @@ class ControllerStateMachine:
                                     error_message=f"topic {name!r} does not exist")
                 continue
             partitions = list(info.partitions.values())
-            tx.append(topic_deleted_record(name))
             by_broker: dict[int, list[PartitionRecord]] = {}
             for p in partitions:
                 for replica in p.replicas:
                     by_broker.setdefault(replica, []).append(p)
             unfenced = self.metadata.unfenced_broker_ids()
+            pending = {b: [p.partition for p in owned] for b, owned in by_broker.items()
+                       if b not in unfenced}
+            tx.append(topic_deleted_record(name, pending))
             for broker_id, owned in sorted(by_broker.items()):
                 if broker_id in unfenced:
                     tx.effects.stop_replicas.append((broker_id, owned))

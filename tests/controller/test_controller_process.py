@@ -147,10 +147,17 @@ async def test_silent_broker_is_fenced_and_leadership_moves(cluster):
     new_leader = after[0].leader
     await eventually(lambda: brokers[new_leader].latest_states()[("t", 0)].leader == new_leader)
     assert brokers[new_leader].latest_states()[("t", 0)].leader_epoch == before[0].leader_epoch + 1
+    # deleted while the victim is fenced: it learns when it is back
+    response = await stub.DeleteTopics(pb.DeleteTopicsRequest(names=["t"]), timeout=5)
+    assert response.topics[0].error_code == pb.NONE
+    assert not brokers[victim].stop_replica
     # the same process heartbeating again (current epoch) is unfenced
     brokers[victim].heartbeating = True
     await eventually(lambda: brokers[victim].heartbeat_responses
                      and not brokers[victim].heartbeat_responses[-1].is_fenced)
+    await eventually(lambda: brokers[victim].stop_replica)
+    stopped = {(s.topic, s.partition) for r in brokers[victim].stop_replica for s in r.partitions}
+    assert stopped == {("t", 0), ("t", 1), ("t", 2)}
 
 
 async def test_sender_retries_until_the_broker_serves(controller_factory):

@@ -387,3 +387,29 @@ def test_request_size_limits(h, monkeypatch):
     deleted = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["a", "x", "y"]))
     assert {t.error_code for t in deleted.topics} == {pb.INVALID_REQUEST}
     assert "a" in h.metadata.topics
+
+
+def test_replica_fenced_during_delete_gets_stop_replica_when_back(h):
+    three_brokers(h)
+    h.create("t", partitions=3, rf=3)
+    h.advance(3500, 3)
+    h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["t"]))
+    assert h.metadata.pending_stops == {3: {("t", 0), ("t", 1), ("t", 2)}}
+    # survives a restart and a compaction
+    epochs = h.epochs
+    h = h.restart()
+    h.epochs = epochs
+    h.log.rewrite(h.metadata.snapshot_records())  # what compaction writes
+    h = h.restart()
+    h.epochs = epochs
+    assert h.metadata.pending_stops == {3: {("t", 0), ("t", 1), ("t", 2)}}
+    h.effects.clear()
+    h.heartbeat(3)  # back: unfenced
+    stops = [s for e in h.effects for s in e.stop_replicas]
+    assert [(b, sorted((p.topic, p.partition) for p in ps)) for b, ps in stops] == \
+        [(3, [("t", 0), ("t", 1), ("t", 2)])]
+    assert all(p.leader_epoch == -1 for _, ps in stops for p in ps)
+    assert h.metadata.pending_stops == {}
+    h2 = h.restart()
+    assert h2.metadata.pending_stops == {}
+    h2.log.close()
