@@ -50,8 +50,9 @@ Broker <-> controller contract (details this controller decides)
   ``is_new`` marks partitions of a topic created in the same change. Every
   committed change also sends a full UpdateMetadata to every unfenced broker.
   DeleteTopics sends StopReplica(delete_partitions=true) to the replicas that
-  are unfenced at the time; a fenced replica gets none and must treat logs of
-  partitions absent from its next full resync as stray.
+  are unfenced; a replica fenced at the time gets it when it is unfenced or
+  registers again (durably remembered; leader_epoch -1 in those states). A
+  broker should still treat local logs absent from a full snapshot as stray.
 * CreateTopics and DeleteTopics answer once the change is durable AND every
   unfenced broker acknowledged the resulting LeaderAndIsr / StopReplica /
   UpdateMetadata, waiting at most min(timeout_ms, 5000) ms (0: no wait); after
