@@ -59,7 +59,7 @@ def register(subparsers) -> None:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
-    kill = sub.add_parser("kill", help="signal one process (controller or a broker id)")
+    kill = sub.add_parser("kill", help="signal one process (controller or a broker id); KILL and TERM wait until it is gone")
     kill.add_argument("id", metavar="ID")
     kill.add_argument("--data-dir", required=True)
     kill.add_argument("--signal", default="KILL", type=str.upper, choices=["KILL", "TERM", "STOP", "CONT"])

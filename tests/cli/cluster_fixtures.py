@@ -72,10 +72,12 @@ class RunningCluster:
 
 
 def start_cluster(data_dir: Path, brokers: int, *settings: str) -> RunningCluster:
-    args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0"]
+    # A generous readiness deadline: the suite may run on a loaded machine.
+    args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0",
+            "--ready-timeout-s", "60"]
     for s in settings:
         args += ["--set", s]
-    result = run_tide(*args, timeout_s=90)
+    result = run_tide(*args, timeout_s=150)
     if result.returncode != 0:
         run_tide("cluster", "down", "--data-dir", str(data_dir), "--timeout-s", "5")
         pytest.fail(f"cluster up failed: {result.stderr}")

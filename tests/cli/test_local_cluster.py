@@ -119,7 +119,7 @@ def test_up_with_port_in_use_fails_cleanly(tmp_path):
 
 def test_failing_process_reports_its_log(tmp_path):
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path), "--base-port", "0",
-                      "--set", "no.such.setting=1", timeout_s=90)
+                      "--set", "no.such.setting=1", "--ready-timeout-s", "60", timeout_s=120)
     assert result.returncode != 0
     assert_one_line_error(result, "cluster up failed:", "broker-1")
     assert "no.such.setting" in result.stdout  # the log tail of the failing process
