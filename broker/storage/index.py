@@ -20,7 +20,8 @@ same interval) and once more when the segment stops being active.
 
 Entries live in memory (``array``) and are written to the files when the
 segment is flushed with its indexes (roll, checkpoint, close): only the new
-tail is appended, a truncation cuts the file. The files carry
+tail is appended, a truncation cuts the file. Inactive segments drop their
+entries from memory (``unload``) and load them again when a read needs them. The files carry
 exactly the entries (Kafka trims its preallocated files to that on close), so
 Kafka's tools read them. A file that fails the sanity check (size not a
 multiple of the entry, entries not increasing, position past the segment) is
@@ -117,6 +118,16 @@ class _IndexFile:
             os.rename(self.path, path)
         self.path = path
 
+    def unload(self) -> None:
+        """Forget the entries (the file holds them all); ``load`` brings them back."""
+        if self.is_dirty:
+            raise AssertionError(f"unloading {self.path} with unwritten entries")
+        self._clear()
+        self._clean_entries = self._file_entries = 0
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
     def _mark_truncated(self, entries: int) -> None:
         self._clean_entries = min(self._clean_entries, entries)
 
@@ -182,6 +193,9 @@ class OffsetIndex(_IndexFile):
         del self._relative_offsets[keep:]
         del self._positions[keep:]
         self._mark_truncated(keep)
+
+    def _clear(self) -> None:
+        self._relative_offsets, self._positions = array("i"), array("i")
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         self._relative_offsets = array("i", (o - self.base_offset for o, _ in entries))
@@ -264,6 +278,9 @@ class TimeIndex(_IndexFile):
         del self._timestamps[keep:]
         del self._relative_offsets[keep:]
         self._mark_truncated(keep)
+
+    def _clear(self) -> None:
+        self._timestamps, self._relative_offsets = array("q"), array("i")
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
         self._timestamps = array("q", (t for t, _ in entries))

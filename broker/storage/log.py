@@ -51,6 +51,7 @@ import shutil
 import struct
 import threading
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,7 @@ from proto.errors import (
 
 log = logging.getLogger(__name__)
 
+INACTIVE_INDEXES_LOADED_MAX = 4  # per log; the active segment's are always loaded
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 _ATTRIBUTES_AND_MAX_TIMESTAMP = (struct.Struct(">h"), struct.Struct(">q"))
@@ -142,6 +144,10 @@ class Log:
         self._offline_reason: str | None = None
         self._closed = False
         self._lock = threading.RLock()
+        # Inactive segments whose indexes a read loaded back, oldest first.
+        self._loaded_inactive: deque[LogSegment] = deque()
+        for segment in segments[:-1]:
+            segment.release_indexes()
 
     # -- opening -------------------------------------------------------------
 
@@ -361,6 +367,7 @@ class Log:
             fsync_dir(self.dir)
             # Kafka flushes the rolled segment; the recovery point moves past it.
             self._flush_segments_below(new.base_offset)
+            old.release_indexes()
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -384,12 +391,27 @@ class Log:
                     f"offset {start_offset} outside [{self.log_start_offset}, {log_end_offset}]")
             i = bisect_right(self._base_offsets, start_offset) - 1
             while 0 <= i < len(self._segments) and start_offset < log_end_offset:
-                found = self._segments[i].read(start_offset, max_bytes, max_offset, min_one_batch)
+                segment = self._segments[i]
+                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                self._note_index_use(segment)
                 if found is not None:
                     data, first_offset, next_offset = found
                     return ReadResult(data, first_offset, next_offset if data else start_offset)
                 i += 1
             return ReadResult(b"", start_offset, start_offset)
+
+    def _note_index_use(self, segment: LogSegment) -> None:
+        """Keep at most INACTIVE_INDEXES_LOADED_MAX inactive segments' indexes in memory."""
+        if segment is self._segments[-1] or not segment.indexes_loaded:
+            return
+        loaded = self._loaded_inactive
+        if segment in loaded:
+            return
+        loaded.append(segment)
+        while len(loaded) > INACTIVE_INDEXES_LOADED_MAX:
+            oldest = loaded.popleft()
+            if oldest is not self._segments[-1]:
+                oldest.release_indexes()
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader_epoch) of the first record with timestamp >=
@@ -406,6 +428,7 @@ class Log:
                 if segment.max_timestamp < timestamp_ms:
                     continue
                 found = segment.find_offset_by_timestamp(timestamp_ms, self.log_start_offset)
+                self._note_index_use(segment)
                 if found is None:
                     continue
                 position, base_offset, max_timestamp, epoch = found

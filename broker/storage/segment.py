@@ -197,6 +197,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.first_batch_time_ms: int | None = None  # for segment.ms
         self._position_hints: dict[int, int] = {}  # offset -> batch start, for sequential reads
+        self.indexes_loaded = True  # False after release_indexes until a lookup needs them
 
     # -- opening -----------------------------------------------------------
 
@@ -237,6 +238,7 @@ class LogSegment:
         missing or insane, the tail does not scan): the caller must then
         ``scan`` the whole segment, which rebuilds the indexes and finds the cut.
         """
+        self.indexes_loaded = True
         try:
             if not (self.index.load(self.size_bytes) and self.time_index.load(1 << 63)):
                 log.info("index files of %s missing; rebuilding them", self.log_path)
@@ -366,6 +368,7 @@ class LogSegment:
             error = e
         self.index.reset(offset_entries)
         self.time_index.reset(time_entries)
+        self.indexes_loaded = True
         self.next_offset = next_offset if valid_bytes else self.base_offset
         self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
         self.bytes_since_last_index_entry = bytes_since
@@ -396,6 +399,7 @@ class LogSegment:
         per batch. On an OSError the file is cut back to its old size and
         KafkaStorageError is raised with nothing changed.
         """
+        self.ensure_indexes()  # the active segment's are always loaded; be sure
         start = self.size_bytes
         view = memoryview(data)
         try:
@@ -454,9 +458,12 @@ class LogSegment:
         except CorruptFileError as e:
             log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
             self.rebuild_indexes()
+            self.index.flush()
+            self.time_index.flush()
             return self._locate(offset, end)
 
     def _locate(self, offset: int, end: int) -> tuple[int, int, int] | None:
+        self.ensure_indexes()
         entry_offset, position = self.index.lookup(offset)
         check_entry = position > 0
         while position < end:
@@ -543,6 +550,7 @@ class LogSegment:
         limit = position + max(0, max_bytes)
         if limit >= end:
             return end - position
+        self.ensure_indexes()
         boundary = self.index.position_at_or_below(limit)
         if boundary > position:
             return boundary - position  # may leave up to an index interval unused
@@ -571,6 +579,7 @@ class LogSegment:
         (position, base_offset, max_timestamp, partition_leader_epoch), or None."""
         if self.max_timestamp < timestamp_ms:
             return None
+        self.ensure_indexes()
         _ts, index_offset = self.time_index.lookup(timestamp_ms)
         found = self.locate(max(index_offset, from_offset))
         if found is None:
@@ -599,6 +608,7 @@ class LogSegment:
         removed = self.size_bytes - position
         if removed <= 0:
             return 0
+        self.ensure_indexes()
         try:
             os.ftruncate(self._fd, position)
         except OSError as e:
@@ -620,8 +630,34 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Kafka adds a final time index entry when a segment is rolled."""
+        self.ensure_indexes()
         if self.max_timestamp >= 0 and not self.time_index.is_full:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+
+    def release_indexes(self) -> None:
+        """Drop the index entries from memory (written first if needed): an inactive
+        segment's indexes are read back from their files on the next lookup."""
+        if self.indexes_loaded and self._fd >= 0:  # a closed (deleted) segment writes nothing
+            self.index.flush()
+            self.time_index.flush()
+            self.index.unload()
+            self.time_index.unload()
+            self.indexes_loaded = False
+
+    def ensure_indexes(self) -> None:
+        """Load released indexes from their files (rebuilding them if the files are bad)."""
+        if self.indexes_loaded:
+            return
+        self.indexes_loaded = True
+        try:
+            if self.index.load(self.size_bytes) and self.time_index.load(self.next_offset):
+                return
+            log.warning("index files of %s missing; rebuilding them", self.log_path)
+        except CorruptFileError as e:
+            log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+        self.rebuild_indexes()
+        self.index.flush()  # replace the bad files now, not at the next roll or close
+        self.time_index.flush()
 
     @property
     def needs_flush(self) -> bool:

@@ -435,3 +435,26 @@ def test_reads_return_whole_batches_within_max_bytes(tmp_path):
                  if result.next_offset < log.log_end_offset else None)
         if again is not None and again.records:
             assert headers(again.records)[0][0] == result.next_offset
+
+
+def test_inactive_segment_indexes_leave_memory_and_come_back(tmp_path, caplog):
+    log = open_log(tmp_path, segment_bytes=600, index_interval_bytes=50)
+    for i in range(60):
+        log.append_as_leader(batch(1, b"%02d" % i * 20), 0, now_ms=0)
+    segments = log.segments()
+    assert len(segments) > 6
+    assert all(not s.indexes_loaded and len(s.index) == 0 for s in segments[:-1])
+    expected = read_all(log)
+    assert expected == [(i, i, 0) for i in range(60)]
+    assert sum(s.indexes_loaded for s in segments[:-1]) <= 4  # a bounded number come back
+    first = segments[0]
+    assert not first.indexes_loaded  # evicted again by later reads
+    first.index.path.write_bytes(b"\x00" * 7)  # damaged while out of memory
+    assert headers(log.read(3, 1).records) == [(3, 3, 0)]
+    assert "rebuilding the indexes" in caplog.text
+    assert len(first.index.path.read_bytes()) % 8 == 0  # the rebuilt file replaced it
+    log.close()
+    caplog.clear()
+    reopened = Log.open(tmp_path / "t-0", log.config, now_ms=0, had_clean_shutdown=True)
+    assert read_all(reopened) == expected
+    assert "rebuilding" not in caplog.text
