@@ -257,7 +257,9 @@ class MetadataClient:
         """Fetch Metadata now (for ``topics``, or the tracked topics, or all)."""
         if topics:
             self.add_topics(topics)
-        request = pb.MetadataRequest(topics=sorted(self._topics))
+        with self._lock:
+            tracked = sorted(self._topics)  # copied under the lock: other threads add topics
+        request = pb.MetadataRequest(topics=tracked)
         timeout_s = self.request_timeout_ms / 1000
 
         def ask(address: Address) -> pb.MetadataResponse:
