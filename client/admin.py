@@ -17,6 +17,9 @@ from client.metadata import Address, MetadataClient, format_address, rpc_call, r
 from proto import tidewater_pb2 as pb
 from proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
 
+# A hung (e.g. SIGSTOPped) broker must not stall a describe: its replicas show -1 instead.
+REPLICA_STATE_TIMEOUT_MS = 5000
+
 
 @dataclass(frozen=True, slots=True)
 class NewTopic:
@@ -191,7 +194,7 @@ class AdminClient:
         calls = []
         for broker_id, address in snap.brokers.items():
             calls.append((broker_id, address, self.metadata.pool.broker(address).DescribeReplicas.future(
-                request, timeout=self.request_timeout_ms / 1000)))
+                request, timeout=min(self.request_timeout_ms, REPLICA_STATE_TIMEOUT_MS) / 1000)))
         out: dict[tuple[str, int, int], ReplicaState] = {}
         for broker_id, _address, call in calls:
             try:
