@@ -218,7 +218,7 @@ class AdminClient:
                             timeout_s=timeout_s, address=address)
 
         try:
-            return self.metadata.any_broker_call(call)
+            return self.metadata.any_broker_call(call, retry_on_timeout=method == "DescribeCluster")
         except grpc.RpcError as e:  # pragma: no cover - rpc_call converts these
             raise rpc_error_to_typed(e) from None
 

@@ -28,7 +28,12 @@ import grpc
 
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from proto.errors import (
+    RequestTimedOutError,
+    TidewaterError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 
 Address = tuple[str, int]
 T = TypeVar("T")
@@ -125,8 +130,6 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
     details = err.details() if hasattr(err, "details") else str(err)
     where = f" {format_address(address)}" if address else ""
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        from proto.errors import RequestTimedOutError
-
         return RequestTimedOutError(f"request to{where} timed out")
     if code == grpc.StatusCode.UNAVAILABLE:
         return BrokerConnectionError(f"broker{where} unavailable: {details}")
@@ -208,6 +211,7 @@ class MetadataClient:
         self._lock = threading.Lock()
         self._snapshot: ClusterMetadata | None = None
         self._stale = True
+        self._last_good: Address | None = None
         # Topics this client cares about; refreshes ask only for these (empty: all).
         self._topics: set[str] = set()
 
@@ -231,22 +235,34 @@ class MetadataClient:
         snap = self._snapshot
         known = list(snap.brokers.values()) if snap else []
         random.shuffle(known)
+        # The broker that answered last goes first: a hung one costs a timeout only once.
+        first = [self._last_good] if self._last_good else []
         seen: set[Address] = set()
         out = []
-        for a in known + self.bootstrap:
+        for a in first + known + self.bootstrap:
             if a not in seen:
                 seen.add(a)
                 out.append(a)
         return out
 
-    def any_broker_call(self, call: Callable[[Address], T]) -> T:
-        """Run ``call(address)`` on the first broker that answers; raise the last connection error."""
+    def any_broker_call(self, call: Callable[[Address], T], *, retry_on_timeout: bool = True) -> T:
+        """Run ``call(address)`` on the first broker that answers; raise the last connection error.
+
+        A timed-out call moves on to the next broker only with ``retry_on_timeout`` (for calls
+        that are safe to repeat: a timed-out CreateTopics may have happened)."""
         last: TidewaterError | None = None
         for address in self.candidate_addresses():
             try:
-                return call(address)
-            except BrokerConnectionError as e:
+                result = call(address)
+            except (BrokerConnectionError, RequestTimedOutError) as e:
+                if isinstance(e, RequestTimedOutError) and not retry_on_timeout:
+                    raise
                 last = e
+                if self._last_good == address:
+                    self._last_good = None
+                continue
+            self._last_good = address
+            return result
         raise BrokerConnectionError(
             "no broker reachable (tried "
             + ", ".join(format_address(a) for a in self.candidate_addresses()) + ")"
