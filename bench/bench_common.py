@@ -1,6 +1,10 @@
 """Shared helpers of the cluster benchmark: percentiles, rates, the result table,
 the machine description and ownership of every process the benchmark starts.
 
+``CpuMeter`` sums user + system CPU seconds of a set of processes (from
+/proc/<pid>/stat, or getrusage for this process) around a workload: on a shared
+machine the CPU cost per megabyte says more about the code than wall-clock time.
+
 Pure helpers (``percentile``, ``latency_summary``, ``format_table``, ``ratio``)
 are unit-tested in tests/unit/test_bench_common.py.
 
@@ -15,12 +19,13 @@ from __future__ import annotations
 import math
 import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 HOST = "127.0.0.1"
 KIB = 1024
@@ -81,10 +86,19 @@ class Throughput:
     def records_per_s(self) -> float:
         return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    cpu_s: float | None = None  # CPU seconds of every process involved (servers and client)
+
     @property
     def mb_per_s(self) -> float:
         """Payload megabytes (10^6 bytes) per second, as Kafka's and NATS's tools print."""
         return self.payload_bytes / self.elapsed_s / 1e6 if self.elapsed_s > 0 else 0.0
+
+    @property
+    def mb_per_cpu_s(self) -> float | None:
+        """Payload megabytes per CPU second: throughput per fully used core."""
+        if not self.cpu_s:
+            return None
+        return self.payload_bytes / self.cpu_s / 1e6
 
 
 def ratio(ours: float | None, peer: float | None) -> float | None:
@@ -194,6 +208,50 @@ def machine_description() -> dict:
     return {"nproc": os.cpu_count(), "cpu_model": cpu_model, "kernel": platform.release(),
             "python": platform.python_version(),
             "memory_gib": round(memory_total_kib / MIB, 1) if memory_total_kib else None}
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads) from /proc; 0 if it is gone."""
+    if pid == os.getpid():
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:
+        fields = open(f"/proc/{pid}/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command name: state is field 3, utime field 14, stime field 15 (man 5 proc).
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    return sum(process_cpu_s(pid) for pid in pids)
+
+
+class CpuMeter:
+    """CPU seconds a set of processes spends during a block: the cost of the work, which a
+    loaded machine does not inflate the way it inflates wall-clock time."""
+
+    def __init__(self, pids: Sequence[int]):
+        self.pids = list(pids)
+        self.cpu_s = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._start = cpu_seconds(self.pids)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cpu_s = cpu_seconds(self.pids) - self._start
+
+
+def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:
+    """Run a workload returning a Throughput; fill in the CPU seconds ``pids`` spent on it."""
+    with CpuMeter(pids) as meter:
+        result = fn(*args, **kwargs)
+    return replace(result, cpu_s=meter.cpu_s)
 
 
 def free_port() -> int:

@@ -53,6 +53,7 @@ from bench.bench_common import (  # noqa: E402
     format_value,
     machine_description,
     results_table,
+    with_cpu,
 )
 
 RECORD_SIZES = (100, 1024)
@@ -150,8 +151,9 @@ class Bench:
             self.errors.append(message)
             return
         self.peer_version = cluster.version
+        pids = [*self.processes.pids(), os.getpid()]  # the 3 servers and this client
         for size in RECORD_SIZES:
-            t = self.step(f"nats throughput {size_name(size)}",
+            t = self.step(f"nats throughput {size_name(size)}", with_cpu, pids,
                           lambda s=size: asyncio.run(peer_nats.throughput(
                               cluster, f"TPUT{s}", s, p.produce_s)))
             self.peer[("produce", size)] = t
@@ -162,7 +164,7 @@ class Bench:
                 peer_nats.paced_latency(cluster, f"PACED{r}", LATENCY_RECORD_BYTES, c, r)))
         produced = self.peer.get(("produce", 1024))
         if produced is not None:
-            self.peer["consume"] = self.step("nats consume from the beginning", lambda: asyncio.run(
+            self.peer["consume"] = self.step("nats consume from the beginning", with_cpu, pids, lambda: asyncio.run(
                 peer_nats.consume(cluster, "TPUT1024", produced.records, 1024)))
         self.processes.stop_all()
 
@@ -174,6 +176,9 @@ class Bench:
             return
         bootstrap = cluster.bootstrap
         topics = []
+
+        def pids() -> list[int]:  # controller, brokers and this client (restarts change pids)
+            return [proc["pid"] for proc in cluster.local.manifest["processes"].values()] + [os.getpid()]
 
         def topic(name: str) -> str:
             cluster.create_topic(name)
@@ -187,14 +192,14 @@ class Bench:
                 if name is None:
                     continue
                 self.tw[("produce", acks_name, size)] = self.step(
-                    f"tidewater Producer acks={acks_name} {size_name(size)}",
+                    f"tidewater Producer acks={acks_name} {size_name(size)}", with_cpu, pids(),
                     tidewater_side.producer_throughput, bootstrap, name, size, acks, p.produce_s)
                 name = self.step(f"create topic pipelined acks={acks_name} {size_name(size)}", topic,
                                  f"pipelined-acks{acks_name}-{size}")
                 if name is None:
                     continue
                 self.tw[("pipelined", acks_name, size)] = self.step(
-                    f"tidewater pipelined batches acks={acks_name} {size_name(size)}",
+                    f"tidewater pipelined batches acks={acks_name} {size_name(size)}", with_cpu, pids(),
                     tidewater_side.pipelined_throughput, bootstrap, name, size, acks, p.pipelined_s)
         name = self.step("create topic serial", topic, "serial")
         if name:
@@ -211,7 +216,7 @@ class Bench:
                     f"tidewater paced latency {rate}/s", tidewater_side.paced_latency, bootstrap,
                     name, LATENCY_RECORD_BYTES, count, rate)
         if self.tw.get(("produce", "all", 1024)) is not None:
-            self.tw["consume"] = self.step("tidewater consume from the beginning",
+            self.tw["consume"] = self.step("tidewater consume from the beginning", with_cpu, pids(),
                                            tidewater_side.consume_throughput, bootstrap,
                                            "produce-acksall-1024")
         name = self.step("create topic failover", topic, "failover")
@@ -251,6 +256,10 @@ class Bench:
                                     peer_t.mb_per_s if peer_t else None, note))
                     rows.append(Row("produce", metric, "rec/s", t.records_per_s if t else None,
                                     peer_t.records_per_s if peer_t else None, ""))
+                    rows.append(Row("produce", metric, "MB/CPU-s", t.mb_per_cpu_s if t else None,
+                                    peer_t.mb_per_cpu_s if peer_t else None,
+                                    "CPU of all processes: servers (+controller) and client"
+                                    if acks_name == "all" else ""))
         tw, peer = self.tw.get("serial"), self.peer.get("serial")
         for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
             rows.append(Row("latency", f"ack, one at a time, {label}", "ms",
@@ -282,6 +291,8 @@ class Bench:
                         "client.consumer; peer: pull consumer, batches of 2000, no acks"))
         rows.append(Row("consume", "read 1 KiB topic from the start", "rec/s",
                         tw.records_per_s if tw else None, peer.records_per_s if peer else None, ""))
+        rows.append(Row("consume", "read 1 KiB topic from the start", "MB/CPU-s",
+                        tw.mb_per_cpu_s if tw else None, peer.mb_per_cpu_s if peer else None, ""))
         fo = self.tw.get("failover")
         rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
                         fo["median_s"] if fo else None, None,
@@ -387,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tidewater: 3 brokers + controller, 1 partition RF=3 per workload; "
           f"peer: {bench.peer_version or 'not run'}, 3 nodes, file stream R3 "
           "(client and servers share the machine)")
-    print(f"run time {elapsed:.0f} s; ratios are tidewater/peer (latency and times: lower is better)")
+    print(f"run time {elapsed:.0f} s; ratios are tidewater/peer (latency and times: lower is better); "
+          "MB/CPU-s = payload MB per CPU second summed over every process of that system "
+          "(servers, controller, client): the cost of the work, which a loaded machine "
+          "distorts less than wall-clock rates")
     print()
     print(format_table(("machine limit", "unit", "value", "note"),
                        [(r.metric, r.unit, format_value(r.tidewater), r.note) for r in bench.limits],

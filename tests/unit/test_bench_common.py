@@ -172,3 +172,30 @@ def test_last_log_load_reads_the_brokers_last_line():
             "(clean shutdown before: False)\n")
     assert last_log_load(text) == (14, 2.35, False)
     assert last_log_load("nothing here") is None
+
+
+def test_cpu_meter_counts_this_process_and_children():
+    import os
+    import subprocess
+    import time
+
+    from bench.bench_common import CpuMeter, process_cpu_s, with_cpu
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while process_cpu_s(child.pid) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_cpu_s(child.pid) >= 0.25
+        with CpuMeter([os.getpid(), child.pid]) as meter:
+            sum(i * i for i in range(300_000))
+        assert 0 < meter.cpu_s < 5
+        t = with_cpu([os.getpid()], lambda: Throughput(10, 10_000_000, 1.0))
+        assert t.cpu_s is not None and t.cpu_s >= 0
+    finally:
+        child.kill()
+        child.wait()
+    assert process_cpu_s(child.pid) == 0.0
+    assert Throughput(1, 2_000_000, 1.0, cpu_s=0.5).mb_per_cpu_s == 4.0
+    assert Throughput(1, 1, 1.0).mb_per_cpu_s is None
