@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from broker.channels import channel_options
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
 
@@ -53,9 +54,8 @@ class ControllerChannel:
         self._fenced_since: float | None = None
         self._stopping = False
         host, port = controller_address
-        options = [("grpc.max_receive_message_length", max_message_bytes),
-                   ("grpc.max_send_message_length", max_message_bytes)]
-        self._channel = grpc.aio.insecure_channel(f"{host}:{port}", options=options)
+        self._channel = grpc.aio.insecure_channel(f"{host}:{port}",
+                                                  options=channel_options(max_message_bytes))
         self.stub = pb_grpc.ControllerStub(self._channel)
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from broker.channels import channel_options
 from broker.clock import wall_ms
 from broker.error_mapping import error_code_for
 from broker.replication import follower_truncation
@@ -94,10 +95,8 @@ class LeaderFetcher:
             if self._channel is not None:
                 asyncio.ensure_future(self._channel.close())
             limit = self.manager.config.socket_request_max_bytes
-            self._channel = grpc.aio.insecure_channel(
-                f"{endpoint[0]}:{endpoint[1]}",
-                options=[("grpc.max_receive_message_length", limit),
-                         ("grpc.max_send_message_length", limit)])
+            self._channel = grpc.aio.insecure_channel(f"{endpoint[0]}:{endpoint[1]}",
+                                                      options=channel_options(limit))
             self._stub = pb_grpc.BrokerStub(self._channel)
             self._endpoint = endpoint
         return self._stub

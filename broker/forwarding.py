@@ -2,8 +2,10 @@
 
 Clients need only a bootstrap broker: CreateTopics, DeleteTopics and
 DescribeCluster go to the controller unchanged and its answer comes back
-unchanged. When the controller cannot be reached every item answers
-NOT_CONTROLLER (retriable) with the transport error as message. The
+unchanged. A call waits (``wait_for_ready``) for the controller connection up
+to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
+out; when it still cannot be reached every item answers NOT_CONTROLLER
+(retriable) with the transport error as message. The
 broker-to-controller RPCs (RegisterBroker, BrokerHeartbeat, AlterPartition)
 are not the broker's to answer: NOT_CONTROLLER.
 """
@@ -19,16 +21,18 @@ FORWARD_MARGIN_S = 5.0
 
 
 class ControllerForwarder(pb_grpc.ControllerServicer):
-    def __init__(self, controller_stub: pb_grpc.ControllerStub):
+    def __init__(self, controller_stub: pb_grpc.ControllerStub, *,
+                 margin_s: float = FORWARD_MARGIN_S):
         self._stub = controller_stub
+        self._margin_s = margin_s
 
-    @staticmethod
-    def _timeout_s(timeout_ms: int) -> float:
-        return max(timeout_ms, 0) / 1000 + FORWARD_MARGIN_S
+    def _timeout_s(self, timeout_ms: int) -> float:
+        return max(timeout_ms, 0) / 1000 + self._margin_s
 
     async def CreateTopics(self, request, context):
         try:
-            return await self._stub.CreateTopics(request, timeout=self._timeout_s(request.timeout_ms))
+            return await self._stub.CreateTopics(request, timeout=self._timeout_s(request.timeout_ms),
+                                                 wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
             return pb.CreateTopicsResponse(topics=[
@@ -37,7 +41,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
 
     async def DeleteTopics(self, request, context):
         try:
-            return await self._stub.DeleteTopics(request, timeout=self._timeout_s(request.timeout_ms))
+            return await self._stub.DeleteTopics(request, timeout=self._timeout_s(request.timeout_ms),
+                                                 wait_for_ready=True)
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
             return pb.DeleteTopicsResponse(topics=[
@@ -46,7 +51,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
 
     async def DescribeCluster(self, request, context):
         try:
-            return await self._stub.DescribeCluster(request, timeout=FORWARD_MARGIN_S)
+            return await self._stub.DescribeCluster(request, timeout=self._margin_s,
+                                                    wait_for_ready=True)
         except grpc.aio.AioRpcError:
             return pb.DescribeClusterResponse(error_code=pb.NOT_CONTROLLER)
 

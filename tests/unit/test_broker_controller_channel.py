@@ -101,7 +101,7 @@ async def test_register_retries_until_the_controller_is_up():
 async def test_forwarder_passes_through_and_reports_unreachable(controller):
     _fake, port, server = controller
     channel = channel_to(port)
-    forwarder = ControllerForwarder(channel.stub)
+    forwarder = ControllerForwarder(channel.stub, margin_s=0.5)
     request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="t")], timeout_ms=100)
     resp = await forwarder.CreateTopics(request, None)
     assert resp.topics[0].error_code == pb.NONE
