@@ -62,4 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m client.cli` runs this file as __main__: call the imported
+    # module's main so its CliError is the one subcommands raise.
+    from client.cli import main as _main
+
+    sys.exit(_main())
