@@ -94,7 +94,8 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-ACK_DDL = "topic string, partition int, offset long, key binary, value binary, acks string"
+ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
+           "acks string")
 
 
 def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str]):
@@ -106,7 +107,8 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     inventory = reader.discover(data)
     if metrics:
         metrics_reader.discover_metric_files(metrics)
-    ack_rows = [row for path in ack_logs for row in parse_ack_log(path)]
+    ack_rows = [(i, *row) for i, row in
+                enumerate(row for path in ack_logs for row in parse_ack_log(path))]
     paths = json.dumps(data)
     batches = spark.read.format("tidewater-log").option("paths", paths).load().cache()
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
@@ -118,7 +120,7 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     if ack_logs:
         rows = ack_rows
         acks_df = spark.createDataFrame(rows, ACK_DDL)
-        wanted = sorted({(r[0], r[1]) for r in rows})
+        wanted = sorted({(r[1], r[2]) for r in rows})
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
                    .option("paths", paths).load())

@@ -79,7 +79,7 @@ class AuditInputs:
     checkpoints: DataFrame             # tidewater-checkpoints
     records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
     metrics: DataFrame | None = None   # tidewater-metrics
-    acks: DataFrame | None = None      # topic, partition, offset, key, value, acks
+    acks: DataFrame | None = None      # ack_id, topic, partition, offset, key, value, acks
 
 
 def _violations(df: DataFrame, rule: str, broker, topic, partition, offset, detail) -> DataFrame:
@@ -511,7 +511,7 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
     matched = (acks.join(held, PARTITION_KEYS + ["offset"], "left")
                .withColumn("same", F.col("held_key").eqNullSafe(F.col("key"))
                            & F.col("held_value").eqNullSafe(F.col("value")))
-               .groupBy(*PARTITION_KEYS, "offset", "acks")
+               .groupBy("ack_id", *PARTITION_KEYS, "offset", "acks")
                .agg(F.max(F.col("same").cast("int")).alias("present"),
                     F.count("broker_id").alias("replicas_with_offset"))
                .withColumn("lost", F.coalesce(F.col("present"), F.lit(0)) == 0))

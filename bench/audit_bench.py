@@ -1,0 +1,157 @@
+"""Benchmark: the audit's batch-level rules over a dump of at least 1 GiB, on local[2].
+
+    .venv/bin/python bench/audit_bench.py [--size-gib 1.0] [--batch-bytes 2048]
+        [--records-per-batch 2] [--master local[2]] [--dir DIR] [--keep]
+
+Builds the dump with the project's own log writer (broker/storage Log,
+``append_as_follower`` of pre-encoded batches: few, large records per batch),
+then times, each in its own Spark job:
+
+- ``reader`` : the audit's own reader alone, in this process, over every segment
+  (no Spark): the per-core ceiling;
+- ``scan``   : tidewater-log read into Spark (Arrow batches) and counted;
+- ``rules``  : the batch-level rules (batch_crc_and_framing, offsets_contiguous,
+  epochs_monotonic) end to end: read, CRC every batch, order each replica,
+  find violations, count them.
+
+Prints a table of batches/s, records/s and MiB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from broker.storage.log_config import LogConfig  # noqa: E402
+from broker.storage.log_manager import LogManager  # noqa: E402
+from broker.storage.topics import TopicPartition  # noqa: E402
+from proto.records import encode_batch  # noqa: E402
+
+GIB = 1 << 30
+MIB = 1 << 20
+NOW_MS = 1_700_000_000_000
+BROKERS = (1, 2, 3)
+PARTITIONS = 4
+APPEND_BYTES = 1 * MIB  # batches handed to one append_as_follower call
+
+
+def build(root: Path, size_bytes: int, batch_bytes: int, records_per_batch: int) -> dict:
+    value_bytes = max(1, (batch_bytes - 61) // records_per_batch - 12)
+    template = bytearray(encode_batch([(b"k%d" % i, bytes(value_bytes))
+                                       for i in range(records_per_batch)],
+                                      base_offset=0, partition_leader_epoch=0,
+                                      base_timestamp_ms=NOW_MS))
+    size = len(template)
+    replicas = len(BROKERS) * PARTITIONS
+    per_replica_batches = -(-size_bytes // (size * replicas))
+    per_append = max(1, APPEND_BYTES // size)
+    config = LogConfig(segment_bytes=128 * MIB)
+    for broker in BROKERS:
+        manager = LogManager(root / f"broker-{broker}", config)
+        manager.load(NOW_MS)
+        hws = {}
+        for p in range(PARTITIONS):
+            tp = TopicPartition("bench", p)
+            log = manager.get_or_create(tp, config, NOW_MS)
+            written = 0
+            chunk = bytearray(size * per_append)
+            while written < per_replica_batches:
+                n = min(per_append, per_replica_batches - written)
+                for i in range(n):
+                    # baseOffset and epoch lie outside the CRC: restamp a copy of one batch.
+                    chunk[i * size:(i + 1) * size] = template
+                    struct.pack_into(">q", chunk, i * size, (written + i) * records_per_batch)
+                    struct.pack_into(">i", chunk, i * size + 12, (written + i) * 4 // per_replica_batches)
+                log.append_as_follower(bytes(chunk[:n * size]), NOW_MS)
+                written += n
+            hws[tp] = log.log_end_offset
+        manager.checkpoint_high_watermarks(hws)
+        manager.shutdown()
+    batches = per_replica_batches * replicas
+    return {"batches": batches, "records": batches * records_per_batch,
+            "bytes": sum(f.stat().st_size for f in root.glob("broker-*/*/*.log"))}
+
+
+def time_reader(root: Path) -> float:
+    from audit import reader
+
+    started = time.perf_counter()
+    count = 0
+    for segment in reader.discover([root]).segments:
+        for rows in reader.scan_segment_file(segment.path):
+            count += len(rows)
+    return time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-gib", type=float, default=1.0)
+    ap.add_argument("--batch-bytes", type=int, default=2048)
+    ap.add_argument("--records-per-batch", type=int, default=2)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--dir", type=Path, default=None, help="where to build (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the dump afterwards")
+    args = ap.parse_args(argv)
+
+    root = args.dir or Path(tempfile.mkdtemp(prefix="tidewater-audit-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        started = time.perf_counter()
+        shape = build(root, int(args.size_gib * GIB), args.batch_bytes, args.records_per_batch)
+        build_s = time.perf_counter() - started
+        print(f"built {shape['bytes'] / GIB:.2f} GiB, {shape['batches']:,} batches in "
+              f"{build_s:.1f} s under {root}", file=sys.stderr)
+
+        from audit import rules
+        from audit.job import load_inputs
+        from audit.session import local_session
+
+        spark = local_session(args.master)
+        timings = [("reader (1 process, no Spark)", time_reader(root))]
+
+        from pyspark.sql import functions as F
+
+        started = time.perf_counter()
+        scanned = (spark.read.format("tidewater-log").load(str(root))
+                   .agg(F.count("*"), F.sum("record_count")).first())
+        timings.append((f"scan into Spark ({args.master})", time.perf_counter() - started))
+        assert scanned[0] == shape["batches"] and scanned[1] == shape["records"], scanned
+
+        started = time.perf_counter()
+        inputs, _inventory = load_inputs(spark, [str(root)], [], [])
+        results = rules.run_rules(inputs, rules.BATCH_LEVEL_RULES)
+        timings.append((f"batch-level rules ({args.master})", time.perf_counter() - started))
+        failed = [r.name for r in results.rules if not r.passed]
+        assert not failed, failed
+        spark.stop()
+
+        print()
+        print(f"Audit benchmark: {shape['bytes'] / GIB:.2f} GiB, {shape['batches']:,} batches, "
+              f"{shape['records']:,} records ({args.batch_bytes} B batches, "
+              f"{args.records_per_batch} records each), {len(BROKERS)} brokers x "
+              f"{PARTITIONS} partitions")
+        print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}, {platform.system()}")
+        print()
+        print("| stage | seconds | batches/s | records/s | MiB/s |")
+        print("|---|---|---|---|---|")
+        for name, seconds in timings:
+            print(f"| {name} | {seconds:.2f} | {shape['batches'] / seconds:,.0f} | "
+                  f"{shape['records'] / seconds:,.0f} | {shape['bytes'] / MIB / seconds:,.0f} |")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

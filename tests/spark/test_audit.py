@@ -1,0 +1,198 @@
+"""The audit through its real interfaces: the data sources, `tide audit`, and spark-submit.
+
+One SparkSession for all of these (conftest.py); each audit run is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.spark.fixtures import DAMAGE, GAP_BATCH, HISTORY
+
+# A session start, a shared audit run or a spark-submit takes seconds on an idle
+# machine but minutes on a loaded 2-core one: generous per-test limits.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+ALL_RULES = {
+    "batch_crc_and_framing", "offsets_contiguous", "epochs_monotonic",
+    "epoch_checkpoint_matches_log", "offset_checkpoints_within_log", "replicas_agree_below_hw",
+    "epoch_histories_agree", "hw_monotonic_per_leader_epoch", "hw_not_above_leo",
+    "acked_writes_present",
+}
+
+
+def test_log_source_one_row_per_batch_and_one_partition_per_segment(spark, clean_dump):
+    df = spark.read.format("tidewater-log").load(str(clean_dump.root))
+    segments = list(clean_dump.root.glob("broker-*/*/*.log"))
+    assert df.rdd.getNumPartitions() == len(segments)
+    rows = df.where("topic = 'orders' AND partition = 0 AND broker_id = 1") \
+        .orderBy("base_offset").collect()
+    assert [(r.base_offset, r.partition_leader_epoch, r.status, r.crc_valid) for r in rows][:3] \
+        == [(0, 0, "ok", True), (3, 0, "ok", True), (5, 0, "ok", True)]
+    assert len(rows) == len(HISTORY)
+
+
+def test_log_source_record_level_and_torn_segment(spark, clean_dump, tmp_path):
+    records = (spark.read.format("tidewater-log").option("level", "record")
+               .option("payload", "both")
+               .load(str(clean_dump.partition_dir(2, "orders", 1))))
+    offsets = sorted(r.offset for r in records.collect())
+    assert offsets == list(range(23))  # 22 committed + broker 2's uncommitted record
+    one = records.where("offset = 5").first()
+    assert one.key == b"orders-1-k5" and one.value_hash is not None
+    torn_dir = tmp_path / "broker-9" / "t-0"
+    torn_dir.mkdir(parents=True)
+    data = clean_dump.segment(1, "orders", 0).read_bytes()
+    (torn_dir / f"{0:020d}.log").write_bytes(data[:-10])
+    statuses = [r.status for r in spark.read.format("tidewater-log")
+                .load(str(torn_dir)).orderBy("position").collect()]
+    assert statuses == ["ok"] * (len(HISTORY) - 1) + ["torn"]
+
+
+def test_checkpoint_and_metrics_sources(spark, clean_dump):
+    cp = spark.read.format("tidewater-checkpoints").load(str(clean_dump.data_dirs[1]))
+    epochs = [(r.epoch, r.offset) for r in cp.where(
+        "kind = 'leader-epoch' AND topic = 'orders' AND partition = 0").orderBy("entry_index")
+        .collect()]
+    assert epochs == [(0, 0), (1, 9), (3, 15)]
+    hw = cp.where("kind = 'high-watermark' AND topic = 'orders' AND partition = 0").first()
+    assert hw.offset == 22
+    metrics = spark.read.format("tidewater-metrics").load(str(clean_dump.metrics_dir))
+    names = {r.name for r in metrics.select("name").distinct().collect()}
+    assert {"up", "tidewater_broker_replica_high_watermark"} <= names
+    row = metrics.where("name = 'tidewater_broker_replica_is_leader'").first()
+    assert set(row.labels) == {"topic", "partition", "broker"}
+
+
+def test_undamaged_dump_passes_every_rule(clean_audit):
+    code, report, out = clean_audit
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+    assert report["passed"]
+    assert {r["name"] for r in report["rules"]} == ALL_RULES
+    for rule in report["rules"]:
+        assert rule["passed"] and rule["skipped"] is None and rule["checked"] > 0, rule
+    positions = next(r for r in report["rules"] if r["name"] == "replicas_agree_below_hw")["info"]
+    assert [(x["broker_id"], x["topic"], x["partition"]) for x in
+            positions["lagging_replicas"]] == [(3, "orders", 0)]
+    assert [(x["broker_id"], x["partition"]) for x in
+            positions["uncommitted_suffixes"]] == [(2, 1)]
+    for name in ("report.json", "report.md", "report.html"):
+        assert (out / name).stat().st_size > 0
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") >= 4 and "http" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+    assert "PASS" in (out / "report.md").read_text()
+
+
+def _rules_by_topic(report: dict) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = defaultdict(set)
+    for rule in report["rules"]:
+        for v in rule["sample"]:
+            found[v["topic"]].add(rule["name"])
+    return found
+
+
+def test_each_damage_is_caught_by_exactly_its_rule(damaged_audit):
+    code, report, _out = damaged_audit
+    assert code == 1
+    found = _rules_by_topic(report)
+    assert "orders" not in found  # the healthy topic stays clean beside the damage
+    assert {topic: found.get(topic, set()) for topic in DAMAGE} == \
+        {topic: {rule} for topic, rule in DAMAGE.items()}
+    failed = {r["name"] for r in report["rules"] if not r["passed"]}
+    assert failed == set(DAMAGE.values())
+    assert {r["name"] for r in report["rules"] if r["passed"]} == ALL_RULES - failed
+
+
+def test_violations_name_the_broker_and_offset(damaged_audit):
+    _code, report, _out = damaged_audit
+    by_rule = {r["name"]: r for r in report["rules"]}
+
+    def where(rule):
+        return {(v["broker_id"], v["topic"], v["offset"]) for v in by_rule[rule]["sample"]}
+
+    assert where("batch_crc_and_framing") == {(3, "flipped", 5)}
+    assert where("epochs_monotonic") == {(b, "epoch-back", 17) for b in (1, 2, 3)}
+    assert where("epoch_checkpoint_matches_log") == {(2, "epoch-cp", 15)}
+    assert where("offset_checkpoints_within_log") == {(3, "hw-cp", 27)}
+    assert where("hw_monotonic_per_leader_epoch") == {(1, "hw-drop", 15)}
+    gap_base = sum(count for _e, count in HISTORY[:GAP_BATCH + 1])
+    assert where("offsets_contiguous") == {(b, "gap", gap_base) for b in (1, 2, 3)}
+    # broker 2 lacks brokers 1 and 3's batch at 3, and they lack broker 2's
+    assert where("replicas_agree_below_hw") == {(b, "diverged", 3) for b in (1, 2, 3)}
+    assert where("acked_writes_present") == {(None, "ack-lost", 4)}
+    acks = by_rule["acked_writes_present"]["info"]
+    assert acks["acks_all_lost"] == 1 and acks["acks_1_lost"] == 1  # acks=1 counted, not failed
+
+
+def test_violation_tables_are_parquet(damaged_audit):
+    import pyarrow.parquet as pq
+
+    _code, report, out = damaged_audit
+    for rule in report["rules"]:
+        if rule["passed"]:
+            assert rule["parquet"] is None
+            continue
+        table = pq.read_table(out / rule["parquet"])
+        assert table.num_rows == rule["violations"]
+        assert {"broker_id", "topic", "partition", "offset", "detail"} <= set(table.column_names)
+
+
+def test_unreadable_input_exits_2(spark, clean_dump, tmp_path):
+    from client.cli import main
+
+    assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o1")]) == 2
+    bad = tmp_path / "acks.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["audit", str(clean_dump.root), "--ack-log", str(bad),
+                 "--out", str(tmp_path / "o2")]) == 2
+    bad_metrics = tmp_path / "m"
+    bad_metrics.mkdir()
+    (bad_metrics / "broker-1.prom").write_text("this is not prometheus text\n")
+    assert main(["audit", str(clean_dump.root), "--metrics", str(bad_metrics),
+                 "--out", str(tmp_path / "o4")]) == 2
+
+
+def _audit_zip(tmp_path: Path) -> Path:
+    target = tmp_path / "audit.zip"
+    with zipfile.ZipFile(target, "w") as z:
+        for path in (REPO / "audit").rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts:
+                z.write(path, path.relative_to(REPO))
+    return target
+
+
+def test_spark_submit_runs_the_job(damaged_dump, damaged_audit, tmp_path):
+    import pyspark
+
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    out = tmp_path / "report"
+    log4j = REPO / "audit" / "log4j2.properties"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    # --py-files ships the package to the driver and executors as a cluster needs it.
+    cmd = [str(spark_submit), "--master", "local[2]",
+           "--conf", "spark.ui.enabled=false",
+           "--conf", "spark.ui.showConsoleProgress=false",
+           "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+           "--driver-java-options", f"-Dlog4j2.configurationFile=file:{log4j}",
+           "--py-files", str(_audit_zip(tmp_path)),
+           str(REPO / "audit" / "job.py"), str(damaged_dump.root),
+           "--metrics", str(damaged_dump.metrics_dir), "--ack-log", str(damaged_dump.ack_log),
+           "--out", str(out)]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    in_process = damaged_audit[1]
+    assert [(r["name"], r["violations"]) for r in report["rules"]] == \
+        [(r["name"], r["violations"]) for r in in_process["rules"]]
