@@ -175,7 +175,11 @@ class ReplicaManager:
                     f"than ({partition.leader_epoch}, {partition.partition_epoch})")
             if state.leader == self.broker_id:
                 if partition.is_leader and state.leader_epoch == partition.leader_epoch:
+                    old_isr = partition.leader_isr
                     partition.update_isr(state, mono_ms())
+                    if len(partition.leader_isr) != len(old_isr):
+                        (self.metrics.isr_shrinks if len(partition.leader_isr) < len(old_isr)
+                         else self.metrics.isr_expands).inc()
                     log.info("ISR of %s set by the controller: %s (partition epoch %d)", tp,
                              list(state.isr), state.partition_epoch)
                 else:
