@@ -80,8 +80,9 @@ class ControllerChannel:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if resp.error_code != pb.NONE:
-                log.warning("registration refused: %s %s",
-                            pb.ErrorCode.Name(resp.error_code), resp.error_message)
+                if attempt == 1 or attempt % 25 == 0:
+                    log.warning("registration refused: %s %s (attempt %d)",
+                                pb.ErrorCode.Name(resp.error_code), resp.error_message, attempt)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             self.broker_epoch = resp.broker_epoch
