@@ -13,7 +13,8 @@ import pytest
 from proto import tidewater_pb2 as pb
 from tests.integration.conftest import consume_all, fetch, free_port, produce, wait_for
 
-pytestmark = pytest.mark.integration
+# Process restarts are slow on a loaded machine: more room than the default 120 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 class AckedProducer(threading.Thread):

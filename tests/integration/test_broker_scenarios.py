@@ -16,7 +16,8 @@ from proto import tidewater_pb2 as pb
 from proto.batch import iter_batches
 from tests.integration.conftest import consume_all, produce, wait_for
 
-pytestmark = pytest.mark.integration
+# Process restarts are slow on a loaded machine: more room than the default 120 s.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TOPIC = "s"
 
