@@ -221,6 +221,8 @@ class ChaosRun:
                     if r.offset < ends[TopicPartition(r.topic, r.partition)]:
                         value = r.value.decode("utf-8", "replace") if r.value is not None else ""
                         out[r.partition].append((r.offset, value))
+        except TidewaterError as e:
+            return out, f"read-back failed: {e}"
         finally:
             consumer.close()
         return out, ""
@@ -307,10 +309,14 @@ class ChaosRun:
             finally:
                 self.say(f"stopping producers ({workload.counts()})")
                 workload.stop()
-                for action in self.cluster.heal_everything():
-                    verb, _, node = action.partition(" ")
-                    log.record(verb, node, fault="heal-all")
-                    self.say(f"heal-all: {action}")
+                try:
+                    for action in self.cluster.heal_everything():
+                        verb, _, node = action.partition(" ")
+                        log.record(verb, node, fault="heal-all")
+                        self.say(f"heal-all: {action}")
+                except ChaosTargetError as e:  # judge anyway: the evidence matters most now
+                    notes.append(f"healing failed: {e}")
+                    self.say(f"healing failed: {e}")
             if workload.failure is not None:
                 notes.append(f"a producer thread died: {workload.failure!r}")
             self.say("waiting for full ISRs and caught-up replicas")
@@ -323,7 +329,10 @@ class ChaosRun:
                 notes.append(why)
             replicas = self.compare_replicas(parts) if parts else {}
             if scraper is not None:
-                scraper.stop()
+                try:
+                    scraper.stop()
+                except RuntimeError as e:
+                    notes.append(str(e))
             log.close()
             verdict = judge(partitions=self.partitions, value_prefix=workload.value_prefix,
                             sent=workload.sent, acked=workload.acked, consumed=consumed,
