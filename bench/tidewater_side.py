@@ -124,19 +124,30 @@ class TidewaterCluster:
         raise TimeoutError(f"{topic}-{partition} not fully in sync after {timeout_s} s: {last}")
 
     def start_broker(self, broker_id: int, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
-        """(Re)start one stopped broker; one more try if it exits during start-up. Returns the
-        number of extra tries needed (the first failure's log tail goes to stderr)."""
+        """(Re)start one stopped broker and wait until it serves. Returns the number of extra
+        tries needed. LocalCluster can report a broker that is starting as "exited during
+        start-up" (its /proc cmdline can read empty right after the fork on a loaded machine):
+        then the broker, if alive, is simply waited for; if it is really gone, started again."""
         from client.local_cluster import LocalClusterError
 
+        deadline = time.monotonic() + ready_timeout_s
         try:
             self.local.start(broker_id, ready_timeout_s=ready_timeout_s)
             return 0
         except LocalClusterError as e:
-            print(f"[bench]   broker {broker_id} failed to start, trying once more: {e}",
+            print(f"[bench]   broker {broker_id} start reported: {str(e).splitlines()[0]}",
                   file=sys.stderr, flush=True)
-            time.sleep(1)
-            self.local.start(broker_id, ready_timeout_s=ready_timeout_s)
-            return 1
+        name = f"broker-{broker_id}"
+        while time.monotonic() < deadline:
+            status = next(s for s in self.local.status() if s.name == name)
+            if status.serving:
+                return 1
+            if not status.alive:
+                time.sleep(1)
+                self.local.start(broker_id, ready_timeout_s=max(1.0, deadline - time.monotonic()))
+                return 1
+            time.sleep(0.1)
+        raise TimeoutError(f"{name} not serving {ready_timeout_s} s after its start")
 
     def ensure_all_running(self) -> list[int]:
         """Start every broker that is not running (after a failed step); returns their ids."""
