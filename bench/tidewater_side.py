@@ -149,15 +149,24 @@ class TidewaterCluster:
             time.sleep(0.1)
         raise TimeoutError(f"{name} not serving {ready_timeout_s} s after its start")
 
-    def ensure_all_running(self) -> list[int]:
-        """Start every broker that is not running (after a failed step); returns their ids."""
+    def ensure_all_running(self, timeout_s: float = READY_TIMEOUT_S) -> list[int]:
+        """Start every broker that is not running (after a failed step) and wait until every
+        broker serves (registered and unfenced); returns the ids started."""
         started = []
-        for status in self.local.status():
-            if status.name.startswith("broker-") and not status.alive:
-                broker_id = int(status.name.split("-", 1)[1])
-                self.start_broker(broker_id)
-                started.append(broker_id)
-        return started
+        deadline = time.monotonic() + timeout_s
+        while True:
+            brokers = [s for s in self.local.status() if s.name.startswith("broker-")]
+            for status in brokers:
+                if not status.alive:
+                    broker_id = int(status.name.split("-", 1)[1])
+                    self.start_broker(broker_id)
+                    started.append(broker_id)
+            if all(s.serving for s in brokers):
+                return started
+            if time.monotonic() > deadline:
+                raise TimeoutError("brokers not serving: "
+                                   + ", ".join(s.name for s in brokers if not s.serving))
+            time.sleep(0.2)
 
     def broker_data_dir(self, broker_id: int) -> Path:
         return Path(self.local.process(broker_id)["data_dir"])
