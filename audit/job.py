@@ -144,7 +144,10 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
     started = time.monotonic()
     try:
         inputs, inventory = load_inputs(spark, data, metrics, ack_logs)
+        log(f"audit: {len(inventory.segments)} segments of {len(inventory.data_dirs)} data "
+            f"dirs; running the rules")
         audit_results = rules.run_rules(inputs)
+        rules_s = time.monotonic() - started
     except (AuditInputError, AckLogError) as e:
         log(f"audit: input cannot be read: {e}")
         return EXIT_INPUT
@@ -173,6 +176,7 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
                               inputs_summary, health.partition_health(samples))
     report.write_violation_tables(out_dir, audit_results.violations)
     doc["elapsed_s"] = round(time.monotonic() - started, 3)
+    doc["rules_s"] = round(rules_s, 3)
     report.write_json(out_dir, doc)
     (out_dir / "report.md").write_text(report.render_markdown(doc))
     (out_dir / "report.html").write_text(report.render_html(
@@ -180,7 +184,8 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
     for r in doc["rules"]:
         state = "skipped" if r["skipped"] else ("pass" if r["passed"] else "FAIL")
         log(f"{r['name']:<32} {state:<7} violations={r['violations']} checked={r['checked']}")
-    log(f"audit: {'PASS' if doc['passed'] else 'FAIL'}; report in {out_dir}/report.md")
+    log(f"audit: {'PASS' if doc['passed'] else 'FAIL'} in {doc['elapsed_s']:.1f} s "
+        f"(rules {rules_s:.1f} s); report in {out_dir}/report.md")
     return doc["exit_code"]
 
 
