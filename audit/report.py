@@ -181,13 +181,43 @@ def svg_line_chart(title: str, series: dict[str, list[tuple[float, float]]], *,
                 coords.append(f"{x:.1f},{prev_y:.1f}")
             coords.append(f"{x:.1f},{y:.1f}")
             prev_y = y
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
+        # HW dashed over a solid LEO: equal values stay visible as two lines.
+        dash = ' stroke-dasharray="5,3"' if label.startswith("HW") else ""
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5"{dash} '
                    f'points="{" ".join(coords)}"/>')
         ly = pad_t + 12 + i * 14
         out.append(f'<rect x="{pad_l + plot_w + 10}" y="{ly - 8}" width="10" height="10" '
                    f'fill="{color}"/><text x="{pad_l + plot_w + 24}" y="{ly}" font-size="11">'
                    f'{html.escape(label)}</text>')
     out.append("</svg>")
+    return "".join(out)
+
+
+def svg_lanes(title: str, lanes: dict[str, list[tuple[int, float]]], *, t0_ms: float,
+              t_end_ms: float, width: int = 720) -> str:
+    """One lane per source: green while it answered scrapes, red while it did not."""
+    pad_l, pad_r, lane_h = 90, 20, 16
+    height = 30 + lane_h * len(lanes) + 20
+    span = max(t_end_ms - t0_ms, 1)
+    plot_w = width - pad_l - pad_r
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'role="img" aria-label="{html.escape(title)}">',
+           f'<text x="{pad_l}" y="15" font-size="13" font-weight="bold">{html.escape(title)}</text>']
+    for i, (name, points) in enumerate(sorted(lanes.items())):
+        y = 26 + i * lane_h
+        out.append(f'<text x="{pad_l - 6}" y="{y + 11}" font-size="11" text-anchor="end">'
+                   f'{html.escape(name)}</text>')
+        points = sorted(points)
+        for j, (t, up) in enumerate(points):
+            t_next = points[j + 1][0] if j + 1 < len(points) else t_end_ms
+            x = pad_l + (t - t0_ms) / span * plot_w
+            w = max((t_next - t) / span * plot_w, 1.0)
+            color = "#2a7" if up >= 1 else "#c33"
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{lane_h - 3}" '
+                       f'fill="{color}"/>')
+    out.append(f'<text x="{pad_l}" y="{height - 4}" font-size="10">0 s</text>'
+               f'<text x="{pad_l + plot_w}" y="{height - 4}" font-size="10" text-anchor="end">'
+               f'{span / 1000:.1f} s</text></svg>')
     return "".join(out)
 
 
@@ -226,9 +256,10 @@ def render_html(report: dict, samples: list[ReplicaSample],
         t0 = min(s.timestamp_ms for s in samples)
         parts.append("<h2>Chaos timeline (from metrics)</h2>")
         if up:
-            parts.append(svg_line_chart("Process answering scrapes (1 up, 0 down)",
-                                        {k: [(t, v) for t, v in pts] for k, pts in up.items()},
-                                        t0_ms=t0))
+            t_end = max(t for pts in up.values() for t, _v in pts)
+            parts.append(svg_lanes("Processes answering scrapes (green up, red down)", up,
+                                   t0_ms=min(t0, min(t for pts in up.values() for t, _ in pts)),
+                                   t_end_ms=t_end))
         parts.append(svg_line_chart("Under-replicated partitions",
                                     {"partitions": [(t, float(c)) for t, c in under_replicated]},
                                     t0_ms=t0))
