@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test proto lint demo bench sim
+.PHONY: venv test test-integration proto lint demo bench sim
 
 venv: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 
 test: venv
 	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/docker tests
+
+# Only the tests that start real controller and broker processes.
+test-integration: venv
+	$(PY) -m pytest -q -m integration $(PYTEST_ARGS) tests/integration
 
 proto: venv
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. proto/tidewater.proto
