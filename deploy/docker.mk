@@ -66,7 +66,7 @@ down:
 
 clean:
 	-$(COMPOSE_CMD) down -v --remove-orphans
-	rm -rf data $(WHEELHOUSE) build/chaos || docker run --rm -v $(CURDIR):/w $(IMAGE) rm -rf /w/data
+	rm -rf data $(WHEELHOUSE) build/chaos build/lib build/bdist.* || docker run --rm -v $(CURDIR):/w $(IMAGE) rm -rf /w/data
 
 chaos: venv
 	$(PY) -m client chaos --compose --compose-project $(COMPOSE_PROJECT) \
