@@ -128,9 +128,17 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     return inputs, inventory
 
 
-def _is_input_error(e: BaseException) -> bool:
+_INPUT_ERRORS = ("AuditInputError", "MetricsFormatError", "AckLogError", "CheckpointFormatError")
+
+
+def _input_error_message(e: BaseException) -> str | None:
+    """The input error's own line when ``e`` (maybe a wrapped worker error) is one, else None."""
     text = f"{type(e).__name__}: {e}"
-    return any(name in text for name in ("AuditInputError", "MetricsFormatError", "AckLogError"))
+    for line in reversed(text.splitlines()):
+        for name in _INPUT_ERRORS:
+            if name + ":" in line:
+                return line[line.index(name + ":") + len(name) + 1:].strip()
+    return None
 
 
 def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None,
@@ -152,8 +160,9 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
         log(f"audit: input cannot be read: {e}")
         return EXIT_INPUT
     except Exception as e:  # errors raised in Spark's Python workers arrive wrapped
-        if _is_input_error(e):
-            log(f"audit: input cannot be read: {str(e).strip().splitlines()[-1]}")
+        message = _input_error_message(e)
+        if message is not None:
+            log(f"audit: input cannot be read: {message}")
             return EXIT_INPUT
         raise
     results = audit_results.rules
