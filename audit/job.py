@@ -40,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", nargs="+", metavar="DATA_DIR",
                    help="broker data dirs, a folder of them, partition dirs or segment files")
-    p.add_argument("--metrics", action="append", default=[], metavar="DIR",
+    p.add_argument("--metrics", action="extend", nargs="+", default=[], metavar="DIR",
                    help="metrics snapshots (tide metrics scrape output or Prometheus text)")
-    p.add_argument("--ack-log", action="append", default=[], metavar="FILE",
-                   help="ack log of tide produce --ack-log (repeatable)")
+    p.add_argument("--ack-log", action="extend", nargs="+", default=[], metavar="FILE",
+                   help="ack logs of tide produce --ack-log / tide chaos")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the report")
     p.add_argument("--master", default="local[*]",
                    help="Spark master when no session exists yet (default local[*])")
