@@ -166,6 +166,11 @@ class Bench:
         if produced is not None:
             self.peer["consume"] = self.step("nats consume from the beginning", with_cpu, pids, lambda: asyncio.run(
                 peer_nats.consume(cluster, "TPUT1024", produced.records, 1024)))
+        self.peer["failover"] = self.step(f"nats failover x{p.kills}", lambda: asyncio.run(
+            peer_nats.failover(cluster, "FAILOVER", p.kills)))
+        streams = [f"TPUT{s}" for s in RECORD_SIZES] + ["SERIAL", "PACED1000", "PACED10000", "FAILOVER"]
+        self.peer["restart"] = self.step("nats restart (SIGKILL, SIGTERM)", lambda: asyncio.run(
+            peer_nats.restart(cluster, streams)))
         self.processes.stop_all()
 
     def measure_tidewater(self) -> None:
@@ -293,35 +298,41 @@ class Bench:
                         tw.records_per_s if tw else None, peer.records_per_s if peer else None, ""))
         rows.append(Row("consume", "read 1 KiB topic from the start", "MB/CPU-s",
                         tw.mb_per_cpu_s if tw else None, peer.mb_per_cpu_s if peer else None, ""))
-        fo = self.tw.get("failover")
+        fo, peer_fo = self.tw.get("failover"), self.peer.get("failover")
         rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
-                        fo["median_s"] if fo else None, None,
+                        fo["median_s"] if fo else None, peer_fo["median_s"] if peer_fo else None,
                         ("samples " + ", ".join(f"{s:.2f}" for s in fo["samples_s"])
                          + (f"; {fo['start_retries']} restart(s) needed a 2nd try"
                             if fo.get("start_retries") else "")) if fo else "",
-                        better="lower", extra=fo or {}))
-        rs = self.tw.get("restart")
-        if rs:
-            log_mib = rs["log_bytes"] / MIB
+                        better="lower", extra={"tidewater": fo, "peer": peer_fo}))
+        rs = self.tw.get("restart") or {}
+        pr = self.peer.get("restart") or {}
+        if rs or pr:
+            log_note = (f"tidewater {rs['log_bytes'] / MIB:.0f} MiB of log" if rs else "tidewater -")
+            log_note += (f", peer store {pr['store_bytes'] / MIB:.0f} MiB" if pr else "")
+            if self.profile is QUICK:
+                log_note += " (--quick: less than a full run's 1 GiB)"
             rows += [
-                Row("restart", f"after SIGKILL, {log_mib:.0f} MiB log: launch -> serving", "s",
-                    rs["after_kill_serving_s"], None,
-                    "recovery scan" + (" (--quick: smaller log than the 1 GiB of a full run)"
-                                       if self.profile is QUICK else ""), better="lower", extra=rs),
+                Row("restart", "after SIGKILL: launch -> serving", "s",
+                    rs.get("after_kill_serving_s"), pr.get("after_kill_serving_s"),
+                    log_note + "; peer: accepts clients", better="lower",
+                    extra={"tidewater": rs, "peer": pr}),
                 Row("restart", "after SIGKILL: log loading (broker's own log line)", "s",
-                    rs["after_kill_log_load"].get("load_s"), None,
-                    load_note(rs["after_kill_log_load"]), better="lower"),
+                    rs.get("after_kill_log_load", {}).get("load_s"), None,
+                    load_note(rs.get("after_kill_log_load", {})), better="lower"),
                 Row("restart", "after SIGKILL: launch -> back in every ISR", "s",
-                    rs["after_kill_isr_s"], None, "", better="lower"),
-                Row("restart", "SIGTERM -> process gone (controlled shutdown)", "s",
-                    rs["clean_shutdown_s"], None, "", better="lower"),
+                    rs.get("after_kill_isr_s"), pr.get("after_kill_current_s"),
+                    "peer: every stream's replicas current", better="lower"),
+                Row("restart", "SIGTERM -> process gone", "s",
+                    rs.get("clean_shutdown_s"), pr.get("term_stop_s"),
+                    "tidewater: controlled shutdown (leadership moved first)", better="lower"),
                 Row("restart", "after clean shutdown: launch -> serving", "s",
-                    rs["after_term_serving_s"], None, "", better="lower"),
+                    rs.get("after_term_serving_s"), pr.get("after_term_serving_s"), "", better="lower"),
                 Row("restart", "after clean shutdown: log loading (broker's own log line)", "s",
-                    rs["after_term_log_load"].get("load_s"), None,
-                    load_note(rs["after_term_log_load"]), better="lower"),
+                    rs.get("after_term_log_load", {}).get("load_s"), None,
+                    load_note(rs.get("after_term_log_load", {})), better="lower"),
                 Row("restart", "after clean shutdown: launch -> back in every ISR", "s",
-                    rs["after_term_isr_s"], None, "", better="lower"),
+                    rs.get("after_term_isr_s"), pr.get("after_term_current_s"), "", better="lower"),
             ]
         else:
             rows.append(Row("restart", "after SIGKILL / clean shutdown", "s", None, None, "failed or skipped"))

@@ -20,6 +20,10 @@ Workloads (each on its own fresh stream):
   publish-to-ack time and, in a receiver process (push consumer, deliver
   new), the publish-to-receipt time (see bench/latency_probe.py).
 - ``consume``: a pull consumer (no acks) reading a stream from the start.
+- ``failover``: one-at-a-time publishes while the stream leader gets SIGKILL;
+  time to the first acknowledged publish sent after the kill.
+- ``restart``: one server after SIGKILL and after SIGTERM: launch to accepting
+  clients, and to every stream's replicas current again.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import asyncio
 import multiprocessing
 import os
 import shutil
+import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +45,7 @@ from bench.bench_common import (
     Throughput,
     free_port,
     latency_summary,
+    median,
 )
 from bench.latency_probe import due_count, read_stamp, stamped_payload
 
@@ -88,6 +95,7 @@ class NatsCluster:
         self.directory = Path(directory)
         self.processes = processes
         self.nodes: list[NatsNode] = []
+        self.children: dict[str, subprocess.Popen] = {}
         self.version = ""
 
     def start(self) -> None:
@@ -98,8 +106,6 @@ class NatsCluster:
             import nats  # noqa: F401
         except ImportError:
             raise PeerUnavailable("nats-py not installed (pip install nats-py)") from None
-        import subprocess
-
         self.version = subprocess.run([binary, "--version"], capture_output=True, text=True,
                                       timeout=10).stdout.strip()
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -110,11 +116,99 @@ class NatsCluster:
             conf = self.directory / f"{node.name}.conf"
             conf.write_text(server_config(node.name, node.client_port, node.cluster_port,
                                           [n.cluster_port for n in self.nodes if n is not node], store))
-            self.processes.start([binary, "-c", str(conf)], log_path=str(self.directory / f"{node.name}.log"))
+            self._launch(node)
         try:
             asyncio.run(self._wait_ready())
         except Exception as e:  # noqa: BLE001 - any failure here means "peer unavailable"
             raise PeerUnavailable(f"JetStream cluster did not form: {e!r}; logs in {self.directory}") from None
+
+    def _launch(self, node: NatsNode) -> None:
+        argv = [nats_server_path(), "-c", str(self.directory / f"{node.name}.conf")]
+        self.children[node.name] = self.processes.start(
+            argv, log_path=str(self.directory / f"{node.name}.log"))
+
+    def node(self, name: str) -> NatsNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, timeout_s: float = 60) -> float:
+        """Signal one server (by its pid) and wait until it exited; returns the seconds waited."""
+        child = self.children[name]
+        start = time.monotonic()
+        child.send_signal(sig)
+        child.wait(timeout=timeout_s)
+        return time.monotonic() - start
+
+    def restart(self, name: str) -> None:
+        if self.children[name].poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        self._launch(self.node(name))
+
+    def store_bytes(self, name: str) -> int:
+        total = 0
+        for root, _dirs, files in os.walk(self.directory / name):
+            for file_name in files:
+                try:
+                    total += os.path.getsize(os.path.join(root, file_name))
+                except OSError:
+                    pass
+        return total
+
+    async def wait_client_port(self, name: str, timeout_s: float = READY_TIMEOUT_S) -> float:
+        """Seconds until server ``name`` greets a new client (the NATS ``INFO`` line a server
+        sends on every accepted connection). A raw socket: nats-py's own connect waits 2 s
+        between tries of one server."""
+        node = self.node(name)
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(HOST, node.client_port), timeout=1)
+                try:
+                    line = await asyncio.wait_for(reader.readline(), timeout=1)
+                finally:
+                    writer.close()
+                if line.startswith(b"INFO "):
+                    return time.monotonic() - start
+            except (OSError, TimeoutError):
+                pass
+            await asyncio.sleep(0.01)
+        raise TimeoutError(f"{name} not accepting connections after {timeout_s} s")
+
+    async def wait_streams_current(self, streams: list[str], timeout_s: float = 120) -> float:
+        """Seconds until every stream has a leader and all replicas current."""
+        import nats
+
+        start = time.monotonic()
+        nc = await nats.connect([n.url for n in self.nodes], connect_timeout=2, error_cb=_quiet)
+        try:
+            js = nc.jetstream(timeout=2)
+            pending = list(streams)
+            while pending and time.monotonic() - start < timeout_s:
+                try:
+                    info = await js.stream_info(pending[0])
+                    cluster = info.cluster
+                    replicas = (cluster.replicas or []) if cluster else []
+                    if (cluster and cluster.leader and len(replicas) == NODES - 1
+                            and all(r.current and not r.offline for r in replicas)):
+                        pending.pop(0)
+                        continue
+                except Exception:  # noqa: BLE001 - meta leader moving: ask again
+                    pass
+                await asyncio.sleep(0.05)
+            if pending:
+                raise TimeoutError(f"streams {pending} not current after {timeout_s} s")
+            return time.monotonic() - start
+        finally:
+            await nc.close()
+
+    async def stream_leader(self, name: str) -> str:
+        import nats
+
+        nc = await nats.connect([n.url for n in self.nodes], connect_timeout=2, error_cb=_quiet)
+        try:
+            return (await nc.jetstream(timeout=5).stream_info(name)).cluster.leader
+        finally:
+            await nc.close()
 
     async def _wait_ready(self) -> None:
         """Ready when a replicated stream can be created (meta leader elected, peers known)."""
@@ -357,3 +451,77 @@ async def consume(cluster: NatsCluster, stream: str, expected: int, record_bytes
     finally:
         await nc.close()
 
+
+
+async def failover(cluster: NatsCluster, stream: str, kills: int, *, timeout_s: float = 60) -> dict:
+    """Median time from SIGKILL of the stream leader to the next acknowledged publish (sent after
+    the kill). The client knows every server and reconnects on its own; the killed server is
+    restarted and every replica made current again before the next kill."""
+    import nats
+
+    await cluster.stream_leader_url(stream)
+    nc = await nats.connect([n.url for n in cluster.nodes], connect_timeout=1, reconnect_time_wait=0.05,
+                            max_reconnect_attempts=-1, error_cb=_quiet)
+    js = nc.jetstream(timeout=1)
+    acks: list[tuple[float, float]] = []
+    errors = [0]
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        subject = f"{stream.lower()}.data"
+        while not stop.is_set():
+            sent = time.monotonic()
+            try:
+                await js.publish(subject, b"p" * 100, timeout=1)
+                acks.append((sent, time.monotonic()))
+            except Exception:  # noqa: BLE001 - counted; the next publish tries again
+                errors[0] += 1
+                await asyncio.sleep(0.01)
+
+    def first_ack_sent_after(t: float) -> float | None:
+        return next((acked for sent, acked in acks if sent >= t), None)
+
+    times_s: list[float] = []
+    task = asyncio.ensure_future(probe())
+    try:
+        for _ in range(kills):
+            await cluster.wait_streams_current([stream])
+            deadline = time.monotonic() + 30
+            while first_ack_sent_after(time.monotonic() - 0.5) is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no acknowledged publishes before the kill")
+                await asyncio.sleep(0.05)
+            leader = await cluster.stream_leader(stream)
+            killed_at = time.monotonic()
+            cluster.kill(leader)
+            while (acked := first_ack_sent_after(killed_at)) is None:
+                if time.monotonic() - killed_at > timeout_s:
+                    raise TimeoutError(f"no acknowledged publish {timeout_s} s after killing {leader}")
+                await asyncio.sleep(0.01)
+            times_s.append(acked - killed_at)
+            cluster.restart(leader)
+            await cluster.wait_client_port(leader)
+        await cluster.wait_streams_current([stream])
+    finally:
+        stop.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await nc.close()
+    return {"median_s": median(times_s), "samples_s": times_s, "publish_errors": errors[0]}
+
+
+async def restart(cluster: NatsCluster, streams: list[str], name: str | None = None) -> dict:
+    """Restart one server after SIGKILL and after SIGTERM: seconds from launch to accepting
+    clients, and to every stream current again."""
+    name = name or cluster.nodes[-1].name
+    await cluster.wait_streams_current(streams)
+    store_bytes = cluster.store_bytes(name)
+    out: dict = {"server": name, "store_bytes": store_bytes}
+    for label, sig in (("kill", signal.SIGKILL), ("term", signal.SIGTERM)):
+        out[f"{label}_stop_s"] = cluster.kill(name, sig)
+        start = time.monotonic()
+        cluster.restart(name)
+        await cluster.wait_client_port(name)
+        out[f"after_{label}_serving_s"] = time.monotonic() - start
+        await cluster.wait_streams_current(streams)
+        out[f"after_{label}_current_s"] = time.monotonic() - start
+    return out

@@ -1,6 +1,7 @@
 """The benchmark's peer against real nats-server processes (skipped when not installed):
 a 3-node JetStream cluster forms, R3 publishes are acknowledged, a pull consumer reads
-them all back, paced latency samples arrive, and every server is stopped by pid."""
+them all back, paced latency samples arrive, a killed leader is replaced, restarted
+servers catch up, and every server is stopped by pid."""
 
 from __future__ import annotations
 
@@ -41,8 +42,14 @@ def test_nats_peer_round_trip(tmp_path):
         assert paced["ack"].count == 100
         assert paced["received"] == 100
         assert paced["e2e"].p50_ms > 0
+        failover = asyncio.run(peer_nats.failover(cluster, "F", 1))
+        assert len(failover["samples_s"]) == 1 and failover["median_s"] > 0
+        restarted = asyncio.run(peer_nats.restart(cluster, ["T", "F"], "n1"))
+        assert restarted["store_bytes"] > 0
+        assert 0 < restarted["after_kill_serving_s"] <= restarted["after_kill_current_s"]
+        assert 0 < restarted["after_term_serving_s"] <= restarted["after_term_current_s"]
         pids = processes.pids()
-        assert len(pids) == 3
+        assert len(pids) == 3 + 1 + 2  # servers, the failed-over leader, n1 twice
     finally:
         processes.stop_all()
     for pid in pids:
