@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
 from audit.reader import STATUS_CORRUPT, STATUS_CRC_MISMATCH, STATUS_OK
 
 VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
@@ -183,15 +184,6 @@ class Derived:
         return self._hw
 
 
-def assign_epoch(cache: list[tuple[int, int]], epoch: int, start_offset: int) -> None:
-    """The leader-epoch cache's assign() (replication.md), on a plain list."""
-    if cache and cache[-1][0] == epoch and start_offset >= cache[-1][1]:
-        return
-    while cache and (cache[-1][0] >= epoch or cache[-1][1] >= start_offset):
-        cache.pop()
-    cache.append((epoch, start_offset))
-
-
 # ---------------------------------------------------------------- log rules
 
 
@@ -263,35 +255,6 @@ def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleR
     return _result("epoch_checkpoint_matches_log",
                    "Each replica's leader-epoch-checkpoint equals the epoch cache its own log "
                    "implies (first batch of each epoch).", len(keys), v)
-
-
-def compare_epoch_checkpoint(expected: list[tuple[int, int]], actual: list[tuple[int, int]],
-                             log_end_offset: int | None) -> list[tuple[str, int | None]]:
-    """Differences between the implied cache and the checkpoint, as (detail, offset)."""
-    if actual[: len(expected)] == expected:
-        extra = actual[len(expected):]
-        last_epoch = expected[-1][0] if expected else -1
-        # A leader's (new epoch, LEO) before its first write is the one allowed extra.
-        if not extra or (len(extra) == 1 and extra[0][0] > last_epoch
-                         and (log_end_offset is None or extra[0][1] == log_end_offset)):
-            return []
-    problems: list[tuple[str, int | None]] = []
-    exp, act = dict(expected), dict(actual)
-    for epoch, start in expected:
-        if epoch not in act:
-            problems.append((f"epoch {epoch} starts at {start} in the log, "
-                             "missing from the checkpoint", start))
-        elif act[epoch] != start:
-            problems.append((f"epoch {epoch}: checkpoint says start {act[epoch]}, "
-                             f"log says {start}", start))
-    for epoch, start in actual:
-        if epoch not in exp:
-            problems.append((f"checkpoint has epoch {epoch} at {start}, "
-                             "no batch of that epoch starts there in the log", start))
-    if not problems:
-        problems.append((f"checkpoint entries {actual} in a different order than the log's "
-                         f"{expected}", None))
-    return problems
 
 
 def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -403,28 +366,6 @@ def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
     return _result("epoch_histories_agree",
                    "The replicas' leader-epoch histories (from their logs) agree on every "
                    "epoch they share.", pairs, v)
-
-
-def diverging_epochs(log_a: dict, log_b: dict) -> list[tuple[int, int, int]]:
-    """(epoch, start on a, start on b) for shared epochs whose starts differ.
-
-    A replica's first epoch may start later when its log starts later (retention
-    or a follower that began from the leader's log start).
-    """
-    a, b = dict(log_a["cache"]), dict(log_b["cache"])
-    first_a = log_a["cache"][0][0] if log_a["cache"] else None
-    first_b = log_b["cache"][0][0] if log_b["cache"] else None
-    out = []
-    for epoch in sorted(set(a) & set(b)):
-        sa, sb = a[epoch], b[epoch]
-        if sa == sb:
-            continue
-        if epoch == first_a and sa > sb and sa == log_a["log_start_offset"]:
-            continue
-        if epoch == first_b and sb > sa and sb == log_b["log_start_offset"]:
-            continue
-        out.append((epoch, sa, sb))
-    return out
 
 
 # ---------------------------------------------------------------- metrics rules

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit import health, metrics_reader, reader
+from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
 from audit.job import AckLogError, parse_ack_log
-from audit.rules import assign_epoch, compare_epoch_checkpoint, diverging_epochs
 from proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
