@@ -93,6 +93,11 @@ class ReplicaManager:
                                       on_change=self._on_high_watermark_moved)
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self._loops: list[asyncio.Task] = []
+        # Labelled counter children looked up once (labels() is a lock and a dict walk),
+        # by is_follower: (bytes_out, messages_out).
+        self._fetch_out_counters = {
+            is_follower: (metrics.bytes_out.labels(kind), metrics.messages_out.labels(kind))
+            for is_follower, kind in ((True, "replica"), (False, "consumer"))}
         metrics.register_replicas(self.replica_snapshots)
 
     # ================================================================ lifecycle
@@ -386,7 +391,8 @@ class ReplicaManager:
         first_pass = True
         first_high_watermarks: dict[int, int] = {}
         while True:
-            response, total_bytes, must_answer = self._read_fetch(request, is_follower, first_pass)
+            response, total_bytes, must_answer, chunks = self._read_fetch(request, is_follower,
+                                                                          first_pass)
             if first_pass:
                 first_high_watermarks = {i: p.high_watermark
                                          for i, p in enumerate(response.partitions)}
@@ -404,21 +410,25 @@ class ReplicaManager:
                 pass
             finally:
                 self.fetch_waiters.discard(waiter)
-        kind = "replica" if is_follower else "consumer"
+        # Counted from the chunks read, not from response.partitions[i].records: every access
+        # to a protobuf bytes field makes a fresh copy of it.
+        if total_bytes:
+            bytes_out, messages_out = self._fetch_out_counters[is_follower]
+            bytes_out.inc(total_bytes)
+            messages_out.inc(sum(record_count(chunk) for chunk in chunks))
         for p in response.partitions:
-            if p.records:
-                self.metrics.bytes_out.labels(kind).inc(len(p.records))
-                self.metrics.messages_out.labels(kind).inc(record_count(p.records))
             if p.error_code != pb.NONE:
                 self.metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(p.error_code)).inc()
         return response
 
-    def _read_fetch(self, request: pb.FetchRequest, is_follower: bool,
-                    first_pass: bool) -> tuple[pb.FetchResponse, int, bool]:
+    def _read_fetch(self, request: pb.FetchRequest, is_follower: bool, first_pass: bool
+                    ) -> tuple[pb.FetchResponse, int, bool, list[bytes]]:
+        """(response, its records bytes, must it be answered now, the non-empty chunks read)."""
         response = pb.FetchResponse(error_code=pb.NONE)
         max_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
         must_answer = False
+        chunks: list[bytes] = []
         for fp in request.partitions:
             out = response.partitions.add(topic=fp.topic, partition=fp.partition,
                                           error_code=pb.NONE, high_watermark=-1,
@@ -438,15 +448,17 @@ class ReplicaManager:
                 else:
                     records = self._read_for_consumer(partition, fp, budget, total_bytes == 0)
                 out.high_watermark = partition.high_watermark
-                out.records = records
-                total_bytes += len(records)
+                if records:
+                    out.records = records
+                    chunks.append(records)
+                    total_bytes += len(records)
                 if out.HasField("diverging_epoch"):
                     must_answer = True
             except Exception as e:  # noqa: BLE001
                 out.error_code, out.error_message = error_code_for(e, context="Fetch")
                 out.records = b""
                 must_answer = True
-        return response, total_bytes, must_answer
+        return response, total_bytes, must_answer, chunks
 
     def _read_for_consumer(self, partition: Partition, fp: pb.FetchPartition, max_bytes: int,
                            min_one_batch: bool) -> bytes:
