@@ -15,7 +15,8 @@ DEBOOTSTRAP_IMAGE := tidewater-base:bookworm
 COMPOSE ?= docker-compose
 COMPOSE_PROJECT ?= tidewater
 COMPOSE_FILE_PATH := $(CURDIR)/docker-compose.yml
-COMPOSE_CMD = $(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE_PATH)
+# The compose file reads the image name from TIDE_IMAGE.
+COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) $(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE_PATH)
 TOPIC ?= demo
 CHAOS_DURATION_S ?= 120
 CHAOS_SEED ?= 1
