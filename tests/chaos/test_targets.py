@@ -1,0 +1,111 @@
+"""ComposeCluster against a fake `docker` command: discovery and fault commands (no engine needed)."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from client.chaos.targets import ChaosTargetError, ComposeCluster
+
+FAKE_DOCKER = r'''
+import json, os, sys
+state_path = os.environ["FAKE_DOCKER_STATE"]
+state = json.load(open(state_path))
+args = sys.argv[1:]
+with open(state_path + ".log", "a") as log:
+    log.write(" ".join(args) + "\n")
+by_id = {c["Id"]: c for c in state["containers"]}
+if args[0] == "ps":
+    project = args[args.index("--filter") + 1].split("=", 2)[2]
+    for c in state["containers"]:
+        if c["Config"]["Labels"]["com.docker.compose.project"] == project:
+            print(c["Id"] + "\t" + c["Config"]["Labels"]["com.docker.compose.service"])
+elif args[0] == "inspect":
+    print(json.dumps([by_id[i] for i in args[1:]]))
+elif args[0] == "kill":
+    by_id[args[-1]]["State"].update(Running=False)
+elif args[0] == "start":
+    by_id[args[-1]]["State"].update(Running=True, Health={"Status": "healthy"})
+elif args[0] in ("pause", "unpause"):
+    by_id[args[-1]]["State"]["Paused"] = args[0] == "pause"
+elif args[:2] == ["network", "disconnect"]:
+    by_id[args[-1]]["NetworkSettings"]["Networks"].pop(args[2])
+elif args[:2] == ["network", "connect"]:
+    by_id[args[-1]]["NetworkSettings"]["Networks"][args[-2]] = {}
+else:
+    print("fake docker: unsupported " + " ".join(args), file=sys.stderr)
+    sys.exit(1)
+json.dump(state, open(state_path, "w"))
+'''
+
+
+def container(service: str, index: int, project="p") -> dict:
+    ports = {"9100/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(9200 + index)}]}
+    if service != "controller":
+        ports["19092/tcp"] = [{"HostIp": "0.0.0.0", "HostPort": str(9300 + index)}]
+    return {"Id": f"id{index}", "Config": {"Labels": {"com.docker.compose.project": project,
+                                                      "com.docker.compose.service": service}},
+            "State": {"Running": True, "Paused": False, "Health": {"Status": "healthy"}},
+            "HostConfig": {"PortBindings": ports},
+            "Mounts": [{"Type": "bind", "Source": f"/host/data/{service}", "Destination": "/data"}],
+            "NetworkSettings": {"Networks": {"p_tidewater": {}}}}
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    state = tmp_path / "state.json"
+    containers = [container(s, i) for i, s in enumerate(["controller", "broker-1", "broker-2", "broker-3"])]
+    containers.append(container("broker-9", 9, project="someone-else"))
+    state.write_text(json.dumps({"containers": containers}))
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+
+    class Fake:
+        path = str(docker)
+
+        def log(self) -> list[str]:
+            return Path(str(state) + ".log").read_text().splitlines()
+
+    return Fake()
+
+
+def test_discovery_from_labels_and_inspect(fake):
+    c = ComposeCluster("p", docker=fake.path)
+    assert c.node_names() == ["controller", "broker-1", "broker-2", "broker-3"]
+    assert c.broker_ids() == [1, 2, 3]
+    assert c.network == "p_tidewater"
+    assert c.bootstrap() == "127.0.0.1:9301,127.0.0.1:9302,127.0.0.1:9303"  # 0.0.0.0 -> loopback
+    assert [(t.source, t.url) for t in c.metrics_targets()][:2] == [
+        ("controller", "http://127.0.0.1:9200/metrics"), ("broker-1", "http://127.0.0.1:9201/metrics")]
+    assert c.data_dirs()["broker-2"] == Path("/host/data/broker-2")
+
+
+def test_faults_use_the_docker_commands_chaos_documents(fake):
+    c = ComposeCluster("p", docker=fake.path)
+    c.kill("broker-2")
+    c.pause("broker-1")
+    c.isolate("broker-3")
+    assert not c.is_running("broker-2") and c.is_paused("broker-1") and c.is_isolated("broker-3")
+    done = c.heal_everything()
+    assert sorted(done) == ["heal broker-3", "start broker-2", "unpause broker-1"]
+    assert all(c.is_running(n) for n in c.node_names()) and not c.is_isolated("broker-3")
+    log = fake.log()
+    assert "kill -s KILL id2" in log
+    assert "network disconnect p_tidewater id3" in log
+    assert "network connect --alias broker-3 p_tidewater id3" in log
+
+
+def test_missing_project_and_failing_commands_are_typed_errors(fake):
+    with pytest.raises(ChaosTargetError, match="has no controller and brokers"):
+        ComposeCluster("nothing-here", docker=fake.path)
+    c = ComposeCluster("p", docker=fake.path)
+    with pytest.raises(ChaosTargetError, match="no service 'broker-7'"):
+        c.kill("broker-7")
+    with pytest.raises(ChaosTargetError, match="command not found"):
+        ComposeCluster("p", docker="/nonexistent/docker")
