@@ -93,6 +93,7 @@ class ReplicaManager:
                                       on_change=self._on_high_watermark_moved)
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self._loops: list[asyncio.Task] = []
+        self._checkpoint_write: asyncio.Future | None = None  # a checkpoint file write in a thread
         # Labelled counter children looked up once (labels() is a lock and a dict walk),
         # by is_follower: (bytes_out, messages_out).
         self._fetch_out_counters = {
@@ -123,6 +124,8 @@ class ReplicaManager:
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
+        if self._checkpoint_write is not None:
+            await asyncio.gather(self._checkpoint_write, return_exceptions=True)
         await self.isr_changes.stop()
         await self.fetchers.shutdown()
         self.produce_purgatory.fail_everything(pb.NOT_LEADER_OR_FOLLOWER)
@@ -585,13 +588,24 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval_s)
             try:
-                self.checkpoint_high_watermarks()
+                # The checkpoint files are written (and fsynced) in a thread: an fsync takes
+                # milliseconds to tens of ms on a busy disk and stalled every request when it
+                # ran on the loop. The HWs are snapshotted here, on the loop.
+                await self._in_thread(self.log_manager.checkpoint_high_watermarks,
+                                      self.high_watermarks())
                 self.log_manager.maybe_roll_and_flush(wall_ms())
                 if time.monotonic() - last_recovery_checkpoint >= RECOVERY_CHECKPOINT_INTERVAL_S:
                     last_recovery_checkpoint = time.monotonic()
-                    self.log_manager.checkpoint_recovery_points()
+                    # Flushes every log (under each log's own lock) before writing the points.
+                    await self._in_thread(self.log_manager.checkpoint_recovery_points)
             except Exception as e:  # noqa: BLE001 - keep serving; next round retries
                 log.error("checkpoint failed: %s", e)
+
+    async def _in_thread(self, fn, *args) -> None:
+        """Run ``fn`` in a worker thread; ``stop`` waits for it, so a cancelled loop never
+        leaves a checkpoint write running into the shutdown's own checkpoints."""
+        self._checkpoint_write = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        await asyncio.shield(self._checkpoint_write)
 
     async def _retention_loop(self) -> None:
         interval_s = self.config.log_retention_check_interval_ms / 1000

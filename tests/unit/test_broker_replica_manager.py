@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,30 @@ async def test_a_vanished_producer_leaves_no_waiter_behind(tmp_path):
     assert rm.partitions[TP].log.log_end_offset == 1
     out = await rm.produce(produce(acks=1))
     assert out.partitions[0].base_offset == 1
+
+
+async def test_hw_checkpoint_writes_off_the_loop_and_stop_waits_for_them(tmp_path):
+    rm, _ = make_manager(tmp_path, **{"log.flush.offset.checkpoint.interval.ms": "10"})
+    await rm.leader_and_isr(lai())
+    loop_thread = threading.get_ident()
+    started, release = threading.Event(), threading.Event()
+    writes = []
+
+    def slow_checkpoint(hws):  # an fsync on a busy disk
+        started.set()
+        release.wait(5)
+        writes.append((threading.get_ident(), dict(hws)))
+
+    rm.log_manager.checkpoint_high_watermarks = slow_checkpoint
+    rm.start()
+    await asyncio.to_thread(started.wait, 5)
+    # The loop still answers while the checkpoint is being written.
+    response = await rm.produce(produce(acks=1))
+    assert response.partitions[0].error_code == pb.NONE
+    stopping = asyncio.ensure_future(rm.stop())
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # stop waits for the write in flight
+    release.set()
+    await asyncio.wait_for(stopping, 5)
+    assert writes and writes[0][0] != loop_thread
+    assert writes[0][1] == {TP: 0}
