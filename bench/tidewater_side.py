@@ -521,10 +521,33 @@ def _time_start(cluster: TidewaterCluster, broker_id: int, topics: list[str]) ->
     return serving, time.monotonic() - start
 
 
+def delete_topics_and_wait(cluster: TidewaterCluster, topics: list[str], timeout_s: float = 120) -> None:
+    """Delete ``topics`` and wait until no broker's data directory holds their logs."""
+    if not topics:
+        return
+    failed = {name: error for name, error in cluster.admin.delete_topics(topics).items() if error}
+    if failed:
+        raise RuntimeError(f"cannot delete topics: {failed}")
+    names = {f"{t}-0" for t in topics}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [entry.name for b in range(1, cluster.brokers + 1)
+                for entry in os.scandir(cluster.broker_data_dir(b))
+                if entry.name in names or entry.name.split(".", 1)[0] in names]
+        if not left:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"logs of deleted topics still on disk after {timeout_s} s: {left[:5]}")
+
+
 def restart(cluster: TidewaterCluster, fill_topic: str, fill_bytes: int, topics: list[str],
-            *, broker_id: int | None = None) -> dict:
-    """Fill one broker's log to ``fill_bytes``, then time restarts after SIGKILL and SIGTERM."""
+            *, broker_id: int | None = None, drop_topics: list[str] = ()) -> dict:
+    """Fill one broker's log to ``fill_bytes`` (after deleting ``drop_topics``, so the size is
+    what was asked for, not whatever earlier runs left), then time restarts after SIGKILL
+    and SIGTERM."""
     cluster.ensure_all_running()
+    delete_topics_and_wait(cluster, list(drop_topics))
+    topics = [t for t in topics if t not in set(drop_topics)]
     cluster.create_topic(fill_topic)
     if broker_id is None:
         # A follower of the fill topic: the restarted broker is not the one clients write to.
