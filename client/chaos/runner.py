@@ -163,6 +163,14 @@ class ChaosRun:
                 return parts, why
             time.sleep(0.5)
 
+    @staticmethod
+    def unclean_elections(admin: AdminClient) -> int:
+        """The controller's unclean election count, -1 when it does not answer."""
+        try:
+            return admin.describe_cluster().unclean_elections_total
+        except TidewaterError:
+            return -1
+
     def leader_of(self, admin: AdminClient, partition: int) -> int:
         try:
             snap = admin.metadata.refresh([self.opt.topic])
@@ -267,6 +275,7 @@ class ChaosRun:
             self.ensure_topic(admin)
             if not self.partitions:
                 raise ChaosTargetError(f"topic {o.topic} has no partitions")
+            unclean_before = self.unclean_elections(admin)
             self.plan = plan_faults(o.seed, o.duration_s, self.cluster.broker_ids(), len(self.partitions),
                                     warmup_s=o.warmup_s, cooldown_s=o.cooldown_s, hold_s=o.hold_s,
                                     gap_s=o.gap_s, weights=o.fault_weights)
@@ -323,6 +332,10 @@ class ChaosRun:
             parts, why = self.wait_settled(admin, o.settle_timeout_s)
             if why:
                 notes.append(f"not settled after {o.settle_timeout_s:.0f} s: {why}")
+            unclean_after = self.unclean_elections(admin)
+            if unclean_before >= 0 and unclean_after > unclean_before:
+                # Chaos topics never allow unclean elections: one is a lost-data risk.
+                notes.append(f"{unclean_after - unclean_before} unclean leader election(s) during the run")
             monitor.stop()
             consumed, why = self.read_back()
             if why:
