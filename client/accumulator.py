@@ -17,6 +17,8 @@ Rules (Kafka's ``RecordAccumulator``):
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -26,6 +28,8 @@ from typing import NamedTuple
 from client.metadata import TopicPartition
 
 BATCH_OVERHEAD_BYTES = 61  # RecordBatch v2 header
+# A future that is already done (cancelled by its caller) refuses a result with one of these.
+_FUTURE_DONE_ERRORS = (concurrent.futures.InvalidStateError, asyncio.InvalidStateError)
 RECORD_OVERHEAD_BYTES_MAX = 21  # attributes + worst-case varints of one record
 
 
@@ -81,16 +85,32 @@ class ProducerBatch:
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Resolve every record's future: offset = base offset + index (-1 stays -1)."""
-        for i, (record, fut) in enumerate(zip(self.records, self.futures, strict=True)):
-            offset = base_offset + i if base_offset >= 0 else -1
-            ts = log_append_time_ms if log_append_time_ms >= 0 else record.timestamp_ms
-            if not fut.done():
-                fut.set_result(RecordMetadata(self.tp.topic, self.tp.partition, offset, ts))
+        topic, partition = self.tp
+        # Per record: one set_result (a done future, e.g. cancelled, refuses it) and no done()
+        # check first: each of them takes the future's lock.
+        offset_step = 1 if base_offset >= 0 else 0
+        offset = base_offset
+        if log_append_time_ms >= 0:
+            for fut in self.futures:
+                try:
+                    fut.set_result(RecordMetadata(topic, partition, offset, log_append_time_ms))
+                except _FUTURE_DONE_ERRORS:
+                    pass
+                offset += offset_step
+        else:
+            for record, fut in zip(self.records, self.futures, strict=True):
+                try:
+                    fut.set_result(RecordMetadata(topic, partition, offset, record.timestamp_ms))
+                except _FUTURE_DONE_ERRORS:
+                    pass
+                offset += offset_step
 
     def fail(self, exc: BaseException) -> None:
         for fut in self.futures:
-            if not fut.done():
+            try:
                 fut.set_exception(exc)
+            except _FUTURE_DONE_ERRORS:
+                pass
 
 
 class RecordAccumulator:
@@ -112,8 +132,15 @@ class RecordAccumulator:
     def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int) -> Future:
         """Queue a record; return the future of its RecordMetadata."""
         fut = self.future_factory()
-        record_bytes = estimate_record_bytes(record.key, record.value, record.headers)
-        queue = self._queues.setdefault(tp, deque())
+        key, value, headers, _ = record
+        if headers:
+            record_bytes = estimate_record_bytes(key, value, headers)
+        else:  # the common case, inline: this runs once per record
+            record_bytes = (RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0)
+                            + (len(value) if value else 0))
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
         last = queue[-1] if queue else None
         if (last is None or last.encoded is not None
                 or not last.try_append(record, record_bytes, fut, self.batch_size_bytes)):

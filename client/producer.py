@@ -20,8 +20,12 @@ per partition:
 | anything else                   | futures fail with the typed exception              |
 
 A transport failure counts as a retriable ``BrokerConnectionError`` for every
-batch in the request. A partition with a request in flight is muted, so retries
-never reorder records. Memory is bounded: ``send`` blocks up to
+batch in the request. A partition with ``max_in_flight_per_partition`` requests
+in flight is muted. With the default of 1, retries never reorder records; with
+more (Kafka's ``max.in.flight.requests.per.connection``), a later request can
+land while an earlier one is retried, so a retry may reorder records: the
+price of keeping several requests' worth of records on the way while acks=all
+waits for the followers. Memory is bounded: ``send`` blocks up to
 ``max_block_ms`` while ``buffer_memory_bytes`` are queued.
 
 Retries can duplicate a batch whose first answer was lost (there is no
@@ -142,6 +146,7 @@ class Producer:
                  unknown_topic_wait_ms: int = 3000, bootstrap_wait_ms: int = 1000,
                  compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
+                 max_in_flight_per_partition: int = 1,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
@@ -154,11 +159,14 @@ class Producer:
         self.bootstrap_wait_ms = bootstrap_wait_ms  # no broker ever answered: give up this soon
         self.compression = compression  # proto.records.COMPRESSION_* code
         self.request_bytes_max = request_bytes_max  # per partition per request (at least one batch)
+        if max_in_flight_per_partition < 1:
+            raise ValueError("max_in_flight_per_partition must be at least 1")
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._lock = threading.Condition(threading.Lock())
-        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
         # Retired batches whose futures still need resolving: (batch, error, base_offset, ts).
         self._finished: list[tuple[ProducerBatch, BaseException | None, int, int]] = []
         self._unfinished = 0  # records sent but not yet resolved
@@ -283,7 +291,9 @@ class Producer:
                     return
                 now = _now_ms()
                 self._expire(now)
-                ready, next_ms = self._accumulator.ready(now, muted=set(self._in_flight))
+                limit = self.max_in_flight_per_partition
+                muted = {tp for tp, n in self._in_flight.items() if n >= limit}
+                ready, next_ms = self._accumulator.ready(now, muted=muted)
                 if not ready:
                     if self._finished:
                         continue
@@ -349,12 +359,12 @@ class Producer:
                     need_refresh = True
                     self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
                     continue
-                # Every queued batch of the partition goes in one request (in order), so a
-                # partition never has two requests in flight and retries cannot reorder.
+                # Every queued batch of the partition goes in one request (in order); with one
+                # request in flight per partition (the default) retries cannot reorder.
                 batches = self._accumulator.drain_many(tp, self.request_bytes_max)
                 if not batches:
                     continue
-                self._in_flight[tp] = batches
+                self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
             for batch in batches:
                 if batch.encoded is None:
                     batch.encoded = encode_batch(
@@ -396,7 +406,11 @@ class Producer:
                      transport_error: TidewaterError | Exception | None) -> None:
         with self._lock:
             for tp, _ in groups:
-                self._in_flight.pop(tp, None)
+                left = self._in_flight.get(tp, 0) - 1
+                if left > 0:
+                    self._in_flight[tp] = left
+                else:
+                    self._in_flight.pop(tp, None)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
             self._lock.notify_all()
         self._resolve_finished()

@@ -35,6 +35,8 @@ class FakeState:
         self.produce_errors: list[int] = []  # answer the next produce partitions with these
         self.produce_requests = 0
         self.produce_delay_s = 0.0
+        self.produce_calls_now = 0  # Produce calls being answered right now
+        self.produce_calls_max = 0
         self.metadata_requests = 0
 
     def leo(self, p: int) -> int:
@@ -78,8 +80,12 @@ class FakeBroker(pb_grpc.BrokerServicer):
     def Produce(self, request, context):
         s = self.state
         out = []
+        with s.lock:
+            s.produce_calls_now += 1
+            s.produce_calls_max = max(s.produce_calls_max, s.produce_calls_now)
         time.sleep(s.produce_delay_s)
         with s.lock:
+            s.produce_calls_now -= 1
             s.produce_requests += 1
             for part in request.partitions:
                 p = part.partition
@@ -376,3 +382,27 @@ def test_delivery_timeout_names_the_last_error(fake_cluster):
             fut.result(5)
     assert "NOT_ENOUGH_REPLICAS" in str(info.value)
     assert state.logs[0] == []
+
+
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_max_in_flight_per_partition_bounds_the_requests_out_at_once(fake_cluster, in_flight):
+    state, bootstrap = fake_cluster
+    state.produce_delay_s = 0.1  # a slow acks=all round trip
+    with Producer(bootstrap, acks="all", linger_ms=0, batch_size_bytes=300, request_bytes_max=700,
+                  max_in_flight_per_partition=in_flight) as producer:
+        futs = [(f"{i:04d}".encode() * 20, producer.send("t", f"{i:04d}".encode() * 20,
+                                                          partition=0)) for i in range(120)]
+        producer.flush(20)
+    assert (state.produce_calls_max == 1 if in_flight == 1
+            else 1 < state.produce_calls_max <= in_flight)
+    # Every record landed once, at the offset its future names (requests that were out at
+    # the same time may be appended in either order).
+    stored = {r.offset: r.value for r in consume_all(bootstrap, 120, partitions=(0,))}
+    assert sorted(stored) == list(range(120))
+    assert {f.result().offset: value for value, f in futs} == stored
+
+
+def test_max_in_flight_per_partition_must_be_positive(fake_cluster):
+    _state, bootstrap = fake_cluster
+    with pytest.raises(ValueError):
+        Producer(bootstrap, max_in_flight_per_partition=0)
