@@ -253,7 +253,8 @@ class Bench:
                     t = self.tw.get((kind, acks_name, size))
                     # JetStream acks only after quorum: compare with acks=all only.
                     peer_t = peer if acks_name == "all" else None
-                    note = ("client.producer, 256 KiB batches, linger 5 ms, 1 in flight/partition"
+                    in_flight = 5 if tidewater_side.producer_in_flight_supported() else 1
+                    note = (f"client.producer, 256 KiB batches, linger 5 ms, {in_flight} in flight"
                             if kind == "produce" else "pre-encoded 256 KiB batches, 8 requests in flight")
                     if acks_name == "all" and kind == "produce":
                         note += "; peer: publish_async, 256 in flight"
