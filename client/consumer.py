@@ -271,8 +271,9 @@ class Consumer:
                     self._on_partition_error([tp], error_for_code(
                         p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
                     continue
-                if p.records:
-                    records.extend(self._decode(tp, p.records))
+                data = p.records  # each read of a protobuf bytes field is a fresh copy
+                if data:
+                    records.extend(self._decode(tp, data))
         if max_records is not None and len(records) > max_records:
             # Hand back only max_records; rewind positions so the rest come next poll.
             kept = records[:max_records]
@@ -290,6 +291,8 @@ class Consumer:
 
         position = self._positions[tp]
         out = []
+        append = out.append
+        topic, partition = tp
         batch_pos = 0
         while True:
             size = peek_batch_size(data, batch_pos)
@@ -307,12 +310,13 @@ class Consumer:
             if header.is_control:
                 position = header.next_offset
                 continue
+            epoch = header.partition_leader_epoch
             for r in records:
                 if r.offset < position:
                     continue
-                out.append(ConsumerRecord(tp.topic, tp.partition, r.offset, r.key, r.value,
-                                          r.timestamp, header.partition_leader_epoch,
-                                          tuple(r.headers)))
+                headers = r.headers
+                append(ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp,
+                                      epoch, headers if type(headers) is tuple else tuple(headers)))
             position = max(position, header.next_offset)
         self._positions[tp] = position
         return out
