@@ -18,6 +18,14 @@ Per-partition answers:
 | OFFSET_OUT_OF_RANGE                      | reset by policy; policy none raises         |
 | anything else                            | raise the typed error                       |
 
+Prefetch: when a poll got records, the positions they lead to are known from
+the batch headers alone, so the next Fetch (``max_wait_ms`` 0: it never
+long-polls) is sent before the records are decoded; the broker reads the next
+chunk while this one is decoded and handed out. The next poll uses that answer
+only if it asks for exactly the same (partition, position, leader epoch) of
+the same brokers; after a seek, an assignment change, a truncated poll
+(``max_records``) or an error it is dropped.
+
 There is no group management and no committed offsets: the caller owns
 assignment and positions (``assign``, ``seek``, ``position``).
 """
@@ -85,6 +93,8 @@ class Consumer:
         # Partitions whose position must be reset by timestamp (-2 earliest, -1 latest).
         self._pending_reset: dict[TopicPartition, int] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
+        # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
+        self._prefetched: tuple[dict, list] | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ assignment & positions
@@ -240,8 +250,59 @@ class Consumer:
             time.sleep(max(0.0, min(self.retry_backoff_ms / 1000, deadline - time.monotonic())))
             return []
         wait_ms = int(max(0, min(self.fetch_max_wait_ms, (deadline - now) * 1000)))
+        wanted = {address: tuple(items) for address, items in by_leader.items()}
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == wanted:
+            calls = prefetched[1]
+        else:
+            if prefetched is not None:
+                self._cancel(prefetched[1])
+            calls = self._send_fetches(wanted, wait_ms)
+        records: list[ConsumerRecord] = []
+        chunks: list[tuple[TopicPartition, bytes]] = []
+        clean = True  # every partition answered without an error
+        for address, items, call in calls:
+            try:
+                resp = call.result()
+            except grpc.RpcError as e:
+                clean = False
+                self._on_partition_error([tp for tp, _, _ in items], rpc_error_to_typed(e, address))
+                continue
+            if resp.error_code != pb.NONE:
+                clean = False
+                self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
+                continue
+            for p in resp.partitions:
+                tp = TopicPartition(p.topic, p.partition)
+                if tp not in self._positions:
+                    continue
+                if p.error_code != pb.NONE:
+                    clean = False
+                    self._on_partition_error([tp], error_for_code(
+                        p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
+                    continue
+                data = p.records  # each read of a protobuf bytes field is a fresh copy
+                if data:
+                    chunks.append((tp, data))
+        if chunks and clean and max_records is None:
+            self._prefetch(wanted, dict(chunks))
+        for tp, data in chunks:
+            records.extend(self._decode(tp, data))
+        if max_records is not None and len(records) > max_records:
+            # Hand back only max_records; rewind positions so the rest come next poll.
+            kept = records[:max_records]
+            for rec in records[max_records:]:
+                tp = TopicPartition(rec.topic, rec.partition)
+                pos = self._positions.get(tp)
+                if pos is not None and rec.offset < pos:
+                    self._positions[tp] = rec.offset
+            return kept
+        return records
+
+    def _send_fetches(self, wanted: dict, wait_ms: int) -> list:
+        """One Fetch per leader address, sent now; [(address, items, call)]."""
         calls = []
-        for address, items in by_leader.items():
+        for address, items in wanted.items():
             request = pb.FetchRequest(
                 replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
                 min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
@@ -253,37 +314,34 @@ class Consumer:
             call = self.metadata.pool.broker(address).Fetch.future(
                 request, timeout=wait_ms / 1000 + self.request_timeout_ms / 1000)
             calls.append((address, items, call))
-        records: list[ConsumerRecord] = []
-        for address, items, call in calls:
-            try:
-                resp = call.result()
-            except grpc.RpcError as e:
-                self._on_partition_error([tp for tp, _, _ in items], rpc_error_to_typed(e, address))
-                continue
-            if resp.error_code != pb.NONE:
-                self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
-                continue
-            for p in resp.partitions:
-                tp = TopicPartition(p.topic, p.partition)
-                if tp not in self._positions:
-                    continue
-                if p.error_code != pb.NONE:
-                    self._on_partition_error([tp], error_for_code(
-                        p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
-                    continue
-                data = p.records  # each read of a protobuf bytes field is a fresh copy
-                if data:
-                    records.extend(self._decode(tp, data))
-        if max_records is not None and len(records) > max_records:
-            # Hand back only max_records; rewind positions so the rest come next poll.
-            kept = records[:max_records]
-            for rec in records[max_records:]:
-                tp = TopicPartition(rec.topic, rec.partition)
-                pos = self._positions.get(tp)
-                if pos is not None and rec.offset < pos:
-                    self._positions[tp] = rec.offset
-            return kept
-        return records
+        return calls
+
+    def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes]) -> None:
+        """Send the fetches the next poll will make once ``chunks`` are decoded."""
+        following = {
+            address: tuple((tp, self._position_after(pos, chunks[tp]) if tp in chunks else pos,
+                            epoch) for tp, pos, epoch in items)
+            for address, items in wanted.items()}
+        self._prefetched = (following, self._send_fetches(following, 0))
+
+    @staticmethod
+    def _position_after(position: int, data: bytes) -> int:
+        """The position ``_decode`` leaves after ``data``, from the batch headers alone (a
+        corrupt batch makes ``_decode`` raise instead, and the prefetch then goes unused)."""
+        from proto.batch import HEADER_SIZE, peek_batch_size, read_header
+
+        batch_pos = 0
+        while True:
+            size = peek_batch_size(data, batch_pos)
+            if size is None or size < HEADER_SIZE or batch_pos + size > len(data):
+                return position
+            position = max(position, read_header(data, batch_pos).next_offset)
+            batch_pos += size
+
+    @staticmethod
+    def _cancel(calls: list) -> None:
+        for _address, _items, call in calls:
+            call.cancel()
 
     def _decode(self, tp: TopicPartition, data: bytes) -> list[ConsumerRecord]:
         from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
@@ -342,6 +400,9 @@ class Consumer:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._prefetched is not None:
+                self._cancel(self._prefetched[1])
+                self._prefetched = None
             self.metadata.close()
 
     def __enter__(self):

@@ -37,6 +37,7 @@ class FakeState:
         self.produce_delay_s = 0.0
         self.produce_calls_now = 0  # Produce calls being answered right now
         self.produce_calls_max = 0
+        self.fetch_waits_ms: list[int] = []  # max_wait_ms of every Fetch, in arrival order
         self.metadata_requests = 0
 
     def leo(self, p: int) -> int:
@@ -120,6 +121,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         s = self.state
         out = []
         with s.lock:
+            s.fetch_waits_ms.append(request.max_wait_ms)
             for fp in request.partitions:
                 p = fp.partition
                 resp = pb.FetchPartitionResponse(topic=fp.topic, partition=p)
@@ -406,3 +408,30 @@ def test_max_in_flight_per_partition_must_be_positive(fake_cluster):
     _state, bootstrap = fake_cluster
     with pytest.raises(ValueError):
         Producer(bootstrap, max_in_flight_per_partition=0)
+
+
+def test_consumer_prefetches_the_next_chunk_and_drops_it_after_a_seek(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        for i in range(5):
+            producer.send("t", f"{i}".encode(), partition=1).result(5)
+        with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200) as consumer:
+            consumer.assign([("t", 1)])
+            assert [r.offset for r in consumer.poll(2000)] == [0, 1, 2, 3, 4]
+            # The next fetch (from offset 5, no long-poll) went out before poll returned.
+            deadline = time.monotonic() + 5
+            while 0 not in state.fetch_waits_ms and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert 0 in state.fetch_waits_ms
+            for i in range(5, 8):
+                producer.send("t", f"{i}".encode(), partition=1).result(5)
+            got = []
+            for _ in range(20):
+                got += consumer.poll(200)
+                if len(got) >= 3:
+                    break
+            assert [r.offset for r in got] == [5, 6, 7]
+            # A seek leaves the prefetched answer (from offset 8) unused.
+            consumer.seek(("t", 1), 2)
+            assert [(r.offset, r.value) for r in consumer.poll(2000)] == [
+                (i, f"{i}".encode()) for i in range(2, 8)]
