@@ -91,8 +91,20 @@ class TidewaterCluster:
         return self._admin
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
-                     configs: dict | None = None) -> None:
-        self.admin.create_topic(name, partitions, replication_factor, configs)
+                     configs: dict | None = None, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Create a topic and wait for its full ISR; while a broker is briefly fenced the
+        controller refuses RF=3 ("must be 1..2 (the live brokers)"): retried until timeout."""
+        from proto.errors import TidewaterError
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.admin.create_topic(name, partitions, replication_factor, configs)
+                break
+            except TidewaterError as e:
+                if "live brokers" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         for p in range(partitions):
             self.wait_full_isr(name, p)
 
@@ -557,6 +569,12 @@ def restart(cluster: TidewaterCluster, fill_topic: str, fill_bytes: int, topics:
     cluster.ensure_all_running()
     delete_topics_and_wait(cluster, list(drop_topics))
     topics = [t for t in topics if t not in set(drop_topics)]
+    fenced = [b.broker_id for b in cluster.admin.describe_cluster().brokers if b.fenced]
+    if fenced:
+        # Seen once: deleting GiBs of logs kept a broker from heartbeating in time.
+        print(f"[bench]   broker(s) {fenced} fenced after deleting {len(drop_topics)} topics; "
+              "waiting until they are back", file=sys.stderr, flush=True)
+    cluster.ensure_all_running()
     cluster.create_topic(fill_topic)
     if broker_id is None:
         # A follower of the fill topic: the restarted broker is not the one clients write to.
