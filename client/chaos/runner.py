@@ -2,7 +2,9 @@
 
 Sequence: make sure the topic exists with every partition led; start the
 metrics scraper, the leader monitor and the producers; apply the seeded plan
-(``schedule.py``), undoing each fault after its hold time; stop the producers
+(``schedule.py``), undoing each fault after its hold time (a fault whose
+undo is slow, e.g. a restart, pushes the rest of the plan later, so each
+fault keeps its planned hold and gap); stop the producers
 and wait for every attempt to resolve; heal everything (whatever state chaos
 or anyone else left); wait until every partition has its full ISR and every
 replica has caught up; read every partition back; compare replicas below the
@@ -308,13 +310,19 @@ class ChaosRun:
             rng = random.Random(o.seed ^ 0x5EED)
             pick = lambda: rng.choice(self.cluster.broker_ids())  # noqa: E731
             try:
+                # Plan times are relative: a slow restart shifts the rest of the plan
+                # instead of squeezing later faults to nothing, so every fault keeps
+                # its hold and gap and a run may last longer than duration_s.
+                delay_s = 0.0
                 for fault in self.plan:
-                    time.sleep(max(0.0, started + fault.start_s - time.monotonic()))
+                    time.sleep(max(0.0, started + delay_s + fault.start_s - time.monotonic()))
+                    applied_at = time.monotonic()
                     node = self.apply(fault, admin, log, pick)
-                    time.sleep(max(0.0, started + fault.end_s - time.monotonic()))
+                    time.sleep(max(0.0, applied_at + fault.hold_s - time.monotonic()))
                     if node is not None:
                         self.undo(fault, node, log)
-                time.sleep(max(0.0, started + o.duration_s - time.monotonic()))
+                    delay_s = max(delay_s, time.monotonic() - started - fault.end_s)
+                time.sleep(max(0.0, started + delay_s + o.duration_s - time.monotonic()))
             finally:
                 self.say(f"stopping producers ({workload.counts()})")
                 workload.stop()

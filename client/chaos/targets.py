@@ -38,6 +38,7 @@ COMPOSE_LABEL_SERVICE = "com.docker.compose.service"
 EXTERNAL_PORT = "19092/tcp"
 METRICS_PORT = "9100/tcp"
 DATA_MOUNT = "/data"
+START_CHECK_TIMEOUT_S = 30
 
 
 class ChaosTargetError(RuntimeError):
@@ -278,7 +279,19 @@ class LocalChaosCluster:
         try:
             self.cluster.start(node)
         except self._error as e:
-            raise ChaosTargetError(str(e)) from None
+            # LocalCluster can report a child "exited" while it is still between fork and
+            # exec (its /proc cmdline is not the recorded one yet): believe only a process
+            # that does not serve within the timeout.
+            if not self._serving_within(node, START_CHECK_TIMEOUT_S):
+                raise ChaosTargetError(str(e)) from None
+
+    def _serving_within(self, node: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(s.name == node and s.serving for s in self.cluster.status()):
+                return True
+            time.sleep(0.5)
+        return False
 
     def pause(self, node: str) -> None:
         self._signal(node, "STOP")
