@@ -165,7 +165,10 @@ class Producer:
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
-        self._lock = threading.Condition(threading.Lock())
+        # send() takes the bare mutex (a C-level enter/exit, once per record); everything
+        # else uses the condition built on it.
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
         # Retired batches whose futures still need resolving: (batch, error, base_offset, ts).
         self._finished: list[tuple[ProducerBatch, BaseException | None, int, int]] = []
@@ -196,7 +199,7 @@ class Producer:
         record = PendingRecord(key, value, tuple(headers) if headers else (),
                                timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         tp = TopicPartition(topic, partition)
-        with self._lock:
+        with self._mutex:
             if self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
                 self._wait_for_buffer_space()
             created = self._accumulator.batches_created
