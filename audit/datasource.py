@@ -38,6 +38,7 @@ BATCH_COLUMNS = _COMMON_LOG_COLUMNS + (
     ("attributes", "int"), ("crc_stored", "long"), ("crc_valid", "boolean"),
     ("base_timestamp", "long"), ("max_timestamp", "long"), ("producer_id", "long"),
     ("size_bytes", "long"), ("status", "string"), ("error", "string"),
+    ("prev_last_offset", "long"), ("prev_epoch", "int"),
 )
 assert tuple(c for c, _ in BATCH_COLUMNS[len(_COMMON_LOG_COLUMNS):]) == reader.BATCH_FIELDS
 RECORD_COLUMNS = _COMMON_LOG_COLUMNS + (

@@ -94,6 +94,11 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
+BATCH_RULE_COLUMNS = (
+    "broker_id", "topic", "partition", "segment", "segment_base_offset", "position",
+    "base_offset", "last_offset", "partition_leader_epoch", "crc_stored", "status", "error",
+    "prev_last_offset", "prev_epoch",
+)
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")
 
@@ -110,7 +115,10 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     ack_rows = [(i, *row) for i, row in
                 enumerate(row for path in ack_logs for row in parse_ack_log(path))]
     paths = json.dumps(data)
-    batches = spark.read.format("tidewater-log").option("paths", paths).load().cache()
+    # Only the columns the rules use are cached: long repeated strings (data_dir)
+    # and unused numbers would cost memory and time for every batch.
+    batches = (spark.read.format("tidewater-log").option("paths", paths).load()
+               .select(*BATCH_RULE_COLUMNS).cache())
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
     metrics_df = None
     if metrics:

@@ -271,8 +271,10 @@ def discover(paths: Iterable[str | Path]) -> Inventory:
 BATCH_FIELDS = (
     "position", "base_offset", "last_offset", "record_count", "partition_leader_epoch",
     "magic", "attributes", "crc_stored", "crc_valid", "base_timestamp", "max_timestamp",
-    "producer_id", "size_bytes", "status", "error",
+    "producer_id", "size_bytes", "status", "error", "prev_last_offset", "prev_epoch",
 )
+# Statuses whose batch is whole (framing intact): they take part in offset and epoch order.
+FRAMED_STATUSES = ("ok", "crc_mismatch")
 
 
 def _open_bytes(path: str):
@@ -297,12 +299,15 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Itera
     """Like scan_batches, but yields lists of row tuples of at most ``chunk_rows``.
 
     This is the hot loop of the audit: one struct unpack and one CRC call per
-    batch, nothing else.
+    batch, nothing else. Each row also carries the last offset and epoch of the
+    previous whole batch of the same buffer (None for the first), so offset and
+    epoch order within a segment is a filter, not a sort, downstream.
     """
     view = memoryview(buf)
     end = len(buf)
     unpack = _HEADER.unpack_from
     pos = 0
+    prev_last = prev_epoch = None
     rows: list[tuple] = []
     append = rows.append
     while pos < end:
@@ -314,7 +319,7 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Itera
             else:
                 base, reason = None, f"file ends {remaining} bytes into a batch header"
             append((pos, base, None, None, None, None, None, None, False, None, None, None,
-                    remaining, STATUS_TORN, reason))
+                    remaining, STATUS_TORN, reason, prev_last, prev_epoch))
             break
         (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
          _bseq, count) = unpack(buf, pos)
@@ -323,26 +328,31 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Itera
             reason = (f"batch length {length} below minimum {BATCH_LENGTH_MIN}"
                       if length < BATCH_LENGTH_MIN else f"unsupported magic {magic}")
             append((pos, base, None, None, epoch, magic, None, crc, False, None, None, None,
-                    remaining, STATUS_CORRUPT, reason))
+                    remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch))
             break
         if size > remaining:
             append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
                     base_ts, max_ts, pid, remaining, STATUS_TORN,
-                    f"batch of {size} bytes but only {remaining} left in the file"))
+                    f"batch of {size} bytes but only {remaining} left in the file",
+                    prev_last, prev_epoch))
             break
         computed = crc32c(view[pos + CRC_START: pos + size])
-        if computed == crc:
-            if last_delta < 0 or count < 0:
-                append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, True,
-                        base_ts, max_ts, pid, size, STATUS_CORRUPT,
-                        "negative lastOffsetDelta or record count"))
-            else:
-                append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, True,
-                        base_ts, max_ts, pid, size, STATUS_OK, None))
+        last = base + last_delta
+        if computed != crc:
+            append((pos, base, last, count, epoch, magic, attrs, crc, False, base_ts, max_ts,
+                    pid, size, STATUS_CRC_MISMATCH,
+                    f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}",
+                    prev_last, prev_epoch))
+        elif last_delta < 0 or count < 0:
+            append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
+                    pid, size, STATUS_CORRUPT, "negative lastOffsetDelta or record count",
+                    prev_last, prev_epoch))
+            last = None  # not a whole batch: it takes no part in offset order
         else:
-            append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
-                    base_ts, max_ts, pid, size, STATUS_CRC_MISMATCH,
-                    f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}"))
+            append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
+                    pid, size, STATUS_OK, None, prev_last, prev_epoch))
+        if last is not None:
+            prev_last, prev_epoch = last, epoch
         pos += size
         if len(rows) >= chunk_rows:
             if flat:
@@ -365,7 +375,7 @@ def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple
         buf = _open_bytes(path)
     except OSError as e:
         yield [(0, None, None, None, None, None, None, None, False, None, None, None, 0,
-                STATUS_CORRUPT, f"cannot read segment: {e}")]
+                STATUS_CORRUPT, f"cannot read segment: {e}", None, None)]
         return
     try:
         yield from scan_batch_chunks(buf, chunk_rows)

@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
-from audit.reader import STATUS_CORRUPT, STATUS_CRC_MISMATCH, STATUS_OK
+from audit.reader import FRAMED_STATUSES, STATUS_OK
 
 VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
 VIOLATION_DDL = ("rule string, broker_id int, topic string, partition int, offset long, "
@@ -103,37 +103,61 @@ def _result(name: str, description: str, checked: int, violations: DataFrame,
 # ---------------------------------------------------------------- derived frames
 
 
+@dataclass(frozen=True)
+class ReplicaSummary:
+    broker_id: int
+    topic: str
+    partition: int
+    batch_count: int        # whole batches (framing intact)
+    row_count: int          # every row, torn and corrupt ones included
+    log_start_offset: int
+    log_end_offset: int
+
+
 class Derived:
     """Frames and small driver-side summaries several rules share, each computed once.
 
-    Spark jobs are what a run costs (each one is a scheduling round trip), so
-    the per-replica summary, the epoch changes, the checkpoints and the
-    metrics samples are each collected by one job and reused.
+    Spark jobs are what a run costs, so the per-segment summary, the epoch
+    changes, the checkpoints and the metrics samples are each collected by one
+    job and reused. Order within a segment comes from the reader (each row
+    carries the previous whole batch's last offset and epoch); order across
+    segments is checked here from the per-segment summary (first and last
+    batch of each segment), so no rule needs a sort of every batch.
     """
 
     def __init__(self, inputs: AuditInputs):
         self.inputs = inputs
         spark = inputs.spark
         b = inputs.batches
-        framed_cond = (F.col("base_offset").isNotNull()
-                       & (F.col("status").isin(STATUS_OK, STATUS_CRC_MISMATCH)
-                          | ((F.col("status") == STATUS_CORRUPT) & F.col("crc_valid"))))
+        framed_cond = F.col("status").isin(*FRAMED_STATUSES) & F.col("base_offset").isNotNull()
         self.framed = b.where(framed_cond)
-        order = Window.partitionBy(*REPLICA_KEYS).orderBy("segment_base_offset", "position")
-        self.ordered = (self.framed
-                        .withColumn("prev_last_offset", F.lag("last_offset").over(order))
-                        .withColumn("prev_epoch", F.lag("partition_leader_epoch").over(order))
-                        .withColumn("seq", F.row_number().over(order))
-                        .cache())
-        summary = b.groupBy(*REPLICA_KEYS).agg(
+        framed_position = F.when(framed_cond, F.col("position"))
+        segments = b.groupBy(*REPLICA_KEYS, "segment_base_offset", "segment").agg(
             F.sum(framed_cond.cast("int")).alias("batch_count"),
             F.count("*").alias("row_count"),
+            F.min_by("base_offset", framed_position).alias("first_base_offset"),
+            F.min_by("partition_leader_epoch", framed_position).alias("first_epoch"),
+            F.max_by("last_offset", framed_position).alias("last_offset"),
+            F.max_by("partition_leader_epoch", framed_position).alias("last_epoch"),
             F.min(F.when(framed_cond, F.col("base_offset"))).alias("log_start_offset"),
             (F.max(F.when(framed_cond, F.col("last_offset"))) + 1).alias("log_end_offset"),
         ).collect()
-        self.replica_rows = [r for r in summary if r.batch_count]
-        self.total_batches = sum(r.row_count for r in summary)
-        self.framed_batches = sum(r.batch_count for r in summary)
+        self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
+                                                           r.segment_base_offset, r.segment))
+        per_replica: dict[tuple[int, str, int], list] = defaultdict(list)
+        for r in self.segment_rows:
+            per_replica[(r.broker_id, r.topic, r.partition)].append(r)
+        self.replica_rows = []
+        self.total_batches = self.framed_batches = 0
+        for (broker, topic, partition), segs in per_replica.items():
+            whole = [s for s in segs if s.batch_count]
+            self.total_batches += sum(s.row_count for s in segs)
+            self.framed_batches += sum(s.batch_count for s in segs)
+            if whole:
+                self.replica_rows.append(ReplicaSummary(
+                    broker, topic, partition, sum(s.batch_count for s in segs),
+                    sum(s.row_count for s in segs), min(s.log_start_offset for s in whole),
+                    max(s.log_end_offset for s in whole)))
         self.replicas = spark.createDataFrame(
             [(r.broker_id, r.topic, r.partition, r.log_start_offset, r.log_end_offset)
              for r in self.replica_rows],
@@ -148,20 +172,36 @@ class Derived:
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
 
+    def segment_boundaries(self) -> list[tuple]:
+        """(broker, topic, partition, previous segment's last row, next segment's first row)."""
+        out = []
+        prev = None
+        for r in self.segment_rows:
+            if not r.batch_count:
+                continue
+            if prev is not None and (prev.broker_id, prev.topic, prev.partition) == \
+                    (r.broker_id, r.topic, r.partition):
+                out.append((r.broker_id, r.topic, r.partition, prev, r))
+            prev = r
+        return out
+
     def replica_epoch_logs(self) -> dict[tuple[int, str, int], dict]:
         """Per replica: the epoch cache its log implies, its log start and end offsets."""
         if self._epoch_logs is None:
-            changes = (self.ordered
+            changes = (self.framed
                        .where(F.col("prev_epoch").isNull()
                               | (F.col("prev_epoch") != F.col("partition_leader_epoch")))
-                       .select(*REPLICA_KEYS, "seq", "partition_leader_epoch", "base_offset")
+                       .select(*REPLICA_KEYS, "segment_base_offset", "segment", "position",
+                               "partition_leader_epoch", "base_offset")
                        .collect())
             logs: dict[tuple[int, str, int], dict] = {}
             for row in self.replica_rows:
                 logs[(row.broker_id, row.topic, row.partition)] = {
                     "log_start_offset": row.log_start_offset,
                     "log_end_offset": row.log_end_offset, "cache": [], "last_epoch": None}
-            for row in sorted(changes, key=lambda r: (r.broker_id, r.topic, r.partition, r.seq)):
+            for row in sorted(changes, key=lambda r: (r.broker_id, r.topic, r.partition,
+                                                      r.segment_base_offset, r.segment,
+                                                      r.position)):
                 entry = logs[(row.broker_id, row.topic, row.partition)]
                 assign_epoch(entry["cache"], row.partition_leader_epoch, row.base_offset)
                 entry["last_epoch"] = row.partition_leader_epoch
@@ -200,28 +240,48 @@ def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    o = derived.ordered.where(F.col("prev_last_offset").isNotNull())
+    o = derived.framed.where(F.col("prev_last_offset").isNotNull())
     bad = o.where(F.col("base_offset") != F.col("prev_last_offset") + 1)
-    detail = F.when(
-        F.col("base_offset") > F.col("prev_last_offset") + 1,
-        F.format_string("gap: offsets %d..%d missing", F.col("prev_last_offset") + 1,
-                        F.col("base_offset") - 1),
-    ).otherwise(F.format_string("overlap: batch starts at %d after a batch ending at %d",
-                                F.col("base_offset"), F.col("prev_last_offset")))
     v = _violations(bad, "offsets_contiguous", F.col("broker_id"), F.col("topic"),
-                    F.col("partition"), F.col("base_offset"), detail)
+                    F.col("partition"), F.col("base_offset"),
+                    _order_detail(F.col("base_offset"), F.col("prev_last_offset")))
+    boundary = [(broker, topic, partition, nxt.first_base_offset,
+                 offset_order_problem(nxt.first_base_offset, prev.last_offset))
+                for broker, topic, partition, prev, nxt in derived.segment_boundaries()
+                if nxt.first_base_offset != prev.last_offset + 1]
+    v = v.unionByName(_local_violations(inputs.spark, "offsets_contiguous", boundary))
     return _result("offsets_contiguous",
                    "Within each replica every batch starts right after the previous one "
-                   "(no gap, no overlap, strictly increasing).", derived.framed_batches, v)
+                   "(no gap, no overlap, strictly increasing), across segments too.",
+                   derived.framed_batches, v)
+
+
+def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
+    if base_offset > prev_last_offset + 1:
+        return f"gap: offsets {prev_last_offset + 1}..{base_offset - 1} missing"
+    return f"overlap: batch starts at {base_offset} after a batch ending at {prev_last_offset}"
+
+
+def _order_detail(base, prev_last):
+    return F.when(base > prev_last + 1,
+                  F.format_string("gap: offsets %d..%d missing", prev_last + 1, base - 1)
+                  ).otherwise(F.format_string(
+                      "overlap: batch starts at %d after a batch ending at %d", base, prev_last))
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    o = derived.ordered.where(F.col("prev_epoch").isNotNull())
+    o = derived.framed.where(F.col("prev_epoch").isNotNull())
     bad = o.where(F.col("partition_leader_epoch") < F.col("prev_epoch"))
     detail = F.format_string("batch epoch %d after epoch %d", F.col("partition_leader_epoch"),
                              F.col("prev_epoch"))
     v = _violations(bad, "epochs_monotonic", F.col("broker_id"), F.col("topic"),
                     F.col("partition"), F.col("base_offset"), detail)
+    boundary = [(broker, topic, partition, nxt.first_base_offset,
+                 f"batch epoch {nxt.first_epoch} after epoch {prev.last_epoch} "
+                 "(segment boundary)")
+                for broker, topic, partition, prev, nxt in derived.segment_boundaries()
+                if nxt.first_epoch < prev.last_epoch]
+    v = v.unionByName(_local_violations(inputs.spark, "epochs_monotonic", boundary))
     return _result("epochs_monotonic",
                    "Within each replica the batches' partitionLeaderEpoch never decreases.",
                    derived.framed_batches, v)

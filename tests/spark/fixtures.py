@@ -45,8 +45,10 @@ DAMAGE = {
 
 # (epoch, record count) per batch of the standard history: 22 offsets, epochs 0, 1, 3.
 HISTORY = ((0, 3), (0, 2), (0, 4), (1, 1), (1, 5), (3, 2), (3, 2), (3, 3))
+SEGMENT_BYTES = 400    # 2-4 batches per segment
 GAP_BATCH = 6          # offsets 17..18, epoch 3, not the first batch of its epoch
 DIVERGED_BATCH = 1     # offsets 3..4
+FLIPPED_OFFSET = 5     # the third batch (offsets 5..8) on broker 3
 
 
 Batch = tuple[int, int, list[tuple[bytes, bytes]]]  # base offset, epoch, (key, value) records
@@ -77,8 +79,12 @@ class Dump:
     def partition_dir(self, broker: int, topic: str, partition: int = 0) -> Path:
         return self.data_dirs[broker] / f"{topic}-{partition}"
 
-    def segment(self, broker: int, topic: str, partition: int = 0) -> Path:
-        return sorted(self.partition_dir(broker, topic, partition).glob("*.log"))[0]
+    def segments(self, broker: int, topic: str, partition: int = 0) -> list[Path]:
+        return sorted(self.partition_dir(broker, topic, partition).glob("*.log"))
+
+    def replica_bytes(self, broker: int, topic: str, partition: int = 0) -> bytes:
+        """Every segment of one replica, in offset order, as one byte string."""
+        return b"".join(p.read_bytes() for p in self.segments(broker, topic, partition))
 
 
 def history(topic: str, partition: int, epochs: list[int] | None = None) -> list[Batch]:
@@ -121,8 +127,12 @@ def model(damaged: bool) -> dict[tuple[str, int], dict[int, Replica]]:
 
 
 def write_logs(dump: Dump) -> None:
-    """Every broker's logs and checkpoints through the broker's own storage code."""
-    config = LogConfig()
+    """Every broker's logs and checkpoints through the broker's own storage code.
+
+    Segments are tiny (SEGMENT_BYTES): each replica rolls over several files, so
+    the audit's checks across segment boundaries are exercised too.
+    """
+    config = LogConfig(segment_bytes=SEGMENT_BYTES)
     for broker, data_dir in dump.data_dirs.items():
         manager = LogManager(data_dir, config)
         manager.load(NOW_MS)
@@ -197,30 +207,32 @@ def write_metrics(dump: Dump, hw_drop_topic: str | None = None) -> None:
 # ---------------------------------------------------------------- damage on disk
 
 
-def _batch_positions(segment: Path) -> list[tuple[int, int]]:
-    """(position, size) of each batch, read with plain struct (no audit code)."""
+def _locate(dump: Dump, broker: int, topic: str, base_offset: int) -> tuple[Path, int, int]:
+    """(segment, position, size) of the batch starting at ``base_offset``, with plain struct."""
     import struct
 
-    data = segment.read_bytes()
-    out, pos = [], 0
-    while pos + 12 <= len(data):
-        size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
-        out.append((pos, size))
-        pos += size
-    return out
+    for segment in dump.segments(broker, topic):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            base, length = struct.unpack_from(">qi", data, pos)
+            if base == base_offset:
+                return segment, pos, 12 + length
+            pos += 12 + length
+    raise LookupError(f"no batch at {base_offset} in {topic} on broker {broker}")
 
 
-def flip_byte(segment: Path, batch_index: int) -> None:
-    """Flip the last byte of a batch (inside a record value, under the CRC)."""
-    pos, size = _batch_positions(segment)[batch_index]
+def flip_byte(dump: Dump, broker: int, topic: str, base_offset: int) -> None:
+    """Flip the second-last byte of a batch (inside a record value, under the CRC)."""
+    segment, pos, size = _locate(dump, broker, topic, base_offset)
     data = bytearray(segment.read_bytes())
     data[pos + size - 2] ^= 0x01
     segment.write_bytes(bytes(data))
 
 
-def cut_batch(segment: Path, batch_index: int) -> None:
-    """Remove one batch's bytes from a segment (later batches keep their offsets)."""
-    pos, size = _batch_positions(segment)[batch_index]
+def cut_batch(dump: Dump, broker: int, topic: str, base_offset: int) -> None:
+    """Remove one batch's bytes from its segment (later batches keep their offsets)."""
+    segment, pos, size = _locate(dump, broker, topic, base_offset)
     data = segment.read_bytes()
     segment.write_bytes(data[:pos] + data[pos + size:])
 
@@ -246,14 +258,14 @@ def build_dump(root: Path, damaged: bool = False) -> Dump:
     write_logs(dump)
     extra_acks: list[dict] = []
     if damaged:
-        flip_byte(dump.segment(3, "flipped"), 2)
+        flip_byte(dump, 3, "flipped", FLIPPED_OFFSET)
         set_epoch_start(dump.partition_dir(2, "epoch-cp") / "leader-epoch-checkpoint", 3, 16)
         leo = dump.replicas[("hw-cp", 0)][3].log_end_offset
         set_offset_checkpoint(dump.data_dirs[3] / "replication-offset-checkpoint", "hw-cp", 0,
                               leo + 5)
-        for b in BROKERS:
-            cut_batch(dump.segment(b, "gap"), GAP_BATCH)
         base, _e, records = dump.replicas[("gap", 0)][1].batches[GAP_BATCH]
+        for b in BROKERS:
+            cut_batch(dump, b, "gap", base)
         dump.cut_offsets[("gap", 0)] = set(range(base, base + len(records)))
         extra_acks = [
             {"topic": "ack-lost", "partition": 0, "offset": 4, "key": "ack-lost-0-k4",

@@ -51,7 +51,7 @@ def test_log_source_record_level_and_torn_segment(spark, clean_dump, tmp_path):
     assert one.key == b"orders-1-k5" and one.value_hash is not None
     torn_dir = tmp_path / "broker-9" / "t-0"
     torn_dir.mkdir(parents=True)
-    data = clean_dump.segment(1, "orders", 0).read_bytes()
+    data = clean_dump.replica_bytes(1, "orders", 0)
     (torn_dir / f"{0:020d}.log").write_bytes(data[:-10])
     statuses = [r.status for r in spark.read.format("tidewater-log")
                 .load(str(torn_dir)).orderBy("position").collect()]

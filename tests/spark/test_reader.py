@@ -53,7 +53,7 @@ def test_discover_rejects_missing_and_empty_inputs(tmp_path):
 
 
 def test_scan_matches_the_log_the_broker_wrote(dump):
-    rows = list(reader.scan_batches(dump.segment(1, "orders", 0).read_bytes()))
+    rows = list(reader.scan_batches(dump.replica_bytes(1, "orders", 0)))
     fields = reader.BATCH_FIELDS
     got = [(r[fields.index("base_offset")], r[fields.index("last_offset")],
             r[fields.index("partition_leader_epoch")], r[fields.index("status")]) for r in rows]
@@ -65,13 +65,13 @@ def test_scan_matches_the_log_the_broker_wrote(dump):
 
 
 def test_flipped_byte_is_a_crc_mismatch_and_the_scan_goes_on(dump):
-    rows = list(reader.scan_batches(dump.segment(3, "flipped").read_bytes()))
+    rows = list(reader.scan_batches(dump.replica_bytes(3, "flipped")))
     statuses = [r[reader.BATCH_FIELDS.index("status")] for r in rows]
     assert statuses == ["ok", "ok", "crc_mismatch"] + ["ok"] * (len(HISTORY) - 3)
 
 
 def test_torn_tail_is_a_row_not_a_crash(dump):
-    data = dump.segment(1, "orders", 0).read_bytes()
+    data = dump.replica_bytes(1, "orders", 0)
     for cut in (len(data) - 1, len(data) - 30, len(data) - 70):
         rows = list(reader.scan_batches(data[:cut]))
         assert rows[-1][reader.BATCH_FIELDS.index("status")] == "torn"
@@ -194,3 +194,14 @@ def test_batch_header_layout_matches_the_spec():
     data = encode_batch([(b"k", b"v")], base_offset=5, partition_leader_epoch=3)
     base, length, epoch, magic = struct.unpack_from(">qiib", data)
     assert (base, length + 12, epoch, magic) == (5, len(data), 3, 2)
+
+
+def test_rows_carry_the_previous_batch_and_replicas_span_segments(dump):
+    segments = dump.segments(1, "orders", 0)
+    assert len(segments) >= 3  # cross-segment checks get exercised by the Spark tests
+    f = reader.BATCH_FIELDS
+    rows = list(reader.scan_batches(segments[1].read_bytes()))
+    assert rows[0][f.index("prev_last_offset")] is None
+    for prev, row in zip(rows, rows[1:], strict=False):
+        assert row[f.index("prev_last_offset")] == prev[f.index("last_offset")]
+        assert row[f.index("prev_epoch")] == prev[f.index("partition_leader_epoch")]
