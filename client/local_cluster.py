@@ -403,8 +403,9 @@ class LocalCluster:
             return False
         child = self._children.get(pid)
         if child is not None:
-            if child.poll() is not None:
-                return False
+            # Our own child: poll() is exact. Its /proc cmdline is not: between
+            # fork and exec it still shows this process's command line.
+            return child.poll() is None
         state = _proc_state(pid)
         if state is None or state in ("Z", "X"):
             return False
