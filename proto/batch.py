@@ -31,8 +31,8 @@ place without recomputing the CRC.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from crc32c import crc32c
 
