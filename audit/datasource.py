@@ -147,13 +147,16 @@ class _LogReader(DataSourceReader):
 def _constant_columns(segment: reader.SegmentFile, n: int) -> list:
     import pyarrow as pa
 
+    def repeat(value, kind):
+        return pa.repeat(pa.scalar(value, kind), n)  # a copy loop in C, no Python list
+
     return [
-        pa.array([segment.broker_id] * n, pa.int32()),
-        pa.array([segment.data_dir] * n, pa.string()),
-        pa.array([segment.topic] * n, pa.string()),
-        pa.array([segment.partition] * n, pa.int32()),
-        pa.array([segment.path] * n, pa.string()),
-        pa.array([segment.base_offset] * n, pa.int64()),
+        repeat(segment.broker_id, pa.int32()),
+        repeat(segment.data_dir, pa.string()),
+        repeat(segment.topic, pa.string()),
+        repeat(segment.partition, pa.int32()),
+        repeat(segment.path, pa.string()),
+        repeat(segment.base_offset, pa.int64()),
     ]
 
 

@@ -103,8 +103,13 @@ ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, v
            "acks string")
 
 
-def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str]):
-    """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable."""
+def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str], *,
+                cache_batches: bool = True):
+    """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable.
+
+    ``cache_batches``: keep the batch rows in Spark's memory (several rules read
+    them); without it every rule that needs them reads the segments again.
+    """
     from audit import metrics_reader, reader
     from audit.rules import AuditInputs
 
@@ -118,7 +123,9 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str])
     # Only the columns the rules use are cached: long repeated strings (data_dir)
     # and unused numbers would cost memory and time for every batch.
     batches = (spark.read.format("tidewater-log").option("paths", paths).load()
-               .select(*BATCH_RULE_COLUMNS).cache())
+               .select(*BATCH_RULE_COLUMNS))
+    if cache_batches:
+        batches = batches.cache()
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
     metrics_df = None
     if metrics:

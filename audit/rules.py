@@ -64,13 +64,13 @@ class RuleResult:
     description: str
     checked: int                 # items the rule looked at (batches, pairs, samples, acks)
     violations: DataFrame        # VIOLATION_COLUMNS (lazy; counted once for all rules)
-    violation_count: int = 0
+    violation_count: int | None = None  # None: counted by run_rules' one counting job
     skipped: str | None = None   # why the rule could not run (missing input); passes
     info: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return self.violation_count == 0
+        return not self.violation_count
 
 
 @dataclass
@@ -114,6 +114,12 @@ class ReplicaSummary:
     log_end_offset: int
 
 
+OFFSET_ORDER_BROKEN = (F.col("prev_last_offset").isNotNull()
+                       & (F.col("base_offset") != F.col("prev_last_offset") + 1))
+EPOCH_ORDER_BROKEN = (F.col("prev_epoch").isNotNull()
+                      & (F.col("partition_leader_epoch") < F.col("prev_epoch")))
+
+
 class Derived:
     """Frames and small driver-side summaries several rules share, each computed once.
 
@@ -141,6 +147,10 @@ class Derived:
             F.max_by("partition_leader_epoch", framed_position).alias("last_epoch"),
             F.min(F.when(framed_cond, F.col("base_offset"))).alias("log_start_offset"),
             (F.max(F.when(framed_cond, F.col("last_offset"))) + 1).alias("log_end_offset"),
+            # The batch-level rules' violations, counted in this same pass.
+            F.sum((F.col("status") != STATUS_OK).cast("int")).alias("bad_batches"),
+            F.sum((framed_cond & OFFSET_ORDER_BROKEN).cast("int")).alias("offset_order_breaks"),
+            F.sum((framed_cond & EPOCH_ORDER_BROKEN).cast("int")).alias("epoch_drops"),
         ).collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
                                                            r.segment_base_offset, r.segment))
@@ -149,6 +159,9 @@ class Derived:
             per_replica[(r.broker_id, r.topic, r.partition)].append(r)
         self.replica_rows = []
         self.total_batches = self.framed_batches = 0
+        self.bad_batches = sum(r.bad_batches or 0 for r in self.segment_rows)
+        self.offset_order_breaks = sum(r.offset_order_breaks or 0 for r in self.segment_rows)
+        self.epoch_drops = sum(r.epoch_drops or 0 for r in self.segment_rows)
         for (broker, topic, partition), segs in per_replica.items():
             whole = [s for s in segs if s.batch_count]
             self.total_batches += sum(s.row_count for s in segs)
@@ -236,12 +249,11 @@ def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
                     F.col("partition"), F.col("base_offset"), detail)
     return _result("batch_crc_and_framing",
                    "Every batch is framed (length, magic) and passes its CRC32C.",
-                   derived.total_batches, v)
+                   derived.total_batches, v, violation_count=derived.bad_batches)
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    o = derived.framed.where(F.col("prev_last_offset").isNotNull())
-    bad = o.where(F.col("base_offset") != F.col("prev_last_offset") + 1)
+    bad = derived.framed.where(OFFSET_ORDER_BROKEN)
     v = _violations(bad, "offsets_contiguous", F.col("broker_id"), F.col("topic"),
                     F.col("partition"), F.col("base_offset"),
                     _order_detail(F.col("base_offset"), F.col("prev_last_offset")))
@@ -253,7 +265,8 @@ def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
     return _result("offsets_contiguous",
                    "Within each replica every batch starts right after the previous one "
                    "(no gap, no overlap, strictly increasing), across segments too.",
-                   derived.framed_batches, v)
+                   derived.framed_batches, v,
+                   violation_count=derived.offset_order_breaks + len(boundary))
 
 
 def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
@@ -270,8 +283,7 @@ def _order_detail(base, prev_last):
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    o = derived.framed.where(F.col("prev_epoch").isNotNull())
-    bad = o.where(F.col("partition_leader_epoch") < F.col("prev_epoch"))
+    bad = derived.framed.where(EPOCH_ORDER_BROKEN)
     detail = F.format_string("batch epoch %d after epoch %d", F.col("partition_leader_epoch"),
                              F.col("prev_epoch"))
     v = _violations(bad, "epochs_monotonic", F.col("broker_id"), F.col("topic"),
@@ -284,7 +296,7 @@ def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
     v = v.unionByName(_local_violations(inputs.spark, "epochs_monotonic", boundary))
     return _result("epochs_monotonic",
                    "Within each replica the batches' partitionLeaderEpoch never decreases.",
-                   derived.framed_batches, v)
+                   derived.framed_batches, v, violation_count=derived.epoch_drops + len(boundary))
 
 
 def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -457,7 +469,7 @@ def replica_samples(metrics: DataFrame | None) -> DataFrame | None:
 
 def _skipped(inputs: AuditInputs, name: str, description: str, why: str) -> RuleResult:
     return RuleResult(name, description, 0, _local_violations(inputs.spark, name, []),
-                      skipped=why)
+                      violation_count=0, skipped=why)
 
 
 def hw_monotonic_per_leader_epoch(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -559,14 +571,27 @@ class AuditResults:
 
 
 def run_rules(inputs: AuditInputs, rules=RULES) -> AuditResults:
-    """Run ``rules``; their violations are unioned, cached and counted in one job."""
+    """Run ``rules``; the violations not counted on the way are counted in one job.
+
+    ``violations`` holds only the rules that have some (a failing rule's rows
+    are computed again, or from the cache, when the report reads them).
+    """
     derived = Derived(inputs)
     results = [rule(inputs, derived) for rule in rules]
-    union = results[0].violations
-    for r in results[1:]:
-        union = union.unionByName(r.violations)
-    union = union.cache()
-    counts = {r.rule: r["count"] for r in union.groupBy("rule").count().collect()}
-    for r in results:
-        r.violation_count = counts.get(r.name, 0)
-    return AuditResults(results, union, derived)
+    uncounted = [r for r in results if r.violation_count is None]
+    if uncounted:
+        union = _union([r.violations for r in uncounted]).cache()
+        counts = {r.rule: r["count"] for r in union.groupBy("rule").count().collect()}
+        for r in uncounted:
+            r.violation_count = counts.get(r.name, 0)
+    failing = [r.violations for r in results if r.violation_count]
+    violations = (_union(failing).cache() if failing
+                  else _local_violations(inputs.spark, "none", []))
+    return AuditResults(results, violations, derived)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
