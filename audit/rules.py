@@ -114,10 +114,16 @@ class ReplicaSummary:
     log_end_offset: int
 
 
-OFFSET_ORDER_BROKEN = (F.col("prev_last_offset").isNotNull()
-                       & (F.col("base_offset") != F.col("prev_last_offset") + 1))
-EPOCH_ORDER_BROKEN = (F.col("prev_epoch").isNotNull()
-                      & (F.col("partition_leader_epoch") < F.col("prev_epoch")))
+def offset_order_broken():
+    """A batch that does not start right after the previous whole batch of its segment."""
+    return (F.col("prev_last_offset").isNotNull()
+            & (F.col("base_offset") != F.col("prev_last_offset") + 1))
+
+
+def epoch_order_broken():
+    """A batch whose epoch is below the previous whole batch's in its segment."""
+    return (F.col("prev_epoch").isNotNull()
+            & (F.col("partition_leader_epoch") < F.col("prev_epoch")))
 
 
 class Derived:
@@ -149,8 +155,8 @@ class Derived:
             (F.max(F.when(framed_cond, F.col("last_offset"))) + 1).alias("log_end_offset"),
             # The batch-level rules' violations, counted in this same pass.
             F.sum((F.col("status") != STATUS_OK).cast("int")).alias("bad_batches"),
-            F.sum((framed_cond & OFFSET_ORDER_BROKEN).cast("int")).alias("offset_order_breaks"),
-            F.sum((framed_cond & EPOCH_ORDER_BROKEN).cast("int")).alias("epoch_drops"),
+            F.sum((framed_cond & offset_order_broken()).cast("int")).alias("offset_order_breaks"),
+            F.sum((framed_cond & epoch_order_broken()).cast("int")).alias("epoch_drops"),
         ).collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
                                                            r.segment_base_offset, r.segment))
@@ -253,7 +259,7 @@ def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    bad = derived.framed.where(OFFSET_ORDER_BROKEN)
+    bad = derived.framed.where(offset_order_broken())
     v = _violations(bad, "offsets_contiguous", F.col("broker_id"), F.col("topic"),
                     F.col("partition"), F.col("base_offset"),
                     _order_detail(F.col("base_offset"), F.col("prev_last_offset")))
@@ -283,7 +289,7 @@ def _order_detail(base, prev_last):
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    bad = derived.framed.where(EPOCH_ORDER_BROKEN)
+    bad = derived.framed.where(epoch_order_broken())
     detail = F.format_string("batch epoch %d after epoch %d", F.col("partition_leader_epoch"),
                              F.col("prev_epoch"))
     v = _violations(bad, "epochs_monotonic", F.col("broker_id"), F.col("topic"),

@@ -46,6 +46,7 @@ DAMAGE = {
 # (epoch, record count) per batch of the standard history: 22 offsets, epochs 0, 1, 3.
 HISTORY = ((0, 3), (0, 2), (0, 4), (1, 1), (1, 5), (3, 2), (3, 2), (3, 3))
 SEGMENT_BYTES = 400    # 2-4 batches per segment
+SMALL_SEGMENT_TOPICS = ("orders", "gap")
 GAP_BATCH = 6          # offsets 17..18, epoch 3, not the first batch of its epoch
 DIVERGED_BATCH = 1     # offsets 3..4
 FLIPPED_OFFSET = 5     # the third batch (offsets 5..8) on broker 3
@@ -129,18 +130,22 @@ def model(damaged: bool) -> dict[tuple[str, int], dict[int, Replica]]:
 def write_logs(dump: Dump) -> None:
     """Every broker's logs and checkpoints through the broker's own storage code.
 
-    Segments are tiny (SEGMENT_BYTES): each replica rolls over several files, so
-    the audit's checks across segment boundaries are exercised too.
+    Topics in SMALL_SEGMENT_TOPICS get tiny segments (SEGMENT_BYTES): each replica
+    rolls over several files, so the audit's checks across segment boundaries
+    are exercised too (the gap sits at a boundary). Other topics keep one
+    segment per replica: fewer Spark tasks.
     """
-    config = LogConfig(segment_bytes=SEGMENT_BYTES)
+    default = LogConfig()
+    small = LogConfig(segment_bytes=SEGMENT_BYTES)
     for broker, data_dir in dump.data_dirs.items():
-        manager = LogManager(data_dir, config)
+        manager = LogManager(data_dir, default)
         manager.load(NOW_MS)
         hws = {}
         for (topic, partition), per_broker in sorted(dump.replicas.items()):
             replica = per_broker[broker]
             tp = TopicPartition(topic, partition)
-            log = manager.get_or_create(tp, config, NOW_MS)
+            log = manager.get_or_create(
+                tp, small if topic in SMALL_SEGMENT_TOPICS else default, NOW_MS)
             for base, epoch, records in replica.batches:
                 log.append_as_follower(
                     encode_batch(records, base_offset=base, partition_leader_epoch=epoch,
