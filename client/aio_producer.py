@@ -28,11 +28,11 @@ from client.metadata import (
     format_address,
     rpc_error_to_typed,
 )
-from client.partitioner import StickyPartitioner, partition_for_key
+from client.partitioner import StickyPartitioner, choose_partition
 from client.producer import delivery_timeout_error, parse_acks, settle_produce_answer
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import RequestTimedOutError, TidewaterError, UnknownTopicOrPartitionError
+from proto.errors import RequestTimedOutError, TidewaterError
 
 __all__ = ["AsyncProducer", "RecordMetadata"]
 
@@ -99,16 +99,7 @@ class AsyncProducer:
         parts = self.metadata.cached_partitions(topic)
         if parts is None:
             parts = await asyncio.to_thread(self.metadata.partitions_for, topic)
-        if partition is not None:
-            if partition not in parts:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has no partition {partition} ({len(parts)} partitions)")
-        elif key is not None:
-            partition = partition_for_key(key, len(parts))
-        else:
-            partition = self._partitioner.partition(
-                topic, None, len(value) if value else 0, len(parts),
-                lambda: [p for p, info in parts.items() if info.leader >= 0])
+        partition = choose_partition(topic, parts, partition, key, value, self._partitioner)
         if self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
             async with self._space:
                 await self._space.wait_for(

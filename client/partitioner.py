@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from proto.errors import UnknownTopicOrPartitionError
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
@@ -81,3 +83,22 @@ class StickyPartitioner:
         if len(choices) > 1 and previous in choices:
             choices.remove(previous)
         return self._rng.choice(choices)
+
+
+def choose_partition(topic: str, parts: dict, partition: int | None, key: bytes | None,
+                     value: bytes | None, sticky: StickyPartitioner) -> int:
+    """The partition a record goes to: the one asked for, else by key hash, else sticky.
+
+    ``parts`` maps partition number to its metadata (with ``.leader``); an
+    asked-for partition the topic lacks is UnknownTopicOrPartitionError.
+    """
+    if partition is not None:
+        if partition not in parts:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has no partition {partition} ({len(parts)} partitions)")
+        return partition
+    if key is not None:
+        return partition_for_key(key, len(parts))
+    return sticky.partition(
+        topic, None, len(value) if value else 0, len(parts),
+        lambda: [p for p, info in parts.items() if info.leader >= 0])

@@ -48,7 +48,7 @@ from client.metadata import (
     TopicPartition,
     rpc_error_to_typed,
 )
-from client.partitioner import StickyPartitioner, partition_for_key
+from client.partitioner import StickyPartitioner, choose_partition
 from proto import tidewater_pb2 as pb
 from proto.errors import (
     InvalidRequiredAcksError,
@@ -186,16 +186,7 @@ class Producer:
         if self._closed:
             raise RuntimeError("producer is closed")
         parts = self.metadata.cached_partitions(topic) or self._partitions_with_wait(topic)
-        if partition is not None:
-            if partition not in parts:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has no partition {partition} ({len(parts)} partitions)")
-        elif key is not None:
-            partition = partition_for_key(key, len(parts))
-        else:
-            partition = self._partitioner.partition(
-                topic, None, len(value) if value else 0, len(parts),
-                lambda: [p for p, info in parts.items() if info.leader >= 0])
+        partition = choose_partition(topic, parts, partition, key, value, self._partitioner)
         record = PendingRecord(key, value, tuple(headers) if headers else (),
                                timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         tp = TopicPartition(topic, partition)
