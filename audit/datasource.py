@@ -13,7 +13,10 @@ per data dir (checkpoints), per metrics file (metrics), so reading scales out.
 Options of ``tidewater-log``: ``level`` = ``batch`` (default) or ``record``;
 ``payload`` (record level) = ``bytes`` (default: key and value columns),
 ``hash`` (only their blake2b-128 hex digests) or ``both``;
-``topic_partitions`` = a JSON list of ``[topic, partition]`` to read only those.
+``topic_partitions`` = a JSON list of ``[topic, partition]`` to read only those;
+``columns`` (batch level) = comma-separated batch columns to produce, in that
+order (the API has no column pruning: this is how a reader of a few columns
+avoids building the rest).
 
 The log source yields Arrow record batches (the reader builds columns in
 chunks), which keeps the Python-to-JVM hop cheap on large dumps.
@@ -99,8 +102,20 @@ class TidewaterLogDataSource(DataSource):
             raise ValueError(f"tidewater-log: level must be batch or record, not {level!r}")
         return level
 
+    def _batch_columns(self) -> tuple:
+        """BATCH_COLUMNS, or the subset named by the ``columns`` option (in that order)."""
+        raw = self.options.get("columns")
+        if not raw:
+            return BATCH_COLUMNS
+        kinds = dict(BATCH_COLUMNS)
+        names = [c.strip() for c in raw.split(",") if c.strip()]
+        unknown = [c for c in names if c not in kinds]
+        if unknown or not names:
+            raise ValueError(f"tidewater-log: unknown columns {unknown}; known: {list(kinds)}")
+        return tuple((c, kinds[c]) for c in names)
+
     def schema(self) -> str:
-        return ddl(BATCH_COLUMNS if self._level() == "batch" else RECORD_COLUMNS)
+        return ddl(self._batch_columns() if self._level() == "batch" else RECORD_COLUMNS)
 
     def reader(self, schema) -> DataSourceReader:
         payload = self.options.get("payload", "bytes").lower()
@@ -109,7 +124,8 @@ class TidewaterLogDataSource(DataSource):
         wanted = None
         if self.options.get("topic_partitions"):
             wanted = {(str(t), int(p)) for t, p in json.loads(self.options["topic_partitions"])}
-        return _LogReader(input_paths(self.options), self._level(), payload, wanted)
+        return _LogReader(input_paths(self.options), self._level(), payload, wanted,
+                          [c for c, _ in self._batch_columns()])
 
 
 class _SegmentPartition(InputPartition):
@@ -120,11 +136,12 @@ class _SegmentPartition(InputPartition):
 
 class _LogReader(DataSourceReader):
     def __init__(self, paths: list[str], level: str, payload: str,
-                 wanted: set[tuple[str, int]] | None):
+                 wanted: set[tuple[str, int]] | None, columns: list[str]):
         self.paths = paths
         self.level = level
         self.payload = payload
         self.wanted = wanted
+        self.columns = columns
 
     def partitions(self):
         inventory = reader.discover(self.paths)
@@ -139,7 +156,7 @@ class _LogReader(DataSourceReader):
         if segment is None:
             return
         if self.level == "batch":
-            yield from _batch_arrow(segment)
+            yield from _batch_arrow(segment, self.columns)
         else:
             yield from _record_arrow(segment, self.payload)
 
@@ -160,16 +177,25 @@ def _constant_columns(segment: reader.SegmentFile, n: int) -> list:
     ]
 
 
-def _batch_arrow(segment: reader.SegmentFile):
+def _batch_arrow(segment: reader.SegmentFile, columns: list[str] | None = None):
+    """Arrow record batches of one segment with ``columns`` (default: all of BATCH_COLUMNS).
+
+    Only the asked-for columns are built: the Python data source API has no
+    column pruning, so the ``columns`` option is how a reader of a few columns
+    avoids paying for the rest in Python and in the JVM.
+    """
     import pyarrow as pa
 
-    names = [c for c, _ in BATCH_COLUMNS]
-    types = [_arrow_type(k) for _, k in BATCH_COLUMNS[len(_COMMON_LOG_COLUMNS):]]
+    names = columns or [c for c, _ in BATCH_COLUMNS]
+    kinds = dict(BATCH_COLUMNS)
+    constants = {c: i for i, (c, _) in enumerate(_COMMON_LOG_COLUMNS)}
+    scanned = {c: i for i, c in enumerate(reader.BATCH_FIELDS)}
     for rows in reader.scan_segment_file(segment.path):
-        columns = _constant_columns(segment, len(rows))
-        for values, kind in zip(zip(*rows, strict=True), types, strict=True):
-            columns.append(pa.array(values, kind))
-        yield pa.RecordBatch.from_arrays(columns, names=names)
+        values = list(zip(*rows, strict=True))
+        fixed = _constant_columns(segment, len(rows))
+        arrays = [fixed[constants[c]] if c in constants
+                  else pa.array(values[scanned[c]], _arrow_type(kinds[c])) for c in names]
+        yield pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 def _record_rows(segment: reader.SegmentFile, payload: str) -> Iterator[tuple]:

@@ -95,7 +95,7 @@ def _ack_row(line: str, where: str) -> tuple:
 
 
 BATCH_RULE_COLUMNS = (
-    "broker_id", "topic", "partition", "segment", "segment_base_offset", "position",
+    "broker_id", "topic", "partition", "segment_base_offset", "position",
     "base_offset", "last_offset", "partition_leader_epoch", "crc_stored", "status", "error",
     "prev_last_offset", "prev_epoch",
 )
@@ -120,10 +120,10 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
     ack_rows = [(i, *row) for i, row in
                 enumerate(row for path in ack_logs for row in parse_ack_log(path))]
     paths = json.dumps(data)
-    # Only the columns the rules use are cached: long repeated strings (data_dir)
-    # and unused numbers would cost memory and time for every batch.
-    batches = (spark.read.format("tidewater-log").option("paths", paths).load()
-               .select(*BATCH_RULE_COLUMNS))
+    # Only the columns the rules use are built and cached: long repeated strings
+    # (paths) and unused numbers would cost time for every batch.
+    batches = (spark.read.format("tidewater-log").option("paths", paths)
+               .option("columns", ",".join(BATCH_RULE_COLUMNS)).load())
     if cache_batches:
         batches = batches.cache()
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()

@@ -144,7 +144,7 @@ class Derived:
         framed_cond = F.col("status").isin(*FRAMED_STATUSES) & F.col("base_offset").isNotNull()
         self.framed = b.where(framed_cond)
         framed_position = F.when(framed_cond, F.col("position"))
-        segments = b.groupBy(*REPLICA_KEYS, "segment_base_offset", "segment").agg(
+        segments = b.groupBy(*REPLICA_KEYS, "segment_base_offset").agg(
             F.sum(framed_cond.cast("int")).alias("batch_count"),
             F.count("*").alias("row_count"),
             F.min_by("base_offset", framed_position).alias("first_base_offset"),
@@ -159,7 +159,7 @@ class Derived:
             F.sum((framed_cond & epoch_order_broken()).cast("int")).alias("epoch_drops"),
         ).collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
-                                                           r.segment_base_offset, r.segment))
+                                                           r.segment_base_offset))
         per_replica: dict[tuple[int, str, int], list] = defaultdict(list)
         for r in self.segment_rows:
             per_replica[(r.broker_id, r.topic, r.partition)].append(r)
@@ -210,7 +210,7 @@ class Derived:
             changes = (self.framed
                        .where(F.col("prev_epoch").isNull()
                               | (F.col("prev_epoch") != F.col("partition_leader_epoch")))
-                       .select(*REPLICA_KEYS, "segment_base_offset", "segment", "position",
+                       .select(*REPLICA_KEYS, "segment_base_offset", "position",
                                "partition_leader_epoch", "base_offset")
                        .collect())
             logs: dict[tuple[int, str, int], dict] = {}
@@ -219,8 +219,7 @@ class Derived:
                     "log_start_offset": row.log_start_offset,
                     "log_end_offset": row.log_end_offset, "cache": [], "last_epoch": None}
             for row in sorted(changes, key=lambda r: (r.broker_id, r.topic, r.partition,
-                                                      r.segment_base_offset, r.segment,
-                                                      r.position)):
+                                                      r.segment_base_offset, r.position)):
                 entry = logs[(row.broker_id, row.topic, row.partition)]
                 assign_epoch(entry["cache"], row.partition_leader_epoch, row.base_offset)
                 entry["last_epoch"] = row.partition_leader_epoch
@@ -248,9 +247,9 @@ class Derived:
 
 def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
     bad = inputs.batches.where(F.col("status") != STATUS_OK)
-    detail = F.concat_ws(" ", F.col("status"), F.lit("at"),
-                         F.concat(F.col("segment"), F.lit(":"), F.col("position").cast("string")),
-                         F.coalesce(F.col("error"), F.lit("")))
+    detail = F.format_string("%s in segment %020d.log at byte %d: %s", F.col("status"),
+                             F.col("segment_base_offset"), F.col("position"),
+                             F.coalesce(F.col("error"), F.lit("")))
     v = _violations(bad, "batch_crc_and_framing", F.col("broker_id"), F.col("topic"),
                     F.col("partition"), F.col("base_offset"), detail)
     return _result("batch_crc_and_framing",
