@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test test-integration proto lint demo bench sim
+.PHONY: venv test test-integration proto lint demo bench sim audit
 
 venv: $(STAMP)
 
@@ -34,6 +34,13 @@ demo: venv
 
 bench: venv
 	$(PY) bench/log_bench.py
+
+# Audit the local cluster's data (make demo's .demo, else compose's ./data) with Spark.
+AUDIT_DATA ?= $(if $(wildcard $(DEMO_DIR)/broker-*),$(DEMO_DIR),$(CURDIR)/data)
+AUDIT_OUT ?= $(CURDIR)/build/audit
+AUDIT_ARGS ?=
+audit: venv
+	$(PY) -m client audit $(AUDIT_DATA) --out $(AUDIT_OUT) $(AUDIT_ARGS)
 
 # Sweep seeds of the deterministic cluster simulation (tests/sim).
 sim: venv
