@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test test-integration proto lint demo bench sim audit
+.PHONY: venv test test-integration proto lint demo bench bench-cluster sim audit
 
 venv: $(STAMP)
 
@@ -34,6 +34,12 @@ demo: venv
 
 bench: venv
 	$(PY) bench/log_bench.py
+
+# A 3-broker RF=3 cluster against NATS JetStream (3 nodes, R3) in one run.
+bench-cluster: venv
+	@command -v nats-server >/dev/null 2>&1 || apt-get install -y nats-server || echo "nats-server not installed: the peer will be skipped"
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/cluster_bench.py $(BENCH_ARGS)
 
 # Audit the local cluster's data (make demo's .demo, else compose's ./data) with Spark.
 AUDIT_DATA ?= $(if $(wildcard $(DEMO_DIR)/broker-*),$(DEMO_DIR),$(CURDIR)/data)
