@@ -644,8 +644,13 @@ class Log:
                     except KafkaStorageError as e:
                         log.error("%s", e)
 
-    def delete(self) -> None:
-        """Close without flushing and remove the whole directory."""
+    def delete(self, *, in_background: bool = False) -> None:
+        """Close without flushing and remove the whole directory.
+
+        ``in_background`` removes the files in a daemon thread: for a directory
+        already renamed out of the way (a ``-delete`` dir that loading removes
+        anyway), so deleting GiBs never stalls the caller's event loop.
+        """
         with self._lock:
             self._closed = True
             for segment in self._segments:
@@ -653,6 +658,11 @@ class Log:
                     segment.close()
                 except KafkaStorageError:
                     pass
+            if in_background:
+                threading.Thread(target=shutil.rmtree, args=(self.dir,),
+                                 kwargs={"ignore_errors": True}, daemon=True,
+                                 name=f"delete-{self.dir.name}").start()
+                return
             try:
                 shutil.rmtree(self.dir)
             except FileNotFoundError:

@@ -163,7 +163,7 @@ class LogManager:
                 partition_log.dir = doomed
             except OSError as e:
                 raise storage_error("cannot rename log for deletion", partition_log.dir, e) from e
-            partition_log.delete()
+            partition_log.delete(in_background=True)
             self.checkpoint_recovery_points(flush=False)
             self.checkpoint_log_start_offsets()
             hws = self._read_checkpoint(self._hw_file)

@@ -1,6 +1,8 @@
 """LogManager: loading a data dir, creating and deleting logs, checkpoints, the
 clean-shutdown marker, and clamping stored high watermarks after recovery."""
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,6 +111,10 @@ def test_delete_removes_directory_and_checkpoint_entries(tmp_path):
     manager.delete(A0)  # absent: no-op
     assert manager.get(A0) is None
     assert not (tmp_path / "a-0").exists()
+    # The renamed directory's files go in a background thread (never on the caller's loop).
+    deadline = time.monotonic() + 10
+    while any(p.name.endswith("-delete") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not any(p.name.endswith("-delete") for p in tmp_path.iterdir())
     for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
                  "replication-offset-checkpoint"):
