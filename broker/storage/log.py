@@ -60,7 +60,7 @@ from crc32c import crc32c
 from broker.storage.epoch_cache import LeaderEpochCache
 from broker.storage.index import RELATIVE_OFFSET_MAX
 from broker.storage.log_config import LogConfig
-from broker.storage.recovery import fsync_dir, open_log_dir
+from broker.storage.recovery import close_segments_quietly, fsync_dir, open_log_dir
 from broker.storage.segment import LogSegment, storage_error
 from broker.storage.topics import TopicPartition, parse_log_dir_name
 from proto.batch import (
@@ -653,11 +653,7 @@ class Log:
         """
         with self._lock:
             self._closed = True
-            for segment in self._segments:
-                try:
-                    segment.close()
-                except KafkaStorageError:
-                    pass
+            close_segments_quietly(self._segments)
             if in_background:
                 threading.Thread(target=shutil.rmtree, args=(self.dir,),
                                  kwargs={"ignore_errors": True}, daemon=True,

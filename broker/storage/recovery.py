@@ -110,11 +110,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         cache.truncate_from_end(log_end_offset)
         cache.truncate_from_start(start)
     except BaseException:
-        for segment in segments:
-            try:
-                segment.close()
-            except KafkaStorageError:
-                pass
+        close_segments_quietly(segments)
         raise
     return OpenedLog(segments, cache, start)
 
@@ -270,11 +266,7 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
             segment.flush()  # writes the rebuilt index files
             expected_base = segment.next_offset
     except BaseException:
-        for segment in segments:
-            try:
-                segment.close()
-            except KafkaStorageError:
-                pass
+        close_segments_quietly(segments)
         raise
     return loaded
 
@@ -288,3 +280,12 @@ def _delete_later_segments(directory: Path, config: LogConfig, bases: list[int])
         removed += size
         log.warning("recovery: deleted %s (%d bytes) after the cut", segment.log_path, size)
     return removed
+
+
+def close_segments_quietly(segments) -> None:
+    """Close every segment, ignoring storage errors: the caller is already failing or deleting."""
+    for segment in segments:
+        try:
+            segment.close()
+        except KafkaStorageError:
+            pass
