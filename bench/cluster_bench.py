@@ -83,12 +83,17 @@ FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, laten
                loopback_bytes=2 * GIB)
 
 
+SECTIONS = ("limits", "produce", "latency", "consume", "failover", "restart")
+
+
 def size_name(record_bytes: int) -> str:
     return f"{record_bytes // KIB} KiB" if record_bytes % KIB == 0 else f"{record_bytes} B"
 
 
 class Bench:
-    def __init__(self, profile: Profile, work_dir: Path, *, run_peer: bool, run_tidewater: bool):
+    def __init__(self, profile: Profile, work_dir: Path, *, run_peer: bool, run_tidewater: bool,
+                 sections: frozenset[str] = frozenset(SECTIONS)):
+        self.sections = sections
         self.profile = profile
         self.work_dir = work_dir
         self.run_peer = run_peer
@@ -120,7 +125,16 @@ class Bench:
         print(f"[bench]   done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         return result
 
+    def wants(self, section: str) -> bool:
+        return section in self.sections
+
+    def wants_produce(self, acks_name: str, size: int) -> bool:
+        """Produce rows run when asked for, and acks=all 1 KiB also feeds the consume row."""
+        return self.wants("produce") or (self.wants("consume") and acks_name == "all" and size == 1024)
+
     def measure_limits(self) -> None:
+        if not self.wants("limits"):
+            return
         p = self.profile
         disk_dir = self.work_dir
         for mode, note in (("none", "page cache, no fsync (brokers' default flush policy)"),
@@ -152,25 +166,33 @@ class Bench:
             return
         self.peer_version = cluster.version
         pids = [*self.processes.pids(), os.getpid()]  # the 3 servers and this client
+        streams = []  # the streams made so far: the restart reloads them all
         for size in RECORD_SIZES:
+            if not self.wants_produce("all", size):
+                continue
             t = self.step(f"nats throughput {size_name(size)}", with_cpu, pids,
                           lambda s=size: asyncio.run(peer_nats.throughput(
                               cluster, f"TPUT{s}", s, p.produce_s)))
             self.peer[("produce", size)] = t
-        self.peer["serial"] = self.step("nats serial publish latency", lambda: asyncio.run(
-            peer_nats.ack_latency_serial(cluster, "SERIAL", LATENCY_RECORD_BYTES, p.serial_count)))
-        for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
-            self.peer[("paced", rate)] = self.step(f"nats paced latency {rate}/s", lambda r=rate, c=count: asyncio.run(
-                peer_nats.paced_latency(cluster, f"PACED{r}", LATENCY_RECORD_BYTES, c, r)))
+            streams.append(f"TPUT{size}")
+        if self.wants("latency"):
+            self.peer["serial"] = self.step("nats serial publish latency", lambda: asyncio.run(
+                peer_nats.ack_latency_serial(cluster, "SERIAL", LATENCY_RECORD_BYTES, p.serial_count)))
+            for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
+                self.peer[("paced", rate)] = self.step(f"nats paced latency {rate}/s", lambda r=rate, c=count: asyncio.run(
+                    peer_nats.paced_latency(cluster, f"PACED{r}", LATENCY_RECORD_BYTES, c, r)))
+            streams += ["SERIAL", "PACED1000", "PACED10000"]
         produced = self.peer.get(("produce", 1024))
-        if produced is not None:
+        if produced is not None and self.wants("consume"):
             self.peer["consume"] = self.step("nats consume from the beginning", with_cpu, pids, lambda: asyncio.run(
                 peer_nats.consume(cluster, "TPUT1024", produced.records, 1024)))
-        self.peer["failover"] = self.step(f"nats failover x{p.kills}", lambda: asyncio.run(
-            peer_nats.failover(cluster, "FAILOVER", p.kills)))
-        streams = [f"TPUT{s}" for s in RECORD_SIZES] + ["SERIAL", "PACED1000", "PACED10000", "FAILOVER"]
-        self.peer["restart"] = self.step("nats restart (SIGKILL, SIGTERM)", lambda: asyncio.run(
-            peer_nats.restart(cluster, streams)))
+        if self.wants("failover"):
+            self.peer["failover"] = self.step(f"nats failover x{p.kills}", lambda: asyncio.run(
+                peer_nats.failover(cluster, "FAILOVER", p.kills)))
+            streams.append("FAILOVER")
+        if self.wants("restart") and streams:
+            self.peer["restart"] = self.step("nats restart (SIGKILL, SIGTERM)", lambda: asyncio.run(
+                peer_nats.restart(cluster, streams)))
         self.processes.stop_all()
 
     def measure_tidewater(self) -> None:
@@ -192,6 +214,8 @@ class Bench:
 
         for acks_name, acks in ACKS:
             for size in RECORD_SIZES:
+                if not self.wants_produce(acks_name, size):
+                    continue
                 name = self.step(f"create topic produce acks={acks_name} {size_name(size)}", topic,
                                  f"produce-acks{acks_name}-{size}")
                 if name is None:
@@ -199,6 +223,8 @@ class Bench:
                 self.tw[("produce", acks_name, size)] = self.step(
                     f"tidewater Producer acks={acks_name} {size_name(size)}", with_cpu, pids(),
                     tidewater_side.producer_throughput, bootstrap, name, size, acks, p.produce_s)
+                if not self.wants("produce"):
+                    continue
                 name = self.step(f"create topic pipelined acks={acks_name} {size_name(size)}", topic,
                                  f"pipelined-acks{acks_name}-{size}")
                 if name is None:
@@ -206,7 +232,7 @@ class Bench:
                 self.tw[("pipelined", acks_name, size)] = self.step(
                     f"tidewater pipelined batches acks={acks_name} {size_name(size)}", with_cpu, pids(),
                     tidewater_side.pipelined_throughput, bootstrap, name, size, acks, p.pipelined_s)
-        name = self.step("create topic serial", topic, "serial")
+        name = self.step("create topic serial", topic, "serial") if self.wants("latency") else None
         if name:
             self.tw["serial"] = self.step("tidewater serial acks=all latency",
                                           tidewater_side.ack_latency_serial, bootstrap, name,
@@ -215,19 +241,23 @@ class Bench:
                                                 tidewater_side.ack_latency_serial, bootstrap, name,
                                                 LATENCY_RECORD_BYTES, p.serial_count, acks=1)
         for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
+            if not self.wants("latency"):
+                break
             name = self.step(f"create topic paced {rate}", topic, f"paced-{rate}")
             if name:
                 self.tw[("paced", rate)] = self.step(
                     f"tidewater paced latency {rate}/s", tidewater_side.paced_latency, bootstrap,
                     name, LATENCY_RECORD_BYTES, count, rate)
-        if self.tw.get(("produce", "all", 1024)) is not None:
+        if self.tw.get(("produce", "all", 1024)) is not None and self.wants("consume"):
             self.tw["consume"] = self.step("tidewater consume from the beginning", with_cpu, pids(),
                                            tidewater_side.consume_throughput, bootstrap,
                                            "produce-acksall-1024")
-        name = self.step("create topic failover", topic, "failover")
+        name = self.step("create topic failover", topic, "failover") if self.wants("failover") else None
         if name:
             self.tw["failover"] = self.step(f"tidewater failover x{p.kills}", tidewater_side.failover,
                                             cluster, name, p.kills)
+        if not self.wants("restart"):
+            return
         self.tw["restart"] = self.step(
             f"tidewater restart with {p.fill_bytes // MIB} MiB of log", tidewater_side.restart,
             cluster, "restart-fill", p.fill_bytes, list(topics),
@@ -246,6 +276,10 @@ class Bench:
 
     def build_rows(self) -> None:
         rows = self.rows
+        self._build_all_rows(rows)
+        rows[:] = [r for r in rows if r.section in self.sections]
+
+    def _build_all_rows(self, rows: list[Row]) -> None:
         for size in RECORD_SIZES:
             peer = self.peer.get(("produce", size))
             for acks_name, _ in ACKS:
@@ -360,17 +394,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--skip-peer", action="store_true", help="do not run NATS JetStream")
     parser.add_argument("--skip-tidewater", action="store_true", help="only the peer and the machine")
+    parser.add_argument("--only", metavar="SECTIONS",
+                        help=f"comma-separated sections to run (default all): {','.join(SECTIONS)}")
     parser.add_argument("--work-dir", help="directory for data (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
+    sections = frozenset(SECTIONS)
+    if args.only:
+        sections = frozenset(x.strip() for x in args.only.split(",") if x.strip())
+        unknown = sections - set(SECTIONS)
+        if unknown:
+            parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; choose from {', '.join(SECTIONS)}")
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="tide-cluster-bench-")).resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
     command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, "bench/cluster_bench.py",
                                                  *(argv if argv is not None else sys.argv[1:])])
     started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     load_before = os.getloadavg()
-    bench = Bench(profile, work_dir, run_peer=not args.skip_peer, run_tidewater=not args.skip_tidewater)
+    bench = Bench(profile, work_dir, run_peer=not args.skip_peer, run_tidewater=not args.skip_tidewater,
+                  sections=sections)
 
     def on_signal(_signum, _frame):
         # Our own handler for SIGINT too: asyncio.run's default one only cancels the running

@@ -46,6 +46,11 @@ class BrokerStub:
                 request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.ReplicaFetch = channel.stream_stream(
+                '/tidewater.Broker/ReplicaFetch',
+                request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/tidewater.Broker/ListOffsets',
                 request_serializer=proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
@@ -96,6 +101,16 @@ class BrokerServicer:
 
     def Fetch(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplicaFetch(self, request_iterator, context):
+        """Follower fetches on one long-lived stream per broker pair: each FetchRequest
+        sent gets exactly one FetchResponse, in order, with the same semantics as
+        Fetch (long-poll, diverging epoch, HW). Saves a unary call's set-up per round,
+        which an acks=all write waits for twice.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -154,6 +169,11 @@ def add_BrokerServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaFetch,
                     request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
             ),
@@ -247,6 +267,33 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/Fetch',
+            proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            proto_dot_tidewater__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicaFetch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidewater.Broker/ReplicaFetch',
             proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
             proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
@@ -474,6 +521,11 @@ class ControllerStub:
                 request_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
                 response_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.BrokerHeartbeats = channel.stream_stream(
+                '/tidewater.Controller/BrokerHeartbeats',
+                request_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+                _registered_method=True)
         self.AlterPartition = channel.unary_unary(
                 '/tidewater.Controller/AlterPartition',
                 request_serializer=proto_dot_tidewater__pb2.AlterPartitionRequest.SerializeToString,
@@ -517,6 +569,16 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrokerHeartbeats(self, request_iterator, context):
+        """Heartbeats on one stream per broker incarnation: each request gets one response,
+        in order, as BrokerHeartbeat. The stream ending without a finished controlled
+        shutdown (the broker's process died and its connection closed) fences the
+        broker at once instead of after broker.session.timeout.ms.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AlterPartition(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -551,6 +613,11 @@ def add_ControllerServicer_to_server(servicer, server):
             ),
             'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.BrokerHeartbeat,
+                    request_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
+            ),
+            'BrokerHeartbeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.BrokerHeartbeats,
                     request_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
                     response_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
@@ -633,6 +700,33 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/BrokerHeartbeat',
+            proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+            proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerHeartbeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidewater.Controller/BrokerHeartbeats',
             proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
             proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
             options,
