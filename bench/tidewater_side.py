@@ -366,8 +366,12 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
     try:
         if not parent_end.poll(60) or parent_end.recv() != "ready":
             raise RuntimeError("latency receiver did not start")
+        # 5 requests in flight, as in the throughput rows (Kafka's default
+        # max.in.flight.requests.per.connection): with one, a record due while the
+        # previous request waits for the followers queues behind it.
+        options = {"max_in_flight_per_partition": 5} if producer_in_flight_supported() else {}
         producer = Producer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=0,
-                            buffer_memory_bytes=64 * MIB)
+                            buffer_memory_bytes=64 * MIB, **options)
         producer.send(topic, stamped_payload(record_bytes, time.time_ns(), bytes(record_bytes)),
                       partition=0).result(timeout=30)
         filler = os.urandom(record_bytes)
