@@ -3,14 +3,33 @@
 Theory of operation:
 - ``register()`` retries RegisterBroker until the controller answers NONE; the
   answer's ``broker_epoch`` identifies this incarnation in every later call.
-- ``run_heartbeats()`` sends BrokerHeartbeat every ``broker.heartbeat.interval.ms``.
+- ``run_heartbeats()`` sends a heartbeat every ``broker.heartbeat.interval.ms``
+  on one ``BrokerHeartbeats`` stream (request, then its answer, in order). The
+  stream matters beyond transport: when this process dies, the kernel closes
+  its connection, the stream ends and the controller fences this broker at
+  once instead of after ``broker.session.timeout.ms``, so its leaderships move
+  in milliseconds. A stream that fails (controller restarted or unreachable,
+  an answer not coming within ``heartbeat_timeout_s``) is dropped and re-opened
+  by the next heartbeat, one heartbeat interval later: the controller does not
+  fence us for its own restart (it ends streams without fencing, and its
+  successor starts us with a fresh session), and a stream that broke while we
+  live costs at most a leader change (the next heartbeat unfences us). A
+  controller without the stream (UNIMPLEMENTED) gets unary BrokerHeartbeat
+  calls for the rest of this process's life. One lock orders the heartbeats of
+  ``run_heartbeats`` and ``controlled_shutdown``, which may run at once.
   STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED means the controller no longer
   knows this epoch: register again, and the controller resends the full
   LeaderAndIsr for our partitions. A heartbeat from a fenced broker (e.g.
   after a long pause) unfences it and brings a full resync too; if we stay
   fenced for two session timeouts anyway, we register again as a safety net.
 - ``controlled_shutdown()`` heartbeats with ``want_shutdown`` until the answer
-  says ``should_shutdown`` (leadership moved away) or the timeout passes.
+  says ``should_shutdown`` (leadership moved away) or the timeout passes; from
+  its start every heartbeat (also ``run_heartbeats``') carries
+  ``want_shutdown``. Once ``should_shutdown`` came, the stream is half-closed
+  and heartbeats stop: the controller knows the shutdown finished and does not
+  take the stream's end for a crash. A shutdown that timed out leaves the
+  stream to end with the process, which fences the broker at once (its
+  leaderships must move anyway).
 - A controller that cannot be reached is retried with a backoff; no call here
   raises for a transport error except ``alter_partition``, whose caller keeps
   its old state and retries later.
@@ -34,6 +53,7 @@ log = logging.getLogger("tidewater.broker.controller_channel")
 
 RPC_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2
+STREAM_CLOSE_TIMEOUT_S = 1.0
 
 
 class ControllerChannel:
@@ -53,6 +73,14 @@ class ControllerChannel:
         self._on_registered = on_registered
         self._fenced_since: float | None = None
         self._stopping = False
+        self._want_shutdown = False
+        self._shutdown_done = False
+        self._heartbeat_lock = asyncio.Lock()
+        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._stream_unsupported = False
+        # Cancelling a stream whose answer is late makes the controller fence us, so
+        # wait as long as a session could last before giving up on it.
+        self.heartbeat_timeout_s = max(RPC_TIMEOUT_S, 2 * session_timeout_ms / 1000)
         host, port = controller_address
         self._channel = grpc.aio.insecure_channel(f"{host}:{port}",
                                                   options=channel_options(max_message_bytes))
@@ -60,7 +88,13 @@ class ControllerChannel:
 
     async def close(self) -> None:
         self._stopping = True
+        self._drop_stream()
         await self._channel.close()
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
 
     async def register(self) -> int:
         """Register until the controller accepts; returns the new broker epoch."""
@@ -96,16 +130,66 @@ class ControllerChannel:
 
     async def heartbeat(self, *, want_shutdown: bool = False) -> pb.BrokerHeartbeatResponse | None:
         """One heartbeat; None when the controller could not be reached."""
+        async with self._heartbeat_lock:
+            if self._shutdown_done or self._stopping:
+                return None
+            request = pb.BrokerHeartbeatRequest(
+                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                want_shutdown=want_shutdown or self._want_shutdown)
+            if self._stream_unsupported:
+                return await self._unary_heartbeat(request)
+            return await self._stream_heartbeat(request)
+
+    async def _unary_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
         try:
-            resp = await self.stub.BrokerHeartbeat(
-                pb.BrokerHeartbeatRequest(broker_id=self.broker_id,
-                                          broker_epoch=self.broker_epoch,
-                                          want_shutdown=want_shutdown),
-                timeout=RPC_TIMEOUT_S)
+            return await self.stub.BrokerHeartbeat(request, timeout=RPC_TIMEOUT_S)
         except grpc.aio.AioRpcError as e:
             log.debug("heartbeat failed: %s", e.code().name)
             return None
+
+    async def _stream_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
+        """Write ``request`` on the stream (opened when there is none) and read its answer."""
+        if self._stream is None:
+            self._stream = self.stub.BrokerHeartbeats()
+        stream = self._stream
+        try:
+            async with asyncio.timeout(self.heartbeat_timeout_s):
+                await stream.write(request)
+                resp = await stream.read()
+        except grpc.aio.AioRpcError as e:
+            self._stream = None
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                log.info("controller has no BrokerHeartbeats stream: unary heartbeats from now")
+                self._stream_unsupported = True
+                return await self._unary_heartbeat(request)
+            log.info("heartbeat stream failed (%s); re-opening it with the next heartbeat",
+                     e.code().name)
+            return None
+        except (TimeoutError, asyncio.InvalidStateError) as e:
+            log.warning("heartbeat stream %s; re-opening it with the next heartbeat",
+                        "unanswered" if isinstance(e, TimeoutError) else "finished")
+            stream.cancel()
+            self._stream = None
+            return None
+        if resp is grpc.aio.EOF:  # the controller ended it (it is stopping)
+            log.info("controller ended the heartbeat stream; re-opening it with the next heartbeat")
+            self._stream = None
+            return None
         return resp
+
+    async def _close_stream_after_shutdown(self) -> None:
+        """Half-close: the controller sees a finished stream after a finished shutdown."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            async with asyncio.timeout(STREAM_CLOSE_TIMEOUT_S):
+                await stream.done_writing()
+                while await stream.read() is not grpc.aio.EOF:
+                    pass
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
+            pass
+        stream.cancel()
 
     def _needs_registration(self, resp: pb.BrokerHeartbeatResponse) -> bool:
         if resp.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
@@ -122,7 +206,7 @@ class ControllerChannel:
 
     async def run_heartbeats(self) -> None:
         """Heartbeat forever (until cancelled), re-registering when the controller says so."""
-        while not self._stopping:
+        while not self._stopping and not self._shutdown_done:
             resp = await self.heartbeat()
             if resp is not None:
                 self.is_fenced = resp.is_fenced
@@ -136,10 +220,14 @@ class ControllerChannel:
     async def controlled_shutdown(self, timeout_ms: int) -> bool:
         """Ask the controller to move leadership away; True when it said should_shutdown."""
         deadline = time.monotonic() + timeout_ms / 1000
+        self._want_shutdown = True
         while time.monotonic() < deadline:
             resp = await self.heartbeat(want_shutdown=True)
             if resp is not None:
                 if resp.should_shutdown:
+                    async with self._heartbeat_lock:
+                        self._shutdown_done = True
+                        await self._close_stream_after_shutdown()
                     return True
                 if resp.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
                     return False

@@ -40,6 +40,9 @@ class ControllerMetrics:
         self.unclean_leader_elections = Counter(
             PREFIX + "unclean_leader_elections", "Leaders elected from outside the ISR", registry=r)
         self.isr_changes = Counter(PREFIX + "isr_changes", "ISR changes committed", registry=r)
+        self.brokers_fenced = Counter(
+            PREFIX + "brokers_fenced", "Brokers fenced by this controller, by what detected it "
+            "(session_timeout, heartbeat_stream_closed)", ["reason"], registry=r)
         self.requests_delivered = Counter(PREFIX + "broker_requests_delivered",
                                           "Requests delivered to brokers", ["request"], registry=r)
         self.request_latency = Histogram(

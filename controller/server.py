@@ -4,8 +4,16 @@
 grew large), appends the new controller epoch, starts the owner task, the
 session and preferred-leader timers, the gRPC server and (optionally) the
 metrics endpoint. ``stop()``
-undoes it in reverse: gRPC first (with a grace period, so in-flight requests
-finish), then timers, owner and senders, then the log file.
+undoes it in reverse: heartbeat streams first (ended without fencing: a
+broker losing its controller is not a broker crash), then gRPC (with a grace
+period, so in-flight requests finish), then timers, owner and senders, then
+the log file.
+
+Fencing has two detectors: the session timer (``broker.session.timeout.ms``
+without a heartbeat: a paused, partitioned or hung broker) and the end of a
+broker's ``BrokerHeartbeats`` stream (a dead process, whose kernel closed the
+connection: fenced at once). Both go through the same state-machine path and
+are counted in ``brokers_fenced{reason}``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ class ControllerServer:
         self.owner: MetadataOwner | None = None
         self.senders: BrokerSenders | None = None
         self.grpc_server: grpc.aio.Server | None = None
+        self.service: ControllerService | None = None
         self.port: int | None = None
         self._tasks: list[asyncio.Task] = []
         self._metrics_http = None
@@ -66,9 +75,8 @@ class ControllerServer:
         # bump the controller epoch.
         host, port = parse_host_port(self.config.listen)
         self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        pb_grpc.add_ControllerServicer_to_server(
-            ControllerService(self.owner, self.machine, self.metrics, self.senders),
-            self.grpc_server)
+        self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders)
+        pb_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
         try:
             self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
         except RuntimeError as e:  # grpc's way of saying the bind failed
@@ -126,6 +134,7 @@ class ControllerServer:
             except OwnerStoppedError:
                 return
             for broker_id in fenced:
+                self.metrics.brokers_fenced.labels("session_timeout").inc()
                 log.warning("broker %d fenced: no heartbeat for %d ms", broker_id,
                             self.config.broker_session_timeout_ms)
 
@@ -140,6 +149,11 @@ class ControllerServer:
                 log.info("preferred leader election moved %d partitions", moved)
 
     async def stop(self) -> None:
+        if self.service is not None:
+            # Before the gRPC server: streams never finish on their own (they would
+            # hold the stop for the whole grace period), and their end must not
+            # fence brokers that only lose this controller.
+            await self.service.close_streams()
         if self.grpc_server is not None:
             await self.grpc_server.stop(self.config.shutdown_grace_seconds)
         if self.owner is not None:

@@ -23,6 +23,20 @@ Broker <-> controller contract (details this controller decides)
   the current epoch from a fenced broker unfences it; it then gets a full
   resync (LeaderAndIsr for every partition it hosts + UpdateMetadata), and an
   offline partition it can lead elects it.
+* **BrokerHeartbeats** (preferred): the same heartbeats on one bidirectional
+  stream per broker incarnation, each request answered in order. The stream
+  ending while it is the broker's live one (it carried the latest heartbeat
+  of the broker's current epoch, and no controlled shutdown finished) fences
+  the broker at once, through the same path as a session expiry (same
+  metadata record and elections; metric ``brokers_fenced{reason=
+  "heartbeat_stream_closed"}``): a SIGKILLed broker's kernel closes its TCP
+  connection, so its leaderships move in milliseconds instead of after
+  ``broker.session.timeout.ms``. There is no grace period: a live broker whose
+  stream broke (a network blip) re-opens it and its next heartbeat unfences
+  it; that costs a leader change, never data. A paused or partitioned broker
+  keeps its connection, so the session timeout still detects those. When the
+  controller itself stops, it ends every stream without fencing anyone (see
+  ``close_streams``); the brokers reconnect to its successor.
 * **Controlled shutdown**: heartbeat with ``want_shutdown=true`` (keep the
   interval) until ``should_shutdown`` is true. The controller moves every
   leadership away and drops the broker from ISRs; a partition whose only live
@@ -64,6 +78,8 @@ Broker <-> controller contract (details this controller decides)
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 
 import grpc
@@ -88,6 +104,9 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.metrics = metrics
         self.senders = senders
         self.propagation_wait_ms_max = propagation_wait_ms_max
+        self._stream_ids = itertools.count(1)
+        self._streams: set[asyncio.Task] = set()  # handlers of open BrokerHeartbeats streams
+        self._closing = False
 
     async def _wait_propagated(self, offset: int, timeout_ms: int) -> None:
         """Give brokers the change before answering, so clients find the topic at once."""
@@ -122,6 +141,45 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def BrokerHeartbeat(self, request, context):
         return await self._run("BrokerHeartbeat", lambda tx, now: (
             self.machine.broker_heartbeat(tx, now, request)), context)
+
+    async def BrokerHeartbeats(self, request_iterator, context):
+        if self._closing:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
+        stream_id = next(self._stream_ids)
+        bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
+        task = asyncio.current_task()
+        self._streams.add(task)
+        try:
+            async for request in request_iterator:
+                response = await self._run("BrokerHeartbeats", lambda tx, now, r=request: (
+                    self.machine.broker_heartbeat(tx, now, r, stream_id)), context)
+                if response.error_code == pb.NONE:
+                    bound = (request.broker_id, request.broker_epoch)
+                await context.write(response)
+        finally:
+            self._streams.discard(task)
+            if bound is not None and not self._closing:
+                # Shielded: a cancelled handler (lost connection) must still fence.
+                await asyncio.shield(self._stream_closed(*bound, stream_id))
+
+    async def _stream_closed(self, broker_id: int, broker_epoch: int, stream_id: int) -> None:
+        try:
+            fenced = await self.owner.submit(lambda tx, now: self.machine.heartbeat_stream_closed(
+                tx, now, broker_id, broker_epoch, stream_id))
+        except OwnerStoppedError:
+            return
+        if fenced:
+            self.metrics.brokers_fenced.labels("heartbeat_stream_closed").inc()
+            log.warning("broker %d fenced: heartbeat stream closed (broker epoch %d)",
+                        broker_id, broker_epoch)
+
+    async def close_streams(self) -> None:
+        """The controller is stopping: end every heartbeat stream without fencing anyone."""
+        self._closing = True
+        streams = list(self._streams)
+        for task in streams:
+            task.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
 
     async def AlterPartition(self, request, context):
         return await self._run("AlterPartition", lambda tx, now: (

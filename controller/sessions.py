@@ -1,9 +1,24 @@
-"""Broker sessions: when each broker last heartbeated, and who is shutting down.
+"""Broker sessions: when each broker last heartbeated, on which stream, and who is shutting down.
 
 Not durable on purpose: a restarted controller gives every broker it knows a
 fresh session (as KRaft does on failover), twice as long as usual, so a broker
 is fenced only after it stayed silent for two session timeouts under the new
 controller (its channel may need a while to reconnect).
+
+Heartbeat streams: a broker sends its heartbeats on one ``BrokerHeartbeats``
+stream. Each stream gets an id from the service; the session remembers the
+stream that carried the broker's latest heartbeat. When a stream ends, the
+broker is fenced at once only if (``stream_end_fences``):
+
+* that stream carried its latest heartbeat (a newer stream, or a unary
+  heartbeat, since then means the broker is alive and moved on), and
+* it did not finish a controlled shutdown (``should_shutdown`` answered: the
+  broker closes its stream on purpose and exits; its session expiring later
+  fences it without any hurry, as it leads nothing).
+
+The broker epoch and fenced checks live in the state machine, which owns the
+registrations. A paused or partitioned broker keeps its connection (and
+stream) open: the session timeout stays the detector for those.
 """
 
 from __future__ import annotations
@@ -16,9 +31,12 @@ class BrokerSessions:
         self.session_timeout_ms = session_timeout_ms
         self._last_heartbeat_ms: dict[int, int] = {}
         self._in_controlled_shutdown: set[int] = set()
+        self._shutdown_done: set[int] = set()
+        self._stream_of: dict[int, int | None] = {}  # stream of the latest heartbeat (None: unary)
 
-    def touch(self, broker_id: int, now_ms: int) -> None:
+    def touch(self, broker_id: int, now_ms: int, stream_id: int | None = None) -> None:
         self._last_heartbeat_ms[broker_id] = now_ms
+        self._stream_of[broker_id] = stream_id
 
     def begin_controlled_shutdown(self, broker_id: int) -> None:
         self._in_controlled_shutdown.add(broker_id)
@@ -26,14 +44,27 @@ class BrokerSessions:
     def in_controlled_shutdown(self, broker_id: int) -> bool:
         return broker_id in self._in_controlled_shutdown
 
+    def finish_controlled_shutdown(self, broker_id: int) -> None:
+        """``should_shutdown`` was answered: the broker may now close its stream and exit."""
+        self._shutdown_done.add(broker_id)
+
+    def stream_end_fences(self, broker_id: int, stream_id: int) -> bool:
+        """Whether the end of heartbeat stream ``stream_id`` means the broker is gone."""
+        return (self._stream_of.get(broker_id) == stream_id
+                and broker_id not in self._shutdown_done)
+
     def reset(self, broker_id: int, now_ms: int) -> None:
-        """A new registration: a fresh session, not shutting down."""
+        """A new registration: a fresh session, not shutting down, no stream yet."""
         self._in_controlled_shutdown.discard(broker_id)
+        self._shutdown_done.discard(broker_id)
+        self._stream_of.pop(broker_id, None)
         self._last_heartbeat_ms[broker_id] = now_ms
 
     def end(self, broker_id: int) -> None:
         """The broker was fenced: forget its session."""
         self._in_controlled_shutdown.discard(broker_id)
+        self._shutdown_done.discard(broker_id)
+        self._stream_of.pop(broker_id, None)
         self._last_heartbeat_ms.pop(broker_id, None)
 
     def expired(self, broker_ids: Iterable[int], now_ms: int) -> list[int]:

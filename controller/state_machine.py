@@ -211,14 +211,15 @@ class ControllerStateMachine:
             error_code=pb.NONE, broker_epoch=broker_epoch,
             controller_epoch=self.metadata.controller_epoch, cluster_id=self.metadata.cluster_id)
 
-    def broker_heartbeat(self, tx: Tx, now_ms: int,
-                         req: pb.BrokerHeartbeatRequest) -> pb.BrokerHeartbeatResponse:
+    def broker_heartbeat(self, tx: Tx, now_ms: int, req: pb.BrokerHeartbeatRequest,
+                         stream_id: int | None = None) -> pb.BrokerHeartbeatResponse:
+        """One heartbeat, unary (``stream_id`` None) or on a ``BrokerHeartbeats`` stream."""
         broker = self.metadata.brokers.get(req.broker_id)
         epoch = self.metadata.controller_epoch
         if broker is None or broker.broker_epoch != req.broker_epoch:
             return pb.BrokerHeartbeatResponse(error_code=pb.STALE_BROKER_EPOCH, is_fenced=True,
                                               controller_epoch=epoch)
-        self.sessions.touch(req.broker_id, now_ms)
+        self.sessions.touch(req.broker_id, now_ms, stream_id)
         if req.want_shutdown:
             should_shutdown = True
             if not broker.fenced:
@@ -228,6 +229,8 @@ class ControllerStateMachine:
                     p, req.broker_id, live, unclean_allowed=self._unclean_allowed(p.topic)))
                 should_shutdown = not any(p.leader == req.broker_id
                                           for p in self.metadata.all_partitions())
+            if should_shutdown:
+                self.sessions.finish_controlled_shutdown(req.broker_id)
         else:
             should_shutdown = False
             if broker.fenced:
@@ -235,6 +238,23 @@ class ControllerStateMachine:
                 self._unfence_elections(tx, req.broker_id)
         return pb.BrokerHeartbeatResponse(error_code=pb.NONE, is_fenced=broker.fenced,
                                           should_shutdown=should_shutdown, controller_epoch=epoch)
+
+    def heartbeat_stream_closed(self, tx: Tx, now_ms: int, broker_id: int, broker_epoch: int,
+                                stream_id: int) -> bool:
+        """A ``BrokerHeartbeats`` stream ended (half-close, cancellation or lost connection).
+
+        Fences the broker at once, exactly as a session expiry would, when the
+        stream was its live one: ``broker_epoch`` is still its current epoch
+        (an older incarnation's stream ending says nothing about the newer
+        one), it is unfenced, the stream carried its latest heartbeat, and it
+        did not finish a controlled shutdown. Returns whether it fenced.
+        """
+        broker = self.metadata.brokers.get(broker_id)
+        if (broker is None or broker.fenced or broker.broker_epoch != broker_epoch
+                or not self.sessions.stream_end_fences(broker_id, stream_id)):
+            return False
+        self._fence(tx, broker_id)
+        return True
 
     def check_sessions(self, tx: Tx, now_ms: int) -> list[int]:
         """Fence every unfenced broker whose session expired; returns their ids."""
