@@ -13,19 +13,30 @@ Rules (Kafka's ``RecordAccumulator``):
   ended, or a flush is under way; and it is not *muted* (a request for it is in
   flight: one in-flight batch per partition keeps records in order across retries).
 - Batches not delivered within ``delivery_timeout_ms`` of creation expire.
+
+Each record is encoded into its batch when it is appended
+(``client.batch_builder``), so the sender only writes a batch's header and
+CRC. A record's future is a ``RecordFuture``: its batch and its index, no
+lock of its own; the batch holds the outcome all its records share and their
+done-callbacks (Kafka's ``ProduceRequestResult`` and ``FutureRecordMetadata``),
+so settling a batch costs one lock, not one per record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from client.batch_builder import BatchBuilder
 from client.metadata import TopicPartition
+
+LOGGER = logging.getLogger(__name__)
 
 BATCH_OVERHEAD_BYTES = 61  # RecordBatch v2 header
 # A future that is already done (cancelled by its caller) refuses a result with one of these.
@@ -58,66 +69,216 @@ def estimate_record_bytes(key: bytes | None, value: bytes | None,
     return size
 
 
-@dataclass(eq=False)
-class ProducerBatch:
-    tp: TopicPartition
-    created_ms: int
-    records: list[PendingRecord] = field(default_factory=list)
-    futures: list[Future] = field(default_factory=list)
-    size_bytes: int = BATCH_OVERHEAD_BYTES
-    attempts: int = 0
-    retry_after_ms: int = 0
-    encoded: bytes | None = None  # filled once by the sender, resent as-is on retries
-    postponed: bool = False  # held back (no leader known) until retry_after_ms
-    last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
+class RecordFuture:
+    """The future of one record (Kafka's ``FutureRecordMetadata``): its batch and its index.
 
-    def try_append(self, record: PendingRecord, record_bytes: int, future: Future,
-                   batch_size_bytes: int) -> bool:
-        if self.records and self.size_bytes + record_bytes > batch_size_bytes:
+    No lock or condition of its own: the batch's completion (``ProducerBatch``)
+    is shared by all its records. The API is ``concurrent.futures.Future``'s
+    as callers use it: ``result(timeout)``, ``exception(timeout)``, ``done()``,
+    ``cancelled()``, ``running()``, ``add_done_callback(fn)``, ``cancel()``.
+    It is not a ``concurrent.futures.Future`` (``concurrent.futures.wait`` does
+    not take it). ``cancel()`` only stops this future from reporting: the record
+    is sent anyway, as with a cancelled ``Future``.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int):
+        self._batch = batch
+        self._index = index
+
+    def __repr__(self) -> str:
+        b = self._batch
+        state = ("cancelled" if self.cancelled() else "failed" if b._done and b._error is not None
+                 else "done" if b._done else "pending")
+        return f"<RecordFuture {b.tp.topic}-{b.tp.partition} #{self._index} {state}>"
+
+    def cancelled(self) -> bool:
+        cancelled = self._batch._cancelled
+        return cancelled is not None and self._index in cancelled
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return self._batch._done or self.cancelled()
+
+    def cancel(self) -> bool:
+        """Like ``Future.cancel``: True (and done-callbacks run) unless already done."""
+        return self._batch.cancel_record(self)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        batch = self._batch
+        if not batch._done or batch._cancelled is not None:
+            batch.wait_record(self, timeout)
+        return batch._error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        batch = self._batch
+        if not batch._done or batch._cancelled is not None:
+            batch.wait_record(self, timeout)
+        if batch._error is not None:
+            raise batch._error
+        return batch.metadata(self._index)
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
+        """Call ``fn(self)`` once this future is done (now, if it is)."""
+        batch = self._batch
+        if not batch._done:
+            with batch._lock:
+                if not batch._done and not self.cancelled():
+                    batch._callbacks.append(self)
+                    batch._callbacks.append(fn)
+                    return
+        _run_callback(fn, self)
+
+
+def _run_callback(fn, future) -> None:
+    try:
+        fn(future)
+    except Exception:  # like concurrent.futures: a bad callback must not stop the others
+        LOGGER.exception("exception calling callback for %r", future)
+
+
+class ProducerBatch:
+    """A batch of one partition: its records' bytes (``builder``) and, once settled, the
+    outcome all its records share (Kafka's ``ProduceRequestResult``)."""
+
+    __slots__ = ("tp", "created_ms", "builder", "timestamps", "futures", "size_bytes", "attempts",
+                 "retry_after_ms", "encoded", "postponed", "last_error",
+                 "_lock", "_cond", "_done", "_error", "_base_offset", "_log_append_time_ms",
+                 "_callbacks", "_cancelled")
+
+    def __init__(self, tp: TopicPartition, created_ms: int):
+        self.tp = tp
+        self.created_ms = created_ms
+        self.builder = BatchBuilder()
+        self.timestamps: list[int] = []  # each record's timestamp, for its RecordMetadata
+        self.futures: list | None = None  # per-record futures of an external kind (asyncio)
+        self.size_bytes = BATCH_OVERHEAD_BYTES  # estimated (upper bound), for sizing and the buffer
+        self.attempts = 0
+        self.retry_after_ms = 0
+        self.encoded: bytes | None = None  # built once by the sender, resent as-is on retries
+        self.postponed = False  # held back (no leader known) until retry_after_ms
+        self.last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
+        self._lock = threading.Lock()
+        self._cond: threading.Condition | None = None  # made by the first waiter
+        self._done = False
+        self._error: BaseException | None = None
+        self._base_offset = -1
+        self._log_append_time_ms = -1
+        self._callbacks: list | None = []  # future, fn, future, fn, ...
+        self._cancelled: set[int] | None = None
+
+    @property
+    def record_count(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def records(self) -> list[PendingRecord]:
+        """The records, decoded from the batch's bytes (for tests and debugging: not cheap)."""
+        from proto.records import decode_batch
+
+        if not self.timestamps:
+            return []
+        _, records = decode_batch(self.builder.build())
+        return [PendingRecord(r.key, r.value, r.headers, ts)
+                for r, ts in zip(records, self.timestamps, strict=True)]
+
+    def try_append(self, key: bytes | None, value: bytes | None, headers, timestamp_ms: int,
+                   record_bytes: int, batch_size_bytes: int) -> bool:
+        if self.timestamps and self.size_bytes + record_bytes > batch_size_bytes:
             return False
-        self.records.append(record)
-        self.futures.append(future)
+        self.builder.append(key, value, headers, timestamp_ms)
+        self.timestamps.append(timestamp_ms)
         self.size_bytes += record_bytes
         return True
 
     def is_full(self, batch_size_bytes: int) -> bool:
         return self.size_bytes >= batch_size_bytes
 
+    def metadata(self, index: int) -> RecordMetadata:
+        """Where record ``index`` landed (the batch succeeded)."""
+        base = self._base_offset
+        log_append_time_ms = self._log_append_time_ms
+        return RecordMetadata(self.tp.topic, self.tp.partition, base + index if base >= 0 else -1,
+                              log_append_time_ms if log_append_time_ms >= 0 else self.timestamps[index])
+
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
-        """Resolve every record's future: offset = base offset + index (-1 stays -1)."""
-        topic, partition = self.tp
-        # Per record: one set_result (a done future, e.g. cancelled, refuses it) and no done()
-        # check first: each of them takes the future's lock.
-        offset_step = 1 if base_offset >= 0 else 0
-        offset = base_offset
-        if log_append_time_ms >= 0:
-            for fut in self.futures:
-                try:
-                    fut.set_result(RecordMetadata(topic, partition, offset, log_append_time_ms))
-                except _FUTURE_DONE_ERRORS:
-                    pass
-                offset += offset_step
-        else:
-            for record, fut in zip(self.records, self.futures, strict=True):
-                try:
-                    fut.set_result(RecordMetadata(topic, partition, offset, record.timestamp_ms))
-                except _FUTURE_DONE_ERRORS:
-                    pass
-                offset += offset_step
+        """Every record succeeded: offset = base offset + index (-1 stays -1)."""
+        self._settle(None, base_offset, log_append_time_ms)
 
     def fail(self, exc: BaseException) -> None:
-        for fut in self.futures:
+        self._settle(exc, -1, -1)
+
+    def _settle(self, error: BaseException | None, base_offset: int, log_append_time_ms: int) -> None:
+        with self._lock:
+            if self._done:
+                return  # settled already (the first outcome stands)
+            self._error = error
+            self._base_offset = base_offset
+            self._log_append_time_ms = log_append_time_ms
+            self._done = True
+            callbacks, self._callbacks = self._callbacks, None  # also breaks future<->batch cycles
+            if self._cond is not None:
+                self._cond.notify_all()
+        if self.futures is not None:
+            self._settle_external_futures()
+        for i in range(0, len(callbacks), 2):
+            _run_callback(callbacks[i + 1], callbacks[i])
+
+    def _settle_external_futures(self) -> None:
+        error = self._error
+        for index, fut in enumerate(self.futures):
             try:
-                fut.set_exception(exc)
+                if error is None:
+                    fut.set_result(self.metadata(index))
+                else:
+                    fut.set_exception(error)
             except _FUTURE_DONE_ERRORS:
-                pass
+                pass  # the caller cancelled it
+
+    def wait_record(self, future: RecordFuture, timeout: float | None) -> None:
+        """Block until the batch is settled or ``future`` cancelled; raise CancelledError
+        (cancelled) or TimeoutError (``timeout`` seconds passed first)."""
+        index = future._index
+        with self._lock:
+            if not self._done and not (self._cancelled and index in self._cancelled):
+                if self._cond is None:
+                    self._cond = threading.Condition(self._lock)
+                self._cond.wait_for(
+                    lambda: self._done or (self._cancelled is not None and index in self._cancelled),
+                    timeout)
+            if self._cancelled is not None and index in self._cancelled:
+                raise concurrent.futures.CancelledError()
+            if not self._done:
+                raise TimeoutError()
+
+    def cancel_record(self, future: RecordFuture) -> bool:
+        with self._lock:
+            if self._done:
+                return False
+            if self._cancelled is not None and future._index in self._cancelled:
+                return True  # cancelled before: its callbacks ran then
+            if self._cancelled is None:
+                self._cancelled = set()
+            self._cancelled.add(future._index)
+            callbacks = self._callbacks
+            mine = [callbacks[i + 1] for i in range(0, len(callbacks), 2) if callbacks[i] is future]
+            self._callbacks = [x for i in range(0, len(callbacks), 2) if callbacks[i] is not future
+                               for x in (callbacks[i], callbacks[i + 1])]
+            if self._cond is not None:
+                self._cond.notify_all()
+        for fn in mine:
+            _run_callback(fn, future)
+        return True
 
 
 class RecordAccumulator:
     def __init__(self, *, batch_size_bytes: int = 16384, linger_ms: int = 0,
-                 future_factory: Callable[[], Future] = Future):
-        """``future_factory`` makes each record's future: concurrent.futures.Future for the
-        threaded producer, ``loop.create_future`` for the asyncio one (same result API)."""
+                 future_factory: Callable[[], Future] | None = None):
+        """Each record's future is a RecordFuture on its batch; with ``future_factory`` (the
+        asyncio producer's ``loop.create_future``) it is one of those, resolved with the batch."""
         if batch_size_bytes <= 0 or linger_ms < 0:
             raise ValueError("batch_size_bytes must be positive and linger_ms >= 0")
         self.future_factory = future_factory
@@ -129,10 +290,15 @@ class RecordAccumulator:
         self.buffered_records = 0
         self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
-    def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int) -> Future:
+    def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int):
         """Queue a record; return the future of its RecordMetadata."""
-        fut = self.future_factory()
-        key, value, headers, _ = record
+        key, value, headers, timestamp_ms = record
+        return self.add(tp, key, value, headers, timestamp_ms, now_ms)
+
+    def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers,
+            timestamp_ms: int, now_ms: int):
+        """``append`` without a PendingRecord: the producer's per-record path. A record that
+        cannot be encoded (not bytes, timestamp outside int64) raises and is not queued."""
         if headers:
             record_bytes = estimate_record_bytes(key, value, headers)
         else:  # the common case, inline: this runs once per record
@@ -141,16 +307,23 @@ class RecordAccumulator:
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
-        last = queue[-1] if queue else None
-        if (last is None or last.encoded is not None
-                or not last.try_append(record, record_bytes, fut, self.batch_size_bytes)):
-            batch = ProducerBatch(tp=tp, created_ms=now_ms)
-            batch.try_append(record, record_bytes, fut, self.batch_size_bytes)
-            queue.append(batch)
+        batch = queue[-1] if queue else None
+        if (batch is None or batch.encoded is not None
+                or not batch.try_append(key, value, headers, timestamp_ms, record_bytes,
+                                        self.batch_size_bytes)):
+            batch = ProducerBatch(tp, now_ms)
+            batch.try_append(key, value, headers, timestamp_ms, record_bytes, self.batch_size_bytes)
+            queue.append(batch)  # only once the record is in it: a bad record leaves no empty batch
             self.batches_created += 1
         self.buffered_bytes += record_bytes
         self.buffered_records += 1
-        return fut
+        if self.future_factory is not None:
+            fut = self.future_factory()
+            if batch.futures is None:
+                batch.futures = []
+            batch.futures.append(fut)
+            return fut
+        return RecordFuture(batch, len(batch.timestamps) - 1)
 
     def ready(self, now_ms: int, muted: set[TopicPartition] | frozenset = frozenset()
               ) -> tuple[list[TopicPartition], int | None]:
@@ -219,7 +392,7 @@ class RecordAccumulator:
     def release(self, batch: ProducerBatch) -> None:
         """A batch left the producer for good (delivered or failed): free its budget."""
         self.buffered_bytes -= batch.size_bytes - BATCH_OVERHEAD_BYTES
-        self.buffered_records -= len(batch.records)
+        self.buffered_records -= batch.record_count
 
     def expire(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch]:
         """Remove and return queued batches older than the delivery timeout."""

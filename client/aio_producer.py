@@ -19,7 +19,7 @@ import time
 
 import grpc
 
-from client.accumulator import PendingRecord, ProducerBatch, RecordAccumulator, RecordMetadata
+from client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
 from client.metadata import (
     CHANNEL_OPTIONS,
     Address,
@@ -104,10 +104,10 @@ class AsyncProducer:
             async with self._space:
                 await self._space.wait_for(
                     lambda: self._accumulator.buffered_bytes < self.buffer_memory_bytes)
-        record = PendingRecord(key, value, tuple(headers) if headers else (),
-                               timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
         created = self._accumulator.batches_created
-        fut = self._accumulator.append(TopicPartition(topic, partition), record, _now_ms())
+        fut = self._accumulator.add(
+            TopicPartition(topic, partition), key, value, tuple(headers) if headers else (),
+            timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000, _now_ms())
         self._unfinished += 1
         self._idle.clear()
         if created != self._accumulator.batches_created or self._linger_ms == 0:
@@ -156,7 +156,7 @@ class AsyncProducer:
             batch.complete(base_offset, log_append_time_ms)
         else:
             batch.fail(error)
-        self._unfinished -= len(batch.records)
+        self._unfinished -= batch.record_count
         if self._unfinished == 0:
             self._idle.set()
         if self._space is not None and self._accumulator.buffered_bytes < self.buffer_memory_bytes:
@@ -197,8 +197,6 @@ class AsyncProducer:
                             self._finish(batch, e)
 
     async def _send_ready(self, ready: list[TopicPartition]) -> None:
-        from proto.records import SimpleRecord, encode_batch
-
         snap = self.metadata.snapshot
         if snap is None or not self.metadata.cached_partitions(ready[0].topic):
             try:
@@ -225,9 +223,7 @@ class AsyncProducer:
             self._in_flight[tp] = batches
             for batch in batches:
                 if batch.encoded is None:
-                    batch.encoded = encode_batch(
-                        [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records],
-                        compression=self.compression)
+                    batch.encoded = batch.builder.build(self.compression)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         for address, groups in by_leader.items():
             task = asyncio.create_task(self._request(address, groups))

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 
 import grpc
 
-from client.accumulator import PendingRecord, ProducerBatch, RecordAccumulator, RecordMetadata
+from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordMetadata
 from client.metadata import (
     Address,
     BrokerConnectionError,
@@ -58,7 +57,7 @@ from proto.errors import (
     error_for_code,
 )
 
-__all__ = ["Producer", "RecordMetadata", "parse_acks"]
+__all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
 
 
 def parse_acks(value: str | int) -> int:
@@ -79,7 +78,7 @@ def delivery_timeout_error(batch: ProducerBatch, delivery_timeout_ms: int) -> Re
     cause = (f"; last error: {getattr(last, 'error_name', type(last).__name__)} {last}"
              if last is not None else "")
     return RequestTimedOutError(
-        f"{len(batch.records)} record(s) for {batch.tp.topic}-{batch.tp.partition} "
+        f"{batch.record_count} record(s) for {batch.tp.topic}-{batch.tp.partition} "
         f"not delivered within {delivery_timeout_ms} ms{cause}")
 
 
@@ -116,7 +115,7 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
                 for batch in batches:
                     producer._finish(batch, None, offset, answer.log_append_time_ms)
                     if offset >= 0:
-                        offset += len(batch.records)
+                        offset += batch.record_count
                 continue
             else:
                 error = error_for_code(answer.error_code, answer.error_message or
@@ -165,6 +164,7 @@ class Producer:
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
+        self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
         # send() takes the bare mutex (a C-level enter/exit, once per record); everything
         # else uses the condition built on it.
         self._mutex = threading.Lock()
@@ -181,24 +181,37 @@ class Producer:
     # ------------------------------------------------------------------ public API
 
     def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-             partition: int | None = None, headers=(), timestamp_ms: int | None = None) -> Future:
-        """Queue one record; the future resolves to RecordMetadata or a typed exception."""
+             partition: int | None = None, headers=(), timestamp_ms: int | None = None) -> RecordFuture:
+        """Queue one record; the future resolves to RecordMetadata or a typed exception.
+
+        The record is encoded into its partition's open batch here, so a record that
+        cannot be (a key or value that is not bytes, a timestamp outside int64) raises
+        TypeError or ValueError now and is not queued."""
         if self._closed:
             raise RuntimeError("producer is closed")
         parts = self.metadata.cached_partitions(topic) or self._partitions_with_wait(topic)
-        partition = choose_partition(topic, parts, partition, key, value, self._partitioner)
-        record = PendingRecord(key, value, tuple(headers) if headers else (),
-                               timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
-        tp = TopicPartition(topic, partition)
+        if partition is None or partition not in parts:
+            partition = choose_partition(topic, parts, partition, key, value, self._partitioner)
+        tps = self._tps.get(topic)
+        if tps is None:
+            tps = self._tps[topic] = {}
+        tp = tps.get(partition)
+        if tp is None:
+            tp = tps[partition] = TopicPartition(topic, partition)
+        if headers:
+            headers = tuple(headers)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        accumulator = self._accumulator
         with self._mutex:
-            if self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
+            if accumulator.buffered_bytes >= self.buffer_memory_bytes:
                 self._wait_for_buffer_space()
-            created = self._accumulator.batches_created
-            fut = self._accumulator.append(tp, record, _now_ms())
+            created = accumulator.batches_created
+            fut = accumulator.add(tp, key, value, headers, timestamp_ms, time.monotonic_ns() // 1_000_000)
             self._unfinished += 1
             # Wake the sender only when readiness may have changed: a new batch (so the previous
             # one is full, or a linger clock started) or no linger at all.
-            if created != self._accumulator.batches_created or self._accumulator.linger_ms == 0:
+            if created != accumulator.batches_created or accumulator.linger_ms == 0:
                 self._lock.notify_all()
         return fut
 
@@ -327,12 +340,10 @@ class Producer:
                 batch.fail(error)
         with self._lock:
             # Only now: flush() returns after every future it waited for has resolved.
-            self._unfinished -= sum(len(batch.records) for batch, *_ in done)
+            self._unfinished -= sum(batch.record_count for batch, *_ in done)
             self._lock.notify_all()
 
     def _send_ready(self, ready: list[TopicPartition]) -> None:
-        from proto.records import SimpleRecord, encode_batch
-
         # leader address -> [(tp, the partition's batches in order)]
         by_leader: dict[Address, list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
         need_refresh = False
@@ -361,9 +372,7 @@ class Producer:
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
             for batch in batches:
                 if batch.encoded is None:
-                    batch.encoded = encode_batch(
-                        [SimpleRecord(r.key, r.value, r.headers, r.timestamp_ms) for r in batch.records],
-                        compression=self.compression)
+                    batch.encoded = batch.builder.build(self.compression)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         if need_refresh:
             self._maybe_refresh_metadata()
