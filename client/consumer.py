@@ -33,7 +33,6 @@ assignment and positions (``assign``, ``seek``, ``position``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import grpc
 
@@ -45,28 +44,23 @@ from client.metadata import (
     rpc_error_to_typed,
 )
 from proto import tidewater_pb2 as pb
+from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
 from proto.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     TidewaterError,
     error_for_code,
 )
+from proto.records import ConsumerRecord, decode_consumer_records
+
+# ConsumerRecord, one record as poll returns it, is a NamedTuple (topic, partition,
+# offset, key, value, timestamp, leader_epoch, headers) the decoder builds directly.
+__all__ = ["Consumer", "ConsumerRecord", "NoOffsetForPartitionError"]
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
 
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    leader_epoch: int
-    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
@@ -328,8 +322,6 @@ class Consumer:
     def _position_after(position: int, data: bytes) -> int:
         """The position ``_decode`` leaves after ``data``, from the batch headers alone (a
         corrupt batch makes ``_decode`` raise instead, and the prefetch then goes unused)."""
-        from proto.batch import HEADER_SIZE, peek_batch_size, read_header
-
         batch_pos = 0
         while True:
             size = peek_batch_size(data, batch_pos)
@@ -344,12 +336,8 @@ class Consumer:
             call.cancel()
 
     def _decode(self, tp: TopicPartition, data: bytes) -> list[ConsumerRecord]:
-        from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
-        from proto.records import decode_batch_records
-
         position = self._positions[tp]
-        out = []
-        append = out.append
+        out: list[ConsumerRecord] = []
         topic, partition = tp
         batch_pos = 0
         while True:
@@ -364,17 +352,13 @@ class Consumer:
             if read_header(data, start).next_offset <= position:
                 continue  # already returned (a fetch starts at the batch holding the position)
             header = validate_batch(data, start)  # framing, magic, CRC
-            records = decode_batch_records(data, start, header)
+            records = decode_consumer_records(data, start, header, topic, partition)
             if header.is_control:
                 position = header.next_offset
                 continue
-            epoch = header.partition_leader_epoch
-            for r in records:
-                if r.offset < position:
-                    continue
-                headers = r.headers
-                append(ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp,
-                                      epoch, headers if type(headers) is tuple else tuple(headers)))
+            if header.base_offset < position:  # only the batch holding the position
+                records = [r for r in records if r.offset >= position]
+            out += records
             position = max(position, header.next_offset)
         self._positions[tp] = position
         return out

@@ -45,6 +45,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -89,14 +90,31 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One decoded record with its absolute offset and timestamp."""
+class Record(NamedTuple):
+    """One decoded record with its absolute offset and timestamp.
+
+    A tuple (not a frozen dataclass, whose ``__init__`` costs a call of
+    ``object.__setattr__`` per field): the decoder builds one per record.
+    """
 
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+class ConsumerRecord(NamedTuple):
+    """A record as the consumer hands it out (``client.consumer.ConsumerRecord``): decoded
+    straight into this shape, with its partition and its batch's partitionLeaderEpoch."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    leader_epoch: int
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
@@ -352,66 +370,209 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
 
 
 # -- decoding --------------------------------------------------------------------
+#
+# The consumer's hot path. Two loops parse the records part of a batch and must
+# agree on every input (tests/unit/test_records_fast_path.py checks it):
+#
+# - the general one, ``_read_record``, checks every field where it is read;
+# - the fast one, ``_read_rows``, handles the shape producers write (varints of
+#   1-2 bytes) with few checks inline and leaves anything else to
+#   ``_read_record``, restarting that record from its first byte. A fast-path
+#   record is accepted only when its fields end exactly at the end its length
+#   field gives (which lies inside the records part), so a damaged record always
+#   reaches ``_read_record``, which raises the precise error. Reading past the
+#   end of the buffer (IndexError) also falls back to it.
+#
+# Rows are built once, with ``tuple.__new__`` (a NamedTuple's own ``__new__`` is a
+# Python function: several times slower), straight in the class the caller
+# hands out: ``Record`` or ``ConsumerRecord``.
 
-def _read_records(data: bytes, header: BatchHeader) -> list[Record]:
-    """Parse ``header.record_count`` records from ``data`` (already decompressed).
+_new_row = tuple.__new__
 
-    Raises ValueError describing the first thing wrong. Single-byte varints (almost
-    every length and delta) are decoded inline: this loop is the consumer's hot path.
+
+def _read_rows(data: bytes, pos: int, end: int, header: BatchHeader,
+               topic: str | None = None, partition: int = -1) -> list:
+    """Rows for ``header.record_count`` records in ``data[pos:end]`` (already decompressed).
+
+    With ``topic`` None the rows are Record, else ConsumerRecord of ``topic``,
+    ``partition`` and the batch's leader epoch. Raises ValueError describing the
+    first thing wrong.
     """
-    records = []
-    append = records.append
-    end = len(data)
-    if header.record_count > end // RECORD_BYTES_MIN:
-        raise ValueError(f"record count {header.record_count} cannot fit in {end} bytes")
+    record_count = header.record_count
+    if record_count > (end - pos) // RECORD_BYTES_MIN:
+        raise ValueError(f"record count {record_count} cannot fit in {end - pos} bytes")
+    rows: list = []
+    append = rows.append
     base_offset = header.base_offset
     base_ts = header.base_timestamp
-    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
-    read_varint = decode_varint
-    pos = 0
-    for _ in range(header.record_count):
-        b = data[pos] if pos < end else 0x80
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
+    # LogAppendTime: every record has the batch's max timestamp.
+    fixed_ts = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    epoch = header.partition_leader_epoch
+    remaining = record_count
+    while remaining:
+        start = pos
+        try:
+            while remaining:
+                start = pos
+                # length: 1 or 2 bytes, positive (raw even); >= 6 for the fields below
+                b = data[pos]
+                if b < 0x80:
+                    length = b >> 1
+                    pos += 1
+                else:
+                    b1 = data[pos + 1]
+                    if b1 >= 0x80 or b & 1:
+                        break
+                    length = ((b & 0x7F) | (b1 << 7)) >> 1
+                    pos += 2
+                record_end = pos + length
+                if b & 1 or length < RECORD_BYTES_MIN - 1 or record_end > end:
+                    break
+                # attributes (unused) at pos, then timestampDelta (zig-zag, may be negative)
+                b = data[pos + 1]
+                if b < 0x80:
+                    ts_delta = (b >> 1) ^ -(b & 1)
+                    pos += 2
+                else:
+                    b1 = data[pos + 2]
+                    if b1 >= 0x80:
+                        break
+                    raw = (b & 0x7F) | (b1 << 7)
+                    ts_delta = (raw >> 1) ^ -(raw & 1)
+                    pos += 3
+                b = data[pos]
+                if b < 0x80:
+                    offset_delta = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    b1 = data[pos + 1]
+                    if b1 >= 0x80:
+                        break
+                    raw = (b & 0x7F) | (b1 << 7)
+                    offset_delta = (raw >> 1) ^ -(raw & 1)
+                    pos += 2
+                # key: null (varint -1 = 0x01) or 1-2 byte length
+                b = data[pos]
+                if b == 1:
+                    key = None
+                    pos += 1
+                elif b < 0x80 and not b & 1:
+                    pos += 1
+                    key = data[pos:pos + (b >> 1)]
+                    pos += b >> 1
+                else:
+                    b1 = data[pos + 1]
+                    if b1 >= 0x80 or b & 1:
+                        break
+                    n = ((b & 0x7F) | (b1 << 7)) >> 1
+                    pos += 2
+                    key = data[pos:pos + n]
+                    pos += n
+                b = data[pos]
+                if b == 1:
+                    value = None
+                    pos += 1
+                elif b < 0x80 and not b & 1:
+                    pos += 1
+                    value = data[pos:pos + (b >> 1)]
+                    pos += b >> 1
+                else:
+                    b1 = data[pos + 1]
+                    if b1 >= 0x80 or b & 1:
+                        break
+                    n = ((b & 0x7F) | (b1 << 7)) >> 1
+                    pos += 2
+                    value = data[pos:pos + n]
+                    pos += n
+                if data[pos] == 0:  # headersCount
+                    headers = ()
+                    pos += 1
+                else:
+                    try:
+                        headers, pos = _read_headers(data, pos, record_end)
+                    except ValueError:
+                        break  # the general path says what is wrong
+                if pos != record_end:  # fields must end exactly where the length says
+                    break
+                timestamp = base_ts + ts_delta if fixed_ts is None else fixed_ts
+                if topic is None:
+                    append(_new_row(Record, (base_offset + offset_delta, timestamp, key, value,
+                                             headers)))
+                else:
+                    append(_new_row(ConsumerRecord, (topic, partition, base_offset + offset_delta,
+                                                     key, value, timestamp, epoch, headers)))
+                remaining -= 1
+        except IndexError:
+            pass
+        if not remaining:
+            break
+        # Not the common shape (or damaged): the general path reads this record.
+        pos = start
+        offset_delta, ts_delta, key, value, headers, pos = _read_record(data, pos, end)
+        timestamp = base_ts + ts_delta if fixed_ts is None else fixed_ts
+        if topic is None:
+            append(_new_row(Record, (base_offset + offset_delta, timestamp, key, value, headers)))
         else:
-            length, pos = read_varint(data, pos, VARINT_BYTES_MAX)
-        if length < RECORD_BYTES_MIN - 1 or length > end - pos:
-            raise ValueError(f"record length {length} with {end - pos} bytes left")
-        record_end = pos + length
-        # attributes (unused) at pos; the record is >= 6 bytes, so pos + 1 < record_end.
-        b = data[pos + 1]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            pos += 2
-        else:
-            ts_delta, pos = read_varint(data, pos + 1, VARLONG_BYTES_MAX)
-        b = data[pos] if pos < record_end else 0x80
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            offset_delta, pos = read_varint(data, pos, VARINT_BYTES_MAX)
-        key, pos = _read_bytes_field(data, pos, record_end)
-        value, pos = _read_bytes_field(data, pos, record_end)
-        b = data[pos] if pos < record_end else 0x80
-        if b == 0:
-            headers: tuple = ()
-            pos += 1
-        else:
-            headers, pos = _read_headers(data, pos, record_end)
-        if pos != record_end:
-            raise ValueError(f"record says {length} bytes, fields took {length - record_end + pos}")
-        timestamp = header.max_timestamp if log_append_time else base_ts + ts_delta
-        append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+            append(_new_row(ConsumerRecord, (topic, partition, base_offset + offset_delta,
+                                             key, value, timestamp, epoch, headers)))
+        remaining -= 1
     if pos != end:
-        raise ValueError(f"{end - pos} bytes after the last of {header.record_count} records")
-    return records
+        raise ValueError(f"{end - pos} bytes after the last of {record_count} records")
+    return rows
+
+
+def _read_rows_general(data: bytes, pos: int, end: int, header: BatchHeader) -> list[Record]:
+    """What :func:`_read_rows` returns (as Record), by the general path alone: the
+    reference the fast path is tested against."""
+    record_count = header.record_count
+    if record_count > (end - pos) // RECORD_BYTES_MIN:
+        raise ValueError(f"record count {record_count} cannot fit in {end - pos} bytes")
+    log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
+    rows = []
+    for _ in range(record_count):
+        offset_delta, ts_delta, key, value, headers, pos = _read_record(data, pos, end)
+        timestamp = header.max_timestamp if log_append_time else header.base_timestamp + ts_delta
+        rows.append(Record(header.base_offset + offset_delta, timestamp, key, value, headers))
+    if pos != end:
+        raise ValueError(f"{end - pos} bytes after the last of {record_count} records")
+    return rows
+
+
+def _read_record(data: bytes, pos: int, end: int) -> tuple:
+    """``(offset_delta, timestamp_delta, key, value, headers, next_pos)`` of the record at
+    ``pos``, every field checked against the record's length and ``end``."""
+    if pos >= end:
+        raise ValueError("records end before the record count is reached")
+    length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    if length < RECORD_BYTES_MIN - 1 or length > end - pos:
+        raise ValueError(f"record length {length} with {end - pos} bytes left")
+    record_end = pos + length
+    # attributes (unused) at pos; the record is >= 6 bytes, so pos + 1 < record_end.
+    ts_delta, pos = _read_varint(data, pos + 1, record_end, VARLONG_BYTES_MAX)
+    offset_delta, pos = _read_varint(data, pos, record_end)
+    key, pos = _read_bytes_field(data, pos, record_end)
+    value, pos = _read_bytes_field(data, pos, record_end)
+    headers, pos = _read_headers(data, pos, record_end)
+    if pos != record_end:
+        raise ValueError(f"record says {length} bytes, fields took {length - record_end + pos}")
+    return offset_delta, ts_delta, key, value, headers, pos
+
+
+def _read_varint(data: bytes, pos: int, limit: int,
+                 bytes_max: int = VARINT_BYTES_MAX) -> tuple[int, int]:
+    if pos >= limit:
+        raise ValueError("record ends inside its fields")
+    value, pos = decode_varint(data, pos, bytes_max)
+    if pos > limit:
+        raise ValueError("varint runs past the end of the record")
+    return value, pos
 
 
 def _read_headers(data: bytes, pos: int, record_end: int,
                   ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
-    header_count, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    header_count, pos = _read_varint(data, pos, record_end)
+    if header_count == 0:
+        return (), pos
     # Each header takes at least 2 bytes (two lengths): bounds the loop before it runs.
     if header_count < 0 or header_count > (record_end - pos) // 2:
         raise ValueError(f"header count {header_count} with {record_end - pos} bytes left")
@@ -430,17 +591,28 @@ def _read_headers(data: bytes, pos: int, record_end: int,
 
 
 def _read_bytes_field(data: bytes, pos: int, limit: int) -> tuple[bytes | None, int]:
-    b = data[pos] if pos < limit else 0x80
-    if b < 0x80:
-        length = (b >> 1) ^ -(b & 1)
-        pos += 1
-    else:
-        length, pos = decode_varint(data, pos, VARINT_BYTES_MAX)
+    length, pos = _read_varint(data, pos, limit)
     if length == -1:
         return None, pos
     if length < -1 or length > limit - pos:
         raise ValueError(f"field length {length} with {limit - pos} bytes left in the record")
     return data[pos:pos + length], pos + length
+
+
+def _records_part(buf, position: int, header: BatchHeader,
+                  max_decompressed_bytes: int) -> tuple[bytes, int, int]:
+    """``(data, start, end)``: where the batch's (decompressed) records are. An
+    uncompressed batch in a ``bytes`` buffer is read in place, without a copy."""
+    start = position + HEADER_SIZE
+    end = position + header.size
+    compression = header.attributes & COMPRESSION_MASK
+    if compression == COMPRESSION_NONE:
+        if type(buf) is bytes:
+            return buf, start, end
+        data = bytes(memoryview(buf)[start:end])
+    else:
+        data = decompress(compression, bytes(memoryview(buf)[start:end]), max_decompressed_bytes)
+    return data, 0, len(data)
 
 
 def decode_batch(buf, position: int = 0, *,
@@ -459,11 +631,22 @@ def decode_batch(buf, position: int = 0, *,
 def decode_batch_records(buf, position: int, header: BatchHeader, *,
                          max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> list[Record]:
     """The records of an already validated batch (for callers that validated it themselves)."""
-    payload = bytes(memoryview(buf)[position + HEADER_SIZE:position + header.size])
-    compression = header.attributes & COMPRESSION_MASK
     try:
-        data = decompress(compression, payload, max_decompressed_bytes)
-        return _read_records(data, header)
+        data, start, end = _records_part(buf, position, header, max_decompressed_bytes)
+        return _read_rows(data, start, end, header)
+    except ValueError as e:
+        raise CorruptRecordError(f"bad records in batch: {e}", position=position,
+                                 too_large=isinstance(e, DecompressedTooLargeError)) from e
+
+
+def decode_consumer_records(buf, position: int, header: BatchHeader, topic: str, partition: int,
+                            *, max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX,
+                            ) -> list[ConsumerRecord]:
+    """The records of an already validated batch as ConsumerRecord of ``topic``-``partition``
+    with the batch's leader epoch; errors as :func:`decode_batch_records`."""
+    try:
+        data, start, end = _records_part(buf, position, header, max_decompressed_bytes)
+        return _read_rows(data, start, end, header, topic, partition)
     except ValueError as e:
         raise CorruptRecordError(f"bad records in batch: {e}", position=position,
                                  too_large=isinstance(e, DecompressedTooLargeError)) from e
