@@ -1,0 +1,127 @@
+"""RecordFuture (one per record, one completion per batch) keeps concurrent.futures.Future's API."""
+
+import concurrent.futures
+import logging
+import threading
+
+import pytest
+from test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401 - the fixture
+
+from client.accumulator import RecordAccumulator, RecordFuture, RecordMetadata
+from client.metadata import TopicPartition
+from client.producer import Producer
+
+TP = TopicPartition("t", 0)
+
+
+def queued(n: int = 3, ts: int = 100):
+    acc = RecordAccumulator(batch_size_bytes=1 << 20, linger_ms=0)
+    futs = [acc.add(TP, None, i.to_bytes(2, "big"), (), ts + i, 0) for i in range(n)]
+    return acc.drain(TP), futs
+
+
+def test_callbacks_run_once_at_completion_or_at_once_when_done():
+    batch, futs = queued()
+    seen = []
+    futs[0].add_done_callback(lambda f: seen.append(("a", f.result().offset)))
+    futs[2].add_done_callback(lambda f: seen.append(("b", f.result().offset)))
+    assert not any(f.done() for f in futs) and seen == []
+    batch.complete(base_offset=7)
+    assert seen == [("a", 7), ("b", 9)]
+    futs[1].add_done_callback(lambda f: seen.append(("c", f.result().offset)))
+    assert seen[-1] == ("c", 8)
+    assert [f.result() for f in futs] == [RecordMetadata("t", 0, 7 + i, 100 + i) for i in range(3)]
+    assert all(f.done() and f.exception() is None and not f.cancelled() for f in futs)
+    batch.fail(RuntimeError("late"))  # a settled batch stays settled
+    assert futs[0].exception() is None
+
+
+def test_failure_reaches_result_exception_and_callbacks():
+    batch, futs = queued(2)
+    errors = []
+    futs[1].add_done_callback(lambda f: errors.append(f.exception()))
+    boom = OSError("disk")
+    batch.fail(boom)
+    assert errors == [boom] and futs[0].exception() is boom
+    with pytest.raises(OSError):
+        futs[0].result()
+
+
+def test_result_times_out_then_wakes_when_another_thread_completes():
+    batch, futs = queued(1)
+    with pytest.raises(TimeoutError):
+        futs[0].result(timeout=0.01)
+    with pytest.raises(TimeoutError):
+        futs[0].exception(timeout=0)
+    threading.Timer(0.05, batch.complete, args=(40,)).start()
+    assert futs[0].result(timeout=10).offset == 40
+
+
+def test_cancel_is_per_record_and_runs_that_records_callbacks():
+    batch, futs = queued(2)
+    seen = []
+    futs[0].add_done_callback(lambda f: seen.append(("first", f.cancelled())))
+    futs[1].add_done_callback(lambda f: seen.append(("second", f.cancelled())))
+    waiter_error = []
+    waiter = threading.Thread(target=lambda: waiter_error.append(
+        pytest.raises(concurrent.futures.CancelledError, futs[0].result, 10)))
+    waiter.start()
+    assert futs[0].cancel() and futs[0].cancel()  # True again, callbacks not again
+    waiter.join(10)
+    assert waiter_error and seen == [("first", True)]
+    assert futs[0].done() and not futs[1].done()
+    with pytest.raises(concurrent.futures.CancelledError):
+        futs[0].exception()
+    batch.complete(0)
+    assert seen == [("first", True), ("second", False)]
+    assert not futs[1].cancel() and futs[1].result().offset == 1
+    with pytest.raises(concurrent.futures.CancelledError):
+        futs[0].result()
+
+
+def test_a_raising_callback_is_logged_and_the_others_still_run(caplog):
+    batch, futs = queued(2)
+    ran = []
+    futs[0].add_done_callback(lambda f: 1 / 0)
+    futs[1].add_done_callback(ran.append)
+    with caplog.at_level(logging.ERROR, logger="client.accumulator"):
+        batch.complete(0)
+    assert ran == [futs[1]] and "ZeroDivisionError" in caplog.text
+
+
+def test_callbacks_added_from_many_threads_all_run_once():
+    batch, futs = queued(400)
+    counts = [0] * len(futs)
+    lock = threading.Lock()
+
+    def bump(f: RecordFuture) -> None:
+        with lock:
+            counts[f.result().offset] += 1
+
+    def add(part):
+        for f in part:
+            f.add_done_callback(bump)
+
+    threads = [threading.Thread(target=add, args=(futs[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    batch.complete(0)
+    for t in threads:
+        t.join(10)
+    assert counts == [1] * len(futs)
+
+
+def test_producer_sends_headers_and_timestamps_and_rejects_unencodable_records(fake_cluster):  # noqa: F811
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=5) as producer:
+        with pytest.raises(TypeError):
+            producer.send("t", "a str, not bytes", partition=0)
+        with pytest.raises(ValueError):
+            producer.send("t", b"x", partition=0, timestamp_ms=1 << 64)
+        futs = [producer.send("t", f"v{i}".encode(), key=b"k" if i % 2 else None, partition=0,
+                              headers=[("h", bytes([i]))], timestamp_ms=1_000 + i) for i in range(5)]
+        metas = [f.result(5) for f in futs]
+    assert [m.offset for m in metas] == list(range(5))
+    got = consume_all(bootstrap, 5, partitions=(0,))
+    assert [(r.value, r.key, r.headers, r.timestamp) for r in got] == [
+        (f"v{i}".encode(), b"k" if i % 2 else None, (("h", bytes([i])),), 1_000 + i) for i in range(5)]
