@@ -3,9 +3,15 @@
 Theory of operation (per partition, a ``FetchAssignment`` made by LeaderAndIsr):
 1. truncating: ask the leader ``OffsetForLeaderEpoch(latest local epoch)`` and
    truncate by ``follower_truncation`` until it says done (replication.md);
-2. fetching: long-poll Fetch from the LEO with ``last_fetched_epoch``;
+2. fetching: long-poll from the LEO with ``last_fetched_epoch``;
    append as follower, HW = min(leader HW, LEO). A ``diverging_epoch`` answer
    truncates the same way without a separate round trip.
+
+Transport: one ReplicaFetch stream per leader broker, one request then its one
+answer (``_stream_fetch_until_changed`` says how a changed assignment set cuts
+a long-poll short without breaking that order). A leader answering
+UNIMPLEMENTED gets unary Fetch calls instead (until its address changes); a
+broken stream is dropped and reopened after ``replica.fetch.backoff.ms``.
 
 Safety: an answer is applied only if the partition still has the same
 assignment object (same leader epoch) after taking its lock, so a fetcher
@@ -42,6 +48,10 @@ log = logging.getLogger("tidewater.broker.fetcher")
 RPC_MARGIN_S = 5.0
 
 
+class StreamBrokenError(Exception):
+    """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
+
+
 @dataclass(eq=False)
 class FetchAssignment:
     """Follow ``partition`` from one leader in one leader epoch."""
@@ -69,6 +79,8 @@ class LeaderFetcher:
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: pb_grpc.BrokerStub | None = None
+        self._stream: grpc.aio.StreamStreamCall | None = None  # ReplicaFetch, if the leader has it
+        self._stream_supported = True
         self.task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
 
     def add(self, assignment: FetchAssignment) -> None:
@@ -82,6 +94,7 @@ class LeaderFetcher:
     async def close(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+        self._drop_stream()
         if self._channel is not None:
             await self._channel.close()
 
@@ -92,6 +105,8 @@ class LeaderFetcher:
         if endpoint is None:
             return None
         if endpoint != self._endpoint:
+            self._drop_stream()
+            self._stream_supported = True  # a new address may be a newer broker
             if self._channel is not None:
                 asyncio.ensure_future(self._channel.close())
             limit = self.manager.config.socket_request_max_bytes
@@ -127,6 +142,10 @@ class LeaderFetcher:
             except grpc.aio.AioRpcError as e:
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
+            except (StreamBrokenError, asyncio.InvalidStateError) as e:
+                # InvalidStateError: a write on a stream the leader already closed.
+                log.debug("ReplicaFetch stream to broker %d broke: %s", self.leader_id, e)
+                await asyncio.sleep(backoff_s)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a bug must not kill replication silently
@@ -134,6 +153,77 @@ class LeaderFetcher:
                 await asyncio.sleep(backoff_s)
 
     async def _fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
+        """One fetch round: on the ReplicaFetch stream, or unary Fetch if the leader lacks it."""
+        if self._stream_supported:
+            try:
+                await self._stream_fetch_until_changed(stub, active)
+                return
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # An older leader: nothing was processed, so the unary Fetch goes now.
+                log.info("broker %d has no ReplicaFetch: fetching with unary Fetch",
+                         self.leader_id)
+                self._stream_supported = False
+        await self._unary_fetch_until_changed(stub, active)
+
+    async def _stream_fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
+        """One request on the stream, then its answer applied.
+
+        Invariant: between rounds nothing is outstanding on the stream, so the next
+        answer read is the next request's. When the assignment set changes during the
+        long-poll, a request for no partitions with ``max_wait_ms=0`` is sent: its
+        arrival makes the leader answer the pending request now (then this one, at
+        once); both answers are read, the first applied like any other. Any failure
+        or cancellation mid-round drops the stream (the next round opens another).
+        """
+        timeout_s = self.manager.config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
+        call = self._stream
+        if call is None:
+            call = self._stream = stub.ReplicaFetch()
+        read: asyncio.Future | None = None
+        changed: asyncio.Future | None = None
+        try:
+            request, sent = self._fetch_request(active)
+            await call.write(request)
+            read = asyncio.ensure_future(call.read())
+            changed = asyncio.ensure_future(self._changed.wait())
+            done, _ = await asyncio.wait((read, changed), timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise StreamBrokenError(f"no answer from broker {self.leader_id} in {timeout_s}s")
+            woken = read not in done
+            if woken:
+                await call.write(pb.FetchRequest(
+                    replica_id=self.manager.broker_id,
+                    replica_broker_epoch=self.manager.broker_epoch(), max_wait_ms=0))
+            response = self._checked(await asyncio.wait_for(read, RPC_MARGIN_S))
+            await self._apply_response(response, sent)
+            if woken:
+                self._checked(await asyncio.wait_for(call.read(), RPC_MARGIN_S))
+        except TimeoutError as e:
+            self._drop_stream()
+            raise StreamBrokenError(f"broker {self.leader_id} did not answer in time") from e
+        except BaseException:
+            self._drop_stream()
+            raise
+        finally:
+            for future in (read, changed):
+                if future is not None and not future.done():
+                    future.cancel()
+
+    @staticmethod
+    def _checked(response) -> pb.FetchResponse:
+        if response is grpc.aio.EOF:
+            raise StreamBrokenError("the leader ended the ReplicaFetch stream")
+        return response
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
+    async def _unary_fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
         """One Fetch; cancelled when the assignment set changes (new partitions wait no longer)."""
         fetch = asyncio.ensure_future(self._fetch(stub, active))
         changed = asyncio.ensure_future(self._changed.wait())
@@ -188,7 +278,8 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ fetch
 
-    async def _fetch(self, stub, active: list[FetchAssignment]) -> None:
+    def _fetch_request(self, active: list[FetchAssignment]) -> tuple[pb.FetchRequest, dict]:
+        """The request for ``active`` and, by (topic, partition), its (assignment, fetch offset)."""
         config = self.manager.config
         request = pb.FetchRequest(replica_id=self.manager.broker_id,
                                   replica_broker_epoch=self.manager.broker_epoch(),
@@ -206,8 +297,17 @@ class LeaderFetcher:
         # from, never whatever is assigned when the answer arrives.
         sent = {(a.partition.tp.topic, a.partition.tp.partition): (a, p.fetch_offset)
                 for a, p in zip(active, request.partitions, strict=True)}
-        timeout_s = config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
+        return request, sent
+
+    async def _fetch(self, stub, active: list[FetchAssignment]) -> None:
+        """One unary Fetch (a leader without ReplicaFetch)."""
+        request, sent = self._fetch_request(active)
+        timeout_s = self.manager.config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
         response = await stub.Fetch(request, timeout=timeout_s)
+        await self._apply_response(response, sent)
+
+    async def _apply_response(self, response: pb.FetchResponse, sent: dict) -> None:
+        config = self.manager.config
         if response.error_code != pb.NONE:
             raise RuntimeError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
         for p in response.partitions:

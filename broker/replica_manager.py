@@ -385,7 +385,14 @@ class ReplicaManager:
 
     # ================================================================ fetch
 
-    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    async def fetch(self, request: pb.FetchRequest,
+                    interrupt: asyncio.Future | None = None) -> pb.FetchResponse:
+        """Answer a Fetch, long-polling up to ``max_wait_ms`` for ``min_bytes``.
+
+        ``interrupt`` (a ReplicaFetch stream's next request arriving) ends the long-poll
+        early: the request is read once more and answered with what there is, as on a
+        timeout, so every request on a stream gets exactly one answer, in order.
+        """
         loop = asyncio.get_running_loop()
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
         deadline = loop.time() + max_wait_ms / 1000
@@ -404,11 +411,16 @@ class ReplicaManager:
                 must_answer = True  # followers learn HW moves promptly
             first_pass = False
             remaining_s = deadline - loop.time()
-            if must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0:
+            if (must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0
+                    or (interrupt is not None and interrupt.done())):
                 break
             waiter = self.fetch_waiters.watch(keys)
             try:
-                await asyncio.wait_for(waiter, remaining_s)
+                if interrupt is None:
+                    await asyncio.wait_for(waiter, remaining_s)
+                else:
+                    await asyncio.wait((waiter, interrupt), timeout=remaining_s,
+                                       return_when=asyncio.FIRST_COMPLETED)
             except TimeoutError:
                 pass
             finally:

@@ -1,0 +1,167 @@
+"""ReplicaFetch over real gRPC: the stream, a changed assignment set cutting a long-poll short,
+and the fallback to unary Fetch when the leader lacks the stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from broker.forwarding import ControllerForwarder
+from broker.server import BrokerServicer, build_server
+from broker.storage.topics import TopicPartition
+from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
+from tests.unit.test_broker_fetcher import seeded_log, wait_until
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class CountingServicer(BrokerServicer):
+    """The real servicer, counting which fetch RPC the follower used."""
+
+    def __init__(self, rm):
+        super().__init__(rm, rm.metadata_cache, rm.metrics, "INTERNAL")
+        self.calls = {"Fetch": 0, "ReplicaFetch": 0}
+
+    async def Fetch(self, request, context):
+        self.calls["Fetch"] += 1
+        return await super().Fetch(request, context)
+
+    async def ReplicaFetch(self, request_iterator, context):
+        self.calls["ReplicaFetch"] += 1
+        return await super().ReplicaFetch(request_iterator, context)
+
+
+class OldServicer(CountingServicer):
+    """A leader from before ReplicaFetch: the generated base answers UNIMPLEMENTED."""
+
+    ReplicaFetch = pb_grpc.BrokerServicer.ReplicaFetch
+
+
+async def start_leader(rm, servicer):
+    server, port = build_server(host="127.0.0.1", port=0, servicer=servicer,
+                                controller_servicer=ControllerForwarder(None),
+                                max_message_bytes=1 << 20)
+    await server.start()
+    await rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,)))
+    return server, port
+
+
+def follow(port: int, leader_epoch: int = 0) -> pb.LeaderAndIsrRequest:
+    request = lai(leader=1, leader_epoch=leader_epoch, isr=(1,))
+    request.leaders[0].broker_id, request.leaders[0].port = 1, port
+    return request
+
+
+def make_follower(tmp_path, **settings):
+    rm, _ = make_manager(tmp_path, **settings)
+    rm.broker_id = rm.fetchers.broker_id = 2
+    rm.log_manager._logs[TP] = seeded_log([])
+    return rm
+
+
+@pytest.mark.parametrize("servicer_type", [CountingServicer, OldServicer])
+async def test_follower_replicates_over_the_stream_or_falls_back_to_fetch(tmp_path, servicer_type):
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = seeded_log([(0, 4)])
+    servicer = servicer_type(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    follower_rm = make_follower(tmp_path / "f")
+    try:
+        assert (await follower_rm.leader_and_isr(follow(port))).partitions[0].error_code == pb.NONE
+        follower_log = follower_rm.log_manager.get(TP)
+        await wait_until(lambda: follower_log.log_end_offset == 4)
+        fetcher = follower_rm.fetchers.fetchers[1]
+        if servicer_type is OldServicer:
+            assert fetcher._stream_supported is False
+            assert servicer.calls["Fetch"] > 0
+        else:
+            assert fetcher._stream_supported is True
+            assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}  # one long-lived stream
+        # Later appends reach the follower the same way.
+        assert (await leader_rm.produce(produce(acks=1))).partitions[0].error_code == pb.NONE
+        await wait_until(lambda: follower_log.log_end_offset == 5)
+        assert follower_log.log_end_offset == 5
+        if servicer_type is CountingServicer:
+            assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
+
+
+def for_partition(request: pb.LeaderAndIsrRequest, tp: TopicPartition) -> pb.LeaderAndIsrRequest:
+    request.partitions[0].state.topic, request.partitions[0].state.partition = tp
+    return request
+
+
+async def test_new_partition_cuts_the_pending_long_poll_short(tmp_path):
+    # The follower long-polls TP for up to 60 s. A second partition assigned meanwhile must
+    # not wait for it: the follower's wake-up request makes the leader answer the pending
+    # one, and the next request covers both partitions.
+    tp2 = TopicPartition("orders", 1)
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
+    servicer = CountingServicer(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    await leader_rm.leader_and_isr(for_partition(lai(leader=1, leader_epoch=0, isr=(1,)), tp2))
+    assert (await leader_rm.produce(produce(acks=1, topic=tp2.topic, partition=1))
+            ).partitions[0].error_code == pb.NONE
+    follower_rm = make_follower(tmp_path / "f", **{"replica.fetch.wait.max.ms": "60000"})
+    try:
+        await follower_rm.leader_and_isr(follow(port))
+        follower_log = follower_rm.log_manager.get(TP)
+        await wait_until(lambda: follower_log.log_end_offset == 2)
+        await wait_until(lambda: leader_rm.fetch_waiters.waiting() == 1)  # parked long-poll
+        assert leader_rm.fetch_waiters.waiting() == 1
+        await follower_rm.leader_and_isr(for_partition(follow(port), tp2))
+        await wait_until(lambda: tp2 in follower_rm.partitions
+                         and follower_rm.partitions[tp2].log_end_offset == 1, timeout_s=20)
+        assert follower_rm.partitions[tp2].log_end_offset == 1
+        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}  # the stream survived
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
+
+
+async def test_stream_answers_each_request_once_in_order(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    rm.log_manager._logs[TP] = seeded_log([(0, 3)])
+    server, port = await start_leader(rm, CountingServicer(rm))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        call = pb_grpc.BrokerStub(channel).ReplicaFetch()
+
+        def request(offset, max_wait_ms, partitions=True):
+            r = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=max_wait_ms,
+                                min_bytes=1, max_bytes=1 << 20)
+            if partitions:
+                r.partitions.add(topic=TP.topic, partition=0, current_leader_epoch=0,
+                                 fetch_offset=offset, last_fetched_epoch=0,
+                                 partition_max_bytes=1 << 20)
+            return r
+
+        await call.write(request(0, 0))
+        first = await call.read()
+        assert first.partitions[0].records and first.partitions[0].log_end_offset == 3
+        await call.write(request(3, 60_000))  # at the LEO: long-polls
+        await wait_until(lambda: rm.fetch_waiters.waiting() == 1)
+        await call.write(request(3, 0, partitions=False))  # cuts it short
+        second = await asyncio.wait_for(call.read(), 20)
+        assert second.partitions[0].error_code == pb.NONE and not second.partitions[0].records
+        third = await asyncio.wait_for(call.read(), 20)
+        assert third.error_code == pb.NONE and len(third.partitions) == 0
+        # A fenced epoch is answered per partition, and the stream goes on.
+        await rm.leader_and_isr(lai(leader=1, leader_epoch=1, isr=(1,)))
+        await call.write(request(3, 0))  # still in epoch 0
+
+        fourth = await asyncio.wait_for(call.read(), 20)
+        assert fourth.partitions[0].error_code == pb.FENCED_LEADER_EPOCH
+        await call.done_writing()
+        assert await call.read() is grpc.aio.EOF
+    finally:
+        await channel.close()
+        await rm.stop()
+        await server.stop(0)
