@@ -28,7 +28,7 @@ class StreamController(pb_grpc.ControllerServicer):
 
     async def BrokerHeartbeat(self, request, context):
         self.unary += 1
-        return pb.BrokerHeartbeatResponse(error_code=pb.NONE)
+        return pb.BrokerHeartbeatResponse(error_code=pb.NONE, should_shutdown=request.want_shutdown)
 
     async def BrokerHeartbeats(self, request_iterator, context):
         seen: list[pb.BrokerHeartbeatRequest] = []
