@@ -333,18 +333,26 @@ class RecordAccumulator:
         for tp, queue in self._queues.items():
             if not queue or tp in muted:
                 continue
-            batch = queue[0]
-            if batch.attempts > 0 or batch.postponed:
-                due = batch.retry_after_ms
-            elif self._flushing or len(queue) > 1 or batch.is_full(self.batch_size_bytes):
-                due = now_ms
-            else:
-                due = batch.created_ms + self.linger_ms
+            due = self._due_ms(queue, now_ms)
             if due <= now_ms:
                 ready.append(tp)
             elif next_ms is None or due < next_ms:
                 next_ms = due
         return ready, next_ms
+
+    def partition_ready(self, tp: TopicPartition, now_ms: int) -> bool:
+        """Whether ``tp``'s first batch can be sent now (``ready`` for one partition, unmuted)."""
+        queue = self._queues.get(tp)
+        return bool(queue) and self._due_ms(queue, now_ms) <= now_ms
+
+    def _due_ms(self, queue: deque[ProducerBatch], now_ms: int) -> int:
+        """When the first batch of a non-empty queue may be sent."""
+        batch = queue[0]
+        if batch.attempts > 0 or batch.postponed:
+            return batch.retry_after_ms
+        if self._flushing or len(queue) > 1 or batch.is_full(self.batch_size_bytes):
+            return now_ms
+        return batch.created_ms + self.linger_ms
 
     def drain(self, tp: TopicPartition) -> ProducerBatch | None:
         """Take the first batch of ``tp`` for sending."""

@@ -203,16 +203,24 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         accumulator = self._accumulator
+        send_now = False
         with self._mutex:
             if accumulator.buffered_bytes >= self.buffer_memory_bytes:
                 self._wait_for_buffer_space()
             created = accumulator.batches_created
-            fut = accumulator.add(tp, key, value, headers, timestamp_ms, time.monotonic_ns() // 1_000_000)
+            now_ms = time.monotonic_ns() // 1_000_000
+            fut = accumulator.add(tp, key, value, headers, timestamp_ms, now_ms)
             self._unfinished += 1
+            if accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed:
+                # Nothing of this partition on the way and no linger: send from this thread
+                # now rather than wake the sender (one thread hand-off less per lone record).
+                send_now = accumulator.partition_ready(tp, now_ms)
             # Wake the sender only when readiness may have changed: a new batch (so the previous
             # one is full, or a linger clock started) or no linger at all.
-            if created != accumulator.batches_created or accumulator.linger_ms == 0:
+            if not send_now and (created != accumulator.batches_created or accumulator.linger_ms == 0):
                 self._lock.notify_all()
+        if send_now:
+            self._send_or_fail([tp])
         return fut
 
     def _wait_for_buffer_space(self) -> None:
@@ -307,15 +315,21 @@ class Producer:
                     wait_ms = 200 if next_ms is None else max(1, min(200, next_ms - now))
                     self._lock.wait(wait_ms / 1000)
                     continue
-            try:
-                self._send_ready(ready)
-            except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
-                with self._lock:
-                    for tp in ready:
-                        if tp in self._in_flight:
-                            continue  # its request is out; the answer resolves it
-                        for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
-                            self._finish(batch, e)
+            self._send_or_fail(ready)
+
+    def _send_or_fail(self, ready: list[TopicPartition]) -> None:
+        """``_send_ready``, failing the partitions' queued batches if it breaks (the sender
+        thread's loop, or ``send`` itself with linger 0)."""
+        try:
+            self._send_ready(ready)
+        except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
+            with self._lock:
+                for tp in ready:
+                    if tp in self._in_flight:
+                        continue  # its request is out; the answer resolves it
+                    for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
+                        self._finish(batch, e)
+            self._resolve_finished()
 
     def _expire(self, now: int) -> None:
         for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
@@ -364,6 +378,8 @@ class Producer:
                     need_refresh = True
                     self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
                     continue
+                if self._in_flight.get(tp, 0) >= self.max_in_flight_per_partition:
+                    continue  # send() and the sender both saw it ready; the answer wakes the sender
                 # Every queued batch of the partition goes in one request (in order); with one
                 # request in flight per partition (the default) retries cannot reorder.
                 batches = self._accumulator.drain_many(tp, self.request_bytes_max)
