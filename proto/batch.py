@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -64,8 +64,10 @@ _OFFSET_AND_EPOCH = struct.Struct(">q4xi")  # baseOffset, (length), epoch
 _EPOCH = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The unpacked header. A tuple (built straight from ``struct.unpack_from``): a frozen
+    dataclass's ``__init__`` costs a call per field, per batch, on produce and fetch paths."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -107,6 +109,9 @@ class BatchHeader:
         return bool(self.attributes & CONTROL_MASK)
 
 
+_new_header = tuple.__new__
+
+
 def read_header(buf, position: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at ``position`` without any validation."""
     if len(buf) - position < HEADER_SIZE:
@@ -114,7 +119,7 @@ def read_header(buf, position: int = 0) -> BatchHeader:
             f"truncated batch header: {len(buf) - position} of {HEADER_SIZE} bytes",
             position=position,
         )
-    return BatchHeader(*_HEADER.unpack_from(buf, position))
+    return _new_header(BatchHeader, _HEADER.unpack_from(buf, position))
 
 
 def peek_batch_size(buf, position: int = 0) -> int | None:
@@ -147,7 +152,7 @@ def validate_batch(buf, position: int = 0, *, max_size: int | None = None) -> Ba
         raise CorruptRecordError(
             f"truncated batch: length says {size} bytes, {available} present", position=position
         )
-    header = BatchHeader(*_HEADER.unpack_from(buf, position))
+    header = _new_header(BatchHeader, _HEADER.unpack_from(buf, position))
     if header.magic != MAGIC_V2:
         raise CorruptRecordError(f"unsupported magic {header.magic}", position=position)
     if header.last_offset_delta < 0 or header.record_count < 0:
