@@ -125,3 +125,33 @@ def test_producer_sends_headers_and_timestamps_and_rejects_unencodable_records(f
     got = consume_all(bootstrap, 5, partitions=(0,))
     assert [(r.value, r.key, r.headers, r.timestamp) for r in got] == [
         (f"v{i}".encode(), b"k" if i % 2 else None, (("h", bytes([i])),), 1_000 + i) for i in range(5)]
+
+
+def test_linger_zero_sends_from_callers_without_passing_the_in_flight_limit(fake_cluster):  # noqa: F811
+    # With linger 0 a send() on an idle partition sends from the caller's thread; with
+    # several callers and the sender thread racing, one request per partition stays the limit
+    # and every record lands once, in the order of its offsets.
+    state, bootstrap = fake_cluster
+    state.produce_delay_s = 0.02
+    per_thread = 40
+    with Producer(bootstrap, acks=1, linger_ms=0, max_in_flight_per_partition=1) as producer:
+        futs: dict[bytes, RecordFuture] = {}
+
+        def run(t: int) -> None:
+            for i in range(per_thread):
+                value = f"{t}-{i:03d}".encode()
+                futs[value] = producer.send("t", value, partition=0)
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(20)
+        producer.flush(20)
+    assert state.produce_calls_max == 1
+    stored = {r.offset: r.value for r in consume_all(bootstrap, 4 * per_thread, partitions=(0,))}
+    assert sorted(stored) == list(range(4 * per_thread))
+    assert {f.result().offset: value for value, f in futs.items()} == stored
+    for t in range(4):  # one thread's records keep their order
+        offsets = [futs[f"{t}-{i:03d}".encode()].result().offset for i in range(per_thread)]
+        assert offsets == sorted(offsets)
