@@ -281,7 +281,8 @@ class Consumer:
         if chunks and clean and max_records is None:
             self._prefetch(wanted, dict(chunks))
         for tp, data in chunks:
-            records.extend(self._decode(tp, data))
+            # With max_records, batches past the limit are left undecoded (fetched again).
+            records += self._decode(tp, data, None if max_records is None else max_records - len(records))
         if max_records is not None and len(records) > max_records:
             # Hand back only max_records; rewind positions so the rest come next poll.
             kept = records[:max_records]
@@ -335,12 +336,14 @@ class Consumer:
         for _address, _items, call in calls:
             call.cancel()
 
-    def _decode(self, tp: TopicPartition, data: bytes) -> list[ConsumerRecord]:
+    def _decode(self, tp: TopicPartition, data: bytes, limit: int | None = None) -> list[ConsumerRecord]:
+        """Records of ``data`` at or after ``tp``'s position, which moves past them; with
+        ``limit``, decoding stops at the first batch boundary with ``limit`` records."""
         position = self._positions[tp]
         out: list[ConsumerRecord] = []
         topic, partition = tp
         batch_pos = 0
-        while True:
+        while limit is None or len(out) < limit:
             size = peek_batch_size(data, batch_pos)
             if size is None or batch_pos + size > len(data):
                 break  # a partial batch at the end (fetch size limit): fetched again next time

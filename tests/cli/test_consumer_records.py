@@ -31,30 +31,30 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 BASE_TS = 1_700_000_000_000
 
 
-def create_topic(bootstrap: str, name: str, configs: dict | None = None) -> None:
+def create_topic(bootstrap: str, name: str, configs: dict | None = None, partitions: int = 1) -> None:
     admin = AdminClient(bootstrap)
     try:
-        admin.create_topic(name, 1, 3, configs)
+        admin.create_topic(name, partitions, 3, configs)
         deadline = time.monotonic() + 30
         while True:
-            p = admin.describe_topics([name], with_replica_state=False)[0].partitions[0]
-            if p.leader >= 0 and set(p.isr) == set(p.replicas):
+            ps = admin.describe_topics([name], with_replica_state=False)[0].partitions
+            if all(p.leader >= 0 and set(p.isr) == set(p.replicas) for p in ps):
                 return
-            assert time.monotonic() < deadline, p
+            assert time.monotonic() < deadline, ps
             time.sleep(0.1)
     finally:
         admin.close()
 
 
-def produce_batches(bootstrap: str, topic: str, batches: list[bytes]) -> int:
+def produce_batches(bootstrap: str, topic: str, batches: list[bytes], partition: int = 0) -> int:
     """Append each batch with acks=all; the leader epoch the batches got."""
     metadata = MetadataClient(bootstrap)
     try:
-        leader = metadata.leader_for(TopicPartition(topic, 0))
+        leader = metadata.leader_for(TopicPartition(topic, partition))
         stub = metadata.pool.broker(leader.address)
         for batch in batches:
             resp = stub.Produce(pb.ProduceRequest(acks=-1, timeout_ms=10000, partitions=[
-                pb.ProducePartitionData(topic=topic, partition=0, records=batch)]), timeout=30)
+                pb.ProducePartitionData(topic=topic, partition=partition, records=batch)]), timeout=30)
             assert resp.partitions[0].error_code == pb.NONE, resp
         return leader.leader_epoch
     finally:
@@ -129,3 +129,25 @@ def test_log_append_time_records_carry_the_brokers_timestamp(cluster):  # noqa: 
     assert [r.value for r in got] == [b"v%d" % i for i in range(50)]
     assert len({r.timestamp for r in got}) == 1  # the batch's maxTimestamp, set by the leader
     assert got[0].timestamp >= before_ms
+
+
+def test_max_records_across_partitions_returns_each_record_once_in_order(cluster):  # noqa: F811
+    topic = "maxparts"
+    create_topic(cluster.bootstrap, topic, partitions=3)
+    for p in range(3):
+        produce_batches(cluster.bootstrap, topic, [
+            encode_batch([(None, b"%d-%d" % (p, b * 40 + i)) for i in range(40)]) for b in range(2)],
+            partition=p)
+    got: list[ConsumerRecord] = []
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, p) for p in range(3)])
+        deadline = time.monotonic() + 60
+        while len(got) < 240:
+            assert time.monotonic() < deadline, f"{len(got)} of 240 records"
+            polled = consumer.poll(500, max_records=13)
+            assert len(polled) <= 13
+            got += polled
+        assert consumer.poll(200) == []
+    for p in range(3):
+        assert [(r.offset, r.value) for r in got if r.partition == p] == [
+            (o, b"%d-%d" % (p, o)) for o in range(80)]
