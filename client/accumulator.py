@@ -152,13 +152,13 @@ class ProducerBatch:
     def __init__(self, tp: TopicPartition, created_ms: int):
         self.tp = tp
         self.created_ms = created_ms
-        self.builder = BatchBuilder()
+        self.builder: BatchBuilder | None = BatchBuilder()  # None once closed
         self.timestamps: list[int] = []  # each record's timestamp, for its RecordMetadata
         self.futures: list | None = None  # per-record futures of an external kind (asyncio)
         self.size_bytes = BATCH_OVERHEAD_BYTES  # estimated (upper bound), for sizing and the buffer
         self.attempts = 0
         self.retry_after_ms = 0
-        self.encoded: bytes | None = None  # built once by the sender, resent as-is on retries
+        self.encoded: bytes | None = None  # set by close(), resent as-is on retries
         self.postponed = False  # held back (no leader known) until retry_after_ms
         self.last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
         self._lock = threading.Lock()
@@ -181,7 +181,7 @@ class ProducerBatch:
 
         if not self.timestamps:
             return []
-        _, records = decode_batch(self.builder.build())
+        _, records = decode_batch(self.encoded if self.builder is None else self.builder.build())
         return [PendingRecord(r.key, r.value, r.headers, ts)
                 for r, ts in zip(records, self.timestamps, strict=True)]
 
@@ -193,6 +193,14 @@ class ProducerBatch:
         self.timestamps.append(timestamp_ms)
         self.size_bytes += record_bytes
         return True
+
+    def close(self, compression: int) -> bytes:
+        """Finish the batch for sending (the sender, once: no record joins it after it left
+        its queue); its builder's buffer is dropped, so it is held once, as ``encoded``."""
+        if self.encoded is None:
+            self.encoded = self.builder.build(compression)
+            self.builder = None
+        return self.encoded
 
     def is_full(self, batch_size_bytes: int) -> bool:
         return self.size_bytes >= batch_size_bytes

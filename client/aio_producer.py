@@ -222,8 +222,7 @@ class AsyncProducer:
                 continue
             self._in_flight[tp] = batches
             for batch in batches:
-                if batch.encoded is None:
-                    batch.encoded = batch.builder.build(self.compression)
+                batch.close(self.compression)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         for address, groups in by_leader.items():
             task = asyncio.create_task(self._request(address, groups))

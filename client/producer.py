@@ -56,6 +56,7 @@ from proto.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from proto.records import compress
 
 __all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
 
@@ -156,6 +157,7 @@ class Producer:
         self.max_block_ms = max_block_ms
         self.unknown_topic_wait_ms = unknown_topic_wait_ms
         self.bootstrap_wait_ms = bootstrap_wait_ms  # no broker ever answered: give up this soon
+        compress(compression, b"")  # an unknown or unavailable codec fails here, not per batch
         self.compression = compression  # proto.records.COMPRESSION_* code
         self.request_bytes_max = request_bytes_max  # per partition per request (at least one batch)
         if max_in_flight_per_partition < 1:
@@ -386,9 +388,16 @@ class Producer:
                 if not batches:
                     continue
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
-            for batch in batches:
-                if batch.encoded is None:
-                    batch.encoded = batch.builder.build(self.compression)
+            try:
+                for batch in batches:
+                    batch.close(self.compression)
+            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
+                with self._lock:
+                    self._release_in_flight(tp)
+                    for batch in batches:
+                        self._finish(batch, e)
+                    self._lock.notify_all()  # the sender resolves the futures
+                continue
             by_leader.setdefault(leader.address, []).append((tp, batches))
         if need_refresh:
             self._maybe_refresh_metadata()
@@ -425,16 +434,20 @@ class Producer:
                      transport_error: TidewaterError | Exception | None) -> None:
         with self._lock:
             for tp, _ in groups:
-                left = self._in_flight.get(tp, 0) - 1
-                if left > 0:
-                    self._in_flight[tp] = left
-                else:
-                    self._in_flight.pop(tp, None)
+                self._release_in_flight(tp)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
             self._lock.notify_all()
         self._resolve_finished()
         if refresh:
             self.metadata.invalidate()
+
+    def _release_in_flight(self, tp: TopicPartition) -> None:
+        """One request of ``tp`` is no longer out (lock held)."""
+        left = self._in_flight.get(tp, 0) - 1
+        if left > 0:
+            self._in_flight[tp] = left
+        else:
+            self._in_flight.pop(tp, None)
 
     def _maybe_refresh_metadata(self) -> None:
         now = _now_ms()

@@ -7,9 +7,11 @@ import threading
 import pytest
 from test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401 - the fixture
 
-from client.accumulator import RecordAccumulator, RecordFuture, RecordMetadata
+from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordMetadata
 from client.metadata import TopicPartition
 from client.producer import Producer
+from proto.errors import UnsupportedCompressionError
+from proto.records import COMPRESSION_SNAPPY
 
 TP = TopicPartition("t", 0)
 
@@ -155,3 +157,30 @@ def test_linger_zero_sends_from_callers_without_passing_the_in_flight_limit(fake
     for t in range(4):  # one thread's records keep their order
         offsets = [futs[f"{t}-{i:03d}".encode()].result().offset for i in range(per_thread)]
         assert offsets == sorted(offsets)
+
+
+def test_unsupported_compression_is_refused_at_construction(fake_cluster):  # noqa: F811
+    _state, bootstrap = fake_cluster
+    with pytest.raises(UnsupportedCompressionError):
+        Producer(bootstrap, compression=COMPRESSION_SNAPPY)
+
+
+def test_a_batch_that_cannot_be_built_fails_its_records_and_the_partition_goes_on(fake_cluster, monkeypatch):  # noqa: F811
+    state, bootstrap = fake_cluster
+    real_close = ProducerBatch.close
+    calls = []
+
+    def close_failing_once(batch, compression):
+        calls.append(batch)
+        if len(calls) == 1:
+            raise RuntimeError("codec broke")
+        return real_close(batch, compression)
+
+    monkeypatch.setattr(ProducerBatch, "close", close_failing_once)
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        first = producer.send("t", b"lost", partition=0)
+        with pytest.raises(RuntimeError, match="codec broke"):
+            first.result(5)
+        assert producer.send("t", b"kept", partition=0).result(5).offset == 0
+        producer.flush(5)
+    assert [r.value for r in consume_all(bootstrap, 1, partitions=(0,))] == [b"kept"]
