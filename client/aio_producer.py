@@ -220,9 +220,14 @@ class AsyncProducer:
             batches = self._accumulator.drain_many(tp, self.request_bytes_max)
             if not batches:
                 continue
+            try:
+                for batch in batches:
+                    batch.close(self.compression)
+            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
+                for batch in batches:
+                    self._finish(batch, e)
+                continue
             self._in_flight[tp] = batches
-            for batch in batches:
-                batch.close(self.compression)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         for address, groups in by_leader.items():
             task = asyncio.create_task(self._request(address, groups))
