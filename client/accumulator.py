@@ -185,15 +185,6 @@ class ProducerBatch:
         return [PendingRecord(r.key, r.value, r.headers, ts)
                 for r, ts in zip(records, self.timestamps, strict=True)]
 
-    def try_append(self, key: bytes | None, value: bytes | None, headers, timestamp_ms: int,
-                   record_bytes: int, batch_size_bytes: int) -> bool:
-        if self.timestamps and self.size_bytes + record_bytes > batch_size_bytes:
-            return False
-        self.builder.append(key, value, headers, timestamp_ms)
-        self.timestamps.append(timestamp_ms)
-        self.size_bytes += record_bytes
-        return True
-
     def close(self, compression: int) -> bytes:
         """Finish the batch for sending (the sender, once: no record joins it after it left
         its queue); its builder's buffer is dropped, so it is held once, as ``encoded``."""
@@ -317,12 +308,16 @@ class RecordAccumulator:
             queue = self._queues[tp] = deque()
         batch = queue[-1] if queue else None
         if (batch is None or batch.encoded is not None
-                or not batch.try_append(key, value, headers, timestamp_ms, record_bytes,
-                                        self.batch_size_bytes)):
+                or batch.size_bytes + record_bytes > self.batch_size_bytes):
+            # A record larger than a batch still gets one (of its own).
             batch = ProducerBatch(tp, now_ms)
-            batch.try_append(key, value, headers, timestamp_ms, record_bytes, self.batch_size_bytes)
+            batch.builder.append(key, value, headers, timestamp_ms)
             queue.append(batch)  # only once the record is in it: a bad record leaves no empty batch
             self.batches_created += 1
+        else:
+            batch.builder.append(key, value, headers, timestamp_ms)
+        batch.timestamps.append(timestamp_ms)
+        batch.size_bytes += record_bytes
         self.buffered_bytes += record_bytes
         self.buffered_records += 1
         if self.future_factory is not None:
