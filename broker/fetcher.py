@@ -8,8 +8,8 @@ Theory of operation (per partition, a ``FetchAssignment`` made by LeaderAndIsr):
    truncates the same way without a separate round trip.
 
 Transport: one ReplicaFetch stream per leader broker, one request then its one
-answer (``_stream_fetch_until_changed`` says how a changed assignment set cuts
-a long-poll short without breaking that order). A leader answering
+answer; a changed assignment set cancels the stream (and so the leader's
+pending long-poll) and the next round opens another. A leader answering
 UNIMPLEMENTED gets unary Fetch calls instead (until its address changes); a
 broken stream is dropped and reopened after ``replica.fetch.backoff.ms``.
 
@@ -172,10 +172,8 @@ class LeaderFetcher:
 
         Invariant: between rounds nothing is outstanding on the stream, so the next
         answer read is the next request's. When the assignment set changes during the
-        long-poll, a request for no partitions with ``max_wait_ms=0`` is sent: its
-        arrival makes the leader answer the pending request now (then this one, at
-        once); both answers are read, the first applied like any other. Any failure
-        or cancellation mid-round drops the stream (the next round opens another).
+        long-poll, the stream is cancelled (the leader drops the pending fetch) and the
+        next round opens another for the new set; so does any failure mid-round.
         """
         timeout_s = self.manager.config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
         call = self._stream
@@ -190,20 +188,12 @@ class LeaderFetcher:
             changed = asyncio.ensure_future(self._changed.wait())
             done, _ = await asyncio.wait((read, changed), timeout=timeout_s,
                                          return_when=asyncio.FIRST_COMPLETED)
-            if not done:
+            if read not in done:
+                self._drop_stream()
+                if changed in done:
+                    return
                 raise StreamBrokenError(f"no answer from broker {self.leader_id} in {timeout_s}s")
-            woken = read not in done
-            if woken:
-                await call.write(pb.FetchRequest(
-                    replica_id=self.manager.broker_id,
-                    replica_broker_epoch=self.manager.broker_epoch(), max_wait_ms=0))
-            response = self._checked(await asyncio.wait_for(read, RPC_MARGIN_S))
-            await self._apply_response(response, sent)
-            if woken:
-                self._checked(await asyncio.wait_for(call.read(), RPC_MARGIN_S))
-        except TimeoutError as e:
-            self._drop_stream()
-            raise StreamBrokenError(f"broker {self.leader_id} did not answer in time") from e
+            await self._apply_response(self._checked(read.result()), sent)
         except BaseException:
             self._drop_stream()
             raise

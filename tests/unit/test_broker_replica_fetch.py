@@ -1,5 +1,5 @@
-"""ReplicaFetch over real gRPC: the stream, a changed assignment set cutting a long-poll short,
-and the fallback to unary Fetch when the leader lacks the stream."""
+"""ReplicaFetch over real gRPC: the stream, a changed assignment set cutting a long-poll short
+(by cancelling the stream), and the fallback to unary Fetch when the leader lacks the stream."""
 
 from __future__ import annotations
 
@@ -99,8 +99,8 @@ def for_partition(request: pb.LeaderAndIsrRequest, tp: TopicPartition) -> pb.Lea
 
 async def test_new_partition_cuts_the_pending_long_poll_short(tmp_path):
     # The follower long-polls TP for up to 60 s. A second partition assigned meanwhile must
-    # not wait for it: the follower's wake-up request makes the leader answer the pending
-    # one, and the next request covers both partitions.
+    # not wait for it: the follower cancels the stream (the leader drops the long-poll) and
+    # opens another whose first request covers both partitions.
     tp2 = TopicPartition("orders", 1)
     leader_rm, _ = make_manager(tmp_path / "l")
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
@@ -120,7 +120,8 @@ async def test_new_partition_cuts_the_pending_long_poll_short(tmp_path):
         await wait_until(lambda: tp2 in follower_rm.partitions
                          and follower_rm.partitions[tp2].log_end_offset == 1, timeout_s=20)
         assert follower_rm.partitions[tp2].log_end_offset == 1
-        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}  # the stream survived
+        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 2}
+        assert leader_rm.fetch_waiters.waiting() == 1  # the new stream's; the old one's is gone
     finally:
         await follower_rm.stop()
         await server.stop(0)
@@ -134,33 +135,39 @@ async def test_stream_answers_each_request_once_in_order(tmp_path):
     try:
         call = pb_grpc.BrokerStub(channel).ReplicaFetch()
 
-        def request(offset, max_wait_ms, partitions=True):
+        def request(offset, max_wait_ms):
             r = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=max_wait_ms,
                                 min_bytes=1, max_bytes=1 << 20)
-            if partitions:
-                r.partitions.add(topic=TP.topic, partition=0, current_leader_epoch=0,
-                                 fetch_offset=offset, last_fetched_epoch=0,
-                                 partition_max_bytes=1 << 20)
+            r.partitions.add(topic=TP.topic, partition=0, current_leader_epoch=0,
+                             fetch_offset=offset, last_fetched_epoch=0, partition_max_bytes=1 << 20)
             return r
 
         await call.write(request(0, 0))
         first = await call.read()
         assert first.partitions[0].records and first.partitions[0].log_end_offset == 3
-        await call.write(request(3, 60_000))  # at the LEO: long-polls
+        await call.write(request(3, 60_000))  # at the LEO: long-polls until the next append
         await wait_until(lambda: rm.fetch_waiters.waiting() == 1)
-        await call.write(request(3, 0, partitions=False))  # cuts it short
+        assert (await rm.produce(produce(acks=1))).partitions[0].error_code == pb.NONE
         second = await asyncio.wait_for(call.read(), 20)
-        assert second.partitions[0].error_code == pb.NONE and not second.partitions[0].records
-        third = await asyncio.wait_for(call.read(), 20)
-        assert third.error_code == pb.NONE and len(third.partitions) == 0
+        assert second.partitions[0].records and second.partitions[0].log_end_offset == 4
         # A fenced epoch is answered per partition, and the stream goes on.
         await rm.leader_and_isr(lai(leader=1, leader_epoch=1, isr=(1,)))
-        await call.write(request(3, 0))  # still in epoch 0
-
-        fourth = await asyncio.wait_for(call.read(), 20)
-        assert fourth.partitions[0].error_code == pb.FENCED_LEADER_EPOCH
+        await call.write(request(4, 0))  # still in epoch 0
+        third = await asyncio.wait_for(call.read(), 20)
+        assert third.partitions[0].error_code == pb.FENCED_LEADER_EPOCH
         await call.done_writing()
         assert await call.read() is grpc.aio.EOF
+        # Cancelling a stream drops the leader's pending long-poll.
+        call = pb_grpc.BrokerStub(channel).ReplicaFetch()
+        waiting = request(4, 60_000)
+        waiting.partitions[0].current_leader_epoch = 1
+        waiting.partitions[0].last_fetched_epoch = 1
+        await call.write(waiting)
+        await wait_until(lambda: rm.fetch_waiters.waiting() == 1)
+        assert rm.fetch_waiters.waiting() == 1
+        call.cancel()
+        await wait_until(lambda: rm.fetch_waiters.waiting() == 0)
+        assert rm.fetch_waiters.waiting() == 0
     finally:
         await channel.close()
         await rm.stop()

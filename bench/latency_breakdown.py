@@ -1,0 +1,110 @@
+"""Where an acks=all record's milliseconds and CPU go at a paced rate.
+
+    .venv/bin/python bench/latency_breakdown.py [--rate 1000] [--seconds 3] [--record-bytes 1024]
+
+Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
+(1 partition, RF=3), runs ``tidewater_side.paced_latency`` (Producer acks=all,
+linger 0, a Consumer process receiving) and prints the latency percentiles
+next to the CPU seconds each process spent per second of the run (from
+/proc/<pid>/stat), so a run that is CPU-bound on 2 cores shows as such: the
+sum over processes near the core count means queueing, not round trips.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from bench import tidewater_side  # noqa: E402
+from bench.profile_broker import parse_raw, top_table  # noqa: E402
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def own_cpu_seconds() -> float:
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--seconds", type=float, default=3)
+    parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--profile", choices=("leader", "follower"), default=None,
+                        help="py-spy (GIL samples) that broker during the run; prints the top frames")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a broker setting for every broker")
+    args = parser.parse_args(argv)
+    settings = dict(s.split("=", 1) for s in args.set)
+    with tempfile.TemporaryDirectory(prefix="tw-latency-") as directory:
+        cluster = tidewater_side.TidewaterCluster(directory, settings=settings)
+        try:
+            bootstrap = cluster.start()
+            cluster.create_topic("paced")
+            leader = cluster.leader_of("paced")
+            pids = {proc["name"]: proc["pid"] for proc in cluster.local.manifest["processes"].values()}
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            spy, spy_out = None, Path(directory) / "spy.txt"
+            if args.profile:
+                target = leader if args.profile == "leader" else next(
+                    int(n.split("-")[1]) for n in pids if n.startswith("broker-")
+                    and int(n.split("-")[1]) != leader)
+                py_spy = str(Path(sys.executable).with_name("py-spy"))
+                spy = subprocess.Popen([py_spy, "record", "--pid", str(pids[f"broker-{target}"]),
+                                        "--duration", str(int(args.seconds) + 2), "--format", "raw",
+                                        "--output", str(spy_out), "--rate", "500", "--gil",
+                                        "--nonblocking"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE)
+            client_before = own_cpu_seconds()
+            started = time.perf_counter()
+            started_wall = time.time()
+            result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
+                                                  int(args.rate * args.seconds), args.rate)
+            elapsed = time.perf_counter() - started
+            if spy is not None:
+                spy.wait(timeout=60)
+            cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before
+            profile_text = spy_out.read_text() if spy is not None and spy_out.exists() else None
+        finally:
+            cluster.stop()
+    print(f"run window (epoch s) {started_wall:.3f} {started_wall + elapsed:.3f}")
+    print(f"load average {os.getloadavg()[0]:.2f}; run {elapsed:.1f} s; leader broker-{leader}; "
+          f"achieved {result['achieved_rate_per_s']:,.0f}/s")
+    for kind in ("ack", "e2e"):
+        s = result[kind]
+        if s is not None:
+            print(f"{kind:4s} p50 {s.p50_ms:6.2f} ms  p99 {s.p99_ms:6.2f} ms  p99.9 {s.p999_ms:6.2f} ms")
+    print("CPU seconds per second of run (2 cores = 2.0):")
+    for name, seconds in sorted(cpu.items()):
+        print(f"  {name:30s} {seconds / elapsed:5.2f}")
+    print(f"  {'total':30s} {sum(cpu.values()) / elapsed:5.2f}")
+    if profile_text is not None:
+        inclusive, own, total = parse_raw(profile_text)
+        print(f"-- {args.profile} py-spy, {total} GIL samples; self (top of stack)")
+        print(top_table(own, total, args.top))
+        print("-- inclusive (anywhere on the stack)")
+        print(top_table(inclusive, total, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
