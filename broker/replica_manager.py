@@ -385,42 +385,28 @@ class ReplicaManager:
 
     # ================================================================ fetch
 
-    async def fetch(self, request: pb.FetchRequest,
-                    interrupt: asyncio.Future | None = None) -> pb.FetchResponse:
-        """Answer a Fetch, long-polling up to ``max_wait_ms`` for ``min_bytes``.
-
-        ``interrupt`` (a ReplicaFetch stream's next request arriving) ends the long-poll
-        early: the request is read once more and answered with what there is, as on a
-        timeout, so every request on a stream gets exactly one answer, in order.
-        """
+    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         loop = asyncio.get_running_loop()
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
         deadline = loop.time() + max_wait_ms / 1000
         is_follower = request.replica_id >= 0
         keys = [TopicPartition(p.topic, p.partition) for p in request.partitions]
         first_pass = True
-        first_high_watermarks: dict[int, int] = {}
+        # A HW move alone does not answer a follower's long-poll (as in Kafka's DelayedFetch):
+        # the follower learns the HW with its next records or at max_wait_ms. Answering
+        # it cost one extra fetch round per acks=all write (the ISR member that fetched
+        # first was answered empty as soon as the last one moved the HW) and left that
+        # follower without a pending fetch when the next record arrived.
         while True:
             response, total_bytes, must_answer, chunks = self._read_fetch(request, is_follower,
                                                                           first_pass)
-            if first_pass:
-                first_high_watermarks = {i: p.high_watermark
-                                         for i, p in enumerate(response.partitions)}
-            elif is_follower and any(p.high_watermark != first_high_watermarks.get(i)
-                                     for i, p in enumerate(response.partitions)):
-                must_answer = True  # followers learn HW moves promptly
             first_pass = False
             remaining_s = deadline - loop.time()
-            if (must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0
-                    or (interrupt is not None and interrupt.done())):
+            if must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0:
                 break
             waiter = self.fetch_waiters.watch(keys)
             try:
-                if interrupt is None:
-                    await asyncio.wait_for(waiter, remaining_s)
-                else:
-                    await asyncio.wait((waiter, interrupt), timeout=remaining_s,
-                                       return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait_for(waiter, remaining_s)
             except TimeoutError:
                 pass
             finally:
