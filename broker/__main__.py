@@ -7,6 +7,7 @@ Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -14,6 +15,18 @@ import sys
 import uvloop
 
 from broker.config import ConfigError, config_from_args
+
+
+def tune_gc() -> None:
+    """After start-up: move everything alive now (modules, config, loaded logs) out of the
+    collector's sight, so the full collections that still happen walk only what came later.
+
+    The gen0 threshold stays CPython's (700): a collection's pause grows with the young
+    objects it walks, and at 20,000 the single pauses measured 4-11 ms on a loaded
+    2-core machine against 0.2 ms at the default, a tail cost for no gain.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def _serve(config) -> int:
@@ -30,6 +43,7 @@ async def _serve(config) -> int:
         print(f"tide-broker: cannot start: {e}", file=sys.stderr)
         await process.shutdown()
         return 1
+    tune_gc()
     await stop.wait()
     await process.shutdown()
     return 0
