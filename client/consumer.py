@@ -3,8 +3,9 @@
 Theory of operation: every assigned partition has a *position* (the next offset
 to return) or none yet. ``poll`` first resolves missing positions with
 ``ListOffsets`` by the reset policy (earliest / latest / none), then sends one
-``Fetch`` per leader broker for its partitions (concurrently), decodes the
-batches (``proto.records.decode_batch``) and returns the records at or after
+``Fetch`` per leader broker for its partitions (concurrently), checks each
+batch's CRC, decodes it straight into ConsumerRecord tuples
+(``proto.records.decode_consumer_records``) and returns the records at or after
 each position, advancing it. Fetches carry the leader epoch from metadata
 (KIP-320) so a stale leader answers FENCED_LEADER_EPOCH instead of data.
 
