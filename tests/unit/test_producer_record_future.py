@@ -10,7 +10,7 @@ from test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401 - t
 from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordMetadata
 from client.metadata import TopicPartition
 from client.producer import Producer
-from proto.errors import UnsupportedCompressionError
+from proto.errors import RequestTimedOutError, UnsupportedCompressionError
 from proto.records import COMPRESSION_SNAPPY
 
 TP = TopicPartition("t", 0)
@@ -184,3 +184,16 @@ def test_a_batch_that_cannot_be_built_fails_its_records_and_the_partition_goes_o
         assert producer.send("t", b"kept", partition=0).result(5).offset == 0
         producer.flush(5)
     assert [r.value for r in consume_all(bootstrap, 1, partitions=(0,))] == [b"kept"]
+
+
+def test_a_full_buffer_blocks_send_for_max_block_ms_then_frees_as_answers_come(fake_cluster):  # noqa: F811
+    state, bootstrap = fake_cluster
+    state.produce_delay_s = 0.3  # the first request holds the buffer this long
+    value = b"v" * 200
+    with Producer(bootstrap, acks=1, linger_ms=0, buffer_memory_bytes=500, max_block_ms=50) as producer:
+        futs = [producer.send("t", value, partition=0) for _ in range(3)]  # 3 x ~221 bytes: full
+        with pytest.raises(RequestTimedOutError):
+            producer.send("t", value, partition=0)
+        producer.max_block_ms = 10_000
+        futs.append(producer.send("t", value, partition=0))  # waits until the first answer
+        assert [f.result(10).offset for f in futs] == [0, 1, 2, 3]
