@@ -1,12 +1,15 @@
 """The producer: batches records per partition and sends them to partition leaders.
 
-Theory of operation: ``send`` picks a partition (``client.partitioner``), adds
-the record to the ``RecordAccumulator`` and returns a future. One sender
-thread loops: expire old batches, find ready partitions, look their leaders up
-(``MetadataClient``), encode each batch once (``proto.records.encode_batch``),
+Theory of operation: ``send`` picks a partition (``client.partitioner``), encodes
+the record into its partition's open batch in the ``RecordAccumulator`` and
+returns a ``RecordFuture`` (the batch and the record's index: one completion
+per batch, not a Future per record). One sender thread loops: expire old
+batches, find ready partitions, look their leaders up (``MetadataClient``),
 take every queued batch of a ready partition (up to ``request_bytes_max``),
-group them by leader into one ``ProduceRequest`` per broker and send it
-asynchronously. The broker appends a partition's batches contiguously, so
+close each (header and CRC), group them by leader into one ``ProduceRequest``
+per broker and send it asynchronously. With ``linger_ms=0``, ``send`` on a
+partition with nothing in flight sends the request itself, from the caller's
+thread (one thread hand-off less for a lone record). The broker appends a partition's batches contiguously, so
 record ``i`` of the request gets ``base_offset + i``. The answer is handled
 per partition:
 
