@@ -151,16 +151,26 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._streams.add(task)
         try:
             async for request in request_iterator:
-                response = await self._run("BrokerHeartbeats", lambda tx, now, r=request: (
-                    self.machine.broker_heartbeat(tx, now, r, stream_id)), context)
+                was_fenced, response = await self._run(
+                    "BrokerHeartbeats", lambda tx, now, r=request: (
+                        self._is_fenced(r.broker_id),
+                        self.machine.broker_heartbeat(tx, now, r, stream_id)), context)
                 if response.error_code == pb.NONE:
                     bound = (request.broker_id, request.broker_epoch)
+                    if was_fenced and not response.is_fenced:
+                        # After a stream that broke while the broker lived (a blip), or a pause.
+                        log.info("broker %d unfenced: heartbeating again (stream %d)",
+                                 request.broker_id, stream_id)
                 await context.write(response)
         finally:
             self._streams.discard(task)
             if bound is not None and not self._closing:
                 # Shielded: a cancelled handler (lost connection) must still fence.
                 await asyncio.shield(self._stream_closed(*bound, stream_id))
+
+    def _is_fenced(self, broker_id: int) -> bool:
+        broker = self.machine.metadata.brokers.get(broker_id)
+        return broker is not None and broker.fenced
 
     async def _stream_closed(self, broker_id: int, broker_epoch: int, stream_id: int) -> None:
         try:

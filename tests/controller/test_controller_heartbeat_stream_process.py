@@ -100,6 +100,13 @@ async def test_dropped_stream_fences_at_once_and_is_counted(setup):
     text = await asyncio.to_thread(_scrape, metrics_port)
     assert 'tidewater_controller_brokers_fenced_total{reason="heartbeat_stream_closed"} 1.0' in text
     assert f"broker {victim} fenced: heartbeat stream closed" in controller.stderr()
+    # a live broker whose stream broke (a blip) is back with its next heartbeat
+    again = StreamHeartbeats(brokers[victim], controller.address)
+    response = await again.beat()
+    assert response.error_code == pb.NONE and not response.is_fenced
+    assert victim not in await fenced_ids(stub)
+    assert f"broker {victim} unfenced: heartbeating again" in controller.stderr()
+    await again.drop()
 
 
 async def test_stale_superseded_and_shut_down_streams_fence_nobody(setup):
