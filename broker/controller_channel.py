@@ -78,6 +78,7 @@ class ControllerChannel:
         self._heartbeat_lock = asyncio.Lock()
         self._stream: grpc.aio.StreamStreamCall | None = None
         self._stream_unsupported = False
+        self._stream_failures = 0  # in a row, for logging
         # Cancelling a stream whose answer is late makes the controller fence us, so
         # wait as long as a session could last before giving up on it.
         self.heartbeat_timeout_s = max(RPC_TIMEOUT_S, 2 * session_timeout_ms / 1000)
@@ -162,8 +163,11 @@ class ControllerChannel:
                 log.info("controller has no BrokerHeartbeats stream: unary heartbeats from now")
                 self._stream_unsupported = True
                 return await self._unary_heartbeat(request)
-            log.info("heartbeat stream failed (%s); re-opening it with the next heartbeat",
-                     e.code().name)
+            self._stream_failures += 1
+            # Once per outage (a controller that is down fails every heartbeat).
+            log.log(logging.INFO if self._stream_failures == 1 else logging.DEBUG,
+                    "heartbeat stream failed (%s); re-opening it with the next heartbeat",
+                    e.code().name)
             return None
         except (TimeoutError, asyncio.InvalidStateError) as e:
             log.warning("heartbeat stream %s; re-opening it with the next heartbeat",
@@ -175,6 +179,9 @@ class ControllerChannel:
             log.info("controller ended the heartbeat stream; re-opening it with the next heartbeat")
             self._stream = None
             return None
+        if self._stream_failures:
+            log.info("heartbeat stream open again after %d failed attempts", self._stream_failures)
+            self._stream_failures = 0
         return resp
 
     async def _close_stream_after_shutdown(self) -> None:
