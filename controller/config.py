@@ -1,7 +1,10 @@
 """Controller settings, set with ``--set name=value`` using Kafka's names.
 
 Defaults suit a local cluster: a broker silent for 3 s is fenced (Kafka: 9 s
-in KRaft, 18 s with ZooKeeper), so failover takes a few seconds.
+in KRaft, 18 s with ZooKeeper). That timeout only matters for a paused,
+partitioned or hung broker: a broker whose process died is fenced as soon as
+its heartbeat stream ends (see ``controller.service``), so failover after a
+crash takes tens of milliseconds.
 """
 
 from __future__ import annotations
