@@ -87,6 +87,8 @@ class ReplicaManager:
         self.fetch_waiters = FetchWaiters()
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
+        # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
+        self._alive_broker_epochs: dict[int, int] | None = None
         self.fetchers = FetcherManager(self)
         self.isr_changes = IsrChanges(alter_partition=alter_partition, metrics=metrics,
                                       replica_lag_time_max_ms=config.replica_lag_time_max_ms,
@@ -279,6 +281,8 @@ class ReplicaManager:
             for lst in b.listeners:
                 if lst.name == "INTERNAL" and not b.fenced:
                     self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
+        self._alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
+                                     if not b.fenced and not b.in_controlled_shutdown}
         self._delete_stray_logs(request)
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
@@ -444,7 +448,8 @@ class ReplicaManager:
                     else PARTITION_MAX_BYTES_DEFAULT
                 budget = min(partition_max, max(max_bytes - total_bytes, 0))
                 if is_follower:
-                    records = self._read_for_follower(partition, fp, request.replica_id, budget,
+                    records = self._read_for_follower(partition, fp, request.replica_id,
+                                                      request.replica_broker_epoch, budget,
                                                       total_bytes == 0, first_pass, out)
                 else:
                     records = self._read_for_consumer(partition, fp, budget, total_bytes == 0)
@@ -476,9 +481,21 @@ class ReplicaManager:
         return bytes(log_.read(fp.fetch_offset, max_bytes, max_offset=high_watermark,
                                min_one_batch=min_one_batch).records)
 
+    def _isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
+        """KIP-903 (Kafka's ``isReplicaIsrEligible``): may a fetch from ``replica_id`` carrying
+        ``broker_epoch`` add it to the ISR? Only if the broker is live, unfenced and not
+        shutting down in the controller's last snapshot, and the fetch carries that broker's
+        registered epoch (or none, -1). A fetch from an earlier incarnation of a restarted
+        broker must not vouch for the new one. Before any snapshot arrived nothing is known
+        here; the controller still refuses a joiner it does not consider live."""
+        if self._alive_broker_epochs is None:
+            return True
+        alive_epoch = self._alive_broker_epochs.get(replica_id)
+        return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
+
     def _read_for_follower(self, partition: Partition, fp: pb.FetchPartition, replica_id: int,
-                           max_bytes: int, min_one_batch: bool, first_pass: bool,
-                           out: pb.FetchPartitionResponse) -> bytes:
+                           broker_epoch: int, max_bytes: int, min_one_batch: bool,
+                           first_pass: bool, out: pb.FetchPartitionResponse) -> bytes:
         leader = partition.require_leader()
         partition.check_leader_epoch(fp.current_leader_epoch)
         log_ = partition.log
@@ -492,7 +509,8 @@ class ReplicaManager:
                 f"follower {replica_id} fetch offset {fp.fetch_offset} outside "
                 f"[{log_.log_start_offset}, {log_.log_end_offset}] for {partition.tp}")
         if first_pass:
-            decision = leader.on_follower_fetch(replica_id, fp.fetch_offset, mono_ms())
+            decision = leader.on_follower_fetch(replica_id, fp.fetch_offset, mono_ms(),
+                                                self._isr_eligible(replica_id, broker_epoch))
             if decision.high_watermark_changed:
                 self._on_high_watermark_moved(partition)
             if decision.propose_isr is not None:

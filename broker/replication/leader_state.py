@@ -180,8 +180,14 @@ class LeaderPartitionState:
         self.log_end_offset = log_end_offset
         return self.maybe_advance_high_watermark(now_ms)
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> FetchDecision:
-        """A fetch from ``replica_id`` at ``fetch_offset`` was served (see the module notes)."""
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                          isr_eligible: bool = True) -> FetchDecision:
+        """A fetch from ``replica_id`` at ``fetch_offset`` was served (see the module notes).
+
+        ``isr_eligible`` False (KIP-903: the fetch came from a broker incarnation that is not
+        the live registered one, or from a fenced or shutting-down broker) still serves the
+        fetch and records the offset, but never proposes adding the replica to the ISR.
+        """
         follower = self.followers.get(replica_id)
         if follower is None:
             raise NotLeaderOrFollowerError(
@@ -198,7 +204,7 @@ class LeaderPartitionState:
         follower.last_fetch_time_ms = now_ms
         follower.log_end_offset = fetch_offset
         follower.has_fetched = True
-        propose = self._maybe_expand_isr(follower)
+        propose = self._maybe_expand_isr(follower) if isr_eligible else None
         return FetchDecision(self.maybe_advance_high_watermark(now_ms), propose)
 
     def maybe_shrink_isr(self, now_ms: int) -> tuple[int, ...] | None:
