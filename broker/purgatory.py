@@ -24,6 +24,11 @@ from collections.abc import Callable, Hashable, Iterable
 from proto import tidewater_pb2 as pb
 
 
+def _answer(future: asyncio.Future, result) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
 class ProducePurgatory:
     def __init__(self) -> None:
         # partition -> heap of (required_offset, seq, future); smallest offset first.
@@ -41,15 +46,18 @@ class ProducePurgatory:
         now = result_for(required_offset)
         if now is not None:
             return now
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
         heapq.heappush(self._waiters.setdefault(key, []), (required_offset, next(self._seq), future))
+        # A timer answering the future itself, not wait_for(shield(...)): that costs two
+        # more futures and callbacks on every acks=all write.
+        timer = loop.call_later(max(timeout_ms, 0) / 1000, _answer, future, pb.REQUEST_TIMED_OUT)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), max(timeout_ms, 0) / 1000)
-        except TimeoutError:
-            return pb.REQUEST_TIMED_OUT
+            return await future
         finally:
+            timer.cancel()
             if not future.done():
-                future.cancel()
+                future.cancel()  # the request was cancelled
             self._discard_done(key)
 
     def try_complete(self, key: Hashable, result_for: Callable[[int], int | None]) -> int:
@@ -115,6 +123,16 @@ class FetchWaiters:
         for key in self._keys[future]:
             self._by_key.setdefault(key, set()).add(future)
         return future
+
+    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
+        """Until the next ``notify`` of any of ``keys``, or ``timeout_s``."""
+        future = self.watch(keys)
+        timer = asyncio.get_running_loop().call_later(timeout_s, _answer, future, None)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            self.discard(future)
 
     def discard(self, future: asyncio.Future) -> None:
         for key in self._keys.pop(future, ()):

@@ -408,13 +408,7 @@ class ReplicaManager:
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0:
                 break
-            waiter = self.fetch_waiters.watch(keys)
-            try:
-                await asyncio.wait_for(waiter, remaining_s)
-            except TimeoutError:
-                pass
-            finally:
-                self.fetch_waiters.discard(waiter)
+            await self.fetch_waiters.wait(keys, remaining_s)
         # Counted from the chunks read, not from response.partitions[i].records: every access
         # to a protobuf bytes field makes a fresh copy of it.
         if total_bytes:
