@@ -22,10 +22,14 @@ Per-partition answers:
 Prefetch: when a poll got records, the positions they lead to are known from
 the batch headers alone, so the next Fetch (``max_wait_ms`` 0: it never
 long-polls) is sent before the records are decoded; the broker reads the next
-chunk while this one is decoded and handed out. The next poll uses that answer
-only if it asks for exactly the same (partition, position, leader epoch) of
-the same brokers; after a seek, an assignment change, a truncated poll
-(``max_records``) or an error it is dropped.
+chunk while this one is decoded and handed out. It is sent only when some
+partition's high watermark (in the answer) lies beyond the chunk: a caught-up
+consumer would get an empty answer (a round trip of CPU on both sides for
+every poll, ~0.2 ms here and ~0.4 ms in the broker) and its next poll
+long-polls instead. The next poll uses that answer only if it asks for exactly
+the same (partition, position, leader epoch) of the same brokers; after a seek,
+an assignment change, a truncated poll (``max_records``) or an error it is
+dropped.
 
 There is no group management and no committed offsets: the caller owns
 assignment and positions (``assign``, ``seek``, ``position``).
@@ -255,6 +259,7 @@ class Consumer:
             calls = self._send_fetches(wanted, wait_ms)
         records: list[ConsumerRecord] = []
         chunks: list[tuple[TopicPartition, bytes]] = []
+        high_watermarks: dict[TopicPartition, int] = {}
         clean = True  # every partition answered without an error
         for address, items, call in calls:
             try:
@@ -279,8 +284,9 @@ class Consumer:
                 data = p.records  # each read of a protobuf bytes field is a fresh copy
                 if data:
                     chunks.append((tp, data))
+                    high_watermarks[tp] = p.high_watermark
         if chunks and clean and max_records is None:
-            self._prefetch(wanted, dict(chunks))
+            self._prefetch(wanted, dict(chunks), high_watermarks)
         for tp, data in chunks:
             # With max_records, batches past the limit are left undecoded (fetched again).
             records += self._decode(tp, data, None if max_records is None else max_records - len(records))
@@ -312,13 +318,22 @@ class Consumer:
             calls.append((address, items, call))
         return calls
 
-    def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes]) -> None:
-        """Send the fetches the next poll will make once ``chunks`` are decoded."""
-        following = {
-            address: tuple((tp, self._position_after(pos, chunks[tp]) if tp in chunks else pos,
-                            epoch) for tp, pos, epoch in items)
-            for address, items in wanted.items()}
-        self._prefetched = (following, self._send_fetches(following, 0))
+    def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes],
+                  high_watermarks: dict[TopicPartition, int]) -> None:
+        """Send the fetches the next poll will make once ``chunks`` are decoded, if some
+        partition has more records than its chunk held."""
+        behind = False
+        following = {}
+        for address, items in wanted.items():
+            after = []
+            for tp, pos, epoch in items:
+                if tp in chunks:
+                    pos = self._position_after(pos, chunks[tp])
+                    behind = behind or pos < high_watermarks[tp]
+                after.append((tp, pos, epoch))
+            following[address] = tuple(after)
+        if behind:
+            self._prefetched = (following, self._send_fetches(following, 0))
 
     @staticmethod
     def _position_after(position: int, data: bytes) -> int:

@@ -135,10 +135,15 @@ class FakeBroker(pb_grpc.BrokerServicer):
                     resp.error_code = pb.OFFSET_OUT_OF_RANGE
                 else:
                     chunks = []
+                    size = 0
                     for base, data in s.logs[p]:
                         header = next(iter_batches(data))[1]
                         if base + header.last_offset_delta >= fp.fetch_offset:
+                            # Like the broker: at least one batch, then up to partition_max_bytes.
+                            if chunks and size + len(data) > fp.partition_max_bytes:
+                                break
                             chunks.append(data)
+                            size += len(data)
                     resp.records = b"".join(chunks)
                     resp.high_watermark = s.leo(p)
                     resp.leader_epoch = s.epochs[p]
@@ -413,16 +418,44 @@ def test_max_in_flight_per_partition_must_be_positive(fake_cluster):
 def test_consumer_prefetches_the_next_chunk_and_drops_it_after_a_seek(fake_cluster):
     state, bootstrap = fake_cluster
     with Producer(bootstrap, acks=1, linger_ms=0) as producer:
+        for i in range(5):  # five batches; each fetch below returns one
+            producer.send("t", f"{i}".encode(), partition=1).result(5)
+        with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                      max_partition_fetch_bytes=1) as consumer:
+            consumer.assign([("t", 1)])
+            assert [r.offset for r in consumer.poll(2000)] == [0]
+            # The high watermark (5) lies beyond the chunk: the next fetch (from offset 1,
+            # no long-poll) went out before poll returned.
+            deadline = time.monotonic() + 5
+            while 0 not in state.fetch_waits_ms and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert 0 in state.fetch_waits_ms
+            got = []
+            for _ in range(20):
+                got += consumer.poll(200)
+                if len(got) >= 2:
+                    break
+            assert [r.offset for r in got] == [1, 2]
+            # A seek leaves the prefetched answer (from offset 3) unused.
+            consumer.seek(("t", 1), 1)
+            got = []
+            for _ in range(20):
+                got += consumer.poll(200)
+                if len(got) >= 4:
+                    break
+            assert [(r.offset, r.value) for r in got] == [(i, f"{i}".encode()) for i in range(1, 5)]
+
+
+def test_caught_up_consumer_long_polls_without_a_prefetch(fake_cluster):
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, acks=1, linger_ms=0) as producer:
         for i in range(5):
             producer.send("t", f"{i}".encode(), partition=1).result(5)
         with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200) as consumer:
             consumer.assign([("t", 1)])
             assert [r.offset for r in consumer.poll(2000)] == [0, 1, 2, 3, 4]
-            # The next fetch (from offset 5, no long-poll) went out before poll returned.
-            deadline = time.monotonic() + 5
-            while 0 not in state.fetch_waits_ms and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert 0 in state.fetch_waits_ms
+            # Everything up to the high watermark came: a prefetch could only come back empty.
+            assert consumer._prefetched is None
             for i in range(5, 8):
                 producer.send("t", f"{i}".encode(), partition=1).result(5)
             got = []
@@ -431,7 +464,4 @@ def test_consumer_prefetches_the_next_chunk_and_drops_it_after_a_seek(fake_clust
                 if len(got) >= 3:
                     break
             assert [r.offset for r in got] == [5, 6, 7]
-            # A seek leaves the prefetched answer (from offset 8) unused.
-            consumer.seek(("t", 1), 2)
-            assert [(r.offset, r.value) for r in consumer.poll(2000)] == [
-                (i, f"{i}".encode()) for i in range(2, 8)]
+            assert 0 not in state.fetch_waits_ms  # every fetch was a long-poll
