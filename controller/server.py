@@ -57,6 +57,7 @@ class ControllerServer:
         self._metrics_http = None
         self.stopped = asyncio.Event()
         self.failure: BaseException | None = None
+        self._stopping = False
 
     def _on_commit(self, effects: Effects) -> None:
         self.senders.on_commit(effects)
@@ -129,6 +130,10 @@ class ControllerServer:
                          self.config.broker_session_timeout_ms // 10 or 1) / 1000
         while True:
             await asyncio.sleep(interval_s)
+            if self._stopping:
+                # Brokers lose their heartbeat path to a stopping controller: their
+                # silence is ours, and the next controller gives them fresh sessions.
+                return
             try:
                 fenced = await self.owner.submit(self.machine.check_sessions)
             except OwnerStoppedError:
@@ -149,6 +154,7 @@ class ControllerServer:
                 log.info("preferred leader election moved %d partitions", moved)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self.service is not None:
             # Before the gRPC server: streams never finish on their own (they would
             # hold the stop for the whole grace period), and their end must not

@@ -107,6 +107,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self._stream_ids = itertools.count(1)
         self._streams: set[asyncio.Task] = set()  # handlers of open BrokerHeartbeats streams
         self._closing = False
+        self._closing_event = asyncio.Event()
 
     async def _wait_propagated(self, offset: int, timeout_ms: int) -> None:
         """Give brokers the change before answering, so clients find the topic at once."""
@@ -149,8 +150,21 @@ class ControllerService(pb_grpc.ControllerServicer):
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
         self._streams.add(task)
+        requests = aiter(request_iterator)
+        closing = asyncio.ensure_future(self._closing_event.wait())
+        read: asyncio.Future | None = None
         try:
-            async for request in request_iterator:
+            while True:
+                read = asyncio.ensure_future(anext(requests, None))
+                await asyncio.wait((read, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not read.done():
+                    # The controller stops: finish with OK now (the broker reads the end
+                    # and re-opens to the next controller) instead of leaving the broker
+                    # waiting for an answer until the server's grace period ends.
+                    return
+                request = read.result()
+                if request is None:  # the broker half-closed (after a controlled shutdown)
+                    return
                 was_fenced, response = await self._run(
                     "BrokerHeartbeats", lambda tx, now, r=request: (
                         self._is_fenced(r.broker_id),
@@ -163,6 +177,9 @@ class ControllerService(pb_grpc.ControllerServicer):
                                  request.broker_id, stream_id)
                 await context.write(response)
         finally:
+            closing.cancel()
+            if read is not None and not read.done():
+                read.cancel()
             self._streams.discard(task)
             if bound is not None and not self._closing:
                 # Shielded: a cancelled handler (lost connection) must still fence.
@@ -183,13 +200,17 @@ class ControllerService(pb_grpc.ControllerServicer):
             log.warning("broker %d fenced: heartbeat stream closed (broker epoch %d)",
                         broker_id, broker_epoch)
 
-    async def close_streams(self) -> None:
+    async def close_streams(self, timeout_s: float = 1.0) -> None:
         """The controller is stopping: end every heartbeat stream without fencing anyone."""
         self._closing = True
+        self._closing_event.set()
         streams = list(self._streams)
-        for task in streams:
-            task.cancel()
-        await asyncio.gather(*streams, return_exceptions=True)
+        if not streams:
+            return
+        _, late = await asyncio.wait(streams, timeout=timeout_s)
+        for task in late:  # stuck in a heartbeat: the server's stop cancels its RPC
+            log.warning("heartbeat stream handler %s did not finish in %.1f s", task.get_name(),
+                        timeout_s)
 
     async def AlterPartition(self, request, context):
         return await self._run("AlterPartition", lambda tx, now: (
