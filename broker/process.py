@@ -108,6 +108,9 @@ class BrokerProcess:
         if self._controller_task is not None:
             self._controller_task.cancel()
             await asyncio.gather(self._controller_task, return_exceptions=True)
+        if self.replica_manager is not None:
+            # Long-polls and ReplicaFetch streams would otherwise hold the servers' grace.
+            self.replica_manager.answer_long_polls()
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
         if self.replica_manager is not None:

@@ -95,6 +95,7 @@ class ReplicaManager:
                                       on_change=self._on_high_watermark_moved)
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self._loops: list[asyncio.Task] = []
+        self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
         self._checkpoint_write: asyncio.Future | None = None  # a checkpoint file write in a thread
         # Labelled counter children looked up once (labels() is a lock and a dict walk),
         # by is_follower: (bytes_out, messages_out).
@@ -131,6 +132,13 @@ class ReplicaManager:
         await self.isr_changes.stop()
         await self.fetchers.shutdown()
         self.produce_purgatory.fail_everything(pb.NOT_LEADER_OR_FOLLOWER)
+        self.fetch_waiters.notify_all()
+
+    def answer_long_polls(self) -> None:
+        """Shutdown, before the servers stop: every pending long-poll answers now with what it
+        has and later ones do not wait, so the servers' grace period is not spent on them
+        (a ReplicaFetch stream then ends after its current answer)."""
+        self.closing = True
         self.fetch_waiters.notify_all()
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
@@ -406,7 +414,8 @@ class ReplicaManager:
                                                                           first_pass)
             first_pass = False
             remaining_s = deadline - loop.time()
-            if must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0:
+            if (must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0
+                    or self.closing):
                 break
             await self.fetch_waiters.wait(keys, remaining_s)
         # Counted from the chunks read, not from response.partitions[i].records: every access

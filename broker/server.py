@@ -99,6 +99,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 response = pb.FetchResponse(error_code=error_code_for(e, context="ReplicaFetch")[0])
             await context.write(response)
             observe(time.perf_counter() - started)
+            if self.replica_manager.closing:
+                return  # shutting down: end the stream (OK) instead of holding the grace period
 
     @_rpc("ListOffsets")
     async def ListOffsets(self, request, context):

@@ -172,3 +172,35 @@ async def test_stream_answers_each_request_once_in_order(tmp_path):
         await channel.close()
         await rm.stop()
         await server.stop(0)
+
+
+async def test_shutdown_ends_replica_streams_and_long_polls(tmp_path):
+    # A stream never ends by itself: without this a server's stop() would wait out its grace.
+    rm, _ = make_manager(tmp_path)
+    rm.log_manager._logs[TP] = seeded_log([(0, 1)])
+    server, port = await start_leader(rm, CountingServicer(rm))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        stub = pb_grpc.BrokerStub(channel)
+        call = stub.ReplicaFetch()
+        request = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=60_000,
+                                  min_bytes=1, max_bytes=1 << 20)
+        request.partitions.add(topic=TP.topic, partition=0, current_leader_epoch=0,
+                               fetch_offset=1, last_fetched_epoch=0, partition_max_bytes=1 << 20)
+        await call.write(request)
+        consumer = asyncio.ensure_future(stub.Fetch(pb.FetchRequest(
+            replica_id=-1, max_wait_ms=60_000, min_bytes=1, partitions=[pb.FetchPartition(
+                topic=TP.topic, partition=0, current_leader_epoch=-1, fetch_offset=1)])))
+        await wait_until(lambda: rm.fetch_waiters.waiting() == 2)
+        assert rm.fetch_waiters.waiting() == 2
+        rm.answer_long_polls()
+        answer = await asyncio.wait_for(call.read(), 20)  # the pending request, answered empty
+        assert answer.partitions[0].error_code == pb.NONE and not answer.partitions[0].records
+        assert await asyncio.wait_for(call.read(), 20) is grpc.aio.EOF  # then the stream ends
+        consumed = await asyncio.wait_for(consumer, 20)
+        assert consumed.partitions[0].error_code == pb.NONE
+        assert rm.fetch_waiters.waiting() == 0
+    finally:
+        await channel.close()
+        await rm.stop()
+        await server.stop(0)
