@@ -67,7 +67,6 @@ LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
 
 
-
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """Position out of range (or missing) and the reset policy is ``none``."""
 
