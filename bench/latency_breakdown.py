@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=("leader", "follower"), default=None,
                         help="py-spy (GIL samples) that broker during the run; prints the top frames")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--profile-out", default=None, help="also keep the raw py-spy file here")
+    parser.add_argument("--native", action="store_true",
+                        help="profile every thread with C frames (gRPC core, uvloop), not GIL only")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a broker setting for every broker")
     args = parser.parse_args(argv)
@@ -70,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                 py_spy = str(Path(sys.executable).with_name("py-spy"))
                 spy = subprocess.Popen([py_spy, "record", "--pid", str(pids[f"broker-{target}"]),
                                         "--duration", str(int(args.seconds) + 2), "--format", "raw",
-                                        "--output", str(spy_out), "--rate", "500", "--gil",
-                                        "--nonblocking"], stdout=subprocess.DEVNULL,
+                                        "--output", str(spy_out), "--rate", "500",
+                                        *(["--native", "--threads"] if args.native
+                                          else ["--gil", "--nonblocking"])],
+                                       stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE)
             client_before = own_cpu_seconds()
             started = time.perf_counter()
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
             cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before
             profile_text = spy_out.read_text() if spy is not None and spy_out.exists() else None
+            if profile_text is not None and args.profile_out:
+                Path(args.profile_out).write_text(profile_text)
         finally:
             cluster.stop()
     print(f"run window (epoch s) {started_wall:.3f} {started_wall + elapsed:.3f}")
@@ -98,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:30s} {seconds / elapsed:5.2f}")
     print(f"  {'total':30s} {sum(cpu.values()) / elapsed:5.2f}")
     if profile_text is not None:
-        inclusive, own, total = parse_raw(profile_text)
-        print(f"-- {args.profile} py-spy, {total} GIL samples; self (top of stack)")
+        inclusive, own, total = parse_raw(profile_text, busy_only=args.native)
+        kind = "busy thread" if args.native else "GIL"
+        print(f"-- {args.profile} py-spy, {total} {kind} samples; self (top of stack)")
         print(top_table(own, total, args.top))
         print("-- inclusive (anywhere on the stack)")
         print(top_table(inclusive, total, args.top))
