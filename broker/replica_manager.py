@@ -362,10 +362,12 @@ class ReplicaManager:
             return pb.ProduceResponse()
         if waits:
             timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
-            codes = await asyncio.gather(*(
-                self.produce_purgatory.wait(partition.tp, required, timeout_ms,
-                                            partition.acks_all_result)
-                for _, partition, required in waits))
+            waiting = [self.produce_purgatory.wait(partition.tp, required, timeout_ms,
+                                                   partition.acks_all_result)
+                       for _, partition, required in waits]
+            # One partition (the usual request) is awaited directly: gather would wrap it in
+            # a task, one more hop through the event loop before the answer goes out.
+            codes = [await waiting[0]] if len(waiting) == 1 else await asyncio.gather(*waiting)
             for (result, _, _), code in zip(waits, codes, strict=True):
                 if code != pb.NONE:
                     result.error_code = code
