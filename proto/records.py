@@ -25,9 +25,15 @@ One record (Kafka's ``DefaultRecord``; varints are zig-zag, as protobuf's sint):
 Compression formats are Kafka's: gzip is a gzip stream (RFC 1952), lz4 the
 LZ4 *frame* format with independent 64 KiB blocks (Kafka's
 ``KafkaLZ4BlockOutputStream``), zstd a zstd frame (with the content size when we
-write it; Java producers write none, which we also read). Snappy (xerial
-framing) needs a snappy package, which is not a dependency:
-UnsupportedCompressionError.
+write it; Java producers write none, which we also read). Snappy is written in
+the *xerial* framing of Kafka's Java client (``SnappyOutputStream``)::
+
+    header   16 bytes  b"\\x82SNAPPY\\x00", int32 version 1, int32 compatible version 1
+    blocks   each: int32 big-endian length, then that many bytes of one raw
+             snappy block holding at most 32 KiB of the input
+
+and read in that framing (several concatenated streams too, as xerial's
+``SnappyInputStream`` does) or as one raw snappy block (librdkafka, old clients).
 
 Decoding is defensive: every length is checked against the bytes that are
 there before anything is allocated, varints are capped at 5 (varint) or 10
@@ -83,6 +89,12 @@ VARLONG_BYTES_MAX = 10
 # length(1) + attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
 RECORD_BYTES_MIN = 7
 LZ4_BLOCK_SIZE_BYTES = 64 * 1024
+# xerial's SnappyOutputStream: this magic, then int32 version and compatible version.
+SNAPPY_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+SNAPPY_BLOCK_SIZE_BYTES = 32 * 1024  # SnappyOutputStream's default block size
+_SNAPPY_XERIAL_HEADER = SNAPPY_XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+assert len(_SNAPPY_XERIAL_HEADER) == 16
+_INT32 = struct.Struct(">i")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
@@ -197,7 +209,7 @@ def compress(compression: int, data: bytes) -> bytes:
 
         return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
     if compression == COMPRESSION_SNAPPY:
-        raise UnsupportedCompressionError("snappy needs a snappy package, which is not installed")
+        return _snappy_compress(data)
     raise UnsupportedCompressionError(f"unknown compression type {compression}")
 
 
@@ -205,8 +217,8 @@ def decompress(compression: int, data: bytes,
                max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> bytes:
     """Inverse of :func:`compress`, stopping at ``max_decompressed_bytes``.
 
-    Raises UnsupportedCompressionError for snappy or an unknown code and
-    ValueError for damaged or oversized data.
+    Raises UnsupportedCompressionError for an unknown code and ValueError for
+    damaged or oversized data.
     """
     if compression == COMPRESSION_NONE:
         return data
@@ -217,7 +229,7 @@ def decompress(compression: int, data: bytes,
     if compression == COMPRESSION_ZSTD:
         return _zstd_decompress(data, max_decompressed_bytes)
     if compression == COMPRESSION_SNAPPY:
-        raise UnsupportedCompressionError("snappy needs a snappy package, which is not installed")
+        return _snappy_decompress(data, max_decompressed_bytes)
     raise UnsupportedCompressionError(f"unknown compression type {compression}")
 
 
@@ -289,6 +301,74 @@ def _zstd_decompress(data: bytes, limit: int) -> bytes:
         return b"".join(chunks)
     except zstandard.ZstdError as e:
         raise ValueError(f"zstd: {e}") from e
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    """Xerial framing, as Kafka's Java producer writes snappy."""
+    import cramjam
+
+    compress_raw = cramjam.snappy.compress_raw
+    view = memoryview(data)
+    parts = [_SNAPPY_XERIAL_HEADER]
+    for start in range(0, len(data), SNAPPY_BLOCK_SIZE_BYTES):
+        block = compress_raw(view[start:start + SNAPPY_BLOCK_SIZE_BYTES])
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data: bytes, limit: int) -> bytes:
+    """Xerial framing or one raw snappy block. Every block's declared size is
+    checked (and summed against ``limit``) before anything is decompressed."""
+    import cramjam
+
+    snappy = cramjam.snappy
+    try:
+        if not data.startswith(SNAPPY_XERIAL_MAGIC):
+            size = snappy.decompress_raw_len(data)
+            if size > limit:
+                raise _too_large(limit)
+            out = bytearray(size)
+            if snappy.decompress_raw_into(data, out) != size:
+                raise ValueError("snappy block is shorter than it declares")
+            return bytes(out)
+        blocks = []  # (start, end, decompressed size) of each block
+        total = 0
+        view = memoryview(data)
+        pos = len(_SNAPPY_XERIAL_HEADER)
+        if len(data) < pos:
+            raise ValueError("snappy xerial header is truncated")
+        end = len(data)
+        while pos < end:
+            if data.startswith(SNAPPY_XERIAL_MAGIC, pos):  # a concatenated stream
+                pos += len(_SNAPPY_XERIAL_HEADER)
+                if pos > end:
+                    raise ValueError("snappy xerial header is truncated")
+                continue
+            if end - pos < _INT32.size:
+                raise ValueError("snappy block length is truncated")
+            (length,) = _INT32.unpack_from(data, pos)
+            pos += _INT32.size
+            if length <= 0 or length > end - pos:
+                raise ValueError(f"snappy block length {length} with {end - pos} bytes left")
+            block = view[pos:pos + length]
+            size = snappy.decompress_raw_len(block)
+            total += size
+            if total > limit:
+                raise _too_large(limit)
+            blocks.append((block, size))
+            pos += length
+        out = bytearray(total)
+        out_view = memoryview(out)
+        at = 0
+        for block, size in blocks:
+            if snappy.decompress_raw_into(block, out_view[at:at + size]) != size:
+                raise ValueError("snappy block is shorter than it declares")
+            at += size
+        out_view.release()
+        return bytes(out)
+    except cramjam.DecompressionError as e:
+        raise ValueError(str(e)) from e  # cramjam says "snappy: ..."
 
 
 # -- encoding --------------------------------------------------------------------
@@ -622,7 +702,7 @@ def decode_batch(buf, position: int = 0, *,
     """The header and records of the batch at ``position``; validates framing and CRC.
 
     Raises CorruptRecordError (with ``position``) for anything malformed and
-    UnsupportedCompressionError for snappy or an unknown compression code.
+    UnsupportedCompressionError for an unknown compression code.
     """
     header = validate_batch(buf, position)
     return header, decode_batch_records(buf, position, header,

@@ -32,8 +32,8 @@ def register(subparsers) -> None:
                         help="append one JSON line per acknowledged record")
     parser.add_argument("--batch-size", type=int, default=16384, metavar="BYTES")
     parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--compression", default="none", choices=["none", "gzip", "lz4", "zstd"],
-                        help="batch compression (snappy is not supported)")
+    parser.add_argument("--compression", default="none", choices=list(COMPRESSION_BY_NAME),
+                        help="batch compression, Kafka's codecs (default: none)")
     parser.add_argument("--timeout-ms", type=int, default=30000,
                         help="give up on a record not acknowledged within this time")
     parser.set_defaults(func=cmd_produce)
