@@ -94,6 +94,7 @@ SNAPPY_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 SNAPPY_BLOCK_SIZE_BYTES = 32 * 1024  # SnappyOutputStream's default block size
 _SNAPPY_XERIAL_HEADER = SNAPPY_XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 assert len(_SNAPPY_XERIAL_HEADER) == 16
+SNAPPY_EXPANSION_MAX = 22  # > 64/3: a 3-byte copy element gives at most 64 bytes
 _INT32 = struct.Struct(">i")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -325,14 +326,12 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
     snappy = cramjam.snappy
     try:
         if not data.startswith(SNAPPY_XERIAL_MAGIC):
-            size = snappy.decompress_raw_len(data)
-            if size > limit:
-                raise _too_large(limit)
+            size = _snappy_block_size(snappy, data, 0, limit)
             out = bytearray(size)
             if snappy.decompress_raw_into(data, out) != size:
                 raise ValueError("snappy block is shorter than it declares")
             return bytes(out)
-        blocks = []  # (start, end, decompressed size) of each block
+        blocks = []  # (block, its decompressed size)
         total = 0
         view = memoryview(data)
         pos = len(_SNAPPY_XERIAL_HEADER)
@@ -352,10 +351,8 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
             if length <= 0 or length > end - pos:
                 raise ValueError(f"snappy block length {length} with {end - pos} bytes left")
             block = view[pos:pos + length]
-            size = snappy.decompress_raw_len(block)
+            size = _snappy_block_size(snappy, block, total, limit)
             total += size
-            if total > limit:
-                raise _too_large(limit)
             blocks.append((block, size))
             pos += length
         out = bytearray(total)
@@ -369,6 +366,22 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
         return bytes(out)
     except cramjam.DecompressionError as e:
         raise ValueError(str(e)) from e  # cramjam says "snappy: ..."
+
+
+def _snappy_block_size(snappy, block, before: int, limit: int) -> int:
+    """The size a raw snappy block declares, if it can be true and ``before`` bytes
+    plus it fit ``limit``.
+
+    Snappy's densest element is a 3-byte copy of 64 bytes, so a block cannot
+    decompress to more than 64/3 of its length: a larger claim is damage, refused
+    before its buffer is allocated.
+    """
+    size = snappy.decompress_raw_len(block)
+    if size > len(block) * SNAPPY_EXPANSION_MAX:
+        raise ValueError(f"snappy block of {len(block)} bytes declares {size} bytes")
+    if before + size > limit:
+        raise _too_large(limit)
+    return size
 
 
 # -- encoding --------------------------------------------------------------------

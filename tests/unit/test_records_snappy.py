@@ -177,13 +177,22 @@ def test_flipped_bytes_give_records_or_corrupt_record_error(data):
 
 
 def test_declared_sizes_are_checked_before_decompressing():
-    # Each block claims 4 GiB (varint 0xffffffff) but holds nothing: refused from the
+    # A block claims 4 GiB (varint 0xffffffff) but holds nothing: refused from the
     # declared size alone, with no 4 GiB buffer and no MemoryError.
     huge = b"\xff\xff\xff\xff\x0f\x00"
-    with pytest.raises(DecompressedTooLargeError):
-        decompress(COMPRESSION_SNAPPY, huge)
-    with pytest.raises(DecompressedTooLargeError):
-        decompress(COMPRESSION_SNAPPY, XERIAL_HEADER + struct.pack(">i", len(huge)) + huge)
+    for part in (huge, XERIAL_HEADER + struct.pack(">i", len(huge)) + huge):
+        with pytest.raises(ValueError, match="declares 4294967295 bytes"):
+            decompress(COMPRESSION_SNAPPY, part, max_decompressed_bytes=1 << 40)
+        with pytest.raises(CorruptRecordError) as info:
+            decode_batch(with_records_part([(b"k", b"v")], part))
+        assert not info.value.too_large  # damage, not a big batch
+    # A claim snappy can reach (64 bytes per 3-byte copy) is believed until the limit.
+    zeros = b"\0" * 1_000_000
+    dense = bytes(cramjam.snappy.compress_raw(zeros))
+    assert len(dense) * 21 < len(zeros)
+    assert decompress(COMPRESSION_SNAPPY, dense) == zeros
+    with pytest.raises(DecompressedTooLargeError, match="more than 999999 bytes"):
+        decompress(COMPRESSION_SNAPPY, dense, max_decompressed_bytes=999_999)
     # Blocks each under the limit whose sum is over it.
     data = b"z" * (3 * SNAPPY_BLOCK_SIZE_BYTES)
     with pytest.raises(DecompressedTooLargeError):
