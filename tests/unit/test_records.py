@@ -19,7 +19,6 @@ from proto.records import (
     COMPRESSION_LZ4,
     COMPRESSION_NAMES,
     COMPRESSION_NONE,
-    COMPRESSION_SNAPPY,
     COMPRESSION_ZSTD,
     Record,
     SimpleRecord,
@@ -245,12 +244,10 @@ def test_encode_rejects_nonsense():
         encode_batch([])
     with pytest.raises(UnsupportedCompressionError):
         encode_batch([(b"a", b"b")], compression=7)
-    with pytest.raises(UnsupportedCompressionError):
-        encode_batch([(b"a", b"b")], compression=COMPRESSION_SNAPPY)
 
 
-def test_snappy_and_unknown_codecs_are_unsupported_on_decode():
-    for code in (COMPRESSION_SNAPPY, 5, 7):
+def test_unknown_codecs_are_unsupported_on_decode():  # snappy: tests/unit/test_records_snappy.py
+    for code in (5, 6, 7):
         batch = bytearray(encode_batch([(b"a", b"b")], base_timestamp_ms=1))
         struct.pack_into(">h", batch, 21, code)
         with pytest.raises(UnsupportedCompressionError):
