@@ -2,6 +2,7 @@
 
     spark.read.format("tidewater-log").load("data/")            one row per batch
     spark.read.format("tidewater-log").option("level", "record").load(...)
+    spark.read.format("tidewater-log").option("level", "segment").load(...)  one per segment
     spark.read.format("tidewater-checkpoints").load("data/")
     spark.read.format("tidewater-metrics").load("metrics/")
 
@@ -10,7 +11,10 @@ A path may be a folder of broker folders, a data dir, a partition dir or one
 segment file (see reader.py). One input partition per segment file (log),
 per data dir (checkpoints), per metrics file (metrics), so reading scales out.
 
-Options of ``tidewater-log``: ``level`` = ``batch`` (default) or ``record``;
+Options of ``tidewater-log``: ``level`` = ``batch`` (default), ``record`` or
+``segment`` (one summary row per segment file: counts, first and last whole
+batch, and the batch-level rules' violations and epoch changes, decided by the
+reader in Python, so Spark handles a few rows per segment, not one per batch);
 ``payload`` (record level) = ``bytes`` (default: key and value columns),
 ``hash`` (only their blake2b-128 hex digests) or ``both``;
 ``topic_partitions`` = a JSON list of ``[topic, partition]`` to read only those;
@@ -50,6 +54,16 @@ RECORD_COLUMNS = _COMMON_LOG_COLUMNS + (
     ("key", "binary"), ("value", "binary"), ("key_hash", "string"), ("value_hash", "string"),
     ("error", "string"),
 )
+SEGMENT_COLUMNS = _COMMON_LOG_COLUMNS + (
+    ("batch_count", "long"), ("row_count", "long"), ("first_base_offset", "long"),
+    ("first_epoch", "int"), ("last_offset", "long"), ("last_epoch", "int"),
+    ("log_start_offset", "long"), ("log_end_offset", "long"), ("bad_batches", "long"),
+    ("offset_order_breaks", "long"), ("epoch_drops", "long"),
+    ("violations", "array<struct<rule: string, offset: long, detail: string>>"),
+    ("epoch_changes",
+     "array<struct<position: long, partition_leader_epoch: int, base_offset: long>>"),
+)
+assert tuple(c for c, _ in SEGMENT_COLUMNS[len(_COMMON_LOG_COLUMNS):]) == reader.SEGMENT_FIELDS
 CHECKPOINT_COLUMNS = (
     ("broker_id", "int"), ("data_dir", "string"), ("file", "string"), ("kind", "string"),
     ("topic", "string"), ("partition", "int"), ("entry_index", "int"), ("epoch", "int"),
@@ -98,8 +112,9 @@ class TidewaterLogDataSource(DataSource):
 
     def _level(self) -> str:
         level = self.options.get("level", "batch").lower()
-        if level not in ("batch", "record"):
-            raise ValueError(f"tidewater-log: level must be batch or record, not {level!r}")
+        if level not in ("batch", "record", "segment"):
+            raise ValueError(
+                f"tidewater-log: level must be batch, record or segment, not {level!r}")
         return level
 
     def _batch_columns(self) -> tuple:
@@ -115,7 +130,10 @@ class TidewaterLogDataSource(DataSource):
         return tuple((c, kinds[c]) for c in names)
 
     def schema(self) -> str:
-        return ddl(self._batch_columns() if self._level() == "batch" else RECORD_COLUMNS)
+        level = self._level()
+        if level == "segment":
+            return ddl(SEGMENT_COLUMNS)
+        return ddl(self._batch_columns() if level == "batch" else RECORD_COLUMNS)
 
     def reader(self, schema) -> DataSourceReader:
         payload = self.options.get("payload", "bytes").lower()
@@ -157,6 +175,11 @@ class _LogReader(DataSourceReader):
             return
         if self.level == "batch":
             yield from _batch_arrow(segment, self.columns)
+        elif self.level == "segment":
+            summary = reader.summarize_segment_file(segment)
+            if summary is not None:  # an empty file has no batch to summarize
+                yield (segment.broker_id, segment.data_dir, segment.topic, segment.partition,
+                       segment.path, segment.base_offset, *summary)
         else:
             yield from _record_arrow(segment, self.payload)
 

@@ -94,10 +94,11 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
+# The batch columns rules read row by row (only replicas_agree_below_hw does: the
+# batch-level rules work from the reader's per-segment summaries).
 BATCH_RULE_COLUMNS = (
-    "broker_id", "topic", "partition", "segment_base_offset", "position",
-    "base_offset", "last_offset", "partition_leader_epoch", "crc_stored", "status", "error",
-    "prev_last_offset", "prev_epoch",
+    "broker_id", "topic", "partition", "base_offset", "last_offset", "partition_leader_epoch",
+    "crc_stored", "status",
 )
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")
@@ -107,8 +108,10 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
                 cache_batches: bool = True):
     """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable.
 
-    ``cache_batches``: keep the batch rows in Spark's memory (several rules read
-    them); without it every rule that needs them reads the segments again.
+    ``cache_batches``: keep the batch rows in Spark's memory (replicas_agree_below_hw
+    joins them with themselves); without it each side reads the segments again.
+    The per-segment summaries are always cached: one small row per segment, read
+    by Derived and again for the batch-level rules' violations.
     """
     from audit import metrics_reader, reader
     from audit.rules import AuditInputs
@@ -126,6 +129,8 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
                .option("columns", ",".join(BATCH_RULE_COLUMNS)).load())
     if cache_batches:
         batches = batches.cache()
+    segments = (spark.read.format("tidewater-log").option("paths", paths)
+                .option("level", "segment").load().cache())
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
     metrics_df = None
     if metrics:
@@ -139,7 +144,7 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
                    .option("paths", paths).load())
-    inputs = AuditInputs(spark, batches, checkpoints, records, metrics_df, acks_df)
+    inputs = AuditInputs(spark, batches, segments, checkpoints, records, metrics_df, acks_df)
     return inputs, inventory
 
 

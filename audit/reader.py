@@ -384,6 +384,91 @@ def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple
             buf.close()
 
 
+# ---------------------------------------------------------------- segment summaries
+
+# The batch-level rules, decided here per segment (see summarize_segment).
+RULE_BATCH_CRC = "batch_crc_and_framing"
+RULE_OFFSETS = "offsets_contiguous"
+RULE_EPOCHS = "epochs_monotonic"
+
+# One summary per segment, in this order (see SEGMENT_COLUMNS in datasource.py).
+SEGMENT_FIELDS = (
+    "batch_count", "row_count", "first_base_offset", "first_epoch", "last_offset",
+    "last_epoch", "log_start_offset", "log_end_offset", "bad_batches", "offset_order_breaks",
+    "epoch_drops", "violations", "epoch_changes",
+)
+
+
+def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
+    """The detail of an offsets_contiguous violation: a gap or an overlap."""
+    if base_offset > prev_last_offset + 1:
+        return f"gap: offsets {prev_last_offset + 1}..{base_offset - 1} missing"
+    return f"overlap: batch starts at {base_offset} after a batch ending at {prev_last_offset}"
+
+
+def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -> tuple | None:
+    """One segment's summary (SEGMENT_FIELDS order) from its batch rows; None when it has none.
+
+    The batch-level rules are decided here, batch by batch in file order, so
+    Spark gets one row per segment instead of one per batch:
+
+    - batch_crc_and_framing: every row whose status is not ``ok``;
+    - offsets_contiguous: a whole batch (status ``ok`` or ``crc_mismatch``) that
+      does not start right after the previous whole batch of the segment;
+    - epochs_monotonic: a whole batch whose epoch is below the previous one's.
+
+    ``violations`` lists them as (rule, offset, detail); ``epoch_changes`` the
+    whole batches whose epoch differs from the previous whole batch's (the
+    first one included) as (position, epoch, base_offset). The first and last
+    whole batches (file order) and the counts let the caller check order
+    across segments and summarize replicas.
+    """
+    batch_count = row_count = bad = breaks = drops = 0
+    first_base = first_epoch = last_offset = last_epoch = log_start = log_end = None
+    violations: list[tuple] = []
+    changes: list[tuple] = []
+    for rows in chunks:
+        row_count += len(rows)
+        for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
+             _max_ts, _pid, _size, status, error, prev_last, prev_epoch) in rows:
+            if status != STATUS_OK:
+                bad += 1
+                violations.append((RULE_BATCH_CRC, base,
+                                   f"{status} in segment {segment_base_offset:020d}.log at "
+                                   f"byte {position}: {error or ''}"))
+                if status != STATUS_CRC_MISMATCH or base is None:
+                    continue  # not a whole batch: no part in offset and epoch order
+            batch_count += 1
+            if first_base is None:
+                first_base, first_epoch, log_start, log_end = base, epoch, base, last
+            elif base < log_start:
+                log_start = base
+            if last > log_end:
+                log_end = last
+            last_offset, last_epoch = last, epoch
+            if prev_epoch is None:
+                changes.append((position, epoch, base))
+                continue  # the segment's first whole batch: nothing before it
+            if base != prev_last + 1:
+                breaks += 1
+                violations.append((RULE_OFFSETS, base, offset_order_problem(base, prev_last)))
+            if epoch != prev_epoch:
+                changes.append((position, epoch, base))
+                if epoch < prev_epoch:
+                    drops += 1
+                    violations.append((RULE_EPOCHS, base,
+                                       f"batch epoch {epoch} after epoch {prev_epoch}"))
+    if not row_count:
+        return None
+    return (batch_count, row_count, first_base, first_epoch, last_offset, last_epoch, log_start,
+            None if log_end is None else log_end + 1, bad, breaks, drops, violations, changes)
+
+
+def summarize_segment_file(segment: SegmentFile) -> tuple | None:
+    """summarize_segment over one segment file (an unreadable file is one ``corrupt`` row)."""
+    return summarize_segment(scan_segment_file(segment.path), segment.base_offset)
+
+
 # ---------------------------------------------------------------- records
 
 

@@ -36,6 +36,7 @@ batches at or above the HW as uncommitted (information), never as violations.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +45,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
-from audit.reader import FRAMED_STATUSES, STATUS_OK
+from audit.reader import (
+    FRAMED_STATUSES,
+    RULE_BATCH_CRC,
+    RULE_EPOCHS,
+    RULE_OFFSETS,
+    offset_order_problem,
+)
 
 VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
 VIOLATION_DDL = ("rule string, broker_id int, topic string, partition int, offset long, "
@@ -77,6 +84,7 @@ class RuleResult:
 class AuditInputs:
     spark: SparkSession
     batches: DataFrame                 # tidewater-log, batch level
+    segments: DataFrame                # tidewater-log, segment level (small: cache it)
     checkpoints: DataFrame             # tidewater-checkpoints
     records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
     metrics: DataFrame | None = None   # tidewater-metrics
@@ -114,50 +122,26 @@ class ReplicaSummary:
     log_end_offset: int
 
 
-def offset_order_broken():
-    """A batch that does not start right after the previous whole batch of its segment."""
-    return (F.col("prev_last_offset").isNotNull()
-            & (F.col("base_offset") != F.col("prev_last_offset") + 1))
-
-
-def epoch_order_broken():
-    """A batch whose epoch is below the previous whole batch's in its segment."""
-    return (F.col("prev_epoch").isNotNull()
-            & (F.col("partition_leader_epoch") < F.col("prev_epoch")))
-
-
 class Derived:
     """Frames and small driver-side summaries several rules share, each computed once.
 
     Spark jobs are what a run costs, so the per-segment summary, the epoch
     changes, the checkpoints and the metrics samples are each collected by one
-    job and reused. Order within a segment comes from the reader (each row
-    carries the previous whole batch's last offset and epoch); order across
-    segments is checked here from the per-segment summary (first and last
-    batch of each segment), so no rule needs a sort of every batch.
+    job and reused. Order within a segment is decided by the reader, which
+    summarizes each segment (tidewater-log level ``segment``: counts, first and
+    last whole batch, the batch-level rules' violations, the epoch changes), so
+    the batch-level rules cost Spark one row per segment, not one per batch.
+    Order across segments is checked here from those summaries. Only
+    replicas_agree_below_hw reads every batch (``framed``).
     """
 
     def __init__(self, inputs: AuditInputs):
         self.inputs = inputs
-        spark = inputs.spark
         b = inputs.batches
         framed_cond = F.col("status").isin(*FRAMED_STATUSES) & F.col("base_offset").isNotNull()
         self.framed = b.where(framed_cond)
-        framed_position = F.when(framed_cond, F.col("position"))
-        segments = b.groupBy(*REPLICA_KEYS, "segment_base_offset").agg(
-            F.sum(framed_cond.cast("int")).alias("batch_count"),
-            F.count("*").alias("row_count"),
-            F.min_by("base_offset", framed_position).alias("first_base_offset"),
-            F.min_by("partition_leader_epoch", framed_position).alias("first_epoch"),
-            F.max_by("last_offset", framed_position).alias("last_offset"),
-            F.max_by("partition_leader_epoch", framed_position).alias("last_epoch"),
-            F.min(F.when(framed_cond, F.col("base_offset"))).alias("log_start_offset"),
-            (F.max(F.when(framed_cond, F.col("last_offset"))) + 1).alias("log_end_offset"),
-            # The batch-level rules' violations, counted in this same pass.
-            F.sum((F.col("status") != STATUS_OK).cast("int")).alias("bad_batches"),
-            F.sum((framed_cond & offset_order_broken()).cast("int")).alias("offset_order_breaks"),
-            F.sum((framed_cond & epoch_order_broken()).cast("int")).alias("epoch_drops"),
-        ).collect()
+        # The violations stay in Spark (there may be many); the rest is small.
+        segments = inputs.segments.drop("violations").collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
                                                            r.segment_base_offset))
         per_replica: dict[tuple[int, str, int], list] = defaultdict(list)
@@ -177,12 +161,6 @@ class Derived:
                     broker, topic, partition, sum(s.batch_count for s in segs),
                     sum(s.row_count for s in segs), min(s.log_start_offset for s in whole),
                     max(s.log_end_offset for s in whole)))
-        self.replicas = spark.createDataFrame(
-            [(r.broker_id, r.topic, r.partition, r.log_start_offset, r.log_end_offset)
-             for r in self.replica_rows],
-            "broker_id int, topic string, partition int, log_start_offset long, "
-            "log_end_offset long")
-        self.checkpoint_rows = inputs.checkpoints.collect()
         self.samples = replica_samples(inputs.metrics)
         self.sample_rows = []
         if self.samples is not None:
@@ -190,6 +168,20 @@ class Derived:
             self.sample_rows = self.samples.collect()
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
+
+    @functools.cached_property
+    def checkpoint_rows(self) -> list:
+        """Every checkpoint entry; collected when a rule first needs them (one job)."""
+        return self.inputs.checkpoints.collect()
+
+    @functools.cached_property
+    def replicas(self) -> DataFrame:
+        """One row per replica with whole batches: its log start and end offsets."""
+        return self.inputs.spark.createDataFrame(
+            [(r.broker_id, r.topic, r.partition, r.log_start_offset, r.log_end_offset)
+             for r in self.replica_rows],
+            "broker_id int, topic string, partition int, log_start_offset long, "
+            "log_end_offset long")
 
     def segment_boundaries(self) -> list[tuple]:
         """(broker, topic, partition, previous segment's last row, next segment's first row)."""
@@ -207,22 +199,21 @@ class Derived:
     def replica_epoch_logs(self) -> dict[tuple[int, str, int], dict]:
         """Per replica: the epoch cache its log implies, its log start and end offsets."""
         if self._epoch_logs is None:
-            changes = (self.framed
-                       .where(F.col("prev_epoch").isNull()
-                              | (F.col("prev_epoch") != F.col("partition_leader_epoch")))
-                       .select(*REPLICA_KEYS, "segment_base_offset", "position",
-                               "partition_leader_epoch", "base_offset")
-                       .collect())
+            # The reader lists each segment's epoch changes: the whole batches whose
+            # epoch differs from the previous whole batch's in the segment.
+            changes = [(r.broker_id, r.topic, r.partition, r.segment_base_offset, c.position,
+                        c.partition_leader_epoch, c.base_offset)
+                       for r in self.segment_rows for c in r.epoch_changes]
             logs: dict[tuple[int, str, int], dict] = {}
             for row in self.replica_rows:
                 logs[(row.broker_id, row.topic, row.partition)] = {
                     "log_start_offset": row.log_start_offset,
                     "log_end_offset": row.log_end_offset, "cache": [], "last_epoch": None}
-            for row in sorted(changes, key=lambda r: (r.broker_id, r.topic, r.partition,
-                                                      r.segment_base_offset, r.position)):
-                entry = logs[(row.broker_id, row.topic, row.partition)]
-                assign_epoch(entry["cache"], row.partition_leader_epoch, row.base_offset)
-                entry["last_epoch"] = row.partition_leader_epoch
+            for broker, topic, partition, _segment, _position, epoch, base_offset in \
+                    sorted(changes, key=lambda c: c[:5]):
+                entry = logs[(broker, topic, partition)]
+                assign_epoch(entry["cache"], epoch, base_offset)
+                entry["last_epoch"] = epoch
             self._epoch_logs = logs
         return self._epoch_logs
 
@@ -245,54 +236,37 @@ class Derived:
 # ---------------------------------------------------------------- log rules
 
 
+def _reader_violations(inputs: AuditInputs, rule: str) -> DataFrame:
+    """The violations of a batch-level rule the reader found, from the segment summaries."""
+    found = (inputs.segments.select(*REPLICA_KEYS, F.explode("violations").alias("v"))
+             .where(F.col("v.rule") == rule))
+    return _violations(found, rule, F.col("broker_id"), F.col("topic"), F.col("partition"),
+                       F.col("v.offset"), F.col("v.detail"))
+
+
 def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    bad = inputs.batches.where(F.col("status") != STATUS_OK)
-    detail = F.format_string("%s in segment %020d.log at byte %d: %s", F.col("status"),
-                             F.col("segment_base_offset"), F.col("position"),
-                             F.coalesce(F.col("error"), F.lit("")))
-    v = _violations(bad, "batch_crc_and_framing", F.col("broker_id"), F.col("topic"),
-                    F.col("partition"), F.col("base_offset"), detail)
-    return _result("batch_crc_and_framing",
+    v = _reader_violations(inputs, RULE_BATCH_CRC)
+    return _result(RULE_BATCH_CRC,
                    "Every batch is framed (length, magic) and passes its CRC32C.",
                    derived.total_batches, v, violation_count=derived.bad_batches)
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    bad = derived.framed.where(offset_order_broken())
-    v = _violations(bad, "offsets_contiguous", F.col("broker_id"), F.col("topic"),
-                    F.col("partition"), F.col("base_offset"),
-                    _order_detail(F.col("base_offset"), F.col("prev_last_offset")))
+    v = _reader_violations(inputs, RULE_OFFSETS)
     boundary = [(broker, topic, partition, nxt.first_base_offset,
                  offset_order_problem(nxt.first_base_offset, prev.last_offset))
                 for broker, topic, partition, prev, nxt in derived.segment_boundaries()
                 if nxt.first_base_offset != prev.last_offset + 1]
-    v = v.unionByName(_local_violations(inputs.spark, "offsets_contiguous", boundary))
-    return _result("offsets_contiguous",
+    v = v.unionByName(_local_violations(inputs.spark, RULE_OFFSETS, boundary))
+    return _result(RULE_OFFSETS,
                    "Within each replica every batch starts right after the previous one "
                    "(no gap, no overlap, strictly increasing), across segments too.",
                    derived.framed_batches, v,
                    violation_count=derived.offset_order_breaks + len(boundary))
 
 
-def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
-    if base_offset > prev_last_offset + 1:
-        return f"gap: offsets {prev_last_offset + 1}..{base_offset - 1} missing"
-    return f"overlap: batch starts at {base_offset} after a batch ending at {prev_last_offset}"
-
-
-def _order_detail(base, prev_last):
-    return F.when(base > prev_last + 1,
-                  F.format_string("gap: offsets %d..%d missing", prev_last + 1, base - 1)
-                  ).otherwise(F.format_string(
-                      "overlap: batch starts at %d after a batch ending at %d", base, prev_last))
-
-
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    bad = derived.framed.where(epoch_order_broken())
-    detail = F.format_string("batch epoch %d after epoch %d", F.col("partition_leader_epoch"),
-                             F.col("prev_epoch"))
-    v = _violations(bad, "epochs_monotonic", F.col("broker_id"), F.col("topic"),
-                    F.col("partition"), F.col("base_offset"), detail)
+    v = _reader_violations(inputs, RULE_EPOCHS)
     boundary = [(broker, topic, partition, nxt.first_base_offset,
                  f"batch epoch {nxt.first_epoch} after epoch {prev.last_epoch} "
                  "(segment boundary)")
