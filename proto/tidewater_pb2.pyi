@@ -149,14 +149,16 @@ class PartitionState(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "partitions")
+    __slots__ = ("acks", "timeout_ms", "partitions", "correlation_id")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     acks: int
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[ProducePartitionData]
-    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionData, _Mapping]]] = ...) -> None: ...
+    correlation_id: int
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionData, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class ProducePartitionData(_message.Message):
     __slots__ = ("topic", "partition", "records")
@@ -169,10 +171,12 @@ class ProducePartitionData(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
 
 class ProduceResponse(_message.Message):
-    __slots__ = ("partitions",)
+    __slots__ = ("partitions", "correlation_id")
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     partitions: _containers.RepeatedCompositeFieldContainer[ProducePartitionResponse]
-    def __init__(self, partitions: _Optional[_Iterable[_Union[ProducePartitionResponse, _Mapping]]] = ...) -> None: ...
+    correlation_id: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[ProducePartitionResponse, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class ProducePartitionResponse(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset")

@@ -51,6 +51,16 @@ class BrokerStub:
                 request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.FetchStream = channel.stream_stream(
+                '/tidewater.Broker/FetchStream',
+                request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
+                _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/tidewater.Broker/ProduceStream',
+                request_serializer=proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=proto_dot_tidewater__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/tidewater.Broker/ListOffsets',
                 request_serializer=proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
@@ -110,6 +120,25 @@ class BrokerServicer:
         sent gets exactly one FetchResponse, in order, with the same semantics as
         Fetch (long-poll, diverging epoch, HW). Saves a unary call's set-up per round,
         which an acks=all write waits for twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchStream(self, request_iterator, context):
+        """Consumer fetches on one long-lived stream per client and broker: each
+        FetchRequest gets exactly one FetchResponse, in order, as Fetch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """Produce requests on one long-lived stream per client and broker. Requests
+        are appended in the order they arrive on the stream (so several in flight for
+        one partition keep their order); each gets one ProduceResponse carrying its
+        correlation_id, possibly out of order (an acks=all request completes when its
+        followers catch up). With acks=0 no response is sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,6 +205,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchStream,
+                    request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+            ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=proto_dot_tidewater__pb2.ProduceRequest.FromString,
+                    response_serializer=proto_dot_tidewater__pb2.ProduceResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
@@ -296,6 +335,60 @@ class Broker:
             '/tidewater.Broker/ReplicaFetch',
             proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
             proto_dot_tidewater__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidewater.Broker/FetchStream',
+            proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            proto_dot_tidewater__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tidewater.Broker/ProduceStream',
+            proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+            proto_dot_tidewater__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
