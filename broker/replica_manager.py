@@ -96,6 +96,7 @@ class ReplicaManager:
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self._loops: list[asyncio.Task] = []
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
+        self._closing_callbacks: set[Callable[[], None]] = set()  # on_closing
         self._checkpoint_write: asyncio.Future | None = None  # a checkpoint file write in a thread
         # Labelled counter children looked up once (labels() is a lock and a dict walk),
         # by is_follower: (bytes_out, messages_out).
@@ -137,9 +138,17 @@ class ReplicaManager:
     def answer_long_polls(self) -> None:
         """Shutdown, before the servers stop: every pending long-poll answers now with what it
         has and later ones do not wait, so the servers' grace period is not spent on them
-        (a ReplicaFetch stream then ends after its current answer)."""
+        (a stream then ends after its pending answers)."""
         self.closing = True
         self.fetch_waiters.notify_all()
+        for callback in list(self._closing_callbacks):
+            callback()
+
+    def on_closing(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``answer_long_polls`` runs (streams waiting for their
+        client's next request stop reading); returns the function that unregisters it."""
+        self._closing_callbacks.add(callback)
+        return lambda: self._closing_callbacks.discard(callback)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         hws = dict(self._loaded_high_watermarks)
@@ -330,15 +339,29 @@ class ReplicaManager:
     # ================================================================ produce
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        response, waits = await self.produce_append(request)
+        if waits:
+            await self.produce_wait(request, waits)
+        return response
+
+    async def produce_append(self, request: pb.ProduceRequest
+                             ) -> tuple[pb.ProduceResponse, list[tuple]]:
+        """The first half of ``produce``: validate and append every partition's records now.
+
+        Returns the response (final unless acks=all) and the acks=all waits for
+        ``produce_wait``. ProduceStream awaits this for request N before it starts
+        request N+1, so a stream's requests are appended in the order they arrived
+        (the append suspends only when the partition lock is held, e.g. by a
+        LeaderAndIsr, and the lock hands over in FIFO order)."""
         acks = request.acks
-        response = pb.ProduceResponse()
+        response = pb.ProduceResponse(correlation_id=request.correlation_id)
         if acks not in (0, 1, -1):
             err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
             for data in request.partitions:
                 response.partitions.add(topic=data.topic, partition=data.partition,
                                         error_code=err.error_code, error_message=str(err),
                                         base_offset=-1)
-            return response
+            return response, []
         waits = []
         for data in request.partitions:
             result = response.partitions.add(topic=data.topic, partition=data.partition,
@@ -359,23 +382,26 @@ class ReplicaManager:
                                                    pb.ErrorCode.Name(result.error_code)).inc()
         if acks == 0:
             # The client asked for no answer: nothing to tell it, errors included.
-            return pb.ProduceResponse()
-        if waits:
-            timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
-            waiting = [self.produce_purgatory.wait(partition.tp, required, timeout_ms,
-                                                   partition.acks_all_result)
-                       for _, partition, required in waits]
-            # One partition (the usual request) is awaited directly: gather would wrap it in
-            # a task, one more hop through the event loop before the answer goes out.
-            codes = [await waiting[0]] if len(waiting) == 1 else await asyncio.gather(*waiting)
-            for (result, _, _), code in zip(waits, codes, strict=True):
-                if code != pb.NONE:
-                    result.error_code = code
-                    result.error_message = pb.ErrorCode.Name(code)
-                    if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-                        # Not acknowledged: the records may still commit or vanish.
-                        result.base_offset = -1
-        return response
+            return pb.ProduceResponse(), []
+        return response, waits
+
+    async def produce_wait(self, request: pb.ProduceRequest, waits: list[tuple]) -> None:
+        """The second half of ``produce``: wait until the HW passes each acks=all append
+        (``waits`` from ``produce_append``) and write the outcome into its response."""
+        timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
+        waiting = [self.produce_purgatory.wait(partition.tp, required, timeout_ms,
+                                               partition.acks_all_result)
+                   for _, partition, required in waits]
+        # One partition (the usual request) is awaited directly: gather would wrap it in
+        # a task, one more hop through the event loop before the answer goes out.
+        codes = [await waiting[0]] if len(waiting) == 1 else await asyncio.gather(*waiting)
+        for (result, _, _), code in zip(waits, codes, strict=True):
+            if code != pb.NONE:
+                result.error_code = code
+                result.error_message = pb.ErrorCode.Name(code)
+                if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+                    # Not acknowledged: the records may still commit or vanish.
+                    result.base_offset = -1
 
     async def _append_as_leader(self, partition: Partition, records: bytes, acks: int):
         if not records:
