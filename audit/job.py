@@ -105,11 +105,12 @@ ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, v
 
 
 def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str], *,
-                cache_batches: bool = True):
+                cache_batches: bool = False):
     """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable.
 
-    ``cache_batches``: keep the batch rows in Spark's memory (replicas_agree_below_hw
-    joins them with themselves); without it each side reads the segments again.
+    ``cache_batches``: keep the batch rows in Spark's memory. Off by default: the
+    one rule that reads them (replicas_agree_below_hw) reads them once, and
+    building the cache costs more than that read (bench/audit_bench.py).
     The per-segment summaries are always cached: one small row per segment, read
     by Derived and again for the batch-level rules' violations.
     """

@@ -349,24 +349,33 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
     hw = derived.committed_high_watermarks()
     hw_df = spark.createDataFrame([(t, p, o) for (t, p), o in hw.items()],
                                   "topic string, partition int, high_watermark long")
-    mine = (derived.framed.join(F.broadcast(hw_df), PARTITION_KEYS)
-            .where(F.col("last_offset") < F.col("high_watermark"))
-            .select(*REPLICA_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
-                    "crc_stored", "high_watermark"))
+    replica_counts: dict[tuple[str, int], int] = defaultdict(int)
+    for r in derived.replica_rows:
+        replica_counts[(r.topic, r.partition)] += 1
+    counts_df = spark.createDataFrame([(t, p, n) for (t, p), n in replica_counts.items()],
+                                      "topic string, partition int, replicas int")
+    # Each distinct batch below the HW with the brokers holding it (one entry per
+    # copy): one pass over the batches, no join of the batches with themselves.
+    holders = (derived.framed.join(F.broadcast(hw_df), PARTITION_KEYS)
+               .where(F.col("last_offset") < F.col("high_watermark"))
+               .groupBy(*PARTITION_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
+                        "crc_stored", "high_watermark")
+               .agg(F.collect_list("broker_id").alias("holders")))
+    # A batch every replica of its partition holds is missing from none: the
+    # common case, dropped before pairing holders with peers.
+    mine = (holders.join(F.broadcast(counts_df), PARTITION_KEYS)
+            .where(F.size(F.array_distinct("holders")) < F.col("replicas"))
+            .select("*", F.explode("holders").alias("broker_id")))
     peers = derived.replicas.select(
         F.col("broker_id").alias("peer_id"), *PARTITION_KEYS,
         F.col("log_start_offset").alias("peer_start"), F.col("log_end_offset").alias("peer_end"))
-    # Every (batch, peer) where the peer's log covers the batch's offsets below the HW.
-    expected = (mine.join(F.broadcast(peers), PARTITION_KEYS)
-                .where((F.col("peer_id") != F.col("broker_id"))
-                       & (F.col("peer_start") <= F.col("base_offset"))
-                       & (F.col("last_offset") < F.col("peer_end"))))
-    held = derived.framed.select(
-        F.col("broker_id").alias("peer_id"), *PARTITION_KEYS, "base_offset", "last_offset",
-        "partition_leader_epoch", "crc_stored").withColumn("held", F.lit(True))
-    compared = expected.join(held, ["peer_id", *PARTITION_KEYS, "base_offset", "last_offset",
-                                    "partition_leader_epoch", "crc_stored"], "left")
-    bad = compared.where(F.col("held").isNull())
+    # Every (copy, peer) where the peer's log covers the batch's offsets below the
+    # HW and the peer holds no identical batch.
+    bad = (mine.join(F.broadcast(peers), PARTITION_KEYS)
+           .where((F.col("peer_id") != F.col("broker_id"))
+                  & (F.col("peer_start") <= F.col("base_offset"))
+                  & (F.col("last_offset") < F.col("peer_end"))
+                  & ~F.array_contains("holders", F.col("peer_id"))))
     detail = F.format_string(
         "broker %d holds batch %d..%d (epoch %d, crc %d) below HW %d; broker %d does not",
         F.col("broker_id"), F.col("base_offset"), F.col("last_offset"),
@@ -553,17 +562,25 @@ def run_rules(inputs: AuditInputs, rules=RULES) -> AuditResults:
     """Run ``rules``; the violations not counted on the way are counted in one job.
 
     ``violations`` holds only the rules that have some (a failing rule's rows
-    are computed again, or from the cache, when the report reads them).
+    come from the counting job's cache, or are computed again when the report
+    reads them).
     """
     derived = Derived(inputs)
     results = [rule(inputs, derived) for rule in rules]
     uncounted = [r for r in results if r.violation_count is None]
+    union = None
     if uncounted:
         union = _union([r.violations for r in uncounted]).cache()
         counts = {r.rule: r["count"] for r in union.groupBy("rule").count().collect()}
         for r in uncounted:
             r.violation_count = counts.get(r.name, 0)
-    failing = [r.violations for r in results if r.violation_count]
+    # The rules counted in that job have their rows in its cache: read them there.
+    counted_here = {r.name for r in uncounted}
+    failing = [r.violations for r in results
+               if r.violation_count and r.name not in counted_here]
+    failing_counted = [r.name for r in uncounted if r.violation_count]
+    if failing_counted:
+        failing.append(union.where(F.col("rule").isin(*failing_counted)))
     violations = (_union(failing).cache() if failing
                   else _local_violations(inputs.spark, "none", []))
     return AuditResults(results, violations, derived)

@@ -205,3 +205,86 @@ def test_rows_carry_the_previous_batch_and_replicas_span_segments(dump):
     for prev, row in zip(rows, rows[1:], strict=False):
         assert row[f.index("prev_last_offset")] == prev[f.index("last_offset")]
         assert row[f.index("prev_epoch")] == prev[f.index("partition_leader_epoch")]
+
+
+def _summary_from_rows(rows: list[tuple], segment_base_offset: int) -> dict:
+    """The batch-level rules as their definitions say, row by row (the reference)."""
+    f = {name: i for i, name in enumerate(reader.BATCH_FIELDS)}
+    whole = [r for r in rows if r[f["status"]] in reader.FRAMED_STATUSES]
+    violations = [(reader.RULE_BATCH_CRC, r[f["base_offset"]],
+                   f"{r[f['status']]} in segment {segment_base_offset:020d}.log at byte "
+                   f"{r[f['position']]}: {r[f['error']] or ''}")
+                  for r in rows if r[f["status"]] != "ok"]
+    for prev, r in zip(whole, whole[1:], strict=False):
+        if r[f["base_offset"]] != prev[f["last_offset"]] + 1:
+            violations.append((reader.RULE_OFFSETS, r[f["base_offset"]], reader.offset_order_problem(
+                r[f["base_offset"]], prev[f["last_offset"]])))
+        if r[f["partition_leader_epoch"]] < prev[f["partition_leader_epoch"]]:
+            violations.append((reader.RULE_EPOCHS, r[f["base_offset"]],
+                               f"batch epoch {r[f['partition_leader_epoch']]} after epoch "
+                               f"{prev[f['partition_leader_epoch']]}"))
+    epochs = [r[f["partition_leader_epoch"]] for r in whole]
+    return {
+        "batch_count": len(whole), "row_count": len(rows),
+        "first_base_offset": whole[0][f["base_offset"]] if whole else None,
+        "first_epoch": epochs[0] if whole else None,
+        "last_offset": whole[-1][f["last_offset"]] if whole else None,
+        "last_epoch": epochs[-1] if whole else None,
+        "log_start_offset": min((r[f["base_offset"]] for r in whole), default=None),
+        "log_end_offset": max((r[f["last_offset"]] + 1 for r in whole), default=None),
+        "bad_batches": sum(r[f["status"]] != "ok" for r in rows),
+        "offset_order_breaks": sum(v[0] == reader.RULE_OFFSETS for v in violations),
+        "epoch_drops": sum(v[0] == reader.RULE_EPOCHS for v in violations),
+        "violations": sorted(violations, key=repr),
+        "epoch_changes": [(r[f["position"]], r[f["partition_leader_epoch"]], r[f["base_offset"]])
+                          for i, r in enumerate(whole)
+                          if i == 0 or epochs[i] != epochs[i - 1]],
+    }
+
+
+_batch_spec = st.tuples(st.integers(0, 40), st.integers(-1, 6), st.integers(1, 3))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_batch_spec, min_size=0, max_size=8), st.integers(0, 7),
+       st.sampled_from(["none", "flip", "cut", "magic", "garbage"]), st.integers(0, 10_000))
+def test_segment_summary_equals_the_rules_applied_row_by_row(specs, segment_base, damage, at):
+    """Offsets and epochs in any order, any damage: the summary says what the rows say."""
+    data = bytearray(b"".join(
+        encode_batch([(b"k%d" % i, b"v") for i in range(count)], base_offset=base,
+                     partition_leader_epoch=epoch) for base, epoch, count in specs))
+    if data and damage == "flip":
+        data[max(at % len(data), reader.CRC_START)] ^= 0x40
+    elif damage == "cut":
+        data = data[: at % (len(data) + 1)]
+    elif data and damage == "magic":
+        data[16] = 7
+    elif damage == "garbage":
+        data += bytes(range(at % 90))
+    rows = list(reader.scan_batches(bytes(data)))
+    summary = reader.summarize_segment([rows[:3], rows[3:]], segment_base)
+    if not rows:
+        assert summary is None
+        return
+    got = dict(zip(reader.SEGMENT_FIELDS, summary, strict=True))
+    got["violations"] = sorted(got["violations"], key=repr)
+    assert got == _summary_from_rows(rows, segment_base)
+
+
+def test_segment_summary_of_the_damaged_replicas(dump):
+    def summary(broker, topic):
+        (path,) = dump.segments(broker, topic)
+        found = reader.summarize_segment_file(reader.SegmentFile(
+            broker, str(dump.data_dirs[broker]), topic, 0, str(path), 0, path.stat().st_size))
+        return dict(zip(reader.SEGMENT_FIELDS, found, strict=True))
+
+    flipped = summary(3, "flipped")
+    assert (flipped["bad_batches"], flipped["batch_count"]) == (1, len(HISTORY))
+    assert [v[:2] for v in flipped["violations"]] == [(reader.RULE_BATCH_CRC, 5)]
+    assert flipped["violations"][0][2].startswith(
+        "crc_mismatch in segment 00000000000000000000.log at byte ")
+    back = summary(1, "epoch-back")
+    assert back["violations"] == [(reader.RULE_EPOCHS, 17, "batch epoch 1 after epoch 3")]
+    assert [(epoch, base) for _pos, epoch, base in back["epoch_changes"]] == \
+        [(0, 0), (1, 9), (3, 15), (1, 17), (3, 19)]
+    assert (back["log_start_offset"], back["log_end_offset"]) == (0, 22)
