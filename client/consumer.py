@@ -48,6 +48,7 @@ from client.metadata import (
     TopicPartition,
     rpc_error_to_typed,
 )
+from client.streams import StreamPool, StreamRequest, StreamUnsupportedError
 from proto import tidewater_pb2 as pb
 from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
 from proto.errors import (
@@ -93,6 +94,8 @@ class Consumer:
         self._backoff_until: dict[TopicPartition, float] = {}
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
         self._prefetched: tuple[dict, list] | None = None
+        # Fetches go on one FetchStream per broker (client.streams), unary to brokers without it.
+        self._streams = StreamPool(self.metadata.pool, "FetchStream", ordered=True)
         self._closed = False
 
     # ------------------------------------------------------------------ assignment & positions
@@ -262,10 +265,10 @@ class Consumer:
         clean = True  # every partition answered without an error
         for address, items, call in calls:
             try:
-                resp = call.result()
-            except grpc.RpcError as e:
+                resp = self._result(address, call)
+            except TidewaterError as e:
                 clean = False
-                self._on_partition_error([tp for tp, _, _ in items], rpc_error_to_typed(e, address))
+                self._on_partition_error([tp for tp, _, _ in items], e)
                 continue
             if resp.error_code != pb.NONE:
                 clean = False
@@ -312,10 +315,38 @@ class Consumer:
                     fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
                     partition_max_bytes=self.max_partition_fetch_bytes)
                     for tp, pos, epoch in items])
-            call = self.metadata.pool.broker(address).Fetch.future(
-                request, timeout=wait_ms / 1000 + self.request_timeout_ms / 1000)
-            calls.append((address, items, call))
+            calls.append((address, items, self._send_fetch(address, request)))
         return calls
+
+    def _send_fetch(self, address: Address, request: pb.FetchRequest):
+        """On the broker's FetchStream when it has one (a StreamRequest), else a unary
+        Fetch (a gRPC future); ``_result`` waits for either."""
+        for _ in range(2):  # a stream found broken between lookup and send: open a new one
+            stream = self._streams.stream(address)
+            if stream is None:
+                break
+            pending = StreamRequest(stream, request)
+            if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
+                return pending
+        return self.metadata.pool.broker(address).Fetch.future(
+            request, timeout=self._timeout_s(request.max_wait_ms))
+
+    def _timeout_s(self, wait_ms: int) -> float:
+        return wait_ms / 1000 + self.request_timeout_ms / 1000
+
+    def _result(self, address: Address, call) -> pb.FetchResponse:
+        """The answer to a ``_send_fetch`` call; transport failures raise typed errors."""
+        if isinstance(call, StreamRequest):
+            try:
+                return call.result()
+            except StreamUnsupportedError:
+                # An older broker: this and later fetches to it go unary.
+                self._streams.mark_unsupported(address)
+                call = self._send_fetch(address, call.request)
+        try:
+            return call.result()
+        except grpc.RpcError as e:
+            raise rpc_error_to_typed(e, address) from None
 
     def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes],
                   high_watermarks: dict[TopicPartition, int]) -> None:
@@ -405,6 +436,7 @@ class Consumer:
             if self._prefetched is not None:
                 self._cancel(self._prefetched[1])
                 self._prefetched = None
+            self._streams.close()
             self.metadata.close()
 
     def __enter__(self):

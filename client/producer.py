@@ -22,8 +22,11 @@ per partition:
 |                                 | delivery timeout allow                             |
 | anything else                   | futures fail with the typed exception              |
 
-A transport failure counts as a retriable ``BrokerConnectionError`` for every
-batch in the request. A partition with ``max_in_flight_per_partition`` requests
+Requests go on one ``ProduceStream`` per broker (``client.streams``; unary
+``Produce`` to a broker without it). A transport failure, a broken stream or a
+request unanswered on its stream past the request timeout counts as a
+retriable ``BrokerConnectionError`` (``RequestTimedOutError``) for every batch
+in the request, as for a failed unary call. A partition with ``max_in_flight_per_partition`` requests
 in flight is muted. With the default of 1, retries never reorder records; with
 more (Kafka's ``max.in.flight.requests.per.connection``), a later request can
 land while an earlier one is retried, so a retry may reorder records: the
@@ -51,6 +54,7 @@ from client.metadata import (
     rpc_error_to_typed,
 )
 from client.partitioner import StickyPartitioner, choose_partition
+from client.streams import StreamPool, StreamUnsupportedError
 from proto import tidewater_pb2 as pb
 from proto.errors import (
     InvalidRequiredAcksError,
@@ -150,6 +154,7 @@ class Producer:
                  compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
                  max_in_flight_per_partition: int = 1,
+                 use_streams: bool = True,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
@@ -180,6 +185,11 @@ class Producer:
         self._unfinished = 0  # records sent but not yet resolved
         self._closed = False
         self._last_metadata_refresh_ms = 0
+        # Produce requests go on one ProduceStream per broker (client.streams), unary to
+        # brokers without it.
+        self._streams = StreamPool(self.metadata.pool, "ProduceStream", ordered=False)
+        if not use_streams:
+            self._streams.close()  # a closed pool opens no stream: every request goes unary
         self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)
         self._sender.start()
 
@@ -269,6 +279,8 @@ class Producer:
                 leftovers = self._accumulator.abort_all()
             for batch in leftovers:
                 batch.fail(RuntimeError("producer closed before delivery"))
+            self._streams.close()  # half-closes: acks=0 requests still queued are sent first
+            self._resolve_finished()
             self.metadata.close()
 
     def __enter__(self):
@@ -411,14 +423,37 @@ class Producer:
                     topic=tp.topic, partition=tp.partition,
                     records=batches[0].encoded if len(batches) == 1 else b"".join(b.encoded for b in batches))
                     for tp, batches in groups])
-            try:
-                call = self.metadata.pool.broker(address).Produce.future(
-                    request, timeout=self.request_timeout_ms / 1000 + 5)
-            except grpc.RpcError as e:
-                self._on_response(groups, None, rpc_error_to_typed(e, address))
-                continue
-            call.add_done_callback(
-                lambda c, groups=groups, address=address: self._on_call_done(c, groups, address))
+            self._send_request(address, request, groups)
+
+    def _send_request(self, address: Address, request: pb.ProduceRequest, groups) -> None:
+        """On the broker's ProduceStream when it has one, else a unary Produce."""
+        timeout_s = self.request_timeout_ms / 1000 + 5
+        for _ in range(2):  # a stream found broken between lookup and send: open a new one
+            stream = self._streams.stream(address)
+            if stream is None:
+                break
+
+            def on_answer(response, error, groups=groups, address=address, request=request):
+                if isinstance(error, StreamUnsupportedError):
+                    # An older broker: nothing was appended; this and later requests go unary.
+                    self._streams.mark_unsupported(address)
+                    self._send_unary(address, request, groups)
+                else:
+                    self._on_response(groups, response, error)
+
+            if stream.send(request, on_answer, timeout_s, answered=self.acks != 0):
+                return
+        self._send_unary(address, request, groups)
+
+    def _send_unary(self, address: Address, request: pb.ProduceRequest, groups) -> None:
+        try:
+            call = self.metadata.pool.broker(address).Produce.future(
+                request, timeout=self.request_timeout_ms / 1000 + 5)
+        except grpc.RpcError as e:
+            self._on_response(groups, None, rpc_error_to_typed(e, address))
+            return
+        call.add_done_callback(
+            lambda c, groups=groups, address=address: self._on_call_done(c, groups, address))
 
     def _on_call_done(self, call, groups, address: Address) -> None:
         try:

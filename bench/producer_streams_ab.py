@@ -1,0 +1,86 @@
+"""Producer throughput and CPU with requests on ProduceStream against unary Produce.
+
+    .venv/bin/python bench/producer_streams_ab.py [--seconds 4] [--sizes 1024,100] [--rounds 2]
+
+Starts a local 3-broker cluster (stopped at the end), one RF=3 topic per run, and
+runs the cluster benchmark's Producer workload (acks=all, 256 KiB batches, linger
+5 ms, 5 in flight) alternating ``use_streams`` True/False (load drifts). Prints
+MB/s and MB per CPU second over every process (brokers, controller, this client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from bench import tidewater_side  # noqa: E402
+from bench.latency_breakdown import cpu_seconds  # noqa: E402
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+def run(bootstrap: str, topic: str, record_bytes: int, seconds: float, use_streams: bool):
+    from client.producer import Producer
+
+    value = os.urandom(record_bytes)
+    failures: list[BaseException] = []
+    producer = Producer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=5,
+                        buffer_memory_bytes=64 * MIB, max_in_flight_per_partition=5,
+                        use_streams=use_streams)
+    count = 0
+    try:
+        producer.send(topic, value, partition=0).result(timeout=30)
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(500):
+                producer.send(topic, value, partition=0).add_done_callback(
+                    lambda f: f.exception() and failures.append(f.exception()))
+            count += 500
+        producer.flush(timeout_s=120)
+        elapsed = time.perf_counter() - start
+    finally:
+        producer.close(timeout_s=30)
+    if failures:
+        raise RuntimeError(f"{len(failures)} sends failed: {failures[0]!r}")
+    return count * record_bytes / elapsed / 1e6, count * record_bytes / 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--sizes", default="1024,100")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="tw-streams-ab-") as directory:
+        cluster = tidewater_side.TidewaterCluster(directory)
+        try:
+            bootstrap = cluster.start()
+            pids = [p["pid"] for p in cluster.local.manifest["processes"].values()]
+            n = 0
+            for _ in range(args.rounds):
+                for size in (int(s) for s in args.sizes.split(",")):
+                    for use_streams in (True, False):
+                        n += 1
+                        topic = f"ab{n}"
+                        cluster.create_topic(topic)
+                        before = sum(cpu_seconds(pid) for pid in pids) + time.process_time()
+                        mb_s, mb = run(bootstrap, topic, size, args.seconds, use_streams)
+                        cpu = sum(cpu_seconds(pid) for pid in pids) + time.process_time() - before
+                        print(f"{size:5d} B  {'stream' if use_streams else 'unary ':6s}  "
+                              f"{mb_s:6.1f} MB/s  {mb / cpu:6.1f} MB/CPU-s  "
+                              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        finally:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The Producer on ProduceStream and the Consumer on FetchStream, against real brokers."""
+
+from __future__ import annotations
+
+import re
+import threading
+import urllib.request
+
+import pytest
+
+from client.consumer import Consumer
+from client.producer import Producer
+from tests.integration.conftest import free_port, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def rpc_count(metrics_text: str, rpc: str) -> float:
+    found = re.search(
+        rf'tidewater_broker_request_latency_seconds_count\{{[^}}]*rpc="{rpc}"[^}}]*\}} (\S+)',
+        metrics_text)
+    return float(found.group(1)) if found else 0.0
+
+
+def metrics_cluster(cluster, n: int):
+    ports = {broker_id: free_port() for broker_id in range(1, n + 1)}
+    c = cluster(n, extra_args=lambda broker_id: ["--metrics-port", str(ports[broker_id])])
+
+    def scrape(broker_id: int) -> str:
+        url = f"http://127.0.0.1:{ports[broker_id]}/metrics"
+        return urllib.request.urlopen(url, timeout=2).read().decode()
+
+    return c, scrape
+
+
+def bootstrap_of(c) -> str:
+    return ",".join(b.address for b in c.brokers.values())
+
+
+def consume(bootstrap: str, topic: str, expected: int) -> list:
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=200) as consumer:
+        consumer.assign([(topic, 0)])
+        got: list = []
+        wait_for(lambda: (got.extend(consumer.poll(200)), len(got) >= expected)[1],
+                 message=f"{expected} records consumed")
+        return got
+
+
+def test_producer_and_consumer_use_the_streams(cluster):
+    c, scrape = metrics_cluster(cluster, 3)
+    c.create_topic("cs", replication_factor=3)
+    leader = c.wait_leader_ready("cs")
+    bootstrap = bootstrap_of(c)
+    values = [f"v{i}".encode() for i in range(300)]
+    # linger 0 and 5 in flight: many single-record requests on the stream at once.
+    with Producer(bootstrap, acks="all", linger_ms=0, max_in_flight_per_partition=5) as producer:
+        futures = [producer.send("cs", v, partition=0) for v in values]
+        producer.flush(60)
+        offsets = [f.result(0).offset for f in futures]
+    assert offsets == list(range(len(values)))  # stream order is send order
+    records = consume(bootstrap, "cs", len(values))
+    assert [(r.offset, r.value) for r in records] == list(enumerate(values))
+    text = scrape(leader.broker_id)
+    assert rpc_count(text, "ProduceStream") >= 1
+    assert rpc_count(text, "FetchStream") >= 1
+    assert rpc_count(text, "Produce") == 0
+    assert rpc_count(text, "Fetch") == 0
+
+
+def test_consumer_long_polls_on_the_stream(cluster):
+    c = cluster(2)
+    c.create_topic("lp", replication_factor=2)
+    c.wait_leader_ready("lp")
+    bootstrap = bootstrap_of(c)
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5000) as consumer, \
+            Producer(bootstrap, acks="all", linger_ms=0) as producer:
+        consumer.assign([("lp", 0)])
+        assert consumer.position(("lp", 0)) == 0
+        # A poll long-polling on the stream is answered by the commit of the write.
+        timer = threading.Timer(0.3, lambda: producer.send("lp", b"late", partition=0))
+        timer.start()
+        try:
+            got = []
+            wait_for(lambda: (got.extend(consumer.poll(5000)), got)[1], message="late record")
+        finally:
+            timer.join()
+        assert [(r.offset, r.value) for r in got] == [(0, b"late")]
+
+
+@pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
+def test_leader_stopped_mid_stream_loses_nothing_acknowledged(cluster, stop):
+    c = cluster(3)
+    c.create_topic("mid", replication_factor=3)
+    leader = c.wait_leader_ready("mid")
+    bootstrap = bootstrap_of(c)
+    acked: list[bytes] = []
+    failed: list[BaseException] = []
+    stopping = threading.Event()
+
+    def write() -> None:
+        with Producer(bootstrap, acks="all", linger_ms=0, max_in_flight_per_partition=5,
+                      retry_backoff_ms=50, request_timeout_ms=5000) as producer:
+            i = 0
+            while not stopping.is_set() or i < 400:
+                value = f"m{i}".encode()
+                future = producer.send("mid", value, partition=0)
+                future.add_done_callback(lambda f, value=value: (
+                    failed.append(f.exception()) if f.exception() else acked.append(value)))
+                i += 1
+                if i % 20 == 0:
+                    producer.flush(60)
+            producer.flush(60)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    wait_for(lambda: len(acked) >= 100, message="writes acknowledged before the stop")
+    if stop == "sigkill":
+        leader.proc.kill()
+    else:
+        leader.proc.terminate()
+    stopping.set()
+    writer.join(180)
+    assert not writer.is_alive()
+    assert failed == []
+    survivor = next(b for b in c.brokers.values() if b is not leader)
+    records = consume(survivor.address, "mid", len(acked))
+    stored = {r.value for r in records}
+    assert set(acked) <= stored  # every acknowledged record survived the leader
