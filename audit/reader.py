@@ -295,8 +295,12 @@ def scan_batches(buf) -> Iterator[tuple]:
     yield from scan_batch_chunks(buf, chunk_rows=1 << 62, flat=True)
 
 
-def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Iterator:
+def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: int = 0,
+                      prev: tuple[int | None, int | None] = (None, None)) -> Iterator:
     """Like scan_batches, but yields lists of row tuples of at most ``chunk_rows``.
+
+    ``start`` and ``prev`` resume a scan: the position of a batch and the last
+    offset and epoch of the whole batch before it (summarize_buffer's hand-over).
 
     This is the hot loop of the audit: one struct unpack and one CRC call per
     batch, nothing else. Each row also carries the last offset and epoch of the
@@ -306,8 +310,8 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False) -> Itera
     view = memoryview(buf)
     end = len(buf)
     unpack = _HEADER.unpack_from
-    pos = 0
-    prev_last = prev_epoch = None
+    pos = start
+    prev_last, prev_epoch = prev
     rows: list[tuple] = []
     append = rows.append
     while pos < end:
@@ -406,6 +410,65 @@ def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
     return f"overlap: batch starts at {base_offset} after a batch ending at {prev_last_offset}"
 
 
+class _SegmentSummary:
+    """The running state of summarize_segment / summarize_buffer (one segment)."""
+
+    __slots__ = ("segment_base_offset", "batch_count", "row_count", "bad", "breaks", "drops",
+                 "first_base", "first_epoch", "last_offset", "last_epoch", "log_start",
+                 "log_end", "violations", "changes")
+
+    def __init__(self, segment_base_offset: int):
+        self.segment_base_offset = segment_base_offset
+        self.batch_count = self.row_count = self.bad = self.breaks = self.drops = 0
+        self.first_base = self.first_epoch = self.last_offset = self.last_epoch = None
+        self.log_start = self.log_end = None  # log_end: the largest last offset so far
+        self.violations: list[tuple] = []
+        self.changes: list[tuple] = []
+
+    def add_rows(self, rows: list[tuple]) -> None:
+        """Batch rows (BATCH_FIELDS order) of the segment, in file order."""
+        self.row_count += len(rows)
+        violations, changes = self.violations, self.changes
+        for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
+             _max_ts, _pid, _size, status, error, prev_last, prev_epoch) in rows:
+            if status != STATUS_OK:
+                self.bad += 1
+                violations.append((RULE_BATCH_CRC, base,
+                                   f"{status} in segment {self.segment_base_offset:020d}.log "
+                                   f"at byte {position}: {error or ''}"))
+                if status != STATUS_CRC_MISMATCH or base is None:
+                    continue  # not a whole batch: no part in offset and epoch order
+            self.batch_count += 1
+            if self.first_base is None:
+                self.first_base, self.first_epoch = base, epoch
+                self.log_start, self.log_end = base, last
+            elif base < self.log_start:
+                self.log_start = base
+            if last > self.log_end:
+                self.log_end = last
+            self.last_offset, self.last_epoch = last, epoch
+            if prev_epoch is None:
+                changes.append((position, epoch, base))
+                continue  # the segment's first whole batch: nothing before it
+            if base != prev_last + 1:
+                self.breaks += 1
+                violations.append((RULE_OFFSETS, base, offset_order_problem(base, prev_last)))
+            if epoch != prev_epoch:
+                changes.append((position, epoch, base))
+                if epoch < prev_epoch:
+                    self.drops += 1
+                    violations.append((RULE_EPOCHS, base,
+                                       f"batch epoch {epoch} after epoch {prev_epoch}"))
+
+    def result(self) -> tuple | None:
+        if not self.row_count:
+            return None
+        return (self.batch_count, self.row_count, self.first_base, self.first_epoch,
+                self.last_offset, self.last_epoch, self.log_start,
+                None if self.log_end is None else self.log_end + 1, self.bad, self.breaks,
+                self.drops, self.violations, self.changes)
+
+
 def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -> tuple | None:
     """One segment's summary (SEGMENT_FIELDS order) from its batch rows; None when it has none.
 
@@ -423,50 +486,86 @@ def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -
     whole batches (file order) and the counts let the caller check order
     across segments and summarize replicas.
     """
-    batch_count = row_count = bad = breaks = drops = 0
-    first_base = first_epoch = last_offset = last_epoch = log_start = log_end = None
-    violations: list[tuple] = []
-    changes: list[tuple] = []
+    summary = _SegmentSummary(segment_base_offset)
     for rows in chunks:
-        row_count += len(rows)
-        for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
-             _max_ts, _pid, _size, status, error, prev_last, prev_epoch) in rows:
-            if status != STATUS_OK:
-                bad += 1
-                violations.append((RULE_BATCH_CRC, base,
-                                   f"{status} in segment {segment_base_offset:020d}.log at "
-                                   f"byte {position}: {error or ''}"))
-                if status != STATUS_CRC_MISMATCH or base is None:
-                    continue  # not a whole batch: no part in offset and epoch order
-            batch_count += 1
-            if first_base is None:
-                first_base, first_epoch, log_start, log_end = base, epoch, base, last
-            elif base < log_start:
-                log_start = base
-            if last > log_end:
-                log_end = last
-            last_offset, last_epoch = last, epoch
+        summary.add_rows(rows)
+    return summary.result()
+
+
+def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
+    """summarize_segment(scan_batch_chunks(buf)), without a row tuple per sound batch.
+
+    The hot loop of the batch-level rules: while batches frame, pass their CRC
+    and have sane counts, they are summarized straight from the header (one
+    unpack and one CRC call each). From the first batch that does not, the rest
+    of the buffer goes through scan_batch_chunks and summarize_segment's row
+    logic, so damage is described by the one implementation.
+    """
+    summary = _SegmentSummary(segment_base_offset)
+    view = memoryview(buf)
+    end = len(buf)
+    unpack = _HEADER.unpack_from
+    pos = 0
+    prev_last = prev_epoch = first_base = first_epoch = log_start = log_end = None
+    last_epoch = None
+    sound = breaks = drops = 0
+    violations, changes = summary.violations, summary.changes
+    try:
+        while end - pos >= HEADER_SIZE:
+            (base, length, epoch, magic, crc, _attrs, last_delta, _base_ts, _max_ts, _pid,
+             _pepoch, _bseq, count) = unpack(buf, pos)
+            size = LOG_OVERHEAD + length
+            if (length < BATCH_LENGTH_MIN or magic != MAGIC_V2 or size > end - pos
+                    or last_delta < 0 or count < 0
+                    or crc32c(view[pos + CRC_START: pos + size]) != crc):
+                break  # not a sound batch: the row logic describes it and the rest
+            last = base + last_delta
+            sound += 1
             if prev_epoch is None:
-                changes.append((position, epoch, base))
-                continue  # the segment's first whole batch: nothing before it
-            if base != prev_last + 1:
-                breaks += 1
-                violations.append((RULE_OFFSETS, base, offset_order_problem(base, prev_last)))
-            if epoch != prev_epoch:
-                changes.append((position, epoch, base))
-                if epoch < prev_epoch:
-                    drops += 1
-                    violations.append((RULE_EPOCHS, base,
-                                       f"batch epoch {epoch} after epoch {prev_epoch}"))
-    if not row_count:
-        return None
-    return (batch_count, row_count, first_base, first_epoch, last_offset, last_epoch, log_start,
-            None if log_end is None else log_end + 1, bad, breaks, drops, violations, changes)
+                first_base, first_epoch, log_start, log_end = base, epoch, base, last
+                changes.append((pos, epoch, base))
+            else:
+                if base != prev_last + 1:
+                    breaks += 1
+                    violations.append((RULE_OFFSETS, base, offset_order_problem(base, prev_last)))
+                    if base < log_start:
+                        log_start = base
+                if epoch != prev_epoch:
+                    changes.append((pos, epoch, base))
+                    if epoch < prev_epoch:
+                        drops += 1
+                        violations.append((RULE_EPOCHS, base,
+                                           f"batch epoch {epoch} after epoch {prev_epoch}"))
+                if last > log_end:
+                    log_end = last
+            prev_last = last
+            prev_epoch = last_epoch = epoch
+            pos += size
+    finally:
+        view.release()
+    if sound:
+        summary.batch_count = summary.row_count = sound
+        summary.breaks, summary.drops = breaks, drops
+        summary.first_base, summary.first_epoch = first_base, first_epoch
+        summary.last_offset, summary.last_epoch = prev_last, last_epoch
+        summary.log_start, summary.log_end = log_start, log_end
+    if pos < end:
+        for rows in scan_batch_chunks(buf, start=pos, prev=(prev_last, prev_epoch)):
+            summary.add_rows(rows)
+    return summary.result()
 
 
 def summarize_segment_file(segment: SegmentFile) -> tuple | None:
-    """summarize_segment over one segment file (an unreadable file is one ``corrupt`` row)."""
-    return summarize_segment(scan_segment_file(segment.path), segment.base_offset)
+    """summarize_buffer over one segment file (an unreadable file is one ``corrupt`` row)."""
+    try:
+        buf = _open_bytes(segment.path)
+    except OSError:
+        return summarize_segment(scan_segment_file(segment.path), segment.base_offset)
+    try:
+        return summarize_buffer(buf, segment.base_offset)
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
 
 
 # ---------------------------------------------------------------- records
