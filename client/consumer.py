@@ -3,7 +3,8 @@
 Theory of operation: every assigned partition has a *position* (the next offset
 to return) or none yet. ``poll`` first resolves missing positions with
 ``ListOffsets`` by the reset policy (earliest / latest / none), then sends one
-``Fetch`` per leader broker for its partitions (concurrently), checks each
+``Fetch`` per leader broker for its partitions (concurrently; on the broker's
+``FetchStream`` when it has one, ``client.streams``, else unary), checks each
 batch's CRC, decodes it straight into ConsumerRecord tuples
 (``proto.records.decode_consumer_records``) and returns the records at or after
 each position, advancing it. Fetches carry the leader epoch from metadata
