@@ -8,8 +8,10 @@
 
 ``load`` takes one path; several go in the ``paths`` option as a JSON list.
 A path may be a folder of broker folders, a data dir, a partition dir or one
-segment file (see reader.py). One input partition per segment file (log),
-per data dir (checkpoints), per metrics file (metrics), so reading scales out.
+segment file (see reader.py). One input partition per segment file (log; the
+``max_partitions`` option groups them into at most that many, of about equal
+bytes: fewer, longer tasks when the per-task cost matters), per data dir
+(checkpoints), per metrics file (metrics), so reading scales out.
 
 Options of ``tidewater-log``: ``level`` = ``batch`` (default), ``record`` or
 ``segment`` (one summary row per segment file: counts, first and last whole
@@ -28,6 +30,7 @@ chunks), which keeps the Python-to-JVM hop cheap on large dumps.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections.abc import Iterator
 
@@ -142,20 +145,45 @@ class TidewaterLogDataSource(DataSource):
         wanted = None
         if self.options.get("topic_partitions"):
             wanted = {(str(t), int(p)) for t, p in json.loads(self.options["topic_partitions"])}
+        max_partitions = None
+        if self.options.get("max_partitions"):
+            max_partitions = int(self.options["max_partitions"])
+            if max_partitions < 1:
+                raise ValueError("tidewater-log: max_partitions must be at least 1")
         return _LogReader(input_paths(self.options), self._level(), payload, wanted,
-                          [c for c, _ in self._batch_columns()])
+                          [c for c, _ in self._batch_columns()], max_partitions)
 
 
 class _SegmentPartition(InputPartition):
-    def __init__(self, segment: reader.SegmentFile):
-        super().__init__(segment.path)
-        self.segment = segment
+    def __init__(self, segments: list[reader.SegmentFile]):
+        super().__init__([s.path for s in segments])
+        self.segments = segments
+
+
+def group_segments(segments: list[reader.SegmentFile],
+                   max_partitions: int | None) -> list[list[reader.SegmentFile]]:
+    """Segments in at most ``max_partitions`` groups of about equal bytes (None: one each).
+
+    Largest files first, each to the group with the fewest bytes so far, so the
+    long tasks start early and the groups end together.
+    """
+    ordered = sorted(segments, key=lambda s: -s.size_bytes)
+    if not max_partitions or max_partitions >= len(ordered):
+        return [[s] for s in ordered]
+    groups: list[tuple[int, int, list]] = [(0, i, []) for i in range(max_partitions)]
+    for segment in ordered:
+        size, i, members = heapq.heappop(groups)
+        members.append(segment)
+        heapq.heappush(groups, (size + segment.size_bytes, i, members))
+    return [members for _size, _i, members in sorted(groups, key=lambda g: (-g[0], g[1]))]
 
 
 class _LogReader(DataSourceReader):
     def __init__(self, paths: list[str], level: str, payload: str,
-                 wanted: set[tuple[str, int]] | None, columns: list[str]):
+                 wanted: set[tuple[str, int]] | None, columns: list[str],
+                 max_partitions: int | None = None):
         self.paths = paths
+        self.max_partitions = max_partitions
         self.level = level
         self.payload = payload
         self.wanted = wanted
@@ -165,23 +193,20 @@ class _LogReader(DataSourceReader):
         inventory = reader.discover(self.paths)
         segments = [s for s in inventory.segments
                     if self.wanted is None or (s.topic, s.partition) in self.wanted]
-        # Largest files first, so the long tasks start early.
-        segments.sort(key=lambda s: -s.size_bytes)
-        return [_SegmentPartition(s) for s in segments] or [InputPartition(None)]
+        return ([_SegmentPartition(g) for g in group_segments(segments, self.max_partitions)]
+                or [InputPartition(None)])
 
     def read(self, partition) -> Iterator:
-        segment = getattr(partition, "segment", None)
-        if segment is None:
-            return
-        if self.level == "batch":
-            yield from _batch_arrow(segment, self.columns)
-        elif self.level == "segment":
-            summary = reader.summarize_segment_file(segment)
-            if summary is not None:  # an empty file has no batch to summarize
-                yield (segment.broker_id, segment.data_dir, segment.topic, segment.partition,
-                       segment.path, segment.base_offset, *summary)
-        else:
-            yield from _record_arrow(segment, self.payload)
+        for segment in getattr(partition, "segments", ()):
+            if self.level == "batch":
+                yield from _batch_arrow(segment, self.columns)
+            elif self.level == "segment":
+                summary = reader.summarize_segment_file(segment)
+                if summary is not None:  # an empty file has no batch to summarize
+                    yield (segment.broker_id, segment.data_dir, segment.topic,
+                           segment.partition, segment.path, segment.base_offset, *summary)
+            else:
+                yield from _record_arrow(segment, self.payload)
 
 
 def _constant_columns(segment: reader.SegmentFile, n: int) -> list:

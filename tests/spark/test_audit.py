@@ -242,3 +242,17 @@ def test_a_batch_held_twice_is_reported_once_per_copy(spark, damaged_dump, tmp_p
                    for r in rows)
     # Brokers 1 and 3 hold the original batch, broker 2 a different one; broker 1 twice.
     assert pairs == [("1", "2", 2), ("1", "2", 2), ("2", "1", 1), ("2", "3", 3), ("3", "2", 2)]
+
+
+def test_log_source_groups_segments_into_max_partitions(spark, clean_dump):
+    def read(**options):
+        return spark.read.format("tidewater-log").options(**options).load(str(clean_dump.root))
+
+    grouped = read(max_partitions="3")
+    assert grouped.rdd.getNumPartitions() == 3
+    assert sorted(grouped.collect()) == sorted(read().collect())
+    summaries = read(level="segment", max_partitions="2")
+    assert summaries.rdd.getNumPartitions() == 2
+    assert summaries.count() == len(list(clean_dump.root.glob("broker-*/*/*.log")))
+    with pytest.raises(Exception, match="max_partitions must be at least 1"):
+        read(max_partitions="0").collect()
