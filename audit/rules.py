@@ -103,6 +103,16 @@ def _local_violations(spark: SparkSession, rule: str, rows: list[tuple]) -> Data
     return spark.createDataFrame([(rule, *r) for r in rows], VIOLATION_DDL)
 
 
+def _driver_violations(derived: Derived, rule: str, rows: list[tuple]) -> DataFrame:
+    """_local_violations, or the run's one empty frame when there are none (most runs).
+
+    Each frame costs the driver round trips to the JVM (~20 ms); a passing rule needs none.
+    """
+    if not rows:
+        return derived.no_violations
+    return _local_violations(derived.inputs.spark, rule, rows)
+
+
 def _result(name: str, description: str, checked: int, violations: DataFrame,
             **kwargs) -> RuleResult:
     return RuleResult(name, description, checked, violations, **kwargs)
@@ -168,6 +178,11 @@ class Derived:
             self.sample_rows = self.samples.collect()
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
+
+    @functools.cached_property
+    def no_violations(self) -> DataFrame:
+        """An empty violations frame, shared by every rule of the run that has none."""
+        return _local_violations(self.inputs.spark, "none", [])
 
     @functools.cached_property
     def checkpoint_rows(self) -> list:
@@ -236,8 +251,11 @@ class Derived:
 # ---------------------------------------------------------------- log rules
 
 
-def _reader_violations(inputs: AuditInputs, rule: str) -> DataFrame:
-    """The violations of a batch-level rule the reader found, from the segment summaries."""
+def _reader_violations(inputs: AuditInputs, derived: Derived, rule: str,
+                       count: int) -> DataFrame:
+    """The ``count`` violations of a batch-level rule the reader found (segment summaries)."""
+    if not count:
+        return derived.no_violations
     found = (inputs.segments.select(*REPLICA_KEYS, F.explode("violations").alias("v"))
              .where(F.col("v.rule") == rule))
     return _violations(found, rule, F.col("broker_id"), F.col("topic"), F.col("partition"),
@@ -245,19 +263,20 @@ def _reader_violations(inputs: AuditInputs, rule: str) -> DataFrame:
 
 
 def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    v = _reader_violations(inputs, RULE_BATCH_CRC)
+    v = _reader_violations(inputs, derived, RULE_BATCH_CRC, derived.bad_batches)
     return _result(RULE_BATCH_CRC,
                    "Every batch is framed (length, magic) and passes its CRC32C.",
                    derived.total_batches, v, violation_count=derived.bad_batches)
 
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    v = _reader_violations(inputs, RULE_OFFSETS)
+    v = _reader_violations(inputs, derived, RULE_OFFSETS, derived.offset_order_breaks)
     boundary = [(broker, topic, partition, nxt.first_base_offset,
                  offset_order_problem(nxt.first_base_offset, prev.last_offset))
                 for broker, topic, partition, prev, nxt in derived.segment_boundaries()
                 if nxt.first_base_offset != prev.last_offset + 1]
-    v = v.unionByName(_local_violations(inputs.spark, RULE_OFFSETS, boundary))
+    if boundary:
+        v = v.unionByName(_local_violations(inputs.spark, RULE_OFFSETS, boundary))
     return _result(RULE_OFFSETS,
                    "Within each replica every batch starts right after the previous one "
                    "(no gap, no overlap, strictly increasing), across segments too.",
@@ -266,13 +285,14 @@ def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
-    v = _reader_violations(inputs, RULE_EPOCHS)
+    v = _reader_violations(inputs, derived, RULE_EPOCHS, derived.epoch_drops)
     boundary = [(broker, topic, partition, nxt.first_base_offset,
                  f"batch epoch {nxt.first_epoch} after epoch {prev.last_epoch} "
                  "(segment boundary)")
                 for broker, topic, partition, prev, nxt in derived.segment_boundaries()
                 if nxt.first_epoch < prev.last_epoch]
-    v = v.unionByName(_local_violations(inputs.spark, "epochs_monotonic", boundary))
+    if boundary:
+        v = v.unionByName(_local_violations(inputs.spark, RULE_EPOCHS, boundary))
     return _result("epochs_monotonic",
                    "Within each replica the batches' partitionLeaderEpoch never decreases.",
                    derived.framed_batches, v, violation_count=derived.epoch_drops + len(boundary))
@@ -302,7 +322,7 @@ def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleR
         actual = [(e, o) for _i, e, o in sorted(files.get(key, []))]
         for problem, offset in compare_epoch_checkpoint(expected, actual, log_end):
             rows.append((broker, topic, partition, offset, problem))
-    v = _local_violations(inputs.spark, "epoch_checkpoint_matches_log", rows)
+    v = _driver_violations(derived, "epoch_checkpoint_matches_log", rows)
     return _result("epoch_checkpoint_matches_log",
                    "Each replica's leader-epoch-checkpoint equals the epoch cache its own log "
                    "implies (first batch of each epoch).", len(keys), v)
@@ -338,7 +358,7 @@ def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> Rule
         if start is not None and first is not None and start < first:
             rows.append((broker, topic, partition, start,
                          f"log start offset {start} below the first batch {first}"))
-    v = _local_violations(inputs.spark, "offset_checkpoints_within_log", rows)
+    v = _driver_violations(derived, "offset_checkpoints_within_log", rows)
     return _result("offset_checkpoints_within_log",
                    "Offset checkpoints fit the log: log start <= HW <= log end, "
                    "recovery point <= log end.", len(per_replica), v)
@@ -422,7 +442,7 @@ def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
                     rows.append((b, topic, partition, min(start_a, start_b),
                                  f"epoch {epoch} starts at {start_a} on broker {a}, "
                                  f"at {start_b} on broker {b}"))
-    v = _local_violations(inputs.spark, "epoch_histories_agree", rows)
+    v = _driver_violations(derived, "epoch_histories_agree", rows)
     return _result("epoch_histories_agree",
                    "The replicas' leader-epoch histories (from their logs) agree on every "
                    "epoch they share.", pairs, v)
@@ -455,8 +475,8 @@ def replica_samples(metrics: DataFrame | None) -> DataFrame | None:
             .agg(F.max("value")))
 
 
-def _skipped(inputs: AuditInputs, name: str, description: str, why: str) -> RuleResult:
-    return RuleResult(name, description, 0, _local_violations(inputs.spark, name, []),
+def _skipped(derived: Derived, name: str, description: str, why: str) -> RuleResult:
+    return RuleResult(name, description, 0, derived.no_violations,
                       violation_count=0, skipped=why)
 
 
@@ -464,7 +484,7 @@ def hw_monotonic_per_leader_epoch(inputs: AuditInputs, derived: Derived) -> Rule
     name = "hw_monotonic_per_leader_epoch"
     description = "A leader's HW never goes backwards within one leader epoch (metrics)."
     if derived.samples is None:
-        return _skipped(inputs, name, description, "no metrics given")
+        return _skipped(derived, name, description, "no metrics given")
     leaders = derived.samples.where((F.col("is_leader") == 1)
                                     & F.col("high_watermark").isNotNull())
     w = Window.partitionBy(*REPLICA_KEYS, "leader_epoch").orderBy("timestamp_ms")
@@ -484,7 +504,7 @@ def hw_not_above_leo(inputs: AuditInputs, derived: Derived) -> RuleResult:
     name = "hw_not_above_leo"
     description = "In every sample a replica's HW is at most its log end offset (metrics)."
     if derived.samples is None:
-        return _skipped(inputs, name, description, "no metrics given")
+        return _skipped(derived, name, description, "no metrics given")
     bad = derived.samples.where(F.col("high_watermark") > F.col("log_end_offset"))
     detail = F.format_string("HW %d above LEO %d at %d ms", F.col("high_watermark").cast("long"),
                              F.col("log_end_offset").cast("long"), F.col("timestamp_ms"))
@@ -504,7 +524,7 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
                    "acknowledged offset with the same key and value (acks=1 losses counted "
                    "apart, as expected behaviour).")
     if inputs.acks is None or inputs.records is None:
-        return _skipped(inputs, name, description, "no ack log given")
+        return _skipped(derived, name, description, "no ack log given")
     acks = inputs.acks.where(F.col("acks").isin("all", "1") & (F.col("offset") >= 0))
     held = (inputs.records.where(F.col("crc_valid") & F.col("error").isNull())
             .select(*PARTITION_KEYS, "offset", F.col("key").alias("held_key"),
@@ -582,7 +602,7 @@ def run_rules(inputs: AuditInputs, rules=RULES) -> AuditResults:
     if failing_counted:
         failing.append(union.where(F.col("rule").isin(*failing_counted)))
     violations = (_union(failing).cache() if failing
-                  else _local_violations(inputs.spark, "none", []))
+                  else derived.no_violations)
     return AuditResults(results, violations, derived)
 
 

@@ -1,7 +1,7 @@
 """Benchmark: the audit's batch-level rules over a dump of at least 1 GiB, on local[2].
 
     .venv/bin/python bench/audit_bench.py [--size-gib 1.0] [--batch-bytes 2048]
-        [--records-per-batch 2] [--master local[2]] [--dir DIR] [--keep]
+        [--records-per-batch 2] [--master local[2]] [--dir DIR] [--keep] [--runs 2]
 
 Builds the dump with the project's own log writer (broker/storage Log,
 ``append_as_follower`` of pre-encoded batches: few, large records per batch),
@@ -22,7 +22,9 @@ then times, each in its own Spark job:
   first (what the job did before; kept to show the cache does not pay).
 
 Spark is warmed up first on a small dump (the first job of a session pays for
-JIT compilation and Python worker start-up), so the table shows steady-state
+JIT compilation and Python worker start-up), and each stage runs ``--runs``
+times (default 2) with the last run shown (the first run of a query shape on
+1 GiB still pays for compiling its hot loops), so the table shows steady-state
 throughput. Prints a table of batches/s, records/s and MiB/s.
 """
 
@@ -144,6 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--dir", type=Path, default=None, help="where to build (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the dump afterwards")
+    ap.add_argument("--runs", type=int, default=2,
+                    help="runs of each stage; the table shows the last (default 2)")
     args = ap.parse_args(argv)
 
     root = args.dir or Path(tempfile.mkdtemp(prefix="tidewater-audit-bench-"))
@@ -161,10 +165,18 @@ def main(argv=None) -> int:
 
         spark = local_session(args.master)
         timings = []
+
+        def measure(label: str, run) -> None:
+            """Run ``run`` --runs times; keep the last (earlier runs warm the JIT up)."""
+            for _ in range(args.runs):
+                started, cpu = time.perf_counter(), tree_cpu_seconds()
+                run()
+                seconds, cpu_s = time.perf_counter() - started, tree_cpu_seconds() - cpu
+            timings.append((label, seconds, cpu_s))
+
         for summaries, label in ((False, "batch rows"), (True, "segment summaries")):
-            cpu = tree_cpu_seconds()
-            timings.append((f"reader, {label} (1 process, no Spark)",
-                            time_reader(root, summaries), tree_cpu_seconds() - cpu))
+            measure(f"reader, {label} (1 process, no Spark)",
+                    lambda summaries=summaries: time_reader(root, summaries))
 
         from pyspark.sql import functions as F
 
@@ -182,26 +194,27 @@ def main(argv=None) -> int:
         spark.catalog.clearCache()
         shutil.rmtree(warm_root, ignore_errors=True)
 
-        started, cpu = time.perf_counter(), tree_cpu_seconds()
-        scanned = (spark.read.format("tidewater-log").load(str(root))
-                   .agg(F.count("*"), F.sum("record_count")).first())
-        timings.append((f"scan into Spark ({args.master})", time.perf_counter() - started,
-                        tree_cpu_seconds() - cpu))
-        assert scanned[0] == shape["batches"] and scanned[1] == shape["records"], scanned
+        def scan() -> None:
+            scanned = (spark.read.format("tidewater-log").load(str(root))
+                       .agg(F.count("*"), F.sum("record_count")).first())
+            assert scanned[0] == shape["batches"] and scanned[1] == shape["records"], scanned
+
+        measure(f"scan into Spark ({args.master})", scan)
+
+        def audit(chosen, cache: bool) -> None:
+            inputs, _inventory = load_inputs(spark, [str(root)], [], [], cache_batches=cache)
+            results = rules.run_rules(inputs, chosen)
+            failed = [r.name for r in results.rules if not r.passed]
+            assert not failed, failed
+            assert results.derived.total_batches == shape["batches"]
+            spark.catalog.clearCache()
 
         for chosen, cache, label in (
                 (rules.BATCH_LEVEL_RULES, False, "batch-level rules"),
                 (rules.RULES, False, "all rules, as in the full job"),
                 (rules.RULES, True, "all rules, batch rows cached first")):
-            started, cpu = time.perf_counter(), tree_cpu_seconds()
-            inputs, _inventory = load_inputs(spark, [str(root)], [], [], cache_batches=cache)
-            results = rules.run_rules(inputs, chosen)
-            timings.append((f"{label} ({args.master})",
-                            time.perf_counter() - started, tree_cpu_seconds() - cpu))
-            failed = [r.name for r in results.rules if not r.passed]
-            assert not failed, failed
-            assert results.derived.total_batches == shape["batches"]
-            spark.catalog.clearCache()
+            measure(f"{label} ({args.master})",
+                    lambda chosen=chosen, cache=cache: audit(chosen, cache))
         spark.stop()
 
         print()
@@ -211,7 +224,8 @@ def main(argv=None) -> int:
               f"{PARTITIONS} partitions")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
               f"Python {platform.python_version()}, {platform.system()}")
-        print(f"(first Spark run, warm-up on 8 MiB, not in the table: {warm_s:.1f} s)")
+        print(f"(first Spark run, warm-up on 8 MiB, not in the table: {warm_s:.1f} s; "
+              f"each stage run {args.runs} times, the last shown)")
         print()
         print("| stage | wall s | batches/s | records/s | MiB/s | CPU s | batches per CPU s |")
         print("|---|---|---|---|---|---|---|")
