@@ -27,7 +27,7 @@ import struct
 from crc32c import crc32c
 
 from proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
-from proto.records import COMPRESSION_NONE, compress
+from proto.records import COMPRESSION_NONE, compress, encode_varint
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
@@ -35,17 +35,8 @@ _CRC = struct.Struct(">I")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def zigzag_varint(value: int) -> bytes:
-    """Zig-zag varint bytes of a signed 64-bit ``value`` (ValueError outside int64)."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{value} does not fit a varlong")
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+# Zig-zag varint bytes of a signed 64-bit value (ValueError outside int64): the codec's own.
+zigzag_varint = encode_varint
 
 
 # Offset deltas, lengths and timestamp deltas are almost always small: look them up.
