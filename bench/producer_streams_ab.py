@@ -24,34 +24,6 @@ if str(PROJECT_DIR) not in sys.path:
 from bench import tidewater_side  # noqa: E402
 from bench.latency_breakdown import cpu_seconds  # noqa: E402
 
-KIB, MIB = 1024, 1024 * 1024
-
-
-def run(bootstrap: str, topic: str, record_bytes: int, seconds: float, use_streams: bool):
-    from client.producer import Producer
-
-    value = os.urandom(record_bytes)
-    failures: list[BaseException] = []
-    producer = Producer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=5,
-                        buffer_memory_bytes=64 * MIB, max_in_flight_per_partition=5,
-                        use_streams=use_streams)
-    count = 0
-    try:
-        producer.send(topic, value, partition=0).result(timeout=30)
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for _ in range(500):
-                producer.send(topic, value, partition=0).add_done_callback(
-                    lambda f: f.exception() and failures.append(f.exception()))
-            count += 500
-        producer.flush(timeout_s=120)
-        elapsed = time.perf_counter() - start
-    finally:
-        producer.close(timeout_s=30)
-    if failures:
-        raise RuntimeError(f"{len(failures)} sends failed: {failures[0]!r}")
-    return count * record_bytes / elapsed / 1e6, count * record_bytes / 1e6
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -72,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
                         topic = f"ab{n}"
                         cluster.create_topic(topic)
                         before = sum(cpu_seconds(pid) for pid in pids) + time.process_time()
-                        mb_s, mb = run(bootstrap, topic, size, args.seconds, use_streams)
+                        t = tidewater_side.producer_throughput(
+                            bootstrap, topic, size, -1, args.seconds,
+                            producer_options={"use_streams": use_streams})
+                        mb_s, mb = t.mb_per_s, t.payload_bytes / 1e6
                         cpu = sum(cpu_seconds(pid) for pid in pids) + time.process_time() - before
                         print(f"{size:5d} B  {'stream' if use_streams else 'unary ':6s}  "
                               f"{mb_s:6.1f} MB/s  {mb / cpu:6.1f} MB/CPU-s  "

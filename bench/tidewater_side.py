@@ -197,11 +197,13 @@ def producer_in_flight_supported() -> bool:
 
 def producer_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int | str,
                         duration_s: float, *, batch_size_bytes: int = 256 * KIB,
-                        linger_ms: int = 5, in_flight: int = 5) -> Throughput:
+                        linger_ms: int = 5, in_flight: int = 5,
+                        producer_options: dict | None = None) -> Throughput:
     from client.producer import Producer
 
     value = os.urandom(record_bytes)
     options = {"max_in_flight_per_partition": in_flight} if producer_in_flight_supported() else {}
+    options.update(producer_options or {})
     producer = Producer(bootstrap, acks=acks, batch_size_bytes=batch_size_bytes, linger_ms=linger_ms,
                         buffer_memory_bytes=64 * MIB, request_timeout_ms=30000, **options)
     failures: list[BaseException] = []
