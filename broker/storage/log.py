@@ -572,6 +572,24 @@ class Log:
 
     # -- flush and lifecycle -------------------------------------------------
 
+    def unflushed_data_fds(self) -> list[int]:
+        """File descriptors of the segments holding data not yet fsynced.
+
+        For a caller that fsyncs them *without* this log's lock before calling
+        ``flush``: the slow part of a flush (writing back what the page cache
+        holds) then happens while appends go on, and ``flush`` under the lock
+        finds little left to do. Appends hold the same lock, so a flush of GiBs
+        under it stalled the broker's event loop for hundreds of milliseconds.
+        A descriptor may be closed (segment deleted) before it is used: the
+        caller ignores errors; correctness rests on ``flush`` alone.
+        """
+        with self._lock:
+            if self._closed or self._offline_reason is not None:
+                return []
+            first = max(0, bisect_right(self._base_offsets, self.recovery_point) - 1)
+            return [segment.data_fd for segment in self._segments[first:]
+                    if segment.has_unflushed_data and segment.data_fd >= 0]
+
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO; the recovery point becomes the LEO."""
         with self._lock:

@@ -196,7 +196,19 @@ class LogManager:
                                  if TopicPartition(*tp) in self._logs})
 
     def checkpoint_recovery_points(self, *, flush: bool = True) -> None:
-        """Flush every log (unless ``flush=False``), then write their recovery points."""
+        """Flush every log (unless ``flush=False``), then write their recovery points.
+
+        The data is first written back without any lock (``Log.unflushed_data_fds``),
+        so the locked flush that decides the recovery points holds each log's lock
+        only briefly.
+        """
+        if flush:
+            for partition_log in self.logs().values():
+                for fd in partition_log.unflushed_data_fds():
+                    try:
+                        os.fdatasync(fd)
+                    except (OSError, ValueError):
+                        pass  # closed meanwhile (deleted, truncated away): flush() decides
         with self._lock:
             points = {}
             for tp, partition_log in self._logs.items():

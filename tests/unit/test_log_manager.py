@@ -1,6 +1,8 @@
 """LogManager: loading a data dir, creating and deleting logs, checkpoints, the
 clean-shutdown marker, and clamping stored high watermarks after recovery."""
 
+import os
+import threading
 import time
 
 import pytest
@@ -200,3 +202,43 @@ def test_damaged_offset_checkpoints_never_stop_the_broker_or_lose_data(tmp_path_
         assert expected[tp].endswith(all_bytes(log))
         assert log.log_start_offset <= hws[tp] <= log.log_end_offset
     again.shutdown()
+
+
+def test_recovery_checkpoint_writes_back_data_outside_the_log_lock(tmp_path, monkeypatch):
+    manager = filled_manager(tmp_path)
+    a0 = manager.get(A0)
+    unflushed = set(a0.unflushed_data_fds())
+    assert unflushed  # appended, never fsynced
+    synced_unlocked = set()
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd):
+        # Appends on the event loop wait for the log's lock: the write-back must happen
+        # while nobody holds it, which another thread can tell by taking it.
+        free = []
+        probe = threading.Thread(target=lambda: free.append(
+            a0._lock.acquire(timeout=0.5) and (a0._lock.release() or True)))
+        probe.start()
+        probe.join()
+        if free[0]:
+            synced_unlocked.add(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    manager.checkpoint_recovery_points()
+    assert unflushed <= synced_unlocked
+    assert a0.unflushed_data_fds() == []
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {
+        A0: 20, A1: 6, B0: 0}
+
+
+def test_write_back_ignores_a_segment_closed_meanwhile(tmp_path):
+    manager = filled_manager(tmp_path)
+    a0 = manager.get(A0)
+    fds = a0.unflushed_data_fds()
+    a0.truncate_fully_and_start_at(20)  # deletes every segment: their fds are closed
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fdatasync(fd)
+    manager.checkpoint_recovery_points()  # the pass over the remaining logs still works
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()[A1] == 6
