@@ -249,6 +249,8 @@ class StreamPool:
     def stream(self, address: Address) -> ClientStream | None:
         """The open stream to ``address`` (opened now if none or broken); None when the
         broker lacks the RPC or the pool is closed."""
+        if address in self._unsupported:
+            return None
         stream = self._streams.get(address)
         if stream is not None and not stream.broken:
             return stream
@@ -256,6 +258,10 @@ class StreamPool:
             if self._closed.is_set() or address in self._unsupported:
                 return None
             stream = self._streams.get(address)
+            if stream is not None and isinstance(stream._broken, StreamUnsupportedError):
+                # Its callbacks may not have run yet: don't open a second stream meanwhile.
+                self._unsupported.add(address)
+                return None
             if stream is None or stream.broken:
                 method = getattr(self._pool.broker(address), self._name)
                 stream = self._streams[address] = ClientStream(
