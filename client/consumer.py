@@ -341,8 +341,8 @@ class Consumer:
             try:
                 return call.result()
             except StreamUnsupportedError:
-                # An older broker: this and later fetches to it go unary.
-                self._streams.mark_unsupported(address)
+                # An older broker: this and later fetches to it go unary (the pool opens
+                # no stream to it any more).
                 call = self._send_fetch(address, call.request)
         try:
             return call.result()

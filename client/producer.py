@@ -435,8 +435,8 @@ class Producer:
 
             def on_answer(response, error, groups=groups, address=address, request=request):
                 if isinstance(error, StreamUnsupportedError):
-                    # An older broker: nothing was appended; this and later requests go unary.
-                    self._streams.mark_unsupported(address)
+                    # An older broker: nothing was appended; this and later requests go unary
+                    # (the pool opens no stream to it any more).
                     self._send_unary(address, request, groups)
                 else:
                     self._on_response(groups, response, error)

@@ -243,9 +243,6 @@ class StreamPool:
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
 
-    def mark_unsupported(self, address: Address) -> None:
-        self._unsupported.add(address)
-
     def stream(self, address: Address) -> ClientStream | None:
         """The open stream to ``address`` (opened now if none or broken); None when the
         broker lacks the RPC or the pool is closed."""
@@ -259,7 +256,8 @@ class StreamPool:
                 return None
             stream = self._streams.get(address)
             if stream is not None and isinstance(stream._broken, StreamUnsupportedError):
-                # Its callbacks may not have run yet: don't open a second stream meanwhile.
+                # The broker lacks the RPC (its requests were answered with this error,
+                # and their owners resend them unary): no stream to it from now on.
                 self._unsupported.add(address)
                 return None
             if stream is None or stream.broken:
