@@ -69,6 +69,16 @@ def record_count(records: bytes) -> int:
         return 0
 
 
+def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
+                           context: str) -> pb.ProduceResponse:
+    """Every partition of ``request`` answered with the error ``e`` maps to (none appended)."""
+    code, message = error_code_for(e, context=context)
+    return pb.ProduceResponse(correlation_id=request.correlation_id, partitions=[
+        pb.ProducePartitionResponse(topic=data.topic, partition=data.partition, error_code=code,
+                                    error_message=message, base_offset=-1)
+        for data in request.partitions])
+
+
 class ReplicaManager:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics,
@@ -356,12 +366,8 @@ class ReplicaManager:
         acks = request.acks
         response = pb.ProduceResponse(correlation_id=request.correlation_id)
         if acks not in (0, 1, -1):
-            err = InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks}")
-            for data in request.partitions:
-                response.partitions.add(topic=data.topic, partition=data.partition,
-                                        error_code=err.error_code, error_message=str(err),
-                                        base_offset=-1)
-            return response, []
+            return produce_error_response(request, InvalidRequiredAcksError(
+                f"acks must be 0, 1 or -1 (all), got {acks}"), context="Produce"), []
         waits = []
         for data in request.partitions:
             result = response.partitions.add(topic=data.topic, partition=data.partition,

@@ -19,6 +19,7 @@ import grpc
 
 from broker.error_mapping import error_code_for
 from broker.malloc_tuning import tune_malloc_for_large_buffers
+from broker.replica_manager import produce_error_response
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
 
@@ -48,13 +49,7 @@ def _rpc(name: str):
                 await context.abort(grpc.StatusCode.INTERNAL,
                                     f"{pb.ErrorCode.Name(code)}: {message}")
             finally:
-                observe = self._observe_latency.get(name)
-                if observe is None:
-                    # The labelled child is looked up once: labels() costs a lock and a dict
-                    # walk on every call, which showed in profiles of busy brokers.
-                    observe = self._observe_latency[name] = \
-                        self.metrics.request_latency.labels(name).observe
-                observe(time.perf_counter() - started)
+                self._observer(name)(time.perf_counter() - started)
         return timed
     return wrap
 
@@ -76,9 +71,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         return await self.replica_manager.fetch(request)
 
     def _observer(self, name: str):
+        """``request_latency``'s observe for RPC ``name``. The labelled child is looked up
+        once: labels() costs a lock and a dict walk on every call, which showed in
+        profiles of busy brokers."""
         observe = self._observe_latency.get(name)
         if observe is None:
-            # The labelled child is looked up once (see _rpc).
             observe = self._observe_latency[name] = self.metrics.request_latency.labels(name).observe
         return observe
 
@@ -144,7 +141,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             try:
                 await replica_manager.produce_wait(request, waits)
             except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
-                response = _produce_error_response(request, e)
+                response = produce_error_response(request, e, context="ProduceStream")
             try:
                 await answer(response, started)
             except Exception as e:  # noqa: BLE001 - the stream is gone; the client resends
@@ -157,7 +154,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 try:
                     response, waits = await replica_manager.produce_append(request)
                 except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
-                    response, waits = _produce_error_response(request, e), []
+                    response, waits = produce_error_response(request, e, context="ProduceStream"), []
                 if waits:
                     task = asyncio.create_task(complete(request, response, waits, started))
                     pending.add(task)
@@ -198,15 +195,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @_rpc("DescribeReplicas")
     async def DescribeReplicas(self, request, context):
         return self.replica_manager.describe_replicas(request)
-
-
-def _produce_error_response(request: pb.ProduceRequest, e: Exception) -> pb.ProduceResponse:
-    """Every partition of ``request`` answered with the error ``e`` maps to."""
-    code, message = error_code_for(e, context="ProduceStream")
-    return pb.ProduceResponse(correlation_id=request.correlation_id, partitions=[
-        pb.ProducePartitionResponse(topic=data.topic, partition=data.partition, error_code=code,
-                                    error_message=message, base_offset=-1)
-        for data in request.partitions])
 
 
 class _StreamReader:
