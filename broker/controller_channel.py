@@ -172,8 +172,7 @@ class ControllerChannel:
         except (TimeoutError, asyncio.InvalidStateError) as e:
             log.warning("heartbeat stream %s; re-opening it with the next heartbeat",
                         "unanswered" if isinstance(e, TimeoutError) else "finished")
-            stream.cancel()
-            self._stream = None
+            self._drop_stream()
             return None
         if resp is grpc.aio.EOF:  # the controller ended it (it is stopping)
             log.info("controller ended the heartbeat stream; re-opening it with the next heartbeat")

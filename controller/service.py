@@ -106,8 +106,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.propagation_wait_ms_max = propagation_wait_ms_max
         self._stream_ids = itertools.count(1)
         self._streams: set[asyncio.Task] = set()  # handlers of open BrokerHeartbeats streams
-        self._closing = False
-        self._closing_event = asyncio.Event()
+        self._closing = asyncio.Event()  # set by close_streams
 
     async def _wait_propagated(self, offset: int, timeout_ms: int) -> None:
         """Give brokers the change before answering, so clients find the topic at once."""
@@ -144,14 +143,14 @@ class ControllerService(pb_grpc.ControllerServicer):
             self.machine.broker_heartbeat(tx, now, request)), context)
 
     async def BrokerHeartbeats(self, request_iterator, context):
-        if self._closing:
+        if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
         stream_id = next(self._stream_ids)
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
         self._streams.add(task)
         requests = aiter(request_iterator)
-        closing = asyncio.ensure_future(self._closing_event.wait())
+        closing = asyncio.ensure_future(self._closing.wait())
         read: asyncio.Future | None = None
         try:
             while True:
@@ -181,7 +180,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             if read is not None and not read.done():
                 read.cancel()
             self._streams.discard(task)
-            if bound is not None and not self._closing:
+            if bound is not None and not self._closing.is_set():
                 # Shielded: a cancelled handler (lost connection) must still fence.
                 await asyncio.shield(self._stream_closed(*bound, stream_id))
 
@@ -202,8 +201,7 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def close_streams(self, timeout_s: float = 1.0) -> None:
         """The controller is stopping: end every heartbeat stream without fencing anyone."""
-        self._closing = True
-        self._closing_event.set()
+        self._closing.set()
         streams = list(self._streams)
         if not streams:
             return
