@@ -725,12 +725,7 @@ def decode_batch(buf, position: int = 0, *,
 def decode_batch_records(buf, position: int, header: BatchHeader, *,
                          max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> list[Record]:
     """The records of an already validated batch (for callers that validated it themselves)."""
-    try:
-        data, start, end = _records_part(buf, position, header, max_decompressed_bytes)
-        return _read_rows(data, start, end, header)
-    except ValueError as e:
-        raise CorruptRecordError(f"bad records in batch: {e}", position=position,
-                                 too_large=isinstance(e, DecompressedTooLargeError)) from e
+    return _decode_rows(buf, position, header, max_decompressed_bytes, None, -1)
 
 
 def decode_consumer_records(buf, position: int, header: BatchHeader, topic: str, partition: int,
@@ -738,6 +733,12 @@ def decode_consumer_records(buf, position: int, header: BatchHeader, topic: str,
                             ) -> list[ConsumerRecord]:
     """The records of an already validated batch as ConsumerRecord of ``topic``-``partition``
     with the batch's leader epoch; errors as :func:`decode_batch_records`."""
+    return _decode_rows(buf, position, header, max_decompressed_bytes, topic, partition)
+
+
+def _decode_rows(buf, position: int, header: BatchHeader, max_decompressed_bytes: int,
+                 topic: str | None, partition: int) -> list:
+    """:func:`_read_rows` over the batch's records part, damage as CorruptRecordError."""
     try:
         data, start, end = _records_part(buf, position, header, max_decompressed_bytes)
         return _read_rows(data, start, end, header, topic, partition)
