@@ -586,9 +586,12 @@ class Log:
         with self._lock:
             if self._closed or self._offline_reason is not None:
                 return []
-            first = max(0, bisect_right(self._base_offsets, self.recovery_point) - 1)
-            return [segment.data_fd for segment in self._segments[first:]
+            return [segment.data_fd for segment in self._segments_from_recovery_point()
                     if segment.has_unflushed_data and segment.data_fd >= 0]
+
+    def _segments_from_recovery_point(self) -> list[LogSegment]:
+        """The segment holding the recovery point and every later one (lock held)."""
+        return self._segments[max(0, bisect_right(self._base_offsets, self.recovery_point) - 1):]
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO; the recovery point becomes the LEO."""
@@ -626,8 +629,7 @@ class Log:
         whose index lags after a crash is still read right: loading scans (with CRC)
         every batch after the last index entry on disk.
         """
-        first = max(0, bisect_right(self._base_offsets, self.recovery_point) - 1)
-        for segment in self._segments[first:]:
+        for segment in self._segments_from_recovery_point():
             if end_base_offset is not None and segment.base_offset >= end_base_offset:
                 break
             if not indexes:
