@@ -3,17 +3,167 @@
 Counters and histograms are updated where things happen; the per-partition
 replica gauges are computed at scrape time from a snapshot function, so they
 can never go stale when a partition is removed.
+
+The counters and histograms are this module's own (``LocalCounter``,
+``LocalHistogram``): an update is an attribute add on the event loop's thread,
+and a collector turns them into the samples prometheus_client's ``Counter`` and
+``Histogram`` would expose (same names, labels, ``le`` bounds, ``_created``).
+prometheus_client's own take a lock and run checks on every update: ~5-6 µs
+per ``inc``/``observe`` against ~1 µs here (measured), and the leader makes
+about ten updates per acks=all record. Updates come from the event loop only;
+the scrape runs in prometheus_client's server thread and reads values without
+a lock, which the GIL makes safe for single attribute reads (a scrape may see
+a histogram's count one observation ahead of its sum, as with
+prometheus_client's per-value locks).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 PREFIX = "tidewater_broker_"
+
+
+class _CounterValue:
+    """One counter series: ``inc`` is an attribute add."""
+
+    __slots__ = ("value", "created")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+        self.value += amount
+
+
+class _HistogramValue:
+    """One histogram series: per-bucket (non-cumulative) counts and the sum."""
+
+    __slots__ = ("_upper_bounds", "counts", "sum", "created")
+
+    def __init__(self, upper_bounds: tuple[float, ...]) -> None:
+        self._upper_bounds = upper_bounds
+        self.counts = [0] * len(upper_bounds)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        # The first bucket whose upper bound is >= amount (prometheus: le is inclusive).
+        self.counts[bisect.bisect_left(self._upper_bounds, amount)] += 1
+
+
+class _Family:
+    """A metric with its label names; ``labels(...)`` gives the series (made on first use).
+
+    An unlabelled family is its own one series: ``inc``/``observe`` on the family."""
+
+    kind = ""
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str],
+                 registry: CollectorRegistry) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = tuple(labelnames)
+        self._children: dict[tuple, object] = {}  # label values as given -> series
+        self._series: dict[tuple[str, ...], object] = {}  # label values as strings -> series
+        registry.register(self)
+
+    def labels(self, *values):
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self._labelnames):
+                raise ValueError(f"{self._name}: {len(self._labelnames)} label values expected, "
+                                 f"got {values!r}")
+            key = tuple(str(v) for v in values)
+            child = self._series.get(key)
+            if child is None:
+                child = self._series[key] = self._new_series()
+            self._children[values] = child
+        return child
+
+    def _new_series(self):
+        raise NotImplementedError
+
+    def collect(self):
+        metric = Metric(self._name, self._documentation, self.kind)
+        for values, series in list(self._series.items()):
+            self._add_samples(metric, dict(zip(self._labelnames, values, strict=True)), series)
+        return [metric]
+
+    def _add_samples(self, metric: Metric, labels: dict[str, str], series) -> None:
+        raise NotImplementedError
+
+
+class LocalCounter(_Family):
+    """prometheus_client ``Counter``'s samples (``_total``, ``_created``), cheaper updates."""
+
+    kind = "counter"
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
+                 registry: CollectorRegistry) -> None:
+        super().__init__(name, documentation, labelnames, registry)
+        if not self._labelnames:
+            series = self.labels()
+            self.inc = series.inc
+
+    def _new_series(self) -> _CounterValue:
+        return _CounterValue()
+
+    @property
+    def value(self) -> float:
+        """The unlabelled counter's value."""
+        return self.labels().value
+
+    def _add_samples(self, metric: Metric, labels: dict[str, str], series: _CounterValue) -> None:
+        metric.add_sample(self._name + "_total", labels, series.value)
+        metric.add_sample(self._name + "_created", labels, series.created)
+
+
+class LocalHistogram(_Family):
+    """prometheus_client ``Histogram``'s samples (cumulative ``_bucket``, ``_count``, ``_sum``,
+    ``_created``), cheaper updates."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
+                 registry: CollectorRegistry, buckets: Iterable[float]) -> None:
+        bounds = [float(b) for b in buckets]
+        if bounds != sorted(bounds):
+            raise ValueError("buckets not in sorted order")
+        if not bounds or bounds[-1] != math.inf:
+            bounds.append(math.inf)
+        self._upper_bounds = tuple(bounds)
+        self._le = tuple(floatToGoString(b) for b in bounds)
+        super().__init__(name, documentation, labelnames, registry)
+        if not self._labelnames:
+            self.observe = self.labels().observe
+
+    def _new_series(self) -> _HistogramValue:
+        return _HistogramValue(self._upper_bounds)
+
+    def _add_samples(self, metric: Metric, labels: dict[str, str],
+                     series: _HistogramValue) -> None:
+        counts = list(series.counts)
+        total_sum = series.sum
+        cumulative = 0.0
+        for le, count in zip(self._le, counts, strict=True):
+            cumulative += count
+            metric.add_sample(self._name + "_bucket", {**labels, "le": le}, cumulative)
+        metric.add_sample(self._name + "_count", labels, cumulative)
+        metric.add_sample(self._name + "_sum", labels, total_sum)
+        metric.add_sample(self._name + "_created", labels, series.created)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,23 +222,27 @@ class BrokerMetrics:
         self.broker_id = broker_id
         self.registry = CollectorRegistry()
         r = self.registry
-        self.isr_shrinks = Counter(PREFIX + "isr_shrinks", "ISR shrinks committed", registry=r)
-        self.isr_expands = Counter(PREFIX + "isr_expands", "ISR expansions committed", registry=r)
-        self.messages_in = Counter(PREFIX + "messages_in", "Records appended by produce",
-                                   registry=r)
-        self.bytes_in = Counter(PREFIX + "bytes_in", "Batch bytes appended by produce", registry=r)
-        self.messages_out = Counter(PREFIX + "messages_out", "Records returned by fetch",
-                                    ["kind"], registry=r)
-        self.bytes_out = Counter(PREFIX + "bytes_out", "Batch bytes returned by fetch", ["kind"],
-                                 registry=r)
-        self.replication_bytes_in = Counter(PREFIX + "replication_bytes_in",
-                                            "Bytes appended as follower", registry=r)
-        self.leader_elections = Counter(PREFIX + "leader_elections",
-                                        "Times this broker became leader of a partition",
+        self.isr_shrinks = LocalCounter(PREFIX + "isr_shrinks", "ISR shrinks committed",
                                         registry=r)
-        self.request_errors = Counter(PREFIX + "request_errors", "Per-partition errors answered",
-                                      ["rpc", "error"], registry=r)
-        self.request_latency = Histogram(
+        self.isr_expands = LocalCounter(PREFIX + "isr_expands", "ISR expansions committed",
+                                        registry=r)
+        self.messages_in = LocalCounter(PREFIX + "messages_in", "Records appended by produce",
+                                        registry=r)
+        self.bytes_in = LocalCounter(PREFIX + "bytes_in", "Batch bytes appended by produce",
+                                     registry=r)
+        self.messages_out = LocalCounter(PREFIX + "messages_out", "Records returned by fetch",
+                                         ["kind"], registry=r)
+        self.bytes_out = LocalCounter(PREFIX + "bytes_out", "Batch bytes returned by fetch",
+                                      ["kind"], registry=r)
+        self.replication_bytes_in = LocalCounter(PREFIX + "replication_bytes_in",
+                                                 "Bytes appended as follower", registry=r)
+        self.leader_elections = LocalCounter(PREFIX + "leader_elections",
+                                             "Times this broker became leader of a partition",
+                                             registry=r)
+        self.request_errors = LocalCounter(PREFIX + "request_errors",
+                                           "Per-partition errors answered", ["rpc", "error"],
+                                           registry=r)
+        self.request_latency = LocalHistogram(
             PREFIX + "request_latency_seconds", "Time to answer one RPC", ["rpc"], registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                      10, 30),

@@ -266,7 +266,7 @@ async def test_isr_shrink_goes_through_controller(tmp_path):
         await wait_until(lambda: rm.partitions[TP].leader_isr == (1,))
         assert rm.partitions[TP].leader_isr == (1,)
         assert list(controller.items[0].new_isr) == [1]
-        assert rm.metrics.isr_shrinks._value.get() == 1
+        assert rm.metrics.isr_shrinks.value == 1
         # The follower catches up and is proposed back.
         await rm.fetch(follower_fetch(0))
         await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
