@@ -1,0 +1,200 @@
+"""A follower's stream round without sockets: what cuts the read short, the deadline, reuse.
+
+The fake call behaves as grpc.aio's does for these cases (checked against grpcio 1.85):
+``cancel()`` makes a pending ``read()`` raise CancelledError in the reading task,
+without that task being cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import broker.fetcher as fetcher_module
+from broker.fetcher import StreamBrokenError
+from proto import tidewater_pb2 as pb
+from tests.unit.test_broker_fetcher import seeded_log, wait_until
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeStreamCall:
+    """A ReplicaFetch call whose answers the test hands over."""
+
+    def __init__(self):
+        self.answers: asyncio.Queue = asyncio.Queue()
+        self.written: list[bytes] = []
+        self.cancelled = False
+        self.pending: asyncio.Future | None = None
+
+    async def write(self, request: pb.FetchRequest) -> None:
+        if self.cancelled:
+            raise asyncio.InvalidStateError("RPC already finished.")
+        self.written.append(request.SerializeToString())
+
+    async def read(self):
+        if self.cancelled:
+            raise asyncio.CancelledError
+        self.pending = asyncio.ensure_future(self.answers.get())
+        try:
+            return await self.pending
+        finally:
+            self.pending = None
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        if self.pending is not None:
+            self.pending.cancel()
+        return True
+
+
+class FakeStub:
+    def __init__(self):
+        self.calls: list[FakeStreamCall] = []
+
+    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+        self.calls.append(FakeStreamCall())
+        return self.calls[-1]
+
+
+async def follower(tmp_path, wait_max_ms=500):
+    """A follower of TP with its fetcher's own task stopped: the test drives the rounds."""
+    rm, _ = make_manager(tmp_path, **{"replica.fetch.wait.max.ms": str(wait_max_ms)})
+    rm.broker_id = rm.fetchers.broker_id = 2
+    rm.log_manager._logs[TP] = seeded_log([(0, 3)])
+    await rm.leader_and_isr(lai(leader=1, leader_epoch=0))
+    fetcher = rm.fetchers.fetchers[1]
+    fetcher.task.cancel()
+    await asyncio.gather(fetcher.task, return_exceptions=True)
+    assignment = rm.fetchers.assignment(TP)
+    assignment.truncating = False
+    fetcher._changed.clear()
+    return rm, fetcher, assignment
+
+
+def answer(high_watermark: int) -> pb.FetchResponse:
+    return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
+        topic=TP.topic, partition=TP.partition, error_code=pb.NONE,
+        high_watermark=high_watermark, log_start_offset=0, log_end_offset=3)])
+
+
+async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+    try:
+        for hw in (1, 2):
+            round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+            await wait_until(lambda: stub.calls and stub.calls[-1].pending is not None)
+            await stub.calls[0].answers.put(answer(hw))
+            await asyncio.wait_for(round_, 10)
+            assert rm.partitions[TP].high_watermark == hw
+        assert len(stub.calls) == 1 and not stub.calls[0].cancelled
+        assert fetcher._stream is stub.calls[0]
+        first, second = stub.calls[0].written
+        assert first == second  # same offsets: nothing was appended
+        fresh = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=500,
+                                min_bytes=1, max_bytes=rm.config.replica_fetch_max_bytes)
+        fresh.partitions.add(topic=TP.topic, partition=TP.partition, current_leader_epoch=0,
+                             fetch_offset=3, last_fetched_epoch=0, log_start_offset=0,
+                             partition_max_bytes=rm.config.replica_fetch_max_bytes)
+        assert pb.FetchRequest.FromString(first) == fresh
+    finally:
+        await rm.stop()
+
+
+async def test_reused_request_follows_the_log_and_a_new_assignment_set(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    try:
+        request, sent = fetcher._fetch_request([a])
+        assert sent == {(TP.topic, TP.partition): (a, 3)}
+        a.partition.truncate_to(1)
+        again, sent = fetcher._fetch_request([a])
+        assert again is request and again.partitions[0].fetch_offset == 1
+        assert sent == {(TP.topic, TP.partition): (a, 1)}
+        # A LeaderAndIsr makes a new assignment: a new message with its leader epoch.
+        await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+        fetcher.task.cancel()
+        await asyncio.gather(fetcher.task, return_exceptions=True)
+        b = rm.fetchers.assignment(TP)
+        assert b is not a
+        new, sent = fetcher._fetch_request([b])
+        assert new is not request and new.partitions[0].current_leader_epoch == 1
+        assert sent == {(TP.topic, TP.partition): (b, 1)}
+    finally:
+        await rm.stop()
+
+
+async def test_a_changed_assignment_set_cuts_the_read_short(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+    try:
+        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
+        fetcher.mark_changed()
+        assert await asyncio.wait_for(round_, 10) is None  # returned, not raised
+        assert stub.calls[0].cancelled and fetcher._stream is None
+        # The next round opens a new stream.
+        fetcher._changed.clear()
+        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        await wait_until(lambda: len(stub.calls) == 2 and stub.calls[1].pending is not None)
+        await stub.calls[1].answers.put(answer(3))
+        await asyncio.wait_for(round_, 10)
+        assert rm.partitions[TP].high_watermark == 3
+    finally:
+        await rm.stop()
+
+
+async def test_a_change_while_writing_drops_the_stream_before_reading(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+
+    class ChangingCall(FakeStreamCall):
+        async def write(self, request):
+            fetcher.mark_changed()  # e.g. a LeaderAndIsr handled while the write awaited
+            await super().write(request)
+
+    stub.ReplicaFetch = lambda: stub.calls.append(ChangingCall()) or stub.calls[-1]
+    try:
+        await asyncio.wait_for(fetcher._stream_fetch_until_changed(stub, [a]), 10)
+        assert stub.calls[0].written and stub.calls[0].cancelled and fetcher._stream is None
+    finally:
+        await rm.stop()
+
+
+async def test_an_overdue_answer_breaks_the_stream_at_its_own_deadline(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetcher_module, "RPC_MARGIN_S", 0.2)
+    rm, fetcher, a = await follower(tmp_path, wait_max_ms=100)  # timeout 0.3 s per read
+    stub = FakeStub()
+    loop = asyncio.get_running_loop()
+    try:
+        # An answered round arms the deadline timer; the next read's deadline is later.
+        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
+        await stub.calls[0].answers.put(answer(1))
+        await asyncio.wait_for(round_, 10)
+        await asyncio.sleep(0.2)
+        started = loop.time()
+        with pytest.raises(StreamBrokenError, match="no answer"):
+            await asyncio.wait_for(fetcher._stream_fetch_until_changed(stub, [a]), 10)
+        assert loop.time() - started >= 0.3  # the first timer fired early and was re-armed
+        assert stub.calls[0].cancelled and fetcher._stream is None
+    finally:
+        await rm.stop()
+
+
+async def test_cancelling_the_fetcher_task_during_a_read_is_not_swallowed(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+    try:
+        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
+        fetcher.mark_changed()  # the call is cancelled too: the task's cancellation still wins
+        round_.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await round_
+        assert stub.calls[0].cancelled and fetcher._stream is None
+    finally:
+        await rm.stop()
+    assert fetcher._read_timer is None  # close() cancelled the deadline timer
