@@ -7,8 +7,9 @@ partition's HW or ISR calls ``try_complete`` with a function that says, for a
 required offset, "still waiting" (None) or the ErrorCode to answer.
 
 ``FetchWaiters`` holds long-poll fetches: a waiting fetch watches a set of
-partitions and is woken by the first append or HW move on any of them; it
-then reads again and decides whether it has enough bytes.
+partitions and is woken by the first append or leadership change on any of
+them (a consumer's also by a HW move); it then reads again and decides whether
+it has enough bytes.
 
 Everything runs on the broker's one event loop, so registering a waiter and
 checking the current state happen without a gap for an event to slip through.
@@ -19,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 from collections.abc import Callable, Hashable, Iterable
 
 from proto import tidewater_pb2 as pb
+
+log = logging.getLogger("tidewater.broker.purgatory")
 
 
 def _answer(future: asyncio.Future, result) -> None:
@@ -29,10 +33,43 @@ def _answer(future: asyncio.Future, result) -> None:
         future.set_result(result)
 
 
+def _nothing() -> None:
+    pass
+
+
+class _Watch:
+    """A ``ProducePurgatory.watch`` waiter: the future-like end (``done``, ``set_result``,
+    ``cancel``) the heap and ``try_complete`` use, calling its callback on the answer."""
+
+    __slots__ = ("_callback", "_done", "timer")
+
+    def __init__(self, callback: Callable[[int], None]) -> None:
+        self._callback = callback
+        self._done = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, code: int) -> None:
+        self._done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            self._callback(code)
+        except Exception:  # noqa: BLE001 - a bug there must not break who moved the HW
+            log.exception("acks=all answer callback failed")
+
+    def cancel(self) -> None:
+        self._done = True
+        if self.timer is not None:
+            self.timer.cancel()
+
+
 class ProducePurgatory:
     def __init__(self) -> None:
         # partition -> heap of (required_offset, seq, future); smallest offset first.
-        self._waiters: dict[Hashable, list[tuple[int, int, asyncio.Future]]] = {}
+        self._waiters: dict[Hashable, list[tuple[int, int, asyncio.Future | _Watch]]] = {}
         self._seq = itertools.count()
 
     def pending(self, key: Hashable | None = None) -> int:
@@ -58,6 +95,35 @@ class ProducePurgatory:
             timer.cancel()
             if not future.done():
                 future.cancel()  # the request was cancelled
+            self._discard_done(key)
+
+    def watch(self, key: Hashable, required_offset: int, timeout_ms: int,
+              result_for: Callable[[int], int | None],
+              callback: Callable[[int], None]) -> Callable[[], None]:
+        """``wait`` for a caller without a coroutine of its own: ``callback(code)`` runs once
+        with what ``wait`` would return, synchronously from whatever decides it (at once,
+        ``try_complete``, ``fail_all``, the timeout), so it must only record the answer.
+        Returns the function that withdraws the wait (``callback`` then never runs).
+
+        ProduceStream watches instead of running a task per acks=all request: a task costs
+        its creation, two more steps through the event loop and a done-callback."""
+        now = result_for(required_offset)
+        if now is not None:
+            callback(now)
+            return _nothing
+        watch = _Watch(callback)
+        heapq.heappush(self._waiters.setdefault(key, []), (required_offset, next(self._seq), watch))
+        watch.timer = asyncio.get_running_loop().call_later(
+            max(timeout_ms, 0) / 1000, self._expire, key, watch)
+
+        def withdraw() -> None:
+            watch.cancel()
+            self._discard_done(key)
+        return withdraw
+
+    def _expire(self, key: Hashable, watch: _Watch) -> None:
+        if not watch.done():
+            watch.set_result(pb.REQUEST_TIMED_OUT)
             self._discard_done(key)
 
     def try_complete(self, key: Hashable, result_for: Callable[[int], int | None]) -> int:
@@ -112,21 +178,41 @@ class ProducePurgatory:
 
 
 class FetchWaiters:
-    def __init__(self) -> None:
-        self._by_key: dict[Hashable, set[asyncio.Future]] = {}
-        self._keys: dict[asyncio.Future, tuple[Hashable, ...]] = {}
+    """Long-poll fetches parked on partitions.
 
-    def watch(self, keys: Iterable[Hashable]) -> asyncio.Future:
-        """A future resolved by the next ``notify`` of any of ``keys``; call ``discard`` after."""
+    ``notify(key)`` (an append, a leadership change) wakes every waiter of
+    ``key``; ``notify_high_watermark(key)`` (the HW moved, nothing else) wakes
+    only those that asked for it with ``high_watermark=True``: a consumer's
+    answer changes with the HW, a follower's does not (``ReplicaManager.fetch``).
+    """
+
+    def __init__(self) -> None:
+        # key -> futures woken by notify and notify_high_watermark.
+        self._by_key: dict[Hashable, set[asyncio.Future]] = {}
+        # key -> futures woken by notify only.
+        self._appends_by_key: dict[Hashable, set[asyncio.Future]] = {}
+        self._keys: dict[asyncio.Future, tuple[tuple[Hashable, ...], dict]] = {}
+
+    def watch(self, keys: Iterable[Hashable], *, high_watermark: bool = True) -> asyncio.Future:
+        """A future resolved by the next ``notify`` of any of ``keys`` (and the next
+        ``notify_high_watermark`` when ``high_watermark``); call ``discard`` after."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._keys[future] = tuple(keys)
-        for key in self._keys[future]:
-            self._by_key.setdefault(key, set()).add(future)
+        keys = tuple(keys)
+        by_key = self._by_key if high_watermark else self._appends_by_key
+        self._keys[future] = (keys, by_key)
+        for key in keys:
+            waiters = by_key.get(key)
+            if waiters is None:
+                by_key[key] = {future}
+            else:
+                waiters.add(future)
         return future
 
-    async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> None:
-        """Until the next ``notify`` of any of ``keys``, or ``timeout_s``."""
-        future = self.watch(keys)
+    async def wait(self, keys: Iterable[Hashable], timeout_s: float, *,
+                   high_watermark: bool = True) -> None:
+        """Until the next ``notify`` of any of ``keys`` (or ``notify_high_watermark`` when
+        ``high_watermark``), or ``timeout_s``."""
+        future = self.watch(keys, high_watermark=high_watermark)
         timer = asyncio.get_running_loop().call_later(timeout_s, _answer, future, None)
         try:
             await future
@@ -135,23 +221,31 @@ class FetchWaiters:
             self.discard(future)
 
     def discard(self, future: asyncio.Future) -> None:
-        for key in self._keys.pop(future, ()):
-            waiters = self._by_key.get(key)
+        keys, by_key = self._keys.pop(future, ((), None))
+        for key in keys:
+            waiters = by_key.get(key)
             if waiters is not None:
                 waiters.discard(future)
                 if not waiters:
-                    del self._by_key[key]
+                    del by_key[key]
         if not future.done():
             future.cancel()
 
     def notify(self, key: Hashable) -> None:
+        self.notify_high_watermark(key)
+        for future in self._appends_by_key.pop(key, ()):
+            if not future.done():
+                future.set_result(key)
+
+    def notify_high_watermark(self, key: Hashable) -> None:
         for future in self._by_key.pop(key, ()):
             if not future.done():
                 future.set_result(key)
 
     def notify_all(self) -> None:
-        for key in list(self._by_key):
+        for key in list(self._by_key) + list(self._appends_by_key):
             self.notify(key)
 
     def waiting(self) -> int:
-        return len({f for s in self._by_key.values() for f in s})
+        return len({f for by_key in (self._by_key, self._appends_by_key)
+                    for waiters in by_key.values() for f in waiters})

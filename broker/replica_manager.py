@@ -25,6 +25,7 @@ Theory of operation:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -77,6 +78,16 @@ def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
         pb.ProducePartitionResponse(topic=data.topic, partition=data.partition, error_code=code,
                                     error_message=message, base_offset=-1)
         for data in request.partitions])
+
+
+def _set_acks_all_outcome(result: pb.ProducePartitionResponse, code: int) -> None:
+    """Write an acks=all wait's outcome (``ProducePurgatory``'s code) into its partition's answer."""
+    if code != pb.NONE:
+        result.error_code = code
+        result.error_message = pb.ErrorCode.Name(code)
+        if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            # Not acknowledged: the records may still commit or vanish.
+            result.base_offset = -1
 
 
 class ReplicaManager:
@@ -338,11 +349,14 @@ class ReplicaManager:
     # ================================================================ lookups
 
     def _partition(self, topic: str, partition_index: int) -> Partition:
-        tp = TopicPartition(topic, partition_index)
-        # Validation before any lookup: a bad name never reaches the file system.
-        validate_topic_partition(tp)
-        partition = self.partitions.get(tp)
+        # A plain tuple finds the TopicPartition key (a NamedTuple: same hash, equal). A hosted
+        # partition's name was validated before it was created (_apply_partition_state), so
+        # only a miss is validated: a bad name still answers INVALID_TOPIC_EXCEPTION, not
+        # UNKNOWN_TOPIC_OR_PARTITION. A lookup is one dict probe on every fetch and produce.
+        partition = self.partitions.get((topic, partition_index))
         if partition is None:
+            tp = TopicPartition(topic, partition_index)
+            validate_topic_partition(tp)
             raise UnknownTopicOrPartitionError(f"{tp} is not hosted on broker {self.broker_id}")
         return partition
 
@@ -402,12 +416,40 @@ class ReplicaManager:
         # a task, one more hop through the event loop before the answer goes out.
         codes = [await waiting[0]] if len(waiting) == 1 else await asyncio.gather(*waiting)
         for (result, _, _), code in zip(waits, codes, strict=True):
-            if code != pb.NONE:
-                result.error_code = code
-                result.error_message = pb.ErrorCode.Name(code)
-                if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-                    # Not acknowledged: the records may still commit or vanish.
-                    result.base_offset = -1
+            _set_acks_all_outcome(result, code)
+
+    def produce_watch(self, request: pb.ProduceRequest, response: pb.ProduceResponse,
+                      waits: list[tuple], done: Callable[[pb.ProduceResponse], None]
+                      ) -> Callable[[], None]:
+        """``produce_wait`` without a coroutine (ProduceStream): ``done(response)`` runs once,
+        from the event loop (or at once), when every wait has its outcome in ``response``;
+        a failure there answers ``produce_error_response`` instead, as ``produce_wait``'s
+        caller does. Returns the function that withdraws the waits (``done`` never runs)."""
+        timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
+        remaining = len(waits)
+        failed: list[Exception] = []
+
+        def on_outcome(result: pb.ProducePartitionResponse, code: int) -> None:
+            nonlocal remaining
+            try:
+                _set_acks_all_outcome(result, code)
+            except Exception as e:  # noqa: BLE001 - answered below, as for produce_wait
+                failed.append(e)
+            remaining -= 1
+            if remaining == 0:
+                done(produce_error_response(request, failed[0], context="ProduceStream")
+                     if failed else response)
+
+        withdraws = [self.produce_purgatory.watch(
+            partition.tp, required, timeout_ms, partition.acks_all_result,
+            functools.partial(on_outcome, result)) for result, partition, required in waits]
+        if len(withdraws) == 1:
+            return withdraws[0]
+
+        def withdraw_all() -> None:
+            for withdraw in withdraws:
+                withdraw()
+        return withdraw_all
 
     async def _append_as_leader(self, partition: Partition, records: bytes, acks: int):
         if not records:
@@ -435,87 +477,119 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
         deadline = loop.time() + max_wait_ms / 1000
-        is_follower = request.replica_id >= 0
-        keys = [TopicPartition(p.topic, p.partition) for p in request.partitions]
+        replica_id = request.replica_id
+        is_follower = replica_id >= 0
+        min_bytes = max(request.min_bytes, 1)
+        # The request's fields are read once into plain tuples: a long-poll reads them again
+        # on every pass, and each protobuf field access is a call (a message one allocates).
+        wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
+                   fp.last_fetched_epoch, fp.partition_max_bytes) for fp in request.partitions]
+        read = functools.partial(
+            self._read_fetch, wanted, request.max_bytes, replica_id,
+            request.replica_broker_epoch) if is_follower else functools.partial(
+            self._read_fetch, wanted, request.max_bytes, -1, -1)
+        keys = None
         first_pass = True
         # A HW move alone does not answer a follower's long-poll (as in Kafka's DelayedFetch):
         # the follower learns the HW with its next records or at max_wait_ms. Answering
         # it cost one extra fetch round per acks=all write (the ISR member that fetched
         # first was answered empty as soon as the last one moved the HW) and left that
-        # follower without a pending fetch when the next record arrived.
+        # follower without a pending fetch when the next record arrived. So a follower's
+        # long-poll is not even woken by a HW move (``FetchWaiters.notify_high_watermark``),
+        # only by appends and leadership changes; a consumer's is, as it reads up to the HW.
         while True:
-            response, total_bytes, must_answer, chunks = self._read_fetch(request, is_follower,
-                                                                          first_pass)
+            results, total_bytes, must_answer = read(first_pass)
             first_pass = False
             remaining_s = deadline - loop.time()
-            if (must_answer or total_bytes >= max(request.min_bytes, 1) or remaining_s <= 0
-                    or self.closing):
+            if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self.closing:
                 break
-            await self.fetch_waiters.wait(keys, remaining_s)
-        # Counted from the chunks read, not from response.partitions[i].records: every access
-        # to a protobuf bytes field makes a fresh copy of it.
+            if keys is None:
+                keys = [(topic, partition) for topic, partition, *_ in wanted]
+            await self.fetch_waiters.wait(keys, remaining_s, high_watermark=not is_follower)
+        # The response is built once, from the last pass.
+        response = pb.FetchResponse(error_code=pb.NONE)
+        add = response.partitions.add
+        messages = 0
+        for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
+             leader_epoch, records, diverging) in results:
+            if diverging is None:
+                add(topic=topic, partition=partition, error_code=code, error_message=message,
+                    high_watermark=high_watermark, log_start_offset=log_start_offset,
+                    log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+            else:
+                add(topic=topic, partition=partition, error_code=code, error_message=message,
+                    high_watermark=high_watermark, log_start_offset=log_start_offset,
+                    log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records,
+                    diverging_epoch=pb.EpochEndOffset(epoch=diverging[0],
+                                                      end_offset=diverging[1]))
+            if code != pb.NONE:
+                self.metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(code)).inc()
+            elif records:
+                messages += record_count(records)
         if total_bytes:
             bytes_out, messages_out = self._fetch_out_counters[is_follower]
             bytes_out.inc(total_bytes)
-            messages_out.inc(sum(record_count(chunk) for chunk in chunks))
-        for p in response.partitions:
-            if p.error_code != pb.NONE:
-                self.metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(p.error_code)).inc()
+            messages_out.inc(messages)
         return response
 
-    def _read_fetch(self, request: pb.FetchRequest, is_follower: bool, first_pass: bool
-                    ) -> tuple[pb.FetchResponse, int, bool, list[bytes]]:
-        """(response, its records bytes, must it be answered now, the non-empty chunks read)."""
-        response = pb.FetchResponse(error_code=pb.NONE)
-        max_bytes = request.max_bytes if request.max_bytes > 0 else FETCH_MAX_BYTES_DEFAULT
+    def _read_fetch(self, wanted: list[tuple], max_bytes: int, replica_id: int,
+                    broker_epoch: int, first_pass: bool) -> tuple[list[tuple], int, bool]:
+        """(per partition: (topic, partition, error_code, error_message, high_watermark,
+        log_start_offset, log_end_offset, leader_epoch, records, diverging (epoch, end_offset)
+        or None), the records' bytes, must it be answered now). A follower's when
+        ``replica_id`` >= 0."""
+        if max_bytes <= 0:
+            max_bytes = FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
         must_answer = False
-        chunks: list[bytes] = []
-        for fp in request.partitions:
-            out = response.partitions.add(topic=fp.topic, partition=fp.partition,
-                                          error_code=pb.NONE, high_watermark=-1,
-                                          log_start_offset=-1, log_end_offset=-1, leader_epoch=-1)
+        results = []
+        for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
+             partition_max_bytes) in wanted:
+            leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
             try:
-                partition = self._partition(fp.topic, fp.partition)
-                out.leader_epoch = partition.leader_epoch
-                out.high_watermark = partition.high_watermark
-                out.log_start_offset = partition.log.log_start_offset
-                out.log_end_offset = partition.log_end_offset
-                partition_max = fp.partition_max_bytes if fp.partition_max_bytes > 0 \
-                    else PARTITION_MAX_BYTES_DEFAULT
-                budget = min(partition_max, max(max_bytes - total_bytes, 0))
-                if is_follower:
-                    records = self._read_for_follower(partition, fp, request.replica_id,
-                                                      request.replica_broker_epoch, budget,
-                                                      total_bytes == 0, first_pass, out)
+                partition = self._partition(topic, partition_index)
+                leader_epoch = partition.leader_epoch
+                high_watermark = partition.high_watermark
+                log_start_offset = partition.log.log_start_offset
+                log_end_offset = partition.log_end_offset
+                if partition_max_bytes <= 0:
+                    partition_max_bytes = PARTITION_MAX_BYTES_DEFAULT
+                budget = min(partition_max_bytes, max(max_bytes - total_bytes, 0))
+                if replica_id >= 0:
+                    records, diverging = self._read_for_follower(
+                        partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+                        replica_id, broker_epoch, budget, total_bytes == 0, first_pass)
+                    if diverging is not None:
+                        must_answer = True
                 else:
-                    records = self._read_for_consumer(partition, fp, budget, total_bytes == 0)
-                out.high_watermark = partition.high_watermark
-                if records:
-                    out.records = records
-                    chunks.append(records)
-                    total_bytes += len(records)
-                if out.HasField("diverging_epoch"):
-                    must_answer = True
+                    records = self._read_for_consumer(partition, current_leader_epoch,
+                                                      fetch_offset, budget, total_bytes == 0)
+                    diverging = None
+                high_watermark = partition.high_watermark
+                total_bytes += len(records)
+                results.append((topic, partition_index, pb.NONE, "", high_watermark,
+                                log_start_offset, log_end_offset, leader_epoch, records,
+                                diverging))
             except Exception as e:  # noqa: BLE001
-                out.error_code, out.error_message = error_code_for(e, context="Fetch")
-                out.records = b""
+                code, message = error_code_for(e, context="Fetch")
+                results.append((topic, partition_index, code, message, high_watermark,
+                                log_start_offset, log_end_offset, leader_epoch, b"", None))
                 must_answer = True
-        return response, total_bytes, must_answer, chunks
+        return results, total_bytes, must_answer
 
-    def _read_for_consumer(self, partition: Partition, fp: pb.FetchPartition, max_bytes: int,
-                           min_one_batch: bool) -> bytes:
+    def _read_for_consumer(self, partition: Partition, current_leader_epoch: int,
+                           fetch_offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         partition.require_leader()
-        partition.check_leader_epoch(fp.current_leader_epoch)
+        partition.check_leader_epoch(current_leader_epoch)
         log_ = partition.log
-        if not log_.log_start_offset <= fp.fetch_offset <= log_.log_end_offset:
+        if not log_.log_start_offset <= fetch_offset <= log_.log_end_offset:
             raise OffsetOutOfRangeError(
-                f"fetch offset {fp.fetch_offset} outside [{log_.log_start_offset}, "
+                f"fetch offset {fetch_offset} outside [{log_.log_start_offset}, "
                 f"{log_.log_end_offset}] for {partition.tp}")
         high_watermark = partition.high_watermark
-        if fp.fetch_offset >= high_watermark:
+        if fetch_offset >= high_watermark:
             return b""  # nothing committed there yet: never read above the HW
-        return bytes(log_.read(fp.fetch_offset, max_bytes, max_offset=high_watermark,
+        return bytes(log_.read(fetch_offset, max_bytes, max_offset=high_watermark,
                                min_one_batch=min_one_batch).records)
 
     def _isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
@@ -530,31 +604,36 @@ class ReplicaManager:
         alive_epoch = self._alive_broker_epochs.get(replica_id)
         return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
 
-    def _read_for_follower(self, partition: Partition, fp: pb.FetchPartition, replica_id: int,
+    def _read_for_follower(self, partition: Partition, current_leader_epoch: int,
+                           fetch_offset: int, last_fetched_epoch: int, replica_id: int,
                            broker_epoch: int, max_bytes: int, min_one_batch: bool,
-                           first_pass: bool, out: pb.FetchPartitionResponse) -> bytes:
+                           first_pass: bool) -> tuple[bytes, tuple[int, int] | None]:
+        """(records, None), or (b"", the diverging epoch's (epoch, end_offset))."""
         leader = partition.require_leader()
-        partition.check_leader_epoch(fp.current_leader_epoch)
+        partition.check_leader_epoch(current_leader_epoch)
         log_ = partition.log
-        diverging = check_diverging(fp.last_fetched_epoch, fp.fetch_offset,
-                                    log_.leader_epoch_cache, log_.log_end_offset)
+        log_end_offset = log_.log_end_offset
+        diverging = check_diverging(last_fetched_epoch, fetch_offset, log_.leader_epoch_cache,
+                                    log_end_offset)
         if diverging is not None:
-            out.diverging_epoch.epoch, out.diverging_epoch.end_offset = diverging
-            return b""
-        if not log_.log_start_offset <= fp.fetch_offset <= log_.log_end_offset:
+            return b"", diverging
+        if not log_.log_start_offset <= fetch_offset <= log_end_offset:
             raise OffsetOutOfRangeError(
-                f"follower {replica_id} fetch offset {fp.fetch_offset} outside "
-                f"[{log_.log_start_offset}, {log_.log_end_offset}] for {partition.tp}")
+                f"follower {replica_id} fetch offset {fetch_offset} outside "
+                f"[{log_.log_start_offset}, {log_end_offset}] for {partition.tp}")
         if first_pass:
-            decision = leader.on_follower_fetch(replica_id, fp.fetch_offset, mono_ms(),
+            decision = leader.on_follower_fetch(replica_id, fetch_offset, mono_ms(),
                                                 self._isr_eligible(replica_id, broker_epoch))
             if decision.high_watermark_changed:
-                self._on_high_watermark_moved(partition)
+                # Not _on_high_watermark_moved: the other followers' long-polls stay parked
+                # (a HW move alone does not answer them, see ``fetch``).
+                self.produce_purgatory.try_complete(partition.tp, partition.acks_all_result)
+                self.fetch_waiters.notify_high_watermark(partition.tp)
             if decision.propose_isr is not None:
                 self.isr_changes.send(partition)
-        if fp.fetch_offset >= log_.log_end_offset:
-            return b""
-        return bytes(log_.read(fp.fetch_offset, max_bytes, min_one_batch=min_one_batch).records)
+        if fetch_offset >= log_end_offset:
+            return b"", None
+        return bytes(log_.read(fetch_offset, max_bytes, min_one_batch=min_one_batch).records), None
 
     # ================================================================ offsets
 

@@ -11,9 +11,12 @@ the response has a request-level code, else as gRPC INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
+import itertools
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -24,6 +27,10 @@ from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tidewater.broker.server")
+
+
+def _nothing() -> None:
+    pass
 
 # Responses with a request-level error_code field.
 _REQUEST_LEVEL_ERROR = {
@@ -118,34 +125,23 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
         Request N is appended (``produce_append``) before request N+1 is read, so requests
         in flight for one partition keep their order. An acks=all request then waits in
-        a task of its own and is answered when it completes, possibly after later ones:
-        the response carries the request's correlation_id. acks=0 is never answered.
-        Writes are serialised (one ``context.write`` at a time, as grpc.aio requires).
+        the purgatory (``produce_watch``, no task of its own) and is answered when it
+        completes, possibly after later ones: the response carries the request's
+        correlation_id. acks=0 is never answered. Writes are serialised (one
+        ``context.write`` at a time, as grpc.aio requires; ``_AnswerWriter``).
         A failing request is answered with its error; the stream goes on. When the client
         half-closes, the pending answers are sent and the stream ends; at broker shutdown
         the stream stops reading and ends after its pending answers (the client resends
-        what was not answered); when the client cancels, pending waits are cancelled.
+        what was not answered); when the client cancels, pending waits are withdrawn.
         """
-        observe = self._observer("ProduceStream")
         replica_manager = self.replica_manager
-        write_lock = asyncio.Lock()
-        pending: set[asyncio.Task] = set()
+        writer = _AnswerWriter(context, self._observer("ProduceStream"))
+        withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
+        ids = itertools.count()
 
-        async def answer(response: pb.ProduceResponse, started: float) -> None:
-            async with write_lock:
-                await context.write(response)
-            observe(time.perf_counter() - started)
-
-        async def complete(request: pb.ProduceRequest, response: pb.ProduceResponse,
-                           waits: list, started: float) -> None:
-            try:
-                await replica_manager.produce_wait(request, waits)
-            except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
-                response = produce_error_response(request, e, context="ProduceStream")
-            try:
-                await answer(response, started)
-            except Exception as e:  # noqa: BLE001 - the stream is gone; the client resends
-                log.debug("ProduceStream answer not sent: %r", e)
+        def answer_later(wait_id: int, started: float, response: pb.ProduceResponse) -> None:
+            if withdraws.pop(wait_id, None) is not None:
+                writer.send_later(response, started)
 
         reader = _StreamReader(context, replica_manager)
         try:
@@ -156,17 +152,23 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
                     response, waits = produce_error_response(request, e, context="ProduceStream"), []
                 if waits:
-                    task = asyncio.create_task(complete(request, response, waits, started))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
+                    wait_id = next(ids)
+                    withdraws[wait_id] = _nothing  # pending before produce_watch may answer
+                    withdraw = replica_manager.produce_watch(
+                        request, response, waits,
+                        functools.partial(answer_later, wait_id, started))
+                    if wait_id in withdraws:
+                        withdraws[wait_id] = withdraw
                 elif request.acks != 0:
-                    await answer(response, started)
-            if pending:
-                await asyncio.gather(*pending)
+                    await writer.write(response, started)
+            while withdraws:
+                await writer.idle()  # the pending acks=all answers, as they complete
+            await writer.drain()
         finally:
             reader.close()
-            for task in pending:
-                task.cancel()
+            for withdraw in withdraws.values():
+                withdraw()
+            writer.close()
 
     @_rpc("ListOffsets")
     async def ListOffsets(self, request, context):
@@ -235,6 +237,71 @@ class _StreamReader:
 
     def close(self) -> None:
         self._remove()
+
+
+class _AnswerWriter:
+    """A stream's answers, one ``context.write`` at a time (grpc.aio allows one in flight).
+
+    ``write`` sends now, from the handler (acks=1 answers). ``send_later`` is for answers
+    completed by a callback (acks=all): they queue and one task, started at the first,
+    writes them in order. A failed queued write is logged and dropped: the stream is gone
+    and the client resends what was not answered."""
+
+    def __init__(self, context, observe: Callable[[float], None]):
+        self._context = context
+        self._observe = observe
+        self._lock = asyncio.Lock()
+        self._queue: collections.deque[tuple[pb.ProduceResponse, float]] = collections.deque()
+        self._unwritten = 0  # sent later and not written yet (queued or being written)
+        self._wakeup: asyncio.Future | None = None  # the task waits for send_later on this
+        self._idle: asyncio.Future | None = None  # idle() waits on this
+        self._task: asyncio.Task | None = None
+
+    async def write(self, response, started: float) -> None:
+        async with self._lock:
+            await self._context.write(response)
+        self._observe(time.perf_counter() - started)
+
+    def send_later(self, response, started: float) -> None:
+        self._queue.append((response, started))
+        self._unwritten += 1
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+        elif self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while self._queue:
+                response, started = self._queue.popleft()
+                try:
+                    await self.write(response, started)
+                except Exception as e:  # noqa: BLE001 - the stream is gone; the client resends
+                    log.debug("ProduceStream answer not sent: %r", e)
+                self._unwritten -= 1
+                if self._idle is not None and not self._idle.done():
+                    self._idle.set_result(None)
+            self._wakeup = loop.create_future()
+            await self._wakeup
+            self._wakeup = None
+
+    async def idle(self) -> None:
+        """Until the next queued answer is written (the caller checks what it waits for)."""
+        self._idle = asyncio.get_running_loop().create_future()
+        try:
+            await self._idle
+        finally:
+            self._idle = None
+
+    async def drain(self) -> None:
+        """Until every answer given to ``send_later`` is written."""
+        while self._unwritten:
+            await self.idle()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 def build_server(*, host: str, port: int, servicer: BrokerServicer,

@@ -114,6 +114,38 @@ async def test_acks_all_waits_for_follower_fetch(tmp_path):
     assert out.partitions[0].error_code == pb.NONE and out.partitions[0].base_offset == 0
 
 
+async def test_high_watermark_move_wakes_consumers_not_parked_followers(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(replicas=(1, 2, 3), isr=(1, 2, 3)))
+
+    def fetch_from(replica_id, offset, max_wait_ms=0):
+        return pb.FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
+                               partitions=[pb.FetchPartition(topic=TP.topic, partition=0,
+                                                             current_leader_epoch=0,
+                                                             fetch_offset=offset)])
+
+    acked = asyncio.create_task(rm.produce(produce(acks=-1)))
+    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    for replica_id in (2, 3):
+        assert (await rm.fetch(fetch_from(replica_id, 0))).partitions[0].records
+    parked_follower = asyncio.create_task(rm.fetch(fetch_from(2, 1, max_wait_ms=5000)))
+    parked_consumer = asyncio.create_task(rm.fetch(consumer_fetch(0, max_wait_ms=5000)))
+    await wait_until(lambda: rm.fetch_waiters.waiting() == 2)
+    # Follower 3 at offset 1 moves the HW to 1: the produce and the consumer are answered,
+    # follower 2 (nothing new for it) stays parked.
+    third = await rm.fetch(fetch_from(3, 1))
+    assert third.partitions[0].high_watermark == 1
+    assert (await asyncio.wait_for(acked, 1)).partitions[0].error_code == pb.NONE
+    consumer = await asyncio.wait_for(parked_consumer, 1)
+    assert consumer.partitions[0].records and consumer.partitions[0].high_watermark == 1
+    await asyncio.sleep(0.05)
+    assert not parked_follower.done() and rm.fetch_waiters.waiting() == 1
+    # The next append answers it, with the HW it has now.
+    await rm.produce(produce(acks=1))
+    follower = (await asyncio.wait_for(parked_follower, 1)).partitions[0]
+    assert follower.records and follower.high_watermark == 1 and follower.log_end_offset == 2
+
+
 async def test_acks_all_times_out_without_follower(tmp_path):
     rm, _ = make_manager(tmp_path)
     await rm.leader_and_isr(lai())

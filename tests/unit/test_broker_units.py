@@ -78,6 +78,39 @@ async def test_produce_purgatory_timeout_and_immediate():
     assert await purgatory.wait("tp", 1, 10, lambda r: pb.NONE) == pb.NONE
 
 
+async def test_produce_purgatory_watch_calls_back_once():
+    purgatory = ProducePurgatory()
+    hw = {"v": 0}
+    answers = []
+
+    def result(required):
+        return pb.NONE if hw["v"] >= required else None
+
+    def watch(required, timeout_ms=2000):
+        return purgatory.watch("tp", required, timeout_ms, result,
+                               lambda code: answers.append((required, code)))
+
+    watch(3)
+    watch(5)
+    withdraw_7 = watch(7)
+    assert purgatory.pending("tp") == 3 and answers == []
+    hw["v"] = 4
+    assert purgatory.try_complete("tp", result) == 1
+    assert answers == [(3, pb.NONE)]  # synchronously, from try_complete
+    withdraw_7()
+    assert purgatory.pending("tp") == 1
+    assert purgatory.fail_all("tp", pb.NOT_LEADER_OR_FOLLOWER) == 1
+    assert answers == [(3, pb.NONE), (5, pb.NOT_LEADER_OR_FOLLOWER)]
+    assert purgatory.pending() == 0
+    watch(2)  # known at once
+    assert answers[-1] == (2, pb.NONE) and purgatory.pending() == 0
+    watch(9, timeout_ms=10)
+    await asyncio.sleep(0.05)
+    assert answers[-1] == (9, pb.REQUEST_TIMED_OUT) and purgatory.pending() == 0
+    await asyncio.sleep(0.05)
+    assert len(answers) == 4  # withdrawn 7 never answered
+
+
 async def test_fetch_waiters_wake_on_any_key():
     waiters = FetchWaiters()
     fut = waiters.watch(["a", "b"])
@@ -86,6 +119,25 @@ async def test_fetch_waiters_wake_on_any_key():
     waiters.notify("b")
     assert fut.done() and fut.result() == "b"
     waiters.discard(fut)
+    assert waiters.waiting() == 0
+
+
+async def test_fetch_waiters_high_watermark_moves_wake_only_those_asking():
+    waiters = FetchWaiters()
+    consumer = waiters.watch(["a"])
+    follower = waiters.watch(["a"], high_watermark=False)
+    assert waiters.waiting() == 2
+    waiters.notify_high_watermark("a")
+    assert consumer.done() and not follower.done()
+    waiters.discard(consumer)
+    waiters.notify("a")  # an append wakes both kinds
+    assert follower.result() == "a"
+    waiters.discard(follower)
+    assert waiters.waiting() == 0
+    parked = waiters.watch(["a", "b"], high_watermark=False)
+    waiters.notify_all()
+    assert parked.done()
+    waiters.discard(parked)
     assert waiters.waiting() == 0
 
 
