@@ -2,8 +2,9 @@
 
 No broker: a fake ``MetadataClient`` knows one topic with ``--partitions``
 partitions led by one fake broker, whose ``Produce.future`` hands each request
-to a "wire" thread (standing in for gRPC's callback thread) that answers it at
-once with contiguous offsets. So the numbers are the producer's own cost per
+(unary: the producer runs with ``use_streams=False``; the streams are measured by
+``bench/client_stream_micro.py``) to a "wire" thread (standing in for gRPC's
+callback thread) that answers it at once with contiguous offsets. So the numbers are the producer's own cost per
 record: ``send``, batching, encoding, settling and the done-callbacks, as the
 cluster benchmark's Producer rows use them (one ``send`` + ``add_done_callback``
 per record; ``--bulk`` measures ``send_many`` instead when the producer has it).
@@ -152,7 +153,7 @@ def throughput(record_bytes: int, records: int, partitions: int, bulk: bool, val
     wire = FakeWire(validate)
     producer = Producer("unused:1", acks=-1, batch_size_bytes=256 * 1024, linger_ms=5,
                         buffer_memory_bytes=64 * 1024 * 1024, max_in_flight_per_partition=5,
-                        metadata=FakeMetadata("t", partitions, wire))
+                        metadata=FakeMetadata("t", partitions, wire), use_streams=False)
     value = os.urandom(record_bytes)
     failures: list[BaseException] = []
 
@@ -186,7 +187,8 @@ def throughput(record_bytes: int, records: int, partitions: int, bulk: bool, val
 def latency(samples: int) -> tuple[float, float]:
     """p50 and p99 (ms) of one ``send(...).result()`` at a time, linger 0."""
     wire = FakeWire(True)
-    producer = Producer("unused:1", acks=1, linger_ms=0, metadata=FakeMetadata("t", 1, wire))
+    producer = Producer("unused:1", acks=1, linger_ms=0, metadata=FakeMetadata("t", 1, wire),
+                        use_streams=False)
     value = os.urandom(1024)
     times = []
     try:
