@@ -15,7 +15,7 @@ Rules (Kafka's ``RecordAccumulator``):
 - Batches not delivered within ``delivery_timeout_ms`` of creation expire.
 
 Each record is encoded into its batch when it is appended
-(``client.batch_builder``), so the sender only writes a batch's header and
+(``proto.batch_builder``), so the sender only writes a batch's header and
 CRC. A record's future is a ``RecordFuture``: its batch and its index, no
 lock of its own; the batch holds the outcome all its records share and their
 done-callbacks (Kafka's ``ProduceRequestResult`` and ``FutureRecordMetadata``),
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import NamedTuple
 
-from client.batch_builder import BatchBuilder
 from client.metadata import TopicPartition
+from proto.batch_builder import BatchBuilder
 
 LOGGER = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
-"""Kafka RecordBatch v2 records: encode and decode, with compression.
+"""Kafka RecordBatch v2 records: the record format, and decoding.
 
 ``proto/batch.py`` owns the 61-byte batch header; this module owns what follows
 it. The records part of a batch is ``recordCount`` records, compressed as one
-block when the header's compression bits (attributes & 0x07) say so:
-0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
+block when the header's compression bits (attributes & 0x07) say so
+(``proto/compression.py``: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
 
 One record (Kafka's ``DefaultRecord``; varints are zig-zag, as protobuf's sint)::
 
@@ -22,18 +22,9 @@ One record (Kafka's ``DefaultRecord``; varints are zig-zag, as protobuf's sint):
         headerValueLength  varint   -1 = null value
         headerValue        bytes
 
-Compression formats are Kafka's: gzip is a gzip stream (RFC 1952), lz4 the
-LZ4 *frame* format with independent 64 KiB blocks (Kafka's
-``KafkaLZ4BlockOutputStream``), zstd a zstd frame (with the content size when we
-write it; Java producers write none, which we also read). Snappy is written in
-the *xerial* framing of Kafka's Java client (``SnappyOutputStream``)::
-
-    header   16 bytes  b"\\x82SNAPPY\\x00", int32 version 1, int32 compatible version 1
-    blocks   each: int32 big-endian length, then that many bytes of one raw
-             snappy block holding at most 32 KiB of the input
-
-and read in that framing (several concatenated streams too, as xerial's
-``SnappyInputStream`` does) or as one raw snappy block (librdkafka, old clients).
+Batches are written by one encoder, ``proto/batch_builder.py``'s BatchBuilder
+(record by record, as the producer does); ``encode_batch`` here is that builder
+over a list of records.
 
 Decoding is defensive: every length is checked against the bytes that are
 there before anything is allocated, varints are capped at 5 (varint) or 10
@@ -44,63 +35,41 @@ or an IndexError.
 
 from __future__ import annotations
 
-import gzip
-import io
-import struct
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from proto.batch import (
-    ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
-    CRC_OFFSET,
     HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     iter_batches,
     validate_batch,
 )
+from proto.batch_builder import BatchBuilder
+
+# The compression codes and codecs belong to the record format: callers import them from here too.
+from proto.compression import (  # noqa: F401 - re-exported
+    COMPRESSION_BY_NAME,
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NAMES,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+    DECOMPRESSED_BYTES_MAX,
+    DecompressedTooLargeError,
+    compress,
+    decompress,
+)
 from proto.errors import CorruptRecordError, UnsupportedCompressionError
 
-COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = (
-    0, 1, 2, 3, 4,
-)
-COMPRESSION_NAMES = {
-    COMPRESSION_NONE: "none",
-    COMPRESSION_GZIP: "gzip",
-    COMPRESSION_SNAPPY: "snappy",
-    COMPRESSION_LZ4: "lz4",
-    COMPRESSION_ZSTD: "zstd",
-}
-COMPRESSION_BY_NAME = {name: code for code, name in COMPRESSION_NAMES.items()}
-
-# A batch's records never decompress to more than this by default (Kafka's
-# max.message.bytes is ~1 MiB compressed; 64 MiB leaves room for any sane ratio).
-DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10
 # length(1) + attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
 RECORD_BYTES_MIN = 7
-LZ4_BLOCK_SIZE_BYTES = 64 * 1024
-# xerial's SnappyOutputStream: this magic, then int32 version and compatible version.
-SNAPPY_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-SNAPPY_BLOCK_SIZE_BYTES = 32 * 1024  # SnappyOutputStream's default block size
-_SNAPPY_XERIAL_HEADER = SNAPPY_XERIAL_MAGIC + struct.pack(">ii", 1, 1)
-assert len(_SNAPPY_XERIAL_HEADER) == 16
-SNAPPY_EXPANSION_MAX = 22  # > 64/3: a 3-byte copy element gives at most 64 bytes
-_INT32 = struct.Struct(">i")
-
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == HEADER_SIZE
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 class Record(NamedTuple):
@@ -143,30 +112,6 @@ class SimpleRecord:
 
 # -- varints -------------------------------------------------------------------
 
-def _zigzag_bytes(value: int) -> bytes:
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
-# Lengths and offset deltas are almost always small: look their bytes up.
-_SMALL_VARINT_MIN, _SMALL_VARINT_MAX = -1, 1 << 13
-_SMALL_VARINTS = tuple(_zigzag_bytes(n) for n in range(_SMALL_VARINT_MIN, _SMALL_VARINT_MAX))
-
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag varint bytes of a signed 64-bit ``value``."""
-    if _SMALL_VARINT_MIN <= value < _SMALL_VARINT_MAX:
-        return _SMALL_VARINTS[value + 1]
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"{value} does not fit a varlong")
-    return _zigzag_bytes(value)
-
-
 def decode_varint(buf, position: int, bytes_max: int = VARLONG_BYTES_MAX) -> tuple[int, int]:
     """``(value, next_position)`` of the zig-zag varint at ``position``.
 
@@ -189,217 +134,15 @@ def decode_varint(buf, position: int, bytes_max: int = VARLONG_BYTES_MAX) -> tup
         shift += 7
 
 
-# -- compression ---------------------------------------------------------------
-
-def compress(compression: int, data: bytes) -> bytes:
-    """The records part compressed as Kafka writes it."""
-    if compression == COMPRESSION_NONE:
-        return data
-    if compression == COMPRESSION_GZIP:
-        # mtime=0: the same records always give the same bytes (and CRC).
-        return gzip.compress(data, compresslevel=6, mtime=0)
-    if compression == COMPRESSION_LZ4:
-        import lz4.frame
-
-        return lz4.frame.compress(
-            data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-            content_checksum=False, store_size=False,
-        )
-    if compression == COMPRESSION_ZSTD:
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
-    if compression == COMPRESSION_SNAPPY:
-        return _snappy_compress(data)
-    raise UnsupportedCompressionError(f"unknown compression type {compression}")
-
-
-def decompress(compression: int, data: bytes,
-               max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> bytes:
-    """Inverse of :func:`compress`, stopping at ``max_decompressed_bytes``.
-
-    Raises UnsupportedCompressionError for an unknown code and ValueError for
-    damaged or oversized data.
-    """
-    if compression == COMPRESSION_NONE:
-        return data
-    if compression == COMPRESSION_GZIP:
-        return _gunzip(data, max_decompressed_bytes)
-    if compression == COMPRESSION_LZ4:
-        return _lz4_decompress(data, max_decompressed_bytes)
-    if compression == COMPRESSION_ZSTD:
-        return _zstd_decompress(data, max_decompressed_bytes)
-    if compression == COMPRESSION_SNAPPY:
-        return _snappy_decompress(data, max_decompressed_bytes)
-    raise UnsupportedCompressionError(f"unknown compression type {compression}")
-
-
-class DecompressedTooLargeError(ValueError):
-    """The records part decompresses to more than the allowed size."""
-
-
-def _too_large(limit: int) -> DecompressedTooLargeError:
-    return DecompressedTooLargeError(f"records decompress to more than {limit} bytes")
-
-
-def _gunzip(data: bytes, limit: int) -> bytes:
-    out = bytearray()
-    remaining = data
-    try:
-        while True:  # a gzip stream may hold several members (Java reads them all)
-            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-            out += d.decompress(remaining, limit + 1 - len(out))
-            if len(out) > limit or d.unconsumed_tail:
-                raise _too_large(limit)
-            if not d.eof:
-                raise ValueError("gzip stream is truncated")
-            remaining = d.unused_data
-            if not remaining:
-                return bytes(out)
-    except zlib.error as e:
-        raise ValueError(f"gzip: {e}") from e
-
-
-def _lz4_decompress(data: bytes, limit: int) -> bytes:
-    import lz4.frame
-
-    out = bytearray()
-    remaining = data
-    try:
-        while remaining:  # possibly several frames, one after the other
-            d = lz4.frame.LZ4FrameDecompressor()
-            out += d.decompress(remaining, max_length=limit + 1 - len(out))
-            if len(out) > limit or not d.needs_input and not d.eof:
-                raise _too_large(limit)
-            if not d.eof:
-                raise ValueError("lz4 frame is truncated")
-            remaining = d.unused_data
-    except RuntimeError as e:
-        raise ValueError(f"lz4: {e}") from e
-    return bytes(out)
-
-
-def _zstd_decompress(data: bytes, limit: int) -> bytes:
-    import zstandard
-
-    try:
-        params = zstandard.get_frame_parameters(data)
-        if params.content_size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) \
-                and params.content_size > limit:
-            raise _too_large(limit)
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            io.BytesIO(data), read_across_frames=True)
-        chunks = []
-        total = 0
-        while True:  # read() may return less than asked: read until the stream ends
-            chunk = reader.read(limit + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise _too_large(limit)
-        return b"".join(chunks)
-    except zstandard.ZstdError as e:
-        raise ValueError(f"zstd: {e}") from e
-
-
-def _snappy_compress(data: bytes) -> bytes:
-    """Xerial framing, as Kafka's Java producer writes snappy."""
-    import cramjam
-
-    compress_raw = cramjam.snappy.compress_raw
-    view = memoryview(data)
-    parts = [_SNAPPY_XERIAL_HEADER]
-    for start in range(0, len(data), SNAPPY_BLOCK_SIZE_BYTES):
-        block = compress_raw(view[start:start + SNAPPY_BLOCK_SIZE_BYTES])
-        parts.append(_INT32.pack(len(block)))
-        parts.append(block)
-    return b"".join(parts)
-
-
-def _snappy_decompress(data: bytes, limit: int) -> bytes:
-    """Xerial framing or one raw snappy block. Every block's declared size is
-    checked (and summed against ``limit``) before anything is decompressed."""
-    import cramjam
-
-    snappy = cramjam.snappy
-    try:
-        if not data.startswith(SNAPPY_XERIAL_MAGIC):
-            size = _snappy_block_size(snappy, data, 0, limit)
-            out = bytearray(size)
-            if snappy.decompress_raw_into(data, out) != size:
-                raise ValueError("snappy block is shorter than it declares")
-            return bytes(out)
-        blocks = []  # (block, its decompressed size)
-        total = 0
-        view = memoryview(data)
-        pos = len(_SNAPPY_XERIAL_HEADER)
-        if len(data) < pos:
-            raise ValueError("snappy xerial header is truncated")
-        end = len(data)
-        while pos < end:
-            if data.startswith(SNAPPY_XERIAL_MAGIC, pos):  # a concatenated stream
-                pos += len(_SNAPPY_XERIAL_HEADER)
-                if pos > end:
-                    raise ValueError("snappy xerial header is truncated")
-                continue
-            if end - pos < _INT32.size:
-                raise ValueError("snappy block length is truncated")
-            (length,) = _INT32.unpack_from(data, pos)
-            pos += _INT32.size
-            if length <= 0 or length > end - pos:
-                raise ValueError(f"snappy block length {length} with {end - pos} bytes left")
-            block = view[pos:pos + length]
-            size = _snappy_block_size(snappy, block, total, limit)
-            total += size
-            blocks.append((block, size))
-            pos += length
-        out = bytearray(total)
-        out_view = memoryview(out)
-        at = 0
-        for block, size in blocks:
-            if snappy.decompress_raw_into(block, out_view[at:at + size]) != size:
-                raise ValueError("snappy block is shorter than it declares")
-            at += size
-        out_view.release()
-        return bytes(out)
-    except cramjam.DecompressionError as e:
-        raise ValueError(str(e)) from e  # cramjam says "snappy: ..."
-
-
-def _snappy_block_size(snappy, block, before: int, limit: int) -> int:
-    """The size a raw snappy block declares, if it can be true and ``before`` bytes
-    plus it fit ``limit``.
-
-    Snappy's densest element is a 3-byte copy of 64 bytes, so a block cannot
-    decompress to more than 64/3 of its length: a larger claim is damage, refused
-    before its buffer is allocated.
-    """
-    size = snappy.decompress_raw_len(block)
-    if size > len(block) * SNAPPY_EXPANSION_MAX:
-        raise ValueError(f"snappy block of {len(block)} bytes declares {size} bytes")
-    if before + size > limit:
-        raise _too_large(limit)
-    return size
-
-
 # -- encoding --------------------------------------------------------------------
-
-def _append_bytes_field(out: bytearray, data) -> None:
-    if data is None:
-        out += b"\x01"  # varint(-1)
-    else:
-        out += encode_varint(len(data))
-        out += data
-
 
 def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRecord], *,
                  base_offset: int = 0, partition_leader_epoch: int = -1,
                  compression: int = COMPRESSION_NONE, base_timestamp_ms: int | None = None,
                  producer_id: int = -1, producer_epoch: int = -1,
                  base_sequence: int = -1) -> bytes:
-    """One RecordBatch v2 (magic 2, CreateTime) holding ``records`` in order.
+    """One RecordBatch v2 (magic 2, CreateTime) holding ``records`` in order: a BatchBuilder
+    given every record at once.
 
     Records are ``(key, value)`` pairs or SimpleRecord. A record without a
     timestamp gets ``base_timestamp_ms``, or the current time when that is None;
@@ -407,59 +150,21 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
-    if compression not in COMPRESSION_NAMES:
+    if compression not in COMPRESSION_NAMES:  # before any record is encoded
         raise UnsupportedCompressionError(f"unknown compression type {compression}")
     default_ts = base_timestamp_ms if base_timestamp_ms is not None else int(time.time() * 1000)
-    first = records[0]
-    if base_timestamp_ms is not None:
-        base_ts = base_timestamp_ms
-    elif isinstance(first, SimpleRecord) and first.timestamp_ms is not None:
-        base_ts = first.timestamp_ms
-    else:
-        base_ts = default_ts
-    max_ts = _INT64_MIN
-
-    body = bytearray()             # one record's bytes after its length field
-    out = bytearray(HEADER_SIZE)   # the batch: header placeholder, then the records
-    for offset_delta, record in enumerate(records):
+    builder = BatchBuilder(base_timestamp_ms)
+    append = builder.append
+    for record in records:
         if isinstance(record, SimpleRecord):
-            key, value, headers = record.key, record.value, record.headers
-            ts = record.timestamp_ms if record.timestamp_ms is not None else default_ts
+            ts = record.timestamp_ms
+            append(record.key, record.value, record.headers, default_ts if ts is None else ts)
         else:
             key, value = record
-            headers = ()
-            ts = default_ts
-        if ts > max_ts:
-            max_ts = ts
-        body.clear()
-        body += b"\x00"  # attributes
-        body += encode_varint(ts - base_ts)
-        body += encode_varint(offset_delta)
-        _append_bytes_field(body, key)
-        _append_bytes_field(body, value)
-        body += encode_varint(len(headers))
-        for header_key, header_value in headers:
-            name = header_key.encode("utf-8") if isinstance(header_key, str) else header_key
-            body += encode_varint(len(name))
-            body += name
-            _append_bytes_field(body, header_value)
-        out += encode_varint(len(body))
-        out += body
-
-    batch = out
-    if compression != COMPRESSION_NONE:
-        compressed = compress(compression, bytes(memoryview(batch)[HEADER_SIZE:]))
-        del batch[HEADER_SIZE:]
-        batch += compressed
-    record_count = len(records)
-    _HEADER.pack_into(
-        batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
-        compression, record_count - 1, base_ts, max_ts, producer_id, producer_epoch,
-        base_sequence, record_count,
-    )
-    # One CRC over attributes..end; baseOffset, length and leader epoch lie outside it.
-    struct.pack_into(">I", batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+            append(key, value, (), default_ts)
+    return builder.build(compression, base_offset=base_offset,
+                         partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
+                         producer_epoch=producer_epoch, base_sequence=base_sequence)
 
 
 # -- decoding --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proto.batch import HEADER_SIZE, validate_batch
+from proto.batch_builder import encode_varint
 from proto.errors import CorruptRecordError, UnsupportedCompressionError
 from proto.records import (
     COMPRESSION_GZIP,
@@ -26,7 +27,6 @@ from proto.records import (
     decode_records,
     decode_varint,
     encode_batch,
-    encode_varint,
 )
 
 CODECS = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD]

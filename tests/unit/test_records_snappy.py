@@ -12,12 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proto.batch import HEADER_SIZE, compute_crc
+from proto.compression import SNAPPY_BLOCK_SIZE_BYTES, SNAPPY_XERIAL_MAGIC
 from proto.errors import CorruptRecordError
 from proto.records import (
     COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
-    SNAPPY_BLOCK_SIZE_BYTES,
-    SNAPPY_XERIAL_MAGIC,
     DecompressedTooLargeError,
     Record,
     SimpleRecord,
