@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable
 
@@ -43,7 +44,7 @@ from broker.replication import check_diverging
 from broker.storage.log_config import LogConfig
 from broker.storage.topics import TopicPartition, validate_topic_partition
 from proto import tidewater_pb2 as pb
-from proto.batch import iter_batches
+from proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
 from proto.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
@@ -63,11 +64,29 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 
 
+_INT32 = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8  # after baseOffset
+_RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
+
+
 def record_count(records: bytes) -> int:
-    try:
-        return sum(h.record_count for _, h in iter_batches(records, validate=False))
-    except CorruptRecordError:
-        return 0
+    """Records in the whole batches ``records`` (for metrics), 0 when the framing is broken.
+
+    ``iter_batches(validate=False)``'s framing checks, reading only the two fields needed:
+    building every header tuple through a generator cost ~4 µs per fetch answer."""
+    count = 0
+    position = 0
+    end = len(records)
+    unpack_from = _INT32.unpack_from
+    while position < end:
+        if end - position < HEADER_SIZE:
+            return 0
+        batch_length = unpack_from(records, position + _BATCH_LENGTH_AT)[0]
+        if batch_length < BATCH_LENGTH_MIN or position + LOG_OVERHEAD + batch_length > end:
+            return 0
+        count += unpack_from(records, position + _RECORD_COUNT_AT)[0]
+        position += LOG_OVERHEAD + batch_length
+    return count
 
 
 def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
@@ -484,10 +503,8 @@ class ReplicaManager:
         # on every pass, and each protobuf field access is a call (a message one allocates).
         wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
                    fp.last_fetched_epoch, fp.partition_max_bytes) for fp in request.partitions]
-        read = functools.partial(
-            self._read_fetch, wanted, request.max_bytes, replica_id,
-            request.replica_broker_epoch) if is_follower else functools.partial(
-            self._read_fetch, wanted, request.max_bytes, -1, -1)
+        max_bytes = request.max_bytes
+        broker_epoch = request.replica_broker_epoch if is_follower else -1
         keys = None
         first_pass = True
         # A HW move alone does not answer a follower's long-poll (as in Kafka's DelayedFetch):
@@ -498,7 +515,8 @@ class ReplicaManager:
         # long-poll is not even woken by a HW move (``FetchWaiters.notify_high_watermark``),
         # only by appends and leadership changes; a consumer's is, as it reads up to the HW.
         while True:
-            results, total_bytes, must_answer = read(first_pass)
+            results, total_bytes, must_answer = self._read_fetch(
+                wanted, max_bytes, replica_id if is_follower else -1, broker_epoch, first_pass)
             first_pass = False
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self.closing:

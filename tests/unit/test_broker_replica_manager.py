@@ -446,3 +446,22 @@ async def test_hw_checkpoint_writes_off_the_loop_and_stop_waits_for_them(tmp_pat
     await asyncio.wait_for(stopping, 5)
     assert writes and writes[0][0] != loop_thread
     assert writes[0][1] == {TP: 0}
+
+
+def test_record_count_matches_the_batch_framing():
+    from broker.replica_manager import record_count
+    from proto.batch import iter_batches
+    from proto.errors import CorruptRecordError
+    from proto.records import encode_batch
+
+    def by_headers(records: bytes) -> int:
+        try:
+            return sum(h.record_count for _, h in iter_batches(records, validate=False))
+        except CorruptRecordError:
+            return 0
+
+    batches = b"".join(encode_batch([(None, bytes(i))] * (i % 5 + 1)) for i in range(20))
+    assert record_count(batches) == sum(i % 5 + 1 for i in range(20))
+    for cut in range(0, len(batches) + 1, 7):  # torn tails and short headers count 0
+        assert record_count(batches[:cut]) == by_headers(batches[:cut])
+    assert record_count(batches + bytes(61)) == 0  # a zero batchLength is broken framing
