@@ -53,13 +53,6 @@ class RecordMetadata(NamedTuple):
     timestamp_ms: int
 
 
-class PendingRecord(NamedTuple):
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    timestamp_ms: int
-
-
 def estimate_record_bytes(key: bytes | None, value: bytes | None,
                           headers: tuple[tuple[str, bytes | None], ...] = ()) -> int:
     """Upper bound of a record's encoded size (uncompressed)."""
@@ -174,17 +167,6 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.timestamps)
 
-    @property
-    def records(self) -> list[PendingRecord]:
-        """The records, decoded from the batch's bytes (for tests and debugging: not cheap)."""
-        from proto.records import decode_batch
-
-        if not self.timestamps:
-            return []
-        _, records = decode_batch(self.encoded if self.builder is None else self.builder.build())
-        return [PendingRecord(r.key, r.value, r.headers, ts)
-                for r, ts in zip(records, self.timestamps, strict=True)]
-
     def close(self, compression: int) -> bytes:
         """Finish the batch for sending (the sender, once: no record joins it after it left
         its queue); its builder's buffer is dropped, so it is held once, as ``encoded``."""
@@ -289,15 +271,10 @@ class RecordAccumulator:
         self.buffered_records = 0
         self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
-    def append(self, tp: TopicPartition, record: PendingRecord, now_ms: int):
-        """Queue a record; return the future of its RecordMetadata."""
-        key, value, headers, timestamp_ms = record
-        return self.add(tp, key, value, headers, timestamp_ms, now_ms)
-
     def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers,
             timestamp_ms: int, now_ms: int):
-        """``append`` without a PendingRecord: the producer's per-record path. A record that
-        cannot be encoded (not bytes, timestamp outside int64) raises and is not queued."""
+        """Queue a record; return the future of its RecordMetadata. A record that cannot be
+        encoded (not bytes, timestamp outside int64) raises and is not queued."""
         if headers:
             record_bytes = estimate_record_bytes(key, value, headers)
         else:  # the common case, inline: this runs once per record
@@ -357,17 +334,6 @@ class RecordAccumulator:
             return now_ms
         return batch.created_ms + self.linger_ms
 
-    def drain(self, tp: TopicPartition) -> ProducerBatch | None:
-        """Take the first batch of ``tp`` for sending."""
-        queue = self._queues.get(tp)
-        if not queue:
-            return None
-        batch = queue.popleft()
-        if not queue:
-            del self._queues[tp]
-        batch.attempts += 1
-        return batch
-
     def drain_many(self, tp: TopicPartition, bytes_max: int) -> list[ProducerBatch]:
         """Take the queued batches of ``tp`` in order, at least one, while their estimated
         sizes stay within ``bytes_max`` (one request carries them all)."""
@@ -426,9 +392,3 @@ class RecordAccumulator:
 
     def end_flush(self) -> None:
         self._flushing -= 1
-
-    def has_queued(self) -> bool:
-        return any(self._queues.values())
-
-    def queued_partitions(self) -> list[TopicPartition]:
-        return [tp for tp, q in self._queues.items() if q]

@@ -18,7 +18,8 @@ TP = TopicPartition("t", 0)
 def queued(n: int = 3, ts: int = 100):
     acc = RecordAccumulator(batch_size_bytes=1 << 20, linger_ms=0)
     futs = [acc.add(TP, None, i.to_bytes(2, "big"), (), ts + i, 0) for i in range(n)]
-    return acc.drain(TP), futs
+    (batch,) = acc.drain_many(TP, bytes_max=1 << 20)
+    return batch, futs
 
 
 def test_callbacks_run_once_at_completion_or_at_once_when_done():
