@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import threading
 from array import array
 from bisect import bisect_right
 from pathlib import Path
@@ -56,8 +57,34 @@ def _read_file(path: Path) -> bytes | None:
         raise KafkaStorageError(f"cannot read index: {e.strerror}", path=str(path)) from e
 
 
-class _IndexFile:
-    """Incremental writer: the file holds entries [0, _clean_entries) exactly."""
+class IndexWrite:
+    """One flush of an index file, taken under the owner's lock (``IndexFile.snapshot``),
+    written and fsynced without it (``write``), recorded under it again (``commit``)."""
+
+    __slots__ = ("start", "data", "entries", "generation", "writes_before", "written",
+                 "synced_writes")
+
+    def __init__(self, start: int, data: bytes | None, entries: int, generation: int,
+                 writes_before: int):
+        self.start = start  # first entry in data; the file is cut there first
+        self.data = data  # entries [start, entries) encoded; None: only fsync the file
+        self.entries = entries
+        self.generation = generation
+        self.writes_before = writes_before  # file writes done when the snapshot was taken
+        self.written = -1  # the number of this write, -1 if the file was not written
+        self.synced_writes = 0  # every write up to this number is durable after ``write``
+
+
+class IndexFile:
+    """Incremental writer: the file holds entries [0, _clean_entries) exactly.
+
+    A flush is three steps so the slow part needs no lock of the owner's (the
+    log's lock, which appends on the event loop wait for): ``snapshot`` encodes the
+    entries not yet in the file (owner's lock held), ``write`` writes and fsyncs
+    them (``_file_lock`` only, which orders the writers of the file), ``commit``
+    records the result (owner's lock held). A snapshot that another write or a
+    truncation overtook is not written, or leaves the file marked for a rewrite.
+    """
 
     entry_size: int
 
@@ -67,6 +94,11 @@ class _IndexFile:
         self.max_entries = max(1, max_entries)
         self._clean_entries = 0  # entries known equal on disk and in memory
         self._file_entries = -1  # entries the file holds; -1: unknown (rewrite it)
+        self._generation = 0  # truncations and resets of the entries
+        self._file_lock = threading.Lock()
+        self._retired = False  # the segment is closed: its path may be gone or reused
+        # Writes to the file (counted under _file_lock), and how many an fsync made durable.
+        self._writes = self._synced_writes = 0
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -79,31 +111,83 @@ class _IndexFile:
     def is_dirty(self) -> bool:
         return self._file_entries != len(self) or self._clean_entries != len(self)
 
+    @property
+    def needs_sync(self) -> bool:
+        """The file was written since its last fsync."""
+        return self._synced_writes != self._writes
+
     def _encode(self, start: int) -> bytes:
         raise NotImplementedError
 
     def flush(self) -> None:
         """Write the entries not yet on disk (cutting a longer file first) and fsync."""
-        if not self.is_dirty:
-            return
-        start = self._clean_entries if self._file_entries >= 0 else 0
+        job = self.snapshot()
+        if job is not None:
+            self.write(job, newest=True)
+            self.commit(job)
+
+    def snapshot(self) -> IndexWrite | None:
+        """What a flush must write and fsync (owner's lock held); None if nothing."""
+        if self.is_dirty:
+            start = self._clean_entries if self._file_entries >= 0 else 0
+            return IndexWrite(start, self._encode(start), len(self), self._generation,
+                              self._writes)
+        if self.needs_sync:
+            return IndexWrite(0, None, len(self), self._generation, self._writes)
+        return None
+
+    def write(self, job: IndexWrite, *, newest: bool = False) -> None:
+        """Write ``job``'s entries, unless overtaken, then fsync (no owner's lock needed).
+
+        ``newest``: the owner's lock has been held since the snapshot, so no entry
+        changed and the job is written even if an unlocked job wrote the file after
+        the snapshot (its entries are a prefix of these; the cut at ``start`` drops
+        whatever it wrote past them)."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            with self._file_lock:
+                if self._retired:
+                    return  # writing would recreate a deleted file, or another segment's
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    if job.data is not None and (newest or (
+                            job.writes_before == self._writes
+                            and job.generation == self._generation)):
+                        os.ftruncate(fd, job.start * self.entry_size)
+                        view = memoryview(job.data)
+                        position = job.start * self.entry_size
+                        while view:
+                            written = os.pwrite(fd, view, position)
+                            view = view[written:]
+                            position += written
+                        self._writes += 1
+                        job.written = self._writes
+                    # Every write so far is complete: the fsync below makes them durable.
+                    job.synced_writes = self._writes
+                except BaseException:
+                    os.close(fd)
+                    raise
             try:
-                os.ftruncate(fd, start * self.entry_size)
-                data = self._encode(start)
-                view = memoryview(data)
-                position = start * self.entry_size
-                while view:
-                    written = os.pwrite(fd, view, position)
-                    view = view[written:]
-                    position += written
-                os.fsync(fd)
+                os.fsync(fd)  # outside _file_lock: a later writer need not wait for it
             finally:
                 os.close(fd)
         except OSError as e:
             raise KafkaStorageError(f"cannot write index: {e.strerror}", path=str(self.path)) from e
-        self._clean_entries = self._file_entries = len(self)
+
+    def retire(self) -> None:
+        """No more writes (the segment closes): an unlocked ``write`` still pending
+        must not touch the path, which a deletion frees for a new segment's file."""
+        with self._file_lock:
+            self._retired = True
+
+    def commit(self, job: IndexWrite) -> None:
+        """Record what ``write(job)`` did (owner's lock held)."""
+        self._synced_writes = max(self._synced_writes, job.synced_writes)
+        if job.written == -1:
+            return
+        if job.generation != self._generation:
+            self._file_entries = -1  # written from entries cut meanwhile: rewrite it all
+        elif job.written == self._writes:  # nobody wrote the file since: it holds the job
+            self._clean_entries = self._file_entries = job.entries
 
     def delete_file(self) -> None:
         try:
@@ -112,6 +196,7 @@ class _IndexFile:
             raise KafkaStorageError(f"cannot delete index: {e.strerror}", path=str(self.path)) from e
         self._clean_entries = 0
         self._file_entries = -1
+        self._synced_writes = self._writes  # nothing left to fsync in a file that is gone
 
     def rename_to(self, path: Path) -> None:
         if self.path.exists():
@@ -130,12 +215,13 @@ class _IndexFile:
 
     def _mark_truncated(self, entries: int) -> None:
         self._clean_entries = min(self._clean_entries, entries)
+        self._generation += 1
 
     def _corrupt(self, why: str) -> CorruptFileError:
         return CorruptFileError(f"corrupt index ({why})", path=str(self.path))
 
 
-class OffsetIndex(_IndexFile):
+class OffsetIndex(IndexFile):
     entry_size = OFFSET_INDEX_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int, max_entries: int):
@@ -233,7 +319,7 @@ class OffsetIndex(_IndexFile):
         return True
 
 
-class TimeIndex(_IndexFile):
+class TimeIndex(IndexFile):
     entry_size = TIME_INDEX_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int, max_entries: int):

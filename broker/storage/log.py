@@ -30,7 +30,12 @@ offset (LEO) is the active segment's end.
   timestamp lookup decodes the one batch it lands in (exact record offset).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
-  offset (the epoch cache drops what lies before it).
+  offset (the epoch cache drops what lies before it). Under the lock the
+  files are renamed ``.deleted``; a background thread unlinks them.
+- No fsync under the lock on the checkpoint's path: ``flush_outside_lock``
+  snapshots under it, fsyncs without it, and publishes the snapshot's LEO as
+  the recovery point. (Rolls, truncations and the flush.messages / flush.ms
+  policies still fsync under it: rare, or asked for.)
 
 Errors: bad input raises CorruptRecordError / MessageTooLargeError /
 RecordListTooLargeError before anything is written. An OSError becomes
@@ -143,6 +148,7 @@ class Log:
         self._last_flush_ms = now_ms
         self._offline_reason: str | None = None
         self._closed = False
+        self._truncations = 0  # truncate_to / truncate_fully_and_start_at calls that cut
         self._lock = threading.RLock()
         # Inactive segments whose indexes a read loaded back, oldest first.
         self._loaded_inactive: deque[LogSegment] = deque()
@@ -482,6 +488,7 @@ class Log:
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
     def _truncate_segments(self, offset: int) -> None:
+        self._truncations += 1  # before the cut: a flush in progress must not publish
         keep = max(1, bisect_right(self._base_offsets, offset - 1))
         doomed = self._segments[keep:]
         self._segments = self._segments[:keep]
@@ -503,6 +510,7 @@ class Log:
             self._truncate_fully_and_start_at(offset)
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
+        self._truncations += 1  # before the cut: a flush in progress must not publish
         try:
             # Newest first: a crash midway leaves a prefix of the old log, never a gap.
             for segment in reversed(self._segments):
@@ -522,7 +530,10 @@ class Log:
     def delete_old_segments(self, now_ms: int, high_watermark: int) -> int:
         """Retention: delete the oldest segments past retention.ms or beyond
         retention.bytes, only those entirely below ``high_watermark`` and never the
-        active one. Returns how many were deleted."""
+        active one. Returns how many were deleted.
+
+        Under the lock the files are only renamed (``.deleted``); they are unlinked
+        in a background thread afterwards, so freeing GiBs never holds up appends."""
         with self._lock:
             self._check_usable()
             config = self.config
@@ -540,9 +551,10 @@ class Log:
                     break
                 total_bytes -= segment.size_bytes
                 deletable += 1
-            if deletable:
-                self._delete_oldest(deletable)
-            return deletable
+            renamed = self._delete_oldest(deletable) if deletable else []
+        if renamed:
+            unlink_in_background(renamed, name=f"retention-{self.dir.name}")
+        return deletable
 
     def _largest_timestamp(self, segment: LogSegment) -> int:
         if segment.max_timestamp >= 0:
@@ -552,9 +564,11 @@ class Log:
         except OSError as e:
             raise storage_error("cannot stat segment", segment.log_path, e) from e
 
-    def _delete_oldest(self, count: int) -> None:
+    def _delete_oldest(self, count: int) -> list[Path]:
+        """Drop the ``count`` oldest segments; returns their renamed files to unlink."""
         doomed = self._segments[:count]
         new_start = self._segments[count].base_offset
+        renamed: list[Path] = []
         try:
             # Start offset first: a crash after it but before the files go only
             # leaves extra old data, which the next retention pass removes.
@@ -564,30 +578,71 @@ class Log:
             self._base_offsets = self._base_offsets[count:]
             for segment in doomed:
                 log.info("retention: deleting %s (%d bytes)", segment.log_path, segment.size_bytes)
-                segment.delete()
+                renamed += segment.rename_for_deletion()
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        return renamed
 
     # -- flush and lifecycle -------------------------------------------------
 
-    def unflushed_data_fds(self) -> list[int]:
-        """File descriptors of the segments holding data not yet fsynced.
+    def flush_outside_lock(self) -> bool:
+        """Flush everything up to the LEO as of the call, as ``flush`` does, but fsync
+        without holding the log's lock; False (nothing done) if the log is closed or
+        offline. For the recovery-point checkpoint, which runs in a thread.
 
-        For a caller that fsyncs them *without* this log's lock before calling
-        ``flush``: the slow part of a flush (writing back what the page cache
-        holds) then happens while appends go on, and ``flush`` under the lock
-        finds little left to do. Appends hold the same lock, so a flush of GiBs
-        under it stalled the broker's event loop for hundreds of milliseconds.
-        A descriptor may be closed (segment deleted) before it is used: the
-        caller ignores errors; correctness rests on ``flush`` alone.
+        Appends and reads (the broker's event loop) take this lock: an fsync under it,
+        which waits for the disk's journal while GiBs of other data are written back,
+        stopped the whole broker for up to hundreds of ms. Three steps:
+
+        1. Lock held, fast (no I/O): note the LEO, encode the index tails, ``dup``
+           the .log descriptors to fsync (``LogSegment.begin_flush``).
+        2. No lock: fdatasync the .log files, then write and fsync the index tails
+           (a write to a file can wait for the journal too).
+        3. Lock held: record what step 2 made durable, and move the recovery point to
+           the LEO of step 1, unless the log was truncated meanwhile (the offsets
+           below it may then hold new, unsynced batches; the next flush moves it).
+
+        The recovery point thus never passes data or index entries not yet durable.
         """
         with self._lock:
             if self._closed or self._offline_reason is not None:
-                return []
-            return [segment.data_fd for segment in self._segments_from_recovery_point()
-                    if segment.has_unflushed_data and segment.data_fd >= 0]
+                return False
+            target = self.log_end_offset
+            truncations = self._truncations
+            unflushed_messages = self._unflushed_messages
+            jobs = []
+            try:
+                for segment in self._segments_from_recovery_point():
+                    if segment.needs_flush:
+                        jobs.append(segment.begin_flush())
+            except KafkaStorageError as e:
+                for job in jobs:
+                    job.close()
+                self._go_offline(e)
+                raise
+        try:
+            for i, job in enumerate(jobs):
+                try:
+                    job.sync()
+                except KafkaStorageError:
+                    for later in jobs[i + 1:]:
+                        later.close()
+                    raise
+        except KafkaStorageError as e:
+            with self._lock:
+                self._go_offline(e)
+            raise
+        with self._lock:
+            if self._closed or self._offline_reason is not None:
+                return False  # close flushed under the lock itself; offline stays offline
+            for job in jobs:
+                job.segment.end_flush(job)
+            if self._truncations == truncations:
+                self.recovery_point = max(self.recovery_point, target)
+                self._unflushed_messages = max(0, self._unflushed_messages - unflushed_messages)
+            return True
 
     def _segments_from_recovery_point(self) -> list[LogSegment]:
         """The segment holding the recovery point and every later one (lock held)."""
@@ -722,6 +777,21 @@ def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: i
     timestamp_struct.pack_into(buf, position + _MAX_TIMESTAMP_AT, now_ms)
     crc = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
     _CRC.pack_into(buf, position + _CRC_AT, crc)
+
+
+def unlink_in_background(paths: list[Path], *, name: str) -> None:
+    """Unlink ``paths`` in a daemon thread (errors logged): the caller holds no lock
+    and is maybe the event loop, which must not wait for blocks to be freed. A file
+    left behind by a crash ends in ``.deleted`` and opening the log removes it."""
+
+    def unlink_all() -> None:
+        for path in paths:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                log.warning("cannot delete %s: %s", path, e)
+
+    threading.Thread(target=unlink_all, daemon=True, name=name).start()
 
 
 def _file_size(segment: LogSegment) -> int:

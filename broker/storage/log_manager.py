@@ -20,6 +20,9 @@ Ordering rules:
   log-start checkpoints, and only then the marker.
 - ``checkpoint_recovery_points`` flushes each log before writing its recovery
   point, so the file never claims more than is on disk.
+- No fsync and no file write runs under a lock the event loop waits for: the
+  logs fsync outside their own lock (``Log.flush_outside_lock``), and the
+  checkpoint files are written under per-file locks, not the logs-map lock.
 - ``read_high_watermarks`` clamps each stored HW into its log's
   [log_start_offset, log_end_offset]: recovery may have cut the log below it.
 
@@ -67,7 +70,14 @@ class LogManager:
         self.had_clean_shutdown = False
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_configs: dict[str, LogConfig] = {}
+        # _lock guards _logs and is held only briefly: the event loop takes it (logs(),
+        # get_or_create). Each checkpoint file has its own lock, held while the file is
+        # written and fsynced, taken before _lock (never while holding it): a snapshot
+        # and its write are one step, so an older snapshot never overwrites a newer one.
         self._lock = threading.RLock()
+        self._hw_file_lock = threading.Lock()
+        self._recovery_file_lock = threading.Lock()
+        self._start_file_lock = threading.Lock()
         self._hw_file = OffsetCheckpointFile(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         self._recovery_file = OffsetCheckpointFile(self.data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
         self._start_file = OffsetCheckpointFile(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
@@ -164,8 +174,10 @@ class LogManager:
             except OSError as e:
                 raise storage_error("cannot rename log for deletion", partition_log.dir, e) from e
             partition_log.delete(in_background=True)
-            self.checkpoint_recovery_points(flush=False)
-            self.checkpoint_log_start_offsets()
+        # The checkpoint files are written without _lock (see __init__).
+        self.checkpoint_recovery_points(flush=False)
+        self.checkpoint_log_start_offsets()
+        with self._hw_file_lock:
             hws = self._read_checkpoint(self._hw_file)
             if tp in hws:
                 del hws[tp]
@@ -191,38 +203,36 @@ class LogManager:
 
     def checkpoint_high_watermarks(self, hws: Mapping[TopicPartition, int]) -> None:
         """Write the HWs of the logs this data dir holds (others are ignored)."""
-        with self._lock:
-            self._hw_file.write({TopicPartition(*tp): hw for tp, hw in hws.items()
-                                 if TopicPartition(*tp) in self._logs})
+        with self._hw_file_lock:
+            with self._lock:
+                held = {TopicPartition(*tp): hw for tp, hw in hws.items()
+                        if TopicPartition(*tp) in self._logs}
+            self._hw_file.write(held)
 
     def checkpoint_recovery_points(self, *, flush: bool = True) -> None:
         """Flush every log (unless ``flush=False``), then write their recovery points.
 
-        The data is first written back without any lock (``Log.unflushed_data_fds``),
-        so the locked flush that decides the recovery points holds each log's lock
-        only briefly.
+        Each log fsyncs without its lock (``Log.flush_outside_lock``) and moves its
+        recovery point only over what it made durable, so the file, written from
+        those points afterwards, never claims more than is on disk. A log deleted
+        or closed meanwhile is skipped; a disk error propagates (nothing written).
         """
         if flush:
             for partition_log in self.logs().values():
-                for fd in partition_log.unflushed_data_fds():
-                    try:
-                        os.fdatasync(fd)
-                    except (OSError, ValueError):
-                        pass  # closed meanwhile (deleted, truncated away): flush() decides
-        with self._lock:
-            points = {}
-            for tp, partition_log in self._logs.items():
-                if partition_log.is_offline:
-                    continue
-                if flush:
-                    partition_log.flush()
-                points[tp] = partition_log.recovery_point
+                partition_log.flush_outside_lock()
+        with self._recovery_file_lock:
+            with self._lock:
+                points = {tp: partition_log.recovery_point
+                          for tp, partition_log in self._logs.items()
+                          if not partition_log.is_offline}
             self._recovery_file.write(points)
 
     def checkpoint_log_start_offsets(self) -> None:
-        with self._lock:
-            self._start_file.write({tp: partition_log.log_start_offset
-                                    for tp, partition_log in self._logs.items()})
+        with self._start_file_lock:
+            with self._lock:
+                offsets = {tp: partition_log.log_start_offset
+                           for tp, partition_log in self._logs.items()}
+            self._start_file.write(offsets)
 
     # -- periodic work -------------------------------------------------------
 
@@ -254,7 +264,7 @@ class LogManager:
 
         The marker is left out if any log failed: the next start recovers.
         """
-        with self._lock:
+        with self._hw_file_lock, self._recovery_file_lock, self._start_file_lock, self._lock:
             clean = True
             for tp, partition_log in self._logs.items():
                 try:

@@ -13,7 +13,9 @@ scan used by recovery. Every ``OSError`` becomes ``KafkaStorageError`` with the
 path; a failed append cuts any partial bytes so the file keeps whole batches.
 
 Threading: one writer (the partition's append path). Readers may run on other
-threads: they only read below the size they saw when they started.
+threads: they only read below the size they saw when they started. A flush may
+run its fsyncs and index writes outside the owner's lock (``begin_flush``,
+``SegmentFlush.sync``, ``end_flush``); the index files order their writers.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.storage.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
+from broker.storage.index import (
+    RELATIVE_OFFSET_MAX,
+    IndexFile,
+    IndexWrite,
+    OffsetIndex,
+    TimeIndex,
+)
 from broker.storage.log_config import LogConfig
 from proto.batch import ATTRIBUTES_OFFSET, BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
@@ -37,6 +45,7 @@ log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"  # a segment file waiting to be unlinked (removed on open)
 SCAN_CHUNK_BYTES = 8 << 20  # recovery reads this much per syscall
 LOCATE_CHUNK_BYTES = 16 << 10  # header scan after an index lookup
 POSITION_HINTS_MAX = 64  # where recent reads ended: the next read of each reader starts there
@@ -175,6 +184,42 @@ class SegmentScan:
     epoch_starts: list[tuple[int, int]] = field(default_factory=list)
 
 
+class SegmentFlush:
+    """The fsyncs of one segment's flush, run without the owner's lock (see
+    ``LogSegment.begin_flush``)."""
+
+    __slots__ = ("segment", "size", "truncations", "syncs_data", "data_fd", "index_writes")
+
+    def __init__(self, segment: LogSegment, size: int, truncations: int):
+        self.segment = segment
+        self.size = size  # the .log size when the flush began: durable after sync
+        self.truncations = truncations
+        self.syncs_data = False  # the .log had bytes not yet fsynced
+        self.data_fd = -1  # a dup of the .log descriptor until sync or close
+        self.index_writes: list[tuple[IndexFile, IndexWrite]] = []
+
+    def sync(self) -> None:
+        """fdatasync the .log, then write and fsync the index files."""
+        try:
+            if self.data_fd != -1:
+                try:
+                    getattr(os, "fdatasync", os.fsync)(self.data_fd)
+                except OSError as e:
+                    raise storage_error("cannot fsync segment", self.segment.log_path, e) from e
+        finally:
+            self.close()
+        for index, job in self.index_writes:
+            index.write(job)
+
+    def close(self) -> None:
+        if self.data_fd != -1:
+            fd, self.data_fd = self.data_fd, -1
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # our own dup: nothing was written through it
+
+
 class LogSegment:
     """The files of one segment and the offsets, sizes and timestamps they hold."""
 
@@ -198,6 +243,7 @@ class LogSegment:
         self.first_batch_time_ms: int | None = None  # for segment.ms
         self._position_hints: dict[int, int] = {}  # offset -> batch start, for sequential reads
         self.indexes_loaded = True  # False after release_indexes until a lookup needs them
+        self._truncations = 0  # cuts of the file (a flush in progress checks it)
 
     # -- opening -----------------------------------------------------------
 
@@ -614,6 +660,7 @@ class LogSegment:
         except OSError as e:
             raise storage_error("cannot truncate segment", self.log_path, e) from e
         self.size_bytes = position
+        self._truncations += 1
         self._position_hints.clear()
         self.flushed_size_bytes = min(self.flushed_size_bytes, position)
         self.index.truncate_to_position(position)
@@ -662,7 +709,8 @@ class LogSegment:
     @property
     def needs_flush(self) -> bool:
         return (self.flushed_size_bytes != self.size_bytes or self.index.is_dirty
-                or self.time_index.is_dirty)
+                or self.time_index.is_dirty or self.index.needs_sync
+                or self.time_index.needs_sync)
 
     @property
     def has_unflushed_data(self) -> bool:
@@ -690,7 +738,39 @@ class LogSegment:
         self.index.flush()
         self.time_index.flush()
 
+    def begin_flush(self) -> SegmentFlush:
+        """The fast, locked part of a flush: snapshot the index tails and take a
+        descriptor of the .log. ``SegmentFlush.sync`` then writes and fsyncs without
+        the owner's lock, and ``end_flush`` (lock held again) records what it did.
+
+        An own descriptor (``dup``): the segment may be closed (deleted, truncated
+        away) while the fsync runs, and its number reused by another file.
+        """
+        job = SegmentFlush(self, self.size_bytes, self._truncations)
+        if self.flushed_size_bytes != self.size_bytes:
+            try:
+                job.data_fd = os.dup(self._fd)
+            except OSError as e:
+                raise storage_error("cannot flush segment", self.log_path, e) from e
+            job.syncs_data = True
+        for index in (self.index, self.time_index):
+            snapshot = index.snapshot()
+            if snapshot is not None:
+                job.index_writes.append((index, snapshot))
+        return job
+
+    def end_flush(self, job: SegmentFlush) -> None:
+        """Record what ``job`` made durable (the owner's lock held, ``job.sync`` done)."""
+        for index, snapshot in job.index_writes:
+            index.commit(snapshot)
+        # A truncation meanwhile may have cut below job.size and appended new bytes
+        # there, which the fsync may have missed.
+        if job.syncs_data and job.truncations == self._truncations:
+            self.flushed_size_bytes = max(self.flushed_size_bytes, job.size)
+
     def close(self) -> None:
+        self.index.retire()
+        self.time_index.retire()
         if self._fd >= 0:
             try:
                 os.close(self._fd)
@@ -707,6 +787,24 @@ class LogSegment:
                 path.unlink(missing_ok=True)
             except OSError as e:
                 raise storage_error("cannot delete segment file", path, e) from e
+
+    def rename_for_deletion(self) -> list[Path]:
+        """Close and rename the three files to ``<name>.deleted`` (fast: no data freed);
+        returns the new paths for the caller to unlink later, without any lock (freeing
+        a GiB file's blocks takes milliseconds). Opening a log removes ``.deleted``
+        files, so a crash in between loses nothing that was still wanted."""
+        self.close()
+        renamed = []
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise storage_error("cannot rename segment file for deletion", path, e) from e
+            renamed.append(target)
+        return renamed
 
     def __repr__(self) -> str:
         return (f"LogSegment(base={self.base_offset}, next={self.next_offset}, "

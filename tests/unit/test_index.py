@@ -141,3 +141,89 @@ def test_segment_load_trusted_refuses_missing_or_insane_index(tmp_path):
     again = LogSegment.open_existing(tmp_path, 0, config)
     assert again.load_trusted()
     assert again.next_offset == 80 and again.max_timestamp == 1039
+
+
+def entries_on_disk(path):
+    return list(struct.iter_unpack(">ii", path.read_bytes()))
+
+
+def test_an_unlocked_write_overtaken_by_a_locked_flush_is_not_written(tmp_path):
+    # snapshot (lock held) -> write (no lock) -> commit (lock held): a locked flush in
+    # between wrote newer entries, which the older snapshot must not overwrite.
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 10)
+    index.append(1, 10)
+    job = index.snapshot()
+    index.append(2, 20)
+    index.flush()
+    index.write(job)
+    index.commit(job)
+    assert entries_on_disk(path) == [(1, 10), (2, 20)]
+    assert not index.is_dirty and not index.needs_sync
+
+
+def test_a_locked_flush_after_an_unlocked_write_leaves_the_file_equal_to_memory(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 10)
+    for offset in (1, 2, 3):
+        index.append(offset, offset * 10)
+    job = index.snapshot()
+    index.write(job)  # not committed yet: the locked flush below does not know of it
+    index.truncate_to(2)
+    index.append(2, 25)
+    index.flush()
+    index.commit(job)  # written from entries cut meanwhile: the file is rewritten next
+    assert entries_on_disk(path) == [(1, 10), (2, 25)]
+    index.flush()
+    assert entries_on_disk(path) == [(1, 10), (2, 25)]
+    assert not index.is_dirty and not index.needs_sync
+
+
+def test_a_truncation_before_an_unlocked_write_skips_it_and_marks_a_rewrite(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 10)
+    index.append(1, 10)
+    index.flush()
+    index.append(2, 20)
+    index.append(3, 30)
+    job = index.snapshot()
+    index.truncate_to(2)
+    index.write(job)  # overtaken: entries 2 and 3 are gone from memory
+    index.commit(job)
+    assert entries_on_disk(path) == [(1, 10)]
+    assert not index.is_dirty and not index.needs_sync
+    index.append(2, 22)
+    job = index.snapshot()
+    index.write(job)
+    index.truncate_to(2)  # after the write, before the commit
+    index.commit(job)
+    assert index.is_dirty
+    index.flush()
+    assert entries_on_disk(path) == [(1, 10)]
+
+
+def test_a_retired_index_is_never_written(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, 10)
+    index.append(1, 10)
+    job = index.snapshot()
+    index.retire()  # the segment closed (deleted): the path may belong to another file now
+    index.write(job)
+    assert not path.exists()
+
+
+def test_a_segment_flush_writes_and_fsyncs_without_the_owner_and_records_it(tmp_path):
+    config = LogConfig(index_interval_bytes=0)
+    segment = LogSegment.create(tmp_path, 0, config)
+    data = b"".join(encode_batch([(None, b"v")], base_offset=i, base_timestamp_ms=1000 + i)
+                    for i in range(3))
+    size = len(data) // 3
+    segment.append(data, [(i * size, size, i, 1000 + i) for i in range(3)], 3, now_ms=0)
+    assert segment.needs_flush
+    job = segment.begin_flush()
+    job.sync()
+    segment.end_flush(job)
+    assert not segment.needs_flush
+    assert segment.flushed_size_bytes == segment.size_bytes
+    assert entries_on_disk(segment.index.path) == [(1, size), (2, 2 * size)]
+    segment.close()

@@ -211,6 +211,29 @@ def test_retention_by_bytes_stays_below_hw_and_keeps_active(tmp_path):
     assert log.delete_old_segments(now_ms=0, high_watermark=10) == 0  # never the active one
 
 
+def test_retention_renames_under_the_lock_and_unlinks_later(tmp_path, monkeypatch):
+    size = len(batch(1))
+    log = open_log(tmp_path, segment_bytes=2 * size, retention_bytes=2 * size, retention_ms=-1)
+    for epoch in range(6):
+        log.append_as_leader(batch(1), leader_epoch=epoch, now_ms=0)
+    pending = []
+    monkeypatch.setattr("broker.storage.log.unlink_in_background",
+                        lambda paths, name: pending.extend(paths))
+    assert log.delete_old_segments(now_ms=0, high_watermark=6) == 2
+    directory = tmp_path / "t-0"
+    # Freeing the blocks waits for the background thread; the log no longer has them.
+    assert sorted(p.name for p in directory.glob("*.log")) == ["00000000000000000004.log"]
+    assert sorted(p.name for p in pending) == sorted(
+        f"{base:020d}{suffix}.deleted" for base in (0, 2)
+        for suffix in (".log", ".index", ".timeindex"))
+    # A crash before the unlink: opening the log removes the leftovers.
+    log.close()
+    reopened = Log.open(directory, LogConfig(segment_bytes=2 * size), now_ms=0,
+                        log_start_offset=4)
+    assert not any(p.name.endswith(".deleted") for p in directory.iterdir())
+    assert reopened.log_start_offset == 4 and reopened.log_end_offset == 6
+
+
 def test_retention_by_time_uses_largest_timestamp(tmp_path):
     size = len(batch(1))
     log = open_log(tmp_path, segment_bytes=size, retention_ms=1000)

@@ -13,7 +13,7 @@ from broker.storage.checkpoints import CLEAN_SHUTDOWN_FILE, OffsetCheckpointFile
 from broker.storage.log_config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.topics import TopicPartition
-from proto.errors import InvalidTopicError
+from proto.errors import InvalidTopicError, KafkaStorageError
 from proto.records import encode_batch
 
 CONFIG = LogConfig(segment_bytes=400)
@@ -24,11 +24,11 @@ def batch(n=1):
     return encode_batch([(None, b"value")] * n, base_timestamp_ms=1000)
 
 
-def filled_manager(data_dir):
-    manager = LogManager(data_dir, CONFIG)
+def filled_manager(data_dir, config=CONFIG):
+    manager = LogManager(data_dir, config)
     manager.load(now_ms=0)
     for tp, count in ((A0, 10), (A1, 3), (B0, 0)):
-        log = manager.get_or_create(tp, CONFIG, now_ms=0)
+        log = manager.get_or_create(tp, config, now_ms=0)
         for _ in range(count):
             log.append_as_leader(batch(2), leader_epoch=1, now_ms=0)
     return manager
@@ -204,41 +204,171 @@ def test_damaged_offset_checkpoints_never_stop_the_broker_or_lose_data(tmp_path_
     again.shutdown()
 
 
-def test_recovery_checkpoint_writes_back_data_outside_the_log_lock(tmp_path, monkeypatch):
+class SlowFsync:
+    """os.fsync and os.fdatasync that block on the first call (a disk busy writing
+    back GiBs) until ``release``; later calls go straight through."""
+
+    def __init__(self, monkeypatch):
+        self.entered, self.released = threading.Event(), threading.Event()
+        self.calls = 0
+        real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+        def slow(real):
+            def call(fd):
+                self.calls += 1
+                if not self.entered.is_set():
+                    self.entered.set()
+                    assert self.released.wait(timeout=30), "the test never released the fsync"
+                real(fd)
+            return call
+
+        monkeypatch.setattr(os, "fsync", slow(real_fsync))
+        monkeypatch.setattr(os, "fdatasync", slow(real_fdatasync))
+
+    def release(self):
+        self.released.set()
+
+
+def run_in_thread(fn, *args):
+    """Start ``fn`` in a thread; the returned join() re-raises its exception."""
+    outcome = []
+
+    def target():
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+
+    def join(timeout=30):
+        thread.join(timeout)
+        assert not thread.is_alive(), f"{fn} still waiting after {timeout} s"
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    return join
+
+
+def test_appends_and_reads_go_on_while_a_checkpoint_fsyncs(tmp_path, monkeypatch):
     manager = filled_manager(tmp_path)
     a0 = manager.get(A0)
-    unflushed = set(a0.unflushed_data_fds())
-    assert unflushed  # appended, never fsynced
-    synced_unlocked = set()
-    real_fdatasync = os.fdatasync
-
-    def fdatasync(fd):
-        # Appends on the event loop wait for the log's lock: the write-back must happen
-        # while nobody holds it, which another thread can tell by taking it.
-        free = []
-        probe = threading.Thread(target=lambda: free.append(
-            a0._lock.acquire(timeout=0.5) and (a0._lock.release() or True)))
-        probe.start()
-        probe.join()
-        if free[0]:
-            synced_unlocked.add(fd)
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
-    manager.checkpoint_recovery_points()
-    assert unflushed <= synced_unlocked
-    assert a0.unflushed_data_fds() == []
+    disk = SlowFsync(monkeypatch)
+    checkpoint = run_in_thread(manager.checkpoint_recovery_points)
+    assert disk.entered.wait(timeout=30)
+    # The fsync is stuck. An append waiting for the log's lock would time out here
+    # (generous bound: this checks "does not wait for the fsync", not a speed).
+    run_in_thread(a0.append_as_leader, batch(2), 1, 0)(timeout=20)
+    assert run_in_thread(a0.read, 20, 1 << 20)(timeout=20).next_offset == 22
+    assert A0 in run_in_thread(manager.logs)(timeout=20)
+    disk.release()
+    checkpoint()
+    # The points are the LEOs when the flush began: the append during it is not durable.
+    assert a0.recovery_point == 20
     assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {
         A0: 20, A1: 6, B0: 0}
+    manager.checkpoint_recovery_points()
+    assert a0.recovery_point == 22
+    for segment in a0.segments():
+        assert not segment.needs_flush  # data and index files written and fsynced
+        assert not segment.index.needs_sync and not segment.time_index.needs_sync
 
 
-def test_write_back_ignores_a_segment_closed_meanwhile(tmp_path):
+def test_no_checkpoint_fsync_runs_under_a_log_lock(tmp_path, monkeypatch):
+    # An index entry per batch: the active segments' index files have tails to write.
+    manager = filled_manager(tmp_path, LogConfig(segment_bytes=400, index_interval_bytes=0))
+    logs = manager.logs().values()
+    assert any(log.active_segment.index.is_dirty for log in logs)
+    under_lock = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def probing(real):
+        def call(fd):
+            # Appends (the event loop) take the log's lock: another thread must get it.
+            for log in logs:
+                got = []
+                probe = threading.Thread(target=lambda log=log, got=got: got.append(
+                    log._lock.acquire(timeout=5) and (log._lock.release() or True)))
+                probe.start()
+                probe.join()
+                if not got[0]:
+                    under_lock.append((fd, log))
+            real(fd)
+        return call
+
+    monkeypatch.setattr(os, "fsync", probing(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", probing(real_fdatasync))
+    manager.checkpoint_recovery_points()
+    assert under_lock == []
+    for log in logs:
+        assert log.recovery_point == log.log_end_offset
+        assert not any(segment.needs_flush for segment in log.segments())
+
+
+def test_checkpoint_files_are_written_without_the_logs_map_lock(tmp_path, monkeypatch):
     manager = filled_manager(tmp_path)
+    disk = SlowFsync(monkeypatch)
+    checkpoint = run_in_thread(manager.checkpoint_high_watermarks, {A0: 20, A1: 6})
+    assert disk.entered.wait(timeout=30)
+    # The event loop's calls into the manager do not wait for the file's fsync.
+    assert len(run_in_thread(manager.logs)(timeout=20)) == 3
+    run_in_thread(manager.get_or_create, TopicPartition("c", 0), CONFIG, 0)(timeout=20)
+    disk.release()
+    checkpoint()
+    assert OffsetCheckpointFile(tmp_path / "replication-offset-checkpoint").read() == {
+        A0: 20, A1: 6}
+
+
+@pytest.mark.parametrize("cut", ["truncate_to", "truncate_fully_and_start_at"])
+def test_a_truncation_during_the_fsyncs_never_raises_the_recovery_point(tmp_path, monkeypatch,
+                                                                         cut):
+    manager = filled_manager(tmp_path, LogConfig(segment_bytes=1 << 20))  # no roll flushes
     a0 = manager.get(A0)
-    fds = a0.unflushed_data_fds()
-    a0.truncate_fully_and_start_at(20)  # deletes every segment: their fds are closed
-    for fd in fds:
-        with pytest.raises(OSError):
-            os.fdatasync(fd)
-    manager.checkpoint_recovery_points()  # the pass over the remaining logs still works
-    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()[A1] == 6
+    disk = SlowFsync(monkeypatch)
+    checkpoint = run_in_thread(manager.checkpoint_recovery_points)
+    assert disk.entered.wait(timeout=30)
+    # Cut below the LEO the flush noted, then append past it again: offsets 10.. are new
+    # batches the stuck fsync may have missed, so the flush must not claim them.
+    run_in_thread(getattr(a0, cut), 10)(timeout=20)
+    for _ in range(8):
+        run_in_thread(a0.append_as_leader, batch(2), 2, 0)(timeout=20)
+    assert a0.log_end_offset == 26
+    disk.release()
+    checkpoint()
+    assert a0.recovery_point <= 10
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()[A0] <= 10
+    manager.checkpoint_recovery_points()
+    assert a0.recovery_point == 26
+
+
+def test_a_failed_fsync_takes_the_log_offline_and_writes_no_points(tmp_path, monkeypatch):
+    manager = filled_manager(tmp_path)
+    manager.checkpoint_recovery_points()
+    a0 = manager.get(A0)
+    a0.append_as_leader(batch(2), leader_epoch=1, now_ms=0)
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(KafkaStorageError):
+        manager.checkpoint_recovery_points()
+    assert a0.is_offline and a0.recovery_point == 20
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read()[A0] == 20
+
+
+def test_checkpoint_skips_a_log_deleted_meanwhile(tmp_path, monkeypatch):
+    manager = filled_manager(tmp_path)
+    disk = SlowFsync(monkeypatch)
+    checkpoint = run_in_thread(manager.checkpoint_recovery_points)
+    assert disk.entered.wait(timeout=30)
+    run_in_thread(manager.delete, A1)(timeout=20)  # not flushed yet: closed when its turn comes
+    a0 = manager.get(A0)
+    run_in_thread(a0.truncate_fully_and_start_at, 20)(timeout=20)  # its segments' fds close
+    disk.release()
+    checkpoint()
+    assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {
+        A0: 20, B0: 0}
