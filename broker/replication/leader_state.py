@@ -108,6 +108,11 @@ class FetchDecision:
     propose_isr: tuple[int, ...] | None  # send AlterPartition with this ISR
 
 
+# The decisions of almost every fetch, made once (frozen: sharing them is safe).
+_NOTHING_TO_DO = FetchDecision(high_watermark_changed=False, propose_isr=None)
+_HIGH_WATERMARK_MOVED = FetchDecision(high_watermark_changed=True, propose_isr=None)
+
+
 @dataclass(frozen=True, slots=True)
 class PendingIsrChange:
     """The one AlterPartition in flight."""
@@ -205,7 +210,10 @@ class LeaderPartitionState:
         follower.log_end_offset = fetch_offset
         follower.has_fetched = True
         propose = self._maybe_expand_isr(follower) if isr_eligible else None
-        return FetchDecision(self.maybe_advance_high_watermark(now_ms), propose)
+        moved = self.maybe_advance_high_watermark(now_ms)
+        if propose is None:
+            return _HIGH_WATERMARK_MOVED if moved else _NOTHING_TO_DO
+        return FetchDecision(moved, propose)
 
     def maybe_shrink_isr(self, now_ms: int) -> tuple[int, ...] | None:
         """Propose dropping ISR followers that lag too long; ``None`` when none do."""
@@ -283,9 +291,10 @@ class LeaderPartitionState:
         for follower in self.followers.values():
             if follower.log_end_offset >= candidate:
                 continue
-            about_to_join = (follower.has_fetched and follower.is_caught_up(
-                self.log_end_offset, now_ms, self.replica_lag_time_max_ms))
-            if follower.replica_id in maximal_isr or about_to_join:
+            # An ISR member holds the HW; else one about to join does (``is_caught_up`` is
+            # pure: not asked for a member, as this runs on every append and fetch).
+            if follower.replica_id in maximal_isr or (follower.has_fetched and follower.is_caught_up(
+                    self.log_end_offset, now_ms, self.replica_lag_time_max_ms)):
                 candidate = follower.log_end_offset
         if candidate > self.high_watermark:
             self.high_watermark = candidate
