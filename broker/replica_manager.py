@@ -403,10 +403,11 @@ class ReplicaManager:
                 f"acks must be 0, 1 or -1 (all), got {acks}"), context="Produce"), []
         waits = []
         for data in request.partitions:
-            result = response.partitions.add(topic=data.topic, partition=data.partition,
+            topic, partition_index = data.topic, data.partition  # each access is a call
+            result = response.partitions.add(topic=topic, partition=partition_index,
                                              error_code=pb.NONE, base_offset=-1)
             try:
-                partition = self._partition(data.topic, data.partition)
+                partition = self._partition(topic, partition_index)
                 info = await self._append_as_leader(partition, data.records, acks)
                 result.base_offset = info.first_offset
                 result.log_append_time_ms = info.log_append_time_ms
@@ -414,11 +415,11 @@ class ReplicaManager:
                 if acks == -1:
                     waits.append((result, partition, info.last_offset + 1))
             except Exception as e:  # noqa: BLE001
-                result.error_code, result.error_message = error_code_for(e, context="Produce")
+                code, message = error_code_for(e, context="Produce")
+                result.error_code, result.error_message = code, message
                 result.base_offset = -1
-            if result.error_code != pb.NONE:
-                self.metrics.request_errors.labels("Produce",
-                                                   pb.ErrorCode.Name(result.error_code)).inc()
+                if code != pb.NONE:
+                    self.metrics.request_errors.labels("Produce", pb.ErrorCode.Name(code)).inc()
         if acks == 0:
             # The client asked for no answer: nothing to tell it, errors included.
             return pb.ProduceResponse(), []
