@@ -19,7 +19,7 @@ awaits the stream's read, with no task, future or ``asyncio.wait`` per round;
 what cuts the read short (a changed assignment set, an answer overdue) cancels
 the stream call instead, and the deadline is one timer re-armed lazily. The
 request message is built once per assignment set and only its offsets and
-epochs are set per round (building it with keyword arguments cost ~25 µs).
+epochs are set per round (~1.5 µs; building it each round cost ~13 µs).
 
 Safety: an answer is applied only if the partition still has the same
 assignment object (same leader epoch) after taking its lock, so a fetcher
