@@ -8,6 +8,7 @@ without that task being cancelled.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -198,3 +199,45 @@ async def test_cancelling_the_fetcher_task_during_a_read_is_not_swallowed(tmp_pa
     finally:
         await rm.stop()
     assert fetcher._read_timer is None  # close() cancelled the deadline timer
+
+
+async def test_real_stream_silent_leader_is_dropped_at_the_deadline_and_reopened(tmp_path, monkeypatch,
+                                                                                caplog):
+    # Over real gRPC: the deadline timer cancels the call, the read raises CancelledError
+    # (grpc.aio's behaviour for a locally cancelled call), the fetcher backs off and opens
+    # a new stream, which is answered.
+    from tests.unit.test_broker_replica_fetch import (
+        CountingServicer,
+        follow,
+        make_follower,
+        start_leader,
+    )
+
+    monkeypatch.setattr(fetcher_module, "RPC_MARGIN_S", 0.3)
+    caplog.set_level(logging.DEBUG, logger="tidewater.broker.fetcher")
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
+
+    class SilentFirstStream(CountingServicer):
+        async def ReplicaFetch(self, request_iterator, context):  # noqa: N802
+            self.calls["ReplicaFetch"] += 1
+            if self.calls["ReplicaFetch"] == 1:
+                await context.read()
+                await asyncio.sleep(60)  # never answers: cancelled by the follower
+                return
+            await super(CountingServicer, self).ReplicaFetch(request_iterator, context)
+
+    servicer = SilentFirstStream(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    follower_rm = make_follower(tmp_path / "f", **{"replica.fetch.wait.max.ms": "100",
+                                                   "replica.fetch.backoff.ms": "50"})
+    try:
+        await follower_rm.leader_and_isr(follow(port))
+        follower_log = follower_rm.log_manager.get(TP)
+        await wait_until(lambda: follower_log.log_end_offset == 2, timeout_s=20)
+        assert follower_log.log_end_offset == 2
+        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 2}
+        assert "no answer from broker 1 in 0.4s" in caplog.text
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
