@@ -126,8 +126,10 @@ class LeaderEpochCache:
 
     @property
     def latest_epoch(self) -> int:
-        with self._lock:
-            return self._entries[-1][0] if self._entries else UNDEFINED_EPOCH
+        # Read on every append: no lock. Changes replace the list whole (_replace),
+        # so one read of the attribute sees a consistent list.
+        entries = self._entries
+        return entries[-1][0] if entries else UNDEFINED_EPOCH
 
     @property
     def earliest_entry(self) -> tuple[int, int] | None:

@@ -75,7 +75,6 @@ from proto.batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
-    set_base_offset_and_epoch,
     validate_batch,
 )
 from proto.errors import (
@@ -102,6 +101,9 @@ _HEADER_FIELDS = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER_FIELDS.size == HEADER_SIZE
 _unpack_header = _HEADER_FIELDS.unpack_from
 _CRC_AT = 17
+_EPOCH_AT = 12
+_pack_base_offset = struct.Struct(">q").pack_into
+_pack_epoch = struct.Struct(">i").pack_into
 
 
 class UnexpectedAppendOffsetError(InvalidRequestError):
@@ -236,7 +238,8 @@ class Log:
                     raise CorruptRecordError(
                         f"record count {batch_record_count} does not match lastOffsetDelta "
                         f"{last_offset_delta}", position=position)
-                set_base_offset_and_epoch(buf, position, offset, leader_epoch)
+                _pack_base_offset(buf, position, offset)  # both outside the CRC
+                _pack_epoch(buf, position + _EPOCH_AT, leader_epoch)
                 batch_max_timestamp = fields[8]
                 if log_append_time:
                     batch_max_timestamp = now_ms
@@ -344,7 +347,7 @@ class Log:
         return (size + append_bytes > config.segment_bytes
                 or (first_batch_time_ms is not None
                     and now_ms - first_batch_time_ms > config.segment_ms)
-                or segment.index.is_full or segment.time_index.is_full
+                or segment.indexes_full
                 or last_offset - segment.base_offset > RELATIVE_OFFSET_MAX)
 
     def maybe_roll(self, now_ms: int) -> None:

@@ -445,9 +445,10 @@ class LogSegment:
         per batch. On an OSError the file is cut back to its old size and
         KafkaStorageError is raised with nothing changed.
         """
-        self.ensure_indexes()  # the active segment's are always loaded; be sure
+        if not self.indexes_loaded:
+            self.ensure_indexes()  # the active segment's are always loaded; be sure
         start = self.size_bytes
-        view = memoryview(data)
+        view = data if type(data) is memoryview else memoryview(data)
         try:
             written = os.write(self._fd, view)
             while written < len(view):  # short writes happen on full disks and signals
@@ -705,6 +706,13 @@ class LogSegment:
         self.rebuild_indexes()
         self.index.flush()  # replace the bad files now, not at the next roll or close
         self.time_index.flush()
+
+    @property
+    def indexes_full(self) -> bool:
+        """Either index has no room for another entry (the segment must roll)."""
+        index, time_index = self.index, self.time_index
+        return (len(index) >= index.max_entries
+                or len(time_index) >= time_index.max_entries)
 
     @property
     def needs_flush(self) -> bool:
