@@ -126,6 +126,18 @@ class IndexFile:
             self.write(job, newest=True)
             self.commit(job)
 
+    def create_empty(self) -> None:
+        """Create (or empty) the file for a new segment, without fsync; the caller
+        fsyncs the directory. Lost in a crash, it is rebuilt when the log opens."""
+        if len(self):
+            raise AssertionError(f"creating {self.path} for an index with entries")
+        try:
+            with self._file_lock:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create index: {e.strerror}", path=str(self.path)) from e
+        self._clean_entries = self._file_entries = 0
+
     def snapshot(self) -> IndexWrite | None:
         """What a flush must write and fsync (owner's lock held); None if nothing."""
         if self.is_dirty:

@@ -257,8 +257,10 @@ class LogSegment:
             raise storage_error("cannot create segment", path, e) from e
         segment = cls(directory, base_offset, config, fd, 0)
         try:
-            segment.index.flush()
-            segment.time_index.flush()
+            # No fsync of the empty files: every caller fsyncs the directory next
+            # (that makes the new files durable), and they roll on the event loop.
+            segment.index.create_empty()
+            segment.time_index.create_empty()
         except KafkaStorageError:
             segment.close()
             raise
