@@ -1,6 +1,8 @@
 """Log storage benchmark: append, read and recovery-scan throughput against raw disk I/O.
 
 Run:  .venv/bin/python bench/log_bench.py [--quick] [--repeat N] [--dir DIR]
+      .venv/bin/python bench/log_bench.py --per-record [--repeat N]
+      .venv/bin/python bench/log_bench.py --stall [--stall-gib G] [--seconds S]
 
 Cases (1 KiB incompressible records, no compression):
 - append 16 KiB / 256 KiB batches: Log.append_as_leader, one batch per call, Kafka's
@@ -13,6 +15,19 @@ Cases (1 KiB incompressible records, no compression):
 - recovery scan: Log.open without a clean shutdown (every batch CRC-checked, indexes
   rebuilt and written); reference os.pread of the same files in 8 MiB chunks.
 
+``--per-record``: CPU microseconds of one leader append, one fetch read (1 MiB max,
+from where the previous read ended) and one follower append of a 1 KiB single-record
+batch: the broker's storage work per record at one record per request. Best of
+``--repeat`` runs (default 5): on a shared machine noise only ever adds.
+
+``--stall``: the recovery-point checkpoint against appends while GiBs are written
+back. ``dd`` writes ``--stall-gib`` GiB (page cache, then the disk) while this
+process appends 1 KiB records at 1,000/s to one log and a thread runs the HW and
+recovery-point checkpoints every 0.5 s (the broker's every 1 s and 30 s, sped up).
+Shows the append latency and how long the checkpoint held the log's lock (which
+appends on the broker's event loop wait for): the part the storage code controls;
+the rest of a slow append is the kernel (journal, dirty-page throttling) or CPU.
+
 The log and its reference run interleaved (rounds of ~4 MiB, or one fetch each), so
 both see the same machine load; with --repeat each cell is the best of the runs.
 Each case is measured by wall clock and by this process's CPU time.
@@ -24,8 +39,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.storage.log import Log  # noqa: E402
 from broker.storage.log_config import LogConfig  # noqa: E402
+from broker.storage.log_manager import LogManager  # noqa: E402
+from broker.storage.topics import TopicPartition  # noqa: E402
 from proto.records import encode_batch  # noqa: E402
 
 MIB = 1 << 20
@@ -218,6 +238,117 @@ def run_once(base: Path, total_bytes: int, fsync_bytes: int) -> list[tuple]:
     return rows
 
 
+def per_record(base: Path, records: int) -> tuple[float, float, float]:
+    """CPU us of (leader append, fetch read, follower append), one 1 KiB record each."""
+    batch = make_batch(RECORD_BYTES)
+    leader = Log.open(base / "leader-0", LogConfig(), now_ms=0)
+    follower = Log.open(base / "follower-0", LogConfig(), now_ms=0)
+    append_s = read_s = follower_s = 0.0
+    clock = time.process_time
+    fetch_offset = 0
+    try:
+        for i in range(records):
+            t0 = clock()
+            leader.append_as_leader(batch, 3, i)
+            t1 = clock()
+            fetched = leader.read(fetch_offset, MIB)
+            t2 = clock()
+            follower.append_as_follower(fetched.records, i)
+            t3 = clock()
+            fetch_offset = fetched.next_offset
+            append_s, read_s, follower_s = append_s + t1 - t0, read_s + t2 - t1, follower_s + t3 - t2
+        assert follower.log_end_offset == records
+    finally:
+        leader.close()
+        follower.close()
+        shutil.rmtree(base / "leader-0")
+        shutil.rmtree(base / "follower-0")
+    return append_s / records * 1e6, read_s / records * 1e6, follower_s / records * 1e6
+
+
+class TimedLock:
+    """Stands in for a Log's RLock: how long threads other than main held it."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._since = 0.0
+        self.holds: list[float] = []
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self._since = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0 and threading.current_thread() is not threading.main_thread():
+            self.holds.append(time.perf_counter() - self._since)
+        self._lock.release()
+
+    def acquire(self, *args, **kwargs):
+        return self._lock.acquire(*args, **kwargs)
+
+    def release(self):
+        self._lock.release()
+
+
+def stall(base: Path, dirty_gib: float, seconds: float) -> str:
+    manager = LogManager(base / "data", LogConfig())
+    manager.load(now_ms=0)
+    tp = TopicPartition("hot", 0)
+    hot = manager.get_or_create(tp, LogConfig(), now_ms=0)
+    hot._lock = TimedLock()  # measuring who holds it
+    batch = make_batch(RECORD_BYTES)
+    writer = subprocess.Popen(["dd", "if=/dev/zero", f"of={base / 'dirty'}", "bs=1M",
+                               f"count={int(dirty_gib * 1024)}"], stderr=subprocess.DEVNULL)
+    checkpoints: list[float] = []
+    stop = threading.Event()
+
+    def checkpoint_loop():
+        while not stop.wait(0.5):
+            started = time.perf_counter()
+            manager.checkpoint_high_watermarks({tp: hot.log_end_offset})
+            manager.checkpoint_recovery_points()
+            checkpoints.append(time.perf_counter() - started)
+
+    thread = threading.Thread(target=checkpoint_loop, daemon=True)
+    thread.start()
+    appends: list[float] = []
+    start = time.perf_counter()
+    try:
+        i = 0
+        while time.perf_counter() - start < seconds:
+            wait = start + i / 1000 - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            t = time.perf_counter()
+            hot.append_as_leader(batch, 0, i)
+            appends.append(time.perf_counter() - t)
+            i += 1
+    finally:
+        stop.set()
+        thread.join()
+        writer.kill()
+        writer.wait()
+        manager.shutdown()
+    appends.sort()
+    holds = hot._lock.holds or [0.0]
+
+    def ms(q: float) -> float:
+        return appends[min(len(appends) - 1, int(q * len(appends)))] * 1e3
+
+    return (f"{len(appends)} appends at 1,000/s with {dirty_gib:g} GiB written alongside: "
+            f"append ms p50 {ms(0.5):.3f} p99 {ms(0.99):.2f} p99.9 {ms(0.999):.2f} "
+            f"max {appends[-1] * 1e3:.1f}\n"
+            f"{len(checkpoints)} checkpoints: median {statistics.median(checkpoints or [0]) * 1e3:.0f}"
+            f" ms, max {max(checkpoints or [0]) * 1e3:.0f} ms; the log's lock held by them "
+            f"{len(holds)} times, median {statistics.median(holds) * 1e3:.3f} ms, "
+            f"max {max(holds) * 1e3:.2f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (64 MiB per case, once)")
@@ -225,7 +356,28 @@ def main() -> int:
                         help="runs; each cell shows the best (default 3, 1 with --quick)")
     parser.add_argument("--dir", type=Path, default=None,
                         help="directory on the disk to measure (default: a temp dir)")
+    parser.add_argument("--per-record", action="store_true",
+                        help="CPU us per 1 KiB single-record append / read / follower append")
+    parser.add_argument("--stall", action="store_true",
+                        help="appends while a checkpoint runs and GiBs are written back")
+    parser.add_argument("--stall-gib", type=float, default=3.0, help="GiB written by dd (--stall)")
+    parser.add_argument("--seconds", type=float, default=15.0, help="append time (--stall)")
     args = parser.parse_args()
+    if args.per_record or args.stall:
+        base = Path(tempfile.mkdtemp(prefix="log_bench-", dir=args.dir))
+        load_before = os.getloadavg()[0]
+        try:
+            if args.stall:
+                print(stall(base, args.stall_gib, args.seconds))
+            else:
+                runs = [per_record(base, 20_000) for _ in range(args.repeat or 5)]
+                best = [min(run[k] for run in runs) for k in range(3)]
+                print(f"CPU us per 1 KiB record, best of {len(runs)} x 20,000: leader append "
+                      f"{best[0]:.2f}, fetch read {best[1]:.2f}, follower append {best[2]:.2f}")
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        print(f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}")
+        return 0
     total_bytes = (64 if args.quick else 512) * MIB
     fsync_bytes = (8 if args.quick else 64) * MIB
     repeat = args.repeat or (1 if args.quick else 3)
