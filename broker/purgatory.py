@@ -7,9 +7,10 @@ partition's HW or ISR calls ``try_complete`` with a function that says, for a
 required offset, "still waiting" (None) or the ErrorCode to answer.
 
 ``FetchWaiters`` holds long-poll fetches: a waiting fetch watches a set of
-partitions and is woken by the first append or leadership change on any of
-them (a consumer's also by a HW move); it then reads again and decides whether
-it has enough bytes.
+partitions and is woken by the first change on any of them that can change
+its answer (a follower's: an append; a consumer's: a HW move; both: a
+leadership change); it then reads again and decides whether it has enough
+bytes.
 
 Everything runs on the broker's one event loop, so registering a waiter and
 checking the current state happen without a gap for an event to slip through.
@@ -178,27 +179,28 @@ class ProducePurgatory:
 
 
 class FetchWaiters:
-    """Long-poll fetches parked on partitions.
+    """Long-poll fetches parked on partitions, by what can change their answer.
 
-    ``notify(key)`` (an append, a leadership change) wakes every waiter of
-    ``key``; ``notify_high_watermark(key)`` (the HW moved, nothing else) wakes
-    only those that asked for it with ``high_watermark=True``: a consumer's
-    answer changes with the HW, a follower's does not (``ReplicaManager.fetch``).
+    A follower's answer changes with appends (``notify_append``), a consumer's
+    with HW moves (``notify_high_watermark``): a consumer never reads above the
+    HW, and a HW move alone does not answer a follower (``ReplicaManager.fetch``).
+    ``notify`` (leadership changes, errors) and ``notify_all`` (shutdown) wake both.
+    Waking a fetch whose answer cannot have changed costs a read pass and a new
+    park, once per record and parked fetch.
     """
 
     def __init__(self) -> None:
-        # key -> futures woken by notify and notify_high_watermark.
-        self._by_key: dict[Hashable, set[asyncio.Future]] = {}
-        # key -> futures woken by notify only.
-        self._appends_by_key: dict[Hashable, set[asyncio.Future]] = {}
+        self._consumers_by_key: dict[Hashable, set[asyncio.Future]] = {}
+        self._followers_by_key: dict[Hashable, set[asyncio.Future]] = {}
         self._keys: dict[asyncio.Future, tuple[tuple[Hashable, ...], dict]] = {}
 
-    def watch(self, keys: Iterable[Hashable], *, high_watermark: bool = True) -> asyncio.Future:
-        """A future resolved by the next ``notify`` of any of ``keys`` (and the next
-        ``notify_high_watermark`` when ``high_watermark``); call ``discard`` after."""
+    def watch(self, keys: Iterable[Hashable], *, follower: bool = False) -> asyncio.Future:
+        """A future resolved by the next ``notify`` of any of ``keys``, or the next
+        ``notify_append`` (a follower's) or ``notify_high_watermark`` (a consumer's);
+        call ``discard`` after."""
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         keys = tuple(keys)
-        by_key = self._by_key if high_watermark else self._appends_by_key
+        by_key = self._followers_by_key if follower else self._consumers_by_key
         self._keys[future] = (keys, by_key)
         for key in keys:
             waiters = by_key.get(key)
@@ -209,10 +211,9 @@ class FetchWaiters:
         return future
 
     async def wait(self, keys: Iterable[Hashable], timeout_s: float, *,
-                   high_watermark: bool = True) -> None:
-        """Until the next ``notify`` of any of ``keys`` (or ``notify_high_watermark`` when
-        ``high_watermark``), or ``timeout_s``."""
-        future = self.watch(keys, high_watermark=high_watermark)
+                   follower: bool = False) -> None:
+        """Until ``watch``'s future resolves, or ``timeout_s``."""
+        future = self.watch(keys, follower=follower)
         timer = asyncio.get_running_loop().call_later(timeout_s, _answer, future, None)
         try:
             await future
@@ -233,19 +234,24 @@ class FetchWaiters:
 
     def notify(self, key: Hashable) -> None:
         self.notify_high_watermark(key)
-        for future in self._appends_by_key.pop(key, ()):
-            if not future.done():
-                future.set_result(key)
+        self.notify_append(key)
 
     def notify_high_watermark(self, key: Hashable) -> None:
-        for future in self._by_key.pop(key, ()):
-            if not future.done():
-                future.set_result(key)
+        _wake(self._consumers_by_key.pop(key, ()), key)
+
+    def notify_append(self, key: Hashable) -> None:
+        _wake(self._followers_by_key.pop(key, ()), key)
 
     def notify_all(self) -> None:
-        for key in list(self._by_key) + list(self._appends_by_key):
+        for key in list(self._consumers_by_key) + list(self._followers_by_key):
             self.notify(key)
 
     def waiting(self) -> int:
-        return len({f for by_key in (self._by_key, self._appends_by_key)
+        return len({f for by_key in (self._consumers_by_key, self._followers_by_key)
                     for waiters in by_key.values() for f in waiters})
+
+
+def _wake(futures: Iterable[asyncio.Future], key: Hashable) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(key)

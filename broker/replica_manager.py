@@ -12,8 +12,9 @@ Theory of operation:
   the new leader truncates (OffsetForLeaderEpoch) and then fetches.
 - ``produce``: per partition validation, append under the partition lock,
   acks=all waits in the ``ProducePurgatory`` until the HW passes the last
-  offset. Every HW move calls ``_on_high_watermark_moved``, which wakes the
-  purgatory and the long-poll fetches: nothing polls.
+  offset. Every HW move wakes the purgatory and the consumers' long-polls
+  (``_on_high_watermark_moved`` wakes every long-poll), every append the
+  followers' long-polls: nothing polls.
 - ``fetch``: consumers read from the leader below the HW; followers are
   fenced by epoch, checked for divergence, and their fetch offset moves the
   leader's view of their LEO (HW, ISR expansion).
@@ -483,7 +484,7 @@ class ReplicaManager:
             self.metrics.bytes_in.inc(len(records))
             if leader.on_local_append(partition.log.log_end_offset, mono_ms()):
                 self._on_high_watermark_moved(partition)
-            self.fetch_waiters.notify(partition.tp)  # followers' long-polls
+            self.fetch_waiters.notify_append(partition.tp)  # followers' long-polls
             return info
 
     def _on_high_watermark_moved(self, partition: Partition) -> None:
@@ -513,8 +514,8 @@ class ReplicaManager:
         # it cost one extra fetch round per acks=all write (the ISR member that fetched
         # first was answered empty as soon as the last one moved the HW) and left that
         # follower without a pending fetch when the next record arrived. So a follower's
-        # long-poll is not even woken by a HW move (``FetchWaiters.notify_high_watermark``),
-        # only by appends and leadership changes; a consumer's is, as it reads up to the HW.
+        # long-poll is not even woken by a HW move, only by appends and leadership changes;
+        # a consumer's only by HW moves and leadership changes (``FetchWaiters``).
         while True:
             results, total_bytes, must_answer = self._read_fetch(
                 wanted, max_bytes, replica_id if is_follower else -1, broker_epoch, first_pass)
@@ -524,7 +525,7 @@ class ReplicaManager:
                 break
             if keys is None:
                 keys = [(topic, partition) for topic, partition, *_ in wanted]
-            await self.fetch_waiters.wait(keys, remaining_s, high_watermark=not is_follower)
+            await self.fetch_waiters.wait(keys, remaining_s, follower=is_follower)
         # The response is built once, from the last pass.
         response = pb.FetchResponse(error_code=pb.NONE)
         add = response.partitions.add

@@ -122,22 +122,29 @@ async def test_fetch_waiters_wake_on_any_key():
     assert waiters.waiting() == 0
 
 
-async def test_fetch_waiters_high_watermark_moves_wake_only_those_asking():
+async def test_fetch_waiters_wake_consumers_on_high_watermark_followers_on_append():
     waiters = FetchWaiters()
     consumer = waiters.watch(["a"])
-    follower = waiters.watch(["a"], high_watermark=False)
+    follower = waiters.watch(["a"], follower=True)
     assert waiters.waiting() == 2
     waiters.notify_high_watermark("a")
     assert consumer.done() and not follower.done()
     waiters.discard(consumer)
-    waiters.notify("a")  # an append wakes both kinds
-    assert follower.result() == "a"
+    consumer = waiters.watch(["a"])
+    waiters.notify_append("a")
+    assert follower.result() == "a" and not consumer.done()
+    waiters.discard(follower)
+    follower = waiters.watch(["a"], follower=True)
+    waiters.notify("a")  # a leadership change wakes both kinds
+    assert consumer.done() and follower.done()
+    waiters.discard(consumer)
     waiters.discard(follower)
     assert waiters.waiting() == 0
-    parked = waiters.watch(["a", "b"], high_watermark=False)
+    parked = [waiters.watch(["a", "b"], follower=True), waiters.watch(["b"])]
     waiters.notify_all()
-    assert parked.done()
-    waiters.discard(parked)
+    assert all(f.done() for f in parked)
+    for f in parked:
+        waiters.discard(f)
     assert waiters.waiting() == 0
 
 
