@@ -19,9 +19,10 @@ offset (LEO) is the active segment's end.
   or when an offset would not fit the index's 32-bit relative offset. The
   rolled segment is flushed and the recovery point moves to the new segment.
 - ``recovery_point``: every offset below it is fsynced. It moves on flush
-  (``flush.messages``, ``flush.ms``, roll, checkpoint, close). The policy
-  flushes fsync only the ``.log`` data; index files are written on roll,
-  checkpoint and close (opening rescans whatever the index files lack).
+  (``flush.messages``, ``flush.ms``, roll, checkpoint, close). A policy
+  flush inside an append fsyncs only the ``.log`` data; index files are
+  written on roll, checkpoint, close and the periodic flush.ms pass (opening
+  rescans whatever the index files lack).
 - Reopening: ``recovery.py`` trusts or re-validates the segments; the epoch
   checkpoint is rebuilt from the batches' partitionLeaderEpoch when it is
   missing, empty, corrupt, or disagrees with the batches; the checkpointed
@@ -590,10 +591,11 @@ class Log:
 
     # -- flush and lifecycle -------------------------------------------------
 
-    def flush_outside_lock(self) -> bool:
+    def flush_outside_lock(self, now_ms: int | None = None) -> bool:
         """Flush everything up to the LEO as of the call, as ``flush`` does, but fsync
         without holding the log's lock; False (nothing done) if the log is closed or
-        offline. For the recovery-point checkpoint, which runs in a thread.
+        offline. For the recovery-point checkpoint, which runs in a thread, and the
+        flush.ms policy (``now_ms``: the flush time it counts from).
 
         Appends and reads (the broker's event loop) take this lock: an fsync under it,
         which waits for the disk's journal while GiBs of other data are written back,
@@ -645,6 +647,8 @@ class Log:
             if self._truncations == truncations:
                 self.recovery_point = max(self.recovery_point, target)
                 self._unflushed_messages = max(0, self._unflushed_messages - unflushed_messages)
+            if now_ms is not None:
+                self._last_flush_ms = now_ms
             return True
 
     def _segments_from_recovery_point(self) -> list[LogSegment]:
@@ -658,15 +662,15 @@ class Log:
             self._flush(now_ms)
 
     def maybe_flush(self, now_ms: int) -> bool:
-        """Flush if flush.ms has passed with unflushed data (called periodically)."""
+        """Flush if flush.ms has passed with unflushed data (called periodically).
+        The fsyncs run outside the log's lock (``flush_outside_lock``)."""
         with self._lock:
             self._check_usable()
             flush_ms = self.config.flush_ms
-            if (flush_ms is not None and self.recovery_point < self.log_end_offset
+            if not (flush_ms is not None and self.recovery_point < self.log_end_offset
                     and now_ms - self._last_flush_ms >= flush_ms):
-                self._flush(now_ms, indexes=False)
-                return True
-            return False
+                return False
+        return self.flush_outside_lock(now_ms)
 
     def _flush(self, now_ms: int | None, *, indexes: bool = True) -> None:
         try:
