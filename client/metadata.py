@@ -314,7 +314,8 @@ class MetadataClient:
 
     def partitions_for(self, topic: str) -> dict[int, PartitionInfo]:
         """Partitions of ``topic``; raises UnknownTopicOrPartitionError (or the topic's error)."""
-        self.add_topics([topic])
+        if topic not in self._topics:  # the producer's sender asks per request: skip the lock
+            self.add_topics([topic])
         snap = self.current()
         info = snap.topics.get(topic)
         if info is None or info.error_code != pb.NONE or not info.partitions:
