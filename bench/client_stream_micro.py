@@ -1,4 +1,4 @@
-"""CPU per request: unary ``Produce.future()``/``Fetch.future()`` against the streams (sync API).
+"""CPU per request: unary ``Produce.future()``/``Fetch.future()`` against the streams (``client.streams``, grpc.aio on its loop thread).
 
     .venv/bin/python bench/client_stream_micro.py [--count 3000] [--rate 1000] [--acks 1]
 
