@@ -254,6 +254,31 @@ def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:
     return replace(result, cpu_s=meter.cpu_s)
 
 
+def dirty_page_cache_bytes() -> int | None:
+    """``Dirty`` + ``Writeback`` from /proc/meminfo (None where there is no such file)."""
+    try:
+        lines = open("/proc/meminfo").read().splitlines()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    return sum(int(fields[name].split()[0]) * 1024 for name in ("Dirty", "Writeback")
+               if name in fields)
+
+
+def settle_page_cache(timeout_s: float = 60.0) -> float:
+    """Write back what earlier rows left dirty (``sync``) before a latency row, so the
+    row measures the system under its own load, not the kernel's writeback of GiBs an
+    earlier throughput row wrote; both systems get it. Returns the seconds it took."""
+    started = time.monotonic()
+    os.sync()
+    while time.monotonic() - started < timeout_s:
+        dirty = dirty_page_cache_bytes()
+        if dirty is None or dirty < 64 * 1024 * 1024:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))

@@ -53,6 +53,7 @@ from bench.bench_common import (  # noqa: E402
     format_value,
     machine_description,
     results_table,
+    settle_page_cache,
     with_cpu,
 )
 
@@ -176,6 +177,7 @@ class Bench:
             self.peer[("produce", size)] = t
             streams.append(f"TPUT{size}")
         if self.wants("latency"):
+            self.step("settle the page cache", settle_page_cache)
             self.peer["serial"] = self.step("nats serial publish latency", lambda: asyncio.run(
                 peer_nats.ack_latency_serial(cluster, "SERIAL", LATENCY_RECORD_BYTES, p.serial_count)))
             for rate, count in ((1000, p.latency_1k_count), (10000, p.latency_10k_count)):
@@ -232,6 +234,8 @@ class Bench:
                 self.tw[("pipelined", acks_name, size)] = self.step(
                     f"tidewater pipelined batches acks={acks_name} {size_name(size)}", with_cpu, pids(),
                     tidewater_side.pipelined_throughput, bootstrap, name, size, acks, p.pipelined_s)
+        if self.wants("latency"):
+            self.step("settle the page cache", settle_page_cache)
         name = self.step("create topic serial", topic, "serial") if self.wants("latency") else None
         if name:
             self.tw["serial"] = self.step("tidewater serial acks=all latency",

@@ -199,3 +199,12 @@ def test_cpu_meter_counts_this_process_and_children():
     assert process_cpu_s(child.pid) == 0.0
     assert Throughput(1, 2_000_000, 1.0, cpu_s=0.5).mb_per_cpu_s == 4.0
     assert Throughput(1, 1, 1.0).mb_per_cpu_s is None
+
+
+def test_settle_page_cache_writes_back_and_reports_seconds(tmp_path):
+    from bench.bench_common import dirty_page_cache_bytes, settle_page_cache
+
+    (tmp_path / "dirty").write_bytes(b"x" * (1 << 20))
+    before = dirty_page_cache_bytes()
+    assert before is None or before >= 0
+    assert 0 <= settle_page_cache(timeout_s=30) < 30 or dirty_page_cache_bytes() >= 64 << 20
