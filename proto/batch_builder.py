@@ -31,8 +31,7 @@ import struct
 from crc32c import crc32c
 
 from proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
-from proto.compression import COMPRESSION_NAMES, COMPRESSION_NONE, compress
-from proto.errors import UnsupportedCompressionError
+from proto.compression import COMPRESSION_NONE, compress
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -150,11 +149,9 @@ class BatchBuilder:
             raise ValueError("a record batch needs at least one record")
         if compression == COMPRESSION_NONE:
             batch = self.buffer
-        elif compression in COMPRESSION_NAMES:
+        else:  # compress raises UnsupportedCompressionError for an unknown code
             batch = bytearray(HEADER_SIZE)
             batch += compress(compression, bytes(memoryview(self.buffer)[HEADER_SIZE:]))
-        else:
-            raise UnsupportedCompressionError(f"unknown compression type {compression}")
         _HEADER.pack_into(
             batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
             compression, count - 1, self.base_timestamp_ms, self.max_timestamp_ms, producer_id,
