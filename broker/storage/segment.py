@@ -722,15 +722,6 @@ class LogSegment:
                 or self.time_index.is_dirty or self.index.needs_sync
                 or self.time_index.needs_sync)
 
-    @property
-    def has_unflushed_data(self) -> bool:
-        return self.flushed_size_bytes != self.size_bytes
-
-    @property
-    def data_fd(self) -> int:
-        """The .log's descriptor (-1 once closed)."""
-        return self._fd
-
     def flush_data(self) -> None:
         """fsync the .log if anything was appended since the last fsync."""
         if self.flushed_size_bytes != self.size_bytes:
