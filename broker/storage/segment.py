@@ -712,9 +712,7 @@ class LogSegment:
     @property
     def indexes_full(self) -> bool:
         """Either index has no room for another entry (the segment must roll)."""
-        index, time_index = self.index, self.time_index
-        return (len(index) >= index.max_entries
-                or len(time_index) >= time_index.max_entries)
+        return self.index.is_full or self.time_index.is_full
 
     @property
     def needs_flush(self) -> bool:
