@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 import urllib.request
 
@@ -11,15 +10,9 @@ import pytest
 from client.consumer import Consumer
 from client.producer import Producer
 from tests.integration.conftest import free_port, wait_for
+from tests.integration.test_replica_fetch_stream import rpc_count
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-def rpc_count(metrics_text: str, rpc: str) -> float:
-    found = re.search(
-        rf'tidewater_broker_request_latency_seconds_count\{{[^}}]*rpc="{rpc}"[^}}]*\}} (\S+)',
-        metrics_text)
-    return float(found.group(1)) if found else 0.0
 
 
 def metrics_cluster(cluster, n: int):
