@@ -628,14 +628,11 @@ class Log:
                 self._go_offline(e)
                 raise
         try:
-            for i, job in enumerate(jobs):
-                try:
-                    job.sync()
-                except KafkaStorageError:
-                    for later in jobs[i + 1:]:
-                        later.close()
-                    raise
+            for job in jobs:
+                job.sync()
         except KafkaStorageError as e:
+            for job in jobs:
+                job.close()  # the jobs not synced still hold a dup'ed descriptor
             with self._lock:
                 self._go_offline(e)
             raise
