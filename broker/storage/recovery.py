@@ -43,6 +43,7 @@ from pathlib import Path
 from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from broker.storage.log_config import LogConfig
 from broker.storage.segment import (
+    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -54,7 +55,7 @@ from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
-LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+LEFTOVER_SUFFIXES = (".tmp", DELETED_SUFFIX, ".cleaned", ".swap")
 
 
 @dataclass
