@@ -13,8 +13,8 @@ Theory of operation:
 - ``produce``: per partition validation, append under the partition lock,
   acks=all waits in the ``ProducePurgatory`` until the HW passes the last
   offset. Every HW move wakes the purgatory and the consumers' long-polls
-  (``_on_high_watermark_moved`` wakes every long-poll), every append the
-  followers' long-polls: nothing polls.
+  (``_on_high_watermark_moved``), every append the followers' long-polls, a
+  leadership change both: nothing polls.
 - ``fetch``: consumers read from the leader below the HW; followers are
   fenced by epoch, checked for divergence, and their fetch offset moves the
   leader's view of their LEO (HW, ISR expansion).
@@ -257,6 +257,7 @@ class ReplicaManager:
                     log.info("leader of %s in epoch %d at LEO %d, ISR %s", tp, state.leader_epoch,
                              partition.log_end_offset, list(state.isr))
                 self._on_high_watermark_moved(partition)
+                self.fetch_waiters.notify(tp)  # followers' too: a new epoch fences them
             elif state.leader_epoch != partition.leader_epoch or partition.is_leader:
                 if partition.become_follower(state):
                     self.produce_purgatory.fail_all(tp, pb.NOT_LEADER_OR_FOLLOWER)
@@ -488,9 +489,10 @@ class ReplicaManager:
             return info
 
     def _on_high_watermark_moved(self, partition: Partition) -> None:
-        """Also called after ISR changes: acks=all answers depend on both."""
+        """Also called after ISR changes: acks=all answers depend on both. Only consumers'
+        long-polls are woken: a HW move alone does not answer a follower's (see ``fetch``)."""
         self.produce_purgatory.try_complete(partition.tp, partition.acks_all_result)
-        self.fetch_waiters.notify(partition.tp)
+        self.fetch_waiters.notify_high_watermark(partition.tp)
 
     # ================================================================ fetch
 
@@ -645,10 +647,7 @@ class ReplicaManager:
             decision = leader.on_follower_fetch(replica_id, fetch_offset, mono_ms(),
                                                 self._isr_eligible(replica_id, broker_epoch))
             if decision.high_watermark_changed:
-                # Not _on_high_watermark_moved: the other followers' long-polls stay parked
-                # (a HW move alone does not answer them, see ``fetch``).
-                self.produce_purgatory.try_complete(partition.tp, partition.acks_all_result)
-                self.fetch_waiters.notify_high_watermark(partition.tp)
+                self._on_high_watermark_moved(partition)
             if decision.propose_isr is not None:
                 self.isr_changes.send(partition)
         if fetch_offset >= log_end_offset:
