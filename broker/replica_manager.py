@@ -534,16 +534,12 @@ class ReplicaManager:
         messages = 0
         for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
              leader_epoch, records, diverging) in results:
-            if diverging is None:
-                add(topic=topic, partition=partition, error_code=code, error_message=message,
-                    high_watermark=high_watermark, log_start_offset=log_start_offset,
-                    log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
-            else:
-                add(topic=topic, partition=partition, error_code=code, error_message=message,
-                    high_watermark=high_watermark, log_start_offset=log_start_offset,
-                    log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records,
-                    diverging_epoch=pb.EpochEndOffset(epoch=diverging[0],
-                                                      end_offset=diverging[1]))
+            out = add(topic=topic, partition=partition, error_code=code, error_message=message,
+                      high_watermark=high_watermark, log_start_offset=log_start_offset,
+                      log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+            if diverging is not None:
+                out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
+                                                               end_offset=diverging[1]))
             if code != pb.NONE:
                 self.metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(code)).inc()
             elif records:
