@@ -139,8 +139,8 @@ class ReplicaManager:
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
         self._closing_callbacks: set[Callable[[], None]] = set()  # on_closing
         self._checkpoint_write: asyncio.Future | None = None  # a checkpoint file write in a thread
-        # Labelled counter children looked up once (labels() is a lock and a dict walk),
-        # by is_follower: (bytes_out, messages_out).
+        # Labelled counter children looked up once, not per fetch answer (labels() is a
+        # call and a dict probe), by is_follower: (bytes_out, messages_out).
         self._fetch_out_counters = {
             is_follower: (metrics.bytes_out.labels(kind), metrics.messages_out.labels(kind))
             for is_follower, kind in ((True, "replica"), (False, "consumer"))}
