@@ -410,6 +410,11 @@ def offset_order_problem(base_offset: int, prev_last_offset: int) -> str:
     return f"overlap: batch starts at {base_offset} after a batch ending at {prev_last_offset}"
 
 
+def epoch_drop_problem(epoch: int, prev_epoch: int) -> str:
+    """The detail of an epochs_monotonic violation."""
+    return f"batch epoch {epoch} after epoch {prev_epoch}"
+
+
 class _SegmentSummary:
     """The running state of summarize_segment / summarize_buffer (one segment)."""
 
@@ -457,8 +462,7 @@ class _SegmentSummary:
                 changes.append((position, epoch, base))
                 if epoch < prev_epoch:
                     self.drops += 1
-                    violations.append((RULE_EPOCHS, base,
-                                       f"batch epoch {epoch} after epoch {prev_epoch}"))
+                    violations.append((RULE_EPOCHS, base, epoch_drop_problem(epoch, prev_epoch)))
 
     def result(self) -> tuple | None:
         if not self.row_count:
@@ -535,7 +539,7 @@ def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
                     if epoch < prev_epoch:
                         drops += 1
                         violations.append((RULE_EPOCHS, base,
-                                           f"batch epoch {epoch} after epoch {prev_epoch}"))
+                                           epoch_drop_problem(epoch, prev_epoch)))
                 if last > log_end:
                     log_end = last
             prev_last = last

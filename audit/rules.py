@@ -50,6 +50,7 @@ from audit.reader import (
     RULE_BATCH_CRC,
     RULE_EPOCHS,
     RULE_OFFSETS,
+    epoch_drop_problem,
     offset_order_problem,
 )
 
@@ -287,8 +288,7 @@ def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
     v = _reader_violations(inputs, derived, RULE_EPOCHS, derived.epoch_drops)
     boundary = [(broker, topic, partition, nxt.first_base_offset,
-                 f"batch epoch {nxt.first_epoch} after epoch {prev.last_epoch} "
-                 "(segment boundary)")
+                 f"{epoch_drop_problem(nxt.first_epoch, prev.last_epoch)} (segment boundary)")
                 for broker, topic, partition, prev, nxt in derived.segment_boundaries()
                 if nxt.first_epoch < prev.last_epoch]
     if boundary:
