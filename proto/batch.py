@@ -61,6 +61,7 @@ assert _HEADER.size == HEADER_SIZE
 _PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 assert _PREFIX.size == LOG_OVERHEAD
 _OFFSET_AND_EPOCH = struct.Struct(">q4xi")  # baseOffset, (length), epoch
+_BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 
 
@@ -187,7 +188,7 @@ def iter_batches(buf, position: int = 0, *, validate: bool = True) -> Iterator[t
 def set_base_offset_and_epoch(buf: bytearray | memoryview, position: int, base_offset: int,
                               partition_leader_epoch: int) -> None:
     """Restamp baseOffset and partitionLeaderEpoch in place (outside the CRC)."""
-    struct.pack_into(">q", buf, position, base_offset)
+    _BASE_OFFSET.pack_into(buf, position, base_offset)
     _EPOCH.pack_into(buf, position + 12, partition_leader_epoch)
 
 

@@ -76,6 +76,7 @@ from proto.batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
+    set_base_offset_and_epoch,
     validate_batch,
 )
 from proto.errors import (
@@ -102,9 +103,6 @@ _HEADER_FIELDS = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER_FIELDS.size == HEADER_SIZE
 _unpack_header = _HEADER_FIELDS.unpack_from
 _CRC_AT = 17
-_EPOCH_AT = 12
-_pack_base_offset = struct.Struct(">q").pack_into
-_pack_epoch = struct.Struct(">i").pack_into
 
 
 class UnexpectedAppendOffsetError(InvalidRequestError):
@@ -239,8 +237,7 @@ class Log:
                     raise CorruptRecordError(
                         f"record count {batch_record_count} does not match lastOffsetDelta "
                         f"{last_offset_delta}", position=position)
-                _pack_base_offset(buf, position, offset)  # both outside the CRC
-                _pack_epoch(buf, position + _EPOCH_AT, leader_epoch)
+                set_base_offset_and_epoch(buf, position, offset, leader_epoch)  # outside the CRC
                 batch_max_timestamp = fields[8]
                 if log_append_time:
                     batch_max_timestamp = now_ms
