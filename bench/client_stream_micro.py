@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                        if p["name"].startswith("broker-"))
             address = parse_bootstrap(bootstrap)[0]
             pool = ChannelPool()
-            streams = StreamPool(pool, "ProduceStream", ordered=False)
-            fetch_streams = StreamPool(pool, "FetchStream", ordered=True)
+            streams = StreamPool("ProduceStream", ordered=False)
+            fetch_streams = StreamPool("FetchStream", ordered=True)
             records = encode_batch([(None, bytes(1024))])
 
             def request() -> pb.ProduceRequest:

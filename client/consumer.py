@@ -96,7 +96,7 @@ class Consumer:
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
         self._prefetched: tuple[dict, list] | None = None
         # Fetches go on one FetchStream per broker (client.streams), unary to brokers without it.
-        self._streams = StreamPool(self.metadata.pool, "FetchStream", ordered=True)
+        self._streams = StreamPool("FetchStream", ordered=True)
         self._closed = False
 
     # ------------------------------------------------------------------ assignment & positions

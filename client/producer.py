@@ -198,7 +198,7 @@ class Producer:
         self._last_metadata_refresh_ms = 0
         # Produce requests go on one ProduceStream per broker (client.streams), unary to
         # brokers without it.
-        self._streams = StreamPool(self.metadata.pool, "ProduceStream", ordered=False)
+        self._streams = StreamPool("ProduceStream", ordered=False)
         if not use_streams:
             self._streams.close()  # a closed pool opens no stream: every request goes unary
         self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)

@@ -464,8 +464,7 @@ class StreamPool:
 
     WATCHDOG_INTERVAL_S = 0.5
 
-    def __init__(self, pool, name: str, *, ordered: bool):
-        self._pool = pool  # client.metadata.ChannelPool (unary calls; kept for its owner)
+    def __init__(self, name: str, *, ordered: bool):
         self._name = name
         self._ordered = ordered
         self._lock = threading.Lock()

@@ -65,7 +65,7 @@ def hanging_broker():
 
 def test_broken_produce_stream_fails_pending_requests_as_connection_errors(hanging_broker):
     servicer, address, pool = hanging_broker
-    streams = StreamPool(pool, "ProduceStream", ordered=False)
+    streams = StreamPool("ProduceStream", ordered=False)
     answers = futures.Future()
     stream = streams.stream(address)
     assert stream.send(pb.ProduceRequest(acks=-1), lambda r, e: answers.set_result((r, e)), 30)
@@ -81,7 +81,7 @@ def test_broken_produce_stream_fails_pending_requests_as_connection_errors(hangi
 def test_unanswered_stream_request_times_out(hanging_broker, monkeypatch):
     _servicer, address, pool = hanging_broker
     monkeypatch.setattr(StreamPool, "WATCHDOG_INTERVAL_S", 0.05)
-    streams = StreamPool(pool, "FetchStream", ordered=True)
+    streams = StreamPool("FetchStream", ordered=True)
     stream = streams.stream(address)
     pending = StreamRequest(stream, pb.FetchRequest(replica_id=-1))
     assert stream.send(pending.request, pending.on_answer, timeout_s=0.2)

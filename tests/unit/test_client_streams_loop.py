@@ -76,7 +76,7 @@ def broker():
 
 def test_produce_answers_are_matched_by_correlation_id(broker):
     _servicer, address, pool = broker
-    streams = StreamPool(pool, "ProduceStream", ordered=False)
+    streams = StreamPool("ProduceStream", ordered=False)
     answers: dict[int, futures.Future] = {}
     stream = streams.stream(address)
     for i in range(6):
@@ -93,7 +93,7 @@ def test_produce_answers_are_matched_by_correlation_id(broker):
 
 def test_fetch_answers_come_in_order_and_wake_the_waiter(broker):
     _servicer, address, pool = broker
-    streams = StreamPool(pool, "FetchStream", ordered=True)
+    streams = StreamPool("FetchStream", ordered=True)
     stream = streams.stream(address)
     pending = [StreamRequest(stream, pb.FetchRequest(max_wait_ms=i)) for i in range(5)]
     for p in pending:
@@ -105,7 +105,7 @@ def test_fetch_answers_come_in_order_and_wake_the_waiter(broker):
 
 def test_close_fails_requests_in_flight_and_stops_the_loop(broker):
     servicer, address, pool = broker
-    streams = StreamPool(pool, "FetchStream", ordered=True)
+    streams = StreamPool("FetchStream", ordered=True)
     stream = streams.stream(address)
     held = StreamRequest(stream, pb.FetchRequest(max_wait_ms=-1))  # the broker holds it
     after = StreamRequest(stream, pb.FetchRequest(max_wait_ms=1))
@@ -125,7 +125,7 @@ def test_close_fails_requests_in_flight_and_stops_the_loop(broker):
 
 def test_close_sends_queued_unanswered_requests_first(broker):
     servicer, address, pool = broker
-    streams = StreamPool(pool, "ProduceStream", ordered=False)
+    streams = StreamPool("ProduceStream", ordered=False)
     stream = streams.stream(address)
     called = []
     for _ in range(50):
@@ -139,8 +139,8 @@ def test_close_sends_queued_unanswered_requests_first(broker):
 
 def test_pools_share_one_loop_until_the_last_closes(broker):
     _servicer, address, pool = broker
-    produce = StreamPool(pool, "ProduceStream", ordered=False)
-    fetch = StreamPool(pool, "FetchStream", ordered=True)
+    produce = StreamPool("ProduceStream", ordered=False)
+    fetch = StreamPool("FetchStream", ordered=True)
     produce.stream(address)
     fetch.stream(address)
     assert len(loop_threads()) == 1
@@ -152,7 +152,7 @@ def test_pools_share_one_loop_until_the_last_closes(broker):
     fetch.close()
     assert not loop_threads()
     # A new pool starts a new loop.
-    again = StreamPool(pool, "FetchStream", ordered=True)
+    again = StreamPool("FetchStream", ordered=True)
     request = StreamRequest(again.stream(address), pb.FetchRequest(max_wait_ms=3))
     assert request.stream.send(request.request, request.on_answer, 30)
     assert mark(request.result()) == 3
@@ -162,7 +162,7 @@ def test_pools_share_one_loop_until_the_last_closes(broker):
 
 def test_a_callback_may_send_and_close_from_the_loop_thread(broker):
     _servicer, address, pool = broker
-    streams = StreamPool(pool, "ProduceStream", ordered=False)
+    streams = StreamPool("ProduceStream", ordered=False)
     done = futures.Future()
 
     def second(response, error):
@@ -189,7 +189,7 @@ def test_a_callback_may_send_and_close_from_the_loop_thread(broker):
 
 def test_a_forked_child_forgets_the_parents_loop(broker):
     _servicer, address, pool = broker
-    streams = StreamPool(pool, "FetchStream", ordered=True)
+    streams = StreamPool("FetchStream", ordered=True)
     streams.stream(address)
     shared = IoLoop._shared
     assert shared is not None
