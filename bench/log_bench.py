@@ -3,6 +3,7 @@
 Run:  .venv/bin/python bench/log_bench.py [--quick] [--repeat N] [--dir DIR]
       .venv/bin/python bench/log_bench.py --per-record [--repeat N]
       .venv/bin/python bench/log_bench.py --stall [--stall-gib G] [--seconds S]
+                                          [--stall-segment-kib K]
 
 Cases (1 KiB incompressible records, no compression):
 - append 16 KiB / 256 KiB batches: Log.append_as_leader, one batch per call, Kafka's
@@ -27,6 +28,9 @@ recovery-point checkpoints every 0.5 s (the broker's every 1 s and 30 s, sped up
 Shows the append latency and how long the checkpoint held the log's lock (which
 appends on the broker's event loop wait for): the part the storage code controls;
 the rest of a slow append is the kernel (journal, dirty-page throttling) or CPU.
+``--stall-segment-kib`` makes the log's segments that small so appends roll (a 256
+KiB segment rolls about every 0.25 s at 1,000 records/s); the appends that rolled
+are then reported on their own: a roll runs inside the append, under the lock.
 
 The log and its reference run interleaved (rounds of ~4 MiB, or one fetch each), so
 both see the same machine load; with --repeat each cell is the best of the runs.
@@ -295,11 +299,12 @@ class TimedLock:
         self._lock.release()
 
 
-def stall(base: Path, dirty_gib: float, seconds: float) -> str:
-    manager = LogManager(base / "data", LogConfig())
+def stall(base: Path, dirty_gib: float, seconds: float, segment_kib: int | None) -> str:
+    config = LogConfig() if segment_kib is None else LogConfig(segment_bytes=segment_kib * 1024)
+    manager = LogManager(base / "data", config)
     manager.load(now_ms=0)
     tp = TopicPartition("hot", 0)
-    hot = manager.get_or_create(tp, LogConfig(), now_ms=0)
+    hot = manager.get_or_create(tp, config, now_ms=0)
     hot._lock = TimedLock()  # measuring who holds it
     batch = make_batch(RECORD_BYTES)
     writer = subprocess.Popen(["dd", "if=/dev/zero", f"of={base / 'dirty'}", "bs=1M",
@@ -317,6 +322,7 @@ def stall(base: Path, dirty_gib: float, seconds: float) -> str:
     thread = threading.Thread(target=checkpoint_loop, daemon=True)
     thread.start()
     appends: list[float] = []
+    rolls: list[float] = []  # the appends that rolled the active segment
     start = time.perf_counter()
     try:
         i = 0
@@ -324,9 +330,12 @@ def stall(base: Path, dirty_gib: float, seconds: float) -> str:
             wait = start + i / 1000 - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
+            active = hot.active_segment
             t = time.perf_counter()
             hot.append_as_leader(batch, 0, i)
             appends.append(time.perf_counter() - t)
+            if hot.active_segment is not active:
+                rolls.append(appends[-1])
             i += 1
     finally:
         stop.set()
@@ -335,6 +344,7 @@ def stall(base: Path, dirty_gib: float, seconds: float) -> str:
         writer.wait()
         manager.shutdown()
     appends.sort()
+    rolls.sort()
     holds = hot._lock.holds or [0.0]
 
     def ms(q: float) -> float:
@@ -344,9 +354,12 @@ def stall(base: Path, dirty_gib: float, seconds: float) -> str:
             f"append ms p50 {ms(0.5):.3f} p99 {ms(0.99):.2f} p99.9 {ms(0.999):.2f} "
             f"max {appends[-1] * 1e3:.1f}\n"
             f"{len(checkpoints)} checkpoints: median {statistics.median(checkpoints or [0]) * 1e3:.0f}"
-            f" ms, max {max(checkpoints or [0]) * 1e3:.0f} ms; the log's lock held by them "
+            f" ms, max {max(checkpoints or [0]) * 1e3:.0f} ms; the log's lock held by other threads "
             f"{len(holds)} times, median {statistics.median(holds) * 1e3:.3f} ms, "
-            f"max {max(holds) * 1e3:.2f} ms")
+            f"max {max(holds) * 1e3:.2f} ms"
+            + (f"\n{len(rolls)} appends rolled ({segment_kib} KiB segments): ms median "
+               f"{statistics.median(rolls) * 1e3:.3f} p90 {rolls[int(0.9 * len(rolls))] * 1e3:.2f}"
+               f" max {rolls[-1] * 1e3:.1f}" if rolls else ""))
 
 
 def main() -> int:
@@ -362,13 +375,15 @@ def main() -> int:
                         help="appends while a checkpoint runs and GiBs are written back")
     parser.add_argument("--stall-gib", type=float, default=3.0, help="GiB written by dd (--stall)")
     parser.add_argument("--seconds", type=float, default=15.0, help="append time (--stall)")
+    parser.add_argument("--stall-segment-kib", type=int, default=None,
+                        help="segment.bytes in KiB, so appends roll (--stall; default 1 GiB)")
     args = parser.parse_args()
     if args.per_record or args.stall:
         base = Path(tempfile.mkdtemp(prefix="log_bench-", dir=args.dir))
         load_before = os.getloadavg()[0]
         try:
             if args.stall:
-                print(stall(base, args.stall_gib, args.seconds))
+                print(stall(base, args.stall_gib, args.seconds, args.stall_segment_kib))
             else:
                 runs = [per_record(base, 20_000) for _ in range(args.repeat or 5)]
                 best = [min(run[k] for run in runs) for k in range(3)]
