@@ -242,8 +242,10 @@ class Producer:
                 # now rather than wake the sender (one thread hand-off less per lone record).
                 send_now = accumulator.partition_ready(tp, now_ms)
             # Wake the sender only when readiness may have changed: a new batch (so the previous
-            # one is full, or a linger clock started) or no linger at all.
-            if not send_now and (created != accumulator.batches_created or accumulator.linger_ms == 0):
+            # one is full, or a linger clock started) or no linger at all; and not while the
+            # partition's requests are all out: their answer sends what queued meanwhile.
+            if (not send_now and (created != accumulator.batches_created or accumulator.linger_ms == 0)
+                    and self._in_flight.get(tp, 0) < self.max_in_flight_per_partition):
                 self._sender_wake.notify()
         if send_now:
             self._send_or_fail([tp])
@@ -489,12 +491,37 @@ class Producer:
                 self._release_in_flight(tp)
                 self._records_in_flight -= _record_count(batches)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
-            if self._accumulator.buffered_records > self._records_in_flight:
-                # Records wait (behind this request, or to retry): the sender sends them.
-                self._sender_wake.notify()
+            ready = [] if refresh else self._ready_after_answer(groups)
+            if not ready:
+                self._wake_sender_if_queued()
+        if ready:
+            # Records that waited behind this request go from here, on the answering
+            # thread (the I/O loop), before the futures resolve: waking the sender thread
+            # to send them costs two thread hand-offs (~0.2 ms at 1,000 records/s).
+            self._send_or_fail(ready)
+            with self._lock:
+                self._wake_sender_if_queued()
         self._resolve_finished()
         if refresh:
             self.metadata.invalidate()
+
+    def _ready_after_answer(self, groups) -> list[TopicPartition]:
+        """Partitions of an answered request that can send their queued records now
+        without blocking (lock held): not muted, due, and with cached metadata (a
+        metadata refresh must not block the I/O loop)."""
+        if self._closed:
+            return []
+        now_ms = _now_ms()
+        limit = self.max_in_flight_per_partition
+        accumulator, metadata = self._accumulator, self.metadata
+        return [tp for tp, _ in groups
+                if self._in_flight.get(tp, 0) < limit and accumulator.partition_ready(tp, now_ms)
+                and metadata.cached_partitions(tp.topic) is not None]
+
+    def _wake_sender_if_queued(self) -> None:
+        """Records wait (behind a request, or to retry): the sender sends them (lock held)."""
+        if self._accumulator.buffered_records > self._records_in_flight:
+            self._sender_wake.notify()
 
     def _release_in_flight(self, tp: TopicPartition) -> None:
         """One request of ``tp`` is no longer out (lock held)."""
