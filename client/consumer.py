@@ -69,6 +69,19 @@ LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
 
 
+def _wait_done(call, timeout_s: float) -> bool:
+    """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``."""
+    if isinstance(call, StreamRequest):
+        return call.wait(timeout_s)
+    try:
+        call.exception(timeout=max(0.0, timeout_s))
+    except grpc.FutureTimeoutError:
+        return False
+    except grpc.FutureCancelledError:
+        pass
+    return True
+
+
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """Position out of range (or missing) and the reset policy is ``none``."""
 
@@ -256,6 +269,9 @@ class Consumer:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == wanted:
             calls = prefetched[1]
+            if not all(_wait_done(call, deadline - time.monotonic()) for _, _, call in calls):
+                self._prefetched = prefetched  # a long-poll still waiting: the next poll takes it
+                return []
         else:
             if prefetched is not None:
                 self._cancel(prefetched[1])
@@ -351,8 +367,11 @@ class Consumer:
 
     def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes],
                   high_watermarks: dict[TopicPartition, int]) -> None:
-        """Send the fetches the next poll will make once ``chunks`` are decoded, if some
-        partition has more records than its chunk held."""
+        """Send the fetches the next poll will make once ``chunks`` are decoded, as Kafka's
+        consumer does: with no wait if some partition has more records than its chunk
+        held, else a long-poll, so that the broker holds a fetch when the next records
+        are committed instead of waiting for this one's records to be handed over and
+        the next poll to ask (a thread hand-off and a request on the way)."""
         behind = False
         following = {}
         for address, items in wanted.items():
@@ -363,8 +382,7 @@ class Consumer:
                     behind = behind or pos < high_watermarks[tp]
                 after.append((tp, pos, epoch))
             following[address] = tuple(after)
-        if behind:
-            self._prefetched = (following, self._send_fetches(following, 0))
+        self._prefetched = (following, self._send_fetches(following, 0 if behind else self.fetch_max_wait_ms))
 
     @staticmethod
     def _position_after(position: int, data: bytes) -> int:
@@ -381,6 +399,10 @@ class Consumer:
     @staticmethod
     def _cancel(calls: list) -> None:
         for _address, _items, call in calls:
+            if isinstance(call, StreamRequest) and call.request.max_wait_ms and not call.done():
+                # A long-poll not wanted any more (a seek, a new assignment) would hold
+                # the stream's next answers for up to fetch_max_wait_ms: a new stream instead.
+                call.stream.abort(BrokerConnectionError("long-poll fetch withdrawn"))
             call.cancel()
 
     def _decode(self, tp: TopicPartition, data: bytes, limit: int | None = None) -> list[ConsumerRecord]:

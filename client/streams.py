@@ -447,6 +447,16 @@ class StreamRequest:
             raise self._error
         return self._response
 
+    def wait(self, timeout_s: float) -> bool:
+        """Whether the answer came within ``timeout_s`` (``result`` then does not block)."""
+        if not self._latch.acquire(timeout=max(0.0, timeout_s)):
+            return False
+        self._latch.release()
+        return True
+
+    def done(self) -> bool:
+        return self.wait(0)
+
     def cancel(self) -> None:
         """Not wanted after all: its answer (the stream keeps its order) is dropped."""
 

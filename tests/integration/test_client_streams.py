@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -78,6 +79,32 @@ def test_consumer_long_polls_on_the_stream(cluster):
         finally:
             timer.join()
         assert [(r.offset, r.value) for r in got] == [(0, b"late")]
+
+
+def test_prefetched_long_poll_never_holds_up_a_seek_or_a_short_poll(cluster):
+    """A caught-up consumer keeps a long-poll out on its stream (the prefetch); a poll
+    shorter than it returns at its own timeout, and a seek withdraws it at once instead
+    of leaving the next fetch queued behind it on the stream (5 s here)."""
+    c = cluster(1)
+    c.create_topic("pf", replication_factor=1)
+    c.wait_leader_ready("pf")
+    bootstrap = bootstrap_of(c)
+    with Producer(bootstrap, acks="all", linger_ms=0) as producer:
+        for i in range(3):
+            producer.send("pf", f"{i}".encode(), partition=0).result(10)
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5000) as consumer:
+        consumer.assign([("pf", 0)])
+        got: list = []
+        wait_for(lambda: (got.extend(consumer.poll(1000)), len(got) >= 3)[1], message="3 records")
+        assert consumer._prefetched is not None  # caught up: the long-poll is out
+        started = time.monotonic()
+        assert consumer.poll(50) == []
+        assert time.monotonic() - started < 2.5  # not the long-poll's 5 s
+        consumer.seek(("pf", 0), 1)
+        started = time.monotonic()
+        again = consumer.poll(2500)
+        assert [(r.offset, r.value) for r in again] == [(1, b"1"), (2, b"2")]
+        assert time.monotonic() - started < 2.5
 
 
 @pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
