@@ -18,11 +18,9 @@ protobuf), which are what a paced acks=all workload at 1,000 records/s pays.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -30,17 +28,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.latency_breakdown import cpu_seconds, own_cpu_seconds  # noqa: E402
-
-_LATENCY_LINE = re.compile(
-    r'tidewater_broker_request_latency_seconds_(sum|count)\{rpc="(\w+)"\} (\S+)')
-
-
-def request_latency(metrics_port: int) -> dict[tuple[str, str], float]:
-    """(rpc, "sum" | "count") -> value, from a broker's /metrics."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
-    return {(m.group(2), m.group(1)): float(m.group(3))
-            for m in map(_LATENCY_LINE.match, text.decode().splitlines()) if m}
+from bench.latency_breakdown import cpu_seconds, own_cpu_seconds, request_latency  # noqa: E402
 
 
 def measure(bootstrap: str, topic: str, processes: dict, leader_name: str, acks: int,

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -35,6 +37,17 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+_LATENCY_LINE = re.compile(
+    r'tidewater_broker_request_latency_seconds_(sum|count)\{rpc="(\w+)"\} (\S+)')
+
+
+def request_latency(metrics_port: int) -> dict[tuple[str, str], float]:
+    """(rpc, "sum" | "count") -> value, from a broker's /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+    return {(m.group(2), m.group(1)): float(m.group(3))
+            for m in map(_LATENCY_LINE.match, text.decode().splitlines()) if m}
 
 
 def own_cpu_seconds() -> float:
@@ -65,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             leader = cluster.leader_of("paced")
             pids = {proc["name"]: proc["pid"] for proc in cluster.local.manifest["processes"].values()}
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            metrics_port = cluster.local.manifest["processes"][f"broker-{leader}"]["metrics_port"]
+            rpcs_before = request_latency(metrics_port)
             spy, spy_out = None, Path(directory) / "spy.txt"
             if args.profile:
                 target = leader if args.profile == "leader" else next(
@@ -87,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             if spy is not None:
                 spy.wait(timeout=60)
             cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            rpcs = {rpc: value - rpcs_before.get((rpc, kind), 0.0)
+                    for (rpc, kind), value in request_latency(metrics_port).items() if kind == "count"}
             cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before
             profile_text = spy_out.read_text() if spy is not None and spy_out.exists() else None
             if profile_text is not None and args.profile_out:
@@ -100,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         s = result[kind]
         if s is not None:
             print(f"{kind:4s} p50 {s.p50_ms:6.2f} ms  p99 {s.p99_ms:6.2f} ms  p99.9 {s.p999_ms:6.2f} ms")
+    print("leader answers per second: " + ", ".join(
+        f"{rpc} {count / elapsed:,.0f}" for rpc, count in sorted(rpcs.items()) if count))
     print("CPU seconds per second of run (2 cores = 2.0):")
     for name, seconds in sorted(cpu.items()):
         print(f"  {name:30s} {seconds / elapsed:5.2f}")
