@@ -16,13 +16,30 @@ offset (LEO) is the active segment's end.
 - Reads locate the batch holding the start offset (segment by base offset,
   then index, then header scan) and return whole batches.
 - The active segment rolls on ``segment.bytes``, ``segment.ms``, a full index,
-  or when an offset would not fit the index's 32-bit relative offset. The
-  rolled segment is flushed and the recovery point moves to the new segment.
-- ``recovery_point``: every offset below it is fsynced. It moves on flush
-  (``flush.messages``, ``flush.ms``, roll, checkpoint, close). A policy
-  flush inside an append fsyncs only the ``.log`` data; index files are
-  written on roll, checkpoint, close and the periodic flush.ms pass (opening
-  rescans whatever the index files lack).
+  or when an offset would not fit the index's 32-bit relative offset. The roll
+  (inside an append, on the event loop) only creates the new segment's files,
+  without any fsync. As in Kafka (``UnifiedLog.roll`` schedules "flush-log"),
+  the rolled segment is flushed in the background: a worker thread fsyncs the
+  directory, the rolled segment's data and its index files without the lock
+  (``flush_outside_lock``), then moves the recovery point to the new segment's
+  base. Until then the rolled segment keeps its indexes in memory.
+- ``recovery_point``: every offset below it is durable (data fsynced, and the
+  directory fsynced after the file was created). It moves on flush
+  (``flush.messages``, ``flush.ms``, a roll's background flush, checkpoint,
+  close). Every flush that moves it fsyncs the directory first if a roll
+  created files since the last directory fsync. A policy flush inside an
+  append fsyncs only the ``.log`` data (and that directory); index files are
+  written by a roll's background flush, checkpoint, close and the periodic
+  flush.ms pass (opening rescans whatever the index files lack).
+- What an acknowledged append may lose in a crash: with ``flush.messages`` /
+  ``flush.ms`` unset (Kafka's default) durability is replication, not fsync:
+  anything above the recovery point may be lost, including a whole new segment
+  whose file name did not reach the disk (recovery then sees the log end at the
+  previous segment, or a gap, and cuts there). With ``flush.messages=1`` an
+  append still returns only once its data and the name of any file a roll
+  created are fsynced. Recovery after an unclean shutdown re-validates every
+  segment from the one holding the recovery point on, so a roll whose
+  background flush never ran loses nothing that reached the disk.
 - Reopening: ``recovery.py`` trusts or re-validates the segments; the epoch
   checkpoint is rebuilt from the batches' partitionLeaderEpoch when it is
   missing, empty, corrupt, or disagrees with the batches; the checkpointed
@@ -33,10 +50,11 @@ offset (LEO) is the active segment's end.
   watermark, oldest first, never the active one, and moves the log start
   offset (the epoch cache drops what lies before it). Under the lock the
   files are renamed ``.deleted``; a background thread unlinks them.
-- No fsync under the lock on the checkpoint's path: ``flush_outside_lock``
-  snapshots under it, fsyncs without it, and publishes the snapshot's LEO as
-  the recovery point. (Rolls, truncations and the flush.messages / flush.ms
-  policies still fsync under it: rare, or asked for.)
+- No fsync under the lock on the checkpoint's or a roll's path:
+  ``flush_outside_lock`` snapshots under it, fsyncs without it, and publishes
+  the snapshot's LEO (a roll's: the new segment's base) as the recovery point.
+  (Truncations, close and the flush.messages / flush.ms policies inside an
+  append still fsync under it: rare, or asked for.)
 
 Errors: bad input raises CorruptRecordError / MessageTooLargeError /
 RecordListTooLargeError before anything is written. An OSError becomes
@@ -46,7 +64,8 @@ raises KafkaStorageError) because memory and disk may then disagree; the next
 open recovers it from disk.
 
 Threading: every public method takes the log's lock, so one task may append
-while fetch handlers read from other threads.
+while fetch handlers read from other threads; a roll's flush runs in the flush
+executor's thread (``Log.open``) and takes the lock only around its fsyncs.
 """
 
 from __future__ import annotations
@@ -58,6 +77,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import deque
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +152,7 @@ class Log:
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  leader_epoch_cache: LeaderEpochCache, log_start_offset: int,
-                 recovery_point: int, now_ms: int):
+                 recovery_point: int, now_ms: int, flush_executor: Executor | None = None):
         self.dir = directory
         self.topic_partition: TopicPartition | None
         try:
@@ -150,6 +170,13 @@ class Log:
         self._offline_reason: str | None = None
         self._closed = False
         self._truncations = 0  # truncate_to / truncate_fully_and_start_at calls that cut
+        # Rolls so far, and how many of them a directory fsync covered (the new files'
+        # names are durable): no flush moves the recovery point before that fsync.
+        self._rolls = self._dir_synced_rolls = 0
+        # Rolled segments whose flush has not written their indexes yet; their indexes
+        # stay in memory until it has (unload needs them on disk).
+        self._rolled_unflushed: list[LogSegment] = []
+        self._flush_executor = flush_executor  # None: the process's "flush-log" thread
         self._lock = threading.RLock()
         # Inactive segments whose indexes a read loaded back, oldest first.
         self._loaded_inactive: deque[LogSegment] = deque()
@@ -160,15 +187,20 @@ class Log:
 
     @classmethod
     def open(cls, dir: Path, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
-             log_start_offset: int | None = None, had_clean_shutdown: bool = False) -> Log:
-        """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly."""
+             log_start_offset: int | None = None, had_clean_shutdown: bool = False,
+             flush_executor: Executor | None = None) -> Log:
+        """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly.
+
+        ``flush_executor`` runs the flush of each rolled segment (default: one
+        "flush-log" thread shared by the process's logs)."""
         directory = Path(dir)
         opened = open_log_dir(directory, config, recovery_point=recovery_point,
                               log_start_offset=log_start_offset,
                               had_clean_shutdown=had_clean_shutdown)
         # Trusted segments were flushed; recovered ones were fsynced while opening.
         return cls(directory, config, opened.segments, opened.leader_epoch_cache,
-                   opened.log_start_offset, opened.segments[-1].next_offset, now_ms)
+                   opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
+                   flush_executor)
 
     # -- state ---------------------------------------------------------------
 
@@ -195,6 +227,11 @@ class Log:
     @property
     def is_offline(self) -> bool:
         return self._offline_reason is not None
+
+    @property
+    def is_closed(self) -> bool:
+        """Closed or deleted (shutdown, StopReplica, topic deletion): every call raises."""
+        return self._closed
 
     def _check_usable(self) -> None:
         if self._offline_reason is not None:
@@ -358,27 +395,47 @@ class Log:
                 self._roll(now_ms)
 
     def roll(self, now_ms: int) -> None:
-        """Start a new segment at the LEO now (no-op if the active segment is empty)."""
+        """Start a new segment at the LEO now (no-op if the active segment is empty).
+        The rolled segment is flushed in the background (see ``_roll``)."""
         with self._lock:
             self._check_usable()
             if self.active_segment.size_bytes:
                 self._roll(now_ms)
 
     def _roll(self, now_ms: int) -> None:
+        """Create the new segment; no fsync here (this runs inside an append, under the
+        lock, on the event loop). As Kafka's ``UnifiedLog.roll`` schedules "flush-log",
+        the flush of the rolled segment (data, indexes, the directory) runs in the
+        flush executor, without the lock, and moves the recovery point to the new
+        segment's base when it is done (``flush_outside_lock(end_offset=...)``)."""
         old = self.active_segment
         try:
             old.on_become_inactive()
             new = LogSegment.create(self.dir, old.next_offset, self.config)
-            self._segments = [*self._segments, new]
-            self._base_offsets = [*self._base_offsets, new.base_offset]
-            fsync_dir(self.dir)
-            # Kafka flushes the rolled segment; the recovery point moves past it.
-            self._flush_segments_below(new.base_offset)
-            old.release_indexes()
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
-        self._last_flush_ms = now_ms
+        self._segments = [*self._segments, new]
+        self._base_offsets = [*self._base_offsets, new.base_offset]
+        self._rolls += 1
+        if not self._awaits_flush(old):  # rolled before, then truncated back into
+            self._rolled_unflushed.append(old)
+        self._last_flush_ms = now_ms  # flush.ms: the background flush covers up to here
+        executor = self._flush_executor or _roll_flusher()
+        try:
+            executor.submit(self._flush_rolled, new.base_offset)
+        except RuntimeError:  # the executor is shut down (interpreter exit)
+            log.warning("%s: no background flush after the roll to %d; the next flush, "
+                        "close or recovery covers it", self.dir, new.base_offset)
+
+    def _flush_rolled(self, end_offset: int) -> None:
+        """The background half of a roll (in the flush executor's thread)."""
+        try:
+            self.flush_outside_lock(end_offset=end_offset)
+        except KafkaStorageError:
+            pass  # the log went offline and said why; the next open recovers it
+        except Exception:  # a bug: nobody waits for this job, so say it loudly here
+            log.exception("flushing the rolled segments of %s failed", self.dir)
 
     # -- reads ---------------------------------------------------------------
 
@@ -417,7 +474,9 @@ class Log:
         loaded.append(segment)
         while len(loaded) > INACTIVE_INDEXES_LOADED_MAX:
             oldest = loaded.popleft()
-            if oldest is not self._segments[-1]:
+            # A rolled segment not yet flushed keeps its indexes until the flush has
+            # written them (releasing would write and fsync them here, under the lock).
+            if oldest is not self._segments[-1] and not self._awaits_flush(oldest):
                 oldest.release_indexes()
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
@@ -588,35 +647,46 @@ class Log:
 
     # -- flush and lifecycle -------------------------------------------------
 
-    def flush_outside_lock(self, now_ms: int | None = None) -> bool:
+    def flush_outside_lock(self, now_ms: int | None = None, *,
+                           end_offset: int | None = None) -> bool:
         """Flush everything up to the LEO as of the call, as ``flush`` does, but fsync
         without holding the log's lock; False (nothing done) if the log is closed or
-        offline. For the recovery-point checkpoint, which runs in a thread, and the
-        flush.ms policy (``now_ms``: the flush time it counts from).
+        offline. For the recovery-point checkpoint, which runs in a thread, the
+        flush.ms policy (``now_ms``: the flush time it counts from) and, with
+        ``end_offset`` (a segment's base offset), the flush of the segments a roll
+        left behind: only those below it, and the recovery point moves to it.
 
         Appends and reads (the broker's event loop) take this lock: an fsync under it,
         which waits for the disk's journal while GiBs of other data are written back,
         stopped the whole broker for up to hundreds of ms. Three steps:
 
-        1. Lock held, fast (no I/O): note the LEO, encode the index tails, ``dup``
-           the .log descriptors to fsync (``LogSegment.begin_flush``).
-        2. No lock: fdatasync the .log files, then write and fsync the index tails
-           (a write to a file can wait for the journal too).
+        1. Lock held, fast (no I/O): note the target offset, encode the index tails,
+           ``dup`` the .log descriptors to fsync (``LogSegment.begin_flush``).
+        2. No lock: fsync the directory if a roll created files since the last one,
+           fdatasync the .log files, then write and fsync the index tails (a write to
+           a file can wait for the journal too).
         3. Lock held: record what step 2 made durable, and move the recovery point to
-           the LEO of step 1, unless the log was truncated meanwhile (the offsets
+           the target of step 1, unless the log was truncated meanwhile (the offsets
            below it may then hold new, unsynced batches; the next flush moves it).
 
-        The recovery point thus never passes data or index entries not yet durable.
+        The recovery point thus never passes data, index entries or a file name not yet
+        durable.
         """
         with self._lock:
             if self._closed or self._offline_reason is not None:
                 return False
             target = self.log_end_offset
+            if end_offset is not None:
+                target = min(target, end_offset)  # a truncation may have cut below it
             truncations = self._truncations
-            unflushed_messages = self._unflushed_messages
+            unflushed_messages = self._unflushed_messages if end_offset is None else 0
+            rolls = self._rolls
+            # A later flush that moved the recovery point past ``target`` synced it.
+            directory = (self.dir if rolls != self._dir_synced_rolls
+                         and self.recovery_point < target else None)
             jobs = []
             try:
-                for segment in self._segments_from_recovery_point():
+                for segment in self._segments_to_flush(None if end_offset is None else target):
                     if segment.needs_flush:
                         jobs.append(segment.begin_flush())
             except KafkaStorageError as e:
@@ -625,12 +695,16 @@ class Log:
                 self._go_offline(e)
                 raise
         try:
+            if directory is not None:
+                fsync_dir(directory)
             for job in jobs:
                 job.sync()
         except KafkaStorageError as e:
             for job in jobs:
                 job.close()  # the jobs not synced still hold a dup'ed descriptor
             with self._lock:
+                if self._closed:
+                    return False  # deleted meanwhile: its directory was renamed or removed
                 self._go_offline(e)
             raise
         with self._lock:
@@ -638,16 +712,56 @@ class Log:
                 return False  # close flushed under the lock itself; offline stays offline
             for job in jobs:
                 job.segment.end_flush(job)
+            if directory is not None:
+                self._dir_synced_rolls = max(self._dir_synced_rolls, rolls)
             if self._truncations == truncations:
                 self.recovery_point = max(self.recovery_point, target)
                 self._unflushed_messages = max(0, self._unflushed_messages - unflushed_messages)
             if now_ms is not None:
                 self._last_flush_ms = now_ms
+            self._release_flushed_rolled()
             return True
 
     def _segments_from_recovery_point(self) -> list[LogSegment]:
         """The segment holding the recovery point and every later one (lock held)."""
         return self._segments[max(0, bisect_right(self._base_offsets, self.recovery_point) - 1):]
+
+    def _segments_to_flush(self, end_offset: int | None) -> list[LogSegment]:
+        """(lock held) The segments from the recovery point's on, those starting below
+        ``end_offset`` only (None: all), after the rolled segments whose indexes are
+        not written yet (a flush.messages flush may have moved the recovery point past
+        them with their data only)."""
+        segments = self._segments_from_recovery_point()
+        if end_offset is not None:
+            segments = [s for s in segments if s.base_offset < end_offset]
+        first = segments[0].base_offset if segments else end_offset
+        earlier = [s for s in self._rolled_unflushed
+                   if self._holds(s) and (first is None or s.base_offset < first)]
+        return earlier + segments
+
+    def _holds(self, segment: LogSegment) -> bool:
+        """``segment`` is still one of the log's (not deleted or truncated away)."""
+        i = bisect_right(self._base_offsets, segment.base_offset) - 1
+        return i >= 0 and self._segments[i] is segment
+
+    def _awaits_flush(self, segment: LogSegment) -> bool:
+        return any(s is segment for s in self._rolled_unflushed)
+
+    def _release_flushed_rolled(self) -> None:
+        """Drop from memory the indexes of rolled segments a flush has written (lock
+        held; no I/O: their files are complete)."""
+        if not self._rolled_unflushed:
+            return
+        active = self._segments[-1]
+        waiting = []
+        for segment in self._rolled_unflushed:
+            if segment is active or not self._holds(segment):
+                continue  # active again after a truncation, or deleted
+            if segment.needs_flush:
+                waiting.append(segment)
+            else:
+                segment.release_indexes()
+        self._rolled_unflushed = waiting
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync everything up to the LEO; the recovery point becomes the LEO."""
@@ -668,7 +782,7 @@ class Log:
 
     def _flush(self, now_ms: int | None, *, indexes: bool = True) -> None:
         try:
-            self._flush_segments_below(None, indexes=indexes)
+            self._flush_segments(indexes=indexes)
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -676,24 +790,27 @@ class Log:
         if now_ms is not None:
             self._last_flush_ms = now_ms
 
-    def _flush_segments_below(self, end_base_offset: int | None, *, indexes: bool = True) -> None:
-        """Flush segments from the one holding the recovery point up to (not including)
-        the segment starting at ``end_base_offset`` (None: all).
+    def _flush_segments(self, *, indexes: bool = True) -> None:
+        """Flush (lock held) the segments from the recovery point's on, and rolled ones
+        not flushed yet, and the directory if a roll created files since its last
+        fsync; the recovery point becomes the LEO.
 
         ``indexes=False`` (the flush.messages / flush.ms policy) fsyncs only the .log
-        data: index files are written on roll, checkpoint and close. A trusted segment
-        whose index lags after a crash is still read right: loading scans (with CRC)
-        every batch after the last index entry on disk.
+        data: index files are written by a roll's background flush, checkpoint and
+        close. A trusted segment whose index lags after a crash is still read right:
+        loading scans (with CRC) every batch after the last index entry on disk.
         """
-        for segment in self._segments_from_recovery_point():
-            if end_base_offset is not None and segment.base_offset >= end_base_offset:
-                break
+        for segment in self._segments_to_flush(None):
             if not indexes:
                 segment.flush_data()
             elif segment.needs_flush:
                 segment.flush()
-        new_point = self.log_end_offset if end_base_offset is None else end_base_offset
-        self.recovery_point = max(self.recovery_point, new_point)
+        if self._rolls != self._dir_synced_rolls:
+            fsync_dir(self.dir)
+            self._dir_synced_rolls = self._rolls
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        if indexes:
+            self._release_flushed_rolled()
 
     def update_config(self, config: LogConfig) -> None:
         """New topic configs apply to later appends, rolls and retention passes."""
@@ -778,6 +895,31 @@ def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: i
     timestamp_struct.pack_into(buf, position + _MAX_TIMESTAMP_AT, now_ms)
     crc = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
     _CRC.pack_into(buf, position + _CRC_AT, crc)
+
+
+_roll_flusher_executor: ThreadPoolExecutor | None = None
+_roll_flusher_lock = threading.Lock()
+
+
+def _roll_flusher() -> Executor:
+    """The process's one "flush-log" thread (Kafka's scheduler job of that name): the
+    flushes of rolled segments, one at a time in roll order (fsyncs in parallel would
+    only queue in the disk). Started on the first roll; at interpreter exit it
+    finishes the queued flushes (those of closed logs do nothing)."""
+    global _roll_flusher_executor
+    with _roll_flusher_lock:
+        if _roll_flusher_executor is None:
+            _roll_flusher_executor = ThreadPoolExecutor(max_workers=1,
+                                                        thread_name_prefix="flush-log")
+        return _roll_flusher_executor
+
+
+def _forget_roll_flusher() -> None:
+    global _roll_flusher_executor
+    _roll_flusher_executor = None  # a forked child has no copy of the thread
+
+
+os.register_at_fork(after_in_child=_forget_roll_flusher)
 
 
 def unlink_in_background(paths: list[Path], *, name: str) -> None:

@@ -21,8 +21,11 @@ Ordering rules:
 - ``checkpoint_recovery_points`` flushes each log before writing its recovery
   point, so the file never claims more than is on disk.
 - No fsync and no file write runs under a lock the event loop waits for: the
-  logs fsync outside their own lock (``Log.flush_outside_lock``), and the
-  checkpoint files are written under per-file locks, not the logs-map lock.
+  logs fsync outside their own lock (``Log.flush_outside_lock``; a roll's flush
+  in the "flush-log" thread), and the checkpoint files are written under
+  per-file locks, not the logs-map lock. The periodic work (checkpoints,
+  ``maybe_roll_and_flush``, ``delete_old_segments``) runs in worker threads; a
+  log deleted or closed meanwhile on the event loop is skipped.
 - ``read_high_watermarks`` clamps each stored HW into its log's
   [log_start_offset, log_end_offset]: recovery may have cut the log below it.
 
@@ -236,23 +239,39 @@ class LogManager:
 
     # -- periodic work -------------------------------------------------------
 
-    def maybe_roll_and_flush(self, now_ms: int) -> None:
-        """segment.ms rolls and flush.ms flushes for every log (call every ~second)."""
-        for partition_log in self.logs().values():
-            if partition_log.is_offline:
+    def maybe_roll_and_flush(self, now_ms: int,
+                             logs: Mapping[TopicPartition, Log] | None = None) -> None:
+        """segment.ms rolls and flush.ms flushes for every log (call every ~second, from a
+        worker thread: a flush fsyncs). ``logs``: the caller's snapshot of ``logs()``
+        (default: taken now). A log closed or deleted since (StopReplica, topic
+        deletion) is skipped; one log's disk error does not stop the others."""
+        for tp, partition_log in (self.logs() if logs is None else logs).items():
+            if partition_log.is_offline or partition_log.is_closed:
                 continue
-            partition_log.maybe_roll(now_ms)
-            partition_log.maybe_flush(now_ms)
+            try:
+                partition_log.maybe_roll(now_ms)
+                partition_log.maybe_flush(now_ms)
+            except KafkaStorageError as e:
+                _skip_failed_log(tp, partition_log, "segment.ms roll or flush.ms flush", e)
 
-    def delete_old_segments(self, now_ms: int,
-                            high_watermarks: Mapping[TopicPartition, int]) -> int:
-        """Retention for every log with a known HW; checkpoints moved start offsets."""
+    def delete_old_segments(self, now_ms: int, high_watermarks: Mapping[TopicPartition, int],
+                            logs: Mapping[TopicPartition, Log] | None = None) -> int:
+        """Retention for every log with a known HW; checkpoints moved start offsets.
+
+        For a worker thread: ``logs`` and ``high_watermarks`` are the caller's
+        snapshots, taken together (each HW then belongs to the log it was read with,
+        never to a log recreated since under the same name); default: ``logs()`` now.
+        A log closed or deleted since is skipped; one log's disk error does not stop
+        the others."""
         deleted = 0
-        for tp, partition_log in self.logs().items():
+        for tp, partition_log in (self.logs() if logs is None else logs).items():
             hw = high_watermarks.get(tp)
-            if hw is None or partition_log.is_offline:
+            if hw is None or partition_log.is_offline or partition_log.is_closed:
                 continue
-            deleted += partition_log.delete_old_segments(now_ms, hw)
+            try:
+                deleted += partition_log.delete_old_segments(now_ms, hw)
+            except KafkaStorageError as e:
+                _skip_failed_log(tp, partition_log, "retention", e)
         if deleted:
             self.checkpoint_log_start_offsets()
         return deleted
@@ -281,6 +300,14 @@ class LogManager:
                                         for tp, partition_log in self._logs.items()})
                 write_clean_shutdown_marker(self.data_dir)
             self._logs.clear()
+
+
+def _skip_failed_log(tp: TopicPartition, partition_log: Log, what: str,
+                     error: KafkaStorageError) -> None:
+    if partition_log.is_closed:
+        log.debug("%s of %s skipped: the log was closed meanwhile", what, tp)
+    else:
+        log.error("%s of %s failed: %s", what, tp, error)
 
 
 def _remove_tree(path: Path) -> None:

@@ -24,6 +24,9 @@ Recovery rules (Kafka's ``LogLoader``):
   does not check out, is re-validated the same way.
 - Leftovers of interrupted operations (``*.tmp``, ``*.deleted``,
   ``*.cleaned``, ``*.swap``) and index files without a ``.log`` are removed.
+- The opened log's recovery point is its end: recovered segments are fsynced,
+  and after an unclean shutdown the directory too (a roll does not fsync it, so
+  after a process crash a new segment's name may not be on disk yet).
 - The epoch checkpoint is rebuilt from the batches' partitionLeaderEpoch
   (header scan, no CRC) when it is missing, empty, corrupt, or disagrees with
   the batches (an entry must start a batch of its epoch that follows a batch of
@@ -97,6 +100,11 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         if not segments:
             start = log_start_offset if log_start_offset is not None else 0
             segments.append(LogSegment.create(directory, max(0, start), config))
+            fsync_dir(directory)
+        elif not had_clean_shutdown:
+            # The log opens with its recovery point at the end: after a process crash
+            # a rolled segment's name may still be only in the page cache (a roll
+            # does not fsync the directory), and so may the cuts above.
             fsync_dir(directory)
         log_end_offset = segments[-1].next_offset
         start = _choose_log_start_offset(segments, log_start_offset)

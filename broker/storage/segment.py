@@ -257,8 +257,10 @@ class LogSegment:
             raise storage_error("cannot create segment", path, e) from e
         segment = cls(directory, base_offset, config, fd, 0)
         try:
-            # No fsync of the empty files: every caller fsyncs the directory next
-            # (that makes the new files durable), and they roll on the event loop.
+            # No fsync of the empty files (a roll runs on the event loop): the
+            # directory fsync makes them durable, right after for a new or fully
+            # truncated log, before the recovery point passes them after a roll
+            # (Log.flush_outside_lock). Lost in a crash, recovery cuts the log there.
             segment.index.create_empty()
             segment.time_index.create_empty()
         except KafkaStorageError:

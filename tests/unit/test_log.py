@@ -30,6 +30,14 @@ def open_log(tmp_path, name="t-0", **config):
     return Log.open(tmp_path / name, LogConfig(**config), now_ms=0)
 
 
+def wait_for_roll_flushes():
+    """Rolled segments are flushed on the process's one "flush-log" thread, in order:
+    a job queued now runs after every flush queued before it."""
+    from broker.storage import log as log_module
+
+    log_module._roll_flusher().submit(lambda: None).result(timeout=30)
+
+
 def headers(data):
     return [(h.base_offset, h.last_offset, h.partition_leader_epoch) for _, h in iter_batches(data)]
 
@@ -130,7 +138,8 @@ def test_roll_on_segment_bytes_and_reads_across_segments(tmp_path):
         log.append_as_leader(batch(1, b"x" * 100), leader_epoch=0, now_ms=0)
     assert [s.base_offset for s in log.segments()] == [0, 3, 6, 9]
     assert [s.size_bytes for s in log.segments()] == [3 * size] * 3 + [size]
-    assert log.recovery_point == 9  # rolled segments are flushed
+    wait_for_roll_flushes()
+    assert log.recovery_point == 9  # rolled segments are flushed (in the background)
     assert read_all(log) == [(i, i, 0) for i in range(10)]
     names = sorted(p.name for p in (tmp_path / "t-0").iterdir())
     assert "00000000000000000003.log" in names and "00000000000000000003.index" in names
@@ -464,6 +473,7 @@ def test_inactive_segment_indexes_leave_memory_and_come_back(tmp_path, caplog):
     log = open_log(tmp_path, segment_bytes=600, index_interval_bytes=50)
     for i in range(60):
         log.append_as_leader(batch(1, b"%02d" % i * 20), 0, now_ms=0)
+    wait_for_roll_flushes()  # a rolled segment's indexes leave memory once written
     segments = log.segments()
     assert len(segments) > 6
     assert all(not s.indexes_loaded and len(s.index) == 0 for s in segments[:-1])
