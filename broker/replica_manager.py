@@ -20,7 +20,10 @@ Theory of operation:
   leader's view of their LEO (HW, ISR expansion).
 - Background: ISR changes (``isr_changes``: shrink checks, AlterPartition;
   the new ISR is used only after the controller commits it), HW
-  checkpoints, segment.ms rolls and flush.ms flushes, retention.
+  checkpoints, segment.ms rolls and flush.ms flushes, retention. All but the
+  ISR work run in worker threads (``_in_thread``) on snapshots taken on the
+  loop (HWs, the logs), so no fsync or file rename stalls a request; ``stop``
+  waits for them.
 """
 
 from __future__ import annotations
@@ -138,7 +141,8 @@ class ReplicaManager:
         self._loops: list[asyncio.Task] = []
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
         self._closing_callbacks: set[Callable[[], None]] = set()  # on_closing
-        self._checkpoint_write: asyncio.Future | None = None  # a checkpoint file write in a thread
+        # Checkpoint writes, rolls/flushes and retention passes running in threads.
+        self._thread_work: set[asyncio.Future] = set()
         # Labelled counter children looked up once, not per fetch answer (labels() is a
         # call and a dict probe), by is_follower: (bytes_out, messages_out).
         self._fetch_out_counters = {
@@ -169,8 +173,8 @@ class ReplicaManager:
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
-        if self._checkpoint_write is not None:
-            await asyncio.gather(self._checkpoint_write, return_exceptions=True)
+        if self._thread_work:
+            await asyncio.gather(*self._thread_work, return_exceptions=True)
         await self.isr_changes.stop()
         await self.fetchers.shutdown()
         self.produce_purgatory.fail_everything(pb.NOT_LEADER_OR_FOLLOWER)
@@ -740,7 +744,10 @@ class ReplicaManager:
                 # ran on the loop. The HWs are snapshotted here, on the loop.
                 await self._in_thread(self.log_manager.checkpoint_high_watermarks,
                                       self.high_watermarks())
-                self.log_manager.maybe_roll_and_flush(wall_ms())
+                # A segment.ms roll queues its flush; a flush.ms flush fsyncs (outside
+                # each log's lock). The logs dict is snapshotted here, on the loop.
+                await self._in_thread(self.log_manager.maybe_roll_and_flush, wall_ms(),
+                                      self.log_manager.logs())
                 if time.monotonic() - last_recovery_checkpoint >= RECOVERY_CHECKPOINT_INTERVAL_S:
                     last_recovery_checkpoint = time.monotonic()
                     # Flushes every log (under each log's own lock) before writing the points.
@@ -749,17 +756,24 @@ class ReplicaManager:
                 log.error("checkpoint failed: %s", e)
 
     async def _in_thread(self, fn, *args) -> None:
-        """Run ``fn`` in a worker thread; ``stop`` waits for it, so a cancelled loop never
-        leaves a checkpoint write running into the shutdown's own checkpoints."""
-        self._checkpoint_write = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-        await asyncio.shield(self._checkpoint_write)
+        """Run ``fn`` in a worker thread; ``stop`` waits for every such run, so a cancelled
+        loop never leaves a checkpoint write or a retention pass running into the
+        shutdown's own checkpoints. Arguments are snapshots taken on the loop."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._thread_work.add(work)
+        work.add_done_callback(self._thread_work.discard)
+        await asyncio.shield(work)
 
     async def _retention_loop(self) -> None:
         interval_s = self.config.log_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
             try:
-                hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
-                self.log_manager.delete_old_segments(wall_ms(), hws)
+                # Renames and a checkpoint write: in a thread, with the partitions' HWs
+                # and logs snapshotted together here, on the loop.
+                partitions = list(self.partitions.items())
+                await self._in_thread(self.log_manager.delete_old_segments, wall_ms(),
+                                      {tp: p.high_watermark for tp, p in partitions},
+                                      {tp: p.log for tp, p in partitions})
             except Exception as e:  # noqa: BLE001
                 log.error("retention failed: %s", e)

@@ -172,11 +172,11 @@ class FakeLogManager:
     def checkpoint_high_watermarks(self, hws):
         self.checkpointed = dict(hws)
 
-    def maybe_roll_and_flush(self, now_ms):
+    def maybe_roll_and_flush(self, now_ms, logs=None):
         pass
 
     def checkpoint_recovery_points(self):
         pass
 
-    def delete_old_segments(self, now_ms, high_watermarks):
+    def delete_old_segments(self, now_ms, high_watermarks, logs=None):
         return 0

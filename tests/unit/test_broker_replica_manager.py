@@ -448,6 +448,43 @@ async def test_hw_checkpoint_writes_off_the_loop_and_stop_waits_for_them(tmp_pat
     assert writes[0][1] == {TP: 0}
 
 
+async def test_rolls_and_retention_run_off_the_loop_on_snapshots_and_stop_waits(tmp_path):
+    rm, _ = make_manager(tmp_path, **{"log.flush.offset.checkpoint.interval.ms": "10",
+                                      "log.retention.check.interval.ms": "10"})
+    await rm.leader_and_isr(lai())
+    await rm.produce(produce(acks=1))
+    loop_thread = threading.get_ident()
+    started, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow(name):
+        def run(now_ms, *snapshots):  # fsyncs and renames on a busy disk
+            calls.append((name, threading.get_ident(), snapshots))
+            started.set()
+            release.wait(5)
+            return 0
+        return run
+
+    rm.log_manager.maybe_roll_and_flush = slow("roll")
+    rm.log_manager.delete_old_segments = slow("retention")
+    rm.start()
+    await asyncio.to_thread(started.wait, 5)
+    response = await rm.produce(produce(acks=1))  # the loop still answers
+    assert response.partitions[0].error_code == pb.NONE
+    await wait_until(lambda: {name for name, _, _ in calls} == {"roll", "retention"})
+    stopping = asyncio.ensure_future(rm.stop())
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # stop waits for both runs in flight
+    release.set()
+    await asyncio.wait_for(stopping, 5)
+    by_name = {name: (thread, snapshots) for name, thread, snapshots in calls}
+    assert loop_thread not in {thread for thread, _ in by_name.values()}
+    log_ = rm.partitions[TP].log
+    assert by_name["roll"][1] == ({TP: log_},)  # the logs, snapshotted on the loop
+    hws = {TP: rm.partitions[TP].high_watermark}
+    assert by_name["retention"][1] == (hws, {TP: log_})  # the HWs with their own logs
+
+
 def test_record_count_matches_the_batch_framing():
     from broker.replica_manager import record_count
     from proto.batch import iter_batches
