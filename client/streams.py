@@ -14,7 +14,10 @@ per client: one thread wakes for the answers of every client of the process,
 and gRPC binds each aio channel to the loop that made it. The first
 ``StreamPool`` that opens a stream starts the loop; the last one to close
 stops it and joins its thread (no thread or loop outlives the clients). A
-forked child forgets its parent's loop and starts its own.
+forked child forgets its parent's loop and starts its own. An asyncio client
+(``client.aio_producer``) gives its pool a ``CallerLoop`` instead: its streams
+run on its own event loop, answers reach it with no thread hand-off, and it
+closes the pool with ``aclose`` on that loop.
 
 The caller's thread and the loop meet in ``ClientStream.send``: under the
 stream's lock the request is registered (callback, deadline) and appended to
@@ -163,6 +166,31 @@ class IoLoop:
 os.register_at_fork(after_in_child=IoLoop._forget_after_fork)
 
 
+class CallerLoop:
+    """The caller's own running asyncio loop, in the shape of an ``IoLoop``: what a
+    ``ClientStream`` and a ``StreamPool`` need of a loop (``loop``, ``thread``,
+    ``call_soon``, ``in_loop_thread``), for asyncio clients (``client.aio_producer``) whose
+    streams run on their own loop, not on ``tide-client-io``. Nothing to start or stop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+        self.loop = loop or asyncio.get_running_loop()
+        self.thread = threading.current_thread()
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def call_soon(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the loop; from the loop's own thread without the
+        self-pipe write of ``call_soon_threadsafe``. A closed loop drops it."""
+        try:
+            if threading.current_thread() is self.thread:
+                self.loop.call_soon(fn, *args)
+            else:
+                self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nothing there to do
+            pass
+
+
 # ---------------------------------------------------------------------- one stream
 
 
@@ -247,6 +275,19 @@ class ClientStream:
     def wait_ended(self, timeout_s: float) -> bool:
         """Wait (not on the loop thread) until the reader has seen the stream's end."""
         return self._reader_done.wait(timeout_s)
+
+    async def wait_ended_on_loop(self, timeout_s: float) -> bool:
+        """``wait_ended`` for a coroutine on the stream's own loop (``CallerLoop``)."""
+        deadline_s = time.monotonic() + timeout_s
+        while not self._reader_done.is_set():
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            if self._tasks:  # opened: its reader ends with the call
+                await asyncio.wait(self._tasks[1:], timeout=remaining_s)
+            else:  # _start has not run yet (it is queued on this loop)
+                await asyncio.sleep(0)
+        return True
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Half-close; a ProduceStream waits up to ``timeout_s`` for the broker to answer
@@ -474,14 +515,17 @@ class StreamPool:
 
     WATCHDOG_INTERVAL_S = 0.5
 
-    def __init__(self, name: str, *, ordered: bool):
+    def __init__(self, name: str, *, ordered: bool, io: CallerLoop | None = None):
+        """``io``: run the streams on that loop (an asyncio client's own, closed with
+        ``aclose`` on it) instead of the process's shared ``tide-client-io`` loop."""
         self._name = name
         self._ordered = ordered
         self._lock = threading.Lock()
         self._streams: dict[Address, ClientStream] = {}
         self._unsupported: set[Address] = set()
         self._closed = False
-        self._io: IoLoop | None = None  # acquired by the first stream
+        self._own_io = io
+        self._io: IoLoop | CallerLoop | None = None  # acquired by the first stream
         # Loop thread only: address -> (aio channel, stub); the watchdog's timer handle.
         self._channels: dict[Address, tuple[grpc.aio.Channel, pb_grpc.BrokerStub]] = {}
         self._watchdog: asyncio.TimerHandle | None = None
@@ -501,7 +545,7 @@ class StreamPool:
             unsupported = stream is not None and isinstance(stream._broken, StreamUnsupportedError)
             if not unsupported and (stream is None or stream.broken):
                 if self._io is None:
-                    self._io = IoLoop.acquire()
+                    self._io = self._own_io or IoLoop.acquire()
                     self._io.call_soon(self._schedule_watchdog)
                 stream = self._streams[address] = ClientStream(
                     self._io, lambda: self._open_call(address), address, ordered=self._ordered)
@@ -540,6 +584,25 @@ class StreamPool:
         channels, self._channels = list(self._channels.values()), {}
         for channel, _stub in channels:
             await channel.close()  # cancels any call still open
+
+    async def aclose(self, timeout_s: float = 5.0) -> None:
+        """``close`` for a pool on a ``CallerLoop``, awaited on that loop: the brokers
+        answer what they have (and get the acks=0 requests still queued) before the
+        channels close."""
+        with self._lock:
+            self._closed = True
+            streams = list(self._streams.values())
+            self._streams.clear()
+            opened, self._io = self._io is not None, None
+        if not opened:
+            return
+        deadline_s = time.monotonic() + timeout_s
+        for stream in streams:
+            stream.half_close()
+        for stream in streams:
+            await stream.wait_ended_on_loop(max(0.0, deadline_s - time.monotonic()))
+            stream.close()  # fails what is still pending
+        await self._close_on_loop()
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Half-close every stream (a ProduceStream's broker answers what it has, for up to
