@@ -1,12 +1,39 @@
-"""The asyncio producer: the same batching and answer handling as ``client.producer``, on grpc.aio.
+"""The asyncio producer: the threaded ``client.producer``'s batching, answers and streams, on the caller's loop.
 
 For asyncio programs and benchmarks that want many requests in flight without
 threads. It shares the ``RecordAccumulator`` (with asyncio futures), the
-partitioner and ``settle_produce_answer`` (the decision table) with the
-threaded ``Producer``; only the I/O differs: one sender task, one
-``grpc.aio`` channel per broker, one task per ProduceRequest. Metadata comes
-from the same ``MetadataClient``; its blocking refresh runs in a worker
-thread so the event loop never waits on it.
+partitioner and ``settle_produce_answer`` (the decision table: what an answer,
+an error or a transport failure does to a request's batches) with the threaded
+``Producer``; only the I/O differs, and all of it runs on the event loop of the
+coroutine that started the producer: no thread of its own.
+
+Requests go on one ``ProduceStream`` per broker (``client.streams``: a
+``StreamPool`` given a ``CallerLoop``, so its grpc.aio channels, writer and
+reader tasks and deadline watchdog run on this loop, not on ``tide-client-io``).
+A message on an open stream costs about half the CPU of a unary call on both
+sides. Answers are matched by ``correlation_id`` and applied by the stream's
+reader task (``_on_response``), which also sends the records that queued
+behind the answered request. The rules are the threaded producer's:
+
+| event                                  | what happens                                  |
+|----------------------------------------|-----------------------------------------------|
+| answer                                 | ``settle_produce_answer`` (offsets, retries)  |
+| acks=0                                 | no answer (the broker sends none): the        |
+|                                        | records resolve once queued, offset -1        |
+| stream breaks (broker gone, status)    | its pending requests get the retriable        |
+|                                        | ``BrokerConnectionError``: accumulator retry  |
+| a request past its deadline (a hung    | the stream breaks, its requests get           |
+| broker; ``request_timeout_ms`` + 5 s)  | ``RequestTimedOutError`` (retriable)          |
+| UNIMPLEMENTED (an older broker)        | the request, and every later one to that      |
+|                                        | broker, goes as a unary ``Produce`` task      |
+
+A partition has up to ``max_in_flight_per_partition`` requests out; they are
+written in order on its leader's one stream, which the broker appends in
+arrival order. With more than one, a retry may reorder records (as in the
+threaded producer). With ``linger_ms=0`` a record whose partition has nothing
+out is sent from ``send`` itself; otherwise the sender task sends ready
+partitions. Metadata comes from the same ``MetadataClient``; a lookup or
+refresh that may block runs in a worker thread so the loop never waits on it.
 
     async with AsyncProducer(bootstrap, acks="all") as producer:
         meta = await (await producer.send("topic", b"value"))
@@ -23,6 +50,8 @@ from client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
 from client.metadata import (
     CHANNEL_OPTIONS,
     Address,
+    BrokerConnectionError,
+    LeaderInfo,
     MetadataClient,
     TopicPartition,
     format_address,
@@ -30,15 +59,28 @@ from client.metadata import (
 )
 from client.partitioner import StickyPartitioner, choose_partition
 from client.producer import delivery_timeout_error, parse_acks, settle_produce_answer
+from client.streams import CallerLoop, StreamPool, StreamUnsupportedError
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
 from proto.errors import RequestTimedOutError, TidewaterError
+from proto.records import compress
 
 __all__ = ["AsyncProducer", "RecordMetadata"]
+
+# A request's deadline is the broker's own wait (request_timeout_ms) plus this much for
+# the transport, as in the threaded producer.
+DEADLINE_SLACK_S = 5.0
 
 
 def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _record_count(batches: list[ProducerBatch]) -> int:
+    return batches[0].record_count if len(batches) == 1 else sum(b.record_count for b in batches)
+
+
+Groups = list[tuple[TopicPartition, list[ProducerBatch]]]
 
 
 class AsyncProducer:
@@ -46,26 +88,35 @@ class AsyncProducer:
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, compression: int = 0,
-                 request_bytes_max: int = 1024 * 1024, metadata: MetadataClient | None = None):
+                 request_bytes_max: int = 1024 * 1024, max_in_flight_per_partition: int = 1,
+                 use_streams: bool = True, metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_ms = delivery_timeout_ms
         self.buffer_memory_bytes = buffer_memory_bytes
+        compress(compression, b"")  # an unknown or unavailable codec fails here, not per batch
         self.compression = compression
         self.request_bytes_max = request_bytes_max
+        if max_in_flight_per_partition < 1:
+            raise ValueError("max_in_flight_per_partition must be at least 1")
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        self._use_streams = use_streams
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._accumulator: RecordAccumulator | None = None
-        self._in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
-        self._requests: set[asyncio.Task] = set()
-        self._channels: dict[Address, grpc.aio.Channel] = {}
+        self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
+        self._records_in_flight = 0  # buffered_records less these are the records queued
+        self._streams: StreamPool | None = None
+        self._unary_calls: set[asyncio.Task] = set()  # to brokers without ProduceStream
+        self._channels: dict[Address, grpc.aio.Channel] = {}  # for the unary calls
         self._stubs: dict[Address, pb_grpc.BrokerStub] = {}
         self._wake: asyncio.Event | None = None
         self._space: asyncio.Condition | None = None
+        self._space_waiters = 0  # send() calls waiting for buffer space
         self._sender: asyncio.Task | None = None
         self._unfinished = 0
         self._idle: asyncio.Event | None = None
@@ -79,6 +130,9 @@ class AsyncProducer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._space = asyncio.Condition()
+        self._streams = StreamPool("ProduceStream", ordered=False, io=CallerLoop(loop))
+        if not self._use_streams:
+            self._streams.close()  # a closed pool opens no stream: every request goes unary
         self._sender = asyncio.create_task(self._run(), name="tide-aio-producer-sender")
 
     async def __aenter__(self) -> AsyncProducer:
@@ -100,17 +154,33 @@ class AsyncProducer:
         if parts is None:
             parts = await asyncio.to_thread(self.metadata.partitions_for, topic)
         partition = choose_partition(topic, parts, partition, key, value, self._partitioner)
-        if self._accumulator.buffered_bytes >= self.buffer_memory_bytes:
-            async with self._space:
-                await self._space.wait_for(
-                    lambda: self._accumulator.buffered_bytes < self.buffer_memory_bytes)
-        created = self._accumulator.batches_created
-        fut = self._accumulator.add(
-            TopicPartition(topic, partition), key, value, tuple(headers) if headers else (),
-            timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000, _now_ms())
+        accumulator = self._accumulator
+        if accumulator.buffered_bytes >= self.buffer_memory_bytes:
+            self._space_waiters += 1
+            try:
+                async with self._space:
+                    await self._space.wait_for(
+                        lambda: accumulator.buffered_bytes < self.buffer_memory_bytes)
+            finally:
+                self._space_waiters -= 1
+        tp = TopicPartition(topic, partition)
+        created = accumulator.batches_created
+        now_ms = _now_ms()
+        fut = accumulator.add(tp, key, value, tuple(headers) if headers else (),
+                              timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000,
+                              now_ms)
         self._unfinished += 1
         self._idle.clear()
-        if created != self._accumulator.batches_created or self._linger_ms == 0:
+        in_flight = self._in_flight.get(tp, 0)
+        if self._linger_ms == 0 and in_flight == 0 and accumulator.partition_ready(tp, now_ms):
+            # Nothing of this partition out and no linger: send now rather than wake the
+            # sender task (one task switch less per lone record).
+            if self._send_or_fail([tp]):
+                self._wake.set()  # its metadata is not cached: the sender looks it up
+        elif ((created != accumulator.batches_created or self._linger_ms == 0)
+              and in_flight < self.max_in_flight_per_partition):
+            # Readiness may have changed (a new batch, or no linger); not while the
+            # partition's requests are all out: their answer sends what queued meanwhile.
             self._wake.set()
         return fut
 
@@ -129,25 +199,209 @@ class AsyncProducer:
             self._accumulator.end_flush()
 
     async def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the sender task, close the streams (the brokers answer what they
+        have; acks=0 requests still queued are sent first), fail what is left."""
         if self._closed or self._accumulator is None:
             return
         try:
             await self.flush(timeout_s)
         finally:
-            self._closed = True
+            self._closed = True  # answers from here on are not retried
             self._wake.set()
             if self._sender is not None:
                 await self._sender
-            for task in list(self._requests):
+            await self._streams.aclose()
+            for task in list(self._unary_calls):
                 task.cancel()
-            await asyncio.gather(*self._requests, return_exceptions=True)
+            await asyncio.gather(*self._unary_calls, return_exceptions=True)
             for batch in self._accumulator.abort_all():
                 self._finish(batch, RuntimeError("producer closed before delivery"))
             for channel in self._channels.values():
                 await channel.close()
             self.metadata.close()
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ the sender task
+
+    async def _run(self) -> None:
+        while not self._closed:
+            now = _now_ms()
+            for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
+                self._finish(batch, delivery_timeout_error(batch, self.delivery_timeout_ms))
+            limit = self.max_in_flight_per_partition
+            muted = {tp for tp, n in self._in_flight.items() if n >= limit}
+            ready, next_ms = self._accumulator.ready(now, muted=muted)
+            if not ready:
+                self._wake.clear()
+                wait_s = 0.2 if next_ms is None else max(0.001, min(0.2, (next_ms - now) / 1000))
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait_s)
+                except TimeoutError:
+                    pass
+                continue
+            unknown = self._send_or_fail(ready)
+            if unknown:
+                # Their metadata is not cached: look the leaders up in a worker thread (it
+                # may refresh, which blocks), then send.
+                leaders = await asyncio.to_thread(self._look_up_leaders, unknown)
+                if not self._closed:
+                    self._send_or_fail(unknown, leaders)
+
+    def _look_up_leaders(self, tps: list[TopicPartition]
+                         ) -> dict[TopicPartition, LeaderInfo | TidewaterError | None]:
+        """Worker thread: each partition's leader, None (none now) or its typed error."""
+        out: dict[TopicPartition, LeaderInfo | TidewaterError | None] = {}
+        for tp in tps:
+            try:
+                out[tp] = self.metadata.leader_for(tp)
+            except TidewaterError as e:
+                out[tp] = e
+        return out
+
+    # ------------------------------------------------------------------ sending (never blocks)
+
+    def _send_or_fail(self, ready: list[TopicPartition], leaders=None) -> list[TopicPartition]:
+        """``_send_ready``, failing the partitions' queued batches if it breaks."""
+        try:
+            return self._send_ready(ready, leaders)
+        except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
+            for tp in ready:
+                if tp not in self._in_flight:  # else its request is out; the answer resolves it
+                    for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
+                        self._finish(batch, e)
+            return []
+
+    def _send_ready(self, ready: list[TopicPartition], leaders=None) -> list[TopicPartition]:
+        """Send every queued batch of the ready partitions, one request per leader; returns
+        the partitions left for a leader lookup (metadata not cached, nor in ``leaders``)."""
+        metadata, accumulator = self.metadata, self._accumulator
+        by_leader: dict[Address, Groups] = {}
+        unknown: list[TopicPartition] = []
+        refresh = False
+        for tp in ready:
+            if leaders is not None and tp in leaders:
+                leader = leaders[tp]
+            elif metadata.cached_partitions(tp.topic) is None:
+                unknown.append(tp)
+                continue
+            else:
+                try:
+                    leader = metadata.leader_for(tp)  # cached: does not block
+                except TidewaterError as e:
+                    leader = e
+            if isinstance(leader, TidewaterError):
+                if not leader.retriable:
+                    for batch in accumulator.drain_many(tp, self.request_bytes_max):
+                        self._finish(batch, leader)
+                    continue
+                leader = None
+            if leader is None:
+                # No leader known: new metadata after a backoff (the delivery timeout applies).
+                refresh = True
+                accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
+                continue
+            if self._in_flight.get(tp, 0) >= self.max_in_flight_per_partition:
+                continue
+            batches = accumulator.drain_many(tp, self.request_bytes_max)
+            if not batches:
+                continue
+            try:
+                for batch in batches:
+                    batch.close(self.compression)
+            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
+                for batch in batches:
+                    self._finish(batch, e)
+                continue
+            self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+            self._records_in_flight += _record_count(batches)
+            by_leader.setdefault(leader.address, []).append((tp, batches))
+        if refresh:
+            metadata.invalidate()
+        for address, groups in by_leader.items():
+            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+            add_partition = request.partitions.add
+            for tp, batches in groups:
+                add_partition(topic=tp.topic, partition=tp.partition,
+                              records=batches[0].encoded if len(batches) == 1
+                              else b"".join(b.encoded for b in batches))
+            self._send_request(address, request, groups)
+        return unknown
+
+    def _send_request(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
+        """On the broker's ProduceStream when it has one, else a unary Produce."""
+        timeout_s = self.request_timeout_ms / 1000 + DEADLINE_SLACK_S
+        for _ in range(2):  # a stream found broken between lookup and send: open a new one
+            stream = self._streams.stream(address)
+            if stream is None:
+                break
+
+            def on_answer(response, error, groups=groups, address=address, request=request):
+                if isinstance(error, StreamUnsupportedError):
+                    # An older broker: nothing was appended; this and later requests go
+                    # unary (the pool opens no stream to it any more).
+                    self._send_unary(address, request, groups)
+                else:
+                    self._on_response(groups, response, error)
+
+            if self.acks == 0:
+                # No answer comes: the records resolve once the request is queued, after the
+                # sending loop of _send_ready (so no re-entrant send from here).
+                if stream.send(request, _no_answer, timeout_s, answered=False):
+                    asyncio.get_running_loop().call_soon(self._on_response, groups, None, None)
+                    return
+            elif stream.send(request, on_answer, timeout_s):
+                return
+        self._send_unary(address, request, groups)
+
+    def _send_unary(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
+        task = asyncio.get_running_loop().create_task(self._unary_call(address, request, groups))
+        self._unary_calls.add(task)
+        task.add_done_callback(self._unary_calls.discard)
+
+    async def _unary_call(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
+        response, error = None, None
+        try:
+            response = await self._stub(address).Produce(
+                request, timeout=self.request_timeout_ms / 1000 + DEADLINE_SLACK_S)
+        except grpc.RpcError as e:
+            error = rpc_error_to_typed(e, address)
+        except asyncio.CancelledError:
+            error = BrokerConnectionError("producer closed before the answer")
+        except Exception as e:  # noqa: BLE001 - never leave futures hanging
+            error = e
+        self._on_response(groups, response, error)
+
+    def _stub(self, address: Address) -> pb_grpc.BrokerStub:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+            stub = self._stubs[address] = pb_grpc.BrokerStub(channel)
+        return stub
+
+    # ------------------------------------------------------------------ answers
+
+    def _on_response(self, groups: Groups, response: pb.ProduceResponse | None,
+                     transport_error: BaseException | None) -> None:
+        """An answer, a transport error, or (acks=0) the request queued: settle its
+        batches, then send what queued behind it, from here (no sender wake-up)."""
+        for tp, batches in groups:
+            left = self._in_flight.get(tp, 0) - 1
+            if left > 0:
+                self._in_flight[tp] = left
+            else:
+                self._in_flight.pop(tp, None)
+            self._records_in_flight -= _record_count(batches)
+        refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
+        if refresh:
+            self.metadata.invalidate()
+        elif not self._closed:
+            now_ms, limit, accumulator = _now_ms(), self.max_in_flight_per_partition, self._accumulator
+            ready = [tp for tp, _ in groups
+                     if self._in_flight.get(tp, 0) < limit and accumulator.partition_ready(tp, now_ms)]
+            if ready:
+                self._send_or_fail(ready)  # uncached metadata: left to the sender, woken below
+        if self._accumulator.buffered_records > self._records_in_flight:
+            self._wake.set()  # records wait (behind a request, to retry, or for metadata)
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None,
                 base_offset: int = -1, log_append_time_ms: int = -1) -> None:
@@ -159,99 +413,13 @@ class AsyncProducer:
         self._unfinished -= batch.record_count
         if self._unfinished == 0:
             self._idle.set()
-        if self._space is not None and self._accumulator.buffered_bytes < self.buffer_memory_bytes:
+        if self._space_waiters and self._accumulator.buffered_bytes < self.buffer_memory_bytes:
             asyncio.get_running_loop().create_task(self._notify_space())
 
     async def _notify_space(self) -> None:
         async with self._space:
             self._space.notify_all()
 
-    def _stub(self, address: Address) -> pb_grpc.BrokerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
-            stub = self._stubs[address] = pb_grpc.BrokerStub(channel)
-        return stub
 
-    async def _run(self) -> None:
-        while not self._closed:
-            now = _now_ms()
-            for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
-                self._finish(batch, delivery_timeout_error(batch, self.delivery_timeout_ms))
-            ready, next_ms = self._accumulator.ready(now, muted=set(self._in_flight))
-            if not ready:
-                self._wake.clear()
-                wait_s = 0.2 if next_ms is None else max(0.001, min(0.2, (next_ms - now) / 1000))
-                try:
-                    await asyncio.wait_for(self._wake.wait(), wait_s)
-                except TimeoutError:
-                    pass
-                continue
-            try:
-                await self._send_ready(ready)
-            except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
-                for tp in ready:
-                    if tp not in self._in_flight:
-                        for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
-                            self._finish(batch, e)
-
-    async def _send_ready(self, ready: list[TopicPartition]) -> None:
-        snap = self.metadata.snapshot
-        if snap is None or not self.metadata.cached_partitions(ready[0].topic):
-            try:
-                await asyncio.to_thread(self.metadata.refresh)
-            except TidewaterError:
-                pass  # no broker reachable now: batches wait, and expire by the delivery timeout
-        by_leader: dict[Address, list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
-        for tp in ready:
-            try:
-                leader = self.metadata.leader_for(tp)
-            except TidewaterError as e:
-                if not e.retriable:
-                    for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
-                        self._finish(batch, e)
-                    continue
-                leader = None
-            if leader is None:
-                self.metadata.invalidate()
-                self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
-                continue
-            batches = self._accumulator.drain_many(tp, self.request_bytes_max)
-            if not batches:
-                continue
-            try:
-                for batch in batches:
-                    batch.close(self.compression)
-            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
-                for batch in batches:
-                    self._finish(batch, e)
-                continue
-            self._in_flight[tp] = batches
-            by_leader.setdefault(leader.address, []).append((tp, batches))
-        for address, groups in by_leader.items():
-            task = asyncio.create_task(self._request(address, groups))
-            self._requests.add(task)
-            task.add_done_callback(self._requests.discard)
-
-    async def _request(self, address: Address, groups) -> None:
-        request = pb.ProduceRequest(
-            acks=self.acks, timeout_ms=self.request_timeout_ms,
-            partitions=[pb.ProducePartitionData(
-                topic=tp.topic, partition=tp.partition,
-                records=batches[0].encoded if len(batches) == 1 else b"".join(b.encoded for b in batches))
-                for tp, batches in groups])
-        response, error = None, None
-        try:
-            response = await self._stub(address).Produce(request, timeout=self.request_timeout_ms / 1000 + 5)
-        except grpc.RpcError as e:
-            error = rpc_error_to_typed(e, address)
-        except asyncio.CancelledError:
-            error = RuntimeError("producer closed before the answer")
-        except Exception as e:  # noqa: BLE001 - never leave futures hanging
-            error = e
-        for tp, _ in groups:
-            self._in_flight.pop(tp, None)
-        if settle_produce_answer(self, groups, response, error, _now_ms()):
-            self.metadata.invalidate()
-        self._wake.set()
+def _no_answer(response, error) -> None:
+    """The stream's callback of an acks=0 request: the broker never answers it."""

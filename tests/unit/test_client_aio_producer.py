@@ -1,14 +1,19 @@
-"""The asyncio producer against in-process fake brokers: offsets, retries, leader moves, acks=0."""
+"""The asyncio producer against in-process fake brokers: offsets, retries, leader moves, acks=0,
+and its ProduceStream paths (unary fallback, answers by correlation_id, broken and hung streams)."""
 
 from __future__ import annotations
 
 import asyncio
+from concurrent import futures
 
+import grpc
 import pytest
-from test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401
+from test_client_fake_cluster import FakeBroker, FakeState, consume_all, fake_cluster  # noqa: F401
 
+from client import aio_producer
 from client.aio_producer import AsyncProducer
 from proto import tidewater_pb2 as pb
+from proto import tidewater_pb2_grpc as pb_grpc
 from proto.errors import InvalidTopicError, RequestTimedOutError, UnknownTopicOrPartitionError
 
 
@@ -57,3 +62,96 @@ async def test_acks_zero(fake_cluster):  # noqa: F811
     _, bootstrap = fake_cluster
     async with AsyncProducer(bootstrap, acks=0, linger_ms=0) as producer:
         assert (await producer.send_and_wait("t", b"x", partition=0)).offset == -1
+
+
+# ---------------------------------------------------------------------- ProduceStream paths
+
+
+async def test_falls_back_to_unary_without_produce_stream(fake_cluster):  # noqa: F811
+    state, bootstrap = fake_cluster  # the fakes have no ProduceStream: UNIMPLEMENTED
+    async with AsyncProducer(bootstrap, acks="all", linger_ms=0,
+                             max_in_flight_per_partition=5) as producer:
+        futs = [await producer.send("t", f"v{i}".encode(), partition=0) for i in range(20)]
+        await producer.flush(10)
+        assert [f.result().offset for f in futs] == list(range(20))
+        # The first request found ProduceStream UNIMPLEMENTED; later ones went unary directly.
+        assert producer._streams.stream(state.addresses[state.leaders[0]]) is None
+    assert state.produce_requests >= 1
+    records = await asyncio.to_thread(consume_all, bootstrap, 20, (0,))
+    assert [(r.offset, r.value) for r in records] == [(i, f"v{i}".encode()) for i in range(20)]
+
+
+class StreamFakeBroker(FakeBroker):
+    """A fake with ProduceStream: answers each request as Produce does, by correlation_id.
+    ``mode`` "break-first": the first stream ends with INTERNAL after reading one request
+    (unanswered); "hang": streams read and never answer."""
+
+    mode = "answer"
+    streams_opened = 0
+
+    def ProduceStream(self, request_iterator, context):
+        type(self).streams_opened += 1
+        if self.mode == "hang":
+            for _ in request_iterator:
+                pass
+            return
+        if self.mode == "break-first" and type(self).streams_opened == 1:
+            next(request_iterator)
+            context.abort(grpc.StatusCode.INTERNAL, "broker failed")
+        for request in request_iterator:
+            response = self.Produce(request, context)
+            if request.acks != 0:
+                response.correlation_id = request.correlation_id
+                yield response
+
+
+@pytest.fixture
+def stream_cluster():
+    StreamFakeBroker.streams_opened = 0
+    state = FakeState(partitions=3, broker_ids=[1, 2])
+    servers = []
+    for b in state.broker_ids:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_BrokerServicer_to_server(StreamFakeBroker(b, state), server)
+        state.addresses[b] = ("127.0.0.1", server.add_insecure_port("127.0.0.1:0"))
+        server.start()
+        servers.append(server)
+    yield state, ",".join(f"127.0.0.1:{state.addresses[b][1]}" for b in state.broker_ids)
+    for server in servers:
+        server.stop(grace=None)
+
+
+async def test_answers_on_the_stream_with_several_requests_in_flight(stream_cluster):
+    state, bootstrap = stream_cluster
+    async with AsyncProducer(bootstrap, acks="all", linger_ms=0,
+                             max_in_flight_per_partition=4) as producer:
+        futs = [await producer.send("t", f"v{i}".encode(), partition=0) for i in range(100)]
+        await producer.flush(10)
+    assert [f.result().offset for f in futs] == list(range(100))
+    assert StreamFakeBroker.streams_opened == 1 and state.produce_requests >= 1
+
+
+async def test_a_broken_stream_fails_its_requests_as_retriable(stream_cluster):
+    state, bootstrap = stream_cluster
+    StreamFakeBroker.mode = "break-first"
+    try:
+        async with AsyncProducer(bootstrap, acks=1, linger_ms=0, retry_backoff_ms=10) as producer:
+            meta = await asyncio.wait_for(producer.send_and_wait("t", b"x", partition=0), 10)
+    finally:
+        StreamFakeBroker.mode = "answer"
+    assert meta.offset == 0  # retried on a new stream, appended once
+    assert StreamFakeBroker.streams_opened == 2
+    assert len(state.logs[0]) == 1
+
+
+async def test_a_hung_broker_times_requests_out(stream_cluster, monkeypatch):
+    _state, bootstrap = stream_cluster
+    monkeypatch.setattr(aio_producer, "DEADLINE_SLACK_S", 0.0)
+    StreamFakeBroker.mode = "hang"
+    try:
+        async with AsyncProducer(bootstrap, acks=1, linger_ms=0, retries=0,
+                                 request_timeout_ms=300) as producer:
+            with pytest.raises(RequestTimedOutError):
+                await asyncio.wait_for(producer.send_and_wait("t", b"x", partition=0), 10)
+    finally:
+        StreamFakeBroker.mode = "answer"
