@@ -1,6 +1,7 @@
 """CPU per request of the asyncio producer (``client.aio_producer``): ProduceStream against unary.
 
     .venv/bin/python bench/aio_producer_cpu.py [--count 3000] [--acks 1] [--modes stream,unary,...]
+        [--loop asyncio|uvloop]
 
 Starts a local 1-broker cluster (stopped at the end), creates an RF=1 topic and,
 per mode, sends ``count`` single-record requests (1 KiB, linger 0) with one
@@ -57,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", type=int, default=1)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--modes", default="unary,stream,unary,stream")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the caller's event loop (the producer runs on it)")
     args = parser.parse_args(argv)
+    if args.loop == "uvloop":
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="tw-aio-producer-") as directory:
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.stop()
     print(f"AsyncProducer, {args.count} requests of one {args.record_bytes} B record, "
-          f"acks={args.acks}, one at a time")
+          f"acks={args.acks}, one at a time, {args.loop} loop")
     print(format_table(("mode", "client CPU µs/req", "broker CPU µs/req", "sum µs/req",
                         "round trip µs"), rows, align_right=(False, True, True, True, True)))
     return 0
