@@ -203,6 +203,7 @@ class AsyncProducer:
         have; acks=0 requests still queued are sent first), fail what is left."""
         if self._closed or self._accumulator is None:
             return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             await self.flush(timeout_s)
         finally:
@@ -210,7 +211,10 @@ class AsyncProducer:
             self._wake.set()
             if self._sender is not None:
                 await self._sender
-            await self._streams.aclose()
+            # acks=0 requests still queued resolve once queued: wait for them to be written
+            # for what is left of the close's timeout, else up to a request timeout.
+            await self._streams.aclose(self.request_timeout_ms / 1000 if deadline is None
+                                       else max(0.0, deadline - time.monotonic()))
             for task in list(self._unary_calls):
                 task.cancel()
             await asyncio.gather(*self._unary_calls, return_exceptions=True)

@@ -280,6 +280,7 @@ class Producer:
         """Flush, stop the sender thread, fail what is left, close channels."""
         if self._closed:
             return
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             self.flush(timeout_s)
         finally:
@@ -293,7 +294,10 @@ class Producer:
                 leftovers = self._accumulator.abort_all()
             for batch in leftovers:
                 batch.fail(RuntimeError("producer closed before delivery"))
-            self._streams.close()  # half-closes: acks=0 requests still queued are sent first
+            # Half-closes: acks=0 requests still queued are written first (they resolve once
+            # queued), for what is left of the close's timeout, else up to a request timeout.
+            self._streams.close(self.request_timeout_ms / 1000 if deadline is None
+                                else max(0.0, deadline - time.monotonic()))
             self._resolve_finished()
             self.metadata.close()
 
@@ -491,7 +495,9 @@ class Producer:
                 self._release_in_flight(tp)
                 self._records_in_flight -= _record_count(batches)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
-            ready = [] if refresh else self._ready_after_answer(groups)
+            # acks=0 is settled inside the stream's send (no answer comes), i.e. inside
+            # _send_ready: sending from here would recurse a frame per request queued.
+            ready = [] if refresh or self.acks == 0 else self._ready_after_answer(groups)
             if not ready:
                 self._wake_sender_if_queued()
         if ready:

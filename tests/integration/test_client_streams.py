@@ -81,6 +81,26 @@ def test_consumer_long_polls_on_the_stream(cluster):
         assert [(r.offset, r.value) for r in got] == [(0, b"late")]
 
 
+def test_acks_zero_stream_burst_of_small_batches_all_sent(cluster):
+    """acks=0 requests are settled inside the stream's ``send`` (no answer comes): the
+    settling must not send the batches queued behind from there, or a burst of small
+    batches recursed a frame per batch until it failed, leaving records unresolved."""
+    c = cluster(1)
+    c.create_topic("z", replication_factor=1)
+    c.wait_leader_ready("z")
+    bootstrap = bootstrap_of(c)
+    count = 30_000
+    # Batches smaller than a record and requests of one batch: thousands of requests
+    # queued behind one another.
+    with Producer(bootstrap, acks=0, linger_ms=5, batch_size_bytes=16,
+                  request_bytes_max=1) as producer:
+        for i in range(count):
+            producer.send("z", b"%06d" % i, partition=0)
+        producer.flush(30)
+    records = consume(bootstrap, "z", count)
+    assert [r.value for r in records] == [b"%06d" % i for i in range(count)]
+
+
 def test_prefetched_long_poll_never_holds_up_a_seek_or_a_short_poll(cluster):
     """A caught-up consumer keeps a long-poll out on its stream (the prefetch); a poll
     shorter than it returns at its own timeout, and a seek withdraws it at once instead
