@@ -26,6 +26,8 @@ behind the answered request. The rules are the threaded producer's:
 | broker; ``request_timeout_ms`` + 5 s)  | ``RequestTimedOutError`` (retriable)          |
 | UNIMPLEMENTED (an older broker)        | the request, and every later one to that      |
 |                                        | broker, goes as a unary ``Produce`` task      |
+|                                        | (acks=0 ones written on the stream before the |
+|                                        | answer came are lost: at most once)           |
 
 A partition has up to ``max_in_flight_per_partition`` requests out; they are
 written in order on its leader's one stream, which the broker appends in

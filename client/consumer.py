@@ -280,30 +280,36 @@ class Consumer:
         chunks: list[tuple[TopicPartition, bytes]] = []
         high_watermarks: dict[TopicPartition, int] = {}
         clean = True  # every partition answered without an error
-        for address, items, call in calls:
-            try:
-                resp = self._result(address, call)
-            except TidewaterError as e:
-                clean = False
-                self._on_partition_error([tp for tp, _, _ in items], e)
-                continue
-            if resp.error_code != pb.NONE:
-                clean = False
-                self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
-                continue
-            for p in resp.partitions:
-                tp = TopicPartition(p.topic, p.partition)
-                if tp not in self._positions:
-                    continue
-                if p.error_code != pb.NONE:
+        try:
+            for address, items, call in calls:
+                try:
+                    resp = self._result(address, call)
+                except TidewaterError as e:
                     clean = False
-                    self._on_partition_error([tp], error_for_code(
-                        p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
+                    self._on_partition_error([tp for tp, _, _ in items], e)
                     continue
-                data = p.records  # each read of a protobuf bytes field is a fresh copy
-                if data:
-                    chunks.append((tp, data))
-                    high_watermarks[tp] = p.high_watermark
+                if resp.error_code != pb.NONE:
+                    clean = False
+                    self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
+                    continue
+                for p in resp.partitions:
+                    tp = TopicPartition(p.topic, p.partition)
+                    if tp not in self._positions:
+                        continue
+                    if p.error_code != pb.NONE:
+                        clean = False
+                        self._on_partition_error([tp], error_for_code(
+                            p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
+                        continue
+                    data = p.records  # each read of a protobuf bytes field is a fresh copy
+                    if data:
+                        chunks.append((tp, data))
+                        high_watermarks[tp] = p.high_watermark
+        except BaseException:
+            # Calls not read yet are withdrawn: a long-poll left on an ordered stream would
+            # hold the next poll's fetch behind it.
+            self._cancel(calls)
+            raise
         if chunks and clean and max_records is None:
             self._prefetch(wanted, dict(chunks), high_watermarks)
         for tp, data in chunks:
@@ -371,7 +377,8 @@ class Consumer:
         consumer does: with no wait if some partition has more records than its chunk
         held, else a long-poll, so that the broker holds a fetch when the next records
         are committed instead of waiting for this one's records to be handed over and
-        the next poll to ask (a thread hand-off and a request on the way)."""
+        the next poll to ask (a thread hand-off and a request on the way). The
+        long-poll only when the partitions have one leader (see below)."""
         behind = False
         following = {}
         for address, items in wanted.items():
@@ -382,7 +389,15 @@ class Consumer:
                     behind = behind or pos < high_watermarks[tp]
                 after.append((tp, pos, epoch))
             following[address] = tuple(after)
-        self._prefetched = (following, self._send_fetches(following, 0 if behind else self.fetch_max_wait_ms))
+        if behind:
+            wait_ms = 0
+        elif len(following) == 1:
+            wait_ms = self.fetch_max_wait_ms
+        else:
+            # Several leaders: a poll would wait for every long-poll and hold one leader's
+            # records while another's waits; the next poll asks, with its own timeout.
+            return
+        self._prefetched = (following, self._send_fetches(following, wait_ms))
 
     @staticmethod
     def _position_after(position: int, data: bytes) -> int:

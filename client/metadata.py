@@ -312,6 +312,17 @@ class MetadataClient:
             return None
         return info.partitions
 
+    def cached_leader_for(self, tp: TopicPartition) -> LeaderInfo | None:
+        """Leader of ``tp`` from a fresh snapshot, never refreshing (so never blocking):
+        None when the snapshot is stale or has no leader for it."""
+        parts = self.cached_partitions(tp.topic)
+        p = parts.get(tp.partition) if parts else None
+        if p is None or p.leader < 0:
+            return None
+        snap = self._snapshot
+        address = snap.brokers.get(p.leader) if snap else None
+        return None if address is None else LeaderInfo(p.leader, address, p.leader_epoch)
+
     def partitions_for(self, topic: str) -> dict[int, PartitionInfo]:
         """Partitions of ``topic``; raises UnknownTopicOrPartitionError (or the topic's error)."""
         if topic not in self._topics:  # the producer's sender asks per request: skip the lock

@@ -9,7 +9,10 @@ take every queued batch of a ready partition (up to ``request_bytes_max``),
 close each (header and CRC), group them by leader into one ``ProduceRequest``
 per broker and send it asynchronously. With ``linger_ms=0``, ``send`` on a
 partition with nothing in flight sends the request itself, from the caller's
-thread (one thread hand-off less for a lone record). The broker appends a partition's batches contiguously, so
+thread (one thread hand-off less for a lone record); and the answer to a request
+sends what queued behind it, from the answering thread (the I/O loop; without
+compression, with one request in flight per partition and the leader in cached
+metadata; otherwise the sender thread does). The broker appends a partition's batches contiguously, so
 record ``i`` of the request gets ``base_offset + i``. The answer is handled
 per partition:
 
@@ -66,6 +69,10 @@ from proto.errors import (
 from proto.records import compress
 
 __all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
+
+
+# How long close() lets brokers answer what is pending on their streams (acks=1/all).
+STREAM_CLOSE_WAIT_S = 5.0
 
 
 def parse_acks(value: str | int) -> int:
@@ -294,10 +301,12 @@ class Producer:
                 leftovers = self._accumulator.abort_all()
             for batch in leftovers:
                 batch.fail(RuntimeError("producer closed before delivery"))
-            # Half-closes: acks=0 requests still queued are written first (they resolve once
-            # queued), for what is left of the close's timeout, else up to a request timeout.
-            self._streams.close(self.request_timeout_ms / 1000 if deadline is None
-                                else max(0.0, deadline - time.monotonic()))
+            # Half-closes: the brokers answer what they have. acks=0 requests resolve once
+            # queued, so their streams get what is left of the close's timeout (else up to a
+            # request timeout) to write them; otherwise a hung broker holds close for 5 s.
+            wait_s = self.request_timeout_ms / 1000 if self.acks == 0 else STREAM_CLOSE_WAIT_S
+            self._streams.close(wait_s if deadline is None
+                                else max(0.0, min(wait_s, deadline - time.monotonic())))
             self._resolve_finished()
             self.metadata.close()
 
@@ -352,11 +361,11 @@ class Producer:
                     continue
             self._send_or_fail(ready)
 
-    def _send_or_fail(self, ready: list[TopicPartition]) -> None:
+    def _send_or_fail(self, ready: list[TopicPartition], *, from_answer: bool = False) -> None:
         """``_send_ready``, failing the partitions' queued batches if it breaks (the sender
-        thread's loop, or ``send`` itself with linger 0)."""
+        thread's loop, ``send`` itself with linger 0, or an answer's thread)."""
         try:
-            self._send_ready(ready)
+            self._send_ready(ready, from_answer=from_answer)
         except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
             with self._lock:
                 for tp in ready:
@@ -392,13 +401,20 @@ class Producer:
             self._unfinished -= sum(batch.record_count for batch, *_ in done)
             self._lock.notify_all()
 
-    def _send_ready(self, ready: list[TopicPartition]) -> None:
+    def _send_ready(self, ready: list[TopicPartition], *, from_answer: bool = False) -> None:
+        """One request per leader with the ready partitions' queued batches. From an
+        answer's thread (``from_answer``, the I/O loop) leaders come from the cached
+        metadata only: a partition without one there is left to the sender thread."""
         # leader address -> [(tp, the partition's batches in order)]
         by_leader: dict[Address, list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
         need_refresh = False
         for tp in ready:
+            if from_answer:
+                leader = self.metadata.cached_leader_for(tp)
+                if leader is None:
+                    continue  # metadata went stale meanwhile: the sender thread sends it
             try:
-                leader = self.metadata.leader_for(tp)
+                leader = leader if from_answer else self.metadata.leader_for(tp)
             except TidewaterError as e:
                 if e.retriable:
                     leader = None
@@ -504,7 +520,7 @@ class Producer:
             # Records that waited behind this request go from here, on the answering
             # thread (the I/O loop), before the futures resolve: waking the sender thread
             # to send them costs two thread hand-offs (~0.2 ms at 1,000 records/s).
-            self._send_or_fail(ready)
+            self._send_or_fail(ready, from_answer=True)
             with self._lock:
                 self._wake_sender_if_queued()
         self._resolve_finished()
@@ -513,16 +529,19 @@ class Producer:
 
     def _ready_after_answer(self, groups) -> list[TopicPartition]:
         """Partitions of an answered request that can send their queued records now
-        without blocking (lock held): not muted, due, and with cached metadata (a
-        metadata refresh must not block the I/O loop)."""
-        if self._closed:
+        without blocking the answering thread (lock held): not muted, due, and with a
+        leader in fresh cached metadata (``_send_ready`` then looks it up without a
+        refresh). Only without compression (it would hold up the I/O loop for ms) and
+        with one request in flight per partition (with more, the sender thread may drain
+        the same partition at once and the two requests could be written out of order).
+        The sender thread sends anything else."""
+        if self._closed or self.compression or self.max_in_flight_per_partition != 1:
             return []
         now_ms = _now_ms()
-        limit = self.max_in_flight_per_partition
         accumulator, metadata = self._accumulator, self.metadata
         return [tp for tp, _ in groups
-                if self._in_flight.get(tp, 0) < limit and accumulator.partition_ready(tp, now_ms)
-                and metadata.cached_partitions(tp.topic) is not None]
+                if tp not in self._in_flight and accumulator.partition_ready(tp, now_ms)
+                and metadata.cached_leader_for(tp) is not None]
 
     def _wake_sender_if_queued(self) -> None:
         """Records wait (behind a request, or to retry): the sender sends them (lock held)."""

@@ -489,9 +489,10 @@ class StreamRequest:
         return self._response
 
     def wait(self, timeout_s: float) -> bool:
-        """Whether the answer came within ``timeout_s`` (``result`` then does not block)."""
+        """Whether the answer came within ``timeout_s`` (``result`` then does not block);
+        also True when the loop thread is gone (``result`` then raises)."""
         if not self._latch.acquire(timeout=max(0.0, timeout_s)):
-            return False
+            return not self.stream._io.thread.is_alive()
         self._latch.release()
         return True
 
