@@ -752,7 +752,7 @@ class ReplicaManager:
                                       self.log_manager.logs())
                 if time.monotonic() - last_recovery_checkpoint >= RECOVERY_CHECKPOINT_INTERVAL_S:
                     last_recovery_checkpoint = time.monotonic()
-                    # Flushes every log (under each log's own lock) before writing the points.
+                    # Flushes every log (fsyncs outside each log's lock) before writing the points.
                     await self._in_thread(self.log_manager.checkpoint_recovery_points)
             except Exception as e:  # noqa: BLE001 - keep serving; next round retries
                 log.error("checkpoint failed: %s", e)

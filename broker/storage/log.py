@@ -65,7 +65,8 @@ open recovers it from disk.
 
 Threading: every public method takes the log's lock, so one task may append
 while fetch handlers read from other threads; a roll's flush runs in the flush
-executor's thread (``Log.open``) and takes the lock only around its fsyncs.
+executor's thread (``Log.open``) and takes the lock before and after its fsyncs,
+not during them. ``drain_roll_flushes`` waits for the queued ones (shutdown).
 """
 
 from __future__ import annotations
@@ -230,7 +231,8 @@ class Log:
 
     @property
     def is_closed(self) -> bool:
-        """Closed or deleted (shutdown, StopReplica, topic deletion): every call raises."""
+        """Closed or deleted (shutdown, StopReplica, topic deletion): appends and reads
+        raise; flushes do nothing."""
         return self._closed
 
     def _check_usable(self) -> None:
@@ -420,7 +422,6 @@ class Log:
         self._rolls += 1
         if not self._awaits_flush(old):  # rolled before, then truncated back into
             self._rolled_unflushed.append(old)
-        self._last_flush_ms = now_ms  # flush.ms: the background flush covers up to here
         executor = self._flush_executor or _roll_flusher()
         try:
             executor.submit(self._flush_rolled, new.base_offset)
@@ -669,8 +670,9 @@ class Log:
            the target of step 1, unless the log was truncated meanwhile (the offsets
            below it may then hold new, unsynced batches; the next flush moves it).
 
-        The recovery point thus never passes data, index entries or a file name not yet
-        durable.
+        The recovery point thus never passes data or a file name not yet durable. Index
+        entries it passes may rarely lag on disk (a flush whose index write was overtaken
+        by an older snapshot's); opening rescans what an index file lacks.
         """
         with self._lock:
             if self._closed or self._offline_reason is not None:
@@ -912,6 +914,22 @@ def _roll_flusher() -> Executor:
             _roll_flusher_executor = ThreadPoolExecutor(max_workers=1,
                                                         thread_name_prefix="flush-log")
         return _roll_flusher_executor
+
+
+def drain_roll_flushes(timeout_s: float = 60.0) -> bool:
+    """Wait until the process's flush-log thread has run every flush queued so far
+    (it runs them in order: a no-op queued now finishes after them). False on timeout."""
+    with _roll_flusher_lock:
+        executor = _roll_flusher_executor
+    if executor is None:
+        return True
+    try:
+        executor.submit(lambda: None).result(timeout_s)
+    except RuntimeError:  # shut down at interpreter exit: it finished its queue
+        return True
+    except TimeoutError:
+        return False
+    return True
 
 
 def _forget_roll_flusher() -> None:

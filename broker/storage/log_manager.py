@@ -53,7 +53,7 @@ from broker.storage.checkpoints import (
     remove_clean_shutdown_marker,
     write_clean_shutdown_marker,
 )
-from broker.storage.log import Log
+from broker.storage.log import Log, drain_roll_flushes
 from broker.storage.log_config import LogConfig
 from broker.storage.segment import storage_error
 from broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
@@ -281,10 +281,17 @@ class LogManager:
     def shutdown(self) -> None:
         """Close every log, write checkpoints, then the clean-shutdown marker.
 
-        The marker is left out if any log failed: the next start recovers.
+        The marker is left out if any log failed: the next start recovers. Rolled
+        segments' background flushes finish first, so that a disk error one of them
+        meets takes its log offline (and the shutdown unclean) instead of being lost.
         """
+        if not drain_roll_flushes():
+            log.error("rolled segments still flushing at shutdown: not marking it clean")
+            drained = False
+        else:
+            drained = True
         with self._hw_file_lock, self._recovery_file_lock, self._start_file_lock, self._lock:
-            clean = True
+            clean = drained
             for tp, partition_log in self._logs.items():
                 try:
                     if partition_log.is_offline:

@@ -10,7 +10,7 @@ import pytest
 
 from broker.storage import log as log_module
 from broker.storage import recovery
-from broker.storage.log import Log
+from broker.storage.log import Log, drain_roll_flushes
 from broker.storage.log_config import LogConfig
 from broker.storage.log_manager import LogManager
 from broker.storage.topics import TopicPartition
@@ -48,6 +48,7 @@ class QueuedFlushes(Executor):
 @pytest.fixture
 def fsyncs(monkeypatch):
     """(thread name, call) of every os.fsync / os.fdatasync, and of every fsync_dir."""
+    assert drain_roll_flushes()  # earlier tests' flushes must not land in this one's list
     calls = []
     in_fsync_dir = threading.local()
     for name in ("fsync", "fdatasync"):
