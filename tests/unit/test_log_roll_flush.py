@@ -207,6 +207,37 @@ def test_a_truncation_before_the_flush_ran_never_raises_the_recovery_point_past_
     assert offsets(log) == [0, 1, 2, 3, 4]
 
 
+def test_a_truncation_while_a_rolls_flush_syncs_keeps_the_recovery_point_below_it(
+        tmp_path, monkeypatch):
+    """The flush snapshots under the lock and fsyncs without it: a truncation (and a new
+    append at the cut offsets) in between must not let it publish its older target."""
+    flushes = QueuedFlushes()
+    log = open_log(tmp_path, flushes)
+    for _ in range(7):
+        log.append_as_leader(RECORD, 0, now_ms=0)  # rolls at 3 and 6
+    first, second = flushes.jobs
+    flushes.jobs = [first]
+    flushes.run()
+    assert log.recovery_point == 3
+    real_fdatasync = os.fdatasync
+    cut = []
+
+    def truncating_fdatasync(fd):  # the flush's step 2, lock not held
+        if not cut:
+            cut.append(True)
+            log.truncate_to(4)
+            log.append_as_leader(RECORD, 1, now_ms=0)  # offset 4 again, not in this flush
+        return real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", truncating_fdatasync)
+    flushes.jobs = [second]  # flushes below 6, as of a snapshot at LEO 7
+    flushes.run()
+    assert cut
+    assert log.recovery_point <= 4  # offset 4 is not durable yet
+    log.flush()
+    assert log.recovery_point == log.log_end_offset == 5
+
+
 @pytest.mark.parametrize("how", ["delete", "close", "retention"])
 def test_a_log_deleted_or_closed_before_its_flush_runs_is_left_alone(tmp_path, how, caplog):
     flushes = QueuedFlushes()
