@@ -372,6 +372,14 @@ def test_records_queued_behind_a_request_go_from_the_answering_thread(fake_clust
             send_ready(ready, **kwargs)
 
         producer._send_ready = recording_send_ready
+        ready = producer._accumulator.ready
+        sender_rounds = []
+
+        def counting_ready(*args, **kwargs):  # called once per wake of the sender thread
+            sender_rounds.append(1)
+            return ready(*args, **kwargs)
+
+        producer._accumulator.ready = counting_ready
         futs = []
         for i in range(200):
             futs.append(producer.send("t", f"{i}".encode(), partition=0))
@@ -382,6 +390,9 @@ def test_records_queued_behind_a_request_go_from_the_answering_thread(fake_clust
     assert state.produce_requests >= 10 and len(senders) >= state.produce_requests
     # The sender thread's timed wake-up (every 200 ms) may rarely win the race for one.
     assert senders.count("tide-producer-sender") <= 2, senders
+    # ... and it was not woken per record while the partition's request was out (200
+    # sends over ~0.3 s: its timed wake-ups and a few flush/close rounds).
+    assert len(sender_rounds) < 30, len(sender_rounds)
 
 
 def test_consumer_ignores_a_partial_tail_and_rejects_a_corrupt_batch(fake_cluster):
