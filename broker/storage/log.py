@@ -839,14 +839,23 @@ class Log:
                     except KafkaStorageError as e:
                         log.error("%s", e)
 
-    def delete(self, *, in_background: bool = False) -> None:
+    def delete(self, *, in_background: bool = False, rename_to: Path | None = None) -> None:
         """Close without flushing and remove the whole directory.
 
+        ``rename_to`` first renames the directory there, under the log's lock with
+        the close: a roll or a flush in another thread then never sees the old path
+        gone while the log still looks open (it would take the log offline).
         ``in_background`` removes the files in a daemon thread: for a directory
         already renamed out of the way (a ``-delete`` dir that loading removes
         anyway), so deleting GiBs never stalls the caller's event loop.
         """
         with self._lock:
+            if rename_to is not None:
+                try:
+                    os.rename(self.dir, rename_to)
+                except OSError as e:
+                    raise storage_error("cannot rename log for deletion", self.dir, e) from e
+                self.dir = rename_to
             self._closed = True
             close_segments_quietly(self._segments)
             if in_background:

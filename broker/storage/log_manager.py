@@ -171,12 +171,7 @@ class LogManager:
             # Rename first: a crash mid-delete leaves a "-delete" dir that load() removes,
             # never a half-deleted log that looks real.
             doomed = self.data_dir / f"{log_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            try:
-                os.rename(partition_log.dir, doomed)
-                partition_log.dir = doomed
-            except OSError as e:
-                raise storage_error("cannot rename log for deletion", partition_log.dir, e) from e
-            partition_log.delete(in_background=True)
+            partition_log.delete(in_background=True, rename_to=doomed)
         # The checkpoint files are written without _lock (see __init__).
         self.checkpoint_recovery_points(flush=False)
         self.checkpoint_log_start_offsets()

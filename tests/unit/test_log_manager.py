@@ -104,6 +104,25 @@ def test_invalid_topic_never_touches_the_disk(tmp_path):
     assert not (tmp_path.parent / "evil-0").exists()
 
 
+def test_delete_renames_and_closes_the_log_under_its_own_lock(tmp_path, monkeypatch):
+    """A roll or flush in a worker thread takes the log's lock: it sees the log either
+    open at its old path or closed, never open with its directory renamed away (which
+    took the log offline with an error)."""
+    manager = filled_manager(tmp_path)
+    partition_log = manager.get(A0)
+    real_rename = os.rename
+    seen = []
+
+    def probe_rename(src, dst):
+        seen.append((partition_log._lock._is_owned(), partition_log.is_closed))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", probe_rename)
+    manager.delete(A0)
+    assert seen and seen[0] == (True, False)
+    assert partition_log.is_closed and not partition_log.is_offline
+
+
 def test_delete_removes_directory_and_checkpoint_entries(tmp_path):
     manager = filled_manager(tmp_path)
     manager.checkpoint_high_watermarks({A0: 20, A1: 6})
