@@ -60,8 +60,13 @@ from client.metadata import (
     rpc_error_to_typed,
 )
 from client.partitioner import StickyPartitioner, choose_partition
-from client.producer import delivery_timeout_error, parse_acks, settle_produce_answer
-from client.streams import CallerLoop, StreamPool, StreamUnsupportedError
+from client.producer import (
+    delivery_timeout_error,
+    parse_acks,
+    settle_produce_answer,
+    stream_answer_callback,
+)
+from client.streams import CallerLoop, StreamPool
 from proto import tidewater_pb2 as pb
 from proto import tidewater_pb2_grpc as pb_grpc
 from proto.errors import RequestTimedOutError, TidewaterError
@@ -340,21 +345,14 @@ class AsyncProducer:
             if stream is None:
                 break
 
-            def on_answer(response, error, groups=groups, address=address, request=request):
-                if isinstance(error, StreamUnsupportedError):
-                    # An older broker: nothing was appended; this and later requests go
-                    # unary (the pool opens no stream to it any more).
-                    self._send_unary(address, request, groups)
-                else:
-                    self._on_response(groups, response, error)
-
             if self.acks == 0:
                 # No answer comes: the records resolve once the request is queued, after the
                 # sending loop of _send_ready (so no re-entrant send from here).
                 if stream.send(request, _no_answer, timeout_s, answered=False):
                     asyncio.get_running_loop().call_soon(self._on_response, groups, None, None)
                     return
-            elif stream.send(request, on_answer, timeout_s):
+            elif stream.send(request, stream_answer_callback(self, address, request, groups),
+                             timeout_s):
                 return
         self._send_unary(address, request, groups)
 

@@ -317,11 +317,7 @@ class MetadataClient:
         None when the snapshot is stale or has no leader for it."""
         parts = self.cached_partitions(tp.topic)
         p = parts.get(tp.partition) if parts else None
-        if p is None or p.leader < 0:
-            return None
-        snap = self._snapshot
-        address = snap.brokers.get(p.leader) if snap else None
-        return None if address is None else LeaderInfo(p.leader, address, p.leader_epoch)
+        return None if p is None else self._leader_of(p)
 
     def partitions_for(self, topic: str) -> dict[int, PartitionInfo]:
         """Partitions of ``topic``; raises UnknownTopicOrPartitionError (or the topic's error)."""
@@ -341,12 +337,14 @@ class MetadataClient:
         p = parts.get(tp.partition)
         if p is None:
             raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
+        return self._leader_of(p)
+
+    def _leader_of(self, p: PartitionInfo) -> LeaderInfo | None:
+        """``p``'s leader with its address, or None (no leader, or a broker not in the snapshot)."""
         if p.leader < 0:
             return None
         address = self._snapshot.brokers.get(p.leader) if self._snapshot else None
-        if address is None:
-            return None
-        return LeaderInfo(p.leader, address, p.leader_epoch)
+        return None if address is None else LeaderInfo(p.leader, address, p.leader_epoch)
 
     def broker_address(self, broker_id: int) -> Address | None:
         snap = self._snapshot

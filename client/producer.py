@@ -101,6 +101,19 @@ def delivery_timeout_error(batch: ProducerBatch, delivery_timeout_ms: int) -> Re
         f"not delivered within {delivery_timeout_ms} ms{cause}")
 
 
+def stream_answer_callback(producer, address: Address, request: pb.ProduceRequest, groups):
+    """The callback of a request on a ProduceStream, for either producer: the answer (or
+    transport error) goes to ``producer._on_response``; an older broker's UNIMPLEMENTED
+    (nothing was appended) resends it unary, as every later request to that broker goes
+    (the pool opens no stream to it any more)."""
+    def on_answer(response, error):
+        if isinstance(error, StreamUnsupportedError):
+            producer._send_unary(address, request, groups)
+        else:
+            producer._on_response(groups, response, error)
+    return on_answer
+
+
 def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
                           response: pb.ProduceResponse | None,
                           transport_error: BaseException | None, now_ms: int) -> bool:
@@ -410,19 +423,20 @@ class Producer:
         need_refresh = False
         for tp in ready:
             if from_answer:
-                leader = self.metadata.cached_leader_for(tp)
+                leader = self.metadata.cached_leader_for(tp)  # never refreshes: never blocks
                 if leader is None:
-                    continue  # metadata went stale meanwhile: the sender thread sends it
-            try:
-                leader = leader if from_answer else self.metadata.leader_for(tp)
-            except TidewaterError as e:
-                if e.retriable:
-                    leader = None
-                else:
-                    with self._lock:
-                        for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
-                            self._finish(batch, e)
-                    continue
+                    continue  # left queued: the answer then wakes the sender thread for it
+            else:
+                try:
+                    leader = self.metadata.leader_for(tp)
+                except TidewaterError as e:
+                    if e.retriable:
+                        leader = None
+                    else:
+                        with self._lock:
+                            for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
+                                self._finish(batch, e)
+                        continue
             with self._lock:
                 if leader is None:
                     # No leader known: wait a backoff for new metadata (the delivery timeout still applies).
@@ -469,14 +483,7 @@ class Producer:
             if stream is None:
                 break
 
-            def on_answer(response, error, groups=groups, address=address, request=request):
-                if isinstance(error, StreamUnsupportedError):
-                    # An older broker: nothing was appended; this and later requests go unary
-                    # (the pool opens no stream to it any more).
-                    self._send_unary(address, request, groups)
-                else:
-                    self._on_response(groups, response, error)
-
+            on_answer = stream_answer_callback(self, address, request, groups)
             if stream.send(request, on_answer, timeout_s, answered=self.acks != 0):
                 return
         self._send_unary(address, request, groups)
@@ -529,19 +536,18 @@ class Producer:
 
     def _ready_after_answer(self, groups) -> list[TopicPartition]:
         """Partitions of an answered request that can send their queued records now
-        without blocking the answering thread (lock held): not muted, due, and with a
-        leader in fresh cached metadata (``_send_ready`` then looks it up without a
-        refresh). Only without compression (it would hold up the I/O loop for ms) and
+        without blocking the answering thread (lock held): not muted and due
+        (``_send_ready`` leaves one without a leader in fresh cached metadata to the
+        sender thread). Only without compression (it would hold up the I/O loop for ms) and
         with one request in flight per partition (with more, the sender thread may drain
         the same partition at once and the two requests could be written out of order).
         The sender thread sends anything else."""
         if self._closed or self.compression or self.max_in_flight_per_partition != 1:
             return []
         now_ms = _now_ms()
-        accumulator, metadata = self._accumulator, self.metadata
+        accumulator = self._accumulator
         return [tp for tp, _ in groups
-                if tp not in self._in_flight and accumulator.partition_ready(tp, now_ms)
-                and metadata.cached_leader_for(tp) is not None]
+                if tp not in self._in_flight and accumulator.partition_ready(tp, now_ms)]
 
     def _wake_sender_if_queued(self) -> None:
         """Records wait (behind a request, or to retry): the sender sends them (lock held)."""
