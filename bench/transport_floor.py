@@ -10,6 +10,12 @@ p50/p99 and the client process's CPU per round trip. Every acks=all record
 crosses four such one-way hops in series (request to the leader, data to the
 followers, their next fetch to the leader, the answer out), so the gRPC row
 times two is the part of a record's latency no broker code can remove here.
+
+The gRPC rows run twice: with gRPC's defaults (socket I/O on its EventEngine
+threads) and as every Tidewater process runs it (``proto/grpc_env.py``: the
+completion queue's poller thread does the I/O, one thread hand-off less per
+message). Both ends of a row run in fresh processes, because gRPC reads the
+setting once, when it is first imported.
 """
 
 from __future__ import annotations
@@ -64,7 +70,18 @@ def tcp_round_trips(count: int, size_bytes: int) -> tuple[list[float], float]:
     return sorted(times), cpu_s
 
 
-def _grpc_echo_main(port_pipe) -> None:
+def _use_experiments(experiments: str | None) -> None:
+    """In a fresh process, before grpc is imported: None = gRPC's defaults."""
+    import os
+
+    if experiments is None:
+        os.environ.pop("GRPC_EXPERIMENTS", None)
+    else:
+        os.environ["GRPC_EXPERIMENTS"] = experiments
+
+
+def _grpc_echo_main(port_pipe, experiments: str | None) -> None:
+    _use_experiments(experiments)
     import grpc
     import uvloop
 
@@ -85,41 +102,55 @@ def _grpc_echo_main(port_pipe) -> None:
     uvloop.run(serve())
 
 
-def grpc_round_trips(count: int, size_bytes: int) -> tuple[list[float], float]:
+def _grpc_client_main(port: int, count: int, size_bytes: int, experiments: str | None,
+                      result_pipe) -> None:
+    _use_experiments(experiments)
     import grpc
     import uvloop
 
-    parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_grpc_echo_main, args=(child_end,),
-                                                          daemon=True)
+    async def client() -> tuple[list[float], float]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(ECHO_METHOD)()
+            message = b"x" * size_bytes
+            for _ in range(100):  # warm-up: connection, first messages
+                await call.write(message)
+                await call.read()
+            times = []
+            cpu_start = time.process_time()
+            for _ in range(count):
+                started = time.perf_counter()
+                await call.write(message)
+                await call.read()
+                times.append(time.perf_counter() - started)
+            cpu_s = (time.process_time() - cpu_start) / count
+            await call.done_writing()
+            return sorted(times), cpu_s
+
+    result_pipe.send(uvloop.run(client()))
+
+
+def grpc_round_trips(count: int, size_bytes: int, experiments: str | None = None
+                     ) -> tuple[list[float], float]:
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    server = ctx.Process(target=_grpc_echo_main, args=(child_end, experiments), daemon=True)
     server.start()
+    client = None
     try:
         if not parent_end.poll(30):
             raise RuntimeError("the gRPC echo server did not start")
         port = parent_end.recv()
-
-        async def client() -> tuple[list[float], float]:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                call = channel.stream_stream(ECHO_METHOD)()
-                message = b"x" * size_bytes
-                for _ in range(100):  # warm-up: connection, first messages
-                    await call.write(message)
-                    await call.read()
-                times = []
-                cpu_start = time.process_time()
-                for _ in range(count):
-                    started = time.perf_counter()
-                    await call.write(message)
-                    await call.read()
-                    times.append(time.perf_counter() - started)
-                cpu_s = (time.process_time() - cpu_start) / count
-                await call.done_writing()
-                return sorted(times), cpu_s
-
-        return uvloop.run(client())
+        client = ctx.Process(target=_grpc_client_main,
+                             args=(port, count, size_bytes, experiments, child_end), daemon=True)
+        client.start()
+        if not parent_end.poll(120):
+            raise RuntimeError("the gRPC echo client did not finish")
+        return parent_end.recv()
     finally:
-        server.kill()
-        server.join(5)
+        for process in (client, server):
+            if process is not None:
+                process.kill()
+                process.join(5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,8 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bytes", type=int, default=64, help="message size")
     args = parser.parse_args(argv)
     rows = []
-    for name, measure in (("raw TCP, blocking sockets", tcp_round_trips),
-                          ("grpc.aio bidi stream, uvloop", grpc_round_trips)):
+    from proto.grpc_env import GRPC_EXPERIMENTS
+
+    for name, measure in (
+            ("raw TCP, blocking sockets", tcp_round_trips),
+            ("grpc.aio bidi stream, uvloop, gRPC defaults",
+             lambda n, size: grpc_round_trips(n, size, None)),
+            ("grpc.aio bidi stream, uvloop, as Tidewater",
+             lambda n, size: grpc_round_trips(n, size, GRPC_EXPERIMENTS))):
         times, cpu_s = measure(args.round_trips, args.bytes)
         rows.append((name, f"{percentile(times, 50) * 1e6:,.0f}", f"{percentile(times, 99) * 1e6:,.0f}",
                      f"{cpu_s * 1e6:,.0f}"))

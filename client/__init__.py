@@ -1,0 +1,5 @@
+"""Tidewater clients: Producer, AsyncProducer, Consumer, admin and the tide CLI."""
+
+from proto import grpc_env
+
+grpc_env.apply()  # before any module of this package imports grpc (proto/grpc_env.py)
