@@ -401,7 +401,8 @@ async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, co
                         lambda f, due_ns=due_ns: ack_ms.append((time.time_ns() - due_ns) / 1e6)
                         if f.exception() is None else None)
                     sent += 1
-                await asyncio.sleep(0.0005)
+                if sent < count:  # until the next record is due, as run_paced
+                    await asyncio.sleep(max(0.0, start + sent / rate_per_s - time.perf_counter()))
             achieved = count / (time.perf_counter() - start)
             await asyncio.wait_for(js.publish_async_completed(), timeout=60)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,15 @@ def test_due_count_and_run_paced():
     steps = {b - a for a, b in zip(due, due[1:], strict=False)}
     assert steps <= {199_999, 200_000, 200_001}  # 1/5000 s apart, as scheduled
     assert achieved > 0
+
+
+def test_run_paced_sends_no_record_before_it_is_due():
+    start = time.time_ns()
+    late_ns: list[int] = []
+    run_paced(40, 2000, lambda i, due_ns: late_ns.append(time.time_ns() - due_ns))
+    assert len(late_ns) == 40
+    assert min(late_ns) >= 0  # it sleeps until a record is due, never sends early
+    assert time.time_ns() - start >= 39 * 500_000  # 40 records 1/2000 s apart
 
 
 def test_nats_server_config_lists_the_other_routes(tmp_path):
