@@ -20,8 +20,17 @@ imported. So ``apply()`` runs from the ``broker``, ``controller`` and
 ``client`` packages' ``__init__``, before any of their modules imports
 ``grpc``. A process that imported ``grpc`` earlier keeps gRPC's defaults.
 
-Opting out: any value of ``GRPC_EXPERIMENTS`` already in the environment, even
-an empty one, is left as it is (``GRPC_EXPERIMENTS= tide-broker ...`` runs with
+The older I/O manager only makes progress on a connection while some thread
+polls for it. A sync channel (the clients' unary calls, ``tide``) whose broker
+was down fails its calls fast and polls nothing, so its reconnect waited for
+gRPC's backup poller, every 5 s by default: a restarted broker was answered
+~4.7 s after it listened, against 0.2 s with the EventEngine. So
+``GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS`` (also gRPC's documented
+variable) is set to ``BACKUP_POLL_INTERVAL_MS``: 0.2 s again, for ten timer
+wake-ups a second per process.
+
+Opting out: any value of either variable already in the environment, even an
+empty one, is left as it is (``GRPC_EXPERIMENTS= tide-broker ...`` runs with
 gRPC's defaults).
 """
 
@@ -30,8 +39,10 @@ from __future__ import annotations
 import os
 
 GRPC_EXPERIMENTS = "-event_engine_client,-event_engine_listener"
+BACKUP_POLL_INTERVAL_MS = 100
 
 
 def apply() -> None:
-    """Set ``GRPC_EXPERIMENTS`` unless the environment already has it."""
+    """Set both variables, each unless the environment already has it."""
     os.environ.setdefault("GRPC_EXPERIMENTS", GRPC_EXPERIMENTS)
+    os.environ.setdefault("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", str(BACKUP_POLL_INTERVAL_MS))
