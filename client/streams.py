@@ -81,6 +81,19 @@ class StreamUnsupportedError(BrokerConnectionError):
 # ---------------------------------------------------------------------- the process's I/O loop
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, thread: threading.Thread, fn, *args) -> None:
+    """Run ``fn(*args)`` on ``loop``, whose thread is ``thread``. From that thread itself
+    (a Producer sending from an answer) without ``call_soon_threadsafe``'s self-pipe
+    write: two system calls and a loop pass less. A closed loop drops it."""
+    try:
+        if threading.current_thread() is thread:
+            loop.call_soon(fn, *args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nothing there to do
+        pass
+
+
 class IoLoop:
     """One asyncio loop in one daemon thread, shared by the StreamPools of a process
     (``acquire`` / ``release`` count its users; the last release stops it)."""
@@ -133,10 +146,7 @@ class IoLoop:
 
     def call_soon(self, fn, *args) -> None:
         """Run ``fn(*args)`` on the loop (from any thread); a closed loop drops it."""
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nothing there to do
-            pass
+        _call_soon(self.loop, self.thread, fn, *args)
 
     def run(self, coro, timeout_s: float):
         """Run ``coro`` on the loop and wait for it (never from the loop thread)."""
@@ -180,15 +190,8 @@ class CallerLoop:
         return threading.current_thread() is self.thread
 
     def call_soon(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on the loop; from the loop's own thread without the
-        self-pipe write of ``call_soon_threadsafe``. A closed loop drops it."""
-        try:
-            if threading.current_thread() is self.thread:
-                self.loop.call_soon(fn, *args)
-            else:
-                self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:  # the loop is closed: nothing there to do
-            pass
+        """Run ``fn(*args)`` on the loop; a closed loop drops it."""
+        _call_soon(self.loop, self.thread, fn, *args)
 
 
 # ---------------------------------------------------------------------- one stream
