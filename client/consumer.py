@@ -30,7 +30,11 @@ every poll, ~0.2 ms here and ~0.4 ms in the broker) and its next poll
 long-polls instead. The next poll uses that answer only if it asks for exactly
 the same (partition, position, leader epoch) of the same brokers; after a seek,
 an assignment change, a truncated poll (``max_records``) or an error it is
-dropped.
+dropped. With one leader the poll waits for, its fetch is a ``_FollowingFetch``:
+the loop thread that reads the answer sends that next fetch itself, before it
+wakes the polling thread, as long as the poll is waiting for this very answer
+(so at most one fetch runs ahead of the caller); the poll adopts it as its
+prefetch or withdraws it, under the same rules.
 
 There is no group management and no committed offsets: the caller owns
 assignment and positions (``assign``, ``seek``, ``position``).
@@ -69,8 +73,15 @@ LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
 
 
-def _wait_done(call, timeout_s: float) -> bool:
-    """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``."""
+def _wait_done(call, timeout_s: float, *, follow: bool = False) -> bool:
+    """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``; with
+    ``follow``, a ``_FollowingFetch`` answered meanwhile sends the next fetch itself."""
+    if follow and isinstance(call, _FollowingFetch):
+        call.waiting = True  # its answer may send the next fetch (at most one ahead)
+        try:
+            return call.wait(timeout_s)
+        finally:
+            call.waiting = False
     if isinstance(call, StreamRequest):
         return call.wait(timeout_s)
     try:
@@ -80,6 +91,34 @@ def _wait_done(call, timeout_s: float) -> bool:
     except grpc.FutureCancelledError:
         pass
     return True
+
+
+class _FollowingFetch(StreamRequest):
+    """The fetch of a poll with one leader, on its FetchStream. When it is answered while
+    its poll waits for it, the loop thread that read the answer sends the next fetch at
+    once (``Consumer._follow``: what ``_prefetch`` would send after these records) and
+    only then wakes the polling thread: no hand-off to that thread and back to the loop
+    (a self-pipe write, a loop wake-up and a GIL exchange per round) before the next
+    long-poll is out. The answer's records fields, read once there, go with it
+    (``chunks``): each read of a protobuf bytes field is a fresh copy."""
+
+    __slots__ = ("consumer", "items", "waiting", "follow", "chunks")
+
+    def __init__(self, consumer: Consumer, items: tuple, stream, request):
+        super().__init__(stream, request)
+        self.consumer = consumer
+        self.items = items
+        self.waiting = False  # set by the polling thread around its wait
+        self.follow: tuple[dict, list] | None = None  # (what it asks, its calls), once sent
+        self.chunks: dict[TopicPartition, bytes] | None = None
+
+    def on_answer(self, response, error: TidewaterError | None) -> None:
+        if error is None and self.waiting:
+            try:
+                self.consumer._follow(self, response)
+            except Exception:  # noqa: BLE001 - the poll then prefetches as usual
+                self.follow = self.chunks = None
+        super().on_answer(response, error)
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
@@ -269,7 +308,9 @@ class Consumer:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == wanted:
             calls = prefetched[1]
-            if not all(_wait_done(call, deadline - time.monotonic()) for _, _, call in calls):
+            follow = max_records is None  # a truncated poll withdraws a prefetch anyway
+            if not all(_wait_done(call, deadline - time.monotonic(), follow=follow)
+                       for _, _, call in calls):
                 self._prefetched = prefetched  # a long-poll still waiting: the next poll takes it
                 return []
         else:
@@ -282,6 +323,7 @@ class Consumer:
         clean = True  # every partition answered without an error
         try:
             for address, items, call in calls:
+                loop_chunks = call.chunks if isinstance(call, _FollowingFetch) else None
                 try:
                     resp = self._result(address, call)
                 except TidewaterError as e:
@@ -301,7 +343,8 @@ class Consumer:
                         self._on_partition_error([tp], error_for_code(
                             p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
                         continue
-                    data = p.records  # each read of a protobuf bytes field is a fresh copy
+                    # Each read of a protobuf bytes field is a fresh copy: the loop's if it read one.
+                    data = p.records if loop_chunks is None else loop_chunks.get(tp, b"")
                     if data:
                         chunks.append((tp, data))
                         high_watermarks[tp] = p.high_watermark
@@ -310,8 +353,14 @@ class Consumer:
             # hold the next poll's fetch behind it.
             self._cancel(calls)
             raise
+        follow = calls[0][2].follow if isinstance(calls[0][2], _FollowingFetch) else None
         if chunks and clean and max_records is None:
-            self._prefetch(wanted, dict(chunks), high_watermarks)
+            if follow is not None:
+                self._prefetched = follow  # sent by the loop thread: what _prefetch would send
+            else:
+                self._prefetch(wanted, dict(chunks), high_watermarks)
+        elif follow is not None:
+            self._cancel(follow[1])
         for tp, data in chunks:
             # With max_records, batches past the limit are left undecoded (fetched again).
             records += self._decode(tp, data, None if max_records is None else max_records - len(records))
@@ -338,17 +387,20 @@ class Consumer:
                     fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
                     partition_max_bytes=self.max_partition_fetch_bytes)
                     for tp, pos, epoch in items])
-            calls.append((address, items, self._send_fetch(address, request)))
+            calls.append((address, items, self._send_fetch(
+                address, request, items if len(wanted) == 1 else None)))
         return calls
 
-    def _send_fetch(self, address: Address, request: pb.FetchRequest):
-        """On the broker's FetchStream when it has one (a StreamRequest), else a unary
-        Fetch (a gRPC future); ``_result`` waits for either."""
+    def _send_fetch(self, address: Address, request: pb.FetchRequest, items: tuple | None = None):
+        """On the broker's FetchStream when it has one (a StreamRequest; a ``_FollowingFetch``
+        given the request's ``items``, the poll's only leader), else a unary Fetch (a gRPC
+        future); ``_result`` waits for either."""
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:
                 break
-            pending = StreamRequest(stream, request)
+            pending = (StreamRequest(stream, request) if items is None
+                       else _FollowingFetch(self, items, stream, request))
             if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
                 return pending
         return self.metadata.pool.broker(address).Fetch.future(
@@ -379,6 +431,21 @@ class Consumer:
         are committed instead of waiting for this one's records to be handed over and
         the next poll to ask (a thread hand-off and a request on the way). The
         long-poll only when the partitions have one leader (see below)."""
+        following, behind = self._following(wanted, chunks, high_watermarks)
+        if behind:
+            wait_ms = 0
+        elif len(following) == 1:
+            wait_ms = self.fetch_max_wait_ms
+        else:
+            # Several leaders: a poll would wait for every long-poll and hold one leader's
+            # records while another's waits; the next poll asks, with its own timeout.
+            return
+        self._prefetched = (following, self._send_fetches(following, wait_ms))
+
+    def _following(self, wanted: dict, chunks: dict[TopicPartition, bytes],
+                   high_watermarks: dict[TopicPartition, int]) -> tuple[dict, bool]:
+        """What the next poll will ask once ``chunks`` are decoded, and whether some
+        partition has more records than its chunk held."""
         behind = False
         following = {}
         for address, items in wanted.items():
@@ -389,15 +456,29 @@ class Consumer:
                     behind = behind or pos < high_watermarks[tp]
                 after.append((tp, pos, epoch))
             following[address] = tuple(after)
-        if behind:
-            wait_ms = 0
-        elif len(following) == 1:
-            wait_ms = self.fetch_max_wait_ms
-        else:
-            # Several leaders: a poll would wait for every long-poll and hold one leader's
-            # records while another's waits; the next poll asks, with its own timeout.
+        return following, behind
+
+    def _follow(self, call: _FollowingFetch, response: pb.FetchResponse) -> None:
+        """On the loop thread, for a clean answer with records to ``call`` (a poll's only
+        leader): send the fetch ``_prefetch`` would send after it (``call.follow``) and
+        keep the records fields read (``call.chunks``)."""
+        if self._closed or response.error_code != pb.NONE:
             return
-        self._prefetched = (following, self._send_fetches(following, wait_ms))
+        chunks, high_watermarks = {}, {}
+        for p in response.partitions:
+            if p.error_code != pb.NONE:
+                return
+            data = p.records
+            if data:
+                tp = TopicPartition(p.topic, p.partition)
+                chunks[tp] = data
+                high_watermarks[tp] = p.high_watermark
+        call.chunks = chunks
+        if chunks:
+            wanted = {call.stream.address: call.items}
+            following, behind = self._following(wanted, chunks, high_watermarks)
+            call.follow = (following, self._send_fetches(
+                following, 0 if behind else self.fetch_max_wait_ms))
 
     @staticmethod
     def _position_after(position: int, data: bytes) -> int:
@@ -414,6 +495,8 @@ class Consumer:
     @staticmethod
     def _cancel(calls: list) -> None:
         for _address, _items, call in calls:
+            if isinstance(call, _FollowingFetch) and call.follow is not None:
+                Consumer._cancel(call.follow[1])  # sent by the loop after this answer
             if isinstance(call, StreamRequest) and call.request.max_wait_ms and not call.done():
                 # A long-poll not wanted any more (a seek, a new assignment) would hold
                 # the stream's next answers for up to fetch_max_wait_ms: a new stream instead.

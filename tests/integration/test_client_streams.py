@@ -127,6 +127,48 @@ def test_prefetched_long_poll_never_holds_up_a_seek_or_a_short_poll(cluster):
         assert time.monotonic() - started < 2.5
 
 
+def test_waiting_poll_gets_its_next_long_poll_sent_by_the_answering_thread(cluster):
+    """A poll waiting for its prefetched long-poll: the loop thread that reads the answer
+    sends the next long-poll itself, and the poll adopts exactly that one (no second fetch
+    from the polling thread). Records come once and in order; a truncated poll
+    (``max_records``) and a seek still see every record once."""
+    c = cluster(1)
+    c.create_topic("fl", replication_factor=1)
+    c.wait_leader_ready("fl")
+    bootstrap = bootstrap_of(c)
+    with Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=5000) as consumer, \
+            Producer(bootstrap, acks="all", linger_ms=0) as producer:
+        producer.send("fl", b"0", partition=0).result(10)
+        consumer.assign([("fl", 0)])
+        got: list = []
+        wait_for(lambda: (got.extend(consumer.poll(1000)), got)[1], message="record 0")
+        for i in (1, 2, 3):
+            waited_on = consumer._prefetched[1][0][2]  # the long-poll the next poll waits for
+            timer = threading.Timer(0.3, lambda i=i: producer.send("fl", b"%d" % i, partition=0))
+            timer.start()
+            try:
+                got += consumer.poll(5000)
+            finally:
+                timer.join()
+            assert waited_on.follow is not None  # sent from the loop thread, on the answer
+            assert consumer._prefetched is waited_on.follow  # and adopted as the prefetch
+            assert waited_on.follow[0] == {waited_on.stream.address: ((consumer._assigned(("fl", 0)), i + 1,
+                                                                        waited_on.items[0][2]),)}
+        assert [(r.offset, r.value) for r in got] == [(i, b"%d" % i) for i in range(4)]
+        # A truncated poll takes one record; the loop sent no fetch ahead of it.
+        for i in (4, 5):
+            producer.send("fl", b"%d" % i, partition=0).result(10)
+        one = []
+        wait_for(lambda: (one.extend(consumer.poll(1000, max_records=1)), one)[1], message="record 4")
+        rest = []
+        wait_for(lambda: (rest.extend(consumer.poll(1000)), rest)[1], message="record 5")
+        assert [r.offset for r in one + rest] == [4, 5]
+        consumer.seek(("fl", 0), 2)
+        again: list = []
+        wait_for(lambda: (again.extend(consumer.poll(1000)), len(again) >= 4)[1], message="after seek")
+        assert [r.offset for r in again] == [2, 3, 4, 5]
+
+
 @pytest.mark.parametrize("stop", ["sigkill", "sigterm"])
 def test_leader_stopped_mid_stream_loses_nothing_acknowledged(cluster, stop):
     c = cluster(3)
