@@ -42,6 +42,7 @@ assignment and positions (``assign``, ``seek``, ``position``).
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -71,17 +72,24 @@ __all__ = ["Consumer", "ConsumerRecord", "NoOffsetForPartitionError"]
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
+# The loop thread follows an answer only up to this size: it serves every stream of the
+# process, and a consumer catching up (MiB answers) leaves the next fetch to its poll.
+FOLLOW_ANSWER_BYTES_MAX = 64 * 1024
+FOLLOW_HANDOVER_WAIT_S = 5.0  # the loop never blocks while following; a dead loop ends it
 
 
 def _wait_done(call, timeout_s: float, *, follow: bool = False) -> bool:
     """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``; with
     ``follow``, a ``_FollowingFetch`` answered meanwhile sends the next fetch itself."""
     if follow and isinstance(call, _FollowingFetch):
-        call.waiting = True  # its answer may send the next fetch (at most one ahead)
+        call.begin_wait()
         try:
-            return call.wait(timeout_s)
+            answered = call.wait(timeout_s)
         finally:
-            call.waiting = False
+            claimed = call.end_wait()
+        # Answered as the wait ended, and the loop thread took it to send the next fetch:
+        # it wakes us right after, and the poll then sees the answer with its follow-up.
+        return answered or (claimed and call.wait(FOLLOW_HANDOVER_WAIT_S))
     if isinstance(call, StreamRequest):
         return call.wait(timeout_s)
     try:
@@ -96,24 +104,44 @@ def _wait_done(call, timeout_s: float, *, follow: bool = False) -> bool:
 class _FollowingFetch(StreamRequest):
     """The fetch of a poll with one leader, on its FetchStream. When it is answered while
     its poll waits for it, the loop thread that read the answer sends the next fetch at
-    once (``Consumer._follow``: what ``_prefetch`` would send after these records) and
-    only then wakes the polling thread: no hand-off to that thread and back to the loop
-    (a self-pipe write, a loop wake-up and a GIL exchange per round) before the next
-    long-poll is out. The answer's records fields, read once there, go with it
-    (``chunks``): each read of a protobuf bytes field is a fresh copy."""
+    once, on the same stream (``Consumer._follow``: what ``_prefetch`` would send after
+    these records), and only then wakes the polling thread: no hand-off to that thread
+    and back to the loop (a self-pipe write, a loop wake-up and a GIL exchange per round)
+    before the next long-poll is out. The answer's records fields, read once there, go
+    with it (``chunks``): each read of a protobuf bytes field is a fresh copy.
 
-    __slots__ = ("consumer", "items", "waiting", "follow", "chunks")
+    The hand-over is decided under ``_handover``: the loop thread follows only if the
+    poll still waits, and a poll whose wait ends just then learns that the loop took the
+    answer (``end_wait``) and waits the moment it takes, so the poll always knows of
+    the follow-up it must adopt or withdraw."""
+
+    __slots__ = ("consumer", "items", "follow", "chunks", "_handover", "_waiting", "_claimed")
 
     def __init__(self, consumer: Consumer, items: tuple, stream, request):
         super().__init__(stream, request)
         self.consumer = consumer
         self.items = items
-        self.waiting = False  # set by the polling thread around its wait
         self.follow: tuple[dict, list] | None = None  # (what it asks, its calls), once sent
         self.chunks: dict[TopicPartition, bytes] | None = None
+        self._handover = threading.Lock()
+        self._waiting = False  # a poll waits for this answer
+        self._claimed = False  # the loop thread took the answer to follow it
+
+    def begin_wait(self) -> None:
+        with self._handover:
+            self._waiting = True
+
+    def end_wait(self) -> bool:
+        """The poll stops waiting; True when the loop thread has taken the answer to
+        follow it (it releases the waiter right after sending)."""
+        with self._handover:
+            self._waiting = False
+            return self._claimed
 
     def on_answer(self, response, error: TidewaterError | None) -> None:
-        if error is None and self.waiting:
+        with self._handover:
+            claimed = self._claimed = error is None and self._waiting
+        if claimed:
             try:
                 self.consumer._follow(self, response)
             except Exception:  # noqa: BLE001 - the poll then prefetches as usual
@@ -309,8 +337,13 @@ class Consumer:
         if prefetched is not None and prefetched[0] == wanted:
             calls = prefetched[1]
             follow = max_records is None  # a truncated poll withdraws a prefetch anyway
-            if not all(_wait_done(call, deadline - time.monotonic(), follow=follow)
-                       for _, _, call in calls):
+            try:
+                answered = all(_wait_done(call, deadline - time.monotonic(), follow=follow)
+                               for _, _, call in calls)
+            except BaseException:  # e.g. KeyboardInterrupt: withdraw what is out, as below
+                self._cancel(calls)
+                raise
+            if not answered:
                 self._prefetched = prefetched  # a long-poll still waiting: the next poll takes it
                 return []
         else:
@@ -379,17 +412,19 @@ class Consumer:
         """One Fetch per leader address, sent now; [(address, items, call)]."""
         calls = []
         for address, items in wanted.items():
-            request = pb.FetchRequest(
-                replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
-                min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
-                partitions=[pb.FetchPartition(
-                    topic=tp.topic, partition=tp.partition, current_leader_epoch=epoch,
-                    fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
-                    partition_max_bytes=self.max_partition_fetch_bytes)
-                    for tp, pos, epoch in items])
             calls.append((address, items, self._send_fetch(
-                address, request, items if len(wanted) == 1 else None)))
+                address, self._fetch_request(items, wait_ms), items if len(wanted) == 1 else None)))
         return calls
+
+    def _fetch_request(self, items: tuple, wait_ms: int) -> pb.FetchRequest:
+        return pb.FetchRequest(
+            replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
+            min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+            partitions=[pb.FetchPartition(
+                topic=tp.topic, partition=tp.partition, current_leader_epoch=epoch,
+                fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=self.max_partition_fetch_bytes)
+                for tp, pos, epoch in items])
 
     def _send_fetch(self, address: Address, request: pb.FetchRequest, items: tuple | None = None):
         """On the broker's FetchStream when it has one (a StreamRequest; a ``_FollowingFetch``
@@ -460,9 +495,12 @@ class Consumer:
 
     def _follow(self, call: _FollowingFetch, response: pb.FetchResponse) -> None:
         """On the loop thread, for a clean answer with records to ``call`` (a poll's only
-        leader): send the fetch ``_prefetch`` would send after it (``call.follow``) and
-        keep the records fields read (``call.chunks``)."""
-        if self._closed or response.error_code != pb.NONE:
+        leader), up to ``FOLLOW_ANSWER_BYTES_MAX``: send the fetch ``_prefetch`` would send
+        after it on the same stream (``call.follow``; none if the stream broke meanwhile,
+        e.g. the poll withdrew a long-poll) and keep the records fields read
+        (``call.chunks``)."""
+        if (self._closed or response.error_code != pb.NONE
+                or response.ByteSize() > FOLLOW_ANSWER_BYTES_MAX):
             return
         chunks, high_watermarks = {}, {}
         for p in response.partitions:
@@ -474,11 +512,15 @@ class Consumer:
                 chunks[tp] = data
                 high_watermarks[tp] = p.high_watermark
         call.chunks = chunks
-        if chunks:
-            wanted = {call.stream.address: call.items}
-            following, behind = self._following(wanted, chunks, high_watermarks)
-            call.follow = (following, self._send_fetches(
-                following, 0 if behind else self.fetch_max_wait_ms))
+        if not chunks:
+            return
+        stream = call.stream
+        following, behind = self._following({stream.address: call.items}, chunks, high_watermarks)
+        items = following[stream.address]
+        request = self._fetch_request(items, 0 if behind else self.fetch_max_wait_ms)
+        pending = _FollowingFetch(self, items, stream, request)
+        if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
+            call.follow = (following, [(stream.address, items, pending)])
 
     @staticmethod
     def _position_after(position: int, data: bytes) -> int:
