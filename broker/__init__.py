@@ -1,5 +1,1 @@
 """Tidewater broker."""
-
-from proto import grpc_env
-
-grpc_env.apply()  # before any module of this package imports grpc (proto/grpc_env.py)

@@ -15,6 +15,10 @@ import sys
 import uvloop
 
 from broker.config import ConfigError, config_from_args
+from proto import grpc_env
+
+# Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
+grpc_env.apply()
 
 
 def tune_gc() -> None:

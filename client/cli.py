@@ -12,6 +12,11 @@ import importlib
 import os
 import sys
 
+from proto import grpc_env
+
+# tide runs its clients as the brokers run (proto/grpc_env.py), before anything imports grpc.
+grpc_env.apply()
+
 # Modules that add subcommands; each has register(subparsers).
 SUBCOMMAND_MODULES = [
     "client.commands.topics",

@@ -28,11 +28,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from client.admin import AdminClient
-from client.consumer import Consumer
-from client.local_cluster import MANIFEST_NAME, LocalCluster, LocalClusterError
-from client.producer import Producer
-from proto.errors import TidewaterError
+from proto import grpc_env
+
+# The demo's clients run as the brokers run (proto/grpc_env.py), before grpc is imported.
+grpc_env.apply()
+
+from client.admin import AdminClient  # noqa: E402
+from client.consumer import Consumer  # noqa: E402
+from client.local_cluster import MANIFEST_NAME, LocalCluster, LocalClusterError  # noqa: E402
+from client.producer import Producer  # noqa: E402
+from proto.errors import TidewaterError  # noqa: E402
 
 TOPIC = "demo-events"
 PARTITIONS = 3

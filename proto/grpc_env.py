@@ -16,9 +16,13 @@ fell from ~90 to ~45.
 
 How: ``GRPC_EXPERIMENTS`` (gRPC's documented environment variable; "-name"
 turns an experiment off), read by gRPC core once, when ``grpc`` is first
-imported. So ``apply()`` runs from the ``broker``, ``controller`` and
-``client`` packages' ``__init__``, before any of their modules imports
-``grpc``. A process that imported ``grpc`` earlier keeps gRPC's defaults.
+imported. So ``apply()`` runs in Tidewater's own programs before anything
+imports ``grpc``: ``python -m broker`` / ``tide-broker`` (broker/__main__.py),
+the controller package, ``tide`` (client/cli.py), the demo and the benchmarks
+(bench/bench_common.py). Importing the client library changes nothing
+process-wide: a program using it may call ``apply()`` itself, first. A
+process that imported ``grpc`` earlier keeps gRPC's defaults, and child
+processes inherit the variables.
 
 The older I/O manager only makes progress on a connection while some thread
 polls for it. A sync channel (the clients' unary calls, ``tide``) whose broker
@@ -29,9 +33,12 @@ gRPC's backup poller, every 5 s by default: a restarted broker was answered
 variable) is set to ``BACKUP_POLL_INTERVAL_MS``: 0.2 s again, for ten timer
 wake-ups a second per process.
 
-Opting out: any value of either variable already in the environment, even an
-empty one, is left as it is (``GRPC_EXPERIMENTS= tide-broker ...`` runs with
-gRPC's defaults).
+Opting out: a value of either variable already in the environment is left as
+it is (``GRPC_EXPERIMENTS= GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS=5000
+tide-broker ...`` runs with gRPC's defaults; an empty backup interval makes gRPC
+print an error line). A gRPC release without these experiments would print
+"Unknown experiment" once per process and run with its defaults;
+tests/unit/test_grpc_env.py then fails, which is the cue to look again.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""proto.grpc_env: importing a Tidewater package turns gRPC's EventEngine I/O threads
-off for the process (one thread hand-off less per message), unless the environment
-already says otherwise."""
+"""proto.grpc_env: the broker, the controller and ``tide`` turn gRPC's EventEngine I/O
+threads off for their process (one thread hand-off less per message), unless the
+environment already says otherwise; importing the client library changes nothing."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def run_echo(package: str, env_value: str | None) -> tuple[str, float]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("package", ["broker", "controller", "client"])
-def test_importing_a_package_takes_the_event_engine_off_the_message_path(package):
+@pytest.mark.parametrize("package", ["broker.__main__", "controller", "client.cli"])
+def test_tidewater_programs_take_the_event_engine_off_the_message_path(package):
     value, switches_per_round_trip = run_echo(package, None)
     assert value == repr(grpc_env.GRPC_EXPERIMENTS)
     assert switches_per_round_trip < 1
@@ -75,9 +75,16 @@ def test_importing_a_package_takes_the_event_engine_off_the_message_path(package
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_value_already_set_is_kept_and_grpc_defaults_return():
-    value, switches_per_round_trip = run_echo("client", "")
+    value, switches_per_round_trip = run_echo("client.cli", "")
     assert value == "''"
     assert switches_per_round_trip > 2  # gRPC's own EventEngine threads carry the messages
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_importing_the_client_library_changes_nothing_process_wide():
+    value, switches_per_round_trip = run_echo("client.producer, client.consumer", None)
+    assert value == "None"
+    assert switches_per_round_trip > 2
 
 
 def test_apply_keeps_an_existing_value(monkeypatch):
@@ -98,7 +105,8 @@ def test_apply_keeps_an_existing_value(monkeypatch):
 # starts there after the first failed call; the client calls until one is answered.
 RECONNECT = """
 import socket, subprocess, sys, time
-import client
+from proto import grpc_env
+grpc_env.apply()
 import grpc
 from client.metadata import CHANNEL_OPTIONS
 
