@@ -109,9 +109,19 @@ def port_in_use(port: int) -> bool:
 def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, int]]:
     """name -> (listen port, metrics port) for the controller and brokers 1..N."""
     if base_port == 0:
-        ports = {"controller": (free_port(), free_port())}
+        # The kernel may hand out a port again once its probe socket is closed: every
+        # port of one plan is distinct (two processes given one port: one fails to bind).
+        taken: set[int] = set()
+
+        def distinct_free_port() -> int:
+            while (port := free_port()) in taken:
+                pass
+            taken.add(port)
+            return port
+
+        ports = {"controller": (distinct_free_port(), distinct_free_port())}
         for i in range(1, brokers + 1):
-            ports[f"broker-{i}"] = (free_port(), free_port())
+            ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port())
         return ports
     ports = {"controller": (base_port - 1, base_port + 99)}
     for i in range(1, brokers + 1):
