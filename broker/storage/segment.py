@@ -631,7 +631,14 @@ class LogSegment:
         if self.max_timestamp < timestamp_ms:
             return None
         self.ensure_indexes()
-        _ts, index_offset = self.time_index.lookup(timestamp_ms)
+        try:
+            index_offset = self._time_index_start(timestamp_ms)
+        except CorruptFileError as e:
+            log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+            self.rebuild_indexes()
+            self.index.flush()
+            self.time_index.flush()
+            index_offset = self._time_index_start(timestamp_ms)
         found = self.locate(max(index_offset, from_offset))
         if found is None:
             return None
@@ -641,6 +648,24 @@ class LogSegment:
             if max_timestamp >= timestamp_ms:
                 return position, base_offset, max_timestamp, epoch
         return None
+
+    def _time_index_start(self, timestamp_ms: int) -> int:
+        """The offset a timestamp search may start from: the time index entry for
+        ``timestamp_ms``, checked against the batch it names, whose maxTimestamp must be
+        the entry's (as ``_locate`` checks offset index entries). A damaged entry that
+        still sorts (a flipped bit in a timestamp) would otherwise start the search past
+        the record sought. CorruptFileError when it does not match."""
+        entry_timestamp, entry_offset = self.time_index.lookup(timestamp_ms)
+        if entry_timestamp == -1 and entry_offset == self.base_offset:
+            return entry_offset  # no entry at or below the timestamp: from the start
+        found = self.locate(entry_offset)
+        batch = None if found is None else next(iter_batches_in_file(
+            self._fd, self.log_path, found[0], self.size_bytes, validate_crc=False), None)
+        if batch is None or batch[5] != entry_timestamp:
+            raise CorruptFileError(
+                f"time index entry ({entry_timestamp}, {entry_offset}) does not match the log",
+                path=str(self.time_index.path))
+        return entry_offset
 
     # -- truncation, flush, lifecycle --------------------------------------
 
