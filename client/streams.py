@@ -94,7 +94,22 @@ def _call_soon(loop: asyncio.AbstractEventLoop, thread: threading.Thread, fn, *a
         pass
 
 
-class IoLoop:
+class _LoopAccess:
+    """What a ``ClientStream`` and a ``StreamPool`` need of a loop: ``loop``, its
+    ``thread``, ``call_soon`` and ``in_loop_thread`` (``IoLoop``, ``CallerLoop``)."""
+
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def call_soon(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the loop (from any thread); a closed loop drops it."""
+        _call_soon(self.loop, self.thread, fn, *args)
+
+
+class IoLoop(_LoopAccess):
     """One asyncio loop in one daemon thread, shared by the StreamPools of a process
     (``acquire`` / ``release`` count its users; the last release stops it)."""
 
@@ -141,13 +156,6 @@ class IoLoop:
         cls._shared = None
         cls._users = 0
 
-    def in_loop_thread(self) -> bool:
-        return threading.current_thread() is self.thread
-
-    def call_soon(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on the loop (from any thread); a closed loop drops it."""
-        _call_soon(self.loop, self.thread, fn, *args)
-
     def run(self, coro, timeout_s: float):
         """Run ``coro`` on the loop and wait for it (never from the loop thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
@@ -176,22 +184,14 @@ class IoLoop:
 os.register_at_fork(after_in_child=IoLoop._forget_after_fork)
 
 
-class CallerLoop:
-    """The caller's own running asyncio loop, in the shape of an ``IoLoop``: what a
-    ``ClientStream`` and a ``StreamPool`` need of a loop (``loop``, ``thread``,
-    ``call_soon``, ``in_loop_thread``), for asyncio clients (``client.aio_producer``) whose
-    streams run on their own loop, not on ``tide-client-io``. Nothing to start or stop."""
+class CallerLoop(_LoopAccess):
+    """The caller's own running asyncio loop, in the shape of an ``IoLoop``, for asyncio
+    clients (``client.aio_producer``) whose streams run on their own loop, not on
+    ``tide-client-io``. Nothing to start or stop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
         self.loop = loop or asyncio.get_running_loop()
         self.thread = threading.current_thread()
-
-    def in_loop_thread(self) -> bool:
-        return threading.current_thread() is self.thread
-
-    def call_soon(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on the loop; a closed loop drops it."""
-        _call_soon(self.loop, self.thread, fn, *args)
 
 
 # ---------------------------------------------------------------------- one stream

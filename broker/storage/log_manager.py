@@ -280,11 +280,9 @@ class LogManager:
         segments' background flushes finish first, so that a disk error one of them
         meets takes its log offline (and the shutdown unclean) instead of being lost.
         """
-        if not drain_roll_flushes():
+        drained = drain_roll_flushes()
+        if not drained:
             log.error("rolled segments still flushing at shutdown: not marking it clean")
-            drained = False
-        else:
-            drained = True
         with self._hw_file_lock, self._recovery_file_lock, self._start_file_lock, self._lock:
             clean = drained
             for tp, partition_log in self._logs.items():

@@ -504,14 +504,24 @@ class LogSegment:
         damaged index is rebuilt from the file and the lookup repeated.
         """
         end = self.size_bytes if size_limit is None else size_limit
+        return self._checked_lookup(self._locate, offset, end)
+
+    def _checked_lookup(self, lookup, *args):
+        """``lookup(*args)``; when it finds an index entry that does not match the log
+        (CorruptFileError), the indexes are rebuilt from the file and it runs again."""
         try:
-            return self._locate(offset, end)
+            return lookup(*args)
         except CorruptFileError as e:
             log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
-            self.rebuild_indexes()
-            self.index.flush()
-            self.time_index.flush()
-            return self._locate(offset, end)
+            self._replace_indexes()
+            return lookup(*args)
+
+    def _replace_indexes(self) -> None:
+        """Rebuild both indexes from the batches and write them now, not at the next roll
+        or close."""
+        self.rebuild_indexes()
+        self.index.flush()
+        self.time_index.flush()
 
     def _locate(self, offset: int, end: int) -> tuple[int, int, int] | None:
         self.ensure_indexes()
@@ -631,14 +641,7 @@ class LogSegment:
         if self.max_timestamp < timestamp_ms:
             return None
         self.ensure_indexes()
-        try:
-            index_offset = self._time_index_start(timestamp_ms)
-        except CorruptFileError as e:
-            log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
-            self.rebuild_indexes()
-            self.index.flush()
-            self.time_index.flush()
-            index_offset = self._time_index_start(timestamp_ms)
+        index_offset = self._checked_lookup(self._time_index_start, timestamp_ms)
         found = self.locate(max(index_offset, from_offset))
         if found is None:
             return None
@@ -732,9 +735,7 @@ class LogSegment:
             log.warning("index files of %s missing; rebuilding them", self.log_path)
         except CorruptFileError as e:
             log.warning("%s; rebuilding the indexes of %s", e, self.log_path)
-        self.rebuild_indexes()
-        self.index.flush()  # replace the bad files now, not at the next roll or close
-        self.time_index.flush()
+        self._replace_indexes()
 
     @property
     def indexes_full(self) -> bool:
