@@ -5,8 +5,12 @@ the machine description and ownership of every process the benchmark starts.
 /proc/<pid>/stat, or getrusage for this process) around a workload: on a shared
 machine the CPU cost per megabyte says more about the code than wall-clock time.
 
-Pure helpers (``percentile``, ``latency_summary``, ``format_table``, ``ratio``)
-are unit-tested in tests/unit/test_bench_common.py.
+``SwitchCounter`` counts the context switches of processes' threads over a run
+(from /proc/<pid>/task/<tid>/status), the figure that showed where wake-ups go
+when latency percentiles swung with a noisy machine.
+
+Pure helpers (``percentile``, ``latency_summary``, ``format_table``, ``ratio``,
+``parse_context_switches``, ``SwitchCounter.record``) are unit-tested in tests/unit/test_bench_common.py.
 
 Result rows (``Row``) are what ``cluster_bench.py`` prints and writes as JSON:
 one metric, its unit, the Tidewater value, the peer (NATS JetStream) value,
@@ -251,6 +255,83 @@ class CpuMeter:
 
     def __exit__(self, *exc) -> None:
         self.cpu_s = cpu_seconds(self.pids) - self._start
+
+
+def parse_context_switches(status_text: str) -> int:
+    """Voluntary + involuntary context switches from one /proc/<pid>/task/<tid>/status text."""
+    total = 0
+    for line in status_text.splitlines():
+        if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+            total += int(line.split(":", 1)[1])
+    return total
+
+
+def thread_context_switches(pid: int) -> dict[int, int]:
+    """tid -> context switches so far, for every thread of ``pid``; empty if it is gone.
+
+    Per thread, because /proc/<pid>/status counts only the process's first thread."""
+    counts = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return counts
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
+                counts[int(tid)] = parse_context_switches(f.read())
+        except OSError:
+            continue  # the thread ended between the listing and the read
+    return counts
+
+
+def child_pids(parent_pid: int) -> list[int]:
+    """Processes whose parent is ``parent_pid`` (from /proc/<pid>/stat)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                after_name = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(after_name[1]) == parent_pid:  # ppid is field 4 (man 5 proc)
+            children.append(int(entry))
+    return children
+
+
+class SwitchCounter:
+    """Context switches of named processes' threads over a run, from repeated samples.
+
+    Each sample keeps every thread's first and latest count, so a thread that starts during
+    the run counts from zero and one that ends counts up to the last sample that saw it.
+    Counting switches shows a change's effect where latency percentiles swing with the
+    machine: each hand-off between threads is two of them."""
+
+    def __init__(self):
+        self._first: dict[tuple[str, int], int] = {}
+        self._latest: dict[tuple[str, int], int] = {}
+        self._started: set[str] = set()
+
+    def sample(self, name: str, pid: int) -> None:
+        self.record(name, thread_context_switches(pid))
+
+    def record(self, name: str, counts: dict[int, int]) -> None:
+        """One sample of process ``name``: tid -> its context switches so far."""
+        known = name in self._started
+        self._started.add(name)
+        for tid, count in counts.items():
+            key = (name, tid)
+            if key not in self._first:
+                # A thread born after the first sample of its process counts from zero.
+                self._first[key] = count if not known else 0
+            self._latest[key] = count
+
+    def totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for key, latest in self._latest.items():
+            totals[key[0]] = totals.get(key[0], 0) + latest - self._first[key]
+        return totals
 
 
 def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:

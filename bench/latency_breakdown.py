@@ -8,6 +8,10 @@ linger 0, a Consumer process receiving) and prints the latency percentiles
 next to the CPU seconds each process spent per second of the run (from
 /proc/<pid>/stat), so a run that is CPU-bound on 2 cores shows as such: the
 sum over processes near the core count means queueing, not round trips.
+It also prints the context switches per round (one produce request) of every
+process, all threads summed (sampled from /proc every 50 ms; the sampler's own
+20 wake-ups a second fall on this process): on a machine whose speed swings,
+these counts compare two versions of the code where the percentiles cannot.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -28,6 +33,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
+from bench.bench_common import SwitchCounter, child_pids  # noqa: E402
 from bench.profile_broker import parse_raw, top_table  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -53,6 +59,45 @@ def request_latency(metrics_port: int) -> dict[tuple[str, str], float]:
 def own_cpu_seconds() -> float:
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+PRODUCER = "client: producer (this process)"
+RECEIVER = "client: receiver process"
+
+
+class SwitchSampler:
+    """Samples the context switches of the cluster's processes, this process and its other
+    children (the receiver) every ``interval_s`` in a thread, until stopped."""
+
+    def __init__(self, cluster_pids: dict[str, int], interval_s: float = 0.05):
+        self.counter = SwitchCounter()
+        self._cluster_pids = cluster_pids
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="switch-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        for name, pid in self._cluster_pids.items():
+            self.counter.sample(name, pid)
+        self.counter.sample(PRODUCER, os.getpid())
+        cluster = set(self._cluster_pids.values())
+        for pid in child_pids(os.getpid()):
+            if pid not in cluster:
+                self.counter.sample(RECEIVER, pid)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def __enter__(self) -> SwitchSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             client_before = own_cpu_seconds()
             started = time.perf_counter()
             started_wall = time.time()
-            result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
-                                                  int(args.rate * args.seconds), args.rate)
+            with SwitchSampler(pids) as sampler:
+                result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
+                                                      int(args.rate * args.seconds), args.rate)
             elapsed = time.perf_counter() - started
             if spy is not None:
                 spy.wait(timeout=60)
@@ -123,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in sorted(cpu.items()):
         print(f"  {name:30s} {seconds / elapsed:5.2f}")
     print(f"  {'total':30s} {sum(cpu.values()) / elapsed:5.2f}")
+    rounds = rpcs.get("ProduceStream", 0) + rpcs.get("Produce", 0)
+    if rounds:
+        # A round is one produce request: what one replication round costs in wake-ups.
+        switches = sampler.counter.totals()
+        print(f"context switches per round ({rounds:,.0f} produce requests; all threads):")
+        for name, count in sorted(switches.items()):
+            print(f"  {name:32s} {count / rounds:5.1f}")
+        print(f"  {'total':32s} {sum(switches.values()) / rounds:5.1f}")
     if profile_text is not None:
         inclusive, own, total = parse_raw(profile_text, busy_only=args.native)
         kind = "busy thread" if args.native else "GIL"

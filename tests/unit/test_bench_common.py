@@ -218,3 +218,45 @@ def test_settle_page_cache_writes_back_and_reports_seconds(tmp_path):
     before = dirty_page_cache_bytes()
     assert before is None or before >= 0
     assert 0 <= settle_page_cache(timeout_s=30) < 30 or dirty_page_cache_bytes() >= 64 << 20
+
+
+# ---------------------------------------------------------------- context switches
+
+
+def test_parse_context_switches_adds_voluntary_and_involuntary():
+    from bench.bench_common import parse_context_switches
+
+    status = ("Name:\tpython\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t120\n"
+              "nonvoluntary_ctxt_switches:\t7\n")
+    assert parse_context_switches(status) == 127
+    assert parse_context_switches("Name:\tx\n") == 0
+
+
+def test_switch_counter_counts_threads_born_and_ended_during_the_run():
+    from bench.bench_common import SwitchCounter
+
+    counter = SwitchCounter()
+    counter.record("leader", {10: 500, 11: 40})         # before the run: a baseline
+    counter.record("leader", {10: 530, 11: 45, 12: 3})  # thread 12 born during the run
+    counter.record("leader", {10: 560, 12: 9})          # thread 11 ended after 45
+    counter.record("receiver", {20: 1000})              # first seen mid-run: its baseline
+    counter.record("receiver", {20: 1016})
+    assert counter.totals() == {"leader": 60 + 5 + 9, "receiver": 16}
+
+
+def test_thread_context_switches_reads_this_process():
+    import os
+    import threading
+
+    from bench.bench_common import thread_context_switches
+
+    woken = threading.Event()
+    worker = threading.Thread(target=woken.wait, args=(5,))
+    worker.start()
+    try:
+        counts = thread_context_switches(os.getpid())
+        assert os.getpid() in counts and worker.native_id in counts
+    finally:
+        woken.set()
+        worker.join()
+    assert thread_context_switches(2 ** 22 + 12345) == {}  # no such process
