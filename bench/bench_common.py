@@ -329,9 +329,29 @@ class SwitchCounter:
 
     def totals(self) -> dict[str, int]:
         totals: dict[str, int] = {}
-        for key, latest in self._latest.items():
-            totals[key[0]] = totals.get(key[0], 0) + latest - self._first[key]
+        for (name, _tid), count in self.by_thread().items():
+            totals[name] = totals.get(name, 0) + count
         return totals
+
+    def by_thread(self) -> dict[tuple[str, int], int]:
+        """(process name, tid) -> that thread's context switches over the run."""
+        return {key: latest - self._first[key] for key, latest in self._latest.items()}
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """tid -> the thread's name (/proc/<pid>/task/<tid>/comm) for every thread of ``pid``."""
+    names = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return names
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as f:
+                names[int(tid)] = f.read().strip()
+        except OSError:
+            continue
+    return names
 
 
 def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:

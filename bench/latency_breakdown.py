@@ -1,6 +1,6 @@
 """Where an acks=all record's milliseconds and CPU go at a paced rate.
 
-    .venv/bin/python bench/latency_breakdown.py [--rate 1000] [--seconds 3] [--record-bytes 1024]
+    .venv/bin/python bench/latency_breakdown.py [--rate 1000] [--seconds 3] [--record-bytes 1024] [--threads]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 (1 partition, RF=3), runs ``tidewater_side.paced_latency`` (Producer acks=all,
@@ -9,9 +9,10 @@ next to the CPU seconds each process spent per second of the run (from
 /proc/<pid>/stat), so a run that is CPU-bound on 2 cores shows as such: the
 sum over processes near the core count means queueing, not round trips.
 It also prints the context switches per round (one produce request) of every
-process, all threads summed (sampled from /proc every 50 ms; the sampler's own
-20 wake-ups a second fall on this process): on a machine whose speed swings,
-these counts compare two versions of the code where the percentiles cannot.
+process, all threads summed (sampled from /proc every 250 ms; the sampler's own
+4 wake-ups a second fall on this process): on a machine whose speed swings,
+these counts compare two versions of the code where the percentiles cannot
+(``--threads``: per thread, the main one marked, this process's by their Python names).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.bench_common import SwitchCounter, child_pids  # noqa: E402
+from bench.bench_common import SwitchCounter, child_pids, thread_names  # noqa: E402
 from bench.profile_broker import parse_raw, top_table  # noqa: E402
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -69,21 +70,32 @@ class SwitchSampler:
     """Samples the context switches of the cluster's processes, this process and its other
     children (the receiver) every ``interval_s`` in a thread, until stopped."""
 
-    def __init__(self, cluster_pids: dict[str, int], interval_s: float = 0.05):
+    def __init__(self, cluster_pids: dict[str, int], interval_s: float = 0.25):
         self.counter = SwitchCounter()
+        self.names: dict[tuple[str, int], str] = {}  # (process, tid) -> thread name
         self._cluster_pids = cluster_pids
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="switch-sampler", daemon=True)
 
+    def _sample_one(self, name: str, pid: int) -> None:
+        self.counter.sample(name, pid)
+        # Python threads do not name their OS threads: this process's own are named from
+        # threading, the others by their OS name, the first thread as "main".
+        python_names = ({t.native_id: t.name for t in threading.enumerate()}
+                        if pid == os.getpid() else {})
+        for tid, thread in thread_names(pid).items():
+            label = "main" if tid == pid else python_names.get(tid, thread)
+            self.names.setdefault((name, tid), f"{label} ({tid})")
+
     def _sample(self) -> None:
         for name, pid in self._cluster_pids.items():
-            self.counter.sample(name, pid)
-        self.counter.sample(PRODUCER, os.getpid())
+            self._sample_one(name, pid)
+        self._sample_one(PRODUCER, os.getpid())
         cluster = set(self._cluster_pids.values())
         for pid in child_pids(os.getpid()):
             if pid not in cluster:
-                self.counter.sample(RECEIVER, pid)
+                self._sample_one(RECEIVER, pid)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -111,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-out", default=None, help="also keep the raw py-spy file here")
     parser.add_argument("--native", action="store_true",
                         help="profile every thread with C frames (gRPC core, uvloop), not GIL only")
+    parser.add_argument("--threads", action="store_true",
+                        help="also print the context switches per round of each thread (by name)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a broker setting for every broker")
     args = parser.parse_args(argv)
@@ -177,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, count in sorted(switches.items()):
             print(f"  {name:32s} {count / rounds:5.1f}")
         print(f"  {'total':32s} {sum(switches.values()) / rounds:5.1f}")
+        if args.threads:
+            print("  by thread (process / thread (tid)), 0.1 a round or more:")
+            for key, count in sorted(sampler.counter.by_thread().items()):
+                if count / rounds >= 0.1:
+                    label = f"{key[0]} / {sampler.names.get(key, key[1])}"
+                    print(f"    {label:56s} {count / rounds:5.1f}")
     if profile_text is not None:
         inclusive, own, total = parse_raw(profile_text, busy_only=args.native)
         kind = "busy thread" if args.native else "GIL"

@@ -242,13 +242,15 @@ def test_switch_counter_counts_threads_born_and_ended_during_the_run():
     counter.record("receiver", {20: 1000})              # first seen mid-run: its baseline
     counter.record("receiver", {20: 1016})
     assert counter.totals() == {"leader": 60 + 5 + 9, "receiver": 16}
+    assert counter.by_thread() == {("leader", 10): 60, ("leader", 11): 5, ("leader", 12): 9,
+                                   ("receiver", 20): 16}
 
 
 def test_thread_context_switches_reads_this_process():
     import os
     import threading
 
-    from bench.bench_common import thread_context_switches
+    from bench.bench_common import thread_context_switches, thread_names
 
     woken = threading.Event()
     worker = threading.Thread(target=woken.wait, args=(5,))
@@ -256,6 +258,7 @@ def test_thread_context_switches_reads_this_process():
     try:
         counts = thread_context_switches(os.getpid())
         assert os.getpid() in counts and worker.native_id in counts
+        assert set(thread_names(os.getpid())) >= {os.getpid(), worker.native_id}
     finally:
         woken.set()
         worker.join()
