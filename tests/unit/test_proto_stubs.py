@@ -35,3 +35,53 @@ def test_error_codes_keep_kafka_numbers():
     }
     for name, number in expected.items():
         assert pb.ErrorCode.Value(name) == number
+
+
+def _stub_floors() -> dict[str, str]:
+    """The versions the committed stubs refuse to run below: grpcio and protobuf."""
+    import re
+
+    grpc_stub = (ROOT / "proto" / "tidewater_pb2_grpc.py").read_text()
+    grpc_version = re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", grpc_stub).group(1)
+    pb_stub = (ROOT / "proto" / "tidewater_pb2.py").read_text()
+    major, minor, patch = re.search(
+        r"Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),", pb_stub).groups()
+    return {"grpcio": grpc_version, "protobuf": f"{major}.{minor}.{patch}"}
+
+
+def _just_below(version: str) -> str:
+    """The highest x.y.z release before ``version`` (x.y.z): 1.85.1 -> 1.85.0, 1.86.0 -> 1.85.9999."""
+    parts = [int(p) for p in version.split(".")]
+    for i in reversed(range(len(parts))):
+        if parts[i] > 0:
+            parts[i] -= 1
+            parts[i + 1:] = [9999] * (len(parts) - i - 1)
+            return ".".join(map(str, parts))
+    raise ValueError(f"nothing is below {version}")
+
+
+def test_just_below():
+    assert _just_below("1.85.1") == "1.85.0"
+    assert _just_below("1.86.0") == "1.85.9999"
+    assert _just_below("8.0.0") == "7.9999.9999"
+
+
+def test_declared_dependencies_admit_no_runtime_the_stubs_refuse():
+    # A plain `pip install` (the Docker image's wheels) resolves from pyproject alone: a
+    # floor below the stubs' own would let it pick a grpcio or protobuf that fails at import.
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {r.name: r.specifier for r in map(Requirement, project["dependencies"])}
+    floors = _stub_floors()
+    for name, floor in floors.items():
+        assert Version(floor) in declared[name], f"{name} {declared[name]} refuses {floor}"
+        assert Version(_just_below(floor)) not in declared[name], (
+            f"{name} {declared[name]} admits versions below the stubs' floor {floor}")
+    # The stubs test regenerates them: only the generator that wrote them gives the same bytes.
+    tools = next(Requirement(r) for r in project["optional-dependencies"]["dev"]
+                 if Requirement(r).name == "grpcio-tools")
+    assert str(tools.specifier) == f"=={floors['grpcio']}"
