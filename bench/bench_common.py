@@ -266,22 +266,28 @@ def parse_context_switches(status_text: str) -> int:
     return total
 
 
+def _per_thread(pid: int, filename: str) -> dict[int, str]:
+    """tid -> the text of /proc/<pid>/task/<tid>/<filename>, for every thread of ``pid``;
+    empty if the process is gone, without the threads that end while being read."""
+    texts = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return texts
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{filename}", encoding="utf-8") as f:
+                texts[int(tid)] = f.read()
+        except OSError:
+            continue  # the thread ended between the listing and the read
+    return texts
+
+
 def thread_context_switches(pid: int) -> dict[int, int]:
     """tid -> context switches so far, for every thread of ``pid``; empty if it is gone.
 
     Per thread, because /proc/<pid>/status counts only the process's first thread."""
-    counts = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return counts
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status", encoding="ascii") as f:
-                counts[int(tid)] = parse_context_switches(f.read())
-        except OSError:
-            continue  # the thread ended between the listing and the read
-    return counts
+    return {tid: parse_context_switches(text) for tid, text in _per_thread(pid, "status").items()}
 
 
 def child_pids(parent_pid: int) -> list[int]:
@@ -340,18 +346,7 @@ class SwitchCounter:
 
 def thread_names(pid: int) -> dict[int, str]:
     """tid -> the thread's name (/proc/<pid>/task/<tid>/comm) for every thread of ``pid``."""
-    names = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return names
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as f:
-                names[int(tid)] = f.read().strip()
-        except OSError:
-            continue
-    return names
+    return {tid: text.strip() for tid, text in _per_thread(pid, "comm").items()}
 
 
 def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:
