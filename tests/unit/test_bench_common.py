@@ -263,3 +263,29 @@ def test_thread_context_switches_reads_this_process():
         woken.set()
         worker.join()
     assert thread_context_switches(2 ** 22 + 12345) == {}  # no such process
+
+
+# ---------------------------------------------------------------- stall probe
+
+
+def test_slow_windows_group_acks_due_close_together():
+    from bench.stall_probe import slow_windows
+
+    slow = [(100.00, 9.0), (100.05, 30.0), (100.20, 12.0), (101.00, 8.5)]
+    windows = slow_windows(slow, gap_s=0.2)
+    assert [(w.start_s, w.end_s, w.worst_ms, w.records) for w in windows] == [
+        (100.00, 100.20, 30.0, 3), (101.00, 101.00, 8.5, 1)]
+
+
+def test_canary_late_inside_a_window_names_the_paused_cpu():
+    from bench.stall_probe import attach_canary, parse_canary, slow_windows
+
+    windows = slow_windows([(100.00, 60.0), (100.01, 55.0), (200.00, 20.0)])
+    # CPU 1's canary woke 63 ms late just after the first window's records were due: it
+    # stood still inside it. CPU 0's late wake-up is far from any window; no canary was
+    # late in the window at 200 s.
+    canary = parse_canary("100.0700 63.00 1\n150.0000 6.00 0\n")
+    outside = attach_canary(windows, canary)
+    assert windows[0].paused_cpus == [1] and windows[0].canary == [(100.07, 63.0, 1)]
+    assert windows[1].paused_cpus == []
+    assert outside == [(150.0, 6.0, 0)]
