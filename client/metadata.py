@@ -8,6 +8,13 @@ in that snapshot and call ``invalidate``/``refresh`` when a broker tells them
 the snapshot is stale (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
 LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH) or a connection fails.
 
+A snapshot that is merely older than ``metadata_max_age_ms`` is still used, and
+a refresh runs in a background thread, as Kafka's producer refreshes in its
+network thread: a ``send`` never waits for the periodic refresh, which a paused
+broker would stretch to the request timeout. Only a missing or stale snapshot
+(an error said a leader moved, or a new topic is tracked) is refreshed in the
+caller's thread.
+
 ``ChannelPool`` keeps one gRPC channel per broker address for the life of the
 client, because opening a channel per request costs a TCP and HTTP/2 handshake.
 
@@ -17,6 +24,7 @@ NETWORK_EXCEPTION, retriable, invalid metadata) at one place: ``rpc_call``.
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -94,6 +102,7 @@ class ChannelPool:
         self._channels: dict[Address, grpc.Channel] = {}
         self._broker_stubs: dict[Address, pb_grpc.BrokerStub] = {}
         self._controller_stubs: dict[Address, pb_grpc.ControllerStub] = {}
+        self.closed = False
 
     def channel(self, address: Address) -> grpc.Channel:
         with self._lock:
@@ -119,6 +128,7 @@ class ChannelPool:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             channels = list(self._channels.values())
             self._channels.clear()
             self._broker_stubs.clear()
@@ -202,6 +212,12 @@ class LeaderInfo(NamedTuple):
     leader_epoch: int
 
 
+log = logging.getLogger(__name__)
+
+# Between two background refreshes that failed (Kafka's retry.backoff.ms for metadata).
+BACKGROUND_REFRESH_BACKOFF_S = 0.1
+
+
 class MetadataClient:
     """Bootstrap, Metadata refresh and leader lookup, shared by one client's threads."""
 
@@ -214,9 +230,15 @@ class MetadataClient:
         self._lock = threading.Lock()
         self._snapshot: ClusterMetadata | None = None
         self._stale = True
+        # Counts invalidations: a refresh clears ``_stale`` only if none came while it
+        # was asking, so an answer sent before a leader moved cannot hide the move.
+        self._invalidations = 0
+        self._installed_asked_at_s = 0.0  # when the installed snapshot was asked for
         self._last_good: Address | None = None
         # Topics this client cares about; refreshes ask only for these (empty: all).
         self._topics: set[str] = set()
+        self._background: threading.Thread | None = None
+        self._background_not_before_s = 0.0
 
     @property
     def snapshot(self) -> ClusterMetadata | None:
@@ -228,10 +250,16 @@ class MetadataClient:
             if new:
                 self._topics |= new
                 self._stale = True
+                self._invalidations += 1
 
     def invalidate(self) -> None:
         """Mark the snapshot stale; the next ``current`` refreshes it."""
-        self._stale = True
+        with self._lock:
+            self._stale = True
+            self._invalidations += 1
+
+    def is_aged(self, snap: ClusterMetadata) -> bool:
+        return (time.monotonic() - snap.fetched_at_s) * 1000 > self.metadata_max_age_ms
 
     def candidate_addresses(self) -> list[Address]:
         """Known brokers (shuffled) then the bootstrap list: where to send Metadata or admin calls."""
@@ -278,6 +306,7 @@ class MetadataClient:
             self.add_topics(topics)
         with self._lock:
             tracked = sorted(self._topics)  # copied under the lock: other threads add topics
+            invalidations = self._invalidations
         request = pb.MetadataRequest(topics=tracked)
         timeout_s = self.request_timeout_ms / 1000
 
@@ -285,36 +314,71 @@ class MetadataClient:
             return rpc_call(self.pool.broker(address).Metadata, request, timeout_s=timeout_s,
                             address=address)
 
+        asked_at_s = time.monotonic()
         resp = self.any_broker_call(ask)
         snap = ClusterMetadata.from_response(resp, time.monotonic())
         with self._lock:
-            self._snapshot = snap
-            self._stale = False
-        return snap
+            # Two refreshes may overlap (a background one, a caller's): keep the later asked.
+            if asked_at_s >= self._installed_asked_at_s:
+                self._snapshot, self._installed_asked_at_s = snap, asked_at_s
+                if invalidations == self._invalidations:
+                    self._stale = False
+            return self._snapshot
 
     def current(self) -> ClusterMetadata:
-        """The snapshot, refreshed first when stale or older than metadata_max_age_ms."""
+        """The snapshot: refreshed first when there is none or it is stale; one only older
+        than metadata_max_age_ms is returned as it is, with a refresh started in the
+        background."""
         snap = self._snapshot
-        if (snap is None or self._stale
-                or (time.monotonic() - snap.fetched_at_s) * 1000 > self.metadata_max_age_ms):
-            snap = self.refresh()
+        if snap is None or self._stale:
+            return self.refresh()
+        if self.is_aged(snap):
+            self.refresh_in_background()
         return snap
 
+    def refresh_in_background(self) -> None:
+        """Start a refresh in a daemon thread, unless one runs, one failed within
+        BACKGROUND_REFRESH_BACKOFF_S, or the client is closed. Never blocks."""
+        with self._lock:
+            now_s = time.monotonic()
+            if (self._background is not None or now_s < self._background_not_before_s
+                    or self.pool.closed):
+                return
+            self._background = threading.Thread(target=self._background_refresh,
+                                                name="tide-metadata-refresh", daemon=True)
+            self._background.start()
+
+    def _background_refresh(self) -> None:
+        failed = False
+        try:
+            self.refresh()
+        except Exception as e:  # noqa: BLE001 - the snapshot stays; the next use retries
+            failed = True
+            log.debug("background metadata refresh failed: %s", e)
+        finally:
+            with self._lock:
+                self._background = None
+                if failed:
+                    self._background_not_before_s = (time.monotonic()
+                                                     + BACKGROUND_REFRESH_BACKOFF_S)
+
     def cached_partitions(self, topic: str) -> dict[int, PartitionInfo] | None:
-        """The producer's fast path: partitions of ``topic`` from a fresh snapshot, else None."""
+        """The producer's fast path: partitions of ``topic`` from a snapshot that is not
+        stale (an aged one starts a background refresh), else None."""
         snap = self._snapshot
         if snap is None or self._stale or topic not in self._topics:
             return None
         info = snap.topics.get(topic)
         if info is None or info.error_code != pb.NONE or not info.partitions:
             return None
-        if (time.monotonic() - snap.fetched_at_s) * 1000 > self.metadata_max_age_ms:
-            return None
+        if self.is_aged(snap):
+            self.refresh_in_background()
         return info.partitions
 
     def cached_leader_for(self, tp: TopicPartition) -> LeaderInfo | None:
-        """Leader of ``tp`` from a fresh snapshot, never refreshing (so never blocking):
-        None when the snapshot is stale or has no leader for it."""
+        """Leader of ``tp`` from the snapshot, never refreshing in this thread (so never
+        blocking; an aged snapshot starts a background refresh): None when the snapshot
+        is stale or has no leader for it."""
         parts = self.cached_partitions(tp.topic)
         p = parts.get(tp.partition) if parts else None
         return None if p is None else self._leader_of(p)
