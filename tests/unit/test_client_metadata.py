@@ -97,37 +97,52 @@ class GatedBrokers:
         return metadata_answer(leader)
 
 
-def aged_client(brokers: GatedBrokers) -> MetadataClient:
+def aged_client() -> tuple[GatedBrokers, MetadataClient]:
+    """A client whose snapshot (leader 1) is older than its metadata_max_age_ms."""
+    brokers = GatedBrokers(leader=1)
     client = MetadataClient("h1:1", metadata_max_age_ms=50)
     client.any_broker_call = brokers
     client.add_topics(["t"])
     client.refresh()
-    return client
+    age(client)
+    return brokers, client
+
+
+def until(predicate, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.005)
 
 
 def wait_background_done(client: MetadataClient) -> None:
-    deadline = time.monotonic() + 10
-    while client._background is not None:
-        assert time.monotonic() < deadline, "the background refresh never ended"
-        time.sleep(0.005)
+    until(lambda: client._background is None, "the background refresh ended")
 
 
 def wait_calls(brokers: GatedBrokers, calls: int) -> None:
-    deadline = time.monotonic() + 10
-    while brokers.calls < calls:
-        assert time.monotonic() < deadline, f"never {calls} Metadata calls"
-        time.sleep(0.005)
+    until(lambda: brokers.calls >= calls, f"{calls} Metadata calls")
 
 
 def age(client: MetadataClient) -> None:
-    while not client.is_aged(client.snapshot):
-        time.sleep(0.005)
+    until(lambda: client.is_aged(client.snapshot), "the snapshot aged")
+
+
+def background_refresh_held(client: MetadataClient, brokers: GatedBrokers) -> threading.Event:
+    """Start a background refresh that hangs at the broker until the returned gate opens."""
+    gate = brokers.hold_next()
+    client.refresh_in_background()
+    wait_calls(brokers, brokers.calls + 1)
+    return gate
+
+
+def release(client: MetadataClient, gate: threading.Event) -> None:
+    """Let the held refresh answer, and wait until it has ended."""
+    gate.set()
+    wait_background_done(client)
 
 
 def test_an_aged_snapshot_is_used_while_a_background_refresh_hangs():
-    brokers = GatedBrokers(leader=1)
-    client = aged_client(brokers)
-    age(client)
+    brokers, client = aged_client()
     brokers.leader = 2
     gate = brokers.hold_next()
     # The broker asked hangs: every lookup still answers at once, from the aged snapshot.
@@ -138,44 +153,31 @@ def test_an_aged_snapshot_is_used_while_a_background_refresh_hangs():
     for _ in range(3):
         assert client.cached_leader_for(TopicPartition("t", 0)).broker_id == 1
     assert brokers.calls == 2  # one refresh in flight, however many lookups
-    gate.set()
-    wait_background_done(client)
+    release(client, gate)
     assert client.leader_for(TopicPartition("t", 0)).broker_id == 2
 
 
 def test_an_invalidation_during_a_refresh_keeps_the_snapshot_stale():
-    brokers = GatedBrokers(leader=1)
-    client = aged_client(brokers)
-    age(client)
-    gate = brokers.hold_next()
-    client.refresh_in_background()  # asks before the leader moves...
-    wait_calls(brokers, 2)
+    brokers, client = aged_client()
+    gate = background_refresh_held(client, brokers)  # asks before the leader moves...
     client.invalidate()             # ...and a produce answer then says it moved
     brokers.leader = 3
-    gate.set()
-    wait_background_done(client)
+    release(client, gate)
     # The answer sent before the move must not clear the staleness: the next lookup asks again.
     assert client.leader_for(TopicPartition("t", 0)).broker_id == 3
 
 
 def test_of_two_overlapping_refreshes_the_later_asked_is_kept():
-    brokers = GatedBrokers(leader=1)
-    client = aged_client(brokers)
-    age(client)
-    gate = brokers.hold_next()
-    client.refresh_in_background()    # asked first, answers last with leader 1
-    wait_calls(brokers, 2)
+    brokers, client = aged_client()
+    gate = background_refresh_held(client, brokers)  # asked first, answers last: leader 1
     brokers.leader = 2
     client.refresh()                  # asked later, answers first with leader 2
-    gate.set()
-    wait_background_done(client)
+    release(client, gate)
     assert client.snapshot.topics["t"].partitions[0].leader == 2
 
 
 def test_a_failed_background_refresh_backs_off_and_a_closed_client_starts_none():
-    brokers = GatedBrokers(leader=1)
-    client = aged_client(brokers)
-    age(client)
+    brokers, client = aged_client()
     brokers.fail = True
     client.refresh_in_background()
     wait_background_done(client)
