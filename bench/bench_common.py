@@ -349,6 +349,93 @@ def thread_names(pid: int) -> dict[int, str]:
     return {tid: text.strip() for tid, text in _per_thread(pid, "comm").items()}
 
 
+# A canary pinned to one CPU: sleeps ``sleep_ms`` at a time until stopped and prints
+# "<epoch s> <ms late> <cpu>" for every wake-up more than ``late_ms`` late.
+CANARY = """
+import os, sys, time
+sleep_ms, late_ms, cpu = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+os.sched_setaffinity(0, {cpu})
+while True:
+    t0 = time.perf_counter()
+    time.sleep(sleep_ms / 1000)
+    late = (time.perf_counter() - t0) * 1000 - sleep_ms
+    if late > late_ms:
+        print(f"{time.time():.4f} {late:.2f} {cpu}", flush=True)
+"""
+
+
+def parse_canary(text: str) -> list[tuple[float, float, int]]:
+    """The canaries' lines as (epoch s, ms late, cpu)."""
+    return [(float(a), float(b), int(c))
+            for a, b, c in (line.split() for line in text.splitlines() if line)]
+
+
+@dataclass
+class MachinePauses:
+    """What the canaries saw during a run: wake-ups later than ``pause_ms``."""
+    pause_ms: float
+    late: list[tuple[float, float, int]]  # (epoch s, ms late, cpu), all above pause_ms
+
+    @property
+    def worst_ms(self) -> float:
+        return max((ms for _, ms, _ in self.late), default=0.0)
+
+    def describe(self) -> str:
+        if not self.late:
+            return f"no canary woke > {self.pause_ms:g} ms late"
+        cpus = ",".join(str(c) for c in sorted({cpu for _, _, cpu in self.late}))
+        return (f"{len(self.late)} canary wake-up(s) > {self.pause_ms:g} ms late, "
+                f"worst {self.worst_ms:.0f} ms (CPU {cpus})")
+
+
+class MachinePauseWatch:
+    """One sleeping canary process pinned to each CPU for the length of a block.
+
+    Nothing a workload does delays a sleeping process's wake-up by tens of ms on an
+    otherwise working machine, so a canary that wakes that late saw the machine
+    itself stand still (a VM whose vCPUs the host did not run, which such a VM may
+    not report as steal time). The canaries are stopped by pid when the block ends.
+    """
+
+    def __init__(self, sleep_ms: float = 2.0, late_ms: float = 5.0):
+        self.sleep_ms, self.late_ms = sleep_ms, late_ms
+        self.late: list[tuple[float, float, int]] = []
+        self._canaries: list[subprocess.Popen] = []
+
+    def __enter__(self) -> MachinePauseWatch:
+        import sys
+
+        for cpu in sorted(os.sched_getaffinity(0)):
+            self._canaries.append(subprocess.Popen(
+                [sys.executable, "-c", CANARY, str(self.sleep_ms), str(self.late_ms), str(cpu)],
+                stdout=subprocess.PIPE, text=True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        text = []
+        for canary in self._canaries:
+            canary.terminate()  # its lines are flushed as written: none is lost
+            try:
+                text.append(canary.communicate(timeout=10)[0])
+            except subprocess.TimeoutExpired:
+                canary.kill()
+                text.append(canary.communicate()[0])
+        self._canaries = []
+        self.late = parse_canary("".join(text))
+
+    def pauses(self, pause_ms: float = 10.0) -> MachinePauses:
+        return MachinePauses(pause_ms, [w for w in self.late if w[1] > pause_ms])
+
+
+def with_machine_pauses(fn, *args, **kwargs) -> dict:
+    """Run a latency workload that returns a dict under a MachinePauseWatch; the dict
+    gains "machine_pauses" (MachinePauses over 10 ms)."""
+    with MachinePauseWatch() as watch:
+        result = fn(*args, **kwargs)
+    result["machine_pauses"] = watch.pauses()
+    return result
+
+
 def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:
     """Run a workload returning a Throughput; fill in the CPU seconds ``pids`` spent on it."""
     with CpuMeter(pids) as meter:

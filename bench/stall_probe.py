@@ -21,8 +21,6 @@ any window, and the steal time /proc/stat reported over the run.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,25 +32,10 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.bench_common import KIB, MIB  # noqa: E402
+from bench.bench_common import KIB, MIB, MachinePauseWatch  # noqa: E402
 from bench.latency_probe import run_paced, stamped_payload  # noqa: E402
 
 RECORD_BYTES = 1 * KIB
-
-# A canary pinned to one CPU: prints "<epoch s> <ms late> <cpu>" for every 1 ms sleep
-# that overslept.
-CANARY = """
-import os, sys, time
-end, late_ms, cpu = time.time() + float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-os.sched_setaffinity(0, {cpu})
-while time.time() < end:
-    t0 = time.perf_counter()
-    time.sleep(0.001)
-    late = (time.perf_counter() - t0) * 1000 - 1
-    if late > late_ms:
-        print(f"{time.time():.4f} {late:.2f} {cpu}", flush=True)
-"""
-
 
 @dataclass
 class SlowWindow:
@@ -103,11 +86,6 @@ def attach_canary(windows: list[SlowWindow], canary: list[tuple[float, float, in
     return outside
 
 
-def parse_canary(text: str) -> list[tuple[float, float, int]]:
-    return [(float(a), float(b), int(c))
-            for a, b, c in (line.split() for line in text.splitlines() if line)]
-
-
 def steal_ticks() -> int:
     """All CPUs' steal time so far, in clock ticks (/proc/stat's eighth CPU column)."""
     with open("/proc/stat", encoding="ascii") as f:
@@ -123,7 +101,6 @@ def probe(seconds: float, rate_per_s: float, slow_ms: float, canary_late_ms: flo
     failures: list[BaseException] = []
     with tempfile.TemporaryDirectory(prefix="tw-stall-") as directory:
         cluster = tidewater_side.TidewaterCluster(directory, settings=settings)
-        canaries: list[subprocess.Popen] = []
         try:
             bootstrap = cluster.start()
             started_s = time.time()  # the brokers' periodic tasks count from about here
@@ -136,9 +113,6 @@ def probe(seconds: float, rate_per_s: float, slow_ms: float, canary_late_ms: flo
                 producer.send("stall", bytes(RECORD_BYTES), partition=0).result(timeout=30)
                 # The producer's metadata was fetched by that first send: its age counts from here.
                 producer_started_s = time.time()
-                canaries = [subprocess.Popen(
-                    [sys.executable, "-c", CANARY, str(seconds + 2), str(canary_late_ms), str(cpu)],
-                    stdout=subprocess.PIPE, text=True) for cpu in sorted(os.sched_getaffinity(0))]
                 filler = bytes(RECORD_BYTES)
 
                 def on_ack(fut, due_ns: int) -> None:
@@ -154,23 +128,19 @@ def probe(seconds: float, rate_per_s: float, slow_ms: float, canary_late_ms: flo
                                         partition=0)
                     fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
 
-                steal_before = steal_ticks()
-                achieved = run_paced(int(seconds * rate_per_s), rate_per_s, send_one)
-                producer.flush(timeout_s=120)
-                steal = steal_ticks() - steal_before
+                with MachinePauseWatch(sleep_ms=1.0, late_ms=canary_late_ms) as watch:
+                    steal_before = steal_ticks()
+                    achieved = run_paced(int(seconds * rate_per_s), rate_per_s, send_one)
+                    producer.flush(timeout_s=120)
+                    steal = steal_ticks() - steal_before
             finally:
                 producer.close(timeout_s=30)
-            canary_text = "".join(c.communicate(timeout=30)[0] for c in canaries)
         finally:
-            for c in canaries:
-                if c.poll() is None:
-                    c.kill()
-                    c.wait()
             cluster.stop()
     if failures:
         raise RuntimeError(f"{len(failures)} sends failed, first: {failures[0]!r}")
     windows = slow_windows(slow)
-    outside = attach_canary(windows, parse_canary(canary_text))
+    outside = attach_canary(windows, watch.late)
     return {"windows": windows, "canary_outside": outside, "steal_ticks": steal,
             "cluster_started_s": started_s, "producer_started_s": producer_started_s,
             "achieved_rate_per_s": achieved, "records": int(seconds * rate_per_s)}

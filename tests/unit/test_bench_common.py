@@ -278,7 +278,8 @@ def test_slow_windows_group_acks_due_close_together():
 
 
 def test_canary_late_inside_a_window_names_the_paused_cpu():
-    from bench.stall_probe import attach_canary, parse_canary, slow_windows
+    from bench.bench_common import parse_canary
+    from bench.stall_probe import attach_canary, slow_windows
 
     windows = slow_windows([(100.00, 60.0), (100.01, 55.0), (200.00, 20.0)])
     # CPU 1's canary woke 63 ms late just after the first window's records were due: it
@@ -289,3 +290,25 @@ def test_canary_late_inside_a_window_names_the_paused_cpu():
     assert windows[0].paused_cpus == [1] and windows[0].canary == [(100.07, 63.0, 1)]
     assert windows[1].paused_cpus == []
     assert outside == [(150.0, 6.0, 0)]
+
+
+def test_machine_pause_watch_reports_a_stopped_canary_as_a_pause():
+    # SIGSTOP of one canary for 60 ms is what a host not running that vCPU looks like.
+    import os
+    import signal
+
+    from bench.bench_common import MachinePauseWatch
+
+    with MachinePauseWatch(sleep_ms=1.0, late_ms=5.0) as watch:
+        time.sleep(0.3)  # the canaries start up and sleep on time
+        canary = watch._canaries[0]
+        os.kill(canary.pid, signal.SIGSTOP)
+        time.sleep(0.06)
+        os.kill(canary.pid, signal.SIGCONT)
+        time.sleep(0.1)
+    pauses = watch.pauses(pause_ms=40.0)
+    stopped_cpu = sorted(os.sched_getaffinity(0))[0]
+    # (A real pause of the machine may add the other CPU's canary: not asserted against.)
+    assert any(cpu == stopped_cpu and ms >= 50 for _, ms, cpu in pauses.late)
+    assert "worst" in pauses.describe()
+    assert canary.poll() is not None  # the canaries are stopped with the block
