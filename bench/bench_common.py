@@ -27,6 +27,7 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -223,14 +224,23 @@ def machine_description() -> dict:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces and
+    parentheses), from field 3 (state) on; None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process (all its threads) from /proc; 0 if it is gone."""
     if pid == os.getpid():
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return usage.ru_utime + usage.ru_stime
-    try:
-        fields = open(f"/proc/{pid}/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return 0.0
     # After the command name: state is field 3, utime field 14, stime field 15 (man 5 proc).
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
@@ -296,12 +306,8 @@ def child_pids(parent_pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
-                after_name = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(after_name[1]) == parent_pid:  # ppid is field 4 (man 5 proc)
+        fields = _stat_fields(int(entry))
+        if fields is not None and int(fields[1]) == parent_pid:  # ppid is field 4 (man 5 proc)
             children.append(int(entry))
     return children
 
@@ -403,8 +409,6 @@ class MachinePauseWatch:
         self._canaries: list[subprocess.Popen] = []
 
     def __enter__(self) -> MachinePauseWatch:
-        import sys
-
         for cpu in sorted(os.sched_getaffinity(0)):
             self._canaries.append(subprocess.Popen(
                 [sys.executable, "-c", CANARY, str(self.sleep_ms), str(self.late_ms), str(cpu)],
