@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test test-integration proto lint demo bench bench-cluster bench-log sim audit
+.PHONY: venv test test-integration proto lint demo bench bench-cluster bench-log sim audit audit-zip
 
 venv: $(STAMP)
 
@@ -23,14 +23,20 @@ test: venv
 test-integration: venv
 	$(PY) -m pytest -q -m integration $(PYTEST_ARGS) tests/integration
 
+# The stubs import each other as tidewater.proto.*: protoc must see the file at that path.
+PROTOC_DIR := build/protoc
 proto: venv
-	$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. proto/tidewater.proto
+	rm -rf $(PROTOC_DIR) && mkdir -p $(PROTOC_DIR)/tidewater/proto
+	cp proto/tidewater.proto $(PROTOC_DIR)/tidewater/proto/
+	cd $(PROTOC_DIR) && $(CURDIR)/$(PY) -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
+	  --grpc_python_out=. tidewater/proto/tidewater.proto
+	cp $(addprefix $(PROTOC_DIR)/tidewater/proto/,tidewater_pb2.py tidewater_pb2.pyi tidewater_pb2_grpc.py) proto/
 
 lint: venv
 	$(PY) -m ruff check .
 
 demo: venv
-	$(PY) -m client.demo --data-dir $(DEMO_DIR)
+	$(PY) -m tidewater.tools.demo --data-dir $(DEMO_DIR)
 
 # The issue's benchmark: a 3-broker RF=3 cluster against NATS JetStream (3 nodes, R3)
 # in one run. BENCH_ARGS="--quick" for ~2 minutes, "--only produce,consume" for some rows.
@@ -49,7 +55,11 @@ AUDIT_DATA ?= $(if $(wildcard $(DEMO_DIR)/broker-*),$(DEMO_DIR),$(CURDIR)/data)
 AUDIT_OUT ?= $(CURDIR)/build/audit
 AUDIT_ARGS ?=
 audit: venv
-	$(PY) -m client audit $(AUDIT_DATA) --out $(AUDIT_OUT) $(AUDIT_ARGS)
+	$(PY) -m tidewater.tools audit $(AUDIT_DATA) --out $(AUDIT_OUT) $(AUDIT_ARGS)
+
+# The audit package for spark-submit --py-files (README).
+audit-zip: venv
+	$(PY) -m tidewater.audit.pyfiles build/audit.zip
 
 # Sweep seeds of the deterministic cluster simulation (tests/sim).
 sim: venv

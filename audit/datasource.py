@@ -37,7 +37,7 @@ from operator import itemgetter
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from audit import metrics_reader, reader
+from tidewater.audit import metrics_reader, reader
 
 _COMMON_LOG_COLUMNS = (
     ("broker_id", "int"), ("data_dir", "string"), ("topic", "string"), ("partition", "int"),

@@ -114,8 +114,8 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
     The per-segment summaries are always cached: one small row per segment, read
     by Derived and again for the batch-level rules' violations.
     """
-    from audit import metrics_reader, reader
-    from audit.rules import AuditInputs
+    from tidewater.audit import metrics_reader, reader
+    from tidewater.audit.rules import AuditInputs
 
     # Fail fast, on the driver, before any Spark work: missing paths, bad ack logs.
     inventory = reader.discover(data)
@@ -170,8 +170,8 @@ def _input_error_message(e: BaseException) -> str | None:
 def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None,
               ack_logs: list[str] | None = None, log=print) -> int:
     """Run every rule and write the report; returns the exit code."""
-    from audit import health, report, rules
-    from audit.reader import AuditInputError
+    from tidewater.audit import health, report, rules
+    from tidewater.audit.reader import AuditInputError
 
     metrics = metrics or []
     ack_logs = ack_logs or []
@@ -229,7 +229,7 @@ def session_for(master: str):
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from audit import datasource, session
+    from tidewater.audit import datasource, session
 
     active = SparkContext._active_spark_context
     if active is None and "spark.master" not in _submit_conf():
@@ -249,7 +249,7 @@ def _submit_conf() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from audit.session import SparkUnavailableError
+    from tidewater.audit.session import SparkUnavailableError
 
     try:
         spark = session_for(args.master)

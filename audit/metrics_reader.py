@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit.reader import AuditInputError
+from tidewater.audit.reader import AuditInputError
 
 METRIC_FILE_SUFFIXES = (".prom", ".txt", ".metrics")
 SCRAPE_MARKER = "# SCRAPE "

@@ -26,8 +26,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from audit.health import ReplicaSample
-from audit.rules import RuleResult
+from tidewater.audit.health import ReplicaSample
+from tidewater.audit.rules import RuleResult
 
 REPORT_VERSION = 1
 SAMPLE_VIOLATIONS_MAX = 20

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
-from audit.reader import (
+from tidewater.audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
+from tidewater.audit.reader import (
     FRAMED_STATUSES,
     RULE_BATCH_CRC,
     RULE_EPOCHS,

@@ -73,6 +73,6 @@ def local_session(master: str = "local[*]", app_name: str = "tidewater-audit",
 
 
 def register_data_sources(spark) -> None:
-    from audit.datasource import register
+    from tidewater.audit.datasource import register
 
     register(spark)

@@ -42,10 +42,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker.storage.log_config import LogConfig  # noqa: E402
-from broker.storage.log_manager import LogManager  # noqa: E402
-from broker.storage.topics import TopicPartition  # noqa: E402
-from proto.records import encode_batch  # noqa: E402
+from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
+from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
+from tidewater.broker.storage.topics import TopicPartition  # noqa: E402
+from tidewater.proto.records import encode_batch  # noqa: E402
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -125,7 +125,7 @@ def tree_cpu_seconds() -> float:
 
 def time_reader(root: Path, summaries: bool = False) -> float:
     """Seconds to read every segment into batch rows (or segment summaries), no Spark."""
-    from audit import reader
+    from tidewater.audit import reader
 
     started = time.perf_counter()
     count = 0
@@ -159,9 +159,9 @@ def main(argv=None) -> int:
         print(f"built {shape['bytes'] / GIB:.2f} GiB, {shape['batches']:,} batches in "
               f"{build_s:.1f} s under {root}", file=sys.stderr)
 
-        from audit import rules
-        from audit.job import load_inputs
-        from audit.session import local_session
+        from tidewater.audit import rules
+        from tidewater.audit.job import load_inputs
+        from tidewater.audit.session import local_session
 
         spark = local_session(args.master)
         timings = []

@@ -32,11 +32,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-from proto import grpc_env
+from tidewater.proto import grpc_env
+from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 
 # Benchmarks run the clients as Tidewater's own programs do (proto/grpc_env.py); every
 # bench script imports this module before anything imports grpc.
 grpc_env.apply()
+# MiB-sized produce requests and fetch answers stay off per-call mmap (proto/malloc_tuning.py).
+tune_malloc_for_large_buffers()
 
 HOST = "127.0.0.1"
 KIB = 1024

@@ -147,7 +147,7 @@ class Bench:
                 self.limits.append(Row("machine", f"disk seq write {p.disk_bytes // MIB} MiB, 256 KiB writes",
                                        "MB/s", t.mb_per_s, note=note))
         seconds = self.step("python start + import broker.process", machine_limits.python_import_s,
-                            "broker.process", cwd=str(PROJECT_DIR))
+                            "tidewater.broker.process", cwd=str(PROJECT_DIR))
         if seconds is not None:
             self.limits.append(Row("machine", "python start + import broker.process", "s", seconds,
                                    note="floor of any broker restart"))

@@ -53,11 +53,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from broker.storage.log import Log  # noqa: E402
-from broker.storage.log_config import LogConfig  # noqa: E402
-from broker.storage.log_manager import LogManager  # noqa: E402
-from broker.storage.topics import TopicPartition  # noqa: E402
-from proto.records import encode_batch  # noqa: E402
+from tidewater.broker.storage.log import Log  # noqa: E402
+from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
+from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
+from tidewater.broker.storage.topics import TopicPartition  # noqa: E402
+from tidewater.proto.records import encode_batch  # noqa: E402
 
 MIB = 1 << 20
 RECORD_BYTES = 1024

@@ -18,7 +18,7 @@ Workloads (each on its own fresh stream):
 - ``ack_latency_serial``: ``publish`` one at a time, each waiting for its ack.
 - ``paced_latency``: ``publish_async`` at a fixed rate; per message the
   publish-to-ack time and, in a receiver process (push consumer, deliver
-  new), the publish-to-receipt time (see bench/latency_probe.py).
+  new), the publish-to-receipt time (see bench/probes/latency_probe.py).
 - ``consume``: a pull consumer (no acks) reading a stream from the start.
 - ``failover``: one-at-a-time publishes while the stream leader gets SIGKILL;
   time to the first acknowledged publish sent after the kill.
@@ -47,7 +47,7 @@ from bench.bench_common import (
     latency_summary,
     median,
 )
-from bench.latency_probe import due_count, read_stamp, stamped_payload
+from bench.probes.latency_probe import due_count, read_stamp, stamped_payload
 
 NODES = 3
 READY_TIMEOUT_S = 30.0

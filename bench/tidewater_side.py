@@ -1,5 +1,5 @@
 """Tidewater's side of the cluster benchmark: a local 3-broker cluster
-(``client.local_cluster.LocalCluster``, stopped by pid) driven by the project's
+(``tools.local_cluster.LocalCluster``, stopped by pid) driven by the project's
 own client.
 
 Workloads (each on its own topic, 1 partition, replication factor 3 — one
@@ -14,7 +14,7 @@ replicated log, like one JetStream stream):
   outside the CRC) and sent as ``ProduceRequest``s with ``in_flight`` requests
   outstanding on the gRPC channel the client uses.
 - ``paced_latency``: the Producer (acks=all, linger 0) sends stamped records
-  (bench/latency_probe.py) at a fixed rate; a receiver *process* with a
+  (bench/probes/latency_probe.py) at a fixed rate; a receiver *process* with a
   ``client.consumer.Consumer`` records receipt time; the producer side
   records each record's ack time.
 - ``consume_throughput``: a Consumer reading a topic from the beginning.
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from bench.bench_common import KIB, MIB, LatencySummary, Throughput, latency_summary, median
-from bench.latency_probe import read_stamp, run_paced, stamped_payload
+from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
 READY_TIMEOUT_S = 60.0
 
@@ -60,7 +60,7 @@ class TidewaterCluster:
     """A LocalCluster of ``brokers`` brokers plus the admin client the workloads need."""
 
     def __init__(self, directory: str | Path, brokers: int = 3, settings: dict | None = None):
-        from client.local_cluster import LocalCluster
+        from tidewater.tools.local_cluster import LocalCluster
 
         self.directory = Path(directory)
         self.brokers = brokers
@@ -70,7 +70,7 @@ class TidewaterCluster:
         self._admin = None
 
     def start(self) -> str:
-        from client.admin import AdminClient
+        from tidewater.client.admin import AdminClient
 
         self.bootstrap = self.local.up(self.brokers, base_port=0, settings=self.settings,
                                        ready_timeout_s=READY_TIMEOUT_S)
@@ -94,7 +94,7 @@ class TidewaterCluster:
                      configs: dict | None = None, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Create a topic and wait for its full ISR; while a broker is briefly fenced the
         controller refuses RF=3 ("must be 1..2 (the live brokers)"): retried until timeout."""
-        from proto.errors import TidewaterError
+        from tidewater.proto.errors import TidewaterError
 
         deadline = time.monotonic() + timeout_s
         while True:
@@ -139,7 +139,7 @@ class TidewaterCluster:
         tries needed. LocalCluster can report a broker that is starting as "exited during
         start-up" (its /proc cmdline can read empty right after the fork on a loaded machine):
         then the broker, if alive, is simply waited for; if it is really gone, started again."""
-        from client.local_cluster import LocalClusterError
+        from tidewater.tools.local_cluster import LocalClusterError
 
         deadline = time.monotonic() + ready_timeout_s
         try:
@@ -190,7 +190,7 @@ def producer_in_flight_supported() -> bool:
     """The Producer can keep several requests per partition in flight (newer clients)."""
     import inspect
 
-    from client.producer import Producer
+    from tidewater.client.producer import Producer
 
     return "max_in_flight_per_partition" in inspect.signature(Producer).parameters
 
@@ -199,7 +199,7 @@ def producer_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int
                         duration_s: float, *, batch_size_bytes: int = 256 * KIB,
                         linger_ms: int = 5, in_flight: int = 5,
                         producer_options: dict | None = None) -> Throughput:
-    from client.producer import Producer
+    from tidewater.client.producer import Producer
 
     value = os.urandom(record_bytes)
     options = {"max_in_flight_per_partition": in_flight} if producer_in_flight_supported() else {}
@@ -238,9 +238,9 @@ def pipelined_throughput(bootstrap: str, topic: str, record_bytes: int, acks: in
                          in_flight: int = 8, max_bytes: int | None = None) -> Throughput:
     """Pre-encoded batches, ``in_flight`` ProduceRequests outstanding, for ``duration_s``
     (or until ``max_bytes`` of payload went out, whichever comes first)."""
-    from client.metadata import MetadataClient, TopicPartition
-    from proto import tidewater_pb2 as pb
-    from proto.records import encode_batch
+    from tidewater.client.metadata import MetadataClient, TopicPartition
+    from tidewater.proto import tidewater_pb2 as pb
+    from tidewater.proto.records import encode_batch
 
     records_per_batch = max(1, batch_bytes // (record_bytes + 10))
     value = os.urandom(record_bytes)
@@ -303,7 +303,7 @@ def pipelined_throughput(bootstrap: str, topic: str, record_bytes: int, acks: in
 
 def consume_throughput(bootstrap: str, topic: str, *, timeout_s: float = 300) -> Throughput:
     """Read ``topic``-0 from the beginning up to its high watermark."""
-    from client.consumer import Consumer
+    from tidewater.client.consumer import Consumer
 
     consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_bytes=64 * MIB,
                         max_partition_fetch_bytes=16 * MIB, fetch_max_wait_ms=100)
@@ -334,7 +334,7 @@ def consume_throughput(bootstrap: str, topic: str, *, timeout_s: float = 300) ->
 
 def _receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float, conn) -> None:
     """Receiver process: a Consumer at the end of ``topic``-0; sends back latencies (ms)."""
-    from client.consumer import Consumer
+    from tidewater.client.consumer import Consumer
 
     consumer = Consumer(bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100)
     latencies: list[float] = []
@@ -356,7 +356,7 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
                   rate_per_s: float, *, in_flight: int = 1) -> dict:
     """Produce ``count`` stamped records with acks=all at ``rate_per_s``; ack and end-to-end
     LatencySummary plus the achieved rate."""
-    from client.producer import Producer
+    from tidewater.client.producer import Producer
 
     ctx = multiprocessing.get_context("spawn")  # never fork a process holding gRPC threads
     parent_end, child_end = ctx.Pipe()
@@ -415,7 +415,7 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
 def ack_latency_serial(bootstrap: str, topic: str, record_bytes: int, count: int,
                        acks: int = -1) -> LatencySummary:
     """Sends one at a time, each waiting for its answer (JetStream's ``publish``)."""
-    from client.producer import Producer
+    from tidewater.client.producer import Producer
 
     value = os.urandom(record_bytes)
     samples = []
@@ -436,7 +436,7 @@ class _Prober:
     (send time, ack time) pairs on the monotonic clock."""
 
     def __init__(self, bootstrap: str, topic: str):
-        from client.producer import Producer
+        from tidewater.client.producer import Producer
 
         self.topic = topic
         self.producer = Producer(bootstrap, acks=-1, linger_ms=0, retry_backoff_ms=50,

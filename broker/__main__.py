@@ -14,8 +14,8 @@ import sys
 
 import uvloop
 
-from broker.config import ConfigError, config_from_args
-from proto import grpc_env
+from tidewater.broker.config import ConfigError, config_from_args
+from tidewater.proto import grpc_env
 
 # Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
 grpc_env.apply()
@@ -34,7 +34,7 @@ def tune_gc() -> None:
 
 
 async def _serve(config) -> int:
-    from broker.process import BrokerProcess
+    from tidewater.broker.process import BrokerProcess
 
     process = BrokerProcess(config)
     stop = asyncio.Event()

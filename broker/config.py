@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
-from proto.errors import InvalidConfigError
+from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
+from tidewater.proto.errors import InvalidConfigError
 
 MIB = 1024 * 1024
 

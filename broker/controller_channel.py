@@ -45,9 +45,9 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from broker.channels import channel_options
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.broker.channels import channel_options
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 log = logging.getLogger("tidewater.broker.controller_channel")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from proto import tidewater_pb2 as pb
-from proto.errors import CorruptRecordError, TidewaterError
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import CorruptRecordError, TidewaterError
 
 log = logging.getLogger("tidewater.broker")
 

@@ -39,17 +39,17 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from broker.channels import channel_options
-from broker.clock import wall_ms
-from broker.error_mapping import error_code_for
-from broker.replication import follower_truncation
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.batch import iter_batches
+from tidewater.broker.channels import channel_options
+from tidewater.broker.clock import wall_ms
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.replication import follower_truncation
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.batch import iter_batches
 
 if TYPE_CHECKING:
-    from broker.partition import Partition
-    from broker.replica_manager import ReplicaManager
+    from tidewater.broker.partition import Partition
+    from tidewater.broker.replica_manager import ReplicaManager
 
 log = logging.getLogger("tidewater.broker.fetcher")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import grpc
 
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 FORWARD_MARGIN_S = 5.0
 

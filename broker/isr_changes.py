@@ -15,11 +15,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from broker.clock import mono_ms
-from broker.metrics import BrokerMetrics
-from broker.partition import Partition
-from broker.replication import LeaderPartitionState
-from proto import tidewater_pb2 as pb
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.partition import Partition
+from tidewater.broker.replication import LeaderPartitionState
+from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker.isr")
 

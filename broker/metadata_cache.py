@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proto import tidewater_pb2 as pb
-from proto.errors import StaleControllerEpochError
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import StaleControllerEpochError
 
 
 @dataclass

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.replication import LeaderPartitionState, follower_high_watermark
-from broker.storage.topics import TopicPartition
-from proto import tidewater_pb2 as pb
-from proto.errors import (
+from tidewater.broker.replication import LeaderPartitionState, follower_high_watermark
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import (
     FencedLeaderEpochError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,

@@ -19,16 +19,16 @@ import asyncio
 import logging
 import time
 
-from broker.config import BrokerConfig
-from broker.controller_channel import ControllerChannel
-from broker.forwarding import ControllerForwarder
-from broker.metadata_cache import MetadataCache
-from broker.metrics import BrokerMetrics
-from broker.replica_manager import ReplicaManager
-from broker.server import BrokerServicer, build_server
-from broker.storage.log_config import LogConfig
-from broker.storage.log_manager import LogManager
-from proto import tidewater_pb2 as pb
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.controller_channel import ControllerChannel
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.broker.server import BrokerServicer, build_server
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker")
 

@@ -24,7 +24,7 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
 
-from proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker.purgatory")
 

@@ -35,21 +35,21 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 
-from broker.clock import mono_ms, wall_ms
-from broker.config import BrokerConfig
-from broker.error_mapping import error_code_for
-from broker.fetcher import FetcherManager
-from broker.isr_changes import IsrChanges
-from broker.metadata_cache import MetadataCache
-from broker.metrics import BrokerMetrics, ReplicaSnapshot
-from broker.partition import Partition, state_is_newer
-from broker.purgatory import FetchWaiters, ProducePurgatory
-from broker.replication import check_diverging
-from broker.storage.log_config import LogConfig
-from broker.storage.topics import TopicPartition, validate_topic_partition
-from proto import tidewater_pb2 as pb
-from proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
-from proto.errors import (
+from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.fetcher import FetcherManager
+from tidewater.broker.isr_changes import IsrChanges
+from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
+from tidewater.broker.partition import Partition, state_is_newer
+from tidewater.broker.purgatory import FetchWaiters, ProducePurgatory
+from tidewater.broker.replication import check_diverging
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
+from tidewater.proto.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequiredAcksError,

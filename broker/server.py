@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 import grpc
 
-from broker.error_mapping import error_code_for
-from broker.malloc_tuning import tune_malloc_for_large_buffers
-from broker.replica_manager import produce_error_response
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.replica_manager import produce_error_response
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 
 log = logging.getLogger("tidewater.broker.server")
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import NamedTuple
 
-from client.metadata import TopicPartition
-from proto.batch_builder import BatchBuilder
+from tidewater.client.metadata import TopicPartition
+from tidewater.proto.batch_builder import BatchBuilder
 
 LOGGER = logging.getLogger(__name__)
 

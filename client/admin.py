@@ -13,9 +13,15 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from client.metadata import Address, MetadataClient, format_address, rpc_call, rpc_error_to_typed
-from proto import tidewater_pb2 as pb
-from proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from tidewater.client.metadata import (
+    Address,
+    MetadataClient,
+    format_address,
+    rpc_call,
+    rpc_error_to_typed,
+)
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
 
 # A hung (e.g. SIGSTOPped) broker must not stall a describe: its replicas show -1 instead.
 REPLICA_STATE_TIMEOUT_MS = 5000

@@ -48,8 +48,8 @@ import time
 
 import grpc
 
-from client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
-from client.metadata import (
+from tidewater.client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
+from tidewater.client.metadata import (
     CHANNEL_OPTIONS,
     Address,
     BrokerConnectionError,
@@ -59,18 +59,18 @@ from client.metadata import (
     format_address,
     rpc_error_to_typed,
 )
-from client.partitioner import StickyPartitioner, choose_partition
-from client.producer import (
+from tidewater.client.partitioner import StickyPartitioner, choose_partition
+from tidewater.client.producer import (
     delivery_timeout_error,
     parse_acks,
     settle_produce_answer,
     stream_answer_callback,
 )
-from client.streams import CallerLoop, StreamPool
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import RequestTimedOutError, TidewaterError
-from proto.records import compress
+from tidewater.client.streams import CallerLoop, StreamPool
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import RequestTimedOutError, TidewaterError
+from tidewater.proto.records import compress
 
 __all__ = ["AsyncProducer", "RecordMetadata"]
 

@@ -47,23 +47,23 @@ import time
 
 import grpc
 
-from client.metadata import (
+from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
     rpc_error_to_typed,
 )
-from client.streams import StreamPool, StreamRequest, StreamUnsupportedError
-from proto import tidewater_pb2 as pb
-from proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
-from proto.errors import (
+from tidewater.client.streams import StreamPool, StreamRequest, StreamUnsupportedError
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
+from tidewater.proto.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     TidewaterError,
     error_for_code,
 )
-from proto.records import ConsumerRecord, decode_consumer_records
+from tidewater.proto.records import ConsumerRecord, decode_consumer_records
 
 # ConsumerRecord, one record as poll returns it, is a NamedTuple (topic, partition,
 # offset, key, value, timestamp, leader_epoch, headers) the decoder builds directly.

@@ -34,10 +34,9 @@ from typing import NamedTuple, TypeVar
 
 import grpc
 
-from broker.malloc_tuning import tune_malloc_for_large_buffers
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import (
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import (
     RequestTimedOutError,
     TidewaterError,
     UnknownTopicOrPartitionError,
@@ -96,8 +95,6 @@ class ChannelPool:
     """One gRPC channel (and stubs) per broker address, reused until ``close``."""
 
     def __init__(self):
-        # Produce requests and fetch answers are MiB-sized buffers: keep them off per-call mmap.
-        tune_malloc_for_large_buffers()
         self._lock = threading.Lock()
         self._channels: dict[Address, grpc.Channel] = {}
         self._broker_stubs: dict[Address, pb_grpc.BrokerStub] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from proto.errors import UnknownTopicOrPartitionError
+from tidewater.proto.errors import UnknownTopicOrPartitionError
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C

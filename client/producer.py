@@ -48,25 +48,30 @@ import time
 
 import grpc
 
-from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordMetadata
-from client.metadata import (
+from tidewater.client.accumulator import (
+    ProducerBatch,
+    RecordAccumulator,
+    RecordFuture,
+    RecordMetadata,
+)
+from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
     rpc_error_to_typed,
 )
-from client.partitioner import StickyPartitioner, choose_partition
-from client.streams import StreamPool, StreamUnsupportedError
-from proto import tidewater_pb2 as pb
-from proto.errors import (
+from tidewater.client.partitioner import StickyPartitioner, choose_partition
+from tidewater.client.streams import StreamPool, StreamUnsupportedError
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import (
     InvalidRequiredAcksError,
     RequestTimedOutError,
     TidewaterError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from proto.records import compress
+from tidewater.proto.records import compress
 
 __all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
 

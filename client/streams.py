@@ -55,15 +55,15 @@ from collections.abc import Callable
 
 import grpc
 
-from client.metadata import (
+from tidewater.client.metadata import (
     CHANNEL_OPTIONS,
     Address,
     BrokerConnectionError,
     format_address,
     rpc_error_to_typed,
 )
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import RequestTimedOutError, TidewaterError
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import RequestTimedOutError, TidewaterError
 
 log = logging.getLogger("tidewater.client.streams")
 

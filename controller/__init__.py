@@ -1,5 +1,5 @@
 """Tidewater controller."""
 
-from proto import grpc_env
+from tidewater.proto import grpc_env
 
 grpc_env.apply()  # before any module of this package imports grpc (proto/grpc_env.py)

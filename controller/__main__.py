@@ -15,9 +15,9 @@ from pathlib import Path
 
 import uvloop
 
-from controller.config import ControllerConfig, parse_host_port
-from controller.server import ControllerServer
-from proto.errors import InvalidConfigError, TidewaterError
+from tidewater.controller.config import ControllerConfig, parse_host_port
+from tidewater.controller.server import ControllerServer
+from tidewater.proto.errors import InvalidConfigError, TidewaterError
 
 log = logging.getLogger("controller")
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from proto.errors import InvalidConfigError
+from tidewater.proto.errors import InvalidConfigError
 
 
 def _bool(value: str) -> bool:

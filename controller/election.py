@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import dataclass, replace
 
-from proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2 as pb
 
 NO_LEADER = -1
 

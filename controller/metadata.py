@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.election import PartitionRecord
-from proto.errors import CorruptFileError
+from tidewater.controller.election import PartitionRecord
+from tidewater.proto.errors import CorruptFileError
 
 
 @dataclass(frozen=True, slots=True)

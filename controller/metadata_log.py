@@ -46,7 +46,7 @@ from pathlib import Path
 
 import crc32c
 
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 

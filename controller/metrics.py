@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from controller.state_machine import ControllerStateMachine, Effects
+from tidewater.controller.state_machine import ControllerStateMachine, Effects
 
 PREFIX = "tidewater_controller_"
 

@@ -26,9 +26,9 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from controller.metadata import ClusterMetadata
-from controller.metadata_log import MetadataLog
-from controller.state_machine import ControllerStateMachine, Effects, Tx
+from tidewater.controller.metadata import ClusterMetadata
+from tidewater.controller.metadata_log import MetadataLog
+from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from controller.election import PartitionRecord
-from controller.metadata import BrokerInfo, ClusterMetadata
-from controller.sessions import BrokerSessions
-from proto import tidewater_pb2 as pb
+from tidewater.controller.election import PartitionRecord
+from tidewater.controller.metadata import BrokerInfo, ClusterMetadata
+from tidewater.controller.sessions import BrokerSessions
+from tidewater.proto import tidewater_pb2 as pb
 
 
 def partition_state(p: PartitionRecord) -> pb.PartitionState:

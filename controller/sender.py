@@ -24,11 +24,11 @@ from collections.abc import Callable
 
 import grpc
 
-from controller import requests
-from controller.config import ControllerConfig
-from controller.state_machine import ControllerStateMachine, Effects
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.controller import requests
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.state_machine import ControllerStateMachine, Effects
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -24,14 +24,14 @@ import time
 
 import grpc
 
-from controller.config import ControllerConfig, parse_host_port
-from controller.metadata_log import MetadataLog
-from controller.metrics import ControllerMetrics
-from controller.owner import MetadataOwner, OwnerStoppedError
-from controller.sender import BrokerSenders
-from controller.service import ControllerService
-from controller.state_machine import ControllerStateMachine, Effects
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.controller.config import ControllerConfig, parse_host_port
+from tidewater.controller.metadata_log import MetadataLog
+from tidewater.controller.metrics import ControllerMetrics
+from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
+from tidewater.controller.sender import BrokerSenders
+from tidewater.controller.service import ControllerService
+from tidewater.controller.state_machine import ControllerStateMachine, Effects
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

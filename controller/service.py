@@ -84,13 +84,13 @@ import logging
 
 import grpc
 
-from controller.metrics import ControllerMetrics
-from controller.owner import MetadataOwner, OwnerStoppedError
-from controller.sender import BrokerSenders
-from controller.state_machine import ControllerStateMachine
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import TidewaterError
+from tidewater.controller.metrics import ControllerMetrics
+from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
+from tidewater.controller.sender import BrokerSenders
+from tidewater.controller.state_machine import ControllerStateMachine
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import TidewaterError
 
 log = logging.getLogger(__name__)
 

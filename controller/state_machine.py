@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controller import requests
-from controller.assignment import assign_replicas
-from controller.config import ControllerConfig
-from controller.election import (
+from tidewater.controller import requests
+from tidewater.controller.assignment import assign_replicas
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.election import (
     NO_LEADER,
     Change,
     PartitionRecord,
@@ -34,7 +34,7 @@ from controller.election import (
     on_broker_unfenced,
     on_controlled_shutdown,
 )
-from controller.metadata import (
+from tidewater.controller.metadata import (
     ClusterMetadata,
     Listener,
     broker_fenced_record,
@@ -47,10 +47,14 @@ from controller.metadata import (
     topic_created_record,
     topic_deleted_record,
 )
-from controller.sessions import BrokerSessions
-from controller.validation import collision_key, validate_topic_configs, validate_topic_name
-from proto import tidewater_pb2 as pb
-from proto.errors import TidewaterError
+from tidewater.controller.sessions import BrokerSessions
+from tidewater.controller.validation import (
+    collision_key,
+    validate_topic_configs,
+    validate_topic_name,
+)
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
 
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from proto.errors import InvalidConfigError, InvalidTopicError
+from tidewater.proto.errors import InvalidConfigError, InvalidTopicError
 
 TOPIC_NAME_LENGTH_MAX = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

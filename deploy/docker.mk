@@ -72,11 +72,11 @@ clean:
 # The chaos run ends with the Spark audit of what it collected; either failing fails.
 chaos: venv
 	@out="$(CHAOS_OUT)"; rc=0; \
-	$(PY) -m client chaos --compose --compose-project $(COMPOSE_PROJECT) \
+	$(PY) -m tidewater.tools chaos --compose --compose-project $(COMPOSE_PROJECT) \
 	  --compose-file $(COMPOSE_FILE_PATH) --topic $(TOPIC) \
 	  --duration $(CHAOS_DURATION_S) --seed $(CHAOS_SEED) --out "$$out" || rc=$$?; \
 	if [ -d "$$out/data" ]; then \
-	  $(PY) -m client audit "$$out/data" --metrics "$$out/metrics" --ack-log "$$out/acks.jsonl" \
+	  $(PY) -m tidewater.tools audit "$$out/data" --metrics "$$out/metrics" --ack-log "$$out/acks.jsonl" \
 	    --out "$$out/audit" || { arc=$$?; [ $$rc -ne 0 ] || rc=$$arc; }; \
 	fi; \
 	exit $$rc

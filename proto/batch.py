@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from proto.errors import CorruptRecordError
+from tidewater.proto.errors import CorruptRecordError
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength

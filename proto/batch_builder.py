@@ -30,8 +30,8 @@ import struct
 
 from crc32c import crc32c
 
-from proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
-from proto.compression import COMPRESSION_NONE, compress
+from tidewater.proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
+from tidewater.proto.compression import COMPRESSION_NONE, compress
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount

@@ -28,7 +28,7 @@ import io
 import struct
 import zlib
 
-from proto.errors import UnsupportedCompressionError
+from tidewater.proto.errors import UnsupportedCompressionError
 
 COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD = (
     0, 1, 2, 3, 4,

@@ -7,7 +7,7 @@ refresh its metadata first (``invalid_metadata``), as aiokafka's errors do.
 
 from __future__ import annotations
 
-from proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2 as pb
 
 ErrorCode = pb.ErrorCode
 

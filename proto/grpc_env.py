@@ -8,7 +8,7 @@ comes back the same way. With the EventEngine client and listener turned off,
 gRPC's older I/O manager does the socket I/O in the thread that waits on the
 completion queue (grpc.aio's poller), so one hand-off per message goes.
 
-Measured on our 2-core machines (``bench/transport_floor.py``, a grpc.aio
+Measured on our 2-core machines (``bench/probes/transport_floor.py``, a grpc.aio
 stream round trip, 5,000 one at a time): 288-369 µs p50 and 178-218 µs of
 client CPU with the EventEngine, 167-177 µs and 109-132 µs without; at 1,000
 acks=all records/s the whole cluster's context switches per replication round

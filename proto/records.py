@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from proto.batch import (
+from tidewater.proto.batch import (
     COMPRESSION_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
@@ -48,10 +48,10 @@ from proto.batch import (
     iter_batches,
     validate_batch,
 )
-from proto.batch_builder import BatchBuilder
+from tidewater.proto.batch_builder import BatchBuilder
 
 # The compression codes and codecs belong to the record format: callers import them from here too.
-from proto.compression import (  # noqa: F401 - re-exported
+from tidewater.proto.compression import (  # noqa: F401 - re-exported
     COMPRESSION_BY_NAME,
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -64,7 +64,7 @@ from proto.compression import (  # noqa: F401 - re-exported
     compress,
     decompress,
 )
-from proto.errors import CorruptRecordError, UnsupportedCompressionError
+from tidewater.proto.errors import CorruptRecordError, UnsupportedCompressionError
 
 VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import tidewater_pb2 as proto_dot_tidewater__pb2
+from tidewater.proto import tidewater_pb2 as tidewater_dot_proto_dot_tidewater__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/tidewater_pb2_grpc.py depends on'
+        + ' but the generated code in tidewater/proto/tidewater_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -38,63 +38,63 @@ class BrokerStub:
         """
         self.Produce = channel.unary_unary(
                 '/tidewater.Broker/Produce',
-                request_serializer=proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.ProduceResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/tidewater.Broker/Fetch',
-                request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.ReplicaFetch = channel.stream_stream(
                 '/tidewater.Broker/ReplicaFetch',
-                request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.FetchStream = channel.stream_stream(
                 '/tidewater.Broker/FetchStream',
-                request_serializer=proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.FetchResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.ProduceStream = channel.stream_stream(
                 '/tidewater.Broker/ProduceStream',
-                request_serializer=proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.ProduceResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/tidewater.Broker/ListOffsets',
-                request_serializer=proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.ListOffsetsResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
         self.OffsetForLeaderEpoch = channel.unary_unary(
                 '/tidewater.Broker/OffsetForLeaderEpoch',
-                request_serializer=proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.FromString,
                 _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/tidewater.Broker/Metadata',
-                request_serializer=proto_dot_tidewater__pb2.MetadataRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.MetadataResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataResponse.FromString,
                 _registered_method=True)
         self.LeaderAndIsr = channel.unary_unary(
                 '/tidewater.Broker/LeaderAndIsr',
-                request_serializer=proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
                 _registered_method=True)
         self.UpdateMetadata = channel.unary_unary(
                 '/tidewater.Broker/UpdateMetadata',
-                request_serializer=proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
         self.StopReplica = channel.unary_unary(
                 '/tidewater.Broker/StopReplica',
-                request_serializer=proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
                 _registered_method=True)
         self.DescribeReplicas = channel.unary_unary(
                 '/tidewater.Broker/DescribeReplicas',
-                request_serializer=proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
 
 
@@ -193,63 +193,63 @@ def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
-                    request_deserializer=proto_dot_tidewater__pb2.ProduceRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.ProduceResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
-                    request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
             ),
             'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
                     servicer.ReplicaFetch,
-                    request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
             ),
             'FetchStream': grpc.stream_stream_rpc_method_handler(
                     servicer.FetchStream,
-                    request_deserializer=proto_dot_tidewater__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
             ),
             'ProduceStream': grpc.stream_stream_rpc_method_handler(
                     servicer.ProduceStream,
-                    request_deserializer=proto_dot_tidewater__pb2.ProduceRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.ProduceResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
-                    request_deserializer=proto_dot_tidewater__pb2.ListOffsetsRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.ListOffsetsResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsResponse.SerializeToString,
             ),
             'OffsetForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetForLeaderEpoch,
-                    request_deserializer=proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
-                    request_deserializer=proto_dot_tidewater__pb2.MetadataRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.MetadataResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataResponse.SerializeToString,
             ),
             'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaderAndIsr,
-                    request_deserializer=proto_dot_tidewater__pb2.LeaderAndIsrRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.LeaderAndIsrResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.SerializeToString,
             ),
             'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateMetadata,
-                    request_deserializer=proto_dot_tidewater__pb2.UpdateMetadataRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.UpdateMetadataResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.SerializeToString,
             ),
             'StopReplica': grpc.unary_unary_rpc_method_handler(
                     servicer.StopReplica,
-                    request_deserializer=proto_dot_tidewater__pb2.StopReplicaRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.StopReplicaResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.SerializeToString,
             ),
             'DescribeReplicas': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeReplicas,
-                    request_deserializer=proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -279,8 +279,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/Produce',
-            proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
-            proto_dot_tidewater__pb2.ProduceResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -306,8 +306,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/Fetch',
-            proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-            proto_dot_tidewater__pb2.FetchResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -333,8 +333,8 @@ class Broker:
             request_iterator,
             target,
             '/tidewater.Broker/ReplicaFetch',
-            proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-            proto_dot_tidewater__pb2.FetchResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -360,8 +360,8 @@ class Broker:
             request_iterator,
             target,
             '/tidewater.Broker/FetchStream',
-            proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-            proto_dot_tidewater__pb2.FetchResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -387,8 +387,8 @@ class Broker:
             request_iterator,
             target,
             '/tidewater.Broker/ProduceStream',
-            proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
-            proto_dot_tidewater__pb2.ProduceResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.ProduceRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -414,8 +414,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/ListOffsets',
-            proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
-            proto_dot_tidewater__pb2.ListOffsetsResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -441,8 +441,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/OffsetForLeaderEpoch',
-            proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
-            proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -468,8 +468,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/Metadata',
-            proto_dot_tidewater__pb2.MetadataRequest.SerializeToString,
-            proto_dot_tidewater__pb2.MetadataResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.MetadataRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.MetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -495,8 +495,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/LeaderAndIsr',
-            proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
-            proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -522,8 +522,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/UpdateMetadata',
-            proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
-            proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -549,8 +549,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/StopReplica',
-            proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
-            proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -576,8 +576,8 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/DescribeReplicas',
-            proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
-            proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -606,38 +606,38 @@ class ControllerStub:
         """
         self.RegisterBroker = channel.unary_unary(
                 '/tidewater.Controller/RegisterBroker',
-                request_serializer=proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
                 _registered_method=True)
         self.BrokerHeartbeat = channel.unary_unary(
                 '/tidewater.Controller/BrokerHeartbeat',
-                request_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
         self.BrokerHeartbeats = channel.stream_stream(
                 '/tidewater.Controller/BrokerHeartbeats',
-                request_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
                 _registered_method=True)
         self.AlterPartition = channel.unary_unary(
                 '/tidewater.Controller/AlterPartition',
-                request_serializer=proto_dot_tidewater__pb2.AlterPartitionRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.AlterPartitionResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionResponse.FromString,
                 _registered_method=True)
         self.CreateTopics = channel.unary_unary(
                 '/tidewater.Controller/CreateTopics',
-                request_serializer=proto_dot_tidewater__pb2.CreateTopicsRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.CreateTopicsResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsResponse.FromString,
                 _registered_method=True)
         self.DeleteTopics = channel.unary_unary(
                 '/tidewater.Controller/DeleteTopics',
-                request_serializer=proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
         self.DescribeCluster = channel.unary_unary(
                 '/tidewater.Controller/DescribeCluster',
-                request_serializer=proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
-                response_deserializer=proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
 
 
@@ -701,38 +701,38 @@ def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterBroker': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterBroker,
-                    request_deserializer=proto_dot_tidewater__pb2.RegisterBrokerRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.RegisterBrokerResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.SerializeToString,
             ),
             'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.BrokerHeartbeat,
-                    request_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
             'BrokerHeartbeats': grpc.stream_stream_rpc_method_handler(
                     servicer.BrokerHeartbeats,
-                    request_deserializer=proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
             'AlterPartition': grpc.unary_unary_rpc_method_handler(
                     servicer.AlterPartition,
-                    request_deserializer=proto_dot_tidewater__pb2.AlterPartitionRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.AlterPartitionResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionResponse.SerializeToString,
             ),
             'CreateTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTopics,
-                    request_deserializer=proto_dot_tidewater__pb2.CreateTopicsRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.CreateTopicsResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsResponse.SerializeToString,
             ),
             'DeleteTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopics,
-                    request_deserializer=proto_dot_tidewater__pb2.DeleteTopicsRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.DeleteTopicsResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.SerializeToString,
             ),
             'DescribeCluster': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeCluster,
-                    request_deserializer=proto_dot_tidewater__pb2.DescribeClusterRequest.FromString,
-                    response_serializer=proto_dot_tidewater__pb2.DescribeClusterResponse.SerializeToString,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -766,8 +766,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/RegisterBroker',
-            proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
-            proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -793,8 +793,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/BrokerHeartbeat',
-            proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-            proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -820,8 +820,8 @@ class Controller:
             request_iterator,
             target,
             '/tidewater.Controller/BrokerHeartbeats',
-            proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-            proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -847,8 +847,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/AlterPartition',
-            proto_dot_tidewater__pb2.AlterPartitionRequest.SerializeToString,
-            proto_dot_tidewater__pb2.AlterPartitionResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -874,8 +874,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/CreateTopics',
-            proto_dot_tidewater__pb2.CreateTopicsRequest.SerializeToString,
-            proto_dot_tidewater__pb2.CreateTopicsResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.CreateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -901,8 +901,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/DeleteTopics',
-            proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
-            proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -928,8 +928,8 @@ class Controller:
             request,
             target,
             '/tidewater.Controller/DescribeCluster',
-            proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
-            proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,6 +2,6 @@
 applied before any test module or fixture imports grpc, so in-process clients run as
 users' do."""
 
-from proto import grpc_env
+from tidewater.proto import grpc_env
 
 grpc_env.apply()

@@ -5,14 +5,14 @@ and acks=all answers. ``follower``: where a follower truncates, the HW it
 exposes, and the leader's KIP-320 divergence check on a fetch.
 """
 
-from broker.replication.follower import (
+from tidewater.broker.replication.follower import (
     TruncationStep,
     check_diverging,
     follower_high_watermark,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
-from broker.replication.leader_state import (
+from tidewater.broker.replication.leader_state import (
     FetchDecision,
     FollowerState,
     LeaderPartitionState,

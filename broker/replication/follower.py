@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from proto.errors import OffsetOutOfRangeError
+from tidewater.proto.errors import OffsetOutOfRangeError
 
 UNDEFINED = -1
 

@@ -73,8 +73,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proto import tidewater_pb2 as pb
-from proto.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import (
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 
 UNKNOWN_OFFSET = -1
 NEVER_MS = -1  # a time that has not happened (never caught up, never fetched)

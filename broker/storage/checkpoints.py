@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from broker.storage.topics import TopicPartition
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 CHECKPOINT_VERSION = 0
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"

@@ -30,13 +30,13 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from broker.storage.checkpoints import (
+from tidewater.broker.storage.checkpoints import (
     format_checkpoint,
     parse_checkpoint,
     read_file_bytes,
     write_file_atomically,
 )
-from proto.errors import CorruptFileError
+from tidewater.proto.errors import CorruptFileError
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

@@ -38,7 +38,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")

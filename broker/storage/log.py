@@ -84,13 +84,13 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.index import RELATIVE_OFFSET_MAX
-from broker.storage.log_config import LogConfig
-from broker.storage.recovery import close_segments_quietly, fsync_dir, open_log_dir
-from broker.storage.segment import LogSegment, storage_error
-from broker.storage.topics import TopicPartition, parse_log_dir_name
-from proto.batch import (
+from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.recovery import close_segments_quietly, fsync_dir, open_log_dir
+from tidewater.broker.storage.segment import LogSegment, storage_error
+from tidewater.broker.storage.topics import TopicPartition, parse_log_dir_name
+from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
@@ -100,7 +100,7 @@ from proto.batch import (
     set_base_offset_and_epoch,
     validate_batch,
 )
-from proto.errors import (
+from tidewater.proto.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -507,7 +507,7 @@ class Log:
                                     base_offset: int, max_timestamp: int,
                                     epoch: int) -> tuple[int, int, int]:
         # The batch is found from headers; the record inside needs a decode.
-        from proto.records import decode_batch
+        from tidewater.proto.records import decode_batch
 
         try:
             _header, records = decode_batch(segment.read_batch_at(position))

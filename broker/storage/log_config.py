@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from proto.errors import InvalidConfigError
+from tidewater.proto.errors import InvalidConfigError
 
 GIB = 1 << 30
 MIB = 1 << 20

@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from broker.storage.checkpoints import (
+from tidewater.broker.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -53,11 +53,11 @@ from broker.storage.checkpoints import (
     remove_clean_shutdown_marker,
     write_clean_shutdown_marker,
 )
-from broker.storage.log import Log, drain_roll_flushes
-from broker.storage.log_config import LogConfig
-from broker.storage.segment import storage_error
-from broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.broker.storage.log import Log, drain_roll_flushes
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.segment import storage_error
+from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 

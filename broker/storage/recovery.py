@@ -43,9 +43,9 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from broker.storage.log_config import LogConfig
-from broker.storage.segment import (
+from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -54,7 +54,7 @@ from broker.storage.segment import (
     parse_segment_file_name,
     storage_error,
 )
-from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 

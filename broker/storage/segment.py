@@ -29,16 +29,22 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from broker.storage.index import (
+from tidewater.broker.storage.index import (
     RELATIVE_OFFSET_MAX,
     IndexFile,
     IndexWrite,
     OffsetIndex,
     TimeIndex,
 )
-from broker.storage.log_config import LogConfig
-from proto.batch import ATTRIBUTES_OFFSET, BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
-from proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.proto.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_MIN,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+)
+from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from proto.errors import InvalidTopicError
+from tidewater.proto.errors import InvalidTopicError
 
 TOPIC_NAME_LENGTH_MAX = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from client.scrape import read_snapshots
+from tidewater.tools.scrape import read_snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def tide(*args, timeout_s=240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tidewater.tools", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout_s)
 
 

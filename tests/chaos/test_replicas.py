@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client.chaos.replicas import compare_partition, read_batches_below
-from proto.records import encode_batch
+from tidewater.proto.records import encode_batch
+from tidewater.tools.chaos.replicas import compare_partition, read_batches_below
 
 TOPIC = "t"
 

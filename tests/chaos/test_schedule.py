@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.chaos.schedule import APPLY_ACTION, FAULT_WEIGHTS, UNDO_ACTION, plan_faults
+from tidewater.tools.chaos.schedule import APPLY_ACTION, FAULT_WEIGHTS, UNDO_ACTION, plan_faults
 
 BROKERS = [1, 2, 3]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from client.chaos.targets import ChaosTargetError, ComposeCluster
+from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster
 
 FAKE_DOCKER = r'''
 import json, os, sys

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from client.chaos.monitor import leaderless
-from client.chaos.replicas import ReplicaComparison
-from client.chaos.verdict import judge
+from tidewater.tools.chaos.monitor import leaderless
+from tidewater.tools.chaos.replicas import ReplicaComparison
+from tidewater.tools.chaos.verdict import judge
 
 P = "run1-p"
 SAME = ReplicaComparison(True, "")

@@ -34,7 +34,7 @@ class TideResult:
 def run_tide(*args: str, bootstrap: str | None = None, input: str | bytes | None = None,
              timeout_s: float = 60, env: dict | None = None) -> TideResult:
     """Run ``python -m client ARGS`` and capture its output."""
-    cmd = [sys.executable, "-m", "client"]
+    cmd = [sys.executable, "-m", "tidewater.tools"]
     if bootstrap is not None:
         cmd += ["--bootstrap-server", bootstrap]
     cmd += list(args)

@@ -13,11 +13,11 @@ import time
 import pytest
 from cluster_fixtures import cluster  # noqa: F401
 
-from client.admin import AdminClient
-from client.consumer import Consumer, ConsumerRecord
-from client.metadata import MetadataClient, TopicPartition
-from proto import tidewater_pb2 as pb
-from proto.records import (
+from tidewater.client.admin import AdminClient
+from tidewater.client.consumer import Consumer, ConsumerRecord
+from tidewater.client.metadata import MetadataClient, TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,

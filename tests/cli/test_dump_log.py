@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.checkpoints import OffsetCheckpointFile, write_clean_shutdown_marker
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.log import Log
-from broker.storage.log_config import LogConfig
-from broker.storage.topics import TopicPartition
-from client.cli import main as tide_main
-from proto.records import (
+from tidewater.broker.storage.checkpoints import OffsetCheckpointFile, write_clean_shutdown_marker
+from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.broker.storage.log import Log
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
@@ -26,6 +25,7 @@ from proto.records import (
     SimpleRecord,
     encode_batch,
 )
+from tidewater.tools.cli import main as tide_main
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH_KEYS = {"type", "file", "position", "base_offset", "last_offset", "count",
@@ -37,13 +37,13 @@ RECORD_KEYS = {"type", "offset", "timestamp", "key", "value", "headers"}
 def tide_process(*args: str | Path) -> subprocess.CompletedProcess:
     """The real command in its own process."""
     return subprocess.run(
-        [sys.executable, "-m", "client", "dump-log", *map(str, args)],
+        [sys.executable, "-m", "tidewater.tools", "dump-log", *map(str, args)],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )
 
 
 def tide(*args: str | Path) -> subprocess.CompletedProcess:
-    """The same entry point (client.cli.main) in this process: most tests, to stay fast."""
+    """The same entry point (tools.cli.main) in this process: most tests, to stay fast."""
     argv = ["dump-log", *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

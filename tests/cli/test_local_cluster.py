@@ -43,7 +43,7 @@ def test_up_records_manifest_and_everything_serves(two_brokers):
         assert proc["metrics_port"] > 0
         assert Path(proc["data_dir"]) == two_brokers.data_dir / name
         assert (two_brokers.data_dir / f"{name}.log").exists()
-        assert proc["command"][1:3] == ["-m", proc["kind"]]
+        assert proc["command"][1:3] == ["-m", f"tidewater.{proc['kind']}"]
     # --set is routed: num.partitions only to the controller, min.insync.replicas to all.
     assert "num.partitions=2" in m["processes"]["controller"]["command"]
     assert "num.partitions=2" not in m["processes"]["broker-1"]["command"]
@@ -148,7 +148,7 @@ def test_foreground_streams_logs_and_stops_everything_on_sigterm(tmp_path):
     from cluster_fixtures import PROJECT_DIR
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "client", "cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "tidewater.tools", "cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),
          "--base-port", "0", "--foreground"],
         cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -182,7 +182,7 @@ def test_demo_passes(tmp_path):
 
     from cluster_fixtures import PROJECT_DIR
 
-    proc = subprocess.run([sys.executable, "-m", "client.demo", "--data-dir", str(tmp_path / "demo"),
+    proc = subprocess.run([sys.executable, "-m", "tidewater.tools.demo", "--data-dir", str(tmp_path / "demo"),
                            "--records", "600"], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: 600 acknowledged records, 0 missing, 0 duplicated" in proc.stdout

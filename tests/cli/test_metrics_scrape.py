@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from client.scrape import Snapshot, format_block, parse_samples, read_snapshots
+from tidewater.tools.scrape import Snapshot, format_block, parse_samples, read_snapshots
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def free_port() -> int:
 
 
 def tide(*args, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "client", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tidewater.tools", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -123,7 +123,7 @@ def test_scrape_appends_to_existing_files(endpoint, tmp_path):
 
 def test_sigterm_stops_on_a_whole_block(endpoint, tmp_path):
     out = tmp_path / "m"
-    proc = subprocess.Popen([sys.executable, "-m", "client", "metrics", "scrape", "--interval-ms", "50",
+    proc = subprocess.Popen([sys.executable, "-m", "tidewater.tools", "metrics", "scrape", "--interval-ms", "50",
                              "--out", str(out), "--targets", f"c=127.0.0.1:{endpoint.port}"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

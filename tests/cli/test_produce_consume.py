@@ -123,7 +123,7 @@ def test_bad_partition(cluster, topic):  # noqa: F811
 
 
 def test_unreachable_bootstrap_fails_with_one_line():
-    from client.local_cluster import free_port
+    from tidewater.tools.local_cluster import free_port
 
     address = f"127.0.0.1:{free_port()}"
     result = run_tide("topics", "list", bootstrap=address, timeout_s=30)

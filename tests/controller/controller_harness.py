@@ -1,10 +1,10 @@
 """A controller state machine on a real metadata log, driven synchronously (no sockets)."""
 
-from controller.config import ControllerConfig
-from controller.metadata_log import MetadataLog
-from controller.owner import MetadataOwner
-from controller.state_machine import ControllerStateMachine
-from proto import tidewater_pb2 as pb
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.metadata_log import MetadataLog
+from tidewater.controller.owner import MetadataOwner
+from tidewater.controller.state_machine import ControllerStateMachine
+from tidewater.proto import tidewater_pb2 as pb
 
 
 class Harness:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import grpc
 
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ class ControllerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 15) -> ControllerProcess:
-        cmd = [sys.executable, "-m", "controller", "--listen", self.address,
+        cmd = [sys.executable, "-m", "tidewater.controller", "--listen", self.address,
                "--data-dir", str(self.data_dir), "--metrics-port", str(self.metrics_port)]
         for s in self.settings:
             cmd += ["--set", s]

@@ -3,8 +3,8 @@
 import pytest
 from controller_harness import Harness
 
-from controller.sessions import BrokerSessions
-from proto import tidewater_pb2 as pb
+from tidewater.controller.sessions import BrokerSessions
+from tidewater.proto import tidewater_pb2 as pb
 
 
 @pytest.fixture

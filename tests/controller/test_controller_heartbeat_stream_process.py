@@ -12,8 +12,8 @@ import grpc
 import pytest
 from controller_process import ControllerProcess, FakeBroker, eventually, free_port
 
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -11,8 +11,8 @@ from controller_harness import Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.election import NO_LEADER
-from proto import tidewater_pb2 as pb
+from tidewater.controller.election import NO_LEADER
+from tidewater.proto import tidewater_pb2 as pb
 
 BROKERS = (1, 2, 3)
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from controller.metadata_log import FILE_NAME, FRAME_HEADER, MetadataLog, encode_frame
-from proto.errors import CorruptFileError
+from tidewater.controller.metadata_log import FILE_NAME, FRAME_HEADER, MetadataLog, encode_frame
+from tidewater.proto.errors import CorruptFileError
 
 
 def records(n):
@@ -105,7 +105,7 @@ def test_record_without_type_is_corruption(tmp_path):
 
 
 def test_second_open_of_a_locked_log_is_refused(tmp_path):
-    from proto.errors import KafkaStorageError
+    from tidewater.proto.errors import KafkaStorageError
 
     log = MetadataLog.open(tmp_path)
     with pytest.raises(KafkaStorageError, match="locked"):

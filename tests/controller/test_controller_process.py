@@ -8,8 +8,8 @@ import grpc
 import pytest
 from controller_process import ControllerProcess, FakeBroker, eventually, free_port
 
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.integration
 
@@ -336,7 +336,7 @@ async def test_sigterm_stops_cleanly_and_metrics_are_served(controller_factory):
 def test_bad_arguments_exit_2(tmp_path):
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, "-m", "controller", "--data-dir", str(tmp_path),
+    result = subprocess.run([sys.executable, "-m", "tidewater.controller", "--data-dir", str(tmp_path),
                              "--set", "no.such.setting=1"], capture_output=True, timeout=30)
     assert result.returncode == 2 and b"unknown setting" in result.stderr
 
@@ -349,7 +349,7 @@ def test_port_in_use_exits_1_without_writing(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "controller", "--data-dir",
+        result = subprocess.run([sys.executable, "-m", "tidewater.controller", "--data-dir",
                                  str(tmp_path / "c"), "--listen", f"127.0.0.1:{port}"],
                                 capture_output=True, timeout=30)
     assert result.returncode == 1 and b"cannot listen" in result.stderr

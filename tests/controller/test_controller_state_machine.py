@@ -3,8 +3,8 @@
 import pytest
 from controller_harness import Harness
 
-from controller.election import NO_LEADER
-from proto import tidewater_pb2 as pb
+from tidewater.controller.election import NO_LEADER
+from tidewater.proto import tidewater_pb2 as pb
 
 
 @pytest.fixture
@@ -370,7 +370,7 @@ def test_compaction_keeps_the_image_and_epochs_keep_growing(tmp_path):
 
 
 def test_request_size_limits(h, monkeypatch):
-    import controller.state_machine as sm
+    import tidewater.controller.state_machine as sm
 
     three_brokers(h)
     monkeypatch.setattr(sm, "PARTITIONS_MAX", 5)

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.assignment import assign_replicas
-from controller.config import ControllerConfig
-from controller.metadata import ClusterMetadata
-from controller.metadata_log import MetadataLog
-from controller.owner import ImageAheadOfDiskError, MetadataOwner
-from controller.state_machine import ControllerStateMachine
-from controller.validation import validate_topic_configs, validate_topic_name
-from proto.errors import CorruptFileError, InvalidConfigError, InvalidTopicError
+from tidewater.controller.assignment import assign_replicas
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.metadata import ClusterMetadata
+from tidewater.controller.metadata_log import MetadataLog
+from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner
+from tidewater.controller.state_machine import ControllerStateMachine
+from tidewater.controller.validation import validate_topic_configs, validate_topic_name
+from tidewater.proto.errors import CorruptFileError, InvalidConfigError, InvalidTopicError
 
 # ---------------------------------------------------------------- assignment
 
@@ -168,7 +168,7 @@ def test_replay_refuses_records_that_do_not_fit():
 def test_metrics_follow_committed_changes(tmp_path):
     from controller_harness import Harness
 
-    from controller.metrics import ControllerMetrics
+    from tidewater.controller.metrics import ControllerMetrics
 
     h = Harness(tmp_path / "ctl", settings=["unclean.leader.election.enable=true"])
     metrics = ControllerMetrics()

@@ -86,7 +86,7 @@ class ComposeTestCluster:
                    env=self.env, timeout_s=timeout_s, check=check)
 
     def tide(self, *args, bootstrap=None, timeout_s=120, check=False, input=None):
-        cmd = [sys.executable, "-m", "client", "--bootstrap-server", bootstrap or self.bootstrap, *args]
+        cmd = [sys.executable, "-m", "tidewater.tools", "--bootstrap-server", bootstrap or self.bootstrap, *args]
         return run(cmd, timeout_s=timeout_s, check=check, input=input)
 
     def container(self, service: str) -> str:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from client.scrape import read_snapshots
+from tidewater.tools.scrape import read_snapshots
 
 pytestmark = pytest.mark.timeout(1200)  # includes the first image build of the session
 

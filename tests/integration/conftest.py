@@ -21,9 +21,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.records import decode_records, encode_batch
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.records import decode_records, encode_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -129,7 +129,7 @@ class Broker:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.data_dir = data_dir
-        argv = [PY, "-m", "broker", "--broker-id", str(broker_id), "--listen", self.address,
+        argv = [PY, "-m", "tidewater.broker", "--broker-id", str(broker_id), "--listen", self.address,
                 "--controller", controller_address, "--data-dir", str(data_dir)]
         for name, value in settings.items():
             argv += ["--set", f"{name}={value}"]
@@ -171,7 +171,7 @@ class Cluster:
         self.controller: Proc | None = None
 
     def start_controller(self, settings: dict[str, str]) -> None:
-        argv = [PY, "-m", "controller", "--listen", self.controller_address, "--data-dir",
+        argv = [PY, "-m", "tidewater.controller", "--listen", self.controller_address, "--data-dir",
                 str(self.base / "controller")]
         for name, value in settings.items():
             argv += ["--set", f"{name}={value}"]

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from client.aio_producer import AsyncProducer
-from proto.errors import UnknownTopicOrPartitionError
 from tests.integration.conftest import wait_for
 from tests.integration.test_client_streams import bootstrap_of, consume, metrics_cluster
 from tests.integration.test_replica_fetch_stream import rpc_count
+from tidewater.client.aio_producer import AsyncProducer
+from tidewater.proto.errors import UnknownTopicOrPartitionError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

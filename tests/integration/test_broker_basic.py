@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from proto import tidewater_pb2 as pb
-from proto.records import encode_batch
 from tests.integration.conftest import consume_all, fetch, produce, wait_for
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.records import encode_batch
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def test_consumers_never_read_above_the_high_watermark(cluster):
         assert r.error_code == pb.NONE and r.base_offset == 1
         p = fetch(leader, "hw", 0)
         assert (p.high_watermark, p.log_end_offset) == (1, 2)
-        from proto.records import decode_records
+        from tidewater.proto.records import decode_records
         assert [rec.value for rec in decode_records(p.records)] == [b"committed"]
         assert fetch(leader, "hw", 1).records == b""
         # A consumer long-poll at the HW returns once the record commits (ISR shrink here).
@@ -101,7 +101,7 @@ def test_external_listener_metadata(cluster):
     assert [(x.host, x.port) for x in internal.brokers] == [("127.0.0.1", b.port)]
     ext_channel = grpc.insecure_channel(f"127.0.0.1:{ports[1]}")
     try:
-        from proto import tidewater_pb2_grpc as pb_grpc
+        from tidewater.proto import tidewater_pb2_grpc as pb_grpc
         ext = pb_grpc.BrokerStub(ext_channel)
         meta = wait_for(lambda: ext.Metadata(pb.MetadataRequest(topics=["ext"]), timeout=5))
         assert [(x.host, x.port) for x in meta.brokers] == [("localhost", ports[1])]

@@ -10,8 +10,8 @@ import urllib.request
 import grpc
 import pytest
 
-from proto import tidewater_pb2 as pb
 from tests.integration.conftest import consume_all, fetch, free_port, produce, wait_for
+from tidewater.proto import tidewater_pb2 as pb
 
 # Process restarts are slow on a loaded machine: more room than the default 120 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -147,7 +147,7 @@ def test_paused_old_leader_cannot_expose_a_write_that_vanishes(cluster):
                 break
             p = fetch(old, "p", 0)
             if p.error_code == pb.NONE:
-                from proto.records import decode_records
+                from tidewater.proto.records import decode_records
                 seen_on_old += [rec.value for rec in decode_records(p.records)]
         except grpc.RpcError:
             pass

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
-from proto import tidewater_pb2 as pb
-from proto.batch import iter_batches
 from tests.integration.conftest import consume_all, produce, wait_for
+from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import iter_batches
 
 # Process restarts are slow on a loaded machine: more room than the default 120 s.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from client.consumer import Consumer
-from client.metadata import MetadataClient
-from client.producer import Producer
 from tests.integration.conftest import wait_for
+from tidewater.client.consumer import Consumer
+from tidewater.client.metadata import MetadataClient
+from tidewater.client.producer import Producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -8,10 +8,10 @@ import urllib.request
 
 import pytest
 
-from client.consumer import Consumer
-from client.producer import Producer
 from tests.integration.conftest import free_port, wait_for
 from tests.integration.test_replica_fetch_stream import rpc_count
+from tidewater.client.consumer import Consumer
+from tidewater.client.producer import Producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

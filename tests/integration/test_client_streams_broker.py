@@ -8,9 +8,9 @@ import threading
 import grpc
 import pytest
 
-from proto import tidewater_pb2 as pb
-from proto.records import decode_records, encode_batch
 from tests.integration.conftest import consume_all, wait_for
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.records import decode_records, encode_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

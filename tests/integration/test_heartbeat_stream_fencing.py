@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import WAIT_SCALE, produce, wait_for
 
-from proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from proto import tidewater_pb2 as pb
 from tests.integration.conftest import consume_all, free_port, produce, wait_for
+from tidewater.proto import tidewater_pb2 as pb
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -16,10 +16,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from broker.storage.log import Log
-from broker.storage.log_config import LogConfig
-from proto.batch import ATTRIBUTES_OFFSET, iter_batches
-from proto.records import encode_batch
+from tidewater.broker.storage.log import Log
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.proto.batch import ATTRIBUTES_OFFSET, iter_batches
+from tidewater.proto.records import encode_batch
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=90, retention_ms=-1)
 

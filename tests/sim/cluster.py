@@ -27,8 +27,11 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from broker.replication.follower import follower_truncation, truncation_for_diverging_epoch
-from broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.follower import (
+    follower_truncation,
+    truncation_for_diverging_epoch,
+)
+from tidewater.broker.replication.leader_state import LeaderPartitionState
 
 from .checker import InvariantChecker, InvariantViolation
 from .messages import Produce, ProduceResponse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.election import PartitionRecord
+from tidewater.controller.election import PartitionRecord
 
 from .sim_log import Batch
 

@@ -23,16 +23,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.replication.follower import (
+from tidewater.broker.replication.follower import (
     check_diverging,
     follower_high_watermark,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
-from broker.replication.leader_state import LeaderPartitionState
-from controller.election import PartitionRecord
-from proto import tidewater_pb2 as pb
-from proto.errors import NotEnoughReplicasError, OffsetOutOfRangeError
+from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.controller.election import PartitionRecord
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import NotEnoughReplicasError, OffsetOutOfRangeError
 
 from .messages import (
     AlterPartition,

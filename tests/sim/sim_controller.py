@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller import election
-from controller.election import PartitionRecord
-from proto import tidewater_pb2 as pb
+from tidewater.controller import election
+from tidewater.controller.election import PartitionRecord
+from tidewater.proto import tidewater_pb2 as pb
 
 from .messages import (
     AlterPartition,

@@ -16,7 +16,7 @@ import bisect
 import random
 from typing import NamedTuple
 
-from broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.broker.storage.epoch_cache import LeaderEpochCache
 
 
 class Batch(NamedTuple):

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.replication.follower import TruncationStep
-from broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.follower import TruncationStep
+from tidewater.broker.replication.leader_state import LeaderPartitionState
 
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER

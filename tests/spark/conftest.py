@@ -24,7 +24,7 @@ from tests.spark.fixtures import build_dump  # noqa: E402
 
 def _spark_missing_reason() -> str | None:
     try:
-        from audit.session import SparkUnavailableError, check_spark_available
+        from tidewater.audit.session import SparkUnavailableError, check_spark_available
     except ImportError as e:
         return f"audit package not importable: {e}"
     try:
@@ -39,7 +39,7 @@ def spark():
     reason = _spark_missing_reason()
     if reason:
         pytest.skip(f"Spark tests need pyspark, pyarrow and Java: {reason}")
-    from audit.session import local_session
+    from tidewater.audit.session import local_session
 
     session = local_session("local[2]")
     yield session
@@ -58,7 +58,7 @@ def damaged_dump(tmp_path_factory):
 
 def run_tide_audit(dump, out: Path, extra: list[str] = ()) -> tuple[int, dict | None]:
     """``tide audit`` through the CLI entry point, in this process (reusing the session)."""
-    from client.cli import main
+    from tidewater.tools.cli import main
 
     code = main(["audit", str(dump.root), "--metrics", str(dump.metrics_dir),
                  "--ack-log", str(dump.ack_log), "--out", str(out), *extra])

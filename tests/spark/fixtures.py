@@ -21,10 +21,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.log_config import LogConfig
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicPartition
-from proto.records import encode_batch
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.records import encode_batch
 
 BROKERS = (1, 2, 3)
 BASE_TIMESTAMP_MS = 1_700_000_000_000

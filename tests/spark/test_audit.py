@@ -11,7 +11,6 @@ import re
 import struct
 import subprocess
 import sys
-import zipfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -150,7 +149,7 @@ def test_violation_tables_are_parquet(damaged_audit):
 
 
 def test_unreadable_input_exits_2(spark, clean_dump, tmp_path):
-    from client.cli import main
+    from tidewater.tools.cli import main
 
     assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o1")]) == 2
     bad = tmp_path / "acks.jsonl"
@@ -165,12 +164,9 @@ def test_unreadable_input_exits_2(spark, clean_dump, tmp_path):
 
 
 def _audit_zip(tmp_path: Path) -> Path:
-    target = tmp_path / "audit.zip"
-    with zipfile.ZipFile(target, "w") as z:
-        for path in (REPO / "audit").rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts:
-                z.write(path, path.relative_to(REPO))
-    return target
+    from tidewater.audit.pyfiles import build_zip
+
+    return build_zip(tmp_path / "audit.zip")
 
 
 def test_spark_submit_runs_the_job(damaged_dump, damaged_audit, tmp_path):
@@ -224,8 +220,8 @@ def test_a_batch_held_twice_is_reported_once_per_copy(spark, damaged_dump, tmp_p
     """replicas_agree_below_hw pairs every copy of a batch with every peer that lacks it."""
     import shutil
 
-    from audit import rules
-    from audit.job import load_inputs
+    from tidewater.audit import rules
+    from tidewater.audit.job import load_inputs
 
     root = tmp_path / "dump"
     shutil.copytree(damaged_dump.root, root, ignore=shutil.ignore_patterns("metrics"))

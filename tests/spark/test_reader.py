@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audit import health, metrics_reader, reader
-from audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
-from audit.job import AckLogError, parse_ack_log
-from proto.records import (
+from tests.spark.fixtures import DAMAGE, HISTORY, build_dump
+from tidewater.audit import health, metrics_reader, reader
+from tidewater.audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
+from tidewater.audit.job import AckLogError, parse_ack_log
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,
@@ -20,7 +21,6 @@ from proto.records import (
     decode_batch,
     encode_batch,
 )
-from tests.spark.fixtures import DAMAGE, HISTORY, build_dump
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proto.batch import (
+from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -20,8 +20,8 @@ from proto.batch import (
     set_base_offset_and_epoch,
     validate_batch,
 )
-from proto.errors import CorruptRecordError
-from proto.records import COMPRESSION_GZIP, SimpleRecord, decode_batch, encode_batch
+from tidewater.proto.errors import CorruptRecordError
+from tidewater.proto.records import COMPRESSION_GZIP, SimpleRecord, decode_batch, encode_batch
 
 
 def three_batches() -> tuple[bytes, list[int]]:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto.batch import HEADER_SIZE, validate_batch
-from proto.batch_builder import BatchBuilder
-from proto.errors import UnsupportedCompressionError
-from proto.records import (
+from tidewater.proto.batch import HEADER_SIZE, validate_batch
+from tidewater.proto.batch_builder import BatchBuilder
+from tidewater.proto.errors import UnsupportedCompressionError
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,

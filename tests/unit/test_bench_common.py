@@ -24,14 +24,14 @@ from bench.bench_common import (  # noqa: E402
     ratio,
     results_table,
 )
-from bench.latency_probe import (  # noqa: E402
+from bench.peer_nats import server_config  # noqa: E402
+from bench.probes.latency_probe import (  # noqa: E402
     STAMP_BYTES,
     due_count,
     read_stamp,
     run_paced,
     stamped_payload,
 )
-from bench.peer_nats import server_config  # noqa: E402
 
 
 def test_percentile_matches_linear_interpolation():
@@ -269,7 +269,7 @@ def test_thread_context_switches_reads_this_process():
 
 
 def test_slow_windows_group_acks_due_close_together():
-    from bench.stall_probe import slow_windows
+    from bench.probes.stall_probe import slow_windows
 
     slow = [(100.00, 9.0), (100.05, 30.0), (100.20, 12.0), (101.00, 8.5)]
     windows = slow_windows(slow, gap_s=0.2)
@@ -279,7 +279,7 @@ def test_slow_windows_group_acks_due_close_together():
 
 def test_canary_late_inside_a_window_names_the_paused_cpu():
     from bench.bench_common import parse_canary
-    from bench.stall_probe import attach_canary, slow_windows
+    from bench.probes.stall_probe import attach_canary, slow_windows
 
     windows = slow_windows([(100.00, 60.0), (100.01, 55.0), (200.00, 20.0)])
     # CPU 1's canary woke 63 ms late just after the first window's records were due: it

@@ -7,10 +7,10 @@ import asyncio
 import grpc
 import pytest
 
-from broker.controller_channel import ControllerChannel
-from broker.forwarding import ControllerForwarder
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.broker.controller_channel import ControllerChannel
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 
 class FakeController(pb_grpc.ControllerServicer):

@@ -3,9 +3,9 @@ served but never adds the replica to the ISR."""
 
 from __future__ import annotations
 
-from broker.replication.leader_state import LeaderPartitionState
-from proto import tidewater_pb2 as pb
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.proto import tidewater_pb2 as pb
 
 T0 = 1_000_000
 

@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from broker.storage.epoch_cache import LeaderEpochCache
-from broker.storage.log_config import LogConfig
-from broker.storage.topics import TopicPartition
-from proto.batch import (
+from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,
     iter_batches,
     set_base_offset_and_epoch,
 )
-from proto.errors import CorruptRecordError, OffsetOutOfRangeError
+from tidewater.proto.errors import CorruptRecordError, OffsetOutOfRangeError
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 

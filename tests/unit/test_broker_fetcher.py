@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.forwarding import ControllerForwarder
-from broker.server import BrokerServicer, build_server
-from broker.storage.log_config import LogConfig
-from proto import tidewater_pb2 as pb
-from proto.batch import set_base_offset_and_epoch
 from tests.unit.test_broker_fakes import FakeLog, make_batch
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.server import BrokerServicer, build_server
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import set_base_offset_and_epoch
 
 
 def seeded_log(epochs_and_counts) -> FakeLog:
@@ -113,8 +113,8 @@ async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path
 
 
 def test_fetched_chunk_is_aligned_to_the_log_end():
-    from broker.fetcher import LeaderFetcher
-    from broker.partition import Partition
+    from tidewater.broker.fetcher import LeaderFetcher
+    from tidewater.broker.partition import Partition
 
     log = seeded_log([(0, 5)])  # single-record batches 0..4, LEO 5
     partition = Partition(TP, log, local_broker_id=2, high_watermark=0, min_insync_replicas=1,

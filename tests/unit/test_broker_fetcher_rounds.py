@@ -12,11 +12,11 @@ import logging
 
 import pytest
 
-import broker.fetcher as fetcher_module
-from broker.fetcher import StreamBrokenError
-from proto import tidewater_pb2 as pb
+import tidewater.broker.fetcher as fetcher_module
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+from tidewater.broker.fetcher import StreamBrokenError
+from tidewater.proto import tidewater_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,9 +8,9 @@ import socket
 import grpc
 import pytest
 
-from broker.controller_channel import ControllerChannel
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.broker.controller_channel import ControllerChannel
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.timeout(60)
 

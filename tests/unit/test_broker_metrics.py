@@ -7,7 +7,7 @@ import re
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from broker.metrics import BrokerMetrics, LocalCounter, LocalHistogram
+from tidewater.broker.metrics import BrokerMetrics, LocalCounter, LocalHistogram
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 1, 30)
 

@@ -6,8 +6,6 @@ import asyncio
 
 import grpc
 
-from broker.server import BrokerServicer
-from proto import tidewater_pb2 as pb
 from tests.unit.test_broker_replica_manager import (
     TP,
     follower_fetch,
@@ -16,6 +14,8 @@ from tests.unit.test_broker_replica_manager import (
     produce,
     wait_until,
 )
+from tidewater.broker.server import BrokerServicer
+from tidewater.proto import tidewater_pb2 as pb
 
 
 class FakeStreamContext:

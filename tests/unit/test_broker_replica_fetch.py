@@ -8,13 +8,13 @@ import asyncio
 import grpc
 import pytest
 
-from broker.forwarding import ControllerForwarder
-from broker.server import BrokerServicer, build_server
-from broker.storage.topics import TopicPartition
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.server import BrokerServicer, build_server
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.timeout(60)
 

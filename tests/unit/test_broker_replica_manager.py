@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.metadata_cache import MetadataCache
-from broker.metrics import BrokerMetrics
-from broker.replica_manager import ReplicaManager
-from broker.storage.topics import TopicPartition
-from proto import tidewater_pb2 as pb
 from tests.unit.test_broker_fakes import FakeLogManager, make_batch
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
 
 TP = TopicPartition("orders", 0)
 
@@ -366,8 +366,8 @@ async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_pa
 
 
 async def test_stray_logs_deleted_only_when_the_snapshot_excludes_them(tmp_path):
-    from broker.storage.log_config import LogConfig
     from tests.unit.test_broker_fakes import FakeLog
+    from tidewater.broker.storage.log_config import LogConfig
 
     rm, _ = make_manager(tmp_path)
     kept, gone, other = TP, TopicPartition("deleted", 0), TopicPartition("elsewhere", 0)
@@ -386,7 +386,7 @@ async def test_stray_logs_deleted_only_when_the_snapshot_excludes_them(tmp_path)
 
 
 async def test_storage_error_is_answered_per_partition(tmp_path):
-    from proto.errors import KafkaStorageError
+    from tidewater.proto.errors import KafkaStorageError
 
     rm, _ = make_manager(tmp_path)
     await rm.leader_and_isr(lai(isr=(1,)))
@@ -486,10 +486,10 @@ async def test_rolls_and_retention_run_off_the_loop_on_snapshots_and_stop_waits(
 
 
 def test_record_count_matches_the_batch_framing():
-    from broker.replica_manager import record_count
-    from proto.batch import iter_batches
-    from proto.errors import CorruptRecordError
-    from proto.records import encode_batch
+    from tidewater.broker.replica_manager import record_count
+    from tidewater.proto.batch import iter_batches
+    from tidewater.proto.errors import CorruptRecordError
+    from tidewater.proto.records import encode_batch
 
     def by_headers(records: bytes) -> int:
         try:

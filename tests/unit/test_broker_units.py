@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, config_from_args
-from broker.metadata_cache import MetadataCache
-from broker.purgatory import FetchWaiters, ProducePurgatory
-from proto import tidewater_pb2 as pb
-from proto.errors import StaleControllerEpochError
+from tidewater.broker.config import BrokerConfig, ConfigError, config_from_args
+from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.purgatory import FetchWaiters, ProducePurgatory
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import StaleControllerEpochError
 
 BASE = ["--broker-id", "1", "--listen", "127.0.0.1:9092", "--controller", "127.0.0.1:9093",
         "--data-dir", "/tmp/x"]
@@ -37,7 +37,7 @@ def test_config_rejects_bad_settings(setting):
 
 
 def test_unknown_setting_exits_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "broker", *BASE, "--set", "bogus.name=1"],
+    proc = subprocess.run([sys.executable, "-m", "tidewater.broker", *BASE, "--set", "bogus.name=1"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "bogus.name" in proc.stderr
@@ -184,7 +184,7 @@ def test_taken_port_exits_1_with_a_clear_message(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "broker", "--broker-id", "1", "--listen", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "tidewater.broker", "--broker-id", "1", "--listen", f"127.0.0.1:{port}",
              "--controller", "127.0.0.1:1", "--data-dir", str(tmp_path)],
             capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1

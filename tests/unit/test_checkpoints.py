@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from broker.storage import checkpoints
-from broker.storage.checkpoints import (
+from tidewater.broker.storage import checkpoints
+from tidewater.broker.storage.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     OffsetCheckpointFile,
     TopicPartition,
@@ -16,7 +16,7 @@ from broker.storage.checkpoints import (
     write_clean_shutdown_marker,
     write_file_atomically,
 )
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 
 def test_round_trip_in_kafka_text_format(tmp_path):

@@ -6,15 +6,15 @@ Records go in and batches come out by the producer's own paths: ``add``, then
 
 import pytest
 
-from client.accumulator import (
+from tidewater.client.accumulator import (
     BATCH_OVERHEAD_BYTES,
     ProducerBatch,
     RecordAccumulator,
     RecordMetadata,
     estimate_record_bytes,
 )
-from client.metadata import TopicPartition
-from proto.records import COMPRESSION_NONE, decode_batch
+from tidewater.client.metadata import TopicPartition
+from tidewater.proto.records import COMPRESSION_NONE, decode_batch
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

@@ -10,11 +10,15 @@ import grpc
 import pytest
 from test_client_fake_cluster import FakeBroker, FakeState, consume_all, fake_cluster  # noqa: F401
 
-from client import aio_producer
-from client.aio_producer import AsyncProducer
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import InvalidTopicError, RequestTimedOutError, UnknownTopicOrPartitionError
+from tidewater.client import aio_producer
+from tidewater.client.aio_producer import AsyncProducer
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import (
+    InvalidTopicError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 
 
 async def test_offsets_batches_and_round_trip(fake_cluster):  # noqa: F811

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from client.accumulator import RecordMetadata
-from client.commands._common import parse_configs
-from client.commands.consume import format_record
-from client.commands.produce import ack_log_line, split_line
-from client.consumer import ConsumerRecord
-from client.metadata import parse_bootstrap
-from client.producer import parse_acks
-from proto.errors import InvalidRequiredAcksError
+from tidewater.client.accumulator import RecordMetadata
+from tidewater.client.consumer import ConsumerRecord
+from tidewater.client.metadata import parse_bootstrap
+from tidewater.client.producer import parse_acks
+from tidewater.proto.errors import InvalidRequiredAcksError
+from tidewater.tools.commands._common import parse_configs
+from tidewater.tools.commands.consume import format_record
+from tidewater.tools.commands.produce import ack_log_line, split_line
 
 
 def test_ack_log_line_is_one_json_object_with_the_contract_fields():

@@ -15,12 +15,12 @@ from concurrent import futures
 import grpc
 import pytest
 
-from client.consumer import Consumer, NoOffsetForPartitionError
-from client.producer import Producer
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.batch import iter_batches, set_base_offset_and_epoch
-from proto.errors import InvalidTopicError, UnknownTopicOrPartitionError
+from tidewater.client.consumer import Consumer, NoOffsetForPartitionError
+from tidewater.client.producer import Producer
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.batch import iter_batches, set_base_offset_and_epoch
+from tidewater.proto.errors import InvalidTopicError, UnknownTopicOrPartitionError
 
 
 class FakeState:
@@ -396,10 +396,10 @@ def test_records_queued_behind_a_request_go_from_the_answering_thread(fake_clust
 
 
 def test_consumer_ignores_a_partial_tail_and_rejects_a_corrupt_batch(fake_cluster):
-    from client.consumer import Consumer as C
-    from client.metadata import TopicPartition
-    from proto.errors import CorruptRecordError
-    from proto.records import encode_batch
+    from tidewater.client.consumer import Consumer as C
+    from tidewater.client.metadata import TopicPartition
+    from tidewater.proto.errors import CorruptRecordError
+    from tidewater.proto.records import encode_batch
 
     first = encode_batch([(None, b"a"), (None, b"b")], base_offset=0)
     second = encode_batch([(None, b"c")], base_offset=2)
@@ -418,7 +418,7 @@ def test_consumer_ignores_a_partial_tail_and_rejects_a_corrupt_batch(fake_cluste
 
 
 def test_delivery_timeout_names_the_last_error(fake_cluster):
-    from proto.errors import RequestTimedOutError
+    from tidewater.proto.errors import RequestTimedOutError
 
     state, bootstrap = fake_cluster
     state.produce_errors = [pb.NOT_ENOUGH_REPLICAS] * 1000

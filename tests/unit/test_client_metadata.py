@@ -2,8 +2,8 @@
 
 import pytest
 
-from client.metadata import BrokerConnectionError, MetadataClient
-from proto.errors import RequestTimedOutError
+from tidewater.client.metadata import BrokerConnectionError, MetadataClient
+from tidewater.proto.errors import RequestTimedOutError
 
 
 def make_client():
@@ -60,8 +60,8 @@ def test_timeouts_move_on_only_when_safe():
 import threading  # noqa: E402
 import time  # noqa: E402
 
-from client.metadata import TopicPartition  # noqa: E402
-from proto import tidewater_pb2 as pb  # noqa: E402
+from tidewater.client.metadata import TopicPartition  # noqa: E402
+from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 
 
 def metadata_answer(leader: int) -> pb.MetadataResponse:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.partitioner import StickyPartitioner, murmur2, partition_for_key
+from tidewater.client.partitioner import StickyPartitioner, murmur2, partition_for_key
 
 # Values from Kafka's UtilsTest.testMurmur2.
 KAFKA_MURMUR2 = {

@@ -8,13 +8,13 @@ from concurrent import futures
 import grpc
 import pytest
 
-from client.metadata import BrokerConnectionError, ChannelPool
-from client.producer import Producer
-from client.streams import StreamPool, StreamRequest
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
-from proto.errors import RequestTimedOutError
 from tests.unit.test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401 - fixture
+from tidewater.client.metadata import BrokerConnectionError, ChannelPool
+from tidewater.client.producer import Producer
+from tidewater.client.streams import StreamPool, StreamRequest
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import RequestTimedOutError
 
 pytestmark = pytest.mark.timeout(60)
 

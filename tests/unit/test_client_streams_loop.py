@@ -10,10 +10,10 @@ from concurrent import futures
 import grpc
 import pytest
 
-from client.metadata import BrokerConnectionError, ChannelPool
-from client.streams import IoLoop, StreamPool, StreamRequest
-from proto import tidewater_pb2 as pb
-from proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.client.metadata import BrokerConnectionError, ChannelPool
+from tidewater.client.streams import IoLoop, StreamPool, StreamRequest
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.timeout(60)
 

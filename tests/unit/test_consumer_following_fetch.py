@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import types
 
-from client.consumer import _FollowingFetch, _wait_done
+from tidewater.client.consumer import _FollowingFetch, _wait_done
 
 
 class FakeConsumer:

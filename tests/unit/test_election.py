@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.election import (
+from tidewater.controller.election import (
     NO_LEADER,
     PartitionRecord,
     alter_partition,
@@ -15,7 +15,7 @@ from controller.election import (
     on_broker_unfenced,
     on_controlled_shutdown,
 )
-from proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2 as pb
 
 
 def rec(replicas=(1, 2, 3), isr=None, leader=None, leader_epoch=5, partition_epoch=7):

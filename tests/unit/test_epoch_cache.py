@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.storage import checkpoints
-from broker.storage.epoch_cache import (
+from tidewater.broker.storage import checkpoints
+from tidewater.broker.storage.epoch_cache import (
     LeaderEpochCache,
     format_epoch_checkpoint,
     read_epoch_checkpoint,
 )
-from proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 
 def cache_of(*entries, path=None):
@@ -214,7 +214,7 @@ def test_unchanged_assign_does_not_rewrite(tmp_path, monkeypatch):
     cache = LeaderEpochCache(path)
     cache.assign(1, 5)
     writes = []
-    monkeypatch.setattr("broker.storage.epoch_cache.write_file_atomically",
+    monkeypatch.setattr("tidewater.broker.storage.epoch_cache.write_file_atomically",
                         lambda p, d: writes.append(d))
     cache.assign(1, 7)
     cache.truncate_from_end(6)

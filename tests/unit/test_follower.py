@@ -7,15 +7,15 @@ broker uses (in memory).
 
 import pytest
 
-from broker.replication.follower import (
+from tidewater.broker.replication.follower import (
     TruncationStep,
     check_diverging,
     follower_high_watermark,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
-from broker.storage.epoch_cache import LeaderEpochCache
-from proto.errors import OffsetOutOfRangeError
+from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.proto.errors import OffsetOutOfRangeError
 
 
 def cache(*entries):

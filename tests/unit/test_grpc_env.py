@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import grpc_env
+from tidewater.proto import grpc_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def run_echo(package: str, env_value: str | None) -> tuple[str, float]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("package", ["broker.__main__", "controller", "client.cli"])
+@pytest.mark.parametrize("package", ["tidewater.broker.__main__", "tidewater.controller", "tidewater.tools.cli"])
 def test_tidewater_programs_take_the_event_engine_off_the_message_path(package):
     value, switches_per_round_trip = run_echo(package, None)
     assert value == repr(grpc_env.GRPC_EXPERIMENTS)
@@ -75,7 +75,7 @@ def test_tidewater_programs_take_the_event_engine_off_the_message_path(package):
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_value_already_set_is_kept_and_grpc_defaults_return():
-    value, switches_per_round_trip = run_echo("client.cli", "")
+    value, switches_per_round_trip = run_echo("tidewater.tools.cli", "")
     assert value == "''"
     assert switches_per_round_trip > 2  # gRPC's own EventEngine threads carry the messages
 
@@ -105,10 +105,10 @@ def test_apply_keeps_an_existing_value(monkeypatch):
 # starts there after the first failed call; the client calls until one is answered.
 RECONNECT = """
 import socket, subprocess, sys, time
-from proto import grpc_env
+from tidewater.proto import grpc_env
 grpc_env.apply()
 import grpc
-from client.metadata import CHANNEL_OPTIONS
+from tidewater.client.metadata import CHANNEL_OPTIONS
 
 probe = socket.socket(); probe.bind(("127.0.0.1", 0)); port = probe.getsockname()[1]; probe.close()
 call = grpc.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS).unary_unary("/t.E/S")

@@ -5,11 +5,11 @@ import struct
 
 import pytest
 
-from broker.storage.index import OffsetIndex, TimeIndex
-from broker.storage.log_config import LogConfig
-from broker.storage.segment import LogSegment
-from proto.errors import CorruptFileError
-from proto.records import encode_batch
+from tidewater.broker.storage.index import OffsetIndex, TimeIndex
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.segment import LogSegment
+from tidewater.proto.errors import CorruptFileError
+from tidewater.proto.records import encode_batch
 
 
 def test_offset_index_lookup_finds_largest_entry_at_or_below(tmp_path):

@@ -4,9 +4,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.replication.leader_state import LeaderPartitionState
-from proto import tidewater_pb2 as pb
-from proto.errors import NotEnoughReplicasError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import (
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 
 LAG_MS = 3000
 T0 = 1_000_000

@@ -1,10 +1,10 @@
-"""client.local_cluster.plan_ports: one plan never gives two processes the same port."""
+"""tools.local_cluster.plan_ports: one plan never gives two processes the same port."""
 
 from __future__ import annotations
 
 import itertools
 
-from client import local_cluster
+from tidewater.tools import local_cluster
 
 
 def test_a_port_handed_out_twice_by_the_kernel_is_not_used_twice(monkeypatch):

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from broker.storage.log import Log, UnexpectedAppendOffsetError
-from broker.storage.log_config import LogConfig
-from broker.storage.topics import TopicPartition
-from proto.batch import iter_batches, validate_batch
-from proto.errors import (
+from tidewater.broker.storage.log import Log, UnexpectedAppendOffsetError
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.batch import iter_batches, validate_batch
+from tidewater.proto.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
     KafkaStorageError,
@@ -18,7 +18,7 @@ from proto.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
-from proto.records import decode_records, encode_batch
+from tidewater.proto.records import decode_records, encode_batch
 
 
 def batch(n=1, value=b"v", ts=1000, epoch=-1, base_offset=0):
@@ -33,7 +33,7 @@ def open_log(tmp_path, name="t-0", **config):
 def wait_for_roll_flushes():
     """Rolled segments are flushed on the process's one "flush-log" thread, in order:
     a job queued now runs after every flush queued before it."""
-    from broker.storage import log as log_module
+    from tidewater.broker.storage import log as log_module
 
     log_module._roll_flusher().submit(lambda: None).result(timeout=30)
 
@@ -226,7 +226,7 @@ def test_retention_renames_under_the_lock_and_unlinks_later(tmp_path, monkeypatc
     for epoch in range(6):
         log.append_as_leader(batch(1), leader_epoch=epoch, now_ms=0)
     pending = []
-    monkeypatch.setattr("broker.storage.log.unlink_in_background",
+    monkeypatch.setattr("tidewater.broker.storage.log.unlink_in_background",
                         lambda paths, name: pending.extend(paths))
     assert log.delete_old_segments(now_ms=0, high_watermark=6) == 2
     directory = tmp_path / "t-0"

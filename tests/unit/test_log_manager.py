@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.checkpoints import CLEAN_SHUTDOWN_FILE, OffsetCheckpointFile
-from broker.storage.log_config import LogConfig
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicPartition
-from proto.errors import InvalidTopicError, KafkaStorageError
-from proto.records import encode_batch
+from tidewater.broker.storage.checkpoints import CLEAN_SHUTDOWN_FILE, OffsetCheckpointFile
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.errors import InvalidTopicError, KafkaStorageError
+from tidewater.proto.records import encode_batch
 
 CONFIG = LogConfig(segment_bytes=400)
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b-x", 0)

@@ -8,14 +8,14 @@ from concurrent.futures import Executor, Future
 
 import pytest
 
-from broker.storage import log as log_module
-from broker.storage import recovery
-from broker.storage.log import Log, drain_roll_flushes
-from broker.storage.log_config import LogConfig
-from broker.storage.log_manager import LogManager
-from broker.storage.topics import TopicPartition
-from proto.batch import iter_batches
-from proto.records import encode_batch
+from tidewater.broker.storage import log as log_module
+from tidewater.broker.storage import recovery
+from tidewater.broker.storage.log import Log, drain_roll_flushes
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.batch import iter_batches
+from tidewater.proto.records import encode_batch
 
 RECORD = encode_batch([(None, b"x" * 100)], base_timestamp_ms=1000)
 CONFIG = LogConfig(segment_bytes=3 * len(RECORD), index_interval_bytes=1)

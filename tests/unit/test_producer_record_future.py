@@ -7,10 +7,15 @@ import threading
 import pytest
 from test_client_fake_cluster import consume_all, fake_cluster  # noqa: F401 - the fixture
 
-from client.accumulator import ProducerBatch, RecordAccumulator, RecordFuture, RecordMetadata
-from client.metadata import TopicPartition
-from client.producer import Producer
-from proto.errors import RequestTimedOutError, UnsupportedCompressionError
+from tidewater.client.accumulator import (
+    ProducerBatch,
+    RecordAccumulator,
+    RecordFuture,
+    RecordMetadata,
+)
+from tidewater.client.metadata import TopicPartition
+from tidewater.client.producer import Producer
+from tidewater.proto.errors import RequestTimedOutError, UnsupportedCompressionError
 
 TP = TopicPartition("t", 0)
 
@@ -86,7 +91,7 @@ def test_a_raising_callback_is_logged_and_the_others_still_run(caplog):
     ran = []
     futs[0].add_done_callback(lambda f: 1 / 0)
     futs[1].add_done_callback(ran.append)
-    with caplog.at_level(logging.ERROR, logger="client.accumulator"):
+    with caplog.at_level(logging.ERROR, logger="tidewater.client.accumulator"):
         batch.complete(0)
     assert ran == [futs[1]] and "ZeroDivisionError" in caplog.text
 

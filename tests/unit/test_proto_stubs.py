@@ -9,21 +9,24 @@ GENERATED = ["tidewater_pb2.py", "tidewater_pb2.pyi", "tidewater_pb2_grpc.py"]
 
 
 def test_generated_stubs_are_current(tmp_path):
-    (tmp_path / "proto").mkdir()
-    (tmp_path / "proto" / "tidewater.proto").write_bytes((ROOT / "proto" / "tidewater.proto").read_bytes())
+    # Generated as tidewater/proto/tidewater.proto, as `make proto` does: the stubs then
+    # import each other under the installed namespace (tidewater.proto.*).
+    out = tmp_path / "tidewater" / "proto"
+    out.mkdir(parents=True)
+    (out / "tidewater.proto").write_bytes((ROOT / "proto" / "tidewater.proto").read_bytes())
     subprocess.run(
         [sys.executable, "-m", "grpc_tools.protoc", "-I.", "--python_out=.", "--pyi_out=.",
-         "--grpc_python_out=.", "proto/tidewater.proto"],
+         "--grpc_python_out=.", "tidewater/proto/tidewater.proto"],
         cwd=tmp_path, check=True,
     )
     for name in GENERATED:
-        fresh = (tmp_path / "proto" / name).read_text()
+        fresh = (out / name).read_text()
         committed = (ROOT / "proto" / name).read_text()
         assert fresh == committed, f"proto/{name} is stale: run `make proto`"
 
 
 def test_error_codes_keep_kafka_numbers():
-    from proto import tidewater_pb2 as pb
+    from tidewater.proto import tidewater_pb2 as pb
 
     expected = {
         "NONE": 0, "OFFSET_OUT_OF_RANGE": 1, "CORRUPT_MESSAGE": 2, "UNKNOWN_TOPIC_OR_PARTITION": 3,

@@ -12,10 +12,10 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto.batch import HEADER_SIZE, validate_batch
-from proto.batch_builder import encode_varint
-from proto.errors import CorruptRecordError, UnsupportedCompressionError
-from proto.records import (
+from tidewater.proto.batch import HEADER_SIZE, validate_batch
+from tidewater.proto.batch_builder import encode_varint
+from tidewater.proto.errors import CorruptRecordError, UnsupportedCompressionError
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NAMES,
@@ -205,7 +205,7 @@ def test_large_batch_spanning_many_compression_blocks(compression):
 
 
 def test_default_timestamps(monkeypatch):
-    monkeypatch.setattr("proto.records.time.time", lambda: 1234.5678)
+    monkeypatch.setattr("tidewater.proto.records.time.time", lambda: 1234.5678)
     header, records = decode_batch(encode_batch([(b"a", b"b"), SimpleRecord(None, b"c", (), 7)]))
     assert header.base_timestamp == 1234567
     assert [r.timestamp for r in records] == [1234567, 7]

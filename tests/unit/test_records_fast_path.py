@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import proto.records as records_module
-from proto.batch import HEADER_SIZE, read_header
-from proto.errors import CorruptRecordError
-from proto.records import (
+import tidewater.proto.records as records_module
+from tidewater.proto.batch import HEADER_SIZE, read_header
+from tidewater.proto.errors import CorruptRecordError
+from tidewater.proto.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
     COMPRESSION_NONE,

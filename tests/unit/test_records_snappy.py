@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proto.batch import HEADER_SIZE, compute_crc
-from proto.compression import SNAPPY_BLOCK_SIZE_BYTES, SNAPPY_XERIAL_MAGIC
-from proto.errors import CorruptRecordError
-from proto.records import (
+from tidewater.proto.batch import HEADER_SIZE, compute_crc
+from tidewater.proto.compression import SNAPPY_BLOCK_SIZE_BYTES, SNAPPY_XERIAL_MAGIC
+from tidewater.proto.errors import CorruptRecordError
+from tidewater.proto.records import (
     COMPRESSION_NONE,
     COMPRESSION_SNAPPY,
     DecompressedTooLargeError,

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from broker.storage.log import Log
-from broker.storage.log_config import LogConfig
-from proto.batch import iter_batches
-from proto.records import encode_batch
+from tidewater.broker.storage.log import Log
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.proto.batch import iter_batches
+from tidewater.proto.records import encode_batch
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=150)
 EPOCH_FIELD = range(12, 16)  # partitionLeaderEpoch lies outside the CRC (Kafka's design)

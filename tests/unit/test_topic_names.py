@@ -2,14 +2,14 @@
 
 import pytest
 
-from broker.storage.log_config import LogConfig
-from broker.storage.topics import (
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import (
     TopicPartition,
     log_dir_name,
     parse_log_dir_name,
     validate_topic_name,
 )
-from proto.errors import InvalidConfigError, InvalidTopicError
+from tidewater.proto.errors import InvalidConfigError, InvalidTopicError
 
 
 @pytest.mark.parametrize("name", ["a", "orders", "my.topic_v2-x", "A" * 249, "...", "-", "_-."])

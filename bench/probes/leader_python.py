@@ -1,0 +1,154 @@
+"""The leader's own Python per record, without gRPC: CPU µs per record in one process.
+
+    .venv/bin/python bench/probes/leader_python.py [--acks all|1] [--records 5000] [--consumer]
+
+One leader ``ReplicaManager`` (real on-disk log in a temporary directory, RF=3,
+ISR of 3) behind ``BrokerServicer``'s stream handlers, driven through fake
+stream contexts instead of gRPC: a ProduceStream sending one single-record
+batch at a time and waiting for its answer, two followers on ReplicaFetch that
+send their next fetch as soon as an answer arrives (long-polls of 500 ms), and
+with ``--consumer`` one consumer on FetchStream doing the same. Prints the
+process CPU microseconds per record (``time.process_time``), which is the
+leader's Python (handlers, replica manager, purgatory, metrics, storage) plus a
+small fixed cost of the fakes (a loop hop per write, building the followers'
+requests). gRPC's own per-message cost (bench/probes/cpu_per_record.py shows it in the
+real cluster) is absent, so changes to the leader's Python show clearly here;
+like any CPU figure it still moves a little with machine load, so compare
+several runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+import grpc  # noqa: E402
+import uvloop  # noqa: E402
+
+from tidewater.broker.config import BrokerConfig  # noqa: E402
+from tidewater.broker.metadata_cache import MetadataCache  # noqa: E402
+from tidewater.broker.metrics import BrokerMetrics  # noqa: E402
+from tidewater.broker.replica_manager import ReplicaManager  # noqa: E402
+from tidewater.broker.server import BrokerServicer  # noqa: E402
+from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
+from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
+from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
+from tidewater.proto.records import encode_batch  # noqa: E402
+
+TOPIC = "t"
+WARM_UP_RECORDS = 300
+
+
+class FakeStreamContext:
+    """The read/write half of a grpc.aio servicer context; a write costs one loop hop."""
+
+    def __init__(self, on_write) -> None:
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self._on_write = on_write
+
+    async def read(self):
+        return await self.inbox.get()
+
+    async def write(self, message) -> None:
+        await asyncio.sleep(0)
+        self._on_write(message)
+
+
+def fetch_request(replica_id: int, offset: int) -> pb.FetchRequest:
+    follower = replica_id >= 0
+    return pb.FetchRequest(
+        replica_id=replica_id, replica_broker_epoch=-1, max_wait_ms=500, min_bytes=1,
+        max_bytes=1 << 20, partitions=[pb.FetchPartition(
+            topic=TOPIC, partition=0, current_leader_epoch=0 if follower else -1,
+            fetch_offset=offset, last_fetched_epoch=0 if follower and offset else -1,
+            partition_max_bytes=1 << 20)])
+
+
+async def run(directory: Path, acks: int, records: int, consumer: bool) -> float:
+    config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
+                          data_dir=directory)
+    log_manager = LogManager(directory, LogConfig())
+    log_manager.load(int(time.time() * 1000))
+
+    async def alter_partition(items):
+        return pb.AlterPartitionResponse(error_code=pb.NONE)
+
+    rm = ReplicaManager(config=config, log_manager=log_manager, metadata_cache=MetadataCache(),
+                        metrics=BrokerMetrics(1), alter_partition=alter_partition,
+                        broker_epoch=lambda: 1)
+    rm.load()
+    await rm.leader_and_isr(pb.LeaderAndIsrRequest(
+        controller_id=0, controller_epoch=1, broker_epoch=1, partitions=[pb.LeaderAndIsrPartition(
+            state=pb.PartitionState(topic=TOPIC, partition=0, leader=1, leader_epoch=0,
+                                    partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3]),
+            topic_configs={"min.insync.replicas": "2"}, is_new=True)]))
+    servicer = BrokerServicer(rm, None, rm.metrics, "INTERNAL")
+    offsets = {2: 0, 3: 0, -1: 0}
+    contexts: dict[int, FakeStreamContext] = {}
+
+    def fetcher(reader_id: int):
+        def on_answer(response: pb.FetchResponse) -> None:
+            p = response.partitions[0]
+            if p.records:  # a follower continues at the LEO, a consumer at the HW
+                offsets[reader_id] = p.log_end_offset if reader_id >= 0 else p.high_watermark
+            contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, offsets[reader_id]))
+        return on_answer
+
+    tasks = []
+    for reader_id in (2, 3, -1) if consumer else (2, 3):
+        contexts[reader_id] = FakeStreamContext(fetcher(reader_id))
+        contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, 0))
+        handler = servicer.ReplicaFetch if reader_id >= 0 else servicer.FetchStream
+        tasks.append(asyncio.create_task(handler(None, contexts[reader_id])))
+    answered = asyncio.Event()
+    producer = FakeStreamContext(lambda response: answered.set())
+    tasks.append(asyncio.create_task(servicer.ProduceStream(None, producer)))
+    batch = encode_batch([(None, bytes(1024))])
+
+    async def produce_one(i: int) -> None:
+        answered.clear()
+        producer.inbox.put_nowait(pb.ProduceRequest(
+            acks=acks, timeout_ms=30_000, correlation_id=i,
+            partitions=[pb.ProducePartitionData(topic=TOPIC, partition=0, records=batch)]))
+        await answered.wait()
+        while offsets[2] <= i or offsets[3] <= i:  # acks=1: the followers have it too
+            await asyncio.sleep(0)
+
+    for i in range(WARM_UP_RECORDS):
+        await produce_one(i)
+    started = time.process_time()
+    for i in range(WARM_UP_RECORDS, WARM_UP_RECORDS + records):
+        await produce_one(i)
+    cpu_s = time.process_time() - started
+    for context in [producer, *contexts.values()]:
+        context.inbox.put_nowait(grpc.aio.EOF)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await rm.stop()
+    log_manager.shutdown()
+    return cpu_s / records * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--acks", choices=["all", "1"], default="all")
+    parser.add_argument("--records", type=int, default=5000)
+    parser.add_argument("--consumer", action="store_true", help="one consumer on FetchStream")
+    args = parser.parse_args(argv)
+    acks = -1 if args.acks == "all" else 1
+    with tempfile.TemporaryDirectory() as directory:
+        us = uvloop.run(run(Path(directory), acks, args.records, args.consumer))
+    print(f"acks={args.acks}{' +consumer' if args.consumer else ''}: "
+          f"{us:,.0f} CPU µs per record (leader Python, no gRPC)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from tidewater.tools.cli import main
+
+sys.exit(main())

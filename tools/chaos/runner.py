@@ -1,0 +1,371 @@
+"""Run one chaos experiment against a cluster and write everything to ``--out``.
+
+Sequence: make sure the topic exists with every partition led; start the
+metrics scraper, the leader monitor and the producers; apply the seeded plan
+(``schedule.py``), undoing each fault after its hold time (a fault whose
+undo is slow, e.g. a restart, pushes the rest of the plan later, so each
+fault keeps its planned hold and gap); stop the producers
+and wait for every attempt to resolve; heal everything (whatever state chaos
+or anyone else left); wait until every partition has its full ISR and every
+replica has caught up; read every partition back; compare replicas below the
+HW from their data folders; judge (``verdict.py``); copy the data folders.
+
+Output folder::
+
+    run.json        parameters, the plan, bootstrap, start/end times
+    faults.jsonl    one line per action: {"unix_ms", "elapsed_s", "action", "node",
+                    "fault", "target", "ok", "error"}; action is kill, start, pause,
+                    unpause, isolate, heal (also "heal-all" steps at the end)
+    acks.jsonl      the ack log (``tide produce --ack-log`` format)
+    leaders.jsonl   the leader monitor's samples (monitor.py)
+    metrics/        the scraper's history (client/scrape.py format)
+    data/<node>/    copies of each node's data folder, taken after the verdict
+    verdict.json    the verdict (verdict.py), and verdict.txt the printed table
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidewater.client.admin import AdminClient, NewTopic
+from tidewater.client.consumer import Consumer
+from tidewater.client.metadata import TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
+from tidewater.tools.chaos.monitor import LeaderMonitor
+from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
+from tidewater.tools.chaos.schedule import APPLY_ACTION, UNDO_ACTION, PlannedFault, plan_faults
+from tidewater.tools.chaos.targets import ChaosCluster, ChaosTargetError, broker_id_of
+from tidewater.tools.chaos.verdict import Verdict, judge
+from tidewater.tools.chaos.workload import Workload
+from tidewater.tools.scrape import BackgroundScraper, Scraper
+
+SETTLE_TIMEOUT_S = 180.0
+READ_BACK_TIMEOUT_S = 120.0
+
+
+@dataclass
+class ChaosOptions:
+    topic: str = "chaos"
+    duration_s: float = 60.0
+    seed: int = 1
+    out_dir: Path = Path("chaos-out")
+    partitions: int = 3
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    producers: int = 2
+    rate_per_s: float = 200.0
+    scrape_interval_ms: int = 1000
+    warmup_s: float = 5.0
+    cooldown_s: float = 5.0
+    hold_s: tuple[float, float] = (2.0, 8.0)
+    gap_s: tuple[float, float] = (1.0, 4.0)
+    fault_weights: dict[str, int] | None = None
+    settle_timeout_s: float = SETTLE_TIMEOUT_S
+    log: object = field(default=sys.stderr)
+
+
+class FaultLog:
+    """faults.jsonl, plus which nodes are impaired right now (for the monitor)."""
+
+    def __init__(self, path: Path, started_monotonic: float):
+        self._file = open(path, "a", encoding="utf-8")
+        self._started = started_monotonic
+        self._lock = threading.Lock()
+        self.impaired: dict[str, str] = {}  # node -> action that impaired it
+        self.entries: list[dict] = []
+
+    def impaired_brokers(self) -> set[int]:
+        with self._lock:
+            return {b for b in map(broker_id_of, self.impaired) if b is not None}
+
+    def record(self, action: str, node: str, *, fault: str = "", target=None, ok: bool = True,
+               error: str = "") -> dict:
+        entry = {"unix_ms": int(time.time() * 1000),
+                 "elapsed_s": round(time.monotonic() - self._started, 3),
+                 "action": action, "node": node, "fault": fault, "target": target,
+                 "ok": ok, "error": error}
+        with self._lock:
+            if ok and action in ("kill", "pause", "isolate"):
+                self.impaired[node] = action
+            elif ok and action in ("start", "unpause", "heal"):
+                self.impaired.pop(node, None)
+            self.entries.append(entry)
+            self._file.write(json.dumps(entry) + "\n")
+            self._file.flush()
+        return entry
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class ChaosRun:
+    def __init__(self, cluster: ChaosCluster, options: ChaosOptions):
+        self.cluster = cluster
+        self.opt = options
+        self.out = Path(options.out_dir)
+        self.run_id = f"chaos{options.seed}-{uuid.uuid4().hex[:8]}"
+        self.bootstrap = cluster.bootstrap()
+        self.partitions: list[int] = []
+        self.plan: list[PlannedFault] = []
+
+    def say(self, text: str) -> None:
+        print(f"chaos: {text}", file=self.opt.log, flush=True)
+
+    # ------------------------------------------------------------------ steps
+
+    def ensure_topic(self, admin: AdminClient) -> None:
+        o = self.opt
+        errors = admin.create_topics([NewTopic(o.topic, o.partitions, o.replication_factor,
+                                               {"min.insync.replicas": str(o.min_insync_replicas)})])
+        error = errors.get(o.topic)
+        if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
+            raise ChaosTargetError(f"create topic {o.topic}: {error}")
+        self.wait_settled(admin, timeout_s=60)
+
+    def settle_state(self, admin: AdminClient) -> tuple[list[int], dict, str]:
+        """(partitions, {partition: PartitionDescription}, '' when settled else why not)."""
+        (info,) = admin.describe_topics([self.opt.topic], with_replica_state=True)
+        parts = {p.partition: p for p in info.partitions}
+        for p in info.partitions:
+            if p.leader < 0:
+                return sorted(parts), parts, f"partition {p.partition} has no leader"
+            if set(p.isr) != set(p.replicas):
+                return sorted(parts), parts, f"partition {p.partition} ISR {list(p.isr)} of {list(p.replicas)}"
+            states = {r.broker: r for r in p.replicas_state}
+            leader = states.get(p.leader)
+            if leader is None or leader.log_end_offset < 0:
+                return sorted(parts), parts, f"partition {p.partition}: leader state unknown"
+            for r in p.replicas_state:
+                if r.log_end_offset != leader.log_end_offset or r.high_watermark != leader.log_end_offset:
+                    return sorted(parts), parts, (
+                        f"partition {p.partition}: broker {r.broker} LEO {r.log_end_offset} HW "
+                        f"{r.high_watermark}, leader LEO {leader.log_end_offset}")
+        return sorted(parts), parts, ""
+
+    def wait_settled(self, admin: AdminClient, timeout_s: float) -> tuple[dict, str]:
+        deadline = time.monotonic() + timeout_s
+        why = "no answer"
+        parts: dict = {}
+        while True:
+            try:
+                self.partitions, parts, why = self.settle_state(admin)
+                if not why:
+                    return parts, ""
+            except TidewaterError as e:
+                why = str(e)
+            if time.monotonic() > deadline:
+                return parts, why
+            time.sleep(0.5)
+
+    @staticmethod
+    def unclean_elections(admin: AdminClient) -> int:
+        """The controller's unclean election count, -1 when it does not answer."""
+        try:
+            return admin.describe_cluster().unclean_elections_total
+        except TidewaterError:
+            return -1
+
+    def leader_of(self, admin: AdminClient, partition: int) -> int:
+        try:
+            snap = admin.metadata.refresh([self.opt.topic])
+            part = snap.topics[self.opt.topic].partitions.get(partition)
+            return part.leader if part is not None else -1
+        except (TidewaterError, KeyError):
+            return -1
+
+    def apply(self, fault: PlannedFault, admin: AdminClient, log: FaultLog, rng_pick) -> str | None:
+        """Apply one fault; returns the node impaired (None when it could not be applied)."""
+        if fault.kind == "kill_leader":
+            leader = self.leader_of(admin, int(fault.target))
+            node = f"broker-{leader}" if leader >= 0 else f"broker-{rng_pick()}"
+        elif fault.kind == "kill_controller":
+            node = "controller"
+        else:
+            node = f"broker-{fault.target}"
+        action = APPLY_ACTION[fault.kind]
+        try:
+            getattr(self.cluster, action)(node)
+        except ChaosTargetError as e:
+            log.record(action, node, fault=fault.kind, target=fault.target, ok=False, error=str(e))
+            self.say(f"{action} {node} failed: {e}")
+            return None
+        log.record(action, node, fault=fault.kind, target=fault.target)
+        self.say(f"{action} {node} ({fault.kind}, hold {fault.hold_s:.1f} s)")
+        return node
+
+    def undo(self, fault: PlannedFault, node: str, log: FaultLog) -> None:
+        action = UNDO_ACTION[fault.kind]
+        try:
+            getattr(self.cluster, action)(node)
+        except ChaosTargetError as e:
+            log.record(action, node, fault=fault.kind, target=fault.target, ok=False, error=str(e))
+            self.say(f"{action} {node} failed: {e} (healed at the end)")
+            return
+        log.record(action, node, fault=fault.kind, target=fault.target)
+        self.say(f"{action} {node}")
+
+    def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
+        """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
+        consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        out: dict[int, list[tuple[int, str]]] = {p: [] for p in self.partitions}
+        try:
+            tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
+            consumer.assign(tps)
+            ends = consumer.end_offsets(tps)
+            consumer.seek_to_beginning()
+            deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+            while any(consumer.position(tp) < ends[tp] for tp in tps):
+                if time.monotonic() > deadline:
+                    short = {tp.partition: (consumer.position(tp), ends[tp]) for tp in tps
+                             if consumer.position(tp) < ends[tp]}
+                    return out, f"read-back incomplete after {READ_BACK_TIMEOUT_S:.0f} s: {short}"
+                for r in consumer.poll(timeout_ms=1000):
+                    if r.offset < ends[TopicPartition(r.topic, r.partition)]:
+                        value = r.value.decode("utf-8", "replace") if r.value is not None else ""
+                        out[r.partition].append((r.offset, value))
+        except TidewaterError as e:
+            return out, f"read-back failed: {e}"
+        finally:
+            consumer.close()
+        return out, ""
+
+    def compare_replicas(self, parts: dict) -> dict[int, ReplicaComparison]:
+        data_dirs = self.cluster.data_dirs()
+        out = {}
+        for p, desc in parts.items():
+            leader_state = {r.broker: r for r in desc.replicas_state}.get(desc.leader)
+            hw = leader_state.high_watermark if leader_state else -1
+            dirs = {b: data_dirs.get(f"broker-{b}") for b in desc.replicas}
+            missing = [b for b, d in dirs.items() if d is None]
+            if missing or hw < 0:
+                out[p] = ReplicaComparison(False, f"no data folder for brokers {missing}" if missing
+                                           else "leader HW unknown")
+                continue
+            out[p] = compare_partition(dirs, self.opt.topic, p, hw)
+        return out
+
+    def collect_data(self) -> None:
+        for node, src in self.cluster.data_dirs().items():
+            dest = self.out / "data" / node
+            if dest.exists():
+                shutil.rmtree(dest)
+            try:
+                shutil.copytree(src, dest, ignore_dangling_symlinks=True)
+            except (OSError, shutil.Error) as e:  # a file replaced while copying: keep the rest
+                self.say(f"copy of {node} data incomplete: {e}")
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> Verdict:
+        import random
+
+        o = self.opt
+        if (self.out / "run.json").exists():
+            raise ChaosTargetError(f"{self.out} already holds a chaos run; choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        notes: list[str] = []
+        admin = AdminClient(self.bootstrap, request_timeout_ms=5000)
+        try:
+            self.ensure_topic(admin)
+            if not self.partitions:
+                raise ChaosTargetError(f"topic {o.topic} has no partitions")
+            unclean_before = self.unclean_elections(admin)
+            self.plan = plan_faults(o.seed, o.duration_s, self.cluster.broker_ids(), len(self.partitions),
+                                    warmup_s=o.warmup_s, cooldown_s=o.cooldown_s, hold_s=o.hold_s,
+                                    gap_s=o.gap_s, weights=o.fault_weights)
+            started_unix_ms = int(time.time() * 1000)
+            run_info = {"run_id": self.run_id, "seed": o.seed, "duration_s": o.duration_s,
+                        "cluster": self.cluster.kind, "bootstrap": self.bootstrap, "topic": o.topic,
+                        "partitions": self.partitions, "producers": o.producers,
+                        "rate_per_s": o.rate_per_s, "started_unix_ms": started_unix_ms,
+                        "plan": [f.to_json() for f in self.plan]}
+            (self.out / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
+            self.say(f"run {self.run_id}: {len(self.plan)} faults over {o.duration_s:.0f} s "
+                     f"on topic {o.topic} ({len(self.partitions)} partitions), output {self.out}")
+
+            started = time.monotonic()
+            log = FaultLog(self.out / "faults.jsonl", started)
+            scraper = None
+            targets = self.cluster.metrics_targets()
+            if targets:
+                scraper = BackgroundScraper(Scraper(targets, self.out / "metrics",
+                                                    interval_ms=o.scrape_interval_ms))
+                scraper.start()
+            monitor = LeaderMonitor(self.bootstrap, o.topic, self.partitions,
+                                    impaired_brokers=log.impaired_brokers,
+                                    timeline_path=self.out / "leaders.jsonl")
+            workload = Workload(self.bootstrap, o.topic, self.partitions, run_id=self.run_id,
+                                ack_log_path=self.out / "acks.jsonl", producers=o.producers,
+                                rate_per_s=o.rate_per_s)
+            monitor.start()
+            workload.start()
+            rng = random.Random(o.seed ^ 0x5EED)
+            pick = lambda: rng.choice(self.cluster.broker_ids())  # noqa: E731
+            try:
+                # Plan times are relative: a slow restart shifts the rest of the plan
+                # instead of squeezing later faults to nothing, so every fault keeps
+                # its hold and gap and a run may last longer than duration_s.
+                delay_s = 0.0
+                for fault in self.plan:
+                    time.sleep(max(0.0, started + delay_s + fault.start_s - time.monotonic()))
+                    applied_at = time.monotonic()
+                    node = self.apply(fault, admin, log, pick)
+                    time.sleep(max(0.0, applied_at + fault.hold_s - time.monotonic()))
+                    if node is not None:
+                        self.undo(fault, node, log)
+                    delay_s = max(delay_s, time.monotonic() - started - fault.end_s)
+                time.sleep(max(0.0, started + delay_s + o.duration_s - time.monotonic()))
+            finally:
+                self.say(f"stopping producers ({workload.counts()})")
+                workload.stop()
+                try:
+                    for action in self.cluster.heal_everything():
+                        verb, _, node = action.partition(" ")
+                        log.record(verb, node, fault="heal-all")
+                        self.say(f"heal-all: {action}")
+                except ChaosTargetError as e:  # judge anyway: the evidence matters most now
+                    notes.append(f"healing failed: {e}")
+                    self.say(f"healing failed: {e}")
+            if workload.failure is not None:
+                notes.append(f"a producer thread died: {workload.failure!r}")
+            self.say("waiting for full ISRs and caught-up replicas")
+            parts, why = self.wait_settled(admin, o.settle_timeout_s)
+            if why:
+                notes.append(f"not settled after {o.settle_timeout_s:.0f} s: {why}")
+            unclean_after = self.unclean_elections(admin)
+            if unclean_before >= 0 and unclean_after > unclean_before:
+                # Chaos topics never allow unclean elections: one is a lost-data risk.
+                notes.append(f"{unclean_after - unclean_before} unclean leader election(s) during the run")
+            monitor.stop()
+            consumed, why = self.read_back()
+            if why:
+                notes.append(why)
+            replicas = self.compare_replicas(parts) if parts else {}
+            if scraper is not None:
+                try:
+                    scraper.stop()
+                except RuntimeError as e:
+                    notes.append(str(e))
+            log.close()
+            verdict = judge(partitions=self.partitions, value_prefix=workload.value_prefix,
+                            sent=workload.sent, acked=workload.acked, consumed=consumed,
+                            no_leader_s=monitor.snapshot(), replicas=replicas,
+                            failed_attempts=sum(workload.errors.values()), notes=notes)
+            result = verdict.to_json()
+            result["errors_by_type"] = dict(workload.errors)
+            result["faults_applied"] = sum(1 for e in log.entries if e["action"] in APPLY_ACTION.values()
+                                           and e["ok"] and e["fault"] != "heal-all")
+            (self.out / "verdict.json").write_text(json.dumps(result, indent=2) + "\n")
+            (self.out / "verdict.txt").write_text(verdict.table() + "\n")
+            self.collect_data()
+            return verdict
+        finally:
+            admin.close()

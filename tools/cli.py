@@ -1,0 +1,77 @@
+"""The `tide` command line: Kafka-like tools for a Tidewater cluster.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``,
+which adds its parser and sets ``func`` (taking the parsed args, returning an
+exit code). Errors print one line to stderr and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from tidewater.proto import grpc_env
+from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
+
+# tide runs its clients as the brokers run (proto/grpc_env.py), before anything imports grpc.
+grpc_env.apply()
+# MiB-sized produce requests and fetch answers stay off per-call mmap (proto/malloc_tuning.py).
+tune_malloc_for_large_buffers()
+
+# Modules that add subcommands; each has register(subparsers).
+SUBCOMMAND_MODULES = [
+    "tidewater.tools.commands.topics",
+    "tidewater.tools.commands.produce",
+    "tidewater.tools.commands.consume",
+    "tidewater.tools.commands.cluster",
+    "tidewater.tools.commands.dump_log",
+    "tidewater.tools.commands.metrics",
+    "tidewater.tools.commands.chaos",
+    "tidewater.tools.commands.audit",
+]
+
+
+class CliError(Exception):
+    """A failure to report as one line, with the exit code to use."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tide", description="Tidewater command line tools")
+    parser.add_argument(
+        "--bootstrap-server",
+        default=os.environ.get("TIDE_BOOTSTRAP_SERVER", "localhost:9092"),
+        help="HOST:PORT of any broker (env TIDE_BOOTSTRAP_SERVER; default localhost:9092)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"tide: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    # `python -m tidewater.tools.cli` runs this file as __main__: call the imported
+    # module's main so its CliError is the one subcommands raise.
+    from tidewater.tools.cli import main as _main
+
+    sys.exit(_main())

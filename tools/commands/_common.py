@@ -1,0 +1,50 @@
+"""Helpers shared by the tide subcommands: client construction and error mapping."""
+
+from __future__ import annotations
+
+import contextlib
+
+from tidewater.client.metadata import parse_bootstrap
+from tidewater.proto.errors import TidewaterError
+from tidewater.tools.cli import CliError
+
+
+def bootstrap_of(args) -> str:
+    """The validated --bootstrap-server value."""
+    try:
+        parse_bootstrap(args.bootstrap_server)
+    except ValueError as e:
+        raise CliError(f"--bootstrap-server: {e}", exit_code=2) from None
+    return args.bootstrap_server
+
+
+def parse_configs(pairs: list[str] | None) -> dict[str, str]:
+    """['k=v', ...] -> dict; a pair without '=' is a usage error."""
+    out = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise CliError(f"bad config {pair!r}: expected KEY=VALUE", exit_code=2)
+        out[name.strip()] = value
+    return out
+
+
+def describe_error(e: TidewaterError) -> str:
+    """One line: the message, plus the wire code name when the message does not already say it."""
+    text = str(e) or e.error_name
+    if e.error_name not in text:
+        text = f"{text} ({e.error_name})"
+    return " ".join(text.split())
+
+
+@contextlib.contextmanager
+def cli_errors(action: str):
+    """Turn typed client errors into one-line CliErrors ``<action>: <reason>``."""
+    try:
+        yield
+    except CliError:
+        raise
+    except TidewaterError as e:
+        raise CliError(f"{action}: {describe_error(e)}") from None
+    except ValueError as e:
+        raise CliError(f"{action}: {e}", exit_code=2) from None

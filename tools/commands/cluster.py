@@ -1,0 +1,212 @@
+"""`tide cluster describe|up|down|status|kill|start`.
+
+``describe`` asks a running cluster (through --bootstrap-server); the others
+manage a local cluster of processes recorded in ``DIR/cluster.json``
+(see client/local_cluster.py for the layout and port plan).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tidewater.client.admin import AdminClient, cluster_to_json
+from tidewater.tools.cli import CliError
+from tidewater.tools.commands._common import bootstrap_of, cli_errors, parse_configs
+from tidewater.tools.local_cluster import (
+    DEFAULT_BASE_PORT,
+    READY_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    LocalCluster,
+    LocalClusterError,
+)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("cluster", help="describe a cluster; run a local one")
+    sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
+    sub.required = True
+
+    describe = sub.add_parser("describe", help="controller, brokers, partition health")
+    describe.add_argument("--json", action="store_true")
+    describe.add_argument("--timeout-ms", type=int, default=30000)
+    describe.set_defaults(func=cmd_describe)
+
+    up = sub.add_parser("up", help="start a controller and N brokers on 127.0.0.1")
+    up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--data-dir", required=True)
+    up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                    help="broker i listens on BASE+i-1, the controller on BASE-1; 0 picks free ports")
+    up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="setting for the controller and/or brokers (routed by name)")
+    up.add_argument("--foreground", action="store_true",
+                    help="stay attached, stream the logs, stop everything on Ctrl-C/SIGTERM")
+    up.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
+    up.set_defaults(func=cmd_up)
+
+    down = sub.add_parser("down", help="stop every process of a local cluster")
+    down.add_argument("--data-dir", required=True)
+    down.add_argument("--timeout-s", type=float, default=STOP_TIMEOUT_S,
+                      help="SIGKILL what is still running after this long")
+    down.set_defaults(func=cmd_down)
+
+    status = sub.add_parser("status", help="pid, alive, serving and ports of each process")
+    status.add_argument("--data-dir", required=True)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    kill = sub.add_parser("kill", help="signal one process (controller or a broker id); KILL and TERM wait until it is gone")
+    kill.add_argument("id", metavar="ID")
+    kill.add_argument("--data-dir", required=True)
+    kill.add_argument("--signal", default="KILL", type=str.upper, choices=["KILL", "TERM", "STOP", "CONT"])
+    kill.set_defaults(func=cmd_kill)
+
+    start = sub.add_parser("start", help="re-launch one process; returns once it serves")
+    start.add_argument("id", metavar="ID")
+    start.add_argument("--data-dir", required=True)
+    start.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
+    start.set_defaults(func=cmd_start)
+
+
+def cmd_describe(args) -> int:
+    with AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms) as admin, \
+            cli_errors("cannot describe cluster"):
+        cluster = admin.describe_cluster()
+    if args.json:
+        print(json.dumps(cluster_to_json(cluster), indent=2))
+        return 0
+    print(f"Cluster: {cluster.cluster_id}\tController: {cluster.controller_id} "
+          f"(epoch {cluster.controller_epoch})")
+    for b in cluster.brokers:
+        addresses = ",".join(f"{name}={addr}" for name, addr in sorted(b.listeners.items()))
+        flags = ("fenced" if b.fenced else "active") + (", shutting down" if b.in_controlled_shutdown else "")
+        print(f"Broker {b.broker_id}\tepoch {b.broker_epoch}\t{addresses}\t{flags}")
+    offline = cluster.offline_partitions()
+    under = cluster.under_replicated_partitions()
+    print(f"Topics: {len(cluster.topics)}\tPartitions: {cluster.partition_count}\t"
+          f"Offline: {len(offline)}\tUnder-replicated: {len(under)}")
+    for label, items in (("Offline", offline), ("Under-replicated", under)):
+        if items:
+            print(f"{label} partitions: " + " ".join(f"{t}-{p}" for t, p in items))
+    return 0
+
+
+def _cluster(args) -> LocalCluster:
+    try:
+        return LocalCluster(args.data_dir)
+    except LocalClusterError as e:
+        raise CliError(str(e)) from None
+
+
+def _one_line(e: Exception) -> str:
+    """LocalClusterError messages may carry a log tail after the first line: it goes to
+    stdout, so stderr keeps exactly one line, the reason."""
+    first, _, rest = str(e).partition("\n")
+    if rest:
+        sys.stdout.write(rest + "\n")
+        sys.stdout.flush()
+    return first
+
+
+def cmd_up(args) -> int:
+    settings = parse_configs(args.set)
+    cluster = _cluster(args)
+    # Stream this run's output only: logs are appended to across runs.
+    log_sizes = {p.name: p.stat().st_size for p in Path(cluster.data_dir).glob("*.log")}
+    try:
+        bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
+                               ready_timeout_s=args.ready_timeout_s)
+    except LocalClusterError as e:
+        raise CliError(f"cluster up failed: {_one_line(e)}") from None
+    print(bootstrap, flush=True)
+    if args.foreground:
+        _stay_attached(cluster, log_sizes)
+    return 0
+
+
+def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:
+    """Stream every process log with a name prefix until SIGINT/SIGTERM, then stop all."""
+    stop = threading.Event()
+
+    def on_signal(_signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    offsets = {name: log_sizes.get(Path(p["log"]).name, 0)
+               for name, p in cluster.manifest["processes"].items()}
+    try:
+        while not stop.is_set():
+            for name, proc in cluster.manifest["processes"].items():
+                path = Path(proc["log"])
+                try:
+                    with path.open("rb") as f:
+                        f.seek(offsets[name])
+                        data = f.read()
+                except OSError:
+                    continue
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    offsets[name] += cut
+                    for line in data[:cut].decode(errors="replace").splitlines():
+                        sys.stdout.write(f"[{name}] {line}\n")
+                    sys.stdout.flush()
+            stop.wait(0.2)
+    finally:
+        print("stopping cluster", flush=True)
+        killed = cluster.down()
+        print("cluster stopped" + (f" (SIGKILL: {', '.join(killed)})" if killed else ""), flush=True)
+
+
+def cmd_down(args) -> int:
+    cluster = _cluster(args)
+    try:
+        killed = cluster.down(timeout_s=args.timeout_s)
+    except LocalClusterError as e:
+        raise CliError(f"cluster down failed: {_one_line(e)}") from None
+    note = f" (SIGKILL after {args.timeout_s:g} s: {', '.join(killed)})" if killed else ""
+    print(f"cluster in {cluster.data_dir} stopped{note}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    cluster = _cluster(args)
+    try:
+        statuses = cluster.status()
+    except LocalClusterError as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        print(json.dumps({"bootstrap": cluster.bootstrap, "controller": cluster.controller_address,
+                          "processes": [s.to_json() for s in statuses]}, indent=2))
+        return 0
+    print(f"bootstrap {cluster.bootstrap}")
+    print(f"{'NAME':<12}{'PID':>8}  {'ALIVE':<9}{'SERVING':<9}{'LISTEN':<22}METRICS")
+    for s in statuses:
+        alive = ("stopped" if s.stopped else "yes") if s.alive else "no"
+        print(f"{s.name:<12}{s.pid:>8}  {alive:<9}{'yes' if s.serving else 'no':<9}{s.listen:<22}{s.metrics_port}")
+    return 0
+
+
+def cmd_kill(args) -> int:
+    cluster = _cluster(args)
+    try:
+        proc = cluster.kill(args.id, args.signal)
+    except LocalClusterError as e:
+        raise CliError(f"cannot kill {args.id}: {e}") from None
+    print(f"sent SIG{args.signal} to {proc['name']} (pid {proc['pid']})")
+    return 0
+
+
+def cmd_start(args) -> int:
+    cluster = _cluster(args)
+    started = time.monotonic()
+    try:
+        proc = cluster.start(args.id, ready_timeout_s=args.ready_timeout_s)
+    except LocalClusterError as e:
+        raise CliError(f"cannot start {args.id}: {_one_line(e)}") from None
+    print(f"started {proc['name']} (pid {proc['pid']}), serving after {time.monotonic() - started:.1f} s")
+    return 0

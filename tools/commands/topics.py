@@ -1,0 +1,103 @@
+"""`tide topics create|list|describe|delete`."""
+
+from __future__ import annotations
+
+import json
+
+from tidewater.client.admin import AdminClient, topic_to_json
+from tidewater.tools.cli import CliError
+from tidewater.tools.commands._common import bootstrap_of, cli_errors, describe_error, parse_configs
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("topics", help="create, list, describe and delete topics")
+    sub = parser.add_subparsers(dest="topics_command", metavar="ACTION")
+    sub.required = True
+
+    create = sub.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=-1, help="default: the cluster's num.partitions")
+    create.add_argument("--replication-factor", type=int, default=-1,
+                        help="default: the cluster's default.replication.factor")
+    create.add_argument("--config", action="append", metavar="KEY=VALUE", default=[],
+                        help="topic config, repeatable (e.g. min.insync.replicas=2)")
+    create.add_argument("--timeout-ms", type=int, default=30000)
+    create.set_defaults(func=cmd_create)
+
+    lst = sub.add_parser("list", help="list topic names")
+    lst.add_argument("--timeout-ms", type=int, default=30000)
+    lst.set_defaults(func=cmd_list)
+
+    describe = sub.add_parser("describe", help="partitions, leaders, epochs, ISR and replica offsets")
+    describe.add_argument("names", nargs="*", metavar="NAME", help="default: every topic")
+    describe.add_argument("--json", action="store_true", help="one JSON document")
+    describe.add_argument("--timeout-ms", type=int, default=30000)
+    describe.set_defaults(func=cmd_describe)
+
+    delete = sub.add_parser("delete", help="delete topics")
+    delete.add_argument("names", nargs="+", metavar="NAME")
+    delete.add_argument("--timeout-ms", type=int, default=30000)
+    delete.set_defaults(func=cmd_delete)
+
+
+def _admin(args) -> AdminClient:
+    return AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms)
+
+
+def cmd_create(args) -> int:
+    if args.partitions == 0 or args.partitions < -1:
+        raise CliError(f"--partitions must be positive, not {args.partitions}", exit_code=2)
+    if args.replication_factor == 0 or args.replication_factor < -1:
+        raise CliError(f"--replication-factor must be positive, not {args.replication_factor}", exit_code=2)
+    configs = parse_configs(args.config)
+    with _admin(args) as admin, cli_errors(f"cannot create topic {args.name!r}"):
+        admin.create_topic(args.name, args.partitions, args.replication_factor, configs)
+    print(f"Created topic {args.name}.")
+    return 0
+
+
+def cmd_list(args) -> int:
+    with _admin(args) as admin, cli_errors("cannot list topics"):
+        names = admin.list_topics()
+    for name in names:
+        print(name)
+    return 0
+
+
+def cmd_describe(args) -> int:
+    with _admin(args) as admin, cli_errors("cannot describe topics"):
+        topics = admin.describe_topics(args.names or None)
+    if args.json:
+        print(json.dumps({"topics": [topic_to_json(t) for t in topics]}, indent=2))
+        return 0
+    for t in topics:
+        configs = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
+        print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+              f"ReplicationFactor: {len(t.partitions[0].replicas) if t.partitions else 0}\t"
+              f"Configs: {configs}")
+        for p in t.partitions:
+            state = " ".join(
+                f"{r.broker}:leo={r.log_end_offset},hw={r.high_watermark},start={r.log_start_offset}"
+                for r in p.replicas_state)
+            print(f"\tPartition: {p.partition}\tLeader: {p.leader if p.leader >= 0 else 'none'}\t"
+                  f"LeaderEpoch: {p.leader_epoch}\tPartitionEpoch: {p.partition_epoch}\t"
+                  f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
+                  + ("\tOffline" if p.offline else "") + (f"\tState: {state}" if state else ""))
+    return 0
+
+
+def cmd_delete(args) -> int:
+    with _admin(args) as admin, cli_errors("cannot delete topics"):
+        results = admin.delete_topics(args.names)
+    failed = {name: err for name, err in results.items() if err is not None}
+    for name in args.names:
+        if name in results and results[name] is None:
+            print(f"Deleted topic {name}.")
+    if failed:
+        raise CliError("cannot delete " + "; ".join(
+            f"{name!r}: {describe_error(err)}" for name, err in failed.items()))
+    return 0
+
+
+def _ids(ids) -> str:
+    return ",".join(str(i) for i in ids)

@@ -1,0 +1,443 @@
+"""A local Tidewater cluster: one controller and N brokers as background processes.
+
+Layout of a cluster directory ``DIR``::
+
+    DIR/cluster.json            the manifest (below)
+    DIR/controller/             controller data;  DIR/controller.log its output
+    DIR/broker-<id>/            broker data;      DIR/broker-<id>.log its output
+
+Ports, all on 127.0.0.1, from the base port P (default 9092):
+broker ``i`` (1..N) listens on ``P+i-1``, the controller on ``P-1``; metrics
+(Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for the controller.
+``base_port=0`` picks free ports instead (what tests use).
+
+``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
+
+    {"version": 1, "data_dir": "/abs/DIR", "bootstrap": "127.0.0.1:9092,...",
+     "controller": "127.0.0.1:9091", "cwd": "/abs/project",
+     "processes": {
+        "controller": {"name": "controller", "kind": "controller", "pid": 123,
+                       "listen": "127.0.0.1:9091", "metrics_port": 9191,
+                       "data_dir": "...", "log": "DIR/controller.log", "command": [...]},
+        "broker-1":   {"name": "broker-1", "kind": "broker", "broker_id": 1, ...}}}
+
+Processes run in their own session (``start_new_session``) so a terminal's
+Ctrl-C does not reach them; they are stopped only by the pid in the manifest,
+after checking that the pid still runs the recorded command line (a reused
+pid is never signalled).
+
+``--set name=value`` settings are routed: names only the controller knows
+(``default.replication.factor``, ``num.partitions``, ``controller.*``, ...)
+go to the controller; names both know (``min.insync.replicas``,
+``broker.session.timeout.ms``, ``unclean.leader.election.enable``) go to all;
+the rest go to the brokers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from tidewater.client.metadata import ChannelPool, parse_address
+from tidewater.proto import tidewater_pb2 as pb
+
+MANIFEST_NAME = "cluster.json"
+MANIFEST_VERSION = 1
+HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 9092
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+LOG_TAIL_LINES = 15
+SHARED_SETTINGS = frozenset({"min.insync.replicas", "broker.session.timeout.ms",
+                             "unclean.leader.election.enable"})
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP,
+           "CONT": signal.SIGCONT}
+
+
+class LocalClusterError(Exception):
+    """A local cluster operation failed; the message is one line plus an optional log tail."""
+
+
+def _controller_setting_names() -> frozenset[str]:
+    try:
+        from tidewater.controller.config import ControllerConfig
+
+        return frozenset(ControllerConfig.SETTABLE)
+    except Exception:  # noqa: BLE001 - controller package missing or changed: use the known names
+        return frozenset({"node.id", "default.replication.factor", "num.partitions",
+                          "leader.imbalance.check.interval.seconds"}) | SHARED_SETTINGS
+
+
+def route_settings(settings: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Split ``--set`` settings into (controller settings, broker settings)."""
+    controller_names = _controller_setting_names()
+    to_controller, to_brokers = {}, {}
+    for name, value in settings.items():
+        if name in controller_names or name.startswith("controller."):
+            to_controller[name] = value
+        if name in SHARED_SETTINGS or not (name in controller_names or name.startswith("controller.")):
+            to_brokers[name] = value
+    return to_controller, to_brokers
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, int]]:
+    """name -> (listen port, metrics port) for the controller and brokers 1..N."""
+    if base_port == 0:
+        # The kernel may hand out a port again once its probe socket is closed: every
+        # port of one plan is distinct (two processes given one port: one fails to bind).
+        taken: set[int] = set()
+
+        def distinct_free_port() -> int:
+            while (port := free_port()) in taken:
+                pass
+            taken.add(port)
+            return port
+
+        ports = {"controller": (distinct_free_port(), distinct_free_port())}
+        for i in range(1, brokers + 1):
+            ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port())
+        return ports
+    ports = {"controller": (base_port - 1, base_port + 99)}
+    for i in range(1, brokers + 1):
+        ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1)
+    return ports
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def _proc_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+@dataclass
+class ProcessStatus:
+    name: str
+    pid: int
+    alive: bool
+    serving: bool
+    listen: str
+    metrics_port: int
+    stopped: bool = False  # SIGSTOPped
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "pid": self.pid, "alive": self.alive, "serving": self.serving,
+                "stopped": self.stopped, "listen": self.listen, "metrics_port": self.metrics_port}
+
+
+class LocalCluster:
+    """Start, stop and inspect the processes recorded in ``DIR/cluster.json``."""
+
+    def __init__(self, data_dir: str | Path):
+        self.data_dir = Path(data_dir).resolve()
+        self.manifest_path = self.data_dir / MANIFEST_NAME
+        self.manifest: dict | None = None
+        self._children: dict[int, subprocess.Popen] = {}  # processes this object started
+        if self.manifest_path.exists():
+            self.manifest = self._read_manifest()
+
+    # ------------------------------------------------------------------ manifest
+
+    def _read_manifest(self) -> dict:
+        try:
+            data = json.loads(self.manifest_path.read_text())
+        except (OSError, ValueError) as e:
+            raise LocalClusterError(f"cannot read {self.manifest_path}: {e}") from None
+        if data.get("version") != MANIFEST_VERSION or "processes" not in data:
+            raise LocalClusterError(f"{self.manifest_path}: not a version {MANIFEST_VERSION} cluster manifest")
+        return data
+
+    def _write_manifest(self) -> None:
+        tmp = self.manifest_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
+        os.replace(tmp, self.manifest_path)
+
+    def _require_manifest(self) -> dict:
+        if self.manifest is None:
+            raise LocalClusterError(f"no cluster in {self.data_dir} (no {MANIFEST_NAME}); run `tide cluster up` first")
+        return self.manifest
+
+    @property
+    def bootstrap(self) -> str:
+        return self._require_manifest()["bootstrap"]
+
+    @property
+    def controller_address(self) -> str:
+        return self._require_manifest()["controller"]
+
+    def process_names(self) -> list[str]:
+        return list(self._require_manifest()["processes"])
+
+    def process(self, ident: str | int) -> dict:
+        """The manifest entry for ``controller``, a broker id, or ``broker-<id>``."""
+        procs = self._require_manifest()["processes"]
+        name = str(ident)
+        if name.isdigit():
+            name = f"broker-{name}"
+        if name not in procs:
+            raise LocalClusterError(f"no process {ident!r} in this cluster (have: {', '.join(procs)})")
+        return procs[name]
+
+    # ------------------------------------------------------------------ up / down
+
+    def up(self, brokers: int, *, base_port: int = DEFAULT_BASE_PORT, settings: dict[str, str] | None = None,
+           ready_timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Start a controller and ``brokers`` brokers; return the bootstrap address once all serve."""
+        if brokers < 1:
+            raise LocalClusterError("--brokers must be at least 1")
+        if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
+            raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
+        ports = plan_ports(brokers, base_port)
+        busy = sorted(p for pair in ports.values() for p in pair if port_in_use(p))
+        if busy:
+            raise LocalClusterError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
+                                    "(choose another --base-port)")
+        controller_settings, broker_settings = route_settings(dict(settings or {}))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        controller_listen = f"{HOST}:{ports['controller'][0]}"
+        processes: dict[str, dict] = {}
+        cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
+               "--data-dir", str(self.data_dir / "controller"),
+               "--metrics-port", str(ports["controller"][1])]
+        for name, value in controller_settings.items():
+            cmd += ["--set", f"{name}={value}"]
+        processes["controller"] = {
+            "name": "controller", "kind": "controller", "pid": 0, "listen": controller_listen,
+            "metrics_port": ports["controller"][1], "data_dir": str(self.data_dir / "controller"),
+            "log": str(self.data_dir / "controller.log"), "command": cmd}
+        for i in range(1, brokers + 1):
+            name = f"broker-{i}"
+            listen = f"{HOST}:{ports[name][0]}"
+            cmd = [sys.executable, "-m", "tidewater.broker", "--broker-id", str(i), "--listen", listen,
+                   "--controller", controller_listen, "--data-dir", str(self.data_dir / name),
+                   "--metrics-port", str(ports[name][1])]
+            for key, value in broker_settings.items():
+                cmd += ["--set", f"{key}={value}"]
+            processes[name] = {
+                "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
+                "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
+                "log": str(self.data_dir / f"{name}.log"), "command": cmd}
+        self.manifest = {
+            "version": MANIFEST_VERSION, "data_dir": str(self.data_dir),
+            "bootstrap": ",".join(processes[f"broker-{i}"]["listen"] for i in range(1, brokers + 1)),
+            "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
+        self._write_manifest()
+        try:
+            self._launch("controller")
+            self._wait_ready(["controller"], ready_timeout_s)
+            for i in range(1, brokers + 1):
+                self._launch(f"broker-{i}")
+            self._wait_ready([f"broker-{i}" for i in range(1, brokers + 1)], ready_timeout_s)
+        except BaseException:
+            self.down(timeout_s=5)
+            raise
+        return self.bootstrap
+
+    def down(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
+        """Stop every process (brokers first, then the controller): SIGTERM, then SIGKILL after
+        ``timeout_s``. Returns the names that needed SIGKILL."""
+        manifest = self._require_manifest()
+        brokers = [n for n, p in manifest["processes"].items() if p["kind"] == "broker"]
+        killed = self._stop(brokers, timeout_s)
+        killed += self._stop(["controller"], timeout_s)
+        return killed
+
+    def _stop(self, names: list[str], timeout_s: float) -> list[str]:
+        procs = [self.process(n) for n in names]
+        running = [p for p in procs if self._is_alive(p)]
+        for p in running:
+            # A stopped process cannot act on SIGTERM until it is continued.
+            self._signal(p, signal.SIGCONT)
+            self._signal(p, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(self._is_alive(p) for p in running):
+            time.sleep(0.05)
+        killed = []
+        for p in running:
+            if self._is_alive(p):
+                self._signal(p, signal.SIGKILL)
+                killed.append(p["name"])
+        for p in running:
+            self._wait_dead(p, 5)
+        return killed
+
+    # ------------------------------------------------------------------ one process
+
+    def kill(self, ident: str | int, sig: str = "KILL", *, term_timeout_s: float = STOP_TIMEOUT_S) -> dict:
+        """Send KILL, TERM, STOP or CONT to one process. KILL and TERM return once it is gone
+        (TERM: a broker's controlled shutdown may take seconds), so ``start`` can follow."""
+        sig = sig.upper()
+        if sig not in SIGNALS:
+            raise LocalClusterError(f"unknown signal {sig!r} (use KILL, TERM, STOP or CONT)")
+        proc = self.process(ident)
+        if not self._is_alive(proc):
+            raise LocalClusterError(f"{proc['name']} (pid {proc['pid']}) is not running")
+        if sig == "TERM" and _proc_state(proc["pid"]) == "T":
+            self._signal(proc, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+        self._signal(proc, SIGNALS[sig])
+        if sig == "KILL":
+            self._wait_dead(proc, 5)
+        elif sig == "TERM" and not self._wait_dead(proc, term_timeout_s):
+            raise LocalClusterError(f"{proc['name']} (pid {proc['pid']}) still running "
+                                    f"{term_timeout_s:g} s after SIGTERM")
+        return proc
+
+    def start(self, ident: str | int, ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
+        """Re-launch one process with its recorded command; return once it serves again."""
+        proc = self.process(ident)
+        if self._is_alive(proc):
+            raise LocalClusterError(f"{proc['name']} is already running (pid {proc['pid']})")
+        self._launch(proc["name"])
+        self._wait_ready([proc["name"]], ready_timeout_s)
+        return self.process(ident)
+
+    def status(self) -> list[ProcessStatus]:
+        out = []
+        pool = ChannelPool()
+        try:
+            for proc in self._require_manifest()["processes"].values():
+                alive = self._is_alive(proc)
+                stopped = alive and _proc_state(proc["pid"]) == "T"
+                serving = alive and not stopped and self._serves(proc, pool, timeout_s=1.0)
+                out.append(ProcessStatus(proc["name"], proc["pid"], alive, serving, proc["listen"],
+                                         proc["metrics_port"], stopped))
+        finally:
+            pool.close()
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _launch(self, name: str) -> None:
+        proc = self.process(name)
+        Path(proc["data_dir"]).mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(PROJECT_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        with open(proc["log"], "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            log.flush()
+            child = subprocess.Popen(proc["command"], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=self.manifest.get("cwd", PROJECT_DIR),
+                                     env=env, start_new_session=True)
+        self._children[child.pid] = child
+        proc["pid"] = child.pid
+        proc["started_at"] = time.time()
+        self._write_manifest()
+
+    def _wait_ready(self, names: list[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(names)
+        pool = ChannelPool()
+        try:
+            while pending:
+                for name in list(pending):
+                    proc = self.process(name)
+                    if not self._is_alive(proc):
+                        raise LocalClusterError(
+                            f"{name} exited during start-up (log {proc['log']}):\n{tail(Path(proc['log']))}")
+                    if self._serves(proc, pool, timeout_s=1.0):
+                        pending.remove(name)
+                if not pending:
+                    return
+                if time.monotonic() > deadline:
+                    name = pending[0]
+                    proc = self.process(name)
+                    raise LocalClusterError(
+                        f"{name} not serving after {timeout_s:.0f} s (log {proc['log']}):\n"
+                        f"{tail(Path(proc['log']))}")
+                time.sleep(0.1)
+        finally:
+            pool.close()
+
+    def _serves(self, proc: dict, pool: ChannelPool, timeout_s: float) -> bool:
+        """Controller: answers DescribeCluster. Broker: answers Metadata and the controller
+        lists it registered and unfenced."""
+        try:
+            if proc["kind"] == "controller":
+                pool.controller(parse_address(proc["listen"])).DescribeCluster(
+                    pb.DescribeClusterRequest(), timeout=timeout_s)
+                return True
+            pool.broker(parse_address(proc["listen"])).Metadata(pb.MetadataRequest(), timeout=timeout_s)
+            resp = pool.controller(parse_address(self.controller_address)).DescribeCluster(
+                pb.DescribeClusterRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+        return any(b.broker_id == proc["broker_id"] and not b.fenced for b in resp.brokers)
+
+    def _is_alive(self, proc: dict) -> bool:
+        pid = proc.get("pid") or 0
+        if pid <= 0:
+            return False
+        child = self._children.get(pid)
+        if child is not None:
+            # Our own child: poll() is exact. Its /proc cmdline is not: between
+            # fork and exec it still shows this process's command line.
+            return child.poll() is None
+        state = _proc_state(pid)
+        if state is None or state in ("Z", "X"):
+            return False
+        return self._is_ours(proc)
+
+    def _is_ours(self, proc: dict) -> bool:
+        """The pid still runs the recorded command (guards against pid reuse)."""
+        cmdline = _proc_cmdline(proc["pid"])
+        return cmdline is not None and cmdline[1:] == proc["command"][1:]
+
+    def _signal(self, proc: dict, sig: int) -> None:
+        if not self._is_alive(proc):
+            return
+        try:
+            os.kill(proc["pid"], sig)
+        except ProcessLookupError:
+            pass
+
+    def _wait_dead(self, proc: dict, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while self._is_alive(proc):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
