@@ -24,6 +24,11 @@ class TidewaterError(Exception):
         return ErrorCode.Name(self.error_code)
 
 
+class InvariantViolation(AssertionError):
+    """A broken invariant: a bug, never a client's fault. Not converted to an ErrorCode:
+    the broker's boundary lets it fail loudly (the process stops with a clear line)."""
+
+
 class CorruptRecordError(TidewaterError):
     """A batch failed framing, magic or CRC checks.
 

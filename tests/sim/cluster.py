@@ -27,11 +27,7 @@ import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from tidewater.broker.replication.follower import (
-    follower_truncation,
-    truncation_for_diverging_epoch,
-)
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.replica import ReplicaState
 
 from .checker import InvariantChecker, InvariantViolation
 from .messages import Produce, ProduceResponse
@@ -40,9 +36,6 @@ from .sim_broker import LEADER, BrokerConfig, SimBroker
 from .sim_controller import SimController
 
 CLIENT_BASE = 100
-_PRODUCTION_CODE = dict(leader_state_factory=LeaderPartitionState,
-                        truncation_rule=follower_truncation,
-                        diverging_rule=truncation_for_diverging_epoch)
 
 
 @dataclass(frozen=True)
@@ -121,9 +114,7 @@ class Producer:
 
 class Simulation:
     def __init__(self, seed: int, config: SimConfig | None = None, *,
-                 leader_state_factory=LeaderPartitionState,
-                 truncation_rule=follower_truncation,
-                 diverging_rule=truncation_for_diverging_epoch,
+                 replica_class: type[ReplicaState] = ReplicaState,
                  trace_lines: int = 300, verbose: bool = False):
         self.seed = seed
         self.config = config or SimConfig.for_seed(seed)
@@ -143,16 +134,14 @@ class Simulation:
         self.checker = InvariantChecker(self)
         self.brokers: dict[int, SimBroker] = {
             b: SimBroker(b, self.partitions, self.network, self.rng, cfg.broker, self,
-                         leader_state_factory=leader_state_factory,
-                         truncation_rule=truncation_rule, diverging_rule=diverging_rule)
+                         replica_class=replica_class)
             for b in broker_ids}
         self.producers = [Producer(CLIENT_BASE + i, tp) for i, tp in enumerate(self.partitions)]
         self._restart_at_ms: dict[int, float] = {}
         self._scheduled: list[tuple[int, int, object]] = []  # (at_ms, sequence, action)
         self._schedule_sequence = 0
         self._scripted = False
-        self._decision_code = dict(leader_state_factory=leader_state_factory,
-                                   truncation_rule=truncation_rule, diverging_rule=diverging_rule)
+        self._replica_class = replica_class
         self._next_payload_id = 1
         self.crashes = 0
 
@@ -378,9 +367,8 @@ class Simulation:
 
     def _failure_text(self, message: str) -> str:
         lines = "\n".join(self._trace)
-        variant = {name: getattr(code, "__name__", repr(code))
-                   for name, code in self._decision_code.items()
-                   if code is not _PRODUCTION_CODE[name]}
+        variant = ({} if self._replica_class is ReplicaState
+                   else {"replica_class": self._replica_class.__name__})
         if self.config == SimConfig.for_seed(self.seed) and not self._scripted and not variant:
             how = f"cd tests && ../.venv/bin/python -m sim.run --seed {self.seed} --verbose"
         else:

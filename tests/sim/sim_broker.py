@@ -1,38 +1,47 @@
-"""A simulated broker: the shell around the real replication decision code.
+"""A simulated broker: the broker's own replication core behind a fake network and disk.
 
-Per partition a broker is a leader (``LeaderPartitionState`` decides HW, ISR
-changes and acks=all answers), a follower (``follower_truncation`` /
-``truncation_for_diverging_epoch`` decide where to cut, ``follower_high_watermark``
-the HW it exposes) or nothing yet. Everything here is plumbing a real broker
-also needs: fencing by leader epoch, stale-response checks, retries.
+Every replication decision is made by ``tidewater.broker.replication.ReplicaState``,
+the class the real broker runs: becoming leader or follower, fencing, the HW,
+ISR proposals and their answers, truncation, which acks=all requests complete.
+This module only does what the real broker's asyncio shell does around it,
+against the simulation's network and ``SimLog``:
 
-Per-partition follower cycle::
-
-    LeaderAndIsr (new epoch) -> TRUNCATING --OffsetForLeaderEpoch answer, done--> FETCHING
-                                   ^----------- answer not done (ask again) ----'
-    FETCHING: Fetch(last_fetched_epoch) -> records | diverging_epoch (truncate) | error
-
-With ``use_offset_for_leader_epoch=False`` a new follower skips TRUNCATING and
-relies on ``diverging_epoch`` alone (KIP-320 truncation on fetch).
+* registration and heartbeats with the (simulated) controller;
+* turning messages into the core's events and carrying out each ``Ready``
+  (``_apply``): persist on the ``SimLog``, send AlterPartition, answer produce
+  requests, start or stop fetching;
+* the transport of a follower's requests (one in flight per partition, a
+  request timeout, pacing after an empty answer) and of AlterPartition (an
+  answer that never comes is reported as unsure after the request timeout);
+* the byte-level fix-up of a fetched chunk (skip batches below the LEO, cut a
+  straddling batch), as the real fetcher does.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.broker.replication.follower import (
-    check_diverging,
-    follower_high_watermark,
-    follower_truncation,
-    truncation_for_diverging_epoch,
+from tidewater.broker.replication.ready import (
+    AppendFetched,
+    AssignEpoch,
+    Follow,
+    Ready,
+    StopFetching,
+    Truncate,
+    TruncateFully,
 )
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.replica import (
+    FollowerOptions,
+    FollowerPhase,
+    PartitionState,
+    ReplicaState,
+    Role,
+)
 from tidewater.controller.election import PartitionRecord
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import NotEnoughReplicasError, OffsetOutOfRangeError
+from tidewater.proto.errors import TidewaterError
 
 from .messages import (
     AlterPartition,
@@ -50,10 +59,9 @@ from .messages import (
     TopicPartition,
 )
 from .network import CONTROLLER, Network
-from .sim_log import SimLog
+from .sim_log import Batch, SimLog
 
-NONE_ROLE, LEADER, FOLLOWER = "none", "leader", "follower"
-TRUNCATING, FETCHING = "truncating", "fetching"
+LEADER = Role.LEADER
 
 
 @dataclass(frozen=True)
@@ -64,72 +72,97 @@ class BrokerConfig:
     request_timeout_ms: int = 250
     fetch_backoff_ms: int = 40
     fetch_max_batches: int = 8
-    alter_partition_retry_ms: int = 300
+    alter_partition_timeout_ms: int = 300
     hw_checkpoint_interval_ms: int = 300
     use_offset_for_leader_epoch: bool = True
     send_last_fetched_epoch: bool = True  # False: pre-KIP-320 fetches, no diverging_epoch
 
+    @property
+    def follower_options(self) -> FollowerOptions:
+        return FollowerOptions(truncate_first=self.use_offset_for_leader_epoch,
+                               send_last_fetched_epoch=self.send_last_fetched_epoch,
+                               fetch_backoff_ms=self.fetch_backoff_ms)
+
 
 @dataclass
 class Waiter:
-    """An acks=all produce waiting for the HW."""
+    """An acks=all produce waiting for the HW (the core holds its wait by ``waiter_id``)."""
 
     client: int
     request_id: int
     required_offset: int
     base_offset: int
-    deadline_ms: int
 
 
 @dataclass
 class PartitionReplica:
+    """The shell's state of one partition: the core, its log, and the transport in flight."""
+
     tp: TopicPartition
     log: SimLog
-    high_watermark: int = 0
+    replica: ReplicaState
     hw_checkpoint: int = 0
-    leader_epoch: int = -1
-    partition_epoch: int = -1
-    leader_id: int = -1
-    role: str = NONE_ROLE
-    leader_state: LeaderPartitionState | None = None
-    waiters: list[Waiter] = field(default_factory=list)
-    # follower
-    phase: str = TRUNCATING
+    waiters: dict[int, Waiter] = field(default_factory=dict)
+    # follower transport: the one request in flight
     inflight_request_id: int = -1
     inflight_sent_ms: int = 0
+    inflight_leader_epoch: int = -1
     inflight_fetch_offset: int = -1
     next_fetch_ms: int = 0
-    # leader: the AlterPartition in flight (resent until answered)
-    alter_request: AlterPartition | None = None
-    alter_sent_ms: int = 0
+    fetched: tuple[Batch, ...] = ()  # the batches an AppendFetched appends
+    # AlterPartition transport: (alter_id, request id, sent at)
+    alter_inflight: tuple[int, int, int] | None = None
+
+    # views the checker reads
+    @property
+    def role(self) -> str:
+        return self.replica.role
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.replica.leader_epoch
+
+    @property
+    def leader_state(self):
+        return self.replica.leader
+
+    @property
+    def high_watermark(self) -> int:
+        return self.replica.high_watermark
 
 
 class SimBroker:
     def __init__(self, broker_id: int, partitions: list[TopicPartition], network: Network,
                  rng: random.Random, config: BrokerConfig, hooks, *,
-                 leader_state_factory: Callable[..., LeaderPartitionState] = LeaderPartitionState,
-                 truncation_rule: Callable = follower_truncation,
-                 diverging_rule: Callable = truncation_for_diverging_epoch):
+                 replica_class: type[ReplicaState] = ReplicaState):
         self.broker_id = broker_id
         self.network = network
         self.rng = rng
         self.config = config
         self.hooks = hooks  # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed
-        self.leader_state_factory = leader_state_factory
-        self.truncation_rule = truncation_rule
-        self.diverging_rule = diverging_rule
+        self.replica_class = replica_class
         self.partitions: dict[TopicPartition, PartitionReplica] = {
-            tp: PartitionReplica(tp, SimLog()) for tp in partitions}
+            tp: self._new_partition(tp, SimLog(), 0) for tp in partitions}
         self.alive = True
         self.incarnation = 0
         self.broker_epoch = -1
         self._next_request_id = 1
+        self._next_waiter_id = 1
         self._next_heartbeat_ms = 0
         self._next_register_ms = 0
         self._next_hw_checkpoint_ms = 0
         self._next_flush_ms = 0
         self.flush_interval_ms = rng.randint(50, 600)
         self.counters: Counter[str] = Counter()  # which decision paths ran (coverage)
+
+    def _new_partition(self, tp: TopicPartition, log: SimLog, hw_checkpoint: int
+                       ) -> PartitionReplica:
+        replica = self.replica_class(
+            tp[0], tp[1], local_broker_id=self.broker_id, log=log,
+            high_watermark=hw_checkpoint, min_insync_replicas=self.config.min_insync_replicas,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            follower_options=self.config.follower_options)
+        return PartitionReplica(tp, log, replica, hw_checkpoint=hw_checkpoint)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -161,10 +194,7 @@ class SimBroker:
         self.broker_epoch = -1
         self._next_register_ms = now_ms
         for tp, p in self.partitions.items():
-            fresh = PartitionReplica(tp, p.log)
-            fresh.hw_checkpoint = p.hw_checkpoint
-            fresh.high_watermark = min(p.hw_checkpoint, p.log.log_end_offset)
-            self.partitions[tp] = fresh
+            self.partitions[tp] = self._new_partition(tp, p.log, p.hw_checkpoint)
 
     # ------------------------------------------------------------------ time
 
@@ -184,26 +214,21 @@ class SimBroker:
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + self.config.hw_checkpoint_interval_ms
             for p in self.partitions.values():
-                p.hw_checkpoint = p.high_watermark
+                p.hw_checkpoint = p.replica.high_watermark
         for p in self.partitions.values():
-            if p.role == LEADER:
+            if p.replica.is_leader:
                 self._leader_tick(p, now_ms)
-            elif p.role == FOLLOWER:
+            elif p.replica.follower is not None:
                 self._follower_tick(p, now_ms)
 
     def _leader_tick(self, p: PartitionReplica, now_ms: int) -> None:
-        state = p.leader_state
-        if state.maybe_advance_high_watermark(now_ms):
-            self._high_watermark_moved(p, now_ms)
-        if p.alter_request is None:
-            proposal = state.maybe_shrink_isr(now_ms)
-            if proposal is not None:
-                self._send_alter_partition(p, proposal, now_ms)
-        elif now_ms - p.alter_sent_ms >= self.config.alter_partition_retry_ms:
-            # Unsure whether it was applied: resend the same proposal.
-            p.alter_sent_ms = now_ms
-            self._send(CONTROLLER, p.alter_request, now_ms)
-        self._answer_waiters(p, now_ms)
+        if (p.alter_inflight is not None
+                and now_ms - p.alter_inflight[2] >= self.config.alter_partition_timeout_ms):
+            # No answer in time: as the real shell's RPC deadline does, "unsure".
+            alter_id = p.alter_inflight[0]
+            p.alter_inflight = None
+            self._apply(p, p.replica.on_alter_partition_unsure(alter_id, now_ms), now_ms)
+        self._apply(p, p.replica.tick(now_ms), now_ms)
 
     def _follower_tick(self, p: PartitionReplica, now_ms: int) -> None:
         if p.inflight_request_id >= 0:
@@ -212,17 +237,22 @@ class SimBroker:
             p.inflight_request_id = -1  # timed out: the answer, if any, will be ignored
         if now_ms < p.next_fetch_ms:
             return
+        wants = p.replica.follower_wants(now_ms)
+        if wants is None:
+            return
+        cycle = p.replica.follower
         request_id = self._request_id()
         p.inflight_request_id, p.inflight_sent_ms = request_id, now_ms
-        if p.phase == TRUNCATING:
-            message = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp, p.leader_epoch,
-                                           p.log.latest_epoch)
+        p.inflight_leader_epoch = cycle.leader_epoch
+        if wants == FollowerPhase.TRUNCATING:
+            message = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp, cycle.leader_epoch,
+                                           p.log.leader_epoch_cache.latest_epoch)
         else:
-            p.inflight_fetch_offset = p.log.log_end_offset
-            last_fetched_epoch = p.log.latest_epoch if self.config.send_last_fetched_epoch else -1
-            message = Fetch(request_id, self.broker_id, p.tp, p.leader_epoch,
-                            p.log.log_end_offset, last_fetched_epoch)
-        self._send(p.leader_id, message, now_ms)
+            fetch_offset, last_fetched_epoch, _ = p.replica.fetch_position()
+            p.inflight_fetch_offset = fetch_offset
+            message = Fetch(request_id, self.broker_id, p.tp, cycle.leader_epoch, fetch_offset,
+                            last_fetched_epoch)
+        self._send(cycle.leader_id, message, now_ms)
 
     # ------------------------------------------------------------------ messages
 
@@ -259,178 +289,157 @@ class SimBroker:
             return  # meant for an earlier process of this broker
         record: PartitionRecord = message.record
         p = self.partitions[(record.topic, record.partition)]
-        if record.leader_epoch < p.leader_epoch:
-            return
-        if record.leader_epoch == p.leader_epoch:
-            if record.partition_epoch <= p.partition_epoch:
-                return
-            p.partition_epoch = record.partition_epoch
-            if p.role == LEADER:
-                # Same leadership, the controller changed the ISR (e.g. fenced a follower).
-                p.alter_request = None
-                if p.leader_state.on_leader_and_isr_update(record.isr, record.partition_epoch,
-                                                           now_ms):
-                    self._high_watermark_moved(p, now_ms)
-            return
-        self._end_leadership(p, now_ms)
-        p.leader_epoch, p.partition_epoch, p.leader_id = (
-            record.leader_epoch, record.partition_epoch, record.leader)
-        if record.leader == self.broker_id:
-            self._become_leader(p, record, now_ms)
-        elif record.leader >= 0:
-            p.role = FOLLOWER
-            p.phase = TRUNCATING if self.config.use_offset_for_leader_epoch else FETCHING
-            p.inflight_request_id = -1
-            p.next_fetch_ms = now_ms
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} follower of "
-                                     f"{record.leader} epoch {record.leader_epoch}")
-        else:
-            p.role = NONE_ROLE  # offline partition
-
-    def _become_leader(self, p: PartitionReplica, record: PartitionRecord, now_ms: int) -> None:
-        log = p.log
-        start = log.log_end_offset
-        log.cache.assign(record.leader_epoch, start)
-        p.role = LEADER
-        p.alter_request = None
-        p.leader_state = self.leader_state_factory(
-            local_broker_id=self.broker_id, replicas=record.replicas, isr=record.isr,
-            leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
-            high_watermark=p.high_watermark, log_end_offset=start, epoch_start_offset=start,
-            min_insync_replicas=self.config.min_insync_replicas,
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms, now_ms=now_ms)
-        p.high_watermark = p.leader_state.high_watermark
-        self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} leader epoch "
-                                 f"{record.leader_epoch} LEO {start} HW {p.high_watermark} "
-                                 f"ISR {record.isr}")
-        self.hooks.observe_leader_hw(self, p, now_ms)
-
-    def _end_leadership(self, p: PartitionReplica, now_ms: int) -> None:
-        for waiter in p.waiters:
-            self._answer_produce(p, waiter, pb.NOT_LEADER_OR_FOLLOWER, now_ms)
-        p.waiters.clear()
-        p.leader_state = None
-        p.alter_request = None
-
-    def _send_alter_partition(self, p: PartitionReplica, isr: tuple[int, ...], now_ms: int) -> None:
-        state = p.leader_state
-        p.alter_request = AlterPartition(self._request_id(), self.broker_id, self.broker_epoch,
-                                         p.tp, state.leader_epoch, state.partition_epoch, isr)
-        p.alter_sent_ms = now_ms
-        self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} propose ISR {isr}")
-        self.counters["propose ISR " + ("expand" if len(isr) > len(state.isr) else "shrink")] += 1
-        self._send(CONTROLLER, p.alter_request, now_ms)
+        ready = p.replica.on_leader_and_isr(state_of(record), now_ms)
+        self._apply(p, ready, now_ms)
 
     def _on_alter_partition_response(self, message: AlterPartitionResponse, now_ms: int) -> None:
         p = self.partitions[message.tp]
-        if (p.role != LEADER or p.alter_request is None
-                or p.alter_request.request_id != message.request_id):
-            return  # an answer to an earlier proposal or leadership
-        state = p.leader_state
-        record = message.record
-        moved = False
-        if message.error == pb.NONE:
-            p.alter_request = None
-            moved = state.on_alter_partition_committed(record.isr, record.partition_epoch, now_ms)
-            p.partition_epoch = max(p.partition_epoch, record.partition_epoch)
-        elif message.error == pb.INVALID_UPDATE_VERSION:
-            # Our partition epoch is stale: the answer carries the committed state.
-            if record.leader_epoch == state.leader_epoch:
-                p.alter_request = None
-                moved = state.on_leader_and_isr_update(record.isr, record.partition_epoch, now_ms)
-                p.partition_epoch = max(p.partition_epoch, record.partition_epoch)
-        elif message.error in (pb.INELIGIBLE_REPLICA, pb.INVALID_REQUEST):
-            p.alter_request = None
-            state.on_alter_partition_failed()
-        # FENCED_LEADER_EPOCH / NOT_LEADER / STALE_BROKER_EPOCH: keep it pending, a
-        # LeaderAndIsr ends this leadership.
-        if moved:
-            self._high_watermark_moved(p, now_ms)
+        if p.alter_inflight is None or p.alter_inflight[1] != message.request_id:
+            return  # an answer to an attempt already given up on
+        alter_id = p.alter_inflight[0]
+        p.alter_inflight = None
+        ready = p.replica.on_alter_partition_answer(alter_id, message.error,
+                                                    state_of(message.record), now_ms)
+        self._apply(p, ready, now_ms)
 
     # -- leader side of replication
 
-    def _fence_check(self, p: PartitionReplica, current_leader_epoch: int) -> int:
-        if p.role != LEADER:
-            if current_leader_epoch > p.leader_epoch:
-                return pb.UNKNOWN_LEADER_EPOCH
-            return pb.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch < p.leader_epoch:
-            return pb.FENCED_LEADER_EPOCH
-        if current_leader_epoch > p.leader_epoch:
-            return pb.UNKNOWN_LEADER_EPOCH
-        return pb.NONE
-
     def _on_fetch(self, message: Fetch, now_ms: int) -> FetchResponse:
         p = self.partitions[message.tp]
-        error = self._fence_check(p, message.current_leader_epoch)
-        if error != pb.NONE:
-            return FetchResponse(message.request_id, message.tp, error)
-        log = p.log
         try:
-            diverging = check_diverging(message.last_fetched_epoch, message.fetch_offset,
-                                        log.cache, log.log_end_offset)
-        except OffsetOutOfRangeError:
-            return FetchResponse(message.request_id, message.tp, pb.OFFSET_OUT_OF_RANGE)
+            diverging, ready = p.replica.on_follower_fetch(
+                message.replica_id, message.current_leader_epoch, message.fetch_offset,
+                message.last_fetched_epoch, now_ms)
+        except TidewaterError as e:
+            self.counters["serve fetch " + e.error_name] += 1
+            return FetchResponse(message.request_id, message.tp, e.error_code)
         if diverging is not None:
             return FetchResponse(message.request_id, message.tp, pb.NONE,
-                                 high_watermark=p.high_watermark, diverging_epoch=diverging)
-        if message.fetch_offset > log.log_end_offset:
-            return FetchResponse(message.request_id, message.tp, pb.OFFSET_OUT_OF_RANGE)
-        decision = p.leader_state.on_follower_fetch(message.replica_id, message.fetch_offset,
-                                                    now_ms)
-        if decision.high_watermark_changed:
-            self._high_watermark_moved(p, now_ms)
-        if decision.propose_isr is not None and p.alter_request is None:
-            self._send_alter_partition(p, decision.propose_isr, now_ms)
-        batches = log.read(message.fetch_offset, self.config.fetch_max_batches)
+                                 high_watermark=p.replica.high_watermark,
+                                 diverging_epoch=diverging)
+        batches = p.log.read(message.fetch_offset, self.config.fetch_max_batches)
+        self._apply(p, ready, now_ms)
         return FetchResponse(message.request_id, message.tp, pb.NONE, batches,
-                             high_watermark=p.high_watermark)
+                             high_watermark=p.replica.high_watermark)
 
-    def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch) -> OffsetForLeaderEpochResponse:
+    def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch
+                                    ) -> OffsetForLeaderEpochResponse:
         p = self.partitions[message.tp]
-        error = self._fence_check(p, message.current_leader_epoch)
-        if error != pb.NONE:
-            return OffsetForLeaderEpochResponse(message.request_id, message.tp, error)
-        epoch, end_offset = p.log.cache.end_offset_for(message.leader_epoch, p.log.log_end_offset)
+        try:
+            epoch, end_offset = p.replica.answer_offset_for_leader_epoch(
+                message.current_leader_epoch, message.leader_epoch)
+        except TidewaterError as e:
+            return OffsetForLeaderEpochResponse(message.request_id, message.tp, e.error_code)
         return OffsetForLeaderEpochResponse(message.request_id, message.tp, pb.NONE, epoch,
                                             end_offset)
 
     def _on_produce(self, client: int, message: Produce, now_ms: int) -> None:
         p = self.partitions[message.tp]
-        if p.role != LEADER:
-            self._send(client, ProduceResponse(message.request_id, message.tp,
-                                               pb.NOT_LEADER_OR_FOLLOWER), now_ms)
-            return
         try:
-            p.leader_state.check_acks_all_allowed()
-        except NotEnoughReplicasError as e:
+            leader_epoch = p.replica.check_append(acks=-1)
+        except TidewaterError as e:
             self.counters["produce " + e.error_name] += 1
             self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code),
                        now_ms)
             return
-        batch = p.log.append_as_leader(message.record_count, p.leader_epoch, message.payload_id)
-        p.waiters.append(Waiter(client, message.request_id, batch.next_offset, batch.base_offset,
-                                now_ms + message.timeout_ms))
-        if p.leader_state.on_local_append(p.log.log_end_offset, now_ms):
-            self._high_watermark_moved(p, now_ms)
+        batch = p.log.append_as_leader(message.record_count, leader_epoch, message.payload_id)
         self.hooks.log_changed(self, p)
+        waiter_id = self._next_waiter_id
+        self._next_waiter_id += 1
+        p.waiters[waiter_id] = Waiter(client, message.request_id, batch.next_offset,
+                                      batch.base_offset)
+        ready = p.replica.on_local_append(p.log.log_end_offset, now_ms, waiter_id=waiter_id,
+                                          required_offset=batch.next_offset,
+                                          timeout_ms=message.timeout_ms)
+        self._apply(p, ready, now_ms)
 
-    def _high_watermark_moved(self, p: PartitionReplica, now_ms: int) -> None:
-        p.high_watermark = p.leader_state.high_watermark
-        self.hooks.observe_leader_hw(self, p, now_ms)
-        self._answer_waiters(p, now_ms)
+    # -- follower side of replication
 
-    def _answer_waiters(self, p: PartitionReplica, now_ms: int) -> None:
-        still_waiting = []
-        for waiter in p.waiters:
-            result = p.leader_state.acks_all_result(waiter.required_offset)
-            if result is not None:
-                self._answer_produce(p, waiter, result, now_ms)
-            elif now_ms >= waiter.deadline_ms:
-                self._answer_produce(p, waiter, pb.REQUEST_TIMED_OUT, now_ms)
-            else:
-                still_waiting.append(waiter)
-        p.waiters = still_waiting
+    def _take_answer(self, p: PartitionReplica, request_id: int) -> bool:
+        """Is this the answer to the request in flight? (Else it timed out or is older.)"""
+        if request_id != p.inflight_request_id:
+            return False
+        p.inflight_request_id = -1
+        return True
+
+    def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
+                                             now_ms: int) -> None:
+        p = self.partitions[message.tp]
+        if not self._take_answer(p, message.request_id):
+            return
+        if message.error != pb.NONE:
+            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
+        ready = p.replica.on_offset_for_leader_epoch_answer(
+            p.inflight_leader_epoch, message.error, (message.epoch, message.end_offset), now_ms)
+        self._apply(p, ready, now_ms)
+
+    def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
+        p = self.partitions[message.tp]
+        if not self._take_answer(p, message.request_id):
+            return
+        if message.error != pb.NONE or not message.batches:
+            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms  # no long-poll here
+        p.fetched = message.batches
+        ready = p.replica.on_fetch_answer(
+            p.inflight_leader_epoch, p.inflight_fetch_offset, message.error,
+            high_watermark=message.high_watermark, leader_log_start_offset=0,
+            diverging_epoch=message.diverging_epoch, now_ms=now_ms)
+        self._apply(p, ready, now_ms)
+        p.fetched = ()
+
+    def _append_fetched(self, p: PartitionReplica) -> None:
+        """The part of the fetched batches from the LEO on (the real fetcher's fix-up)."""
+        log = p.log
+        batches = p.fetched
+        for i, batch in enumerate(batches):
+            if batch.next_offset <= log.log_end_offset:
+                continue
+            if batch.base_offset < log.log_end_offset:
+                log.truncate_to(batch.base_offset)  # our batch boundaries differ there
+                if log.log_end_offset != batch.base_offset:
+                    return
+            log.append_as_follower(batches[i:])
+            return
+
+    # ------------------------------------------------------------------ carrying out a Ready
+
+    def _apply(self, p: PartitionReplica, ready: Ready, now_ms: int) -> None:
+        log = p.log
+        for op in ready.persist:
+            if isinstance(op, AssignEpoch):
+                log.leader_epoch_cache.assign(op.epoch, op.start_offset)
+            elif isinstance(op, Truncate):
+                if op.offset < log.log_end_offset:
+                    self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} truncate "
+                                             f"{log.log_end_offset} -> {op.offset}")
+                log.truncate_to(op.offset)
+            elif isinstance(op, AppendFetched):
+                self._append_fetched(p)
+            elif isinstance(op, TruncateFully):
+                raise AssertionError("the simulation has no retention: nothing to start past")
+            self.hooks.log_changed(self, p)
+        if isinstance(ready.fetch, Follow | StopFetching):
+            p.inflight_request_id = -1  # answers to the old assignment are not taken
+            p.next_fetch_ms = now_ms
+        if ready.alter_partition is not None:
+            request = ready.alter_partition
+            request_id = self._request_id()
+            p.alter_inflight = (request.alter_id, request_id, now_ms)
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} propose ISR "
+                                     f"{request.new_isr}")
+            self._send(CONTROLLER, AlterPartition(request_id, self.broker_id, self.broker_epoch,
+                                                  p.tp, request.leader_epoch,
+                                                  request.partition_epoch, request.new_isr),
+                       now_ms)
+        if p.replica.is_leader and (ready.high_watermark_moved or ready.leadership_changed):
+            self.hooks.observe_leader_hw(self, p, now_ms)
+        for waiter_id, code in ready.completed:
+            self._answer_produce(p, p.waiters.pop(waiter_id), code, now_ms)
+        self.counters.update(ready.counters)
+        for line in ready.notes + ready.alarms:
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {line}")
+        if ready.error != pb.NONE:
+            self.counters["refused " + pb.ErrorCode.Name(ready.error)] += 1
 
     def _answer_produce(self, p: PartitionReplica, waiter: Waiter, error: int, now_ms: int) -> None:
         self.counters["produce " + pb.ErrorCode.Name(error)] += 1
@@ -438,66 +447,6 @@ class SimBroker:
             self.hooks.produce_acknowledged(self, p, waiter, now_ms)
         self._send(waiter.client, ProduceResponse(waiter.request_id, p.tp, error,
                                                   waiter.base_offset), now_ms)
-
-    # -- follower side of replication
-
-    def _is_current_answer(self, p: PartitionReplica, request_id: int) -> bool:
-        # Rule 3: drop answers to requests of an earlier leader epoch (or already timed out).
-        return p.role == FOLLOWER and request_id == p.inflight_request_id
-
-    def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
-                                             now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if not self._is_current_answer(p, message.request_id) or p.phase != TRUNCATING:
-            return
-        p.inflight_request_id = -1
-        if message.error != pb.NONE:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-            return
-        step = self.truncation_rule((message.epoch, message.end_offset), p.log.cache,
-                                    p.log.log_end_offset, p.high_watermark)
-        self.counters["offset_for_leader_epoch " + ("done" if step.done else "ask again")] += 1
-        if message.end_offset == -1:
-            self.counters["offset_for_leader_epoch undefined: truncate to HW"] += 1
-        self._truncate(p, step.truncate_to, now_ms,
-                       f"OffsetForLeaderEpoch answer {(message.epoch, message.end_offset)}")
-        if step.done:
-            p.phase = FETCHING
-
-    def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if not self._is_current_answer(p, message.request_id) or p.phase != FETCHING:
-            return
-        p.inflight_request_id = -1
-        if p.inflight_fetch_offset != p.log.log_end_offset:
-            return  # the log changed under the request
-        if message.error == pb.OFFSET_OUT_OF_RANGE:
-            p.phase = TRUNCATING
-            return
-        if message.error != pb.NONE:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-            return
-        if message.diverging_epoch is not None:
-            step = self.diverging_rule(message.diverging_epoch, p.log.cache,
-                                       p.log.log_end_offset, p.high_watermark)
-            self.counters["diverging_epoch " + ("done" if step.done else "not done")] += 1
-            self._truncate(p, step.truncate_to, now_ms, f"diverging {message.diverging_epoch}")
-            return  # not done: the next fetch carries the new last epoch
-        if message.batches:
-            p.log.append_as_follower(message.batches)
-            self.hooks.log_changed(self, p)
-        else:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-        p.high_watermark = follower_high_watermark(message.high_watermark, p.log.log_end_offset)
-
-    def _truncate(self, p: PartitionReplica, offset: int, now_ms: int, why: str) -> None:
-        if offset < p.log.log_end_offset:
-            self.counters["follower truncated records"] += 1
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} truncate "
-                                     f"{p.log.log_end_offset} -> {offset} ({why})")
-        p.log.truncate_to(offset)
-        p.high_watermark = min(p.high_watermark, p.log.log_end_offset)
-        self.hooks.log_changed(self, p)
 
     # ------------------------------------------------------------------ helpers
 
@@ -507,3 +456,9 @@ class SimBroker:
 
     def _send(self, dst: int, message, now_ms: int) -> None:
         self.network.send(self.broker_id, dst, message, now_ms)
+
+
+def state_of(record: PartitionRecord) -> PartitionState:
+    """The controller's record as the LeaderAndIsr state the core takes."""
+    return PartitionState(record.topic, record.partition, record.leader, record.leader_epoch,
+                          record.partition_epoch, tuple(record.replicas), tuple(record.isr))

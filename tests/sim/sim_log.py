@@ -44,6 +44,14 @@ class SimLog:
         self._checked_count = 0
         self._epoch_changes: list[tuple[int, int]] = []
 
+    # The LogView the replication core reads (tidewater.broker.replication.replica): the
+    # simulation has no retention, so the log always starts at 0.
+    log_start_offset = 0
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self.cache
+
     @property
     def log_end_offset(self) -> int:
         return self.batches[-1].next_offset if self.batches else 0

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidewater.broker.replication.follower import TruncationStep
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
+from tidewater.broker.replication.replica import ReplicaState
 
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER
@@ -52,9 +53,12 @@ def test_same_seed_same_trace_in_process():
 
 
 # ---------------------------------------------------------------- broken variants are caught
+# Each breaks one rule of the replication reference inside the broker's own core
+# (ReplicaState and the LeaderPartitionState it builds); the simulation runs it exactly
+# as it runs the product.
 
 class HighWatermarkIgnoresIsr(LeaderPartitionState):
-    """Broken: commits whatever the leader has, as if it were alone."""
+    """Broken HW rule: commits whatever the leader has, as if it were alone."""
 
     def maybe_advance_high_watermark(self, now_ms):
         if self.log_end_offset > self.high_watermark:
@@ -64,7 +68,7 @@ class HighWatermarkIgnoresIsr(LeaderPartitionState):
 
 
 class NewLeaderTrustsOldFollowerOffsets(LeaderPartitionState):
-    """Broken: a new leader assumes its ISR followers already hold its whole log."""
+    """Broken HW rule: a new leader assumes its ISR followers already hold its whole log."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -75,27 +79,65 @@ class NewLeaderTrustsOldFollowerOffsets(LeaderPartitionState):
         self.maybe_advance_high_watermark(kwargs["now_ms"])
 
 
-def truncate_to_high_watermark(answer, cache, log_end_offset, high_watermark):
-    """Broken (pre-KIP-101): ignore the leader's answer, cut to the own HW."""
-    return TruncationStep(min(high_watermark, log_end_offset), done=True)
+class ExpandsIsrBehindHighWatermark(LeaderPartitionState):
+    """Broken ISR expansion: any follower that fetches joins, however far behind."""
+
+    def _maybe_expand_isr(self, follower):
+        if self.pending_isr is not None or follower.replica_id in self.isr:
+            return None
+        proposed = self.isr + (follower.replica_id,)
+        self.pending_isr = PendingIsrChange(proposed, is_expansion=True)
+        return proposed
 
 
-def truncate_by_offset_only(answer, cache, log_end_offset, high_watermark):
-    """Broken (KIP-101 without KIP-279): trust the leader's offset, never compare epochs."""
-    epoch, end_offset = answer
-    if end_offset == -1:
-        return TruncationStep(min(high_watermark, log_end_offset), done=True)
-    return TruncationStep(min(end_offset, log_end_offset), done=True)
+def with_leader_state(cls):
+    return type(f"ReplicaWith{cls.__name__}", (ReplicaState,), {"leader_state_class": cls})
+
+
+HW_IGNORES_ISR = with_leader_state(HighWatermarkIgnoresIsr)
+NEW_LEADER_TRUSTS_OLD_OFFSETS = with_leader_state(NewLeaderTrustsOldFollowerOffsets)
+EXPANDS_ISR_BEHIND_HW = with_leader_state(ExpandsIsrBehindHighWatermark)
+
+
+class TruncatesToHighWatermark(ReplicaState):
+    """Broken truncation (pre-KIP-101): ignore the leader's answer, cut to the own HW."""
+
+    def _truncation_step(self, answer):
+        return TruncationStep(min(self.high_watermark, self.log.log_end_offset), done=True)
+
+    _diverging_step = _truncation_step
+
+
+class TruncatesByOffsetOnly(ReplicaState):
+    """Broken truncation (KIP-101 without KIP-279): trust the leader's offset, never
+    compare epochs."""
+
+    def _truncation_step(self, answer):
+        epoch, end_offset = answer
+        log_end_offset = self.log.log_end_offset
+        if end_offset == -1:
+            return TruncationStep(min(self.high_watermark, log_end_offset), done=True)
+        return TruncationStep(min(end_offset, log_end_offset), done=True)
+
+    _diverging_step = _truncation_step
+
+
+class IgnoresLeaderEpochFencing(ReplicaState):
+    """Broken fencing (pre-KIP-320): a request's current_leader_epoch is not checked, so a
+    leader serves a follower still in an older epoch from its stale position."""
+
+    def check_epoch(self, current_leader_epoch, *, require_leader):
+        super().check_epoch(-1, require_leader=require_leader)
 
 
 SAFETY_WORDS = ("StrongIsr", "committed", "HW went backwards", "epoch went down",
                 "not contiguous", "epoch cache")
 
 
-def first_safety_failure(seeds, **variant):
+def first_safety_failure(seeds, replica_class, configure=lambda config: config):
     for seed in seeds:
         try:
-            Simulation(seed, **variant).run()
+            Simulation(seed, configure(SimConfig.for_seed(seed)), replica_class=replica_class).run()
         except SimulationFailure as e:
             message = str(e)
             if any(word in message.splitlines()[0] for word in SAFETY_WORDS):
@@ -103,17 +145,32 @@ def first_safety_failure(seeds, **variant):
     return None, None
 
 
-@pytest.mark.parametrize("variant", [
-    dict(leader_state_factory=HighWatermarkIgnoresIsr),
-    dict(leader_state_factory=NewLeaderTrustsOldFollowerOffsets),
-    dict(truncation_rule=truncate_to_high_watermark, diverging_rule=truncate_to_high_watermark),
-], ids=["hw-ignores-isr", "new-leader-trusts-old-offsets", "truncate-to-hw"])
-def test_broken_variant_is_caught(variant):
-    seed, message = first_safety_failure(range(20), **variant)
-    assert seed is not None, "the invariant checks did not catch a broken replication rule"
+def without_last_fetched_epoch(config):
+    """Pre-KIP-320 fetches: the leader's epoch fencing is the only guard left."""
+    return replace(config, broker=replace(config.broker, send_last_fetched_epoch=False))
+
+
+# (the rule of replication.md it breaks, the variant, how seeds are set up); the seed that
+# catches each is printed by `pytest -s` and listed in docs/design/architecture.md.
+BROKEN_VARIANTS = {
+    "hw-ignores-isr": (HW_IGNORES_ISR, lambda c: c),
+    "hw-new-leader-trusts-old-offsets": (NEW_LEADER_TRUSTS_OLD_OFFSETS, lambda c: c),
+    "isr-expands-behind-hw": (EXPANDS_ISR_BEHIND_HW, lambda c: c),
+    "truncate-to-hw": (TruncatesToHighWatermark, lambda c: c),
+    "fencing-ignores-leader-epoch": (IgnoresLeaderEpochFencing, without_last_fetched_epoch),
+}
+
+
+@pytest.mark.parametrize("name", BROKEN_VARIANTS)
+def test_broken_variant_is_caught(name):
+    replica_class, configure = BROKEN_VARIANTS[name]
+    seed, message = first_safety_failure(range(40), replica_class, configure)
+    assert seed is not None, f"the invariant checks did not catch the broken rule {name}"
+    print(f"{name}: caught by seed {seed}: {message.splitlines()[0]}")
     first_line = message.splitlines()[0]
     assert first_line.startswith(f"seed {seed} at "), first_line
     assert f"reproduce: Simulation({seed}, <the config below>, " in message
+    assert f"replica_class={replica_class.__name__}" in message
 
 
 # ---------------------------------------------------------------- scripted scenarios
@@ -182,7 +239,7 @@ def test_fast_leader_changes_catch_offset_only_truncation():
     # Without KIP-320's check on fetch, trusting the offset alone lets F keep its
     # epoch-1 record at 3 and append L's epoch-0 record at 4 after it.
     sim = Simulation(0, scripted_config(3, send_last_fetched_epoch=False),
-                     truncation_rule=truncate_by_offset_only, diverging_rule=truncate_by_offset_only)
+                     replica_class=TruncatesByOffsetOnly)
     fast_leader_changes_scenario(sim)
     with pytest.raises(SimulationFailure, match="epoch went down"):
         sim.run()
@@ -192,7 +249,7 @@ def test_offset_only_truncation_livelocks_against_kip320_leader():
     # With last_fetched_epoch the leader keeps answering diverging_epoch (0, 5),
     # offset-only truncation never cuts, and the follower never catches up.
     sim = Simulation(0, scripted_config(3, use_offset_for_leader_epoch=False),
-                     truncation_rule=truncate_by_offset_only, diverging_rule=truncate_by_offset_only)
+                     replica_class=TruncatesByOffsetOnly)
     fast_leader_changes_scenario(sim)
     with pytest.raises(SimulationFailure, match="did not recover"):
         sim.run()
@@ -225,9 +282,9 @@ def test_follower_without_the_leaders_epoch_asks_again(mode):
     sim.at(4700, lambda: sim.produce(tp))
     result = sim.run()
     if ofle:
-        assert result.counters.get("offset_for_leader_epoch ask again") == 1
+        assert result.counters.get("truncation_ask_again") == 1
     else:
-        assert result.counters.get("diverging_epoch not done") == 1
+        assert result.counters.get("diverging_not_done") == 1
     for broker in sim.brokers.values():
         log = broker.partitions[tp].log
         assert [(b.base_offset, b.epoch) for b in log.batches] == [
@@ -239,10 +296,11 @@ def test_random_runs_exercise_the_decision_paths():
     totals = Counter()
     for seed in range(8):
         totals.update(Simulation(seed).run().counters)
-    for path in ("offset_for_leader_epoch done", "offset_for_leader_epoch undefined: truncate to HW",
-                 "diverging_epoch done", "follower truncated records", "propose ISR expand",
-                 "propose ISR shrink", "produce NONE", "produce NOT_ENOUGH_REPLICAS",
-                 "produce NOT_LEADER_OR_FOLLOWER"):
+    for path in ("truncation_done", "truncation_to_high_watermark", "diverging_done",
+                 "follower_truncations", "isr_proposals_expand", "isr_proposals_shrink",
+                 "isr_expands", "isr_shrinks", "leader_elections", "produce NONE",
+                 "produce NOT_ENOUGH_REPLICAS", "produce NOT_LEADER_OR_FOLLOWER",
+                 "produce REQUEST_TIMED_OUT", "serve fetch FENCED_LEADER_EPOCH"):
         assert totals[path] > 0, f"no run took the path {path!r}: {totals}"
 
 
