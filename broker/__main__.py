@@ -1,7 +1,9 @@
 """``python -m broker`` / ``tide-broker``: run one broker until SIGTERM or SIGINT.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
-(one line on stderr), 1 when start-up fails (e.g. the port is taken).
+(one line on stderr), 1 when start-up fails (e.g. the port is taken), 70
+(EX_SOFTWARE) when a background task died or an invariant broke (the cause
+is logged at CRITICAL and printed on stderr).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from tidewater.proto import grpc_env
 
 # Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
 grpc_env.apply()
+
+
+EXIT_FATAL = 70
 
 
 def tune_gc() -> None:
@@ -48,8 +53,16 @@ async def _serve(config) -> int:
         await process.shutdown()
         return 1
     tune_gc()
-    await stop.wait()
+    stopped = asyncio.ensure_future(stop.wait())
+    fatal = asyncio.ensure_future(process.fatal.wait())
+    await asyncio.wait({stopped, fatal}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    fatal.cancel()
     await process.shutdown()
+    if process.supervisor.failure is not None:
+        print(f"tide-broker: stopped after a fatal error: {process.supervisor.failure!r}",
+              file=sys.stderr)
+        return EXIT_FATAL
     return 0
 
 

@@ -1,0 +1,64 @@
+"""Carries the replication core's ISR proposals to the controller (AlterPartition).
+
+``ReplicaState`` decides when to propose an ISR change, keeps at most one in
+flight, and decides what each answer proves (module docstring of
+``broker/replication/replica.py``). This sender only does the I/O: one
+supervised task per ``AlterPartitionRequest`` the core emits, which calls the
+controller and hands the answer back to the core (``on_alter_partition_answer``)
+or reports that there was none it can trust (``on_alter_partition_unsure``:
+a transport error, a timeout, a request-level error), then carries out the
+resulting ``Ready``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.control import partition_state
+from tidewater.broker.partition import Partition
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.ready import AlterPartitionRequest
+from tidewater.broker.supervisor import TaskSupervisor
+from tidewater.proto import tidewater_pb2 as pb
+
+log = logging.getLogger("tidewater.broker.isr")
+
+AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
+
+
+class AlterPartitionSender:
+    def __init__(self, *, rpc: AlterPartitionRpc, carrier: ReadyCarrier,
+                 supervisor: TaskSupervisor):
+        self._rpc = rpc
+        self._carrier = carrier
+        self._supervisor = supervisor
+
+    def send(self, partition: Partition, request: AlterPartitionRequest) -> None:
+        self._supervisor.spawn(self._send(partition, request),
+                               name=f"alter-partition-{partition.tp}-{request.alter_id}")
+
+    async def _send(self, partition: Partition, request: AlterPartitionRequest) -> None:
+        item = pb.AlterPartitionItem(
+            topic=partition.tp.topic, partition=partition.tp.partition,
+            leader_epoch=request.leader_epoch, partition_epoch=request.partition_epoch,
+            new_isr=list(request.new_isr))
+        log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
+                 partition.tp, request.partition_epoch)
+        try:
+            response = await self._rpc([item])
+        except Exception as e:  # noqa: BLE001 - the controller may be gone: not an answer
+            log.info("AlterPartition %s ISR %s: no answer (%s)", partition.tp,
+                     list(request.new_isr), type(e).__name__)
+            response = None
+        async with partition.lock:
+            replica = partition.replica
+            if response is None or response.error_code != pb.NONE or not response.items:
+                ready = replica.on_alter_partition_unsure(request.alter_id, mono_ms())
+            else:
+                answer = response.items[0]
+                state = partition_state(answer.state) if answer.HasField("state") else None
+                ready = replica.on_alter_partition_answer(request.alter_id, answer.error_code,
+                                                          state, mono_ms())
+            self._carrier.apply(partition, ready)
