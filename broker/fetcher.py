@@ -9,9 +9,11 @@ Theory of operation (per partition, a ``FetchAssignment`` made by LeaderAndIsr):
 
 Transport: one ReplicaFetch stream per leader broker, one request then its one
 answer; a changed assignment set cancels the stream (and so the leader's
-pending long-poll) and the next round opens another. A leader answering
-UNIMPLEMENTED gets unary Fetch calls instead (until its address changes); a
-broken stream is dropped and reopened after ``replica.fetch.backoff.ms``.
+pending long-poll) and the next round opens another. A broken stream is
+dropped and reopened after ``replica.fetch.backoff.ms``. A leader answering
+UNIMPLEMENTED (not a broker of this release: there is no other way to fetch
+from it) is logged at ERROR as ``UnsupportedVersionError`` and its partitions
+are parked until the next LeaderAndIsr, as for FENCED_LEADER_EPOCH.
 
 Cost per round (a follower sends one request per record at one record per
 produce request, so this is paid at the record rate): the fetcher task itself
@@ -46,6 +48,7 @@ from tidewater.broker.replication import follower_truncation
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.batch import iter_batches
+from tidewater.proto.errors import UnsupportedVersionError
 
 if TYPE_CHECKING:
     from tidewater.broker.partition import Partition
@@ -87,8 +90,7 @@ class LeaderFetcher:
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: pb_grpc.BrokerStub | None = None
-        self._stream: grpc.aio.StreamStreamCall | None = None  # ReplicaFetch, if the leader has it
-        self._stream_supported = True
+        self._stream: grpc.aio.StreamStreamCall | None = None  # ReplicaFetch
         # While the task awaits an answer on the stream (``_read_answer``): what cuts
         # the wait short cancels the stream call, so the read needs no task of its own.
         self._reading = False
@@ -137,7 +139,6 @@ class LeaderFetcher:
             return None
         if endpoint != self._endpoint:
             self._drop_stream()
-            self._stream_supported = True  # a new address may be a newer broker
             if self._channel is not None:
                 asyncio.ensure_future(self._channel.close())
             limit = self.manager.config.socket_request_max_bytes
@@ -169,8 +170,12 @@ class LeaderFetcher:
                 if truncating:
                     await self._truncate(stub, truncating)
                     continue
-                await self._fetch_until_changed(stub, active)
+                await self._stream_fetch_until_changed(stub, active)
             except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._park_unsupported(active, e, "OffsetForLeaderEpoch" if truncating
+                                           else "ReplicaFetch")
+                    continue
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
             except (StreamBrokenError, asyncio.InvalidStateError) as e:
@@ -183,20 +188,18 @@ class LeaderFetcher:
                 log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                 await asyncio.sleep(backoff_s)
 
-    async def _fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
-        """One fetch round: on the ReplicaFetch stream, or unary Fetch if the leader lacks it."""
-        if self._stream_supported:
-            try:
-                await self._stream_fetch_until_changed(stub, active)
-                return
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-                # An older leader: nothing was processed, so the unary Fetch goes now.
-                log.info("broker %d has no ReplicaFetch: fetching with unary Fetch",
-                         self.leader_id)
-                self._stream_supported = False
-        await self._unary_fetch_until_changed(stub, active)
+    def _park_unsupported(self, active: list[FetchAssignment], e: grpc.aio.AioRpcError,
+                          rpc: str) -> None:
+        """The leader does not implement ``rpc``: retrying cannot help, so its partitions
+        wait for the controller's next LeaderAndIsr (a new leader, or this one restarted)."""
+        host, port = self._endpoint or ("?", 0)
+        error = UnsupportedVersionError(
+            f"broker {self.leader_id} at {host}:{port} does not implement {rpc} "
+            f"(not a Tidewater broker of this release?): {e.details()}")
+        log.error("%s %s; not following %s until the next LeaderAndIsr", error.error_name,
+                  error, ", ".join(str(a.partition.tp) for a in active))
+        for a in active:
+            a.parked = True
 
     async def _stream_fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
         """One request on the stream, then its answer applied.
@@ -271,20 +274,6 @@ class LeaderFetcher:
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
-
-    async def _unary_fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
-        """One Fetch; cancelled when the assignment set changes (new partitions wait no longer)."""
-        fetch = asyncio.ensure_future(self._fetch(stub, active))
-        changed = asyncio.ensure_future(self._changed.wait())
-        try:
-            await asyncio.wait({fetch, changed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            changed.cancel()
-            if not fetch.done():
-                fetch.cancel()
-            await asyncio.gather(fetch, changed, return_exceptions=True)
-        if fetch.done() and not fetch.cancelled() and fetch.exception() is not None:
-            raise fetch.exception()
 
     # ------------------------------------------------------------------ truncation
 
@@ -362,13 +351,6 @@ class LeaderFetcher:
                                        partition_max_bytes=config.replica_fetch_max_bytes)
             partitions.append((p, (tp.topic, tp.partition)))
         self._request, self._request_for, self._request_partitions = request, list(active), partitions
-
-    async def _fetch(self, stub, active: list[FetchAssignment]) -> None:
-        """One unary Fetch (a leader without ReplicaFetch)."""
-        request, sent = self._fetch_request(active)
-        timeout_s = self.manager.config.replica_fetch_wait_max_ms / 1000 + RPC_MARGIN_S
-        response = await stub.Fetch(request, timeout=timeout_s)
-        await self._apply_response(response, sent)
 
     async def _apply_response(self, response: pb.FetchResponse, sent: dict) -> None:
         config = self.manager.config
