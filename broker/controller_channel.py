@@ -14,9 +14,12 @@ Theory of operation:
   fence us for its own restart (it ends streams without fencing, and its
   successor starts us with a fresh session), and a stream that broke while we
   live costs at most a leader change (the next heartbeat unfences us). A
-  controller without the stream (UNIMPLEMENTED) gets unary BrokerHeartbeat
-  calls for the rest of this process's life. One lock orders the heartbeats of
-  ``run_heartbeats`` and ``controlled_shutdown``, which may run at once.
+  server without the stream (UNIMPLEMENTED: not a controller of this release)
+  gets no other kind of heartbeat: the typed ``UnsupportedVersionError`` is
+  logged at ERROR, and the next heartbeat tries the stream again, as for an
+  unreachable controller (we are fenced meanwhile). One lock orders the
+  heartbeats of ``run_heartbeats`` and ``controlled_shutdown``, which may run
+  at once.
   STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED means the controller no longer
   knows this epoch: register again, and the controller resends the full
   LeaderAndIsr for our partitions. A heartbeat from a fenced broker (e.g.
@@ -48,6 +51,7 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import UnsupportedVersionError
 
 log = logging.getLogger("tidewater.broker.controller_channel")
 
@@ -77,7 +81,6 @@ class ControllerChannel:
         self._shutdown_done = False
         self._heartbeat_lock = asyncio.Lock()
         self._stream: grpc.aio.StreamStreamCall | None = None
-        self._stream_unsupported = False
         self._stream_failures = 0  # in a row, for logging
         # Cancelling a stream whose answer is late makes the controller fence us, so
         # wait as long as a session could last before giving up on it.
@@ -137,16 +140,7 @@ class ControllerChannel:
             request = pb.BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                 want_shutdown=want_shutdown or self._want_shutdown)
-            if self._stream_unsupported:
-                return await self._unary_heartbeat(request)
             return await self._stream_heartbeat(request)
-
-    async def _unary_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
-        try:
-            return await self.stub.BrokerHeartbeat(request, timeout=RPC_TIMEOUT_S)
-        except grpc.aio.AioRpcError as e:
-            log.debug("heartbeat failed: %s", e.code().name)
-            return None
 
     async def _stream_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
         """Write ``request`` on the stream (opened when there is none) and read its answer."""
@@ -159,11 +153,10 @@ class ControllerChannel:
                 resp = await stream.read()
         except grpc.aio.AioRpcError as e:
             self._stream = None
-            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                log.info("controller has no BrokerHeartbeats stream: unary heartbeats from now")
-                self._stream_unsupported = True
-                return await self._unary_heartbeat(request)
             self._stream_failures += 1
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._log_unsupported(e)
+                return None
             # Once per outage (a controller that is down fails every heartbeat).
             log.log(logging.INFO if self._stream_failures == 1 else logging.DEBUG,
                     "heartbeat stream failed (%s); re-opening it with the next heartbeat",
@@ -182,6 +175,18 @@ class ControllerChannel:
             log.info("heartbeat stream open again after %d failed attempts", self._stream_failures)
             self._stream_failures = 0
         return resp
+
+    def _log_unsupported(self, e: grpc.aio.AioRpcError) -> None:
+        """At ERROR, the first time in a row and every 25th after (once per ~12 s at the
+        default interval): the controller address reaches something that cannot take
+        heartbeats, which only the operator can fix."""
+        if self._stream_failures == 1 or self._stream_failures % 25 == 0:
+            host, port = self.controller_address
+            error = UnsupportedVersionError(
+                f"{host}:{port} does not implement BrokerHeartbeats (not a Tidewater "
+                f"controller of this release?): {e.details()}")
+            log.error("heartbeat failed: %s %s (%d in a row); trying again every %d ms",
+                      error.error_name, error, self._stream_failures, self.heartbeat_interval_ms)
 
     async def _close_stream_after_shutdown(self) -> None:
         """Half-close: the controller sees a finished stream after a finished shutdown."""

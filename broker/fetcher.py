@@ -19,7 +19,10 @@ carried out by ``ReadyCarrier``.
 Transport: one ReplicaFetch stream per leader broker, one request then its one
 answer; a changed assignment set cancels the stream (and so the leader's
 pending long-poll) and the next round opens another. A broken stream is
-dropped and reopened after ``replica.fetch.backoff.ms``.
+dropped and reopened after ``replica.fetch.backoff.ms``. A leader answering
+UNIMPLEMENTED (not a broker of this release: there is no other way to fetch
+from it) is logged at ERROR as ``UnsupportedVersionError`` and its partitions'
+cores park them (UNSUPPORTED_VERSION) until the next LeaderAndIsr.
 
 Cost per round (a follower sends one request per record at one record per
 produce request, so this is paid at the record rate): the fetcher task itself
@@ -48,7 +51,7 @@ from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import TidewaterError, UnsupportedVersionError
 
 log = logging.getLogger("tidewater.broker.fetcher")
 
@@ -171,12 +174,43 @@ class LeaderFetcher:
                 else:
                     await self._fetch_round(stub, fetching)
             except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self._unsupported(truncating or fetching, e,
+                                      "OffsetForLeaderEpoch" if truncating else "ReplicaFetch")
+                    continue
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
             except (StreamBrokenError, asyncio.InvalidStateError) as e:
                 # InvalidStateError: a write on a stream the leader already closed.
                 log.debug("ReplicaFetch stream to broker %d broke: %s", self.leader_id, e)
                 await asyncio.sleep(backoff_s)
+
+    def _unsupported(self, partitions: list[Partition], e: grpc.aio.AioRpcError,
+                     rpc: str) -> None:
+        """The leader does not implement ``rpc``: retrying cannot help. Each partition's
+        core hears UNSUPPORTED_VERSION, which parks it until the controller's next
+        LeaderAndIsr (a new leader, or this one restarted)."""
+        host, port = self._endpoint or ("?", 0)
+        error = UnsupportedVersionError(
+            f"broker {self.leader_id} at {host}:{port} does not implement {rpc} "
+            f"(not a Tidewater broker of this release?): {e.details()}")
+        log.error("%s %s; not following %s until the next LeaderAndIsr", error.error_name,
+                  error, ", ".join(str(p.tp) for p in partitions))
+        now = mono_ms()
+        for partition in partitions:
+            replica = partition.replica
+            cycle = replica.follower
+            if cycle is None:
+                continue
+            if rpc == "OffsetForLeaderEpoch":
+                ready = replica.on_offset_for_leader_epoch_answer(
+                    cycle.leader_epoch, pb.UNSUPPORTED_VERSION, (-1, -1), now)
+            else:
+                ready = replica.on_fetch_answer(
+                    cycle.leader_epoch, replica.fetch_position()[0], pb.UNSUPPORTED_VERSION,
+                    high_watermark=-1, leader_log_start_offset=-1, diverging_epoch=None,
+                    now_ms=now)
+            self._carry_out(partition, ready)
 
     async def _fetch_round(self, stub, fetching: list[Partition]) -> None:
         """One request on the stream, then its answer applied.

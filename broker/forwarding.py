@@ -6,8 +6,8 @@ unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
 (retriable) with the transport error as message. The
-broker-to-controller RPCs (RegisterBroker, BrokerHeartbeat, AlterPartition)
-are not the broker's to answer: NOT_CONTROLLER.
+broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition)
+are not the broker's to answer: NOT_CONTROLLER (each heartbeat on the stream).
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
         return pb.RegisterBrokerResponse(error_code=pb.NOT_CONTROLLER,
                                          error_message="this is a broker, not the controller")
 
-    async def BrokerHeartbeat(self, request, context):
-        return pb.BrokerHeartbeatResponse(error_code=pb.NOT_CONTROLLER)
+    async def BrokerHeartbeats(self, request_iterator, context):
+        async for _request in request_iterator:
+            await context.write(pb.BrokerHeartbeatResponse(error_code=pb.NOT_CONTROLLER))
 
     async def AlterPartition(self, request, context):
         return pb.AlterPartitionResponse(error_code=pb.NOT_CONTROLLER)

@@ -24,10 +24,9 @@ behind the answered request. The rules are the threaded producer's:
 |                                        | ``BrokerConnectionError``: accumulator retry  |
 | a request past its deadline (a hung    | the stream breaks, its requests get           |
 | broker; ``request_timeout_ms`` + 5 s)  | ``RequestTimedOutError`` (retriable)          |
-| UNIMPLEMENTED (an older broker)        | the request, and every later one to that      |
-|                                        | broker, goes as a unary ``Produce`` task      |
-|                                        | (acks=0 ones written on the stream before the |
-|                                        | answer came are lost: at most once)           |
+| UNIMPLEMENTED (the server has no       | its pending requests get the non-retriable    |
+| ProduceStream: not a broker of this    | ``UnsupportedVersionError`` (acks=0 ones      |
+| release)                               | resolved once queued: lost, at most once)     |
 
 A partition has up to ``max_in_flight_per_partition`` requests out; they are
 written in order on its leader's one stream, which the broker appends in
@@ -45,30 +44,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-
-import grpc
+from functools import partial
 
 from tidewater.client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
 from tidewater.client.metadata import (
-    CHANNEL_OPTIONS,
     Address,
-    BrokerConnectionError,
     LeaderInfo,
     MetadataClient,
     TopicPartition,
-    format_address,
-    rpc_error_to_typed,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.producer import (
     delivery_timeout_error,
+    no_stream_error,
     parse_acks,
     settle_produce_answer,
-    stream_answer_callback,
 )
 from tidewater.client.streams import CallerLoop, StreamPool
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
 from tidewater.proto.records import compress
 
@@ -96,7 +89,7 @@ class AsyncProducer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, compression: int = 0,
                  request_bytes_max: int = 1024 * 1024, max_in_flight_per_partition: int = 1,
-                 use_streams: bool = True, metadata: MetadataClient | None = None):
+                 metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
@@ -110,7 +103,6 @@ class AsyncProducer:
             raise ValueError("max_in_flight_per_partition must be at least 1")
         self.max_in_flight_per_partition = max_in_flight_per_partition
         self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
-        self._use_streams = use_streams
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)
@@ -118,9 +110,6 @@ class AsyncProducer:
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
         self._records_in_flight = 0  # buffered_records less these are the records queued
         self._streams: StreamPool | None = None
-        self._unary_calls: set[asyncio.Task] = set()  # to brokers without ProduceStream
-        self._channels: dict[Address, grpc.aio.Channel] = {}  # for the unary calls
-        self._stubs: dict[Address, pb_grpc.BrokerStub] = {}
         self._wake: asyncio.Event | None = None
         self._space: asyncio.Condition | None = None
         self._space_waiters = 0  # send() calls waiting for buffer space
@@ -138,8 +127,6 @@ class AsyncProducer:
         self._idle.set()
         self._space = asyncio.Condition()
         self._streams = StreamPool("ProduceStream", ordered=False, io=CallerLoop(loop))
-        if not self._use_streams:
-            self._streams.close()  # a closed pool opens no stream: every request goes unary
         self._sender = asyncio.create_task(self._run(), name="tide-aio-producer-sender")
 
     async def __aenter__(self) -> AsyncProducer:
@@ -222,13 +209,8 @@ class AsyncProducer:
             # for what is left of the close's timeout, else up to a request timeout.
             await self._streams.aclose(self.request_timeout_ms / 1000 if deadline is None
                                        else max(0.0, deadline - time.monotonic()))
-            for task in list(self._unary_calls):
-                task.cancel()
-            await asyncio.gather(*self._unary_calls, return_exceptions=True)
             for batch in self._accumulator.abort_all():
                 self._finish(batch, RuntimeError("producer closed before delivery"))
-            for channel in self._channels.values():
-                await channel.close()
             self.metadata.close()
 
     # ------------------------------------------------------------------ the sender task
@@ -338,49 +320,23 @@ class AsyncProducer:
         return unknown
 
     def _send_request(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
-        """On the broker's ProduceStream when it has one, else a unary Produce."""
+        """On the broker's ProduceStream (opened now if there is none)."""
         timeout_s = self.request_timeout_ms / 1000 + DEADLINE_SLACK_S
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:
-                break
-
+                break  # the pool is closed: the producer is closing
             if self.acks == 0:
                 # No answer comes: the records resolve once the request is queued, after the
                 # sending loop of _send_ready (so no re-entrant send from here).
                 if stream.send(request, _no_answer, timeout_s, answered=False):
                     asyncio.get_running_loop().call_soon(self._on_response, groups, None, None)
                     return
-            elif stream.send(request, stream_answer_callback(self, address, request, groups),
-                             timeout_s):
+            elif stream.send(request, partial(self._on_response, groups), timeout_s):
                 return
-        self._send_unary(address, request, groups)
-
-    def _send_unary(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
-        task = asyncio.get_running_loop().create_task(self._unary_call(address, request, groups))
-        self._unary_calls.add(task)
-        task.add_done_callback(self._unary_calls.discard)
-
-    async def _unary_call(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
-        response, error = None, None
-        try:
-            response = await self._stub(address).Produce(
-                request, timeout=self.request_timeout_ms / 1000 + DEADLINE_SLACK_S)
-        except grpc.RpcError as e:
-            error = rpc_error_to_typed(e, address)
-        except asyncio.CancelledError:
-            error = BrokerConnectionError("producer closed before the answer")
-        except Exception as e:  # noqa: BLE001 - never leave futures hanging
-            error = e
-        self._on_response(groups, response, error)
-
-    def _stub(self, address: Address) -> pb_grpc.BrokerStub:
-        stub = self._stubs.get(address)
-        if stub is None:
-            channel = grpc.aio.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
-            stub = self._stubs[address] = pb_grpc.BrokerStub(channel)
-        return stub
+        # A transport failure, settled after the sending loop of _send_ready like acks=0.
+        asyncio.get_running_loop().call_soon(self._on_response, groups, None,
+                                             no_stream_error(address))
 
     # ------------------------------------------------------------------ answers
 

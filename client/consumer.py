@@ -4,10 +4,9 @@ Theory of operation: every assigned partition has a *position* (the next offset
 to return) or none yet. ``poll`` first resolves missing positions with
 ``ListOffsets`` by the reset policy (earliest / latest / none), then sends one
 ``Fetch`` per leader broker for its partitions (concurrently; on the broker's
-``FetchStream`` when it has one, ``client.streams``, else unary), checks each
-batch's CRC, decodes it straight into ConsumerRecord tuples
-(``proto.records.decode_consumer_records``) and returns the records at or after
-each position, advancing it. Fetches carry the leader epoch from metadata
+``FetchStream``, ``client.streams``), checks each batch's CRC, decodes it
+straight into ConsumerRecord tuples (``proto.records.decode_consumer_records``)
+and returns the records at or after each position, advancing it. Fetches carry the leader epoch from metadata
 (KIP-320) so a stale leader answers FENCED_LEADER_EPOCH instead of data.
 
 Per-partition answers:
@@ -19,6 +18,9 @@ Per-partition answers:
 | UNKNOWN_LEADER_EPOCH                     | the broker lags our metadata: retry later   |
 | OFFSET_OUT_OF_RANGE                      | reset by policy; policy none raises         |
 | anything else                            | raise the typed error                       |
+
+A server without ``FetchStream`` (UNIMPLEMENTED: not a broker of this release)
+is "anything else": ``poll`` raises the non-retriable ``UnsupportedVersionError``.
 
 Prefetch: when a poll got records, the positions they lead to are known from
 the batch headers alone, so the next Fetch (``max_wait_ms`` 0: it never
@@ -52,9 +54,10 @@ from tidewater.client.metadata import (
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
+    format_address,
     rpc_error_to_typed,
 )
-from tidewater.client.streams import StreamPool, StreamRequest, StreamUnsupportedError
+from tidewater.client.streams import StreamPool, StreamRequest
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
 from tidewater.proto.errors import (
@@ -78,7 +81,7 @@ FOLLOW_ANSWER_BYTES_MAX = 64 * 1024
 FOLLOW_HANDOVER_WAIT_S = 5.0  # the loop never blocks while following; a dead loop ends it
 
 
-def _wait_done(call, timeout_s: float, *, follow: bool = False) -> bool:
+def _wait_done(call: StreamRequest, timeout_s: float, *, follow: bool = False) -> bool:
     """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``; with
     ``follow``, a ``_FollowingFetch`` answered meanwhile sends the next fetch itself."""
     if follow and isinstance(call, _FollowingFetch):
@@ -90,15 +93,7 @@ def _wait_done(call, timeout_s: float, *, follow: bool = False) -> bool:
         # Answered as the wait ended, and the loop thread took it to send the next fetch:
         # it wakes us right after, and the poll then sees the answer with its follow-up.
         return answered or (claimed and call.wait(FOLLOW_HANDOVER_WAIT_S))
-    if isinstance(call, StreamRequest):
-        return call.wait(timeout_s)
-    try:
-        call.exception(timeout=max(0.0, timeout_s))
-    except grpc.FutureTimeoutError:
-        return False
-    except grpc.FutureCancelledError:
-        pass
-    return True
+    return call.wait(timeout_s)
 
 
 class _FollowingFetch(StreamRequest):
@@ -175,7 +170,7 @@ class Consumer:
         self._backoff_until: dict[TopicPartition, float] = {}
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
         self._prefetched: tuple[dict, list] | None = None
-        # Fetches go on one FetchStream per broker (client.streams), unary to brokers without it.
+        # Fetches go on one FetchStream per broker (client.streams).
         self._streams = StreamPool("FetchStream", ordered=True)
         self._closed = False
 
@@ -355,10 +350,10 @@ class Consumer:
         high_watermarks: dict[TopicPartition, int] = {}
         clean = True  # every partition answered without an error
         try:
-            for address, items, call in calls:
+            for _address, items, call in calls:
                 loop_chunks = call.chunks if isinstance(call, _FollowingFetch) else None
                 try:
-                    resp = self._result(address, call)
+                    resp = call.result()  # a transport failure raises its typed error
                 except TidewaterError as e:
                     clean = False
                     self._on_partition_error([tp for tp, _, _ in items], e)
@@ -426,37 +421,27 @@ class Consumer:
                 partition_max_bytes=self.max_partition_fetch_bytes)
                 for tp, pos, epoch in items])
 
-    def _send_fetch(self, address: Address, request: pb.FetchRequest, items: tuple | None = None):
-        """On the broker's FetchStream when it has one (a StreamRequest; a ``_FollowingFetch``
-        given the request's ``items``, the poll's only leader), else a unary Fetch (a gRPC
-        future); ``_result`` waits for either."""
+    def _send_fetch(self, address: Address, request: pb.FetchRequest,
+                    items: tuple | None = None) -> StreamRequest:
+        """On the broker's FetchStream (a StreamRequest; a ``_FollowingFetch`` given the
+        request's ``items``, the poll's only leader): its ``result`` waits for the answer."""
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:
-                break
+                break  # the pool is closed: the consumer is closing
             pending = (StreamRequest(stream, request) if items is None
                        else _FollowingFetch(self, items, stream, request))
             if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
                 return pending
-        return self.metadata.pool.broker(address).Fetch.future(
-            request, timeout=self._timeout_s(request.max_wait_ms))
+        # No stream to send on: the request fails as a transport failure would (retried by
+        # the next poll); answered already, so it never touches its (absent) stream.
+        failed = StreamRequest(None, request)
+        failed.on_answer(None, BrokerConnectionError(
+            f"no FetchStream to {format_address(address)} to send on"))
+        return failed
 
     def _timeout_s(self, wait_ms: int) -> float:
         return wait_ms / 1000 + self.request_timeout_ms / 1000
-
-    def _result(self, address: Address, call) -> pb.FetchResponse:
-        """The answer to a ``_send_fetch`` call; transport failures raise typed errors."""
-        if isinstance(call, StreamRequest):
-            try:
-                return call.result()
-            except StreamUnsupportedError:
-                # An older broker: this and later fetches to it go unary (the pool opens
-                # no stream to it any more).
-                call = self._send_fetch(address, call.request)
-        try:
-            return call.result()
-        except grpc.RpcError as e:
-            raise rpc_error_to_typed(e, address) from None
 
     def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes],
                   high_watermarks: dict[TopicPartition, int]) -> None:

@@ -40,6 +40,7 @@ from tidewater.proto.errors import (
     RequestTimedOutError,
     TidewaterError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for_code,
 )
 
@@ -144,8 +145,7 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
     if code == grpc.StatusCode.UNAVAILABLE:
         return BrokerConnectionError(f"broker{where} unavailable: {details}")
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        err2 = error_for_code(pb.UNSUPPORTED_VERSION, f"broker{where} does not implement this call")
-        return err2
+        return UnsupportedVersionError(f"broker{where} does not implement this call: {details}")
     return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")
 
 

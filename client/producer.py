@@ -25,11 +25,13 @@ per partition:
 |                                 | delivery timeout allow                             |
 | anything else                   | futures fail with the typed exception              |
 
-Requests go on one ``ProduceStream`` per broker (``client.streams``; unary
-``Produce`` to a broker without it). A transport failure, a broken stream or a
-request unanswered on its stream past the request timeout counts as a
-retriable ``BrokerConnectionError`` (``RequestTimedOutError``) for every batch
-in the request, as for a failed unary call. A partition with ``max_in_flight_per_partition`` requests
+Requests go on one ``ProduceStream`` per broker (``client.streams``). A
+transport failure, a broken stream or a request unanswered on its stream past
+the request timeout counts as a retriable ``BrokerConnectionError``
+(``RequestTimedOutError``) for every batch in the request. A server without
+``ProduceStream`` (UNIMPLEMENTED: not a broker of this release) fails the
+request's records with the non-retriable ``UnsupportedVersionError``; nothing
+was appended. A partition with ``max_in_flight_per_partition`` requests
 in flight is muted. With the default of 1, retries never reorder records; with
 more (Kafka's ``max.in.flight.requests.per.connection``), a later request can
 land while an earlier one is retried, so a retry may reorder records: the
@@ -45,8 +47,7 @@ from __future__ import annotations
 
 import threading
 import time
-
-import grpc
+from functools import partial
 
 from tidewater.client.accumulator import (
     ProducerBatch,
@@ -59,10 +60,10 @@ from tidewater.client.metadata import (
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
-    rpc_error_to_typed,
+    format_address,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
-from tidewater.client.streams import StreamPool, StreamUnsupportedError
+from tidewater.client.streams import StreamPool
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     InvalidRequiredAcksError,
@@ -106,17 +107,10 @@ def delivery_timeout_error(batch: ProducerBatch, delivery_timeout_ms: int) -> Re
         f"not delivered within {delivery_timeout_ms} ms{cause}")
 
 
-def stream_answer_callback(producer, address: Address, request: pb.ProduceRequest, groups):
-    """The callback of a request on a ProduceStream, for either producer: the answer (or
-    transport error) goes to ``producer._on_response``; an older broker's UNIMPLEMENTED
-    (nothing was appended) resends it unary, as every later request to that broker goes
-    (the pool opens no stream to it any more)."""
-    def on_answer(response, error):
-        if isinstance(error, StreamUnsupportedError):
-            producer._send_unary(address, request, groups)
-        else:
-            producer._on_response(groups, response, error)
-    return on_answer
+def no_stream_error(address: Address) -> BrokerConnectionError:
+    """What a request gets when its producer finds no open ProduceStream to send it on (the
+    pool is closed, or the stream broke twice as it was found): a transport failure."""
+    return BrokerConnectionError(f"no ProduceStream to {format_address(address)} to send on")
 
 
 def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
@@ -183,7 +177,6 @@ class Producer:
                  compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
                  max_in_flight_per_partition: int = 1,
-                 use_streams: bool = True,
                  metadata: MetadataClient | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
@@ -221,11 +214,8 @@ class Producer:
         self._unfinished = 0  # records sent but not yet resolved
         self._closed = False
         self._last_metadata_refresh_ms = 0
-        # Produce requests go on one ProduceStream per broker (client.streams), unary to
-        # brokers without it.
+        # Produce requests go on one ProduceStream per broker (client.streams).
         self._streams = StreamPool("ProduceStream", ordered=False)
-        if not use_streams:
-            self._streams.close()  # a closed pool opens no stream: every request goes unary
         self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)
         self._sender.start()
 
@@ -481,39 +471,16 @@ class Producer:
             self._send_request(address, request, groups)
 
     def _send_request(self, address: Address, request: pb.ProduceRequest, groups) -> None:
-        """On the broker's ProduceStream when it has one, else a unary Produce."""
+        """On the broker's ProduceStream (opened now if there is none)."""
         timeout_s = self.request_timeout_ms / 1000 + 5
+        on_answer = partial(self._on_response, groups)
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:
-                break
-
-            on_answer = stream_answer_callback(self, address, request, groups)
+                break  # the pool is closed: the producer is closing
             if stream.send(request, on_answer, timeout_s, answered=self.acks != 0):
                 return
-        self._send_unary(address, request, groups)
-
-    def _send_unary(self, address: Address, request: pb.ProduceRequest, groups) -> None:
-        try:
-            call = self.metadata.pool.broker(address).Produce.future(
-                request, timeout=self.request_timeout_ms / 1000 + 5)
-        except grpc.RpcError as e:
-            self._on_response(groups, None, rpc_error_to_typed(e, address))
-            return
-        call.add_done_callback(
-            lambda c, groups=groups, address=address: self._on_call_done(c, groups, address))
-
-    def _on_call_done(self, call, groups, address: Address) -> None:
-        try:
-            response = call.result()
-        except grpc.RpcError as e:
-            self._on_response(groups, None, rpc_error_to_typed(e, address))
-            return
-        except Exception as e:  # noqa: BLE001 - never leave futures hanging
-            self._on_response(groups, None, e if isinstance(e, TidewaterError)
-                              else BrokerConnectionError(str(e)))
-            return
-        self._on_response(groups, response, None)
+        self._on_response(groups, None, no_stream_error(address))
 
     def _on_response(self, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
                      response: pb.ProduceResponse | None,

@@ -31,7 +31,8 @@ breaks, every pending callback gets the typed error:
 
 | how the stream ended                  | error given to pending requests           |
 |---------------------------------------|-------------------------------------------|
-| UNIMPLEMENTED (an older broker)       | ``StreamUnsupportedError``: resend unary  |
+| UNIMPLEMENTED (the server lacks the   | ``UnsupportedVersionError`` (not          |
+| RPC: not a broker of this release)    | retriable)                                |
 | other gRPC status, or the broker ends | ``BrokerConnectionError`` (retriable)     |
 | it (OK) with requests unanswered      |                                           |
 | a request older than its deadline     | ``RequestTimedOutError`` (retriable)      |
@@ -63,7 +64,7 @@ from tidewater.client.metadata import (
     rpc_error_to_typed,
 )
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import RequestTimedOutError, TidewaterError
+from tidewater.proto.errors import RequestTimedOutError, TidewaterError, UnsupportedVersionError
 
 log = logging.getLogger("tidewater.client.streams")
 
@@ -72,11 +73,6 @@ log = logging.getLogger("tidewater.client.streams")
 Callback = Callable[[object, TidewaterError | None], None]
 
 _CLOSE = object()  # the outbox's end marker: half-close the stream
-
-
-class StreamUnsupportedError(BrokerConnectionError):
-    """The broker does not implement the stream (UNIMPLEMENTED): use the unary call."""
-
 
 # ---------------------------------------------------------------------- the process's I/O loop
 
@@ -205,8 +201,9 @@ class ClientStream:
     reader task calls each request's callback on the loop thread."""
 
     def __init__(self, io: IoLoop, open_call: Callable[[], object], address: Address, *,
-                 ordered: bool):
+                 ordered: bool, rpc: str = "stream"):
         self.address = address
+        self.rpc = rpc  # its RPC's name, for errors
         self._io = io
         self._ordered = ordered
         self._lock = threading.Lock()
@@ -215,9 +212,6 @@ class ClientStream:
         self._pending: dict[int, tuple[Callback, float]] = {}
         self._ids = itertools.count(1)
         self._broken: TidewaterError | None = None
-        # Held while _break answers the pending requests (re-entrant: a callback may send
-        # again); the pool waits on it before it sends a broker's requests unary.
-        self._answering = threading.RLock()
         # Requests (and _CLOSE) for the writer task; deque appends and pops are atomic.
         self._outbox: collections.deque = collections.deque()
         # The writer sleeps on _wake (True: a sender must wake it, under _lock). It starts
@@ -396,8 +390,9 @@ class ClientStream:
             return self._broken  # we cancelled the call (timeout, close)
         if isinstance(e, grpc.RpcError):
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return StreamUnsupportedError(
-                    f"broker {format_address(self.address)} has no stream: {e.details()}")
+                return UnsupportedVersionError(
+                    f"broker {format_address(self.address)} does not implement {self.rpc} "
+                    f"(not a Tidewater broker of this release?): {e.details()}")
             error = rpc_error_to_typed(e, self.address)
             if isinstance(error, (BrokerConnectionError, RequestTimedOutError)):
                 return error
@@ -405,31 +400,25 @@ class ClientStream:
         return BrokerConnectionError(f"stream to {format_address(self.address)} failed: {e!r}")
 
     def _break(self, error: TidewaterError) -> None:
-        with self._answering:
-            with self._lock:
-                if self._broken is None:
-                    self._broken = error
-                pending, self._pending = self._pending, {}
-                wake = False
-                if not self._half_closed:  # the writer half-closes after what is queued
-                    self._half_closed = True
-                    self._outbox.append(_CLOSE)
-                    wake, self._writer_idle = self._writer_idle, False
-            if pending:
-                # Unanswered requests: the broker's answers are not wanted any more.
-                if self._io.in_loop_thread():
-                    self._cancel_call()
-                else:
-                    self._io.call_soon(self._cancel_call)
-            elif wake:
-                self._io.call_soon(self._wake_writer)
-            for callback, _ in pending.values():
-                self._answer(callback, None, error)
-
-    def wait_answered(self) -> None:
-        """Wait until a broken stream's pending requests have had their callbacks."""
-        with self._answering:
-            pass
+        with self._lock:
+            if self._broken is None:
+                self._broken = error
+            pending, self._pending = self._pending, {}
+            wake = False
+            if not self._half_closed:  # the writer half-closes after what is queued
+                self._half_closed = True
+                self._outbox.append(_CLOSE)
+                wake, self._writer_idle = self._writer_idle, False
+        if pending:
+            # Unanswered requests: the broker's answers are not wanted any more.
+            if self._io.in_loop_thread():
+                self._cancel_call()
+            else:
+                self._io.call_soon(self._cancel_call)
+        elif wake:
+            self._io.call_soon(self._wake_writer)
+        for callback, _ in pending.values():
+            self._answer(callback, None, error)
 
     @staticmethod
     def _answer(callback: Callback, response, error: TidewaterError | None) -> None:
@@ -445,9 +434,10 @@ def _raw_sender(call):
 
     ``write`` turns a send that fails in gRPC core into the call's status (INTERNAL,
     "Internal error from Core") and that status then stays, hiding the broker's own:
-    a send fails so when the broker has already ended the call, typically an older
-    broker's UNIMPLEMENTED answered to the call's headers while the first request was
-    on its way, which must reach the reader as UNIMPLEMENTED (the unary fallback). Sent
+    a send fails so when the broker has already ended the call, typically a server
+    without the RPC answering UNIMPLEMENTED to the call's headers while the first
+    request was on its way, which must reach the reader as UNIMPLEMENTED (the
+    non-retriable ``UnsupportedVersionError``, not a retriable connection error). Sent
     this way a failed send only ends the writer, and the reader reports the broker's
     status. It also skips ``write``'s per-message checks."""
     cython_call = getattr(call, "_cython_call", None)
@@ -510,7 +500,7 @@ class StreamRequest:
 
 
 class StreamPool:
-    """One stream per broker address for one RPC of a client; remembers brokers without it.
+    """One stream per broker address for one RPC of a client.
 
     The pool's aio channels (one per broker, separate from the ChannelPool's sync ones
     used for unary calls) live on the I/O loop. A watchdog timer on the loop (every
@@ -526,7 +516,6 @@ class StreamPool:
         self._ordered = ordered
         self._lock = threading.Lock()
         self._streams: dict[Address, ClientStream] = {}
-        self._unsupported: set[Address] = set()
         self._closed = False
         self._own_io = io
         self._io: IoLoop | CallerLoop | None = None  # acquired by the first stream
@@ -535,34 +524,24 @@ class StreamPool:
         self._watchdog: asyncio.TimerHandle | None = None
 
     def stream(self, address: Address) -> ClientStream | None:
-        """The open stream to ``address`` (opened now if none or broken); None when the
-        broker lacks the RPC or the pool is closed."""
-        if address in self._unsupported:
-            return None
+        """The open stream to ``address`` (opened now if none or broken); None once the
+        pool is closed. A broker without the RPC breaks each new stream at once with
+        ``UnsupportedVersionError``: there is no other way to reach it."""
         stream = self._streams.get(address)
         if stream is not None and not stream.broken:
             return stream
         with self._lock:
-            if self._closed or address in self._unsupported:
+            if self._closed:
                 return None
             stream = self._streams.get(address)
-            unsupported = stream is not None and isinstance(stream._broken, StreamUnsupportedError)
-            if not unsupported and (stream is None or stream.broken):
+            if stream is None or stream.broken:
                 if self._io is None:
                     self._io = self._own_io or IoLoop.acquire()
                     self._io.call_soon(self._schedule_watchdog)
                 stream = self._streams[address] = ClientStream(
-                    self._io, lambda: self._open_call(address), address, ordered=self._ordered)
-            if not unsupported:
-                return stream
-        # The broker lacks the RPC: its requests were answered with StreamUnsupportedError
-        # and their owners resend them unary. Requests sent from now on go unary too, but
-        # only after those (else a later request could overtake an earlier one); no stream
-        # to it from now on.
-        stream.wait_answered()
-        with self._lock:
-            self._unsupported.add(address)
-        return None
+                    self._io, lambda: self._open_call(address), address, ordered=self._ordered,
+                    rpc=self._name)
+            return stream
 
     def _open_call(self, address: Address):
         """Loop thread: a new call of the pool's RPC on the broker's aio channel."""

@@ -14,7 +14,7 @@ Broker <-> controller contract (details this controller decides)
   and from leadership (it may have lost unflushed data), then re-admitted.
   INVALID_REQUEST: negative id, empty incarnation id, no listeners, a bad
   host/port, repeated listener names.
-* **BrokerHeartbeat** every ``broker.heartbeat.interval.ms`` (500 ms
+* **BrokerHeartbeats**: a heartbeat every ``broker.heartbeat.interval.ms`` (500 ms
   suggested); ``broker.session.timeout.ms`` (default 3000) without one fences
   the broker: it leaves every ISR it is not the last member of, its
   leaderships move (leader_epoch + 1) and it receives nothing more.
@@ -23,8 +23,8 @@ Broker <-> controller contract (details this controller decides)
   the current epoch from a fenced broker unfences it; it then gets a full
   resync (LeaderAndIsr for every partition it hosts + UpdateMetadata), and an
   offline partition it can lead elects it.
-* **BrokerHeartbeats** (preferred): the same heartbeats on one bidirectional
-  stream per broker incarnation, each request answered in order. The stream
+  Heartbeats travel on one bidirectional stream per broker incarnation, each
+  request answered in order (there is no unary heartbeat). The stream
   ending while it is the broker's live one (it carried the latest heartbeat
   of the broker's current epoch, and no controlled shutdown finished) fences
   the broker at once, through the same path as a session expiry (same
@@ -137,10 +137,6 @@ class ControllerService(pb_grpc.ControllerServicer):
                      request.broker_id, request.incarnation_id, response.broker_epoch,
                      ", ".join(f"{x.name}={x.host}:{x.port}" for x in request.listeners))
         return response
-
-    async def BrokerHeartbeat(self, request, context):
-        return await self._run("BrokerHeartbeat", lambda tx, now: (
-            self.machine.broker_heartbeat(tx, now, request)), context)
 
     async def BrokerHeartbeats(self, request_iterator, context):
         if self._closing.is_set():

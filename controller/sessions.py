@@ -10,8 +10,8 @@ stream. Each stream gets an id from the service; the session remembers the
 stream that carried the broker's latest heartbeat. When a stream ends, the
 broker is fenced at once only if (``stream_end_fences``):
 
-* that stream carried its latest heartbeat (a newer stream, or a unary
-  heartbeat, since then means the broker is alive and moved on), and
+* that stream carried its latest heartbeat (a newer stream since then means
+  the broker is alive and moved on), and
 * it did not finish a controlled shutdown (``should_shutdown`` answered: the
   broker closes its stream on purpose and exits; its session expiring later
   fences it without any hurry, as it leads nothing).
@@ -32,7 +32,7 @@ class BrokerSessions:
         self._last_heartbeat_ms: dict[int, int] = {}
         self._in_controlled_shutdown: set[int] = set()
         self._shutdown_done: set[int] = set()
-        self._stream_of: dict[int, int | None] = {}  # stream of the latest heartbeat (None: unary)
+        self._stream_of: dict[int, int | None] = {}  # stream of the latest heartbeat (None: none)
 
     def touch(self, broker_id: int, now_ms: int, stream_id: int | None = None) -> None:
         self._last_heartbeat_ms[broker_id] = now_ms

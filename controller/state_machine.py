@@ -217,7 +217,8 @@ class ControllerStateMachine:
 
     def broker_heartbeat(self, tx: Tx, now_ms: int, req: pb.BrokerHeartbeatRequest,
                          stream_id: int | None = None) -> pb.BrokerHeartbeatResponse:
-        """One heartbeat, unary (``stream_id`` None) or on a ``BrokerHeartbeats`` stream."""
+        """One heartbeat on ``BrokerHeartbeats`` stream ``stream_id`` (None: bound to no
+        stream, which only tests use: brokers heartbeat on a stream)."""
         broker = self.metadata.brokers.get(req.broker_id)
         epoch = self.metadata.controller_epoch
         if broker is None or broker.broker_epoch != req.broker_epoch:

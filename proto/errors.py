@@ -120,6 +120,13 @@ class InvalidConfigError(TidewaterError):
     error_code = pb.INVALID_CONFIG
 
 
+class UnsupportedVersionError(TidewaterError):
+    """The peer does not implement the RPC (gRPC UNIMPLEMENTED): it is not a Tidewater
+    process of this release, or not the service asked for. Retrying cannot help."""
+
+    error_code = pb.UNSUPPORTED_VERSION
+
+
 class UnsupportedCompressionError(TidewaterError):
     error_code = pb.UNSUPPORTED_COMPRESSION_TYPE
 

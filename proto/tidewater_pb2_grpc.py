@@ -609,11 +609,6 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
                 _registered_method=True)
-        self.BrokerHeartbeat = channel.unary_unary(
-                '/tidewater.Controller/BrokerHeartbeat',
-                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
-                _registered_method=True)
         self.BrokerHeartbeats = channel.stream_stream(
                 '/tidewater.Controller/BrokerHeartbeats',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
@@ -656,17 +651,11 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def BrokerHeartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def BrokerHeartbeats(self, request_iterator, context):
         """Heartbeats on one stream per broker incarnation: each request gets one response,
-        in order, as BrokerHeartbeat. The stream ending without a finished controlled
-        shutdown (the broker's process died and its connection closed) fences the
-        broker at once instead of after broker.session.timeout.ms.
+        in order. The stream ending without a finished controlled shutdown (the broker's
+        process died and its connection closed) fences the broker at once instead of
+        after broker.session.timeout.ms.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -703,11 +692,6 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.RegisterBroker,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.SerializeToString,
-            ),
-            'BrokerHeartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.BrokerHeartbeat,
-                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.FromString,
-                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.SerializeToString,
             ),
             'BrokerHeartbeats': grpc.stream_stream_rpc_method_handler(
                     servicer.BrokerHeartbeats,
@@ -768,33 +752,6 @@ class Controller:
             '/tidewater.Controller/RegisterBroker',
             tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.RegisterBrokerResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def BrokerHeartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/tidewater.Controller/BrokerHeartbeat',
-            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatRequest.SerializeToString,
-            tidewater_dot_proto_dot_tidewater__pb2.BrokerHeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,15 +1,15 @@
-"""CPU per request of the asyncio producer (``client.aio_producer``): ProduceStream against unary.
+"""CPU per request of the asyncio producer (``client.aio_producer``) on ProduceStream.
 
-    .venv/bin/python bench/probes/aio_producer_cpu.py [--count 3000] [--acks 1] [--modes stream,unary,...]
+    .venv/bin/python bench/probes/aio_producer_cpu.py [--count 3000] [--acks 1] [--rounds 2]
         [--loop asyncio|uvloop]
 
 Starts a local 1-broker cluster (stopped at the end), creates an RF=1 topic and,
-per mode, sends ``count`` single-record requests (1 KiB, linger 0) with one
+per round, sends ``count`` single-record requests (1 KiB, linger 0) with one
 ``AsyncProducer`` in one asyncio loop, one at a time (each awaited before the
-next). Modes alternate (load drifts): ``stream`` (ProduceStream, the default)
-and ``unary`` (``use_streams=False``). Prints a table of the client process's
-CPU (``time.process_time``, all its threads) and the broker's (/proc/<pid>/stat)
-per request, in microseconds, and the round trip.
+next). Prints a table of the client process's CPU (``time.process_time``, all
+its threads) and the broker's (/proc/<pid>/stat) per request, in microseconds,
+and the round trip. (Unary ``Produce`` against the stream, on the raw stubs:
+``bench/probes/client_stream_micro.py``.)
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from bench.probes.latency_breakdown import cpu_seconds  # noqa: E402
 WARMUP_REQUESTS = 200  # channel and stream open, code paths hot
 
 
-async def run_mode(bootstrap: str, broker_pid: int, mode: str, acks: int, count: int,
-                   record_bytes: int) -> tuple[float, float, float]:
+async def run_round(bootstrap: str, broker_pid: int, acks: int, count: int,
+                    record_bytes: int) -> tuple[float, float, float]:
     """(client µs, broker µs, round trip µs) per request."""
     from tidewater.client.aio_producer import AsyncProducer
 
     value = bytes(record_bytes)
-    async with AsyncProducer(bootstrap, acks=acks, linger_ms=0,
-                             use_streams=mode == "stream") as producer:
+    async with AsyncProducer(bootstrap, acks=acks, linger_ms=0) as producer:
         for _ in range(WARMUP_REQUESTS):
             await (await producer.send("micro", value, partition=0))
         broker_before, client_before = cpu_seconds(broker_pid), time.process_time()
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--acks", type=int, default=1)
     parser.add_argument("--record-bytes", type=int, default=1024)
-    parser.add_argument("--modes", default="unary,stream,unary,stream")
+    parser.add_argument("--rounds", type=int, default=2, help="runs, each its own row")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
                         help="the caller's event loop (the producer runs on it)")
     args = parser.parse_args(argv)
@@ -73,17 +72,17 @@ def main(argv: list[str] | None = None) -> int:
             cluster.create_topic("micro", replication_factor=1)
             pid = next(p["pid"] for p in cluster.local.manifest["processes"].values()
                        if p["name"].startswith("broker-"))
-            for mode in args.modes.split(","):
+            for n in range(1, args.rounds + 1):
                 client_us, broker_us, round_trip_us = asyncio.run(
-                    run_mode(bootstrap, pid, mode, args.acks, args.count, args.record_bytes))
-                rows.append((mode, f"{client_us:,.0f}", f"{broker_us:,.0f}",
+                    run_round(bootstrap, pid, args.acks, args.count, args.record_bytes))
+                rows.append((str(n), f"{client_us:,.0f}", f"{broker_us:,.0f}",
                              f"{client_us + broker_us:,.0f}", f"{round_trip_us:,.0f}"))
-                print(f"{mode}: done", file=sys.stderr, flush=True)
+                print(f"round {n}: done", file=sys.stderr, flush=True)
         finally:
             cluster.stop()
     print(f"AsyncProducer, {args.count} requests of one {args.record_bytes} B record, "
           f"acks={args.acks}, one at a time, {args.loop} loop")
-    print(format_table(("mode", "client CPU µs/req", "broker CPU µs/req", "sum µs/req",
+    print(format_table(("round", "client CPU µs/req", "broker CPU µs/req", "sum µs/req",
                         "round trip µs"), rows, align_right=(False, True, True, True, True)))
     return 0
 

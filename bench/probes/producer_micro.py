@@ -1,11 +1,11 @@
 """Client-side CPU cost of ``client.producer.Producer.send``, with the wire stubbed out.
 
 No broker: a fake ``MetadataClient`` knows one topic with ``--partitions``
-partitions led by one fake broker, whose ``Produce.future`` hands each request
-(unary: the producer runs with ``use_streams=False``; the streams are measured by
-``bench/probes/client_stream_micro.py``) to a "wire" thread (standing in for gRPC's
-callback thread) that answers it at once with contiguous offsets. So the numbers are the producer's own cost per
-record: ``send``, batching, encoding, settling and the done-callbacks, as the
+partitions led by one fake broker, whose ProduceStream (a fake ``StreamPool``; the
+real streams' cost is measured by ``bench/probes/client_stream_micro.py``) hands
+each request to a "wire" thread (standing in for the ``tide-client-io`` thread that
+reads a stream's answers) that answers it at once with contiguous offsets. So the
+numbers are the producer's own cost per record: ``send``, batching, encoding, settling and the done-callbacks, as the
 cluster benchmark's Producer rows use them (one ``send`` + ``add_done_callback``
 per record; ``--bulk`` measures ``send_many`` instead when the producer has it).
 
@@ -35,34 +35,6 @@ from tidewater.proto.batch import iter_batches
 ADDRESS = ("127.0.0.1", 1)
 
 
-class _Call:
-    """What ``Produce.future`` returns: result() and add_done_callback(), answered by the wire."""
-
-    __slots__ = ("_response", "_callback", "_lock")
-
-    def __init__(self):
-        self._response = None
-        self._callback = None
-        self._lock = threading.Lock()
-
-    def result(self, timeout=None):
-        return self._response
-
-    def add_done_callback(self, fn) -> None:
-        with self._lock:
-            if self._response is None:
-                self._callback = fn
-                return
-        fn(self)
-
-    def _resolve(self, response) -> None:
-        with self._lock:
-            self._response = response
-            fn = self._callback
-        if fn is not None:
-            fn(self)
-
-
 class FakeWire:
     """One thread answering ProduceRequests in order, like a broker that never fails."""
 
@@ -73,17 +45,12 @@ class FakeWire:
         self.thread = threading.Thread(target=self._run, name="fake-wire", daemon=True)
         self.thread.start()
 
-    def future(self, request, timeout=None) -> _Call:
-        call = _Call()
-        self.requests.put((request, call))
-        return call
-
     def _run(self) -> None:
         while True:
             item = self.requests.get()
             if item is None:
                 return
-            request, call = item
+            request, callback = item
             answers = []
             for part in request.partitions:
                 count = sum(h.record_count for _, h in iter_batches(part.records, validate=self.validate))
@@ -92,37 +59,55 @@ class FakeWire:
                 self.next_offset[key] = base + count
                 answers.append(pb.ProducePartitionResponse(
                     topic=part.topic, partition=part.partition, error_code=pb.NONE, base_offset=base))
-            call._resolve(pb.ProduceResponse(partitions=answers))
+            callback(pb.ProduceResponse(partitions=answers), None)
 
     def stop(self) -> None:
         self.requests.put(None)
         self.thread.join(timeout=5)
 
 
-class _Stub:
+class FakeStream:
+    """The producer's ProduceStream: ``send`` puts the request on the wire, whose thread
+    calls the callback with the answer, as the I/O loop's reader task would."""
+
+    broken = False
+
     def __init__(self, wire: FakeWire):
-        self.Produce = wire  # Produce.future(request, timeout=...)
+        self.wire = wire
+
+    def send(self, request, callback, timeout_s: float, *, answered: bool = True) -> bool:
+        if answered:
+            self.wire.requests.put((request, callback))
+        else:  # acks=0: nothing comes back
+            callback(None, None)
+        return True
 
 
-class _Pool:
+class FakeStreamPool:
     def __init__(self, wire: FakeWire):
-        self._stub = _Stub(wire)
+        self._stream = FakeStream(wire)
 
-    def broker(self, address):
-        return self._stub
+    def stream(self, address) -> FakeStream:
+        return self._stream
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 5.0) -> None:
         pass
+
+
+def fake_producer(wire: FakeWire, partitions: int, **options) -> Producer:
+    """A Producer whose metadata and ProduceStream are the fakes above."""
+    producer = Producer("unused:1", metadata=FakeMetadata("t", partitions), **options)
+    producer._streams = FakeStreamPool(wire)  # before any send: the real pool opened nothing
+    return producer
 
 
 class FakeMetadata:
     """The parts of MetadataClient the producer uses, for one always-led topic."""
 
-    def __init__(self, topic: str, partitions: int, wire: FakeWire):
+    def __init__(self, topic: str, partitions: int):
         self.topic = topic
         self.parts = {p: PartitionInfo(partition=p, leader=1, leader_epoch=0, replicas=(1,), isr=(1,))
                       for p in range(partitions)}
-        self.pool = _Pool(wire)
         self.snapshot = object()
 
     def cached_partitions(self, topic: str):
@@ -132,6 +117,9 @@ class FakeMetadata:
         return self.parts
 
     def leader_for(self, tp: TopicPartition):
+        return LeaderInfo(1, ADDRESS, 0)
+
+    def cached_leader_for(self, tp: TopicPartition):
         return LeaderInfo(1, ADDRESS, 0)
 
     def invalidate(self) -> None:
@@ -147,9 +135,8 @@ class FakeMetadata:
 def throughput(record_bytes: int, records: int, partitions: int, bulk: bool, validate: bool) -> tuple[float, float]:
     """(CPU µs per record, wall s) for ``records`` sends of ``record_bytes`` records."""
     wire = FakeWire(validate)
-    producer = Producer("unused:1", acks=-1, batch_size_bytes=256 * 1024, linger_ms=5,
-                        buffer_memory_bytes=64 * 1024 * 1024, max_in_flight_per_partition=5,
-                        metadata=FakeMetadata("t", partitions, wire), use_streams=False)
+    producer = fake_producer(wire, partitions, acks=-1, batch_size_bytes=256 * 1024, linger_ms=5,
+                             buffer_memory_bytes=64 * 1024 * 1024, max_in_flight_per_partition=5)
     value = os.urandom(record_bytes)
     failures: list[BaseException] = []
 
@@ -183,8 +170,7 @@ def throughput(record_bytes: int, records: int, partitions: int, bulk: bool, val
 def latency(samples: int) -> tuple[float, float]:
     """p50 and p99 (ms) of one ``send(...).result()`` at a time, linger 0."""
     wire = FakeWire(True)
-    producer = Producer("unused:1", acks=1, linger_ms=0, metadata=FakeMetadata("t", 1, wire),
-                        use_streams=False)
+    producer = fake_producer(wire, 1, acks=1, linger_ms=0)
     value = os.urandom(1024)
     times = []
     try:

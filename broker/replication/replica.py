@@ -75,7 +75,8 @@ Follower cycle (a new ``Follow``)::
     FETCHING: fetch(last_fetched_epoch) -> records | diverging_epoch (truncate, fetch
               again with the new last epoch) | error
 
-FENCED_LEADER_EPOCH parks the follower until the next LeaderAndIsr;
+FENCED_LEADER_EPOCH (and UNSUPPORTED_VERSION: a leader without the RPC)
+parks the follower until the next LeaderAndIsr;
 OFFSET_OUT_OF_RANGE truncates again (or starts the log at the leader's log
 start offset when the leader deleted what we would fetch); other errors back
 off. An answer to a request of another leader epoch, or for a log end offset
@@ -784,8 +785,9 @@ class ReplicaState:
 
     def _on_follower_error(self, cycle: FollowerCycle, error: int, now_ms: int,
                            out: ReadyBuilder) -> None:
-        if error == pb.FENCED_LEADER_EPOCH:
-            cycle.parked = True  # we are behind the leader: the controller will tell us more
+        if error in (pb.FENCED_LEADER_EPOCH, pb.UNSUPPORTED_VERSION):
+            # We are behind the leader, or it cannot serve us: the controller will tell us more.
+            cycle.parked = True
         else:
             if error == pb.OFFSET_OUT_OF_RANGE:
                 cycle.phase = FollowerPhase.TRUNCATING

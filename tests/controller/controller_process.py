@@ -144,16 +144,26 @@ class FakeBroker(pb_grpc.BrokerServicer):
         return self.broker_epoch
 
     async def _heartbeat_loop(self) -> None:
+        """Heartbeats on one BrokerHeartbeats stream, re-opened after it fails, as a broker
+        does. ``heartbeating`` False: silent on an open stream (a paused broker)."""
+        call = None
         while True:
             await asyncio.sleep(self.heartbeat_interval_ms / 1000)
             if not self.heartbeating:
                 continue
+            if call is None:
+                call = self.controller.BrokerHeartbeats()
             try:
-                response = await self.controller.BrokerHeartbeat(pb.BrokerHeartbeatRequest(
+                await call.write(pb.BrokerHeartbeatRequest(
                     broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                    want_shutdown=self.want_shutdown), timeout=2)
-            except grpc.aio.AioRpcError:
-                continue  # controller down: keep trying, as a broker does
+                    want_shutdown=self.want_shutdown))
+                response = await asyncio.wait_for(call.read(), 2)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
+                response = grpc.aio.EOF  # controller down: keep trying, as a broker does
+            if response is grpc.aio.EOF:
+                call.cancel()
+                call = None
+                continue
             self.heartbeat_responses.append(response)
             if response.error_code == pb.STALE_BROKER_EPOCH:
                 try:

@@ -80,7 +80,7 @@ def test_a_stream_no_longer_carrying_heartbeats_does_not_fence(h):
     beat(h, 1, stream_id=1)
     beat(h, 1, stream_id=2)  # re-opened after a blip; the old one's end arrives late
     assert closed(h, 1, 1) is False
-    h.heartbeat(1)  # fell back to unary heartbeats
+    h.heartbeat(1)  # bound to no stream (the harness's): stream 2 no longer carries them
     assert closed(h, 1, 2) is False
     assert not h.metadata.brokers[1].fenced
 

@@ -23,7 +23,7 @@ assert WAIT_S * 1000 < SESSION_MS
 
 
 class StreamHeartbeats:
-    """Heartbeats for a FakeBroker (its unary loop switched off) on one stream of its own channel."""
+    """Heartbeats for a FakeBroker (its own loop silenced) on one stream of its own channel."""
 
     def __init__(self, broker: FakeBroker, controller_address: str):
         broker.heartbeating = False

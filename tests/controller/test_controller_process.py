@@ -186,8 +186,10 @@ async def test_zombie_epoch_refused_after_reregistration(cluster):
     broker.incarnation_id = "new-process"
     new_epoch = await broker.register()
     assert new_epoch > old_epoch
-    response = await stub.BrokerHeartbeat(pb.BrokerHeartbeatRequest(
-        broker_id=2, broker_epoch=old_epoch), timeout=5)
+    heartbeats = stub.BrokerHeartbeats()
+    await heartbeats.write(pb.BrokerHeartbeatRequest(broker_id=2, broker_epoch=old_epoch))
+    response = await asyncio.wait_for(heartbeats.read(), 5)
+    heartbeats.cancel()
     assert response.error_code == pb.STALE_BROKER_EPOCH
     alter = await stub.AlterPartition(pb.AlterPartitionRequest(
         broker_id=2, broker_epoch=old_epoch), timeout=5)

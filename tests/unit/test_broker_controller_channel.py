@@ -27,7 +27,11 @@ class FakeController(pb_grpc.ControllerServicer):
         return pb.RegisterBrokerResponse(error_code=pb.NONE, broker_epoch=self.epoch,
                                          cluster_id="c")
 
-    async def BrokerHeartbeat(self, request, context):
+    async def BrokerHeartbeats(self, request_iterator, context):
+        async for request in request_iterator:
+            await context.write(self._heartbeat(request))
+
+    def _heartbeat(self, request) -> pb.BrokerHeartbeatResponse:
         if request.want_shutdown:
             self.shutdown_asks += 1
             return pb.BrokerHeartbeatResponse(should_shutdown=self.shutdown_asks >= self.shutdown_after)
@@ -111,3 +115,20 @@ async def test_forwarder_passes_through_and_reports_unreachable(controller):
     assert (await forwarder.DescribeCluster(pb.DescribeClusterRequest(), None)).error_code == \
         pb.NOT_CONTROLLER
     await channel.close()
+
+
+async def test_a_broker_answers_heartbeats_not_controller():
+    # A broker's address given as the controller's: its forwarder takes the stream and
+    # answers every heartbeat NOT_CONTROLLER (the broker-to-controller RPCs are not its own).
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(ControllerForwarder(None), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = channel_to(port)
+    try:
+        for _ in range(2):
+            resp = await asyncio.wait_for(channel.heartbeat(), 10)
+            assert resp is not None and resp.error_code == pb.NOT_CONTROLLER
+    finally:
+        await channel.close()
+        await server.stop(0)

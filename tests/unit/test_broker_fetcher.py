@@ -62,20 +62,47 @@ async def test_follower_truncates_to_the_largest_common_epoch_then_fetches(tmp_p
         await server.stop(0)
 
 
-class EpochBumpingStub:
-    """Answers a Fetch with one record, but applies a newer LeaderAndIsr first (in flight)."""
+class OneAnswerCall:
+    """A ReplicaFetch call answering its one request with one record at ``leader_epoch``;
+    with ``bump``, the manager applies a newer LeaderAndIsr first (the answer was in
+    flight when the leader epoch changed)."""
 
-    def __init__(self, rm, record: bytes):
-        self.rm = rm
-        self.record = record
+    def __init__(self, rm, record: bytes, leader_epoch: int, bump: bool):
+        self.rm, self.record, self.leader_epoch, self.bump = rm, record, leader_epoch, bump
+        self.request: pb.FetchRequest | None = None
 
-    async def Fetch(self, request, timeout=None):
-        resp = await self.rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
-        assert resp.partitions[0].error_code == pb.NONE
-        p = request.partitions[0]
+    async def write(self, request: pb.FetchRequest) -> None:
+        self.request = request
+
+    async def read(self) -> pb.FetchResponse:
+        if self.bump:
+            resp = await self.rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+            assert resp.partitions[0].error_code == pb.NONE
+        p = self.request.partitions[0]
         return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
             topic=p.topic, partition=p.partition, error_code=pb.NONE, high_watermark=1,
-            log_start_offset=0, log_end_offset=1, leader_epoch=0, records=self.record)])
+            log_start_offset=0, log_end_offset=1, leader_epoch=self.leader_epoch,
+            records=self.record)])
+
+    def cancel(self) -> bool:  # the changed assignment drops the stream: the answer is read
+        return True
+
+
+class OneAnswerStub:
+    def __init__(self, call: OneAnswerCall):
+        self.call = call
+
+    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+        return self.call
+
+
+async def fetch_round(fetcher, stub, assignment) -> None:
+    """One stream round driven by hand (the fetcher's own task is stopped)."""
+    fetcher.task.cancel()
+    await asyncio.gather(fetcher.task, return_exceptions=True)
+    assignment.truncating = False
+    fetcher._changed.clear()
+    await fetcher._stream_fetch_until_changed(stub, [assignment])
 
 
 async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path):
@@ -84,28 +111,15 @@ async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path
     record = bytearray(make_batch(1))
     set_base_offset_and_epoch(record, 0, 0, 0)
     await rm.leader_and_isr(lai(leader=1, leader_epoch=0))
-    fetcher = rm.fetchers.fetchers[1]
-    fetcher.task.cancel()  # drive the fetch by hand
-    await asyncio.gather(fetcher.task, return_exceptions=True)
-    assignment = rm.fetchers.assignment(TP)
-    assignment.truncating = False
     try:
-        await fetcher._fetch(EpochBumpingStub(rm, bytes(record)), [assignment])
+        fetcher = rm.fetchers.fetchers[1]
+        await fetch_round(fetcher, OneAnswerStub(OneAnswerCall(rm, bytes(record), 0, bump=True)),
+                          rm.fetchers.assignment(TP))
         assert rm.partitions[TP].leader_epoch == 1
         assert rm.partitions[TP].log.log_end_offset == 0  # the epoch-0 answer was dropped
         # The same answer in a current request is applied.
-        current = rm.fetchers.assignment(TP)
-        current.truncating = False
-        rm.fetchers.fetchers[1].task.cancel()
-
-        class Plain(EpochBumpingStub):
-            async def Fetch(self, request, timeout=None):
-                p = request.partitions[0]
-                return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
-                    topic=p.topic, partition=p.partition, error_code=pb.NONE, high_watermark=1,
-                    log_start_offset=0, log_end_offset=1, leader_epoch=1, records=self.record)])
-
-        await rm.fetchers.fetchers[1]._fetch(Plain(rm, bytes(record)), [current])
+        await fetch_round(fetcher, OneAnswerStub(OneAnswerCall(rm, bytes(record), 1, bump=False)),
+                          rm.fetchers.assignment(TP))
         assert rm.partitions[TP].log.log_end_offset == 1
         assert rm.partitions[TP].high_watermark == 1
     finally:

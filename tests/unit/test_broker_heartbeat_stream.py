@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import grpc
@@ -18,17 +19,12 @@ pytestmark = pytest.mark.timeout(60)
 class StreamController(pb_grpc.ControllerServicer):
     def __init__(self):
         self.epoch = 10
-        self.unary = 0
         self.streams: list[list[pb.BrokerHeartbeatRequest]] = []
         self.endings: list[str] = []  # per finished stream: "half-closed" or "cancelled"
 
     async def RegisterBroker(self, request, context):
         self.epoch += 1
         return pb.RegisterBrokerResponse(error_code=pb.NONE, broker_epoch=self.epoch)
-
-    async def BrokerHeartbeat(self, request, context):
-        self.unary += 1
-        return pb.BrokerHeartbeatResponse(error_code=pb.NONE, should_shutdown=request.want_shutdown)
 
     async def BrokerHeartbeats(self, request_iterator, context):
         seen: list[pb.BrokerHeartbeatRequest] = []
@@ -73,7 +69,7 @@ async def test_heartbeats_ride_one_stream_and_a_finished_shutdown_half_closes_it
         await channel.register()
         beats = asyncio.create_task(channel.run_heartbeats())
         await until(lambda: fake.streams and len(fake.streams[0]) >= 5)
-        assert len(fake.streams) == 1 and fake.unary == 0
+        assert len(fake.streams) == 1
         assert all(r.broker_epoch == 11 and not r.want_shutdown for r in fake.streams[0])
 
         assert await channel.controlled_shutdown(2000) is True
@@ -81,7 +77,7 @@ async def test_heartbeats_ride_one_stream_and_a_finished_shutdown_half_closes_it
         assert fake.endings == ["half-closed"]  # not a crash: the controller must not fence
         assert fake.streams[0][-1].want_shutdown
         await asyncio.wait_for(beats, 5)  # heartbeats stop after should_shutdown
-        assert len(fake.streams) == 1 and fake.unary == 0
+        assert len(fake.streams) == 1
     finally:
         await channel.close()
         await server.stop(0)
@@ -103,7 +99,7 @@ async def test_a_broken_stream_is_reopened_when_the_controller_is_back():
         second = StreamController()
         server, _ = await serve(second, port)
         await until(lambda: second.streams and len(second.streams[-1]) >= 3)
-        assert second.unary == 0 and not beats.done()
+        assert not beats.done()
         assert all(r.broker_epoch == 11 for r in second.streams[-1])  # same epoch carries on
     finally:
         if beats is not None:
@@ -113,24 +109,27 @@ async def test_a_broken_stream_is_reopened_when_the_controller_is_back():
         await server.stop(0)
 
 
-class UnaryOnlyController(StreamController):
-    BrokerHeartbeats = pb_grpc.ControllerServicer.BrokerHeartbeats  # answers UNIMPLEMENTED
+class StreamlessController(StreamController):
+    """Not a controller of this release: the generated base answers UNIMPLEMENTED."""
+
+    BrokerHeartbeats = pb_grpc.ControllerServicer.BrokerHeartbeats
 
 
-async def test_a_controller_without_the_stream_gets_unary_heartbeats():
-    fake = UnaryOnlyController()
+async def test_a_controller_without_the_stream_is_an_error_not_a_fallback(caplog):
+    caplog.set_level(logging.INFO, logger="tidewater.broker.controller_channel")
+    fake = StreamlessController()
     server, port = await serve(fake)
     channel = channel_to(port)
-    beats = None
     try:
         await channel.register()
-        beats = asyncio.create_task(channel.run_heartbeats())
-        await until(lambda: fake.unary >= 5)
+        for _ in range(3):  # each heartbeat tries the stream again; none is answered
+            assert await asyncio.wait_for(channel.heartbeat(), 10) is None
+        errors = [r.getMessage() for r in caplog.records
+                  if r.name == "tidewater.broker.controller_channel" and r.levelno == logging.ERROR]
+        assert len(errors) == 1  # once in a row, not per heartbeat
+        assert "UNSUPPORTED_VERSION" in errors[0] and "does not implement BrokerHeartbeats" in errors[0]
         assert not fake.streams
-        assert await channel.controlled_shutdown(2000) is True
+        assert await channel.controlled_shutdown(300) is False  # no way to ask it
     finally:
-        if beats is not None:
-            beats.cancel()
-            await asyncio.gather(beats, return_exceptions=True)
         await channel.close()
         await server.stop(0)

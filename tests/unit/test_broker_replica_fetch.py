@@ -1,9 +1,10 @@
 """ReplicaFetch over real gRPC: the stream, a changed assignment set cutting a long-poll short
-(by cancelling the stream), and the fallback to unary Fetch when the leader lacks the stream."""
+(by cancelling the stream), and a leader without the stream (parked with a clear error)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 import pytest
@@ -35,8 +36,9 @@ class CountingServicer(BrokerServicer):
         return await super().ReplicaFetch(request_iterator, context)
 
 
-class OldServicer(CountingServicer):
-    """A leader from before ReplicaFetch: the generated base answers UNIMPLEMENTED."""
+class StreamlessServicer(CountingServicer):
+    """A server without ReplicaFetch (not a broker of this release): the generated base
+    answers UNIMPLEMENTED."""
 
     ReplicaFetch = pb_grpc.BrokerServicer.ReplicaFetch
 
@@ -63,30 +65,53 @@ def make_follower(tmp_path, **settings):
     return rm
 
 
-@pytest.mark.parametrize("servicer_type", [CountingServicer, OldServicer])
-async def test_follower_replicates_over_the_stream_or_falls_back_to_fetch(tmp_path, servicer_type):
+async def test_follower_replicates_over_one_stream(tmp_path):
     leader_rm, _ = make_manager(tmp_path / "l")
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 4)])
-    servicer = servicer_type(leader_rm)
+    servicer = CountingServicer(leader_rm)
     server, port = await start_leader(leader_rm, servicer)
     follower_rm = make_follower(tmp_path / "f")
     try:
         assert (await follower_rm.leader_and_isr(follow(port))).partitions[0].error_code == pb.NONE
         follower_log = follower_rm.log_manager.get(TP)
         await wait_until(lambda: follower_log.log_end_offset == 4)
-        fetcher = follower_rm.fetchers.fetchers[1]
-        if servicer_type is OldServicer:
-            assert fetcher._stream_supported is False
-            assert servicer.calls["Fetch"] > 0
-        else:
-            assert fetcher._stream_supported is True
-            assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}  # one long-lived stream
+        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}  # one long-lived stream
         # Later appends reach the follower the same way.
         assert (await leader_rm.produce(produce(acks=1))).partitions[0].error_code == pb.NONE
         await wait_until(lambda: follower_log.log_end_offset == 5)
         assert follower_log.log_end_offset == 5
-        if servicer_type is CountingServicer:
-            assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}
+        assert servicer.calls == {"Fetch": 0, "ReplicaFetch": 1}
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
+
+
+async def test_leader_without_the_stream_parks_the_partition_with_a_clear_error(tmp_path, caplog):
+    # No other way to fetch is tried: the typed error is logged at ERROR and the partition
+    # waits for the next LeaderAndIsr, which tries the stream again.
+    caplog.set_level(logging.INFO, logger="tidewater.broker.fetcher")
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = seeded_log([(0, 4)])
+    servicer = StreamlessServicer(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    follower_rm = make_follower(tmp_path / "f")
+    try:
+        assert (await follower_rm.leader_and_isr(follow(port))).partitions[0].error_code == pb.NONE
+        await wait_until(lambda: follower_rm.fetchers.assignment(TP).parked)
+
+        def errors():
+            return [r.getMessage() for r in caplog.records
+                    if r.name == "tidewater.broker.fetcher" and r.levelno == logging.ERROR]
+
+        assert len(errors()) == 1
+        assert "UNSUPPORTED_VERSION" in errors()[0]
+        assert "does not implement ReplicaFetch" in errors()[0]
+        assert servicer.calls["Fetch"] == 0  # no unary Fetch instead
+        assert follower_rm.log_manager.get(TP).log_end_offset == 0
+        # The same state again (a controller resync) unparks it: one more try, parked again.
+        await follower_rm.leader_and_isr(follow(port))
+        await wait_until(lambda: len(errors()) == 2 and follower_rm.fetchers.assignment(TP).parked)
+        assert servicer.calls["Fetch"] == 0
     finally:
         await follower_rm.stop()
         await server.stop(0)

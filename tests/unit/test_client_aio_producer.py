@@ -1,5 +1,6 @@
 """The asyncio producer against in-process fake brokers: offsets, retries, leader moves, acks=0,
-and its ProduceStream paths (unary fallback, answers by correlation_id, broken and hung streams)."""
+and its ProduceStream paths (answers by correlation_id, broken and hung streams; a server
+without the stream: tests/unit/test_client_streams_errors.py)."""
 
 from __future__ import annotations
 
@@ -71,28 +72,10 @@ async def test_acks_zero(fake_cluster):  # noqa: F811
 # ---------------------------------------------------------------------- ProduceStream paths
 
 
-async def test_falls_back_to_unary_without_produce_stream(fake_cluster):  # noqa: F811
-    state, bootstrap = fake_cluster  # the fakes have no ProduceStream: UNIMPLEMENTED
-    async with AsyncProducer(bootstrap, acks="all", linger_ms=0,
-                             max_in_flight_per_partition=5) as producer:
-        futs = [await producer.send("t", f"v{i}".encode(), partition=0) for i in range(20)]
-        await producer.flush(10)
-        offsets = {f"v{i}".encode(): f.result().offset for i, f in enumerate(futs)}
-        # The first request found ProduceStream UNIMPLEMENTED; later ones went unary directly.
-        assert producer._streams.stream(state.addresses[state.leaders[0]]) is None
-    assert state.produce_requests >= 1
-    # Unary calls in flight together may be appended in any order (each is its own HTTP/2
-    # stream; only a ProduceStream keeps arrival order): every record exactly once, at
-    # the offset its future gave.
-    assert sorted(offsets.values()) == list(range(20))
-    records = await asyncio.to_thread(consume_all, bootstrap, 20, (0,))
-    assert {r.value: r.offset for r in records} == offsets and len(records) == 20
-
-
 class StreamFakeBroker(FakeBroker):
-    """A fake with ProduceStream: answers each request as Produce does, by correlation_id.
-    ``mode`` "break-first": the first stream ends with INTERNAL after reading one request
-    (unanswered); "hang": streams read and never answer."""
+    """The fake's ProduceStream, counting streams; ``mode`` "break-first": the first stream
+    ends with INTERNAL after reading one request (unanswered); "hang": streams read and
+    never answer."""
 
     mode = "answer"
     streams_opened = 0
@@ -106,11 +89,7 @@ class StreamFakeBroker(FakeBroker):
         if self.mode == "break-first" and type(self).streams_opened == 1:
             next(request_iterator)
             context.abort(grpc.StatusCode.INTERNAL, "broker failed")
-        for request in request_iterator:
-            response = self.Produce(request, context)
-            if request.acks != 0:
-                response.correlation_id = request.correlation_id
-                yield response
+        yield from super().ProduceStream(request_iterator, context)
 
 
 @pytest.fixture

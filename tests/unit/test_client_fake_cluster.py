@@ -3,11 +3,13 @@
 The fakes keep one log per partition and a leader/epoch table that tests
 change, and can be told to answer the next requests with an error. This drives
 the client's retry, metadata-refresh and leader-following paths without the
-real broker processes.
+real broker processes. They serve ProduceStream and FetchStream as the broker
+does (and unary Produce and Fetch, which the clients do not use).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from concurrent import futures
@@ -34,8 +36,8 @@ class FakeState:
         self.log_start = dict.fromkeys(range(partitions), 0)
         self.produce_errors: list[int] = []  # answer the next produce partitions with these
         self.produce_requests = 0
-        self.produce_delay_s = 0.0
-        self.produce_calls_now = 0  # Produce calls being answered right now
+        self.produce_delay_s = 0.0  # before a produce request is answered (acks=all's wait)
+        self.produce_calls_now = 0  # produce requests being answered right now
         self.produce_calls_max = 0
         self.fetch_waits_ms: list[int] = []  # max_wait_ms of every Fetch, in arrival order
         self.fetch_offsets: list[int] = []  # the first partition's fetch_offset, likewise
@@ -80,14 +82,52 @@ class FakeBroker(pb_grpc.BrokerServicer):
                 controller_id=3000, topics=topics, cluster_id="fake")
 
     def Produce(self, request, context):
+        self._wait_before_answer()
+        return self._append(request)
+
+    def ProduceStream(self, request_iterator, context):
+        """Like the broker's: requests appended in arrival order, each answered (by
+        correlation_id) after the produce delay, several at once; none with acks=0."""
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        waiting = threading.Semaphore(0)  # one release per answer thread that finished
+
+        def answer(response) -> None:
+            self._wait_before_answer()
+            answers.put(response)
+            waiting.release()
+
+        def read() -> None:
+            started = 0
+            try:
+                for request in request_iterator:
+                    response = self._append(request)
+                    if request.acks != 0:
+                        response.correlation_id = request.correlation_id
+                        threading.Thread(target=answer, args=(response,), daemon=True).start()
+                        started += 1
+            except grpc.RpcError:
+                pass  # the client went away
+            for _ in range(started):
+                waiting.acquire()
+            answers.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        while (response := answers.get()) is not None:
+            yield response
+
+    def _wait_before_answer(self) -> None:
         s = self.state
-        out = []
         with s.lock:
             s.produce_calls_now += 1
             s.produce_calls_max = max(s.produce_calls_max, s.produce_calls_now)
         time.sleep(s.produce_delay_s)
         with s.lock:
             s.produce_calls_now -= 1
+
+    def _append(self, request) -> pb.ProduceResponse:
+        s = self.state
+        out = []
+        with s.lock:
             s.produce_requests += 1
             for part in request.partitions:
                 p = part.partition
@@ -152,6 +192,11 @@ class FakeBroker(pb_grpc.BrokerServicer):
                 out.append(resp)
         return pb.FetchResponse(partitions=out)
 
+    def FetchStream(self, request_iterator, context):
+        """One answer per request, in order, as the broker's (no long-poll: answered at once)."""
+        for request in request_iterator:
+            yield self.Fetch(request, context)
+
     def ListOffsets(self, request, context):
         s = self.state
         out = []
@@ -168,13 +213,13 @@ class FakeBroker(pb_grpc.BrokerServicer):
         return pb.ListOffsetsResponse(partitions=out)
 
 
-@pytest.fixture
-def fake_cluster():
+def serve_fake_cluster(broker_type: type[FakeBroker] = FakeBroker):
+    """Two fake brokers of ``broker_type`` on 127.0.0.1: yields (state, bootstrap)."""
     state = FakeState(partitions=3, broker_ids=[1, 2])
     servers = []
     for b in state.broker_ids:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        pb_grpc.add_BrokerServicer_to_server(FakeBroker(b, state), server)
+        pb_grpc.add_BrokerServicer_to_server(broker_type(b, state), server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         state.addresses[b] = ("127.0.0.1", port)
@@ -183,6 +228,11 @@ def fake_cluster():
     yield state, bootstrap
     for server in servers:
         server.stop(grace=None)
+
+
+@pytest.fixture
+def fake_cluster():
+    yield from serve_fake_cluster()
 
 
 def consume_all(bootstrap: str, expected: int, partitions=(0, 1, 2), timeout_ms: int = 5000):
