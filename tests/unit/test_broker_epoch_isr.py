@@ -44,8 +44,8 @@ async def expansion_proposed(tmp_path, name: str, metadata, broker_epoch: int) -
             assert rm.update_metadata(metadata).error_code == pb.NONE
         response = await rm.fetch(follower_fetch(broker_epoch))
         assert response.partitions[0].error_code == pb.NONE  # served either way
-        return rm.partitions[TP].leader_state.pending_isr is not None \
-            or rm.partitions[TP].leader_isr == (1, 2)
+        return rm.partitions[TP].replica.leader.pending_isr is not None \
+            or rm.partitions[TP].replica.leader_isr == (1, 2)
     finally:
         await rm.stop()
 
