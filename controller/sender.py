@@ -14,6 +14,15 @@ until it succeeds or the sender is closed (the broker was fenced or
 re-registered with a new epoch; a new incarnation gets a new sender and a
 full resync). A broker answering STALE_CONTROLLER_EPOCH or STALE_BROKER_EPOCH
 is logged and not retried: that request can never succeed.
+
+Durability: a request is built from the image only between two awaits, and
+the image never holds records that are not durable at such a point (the owner
+writes them in the same synchronous step that applies them). When a write
+fails, the owner poisons the image and the process's fatal hook calls
+``BrokerSenders.abort`` before anything else runs: every sender task is
+cancelled where it waits, and a round that would read the image after that
+meets ``ImagePoisonedError`` instead. A request already handed to gRPC was
+built before the failure, from durable state.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import grpc
 
 from tidewater.controller import requests
 from tidewater.controller.config import ControllerConfig
+from tidewater.controller.metadata import ImagePoisonedError
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -97,6 +107,13 @@ class BrokerSender:
     # ------------------------------------------------------------ loop
 
     async def _run(self) -> None:
+        try:
+            await self._deliver()
+        except ImagePoisonedError:
+            # The owner failed: the process is exiting, and must send nothing more.
+            self._closed = True
+
+    async def _deliver(self) -> None:
         backoff_ms = self.config.sender_retry_backoff_ms
         while not self._closed:
             await self._wake.wait()
@@ -178,6 +195,14 @@ class BrokerSender:
             log.error("sender for broker %d died", self.broker_id, exc_info=task.exception())
             self._on_failure(task.exception())
 
+    def abort(self) -> None:
+        """Stop now, synchronously: the task is cancelled where it waits and sends nothing more."""
+        self._closed = True
+        self._pending_partitions.clear()
+        self._pending_metadata = False
+        self._pending_stop.clear()
+        self._task.cancel()
+
     async def close(self) -> None:
         self._closed = True
         self._task.cancel()
@@ -202,6 +227,7 @@ class BrokerSenders:
         self._on_failure = on_failure
         self.senders: dict[int, BrokerSender] = {}
         self._closing: set[asyncio.Task] = set()
+        self._aborted = False
 
     def _close_later(self, sender: BrokerSender) -> None:
         task = asyncio.get_running_loop().create_task(sender.close())
@@ -224,7 +250,15 @@ class BrokerSenders:
         self.senders[broker_id] = sender
         return sender
 
+    def abort(self) -> None:
+        """The image got ahead of the disk: stop every sender now (no await) and for good."""
+        self._aborted = True
+        for sender in self.senders.values():
+            sender.abort()
+
     def on_commit(self, effects: Effects) -> None:
+        if self._aborted:
+            return
         metadata = self.machine.metadata
         for broker_id in effects.fenced_brokers:
             sender = self.senders.pop(broker_id, None)

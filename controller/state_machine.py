@@ -88,8 +88,10 @@ class Tx:
 
     def append(self, record: dict) -> int:
         offset = self.next_offset + len(self.records)
-        self.metadata.apply(offset, record)
+        # Counted before it is applied: an apply that raises may have changed the
+        # image half-way, and the owner must then treat the image as ahead of the disk.
         self.records.append(record)
+        self.metadata.apply(offset, record)
         self.effects.metadata_changed = True
         return offset
 
