@@ -13,7 +13,9 @@ A failed delivery keeps its marks and is retried with exponential backoff
 until it succeeds or the sender is closed (the broker was fenced or
 re-registered with a new epoch; a new incarnation gets a new sender and a
 full resync). A broker answering STALE_CONTROLLER_EPOCH or STALE_BROKER_EPOCH
-is logged and not retried: that request can never succeed.
+is logged and not retried: that request can never succeed. An error a broker
+answers for one partition (e.g. INVALID_CONFIG: it cannot host the topic) is
+logged at ERROR and counted (``on_partition_error``), not retried.
 
 Durability: a request is built from the image only between two awaits, and
 the image never holds records that are not durable at such a point (the owner
@@ -59,7 +61,8 @@ class BrokerSender:
     def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
                  target: str, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 on_partition_error: Callable[[str, str], None] | None = None):
         self.machine = machine
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
@@ -67,6 +70,7 @@ class BrokerSender:
         self.config = config
         self._on_delivered = on_delivered or (lambda kind: None)
         self._on_failure = on_failure or (lambda error: None)
+        self._on_partition_error = on_partition_error or (lambda kind, error: None)
         self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
         self._pending_metadata = False
         self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
@@ -184,8 +188,12 @@ class BrokerSender:
                         pb.ErrorCode.Name(error_code))
         for item in partitions:
             if item.error_code != pb.NONE:
-                log.info("broker %d: %s %s-%d: %s %s", self.broker_id, kind, item.topic,
-                         item.partition, pb.ErrorCode.Name(item.error_code), item.error_message)
+                # A broker refusing the controller's decision for a partition (e.g. topic
+                # configs it cannot host): not retried, the partition is not served there.
+                error = pb.ErrorCode.Name(item.error_code)
+                log.error("broker %d refused %s for %s-%d: %s %s", self.broker_id, kind,
+                          item.topic, item.partition, error, item.error_message)
+                self._on_partition_error(kind, error)
         self.delivered_counts[kind] += 1
         self._on_delivered(kind)
 
@@ -220,11 +228,13 @@ class BrokerSenders:
 
     def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 on_partition_error: Callable[[str, str], None] | None = None):
         self.machine = machine
         self.config = config
         self._on_delivered = on_delivered
         self._on_failure = on_failure
+        self._on_partition_error = on_partition_error
         self.senders: dict[int, BrokerSender] = {}
         self._closing: set[asyncio.Task] = set()
         self._aborted = False
@@ -246,7 +256,7 @@ class BrokerSenders:
         endpoint = broker.internal
         sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
                               f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered,
-                              self._on_failure)
+                              self._on_failure, self._on_partition_error)
         self.senders[broker_id] = sender
         return sender
 

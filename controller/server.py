@@ -91,7 +91,9 @@ class ControllerServer:
         self.senders = BrokerSenders(
             self.machine, self.config,
             on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc(),
-            on_failure=self._fail)
+            on_failure=self._fail,
+            on_partition_error=lambda kind, error: (
+                self.metrics.broker_partition_errors.labels(kind, error).inc()))
         self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
                                    on_fatal=self._on_fatal, clock_ms=monotonic_ms,
                                    queue_size_max=self.config.metadata_queue_size_max)

@@ -338,9 +338,10 @@ class ControllerStateMachine:
             raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
                               f"replication factor {factor} must be 1..{len(live)} "
                               f"(the live brokers)")
-        configs = dict(t.configs)
+        # The cluster defaults too: every config a topic carries must suit every broker.
+        configs = {**self.config.default_topic_configs(), **dict(t.configs)}
         validate_topic_configs(configs)
-        return partitions, factor, {**self.config.default_topic_configs(), **configs}
+        return partitions, factor, configs
 
     def create_topics(self, tx: Tx, now_ms: int,
                       req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:

@@ -19,7 +19,12 @@ from dataclasses import replace
 
 import grpc
 import pytest
-from controller_process import ControllerProcess, FakeBroker, eventually, free_port
+from controller_process import (
+    ControllerProcess,
+    FakeBroker,
+    InProcessController,
+    eventually,
+)
 
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.metadata import (
@@ -29,7 +34,7 @@ from tidewater.controller.metadata import (
 )
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
-from tidewater.controller.server import EXIT_METADATA_NOT_DURABLE, ControllerServer
+from tidewater.controller.server import EXIT_METADATA_NOT_DURABLE
 from tidewater.controller.state_machine import ControllerStateMachine
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -205,30 +210,6 @@ def test_a_record_that_does_not_apply_is_fatal_too(tmp_path):
 
 # ---------------------------------------------------------------- the whole server, in-process
 
-class Controller:
-    """A ControllerServer in the test's event loop, with its exit recorded instead of done."""
-
-    def __init__(self, data_dir, settings=()):
-        self.exits: list[int] = []
-        config = ControllerConfig(listen=f"127.0.0.1:{free_port()}", data_dir=data_dir)
-        config.apply_settings(["broker.session.timeout.ms=30000",
-                               "auto.leader.rebalance.enable=false",
-                               # a sender that failed to deliver retries within 50 ms
-                               "controller.sender.retry.backoff.max.ms=50", *settings])
-        self.server = ControllerServer(config, exit_process=self.exits.append)
-        self.address = config.listen
-
-    async def __aenter__(self):
-        await self.server.start()
-        self.channel = grpc.aio.insecure_channel(self.address)
-        self.stub = pb_grpc.ControllerStub(self.channel)
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.channel.close()
-        await self.server.stop()
-
-
 def told(broker: FakeBroker) -> set[tuple]:
     """Every partition state ``broker`` was sent, in LeaderAndIsr or UpdateMetadata."""
     states = {(i.state.topic, i.state.partition, i.state.leader, i.state.leader_epoch,
@@ -255,7 +236,7 @@ def durable_states(data_dir) -> set[tuple]:
 @pytest.mark.parametrize("failure", ["write", "command"])
 async def test_nothing_unwritten_reaches_a_broker_and_the_process_exits(tmp_path, failure):
     data_dir = tmp_path / "controller"
-    async with Controller(data_dir) as controller:
+    async with InProcessController(data_dir) as controller:
         server = controller.server
         brokers = {b: await FakeBroker(b, controller.address).start(serve=False) for b in (1, 2)}
         try:

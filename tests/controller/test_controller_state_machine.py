@@ -136,6 +136,21 @@ def test_create_topic_bad_config(h, configs):
     assert not h.metadata.topics
 
 
+@pytest.mark.parametrize("name,value", [
+    ("segment.bytes", "3000000000"), ("retention.ms", "99999999999999999999"),
+    ("max.message.bytes", str(1 << 31)), ("min.insync.replicas", str(1 << 31)),
+    ("segment.bytes", "1_000_000"),
+])
+def test_create_topic_refuses_configs_no_broker_could_host(h, name, value):
+    """Issue 14, bug 7: values a broker's LogConfig refuses were accepted here before."""
+    three_brokers(h)
+    offset = h.log.next_offset
+    result = h.create("t", configs={name: value})
+    assert result.error_code == pb.INVALID_CONFIG, result
+    assert name in result.error_message and value in result.error_message
+    assert not h.metadata.topics and h.log.next_offset == offset  # nothing written
+
+
 def test_create_topic_exists_collides_or_repeats(h):
     three_brokers(h)
     assert h.create("a.b").error_code == pb.NONE
