@@ -45,6 +45,9 @@ class ControllerMetrics:
             "(session_timeout, heartbeat_stream_closed)", ["reason"], registry=r)
         self.requests_delivered = Counter(PREFIX + "broker_requests_delivered",
                                           "Requests delivered to brokers", ["request"], registry=r)
+        self.corrupt_replica_reports = Counter(
+            PREFIX + "corrupt_replica_reports", "Replicas brokers reported corrupt (a batch "
+            "failing its CRC), by the answer (NONE: it left the ISR)", ["result"], registry=r)
         self.broker_partition_errors = Counter(
             PREFIX + "broker_partition_errors", "Partitions a broker refused in a LeaderAndIsr "
             "or StopReplica, by request and error code", ["request", "error"], registry=r)
