@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tidewater.proto.errors import InvalidConfigError
-from tidewater.proto.topic_config import validate_topic_configs
+from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
 
 
 def _bool(value: str) -> bool:
@@ -107,7 +107,8 @@ class ControllerConfig:
         value = topic_configs.get("unclean.leader.election.enable")
         if value is None:
             return self.unclean_leader_election_enable
-        return value.lower() == "true"
+        # The topic config parser: " TRUE " is true here as it was when the topic was created.
+        return bool(parse_topic_config("unclean.leader.election.enable", value))
 
 
 def parse_host_port(value: str) -> tuple[str, int]:

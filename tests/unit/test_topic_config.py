@@ -113,6 +113,13 @@ def test_min_insync_replicas():
         min_insync_replicas({"min.insync.replicas": "abc"}, 3)
 
 
+def test_the_controller_reads_unclean_election_as_it_validated_it():
+    config = ControllerConfig()
+    assert config.unclean_allowed({"unclean.leader.election.enable": " TRUE "}) is True
+    assert config.unclean_allowed({"unclean.leader.election.enable": "False"}) is False
+    assert config.unclean_allowed({}) is False
+
+
 def test_the_controller_refuses_a_default_that_no_broker_could_take():
     with pytest.raises(InvalidConfigError, match="min.insync.replicas"):
         ControllerConfig().set("min.insync.replicas", str(INT32_MAX + 1))
