@@ -17,6 +17,7 @@ from pathlib import Path
 from tidewater.broker.replication.replica import FollowerOptions
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.topic_config import min_insync_replicas
 
 MIB = 1024 * 1024
 
@@ -158,13 +159,8 @@ class BrokerConfig:
         return merged
 
     def min_insync_replicas_for(self, topic_configs: Mapping[str, str] | None) -> int:
-        value = (topic_configs or {}).get("min.insync.replicas")
-        if value is None:
-            return self.min_insync_replicas
-        try:
-            return max(1, int(value))
-        except ValueError:
-            return self.min_insync_replicas
+        """The topic's own value (InvalidConfigError when malformed), else the broker's."""
+        return min_insync_replicas(topic_configs or {}, self.min_insync_replicas)
 
 
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:

@@ -31,6 +31,8 @@ from tidewater.broker.replication.replica import PartitionState, ReplicaState
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.topic_config import validate_topic_configs
 
 log = logging.getLogger("tidewater.broker.control")
 
@@ -88,6 +90,13 @@ class ControlRequests:
         if self.broker_id not in state.replicas:
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
         topic_configs = dict(item.topic_configs)
+        try:
+            validate_topic_configs(topic_configs)  # the controller's own parser
+        except InvalidConfigError as e:
+            # The controller checked them with the same code: a controller of another
+            # version, or a metadata log edited by hand. The partition is not hosted.
+            log.error("cannot host %s: its topic configs are refused: %s", tp, e)
+            return pb.INVALID_CONFIG, str(e)
         partition = self.partitions.get(tp) or self._create_partition(tp, topic_configs)
         async with partition.lock:
             self._apply_topic_configs(partition, topic_configs)

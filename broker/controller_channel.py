@@ -1,4 +1,5 @@
-"""The broker's side of the controller protocol: registration, heartbeats, AlterPartition.
+"""The broker's side of the controller protocol: registration, heartbeats, AlterPartition,
+ReportCorruptReplica.
 
 Theory of operation:
 - ``register()`` retries RegisterBroker until the controller answers NONE; the
@@ -34,8 +35,8 @@ Theory of operation:
   stream to end with the process, which fences the broker at once (its
   leaderships must move anyway).
 - A controller that cannot be reached is retried with a backoff; no call here
-  raises for a transport error except ``alter_partition``, whose caller keeps
-  its old state and retries later.
+  raises for a transport error except ``alter_partition`` and
+  ``report_corrupt_replica``, whose callers keep their state and retry later.
 """
 
 from __future__ import annotations
@@ -244,6 +245,16 @@ class ControllerChannel:
                     return False
             await asyncio.sleep(min(self.heartbeat_interval_ms, 200) / 1000)
         return False
+
+    async def report_corrupt_replica(self, replicas: list[pb.CorruptReplica]
+                                     ) -> pb.ReportCorruptReplicaResponse:
+        """Report replicas here holding a batch that fails its CRC (the controller takes this
+        broker out of their ISRs and moves their leadership); raises grpc.aio.AioRpcError
+        when the controller is unreachable: the caller keeps the report and retries."""
+        return await self.stub.ReportCorruptReplica(
+            pb.ReportCorruptReplicaRequest(broker_id=self.broker_id,
+                                           broker_epoch=self.broker_epoch, replicas=replicas),
+            timeout=RPC_TIMEOUT_S)
 
     async def alter_partition(self, items: list[pb.AlterPartitionItem]) -> pb.AlterPartitionResponse:
         """Send an AlterPartition; raises grpc.aio.AioRpcError when the controller is unreachable."""

@@ -6,8 +6,9 @@ unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
 (retriable) with the transport error as message. The
-broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition)
-are not the broker's to answer: NOT_CONTROLLER (each heartbeat on the stream).
+broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition,
+ReportCorruptReplica) are not the broker's to answer: NOT_CONTROLLER (each
+heartbeat on the stream).
 """
 
 from __future__ import annotations
@@ -66,3 +67,6 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
 
     async def AlterPartition(self, request, context):
         return pb.AlterPartitionResponse(error_code=pb.NOT_CONTROLLER)
+
+    async def ReportCorruptReplica(self, request, context):
+        return pb.ReportCorruptReplicaResponse(error_code=pb.NOT_CONTROLLER)

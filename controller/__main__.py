@@ -1,7 +1,10 @@
 """``python -m controller`` / ``tide-controller``: run the Tidewater controller.
 
 Exit codes: 0 after SIGTERM/SIGINT, 1 when a fatal error stopped it (metadata
-log unwritable or corrupt, a crashed internal task), 2 on bad arguments.
+log unreadable, corrupt or not writable at start-up, a crashed internal task),
+2 on bad arguments, 3 (``server.EXIT_METADATA_NOT_DURABLE``) at once when a
+metadata write failed (full disk, I/O error) or a command failed after
+appending: the process ends before anything the log lacks is sent.
 """
 
 from __future__ import annotations

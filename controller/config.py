@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
 
 
 def _bool(value: str) -> bool:
@@ -95,6 +96,7 @@ class ControllerConfig:
                 raise InvalidConfigError(f"{names.get(f.name, f.name)} must be > 0")
         if self.sender_debounce_ms < 0:
             raise InvalidConfigError("controller.sender.debounce.ms must be >= 0")
+        validate_topic_configs(self.default_topic_configs())  # e.g. min.insync.replicas > 2^31-1
 
     def default_topic_configs(self) -> dict[str, str]:
         """Configs every new topic gets unless its request overrides them."""
@@ -105,7 +107,8 @@ class ControllerConfig:
         value = topic_configs.get("unclean.leader.election.enable")
         if value is None:
             return self.unclean_leader_election_enable
-        return value.lower() == "true"
+        # The topic config parser: " TRUE " is true here as it was when the topic was created.
+        return bool(parse_topic_config("unclean.leader.election.enable", value))
 
 
 def parse_host_port(value: str) -> tuple[str, int]:

@@ -35,6 +35,11 @@ Election rules:
   of, and gives up leadership (to an unclean leader only if allowed).
 * The preferred replica (``replicas[0]``) takes leadership back as soon as it
   is live and in the ISR (``maybe_preferred_leader``).
+* A replica that found a batch failing its CRC in its own log leaves the ISR;
+  when it leads, the first live ISR member in ``replicas`` order takes over
+  (``on_replica_corrupt``; clean only: never an out-of-sync replica). It is
+  refused when that would empty the ISR or leave the partition without a
+  clean leader: a corrupt copy that is the only full one stays where it is.
 """
 
 from __future__ import annotations
@@ -213,3 +218,43 @@ def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
     if new_isr == p.isr:
         return pb.NONE, p
     return pb.NONE, replace(p, isr=new_isr, partition_epoch=p.partition_epoch + 1)
+
+
+def on_replica_corrupt(p: PartitionRecord, broker_id: int, *, leader_epoch: int,
+                       partition_epoch: int, live: Set[int]) -> tuple[int, Change | None]:
+    """``broker_id`` found a batch failing its CRC in its own replica of ``p``.
+
+    Returns ``(NONE, change)``: it leaves the ISR and, when it leads, the first
+    live ISR member in ``replicas`` order leads (leader_epoch + 1). Otherwise
+    ``(ErrorCode, None)`` and nothing changes, checked in this order:
+
+    ==============================  ===============================================
+    NOT_LEADER_OR_FOLLOWER          not a replica of ``p``
+    FENCED_LEADER_EPOCH             ``leader_epoch`` is not the current one
+    INVALID_UPDATE_VERSION          ``partition_epoch`` is not the current one
+    INELIGIBLE_REPLICA              not in the ISR (nothing to take away)
+    ELIGIBLE_LEADERS_NOT_AVAILABLE  the last ISR member, or the leader with no other
+                                    live ISR member (no clean leader to take over)
+    ==============================  ===============================================
+
+    The epochs make a late or repeated report harmless: once the replica left
+    the ISR, or truncated, refetched and rejoined (partition_epoch moved), an
+    old report no longer applies.
+    """
+    if broker_id not in p.replicas:
+        return pb.NOT_LEADER_OR_FOLLOWER, None
+    if leader_epoch != p.leader_epoch:
+        return pb.FENCED_LEADER_EPOCH, None
+    if partition_epoch != p.partition_epoch:
+        return pb.INVALID_UPDATE_VERSION, None
+    if broker_id not in p.isr:
+        return pb.INELIGIBLE_REPLICA, None
+    isr = tuple(r for r in p.isr if r != broker_id)
+    if not isr:
+        return pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    if p.leader != broker_id:
+        return pb.NONE, _with_leader(p, p.leader, isr)
+    leader, isr, _ = _choose_leader(p, isr, set(live) - {broker_id}, unclean_allowed=False)
+    if leader == NO_LEADER:
+        return pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, None
+    return pb.NONE, _with_leader(p, leader, isr)

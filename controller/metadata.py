@@ -32,6 +32,11 @@ rewrites the log with them.
 
 Broker sessions (last heartbeat, controlled shutdown) are not metadata: they
 live in ``sessions.BrokerSessions`` and start fresh with every controller.
+
+``poison(cause)`` is the owner's last act when the image got ahead of the log
+(a failed write, a command that failed after appending): from then on every
+read of the image raises ``ImagePoisonedError``, so no request, answer or log
+replay can be built from records that may never reach the disk.
 """
 
 from __future__ import annotations
@@ -76,6 +81,10 @@ class TopicInfo:
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
 
 
+class ImagePoisonedError(RuntimeError):
+    """The image was read after it got ahead of the metadata log (see ``poison``)."""
+
+
 class ClusterMetadata:
     """Brokers, topics and partitions as of the last applied record."""
 
@@ -106,6 +115,17 @@ class ClusterMetadata:
 
     def partitions_of_broker(self, broker_id: int) -> list[PartitionRecord]:
         return [p for p in self.all_partitions() if broker_id in p.replicas]
+
+    def poison(self, cause: BaseException) -> None:
+        """Make every later read of this image raise ``ImagePoisonedError``.
+
+        The image may hold records the log lacks: whoever still holds a
+        reference to it (a sender between two awaits, a handler) must not be
+        able to send a byte of it. Swapping the class reaches every reference
+        at once, with no check to forget in any reader.
+        """
+        self._poison_cause = cause
+        self.__class__ = _PoisonedMetadata
 
     # ------------------------------------------------------------ replay
 
@@ -213,6 +233,17 @@ class ClusterMetadata:
                         "unclean_elections_total": self.unclean_elections_total,
                         "topics_created_total": self.topics_created_total})
         return records
+
+
+class _PoisonedMetadata(ClusterMetadata):
+    """A ``ClusterMetadata`` whose every attribute read raises (see ``ClusterMetadata.poison``)."""
+
+    def __getattribute__(self, name: str):
+        if name.startswith("__"):  # type(), repr() and friends keep working
+            return object.__getattribute__(self, name)
+        cause = object.__getattribute__(self, "_poison_cause")
+        raise ImagePoisonedError(
+            f"metadata image read ({name}) after it got ahead of the log: {cause}") from cause
 
 
 _HANDLERS = {

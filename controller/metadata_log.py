@@ -30,8 +30,16 @@ is modified.
 Durability: ``append`` writes all frames of a batch with one write and fsyncs
 the file before returning. ``rewrite`` (compaction) writes ``.tmp``, fsyncs it,
 renames it over the log and fsyncs the directory: a crash leaves either the
-old or the new file, never a mix. A failed append leaves the process unable to
-continue (the caller stops); recovery cuts its torn frame on the next start.
+old or the new file, never a mix.
+
+Failures: a failed append (full disk, I/O error) marks the log ``failed``: it
+refuses every later append, since after a failed write or fsync nobody knows
+what reached the disk (a retried fsync may even report success for pages the
+kernel already dropped). The caller must stop the process; recovery cuts the
+torn frame on the next start. A ``rewrite`` that fails before the rename
+leaves the log as it was, still usable (``.tmp`` is removed); one that fails
+at or after the rename marks the log ``failed`` too, because the open file
+may then be an unlinked inode that no restart would read.
 """
 
 from __future__ import annotations
@@ -87,6 +95,17 @@ class MetadataLog:
         self.start_offset = start_offset  # offset of the first record in the file
         self.size_bytes = size_bytes
         self.next_offset = start_offset + len(records)
+        self._failure: OSError | None = None  # the write that left the file in doubt
+
+    @property
+    def failed(self) -> bool:
+        """A write failed: the file's content is in doubt and no append is accepted."""
+        return self._failure is not None
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise KafkaStorageError(f"metadata log failed earlier ({self._failure}); "
+                                    f"restart to recover it", path=str(self.path))
 
     @property
     def record_count(self) -> int:
@@ -155,6 +174,7 @@ class MetadataLog:
 
     def append(self, records: Iterable[dict]) -> int:
         """Write and fsync ``records``; returns the offset of the first one."""
+        self._check_usable()
         frame_list = [encode_frame(r) for r in records]
         first_offset = self.next_offset
         if not frame_list:
@@ -165,6 +185,7 @@ class MetadataLog:
             self._file.flush()
             os.fsync(self._file.fileno())
         except OSError as e:
+            self._failure = e
             raise KafkaStorageError(f"cannot write metadata log: {e}", path=str(self.path)) from e
         self.size_bytes += len(frames)
         self.next_offset += len(frame_list)
@@ -176,6 +197,7 @@ class MetadataLog:
         Offsets continue from ``next_offset``: the snapshot's records get new,
         larger offsets, so epochs derived from offsets never repeat.
         """
+        self._check_usable()
         first_offset = self.next_offset
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         data = encode_frame({"type": LOG_START, "next_offset": first_offset})
@@ -185,10 +207,19 @@ class MetadataLog:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
+        except OSError as e:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass  # removed at the next open
+            raise KafkaStorageError(f"cannot compact metadata log (unchanged): {e}",
+                                    path=str(self.path)) from e
+        try:
             os.replace(tmp, self.path)
             _fsync_dir(self.data_dir)
             new_file = open(self.path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
         except OSError as e:
+            self._failure = e
             raise KafkaStorageError(f"cannot compact metadata log: {e}", path=str(self.path)) from e
         self._file.close()
         self._file = new_file
@@ -198,8 +229,14 @@ class MetadataLog:
         return first_offset
 
     def close(self) -> None:
-        self._file.close()
-        self._lock_file.close()  # releases the flock
+        try:
+            self._file.close()  # flushes: after a failure that may fail again
+        except OSError as e:
+            if self._failure is None:
+                raise
+            log.warning("closing the failed metadata log %s: %s", self.path, e)
+        finally:
+            self._lock_file.close()  # releases the flock
 
 
 def _decode_all(data: bytes, path: str) -> tuple[list[dict], int]:

@@ -45,6 +45,12 @@ class ControllerMetrics:
             "(session_timeout, heartbeat_stream_closed)", ["reason"], registry=r)
         self.requests_delivered = Counter(PREFIX + "broker_requests_delivered",
                                           "Requests delivered to brokers", ["request"], registry=r)
+        self.corrupt_replica_reports = Counter(
+            PREFIX + "corrupt_replica_reports", "Replicas brokers reported corrupt (a batch "
+            "failing its CRC), by the answer (NONE: it left the ISR)", ["result"], registry=r)
+        self.broker_partition_errors = Counter(
+            PREFIX + "broker_partition_errors", "Partitions a broker refused in a LeaderAndIsr "
+            "or StopReplica, by request and error code", ["request", "error"], registry=r)
         self.request_latency = Histogram(
             PREFIX + "request_latency_seconds", "Controller RPC latency", ["rpc"], registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))

@@ -15,8 +15,18 @@ so nothing outside this task ever sees a state that is not durable yet.
 
 A command that raises before appending anything fails only its caller. A
 command that raises after appending, or a failed write, leaves the image ahead
-of the disk: the owner stops with that error (the process exits and recovers
-from the log on restart).
+of the disk. Then, still inside the same synchronous call (no await, so no
+other coroutine runs in between), the owner
+
+a. poisons the image (``ClusterMetadata.poison``): every later read raises,
+   so no request, answer or replay can carry the unwritten records;
+b. calls ``on_fatal``, the process's hook: it stops every sender and ends the
+   process at once (``os._exit``; it returns only in tests);
+c. raises ``ImageAheadOfDiskError`` (the caller gets ``OwnerStoppedError``).
+
+A restart replays the log, which lacks the unwritten records: since none of
+them left the process, no broker holds an epoch the next controller could hand
+out a second time.
 """
 
 from __future__ import annotations
@@ -24,11 +34,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from tidewater.controller.metadata import ClusterMetadata
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
+from tidewater.proto.errors import KafkaStorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,11 +52,13 @@ class OwnerStoppedError(Exception):
 
 class MetadataOwner:
     def __init__(self, metadata_log: MetadataLog, machine: ControllerStateMachine, *,
-                 on_commit: Callable[[Effects], None], clock_ms: Callable[[], int],
-                 queue_size_max: int = 1024):
+                 on_commit: Callable[[Effects], None],
+                 on_fatal: Callable[[ImageAheadOfDiskError], None],
+                 clock_ms: Callable[[], int], queue_size_max: int = 1024):
         self.metadata_log = metadata_log
         self.machine = machine
         self._on_commit = on_commit
+        self._on_fatal = on_fatal
         self._clock_ms = clock_ms
         self._queue: asyncio.Queue[tuple[Command, asyncio.Future]] = asyncio.Queue(queue_size_max)
         self._stopping = False
@@ -74,7 +87,14 @@ class MetadataOwner:
             check.apply(i, record)
         if check.snapshot_records() != snapshot:
             raise AssertionError("metadata snapshot does not replay to the same image")
-        first = self.metadata_log.rewrite(snapshot)
+        try:
+            first = self.metadata_log.rewrite(snapshot)
+        except KafkaStorageError as e:
+            if self.metadata_log.failed:
+                raise  # the rename may have happened: the open file is no longer the log
+            # Nothing changed on disk and the image equals the log: compaction only saves space.
+            log.error("metadata log compaction failed, keeping the log as it is: %s", e)
+            return False
         log.info("compacted the metadata log from %d to %d records (offsets from %d)",
                  count, len(snapshot), first)
         return True
@@ -91,25 +111,40 @@ class MetadataOwner:
         return self._execute(command)
 
     def _execute(self, command: Command[T]) -> T:
+        if self.failure is not None:
+            raise OwnerStoppedError("the metadata owner failed") from self.failure
         tx = Tx(self.machine.metadata, self.metadata_log.next_offset)
         try:
             result = command(tx, self._clock_ms())
         except Exception as e:
             if tx.records:
-                raise ImageAheadOfDiskError(
-                    f"command failed after appending {len(tx.records)} records") from e
+                self._fail_fatally(f"command failed after appending {len(tx.records)} records", e)
             raise
         if tx.records:
             try:
                 first = self.metadata_log.append(tx.records)  # fsynced
             except Exception as e:
-                raise ImageAheadOfDiskError("metadata log write failed") from e
-            assert first == tx.next_offset, (first, tx.next_offset)
+                self._fail_fatally(f"writing {len(tx.records)} metadata records failed", e)
+            if first != tx.next_offset:  # the image used other offsets (broker epochs!) than the log
+                self._fail_fatally(f"records written at offset {first}, applied at "
+                                   f"{tx.next_offset}", None)
         try:
             self._on_commit(tx.effects)
         except Exception as e:
-            raise ImageAheadOfDiskError("dispatching committed effects failed") from e
+            # Durable, but some broker may never hear of it: restart and resync everyone.
+            self._fail_fatally("dispatching committed effects failed", e)
         return result
+
+    def _fail_fatally(self, what: str, cause: BaseException | None) -> NoReturn:
+        """Steps a-c of the module docstring. Synchronous on purpose: no coroutine may run
+        between the failure and the poisoning of every reader."""
+        error = ImageAheadOfDiskError(f"{what}: {cause!r}" if cause else what)
+        error.__cause__ = cause
+        self.failure = error
+        self._stopping = True
+        self.machine.metadata.poison(error)
+        self._on_fatal(error)
+        raise error
 
     async def run(self) -> None:
         try:

@@ -13,7 +13,18 @@ A failed delivery keeps its marks and is retried with exponential backoff
 until it succeeds or the sender is closed (the broker was fenced or
 re-registered with a new epoch; a new incarnation gets a new sender and a
 full resync). A broker answering STALE_CONTROLLER_EPOCH or STALE_BROKER_EPOCH
-is logged and not retried: that request can never succeed.
+is logged and not retried: that request can never succeed. An error a broker
+answers for one partition (e.g. INVALID_CONFIG: it cannot host the topic) is
+logged at ERROR and counted (``on_partition_error``), not retried.
+
+Durability: a request is built from the image only between two awaits, and
+the image never holds records that are not durable at such a point (the owner
+writes them in the same synchronous step that applies them). When a write
+fails, the owner poisons the image and the process's fatal hook calls
+``BrokerSenders.abort`` before anything else runs: every sender task is
+cancelled where it waits, and a round that would read the image after that
+meets ``ImagePoisonedError`` instead. A request already handed to gRPC was
+built before the failure, from durable state.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import grpc
 
 from tidewater.controller import requests
 from tidewater.controller.config import ControllerConfig
+from tidewater.controller.metadata import ImagePoisonedError
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -49,7 +61,8 @@ class BrokerSender:
     def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
                  target: str, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 on_partition_error: Callable[[str, str], None] | None = None):
         self.machine = machine
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
@@ -57,6 +70,7 @@ class BrokerSender:
         self.config = config
         self._on_delivered = on_delivered or (lambda kind: None)
         self._on_failure = on_failure or (lambda error: None)
+        self._on_partition_error = on_partition_error or (lambda kind, error: None)
         self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
         self._pending_metadata = False
         self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
@@ -97,6 +111,13 @@ class BrokerSender:
     # ------------------------------------------------------------ loop
 
     async def _run(self) -> None:
+        try:
+            await self._deliver()
+        except ImagePoisonedError:
+            # The owner failed: the process is exiting, and must send nothing more.
+            self._closed = True
+
+    async def _deliver(self) -> None:
         backoff_ms = self.config.sender_retry_backoff_ms
         while not self._closed:
             await self._wake.wait()
@@ -167,8 +188,12 @@ class BrokerSender:
                         pb.ErrorCode.Name(error_code))
         for item in partitions:
             if item.error_code != pb.NONE:
-                log.info("broker %d: %s %s-%d: %s %s", self.broker_id, kind, item.topic,
-                         item.partition, pb.ErrorCode.Name(item.error_code), item.error_message)
+                # A broker refusing the controller's decision for a partition (e.g. topic
+                # configs it cannot host): not retried, the partition is not served there.
+                error = pb.ErrorCode.Name(item.error_code)
+                log.error("broker %d refused %s for %s-%d: %s %s", self.broker_id, kind,
+                          item.topic, item.partition, error, item.error_message)
+                self._on_partition_error(kind, error)
         self.delivered_counts[kind] += 1
         self._on_delivered(kind)
 
@@ -177,6 +202,14 @@ class BrokerSender:
             # A bug: a dead sender would silently starve its broker, so stop loudly.
             log.error("sender for broker %d died", self.broker_id, exc_info=task.exception())
             self._on_failure(task.exception())
+
+    def abort(self) -> None:
+        """Stop now, synchronously: the task is cancelled where it waits and sends nothing more."""
+        self._closed = True
+        self._pending_partitions.clear()
+        self._pending_metadata = False
+        self._pending_stop.clear()
+        self._task.cancel()
 
     async def close(self) -> None:
         self._closed = True
@@ -195,13 +228,16 @@ class BrokerSenders:
 
     def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None):
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 on_partition_error: Callable[[str, str], None] | None = None):
         self.machine = machine
         self.config = config
         self._on_delivered = on_delivered
         self._on_failure = on_failure
+        self._on_partition_error = on_partition_error
         self.senders: dict[int, BrokerSender] = {}
         self._closing: set[asyncio.Task] = set()
+        self._aborted = False
 
     def _close_later(self, sender: BrokerSender) -> None:
         task = asyncio.get_running_loop().create_task(sender.close())
@@ -220,11 +256,19 @@ class BrokerSenders:
         endpoint = broker.internal
         sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
                               f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered,
-                              self._on_failure)
+                              self._on_failure, self._on_partition_error)
         self.senders[broker_id] = sender
         return sender
 
+    def abort(self) -> None:
+        """The image got ahead of the disk: stop every sender now (no await) and for good."""
+        self._aborted = True
+        for sender in self.senders.values():
+            sender.abort()
+
     def on_commit(self, effects: Effects) -> None:
+        if self._aborted:
+            return
         metadata = self.machine.metadata
         for broker_id in effects.fenced_brokers:
             sender = self.senders.pop(broker_id, None)

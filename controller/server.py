@@ -9,6 +9,14 @@ broker losing its controller is not a broker crash), then gRPC (with a grace
 period, so in-flight requests finish), then timers, owner and senders, then
 the log file.
 
+A metadata write that fails (or a command that fails after appending) ends
+the process at once with ``EXIT_METADATA_NOT_DURABLE``, from inside the
+owner's synchronous failure path (``_on_fatal``): the senders are aborted and
+the image poisoned before any other coroutine runs, so nothing the log lacks
+ever reaches a broker or a client. No graceful stop: that would keep the gRPC
+server and the senders running for seconds. ``exit_process`` is injectable
+for tests.
+
 Fencing has two detectors: the session timer (``broker.session.timeout.ms``
 without a heartbeat: a paused, partitioned or hung broker) and the end of a
 broker's ``BrokerHeartbeats`` stream (a dead process, whose kernel closed the
@@ -20,7 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -36,15 +47,27 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SESSION_CHECK_INTERVAL_MS_MAX = 100
+# The process's exit code when the image got ahead of the metadata log (see the docstring).
+EXIT_METADATA_NOT_DURABLE = 3
 
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+def exit_now(code: int) -> None:
+    """End the process without unwinding: no finally block, task or gRPC grace period runs."""
+    logging.shutdown()  # flushes the CRITICAL line
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 class ControllerServer:
-    def __init__(self, config: ControllerConfig):
+    def __init__(self, config: ControllerConfig, *,
+                 exit_process: Callable[[int], None] = exit_now):
         self.config = config
+        self._exit_process = exit_process
         self.machine = ControllerStateMachine(config)
         self.metrics = ControllerMetrics()
         self.metadata_log: MetadataLog | None = None
@@ -68,9 +91,11 @@ class ControllerServer:
         self.senders = BrokerSenders(
             self.machine, self.config,
             on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc(),
-            on_failure=self._fail)
+            on_failure=self._fail,
+            on_partition_error=lambda kind, error: (
+                self.metrics.broker_partition_errors.labels(kind, error).inc()))
         self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
-                                   clock_ms=monotonic_ms,
+                                   on_fatal=self._on_fatal, clock_ms=monotonic_ms,
                                    queue_size_max=self.config.metadata_queue_size_max)
         # Bind before writing anything: a controller that cannot serve must not
         # bump the controller epoch.
@@ -117,6 +142,18 @@ class ControllerServer:
         if error is not None:
             log.critical("task %s failed", task.get_name(), exc_info=error)
             self._fail(error)
+
+    def _on_fatal(self, error: BaseException) -> None:
+        """The image got ahead of the log (called synchronously by the owner, image poisoned)."""
+        try:
+            if self.senders is not None:
+                self.senders.abort()
+        finally:
+            log.critical("metadata image ahead of its log: %s. Exiting at once with code %d, "
+                         "sending nothing more; a restart replays the log and resyncs every "
+                         "broker", error, EXIT_METADATA_NOT_DURABLE)
+            self._exit_process(EXIT_METADATA_NOT_DURABLE)
+        self._fail(error)  # only with an injected exit_process (tests)
 
     def _fail(self, error: BaseException) -> None:
         """Stop the process (exit code 1): the image or a sender is broken."""

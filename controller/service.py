@@ -59,6 +59,14 @@ Broker <-> controller contract (details this controller decides)
   item's ``state`` is the committed state on success and the current state on
   error. When the change brings the preferred replica back into the ISR the
   controller moves leadership to it right after (a separate LeaderAndIsr).
+* **ReportCorruptReplica**: a broker whose own replica holds a batch failing
+  its CRC reports it with the partition's leader and partition epochs as it
+  knows them. Top-level STALE_BROKER_EPOCH as AlterPartition. Per replica
+  (``election.on_replica_corrupt``): it leaves the ISR and, if it leads, the
+  first live ISR member in replica order leads (clean only); refusals change
+  nothing and are listed in tidewater.proto. The result's ``state`` is the
+  committed state on success and the current one on error. Then the usual
+  LeaderAndIsr goes to the partition's replicas.
 * Pushes (broker's ``Broker`` service, INTERNAL listener): LeaderAndIsr for a
   partition goes to all its unfenced replicas whenever it changes;
   ``is_new`` marks partitions of a topic created in the same change. Every
@@ -209,6 +217,20 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def AlterPartition(self, request, context):
         return await self._run("AlterPartition", lambda tx, now: (
             self.machine.alter_partition(tx, now, request)), context)
+
+    async def ReportCorruptReplica(self, request, context):
+        response = await self._run("ReportCorruptReplica", lambda tx, now: (
+            self.machine.report_corrupt_replica(tx, now, request)), context)
+        for item, result in zip(request.replicas, response.results, strict=False):
+            error = pb.ErrorCode.Name(result.error_code)
+            self.metrics.corrupt_replica_reports.labels(error).inc()
+            log.warning("broker %d reports a batch failing its CRC in its replica of %s-%d "
+                        "(offset %d): %s%s", request.broker_id, item.topic, item.partition,
+                        item.corrupt_offset,
+                        "left the ISR" if result.error_code == pb.NONE else error,
+                        f", leader {result.state.leader} in epoch {result.state.leader_epoch}"
+                        if result.error_code == pb.NONE else "")
+        return response
 
     async def CreateTopics(self, request, context):
         response, offset = await self._run("CreateTopics", lambda tx, now: (

@@ -33,6 +33,7 @@ from tidewater.controller.election import (
     on_broker_fenced,
     on_broker_unfenced,
     on_controlled_shutdown,
+    on_replica_corrupt,
 )
 from tidewater.controller.metadata import (
     ClusterMetadata,
@@ -88,8 +89,10 @@ class Tx:
 
     def append(self, record: dict) -> int:
         offset = self.next_offset + len(self.records)
-        self.metadata.apply(offset, record)
+        # Counted before it is applied: an apply that raises may have changed the
+        # image half-way, and the owner must then treat the image as ahead of the disk.
         self.records.append(record)
+        self.metadata.apply(offset, record)
         self.effects.metadata_changed = True
         return offset
 
@@ -301,6 +304,36 @@ class ControllerStateMachine:
                     self._commit_change(tx, record, change)
         return response
 
+    def report_corrupt_replica(self, tx: Tx, now_ms: int, req: pb.ReportCorruptReplicaRequest
+                               ) -> pb.ReportCorruptReplicaResponse:
+        """A broker's own replicas hold batches failing their CRC (``election.on_replica_corrupt``)."""
+        broker = self.metadata.brokers.get(req.broker_id)
+        if broker is None or broker.broker_epoch != req.broker_epoch or broker.fenced:
+            return pb.ReportCorruptReplicaResponse(error_code=pb.STALE_BROKER_EPOCH)
+        if len(req.replicas) > ITEMS_PER_REQUEST_MAX:
+            return pb.ReportCorruptReplicaResponse(error_code=pb.INVALID_REQUEST)
+        response = pb.ReportCorruptReplicaResponse(error_code=pb.NONE)
+        live = self.live_broker_ids()
+        for item in req.replicas:
+            result = response.results.add(topic=item.topic, partition=item.partition)
+            current = self.metadata.partition(item.topic, item.partition)
+            if current is None:
+                result.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"{item.topic}-{item.partition} does not exist"
+                result.state.CopyFrom(pb.PartitionState(topic=item.topic,
+                                                        partition=item.partition, leader=-1))
+                continue
+            code, change = on_replica_corrupt(
+                current, req.broker_id, leader_epoch=item.leader_epoch,
+                partition_epoch=item.partition_epoch, live=live)
+            if change is not None:
+                self._commit_change(tx, current, change)
+            record = change.record if change is not None else current
+            result.error_code = code
+            result.error_message = _CORRUPT_REPLICA_REFUSALS.get(code, "")
+            result.state.CopyFrom(requests.partition_state(record))
+        return response
+
     def preferred_leader_check(self, tx: Tx, now_ms: int) -> int:
         """Move every partition whose preferred replica can lead back to it; returns how many.
 
@@ -337,9 +370,10 @@ class ControllerStateMachine:
             raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
                               f"replication factor {factor} must be 1..{len(live)} "
                               f"(the live brokers)")
-        configs = dict(t.configs)
+        # The cluster defaults too: every config a topic carries must suit every broker.
+        configs = {**self.config.default_topic_configs(), **dict(t.configs)}
         validate_topic_configs(configs)
-        return partitions, factor, {**self.config.default_topic_configs(), **configs}
+        return partitions, factor, configs
 
     def create_topics(self, tx: Tx, now_ms: int,
                       req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
@@ -411,6 +445,16 @@ class ControllerStateMachine:
     def describe_cluster(self, tx: Tx, now_ms: int,
                          req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
         return requests.describe_cluster(self.metadata, self.sessions, self.config.node_id)
+
+
+_CORRUPT_REPLICA_REFUSALS = {
+    pb.NOT_LEADER_OR_FOLLOWER: "not a replica of this partition",
+    pb.FENCED_LEADER_EPOCH: "the leader epoch is not the current one",
+    pb.INVALID_UPDATE_VERSION: "the partition epoch is not the current one",
+    pb.INELIGIBLE_REPLICA: "not in the ISR: truncate and fetch from the leader",
+    pb.ELIGIBLE_LEADERS_NOT_AVAILABLE: "no other live ISR member could take over: "
+                                       "the replica stays in the ISR",
+}
 
 
 class _TopicError(TidewaterError):

@@ -2,15 +2,20 @@
 
 Each check raises a typed error that becomes the topic's ErrorCode:
 ``InvalidTopicError`` (INVALID_TOPIC_EXCEPTION) or ``InvalidConfigError``
-(INVALID_CONFIG). Nothing is stored before every check passed.
+(INVALID_CONFIG). Nothing is stored before every check passed. Topic configs
+are checked by ``tidewater.proto.topic_config``, the parser the brokers build
+their logs' settings with: a topic created here is one every broker can host.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
 
-from tidewater.proto.errors import InvalidConfigError, InvalidTopicError
+from tidewater.proto.errors import InvalidTopicError
+from tidewater.proto.topic_config import validate_topic_configs
+
+__all__ = ["TOPIC_NAME_LENGTH_MAX", "collision_key", "validate_topic_configs",
+           "validate_topic_name"]
 
 TOPIC_NAME_LENGTH_MAX = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -33,55 +38,3 @@ def validate_topic_name(name: str) -> None:
 def collision_key(name: str) -> str:
     """Kafka refuses topics whose names differ only in '.' vs '_' (metric names clash)."""
     return name.replace(".", "_")
-
-
-def _int_at_least(minimum: int) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError(f"expected an integer, got {value!r}") from None
-        if number < minimum:
-            raise ValueError(f"must be >= {minimum}, got {number}")
-    return check
-
-
-def _one_of(*allowed: str) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        if value not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}, got {value!r}")
-    return check
-
-
-def _boolean(value: str) -> None:
-    if value.lower() not in ("true", "false"):
-        raise ValueError(f"expected true or false, got {value!r}")
-
-
-# Kafka topic config name -> check of its value (Kafka's own lower bounds).
-TOPIC_CONFIG_CHECKS: dict[str, Callable[[str], None]] = {
-    "min.insync.replicas": _int_at_least(1),
-    "unclean.leader.election.enable": _boolean,
-    "segment.bytes": _int_at_least(14),
-    "segment.ms": _int_at_least(1),
-    "retention.ms": _int_at_least(-1),
-    "retention.bytes": _int_at_least(-1),
-    "max.message.bytes": _int_at_least(0),
-    "flush.messages": _int_at_least(1),
-    "flush.ms": _int_at_least(0),
-    "index.interval.bytes": _int_at_least(0),
-    "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
-    # Compaction is not implemented: only the delete policy is accepted.
-    "cleanup.policy": _one_of("delete"),
-}
-
-
-def validate_topic_configs(configs: Mapping[str, str]) -> None:
-    for name, value in configs.items():
-        check = TOPIC_CONFIG_CHECKS.get(name)
-        if check is None:
-            raise InvalidConfigError(f"unknown topic config {name!r}")
-        try:
-            check(value)
-        except ValueError as e:
-            raise InvalidConfigError(f"{name}: {e}") from None

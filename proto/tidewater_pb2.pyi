@@ -737,3 +737,49 @@ class TopicDescription(_message.Message):
     configs: _containers.ScalarMap[str, str]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
     def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ...) -> None: ...
+
+class ReportCorruptReplicaRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch", "replicas")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    replicas: _containers.RepeatedCompositeFieldContainer[CorruptReplica]
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[CorruptReplica, _Mapping]]] = ...) -> None: ...
+
+class CorruptReplica(_message.Message):
+    __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "corrupt_offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    corrupt_offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., corrupt_offset: _Optional[int] = ...) -> None: ...
+
+class ReportCorruptReplicaResponse(_message.Message):
+    __slots__ = ("error_code", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    results: _containers.RepeatedCompositeFieldContainer[CorruptReplicaResult]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., results: _Optional[_Iterable[_Union[CorruptReplicaResult, _Mapping]]] = ...) -> None: ...
+
+class CorruptReplicaResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message", "state")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str
+    state: PartitionState
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., state: _Optional[_Union[PartitionState, _Mapping]] = ...) -> None: ...

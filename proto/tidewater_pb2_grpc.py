@@ -634,6 +634,11 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.ReportCorruptReplica = channel.unary_unary(
+                '/tidewater.Controller/ReportCorruptReplica',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -685,6 +690,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportCorruptReplica(self, request, context):
+        """Broker -> controller: its own replica of a partition holds a batch failing its CRC.
+        See ReportCorruptReplicaRequest below.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -717,6 +730,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'ReportCorruptReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCorruptReplica,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -887,6 +905,33 @@ class Controller:
             '/tidewater.Controller/DescribeCluster',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCorruptReplica(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/ReportCorruptReplica',
+            tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.FromString,
             options,
             channel_credentials,
             insecure,

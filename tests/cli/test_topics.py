@@ -82,6 +82,15 @@ def test_replication_factor_larger_than_brokers(cluster):  # noqa: F811
     assert "too-many" not in cluster.tide("topics", "list").stdout.split()
 
 
+@pytest.mark.parametrize("config,name", [("segment.bytes=3000000000", "segment.bytes"),
+                                         ("retention.ms=99999999999999999999", "retention.ms")])
+def test_configs_no_broker_could_host_are_refused(cluster, config, name):  # noqa: F811
+    """Issue 14, bug 7: this said "Created topic" and no broker ever hosted the partition."""
+    result = cluster.tide("topics", "create", "unhostable", "--config", config)
+    assert_one_line_error(result, "INVALID_CONFIG", name, config.split("=")[1])
+    assert "unhostable" not in cluster.tide("topics", "list").stdout.split()
+
+
 def test_usage_errors_exit_2(cluster):  # noqa: F811
     assert_one_line_error(cluster.tide("topics", "create", "t0", "--partitions", "0"), "--partitions")
     assert cluster.tide("topics", "create", "t0", "--partitions", "0").returncode == 2

@@ -16,8 +16,10 @@ class Harness:
         self.log = MetadataLog.open(data_dir)
         self.machine = ControllerStateMachine(self.config)
         self.effects = []
+        self.fatal = []  # what the owner's on_fatal hook received (a process would exit)
         self.now_ms = now_ms
         self.owner = MetadataOwner(self.log, self.machine, on_commit=self.effects.append,
+                                   on_fatal=self.fatal.append,
                                    clock_ms=lambda: self.now_ms)
         self.replayed = self.owner.recover()
         self.owner.run_now(self.machine.start)

@@ -1,4 +1,5 @@
-"""A real controller process and fake brokers (grpc.aio servicers in the test's loop)."""
+"""A real controller process, an in-process one, and fake brokers (grpc.aio servicers in the
+test's loop)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import grpc
 
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.server import ControllerServer
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
@@ -80,6 +83,30 @@ class ControllerProcess:
         self.proc.stdout.close()
 
 
+class InProcessController:
+    """A ControllerServer in the test's event loop, with its exit recorded instead of done."""
+
+    def __init__(self, data_dir, settings=()):
+        self.exits: list[int] = []
+        config = ControllerConfig(listen=f"127.0.0.1:{free_port()}", data_dir=data_dir)
+        config.apply_settings(["broker.session.timeout.ms=30000",
+                               "auto.leader.rebalance.enable=false",
+                               # a sender that failed to deliver retries within 50 ms
+                               "controller.sender.retry.backoff.max.ms=50", *settings])
+        self.server = ControllerServer(config, exit_process=self.exits.append)
+        self.address = config.listen
+
+    async def __aenter__(self):
+        await self.server.start()
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self.stub = pb_grpc.ControllerStub(self.channel)
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.channel.close()
+        await self.server.stop()
+
+
 class FakeBroker(pb_grpc.BrokerServicer):
     """Registers, heartbeats, and records what the controller pushes to it."""
 
@@ -95,6 +122,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         self.heartbeat_responses: list[pb.BrokerHeartbeatResponse] = []
         self.heartbeating = True
         self.want_shutdown = False
+        self.refuse_partitions_with = pb.NONE  # the error LeaderAndIsr answers per partition
         self._server: grpc.aio.Server | None = None
         self._channel: grpc.aio.Channel | None = None
         self._task: asyncio.Task | None = None
@@ -104,7 +132,13 @@ class FakeBroker(pb_grpc.BrokerServicer):
 
     async def LeaderAndIsr(self, request, context):
         self.leader_and_isr.append(request)
-        return pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        if self.refuse_partitions_with != pb.NONE:  # as a broker that cannot host them
+            for item in request.partitions:
+                response.partitions.add(topic=item.state.topic, partition=item.state.partition,
+                                        error_code=self.refuse_partitions_with,
+                                        error_message="refused by the fake broker")
+        return response
 
     async def UpdateMetadata(self, request, context):
         self.update_metadata.append(request)

@@ -8,6 +8,7 @@ import grpc
 import pytest
 from controller_process import ControllerProcess, FakeBroker, eventually, free_port
 
+from tidewater.broker.controller_channel import ControllerChannel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
@@ -215,6 +216,59 @@ async def test_alter_partition_over_grpc(cluster):
     # every replica hears about the committed ISR
     third = p.replicas[2]
     await eventually(lambda: list(brokers[third].latest_states()[("t", 0)].isr) == shrunk)
+
+
+async def test_report_corrupt_replica_through_the_brokers_client(cluster):
+    """Issue 14, bug 6 (controller side): a leader whose replica holds a bad batch hands
+    leadership to another ISR member and leaves the ISR; every replica hears of it."""
+    controller, brokers, stub = cluster
+    await create(stub, "t", rf=3)
+    p = (await partitions_of(stub, "t"))[0]
+    host, port = controller.address.rsplit(":", 1)
+    clients = {}
+    for broker_id, broker in brokers.items():
+        clients[broker_id] = ControllerChannel(
+            broker_id=broker_id, controller_address=(host, int(port)), listeners=[],
+            heartbeat_interval_ms=500, session_timeout_ms=SESSION_MS)
+        clients[broker_id].broker_epoch = broker.broker_epoch
+    try:
+        report = pb.CorruptReplica(topic="t", partition=0, leader_epoch=p.leader_epoch,
+                                   partition_epoch=p.partition_epoch, corrupt_offset=42)
+        response = await clients[p.leader].report_corrupt_replica([report])
+        assert response.error_code == pb.NONE
+        [result] = response.results
+        new_leader, third = p.replicas[1], p.replicas[2]
+        assert result.error_code == pb.NONE, result
+        assert (result.state.leader, list(result.state.isr)) == (new_leader, [new_leader, third])
+        assert result.state.leader_epoch == p.leader_epoch + 1
+        assert result.state.partition_epoch == p.partition_epoch + 1
+        for broker_id in p.replicas:  # the old leader too: it now follows
+            await eventually(lambda b=broker_id: brokers[b].latest_states()[("t", 0)].leader
+                             == new_leader)
+        assert "reports a batch failing its CRC" in controller.stderr()
+
+        again = await clients[p.leader].report_corrupt_replica([report])  # a late duplicate
+        assert again.results[0].error_code == pb.FENCED_LEADER_EPOCH
+        assert again.results[0].state.leader == new_leader  # the current state, unchanged
+        current = again.results[0].state
+        follower = await clients[third].report_corrupt_replica([pb.CorruptReplica(
+            topic="t", partition=0, leader_epoch=current.leader_epoch,
+            partition_epoch=current.partition_epoch, corrupt_offset=-1)])
+        assert follower.results[0].error_code == pb.NONE
+        assert list(follower.results[0].state.isr) == [new_leader]
+        last = follower.results[0].state
+        alone = await clients[new_leader].report_corrupt_replica([pb.CorruptReplica(
+            topic="t", partition=0, leader_epoch=last.leader_epoch,
+            partition_epoch=last.partition_epoch)])
+        assert alone.results[0].error_code == pb.ELIGIBLE_LEADERS_NOT_AVAILABLE
+        assert (await partitions_of(stub, "t"))[0].leader == new_leader  # it keeps leading
+
+        clients[third].broker_epoch -= 1
+        stale = await clients[third].report_corrupt_replica([report])
+        assert stale.error_code == pb.STALE_BROKER_EPOCH and not stale.results
+    finally:
+        for client in clients.values():
+            await client.close()
 
 
 async def test_create_topics_errors(cluster):

@@ -136,6 +136,21 @@ def test_create_topic_bad_config(h, configs):
     assert not h.metadata.topics
 
 
+@pytest.mark.parametrize("name,value", [
+    ("segment.bytes", "3000000000"), ("retention.ms", "99999999999999999999"),
+    ("max.message.bytes", str(1 << 31)), ("min.insync.replicas", str(1 << 31)),
+    ("segment.bytes", "1_000_000"),
+])
+def test_create_topic_refuses_configs_no_broker_could_host(h, name, value):
+    """Issue 14, bug 7: values a broker's LogConfig refuses were accepted here before."""
+    three_brokers(h)
+    offset = h.log.next_offset
+    result = h.create("t", configs={name: value})
+    assert result.error_code == pb.INVALID_CONFIG, result
+    assert name in result.error_message and value in result.error_message
+    assert not h.metadata.topics and h.log.next_offset == offset  # nothing written
+
+
 def test_create_topic_exists_collides_or_repeats(h):
     three_brokers(h)
     assert h.create("a.b").error_code == pb.NONE
@@ -306,6 +321,54 @@ def test_periodic_preferred_leader_check(h):
     h.register(preferred, incarnation="again")  # restarted: new registration
     h.alter(other, h.partition("t"), [other, preferred])
     assert h.partition("t").leader == preferred
+
+
+# ---------------------------------------------------------------- ReportCorruptReplica
+
+def report_corrupt(h, broker_id, p, *, broker_epoch=None):
+    return h.run(h.machine.report_corrupt_replica, pb.ReportCorruptReplicaRequest(
+        broker_id=broker_id,
+        broker_epoch=h.epochs[broker_id] if broker_epoch is None else broker_epoch,
+        replicas=[pb.CorruptReplica(topic=p.topic, partition=p.partition,
+                                    leader_epoch=p.leader_epoch,
+                                    partition_epoch=p.partition_epoch, corrupt_offset=7)]))
+
+
+def test_corrupt_leader_is_replaced_through_a_durable_record(h):
+    three_brokers(h)
+    h.create("t", rf=3)
+    p = h.partition("t")
+    h.effects.clear()
+    response = report_corrupt(h, p.leader, p)
+    [result] = response.results
+    assert response.error_code == pb.NONE and result.error_code == pb.NONE
+    new = h.partition("t")
+    assert new.leader != p.leader and p.leader not in new.isr
+    assert new.leader_epoch == p.leader_epoch + 1
+    assert (result.state.leader, result.state.leader_epoch) == (new.leader, new.leader_epoch)
+    # the brokers hear of it like of any change, and a restart replays it
+    assert ("t", 0) in h.effects[-1].changed_partitions and h.effects[-1].leader_elections == 1
+    h2 = h.restart()
+    assert h2.partition("t") == new
+    h2.log.close()
+
+
+def test_corrupt_report_refusals_change_nothing(h):
+    three_brokers(h)
+    h.create("t", rf=3)
+    h.create("other", rf=1)
+    p = h.partition("t")
+    offset = h.log.next_offset
+    assert report_corrupt(h, p.leader, p, broker_epoch=1).error_code == pb.STALE_BROKER_EPOCH
+    gone = p.__class__("nope", 0, p.replicas, p.isr, p.leader, 0, 0)
+    assert report_corrupt(h, 1, gone).results[0].error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
+    other = h.partition("other")
+    outsider = next(b for b in (1, 2, 3) if b not in other.replicas)
+    result = report_corrupt(h, outsider, other).results[0]
+    assert result.error_code == pb.NOT_LEADER_OR_FOLLOWER and result.error_message
+    assert report_corrupt(h, other.leader, other).results[0].error_code == (
+        pb.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+    assert h.log.next_offset == offset and h.partition("t") == p
 
 
 # ---------------------------------------------------------------- durability

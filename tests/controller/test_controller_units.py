@@ -99,10 +99,12 @@ def test_bad_settings(item):
 
 # ---------------------------------------------------------------- owner
 
-def make_owner(tmp_path, commits):
+def make_owner(tmp_path, commits, fatal=None):
+    fatal = [] if fatal is None else fatal
     log = MetadataLog.open(tmp_path)
     machine = ControllerStateMachine(ControllerConfig(data_dir=tmp_path))
-    return MetadataOwner(log, machine, on_commit=commits.append, clock_ms=lambda: 0), log
+    return MetadataOwner(log, machine, on_commit=commits.append, on_fatal=fatal.append,
+                         clock_ms=lambda: 0), log
 
 
 async def test_owner_runs_commands_in_order_and_answers_after_the_write(tmp_path):

@@ -114,6 +114,9 @@ async def test_forwarder_passes_through_and_reports_unreachable(controller):
     assert resp.topics[0].error_code == pb.NOT_CONTROLLER
     assert (await forwarder.DescribeCluster(pb.DescribeClusterRequest(), None)).error_code == \
         pb.NOT_CONTROLLER
+    # broker-to-controller calls are not a broker's to answer
+    assert (await forwarder.ReportCorruptReplica(pb.ReportCorruptReplicaRequest(), None)
+            ).error_code == pb.NOT_CONTROLLER
     await channel.close()
 
 

@@ -14,6 +14,7 @@ from tidewater.controller.election import (
     on_broker_fenced,
     on_broker_unfenced,
     on_controlled_shutdown,
+    on_replica_corrupt,
 )
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -264,6 +265,53 @@ def test_alter_same_isr_changes_nothing():
     assert code == pb.NONE and new is p
 
 
+# ---------------------------------------------------------------- corrupt replica reports
+
+# (replicas, isr, leader, reporter, live, epochs ok, expected code, new leader, new isr);
+# the record's epochs are leader 5, partition 7. "epochs" is what the report carries.
+CORRUPT_CASES = [
+    # a follower leaves the ISR; the leader keeps leading
+    ((1, 2, 3), (1, 2, 3), 1, 2, {1, 2, 3}, (5, 7), pb.NONE, 1, (1, 3)),
+    # the leader leaves: the first live ISR member in replica order takes over
+    ((1, 2, 3), (1, 2, 3), 1, 1, {1, 2, 3}, (5, 7), pb.NONE, 2, (2, 3)),
+    ((1, 2, 3), (1, 2, 3), 1, 1, {1, 3}, (5, 7), pb.NONE, 3, (2, 3)),
+    # ... and a live replica outside the ISR never does (clean only)
+    ((1, 2, 3), (1, 2), 1, 1, {1, 3}, (5, 7), pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, None, None),
+    # the last ISR member keeps its copy, leader or not
+    ((1, 2), (1,), 1, 1, {1, 2}, (5, 7), pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, None, None),
+    ((1, 2), (2,), NO_LEADER, 2, {1}, (5, 7), pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, None, None),
+    # an offline partition loses the reporter from its ISR, stays offline
+    ((1, 2, 3), (2, 3), NO_LEADER, 2, set(), (5, 7), pb.NONE, NO_LEADER, (3,)),
+    # refusals
+    ((1, 2, 3), (1, 2), 1, 3, {1, 2, 3}, (5, 7), pb.INELIGIBLE_REPLICA, None, None),
+    ((1, 2), (1, 2), 1, 4, {1, 2, 4}, (5, 7), pb.NOT_LEADER_OR_FOLLOWER, None, None),
+    ((1, 2, 3), (1, 2, 3), 1, 2, {1, 2, 3}, (4, 7), pb.FENCED_LEADER_EPOCH, None, None),
+    ((1, 2, 3), (1, 2, 3), 1, 2, {1, 2, 3}, (6, 7), pb.FENCED_LEADER_EPOCH, None, None),
+    ((1, 2, 3), (1, 2, 3), 1, 2, {1, 2, 3}, (5, 6), pb.INVALID_UPDATE_VERSION, None, None),
+    ((1, 2, 3), (1, 2, 3), 1, 1, {1, 2, 3}, (5, 8), pb.INVALID_UPDATE_VERSION, None, None),
+]
+
+
+@pytest.mark.parametrize("replicas,isr,leader,reporter,live,epochs,code,new_leader,new_isr",
+                         CORRUPT_CASES)
+def test_replica_corrupt(replicas, isr, leader, reporter, live, epochs, code, new_leader,
+                         new_isr):
+    p = rec(replicas=replicas, isr=isr, leader=leader)
+    got, change = on_replica_corrupt(p, reporter, leader_epoch=epochs[0],
+                                     partition_epoch=epochs[1], live=live)
+    assert got == code
+    if code != pb.NONE:
+        assert change is None
+        return
+    new = change.record
+    assert (new.leader, new.isr) == (new_leader, new_isr)
+    assert not change.unclean and change.leader_changed == (new_leader != leader)
+    assert new.partition_epoch == 8 and new.leader_epoch == (6 if change.leader_changed else 5)
+    # the same report again is stale: it names the epochs before the change
+    assert on_replica_corrupt(new, reporter, leader_epoch=epochs[0], partition_epoch=epochs[1],
+                              live=live)[1] is None
+
+
 # ---------------------------------------------------------------- properties
 
 @st.composite
@@ -275,7 +323,7 @@ def scenarios(draw):
     p = PartitionRecord("t", 0, replicas, isr, leader, 3, 4)
     live = set(draw(st.lists(st.integers(1, 5), unique=True)))
     events = draw(st.lists(st.tuples(st.sampled_from(["fence", "unfence", "shutdown", "prefer",
-                                                      "elect"]),
+                                                      "elect", "corrupt"]),
                                      st.integers(1, 5), st.booleans()), max_size=12))
     return p, live, events
 
@@ -296,6 +344,13 @@ def test_epochs_monotonic_and_leader_always_live_isr_member(scenario):
             live.discard(broker)
         elif kind == "prefer":
             change = maybe_preferred_leader(p, live)
+        elif kind == "corrupt":
+            code, change = on_replica_corrupt(p, broker, leader_epoch=p.leader_epoch,
+                                              partition_epoch=p.partition_epoch, live=live)
+            assert (code == pb.NONE) == (change is not None)
+            if change is not None:  # out of the ISR, nothing new in it, never unclean
+                assert broker not in change.record.isr and not change.unclean
+                assert set(change.record.isr) < set(p.isr)
         else:
             change = elect(p, live, unclean_allowed=unclean)
         if change is None:

@@ -1,0 +1,218 @@
+"""Topic configs: the one parser the controller (CreateTopics) and the brokers (LeaderAndIsr) use.
+
+A topic's configs travel as a ``{name: string}`` map: the controller checks
+it when the topic is created and stores it; every LeaderAndIsr carries it to
+the replicas, which build their ``LogConfig`` from it. Both sides parse it
+here, so a topic the controller accepts is one every broker can host.
+
+Names, types and ranges are Kafka's (``TopicConfig`` and its ``LogConfig``
+ConfigDef), parsed as Kafka's ``ConfigDef`` parses them: the value is
+trimmed; ``int`` is a signed 32-bit and ``long`` a signed 64-bit decimal
+(ASCII digits with an optional sign, nothing else: no ``1_000``, ``1e6`` or
+``0x10``); ``boolean`` is ``true`` or ``false`` in any case; a ``string``
+must be one of its choices exactly; a ``list`` is comma-separated.
+
+================================  =======  ======================  ==================================
+name                              type     valid values            note
+================================  =======  ======================  ==================================
+segment.bytes                     int      [14, 2^31-1]            14: Kafka's smallest record
+segment.ms                        long     >= 1
+segment.index.bytes               int      [12, 2^31-1]            Kafka: >= 4; 12 holds a time entry
+retention.bytes                   long     >= -1                   Kafka: any long; -1 is no limit
+retention.ms                      long     >= -1                   -1: no limit
+flush.messages                    long     >= 1                    2^63-1 (Kafka's default): never
+flush.ms                          long     >= 0                    2^63-1 (Kafka's default): never
+index.interval.bytes              int      >= 0
+max.message.bytes                 int      >= 0
+message.timestamp.type            string   CreateTime, LogAppendTime
+min.insync.replicas               int      >= 1
+unclean.leader.election.enable    boolean  true, false
+cleanup.policy                    list     delete                  compaction is not implemented
+================================  =======  ======================  ==================================
+
+Any other name is refused. Each value is checked on its own (no rule spans
+two configs), and ``LogConfig.validate`` checks its fields against the same
+table, so any overlay of valid maps (a broker's defaults, then the topic's
+own) is a valid ``LogConfig``. Every refusal is an ``InvalidConfigError``
+(INVALID_CONFIG on the wire) whose message names the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tidewater.proto.errors import InvalidConfigError
+
+GIB = 1 << 30
+MIB = 1 << 20
+DAY_MS = 24 * 60 * 60 * 1000
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# Smallest segment that can hold a batch header; Kafka allows 14, tests use tiny ones.
+SEGMENT_BYTES_MIN = 14
+INDEX_ENTRY_BYTES_MAX = 12  # the time index entry, the larger of the two
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+", re.ASCII)
+# Java's String.trim(): every char <= U+0020 (Python's strip() would also take Unicode spaces).
+_TRIMMED = "".join(map(chr, range(0x21)))
+_RANGES = {"int": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    """One topic config: its Kafka type, valid values and the ``LogConfig`` field it sets."""
+
+    name: str
+    type: str  # "int" (32-bit), "long" (64-bit), "boolean", "string", "list"
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    log_field: str | None = None  # None: not a log setting (replication, cleanup)
+
+    def parse(self, raw: str) -> int | bool | str:
+        """The value of ``raw``; InvalidConfigError naming the config when it is not valid."""
+        text = str(raw).strip(_TRIMMED)
+        if self.type in _RANGES:
+            if not _DECIMAL.fullmatch(text):
+                raise self._invalid(raw, f"expected a {self.type} (a decimal integer)")
+            value = int(text)
+            low, high = _RANGES[self.type]
+            if not low <= value <= high:
+                raise self._invalid(raw, f"out of the {self.type} range [{low}, {high}]")
+            self.check(value, raw)
+            return value
+        if self.type == "boolean":
+            if text.lower() not in ("true", "false"):
+                raise self._invalid(raw, "expected true or false")
+            return text.lower() == "true"
+        if self.type == "list":
+            items = [item.strip(_TRIMMED) for item in text.split(",")]
+            if not all(item in self.choices for item in items):
+                raise self._invalid(raw, f"expected a list of {', '.join(self.choices)}")
+            return ",".join(dict.fromkeys(items))
+        if text not in self.choices:
+            raise self._invalid(raw, f"must be one of {', '.join(self.choices)}")
+        return text
+
+    def check(self, value: object, raw: object = None) -> None:
+        """Range/choice check of a parsed value (also used by ``LogConfig.validate``)."""
+        shown = value if raw is None else raw
+        if self.type in _RANGES:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise self._invalid(shown, f"expected a {self.type}")
+            low = self.minimum if self.minimum is not None else _RANGES[self.type][0]
+            high = self.maximum if self.maximum is not None else _RANGES[self.type][1]
+            if not low <= value <= high:
+                raise self._invalid(shown, f"must be in [{low}, {high}]")
+        elif self.type == "string" and value not in self.choices:
+            raise self._invalid(shown, f"must be one of {', '.join(self.choices)}")
+
+    def _invalid(self, raw: object, why: str) -> InvalidConfigError:
+        return InvalidConfigError(f"invalid value {raw!r} for topic config {self.name}: {why}")
+
+
+def _defs(*defs: TopicConfigDef) -> dict[str, TopicConfigDef]:
+    return {d.name: d for d in defs}
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
+    TopicConfigDef("segment.bytes", "int", SEGMENT_BYTES_MIN, log_field="segment_bytes"),
+    TopicConfigDef("segment.ms", "long", 1, log_field="segment_ms"),
+    TopicConfigDef("segment.index.bytes", "int", INDEX_ENTRY_BYTES_MAX,
+                   log_field="segment_index_bytes"),
+    TopicConfigDef("retention.bytes", "long", -1, log_field="retention_bytes"),
+    TopicConfigDef("retention.ms", "long", -1, log_field="retention_ms"),
+    TopicConfigDef("flush.messages", "long", 1, log_field="flush_messages"),
+    TopicConfigDef("flush.ms", "long", 0, log_field="flush_ms"),
+    TopicConfigDef("index.interval.bytes", "int", 0, log_field="index_interval_bytes"),
+    TopicConfigDef("max.message.bytes", "int", 0, log_field="max_message_bytes"),
+    TopicConfigDef("message.timestamp.type", "string", choices=TIMESTAMP_TYPES,
+                   log_field="message_timestamp_type"),
+    TopicConfigDef("min.insync.replicas", "int", 1),
+    TopicConfigDef("unclean.leader.election.enable", "boolean"),
+    TopicConfigDef("cleanup.policy", "list", choices=("delete",)),
+)
+LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
+# Kafka's "never" for the flush settings; LogConfig holds it as None.
+_NEVER_FIELDS = frozenset({"flush_messages", "flush_ms"})
+
+
+def parse_topic_config(name: str, raw: str) -> int | bool | str:
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise InvalidConfigError(f"unknown topic config {name!r}")
+    return definition.parse(raw)
+
+
+def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, int | bool | str]:
+    """Parse every config of a topic; InvalidConfigError names the first one refused."""
+    return {name: parse_topic_config(name, raw) for name, raw in configs.items()}
+
+
+def min_insync_replicas(configs: Mapping[str, str], default: int) -> int:
+    """The topic's ``min.insync.replicas``, ``default`` when it has none."""
+    raw = configs.get("min.insync.replicas")
+    return default if raw is None else int(parse_topic_config("min.insync.replicas", raw))
+
+
+@dataclass
+class LogConfig:
+    """Per-log settings, Kafka's defaults. ``from_configs`` reads the Kafka-named map."""
+
+    segment_bytes: int = GIB
+    segment_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1  # -1: no size limit
+    retention_ms: int = 7 * DAY_MS  # -1: no time limit
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * MIB
+    flush_messages: int | None = None  # None: flush on roll and checkpoints only
+    flush_ms: int | None = None
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        for definition in TOPIC_CONFIGS.values():
+            if definition.log_field is None:
+                continue
+            value = getattr(self, definition.log_field)
+            if value is None and definition.log_field in _NEVER_FIELDS:
+                continue
+            definition.check(value)
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @classmethod
+    def from_configs(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Overlay Kafka-named string configs on ``base`` (defaults when None).
+
+        Every name must be a topic config (``TOPIC_CONFIGS``); those that are
+        not log settings are checked and otherwise ignored.
+        """
+        values = dataclasses.asdict(base if base is not None else cls())
+        for name, raw in configs.items():
+            value = parse_topic_config(name, raw)
+            field = TOPIC_CONFIGS[name].log_field
+            if field is None:
+                continue
+            if field in _NEVER_FIELDS and value == INT64_MAX:
+                value = None
+            values[field] = value
+        return cls(**values)
+
+    def to_configs(self) -> dict[str, str]:
+        """The Kafka-named string form (what from_configs reads back)."""
+        out = {}
+        for name in sorted(LOG_CONFIG_NAMES):
+            value = getattr(self, TOPIC_CONFIGS[name].log_field)
+            out[name] = str(INT64_MAX if value is None else value)
+        return out

@@ -1,0 +1,48 @@
+"""A LeaderAndIsr whose topic configs the broker cannot take: INVALID_CONFIG for that partition,
+an ERROR line, and nothing hosted (issue 14, bug 7). The controller refuses such configs at
+CreateTopics with the same parser (tidewater.proto.topic_config); this is the broker's guard
+for a controller that did not."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+from tidewater.proto import tidewater_pb2 as pb
+
+
+@pytest.mark.parametrize("configs", [
+    {"segment.bytes": "3000000000"},
+    {"retention.ms": "99999999999999999999"},
+    {"min.insync.replicas": "two"},  # was silently replaced by the broker's default
+    {"unclean.leader.election.enable": "maybe"},
+    {"cleanup.policy": "compact"},
+])
+async def test_leader_and_isr_with_configs_the_broker_refuses(tmp_path, caplog, configs):
+    rm, _ = make_manager(tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR, logger="tidewater.broker.replica_manager"):
+            response = await rm.leader_and_isr(lai(isr=(1,), configs=configs))
+        [item] = response.partitions
+        [name] = configs
+        assert response.error_code == pb.NONE
+        assert item.error_code == pb.INVALID_CONFIG and name in item.error_message
+        assert TP not in rm.partitions
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert errors and name in errors[0].getMessage() and "orders-0" in errors[0].getMessage()
+    finally:
+        await rm.stop()
+
+
+async def test_valid_configs_are_still_hosted(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    try:
+        response = await rm.leader_and_isr(lai(isr=(1,), configs={
+            "segment.bytes": "2147483647", "retention.ms": "-1", "min.insync.replicas": "1",
+            "unclean.leader.election.enable": "false", "cleanup.policy": "delete"}))
+        assert response.partitions[0].error_code == pb.NONE
+        assert rm.partitions[TP].log.config.segment_bytes == 2147483647
+    finally:
+        await rm.stop()

@@ -1,0 +1,168 @@
+"""The one topic config parser (tidewater.proto.topic_config) and both of its users.
+
+Issue 14, bug 7: the controller accepted ``segment.bytes=3000000000`` (any int
+above the int32 or int64 range) that every broker then refused. Both now parse
+with this module; the property below checks that whatever the controller
+accepts, a broker builds its log settings from.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tidewater.broker.config import BrokerConfig
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.validation import validate_topic_configs as controller_validates
+from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.topic_config import (
+    INT32_MAX,
+    INT64_MAX,
+    LOG_CONFIG_NAMES,
+    TOPIC_CONFIGS,
+    LogConfig,
+    min_insync_replicas,
+    parse_topic_config,
+    validate_topic_configs,
+)
+
+
+@pytest.mark.parametrize("name,raw,value", [
+    ("segment.bytes", "2147483647", INT32_MAX),
+    ("segment.bytes", "14", 14),
+    ("segment.bytes", " 1048576\t", 1 << 20),  # trimmed, as Kafka's ConfigDef does
+    ("segment.bytes", "+4096", 4096),  # Java's parseInt takes a sign
+    ("segment.ms", "9223372036854775807", INT64_MAX),
+    ("retention.ms", "-1", -1),
+    ("retention.ms", "99999999999", 99999999999),  # a long, beyond int32
+    ("retention.bytes", "-1", -1),
+    ("segment.index.bytes", "12", 12),
+    ("flush.messages", "1", 1),
+    ("flush.ms", "0", 0),
+    ("index.interval.bytes", "0", 0),
+    ("max.message.bytes", "0", 0),
+    ("min.insync.replicas", "2", 2),
+    ("unclean.leader.election.enable", "TRUE", True),
+    ("unclean.leader.election.enable", "false", False),
+    ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
+    ("cleanup.policy", "delete", "delete"),
+])
+def test_valid_values(name, raw, value):
+    assert parse_topic_config(name, raw) == value
+
+
+@pytest.mark.parametrize("name,raw,why", [
+    ("segment.bytes", "3000000000", "int range"),  # the issue's example: above int32
+    ("segment.bytes", "2147483648", "int range"),
+    ("segment.bytes", "13", "[14, 2147483647]"),
+    ("retention.ms", "99999999999999999999", "long range"),  # the issue's other example
+    ("retention.ms", "9223372036854775808", "long range"),
+    ("retention.ms", "-2", "[-1, "),
+    ("retention.bytes", "-2", "[-1, "),
+    ("segment.ms", "0", "[1, "),
+    ("segment.index.bytes", "11", "[12, "),
+    ("flush.messages", "0", "[1, "),
+    ("max.message.bytes", "-1", "[0, "),
+    ("max.message.bytes", "2147483648", "int range"),
+    ("index.interval.bytes", "4096.0", "decimal integer"),
+    ("segment.bytes", "1e6", "decimal integer"),
+    ("segment.bytes", "1_000_000", "decimal integer"),  # Python's int() would take it
+    ("segment.bytes", "0x100000", "decimal integer"),
+    ("segment.bytes", "\u0661\u0664\u0664", "decimal integer"),  # Arabic-Indic digits
+    ("segment.bytes", "", "decimal integer"),
+    ("segment.bytes", "ten", "decimal integer"),
+    ("min.insync.replicas", "0", "[1, "),
+    ("min.insync.replicas", "2147483648", "int range"),
+    ("unclean.leader.election.enable", "yes", "true or false"),
+    ("message.timestamp.type", "createtime", "one of"),
+    ("cleanup.policy", "compact", "delete"),
+    ("cleanup.policy", "", "delete"),
+])
+def test_invalid_values_name_the_config(name, raw, why):
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_topic_config(name, raw)
+    message = str(refused.value)
+    assert name in message and why in message, message
+    assert refused.value.error_name == "INVALID_CONFIG"
+
+
+@pytest.mark.parametrize("name", ["no.such.config", "compression.type", "segment.jitter.ms",
+                                  "message.timestamp.difference.max.ms", "SEGMENT.BYTES"])
+def test_unknown_names_are_refused(name):
+    with pytest.raises(InvalidConfigError, match="unknown topic config"):
+        validate_topic_configs({name: "1"})
+
+
+def test_log_config_fields_are_checked_against_the_same_table():
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        LogConfig(segment_bytes=3_000_000_000)
+    with pytest.raises(InvalidConfigError, match="retention.ms"):
+        LogConfig(retention_ms=1 << 63)
+    with pytest.raises(InvalidConfigError, match="message.timestamp.type"):
+        LogConfig(message_timestamp_type="Whenever")
+    assert LogConfig(flush_messages=None, flush_ms=None).flush_ms is None
+    never = LogConfig.from_configs({"flush.messages": str(INT64_MAX)})
+    assert never.flush_messages is None and LogConfig.from_configs(never.to_configs()) == never
+
+
+def test_min_insync_replicas():
+    assert min_insync_replicas({}, 3) == 3
+    assert min_insync_replicas({"min.insync.replicas": " 2 "}, 3) == 2
+    with pytest.raises(InvalidConfigError, match="min.insync.replicas"):
+        min_insync_replicas({"min.insync.replicas": "abc"}, 3)
+
+
+def test_the_controller_reads_unclean_election_as_it_validated_it():
+    config = ControllerConfig()
+    assert config.unclean_allowed({"unclean.leader.election.enable": " TRUE "}) is True
+    assert config.unclean_allowed({"unclean.leader.election.enable": "False"}) is False
+    assert config.unclean_allowed({}) is False
+
+
+def test_the_controller_refuses_a_default_that_no_broker_could_take():
+    with pytest.raises(InvalidConfigError, match="min.insync.replicas"):
+        ControllerConfig().set("min.insync.replicas", str(INT32_MAX + 1))
+
+
+def test_the_broker_no_longer_ignores_a_malformed_min_insync_replicas():
+    config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
+                          data_dir="/tmp/unused")
+    with pytest.raises(InvalidConfigError, match="min.insync.replicas"):
+        config.min_insync_replicas_for({"min.insync.replicas": "two"})
+
+
+# ---------------------------------------------------------------- the property
+
+_INTS = st.one_of(st.integers(-3, 20), st.integers(INT32_MAX - 2, INT32_MAX + 2),
+                  st.integers(INT64_MAX - 2, INT64_MAX + 2), st.integers(-(1 << 70), 1 << 70))
+_RAW = st.one_of(
+    _INTS.map(str),
+    _INTS.map(lambda n: f" {n} "),
+    _INTS.map(lambda n: f"{n:_}"),
+    st.sampled_from(["", "true", "FALSE", "yes", "CreateTime", "LogAppendTime", "delete",
+                     "compact", "1e3", "0x10", "+7", "-0", "\u0661", "1.0", "delete,delete"]),
+    st.text(max_size=6),
+)
+_NAMES = st.sampled_from(sorted(TOPIC_CONFIGS) + ["compression.type", "no.such.config"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(configs=st.dictionaries(_NAMES, _RAW, max_size=5),
+       defaults=st.dictionaries(st.sampled_from(sorted(LOG_CONFIG_NAMES)), _RAW, max_size=3))
+def test_what_the_controller_accepts_every_broker_hosts(configs, defaults):
+    broker = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
+                          data_dir="/tmp/unused")
+    try:
+        broker.apply_settings(defaults)  # whatever valid defaults a broker runs with
+    except Exception:  # noqa: BLE001 - invalid defaults: the broker would not start
+        broker = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0),
+                              controller=("127.0.0.1", 1), data_dir="/tmp/unused")
+    try:
+        controller_validates(configs)  # CreateTopics' check
+    except InvalidConfigError:
+        return  # refused with INVALID_CONFIG: never reaches a broker
+    # What a broker does with a LeaderAndIsr's configs (replica_manager): none may raise.
+    validate_topic_configs(configs)
+    LogConfig.from_configs(broker.log_config_overrides(configs))
+    broker.min_insync_replicas_for(configs)
