@@ -115,6 +115,7 @@ class ClusterMetadata:
         self.controller_epoch: int = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
+        self.topic_names_by_id: dict[bytes, str] = {}  # an index of the topics' IDs
         self.topics_created_total = 0  # spreads replica assignment across topics
         self.unclean_elections_total = 0
         # Partitions of deleted topics whose replica was fenced at the time: it
@@ -138,8 +139,9 @@ class ClusterMetadata:
     def partitions_of_broker(self, broker_id: int) -> list[PartitionRecord]:
         return [p for p in self.all_partitions() if broker_id in p.replicas]
 
-    def topic_ids(self) -> set[bytes]:
-        return {info.topic_id for info in self.topics.values()}
+    def topic_ids(self):
+        """The current topics' IDs (a live view)."""
+        return self.topic_names_by_id.keys()
 
     # ------------------------------------------------------------ replay
 
@@ -187,7 +189,7 @@ class ClusterMetadata:
                 raise ValueError(f"topic {name}: reserved topic id {r['topic_id']}")
         else:
             topic_id = legacy_topic_id(self.cluster_id, name, offset)
-        if topic_id in self.topic_ids():
+        if topic_id in self.topic_names_by_id:
             raise ValueError(f"topic {name}: topic id {topic_id_to_text(topic_id)} is taken")
         info = TopicInfo(name, {str(k): str(v) for k, v in r["configs"].items()},
                          topic_id=topic_id)
@@ -197,6 +199,7 @@ class ClusterMetadata:
                 name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]),
                 int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)), topic_id)
         self.topics[name] = info
+        self.topic_names_by_id[topic_id] = name
         self.topics_created_total += 1
 
     def _apply_partition_changed(self, offset: int, r: dict) -> None:
@@ -214,6 +217,7 @@ class ClusterMetadata:
     def _apply_topic_deleted(self, offset: int, r: dict) -> None:
         name = r["name"]
         topic_id = self.topics.pop(name).topic_id
+        del self.topic_names_by_id[topic_id]
         for broker_id, partitions in r.get("pending_stops", {}).items():
             self.pending_stops.setdefault(int(broker_id), set()).update(
                 (name, int(n), topic_id) for n in partitions)
