@@ -104,6 +104,7 @@ def test_recreated_topic_starts_empty_after_a_missed_stop_replica(tmp_path):
         wait_for(create_again, "orders created again")
         new = wait_for(lambda: fully_replicated(c, "orders"), "new orders fully replicated")
         assert len(new["topic_id"]) == 22 and new["topic_id"] != old["topic_id"]
+        assert f"TopicId: {new['topic_id']}" in c.tide("topics", "describe", "orders").stdout
         assert consume_all(c, "orders") == []
         for p in new["partitions"]:
             for replica in p["replicas_state"]:

@@ -328,3 +328,15 @@ async def test_start_up_sweep_on_real_logs_whatever_the_snapshot_holds(tmp_path)
     assert rm.partitions[TP].log_end_offset == 0 and manager.topic_id(TP) == Y
     await rm.stop()
     manager.shutdown()
+
+
+def test_metadata_answers_carry_the_topic_id():
+    from tidewater.broker.metadata_cache import MetadataCache
+
+    cache = MetadataCache()
+    cache.update(pb.UpdateMetadataRequest(controller_epoch=1, partitions=[
+        pb.PartitionState(topic="orders", partition=n, leader=1, replicas=[1], isr=[1],
+                          topic_id=X) for n in (0, 1)]))
+    response = cache.metadata_response(["orders", "missing"], "INTERNAL")
+    assert [(t.name, t.topic_id) for t in response.topics] == [("orders", X), ("missing", b"")]
+    assert cache.topic_id("orders") == X and cache.topic_names_by_id() == {X: "orders"}
