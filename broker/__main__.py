@@ -1,7 +1,8 @@
 """``python -m broker`` / ``tide-broker``: run one broker until SIGTERM or SIGINT.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
-(one line on stderr), 1 when start-up fails (e.g. the port is taken).
+(one line on stderr), 1 when start-up fails (the port is taken, a corrupt file in the data
+dir such as partition.metadata) or a supervised background worker died.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uvloop
 
 from tidewater.broker.config import ConfigError, config_from_args
 from tidewater.proto import grpc_env
+from tidewater.proto.errors import TidewaterError
 
 # Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
 grpc_env.apply()
@@ -43,13 +45,19 @@ async def _serve(config) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await process.start()
-    except OSError as e:
+    except (OSError, TidewaterError) as e:  # a taken port; a corrupt file in the data dir
         print(f"tide-broker: cannot start: {e}", file=sys.stderr)
         await process.shutdown()
         return 1
     tune_gc()
-    await stop.wait()
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([stopping, process.failed], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
     await process.shutdown()
+    if process.failed.done():
+        logging.getLogger("tidewater.broker").critical(
+            "stopped: a background worker died: %r", process.failed.result())
+        return 1
     return 0
 
 

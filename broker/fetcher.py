@@ -346,9 +346,11 @@ class LeaderFetcher:
         partitions = []
         for a in active:
             tp = a.partition.tp
+            # The topic ID: a leader never serves us another incarnation's records.
             p = request.partitions.add(topic=tp.topic, partition=tp.partition,
                                        current_leader_epoch=a.leader_epoch,
-                                       partition_max_bytes=config.replica_fetch_max_bytes)
+                                       partition_max_bytes=config.replica_fetch_max_bytes,
+                                       topic_id=a.partition.topic_id)
             partitions.append((p, (tp.topic, tp.partition)))
         self._request, self._request_for, self._request_partitions = request, list(active), partitions
 

@@ -39,9 +39,14 @@ def state_is_newer(state: pb.PartitionState, leader_epoch: int, partition_epoch:
 
 class Partition:
     def __init__(self, tp: TopicPartition, log, *, local_broker_id: int, high_watermark: int,
-                 min_insync_replicas: int, replica_lag_time_max_ms: int):
+                 min_insync_replicas: int, replica_lag_time_max_ms: int, topic_id: bytes = b""):
         self.tp = tp
         self.log = log
+        # The topic incarnation this replica (and its log's partition.metadata) belongs to.
+        self.topic_id = topic_id
+        # The controller's metadata offset of the newest LeaderAndIsr for it: only a snapshot
+        # at least as new may sweep it (topic_identity).
+        self.metadata_offset = -1
         self.local_broker_id = local_broker_id
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms

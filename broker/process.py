@@ -46,6 +46,8 @@ class BrokerProcess:
         self.servers = []
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task | None = None
+        # Set (with the cause) when a supervised background worker dies: the broker must stop.
+        self.failed: asyncio.Future | None = None
 
     def _listeners(self) -> list[pb.Listener]:
         c = self.config
@@ -59,8 +61,19 @@ class BrokerProcess:
         c = self.config
         c.data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self.log_manager = LogManager(c.data_dir, LogConfig.from_configs(c.log_config_overrides()))
-        self.log_manager.load(int(time.time() * 1000))
+        loop = asyncio.get_running_loop()
+        self.failed = loop.create_future()
+
+        def worker_died(error: BaseException) -> None:  # from the worker's own thread
+            loop.call_soon_threadsafe(
+                lambda: self.failed.done() or self.failed.set_result(error))
+
+        manager = LogManager(c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
+                             on_deleter_failure=worker_died)
+        # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
+        # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
+        manager.load(int(time.time() * 1000))
+        self.log_manager = manager
         log.info("loaded %d logs in %.2fs (clean shutdown before: %s)",
                  len(self.log_manager.logs()), time.monotonic() - started,
                  self.log_manager.had_clean_shutdown)

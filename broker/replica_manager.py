@@ -18,6 +18,11 @@ Theory of operation:
 - ``fetch``: consumers read from the leader below the HW; followers are
   fenced by epoch, checked for divergence, and their fetch offset moves the
   leader's view of their LEO (HW, ISR expansion).
+- Topic IDs (``topic_identity``): a LeaderAndIsr's topic ID decides whether the
+  local log is kept, adopted, or moved aside for a fresh one; UpdateMetadata
+  sweeps replicas of incarnations the cluster no longer has; a fetch naming
+  another incarnation is refused. Only a controller of this data dir's cluster
+  (``cluster_identity``) may make the broker delete a log.
 - Background: ISR changes (``isr_changes``: shrink checks, AlterPartition;
   the new ISR is used only after the controller commits it), HW
   checkpoints, segment.ms rolls and flush.ms flushes, retention. All but the
@@ -36,6 +41,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.cluster_identity import ClusterIdentity
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.fetcher import FetcherManager
@@ -47,17 +53,30 @@ from tidewater.broker.purgatory import FetchWaiters, ProducePurgatory
 from tidewater.broker.replication import check_diverging
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
+from tidewater.broker.topic_identity import (
+    IdentityAction,
+    describe_topic_id,
+    fetch_topic_id_error,
+    is_stray,
+    log_identity_action,
+    stop_replica_error,
+    told_id_conflict,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
 from tidewater.proto.errors import (
     CorruptRecordError,
     FencedLeaderEpochError,
+    InconsistentClusterIdError,
+    InconsistentTopicIdError,
     InvalidConfigError,
     InvalidRequiredAcksError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
+    error_for_code,
 )
 from tidewater.proto.topic_config import validate_topic_configs
+from tidewater.proto.topic_id import check_topic_id
 
 log = logging.getLogger("tidewater.broker.replica_manager")
 
@@ -127,6 +146,7 @@ class ReplicaManager:
         self.metadata_cache = metadata_cache
         self.metrics = metrics
         self._broker_epoch = broker_epoch
+        self.cluster_identity = ClusterIdentity(config.data_dir, config.broker_id)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.controller_epoch = -1
         self.produce_purgatory = ProducePurgatory()
@@ -218,21 +238,27 @@ class ReplicaManager:
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        trusted = self.cluster_identity.trusts(request.cluster_id)
+        names_by_id = self._topic_names_by_id()
         for item in request.partitions:
             try:
-                code, message = await self._apply_partition_state(item)
+                code, message = await self._apply_partition_state(
+                    item, trusted, request.metadata_offset, names_by_id)
             except Exception as e:  # noqa: BLE001 - converted at the one boundary
                 code, message = error_code_for(e, context="LeaderAndIsr")
             response.partitions.add(topic=item.state.topic, partition=item.state.partition,
                                     error_code=code, error_message=message)
         return response
 
-    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition) -> tuple[int, str]:
+    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+                                     metadata_offset: int,
+                                     names_by_id: dict[bytes, str]) -> tuple[int, str]:
         state = item.state
         tp = TopicPartition(state.topic, state.partition)
         validate_topic_partition(tp)
         if self.broker_id not in state.replicas:
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        topic_id = check_topic_id(state.topic_id)
         topic_configs = dict(item.topic_configs)
         try:
             validate_topic_configs(topic_configs)  # the controller's own parser
@@ -241,7 +267,9 @@ class ReplicaManager:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
-        partition = self.partitions.get(tp) or self._create_partition(tp, topic_configs)
+        partition = await self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
+                                                          names_by_id)
+        partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
         self._apply_topic_configs(partition, topic_configs)
         async with partition.lock:
             if not state_is_newer(state, partition.leader_epoch, partition.partition_epoch):
@@ -284,18 +312,60 @@ class ReplicaManager:
                 partition.become_follower(state)  # ISR-only change seen by a follower
         return pb.NONE, ""
 
-    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str]) -> Partition:
+    async def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
+                                         topic_configs: dict[str, str], trusted: bool,
+                                         names_by_id: dict[bytes, str]) -> Partition:
+        """The replica of ``tp`` for incarnation ``topic_id`` (``topic_identity``'s table):
+        the local one, after adopting the ID or replacing another incarnation's log."""
+        owner = told_id_conflict(tp.topic, topic_id, names_by_id)
+        if owner is not None:
+            raise InconsistentTopicIdError(
+                f"topic id {describe_topic_id(topic_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
+        partition = self.partitions.get(tp)
+        has_log = partition is not None or self.log_manager.get(tp) is not None
+        local_id = self.log_manager.topic_id(tp)
+        action = log_identity_action(local_id, topic_id, has_log=has_log, trusted=trusted)
+        if action is IdentityAction.REFUSE:
+            raise InconsistentClusterIdError(
+                f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
+                f"{describe_topic_id(topic_id)}, and the controller's cluster id is not this "
+                f"data dir's: kept")
+        if action is IdentityAction.ADOPT:
+            log.info("%s: the log made before topic ids adopts topic id %s", tp,
+                     describe_topic_id(topic_id))
+            self.log_manager.assign_topic_id(tp, topic_id)
+            if partition is not None:
+                partition.topic_id = topic_id
+        elif action is IdentityAction.REPLACE:
+            log.warning("%s: the local log is incarnation %s, the controller names %s: moving it "
+                        "aside for deletion", tp, describe_topic_id(local_id),
+                        describe_topic_id(topic_id))
+            await self._remove_replica(tp)
+            partition = None
+        names_by_id[topic_id] = tp.topic
+        return partition or self._create_partition(tp, topic_configs, topic_id)
+
+    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str],
+                          topic_id: bytes) -> Partition:
         log_ = self.log_manager.get(tp)
         if log_ is None:
             config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
-            log_ = self.log_manager.get_or_create(tp, config, wall_ms())
+            log_ = self.log_manager.get_or_create(tp, config, wall_ms(), topic_id=topic_id)
         partition = Partition(
             tp, log_, local_broker_id=self.broker_id,
             high_watermark=self._loaded_high_watermarks.pop(tp, 0),
             min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms)
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms, topic_id=topic_id)
         self.partitions[tp] = partition
         return partition
+
+    def _topic_names_by_id(self) -> dict[bytes, str]:
+        """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""
+        names = {topic_id: tp.topic for tp, topic_id in self.log_manager.topic_ids().items()
+                 if topic_id is not None}
+        names.update(self.metadata_cache.topic_names_by_id())
+        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
+        return names
 
     def _apply_topic_configs(self, partition: Partition, topic_configs: dict[str, str]) -> None:
         """Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
@@ -313,38 +383,55 @@ class ReplicaManager:
         if request.controller_epoch < self.controller_epoch:
             return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
         self.controller_epoch = request.controller_epoch
+        trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
         for state in request.partitions:
             tp = TopicPartition(state.topic, state.partition)
             code, message = pb.NONE, ""
             try:
+                if state.topic_id:
+                    check_topic_id(state.topic_id)
                 partition = self.partitions.get(tp)
-                if partition is not None:
-                    if 0 <= state.leader_epoch < partition.leader_epoch:
-                        raise FencedLeaderEpochError(
-                            f"StopReplica epoch {state.leader_epoch} is older than "
-                            f"{partition.leader_epoch} for {tp}")
-                    async with partition.lock:
-                        self.fetchers.remove_partition(tp)
-                        partition.become_follower(pb.PartitionState(
-                            topic=tp.topic, partition=tp.partition, leader=-1,
-                            leader_epoch=max(state.leader_epoch, partition.leader_epoch),
-                            partition_epoch=partition.partition_epoch))
-                        self.produce_purgatory.fail_all(tp, pb.NOT_LEADER_OR_FOLLOWER)
-                        self.fetch_waiters.notify(tp)
-                        if request.delete_partitions:
-                            del self.partitions[tp]
-                if request.delete_partitions:
-                    self._loaded_high_watermarks.pop(tp, None)
-                    if self.log_manager.get(tp) is not None:
-                        self.log_manager.delete(tp)
+                if partition is not None and 0 <= state.leader_epoch < partition.leader_epoch:
+                    raise FencedLeaderEpochError(
+                        f"StopReplica epoch {state.leader_epoch} is older than "
+                        f"{partition.leader_epoch} for {tp}")
+                if partition is not None or self.log_manager.get(tp) is not None:
+                    refused = stop_replica_error(self.log_manager.topic_id(tp), state.topic_id,
+                                                 trusted=trusted or not request.delete_partitions)
+                    if refused is not None:
+                        raise error_for_code(*refused)
+                await self._remove_replica(tp, leader_epoch=state.leader_epoch,
+                                           delete=request.delete_partitions)
             except Exception as e:  # noqa: BLE001
                 code, message = error_code_for(e, context="StopReplica")
             response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
                                     error_message=message)
         return response
 
-    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+    async def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
+                              delete: bool = True) -> None:
+        """Stop serving ``tp`` (no leader, waiters answered); with ``delete`` forget it and
+        move its log aside for deletion (``LogManager.delete``)."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            async with partition.lock:
+                self.fetchers.remove_partition(tp)
+                partition.become_follower(pb.PartitionState(
+                    topic=tp.topic, partition=tp.partition, leader=-1,
+                    leader_epoch=max(leader_epoch, partition.leader_epoch),
+                    partition_epoch=partition.partition_epoch))
+                self.produce_purgatory.fail_all(tp, pb.NOT_LEADER_OR_FOLLOWER)
+                self.fetch_waiters.notify(tp)
+                if delete and self.partitions.get(tp) is partition:
+                    del self.partitions[tp]
+        if delete:
+            self._loaded_high_watermarks.pop(tp, None)
+            if self.log_manager.get(tp) is not None:
+                self.log_manager.delete(tp)
+
+    async def update_metadata(self, request: pb.UpdateMetadataRequest
+                              ) -> pb.UpdateMetadataResponse:
         try:
             self.metadata_cache.update(request)
         except Exception as e:  # noqa: BLE001
@@ -355,30 +442,31 @@ class ReplicaManager:
                     self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
         self._alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
                                      if not b.fenced and not b.in_controlled_shutdown}
-        self._delete_stray_logs(request)
+        if self.cluster_identity.trusts(request.cluster_id):
+            await self._remove_stray_replicas(request)
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
-    def _delete_stray_logs(self, request: pb.UpdateMetadataRequest) -> None:
-        """Delete loaded logs the cluster no longer places here (deleted while we were away).
-
-        Only logs never claimed by a LeaderAndIsr since start-up are candidates,
-        and only when the full snapshot says the partition does not exist or
-        does not list this broker as a replica.
-        """
-        if not self._loaded_high_watermarks or not request.partitions:
-            return  # an empty snapshot is more likely a wiped controller than an empty cluster
-        placed = {(p.topic, p.partition): self.broker_id in p.replicas
-                  for p in request.partitions}
-        for tp in list(self._loaded_high_watermarks):
-            if tp in self.partitions or placed.get((tp.topic, tp.partition), False):
+    async def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
+        """Move aside every local replica the full snapshot leaves out (``topic_identity.is_stray``):
+        logs not claimed since start-up whatever the snapshot holds (an empty one places
+        nothing here), and replicas a LeaderAndIsr made if the snapshot is as new as it."""
+        topic_ids = {p.topic: p.topic_id for p in request.partitions}
+        placed_here = {(p.topic, p.partition) for p in request.partitions
+                       if self.broker_id in p.replicas}
+        for tp, local_id in self.log_manager.topic_ids().items():
+            partition = self.partitions.get(tp)
+            if partition is not None and request.metadata_offset < partition.metadata_offset:
+                continue  # the snapshot may predate the LeaderAndIsr that made it
+            if not is_stray(tp, local_id, topic_ids=topic_ids, placed_here=placed_here):
                 continue
-            log.warning("deleting stray log %s: not a replica here in controller epoch %d",
-                        tp, request.controller_epoch)
-            self._loaded_high_watermarks.pop(tp, None)
+            log.warning("%s (topic id %s) is stray: the cluster (controller epoch %d, metadata "
+                        "offset %d) has no such replica here; moving it aside for deletion", tp,
+                        describe_topic_id(local_id), request.controller_epoch,
+                        request.metadata_offset)
             try:
-                self.log_manager.delete(tp)
+                await self._remove_replica(tp)
             except Exception as e:  # noqa: BLE001 - a failed delete leaves the log in place
-                log.error("deleting stray log %s failed: %s", tp, e)
+                log.error("removing stray replica %s failed: %s", tp, e)
 
     # ================================================================ lookups
 
@@ -521,7 +609,8 @@ class ReplicaManager:
         # The request's fields are read once into plain tuples: a long-poll reads them again
         # on every pass, and each protobuf field access is a call (a message one allocates).
         wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                   fp.last_fetched_epoch, fp.partition_max_bytes) for fp in request.partitions]
+                   fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+                  for fp in request.partitions]
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch if is_follower else -1
         keys = None
@@ -577,10 +666,12 @@ class ReplicaManager:
         must_answer = False
         results = []
         for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
-             partition_max_bytes) in wanted:
+             partition_max_bytes, topic_id) in wanted:
             leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
             try:
                 partition = self._partition(topic, partition_index)
+                if topic_id and topic_id != partition.topic_id:
+                    self._refuse_topic_id(topic_id, partition)
                 leader_epoch = partition.leader_epoch
                 high_watermark = partition.high_watermark
                 log_start_offset = partition.log.log_start_offset
@@ -609,6 +700,12 @@ class ReplicaManager:
                                 log_start_offset, log_end_offset, leader_epoch, b"", None))
                 must_answer = True
         return results, total_bytes, must_answer
+
+    def _refuse_topic_id(self, topic_id: bytes, partition: Partition) -> None:
+        """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s."""
+        known = self.metadata_cache.topic_names_by_id()
+        code, message = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
+        raise error_for_code(code, f"{partition.tp}: {message}")
 
     def _read_for_consumer(self, partition: Partition, current_leader_epoch: int,
                            fetch_offset: int, max_bytes: int, min_one_batch: bool) -> bytes:

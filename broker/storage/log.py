@@ -839,7 +839,8 @@ class Log:
                     except KafkaStorageError as e:
                         log.error("%s", e)
 
-    def delete(self, *, in_background: bool = False, rename_to: Path | None = None) -> None:
+    def delete(self, *, in_background: bool = False, rename_to: Path | None = None,
+               keep_files: bool = False) -> None:
         """Close without flushing and remove the whole directory.
 
         ``rename_to`` first renames the directory there, under the log's lock with
@@ -848,6 +849,8 @@ class Log:
         ``in_background`` removes the files in a daemon thread: for a directory
         already renamed out of the way (a ``-delete`` dir that loading removes
         anyway), so deleting GiBs never stalls the caller's event loop.
+        ``keep_files`` leaves the (renamed) directory for the caller to remove
+        (``LogManager`` hands it to its ``LogDirDeleter``).
         """
         with self._lock:
             if rename_to is not None:
@@ -858,6 +861,8 @@ class Log:
                 self.dir = rename_to
             self._closed = True
             close_segments_quietly(self._segments)
+            if keep_files:
+                return
             if in_background:
                 threading.Thread(target=shutil.rmtree, args=(self.dir,),
                                  kwargs={"ignore_errors": True}, daemon=True,

@@ -189,3 +189,20 @@ def test_taken_port_exits_1_with_a_clear_message(tmp_path):
             capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_corrupt_partition_metadata_exits_1_naming_the_file_and_changes_nothing(tmp_path):
+    """Which incarnation the log is cannot be told: the broker refuses to start (as Kafka
+    fails the log dir) rather than serve or delete it."""
+    (tmp_path / "orders-0").mkdir()
+    metadata = tmp_path / "orders-0" / "partition.metadata"
+    metadata.write_text("version: 0\ntopic_id: not-an-id\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidewater.broker", "--broker-id", "1", "--listen", "127.0.0.1:0",
+         "--controller", "127.0.0.1:1", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("tide-broker:")]
+    assert len(line) == 1 and f"{metadata}:2" in line[0], proc.stderr
+    assert metadata.read_text() == "version: 0\ntopic_id: not-an-id\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders-0"]
