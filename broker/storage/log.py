@@ -753,6 +753,14 @@ class Log:
                    if self._holds(s) and (first is None or s.base_offset < first)]
         return earlier + segments
 
+    def holds_closed_segment(self, segment: LogSegment, truncations: int) -> bool:
+        """``segment`` is still one of this log's closed (not active) segments and was not
+        cut since its ``truncations`` count was read: bytes read from it without the lock
+        meanwhile are its bytes (the scrub checks this before it reports damage)."""
+        with self._lock:
+            return (not self._closed and self._offline_reason is None and self._holds(segment)
+                    and segment is not self._segments[-1] and segment.truncations == truncations)
+
     def _holds(self, segment: LogSegment) -> bool:
         """``segment`` is still one of the log's (not deleted or truncated away)."""
         i = bisect_right(self._base_offsets, segment.base_offset) - 1
