@@ -298,6 +298,20 @@ def test_check_chunk_reports_a_batch_running_past_the_segment_end():
     assert "runs past the segment end" in checked.corrupt.reason
 
 
+def test_check_chunk_asks_for_a_batch_cut_by_the_chunk_and_names_a_torn_tail():
+    first, second = encode_batch([(None, b"a" * 50)]), bytearray(encode_batch([(None, b"b")]))
+    second[7] = 1  # baseOffset 1: follows the first batch
+    data = first + bytes(second)
+    cut = check_chunk(data[:len(first) + 30], 0, 0, len(data), "p")
+    assert (cut.verified_bytes, cut.next_offset, cut.corrupt, cut.need_bytes) == (
+        len(first), 1, None, len(second))
+    short = check_chunk(data[:len(first) + 10], 0, 0, len(data), "p")  # not even a frame
+    assert short.verified_bytes == len(first) and short.need_bytes > 0
+    torn = check_chunk(data + b"\0" * 10, 0, 0, len(data) + 10, "p")  # 10 bytes at the end
+    assert torn.verified_bytes == len(data) and torn.corrupt.position == len(data)
+    assert torn.corrupt.base_offset == 2 and "truncated batch" in torn.corrupt.reason
+
+
 async def test_run_reports_through_the_callback_until_cancelled(pristine):
     pristine_dir, batches, bases = pristine
     with tempfile.TemporaryDirectory() as tmp:
