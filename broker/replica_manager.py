@@ -51,6 +51,12 @@ from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
 from tidewater.broker.partition import Partition, state_is_newer
 from tidewater.broker.purgatory import FetchWaiters, ProducePurgatory
 from tidewater.broker.replication import check_diverging
+from tidewater.broker.storage.corruption import (
+    CONSUMER_READ,
+    FOLLOWER_READ,
+    CorruptionReporter,
+    read_reporting,
+)
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.broker.topic_identity import (
@@ -171,6 +177,8 @@ class ReplicaManager:
             is_follower: (metrics.bytes_out.labels(kind), metrics.messages_out.labels(kind))
             for is_follower, kind in ((True, "replica"), (False, "consumer"))}
         metrics.register_replicas(self.replica_snapshots)
+        # Damaged batches the reads below (and the scrub) find: logged and counted once.
+        self.corruption = CorruptionReporter(lambda how: metrics.corrupt_batches.labels(how).inc())
 
     # ================================================================ lifecycle
 
@@ -719,8 +727,8 @@ class ReplicaManager:
         high_watermark = partition.high_watermark
         if fetch_offset >= high_watermark:
             return b""  # nothing committed there yet: never read above the HW
-        return bytes(log_.read(fetch_offset, max_bytes, max_offset=high_watermark,
-                               min_one_batch=min_one_batch).records)
+        return bytes(read_reporting(log_, self.corruption, CONSUMER_READ, fetch_offset, max_bytes,
+                                    max_offset=high_watermark, min_one_batch=min_one_batch).records)
 
     def _isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
         """KIP-903 (Kafka's ``isReplicaIsrEligible``): may a fetch from ``replica_id`` carrying
@@ -760,7 +768,8 @@ class ReplicaManager:
                 self.isr_changes.send(partition)
         if fetch_offset >= log_end_offset:
             return b"", None
-        return bytes(log_.read(fetch_offset, max_bytes, min_one_batch=min_one_batch).records), None
+        return bytes(read_reporting(log_, self.corruption, FOLLOWER_READ, fetch_offset, max_bytes,
+                                    min_one_batch=min_one_batch).records), None
 
     # ================================================================ offsets
 

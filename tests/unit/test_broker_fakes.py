@@ -57,6 +57,7 @@ class FakeReadResult:
     records: bytes
     first_offset: int
     next_offset: int
+    corrupt: None = None  # a fake log holds no damaged batch
 
 
 class FakeLog:

@@ -29,8 +29,18 @@ def test_config_defaults_and_settings():
     assert c.min_insync_replicas_for({"min.insync.replicas": "3"}) == 3
 
 
+def test_scrub_settings():
+    c = config_from_args(BASE)
+    assert c.log_scrub_bytes_per_second == 1 << 20 and c.log_scrub_interval_ms == 3_600_000
+    c = config_from_args(BASE + ["--set", "log.scrub.bytes.per.second=0",
+                                 "--set", "log.scrub.interval.ms=60000"])
+    assert c.log_scrub_bytes_per_second == 0 and c.log_scrub_interval_ms == 60_000
+
+
 @pytest.mark.parametrize("setting", ["no.such.thing=1", "segment.bytes=abc",
-                                     "min.insync.replicas=0", "segment.bytes=1", "novalue"])
+                                     "min.insync.replicas=0", "segment.bytes=1", "novalue",
+                                     "log.scrub.bytes.per.second=-1", "log.scrub.interval.ms=-5",
+                                     "log.scrub.bytes.per.second=fast"])
 def test_config_rejects_bad_settings(setting):
     with pytest.raises(ConfigError):
         config_from_args(BASE + ["--set", setting])
