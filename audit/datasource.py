@@ -39,9 +39,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from tidewater.audit import metrics_reader, reader
 
+# topic_id: the replica's incarnation (partition.metadata), "" for one written before topic IDs.
 _COMMON_LOG_COLUMNS = (
     ("broker_id", "int"), ("data_dir", "string"), ("topic", "string"), ("partition", "int"),
-    ("segment", "string"), ("segment_base_offset", "long"),
+    ("segment", "string"), ("segment_base_offset", "long"), ("topic_id", "string"),
 )
 BATCH_COLUMNS = _COMMON_LOG_COLUMNS + (
     ("position", "long"), ("base_offset", "long"), ("last_offset", "long"),
@@ -68,10 +69,11 @@ SEGMENT_COLUMNS = _COMMON_LOG_COLUMNS + (
      "array<struct<position: long, partition_leader_epoch: int, base_offset: long>>"),
 )
 assert tuple(c for c, _ in SEGMENT_COLUMNS[len(_COMMON_LOG_COLUMNS):]) == reader.SEGMENT_FIELDS
+# topic_id: that of the partition dir the entry is about in the same data dir ("" if none).
 CHECKPOINT_COLUMNS = (
     ("broker_id", "int"), ("data_dir", "string"), ("file", "string"), ("kind", "string"),
     ("topic", "string"), ("partition", "int"), ("entry_index", "int"), ("epoch", "int"),
-    ("offset", "long"), ("error", "string"),
+    ("offset", "long"), ("error", "string"), ("topic_id", "string"),
 )
 METRIC_COLUMNS = (
     ("timestamp_ms", "long"), ("source", "string"), ("name", "string"),
@@ -205,7 +207,8 @@ class _LogReader(DataSourceReader):
                 summary = reader.summarize_segment_file(segment)
                 if summary is not None:  # an empty file has no batch to summarize
                     yield (segment.broker_id, segment.data_dir, segment.topic,
-                           segment.partition, segment.path, segment.base_offset, *summary)
+                           segment.partition, segment.path, segment.base_offset,
+                           segment.topic_id, *summary)
             else:
                 yield from _record_arrow(segment, self.payload)
 
@@ -223,6 +226,7 @@ def _constant_columns(segment: reader.SegmentFile, n: int) -> list:
         repeat(segment.partition, pa.int32()),
         repeat(segment.path, pa.string()),
         repeat(segment.base_offset, pa.int64()),
+        repeat(segment.topic_id, pa.string()),
     ]
 
 
@@ -344,6 +348,7 @@ def checkpoint_rows(data_dir: str, broker_id: int,
     """Rows (CHECKPOINT_COLUMNS order) for one data dir; a bad file is one row with ``error``."""
     from pathlib import Path
 
+    topic_ids = {(p.topic, p.partition): p.topic_id for p in partition_dirs}
     for file_name, kind in reader.OFFSET_CHECKPOINTS.items():
         path = Path(data_dir) / file_name
         if not path.exists():
@@ -351,10 +356,11 @@ def checkpoint_rows(data_dir: str, broker_id: int,
         try:
             entries = reader.parse_offset_checkpoint(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError, reader.CheckpointFormatError) as e:
-            yield (broker_id, data_dir, str(path), kind, None, None, None, None, None, str(e))
+            yield (broker_id, data_dir, str(path), kind, None, None, None, None, None, str(e), "")
             continue
         for i, (topic, part, offset) in enumerate(entries):
-            yield (broker_id, data_dir, str(path), kind, topic, part, i, None, offset, None)
+            yield (broker_id, data_dir, str(path), kind, topic, part, i, None, offset, None,
+                   topic_ids.get((topic, part), ""))
     for pdir in partition_dirs:
         path = Path(pdir.path) / reader.EPOCH_CHECKPOINT
         if not path.exists():
@@ -363,11 +369,11 @@ def checkpoint_rows(data_dir: str, broker_id: int,
             entries = reader.parse_epoch_checkpoint(path.read_text(encoding="utf-8"), str(path))
         except (OSError, UnicodeDecodeError, reader.CheckpointFormatError) as e:
             yield (broker_id, data_dir, str(path), CHECKPOINT_KIND_LEADER_EPOCH, pdir.topic,
-                   pdir.partition, None, None, None, str(e))
+                   pdir.partition, None, None, None, str(e), pdir.topic_id)
             continue
         for i, (epoch, start) in enumerate(entries):
             yield (broker_id, data_dir, str(path), CHECKPOINT_KIND_LEADER_EPOCH, pdir.topic,
-                   pdir.partition, i, epoch, start, None)
+                   pdir.partition, i, epoch, start, None, pdir.topic_id)
 
 
 # ---------------------------------------------------------------- tidewater-metrics

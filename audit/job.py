@@ -97,8 +97,8 @@ def _ack_row(line: str, where: str) -> tuple:
 # The batch columns rules read row by row (only replicas_agree_below_hw does: the
 # batch-level rules work from the reader's per-segment summaries).
 BATCH_RULE_COLUMNS = (
-    "broker_id", "topic", "partition", "base_offset", "last_offset", "partition_leader_epoch",
-    "crc_stored", "status",
+    "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
+    "partition_leader_epoch", "crc_stored", "status",
 )
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")

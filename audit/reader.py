@@ -14,6 +14,18 @@ Folder layout it understands::
         %020d.log                        segment: RecordBatch v2 batches back to back,
         %020d.index, %020d.timeindex     named by the segment's base offset
         leader-epoch-checkpoint
+        partition.metadata               the topic incarnation's ID (below)
+      <topic>-<partition>.<hex>-delete/  a log moved aside for deletion: not audited
+
+partition.metadata (Kafka's, KIP-516)::
+
+    version: 0
+    topic_id: <22 characters of URL-safe base64, no padding>
+
+The ID tells incarnations of one topic name apart (a topic deleted and created
+again): replicas are compared only with replicas of the same ID. A partition
+dir without the file (written before topic IDs) has the ID "" and is compared
+with the other ID-less ones; a malformed file is an AuditInputError.
 
 Offset checkpoints (Kafka text format)::
 
@@ -76,6 +88,8 @@ STATUS_TORN = "torn"        # the file ends inside a batch
 
 SEGMENT_SUFFIX = ".log"
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+_TOPIC_ID_TEXT = re.compile(r"^[A-Za-z0-9_-]{22}$")
 OFFSET_CHECKPOINTS = {
     "replication-offset-checkpoint": "high-watermark",
     "recovery-point-offset-checkpoint": "recovery-point",
@@ -115,6 +129,7 @@ class SegmentFile:
     path: str
     base_offset: int  # from the file name
     size_bytes: int
+    topic_id: str = ""  # partition.metadata's, "" without one
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,7 @@ class PartitionDir:
     topic: str
     partition: int
     path: str
+    topic_id: str = ""
 
 
 @dataclass(slots=True)
@@ -156,6 +172,35 @@ def _is_partition_dir(path: Path) -> bool:
     except OSError:
         return False
     return any(n.endswith(SEGMENT_SUFFIX) or n == EPOCH_CHECKPOINT for n in names)
+
+
+def parse_partition_metadata(text: str, path: str = PARTITION_METADATA) -> str:
+    """The topic ID (22-character text) in a partition.metadata file's text."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    fields = [line.partition(":") for line in lines]
+    if (len(fields) != 2 or [f[0].strip() for f in fields] != ["version", "topic_id"]
+            or any(not sep for _k, sep, _v in fields)):
+        raise AuditInputError(f"{path}: not a partition.metadata file")
+    version, topic_id = (f[2].strip() for f in fields)
+    if version != "0":
+        raise AuditInputError(f"{path}:1: unsupported version {version!r}")
+    if not _TOPIC_ID_TEXT.match(topic_id):
+        raise AuditInputError(f"{path}:2: bad topic id {topic_id!r}")
+    return topic_id
+
+
+def read_topic_id(partition_dir: Path) -> str:
+    """The partition dir's topic ID, "" when it has no partition.metadata."""
+    path = partition_dir / PARTITION_METADATA
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as e:
+        raise AuditInputError(f"cannot read {path}: {e}") from e
+    return parse_partition_metadata(text, str(path))
 
 
 def _read_meta_broker_id(data_dir: Path) -> int | None:
@@ -242,14 +287,15 @@ def discover(paths: Iterable[str | Path]) -> Inventory:
         seen.add(str(pdir))
         topic, partition = parse_partition_dir_name(pdir.name)  # type: ignore[misc]
         broker = broker_of(pdir.parent)
+        topic_id = read_topic_id(pdir)
         inventory.partition_dirs.append(
-            PartitionDir(broker, str(pdir.parent), topic, partition, str(pdir)))
+            PartitionDir(broker, str(pdir.parent), topic, partition, str(pdir), topic_id))
         for seg in sorted(pdir.glob("*" + SEGMENT_SUFFIX)):
             base = segment_base_offset(seg)
             if base is not None:
                 inventory.segments.append(SegmentFile(
                     broker, str(pdir.parent), topic, partition, str(seg), base,
-                    seg.stat().st_size))
+                    seg.stat().st_size, topic_id))
     for seg in single_segments:
         if str(seg) in {s.path for s in inventory.segments}:
             continue
@@ -258,7 +304,7 @@ def discover(paths: Iterable[str | Path]) -> Inventory:
         base = segment_base_offset(seg)
         inventory.segments.append(SegmentFile(
             broker, str(seg.parent.parent), topic, partition, str(seg),
-            base if base is not None else -1, seg.stat().st_size))
+            base if base is not None else -1, seg.stat().st_size, read_topic_id(seg.parent)))
     if not inventory.segments and not inventory.partition_dirs:
         raise AuditInputError("no Tidewater partition folders or segments found in: "
                               + ", ".join(str(p) for p in paths))

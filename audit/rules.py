@@ -14,8 +14,8 @@ collected to the driver.
 | epochs_monotonic | batch leader epochs never decrease, per replica | log |
 | epoch_checkpoint_matches_log | leader-epoch-checkpoint = the epoch cache the log implies | log, checkpoints |
 | offset_checkpoints_within_log | log-start <= HW <= LEO and recovery point <= LEO | log, checkpoints |
-| replicas_agree_below_hw | below the HW every replica covering an offset holds the identical batch (offsets, epoch, CRC) | log, checkpoints, metrics |
-| epoch_histories_agree | replicas' epoch histories give each common epoch the same start offset | log |
+| replicas_agree_below_hw | below the HW every replica (of one topic ID) covering an offset holds the identical batch (offsets, epoch, CRC) | log, checkpoints, metrics |
+| epoch_histories_agree | replicas' (of one topic ID) epoch histories give each common epoch the same start offset | log |
 | hw_monotonic_per_leader_epoch | a leader's HW never goes back within one leader epoch | metrics |
 | hw_not_above_leo | HW <= LEO in every sample | metrics |
 | acked_writes_present | every acks=all record is held by a replica at its offset, same key and value | ack logs, log (records) |
@@ -27,6 +27,13 @@ may end with one more entry than that: a leader's ``(new epoch, LEO)`` before
 it wrote anything. Epoch histories (rule epoch_histories_agree) are compared
 from the logs, not the checkpoints, so one broken checkpoint file is reported
 once (by epoch_checkpoint_matches_log) rather than twice.
+
+Topic incarnations: replicas are compared only with replicas of the same
+topic ID (``partition.metadata``; "" for logs written before topic IDs): a
+topic deleted and created again is another partition for the rules that
+compare replicas (replicas_agree_below_hw, epoch_histories_agree, the
+committed HW). A metrics sample carries no topic ID: it counts towards the
+committed HW only when one incarnation of its partition is on disk.
 
 The committed HW of a partition is the largest HW any replica checkpointed or
 any metrics sample showed: below it every replica in sync must agree. A
@@ -59,6 +66,7 @@ VIOLATION_DDL = ("rule string, broker_id int, topic string, partition int, offse
                  "detail string")
 REPLICA_KEYS = ["broker_id", "topic", "partition"]
 PARTITION_KEYS = ["topic", "partition"]
+INCARNATION_KEYS = ["topic", "partition", "topic_id"]  # replicas compared only within one
 
 # Metric names (broker/metrics.py); older or plain exports without "replica_" also match.
 BROKER_METRIC_PREFIXES = ("tidewater_broker_replica_", "tidewater_broker_")
@@ -131,6 +139,11 @@ class ReplicaSummary:
     row_count: int          # every row, torn and corrupt ones included
     log_start_offset: int
     log_end_offset: int
+    topic_id: str = ""      # the replica's incarnation
+
+    @property
+    def incarnation(self) -> tuple[str, int, str]:
+        return self.topic, self.partition, self.topic_id
 
 
 class Derived:
@@ -171,7 +184,9 @@ class Derived:
                 self.replica_rows.append(ReplicaSummary(
                     broker, topic, partition, sum(s.batch_count for s in segs),
                     sum(s.row_count for s in segs), min(s.log_start_offset for s in whole),
-                    max(s.log_end_offset for s in whole)))
+                    max(s.log_end_offset for s in whole), segs[0].topic_id or ""))
+        self.topic_ids = {(r.broker_id, r.topic, r.partition): r.topic_id
+                          for r in self.replica_rows}
         self.samples = replica_samples(inputs.metrics)
         self.sample_rows = []
         if self.samples is not None:
@@ -194,10 +209,10 @@ class Derived:
     def replicas(self) -> DataFrame:
         """One row per replica with whole batches: its log start and end offsets."""
         return self.inputs.spark.createDataFrame(
-            [(r.broker_id, r.topic, r.partition, r.log_start_offset, r.log_end_offset)
-             for r in self.replica_rows],
-            "broker_id int, topic string, partition int, log_start_offset long, "
-            "log_end_offset long")
+            [(r.broker_id, r.topic, r.partition, r.topic_id, r.log_start_offset,
+              r.log_end_offset) for r in self.replica_rows],
+            "broker_id int, topic string, partition int, topic_id string, "
+            "log_start_offset long, log_end_offset long")
 
     def segment_boundaries(self) -> list[tuple]:
         """(broker, topic, partition, previous segment's last row, next segment's first row)."""
@@ -233,17 +248,23 @@ class Derived:
             self._epoch_logs = logs
         return self._epoch_logs
 
-    def committed_high_watermarks(self) -> dict[tuple[str, int], int]:
-        """Per partition: the largest HW any replica checkpointed or any sample showed."""
+    def committed_high_watermarks(self) -> dict[tuple[str, int, str], int]:
+        """Per incarnation (topic, partition, topic_id): the largest HW any of its replicas
+        checkpointed or any sample showed (samples: only for a partition with one
+        incarnation on disk, since a sample does not say which one it saw)."""
         if self._hw is None:
-            hw: dict[tuple[str, int], int] = {}
+            hw: dict[tuple[str, int, str], int] = {}
+            incarnations: dict[tuple[str, int], set[str]] = defaultdict(set)
+            for r in self.replica_rows:
+                incarnations[(r.topic, r.partition)].add(r.topic_id)
             for r in self.checkpoint_rows:
                 if r.kind == "high-watermark" and r.error is None:
-                    key = (r.topic, r.partition)
+                    key = (r.topic, r.partition, r.topic_id or "")
                     hw[key] = max(hw.get(key, -1), r.offset)
             for r in self.sample_rows:
-                if r.high_watermark is not None:
-                    key = (r.topic, r.partition)
+                ids = incarnations.get((r.topic, r.partition), set())
+                if r.high_watermark is not None and len(ids) <= 1:
+                    key = (r.topic, r.partition, next(iter(ids), ""))
                     hw[key] = max(hw.get(key, -1), int(r.high_watermark))
             self._hw = hw
         return self._hw
@@ -367,31 +388,35 @@ def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> Rule
 def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult:
     spark = inputs.spark
     hw = derived.committed_high_watermarks()
-    hw_df = spark.createDataFrame([(t, p, o) for (t, p), o in hw.items()],
-                                  "topic string, partition int, high_watermark long")
-    replica_counts: dict[tuple[str, int], int] = defaultdict(int)
+    hw_df = spark.createDataFrame([(t, p, i, o) for (t, p, i), o in hw.items()],
+                                  "topic string, partition int, topic_id string, "
+                                  "high_watermark long")
+    replica_counts: dict[tuple[str, int, str], int] = defaultdict(int)
     for r in derived.replica_rows:
-        replica_counts[(r.topic, r.partition)] += 1
-    counts_df = spark.createDataFrame([(t, p, n) for (t, p), n in replica_counts.items()],
-                                      "topic string, partition int, replicas int")
+        replica_counts[r.incarnation] += 1
+    counts_df = spark.createDataFrame([(t, p, i, n) for (t, p, i), n in replica_counts.items()],
+                                      "topic string, partition int, topic_id string, "
+                                      "replicas int")
     # Each distinct batch below the HW with the brokers holding it (one entry per
     # copy): one pass over the batches, no join of the batches with themselves.
-    holders = (derived.framed.join(F.broadcast(hw_df), PARTITION_KEYS)
+    # Keyed by incarnation: another incarnation of the name is another partition.
+    framed = derived.framed.fillna("", ["topic_id"])
+    holders = (framed.join(F.broadcast(hw_df), INCARNATION_KEYS)
                .where(F.col("last_offset") < F.col("high_watermark"))
-               .groupBy(*PARTITION_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
-                        "crc_stored", "high_watermark")
+               .groupBy(*INCARNATION_KEYS, "base_offset", "last_offset",
+                        "partition_leader_epoch", "crc_stored", "high_watermark")
                .agg(F.collect_list("broker_id").alias("holders")))
     # A batch every replica of its partition holds is missing from none: the
     # common case, dropped before pairing holders with peers.
-    mine = (holders.join(F.broadcast(counts_df), PARTITION_KEYS)
+    mine = (holders.join(F.broadcast(counts_df), INCARNATION_KEYS)
             .where(F.size(F.array_distinct("holders")) < F.col("replicas"))
             .select("*", F.explode("holders").alias("broker_id")))
     peers = derived.replicas.select(
-        F.col("broker_id").alias("peer_id"), *PARTITION_KEYS,
+        F.col("broker_id").alias("peer_id"), *INCARNATION_KEYS,
         F.col("log_start_offset").alias("peer_start"), F.col("log_end_offset").alias("peer_end"))
     # Every (copy, peer) where the peer's log covers the batch's offsets below the
     # HW and the peer holds no identical batch.
-    bad = (mine.join(F.broadcast(peers), PARTITION_KEYS)
+    bad = (mine.join(F.broadcast(peers), INCARNATION_KEYS)
            .where((F.col("peer_id") != F.col("broker_id"))
                   & (F.col("peer_start") <= F.col("base_offset"))
                   & (F.col("last_offset") < F.col("peer_end"))
@@ -405,35 +430,45 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
                     F.col("partition"), F.col("base_offset"), detail)
     info = replica_positions(derived, hw)
     return _result("replicas_agree_below_hw",
-                   "Below the partition's committed HW every replica that covers an offset "
+                   "Below the committed HW of a partition (one topic incarnation) every "
+                   "replica of it that covers an offset "
                    "holds the identical batch (offsets, epoch, CRC).",
                    derived.framed_batches, v, info=info)
 
 
-def replica_positions(derived: Derived, hw: dict[tuple[str, int], int]) -> dict:
+def replica_positions(derived: Derived, hw: dict[tuple[str, int, str], int]) -> dict:
     """Lagging replicas and uncommitted suffixes, for the report (never violations)."""
     lagging, uncommitted = [], []
     for r in sorted(derived.replica_rows, key=lambda r: (r.topic, r.partition, r.broker_id)):
-        committed = hw.get((r.topic, r.partition))
+        committed = hw.get(r.incarnation)
         if committed is None:
             continue
         where = {"broker_id": r.broker_id, "topic": r.topic, "partition": r.partition,
-                 "log_end_offset": r.log_end_offset, "high_watermark": committed}
+                 "topic_id": r.topic_id, "log_end_offset": r.log_end_offset,
+                 "high_watermark": committed}
         if r.log_end_offset < committed:
             lagging.append(where)
         elif r.log_end_offset > committed:
             uncommitted.append({**where, "uncommitted_offsets": r.log_end_offset - committed})
-    return {"high_watermarks": {f"{t}-{p}": o for (t, p), o in sorted(hw.items())},
+    per_name: dict[tuple[str, int], int] = defaultdict(int)
+    for t, p, _i in hw:
+        per_name[(t, p)] += 1
+
+    def name(t: str, p: int, i: str) -> str:  # the incarnation only when the name has several
+        return f"{t}-{p}" if per_name[(t, p)] == 1 else f"{t}-{p}@{i or 'no-id'}"
+
+    return {"high_watermarks": {name(t, p, i): o for (t, p, i), o in sorted(hw.items())},
             "lagging_replicas": lagging, "uncommitted_suffixes": uncommitted}
 
 
 def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
     logs = derived.replica_epoch_logs()
-    by_partition: dict[tuple[str, int], list] = defaultdict(list)
+    by_incarnation: dict[tuple[str, int, str], list] = defaultdict(list)
     for (broker, topic, partition), log in logs.items():
-        by_partition[(topic, partition)].append((broker, log))
+        topic_id = derived.topic_ids.get((broker, topic, partition), "")
+        by_incarnation[(topic, partition, topic_id)].append((broker, log))
     rows, pairs = [], 0
-    for (topic, partition), replicas in sorted(by_partition.items()):
+    for (topic, partition, _topic_id), replicas in sorted(by_incarnation.items()):
         replicas.sort(key=lambda item: item[0])
         for i, (a, log_a) in enumerate(replicas):
             for b, log_b in replicas[i + 1:]:
@@ -445,7 +480,7 @@ def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
     v = _driver_violations(derived, "epoch_histories_agree", rows)
     return _result("epoch_histories_agree",
                    "The replicas' leader-epoch histories (from their logs) agree on every "
-                   "epoch they share.", pairs, v)
+                   "epoch they share (replicas of one topic incarnation).", pairs, v)
 
 
 # ---------------------------------------------------------------- metrics rules

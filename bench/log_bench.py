@@ -15,6 +15,13 @@ Cases (1 KiB incompressible records, no compression):
   the same files.
 - recovery scan: Log.open without a clean shutdown (every batch CRC-checked, indexes
   rebuilt and written); reference os.pread of the same files in 8 MiB chunks.
+- scrub: one pass of the background scrub (``broker/storage/scrub.py``) over the
+  closed segments with the rate unbounded: what checking a MB costs (the broker
+  runs it at ``log.scrub.bytes.per.second``); reference os.pread of the same files
+  in 1 MiB chunks (the scrub's read size).
+
+Reads check every batch they return (framing, offsets, CRC-32C): the read rows
+include that check; ``--per-record``'s fetch read too.
 
 ``--per-record``: CPU microseconds of one leader append, one fetch read (1 MiB max,
 from where the previous read ended) and one follower append of a 1 KiB single-record
@@ -56,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tidewater.broker.storage.log import Log  # noqa: E402
 from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
+from tidewater.broker.storage.scrub import SCRUB_CHUNK_BYTES, LogScrubber  # noqa: E402
 from tidewater.broker.storage.topics import TopicPartition  # noqa: E402
 from tidewater.proto.records import encode_batch  # noqa: E402
 
@@ -202,6 +210,38 @@ def bench_recovery(log_dir: Path) -> tuple[Clock, Clock, int]:
     return scan_clock, raw_clock, size
 
 
+def bench_scrub(log_dir: Path) -> tuple[Clock, Clock, int]:
+    """One scrub pass over the closed segments (rate unbounded) against reading them."""
+    log = Log.open(log_dir, LogConfig(segment_bytes=SEGMENT_BYTES), now_ms=0,
+                   had_clean_shutdown=True)
+    log.roll(now_ms=0)  # every byte in a closed segment: the scrub's to check
+    closed = log.segments()[:-1]
+    size = sum(s.size_bytes for s in closed)
+    found: list = []
+    scrubber = LogScrubber(lambda: {TopicPartition("bench", 0): log},
+                           lambda tp, batch: found.append(batch), bytes_per_second=1 << 50,
+                           interval_ms=3_600_000, now_ms=0)
+    scrub_clock, raw_clock = Clock(), Clock()
+    with scrub_clock:
+        now = 0
+        while scrubber.schedule.passes_done == 0:
+            now += scrubber.step(now)
+    scrubber.close()
+    assert not found and scrubber.schedule.bytes_verified == size, found
+    buffer = memoryview(bytearray(SCRUB_CHUNK_BYTES))
+    with raw_clock:
+        for segment in closed:
+            fd = os.open(segment.log_path, os.O_RDONLY)
+            try:
+                position = 0
+                while n := os.preadv(fd, [buffer], position):
+                    position += n
+            finally:
+                os.close(fd)
+    log.close()
+    return scrub_clock, raw_clock, size
+
+
 def mb_per_s(size: int, seconds: float) -> float:
     return size / MIB / seconds if seconds > 0 else float("inf")
 
@@ -229,6 +269,9 @@ def run_once(base: Path, total_bytes: int, fsync_bytes: int) -> list[tuple]:
         log.close()
         scan_clock, raw_clock, scan_size = bench_recovery(log.dir)
         rows.append(row(f"recovery scan {label} batches", scan_size, len(batch), scan_clock,
+                        raw_clock))
+        scrub_clock, raw_clock, scrub_size = bench_scrub(log.dir)
+        rows.append(row(f"scrub {label} batches", scrub_size, len(batch), scrub_clock,
                         raw_clock))
         shutil.rmtree(log.dir)
         shutil.rmtree(raw_dir)

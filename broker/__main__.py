@@ -1,7 +1,8 @@
 """``python -m broker`` / ``tide-broker``: run one broker until SIGTERM or SIGINT.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
-(one line on stderr), 1 when start-up fails (e.g. the port is taken), 70
+(one line on stderr), 1 when start-up fails (the port is taken, a corrupt file in
+the data dir such as partition.metadata), 70
 (EX_SOFTWARE) when a background task died or an invariant broke (the cause
 is logged at CRITICAL and printed on stderr).
 """
@@ -18,6 +19,7 @@ import uvloop
 
 from tidewater.broker.config import ConfigError, config_from_args
 from tidewater.proto import grpc_env
+from tidewater.proto.errors import TidewaterError
 
 # Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
 grpc_env.apply()
@@ -48,7 +50,7 @@ async def _serve(config) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await process.start()
-    except OSError as e:
+    except (OSError, TidewaterError) as e:  # a taken port; a corrupt file in the data dir
         print(f"tide-broker: cannot start: {e}", file=sys.stderr)
         await process.shutdown()
         return 1

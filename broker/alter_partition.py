@@ -1,4 +1,4 @@
-"""Carries the replication core's ISR proposals to the controller (AlterPartition).
+"""Carries the replication core's requests to the controller: AlterPartition, ReportCorruptReplica.
 
 ``ReplicaState`` decides when to propose an ISR change, keeps at most one in
 flight, and decides what each answer proves (module docstring of
@@ -7,7 +7,8 @@ supervised task per ``AlterPartitionRequest`` the core emits, which calls the
 controller and hands the answer back to the core (``on_alter_partition_answer``)
 or reports that there was none it can trust (``on_alter_partition_unsure``:
 a transport error, a timeout, a request-level error), then carries out the
-resulting ``Ready``.
+resulting ``Ready``. A corrupt replica's report (``CorruptReport``) travels the
+same way (``ReportCorruptReplica``; ``on_corrupt_report_answer`` / ``..._unsure``).
 """
 
 from __future__ import annotations
@@ -19,19 +20,26 @@ from tidewater.broker.clock import mono_ms
 from tidewater.broker.control import partition_state
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.ready import AlterPartitionRequest
+from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker.isr")
 
 AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
+CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
+                            Awaitable[pb.ReportCorruptReplicaResponse]]
+
+
+async def _no_controller(replicas):
+    raise ConnectionError("no controller to report to")
 
 
 class AlterPartitionSender:
     def __init__(self, *, rpc: AlterPartitionRpc, carrier: ReadyCarrier,
-                 supervisor: TaskSupervisor):
+                 supervisor: TaskSupervisor, report_rpc: CorruptReportRpc = _no_controller):
         self._rpc = rpc
+        self._report_rpc = report_rpc
         self._carrier = carrier
         self._supervisor = supervisor
 
@@ -61,4 +69,33 @@ class AlterPartitionSender:
                 state = partition_state(answer.state) if answer.HasField("state") else None
                 ready = replica.on_alter_partition_answer(request.alter_id, answer.error_code,
                                                           state, mono_ms())
+            self._carrier.apply(partition, ready)
+
+    def report_corrupt(self, partition: Partition, report: CorruptReport) -> None:
+        self._supervisor.spawn(self._report(partition, report),
+                               name=f"report-corrupt-{partition.tp}-{report.report_id}")
+
+    async def _report(self, partition: Partition, report: CorruptReport) -> None:
+        item = pb.CorruptReplica(topic=partition.tp.topic, partition=partition.tp.partition,
+                                 leader_epoch=report.leader_epoch,
+                                 partition_epoch=report.partition_epoch,
+                                 corrupt_offset=report.corrupt_offset)
+        log.warning("reporting %s corrupt from offset %d to the controller", partition.tp,
+                    report.corrupt_offset)
+        try:
+            response = await self._report_rpc([item])
+        except Exception as e:  # noqa: BLE001 - the controller may be gone: not an answer
+            log.info("ReportCorruptReplica %s: no answer (%s)", partition.tp, type(e).__name__)
+            response = None
+        async with partition.lock:
+            replica = partition.replica
+            if response is None or response.error_code != pb.NONE or not response.results:
+                ready = replica.on_corrupt_report_unsure(report.report_id, mono_ms())
+            else:
+                answer = response.results[0]
+                state = partition_state(answer.state) if answer.HasField("state") else None
+                log.info("ReportCorruptReplica %s answered %s", partition.tp,
+                         pb.ErrorCode.Name(answer.error_code))
+                ready = replica.on_corrupt_report_answer(report.report_id, answer.error_code,
+                                                         state, mono_ms())
             self._carrier.apply(partition, ready)

@@ -6,7 +6,9 @@
 - checkpoints: the HW checkpoint every ``log.flush.offset.checkpoint.interval.ms``,
   with segment.ms rolls and flush.ms flushes; recovery points every 30 s;
 - retention: old segments deleted every ``log.retention.check.interval.ms``,
-  never past a partition's HW.
+  never past a partition's HW;
+- the scrub (``log.scrub.bytes.per.second`` > 0): closed segments re-read at a
+  bounded rate; a damaged batch goes to the replica's core (issue 14, bug 6).
 
 File work runs in worker threads (``_in_thread``) on snapshots taken on the
 loop (HWs, the logs), so no fsync or rename stalls a request; ``stop`` waits
@@ -21,11 +23,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
+from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto.errors import TidewaterError
@@ -39,13 +44,15 @@ REPLICATION_TICK_MS_MAX = 250
 class BackgroundWork:
     def __init__(self, *, config: BrokerConfig, log_manager, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, partitions: dict[TopicPartition, Partition],
-                 high_watermarks: Callable[[], dict[TopicPartition, int]]):
+                 high_watermarks: Callable[[], dict[TopicPartition, int]],
+                 corruption: CorruptionReporter):
         self.config = config
         self.log_manager = log_manager
         self._carrier = carrier
         self._supervisor = supervisor
         self._partitions = partitions
         self._high_watermarks = high_watermarks
+        self._corruption = corruption
         self._tasks: list[asyncio.Task] = []
         # Checkpoint writes, rolls/flushes and retention passes running in threads.
         self._thread_work: set[asyncio.Future] = set()
@@ -57,6 +64,14 @@ class BackgroundWork:
             spawn(self._checkpoint_loop(), "hw-checkpoint"),
             spawn(self._retention_loop(), "retention"),
         ]
+        if self.config.log_scrub_bytes_per_second > 0:
+            loop = asyncio.get_running_loop()
+            scrubber = LogScrubber(
+                self.log_manager.logs,
+                lambda tp, batch: loop.call_soon_threadsafe(self.on_scrub_corrupt, tp, batch),
+                bytes_per_second=self.config.log_scrub_bytes_per_second,
+                interval_ms=self.config.log_scrub_interval_ms, now_ms=mono_ms())
+            self._tasks.append(spawn(scrubber.run(), "scrub"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -65,10 +80,24 @@ class BackgroundWork:
         if self._thread_work:
             await asyncio.gather(*self._thread_work, return_exceptions=True)
 
+    def on_scrub_corrupt(self, tp: TopicPartition, batch: CorruptBatch) -> None:
+        """The scrub found a damaged batch (on the loop now): reported once, and handed to
+        the replica's core if it is the log the replica serves (issue 14, bug 6)."""
+        self._corruption.report(batch, SCRUB)
+        partition = self._partitions.get(tp)
+        if partition is None or Path(batch.path).parent != Path(partition.log.dir):
+            return  # not hosted (yet), or another incarnation's log
+        try:
+            self._carrier.apply(partition, partition.replica.on_corrupt_batch(batch.base_offset,
+                                                                              mono_ms()))
+        except TidewaterError as e:
+            log.warning("%s: reacting to the corrupt batch failed: %s", tp, e)
+
     def tick_all(self, now_ms: int) -> None:
-        """One replication tick of every replica (synchronous, on the loop)."""
+        """One replication tick of every replica that needs time (synchronous, on the loop)."""
         for partition in list(self._partitions.values()):
-            if partition.replica.leader is None:
+            replica = partition.replica
+            if replica.leader is None and replica.corrupt_from is None:
                 continue
             try:
                 self._carrier.apply(partition, partition.replica.tick(now_ms))

@@ -8,8 +8,13 @@ each partition state goes to its replica's core
 partition's lock, and the ``Ready`` is carried out; the core's ``error`` is
 that partition's answer. A partition exists locally only once a LeaderAndIsr
 names this broker as a replica; logs loaded at start-up wait (with their
-checkpointed HW) until then, and the ones the cluster no longer places here
-are deleted (``_delete_stray_logs``).
+checkpointed HW) until then.
+
+Topic IDs (``topic_identity``, pure): a LeaderAndIsr's topic ID decides whether
+the local log is kept, adopted, or moved aside for a fresh one; every full
+UpdateMetadata sweeps replicas of incarnations the cluster no longer has here.
+Only a controller of this data dir's cluster (``cluster_identity``) may make
+the broker delete a log.
 
 Topic configs ride on every LeaderAndIsr: a log's config and the core's
 ``min.insync.replicas`` follow them (a change re-checks the HW and the
@@ -22,6 +27,7 @@ import logging
 from collections.abc import Callable
 
 from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.cluster_identity import ClusterIdentity
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metadata_cache import MetadataCache
@@ -30,9 +36,23 @@ from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import PartitionState, ReplicaState
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
+from tidewater.broker.topic_identity import (
+    IdentityAction,
+    describe_topic_id,
+    is_stray,
+    log_identity_action,
+    stop_replica_error,
+    told_id_conflict,
+)
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.errors import (
+    InconsistentClusterIdError,
+    InconsistentTopicIdError,
+    InvalidConfigError,
+    error_for_code,
+)
 from tidewater.proto.topic_config import validate_topic_configs
+from tidewater.proto.topic_id import check_topic_id
 
 log = logging.getLogger("tidewater.broker.control")
 
@@ -57,6 +77,7 @@ class ControlRequests:
         self._loaded_high_watermarks = loaded_high_watermarks
         self._forget_partition = forget_partition
         self.controller_epoch = -1
+        self.cluster_identity = ClusterIdentity(config.data_dir, config.broker_id)
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
@@ -74,21 +95,27 @@ class ControlRequests:
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        trusted = self.cluster_identity.trusts(request.cluster_id)
+        names_by_id = self._topic_names_by_id()
         for item in request.partitions:
             try:
-                code, message = await self._apply_partition_state(item)
+                code, message = await self._apply_partition_state(
+                    item, trusted, request.metadata_offset, names_by_id)
             except Exception as e:  # noqa: BLE001 - the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="LeaderAndIsr")
             response.partitions.add(topic=item.state.topic, partition=item.state.partition,
                                     error_code=code, error_message=message)
         return response
 
-    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition) -> tuple[int, str]:
+    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+                                     metadata_offset: int,
+                                     names_by_id: dict[bytes, str]) -> tuple[int, str]:
         state = partition_state(item.state)
         tp = TopicPartition(state.topic, state.partition)
         validate_topic_partition(tp)
         if self.broker_id not in state.replicas:
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        topic_id = check_topic_id(item.state.topic_id)
         topic_configs = dict(item.topic_configs)
         try:
             validate_topic_configs(topic_configs)  # the controller's own parser
@@ -97,26 +124,70 @@ class ControlRequests:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
-        partition = self.partitions.get(tp) or self._create_partition(tp, topic_configs)
+        partition = await self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
+                                                          names_by_id)
+        partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
         async with partition.lock:
             self._apply_topic_configs(partition, topic_configs)
             ready = partition.replica.on_leader_and_isr(state, mono_ms())
             self._carrier.apply(partition, ready)
         return ready.error, ready.error_message
 
-    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str]) -> Partition:
+    async def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
+                                         topic_configs: dict[str, str], trusted: bool,
+                                         names_by_id: dict[bytes, str]) -> Partition:
+        """The replica of ``tp`` for incarnation ``topic_id`` (``topic_identity``'s table):
+        the local one, after adopting the ID or replacing another incarnation's log."""
+        owner = told_id_conflict(tp.topic, topic_id, names_by_id)
+        if owner is not None:
+            raise InconsistentTopicIdError(
+                f"topic id {describe_topic_id(topic_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
+        partition = self.partitions.get(tp)
+        has_log = partition is not None or self.log_manager.get(tp) is not None
+        local_id = self.log_manager.topic_id(tp)
+        action = log_identity_action(local_id, topic_id, has_log=has_log, trusted=trusted)
+        if action is IdentityAction.REFUSE:
+            raise InconsistentClusterIdError(
+                f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
+                f"{describe_topic_id(topic_id)}, and the controller's cluster id is not this "
+                f"data dir's: kept")
+        if action is IdentityAction.ADOPT:
+            log.info("%s: the log made before topic ids adopts topic id %s", tp,
+                     describe_topic_id(topic_id))
+            self.log_manager.assign_topic_id(tp, topic_id)
+            if partition is not None:
+                partition.topic_id = topic_id
+        elif action is IdentityAction.REPLACE:
+            log.warning("%s: the local log is incarnation %s, the controller names %s: moving it "
+                        "aside for deletion", tp, describe_topic_id(local_id),
+                        describe_topic_id(topic_id))
+            await self._remove_replica(tp)
+            partition = None
+        names_by_id[topic_id] = tp.topic
+        return partition or self._create_partition(tp, topic_configs, topic_id)
+
+    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str],
+                          topic_id: bytes) -> Partition:
         log_ = self.log_manager.get(tp)
         if log_ is None:
             config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
-            log_ = self.log_manager.get_or_create(tp, config, wall_ms())
+            log_ = self.log_manager.get_or_create(tp, config, wall_ms(), topic_id=topic_id)
         replica = ReplicaState(
             tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
             high_watermark=self._loaded_high_watermarks.pop(tp, 0),
             min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             follower_options=self.config.follower_options)
-        partition = self.partitions[tp] = Partition(tp, log_, replica)
+        partition = self.partitions[tp] = Partition(tp, log_, replica, topic_id)
         return partition
+
+    def _topic_names_by_id(self) -> dict[bytes, str]:
+        """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""
+        names = {topic_id: tp.topic for tp, topic_id in self.log_manager.topic_ids().items()
+                 if topic_id is not None}
+        names.update(self.metadata_cache.topic_names_by_id())
+        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
+        return names
 
     def _apply_topic_configs(self, partition: Partition, topic_configs: dict[str, str]) -> None:
         """Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
@@ -135,32 +206,52 @@ class ControlRequests:
         if request.controller_epoch < self.controller_epoch:
             return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
         self.controller_epoch = request.controller_epoch
+        trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
         for state in request.partitions:
             tp = TopicPartition(state.topic, state.partition)
             code, message = pb.NONE, ""
             try:
-                partition = self.partitions.get(tp)
-                if partition is not None:
-                    async with partition.lock:
-                        ready = partition.replica.on_stop_replica(state.leader_epoch, mono_ms())
-                        self._carrier.apply(partition, ready)
-                        code, message = ready.error, ready.error_message
-                        if code == pb.NONE and request.delete_partitions:
-                            self._forget_partition(tp)
-                if code == pb.NONE and request.delete_partitions:
-                    self._loaded_high_watermarks.pop(tp, None)
-                    if self.log_manager.get(tp) is not None:
-                        self.log_manager.delete(tp)
+                if state.topic_id:
+                    check_topic_id(state.topic_id)
+                if tp in self.partitions or self.log_manager.get(tp) is not None:
+                    refused = stop_replica_error(self.log_manager.topic_id(tp), state.topic_id,
+                                                 trusted=trusted or not request.delete_partitions)
+                    if refused is not None:
+                        raise error_for_code(*refused)
+                code, message = await self._remove_replica(
+                    tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
             except Exception as e:  # noqa: BLE001
                 code, message = error_code_for(e, context="StopReplica")
             response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
                                     error_message=message)
         return response
 
+    async def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
+                              delete: bool = True) -> tuple[int, str]:
+        """Stop playing any part in ``tp`` (the core's ``on_stop_replica``: waits answered,
+        fetching stopped); with ``delete`` forget it and move its log aside for deletion
+        (``LogManager.delete``). Returns the core's answer (FENCED_LEADER_EPOCH for a stop
+        older than the replica's epoch: then nothing changes)."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            async with partition.lock:
+                ready = partition.replica.on_stop_replica(leader_epoch, mono_ms())
+                self._carrier.apply(partition, ready)
+                if ready.error != pb.NONE:
+                    return ready.error, ready.error_message
+                if delete and self.partitions.get(tp) is partition:
+                    self._forget_partition(tp)
+        if delete:
+            self._loaded_high_watermarks.pop(tp, None)
+            if self.log_manager.get(tp) is not None:
+                self.log_manager.delete(tp)
+        return pb.NONE, ""
+
     # ================================================================ UpdateMetadata
 
-    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+    async def update_metadata(self, request: pb.UpdateMetadataRequest
+                              ) -> pb.UpdateMetadataResponse:
         if request.controller_epoch < self.controller_epoch:
             return pb.UpdateMetadataResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
         try:
@@ -174,7 +265,8 @@ class ControlRequests:
                     self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
         self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
                                     if not b.fenced and not b.in_controlled_shutdown}
-        self._delete_stray_logs(request)
+        if self.cluster_identity.trusts(request.cluster_id):
+            await self._remove_stray_replicas(request)
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     def is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
@@ -189,24 +281,24 @@ class ControlRequests:
         alive_epoch = self.alive_broker_epochs.get(replica_id)
         return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
 
-    def _delete_stray_logs(self, request: pb.UpdateMetadataRequest) -> None:
-        """Delete loaded logs the cluster no longer places here (deleted while we were away).
-
-        Only logs never claimed by a LeaderAndIsr since start-up are candidates,
-        and only when the full snapshot says the partition does not exist or
-        does not list this broker as a replica.
-        """
-        if not self._loaded_high_watermarks or not request.partitions:
-            return  # an empty snapshot is more likely a wiped controller than an empty cluster
-        placed = {(p.topic, p.partition): self.broker_id in p.replicas
-                  for p in request.partitions}
-        for tp in list(self._loaded_high_watermarks):
-            if tp in self.partitions or placed.get((tp.topic, tp.partition), False):
+    async def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
+        """Move aside every local replica the full snapshot leaves out (``topic_identity.is_stray``):
+        logs not claimed since start-up whatever the snapshot holds (an empty one places
+        nothing here), and replicas a LeaderAndIsr made if the snapshot is as new as it."""
+        topic_ids = {p.topic: p.topic_id for p in request.partitions}
+        placed_here = {(p.topic, p.partition) for p in request.partitions
+                       if self.broker_id in p.replicas}
+        for tp, local_id in self.log_manager.topic_ids().items():
+            partition = self.partitions.get(tp)
+            if partition is not None and request.metadata_offset < partition.metadata_offset:
+                continue  # the snapshot may predate the LeaderAndIsr that made it
+            if not is_stray(tp, local_id, topic_ids=topic_ids, placed_here=placed_here):
                 continue
-            log.warning("deleting stray log %s: not a replica here in controller epoch %d",
-                        tp, request.controller_epoch)
-            self._loaded_high_watermarks.pop(tp, None)
+            log.warning("%s (topic id %s) is stray: the cluster (controller epoch %d, metadata "
+                        "offset %d) has no such replica here; moving it aside for deletion", tp,
+                        describe_topic_id(local_id), request.controller_epoch,
+                        request.metadata_offset)
             try:
-                self.log_manager.delete(tp)
+                await self._remove_replica(tp)
             except Exception as e:  # noqa: BLE001 - a failed delete leaves the log in place
-                log.error("deleting stray log %s failed: %s", tp, e)
+                log.error("removing stray replica %s failed: %s", tp, e)

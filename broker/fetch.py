@@ -20,13 +20,18 @@ first was answered empty as soon as the last one moved the HW) and left that
 follower without a pending fetch when the next record arrived. So a
 follower's long-poll is woken only by appends and leadership changes, a
 consumer's only by HW moves and leadership changes.
+
+Every batch read is checked (framing, CRC-32C: ``_read_checked``): a corrupt one
+ends the read with the batches before it, and the replica's core reacts (issue
+14, bug 6). A fetch naming a topic ID reads only that incarnation
+(``topic_identity.fetch_topic_id_error``: INCONSISTENT_TOPIC_ID / UNKNOWN_TOPIC_ID).
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.error_mapping import error_code_for
@@ -34,8 +39,17 @@ from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.partition import Partition
 from tidewater.broker.purgatory import FetchWaiters
 from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.corruption import (
+    CONSUMER_READ,
+    FOLLOWER_READ,
+    CorruptBatchError,
+    CorruptionReporter,
+    read_reporting,
+)
+from tidewater.broker.topic_identity import fetch_topic_id_error
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
+from tidewater.proto.errors import KafkaStorageError, error_for_code
 
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
@@ -71,8 +85,12 @@ def record_count(records: bytes) -> int:
 class FetchPath:
     def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
                  fetch_waiters: FetchWaiters, metrics: BrokerMetrics,
-                 is_isr_eligible: Callable[[int, int], bool], closing: Callable[[], bool]):
+                 is_isr_eligible: Callable[[int, int], bool], closing: Callable[[], bool],
+                 corruption: CorruptionReporter,
+                 known_topic_ids: Callable[[], Mapping[bytes, str]] = dict):
         self._lookup = lookup
+        self.corruption = corruption
+        self._known_topic_ids = known_topic_ids
         self._carrier = carrier
         self.fetch_waiters = fetch_waiters
         self._metrics = metrics
@@ -94,7 +112,8 @@ class FetchPath:
         # The request's fields are read once into plain tuples: a long-poll reads them again
         # on every pass, and each protobuf field access is a call (a message one allocates).
         wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                   fp.last_fetched_epoch, fp.partition_max_bytes) for fp in request.partitions]
+                   fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+                  for fp in request.partitions]
         max_bytes = request.max_bytes
         isr_eligible = (self._is_isr_eligible(replica_id, request.replica_broker_epoch)
                         if is_follower else False)
@@ -144,10 +163,12 @@ class FetchPath:
         must_answer = False
         results = []
         for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
-             partition_max_bytes) in wanted:
+             partition_max_bytes, topic_id) in wanted:
             leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
             try:
                 partition = self._lookup(topic, partition_index)
+                if topic_id and topic_id != partition.topic_id:
+                    self._refuse_topic_id(topic_id, partition)
                 log_ = partition.log
                 replica = partition.replica
                 leader_epoch = replica.leader_epoch
@@ -168,15 +189,15 @@ class FetchPath:
                     elif fetch_offset >= log_end_offset:
                         records = b""
                     else:
-                        records = bytes(log_.read(fetch_offset, budget,
-                                                  min_one_batch=total_bytes == 0).records)
+                        records = self._read_checked(partition, FOLLOWER_READ, fetch_offset,
+                                                     budget, None, total_bytes == 0)
                 else:
                     visible_end = replica.check_consumer_fetch(current_leader_epoch, fetch_offset)
                     if fetch_offset >= visible_end:
                         records = b""  # nothing committed there yet: never read above the HW
                     else:
-                        records = bytes(log_.read(fetch_offset, budget, max_offset=visible_end,
-                                                  min_one_batch=total_bytes == 0).records)
+                        records = self._read_checked(partition, CONSUMER_READ, fetch_offset,
+                                                     budget, visible_end, total_bytes == 0)
                 high_watermark = replica.high_watermark
                 total_bytes += len(records)
                 results.append((topic, partition_index, pb.NONE, "", high_watermark,
@@ -188,6 +209,35 @@ class FetchPath:
                                 log_start_offset, log_end_offset, leader_epoch, b"", None))
                 must_answer = True
         return results, total_bytes, must_answer
+
+    def _read_checked(self, partition: Partition, how: str, fetch_offset: int, max_bytes: int,
+                      max_offset: int | None, min_one_batch: bool) -> bytes:
+        """The read, every batch's CRC checked: the whole batches before a corrupt one,
+        which is reported (logged and counted once) and handed to the replica's core
+        (bug 6: it leaves the ISR and truncates below it). A read that starts at the bad
+        batch answers KAFKA_STORAGE_ERROR (retriable: a healthy replica takes over) while
+        one is expected to, else CORRUPT_MESSAGE (no healthy copy of that record here)."""
+        try:
+            result = read_reporting(partition.log, self.corruption, how, fetch_offset, max_bytes,
+                                    max_offset=max_offset, min_one_batch=min_one_batch)
+        except CorruptBatchError as e:
+            replica = partition.replica
+            self._carrier.apply(partition, replica.on_corrupt_batch(e.batch.base_offset, mono_ms()))
+            if replica.corruption_handover_expected:
+                raise KafkaStorageError(
+                    f"{partition.tp}: the batch at offset {e.batch.base_offset} of this replica "
+                    f"is corrupt; another replica takes over") from e
+            raise
+        if result.corrupt is not None:
+            self._carrier.apply(partition, partition.replica.on_corrupt_batch(
+                result.corrupt.base_offset, mono_ms()))
+        return bytes(result.records)
+
+    def _refuse_topic_id(self, topic_id: bytes, partition: Partition) -> None:
+        """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s."""
+        known = self._known_topic_ids()
+        code, message = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
+        raise error_for_code(code, f"{partition.tp}: {message}")
 
     # ================================================================ offsets
 

@@ -336,8 +336,10 @@ class LeaderFetcher:
         request = pb.FetchRequest(replica_id=self.manager.broker_id,
                                   max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                   max_bytes=config.replica_fetch_max_bytes)
+        # With the topic ID: a leader never serves us another incarnation's records.
         partitions = [request.partitions.add(topic=p.tp.topic, partition=p.tp.partition,
-                                             partition_max_bytes=config.replica_fetch_max_bytes)
+                                             partition_max_bytes=config.replica_fetch_max_bytes,
+                                             topic_id=p.topic_id)
                       for p in fetching]
         self._request, self._request_for, self._request_partitions = (
             request, list(fetching), partitions)

@@ -24,6 +24,8 @@ class ClusterSnapshot:
     # topic -> partition -> state
     partitions: dict[str, dict[int, pb.PartitionState]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    topic_ids: dict[str, bytes] = field(default_factory=dict)
+    topic_names_by_id: dict[bytes, str] = field(default_factory=dict)
 
 
 class MetadataCache:
@@ -58,6 +60,9 @@ class MetadataCache:
             state = pb.PartitionState()
             state.CopyFrom(p)
             snap.partitions.setdefault(p.topic, {})[p.partition] = state
+            if p.topic_id:
+                snap.topic_ids[p.topic] = p.topic_id
+                snap.topic_names_by_id[p.topic_id] = p.topic
         for t in request.topics:
             snap.topic_configs[t.name] = dict(t.configs)
         self._snapshot = snap
@@ -74,6 +79,13 @@ class MetadataCache:
     def topics(self) -> list[str]:
         return sorted(self._snapshot.partitions)
 
+    def topic_id(self, topic: str) -> bytes:
+        """The topic's ID in the last snapshot (b"" when unknown)."""
+        return self._snapshot.topic_ids.get(topic, b"")
+
+    def topic_names_by_id(self) -> dict[bytes, str]:
+        return self._snapshot.topic_names_by_id
+
     def metadata_response(self, topics: list[str], listener: str) -> pb.MetadataResponse:
         snap = self._snapshot
         resp = pb.MetadataResponse(controller_id=snap.controller_id, cluster_id=snap.cluster_id)
@@ -89,7 +101,8 @@ class MetadataCache:
             if parts is None:
                 resp.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
-            t = resp.topics.add(name=name, error_code=pb.NONE)
+            t = resp.topics.add(name=name, error_code=pb.NONE,
+                                topic_id=snap.topic_ids.get(name, b""))
             for index in sorted(parts):
                 s = parts[index]
                 offline = s.leader < 0 or s.offline or s.leader not in live

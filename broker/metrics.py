@@ -29,6 +29,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from tidewater.broker.storage.corruption import FOUND_BY
+
 PREFIX = "tidewater_broker_"
 
 
@@ -246,6 +248,11 @@ class BrokerMetrics:
         self.request_errors = LocalCounter(PREFIX + "request_errors",
                                            "Per-partition errors answered", ["rpc", "error"],
                                            registry=r)
+        self.corrupt_batches = LocalCounter(
+            PREFIX + "corrupt_batches", "Damaged batches found on disk (CRC, framing or offsets), "
+            "each counted once, by how it was found", ["how"], registry=r)
+        for how in FOUND_BY:  # every series from the start: an alert sees 0 -> 1
+            self.corrupt_batches.labels(how)
         self.request_latency = LocalHistogram(
             PREFIX + "request_latency_seconds", "Time to answer one RPC", ["rpc"], registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,

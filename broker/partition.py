@@ -26,13 +26,18 @@ log = logging.getLogger("tidewater.broker.partition")
 
 
 class Partition:
-    __slots__ = ("tp", "log", "replica", "lock")
+    __slots__ = ("tp", "log", "replica", "lock", "topic_id", "metadata_offset")
 
-    def __init__(self, tp: TopicPartition, log_, replica: ReplicaState):
+    def __init__(self, tp: TopicPartition, log_, replica: ReplicaState, topic_id: bytes = b""):
         self.tp = tp
         self.log = log_
         self.replica = replica
         self.lock = asyncio.Lock()
+        # The topic incarnation this replica (and its log's partition.metadata) belongs to.
+        self.topic_id = topic_id
+        # The controller's metadata offset of the newest LeaderAndIsr for it: only a snapshot
+        # at least as new may sweep it (topic_identity).
+        self.metadata_offset = -1
 
     # views
     @property

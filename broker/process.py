@@ -68,8 +68,16 @@ class BrokerProcess:
         c = self.config
         c.data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        self.log_manager = LogManager(c.data_dir, LogConfig.from_configs(c.log_config_overrides()))
-        self.log_manager.load(int(time.time() * 1000))
+        loop = asyncio.get_running_loop()
+        manager = LogManager(
+            c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
+            # The deleter's own thread reports its death: the broker stops (supervised).
+            on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
+                                                                       error))
+        # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
+        # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
+        manager.load(int(time.time() * 1000))
+        self.log_manager = manager
         log.info("loaded %d logs in %.2fs (clean shutdown before: %s)",
                  len(self.log_manager.logs()), time.monotonic() - started,
                  self.log_manager.had_clean_shutdown)
@@ -82,7 +90,8 @@ class BrokerProcess:
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
             metrics=self.metrics, alter_partition=channel.alter_partition,
-            broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor)
+            broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
+            report_corrupt_replica=channel.report_corrupt_replica)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]

@@ -11,7 +11,7 @@ effects one order:
    storage failure here makes the replica play no part
    (``ReplicaState.on_storage_failure``) and is raised to the caller;
 2. fetcher transitions (follow a leader in an epoch, stop);
-3. the AlterPartition to send;
+3. the AlterPartition, and the ReportCorruptReplica, to send;
 4. long-polls woken (consumers before produce answers, as Kafka's
    ``checkAndCompleteAll`` does: newly committed records reach readers one
    write sooner), then acks=all waits answered;
@@ -45,6 +45,7 @@ class ReadyCarrier:
         self.follow: Callable[[Partition, int, int], None] = _unset
         self.stop_following: Callable[[Partition], None] = _unset
         self.send_alter_partition: Callable[[Partition, object], None] = _unset
+        self.send_corrupt_report: Callable[[Partition, object], None] = _unset
         self._named = {name: getattr(metrics, name) for name in _NAMED_COUNTERS}
         self._decisions = metrics.replication_decisions
         self._replication_bytes_in = metrics.replication_bytes_in
@@ -61,6 +62,8 @@ class ReadyCarrier:
                 self.stop_following(partition)
         if ready.alter_partition is not None:
             self.send_alter_partition(partition, ready.alter_partition)
+        if ready.report_corrupt is not None:
+            self.send_corrupt_report(partition, ready.report_corrupt)
         tp = partition.tp
         if ready.leadership_changed:
             self.fetch_waiters.notify(tp)

@@ -25,7 +25,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidewater.broker.alter_partition import AlterPartitionRpc, AlterPartitionSender
+from tidewater.broker.alter_partition import (
+    AlterPartitionRpc,
+    AlterPartitionSender,
+    CorruptReportRpc,
+)
 from tidewater.broker.background import BackgroundWork
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
@@ -38,6 +42,7 @@ from tidewater.broker.partition import Partition
 from tidewater.broker.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
@@ -49,7 +54,8 @@ __all__ = ["ReplicaManager", "produce_error_response"]
 class ReplicaManager:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
-                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None):
+                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
+                 report_corrupt_replica: CorruptReportRpc | None = None):
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -73,22 +79,28 @@ class ReplicaManager:
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
             broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get)
-        self.alter_partitions = AlterPartitionSender(rpc=alter_partition, carrier=self.carrier,
-                                                     supervisor=self.supervisor)
+        self.alter_partitions = AlterPartitionSender(
+            rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
+            **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))
         self.carrier.follow = lambda partition, leader_id, _epoch: self.fetchers.follow(
             partition, leader_id, _epoch)
         self.carrier.stop_following = self.fetchers.stop_following
         self.carrier.send_alter_partition = self.alter_partitions.send
+        self.carrier.send_corrupt_report = self.alter_partitions.report_corrupt
+        # Damaged batches the reads and the scrub find: logged and counted once.
+        self.corruption = CorruptionReporter(
+            lambda how: metrics.corrupt_batches.labels(how).inc())
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
                                     acks_waits=self.acks_waits, metrics=metrics)
         self.fetcher_path = FetchPath(
             lookup=self._partition, carrier=self.carrier, fetch_waiters=self.fetch_waiters,
             metrics=metrics, is_isr_eligible=self.control.is_isr_eligible,
-            closing=lambda: self.closing)
+            closing=lambda: self.closing, corruption=self.corruption,
+            known_topic_ids=metadata_cache.topic_names_by_id)
         self.background = BackgroundWork(
             config=config, log_manager=log_manager, carrier=self.carrier,
             supervisor=self.supervisor, partitions=self.partitions,
-            high_watermarks=self.high_watermarks)
+            high_watermarks=self.high_watermarks, corruption=self.corruption)
         metrics.register_replicas(self.replica_snapshots)
 
     # ================================================================ lifecycle
@@ -144,8 +156,9 @@ class ReplicaManager:
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         return await self.control.stop_replica(request)
 
-    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
-        return self.control.update_metadata(request)
+    async def update_metadata(self, request: pb.UpdateMetadataRequest
+                              ) -> pb.UpdateMetadataResponse:
+        return await self.control.update_metadata(request)
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         return await self.producer.produce(request)
@@ -172,6 +185,10 @@ class ReplicaManager:
     @property
     def controller_epoch(self) -> int:
         return self.control.controller_epoch
+
+    @property
+    def cluster_identity(self):
+        return self.control.cluster_identity
 
     @property
     def leader_endpoints(self) -> dict[int, tuple[str, int]]:

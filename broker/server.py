@@ -203,7 +203,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @_rpc("UpdateMetadata")
     async def UpdateMetadata(self, request, context):
-        return self.replica_manager.update_metadata(request)
+        return await self.replica_manager.update_metadata(request)
 
     @_rpc("StopReplica")
     async def StopReplica(self, request, context):

@@ -22,6 +22,7 @@ from tidewater.client.metadata import (
 )
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
 
 # A hung (e.g. SIGSTOPped) broker must not stall a describe: its replicas show -1 instead.
 REPLICA_STATE_TIMEOUT_MS = 5000
@@ -75,6 +76,7 @@ class TopicDescriptionInfo:
     name: str
     configs: dict[str, str]
     partitions: tuple[PartitionDescription, ...]
+    topic_id: str = ""  # this incarnation's ID, Kafka's 22-character form ("" if unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,9 @@ class AdminClient:
             TopicDescriptionInfo(
                 name=t.name, configs=dict(t.configs),
                 partitions=tuple(_partition_description(p)
-                                 for p in sorted(t.partitions, key=lambda p: p.partition)))
+                                 for p in sorted(t.partitions, key=lambda p: p.partition)),
+                topic_id=(topic_id_to_text(t.topic_id) if len(t.topic_id) == TOPIC_ID_BYTES
+                          else ""))
             for t in sorted(resp.topics, key=lambda t: t.name))
         return ClusterDescription(
             cluster_id=resp.cluster_id, controller_id=resp.controller_id,
@@ -190,7 +194,7 @@ class AdminClient:
             for p in t.partitions:
                 rs = tuple(states.get((t.name, p.partition, b), ReplicaState(broker=b)) for b in p.replicas)
                 parts.append(_replace_replicas_state(p, rs))
-            out.append(TopicDescriptionInfo(t.name, t.configs, tuple(parts)))
+            out.append(TopicDescriptionInfo(t.name, t.configs, tuple(parts), t.topic_id))
         return out
 
     def describe_replicas(self, topics: list[str]) -> dict[tuple[str, int, int], ReplicaState]:
@@ -273,6 +277,7 @@ def topic_to_json(t: TopicDescriptionInfo) -> dict:
     """The JSON shape of ``tide topics describe --json``."""
     return {
         "name": t.name,
+        "topic_id": t.topic_id,
         "configs": dict(sorted(t.configs.items())),
         "partitions": [
             {

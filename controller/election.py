@@ -63,9 +63,13 @@ class PartitionRecord:
     leader: int  # NO_LEADER: offline
     leader_epoch: int
     partition_epoch: int
+    # The topic incarnation's 16-byte ID (proto/topic_id.py); b"" only in code that does not
+    # care (tests, the simulation). Every change below keeps it (``replace``).
+    topic_id: bytes = b""
 
     def __post_init__(self) -> None:
         # Invariants every record must keep; a violation is a programmer error.
+        assert len(self.topic_id) in (0, 16), f"{self.topic}-{self.partition}: bad topic id"
         assert self.replicas, f"{self.topic}-{self.partition}: no replicas"
         assert len(set(self.replicas)) == len(self.replicas), f"duplicate replicas {self.replicas}"
         assert self.isr, f"{self.topic}-{self.partition}: empty ISR"
@@ -92,7 +96,7 @@ class Change:
 
 
 def new_partition(topic: str, partition: int, replicas: Iterable[int],
-                  live: Set[int]) -> PartitionRecord:
+                  live: Set[int], topic_id: bytes = b"") -> PartitionRecord:
     """A freshly created partition: ISR = the live replicas, leader = the first of them.
 
     With no live replica at all (only possible when the caller allows it) the
@@ -101,7 +105,7 @@ def new_partition(topic: str, partition: int, replicas: Iterable[int],
     replicas = tuple(replicas)
     isr = tuple(r for r in replicas if r in live) or replicas
     leader = isr[0] if isr[0] in live else NO_LEADER
-    return PartitionRecord(topic, partition, replicas, isr, leader, 0, 0)
+    return PartitionRecord(topic, partition, replicas, isr, leader, 0, 0, topic_id)
 
 
 def _with_leader(p: PartitionRecord, leader: int, isr: tuple[int, ...],

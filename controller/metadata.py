@@ -14,17 +14,29 @@ broker_registered       broker_id, incarnation_id, listeners [[name, host, port]
                         optional broker_epoch (else the record's offset); unfenced
 broker_fenced           broker_id
 broker_unfenced         broker_id
-topic_created           name, configs {str: str}, partitions [{partition,
-                        replicas, isr, leader, optional leader_epoch and
-                        partition_epoch (else 0)}]
+topic_created           name, topic_id (22-char base64url, see below), configs
+                        {str: str}, partitions [{partition, replicas, isr, leader,
+                        optional leader_epoch and partition_epoch (else 0)}]
 partition_changed       topic, partition, leader, isr, leader_epoch,
                         partition_epoch, unclean (bool)
 topic_deleted           name, optional pending_stops {broker_id: [partition]}: the
                         fenced replicas that still need a StopReplica
 pending_stops_cleared   broker_id (its pending StopReplicas were handed to a sender)
-pending_stops           broker_id, partitions [[topic, partition]] (snapshots)
+pending_stops           broker_id, partitions [[topic, partition, topic_id]]
+                        (snapshots; older ones without the topic_id)
 counters                unclean_elections_total, topics_created_total (snapshots)
 ======================  ==========================================================
+
+Topic IDs (KIP-516): each topic incarnation has a 16-byte ID, made at random by
+``CreateTopics`` and written in its ``topic_created`` record. A
+``topic_created`` record written before topic IDs existed has none: replay
+gives it ``legacy_topic_id(cluster_id, name, offset)``, a hash of the
+cluster, the name and the record's offset. Deterministic rather than a new
+random ID written once at start-up because replay must not append: every
+replay of the same log gives the same ID (brokers, which keep the ID in each
+partition directory, never see it change), and the offset makes it unique per
+incarnation (offsets only grow, across restarts and compactions). Compaction
+then writes the ID explicitly, so it survives the offset moving.
 
 ``snapshot_records()`` describes the whole image with these records (explicit
 epochs included); replaying them gives back an equal image. Compaction
@@ -41,10 +53,12 @@ replay can be built from records that may never reach the disk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 from tidewater.controller.election import PartitionRecord
 from tidewater.proto.errors import CorruptFileError
+from tidewater.proto.topic_id import is_valid_topic_id, topic_id_from_text, topic_id_to_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +93,23 @@ class TopicInfo:
     name: str
     configs: dict[str, str]
     partitions: dict[int, PartitionRecord] = field(default_factory=dict)
+    topic_id: bytes = b""  # every PartitionRecord of the topic carries the same
+
+
+def legacy_topic_id(cluster_id: str, name: str, offset: int) -> bytes:
+    """The ID of a topic whose ``topic_created`` record (at ``offset``) predates topic IDs."""
+    counter = 0
+    while True:
+        digest = hashlib.sha256(
+            f"tidewater-legacy-topic-id\0{cluster_id}\0{name}\0{offset}\0{counter}".encode()
+        ).digest()[:16]
+        if is_valid_topic_id(digest):
+            return digest
+        counter += 1  # a reserved ID: 2**-127, but the rule must hold
+
+
+# A stub of a deleted topic's partition that a fenced broker still needs a StopReplica for.
+PendingStop = tuple[str, int, bytes]  # topic, partition, topic_id (b"": not recorded)
 
 
 class ImagePoisonedError(RuntimeError):
@@ -93,11 +124,12 @@ class ClusterMetadata:
         self.controller_epoch: int = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
+        self.topic_names_by_id: dict[bytes, str] = {}  # an index of the topics' IDs
         self.topics_created_total = 0  # spreads replica assignment across topics
         self.unclean_elections_total = 0
         # Partitions of deleted topics whose replica was fenced at the time: it
         # gets a StopReplica when it returns.
-        self.pending_stops: dict[int, set[tuple[str, int]]] = {}
+        self.pending_stops: dict[int, set[PendingStop]] = {}
         self.last_offset = -1
 
     # ------------------------------------------------------------ queries
@@ -126,6 +158,10 @@ class ClusterMetadata:
         """
         self._poison_cause = cause
         self.__class__ = _PoisonedMetadata
+
+    def topic_ids(self):
+        """The current topics' IDs (a live view)."""
+        return self.topic_names_by_id.keys()
 
     # ------------------------------------------------------------ replay
 
@@ -167,20 +203,31 @@ class ClusterMetadata:
         name = r["name"]
         if name in self.topics:
             raise ValueError(f"topic {name} exists")
-        info = TopicInfo(name, {str(k): str(v) for k, v in r["configs"].items()})
+        if "topic_id" in r:
+            topic_id = topic_id_from_text(r["topic_id"])
+            if not is_valid_topic_id(topic_id):
+                raise ValueError(f"topic {name}: reserved topic id {r['topic_id']}")
+        else:
+            topic_id = legacy_topic_id(self.cluster_id, name, offset)
+        if topic_id in self.topic_names_by_id:
+            raise ValueError(f"topic {name}: topic id {topic_id_to_text(topic_id)} is taken")
+        info = TopicInfo(name, {str(k): str(v) for k, v in r["configs"].items()},
+                         topic_id=topic_id)
         for p in r["partitions"]:
             number = int(p["partition"])
             info.partitions[number] = PartitionRecord(
                 name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]),
-                int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)))
+                int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)), topic_id)
         self.topics[name] = info
+        self.topic_names_by_id[topic_id] = name
         self.topics_created_total += 1
 
     def _apply_partition_changed(self, offset: int, r: dict) -> None:
         info = self.topics[r["topic"]]
         old = info.partitions[int(r["partition"])]
-        new = PartitionRecord(old.topic, old.partition, old.replicas, tuple(r["isr"]),
-                              int(r["leader"]), int(r["leader_epoch"]), int(r["partition_epoch"]))
+        new = replace(old, isr=tuple(r["isr"]), leader=int(r["leader"]),
+                      leader_epoch=int(r["leader_epoch"]),
+                      partition_epoch=int(r["partition_epoch"]))
         if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
             raise ValueError(f"epochs go backwards: {old} -> {new}")
         info.partitions[old.partition] = new
@@ -189,17 +236,20 @@ class ClusterMetadata:
 
     def _apply_topic_deleted(self, offset: int, r: dict) -> None:
         name = r["name"]
-        del self.topics[name]
+        topic_id = self.topics.pop(name).topic_id
+        del self.topic_names_by_id[topic_id]
         for broker_id, partitions in r.get("pending_stops", {}).items():
             self.pending_stops.setdefault(int(broker_id), set()).update(
-                (name, int(n)) for n in partitions)
+                (name, int(n), topic_id) for n in partitions)
 
     def _apply_pending_stops_cleared(self, offset: int, r: dict) -> None:
         self.pending_stops.pop(int(r["broker_id"]), None)
 
     def _apply_pending_stops(self, offset: int, r: dict) -> None:
         self.pending_stops.setdefault(int(r["broker_id"]), set()).update(
-            (str(t), int(n)) for t, n in r["partitions"])
+            (str(item[0]), int(item[1]),
+             topic_id_from_text(item[2]) if len(item) > 2 and item[2] else b"")
+            for item in r["partitions"])
 
     def _apply_counters(self, offset: int, r: dict) -> None:
         self.unclean_elections_total = int(r["unclean_elections_total"])
@@ -223,11 +273,12 @@ class ClusterMetadata:
         for info in sorted(self.topics.values(), key=lambda t: t.name):
             partitions = [info.partitions[n] for n in sorted(info.partitions)]
             records.append(topic_created_record(info.name, info.configs, partitions,
-                                                with_epochs=True))
+                                                topic_id=info.topic_id, with_epochs=True))
         for broker_id in sorted(self.pending_stops):
             records.append({"type": "pending_stops", "broker_id": broker_id,
-                            "partitions": sorted([t, n] for t, n in
-                                                 self.pending_stops[broker_id])})
+                            "partitions": sorted(
+                                [t, n, topic_id_to_text(i) if i else ""]
+                                for t, n, i in self.pending_stops[broker_id])})
         # after the topics: topic_created counts itself, this sets the true totals
         records.append({"type": "counters",
                         "unclean_elections_total": self.unclean_elections_total,
@@ -286,7 +337,7 @@ def broker_unfenced_record(broker_id: int) -> dict:
 
 
 def topic_created_record(name: str, configs: dict[str, str], partitions: list[PartitionRecord],
-                         *, with_epochs: bool = False) -> dict:
+                         *, topic_id: bytes, with_epochs: bool = False) -> dict:
     items = []
     for p in partitions:
         item = {"partition": p.partition, "replicas": list(p.replicas), "isr": list(p.isr),
@@ -295,7 +346,8 @@ def topic_created_record(name: str, configs: dict[str, str], partitions: list[Pa
             item["leader_epoch"] = p.leader_epoch
             item["partition_epoch"] = p.partition_epoch
         items.append(item)
-    return {"type": "topic_created", "name": name, "configs": dict(configs), "partitions": items}
+    return {"type": "topic_created", "name": name, "topic_id": topic_id_to_text(topic_id),
+            "configs": dict(configs), "partitions": items}
 
 
 def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> dict:

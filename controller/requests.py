@@ -13,7 +13,8 @@ from tidewater.proto import tidewater_pb2 as pb
 def partition_state(p: PartitionRecord) -> pb.PartitionState:
     return pb.PartitionState(topic=p.topic, partition=p.partition, leader=p.leader,
                              leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
-                             replicas=p.replicas, isr=p.isr, offline=p.offline)
+                             replicas=p.replicas, isr=p.isr, offline=p.offline,
+                             topic_id=p.topic_id)
 
 
 def broker_registration(b: BrokerInfo, sessions: BrokerSessions | None) -> pb.BrokerRegistration:
@@ -30,7 +31,9 @@ def leader_and_isr(metadata: ClusterMetadata, controller_id: int, broker_id: int
     broker = metadata.brokers[broker_id]
     request = pb.LeaderAndIsrRequest(controller_id=controller_id,
                                      controller_epoch=metadata.controller_epoch,
-                                     broker_epoch=broker.broker_epoch)
+                                     broker_epoch=broker.broker_epoch,
+                                     cluster_id=metadata.cluster_id,
+                                     metadata_offset=metadata.last_offset)
     leaders: set[int] = set()
     for p, is_new in partitions:
         configs = metadata.topics[p.topic].configs
@@ -50,7 +53,8 @@ def update_metadata(metadata: ClusterMetadata, controller_id: int,
     """The full snapshot every live broker gets: live brokers, all partitions and topic configs."""
     request = pb.UpdateMetadataRequest(controller_id=controller_id,
                                        controller_epoch=metadata.controller_epoch,
-                                       cluster_id=metadata.cluster_id)
+                                       cluster_id=metadata.cluster_id,
+                                       metadata_offset=metadata.last_offset)
     for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id):
         if not b.fenced:
             request.brokers.append(broker_registration(b, sessions))
@@ -66,7 +70,7 @@ def stop_replica(metadata: ClusterMetadata, controller_id: int, broker_id: int,
     return pb.StopReplicaRequest(
         controller_id=controller_id, controller_epoch=metadata.controller_epoch,
         broker_epoch=metadata.brokers[broker_id].broker_epoch, delete_partitions=delete,
-        partitions=[partition_state(p) for p in partitions])
+        partitions=[partition_state(p) for p in partitions], cluster_id=metadata.cluster_id)
 
 
 def describe_cluster(metadata: ClusterMetadata, sessions: BrokerSessions,
@@ -78,7 +82,7 @@ def describe_cluster(metadata: ClusterMetadata, sessions: BrokerSessions,
     for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id):
         response.brokers.append(broker_registration(b, sessions))
     for info in sorted(metadata.topics.values(), key=lambda t: t.name):
-        response.topics.add(name=info.name, configs=info.configs,
+        response.topics.add(name=info.name, configs=info.configs, topic_id=info.topic_id,
                             partitions=[partition_state(info.partitions[n])
                                         for n in sorted(info.partitions)])
     return response

@@ -56,6 +56,7 @@ from tidewater.controller.validation import (
 )
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
+from tidewater.proto.topic_id import new_topic_id
 
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
@@ -150,8 +151,10 @@ class ControllerStateMachine:
             # Deleted while it was fenced. Handed to its sender once: should it
             # be lost again before delivery, the broker's own stray-log check
             # at its next start is the fallback.
-            stubs = [PartitionRecord(topic, number, (broker_id,), (broker_id,), NO_LEADER, -1, -1)
-                     for topic, number in sorted(pending)]
+            # The topic ID makes the broker delete only that incarnation's log.
+            stubs = [PartitionRecord(topic, number, (broker_id,), (broker_id,), NO_LEADER, -1, -1,
+                                     topic_id)
+                     for topic, number, topic_id in sorted(pending)]
             tx.append(pending_stops_cleared_record(broker_id))
             tx.effects.stop_replicas.append((broker_id, stubs))
 
@@ -404,9 +407,11 @@ class ControllerStateMachine:
                 continue
             assignment = assign_replicas(sorted(live), partitions, factor,
                                          topic_sequence=self.metadata.topics_created_total)
-            records = [new_partition(t.name, i, replicas, live)
+            topic_id = self._new_topic_id()
+            records = [new_partition(t.name, i, replicas, live, topic_id)
                        for i, replicas in enumerate(assignment)]
-            tx.append(topic_created_record(t.name, configs, records))
+            tx.append(topic_created_record(t.name, configs, records, topic_id=topic_id))
+            result.topic_id = topic_id
             for p in records:
                 tx.effects.changed_partitions.add((p.topic, p.partition))
                 tx.effects.new_partitions.add((p.topic, p.partition))
@@ -439,8 +444,17 @@ class ControllerStateMachine:
                 if broker_id in unfenced:
                     tx.effects.stop_replicas.append((broker_id, owned))
             response.topics.add(name=name, error_code=pb.NONE, num_partitions=len(partitions),
-                                replication_factor=len(partitions[0].replicas) if partitions else 0)
+                                replication_factor=len(partitions[0].replicas) if partitions else 0,
+                                topic_id=info.topic_id)
         return response
+
+    def _new_topic_id(self) -> bytes:
+        """A random ID no current topic has (a repeat is 2**-122 likely; checked anyway)."""
+        taken = self.metadata.topic_ids()
+        while True:
+            topic_id = new_topic_id()
+            if topic_id not in taken:
+                return topic_id
 
     def describe_cluster(self, tx: Tx, now_ms: int,
                          req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:

@@ -131,6 +131,28 @@ class UnsupportedCompressionError(TidewaterError):
     error_code = pb.UNSUPPORTED_COMPRESSION_TYPE
 
 
+class UnknownTopicIdError(TidewaterError):
+    """The topic ID is not one this broker knows (deleted, or not created yet here)."""
+
+    error_code = pb.UNKNOWN_TOPIC_ID
+    retriable = True
+    invalid_metadata = True
+
+
+class InconsistentTopicIdError(TidewaterError):
+    """The topic ID given differs from the one of the log or topic it names."""
+
+    error_code = pb.INCONSISTENT_TOPIC_ID
+    retriable = True
+    invalid_metadata = True
+
+
+class InconsistentClusterIdError(TidewaterError):
+    """The controller's cluster ID differs from the one this broker's data dir belongs to."""
+
+    error_code = pb.INCONSISTENT_CLUSTER_ID
+
+
 class StaleControllerEpochError(TidewaterError):
     error_code = pb.STALE_CONTROLLER_EPOCH
 

@@ -50,8 +50,11 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
     INVALID_RECORD: _ClassVar[ErrorCode]
     INVALID_UPDATE_VERSION: _ClassVar[ErrorCode]
+    UNKNOWN_TOPIC_ID: _ClassVar[ErrorCode]
     DUPLICATE_BROKER_REGISTRATION: _ClassVar[ErrorCode]
     BROKER_ID_NOT_REGISTERED: _ClassVar[ErrorCode]
+    INCONSISTENT_TOPIC_ID: _ClassVar[ErrorCode]
+    INCONSISTENT_CLUSTER_ID: _ClassVar[ErrorCode]
     INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
     NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
 NONE: ErrorCode
@@ -95,8 +98,11 @@ ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
 INVALID_RECORD: ErrorCode
 INVALID_UPDATE_VERSION: ErrorCode
+UNKNOWN_TOPIC_ID: ErrorCode
 DUPLICATE_BROKER_REGISTRATION: ErrorCode
 BROKER_ID_NOT_REGISTERED: ErrorCode
+INCONSISTENT_TOPIC_ID: ErrorCode
+INCONSISTENT_CLUSTER_ID: ErrorCode
 INELIGIBLE_REPLICA: ErrorCode
 NEW_LEADER_ELECTED: ErrorCode
 
@@ -129,7 +135,7 @@ class BrokerEndpoint(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class PartitionState(_message.Message):
-    __slots__ = ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "offline")
+    __slots__ = ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "offline", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +144,7 @@ class PartitionState(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ISR_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     leader: int
@@ -146,7 +153,8 @@ class PartitionState(_message.Message):
     replicas: _containers.RepeatedScalarFieldContainer[int]
     isr: _containers.RepeatedScalarFieldContainer[int]
     offline: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
     __slots__ = ("acks", "timeout_ms", "partitions", "correlation_id")
@@ -213,7 +221,7 @@ class FetchRequest(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., replica_broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
-    __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes")
+    __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +229,7 @@ class FetchPartition(_message.Message):
     LAST_FETCHED_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PARTITION_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     current_leader_epoch: int
@@ -228,7 +237,8 @@ class FetchPartition(_message.Message):
     last_fetched_epoch: int
     log_start_offset: int
     partition_max_bytes: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("error_code", "partitions")
@@ -363,14 +373,16 @@ class MetadataResponse(_message.Message):
     def __init__(self, brokers: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., controller_id: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicMetadata, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class TopicMetadata(_message.Message):
-    __slots__ = ("name", "error_code", "partitions")
+    __slots__ = ("name", "error_code", "partitions", "topic_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     error_code: ErrorCode
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionMetadata]
-    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionMetadata, _Mapping]]] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class PartitionMetadata(_message.Message):
     __slots__ = ("partition", "error_code", "leader", "leader_epoch", "replicas", "isr", "offline_replicas")
@@ -391,18 +403,22 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders", "cluster_id", "metadata_offset")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     LEADERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
     partitions: _containers.RepeatedCompositeFieldContainer[LeaderAndIsrPartition]
     leaders: _containers.RepeatedCompositeFieldContainer[BrokerEndpoint]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ...) -> None: ...
+    cluster_id: str
+    metadata_offset: int
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
 
 class LeaderAndIsrPartition(_message.Message):
     __slots__ = ("state", "topic_configs", "is_new")
@@ -442,20 +458,22 @@ class PartitionError(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id")
+    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     cluster_id: str
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    metadata_offset: int
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "configs")
@@ -479,18 +497,20 @@ class UpdateMetadataResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
 
 class StopReplicaRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "delete_partitions", "partitions")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "delete_partitions", "partitions", "cluster_id")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     DELETE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
     delete_partitions: bool
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class StopReplicaResponse(_message.Message):
     __slots__ = ("error_code", "partitions")
@@ -672,18 +692,20 @@ class CreateTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[TopicResult, _Mapping]]] = ...) -> None: ...
 
 class TopicResult(_message.Message):
-    __slots__ = ("name", "error_code", "error_message", "num_partitions", "replication_factor")
+    __slots__ = ("name", "error_code", "error_message", "num_partitions", "replication_factor", "topic_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     error_code: ErrorCode
     error_message: str
     num_partitions: int
     replication_factor: int
-    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class DeleteTopicsRequest(_message.Message):
     __slots__ = ("names", "timeout_ms")
@@ -722,7 +744,7 @@ class DescribeClusterResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ..., unclean_elections_total: _Optional[int] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
-    __slots__ = ("name", "configs", "partitions")
+    __slots__ = ("name", "configs", "partitions", "topic_id")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -733,10 +755,12 @@ class TopicDescription(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     configs: _containers.ScalarMap[str, str]
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
-    def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class ReportCorruptReplicaRequest(_message.Message):
     __slots__ = ("broker_id", "broker_epoch", "replicas")

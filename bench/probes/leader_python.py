@@ -44,6 +44,7 @@ from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto.records import encode_batch  # noqa: E402
 
 TOPIC = "t"
+TOPIC_ID = bytes(range(1, 17))  # LeaderAndIsr names the incarnation
 WARM_UP_RECORDS = 300
 
 
@@ -88,7 +89,8 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
     await rm.leader_and_isr(pb.LeaderAndIsrRequest(
         controller_id=0, controller_epoch=1, broker_epoch=1, partitions=[pb.LeaderAndIsrPartition(
             state=pb.PartitionState(topic=TOPIC, partition=0, leader=1, leader_epoch=0,
-                                    partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3]),
+                                    partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3],
+                                    topic_id=TOPIC_ID),
             topic_configs={"min.insync.replicas": "2"}, is_new=True)]))
     servicer = BrokerServicer(rm, None, rm.metrics, "INTERNAL")
     offsets = {2: 0, 3: 0, -1: 0}

@@ -41,6 +41,7 @@ from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto.records import encode_batch  # noqa: E402
 
 TOPIC = "rounds"
+TOPIC_ID = bytes(range(1, 17))  # LeaderAndIsr names the incarnation
 REPLICAS = (1, 2, 3)
 
 
@@ -65,7 +66,8 @@ def leader_and_isr(leader_port: int) -> pb.LeaderAndIsrRequest:
         controller_id=0, controller_epoch=1, broker_epoch=1,
         partitions=[pb.LeaderAndIsrPartition(
             state=pb.PartitionState(topic=TOPIC, partition=0, leader=1, leader_epoch=0,
-                                    partition_epoch=0, replicas=list(REPLICAS), isr=list(REPLICAS)),
+                                    partition_epoch=0, replicas=list(REPLICAS), isr=list(REPLICAS),
+                                    topic_id=TOPIC_ID),
             topic_configs={"min.insync.replicas": "2"}, is_new=True)],
         leaders=[pb.BrokerEndpoint(broker_id=1, host="127.0.0.1", port=leader_port)])
 

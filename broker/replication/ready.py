@@ -12,6 +12,9 @@ code, or the simulation's fake broker) carries it out in this order:
    (``STOP_FETCHING``).
 3. ``alter_partition``: send this AlterPartition to the controller; its
    answer comes back as ``on_alter_partition_answer`` (or ``..._unsure``).
+   ``report_corrupt``: tell the controller this replica holds a corrupt batch
+   (ReportCorruptReplica); the answer comes back as ``on_corrupt_report_answer``
+   (or ``..._unsure``).
 4. ``completed``: answer these acks=all waits with these ErrorCodes.
 5. wake long-polls: consumers' on ``high_watermark_moved``, followers' on
    ``appended``, both on ``leadership_changed``.
@@ -88,6 +91,17 @@ class AlterPartitionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class CorruptReport:
+    """This replica holds a batch failing its CRC at ``corrupt_offset``: take it out of the
+    ISR (and its leadership). ``report_id`` names the report in its answer."""
+
+    report_id: int
+    leader_epoch: int
+    partition_epoch: int
+    corrupt_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     persist: tuple[Persist, ...] = ()
     fetch: Follow | StopFetching | None = None
@@ -101,6 +115,7 @@ class Ready:
     alarms: tuple[str, ...] = ()
     error: int = NONE
     error_message: str = ""
+    report_corrupt: CorruptReport | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -118,7 +133,7 @@ class ReadyBuilder:
 
     __slots__ = ("persist", "fetch", "alter_partition", "completed", "high_watermark_moved",
                  "appended", "leadership_changed", "counters", "notes", "alarms", "error",
-                 "error_message")
+                 "error_message", "report_corrupt")
 
     def __init__(self) -> None:
         self.persist: list[Persist] = []
@@ -133,6 +148,7 @@ class ReadyBuilder:
         self.alarms: list[str] = []
         self.error = NONE
         self.error_message = ""
+        self.report_corrupt: CorruptReport | None = None
 
     def refuse(self, error: int, message: str) -> ReadyBuilder:
         self.error, self.error_message = error, message
@@ -141,11 +157,11 @@ class ReadyBuilder:
     def build(self) -> Ready:
         if not (self.persist or self.fetch or self.alter_partition or self.completed
                 or self.leadership_changed or self.counters or self.notes or self.alarms
-                or self.error != NONE):
+                or self.error != NONE or self.report_corrupt):
             if self.appended:
                 return APPENDED_HIGH_WATERMARK_MOVED if self.high_watermark_moved else APPENDED
             return HIGH_WATERMARK_MOVED if self.high_watermark_moved else EMPTY
         return Ready(tuple(self.persist), self.fetch, self.alter_partition, tuple(self.completed),
                      self.high_watermark_moved, self.appended, self.leadership_changed,
                      tuple(self.counters), tuple(self.notes), tuple(self.alarms), self.error,
-                     self.error_message)
+                     self.error_message, self.report_corrupt)

@@ -104,6 +104,7 @@ from tidewater.broker.replication.ready import (
     STOP_FETCHING,
     AlterPartitionRequest,
     AssignEpoch,
+    CorruptReport,
     Follow,
     Ready,
     ReadyBuilder,
@@ -127,6 +128,8 @@ UNDEFINED = -1
 ACKS_ALL_WAIT_MS_MAX = 120_000
 ALTER_PARTITION_BACKOFF_MS = 200
 ALTER_PARTITION_BACKOFF_MS_MAX = 2_000
+# A corrupt replica that no healthy ISR member can take over asks again this often.
+CORRUPT_REPORT_RETRY_MS = 5_000
 _WAIT_FOR_LEADER_AND_ISR = frozenset({pb.FENCED_LEADER_EPOCH, pb.NOT_LEADER_OR_FOLLOWER,
                                       pb.STALE_BROKER_EPOCH})
 
@@ -232,6 +235,14 @@ class ReplicaState:
         self._alter_in_flight = False  # sent, no answer yet (or waiting for LeaderAndIsr)
         self._alter_next_send_ms = 0
         self._alter_backoff_ms = ALTER_PARTITION_BACKOFF_MS
+        self._alter_waits_for_leader_and_isr = False  # answered "this leadership is ending"
+        # A batch failing its CRC found in this replica's log (issue 14, bug 6): the base
+        # offset of the first bad one, and the report that takes the replica out of the ISR.
+        self.corrupt_from: int | None = None
+        self._report_id = 0
+        self._report_in_flight = False
+        self._report_next_send_ms = 0
+        self._report_refused = False  # no healthy ISR member could take over (yet)
 
     # ================================================================== views
 
@@ -282,17 +293,25 @@ class ReplicaState:
 
     def on_leader_and_isr(self, state: PartitionState, now_ms: int) -> Ready:
         out = ReadyBuilder()
+        self._apply_state(state, now_ms, out)
+        return out.build()
+
+    def _apply_state(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
+        """A controller's state of this partition (LeaderAndIsr, or an answer carrying the
+        committed state); a refusal is ``out.error``."""
         problem = self._invalid(state)
         if problem is not None:
             code = (pb.UNKNOWN_TOPIC_OR_PARTITION if self.local_broker_id not in state.replicas
                     else pb.INVALID_REQUEST)
-            return out.refuse(code, problem).build()
+            out.refuse(code, problem)
+            return
         ours = (self.leader_epoch, self.partition_epoch)
         theirs = (state.leader_epoch, state.partition_epoch)
         if theirs < ours:
-            return out.refuse(pb.FENCED_LEADER_EPOCH, (
+            out.refuse(pb.FENCED_LEADER_EPOCH, (
                 f"state epoch {theirs} is not newer than {ours} for "
-                f"{self.topic}-{self.partition}")).build()
+                f"{self.topic}-{self.partition}"))
+            return
         if (state.leader_epoch == self.leader_epoch and state.leader != self.leader_id
                 and self.leader_id != UNDEFINED):
             # Two leaders in one epoch: epoch-based truncation could not tell their records
@@ -302,19 +321,25 @@ class ReplicaState:
                        f"{self.leader_id}: one epoch cannot have two leaders")
             out.alarms.append(message)
             out.counters.append("refused_impossible_states")
-            return out.refuse(pb.INVALID_REQUEST, message).build()
+            out.refuse(pb.INVALID_REQUEST, message)
+            return
         if self._plays(state):
             if theirs == ours:
                 # A resend (a broker re-registered, a controller failed over): already
-                # applied; a parked follower tries again.
+                # applied; a parked follower tries again, and so does a proposal the
+                # controller answered "wait for LeaderAndIsr" (this is one).
                 cycle = self.follower
                 if cycle is not None and cycle.parked:
                     cycle.parked = False
                     cycle.phase = self._first_phase()
                     out.fetch = Follow(cycle.leader_id, cycle.leader_epoch)
+                if self.leader is not None and self._alter_waits_for_leader_and_isr:
+                    self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
+                    self._maybe_send_alter(now_ms, out)
             else:
                 self._on_isr_change(state, now_ms, out)
-            return out.build()
+            self._react_to_corruption(now_ms, out)
+            return
         self._end_leadership(pb.NOT_LEADER_OR_FOLLOWER, out)
         self._record(state)
         out.leadership_changed = True
@@ -333,7 +358,8 @@ class ReplicaState:
             out.fetch = STOP_FETCHING
             out.notes.append(f"{self.topic}-{self.partition} is offline in epoch "
                              f"{state.leader_epoch}")
-        return out.build()
+        self._report_next_send_ms = 0  # a new state: a refused report may succeed now
+        self._react_to_corruption(now_ms, out)
 
     def on_stop_replica(self, leader_epoch: int, now_ms: int) -> Ready:
         """StopReplica: this broker no longer plays any part (``leader_epoch`` -1: any)."""
@@ -492,9 +518,11 @@ class ReplicaState:
             return EMPTY  # an answer for an earlier leadership or proposal
         out = ReadyBuilder()
         if error in _WAIT_FOR_LEADER_AND_ISR:
-            out.notes.append(f"AlterPartition {self.topic}-{self.partition} answered {error}: "
-                             f"waiting for LeaderAndIsr")
-            return out.build()  # stays in flight: no resend until LeaderAndIsr replaces it
+            out.notes.append(f"AlterPartition {self.topic}-{self.partition} answered "
+                             f"{pb.ErrorCode.Name(error)}: waiting for LeaderAndIsr")
+            # Stays in flight: no resend until a LeaderAndIsr replaces it (or repeats it).
+            self._alter_waits_for_leader_and_isr = True
+            return out.build()
         self._alter_in_flight = False
         old_isr = leader.isr
         moved = False
@@ -536,8 +564,14 @@ class ReplicaState:
         AlterPartition resends, acks=all deadlines."""
         leader = self.leader
         if leader is None:
-            return EMPTY
+            if self.corrupt_from is None:
+                return EMPTY
+            out = ReadyBuilder()
+            self._react_to_corruption(now_ms, out)
+            return out.build()
         out = ReadyBuilder()
+        if self.corrupt_from is not None:
+            self._react_to_corruption(now_ms, out)
         out.high_watermark_moved = leader.maybe_advance_high_watermark(now_ms)
         if leader.pending_isr is None and now_ms >= self._alter_next_send_ms:
             proposal = leader.maybe_shrink_isr(now_ms)
@@ -552,6 +586,87 @@ class ReplicaState:
                 del self._deadlines[waiter_id]
                 out.completed.append((waiter_id, pb.REQUEST_TIMED_OUT))
         return out.build()
+
+    # ================================================================== corruption
+
+    @property
+    def corruption_handover_expected(self) -> bool:
+        """A corrupt batch is known and another replica is expected to serve its records
+        (reported, not refused for want of a healthy ISR member): a read that meets the
+        bad batch is a retriable storage error here, not a lost record."""
+        return self.corrupt_from is not None and not self._report_refused
+
+    def on_corrupt_batch(self, base_offset: int, now_ms: int) -> Ready:
+        """A batch at ``base_offset`` of this replica's log failed its CRC or framing (found
+        by a read or the scrub). Beyond Kafka: the replica leaves the ISR (and hands its
+        leadership to a healthy ISR member) through the controller, then truncates below
+        the bad batch and fetches the rest again. Until it is out of the ISR it truncates
+        nothing: a committed record must never rest on fewer in-sync copies than promised."""
+        if self.corrupt_from is not None and self.corrupt_from <= base_offset:
+            return EMPTY  # known: its reaction is under way
+        self.corrupt_from = base_offset
+        self._report_refused = False
+        out = ReadyBuilder()
+        out.counters.append("corrupt_batches")
+        out.alarms.append(f"{self.topic}-{self.partition}: the batch at offset {base_offset} of "
+                          f"this replica is corrupt; leaving the ISR, then truncating below it "
+                          f"and fetching the rest again")
+        self._react_to_corruption(now_ms, out)
+        return out.build()
+
+    def on_corrupt_report_answer(self, report_id: int, error: int, state: PartitionState | None,
+                                 now_ms: int) -> Ready:
+        """The controller's answer to report ``report_id`` (NONE: out of the ISR, and its
+        committed state comes with it; ELIGIBLE_LEADERS_NOT_AVAILABLE: no healthy ISR member
+        can take over, tried again later; anything else: our view was stale)."""
+        if report_id != self._report_id or not self._report_in_flight:
+            return EMPTY
+        self._report_in_flight = False
+        out = ReadyBuilder()
+        if state is not None and (state.leader_epoch, state.partition_epoch) > (
+                self.leader_epoch, self.partition_epoch):
+            self._apply_state(state, now_ms, out)
+            out.error, out.error_message = pb.NONE, ""  # the report's answer, not a request's
+        if error == pb.ELIGIBLE_LEADERS_NOT_AVAILABLE:
+            self._report_refused = True
+            self._report_next_send_ms = now_ms + CORRUPT_REPORT_RETRY_MS
+            out.alarms.append(f"{self.topic}-{self.partition}: no healthy in-sync replica can "
+                              f"take over the corrupt replica here; serving the records before "
+                              f"offset {self.corrupt_from} only")
+        elif error != pb.NONE:
+            self._report_next_send_ms = now_ms + ALTER_PARTITION_BACKOFF_MS
+        self._react_to_corruption(now_ms, out)
+        return out.build()
+
+    def on_corrupt_report_unsure(self, report_id: int, now_ms: int) -> Ready:
+        """No answer to report ``report_id``: sent again after a backoff."""
+        if report_id == self._report_id and self._report_in_flight:
+            self._report_in_flight = False
+            self._report_next_send_ms = now_ms + ALTER_PARTITION_BACKOFF_MS
+        return EMPTY
+
+    def _react_to_corruption(self, now_ms: int, out: ReadyBuilder) -> None:
+        """What a known corrupt batch asks for now: out of the ISR, a follower truncates
+        below it (and fetches the rest again); in it, the report goes (one at a time)."""
+        offset = self.corrupt_from
+        if offset is None:
+            return
+        if offset >= self.log.log_end_offset:
+            self.corrupt_from = None  # already cut away (a truncation got there first)
+            return
+        in_isr = self.local_broker_id in self.isr
+        if not in_isr and self.follower is not None:
+            self._truncate(offset, "below the corrupt batch", out)
+            self.corrupt_from = None
+            self._report_refused = False
+            return
+        if (not in_isr or self._report_in_flight or now_ms < self._report_next_send_ms
+                or self.leader_epoch < 0):
+            return
+        self._report_id += 1
+        self._report_in_flight = True
+        out.report_corrupt = CorruptReport(self._report_id, self.leader_epoch,
+                                           self.partition_epoch, offset)
 
     # ================================================================== follower
 
@@ -685,7 +800,7 @@ class ReplicaState:
         self.role = Role.LEADER
         self.follower = None
         self._alter_for = None
-        self._alter_in_flight = False
+        self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
         self._alter_next_send_ms = 0
         self._alter_backoff_ms = ALTER_PARTITION_BACKOFF_MS
         out.fetch = STOP_FETCHING
@@ -704,7 +819,7 @@ class ReplicaState:
         self._waits.clear()
         self.leader = None
         self._alter_for = None
-        self._alter_in_flight = False
+        self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
 
     def _on_isr_change(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
         """Same leader epoch, newer partition epoch: the controller changed the ISR."""
@@ -717,7 +832,7 @@ class ReplicaState:
                                                                    state.partition_epoch, now_ms)
         if leader.pending_isr is None:
             self._alter_for = None  # the controller's state superseded the proposal
-            self._alter_in_flight = False
+            self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
         self._note_isr_change(old_isr, out, by="the controller")
         self._complete_waits(out)
         self._maybe_send_alter(now_ms, out)
@@ -739,7 +854,7 @@ class ReplicaState:
         if pending is not self._alter_for:
             self._alter_id += 1
             self._alter_for = pending
-            self._alter_in_flight = False
+            self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
         if self._alter_in_flight or now_ms < self._alter_next_send_ms:
             return
         self._alter_in_flight = True

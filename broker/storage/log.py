@@ -14,7 +14,10 @@ offset (LEO) is the active segment's end.
   per append; the epoch cache is updated (and fsynced) before the write, as
   Kafka does, and undone if the write fails.
 - Reads locate the batch holding the start offset (segment by base offset,
-  then index, then header scan) and return whole batches.
+  then index, then header scan) and return whole batches, each checked
+  (framing, contiguous offsets, CRC-32C): a damaged batch ends the read, which
+  names it (``ReadResult.corrupt``, or CorruptBatchError when it comes first;
+  ``corruption.py``). ``truncate_to`` below it is how a replica repairs itself.
 - The active segment rolls on ``segment.bytes``, ``segment.ms``, a full index,
   or when an offset would not fit the index's 32-bit relative offset. The roll
   (inside an append, on the event loop) only creates the new segment's files,
@@ -84,6 +87,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from tidewater.broker.storage.corruption import CorruptBatch
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
 from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
 from tidewater.broker.storage.log_config import LogConfig
@@ -143,9 +147,11 @@ class AppendInfo:
 
 @dataclass(slots=True)
 class ReadResult:
-    records: bytes  # whole batches
+    records: bytes  # whole batches, each checked (framing, offsets, CRC-32C)
     first_offset: int  # base offset of the first batch (the start offset if empty)
     next_offset: int  # offset after the last batch returned
+    # The damaged batch the read stopped before (its base offset is next_offset), if any.
+    corrupt: CorruptBatch | None = None
 
 
 class Log:
@@ -447,6 +453,11 @@ class Log:
         Only batches with base offset < ``max_offset`` (exclusive; the HW for
         consumers). At least one batch if ``min_one_batch``, even past max_bytes.
         OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+
+        Each batch is checked (framing, contiguous offsets, CRC-32C) and damaged bytes
+        are never returned: the read ends before a damaged batch and names it in
+        ``ReadResult.corrupt``, or raises CorruptBatchError if it is the first one
+        (see ``corruption.py``; the caller reports it).
         """
         with self._lock:
             self._check_usable()
@@ -460,8 +471,9 @@ class Log:
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
                 self._note_index_use(segment)
                 if found is not None:
-                    data, first_offset, next_offset = found
-                    return ReadResult(data, first_offset, next_offset if data else start_offset)
+                    data, first_offset, next_offset, corrupt = found
+                    return ReadResult(data, first_offset, next_offset if data else start_offset,
+                                      corrupt)
                 i += 1
             return ReadResult(b"", start_offset, start_offset)
 
@@ -741,6 +753,14 @@ class Log:
                    if self._holds(s) and (first is None or s.base_offset < first)]
         return earlier + segments
 
+    def holds_closed_segment(self, segment: LogSegment, truncations: int) -> bool:
+        """``segment`` is still one of this log's closed (not active) segments and was not
+        cut since its ``truncations`` count was read: bytes read from it without the lock
+        meanwhile are its bytes (the scrub checks this before it reports damage)."""
+        with self._lock:
+            return (not self._closed and self._offline_reason is None and self._holds(segment)
+                    and segment is not self._segments[-1] and segment.truncations == truncations)
+
     def _holds(self, segment: LogSegment) -> bool:
         """``segment`` is still one of the log's (not deleted or truncated away)."""
         i = bisect_right(self._base_offsets, segment.base_offset) - 1
@@ -839,7 +859,8 @@ class Log:
                     except KafkaStorageError as e:
                         log.error("%s", e)
 
-    def delete(self, *, in_background: bool = False, rename_to: Path | None = None) -> None:
+    def delete(self, *, in_background: bool = False, rename_to: Path | None = None,
+               keep_files: bool = False) -> None:
         """Close without flushing and remove the whole directory.
 
         ``rename_to`` first renames the directory there, under the log's lock with
@@ -848,6 +869,8 @@ class Log:
         ``in_background`` removes the files in a daemon thread: for a directory
         already renamed out of the way (a ``-delete`` dir that loading removes
         anyway), so deleting GiBs never stalls the caller's event loop.
+        ``keep_files`` leaves the (renamed) directory for the caller to remove
+        (``LogManager`` hands it to its ``LogDirDeleter``).
         """
         with self._lock:
             if rename_to is not None:
@@ -858,6 +881,8 @@ class Log:
                 self.dir = rename_to
             self._closed = True
             close_segments_quietly(self._segments)
+            if keep_files:
+                return
             if in_background:
                 threading.Thread(target=shutil.rmtree, args=(self.dir,),
                                  kwargs={"ignore_errors": True}, daemon=True,

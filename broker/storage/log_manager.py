@@ -4,11 +4,23 @@ Data dir layout::
 
     <data_dir>/
         <topic>-<partition>/               one Log each (see log.py, recovery.py)
+            partition.metadata             its topic ID (partition_metadata.py)
         replication-offset-checkpoint      high watermarks         } Kafka's text format,
         recovery-point-offset-checkpoint   flushed-up-to offsets   } see checkpoints.py
         log-start-offset-checkpoint        log start offsets       }
+        meta.properties                    the cluster ID (meta_properties.py; written by
+                                           the broker's ClusterIdentity, not here)
         .kafka_cleanshutdown               present only after a clean shutdown
-        <topic>-<partition>.<hex>-delete   a log being deleted (removed on load)
+        <topic>-<partition>.<32 hex>-delete  a log moved aside for deletion: never loaded,
+                                           removed by the LogDirDeleter (log_deleter.py)
+
+Topic IDs: ``load`` reads each log's ``partition.metadata`` (``topic_id(tp)``;
+None for a log made before topic IDs); a corrupt one fails the load with a
+``CorruptFileError`` naming it, as Kafka fails the log dir: nothing is opened
+as some other incarnation's log. ``get_or_create(..., topic_id=...)`` writes
+the file of a new log before the log is handed out; ``assign_topic_id`` gives
+an old log (no file) its first ID. Which ID a log must have is the replica
+manager's decision (``broker/topic_identity.py``), not this module's.
 
 Ordering rules:
 
@@ -28,6 +40,10 @@ Ordering rules:
   log deleted or closed meanwhile on the event loop is skipped.
 - ``read_high_watermarks`` clamps each stored HW into its log's
   [log_start_offset, log_end_offset]: recovery may have cut the log below it.
+- ``delete`` renames the directory to ``-delete`` and fsyncs the data dir
+  BEFORE any file in it is removed: should the rename be lost in a crash, the
+  directory must come back whole (with its ``partition.metadata``), never as a
+  half-deleted log without its topic ID that a new incarnation would adopt.
 
 A damaged checkpoint is logged and treated as empty: recovery points default
 to 0 (every segment is re-validated), log start offsets to the first segment,
@@ -38,10 +54,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tidewater.broker.storage.checkpoints import (
@@ -55,23 +70,32 @@ from tidewater.broker.storage.checkpoints import (
 )
 from tidewater.broker.storage.log import Log, drain_roll_flushes
 from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_deleter import DELETE_DIR_SUFFIX, LogDirDeleter
+from tidewater.broker.storage.partition_metadata import (
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from tidewater.broker.storage.recovery import fsync_dir
 from tidewater.broker.storage.segment import storage_error
 from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
 from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
-DELETE_DIR_SUFFIX = "-delete"
+__all__ = ["DELETE_DIR_SUFFIX", "LogManager"]
 
 
 class LogManager:
     """Opens, creates, deletes and checkpoints the logs of one data dir."""
 
-    def __init__(self, data_dir: Path, default_config: LogConfig):
+    def __init__(self, data_dir: Path, default_config: LogConfig, *,
+                 on_deleter_failure: Callable[[BaseException], None] | None = None):
         self.data_dir = Path(data_dir)
         self.default_config = default_config
         self.had_clean_shutdown = False
         self._logs: dict[TopicPartition, Log] = {}
+        self._topic_ids: dict[TopicPartition, bytes | None] = {}  # None: no partition.metadata
+        self.deleter = LogDirDeleter(on_failure=on_deleter_failure)
         self._topic_configs: dict[str, LogConfig] = {}
         # _lock guards _logs and is held only briefly: the event loop takes it (logs(),
         # get_or_create). Each checkpoint file has its own lock, held while the file is
@@ -105,14 +129,16 @@ class LogManager:
                 if not path.is_dir():
                     continue
                 if name.endswith(DELETE_DIR_SUFFIX):
-                    log.info("finishing the deletion of %s", path)
-                    _remove_tree(path)
+                    log.info("finishing the deletion of %s in the background", path)
+                    self.deleter.submit(path)
                     continue
                 try:
                     tp = parse_log_dir_name(name)
                 except ValueError:
                     log.warning("ignoring %s: not a partition directory", path)
                     continue
+                # Read before opening: a corrupt file fails the load with nothing changed.
+                self._topic_ids[tp] = read_partition_metadata(path)
                 self._logs[tp] = Log.open(
                     path, self._config_for(tp.topic), now_ms=now_ms,
                     recovery_point=recovery_points.get(tp, 0),
@@ -139,8 +165,13 @@ class LogManager:
         with self._lock:
             return dict(self._logs)
 
-    def get_or_create(self, tp: TopicPartition, config: LogConfig, now_ms: int) -> Log:
-        """The log of ``tp``, created empty (with ``config``) if there is none."""
+    def get_or_create(self, tp: TopicPartition, config: LogConfig, now_ms: int,
+                      topic_id: bytes | None = None) -> Log:
+        """The log of ``tp``, created empty (with ``config``) if there is none.
+
+        A created log gets ``topic_id`` in its ``partition.metadata`` before it is
+        returned. An existing log is returned as it is: its ID is ``topic_id(tp)``.
+        """
         tp = TopicPartition(*tp)
         name = log_dir_name(tp)  # raises InvalidTopicError before any path is built
         with self._lock:
@@ -150,8 +181,32 @@ class LogManager:
             self._topic_configs.setdefault(tp.topic, config)
             # A new directory has nothing to recover; a stray old one gets validated.
             created = Log.open(self.data_dir / name, config, now_ms=now_ms)
+            if topic_id is not None:
+                try:
+                    write_partition_metadata(created.dir, topic_id)
+                except BaseException:
+                    created.close()
+                    raise
             self._logs[tp] = created
+            self._topic_ids[tp] = topic_id
             return created
+
+    def topic_id(self, tp: TopicPartition) -> bytes | None:
+        """The topic ID in the log's ``partition.metadata``; None without one (or no log)."""
+        return self._topic_ids.get(tp)
+
+    def topic_ids(self) -> dict[TopicPartition, bytes | None]:
+        with self._lock:
+            return {tp: self._topic_ids.get(tp) for tp in self._logs}
+
+    def assign_topic_id(self, tp: TopicPartition, topic_id: bytes) -> None:
+        """Give a log made before topic IDs (no ``partition.metadata``) its first ID."""
+        tp = TopicPartition(*tp)
+        with self._lock:
+            partition_log = self._logs[tp]
+            assert self._topic_ids.get(tp) is None, f"{tp} has a topic id already"
+            write_partition_metadata(partition_log.dir, topic_id)
+            self._topic_ids[tp] = topic_id
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         """Apply new topic configs to the topic's logs (and to logs created later)."""
@@ -161,17 +216,26 @@ class LogManager:
                 if tp.topic == topic:
                     partition_log.update_config(config)
 
-    def delete(self, tp: TopicPartition) -> None:
-        """Remove the log of ``tp`` and its checkpoint entries (no-op if absent)."""
+    def delete(self, tp: TopicPartition) -> Path | None:
+        """Move the log of ``tp`` aside for deletion and drop its checkpoint entries.
+
+        The directory becomes ``<topic>-<partition>.<32 hex>-delete`` (Kafka's name),
+        the data dir is fsynced, and the ``LogDirDeleter`` removes it in the
+        background. Returns the new path (None when there was no log).
+        """
         tp = TopicPartition(*tp)
         with self._lock:
             partition_log = self._logs.pop(tp, None)
+            self._topic_ids.pop(tp, None)
             if partition_log is None:
-                return
-            # Rename first: a crash mid-delete leaves a "-delete" dir that load() removes,
-            # never a half-deleted log that looks real.
+                return None
+            # Rename first: a crash mid-delete leaves a "-delete" dir that load() hands to
+            # the deleter, never a half-deleted log that looks real.
             doomed = self.data_dir / f"{log_dir_name(tp)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-            partition_log.delete(in_background=True, rename_to=doomed)
+            partition_log.delete(rename_to=doomed, keep_files=True)
+        # The rename is durable before a single file goes (module docstring).
+        fsync_dir(self.data_dir)
+        self.deleter.submit(doomed)
         # The checkpoint files are written without _lock (see __init__).
         self.checkpoint_recovery_points(flush=False)
         self.checkpoint_log_start_offsets()
@@ -180,6 +244,7 @@ class LogManager:
             if tp in hws:
                 del hws[tp]
                 self._hw_file.write(hws)
+        return doomed
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -300,6 +365,7 @@ class LogManager:
                                         for tp, partition_log in self._logs.items()})
                 write_clean_shutdown_marker(self.data_dir)
             self._logs.clear()
+        self.deleter.close()
 
 
 def _skip_failed_log(tp: TopicPartition, partition_log: Log, what: str,
@@ -309,9 +375,3 @@ def _skip_failed_log(tp: TopicPartition, partition_log: Log, what: str,
     else:
         log.error("%s of %s failed: %s", what, tp, error)
 
-
-def _remove_tree(path: Path) -> None:
-    try:
-        shutil.rmtree(path)
-    except OSError as e:
-        raise storage_error("cannot remove directory", path, e) from e

@@ -9,7 +9,9 @@ formats are described in ``broker/storage/index.py``.
 
 The segment does the file I/O of one append (a single ``write``), reads of whole
 batches by offset (index lookup, then a header scan), truncation and the batch
-scan used by recovery. Every ``OSError`` becomes ``KafkaStorageError`` with the
+scan used by recovery. A read checks every batch it returns (framing, contiguous
+offsets, CRC-32C; ``corruption.py``) and ends before a damaged one: bit rot in a
+file that recovery trusted is found by the first reader, never served. Every ``OSError`` becomes ``KafkaStorageError`` with the
 path; a failed append cuts any partial bytes so the file keeps whole batches.
 
 Threading: one writer (the partition's append path). Readers may run on other
@@ -29,6 +31,14 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from tidewater.broker.storage.corruption import (
+    FRAME,
+    CorruptBatch,
+    CorruptBatchError,
+    content_problem,
+    frame_problem,
+    truncated_problem,
+)
 from tidewater.broker.storage.index import (
     RELATIVE_OFFSET_MAX,
     IndexFile,
@@ -365,11 +375,25 @@ class LogSegment:
         return _SCAN_HEADER.unpack_from(header, 0)[8] if len(header) == 43 else -1
 
     def rebuild_indexes(self) -> None:
-        """Rebuild both indexes from the batches (framing only); raises CorruptRecordError
-        if the file does not scan, in which case the caller must recover it."""
+        """Rebuild both indexes from the batches (framing only).
+
+        CorruptBatchError if the file does not scan (the batches themselves are
+        damaged): the indexes then cover the sound batches before the damaged one
+        and everything else stays as it was (the segment's end and timestamps: the
+        damage is the reader's to report and the replica's to repair, not a cut)."""
+        saved = (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+                 self.bytes_since_last_index_entry, self.first_batch_time_ms)
         scan = self.scan(self.base_offset, validate_crc=False)
-        if scan.error is not None:
-            raise scan.error
+        if scan.error is None:
+            return
+        # A damaged lastOffsetDelta shows in a framing-only scan at the batch after it;
+        # the CRC names the batch itself.
+        scan = self.scan(self.base_offset, validate_crc=True)
+        (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
+         self.bytes_since_last_index_entry, self.first_batch_time_ms) = saved
+        assert scan.error is not None
+        raise CorruptBatchError(CorruptBatch(str(self.log_path), scan.valid_bytes,
+                                             scan.next_offset, scan.error.reason))
 
     def scan(self, expected_base_offset: int, *, validate_crc: bool = True) -> SegmentScan:
         """Walk every batch, rebuild the indexes in memory and stop at the first bad one.
@@ -530,43 +554,132 @@ class LogSegment:
         self.time_index.flush()
 
     def _locate(self, offset: int, end: int) -> tuple[int, int, int] | None:
+        """Walk the batch headers from the index entry at or below ``offset``; each batch
+        must start where the one before it ended (offsets and bytes), so a damaged
+        header is found here, not skipped over. The batch after the last one ending
+        below ``offset`` is returned by position and the base offset it must have,
+        whatever its header says: a truncation below a damaged batch must find it, and
+        a read checks it. CorruptBatchError where the chain of headers breaks."""
         self.ensure_indexes()
-        entry_offset, position = self.index.lookup(offset)
+        # The entry for a batch ending below ``offset``: the batch holding it is then
+        # reached by the walk, which finds where it must start even if its header is
+        # damaged (an entry naming that batch itself would have to trust the header).
+        entry_offset, position = self.index.lookup(offset - 1)
         check_entry = position > 0
+        # The base offset the batch at the walk's position must have (unknown at an
+        # index entry until its batch is passed), and where the batch before it starts.
+        expected = None if check_entry else self.base_offset
+        previous, previous_base = -1, -1
         while position < end:
             chunk = self._read_at(min(LOCATE_CHUNK_BYTES, end - position), position)
             p = 0
-            while len(chunk) - p >= HEADER_SIZE:
-                base_offset, batch_length = _PREFIX.unpack_from(chunk, p)
-                last_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
-                    chunk, p + _LAST_OFFSET_DELTA_AT)[0]
-                if batch_length < BATCH_LENGTH_MIN or (check_entry and last_offset != entry_offset):
+            while position + p < end:
+                has_header = len(chunk) - p >= HEADER_SIZE
+                if not has_header and p > 0:
+                    break  # the next chunk starts here
+                at = position + p
+                if has_header:
+                    base_offset, batch_length = _PREFIX.unpack_from(chunk, p)
+                    last_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                        chunk, p + _LAST_OFFSET_DELTA_AT)[0]
+                    size = LOG_OVERHEAD + batch_length
+                if expected is not None and expected >= offset:
+                    if has_header and base_offset == expected:
+                        return at, expected, last_offset
+                    # Not the batch that must start here: damaged, or the walk went astray
+                    # after a batch whose batchLength is damaged (its CRC tells).
+                    if previous >= 0:
+                        problem = self._batch_problem_at(previous, previous_base, end)
+                        if problem is not None:
+                            raise CorruptBatchError(CorruptBatch(
+                                str(self.log_path), previous, previous_base, problem))
+                    return at, expected, expected
+                if not has_header:  # fewer bytes than a header left in the file
                     if check_entry:
+                        raise CorruptFileError(f"index entry ({entry_offset}, {position}) is "
+                                               "past the last batch", path=str(self.index.path))
+                    assert expected is not None
+                    raise self._chain_broken(previous, previous_base, at, expected, end)
+                if check_entry:
+                    if batch_length < BATCH_LENGTH_MIN or last_offset != entry_offset:
                         raise CorruptFileError(
                             f"index entry ({entry_offset}, {position}) does not match the log",
                             path=str(self.index.path))
-                    raise CorruptRecordError("malformed batch", position=position + p,
-                                             path=str(self.log_path))
-                check_entry = False
+                    check_entry = False
+                    if at + size > end:
+                        raise self._chain_broken(-1, -1, at, base_offset, end)
+                elif base_offset != expected or batch_length < BATCH_LENGTH_MIN or at + size > end:
+                    assert expected is not None
+                    raise self._chain_broken(previous, previous_base, at, expected, end)
                 if last_offset >= offset:
-                    return position + p, base_offset, last_offset
-                p += LOG_OVERHEAD + batch_length
-            if p == 0:
-                if check_entry:
-                    raise CorruptFileError(f"index entry ({entry_offset}, {position}) is past the "
-                                           "last batch", path=str(self.index.path))
-                raise CorruptRecordError("truncated batch", position=position,
-                                         path=str(self.log_path))
+                    return at, base_offset, last_offset
+                previous, previous_base, expected = at, base_offset, last_offset + 1
+                p += size
             position += p
+        if expected is not None and end == self.size_bytes and expected != self.next_offset:
+            # The walk reached the end of the file, but not at the segment's end offset: a
+            # damaged batchLength made it jump there.
+            raise self._chain_broken(previous, previous_base, end, expected, end)
+        return None
+
+    def _chain_broken(self, previous: int, previous_base: int, position: int, expected: int,
+                      end: int) -> CorruptBatchError:
+        """The batch headers stop following each other at ``position``: the batch there is
+        damaged, or the one before it at ``previous`` (a damaged lastOffsetDelta or
+        batchLength leads the walk astray while that batch's header still looks sane;
+        its CRC tells)."""
+        if previous >= 0:
+            problem = self._batch_problem_at(previous, previous_base, end)
+            if problem is not None:
+                return CorruptBatchError(CorruptBatch(str(self.log_path), previous, previous_base,
+                                                      problem))
+        problem = self._batch_problem_at(position, expected, end) or "batch header out of order"
+        return CorruptBatchError(CorruptBatch(str(self.log_path), position, expected, problem))
+
+    def _batch_problem_at(self, position: int, expected_base_offset: int, end: int) -> str | None:
+        """What is wrong with the batch at ``position`` (framing, offsets, CRC), None if it
+        is sound. Reads it whole: for slow paths only."""
+        room = end - position
+        frame = self._read_at(min(room, ATTRIBUTES_OFFSET), position)
+        if len(frame) < ATTRIBUTES_OFFSET:
+            return truncated_problem(room)
+        base_offset, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
+        problem = frame_problem(base_offset, batch_length, magic, expected_base_offset, room)
+        if problem is not None:
+            return problem
+        size = LOG_OVERHEAD + batch_length
+        if size <= LOCATE_CHUNK_BYTES:
+            data = self._read_at(size, position)
+            if len(data) < size:
+                return truncated_problem(len(data))
+            return content_problem(memoryview(data), 0, size, crc)
+        # A damaged batchLength may claim up to the rest of the file: CRC it piecewise.
+        head = self._read_at(HEADER_SIZE, position)
+        computed, at = crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]), position + HEADER_SIZE
+        while at < position + size:
+            piece = self._read_at(min(SCAN_CHUNK_BYTES, position + size - at), at)
+            if not piece:
+                return truncated_problem(at - position)
+            computed, at = crc32c(piece, computed), at + len(piece)
+        if computed != crc:
+            return f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}"
+        if _LAST_OFFSET_DELTA.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0] < 0:
+            return "negative lastOffsetDelta"
         return None
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None,
-             min_one_batch: bool) -> tuple[bytes, int, int] | None:
-        """Whole batches from the one holding ``start_offset``: (bytes, first, next offset).
+             min_one_batch: bool) -> tuple[bytes, int, int, CorruptBatch | None] | None:
+        """Whole, checked batches from the one holding ``start_offset``: (bytes, first
+        offset, next offset, the damaged batch that ended the read or None).
 
         Stops before the first batch with base offset >= ``max_offset`` and before
         ``max_bytes``, but returns the first batch whole if ``min_one_batch``.
         None when the segment has no batch with last offset >= start_offset.
+
+        Every batch returned passed the checks of ``corruption.py`` (framing,
+        contiguous offsets, CRC-32C): the read stops before the first one that fails
+        and names it; CorruptBatchError if that is the first batch. Damaged bytes are
+        never returned.
 
         One pread in the common case: a sequential reader's start position comes
         from where its previous read ended (``_position_hints``), and the read
@@ -574,8 +687,9 @@ class LogSegment:
         """
         end = self.size_bytes  # batches past this may be mid-append
         position = self._position_hints.get(start_offset)
-        hinted = position is not None and position < end
-        if hinted:
+        if position is not None and position < end:
+            # Where a checked batch ended, so the next batch must start at start_offset:
+            # a header saying otherwise is damaged (the hints go with any cut).
             first_offset = start_offset
         else:
             found = self.locate(start_offset, end)
@@ -583,33 +697,64 @@ class LogSegment:
                 return None
             position, first_offset, _last = found
         if max_offset is not None and first_offset >= max_offset:
-            return b"", first_offset, first_offset
+            return b"", first_offset, first_offset, None
         data = self._read_at(self._whole_batches_bytes(position, max_bytes, end), position)
-        if hinted and (len(data) < LOG_OVERHEAD
-                       or _PREFIX.unpack_from(data, 0)[0] != start_offset):
-            self._position_hints.clear()  # stale: cannot happen without a cut; be safe
-            return self.read(start_offset, max_bytes, max_offset, min_one_batch)
+        view = memoryview(data)
+        unpack_frame, unpack_delta = FRAME.unpack_from, _LAST_OFFSET_DELTA.unpack_from
+        length, room = len(data), end - position
         p, next_offset = 0, first_offset
-        unpack_prefix, unpack_delta = _PREFIX.unpack_from, _LAST_OFFSET_DELTA.unpack_from
-        length = len(data)
+        damaged = False
         while length - p >= HEADER_SIZE:
-            base_offset, batch_length = unpack_prefix(data, p)
+            base_offset, batch_length, _epoch, magic, crc = unpack_frame(data, p)
             size = LOG_OVERHEAD + batch_length
+            if (base_offset != next_offset or batch_length < BATCH_LENGTH_MIN
+                    or magic != MAGIC_V2 or p + size > room):
+                damaged = True
+                break
             if p + size > length or (max_offset is not None and base_offset >= max_offset):
                 break
-            next_offset = base_offset + unpack_delta(data, p + _LAST_OFFSET_DELTA_AT)[0] + 1
+            delta = unpack_delta(data, p + _LAST_OFFSET_DELTA_AT)[0]
+            if crc32c(view[p + ATTRIBUTES_OFFSET:p + size]) != crc or delta < 0:
+                damaged = True
+                break
+            next_offset = base_offset + delta + 1
             p += size
-        if p == 0:
+        else:
+            # Bytes too few for a header at the segment's end: a torn or damaged batch.
+            damaged = 0 < length - p and length == room
+        corrupt = None
+        if damaged:
+            problem = (self._batch_problem_at(position + p, next_offset, end)
+                       or "batch changed while read")
+            corrupt = CorruptBatch(str(self.log_path), position + p, next_offset, problem)
+            if p == 0:
+                raise CorruptBatchError(corrupt)
+        elif p == 0:
             if not min_one_batch:
-                return b"", first_offset, first_offset
-            header = self._read_at(HEADER_SIZE, position)
-            base_offset, batch_length = _PREFIX.unpack_from(header, 0)
-            data = self._read_at(LOG_OVERHEAD + batch_length, position)
-            next_offset = base_offset + _LAST_OFFSET_DELTA.unpack_from(
-                header, _LAST_OFFSET_DELTA_AT)[0] + 1
-            p = len(data)
+                return b"", first_offset, first_offset, None
+            data, next_offset = self._read_one_batch(position, first_offset, end)
+            p = length = len(data)
         self._remember_position(next_offset, position + p)
-        return (data if p == length else data[:p]), first_offset, next_offset
+        return (data if p == length else data[:p]), first_offset, next_offset, corrupt
+
+    def _read_one_batch(self, position: int, base_offset: int, end: int) -> tuple[bytes, int]:
+        """The whole, checked batch at ``position`` that must start at ``base_offset`` (one
+        larger than a read's max_bytes), and the offset after it."""
+        room = end - position
+        frame = self._read_at(min(room, ATTRIBUTES_OFFSET), position)
+        problem = truncated_problem(room) if len(frame) < ATTRIBUTES_OFFSET else None
+        if problem is None:
+            found_base, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
+            problem = frame_problem(found_base, batch_length, magic, base_offset, room)
+            if problem is None:
+                size = LOG_OVERHEAD + batch_length
+                data = self._read_at(size, position)
+                problem = (truncated_problem(len(data)) if len(data) < size
+                           else content_problem(memoryview(data), 0, size, crc))
+                if problem is None:
+                    return data, base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                        data, _LAST_OFFSET_DELTA_AT)[0] + 1
+        raise CorruptBatchError(CorruptBatch(str(self.log_path), position, base_offset, problem))
 
     def _whole_batches_bytes(self, position: int, max_bytes: int, end: int) -> int:
         """How much to read from ``position``: up to ``max_bytes``, ending at a known batch
@@ -838,6 +983,11 @@ class LogSegment:
                 raise storage_error("cannot rename segment file for deletion", path, e) from e
             renamed.append(target)
         return renamed
+
+    @property
+    def truncations(self) -> int:
+        """How many times the file was cut: bytes read before a change of it may be stale."""
+        return self._truncations
 
     def __repr__(self) -> str:
         return (f"LogSegment(base={self.base_offset}, next={self.next_offset}, "

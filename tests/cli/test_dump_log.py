@@ -373,6 +373,28 @@ def test_corrupt_checkpoints_are_problems(tmp_path):
     assert "unsupported version" in events[1]["message"]
 
 
+def test_partition_metadata(tmp_path):
+    from tidewater.broker.storage.partition_metadata import write_partition_metadata
+    from tidewater.proto.topic_id import topic_id_to_text
+
+    directory = tmp_path / "orders-0"
+    write_segment(directory, 0, [batch(0)])
+    topic_id = bytes(range(1, 17))
+    write_partition_metadata(directory, topic_id)
+    result = tide_process(directory, "--json", "--verify")  # the real command, a directory
+    assert result.returncode == 0, result.stdout + result.stderr
+    [event] = of_type(json_lines(result), "partition_metadata")
+    assert event == {"type": "partition_metadata", "file": str(directory / "partition.metadata"),
+                     "version": 0, "topic_id": topic_id_to_text(topic_id)}
+    text = tide(directory / "partition.metadata").stdout.splitlines()
+    assert text == [f"Dumping {directory / 'partition.metadata'}",
+                    f"version: 0 topicId: {topic_id_to_text(topic_id)}"]
+    (directory / "partition.metadata").write_text("version: 0\ntopic_id: nonsense\n")
+    result = tide(directory / "partition.metadata", "--json")
+    assert [e["problem"] for e in of_type(json_lines(result), "problem")] == ["corrupt_file"]
+    assert "partition.metadata:2" in of_type(json_lines(result), "problem")[0]["message"]
+
+
 def test_unknown_and_missing_files_fail(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     result = tide(tmp_path / "notes.txt", tmp_path / segment_name(0, ".log"), "--json")

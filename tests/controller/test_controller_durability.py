@@ -278,9 +278,10 @@ async def test_nothing_unwritten_reaches_a_broker_and_the_process_exits(tmp_path
             await asyncio.sleep(0.5)  # ten retry periods of a sender, were one still running
             # Answers are built from the image too: every RPC is refused from now on.
             for call in (controller.stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5),
-                         controller.stub.BrokerHeartbeat(pb.BrokerHeartbeatRequest(
-                             broker_id=follower, broker_epoch=brokers[follower].broker_epoch),
-                             timeout=5)):
+                         controller.stub.RegisterBroker(pb.RegisterBrokerRequest(
+                             broker_id=follower, incarnation_id="after-the-failure",
+                             listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1",
+                                                    port=1)]), timeout=5)):
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await call
                 assert refused.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -454,10 +454,12 @@ def test_request_size_limits(h, monkeypatch):
 
 def test_replica_fenced_during_delete_gets_stop_replica_when_back(h):
     three_brokers(h)
-    h.create("t", partitions=3, rf=3)
+    topic_id = h.create("t", partitions=3, rf=3).topic_id
+    assert len(topic_id) == 16
     h.advance(3500, 3)
     h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["t"]))
-    assert h.metadata.pending_stops == {3: {("t", 0), ("t", 1), ("t", 2)}}
+    pending = {3: {("t", 0, topic_id), ("t", 1, topic_id), ("t", 2, topic_id)}}
+    assert h.metadata.pending_stops == pending
     # survives a restart and a compaction
     epochs = h.epochs
     h = h.restart()
@@ -465,13 +467,15 @@ def test_replica_fenced_during_delete_gets_stop_replica_when_back(h):
     h.log.rewrite(h.metadata.snapshot_records())  # what compaction writes
     h = h.restart()
     h.epochs = epochs
-    assert h.metadata.pending_stops == {3: {("t", 0), ("t", 1), ("t", 2)}}
+    assert h.metadata.pending_stops == pending
     h.effects.clear()
     h.heartbeat(3)  # back: unfenced
     stops = [s for e in h.effects for s in e.stop_replicas]
     assert [(b, sorted((p.topic, p.partition) for p in ps)) for b, ps in stops] == \
         [(3, [("t", 0), ("t", 1), ("t", 2)])]
     assert all(p.leader_epoch == -1 for _, ps in stops for p in ps)
+    # Only that incarnation's logs may be deleted by these StopReplicas.
+    assert all(p.topic_id == topic_id for _, ps in stops for p in ps)
     assert h.metadata.pending_stops == {}
     h2 = h.restart()
     assert h2.metadata.pending_stops == {}

@@ -13,10 +13,18 @@ batch above the HW on partition 1. With ``damaged=True`` one extra topic per
 kind of damage is added, each with one partition on all three brokers and
 exactly one thing broken; DAMAGE maps each topic to the one rule that must
 catch it.
+
+Every replica has a ``partition.metadata`` with its topic's ID. The damaged
+dump also holds ``reborn``: broker 3 still has an older incarnation of it (its
+own topic ID, one batch different), which no rule may report, since replicas
+are compared only within one topic ID; and ``reborn-noid``, the same written
+before topic IDs (no ``partition.metadata``), which replicas_agree_below_hw
+must catch because nothing tells the incarnations apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +49,9 @@ DAMAGE = {
     "hw-cp": "offset_checkpoints_within_log",    # broker 3's HW checkpoint is above its log end
     "hw-drop": "hw_monotonic_per_leader_epoch",  # the leader's HW drops in the metrics
     "gap": "offsets_contiguous",                 # a batch cut out of every replica: offsets skip
+    "reborn-noid": "replicas_agree_below_hw",    # two incarnations that nothing tells apart
 }
+REBORN = "reborn"  # broker 3 holds an older incarnation, with its own topic ID: no violation
 
 # (epoch, record count) per batch of the standard history: 22 offsets, epochs 0, 1, 3.
 HISTORY = ((0, 3), (0, 2), (0, 4), (1, 1), (1, 5), (3, 2), (3, 2), (3, 3))
@@ -55,10 +65,15 @@ FLIPPED_OFFSET = 5     # the third batch (offsets 5..8) on broker 3
 Batch = tuple[int, int, list[tuple[bytes, bytes]]]  # base offset, epoch, (key, value) records
 
 
+def topic_id_of(topic: str, incarnation: int = 1) -> bytes:
+    return hashlib.sha256(f"{topic}#{incarnation}".encode()).digest()[:16]
+
+
 @dataclass
 class Replica:
     batches: list[Batch]
     high_watermark: int
+    topic_id: bytes | None = b""  # b"": the topic's (topic_id_of); None: no partition.metadata
 
     @property
     def log_end_offset(self) -> int:
@@ -124,6 +139,16 @@ def model(damaged: bool) -> dict[tuple[str, int], dict[int, Replica]]:
     diverged = replicas[("diverged", 0)][2]
     base, epoch, records = diverged.batches[DIVERGED_BATCH]
     diverged.batches[DIVERGED_BATCH] = (base, epoch, [(k, v.upper()) for k, v in records])
+    for topic in (REBORN, "reborn-noid"):
+        replicas[(topic, 0)] = _full(history(topic, 0))
+        old = replicas[(topic, 0)][3]
+        base, epoch, records = old.batches[DIVERGED_BATCH]
+        old.batches[DIVERGED_BATCH] = (base, epoch, [(k, b"old " + v) for k, v in records])
+        if topic == REBORN:
+            old.topic_id = topic_id_of(topic, 0)  # the deleted incarnation
+        else:
+            for replica in replicas[(topic, 0)].values():
+                replica.topic_id = None
     return replicas
 
 
@@ -144,8 +169,9 @@ def write_logs(dump: Dump) -> None:
         for (topic, partition), per_broker in sorted(dump.replicas.items()):
             replica = per_broker[broker]
             tp = TopicPartition(topic, partition)
+            topic_id = topic_id_of(topic) if replica.topic_id == b"" else replica.topic_id
             log = manager.get_or_create(
-                tp, small if topic in SMALL_SEGMENT_TOPICS else default, NOW_MS)
+                tp, small if topic in SMALL_SEGMENT_TOPICS else default, NOW_MS, topic_id)
             for base, epoch, records in replica.batches:
                 log.append_as_follower(
                     encode_batch(records, base_offset=base, partition_leader_epoch=epoch,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.fixtures import DAMAGE, GAP_BATCH, HISTORY
+from tests.spark.fixtures import DAMAGE, GAP_BATCH, HISTORY, REBORN, topic_id_of
 
 # A session start, a shared audit run or a spark-submit takes seconds on an idle
 # machine but minutes on a loaded 2-core one: generous per-test limits.
@@ -57,6 +57,22 @@ def test_log_source_record_level_and_torn_segment(spark, clean_dump, tmp_path):
     statuses = [r.status for r in spark.read.format("tidewater-log")
                 .load(str(torn_dir)).orderBy("position").collect()]
     assert statuses == ["ok"] * (len(HISTORY) - 1) + ["torn"]
+
+
+def test_log_and_checkpoint_sources_carry_the_topic_id(spark, damaged_dump):
+    from tidewater.proto.topic_id import topic_id_to_text
+
+    log = spark.read.format("tidewater-log").option("level", "segment").load(
+        str(damaged_dump.root))
+    ids = {(r.broker_id, r.topic): r.topic_id for r in log.where(
+        "topic IN ('reborn', 'reborn-noid')").select("broker_id", "topic", "topic_id")
+        .distinct().collect()}
+    new, old = topic_id_to_text(topic_id_of(REBORN)), topic_id_to_text(topic_id_of(REBORN, 0))
+    assert ids == {(1, REBORN): new, (2, REBORN): new, (3, REBORN): old,
+                   **{(b, "reborn-noid"): "" for b in (1, 2, 3)}}
+    cp = spark.read.format("tidewater-checkpoints").load(str(damaged_dump.data_dirs[3]))
+    hw = cp.where(f"kind = 'high-watermark' AND topic = '{REBORN}'").first()
+    assert hw.topic_id == old
 
 
 def test_checkpoint_and_metrics_sources(spark, clean_dump):
@@ -107,6 +123,9 @@ def test_each_damage_is_caught_by_exactly_its_rule(damaged_audit):
     assert code == 1
     found = _rules_by_topic(report)
     assert "orders" not in found  # the healthy topic stays clean beside the damage
+    # Broker 3's older incarnation of `reborn` differs below the HW, but it has its own
+    # topic ID: another partition for the audit, not a divergence.
+    assert REBORN not in found
     assert {topic: found.get(topic, set()) for topic in DAMAGE} == \
         {topic: {rule} for topic, rule in DAMAGE.items()}
     failed = {r["name"] for r in report["rules"] if not r["passed"]}
@@ -128,8 +147,10 @@ def test_violations_name_the_broker_and_offset(damaged_audit):
     assert where("hw_monotonic_per_leader_epoch") == {(1, "hw-drop", 15)}
     gap_base = sum(count for _e, count in HISTORY[:GAP_BATCH + 1])
     assert where("offsets_contiguous") == {(b, "gap", gap_base) for b in (1, 2, 3)}
-    # broker 2 lacks brokers 1 and 3's batch at 3, and they lack broker 2's
-    assert where("replicas_agree_below_hw") == {(b, "diverged", 3) for b in (1, 2, 3)}
+    # broker 2 lacks brokers 1 and 3's batch at 3, and they lack broker 2's; the same for
+    # broker 3's older incarnation of reborn-noid, which has no topic ID to tell it apart
+    assert where("replicas_agree_below_hw") == {(b, t, 3) for b in (1, 2, 3)
+                                                for t in ("diverged", "reborn-noid")}
     assert where("acked_writes_present") == {(None, "ack-lost", 4)}
     acks = by_rule["acked_writes_present"]["info"]
     assert acks["acks_all_lost"] == 1 and acks["acks_1_lost"] == 1  # acks=1 counted, not failed

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.spark.fixtures import DAMAGE, HISTORY, build_dump
+from tests.spark.fixtures import DAMAGE, HISTORY, REBORN, build_dump, topic_id_of
 from tidewater.audit import health, metrics_reader, reader
 from tidewater.audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
 from tidewater.audit.job import AckLogError, parse_ack_log
@@ -33,7 +33,38 @@ def test_discover_finds_every_replica_with_its_broker_id(dump):
     assert sorted(set(inventory.data_dirs.values())) == [1, 2, 3]
     topics = {(s.topic, s.partition, s.broker_id) for s in inventory.segments}
     assert ("orders", 1, 2) in topics and ("gap", 0, 3) in topics
-    assert len(topics) == (2 + len(DAMAGE)) * 3
+    assert len(topics) == (3 + len(DAMAGE)) * 3  # orders-0, orders-1, reborn, the damage
+
+
+def test_discover_reads_topic_ids_and_skips_logs_moved_aside(dump, tmp_path):
+    import shutil
+
+    from tidewater.proto.topic_id import topic_id_to_text
+
+    inventory = reader.discover([dump.root])
+    ids = {(d.broker_id, d.topic): d.topic_id for d in inventory.partition_dirs}
+    assert ids[(1, "orders")] == topic_id_to_text(topic_id_of("orders"))
+    assert ids[(3, REBORN)] == topic_id_to_text(topic_id_of(REBORN, 0))
+    assert ids[(1, "reborn-noid")] == ""
+    assert {s.topic_id for s in inventory.segments if s.topic == "orders"} == {
+        topic_id_to_text(topic_id_of("orders"))}
+    # A log moved aside for deletion is no replica, whatever it holds.
+    data_dir = tmp_path / "broker-1"
+    shutil.copytree(dump.partition_dir(1, "orders", 0), data_dir / "orders-0")
+    shutil.copytree(dump.partition_dir(1, "orders", 0),
+                    data_dir / f"orders-0.{'ab' * 16}-delete")
+    assert {d.path for d in reader.discover([data_dir]).partition_dirs} == {
+        str((data_dir / "orders-0").resolve())}
+
+
+@pytest.mark.parametrize("text", ["version: 1\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n",
+                                  "version: 0\ntopic_id: short\n", "garbage", ""])
+def test_a_malformed_partition_metadata_is_an_input_error(tmp_path, text):
+    (tmp_path / "t-0").mkdir()
+    (tmp_path / "t-0" / f"{0:020d}.log").write_bytes(encode_batch([(b"k", b"v")]))
+    (tmp_path / "t-0" / "partition.metadata").write_text(text)
+    with pytest.raises(reader.AuditInputError, match="partition.metadata"):
+        reader.discover([tmp_path])
 
 
 def test_broker_id_from_meta_properties_wins_over_folder_name(tmp_path):

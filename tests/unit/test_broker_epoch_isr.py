@@ -41,7 +41,7 @@ async def expansion_proposed(tmp_path, name: str, metadata, broker_epoch: int) -
     try:
         await rm.leader_and_isr(lai(isr=(1,)))
         if metadata is not None:
-            assert rm.update_metadata(metadata).error_code == pb.NONE
+            assert (await rm.update_metadata(metadata)).error_code == pb.NONE
         response = await rm.fetch(follower_fetch(broker_epoch))
         assert response.partitions[0].error_code == pb.NONE  # served either way
         return rm.partitions[TP].replica.leader.pending_isr is not None \

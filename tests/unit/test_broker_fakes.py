@@ -57,6 +57,7 @@ class FakeReadResult:
     records: bytes
     first_offset: int
     next_offset: int
+    corrupt: None = None  # a fake log holds no damaged batch
 
 
 class FakeLog:
@@ -145,9 +146,13 @@ class FakeLog:
 
 
 class FakeLogManager:
+    """LogManager in memory; ``deleted`` lists the logs moved aside, in order."""
+
     def __init__(self):
         self._logs: dict[TopicPartition, FakeLog] = {}
+        self._topic_ids: dict[TopicPartition, bytes | None] = {}
         self.checkpointed: dict[TopicPartition, int] = {}
+        self.deleted: list[tuple[TopicPartition, FakeLog, bytes | None]] = []
 
     def get(self, tp):
         return self._logs.get(tp)
@@ -155,11 +160,31 @@ class FakeLogManager:
     def logs(self):
         return dict(self._logs)
 
-    def get_or_create(self, tp, config, now_ms):
-        return self._logs.setdefault(tp, FakeLog(tp, config))
+    def add_loaded(self, tp, log, topic_id=None):
+        """A log found at start-up, with the ID of its partition.metadata (None: none)."""
+        self._logs[tp] = log
+        self._topic_ids[tp] = topic_id
+
+    def get_or_create(self, tp, config, now_ms, topic_id=None):
+        if tp not in self._logs:
+            self._logs[tp] = FakeLog(tp, config)
+            self._topic_ids[tp] = topic_id
+        return self._logs[tp]
+
+    def topic_id(self, tp):
+        return self._topic_ids.get(tp)
+
+    def topic_ids(self):
+        return {tp: self._topic_ids.get(tp) for tp in self._logs}
+
+    def assign_topic_id(self, tp, topic_id):
+        assert self._topic_ids.get(tp) is None
+        self._topic_ids[tp] = topic_id
 
     def delete(self, tp):
-        self._logs.pop(tp, None)
+        log = self._logs.pop(tp, None)
+        if log is not None:
+            self.deleted.append((tp, log, self._topic_ids.pop(tp, None)))
 
     def update_topic_config(self, topic, config):
         for tp, log in self._logs.items():

@@ -100,8 +100,10 @@ async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path
                                 min_bytes=1, max_bytes=rm.config.replica_fetch_max_bytes)
         fresh.partitions.add(topic=TP.topic, partition=TP.partition, current_leader_epoch=0,
                              fetch_offset=3, last_fetched_epoch=0, log_start_offset=0,
-                             partition_max_bytes=rm.config.replica_fetch_max_bytes)
+                             partition_max_bytes=rm.config.replica_fetch_max_bytes,
+                             topic_id=rm.partitions[TP].topic_id)
         assert pb.FetchRequest.FromString(first) == fresh
+        assert len(rm.partitions[TP].topic_id) == 16  # the follower names the incarnation
     finally:
         await rm.stop()
 

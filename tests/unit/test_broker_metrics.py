@@ -63,3 +63,5 @@ def test_broker_metrics_names():
     for name in ("isr_shrinks_total", "messages_in_total", "bytes_in_total",
                  "replication_bytes_in_total", "leader_elections_total"):
         assert f"tidewater_broker_{name} 0.0" in text
+    for how in ("consumer_read", "follower_read", "scrub"):  # each series there from the start
+        assert f'tidewater_broker_corrupt_batches_total{{how="{how}"}} 0.0' in text

@@ -39,13 +39,14 @@ class FakeController:
         return resp
 
 
-def make_manager(tmp_path: Path, broker_id: int = 1,
+def make_manager(tmp_path: Path, broker_id: int = 1, log_manager=None,
                  **settings) -> tuple[ReplicaManager, FakeController]:
+    tmp_path.mkdir(parents=True, exist_ok=True)  # meta.properties goes there
     config = BrokerConfig(broker_id=broker_id, listen=("127.0.0.1", 0),
                           controller=("127.0.0.1", 1), data_dir=tmp_path)
     config.apply_settings(settings)
     controller = FakeController()
-    rm = ReplicaManager(config=config, log_manager=FakeLogManager(),
+    rm = ReplicaManager(config=config, log_manager=log_manager or FakeLogManager(),
                         metadata_cache=MetadataCache(), metrics=BrokerMetrics(1),
                         alter_partition=controller.alter_partition, broker_epoch=lambda: 7)
     return rm, controller
@@ -57,14 +58,18 @@ async def wait_until(predicate, timeout_s=10.0):
         await asyncio.sleep(0.01)
 
 
+TOPIC_ID = bytes(range(1, 17))
+CLUSTER_ID = "cluster-1"
+
+
 def lai(leader=1, leader_epoch=0, partition_epoch=0, isr=(1, 2), replicas=(1, 2),
-        controller_epoch=1, configs=None) -> pb.LeaderAndIsrRequest:
+        controller_epoch=1, configs=None, topic_id=TOPIC_ID) -> pb.LeaderAndIsrRequest:
     return pb.LeaderAndIsrRequest(
-        controller_id=0, controller_epoch=controller_epoch, broker_epoch=7,
+        controller_id=0, controller_epoch=controller_epoch, broker_epoch=7, cluster_id=CLUSTER_ID,
         partitions=[pb.LeaderAndIsrPartition(
             state=pb.PartitionState(topic=TP.topic, partition=TP.partition, leader=leader,
                                     leader_epoch=leader_epoch, partition_epoch=partition_epoch,
-                                    replicas=list(replicas), isr=list(isr)),
+                                    replicas=list(replicas), isr=list(isr), topic_id=topic_id),
             topic_configs=configs or {}, is_new=True)],
         leaders=[pb.BrokerEndpoint(broker_id=2, host="127.0.0.1", port=1)])
 
@@ -371,21 +376,53 @@ async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_pa
 async def test_stray_logs_deleted_only_when_the_snapshot_excludes_them(tmp_path):
     from tests.unit.test_broker_fakes import FakeLog
     from tidewater.broker.storage.log_config import LogConfig
+    from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
 
+    write_meta_properties(tmp_path, MetaProperties(1, CLUSTER_ID))  # its cluster, from before
     rm, _ = make_manager(tmp_path)
     kept, gone, other = TP, TopicPartition("deleted", 0), TopicPartition("elsewhere", 0)
-    for tp in (kept, gone, other):
-        rm.log_manager._logs[tp] = FakeLog(tp, LogConfig())
+    old_incarnation, legacy = TopicPartition("orders", 1), TopicPartition("legacy", 0)
+    other_id = bytes(range(2, 18))
+    for tp, topic_id in ((kept, TOPIC_ID), (gone, bytes(range(3, 19))), (other, other_id),
+                         (old_incarnation, bytes(range(4, 20))), (legacy, None)):
+        rm.log_manager.add_loaded(tp, FakeLog(tp, LogConfig()), topic_id)
     rm.load()
 
-    def snapshot(epoch, partitions):
-        return pb.UpdateMetadataRequest(controller_epoch=epoch, partitions=partitions)
+    def snapshot(partitions, cluster_id=CLUSTER_ID):
+        return pb.UpdateMetadataRequest(controller_epoch=1, partitions=partitions,
+                                        cluster_id=cluster_id, metadata_offset=10)
 
-    state = pb.PartitionState(topic=TP.topic, partition=0, leader=1, leader_epoch=0,
-                              replicas=[1, 2], isr=[1, 2])
-    elsewhere = pb.PartitionState(topic="elsewhere", partition=0, leader=2, replicas=[2, 3])
-    rm.update_metadata(snapshot(1, [state, elsewhere]))
-    assert set(rm.log_manager.logs()) == {kept}
+    here = [pb.PartitionState(topic=TP.topic, partition=n, leader=1, replicas=[1, 2], isr=[1, 2],
+                              topic_id=TOPIC_ID) for n in (0, 1)]
+    elsewhere = pb.PartitionState(topic="elsewhere", partition=0, leader=2, replicas=[2, 3],
+                                  topic_id=other_id)
+    legacy_here = pb.PartitionState(topic="legacy", partition=0, leader=1, replicas=[1],
+                                    topic_id=bytes(range(5, 21)))
+    # Another cluster's controller (its metadata wiped, say) deletes nothing, even empty.
+    await rm.update_metadata(snapshot([], cluster_id="someone-else"))
+    assert len(rm.log_manager.logs()) == 5
+    await rm.update_metadata(snapshot([*here, elsewhere, legacy_here]))
+    # Gone: a deleted topic, a replica placed elsewhere, an older incarnation of orders-1.
+    # A log without an ID is judged by placement only.
+    assert set(rm.log_manager.logs()) == {kept, legacy}
+    assert {tp for tp, _, _ in rm.log_manager.deleted} == {gone, other, old_incarnation}
+    # An empty snapshot of this cluster places nothing here.
+    await rm.update_metadata(snapshot([]))
+    assert rm.log_manager.logs() == {}
+
+
+async def test_a_snapshot_older_than_the_leader_and_isr_never_sweeps_its_replica(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    request = lai()
+    request.metadata_offset = 20
+    await rm.leader_and_isr(request)
+    stale = pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=CLUSTER_ID, metadata_offset=19)
+    await rm.update_metadata(stale)  # built before the topic existed
+    assert TP in rm.partitions and rm.log_manager.deleted == []
+    await rm.update_metadata(pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=CLUSTER_ID,
+                                                      metadata_offset=20))
+    assert TP not in rm.partitions and [tp for tp, _, _ in rm.log_manager.deleted] == [TP]
+    await rm.stop()
 
 
 async def test_storage_error_is_answered_per_partition(tmp_path):

@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 from tests.unit.test_broker_fakes import make_batch
-from tests.unit.test_broker_replica_manager import TP, make_manager, wait_until
+from tests.unit.test_broker_replica_manager import TOPIC_ID, TP, make_manager, wait_until
 from tidewater.broker.produce import acks_timeout_ms
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
@@ -30,7 +30,7 @@ def state(tp=TP, *, leader, leader_epoch, partition_epoch, replicas=(1, 2), isr=
         partitions=[pb.LeaderAndIsrPartition(
             state=pb.PartitionState(topic=tp.topic, partition=tp.partition, leader=leader,
                                     leader_epoch=leader_epoch, partition_epoch=partition_epoch,
-                                    replicas=list(replicas), isr=list(isr)),
+                                    replicas=list(replicas), isr=list(isr), topic_id=TOPIC_ID),
             topic_configs=configs or {})],
         leaders=[pb.BrokerEndpoint(broker_id=b, host="127.0.0.1", port=1) for b in (1, 2, 3)])
 

@@ -29,8 +29,18 @@ def test_config_defaults_and_settings():
     assert c.min_insync_replicas_for({"min.insync.replicas": "3"}) == 3
 
 
+def test_scrub_settings():
+    c = config_from_args(BASE)
+    assert c.log_scrub_bytes_per_second == 1 << 20 and c.log_scrub_interval_ms == 3_600_000
+    c = config_from_args(BASE + ["--set", "log.scrub.bytes.per.second=0",
+                                 "--set", "log.scrub.interval.ms=60000"])
+    assert c.log_scrub_bytes_per_second == 0 and c.log_scrub_interval_ms == 60_000
+
+
 @pytest.mark.parametrize("setting", ["no.such.thing=1", "segment.bytes=abc",
-                                     "min.insync.replicas=0", "segment.bytes=1", "novalue"])
+                                     "min.insync.replicas=0", "segment.bytes=1", "novalue",
+                                     "log.scrub.bytes.per.second=-1", "log.scrub.interval.ms=-5",
+                                     "log.scrub.bytes.per.second=fast"])
 def test_config_rejects_bad_settings(setting):
     with pytest.raises(ConfigError):
         config_from_args(BASE + ["--set", setting])
@@ -186,3 +196,20 @@ def test_taken_port_exits_1_with_a_clear_message(tmp_path):
             capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_corrupt_partition_metadata_exits_1_naming_the_file_and_changes_nothing(tmp_path):
+    """Which incarnation the log is cannot be told: the broker refuses to start (as Kafka
+    fails the log dir) rather than serve or delete it."""
+    (tmp_path / "orders-0").mkdir()
+    metadata = tmp_path / "orders-0" / "partition.metadata"
+    metadata.write_text("version: 0\ntopic_id: not-an-id\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidewater.broker", "--broker-id", "1", "--listen", "127.0.0.1:0",
+         "--controller", "127.0.0.1:1", "--data-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("tide-broker:")]
+    assert len(line) == 1 and f"{metadata}:2" in line[0], proc.stderr
+    assert metadata.read_text() == "version: 0\ntopic_id: not-an-id\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["orders-0"]

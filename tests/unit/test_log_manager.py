@@ -152,6 +152,7 @@ def test_load_finishes_interrupted_deletes_and_ignores_strangers(tmp_path, caplo
     manager = LogManager(tmp_path, CONFIG)
     manager.load(now_ms=0)
     assert manager.logs() == {}
+    assert manager.deleter.wait_idle(10)  # removed in the background, not during the load
     assert not (tmp_path / "a-0.0123abcd-delete").exists()
     assert (tmp_path / "lost+found").exists()
     assert "not a partition directory" in caplog.text

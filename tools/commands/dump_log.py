@@ -12,6 +12,7 @@ name (a directory stands for the files in it):
 ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
 ``log-start-offset-checkpoint``  ``(topic, partition, offset)`` entries
 ``.kafka_cleanshutdown``       the clean-shutdown marker
+``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
 =============================  ==================================================
 
 The 20-digit name is the segment's base offset; index files store offsets
@@ -29,6 +30,7 @@ interface (new keys may be added; existing ones keep their meaning)::
     {"type": "time_index_entry", "file", "timestamp", "offset"}
     {"type": "epoch_entry", "file", "epoch", "start_offset"}
     {"type": "checkpoint_entry", "file", "topic", "partition", "offset"}
+    {"type": "partition_metadata", "file", "version", "topic_id"}
     {"type": "problem", "file", "position", "problem", "message"}
 
 ``key``/``value`` are UTF-8 text (other bytes backslash-escaped), null when
@@ -57,6 +59,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.storage import partition_metadata
 from tidewater.broker.storage.checkpoints import (
     CLEAN_SHUTDOWN_FILE,
     OFFSET_CHECKPOINT_FILE_NAMES,
@@ -78,6 +81,7 @@ from tidewater.proto.errors import (
     UnsupportedCompressionError,
 )
 from tidewater.proto.records import COMPRESSION_NAMES, Record, decode_batch_records
+from tidewater.proto.topic_id import topic_id_to_text
 
 SEGMENT_NAME_DIGITS = 20
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")   # relative offset, position
@@ -86,6 +90,7 @@ assert OFFSET_INDEX_ENTRY.size == 8 and TIME_INDEX_ENTRY.size == 12
 
 KIND_LOG, KIND_INDEX, KIND_TIME_INDEX = "log", "index", "timeindex"
 KIND_EPOCHS, KIND_OFFSETS, KIND_MARKER = "leader-epoch-checkpoint", "offset-checkpoint", "marker"
+KIND_PARTITION_METADATA = "partition-metadata"
 _SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX}
 
 
@@ -94,7 +99,8 @@ def register(subparsers) -> None:
         "dump-log",
         help="decode segment, index and checkpoint files",
         description="Decode Tidewater/Kafka on-disk files: *.log, *.index, *.timeindex, "
-                    "leader-epoch-checkpoint and the offset checkpoint files. "
+                    "leader-epoch-checkpoint, partition.metadata and the offset checkpoint "
+                    "files. "
                     "A directory stands for the files in it.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="files or partition directories")
@@ -118,6 +124,8 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
         return KIND_OFFSETS, None
     if name == CLEAN_SHUTDOWN_FILE:
         return KIND_MARKER, None
+    if name == partition_metadata.PARTITION_METADATA_FILE:
+        return KIND_PARTITION_METADATA, None
     stem, dot, suffix = name.partition(".")
     kind = _SEGMENT_SUFFIXES.get(dot + suffix)
     if kind is None or not (stem.isascii() and stem.isdigit()):
@@ -278,6 +286,8 @@ def format_text(event: dict) -> str:
         return f"epoch: {event['epoch']} startOffset: {event['start_offset']}"
     if kind == "checkpoint_entry":
         return f"topic: {event['topic']} partition: {event['partition']} offset: {event['offset']}"
+    if kind == "partition_metadata":
+        return f"version: {event['version']} topicId: {event['topic_id']}"
     if kind == "problem":
         where = event["file"] + (f":{event['position']}" if event["position"] is not None else "")
         return f"PROBLEM {where}: {event['problem']}: {event['message']}"
@@ -308,7 +318,8 @@ class LogDumper:
         if kind is None:
             self.unreadable_count += 1
             yield self._problem(file, None, "unknown_file",
-                                "not a .log/.index/.timeindex segment file or a checkpoint")
+                                "not a .log/.index/.timeindex segment file, a checkpoint or "
+                            "partition.metadata")
             return
         yield {"type": "file", "file": file, "kind": kind, "base_offset": base_offset}
         try:
@@ -326,6 +337,13 @@ class LogDumper:
                 for (topic, partition), offset in sorted(OffsetCheckpointFile(path).read().items()):
                     yield {"type": "checkpoint_entry", "file": file, "topic": topic,
                            "partition": partition, "offset": offset}
+            elif kind == KIND_PARTITION_METADATA:
+                topic_id = partition_metadata.read_partition_metadata(path.parent)
+                if topic_id is None:
+                    raise FileNotFoundError(2, "No such file or directory")
+                yield {"type": "partition_metadata", "file": file,
+                       "version": partition_metadata.VERSION,
+                       "topic_id": topic_id_to_text(topic_id)}
             elif kind == KIND_MARKER and not path.exists():
                 raise FileNotFoundError(2, "No such file or directory")
         except CorruptFileError as e:

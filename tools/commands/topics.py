@@ -72,7 +72,8 @@ def cmd_describe(args) -> int:
         return 0
     for t in topics:
         configs = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
-        print(f"Topic: {t.name}\tPartitionCount: {len(t.partitions)}\t"
+        print(f"Topic: {t.name}\tTopicId: {t.topic_id or 'none'}\t"
+              f"PartitionCount: {len(t.partitions)}\t"
               f"ReplicationFactor: {len(t.partitions[0].replicas) if t.partitions else 0}\t"
               f"Configs: {configs}")
         for p in t.partitions:

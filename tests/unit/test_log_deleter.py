@@ -1,0 +1,121 @@
+"""Moving a log aside for deletion and removing it in the background: order of the steps,
+a crash between the rename and the removal, failures of the worker."""
+
+import re
+import threading
+
+import pytest
+
+from tidewater.broker.storage import log_manager as log_manager_module
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_deleter import LogDirDeleter
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.records import encode_batch
+
+CONFIG = LogConfig()
+A0 = TopicPartition("a", 0)
+ID = bytes(range(1, 17))
+DELETE_DIR = re.compile(r"^a-0\.[0-9a-f]{32}-delete$")
+
+
+def manager_with_log(data_dir, deleter=None):
+    manager = LogManager(data_dir, CONFIG)
+    if deleter is not None:
+        manager.deleter = deleter
+    manager.load(now_ms=0)
+    log = manager.get_or_create(A0, CONFIG, now_ms=0, topic_id=ID)
+    log.append_as_leader(encode_batch([(None, b"v")] * 3), leader_epoch=0, now_ms=0)
+    return manager
+
+
+def delete_dirs(data_dir):
+    return [p for p in data_dir.iterdir() if p.name.endswith("-delete")]
+
+
+def test_move_aside_renames_fsyncs_then_deletes_in_the_background(tmp_path, monkeypatch):
+    steps = []
+    release = threading.Event()
+
+    def slow_remove(path):
+        steps.append(("remove", path.name))
+        release.wait(10)
+        import shutil
+        shutil.rmtree(path)
+
+    manager = manager_with_log(tmp_path, LogDirDeleter(remove=slow_remove))
+    real_fsync_dir = log_manager_module.fsync_dir
+    monkeypatch.setattr(log_manager_module, "fsync_dir",
+                        lambda d: (steps.append(("fsync", d)), real_fsync_dir(d)))
+    doomed = manager.delete(A0)
+    assert DELETE_DIR.match(doomed.name), doomed
+    assert steps[0] == ("fsync", tmp_path)  # the rename is durable before any file goes
+    assert manager.get(A0) is None and manager.topic_id(A0) is None
+    assert not (tmp_path / "a-0").exists()
+    assert doomed.exists()  # still there: the worker is busy with it, not the caller
+    release.set()
+    assert manager.deleter.wait_idle(10)
+    assert ("remove", doomed.name) in steps and not doomed.exists()
+    assert manager.deleter.deleted == 1
+
+
+def test_a_crash_between_rename_and_removal_is_finished_at_the_next_start(tmp_path):
+    never = LogDirDeleter(remove=lambda path: None)  # the process "dies" before removing
+    manager = manager_with_log(tmp_path, never)
+    doomed = manager.delete(A0)
+    assert never.wait_idle(10) and doomed.exists()
+    # Half of its files already gone, as a crash in the middle of rmtree leaves it.
+    next(doomed.glob("*.index")).unlink()
+    (doomed / "partition.metadata").unlink()
+
+    restarted = LogManager(tmp_path, CONFIG)
+    restarted.load(now_ms=0)
+    assert restarted.logs() == {}  # never opened as a log, whatever it still holds
+    assert restarted.deleter.wait_idle(10)
+    assert delete_dirs(tmp_path) == []
+    # The name is free for a new incarnation.
+    fresh = restarted.get_or_create(A0, CONFIG, now_ms=0, topic_id=bytes(range(2, 18)))
+    assert fresh.log_end_offset == 0
+
+
+def test_a_failed_removal_is_logged_counted_and_does_not_stop_the_worker(tmp_path, caplog):
+    failing = {"first": True}
+
+    def remove(path):
+        if failing.pop("first", False):
+            raise PermissionError(13, "Permission denied", str(path))
+        import shutil
+        shutil.rmtree(path)
+
+    deleter = LogDirDeleter(remove=remove)
+    first, second = tmp_path / "a-0.1-delete", tmp_path / "a-1.2-delete"
+    first.mkdir()
+    second.mkdir()
+    deleter.submit(first)
+    deleter.submit(second)
+    assert deleter.wait_idle(10)
+    assert deleter.failures == 1 and deleter.deleted == 1
+    assert first.exists() and not second.exists()  # left for the next start-up
+    assert "cannot delete" in caplog.text and str(first) in caplog.text
+    assert deleter.failure is None
+
+
+def test_a_dying_worker_is_reported_and_refuses_more_work(tmp_path):
+    class Bug(BaseException):
+        pass
+
+    reported = []
+    deleter = LogDirDeleter(on_failure=reported.append,
+                            remove=lambda path: (_ for _ in ()).throw(Bug("boom")))
+    path = tmp_path / "a-0.1-delete"
+    path.mkdir()
+    deleter.submit(path)
+    assert deleter.wait_idle(10)
+    assert len(reported) == 1 and isinstance(reported[0], Bug)
+    with pytest.raises(RuntimeError, match="died"):
+        deleter.submit(path)
+
+
+def test_only_delete_dirs_are_accepted(tmp_path):
+    with pytest.raises(AssertionError):
+        LogDirDeleter().submit(tmp_path / "a-0")
