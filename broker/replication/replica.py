@@ -591,10 +591,11 @@ class ReplicaState:
 
     @property
     def corruption_handover_expected(self) -> bool:
-        """A corrupt batch is known and another replica is expected to serve its records
-        (reported, not refused for want of a healthy ISR member): a read that meets the
-        bad batch is a retriable storage error here, not a lost record."""
-        return self.corrupt_from is not None and not self._report_refused
+        """A corrupt batch is known and another in-sync replica is expected to serve its
+        records (reported, not refused for want of a healthy ISR member): a read that
+        meets the bad batch is a retriable storage error here, not a lost record."""
+        return (self.corrupt_from is not None and not self._report_refused
+                and any(r != self.local_broker_id for r in self.isr))
 
     def on_corrupt_batch(self, base_offset: int, now_ms: int) -> Ready:
         """A batch at ``base_offset`` of this replica's log failed its CRC or framing (found
