@@ -537,6 +537,8 @@ class ReplicaState:
             self.isr = leader.isr
         if error != pb.NONE and leader.pending_isr is proposal:
             leader.on_alter_partition_failed()  # certainly not applied (module docstring)
+            # A dropped expansion's joiner no longer holds the HW (the maximal ISR shrank).
+            moved = leader.maybe_advance_high_watermark(now_ms) or moved
         if error == pb.NONE:
             self._alter_backoff_ms = ALTER_PARTITION_BACKOFF_MS
         else:
