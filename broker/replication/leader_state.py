@@ -255,7 +255,7 @@ class LeaderPartitionState:
         """The controller certainly did not apply the proposal: forget it, propose again later.
 
         Only for answers that prove it was not applied (INELIGIBLE_REPLICA,
-        INVALID_REQUEST, OPERATION_NOT_ATTEMPTED). When unsure (timeout, lost
+        INVALID_REQUEST). When unsure (timeout, lost
         answer) resend the same proposal; on INVALID_UPDATE_VERSION apply the
         committed state the controller returns with ``on_leader_and_isr_update``;
         on FENCED_LEADER_EPOCH keep waiting for the LeaderAndIsr that ends this

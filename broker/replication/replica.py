@@ -44,6 +44,9 @@ event                                  decision
 ``set_min_insync_replicas(n)``         the rule changed: HW and waits re-checked
 follower answers                       truncation steps (KIP-101/279), divergence (KIP-320),
                                        appends, HW = min(leader HW, LEO), error backoff/park
+``on_corrupt_batch(offset)``           leave the ISR through the controller
+                                       (ReportCorruptReplica), then truncate below the bad
+                                       batch and fetch the rest again (see below)
 =====================================  =========================================================
 
 Fencing of a request's ``current_leader_epoch`` follows Kafka's order
@@ -63,10 +66,11 @@ AlterPartition answers (one proposal in flight; ``alter_id`` names it):
 * unsure (no answer, transport error, request-level error): resent after a
   backoff; a duplicate is answered INVALID_UPDATE_VERSION with the state.
 * FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, STALE_BROKER_EPOCH: this
-  leadership is ending; the proposal stays pending until LeaderAndIsr.
-* anything else (INELIGIBLE_REPLICA, INVALID_REQUEST, OPERATION_NOT_ATTEMPTED,
-  ...): certainly not applied; dropped, proposed again by a later event after
-  the backoff.
+  leadership is ending; the proposal stays pending, not resent, until a
+  LeaderAndIsr: a newer one replaces it, a resend of the same state (a
+  controller resync that still names this leadership) releases it to go again.
+* anything else (INELIGIBLE_REPLICA, INVALID_REQUEST, ...): certainly not
+  applied; dropped, proposed again by a later event after the backoff.
 
 Follower cycle (a new ``Follow``)::
 
@@ -81,6 +85,18 @@ OFFSET_OUT_OF_RANGE truncates again (or starts the log at the leader's log
 start offset when the leader deleted what we would fetch); other errors back
 off. An answer to a request of another leader epoch, or for a log end offset
 the log no longer has, is dropped.
+
+A corrupt batch (issue 14, bug 6; beyond Kafka): a batch of this replica's log
+that fails its CRC or framing (found by a consumer or follower read, or the
+scrub) is remembered (``corrupt_from``). While the replica is in the ISR it
+truncates nothing (a committed record must not rest on fewer copies than
+promised): it reports itself (``ReportCorruptReplica``, one at a time) and the
+controller takes it out of the ISR and, if it leads, elects a healthy ISR
+member. Out of the ISR, a follower truncates below the bad batch and fetches the
+rest again, and rejoins the ISR like any follower that caught up. When no healthy
+member can take over (ELIGIBLE_LEADERS_NOT_AVAILABLE) it keeps serving the
+records before the bad batch and asks again every ``CORRUPT_REPORT_RETRY_MS``
+and on every new state.
 """
 
 from __future__ import annotations

@@ -300,6 +300,7 @@ class Harness:
         self.withdrawn: set[int] = set()
         self.answers: dict[int, int] = {}  # waiter id -> the ErrorCode it was answered
         self.alter_outstanding: int | None = None  # the alter_id sent and not answered
+        self.alter_waits_for_leader_and_isr = False  # answered "wait for LeaderAndIsr"
         self._leader_seen: tuple[object, int] | None = None  # (leadership, its HW)
 
     # ---------------------------------------------------------------- running
@@ -419,6 +420,11 @@ class Harness:
         before = self._leadership()
         ready = self.r.on_leader_and_isr(state, self.now_ms)
         self._controller_state_changed(before)
+        if self.alter_waits_for_leader_and_isr and ready.error == 0:
+            # Any LeaderAndIsr the replica takes (a resend too) ends a proposal the
+            # controller answered "wait for LeaderAndIsr": it may be sent again.
+            self.alter_outstanding = None
+            self.alter_waits_for_leader_and_isr = False
         return self.apply(ready)
 
     def cmd_stop_replica(self, a: Args) -> list[str]:
@@ -519,8 +525,11 @@ class Harness:
             state = PartitionState(TOPIC, PARTITION, a.int("leader", r.local_broker_id),
                                    a.int("epoch", r.leader_epoch), a.int("pe"),
                                    r.replicas, _int_list(a.get("isr")))
-        if alter_id == self.alter_outstanding and error not in _WAIT_FOR_LEADER_AND_ISR:
-            self.alter_outstanding = None
+        if alter_id == self.alter_outstanding:
+            if error in _WAIT_FOR_LEADER_AND_ISR:
+                self.alter_waits_for_leader_and_isr = True
+            else:
+                self.alter_outstanding = None
         return self.apply(self.r.on_alter_partition_answer(alter_id, error, state, self.now_ms))
 
     def cmd_alter_unsure(self, a: Args) -> list[str]:
