@@ -13,6 +13,7 @@ same way (``ReportCorruptReplica``; ``on_corrupt_report_answer`` / ``..._unsure`
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -20,7 +21,7 @@ from tidewater.broker.clock import mono_ms
 from tidewater.broker.control import partition_state
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport
+from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -54,22 +55,12 @@ class AlterPartitionSender:
             new_isr=list(request.new_isr))
         log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
                  partition.tp, request.partition_epoch)
-        try:
-            response = await self._rpc([item])
-        except Exception as e:  # noqa: BLE001 - the controller may be gone: not an answer
-            log.info("AlterPartition %s ISR %s: no answer (%s)", partition.tp,
-                     list(request.new_isr), type(e).__name__)
-            response = None
-        async with partition.lock:
-            replica = partition.replica
-            if response is None or response.error_code != pb.NONE or not response.items:
-                ready = replica.on_alter_partition_unsure(request.alter_id, mono_ms())
-            else:
-                answer = response.items[0]
-                state = partition_state(answer.state) if answer.HasField("state") else None
-                ready = replica.on_alter_partition_answer(request.alter_id, answer.error_code,
-                                                          state, mono_ms())
-            self._carrier.apply(partition, ready)
+        replica = partition.replica
+        await self._round_trip(
+            partition, "AlterPartition", lambda: self._rpc([item]),
+            lambda response: response.items,
+            functools.partial(replica.on_alter_partition_answer, request.alter_id),
+            functools.partial(replica.on_alter_partition_unsure, request.alter_id))
 
     def report_corrupt(self, partition: Partition, report: CorruptReport) -> None:
         self._supervisor.spawn(self._report(partition, report),
@@ -82,20 +73,34 @@ class AlterPartitionSender:
                                  corrupt_offset=report.corrupt_offset)
         log.warning("reporting %s corrupt from offset %d to the controller", partition.tp,
                     report.corrupt_offset)
+        replica = partition.replica
+        await self._round_trip(
+            partition, "ReportCorruptReplica", lambda: self._report_rpc([item]),
+            lambda response: response.results,
+            functools.partial(replica.on_corrupt_report_answer, report.report_id),
+            functools.partial(replica.on_corrupt_report_unsure, report.report_id))
+
+    async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
+                          on_answer: Callable[..., Ready],
+                          on_unsure: Callable[[int], Ready]) -> None:
+        """One request to the controller, and what came back to the core under the
+        partition's lock: ``on_answer(error, state, now_ms)`` with the first result, or
+        ``on_unsure(now_ms)`` when there is none to trust (a transport error or timeout,
+        a request-level error, no result); then the core's Ready carried out."""
         try:
-            response = await self._report_rpc([item])
+            response = await call()
         except Exception as e:  # noqa: BLE001 - the controller may be gone: not an answer
-            log.info("ReportCorruptReplica %s: no answer (%s)", partition.tp, type(e).__name__)
+            log.info("%s %s: no answer (%s)", rpc_name, partition.tp, type(e).__name__)
             response = None
+        results = (results_of(response) if response is not None
+                   and response.error_code == pb.NONE else ())
         async with partition.lock:
-            replica = partition.replica
-            if response is None or response.error_code != pb.NONE or not response.results:
-                ready = replica.on_corrupt_report_unsure(report.report_id, mono_ms())
+            if not results:
+                ready = on_unsure(mono_ms())
             else:
-                answer = response.results[0]
+                answer = results[0]
                 state = partition_state(answer.state) if answer.HasField("state") else None
-                log.info("ReportCorruptReplica %s answered %s", partition.tp,
+                log.info("%s %s answered %s", rpc_name, partition.tp,
                          pb.ErrorCode.Name(answer.error_code))
-                ready = replica.on_corrupt_report_answer(report.report_id, answer.error_code,
-                                                         state, mono_ms())
+                ready = on_answer(answer.error_code, state, mono_ms())
             self._carrier.apply(partition, ready)

@@ -82,8 +82,7 @@ class ReplicaManager:
         self.alter_partitions = AlterPartitionSender(
             rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
             **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))
-        self.carrier.follow = lambda partition, leader_id, _epoch: self.fetchers.follow(
-            partition, leader_id, _epoch)
+        self.carrier.follow = self.fetchers.follow
         self.carrier.stop_following = self.fetchers.stop_following
         self.carrier.send_alter_partition = self.alter_partitions.send
         self.carrier.send_corrupt_report = self.alter_partitions.report_corrupt
