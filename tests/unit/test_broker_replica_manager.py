@@ -542,3 +542,32 @@ def test_record_count_matches_the_batch_framing():
     for cut in range(0, len(batches) + 1, 7):  # torn tails and short headers count 0
         assert record_count(batches[:cut]) == by_headers(batches[:cut])
     assert record_count(batches + bytes(61)) == 0  # a zero batchLength is broken framing
+
+
+async def test_a_failed_epoch_checkpoint_write_leaves_no_leader_behind(tmp_path):
+    # A new leader's epoch must be in the (fsynced) epoch cache before it serves anything:
+    # when that write fails the partition answers KAFKA_STORAGE_ERROR and plays no part.
+    from tidewater.proto.errors import KafkaStorageError
+
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(leader=2, leader_epoch=0))  # a follower first
+    log = rm.partitions[TP].log
+    cache = log.leader_epoch_cache
+    assign = cache.assign
+
+    def disk_full(epoch, start_offset):
+        raise KafkaStorageError("no space left on device", path="/data/leader-epoch-checkpoint")
+
+    cache.assign = disk_full
+    resp = await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+    assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    assert not rm.partitions[TP].is_leader and rm.fetchers.following(TP) is None
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.NOT_LEADER_OR_FOLLOWER
+    assert log.log_end_offset == 0
+    # The disk is back: the controller's next state (a resend) makes it the leader.
+    cache.assign = assign
+    resp = await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+    assert resp.partitions[0].error_code == pb.NONE and rm.partitions[TP].is_leader
+    assert cache.entries()[-1] == (1, 0)
+    await rm.stop()
