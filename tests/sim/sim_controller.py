@@ -366,7 +366,8 @@ class SimController:
             self._next_session_check_ms = now_ms + self._session_check_interval_ms()
             if self._command(self.machine.check_sessions):
                 self.count("fenced: session expired")
-        if self.state == RUNNING and now_ms >= self._next_preferred_ms:
+        if (self.state == RUNNING and self.config.auto_leader_rebalance_enable
+                and now_ms >= self._next_preferred_ms):
             self._next_preferred_ms = now_ms + int(
                 self.config.leader_imbalance_check_interval_seconds * 1000)
             self._command(self.machine.preferred_leader_check)
