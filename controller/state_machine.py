@@ -99,10 +99,14 @@ class Tx:
 
 
 class ControllerStateMachine:
-    def __init__(self, config: ControllerConfig, metadata: ClusterMetadata | None = None):
+    def __init__(self, config: ControllerConfig, metadata: ClusterMetadata | None = None, *,
+                 uuid4: Callable[[], uuid.UUID] = uuid.uuid4):
         self.config = config
         self.metadata = metadata or ClusterMetadata()
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+        # Where cluster and topic IDs come from: the only randomness in the decisions (the
+        # simulation passes a seeded source, so that one seed is one run).
+        self._uuid4 = uuid4
 
     # ------------------------------------------------------------ helpers
 
@@ -163,7 +167,7 @@ class ControllerStateMachine:
     def start(self, tx: Tx, now_ms: int) -> None:
         """After replay: a cluster id for a new log, a new controller epoch, fresh sessions."""
         if not self.metadata.cluster_id:
-            tx.append(cluster_record(uuid.uuid4().hex))
+            tx.append(cluster_record(self._uuid4().hex))
         tx.append(controller_epoch_record(self.metadata.controller_epoch + 1))
         for broker_id in self.metadata.unfenced_broker_ids():
             # One extra session timeout: a broker's gRPC channel may be in its
@@ -452,7 +456,7 @@ class ControllerStateMachine:
         """A random ID no current topic has (a repeat is 2**-122 likely; checked anyway)."""
         taken = self.metadata.topic_ids()
         while True:
-            topic_id = new_topic_id()
+            topic_id = new_topic_id(self._uuid4)
             if topic_id not in taken:
                 return topic_id
 

@@ -3,26 +3,44 @@
 Every replication decision is made by ``tidewater.broker.replication.ReplicaState``,
 the class the real broker runs: becoming leader or follower, fencing, the HW,
 ISR proposals and their answers, truncation, which acks=all requests complete.
-This module only does what the real broker's asyncio shell does around it,
-against the simulation's network and ``SimLog``:
+Which topic incarnation a log belongs to is decided by the broker's own pure
+functions (``tidewater.broker.topic_identity``: ``log_identity_action``,
+``is_stray``, ``stop_replica_error``, ``fetch_topic_id_error``). This module only
+does what the real broker's asyncio shell does around them, against the
+simulation's network and disk:
 
-* registration and heartbeats with the (simulated) controller;
+* the controller link (``broker/controller_channel.py``): register until
+  accepted, heartbeat every interval, register again when the controller no
+  longer knows this broker epoch or keeps it fenced for two session timeouts;
+* the controller's requests (``broker/control.py``): STALE_CONTROLLER_EPOCH for
+  an older controller, STALE_BROKER_EPOCH for an older registration; then per
+  partition the identity table (create, keep, adopt, replace), the topic's
+  ``min.insync.replicas`` and the core's ``on_leader_and_isr``; StopReplica by
+  incarnation; every UpdateMetadata sweeps stray replicas (a replica a
+  LeaderAndIsr made in this process only with a snapshot at least as new);
 * turning messages into the core's events and carrying out each ``Ready``
   (``_apply``): persist on the ``SimLog``, send AlterPartition, answer produce
   requests, start or stop fetching;
 * the transport of a follower's requests (one in flight per partition, a
-  request timeout, pacing after an empty answer) and of AlterPartition (an
-  answer that never comes is reported as unsure after the request timeout);
+  request timeout, pacing after an empty answer; the fetch names the topic ID
+  and the broker epoch) and of AlterPartition (an answer that never comes is
+  reported as unsure after the request timeout);
 * the byte-level fix-up of a fetched chunk (skip batches below the LEO, cut a
   straddling batch), as the real fetcher does.
+
+The disk (``logs``: one ``SimLog`` per partition directory, with its
+``partition.metadata`` topic ID and HW checkpoint line; ``stored_cluster_id``:
+``meta.properties``) survives a crash; everything else is the process's.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidewater.broker.control import partition_state
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -35,40 +53,56 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica import (
     FollowerOptions,
     FollowerPhase,
-    PartitionState,
     ReplicaState,
     Role,
 )
-from tidewater.controller.election import PartitionRecord
+from tidewater.broker.topic_identity import (
+    ClusterCheck,
+    IdentityAction,
+    cluster_id_decision,
+    describe_topic_id,
+    fetch_topic_id_error,
+    is_stray,
+    log_identity_action,
+    stop_replica_error,
+    told_id_conflict,
+)
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import (
+    InconsistentClusterIdError,
+    InconsistentTopicIdError,
+    TidewaterError,
+    error_for_code,
+)
+from tidewater.proto.topic_config import min_insync_replicas
+from tidewater.proto.topic_id import check_topic_id
 
 from .messages import (
-    AlterPartition,
-    AlterPartitionResponse,
+    BrokerAnswer,
+    BrokerCall,
+    ControllerAnswer,
+    ControllerCall,
     Fetch,
     FetchResponse,
-    Heartbeat,
-    LeaderAndIsr,
     OffsetForLeaderEpoch,
     OffsetForLeaderEpochResponse,
     Produce,
     ProduceResponse,
-    RegisterBroker,
-    RegisterBrokerResponse,
     TopicPartition,
 )
 from .network import CONTROLLER, Network
 from .sim_log import Batch, SimLog
 
 LEADER = Role.LEADER
+IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_action's shape
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    min_insync_replicas: int = 2
+    min_insync_replicas: int = 2  # the broker default; topics carry their own
     replica_lag_time_max_ms: int = 500
     heartbeat_interval_ms: int = 100
+    session_timeout_ms: int = 600
     request_timeout_ms: int = 250
     fetch_backoff_ms: int = 40
     fetch_max_batches: int = 8
@@ -76,6 +110,14 @@ class BrokerConfig:
     hw_checkpoint_interval_ms: int = 300
     use_offset_for_leader_epoch: bool = True
     send_last_fetched_epoch: bool = True  # False: pre-KIP-320 fetches, no diverging_epoch
+    # True: broker/control.py as it is today, which takes controller requests before its
+    # registration is answered (its own broker epoch -1 passes every STALE_BROKER_EPOCH
+    # check). A restarted process then applies a LeaderAndIsr meant for its previous
+    # incarnation, which may have lost records in the crash (seeds 157 and 172 find it).
+    # False (the simulation's default): as Kafka does (KIP-380; its broker processes
+    # requests only once registered), nothing is served to the controller before the
+    # registration is answered: the request fails as UNAVAILABLE would, and is retried.
+    controller_requests_before_registration: bool = False
 
     @property
     def follower_options(self) -> FollowerOptions:
@@ -96,12 +138,14 @@ class Waiter:
 
 @dataclass
 class PartitionReplica:
-    """The shell's state of one partition: the core, its log, and the transport in flight."""
+    """The shell's state of one partition replica: the core, its log, the incarnation it
+    serves, and the transport in flight (``broker/partition.py``'s ``Partition``)."""
 
     tp: TopicPartition
     log: SimLog
     replica: ReplicaState
-    hw_checkpoint: int = 0
+    topic_id: bytes
+    metadata_offset: int = -1  # the newest LeaderAndIsr that named it (stray sweep guard)
     waiters: dict[int, Waiter] = field(default_factory=dict)
     # follower transport: the one request in flight
     inflight_request_id: int = -1
@@ -110,7 +154,7 @@ class PartitionReplica:
     inflight_fetch_offset: int = -1
     next_fetch_ms: int = 0
     fetched: tuple[Batch, ...] = ()  # the batches an AppendFetched appends
-    # AlterPartition transport: (alter_id, request id, sent at)
+    # AlterPartition transport: (alter_id, call id, sent at)
     alter_inflight: tuple[int, int, int] | None = None
 
     # views the checker reads
@@ -132,90 +176,111 @@ class PartitionReplica:
 
 
 class SimBroker:
-    def __init__(self, broker_id: int, partitions: list[TopicPartition], network: Network,
-                 rng: random.Random, config: BrokerConfig, hooks, *,
-                 replica_class: type[ReplicaState] = ReplicaState):
+    def __init__(self, broker_id: int, network: Network, rng: random.Random,
+                 config: BrokerConfig, hooks, *,
+                 replica_class: type[ReplicaState] = ReplicaState,
+                 identity_rule: IdentityRule = log_identity_action):
         self.broker_id = broker_id
         self.network = network
         self.rng = rng
         self.config = config
-        self.hooks = hooks  # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed
+        # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed,
+        # became_leader
+        self.hooks = hooks
         self.replica_class = replica_class
-        self.partitions: dict[TopicPartition, PartitionReplica] = {
-            tp: self._new_partition(tp, SimLog(), 0) for tp in partitions}
+        self.identity_rule = identity_rule
+        # The disk: survives crashes.
+        self.logs: dict[TopicPartition, SimLog] = {}
+        self.stored_cluster_id: str | None = None
         self.alive = True
         self.incarnation = 0
-        self.broker_epoch = -1
-        self._next_request_id = 1
-        self._next_waiter_id = 1
-        self._next_heartbeat_ms = 0
-        self._next_register_ms = 0
-        self._next_hw_checkpoint_ms = 0
-        self._next_flush_ms = 0
         self.flush_interval_ms = rng.randint(50, 600)
         self.counters: Counter[str] = Counter()  # which decision paths ran (coverage)
+        self._start_process(0)
 
-    def _new_partition(self, tp: TopicPartition, log: SimLog, hw_checkpoint: int
-                       ) -> PartitionReplica:
-        replica = self.replica_class(
-            tp[0], tp[1], local_broker_id=self.broker_id, log=log,
-            high_watermark=hw_checkpoint, min_insync_replicas=self.config.min_insync_replicas,
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
-            follower_options=self.config.follower_options)
-        return PartitionReplica(tp, log, replica, hw_checkpoint=hw_checkpoint)
+    def _start_process(self, now_ms: int) -> None:
+        """A new process over the disk: no partition until a LeaderAndIsr names it."""
+        self.partitions: dict[TopicPartition, PartitionReplica] = {}
+        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
+        self.controller_epoch = -1
+        self.broker_epoch = -1
+        self.registering = True
+        self.is_fenced = True
+        self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
+        self._register_call = -1
+        self._fenced_since_ms: int | None = None
+        # the last UpdateMetadata (broker/metadata_cache.py, control.py)
+        self.metadata_topic_names_by_id: dict[bytes, str] = {}
+        self.alive_broker_epochs: dict[int, int] | None = None
+        self._next_request_id = 1
+        self._next_waiter_id = 1
+        self._next_heartbeat_ms = now_ms
+        self._next_register_ms = now_ms
+        self._next_hw_checkpoint_ms = now_ms
+        self._next_flush_ms = now_ms
+
+    # ------------------------------------------------------------------ views
+
+    def replica_log(self, tp: TopicPartition, topic_id: bytes) -> SimLog | None:
+        """This broker's copy of incarnation ``topic_id`` of ``tp``: the log of its replica,
+        else a log on disk made for that incarnation (not claimed since a restart)."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            return p.log if p.topic_id == topic_id else None
+        log = self.logs.get(tp)
+        return log if log is not None and log.topic_id == topic_id else None
 
     # ------------------------------------------------------------------ lifecycle
 
     def crash(self, now_ms: int, *, lose_unflushed: bool = True,
-              keep_offset: int | None = None) -> dict[TopicPartition, int]:
-        """Stop the process; each log may lose part of its unflushed tail. Returns the new LEOs.
+              keep_offset: int | None = None) -> None:
+        """Stop the process; each log may lose part of its unflushed tail.
 
         ``keep_offset`` (scripted scenarios): keep exactly the batches below it.
         """
         self.alive = False
-        lost_from = {}
-        for tp, p in self.partitions.items():
-            before = p.log.log_end_offset
+        for tp, log in self.logs.items():
+            before = log.log_end_offset
             if keep_offset is not None:
-                p.log.flushed_offset = min(keep_offset, before)
-                p.log.truncate_to(keep_offset)
+                log.flushed_offset = min(keep_offset, before)
+                log.truncate_to(keep_offset)
             if not lose_unflushed or keep_offset is not None:
-                p.log.flush()
-            lost_from[tp] = p.log.crash(self.rng)
-            if lost_from[tp] < before:
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: crash lost {tp} "
-                                         f"[{lost_from[tp]}, {before})")
-        return lost_from
+                log.flush()
+            lost_from = log.crash(self.rng)
+            if lost_from < before:
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: crash lost {tp[0]}-{tp[1]} "
+                                         f"[{lost_from}, {before})")
 
     def restart(self, now_ms: int) -> None:
-        """A new process over the surviving files: no role until the controller says so."""
         self.alive = True
         self.incarnation += 1
-        self.broker_epoch = -1
-        self._next_register_ms = now_ms
-        for tp, p in self.partitions.items():
-            self.partitions[tp] = self._new_partition(tp, p.log, p.hw_checkpoint)
+        self._start_process(now_ms)
 
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ms: int) -> None:
-        if self.broker_epoch < 0:
+        config = self.config
+        if self.registering:
             if now_ms >= self._next_register_ms:
-                self._next_register_ms = now_ms + self.config.request_timeout_ms
-                self._send(CONTROLLER, RegisterBroker(self.broker_id, self.incarnation), now_ms)
-            return
-        if now_ms >= self._next_heartbeat_ms:
-            self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
-            self._send(CONTROLLER, Heartbeat(self.broker_id, self.broker_epoch), now_ms)
+                self._next_register_ms = now_ms + config.request_timeout_ms
+                self._register_call = self._call(pb.RegisterBrokerRequest(
+                    broker_id=self.broker_id, incarnation_id=f"{self.broker_id}.{self.incarnation}",
+                    listeners=[pb.Listener(name="INTERNAL", host=f"broker-{self.broker_id}",
+                                           port=9092)]), ("register",), now_ms)
+        elif now_ms >= self._next_heartbeat_ms:
+            self._next_heartbeat_ms = now_ms + config.heartbeat_interval_ms
+            self._call(pb.BrokerHeartbeatRequest(broker_id=self.broker_id,
+                                                 broker_epoch=self.broker_epoch),
+                       ("heartbeat", self.broker_epoch), now_ms, stream=self.incarnation)
         if now_ms >= self._next_flush_ms:
             self._next_flush_ms = now_ms + self.flush_interval_ms
-            for p in self.partitions.values():
-                p.log.flush()
+            for log in self.logs.values():
+                log.flush()
         if now_ms >= self._next_hw_checkpoint_ms:
-            self._next_hw_checkpoint_ms = now_ms + self.config.hw_checkpoint_interval_ms
+            self._next_hw_checkpoint_ms = now_ms + config.hw_checkpoint_interval_ms
             for p in self.partitions.values():
-                p.hw_checkpoint = p.replica.high_watermark
-        for p in self.partitions.values():
+                p.log.hw_checkpoint = p.replica.high_watermark
+        for p in list(self.partitions.values()):
             if p.replica.is_leader:
                 self._leader_tick(p, now_ms)
             elif p.replica.follower is not None:
@@ -251,24 +316,22 @@ class SimBroker:
             fetch_offset, last_fetched_epoch, _ = p.replica.fetch_position()
             p.inflight_fetch_offset = fetch_offset
             message = Fetch(request_id, self.broker_id, p.tp, cycle.leader_epoch, fetch_offset,
-                            last_fetched_epoch)
+                            last_fetched_epoch, p.topic_id, self.broker_epoch)
         self._send(cycle.leader_id, message, now_ms)
 
     # ------------------------------------------------------------------ messages
 
     def handle(self, src: int, message, now_ms: int) -> None:
-        if isinstance(message, RegisterBrokerResponse):
-            if message.incarnation == self.incarnation and self.broker_epoch < 0:
-                self.broker_epoch = message.broker_epoch
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
-                                         f"{self.broker_epoch}")
-            return
-        if self.broker_epoch < 0:
-            return  # not registered yet: serve nothing
-        if isinstance(message, LeaderAndIsr):
-            self._on_leader_and_isr(message, now_ms)
-        elif isinstance(message, AlterPartitionResponse):
-            self._on_alter_partition_response(message, now_ms)
+        if isinstance(message, BrokerCall):
+            if self.broker_epoch < 0 and not self.config.controller_requests_before_registration:
+                response = None  # not registered yet: UNAVAILABLE, the sender retries
+                self.counters["controller request before registration"] += 1
+            else:
+                response = self._on_controller_request(message.request, now_ms)
+            self._send(src, BrokerAnswer(message.call_id, message.controller_run, response),
+                       now_ms)
+        elif isinstance(message, ControllerAnswer):
+            self._on_controller_answer(message, now_ms)
         elif isinstance(message, Fetch):
             self._send(src, self._on_fetch(message, now_ms), now_ms)
         elif isinstance(message, FetchResponse):
@@ -282,34 +345,281 @@ class SimBroker:
         else:
             raise TypeError(f"broker cannot handle {message!r}")
 
-    # -- controller
+    # -- the controller link (broker/controller_channel.py, broker/alter_partition.py)
 
-    def _on_leader_and_isr(self, message: LeaderAndIsr, now_ms: int) -> None:
-        if message.broker_epoch != self.broker_epoch:
-            return  # meant for an earlier process of this broker
-        record: PartitionRecord = message.record
-        p = self.partitions[(record.topic, record.partition)]
-        ready = p.replica.on_leader_and_isr(state_of(record), now_ms)
-        self._apply(p, ready, now_ms)
+    def _call(self, request, what: tuple, now_ms: int, *, stream: int = -1) -> int:
+        call_id = self._request_id()
+        self._calls[call_id] = what
+        self._send(CONTROLLER, ControllerCall(call_id, request, stream), now_ms)
+        return call_id
 
-    def _on_alter_partition_response(self, message: AlterPartitionResponse, now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if p.alter_inflight is None or p.alter_inflight[1] != message.request_id:
-            return  # an answer to an attempt already given up on
-        alter_id = p.alter_inflight[0]
-        p.alter_inflight = None
-        ready = p.replica.on_alter_partition_answer(alter_id, message.error,
-                                                    state_of(message.record), now_ms)
+    def _on_controller_answer(self, message: ControllerAnswer, now_ms: int) -> None:
+        what = self._calls.pop(message.call_id, None)
+        if what is None:
+            return
+        response = message.response
+        if what[0] == "register":
+            if message.call_id != self._register_call or not self.registering:
+                return  # an answer to an attempt given up on (gRPC would have cancelled it)
+            if response.error_code != pb.NONE:
+                return  # tried again after the request timeout
+            self.registering = False
+            self.broker_epoch = response.broker_epoch
+            self._fenced_since_ms = None
+            self._next_heartbeat_ms = now_ms
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
+                                     f"{self.broker_epoch}")
+        elif what[0] == "heartbeat":
+            if what[1] != self.broker_epoch or self.registering:
+                return
+            self.is_fenced = response.is_fenced
+            if self._needs_registration(response, now_ms):
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: heartbeat answered "
+                                         f"{pb.ErrorCode.Name(response.error_code)} fenced="
+                                         f"{response.is_fenced}: registering again")
+                self.registering = True
+                self._next_register_ms = now_ms
+        elif what[0] == "alter":
+            tp, call_partition = what[1], what[2]
+            p = self.partitions.get(tp)
+            if (p is not call_partition or p.alter_inflight is None
+                    or p.alter_inflight[1] != message.call_id):
+                return  # an answer to an attempt already given up on
+            alter_id = p.alter_inflight[0]
+            p.alter_inflight = None
+            if response.error_code != pb.NONE or not response.items:
+                ready = p.replica.on_alter_partition_unsure(alter_id, now_ms)
+            else:
+                answer = response.items[0]
+                state = partition_state(answer.state) if answer.HasField("state") else None
+                ready = p.replica.on_alter_partition_answer(alter_id, answer.error_code, state,
+                                                            now_ms)
+            self._apply(p, ready, now_ms)
+
+    def _needs_registration(self, response: pb.BrokerHeartbeatResponse, now_ms: int) -> bool:
+        """``ControllerChannel._needs_registration``."""
+        if response.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
+            return True
+        if response.error_code != pb.NONE:
+            return False
+        if not response.is_fenced:
+            self._fenced_since_ms = None
+            return False
+        if self._fenced_since_ms is None:
+            self._fenced_since_ms = now_ms
+        return now_ms - self._fenced_since_ms > 2 * self.config.session_timeout_ms
+
+    # -- the controller's requests (broker/control.py)
+
+    def _on_controller_request(self, request, now_ms: int):
+        if isinstance(request, pb.LeaderAndIsrRequest):
+            return self._on_leader_and_isr(request, now_ms)
+        if isinstance(request, pb.UpdateMetadataRequest):
+            return self._on_update_metadata(request, now_ms)
+        if isinstance(request, pb.StopReplicaRequest):
+            return self._on_stop_replica(request, now_ms)
+        raise TypeError(f"broker cannot handle {request!r}")
+
+    def _trusts(self, cluster_id: str) -> bool:
+        """``ClusterIdentity.trusts``: meta.properties takes the first cluster ID heard."""
+        decision = cluster_id_decision(self.stored_cluster_id, cluster_id)
+        if decision is ClusterCheck.ADOPT:
+            self.stored_cluster_id = cluster_id
+            return True
+        return decision is ClusterCheck.MATCH
+
+    def _on_leader_and_isr(self, request: pb.LeaderAndIsrRequest, now_ms: int
+                           ) -> pb.LeaderAndIsrResponse:
+        if request.controller_epoch < self.controller_epoch:
+            self.counters["refused LeaderAndIsr STALE_CONTROLLER_EPOCH"] += 1
+            return pb.LeaderAndIsrResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        if 0 <= request.broker_epoch < self.broker_epoch:
+            self.counters["refused LeaderAndIsr STALE_BROKER_EPOCH"] += 1
+            return pb.LeaderAndIsrResponse(error_code=pb.STALE_BROKER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        trusted = self._trusts(request.cluster_id)
+        names_by_id = self._topic_names_by_id()
+        for item in request.partitions:
+            try:
+                code, message = self._apply_partition_state(item, trusted,
+                                                            request.metadata_offset, names_by_id,
+                                                            now_ms)
+            except TidewaterError as e:
+                code, message = e.error_code, str(e)
+            response.partitions.add(topic=item.state.topic, partition=item.state.partition,
+                                    error_code=code, error_message=message)
+        return response
+
+    def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+                               metadata_offset: int, names_by_id: dict[bytes, str],
+                               now_ms: int) -> tuple[int, str]:
+        state = partition_state(item.state)
+        tp = TopicPartition(state.topic, state.partition)
+        if self.broker_id not in state.replicas:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        topic_id = check_topic_id(item.state.topic_id)
+        min_isr = min_insync_replicas(item.topic_configs, self.config.min_insync_replicas)
+        p = self._partition_for_incarnation(tp, topic_id, min_isr, trusted, names_by_id, now_ms)
+        p.metadata_offset = max(p.metadata_offset, metadata_offset)
+        self._apply(p, p.replica.set_min_insync_replicas(min_isr, now_ms), now_ms)
+        ready = p.replica.on_leader_and_isr(state, now_ms)
         self._apply(p, ready, now_ms)
+        return ready.error, ready.error_message
+
+    def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
+                                   trusted: bool, names_by_id: dict[bytes, str],
+                                   now_ms: int) -> PartitionReplica:
+        """``ControlRequests._partition_for_incarnation``: ``topic_identity``'s table."""
+        owner = told_id_conflict(tp.topic, topic_id, names_by_id)
+        if owner is not None:
+            raise InconsistentTopicIdError(
+                f"topic id {describe_topic_id(topic_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
+        p = self.partitions.get(tp)
+        log = self.logs.get(tp)
+        local_id = log.topic_id if log is not None else None
+        action = self.identity_rule(local_id, topic_id, has_log=p is not None or log is not None,
+                                    trusted=trusted)
+        self.counters[f"log identity {action.value}"] += 1
+        if action is IdentityAction.REFUSE:
+            raise InconsistentClusterIdError(
+                f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
+                f"{describe_topic_id(topic_id)}, and the controller's cluster id is not this "
+                f"data dir's: kept")
+        if action is IdentityAction.ADOPT:
+            log.topic_id = topic_id
+            if p is not None:
+                p.topic_id = topic_id
+        elif action is IdentityAction.REPLACE:
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp} is incarnation "
+                                     f"{describe_topic_id(local_id)[:6]}, the controller names "
+                                     f"{describe_topic_id(topic_id)[:6]}: moving it aside")
+            self._remove_replica(tp, now_ms)
+            p = None
+        names_by_id[topic_id] = tp.topic
+        return p or self._create_partition(tp, topic_id, min_isr, now_ms)
+
+    def _create_partition(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
+                          now_ms: int) -> PartitionReplica:
+        log = self.logs.get(tp)
+        if log is None:
+            log = self.logs[tp] = SimLog(topic_id)  # with its partition.metadata
+        replica = self.replica_class(
+            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log,
+            high_watermark=self.loaded_high_watermarks.pop(tp, 0), min_insync_replicas=min_isr,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            follower_options=self.config.follower_options)
+        p = self.partitions[tp] = PartitionReplica(tp, log, replica, topic_id)
+        self.hooks.log_changed(self, tp, log)  # bound to an incarnation: checked whole
+        return p
+
+    def _topic_names_by_id(self) -> dict[bytes, str]:
+        names = {log.topic_id: tp.topic for tp, log in self.logs.items() if log.topic_id}
+        names.update(self.metadata_topic_names_by_id)
+        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
+        return names
+
+    def _on_stop_replica(self, request: pb.StopReplicaRequest, now_ms: int
+                         ) -> pb.StopReplicaResponse:
+        if request.controller_epoch < self.controller_epoch:
+            self.counters["refused StopReplica STALE_CONTROLLER_EPOCH"] += 1
+            return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        trusted = self._trusts(request.cluster_id)
+        response = pb.StopReplicaResponse(error_code=pb.NONE)
+        for state in request.partitions:
+            tp = TopicPartition(state.topic, state.partition)
+            code, message = pb.NONE, ""
+            try:
+                if state.topic_id:
+                    check_topic_id(state.topic_id)
+                if tp in self.partitions or tp in self.logs:
+                    log = self.logs.get(tp)
+                    refused = stop_replica_error(log.topic_id if log is not None else None,
+                                                 state.topic_id,
+                                                 trusted=trusted or not request.delete_partitions)
+                    if refused is not None:
+                        raise error_for_code(*refused)
+                code, message = self._remove_replica(tp, now_ms, leader_epoch=state.leader_epoch,
+                                                     delete=request.delete_partitions)
+            except TidewaterError as e:
+                code, message = e.error_code, str(e)
+            self.counters[f"stop replica {pb.ErrorCode.Name(code)}"] += 1
+            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
+                                    error_message=message)
+        return response
+
+    def _remove_replica(self, tp: TopicPartition, now_ms: int, *, leader_epoch: int = -1,
+                        delete: bool = True) -> tuple[int, str]:
+        """``ControlRequests._remove_replica``: the core plays no part any more; with
+        ``delete`` the replica is forgotten and its log moved aside (gone from the disk)."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            ready = p.replica.on_stop_replica(leader_epoch, now_ms)
+            self._apply(p, ready, now_ms)
+            if ready.error != pb.NONE:
+                return ready.error, ready.error_message
+            if delete and self.partitions.get(tp) is p:
+                del self.partitions[tp]
+        if delete:
+            self.loaded_high_watermarks.pop(tp, None)
+            log = self.logs.pop(tp, None)
+            if log is not None:
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp[0]}-{tp[1]} of "
+                                         f"incarnation {describe_topic_id(log.topic_id)[:6]} "
+                                         f"moved aside for deletion (LEO {log.log_end_offset})")
+        return pb.NONE, ""
+
+    def _on_update_metadata(self, request: pb.UpdateMetadataRequest, now_ms: int
+                            ) -> pb.UpdateMetadataResponse:
+        if request.controller_epoch < self.controller_epoch:
+            self.counters["refused UpdateMetadata STALE_CONTROLLER_EPOCH"] += 1
+            return pb.UpdateMetadataResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        self.metadata_topic_names_by_id = {p.topic_id: p.topic for p in request.partitions
+                                           if p.topic_id}
+        self.controller_epoch = request.controller_epoch
+        self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
+                                    if not b.fenced and not b.in_controlled_shutdown}
+        if self._trusts(request.cluster_id):
+            self._remove_stray_replicas(request, now_ms)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest, now_ms: int) -> None:
+        topic_ids = {p.topic: p.topic_id for p in request.partitions}
+        placed_here = {(p.topic, p.partition) for p in request.partitions
+                       if self.broker_id in p.replicas}
+        for tp, log in list(self.logs.items()):
+            p = self.partitions.get(tp)
+            if p is not None and request.metadata_offset < p.metadata_offset:
+                continue  # the snapshot may predate the LeaderAndIsr that made it
+            if not is_stray(tp, log.topic_id, topic_ids=topic_ids, placed_here=placed_here):
+                continue
+            self.counters["stray replicas removed"] += 1
+            self._remove_replica(tp, now_ms)
+
+    def _is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
+        """``ControlRequests.is_isr_eligible`` (KIP-903)."""
+        if self.alive_broker_epochs is None:
+            return True
+        alive_epoch = self.alive_broker_epochs.get(replica_id)
+        return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
 
     # -- leader side of replication
 
     def _on_fetch(self, message: Fetch, now_ms: int) -> FetchResponse:
-        p = self.partitions[message.tp]
+        p = self.partitions.get(message.tp)
         try:
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
+            if message.topic_id and message.topic_id != p.topic_id:
+                known = self.metadata_topic_names_by_id
+                raise error_for_code(*fetch_topic_id_error(message.topic_id, p.topic_id,
+                                                           known.__contains__))
             diverging, ready = p.replica.on_follower_fetch(
                 message.replica_id, message.current_leader_epoch, message.fetch_offset,
-                message.last_fetched_epoch, now_ms)
+                message.last_fetched_epoch, now_ms,
+                isr_eligible=self._is_isr_eligible(message.replica_id,
+                                                   message.replica_broker_epoch))
         except TidewaterError as e:
             self.counters["serve fetch " + e.error_name] += 1
             return FetchResponse(message.request_id, message.tp, e.error_code)
@@ -324,8 +634,10 @@ class SimBroker:
 
     def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch
                                     ) -> OffsetForLeaderEpochResponse:
-        p = self.partitions[message.tp]
+        p = self.partitions.get(message.tp)
         try:
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
             epoch, end_offset = p.replica.answer_offset_for_leader_epoch(
                 message.current_leader_epoch, message.leader_epoch)
         except TidewaterError as e:
@@ -334,16 +646,19 @@ class SimBroker:
                                             end_offset)
 
     def _on_produce(self, client: int, message: Produce, now_ms: int) -> None:
-        p = self.partitions[message.tp]
+        p = self.partitions.get(message.tp)
         try:
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
             leader_epoch = p.replica.check_append(acks=-1)
         except TidewaterError as e:
             self.counters["produce " + e.error_name] += 1
             self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code),
                        now_ms)
             return
-        batch = p.log.append_as_leader(message.record_count, leader_epoch, message.payload_id)
-        self.hooks.log_changed(self, p)
+        batch = p.log.append_as_leader(message.record_count, leader_epoch, message.payload_id,
+                                       p.topic_id)
+        self.hooks.log_changed(self, p.tp, p.log)
         waiter_id = self._next_waiter_id
         self._next_waiter_id += 1
         p.waiters[waiter_id] = Waiter(client, message.request_id, batch.next_offset,
@@ -355,16 +670,17 @@ class SimBroker:
 
     # -- follower side of replication
 
-    def _take_answer(self, p: PartitionReplica, request_id: int) -> bool:
-        """Is this the answer to the request in flight? (Else it timed out or is older.)"""
-        if request_id != p.inflight_request_id:
+    def _take_answer(self, p: PartitionReplica | None, request_id: int) -> bool:
+        """Is this the answer to the request in flight? (Else it timed out, is older, or its
+        replica is gone.)"""
+        if p is None or request_id != p.inflight_request_id:
             return False
         p.inflight_request_id = -1
         return True
 
     def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
                                              now_ms: int) -> None:
-        p = self.partitions[message.tp]
+        p = self.partitions.get(message.tp)
         if not self._take_answer(p, message.request_id):
             return
         if message.error != pb.NONE:
@@ -374,7 +690,7 @@ class SimBroker:
         self._apply(p, ready, now_ms)
 
     def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
-        p = self.partitions[message.tp]
+        p = self.partitions.get(message.tp)
         if not self._take_answer(p, message.request_id):
             return
         if message.error != pb.NONE or not message.batches:
@@ -410,27 +726,33 @@ class SimBroker:
                 log.leader_epoch_cache.assign(op.epoch, op.start_offset)
             elif isinstance(op, Truncate):
                 if op.offset < log.log_end_offset:
-                    self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} truncate "
-                                             f"{log.log_end_offset} -> {op.offset}")
+                    self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} "
+                                             f"truncate {log.log_end_offset} -> {op.offset}")
                 log.truncate_to(op.offset)
             elif isinstance(op, AppendFetched):
                 self._append_fetched(p)
             elif isinstance(op, TruncateFully):
                 raise AssertionError("the simulation has no retention: nothing to start past")
-            self.hooks.log_changed(self, p)
+            self.hooks.log_changed(self, p.tp, log)
         if isinstance(ready.fetch, Follow | StopFetching):
             p.inflight_request_id = -1  # answers to the old assignment are not taken
             p.next_fetch_ms = now_ms
         if ready.alter_partition is not None:
             request = ready.alter_partition
-            request_id = self._request_id()
-            p.alter_inflight = (request.alter_id, request_id, now_ms)
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} propose ISR "
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} propose ISR "
                                      f"{request.new_isr}")
-            self._send(CONTROLLER, AlterPartition(request_id, self.broker_id, self.broker_epoch,
-                                                  p.tp, request.leader_epoch,
-                                                  request.partition_epoch, request.new_isr),
-                       now_ms)
+            call_id = self._call(pb.AlterPartitionRequest(
+                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                items=[pb.AlterPartitionItem(topic=p.tp.topic, partition=p.tp.partition,
+                                             leader_epoch=request.leader_epoch,
+                                             partition_epoch=request.partition_epoch,
+                                             new_isr=list(request.new_isr))]),
+                ("alter", p.tp, p), now_ms)
+            p.alter_inflight = (request.alter_id, call_id, now_ms)
+        if ready.report_corrupt is not None:
+            raise AssertionError("the simulation corrupts no batch")
+        if ready.leadership_changed and p.replica.is_leader:
+            self.hooks.became_leader(self, p, now_ms)
         if p.replica.is_leader and (ready.high_watermark_moved or ready.leadership_changed):
             self.hooks.observe_leader_hw(self, p, now_ms)
         for waiter_id, code in ready.completed:
@@ -456,9 +778,3 @@ class SimBroker:
 
     def _send(self, dst: int, message, now_ms: int) -> None:
         self.network.send(self.broker_id, dst, message, now_ms)
-
-
-def state_of(record: PartitionRecord) -> PartitionState:
-    """The controller's record as the LeaderAndIsr state the core takes."""
-    return PartitionState(record.topic, record.partition, record.leader, record.leader_epoch,
-                          record.partition_epoch, tuple(record.replicas), tuple(record.isr))
