@@ -52,7 +52,7 @@ class AlterPartitionSender:
         item = pb.AlterPartitionItem(
             topic=partition.tp.topic, partition=partition.tp.partition,
             leader_epoch=request.leader_epoch, partition_epoch=request.partition_epoch,
-            new_isr=list(request.new_isr))
+            new_isr=list(request.new_isr), new_isr_broker_epochs=list(request.broker_epochs))
         log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
                  partition.tp, request.partition_epoch)
         replica = partition.replica

@@ -1,8 +1,10 @@
 """The controller's requests to this broker: LeaderAndIsr, StopReplica, UpdateMetadata.
 
-Request-level checks first: a controller epoch older than the newest seen is
-STALE_CONTROLLER_EPOCH; a broker epoch (0 and up) older than this broker's
-registration is STALE_BROKER_EPOCH (meant for an earlier incarnation). Then
+Request-level checks first: before this broker's registration is answered every
+controller request is refused with gRPC UNAVAILABLE (the sender retries: a new
+process must not act on states meant for its previous one); a controller epoch
+older than the newest seen is STALE_CONTROLLER_EPOCH; a broker epoch other than
+this broker's registered one (-1 included) is STALE_BROKER_EPOCH. Then
 each partition state goes to its replica's core
 (``ReplicaState.on_leader_and_isr`` / ``on_stop_replica``) under the
 partition's lock, and the ``Ready`` is carried out; the core's ``error`` is
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.cluster_identity import ClusterIdentity
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.partition import Partition
@@ -39,15 +42,13 @@ from tidewater.broker.storage.topics import TopicPartition, validate_topic_parti
 from tidewater.broker.topic_identity import (
     IdentityAction,
     describe_topic_id,
-    is_stray,
-    log_identity_action,
+    incarnation_action,
     stop_replica_error,
-    told_id_conflict,
+    stray_replicas,
 )
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
-    InconsistentClusterIdError,
-    InconsistentTopicIdError,
+    BrokerNotAvailableError,
     InvalidConfigError,
     error_for_code,
 )
@@ -85,12 +86,21 @@ class ControlRequests:
 
     # ================================================================ LeaderAndIsr
 
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+        """``control_rules.controller_request_refusal`` (NONE: take it); not registered
+        yet raises BrokerNotAvailableError, which the servicer answers as gRPC
+        UNAVAILABLE so the controller's sender retries."""
+        refusal = controller_request_refusal(
+            registered_epoch=self._broker_epoch(), controller_epoch_seen=self.controller_epoch,
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            raise BrokerNotAvailableError(f"{kind} before this broker registered: retry later")
+        return pb.NONE if refusal is None else refusal
+
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        if request.controller_epoch < self.controller_epoch:
-            return pb.LeaderAndIsrResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
-        if 0 <= request.broker_epoch < self._broker_epoch():
-            # Meant for an earlier incarnation of this broker.
-            return pb.LeaderAndIsrResponse(error_code=pb.STALE_BROKER_EPOCH)
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        if refusal != pb.NONE:
+            return pb.LeaderAndIsrResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
@@ -138,19 +148,11 @@ class ControlRequests:
                                          names_by_id: dict[bytes, str]) -> Partition:
         """The replica of ``tp`` for incarnation ``topic_id`` (``topic_identity``'s table):
         the local one, after adopting the ID or replacing another incarnation's log."""
-        owner = told_id_conflict(tp.topic, topic_id, names_by_id)
-        if owner is not None:
-            raise InconsistentTopicIdError(
-                f"topic id {describe_topic_id(topic_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
         partition = self.partitions.get(tp)
-        has_log = partition is not None or self.log_manager.get(tp) is not None
         local_id = self.log_manager.topic_id(tp)
-        action = log_identity_action(local_id, topic_id, has_log=has_log, trusted=trusted)
-        if action is IdentityAction.REFUSE:
-            raise InconsistentClusterIdError(
-                f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
-                f"{describe_topic_id(topic_id)}, and the controller's cluster id is not this "
-                f"data dir's: kept")
+        action = incarnation_action(
+            tp, topic_id, local_id, trusted=trusted, names_by_id=names_by_id,
+            has_log=partition is not None or self.log_manager.get(tp) is not None)
         if action is IdentityAction.ADOPT:
             log.info("%s: the log made before topic ids adopts topic id %s", tp,
                      describe_topic_id(topic_id))
@@ -203,8 +205,9 @@ class ControlRequests:
     # ================================================================ StopReplica
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
-        if request.controller_epoch < self.controller_epoch:
-            return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        if refusal != pb.NONE:
+            return pb.StopReplicaResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
         trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
@@ -252,8 +255,9 @@ class ControlRequests:
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
-        if request.controller_epoch < self.controller_epoch:
-            return pb.UpdateMetadataResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        if refusal != pb.NONE:
+            return pb.UpdateMetadataResponse(error_code=refusal)
         try:
             self.metadata_cache.update(request)
         except Exception as e:  # noqa: BLE001
@@ -270,30 +274,20 @@ class ControlRequests:
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     def is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
-        """KIP-903 (Kafka's ``isReplicaIsrEligible``): may a fetch from ``replica_id`` carrying
-        ``broker_epoch`` add it to the ISR? Only if the broker is live, unfenced and not
-        shutting down in the controller's last snapshot, and the fetch carries that broker's
-        registered epoch (or none, -1). A fetch from an earlier incarnation of a restarted
-        broker must not vouch for the new one. Before any snapshot arrived nothing is known
-        here; the controller still refuses a joiner it does not consider live."""
-        if self.alive_broker_epochs is None:
-            return True
-        alive_epoch = self.alive_broker_epochs.get(replica_id)
-        return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
+        """KIP-903: ``control_rules.is_isr_eligible`` against the last snapshot."""
+        return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
 
     async def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
         """Move aside every local replica the full snapshot leaves out (``topic_identity.is_stray``):
         logs not claimed since start-up whatever the snapshot holds (an empty one places
         nothing here), and replicas a LeaderAndIsr made if the snapshot is as new as it."""
-        topic_ids = {p.topic: p.topic_id for p in request.partitions}
-        placed_here = {(p.topic, p.partition) for p in request.partitions
-                       if self.broker_id in p.replicas}
-        for tp, local_id in self.log_manager.topic_ids().items():
-            partition = self.partitions.get(tp)
-            if partition is not None and request.metadata_offset < partition.metadata_offset:
-                continue  # the snapshot may predate the LeaderAndIsr that made it
-            if not is_stray(tp, local_id, topic_ids=topic_ids, placed_here=placed_here):
-                continue
+        local_ids = self.log_manager.topic_ids()
+        stray = stray_replicas(
+            local_ids, {tp: p.metadata_offset for tp, p in self.partitions.items()},
+            self.broker_id, request.metadata_offset,
+            ((p.topic, p.partition, p.topic_id, p.replicas) for p in request.partitions))
+        for tp in stray:
+            local_id = local_ids[tp]
             log.warning("%s (topic id %s) is stray: the cluster (controller epoch %d, metadata "
                         "offset %d) has no such replica here; moving it aside for deletion", tp,
                         describe_topic_id(local_id), request.controller_epoch,

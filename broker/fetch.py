@@ -115,13 +115,15 @@ class FetchPath:
                    fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
                   for fp in request.partitions]
         max_bytes = request.max_bytes
-        isr_eligible = (self._is_isr_eligible(replica_id, request.replica_broker_epoch)
+        broker_epoch = request.replica_broker_epoch
+        isr_eligible = (self._is_isr_eligible(replica_id, broker_epoch)
                         if is_follower else False)
         keys = None
         first_pass = True
         while True:
             results, total_bytes, must_answer = self._read(
-                wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, first_pass)
+                wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
+                first_pass)
             first_pass = False
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self._closing():
@@ -152,7 +154,7 @@ class FetchPath:
         return response
 
     def _read(self, wanted: list[tuple], max_bytes: int, replica_id: int, isr_eligible: bool,
-              first_pass: bool) -> tuple[list[tuple], int, bool]:
+              broker_epoch: int, first_pass: bool) -> tuple[list[tuple], int, bool]:
         """(per partition: (topic, partition, error_code, error_message, high_watermark,
         log_start_offset, log_end_offset, leader_epoch, records, diverging (epoch, end_offset)
         or None), the records' bytes, must it be answered now). A follower's when
@@ -181,7 +183,8 @@ class FetchPath:
                 if replica_id >= 0:
                     diverging, ready = replica.on_follower_fetch(
                         replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch,
-                        mono_ms(), isr_eligible=isr_eligible, record=first_pass)
+                        mono_ms(), isr_eligible=isr_eligible, record=first_pass,
+                        broker_epoch=broker_epoch)
                     self._carrier.apply(partition, ready)
                     if diverging is not None:
                         records = b""

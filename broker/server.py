@@ -26,7 +26,7 @@ from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 
 log = logging.getLogger("tidewater.broker.server")
@@ -53,6 +53,9 @@ def _rpc(name: str):
                 return await handler(self, request, context)
             except InvariantViolation as e:
                 await self._fail(e, context)
+            except BrokerNotAvailableError as e:
+                # Not ready for it yet (not registered): a transport-level "try again".
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
                 code, message = error_code_for(e, context=name)
                 response_type = _REQUEST_LEVEL_ERROR.get(name)

@@ -289,6 +289,7 @@ class ControllerStateMachine:
             return pb.AlterPartitionResponse(error_code=pb.INVALID_REQUEST)
         response = pb.AlterPartitionResponse(error_code=pb.NONE)
         live = self.live_broker_ids()
+        registered = {b.broker_id: b.broker_epoch for b in self.metadata.brokers.values()}
         for item in req.items:
             current = self.metadata.partition(item.topic, item.partition)
             if current is None:
@@ -296,14 +297,22 @@ class ControllerStateMachine:
                                    state=pb.PartitionState(topic=item.topic,
                                                            partition=item.partition, leader=-1))
                 continue
-            code, record = alter_partition(
-                current, leader_id=req.broker_id, leader_epoch=item.leader_epoch,
-                partition_epoch=item.partition_epoch, new_isr=tuple(item.new_isr), live=live)
+            epochs = tuple(item.new_isr_broker_epochs)
+            if epochs and len(epochs) != len(item.new_isr):
+                code, record = pb.INVALID_REQUEST, current  # one epoch per member (KIP-903)
+            else:
+                # None known (a shrink needs none): no joiner can be admitted.
+                code, record = alter_partition(
+                    current, leader_id=req.broker_id, leader_epoch=item.leader_epoch,
+                    partition_epoch=item.partition_epoch, new_isr=tuple(item.new_isr),
+                    live=live, registered_epochs=registered,
+                    broker_epochs=dict(zip(item.new_isr, epochs, strict=True)) if epochs else {})
             if code == pb.NONE and record is not current:
                 self._commit_change(tx, current, Change(record, leader_changed=False))
             response.items.add(error_code=code, state=requests.partition_state(record))
             preferred = record.replicas[0]
-            if code == pb.NONE and preferred in record.isr and preferred not in current.isr:
+            if (code == pb.NONE and self.config.auto_leader_rebalance_enable
+                    and preferred in record.isr and preferred not in current.isr):
                 # The preferred replica just caught up: give it leadership back now
                 # instead of at the next periodic check.
                 change = maybe_preferred_leader(record, live)

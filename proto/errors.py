@@ -78,6 +78,14 @@ class LeaderNotAvailableError(TidewaterError):
     invalid_metadata = True
 
 
+class BrokerNotAvailableError(TidewaterError):
+    """This broker cannot take the request yet (e.g. a controller request before the broker
+    registered): the sender retries later."""
+
+    error_code = pb.BROKER_NOT_AVAILABLE
+    retriable = True
+
+
 class OffsetOutOfRangeError(TidewaterError):
     error_code = pb.OFFSET_OUT_OF_RANGE
 

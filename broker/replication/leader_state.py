@@ -102,6 +102,7 @@ class FollowerState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = NEVER_MS
     has_fetched: bool = False  # fetched at least once in this leadership
+    broker_epoch: int = -1  # the broker epoch its last fetch carried (KIP-903)
 
     def is_caught_up(self, leader_log_end_offset: int, now_ms: int,
                      replica_lag_time_max_ms: int) -> bool:
@@ -131,6 +132,9 @@ class PendingIsrChange:
 
     proposed_isr: tuple[int, ...]
     is_expansion: bool
+    # The broker epoch each proposed member fetched with, in proposed_isr's order (-1 not
+    # known): the controller admits a joiner only with its registered epoch (KIP-903).
+    broker_epochs: tuple[int, ...] = ()
 
 
 class LeaderPartitionState:
@@ -203,7 +207,7 @@ class LeaderPartitionState:
         return self.maybe_advance_high_watermark(now_ms)
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
-                          isr_eligible: bool = True) -> FetchDecision:
+                          isr_eligible: bool = True, broker_epoch: int = -1) -> FetchDecision:
         """A fetch from ``replica_id`` at ``fetch_offset`` was served (see the module notes).
 
         ``isr_eligible`` False (KIP-903: the fetch came from a broker incarnation that is not
@@ -226,6 +230,7 @@ class LeaderPartitionState:
         follower.last_fetch_time_ms = now_ms
         follower.log_end_offset = fetch_offset
         follower.has_fetched = True
+        follower.broker_epoch = broker_epoch
         propose = self._maybe_expand_isr(follower) if isr_eligible else None
         moved = self.maybe_advance_high_watermark(now_ms)
         if propose is None:
@@ -333,7 +338,9 @@ class LeaderPartitionState:
                 or follower.log_end_offset < self.epoch_start_offset):
             return None
         proposed = self.isr + (follower.replica_id,)
-        self.pending_isr = PendingIsrChange(proposed, is_expansion=True)
+        epochs = tuple(self.followers[r].broker_epoch if r in self.followers else -1
+                       for r in proposed)
+        self.pending_isr = PendingIsrChange(proposed, is_expansion=True, broker_epochs=epochs)
         return proposed
 
     def _apply_isr(self, isr: tuple[int, ...], partition_epoch: int, now_ms: int) -> bool:

@@ -88,6 +88,7 @@ class AlterPartitionRequest:
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    broker_epochs: tuple[int, ...] = ()  # KIP-903, in new_isr's order (-1 not known)
 
 
 @dataclass(frozen=True, slots=True)

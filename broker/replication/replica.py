@@ -476,14 +476,17 @@ class ReplicaState:
 
     def on_follower_fetch(self, replica_id: int, current_leader_epoch: int, fetch_offset: int,
                           last_fetched_epoch: int, now_ms: int, *, isr_eligible: bool = True,
-                          record: bool = True) -> tuple[tuple[int, int] | None, Ready]:
+                          record: bool = True, broker_epoch: int = -1
+                          ) -> tuple[tuple[int, int] | None, Ready]:
         """A follower's fetch of this partition: ``(diverging_epoch, ready)``.
 
         Raises the typed error to answer (fencing, out of range). ``diverging_epoch`` not
         None: answer it and no records (KIP-320). Else serve records from
         ``fetch_offset``. ``record`` False (a long-poll's later passes) checks without
         counting the fetch again. ``isr_eligible`` False (KIP-903: not the live
-        incarnation of that broker) still serves but never adds it to the ISR.
+        incarnation of that broker) still serves but never adds it to the ISR; the
+        fetch's ``broker_epoch`` goes with an expansion it leads to, and the controller
+        admits the joiner only with its registered epoch.
         """
         self.check_epoch(current_leader_epoch, require_leader=True)
         leader = self.leader
@@ -499,7 +502,8 @@ class ReplicaState:
                 f"[{log.log_start_offset}, {log_end_offset}] for {self.topic}-{self.partition}")
         if not record:
             return None, EMPTY
-        decision = leader.on_follower_fetch(replica_id, fetch_offset, now_ms, isr_eligible)
+        decision = leader.on_follower_fetch(replica_id, fetch_offset, now_ms, isr_eligible,
+                                            broker_epoch)
         if not decision.high_watermark_changed and decision.propose_isr is None:
             return None, EMPTY
         out = ReadyBuilder()
@@ -879,7 +883,8 @@ class ReplicaState:
         self._alter_in_flight = True
         leader = self.leader
         out.alter_partition = AlterPartitionRequest(self._alter_id, leader.leader_epoch,
-                                                    leader.partition_epoch, pending.proposed_isr)
+                                                    leader.partition_epoch, pending.proposed_isr,
+                                                    pending.broker_epochs)
         out.counters.append("isr_proposals_" + ("expand" if pending.is_expansion else "shrink"))
 
     def _complete_waits(self, out: ReadyBuilder) -> None:

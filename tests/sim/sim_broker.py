@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidewater.broker.control import partition_state
+from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -62,15 +63,13 @@ from tidewater.broker.topic_identity import (
     cluster_id_decision,
     describe_topic_id,
     fetch_topic_id_error,
-    is_stray,
+    incarnation_action,
     log_identity_action,
     stop_replica_error,
-    told_id_conflict,
+    stray_replicas,
 )
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
-    InconsistentClusterIdError,
-    InconsistentTopicIdError,
     TidewaterError,
     error_for_code,
 )
@@ -323,11 +322,8 @@ class SimBroker:
 
     def handle(self, src: int, message, now_ms: int) -> None:
         if isinstance(message, BrokerCall):
-            if self.broker_epoch < 0 and not self.config.controller_requests_before_registration:
-                response = None  # not registered yet: UNAVAILABLE, the sender retries
-                self.counters["controller request before registration"] += 1
-            else:
-                response = self._on_controller_request(message.request, now_ms)
+            # None: not registered yet, UNAVAILABLE (the sender retries)
+            response = self._on_controller_request(message.request, now_ms)
             self._send(src, BrokerAnswer(message.call_id, message.controller_run, response),
                        now_ms)
         elif isinstance(message, ControllerAnswer):
@@ -428,14 +424,26 @@ class SimBroker:
             return True
         return decision is ClusterCheck.MATCH
 
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+        """``ControlRequests._refusal``: ``control_rules.controller_request_refusal``
+        (BROKER_NOT_AVAILABLE: answered as UNAVAILABLE, no response)."""
+        rule = (taken_before_registration if self.config.controller_requests_before_registration
+                else controller_request_refusal)
+        refusal = rule(
+            registered_epoch=self.broker_epoch, controller_epoch_seen=self.controller_epoch,
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+        if refusal is None:
+            return pb.NONE
+        self.counters[f"refused {kind} {pb.ErrorCode.Name(refusal)}"] += 1
+        return refusal
+
     def _on_leader_and_isr(self, request: pb.LeaderAndIsrRequest, now_ms: int
                            ) -> pb.LeaderAndIsrResponse:
-        if request.controller_epoch < self.controller_epoch:
-            self.counters["refused LeaderAndIsr STALE_CONTROLLER_EPOCH"] += 1
-            return pb.LeaderAndIsrResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
-        if 0 <= request.broker_epoch < self.broker_epoch:
-            self.counters["refused LeaderAndIsr STALE_BROKER_EPOCH"] += 1
-            return pb.LeaderAndIsrResponse(error_code=pb.STALE_BROKER_EPOCH)
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.LeaderAndIsrResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
         trusted = self._trusts(request.cluster_id)
@@ -471,21 +479,13 @@ class SimBroker:
                                    trusted: bool, names_by_id: dict[bytes, str],
                                    now_ms: int) -> PartitionReplica:
         """``ControlRequests._partition_for_incarnation``: ``topic_identity``'s table."""
-        owner = told_id_conflict(tp.topic, topic_id, names_by_id)
-        if owner is not None:
-            raise InconsistentTopicIdError(
-                f"topic id {describe_topic_id(topic_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
         p = self.partitions.get(tp)
         log = self.logs.get(tp)
         local_id = log.topic_id if log is not None else None
-        action = self.identity_rule(local_id, topic_id, has_log=p is not None or log is not None,
-                                    trusted=trusted)
+        action = incarnation_action(tp, topic_id, local_id, has_log=p is not None or log is not None,
+                                    trusted=trusted, names_by_id=names_by_id,
+                                    rule=self.identity_rule)
         self.counters[f"log identity {action.value}"] += 1
-        if action is IdentityAction.REFUSE:
-            raise InconsistentClusterIdError(
-                f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
-                f"{describe_topic_id(topic_id)}, and the controller's cluster id is not this "
-                f"data dir's: kept")
         if action is IdentityAction.ADOPT:
             log.topic_id = topic_id
             if p is not None:
@@ -521,9 +521,11 @@ class SimBroker:
 
     def _on_stop_replica(self, request: pb.StopReplicaRequest, now_ms: int
                          ) -> pb.StopReplicaResponse:
-        if request.controller_epoch < self.controller_epoch:
-            self.counters["refused StopReplica STALE_CONTROLLER_EPOCH"] += 1
-            return pb.StopReplicaResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.StopReplicaResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
         trusted = self._trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
@@ -572,9 +574,11 @@ class SimBroker:
 
     def _on_update_metadata(self, request: pb.UpdateMetadataRequest, now_ms: int
                             ) -> pb.UpdateMetadataResponse:
-        if request.controller_epoch < self.controller_epoch:
-            self.counters["refused UpdateMetadata STALE_CONTROLLER_EPOCH"] += 1
-            return pb.UpdateMetadataResponse(error_code=pb.STALE_CONTROLLER_EPOCH)
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.UpdateMetadataResponse(error_code=refusal)
         self.metadata_topic_names_by_id = {p.topic_id: p.topic for p in request.partitions
                                            if p.topic_id}
         self.controller_epoch = request.controller_epoch
@@ -585,24 +589,18 @@ class SimBroker:
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest, now_ms: int) -> None:
-        topic_ids = {p.topic: p.topic_id for p in request.partitions}
-        placed_here = {(p.topic, p.partition) for p in request.partitions
-                       if self.broker_id in p.replicas}
-        for tp, log in list(self.logs.items()):
-            p = self.partitions.get(tp)
-            if p is not None and request.metadata_offset < p.metadata_offset:
-                continue  # the snapshot may predate the LeaderAndIsr that made it
-            if not is_stray(tp, log.topic_id, topic_ids=topic_ids, placed_here=placed_here):
-                continue
+        stray = stray_replicas(
+            {tp: log.topic_id for tp, log in self.logs.items()},
+            {tp: p.metadata_offset for tp, p in self.partitions.items()}, self.broker_id,
+            request.metadata_offset,
+            ((p.topic, p.partition, p.topic_id, p.replicas) for p in request.partitions))
+        for tp in stray:
             self.counters["stray replicas removed"] += 1
             self._remove_replica(tp, now_ms)
 
     def _is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
         """``ControlRequests.is_isr_eligible`` (KIP-903)."""
-        if self.alive_broker_epochs is None:
-            return True
-        alive_epoch = self.alive_broker_epochs.get(replica_id)
-        return alive_epoch is not None and broker_epoch in (-1, alive_epoch)
+        return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
 
     # -- leader side of replication
 
@@ -619,7 +617,8 @@ class SimBroker:
                 message.replica_id, message.current_leader_epoch, message.fetch_offset,
                 message.last_fetched_epoch, now_ms,
                 isr_eligible=self._is_isr_eligible(message.replica_id,
-                                                   message.replica_broker_epoch))
+                                                   message.replica_broker_epoch),
+                broker_epoch=message.replica_broker_epoch)
         except TidewaterError as e:
             self.counters["serve fetch " + e.error_name] += 1
             return FetchResponse(message.request_id, message.tp, e.error_code)
@@ -746,7 +745,8 @@ class SimBroker:
                 items=[pb.AlterPartitionItem(topic=p.tp.topic, partition=p.tp.partition,
                                              leader_epoch=request.leader_epoch,
                                              partition_epoch=request.partition_epoch,
-                                             new_isr=list(request.new_isr))]),
+                                             new_isr=list(request.new_isr),
+                                             new_isr_broker_epochs=list(request.broker_epochs))]),
                 ("alter", p.tp, p), now_ms)
             p.alter_inflight = (request.alter_id, call_id, now_ms)
         if ready.report_corrupt is not None:
@@ -778,3 +778,16 @@ class SimBroker:
 
     def _send(self, dst: int, message, now_ms: int) -> None:
         self.network.send(self.broker_id, dst, message, now_ms)
+
+
+def taken_before_registration(*, registered_epoch: int, controller_epoch_seen: int,
+                              request_controller_epoch: int,
+                              request_broker_epoch: int | None) -> int | None:
+    """A broken variant: the rule broker/control.py had before the simulation found it
+    wrong (seeds 157, 172): requests taken before the registration is answered, and a
+    broker epoch checked only when both are known (-1 a wildcard)."""
+    if request_controller_epoch < controller_epoch_seen:
+        return pb.STALE_CONTROLLER_EPOCH
+    if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
+        return pb.STALE_BROKER_EPOCH
+    return None

@@ -53,7 +53,8 @@ async def expansion_proposed(tmp_path, name: str, metadata, broker_epoch: int) -
 async def test_only_the_live_incarnation_can_join_the_isr(tmp_path):
     live = update_metadata((1, 3, False, False), (2, 7, False, False))
     assert await expansion_proposed(tmp_path, "current", live, 7)
-    assert await expansion_proposed(tmp_path, "no-epoch", live, -1)  # older followers send -1
+    # -1 is not a wildcard: a fetch naming no incarnation vouches for none.
+    assert not await expansion_proposed(tmp_path, "no-epoch", live, -1)
     assert not await expansion_proposed(tmp_path, "stale", live, 6)
     assert not await expansion_proposed(tmp_path, "absent", update_metadata((1, 3, False, False)), 7)
     fenced = update_metadata((1, 3, False, False), (2, 7, True, False))

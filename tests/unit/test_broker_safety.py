@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from tests.unit.test_broker_fakes import make_batch
 from tests.unit.test_broker_replica_manager import TOPIC_ID, TP, make_manager, wait_until
 from tidewater.broker.produce import acks_timeout_ms
@@ -153,3 +155,55 @@ def test_an_acks_all_wait_has_an_upper_bound():
     assert acks_timeout_ms(pb.ProduceRequest(timeout_ms=2**31 - 1)) == 120_000
     assert acks_timeout_ms(pb.ProduceRequest(timeout_ms=1500)) == 1500
     assert acks_timeout_ms(pb.ProduceRequest()) == 30_000
+
+
+# ---------------------------------------------------------------- controller requests and epochs
+
+async def test_controller_requests_wait_for_the_registration_and_name_it(tmp_path):
+    # Found by the simulation (seeds 157, 172): a restarted broker (epoch -1 until its
+    # registration is answered) applied a LeaderAndIsr meant for its previous process and
+    # led with a log that had lost records in the crash.
+    import grpc
+
+    from tidewater.broker.forwarding import ControllerForwarder
+    from tidewater.broker.server import BrokerServicer, build_server
+    from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+
+    rm, _ = make_manager(tmp_path)
+    registered = {"epoch": -1}
+    rm.control._broker_epoch = lambda: registered["epoch"]
+    server, port = build_server(host="127.0.0.1", port=0,
+                                servicer=BrokerServicer(rm, rm.metadata_cache, rm.metrics,
+                                                        "INTERNAL"),
+                                controller_servicer=ControllerForwarder(None),
+                                max_message_bytes=1 << 20)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.BrokerStub(channel)
+            request = state(leader=1, leader_epoch=0, partition_epoch=0)
+            for call in (stub.LeaderAndIsr(request, timeout=5),
+                         stub.StopReplica(pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7),
+                                          timeout=5),
+                         stub.UpdateMetadata(pb.UpdateMetadataRequest(controller_epoch=1),
+                                             timeout=5)):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call
+                # A transport-level "try again": the controller's sender retries it.
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert rm.partitions == {}
+            registered["epoch"] = 7
+            for wrong in (-1, 6, 8):  # -1 is not a wildcard
+                request.broker_epoch = wrong
+                resp = await stub.LeaderAndIsr(request, timeout=5)
+                assert resp.error_code == pb.STALE_BROKER_EPOCH
+                stop = await stub.StopReplica(pb.StopReplicaRequest(
+                    controller_epoch=1, broker_epoch=wrong), timeout=5)
+                assert stop.error_code == pb.STALE_BROKER_EPOCH
+            assert rm.partitions == {}
+            request.broker_epoch = 7
+            assert (await stub.LeaderAndIsr(request, timeout=5)).error_code == pb.NONE
+            assert rm.partitions[TP].is_leader
+    finally:
+        await server.stop(0)
+        await rm.stop()

@@ -229,7 +229,7 @@ async def test_another_clusters_controller_replaces_and_adopts_nothing(tmp_path)
     await rm.update_metadata(pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=OTHER_CLUSTER,
                                                       metadata_offset=99))
     assert rm.log_manager.deleted == [] and len(rm.log_manager.logs()) == 2
-    stop = pb.StopReplicaRequest(controller_epoch=1, delete_partitions=True,
+    stop = pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7, delete_partitions=True,
                                  cluster_id=OTHER_CLUSTER, partitions=[pb.PartitionState(
                                      topic=TP.topic, partition=0, leader_epoch=-1, topic_id=Z)])
     assert codes(await rm.stop_replica(stop)) == [pb.INCONSISTENT_CLUSTER_ID]
@@ -282,7 +282,7 @@ async def test_stop_replica_deletes_only_the_incarnation_it_names(tmp_path):
     await rm.leader_and_isr(lai())
 
     def stop(topic_id):
-        return pb.StopReplicaRequest(controller_epoch=1, delete_partitions=True,
+        return pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7, delete_partitions=True,
                                      cluster_id=CLUSTER_ID, partitions=[pb.PartitionState(
                                          topic=TP.topic, partition=0, leader_epoch=-1,
                                          topic_id=topic_id)])
