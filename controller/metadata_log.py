@@ -118,7 +118,8 @@ class MetadataLog:
         path = data_dir / FILE_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")  # noqa: SIM115 - kept open
+            # Kept open: the flock below lasts as long as the file.
+            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")
         except OSError as e:
             raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
         try:
@@ -132,7 +133,7 @@ class MetadataLog:
             tmp = path.with_name(path.name + TMP_SUFFIX)
             tmp.unlink(missing_ok=True)  # an unfinished compaction
             created = not path.exists()
-            file = open(path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+            file = open(path, "a+b")  # owned by the MetadataLog
             if created:
                 _fsync_dir(data_dir)
         except OSError as e:
@@ -217,7 +218,7 @@ class MetadataLog:
         try:
             os.replace(tmp, self.path)
             _fsync_dir(self.data_dir)
-            new_file = open(self.path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+            new_file = open(self.path, "a+b")  # owned by the MetadataLog
         except OSError as e:
             self._failure = e
             raise KafkaStorageError(f"cannot compact metadata log: {e}", path=str(self.path)) from e
