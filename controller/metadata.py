@@ -171,7 +171,8 @@ class ClusterMetadata:
     def apply(self, offset: int, record: MetadataRecord) -> None:
         """Apply one record; raises CorruptFileError when it does not fit the image."""
         kind = record.get("type")
-        handler = _HANDLERS.get(kind)
+        # Any JSON value can stand here; an unhashable one must not escape as TypeError.
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             raise CorruptFileError(f"unknown metadata record type {kind!r} at offset {offset}")
         try:
