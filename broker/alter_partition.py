@@ -89,7 +89,7 @@ class AlterPartitionSender:
         a request-level error, no result); then the core's Ready carried out."""
         try:
             response = await call()
-        except Exception as e:  # noqa: BLE001 - the controller may be gone: not an answer
+        except Exception as e:  # the controller may be gone: not an answer
             log.info("%s %s: no answer (%s)", rpc_name, partition.tp, type(e).__name__)
             response = None
         results = (results_of(response) if response is not None

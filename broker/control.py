@@ -111,7 +111,7 @@ class ControlRequests:
             try:
                 code, message = await self._apply_partition_state(
                     item, trusted, request.metadata_offset, names_by_id)
-            except Exception as e:  # noqa: BLE001 - the one boundary: a typed error per partition
+            except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="LeaderAndIsr")
             response.partitions.add(topic=item.state.topic, partition=item.state.partition,
                                     error_code=code, error_message=message)
@@ -224,7 +224,7 @@ class ControlRequests:
                         raise error_for_code(*refused)
                 code, message = await self._remove_replica(
                     tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 code, message = error_code_for(e, context="StopReplica")
             response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
                                     error_message=message)
@@ -260,7 +260,7 @@ class ControlRequests:
             return pb.UpdateMetadataResponse(error_code=refusal)
         try:
             self.metadata_cache.update(request)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return pb.UpdateMetadataResponse(error_code=error_code_for(e)[0])
         self.controller_epoch = request.controller_epoch
         for b in request.brokers:
@@ -294,5 +294,5 @@ class ControlRequests:
                         request.metadata_offset)
             try:
                 await self._remove_replica(tp)
-            except Exception as e:  # noqa: BLE001 - a failed delete leaves the log in place
+            except Exception as e:  # a failed delete leaves the log in place
                 log.error("removing stray replica %s failed: %s", tp, e)

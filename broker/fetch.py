@@ -206,7 +206,7 @@ class FetchPath:
                 results.append((topic, partition_index, pb.NONE, "", high_watermark,
                                 log_start_offset, log_end_offset, leader_epoch, records,
                                 diverging))
-            except Exception as e:  # noqa: BLE001 - the one boundary: a typed error per partition
+            except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="Fetch")
                 results.append((topic, partition_index, code, message, high_watermark,
                                 log_start_offset, log_end_offset, leader_epoch, b"", None))
@@ -270,7 +270,7 @@ class FetchPath:
                     continue
                 # The epoch of the last record before the offset (Kafka's answer for -1/-2).
                 out.leader_epoch = cache.epoch_for_offset(max(out.offset - 1, log_.log_start_offset))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 out.error_code = error_code_for(e, context="ListOffsets")[0]
         return response
 
@@ -284,6 +284,6 @@ class FetchPath:
                 partition = self._lookup(p.topic, p.partition)
                 out.leader_epoch, out.end_offset = partition.replica.answer_offset_for_leader_epoch(
                     p.current_leader_epoch, p.leader_epoch)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 out.error_code = error_code_for(e, context="OffsetForLeaderEpoch")[0]
         return response

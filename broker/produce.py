@@ -107,7 +107,7 @@ class ProducePath:
                 result.log_start_offset = partition.log.log_start_offset
                 if wait is not None:
                     waits.append((result, wait))
-            except Exception as e:  # noqa: BLE001 - the one boundary: a typed error per partition
+            except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="Produce")
                 result.error_code, result.error_message = code, message
                 result.base_offset = -1
@@ -163,7 +163,7 @@ class ProducePath:
             nonlocal remaining
             try:
                 _set_acks_all_outcome(result, code)
-            except Exception as e:  # noqa: BLE001 - answered below, as for wait
+            except Exception as e:  # answered below, as for wait
                 failed.append(e)
             remaining -= 1
             if remaining == 0:

@@ -79,7 +79,7 @@ class AcksWaits:
             wait.callback = None
             try:
                 callback(code)
-            except Exception:  # noqa: BLE001 - a bug there must not break who moved the HW
+            except Exception:  # a bug there must not break who moved the HW
                 log.exception("acks=all answer callback failed")
 
     def attach(self, wait: AcksWait, callback: Callable[[int], None]) -> None:

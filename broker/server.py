@@ -56,7 +56,7 @@ def _rpc(name: str):
             except BrokerNotAvailableError as e:
                 # Not ready for it yet (not registered): a transport-level "try again".
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-            except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+            except Exception as e:  # the one boundary for escaped errors
                 code, message = error_code_for(e, context=name)
                 response_type = _REQUEST_LEVEL_ERROR.get(name)
                 if response_type is not None:
@@ -129,7 +129,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                     response = await self.replica_manager.fetch(request)
                 except InvariantViolation as e:
                     await self._fail(e, context)
-                except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+                except Exception as e:  # the one boundary for escaped errors
                     response = pb.FetchResponse(error_code=error_code_for(e, context=name)[0])
                 await context.write(response)
                 observe(time.perf_counter() - started)
@@ -167,7 +167,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                     response, waits = await replica_manager.produce_append(request)
                 except InvariantViolation as e:
                     await self._fail(e, context)
-                except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+                except Exception as e:  # the one boundary for escaped errors
                     response, waits = produce_error_response(request, e, context="ProduceStream"), []
                 if waits:
                     wait_id = next(ids)
@@ -295,7 +295,7 @@ class _AnswerWriter:
                 response, started = self._queue.popleft()
                 try:
                     await self.write(response, started)
-                except Exception as e:  # noqa: BLE001 - the stream is gone; the client resends
+                except Exception as e:  # the stream is gone; the client resends
                     log.debug("ProduceStream answer not sent: %r", e)
                 self._unwritten -= 1
                 if self._idle is not None and not self._idle.done():

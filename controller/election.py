@@ -199,7 +199,7 @@ def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
                     partition_epoch: int, new_isr: Iterable[int],
                     live: Set[int], broker_epochs: Mapping[int, int] | None = None,
                     registered_epochs: Mapping[int, int] | None = None
-                    ) -> tuple[int, PartitionRecord]:
+                    ) -> tuple[pb.ErrorCode, PartitionRecord]:
     """Validate a leader's ISR proposal; returns (ErrorCode, the record to answer with).
 
     On NONE the returned record is the committed one (partition_epoch + 1 when
@@ -235,7 +235,7 @@ def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
 
 
 def on_replica_corrupt(p: PartitionRecord, broker_id: int, *, leader_epoch: int,
-                       partition_epoch: int, live: Set[int]) -> tuple[int, Change | None]:
+                       partition_epoch: int, live: Set[int]) -> tuple[pb.ErrorCode, Change | None]:
     """``broker_id`` found a batch failing its CRC in its own replica of ``p``.
 
     Returns ``(NONE, change)``: it leaves the ISR and, when it leads, the first

@@ -48,6 +48,7 @@ from tidewater.controller.metadata import (
     topic_created_record,
     topic_deleted_record,
 )
+from tidewater.controller.metadata_log import MetadataRecord
 from tidewater.controller.sessions import BrokerSessions
 from tidewater.controller.validation import (
     collision_key,
@@ -85,10 +86,10 @@ class Tx:
     def __init__(self, metadata: ClusterMetadata, next_offset: int):
         self.metadata = metadata
         self.next_offset = next_offset
-        self.records: list[dict] = []
+        self.records: list[MetadataRecord] = []
         self.effects = Effects()
 
-    def append(self, record: dict) -> int:
+    def append(self, record: MetadataRecord) -> int:
         offset = self.next_offset + len(self.records)
         # Counted before it is applied: an apply that raises may have changed the
         # image half-way, and the owner must then treat the image as ahead of the disk.
@@ -487,6 +488,6 @@ _CORRUPT_REPLICA_REFUSALS = {
 class _TopicError(TidewaterError):
     """A CreateTopics failure with an explicit code."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: pb.ErrorCode, message: str):
         super().__init__(message)
         self.error_code = code

@@ -7,6 +7,8 @@ refresh its metadata first (``invalid_metadata``), as aiokafka's errors do.
 
 from __future__ import annotations
 
+from typing import cast
+
 from tidewater.proto import tidewater_pb2 as pb
 
 ErrorCode = pb.ErrorCode
@@ -15,7 +17,7 @@ ErrorCode = pb.ErrorCode
 class TidewaterError(Exception):
     """Base of every error with a wire code."""
 
-    error_code: int = pb.UNKNOWN_SERVER_ERROR
+    error_code: pb.ErrorCode = pb.UNKNOWN_SERVER_ERROR
     retriable: bool = False
     invalid_metadata: bool = False
 
@@ -205,7 +207,7 @@ def error_for_code(code: int, message: str = "") -> TidewaterError:
     if cls is None or cls in (CorruptRecordError, KafkaStorageError, CorruptFileError):
         name = ErrorCode.Name(code) if code in ErrorCode.values() else f"error {code}"
         err = TidewaterError(message or name)
-        err.error_code = code
+        err.error_code = cast(ErrorCode, code)  # a wire code, possibly not in our enum
         if cls is not None:
             err.retriable = cls.retriable
             err.invalid_metadata = cls.invalid_metadata

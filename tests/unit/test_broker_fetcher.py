@@ -92,7 +92,7 @@ class OneAnswerStub:
     def __init__(self, call: OneAnswerCall):
         self.call = call
 
-    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+    def ReplicaFetch(self):  # the generated stub's name
         return self.call
 
 

@@ -56,7 +56,7 @@ class FakeStub:
     def __init__(self):
         self.calls: list[FakeStreamCall] = []
 
-    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+    def ReplicaFetch(self):  # the generated stub's name
         self.calls.append(FakeStreamCall())
         return self.calls[-1]
 
@@ -223,7 +223,7 @@ async def test_real_stream_silent_leader_is_dropped_at_the_deadline_and_reopened
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
 
     class SilentFirstStream(CountingServicer):
-        async def ReplicaFetch(self, request_iterator, context):  # noqa: N802
+        async def ReplicaFetch(self, request_iterator, context):
             self.calls["ReplicaFetch"] += 1
             if self.calls["ReplicaFetch"] == 1:
                 await context.read()

@@ -256,7 +256,7 @@ def run_in_thread(fn, *args):
     def target():
         try:
             outcome.append((True, fn(*args)))
-        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+        except BaseException as e:  # handed to the test thread
             outcome.append((False, e))
 
     thread = threading.Thread(target=target, daemon=True)
