@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv test test-integration proto lint demo bench bench-cluster bench-log sim audit audit-zip
+.PHONY: venv test test-integration proto lint typecheck demo bench bench-cluster bench-log sim audit audit-zip
 
 venv: $(STAMP)
 
@@ -34,6 +34,11 @@ proto: venv
 
 lint: venv
 	$(PY) -m ruff check .
+
+# mypy, strict, over the packages [tool.mypy] lists in pyproject.toml. The script
+# lays the folders out as tidewater/* for mypy (its docstring says why).
+typecheck: venv
+	$(PY) .ci/typecheck.py
 
 demo: venv
 	$(PY) -m tidewater.tools.demo --data-dir $(DEMO_DIR)

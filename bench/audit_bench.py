@@ -42,10 +42,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
-from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
-from tidewater.broker.storage.topics import TopicPartition  # noqa: E402
-from tidewater.proto.records import encode_batch  # noqa: E402
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.records import encode_batch
 
 GIB = 1 << 30
 MIB = 1 << 20

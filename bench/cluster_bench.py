@@ -118,7 +118,7 @@ class Bench:
             result = fn(*args, **kwargs)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except Exception as e:  # noqa: BLE001 - one failed measurement must not lose the others
+        except Exception as e:  # one failed measurement must not lose the others
             message = f"{what}: {type(e).__name__}: {e}"
             print(f"[bench]   FAILED {message}", file=sys.stderr, flush=True)
             traceback.print_exc(file=sys.stderr)
@@ -274,7 +274,7 @@ class Bench:
         if cluster is not None:
             try:
                 cluster.stop()
-            except Exception as e:  # noqa: BLE001 - still stop the peer
+            except Exception as e:  # still stop the peer
                 self.errors.append(f"stopping tidewater: {e!r}")
         self.processes.stop_all()
 

@@ -60,12 +60,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tidewater.broker.storage.log import Log  # noqa: E402
-from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
-from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
-from tidewater.broker.storage.scrub import SCRUB_CHUNK_BYTES, LogScrubber  # noqa: E402
-from tidewater.broker.storage.topics import TopicPartition  # noqa: E402
-from tidewater.proto.records import encode_batch  # noqa: E402
+from tidewater.broker.storage.log import Log
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.scrub import SCRUB_CHUNK_BYTES, LogScrubber
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto.records import encode_batch
 
 MIB = 1 << 20
 RECORD_BYTES = 1024

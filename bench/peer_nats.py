@@ -119,7 +119,7 @@ class NatsCluster:
             self._launch(node)
         try:
             asyncio.run(self._wait_ready())
-        except Exception as e:  # noqa: BLE001 - any failure here means "peer unavailable"
+        except Exception as e:  # any failure here means "peer unavailable"
             raise PeerUnavailable(f"JetStream cluster did not form: {e!r}; logs in {self.directory}") from None
 
     def _launch(self, node: NatsNode) -> None:
@@ -192,7 +192,7 @@ class NatsCluster:
                             and all(r.current and not r.offline for r in replicas)):
                         pending.pop(0)
                         continue
-                except Exception:  # noqa: BLE001 - meta leader moving: ask again
+                except Exception:  # meta leader moving: ask again
                     pass
                 await asyncio.sleep(0.05)
             if pending:
@@ -227,7 +227,7 @@ class NatsCluster:
                     return
                 finally:
                     await nc.close()
-            except Exception as e:  # noqa: BLE001 - retried until the deadline
+            except Exception as e:  # retried until the deadline
                 last_error = e
                 await asyncio.sleep(0.5)
         raise TimeoutError(f"not ready after {READY_TIMEOUT_S} s: {last_error!r}")
@@ -475,7 +475,7 @@ async def failover(cluster: NatsCluster, stream: str, kills: int, *, timeout_s: 
             try:
                 await js.publish(subject, b"p" * 100, timeout=1)
                 acks.append((sent, time.monotonic()))
-            except Exception:  # noqa: BLE001 - counted; the next publish tries again
+            except Exception:  # counted; the next publish tries again
                 errors[0] += 1
                 await asyncio.sleep(0.01)
 

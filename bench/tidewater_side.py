@@ -126,7 +126,7 @@ class TidewaterCluster:
         while time.monotonic() - start < timeout_s:
             try:
                 last = self.partition(topic, partition)
-            except Exception as e:  # noqa: BLE001 - brokers restarting: ask again
+            except Exception as e:  # brokers restarting: ask again
                 last = e
             if (last is not None and not isinstance(last, Exception) and last.leader >= 0
                     and set(last.isr) == set(last.replicas)):
@@ -266,7 +266,7 @@ def pipelined_throughput(bootstrap: str, topic: str, record_bytes: int, acks: in
             if acks != 0 and (not codes or any(c != pb.NONE for c in codes)):
                 with lock:
                     errors.append(",".join(pb.ErrorCode.Name(c) for c in codes) or "no answer")
-        except Exception as e:  # noqa: BLE001 - counted and reported
+        except Exception as e:  # counted and reported
             with lock:
                 errors.append(repr(e))
         with lock:
@@ -456,7 +456,7 @@ class _Prober:
             sent = time.monotonic()
             try:
                 self.producer.send(self.topic, value, partition=0).result(timeout=60)
-            except Exception as e:  # noqa: BLE001 - counted; the next write tries again
+            except Exception as e:  # counted; the next write tries again
                 self.errors.append(e)
                 continue
             with self._lock:

@@ -1,8 +1,10 @@
 """``python -m broker`` / ``tide-broker``: run one broker until SIGTERM or SIGINT.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad flag or ``--set`` value
-(one line on stderr), 1 when start-up fails (the port is taken, a corrupt file in the data
-dir such as partition.metadata) or a supervised background worker died.
+(one line on stderr), 1 when start-up fails (the port is taken, a corrupt file in
+the data dir such as partition.metadata), 70
+(EX_SOFTWARE) when a background task died or an invariant broke (the cause
+is logged at CRITICAL and printed on stderr).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from tidewater.proto.errors import TidewaterError
 
 # Before anything imports grpc (broker.process does, in main): proto/grpc_env.py.
 grpc_env.apply()
+
+
+EXIT_FATAL = 70
 
 
 def tune_gc() -> None:
@@ -50,14 +55,16 @@ async def _serve(config) -> int:
         await process.shutdown()
         return 1
     tune_gc()
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([stopping, process.failed], return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
+    stopped = asyncio.ensure_future(stop.wait())
+    fatal = asyncio.ensure_future(process.fatal.wait())
+    await asyncio.wait({stopped, fatal}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    fatal.cancel()
     await process.shutdown()
-    if process.failed.done():
-        logging.getLogger("tidewater.broker").critical(
-            "stopped: a background worker died: %r", process.failed.result())
-        return 1
+    if process.supervisor.failure is not None:
+        print(f"tide-broker: stopped after a fatal error: {process.supervisor.failure!r}",
+              file=sys.stderr)
+        return EXIT_FATAL
     return 0
 
 

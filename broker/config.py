@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.replication.replica import FollowerOptions
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.topic_config import min_insync_replicas
@@ -151,6 +152,11 @@ class BrokerConfig:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
+
+    @property
+    def follower_options(self) -> FollowerOptions:
+        """How this broker's replicas follow (the replication core's options)."""
+        return FollowerOptions(fetch_backoff_ms=self.replica_fetch_backoff_ms)
 
     def log_config_overrides(self, topic_configs: Mapping[str, str] | None = None) -> dict[str, str]:
         """The log settings for a topic: broker defaults, then the topic's own configs."""

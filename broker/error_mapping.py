@@ -2,8 +2,9 @@
 
 Typed errors (``proto.errors``) carry their code. A batch too large for the
 log is a CorruptRecordError with ``too_large`` and answers MESSAGE_TOO_LARGE.
-Anything else is a bug or an unexpected failure: UNKNOWN_SERVER_ERROR, with
-the traceback logged here so it is never silently lost.
+Anything else is an unexpected failure: UNKNOWN_SERVER_ERROR, with the
+traceback logged here so it is never silently lost; a broken invariant
+(``InvariantViolation``) is not answered at all (``error_code_for``).
 """
 
 from __future__ import annotations
@@ -11,13 +12,19 @@ from __future__ import annotations
 import logging
 
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import CorruptRecordError, TidewaterError
+from tidewater.proto.errors import CorruptRecordError, InvariantViolation, TidewaterError
 
 log = logging.getLogger("tidewater.broker")
 
 
 def error_code_for(exc: BaseException, *, context: str = "") -> tuple[int, str]:
-    """``(ErrorCode, message)`` to answer for ``exc``."""
+    """``(ErrorCode, message)`` to answer for ``exc``.
+
+    An ``InvariantViolation`` is re-raised, never answered: a broken invariant is a bug
+    that must stop the broker (the servicer's boundary hands it to the supervisor),
+    not a request to answer UNKNOWN_SERVER_ERROR and go on from."""
+    if isinstance(exc, InvariantViolation):
+        raise exc
     if isinstance(exc, CorruptRecordError) and exc.too_large:
         return pb.MESSAGE_TOO_LARGE, str(exc)
     if isinstance(exc, TidewaterError):

@@ -1,19 +1,28 @@
-"""Follower fetchers: one task per leader broker, all its partitions in one Fetch request.
+"""Follower fetchers: one task per leader broker, all its partitions in one request.
 
-Theory of operation (per partition, a ``FetchAssignment`` made by LeaderAndIsr):
-1. truncating: ask the leader ``OffsetForLeaderEpoch(latest local epoch)`` and
-   truncate by ``follower_truncation`` until it says done (replication.md);
-2. fetching: long-poll from the LEO with ``last_fetched_epoch``;
-   append as follower, HW = min(leader HW, LEO). A ``diverging_epoch`` answer
-   truncates the same way without a separate round trip.
+What to ask and what an answer means is the replication core's
+(``ReplicaState``: ``follower_wants``, ``fetch_position``,
+``on_offset_for_leader_epoch_answer``, ``on_fetch_answer``); this module is the
+transport. Per leader broker, each round:
+
+1. the partitions that want to truncate (a new leader epoch, or an
+   OFFSET_OUT_OF_RANGE) ask ``OffsetForLeaderEpoch(latest local epoch)``;
+2. otherwise the partitions that want to fetch send one long-poll fetch with
+   their ``fetch_position`` (LEO, last fetched epoch, log start offset);
+
+and each answer goes back to its partition's core, under the partition's lock,
+tagged with the leader epoch and fetch offset it was asked in, so the core
+drops answers that a change of epoch (or a truncation) made stale. The
+resulting ``Ready`` (truncate, append the fetched records, back off, park) is
+carried out by ``ReadyCarrier``.
 
 Transport: one ReplicaFetch stream per leader broker, one request then its one
 answer; a changed assignment set cancels the stream (and so the leader's
 pending long-poll) and the next round opens another. A broken stream is
 dropped and reopened after ``replica.fetch.backoff.ms``. A leader answering
 UNIMPLEMENTED (not a broker of this release: there is no other way to fetch
-from it) is logged at ERROR as ``UnsupportedVersionError`` and its partitions
-are parked until the next LeaderAndIsr, as for FENCED_LEADER_EPOCH.
+from it) is logged at ERROR as ``UnsupportedVersionError`` and its partitions'
+cores park them (UNSUPPORTED_VERSION) until the next LeaderAndIsr.
 
 Cost per round (a follower sends one request per record at one record per
 produce request, so this is paid at the record rate): the fetcher task itself
@@ -22,37 +31,27 @@ what cuts the read short (a changed assignment set, an answer overdue) cancels
 the stream call instead, and the deadline is one timer re-armed lazily. The
 request message is built once per assignment set and only its offsets and
 epochs are set per round (~1.5 µs; building it each round cost ~13 µs).
-
-Safety: an answer is applied only if the partition still has the same
-assignment object (same leader epoch) after taking its lock, so a fetcher
-never appends or truncates for a partition whose leader epoch changed while
-the request was in flight. Errors: FENCED_LEADER_EPOCH (we are stale) parks
-the partition until the next LeaderAndIsr; UNKNOWN_LEADER_EPOCH,
-NOT_LEADER_OR_FOLLOWER and lost connections back off and retry.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import grpc
 
 from tidewater.broker.channels import channel_options
-from tidewater.broker.clock import wall_ms
-from tidewater.broker.error_mapping import error_code_for
-from tidewater.broker.replication import follower_truncation
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.partition import Partition
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.replica import FollowerPhase
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.batch import iter_batches
-from tidewater.proto.errors import UnsupportedVersionError
-
-if TYPE_CHECKING:
-    from tidewater.broker.partition import Partition
-    from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.proto.errors import TidewaterError, UnsupportedVersionError
 
 log = logging.getLogger("tidewater.broker.fetcher")
 
@@ -63,34 +62,18 @@ class StreamBrokenError(Exception):
     """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
 
 
-@dataclass(eq=False)
-class FetchAssignment:
-    """Follow ``partition`` from one leader in one leader epoch."""
-
-    partition: Partition
-    leader_id: int
-    leader_epoch: int
-    truncating: bool = True
-    parked: bool = False  # fenced: wait for the next LeaderAndIsr
-    retry_at: float = 0.0  # monotonic seconds; backoff after an error
-
-    @property
-    def current(self) -> bool:
-        return self.partition.leader_epoch == self.leader_epoch and not self.partition.is_leader
-
-
 class LeaderFetcher:
-    """Fetches every partition led by ``leader_id`` in one long-poll request."""
+    """Fetches every partition this broker follows from ``leader_id``."""
 
     def __init__(self, manager: FetcherManager, leader_id: int):
         self.manager = manager
         self.leader_id = leader_id
-        self.assignments: dict = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
         self._changed = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: pb_grpc.BrokerStub | None = None
-        self._stream: grpc.aio.StreamStreamCall | None = None  # ReplicaFetch
+        self._stream: grpc.aio.StreamStreamCall | None = None
         # While the task awaits an answer on the stream (``_read_answer``): what cuts
         # the wait short cancels the stream call, so the read needs no task of its own.
         self._reading = False
@@ -98,21 +81,21 @@ class LeaderFetcher:
         self._read_timer: asyncio.TimerHandle | None = None
         # The request, built once per assignment set (``_fetch_request``).
         self._request: pb.FetchRequest | None = None
-        self._request_for: list[FetchAssignment] = []
-        self._request_partitions: list = []  # (FetchPartition message, (topic, partition))
+        self._request_for: list[Partition] = []
+        self._request_partitions: list = []  # FetchPartition messages, in _request_for order
         self._loop = asyncio.get_running_loop()
-        self.task = asyncio.create_task(self._run(), name=f"fetcher-{leader_id}")
+        self.task = manager.supervisor.spawn(self._run(), name=f"fetcher-{leader_id}")
 
-    def add(self, assignment: FetchAssignment) -> None:
-        self.assignments[assignment.partition.tp] = assignment
+    def add(self, partition: Partition) -> None:
+        self.partitions[partition.tp] = partition
         self.mark_changed()
 
-    def remove(self, tp) -> None:
-        if self.assignments.pop(tp, None) is not None:
+    def remove(self, tp: TopicPartition) -> None:
+        if self.partitions.pop(tp, None) is not None:
             self.mark_changed()
 
     def mark_changed(self) -> None:
-        """The assignment set (or an assignment's state) changed: start a new round now.
+        """The assignment set (or a partition's state) changed: start a new round now.
 
         A long-poll in progress is cut short by cancelling the stream (the leader
         drops the pending fetch); the next round opens another stream.
@@ -134,7 +117,7 @@ class LeaderFetcher:
     # ------------------------------------------------------------------ loop
 
     def _connect(self) -> pb_grpc.BrokerStub | None:
-        endpoint = self.manager.replica_manager.leader_endpoints.get(self.leader_id)
+        endpoint = self.manager.leader_endpoint(self.leader_id)
         if endpoint is None:
             return None
         if endpoint != self._endpoint:
@@ -148,33 +131,52 @@ class LeaderFetcher:
             self._endpoint = endpoint
         return self._stub
 
+    def _wanting(self, now_ms: int) -> tuple[list[Partition], list[Partition]]:
+        """(partitions that want to truncate, partitions that want to fetch) now."""
+        truncating, fetching = [], []
+        for partition in self.partitions.values():
+            replica = partition.replica
+            cycle = replica.follower
+            if cycle is None or cycle.leader_id != self.leader_id:
+                continue
+            wants = replica.follower_wants(now_ms)
+            if wants == FollowerPhase.TRUNCATING:
+                truncating.append(partition)
+            elif wants == FollowerPhase.FETCHING:
+                fetching.append(partition)
+        return truncating, fetching
+
+    def _next_retry_s(self, now_ms: int) -> float | None:
+        waits = [p.replica.follower.retry_at_ms - now_ms for p in self.partitions.values()
+                 if p.replica.follower is not None and not p.replica.follower.parked
+                 and p.replica.follower.retry_at_ms > now_ms]
+        return min(waits) / 1000 if waits else None
+
     async def _run(self) -> None:
         backoff_s = self.manager.config.replica_fetch_backoff_ms / 1000
         while True:
             self._changed.clear()
-            now = time.monotonic()
-            active = [a for a in self.assignments.values()
-                      if not a.parked and a.current and a.retry_at <= now]
+            now = mono_ms()
+            truncating, fetching = self._wanting(now)
             stub = self._connect()
-            if not active or stub is None:
-                waits = [a.retry_at - now for a in self.assignments.values()
-                         if not a.parked and a.retry_at > now]
-                timeout = min(waits) if waits else (backoff_s if stub is None else None)
+            if not (truncating or fetching) or stub is None:
+                timeout = self._next_retry_s(now)
+                if timeout is None and stub is None:
+                    timeout = backoff_s
                 try:
                     await asyncio.wait_for(self._changed.wait(), timeout)
                 except TimeoutError:
                     pass
                 continue
             try:
-                truncating = [a for a in active if a.truncating]
                 if truncating:
                     await self._truncate(stub, truncating)
-                    continue
-                await self._stream_fetch_until_changed(stub, active)
+                else:
+                    await self._fetch_round(stub, fetching)
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self._park_unsupported(active, e, "OffsetForLeaderEpoch" if truncating
-                                           else "ReplicaFetch")
+                    self._unsupported(truncating or fetching, e,
+                                      "OffsetForLeaderEpoch" if truncating else "ReplicaFetch")
                     continue
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
@@ -182,26 +184,35 @@ class LeaderFetcher:
                 # InvalidStateError: a write on a stream the leader already closed.
                 log.debug("ReplicaFetch stream to broker %d broke: %s", self.leader_id, e)
                 await asyncio.sleep(backoff_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a bug must not kill replication silently
-                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
-                await asyncio.sleep(backoff_s)
 
-    def _park_unsupported(self, active: list[FetchAssignment], e: grpc.aio.AioRpcError,
-                          rpc: str) -> None:
-        """The leader does not implement ``rpc``: retrying cannot help, so its partitions
-        wait for the controller's next LeaderAndIsr (a new leader, or this one restarted)."""
+    def _unsupported(self, partitions: list[Partition], e: grpc.aio.AioRpcError,
+                     rpc: str) -> None:
+        """The leader does not implement ``rpc``: retrying cannot help. Each partition's
+        core hears UNSUPPORTED_VERSION, which parks it until the controller's next
+        LeaderAndIsr (a new leader, or this one restarted)."""
         host, port = self._endpoint or ("?", 0)
         error = UnsupportedVersionError(
             f"broker {self.leader_id} at {host}:{port} does not implement {rpc} "
             f"(not a Tidewater broker of this release?): {e.details()}")
         log.error("%s %s; not following %s until the next LeaderAndIsr", error.error_name,
-                  error, ", ".join(str(a.partition.tp) for a in active))
-        for a in active:
-            a.parked = True
+                  error, ", ".join(str(p.tp) for p in partitions))
+        now = mono_ms()
+        for partition in partitions:
+            replica = partition.replica
+            cycle = replica.follower
+            if cycle is None:
+                continue
+            if rpc == "OffsetForLeaderEpoch":
+                ready = replica.on_offset_for_leader_epoch_answer(
+                    cycle.leader_epoch, pb.UNSUPPORTED_VERSION, (-1, -1), now)
+            else:
+                ready = replica.on_fetch_answer(
+                    cycle.leader_epoch, replica.fetch_position()[0], pb.UNSUPPORTED_VERSION,
+                    high_watermark=-1, leader_log_start_offset=-1, diverging_epoch=None,
+                    now_ms=now)
+            self._carry_out(partition, ready)
 
-    async def _stream_fetch_until_changed(self, stub, active: list[FetchAssignment]) -> None:
+    async def _fetch_round(self, stub, fetching: list[Partition]) -> None:
         """One request on the stream, then its answer applied.
 
         Invariant: between rounds nothing is outstanding on the stream, so the next
@@ -213,7 +224,7 @@ class LeaderFetcher:
         if call is None:
             call = self._stream = stub.ReplicaFetch()
         try:
-            request, sent = self._fetch_request(active)
+            request, sent = self._fetch_request(fetching)
             await call.write(request)
             if self._changed.is_set():  # changed while writing: this long-poll is stale
                 self._drop_stream()
@@ -277,204 +288,121 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ truncation
 
-    async def _truncate(self, stub, assignments: list[FetchAssignment]) -> None:
+    async def _truncate(self, stub, truncating: list[Partition]) -> None:
         request = pb.OffsetForLeaderEpochRequest(replica_id=self.manager.broker_id)
-        for a in assignments:
-            request.partitions.add(topic=a.partition.tp.topic, partition=a.partition.tp.partition,
-                                   current_leader_epoch=a.leader_epoch,
-                                   leader_epoch=a.partition.log.leader_epoch_cache.latest_epoch)
+        sent = {}
+        for partition in truncating:
+            leader_epoch = partition.replica.follower.leader_epoch
+            request.partitions.add(topic=partition.tp.topic, partition=partition.tp.partition,
+                                   current_leader_epoch=leader_epoch,
+                                   leader_epoch=partition.log.leader_epoch_cache.latest_epoch)
+            sent[(partition.tp.topic, partition.tp.partition)] = (partition, leader_epoch)
         response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
-        by_tp = {(p.topic, p.partition): p for p in response.partitions}
-        for a in assignments:
-            answer = by_tp.get(tuple(a.partition.tp))
-            if answer is None:
+        for answer in response.partitions:
+            partition, leader_epoch = sent.pop((answer.topic, answer.partition), (None, -1))
+            if partition is None:
                 continue
-            async with a.partition.lock:
-                if self.assignments.get(a.partition.tp) is not a or not a.current:
-                    continue  # the leader epoch changed while the request was in flight
-                if answer.error_code != pb.NONE:
-                    self._on_error(a, answer.error_code, "OffsetForLeaderEpoch")
-                    continue
-                try:
-                    self._apply_truncation(a, (answer.leader_epoch, answer.end_offset))
-                except Exception as e:  # noqa: BLE001 - e.g. a failed log dir: this partition only
-                    code, message = error_code_for(e, context="follower truncation")
-                    log.warning("%s: truncation failed: %s %s", a.partition.tp,
-                                pb.ErrorCode.Name(code), message)
-                    a.retry_at = time.monotonic() + self.manager.config.replica_fetch_backoff_ms / 1000
-
-    def _apply_truncation(self, a: FetchAssignment, leader_answer: tuple[int, int]) -> None:
-        partition = a.partition
-        step = follower_truncation(leader_answer, partition.log.leader_epoch_cache,
-                                   partition.log_end_offset, partition.high_watermark)
-        before = partition.log_end_offset
-        partition.truncate_to(step.truncate_to)
-        a.truncating = not step.done
-        if before != partition.log_end_offset or step.done:
-            log.info("%s: leader answered %s, truncated to %d (LEO was %d)%s", partition.tp,
-                     leader_answer, step.truncate_to, before, "" if step.done else ", asking again")
+            async with partition.lock:
+                ready = partition.replica.on_offset_for_leader_epoch_answer(
+                    leader_epoch, answer.error_code, (answer.leader_epoch, answer.end_offset),
+                    mono_ms())
+                self._carry_out(partition, ready)
 
     # ------------------------------------------------------------------ fetch
 
-    def _fetch_request(self, active: list[FetchAssignment]) -> tuple[pb.FetchRequest, dict]:
-        """The request for ``active`` and, by (topic, partition), its (assignment, fetch offset).
+    def _fetch_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, dict]:
+        """The request for ``fetching`` and, by (topic, partition), what it was asked with:
+        (partition, leader epoch, fetch offset).
 
         The message is built once per assignment set and reused: only what moves per
-        round (the broker epoch, each partition's offsets and latest epoch) is set.
-        Rounds are sequential, so a request is never changed while it is in flight.
+        round (the broker epoch, each partition's epoch and position) is set. Rounds are
+        sequential, so a request is never changed while it is in flight.
         """
-        if active != self._request_for:
-            self._build_request(active)
+        if fetching != self._request_for:
+            self._build_request(fetching)
         request = self._request
         request.replica_broker_epoch = self.manager.broker_epoch()
-        # The assignment each answer belongs to is the one the request was built
-        # from, never whatever is assigned when the answer arrives.
         sent = {}
-        for a, (p, key) in zip(active, self._request_partitions, strict=True):
-            log_ = a.partition.log
-            fetch_offset = p.fetch_offset = log_.log_end_offset
-            p.last_fetched_epoch = log_.leader_epoch_cache.latest_epoch
-            p.log_start_offset = log_.log_start_offset
-            sent[key] = (a, fetch_offset)
+        for partition, p in zip(fetching, self._request_partitions, strict=True):
+            replica = partition.replica
+            leader_epoch = p.current_leader_epoch = replica.follower.leader_epoch
+            fetch_offset, p.last_fetched_epoch, p.log_start_offset = replica.fetch_position()
+            p.fetch_offset = fetch_offset
+            sent[(p.topic, p.partition)] = (partition, leader_epoch, fetch_offset)
         return request, sent
 
-    def _build_request(self, active: list[FetchAssignment]) -> None:
+    def _build_request(self, fetching: list[Partition]) -> None:
         config = self.manager.config
         request = pb.FetchRequest(replica_id=self.manager.broker_id,
                                   max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                   max_bytes=config.replica_fetch_max_bytes)
-        partitions = []
-        for a in active:
-            tp = a.partition.tp
-            # The topic ID: a leader never serves us another incarnation's records.
-            p = request.partitions.add(topic=tp.topic, partition=tp.partition,
-                                       current_leader_epoch=a.leader_epoch,
-                                       partition_max_bytes=config.replica_fetch_max_bytes,
-                                       topic_id=a.partition.topic_id)
-            partitions.append((p, (tp.topic, tp.partition)))
-        self._request, self._request_for, self._request_partitions = request, list(active), partitions
+        # With the topic ID: a leader never serves us another incarnation's records.
+        partitions = [request.partitions.add(topic=p.tp.topic, partition=p.tp.partition,
+                                             partition_max_bytes=config.replica_fetch_max_bytes,
+                                             topic_id=p.topic_id)
+                      for p in fetching]
+        self._request, self._request_for, self._request_partitions = (
+            request, list(fetching), partitions)
 
     async def _apply_response(self, response: pb.FetchResponse, sent: dict) -> None:
-        config = self.manager.config
         if response.error_code != pb.NONE:
-            raise RuntimeError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
+            raise StreamBrokenError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
         for p in response.partitions:
-            a, fetch_offset = sent.get((p.topic, p.partition), (None, -1))
-            if a is None:
+            partition, leader_epoch, fetch_offset = sent.get((p.topic, p.partition),
+                                                             (None, -1, -1))
+            if partition is None:
                 continue
-            async with a.partition.lock:
-                if self.assignments.get(a.partition.tp) is not a or not a.current:
-                    continue  # leader epoch changed while in flight: drop the answer
-                if a.partition.log_end_offset != fetch_offset:
-                    continue  # the log moved meanwhile (truncated): fetch again from its LEO
-                try:
-                    self._apply_fetch(a, p)
-                except Exception as e:  # noqa: BLE001
-                    code, message = error_code_for(e, context="follower append")
-                    log.warning("%s: follower append failed: %s %s", a.partition.tp,
-                                pb.ErrorCode.Name(code), message)
-                    a.retry_at = time.monotonic() + config.replica_fetch_backoff_ms / 1000
+            async with partition.lock:
+                diverging = ((p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+                             if p.HasField("diverging_epoch") else None)
+                ready = partition.replica.on_fetch_answer(
+                    leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
+                    leader_log_start_offset=p.log_start_offset, diverging_epoch=diverging,
+                    now_ms=mono_ms())
+                self._carry_out(partition, ready, fetched=p.records)
 
-    def _apply_fetch(self, a: FetchAssignment, p: pb.FetchPartitionResponse) -> None:
-        partition = a.partition
-        if p.error_code == pb.OFFSET_OUT_OF_RANGE and p.log_start_offset > partition.log_end_offset:
-            # The leader deleted what we would fetch next (retention): start over there.
-            log.info("%s: leader log starts at %d past our LEO %d: truncating fully",
-                     partition.tp, p.log_start_offset, partition.log_end_offset)
-            partition.truncate_fully_and_start_at(p.log_start_offset)
-            return
-        if p.error_code != pb.NONE:
-            self._on_error(a, p.error_code, "Fetch")
-            return
-        if p.HasField("diverging_epoch"):
-            self._apply_truncation(a, (p.diverging_epoch.epoch, p.diverging_epoch.end_offset))
-            return
-        records = self._records_from_log_end(partition, p.records)
-        if records:
-            partition.log.append_as_follower(records, wall_ms())
-            self.manager.replica_manager.metrics.replication_bytes_in.inc(len(records))
-        partition.set_follower_high_watermark(p.high_watermark)
-
-    @staticmethod
-    def _records_from_log_end(partition: Partition, records: bytes) -> bytes:
-        """The part of a fetched chunk that starts exactly at our LEO.
-
-        The leader answers with whole batches from the one holding the fetch
-        offset. Batches wholly below our LEO are skipped; a batch straddling it
-        means our batch boundaries differ from the leader's there (it should
-        not happen after truncation by epochs), so we cut our log back to that
-        batch's base and take the leader's batch instead; if our own batches do
-        not end exactly there either, the next fetch starts from the new LEO.
-        """
-        log_end_offset = partition.log_end_offset
-        for position, header in iter_batches(records, validate=False):
-            if header.next_offset <= log_end_offset:
-                continue
-            if header.base_offset < log_end_offset:
-                log.warning("%s: leader batch %d..%d straddles our LEO %d: truncating to %d",
-                            partition.tp, header.base_offset, header.last_offset,
-                            log_end_offset, header.base_offset)
-                partition.truncate_to(header.base_offset)
-                if partition.log_end_offset != header.base_offset:
-                    return b""
-            return records[position:]
-        return b""
-
-    def _on_error(self, a: FetchAssignment, code: int, rpc: str) -> None:
-        backoff_s = self.manager.config.replica_fetch_backoff_ms / 1000
-        name = pb.ErrorCode.Name(code)
-        if code == pb.FENCED_LEADER_EPOCH:
-            a.parked = True  # we are behind the leader: the controller will tell us more
-        elif code == pb.OFFSET_OUT_OF_RANGE:
-            a.truncating = True
-            a.retry_at = time.monotonic() + backoff_s
-        else:
-            a.retry_at = time.monotonic() + backoff_s
-        log.info("%s: %s from leader %d answered %s", a.partition.tp, rpc, self.leader_id, name)
+    def _carry_out(self, partition: Partition, ready, fetched: bytes = b"") -> None:
+        try:
+            self.manager.carrier.apply(partition, ready, fetched=fetched)
+        except TidewaterError as e:
+            # A failed append or truncation: the core was told (it backs off); this
+            # partition only, the others of the round go on.
+            log.warning("%s: applying the leader's answer failed: %s", partition.tp, e)
 
 
 class FetcherManager:
     """Owns the fetcher tasks: one per leader broker id."""
 
-    def __init__(self, replica_manager: ReplicaManager):
-        self.replica_manager = replica_manager
-        self.config = replica_manager.config
-        self.broker_id = replica_manager.broker_id
+    def __init__(self, *, config: BrokerConfig, carrier: ReadyCarrier,
+                 supervisor: TaskSupervisor, broker_epoch: Callable[[], int],
+                 leader_endpoint: Callable[[int], tuple[str, int] | None]):
+        self.config = config
+        self.broker_id = config.broker_id
+        self.carrier = carrier
+        self.supervisor = supervisor
+        self.broker_epoch = broker_epoch
+        self.leader_endpoint = leader_endpoint
         self.fetchers: dict[int, LeaderFetcher] = {}
-        self._by_tp: dict = {}
+        self._by_tp: dict[TopicPartition, int] = {}
 
-    def broker_epoch(self) -> int:
-        return self.replica_manager._broker_epoch()
-
-    def add_partition(self, partition: Partition, leader_id: int) -> None:
-        """Follow ``partition`` from ``leader_id`` in its current leader epoch (truncate first)."""
-        self.remove_partition(partition.tp)
+    def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
+        """Fetch ``partition`` from ``leader_id`` (its core decides what and when)."""
+        current = self._by_tp.get(partition.tp)
+        if current is not None and current != leader_id:
+            self.stop_following(partition)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self.fetchers[leader_id] = LeaderFetcher(self, leader_id)
-        fetcher.add(FetchAssignment(partition, leader_id, partition.leader_epoch))
+        fetcher.add(partition)
         self._by_tp[partition.tp] = leader_id
 
-    def ensure_partition(self, partition: Partition, leader_id: int) -> None:
-        """Resume a parked or missing assignment for the same state (a LeaderAndIsr resend)."""
-        fetcher = self.fetchers.get(self._by_tp.get(partition.tp, -1))
-        a = fetcher.assignments.get(partition.tp) if fetcher else None
-        if a is None or a.leader_id != leader_id or a.leader_epoch != partition.leader_epoch:
-            self.add_partition(partition, leader_id)
-        elif a.parked:
-            a.parked = False
-            a.truncating = True
-            fetcher.mark_changed()
-
-    def remove_partition(self, tp) -> None:
-        leader_id = self._by_tp.pop(tp, None)
+    def stop_following(self, partition: Partition) -> None:
+        leader_id = self._by_tp.pop(partition.tp, None)
         if leader_id is not None and leader_id in self.fetchers:
-            self.fetchers[leader_id].remove(tp)
+            self.fetchers[leader_id].remove(partition.tp)
 
-    def assignment(self, tp) -> FetchAssignment | None:
-        leader_id = self._by_tp.get(tp)
-        fetcher = self.fetchers.get(leader_id) if leader_id is not None else None
-        return fetcher.assignments.get(tp) if fetcher else None
+    def following(self, tp: TopicPartition) -> int | None:
+        return self._by_tp.get(tp)
 
     async def shutdown(self) -> None:
         fetchers, self.fetchers = list(self.fetchers.values()), {}

@@ -241,6 +241,10 @@ class BrokerMetrics:
         self.leader_elections = LocalCounter(PREFIX + "leader_elections",
                                              "Times this broker became leader of a partition",
                                              registry=r)
+        self.replication_decisions = LocalCounter(
+            PREFIX + "replication_decisions", "Decisions of the replication core, by kind "
+            "(broker/replication/replica.py: truncations, ISR proposals, follower errors, "
+            "refused impossible states)", ["decision"], registry=r)
         self.request_errors = LocalCounter(PREFIX + "request_errors",
                                            "Per-partition errors answered", ["rpc", "error"],
                                            registry=r)

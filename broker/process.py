@@ -11,6 +11,10 @@ until the controller has moved leadership away, bounded by
 period, tasks stop, and LogManager.shutdown writes the HW checkpoint and the
 clean-shutdown marker. A SIGKILL at any point loses nothing committed: an
 acks=all answer is only sent once every ISR replica has the records.
+
+Every background task runs under ``supervisor``: one that dies (or a broken
+invariant at a request boundary) sets ``fatal``; ``broker/__main__`` then
+shuts down and exits with code 70.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tidewater.broker.replica_manager import ReplicaManager
 from tidewater.broker.server import BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker")
@@ -46,8 +51,10 @@ class BrokerProcess:
         self.servers = []
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task | None = None
-        # Set (with the cause) when a supervised background worker dies: the broker must stop.
-        self.failed: asyncio.Future | None = None
+        # A background task that dies, or a broken invariant, stops the broker: ``fatal``
+        # is set and the process exits non-zero after a shutdown (broker/__main__.py).
+        self.fatal = asyncio.Event()
+        self.supervisor = TaskSupervisor(on_fatal=lambda error: self.fatal.set())
 
     def _listeners(self) -> list[pb.Listener]:
         c = self.config
@@ -62,14 +69,11 @@ class BrokerProcess:
         c.data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        self.failed = loop.create_future()
-
-        def worker_died(error: BaseException) -> None:  # from the worker's own thread
-            loop.call_soon_threadsafe(
-                lambda: self.failed.done() or self.failed.set_result(error))
-
-        manager = LogManager(c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
-                             on_deleter_failure=worker_died)
+        manager = LogManager(
+            c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
+            # The deleter's own thread reports its death: the broker stops (supervised).
+            on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
+                                                                       error))
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))
@@ -86,7 +90,8 @@ class BrokerProcess:
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
             metrics=self.metrics, alter_partition=channel.alter_partition,
-            broker_epoch=lambda: channel.broker_epoch)
+            broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
+            report_corrupt_replica=channel.report_corrupt_replica)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]
@@ -104,8 +109,8 @@ class BrokerProcess:
         if c.metrics_port:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
-        self._controller_task = asyncio.create_task(self._controller_session(),
-                                                    name="controller-session")
+        self._controller_task = self.supervisor.spawn(self._controller_session(),
+                                                      "controller-session")
 
     async def _controller_session(self) -> None:
         await self.controller_channel.register()

@@ -1,10 +1,12 @@
 """Waiting rooms for requests that cannot be answered yet; woken by events, never polled.
 
-``ProducePurgatory`` holds acks=all produce requests until the partition's
-high watermark reaches their last offset + 1 (or leadership is lost, the ISR
-shrinks below the minimum, or the request times out). Whoever moves a
-partition's HW or ISR calls ``try_complete`` with a function that says, for a
-required offset, "still waiting" (None) or the ErrorCode to answer.
+``AcksWaits`` holds the shell's end of acks=all produce requests. The decision
+of when each completes, and with which code, is the replication core's
+(``ReplicaState``: a wait is opened at the append, bound to that leadership,
+answered by a later ``Ready.completed``); this registry only maps a wait's id
+to whoever answers the client, and arms the timer that tells the core a
+wait's deadline has come. A wait may complete before anyone attaches to it
+(RF=1: at the append itself): its code is kept until ``attach``.
 
 ``FetchWaiters`` holds long-poll fetches: a waiting fetch watches a set of
 partitions and is woken by the first change on any of them that can change
@@ -19,12 +21,9 @@ checking the current state happen without a gap for an event to slip through.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
-
-from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker.purgatory")
 
@@ -34,148 +33,84 @@ def _answer(future: asyncio.Future, result) -> None:
         future.set_result(result)
 
 
-def _nothing() -> None:
-    pass
+class AcksWait:
+    """One acks=all wait: its id in the core, and who to tell its ErrorCode."""
 
+    __slots__ = ("waiter_id", "partition", "code", "callback", "timer")
 
-class _Watch:
-    """A ``ProducePurgatory.watch`` waiter: the future-like end (``done``, ``set_result``,
-    ``cancel``) the heap and ``try_complete`` use, calling its callback on the answer."""
-
-    __slots__ = ("_callback", "_done", "timer")
-
-    def __init__(self, callback: Callable[[int], None]) -> None:
-        self._callback = callback
-        self._done = False
+    def __init__(self, waiter_id: int, partition) -> None:
+        self.waiter_id = waiter_id
+        self.partition = partition
+        self.code: int | None = None
+        self.callback: Callable[[int], None] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
-    def done(self) -> bool:
-        return self._done
 
-    def set_result(self, code: int) -> None:
-        self._done = True
-        if self.timer is not None:
-            self.timer.cancel()
-        try:
-            self._callback(code)
-        except Exception:  # noqa: BLE001 - a bug there must not break who moved the HW
-            log.exception("acks=all answer callback failed")
+class AcksWaits:
+    def __init__(self, on_deadline: Callable[[AcksWait], None]):
+        """``on_deadline(wait)`` runs when a wait's timer fires (the core decides)."""
+        self._on_deadline = on_deadline
+        self._open: dict[int, AcksWait] = {}
+        self._ids = itertools.count(1)
 
-    def cancel(self) -> None:
-        self._done = True
-        if self.timer is not None:
-            self.timer.cancel()
+    def pending(self) -> int:
+        return len(self._open)
 
+    def open(self, partition, timeout_ms: int) -> AcksWait:
+        """A new wait of ``partition`` (its id goes to the core with the append)."""
+        wait = AcksWait(next(self._ids), partition)
+        self._open[wait.waiter_id] = wait
+        # One millisecond late: the core compares its own clock with the deadline, and the
+        # loop's clock may run a little behind it (the replication tick is the backstop).
+        wait.timer = asyncio.get_running_loop().call_later(
+            (max(timeout_ms, 0) + 1) / 1000, self._on_deadline, wait)
+        return wait
 
-class ProducePurgatory:
-    def __init__(self) -> None:
-        # partition -> heap of (required_offset, seq, future); smallest offset first.
-        self._waiters: dict[Hashable, list[tuple[int, int, asyncio.Future | _Watch]]] = {}
-        self._seq = itertools.count()
+    def complete(self, waiter_id: int, code: int) -> None:
+        """The core decided ``waiter_id``'s outcome (``Ready.completed``)."""
+        wait = self._open.pop(waiter_id, None)
+        if wait is None:
+            return  # withdrawn meanwhile
+        if wait.timer is not None:
+            wait.timer.cancel()
+        wait.code = code
+        callback = wait.callback
+        if callback is not None:
+            wait.callback = None
+            try:
+                callback(code)
+            except Exception:  # a bug there must not break who moved the HW
+                log.exception("acks=all answer callback failed")
 
-    def pending(self, key: Hashable | None = None) -> int:
-        if key is None:
-            return sum(len(h) for h in self._waiters.values())
-        return len(self._waiters.get(key, ()))
+    def attach(self, wait: AcksWait, callback: Callable[[int], None]) -> None:
+        """``callback(code)`` once the wait has its outcome (at once if it has it)."""
+        if wait.code is not None:
+            callback(wait.code)
+        else:
+            wait.callback = callback
 
-    async def wait(self, key: Hashable, required_offset: int, timeout_ms: int,
-                   result_for: Callable[[int], int | None]) -> int:
-        """Wait until ``result_for(required_offset)`` gives an ErrorCode; REQUEST_TIMED_OUT on timeout."""
-        now = result_for(required_offset)
-        if now is not None:
-            return now
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future = loop.create_future()
-        heapq.heappush(self._waiters.setdefault(key, []), (required_offset, next(self._seq), future))
-        # A timer answering the future itself, not wait_for(shield(...)): that costs two
-        # more futures and callbacks on every acks=all write.
-        timer = loop.call_later(max(timeout_ms, 0) / 1000, _answer, future, pb.REQUEST_TIMED_OUT)
+    def withdraw(self, wait: AcksWait) -> None:
+        """The request went away: the core forgets the wait, nobody is answered."""
+        if self._open.pop(wait.waiter_id, None) is None:
+            return
+        if wait.timer is not None:
+            wait.timer.cancel()
+        wait.callback = None
+        wait.partition.replica.withdraw_wait(wait.waiter_id)
+
+    async def wait_for(self, wait: AcksWait) -> int:
+        if wait.code is not None:
+            return wait.code
+        future = asyncio.get_running_loop().create_future()
+        self.attach(wait, future.set_result)
         try:
             return await future
-        finally:
-            timer.cancel()
-            if not future.done():
-                future.cancel()  # the request was cancelled
-            self._discard_done(key)
+        except asyncio.CancelledError:
+            self.withdraw(wait)
+            raise
 
-    def watch(self, key: Hashable, required_offset: int, timeout_ms: int,
-              result_for: Callable[[int], int | None],
-              callback: Callable[[int], None]) -> Callable[[], None]:
-        """``wait`` for a caller without a coroutine of its own: ``callback(code)`` runs once
-        with what ``wait`` would return, synchronously from whatever decides it (at once,
-        ``try_complete``, ``fail_all``, the timeout), so it must only record the answer.
-        Returns the function that withdraws the wait (``callback`` then never runs).
-
-        ProduceStream watches instead of running a task per acks=all request: a task costs
-        its creation, two more steps through the event loop and a done-callback."""
-        now = result_for(required_offset)
-        if now is not None:
-            callback(now)
-            return _nothing
-        watch = _Watch(callback)
-        heapq.heappush(self._waiters.setdefault(key, []), (required_offset, next(self._seq), watch))
-        watch.timer = asyncio.get_running_loop().call_later(
-            max(timeout_ms, 0) / 1000, self._expire, key, watch)
-
-        def withdraw() -> None:
-            watch.cancel()
-            self._discard_done(key)
-        return withdraw
-
-    def _expire(self, key: Hashable, watch: _Watch) -> None:
-        if not watch.done():
-            watch.set_result(pb.REQUEST_TIMED_OUT)
-            self._discard_done(key)
-
-    def try_complete(self, key: Hashable, result_for: Callable[[int], int | None]) -> int:
-        """Answer every waiter of ``key`` whose result is known; returns how many."""
-        heap = self._waiters.get(key)
-        if not heap:
-            return 0
-        completed = 0
-        keep = []
-        for entry in heap:
-            required_offset, _, future = entry
-            if future.done():
-                continue
-            result = result_for(required_offset)
-            if result is None:
-                keep.append(entry)
-            else:
-                future.set_result(result)
-                completed += 1
-        heapq.heapify(keep)
-        if keep:
-            self._waiters[key] = keep
-        else:
-            del self._waiters[key]
-        return completed
-
-    def fail_all(self, key: Hashable, error_code: int) -> int:
-        """Answer every waiter of ``key`` with ``error_code`` (e.g. leadership lost)."""
-        heap = self._waiters.pop(key, [])
-        failed = 0
-        for _, _, future in heap:
-            if not future.done():
-                future.set_result(error_code)
-                failed += 1
-        return failed
-
-    def fail_everything(self, error_code: int) -> None:
-        for key in list(self._waiters):
-            self.fail_all(key, error_code)
-
-    def _discard_done(self, key: Hashable) -> None:
-        heap = self._waiters.get(key)
-        if heap is None:
-            return
-        live = [e for e in heap if not e[2].done()]
-        if live:
-            if len(live) != len(heap):
-                heapq.heapify(live)
-                self._waiters[key] = live
-        else:
-            del self._waiters[key]
+    def open_waits(self) -> list[AcksWait]:
+        return list(self._open.values())
 
 
 class FetchWaiters:
@@ -183,7 +118,7 @@ class FetchWaiters:
 
     A follower's answer changes with appends (``notify_append``), a consumer's
     with HW moves (``notify_high_watermark``): a consumer never reads above the
-    HW, and a HW move alone does not answer a follower (``ReplicaManager.fetch``).
+    HW, and a HW move alone does not answer a follower (``FetchPath.fetch``).
     ``notify`` (leadership changes, errors) and ``notify_all`` (shutdown) wake both.
     Waking a fetch whose answer cannot have changed costs a read pass and a new
     park, once per record and parked fetch.

@@ -3,9 +3,11 @@
 Each listener (INTERNAL, optional EXTERNAL) is its own ``grpc.aio`` server
 with its own servicer instance that knows the listener's name, so Metadata
 answers with the brokers' addresses on the listener the request came in on.
-Every RPC is timed (``request_latency_seconds{rpc}``); an exception escaping
-a handler is a bug: it is logged and answered as UNKNOWN_SERVER_ERROR where
-the response has a request-level code, else as gRPC INTERNAL.
+Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
+exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
+where the response has a request-level code, else as gRPC INTERNAL. A broken
+invariant (``InvariantViolation``) is not answered: the broker stops
+(``TaskSupervisor.fail``), and the call ends with INTERNAL.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 
 log = logging.getLogger("tidewater.broker.server")
@@ -48,7 +51,12 @@ def _rpc(name: str):
             started = time.perf_counter()
             try:
                 return await handler(self, request, context)
-            except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+            except InvariantViolation as e:
+                await self._fail(e, context)
+            except BrokerNotAvailableError as e:
+                # Not ready for it yet (not registered): a transport-level "try again".
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except Exception as e:  # the one boundary for escaped errors
                 code, message = error_code_for(e, context=name)
                 response_type = _REQUEST_LEVEL_ERROR.get(name)
                 if response_type is not None:
@@ -76,6 +84,12 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @_rpc("Fetch")
     async def Fetch(self, request, context):
         return await self.replica_manager.fetch(request)
+
+    async def _fail(self, error: InvariantViolation, context) -> None:
+        """A broken invariant reached the boundary: the broker stops (``TaskSupervisor``)
+        and this call ends with INTERNAL; nothing is answered as if it were normal."""
+        self.replica_manager.supervisor.fail(error)
+        await context.abort(grpc.StatusCode.INTERNAL, f"broker invariant broken: {error}")
 
     def _observer(self, name: str):
         """``request_latency``'s observe for RPC ``name``, the labelled child looked up once
@@ -113,7 +127,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 started = time.perf_counter()
                 try:
                     response = await self.replica_manager.fetch(request)
-                except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+                except InvariantViolation as e:
+                    await self._fail(e, context)
+                except Exception as e:  # the one boundary for escaped errors
                     response = pb.FetchResponse(error_code=error_code_for(e, context=name)[0])
                 await context.write(response)
                 observe(time.perf_counter() - started)
@@ -149,7 +165,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 started = time.perf_counter()
                 try:
                     response, waits = await replica_manager.produce_append(request)
-                except Exception as e:  # noqa: BLE001 - the one boundary for escaped errors
+                except InvariantViolation as e:
+                    await self._fail(e, context)
+                except Exception as e:  # the one boundary for escaped errors
                     response, waits = produce_error_response(request, e, context="ProduceStream"), []
                 if waits:
                     wait_id = next(ids)
@@ -277,7 +295,7 @@ class _AnswerWriter:
                 response, started = self._queue.popleft()
                 try:
                     await self.write(response, started)
-                except Exception as e:  # noqa: BLE001 - the stream is gone; the client resends
+                except Exception as e:  # the stream is gone; the client resends
                     log.debug("ProduceStream answer not sent: %r", e)
                 self._unwritten -= 1
                 if self._idle is not None and not self._idle.done():

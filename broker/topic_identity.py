@@ -53,10 +53,11 @@ own replica lags or is another incarnation), UNKNOWN_TOPIC_ID when it does not
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InconsistentClusterIdError, InconsistentTopicIdError
 from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
 
 
@@ -146,3 +147,45 @@ def describe_topic_id(topic_id: bytes | None) -> str:
     if len(topic_id) != TOPIC_ID_BYTES:
         return f"({len(topic_id)} bytes)"
     return topic_id_to_text(topic_id)
+
+
+def incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
+                       has_log: bool, trusted: bool, names_by_id: Mapping[bytes, str],
+                       rule: Callable[..., IdentityAction] = log_identity_action
+                       ) -> IdentityAction:
+    """What a LeaderAndIsr naming ``told_id`` does to the local replica of ``tp`` (the
+    table in the module docstring), or the typed error to answer: INCONSISTENT_TOPIC_ID
+    when the ID is known as another topic's, INCONSISTENT_CLUSTER_ID when a controller of
+    another cluster would have the log replaced or adopted. (``rule``: the table; the
+    simulation's broken variants replace it.)"""
+    owner = told_id_conflict(tp.topic, told_id, names_by_id)
+    if owner is not None:
+        raise InconsistentTopicIdError(
+            f"topic id {describe_topic_id(told_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
+    action = rule(local_id, told_id, has_log=has_log, trusted=trusted)
+    if action is IdentityAction.REFUSE:
+        raise InconsistentClusterIdError(
+            f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "
+            f"{describe_topic_id(told_id)}, and the controller's cluster id is not this "
+            f"data dir's: kept")
+    return action
+
+
+def stray_replicas(local_ids: Mapping[TopicPartition, bytes | None],
+                   claimed_at: Mapping[TopicPartition, int], broker_id: int,
+                   snapshot_offset: int,
+                   partitions: Iterable[tuple[str, int, bytes, Iterable[int]]]
+                   ) -> list[TopicPartition]:
+    """The local replicas a full snapshot (``partitions``: topic, partition, topic ID,
+    replicas; taken at metadata offset ``snapshot_offset``) leaves out (``is_stray``), in
+    order. A replica a LeaderAndIsr claimed at a metadata offset newer than the snapshot
+    (``claimed_at``) is kept: the snapshot may predate its topic."""
+    topic_ids: dict[str, bytes] = {}
+    placed_here: set[tuple[str, int]] = set()
+    for topic, partition, topic_id, replicas in partitions:
+        topic_ids[topic] = topic_id
+        if broker_id in replicas:
+            placed_here.add((topic, partition))
+    return [tp for tp, local_id in sorted(local_ids.items())
+            if not snapshot_offset < claimed_at.get(tp, -1)
+            and is_stray(tp, local_id, topic_ids=topic_ids, placed_here=placed_here)]

@@ -256,7 +256,7 @@ class AsyncProducer:
         """``_send_ready``, failing the partitions' queued batches if it breaks."""
         try:
             return self._send_ready(ready, leaders)
-        except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
+        except Exception as e:  # a sender bug must fail records, not hang them
             for tp in ready:
                 if tp not in self._in_flight:  # else its request is out; the answer resolves it
                     for batch in self._accumulator.drain_many(tp, self.request_bytes_max):
@@ -300,7 +300,7 @@ class AsyncProducer:
             try:
                 for batch in batches:
                     batch.close(self.compression)
-            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
+            except Exception as e:  # e.g. a compression codec failing: fail, not hang
                 for batch in batches:
                     self._finish(batch, e)
                 continue

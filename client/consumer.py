@@ -139,7 +139,7 @@ class _FollowingFetch(StreamRequest):
         if claimed:
             try:
                 self.consumer._follow(self, response)
-            except Exception:  # noqa: BLE001 - the poll then prefetches as usual
+            except Exception:  # the poll then prefetches as usual
                 self.follow = self.chunks = None
         super().on_answer(response, error)
 

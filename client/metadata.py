@@ -349,7 +349,7 @@ class MetadataClient:
         failed = False
         try:
             self.refresh()
-        except Exception as e:  # noqa: BLE001 - the snapshot stays; the next use retries
+        except Exception as e:  # the snapshot stays; the next use retries
             failed = True
             log.debug("background metadata refresh failed: %s", e)
         finally:

@@ -374,7 +374,7 @@ class Producer:
         thread's loop, ``send`` itself with linger 0, or an answer's thread)."""
         try:
             self._send_ready(ready, from_answer=from_answer)
-        except Exception as e:  # noqa: BLE001 - a sender bug must fail records, not hang them
+        except Exception as e:  # a sender bug must fail records, not hang them
             with self._lock:
                 for tp in ready:
                     if tp in self._in_flight:
@@ -450,7 +450,7 @@ class Producer:
             try:
                 for batch in batches:
                     batch.close(self.compression)
-            except Exception as e:  # noqa: BLE001 - e.g. a compression codec failing: fail, not hang
+            except Exception as e:  # e.g. a compression codec failing: fail, not hang
                 with self._lock:
                     self._release_in_flight(tp)
                     self._records_in_flight -= _record_count(batches)

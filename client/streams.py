@@ -306,7 +306,7 @@ class ClientStream:
             return  # broken before it opened (closed at once)
         try:
             self._call = open_call()
-        except Exception as e:  # noqa: BLE001 - typed below; never leave callbacks hanging
+        except Exception as e:  # typed below; never leave callbacks hanging
             self._reader_done.set()
             self._break(self._error_for(e))
             return
@@ -345,7 +345,7 @@ class ClientStream:
         except (grpc.RpcError, grpc.aio.InternalError, asyncio.InvalidStateError,
                 asyncio.CancelledError):
             pass  # the call ended: the reader reports how (its status)
-        except Exception as e:  # noqa: BLE001 - a bug: fail the requests now, not at their deadline
+        except Exception as e:  # a bug: fail the requests now, not at their deadline
             log.exception("stream writer failed")
             self._break(BrokerConnectionError(
                 f"stream to {format_address(self.address)} failed: {e!r}"))
@@ -360,7 +360,7 @@ class ClientStream:
                     error = self._ended()
                     break
                 self._dispatch(response)
-        except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - typed below
+        except (Exception, asyncio.CancelledError) as e:  # typed below
             error = self._error_for(e)
         self._break(error)
         self._reader_done.set()
@@ -424,7 +424,7 @@ class ClientStream:
     def _answer(callback: Callback, response, error: TidewaterError | None) -> None:
         try:
             callback(response, error)
-        except Exception:  # noqa: BLE001 - a callback bug must not stop the reader
+        except Exception:  # a callback bug must not stop the reader
             log.exception("stream callback failed")
 
 
@@ -607,6 +607,6 @@ class StreamPool:
         else:
             try:
                 io.run(self._close_on_loop(), max(0.1, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - a channel that will not close must not stop close
+            except Exception:  # a channel that will not close must not stop close
                 log.exception("closing the %s channels failed", self._name)
         IoLoop.release(io)

@@ -9,9 +9,10 @@ crash takes tens of milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
@@ -48,7 +49,7 @@ class ControllerConfig:
     extra: dict[str, str] = field(default_factory=dict)
 
     # Kafka name -> (attribute, parser)
-    SETTABLE = {
+    SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
         "node.id": ("node_id", int),
         "broker.session.timeout.ms": ("broker_session_timeout_ms", int),
         "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),

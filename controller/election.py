@@ -44,7 +44,7 @@ Election rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 
 from tidewater.proto import tidewater_pb2 as pb
@@ -197,12 +197,19 @@ def maybe_preferred_leader(p: PartitionRecord, live: Set[int]) -> Change | None:
 
 def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
                     partition_epoch: int, new_isr: Iterable[int],
-                    live: Set[int]) -> tuple[int, PartitionRecord]:
+                    live: Set[int], broker_epochs: Mapping[int, int] | None = None,
+                    registered_epochs: Mapping[int, int] | None = None
+                    ) -> tuple[pb.ErrorCode, PartitionRecord]:
     """Validate a leader's ISR proposal; returns (ErrorCode, the record to answer with).
 
     On NONE the returned record is the committed one (partition_epoch + 1 when
     the ISR changed); on an error it is the unchanged current record, so the
     leader learns the current state either way.
+
+    KIP-903: with ``registered_epochs`` (the controller's broker epochs), a joiner
+    is admitted only if ``broker_epochs`` (what the leader saw it fetch with) names
+    its registered epoch: the fetches of a restarted broker's previous process
+    (which may have lost records since) do not vouch for the new one.
     """
     new_isr = tuple(new_isr)
     if leader_epoch != p.leader_epoch:
@@ -219,13 +226,16 @@ def alter_partition(p: PartitionRecord, *, leader_id: int, leader_epoch: int,
         # Members already in the ISR may be mid-fencing; only joiners must be live.
         if replica not in p.isr and replica not in live:
             return pb.INELIGIBLE_REPLICA, p
+        if (replica not in p.isr and registered_epochs is not None
+                and (broker_epochs or {}).get(replica, -1) != registered_epochs.get(replica)):
+            return pb.INELIGIBLE_REPLICA, p
     if new_isr == p.isr:
         return pb.NONE, p
     return pb.NONE, replace(p, isr=new_isr, partition_epoch=p.partition_epoch + 1)
 
 
 def on_replica_corrupt(p: PartitionRecord, broker_id: int, *, leader_epoch: int,
-                       partition_epoch: int, live: Set[int]) -> tuple[int, Change | None]:
+                       partition_epoch: int, live: Set[int]) -> tuple[pb.ErrorCode, Change | None]:
     """``broker_id`` found a batch failing its CRC in its own replica of ``p``.
 
     Returns ``(NONE, change)``: it leaves the ISR and, when it leads, the first

@@ -54,9 +54,12 @@ replay can be built from records that may never reach the disk.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator, KeysView
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tidewater.controller.election import PartitionRecord
+from tidewater.controller.metadata_log import MetadataRecord
 from tidewater.proto.errors import CorruptFileError
 from tidewater.proto.topic_id import is_valid_topic_id, topic_id_from_text, topic_id_to_text
 
@@ -138,7 +141,7 @@ class ClusterMetadata:
         info = self.topics.get(topic)
         return info.partitions.get(partition) if info else None
 
-    def all_partitions(self):
+    def all_partitions(self) -> Iterator[PartitionRecord]:
         for info in self.topics.values():
             yield from info.partitions.values()
 
@@ -159,16 +162,17 @@ class ClusterMetadata:
         self._poison_cause = cause
         self.__class__ = _PoisonedMetadata
 
-    def topic_ids(self):
+    def topic_ids(self) -> KeysView[bytes]:
         """The current topics' IDs (a live view)."""
         return self.topic_names_by_id.keys()
 
     # ------------------------------------------------------------ replay
 
-    def apply(self, offset: int, record: dict) -> None:
+    def apply(self, offset: int, record: MetadataRecord) -> None:
         """Apply one record; raises CorruptFileError when it does not fit the image."""
         kind = record.get("type")
-        handler = _HANDLERS.get(kind)
+        # Any JSON value can stand here; an unhashable one must not escape as TypeError.
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is None:
             raise CorruptFileError(f"unknown metadata record type {kind!r} at offset {offset}")
         try:
@@ -178,28 +182,28 @@ class ClusterMetadata:
                 f"metadata record {kind} at offset {offset} does not apply: {e!r}") from e
         self.last_offset = offset
 
-    def _apply_cluster(self, offset: int, r: dict) -> None:
+    def _apply_cluster(self, offset: int, r: MetadataRecord) -> None:
         self.cluster_id = r["cluster_id"]
 
-    def _apply_controller_epoch(self, offset: int, r: dict) -> None:
+    def _apply_controller_epoch(self, offset: int, r: MetadataRecord) -> None:
         epoch = int(r["epoch"])
         if epoch <= self.controller_epoch:
             raise ValueError(f"controller epoch {epoch} after {self.controller_epoch}")
         self.controller_epoch = epoch
 
-    def _apply_broker_registered(self, offset: int, r: dict) -> None:
+    def _apply_broker_registered(self, offset: int, r: MetadataRecord) -> None:
         listeners = tuple(Listener(str(n), str(h), int(p)) for n, h, p in r["listeners"])
         broker_id = int(r["broker_id"])
         epoch = int(r.get("broker_epoch", offset))
         self.brokers[broker_id] = BrokerInfo(broker_id, epoch, str(r["incarnation_id"]), listeners)
 
-    def _apply_broker_fenced(self, offset: int, r: dict) -> None:
+    def _apply_broker_fenced(self, offset: int, r: MetadataRecord) -> None:
         self.brokers[int(r["broker_id"])].fenced = True
 
-    def _apply_broker_unfenced(self, offset: int, r: dict) -> None:
+    def _apply_broker_unfenced(self, offset: int, r: MetadataRecord) -> None:
         self.brokers[int(r["broker_id"])].fenced = False
 
-    def _apply_topic_created(self, offset: int, r: dict) -> None:
+    def _apply_topic_created(self, offset: int, r: MetadataRecord) -> None:
         name = r["name"]
         if name in self.topics:
             raise ValueError(f"topic {name} exists")
@@ -222,7 +226,7 @@ class ClusterMetadata:
         self.topic_names_by_id[topic_id] = name
         self.topics_created_total += 1
 
-    def _apply_partition_changed(self, offset: int, r: dict) -> None:
+    def _apply_partition_changed(self, offset: int, r: MetadataRecord) -> None:
         info = self.topics[r["topic"]]
         old = info.partitions[int(r["partition"])]
         new = replace(old, isr=tuple(r["isr"]), leader=int(r["leader"]),
@@ -234,7 +238,7 @@ class ClusterMetadata:
         if r.get("unclean"):
             self.unclean_elections_total += 1
 
-    def _apply_topic_deleted(self, offset: int, r: dict) -> None:
+    def _apply_topic_deleted(self, offset: int, r: MetadataRecord) -> None:
         name = r["name"]
         topic_id = self.topics.pop(name).topic_id
         del self.topic_names_by_id[topic_id]
@@ -242,22 +246,22 @@ class ClusterMetadata:
             self.pending_stops.setdefault(int(broker_id), set()).update(
                 (name, int(n), topic_id) for n in partitions)
 
-    def _apply_pending_stops_cleared(self, offset: int, r: dict) -> None:
+    def _apply_pending_stops_cleared(self, offset: int, r: MetadataRecord) -> None:
         self.pending_stops.pop(int(r["broker_id"]), None)
 
-    def _apply_pending_stops(self, offset: int, r: dict) -> None:
+    def _apply_pending_stops(self, offset: int, r: MetadataRecord) -> None:
         self.pending_stops.setdefault(int(r["broker_id"]), set()).update(
             (str(item[0]), int(item[1]),
              topic_id_from_text(item[2]) if len(item) > 2 and item[2] else b"")
             for item in r["partitions"])
 
-    def _apply_counters(self, offset: int, r: dict) -> None:
+    def _apply_counters(self, offset: int, r: MetadataRecord) -> None:
         self.unclean_elections_total = int(r["unclean_elections_total"])
         self.topics_created_total = int(r["topics_created_total"])
 
     # ------------------------------------------------------------ snapshot
 
-    def snapshot_records(self) -> list[dict]:
+    def snapshot_records(self) -> list[MetadataRecord]:
         """Records that rebuild this image from nothing (for compaction)."""
         records = []
         if self.cluster_id:
@@ -289,7 +293,7 @@ class ClusterMetadata:
 class _PoisonedMetadata(ClusterMetadata):
     """A ``ClusterMetadata`` whose every attribute read raises (see ``ClusterMetadata.poison``)."""
 
-    def __getattribute__(self, name: str):
+    def __getattribute__(self, name: str) -> Any:
         if name.startswith("__"):  # type(), repr() and friends keep working
             return object.__getattribute__(self, name)
         cause = object.__getattribute__(self, "_poison_cause")
@@ -297,7 +301,7 @@ class _PoisonedMetadata(ClusterMetadata):
             f"metadata image read ({name}) after it got ahead of the log: {cause}") from cause
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[ClusterMetadata, int, MetadataRecord], None]] = {
     "cluster": ClusterMetadata._apply_cluster,
     "controller_epoch": ClusterMetadata._apply_controller_epoch,
     "broker_registered": ClusterMetadata._apply_broker_registered,
@@ -314,34 +318,34 @@ _HANDLERS = {
 
 # ---------------------------------------------------------------- record constructors
 
-def cluster_record(cluster_id: str) -> dict:
+def cluster_record(cluster_id: str) -> MetadataRecord:
     return {"type": "cluster", "cluster_id": cluster_id}
 
 
-def controller_epoch_record(epoch: int) -> dict:
+def controller_epoch_record(epoch: int) -> MetadataRecord:
     return {"type": "controller_epoch", "epoch": epoch}
 
 
 def broker_registered_record(broker_id: int, incarnation_id: str,
-                             listeners: list[Listener]) -> dict:
+                             listeners: list[Listener]) -> MetadataRecord:
     return {"type": "broker_registered", "broker_id": broker_id, "incarnation_id": incarnation_id,
             "listeners": [[x.name, x.host, x.port] for x in listeners]}
 
 
-def broker_fenced_record(broker_id: int) -> dict:
+def broker_fenced_record(broker_id: int) -> MetadataRecord:
     return {"type": "broker_fenced", "broker_id": broker_id}
 
 
-def broker_unfenced_record(broker_id: int) -> dict:
+def broker_unfenced_record(broker_id: int) -> MetadataRecord:
     return {"type": "broker_unfenced", "broker_id": broker_id}
 
 
 def topic_created_record(name: str, configs: dict[str, str], partitions: list[PartitionRecord],
-                         *, topic_id: bytes, with_epochs: bool = False) -> dict:
+                         *, topic_id: bytes, with_epochs: bool = False) -> MetadataRecord:
     items = []
     for p in partitions:
-        item = {"partition": p.partition, "replicas": list(p.replicas), "isr": list(p.isr),
-                "leader": p.leader}
+        item: dict[str, Any] = {"partition": p.partition, "replicas": list(p.replicas),
+                                "isr": list(p.isr), "leader": p.leader}
         if with_epochs:
             item["leader_epoch"] = p.leader_epoch
             item["partition_epoch"] = p.partition_epoch
@@ -350,18 +354,19 @@ def topic_created_record(name: str, configs: dict[str, str], partitions: list[Pa
             "configs": dict(configs), "partitions": items}
 
 
-def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> dict:
+def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> MetadataRecord:
     return {"type": "partition_changed", "topic": p.topic, "partition": p.partition,
             "leader": p.leader, "isr": list(p.isr), "leader_epoch": p.leader_epoch,
             "partition_epoch": p.partition_epoch, "unclean": unclean}
 
 
-def topic_deleted_record(name: str, pending_stops: dict[int, list[int]] | None = None) -> dict:
-    record = {"type": "topic_deleted", "name": name}
+def topic_deleted_record(name: str,
+                         pending_stops: dict[int, list[int]] | None = None) -> MetadataRecord:
+    record: MetadataRecord = {"type": "topic_deleted", "name": name}
     if pending_stops:
         record["pending_stops"] = {str(b): sorted(ns) for b, ns in pending_stops.items()}
     return record
 
 
-def pending_stops_cleared_record(broker_id: int) -> dict:
+def pending_stops_cleared_record(broker_id: int) -> MetadataRecord:
     return {"type": "pending_stops_cleared", "broker_id": broker_id}

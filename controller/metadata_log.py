@@ -51,6 +51,7 @@ import os
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any, TypeAlias
 
 import crc32c
 
@@ -66,8 +67,11 @@ assert FRAME_HEADER.size == 8
 RECORD_BYTES_MAX = 16 * 1024 * 1024  # a topic with many partitions still fits
 LOG_START = "log_start"
 
+# One record: a JSON object with a "type" (controller.metadata lists them).
+MetadataRecord: TypeAlias = dict[str, Any]
 
-def encode_frame(record: dict) -> bytes:
+
+def encode_frame(record: MetadataRecord) -> bytes:
     payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
     if not 0 < len(payload) <= RECORD_BYTES_MAX:
         raise ValueError(f"metadata record of {len(payload)} bytes is out of bounds")
@@ -85,8 +89,8 @@ def _fsync_dir(path: Path) -> None:
 class MetadataLog:
     """Append-only record file. Open with ``MetadataLog.open``, which recovers it."""
 
-    def __init__(self, data_dir: Path, lock_file, file, records: list[dict], start_offset: int,
-                 size_bytes: int):
+    def __init__(self, data_dir: Path, lock_file: IO[bytes], file: IO[bytes],
+                 records: list[MetadataRecord], start_offset: int, size_bytes: int):
         self.data_dir = data_dir
         self.path = data_dir / FILE_NAME
         self._lock_file = lock_file
@@ -118,7 +122,8 @@ class MetadataLog:
         path = data_dir / FILE_NAME
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")  # noqa: SIM115 - kept open
+            # Kept open: the flock below lasts as long as the file.
+            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")
         except OSError as e:
             raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
         try:
@@ -132,7 +137,7 @@ class MetadataLog:
             tmp = path.with_name(path.name + TMP_SUFFIX)
             tmp.unlink(missing_ok=True)  # an unfinished compaction
             created = not path.exists()
-            file = open(path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+            file = open(path, "a+b")  # owned by the MetadataLog
             if created:
                 _fsync_dir(data_dir)
         except OSError as e:
@@ -166,13 +171,13 @@ class MetadataLog:
                 raise CorruptFileError(f"bad log_start record: {e!r}", path=str(path)) from e
         return cls(data_dir, lock_file, file, records, start_offset, valid_bytes)
 
-    def recovered_records(self) -> Iterator[tuple[int, dict]]:
+    def recovered_records(self) -> Iterator[tuple[int, MetadataRecord]]:
         """(offset, record) for every record found at open, in order (once)."""
         records, self._recovered = self._recovered, []
         for i, record in enumerate(records):
             yield self.start_offset + i, record
 
-    def append(self, records: Iterable[dict]) -> int:
+    def append(self, records: Iterable[MetadataRecord]) -> int:
         """Write and fsync ``records``; returns the offset of the first one."""
         self._check_usable()
         frame_list = [encode_frame(r) for r in records]
@@ -191,7 +196,7 @@ class MetadataLog:
         self.next_offset += len(frame_list)
         return first_offset
 
-    def rewrite(self, records: list[dict]) -> int:
+    def rewrite(self, records: list[MetadataRecord]) -> int:
         """Replace the whole file by ``records`` (a snapshot); returns the first one's offset.
 
         Offsets continue from ``next_offset``: the snapshot's records get new,
@@ -217,7 +222,7 @@ class MetadataLog:
         try:
             os.replace(tmp, self.path)
             _fsync_dir(self.data_dir)
-            new_file = open(self.path, "a+b")  # noqa: SIM115 - owned by the MetadataLog
+            new_file = open(self.path, "a+b")  # owned by the MetadataLog
         except OSError as e:
             self._failure = e
             raise KafkaStorageError(f"cannot compact metadata log: {e}", path=str(self.path)) from e
@@ -239,9 +244,9 @@ class MetadataLog:
             self._lock_file.close()  # releases the flock
 
 
-def _decode_all(data: bytes, path: str) -> tuple[list[dict], int]:
+def _decode_all(data: bytes, path: str) -> tuple[list[MetadataRecord], int]:
     """Every complete, valid record in ``data`` and the byte length they span."""
-    records: list[dict] = []
+    records: list[MetadataRecord] = []
     pos = 0
     end = len(data)
     while pos < end:

@@ -6,8 +6,11 @@ one pass over the partitions); counters count what happened in this process.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -81,13 +84,13 @@ class ControllerMetrics:
         self.controller_epoch.set(metadata.controller_epoch)
 
     @contextmanager
-    def time_rpc(self, rpc: str):
+    def time_rpc(self, rpc: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
             yield
         finally:
             self.request_latency.labels(rpc).observe(time.perf_counter() - start)
 
-    def serve(self, port: int, addr: str = "127.0.0.1"):
+    def serve(self, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
         """Expose /metrics on ``addr:port``; returns (server, thread)."""
         return start_http_server(port, addr=addr, registry=self.registry)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from tidewater.controller.metadata import ClusterMetadata
 from tidewater.controller.metadata_log import MetadataLog
@@ -60,7 +60,8 @@ class MetadataOwner:
         self._on_commit = on_commit
         self._on_fatal = on_fatal
         self._clock_ms = clock_ms
-        self._queue: asyncio.Queue[tuple[Command, asyncio.Future]] = asyncio.Queue(queue_size_max)
+        self._queue: asyncio.Queue[tuple[Command[Any], asyncio.Future[Any]]] = asyncio.Queue(
+            queue_size_max)
         self._stopping = False
         self.failure: BaseException | None = None
 
@@ -102,7 +103,7 @@ class MetadataOwner:
     async def submit(self, command: Command[T]) -> T:
         if self._stopping or self.failure is not None:
             raise OwnerStoppedError("the controller is shutting down") from self.failure
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         await self._queue.put((command, future))
         return await future
 

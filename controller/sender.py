@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Set
 
 import grpc
 
 from tidewater.controller import requests
 from tidewater.controller.config import ControllerConfig
+from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata import ImagePoisonedError
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
@@ -73,7 +74,7 @@ class BrokerSender:
         self._on_partition_error = on_partition_error or (lambda kind, error: None)
         self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
         self._pending_metadata = False
-        self._pending_stop: dict[tuple[str, int], object] = {}  # -> PartitionRecord
+        self._pending_stop: dict[tuple[str, int], PartitionRecord] = {}
         self._wake = asyncio.Event()
         self._closed = False
         self._channel = grpc.aio.insecure_channel(target, options=channel_options(config))
@@ -86,7 +87,8 @@ class BrokerSender:
 
     # ------------------------------------------------------------ marks
 
-    def mark_partitions(self, tps, *, new: set[tuple[str, int]] = frozenset()) -> None:
+    def mark_partitions(self, tps: Iterable[tuple[str, int]], *,
+                        new: Set[tuple[str, int]] = frozenset()) -> None:
         for tp in tps:
             self._pending_partitions[tp] = self._pending_partitions.get(tp, False) or tp in new
         self._wake.set()
@@ -95,7 +97,7 @@ class BrokerSender:
         self._pending_metadata = True
         self._wake.set()
 
-    def mark_stop(self, partitions) -> None:
+    def mark_stop(self, partitions: Iterable[PartitionRecord]) -> None:
         for p in partitions:
             tp = (p.topic, p.partition)
             self._pending_stop[tp] = p
@@ -144,14 +146,14 @@ class BrokerSender:
         timeout_s = self.config.sender_request_timeout_ms / 1000
         if self._pending_stop:
             stops, self._pending_stop = self._pending_stop, {}
-            request = requests.stop_replica(metadata, node_id, self.broker_id, stops.values(),
-                                            delete=True)
+            stop = requests.stop_replica(metadata, node_id, self.broker_id, stops.values(),
+                                         delete=True)
             try:
-                response = await self._stub.StopReplica(request, timeout=timeout_s)
+                stopped = await self._stub.StopReplica(stop, timeout=timeout_s)
             except BaseException:
                 self._pending_stop = {**stops, **self._pending_stop}
                 raise
-            self._check("StopReplica", response.error_code, response.partitions)
+            self._check("StopReplica", stopped.error_code, stopped.partitions)
         if self._pending_partitions:
             marks, self._pending_partitions = self._pending_partitions, {}
             partitions = []
@@ -170,15 +172,16 @@ class BrokerSender:
                 self._check("LeaderAndIsr", response.error_code, response.partitions)
         if self._pending_metadata:
             self._pending_metadata = False
-            request = requests.update_metadata(metadata, node_id, self.machine.sessions)
+            update = requests.update_metadata(metadata, node_id, self.machine.sessions)
             try:
-                response = await self._stub.UpdateMetadata(request, timeout=timeout_s)
+                updated = await self._stub.UpdateMetadata(update, timeout=timeout_s)
             except BaseException:
                 self._pending_metadata = True
                 raise
-            self._check("UpdateMetadata", response.error_code, ())
+            self._check("UpdateMetadata", updated.error_code, ())
 
-    def _check(self, kind: str, error_code: int, partitions) -> None:
+    def _check(self, kind: str, error_code: int,
+               partitions: Iterable[pb.PartitionError]) -> None:
         if error_code in _NOT_RETRIED:
             log.warning("broker %d refused %s: %s (controller epoch %d, broker epoch %d)",
                         self.broker_id, kind, pb.ErrorCode.Name(error_code),
@@ -197,11 +200,12 @@ class BrokerSender:
         self.delivered_counts[kind] += 1
         self._on_delivered(kind)
 
-    def _on_task_done(self, task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
             # A bug: a dead sender would silently starve its broker, so stop loudly.
-            log.error("sender for broker %d died", self.broker_id, exc_info=task.exception())
-            self._on_failure(task.exception())
+            log.error("sender for broker %d died", self.broker_id, exc_info=error)
+            self._on_failure(error)
 
     def abort(self) -> None:
         """Stop now, synchronously: the task is cancelled where it waits and sends nothing more."""
@@ -236,7 +240,7 @@ class BrokerSenders:
         self._on_failure = on_failure
         self._on_partition_error = on_partition_error
         self.senders: dict[int, BrokerSender] = {}
-        self._closing: set[asyncio.Task] = set()
+        self._closing: set[asyncio.Task[None]] = set()
         self._aborted = False
 
     def _close_later(self, sender: BrokerSender) -> None:

@@ -30,8 +30,11 @@ import asyncio
 import logging
 import os
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 
@@ -76,13 +79,14 @@ class ControllerServer:
         self.grpc_server: grpc.aio.Server | None = None
         self.service: ControllerService | None = None
         self.port: int | None = None
-        self._tasks: list[asyncio.Task] = []
-        self._metrics_http = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._metrics_http: tuple[WSGIServer, threading.Thread] | None = None
         self.stopped = asyncio.Event()
         self.failure: BaseException | None = None
         self._stopping = False
 
     def _on_commit(self, effects: Effects) -> None:
+        assert self.senders is not None  # made in start(), before the owner that calls this
         self.senders.on_commit(effects)
         self.metrics.on_commit(self.machine, effects)
 
@@ -130,12 +134,12 @@ class ControllerServer:
         log.info("controller %d listening on %s:%d (metrics port %s)", self.config.node_id, host,
                  self.port, self.config.metrics_port or "off")
 
-    def _spawn(self, coro, name: str) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         task.add_done_callback(self._on_task_done)
         self._tasks.append(task)
 
-    def _on_task_done(self, task: asyncio.Task) -> None:
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
             return
         error = task.exception()
@@ -165,6 +169,8 @@ class ControllerServer:
     async def _session_timer(self) -> None:
         interval_s = min(SESSION_CHECK_INTERVAL_MS_MAX,
                          self.config.broker_session_timeout_ms // 10 or 1) / 1000
+        owner = self.owner
+        assert owner is not None  # the timers start after the owner
         while True:
             await asyncio.sleep(interval_s)
             if self._stopping:
@@ -172,7 +178,7 @@ class ControllerServer:
                 # silence is ours, and the next controller gives them fresh sessions.
                 return
             try:
-                fenced = await self.owner.submit(self.machine.check_sessions)
+                fenced = await owner.submit(self.machine.check_sessions)
             except OwnerStoppedError:
                 return
             for broker_id in fenced:
@@ -181,10 +187,12 @@ class ControllerServer:
                             self.config.broker_session_timeout_ms)
 
     async def _preferred_leader_timer(self) -> None:
+        owner = self.owner
+        assert owner is not None  # the timers start after the owner
         while True:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
             try:
-                moved = await self.owner.submit(self.machine.preferred_leader_check)
+                moved = await owner.submit(self.machine.preferred_leader_check)
             except OwnerStoppedError:
                 return
             if moved:

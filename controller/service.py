@@ -89,18 +89,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
 from tidewater.controller.metrics import ControllerMetrics
-from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
+from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
 from tidewater.controller.sender import BrokerSenders
-from tidewater.controller.state_machine import ControllerStateMachine
+from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import TidewaterError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -113,7 +118,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         self.senders = senders
         self.propagation_wait_ms_max = propagation_wait_ms_max
         self._stream_ids = itertools.count(1)
-        self._streams: set[asyncio.Task] = set()  # handlers of open BrokerHeartbeats streams
+        self._streams: set[asyncio.Task[Any]] = set()  # handlers of open BrokerHeartbeats streams
         self._closing = asyncio.Event()  # set by close_streams
 
     async def _wait_propagated(self, offset: int, timeout_ms: int) -> None:
@@ -125,7 +130,7 @@ class ControllerService(pb_grpc.ControllerServicer):
             log.info("change at offset %d not yet delivered to every broker after %d ms",
                      offset, wait_ms)
 
-    async def _run(self, rpc: str, command, context: grpc.aio.ServicerContext):
+    async def _run(self, rpc: str, command: Command[T], context: Context) -> T:
         with self.metrics.time_rpc(rpc):
             try:
                 return await self.owner.submit(command)
@@ -137,7 +142,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"{e.error_name}: {e}")
 
-    async def RegisterBroker(self, request, context):
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest,
+                             context: Context) -> pb.RegisterBrokerResponse:
         response = await self._run("RegisterBroker", lambda tx, now: (
             self.machine.register_broker(tx, now, request)), context)
         if response.error_code == pb.NONE:
@@ -146,16 +152,18 @@ class ControllerService(pb_grpc.ControllerServicer):
                      ", ".join(f"{x.name}={x.host}:{x.port}" for x in request.listeners))
         return response
 
-    async def BrokerHeartbeats(self, request_iterator, context):
+    async def BrokerHeartbeats(self, request_iterator: AsyncIterator[pb.BrokerHeartbeatRequest],
+                               context: Context) -> None:
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
         stream_id = next(self._stream_ids)
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
+        assert task is not None  # grpc.aio runs each handler in a task
         self._streams.add(task)
         requests = aiter(request_iterator)
         closing = asyncio.ensure_future(self._closing.wait())
-        read: asyncio.Future | None = None
+        read: asyncio.Future[pb.BrokerHeartbeatRequest | None] | None = None
         try:
             while True:
                 read = asyncio.ensure_future(anext(requests, None))
@@ -168,10 +176,13 @@ class ControllerService(pb_grpc.ControllerServicer):
                 request = read.result()
                 if request is None:  # the broker half-closed (after a controlled shutdown)
                     return
-                was_fenced, response = await self._run(
-                    "BrokerHeartbeats", lambda tx, now, r=request: (
-                        self._is_fenced(r.broker_id),
-                        self.machine.broker_heartbeat(tx, now, r, stream_id)), context)
+
+                def heartbeat(tx: Tx, now_ms: int, r: pb.BrokerHeartbeatRequest = request,
+                              ) -> tuple[bool, pb.BrokerHeartbeatResponse]:
+                    return (self._is_fenced(r.broker_id),
+                            self.machine.broker_heartbeat(tx, now_ms, r, stream_id))
+
+                was_fenced, response = await self._run("BrokerHeartbeats", heartbeat, context)
                 if response.error_code == pb.NONE:
                     bound = (request.broker_id, request.broker_epoch)
                     if was_fenced and not response.is_fenced:
@@ -214,11 +225,13 @@ class ControllerService(pb_grpc.ControllerServicer):
             log.warning("heartbeat stream handler %s did not finish in %.1f s", task.get_name(),
                         timeout_s)
 
-    async def AlterPartition(self, request, context):
+    async def AlterPartition(self, request: pb.AlterPartitionRequest,
+                             context: Context) -> pb.AlterPartitionResponse:
         return await self._run("AlterPartition", lambda tx, now: (
             self.machine.alter_partition(tx, now, request)), context)
 
-    async def ReportCorruptReplica(self, request, context):
+    async def ReportCorruptReplica(self, request: pb.ReportCorruptReplicaRequest,
+                                   context: Context) -> pb.ReportCorruptReplicaResponse:
         response = await self._run("ReportCorruptReplica", lambda tx, now: (
             self.machine.report_corrupt_replica(tx, now, request)), context)
         for item, result in zip(request.replicas, response.results, strict=False):
@@ -232,7 +245,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                         if result.error_code == pb.NONE else "")
         return response
 
-    async def CreateTopics(self, request, context):
+    async def CreateTopics(self, request: pb.CreateTopicsRequest,
+                           context: Context) -> pb.CreateTopicsResponse:
         response, offset = await self._run("CreateTopics", lambda tx, now: (
             self.machine.create_topics(tx, now, request), self.machine.metadata.last_offset),
             context)
@@ -244,7 +258,8 @@ class ControllerService(pb_grpc.ControllerServicer):
                          t.name, t.num_partitions, t.replication_factor)
         return response
 
-    async def DeleteTopics(self, request, context):
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest,
+                           context: Context) -> pb.DeleteTopicsResponse:
         response, offset = await self._run("DeleteTopics", lambda tx, now: (
             self.machine.delete_topics(tx, now, request), self.machine.metadata.last_offset),
             context)
@@ -255,6 +270,7 @@ class ControllerService(pb_grpc.ControllerServicer):
                 log.info("deleted topic %s", t.name)
         return response
 
-    async def DescribeCluster(self, request, context):
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest,
+                              context: Context) -> pb.DescribeClusterResponse:
         return await self._run("DescribeCluster", lambda tx, now: (
             self.machine.describe_cluster(tx, now, request)), context)

@@ -48,6 +48,7 @@ from tidewater.controller.metadata import (
     topic_created_record,
     topic_deleted_record,
 )
+from tidewater.controller.metadata_log import MetadataRecord
 from tidewater.controller.sessions import BrokerSessions
 from tidewater.controller.validation import (
     collision_key,
@@ -85,10 +86,10 @@ class Tx:
     def __init__(self, metadata: ClusterMetadata, next_offset: int):
         self.metadata = metadata
         self.next_offset = next_offset
-        self.records: list[dict] = []
+        self.records: list[MetadataRecord] = []
         self.effects = Effects()
 
-    def append(self, record: dict) -> int:
+    def append(self, record: MetadataRecord) -> int:
         offset = self.next_offset + len(self.records)
         # Counted before it is applied: an apply that raises may have changed the
         # image half-way, and the owner must then treat the image as ahead of the disk.
@@ -99,10 +100,14 @@ class Tx:
 
 
 class ControllerStateMachine:
-    def __init__(self, config: ControllerConfig, metadata: ClusterMetadata | None = None):
+    def __init__(self, config: ControllerConfig, metadata: ClusterMetadata | None = None, *,
+                 uuid4: Callable[[], uuid.UUID] = uuid.uuid4):
         self.config = config
         self.metadata = metadata or ClusterMetadata()
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+        # Where cluster and topic IDs come from: the only randomness in the decisions (the
+        # simulation passes a seeded source, so that one seed is one run).
+        self._uuid4 = uuid4
 
     # ------------------------------------------------------------ helpers
 
@@ -163,7 +168,7 @@ class ControllerStateMachine:
     def start(self, tx: Tx, now_ms: int) -> None:
         """After replay: a cluster id for a new log, a new controller epoch, fresh sessions."""
         if not self.metadata.cluster_id:
-            tx.append(cluster_record(uuid.uuid4().hex))
+            tx.append(cluster_record(self._uuid4().hex))
         tx.append(controller_epoch_record(self.metadata.controller_epoch + 1))
         for broker_id in self.metadata.unfenced_broker_ids():
             # One extra session timeout: a broker's gRPC channel may be in its
@@ -285,6 +290,7 @@ class ControllerStateMachine:
             return pb.AlterPartitionResponse(error_code=pb.INVALID_REQUEST)
         response = pb.AlterPartitionResponse(error_code=pb.NONE)
         live = self.live_broker_ids()
+        registered = {b.broker_id: b.broker_epoch for b in self.metadata.brokers.values()}
         for item in req.items:
             current = self.metadata.partition(item.topic, item.partition)
             if current is None:
@@ -292,14 +298,22 @@ class ControllerStateMachine:
                                    state=pb.PartitionState(topic=item.topic,
                                                            partition=item.partition, leader=-1))
                 continue
-            code, record = alter_partition(
-                current, leader_id=req.broker_id, leader_epoch=item.leader_epoch,
-                partition_epoch=item.partition_epoch, new_isr=tuple(item.new_isr), live=live)
+            epochs = tuple(item.new_isr_broker_epochs)
+            if epochs and len(epochs) != len(item.new_isr):
+                code, record = pb.INVALID_REQUEST, current  # one epoch per member (KIP-903)
+            else:
+                # None known (a shrink needs none): no joiner can be admitted.
+                code, record = alter_partition(
+                    current, leader_id=req.broker_id, leader_epoch=item.leader_epoch,
+                    partition_epoch=item.partition_epoch, new_isr=tuple(item.new_isr),
+                    live=live, registered_epochs=registered,
+                    broker_epochs=dict(zip(item.new_isr, epochs, strict=True)) if epochs else {})
             if code == pb.NONE and record is not current:
                 self._commit_change(tx, current, Change(record, leader_changed=False))
             response.items.add(error_code=code, state=requests.partition_state(record))
             preferred = record.replicas[0]
-            if code == pb.NONE and preferred in record.isr and preferred not in current.isr:
+            if (code == pb.NONE and self.config.auto_leader_rebalance_enable
+                    and preferred in record.isr and preferred not in current.isr):
                 # The preferred replica just caught up: give it leadership back now
                 # instead of at the next periodic check.
                 change = maybe_preferred_leader(record, live)
@@ -452,7 +466,7 @@ class ControllerStateMachine:
         """A random ID no current topic has (a repeat is 2**-122 likely; checked anyway)."""
         taken = self.metadata.topic_ids()
         while True:
-            topic_id = new_topic_id()
+            topic_id = new_topic_id(self._uuid4)
             if topic_id not in taken:
                 return topic_id
 
@@ -474,6 +488,6 @@ _CORRUPT_REPLICA_REFUSALS = {
 class _TopicError(TidewaterError):
     """A CreateTopics failure with an explicit code."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: pb.ErrorCode, message: str):
         super().__init__(message)
         self.error_code = code

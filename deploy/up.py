@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not installed
 
-from tidewater.client.admin import AdminClient, NewTopic  # noqa: E402
-from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
-from tidewater.proto.errors import TidewaterError  # noqa: E402
-from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster  # noqa: E402
+from tidewater.client.admin import AdminClient, NewTopic
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
+from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster
 
 READY_TIMEOUT_S = 180
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -52,6 +52,10 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 
 NO_PARTITION_LEADER_EPOCH = -1
+
+# What batches are read from: bytes from a file or the wire, a buffer being built,
+# or a view into either.
+BytesLike: TypeAlias = bytes | bytearray | memoryview
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
 # lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
@@ -113,7 +117,7 @@ class BatchHeader(NamedTuple):
 _new_header = tuple.__new__
 
 
-def read_header(buf, position: int = 0) -> BatchHeader:
+def read_header(buf: BytesLike, position: int = 0) -> BatchHeader:
     """Unpack the 61-byte header at ``position`` without any validation."""
     if len(buf) - position < HEADER_SIZE:
         raise CorruptRecordError(
@@ -123,14 +127,16 @@ def read_header(buf, position: int = 0) -> BatchHeader:
     return _new_header(BatchHeader, _HEADER.unpack_from(buf, position))
 
 
-def peek_batch_size(buf, position: int = 0) -> int | None:
+def peek_batch_size(buf: BytesLike, position: int = 0) -> int | None:
     """Size of the batch starting at ``position``, or None if the length field is not there."""
     if len(buf) - position < LOG_OVERHEAD:
         return None
-    return LOG_OVERHEAD + _PREFIX.unpack_from(buf, position)[1]
+    batch_length: int = _PREFIX.unpack_from(buf, position)[1]
+    return LOG_OVERHEAD + batch_length
 
 
-def validate_batch(buf, position: int = 0, *, max_size: int | None = None) -> BatchHeader:
+def validate_batch(buf: BytesLike, position: int = 0, *,
+                   max_size: int | None = None) -> BatchHeader:
     """Check framing, magic and CRC of the batch at ``position``; return its header.
 
     Raises CorruptRecordError (with the position and a reason) on anything wrong.
@@ -167,7 +173,8 @@ def validate_batch(buf, position: int = 0, *, max_size: int | None = None) -> Ba
     return header
 
 
-def iter_batches(buf, position: int = 0, *, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: BytesLike, position: int = 0, *,
+                 validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` for every batch in ``buf``.
 
     With ``validate`` every batch is CRC-checked and a damaged or torn one raises
@@ -192,7 +199,7 @@ def set_base_offset_and_epoch(buf: bytearray | memoryview, position: int, base_o
     _EPOCH.pack_into(buf, position + 12, partition_leader_epoch)
 
 
-def batch_crc_valid(buf, position: int = 0) -> bool:
+def batch_crc_valid(buf: BytesLike, position: int = 0) -> bool:
     try:
         validate_batch(buf, position)
     except CorruptRecordError:
@@ -200,6 +207,6 @@ def batch_crc_valid(buf, position: int = 0) -> bool:
     return True
 
 
-def compute_crc(buf, position: int, size: int) -> int:
+def compute_crc(buf: BytesLike, position: int, size: int) -> int:
     """CRC32C over attributes..end of the batch at ``position``."""
     return crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET : position + size])

@@ -27,6 +27,8 @@ the batch as it was.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TypeAlias
 
 from crc32c import crc32c
 
@@ -68,14 +70,18 @@ def encode_varint(value: int) -> bytes:
     return _zigzag_bytes(value)
 
 
-def _bytes_field(data) -> bytes:
+# Record headers as the producer gives them: (name, value), the name str or UTF-8 bytes.
+Headers: TypeAlias = Sequence[tuple[str | bytes, bytes | None]]
+
+
+def _bytes_field(data: bytes | None) -> bytes:
     """Length and bytes of a key, value or header value (-1 for None)."""
     if data is None:
         return _NULL
     return encode_varint(len(data)) + data
 
 
-def _headers_bytes(headers) -> bytes:
+def _headers_bytes(headers: Headers) -> bytes:
     parts = [encode_varint(len(headers))]
     for name, value in headers:
         raw = name.encode("utf-8") if isinstance(name, str) else name
@@ -103,7 +109,8 @@ class BatchBuilder:
         """Bytes of the batch so far (header included, uncompressed)."""
         return len(self.buffer)
 
-    def append(self, key: bytes | None, value: bytes | None, headers, timestamp_ms: int) -> None:
+    def append(self, key: bytes | None, value: bytes | None, headers: Headers,
+               timestamp_ms: int) -> None:
         """Add one record (``headers``: a sequence of (str, bytes | None); may be empty)."""
         if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} does not fit an int64")

@@ -27,6 +27,7 @@ import gzip
 import io
 import struct
 import zlib
+from types import ModuleType
 
 from tidewater.proto.errors import UnsupportedCompressionError
 
@@ -64,10 +65,11 @@ def compress(compression: int, data: bytes) -> bytes:
     if compression == COMPRESSION_LZ4:
         import lz4.frame
 
-        return lz4.frame.compress(
+        compressed: bytes = lz4.frame.compress(  # lz4 ships no type information
             data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
             content_checksum=False, store_size=False,
         )
+        return compressed
     if compression == COMPRESSION_ZSTD:
         import zstandard
 
@@ -173,7 +175,7 @@ def _snappy_compress(data: bytes) -> bytes:
 
     compress_raw = cramjam.snappy.compress_raw
     view = memoryview(data)
-    parts = [_SNAPPY_XERIAL_HEADER]
+    parts: list[bytes | cramjam.Buffer] = [_SNAPPY_XERIAL_HEADER]
     for start in range(0, len(data), SNAPPY_BLOCK_SIZE_BYTES):
         block = compress_raw(view[start:start + SNAPPY_BLOCK_SIZE_BYTES])
         parts.append(_INT32.pack(len(block)))
@@ -231,7 +233,8 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
         raise ValueError(str(e)) from e  # cramjam says "snappy: ..."
 
 
-def _snappy_block_size(snappy, block, before: int, limit: int) -> int:
+def _snappy_block_size(snappy: ModuleType, block: bytes | memoryview, before: int,
+                       limit: int) -> int:
     """The size a raw snappy block declares, if it can be true and ``before`` bytes
     plus it fit ``limit``.
 
@@ -239,7 +242,7 @@ def _snappy_block_size(snappy, block, before: int, limit: int) -> int:
     decompress to more than 64/3 of its length: a larger claim is damage, refused
     before its buffer is allocated.
     """
-    size = snappy.decompress_raw_len(block)
+    size: int = snappy.decompress_raw_len(block)
     if size > len(block) * SNAPPY_EXPANSION_MAX:
         raise ValueError(f"snappy block of {len(block)} bytes declares {size} bytes")
     if before + size > limit:

@@ -7,6 +7,8 @@ refresh its metadata first (``invalid_metadata``), as aiokafka's errors do.
 
 from __future__ import annotations
 
+from typing import cast
+
 from tidewater.proto import tidewater_pb2 as pb
 
 ErrorCode = pb.ErrorCode
@@ -15,13 +17,18 @@ ErrorCode = pb.ErrorCode
 class TidewaterError(Exception):
     """Base of every error with a wire code."""
 
-    error_code: int = pb.UNKNOWN_SERVER_ERROR
+    error_code: pb.ErrorCode = pb.UNKNOWN_SERVER_ERROR
     retriable: bool = False
     invalid_metadata: bool = False
 
     @property
     def error_name(self) -> str:
         return ErrorCode.Name(self.error_code)
+
+
+class InvariantViolation(AssertionError):
+    """A broken invariant: a bug, never a client's fault. Not converted to an ErrorCode:
+    the broker's boundary lets it fail loudly (the process stops with a clear line)."""
 
 
 class CorruptRecordError(TidewaterError):
@@ -71,6 +78,14 @@ class LeaderNotAvailableError(TidewaterError):
     error_code = pb.LEADER_NOT_AVAILABLE
     retriable = True
     invalid_metadata = True
+
+
+class BrokerNotAvailableError(TidewaterError):
+    """This broker cannot take the request yet (e.g. a controller request before the broker
+    registered): the sender retries later."""
+
+    error_code = pb.BROKER_NOT_AVAILABLE
+    retriable = True
 
 
 class OffsetOutOfRangeError(TidewaterError):
@@ -192,7 +207,7 @@ def error_for_code(code: int, message: str = "") -> TidewaterError:
     if cls is None or cls in (CorruptRecordError, KafkaStorageError, CorruptFileError):
         name = ErrorCode.Name(code) if code in ErrorCode.values() else f"error {code}"
         err = TidewaterError(message or name)
-        err.error_code = code
+        err.error_code = cast(ErrorCode, code)  # a wire code, possibly not in our enum
         if cls is not None:
             err.retriable = cls.retriable
             err.invalid_metadata = cls.invalid_metadata

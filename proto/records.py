@@ -38,13 +38,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from tidewater.proto.batch import (
     COMPRESSION_MASK,
     HEADER_SIZE,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    BytesLike,
     iter_batches,
     validate_batch,
 )
@@ -70,6 +71,9 @@ VARINT_BYTES_MAX = 5
 VARLONG_BYTES_MAX = 10
 # length(1) + attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount
 RECORD_BYTES_MIN = 7
+
+# A decoded record's headers: (name, value) in order.
+RecordHeaders: TypeAlias = tuple[tuple[str, bytes | None], ...]
 
 
 class Record(NamedTuple):
@@ -112,7 +116,8 @@ class SimpleRecord:
 
 # -- varints -------------------------------------------------------------------
 
-def decode_varint(buf, position: int, bytes_max: int = VARLONG_BYTES_MAX) -> tuple[int, int]:
+def decode_varint(buf: BytesLike, position: int,
+                  bytes_max: int = VARLONG_BYTES_MAX) -> tuple[int, int]:
     """``(value, next_position)`` of the zig-zag varint at ``position``.
 
     Raises ValueError when the buffer ends first or it is longer than ``bytes_max``.
@@ -190,7 +195,7 @@ _new_row = tuple.__new__
 
 
 def _read_rows(data: bytes, pos: int, end: int, header: BatchHeader,
-               topic: str | None = None, partition: int = -1) -> list:
+               topic: str | None = None, partition: int = -1) -> list[Any]:
     """Rows for ``header.record_count`` records in ``data[pos:end]`` (already decompressed).
 
     With ``topic`` None the rows are Record, else ConsumerRecord of ``topic``,
@@ -200,7 +205,8 @@ def _read_rows(data: bytes, pos: int, end: int, header: BatchHeader,
     record_count = header.record_count
     if record_count > (end - pos) // RECORD_BYTES_MIN:
         raise ValueError(f"record count {record_count} cannot fit in {end - pos} bytes")
-    rows: list = []
+    rows: list[Any] = []  # Record, or ConsumerRecord when topic is given
+    headers: RecordHeaders
     append = rows.append
     base_offset = header.base_offset
     base_ts = header.base_timestamp
@@ -337,7 +343,8 @@ def _read_rows_general(data: bytes, pos: int, end: int, header: BatchHeader) -> 
     return rows
 
 
-def _read_record(data: bytes, pos: int, end: int) -> tuple:
+def _read_record(data: bytes, pos: int, end: int,
+                 ) -> tuple[int, int, bytes | None, bytes | None, RecordHeaders, int]:
     """``(offset_delta, timestamp_delta, key, value, headers, next_pos)`` of the record at
     ``pos``, every field checked against the record's length and ``end``."""
     if pos >= end:
@@ -367,8 +374,7 @@ def _read_varint(data: bytes, pos: int, limit: int,
     return value, pos
 
 
-def _read_headers(data: bytes, pos: int, record_end: int,
-                  ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+def _read_headers(data: bytes, pos: int, record_end: int) -> tuple[RecordHeaders, int]:
     header_count, pos = _read_varint(data, pos, record_end)
     if header_count == 0:
         return (), pos
@@ -398,7 +404,7 @@ def _read_bytes_field(data: bytes, pos: int, limit: int) -> tuple[bytes | None, 
     return data[pos:pos + length], pos + length
 
 
-def _records_part(buf, position: int, header: BatchHeader,
+def _records_part(buf: BytesLike, position: int, header: BatchHeader,
                   max_decompressed_bytes: int) -> tuple[bytes, int, int]:
     """``(data, start, end)``: where the batch's (decompressed) records are. An
     uncompressed batch in a ``bytes`` buffer is read in place, without a copy."""
@@ -414,7 +420,7 @@ def _records_part(buf, position: int, header: BatchHeader,
     return data, 0, len(data)
 
 
-def decode_batch(buf, position: int = 0, *,
+def decode_batch(buf: BytesLike, position: int = 0, *,
                  max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX,
                  ) -> tuple[BatchHeader, list[Record]]:
     """The header and records of the batch at ``position``; validates framing and CRC.
@@ -427,22 +433,23 @@ def decode_batch(buf, position: int = 0, *,
                                         max_decompressed_bytes=max_decompressed_bytes)
 
 
-def decode_batch_records(buf, position: int, header: BatchHeader, *,
+def decode_batch_records(buf: BytesLike, position: int, header: BatchHeader, *,
                          max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX) -> list[Record]:
     """The records of an already validated batch (for callers that validated it themselves)."""
     return _decode_rows(buf, position, header, max_decompressed_bytes, None, -1)
 
 
-def decode_consumer_records(buf, position: int, header: BatchHeader, topic: str, partition: int,
-                            *, max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX,
+def decode_consumer_records(buf: BytesLike, position: int, header: BatchHeader, topic: str,
+                            partition: int, *,
+                            max_decompressed_bytes: int = DECOMPRESSED_BYTES_MAX,
                             ) -> list[ConsumerRecord]:
     """The records of an already validated batch as ConsumerRecord of ``topic``-``partition``
     with the batch's leader epoch; errors as :func:`decode_batch_records`."""
     return _decode_rows(buf, position, header, max_decompressed_bytes, topic, partition)
 
 
-def _decode_rows(buf, position: int, header: BatchHeader, max_decompressed_bytes: int,
-                 topic: str | None, partition: int) -> list:
+def _decode_rows(buf: BytesLike, position: int, header: BatchHeader,
+                 max_decompressed_bytes: int, topic: str | None, partition: int) -> list[Any]:
     """:func:`_read_rows` over the batch's records part, damage as CorruptRecordError."""
     try:
         data, start, end = _records_part(buf, position, header, max_decompressed_bytes)
@@ -452,7 +459,7 @@ def _decode_rows(buf, position: int, header: BatchHeader, max_decompressed_bytes
                                  too_large=isinstance(e, DecompressedTooLargeError)) from e
 
 
-def decode_records(buf) -> Iterator[Record]:
+def decode_records(buf: BytesLike) -> Iterator[Record]:
     """Every record of every batch in ``buf``, in order (each batch CRC-checked)."""
     for position, header in iter_batches(buf):
         yield from decode_batch_records(buf, position, header)

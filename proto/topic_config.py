@@ -200,7 +200,7 @@ class LogConfig:
         """
         values = dataclasses.asdict(base if base is not None else cls())
         for name, raw in configs.items():
-            value = parse_topic_config(name, raw)
+            value: int | str | None = parse_topic_config(name, raw)
             field = TOPIC_CONFIGS[name].log_field
             if field is None:
                 continue
@@ -213,6 +213,8 @@ class LogConfig:
         """The Kafka-named string form (what from_configs reads back)."""
         out = {}
         for name in sorted(LOG_CONFIG_NAMES):
-            value = getattr(self, TOPIC_CONFIGS[name].log_field)
+            field = TOPIC_CONFIGS[name].log_field
+            assert field is not None  # LOG_CONFIG_NAMES holds log settings only
+            value = getattr(self, field)
             out[name] = str(INT64_MAX if value is None else value)
         return out

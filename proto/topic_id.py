@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Callable
 
 from tidewater.proto.errors import InvalidRequestError
 
@@ -26,11 +27,12 @@ METADATA_TOPIC_ID = bytes(TOPIC_ID_BYTES - 1) + b"\x01"  # Kafka's reserved ID
 _RESERVED = (ZERO_TOPIC_ID, METADATA_TOPIC_ID)
 
 
-def new_topic_id() -> bytes:
+def new_topic_id(uuid4: Callable[[], uuid.UUID] = uuid.uuid4) -> bytes:
     """A random ID (UUID v4), never a reserved one and never one whose text starts with '-'
-    (Kafka avoids those: a command line would take them for an option)."""
+    (Kafka avoids those: a command line would take them for an option). ``uuid4``: the
+    source of UUIDs (the simulation passes a seeded one)."""
     while True:
-        candidate = uuid.uuid4().bytes
+        candidate = uuid4().bytes
         if candidate not in _RESERVED and not topic_id_to_text(candidate).startswith("-"):
             return candidate
 

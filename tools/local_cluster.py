@@ -73,7 +73,7 @@ def _controller_setting_names() -> frozenset[str]:
         from tidewater.controller.config import ControllerConfig
 
         return frozenset(ControllerConfig.SETTABLE)
-    except Exception:  # noqa: BLE001 - controller package missing or changed: use the known names
+    except Exception:  # controller package missing or changed: use the known names
         return frozenset({"node.id", "default.replication.factor", "num.partitions",
                           "leader.imbalance.check.interval.seconds"}) | SHARED_SETTINGS
 

@@ -108,7 +108,8 @@ def _check_unique(targets: Iterable[ScrapeTarget]) -> None:
 
 def fetch_metrics(url: str, timeout_s: float) -> str:
     """The exposition text at ``url``; raises OSError (incl. URLError) on failure."""
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (http only)
+    # The targets are http(s) URLs only (ScrapeTarget builds or accepts no other scheme).
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
         return response.read().decode("utf-8")
 
 

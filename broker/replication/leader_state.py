@@ -49,10 +49,17 @@ only forward, and not at all while the committed ISR is smaller than
 ``min(min_insync_replicas, RF)`` (a pending expansion does not count until
 the controller accepts it).
 
-acks=all: refused before the append when the committed ISR is below
-``min_insync_replicas``; answered once the HW reaches the last offset + 1,
-with NOT_ENOUGH_REPLICAS_AFTER_APPEND when the maximal ISR is below the
-minimum by then (Kafka's ``checkEnoughReplicasReachOffset``).
+acks=all: refused before the append when the committed ISR is below the
+minimum; answered once the HW reaches the last offset + 1, with
+NOT_ENOUGH_REPLICAS_AFTER_APPEND when the maximal ISR is below the minimum by
+then (Kafka's ``checkEnoughReplicasReachOffset``).
+
+The minimum is one rule for all three (the acks=all pre-check, the HW, the
+answer): ``effective_min_insync_replicas = min(min_insync_replicas,
+replication factor)``. A topic whose replication factor is below
+``min.insync.replicas`` thus accepts acks=all once all its replicas are in
+sync, where Kafka would refuse every acks=all write (and still advance the HW
+for acks=1 writes, which is the gate the replication reference gives).
 
 ISR changes go through the controller, at most one in flight:
 
@@ -75,6 +82,7 @@ from dataclasses import dataclass
 
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
+    InvariantViolation,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -94,6 +102,7 @@ class FollowerState:
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = NEVER_MS
     has_fetched: bool = False  # fetched at least once in this leadership
+    broker_epoch: int = -1  # the broker epoch its last fetch carried (KIP-903)
 
     def is_caught_up(self, leader_log_end_offset: int, now_ms: int,
                      replica_lag_time_max_ms: int) -> bool:
@@ -123,6 +132,9 @@ class PendingIsrChange:
 
     proposed_isr: tuple[int, ...]
     is_expansion: bool
+    # The broker epoch each proposed member fetched with, in proposed_isr's order (-1 not
+    # known): the controller admits a joiner only with its registered epoch (KIP-903).
+    broker_epochs: tuple[int, ...] = ()
 
 
 class LeaderPartitionState:
@@ -143,10 +155,10 @@ class LeaderPartitionState:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.pending_isr: PendingIsrChange | None = None
         if local_broker_id not in self.replicas:
-            raise ValueError(f"leader {local_broker_id} is not a replica {self.replicas}")
+            raise InvariantViolation(f"leader {local_broker_id} is not a replica {self.replicas}")
         self._check_isr(self.isr)
         if not 0 <= epoch_start_offset <= log_end_offset:
-            raise ValueError(f"epoch start {epoch_start_offset} outside [0, LEO {log_end_offset}]")
+            raise InvariantViolation(f"epoch start {epoch_start_offset} outside [0, LEO {log_end_offset}]")
         # A checkpointed HW can exceed the LEO after an unclean crash lost the
         # tail; the HW never points past the log.
         self.high_watermark = max(0, min(high_watermark, log_end_offset))
@@ -177,20 +189,25 @@ class LeaderPartitionState:
         return len(self.replicas)
 
     @property
+    def effective_min_insync_replicas(self) -> int:
+        """The one minimum ISR size (module docstring)."""
+        return min(self.min_insync_replicas, len(self.replicas))
+
+    @property
     def is_under_min_isr(self) -> bool:
-        return len(self.isr) < self.min_insync_replicas
+        return len(self.isr) < self.effective_min_insync_replicas
 
     # ------------------------------------------------------------------ events
 
     def on_local_append(self, log_end_offset: int, now_ms: int) -> bool:
         """The leader appended up to ``log_end_offset``. True when the HW moved."""
         if log_end_offset < self.log_end_offset:
-            raise ValueError(f"leader LEO went back: {self.log_end_offset} -> {log_end_offset}")
+            raise InvariantViolation(f"leader LEO went back: {self.log_end_offset} -> {log_end_offset}")
         self.log_end_offset = log_end_offset
         return self.maybe_advance_high_watermark(now_ms)
 
     def on_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
-                          isr_eligible: bool = True) -> FetchDecision:
+                          isr_eligible: bool = True, broker_epoch: int = -1) -> FetchDecision:
         """A fetch from ``replica_id`` at ``fetch_offset`` was served (see the module notes).
 
         ``isr_eligible`` False (KIP-903: the fetch came from a broker incarnation that is not
@@ -213,6 +230,7 @@ class LeaderPartitionState:
         follower.last_fetch_time_ms = now_ms
         follower.log_end_offset = fetch_offset
         follower.has_fetched = True
+        follower.broker_epoch = broker_epoch
         propose = self._maybe_expand_isr(follower) if isr_eligible else None
         moved = self.maybe_advance_high_watermark(now_ms)
         if propose is None:
@@ -242,7 +260,7 @@ class LeaderPartitionState:
         """The controller certainly did not apply the proposal: forget it, propose again later.
 
         Only for answers that prove it was not applied (INELIGIBLE_REPLICA,
-        INVALID_REQUEST, OPERATION_NOT_ATTEMPTED). When unsure (timeout, lost
+        INVALID_REQUEST). When unsure (timeout, lost
         answer) resend the same proposal; on INVALID_UPDATE_VERSION apply the
         committed state the controller returns with ``on_leader_and_isr_update``;
         on FENCED_LEADER_EPOCH keep waiting for the LeaderAndIsr that ends this
@@ -269,8 +287,8 @@ class LeaderPartitionState:
         """Before an acks=all append: refuse (nothing written) when the ISR is too small."""
         if self.is_under_min_isr:
             raise NotEnoughReplicasError(
-                f"ISR {self.isr} has {len(self.isr)} members, min.insync.replicas is "
-                f"{self.min_insync_replicas}")
+                f"ISR {self.isr} has {len(self.isr)} members, acks=all needs "
+                f"{self.effective_min_insync_replicas}")
 
     def acks_all_result(self, required_offset: int) -> int | None:
         """``None`` while the HW is below ``required_offset`` (last offset + 1), else an ErrorCode.
@@ -280,7 +298,7 @@ class LeaderPartitionState:
         """
         if self.high_watermark < required_offset:
             return None
-        if len(self.maximal_isr) < self.min_insync_replicas:
+        if len(self.maximal_isr) < self.effective_min_insync_replicas:
             return pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return pb.NONE
 
@@ -288,7 +306,7 @@ class LeaderPartitionState:
 
     def maybe_advance_high_watermark(self, now_ms: int) -> bool:
         """Recompute the HW from what is known; True when it moved (only ever forward)."""
-        if len(self.isr) < min(self.min_insync_replicas, self.replication_factor):
+        if len(self.isr) < self.effective_min_insync_replicas:
             return False
         candidate = self.log_end_offset
         maximal_isr = self.maximal_isr
@@ -309,9 +327,9 @@ class LeaderPartitionState:
 
     def _check_isr(self, isr: tuple[int, ...]) -> None:
         if self.local_broker_id not in isr:
-            raise ValueError(f"leader {self.local_broker_id} not in ISR {isr}")
+            raise InvariantViolation(f"leader {self.local_broker_id} not in ISR {isr}")
         if not set(isr) <= set(self.replicas):
-            raise ValueError(f"ISR {isr} not within replicas {self.replicas}")
+            raise InvariantViolation(f"ISR {isr} not within replicas {self.replicas}")
 
     def _maybe_expand_isr(self, follower: FollowerState) -> tuple[int, ...] | None:
         if self.pending_isr is not None or follower.replica_id in self.isr:
@@ -320,7 +338,9 @@ class LeaderPartitionState:
                 or follower.log_end_offset < self.epoch_start_offset):
             return None
         proposed = self.isr + (follower.replica_id,)
-        self.pending_isr = PendingIsrChange(proposed, is_expansion=True)
+        epochs = tuple(self.followers[r].broker_epoch if r in self.followers else -1
+                       for r in proposed)
+        self.pending_isr = PendingIsrChange(proposed, is_expansion=True, broker_epochs=epochs)
         return proposed
 
     def _apply_isr(self, isr: tuple[int, ...], partition_epoch: int, now_ms: int) -> bool:

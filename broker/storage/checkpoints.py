@@ -190,7 +190,7 @@ class OffsetCheckpointFile:
             offsets[tp] = offset
         return offsets
 
-    def write(self, offsets: Mapping[tuple[str, int], int]) -> None:
+    def write(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Replace the file with ``offsets`` (atomic, fsynced); lines sorted by topic, partition."""
         lines = []
         for (topic, partition), offset in sorted(offsets.items()):

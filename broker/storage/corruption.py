@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-from tidewater.proto.batch import ATTRIBUTES_OFFSET, BATCH_LENGTH_MIN, LOG_OVERHEAD, MAGIC_V2
+from tidewater.proto.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_LENGTH_MIN,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    BytesLike,
+)
 from tidewater.proto.errors import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -182,7 +188,7 @@ class ChunkCheck:
     need_bytes: int = 0
 
 
-def check_chunk(buf, file_position: int, expected_base_offset: int, file_end: int,
+def check_chunk(buf: BytesLike, file_position: int, expected_base_offset: int, file_end: int,
                 path: str) -> ChunkCheck:
     """Check the batches in ``buf``, read from ``file_position`` of a segment file of
     ``file_end`` bytes, the first of which must start at ``expected_base_offset``:
@@ -192,6 +198,7 @@ def check_chunk(buf, file_position: int, expected_base_offset: int, file_end: in
     length = len(view)
     unpack = FRAME.unpack_from
     p, next_offset = 0, expected_base_offset
+    problem: str | None
     while p < length:
         room = file_end - (file_position + p)
         if length - p < ATTRIBUTES_OFFSET:
@@ -213,4 +220,5 @@ def check_chunk(buf, file_position: int, expected_base_offset: int, file_end: in
         p += size
     else:
         return ChunkCheck(p, next_offset)
+    assert problem is not None  # every break above names one
     return ChunkCheck(p, next_offset, CorruptBatch(path, file_position + p, next_offset, problem))

@@ -84,6 +84,7 @@ from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
@@ -101,6 +102,7 @@ from tidewater.proto.batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
+    BytesLike,
     set_base_offset_and_epoch,
     validate_batch,
 )
@@ -350,8 +352,9 @@ class Log:
         leo = self.log_end_offset
         return AppendInfo(leo, leo - 1, 0, -1, 0, -1, -1)
 
-    def _append(self, data, batches: list, epochs: list[tuple[int, int]], next_offset: int,
-                record_count: int, now_ms: int) -> None:
+    def _append(self, data: BytesLike, batches: list[tuple[int, int, int, int]],
+                epochs: list[tuple[int, int]], next_offset: int, record_count: int,
+                now_ms: int) -> None:
         segment = self._segments[-1]
         if self._should_roll(segment, len(data), next_offset - 1, now_ms):
             self._roll(now_ms)
@@ -900,8 +903,8 @@ class Log:
                 f"segments={len(self._segments)})")
 
 
-def _checked_header(buf, view: memoryview, position: int, end: int,
-                    max_size: int | None) -> tuple:
+def _checked_header(buf: BytesLike, view: memoryview, position: int, end: int,
+                    max_size: int | None) -> tuple[Any, ...]:
     """The header fields (``_HEADER_FIELDS`` order) of a batch that passes framing,
     magic and CRC checks. The fast path builds no objects; on any failure
     ``validate_batch`` says precisely what is wrong (MessageTooLargeError when too big)."""

@@ -104,7 +104,7 @@ class LogDirDeleter:
             self._remove(path)
         except FileNotFoundError:
             pass  # removed already (a retry after a crash)
-        except Exception as e:  # noqa: BLE001 - one directory must not stop the others
+        except Exception as e:  # one directory must not stop the others
             self.failures += 1
             log.error("cannot delete %s (left for the next start-up): %s", path, e)
             return

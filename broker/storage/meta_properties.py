@@ -58,15 +58,16 @@ def decode_meta_properties(data: bytes, path: str = META_PROPERTIES_FILE) -> Met
         if not sep:
             raise CorruptFileError(f"expected key=value, found {raw!r}", path=path, line=number)
         values[key.strip()] = (value.strip(), number)
-    version, line = values.get("version", ("", 0))
+    version, line_number = values.get("version", ("", 0))
     if version != str(VERSION):
-        raise CorruptFileError(f"unsupported version {version!r}", path=path, line=line or None)
-    broker_id, line = values.get("broker.id", ("", 0))
+        raise CorruptFileError(f"unsupported version {version!r}", path=path,
+                               line=line_number or None)
+    broker_id, line_number = values.get("broker.id", ("", 0))
     if not broker_id.lstrip("-").isdigit():
-        raise CorruptFileError(f"bad broker.id {broker_id!r}", path=path, line=line or None)
-    cluster_id, line = values.get("cluster.id", ("", 0))
+        raise CorruptFileError(f"bad broker.id {broker_id!r}", path=path, line=line_number or None)
+    cluster_id, line_number = values.get("cluster.id", ("", 0))
     if not cluster_id:
-        raise CorruptFileError("no cluster.id", path=path, line=line or None)
+        raise CorruptFileError("no cluster.id", path=path, line=line_number or None)
     return MetaProperties(int(broker_id), cluster_id)
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,11 +109,13 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
             fsync_dir(directory)
         log_end_offset = segments[-1].next_offset
         start = _choose_log_start_offset(segments, log_start_offset)
-        if not rebuild_epochs and not _epoch_cache_matches_log(cache, segments, start):
-            log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
-                        checkpoint_path)
-            rebuild_epochs = True
-            loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
+        if not rebuild_epochs:
+            assert cache is not None  # rebuild_epochs is False only when the cache loaded
+            if not _epoch_cache_matches_log(cache, segments, start):
+                log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
+                            checkpoint_path)
+                rebuild_epochs = True
+                loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
         if rebuild_epochs:
             cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
         assert cache is not None
@@ -291,7 +294,7 @@ def _delete_later_segments(directory: Path, config: LogConfig, bases: list[int])
     return removed
 
 
-def close_segments_quietly(segments) -> None:
+def close_segments_quietly(segments: Iterable[LogSegment]) -> None:
     """Close every segment, ignoring storage errors: the caller is already failing or deleting."""
     for segment in segments:
         try:

@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeAlias, TypeVar, TypeVarTuple
 
 from crc32c import crc32c
 
@@ -53,6 +54,7 @@ from tidewater.proto.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
+    BytesLike,
 )
 from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
 
@@ -76,6 +78,11 @@ _LAST_OFFSET_DELTA_AT = 23
 _EPOCH = struct.Struct(">i")
 _HAS_PREADV = hasattr(os, "preadv")
 
+# (position, size, base_offset, partition_leader_epoch, last_offset_delta, max_timestamp)
+BatchFrame: TypeAlias = tuple[int, int, int, int, int, int]
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
@@ -94,7 +101,7 @@ def storage_error(what: str, path: Path, error: OSError) -> KafkaStorageError:
 
 
 def iter_batches_in_file(fd: int, path: Path, start: int, end: int, *,
-                         validate_crc: bool) -> Iterator[tuple]:
+                         validate_crc: bool) -> Iterator[BatchFrame]:
     """Yield raw header tuples ``(position, size, base_offset, epoch, last_offset_delta,
     max_timestamp)`` for batches in ``[start, end)`` of a file.
 
@@ -171,7 +178,7 @@ def _pread_into(fd: int, view: memoryview, position: int) -> int:
 
 
 def _iter_one_big_batch(fd: int, path: Path, position: int, size: int, end: int, *,
-                        validate_crc: bool) -> Iterator[tuple]:
+                        validate_crc: bool) -> Iterator[BatchFrame]:
     try:
         chunk = os.pread(fd, size, position)
     except OSError as e:
@@ -471,7 +478,7 @@ class LogSegment:
     def relative_offset_fits(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
 
-    def append(self, data, batches: list[tuple[int, int, int, int]], next_offset: int,
+    def append(self, data: BytesLike, batches: list[tuple[int, int, int, int]], next_offset: int,
                now_ms: int) -> None:
         """Write ``data`` (whole batches) with one write and index it.
 
@@ -536,7 +543,7 @@ class LogSegment:
         end = self.size_bytes if size_limit is None else size_limit
         return self._checked_lookup(self._locate, offset, end)
 
-    def _checked_lookup(self, lookup, *args):
+    def _checked_lookup(self, lookup: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
         """``lookup(*args)``; when it finds an index entry that does not match the log
         (CorruptFileError), the indexes are rebuilt from the file and it runs again."""
         try:
@@ -779,7 +786,8 @@ class LogSegment:
         header = self._read_at(16, position)
         if len(header) < 16:
             raise CorruptRecordError("truncated batch", position=position, path=str(self.log_path))
-        return _EPOCH.unpack_from(header, 12)[0]
+        epoch: int = _EPOCH.unpack_from(header, 12)[0]
+        return epoch
 
     def read_batch_at(self, position: int) -> bytes:
         header = self._read_at(LOG_OVERHEAD, position)

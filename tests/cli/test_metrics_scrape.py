@@ -32,7 +32,7 @@ class MetricsEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (http.server API)
+            def do_GET(self):  # http.server API
                 if self.path != "/metrics":
                     self.send_error(404)
                     return

@@ -72,7 +72,11 @@ class Harness:
         return response.topics[0]
 
     def alter(self, broker_id, p, new_isr, *, leader_epoch=None, partition_epoch=None,
-              broker_epoch=None):
+              broker_epoch=None, member_epochs=None):
+        """``member_epochs``: the broker epochs the members fetched with (KIP-903); by
+        default each member's registered epoch, as a correct leader reports them."""
+        if member_epochs is None:
+            member_epochs = [self.epochs.get(b, -1) for b in new_isr]
         response = self.run(self.machine.alter_partition, pb.AlterPartitionRequest(
             broker_id=broker_id,
             broker_epoch=self.epochs[broker_id] if broker_epoch is None else broker_epoch,
@@ -80,7 +84,7 @@ class Harness:
                 topic=p.topic, partition=p.partition,
                 leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
                 partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
-                new_isr=new_isr)]))
+                new_isr=new_isr, new_isr_broker_epochs=member_epochs)]))
         return response
 
     def describe(self):

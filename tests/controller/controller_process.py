@@ -51,7 +51,7 @@ class ControllerProcess:
                "--data-dir", str(self.data_dir), "--metrics-port", str(self.metrics_port)]
         for s in self.settings:
             cmd += ["--set", s]
-        stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed after Popen dups it
+        stderr = open(self.stderr_path, "ab")  # closed after Popen dups it
         try:
             self.proc = subprocess.Popen(cmd, cwd=PROJECT_DIR, stdout=subprocess.PIPE,
                                          stderr=stderr)

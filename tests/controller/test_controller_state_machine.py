@@ -480,3 +480,42 @@ def test_replica_fenced_during_delete_gets_stop_replica_when_back(h):
     h2 = h.restart()
     assert h2.metadata.pending_stops == {}
     h2.log.close()
+
+
+def test_a_joiner_needs_the_broker_epoch_of_its_live_registration(h):
+    """KIP-903, found by the simulation (seeds 542, 1129): a leader proposes a follower
+    from the fetches of its previous process; by the time the proposal arrives the
+    follower restarted (maybe without records it had) and registered again."""
+    three_brokers(h)
+    h.create("t", rf=2)
+    p = h.partition("t")
+    leader, follower = p.leader, next(r for r in p.replicas if r != p.leader)
+    assert h.alter(leader, p, [leader]).items[0].error_code == pb.NONE  # shrink: no joiner
+    q = h.partition("t")
+    old_epoch = h.epochs[follower]
+    h.register(follower, incarnation="inc-2")  # a new process, a new broker epoch
+    h.heartbeat(follower)
+    assert h.epochs[follower] != old_epoch
+    q = h.partition("t")
+    for epochs in ([h.epochs[leader], old_epoch], [h.epochs[leader], -1], []):
+        refused = h.alter(leader, q, [leader, follower], member_epochs=epochs)
+        assert refused.items[0].error_code == pb.INELIGIBLE_REPLICA, epochs
+        assert h.partition("t").isr == (leader,)
+    lengths = h.alter(leader, q, [leader, follower], member_epochs=[h.epochs[follower]])
+    assert lengths.items[0].error_code == pb.INVALID_REQUEST  # one epoch per member
+    accepted = h.alter(leader, q, [leader, follower])  # the live registration's epoch
+    assert accepted.items[0].error_code == pb.NONE
+    assert h.partition("t").isr == (leader, follower)
+
+
+def test_no_preferred_leader_move_on_isr_expansion_without_auto_rebalance(tmp_path):
+    h = Harness(tmp_path, settings=["auto.leader.rebalance.enable=false"])
+    three_brokers(h)
+    h.create("t", rf=2)
+    p = h.partition("t")
+    preferred, other = p.replicas
+    h.advance(3500, preferred)
+    h.heartbeat(preferred)
+    response = h.alter(other, h.partition("t"), [other, preferred])
+    assert response.items[0].error_code == pb.NONE
+    assert h.partition("t").leader == other  # the operator turned rebalancing off

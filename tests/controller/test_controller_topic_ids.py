@@ -112,3 +112,34 @@ def test_two_topics_with_one_id_is_corruption():
     metadata.apply(0, record)
     with pytest.raises(CorruptFileError, match="taken"):
         metadata.apply(1, {**record, "name": "u"})
+
+
+def test_ids_come_from_the_machines_uuid_source():
+    """The simulation's seam: cluster and topic IDs from an injected uuid4 (one seed, one
+    run), never a reserved topic ID (the all-zero one is skipped)."""
+    import random
+    import uuid
+
+    from tidewater.controller.config import ControllerConfig
+    from tidewater.controller.state_machine import ControllerStateMachine, Tx
+
+    def run(command, m, *args):
+        return command(Tx(m.metadata, m.metadata.last_offset + 1), 0, *args)
+
+    def source(rng, uuids):
+        return lambda: uuids.pop(0) if uuids else uuid.UUID(int=rng.getrandbits(128), version=4)
+
+    made = []
+    for _ in range(2):
+        rng = random.Random(7)
+        uuids = [uuid.UUID(int=rng.getrandbits(128), version=4), uuid.UUID(int=0)]
+        m = ControllerStateMachine(ControllerConfig(), uuid4=source(rng, uuids))
+        run(m.start, m)  # the cluster ID takes the first
+        run(m.register_broker, m, pb.RegisterBrokerRequest(
+            broker_id=1, incarnation_id="a", listeners=[pb.Listener(name="I", host="h", port=1)]))
+        created = run(m.create_topics, m, pb.CreateTopicsRequest(
+            topics=[pb.CreatableTopic(name="t", num_partitions=1, replication_factor=1)]))
+        assert not uuids  # the reserved one was drawn, and skipped
+        made.append((m.metadata.cluster_id, created.topics[0].topic_id))
+    assert made[0] == made[1]
+    assert len(made[0][1]) == 16 and made[0][1] != bytes(16)

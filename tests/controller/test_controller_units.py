@@ -165,6 +165,14 @@ def test_replay_refuses_records_that_do_not_fit():
         metadata.apply(1, {"type": "controller_epoch", "epoch": 3})
 
 
+@pytest.mark.parametrize("kind", [["cluster"], {"cluster": 1}, 7, None])
+def test_replay_refuses_a_record_type_that_is_not_a_name(kind):
+    # Any JSON value can stand where the type's name should: an unhashable one must
+    # be reported as corruption too, not escape replay as a TypeError.
+    with pytest.raises(CorruptFileError, match="unknown metadata record type"):
+        ClusterMetadata().apply(0, {"type": kind, "cluster_id": "c"})
+
+
 # ---------------------------------------------------------------- metrics
 
 def test_metrics_follow_committed_changes(tmp_path):

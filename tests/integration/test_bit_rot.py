@@ -1,12 +1,13 @@
-"""Bit rot found by a real broker's reads (issue 14, bug 6, the storage half).
+"""Bit rot found by a real broker's reads (issue 14, bug 6).
 
 A broker stopped cleanly, one byte flipped in the middle of a closed segment
 (where recovery trusts the files: below the last index entry), the broker started
-again: a consumer gets every record before the damaged batch, then CORRUPT_MESSAGE
-at it; the broker logs the damaged batch once at ERROR and counts it in
-``tidewater_broker_corrupt_batches_total{how="consumer_read"}``. (Leaving
-leadership, truncating and fetching the damaged batch again is the replication
-layer's reaction, not tested here.)
+again. With a healthy in-sync copy elsewhere the rotten replica hands its
+leadership over, truncates below the damaged batch and fetches the rest again,
+and a consumer reads every record (``test_a_rotten_leader_hands_over...``). With
+no healthy copy (RF 1) a consumer gets every record before the damaged batch,
+then CORRUPT_MESSAGE at it. Either way the broker logs the damaged batch once at
+ERROR and counts it in ``tidewater_broker_corrupt_batches_total{how}``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from tidewater.proto.records import decode_records
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 TOPIC_CONFIGS = {"segment.bytes": "3000", "index.interval.bytes": "300"}
+# The scrub would find the damaged batch first (its first pass starts with the broker):
+# off where a test says which read finds it.
+NO_SCRUB = {"log.scrub.bytes.per.second": "0"}
 
 
 def damage_a_trusted_batch(data_dir) -> tuple[str, int, int]:
@@ -50,7 +54,8 @@ def damage_a_trusted_batch(data_dir) -> tuple[str, int, int]:
 
 def test_consumer_gets_the_records_before_a_damaged_batch_then_corrupt_message(cluster):
     metrics_port = free_port()
-    c = cluster(1, extra_args=lambda broker_id: ["--metrics-port", str(metrics_port)])
+    c = cluster(1, broker_settings=NO_SCRUB,
+                extra_args=lambda broker_id: ["--metrics-port", str(metrics_port)])
     broker = c.brokers[1]
     c.create_topic("bits", replication_factor=1, configs=TOPIC_CONFIGS)
     values = [b"value-%03d-" % i + b"x" * 80 for i in range(120)]
@@ -107,7 +112,8 @@ def test_follower_fetch_stops_before_a_damaged_batch_on_the_leader(cluster):
     rotted meanwhile: it gets every batch before the damaged one and never the damaged
     bytes; the leader logs and counts it once as found by a follower read."""
     metrics_ports = {1: free_port(), 2: free_port()}
-    c = cluster(2, extra_args=lambda broker_id: ["--metrics-port", str(metrics_ports[broker_id])])
+    c = cluster(2, broker_settings=NO_SCRUB,
+                extra_args=lambda broker_id: ["--metrics-port", str(metrics_ports[broker_id])])
     c.create_topic("bits", replication_factor=2, configs=TOPIC_CONFIGS, via=1)
     leader = c.wait_leader_ready("bits", isr_size=2)
     values = [b"value-%03d-" % i + b"x" * 80 for i in range(120)]
@@ -133,3 +139,56 @@ def test_follower_fetch_stops_before_a_damaged_batch_on_the_leader(cluster):
     lines = [line for line in leader.proc.log_path.read_text().splitlines()
              if "corrupt batch in" in line]
     assert len(lines) == 1, lines
+
+
+def test_a_rotten_leader_hands_over_and_consumers_get_every_record(cluster):
+    """The issue's scenario: 3 brokers, RF 3, the cluster stopped cleanly, one byte flipped
+    in the middle of the preferred leader's .log, the cluster started again. The leader
+    skips recovery (clean shutdown) and leads again; the consumer's read finds the bad
+    batch: the leader logs it at ERROR, leaves the ISR and gives its leadership to a
+    healthy member, and `tide consume --from-beginning` prints every record. The rotten
+    replica truncates below the bad batch, fetches the rest again and ends up holding
+    exactly the records the others hold."""
+    c = cluster(3)
+    c.create_topic("bits", replication_factor=3, configs=TOPIC_CONFIGS)
+    leader = c.wait_leader_ready("bits", isr_size=3)
+    preferred = c.partition_state("bits").replicas[0]
+    values = [b"value-%03d-" % i + b"x" * 80 for i in range(120)]
+    for value in values:  # one batch each
+        assert produce(leader, "bits", [value], acks=-1).error_code == pb.NONE
+    for broker in c.brokers.values():
+        assert broker.proc.terminate() == 0
+        assert (broker.data_dir / ".kafka_cleanshutdown").exists()
+    rotten = c.brokers[preferred]
+    path, _position, bad_offset = damage_a_trusted_batch(rotten.data_dir)
+    for broker in c.brokers.values():
+        broker.reset_channel()
+        broker.proc.start()
+    c.wait_registered(c.brokers)
+
+    def preferred_leads():  # the preferred leader election brings it back
+        state = c.partition_state("bits")
+        return (state.leader == preferred and len(state.isr) == 3
+                and c.wait_leader_ready("bits").broker_id == preferred)
+    wait_for(preferred_leads, 30, message="the rotten preferred replica leads again")
+
+    bootstrap = ",".join(b.address for b in c.brokers.values())
+    consume = subprocess.run(
+        [sys.executable, "-m", "tidewater.tools", "--bootstrap-server", bootstrap, "consume",
+         "bits", "--from-beginning", "--timeout-ms", "30000", "--max-messages", str(len(values))],
+        capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert consume.stdout.splitlines() == [v.decode() for v in values], consume.stderr[-2000:]
+
+    log_text = rotten.proc.log_path.read_text()
+    found = [line for line in log_text.splitlines() if "corrupt batch in" in line]
+    assert len(found) == 1 and "ERROR" in found[0] and path in found[0], found
+    assert f"the batch at offset {bad_offset} of this replica is corrupt" in log_text
+
+    def healed():  # back in sync, from clean copies of every batch
+        info = rotten.replica("bits")
+        state = c.partition_state("bits")
+        return (info is not None and info.log_end_offset == len(values)
+                and preferred in state.isr)
+    wait_for(healed, 30, message="the rotten replica fetched the rest again and rejoined")
+    held = b"".join(p.read_bytes() for p in sorted((rotten.data_dir / "bits-0").glob("*.log")))
+    assert [r.value for r in decode_records(held)] == values  # every CRC checks

@@ -1,22 +1,28 @@
-"""The simulation loop: clock, network, controller, brokers, producers, faults, checks.
+"""The simulation loop: clock, network, controller, brokers, clients, faults, checks.
 
 ``Simulation(seed).run()`` is a pure function of the seed (and the decision
-code it is given): every random choice comes from one ``random.Random(seed)``
-and time is a counter. Each step of ``step_ms``:
+code it is given): every random choice comes from ``random.Random``s seeded
+from it (cluster and topic IDs too) and time is a counter. Each step of
+``step_ms``:
 
 1. deliver the messages due (to the controller, live brokers, clients);
-2. tick the controller and the live brokers (heartbeats, fetches, ISR checks);
-3. producers send acks=all batches to the leader the controller names;
-4. faults: crash a broker (it may lose part of its unflushed tail), restart
-   one, cut links (a broker from everything, from the controller, or from one
-   peer) for a while;
+2. tick the controller (session expiry, preferred leaders, its senders) and the
+   live brokers (registration, heartbeats, fetches, ISR checks);
+3. producers send acks=all batches to the leader the controller names; the
+   admin client creates topic ``t`` (CreateTopics, retried until accepted) and,
+   in some seeds, deletes it and creates it again with the same shape;
+4. faults: crash a broker (it may lose part of its unflushed tail; its
+   heartbeat stream closes), restart one, cut links (a broker from everything,
+   from the controller, or from one peer) for a while; crash the controller or
+   make its next metadata write fail (a full disk), restart it later;
 5. ``InvariantChecker.check_step``.
 
-After ``chaos_ms`` the faults stop, links heal, down brokers restart and the
-producers stop; after ``settle_ms`` every replica must hold the leader's log,
-be in the ISR, and the HW must reach the LEO (the cluster converges).
-A failure raises ``SimulationFailure`` naming the seed, with the last trace
-lines.
+After ``chaos_ms`` the faults stop, links heal, the controller and down
+brokers restart and the producers stop; after ``settle_ms`` the topic must
+exist, every replica must hold the leader's log, be in the ISR, and the HW
+must reach the LEO (the cluster converges); no broker may keep a log of a
+deleted incarnation. A failure raises ``SimulationFailure`` naming the seed,
+with the last trace lines.
 """
 
 from __future__ import annotations
@@ -24,25 +30,33 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from tidewater.broker.replication.follower import (
-    follower_truncation,
-    truncation_for_diverging_epoch,
-)
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.replica import ReplicaState
+from tidewater.broker.topic_identity import log_identity_action
+from tidewater.controller.config import ControllerConfig
+from tidewater.controller.owner import MetadataOwner
+from tidewater.proto import tidewater_pb2 as pb
 
 from .checker import InvariantChecker, InvariantViolation
-from .messages import Produce, ProduceResponse
+from .messages import (
+    ControllerAnswer,
+    ControllerCall,
+    HeartbeatStreamClosed,
+    Produce,
+    ProduceResponse,
+    TopicPartition,
+)
 from .network import CONTROLLER, Network
-from .sim_broker import LEADER, BrokerConfig, SimBroker
-from .sim_controller import SimController
+from .sim_broker import LEADER, BrokerConfig, IdentityRule, SimBroker
+from .sim_controller import DOWN, RUNNING, SimController
+from .sim_metadata_log import SimMetadataLog
 
 CLIENT_BASE = 100
-_PRODUCTION_CODE = dict(leader_state_factory=LeaderPartitionState,
-                        truncation_rule=follower_truncation,
-                        diverging_rule=truncation_for_diverging_epoch)
+ADMIN = 99  # the admin client's node
+TOPIC = "t"
 
 
 @dataclass(frozen=True)
@@ -63,8 +77,21 @@ class SimConfig:
     produce_inflight_max: int = 5
     produce_timeout_ms: int = 1000
     session_timeout_ms: int = 600
-    push_interval_ms: int = 250
     preferred_leader_interval_ms: int = 1500
+    sender_request_timeout_ms: int = 250
+    sender_retry_backoff_ms: int = 50
+    sender_retry_backoff_max_ms: int = 500
+    # The controller: crashes, and metadata writes that fail (a full disk: it exits at once).
+    controller_crash_per_s: float = 0.0
+    metadata_write_failure_per_s: float = 0.0
+    controller_restart_delay_ms: tuple[int, int] = (50, 1500)
+    # The old stop after an owner failure (streams, gRPC grace, senders): only an owner
+    # without the fatal hook (a broken variant) takes it.
+    controller_graceful_stop_ms: int = 2500
+    # Topic t deleted and created again with the same shape, after a pause.
+    recreate_per_s: float = 0.0
+    recreate_pause_ms: tuple[int, int] = (0, 1500)
+    admin_retry_ms: int = 200
     broker: BrokerConfig = field(default_factory=BrokerConfig)
 
     @classmethod
@@ -86,6 +113,9 @@ class SimConfig:
                    crash_per_broker_per_s=rng.choice([0.1, 0.2, 0.4, 0.8]),
                    cut_per_s=rng.choice([0.2, 0.5, 1.0]),
                    preferred_leader_interval_ms=rng.choice([300, 1500]),
+                   controller_crash_per_s=rng.choice([0.0, 0.0, 0.1, 0.3]),
+                   metadata_write_failure_per_s=rng.choice([0.0, 0.0, 0.1, 0.3]),
+                   recreate_per_s=rng.choice([0.0, 0.0, 0.15, 0.4]),
                    broker=broker)
 
 
@@ -98,14 +128,31 @@ class SimResult:
     seed: int
     config: SimConfig
     end_ms: int
+    steps: int
     acked: int
     committed_batches: int
     leader_changes: int
+    leaderships: int  # distinct (incarnation, partition, leader epoch) led
     crashes: int
+    controller_crashes: int
+    metadata_write_failures: int
+    topic_incarnations: int
     excused_losses: list[str]
     messages_sent: int
     messages_dropped: int
-    counters: dict[str, int]  # decision paths the brokers took, summed
+    counters: dict[str, int]  # decision paths the brokers (and controller transport) took
+
+
+class Admin:
+    """The admin client: creates topic ``t``, and in some seeds deletes and re-creates it."""
+
+    def __init__(self):
+        self.state = "create"  # create | exists | delete | pause
+        self.calls: dict[int, str] = {}  # call id -> the state it was sent in
+        self.next_call_id = 0
+        self.next_try_ms = 0
+        self.pause_until_ms = 0
+        self.created = 0  # CreateTopics answered NONE (an answer may be lost)
 
 
 class Producer:
@@ -121,40 +168,55 @@ class Producer:
 
 class Simulation:
     def __init__(self, seed: int, config: SimConfig | None = None, *,
-                 leader_state_factory=LeaderPartitionState,
-                 truncation_rule=follower_truncation,
-                 diverging_rule=truncation_for_diverging_epoch,
+                 replica_class: type[ReplicaState] = ReplicaState,
+                 owner_class: type[MetadataOwner] = MetadataOwner,
+                 identity_rule: IdentityRule = log_identity_action,
                  trace_lines: int = 300, verbose: bool = False):
         self.seed = seed
         self.config = config or SimConfig.for_seed(seed)
         self.rng = random.Random(seed)
         self.now_ms = 0
+        self.steps = 0
         self.verbose = verbose
         self._trace: deque[str] = deque(maxlen=trace_lines)
         cfg = self.config
-        self.partitions = [("t", i) for i in range(cfg.partition_count)]
+        self.partitions = [TopicPartition(TOPIC, i) for i in range(cfg.partition_count)]
         self.network = Network(self.rng, loss_probability=cfg.loss_probability,
                                delay_ms_min=cfg.delay_ms_min, delay_ms_max=cfg.delay_ms_max)
         broker_ids = list(range(1, cfg.broker_count + 1))
+        self.metadata_log = SimMetadataLog(random.Random(f"metadata-disk-{seed}"))
+        ids = random.Random(f"ids-{seed}")
         self.controller = SimController(
-            self.network, broker_ids, self.partitions, session_timeout_ms=cfg.session_timeout_ms,
-            push_interval_ms=cfg.push_interval_ms,
-            preferred_leader_interval_ms=cfg.preferred_leader_interval_ms, trace=self.trace)
+            self.network, self.metadata_log, ControllerConfig(
+                broker_session_timeout_ms=cfg.session_timeout_ms,
+                min_insync_replicas=cfg.broker.min_insync_replicas,
+                default_replication_factor=cfg.broker_count,
+                leader_imbalance_check_interval_seconds=cfg.preferred_leader_interval_ms / 1000,
+                sender_request_timeout_ms=cfg.sender_request_timeout_ms,
+                sender_retry_backoff_ms=cfg.sender_retry_backoff_ms,
+                sender_retry_backoff_max_ms=cfg.sender_retry_backoff_max_ms),
+            clock_ms=lambda: self.now_ms,
+            uuid4=lambda: uuid.UUID(int=ids.getrandbits(128), version=4), trace=self.trace,
+            owner_class=owner_class, graceful_stop_ms=cfg.controller_graceful_stop_ms)
         self.checker = InvariantChecker(self)
         self.brokers: dict[int, SimBroker] = {
-            b: SimBroker(b, self.partitions, self.network, self.rng, cfg.broker, self,
-                         leader_state_factory=leader_state_factory,
-                         truncation_rule=truncation_rule, diverging_rule=diverging_rule)
+            b: SimBroker(b, self.network, self.rng, cfg.broker, self,
+                         replica_class=replica_class, identity_rule=identity_rule)
             for b in broker_ids}
         self.producers = [Producer(CLIENT_BASE + i, tp) for i, tp in enumerate(self.partitions)]
+        self.admin = Admin()
         self._restart_at_ms: dict[int, float] = {}
+        self._controller_restart_at_ms = math.inf
         self._scheduled: list[tuple[int, int, object]] = []  # (at_ms, sequence, action)
         self._schedule_sequence = 0
         self._scripted = False
-        self._decision_code = dict(leader_state_factory=leader_state_factory,
-                                   truncation_rule=truncation_rule, diverging_rule=diverging_rule)
+        self._variants = {name: value.__name__ for name, value, default in (
+            ("replica_class", replica_class, ReplicaState),
+            ("owner_class", owner_class, MetadataOwner),
+            ("identity_rule", identity_rule, log_identity_action)) if value is not default}
         self._next_payload_id = 1
         self.crashes = 0
+        self.controller.start(0)
 
     # ------------------------------------------------------------------ hooks for brokers
 
@@ -170,27 +232,42 @@ class Simulation:
     def produce_acknowledged(self, broker, p, waiter, now_ms: int) -> None:
         self.checker.produce_acknowledged(broker, p, waiter, now_ms)
 
-    def log_changed(self, broker, p) -> None:
-        self.checker.log_changed(broker, p)
+    def log_changed(self, broker, tp, log) -> None:
+        self.checker.log_changed(broker, tp, log)
+
+    def became_leader(self, broker, p, now_ms: int) -> None:
+        self.checker.became_leader(broker, p, now_ms)
 
     # ------------------------------------------------------------------ views for the checker
 
     def is_registered_and_alive(self, broker_id: int) -> bool:
         broker = self.brokers[broker_id]
-        registration = self.controller.registrations.get(broker_id)
+        registration = self.controller.broker(broker_id)
         return (broker.alive and registration is not None
                 and registration.broker_epoch == broker.broker_epoch)
 
     def acting_leader(self, tp) -> SimBroker | None:
-        """The controller's leader, if it is alive, registered and leads in the current epoch."""
-        record = self.controller.records[tp]
-        if record.leader < 0 or not self.is_registered_and_alive(record.leader):
+        """The controller's leader, if it is alive, registered and leads the current
+        incarnation in the current epoch."""
+        record = self.controller.partition(tp)
+        if record is None or record.leader < 0 or not self.is_registered_and_alive(record.leader):
             return None
         broker = self.brokers[record.leader]
-        p = broker.partitions[tp]
-        if p.role != LEADER or p.leader_epoch != record.leader_epoch:
+        p = broker.partitions.get(tp)
+        if (p is None or p.topic_id != record.topic_id or p.role != LEADER
+                or p.leader_epoch != record.leader_epoch):
             return None
         return broker
+
+    def replica_log(self, broker_id: int, tp):
+        """Broker ``broker_id``'s log of the current incarnation of ``tp`` (None: it has none)."""
+        record = self.controller.partition(tp)
+        return None if record is None else self.brokers[broker_id].replica_log(tp, record.topic_id)
+
+    def leader_of(self, tp) -> int:
+        """The leader the controller names now (-1: none, or no such partition now)."""
+        record = self.controller.partition(tp)
+        return -1 if record is None else record.leader
 
     # ------------------------------------------------------------------ the loop
 
@@ -203,15 +280,20 @@ class Simulation:
             self.check_converged()
         except InvariantViolation as e:
             raise SimulationFailure(self._failure_text(str(e))) from None
-        return SimResult(self.seed, cfg, self.now_ms, self.checker.stats.acked,
+        counters = sum((b.counters for b in self.brokers.values()), Counter())
+        counters.update(self.controller.counters)
+        return SimResult(self.seed, cfg, self.now_ms, self.steps, self.checker.stats.acked,
                          self.checker.stats.committed_batches, self.controller.leader_changes,
-                         self.crashes, self.checker.stats.excused_losses,
-                         self.network.sent, self.network.dropped,
-                         dict(sum((b.counters for b in self.brokers.values()), Counter())))
+                         self.checker.stats.leaderships, self.crashes,
+                         self.controller.crashes, self.metadata_log.failed_appends,
+                         len({topic_id for topic_id, _ in self.checker.committed}),
+                         self.checker.stats.excused_losses,
+                         self.network.sent, self.network.dropped, dict(counters))
 
     def step(self, *, chaos: bool) -> None:
         cfg = self.config
         self.now_ms += cfg.step_ms
+        self.steps += 1
         now = self.now_ms
         while self._scheduled and self._scheduled[0][0] <= now:
             _, _, action = heapq.heappop(self._scheduled)
@@ -219,13 +301,20 @@ class Simulation:
         for envelope in self.network.deliverable(now):
             if envelope.dst == CONTROLLER:
                 self.controller.handle(envelope.src, envelope.message, now)
+            elif envelope.dst == ADMIN:
+                self._admin_answer(envelope.message, now)
             elif envelope.dst >= CLIENT_BASE:
                 self._producer_response(envelope.dst, envelope.message)
             else:
                 broker = self.brokers[envelope.dst]
                 if broker.alive:
                     broker.handle(envelope.src, envelope.message, now)
+        if self.controller.state == DOWN and now >= self._controller_restart_at_ms:
+            self._controller_restart_at_ms = math.inf
+            self.controller.start(now)
+            self._after_controller_call(now)
         self.controller.tick(now)
+        self._after_controller_call(now)
         for broker in self.brokers.values():
             if broker.alive:
                 broker.tick(now)
@@ -234,11 +323,15 @@ class Simulation:
             self._faults(now)
         else:
             self._heal(now)
+        self._admin(now, chaos=chaos)
         self.checker.check_step(now)
 
     def check_converged(self) -> None:
+        if self.admin.state != "exists":
+            self.checker.fail(self.now_ms, f"topic {TOPIC} was not created again after settling "
+                                           f"(admin: {self.admin.state})")
         for tp in self.partitions:
-            record = self.controller.records[tp]
+            record = self.controller.partition(tp)
             leader = self.acting_leader(tp)
             if leader is None:
                 self.checker.fail(self.now_ms, f"{tp} has no acting leader after settling: "
@@ -251,7 +344,12 @@ class Simulation:
                 self.checker.fail(self.now_ms, f"{tp} HW {p.leader_state.high_watermark} "
                                                 f"stuck below LEO {p.log.log_end_offset}")
             for broker in self.brokers.values():
-                if broker.partitions[tp].log.batches != p.log.batches:
+                log = broker.logs.get(tp)
+                if log is not None and log.topic_id != record.topic_id:
+                    self.checker.fail(self.now_ms, f"{tp}: broker {broker.broker_id} still holds "
+                                                    f"a log of a deleted incarnation")
+                if broker.broker_id in record.replicas and (
+                        log is None or log.batches != p.log.batches):
                     self.checker.fail(self.now_ms, f"{tp}: broker {broker.broker_id} log "
                                                     f"differs from leader {leader.broker_id}")
 
@@ -266,7 +364,7 @@ class Simulation:
                     del producer.inflight[request_id]  # lost: give up on it
             if len(producer.inflight) >= cfg.produce_inflight_max or self.rng.random() >= chance:
                 continue
-            leader = self.controller.records[producer.tp].leader
+            leader = self.leader_of(producer.tp)
             if leader < 0:
                 continue
             request_id = producer.next_request_id
@@ -307,12 +405,38 @@ class Simulation:
                 peer = self.rng.choice([b for b in self.brokers if b != broker_id])
                 self.network.cut(broker_id, peer, now_ms + duration)
             self.trace(now_ms, f"network: cut {kind} broker {broker_id} for {duration} ms")
+        controller = self.controller
+        if controller.state == RUNNING:
+            if self.rng.random() < cfg.controller_crash_per_s * step_s:
+                self._crash_controller(now_ms)
+            elif (self.rng.random() < cfg.metadata_write_failure_per_s * step_s
+                  and not self.metadata_log.fail_next_append):
+                self.trace(now_ms, "controller: its disk is full: the next metadata write fails")
+                self.metadata_log.fail_next_append = True
+        if (self.admin.state == "exists"
+                and self.rng.random() < cfg.recreate_per_s * step_s):
+            self.trace(now_ms, f"admin: delete topic {TOPIC}, then create it again")
+            self.admin.state = "delete"
+            self.admin.next_try_ms = now_ms
+
+    def _crash_controller(self, now_ms: int) -> None:
+        self.controller.crash(now_ms)
+        self._after_controller_call(now_ms)
+
+    def _after_controller_call(self, now_ms: int) -> None:
+        """A controller that went down (crash, failed write, graceful stop) restarts later."""
+        if self.controller.state == DOWN and self._controller_restart_at_ms == math.inf:
+            self._controller_restart_at_ms = now_ms + self.rng.randint(
+                *self.config.controller_restart_delay_ms)
 
     def _crash(self, broker: SimBroker, now_ms: int, *, lose_unflushed: bool = True,
                keep_offset: int | None = None, restart_after_ms: int | None = None) -> None:
         self.crashes += 1
-        batches_before = {tp: list(p.log.batches) for tp, p in broker.partitions.items()}
+        batches_before = {tp: (log.topic_id, list(log.batches)) for tp, log in broker.logs.items()}
         broker.crash(now_ms, lose_unflushed=lose_unflushed, keep_offset=keep_offset)
+        # Its kernel closes the heartbeat stream's connection (lost if the link is cut).
+        self.network.send(broker.broker_id, CONTROLLER,
+                          HeartbeatStreamClosed(broker.broker_id, broker.incarnation), now_ms)
         self.checker.crashed(broker, batches_before, now_ms)
         if restart_after_ms is None:
             restart_after_ms = self.rng.randint(*self.config.restart_delay_ms)
@@ -327,9 +451,49 @@ class Simulation:
     def _heal(self, now_ms: int) -> None:
         self.network.heal_all()
         self.network.loss_probability = 0.0
+        self.metadata_log.fail_next_append = False
+        if self.controller.state == DOWN and self._controller_restart_at_ms > now_ms:
+            self._controller_restart_at_ms = now_ms  # restarted at the next step
         for broker in self.brokers.values():
             if not broker.alive:
                 self._restart(broker, now_ms)
+
+    # ------------------------------------------------------------------ the admin client
+
+    def _admin(self, now_ms: int, *, chaos: bool) -> None:
+        admin = self.admin
+        if admin.state == "pause" and now_ms >= admin.pause_until_ms:
+            admin.state = "create"
+            admin.next_try_ms = now_ms
+        if admin.state not in ("create", "delete") or now_ms < admin.next_try_ms:
+            return
+        admin.next_try_ms = now_ms + self.config.admin_retry_ms
+        if admin.state == "create":
+            request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+                name=TOPIC, num_partitions=self.config.partition_count,
+                replication_factor=self.config.broker_count)])
+        else:
+            request = pb.DeleteTopicsRequest(names=[TOPIC])
+        admin.next_call_id += 1
+        admin.calls[admin.next_call_id] = admin.state
+        self.network.send(ADMIN, CONTROLLER, ControllerCall(admin.next_call_id, request), now_ms)
+
+    def _admin_answer(self, message: ControllerAnswer, now_ms: int) -> None:
+        admin = self.admin
+        sent_in = admin.calls.pop(message.call_id, None)
+        if sent_in != admin.state:
+            return  # an answer to a call of an earlier step of the cycle
+        code = message.response.topics[0].error_code
+        if admin.state == "create" and code in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
+            admin.state = "exists"
+            if code == pb.NONE:
+                admin.created += 1
+                self.trace(now_ms, f"admin: topic {TOPIC} created, incarnation "
+                                   f"{admin.created}")
+        elif admin.state == "delete" and code in (pb.NONE, pb.UNKNOWN_TOPIC_OR_PARTITION):
+            admin.state = "pause"
+            admin.pause_until_ms = now_ms + self.rng.randint(*self.config.recreate_pause_ms)
+            self.trace(now_ms, f"admin: topic {TOPIC} deleted")
 
     # ------------------------------------------------------------------ scripted scenarios
 
@@ -342,7 +506,7 @@ class Simulation:
     def produce(self, tp, record_count: int = 1) -> None:
         """Send one acks=all batch of ``tp`` to the leader the controller names now."""
         producer = next(p for p in self.producers if p.tp == tp)
-        leader = self.controller.records[tp].leader
+        leader = self.leader_of(tp)
         if leader < 0:
             self.trace(self.now_ms, f"client: {tp} has no leader, produce skipped")
             return
@@ -372,15 +536,34 @@ class Simulation:
         self.network.cut(a, b, self.now_ms + duration_ms)
         self.trace(self.now_ms, f"network: cut {a} <-> {b} for {duration_ms} ms")
 
+    def isolate(self, broker_id: int, duration_ms: int) -> None:
+        """Cut a broker off from every node (as SIGSTOP does: it sends and answers nothing)."""
+        others = [CONTROLLER, ADMIN, *self.brokers, *(p.client_id for p in self.producers)]
+        self.network.isolate(broker_id, others, self.now_ms + duration_ms)
+        self.trace(self.now_ms, f"network: isolate {broker_id} for {duration_ms} ms")
+
     def heal(self) -> None:
         self.network.heal_all()
         self.trace(self.now_ms, "network: healed")
 
+    def crash_controller(self) -> None:
+        """Crash the controller now; it restarts after the configured delay."""
+        self._crash_controller(self.now_ms)
+
+    def fail_next_metadata_write(self, reached_disk_bytes: int | None = None) -> None:
+        """The controller's disk is full: its next metadata write fails, and
+        ``reached_disk_bytes`` of it are on the disk anyway (None: a random part)."""
+        self.metadata_log.fail_next_append = True
+        self.metadata_log.failed_append_bytes = reached_disk_bytes
+
+    def recreate_topic(self) -> None:
+        """The admin client deletes topic t and creates it again (same shape)."""
+        self.admin.state = "delete"
+        self.admin.next_try_ms = self.now_ms
+
     def _failure_text(self, message: str) -> str:
         lines = "\n".join(self._trace)
-        variant = {name: getattr(code, "__name__", repr(code))
-                   for name, code in self._decision_code.items()
-                   if code is not _PRODUCTION_CODE[name]}
+        variant = self._variants
         if self.config == SimConfig.for_seed(self.seed) and not self._scripted and not variant:
             how = f"cd tests && ../.venv/bin/python -m sim.run --seed {self.seed} --verbose"
         else:

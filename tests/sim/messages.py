@@ -1,59 +1,64 @@
-"""The messages of the simulated cluster: the fields of the real RPCs the rules depend on."""
+"""The messages of the simulated cluster.
+
+Broker to broker and client to broker: the fields of the real RPCs the rules depend on.
+To and from the controller: the product's own protobuf requests and answers, in envelopes
+that stand for gRPC's call and stream bookkeeping.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from tidewater.controller.election import PartitionRecord
+from tidewater.broker.storage.topics import TopicPartition
 
 from .sim_log import Batch
 
-TopicPartition = tuple[str, int]
+__all__ = ["TopicPartition"]
 
 
-# ---------------------------------------------------------------- broker <-> controller
+# ---------------------------------------------------------------- controller RPCs
+# The controller's RPCs carry the product's protobuf messages; these envelopes are
+# only the transport (what gRPC's call and stream bookkeeping does).
 
 @dataclass(frozen=True)
-class RegisterBroker:
+class ControllerCall:
+    """A call of the ``Controller`` service: RegisterBroker, a heartbeat, AlterPartition
+    (from brokers), CreateTopics, DeleteTopics (from the admin client)."""
+
+    call_id: int
+    request: Any
+    stream: int = -1  # heartbeats: the broker process (incarnation) whose stream carries it
+
+
+@dataclass(frozen=True)
+class ControllerAnswer:
+    call_id: int
+    response: Any
+
+
+@dataclass(frozen=True)
+class HeartbeatStreamClosed:
+    """The kernel of a dead broker process closed its heartbeat stream's connection."""
+
     broker_id: int
-    incarnation: int  # a new one per process start
+    stream: int
 
 
 @dataclass(frozen=True)
-class RegisterBrokerResponse:
-    incarnation: int
-    broker_epoch: int
+class BrokerCall:
+    """A push of the ``Broker`` service: LeaderAndIsr, UpdateMetadata, StopReplica."""
+
+    call_id: int
+    controller_run: int  # the controller process that sent it: only it takes the answer
+    request: Any
 
 
 @dataclass(frozen=True)
-class Heartbeat:
-    broker_id: int
-    broker_epoch: int
-
-
-@dataclass(frozen=True)
-class LeaderAndIsr:
-    broker_epoch: int  # the registration it is meant for; a restarted broker refuses older ones
-    record: PartitionRecord
-
-
-@dataclass(frozen=True)
-class AlterPartition:
-    request_id: int
-    broker_id: int
-    broker_epoch: int
-    tp: TopicPartition
-    leader_epoch: int
-    partition_epoch: int
-    new_isr: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class AlterPartitionResponse:
-    request_id: int
-    tp: TopicPartition
-    error: int
-    record: PartitionRecord
+class BrokerAnswer:
+    call_id: int
+    controller_run: int
+    response: Any
 
 
 # ---------------------------------------------------------------- broker <-> broker
@@ -66,6 +71,8 @@ class Fetch:
     current_leader_epoch: int
     fetch_offset: int
     last_fetched_epoch: int
+    topic_id: bytes  # the incarnation the follower replicates: never another one's records
+    replica_broker_epoch: int  # KIP-903: only the live registration may join the ISR
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """An in-memory network: seeded loss, delay (hence reordering) and partitions.
 
-Nodes are ints (brokers 1..n, the controller ``CONTROLLER``, clients 100+).
+Nodes are ints (brokers 1..n, the controller ``CONTROLLER``, the admin client 99,
+producers 100+).
 A message sent at ``now`` is delivered at ``now + delay`` unless it is lost,
 or a partition separates the two nodes at send time or at delivery time.
 Delivery order is (time, send sequence), so a run is a pure function of the

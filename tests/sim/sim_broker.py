@@ -1,19 +1,36 @@
-"""A simulated broker: the shell around the real replication decision code.
+"""A simulated broker: the broker's own replication core behind a fake network and disk.
 
-Per partition a broker is a leader (``LeaderPartitionState`` decides HW, ISR
-changes and acks=all answers), a follower (``follower_truncation`` /
-``truncation_for_diverging_epoch`` decide where to cut, ``follower_high_watermark``
-the HW it exposes) or nothing yet. Everything here is plumbing a real broker
-also needs: fencing by leader epoch, stale-response checks, retries.
+Every replication decision is made by ``tidewater.broker.replication.ReplicaState``,
+the class the real broker runs: becoming leader or follower, fencing, the HW,
+ISR proposals and their answers, truncation, which acks=all requests complete.
+Which topic incarnation a log belongs to is decided by the broker's own pure
+functions (``tidewater.broker.topic_identity``: ``log_identity_action``,
+``is_stray``, ``stop_replica_error``, ``fetch_topic_id_error``). This module only
+does what the real broker's asyncio shell does around them, against the
+simulation's network and disk:
 
-Per-partition follower cycle::
+* the controller link (``broker/controller_channel.py``): register until
+  accepted, heartbeat every interval, register again when the controller no
+  longer knows this broker epoch or keeps it fenced for two session timeouts;
+* the controller's requests (``broker/control.py``): STALE_CONTROLLER_EPOCH for
+  an older controller, STALE_BROKER_EPOCH for an older registration; then per
+  partition the identity table (create, keep, adopt, replace), the topic's
+  ``min.insync.replicas`` and the core's ``on_leader_and_isr``; StopReplica by
+  incarnation; every UpdateMetadata sweeps stray replicas (a replica a
+  LeaderAndIsr made in this process only with a snapshot at least as new);
+* turning messages into the core's events and carrying out each ``Ready``
+  (``_apply``): persist on the ``SimLog``, send AlterPartition, answer produce
+  requests, start or stop fetching;
+* the transport of a follower's requests (one in flight per partition, a
+  request timeout, pacing after an empty answer; the fetch names the topic ID
+  and the broker epoch) and of AlterPartition (an answer that never comes is
+  reported as unsure after the request timeout);
+* the byte-level fix-up of a fetched chunk (skip batches below the LEO, cut a
+  straddling batch), as the real fetcher does.
 
-    LeaderAndIsr (new epoch) -> TRUNCATING --OffsetForLeaderEpoch answer, done--> FETCHING
-                                   ^----------- answer not done (ask again) ----'
-    FETCHING: Fetch(last_fetched_epoch) -> records | diverging_epoch (truncate) | error
-
-With ``use_offset_for_leader_epoch=False`` a new follower skips TRUNCATING and
-relies on ``diverging_epoch`` alone (KIP-320 truncation on fetch).
+The disk (``logs``: one ``SimLog`` per partition directory, with its
+``partition.metadata`` topic ID and HW checkpoint line; ``stored_cluster_id``:
+``meta.properties``) survives a crash; everything else is the process's.
 """
 
 from __future__ import annotations
@@ -23,187 +40,259 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.broker.replication.follower import (
-    check_diverging,
-    follower_high_watermark,
-    follower_truncation,
-    truncation_for_diverging_epoch,
+from tidewater.broker.control import partition_state
+from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
+from tidewater.broker.replication.ready import (
+    AppendFetched,
+    AssignEpoch,
+    Follow,
+    Ready,
+    StopFetching,
+    Truncate,
+    TruncateFully,
 )
-from tidewater.broker.replication.leader_state import LeaderPartitionState
-from tidewater.controller.election import PartitionRecord
+from tidewater.broker.replication.replica import (
+    FollowerOptions,
+    FollowerPhase,
+    ReplicaState,
+    Role,
+)
+from tidewater.broker.topic_identity import (
+    ClusterCheck,
+    IdentityAction,
+    cluster_id_decision,
+    describe_topic_id,
+    fetch_topic_id_error,
+    incarnation_action,
+    log_identity_action,
+    stop_replica_error,
+    stray_replicas,
+)
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import NotEnoughReplicasError, OffsetOutOfRangeError
+from tidewater.proto.errors import (
+    TidewaterError,
+    error_for_code,
+)
+from tidewater.proto.topic_config import min_insync_replicas
+from tidewater.proto.topic_id import check_topic_id
 
 from .messages import (
-    AlterPartition,
-    AlterPartitionResponse,
+    BrokerAnswer,
+    BrokerCall,
+    ControllerAnswer,
+    ControllerCall,
     Fetch,
     FetchResponse,
-    Heartbeat,
-    LeaderAndIsr,
     OffsetForLeaderEpoch,
     OffsetForLeaderEpochResponse,
     Produce,
     ProduceResponse,
-    RegisterBroker,
-    RegisterBrokerResponse,
     TopicPartition,
 )
 from .network import CONTROLLER, Network
-from .sim_log import SimLog
+from .sim_log import Batch, SimLog
 
-NONE_ROLE, LEADER, FOLLOWER = "none", "leader", "follower"
-TRUNCATING, FETCHING = "truncating", "fetching"
+LEADER = Role.LEADER
+IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_action's shape
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
-    min_insync_replicas: int = 2
+    min_insync_replicas: int = 2  # the broker default; topics carry their own
     replica_lag_time_max_ms: int = 500
     heartbeat_interval_ms: int = 100
+    session_timeout_ms: int = 600
     request_timeout_ms: int = 250
     fetch_backoff_ms: int = 40
     fetch_max_batches: int = 8
-    alter_partition_retry_ms: int = 300
+    alter_partition_timeout_ms: int = 300
     hw_checkpoint_interval_ms: int = 300
     use_offset_for_leader_epoch: bool = True
     send_last_fetched_epoch: bool = True  # False: pre-KIP-320 fetches, no diverging_epoch
+    # True: broker/control.py as it is today, which takes controller requests before its
+    # registration is answered (its own broker epoch -1 passes every STALE_BROKER_EPOCH
+    # check). A restarted process then applies a LeaderAndIsr meant for its previous
+    # incarnation, which may have lost records in the crash (seeds 157 and 172 find it).
+    # False (the simulation's default): as Kafka does (KIP-380; its broker processes
+    # requests only once registered), nothing is served to the controller before the
+    # registration is answered: the request fails as UNAVAILABLE would, and is retried.
+    controller_requests_before_registration: bool = False
+
+    @property
+    def follower_options(self) -> FollowerOptions:
+        return FollowerOptions(truncate_first=self.use_offset_for_leader_epoch,
+                               send_last_fetched_epoch=self.send_last_fetched_epoch,
+                               fetch_backoff_ms=self.fetch_backoff_ms)
 
 
 @dataclass
 class Waiter:
-    """An acks=all produce waiting for the HW."""
+    """An acks=all produce waiting for the HW (the core holds its wait by ``waiter_id``)."""
 
     client: int
     request_id: int
     required_offset: int
     base_offset: int
-    deadline_ms: int
 
 
 @dataclass
 class PartitionReplica:
+    """The shell's state of one partition replica: the core, its log, the incarnation it
+    serves, and the transport in flight (``broker/partition.py``'s ``Partition``)."""
+
     tp: TopicPartition
     log: SimLog
-    high_watermark: int = 0
-    hw_checkpoint: int = 0
-    leader_epoch: int = -1
-    partition_epoch: int = -1
-    leader_id: int = -1
-    role: str = NONE_ROLE
-    leader_state: LeaderPartitionState | None = None
-    waiters: list[Waiter] = field(default_factory=list)
-    # follower
-    phase: str = TRUNCATING
+    replica: ReplicaState
+    topic_id: bytes
+    metadata_offset: int = -1  # the newest LeaderAndIsr that named it (stray sweep guard)
+    waiters: dict[int, Waiter] = field(default_factory=dict)
+    # follower transport: the one request in flight
     inflight_request_id: int = -1
     inflight_sent_ms: int = 0
+    inflight_leader_epoch: int = -1
     inflight_fetch_offset: int = -1
     next_fetch_ms: int = 0
-    # leader: the AlterPartition in flight (resent until answered)
-    alter_request: AlterPartition | None = None
-    alter_sent_ms: int = 0
+    fetched: tuple[Batch, ...] = ()  # the batches an AppendFetched appends
+    # AlterPartition transport: (alter_id, call id, sent at)
+    alter_inflight: tuple[int, int, int] | None = None
+
+    # views the checker reads
+    @property
+    def role(self) -> str:
+        return self.replica.role
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.replica.leader_epoch
+
+    @property
+    def leader_state(self):
+        return self.replica.leader
+
+    @property
+    def high_watermark(self) -> int:
+        return self.replica.high_watermark
 
 
 class SimBroker:
-    def __init__(self, broker_id: int, partitions: list[TopicPartition], network: Network,
-                 rng: random.Random, config: BrokerConfig, hooks, *,
-                 leader_state_factory: Callable[..., LeaderPartitionState] = LeaderPartitionState,
-                 truncation_rule: Callable = follower_truncation,
-                 diverging_rule: Callable = truncation_for_diverging_epoch):
+    def __init__(self, broker_id: int, network: Network, rng: random.Random,
+                 config: BrokerConfig, hooks, *,
+                 replica_class: type[ReplicaState] = ReplicaState,
+                 identity_rule: IdentityRule = log_identity_action):
         self.broker_id = broker_id
         self.network = network
         self.rng = rng
         self.config = config
-        self.hooks = hooks  # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed
-        self.leader_state_factory = leader_state_factory
-        self.truncation_rule = truncation_rule
-        self.diverging_rule = diverging_rule
-        self.partitions: dict[TopicPartition, PartitionReplica] = {
-            tp: PartitionReplica(tp, SimLog()) for tp in partitions}
+        # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed,
+        # became_leader
+        self.hooks = hooks
+        self.replica_class = replica_class
+        self.identity_rule = identity_rule
+        # The disk: survives crashes.
+        self.logs: dict[TopicPartition, SimLog] = {}
+        self.stored_cluster_id: str | None = None
         self.alive = True
         self.incarnation = 0
-        self.broker_epoch = -1
-        self._next_request_id = 1
-        self._next_heartbeat_ms = 0
-        self._next_register_ms = 0
-        self._next_hw_checkpoint_ms = 0
-        self._next_flush_ms = 0
         self.flush_interval_ms = rng.randint(50, 600)
         self.counters: Counter[str] = Counter()  # which decision paths ran (coverage)
+        self._start_process(0)
+
+    def _start_process(self, now_ms: int) -> None:
+        """A new process over the disk: no partition until a LeaderAndIsr names it."""
+        self.partitions: dict[TopicPartition, PartitionReplica] = {}
+        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
+        self.controller_epoch = -1
+        self.broker_epoch = -1
+        self.registering = True
+        self.is_fenced = True
+        self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
+        self._register_call = -1
+        self._fenced_since_ms: int | None = None
+        # the last UpdateMetadata (broker/metadata_cache.py, control.py)
+        self.metadata_topic_names_by_id: dict[bytes, str] = {}
+        self.alive_broker_epochs: dict[int, int] | None = None
+        self._next_request_id = 1
+        self._next_waiter_id = 1
+        self._next_heartbeat_ms = now_ms
+        self._next_register_ms = now_ms
+        self._next_hw_checkpoint_ms = now_ms
+        self._next_flush_ms = now_ms
+
+    # ------------------------------------------------------------------ views
+
+    def replica_log(self, tp: TopicPartition, topic_id: bytes) -> SimLog | None:
+        """This broker's copy of incarnation ``topic_id`` of ``tp``: the log of its replica,
+        else a log on disk made for that incarnation (not claimed since a restart)."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            return p.log if p.topic_id == topic_id else None
+        log = self.logs.get(tp)
+        return log if log is not None and log.topic_id == topic_id else None
 
     # ------------------------------------------------------------------ lifecycle
 
     def crash(self, now_ms: int, *, lose_unflushed: bool = True,
-              keep_offset: int | None = None) -> dict[TopicPartition, int]:
-        """Stop the process; each log may lose part of its unflushed tail. Returns the new LEOs.
+              keep_offset: int | None = None) -> None:
+        """Stop the process; each log may lose part of its unflushed tail.
 
         ``keep_offset`` (scripted scenarios): keep exactly the batches below it.
         """
         self.alive = False
-        lost_from = {}
-        for tp, p in self.partitions.items():
-            before = p.log.log_end_offset
+        for tp, log in self.logs.items():
+            before = log.log_end_offset
             if keep_offset is not None:
-                p.log.flushed_offset = min(keep_offset, before)
-                p.log.truncate_to(keep_offset)
+                log.flushed_offset = min(keep_offset, before)
+                log.truncate_to(keep_offset)
             if not lose_unflushed or keep_offset is not None:
-                p.log.flush()
-            lost_from[tp] = p.log.crash(self.rng)
-            if lost_from[tp] < before:
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: crash lost {tp} "
-                                         f"[{lost_from[tp]}, {before})")
-        return lost_from
+                log.flush()
+            lost_from = log.crash(self.rng)
+            if lost_from < before:
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: crash lost {tp[0]}-{tp[1]} "
+                                         f"[{lost_from}, {before})")
 
     def restart(self, now_ms: int) -> None:
-        """A new process over the surviving files: no role until the controller says so."""
         self.alive = True
         self.incarnation += 1
-        self.broker_epoch = -1
-        self._next_register_ms = now_ms
-        for tp, p in self.partitions.items():
-            fresh = PartitionReplica(tp, p.log)
-            fresh.hw_checkpoint = p.hw_checkpoint
-            fresh.high_watermark = min(p.hw_checkpoint, p.log.log_end_offset)
-            self.partitions[tp] = fresh
+        self._start_process(now_ms)
 
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ms: int) -> None:
-        if self.broker_epoch < 0:
+        config = self.config
+        if self.registering:
             if now_ms >= self._next_register_ms:
-                self._next_register_ms = now_ms + self.config.request_timeout_ms
-                self._send(CONTROLLER, RegisterBroker(self.broker_id, self.incarnation), now_ms)
-            return
-        if now_ms >= self._next_heartbeat_ms:
-            self._next_heartbeat_ms = now_ms + self.config.heartbeat_interval_ms
-            self._send(CONTROLLER, Heartbeat(self.broker_id, self.broker_epoch), now_ms)
+                self._next_register_ms = now_ms + config.request_timeout_ms
+                self._register_call = self._call(pb.RegisterBrokerRequest(
+                    broker_id=self.broker_id, incarnation_id=f"{self.broker_id}.{self.incarnation}",
+                    listeners=[pb.Listener(name="INTERNAL", host=f"broker-{self.broker_id}",
+                                           port=9092)]), ("register",), now_ms)
+        elif now_ms >= self._next_heartbeat_ms:
+            self._next_heartbeat_ms = now_ms + config.heartbeat_interval_ms
+            self._call(pb.BrokerHeartbeatRequest(broker_id=self.broker_id,
+                                                 broker_epoch=self.broker_epoch),
+                       ("heartbeat", self.broker_epoch), now_ms, stream=self.incarnation)
         if now_ms >= self._next_flush_ms:
             self._next_flush_ms = now_ms + self.flush_interval_ms
-            for p in self.partitions.values():
-                p.log.flush()
+            for log in self.logs.values():
+                log.flush()
         if now_ms >= self._next_hw_checkpoint_ms:
-            self._next_hw_checkpoint_ms = now_ms + self.config.hw_checkpoint_interval_ms
+            self._next_hw_checkpoint_ms = now_ms + config.hw_checkpoint_interval_ms
             for p in self.partitions.values():
-                p.hw_checkpoint = p.high_watermark
-        for p in self.partitions.values():
-            if p.role == LEADER:
+                p.log.hw_checkpoint = p.replica.high_watermark
+        for p in list(self.partitions.values()):
+            if p.replica.is_leader:
                 self._leader_tick(p, now_ms)
-            elif p.role == FOLLOWER:
+            elif p.replica.follower is not None:
                 self._follower_tick(p, now_ms)
 
     def _leader_tick(self, p: PartitionReplica, now_ms: int) -> None:
-        state = p.leader_state
-        if state.maybe_advance_high_watermark(now_ms):
-            self._high_watermark_moved(p, now_ms)
-        if p.alter_request is None:
-            proposal = state.maybe_shrink_isr(now_ms)
-            if proposal is not None:
-                self._send_alter_partition(p, proposal, now_ms)
-        elif now_ms - p.alter_sent_ms >= self.config.alter_partition_retry_ms:
-            # Unsure whether it was applied: resend the same proposal.
-            p.alter_sent_ms = now_ms
-            self._send(CONTROLLER, p.alter_request, now_ms)
-        self._answer_waiters(p, now_ms)
+        if (p.alter_inflight is not None
+                and now_ms - p.alter_inflight[2] >= self.config.alter_partition_timeout_ms):
+            # No answer in time: as the real shell's RPC deadline does, "unsure".
+            alter_id = p.alter_inflight[0]
+            p.alter_inflight = None
+            self._apply(p, p.replica.on_alter_partition_unsure(alter_id, now_ms), now_ms)
+        self._apply(p, p.replica.tick(now_ms), now_ms)
 
     def _follower_tick(self, p: PartitionReplica, now_ms: int) -> None:
         if p.inflight_request_id >= 0:
@@ -212,33 +301,33 @@ class SimBroker:
             p.inflight_request_id = -1  # timed out: the answer, if any, will be ignored
         if now_ms < p.next_fetch_ms:
             return
+        wants = p.replica.follower_wants(now_ms)
+        if wants is None:
+            return
+        cycle = p.replica.follower
         request_id = self._request_id()
         p.inflight_request_id, p.inflight_sent_ms = request_id, now_ms
-        if p.phase == TRUNCATING:
-            message = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp, p.leader_epoch,
-                                           p.log.latest_epoch)
+        p.inflight_leader_epoch = cycle.leader_epoch
+        if wants == FollowerPhase.TRUNCATING:
+            message = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp, cycle.leader_epoch,
+                                           p.log.leader_epoch_cache.latest_epoch)
         else:
-            p.inflight_fetch_offset = p.log.log_end_offset
-            last_fetched_epoch = p.log.latest_epoch if self.config.send_last_fetched_epoch else -1
-            message = Fetch(request_id, self.broker_id, p.tp, p.leader_epoch,
-                            p.log.log_end_offset, last_fetched_epoch)
-        self._send(p.leader_id, message, now_ms)
+            fetch_offset, last_fetched_epoch, _ = p.replica.fetch_position()
+            p.inflight_fetch_offset = fetch_offset
+            message = Fetch(request_id, self.broker_id, p.tp, cycle.leader_epoch, fetch_offset,
+                            last_fetched_epoch, p.topic_id, self.broker_epoch)
+        self._send(cycle.leader_id, message, now_ms)
 
     # ------------------------------------------------------------------ messages
 
     def handle(self, src: int, message, now_ms: int) -> None:
-        if isinstance(message, RegisterBrokerResponse):
-            if message.incarnation == self.incarnation and self.broker_epoch < 0:
-                self.broker_epoch = message.broker_epoch
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
-                                         f"{self.broker_epoch}")
-            return
-        if self.broker_epoch < 0:
-            return  # not registered yet: serve nothing
-        if isinstance(message, LeaderAndIsr):
-            self._on_leader_and_isr(message, now_ms)
-        elif isinstance(message, AlterPartitionResponse):
-            self._on_alter_partition_response(message, now_ms)
+        if isinstance(message, BrokerCall):
+            # None: not registered yet, UNAVAILABLE (the sender retries)
+            response = self._on_controller_request(message.request, now_ms)
+            self._send(src, BrokerAnswer(message.call_id, message.controller_run, response),
+                       now_ms)
+        elif isinstance(message, ControllerAnswer):
+            self._on_controller_answer(message, now_ms)
         elif isinstance(message, Fetch):
             self._send(src, self._on_fetch(message, now_ms), now_ms)
         elif isinstance(message, FetchResponse):
@@ -252,185 +341,427 @@ class SimBroker:
         else:
             raise TypeError(f"broker cannot handle {message!r}")
 
-    # -- controller
+    # -- the controller link (broker/controller_channel.py, broker/alter_partition.py)
 
-    def _on_leader_and_isr(self, message: LeaderAndIsr, now_ms: int) -> None:
-        if message.broker_epoch != self.broker_epoch:
-            return  # meant for an earlier process of this broker
-        record: PartitionRecord = message.record
-        p = self.partitions[(record.topic, record.partition)]
-        if record.leader_epoch < p.leader_epoch:
+    def _call(self, request, what: tuple, now_ms: int, *, stream: int = -1) -> int:
+        call_id = self._request_id()
+        self._calls[call_id] = what
+        self._send(CONTROLLER, ControllerCall(call_id, request, stream), now_ms)
+        return call_id
+
+    def _on_controller_answer(self, message: ControllerAnswer, now_ms: int) -> None:
+        what = self._calls.pop(message.call_id, None)
+        if what is None:
             return
-        if record.leader_epoch == p.leader_epoch:
-            if record.partition_epoch <= p.partition_epoch:
+        response = message.response
+        if what[0] == "register":
+            if message.call_id != self._register_call or not self.registering:
+                return  # an answer to an attempt given up on (gRPC would have cancelled it)
+            if response.error_code != pb.NONE:
+                return  # tried again after the request timeout
+            self.registering = False
+            self.broker_epoch = response.broker_epoch
+            self._fenced_since_ms = None
+            self._next_heartbeat_ms = now_ms
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
+                                     f"{self.broker_epoch}")
+        elif what[0] == "heartbeat":
+            if what[1] != self.broker_epoch or self.registering:
                 return
-            p.partition_epoch = record.partition_epoch
-            if p.role == LEADER:
-                # Same leadership, the controller changed the ISR (e.g. fenced a follower).
-                p.alter_request = None
-                if p.leader_state.on_leader_and_isr_update(record.isr, record.partition_epoch,
-                                                           now_ms):
-                    self._high_watermark_moved(p, now_ms)
-            return
-        self._end_leadership(p, now_ms)
-        p.leader_epoch, p.partition_epoch, p.leader_id = (
-            record.leader_epoch, record.partition_epoch, record.leader)
-        if record.leader == self.broker_id:
-            self._become_leader(p, record, now_ms)
-        elif record.leader >= 0:
-            p.role = FOLLOWER
-            p.phase = TRUNCATING if self.config.use_offset_for_leader_epoch else FETCHING
-            p.inflight_request_id = -1
-            p.next_fetch_ms = now_ms
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} follower of "
-                                     f"{record.leader} epoch {record.leader_epoch}")
-        else:
-            p.role = NONE_ROLE  # offline partition
+            self.is_fenced = response.is_fenced
+            if self._needs_registration(response, now_ms):
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: heartbeat answered "
+                                         f"{pb.ErrorCode.Name(response.error_code)} fenced="
+                                         f"{response.is_fenced}: registering again")
+                self.registering = True
+                self._next_register_ms = now_ms
+        elif what[0] == "alter":
+            tp, call_partition = what[1], what[2]
+            p = self.partitions.get(tp)
+            if (p is not call_partition or p.alter_inflight is None
+                    or p.alter_inflight[1] != message.call_id):
+                return  # an answer to an attempt already given up on
+            alter_id = p.alter_inflight[0]
+            p.alter_inflight = None
+            if response.error_code != pb.NONE or not response.items:
+                ready = p.replica.on_alter_partition_unsure(alter_id, now_ms)
+            else:
+                answer = response.items[0]
+                state = partition_state(answer.state) if answer.HasField("state") else None
+                ready = p.replica.on_alter_partition_answer(alter_id, answer.error_code, state,
+                                                            now_ms)
+            self._apply(p, ready, now_ms)
 
-    def _become_leader(self, p: PartitionReplica, record: PartitionRecord, now_ms: int) -> None:
-        log = p.log
-        start = log.log_end_offset
-        log.cache.assign(record.leader_epoch, start)
-        p.role = LEADER
-        p.alter_request = None
-        p.leader_state = self.leader_state_factory(
-            local_broker_id=self.broker_id, replicas=record.replicas, isr=record.isr,
-            leader_epoch=record.leader_epoch, partition_epoch=record.partition_epoch,
-            high_watermark=p.high_watermark, log_end_offset=start, epoch_start_offset=start,
-            min_insync_replicas=self.config.min_insync_replicas,
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms, now_ms=now_ms)
-        p.high_watermark = p.leader_state.high_watermark
-        self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} leader epoch "
-                                 f"{record.leader_epoch} LEO {start} HW {p.high_watermark} "
-                                 f"ISR {record.isr}")
-        self.hooks.observe_leader_hw(self, p, now_ms)
+    def _needs_registration(self, response: pb.BrokerHeartbeatResponse, now_ms: int) -> bool:
+        """``ControllerChannel._needs_registration``."""
+        if response.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
+            return True
+        if response.error_code != pb.NONE:
+            return False
+        if not response.is_fenced:
+            self._fenced_since_ms = None
+            return False
+        if self._fenced_since_ms is None:
+            self._fenced_since_ms = now_ms
+        return now_ms - self._fenced_since_ms > 2 * self.config.session_timeout_ms
 
-    def _end_leadership(self, p: PartitionReplica, now_ms: int) -> None:
-        for waiter in p.waiters:
-            self._answer_produce(p, waiter, pb.NOT_LEADER_OR_FOLLOWER, now_ms)
-        p.waiters.clear()
-        p.leader_state = None
-        p.alter_request = None
+    # -- the controller's requests (broker/control.py)
 
-    def _send_alter_partition(self, p: PartitionReplica, isr: tuple[int, ...], now_ms: int) -> None:
-        state = p.leader_state
-        p.alter_request = AlterPartition(self._request_id(), self.broker_id, self.broker_epoch,
-                                         p.tp, state.leader_epoch, state.partition_epoch, isr)
-        p.alter_sent_ms = now_ms
-        self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} propose ISR {isr}")
-        self.counters["propose ISR " + ("expand" if len(isr) > len(state.isr) else "shrink")] += 1
-        self._send(CONTROLLER, p.alter_request, now_ms)
+    def _on_controller_request(self, request, now_ms: int):
+        if isinstance(request, pb.LeaderAndIsrRequest):
+            return self._on_leader_and_isr(request, now_ms)
+        if isinstance(request, pb.UpdateMetadataRequest):
+            return self._on_update_metadata(request, now_ms)
+        if isinstance(request, pb.StopReplicaRequest):
+            return self._on_stop_replica(request, now_ms)
+        raise TypeError(f"broker cannot handle {request!r}")
 
-    def _on_alter_partition_response(self, message: AlterPartitionResponse, now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if (p.role != LEADER or p.alter_request is None
-                or p.alter_request.request_id != message.request_id):
-            return  # an answer to an earlier proposal or leadership
-        state = p.leader_state
-        record = message.record
-        moved = False
-        if message.error == pb.NONE:
-            p.alter_request = None
-            moved = state.on_alter_partition_committed(record.isr, record.partition_epoch, now_ms)
-            p.partition_epoch = max(p.partition_epoch, record.partition_epoch)
-        elif message.error == pb.INVALID_UPDATE_VERSION:
-            # Our partition epoch is stale: the answer carries the committed state.
-            if record.leader_epoch == state.leader_epoch:
-                p.alter_request = None
-                moved = state.on_leader_and_isr_update(record.isr, record.partition_epoch, now_ms)
-                p.partition_epoch = max(p.partition_epoch, record.partition_epoch)
-        elif message.error in (pb.INELIGIBLE_REPLICA, pb.INVALID_REQUEST):
-            p.alter_request = None
-            state.on_alter_partition_failed()
-        # FENCED_LEADER_EPOCH / NOT_LEADER / STALE_BROKER_EPOCH: keep it pending, a
-        # LeaderAndIsr ends this leadership.
-        if moved:
-            self._high_watermark_moved(p, now_ms)
+    def _trusts(self, cluster_id: str) -> bool:
+        """``ClusterIdentity.trusts``: meta.properties takes the first cluster ID heard."""
+        decision = cluster_id_decision(self.stored_cluster_id, cluster_id)
+        if decision is ClusterCheck.ADOPT:
+            self.stored_cluster_id = cluster_id
+            return True
+        return decision is ClusterCheck.MATCH
+
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+        """``ControlRequests._refusal``: ``control_rules.controller_request_refusal``
+        (BROKER_NOT_AVAILABLE: answered as UNAVAILABLE, no response)."""
+        rule = (taken_before_registration if self.config.controller_requests_before_registration
+                else controller_request_refusal)
+        refusal = rule(
+            registered_epoch=self.broker_epoch, controller_epoch_seen=self.controller_epoch,
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+        if refusal is None:
+            return pb.NONE
+        self.counters[f"refused {kind} {pb.ErrorCode.Name(refusal)}"] += 1
+        return refusal
+
+    def _on_leader_and_isr(self, request: pb.LeaderAndIsrRequest, now_ms: int
+                           ) -> pb.LeaderAndIsrResponse:
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.LeaderAndIsrResponse(error_code=refusal)
+        self.controller_epoch = request.controller_epoch
+        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        trusted = self._trusts(request.cluster_id)
+        names_by_id = self._topic_names_by_id()
+        for item in request.partitions:
+            try:
+                code, message = self._apply_partition_state(item, trusted,
+                                                            request.metadata_offset, names_by_id,
+                                                            now_ms)
+            except TidewaterError as e:
+                code, message = e.error_code, str(e)
+            response.partitions.add(topic=item.state.topic, partition=item.state.partition,
+                                    error_code=code, error_message=message)
+        return response
+
+    def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+                               metadata_offset: int, names_by_id: dict[bytes, str],
+                               now_ms: int) -> tuple[int, str]:
+        state = partition_state(item.state)
+        tp = TopicPartition(state.topic, state.partition)
+        if self.broker_id not in state.replicas:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        topic_id = check_topic_id(item.state.topic_id)
+        min_isr = min_insync_replicas(item.topic_configs, self.config.min_insync_replicas)
+        p = self._partition_for_incarnation(tp, topic_id, min_isr, trusted, names_by_id, now_ms)
+        p.metadata_offset = max(p.metadata_offset, metadata_offset)
+        self._apply(p, p.replica.set_min_insync_replicas(min_isr, now_ms), now_ms)
+        ready = p.replica.on_leader_and_isr(state, now_ms)
+        self._apply(p, ready, now_ms)
+        return ready.error, ready.error_message
+
+    def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
+                                   trusted: bool, names_by_id: dict[bytes, str],
+                                   now_ms: int) -> PartitionReplica:
+        """``ControlRequests._partition_for_incarnation``: ``topic_identity``'s table."""
+        p = self.partitions.get(tp)
+        log = self.logs.get(tp)
+        local_id = log.topic_id if log is not None else None
+        action = incarnation_action(tp, topic_id, local_id, has_log=p is not None or log is not None,
+                                    trusted=trusted, names_by_id=names_by_id,
+                                    rule=self.identity_rule)
+        self.counters[f"log identity {action.value}"] += 1
+        if action is IdentityAction.ADOPT:
+            log.topic_id = topic_id
+            if p is not None:
+                p.topic_id = topic_id
+        elif action is IdentityAction.REPLACE:
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp} is incarnation "
+                                     f"{describe_topic_id(local_id)[:6]}, the controller names "
+                                     f"{describe_topic_id(topic_id)[:6]}: moving it aside")
+            self._remove_replica(tp, now_ms)
+            p = None
+        names_by_id[topic_id] = tp.topic
+        return p or self._create_partition(tp, topic_id, min_isr, now_ms)
+
+    def _create_partition(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
+                          now_ms: int) -> PartitionReplica:
+        log = self.logs.get(tp)
+        if log is None:
+            log = self.logs[tp] = SimLog(topic_id)  # with its partition.metadata
+        replica = self.replica_class(
+            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log,
+            high_watermark=self.loaded_high_watermarks.pop(tp, 0), min_insync_replicas=min_isr,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            follower_options=self.config.follower_options)
+        p = self.partitions[tp] = PartitionReplica(tp, log, replica, topic_id)
+        self.hooks.log_changed(self, tp, log)  # bound to an incarnation: checked whole
+        return p
+
+    def _topic_names_by_id(self) -> dict[bytes, str]:
+        names = {log.topic_id: tp.topic for tp, log in self.logs.items() if log.topic_id}
+        names.update(self.metadata_topic_names_by_id)
+        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
+        return names
+
+    def _on_stop_replica(self, request: pb.StopReplicaRequest, now_ms: int
+                         ) -> pb.StopReplicaResponse:
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.StopReplicaResponse(error_code=refusal)
+        self.controller_epoch = request.controller_epoch
+        trusted = self._trusts(request.cluster_id)
+        response = pb.StopReplicaResponse(error_code=pb.NONE)
+        for state in request.partitions:
+            tp = TopicPartition(state.topic, state.partition)
+            code, message = pb.NONE, ""
+            try:
+                if state.topic_id:
+                    check_topic_id(state.topic_id)
+                if tp in self.partitions or tp in self.logs:
+                    log = self.logs.get(tp)
+                    refused = stop_replica_error(log.topic_id if log is not None else None,
+                                                 state.topic_id,
+                                                 trusted=trusted or not request.delete_partitions)
+                    if refused is not None:
+                        raise error_for_code(*refused)
+                code, message = self._remove_replica(tp, now_ms, leader_epoch=state.leader_epoch,
+                                                     delete=request.delete_partitions)
+            except TidewaterError as e:
+                code, message = e.error_code, str(e)
+            self.counters[f"stop replica {pb.ErrorCode.Name(code)}"] += 1
+            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
+                                    error_message=message)
+        return response
+
+    def _remove_replica(self, tp: TopicPartition, now_ms: int, *, leader_epoch: int = -1,
+                        delete: bool = True) -> tuple[int, str]:
+        """``ControlRequests._remove_replica``: the core plays no part any more; with
+        ``delete`` the replica is forgotten and its log moved aside (gone from the disk)."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            ready = p.replica.on_stop_replica(leader_epoch, now_ms)
+            self._apply(p, ready, now_ms)
+            if ready.error != pb.NONE:
+                return ready.error, ready.error_message
+            if delete and self.partitions.get(tp) is p:
+                del self.partitions[tp]
+        if delete:
+            self.loaded_high_watermarks.pop(tp, None)
+            log = self.logs.pop(tp, None)
+            if log is not None:
+                self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp[0]}-{tp[1]} of "
+                                         f"incarnation {describe_topic_id(log.topic_id)[:6]} "
+                                         f"moved aside for deletion (LEO {log.log_end_offset})")
+        return pb.NONE, ""
+
+    def _on_update_metadata(self, request: pb.UpdateMetadataRequest, now_ms: int
+                            ) -> pb.UpdateMetadataResponse:
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            return None
+        if refusal != pb.NONE:
+            return pb.UpdateMetadataResponse(error_code=refusal)
+        self.metadata_topic_names_by_id = {p.topic_id: p.topic for p in request.partitions
+                                           if p.topic_id}
+        self.controller_epoch = request.controller_epoch
+        self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
+                                    if not b.fenced and not b.in_controlled_shutdown}
+        if self._trusts(request.cluster_id):
+            self._remove_stray_replicas(request, now_ms)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest, now_ms: int) -> None:
+        stray = stray_replicas(
+            {tp: log.topic_id for tp, log in self.logs.items()},
+            {tp: p.metadata_offset for tp, p in self.partitions.items()}, self.broker_id,
+            request.metadata_offset,
+            ((p.topic, p.partition, p.topic_id, p.replicas) for p in request.partitions))
+        for tp in stray:
+            self.counters["stray replicas removed"] += 1
+            self._remove_replica(tp, now_ms)
+
+    def _is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
+        """``ControlRequests.is_isr_eligible`` (KIP-903)."""
+        return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
 
     # -- leader side of replication
 
-    def _fence_check(self, p: PartitionReplica, current_leader_epoch: int) -> int:
-        if p.role != LEADER:
-            if current_leader_epoch > p.leader_epoch:
-                return pb.UNKNOWN_LEADER_EPOCH
-            return pb.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch < p.leader_epoch:
-            return pb.FENCED_LEADER_EPOCH
-        if current_leader_epoch > p.leader_epoch:
-            return pb.UNKNOWN_LEADER_EPOCH
-        return pb.NONE
-
     def _on_fetch(self, message: Fetch, now_ms: int) -> FetchResponse:
-        p = self.partitions[message.tp]
-        error = self._fence_check(p, message.current_leader_epoch)
-        if error != pb.NONE:
-            return FetchResponse(message.request_id, message.tp, error)
-        log = p.log
+        p = self.partitions.get(message.tp)
         try:
-            diverging = check_diverging(message.last_fetched_epoch, message.fetch_offset,
-                                        log.cache, log.log_end_offset)
-        except OffsetOutOfRangeError:
-            return FetchResponse(message.request_id, message.tp, pb.OFFSET_OUT_OF_RANGE)
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
+            if message.topic_id and message.topic_id != p.topic_id:
+                known = self.metadata_topic_names_by_id
+                raise error_for_code(*fetch_topic_id_error(message.topic_id, p.topic_id,
+                                                           known.__contains__))
+            diverging, ready = p.replica.on_follower_fetch(
+                message.replica_id, message.current_leader_epoch, message.fetch_offset,
+                message.last_fetched_epoch, now_ms,
+                isr_eligible=self._is_isr_eligible(message.replica_id,
+                                                   message.replica_broker_epoch),
+                broker_epoch=message.replica_broker_epoch)
+        except TidewaterError as e:
+            self.counters["serve fetch " + e.error_name] += 1
+            return FetchResponse(message.request_id, message.tp, e.error_code)
         if diverging is not None:
             return FetchResponse(message.request_id, message.tp, pb.NONE,
-                                 high_watermark=p.high_watermark, diverging_epoch=diverging)
-        if message.fetch_offset > log.log_end_offset:
-            return FetchResponse(message.request_id, message.tp, pb.OFFSET_OUT_OF_RANGE)
-        decision = p.leader_state.on_follower_fetch(message.replica_id, message.fetch_offset,
-                                                    now_ms)
-        if decision.high_watermark_changed:
-            self._high_watermark_moved(p, now_ms)
-        if decision.propose_isr is not None and p.alter_request is None:
-            self._send_alter_partition(p, decision.propose_isr, now_ms)
-        batches = log.read(message.fetch_offset, self.config.fetch_max_batches)
+                                 high_watermark=p.replica.high_watermark,
+                                 diverging_epoch=diverging)
+        batches = p.log.read(message.fetch_offset, self.config.fetch_max_batches)
+        self._apply(p, ready, now_ms)
         return FetchResponse(message.request_id, message.tp, pb.NONE, batches,
-                             high_watermark=p.high_watermark)
+                             high_watermark=p.replica.high_watermark)
 
-    def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch) -> OffsetForLeaderEpochResponse:
-        p = self.partitions[message.tp]
-        error = self._fence_check(p, message.current_leader_epoch)
-        if error != pb.NONE:
-            return OffsetForLeaderEpochResponse(message.request_id, message.tp, error)
-        epoch, end_offset = p.log.cache.end_offset_for(message.leader_epoch, p.log.log_end_offset)
+    def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch
+                                    ) -> OffsetForLeaderEpochResponse:
+        p = self.partitions.get(message.tp)
+        try:
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
+            epoch, end_offset = p.replica.answer_offset_for_leader_epoch(
+                message.current_leader_epoch, message.leader_epoch)
+        except TidewaterError as e:
+            return OffsetForLeaderEpochResponse(message.request_id, message.tp, e.error_code)
         return OffsetForLeaderEpochResponse(message.request_id, message.tp, pb.NONE, epoch,
                                             end_offset)
 
     def _on_produce(self, client: int, message: Produce, now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if p.role != LEADER:
-            self._send(client, ProduceResponse(message.request_id, message.tp,
-                                               pb.NOT_LEADER_OR_FOLLOWER), now_ms)
-            return
+        p = self.partitions.get(message.tp)
         try:
-            p.leader_state.check_acks_all_allowed()
-        except NotEnoughReplicasError as e:
+            if p is None:
+                raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
+            leader_epoch = p.replica.check_append(acks=-1)
+        except TidewaterError as e:
             self.counters["produce " + e.error_name] += 1
             self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code),
                        now_ms)
             return
-        batch = p.log.append_as_leader(message.record_count, p.leader_epoch, message.payload_id)
-        p.waiters.append(Waiter(client, message.request_id, batch.next_offset, batch.base_offset,
-                                now_ms + message.timeout_ms))
-        if p.leader_state.on_local_append(p.log.log_end_offset, now_ms):
-            self._high_watermark_moved(p, now_ms)
-        self.hooks.log_changed(self, p)
+        batch = p.log.append_as_leader(message.record_count, leader_epoch, message.payload_id,
+                                       p.topic_id)
+        self.hooks.log_changed(self, p.tp, p.log)
+        waiter_id = self._next_waiter_id
+        self._next_waiter_id += 1
+        p.waiters[waiter_id] = Waiter(client, message.request_id, batch.next_offset,
+                                      batch.base_offset)
+        ready = p.replica.on_local_append(p.log.log_end_offset, now_ms, waiter_id=waiter_id,
+                                          required_offset=batch.next_offset,
+                                          timeout_ms=message.timeout_ms)
+        self._apply(p, ready, now_ms)
 
-    def _high_watermark_moved(self, p: PartitionReplica, now_ms: int) -> None:
-        p.high_watermark = p.leader_state.high_watermark
-        self.hooks.observe_leader_hw(self, p, now_ms)
-        self._answer_waiters(p, now_ms)
+    # -- follower side of replication
 
-    def _answer_waiters(self, p: PartitionReplica, now_ms: int) -> None:
-        still_waiting = []
-        for waiter in p.waiters:
-            result = p.leader_state.acks_all_result(waiter.required_offset)
-            if result is not None:
-                self._answer_produce(p, waiter, result, now_ms)
-            elif now_ms >= waiter.deadline_ms:
-                self._answer_produce(p, waiter, pb.REQUEST_TIMED_OUT, now_ms)
-            else:
-                still_waiting.append(waiter)
-        p.waiters = still_waiting
+    def _take_answer(self, p: PartitionReplica | None, request_id: int) -> bool:
+        """Is this the answer to the request in flight? (Else it timed out, is older, or its
+        replica is gone.)"""
+        if p is None or request_id != p.inflight_request_id:
+            return False
+        p.inflight_request_id = -1
+        return True
+
+    def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
+                                             now_ms: int) -> None:
+        p = self.partitions.get(message.tp)
+        if not self._take_answer(p, message.request_id):
+            return
+        if message.error != pb.NONE:
+            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
+        ready = p.replica.on_offset_for_leader_epoch_answer(
+            p.inflight_leader_epoch, message.error, (message.epoch, message.end_offset), now_ms)
+        self._apply(p, ready, now_ms)
+
+    def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
+        p = self.partitions.get(message.tp)
+        if not self._take_answer(p, message.request_id):
+            return
+        if message.error != pb.NONE or not message.batches:
+            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms  # no long-poll here
+        p.fetched = message.batches
+        ready = p.replica.on_fetch_answer(
+            p.inflight_leader_epoch, p.inflight_fetch_offset, message.error,
+            high_watermark=message.high_watermark, leader_log_start_offset=0,
+            diverging_epoch=message.diverging_epoch, now_ms=now_ms)
+        self._apply(p, ready, now_ms)
+        p.fetched = ()
+
+    def _append_fetched(self, p: PartitionReplica) -> None:
+        """The part of the fetched batches from the LEO on (the real fetcher's fix-up)."""
+        log = p.log
+        batches = p.fetched
+        for i, batch in enumerate(batches):
+            if batch.next_offset <= log.log_end_offset:
+                continue
+            if batch.base_offset < log.log_end_offset:
+                log.truncate_to(batch.base_offset)  # our batch boundaries differ there
+                if log.log_end_offset != batch.base_offset:
+                    return
+            log.append_as_follower(batches[i:])
+            return
+
+    # ------------------------------------------------------------------ carrying out a Ready
+
+    def _apply(self, p: PartitionReplica, ready: Ready, now_ms: int) -> None:
+        log = p.log
+        for op in ready.persist:
+            if isinstance(op, AssignEpoch):
+                log.leader_epoch_cache.assign(op.epoch, op.start_offset)
+            elif isinstance(op, Truncate):
+                if op.offset < log.log_end_offset:
+                    self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} "
+                                             f"truncate {log.log_end_offset} -> {op.offset}")
+                log.truncate_to(op.offset)
+            elif isinstance(op, AppendFetched):
+                self._append_fetched(p)
+            elif isinstance(op, TruncateFully):
+                raise AssertionError("the simulation has no retention: nothing to start past")
+            self.hooks.log_changed(self, p.tp, log)
+        if isinstance(ready.fetch, Follow | StopFetching):
+            p.inflight_request_id = -1  # answers to the old assignment are not taken
+            p.next_fetch_ms = now_ms
+        if ready.alter_partition is not None:
+            request = ready.alter_partition
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} propose ISR "
+                                     f"{request.new_isr}")
+            call_id = self._call(pb.AlterPartitionRequest(
+                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                items=[pb.AlterPartitionItem(topic=p.tp.topic, partition=p.tp.partition,
+                                             leader_epoch=request.leader_epoch,
+                                             partition_epoch=request.partition_epoch,
+                                             new_isr=list(request.new_isr),
+                                             new_isr_broker_epochs=list(request.broker_epochs))]),
+                ("alter", p.tp, p), now_ms)
+            p.alter_inflight = (request.alter_id, call_id, now_ms)
+        if ready.report_corrupt is not None:
+            raise AssertionError("the simulation corrupts no batch")
+        if ready.leadership_changed and p.replica.is_leader:
+            self.hooks.became_leader(self, p, now_ms)
+        if p.replica.is_leader and (ready.high_watermark_moved or ready.leadership_changed):
+            self.hooks.observe_leader_hw(self, p, now_ms)
+        for waiter_id, code in ready.completed:
+            self._answer_produce(p, p.waiters.pop(waiter_id), code, now_ms)
+        self.counters.update(ready.counters)
+        for line in ready.notes + ready.alarms:
+            self.hooks.trace(now_ms, f"broker {self.broker_id}: {line}")
+        if ready.error != pb.NONE:
+            self.counters["refused " + pb.ErrorCode.Name(ready.error)] += 1
 
     def _answer_produce(self, p: PartitionReplica, waiter: Waiter, error: int, now_ms: int) -> None:
         self.counters["produce " + pb.ErrorCode.Name(error)] += 1
@@ -438,66 +769,6 @@ class SimBroker:
             self.hooks.produce_acknowledged(self, p, waiter, now_ms)
         self._send(waiter.client, ProduceResponse(waiter.request_id, p.tp, error,
                                                   waiter.base_offset), now_ms)
-
-    # -- follower side of replication
-
-    def _is_current_answer(self, p: PartitionReplica, request_id: int) -> bool:
-        # Rule 3: drop answers to requests of an earlier leader epoch (or already timed out).
-        return p.role == FOLLOWER and request_id == p.inflight_request_id
-
-    def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
-                                             now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if not self._is_current_answer(p, message.request_id) or p.phase != TRUNCATING:
-            return
-        p.inflight_request_id = -1
-        if message.error != pb.NONE:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-            return
-        step = self.truncation_rule((message.epoch, message.end_offset), p.log.cache,
-                                    p.log.log_end_offset, p.high_watermark)
-        self.counters["offset_for_leader_epoch " + ("done" if step.done else "ask again")] += 1
-        if message.end_offset == -1:
-            self.counters["offset_for_leader_epoch undefined: truncate to HW"] += 1
-        self._truncate(p, step.truncate_to, now_ms,
-                       f"OffsetForLeaderEpoch answer {(message.epoch, message.end_offset)}")
-        if step.done:
-            p.phase = FETCHING
-
-    def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
-        p = self.partitions[message.tp]
-        if not self._is_current_answer(p, message.request_id) or p.phase != FETCHING:
-            return
-        p.inflight_request_id = -1
-        if p.inflight_fetch_offset != p.log.log_end_offset:
-            return  # the log changed under the request
-        if message.error == pb.OFFSET_OUT_OF_RANGE:
-            p.phase = TRUNCATING
-            return
-        if message.error != pb.NONE:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-            return
-        if message.diverging_epoch is not None:
-            step = self.diverging_rule(message.diverging_epoch, p.log.cache,
-                                       p.log.log_end_offset, p.high_watermark)
-            self.counters["diverging_epoch " + ("done" if step.done else "not done")] += 1
-            self._truncate(p, step.truncate_to, now_ms, f"diverging {message.diverging_epoch}")
-            return  # not done: the next fetch carries the new last epoch
-        if message.batches:
-            p.log.append_as_follower(message.batches)
-            self.hooks.log_changed(self, p)
-        else:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
-        p.high_watermark = follower_high_watermark(message.high_watermark, p.log.log_end_offset)
-
-    def _truncate(self, p: PartitionReplica, offset: int, now_ms: int, why: str) -> None:
-        if offset < p.log.log_end_offset:
-            self.counters["follower truncated records"] += 1
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp} truncate "
-                                     f"{p.log.log_end_offset} -> {offset} ({why})")
-        p.log.truncate_to(offset)
-        p.high_watermark = min(p.high_watermark, p.log.log_end_offset)
-        self.hooks.log_changed(self, p)
 
     # ------------------------------------------------------------------ helpers
 
@@ -507,3 +778,16 @@ class SimBroker:
 
     def _send(self, dst: int, message, now_ms: int) -> None:
         self.network.send(self.broker_id, dst, message, now_ms)
+
+
+def taken_before_registration(*, registered_epoch: int, controller_epoch_seen: int,
+                              request_controller_epoch: int,
+                              request_broker_epoch: int | None) -> int | None:
+    """A broken variant: the rule broker/control.py had before the simulation found it
+    wrong (seeds 157, 172): requests taken before the registration is answered, and a
+    broker epoch checked only when both are known (-1 a wildcard)."""
+    if request_controller_epoch < controller_epoch_seen:
+        return pb.STALE_CONTROLLER_EPOCH
+    if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
+        return pb.STALE_BROKER_EPOCH
+    return None

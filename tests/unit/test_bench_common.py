@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.bench_common import (  # noqa: E402
+from bench.bench_common import (
     Row,
     Throughput,
     format_table,
@@ -24,8 +24,8 @@ from bench.bench_common import (  # noqa: E402
     ratio,
     results_table,
 )
-from bench.peer_nats import server_config  # noqa: E402
-from bench.probes.latency_probe import (  # noqa: E402
+from bench.peer_nats import server_config
+from bench.probes.latency_probe import (
     STAMP_BYTES,
     due_count,
     read_stamp,

@@ -13,8 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import peer_nats  # noqa: E402
-from bench.bench_common import OwnedProcesses  # noqa: E402
+from bench import peer_nats
+from bench.bench_common import OwnedProcesses
 
 pytestmark = pytest.mark.integration
 

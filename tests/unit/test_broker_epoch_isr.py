@@ -44,8 +44,8 @@ async def expansion_proposed(tmp_path, name: str, metadata, broker_epoch: int) -
             assert (await rm.update_metadata(metadata)).error_code == pb.NONE
         response = await rm.fetch(follower_fetch(broker_epoch))
         assert response.partitions[0].error_code == pb.NONE  # served either way
-        return rm.partitions[TP].leader_state.pending_isr is not None \
-            or rm.partitions[TP].leader_isr == (1, 2)
+        return rm.partitions[TP].replica.leader.pending_isr is not None \
+            or rm.partitions[TP].replica.leader_isr == (1, 2)
     finally:
         await rm.stop()
 
@@ -53,7 +53,8 @@ async def expansion_proposed(tmp_path, name: str, metadata, broker_epoch: int) -
 async def test_only_the_live_incarnation_can_join_the_isr(tmp_path):
     live = update_metadata((1, 3, False, False), (2, 7, False, False))
     assert await expansion_proposed(tmp_path, "current", live, 7)
-    assert await expansion_proposed(tmp_path, "no-epoch", live, -1)  # older followers send -1
+    # -1 is not a wildcard: a fetch naming no incarnation vouches for none.
+    assert not await expansion_proposed(tmp_path, "no-epoch", live, -1)
     assert not await expansion_proposed(tmp_path, "stale", live, 6)
     assert not await expansion_proposed(tmp_path, "absent", update_metadata((1, 3, False, False)), 7)
     fenced = update_metadata((1, 3, False, False), (2, 7, True, False))

@@ -7,6 +7,8 @@ import asyncio
 from tests.unit.test_broker_fakes import FakeLog, make_batch
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
 from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.partition import Partition
+from tidewater.broker.replication.replica import FollowerPhase, ReplicaState
 from tidewater.broker.server import BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.proto import tidewater_pb2 as pb
@@ -34,9 +36,7 @@ async def test_follower_truncates_to_the_largest_common_epoch_then_fetches(tmp_p
     # replication.md worked example: leader (0,0),(2,5) LEO 8; follower (0,0),(1,3) LEO 6.
     leader_rm, _ = make_manager(tmp_path / "l")
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 5), (2, 3)])
-    follower_rm, _ = make_manager(tmp_path / "f")
-    follower_rm.broker_id = 2
-    follower_rm.fetchers.broker_id = 2
+    follower_rm, _ = make_manager(tmp_path / "f", broker_id=2)
     follower_rm.log_manager._logs[TP] = seeded_log([(0, 3), (1, 3)])
     server, port = build_server(host="127.0.0.1", port=0,
                                 servicer=BrokerServicer(leader_rm, leader_rm.metadata_cache,
@@ -92,34 +92,33 @@ class OneAnswerStub:
     def __init__(self, call: OneAnswerCall):
         self.call = call
 
-    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+    def ReplicaFetch(self):  # the generated stub's name
         return self.call
 
 
-async def fetch_round(fetcher, stub, assignment) -> None:
+async def fetch_round(fetcher, stub, partition) -> None:
     """One stream round driven by hand (the fetcher's own task is stopped)."""
     fetcher.task.cancel()
     await asyncio.gather(fetcher.task, return_exceptions=True)
-    assignment.truncating = False
+    partition.replica.follower.phase = FollowerPhase.FETCHING  # as if truncation was done
     fetcher._changed.clear()
-    await fetcher._stream_fetch_until_changed(stub, [assignment])
+    await fetcher._fetch_round(stub, [partition])
 
 
 async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path):
-    rm, _ = make_manager(tmp_path)
-    rm.broker_id = rm.fetchers.broker_id = 2
+    rm, _ = make_manager(tmp_path, broker_id=2)
     record = bytearray(make_batch(1))
     set_base_offset_and_epoch(record, 0, 0, 0)
     await rm.leader_and_isr(lai(leader=1, leader_epoch=0))
     try:
         fetcher = rm.fetchers.fetchers[1]
         await fetch_round(fetcher, OneAnswerStub(OneAnswerCall(rm, bytes(record), 0, bump=True)),
-                          rm.fetchers.assignment(TP))
+                          rm.partitions[TP])
         assert rm.partitions[TP].leader_epoch == 1
         assert rm.partitions[TP].log.log_end_offset == 0  # the epoch-0 answer was dropped
         # The same answer in a current request is applied.
         await fetch_round(fetcher, OneAnswerStub(OneAnswerCall(rm, bytes(record), 1, bump=False)),
-                          rm.fetchers.assignment(TP))
+                          rm.partitions[TP])
         assert rm.partitions[TP].log.log_end_offset == 1
         assert rm.partitions[TP].high_watermark == 1
     finally:
@@ -127,20 +126,18 @@ async def test_fetch_answer_dropped_when_leader_epoch_changed_in_flight(tmp_path
 
 
 def test_fetched_chunk_is_aligned_to_the_log_end():
-    from tidewater.broker.fetcher import LeaderFetcher
-    from tidewater.broker.partition import Partition
-
     log = seeded_log([(0, 5)])  # single-record batches 0..4, LEO 5
-    partition = Partition(TP, log, local_broker_id=2, high_watermark=0, min_insync_replicas=1,
-                          replica_lag_time_max_ms=1000)
+    replica = ReplicaState(TP.topic, TP.partition, local_broker_id=2, log=log, high_watermark=0,
+                           min_insync_replicas=1, replica_lag_time_max_ms=1000)
+    partition = Partition(TP, log, replica)
     below = bytearray(make_batch(2))
     set_base_offset_and_epoch(below, 0, 1, 0)  # offsets 1..2: wholly below the LEO
     straddling = bytearray(make_batch(5))
     set_base_offset_and_epoch(straddling, 0, 3, 0)  # offsets 3..7 straddle LEO 5
     chunk = bytes(below + straddling)
-    aligned = LeaderFetcher._records_from_log_end(partition, chunk)
+    aligned = partition._records_from_log_end(chunk)
     assert aligned == bytes(straddling)
     assert log.log_end_offset == 3  # cut back to the leader's batch base
     log.append_as_follower(aligned, 0)
     assert log.log_end_offset == 8
-    assert LeaderFetcher._records_from_log_end(partition, chunk) == b""
+    assert partition._records_from_log_end(chunk) == b""

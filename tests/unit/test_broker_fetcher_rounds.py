@@ -16,6 +16,7 @@ import tidewater.broker.fetcher as fetcher_module
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
 from tidewater.broker.fetcher import StreamBrokenError
+from tidewater.broker.replication.replica import FollowerPhase
 from tidewater.proto import tidewater_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,24 +56,24 @@ class FakeStub:
     def __init__(self):
         self.calls: list[FakeStreamCall] = []
 
-    def ReplicaFetch(self):  # noqa: N802 - the generated stub's name
+    def ReplicaFetch(self):  # the generated stub's name
         self.calls.append(FakeStreamCall())
         return self.calls[-1]
 
 
 async def follower(tmp_path, wait_max_ms=500):
     """A follower of TP with its fetcher's own task stopped: the test drives the rounds."""
-    rm, _ = make_manager(tmp_path, **{"replica.fetch.wait.max.ms": str(wait_max_ms)})
-    rm.broker_id = rm.fetchers.broker_id = 2
+    rm, _ = make_manager(tmp_path, broker_id=2,
+                         **{"replica.fetch.wait.max.ms": str(wait_max_ms)})
     rm.log_manager._logs[TP] = seeded_log([(0, 3)])
     await rm.leader_and_isr(lai(leader=1, leader_epoch=0))
     fetcher = rm.fetchers.fetchers[1]
     fetcher.task.cancel()
     await asyncio.gather(fetcher.task, return_exceptions=True)
-    assignment = rm.fetchers.assignment(TP)
-    assignment.truncating = False
+    partition = rm.partitions[TP]
+    partition.replica.follower.phase = FollowerPhase.FETCHING  # as if truncation was done
     fetcher._changed.clear()
-    return rm, fetcher, assignment
+    return rm, fetcher, partition
 
 
 def answer(high_watermark: int) -> pb.FetchResponse:
@@ -86,7 +87,7 @@ async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path
     stub = FakeStub()
     try:
         for hw in (1, 2):
-            round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+            round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
             await wait_until(lambda: stub.calls and stub.calls[-1].pending is not None)
             await stub.calls[0].answers.put(answer(hw))
             await asyncio.wait_for(round_, 10)
@@ -111,20 +112,21 @@ async def test_reused_request_follows_the_log_and_a_new_assignment_set(tmp_path)
     rm, fetcher, a = await follower(tmp_path)
     try:
         request, sent = fetcher._fetch_request([a])
-        assert sent == {(TP.topic, TP.partition): (a, 3)}
-        a.partition.truncate_to(1)
+        assert sent == {(TP.topic, TP.partition): (a, 0, 3)}
+        a.log.truncate_to(1)
         again, sent = fetcher._fetch_request([a])
         assert again is request and again.partitions[0].fetch_offset == 1
-        assert sent == {(TP.topic, TP.partition): (a, 1)}
-        # A LeaderAndIsr makes a new assignment: a new message with its leader epoch.
+        assert sent == {(TP.topic, TP.partition): (a, 0, 1)}
+        # A LeaderAndIsr of a new leader epoch: the same message, asking in the new epoch.
         await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
         fetcher.task.cancel()
         await asyncio.gather(fetcher.task, return_exceptions=True)
-        b = rm.fetchers.assignment(TP)
-        assert b is not a
-        new, sent = fetcher._fetch_request([b])
-        assert new is not request and new.partitions[0].current_leader_epoch == 1
-        assert sent == {(TP.topic, TP.partition): (b, 1)}
+        new, sent = fetcher._fetch_request([a])
+        assert new is request and new.partitions[0].current_leader_epoch == 1
+        assert sent == {(TP.topic, TP.partition): (a, 1, 1)}
+        # Another assignment set: a new message.
+        other, _ = fetcher._fetch_request([])
+        assert other is not request
     finally:
         await rm.stop()
 
@@ -133,14 +135,14 @@ async def test_a_changed_assignment_set_cuts_the_read_short(tmp_path):
     rm, fetcher, a = await follower(tmp_path)
     stub = FakeStub()
     try:
-        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
         await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
         fetcher.mark_changed()
         assert await asyncio.wait_for(round_, 10) is None  # returned, not raised
         assert stub.calls[0].cancelled and fetcher._stream is None
         # The next round opens a new stream.
         fetcher._changed.clear()
-        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
         await wait_until(lambda: len(stub.calls) == 2 and stub.calls[1].pending is not None)
         await stub.calls[1].answers.put(answer(3))
         await asyncio.wait_for(round_, 10)
@@ -160,7 +162,7 @@ async def test_a_change_while_writing_drops_the_stream_before_reading(tmp_path):
 
     stub.ReplicaFetch = lambda: stub.calls.append(ChangingCall()) or stub.calls[-1]
     try:
-        await asyncio.wait_for(fetcher._stream_fetch_until_changed(stub, [a]), 10)
+        await asyncio.wait_for(fetcher._fetch_round(stub, [a]), 10)
         assert stub.calls[0].written and stub.calls[0].cancelled and fetcher._stream is None
     finally:
         await rm.stop()
@@ -173,14 +175,14 @@ async def test_an_overdue_answer_breaks_the_stream_at_its_own_deadline(tmp_path,
     loop = asyncio.get_running_loop()
     try:
         # An answered round arms the deadline timer; the next read's deadline is later.
-        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
         await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
         await stub.calls[0].answers.put(answer(1))
         await asyncio.wait_for(round_, 10)
         await asyncio.sleep(0.2)
         started = loop.time()
         with pytest.raises(StreamBrokenError, match="no answer"):
-            await asyncio.wait_for(fetcher._stream_fetch_until_changed(stub, [a]), 10)
+            await asyncio.wait_for(fetcher._fetch_round(stub, [a]), 10)
         assert loop.time() - started >= 0.3  # the first timer fired early and was re-armed
         assert stub.calls[0].cancelled and fetcher._stream is None
     finally:
@@ -191,7 +193,7 @@ async def test_cancelling_the_fetcher_task_during_a_read_is_not_swallowed(tmp_pa
     rm, fetcher, a = await follower(tmp_path)
     stub = FakeStub()
     try:
-        round_ = asyncio.ensure_future(fetcher._stream_fetch_until_changed(stub, [a]))
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
         await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
         fetcher.mark_changed()  # the call is cancelled too: the task's cancellation still wins
         round_.cancel()
@@ -221,7 +223,7 @@ async def test_real_stream_silent_leader_is_dropped_at_the_deadline_and_reopened
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
 
     class SilentFirstStream(CountingServicer):
-        async def ReplicaFetch(self, request_iterator, context):  # noqa: N802
+        async def ReplicaFetch(self, request_iterator, context):
             self.calls["ReplicaFetch"] += 1
             if self.calls["ReplicaFetch"] == 1:
                 await context.read()

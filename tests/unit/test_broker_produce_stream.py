@@ -55,20 +55,20 @@ async def test_half_close_sends_pending_acks_all_answers_then_ends(tmp_path):
     context.inbox.put_nowait(grpc.aio.EOF)
     await wait_until(lambda: len(context.written) == 1)
     assert [r.correlation_id for r in context.written] == [2]  # acks=1 at once, acks=0 never
-    assert not handler.done() and rm.produce_purgatory.pending(TP) == 2
+    assert not handler.done() and rm.partitions[TP].replica.waiting == 2
     await rm.fetch(follower_fetch(0))
     await rm.fetch(follower_fetch(4))  # the HW passes both acks=all appends
     await asyncio.wait_for(handler, 2)
     assert [r.correlation_id for r in context.written] == [2, 1, 4]
     assert [r.partitions[0].base_offset for r in context.written] == [1, 0, 3]
     assert all(r.partitions[0].error_code == pb.NONE for r in context.written)
-    assert rm.produce_purgatory.pending() == 0
+    assert rm.acks_waits.pending() == 0
 
 
 async def test_acks_all_answers_its_outcome_error(tmp_path):
     rm, context, handler = await started_stream(tmp_path)
     context.inbox.put_nowait(request(1, -1))
-    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
     # Leadership lost while waiting: NOT_LEADER_OR_FOLLOWER, not acknowledged.
     await rm.leader_and_isr(lai(leader=2, leader_epoch=1))
     await wait_until(lambda: len(context.written) == 1)
@@ -82,11 +82,11 @@ async def test_acks_all_answers_its_outcome_error(tmp_path):
 async def test_client_cancel_withdraws_pending_waits(tmp_path):
     rm, context, handler = await started_stream(tmp_path)
     context.inbox.put_nowait(request(1, -1))
-    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
     handler.cancel()
     await asyncio.gather(handler, return_exceptions=True)
     assert handler.cancelled()
-    assert rm.produce_purgatory.pending() == 0
+    assert rm.acks_waits.pending() == 0
     await rm.fetch(follower_fetch(0))
     await rm.fetch(follower_fetch(1))
     await asyncio.sleep(0.05)

@@ -59,8 +59,7 @@ def follow(port: int, leader_epoch: int = 0) -> pb.LeaderAndIsrRequest:
 
 
 def make_follower(tmp_path, **settings):
-    rm, _ = make_manager(tmp_path, **settings)
-    rm.broker_id = rm.fetchers.broker_id = 2
+    rm, _ = make_manager(tmp_path, broker_id=2, **settings)
     rm.log_manager._logs[TP] = seeded_log([])
     return rm
 
@@ -97,7 +96,7 @@ async def test_leader_without_the_stream_parks_the_partition_with_a_clear_error(
     follower_rm = make_follower(tmp_path / "f")
     try:
         assert (await follower_rm.leader_and_isr(follow(port))).partitions[0].error_code == pb.NONE
-        await wait_until(lambda: follower_rm.fetchers.assignment(TP).parked)
+        await wait_until(lambda: follower_rm.partitions[TP].replica.follower.parked)
 
         def errors():
             return [r.getMessage() for r in caplog.records
@@ -110,7 +109,7 @@ async def test_leader_without_the_stream_parks_the_partition_with_a_clear_error(
         assert follower_rm.log_manager.get(TP).log_end_offset == 0
         # The same state again (a controller resync) unparks it: one more try, parked again.
         await follower_rm.leader_and_isr(follow(port))
-        await wait_until(lambda: len(errors()) == 2 and follower_rm.fetchers.assignment(TP).parked)
+        await wait_until(lambda: len(errors()) == 2 and follower_rm.partitions[TP].replica.follower.parked)
         assert servicer.calls["Fetch"] == 0
     finally:
         await follower_rm.stop()

@@ -39,13 +39,14 @@ class FakeController:
         return resp
 
 
-def make_manager(tmp_path: Path, **settings) -> tuple[ReplicaManager, FakeController]:
+def make_manager(tmp_path: Path, broker_id: int = 1, log_manager=None,
+                 **settings) -> tuple[ReplicaManager, FakeController]:
     tmp_path.mkdir(parents=True, exist_ok=True)  # meta.properties goes there
-    config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
-                          data_dir=tmp_path)
+    config = BrokerConfig(broker_id=broker_id, listen=("127.0.0.1", 0),
+                          controller=("127.0.0.1", 1), data_dir=tmp_path)
     config.apply_settings(settings)
     controller = FakeController()
-    rm = ReplicaManager(config=config, log_manager=FakeLogManager(),
+    rm = ReplicaManager(config=config, log_manager=log_manager or FakeLogManager(),
                         metadata_cache=MetadataCache(), metrics=BrokerMetrics(1),
                         alter_partition=controller.alter_partition, broker_epoch=lambda: 7)
     return rm, controller
@@ -108,7 +109,7 @@ async def test_acks_all_waits_for_follower_fetch(tmp_path):
     await rm.leader_and_isr(lai())
     task = asyncio.create_task(rm.produce(produce(acks=-1, records=make_batch(2))))
     await asyncio.sleep(0.05)
-    assert not task.done() and rm.produce_purgatory.pending(TP) == 1
+    assert not task.done() and rm.partitions[TP].replica.waiting == 1
     # The follower fetches the records (offset 0), then fetches at 2: the HW reaches 2.
     first = await rm.fetch(follower_fetch(0))
     assert first.partitions[0].records and first.partitions[0].high_watermark == 0
@@ -130,7 +131,7 @@ async def test_high_watermark_move_wakes_consumers_not_parked_followers(tmp_path
                                                              fetch_offset=offset)])
 
     acked = asyncio.create_task(rm.produce(produce(acks=-1)))
-    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
     for replica_id in (2, 3):
         assert (await rm.fetch(fetch_from(replica_id, 0))).partitions[0].records
     parked_follower = asyncio.create_task(rm.fetch(fetch_from(2, 1, max_wait_ms=5000)))
@@ -156,7 +157,7 @@ async def test_acks_all_times_out_without_follower(tmp_path):
     await rm.leader_and_isr(lai())
     out = await rm.produce(produce(acks=-1, timeout_ms=100))
     assert out.partitions[0].error_code == pb.REQUEST_TIMED_OUT
-    assert rm.produce_purgatory.pending() == 0
+    assert rm.acks_waits.pending() == 0
 
 
 async def test_min_insync_replicas_rejects_before_append(tmp_path):
@@ -300,14 +301,14 @@ async def test_isr_shrink_goes_through_controller(tmp_path):
     await rm.leader_and_isr(lai())
     rm.start()
     try:
-        await wait_until(lambda: rm.partitions[TP].leader_isr == (1,))
-        assert rm.partitions[TP].leader_isr == (1,)
+        await wait_until(lambda: rm.partitions[TP].replica.leader_isr == (1,))
+        assert rm.partitions[TP].replica.leader_isr == (1,)
         assert list(controller.items[0].new_isr) == [1]
         assert rm.metrics.isr_shrinks.value == 1
         # The follower catches up and is proposed back.
         await rm.fetch(follower_fetch(0))
-        await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
-        assert rm.partitions[TP].leader_isr == (1, 2)
+        await wait_until(lambda: rm.partitions[TP].replica.leader_isr == (1, 2))
+        assert rm.partitions[TP].replica.leader_isr == (1, 2)
     finally:
         await rm.stop()
 
@@ -340,14 +341,16 @@ async def test_alter_partition_lost_answer_is_resent_and_state_applied(tmp_path)
         return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
             error_code=pb.INVALID_UPDATE_VERSION, state=committed["state"])])
 
-    rm.isr_changes.alter_partition_rpc = flaky
+    rm.alter_partitions._rpc = flaky
+    rm.start()  # the replication ticks resend an unanswered proposal after its backoff
     await rm.leader_and_isr(lai(isr=(1,)))
     await rm.fetch(follower_fetch(0))  # caught up: expansion proposed
-    await wait_until(lambda: rm.partitions[TP].leader_isr == (1, 2))
-    assert rm.partitions[TP].leader_isr == (1, 2)
+    await wait_until(lambda: rm.partitions[TP].replica.leader_isr == (1, 2))
+    assert rm.partitions[TP].replica.leader_isr == (1, 2)
     assert len(controller.items) == 2
-    assert rm.partitions[TP].leader_state.pending_isr is None
-    assert rm.partitions[TP].partition_epoch == 1
+    assert rm.partitions[TP].replica.leader.pending_isr is None
+    assert rm.partitions[TP].replica.partition_epoch == 1
+    await rm.stop()
 
 
 async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_path):
@@ -358,13 +361,13 @@ async def test_alter_partition_fenced_keeps_proposal_until_leader_and_isr(tmp_pa
         return pb.AlterPartitionResponse(error_code=pb.NONE, items=[pb.AlterPartitionResult(
             error_code=pb.FENCED_LEADER_EPOCH)])
 
-    rm.isr_changes.alter_partition_rpc = fenced
+    rm.alter_partitions._rpc = fenced
     await rm.leader_and_isr(lai(isr=(1,)))
     await rm.fetch(follower_fetch(0))
     await wait_until(lambda: len(controller.items) == 1)
     await asyncio.sleep(0.1)
     assert len(controller.items) == 1  # not resent, not dropped
-    assert rm.partitions[TP].leader_state.pending_isr is not None
+    assert rm.partitions[TP].replica.leader.pending_isr is not None
     await rm.leader_and_isr(lai(leader=2, leader_epoch=1, partition_epoch=1))
     assert not rm.partitions[TP].is_leader
     await rm.stop()
@@ -439,7 +442,7 @@ async def test_storage_error_is_answered_per_partition(tmp_path):
     log.read = broken
     resp = await rm.fetch(consumer_fetch(0))
     assert resp.partitions[0].error_code == pb.NONE  # nothing below the HW to read yet
-    rm.partitions[TP].leader_state.high_watermark = 1
+    rm.partitions[TP].replica.leader.high_watermark = 1
     resp = await rm.fetch(consumer_fetch(0))
     assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
 
@@ -448,10 +451,10 @@ async def test_a_vanished_producer_leaves_no_waiter_behind(tmp_path):
     rm, _ = make_manager(tmp_path)
     await rm.leader_and_isr(lai())
     task = asyncio.create_task(rm.produce(produce(acks=-1, timeout_ms=10_000)))
-    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
     task.cancel()  # what grpc.aio does when the client goes away
     await asyncio.gather(task, return_exceptions=True)
-    assert rm.produce_purgatory.pending() == 0
+    assert rm.acks_waits.pending() == 0
     # The record stays appended (not acknowledged); the partition keeps working.
     assert rm.partitions[TP].log.log_end_offset == 1
     out = await rm.produce(produce(acks=1))
@@ -523,7 +526,7 @@ async def test_rolls_and_retention_run_off_the_loop_on_snapshots_and_stop_waits(
 
 
 def test_record_count_matches_the_batch_framing():
-    from tidewater.broker.replica_manager import record_count
+    from tidewater.broker.fetch import record_count
     from tidewater.proto.batch import iter_batches
     from tidewater.proto.errors import CorruptRecordError
     from tidewater.proto.records import encode_batch
@@ -539,3 +542,32 @@ def test_record_count_matches_the_batch_framing():
     for cut in range(0, len(batches) + 1, 7):  # torn tails and short headers count 0
         assert record_count(batches[:cut]) == by_headers(batches[:cut])
     assert record_count(batches + bytes(61)) == 0  # a zero batchLength is broken framing
+
+
+async def test_a_failed_epoch_checkpoint_write_leaves_no_leader_behind(tmp_path):
+    # A new leader's epoch must be in the (fsynced) epoch cache before it serves anything:
+    # when that write fails the partition answers KAFKA_STORAGE_ERROR and plays no part.
+    from tidewater.proto.errors import KafkaStorageError
+
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(leader=2, leader_epoch=0))  # a follower first
+    log = rm.partitions[TP].log
+    cache = log.leader_epoch_cache
+    assign = cache.assign
+
+    def disk_full(epoch, start_offset):
+        raise KafkaStorageError("no space left on device", path="/data/leader-epoch-checkpoint")
+
+    cache.assign = disk_full
+    resp = await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+    assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    assert not rm.partitions[TP].is_leader and rm.fetchers.following(TP) is None
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.NOT_LEADER_OR_FOLLOWER
+    assert log.log_end_offset == 0
+    # The disk is back: the controller's next state (a resend) makes it the leader.
+    cache.assign = assign
+    resp = await rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
+    assert resp.partitions[0].error_code == pb.NONE and rm.partitions[TP].is_leader
+    assert cache.entries()[-1] == (1, 0)
+    await rm.stop()

@@ -141,7 +141,7 @@ async def test_a_new_incarnation_replaces_the_hosted_replica_and_answers_its_wai
     old = rm.partitions[TP]
     assert (await rm.produce(produce(acks=1, records=make_batch(4)))).partitions[0].base_offset == 0
     waiting = asyncio.create_task(rm.produce(produce(acks=-1)))
-    await wait_until(lambda: rm.produce_purgatory.pending(TP) == 1)
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
 
     # Re-created: epochs start again at 0, the ID is new.
     response = await rm.leader_and_isr(lai(topic_id=Y))
@@ -229,7 +229,7 @@ async def test_another_clusters_controller_replaces_and_adopts_nothing(tmp_path)
     await rm.update_metadata(pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=OTHER_CLUSTER,
                                                       metadata_offset=99))
     assert rm.log_manager.deleted == [] and len(rm.log_manager.logs()) == 2
-    stop = pb.StopReplicaRequest(controller_epoch=1, delete_partitions=True,
+    stop = pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7, delete_partitions=True,
                                  cluster_id=OTHER_CLUSTER, partitions=[pb.PartitionState(
                                      topic=TP.topic, partition=0, leader_epoch=-1, topic_id=Z)])
     assert codes(await rm.stop_replica(stop)) == [pb.INCONSISTENT_CLUSTER_ID]
@@ -282,7 +282,7 @@ async def test_stop_replica_deletes_only_the_incarnation_it_names(tmp_path):
     await rm.leader_and_isr(lai())
 
     def stop(topic_id):
-        return pb.StopReplicaRequest(controller_epoch=1, delete_partitions=True,
+        return pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7, delete_partitions=True,
                                      cluster_id=CLUSTER_ID, partitions=[pb.PartitionState(
                                          topic=TP.topic, partition=0, leader_epoch=-1,
                                          topic_id=topic_id)])
@@ -312,8 +312,7 @@ async def test_start_up_sweep_on_real_logs_whatever_the_snapshot_holds(tmp_path)
 
     manager = LogManager(data_dir, LogConfig())
     manager.load(now_ms=0)
-    rm, _ = make_manager(data_dir)
-    rm.log_manager = manager
+    rm, _ = make_manager(data_dir, log_manager=manager)
     rm.load()
     assert rm.partitions == {}
     assert (await rm.fetch(consumer_fetch(0))).partitions[0].error_code == \

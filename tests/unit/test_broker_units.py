@@ -1,4 +1,4 @@
-"""Config parsing, purgatory wake-ups and the metadata cache of the broker."""
+"""Config parsing, the waiting rooms (acks=all waits, long-polls) and the metadata cache."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tidewater.broker.config import BrokerConfig, ConfigError, config_from_args
 from tidewater.broker.metadata_cache import MetadataCache
-from tidewater.broker.purgatory import FetchWaiters, ProducePurgatory
+from tidewater.broker.purgatory import AcksWaits, FetchWaiters
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import StaleControllerEpochError
 
@@ -62,63 +62,60 @@ def test_bad_host_port():
                      data_dir="/tmp").validate()
 
 
-async def test_produce_purgatory_completes_in_offset_order():
-    purgatory = ProducePurgatory()
-    hw = {"v": 0}
+class _FakeReplica:
+    def __init__(self):
+        self.withdrawn = []
 
-    def result(required):
-        return pb.NONE if hw["v"] >= required else None
-
-    a = asyncio.create_task(purgatory.wait("tp", 3, 2000, result))
-    b = asyncio.create_task(purgatory.wait("tp", 5, 2000, result))
-    await asyncio.sleep(0)
-    assert purgatory.pending("tp") == 2
-    hw["v"] = 4
-    assert purgatory.try_complete("tp", result) == 1
-    assert await a == pb.NONE and not b.done()
-    assert purgatory.fail_all("tp", pb.NOT_LEADER_OR_FOLLOWER) == 1
-    assert await b == pb.NOT_LEADER_OR_FOLLOWER
-    assert purgatory.pending() == 0
+    def withdraw_wait(self, waiter_id):
+        self.withdrawn.append(waiter_id)
 
 
-async def test_produce_purgatory_timeout_and_immediate():
-    purgatory = ProducePurgatory()
-    assert await purgatory.wait("tp", 1, 10, lambda r: None) == pb.REQUEST_TIMED_OUT
-    assert purgatory.pending() == 0
-    assert await purgatory.wait("tp", 1, 10, lambda r: pb.NONE) == pb.NONE
+class _FakePartition:
+    def __init__(self):
+        self.replica = _FakeReplica()
 
 
-async def test_produce_purgatory_watch_calls_back_once():
-    purgatory = ProducePurgatory()
-    hw = {"v": 0}
+async def test_acks_waits_answer_whoever_attaches_once():
+    # The core decides outcomes (Ready.completed); the registry only delivers them.
+    deadlines = []
+    waits = AcksWaits(on_deadline=deadlines.append)
+    partition = _FakePartition()
     answers = []
+    early = waits.open(partition, 2000)
+    late = waits.open(partition, 2000)
+    assert early.waiter_id != late.waiter_id and waits.pending() == 2
+    waits.complete(early.waiter_id, pb.NONE)  # decided before anyone attached (RF=1)
+    waits.attach(early, lambda code: answers.append(("early", code)))
+    waits.attach(late, lambda code: answers.append(("late", code)))
+    assert answers == [("early", pb.NONE)]
+    waits.complete(late.waiter_id, pb.NOT_LEADER_OR_FOLLOWER)
+    waits.complete(late.waiter_id, pb.NONE)  # a second outcome is never delivered
+    assert answers == [("early", pb.NONE), ("late", pb.NOT_LEADER_OR_FOLLOWER)]
+    assert waits.pending() == 0 and deadlines == []
 
-    def result(required):
-        return pb.NONE if hw["v"] >= required else None
 
-    def watch(required, timeout_ms=2000):
-        return purgatory.watch("tp", required, timeout_ms, result,
-                               lambda code: answers.append((required, code)))
+async def test_acks_waits_withdraw_tells_the_core_and_answers_nobody():
+    waits = AcksWaits(on_deadline=lambda wait: None)
+    partition = _FakePartition()
+    answers = []
+    wait = waits.open(partition, 2000)
+    waits.attach(wait, answers.append)
+    waits.withdraw(wait)
+    waits.complete(wait.waiter_id, pb.NONE)
+    assert answers == [] and partition.replica.withdrawn == [wait.waiter_id]
+    assert waits.pending() == 0
 
-    watch(3)
-    watch(5)
-    withdraw_7 = watch(7)
-    assert purgatory.pending("tp") == 3 and answers == []
-    hw["v"] = 4
-    assert purgatory.try_complete("tp", result) == 1
-    assert answers == [(3, pb.NONE)]  # synchronously, from try_complete
-    withdraw_7()
-    assert purgatory.pending("tp") == 1
-    assert purgatory.fail_all("tp", pb.NOT_LEADER_OR_FOLLOWER) == 1
-    assert answers == [(3, pb.NONE), (5, pb.NOT_LEADER_OR_FOLLOWER)]
-    assert purgatory.pending() == 0
-    watch(2)  # known at once
-    assert answers[-1] == (2, pb.NONE) and purgatory.pending() == 0
-    watch(9, timeout_ms=10)
-    await asyncio.sleep(0.05)
-    assert answers[-1] == (9, pb.REQUEST_TIMED_OUT) and purgatory.pending() == 0
-    await asyncio.sleep(0.05)
-    assert len(answers) == 4  # withdrawn 7 never answered
+
+async def test_acks_waits_deadline_asks_the_core_and_wait_for_returns_its_code():
+    waits = None
+
+    def on_deadline(wait):  # the core would answer REQUEST_TIMED_OUT
+        waits.complete(wait.waiter_id, pb.REQUEST_TIMED_OUT)
+
+    waits = AcksWaits(on_deadline=on_deadline)
+    wait = waits.open(_FakePartition(), 10)
+    assert await asyncio.wait_for(waits.wait_for(wait), 5) == pb.REQUEST_TIMED_OUT
+    assert waits.pending() == 0
 
 
 async def test_fetch_waiters_wake_on_any_key():

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from tidewater.broker.replication.leader_state import LeaderPartitionState
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
+    InvariantViolation,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -91,7 +92,7 @@ def test_checkpointed_hw_past_the_log_is_clamped():
 
 
 def test_constructor_rejects_leader_outside_isr():
-    with pytest.raises(ValueError):
+    with pytest.raises(InvariantViolation):
         leader(isr=(2, 3))
 
 

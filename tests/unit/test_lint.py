@@ -1,4 +1,5 @@
-"""`make lint` stays clean: ruff over the whole tree, as configured in pyproject.toml."""
+"""`make lint` and `make typecheck` stay clean: ruff over the whole tree and mypy over the
+packages [tool.mypy] lists, as configured in pyproject.toml."""
 
 import shutil
 import subprocess
@@ -17,5 +18,16 @@ def test_ruff_is_clean():
         if shutil.which("ruff") is None:
             pytest.skip("ruff is not installed (it is in the dev extra)")
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "."], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_is_clean():
+    # `make typecheck`: mypy, strict, over the packages [tool.mypy] lists (a few seconds).
+    try:
+        import mypy  # noqa: F401
+    except ImportError:
+        pytest.skip("mypy is not installed (it is in the dev extra)")
+    proc = subprocess.run([sys.executable, str(ROOT / ".ci" / "typecheck.py")], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

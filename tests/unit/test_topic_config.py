@@ -155,7 +155,7 @@ def test_what_the_controller_accepts_every_broker_hosts(configs, defaults):
                           data_dir="/tmp/unused")
     try:
         broker.apply_settings(defaults)  # whatever valid defaults a broker runs with
-    except Exception:  # noqa: BLE001 - invalid defaults: the broker would not start
+    except Exception:  # invalid defaults: the broker would not start
         broker = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0),
                               controller=("127.0.0.1", 1), data_dir="/tmp/unused")
     try:

@@ -114,7 +114,7 @@ class Workload:
                     self.sent[value] = partition
                 try:
                     fut = producer.send(self.topic, value.encode(), partition=partition)
-                except Exception as e:  # noqa: BLE001 - metadata unreachable etc.: abandon, back off
+                except Exception as e:  # metadata unreachable etc.: abandon, back off
                     slots.release()
                     with self._lock:
                         self.errors[type(e).__name__] += 1
@@ -130,6 +130,6 @@ class Workload:
             # Every attempt resolves (acked, failed or expired by the delivery timeout).
             try:
                 producer.close(timeout_s=DELIVERY_TIMEOUT_MS / 1000 + 10)
-            except Exception as e:  # noqa: BLE001 - unresolved attempts stay unacknowledged
+            except Exception as e:  # unresolved attempts stay unacknowledged
                 with self._lock:
                     self.errors[f"close: {type(e).__name__}"] += 1

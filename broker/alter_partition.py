@@ -1,0 +1,106 @@
+"""Carries the replication core's requests to the controller: AlterPartition, ReportCorruptReplica.
+
+``ReplicaState`` decides when to propose an ISR change, keeps at most one in
+flight, and decides what each answer proves (module docstring of
+``broker/replication/replica.py``). This sender only does the I/O: one
+supervised task per ``AlterPartitionRequest`` the core emits, which calls the
+controller and hands the answer back to the core (``on_alter_partition_answer``)
+or reports that there was none it can trust (``on_alter_partition_unsure``:
+a transport error, a timeout, a request-level error), then carries out the
+resulting ``Ready``. A corrupt replica's report (``CorruptReport``) travels the
+same way (``ReportCorruptReplica``; ``on_corrupt_report_answer`` / ``..._unsure``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.control import partition_state
+from tidewater.broker.partition import Partition
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
+from tidewater.broker.supervisor import TaskSupervisor
+from tidewater.proto import tidewater_pb2 as pb
+
+log = logging.getLogger("tidewater.broker.isr")
+
+AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
+CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
+                            Awaitable[pb.ReportCorruptReplicaResponse]]
+
+
+async def _no_controller(replicas):
+    raise ConnectionError("no controller to report to")
+
+
+class AlterPartitionSender:
+    def __init__(self, *, rpc: AlterPartitionRpc, carrier: ReadyCarrier,
+                 supervisor: TaskSupervisor, report_rpc: CorruptReportRpc = _no_controller):
+        self._rpc = rpc
+        self._report_rpc = report_rpc
+        self._carrier = carrier
+        self._supervisor = supervisor
+
+    def send(self, partition: Partition, request: AlterPartitionRequest) -> None:
+        self._supervisor.spawn(self._send(partition, request),
+                               name=f"alter-partition-{partition.tp}-{request.alter_id}")
+
+    async def _send(self, partition: Partition, request: AlterPartitionRequest) -> None:
+        item = pb.AlterPartitionItem(
+            topic=partition.tp.topic, partition=partition.tp.partition,
+            leader_epoch=request.leader_epoch, partition_epoch=request.partition_epoch,
+            new_isr=list(request.new_isr), new_isr_broker_epochs=list(request.broker_epochs))
+        log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
+                 partition.tp, request.partition_epoch)
+        replica = partition.replica
+        await self._round_trip(
+            partition, "AlterPartition", lambda: self._rpc([item]),
+            lambda response: response.items,
+            functools.partial(replica.on_alter_partition_answer, request.alter_id),
+            functools.partial(replica.on_alter_partition_unsure, request.alter_id))
+
+    def report_corrupt(self, partition: Partition, report: CorruptReport) -> None:
+        self._supervisor.spawn(self._report(partition, report),
+                               name=f"report-corrupt-{partition.tp}-{report.report_id}")
+
+    async def _report(self, partition: Partition, report: CorruptReport) -> None:
+        item = pb.CorruptReplica(topic=partition.tp.topic, partition=partition.tp.partition,
+                                 leader_epoch=report.leader_epoch,
+                                 partition_epoch=report.partition_epoch,
+                                 corrupt_offset=report.corrupt_offset)
+        log.warning("reporting %s corrupt from offset %d to the controller", partition.tp,
+                    report.corrupt_offset)
+        replica = partition.replica
+        await self._round_trip(
+            partition, "ReportCorruptReplica", lambda: self._report_rpc([item]),
+            lambda response: response.results,
+            functools.partial(replica.on_corrupt_report_answer, report.report_id),
+            functools.partial(replica.on_corrupt_report_unsure, report.report_id))
+
+    async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
+                          on_answer: Callable[..., Ready],
+                          on_unsure: Callable[[int], Ready]) -> None:
+        """One request to the controller, and what came back to the core under the
+        partition's lock: ``on_answer(error, state, now_ms)`` with the first result, or
+        ``on_unsure(now_ms)`` when there is none to trust (a transport error or timeout,
+        a request-level error, no result); then the core's Ready carried out."""
+        try:
+            response = await call()
+        except Exception as e:  # the controller may be gone: not an answer
+            log.info("%s %s: no answer (%s)", rpc_name, partition.tp, type(e).__name__)
+            response = None
+        results = (results_of(response) if response is not None
+                   and response.error_code == pb.NONE else ())
+        async with partition.lock:
+            if not results:
+                ready = on_unsure(mono_ms())
+            else:
+                answer = results[0]
+                state = partition_state(answer.state) if answer.HasField("state") else None
+                log.info("%s %s answered %s", rpc_name, partition.tp,
+                         pb.ErrorCode.Name(answer.error_code))
+                ready = on_answer(answer.error_code, state, mono_ms())
+            self._carrier.apply(partition, ready)

@@ -1,0 +1,156 @@
+"""The broker's periodic work, each loop a supervised task.
+
+- replication ticks: every ``min(replica.lag.time.max.ms / 4, 250 ms)`` each
+  replica's core sees the time (``ReplicaState.tick``: the HW a gone joiner
+  held, ISR shrink proposals, AlterPartition resends, acks=all deadlines);
+- checkpoints: the HW checkpoint every ``log.flush.offset.checkpoint.interval.ms``,
+  with segment.ms rolls and flush.ms flushes; recovery points every 30 s;
+- retention: old segments deleted every ``log.retention.check.interval.ms``,
+  never past a partition's HW;
+- the scrub (``log.scrub.bytes.per.second`` > 0): closed segments re-read at a
+  bounded rate; a damaged batch goes to the replica's core (issue 14, bug 6).
+
+File work runs in worker threads (``_in_thread``) on snapshots taken on the
+loop (HWs, the logs), so no fsync or rename stalls a request; ``stop`` waits
+for them. A failed checkpoint or retention pass is logged and retried next
+round (a disk error must not stop a broker that can still serve); anything
+else escaping a loop is a bug and stops the broker (``TaskSupervisor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.partition import Partition
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
+from tidewater.broker.storage.scrub import LogScrubber
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.broker.supervisor import TaskSupervisor
+from tidewater.proto.errors import TidewaterError
+
+log = logging.getLogger("tidewater.broker.background")
+
+RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
+REPLICATION_TICK_MS_MAX = 250
+
+
+class BackgroundWork:
+    def __init__(self, *, config: BrokerConfig, log_manager, carrier: ReadyCarrier,
+                 supervisor: TaskSupervisor, partitions: dict[TopicPartition, Partition],
+                 high_watermarks: Callable[[], dict[TopicPartition, int]],
+                 corruption: CorruptionReporter):
+        self.config = config
+        self.log_manager = log_manager
+        self._carrier = carrier
+        self._supervisor = supervisor
+        self._partitions = partitions
+        self._high_watermarks = high_watermarks
+        self._corruption = corruption
+        self._tasks: list[asyncio.Task] = []
+        # Checkpoint writes, rolls/flushes and retention passes running in threads.
+        self._thread_work: set[asyncio.Future] = set()
+
+    def start(self) -> None:
+        spawn = self._supervisor.spawn
+        self._tasks = [
+            spawn(self._replication_ticks(), "replication-ticks"),
+            spawn(self._checkpoint_loop(), "hw-checkpoint"),
+            spawn(self._retention_loop(), "retention"),
+        ]
+        if self.config.log_scrub_bytes_per_second > 0:
+            loop = asyncio.get_running_loop()
+            scrubber = LogScrubber(
+                self.log_manager.logs,
+                lambda tp, batch: loop.call_soon_threadsafe(self.on_scrub_corrupt, tp, batch),
+                bytes_per_second=self.config.log_scrub_bytes_per_second,
+                interval_ms=self.config.log_scrub_interval_ms, now_ms=mono_ms())
+            self._tasks.append(spawn(scrubber.run(), "scrub"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._thread_work:
+            await asyncio.gather(*self._thread_work, return_exceptions=True)
+
+    def on_scrub_corrupt(self, tp: TopicPartition, batch: CorruptBatch) -> None:
+        """The scrub found a damaged batch (on the loop now): reported once, and handed to
+        the replica's core if it is the log the replica serves (issue 14, bug 6)."""
+        self._corruption.report(batch, SCRUB)
+        partition = self._partitions.get(tp)
+        if partition is None or Path(batch.path).parent != Path(partition.log.dir):
+            return  # not hosted (yet), or another incarnation's log
+        try:
+            self._carrier.apply(partition, partition.replica.on_corrupt_batch(batch.base_offset,
+                                                                              mono_ms()))
+        except TidewaterError as e:
+            log.warning("%s: reacting to the corrupt batch failed: %s", tp, e)
+
+    def tick_all(self, now_ms: int) -> None:
+        """One replication tick of every replica that needs time (synchronous, on the loop)."""
+        for partition in list(self._partitions.values()):
+            replica = partition.replica
+            if replica.leader is None and replica.corrupt_from is None:
+                continue
+            try:
+                self._carrier.apply(partition, partition.replica.tick(now_ms))
+            except TidewaterError as e:
+                log.warning("%s: replication tick failed: %s", partition.tp, e)
+
+    async def _replication_ticks(self) -> None:
+        interval_s = min(self.config.replica_lag_time_max_ms / 4, REPLICATION_TICK_MS_MAX) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.tick_all(mono_ms())
+
+    async def _checkpoint_loop(self) -> None:
+        interval_s = self.config.log_flush_offset_checkpoint_interval_ms / 1000
+        last_recovery_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                # The checkpoint files are written (and fsynced) in a thread: an fsync takes
+                # milliseconds to tens of ms on a busy disk and stalled every request when it
+                # ran on the loop. The HWs are snapshotted here, on the loop.
+                await self._in_thread(self.log_manager.checkpoint_high_watermarks,
+                                      self._high_watermarks())
+                # A segment.ms roll queues its flush; a flush.ms flush fsyncs (outside
+                # each log's lock). The logs dict is snapshotted here, on the loop.
+                await self._in_thread(self.log_manager.maybe_roll_and_flush, wall_ms(),
+                                      self.log_manager.logs())
+                if time.monotonic() - last_recovery_checkpoint >= RECOVERY_CHECKPOINT_INTERVAL_S:
+                    last_recovery_checkpoint = time.monotonic()
+                    # Flushes every log (fsyncs outside each log's lock) before writing the points.
+                    await self._in_thread(self.log_manager.checkpoint_recovery_points)
+            except (OSError, TidewaterError) as e:
+                log.error("checkpoint failed: %s", e)  # the next round retries
+
+    async def _retention_loop(self) -> None:
+        interval_s = self.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                # Renames and a checkpoint write: in a thread, with the partitions' HWs
+                # and logs snapshotted together here, on the loop.
+                partitions = list(self._partitions.items())
+                await self._in_thread(self.log_manager.delete_old_segments, wall_ms(),
+                                      {tp: p.high_watermark for tp, p in partitions},
+                                      {tp: p.log for tp, p in partitions})
+            except (OSError, TidewaterError) as e:
+                log.error("retention failed: %s", e)  # the next round retries
+
+    async def _in_thread(self, fn, *args) -> None:
+        """Run ``fn`` in a worker thread; ``stop`` waits for every such run, so a cancelled
+        loop never leaves a checkpoint write or a retention pass running into the
+        shutdown's own checkpoints. Arguments are snapshots taken on the loop."""
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        self._thread_work.add(work)
+        work.add_done_callback(self._thread_work.discard)
+        await asyncio.shield(work)

@@ -1,0 +1,298 @@
+"""The controller's requests to this broker: LeaderAndIsr, StopReplica, UpdateMetadata.
+
+Request-level checks first: before this broker's registration is answered every
+controller request is refused with gRPC UNAVAILABLE (the sender retries: a new
+process must not act on states meant for its previous one); a controller epoch
+older than the newest seen is STALE_CONTROLLER_EPOCH; a broker epoch other than
+this broker's registered one (-1 included) is STALE_BROKER_EPOCH. Then
+each partition state goes to its replica's core
+(``ReplicaState.on_leader_and_isr`` / ``on_stop_replica``) under the
+partition's lock, and the ``Ready`` is carried out; the core's ``error`` is
+that partition's answer. A partition exists locally only once a LeaderAndIsr
+names this broker as a replica; logs loaded at start-up wait (with their
+checkpointed HW) until then.
+
+Topic IDs (``topic_identity``, pure): a LeaderAndIsr's topic ID decides whether
+the local log is kept, adopted, or moved aside for a fresh one; every full
+UpdateMetadata sweeps replicas of incarnations the cluster no longer has here.
+Only a controller of this data dir's cluster (``cluster_identity``) may make
+the broker delete a log.
+
+Topic configs ride on every LeaderAndIsr: a log's config and the core's
+``min.insync.replicas`` follow them (a change re-checks the HW and the
+waiting acks=all requests at once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.cluster_identity import ClusterIdentity
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.partition import Partition
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.replica import PartitionState, ReplicaState
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
+from tidewater.broker.topic_identity import (
+    IdentityAction,
+    describe_topic_id,
+    incarnation_action,
+    stop_replica_error,
+    stray_replicas,
+)
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    error_for_code,
+)
+from tidewater.proto.topic_config import validate_topic_configs
+from tidewater.proto.topic_id import check_topic_id
+
+log = logging.getLogger("tidewater.broker.control")
+
+
+def partition_state(state: pb.PartitionState) -> PartitionState:
+    return PartitionState(state.topic, state.partition, state.leader, state.leader_epoch,
+                          state.partition_epoch, tuple(state.replicas), tuple(state.isr))
+
+
+class ControlRequests:
+    def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
+                 partitions: dict[TopicPartition, Partition], carrier: ReadyCarrier,
+                 broker_epoch: Callable[[], int], loaded_high_watermarks: dict[TopicPartition, int],
+                 forget_partition: Callable[[TopicPartition], None]):
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self.partitions = partitions
+        self._carrier = carrier
+        self._broker_epoch = broker_epoch
+        self._loaded_high_watermarks = loaded_high_watermarks
+        self._forget_partition = forget_partition
+        self.controller_epoch = -1
+        self.cluster_identity = ClusterIdentity(config.data_dir, config.broker_id)
+        # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
+        self.leader_endpoints: dict[int, tuple[str, int]] = {}
+        # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
+        self.alive_broker_epochs: dict[int, int] | None = None
+
+    # ================================================================ LeaderAndIsr
+
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+        """``control_rules.controller_request_refusal`` (NONE: take it); not registered
+        yet raises BrokerNotAvailableError, which the servicer answers as gRPC
+        UNAVAILABLE so the controller's sender retries."""
+        refusal = controller_request_refusal(
+            registered_epoch=self._broker_epoch(), controller_epoch_seen=self.controller_epoch,
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+        if refusal == pb.BROKER_NOT_AVAILABLE:
+            raise BrokerNotAvailableError(f"{kind} before this broker registered: retry later")
+        return pb.NONE if refusal is None else refusal
+
+    async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        if refusal != pb.NONE:
+            return pb.LeaderAndIsrResponse(error_code=refusal)
+        self.controller_epoch = request.controller_epoch
+        for e in request.leaders:
+            self.leader_endpoints[e.broker_id] = (e.host, e.port)
+        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+        trusted = self.cluster_identity.trusts(request.cluster_id)
+        names_by_id = self._topic_names_by_id()
+        for item in request.partitions:
+            try:
+                code, message = await self._apply_partition_state(
+                    item, trusted, request.metadata_offset, names_by_id)
+            except Exception as e:  # the one boundary: a typed error per partition
+                code, message = error_code_for(e, context="LeaderAndIsr")
+            response.partitions.add(topic=item.state.topic, partition=item.state.partition,
+                                    error_code=code, error_message=message)
+        return response
+
+    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+                                     metadata_offset: int,
+                                     names_by_id: dict[bytes, str]) -> tuple[int, str]:
+        state = partition_state(item.state)
+        tp = TopicPartition(state.topic, state.partition)
+        validate_topic_partition(tp)
+        if self.broker_id not in state.replicas:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
+        topic_id = check_topic_id(item.state.topic_id)
+        topic_configs = dict(item.topic_configs)
+        try:
+            validate_topic_configs(topic_configs)  # the controller's own parser
+        except InvalidConfigError as e:
+            # The controller checked them with the same code: a controller of another
+            # version, or a metadata log edited by hand. The partition is not hosted.
+            log.error("cannot host %s: its topic configs are refused: %s", tp, e)
+            return pb.INVALID_CONFIG, str(e)
+        partition = await self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
+                                                          names_by_id)
+        partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
+        async with partition.lock:
+            self._apply_topic_configs(partition, topic_configs)
+            ready = partition.replica.on_leader_and_isr(state, mono_ms())
+            self._carrier.apply(partition, ready)
+        return ready.error, ready.error_message
+
+    async def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
+                                         topic_configs: dict[str, str], trusted: bool,
+                                         names_by_id: dict[bytes, str]) -> Partition:
+        """The replica of ``tp`` for incarnation ``topic_id`` (``topic_identity``'s table):
+        the local one, after adopting the ID or replacing another incarnation's log."""
+        partition = self.partitions.get(tp)
+        local_id = self.log_manager.topic_id(tp)
+        action = incarnation_action(
+            tp, topic_id, local_id, trusted=trusted, names_by_id=names_by_id,
+            has_log=partition is not None or self.log_manager.get(tp) is not None)
+        if action is IdentityAction.ADOPT:
+            log.info("%s: the log made before topic ids adopts topic id %s", tp,
+                     describe_topic_id(topic_id))
+            self.log_manager.assign_topic_id(tp, topic_id)
+            if partition is not None:
+                partition.topic_id = topic_id
+        elif action is IdentityAction.REPLACE:
+            log.warning("%s: the local log is incarnation %s, the controller names %s: moving it "
+                        "aside for deletion", tp, describe_topic_id(local_id),
+                        describe_topic_id(topic_id))
+            await self._remove_replica(tp)
+            partition = None
+        names_by_id[topic_id] = tp.topic
+        return partition or self._create_partition(tp, topic_configs, topic_id)
+
+    def _create_partition(self, tp: TopicPartition, topic_configs: dict[str, str],
+                          topic_id: bytes) -> Partition:
+        log_ = self.log_manager.get(tp)
+        if log_ is None:
+            config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+            log_ = self.log_manager.get_or_create(tp, config, wall_ms(), topic_id=topic_id)
+        replica = ReplicaState(
+            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
+            high_watermark=self._loaded_high_watermarks.pop(tp, 0),
+            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            follower_options=self.config.follower_options)
+        partition = self.partitions[tp] = Partition(tp, log_, replica, topic_id)
+        return partition
+
+    def _topic_names_by_id(self) -> dict[bytes, str]:
+        """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""
+        names = {topic_id: tp.topic for tp, topic_id in self.log_manager.topic_ids().items()
+                 if topic_id is not None}
+        names.update(self.metadata_cache.topic_names_by_id())
+        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
+        return names
+
+    def _apply_topic_configs(self, partition: Partition, topic_configs: dict[str, str]) -> None:
+        """Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
+        if not topic_configs:
+            return
+        config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+        if config != partition.log.config:
+            self.log_manager.update_topic_config(partition.tp.topic, config)
+        ready = partition.replica.set_min_insync_replicas(
+            self.config.min_insync_replicas_for(topic_configs), mono_ms())
+        self._carrier.apply(partition, ready)
+
+    # ================================================================ StopReplica
+
+    async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        if refusal != pb.NONE:
+            return pb.StopReplicaResponse(error_code=refusal)
+        self.controller_epoch = request.controller_epoch
+        trusted = self.cluster_identity.trusts(request.cluster_id)
+        response = pb.StopReplicaResponse(error_code=pb.NONE)
+        for state in request.partitions:
+            tp = TopicPartition(state.topic, state.partition)
+            code, message = pb.NONE, ""
+            try:
+                if state.topic_id:
+                    check_topic_id(state.topic_id)
+                if tp in self.partitions or self.log_manager.get(tp) is not None:
+                    refused = stop_replica_error(self.log_manager.topic_id(tp), state.topic_id,
+                                                 trusted=trusted or not request.delete_partitions)
+                    if refused is not None:
+                        raise error_for_code(*refused)
+                code, message = await self._remove_replica(
+                    tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
+            except Exception as e:
+                code, message = error_code_for(e, context="StopReplica")
+            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
+                                    error_message=message)
+        return response
+
+    async def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
+                              delete: bool = True) -> tuple[int, str]:
+        """Stop playing any part in ``tp`` (the core's ``on_stop_replica``: waits answered,
+        fetching stopped); with ``delete`` forget it and move its log aside for deletion
+        (``LogManager.delete``). Returns the core's answer (FENCED_LEADER_EPOCH for a stop
+        older than the replica's epoch: then nothing changes)."""
+        partition = self.partitions.get(tp)
+        if partition is not None:
+            async with partition.lock:
+                ready = partition.replica.on_stop_replica(leader_epoch, mono_ms())
+                self._carrier.apply(partition, ready)
+                if ready.error != pb.NONE:
+                    return ready.error, ready.error_message
+                if delete and self.partitions.get(tp) is partition:
+                    self._forget_partition(tp)
+        if delete:
+            self._loaded_high_watermarks.pop(tp, None)
+            if self.log_manager.get(tp) is not None:
+                self.log_manager.delete(tp)
+        return pb.NONE, ""
+
+    # ================================================================ UpdateMetadata
+
+    async def update_metadata(self, request: pb.UpdateMetadataRequest
+                              ) -> pb.UpdateMetadataResponse:
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        if refusal != pb.NONE:
+            return pb.UpdateMetadataResponse(error_code=refusal)
+        try:
+            self.metadata_cache.update(request)
+        except Exception as e:
+            return pb.UpdateMetadataResponse(error_code=error_code_for(e)[0])
+        self.controller_epoch = request.controller_epoch
+        for b in request.brokers:
+            for lst in b.listeners:
+                if lst.name == "INTERNAL" and not b.fenced:
+                    self.leader_endpoints[b.broker_id] = (lst.host, lst.port)
+        self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
+                                    if not b.fenced and not b.in_controlled_shutdown}
+        if self.cluster_identity.trusts(request.cluster_id):
+            await self._remove_stray_replicas(request)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    def is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
+        """KIP-903: ``control_rules.is_isr_eligible`` against the last snapshot."""
+        return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
+
+    async def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
+        """Move aside every local replica the full snapshot leaves out (``topic_identity.is_stray``):
+        logs not claimed since start-up whatever the snapshot holds (an empty one places
+        nothing here), and replicas a LeaderAndIsr made if the snapshot is as new as it."""
+        local_ids = self.log_manager.topic_ids()
+        stray = stray_replicas(
+            local_ids, {tp: p.metadata_offset for tp, p in self.partitions.items()},
+            self.broker_id, request.metadata_offset,
+            ((p.topic, p.partition, p.topic_id, p.replicas) for p in request.partitions))
+        for tp in stray:
+            local_id = local_ids[tp]
+            log.warning("%s (topic id %s) is stray: the cluster (controller epoch %d, metadata "
+                        "offset %d) has no such replica here; moving it aside for deletion", tp,
+                        describe_topic_id(local_id), request.controller_epoch,
+                        request.metadata_offset)
+            try:
+                await self._remove_replica(tp)
+            except Exception as e:  # a failed delete leaves the log in place
+                log.error("removing stray replica %s failed: %s", tp, e)

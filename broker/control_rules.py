@@ -1,0 +1,48 @@
+"""Which controller requests a broker takes, and whose fetches may vouch for an ISR member.
+
+Pure decisions (no I/O) that the broker's control path (``control.py``) and the
+simulation's broker both run:
+
+- ``controller_request_refusal``: before this broker's registration is answered
+  (its epoch is -1: a new process, whose logs may have lost an unflushed tail
+  since the controller last saw it) every controller request is refused with
+  BROKER_NOT_AVAILABLE, which the broker answers as a transport-level "try again"
+  so the controller's sender retries (Kafka's start-up order); then a controller
+  epoch older than the newest seen is STALE_CONTROLLER_EPOCH; then a broker epoch
+  other than this broker's registered one is STALE_BROKER_EPOCH (-1 is not a
+  wildcard: a request meant for no particular incarnation is meant for none).
+- ``is_isr_eligible`` (KIP-903, Kafka's ``isReplicaIsrEligible``): a follower's
+  fetch may add it to the ISR only if the last snapshot lists it live, unfenced
+  and not shutting down, with exactly the broker epoch the fetch carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tidewater.proto import tidewater_pb2 as pb
+
+UNREGISTERED = -1
+
+
+def controller_request_refusal(*, registered_epoch: int, controller_epoch_seen: int,
+                               request_controller_epoch: int,
+                               request_broker_epoch: int | None) -> int | None:
+    """The ErrorCode refusing a controller request, or None to take it.
+    ``request_broker_epoch`` None: the request names no broker (UpdateMetadata)."""
+    if registered_epoch == UNREGISTERED:
+        return pb.BROKER_NOT_AVAILABLE
+    if request_controller_epoch < controller_epoch_seen:
+        return pb.STALE_CONTROLLER_EPOCH
+    if request_broker_epoch is not None and request_broker_epoch != registered_epoch:
+        return pb.STALE_BROKER_EPOCH
+    return None
+
+
+def is_isr_eligible(alive_broker_epochs: Mapping[int, int] | None, replica_id: int,
+                    broker_epoch: int) -> bool:
+    """May a fetch from ``replica_id`` carrying ``broker_epoch`` add it to the ISR? Before
+    any snapshot nothing is known here (the controller still checks, KIP-903)."""
+    if alive_broker_epochs is None:
+        return True
+    return alive_broker_epochs.get(replica_id) == broker_epoch

@@ -1,0 +1,289 @@
+"""The one fetch path (consumers and followers) and the offset lookups.
+
+``fetch``: each pass reads every wanted partition; a long-poll parks in
+``FetchWaiters`` until something that can change its answer happens, then
+reads again, until it has ``min_bytes``, must answer (an error, a diverging
+epoch), or its wait ends. Decisions are the replication core's:
+
+- a consumer's read: ``ReplicaState.check_consumer_fetch`` (fencing,
+  leadership, range) and the HW it may read below;
+- a follower's read: ``ReplicaState.on_follower_fetch`` (fencing, divergence,
+  range; on the first pass the follower's progress moves the HW and may
+  propose an ISR expansion, carried out by ``ReadyCarrier``). A fetch from a
+  broker incarnation that is not the live registered one is served but cannot
+  add it to the ISR (KIP-903, ``is_isr_eligible``).
+
+A HW move alone does not answer a follower's long-poll (Kafka's DelayedFetch):
+the follower learns the HW with its next records or at max_wait_ms. Answering
+it cost one extra fetch round per acks=all write (the ISR member that fetched
+first was answered empty as soon as the last one moved the HW) and left that
+follower without a pending fetch when the next record arrived. So a
+follower's long-poll is woken only by appends and leadership changes, a
+consumer's only by HW moves and leadership changes.
+
+Every batch read is checked (framing, CRC-32C: ``_read_checked``): a corrupt one
+ends the read with the batches before it, and the replica's core reacts (issue
+14, bug 6). A fetch naming a topic ID reads only that incarnation
+(``topic_identity.fetch_topic_id_error``: INCONSISTENT_TOPIC_ID / UNKNOWN_TOPIC_ID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable, Mapping
+
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.partition import Partition
+from tidewater.broker.purgatory import FetchWaiters
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.corruption import (
+    CONSUMER_READ,
+    FOLLOWER_READ,
+    CorruptBatchError,
+    CorruptionReporter,
+    read_reporting,
+)
+from tidewater.broker.topic_identity import fetch_topic_id_error
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
+from tidewater.proto.errors import KafkaStorageError, error_for_code
+
+FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
+PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
+FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+_INT32 = struct.Struct(">i")
+_BATCH_LENGTH_AT = 8  # after baseOffset
+_RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
+
+
+def record_count(records: bytes) -> int:
+    """Records in the whole batches ``records`` (for metrics), 0 when the framing is broken.
+
+    ``iter_batches(validate=False)``'s framing checks, reading only the two fields needed:
+    building every header tuple through a generator cost ~4 µs per fetch answer."""
+    count = 0
+    position = 0
+    end = len(records)
+    unpack_from = _INT32.unpack_from
+    while position < end:
+        if end - position < HEADER_SIZE:
+            return 0
+        batch_length = unpack_from(records, position + _BATCH_LENGTH_AT)[0]
+        if batch_length < BATCH_LENGTH_MIN or position + LOG_OVERHEAD + batch_length > end:
+            return 0
+        count += unpack_from(records, position + _RECORD_COUNT_AT)[0]
+        position += LOG_OVERHEAD + batch_length
+    return count
+
+
+class FetchPath:
+    def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
+                 fetch_waiters: FetchWaiters, metrics: BrokerMetrics,
+                 is_isr_eligible: Callable[[int, int], bool], closing: Callable[[], bool],
+                 corruption: CorruptionReporter,
+                 known_topic_ids: Callable[[], Mapping[bytes, str]] = dict):
+        self._lookup = lookup
+        self.corruption = corruption
+        self._known_topic_ids = known_topic_ids
+        self._carrier = carrier
+        self.fetch_waiters = fetch_waiters
+        self._metrics = metrics
+        self._is_isr_eligible = is_isr_eligible
+        self._closing = closing
+        # Labelled counter children looked up once, not per fetch answer (labels() is a
+        # call and a dict probe), by is_follower: (bytes_out, messages_out).
+        self._fetch_out_counters = {
+            is_follower: (metrics.bytes_out.labels(kind), metrics.messages_out.labels(kind))
+            for is_follower, kind in ((True, "replica"), (False, "consumer"))}
+
+    async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        loop = asyncio.get_running_loop()
+        max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
+        deadline = loop.time() + max_wait_ms / 1000
+        replica_id = request.replica_id
+        is_follower = replica_id >= 0
+        min_bytes = max(request.min_bytes, 1)
+        # The request's fields are read once into plain tuples: a long-poll reads them again
+        # on every pass, and each protobuf field access is a call (a message one allocates).
+        wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
+                   fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+                  for fp in request.partitions]
+        max_bytes = request.max_bytes
+        broker_epoch = request.replica_broker_epoch
+        isr_eligible = (self._is_isr_eligible(replica_id, broker_epoch)
+                        if is_follower else False)
+        keys = None
+        first_pass = True
+        while True:
+            results, total_bytes, must_answer = self._read(
+                wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
+                first_pass)
+            first_pass = False
+            remaining_s = deadline - loop.time()
+            if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self._closing():
+                break
+            if keys is None:
+                keys = [(topic, partition) for topic, partition, *_ in wanted]
+            await self.fetch_waiters.wait(keys, remaining_s, follower=is_follower)
+        # The response is built once, from the last pass.
+        response = pb.FetchResponse(error_code=pb.NONE)
+        add = response.partitions.add
+        messages = 0
+        for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
+             leader_epoch, records, diverging) in results:
+            out = add(topic=topic, partition=partition, error_code=code, error_message=message,
+                      high_watermark=high_watermark, log_start_offset=log_start_offset,
+                      log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+            if diverging is not None:
+                out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
+                                                               end_offset=diverging[1]))
+            if code != pb.NONE:
+                self._metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(code)).inc()
+            elif records:
+                messages += record_count(records)
+        if total_bytes:
+            bytes_out, messages_out = self._fetch_out_counters[is_follower]
+            bytes_out.inc(total_bytes)
+            messages_out.inc(messages)
+        return response
+
+    def _read(self, wanted: list[tuple], max_bytes: int, replica_id: int, isr_eligible: bool,
+              broker_epoch: int, first_pass: bool) -> tuple[list[tuple], int, bool]:
+        """(per partition: (topic, partition, error_code, error_message, high_watermark,
+        log_start_offset, log_end_offset, leader_epoch, records, diverging (epoch, end_offset)
+        or None), the records' bytes, must it be answered now). A follower's when
+        ``replica_id`` >= 0."""
+        if max_bytes <= 0:
+            max_bytes = FETCH_MAX_BYTES_DEFAULT
+        total_bytes = 0
+        must_answer = False
+        results = []
+        for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
+             partition_max_bytes, topic_id) in wanted:
+            leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
+            try:
+                partition = self._lookup(topic, partition_index)
+                if topic_id and topic_id != partition.topic_id:
+                    self._refuse_topic_id(topic_id, partition)
+                log_ = partition.log
+                replica = partition.replica
+                leader_epoch = replica.leader_epoch
+                log_start_offset = log_.log_start_offset
+                log_end_offset = log_.log_end_offset
+                if partition_max_bytes <= 0:
+                    partition_max_bytes = PARTITION_MAX_BYTES_DEFAULT
+                budget = min(partition_max_bytes, max(max_bytes - total_bytes, 0))
+                diverging = None
+                if replica_id >= 0:
+                    diverging, ready = replica.on_follower_fetch(
+                        replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch,
+                        mono_ms(), isr_eligible=isr_eligible, record=first_pass,
+                        broker_epoch=broker_epoch)
+                    self._carrier.apply(partition, ready)
+                    if diverging is not None:
+                        records = b""
+                        must_answer = True
+                    elif fetch_offset >= log_end_offset:
+                        records = b""
+                    else:
+                        records = self._read_checked(partition, FOLLOWER_READ, fetch_offset,
+                                                     budget, None, total_bytes == 0)
+                else:
+                    visible_end = replica.check_consumer_fetch(current_leader_epoch, fetch_offset)
+                    if fetch_offset >= visible_end:
+                        records = b""  # nothing committed there yet: never read above the HW
+                    else:
+                        records = self._read_checked(partition, CONSUMER_READ, fetch_offset,
+                                                     budget, visible_end, total_bytes == 0)
+                high_watermark = replica.high_watermark
+                total_bytes += len(records)
+                results.append((topic, partition_index, pb.NONE, "", high_watermark,
+                                log_start_offset, log_end_offset, leader_epoch, records,
+                                diverging))
+            except Exception as e:  # the one boundary: a typed error per partition
+                code, message = error_code_for(e, context="Fetch")
+                results.append((topic, partition_index, code, message, high_watermark,
+                                log_start_offset, log_end_offset, leader_epoch, b"", None))
+                must_answer = True
+        return results, total_bytes, must_answer
+
+    def _read_checked(self, partition: Partition, how: str, fetch_offset: int, max_bytes: int,
+                      max_offset: int | None, min_one_batch: bool) -> bytes:
+        """The read, every batch's CRC checked: the whole batches before a corrupt one,
+        which is reported (logged and counted once) and handed to the replica's core
+        (bug 6: it leaves the ISR and truncates below it). A read that starts at the bad
+        batch answers KAFKA_STORAGE_ERROR (retriable: a healthy replica takes over) while
+        one is expected to, else CORRUPT_MESSAGE (no healthy copy of that record here)."""
+        try:
+            result = read_reporting(partition.log, self.corruption, how, fetch_offset, max_bytes,
+                                    max_offset=max_offset, min_one_batch=min_one_batch)
+        except CorruptBatchError as e:
+            replica = partition.replica
+            self._carrier.apply(partition, replica.on_corrupt_batch(e.batch.base_offset, mono_ms()))
+            if replica.corruption_handover_expected:
+                raise KafkaStorageError(
+                    f"{partition.tp}: the batch at offset {e.batch.base_offset} of this replica "
+                    f"is corrupt; another replica takes over") from e
+            raise
+        if result.corrupt is not None:
+            self._carrier.apply(partition, partition.replica.on_corrupt_batch(
+                result.corrupt.base_offset, mono_ms()))
+        return bytes(result.records)
+
+    def _refuse_topic_id(self, topic_id: bytes, partition: Partition) -> None:
+        """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s."""
+        known = self._known_topic_ids()
+        code, message = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
+        raise error_for_code(code, f"{partition.tp}: {message}")
+
+    # ================================================================ offsets
+
+    def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        for lp in request.partitions:
+            out = response.partitions.add(topic=lp.topic, partition=lp.partition,
+                                          error_code=pb.NONE, timestamp=-1, offset=-1,
+                                          leader_epoch=-1)
+            try:
+                partition = self._lookup(lp.topic, lp.partition)
+                replica = partition.replica
+                is_consumer = request.replica_id < 0
+                replica.check_epoch(lp.current_leader_epoch, require_leader=is_consumer)
+                log_ = partition.log
+                cache = log_.leader_epoch_cache
+                if lp.timestamp == EARLIEST_TIMESTAMP:
+                    out.offset = log_.log_start_offset
+                elif lp.timestamp == LATEST_TIMESTAMP:
+                    out.offset = replica.high_watermark if is_consumer else log_.log_end_offset
+                else:
+                    # A record found at or above the HW does not exist for a consumer yet.
+                    found = log_.fetch_offset_by_timestamp(lp.timestamp)
+                    if found is not None and (not is_consumer
+                                              or found[0] < replica.high_watermark):
+                        out.offset, out.timestamp, out.leader_epoch = found
+                    continue
+                # The epoch of the last record before the offset (Kafka's answer for -1/-2).
+                out.leader_epoch = cache.epoch_for_offset(max(out.offset - 1, log_.log_start_offset))
+            except Exception as e:
+                out.error_code = error_code_for(e, context="ListOffsets")[0]
+        return response
+
+    def offset_for_leader_epoch(self, request: pb.OffsetForLeaderEpochRequest
+                                ) -> pb.OffsetForLeaderEpochResponse:
+        response = pb.OffsetForLeaderEpochResponse()
+        for p in request.partitions:
+            out = response.partitions.add(topic=p.topic, partition=p.partition,
+                                          error_code=pb.NONE, leader_epoch=-1, end_offset=-1)
+            try:
+                partition = self._lookup(p.topic, p.partition)
+                out.leader_epoch, out.end_offset = partition.replica.answer_offset_for_leader_epoch(
+                    p.current_leader_epoch, p.leader_epoch)
+            except Exception as e:
+                out.error_code = error_code_for(e, context="OffsetForLeaderEpoch")[0]
+        return response

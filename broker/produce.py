@@ -1,0 +1,179 @@
+"""The one produce path: validate, append as leader, wait for the HW when acks=all.
+
+Every produce (unary ``Produce``, ``ProduceStream``) goes through
+``ProducePath.append`` and then, for acks=all, waits its partitions' outcomes:
+
+- ``append``: per partition, under its lock: the core's ``check_append``
+  (not the leader: NOT_LEADER_OR_FOLLOWER; acks=all under the minimum ISR:
+  NOT_ENOUGH_REPLICAS, nothing written), the log append stamped with the
+  leader epoch, then ``on_local_append`` with an acks=all wait opened right
+  there, so the wait is bound to the leadership the records were appended
+  under: a leadership that ends before the records commit fails it, even if
+  this broker leads again by the time a later partition of the same request
+  was appended (issue 14, bug 4);
+- ``wait`` (a coroutine) or ``watch`` (a callback, for ProduceStream): the
+  outcome of every acks=all partition written into the response.
+
+A request's partitions are appended in its order, and a stream's requests in
+arrival order (ProduceStream awaits ``append`` for request N before reading
+request N+1; a partition lock hands over FIFO).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+
+from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.partition import Partition
+from tidewater.broker.purgatory import AcksWait, AcksWaits
+from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import CorruptRecordError, InvalidRequiredAcksError
+
+ACKS_TIMEOUT_DEFAULT_MS = 30_000
+
+
+def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
+                           context: str) -> pb.ProduceResponse:
+    """Every partition of ``request`` answered with the error ``e`` maps to (none appended)."""
+    code, message = error_code_for(e, context=context)
+    return pb.ProduceResponse(correlation_id=request.correlation_id, partitions=[
+        pb.ProducePartitionResponse(topic=data.topic, partition=data.partition, error_code=code,
+                                    error_message=message, base_offset=-1)
+        for data in request.partitions])
+
+
+def _set_acks_all_outcome(result: pb.ProducePartitionResponse, code: int) -> None:
+    """Write an acks=all wait's outcome (the core's code) into its partition's answer."""
+    if code != pb.NONE:
+        result.error_code = code
+        result.error_message = pb.ErrorCode.Name(code)
+        if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            # Not acknowledged: the records may still commit or vanish.
+            result.base_offset = -1
+
+
+def acks_timeout_ms(request: pb.ProduceRequest) -> int:
+    """The request's acks=all wait: its timeout_ms (30 s if unset), at most 120 s."""
+    timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
+    return min(timeout_ms, ACKS_ALL_WAIT_MS_MAX)
+
+
+Waits = list[tuple[pb.ProducePartitionResponse, AcksWait]]
+
+
+class ProducePath:
+    def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
+                 acks_waits: AcksWaits, metrics: BrokerMetrics):
+        self._lookup = lookup
+        self._carrier = carrier
+        self._waits = acks_waits
+        self._metrics = metrics
+        self._messages_in = metrics.messages_in
+        self._bytes_in = metrics.bytes_in
+
+    async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        response, waits = await self.append(request)
+        if waits:
+            await self.wait(waits)
+        return response
+
+    async def append(self, request: pb.ProduceRequest) -> tuple[pb.ProduceResponse, Waits]:
+        """Validate and append every partition's records now (see the module docstring).
+
+        Returns the response (final unless acks=all) and the acks=all waits."""
+        acks = request.acks
+        response = pb.ProduceResponse(correlation_id=request.correlation_id)
+        if acks not in (0, 1, -1):
+            return produce_error_response(request, InvalidRequiredAcksError(
+                f"acks must be 0, 1 or -1 (all), got {acks}"), context="Produce"), []
+        waits: Waits = []
+        timeout_ms = acks_timeout_ms(request) if acks == -1 else 0
+        for data in request.partitions:
+            topic, partition_index = data.topic, data.partition  # each access is a call
+            result = response.partitions.add(topic=topic, partition=partition_index,
+                                             error_code=pb.NONE, base_offset=-1)
+            try:
+                partition = self._lookup(topic, partition_index)
+                info, wait = await self._append_as_leader(partition, data.records, acks,
+                                                          timeout_ms)
+                result.base_offset = info.first_offset
+                result.log_append_time_ms = info.log_append_time_ms
+                result.log_start_offset = partition.log.log_start_offset
+                if wait is not None:
+                    waits.append((result, wait))
+            except Exception as e:  # the one boundary: a typed error per partition
+                code, message = error_code_for(e, context="Produce")
+                result.error_code, result.error_message = code, message
+                result.base_offset = -1
+                if code != pb.NONE:
+                    self._metrics.request_errors.labels("Produce", pb.ErrorCode.Name(code)).inc()
+        if acks == 0:
+            # The client asked for no answer: nothing to tell it, errors included.
+            return pb.ProduceResponse(), []
+        return response, waits
+
+    async def _append_as_leader(self, partition: Partition, records: bytes, acks: int,
+                                timeout_ms: int):
+        if not records:
+            raise CorruptRecordError("produce request carries no record batch")
+        async with partition.lock:
+            replica = partition.replica
+            leader_epoch = replica.check_append(acks)  # nothing written when refused
+            info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
+            self._messages_in.inc(info.record_count)
+            self._bytes_in.inc(len(records))
+            wait = None
+            if acks == -1:
+                wait = self._waits.open(partition, timeout_ms)
+                ready = replica.on_local_append(
+                    partition.log.log_end_offset, mono_ms(), waiter_id=wait.waiter_id,
+                    required_offset=info.last_offset + 1, timeout_ms=timeout_ms)
+            else:
+                ready = replica.on_local_append(partition.log.log_end_offset, mono_ms())
+            self._carrier.apply(partition, ready)
+            return info, wait
+
+    async def wait(self, waits: Waits) -> None:
+        """Wait for each acks=all outcome and write it into its partition's answer."""
+        # One partition (the usual request) is awaited directly: gather would wrap it in
+        # a task, one more hop through the event loop before the answer goes out.
+        if len(waits) == 1:
+            codes = [await self._waits.wait_for(waits[0][1])]
+        else:
+            codes = await asyncio.gather(*(self._waits.wait_for(w) for _, w in waits))
+        for (result, _), code in zip(waits, codes, strict=True):
+            _set_acks_all_outcome(result, code)
+
+    def watch(self, request: pb.ProduceRequest, response: pb.ProduceResponse, waits: Waits,
+              done: Callable[[pb.ProduceResponse], None]) -> Callable[[], None]:
+        """``wait`` without a coroutine (ProduceStream): ``done(response)`` runs once, from
+        the event loop (or at once), when every wait has its outcome in ``response``; a
+        failure there answers ``produce_error_response`` instead. Returns the function
+        that withdraws the waits (``done`` never runs then)."""
+        remaining = len(waits)
+        failed: list[Exception] = []
+
+        def on_outcome(result: pb.ProducePartitionResponse, code: int) -> None:
+            nonlocal remaining
+            try:
+                _set_acks_all_outcome(result, code)
+            except Exception as e:  # answered below, as for wait
+                failed.append(e)
+            remaining -= 1
+            if remaining == 0:
+                done(produce_error_response(request, failed[0], context="ProduceStream")
+                     if failed else response)
+
+        for result, wait in waits:
+            self._waits.attach(wait, functools.partial(on_outcome, result))
+
+        def withdraw_all() -> None:
+            for _, wait in waits:
+                self._waits.withdraw(wait)
+        return withdraw_all
