@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from tests.unit.test_broker_fakes import FakeLog, make_batch
-from tests.unit.test_broker_replica_manager import TP, lai, make_manager
-from tidewater.broker.forwarding import ControllerForwarder
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, serve
 from tidewater.broker.partition import Partition
 from tidewater.broker.replication.replica import FollowerPhase, ReplicaState
-from tidewater.broker.server import BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import set_base_offset_and_epoch
@@ -38,12 +36,7 @@ async def test_follower_truncates_to_the_largest_common_epoch_then_fetches(tmp_p
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 5), (2, 3)])
     follower_rm, _ = make_manager(tmp_path / "f", broker_id=2)
     follower_rm.log_manager._logs[TP] = seeded_log([(0, 3), (1, 3)])
-    server, port = build_server(host="127.0.0.1", port=0,
-                                servicer=BrokerServicer(leader_rm, leader_rm.metadata_cache,
-                                                        leader_rm.metrics, "INTERNAL"),
-                                controller_servicer=ControllerForwarder(None),
-                                max_message_bytes=1 << 20)
-    await server.start()
+    server, port = await serve(leader_rm)
     try:
         await leader_rm.leader_and_isr(lai(leader=1, leader_epoch=3, isr=(1,)))
         request = lai(leader=1, leader_epoch=3, isr=(1,))

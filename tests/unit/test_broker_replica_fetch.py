@@ -10,9 +10,8 @@ import grpc
 import pytest
 
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
-from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce
-from tidewater.broker.forwarding import ControllerForwarder
-from tidewater.broker.server import BrokerServicer, build_server
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce, serve
+from tidewater.broker.server import BrokerServicer
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -44,10 +43,7 @@ class StreamlessServicer(CountingServicer):
 
 
 async def start_leader(rm, servicer):
-    server, port = build_server(host="127.0.0.1", port=0, servicer=servicer,
-                                controller_servicer=ControllerForwarder(None),
-                                max_message_bytes=1 << 20)
-    await server.start()
+    server, port = await serve(rm, servicer)
     await rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,)))
     return server, port
 

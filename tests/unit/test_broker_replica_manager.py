@@ -571,3 +571,17 @@ async def test_a_failed_epoch_checkpoint_write_leaves_no_leader_behind(tmp_path)
     assert resp.partitions[0].error_code == pb.NONE and rm.partitions[TP].is_leader
     assert cache.entries()[-1] == (1, 0)
     await rm.stop()
+
+
+async def serve(rm, servicer=None):
+    """``rm`` behind a real gRPC server on a free port (the broker's own servicer unless
+    ``servicer``); returns (server, port): stop it with ``await server.stop(0)``."""
+    from tidewater.broker.forwarding import ControllerForwarder
+    from tidewater.broker.server import BrokerServicer, build_server
+
+    server, port = build_server(
+        host="127.0.0.1", port=0,
+        servicer=servicer or BrokerServicer(rm, rm.metadata_cache, rm.metrics, "INTERNAL"),
+        controller_servicer=ControllerForwarder(None), max_message_bytes=1 << 20)
+    await server.start()
+    return server, port

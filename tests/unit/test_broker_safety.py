@@ -16,7 +16,7 @@ import logging
 import pytest
 
 from tests.unit.test_broker_fakes import make_batch
-from tests.unit.test_broker_replica_manager import TOPIC_ID, TP, make_manager, wait_until
+from tests.unit.test_broker_replica_manager import TOPIC_ID, TP, make_manager, serve, wait_until
 from tidewater.broker.produce import acks_timeout_ms
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
@@ -165,19 +165,12 @@ async def test_controller_requests_wait_for_the_registration_and_name_it(tmp_pat
     # led with a log that had lost records in the crash.
     import grpc
 
-    from tidewater.broker.forwarding import ControllerForwarder
-    from tidewater.broker.server import BrokerServicer, build_server
     from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
     rm, _ = make_manager(tmp_path)
     registered = {"epoch": -1}
     rm.control._broker_epoch = lambda: registered["epoch"]
-    server, port = build_server(host="127.0.0.1", port=0,
-                                servicer=BrokerServicer(rm, rm.metadata_cache, rm.metrics,
-                                                        "INTERNAL"),
-                                controller_servicer=ControllerForwarder(None),
-                                max_message_bytes=1 << 20)
-    await server.start()
+    server, port = await serve(rm)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.BrokerStub(channel)

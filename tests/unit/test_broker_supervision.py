@@ -13,12 +13,10 @@ import logging
 import grpc
 import pytest
 
-from tests.unit.test_broker_replica_manager import make_manager
+from tests.unit.test_broker_replica_manager import make_manager, serve
 from tidewater.broker import __main__ as broker_main
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.forwarding import ControllerForwarder
 from tidewater.broker.process import BrokerProcess
-from tidewater.broker.server import BrokerServicer, build_server
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -85,12 +83,7 @@ async def test_an_invariant_violation_at_a_request_boundary_stops_the_broker(tmp
     async def broken_fetch(request):
         raise InvariantViolation("a leader's LEO went back")
     rm.fetch = broken_fetch
-    server, port = build_server(host="127.0.0.1", port=0,
-                                servicer=BrokerServicer(rm, rm.metadata_cache, rm.metrics,
-                                                        "INTERNAL"),
-                                controller_servicer=ControllerForwarder(None),
-                                max_message_bytes=1 << 20)
-    await server.start()
+    server, port = await serve(rm)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.BrokerStub(channel)
