@@ -2,9 +2,12 @@
 
 Request-level checks first: before this broker's registration is answered every
 controller request is refused with gRPC UNAVAILABLE (the sender retries: a new
-process must not act on states meant for its previous one); a controller epoch
-older than the newest seen is STALE_CONTROLLER_EPOCH; a broker epoch other than
-this broker's registered one (-1 included) is STALE_BROKER_EPOCH. Then
+process must not act on states meant for its previous one); a request without
+the control token of this broker's registration is CLUSTER_AUTHORIZATION_FAILED
+(it may come from anyone who can reach the port; nothing of it is believed); a
+controller epoch older than the newest seen is STALE_CONTROLLER_EPOCH; a broker
+epoch other than this broker's registered one (-1 included) is
+STALE_BROKER_EPOCH. Then
 each partition state goes to its replica's core
 (``ReplicaState.on_leader_and_isr`` / ``on_stop_replica``) under the
 partition's lock, and the ``Ready`` is carried out; the core's ``error`` is
@@ -25,6 +28,7 @@ waiting acks=all requests at once).
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Callable
 
@@ -67,7 +71,8 @@ class ControlRequests:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  partitions: dict[TopicPartition, Partition], carrier: ReadyCarrier,
                  broker_epoch: Callable[[], int], loaded_high_watermarks: dict[TopicPartition, int],
-                 forget_partition: Callable[[TopicPartition], None]):
+                 forget_partition: Callable[[TopicPartition], None],
+                 control_token: Callable[[], bytes]):
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -75,6 +80,7 @@ class ControlRequests:
         self.partitions = partitions
         self._carrier = carrier
         self._broker_epoch = broker_epoch
+        self._control_token = control_token  # the registration's (ControllerChannel)
         self._loaded_high_watermarks = loaded_high_watermarks
         self._forget_partition = forget_partition
         self.controller_epoch = -1
@@ -86,19 +92,25 @@ class ControlRequests:
 
     # ================================================================ LeaderAndIsr
 
-    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None,
+                 token: bytes) -> int:
         """``control_rules.controller_request_refusal`` (NONE: take it); not registered
         yet raises BrokerNotAvailableError, which the servicer answers as gRPC
         UNAVAILABLE so the controller's sender retries."""
         refusal = controller_request_refusal(
             registered_epoch=self._broker_epoch(), controller_epoch_seen=self.controller_epoch,
-            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch,
+            token_matches=hmac.compare_digest(token, self._control_token()))
         if refusal == pb.BROKER_NOT_AVAILABLE:
             raise BrokerNotAvailableError(f"{kind} before this broker registered: retry later")
+        if refusal == pb.CLUSTER_AUTHORIZATION_FAILED:
+            log.warning("refused %s claiming controller epoch %d: not this registration's "
+                        "control token", kind, controller_epoch)
         return pb.NONE if refusal is None else refusal
 
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
+                               request.control_token)
         if refusal != pb.NONE:
             return pb.LeaderAndIsrResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
@@ -205,7 +217,8 @@ class ControlRequests:
     # ================================================================ StopReplica
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
-        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
+                               request.control_token)
         if refusal != pb.NONE:
             return pb.StopReplicaResponse(error_code=refusal)
         self.controller_epoch = request.controller_epoch
@@ -255,7 +268,8 @@ class ControlRequests:
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
-        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None,
+                               request.control_token)
         if refusal != pb.NONE:
             return pb.UpdateMetadataResponse(error_code=refusal)
         try:

@@ -7,8 +7,12 @@ simulation's broker both run:
   (its epoch is -1: a new process, whose logs may have lost an unflushed tail
   since the controller last saw it) every controller request is refused with
   BROKER_NOT_AVAILABLE, which the broker answers as a transport-level "try again"
-  so the controller's sender retries (Kafka's start-up order); then a controller
-  epoch older than the newest seen is STALE_CONTROLLER_EPOCH; then a broker epoch
+  so the controller's sender retries (Kafka's start-up order); then a request
+  without the control token the controller handed this registration is
+  CLUSTER_AUTHORIZATION_FAILED (checked before any epoch is believed: a forged
+  request must not raise the controller epoch this broker takes, which would
+  lock the real controller out); then a controller epoch older than the newest
+  seen is STALE_CONTROLLER_EPOCH; then a broker epoch
   other than this broker's registered one is STALE_BROKER_EPOCH (-1 is not a
   wildcard: a request meant for no particular incarnation is meant for none).
 - ``is_isr_eligible`` (KIP-903, Kafka's ``isReplicaIsrEligible``): a follower's
@@ -26,12 +30,15 @@ UNREGISTERED = -1
 
 
 def controller_request_refusal(*, registered_epoch: int, controller_epoch_seen: int,
-                               request_controller_epoch: int,
-                               request_broker_epoch: int | None) -> int | None:
+                               request_controller_epoch: int, request_broker_epoch: int | None,
+                               token_matches: bool) -> int | None:
     """The ErrorCode refusing a controller request, or None to take it.
-    ``request_broker_epoch`` None: the request names no broker (UpdateMetadata)."""
+    ``request_broker_epoch`` None: the request names no broker (UpdateMetadata).
+    ``token_matches``: the request carries this registration's control token."""
     if registered_epoch == UNREGISTERED:
         return pb.BROKER_NOT_AVAILABLE
+    if not token_matches:
+        return pb.CLUSTER_AUTHORIZATION_FAILED
     if request_controller_epoch < controller_epoch_seen:
         return pb.STALE_CONTROLLER_EPOCH
     if request_broker_epoch is not None and request_broker_epoch != registered_epoch:

@@ -3,7 +3,12 @@ ReportCorruptReplica.
 
 Theory of operation:
 - ``register()`` retries RegisterBroker until the controller answers NONE; the
-  answer's ``broker_epoch`` identifies this incarnation in every later call.
+  answer's ``broker_epoch`` identifies this incarnation in every later call, and
+  its ``control_token`` authenticates them: we send it on every heartbeat,
+  AlterPartition and ReportCorruptReplica, and take the controller's requests
+  only when they carry it (``control_rules``). While a registration is under
+  way the epoch is -1, so the controller's requests for the coming epoch are
+  answered "try again" (not refused for good) until its answer is here.
 - ``run_heartbeats()`` sends a heartbeat every ``broker.heartbeat.interval.ms``
   on one ``BrokerHeartbeats`` stream (request, then its answer, in order). The
   stream matters beyond transport: when this process dies, the kernel closes
@@ -21,8 +26,8 @@ Theory of operation:
   unreachable controller (we are fenced meanwhile). One lock orders the
   heartbeats of ``run_heartbeats`` and ``controlled_shutdown``, which may run
   at once.
-  STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED means the controller no longer
-  knows this epoch: register again, and the controller resends the full
+  STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED / CLUSTER_AUTHORIZATION_FAILED
+  means the controller no longer knows this registration: register again, and the controller resends the full
   LeaderAndIsr for our partitions. A heartbeat from a fenced broker (e.g.
   after a long pause) unfences it and brings a full resync too; if we stay
   fenced for two session timeouts anyway, we register again as a safety net.
@@ -59,6 +64,9 @@ log = logging.getLogger("tidewater.broker.controller_channel")
 RPC_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2
 STREAM_CLOSE_TIMEOUT_S = 1.0
+# Heartbeat answers saying the controller does not know this registration.
+REGISTER_AGAIN = (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED,
+                   pb.CLUSTER_AUTHORIZATION_FAILED)
 
 
 class ControllerChannel:
@@ -73,6 +81,7 @@ class ControllerChannel:
         self.session_timeout_ms = session_timeout_ms
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
+        self.control_token = b""  # the registration's (RegisterBrokerResponse.control_token)
         self.cluster_id = ""
         self.is_fenced = True
         self._on_registered = on_registered
@@ -103,6 +112,8 @@ class ControllerChannel:
 
     async def register(self) -> int:
         """Register until the controller accepts; returns the new broker epoch."""
+        self.broker_epoch = -1
+        self.control_token = b""
         attempt = 0
         while True:
             attempt += 1
@@ -125,6 +136,7 @@ class ControllerChannel:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             self.broker_epoch = resp.broker_epoch
+            self.control_token = resp.control_token
             self.cluster_id = resp.cluster_id
             self._fenced_since = None
             log.info("registered broker %d with broker epoch %d", self.broker_id,
@@ -140,7 +152,8 @@ class ControllerChannel:
                 return None
             request = pb.BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                want_shutdown=want_shutdown or self._want_shutdown)
+                want_shutdown=want_shutdown or self._want_shutdown,
+                control_token=self.control_token)
             return await self._stream_heartbeat(request)
 
     async def _stream_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
@@ -204,7 +217,7 @@ class ControllerChannel:
         stream.cancel()
 
     def _needs_registration(self, resp: pb.BrokerHeartbeatResponse) -> bool:
-        if resp.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
+        if resp.error_code in REGISTER_AGAIN:
             return True
         if resp.error_code != pb.NONE:
             return False
@@ -241,7 +254,7 @@ class ControllerChannel:
                         self._shutdown_done = True
                         await self._close_stream_after_shutdown()
                     return True
-                if resp.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
+                if resp.error_code in REGISTER_AGAIN:
                     return False
             await asyncio.sleep(min(self.heartbeat_interval_ms, 200) / 1000)
         return False
@@ -253,12 +266,13 @@ class ControllerChannel:
         when the controller is unreachable: the caller keeps the report and retries."""
         return await self.stub.ReportCorruptReplica(
             pb.ReportCorruptReplicaRequest(broker_id=self.broker_id,
-                                           broker_epoch=self.broker_epoch, replicas=replicas),
+                                           broker_epoch=self.broker_epoch, replicas=replicas,
+                                           control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)
 
     async def alter_partition(self, items: list[pb.AlterPartitionItem]) -> pb.AlterPartitionResponse:
         """Send an AlterPartition; raises grpc.aio.AioRpcError when the controller is unreachable."""
         return await self.stub.AlterPartition(
             pb.AlterPartitionRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                                     items=items),
+                                     items=items, control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)

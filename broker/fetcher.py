@@ -58,6 +58,16 @@ log = logging.getLogger("tidewater.broker.fetcher")
 RPC_MARGIN_S = 5.0
 
 
+
+class _LeaderStubs:
+    """The two of the leader's services a follower calls on one channel: ReplicaFetch is
+    ``BrokerControl`` (INTERNAL listener only), OffsetForLeaderEpoch is ``Broker`` (clients
+    truncate with it too, KIP-320)."""
+
+    def __init__(self, channel: grpc.aio.Channel):
+        self.ReplicaFetch = pb_grpc.BrokerControlStub(channel).ReplicaFetch
+        self.OffsetForLeaderEpoch = pb_grpc.BrokerStub(channel).OffsetForLeaderEpoch
+
 class StreamBrokenError(Exception):
     """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
 
@@ -72,7 +82,7 @@ class LeaderFetcher:
         self._changed = asyncio.Event()
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
-        self._stub: pb_grpc.BrokerStub | None = None
+        self._stub: _LeaderStubs | None = None
         self._stream: grpc.aio.StreamStreamCall | None = None
         # While the task awaits an answer on the stream (``_read_answer``): what cuts
         # the wait short cancels the stream call, so the read needs no task of its own.
@@ -116,7 +126,7 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ loop
 
-    def _connect(self) -> pb_grpc.BrokerStub | None:
+    def _connect(self) -> _LeaderStubs | None:
         endpoint = self.manager.leader_endpoint(self.leader_id)
         if endpoint is None:
             return None
@@ -127,7 +137,7 @@ class LeaderFetcher:
             limit = self.manager.config.socket_request_max_bytes
             self._channel = grpc.aio.insecure_channel(f"{endpoint[0]}:{endpoint[1]}",
                                                       options=channel_options(limit))
-            self._stub = pb_grpc.BrokerStub(self._channel)
+            self._stub = _LeaderStubs(self._channel)
             self._endpoint = endpoint
         return self._stub
 

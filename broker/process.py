@@ -29,7 +29,7 @@ from tidewater.broker.forwarding import ControllerForwarder
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replica_manager import ReplicaManager
-from tidewater.broker.server import BrokerServicer, build_server
+from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.supervisor import TaskSupervisor
@@ -91,7 +91,8 @@ class BrokerProcess:
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
             metrics=self.metrics, alter_partition=channel.alter_partition,
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
-            report_corrupt_replica=channel.report_corrupt_replica)
+            report_corrupt_replica=channel.report_corrupt_replica,
+            control_token=lambda: channel.control_token)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]
@@ -99,9 +100,13 @@ class BrokerProcess:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
             servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name)
+            # The control service only where cluster members connect, never for clients.
+            control = (BrokerControlServicer(self.replica_manager, self.metrics)
+                       if name == "INTERNAL" else None)
             server, bound = build_server(host=host, port=port, servicer=servicer,
                                          controller_servicer=forwarder,
-                                         max_message_bytes=c.socket_request_max_bytes)
+                                         max_message_bytes=c.socket_request_max_bytes,
+                                         control_servicer=control)
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound

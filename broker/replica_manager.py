@@ -55,7 +55,8 @@ class ReplicaManager:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
                  broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
-                 report_corrupt_replica: CorruptReportRpc | None = None):
+                 report_corrupt_replica: CorruptReportRpc | None = None,
+                 control_token: Callable[[], bytes] = lambda: b""):
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -75,7 +76,7 @@ class ReplicaManager:
             config=config, log_manager=log_manager, metadata_cache=metadata_cache,
             partitions=self.partitions, carrier=self.carrier, broker_epoch=broker_epoch,
             loaded_high_watermarks=self._loaded_high_watermarks,
-            forget_partition=self._forget_partition)
+            forget_partition=self._forget_partition, control_token=control_token)
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
             broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get)

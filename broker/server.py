@@ -1,8 +1,15 @@
-"""The broker's gRPC surface: the ``Broker`` service on each listener.
+"""The broker's gRPC surface: ``Broker`` on each listener, ``BrokerControl`` on INTERNAL.
 
 Each listener (INTERNAL, optional EXTERNAL) is its own ``grpc.aio`` server
 with its own servicer instance that knows the listener's name, so Metadata
 answers with the brokers' addresses on the listener the request came in on.
+Only the INTERNAL server has ``BrokerControl`` (the controller's LeaderAndIsr,
+UpdateMetadata, StopReplica and the followers' ReplicaFetch): a client given
+the EXTERNAL address cannot reach it, and a follower fetch (replica_id >= 0)
+sent to ``Broker`` is refused with CLUSTER_AUTHORIZATION_FAILED, since a
+forged one could move the high watermark past what followers really hold.
+The controller's requests are authenticated with the registration's control
+token besides (``control_rules``).
 Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
 exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
 where the response has a request-level code, else as gRPC INTERNAL. A broken
@@ -34,6 +41,9 @@ log = logging.getLogger("tidewater.broker.server")
 
 def _nothing() -> None:
     pass
+
+# A follower fetch sent to the client service: only cluster members may act as followers.
+_FOLLOWER_FETCH_REFUSED = pb.FetchResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
 
 # Responses with a request-level error_code field.
 _REQUEST_LEVEL_ERROR = {
@@ -69,21 +79,13 @@ def _rpc(name: str):
     return wrap
 
 
-class BrokerServicer(pb_grpc.BrokerServicer):
-    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str):
+class _Servicer:
+    """What both services share: the replica manager, timing, the invariant boundary."""
+
+    def __init__(self, replica_manager, metrics):
         self.replica_manager = replica_manager
-        self.metadata_cache = metadata_cache
         self.metrics = metrics
-        self.listener_name = listener_name
         self._observe_latency: dict = {}  # rpc name -> request_latency child's observe
-
-    @_rpc("Produce")
-    async def Produce(self, request, context):
-        return await self.replica_manager.produce(request)
-
-    @_rpc("Fetch")
-    async def Fetch(self, request, context):
-        return await self.replica_manager.fetch(request)
 
     async def _fail(self, error: InvariantViolation, context) -> None:
         """A broken invariant reached the boundary: the broker stops (``TaskSupervisor``)
@@ -100,33 +102,18 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             observe = self._observe_latency[name] = self.metrics.request_latency.labels(name).observe
         return observe
 
-    async def ReplicaFetch(self, request_iterator, context):
-        """Follower fetches on one long-lived stream: each request answered once, in order.
-
-        Requests are handled one at a time (a follower sends the next only after the
-        answer); a follower that must stop a long-poll early cancels the stream, which
-        cancels the pending fetch here. Reading the next request ahead, to let its
-        arrival cut a long-poll short, cost ~0.1 ms of CPU per round trip (measured
-        with a ping-pong microbenchmark), for an event as rare as a LeaderAndIsr.
-        An exception escaping a fetch is answered as a request-level error, as for Fetch.
-        """
-        await self._fetch_stream(context, "ReplicaFetch")
-
-    async def FetchStream(self, request_iterator, context):
-        """Consumer fetches on one long-lived stream: the ReplicaFetch loop, own label.
-
-        A message on an open stream costs about half the CPU of a unary call (both sides),
-        and a caught-up consumer sends one fetch per record it is woken for."""
-        await self._fetch_stream(context, "FetchStream")
-
-    async def _fetch_stream(self, context, name: str) -> None:
+    async def _fetch_stream(self, context, name: str, *, followers: bool) -> None:
+        """One fetch after another on a stream; ``followers``: replica_id >= 0 is taken."""
         observe = self._observer(name)
         reader = _StreamReader(context, self.replica_manager)
         try:
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
                 try:
-                    response = await self.replica_manager.fetch(request)
+                    if not followers and request.replica_id >= 0:
+                        response = _FOLLOWER_FETCH_REFUSED
+                    else:
+                        response = await self.replica_manager.fetch(request)
                 except InvariantViolation as e:
                     await self._fail(e, context)
                 except Exception as e:  # the one boundary for escaped errors
@@ -135,6 +122,32 @@ class BrokerServicer(pb_grpc.BrokerServicer):
                 observe(time.perf_counter() - started)
         finally:
             reader.close()
+
+
+class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
+    """What clients call; on every listener."""
+
+    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str):
+        super().__init__(replica_manager, metrics)
+        self.metadata_cache = metadata_cache
+        self.listener_name = listener_name
+
+    @_rpc("Produce")
+    async def Produce(self, request, context):
+        return await self.replica_manager.produce(request)
+
+    @_rpc("Fetch")
+    async def Fetch(self, request, context):
+        if request.replica_id >= 0:
+            return _FOLLOWER_FETCH_REFUSED
+        return await self.replica_manager.fetch(request)
+
+    async def FetchStream(self, request_iterator, context):
+        """Consumer fetches on one long-lived stream: the ReplicaFetch loop, own label.
+
+        A message on an open stream costs about half the CPU of a unary call (both sides),
+        and a caught-up consumer sends one fetch per record it is woken for."""
+        await self._fetch_stream(context, "FetchStream", followers=False)
 
     async def ProduceStream(self, request_iterator, context):
         """Produce requests on one long-lived stream, appended in arrival order.
@@ -200,6 +213,14 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Metadata(self, request, context):
         return self.metadata_cache.metadata_response(list(request.topics), self.listener_name)
 
+    @_rpc("DescribeReplicas")
+    async def DescribeReplicas(self, request, context):
+        return self.replica_manager.describe_replicas(request)
+
+
+class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
+    """Cluster members' calls; on the INTERNAL listener only."""
+
     @_rpc("LeaderAndIsr")
     async def LeaderAndIsr(self, request, context):
         return await self.replica_manager.leader_and_isr(request)
@@ -212,9 +233,17 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def StopReplica(self, request, context):
         return await self.replica_manager.stop_replica(request)
 
-    @_rpc("DescribeReplicas")
-    async def DescribeReplicas(self, request, context):
-        return self.replica_manager.describe_replicas(request)
+    async def ReplicaFetch(self, request_iterator, context):
+        """Follower fetches on one long-lived stream: each request answered once, in order.
+
+        Requests are handled one at a time (a follower sends the next only after the
+        answer); a follower that must stop a long-poll early cancels the stream, which
+        cancels the pending fetch here. Reading the next request ahead, to let its
+        arrival cut a long-poll short, cost ~0.1 ms of CPU per round trip (measured
+        with a ping-pong microbenchmark), for an event as rare as a LeaderAndIsr.
+        An exception escaping a fetch is answered as a request-level error, as for Fetch.
+        """
+        await self._fetch_stream(context, "ReplicaFetch", followers=True)
 
 
 class _StreamReader:
@@ -324,8 +353,11 @@ class _AnswerWriter:
 
 def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  controller_servicer: pb_grpc.ControllerServicer,
-                 max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server for one listener; returns it (not started) and its bound port."""
+                 max_message_bytes: int,
+                 control_servicer: BrokerControlServicer | None = None
+                 ) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server for one listener; returns it (not started) and its bound port.
+    ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere)."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -334,6 +366,8 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     ])
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
+    if control_servicer is not None:
+        pb_grpc.add_BrokerControlServicer_to_server(control_servicer, server)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError as e:  # grpc's way of saying the address is taken or invalid

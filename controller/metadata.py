@@ -11,7 +11,8 @@ type                    fields
 cluster                 cluster_id (first record of a new log)
 controller_epoch        epoch (one per controller start)
 broker_registered       broker_id, incarnation_id, listeners [[name, host, port]],
-                        optional broker_epoch (else the record's offset); unfenced
+                        optional broker_epoch (else the record's offset), optional
+                        control_token (hex; older records have none); unfenced
 broker_fenced           broker_id
 broker_unfenced         broker_id
 topic_created           name, topic_id (22-char base64url, see below), configs
@@ -78,6 +79,9 @@ class BrokerInfo:
     incarnation_id: str
     listeners: tuple[Listener, ...]
     fenced: bool = False
+    # The registration's secret (RegisterBrokerResponse.control_token): the controller
+    # sends it on every request to this incarnation and takes its requests only with it.
+    control_token: bytes = b""
 
     def listener(self, name: str) -> Listener | None:
         for listener in self.listeners:
@@ -195,7 +199,9 @@ class ClusterMetadata:
         listeners = tuple(Listener(str(n), str(h), int(p)) for n, h, p in r["listeners"])
         broker_id = int(r["broker_id"])
         epoch = int(r.get("broker_epoch", offset))
-        self.brokers[broker_id] = BrokerInfo(broker_id, epoch, str(r["incarnation_id"]), listeners)
+        token = bytes.fromhex(str(r.get("control_token", "")))
+        self.brokers[broker_id] = BrokerInfo(broker_id, epoch, str(r["incarnation_id"]), listeners,
+                                             control_token=token)
 
     def _apply_broker_fenced(self, offset: int, r: MetadataRecord) -> None:
         self.brokers[int(r["broker_id"])].fenced = True
@@ -269,7 +275,8 @@ class ClusterMetadata:
         if self.controller_epoch:
             records.append(controller_epoch_record(self.controller_epoch))
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
-            record = broker_registered_record(b.broker_id, b.incarnation_id, list(b.listeners))
+            record = broker_registered_record(b.broker_id, b.incarnation_id, list(b.listeners),
+                                              b.control_token)
             record["broker_epoch"] = b.broker_epoch
             records.append(record)
             if b.fenced:
@@ -326,10 +333,11 @@ def controller_epoch_record(epoch: int) -> MetadataRecord:
     return {"type": "controller_epoch", "epoch": epoch}
 
 
-def broker_registered_record(broker_id: int, incarnation_id: str,
-                             listeners: list[Listener]) -> MetadataRecord:
+def broker_registered_record(broker_id: int, incarnation_id: str, listeners: list[Listener],
+                             control_token: bytes = b"") -> MetadataRecord:
     return {"type": "broker_registered", "broker_id": broker_id, "incarnation_id": incarnation_id,
-            "listeners": [[x.name, x.host, x.port] for x in listeners]}
+            "listeners": [[x.name, x.host, x.port] for x in listeners],
+            "control_token": control_token.hex()}
 
 
 def broker_fenced_record(broker_id: int) -> MetadataRecord:

@@ -33,7 +33,8 @@ def leader_and_isr(metadata: ClusterMetadata, controller_id: int, broker_id: int
                                      controller_epoch=metadata.controller_epoch,
                                      broker_epoch=broker.broker_epoch,
                                      cluster_id=metadata.cluster_id,
-                                     metadata_offset=metadata.last_offset)
+                                     metadata_offset=metadata.last_offset,
+                                     control_token=broker.control_token)
     leaders: set[int] = set()
     for p, is_new in partitions:
         configs = metadata.topics[p.topic].configs
@@ -48,13 +49,15 @@ def leader_and_isr(metadata: ClusterMetadata, controller_id: int, broker_id: int
     return request
 
 
-def update_metadata(metadata: ClusterMetadata, controller_id: int,
+def update_metadata(metadata: ClusterMetadata, controller_id: int, broker_id: int,
                     sessions: BrokerSessions | None = None) -> pb.UpdateMetadataRequest:
-    """The full snapshot every live broker gets: live brokers, all partitions and topic configs."""
+    """The full snapshot every live broker gets (live brokers, all partitions and topic
+    configs), for ``broker_id``: with its control token."""
     request = pb.UpdateMetadataRequest(controller_id=controller_id,
                                        controller_epoch=metadata.controller_epoch,
                                        cluster_id=metadata.cluster_id,
-                                       metadata_offset=metadata.last_offset)
+                                       metadata_offset=metadata.last_offset,
+                                       control_token=metadata.brokers[broker_id].control_token)
     for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id):
         if not b.fenced:
             request.brokers.append(broker_registration(b, sessions))
@@ -67,10 +70,12 @@ def update_metadata(metadata: ClusterMetadata, controller_id: int,
 
 def stop_replica(metadata: ClusterMetadata, controller_id: int, broker_id: int,
                  partitions: Iterable[PartitionRecord], *, delete: bool) -> pb.StopReplicaRequest:
+    broker = metadata.brokers[broker_id]
     return pb.StopReplicaRequest(
         controller_id=controller_id, controller_epoch=metadata.controller_epoch,
-        broker_epoch=metadata.brokers[broker_id].broker_epoch, delete_partitions=delete,
-        partitions=[partition_state(p) for p in partitions], cluster_id=metadata.cluster_id)
+        broker_epoch=broker.broker_epoch, delete_partitions=delete,
+        partitions=[partition_state(p) for p in partitions], cluster_id=metadata.cluster_id,
+        control_token=broker.control_token)
 
 
 def describe_cluster(metadata: ClusterMetadata, sessions: BrokerSessions,

@@ -12,8 +12,11 @@ request. Order within a round: StopReplica, LeaderAndIsr, UpdateMetadata.
 A failed delivery keeps its marks and is retried with exponential backoff
 until it succeeds or the sender is closed (the broker was fenced or
 re-registered with a new epoch; a new incarnation gets a new sender and a
-full resync). A broker answering STALE_CONTROLLER_EPOCH or STALE_BROKER_EPOCH
-is logged and not retried: that request can never succeed. An error a broker
+full resync). A broker answering STALE_CONTROLLER_EPOCH, STALE_BROKER_EPOCH or
+CLUSTER_AUTHORIZATION_FAILED (the request's control token is not the one its
+registration holds) is logged and not retried: that request can never succeed.
+Requests go to the broker's ``BrokerControl`` service (INTERNAL listener only)
+and carry the registration's control token (``state_machine``). An error a broker
 answers for one partition (e.g. INVALID_CONFIG: it cannot host the topic) is
 logged at ERROR and counted (``on_partition_error``), not retried.
 
@@ -46,7 +49,7 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SYNC_POLL_INTERVAL_S = 0.005
-_NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH)
+NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH, pb.CLUSTER_AUTHORIZATION_FAILED)
 
 
 def channel_options(config: ControllerConfig) -> list[tuple[str, int]]:
@@ -78,7 +81,7 @@ class BrokerSender:
         self._wake = asyncio.Event()
         self._closed = False
         self._channel = grpc.aio.insecure_channel(target, options=channel_options(config))
-        self._stub = pb_grpc.BrokerStub(self._channel)
+        self._stub = pb_grpc.BrokerControlStub(self._channel)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"sender-{broker_id}-{broker_epoch}")
         self._task.add_done_callback(self._on_task_done)
@@ -172,7 +175,7 @@ class BrokerSender:
                 self._check("LeaderAndIsr", response.error_code, response.partitions)
         if self._pending_metadata:
             self._pending_metadata = False
-            update = requests.update_metadata(metadata, node_id, self.machine.sessions)
+            update = requests.update_metadata(metadata, node_id, self.broker_id, self.machine.sessions)
             try:
                 updated = await self._stub.UpdateMetadata(update, timeout=timeout_s)
             except BaseException:
@@ -182,7 +185,7 @@ class BrokerSender:
 
     def _check(self, kind: str, error_code: int,
                partitions: Iterable[pb.PartitionError]) -> None:
-        if error_code in _NOT_RETRIED:
+        if error_code in NOT_RETRIED:
             log.warning("broker %d refused %s: %s (controller epoch %d, broker epoch %d)",
                         self.broker_id, kind, pb.ErrorCode.Name(error_code),
                         self.machine.metadata.controller_epoch, self.broker_epoch)

@@ -10,10 +10,22 @@ programmer error and stops the controller.
 
 ``live`` below means registered, unfenced and not in controlled shutdown:
 the brokers that may lead or join an ISR.
+
+Control tokens: each registration gets a fresh random ``control_token``
+(kept in its ``broker_registered`` record, answered in RegisterBrokerResponse).
+A heartbeat, AlterPartition or ReportCorruptReplica is taken only with the
+current registration's token (compared in constant time): one of the right
+broker epoch without it (epochs are not secret: DescribeCluster lists them)
+is CLUSTER_AUTHORIZATION_FAILED and changes nothing, not even the session.
+The controller sends the token on its requests to the broker, which takes
+them only with it. RegisterBroker itself is not authenticated (whoever
+registers gets a new epoch and token and fences the old incarnation, as a
+restarted broker does): only mutual TLS can say who may register.
 """
 
 from __future__ import annotations
 
+import hmac
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -218,23 +230,38 @@ class ControllerStateMachine:
             # A new process: the old one may have lost unflushed data, so it
             # leaves leadership and ISRs as if it had been fenced.
             self._fence(tx, req.broker_id)
+        token = self._uuid4().bytes
         broker_epoch = tx.append(broker_registered_record(req.broker_id, req.incarnation_id,
-                                                          listeners))
+                                                          listeners, token))
         self.sessions.reset(req.broker_id, now_ms)
         self._unfence_elections(tx, req.broker_id)
         return pb.RegisterBrokerResponse(
             error_code=pb.NONE, broker_epoch=broker_epoch,
-            controller_epoch=self.metadata.controller_epoch, cluster_id=self.metadata.cluster_id)
+            controller_epoch=self.metadata.controller_epoch, cluster_id=self.metadata.cluster_id,
+            control_token=token)
+
+    def _registration_refusal(self, broker_id: int, broker_epoch: int, control_token: bytes,
+                              *, unfenced: bool = False) -> pb.ErrorCode | None:
+        """The ErrorCode refusing a request a registered broker sends, or None to take it:
+        STALE_BROKER_EPOCH for an epoch that is not the broker's current one (or a fenced
+        broker when ``unfenced``), CLUSTER_AUTHORIZATION_FAILED without its token."""
+        broker = self.metadata.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != broker_epoch or (unfenced and broker.fenced):
+            return pb.STALE_BROKER_EPOCH
+        if not hmac.compare_digest(broker.control_token, control_token):
+            return pb.CLUSTER_AUTHORIZATION_FAILED
+        return None
 
     def broker_heartbeat(self, tx: Tx, now_ms: int, req: pb.BrokerHeartbeatRequest,
                          stream_id: int | None = None) -> pb.BrokerHeartbeatResponse:
         """One heartbeat on ``BrokerHeartbeats`` stream ``stream_id`` (None: bound to no
         stream, which only tests use: brokers heartbeat on a stream)."""
-        broker = self.metadata.brokers.get(req.broker_id)
         epoch = self.metadata.controller_epoch
-        if broker is None or broker.broker_epoch != req.broker_epoch:
-            return pb.BrokerHeartbeatResponse(error_code=pb.STALE_BROKER_EPOCH, is_fenced=True,
+        refusal = self._registration_refusal(req.broker_id, req.broker_epoch, req.control_token)
+        if refusal is not None:
+            return pb.BrokerHeartbeatResponse(error_code=refusal, is_fenced=True,
                                               controller_epoch=epoch)
+        broker = self.metadata.brokers[req.broker_id]
         self.sessions.touch(req.broker_id, now_ms, stream_id)
         if req.want_shutdown:
             should_shutdown = True
@@ -283,9 +310,10 @@ class ControllerStateMachine:
 
     def alter_partition(self, tx: Tx, now_ms: int,
                         req: pb.AlterPartitionRequest) -> pb.AlterPartitionResponse:
-        broker = self.metadata.brokers.get(req.broker_id)
-        if broker is None or broker.broker_epoch != req.broker_epoch or broker.fenced:
-            return pb.AlterPartitionResponse(error_code=pb.STALE_BROKER_EPOCH)
+        refusal = self._registration_refusal(req.broker_id, req.broker_epoch, req.control_token,
+                                             unfenced=True)
+        if refusal is not None:
+            return pb.AlterPartitionResponse(error_code=refusal)
         if len(req.items) > ITEMS_PER_REQUEST_MAX:
             return pb.AlterPartitionResponse(error_code=pb.INVALID_REQUEST)
         response = pb.AlterPartitionResponse(error_code=pb.NONE)
@@ -324,9 +352,10 @@ class ControllerStateMachine:
     def report_corrupt_replica(self, tx: Tx, now_ms: int, req: pb.ReportCorruptReplicaRequest
                                ) -> pb.ReportCorruptReplicaResponse:
         """A broker's own replicas hold batches failing their CRC (``election.on_replica_corrupt``)."""
-        broker = self.metadata.brokers.get(req.broker_id)
-        if broker is None or broker.broker_epoch != req.broker_epoch or broker.fenced:
-            return pb.ReportCorruptReplicaResponse(error_code=pb.STALE_BROKER_EPOCH)
+        refusal = self._registration_refusal(req.broker_id, req.broker_epoch, req.control_token,
+                                             unfenced=True)
+        if refusal is not None:
+            return pb.ReportCorruptReplicaResponse(error_code=refusal)
         if len(req.replicas) > ITEMS_PER_REQUEST_MAX:
             return pb.ReportCorruptReplicaResponse(error_code=pb.INVALID_REQUEST)
         response = pb.ReportCorruptReplicaResponse(error_code=pb.NONE)

@@ -171,6 +171,13 @@ class StaleBrokerEpochError(TidewaterError):
     error_code = pb.STALE_BROKER_EPOCH
 
 
+class ClusterAuthorizationFailedError(TidewaterError):
+    """A request only a cluster member may send (a controller's LeaderAndIsr, a follower's
+    fetch, a broker's heartbeat) came without that member's credentials."""
+
+    error_code = pb.CLUSTER_AUTHORIZATION_FAILED
+
+
 class KafkaStorageError(TidewaterError):
     """A log dir failed (full disk, permission, I/O). Data already written stays intact."""
 

@@ -28,6 +28,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_ENOUGH_REPLICAS: _ClassVar[ErrorCode]
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ClassVar[ErrorCode]
     INVALID_REQUIRED_ACKS: _ClassVar[ErrorCode]
+    CLUSTER_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     INVALID_TIMESTAMP: _ClassVar[ErrorCode]
     UNSUPPORTED_VERSION: _ClassVar[ErrorCode]
     TOPIC_ALREADY_EXISTS: _ClassVar[ErrorCode]
@@ -76,6 +77,7 @@ RECORD_LIST_TOO_LARGE: ErrorCode
 NOT_ENOUGH_REPLICAS: ErrorCode
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode
 INVALID_REQUIRED_ACKS: ErrorCode
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode
 INVALID_TIMESTAMP: ErrorCode
 UNSUPPORTED_VERSION: ErrorCode
 TOPIC_ALREADY_EXISTS: ErrorCode
@@ -403,7 +405,7 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders", "cluster_id", "metadata_offset")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders", "cluster_id", "metadata_offset", "control_token")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +413,7 @@ class LeaderAndIsrRequest(_message.Message):
     LEADERS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
@@ -418,7 +421,8 @@ class LeaderAndIsrRequest(_message.Message):
     leaders: _containers.RepeatedCompositeFieldContainer[BrokerEndpoint]
     cluster_id: str
     metadata_offset: int
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class LeaderAndIsrPartition(_message.Message):
     __slots__ = ("state", "topic_configs", "is_new")
@@ -458,7 +462,7 @@ class PartitionError(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset")
+    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -466,6 +470,7 @@ class UpdateMetadataRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
@@ -473,7 +478,8 @@ class UpdateMetadataRequest(_message.Message):
     topics: _containers.RepeatedCompositeFieldContainer[TopicConfig]
     cluster_id: str
     metadata_offset: int
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "configs")
@@ -497,20 +503,22 @@ class UpdateMetadataResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...
 
 class StopReplicaRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "delete_partitions", "partitions", "cluster_id")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "delete_partitions", "partitions", "cluster_id", "control_token")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     DELETE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
     delete_partitions: bool
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionState]
     cluster_id: str
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., delete_partitions: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class StopReplicaResponse(_message.Message):
     __slots__ = ("error_code", "partitions")
@@ -581,28 +589,32 @@ class RegisterBrokerRequest(_message.Message):
     def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("error_code", "error_message", "broker_epoch", "controller_epoch", "cluster_id")
+    __slots__ = ("error_code", "error_message", "broker_epoch", "controller_epoch", "cluster_id", "control_token")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     error_code: ErrorCode
     error_message: str
     broker_epoch: int
     controller_epoch: int
     cluster_id: str
-    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., broker_epoch: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., broker_epoch: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., cluster_id: _Optional[str] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class BrokerHeartbeatRequest(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "want_shutdown")
+    __slots__ = ("broker_id", "broker_epoch", "want_shutdown", "control_token")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     WANT_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     want_shutdown: bool
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., want_shutdown: _Optional[bool] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., want_shutdown: _Optional[bool] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class BrokerHeartbeatResponse(_message.Message):
     __slots__ = ("error_code", "is_fenced", "should_shutdown", "controller_epoch")
@@ -617,14 +629,16 @@ class BrokerHeartbeatResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., is_fenced: _Optional[bool] = ..., should_shutdown: _Optional[bool] = ..., controller_epoch: _Optional[int] = ...) -> None: ...
 
 class AlterPartitionRequest(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "items")
+    __slots__ = ("broker_id", "broker_epoch", "items", "control_token")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     items: _containers.RepeatedCompositeFieldContainer[AlterPartitionItem]
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., items: _Optional[_Iterable[_Union[AlterPartitionItem, _Mapping]]] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., items: _Optional[_Iterable[_Union[AlterPartitionItem, _Mapping]]] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class AlterPartitionItem(_message.Message):
     __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "new_isr", "new_isr_broker_epochs")
@@ -765,14 +779,16 @@ class TopicDescription(_message.Message):
     def __init__(self, name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class ReportCorruptReplicaRequest(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "replicas")
+    __slots__ = ("broker_id", "broker_epoch", "replicas", "control_token")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     replicas: _containers.RepeatedCompositeFieldContainer[CorruptReplica]
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[CorruptReplica, _Mapping]]] = ...) -> None: ...
+    control_token: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[CorruptReplica, _Mapping]]] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class CorruptReplica(_message.Message):
     __slots__ = ("topic", "partition", "leader_epoch", "partition_epoch", "corrupt_offset")

@@ -28,6 +28,8 @@ if _version_not_supported:
 class BrokerStub:
     """---------------------------------------------------------------- Broker service
 
+    What clients call, on every listener. Follower fetches (replica_id >= 0) are
+    refused here with CLUSTER_AUTHORIZATION_FAILED: they go to BrokerControl.
     """
 
     def __init__(self, channel):
@@ -43,11 +45,6 @@ class BrokerStub:
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/tidewater.Broker/Fetch',
-                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
-                _registered_method=True)
-        self.ReplicaFetch = channel.stream_stream(
-                '/tidewater.Broker/ReplicaFetch',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
@@ -76,21 +73,6 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataResponse.FromString,
                 _registered_method=True)
-        self.LeaderAndIsr = channel.unary_unary(
-                '/tidewater.Broker/LeaderAndIsr',
-                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
-                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
-                _registered_method=True)
-        self.UpdateMetadata = channel.unary_unary(
-                '/tidewater.Broker/UpdateMetadata',
-                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
-                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
-                _registered_method=True)
-        self.StopReplica = channel.unary_unary(
-                '/tidewater.Broker/StopReplica',
-                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
-                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
-                _registered_method=True)
         self.DescribeReplicas = channel.unary_unary(
                 '/tidewater.Broker/DescribeReplicas',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
@@ -101,6 +83,8 @@ class BrokerStub:
 class BrokerServicer:
     """---------------------------------------------------------------- Broker service
 
+    What clients call, on every listener. Follower fetches (replica_id >= 0) are
+    refused here with CLUSTER_AUTHORIZATION_FAILED: they go to BrokerControl.
     """
 
     def Produce(self, request, context):
@@ -111,16 +95,6 @@ class BrokerServicer:
 
     def Fetch(self, request, context):
         """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def ReplicaFetch(self, request_iterator, context):
-        """Follower fetches on one long-lived stream per broker pair: each FetchRequest
-        sent gets exactly one FetchResponse, in order, with the same semantics as
-        Fetch (long-poll, diverging epoch, HW). Saves a unary call's set-up per round,
-        which an acks=all write waits for twice.
-        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -162,25 +136,6 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def LeaderAndIsr(self, request, context):
-        """Controller -> broker.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def UpdateMetadata(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def StopReplica(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def DescribeReplicas(self, request, context):
         """Per-replica log state of this broker (LEO, HW, log start) for operators.
         """
@@ -198,11 +153,6 @@ def add_BrokerServicer_to_server(servicer, server):
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
-                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
-                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
-            ),
-            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
-                    servicer.ReplicaFetch,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
             ),
@@ -231,21 +181,6 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.MetadataResponse.SerializeToString,
             ),
-            'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
-                    servicer.LeaderAndIsr,
-                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.FromString,
-                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.SerializeToString,
-            ),
-            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
-                    servicer.UpdateMetadata,
-                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.FromString,
-                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.SerializeToString,
-            ),
-            'StopReplica': grpc.unary_unary_rpc_method_handler(
-                    servicer.StopReplica,
-                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.FromString,
-                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.SerializeToString,
-            ),
             'DescribeReplicas': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeReplicas,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
@@ -262,6 +197,8 @@ def add_BrokerServicer_to_server(servicer, server):
 class Broker:
     """---------------------------------------------------------------- Broker service
 
+    What clients call, on every listener. Follower fetches (replica_id >= 0) are
+    refused here with CLUSTER_AUTHORIZATION_FAILED: they go to BrokerControl.
     """
 
     @staticmethod
@@ -306,33 +243,6 @@ class Broker:
             request,
             target,
             '/tidewater.Broker/Fetch',
-            tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
-            tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ReplicaFetch(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/tidewater.Broker/ReplicaFetch',
             tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
@@ -481,6 +391,146 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
+    def DescribeReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/DescribeReplicas',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class BrokerControlStub:
+    """Cluster members only: served on the INTERNAL listener alone, never on a
+    client-facing one. The controller's requests carry the control_token the
+    controller handed this broker's registration (RegisterBrokerResponse); one
+    without it is refused with CLUSTER_AUTHORIZATION_FAILED and changes nothing
+    (not even the controller epoch the broker believes).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.LeaderAndIsr = channel.unary_unary(
+                '/tidewater.BrokerControl/LeaderAndIsr',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
+                _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/tidewater.BrokerControl/UpdateMetadata',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
+                _registered_method=True)
+        self.StopReplica = channel.unary_unary(
+                '/tidewater.BrokerControl/StopReplica',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
+                _registered_method=True)
+        self.ReplicaFetch = channel.stream_stream(
+                '/tidewater.BrokerControl/ReplicaFetch',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
+                _registered_method=True)
+
+
+class BrokerControlServicer:
+    """Cluster members only: served on the INTERNAL listener alone, never on a
+    client-facing one. The controller's requests carry the control_token the
+    controller handed this broker's registration (RegisterBrokerResponse); one
+    without it is refused with CLUSTER_AUTHORIZATION_FAILED and changes nothing
+    (not even the controller epoch the broker believes).
+    """
+
+    def LeaderAndIsr(self, request, context):
+        """Controller -> broker.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopReplica(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplicaFetch(self, request_iterator, context):
+        """Follower fetches on one long-lived stream per broker pair: each FetchRequest
+        sent gets exactly one FetchResponse, in order, with the same semantics as
+        Fetch (long-poll, diverging epoch, HW). Saves a unary call's set-up per round,
+        which an acks=all write waits for twice.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_BrokerControlServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaderAndIsr,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.SerializeToString,
+            ),
+            'StopReplica': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopReplica,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.SerializeToString,
+            ),
+            'ReplicaFetch': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplicaFetch,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tidewater.BrokerControl', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tidewater.BrokerControl', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class BrokerControl:
+    """Cluster members only: served on the INTERNAL listener alone, never on a
+    client-facing one. The controller's requests carry the control_token the
+    controller handed this broker's registration (RegisterBrokerResponse); one
+    without it is refused with CLUSTER_AUTHORIZATION_FAILED and changes nothing
+    (not even the controller epoch the broker believes).
+    """
+
+    @staticmethod
     def LeaderAndIsr(request,
             target,
             options=(),
@@ -494,7 +544,7 @@ class Broker:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/tidewater.Broker/LeaderAndIsr',
+            '/tidewater.BrokerControl/LeaderAndIsr',
             tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.LeaderAndIsrResponse.FromString,
             options,
@@ -521,7 +571,7 @@ class Broker:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/tidewater.Broker/UpdateMetadata',
+            '/tidewater.BrokerControl/UpdateMetadata',
             tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.UpdateMetadataResponse.FromString,
             options,
@@ -548,7 +598,7 @@ class Broker:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/tidewater.Broker/StopReplica',
+            '/tidewater.BrokerControl/StopReplica',
             tidewater_dot_proto_dot_tidewater__pb2.StopReplicaRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.StopReplicaResponse.FromString,
             options,
@@ -562,7 +612,7 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
-    def DescribeReplicas(request,
+    def ReplicaFetch(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -572,12 +622,12 @@ class Broker:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
-            '/tidewater.Broker/DescribeReplicas',
-            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
-            tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            '/tidewater.BrokerControl/ReplicaFetch',
+            tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

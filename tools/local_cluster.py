@@ -7,9 +7,12 @@ Layout of a cluster directory ``DIR``::
     DIR/broker-<id>/            broker data;      DIR/broker-<id>.log its output
 
 Ports, all on 127.0.0.1, from the base port P (default 9092):
-broker ``i`` (1..N) listens on ``P+i-1``, the controller on ``P-1``; metrics
-(Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for the controller.
-``base_port=0`` picks free ports instead (what tests use).
+broker ``i`` (1..N) serves clients on ``P+i-1`` (its EXTERNAL listener, the
+``listen`` and ``bootstrap`` addresses below; no control service there) and
+cluster members on ``P+200+i-1`` (its INTERNAL listener, ``internal`` below:
+the controller's requests and follower fetches); the controller listens on
+``P-1``; metrics (Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for
+the controller. ``base_port=0`` picks free ports instead (what tests use).
 
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
@@ -19,7 +22,8 @@ broker ``i`` (1..N) listens on ``P+i-1``, the controller on ``P-1``; metrics
         "controller": {"name": "controller", "kind": "controller", "pid": 123,
                        "listen": "127.0.0.1:9091", "metrics_port": 9191,
                        "data_dir": "...", "log": "DIR/controller.log", "command": [...]},
-        "broker-1":   {"name": "broker-1", "kind": "broker", "broker_id": 1, ...}}}
+        "broker-1":   {"name": "broker-1", "kind": "broker", "broker_id": 1,
+                       "listen": "127.0.0.1:9092", "internal": "127.0.0.1:9292", ...}}}
 
 Processes run in their own session (``start_new_session``) so a terminal's
 Ctrl-C does not reach them; they are stopped only by the pid in the manifest,
@@ -106,8 +110,9 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, int]]:
-    """name -> (listen port, metrics port) for the controller and brokers 1..N."""
+def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
+    """name -> (listen port, metrics port) for the controller, (client listen port,
+    metrics port, internal port) for brokers 1..N."""
     if base_port == 0:
         # The kernel may hand out a port again once its probe socket is closed: every
         # port of one plan is distinct (two processes given one port: one fails to bind).
@@ -119,13 +124,15 @@ def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, int]]:
             taken.add(port)
             return port
 
-        ports = {"controller": (distinct_free_port(), distinct_free_port())}
+        ports: dict[str, tuple[int, ...]] = {
+            "controller": (distinct_free_port(), distinct_free_port())}
         for i in range(1, brokers + 1):
-            ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port())
+            ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port(),
+                                    distinct_free_port())
         return ports
     ports = {"controller": (base_port - 1, base_port + 99)}
     for i in range(1, brokers + 1):
-        ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1)
+        ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1, base_port + 200 + i - 1)
     return ports
 
 
@@ -231,7 +238,7 @@ class LocalCluster:
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
             raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
         ports = plan_ports(brokers, base_port)
-        busy = sorted(p for pair in ports.values() for p in pair if port_in_use(p))
+        busy = sorted(p for planned in ports.values() for p in planned if port_in_use(p))
         if busy:
             raise LocalClusterError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
                                     "(choose another --base-port)")
@@ -251,14 +258,16 @@ class LocalCluster:
         for i in range(1, brokers + 1):
             name = f"broker-{i}"
             listen = f"{HOST}:{ports[name][0]}"
-            cmd = [sys.executable, "-m", "tidewater.broker", "--broker-id", str(i), "--listen", listen,
+            internal = f"{HOST}:{ports[name][2]}"
+            cmd = [sys.executable, "-m", "tidewater.broker", "--broker-id", str(i),
+                   "--listen", internal, "--external-listen", listen,
                    "--controller", controller_listen, "--data-dir", str(self.data_dir / name),
                    "--metrics-port", str(ports[name][1])]
             for key, value in broker_settings.items():
                 cmd += ["--set", f"{key}={value}"]
             processes[name] = {
                 "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
-                "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
+                "internal": internal, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
                 "log": str(self.data_dir / f"{name}.log"), "command": cmd}
         self.manifest = {
             "version": MANIFEST_VERSION, "data_dir": str(self.data_dir),

@@ -45,10 +45,16 @@ class Harness:
             self.epochs[broker_id] = response.broker_epoch
         return response
 
-    def heartbeat(self, broker_id, *, epoch=None, want_shutdown=False):
+    def token(self, broker_id):
+        """The control token of ``broker_id``'s current registration (b"" if none)."""
+        broker = self.metadata.brokers.get(broker_id)
+        return broker.control_token if broker is not None else b""
+
+    def heartbeat(self, broker_id, *, epoch=None, want_shutdown=False, token=None):
         return self.run(self.machine.broker_heartbeat, pb.BrokerHeartbeatRequest(
             broker_id=broker_id, broker_epoch=self.epochs.get(broker_id, -1) if epoch is None else epoch,
-            want_shutdown=want_shutdown))
+            want_shutdown=want_shutdown,
+            control_token=self.token(broker_id) if token is None else token))
 
     def heartbeat_all(self, *except_ids):
         for broker_id in self.epochs:
@@ -72,7 +78,7 @@ class Harness:
         return response.topics[0]
 
     def alter(self, broker_id, p, new_isr, *, leader_epoch=None, partition_epoch=None,
-              broker_epoch=None, member_epochs=None):
+              broker_epoch=None, member_epochs=None, token=None):
         """``member_epochs``: the broker epochs the members fetched with (KIP-903); by
         default each member's registered epoch, as a correct leader reports them."""
         if member_epochs is None:
@@ -84,7 +90,8 @@ class Harness:
                 topic=p.topic, partition=p.partition,
                 leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
                 partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
-                new_isr=new_isr, new_isr_broker_epochs=member_epochs)]))
+                new_isr=new_isr, new_isr_broker_epochs=member_epochs)],
+            control_token=self.token(broker_id) if token is None else token))
         return response
 
     def describe(self):

@@ -107,7 +107,7 @@ class InProcessController:
         await self.server.stop()
 
 
-class FakeBroker(pb_grpc.BrokerServicer):
+class FakeBroker(pb_grpc.BrokerControlServicer):
     """Registers, heartbeats, and records what the controller pushes to it."""
 
     def __init__(self, broker_id: int, controller_address: str, heartbeat_interval_ms: int = 100):
@@ -116,6 +116,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.incarnation_id = uuid.uuid4().hex
         self.broker_epoch = -1
+        self.control_token = b""  # the registration's
         self.leader_and_isr: list[pb.LeaderAndIsrRequest] = []
         self.update_metadata: list[pb.UpdateMetadataRequest] = []
         self.stop_replica: list[pb.StopReplicaRequest] = []
@@ -128,7 +129,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         self._task: asyncio.Task | None = None
         self.port = None
 
-    # ------------------------------------------------------------ Broker service
+    # ------------------------------------------------------------ BrokerControl service
 
     async def LeaderAndIsr(self, request, context):
         self.leader_and_isr.append(request)
@@ -164,7 +165,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
 
     async def serve(self) -> None:
         self._server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(self, self._server)
+        pb_grpc.add_BrokerControlServicer_to_server(self, self._server)
         self.port = self._server.add_insecure_port(f"127.0.0.1:{self.port or 0}")
         await self._server.start()
 
@@ -175,6 +176,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
             timeout=5)
         assert response.error_code == pb.NONE, response
         self.broker_epoch = response.broker_epoch
+        self.control_token = response.control_token
         return self.broker_epoch
 
     async def _heartbeat_loop(self) -> None:
@@ -190,7 +192,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
             try:
                 await call.write(pb.BrokerHeartbeatRequest(
                     broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                    want_shutdown=self.want_shutdown))
+                    want_shutdown=self.want_shutdown, control_token=self.control_token))
                 response = await asyncio.wait_for(call.read(), 2)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
                 response = grpc.aio.EOF  # controller down: keep trying, as a broker does

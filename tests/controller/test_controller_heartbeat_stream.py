@@ -26,7 +26,7 @@ def cluster_with_topic(h):
 def beat(h, broker_id, stream_id, *, epoch=None, want_shutdown=False):
     request = pb.BrokerHeartbeatRequest(
         broker_id=broker_id, broker_epoch=h.epochs[broker_id] if epoch is None else epoch,
-        want_shutdown=want_shutdown)
+        want_shutdown=want_shutdown, control_token=h.token(broker_id))
     return h.owner.run_now(lambda tx, now: h.machine.broker_heartbeat(tx, now, request, stream_id))
 
 

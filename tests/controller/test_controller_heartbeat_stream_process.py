@@ -35,7 +35,7 @@ class StreamHeartbeats:
         await self.call.write(pb.BrokerHeartbeatRequest(
             broker_id=self.broker.broker_id,
             broker_epoch=self.broker.broker_epoch if epoch is None else epoch,
-            want_shutdown=want_shutdown))
+            want_shutdown=want_shutdown, control_token=self.broker.control_token))
         return await asyncio.wait_for(self.call.read(), 10)
 
     async def half_close(self) -> None:

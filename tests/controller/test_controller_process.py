@@ -183,18 +183,60 @@ async def test_sender_retries_until_the_broker_serves(controller_factory):
 async def test_zombie_epoch_refused_after_reregistration(cluster):
     controller, brokers, stub = cluster
     broker = brokers[2]
-    old_epoch = broker.broker_epoch
+    old_epoch, old_token = broker.broker_epoch, broker.control_token
     broker.incarnation_id = "new-process"
     new_epoch = await broker.register()
     assert new_epoch > old_epoch
     heartbeats = stub.BrokerHeartbeats()
-    await heartbeats.write(pb.BrokerHeartbeatRequest(broker_id=2, broker_epoch=old_epoch))
+    await heartbeats.write(pb.BrokerHeartbeatRequest(broker_id=2, broker_epoch=old_epoch,
+                                                     control_token=old_token))
     response = await asyncio.wait_for(heartbeats.read(), 5)
     heartbeats.cancel()
     assert response.error_code == pb.STALE_BROKER_EPOCH
     alter = await stub.AlterPartition(pb.AlterPartitionRequest(
-        broker_id=2, broker_epoch=old_epoch), timeout=5)
+        broker_id=2, broker_epoch=old_epoch, control_token=old_token), timeout=5)
     assert alter.error_code == pb.STALE_BROKER_EPOCH
+
+
+async def test_broker_requests_without_the_registrations_token_are_refused(cluster):
+    """Issue 18: the broker epoch is no secret (DescribeCluster lists it); a heartbeat,
+    AlterPartition or ReportCorruptReplica without the registration's token changes
+    nothing, and the broker's real requests keep working."""
+    controller, brokers, stub = cluster
+    await create(stub, "t", rf=3)
+    p = (await partitions_of(stub, "t"))[0]
+    leader = brokers[p.leader]
+    described = await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
+    epochs = {b.broker_id: b.broker_epoch for b in described.brokers}
+    assert epochs[p.leader] == leader.broker_epoch
+    shrink = [pb.AlterPartitionItem(topic="t", partition=0, leader_epoch=p.leader_epoch,
+                                    partition_epoch=p.partition_epoch, new_isr=[p.leader])]
+    for token in (b"", b"\0" * 16, leader.control_token[:-1] + b"x"):
+        forged = await stub.AlterPartition(pb.AlterPartitionRequest(
+            broker_id=p.leader, broker_epoch=epochs[p.leader], items=shrink,
+            control_token=token), timeout=5)
+        assert forged.error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+        corrupt = await stub.ReportCorruptReplica(pb.ReportCorruptReplicaRequest(
+            broker_id=p.leader, broker_epoch=epochs[p.leader], control_token=token,
+            replicas=[pb.CorruptReplica(topic="t", partition=0, leader_epoch=p.leader_epoch,
+                                        partition_epoch=p.partition_epoch)]), timeout=5)
+        assert corrupt.error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+        heartbeats = stub.BrokerHeartbeats()
+        await heartbeats.write(pb.BrokerHeartbeatRequest(
+            broker_id=p.leader, broker_epoch=epochs[p.leader], want_shutdown=True,
+            control_token=token))
+        beat = await asyncio.wait_for(heartbeats.read(), 5)
+        heartbeats.cancel()
+        assert beat.error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+    after = (await partitions_of(stub, "t"))[0]
+    assert (after.leader, list(after.isr), after.partition_epoch) == \
+        (p.leader, list(p.isr), p.partition_epoch)
+    assert not any(b.fenced or b.in_controlled_shutdown for b in
+                   (await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)).brokers)
+    real = await stub.AlterPartition(pb.AlterPartitionRequest(
+        broker_id=p.leader, broker_epoch=leader.broker_epoch, items=shrink,
+        control_token=leader.control_token), timeout=5)
+    assert real.items[0].error_code == pb.NONE
 
 
 async def test_alter_partition_over_grpc(cluster):
@@ -204,7 +246,7 @@ async def test_alter_partition_over_grpc(cluster):
     leader = brokers[p.leader]
     shrunk = [p.leader, p.replicas[1]]
     request = pb.AlterPartitionRequest(broker_id=p.leader, broker_epoch=leader.broker_epoch,
-                                       items=[pb.AlterPartitionItem(
+                                       control_token=leader.control_token, items=[pb.AlterPartitionItem(
                                            topic="t", partition=0, leader_epoch=p.leader_epoch,
                                            partition_epoch=p.partition_epoch, new_isr=shrunk)])
     response = await stub.AlterPartition(request, timeout=5)
@@ -231,6 +273,7 @@ async def test_report_corrupt_replica_through_the_brokers_client(cluster):
             broker_id=broker_id, controller_address=(host, int(port)), listeners=[],
             heartbeat_interval_ms=500, session_timeout_ms=SESSION_MS)
         clients[broker_id].broker_epoch = broker.broker_epoch
+        clients[broker_id].control_token = broker.control_token
     try:
         report = pb.CorruptReplica(topic="t", partition=0, leader_epoch=p.leader_epoch,
                                    partition_epoch=p.partition_epoch, corrupt_offset=42)

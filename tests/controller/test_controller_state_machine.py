@@ -50,6 +50,55 @@ def test_zombie_with_old_epoch_gets_stale_broker_epoch(h):
     assert h.heartbeat(7, epoch=old).error_code == pb.STALE_BROKER_EPOCH  # never registered
 
 
+def test_each_registration_gets_its_own_control_token_that_survives_a_restart(h):
+    first = h.register(1)
+    second = h.register(1, incarnation="inc-2")
+    other = h.register(2)
+    tokens = [first.control_token, second.control_token, other.control_token]
+    assert all(len(t) == 16 for t in tokens) and len(set(tokens)) == 3
+    assert h.token(1) == second.control_token
+    # The controller's requests to the broker carry it (the broker checks it).
+    from tidewater.controller import requests
+    assert requests.update_metadata(h.metadata, 0, 1).control_token == second.control_token
+    assert requests.stop_replica(h.metadata, 0, 2, [], delete=True).control_token == \
+        other.control_token
+    # A new controller replays it from the log: brokers keep working with it.
+    h2 = h.restart()
+    assert h2.token(1) == second.control_token and h2.token(2) == other.control_token
+    assert h2.heartbeat(1, epoch=second.broker_epoch, token=second.control_token).error_code \
+        == pb.NONE
+    h2.log.close()
+
+
+def test_requests_without_the_registrations_token_change_nothing(h):
+    """Issue 18: broker epochs are no secret (DescribeCluster lists them). A heartbeat,
+    AlterPartition or ReportCorruptReplica with the right epoch but not the
+    registration's token is CLUSTER_AUTHORIZATION_FAILED and appends nothing: it neither
+    keeps a dead broker's session alive, nor starts a controlled shutdown, nor changes
+    an ISR or a leader."""
+    three_brokers(h)
+    h.create("t", rf=3)
+    p = h.partition("t")
+    before = (h.metadata.last_offset, h.partition("t"))
+    for wrong in (b"", b"\0" * 16, h.token(p.leader)[:-1] + b"!", h.token(p.replicas[1])):
+        beat = h.heartbeat(p.leader, want_shutdown=True, token=wrong)
+        assert beat.error_code == pb.CLUSTER_AUTHORIZATION_FAILED and beat.is_fenced
+        assert h.alter(p.leader, p, [p.leader], token=wrong).error_code == \
+            pb.CLUSTER_AUTHORIZATION_FAILED
+        assert report_corrupt(h, p.leader, p, token=wrong).error_code == \
+            pb.CLUSTER_AUTHORIZATION_FAILED
+    assert (h.metadata.last_offset, h.partition("t")) == before
+    assert not h.machine.sessions.in_controlled_shutdown(p.leader)
+    # A silent broker is fenced even while someone forges its heartbeats.
+    h.now_ms += h.config.broker_session_timeout_ms + 1
+    h.heartbeat(p.leader, token=b"")
+    assert p.leader in h.owner.run_now(h.machine.check_sessions)
+    # The epoch check comes first: a zombie with its old token is told to register again.
+    old_epoch, old_token = h.epochs[2], h.token(2)
+    h.register(2, incarnation="inc-2")
+    assert h.heartbeat(2, epoch=old_epoch, token=old_token).error_code == pb.STALE_BROKER_EPOCH
+
+
 @pytest.mark.parametrize("listeners", [
     [],
     [pb.Listener(name="INTERNAL", host="", port=1)],
@@ -288,7 +337,7 @@ def test_alter_partition_accepts_current_and_rejects_stale(h):
     assert h.alter(leader, h.partition("t"), [leader], broker_epoch=1).error_code == \
         pb.STALE_BROKER_EPOCH
     unknown = h.run(h.machine.alter_partition, pb.AlterPartitionRequest(
-        broker_id=leader, broker_epoch=h.epochs[leader],
+        broker_id=leader, broker_epoch=h.epochs[leader], control_token=h.token(leader),
         items=[pb.AlterPartitionItem(topic="zz", partition=0, new_isr=[leader])]))
     assert unknown.items[0].error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -325,9 +374,9 @@ def test_periodic_preferred_leader_check(h):
 
 # ---------------------------------------------------------------- ReportCorruptReplica
 
-def report_corrupt(h, broker_id, p, *, broker_epoch=None):
+def report_corrupt(h, broker_id, p, *, broker_epoch=None, token=None):
     return h.run(h.machine.report_corrupt_replica, pb.ReportCorruptReplicaRequest(
-        broker_id=broker_id,
+        broker_id=broker_id, control_token=h.token(broker_id) if token is None else token,
         broker_epoch=h.epochs[broker_id] if broker_epoch is None else broker_epoch,
         replicas=[pb.CorruptReplica(topic=p.topic, partition=p.partition,
                                     leader_epoch=p.leader_epoch,
@@ -445,7 +494,8 @@ def test_request_size_limits(h, monkeypatch):
     items = [pb.AlterPartitionItem(topic="a", partition=0, leader_epoch=p.leader_epoch,
                                    partition_epoch=p.partition_epoch, new_isr=p.isr)] * 3
     response = h.run(h.machine.alter_partition, pb.AlterPartitionRequest(
-        broker_id=p.leader, broker_epoch=h.epochs[p.leader], items=items))
+        broker_id=p.leader, broker_epoch=h.epochs[p.leader], items=items,
+        control_token=h.token(p.leader)))
     assert response.error_code == pb.INVALID_REQUEST
     deleted = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["a", "x", "y"]))
     assert {t.error_code for t in deleted.topics} == {pb.INVALID_REQUEST}

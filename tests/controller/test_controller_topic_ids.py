@@ -40,7 +40,7 @@ def test_each_incarnation_gets_its_own_id_in_every_request(h):
     lai = requests.leader_and_isr(h.metadata, 0, 1, [(p, True)])
     assert lai.partitions[0].state.topic_id == first.topic_id
     assert lai.cluster_id == h.metadata.cluster_id and lai.metadata_offset == h.metadata.last_offset
-    um = requests.update_metadata(h.metadata, 0)
+    um = requests.update_metadata(h.metadata, 0, 1)
     assert {s.topic_id for s in um.partitions} == {first.topic_id}
     assert um.metadata_offset == h.metadata.last_offset
     described = h.run(h.machine.describe_cluster, pb.DescribeClusterRequest())

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from tidewater.broker.control import partition_state
 from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
+from tidewater.broker.controller_channel import REGISTER_AGAIN
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -203,6 +204,7 @@ class SimBroker:
         self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
         self.controller_epoch = -1
         self.broker_epoch = -1
+        self.control_token = b""  # the registration's (RegisterBrokerResponse)
         self.registering = True
         self.is_fenced = True
         self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
@@ -269,7 +271,8 @@ class SimBroker:
         elif now_ms >= self._next_heartbeat_ms:
             self._next_heartbeat_ms = now_ms + config.heartbeat_interval_ms
             self._call(pb.BrokerHeartbeatRequest(broker_id=self.broker_id,
-                                                 broker_epoch=self.broker_epoch),
+                                                 broker_epoch=self.broker_epoch,
+                                                 control_token=self.control_token),
                        ("heartbeat", self.broker_epoch), now_ms, stream=self.incarnation)
         if now_ms >= self._next_flush_ms:
             self._next_flush_ms = now_ms + self.flush_interval_ms
@@ -361,6 +364,7 @@ class SimBroker:
                 return  # tried again after the request timeout
             self.registering = False
             self.broker_epoch = response.broker_epoch
+            self.control_token = response.control_token
             self._fenced_since_ms = None
             self._next_heartbeat_ms = now_ms
             self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
@@ -373,7 +377,10 @@ class SimBroker:
                 self.hooks.trace(now_ms, f"broker {self.broker_id}: heartbeat answered "
                                          f"{pb.ErrorCode.Name(response.error_code)} fenced="
                                          f"{response.is_fenced}: registering again")
+                # ``ControllerChannel.register``: unregistered until the answer.
                 self.registering = True
+                self.broker_epoch = -1
+                self.control_token = b""
                 self._next_register_ms = now_ms
         elif what[0] == "alter":
             tp, call_partition = what[1], what[2]
@@ -394,7 +401,7 @@ class SimBroker:
 
     def _needs_registration(self, response: pb.BrokerHeartbeatResponse, now_ms: int) -> bool:
         """``ControllerChannel._needs_registration``."""
-        if response.error_code in (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED):
+        if response.error_code in REGISTER_AGAIN:
             return True
         if response.error_code != pb.NONE:
             return False
@@ -424,14 +431,16 @@ class SimBroker:
             return True
         return decision is ClusterCheck.MATCH
 
-    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None) -> int:
+    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None,
+                 token: bytes) -> int:
         """``ControlRequests._refusal``: ``control_rules.controller_request_refusal``
         (BROKER_NOT_AVAILABLE: answered as UNAVAILABLE, no response)."""
         rule = (taken_before_registration if self.config.controller_requests_before_registration
                 else controller_request_refusal)
         refusal = rule(
             registered_epoch=self.broker_epoch, controller_epoch_seen=self.controller_epoch,
-            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch)
+            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch,
+            token_matches=token == self.control_token)
         if refusal is None:
             return pb.NONE
         self.counters[f"refused {kind} {pb.ErrorCode.Name(refusal)}"] += 1
@@ -439,7 +448,8 @@ class SimBroker:
 
     def _on_leader_and_isr(self, request: pb.LeaderAndIsrRequest, now_ms: int
                            ) -> pb.LeaderAndIsrResponse:
-        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch)
+        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
+                               request.control_token)
         if refusal == pb.BROKER_NOT_AVAILABLE:
             return None
         if refusal != pb.NONE:
@@ -521,7 +531,8 @@ class SimBroker:
 
     def _on_stop_replica(self, request: pb.StopReplicaRequest, now_ms: int
                          ) -> pb.StopReplicaResponse:
-        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch)
+        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
+                               request.control_token)
         if refusal == pb.BROKER_NOT_AVAILABLE:
             return None
         if refusal != pb.NONE:
@@ -574,7 +585,8 @@ class SimBroker:
 
     def _on_update_metadata(self, request: pb.UpdateMetadataRequest, now_ms: int
                             ) -> pb.UpdateMetadataResponse:
-        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None)
+        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None,
+                               request.control_token)
         if refusal == pb.BROKER_NOT_AVAILABLE:
             return None
         if refusal != pb.NONE:
@@ -742,6 +754,7 @@ class SimBroker:
                                      f"{request.new_isr}")
             call_id = self._call(pb.AlterPartitionRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                control_token=self.control_token,
                 items=[pb.AlterPartitionItem(topic=p.tp.topic, partition=p.tp.partition,
                                              leader_epoch=request.leader_epoch,
                                              partition_epoch=request.partition_epoch,
@@ -781,8 +794,8 @@ class SimBroker:
 
 
 def taken_before_registration(*, registered_epoch: int, controller_epoch_seen: int,
-                              request_controller_epoch: int,
-                              request_broker_epoch: int | None) -> int | None:
+                              request_controller_epoch: int, request_broker_epoch: int | None,
+                              token_matches: bool) -> int | None:
     """A broken variant: the rule broker/control.py had before the simulation found it
     wrong (seeds 157, 172): requests taken before the registration is answered, and a
     broker epoch checked only when both are known (-1 a wildcard)."""

@@ -39,6 +39,7 @@ from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata import BrokerInfo, ClusterMetadata
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
+from tidewater.controller.sender import NOT_RETRIED
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -54,7 +55,6 @@ from .network import CONTROLLER, Network
 
 RUNNING, STOPPING, DOWN = "running", "stopping", "down"
 SESSION_CHECK_INTERVAL_MS_MAX = 100  # controller/server.py
-_NOT_RETRIED = (pb.STALE_CONTROLLER_EPOCH, pb.STALE_BROKER_EPOCH)  # controller/sender.py
 
 
 @dataclass
@@ -138,7 +138,7 @@ class SimSender:
         if self.pending_metadata:
             self.pending_metadata = False
             self._send("UpdateMetadata", requests.update_metadata(
-                metadata, node_id, self.controller.machine.sessions), None, now_ms)
+                metadata, node_id, self.broker_id, self.controller.machine.sessions), None, now_ms)
 
     def on_answer(self, call_id: int, response, now_ms: int) -> None:
         inflight = self.inflight
@@ -149,7 +149,7 @@ class SimSender:
             return
         self.inflight = None
         self.backoff_ms = self.controller.config.sender_retry_backoff_ms
-        if response.error_code in _NOT_RETRIED:
+        if response.error_code in NOT_RETRIED:
             self.controller.count(f"broker refused {inflight.kind} "
                                   f"{pb.ErrorCode.Name(response.error_code)}")
         for item in getattr(response, "partitions", ()):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce, serve
-from tidewater.broker.server import BrokerServicer
+from tidewater.broker.server import BrokerControlServicer, BrokerServicer
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -19,16 +19,23 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 pytestmark = pytest.mark.timeout(60)
 
 
-class CountingServicer(BrokerServicer):
-    """The real servicer, counting which fetch RPC the follower used."""
-
-    def __init__(self, rm):
+class _CountingClientServicer(BrokerServicer):
+    def __init__(self, rm, calls):
         super().__init__(rm, rm.metadata_cache, rm.metrics, "INTERNAL")
-        self.calls = {"Fetch": 0, "ReplicaFetch": 0}
+        self.calls = calls
 
     async def Fetch(self, request, context):
         self.calls["Fetch"] += 1
         return await super().Fetch(request, context)
+
+
+class CountingServicer(BrokerControlServicer):
+    """The real servicers, counting which fetch RPC the follower used."""
+
+    def __init__(self, rm):
+        super().__init__(rm, rm.metrics)
+        self.calls = {"Fetch": 0, "ReplicaFetch": 0}
+        self.client = _CountingClientServicer(rm, self.calls)
 
     async def ReplicaFetch(self, request_iterator, context):
         self.calls["ReplicaFetch"] += 1
@@ -39,11 +46,11 @@ class StreamlessServicer(CountingServicer):
     """A server without ReplicaFetch (not a broker of this release): the generated base
     answers UNIMPLEMENTED."""
 
-    ReplicaFetch = pb_grpc.BrokerServicer.ReplicaFetch
+    ReplicaFetch = pb_grpc.BrokerControlServicer.ReplicaFetch
 
 
 async def start_leader(rm, servicer):
-    server, port = await serve(rm, servicer)
+    server, port = await serve(rm, servicer.client, servicer)
     await rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,)))
     return server, port
 
@@ -153,7 +160,7 @@ async def test_stream_answers_each_request_once_in_order(tmp_path):
     server, port = await start_leader(rm, CountingServicer(rm))
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
-        call = pb_grpc.BrokerStub(channel).ReplicaFetch()
+        call = pb_grpc.BrokerControlStub(channel).ReplicaFetch()
 
         def request(offset, max_wait_ms):
             r = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=max_wait_ms,
@@ -178,7 +185,7 @@ async def test_stream_answers_each_request_once_in_order(tmp_path):
         await call.done_writing()
         assert await call.read() is grpc.aio.EOF
         # Cancelling a stream drops the leader's pending long-poll.
-        call = pb_grpc.BrokerStub(channel).ReplicaFetch()
+        call = pb_grpc.BrokerControlStub(channel).ReplicaFetch()
         waiting = request(4, 60_000)
         waiting.partitions[0].current_leader_epoch = 1
         waiting.partitions[0].last_fetched_epoch = 1
@@ -202,7 +209,7 @@ async def test_shutdown_ends_replica_streams_and_long_polls(tmp_path):
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         stub = pb_grpc.BrokerStub(channel)
-        call = stub.ReplicaFetch()
+        call = pb_grpc.BrokerControlStub(channel).ReplicaFetch()
         request = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=60_000,
                                   min_bytes=1, max_bytes=1 << 20)
         request.partitions.add(topic=TP.topic, partition=0, current_leader_epoch=0,

@@ -573,15 +573,17 @@ async def test_a_failed_epoch_checkpoint_write_leaves_no_leader_behind(tmp_path)
     await rm.stop()
 
 
-async def serve(rm, servicer=None):
-    """``rm`` behind a real gRPC server on a free port (the broker's own servicer unless
-    ``servicer``); returns (server, port): stop it with ``await server.stop(0)``."""
+async def serve(rm, servicer=None, control=None):
+    """``rm`` behind a real gRPC server on a free port, as an INTERNAL listener (the
+    broker's own servicers unless ``servicer`` / ``control``); returns (server, port):
+    stop it with ``await server.stop(0)``."""
     from tidewater.broker.forwarding import ControllerForwarder
-    from tidewater.broker.server import BrokerServicer, build_server
+    from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
 
     server, port = build_server(
         host="127.0.0.1", port=0,
         servicer=servicer or BrokerServicer(rm, rm.metadata_cache, rm.metrics, "INTERNAL"),
-        controller_servicer=ControllerForwarder(None), max_message_bytes=1 << 20)
+        controller_servicer=ControllerForwarder(None), max_message_bytes=1 << 20,
+        control_servicer=control or BrokerControlServicer(rm, rm.metrics))
     await server.start()
     return server, port

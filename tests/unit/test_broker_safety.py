@@ -37,6 +37,103 @@ def state(tp=TP, *, leader, leader_epoch, partition_epoch, replicas=(1, 2), isr=
         leaders=[pb.BrokerEndpoint(broker_id=b, host="127.0.0.1", port=1) for b in (1, 2, 3)])
 
 
+async def test_controller_requests_without_the_registrations_token_change_nothing(tmp_path):
+    """Issue 18: anyone who reaches the INTERNAL port can send a LeaderAndIsr, StopReplica
+    or UpdateMetadata. Without the control token the controller handed this registration
+    each is CLUSTER_AUTHORIZATION_FAILED: no replica is made or deleted, and the forged
+    controller epoch is not believed, so the real controller is not locked out."""
+    import grpc
+
+    from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+
+    rm, _ = make_manager(tmp_path)
+    token = bytes(range(16))
+    rm.control._control_token = lambda: token
+    server, port = await serve(rm)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.BrokerControlStub(channel)
+            real = state(leader=1, leader_epoch=0, partition_epoch=0)
+            real.control_token = token
+            assert (await stub.LeaderAndIsr(real, timeout=5)).error_code == pb.NONE
+            assert rm.partitions[TP].is_leader
+            for forged_token in (b"", token[:-1], token + b"x", bytes(16)):
+                forged = state(leader=2, leader_epoch=5, partition_epoch=5)
+                forged.controller_epoch, forged.control_token = 1000, forged_token
+                assert (await stub.LeaderAndIsr(forged, timeout=5)).error_code == \
+                    pb.CLUSTER_AUTHORIZATION_FAILED
+                stop = await stub.StopReplica(pb.StopReplicaRequest(
+                    controller_epoch=1000, broker_epoch=7, delete_partitions=True,
+                    partitions=[real.partitions[0].state], control_token=forged_token), timeout=5)
+                assert stop.error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+                update = await stub.UpdateMetadata(pb.UpdateMetadataRequest(
+                    controller_epoch=1000, control_token=forged_token), timeout=5)
+                assert update.error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+            assert rm.control.controller_epoch == 1
+            assert rm.partitions[TP].is_leader and rm.log_manager.get(TP) is not None
+            # The real controller (epoch 1) is still believed.
+            moved = state(leader=1, leader_epoch=1, partition_epoch=1)
+            moved.control_token = token
+            assert (await stub.LeaderAndIsr(moved, timeout=5)).error_code == pb.NONE
+    finally:
+        await server.stop(0)
+        await rm.stop()
+
+
+async def test_the_client_service_has_no_control_requests_and_takes_no_follower_fetch(tmp_path):
+    """Issue 18: the client-facing ``Broker`` service (every listener, the only one on
+    EXTERNAL) cannot pose as the controller, and a fetch claiming a replica id there,
+    which could move the high watermark past what followers hold, is refused."""
+    import grpc
+
+    from tidewater.broker.forwarding import ControllerForwarder
+    from tidewater.broker.server import BrokerServicer, build_server
+    from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(state(leader=1, leader_epoch=0, partition_epoch=0))
+    assert (await rm.produce(produce(TP, acks=1))).partitions[0].error_code == pb.NONE
+    hw = rm.partitions[TP].high_watermark
+    server, port = build_server(
+        host="127.0.0.1", port=0,
+        servicer=BrokerServicer(rm, rm.metadata_cache, rm.metrics, "EXTERNAL"),
+        controller_servicer=ControllerForwarder(None), max_message_bytes=1 << 20)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            control = pb_grpc.BrokerControlStub(channel)
+            for call in (control.LeaderAndIsr(pb.LeaderAndIsrRequest(), timeout=5),
+                         control.StopReplica(pb.StopReplicaRequest(), timeout=5),
+                         control.UpdateMetadata(pb.UpdateMetadataRequest(), timeout=5)):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call
+                assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            replica_fetch = control.ReplicaFetch()
+            await replica_fetch.write(pb.FetchRequest(replica_id=2))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await replica_fetch.read()
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            client = pb_grpc.BrokerStub(channel)
+            forged = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, partitions=[
+                pb.FetchPartition(topic=TP.topic, partition=0, current_leader_epoch=0,
+                                  fetch_offset=1, last_fetched_epoch=0)])
+            assert (await client.Fetch(forged, timeout=5)).error_code == \
+                pb.CLUSTER_AUTHORIZATION_FAILED
+            stream = client.FetchStream()
+            await stream.write(forged)
+            assert (await stream.read()).error_code == pb.CLUSTER_AUTHORIZATION_FAILED
+            stream.cancel()
+            # Nothing moved: follower 2 never counted as caught up.
+            assert rm.partitions[TP].high_watermark == hw
+            consumer = pb.FetchRequest(replica_id=-1, partitions=[pb.FetchPartition(
+                topic=TP.topic, partition=0, current_leader_epoch=-1, fetch_offset=0)])
+            answer = await client.Fetch(consumer, timeout=5)
+            assert answer.error_code == pb.NONE and answer.partitions[0].error_code == pb.NONE
+    finally:
+        await server.stop(0)
+        await rm.stop()
+
+
 def produce(*tps, acks=-1, timeout_ms=5000) -> pb.ProduceRequest:
     return pb.ProduceRequest(acks=acks, timeout_ms=timeout_ms, partitions=[
         pb.ProducePartitionData(topic=tp.topic, partition=tp.partition, records=make_batch(1))
@@ -173,7 +270,7 @@ async def test_controller_requests_wait_for_the_registration_and_name_it(tmp_pat
     server, port = await serve(rm)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.BrokerStub(channel)
+            stub = pb_grpc.BrokerControlStub(channel)
             request = state(leader=1, leader_epoch=0, partition_epoch=0)
             for call in (stub.LeaderAndIsr(request, timeout=5),
                          stub.StopReplica(pb.StopReplicaRequest(controller_epoch=1, broker_epoch=7),

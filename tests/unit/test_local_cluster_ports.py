@@ -13,11 +13,11 @@ def test_a_port_handed_out_twice_by_the_kernel_is_not_used_twice(monkeypatch):
     answers = itertools.chain([40001, 40001, 40002, 40001, 40003, 40002], itertools.count(40004))
     monkeypatch.setattr(local_cluster, "free_port", lambda: next(answers))
     plan = local_cluster.plan_ports(2, 0)
-    ports = [port for pair in plan.values() for port in pair]
-    assert len(ports) == 6 and len(set(ports)) == 6
+    ports = [port for planned in plan.values() for port in planned]
+    assert len(ports) == 8 and len(set(ports)) == 8
 
 
 def test_a_base_port_plan_has_distinct_ports():
     plan = local_cluster.plan_ports(2, 9000)
-    ports = sorted(port for pair in plan.values() for port in pair)
-    assert len(set(ports)) == len(ports) == 6
+    ports = sorted(port for planned in plan.values() for port in planned)
+    assert len(set(ports)) == len(ports) == 8
