@@ -78,6 +78,9 @@ class BrokerConfig:
     advertise: tuple[str, int] | None = None
     external_listen: tuple[str, int] | None = None
     external_advertise: tuple[str, int] | None = None
+    # Kafka's binary protocol (broker/kafka); None: no such listener.
+    kafka_listen: tuple[str, int] | None = None
+    kafka_advertise: tuple[str, int] | None = None
     metrics_port: int = 0
     log_level: str = "INFO"
     # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
@@ -108,6 +111,8 @@ class BrokerConfig:
             self.advertise = self.listen
         if self.external_listen is not None and self.external_advertise is None:
             self.external_advertise = self.external_listen
+        if self.kafka_listen is not None and self.kafka_advertise is None:
+            self.kafka_advertise = self.kafka_listen
 
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
@@ -190,6 +195,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", help="HOST:PORT others use for INTERNAL (default: --listen)")
     p.add_argument("--external-listen", help="HOST:PORT of an optional EXTERNAL listener")
     p.add_argument("--external-advertise", help="advertised EXTERNAL HOST:PORT")
+    p.add_argument("--kafka-listen",
+                   help="HOST:PORT of an optional listener speaking Kafka's binary protocol")
+    p.add_argument("--kafka-advertise",
+                   help="HOST:PORT Kafka clients are given (default: --kafka-listen)")
     p.add_argument("--controller", required=True, help="HOST:PORT of the controller")
     p.add_argument("--data-dir", required=True, type=Path)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0 = off")
@@ -220,6 +229,10 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
                          if args.external_listen else None),
         external_advertise=(parse_host_port(args.external_advertise, "--external-advertise")
                             if args.external_advertise else None),
+        kafka_listen=(parse_host_port(args.kafka_listen, "--kafka-listen")
+                      if args.kafka_listen else None),
+        kafka_advertise=(parse_host_port(args.kafka_advertise, "--kafka-advertise")
+                         if args.kafka_advertise else None),
         controller=parse_host_port(args.controller, "--controller"),
         data_dir=args.data_dir,
         metrics_port=args.metrics_port,

@@ -26,6 +26,8 @@ import time
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_channel import ControllerChannel
 from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.kafka.apis import Services
+from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replica_manager import ReplicaManager
@@ -38,6 +40,7 @@ from tidewater.proto import tidewater_pb2 as pb
 log = logging.getLogger("tidewater.broker")
 
 SERVER_GRACE_S = 2.0
+KAFKA_LISTENER = "KAFKA"
 
 
 class BrokerProcess:
@@ -49,6 +52,7 @@ class BrokerProcess:
         self.replica_manager: ReplicaManager | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers = []
+        self.kafka_listener: KafkaListener | None = None
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -111,11 +115,36 @@ class BrokerProcess:
             self.servers.append(server)
             self.bound_ports[name] = bound
             log.info("broker %d serving %s on %s:%d", c.broker_id, name, host, bound)
+        if c.kafka_listen is not None:
+            await self._start_kafka_listener(forwarder)
         if c.metrics_port:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(),
                                                       "controller-session")
+
+    async def _start_kafka_listener(self, forwarder: ControllerForwarder) -> None:
+        """Kafka's protocol on the same paths as gRPC; registered as listener KAFKA, so
+        Metadata answers Kafka clients with every broker's KAFKA address."""
+        c = self.config
+        assert c.kafka_listen is not None and c.kafka_advertise is not None
+        services = Services(replica_manager=self.replica_manager,
+                            metadata_cache=self.metadata_cache, controller=forwarder,
+                            listener_name=KAFKA_LISTENER)
+        request_latency = self.metrics.request_latency
+        self.kafka_listener = KafkaListener(
+            services, host=c.kafka_listen[0], port=c.kafka_listen[1],
+            max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
+            observe=lambda name, seconds: request_latency.labels(f"kafka:{name}").observe(
+                seconds))
+        bound = await self.kafka_listener.start()
+        self.bound_ports[KAFKA_LISTENER] = bound
+        host, port = c.kafka_advertise
+        assert self.controller_channel is not None
+        self.controller_channel.listeners.append(
+            pb.Listener(name=KAFKA_LISTENER, host=host, port=port or bound))
+        log.info("broker %d serving Kafka's protocol on %s:%d", c.broker_id, c.kafka_listen[0],
+                 bound)
 
     async def _controller_session(self) -> None:
         await self.controller_channel.register()
@@ -136,6 +165,8 @@ class BrokerProcess:
             self.replica_manager.answer_long_polls()
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
+        if self.kafka_listener is not None:
+            await self.kafka_listener.stop()
         if self.replica_manager is not None:
             await self.replica_manager.stop()
             self.replica_manager.checkpoint_high_watermarks()

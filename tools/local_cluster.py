@@ -10,20 +10,23 @@ Ports, all on 127.0.0.1, from the base port P (default 9092):
 broker ``i`` (1..N) serves clients on ``P+i-1`` (its EXTERNAL listener, the
 ``listen`` and ``bootstrap`` addresses below; no control service there) and
 cluster members on ``P+200+i-1`` (its INTERNAL listener, ``internal`` below:
-the controller's requests and follower fetches); the controller listens on
-``P-1``; metrics (Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for
+the controller's requests and follower fetches) and Kafka clients on
+``P+10000+i-1`` (Kafka's binary protocol; ``kafka_bootstrap`` below: 19092.. for
+the default P); the controller listens on ``P-1``; metrics (Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for
 the controller. ``base_port=0`` picks free ports instead (what tests use).
 
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
     {"version": 1, "data_dir": "/abs/DIR", "bootstrap": "127.0.0.1:9092,...",
+     "kafka_bootstrap": "127.0.0.1:19092,...",
      "controller": "127.0.0.1:9091", "cwd": "/abs/project",
      "processes": {
         "controller": {"name": "controller", "kind": "controller", "pid": 123,
                        "listen": "127.0.0.1:9091", "metrics_port": 9191,
                        "data_dir": "...", "log": "DIR/controller.log", "command": [...]},
         "broker-1":   {"name": "broker-1", "kind": "broker", "broker_id": 1,
-                       "listen": "127.0.0.1:9092", "internal": "127.0.0.1:9292", ...}}}
+                       "listen": "127.0.0.1:9092", "internal": "127.0.0.1:9292",
+                       "kafka": "127.0.0.1:19092", ...}}}
 
 Processes run in their own session (``start_new_session``) so a terminal's
 Ctrl-C does not reach them; they are stopped only by the pid in the manifest,
@@ -112,7 +115,7 @@ def port_in_use(port: int) -> bool:
 
 def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
     """name -> (listen port, metrics port) for the controller, (client listen port,
-    metrics port, internal port) for brokers 1..N."""
+    metrics port, internal port, Kafka port) for brokers 1..N."""
     if base_port == 0:
         # The kernel may hand out a port again once its probe socket is closed: every
         # port of one plan is distinct (two processes given one port: one fails to bind).
@@ -128,11 +131,15 @@ def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
             "controller": (distinct_free_port(), distinct_free_port())}
         for i in range(1, brokers + 1):
             ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port(),
-                                    distinct_free_port())
+                                    distinct_free_port(), distinct_free_port())
         return ports
     ports = {"controller": (base_port - 1, base_port + 99)}
     for i in range(1, brokers + 1):
-        ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1, base_port + 200 + i - 1)
+        ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1,
+                                base_port + 200 + i - 1, base_port + 10000 + i - 1)
+    if max(max(planned) for planned in ports.values()) > 65535 or min(ports["controller"]) < 1:
+        raise LocalClusterError(f"--base-port {base_port} puts ports outside 1..65535 "
+                                f"(brokers use up to base+10000+N-1)")
     return ports
 
 
@@ -259,19 +266,22 @@ class LocalCluster:
             name = f"broker-{i}"
             listen = f"{HOST}:{ports[name][0]}"
             internal = f"{HOST}:{ports[name][2]}"
+            kafka = f"{HOST}:{ports[name][3]}"
             cmd = [sys.executable, "-m", "tidewater.broker", "--broker-id", str(i),
-                   "--listen", internal, "--external-listen", listen,
+                   "--listen", internal, "--external-listen", listen, "--kafka-listen", kafka,
                    "--controller", controller_listen, "--data-dir", str(self.data_dir / name),
                    "--metrics-port", str(ports[name][1])]
             for key, value in broker_settings.items():
                 cmd += ["--set", f"{key}={value}"]
             processes[name] = {
                 "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
-                "internal": internal, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
+                "internal": internal, "kafka": kafka, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
                 "log": str(self.data_dir / f"{name}.log"), "command": cmd}
         self.manifest = {
             "version": MANIFEST_VERSION, "data_dir": str(self.data_dir),
             "bootstrap": ",".join(processes[f"broker-{i}"]["listen"] for i in range(1, brokers + 1)),
+            "kafka_bootstrap": ",".join(processes[f"broker-{i}"]["kafka"]
+                                        for i in range(1, brokers + 1)),
             "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
         self._write_manifest()
         try:

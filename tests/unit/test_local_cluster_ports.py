@@ -14,10 +14,10 @@ def test_a_port_handed_out_twice_by_the_kernel_is_not_used_twice(monkeypatch):
     monkeypatch.setattr(local_cluster, "free_port", lambda: next(answers))
     plan = local_cluster.plan_ports(2, 0)
     ports = [port for planned in plan.values() for port in planned]
-    assert len(ports) == 8 and len(set(ports)) == 8
+    assert len(ports) == 10 and len(set(ports)) == 10
 
 
 def test_a_base_port_plan_has_distinct_ports():
     plan = local_cluster.plan_ports(2, 9000)
     ports = sorted(port for planned in plan.values() for port in planned)
-    assert len(set(ports)) == len(ports) == 8
+    assert len(set(ports)) == len(ports) == 10

@@ -1,0 +1,329 @@
+"""The Kafka APIs this broker serves, their versions, and their translation to the broker's
+own requests (the same ``ReplicaManager`` paths and errors as gRPC).
+
+Advertise only what is implemented: librdkafka changes behaviour by what
+ApiVersions lists (it sends telemetry if key 71 is there, and turns
+idempotence off without key 22). Versions, as today's clients negotiate them:
+
+===================== ===== ======================================================
+API (key)             vers  notes
+===================== ===== ======================================================
+Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
+                            when the minimum is 3; v0-2 (magic 0/1) are refused
+Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
+ListOffsets (2)       1-6   earliest (-2), latest (-1), by timestamp
+Metadata (3)          0-12  topic IDs from v10; no auto-creation
+OffsetForLeaderEpoch  2-4
+(23)
+ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
+CreateTopics (19)     2-7   forwarded to the controller
+DeleteTopics (20)     1-5   forwarded to the controller
+===================== ===== ======================================================
+
+Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
+response values (a plain dict, see ``codec.build``), or None where Kafka sends
+no response (Produce with acks=0). Work that must happen in request order on a
+connection (a produce's append) is done before the function returns; what may
+finish later (an acks=all wait, a long-poll) is in the awaitable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.proto import tidewater_pb2 as pb
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
+
+# api key -> (min, max) advertised.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    PRODUCE: (0, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 6),
+    METADATA: (0, 12),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    API_VERSIONS: (0, 4),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 5),
+}
+# The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
+# RecordBatch v2 log never stores.
+DECODED_FROM = {PRODUCE: 3}
+
+FETCH_SESSION_ID_NOT_FOUND = 70
+NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+@dataclass
+class Services:
+    """What a Kafka request may reach: the broker's own paths, nothing else."""
+
+    replica_manager: Any
+    metadata_cache: Any
+    controller: Any  # ControllerForwarder (CreateTopics, DeleteTopics, DescribeCluster)
+    listener_name: str  # the registration's listener whose addresses Metadata answers
+
+
+Response = dict[str, Any] | None
+
+
+def _done(value: Response) -> Awaitable[Response]:
+    async def answer() -> Response:
+        return value
+    return answer()
+
+
+# ---------------------------------------------------------------- ApiVersions
+
+def api_versions_values(error_code: int = pb.NONE) -> dict[str, Any]:
+    return {"error_code": error_code, "throttle_time": 0,
+            "api_keys": [{"api_key": key, "min_version": low, "max_version": high}
+                         for key, (low, high) in sorted(SUPPORTED.items())]}
+
+
+async def on_api_versions(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    return _done(api_versions_values())
+
+
+# ---------------------------------------------------------------- Metadata
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    return uuid.UUID(bytes=raw) if len(raw) == 16 else NO_TOPIC_ID
+
+
+async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    requested = body.topics
+    if requested is not None and head.api_version >= 1 and len(requested) == 0:
+        names: list[str] | None = []  # v1+: an empty list asks for no topic
+    elif requested is None or len(requested) == 0:
+        names = None  # every topic
+    else:
+        names = [t.name for t in requested if t.name is not None]
+    answer = s.metadata_cache.metadata_response(names or [], s.listener_name)
+    topics = [] if names == [] else [{
+        "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
+        "is_internal": False,
+        "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
+                        "leader_id": p.leader, "leader_epoch": p.leader_epoch,
+                        "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+                        "offline_replicas": list(p.offline_replicas)}
+                       for p in t.partitions]}
+        for t in answer.topics]
+    return _done({
+        "throttle_time": 0,
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
+                    for b in answer.brokers],
+        "cluster_id": answer.cluster_id or None,
+        # Admin requests go to the "controller" Metadata names; every broker forwards
+        # them to the real one (whose id is no broker's), as KRaft brokers do.
+        "controller_id": s.replica_manager.broker_id,
+        "topics": topics})
+
+
+# ---------------------------------------------------------------- Produce
+
+def produce_request(body) -> pb.ProduceRequest:
+    request = pb.ProduceRequest(acks=body.acks, timeout_ms=milliseconds(body.timeout))
+    for topic in body.topic_data:
+        for p in topic.partition_data:
+            request.partitions.add(topic=topic.name, partition=p.index,
+                                   records=bytes(p.records or b""))
+    return request
+
+
+def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in response.partitions:
+        by_topic.setdefault(p.topic, []).append({
+            "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
+            "log_append_time": None, "log_start_offset": p.log_start_offset,
+            "record_errors": [], "error_message": p.error_message or None})
+    return {"throttle_time": 0, "responses": [
+        {"name": name, "partition_responses": parts} for name, parts in by_topic.items()]}
+
+
+async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    """Appends now (requests on one connection keep their order); the returned awaitable
+    is the answer: at once for acks=1, when the ISR has the records for acks=all, None
+    (no answer at all) for acks=0."""
+    request = produce_request(body)
+    if body.transactional_id is not None:
+        refused = pb.ProduceResponse(partitions=[
+            pb.ProducePartitionResponse(
+                topic=p.topic, partition=p.partition, error_code=pb.INVALID_REQUEST,
+                error_message="transactions are not supported", base_offset=-1,
+                log_start_offset=-1)
+            for p in request.partitions])
+        return _done(produce_values(refused))
+    rm = s.replica_manager
+    response, waits = await rm.produce_append(request)
+    if request.acks == 0:
+        return _done(None)
+    if not waits:
+        return _done(produce_values(response))
+    outcome: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
+    withdraw = rm.produce_watch(request, response, waits,
+                                lambda done: outcome.done() or outcome.set_result(done))
+
+    async def answer() -> Response:
+        return produce_values(await outcome)
+    task = asyncio.ensure_future(answer())
+    # However the answer ends (sent, or the connection gone), the waits go with it.
+    task.add_done_callback(lambda _: withdraw())
+    return task
+
+
+# ---------------------------------------------------------------- Fetch
+
+def fetch_request(body, version: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
+                              max_wait_ms=milliseconds(body.max_wait),
+                              min_bytes=body.min_bytes, max_bytes=body.max_bytes)
+    for topic in body.topics:
+        for p in topic.partitions:
+            request.partitions.add(
+                topic=topic.topic, partition=p.partition,
+                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                fetch_offset=p.fetch_offset,
+                last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                log_start_offset=-1, partition_max_bytes=p.partition_max_bytes)
+    return request
+
+
+def fetch_values(response: pb.FetchResponse) -> dict[str, Any]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in response.partitions:
+        values: dict[str, Any] = {
+            "partition_index": p.partition, "error_code": p.error_code,
+            "high_watermark": p.high_watermark, "last_stable_offset": p.high_watermark,
+            "log_start_offset": p.log_start_offset, "aborted_transactions": None,
+            "preferred_read_replica": -1, "records": bytes(p.records)}
+        if p.HasField("diverging_epoch"):
+            values["diverging_epoch"] = {"epoch": p.diverging_epoch.epoch,
+                                         "end_offset": p.diverging_epoch.end_offset}
+        if p.error_code in (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH):
+            values["current_leader"] = {"leader_id": -1, "leader_epoch": p.leader_epoch}
+        by_topic.setdefault(p.topic, []).append(values)
+    return {"throttle_time": 0, "error_code": response.error_code, "session_id": 0,
+            "responses": [{"topic": name, "partitions": parts}
+                          for name, parts in by_topic.items()]}
+
+
+async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    if body.replica_id >= 0:
+        # Followers fetch over the INTERNAL gRPC listener; here, a forged one could move
+        # the high watermark past what followers really hold.
+        return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                      "session_id": 0, "responses": []})
+    session_id = getattr(body, "session_id", 0)
+    if session_id != 0:
+        # Fetch sessions (KIP-227) are declined: every fetch we answer says session 0,
+        # so a client never holds an id of ours.
+        return _done({"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
+                      "session_id": 0, "responses": []})
+    request = fetch_request(body, head.api_version)
+
+    async def answer() -> Response:
+        return fetch_values(await s.replica_manager.fetch(request))
+    return answer()
+
+
+# ---------------------------------------------------------------- ListOffsets
+
+async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    request = pb.ListOffsetsRequest(replica_id=-1)
+    for topic in body.topics:
+        for p in topic.partitions:
+            request.partitions.add(topic=topic.name, partition=p.partition_index,
+                                   current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                                   timestamp=p.timestamp)
+    response = s.replica_manager.list_offsets(request)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in response.partitions:
+        by_topic.setdefault(p.topic, []).append({
+            "partition_index": p.partition, "error_code": p.error_code,
+            "timestamp": p.timestamp, "offset": p.offset, "leader_epoch": p.leader_epoch})
+    return _done({"throttle_time": 0, "topics": [
+        {"name": name, "partitions": parts} for name, parts in by_topic.items()]})
+
+
+# ---------------------------------------------------------------- OffsetForLeaderEpoch
+
+async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    request = pb.OffsetForLeaderEpochRequest(replica_id=-1)
+    for topic in body.topics:
+        for p in topic.partitions:
+            request.partitions.add(topic=topic.topic, partition=p.partition,
+                                   current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                                   leader_epoch=p.leader_epoch)
+    response = s.replica_manager.offset_for_leader_epoch(request)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in response.partitions:
+        by_topic.setdefault(p.topic, []).append({
+            "error_code": p.error_code, "partition": p.partition,
+            "leader_epoch": p.leader_epoch, "end_offset": p.end_offset})
+    return _done({"throttle_time": 0, "topics": [
+        {"topic": name, "partitions": parts} for name, parts in by_topic.items()]})
+
+
+# ---------------------------------------------------------------- admin (forwarded)
+
+async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    request = pb.CreateTopicsRequest(timeout_ms=milliseconds(body.timeout),
+                                     validate_only=getattr(body, "validate_only", False))
+    refused: dict[str, str] = {}
+    for t in body.topics:
+        if t.assignments:
+            refused[t.name] = "manual replica assignment is not supported"
+            continue
+        request.topics.add(name=t.name, num_partitions=t.num_partitions,
+                           replication_factor=t.replication_factor,
+                           configs={c.name: c.value for c in t.configs if c.value is not None})
+
+    async def answer() -> Response:
+        response = await s.controller.CreateTopics(request, None)
+        results = [{"name": r.name, "topic_id": _topic_id(r.topic_id),
+                    "error_code": r.error_code, "error_message": r.error_message or None,
+                    "num_partitions": r.num_partitions or -1,
+                    "replication_factor": r.replication_factor or -1, "configs": None}
+                   for r in response.topics]
+        results += [{"name": name, "topic_id": NO_TOPIC_ID,
+                     "error_code": pb.INVALID_REPLICA_ASSIGNMENT, "error_message": message,
+                     "num_partitions": -1, "replication_factor": -1, "configs": None}
+                    for name, message in refused.items()]
+        return {"throttle_time": 0, "topics": results}
+    return answer()
+
+
+async def on_delete_topics(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    names = list(getattr(body, "topic_names", None) or
+                 [t.name for t in getattr(body, "topics", ()) if t.name is not None])
+    request = pb.DeleteTopicsRequest(names=names, timeout_ms=milliseconds(body.timeout))
+
+    async def answer() -> Response:
+        response = await s.controller.DeleteTopics(request, None)
+        return {"throttle_time": 0, "responses": [
+            {"name": r.name, "topic_id": _topic_id(r.topic_id), "error_code": r.error_code,
+             "error_message": r.error_message or None} for r in response.topics]}
+    return answer()
+
+
+Handler = Callable[[Services, RequestHead, Any], Any]
+
+HANDLERS: dict[int, Handler] = {
+    API_VERSIONS: on_api_versions,
+    METADATA: on_metadata,
+    PRODUCE: on_produce,
+    FETCH: on_fetch,
+    LIST_OFFSETS: on_list_offsets,
+    OFFSET_FOR_LEADER_EPOCH: on_offset_for_leader_epoch,
+    CREATE_TOPICS: on_create_topics,
+    DELETE_TOPICS: on_delete_topics,
+}
+assert set(HANDLERS) == set(SUPPORTED)

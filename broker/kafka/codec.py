@@ -1,0 +1,233 @@
+"""Kafka's request and response frames, encoded and decoded with ``kio``.
+
+Wire format (Kafka's protocol guide): every request and response is a frame,
+a 4-byte big-endian size followed by that many bytes. A request starts with
+its header: api_key (int16), api_version (int16), correlation_id (int32),
+client_id (nullable string) and, for a flexible (KIP-482) version, tagged
+fields. A response starts with the correlation_id and, for a flexible
+version other than ApiVersions', tagged fields. The bodies are the
+per-version schemas Kafka generates from its JSON; ``kio`` carries them, so no
+per-version struct is written by hand here.
+
+``build(cls, values)`` makes a kio entity of whichever version from one plain
+dict holding the fields of every version: a field the version lacks is
+dropped, one it has but the dict lacks takes the schema's default, and plain
+values become kio's types (error codes, UUIDs, durations). So each API's
+translation is written once, not once per version. kio writes tagged fields
+only when they differ from their defaults (Debian's librdkafka 2.0.2 refuses
+an ApiVersions v3 answer carrying default tagged fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import typing
+import uuid
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from tidewater.proto.errors import InvalidRequestError, TidewaterError, UnsupportedVersionError
+
+API_VERSIONS_KEY = 18
+_HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+_SIZE = struct.Struct(">i")
+
+
+class UnknownApiKeyError(TidewaterError):
+    """A request for an API this broker does not serve: the connection is closed."""
+
+    error_code = InvalidRequestError.error_code
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestHead:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def peek_head(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame's body; InvalidRequestError
+    if it is too short to hold them."""
+    if len(frame) < _HEAD.size:
+        raise InvalidRequestError(f"request of {len(frame)} bytes has no header")
+    api_key, api_version, correlation_id = _HEAD.unpack_from(frame)
+    return api_key, api_version, correlation_id
+
+
+@cache
+def _request_type(api_key: int, api_version: int) -> type:
+    module = load_payload_module(api_key, api_version, EntityType.request)
+    return module.__dict__[_payload_class_name(module, "Request")]
+
+
+@cache
+def _response_type(api_key: int, api_version: int) -> type:
+    module = load_payload_module(api_key, api_version, EntityType.response)
+    return module.__dict__[_payload_class_name(module, "Response")]
+
+
+def _payload_class_name(module, suffix: str) -> str:
+    for name, value in vars(module).items():
+        if (isinstance(value, type) and name.endswith(suffix)
+                and getattr(value, "__type__", None) in (EntityType.request, EntityType.response)):
+            return name
+    raise LookupError(f"no {suffix} class in {module.__name__}")
+
+
+def response_type(api_key: int, api_version: int) -> type:
+    return _response_type(api_key, api_version)
+
+
+def request_type(api_key: int, api_version: int) -> type:
+    return _request_type(api_key, api_version)
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, values: dict[str, Any],
+                   client_id: str | None = "tidewater") -> bytes:
+    """A request frame, size prefix included (what a client sends; tests use it)."""
+    entity_type = _request_type(api_key, api_version)
+    header_type = entity_type.__header_schema__
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_values = {"request_api_key": api_key, "request_api_version": api_version,
+                     "correlation_id": correlation_id, "client_id": client_id}
+    _writer(header_type)(out, build(header_type, header_values))
+    _writer(entity_type)(out, build(entity_type, values))
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+    """(correlation_id, body) of a response frame without its size prefix (tests use it)."""
+    entity_type = _response_type(api_key, api_version)
+    (correlation_id,) = _SIZE.unpack_from(frame)
+    offset = 4
+    if api_key != API_VERSIONS_KEY and entity_type.__flexible__:
+        offset += 1  # an empty tagged-field section
+    body, used = _reader(entity_type)(frame, offset)
+    if offset + used != len(frame):
+        raise ValueError(f"{len(frame) - offset - used} bytes after the response body")
+    return correlation_id, body
+
+
+@cache
+def _reader(entity_type: type):
+    return entity_reader(entity_type)
+
+
+@cache
+def _writer(entity_type: type):
+    return entity_writer(entity_type)
+
+
+def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
+                   ) -> tuple[RequestHead, Any]:
+    """The head and body of one request frame (without its size prefix).
+
+    UnknownApiKeyError: an API key not in ``supported`` (close the connection).
+    UnsupportedVersionError: a version outside what is advertised (answer it).
+    InvalidRequestError: bytes that do not parse (close the connection).
+    """
+    api_key, api_version, correlation_id = peek_head(frame)
+    if api_key not in supported:
+        raise UnknownApiKeyError(f"API key {api_key} is not served here")
+    low, high = supported[api_key]
+    if not low <= api_version <= high:
+        raise UnsupportedVersionError(f"API key {api_key} version {api_version} is not "
+                                      f"supported ({low}..{high})")
+    try:
+        request_type = _request_type(api_key, api_version)
+        header, used = _reader(request_type.__header_schema__)(frame, 0)
+        body, body_used = _reader(request_type)(frame, used)
+    except (ValueError, IndexError, TypeError, UnicodeDecodeError, OverflowError) as e:
+        raise InvalidRequestError(f"API key {api_key} v{api_version} does not parse: {e}") from e
+    except Exception as e:  # the native decoder's own errors
+        raise InvalidRequestError(f"API key {api_key} v{api_version} does not parse: "
+                                  f"{type(e).__name__}: {e}") from e
+    # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
+    # sends three after a Metadata v12 asking for every topic.
+    return RequestHead(api_key, api_version, correlation_id, header.client_id), body
+
+
+def encode_response(head: RequestHead, body: Any) -> bytes:
+    """The response frame, size prefix included, for ``body`` answering ``head``."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(_SIZE.pack(head.correlation_id))
+    # ApiVersions answers with header v0 even when flexible (KIP-511): a client that
+    # sent a version we do not know must still read the answer.
+    if head.api_key != API_VERSIONS_KEY and type(body).__flexible__:
+        out.write(b"\0")  # no tagged fields in the response header
+    _writer(type(body))(out, body)
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
+# ---------------------------------------------------------------- building entities
+
+def build(entity_type: type, values: dict[str, Any]) -> Any:
+    """An entity of ``entity_type`` from ``values`` (see the module docstring)."""
+    hints = _hints(entity_type)
+    kwargs = {}
+    for f in dataclasses.fields(entity_type):
+        if f.name not in values:
+            continue
+        kwargs[f.name] = _convert(values[f.name], hints[f.name], f.metadata.get("kafka_type"))
+    return entity_type(**kwargs)
+
+
+@cache
+def _hints(entity_type: type) -> dict[str, Any]:
+    return typing.get_type_hints(entity_type)
+
+
+def _convert(value: Any, hint: Any, kafka_type: str | None) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item_hint, _) = typing.get_args(hint)
+        return tuple(_convert(v, item_hint, kafka_type) for v in value)
+    if origin is typing.Union or (origin is not None and type(None) in typing.get_args(hint)):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(value, inner[0], kafka_type)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return build(hint, value)
+    if kafka_type == "error_code":
+        return ErrorCode(int(value))
+    if kafka_type == "uuid":
+        if isinstance(value, uuid.UUID):
+            return value
+        return uuid.UUID(bytes=value) if value else None
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        if isinstance(value, datetime.timedelta):
+            return value
+        return datetime.timedelta(milliseconds=int(value))
+    if kafka_type in ("datetime_i64",):
+        return value
+    return value
+
+
+def values_of(entity: Any) -> dict[str, Any]:
+    """A decoded entity's fields as a dict (nested entities stay entities)."""
+    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
+
+
+def milliseconds(value: Any) -> int:
+    """A kio duration (timedelta) or plain number as whole milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

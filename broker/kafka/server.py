@@ -1,0 +1,179 @@
+"""The broker's Kafka listener: Kafka's binary protocol over TCP, on the broker's own loop.
+
+One coroutine per connection reads frames in order. Each request is decoded
+(``codec``) and handed to its API (``apis``), which does in-order work at once
+(a produce's append) and returns an awaitable answer; answers are written in
+request order by the connection's writer task, as Kafka's clients expect
+(a long-polling fetch holds back the answers after it, as in Kafka). At most
+``IN_FLIGHT_MAX`` requests wait per connection; then reading pauses.
+
+Hostile input costs its own connection only, never data: a size prefix above
+``socket.request.max.bytes`` (or negative) is refused before the body is read;
+garbage, an unknown API key or a version we cannot decode closes the
+connection with one log line. An ApiVersions of a version we do not know gets
+a v0 answer with UNSUPPORTED_VERSION and our versions (KIP-511), so a newer
+client can step down. A broken invariant stops the broker (``supervisor``),
+as on the gRPC paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from tidewater.broker.kafka import apis
+from tidewater.broker.kafka.codec import (
+    RequestHead,
+    UnknownApiKeyError,
+    build,
+    decode_request,
+    encode_response,
+    peek_head,
+    response_type,
+)
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
+
+log = logging.getLogger("tidewater.broker.kafka")
+
+IN_FLIGHT_MAX = 64
+_SIZE_BYTES = 4
+
+
+class KafkaListener:
+    def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
+                 supervisor=None, observe=None):
+        self.services = services
+        self.host, self.port = host, port
+        self.max_request_bytes = max_request_bytes
+        self.supervisor = supervisor
+        # (api name, seconds) -> None: the broker's request_latency histogram.
+        self._observe = observe or (lambda name, seconds: None)
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.bound_port = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                  reuse_address=True)
+        self.bound_port = self._server.sockets[0].getsockname()[1]
+        return self.bound_port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
+            asyncio.Queue(maxsize=IN_FLIGHT_MAX)
+        sender = asyncio.ensure_future(self._send_answers(answers, writer, peer))
+        try:
+            await self._read_requests(reader, answers, peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away; its unanswered requests go with it
+        except asyncio.CancelledError:
+            # stop(): end quietly (asyncio's stream server logs a connection task that
+            # ends cancelled as an error).
+            sender.cancel()
+        except InvariantViolation as e:
+            if self.supervisor is not None:
+                self.supervisor.fail(e)
+            raise
+        finally:
+            if not sender.done():
+                try:
+                    answers.put_nowait(None)  # answer what was read, then close
+                except asyncio.QueueFull:
+                    sender.cancel()
+            try:
+                await sender
+            except (asyncio.CancelledError, ConnectionError):
+                pass
+            writer.close()
+            self._connections.discard(task)
+
+    async def _read_requests(self, reader: asyncio.StreamReader,
+                             answers: asyncio.Queue, peer) -> None:
+        while True:
+            size = int.from_bytes(await reader.readexactly(_SIZE_BYTES), "big", signed=True)
+            if not 0 < size <= self.max_request_bytes:
+                log.warning("kafka: closing %s: request size %d outside 1..%d "
+                            "(socket.request.max.bytes)", peer, size, self.max_request_bytes)
+                return
+            frame = await reader.readexactly(size)
+            started = time.perf_counter()
+            try:
+                head, body = decode_request(frame, apis.SUPPORTED)
+            except UnsupportedVersionError as e:
+                api_key, api_version, correlation_id = peek_head(frame)
+                if api_key != apis.API_VERSIONS:
+                    log.warning("kafka: closing %s: %s", peer, e)
+                    return
+                # KIP-511: a v0 answer any client can read, listing what we serve.
+                head = RequestHead(api_key, 0, correlation_id, None)
+                await answers.put((head, _resolved(apis.api_versions_values(
+                    pb.UNSUPPORTED_VERSION)), started))
+                continue
+            except (UnknownApiKeyError, InvalidRequestError) as e:
+                log.warning("kafka: closing %s: %s (frame starts %s)", peer, e, frame[:64].hex())
+                return
+            if head.api_version < apis.DECODED_FROM.get(head.api_key, 0):
+                log.warning("kafka: closing %s: API key %d v%d (message format v0/v1) is not "
+                            "served; RecordBatch v2 needs v%d+", peer, head.api_key,
+                            head.api_version, apis.DECODED_FROM[head.api_key])
+                return
+            pending = await apis.HANDLERS[head.api_key](self.services, head, body)
+            await answers.put((head, asyncio.ensure_future(pending), started))
+
+    async def _send_answers(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,
+                            peer) -> None:
+        try:
+            while (item := await answers.get()) is not None:
+                head, pending, started = item
+                try:
+                    values = await pending
+                except InvariantViolation as e:
+                    if self.supervisor is not None:
+                        self.supervisor.fail(e)
+                    raise
+                except Exception:
+                    # No general way to answer every API with an error: close, as Kafka
+                    # does for a request it cannot handle; the client retries elsewhere.
+                    log.exception("kafka: closing %s: API key %d v%d failed", peer,
+                                  head.api_key, head.api_version)
+                    writer.close()
+                    return
+                if values is not None:
+                    body = build(response_type(head.api_key, head.api_version), values)
+                    writer.write(encode_response(head, body))
+                    await writer.drain()
+                self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
+                              time.perf_counter() - started)
+        finally:
+            while not answers.empty():
+                item = answers.get_nowait()
+                if item is not None:
+                    item[1].cancel()
+
+
+def _resolved(value: Any) -> asyncio.Future[Any]:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+_API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "ListOffsets",
+              apis.METADATA: "Metadata", apis.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
+              apis.API_VERSIONS: "ApiVersions", apis.CREATE_TOPICS: "CreateTopics",
+              apis.DELETE_TOPICS: "DeleteTopics"}

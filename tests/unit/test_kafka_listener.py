@@ -1,0 +1,229 @@
+"""The Kafka listener over real TCP with a real ReplicaManager: versions, order, hostile input.
+
+Real clients (kcat, librdkafka, kafka-python, aiokafka) drive it in
+tests/cli/test_kafka_clients.py; here raw frames test what no well-behaved
+client sends: oversized and negative sizes, garbage, unknown keys and versions,
+forged follower fetches, fetch sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_broker_fakes import make_batch
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.kafka import apis
+from tidewater.broker.kafka.codec import decode_response, encode_request
+from tidewater.broker.kafka.server import KafkaListener
+from tidewater.proto import tidewater_pb2 as pb
+
+pytestmark = pytest.mark.timeout(60)
+
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+class Listening:
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+
+    async def __aenter__(self):
+        self.rm, _ = make_manager(self.tmp_path)
+        await self.rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,), replicas=(1,)))
+        services = apis.Services(replica_manager=self.rm, metadata_cache=self.rm.metadata_cache,
+                                 controller=ControllerForwarder(None), listener_name="KAFKA")
+        self.listener = KafkaListener(services, host="127.0.0.1", port=0,
+                                      max_request_bytes=MAX_REQUEST_BYTES)
+        self.port = await self.listener.start()
+        return self
+
+    async def __aexit__(self, *exc):
+        self.rm.answer_long_polls()
+        await self.listener.stop()
+        await self.rm.stop()
+
+    async def connect(self) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return Connection(reader, writer)
+
+
+class Connection:
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+
+    async def send(self, api_key, version, correlation_id, values) -> None:
+        self.writer.write(encode_request(api_key, version, correlation_id, values))
+        await self.writer.drain()
+
+    async def receive(self, api_key, version):
+        size = struct.unpack(">i", await asyncio.wait_for(self.reader.readexactly(4), 10))[0]
+        return decode_response(api_key, version, await self.reader.readexactly(size))
+
+    async def call(self, api_key, version, values, correlation_id=7):
+        await self.send(api_key, version, correlation_id, values)
+        got_id, body = await self.receive(api_key, version)
+        assert got_id == correlation_id
+        return body
+
+    async def closed_by_server(self) -> bool:
+        return await asyncio.wait_for(self.reader.read(1), 10) == b""
+
+    def close(self):
+        self.writer.close()
+
+
+API_VERSIONS_V3 = {"client_software_name": "test", "client_software_version": "1"}
+
+
+async def api_versions_work(listening) -> None:
+    c = await listening.connect()
+    try:
+        body = await c.call(apis.API_VERSIONS, 3, API_VERSIONS_V3)
+        assert body.error_code == 0
+    finally:
+        c.close()
+
+
+def produce_values(records: bytes, acks=1):
+    return {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": [
+        {"name": TP.topic, "partition_data": [{"index": 0, "records": records}]}]}
+
+
+def fetch_values(offset, *, replica_id=-1, session_id=0, max_wait_ms=0):
+    return {"replica_id": replica_id, "max_wait": max_wait_ms, "min_bytes": 1,
+            "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
+            "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic": TP.topic, "partitions": [{
+                "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20}]}]}
+
+
+async def test_api_versions_lists_exactly_what_is_served(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        for version in range(0, 5):
+            body = await c.call(apis.API_VERSIONS, version,
+                                API_VERSIONS_V3 if version >= 3 else {})
+            assert body.error_code == 0
+            assert {k.api_key: (k.min_version, k.max_version) for k in body.api_keys} == \
+                apis.SUPPORTED
+        c.close()
+
+
+async def test_an_unknown_api_versions_version_gets_a_v0_answer_with_our_versions(tmp_path):
+    # KIP-511: a newer client sends its newest ApiVersions; it must be able to read ours.
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        frame = bytearray(encode_request(apis.API_VERSIONS, 3, 11, API_VERSIONS_V3))
+        struct.pack_into(">h", frame, 6, 9)  # claim ApiVersions v9
+        c.writer.write(bytes(frame))
+        correlation_id, body = await c.receive(apis.API_VERSIONS, 0)
+        assert correlation_id == 11 and body.error_code == pb.UNSUPPORTED_VERSION
+        assert {k.api_key for k in body.api_keys} == set(apis.SUPPORTED)
+        # The connection goes on.
+        assert (await c.call(apis.API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+        c.close()
+
+
+async def test_a_frame_above_the_limit_is_refused_before_it_is_read(tmp_path):
+    async with Listening(tmp_path) as listening:
+        big = await listening.connect()
+        # Only the size prefix is sent: the server must not wait for (or buffer) the body.
+        big.writer.write(struct.pack(">i", MAX_REQUEST_BYTES + 1))
+        await big.writer.drain()
+        assert await big.closed_by_server()
+        negative = await listening.connect()
+        negative.writer.write(struct.pack(">i", -5))
+        assert await negative.closed_by_server()
+        await api_versions_work(listening)
+
+
+@pytest.mark.parametrize("frame", [
+    b"\x00",  # no header
+    struct.pack(">hhi", 71, 0, 1) + b"\x00\x00",  # an API we do not serve (telemetry)
+    struct.pack(">hhi", apis.PRODUCE, 2, 1) + b"\x00\x00",  # message format v0/v1
+    struct.pack(">hhi", apis.METADATA, 99, 1),  # a version nobody has
+    struct.pack(">hhi", apis.METADATA, 12, 1) + b"\xff" * 40,  # garbage body
+])
+async def test_garbage_closes_that_connection_only(tmp_path, frame):
+    async with Listening(tmp_path) as listening:
+        other = await listening.connect()
+        bad = await listening.connect()
+        bad.writer.write(struct.pack(">i", len(frame)) + frame)
+        assert await bad.closed_by_server()
+        assert (await other.call(apis.API_VERSIONS, 3, API_VERSIONS_V3)).error_code == 0
+        other.close()
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=300))
+def test_random_frames_never_break_the_listener(tmp_path_factory, junk):
+    async def run():
+        async with Listening(tmp_path_factory.mktemp("junk")) as listening:
+            c = await listening.connect()
+            c.writer.write(struct.pack(">i", len(junk)) + junk)
+            c.writer.write_eof()
+            await asyncio.wait_for(c.reader.read(), 10)  # whatever it answers, then closed
+            await api_versions_work(listening)
+    asyncio.run(run())
+
+
+async def test_produce_then_fetch_pass_record_batches_through_untouched(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        batch = make_batch(3)
+        produced = await c.call(apis.PRODUCE, 9, produce_values(batch))
+        [[partition]] = [t.partition_responses for t in produced.responses]
+        assert partition.error_code == 0 and partition.base_offset == 0
+        fetched = await c.call(apis.FETCH, 12, fetch_values(0))
+        [[data]] = [t.partitions for t in fetched.responses]
+        assert data.error_code == 0 and data.high_watermark == 3
+        # Base offset and partition leader epoch are the broker's; the rest is the client's.
+        assert bytes(data.records)[16:] == batch[16:]
+        listed = await c.call(apis.LIST_OFFSETS, 6, {"replica_id": -1, "isolation_level": 0,
+                                                     "topics": [{"name": TP.topic, "partitions": [
+                                                         {"partition_index": 0,
+                                                          "current_leader_epoch": -1,
+                                                          "timestamp": -1}]}]})
+        assert listed.topics[0].partitions[0].offset == 3
+        c.close()
+
+
+async def test_answers_keep_request_order_behind_a_long_poll(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        await c.send(apis.FETCH, 12, 1, fetch_values(0, max_wait_ms=300))  # empty log: waits
+        await c.send(apis.API_VERSIONS, 3, 2, API_VERSIONS_V3)
+        first_id, fetched = await c.receive(apis.FETCH, 12)
+        second_id, _ = await c.receive(apis.API_VERSIONS, 3)
+        assert (first_id, second_id) == (1, 2)
+        assert fetched.responses[0].partitions[0].high_watermark == 0
+        c.close()
+
+
+async def test_acks_zero_is_never_answered(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        await c.send(apis.PRODUCE, 9, 1, produce_values(make_batch(1), acks=0))
+        await c.send(apis.API_VERSIONS, 3, 2, API_VERSIONS_V3)
+        correlation_id, _ = await c.receive(apis.API_VERSIONS, 3)
+        assert correlation_id == 2
+        assert listening.rm.partitions[TP].high_watermark == 1
+        c.close()
+
+
+async def test_forged_follower_fetches_and_unknown_sessions_are_refused(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        forged = await c.call(apis.FETCH, 12, fetch_values(0, replica_id=2))
+        assert forged.error_code == pb.CLUSTER_AUTHORIZATION_FAILED and not forged.responses
+        session = await c.call(apis.FETCH, 12, fetch_values(0, session_id=5))
+        assert session.error_code == apis.FETCH_SESSION_ID_NOT_FOUND
+        c.close()
