@@ -81,6 +81,10 @@ class BrokerConfig:
     # Kafka's binary protocol (broker/kafka); None: no such listener.
     kafka_listen: tuple[str, int] | None = None
     kafka_advertise: tuple[str, int] | None = None
+    # A second one with its own advertised address (Kafka's dual listeners: one for
+    # clients inside a network, one published to the host).
+    kafka_external_listen: tuple[str, int] | None = None
+    kafka_external_advertise: tuple[str, int] | None = None
     metrics_port: int = 0
     log_level: str = "INFO"
     # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
@@ -113,6 +117,18 @@ class BrokerConfig:
             self.external_advertise = self.external_listen
         if self.kafka_listen is not None and self.kafka_advertise is None:
             self.kafka_advertise = self.kafka_listen
+        if self.kafka_external_listen is not None and self.kafka_external_advertise is None:
+            self.kafka_external_advertise = self.kafka_external_listen
+
+    def kafka_listeners(self) -> list[tuple[str, tuple[str, int], tuple[str, int]]]:
+        """(listener name, listen, advertise) of each Kafka-protocol listener."""
+        out = []
+        if self.kafka_listen is not None and self.kafka_advertise is not None:
+            out.append(("KAFKA", self.kafka_listen, self.kafka_advertise))
+        if self.kafka_external_listen is not None and self.kafka_external_advertise is not None:
+            out.append(("KAFKA_EXTERNAL", self.kafka_external_listen,
+                        self.kafka_external_advertise))
+        return out
 
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
@@ -199,6 +215,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="HOST:PORT of an optional listener speaking Kafka's binary protocol")
     p.add_argument("--kafka-advertise",
                    help="HOST:PORT Kafka clients are given (default: --kafka-listen)")
+    p.add_argument("--kafka-external-listen",
+                   help="HOST:PORT of a second Kafka-protocol listener (e.g. published to a "
+                        "host), with its own advertised addresses")
+    p.add_argument("--kafka-external-advertise",
+                   help="HOST:PORT given to clients of --kafka-external-listen")
     p.add_argument("--controller", required=True, help="HOST:PORT of the controller")
     p.add_argument("--data-dir", required=True, type=Path)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0 = off")
@@ -233,6 +254,12 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
                       if args.kafka_listen else None),
         kafka_advertise=(parse_host_port(args.kafka_advertise, "--kafka-advertise")
                          if args.kafka_advertise else None),
+        kafka_external_listen=(
+            parse_host_port(args.kafka_external_listen, "--kafka-external-listen")
+            if args.kafka_external_listen else None),
+        kafka_external_advertise=(
+            parse_host_port(args.kafka_external_advertise, "--kafka-external-advertise")
+            if args.kafka_external_advertise else None),
         controller=parse_host_port(args.controller, "--controller"),
         data_dir=args.data_dir,
         metrics_port=args.metrics_port,

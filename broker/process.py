@@ -40,7 +40,6 @@ from tidewater.proto import tidewater_pb2 as pb
 log = logging.getLogger("tidewater.broker")
 
 SERVER_GRACE_S = 2.0
-KAFKA_LISTENER = "KAFKA"
 
 
 class BrokerProcess:
@@ -52,7 +51,7 @@ class BrokerProcess:
         self.replica_manager: ReplicaManager | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers = []
-        self.kafka_listener: KafkaListener | None = None
+        self.kafka_listeners: list[KafkaListener] = []
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -115,36 +114,37 @@ class BrokerProcess:
             self.servers.append(server)
             self.bound_ports[name] = bound
             log.info("broker %d serving %s on %s:%d", c.broker_id, name, host, bound)
-        if c.kafka_listen is not None:
-            await self._start_kafka_listener(forwarder)
+        for name, listen, advertise in c.kafka_listeners():
+            await self._start_kafka_listener(forwarder, name, listen, advertise)
         if c.metrics_port:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(),
                                                       "controller-session")
 
-    async def _start_kafka_listener(self, forwarder: ControllerForwarder) -> None:
-        """Kafka's protocol on the same paths as gRPC; registered as listener KAFKA, so
-        Metadata answers Kafka clients with every broker's KAFKA address."""
+    async def _start_kafka_listener(self, forwarder: ControllerForwarder, name: str,
+                                    listen: tuple[str, int], advertise: tuple[str, int]) -> None:
+        """Kafka's protocol on the same paths as gRPC, registered as listener ``name``, so
+        Metadata answers its clients with every broker's address on that listener."""
         c = self.config
-        assert c.kafka_listen is not None and c.kafka_advertise is not None
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
-                            listener_name=KAFKA_LISTENER)
+                            listener_name=name)
         request_latency = self.metrics.request_latency
-        self.kafka_listener = KafkaListener(
-            services, host=c.kafka_listen[0], port=c.kafka_listen[1],
+        listener = KafkaListener(
+            services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
-            observe=lambda name, seconds: request_latency.labels(f"kafka:{name}").observe(
+            observe=lambda api, seconds: request_latency.labels(f"kafka:{api}").observe(
                 seconds))
-        bound = await self.kafka_listener.start()
-        self.bound_ports[KAFKA_LISTENER] = bound
-        host, port = c.kafka_advertise
+        bound = await listener.start()
+        self.kafka_listeners.append(listener)
+        self.bound_ports[name] = bound
+        host, port = advertise
         assert self.controller_channel is not None
         self.controller_channel.listeners.append(
-            pb.Listener(name=KAFKA_LISTENER, host=host, port=port or bound))
-        log.info("broker %d serving Kafka's protocol on %s:%d", c.broker_id, c.kafka_listen[0],
-                 bound)
+            pb.Listener(name=name, host=host, port=port or bound))
+        log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, name,
+                 listen[0], bound)
 
     async def _controller_session(self) -> None:
         await self.controller_channel.register()
@@ -165,8 +165,7 @@ class BrokerProcess:
             self.replica_manager.answer_long_polls()
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
-        if self.kafka_listener is not None:
-            await self.kafka_listener.stop()
+        await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
         if self.replica_manager is not None:
             await self.replica_manager.stop()
             self.replica_manager.checkpoint_high_watermarks()
