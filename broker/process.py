@@ -39,6 +39,13 @@ from tidewater.proto import tidewater_pb2 as pb
 
 log = logging.getLogger("tidewater.broker")
 
+
+def _error_name(code: int) -> str:
+    try:
+        return pb.ErrorCode.Name(code)
+    except ValueError:  # a Kafka code our enum does not list (e.g. 70)
+        return str(code)
+
 SERVER_GRACE_S = 2.0
 
 
@@ -130,12 +137,10 @@ class BrokerProcess:
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name)
-        request_latency = self.metrics.request_latency
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
-            observe=lambda api, seconds: request_latency.labels(f"kafka:{api}").observe(
-                seconds))
+            observe=self._observe_kafka_request)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
@@ -145,6 +150,13 @@ class BrokerProcess:
             pb.Listener(name=name, host=host, port=port or bound))
         log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, name,
                  listen[0], bound)
+
+    def _observe_kafka_request(self, api: str, seconds: float, errors: list[int]) -> None:
+        """Kafka requests in the broker's series, labelled ``kafka:<API>`` (Kafka's API
+        names): request_latency_seconds (its count: requests), request_errors by code."""
+        self.metrics.request_latency.labels(f"kafka:{api}").observe(seconds)
+        for code in errors:
+            self.metrics.request_errors.labels(f"kafka:{api}", _error_name(code)).inc()
 
     async def _controller_session(self) -> None:
         await self.controller_channel.register()

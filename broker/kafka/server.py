@@ -49,8 +49,8 @@ class KafkaListener:
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.supervisor = supervisor
-        # (api name, seconds) -> None: the broker's request_latency histogram.
-        self._observe = observe or (lambda name, seconds: None)
+        # (api name, seconds, error codes answered) -> None: the broker's metrics.
+        self._observe = observe or (lambda name, seconds, errors: None)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.bound_port = 0
@@ -159,12 +159,26 @@ class KafkaListener:
                     writer.write(encode_response(head, body))
                     await writer.drain()
                 self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
-                              time.perf_counter() - started)
+                              time.perf_counter() - started, list(error_codes(values)))
         finally:
             while not answers.empty():
                 item = answers.get_nowait()
                 if item is not None:
                     item[1].cancel()
+
+
+def error_codes(values: Any):
+    """Every non-zero ``error_code`` in a response's values, top level and nested."""
+    if isinstance(values, dict):
+        for key, value in values.items():
+            if key == "error_code":
+                if value:
+                    yield int(value)
+            elif isinstance(value, (dict, list)):
+                yield from error_codes(value)
+    elif isinstance(values, list):
+        for item in values:
+            yield from error_codes(item)
 
 
 def _resolved(value: Any) -> asyncio.Future[Any]:

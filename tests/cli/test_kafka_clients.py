@@ -255,3 +255,21 @@ def test_grpc_and_kafka_clients_read_each_others_records_byte_for_byte(cluster):
     grpc_consumer.close()
     assert [(r.key, r.value, list(r.headers), r.timestamp) for r in records][1] == \
         (b"k2", b"from-kafka", [("h", b"\x02")], 1_700_000_000_456)
+
+
+def test_kafka_requests_show_in_the_brokers_metrics(cluster):
+    import urllib.request
+
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    # A topic that does not exist: Metadata answers UNKNOWN_TOPIC_OR_PARTITION for it.
+    missing = admin.list_topics(topic=f"missing-{uuid.uuid4().hex[:6]}", timeout=10)
+    assert all(t.error is not None for t in missing.topics.values())
+    text = ""
+    for process in cluster.manifest()["processes"].values():
+        if process["kind"] == "broker":
+            url = f"http://127.0.0.1:{process['metrics_port']}/metrics"
+            text += urllib.request.urlopen(url, timeout=10).read().decode()
+    assert 'request_latency_seconds_count{rpc="kafka:Metadata"}' in text
+    assert 'request_latency_seconds_count{rpc="kafka:ApiVersions"}' in text
+    assert 'error="UNKNOWN_TOPIC_OR_PARTITION",rpc="kafka:Metadata"' in text or \
+        'rpc="kafka:Metadata",error="UNKNOWN_TOPIC_OR_PARTITION"' in text
