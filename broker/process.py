@@ -136,7 +136,7 @@ class BrokerProcess:
         c = self.config
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
-                            listener_name=name)
+                            listener_name=name, topic_config_defaults=self._topic_config_defaults)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
@@ -150,6 +150,16 @@ class BrokerProcess:
             pb.Listener(name=name, host=host, port=port or bound))
         log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, name,
                  listen[0], bound)
+
+    def _topic_config_defaults(self) -> dict[str, str]:
+        """What a topic that sets nothing gets here: the broker's log defaults, its
+        replication settings, the only cleanup policy there is."""
+        c = self.config
+        assert self.log_manager is not None
+        return {**self.log_manager.default_config.to_configs(),
+                "min.insync.replicas": str(c.min_insync_replicas),
+                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
+                "cleanup.policy": "delete"}
 
     def _observe_kafka_request(self, api: str, seconds: float, errors: list[int]) -> None:
         """Kafka requests in the broker's series, labelled ``kafka:<API>`` (Kafka's API

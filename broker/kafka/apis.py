@@ -18,6 +18,8 @@ OffsetForLeaderEpoch  2-4
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
 CreateTopics (19)     2-7   forwarded to the controller
 DeleteTopics (20)     1-5   forwarded to the controller
+DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
+DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
 ===================== ===== ======================================================
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
@@ -40,6 +42,7 @@ from tidewater.proto import tidewater_pb2 as pb
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
+DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 32, 60
 
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -51,6 +54,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 5),
+    DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_CLUSTER: (0, 1),
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -68,6 +73,8 @@ class Services:
     metadata_cache: Any
     controller: Any  # ControllerForwarder (CreateTopics, DeleteTopics, DescribeCluster)
     listener_name: str  # the registration's listener whose addresses Metadata answers
+    # Every topic config's value for a topic that does not set it (the broker's defaults).
+    topic_config_defaults: Callable[[], dict[str, str]] = dict
 
 
 Response = dict[str, Any] | None
@@ -314,6 +321,66 @@ async def on_delete_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
     return answer()
 
 
+# ---------------------------------------------------------------- DescribeConfigs, DescribeCluster
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+# Kafka's ConfigSource: set on the topic, or the broker's default it falls back to.
+DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
+# Kafka's ConfigType (DescribeConfigs v3+), by our topic configs' types.
+_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+
+
+def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
+                         keys: list[str] | None) -> list[dict[str, Any]]:
+    """A topic's configs as DescribeConfigs lists them: each known name (or each of
+    ``keys`` that is known), its value and where the value comes from."""
+    from tidewater.proto.topic_config import TOPIC_CONFIGS
+    names = sorted(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
+    entries = []
+    for name in names:
+        source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
+        value = own.get(name, defaults.get(name))
+        entries.append({"name": name, "value": value, "read_only": False,
+                        "config_source": source, "is_default": source == DEFAULT_CONFIG,
+                        "is_sensitive": False, "synonyms": [],
+                        "config_type": _CONFIG_TYPES.get(TOPIC_CONFIGS[name].type, 0),
+                        "documentation": None})
+    return entries
+
+
+async def on_describe_configs(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    results = []
+    defaults = s.topic_config_defaults()
+    known = set(s.metadata_cache.topics())
+    for resource in body.resources:
+        result: dict[str, Any] = {"resource_type": resource.resource_type,
+                                  "resource_name": resource.resource_name,
+                                  "error_code": pb.NONE, "error_message": None, "configs": []}
+        keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        if resource.resource_type == TOPIC_RESOURCE:
+            if resource.resource_name in known:
+                result["configs"] = topic_config_entries(
+                    s.metadata_cache.topic_configs(resource.resource_name), defaults, keys)
+            else:
+                result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
+                result["error_message"] = f"topic {resource.resource_name!r} does not exist"
+        else:
+            result["error_code"] = pb.INVALID_REQUEST
+            result["error_message"] = (f"resource type {resource.resource_type}: only topic "
+                                       "configs (type 2) are described")
+        results.append(result)
+    return _done({"throttle_time": 0, "results": results})
+
+
+async def on_describe_cluster(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    answer = s.metadata_cache.metadata_response([], s.listener_name)
+    return _done({
+        "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
+        "cluster_id": answer.cluster_id, "controller_id": s.replica_manager.broker_id,
+        "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
+                    for b in answer.brokers]})
+
+
 Handler = Callable[[Services, RequestHead, Any], Any]
 
 HANDLERS: dict[int, Handler] = {
@@ -325,5 +392,7 @@ HANDLERS: dict[int, Handler] = {
     OFFSET_FOR_LEADER_EPOCH: on_offset_for_leader_epoch,
     CREATE_TOPICS: on_create_topics,
     DELETE_TOPICS: on_delete_topics,
+    DESCRIBE_CONFIGS: on_describe_configs,
+    DESCRIBE_CLUSTER: on_describe_cluster,
 }
 assert set(HANDLERS) == set(SUPPORTED)

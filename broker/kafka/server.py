@@ -190,4 +190,5 @@ def _resolved(value: Any) -> asyncio.Future[Any]:
 _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "ListOffsets",
               apis.METADATA: "Metadata", apis.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
               apis.API_VERSIONS: "ApiVersions", apis.CREATE_TOPICS: "CreateTopics",
-              apis.DELETE_TOPICS: "DeleteTopics"}
+              apis.DELETE_TOPICS: "DeleteTopics", apis.DESCRIBE_CONFIGS: "DescribeConfigs",
+              apis.DESCRIBE_CLUSTER: "DescribeCluster"}

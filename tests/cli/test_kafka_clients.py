@@ -273,3 +273,32 @@ def test_kafka_requests_show_in_the_brokers_metrics(cluster):
     assert 'request_latency_seconds_count{rpc="kafka:ApiVersions"}' in text
     assert 'error="UNKNOWN_TOPIC_OR_PARTITION",rpc="kafka:Metadata"' in text or \
         'rpc="kafka:Metadata",error="UNKNOWN_TOPIC_OR_PARTITION"' in text
+
+
+def test_admin_client_describes_topic_configs_and_the_cluster(cluster):
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    name = f"configs-{uuid.uuid4().hex[:6]}"
+    [(_, created)] = admin.create_topics([NewTopic(name, 1, 3, config={
+        "retention.ms": "3600000", "cleanup.policy": "delete"})]).items()
+    created.result(30)
+    [(_, described)] = admin.describe_configs([ConfigResource("topic", name)]).items()
+    configs = described.result(30)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # The cluster's min.insync.replicas=2 (cluster up) was written into the topic.
+    assert configs["min.insync.replicas"].value == "2"
+    # Not set on the topic: the broker's default.
+    assert configs["segment.bytes"].value == str(1 << 30)
+    assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    [(_, missing)] = admin.describe_configs([ConfigResource("topic", "no-such-topic")]).items()
+    with pytest.raises(confluent_kafka.KafkaException) as unknown:
+        missing.result(30)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+    described_cluster = admin.describe_cluster(request_timeout=30).result(30)
+    assert sorted(node.id for node in described_cluster.nodes) == [1, 2, 3]
+    assert {f"{n.host}:{n.port}" for n in described_cluster.nodes} == \
+        set(cluster.kafka.split(","))
+    assert described_cluster.cluster_id
