@@ -1,7 +1,7 @@
 """The broker's ``Controller`` service: forwards admin calls to the controller.
 
-Clients need only a bootstrap broker: CreateTopics, DeleteTopics and
-DescribeCluster go to the controller unchanged and its answer comes back
+Clients need only a bootstrap broker: CreateTopics, DeleteTopics,
+CreatePartitions and DescribeCluster go to the controller unchanged and its answer comes back
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
@@ -49,6 +49,16 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
             return pb.DeleteTopicsResponse(topics=[
                 pb.TopicResult(name=name, error_code=pb.NOT_CONTROLLER, error_message=message)
                 for name in request.names])
+
+    async def CreatePartitions(self, request, context):
+        try:
+            return await self._stub.CreatePartitions(
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+        except grpc.aio.AioRpcError as e:
+            message = f"controller unreachable: {e.code().name}"
+            return pb.CreatePartitionsResponse(topics=[
+                pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
+                for t in request.topics])
 
     async def DescribeCluster(self, request, context):
         try:

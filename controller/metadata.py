@@ -18,6 +18,8 @@ broker_unfenced         broker_id
 topic_created           name, topic_id (22-char base64url, see below), configs
                         {str: str}, partitions [{partition, replicas, isr, leader,
                         optional leader_epoch and partition_epoch (else 0)}]
+partitions_created      name, partitions [{partition, replicas, isr, leader}]: new
+                        partitions of an existing topic, numbered on from its last
 partition_changed       topic, partition, leader, isr, leader_epoch,
                         partition_epoch, unclean (bool)
 topic_deleted           name, optional pending_stops {broker_id: [partition]}: the
@@ -209,6 +211,17 @@ class ClusterMetadata:
     def _apply_broker_unfenced(self, offset: int, r: MetadataRecord) -> None:
         self.brokers[int(r["broker_id"])].fenced = False
 
+    def _apply_partitions_created(self, offset: int, r: MetadataRecord) -> None:
+        info = self.topics[r["name"]]
+        for p in r["partitions"]:
+            number = int(p["partition"])
+            if number != len(info.partitions):
+                raise ValueError(f"topic {info.name}: partition {number} after "
+                                 f"{len(info.partitions)} partitions")
+            info.partitions[number] = PartitionRecord(
+                info.name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]),
+                0, 0, info.topic_id)
+
     def _apply_topic_created(self, offset: int, r: MetadataRecord) -> None:
         name = r["name"]
         if name in self.topics:
@@ -316,6 +329,7 @@ _HANDLERS: dict[str, Callable[[ClusterMetadata, int, MetadataRecord], None]] = {
     "broker_unfenced": ClusterMetadata._apply_broker_unfenced,
     "topic_created": ClusterMetadata._apply_topic_created,
     "partition_changed": ClusterMetadata._apply_partition_changed,
+    "partitions_created": ClusterMetadata._apply_partitions_created,
     "topic_deleted": ClusterMetadata._apply_topic_deleted,
     "counters": ClusterMetadata._apply_counters,
     "pending_stops_cleared": ClusterMetadata._apply_pending_stops_cleared,
@@ -346,6 +360,12 @@ def broker_fenced_record(broker_id: int) -> MetadataRecord:
 
 def broker_unfenced_record(broker_id: int) -> MetadataRecord:
     return {"type": "broker_unfenced", "broker_id": broker_id}
+
+
+def partitions_created_record(name: str, partitions: list[PartitionRecord]) -> MetadataRecord:
+    return {"type": "partitions_created", "name": name, "partitions": [
+        {"partition": p.partition, "replicas": list(p.replicas), "isr": list(p.isr),
+         "leader": p.leader} for p in partitions]}
 
 
 def topic_created_record(name: str, configs: dict[str, str], partitions: list[PartitionRecord],

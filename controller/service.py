@@ -258,6 +258,18 @@ class ControllerService(pb_grpc.ControllerServicer):
                          t.name, t.num_partitions, t.replication_factor)
         return response
 
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest,
+                               context: Context) -> pb.CreatePartitionsResponse:
+        response, offset = await self._run("CreatePartitions", lambda tx, now: (
+            self.machine.create_partitions(tx, now, request), self.machine.metadata.last_offset),
+            context)
+        if any(t.error_code == pb.NONE for t in response.topics) and not request.validate_only:
+            await self._wait_propagated(offset, request.timeout_ms)
+        for t in response.topics:
+            if t.error_code == pb.NONE and not request.validate_only:
+                log.info("topic %s now has %d partitions", t.name, t.num_partitions)
+        return response
+
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest,
                            context: Context) -> pb.DeleteTopicsResponse:
         response, offset = await self._run("DeleteTopics", lambda tx, now: (

@@ -56,6 +56,7 @@ from tidewater.controller.metadata import (
     cluster_record,
     controller_epoch_record,
     partition_changed_record,
+    partitions_created_record,
     pending_stops_cleared_record,
     topic_created_record,
     topic_deleted_record,
@@ -455,6 +456,57 @@ class ControllerStateMachine:
                        for i, replicas in enumerate(assignment)]
             tx.append(topic_created_record(t.name, configs, records, topic_id=topic_id))
             result.topic_id = topic_id
+            for p in records:
+                tx.effects.changed_partitions.add((p.topic, p.partition))
+                tx.effects.new_partitions.add((p.topic, p.partition))
+        return response
+
+    def create_partitions(self, tx: Tx, now_ms: int,
+                          req: pb.CreatePartitionsRequest) -> pb.CreatePartitionsResponse:
+        """Grow each named topic to ``count`` partitions (Kafka's CreatePartitions): new
+        partitions only, spread like a new topic's over the live brokers with the topic's
+        replication factor; the existing ones are not touched."""
+        response = pb.CreatePartitionsResponse()
+        live = self.live_broker_ids()
+        names = Counter(t.name for t in req.topics)
+        partition_count = sum(len(info.partitions) for info in self.metadata.topics.values())
+        for t in req.topics:
+            result = response.topics.add(name=t.name, error_code=pb.NONE)
+            info = self.metadata.topics.get(t.name)
+            try:
+                if len(req.topics) > ITEMS_PER_REQUEST_MAX:
+                    raise _TopicError(pb.INVALID_REQUEST,
+                                      f"more than {ITEMS_PER_REQUEST_MAX} topics in one request")
+                if names[t.name] > 1:
+                    raise _TopicError(pb.INVALID_REQUEST, f"topic {t.name!r} is named twice")
+                if info is None:
+                    raise _TopicError(pb.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"topic {t.name!r} does not exist")
+                current = len(info.partitions)
+                if t.count <= current:
+                    raise _TopicError(pb.INVALID_PARTITIONS,
+                                      f"topic {t.name!r} has {current} partitions; the new "
+                                      f"count must be larger, got {t.count}")
+                if partition_count + t.count - current > PARTITIONS_MAX:
+                    raise _TopicError(pb.INVALID_PARTITIONS,
+                                      f"the cluster would exceed {PARTITIONS_MAX} partitions")
+                factor = len(info.partitions[0].replicas)
+                if factor > len(live):
+                    raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
+                                      f"replication factor {factor} but {len(live)} live brokers")
+            except TidewaterError as e:
+                result.error_code, result.error_message = e.error_code, str(e)
+                continue
+            result.num_partitions, result.replication_factor = t.count, factor
+            result.topic_id = info.topic_id
+            partition_count += t.count - current
+            if req.validate_only:
+                continue
+            assignment = assign_replicas(sorted(live), t.count, factor,
+                                         topic_sequence=self.metadata.topics_created_total)
+            records = [new_partition(t.name, i, assignment[i], live, info.topic_id)
+                       for i in range(current, t.count)]
+            tx.append(partitions_created_record(t.name, records))
             for p in records:
                 tx.effects.changed_partitions.add((p.topic, p.partition))
                 tx.effects.new_partitions.add((p.topic, p.partition))

@@ -679,6 +679,11 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
                 _registered_method=True)
+        self.CreatePartitions = channel.unary_unary(
+                '/tidewater.Controller/CreatePartitions',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsResponse.FromString,
+                _registered_method=True)
         self.DescribeCluster = channel.unary_unary(
                 '/tidewater.Controller/DescribeCluster',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
@@ -734,6 +739,14 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreatePartitions(self, request, context):
+        """Grow topics to a larger partition count (never smaller; existing partitions keep
+        their replicas, new ones are spread over the live brokers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeCluster(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -775,6 +788,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteTopics,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.SerializeToString,
+            ),
+            'CreatePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePartitions,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsResponse.SerializeToString,
             ),
             'DescribeCluster': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeCluster,
@@ -928,6 +946,33 @@ class Controller:
             '/tidewater.Controller/DeleteTopics',
             tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DeleteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/CreatePartitions',
+            tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.CreatePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

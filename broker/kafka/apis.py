@@ -18,6 +18,7 @@ OffsetForLeaderEpoch  2-4
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
 CreateTopics (19)     2-7   forwarded to the controller
 DeleteTopics (20)     1-5   forwarded to the controller
+CreatePartitions (37) 0-3   forwarded; manual assignments are refused
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
 ===================== ===== ======================================================
@@ -42,7 +43,7 @@ from tidewater.proto import tidewater_pb2 as pb
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
-DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 32, 60
+DESCRIBE_CONFIGS, DESCRIBE_CLUSTER, CREATE_PARTITIONS = 32, 60, 37
 
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -56,6 +57,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
+    CREATE_PARTITIONS: (0, 3),
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -381,6 +383,26 @@ async def on_describe_cluster(s: Services, head: RequestHead, body) -> Awaitable
                     for b in answer.brokers]})
 
 
+async def on_create_partitions(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    request = pb.CreatePartitionsRequest(timeout_ms=milliseconds(body.timeout),
+                                         validate_only=body.validate_only)
+    refused = {}
+    for t in body.topics:
+        if t.assignments:
+            refused[t.name] = "manual replica assignment is not supported"
+        else:
+            request.topics.add(name=t.name, count=t.count)
+
+    async def answer() -> Response:
+        response = await s.controller.CreatePartitions(request, None)
+        results = [{"name": r.name, "error_code": r.error_code,
+                    "error_message": r.error_message or None} for r in response.topics]
+        results += [{"name": name, "error_code": pb.INVALID_REPLICA_ASSIGNMENT,
+                     "error_message": message} for name, message in refused.items()]
+        return {"throttle_time": 0, "results": results}
+    return answer()
+
+
 Handler = Callable[[Services, RequestHead, Any], Any]
 
 HANDLERS: dict[int, Handler] = {
@@ -394,5 +416,6 @@ HANDLERS: dict[int, Handler] = {
     DELETE_TOPICS: on_delete_topics,
     DESCRIBE_CONFIGS: on_describe_configs,
     DESCRIBE_CLUSTER: on_describe_cluster,
+    CREATE_PARTITIONS: on_create_partitions,
 }
 assert set(HANDLERS) == set(SUPPORTED)

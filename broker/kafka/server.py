@@ -191,4 +191,4 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               apis.METADATA: "Metadata", apis.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
               apis.API_VERSIONS: "ApiVersions", apis.CREATE_TOPICS: "CreateTopics",
               apis.DELETE_TOPICS: "DeleteTopics", apis.DESCRIBE_CONFIGS: "DescribeConfigs",
-              apis.DESCRIBE_CLUSTER: "DescribeCluster"}
+              apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions"}

@@ -302,3 +302,27 @@ def test_admin_client_describes_topic_configs_and_the_cluster(cluster):
     assert {f"{n.host}:{n.port}" for n in described_cluster.nodes} == \
         set(cluster.kafka.split(","))
     assert described_cluster.cluster_id
+
+
+def test_admin_client_adds_partitions_that_take_records(cluster):
+    from confluent_kafka.admin import NewPartitions
+
+    topic = new_topic(cluster, partitions=1)
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    [(_, grown)] = admin.create_partitions([NewPartitions(topic, 3)]).items()
+    grown.result(30)
+    [(_, smaller)] = admin.create_partitions([NewPartitions(topic, 2)]).items()
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        smaller.result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(topic, timeout=10).topics[topic].partitions) != 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    producer = Producer({"bootstrap.servers": cluster.kafka, "acks": "all"})
+    for partition in range(3):
+        producer.produce(topic, value=b"p%d" % partition, partition=partition)
+    assert producer.flush(30) == 0
+    messages = consume_confluent(cluster, topic, 3)
+    assert sorted((m.partition(), m.value()) for m in messages) == [
+        (0, b"p0"), (1, b"p1"), (2, b"p2")]

@@ -569,3 +569,49 @@ def test_no_preferred_leader_move_on_isr_expansion_without_auto_rebalance(tmp_pa
     response = h.alter(other, h.partition("t"), [other, preferred])
     assert response.items[0].error_code == pb.NONE
     assert h.partition("t").leader == other  # the operator turned rebalancing off
+
+
+# ---------------------------------------------------------------- CreatePartitions
+
+def create_partitions(h, name, count, validate_only=False):
+    response = h.run(h.machine.create_partitions, pb.CreatePartitionsRequest(
+        topics=[pb.CreatePartitionsTopic(name=name, count=count)], validate_only=validate_only))
+    return response.topics[0]
+
+
+def test_create_partitions_adds_only_new_partitions_and_survives_a_restart(h):
+    three_brokers(h)
+    h.create("t", partitions=2, rf=2)
+    before = {n: h.partition("t", n) for n in (0, 1)}
+    assert create_partitions(h, "t", 5, validate_only=True).error_code == pb.NONE
+    assert len(h.metadata.topics["t"].partitions) == 2
+    grown = create_partitions(h, "t", 5)
+    assert grown.error_code == pb.NONE and grown.num_partitions == 5
+    assert grown.topic_id == h.metadata.topics["t"].topic_id
+    info = h.metadata.topics["t"]
+    assert sorted(info.partitions) == [0, 1, 2, 3, 4]
+    assert all(h.partition("t", n) == before[n] for n in (0, 1))  # untouched
+    for n in (2, 3, 4):
+        p = h.partition("t", n)
+        assert len(p.replicas) == 2 and p.leader in p.replicas and set(p.isr) == set(p.replicas)
+        assert p.topic_id == info.topic_id
+    # the brokers hear of the new partitions as new
+    assert {("t", 2), ("t", 3), ("t", 4)} <= h.effects[-1].new_partitions
+    h2 = h.restart()
+    assert sorted(h2.metadata.topics["t"].partitions) == [0, 1, 2, 3, 4]
+    assert h2.partition("t", 3) == h.partition("t", 3)
+    h2.log.close()
+
+
+def test_create_partitions_refusals_change_nothing(h):
+    three_brokers(h)
+    h.create("t", partitions=3, rf=3)
+    offset = h.metadata.last_offset
+    assert create_partitions(h, "nope", 4).error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
+    assert create_partitions(h, "t", 3).error_code == pb.INVALID_PARTITIONS
+    assert create_partitions(h, "t", 2).error_code == pb.INVALID_PARTITIONS
+    assert h.metadata.last_offset == offset
+    h.advance(h.config.broker_session_timeout_ms + 500, 3)  # broker 3 fenced: 2 live
+    offset = h.metadata.last_offset
+    assert create_partitions(h, "t", 4).error_code == pb.INVALID_REPLICATION_FACTOR
+    assert h.metadata.last_offset == offset and len(h.metadata.topics["t"].partitions) == 3
