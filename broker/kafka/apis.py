@@ -11,7 +11,7 @@ API (key)             vers  notes
 Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
                             when the minimum is 3; v0-2 (magic 0/1) are refused
 Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
-ListOffsets (2)       1-6   earliest (-2), latest (-1), by timestamp
+ListOffsets (2)       1-7   earliest (-2), latest (-1), by timestamp, max timestamp (-3)
 Metadata (3)          0-12  topic IDs from v10; no auto-creation
 OffsetForLeaderEpoch  2-4
 (23)
@@ -49,7 +49,7 @@ DESCRIBE_CONFIGS, DESCRIBE_CLUSTER, CREATE_PARTITIONS = 32, 60, 37
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (0, 9),
     FETCH: (4, 12),
-    LIST_OFFSETS: (1, 6),
+    LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     API_VERSIONS: (0, 4),

@@ -121,6 +121,7 @@ log = logging.getLogger(__name__)
 INACTIVE_INDEXES_LOADED_MAX = 4  # per log; the active segment's are always loaded
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
+MAX_TIMESTAMP = -3  # ListOffsets v7 (KIP-734): the record with the largest timestamp
 _ATTRIBUTES_AND_MAX_TIMESTAMP = (struct.Struct(">h"), struct.Struct(">q"))
 _MAX_TIMESTAMP_AT = 35
 _CRC = struct.Struct(">I")
@@ -497,10 +498,17 @@ class Log:
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader_epoch) of the first record with timestamp >=
-        ``timestamp_ms``; None if there is none. -2: log start, -1: log end."""
+        ``timestamp_ms``; None if there is none. -2: log start, -1: log end, -3: the
+        first record with the largest timestamp (KIP-734; None for an empty log)."""
         with self._lock:
             self._check_usable()
             cache = self.leader_epoch_cache
+            if timestamp_ms == MAX_TIMESTAMP:
+                # Segment maxima bound every record's timestamp, so the first record at
+                # or above the largest of them is the one with the largest timestamp.
+                timestamp_ms = max((s.max_timestamp for s in self._segments), default=-1)
+                if timestamp_ms < 0:
+                    return None
             if timestamp_ms == EARLIEST_TIMESTAMP:
                 return (self.log_start_offset, -1,
                         cache.epoch_for_offset(self.log_start_offset))

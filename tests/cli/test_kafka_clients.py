@@ -326,3 +326,25 @@ def test_admin_client_adds_partitions_that_take_records(cluster):
     messages = consume_confluent(cluster, topic, 3)
     assert sorted((m.partition(), m.value()) for m in messages) == [
         (0, b"p0"), (1, b"p1"), (2, b"p2")]
+
+
+def test_admin_client_lists_earliest_latest_and_max_timestamp_offsets(cluster):
+    from confluent_kafka import TopicPartition as TP
+    from confluent_kafka.admin import OffsetSpec
+
+    topic = new_topic(cluster, partitions=1)
+    producer = Producer({"bootstrap.servers": cluster.kafka, "acks": "all", "linger.ms": 0})
+    for i, ts in enumerate([5000, 9000, 7000, 9000, 3000]):
+        producer.produce(topic, value=b"%d" % i, partition=0, timestamp=1_700_000_000_000 + ts)
+        producer.flush(30)
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+
+    def offset_for(spec):
+        [(_, future)] = admin.list_offsets({TP(topic, 0): spec}).items()
+        info = future.result(30)
+        return info.offset, info.timestamp
+
+    assert offset_for(OffsetSpec.earliest())[0] == 0
+    assert offset_for(OffsetSpec.latest())[0] == 5
+    assert offset_for(OffsetSpec.max_timestamp()) == (1, 1_700_000_009_000)
+    assert offset_for(OffsetSpec.for_timestamp(1_700_000_006_000))[0] == 1

@@ -268,6 +268,18 @@ def test_fetch_offset_by_timestamp(tmp_path):
     assert log.fetch_offset_by_timestamp(-1) == (40, -1, 3)
 
 
+def test_max_timestamp_finds_the_first_record_with_the_largest_timestamp(tmp_path):
+    # KIP-734 (ListOffsets v7, timestamp -3): timestamps need not rise with offsets.
+    log = open_log(tmp_path, segment_bytes=300, index_interval_bytes=50)
+    assert log.fetch_offset_by_timestamp(-3) is None  # empty
+    stamps = [5000, 9000, 7000, 9000, 3000, 8000, 1000, 2000]
+    for i, ts in enumerate(stamps):
+        log.append_as_leader(encode_batch([(None, b"a"), (None, b"b")],
+                                          base_timestamp_ms=ts), i // 4, now_ms=0)
+    assert len(log.segments()) > 1
+    assert log.fetch_offset_by_timestamp(-3) == (2, 9000, 0)  # batch 1, not batch 3
+
+
 def test_log_append_time_restamps_max_timestamp(tmp_path):
     log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
     info = log.append_as_leader(batch(2, ts=5), leader_epoch=0, now_ms=777)
