@@ -42,7 +42,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from bench import machine_limits, peer_nats, tidewater_side  # noqa: E402
+from bench import kafka_side, machine_limits, peer_nats, tidewater_side  # noqa: E402
 from bench.bench_common import (  # noqa: E402
     GIB,
     KIB,
@@ -85,7 +85,7 @@ FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, laten
                loopback_bytes=2 * GIB)
 
 
-SECTIONS = ("limits", "produce", "latency", "consume", "failover", "restart")
+SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "failover", "restart")
 
 
 def size_name(record_bytes: int) -> str:
@@ -258,6 +258,8 @@ class Bench:
             self.tw["consume"] = self.step("tidewater consume from the beginning", with_cpu, pids(),
                                            tidewater_side.consume_throughput, bootstrap,
                                            "produce-acksall-1024")
+        if self.wants("kafka"):
+            self._measure_kafka_listener(cluster, topic, pids)
         name = self.step("create topic failover", topic, "failover") if self.wants("failover") else None
         if name:
             self.tw["failover"] = self.step(f"tidewater failover x{p.kills}", tidewater_side.failover,
@@ -268,6 +270,30 @@ class Bench:
             f"tidewater restart with {p.fill_bytes // MIB} MiB of log", tidewater_side.restart,
             cluster, "restart-fill", p.fill_bytes, list(topics),
             drop_topics=[t for t in topics if t.startswith(("produce-", "pipelined-"))])
+
+    def _measure_kafka_listener(self, cluster, topic, pids) -> None:
+        """The brokers through Kafka's protocol, with librdkafka (confluent-kafka) as client."""
+        p = self.profile
+        kafka_bootstrap = cluster.local.manifest["kafka_bootstrap"]
+        for size in RECORD_SIZES:
+            name = self.step(f"create topic kafka acks=all {size_name(size)}", topic,
+                             f"kafka-acksall-{size}")
+            if name is None:
+                continue
+            self.tw[("kafka-produce", size)] = self.step(
+                f"confluent-kafka Producer acks=all {size_name(size)}", with_cpu, pids(),
+                kafka_side.producer_throughput, kafka_bootstrap, name, size, "all", p.produce_s)
+        if self.tw.get(("kafka-produce", 1024)) is not None:
+            self.tw["kafka-consume"] = self.step(
+                "confluent-kafka consume from the beginning", with_cpu, pids(),
+                kafka_side.consume_throughput, kafka_bootstrap, "kafka-acksall-1024")
+        self.step("settle the page cache", settle_page_cache)
+        name = self.step("create topic kafka paced 1000", topic, "kafka-paced-1000")
+        if name:
+            self.tw["kafka-paced"] = self.step(
+                "confluent-kafka paced latency 1000/s", with_machine_pauses,
+                kafka_side.paced_latency, kafka_bootstrap, name, LATENCY_RECORD_BYTES,
+                p.latency_1k_count, 1000)
 
     def stop_everything(self) -> None:
         cluster = getattr(self, "_tidewater_cluster", None)
@@ -346,6 +372,7 @@ class Bench:
                         tw.records_per_s if tw else None, peer.records_per_s if peer else None, ""))
         rows.append(Row("consume", "read 1 KiB topic from the start", "MB/CPU-s",
                         tw.mb_per_cpu_s if tw else None, peer.mb_per_cpu_s if peer else None, ""))
+        self._build_kafka_rows(rows)
         fo, peer_fo = self.tw.get("failover"), self.peer.get("failover")
         rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
                         fo["median_s"] if fo else None, peer_fo["median_s"] if peer_fo else None,
@@ -384,6 +411,38 @@ class Bench:
             ]
         else:
             rows.append(Row("restart", "after SIGKILL / clean shutdown", "s", None, None, "failed or skipped"))
+
+
+    def _build_kafka_rows(self, rows: list[Row]) -> None:
+        """Kafka listener rows: tidewater's column is confluent-kafka over the brokers' Kafka
+        listeners; the peer's is the same NATS run as the gRPC rows above."""
+        for size in RECORD_SIZES:
+            t, peer = self.tw.get(("kafka-produce", size)), self.peer.get(("produce", size))
+            metric = f"confluent-kafka acks=all {size_name(size)}"
+            rows.append(Row("kafka", metric, "MB/s", t.mb_per_s if t else None,
+                            peer.mb_per_s if peer else None,
+                            "librdkafka over the Kafka listener, 256 KiB batches, linger 5 ms, "
+                            "5 in flight; peer as in the produce rows"))
+            rows.append(Row("kafka", metric, "rec/s", t.records_per_s if t else None,
+                            peer.records_per_s if peer else None, ""))
+            rows.append(Row("kafka", metric, "MB/CPU-s", t.mb_per_cpu_s if t else None,
+                            peer.mb_per_cpu_s if peer else None, "servers (+controller) and client"))
+        t, peer = self.tw.get("kafka-consume"), self.peer.get("consume")
+        rows.append(Row("kafka", "confluent-kafka read 1 KiB topic from the start", "MB/s",
+                        t.mb_per_s if t else None, peer.mb_per_s if peer else None,
+                        "librdkafka consumer, assign mode"))
+        rows.append(Row("kafka", "confluent-kafka read 1 KiB topic from the start", "rec/s",
+                        t.records_per_s if t else None, peer.records_per_s if peer else None, ""))
+        tw, peer = self.tw.get("kafka-paced"), self.peer.get(("paced", 1000))
+        for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
+            tw_s, peer_s = (tw or {}).get("e2e"), (peer or {}).get("e2e")
+            note = ""
+            if label == "p50":
+                note = ("produce->consumer receipt, 1 KiB, acks=all, librdkafka both ends; "
+                        f"achieved {format_value(tw['achieved_rate_per_s']) if tw else '-'}/s")
+            rows.append(Row("kafka", f"confluent-kafka e2e @1,000/s {label}", "ms",
+                            getattr(tw_s, attr) if tw_s else None,
+                            getattr(peer_s, attr) if peer_s else None, note, better="lower"))
 
 
 def load_note(load: dict) -> str:

@@ -1,0 +1,161 @@
+"""Workloads over the brokers' Kafka listeners with confluent-kafka (librdkafka) as client.
+
+A C client leaves the brokers more of the machine than the Python client does,
+so these rows show what the brokers themselves can do through Kafka's
+protocol: the same produce and fetch paths as the gRPC rows
+(bench/tidewater_side.py), the same topics' settings (RF=3, one partition,
+acks as named). Producer settings follow Kafka's perf tool for throughput:
+batches of 256 KiB, linger 5 ms, 5 requests in flight, no compression.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+from bench.bench_common import KIB, Throughput, latency_summary
+from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
+
+
+def _producer(kafka_bootstrap: str, acks: int | str, **extra):
+    from confluent_kafka import Producer
+
+    config = {"bootstrap.servers": kafka_bootstrap, "acks": str(acks),
+              "batch.size": 256 * KIB, "linger.ms": 5,
+              "max.in.flight.requests.per.connection": 5, "queue.buffering.max.kbytes": 262_144,
+              "queue.buffering.max.messages": 1_000_000, "compression.type": "none"}
+    config.update(extra)
+    return Producer(config)
+
+
+def producer_throughput(kafka_bootstrap: str, topic: str, record_bytes: int, acks: int | str,
+                        duration_s: float) -> Throughput:
+    value = os.urandom(record_bytes)
+    producer = _producer(kafka_bootstrap, acks)
+    failures: list = []
+
+    def on_delivery(error, _message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    producer.produce(topic, value, partition=0, on_delivery=on_delivery)
+    producer.flush(30)  # metadata and connections warm
+    count = 0
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    while time.perf_counter() - start < duration_s:
+        for _ in range(1000):
+            while True:
+                try:
+                    produce(topic, value, partition=0, on_delivery=on_delivery)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain
+                    poll(0.005)
+        count += 1000
+        poll(0)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    if failures or left:
+        raise RuntimeError(f"{len(failures)} of {count} sends failed ({left} unsent), "
+                           f"first: {failures[0] if failures else None}")
+    return Throughput(count, count * record_bytes, elapsed)
+
+
+def consume_throughput(kafka_bootstrap: str, topic: str, *, timeout_s: float = 300) -> Throughput:
+    """Read ``topic``-0 from the beginning up to its high watermark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-assign-only",
+                         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
+                         "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                         "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 1_048_576})
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        count = payload = 0
+        start = time.perf_counter()
+        while count < high:
+            if time.perf_counter() - start > timeout_s:
+                raise TimeoutError(f"consumed {count} of {high} records in {timeout_s} s")
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                if message.error() is not None:
+                    raise RuntimeError(f"consume: {message.error()}")
+                count += 1
+                payload += len(message.value() or b"")
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    return Throughput(count, payload, elapsed)
+
+
+def _receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
+                   conn) -> None:
+    """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-latency",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                         "fetch.min.bytes": 1})
+    latencies: list[float] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.1)
+        consumer.poll(0.5)  # the first fetch resolves OFFSET_END before stamps arrive
+        conn.send("ready")
+        deadline = time.monotonic() + timeout_s
+        while len(latencies) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                latencies.append((time.time_ns() - read_stamp(message.value())) / 1e6)
+    finally:
+        consumer.close()
+        conn.send(latencies)
+        conn.close()
+
+
+def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
+                  rate_per_s: float) -> dict:
+    """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency."""
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe()
+    timeout_s = count / rate_per_s + 60
+    receiver = ctx.Process(target=_receiver_main,
+                           args=(kafka_bootstrap, topic, count, timeout_s, child_end), daemon=True)
+    receiver.start()
+    try:
+        if not parent_end.poll(60) or parent_end.recv() != "ready":
+            raise RuntimeError("latency receiver did not start")
+        # Latency settings: send at once, one request in flight (as the gRPC row).
+        producer = _producer(kafka_bootstrap, "all", **{"linger.ms": 0,
+                                                         "max.in.flight.requests.per.connection": 1})
+        filler = os.urandom(record_bytes)
+        ack_ms: list[float] = []
+        failures: list = []
+
+        def send_one(_index: int, due_ns: int) -> None:
+            def on_delivery(error, _message, due_ns=due_ns) -> None:
+                if error is None:
+                    ack_ms.append((time.time_ns() - due_ns) / 1e6)
+                else:
+                    failures.append(error)
+            producer.produce(topic, stamped_payload(record_bytes, due_ns, filler), partition=0,
+                             on_delivery=on_delivery)
+            producer.poll(0)
+
+        achieved = run_paced(count, rate_per_s, send_one)
+        producer.flush(120)
+        if not parent_end.poll(timeout_s):
+            raise RuntimeError("latency receiver did not answer")
+        e2e_ms = parent_end.recv()
+    finally:
+        receiver.join(timeout=10)
+        if receiver.is_alive():
+            receiver.kill()
+            receiver.join(timeout=5)
+    if failures:
+        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]}")
+    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
+            "received": len(e2e_ms), "achieved_rate_per_s": achieved}
