@@ -40,6 +40,8 @@ from typing import Any
 
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
+from tidewater.proto.compression import COMPRESSION_ZSTD
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
@@ -65,6 +67,23 @@ DECODED_FROM = {PRODUCE: 3}
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 NO_TOPIC_ID = uuid.UUID(int=0)
+# zstd batches exist for Kafka clients from Produce v7 and Fetch v10 on (KIP-110): an
+# older client could not decompress them.
+ZSTD_PRODUCE_FROM, ZSTD_FETCH_FROM = 7, 10
+
+
+def uses_zstd(records: bytes) -> bool:
+    """Does any whole batch in ``records`` use zstd? Framing only (no CRC check): what is
+    malformed is the produce path's to refuse, and a fetch may end in a partial batch."""
+    position = 0
+    while len(records) - position >= HEADER_SIZE:
+        header = read_header(records, position)
+        if header.compression == COMPRESSION_ZSTD:
+            return True
+        if header.batch_length < BATCH_LENGTH_MIN:
+            return False
+        position += header.size
+    return False
 
 
 @dataclass
@@ -162,6 +181,21 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
     is the answer: at once for acks=1, when the ISR has the records for acks=all, None
     (no answer at all) for acks=0."""
     request = produce_request(body)
+    refused: list[pb.ProducePartitionResponse] = []
+    if head.api_version < ZSTD_PRODUCE_FROM and any(uses_zstd(p.records)
+                                                    for p in request.partitions):
+        kept = []
+        for p in request.partitions:
+            if uses_zstd(p.records):
+                refused.append(pb.ProducePartitionResponse(
+                    topic=p.topic, partition=p.partition,
+                    error_code=pb.UNSUPPORTED_COMPRESSION_TYPE, base_offset=-1,
+                    error_message=f"zstd needs Produce v{ZSTD_PRODUCE_FROM}+",
+                    log_start_offset=-1))
+            else:
+                kept.append(p)
+        del request.partitions[:]
+        request.partitions.extend(kept)
     if body.transactional_id is not None:
         refused = pb.ProduceResponse(partitions=[
             pb.ProducePartitionResponse(
@@ -172,6 +206,7 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
         return _done(produce_values(refused))
     rm = s.replica_manager
     response, waits = await rm.produce_append(request)
+    response.partitions.extend(refused)
     if request.acks == 0:
         return _done(None)
     if not waits:
@@ -205,9 +240,11 @@ def fetch_request(body, version: int) -> pb.FetchRequest:
     return request
 
 
-def fetch_values(response: pb.FetchResponse) -> dict[str, Any]:
+def fetch_values(response: pb.FetchResponse, version: int = 12) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in response.partitions:
+        if version < ZSTD_FETCH_FROM and p.records and uses_zstd(p.records):
+            p.error_code, p.records = pb.UNSUPPORTED_COMPRESSION_TYPE, b""
         values: dict[str, Any] = {
             "partition_index": p.partition, "error_code": p.error_code,
             "high_watermark": p.high_watermark, "last_stable_offset": p.high_watermark,
@@ -239,7 +276,7 @@ async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     request = fetch_request(body, head.api_version)
 
     async def answer() -> Response:
-        return fetch_values(await s.replica_manager.fetch(request))
+        return fetch_values(await s.replica_manager.fetch(request), head.api_version)
     return answer()
 
 

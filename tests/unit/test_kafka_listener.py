@@ -227,3 +227,57 @@ async def test_forged_follower_fetches_and_unknown_sessions_are_refused(tmp_path
         session = await c.call(apis.FETCH, 12, fetch_values(0, session_id=5))
         assert session.error_code == apis.FETCH_SESSION_ID_NOT_FOUND
         c.close()
+
+
+def zstd_batch() -> bytes:
+    from tidewater.proto.compression import COMPRESSION_ZSTD
+    from tidewater.proto.records import encode_batch
+    return encode_batch([(b"k", b"v" * 100)] * 3, compression=COMPRESSION_ZSTD)
+
+
+async def test_zstd_needs_produce_v7_and_fetch_v10(tmp_path):
+    # KIP-110: a client too old to ask for zstd could not decompress it either.
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        old = await c.call(apis.PRODUCE, 6, produce_values(zstd_batch()))
+        assert old.responses[0].partition_responses[0].error_code == \
+            pb.UNSUPPORTED_COMPRESSION_TYPE
+        assert listening.rm.partitions[TP].log.log_end_offset == 0  # nothing appended
+        new = await c.call(apis.PRODUCE, 7, produce_values(zstd_batch()))
+        assert new.responses[0].partition_responses[0].error_code == 0
+        old_fetch = await c.call(apis.FETCH, 9, fetch_values(0))
+        [[data]] = [t.partitions for t in old_fetch.responses]
+        assert data.error_code == pb.UNSUPPORTED_COMPRESSION_TYPE and not data.records
+        new_fetch = await c.call(apis.FETCH, 10, fetch_values(0))
+        [[data]] = [t.partitions for t in new_fetch.responses]
+        assert data.error_code == 0 and data.records
+        c.close()
+
+
+async def test_a_batch_larger_than_max_bytes_is_still_returned_whole(tmp_path):
+    # KIP-74: otherwise a consumer whose limit is below one batch never progresses.
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        batch = make_batch(50, payload=b"y" * 20)
+        await c.call(apis.PRODUCE, 9, produce_values(batch))
+        tiny = fetch_values(0)
+        tiny["max_bytes"] = 10
+        tiny["topics"][0]["partitions"][0]["partition_max_bytes"] = 10
+        fetched = await c.call(apis.FETCH, 12, tiny)
+        [[data]] = [t.partitions for t in fetched.responses]
+        assert data.error_code == 0 and len(data.records) == len(batch)
+        c.close()
+
+
+async def test_fetch_checks_the_consumers_leader_epoch(tmp_path):
+    # KIP-320: a consumer that knows a newer epoch, or an older one, is told so.
+    async with Listening(tmp_path) as listening:
+        await listening.rm.leader_and_isr(lai(leader=1, leader_epoch=3, partition_epoch=1,
+                                              isr=(1,), replicas=(1,)))
+        c = await listening.connect()
+        for epoch, code in ((3, 0), (5, pb.UNKNOWN_LEADER_EPOCH), (1, pb.FENCED_LEADER_EPOCH)):
+            request = fetch_values(0)
+            request["topics"][0]["partitions"][0]["current_leader_epoch"] = epoch
+            fetched = await c.call(apis.FETCH, 12, request)
+            assert fetched.responses[0].partitions[0].error_code == code, epoch
+        c.close()
