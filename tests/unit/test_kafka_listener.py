@@ -281,3 +281,35 @@ async def test_fetch_checks_the_consumers_leader_epoch(tmp_path):
             fetched = await c.call(apis.FETCH, 12, request)
             assert fetched.responses[0].partitions[0].error_code == code, epoch
         c.close()
+
+
+@pytest.mark.parametrize("version", range(0, 13))
+async def test_metadata_every_version_names_the_kafka_listener_and_the_topic(tmp_path, version):
+    from tests.unit.test_broker_replica_manager import CLUSTER_ID, TOPIC_ID
+
+    async with Listening(tmp_path) as listening:
+        await listening.rm.update_metadata(pb.UpdateMetadataRequest(
+            controller_id=3000, controller_epoch=1, cluster_id=CLUSTER_ID, brokers=[
+                pb.BrokerRegistration(broker_id=1, broker_epoch=7, listeners=[
+                    pb.Listener(name="INTERNAL", host="10.0.0.1", port=1),
+                    pb.Listener(name="KAFKA", host="127.0.0.1", port=listening.port)])],
+            partitions=[pb.PartitionState(topic=TP.topic, partition=0, leader=1, leader_epoch=0,
+                                          replicas=[1], isr=[1], topic_id=TOPIC_ID)],
+            topics=[pb.TopicConfig(name=TP.topic)]))
+        c = await listening.connect()
+        request = {"topics": None if version >= 1 else [], "allow_auto_topic_creation": False,
+                   "include_topic_authorized_operations": False,
+                   "include_cluster_authorized_operations": False}
+        body = await c.call(apis.METADATA, version, request)
+        assert [(b.node_id, b.host, b.port) for b in body.brokers] == \
+            [(1, "127.0.0.1", listening.port)]
+        [topic] = body.topics
+        assert topic.name == TP.topic and topic.error_code == 0
+        assert [(p.partition_index, p.leader_id) for p in topic.partitions] == [(0, 1)]
+        if version >= 10:
+            assert topic.topic_id.bytes == TOPIC_ID
+        if version >= 1:
+            assert body.controller_id == 1  # this broker: it forwards admin requests
+            none = await c.call(apis.METADATA, version, {**request, "topics": []})
+            assert none.topics == ()  # v1+: an empty list asks for no topic
+        c.close()
