@@ -88,9 +88,10 @@ class BrokerProcess:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))
         self.log_manager = manager
-        log.info("loaded %d logs in %.2fs (clean shutdown before: %s)",
+        log.info("loaded %d logs in %.2fs (%s)",
                  len(self.log_manager.logs()), time.monotonic() - started,
-                 self.log_manager.had_clean_shutdown)
+                 "new data dir" if manager.is_new
+                 else f"clean shutdown before: {manager.had_clean_shutdown}")
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,

@@ -41,14 +41,30 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser of a subcommand (and, by argparse's default, of its own subcommands).
+
+    argparse leaves the arguments a subcommand does not know to the top-level
+    parser, which reports them with ITS usage: nothing about the subcommand the
+    user typed. Here each subcommand refuses them itself, with its own usage.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tide", description="Tidewater command line tools")
     parser.add_argument(
         "--bootstrap-server",
         default=os.environ.get("TIDE_BOOTSTRAP_SERVER", "localhost:9092"),
-        help="HOST:PORT of any broker (env TIDE_BOOTSTRAP_SERVER; default localhost:9092)",
+        help="HOST:PORT of any broker (env TIDE_BOOTSTRAP_SERVER; default localhost:9092); "
+             "also accepted after the command, as Kafka's tools take it",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     subparsers.required = True
     for name in SUBCOMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -93,6 +93,7 @@ class LogManager:
         self.data_dir = Path(data_dir)
         self.default_config = default_config
         self.had_clean_shutdown = False
+        self.is_new = False  # load() found an empty data dir
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, bytes | None] = {}  # None: no partition.metadata
         self.deleter = LogDirDeleter(on_failure=on_deleter_failure)
@@ -120,7 +121,10 @@ class LogManager:
             except OSError as e:
                 raise storage_error("cannot open data dir", self.data_dir, e) from e
             self.had_clean_shutdown = has_clean_shutdown_marker(self.data_dir)
-            if not self.had_clean_shutdown:
+            # A brand-new (empty) data dir has no marker either, but it was never shut
+            # down at all: warn only when there is something to recover.
+            self.is_new = not names
+            if not self.had_clean_shutdown and not self.is_new:
                 log.warning("%s was not shut down cleanly: recovering its logs", self.data_dir)
             recovery_points = self._read_checkpoint(self._recovery_file)
             log_start_offsets = self._read_checkpoint(self._start_file)

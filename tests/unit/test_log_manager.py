@@ -57,6 +57,19 @@ def test_create_load_and_clean_shutdown(tmp_path):
     assert again.get(A0).leader_epoch_cache.entries() == [(1, 0)]
 
 
+def test_only_a_data_dir_with_data_is_called_not_shut_down_cleanly(tmp_path, caplog):
+    """Issue 15: a brand-new data dir logged "was not shut down cleanly" on first start."""
+    fresh = LogManager(tmp_path / "new", CONFIG)
+    fresh.load(now_ms=0)
+    assert fresh.is_new and not fresh.had_clean_shutdown
+    assert "not shut down cleanly" not in caplog.text
+    filled_manager(tmp_path / "crashed")  # logs written, never shut down
+    crashed = LogManager(tmp_path / "crashed", CONFIG)
+    crashed.load(now_ms=0)
+    assert not crashed.is_new
+    assert "not shut down cleanly" in caplog.text
+
+
 def test_unclean_start_recovers_and_clamps_high_watermarks(tmp_path, caplog):
     manager = filled_manager(tmp_path)
     manager.checkpoint_high_watermarks({A0: 20, A1: 6})

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 
 from tidewater.client.metadata import parse_bootstrap
 from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
+
+
+def add_bootstrap_argument(parser) -> None:
+    """``--bootstrap-server`` after the subcommand too (``tide topics list --bootstrap-server H:P``),
+    where Kafka's tools take it. SUPPRESS: when absent here, the top-level value (or its
+    environment default) stays."""
+    parser.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT",
+                        help="any broker; overrides `tide --bootstrap-server` and TIDE_BOOTSTRAP_SERVER")
 
 
 def bootstrap_of(args) -> str:

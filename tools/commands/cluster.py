@@ -16,7 +16,12 @@ from pathlib import Path
 
 from tidewater.client.admin import AdminClient, cluster_to_json
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import bootstrap_of, cli_errors, parse_configs
+from tidewater.tools.commands._common import (
+    add_bootstrap_argument,
+    bootstrap_of,
+    cli_errors,
+    parse_configs,
+)
 from tidewater.tools.local_cluster import (
     DEFAULT_BASE_PORT,
     READY_TIMEOUT_S,
@@ -34,6 +39,7 @@ def register(subparsers) -> None:
     describe = sub.add_parser("describe", help="controller, brokers, partition health")
     describe.add_argument("--json", action="store_true")
     describe.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(describe)
     describe.set_defaults(func=cmd_describe)
 
     up = sub.add_parser("up", help="start a controller and N brokers on 127.0.0.1")
@@ -117,15 +123,33 @@ def cmd_up(args) -> int:
     cluster = _cluster(args)
     # Stream this run's output only: logs are appended to across runs.
     log_sizes = {p.name: p.stat().st_size for p in Path(cluster.data_dir).glob("*.log")}
+    restarting = cluster.manifest is not None
     try:
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
                                ready_timeout_s=args.ready_timeout_s)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
+    # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
+    # and tests read (its last line, and with --foreground its first).
+    sys.stderr.write(up_hints(cluster.data_dir, bootstrap, cluster.manifest.get("kafka_bootstrap"),
+                              restarted=restarting))
+    sys.stderr.flush()
     print(bootstrap, flush=True)
     if args.foreground:
         _stay_attached(cluster, log_sizes)
     return 0
+
+
+def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, restarted: bool) -> str:
+    """What ``cluster up`` tells a person: the ports change with --base-port 0, so the
+    lines to paste into a shell; and whether old data came back."""
+    lines = []
+    if restarted:
+        lines.append(f"# restarted the cluster in {data_dir}: its topics and records are kept")
+    lines.append(f"export TIDE_BOOTSTRAP_SERVER={bootstrap}")
+    if kafka_bootstrap:
+        lines.append(f"export TIDE_KAFKA_BOOTSTRAP={kafka_bootstrap}  # Kafka clients: kcat -b $TIDE_KAFKA_BOOTSTRAP")
+    return "".join(line + "\n" for line in lines)
 
 
 def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:

@@ -4,6 +4,13 @@ Plain output prints each value (``--print-key``: key, separator, value);
 ``--json`` prints one object per record: topic, partition, offset, key, value,
 timestamp, leader_epoch, headers. Stops with exit 0 after ``--max-messages``
 records or ``--timeout-ms`` without new data.
+
+Where to start follows Kafka's console consumer: at the end unless
+``--from-beginning`` or ``--offset earliest|latest|N`` (which needs
+``--partition``). An offset N outside the partition's offsets starts at the end,
+as Kafka's does (its reset policy is ``latest``), and a note on stderr says so.
+Kafka's ``--topic``, ``--property print.key=true`` and ``--property
+key.separator=SEP`` work too (kafka_flags.py).
 """
 
 from __future__ import annotations
@@ -13,24 +20,36 @@ import sys
 import time
 
 from tidewater.client.consumer import Consumer, ConsumerRecord
+from tidewater.client.metadata import TopicPartition
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import bootstrap_of, cli_errors
+from tidewater.tools.commands._common import add_bootstrap_argument, bootstrap_of, cli_errors
+from tidewater.tools.commands.kafka_flags import (
+    consume_key_format,
+    parse_offset,
+    resolve_topic,
+    usage_error,
+)
 from tidewater.tools.commands.produce import decode_text
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("consume", help="print records")
-    parser.add_argument("topic")
+    parser.add_argument("topic", nargs="?", metavar="TOPIC", help="or --topic TOPIC")
+    parser.add_argument("--topic", dest="topic_flag", metavar="TOPIC", help="the topic, as Kafka's tools name it")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the log start")
-    start.add_argument("--offset", type=int, default=None, help="start at this offset")
+    start.add_argument("--offset", type=parse_offset, default=None, metavar="earliest|latest|N",
+                       help="where to start in --partition (default: latest, the end)")
     parser.add_argument("--partition", type=int, default=None, help="default: every partition")
-    parser.add_argument("--max-messages", type=int, default=None, metavar="N")
+    parser.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N records")
     parser.add_argument("--timeout-ms", type=int, default=None,
                         help="stop after this long without new records (default: never)")
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
-    parser.add_argument("--print-key", action="store_true")
-    parser.add_argument("--key-separator", default="\t", metavar="SEP")
+    parser.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
+    parser.add_argument("--key-separator", default=None, metavar="SEP", help="default: a tab")
+    parser.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+                        help="Kafka's console-consumer properties: print.key=true, key.separator=SEP")
+    add_bootstrap_argument(parser)
     parser.set_defaults(func=cmd_consume)
 
 
@@ -54,27 +73,29 @@ def format_record(r: ConsumerRecord, *, as_json: bool, print_key: bool, key_sepa
 
 
 def cmd_consume(args) -> int:
+    topic = resolve_topic(args.topic, args.topic_flag)
     if args.max_messages is not None and args.max_messages <= 0:
         raise CliError("--max-messages must be positive", exit_code=2)
-    if args.offset is not None and args.offset < 0:
-        raise CliError("--offset must be >= 0", exit_code=2)
+    if args.offset is not None and args.partition is None:
+        raise usage_error("--offset needs --partition (an offset means something in one partition)")
+    print_key, key_separator = consume_key_format(args.print_key, args.key_separator, args.property)
     out = sys.stdout.buffer
-    key_separator = args.key_separator.encode()
     printed = 0
-    with cli_errors(f"cannot consume from {args.topic!r}"), \
-            Consumer(bootstrap_of(args), auto_offset_reset="earliest") as consumer:
-        partitions = consumer.partitions_for(args.topic)
+    # Kafka's console consumer resets an out-of-range offset to the end, unless --from-beginning.
+    reset = "latest" if isinstance(args.offset, int) else "earliest"
+    with cli_errors(f"cannot consume from {topic!r}"), \
+            Consumer(bootstrap_of(args), auto_offset_reset=reset) as consumer:
+        partitions = consumer.partitions_for(topic)
         if args.partition is not None:
             if args.partition not in partitions:
-                raise CliError(f"cannot consume from {args.topic!r}: no partition {args.partition} "
+                raise CliError(f"cannot consume from {topic!r}: no partition {args.partition} "
                                f"(topic has {len(partitions)})")
             partitions = [args.partition]
-        tps = [(args.topic, p) for p in partitions]
+        tps = [(topic, p) for p in partitions]
         consumer.assign(tps)
-        if args.offset is not None:
-            for tp in tps:
-                consumer.seek(tp, args.offset)
-        elif args.from_beginning:
+        if isinstance(args.offset, int):
+            seek_offset(consumer, TopicPartition(topic, args.partition), args.offset)
+        elif args.from_beginning or args.offset == "earliest":
             consumer.seek_to_beginning()
         else:
             consumer.seek_to_end()
@@ -87,10 +108,32 @@ def cmd_consume(args) -> int:
             if records:
                 last_data = time.monotonic()
                 for r in records:
-                    out.write(format_record(r, as_json=args.json, print_key=args.print_key,
-                                            key_separator=key_separator))
+                    out.write(format_record(r, as_json=args.json, print_key=print_key,
+                                            key_separator=key_separator.encode()))
                 printed += len(records)
                 out.flush()
             elif args.timeout_ms is not None and (time.monotonic() - last_data) * 1000 >= args.timeout_ms:
                 break
     return 0
+
+
+def start_position(offset: int, log_start: int, log_end: int) -> int:
+    """Where ``--offset offset`` starts: there, or at the end when the partition holds no
+    such offset (Kafka's console consumer: reset policy latest)."""
+    return offset if log_start <= offset <= log_end else log_end
+
+
+def seek_offset(consumer: Consumer, tp: TopicPartition, offset: int) -> None:
+    """Seek to ``offset``, or to the end with a note on stderr when it is out of range."""
+    starts = consumer.beginning_offsets([tp])
+    ends = consumer.end_offsets([tp])
+    if tp not in starts or tp not in ends:
+        # No leader answered: the reset policy (latest) covers an out-of-range offset.
+        consumer.seek(tp, offset)
+        return
+    position = start_position(offset, starts[tp], ends[tp])
+    if position != offset:
+        print(f"tide: note: offset {offset} is not in {tp.topic}-{tp.partition} (log start {starts[tp]}, "
+              f"end {ends[tp]}): starting at the end, {position}, as Kafka's console consumer does "
+              "(--offset earliest starts at the first)", file=sys.stderr, flush=True)
+    consumer.seek(tp, position)

@@ -1,6 +1,9 @@
 """`tide produce TOPIC`: each line of stdin becomes one record.
 
-With ``--key-separator SEP`` a line is ``KEY<SEP>VALUE``. With ``--ack-log FILE``
+With ``--key-separator SEP`` a line is ``KEY<SEP>VALUE``. Kafka's console
+producer flags work too (kafka_flags.py): ``--topic TOPIC``, ``--property
+parse.key=true`` with ``--property key.separator=SEP`` (a tab by default) and
+``--producer-property acks|compression.type|linger.ms|batch.size=VALUE``. With ``--ack-log FILE``
 every acknowledged record is appended to FILE as one JSON line
 ``{"topic", "partition", "offset", "key", "value", "acks"}`` (flushed as it is
 acknowledged, so a crash loses no acknowledgement that was written). Exits
@@ -17,25 +20,50 @@ from tidewater.client.producer import Producer, RecordMetadata, parse_acks
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.records import COMPRESSION_BY_NAME
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import bootstrap_of, cli_errors, describe_error
+from tidewater.tools.commands._common import (
+    add_bootstrap_argument,
+    bootstrap_of,
+    cli_errors,
+    describe_error,
+)
+from tidewater.tools.commands.kafka_flags import (
+    produce_key_separator,
+    producer_options,
+    resolve_topic,
+    usage_error,
+)
+
+# Options Kafka's --producer-property may also set; None in argparse means "not typed".
+DEFAULT_ACKS = "all"
+DEFAULT_COMPRESSION = "none"
+DEFAULT_LINGER_MS = 5
+DEFAULT_BATCH_SIZE_BYTES = 16384
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("produce", help="write stdin lines as records")
-    parser.add_argument("topic")
-    parser.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"],
+    parser.add_argument("topic", nargs="?", metavar="TOPIC", help="or --topic TOPIC")
+    parser.add_argument("--topic", dest="topic_flag", metavar="TOPIC", help="the topic, as Kafka's tools name it")
+    parser.add_argument("--acks", default=None, choices=["0", "1", "all", "-1"],
                         help="0: no wait, 1: leader wrote it, all: the ISR has it (default)")
     parser.add_argument("--partition", type=int, default=None, help="default: by key hash, else sticky")
     parser.add_argument("--key-separator", default=None, metavar="SEP",
                         help="split each line at the first SEP into key and value")
+    parser.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+                        help="Kafka's console-producer properties: parse.key=true splits lines at "
+                             "key.separator (default: a tab)")
+    parser.add_argument("--producer-property", action="append", default=[], metavar="NAME=VALUE",
+                        help="Kafka's producer configs acks, compression.type, linger.ms, batch.size")
     parser.add_argument("--ack-log", default=None, metavar="FILE",
                         help="append one JSON line per acknowledged record")
-    parser.add_argument("--batch-size", type=int, default=16384, metavar="BYTES")
-    parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--compression", default="none", choices=list(COMPRESSION_BY_NAME),
+    parser.add_argument("--batch-size", type=int, default=None, metavar="BYTES",
+                        help=f"default: {DEFAULT_BATCH_SIZE_BYTES}")
+    parser.add_argument("--linger-ms", type=int, default=None, help=f"default: {DEFAULT_LINGER_MS}")
+    parser.add_argument("--compression", default=None, choices=list(COMPRESSION_BY_NAME),
                         help="batch compression, Kafka's codecs (default: none)")
     parser.add_argument("--timeout-ms", type=int, default=30000,
                         help="give up on a record not acknowledged within this time")
+    add_bootstrap_argument(parser)
     parser.set_defaults(func=cmd_produce)
 
 
@@ -94,22 +122,59 @@ class _Results:
         return done
 
 
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _non_negative_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise usage_error(f"{name} must be an integer >= 0, not {text!r}")
+    return value
+
+
+def producer_settings(args) -> dict:
+    """acks, compression, linger_ms, batch_size from tide's options and Kafka's
+    --producer-property, checked, defaults filled in."""
+    given = producer_options({"acks": args.acks, "compression": args.compression,
+                              "linger_ms": _text(args.linger_ms), "batch_size": _text(args.batch_size)},
+                             args.producer_property)
+    acks = given["acks"] or DEFAULT_ACKS
+    if acks not in ("0", "1", "all"):
+        raise usage_error(f"acks must be 0, 1, all or -1, not {acks!r}")
+    compression = given["compression"] or DEFAULT_COMPRESSION
+    if compression not in COMPRESSION_BY_NAME:
+        raise usage_error(f"compression {compression!r}: expected one of {', '.join(COMPRESSION_BY_NAME)}")
+    linger_ms = given["linger_ms"]
+    batch_size = given["batch_size"]
+    return {
+        "acks": acks, "compression": compression,
+        "linger_ms": DEFAULT_LINGER_MS if linger_ms is None else _non_negative_int("linger.ms", linger_ms),
+        "batch_size": (DEFAULT_BATCH_SIZE_BYTES if batch_size is None
+                       else _non_negative_int("batch.size", batch_size)),
+    }
+
+
 def cmd_produce(args) -> int:
-    acks_label = "all" if args.acks in ("all", "-1") else args.acks
-    separator = args.key_separator.encode() if args.key_separator is not None else None
-    if separator == b"":
-        raise CliError("--key-separator must not be empty", exit_code=2)
+    topic = resolve_topic(args.topic, args.topic_flag)
+    settings = producer_settings(args)
+    acks_label = settings["acks"]
+    separator_text = produce_key_separator(args.key_separator, args.property)
+    separator = separator_text.encode() if separator_text is not None else None
     try:
         ack_log = open(args.ack_log, "a", encoding="utf-8", errors="surrogateescape") if args.ack_log else None
     except OSError as e:
         raise CliError(f"cannot open ack log {args.ack_log}: {e.strerror}") from None
     results = _Results(ack_log, acks_label)
-    with cli_errors(f"cannot produce to {args.topic!r}"):
-        producer = Producer(bootstrap_of(args), acks=parse_acks(args.acks),
-                            batch_size_bytes=args.batch_size, linger_ms=args.linger_ms,
+    with cli_errors(f"cannot produce to {topic!r}"):
+        producer = Producer(bootstrap_of(args), acks=parse_acks(settings["acks"]),
+                            batch_size_bytes=settings["batch_size"], linger_ms=settings["linger_ms"],
                             request_timeout_ms=min(args.timeout_ms, 30000),
                             delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms,
-                            compression=COMPRESSION_BY_NAME[args.compression])
+                            compression=COMPRESSION_BY_NAME[settings["compression"]])
         try:
             total = 0
             for line_number, raw in enumerate(sys.stdin.buffer, start=1):
@@ -122,7 +187,7 @@ def cmd_produce(args) -> int:
                 except ValueError as e:
                     results.record_failure(f"line {line_number}: {e}")
                     continue
-                fut = producer.send(args.topic, value, key=key, partition=args.partition)
+                fut = producer.send(topic, value, key=key, partition=args.partition)
                 fut.add_done_callback(results.callback(key, value))
             producer.flush()
         finally:

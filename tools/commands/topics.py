@@ -1,4 +1,9 @@
-"""`tide topics create|list|describe|delete`."""
+"""`tide topics create|list|describe|delete`.
+
+Topics are named positionally (``tide topics create orders``) or with Kafka's
+``--topic orders``; ``--partitions``, ``--replication-factor`` and ``--config``
+are kafka-topics.sh's flags.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,14 @@ import json
 
 from tidewater.client.admin import AdminClient, topic_to_json
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import bootstrap_of, cli_errors, describe_error, parse_configs
+from tidewater.tools.commands._common import (
+    add_bootstrap_argument,
+    bootstrap_of,
+    cli_errors,
+    describe_error,
+    parse_configs,
+)
+from tidewater.tools.commands.kafka_flags import resolve_topic, resolve_topics, usage_error
 
 
 def register(subparsers) -> None:
@@ -15,28 +27,38 @@ def register(subparsers) -> None:
     sub.required = True
 
     create = sub.add_parser("create", help="create a topic")
-    create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=-1, help="default: the cluster's num.partitions")
+    create.add_argument("name", nargs="?", metavar="NAME", help="or --topic NAME")
+    create.add_argument("--topic", metavar="NAME", help="the topic, as kafka-topics.sh names it")
+    create.add_argument("--partitions", type=int, default=-1,
+                        help="-1 (the default) means the cluster's num.partitions")
     create.add_argument("--replication-factor", type=int, default=-1,
-                        help="default: the cluster's default.replication.factor")
+                        help="-1 (the default) means the cluster's default.replication.factor")
     create.add_argument("--config", action="append", metavar="KEY=VALUE", default=[],
                         help="topic config, repeatable (e.g. min.insync.replicas=2)")
     create.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(create)
     create.set_defaults(func=cmd_create)
 
     lst = sub.add_parser("list", help="list topic names")
     lst.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(lst)
     lst.set_defaults(func=cmd_list)
 
     describe = sub.add_parser("describe", help="partitions, leaders, epochs, ISR and replica offsets")
     describe.add_argument("names", nargs="*", metavar="NAME", help="default: every topic")
+    describe.add_argument("--topic", action="append", default=[], metavar="NAME",
+                          help="also describe NAME (repeatable)")
     describe.add_argument("--json", action="store_true", help="one JSON document")
     describe.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(describe)
     describe.set_defaults(func=cmd_describe)
 
     delete = sub.add_parser("delete", help="delete topics")
-    delete.add_argument("names", nargs="+", metavar="NAME")
+    delete.add_argument("names", nargs="*", metavar="NAME")
+    delete.add_argument("--topic", action="append", default=[], metavar="NAME",
+                        help="also delete NAME (repeatable)")
     delete.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(delete)
     delete.set_defaults(func=cmd_delete)
 
 
@@ -45,14 +67,17 @@ def _admin(args) -> AdminClient:
 
 
 def cmd_create(args) -> int:
+    name = resolve_topic(args.name, args.topic)
     if args.partitions == 0 or args.partitions < -1:
-        raise CliError(f"--partitions must be positive, not {args.partitions}", exit_code=2)
+        raise CliError(f"--partitions must be positive (or -1: the cluster's default), not {args.partitions}",
+                       exit_code=2)
     if args.replication_factor == 0 or args.replication_factor < -1:
-        raise CliError(f"--replication-factor must be positive, not {args.replication_factor}", exit_code=2)
+        raise CliError("--replication-factor must be positive (or -1: the cluster's default), "
+                       f"not {args.replication_factor}", exit_code=2)
     configs = parse_configs(args.config)
-    with _admin(args) as admin, cli_errors(f"cannot create topic {args.name!r}"):
-        admin.create_topic(args.name, args.partitions, args.replication_factor, configs)
-    print(f"Created topic {args.name}.")
+    with _admin(args) as admin, cli_errors(f"cannot create topic {name!r}"):
+        admin.create_topic(name, args.partitions, args.replication_factor, configs)
+    print(f"Created topic {name}.")
     return 0
 
 
@@ -66,7 +91,7 @@ def cmd_list(args) -> int:
 
 def cmd_describe(args) -> int:
     with _admin(args) as admin, cli_errors("cannot describe topics"):
-        topics = admin.describe_topics(args.names or None)
+        topics = admin.describe_topics(resolve_topics(args.names, args.topic) or None)
     if args.json:
         print(json.dumps({"topics": [topic_to_json(t) for t in topics]}, indent=2))
         return 0
@@ -88,10 +113,13 @@ def cmd_describe(args) -> int:
 
 
 def cmd_delete(args) -> int:
+    names = resolve_topics(args.names, args.topic)
+    if not names:
+        raise usage_error("which topics? NAME... or --topic NAME")
     with _admin(args) as admin, cli_errors("cannot delete topics"):
-        results = admin.delete_topics(args.names)
+        results = admin.delete_topics(names)
     failed = {name: err for name, err in results.items() if err is not None}
-    for name in args.names:
+    for name in names:
         if name in results and results[name] is None:
             print(f"Deleted topic {name}.")
     if failed:
