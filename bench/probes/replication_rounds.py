@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=500)
     parser.add_argument("--record-bytes", type=int, default=1024)
     args = parser.parse_args(argv)
-    logging.disable(logging.WARNING)  # a fresh data dir "was not shut down cleanly"
+    logging.disable(logging.WARNING)  # only the rounds table on the terminal
     with tempfile.TemporaryDirectory(prefix="tw-rounds-") as directory:
         uvloop.run(run(args.records, args.record_bytes, Path(directory)))
     return 0
