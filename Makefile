@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat test test-integration proto lint typecheck demo bench bench-cluster bench-log sim audit audit-zip
+.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log sim audit audit-zip
 
 venv: $(STAMP)
 
@@ -76,6 +76,11 @@ audit-zip: venv
 	$(PY) -m tidewater.audit.pyfiles build/audit.zip
 
 # Sweep seeds of the deterministic cluster simulation (tests/sim).
+# atheris over the parsers of bytes others wrote (tests/fuzz/targets.py), FUZZ_SECONDS
+# per target; what it finds is saved in tests/fuzz/corpus and replayed by make test.
+fuzz: venv
+	cd tests && $(CURDIR)/$(PY) -m fuzz.run --seconds $(or $(FUZZ_SECONDS),60)
+
 sim: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(or $(SIM_COUNT),200)
 

@@ -133,7 +133,16 @@ class KafkaListener:
                             "served; RecordBatch v2 needs v%d+", peer, head.api_key,
                             head.api_version, apis.DECODED_FROM[head.api_key])
                 return
-            pending = await apis.HANDLERS[head.api_key](self.services, head, body)
+            try:
+                pending = await apis.HANDLERS[head.api_key](self.services, head, body)
+            except InvariantViolation:
+                raise
+            except Exception:
+                # No general way to answer every API with an error: close, as Kafka does
+                # for a request it cannot handle; nothing was changed for it.
+                log.exception("kafka: closing %s: API key %d v%d failed", peer, head.api_key,
+                              head.api_version)
+                return
             await answers.put((head, asyncio.ensure_future(pending), started))
 
     async def _send_answers(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,

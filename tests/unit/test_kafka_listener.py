@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -150,6 +151,9 @@ async def test_a_frame_above_the_limit_is_refused_before_it_is_read(tmp_path):
     struct.pack(">hhi", apis.PRODUCE, 2, 1) + b"\x00\x00",  # message format v0/v1
     struct.pack(">hhi", apis.METADATA, 99, 1),  # a version nobody has
     struct.pack(">hhi", apis.METADATA, 12, 1) + b"\xff" * 40,  # garbage body
+    # Found by make fuzz: a Fetch v4 whose topic array is null (-1), which no field allows.
+    (Path(__file__).parents[1] / "fuzz/corpus/kafka_request/crash-fetch-v4-null-topics"
+     ).read_bytes(),
 ])
 async def test_garbage_closes_that_connection_only(tmp_path, frame):
     async with Listening(tmp_path) as listening:
@@ -313,3 +317,33 @@ async def test_metadata_every_version_names_the_kafka_listener_and_the_topic(tmp
             none = await c.call(apis.METADATA, version, {**request, "topics": []})
             assert none.topics == ()  # v1+: an empty list asks for no topic
         c.close()
+
+
+@pytest.mark.parametrize("seed", sorted(
+    (Path(__file__).parents[1] / "fuzz/corpus/kafka_request").glob("seed-*")),
+    ids=lambda p: p.name)
+def test_the_length_walk_ends_where_kio_does_on_valid_requests(seed):
+    # check_lengths runs before kio's reader on every request: it must accept exactly the
+    # frames kio reads, or real clients would be refused.
+    from tidewater.broker.kafka.codec import _reader, check_lengths, peek_head, request_type
+
+    frame = seed.read_bytes()
+    api_key, api_version, _ = peek_head(frame)
+    entity_type = request_type(api_key, api_version)
+    end = check_lengths(entity_type.__header_schema__, frame, 0)
+    _, header_used = _reader(entity_type.__header_schema__)(frame, 0)
+    assert end == header_used
+    _, body_used = _reader(entity_type)(frame, end)
+    assert check_lengths(entity_type, frame, end) == end + body_used == len(frame)
+
+
+async def test_a_length_beyond_the_frame_is_refused_before_kio_allocates_it(tmp_path):
+    # Found by make fuzz: kio's native reader allocated a 200 GB array for a 100-byte frame
+    # and the process aborted. Now the frame is refused and the broker lives on.
+    frame = (Path(__file__).parents[1] / "fuzz/corpus/kafka_request/crash-fetch-v12-200gb-array"
+             ).read_bytes()
+    async with Listening(tmp_path) as listening:
+        bad = await listening.connect()
+        bad.writer.write(struct.pack(">i", len(frame)) + frame)
+        assert await bad.closed_by_server()
+        await api_versions_work(listening)

@@ -1,0 +1,111 @@
+"""Fuzz targets: the parsers that read bytes someone else wrote.
+
+Each target takes arbitrary bytes and may end in one of the parser's documented,
+typed errors (``ALLOWED``); anything else escaping (an IndexError, a
+struct.error, a MemoryError from a length taken on trust, a hang) is a bug.
+``make fuzz`` runs them under atheris (tests/fuzz/run.py); every input saved in
+``tests/fuzz/corpus/<target>/`` (seeds and past crashes) is replayed by
+tests/unit/test_fuzz_regressions.py on every ``make test``.
+
+- ``record_batch``: a RecordBatch v2 as it arrives in a produce request or is read
+  from disk, through framing and CRC validation (``validate_batch``) and, with the
+  CRC check bypassed (a producer computes the CRC over whatever it sends), the
+  record decoder with decompression (``decode_batch_records``).
+- ``offset_checkpoint`` / ``epoch_checkpoint``: Kafka's text checkpoints
+  (``replication-offset-checkpoint``, ``leader-epoch-checkpoint``).
+- ``partition_metadata`` / ``meta_properties``: the per-partition and per-data-dir
+  identity files.
+- ``kafka_request``: one Kafka request frame body through the listener's decoder
+  and, when it decodes, the translation of a Produce or Fetch into the broker's own
+  request.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tidewater.broker.kafka import apis
+from tidewater.broker.kafka.codec import UnknownApiKeyError, decode_request
+from tidewater.broker.storage.checkpoints import _parse_offset_entry, parse_checkpoint
+from tidewater.broker.storage.epoch_cache import read_epoch_checkpoint
+from tidewater.broker.storage.meta_properties import decode_meta_properties
+from tidewater.broker.storage.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    read_partition_metadata,
+)
+from tidewater.proto.batch import iter_batches, read_header
+from tidewater.proto.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    InvalidRequestError,
+    UnsupportedCompressionError,
+    UnsupportedVersionError,
+)
+from tidewater.proto.records import decode_batch_records
+
+ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
+    "record_batch": (CorruptRecordError, UnsupportedCompressionError),
+    "offset_checkpoint": (CorruptFileError,),
+    "epoch_checkpoint": (CorruptFileError,),
+    "partition_metadata": (CorruptFileError,),
+    "meta_properties": (CorruptFileError,),
+    "kafka_request": (InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError),
+}
+
+_SCRATCH = Path(tempfile.mkdtemp(prefix="tw-fuzz-"))
+
+
+def record_batch(data: bytes) -> None:
+    for _position, _header in iter_batches(data, validate=True):
+        pass
+    header = read_header(data)  # as if the CRC matched: the rows are the producer's
+    if header.batch_length >= 0 and 12 + header.batch_length <= len(data):
+        decode_batch_records(data, 0, header, max_decompressed_bytes=1 << 20)
+
+
+def offset_checkpoint(data: bytes) -> None:
+    parse_checkpoint(data, "fuzz", _parse_offset_entry)
+
+
+def epoch_checkpoint(data: bytes) -> None:
+    path = _SCRATCH / "leader-epoch-checkpoint"
+    path.write_bytes(data)
+    read_epoch_checkpoint(path)
+
+
+def partition_metadata(data: bytes) -> None:
+    (_SCRATCH / PARTITION_METADATA_FILE).write_bytes(data)
+    read_partition_metadata(_SCRATCH)
+
+
+def meta_properties(data: bytes) -> None:
+    decode_meta_properties(data)
+
+
+def kafka_request(data: bytes) -> None:
+    head, body = decode_request(data, apis.SUPPORTED)
+    if head.api_key == apis.PRODUCE and head.api_version >= apis.DECODED_FROM[apis.PRODUCE]:
+        apis.produce_request(body)
+    elif head.api_key == apis.FETCH:
+        apis.fetch_request(body, head.api_version)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "record_batch": record_batch,
+    "offset_checkpoint": offset_checkpoint,
+    "epoch_checkpoint": epoch_checkpoint,
+    "partition_metadata": partition_metadata,
+    "meta_properties": meta_properties,
+    "kafka_request": kafka_request,
+}
+assert set(TARGETS) == set(ALLOWED)
+
+
+def run_one(name: str, data: bytes) -> None:
+    """The target on ``data``; its allowed errors are the parser saying no."""
+    try:
+        TARGETS[name](data)
+    except ALLOWED[name]:
+        pass
