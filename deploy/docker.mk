@@ -28,11 +28,13 @@ PROJECT_SOURCES := pyproject.toml $(shell find broker controller client audit pr
 
 .PHONY: image wheelhouse up down clean chaos test-docker
 
-# Runtime dependencies only (no dev/spark extras): `pip wheel .` resolves
-# [project.dependencies]; the project's own wheel goes in a separate folder.
+# Runtime dependencies (kio among them: the Kafka listener's codec) and the
+# kafka-client extra (kafka-python, pure Python: a Kafka client inside the
+# network), no dev/spark extras: `pip wheel '.[kafka-client]'` resolves them;
+# the project's own wheel goes in a separate folder.
 $(WHEELHOUSE)/deps/.stamp: pyproject.toml | venv
 	rm -rf $(WHEELHOUSE)/deps
-	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps .
+	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps '.[kafka-client]'
 	rm -f $(WHEELHOUSE)/deps/tidewater-*.whl
 	touch $@
 
