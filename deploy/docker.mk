@@ -7,7 +7,8 @@
 #   make chaos        a seeded chaos run against the compose cluster
 #   make test-docker  tests/docker (skipped when no Docker engine answers)
 
-IMAGE ?= tidewater:latest
+# TIDE_IMAGE (what the compose file and tests/docker read) names it too.
+IMAGE ?= $(or $(TIDE_IMAGE),tidewater:latest)
 # Empty: pick one (local python:3.11-slim, local debootstrap base, pull
 # python:3.11-slim, else build the debootstrap base).
 BASE_IMAGE ?=
