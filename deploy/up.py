@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.topic:
         print(f"topic {args.topic}: {args.partitions} partitions, replication factor "
               f"{args.replication_factor}, min.insync.replicas={args.min_insync_replicas}")
-    print(f"kafka bootstrap: {kafka_host} from the host, "
-          f"{kafka_network} inside network {cluster.network}")
+    print(f"kafka bootstrap from the host: {kafka_host}")
+    print(f"kafka bootstrap inside network {cluster.network}: {kafka_network}")
     print(f"metrics: {metrics}")
     return 0
 

@@ -132,7 +132,7 @@ def test_kafka_from_the_host_with_kcat_and_inside_the_network(compose_cluster):
     target = ComposeCluster(c.project)  # what `make up` and chaos read from docker inspect
     network_bootstrap = target.kafka_network_bootstrap()
     assert network_bootstrap == "broker-1:9094,broker-2:9094,broker-3:9094"
-    assert f"{c.kafka_bootstrap} from the host" in c.up_output, c.up_output
+    assert f"kafka bootstrap from the host: {c.kafka_bootstrap}\n" in c.up_output, c.up_output
     topic = "kafka-dual"
     r = c.tide("topics", "create", topic, "--partitions", "3", "--replication-factor", "3")
     assert r.returncode == 0, r.stderr
