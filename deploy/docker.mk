@@ -5,7 +5,8 @@
 #   make down         stop and remove containers (./data kept)
 #   make clean        down, remove volumes, wipe ./data and the wheelhouse
 #   make chaos        a seeded chaos run against the compose cluster
-#   make test-docker  tests/docker (skipped when no Docker engine answers)
+#   make test-docker  tests/docker (skipped when no Docker engine answers; the Kafka
+#                     test needs kcat, installed from Debian where apt works)
 
 # TIDE_IMAGE (what the compose file and tests/docker read) names it too.
 IMAGE ?= $(or $(TIDE_IMAGE),tidewater:latest)
@@ -84,5 +85,5 @@ chaos: venv
 	fi; \
 	exit $$rc
 
-test-docker: venv
+test-docker: venv kcat
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/docker
