@@ -5,9 +5,11 @@
 #   make down         stop and remove containers (./data kept)
 #   make clean        down, remove volumes, wipe ./data and the wheelhouse
 #   make chaos        a seeded chaos run against the compose cluster
-#   make test-docker  tests/docker (skipped when no Docker engine answers)
+#   make test-docker  tests/docker (skipped when no Docker engine answers; the Kafka
+#                     test needs kcat, installed from Debian where apt works)
 
-IMAGE ?= tidewater:latest
+# TIDE_IMAGE (what the compose file and tests/docker read) names it too.
+IMAGE ?= $(or $(TIDE_IMAGE),tidewater:latest)
 # Empty: pick one (local python:3.11-slim, local debootstrap base, pull
 # python:3.11-slim, else build the debootstrap base).
 BASE_IMAGE ?=
@@ -28,11 +30,13 @@ PROJECT_SOURCES := pyproject.toml $(shell find broker controller client audit pr
 
 .PHONY: image wheelhouse up down clean chaos test-docker
 
-# Runtime dependencies only (no dev/spark extras): `pip wheel .` resolves
-# [project.dependencies]; the project's own wheel goes in a separate folder.
+# Runtime dependencies (kio among them: the Kafka listener's codec) and the
+# kafka-client extra (kafka-python, pure Python: a Kafka client inside the
+# network), no dev/spark extras: `pip wheel '.[kafka-client]'` resolves them;
+# the project's own wheel goes in a separate folder.
 $(WHEELHOUSE)/deps/.stamp: pyproject.toml | venv
 	rm -rf $(WHEELHOUSE)/deps
-	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps .
+	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps '.[kafka-client]'
 	rm -f $(WHEELHOUSE)/deps/tidewater-*.whl
 	touch $@
 
@@ -81,5 +85,5 @@ chaos: venv
 	fi; \
 	exit $$rc
 
-test-docker: venv
+test-docker: venv kcat
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/docker

@@ -6,7 +6,8 @@ Run with the host venv after `docker-compose up -d`:
 Waits until every container's health check passes and every broker is
 registered and unfenced, creates the topic (an existing one is fine) and waits
 until each of its partitions has a leader and a full ISR. Prints the addresses
-to use from the host. Exit 1 with a one-line reason on failure.
+to use from the host (gRPC, Kafka, metrics) and the Kafka bootstrap inside the
+compose network. Exit 1 with a one-line reason on failure.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_topic(admin, args.topic, args.partitions, args.replication_factor,
                              args.min_insync_replicas, deadline)
         metrics = ", ".join(f"{t.source} {t.url}" for t in cluster.metrics_targets())
+        kafka_host, kafka_network = cluster.kafka_bootstrap(), cluster.kafka_network_bootstrap()
     except (ChaosTargetError, TidewaterError) as e:
         print(f"up: {e}", file=sys.stderr)
         return 1
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.topic:
         print(f"topic {args.topic}: {args.partitions} partitions, replication factor "
               f"{args.replication_factor}, min.insync.replicas={args.min_insync_replicas}")
+    print(f"kafka bootstrap from the host: {kafka_host}")
+    print(f"kafka bootstrap inside network {cluster.network}: {kafka_network}")
     print(f"metrics: {metrics}")
     return 0
 

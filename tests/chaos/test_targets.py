@@ -45,10 +45,14 @@ json.dump(state, open(state_path, "w"))
 
 def container(service: str, index: int, project="p") -> dict:
     ports = {"9100/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(9200 + index)}]}
+    command = ["python", "-m", "tidewater.controller"]
     if service != "controller":
         ports["19092/tcp"] = [{"HostIp": "0.0.0.0", "HostPort": str(9300 + index)}]
+        ports["29092/tcp"] = [{"HostIp": "127.0.0.1", "HostPort": str(19300 + index)}]
+        command = ["python", "-m", "tidewater.broker", f"--kafka-advertise={service}:9094"]
     return {"Id": f"id{index}", "Config": {"Labels": {"com.docker.compose.project": project,
-                                                      "com.docker.compose.service": service}},
+                                                      "com.docker.compose.service": service},
+                                           "Cmd": command},
             "State": {"Running": True, "Paused": False, "Health": {"Status": "healthy"}},
             "HostConfig": {"PortBindings": ports},
             "Mounts": [{"Type": "bind", "Source": f"/host/data/{service}", "Destination": "/data"}],
@@ -81,6 +85,8 @@ def test_discovery_from_labels_and_inspect(fake):
     assert c.broker_ids() == [1, 2, 3]
     assert c.network == "p_tidewater"
     assert c.bootstrap() == "127.0.0.1:9301,127.0.0.1:9302,127.0.0.1:9303"  # 0.0.0.0 -> loopback
+    assert c.kafka_bootstrap() == "127.0.0.1:19301,127.0.0.1:19302,127.0.0.1:19303"
+    assert c.kafka_network_bootstrap() == "broker-1:9094,broker-2:9094,broker-3:9094"
     assert [(t.source, t.url) for t in c.metrics_targets()][:2] == [
         ("controller", "http://127.0.0.1:9200/metrics"), ("broker-1", "http://127.0.0.1:9201/metrics")]
     assert c.data_dirs()["broker-2"] == Path("/host/data/broker-2")

@@ -3,8 +3,10 @@
 Everything here is skipped, with the reason, when no Docker engine answers or
 docker-compose is missing. The cluster runs under a project name unique to the
 test run (``tidewater-test-<hex>``) on the network compose creates for that
-project, with free host ports and its own data folder, so it never touches a
-user's `make up` cluster; it is removed with ``down -v`` at the end.
+project, with free host ports (gRPC, Kafka, metrics) and its own data folder,
+so it never touches a user's `make up` cluster; it is removed with ``down -v``
+at the end. The image is ``$TIDE_IMAGE`` (default ``tidewater:latest``, as for
+`make up`), built by `make image IMAGE=...`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+IMAGE = os.environ.get("TIDE_IMAGE") or "tidewater:latest"
 IMAGE_BUILD_TIMEOUT_S = 900
 UP_TIMEOUT_S = 240
 
@@ -74,12 +77,20 @@ class ComposeTestCluster:
     env: dict
     data_dir: Path
     broker_ports: dict[int, int]
+    kafka_ports: dict[int, int]
     metrics_ports: dict[str, int]
+    image: str = IMAGE
+    up_output: str = ""  # what deploy/up.py printed
     containers: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.broker_ports.items()))
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The brokers' Kafka listeners published on the host (KAFKA_EXTERNAL)."""
+        return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.kafka_ports.items()))
 
     def compose(self, *args, timeout_s=180, check=True):
         return run(["docker-compose", "-p", self.project, "-f", str(COMPOSE_FILE), *args],
@@ -114,7 +125,7 @@ class ComposeTestCluster:
 def image():
     """`make image`: the wheelhouse and the image (debootstrap base when nothing can be pulled)."""
     started = time.monotonic()
-    run(["make", "image"], timeout_s=IMAGE_BUILD_TIMEOUT_S)
+    run(["make", "image", f"IMAGE={IMAGE}"], timeout_s=IMAGE_BUILD_TIMEOUT_S)
     return {"build_s": time.monotonic() - started}
 
 
@@ -125,17 +136,20 @@ def compose_cluster(image, tmp_path_factory):
     for service in ("controller", "broker-1", "broker-2", "broker-3"):
         (data_dir / service).mkdir()
     broker_ports = {i: free_port() for i in (1, 2, 3)}
+    kafka_ports = {i: free_port() for i in (1, 2, 3)}
     metrics_ports = {s: free_port() for s in ("controller", "broker-1", "broker-2", "broker-3")}
-    env = dict(os.environ, TIDE_DATA_DIR=str(data_dir),
+    env = dict(os.environ, TIDE_IMAGE=IMAGE, TIDE_DATA_DIR=str(data_dir),
                TIDE_CONTROLLER_METRICS_PORT=str(metrics_ports["controller"]))
     for i in (1, 2, 3):
         env[f"TIDE_BROKER_{i}_PORT"] = str(broker_ports[i])
+        env[f"TIDE_BROKER_{i}_KAFKA_PORT"] = str(kafka_ports[i])
         env[f"TIDE_BROKER_{i}_METRICS_PORT"] = str(metrics_ports[f"broker-{i}"])
-    cluster = ComposeTestCluster(project, env, data_dir, broker_ports, metrics_ports)
+    cluster = ComposeTestCluster(project, env, data_dir, broker_ports, kafka_ports, metrics_ports)
     try:
         cluster.compose("up", "-d", timeout_s=UP_TIMEOUT_S)
-        run([sys.executable, str(ROOT / "deploy" / "up.py"), "--compose-project", project,
-             "--topic", "demo"], timeout_s=UP_TIMEOUT_S)
+        up = run([sys.executable, str(ROOT / "deploy" / "up.py"), "--compose-project", project,
+                  "--topic", "demo"], timeout_s=UP_TIMEOUT_S)
+        cluster.up_output = up.stdout
         yield cluster
     finally:
         logs = cluster.compose("logs", "--no-color", "--tail", "40", check=False, timeout_s=60)

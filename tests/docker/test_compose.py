@@ -7,14 +7,49 @@ last because it disturbs everything.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 
 import pytest
 
+from tidewater.tools.chaos.targets import ComposeCluster
 from tidewater.tools.scrape import read_snapshots
 
 pytestmark = pytest.mark.timeout(1200)  # includes the first image build of the session
+
+KCAT = shutil.which("kcat")
+KAFKA_WAIT_S = 60
+
+# kafka-python (in the image: the kafka-client extra) inside the compose network. Both
+# scripts print JSON on stdout; argv: bootstrap, topic, seconds to wait (then what to read).
+CONSUME_IN_NETWORK = r"""
+import json, sys, time
+from kafka import KafkaConsumer, TopicPartition
+bootstrap, topic, wait_s, count = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False)
+consumer.assign([TopicPartition(topic, p) for p in range(3)])
+consumer.seek_to_beginning()
+got, deadline = [], time.monotonic() + wait_s
+while len(got) < count and time.monotonic() < deadline:
+    for records in consumer.poll(timeout_ms=500).values():
+        got += [[r.partition, r.key.decode(), r.value.decode()] for r in records]
+consumer.close()
+print(json.dumps(got))
+"""
+
+# Records [[key, value], ...] on stdin; idempotence off: InitProducerId is not served yet.
+PRODUCE_IN_NETWORK = r"""
+import json, sys
+from kafka import KafkaProducer
+bootstrap, topic, wait_s = sys.argv[1], sys.argv[2], float(sys.argv[3])
+producer = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
+                         enable_idempotence=False)
+futures = [producer.send(topic, key=k.encode(), value=v.encode()) for k, v in json.load(sys.stdin)]
+acked = [f.get(timeout=wait_s) for f in futures]
+producer.close()
+print(json.dumps([[m.partition, m.offset] for m in acked]))
+"""
 
 
 def values(prefix: str, n: int) -> list[str]:
@@ -67,6 +102,75 @@ def test_produce_and_consume_from_the_host(compose_cluster, tmp_path):
     # The data folders are bind mounts readable on the host.
     logs = list((c.data_dir / "broker-1").glob("demo-*/*.log"))
     assert logs and sum(p.stat().st_size for p in logs) > 0
+
+
+def keyed_records(prefix: str, n: int, keys: int = 16) -> list[tuple[str, str]]:
+    return [(f"{prefix}-key{i % keys:02d}", f"{prefix}-{i:05d}") for i in range(n)]
+
+
+def in_network(image: str, network: str, script: str, *args: str, input=None):
+    """A throwaway container of the cluster's image on its network runs a Python script."""
+    cmd = ["docker", "run", "--rm", "-i", "--network", network, image, "python", "-c", script, *args]
+    r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=KAFKA_WAIT_S * 3)
+    assert r.returncode == 0, f"in-network client exited {r.returncode}:\n{r.stderr[-3000:]}"
+    return json.loads(r.stdout)
+
+
+def assert_every_record_once_keys_in_order(got: list[tuple[int, str, str]],
+                                           sent: list[tuple[str, str]]) -> None:
+    """Each record back exactly once; one partition per key, in the order sent."""
+    assert sorted((k, v) for _, k, v in got) == sorted(sent)
+    for key in {k for k, _ in sent}:
+        assert len({p for p, k, _ in got if k == key}) == 1, key
+        assert [v for _, k, v in got if k == key] == [v for k, v in sent if k == key], key
+
+
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (`make kcat` installs it from "
+                                         "Debian): the host side of the Kafka test needs it")
+def test_kafka_from_the_host_with_kcat_and_inside_the_network(compose_cluster):
+    c = compose_cluster
+    target = ComposeCluster(c.project)  # what `make up` and chaos read from docker inspect
+    network_bootstrap = target.kafka_network_bootstrap()
+    assert network_bootstrap == "broker-1:9094,broker-2:9094,broker-3:9094"
+    assert f"kafka bootstrap from the host: {c.kafka_bootstrap}\n" in c.up_output, c.up_output
+    topic = "kafka-dual"
+    r = c.tide("topics", "create", topic, "--partitions", "3", "--replication-factor", "3")
+    assert r.returncode == 0, r.stderr
+    wait_full_isr(c, topic)
+    # Any broker's published port bootstraps; Metadata names the host side of every broker.
+    listed = subprocess.run([KCAT, "-b", f"127.0.0.1:{c.kafka_ports[2]}", "-L", "-t", topic],
+                            capture_output=True, text=True, timeout=KAFKA_WAIT_S)
+    assert listed.returncode == 0, listed.stderr
+    for i, port in c.kafka_ports.items():
+        assert f"broker {i} at localhost:{port}" in listed.stdout, listed.stdout
+
+    # Host -> network: kcat produces (acks=all, keyed), kafka-python reads inside.
+    sent = keyed_records("kcat", 300)
+    produced = subprocess.run(
+        [KCAT, "-b", c.kafka_bootstrap, "-P", "-t", topic, "-K:", "-X", "acks=all",
+         "-X", f"message.timeout.ms={KAFKA_WAIT_S * 1000}"],
+        input="".join(f"{k}:{v}\n" for k, v in sent), capture_output=True, text=True,
+        timeout=KAFKA_WAIT_S * 2)
+    assert produced.returncode == 0, produced.stderr
+    got = in_network(c.image, target.network, CONSUME_IN_NETWORK, network_bootstrap, topic,
+                     str(KAFKA_WAIT_S), str(len(sent)))
+    assert_every_record_once_keys_in_order([tuple(g) for g in got], sent)
+
+    # Network -> host: kafka-python produces inside (acks=all, keyed), kcat reads on the host.
+    sent_inside = keyed_records("inside", 300)
+    acked = in_network(c.image, target.network, PRODUCE_IN_NETWORK, network_bootstrap, topic,
+                       str(KAFKA_WAIT_S), input=json.dumps(sent_inside))
+    assert len(acked) == len(sent_inside) and all(offset >= 0 for _, offset in acked)
+    consumed = subprocess.run(
+        [KCAT, "-b", c.kafka_bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
+         "-f", "%p\t%k\t%s\n"],
+        capture_output=True, text=True, timeout=KAFKA_WAIT_S * 2)
+    assert consumed.returncode == 0, consumed.stderr
+    rows = [line.split("\t") for line in consumed.stdout.splitlines()]
+    got_host = [(int(p), k, v) for p, k, v in rows]
+    assert_every_record_once_keys_in_order(
+        [g for g in got_host if g[1].startswith("inside-")], sent_inside)
+    assert sorted((k, v) for _, k, v in got_host if k.startswith("kcat-")) == sorted(sent)
 
 
 def test_killing_the_leader_fails_over_without_losing_acknowledged_records(compose_cluster, tmp_path):

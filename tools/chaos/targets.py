@@ -17,7 +17,9 @@ Node names are ``controller`` and ``broker-<id>`` in both kinds.
 A compose cluster is found by its project name through the labels
 docker-compose puts on containers; ports and data folders come from
 ``docker inspect`` (so overrides such as ``TIDE_BROKER_1_PORT`` need no
-repeating here).
+repeating here), and so do the Kafka listeners: the host side from the port
+published for ``29092`` (KAFKA_EXTERNAL), the network side from each broker's
+``--kafka-advertise`` (KAFKA).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ DOCKER_TIMEOUT_S = 60
 COMPOSE_LABEL_PROJECT = "com.docker.compose.project"
 COMPOSE_LABEL_SERVICE = "com.docker.compose.service"
 EXTERNAL_PORT = "19092/tcp"
+KAFKA_EXTERNAL_PORT = "29092/tcp"
+KAFKA_ADVERTISE_FLAG = "--kafka-advertise"
 METRICS_PORT = "9100/tcp"
 DATA_MOUNT = "/data"
 START_CHECK_TIMEOUT_S = 30
@@ -145,6 +149,23 @@ class ComposeCluster:
 
     def bootstrap(self) -> str:
         return ",".join(self._published(f"broker-{i}", EXTERNAL_PORT) for i in self.broker_ids())
+
+    def kafka_bootstrap(self) -> str:
+        """Kafka clients on the host: every broker's KAFKA_EXTERNAL listener, as published."""
+        return ",".join(self._published(f"broker-{i}", KAFKA_EXTERNAL_PORT) for i in self.broker_ids())
+
+    def kafka_network_bootstrap(self) -> str:
+        """Kafka clients on the compose network: every broker's advertised KAFKA listener."""
+        return ",".join(self._flag(f"broker-{i}", KAFKA_ADVERTISE_FLAG) for i in self.broker_ids())
+
+    def _flag(self, node: str, flag: str) -> str:
+        command = self.inspect(node)["Config"].get("Cmd") or []
+        for i, arg in enumerate(command):
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+            if arg == flag and i + 1 < len(command):
+                return command[i + 1]
+        raise ChaosTargetError(f"{node}: its command has no {flag}")
 
     def metrics_targets(self) -> list[ScrapeTarget]:
         return [target_for(node, self._published(node, METRICS_PORT)) for node in self.node_names()]
