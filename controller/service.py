@@ -89,7 +89,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
@@ -105,6 +105,8 @@ from tidewater.proto.errors import TidewaterError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+TopicsRequest = TypeVar("TopicsRequest", pb.CreateTopicsRequest, pb.CreatePartitionsRequest)
+TopicsResponse = TypeVar("TopicsResponse", pb.CreateTopicsResponse, pb.CreatePartitionsResponse)
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 
 
@@ -245,30 +247,33 @@ class ControllerService(pb_grpc.ControllerServicer):
                         if result.error_code == pb.NONE else "")
         return response
 
+    async def _change_topics(self, kind: str, command: Callable[[Tx, int, TopicsRequest],
+                                                                TopicsResponse],
+                             request: TopicsRequest, context: Context,
+                             describe: Callable[[pb.TopicResult], str]) -> TopicsResponse:
+        """A CreateTopics-like command: answered once durable and, unless validate_only,
+        once the brokers have it (``_wait_propagated``); each change logged."""
+        response, offset = await self._run(kind, lambda tx, now: (
+            command(tx, now, request), self.machine.metadata.last_offset), context)
+        changed = [t for t in response.topics if t.error_code == pb.NONE]
+        if changed and not request.validate_only:
+            await self._wait_propagated(offset, request.timeout_ms)
+            for t in changed:
+                log.info("%s", describe(t))
+        return response
+
     async def CreateTopics(self, request: pb.CreateTopicsRequest,
                            context: Context) -> pb.CreateTopicsResponse:
-        response, offset = await self._run("CreateTopics", lambda tx, now: (
-            self.machine.create_topics(tx, now, request), self.machine.metadata.last_offset),
-            context)
-        if any(t.error_code == pb.NONE for t in response.topics) and not request.validate_only:
-            await self._wait_propagated(offset, request.timeout_ms)
-        for t in response.topics:
-            if t.error_code == pb.NONE and not request.validate_only:
-                log.info("created topic %s: %d partitions, replication factor %d",
-                         t.name, t.num_partitions, t.replication_factor)
-        return response
+        return await self._change_topics(
+            "CreateTopics", self.machine.create_topics, request, context,
+            lambda t: f"created topic {t.name}: {t.num_partitions} partitions, replication "
+                      f"factor {t.replication_factor}")
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest,
                                context: Context) -> pb.CreatePartitionsResponse:
-        response, offset = await self._run("CreatePartitions", lambda tx, now: (
-            self.machine.create_partitions(tx, now, request), self.machine.metadata.last_offset),
-            context)
-        if any(t.error_code == pb.NONE for t in response.topics) and not request.validate_only:
-            await self._wait_propagated(offset, request.timeout_ms)
-        for t in response.topics:
-            if t.error_code == pb.NONE and not request.validate_only:
-                log.info("topic %s now has %d partitions", t.name, t.num_partitions)
-        return response
+        return await self._change_topics(
+            "CreatePartitions", self.machine.create_partitions, request, context,
+            lambda t: f"topic {t.name} now has {t.num_partitions} partitions")
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest,
                            context: Context) -> pb.DeleteTopicsResponse:

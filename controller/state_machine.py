@@ -432,11 +432,7 @@ class ControllerStateMachine:
         for t in req.topics:
             result = response.topics.add(name=t.name, error_code=pb.NONE)
             try:
-                if len(req.topics) > ITEMS_PER_REQUEST_MAX:
-                    raise _TopicError(pb.INVALID_REQUEST,
-                                      f"more than {ITEMS_PER_REQUEST_MAX} topics in one request")
-                if names[t.name] > 1:
-                    raise _TopicError(pb.INVALID_REQUEST, f"topic {t.name!r} is named twice")
+                _check_topic_list(len(req.topics), names[t.name], t.name)
                 partitions, factor, configs = self._check_topic(t, live, taken)
                 if partition_count + partitions > PARTITIONS_MAX:
                     raise _TopicError(pb.INVALID_PARTITIONS,
@@ -474,11 +470,7 @@ class ControllerStateMachine:
             result = response.topics.add(name=t.name, error_code=pb.NONE)
             info = self.metadata.topics.get(t.name)
             try:
-                if len(req.topics) > ITEMS_PER_REQUEST_MAX:
-                    raise _TopicError(pb.INVALID_REQUEST,
-                                      f"more than {ITEMS_PER_REQUEST_MAX} topics in one request")
-                if names[t.name] > 1:
-                    raise _TopicError(pb.INVALID_REQUEST, f"topic {t.name!r} is named twice")
+                _check_topic_list(len(req.topics), names[t.name], t.name)
                 if info is None:
                     raise _TopicError(pb.UNKNOWN_TOPIC_OR_PARTITION,
                                       f"topic {t.name!r} does not exist")
@@ -564,6 +556,15 @@ _CORRUPT_REPLICA_REFUSALS = {
     pb.ELIGIBLE_LEADERS_NOT_AVAILABLE: "no other live ISR member could take over: "
                                        "the replica stays in the ISR",
 }
+
+
+def _check_topic_list(count: int, times_named: int, name: str) -> None:
+    """A request's list of topics: bounded, and each named once."""
+    if count > ITEMS_PER_REQUEST_MAX:
+        raise _TopicError(pb.INVALID_REQUEST,
+                          f"more than {ITEMS_PER_REQUEST_MAX} topics in one request")
+    if times_named > 1:
+        raise _TopicError(pb.INVALID_REQUEST, f"topic {name!r} is named twice")
 
 
 class _TopicError(TidewaterError):

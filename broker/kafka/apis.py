@@ -165,15 +165,22 @@ def produce_request(body) -> pb.ProduceRequest:
     return request
 
 
+def by_topic(partitions, name_key: str, parts_key: str,
+             entry: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kafka's topic -> partitions nesting of per-partition answers, topics in first-seen
+    order: ``[{name_key: topic, parts_key: [entry(p), ...]}, ...]``."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for p in partitions:
+        grouped.setdefault(p.topic, []).append(entry(p))
+    return [{name_key: topic, parts_key: parts} for topic, parts in grouped.items()]
+
+
 def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for p in response.partitions:
-        by_topic.setdefault(p.topic, []).append({
+    return {"throttle_time": 0, "responses": by_topic(
+        response.partitions, "name", "partition_responses", lambda p: {
             "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
             "log_append_time": None, "log_start_offset": p.log_start_offset,
-            "record_errors": [], "error_message": p.error_message or None})
-    return {"throttle_time": 0, "responses": [
-        {"name": name, "partition_responses": parts} for name, parts in by_topic.items()]}
+            "record_errors": [], "error_message": p.error_message or None})}
 
 
 async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response]:
@@ -241,8 +248,7 @@ def fetch_request(body, version: int) -> pb.FetchRequest:
 
 
 def fetch_values(response: pb.FetchResponse, version: int = 12) -> dict[str, Any]:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for p in response.partitions:
+    def entry(p: pb.FetchPartitionResponse) -> dict[str, Any]:
         if version < ZSTD_FETCH_FROM and p.records and uses_zstd(p.records):
             p.error_code, p.records = pb.UNSUPPORTED_COMPRESSION_TYPE, b""
         values: dict[str, Any] = {
@@ -255,10 +261,9 @@ def fetch_values(response: pb.FetchResponse, version: int = 12) -> dict[str, Any
                                          "end_offset": p.diverging_epoch.end_offset}
         if p.error_code in (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH):
             values["current_leader"] = {"leader_id": -1, "leader_epoch": p.leader_epoch}
-        by_topic.setdefault(p.topic, []).append(values)
+        return values
     return {"throttle_time": 0, "error_code": response.error_code, "session_id": 0,
-            "responses": [{"topic": name, "partitions": parts}
-                          for name, parts in by_topic.items()]}
+            "responses": by_topic(response.partitions, "topic", "partitions", entry)}
 
 
 async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
@@ -290,13 +295,10 @@ async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Res
                                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                                    timestamp=p.timestamp)
     response = s.replica_manager.list_offsets(request)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for p in response.partitions:
-        by_topic.setdefault(p.topic, []).append({
+    return _done({"throttle_time": 0, "topics": by_topic(
+        response.partitions, "name", "partitions", lambda p: {
             "partition_index": p.partition, "error_code": p.error_code,
-            "timestamp": p.timestamp, "offset": p.offset, "leader_epoch": p.leader_epoch})
-    return _done({"throttle_time": 0, "topics": [
-        {"name": name, "partitions": parts} for name, parts in by_topic.items()]})
+            "timestamp": p.timestamp, "offset": p.offset, "leader_epoch": p.leader_epoch})})
 
 
 # ---------------------------------------------------------------- OffsetForLeaderEpoch
@@ -309,13 +311,10 @@ async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body) -> Aw
                                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                                    leader_epoch=p.leader_epoch)
     response = s.replica_manager.offset_for_leader_epoch(request)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for p in response.partitions:
-        by_topic.setdefault(p.topic, []).append({
+    return _done({"throttle_time": 0, "topics": by_topic(
+        response.partitions, "topic", "partitions", lambda p: {
             "error_code": p.error_code, "partition": p.partition,
-            "leader_epoch": p.leader_epoch, "end_offset": p.end_offset})
-    return _done({"throttle_time": 0, "topics": [
-        {"topic": name, "partitions": parts} for name, parts in by_topic.items()]})
+            "leader_epoch": p.leader_epoch, "end_offset": p.end_offset})})
 
 
 # ---------------------------------------------------------------- admin (forwarded)

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +70,37 @@ class RunningCluster:
 
     def tide(self, *args: str, **kwargs) -> TideResult:
         return run_tide(*args, bootstrap=self.bootstrap, **kwargs)
+
+
+def wait_for(condition, what: str, timeout_s: float = 60):
+    """``condition()``'s first truthy value, polled every 0.2 s; the test fails after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def describe_topic(c: RunningCluster, name: str) -> dict | None:
+    """``tide topics describe NAME --json``'s topic, or None when it fails."""
+    result = c.tide("topics", "describe", name, "--json")
+    if result.returncode != 0:
+        return None
+    [topic] = json.loads(result.stdout)["topics"]
+    return topic
+
+
+def fully_replicated(c: RunningCluster, name: str, replicas: int = 3) -> dict | None:
+    """The topic once every partition has a leader and ``replicas`` replicas in its ISR."""
+    topic = describe_topic(c, name)
+    if topic is None or any(p["leader"] < 0 or len(p["isr"]) != replicas
+                            for p in topic["partitions"]):
+        return None
+    return topic
 
 
 def start_cluster(data_dir: Path, brokers: int, *settings: str) -> RunningCluster:

@@ -17,47 +17,23 @@ real controller as stale. Now:
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 
 import grpc
 import pytest
-from cluster_fixtures import run_tide, start_cluster, stop_cluster
+from cluster_fixtures import (
+    describe_topic,
+    fully_replicated,
+    run_tide,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-WAIT_S = 60
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def describe(c, name: str) -> dict | None:
-    result = c.tide("topics", "describe", name, "--json")
-    if result.returncode != 0:
-        return None
-    [topic] = json.loads(result.stdout)["topics"]
-    return topic
-
-
-def fully_replicated(c, name: str) -> dict | None:
-    topic = describe(c, name)
-    if topic is None or any(p["leader"] < 0 or len(p["isr"]) != 3 for p in topic["partitions"]):
-        return None
-    return topic
-
 
 def consume(c, name: str) -> list[str]:
     result = c.tide("consume", name, "--from-beginning", "--timeout-ms", "3000")
@@ -141,7 +117,7 @@ def test_forged_control_requests_change_nothing(tmp_path):
                         "--data-dir", str(data_dir)).returncode == 0
 
         def moved():
-            now = describe(c, "orders")
+            now = describe_topic(c, "orders")
             return now is not None and all(p["leader"] not in (-1, leader)
                                            for p in now["partitions"])
         wait_for(moved, f"leadership moved off broker {leader}")

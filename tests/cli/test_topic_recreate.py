@@ -11,44 +11,23 @@ every partition directory) and the stale logs are moved aside for deletion.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
-from cluster_fixtures import run_tide, start_cluster, stop_cluster
+from cluster_fixtures import fully_replicated as shared_fully_replicated
+from cluster_fixtures import run_tide, start_cluster, stop_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 
 SESSION_TIMEOUT_MS = 1500
-WAIT_S = 60
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def describe_topic(c, name: str) -> dict | None:
-    result = c.tide("topics", "describe", name, "--json")
-    if result.returncode != 0:
-        return None
-    [topic] = json.loads(result.stdout)["topics"]
-    return topic
 
 
 def fully_replicated(c, name: str) -> dict | None:
-    topic = describe_topic(c, name)
+    topic = shared_fully_replicated(c, name)
     if topic is None or len(topic["partitions"]) != 3:
         return None
-    for p in topic["partitions"]:
-        if p["leader"] < 0 or len(p["isr"]) != 3 or len(p["replicas_state"]) != 3:
-            return None
+    if any(len(p["replicas_state"]) != 3 for p in topic["partitions"]):
+        return None
     return topic
 
 
