@@ -61,6 +61,9 @@ class LogMachine(RuleBasedStateMachine):
         self.batches: list[ModelBatch] = []
         self.log_start_offset = 0
         self.log_end_offset = 0
+        # Kafka's truncateFromStart keeps the epoch current at the new log start as an entry
+        # (epoch, log start) even when retention left no batch: that epoch, or None.
+        self.start_epoch: int | None = None
 
     def teardown(self):
         self.log.close()
@@ -114,12 +117,15 @@ class LogMachine(RuleBasedStateMachine):
             self.batches = [b for b in self.batches if b.last_offset < offset]
             self.log_end_offset = (self.batches[-1].last_offset + 1 if self.batches
                                    else self.log_start_offset)
+            if not self.batches:  # truncateFromEnd(LEO = log start) drops that entry too
+                self.start_epoch = None
 
     @rule(data=st.data())
     def truncate_fully_and_start_at(self, data):
         offset = data.draw(st.integers(0, self.log_end_offset + 5))
         self.log.truncate_fully_and_start_at(offset)
         self.batches = []
+        self.start_epoch = None
         self.log_start_offset = self.log_end_offset = offset
 
     @rule(data=st.data(), retention_bytes=st.integers(0, 1500))
@@ -137,8 +143,11 @@ class LogMachine(RuleBasedStateMachine):
         assert self.log.delete_old_segments(self.tick(), high_watermark) == expected
         self.log.update_config(CONFIG)
         if expected:
+            runs = self._epoch_runs()
             self.log_start_offset = segments[expected][0]
             self.batches = [b for b in self.batches if b.base_offset >= self.log_start_offset]
+            before = [epoch for epoch, start in runs if start <= self.log_start_offset]
+            self.start_epoch = before[-1] if before else None
 
     @rule()
     def reopen_after_clean_shutdown(self):
@@ -171,6 +180,8 @@ class LogMachine(RuleBasedStateMachine):
             keep.append(b)
         self.batches = [b for b in self.batches if b.base_offset < base] + keep
         self.log_end_offset = keep[-1].last_offset + 1 if keep else base
+        if not self.batches:
+            self.start_epoch = None  # recovery truncates the cache to the (start) LEO
 
     @invariant()
     def log_agrees_with_model(self):
@@ -186,13 +197,20 @@ class LogMachine(RuleBasedStateMachine):
             offset = result.next_offset
         assert got == self.batches
 
-    @invariant()
-    def epoch_cache_agrees_with_model(self):
-        runs = []
+    def _epoch_runs(self) -> list[tuple[int, int]]:
+        """The cache Kafka keeps: the epoch runs of the batches, or, with none left after
+        retention, the epoch that was current at the log start."""
+        runs: list[tuple[int, int]] = []
         for b in self.batches:
             if b.epoch >= 0 and (not runs or runs[-1][0] != b.epoch):
                 runs.append((b.epoch, b.base_offset))
-        assert self.log.leader_epoch_cache.entries() == runs
+        if not runs and self.start_epoch is not None:
+            runs.append((self.start_epoch, self.log_start_offset))
+        return runs
+
+    @invariant()
+    def epoch_cache_agrees_with_model(self):
+        assert self.log.leader_epoch_cache.entries() == self._epoch_runs()
 
 
 LogMachine.TestCase.settings = settings(max_examples=30, stateful_step_count=25, deadline=None)
