@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import socket
 from pathlib import Path
 
@@ -109,7 +110,13 @@ def test_unknown_ids_and_missing_cluster(two_brokers, tmp_path):
 
 def test_up_with_port_in_use_fails_cleanly(tmp_path):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        # A base port whose whole plan fits below 65536 (Kafka ports are base+10000+i-1).
+        for port in random.sample(range(20_000, 50_000), 200):
+            try:
+                s.bind(("127.0.0.1", port))
+                break
+            except OSError:
+                continue
         s.listen()
         port = s.getsockname()[1]
         result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),

@@ -21,3 +21,9 @@ def test_a_base_port_plan_has_distinct_ports():
     plan = local_cluster.plan_ports(2, 9000)
     ports = sorted(port for planned in plan.values() for port in planned)
     assert len(set(ports)) == len(ports) == 10
+
+
+def test_a_base_port_too_high_for_the_kafka_ports_is_refused():
+    import pytest
+    with pytest.raises(local_cluster.LocalClusterError, match="65535"):
+        local_cluster.plan_ports(3, 60_000)
