@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.produce",
     "tidewater.tools.commands.consume",
     "tidewater.tools.commands.cluster",
+    "tidewater.tools.commands.certs",
     "tidewater.tools.commands.dump_log",
     "tidewater.tools.commands.metrics",
     "tidewater.tools.commands.chaos",
