@@ -22,10 +22,16 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
+from typing import TYPE_CHECKING
 
 from tidewater.proto.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    import grpc
+
+# grpc is imported inside the functions that need it: the broker's and the controller's
+# configs import this module before ``proto/grpc_env.apply()`` has set gRPC's environment,
+# which must happen before anything imports grpc.
 
 BROKER_NAME_PREFIX = "broker-"
 ROLE_BROKER = "broker"
@@ -88,6 +94,8 @@ def server_credentials(material: TlsMaterial, *,
                        require_client_auth: bool) -> grpc.ServerCredentials:
     """A gRPC listener's credentials. ``require_client_auth``: the handshake fails without
     a client certificate signed by the CA (cluster members' listeners)."""
+    import grpc
+
     assert material.cert_pem is not None and material.key_pem is not None
     return grpc.ssl_server_credentials([(material.key_pem, material.cert_pem)],
                                        root_certificates=material.ca_pem,
@@ -96,6 +104,8 @@ def server_credentials(material: TlsMaterial, *,
 
 def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
     """A channel that trusts only the CA and presents the certificate, when there is one."""
+    import grpc
+
     return grpc.ssl_channel_credentials(root_certificates=material.ca_pem,
                                         private_key=material.key_pem,
                                         certificate_chain=material.cert_pem)
