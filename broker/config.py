@@ -17,6 +17,7 @@ from pathlib import Path
 from tidewater.broker.replication.replica import FollowerOptions
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
 from tidewater.proto.topic_config import min_insync_replicas
 
 MIB = 1024 * 1024
@@ -109,6 +110,8 @@ class BrokerConfig:
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
+    tls: TlsFiles | None = None
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -226,6 +229,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="Kafka-named broker or default topic setting (repeatable)")
+    add_tls_arguments(p)
     return p
 
 
@@ -242,6 +246,10 @@ def parse_settings(items: Sequence[str]) -> dict[str, str]:
 def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
     """Parse the command line; argparse errors exit 2, bad values raise ConfigError."""
     args = build_arg_parser().parse_args(argv)
+    try:
+        tls = TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key)
+    except TlsConfigError as e:
+        raise ConfigError(str(e)) from None
     config = BrokerConfig(
         broker_id=args.broker_id,
         listen=parse_host_port(args.listen, "--listen"),
@@ -264,6 +272,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
         data_dir=args.data_dir,
         metrics_port=args.metrics_port,
         log_level=args.log_level,
+        tls=tls,
     )
     config.apply_settings(parse_settings(args.set))
     return config

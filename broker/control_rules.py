@@ -15,6 +15,13 @@ simulation's broker both run:
   seen is STALE_CONTROLLER_EPOCH; then a broker epoch
   other than this broker's registered one is STALE_BROKER_EPOCH (-1 is not a
   wildcard: a request meant for no particular incarnation is meant for none).
+- ``control_principal_refusal`` (mutual TLS, when the broker has TLS configured):
+  the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) only
+  from a ``controller`` certificate, a follower fetch only from the ``broker``
+  certificate naming the replica id it fetches as (``broker-<id>``); anything
+  else is CLUSTER_AUTHORIZATION_FAILED before the request is looked at.
+  Without TLS there are no principals and this rule takes everything (the
+  control token above still applies).
 - ``is_isr_eligible`` (KIP-903, Kafka's ``isReplicaIsrEligible``): a follower's
   fetch may add it to the ISR only if the last snapshot lists it live, unfenced
   and not shutting down, with exactly the broker epoch the fetch carries.
@@ -25,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.tls import ROLE_CONTROLLER, Principal, broker_id_of
 
 UNREGISTERED = -1
 
@@ -44,6 +52,28 @@ def controller_request_refusal(*, registered_epoch: int, controller_epoch_seen: 
     if request_broker_epoch is not None and request_broker_epoch != registered_epoch:
         return pb.STALE_BROKER_EPOCH
     return None
+
+
+CONTROLLER_REQUESTS = frozenset({"LeaderAndIsr", "UpdateMetadata", "StopReplica"})
+
+
+def control_principal_refusal(rpc: str, principal: Principal | None, *, authenticating: bool,
+                              replica_id: int | None = None) -> int | None:
+    """The ErrorCode refusing a ``BrokerControl`` call from ``principal``, or None to take it.
+    ``authenticating``: the INTERNAL listener requires client certificates (TLS configured).
+    ``replica_id``: the follower a ReplicaFetch request fetches as."""
+    if not authenticating:
+        return None
+    if principal is None:
+        return pb.CLUSTER_AUTHORIZATION_FAILED
+    if rpc in CONTROLLER_REQUESTS:
+        return None if principal.role == ROLE_CONTROLLER else pb.CLUSTER_AUTHORIZATION_FAILED
+    if rpc == "ReplicaFetch":
+        broker_id = broker_id_of(principal)
+        if broker_id is not None and broker_id == replica_id:
+            return None
+        return pb.CLUSTER_AUTHORIZATION_FAILED
+    raise ValueError(f"not a BrokerControl call: {rpc!r}")  # a programming error
 
 
 def is_isr_eligible(alive_broker_epochs: Mapping[int, int] | None, replica_id: int,

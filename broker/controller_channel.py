@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from tidewater.broker.channels import channel_options
+from tidewater.broker.channels import channel_options, open_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import UnsupportedVersionError
@@ -73,7 +73,8 @@ class ControllerChannel:
     def __init__(self, *, broker_id: int, controller_address: tuple[str, int],
                  listeners: list[pb.Listener], heartbeat_interval_ms: int,
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
-                 on_registered: Callable[[int], Awaitable[None]] | None = None):
+                 on_registered: Callable[[int], Awaitable[None]] | None = None,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.broker_id = broker_id
         self.controller_address = controller_address
         self.listeners = list(listeners)
@@ -96,8 +97,10 @@ class ControllerChannel:
         # wait as long as a session could last before giving up on it.
         self.heartbeat_timeout_s = max(RPC_TIMEOUT_S, 2 * session_timeout_ms / 1000)
         host, port = controller_address
-        self._channel = grpc.aio.insecure_channel(f"{host}:{port}",
-                                                  options=channel_options(max_message_bytes))
+        # ``credentials``: TLS, presenting this broker's certificate (the controller's
+        # listener requires it and takes this broker's calls only from broker-<id>).
+        self._channel = open_channel(f"{host}:{port}", channel_options(max_message_bytes),
+                                     credentials)
         self.stub = pb_grpc.ControllerStub(self._channel)
 
     async def close(self) -> None:

@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import grpc
 
-from tidewater.broker.channels import channel_options
+from tidewater.broker.channels import channel_options, open_channel
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.partition import Partition
@@ -135,8 +135,8 @@ class LeaderFetcher:
             if self._channel is not None:
                 asyncio.ensure_future(self._channel.close())
             limit = self.manager.config.socket_request_max_bytes
-            self._channel = grpc.aio.insecure_channel(f"{endpoint[0]}:{endpoint[1]}",
-                                                      options=channel_options(limit))
+            self._channel = open_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
+                                         self.manager.channel_credentials)
             self._stub = _LeaderStubs(self._channel)
             self._endpoint = endpoint
         return self._stub
@@ -385,8 +385,11 @@ class FetcherManager:
 
     def __init__(self, *, config: BrokerConfig, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, broker_epoch: Callable[[], int],
-                 leader_endpoint: Callable[[int], tuple[str, int] | None]):
+                 leader_endpoint: Callable[[int], tuple[str, int] | None],
+                 channel_credentials: grpc.ChannelCredentials | None = None):
         self.config = config
+        # TLS: present this broker's certificate (leaders take ReplicaFetch from broker-<id>).
+        self.channel_credentials = channel_credentials
         self.broker_id = config.broker_id
         self.carrier = carrier
         self.supervisor = supervisor

@@ -12,6 +12,11 @@ period, tasks stop, and LogManager.shutdown writes the HW checkpoint and the
 clean-shutdown marker. A SIGKILL at any point loses nothing committed: an
 acks=all answer is only sent once every ISR replica has the records.
 
+TLS (``--tls-*``): read once here; INTERNAL requires client certificates of
+the cluster's CA (mutual TLS: the controller and the followers), EXTERNAL and
+the Kafka listeners take any TLS client; the broker's own channels (to the
+controller, to leaders) present its certificate.
+
 Every background task runs under ``supervisor``: one that dies (or a broken
 invariant at a request boundary) sets ``fatal``; ``broker/__main__`` then
 shuts down and exits with code 70.
@@ -36,6 +41,7 @@ from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
 log = logging.getLogger("tidewater.broker")
 
@@ -92,18 +98,21 @@ class BrokerProcess:
                  len(self.log_manager.logs()), time.monotonic() - started,
                  "new data dir" if manager.is_new
                  else f"clean shutdown before: {manager.had_clean_shutdown}")
+        tls = c.tls.load() if c.tls is not None else None  # TlsConfigError: cannot start
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
-            max_message_bytes=c.socket_request_max_bytes)
+            max_message_bytes=c.socket_request_max_bytes,
+            credentials=channel_credentials(tls) if tls is not None else None)
         channel = self.controller_channel
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
             metrics=self.metrics, alter_partition=channel.alter_partition,
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
             report_corrupt_replica=channel.report_corrupt_replica,
-            control_token=lambda: channel.control_token)
+            control_token=lambda: channel.control_token,
+            channel_credentials=channel_credentials(tls) if tls is not None else None)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]
@@ -112,16 +121,23 @@ class BrokerProcess:
         for name, (host, port) in listeners:
             servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name)
             # The control service only where cluster members connect, never for clients.
-            control = (BrokerControlServicer(self.replica_manager, self.metrics)
-                       if name == "INTERNAL" else None)
+            internal = name == "INTERNAL"
+            control = (BrokerControlServicer(self.replica_manager, self.metrics,
+                                             authenticating=tls is not None)
+                       if internal else None)
+            # Mutual TLS where cluster members connect; clients need no certificate.
+            credentials = (server_credentials(tls, require_client_auth=internal)
+                           if tls is not None else None)
             server, bound = build_server(host=host, port=port, servicer=servicer,
                                          controller_servicer=forwarder,
                                          max_message_bytes=c.socket_request_max_bytes,
-                                         control_servicer=control)
+                                         control_servicer=control, credentials=credentials)
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound
-            log.info("broker %d serving %s on %s:%d", c.broker_id, name, host, bound)
+            log.info("broker %d serving %s on %s:%d%s", c.broker_id, name, host, bound,
+                     (" (TLS, client certificates required)" if internal else " (TLS)")
+                     if tls is not None else "")
         for name, listen, advertise in c.kafka_listeners():
             await self._start_kafka_listener(forwarder, name, listen, advertise)
         if c.metrics_port:
@@ -141,7 +157,8 @@ class BrokerProcess:
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
-            observe=self._observe_kafka_request)
+            observe=self._observe_kafka_request,
+            ssl_context=server_ssl_context(c.tls) if c.tls is not None else None)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound

@@ -56,7 +56,9 @@ class ReplicaManager:
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
                  broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
                  report_corrupt_replica: CorruptReportRpc | None = None,
-                 control_token: Callable[[], bytes] = lambda: b""):
+                 control_token: Callable[[], bytes] = lambda: b"",
+                 channel_credentials=None):
+        """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext)."""
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -79,7 +81,8 @@ class ReplicaManager:
             forget_partition=self._forget_partition, control_token=control_token)
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
-            broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get)
+            broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get,
+            channel_credentials=channel_credentials)
         self.alter_partitions = AlterPartitionSender(
             rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
             **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))

@@ -9,7 +9,12 @@ the EXTERNAL address cannot reach it, and a follower fetch (replica_id >= 0)
 sent to ``Broker`` is refused with CLUSTER_AUTHORIZATION_FAILED, since a
 forged one could move the high watermark past what followers really hold.
 The controller's requests are authenticated with the registration's control
-token besides (``control_rules``).
+token besides (``control_rules``). With TLS configured every listener speaks
+TLS only (``build_server``'s credentials); the INTERNAL one requires a client
+certificate from the cluster's CA, and ``BrokerControl`` takes each call only
+from the principal ``control_rules.control_principal_refusal`` allows (the
+controller's requests from a ``controller`` certificate, a follower's fetches
+from the ``broker-<id>`` certificate of the replica id it fetches as).
 Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
 exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
 where the response has a request-level code, else as gRPC INTERNAL. A broken
@@ -29,12 +34,14 @@ from collections.abc import Callable
 
 import grpc
 
+from tidewater.broker.control_rules import control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
+from tidewater.proto.tls import principal_of
 
 log = logging.getLogger("tidewater.broker.server")
 
@@ -102,8 +109,10 @@ class _Servicer:
             observe = self._observe_latency[name] = self.metrics.request_latency.labels(name).observe
         return observe
 
-    async def _fetch_stream(self, context, name: str, *, followers: bool) -> None:
-        """One fetch after another on a stream; ``followers``: replica_id >= 0 is taken."""
+    async def _fetch_stream(self, context, name: str, *, followers: bool,
+                            refusal: Callable[[int], int | None] | None = None) -> None:
+        """One fetch after another on a stream; ``followers``: replica_id >= 0 is taken.
+        ``refusal``: replica_id -> the ErrorCode refusing that request (or None)."""
         observe = self._observer(name)
         reader = _StreamReader(context, self.replica_manager)
         try:
@@ -112,6 +121,8 @@ class _Servicer:
                 try:
                     if not followers and request.replica_id >= 0:
                         response = _FOLLOWER_FETCH_REFUSED
+                    elif refusal is not None and (code := refusal(request.replica_id)):
+                        response = pb.FetchResponse(error_code=code)
                     else:
                         response = await self.replica_manager.fetch(request)
                 except InvariantViolation as e:
@@ -219,18 +230,36 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
-    """Cluster members' calls; on the INTERNAL listener only."""
+    """Cluster members' calls; on the INTERNAL listener only. ``authenticating``: the
+    listener requires client certificates (TLS), and each call must come from the
+    principal ``control_principal_refusal`` allows; refused calls change nothing."""
+
+    def __init__(self, replica_manager, metrics, *, authenticating: bool = False):
+        super().__init__(replica_manager, metrics)
+        self.authenticating = authenticating
+
+    def _refusal(self, rpc: str, context, replica_id: int | None = None) -> int | None:
+        if not self.authenticating:
+            return None
+        return control_principal_refusal(rpc, principal_of(context.auth_context()),
+                                         authenticating=True, replica_id=replica_id)
 
     @_rpc("LeaderAndIsr")
     async def LeaderAndIsr(self, request, context):
+        if code := self._refusal("LeaderAndIsr", context):
+            return pb.LeaderAndIsrResponse(error_code=code)
         return await self.replica_manager.leader_and_isr(request)
 
     @_rpc("UpdateMetadata")
     async def UpdateMetadata(self, request, context):
+        if code := self._refusal("UpdateMetadata", context):
+            return pb.UpdateMetadataResponse(error_code=code)
         return await self.replica_manager.update_metadata(request)
 
     @_rpc("StopReplica")
     async def StopReplica(self, request, context):
+        if code := self._refusal("StopReplica", context):
+            return pb.StopReplicaResponse(error_code=code)
         return await self.replica_manager.stop_replica(request)
 
     async def ReplicaFetch(self, request_iterator, context):
@@ -243,7 +272,14 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         with a ping-pong microbenchmark), for an event as rare as a LeaderAndIsr.
         An exception escaping a fetch is answered as a request-level error, as for Fetch.
         """
-        await self._fetch_stream(context, "ReplicaFetch", followers=True)
+        refusal = None
+        if self.authenticating:  # the peer's certificate, read once per stream
+            principal = principal_of(context.auth_context())
+
+            def refusal(replica_id: int) -> int | None:
+                return control_principal_refusal("ReplicaFetch", principal, authenticating=True,
+                                                 replica_id=replica_id)
+        await self._fetch_stream(context, "ReplicaFetch", followers=True, refusal=refusal)
 
 
 class _StreamReader:
@@ -354,10 +390,12 @@ class _AnswerWriter:
 def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  controller_servicer: pb_grpc.ControllerServicer,
                  max_message_bytes: int,
-                 control_servicer: BrokerControlServicer | None = None
+                 control_servicer: BrokerControlServicer | None = None,
+                 credentials: grpc.ServerCredentials | None = None
                  ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for one listener; returns it (not started) and its bound port.
-    ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere)."""
+    ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere).
+    ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -369,7 +407,10 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     if control_servicer is not None:
         pb_grpc.add_BrokerControlServicer_to_server(control_servicer, server)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if credentials is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            bound = server.add_secure_port(f"{host}:{port}", credentials)
     except RuntimeError as e:  # grpc's way of saying the address is taken or invalid
         raise OSError(f"cannot listen on {host}:{port}: {e}") from None
     if bound == 0:

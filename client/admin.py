@@ -20,6 +20,7 @@ from tidewater.client.metadata import (
     rpc_call,
     rpc_error_to_typed,
 )
+from tidewater.client.security import ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
 from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
@@ -111,9 +112,16 @@ class TopicOperationError(TidewaterError):
 
 class AdminClient:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
-                 metadata: MetadataClient | None = None):
+                 metadata: MetadataClient | None = None,
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
         self.request_timeout_ms = request_timeout_ms
-        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        # TLS settings (client/security.py, Kafka's names); a given ``metadata``'s pool
+        # has its own.
+        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
+                                               ssl_keyfile)
+        self.metadata = metadata or MetadataClient(
+            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
 
     # ------------------------------------------------------------------ topics
 

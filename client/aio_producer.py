@@ -60,6 +60,7 @@ from tidewater.client.producer import (
     parse_acks,
     settle_produce_answer,
 )
+from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import CallerLoop, StreamPool
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
@@ -89,7 +90,9 @@ class AsyncProducer:
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
                  buffer_memory_bytes: int = 32 * 1024 * 1024, compression: int = 0,
                  request_bytes_max: int = 1024 * 1024, max_in_flight_per_partition: int = 1,
-                 metadata: MetadataClient | None = None):
+                 metadata: MetadataClient | None = None,
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
@@ -102,7 +105,12 @@ class AsyncProducer:
         if max_in_flight_per_partition < 1:
             raise ValueError("max_in_flight_per_partition must be at least 1")
         self.max_in_flight_per_partition = max_in_flight_per_partition
-        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        # TLS settings (client/security.py, Kafka's names) for the streams and the
+        # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
+        security = self._security = ClientSecurity.from_options(
+            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+        self.metadata = metadata or MetadataClient(
+            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)
@@ -126,7 +134,8 @@ class AsyncProducer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._space = asyncio.Condition()
-        self._streams = StreamPool("ProduceStream", ordered=False, io=CallerLoop(loop))
+        self._streams = StreamPool("ProduceStream", ordered=False, io=CallerLoop(loop),
+                                   security=self._security)
         self._sender = asyncio.create_task(self._run(), name="tide-aio-producer-sender")
 
     async def __aenter__(self) -> AsyncProducer:

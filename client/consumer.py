@@ -57,6 +57,7 @@ from tidewater.client.metadata import (
     format_address,
     rpc_error_to_typed,
 )
+from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import StreamPool, StreamRequest
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
@@ -153,7 +154,9 @@ class Consumer:
                  fetch_max_wait_ms: int = 500, fetch_min_bytes: int = 1,
                  fetch_max_bytes: int = 50 * 1024 * 1024,
                  max_partition_fetch_bytes: int = 1024 * 1024, request_timeout_ms: int = 30000,
-                 retry_backoff_ms: int = 100, metadata: MetadataClient | None = None):
+                 retry_backoff_ms: int = 100, metadata: MetadataClient | None = None,
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -163,7 +166,12 @@ class Consumer:
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
-        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        # TLS settings (client/security.py, Kafka's names) for the streams and the
+        # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
+        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
+                                               ssl_keyfile)
+        self.metadata = metadata or MetadataClient(
+            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._positions: dict[TopicPartition, int | None] = {}
         # Partitions whose position must be reset by timestamp (-2 earliest, -1 latest).
         self._pending_reset: dict[TopicPartition, int] = {}
@@ -171,7 +179,7 @@ class Consumer:
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
         self._prefetched: tuple[dict, list] | None = None
         # Fetches go on one FetchStream per broker (client.streams).
-        self._streams = StreamPool("FetchStream", ordered=True)
+        self._streams = StreamPool("FetchStream", ordered=True, security=security)
         self._closed = False
 
     # ------------------------------------------------------------------ assignment & positions

@@ -16,7 +16,9 @@ broker would stretch to the request timeout. Only a missing or stale snapshot
 caller's thread.
 
 ``ChannelPool`` keeps one gRPC channel per broker address for the life of the
-client, because opening a channel per request costs a TCP and HTTP/2 handshake.
+client, because opening a channel per request costs a TCP and HTTP/2 handshake
+(and a TLS one with ``security``: ``client/security.py``; a pool has one
+security setting, so clients with different ones never share a channel).
 
 gRPC transport failures become ``BrokerConnectionError`` (wire code
 NETWORK_EXCEPTION, retriable, invalid metadata) at one place: ``rpc_call``.
@@ -34,6 +36,7 @@ from typing import NamedTuple, TypeVar
 
 import grpc
 
+from tidewater.client.security import PLAINTEXT, ClientSecurity, sync_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import (
@@ -93,9 +96,11 @@ def format_address(address: Address) -> str:
 
 
 class ChannelPool:
-    """One gRPC channel (and stubs) per broker address, reused until ``close``."""
+    """One gRPC channel (and stubs) per broker address, reused until ``close``; every
+    channel plaintext or TLS as ``security`` says."""
 
-    def __init__(self):
+    def __init__(self, security: ClientSecurity = PLAINTEXT):
+        self.security = security
         self._lock = threading.Lock()
         self._channels: dict[Address, grpc.Channel] = {}
         self._broker_stubs: dict[Address, pb_grpc.BrokerStub] = {}
@@ -106,7 +111,7 @@ class ChannelPool:
         with self._lock:
             ch = self._channels.get(address)
             if ch is None:
-                ch = grpc.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
+                ch = sync_channel(format_address(address), self.security, CHANNEL_OPTIONS)
                 self._channels[address] = ch
             return ch
 
@@ -219,9 +224,11 @@ class MetadataClient:
     """Bootstrap, Metadata refresh and leader lookup, shared by one client's threads."""
 
     def __init__(self, bootstrap: str | list[Address], *, pool: ChannelPool | None = None,
-                 request_timeout_ms: int = 5000, metadata_max_age_ms: int = 30000):
+                 request_timeout_ms: int = 5000, metadata_max_age_ms: int = 30000,
+                 security: ClientSecurity = PLAINTEXT):
+        """``security``: for the pool made here (a given ``pool`` has its own)."""
         self.bootstrap = parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
-        self.pool = pool or ChannelPool()
+        self.pool = pool or ChannelPool(security)
         self.request_timeout_ms = request_timeout_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self._lock = threading.Lock()

@@ -63,6 +63,7 @@ from tidewater.client.metadata import (
     format_address,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
+from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import StreamPool
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
@@ -177,7 +178,9 @@ class Producer:
                  compression: int = 0,
                  request_bytes_max: int = 1024 * 1024,
                  max_in_flight_per_partition: int = 1,
-                 metadata: MetadataClient | None = None):
+                 metadata: MetadataClient | None = None,
+                 security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
@@ -193,7 +196,12 @@ class Producer:
         if max_in_flight_per_partition < 1:
             raise ValueError("max_in_flight_per_partition must be at least 1")
         self.max_in_flight_per_partition = max_in_flight_per_partition
-        self.metadata = metadata or MetadataClient(bootstrap, request_timeout_ms=min(request_timeout_ms, 10000))
+        # TLS settings (client/security.py, Kafka's names) for the streams and the
+        # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
+        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
+                                               ssl_keyfile)
+        self.metadata = metadata or MetadataClient(
+            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
@@ -215,7 +223,7 @@ class Producer:
         self._closed = False
         self._last_metadata_refresh_ms = 0
         # Produce requests go on one ProduceStream per broker (client.streams).
-        self._streams = StreamPool("ProduceStream", ordered=False)
+        self._streams = StreamPool("ProduceStream", ordered=False, security=security)
         self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)
         self._sender.start()
 

@@ -63,6 +63,7 @@ from tidewater.client.metadata import (
     format_address,
     rpc_error_to_typed,
 )
+from tidewater.client.security import PLAINTEXT, ClientSecurity, aio_channel
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError, UnsupportedVersionError
 
@@ -509,10 +510,14 @@ class StreamPool:
 
     WATCHDOG_INTERVAL_S = 0.5
 
-    def __init__(self, name: str, *, ordered: bool, io: CallerLoop | None = None):
+    def __init__(self, name: str, *, ordered: bool, io: CallerLoop | None = None,
+                 security: ClientSecurity = PLAINTEXT):
         """``io``: run the streams on that loop (an asyncio client's own, closed with
-        ``aclose`` on it) instead of the process's shared ``tide-client-io`` loop."""
+        ``aclose`` on it) instead of the process's shared ``tide-client-io`` loop.
+        ``security``: plaintext or TLS for every channel of the pool (the pool is one
+        client's, so clients with other settings never share its channels)."""
         self._name = name
+        self.security = security
         self._ordered = ordered
         self._lock = threading.Lock()
         self._streams: dict[Address, ClientStream] = {}
@@ -547,7 +552,7 @@ class StreamPool:
         """Loop thread: a new call of the pool's RPC on the broker's aio channel."""
         entry = self._channels.get(address)
         if entry is None:
-            channel = grpc.aio.insecure_channel(format_address(address), options=CHANNEL_OPTIONS)
+            channel = aio_channel(format_address(address), self.security, CHANNEL_OPTIONS)
             entry = self._channels[address] = (channel, pb_grpc.BrokerStub(channel))
         return getattr(entry[1], self._name)()
 

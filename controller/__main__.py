@@ -21,6 +21,7 @@ import uvloop
 from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.server import ControllerServer
 from tidewater.proto.errors import InvalidConfigError, TidewaterError
+from tidewater.proto.tls import TlsFiles, add_tls_arguments
 
 log = logging.getLogger("controller")
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "broker.session.timeout.ms=3000 (repeatable)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_tls_arguments(parser)
     return parser
 
 
@@ -51,7 +53,8 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
     if not 0 <= args.metrics_port < 65536:
         raise ValueError(f"--metrics-port {args.metrics_port} is out of range")
     config = ControllerConfig(listen=args.listen, data_dir=args.data_dir,
-                              metrics_port=args.metrics_port)
+                              metrics_port=args.metrics_port,
+                              tls=TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key))
     config.apply_settings(args.settings)
     return config
 

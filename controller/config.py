@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.tls import TlsFiles
 from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
 
 
@@ -47,6 +48,8 @@ class ControllerConfig:
     metadata_compaction_records_min: int = 10_000  # compact at start-up beyond this
     shutdown_grace_seconds: float = 2.0
     extra: dict[str, str] = field(default_factory=dict)
+    # --tls-ca/--tls-cert/--tls-key; None: plaintext, as before TLS existed.
+    tls: TlsFiles | None = None
 
     # Kafka name -> (attribute, parser)
     SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {

@@ -16,7 +16,9 @@ full resync). A broker answering STALE_CONTROLLER_EPOCH, STALE_BROKER_EPOCH or
 CLUSTER_AUTHORIZATION_FAILED (the request's control token is not the one its
 registration holds) is logged and not retried: that request can never succeed.
 Requests go to the broker's ``BrokerControl`` service (INTERNAL listener only)
-and carry the registration's control token (``state_machine``). An error a broker
+and carry the registration's control token (``state_machine``); with TLS the
+channel presents the controller's certificate (``credentials``), which the
+brokers' INTERNAL listeners require. An error a broker
 answers for one partition (e.g. INVALID_CONFIG: it cannot host the topic) is
 logged at ERROR and counted (``on_partition_error``), not retried.
 
@@ -66,7 +68,8 @@ class BrokerSender:
                  target: str, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
                  on_failure: Callable[[BaseException], None] | None = None,
-                 on_partition_error: Callable[[str, str], None] | None = None):
+                 on_partition_error: Callable[[str, str], None] | None = None,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.machine = machine
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
@@ -80,7 +83,10 @@ class BrokerSender:
         self._pending_stop: dict[tuple[str, int], PartitionRecord] = {}
         self._wake = asyncio.Event()
         self._closed = False
-        self._channel = grpc.aio.insecure_channel(target, options=channel_options(config))
+        self._channel = (grpc.aio.insecure_channel(target, options=channel_options(config))
+                         if credentials is None else
+                         grpc.aio.secure_channel(target, credentials,
+                                                 options=channel_options(config)))
         self._stub = pb_grpc.BrokerControlStub(self._channel)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"sender-{broker_id}-{broker_epoch}")
@@ -236,9 +242,11 @@ class BrokerSenders:
     def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
                  on_delivered: Callable[[str], None] | None = None,
                  on_failure: Callable[[BaseException], None] | None = None,
-                 on_partition_error: Callable[[str, str], None] | None = None):
+                 on_partition_error: Callable[[str, str], None] | None = None,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.machine = machine
         self.config = config
+        self._credentials = credentials  # TLS: the controller's certificate, to every broker
         self._on_delivered = on_delivered
         self._on_failure = on_failure
         self._on_partition_error = on_partition_error
@@ -263,7 +271,8 @@ class BrokerSenders:
         endpoint = broker.internal
         sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
                               f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered,
-                              self._on_failure, self._on_partition_error)
+                              self._on_failure, self._on_partition_error,
+                              credentials=self._credentials)
         self.senders[broker_id] = sender
         return sender
 

@@ -17,6 +17,11 @@ ever reaches a broker or a client. No graceful stop: that would keep the gRPC
 server and the senders running for seconds. ``exit_process`` is injectable
 for tests.
 
+TLS (``--tls-*``): the listener speaks TLS only and requires a client
+certificate of the cluster's CA (brokers, and admin tools with a ``client``
+certificate; clients reach the controller through a broker); the senders
+present the controller's certificate to the brokers' INTERNAL listeners.
+
 Fencing has two detectors: the session timer (``broker.session.timeout.ms``
 without a heartbeat: a paused, partitioned or hung broker) and the end of a
 broker's ``BrokerHeartbeats`` stream (a dead process, whose kernel closed the
@@ -46,6 +51,7 @@ from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.tls import channel_credentials, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +97,11 @@ class ControllerServer:
         self.metrics.on_commit(self.machine, effects)
 
     async def start(self) -> None:
+        tls = self.config.tls.load() if self.config.tls is not None else None
         self.metadata_log = MetadataLog.open(self.config.data_dir)
         self.senders = BrokerSenders(
             self.machine, self.config,
+            credentials=channel_credentials(tls) if tls is not None else None,
             on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc(),
             on_failure=self._fail,
             on_partition_error=lambda kind, error: (
@@ -105,10 +113,15 @@ class ControllerServer:
         # bump the controller epoch.
         host, port = parse_host_port(self.config.listen)
         self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders)
+        self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
+                                         authenticating=tls is not None)
         pb_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
         try:
-            self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
+            if tls is None:
+                self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
+            else:
+                self.port = self.grpc_server.add_secure_port(
+                    f"{host}:{port}", server_credentials(tls, require_client_auth=True))
         except RuntimeError as e:  # grpc's way of saying the bind failed
             raise OSError(f"cannot listen on {self.config.listen}: {e}") from e
         if self.port == 0:
@@ -131,8 +144,9 @@ class ControllerServer:
         if self.config.auto_leader_rebalance_enable:
             self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
         await self.grpc_server.start()
-        log.info("controller %d listening on %s:%d (metrics port %s)", self.config.node_id, host,
-                 self.port, self.config.metrics_port or "off")
+        log.info("controller %d listening on %s:%d%s (metrics port %s)", self.config.node_id,
+                 host, self.port, " (TLS, client certificates required)" if tls else "",
+                 self.config.metrics_port or "off")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)

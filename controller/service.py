@@ -75,6 +75,12 @@ Broker <-> controller contract (details this controller decides)
   are unfenced; a replica fenced at the time gets it when it is unfenced or
   registers again (durably remembered; leader_epoch -1 in those states). A
   broker should still treat local logs absent from a full snapshot as stray.
+* **Mutual TLS** (controller started with ``--tls-*``): RegisterBroker,
+  BrokerHeartbeats, AlterPartition and ReportCorruptReplica are taken only
+  from the certificate ``CN=broker-<id>, OU=broker`` of the broker id they
+  name (``authorization.broker_request_refusal``); others are answered
+  CLUSTER_AUTHORIZATION_FAILED (with the reason in ``error_message`` where the
+  response has one) and change nothing.
 * CreateTopics and DeleteTopics answer once the change is durable AND every
   unfenced broker acknowledged the resulting LeaderAndIsr / StopReplica /
   UpdateMetadata, waiting at most min(timeout_ms, 5000) ms (0: no wait); after
@@ -94,6 +100,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
+from tidewater.controller.authorization import broker_request_refusal, refusal_message
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
 from tidewater.controller.sender import BrokerSenders
@@ -101,6 +108,7 @@ from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import TidewaterError
+from tidewater.proto.tls import Principal, principal_of
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +121,11 @@ Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, owner: MetadataOwner, machine: ControllerStateMachine,
                  metrics: ControllerMetrics, senders: BrokerSenders | None = None,
-                 propagation_wait_ms_max: int = 5000):
+                 propagation_wait_ms_max: int = 5000, *, authenticating: bool = False):
+        """``authenticating``: the listener requires client certificates (TLS); brokers'
+        requests are then taken only from their own certificate (``authorization``)."""
         self.owner = owner
+        self.authenticating = authenticating
         self.machine = machine
         self.metrics = metrics
         self.senders = senders
@@ -144,8 +155,24 @@ class ControllerService(pb_grpc.ControllerServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                                     f"{e.error_name}: {e}")
 
+    def _principal(self, context: Context) -> Principal | None:
+        if not self.authenticating:
+            return None
+        return principal_of({k: list(v) for k, v in context.auth_context().items()})
+
+    def _refusal(self, principal: Principal | None, broker_id: int,
+                 rpc: str) -> pb.ErrorCode | None:
+        code = broker_request_refusal(principal, broker_id, authenticating=self.authenticating)
+        if code is not None:
+            log.warning("%s refused: %s", rpc, refusal_message(principal, broker_id))
+        return code
+
     async def RegisterBroker(self, request: pb.RegisterBrokerRequest,
                              context: Context) -> pb.RegisterBrokerResponse:
+        principal = self._principal(context)
+        if code := self._refusal(principal, request.broker_id, "RegisterBroker"):
+            return pb.RegisterBrokerResponse(
+                error_code=code, error_message=refusal_message(principal, request.broker_id))
         response = await self._run("RegisterBroker", lambda tx, now: (
             self.machine.register_broker(tx, now, request)), context)
         if response.error_code == pb.NONE:
@@ -159,6 +186,7 @@ class ControllerService(pb_grpc.ControllerServicer):
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
         stream_id = next(self._stream_ids)
+        principal = self._principal(context)  # read once per stream
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
         assert task is not None  # grpc.aio runs each handler in a task
@@ -178,6 +206,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 request = read.result()
                 if request is None:  # the broker half-closed (after a controlled shutdown)
                     return
+                if code := self._refusal(principal, request.broker_id, "BrokerHeartbeats"):
+                    # Never bound: the end of this stream fences nobody.
+                    await context.write(pb.BrokerHeartbeatResponse(error_code=code))
+                    continue
 
                 def heartbeat(tx: Tx, now_ms: int, r: pb.BrokerHeartbeatRequest = request,
                               ) -> tuple[bool, pb.BrokerHeartbeatResponse]:
@@ -229,11 +261,16 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def AlterPartition(self, request: pb.AlterPartitionRequest,
                              context: Context) -> pb.AlterPartitionResponse:
+        if code := self._refusal(self._principal(context), request.broker_id, "AlterPartition"):
+            return pb.AlterPartitionResponse(error_code=code)
         return await self._run("AlterPartition", lambda tx, now: (
             self.machine.alter_partition(tx, now, request)), context)
 
     async def ReportCorruptReplica(self, request: pb.ReportCorruptReplicaRequest,
                                    context: Context) -> pb.ReportCorruptReplicaResponse:
+        if code := self._refusal(self._principal(context), request.broker_id,
+                                 "ReportCorruptReplica"):
+            return pb.ReportCorruptReplicaResponse(error_code=code)
         response = await self._run("ReportCorruptReplica", lambda tx, now: (
             self.machine.report_corrupt_replica(tx, now, request)), context)
         for item, result in zip(request.replicas, response.results, strict=False):

@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.produce",
     "tidewater.tools.commands.consume",
     "tidewater.tools.commands.cluster",
+    "tidewater.tools.commands.certs",
     "tidewater.tools.commands.dump_log",
     "tidewater.tools.commands.metrics",
     "tidewater.tools.commands.chaos",
@@ -64,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="HOST:PORT of any broker (env TIDE_BOOTSTRAP_SERVER; default localhost:9092); "
              "also accepted after the command, as Kafka's tools take it",
     )
+    parser.add_argument(
+        "--command-config", metavar="FILE", default=os.environ.get("TIDE_COMMAND_CONFIG"),
+        help="Kafka client properties: security.protocol=SSL, ssl.cafile (or ssl.ca.location), "
+             "ssl.certfile, ssl.keyfile (env TIDE_COMMAND_CONFIG; `cluster up --tls` writes one); "
+             "also accepted after the command")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     subparsers.required = True
     for name in SUBCOMMAND_MODULES:

@@ -28,6 +28,14 @@ the controller. ``base_port=0`` picks free ports instead (what tests use).
                        "listen": "127.0.0.1:9092", "internal": "127.0.0.1:9292",
                        "kafka": "127.0.0.1:19092", ...}}}
 
+With ``tls=True`` (``tide cluster up --tls``) the cluster runs TLS on every
+port: ``DIR/tls/`` holds a CA (``ca.pem``, ``ca.key``), ``controller``,
+``broker-<id>`` and ``tide-client`` (role client) certificates, and
+``client.properties`` (Kafka's client format, for ``tide --command-config``);
+the manifest's ``tls`` entry records them (``{"ca", "cert", "key",
+"command_config"}``: what a client needs). A restart reuses the CA and the
+certificates already there.
+
 Processes run in their own session (``start_new_session``) so a terminal's
 Ctrl-C does not reach them; they are stopped only by the pid in the manifest,
 after checking that the pid still runs the recorded command line (a reused
@@ -55,7 +63,9 @@ from pathlib import Path
 import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
+from tidewater.client.security import PLAINTEXT, ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.tools import certs
 
 MANIFEST_NAME = "cluster.json"
 MANIFEST_VERSION = 1
@@ -67,6 +77,8 @@ LOG_TAIL_LINES = 15
 SHARED_SETTINGS = frozenset({"min.insync.replicas", "broker.session.timeout.ms",
                              "unclean.leader.election.enable"})
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+TLS_DIR_NAME = "tls"
+CLIENT_CERT_NAME = "tide-client"
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP,
            "CONT": signal.SIGCONT}
 
@@ -141,6 +153,33 @@ def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
         raise LocalClusterError(f"--base-port {base_port} puts ports outside 1..65535 "
                                 f"(brokers use up to base+10000+N-1)")
     return ports
+
+
+def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> dict[str, str]:
+    """A CA and the certificates of a local cluster in ``tls_dir`` (kept when there), and
+    ``client.properties``; returns the manifest's ``tls`` entry."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC)
+    if not (tls_dir / certs.CA_CERT_FILE).exists():
+        certs.init_ca_dir(tls_dir, now=now)
+    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
+    wanted.append((CLIENT_CERT_NAME, "client"))
+    for name, role in wanted:
+        if not (tls_dir / f"{name}.pem").exists() or not (tls_dir / f"{name}.key").exists():
+            certs.issue_to_dir(tls_dir, name=name, role=role, hosts=(HOST, "localhost"), now=now)
+    ca, cert, key = (str(tls_dir / n) for n in (certs.CA_CERT_FILE, f"{CLIENT_CERT_NAME}.pem",
+                                                 f"{CLIENT_CERT_NAME}.key"))
+    properties = tls_dir / "client.properties"
+    properties.write_text("# Kafka client settings for this cluster (tide --command-config)\n"
+                          f"security.protocol=SSL\nssl.cafile={ca}\nssl.certfile={cert}\n"
+                          f"ssl.keyfile={key}\n")
+    return {"ca": ca, "cert": cert, "key": key, "command_config": str(properties)}
+
+
+def tls_flags(tls_dir: Path, name: str) -> list[str]:
+    return ["--tls-ca", str(tls_dir / certs.CA_CERT_FILE), "--tls-cert",
+            str(tls_dir / f"{name}.pem"), "--tls-key", str(tls_dir / f"{name}.key")]
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -219,6 +258,15 @@ class LocalCluster:
         return self._require_manifest()["bootstrap"]
 
     @property
+    def security(self) -> ClientSecurity:
+        """How a client connects: the manifest's ``tls`` entry (a client certificate, so
+        the controller's own port answers too), else plaintext."""
+        tls = self._require_manifest().get("tls")
+        if not tls:
+            return PLAINTEXT
+        return ClientSecurity.from_options("SSL", tls["ca"], tls["cert"], tls["key"])
+
+    @property
     def controller_address(self) -> str:
         return self._require_manifest()["controller"]
 
@@ -238,8 +286,9 @@ class LocalCluster:
     # ------------------------------------------------------------------ up / down
 
     def up(self, brokers: int, *, base_port: int = DEFAULT_BASE_PORT, settings: dict[str, str] | None = None,
-           ready_timeout_s: float = READY_TIMEOUT_S) -> str:
-        """Start a controller and ``brokers`` brokers; return the bootstrap address once all serve."""
+           ready_timeout_s: float = READY_TIMEOUT_S, tls: bool = False) -> str:
+        """Start a controller and ``brokers`` brokers; return the bootstrap address once all
+        serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port."""
         if brokers < 1:
             raise LocalClusterError("--brokers must be at least 1")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
@@ -252,12 +301,16 @@ class LocalCluster:
         controller_settings, broker_settings = route_settings(dict(settings or {}))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         controller_listen = f"{HOST}:{ports['controller'][0]}"
+        tls_dir = self.data_dir / TLS_DIR_NAME
+        tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
         processes: dict[str, dict] = {}
         cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
                "--data-dir", str(self.data_dir / "controller"),
                "--metrics-port", str(ports["controller"][1])]
         for name, value in controller_settings.items():
             cmd += ["--set", f"{name}={value}"]
+        if tls:
+            cmd += tls_flags(tls_dir, "controller")
         processes["controller"] = {
             "name": "controller", "kind": "controller", "pid": 0, "listen": controller_listen,
             "metrics_port": ports["controller"][1], "data_dir": str(self.data_dir / "controller"),
@@ -273,6 +326,8 @@ class LocalCluster:
                    "--metrics-port", str(ports[name][1])]
             for key, value in broker_settings.items():
                 cmd += ["--set", f"{key}={value}"]
+            if tls:
+                cmd += tls_flags(tls_dir, name)
             processes[name] = {
                 "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
                 "internal": internal, "kafka": kafka, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
@@ -283,6 +338,8 @@ class LocalCluster:
             "kafka_bootstrap": ",".join(processes[f"broker-{i}"]["kafka"]
                                         for i in range(1, brokers + 1)),
             "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
+        if tls_entry is not None:
+            self.manifest["tls"] = tls_entry
         self._write_manifest()
         try:
             self._launch("controller")
@@ -355,7 +412,7 @@ class LocalCluster:
 
     def status(self) -> list[ProcessStatus]:
         out = []
-        pool = ChannelPool()
+        pool = ChannelPool(self.security)
         try:
             for proc in self._require_manifest()["processes"].values():
                 alive = self._is_alive(proc)
@@ -389,7 +446,7 @@ class LocalCluster:
     def _wait_ready(self, names: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         pending = list(names)
-        pool = ChannelPool()
+        pool = ChannelPool(self.security)
         try:
             while pending:
                 for name in list(pending):

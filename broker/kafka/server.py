@@ -14,12 +14,18 @@ connection with one log line. An ApiVersions of a version we do not know gets
 a v0 answer with UNSUPPORTED_VERSION and our versions (KIP-511), so a newer
 client can step down. A broken invariant stops the broker (``supervisor``),
 as on the gRPC paths.
+
+With ``ssl_context`` (the broker's ``--tls-*`` files) the listener speaks TLS
+only (Kafka's ``security.protocol=SSL`` with ``ssl.client.auth=none``): a
+plaintext client fails the handshake, which times out after
+``TLS_HANDSHAKE_TIMEOUT_S``, and never reaches the protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -39,13 +45,15 @@ from tidewater.proto.errors import InvalidRequestError, InvariantViolation, Unsu
 log = logging.getLogger("tidewater.broker.kafka")
 
 IN_FLIGHT_MAX = 64
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _SIZE_BYTES = 4
 
 
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor=None, observe=None):
+                 supervisor=None, observe=None, ssl_context: ssl.SSLContext | None = None):
         self.services = services
+        self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.supervisor = supervisor
@@ -56,8 +64,10 @@ class KafkaListener:
         self.bound_port = 0
 
     async def start(self) -> int:
+        tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
+               if self.ssl_context is not None else {})
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True)
+                                                  reuse_address=True, **tls)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 

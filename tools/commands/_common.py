@@ -6,6 +6,7 @@ import argparse
 import contextlib
 
 from tidewater.client.metadata import parse_bootstrap
+from tidewater.client.security import SecurityConfigError, parse_properties, properties_security
 from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
 
@@ -16,6 +17,9 @@ def add_bootstrap_argument(parser) -> None:
     environment default) stays."""
     parser.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT",
                         help="any broker; overrides `tide --bootstrap-server` and TIDE_BOOTSTRAP_SERVER")
+    parser.add_argument("--command-config", default=argparse.SUPPRESS, metavar="FILE",
+                        help="Kafka client properties (security.protocol=SSL, ssl.cafile, "
+                             "ssl.certfile, ssl.keyfile); overrides TIDE_COMMAND_CONFIG")
 
 
 def bootstrap_of(args) -> str:
@@ -25,6 +29,22 @@ def bootstrap_of(args) -> str:
     except ValueError as e:
         raise CliError(f"--bootstrap-server: {e}", exit_code=2) from None
     return args.bootstrap_server
+
+
+def security_of(args) -> dict[str, str | None]:
+    """The clients' TLS keyword arguments from --command-config (none: plaintext)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            security = properties_security(parse_properties(f.read()))
+    except OSError as e:
+        raise CliError(f"--command-config {path}: {e.strerror}", exit_code=2) from None
+    except SecurityConfigError as e:
+        raise CliError(f"--command-config {path}: {e}", exit_code=2) from None
+    return {"security_protocol": security.protocol, "ssl_cafile": security.cafile,
+            "ssl_certfile": security.certfile, "ssl_keyfile": security.keyfile}
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:

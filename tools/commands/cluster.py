@@ -21,6 +21,7 @@ from tidewater.tools.commands._common import (
     bootstrap_of,
     cli_errors,
     parse_configs,
+    security_of,
 )
 from tidewater.tools.local_cluster import (
     DEFAULT_BASE_PORT,
@@ -52,6 +53,9 @@ def register(subparsers) -> None:
     up.add_argument("--foreground", action="store_true",
                     help="stay attached, stream the logs, stop everything on Ctrl-C/SIGTERM")
     up.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
+    up.add_argument("--tls", action="store_true",
+                    help="TLS on every port: a CA and certificates under DATA_DIR/tls, mutual "
+                         "TLS between cluster members; clients use DATA_DIR/tls/client.properties")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop every process of a local cluster")
@@ -79,7 +83,8 @@ def register(subparsers) -> None:
 
 
 def cmd_describe(args) -> int:
-    with AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms) as admin, \
+    with AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms,
+                     **security_of(args)) as admin, \
             cli_errors("cannot describe cluster"):
         cluster = admin.describe_cluster()
     if args.json:
@@ -126,13 +131,16 @@ def cmd_up(args) -> int:
     restarting = cluster.manifest is not None
     try:
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
-                               ready_timeout_s=args.ready_timeout_s)
+                               ready_timeout_s=args.ready_timeout_s, tls=args.tls)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
     # and tests read (its last line, and with --foreground its first).
+    tls = cluster.manifest.get("tls")
     sys.stderr.write(up_hints(cluster.data_dir, bootstrap, cluster.manifest.get("kafka_bootstrap"),
-                              restarted=restarting))
+                              restarted=restarting,
+                              command_config=tls["command_config"] if tls else None,
+                              ca=tls["ca"] if tls else None))
     sys.stderr.flush()
     print(bootstrap, flush=True)
     if args.foreground:
@@ -140,7 +148,8 @@ def cmd_up(args) -> int:
     return 0
 
 
-def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, restarted: bool) -> str:
+def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, restarted: bool,
+             command_config: str | None = None, ca: str | None = None) -> str:
     """What ``cluster up`` tells a person: the ports change with --base-port 0, so the
     lines to paste into a shell; and whether old data came back."""
     lines = []
@@ -149,6 +158,11 @@ def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, res
     lines.append(f"export TIDE_BOOTSTRAP_SERVER={bootstrap}")
     if kafka_bootstrap:
         lines.append(f"export TIDE_KAFKA_BOOTSTRAP={kafka_bootstrap}  # Kafka clients: kcat -b $TIDE_KAFKA_BOOTSTRAP")
+    if command_config:
+        lines.append(f"export TIDE_COMMAND_CONFIG={command_config}  # TLS for tide")
+        if kafka_bootstrap and ca:
+            lines.append(f"# Kafka clients over TLS: kcat -X security.protocol=SSL "
+                         f"-X ssl.ca.location={ca} -b $TIDE_KAFKA_BOOTSTRAP")
     return "".join(line + "\n" for line in lines)
 
 

@@ -22,7 +22,12 @@ import time
 from tidewater.client.consumer import Consumer, ConsumerRecord
 from tidewater.client.metadata import TopicPartition
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import add_bootstrap_argument, bootstrap_of, cli_errors
+from tidewater.tools.commands._common import (
+    add_bootstrap_argument,
+    bootstrap_of,
+    cli_errors,
+    security_of,
+)
 from tidewater.tools.commands.kafka_flags import (
     consume_key_format,
     parse_offset,
@@ -84,7 +89,7 @@ def cmd_consume(args) -> int:
     # Kafka's console consumer resets an out-of-range offset to the end, unless --from-beginning.
     reset = "latest" if isinstance(args.offset, int) else "earliest"
     with cli_errors(f"cannot consume from {topic!r}"), \
-            Consumer(bootstrap_of(args), auto_offset_reset=reset) as consumer:
+            Consumer(bootstrap_of(args), auto_offset_reset=reset, **security_of(args)) as consumer:
         partitions = consumer.partitions_for(topic)
         if args.partition is not None:
             if args.partition not in partitions:

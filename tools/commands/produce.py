@@ -25,6 +25,7 @@ from tidewater.tools.commands._common import (
     bootstrap_of,
     cli_errors,
     describe_error,
+    security_of,
 )
 from tidewater.tools.commands.kafka_flags import (
     produce_key_separator,
@@ -170,7 +171,8 @@ def cmd_produce(args) -> int:
         raise CliError(f"cannot open ack log {args.ack_log}: {e.strerror}") from None
     results = _Results(ack_log, acks_label)
     with cli_errors(f"cannot produce to {topic!r}"):
-        producer = Producer(bootstrap_of(args), acks=parse_acks(settings["acks"]),
+        producer = Producer(bootstrap_of(args), **security_of(args),
+                            acks=parse_acks(settings["acks"]),
                             batch_size_bytes=settings["batch_size"], linger_ms=settings["linger_ms"],
                             request_timeout_ms=min(args.timeout_ms, 30000),
                             delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms,

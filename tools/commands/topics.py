@@ -17,6 +17,7 @@ from tidewater.tools.commands._common import (
     cli_errors,
     describe_error,
     parse_configs,
+    security_of,
 )
 from tidewater.tools.commands.kafka_flags import resolve_topic, resolve_topics, usage_error
 
@@ -63,7 +64,8 @@ def register(subparsers) -> None:
 
 
 def _admin(args) -> AdminClient:
-    return AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms)
+    return AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms,
+                       **security_of(args))
 
 
 def cmd_create(args) -> int:

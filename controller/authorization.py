@@ -1,0 +1,41 @@
+"""Which principal may send the controller's broker-facing requests (mutual TLS).
+
+Pure decisions for ``service.py``. With TLS configured the controller's
+listener requires a client certificate of the cluster's CA, so every call has
+a principal (``proto.tls.Principal``: the certificate's CN and OU). The calls
+only a broker makes about itself (RegisterBroker, BrokerHeartbeats,
+AlterPartition, ReportCorruptReplica) are taken only from the ``broker``
+certificate whose CN names that broker id (``broker-<id>``): a client
+certificate cannot register a broker, nor broker 2's certificate speak for
+broker 1. Refused with CLUSTER_AUTHORIZATION_FAILED before the state machine
+sees the request, so nothing changes. Admin calls (CreateTopics,
+DescribeCluster, ...) need only a certificate of the CA: brokers forward their
+clients' admin requests with their own.
+
+Without TLS there are no principals and every request is taken, as before
+(the registration's control token still guards heartbeats, AlterPartition and
+ReportCorruptReplica: ``state_machine``).
+"""
+
+from __future__ import annotations
+
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.tls import Principal, broker_id_of
+
+
+def broker_request_refusal(principal: Principal | None, broker_id: int, *,
+                           authenticating: bool) -> pb.ErrorCode | None:
+    """The ErrorCode refusing a broker's request about ``broker_id`` from ``principal``,
+    or None to take it. ``authenticating``: the listener requires client certificates."""
+    if not authenticating:
+        return None
+    if principal is None or broker_id_of(principal) != broker_id:
+        return pb.CLUSTER_AUTHORIZATION_FAILED
+    return None
+
+
+def refusal_message(principal: Principal | None, broker_id: int) -> str:
+    """What the refused broker is told (and what its log shows)."""
+    who = "no client certificate" if principal is None else (
+        f"certificate CN={principal.name}, OU={principal.role}")
+    return f"{who} may not act as broker {broker_id} (needs CN=broker-{broker_id}, OU=broker)"

@@ -1,0 +1,102 @@
+"""`tide certs` (tools/certs.py): a CA, certificates it signs, key files only their owner reads."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import stat
+import subprocess
+import sys
+
+import pytest
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tidewater.tools import certs
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def _verify(ca_pem: bytes, cert_pem: bytes) -> None:
+    """Raises unless ``cert_pem`` is signed by ``ca_pem``'s key."""
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    cert.verify_directly_issued_by(ca)
+
+
+def test_issued_certificate_names_its_role_and_hosts_and_chains_to_the_ca():
+    ca = certs.make_ca(now=NOW)
+    issued = certs.issue(ca, name="broker-3", role="broker", hosts=("10.0.0.3", "b3.example"),
+                         now=NOW)
+    _verify(ca.cert_pem, issued.cert_pem)
+    assert certs.subject_of(issued.cert_pem) == {"CN": "broker-3", "OU": "broker"}
+    cert = x509.load_pem_x509_certificate(issued.cert_pem)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.0.0.3")]
+    assert san.get_values_for_type(x509.DNSName) == ["b3.example"]
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert cert.not_valid_before_utc < NOW < cert.not_valid_after_utc
+
+
+def test_default_hosts_are_loopback_and_localhost():
+    ca = certs.make_ca(now=NOW)
+    cert = x509.load_pem_x509_certificate(certs.issue(ca, name="c", role="client", now=NOW).cert_pem)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+
+
+def test_a_certificate_of_another_ca_does_not_verify():
+    issued = certs.issue(certs.make_ca(now=NOW), name="broker-1", role="broker", now=NOW)
+    with pytest.raises(InvalidSignature):
+        _verify(certs.make_ca(now=NOW).cert_pem, issued.cert_pem)
+
+
+@pytest.mark.parametrize("name, role", [("x", "admin"), ("a,b", "broker"), ("", "client"),
+                                        ("../x", "client"), (" x", "client")])
+def test_bad_names_and_roles_are_refused(name, role):
+    with pytest.raises(certs.CertError):
+        certs.issue(certs.make_ca(now=NOW), name=name, role=role, now=NOW)
+
+
+def test_ca_dir_keys_are_0600_and_an_existing_ca_is_kept(tmp_path):
+    certs.init_ca_dir(tmp_path, now=NOW)
+    ca_pem = (tmp_path / "ca.pem").read_bytes()
+    with pytest.raises(certs.CertError, match="already holds a CA"):
+        certs.init_ca_dir(tmp_path, now=NOW)
+    assert (tmp_path / "ca.pem").read_bytes() == ca_pem
+    cert_path, key_path = certs.issue_to_dir(tmp_path, name="controller", role="controller",
+                                             now=NOW)
+    for key in (tmp_path / "ca.key", key_path):
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
+    _verify(ca_pem, cert_path.read_bytes())
+    from cryptography.hazmat.primitives import serialization
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    with pytest.raises(certs.CertError):
+        certs.issue_to_dir(tmp_path, name="ca", role="client", now=NOW)
+
+
+def test_issue_without_a_ca_says_so(tmp_path):
+    with pytest.raises(certs.CertError, match="tide certs init"):
+        certs.issue_to_dir(tmp_path, name="broker-1", role="broker", now=NOW)
+
+
+def test_cli_init_and_issue(tmp_path):
+    def tide(*args):
+        return subprocess.run([sys.executable, "-m", "tidewater.tools", "certs", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    assert tide("init", "--dir", str(tmp_path)).returncode == 0
+    result = tide("issue", "--dir", str(tmp_path), "--name", "broker-7", "--role", "broker",
+                  "--host", "10.1.2.3", "--host", "kafka-7")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(tmp_path / "broker-7.pem"), str(tmp_path / "broker-7.key")]
+    assert stat.S_IMODE((tmp_path / "broker-7.key").stat().st_mode) == 0o600
+    assert certs.subject_of((tmp_path / "broker-7.pem").read_bytes()) == {"CN": "broker-7",
+                                                                          "OU": "broker"}
+    again = tide("init", "--dir", str(tmp_path))
+    assert again.returncode == 1 and again.stderr.startswith("tide: certs init:"), again.stderr
+    bad = tide("issue", "--dir", str(tmp_path), "--name", "x", "--role", "admin")
+    assert bad.returncode == 2

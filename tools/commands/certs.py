@@ -1,0 +1,64 @@
+"""`tide certs init|issue`: a cluster CA and the certificates it signs (tools/certs.py).
+
+    tide certs init --dir DIR
+    tide certs issue --dir DIR --name broker-1 --role broker [--host H ...]
+
+``init`` writes ``DIR/ca.pem`` and ``DIR/ca.key`` (0600); ``issue`` writes
+``DIR/<name>.pem`` and ``DIR/<name>.key`` (0600), subject ``CN=<name>,
+OU=<role>``, for the hosts given (127.0.0.1 and localhost by default). A
+broker's certificate must be named ``broker-<id>``: the controller takes a
+broker's registration only from the certificate naming its id.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from tidewater.tools import certs
+from tidewater.tools.cli import CliError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("certs", help="make a cluster CA and issue certificates")
+    sub = parser.add_subparsers(dest="certs_command", metavar="ACTION")
+    sub.required = True
+
+    init = sub.add_parser("init", help="make a CA: DIR/ca.pem and DIR/ca.key")
+    init.add_argument("--dir", required=True, type=Path)
+    init.set_defaults(func=cmd_init)
+
+    issue = sub.add_parser("issue", help="a certificate and key signed by DIR's CA")
+    issue.add_argument("--dir", required=True, type=Path, help="the CA's directory (tide certs init)")
+    issue.add_argument("--name", required=True,
+                       help="the subject's CN; brokers: broker-<id>; also the files' name")
+    issue.add_argument("--role", required=True, choices=certs.ROLES, help="the subject's OU")
+    issue.add_argument("--host", action="append", default=[], metavar="HOST",
+                       help="IP or DNS name to serve as (repeatable; default 127.0.0.1 and "
+                            "localhost)")
+    issue.set_defaults(func=cmd_issue)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def cmd_init(args) -> int:
+    try:
+        path = certs.init_ca_dir(args.dir, now=_now())
+    except (certs.CertError, OSError) as e:
+        raise CliError(f"certs init: {e}") from None
+    print(path)
+    return 0
+
+
+def cmd_issue(args) -> int:
+    hosts = tuple(args.host) or certs.DEFAULT_HOSTS
+    try:
+        cert_path, key_path = certs.issue_to_dir(args.dir, name=args.name, role=args.role,
+                                                 hosts=hosts, now=_now())
+    except (certs.CertError, OSError) as e:
+        raise CliError(f"certs issue: {e}") from None
+    print(cert_path)
+    print(key_path)
+    return 0
