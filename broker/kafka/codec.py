@@ -149,21 +149,18 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
     try:
         request_type = _request_type(api_key, api_version)
         # kio's native reader allocates for a length before it checks that the bytes are
-        # there: a 100-byte frame claiming a 200 GB array aborted the process (make fuzz).
-        # Every length is checked against the frame first, in Python.
+        # there (a 100-byte frame claiming a 200 GB array aborted the process: make fuzz),
+        # and takes a null (-1) for any string or array, nullable or not. Every length is
+        # checked against the frame and the schema first, in Python.
         end = check_lengths(request_type.__header_schema__, frame, 0)
         check_lengths(request_type, frame, end)
         header, used = _reader(request_type.__header_schema__)(frame, 0)
         body, body_used = _reader(request_type)(frame, used)
-    except (ValueError, IndexError, TypeError, UnicodeDecodeError, OverflowError) as e:
-        raise InvalidRequestError(f"API key {api_key} v{api_version} does not parse: {e}") from e
-    except Exception as e:  # the native decoder's own errors
+    except InvalidRequestError:
+        raise
+    except Exception as e:  # kio's own errors (ValueError, UnicodeDecodeError, native ones)
         raise InvalidRequestError(f"API key {api_key} v{api_version} does not parse: "
                                   f"{type(e).__name__}: {e}") from e
-    # kio's reader takes a null (-1 length) for any string or array, nullable or not.
-    null = _null_field(body)
-    if null is not None:
-        raise InvalidRequestError(f"API key {api_key} v{api_version}: {null} is null")
     # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
     # sends three after a Metadata v12 asking for every topic.
     return RequestHead(api_key, api_version, correlation_id, header.client_id), body
@@ -193,7 +190,7 @@ _VARIABLE = ("string", "bytes", "records")
 
 
 class _Truncated(Exception):
-    pass
+    """A length (or a null) the frame and the schema do not allow."""
 
 
 def _uvarint(buf: bytes, offset: int) -> tuple[int, int]:
@@ -223,28 +220,31 @@ def _length(buf: bytes, offset: int, compact: bool, wide: bool) -> tuple[int, in
 
 
 @cache
-def _wire_fields(entity_type: type) -> tuple[tuple[str, str | None, bool, Any], ...]:
-    """(kind, kafka type, is array, nested type) per untagged field, in wire order."""
+def _wire_fields(entity_type: type) -> tuple[tuple[str, str | None, bool, bool, Any], ...]:
+    """(name, kafka type, nullable, is array, nested type) per untagged field, in wire
+    order. (No request we serve has a nullable struct, which would carry a marker byte.)"""
     hints = _hints(entity_type)
     out = []
     for f in dataclasses.fields(entity_type):
         if "tag" in f.metadata:
             continue  # tagged fields are skipped by their own sizes
         hint = hints[f.name]
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        item = args[0] if typing.get_args(hint) and type(None) in typing.get_args(hint) else hint
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        item = next(a for a in args if a is not type(None)) if nullable else hint
         is_array = typing.get_origin(item) is tuple
         if is_array:
             item = typing.get_args(item)[0]
         nested = item if dataclasses.is_dataclass(item) else None
-        out.append((f.name, f.metadata.get("kafka_type"), is_array, nested))
+        out.append((f.name, f.metadata.get("kafka_type"), nullable, is_array, nested))
     return tuple(out)
 
 
 def check_lengths(entity_type: type, buf: bytes, offset: int) -> int:
     """Walk ``entity_type``'s encoding in ``buf`` from ``offset`` checking that every length
-    (strings, bytes, arrays, tagged fields) fits in what is left; returns the end offset.
-    InvalidRequestError otherwise. No value is decoded: that is kio's job."""
+    (strings, bytes, arrays, tagged fields) fits in what is left and that no field the
+    schema does not let be null is; returns the end offset. InvalidRequestError otherwise.
+    No value is decoded: that is kio's job."""
     try:
         return _walk(entity_type, buf, offset)
     except _Truncated as e:
@@ -255,15 +255,17 @@ def _walk(entity_type: type, buf: bytes, offset: int) -> int:
     flexible = bool(entity_type.__flexible__)
     # The request header's client_id keeps its int16 length even in header v2.
     compact = flexible and entity_type.__name__ != "RequestHeader"
-    for name, kafka_type, is_array, nested in _wire_fields(entity_type):
+    for name, kafka_type, nullable, is_array, nested in _wire_fields(entity_type):
         if is_array:
             count, offset = _length(buf, offset, compact, wide=True)
+            if count < 0 and not nullable:
+                raise _Truncated(f"{name} is null")
             if count > len(buf) - offset:  # every element takes at least one byte
                 raise _Truncated(f"{name}: {count} elements in {len(buf) - offset} bytes")
-            for _ in range(max(count, 0)):
-                offset = _walk_one(kafka_type, nested, buf, offset, compact, name)
+            for _ in range(max(count, 0)):  # an element is never null
+                offset = _walk_one(kafka_type, nested, False, buf, offset, compact, name)
         else:
-            offset = _walk_one(kafka_type, nested, buf, offset, compact, name)
+            offset = _walk_one(kafka_type, nested, nullable, buf, offset, compact, name)
     if flexible:
         tags, offset = _uvarint(buf, offset)
         for _ in range(tags):
@@ -275,53 +277,22 @@ def _walk(entity_type: type, buf: bytes, offset: int) -> int:
     return offset
 
 
-def _walk_one(kafka_type: str | None, nested: Any, buf: bytes, offset: int, compact: bool,
-              name: str) -> int:
+def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes, offset: int,
+              compact: bool, name: str) -> int:
     if nested is not None:
         return _walk(nested, buf, offset)
     if kafka_type in _FIXED_SIZES:
         offset += _FIXED_SIZES[kafka_type]
     elif kafka_type in _VARIABLE:
         size, offset = _length(buf, offset, compact, wide=kafka_type != "string")
+        if size < 0 and not nullable:
+            raise _Truncated(f"{name} is null")
         offset += max(size, 0)
     else:
         raise _Truncated(f"{name}: unknown wire type {kafka_type!r}")
     if offset > len(buf):
         raise _Truncated(f"{name} past the end")
     return offset
-
-
-@cache
-def _field_shapes(entity_type: type) -> tuple[tuple[str, bool, bool], ...]:
-    """(name, nullable, holds entities) of each field of ``entity_type``."""
-    hints = _hints(entity_type)
-    shapes = []
-    for f in dataclasses.fields(entity_type):
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        nullable = type(None) in args
-        inner = [a for a in args if a is not type(None)] if nullable else [hint]
-        item = inner[0] if inner else hint
-        if typing.get_origin(item) is tuple:
-            item = typing.get_args(item)[0]
-        shapes.append((f.name, nullable, dataclasses.is_dataclass(item)))
-    return tuple(shapes)
-
-
-def _null_field(entity: Any, path: str = "") -> str | None:
-    """The dotted name of the first non-nullable field holding None, or None."""
-    for name, nullable, holds_entities in _field_shapes(type(entity)):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                return path + name
-            continue
-        if holds_entities:
-            for item in value if isinstance(value, tuple) else (value,):
-                found = _null_field(item, f"{path}{name}.")
-                if found is not None:
-                    return found
-    return None
 
 
 # ---------------------------------------------------------------- building entities
