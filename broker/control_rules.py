@@ -22,6 +22,10 @@ simulation's broker both run:
   else is CLUSTER_AUTHORIZATION_FAILED before the request is looked at.
   Without TLS there are no principals and this rule takes everything (the
   control token above still applies).
+- ``client_fetch_refusal``: a fetch on a client-facing path (gRPC ``Broker``, the
+  Kafka listener) claiming a replica id is CLUSTER_AUTHORIZATION_FAILED: only cluster
+  members fetch as followers, on ``BrokerControl``, and a forged follower fetch
+  could move the high watermark past what followers really hold.
 - ``is_isr_eligible`` (KIP-903, Kafka's ``isReplicaIsrEligible``): a follower's
   fetch may add it to the ISR only if the last snapshot lists it live, unfenced
   and not shutting down, with exactly the broker epoch the fetch carries.
@@ -74,6 +78,11 @@ def control_principal_refusal(rpc: str, principal: Principal | None, *, authenti
             return None
         return pb.CLUSTER_AUTHORIZATION_FAILED
     raise ValueError(f"not a BrokerControl call: {rpc!r}")  # a programming error
+
+
+def client_fetch_refusal(replica_id: int) -> int | None:
+    """The ErrorCode refusing a fetch that came in on a client-facing path, or None."""
+    return pb.CLUSTER_AUTHORIZATION_FAILED if replica_id >= 0 else None
 
 
 def is_isr_eligible(alive_broker_epochs: Mapping[int, int] | None, replica_id: int,

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import grpc
 
-from tidewater.broker.control_rules import control_principal_refusal
+from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.proto import tidewater_pb2 as pb
@@ -48,9 +48,6 @@ log = logging.getLogger("tidewater.broker.server")
 
 def _nothing() -> None:
     pass
-
-# A follower fetch sent to the client service: only cluster members may act as followers.
-_FOLLOWER_FETCH_REFUSED = pb.FetchResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
 
 # Responses with a request-level error_code field.
 _REQUEST_LEVEL_ERROR = {
@@ -109,19 +106,17 @@ class _Servicer:
             observe = self._observe_latency[name] = self.metrics.request_latency.labels(name).observe
         return observe
 
-    async def _fetch_stream(self, context, name: str, *, followers: bool,
-                            refusal: Callable[[int], int | None] | None = None) -> None:
-        """One fetch after another on a stream; ``followers``: replica_id >= 0 is taken.
-        ``refusal``: replica_id -> the ErrorCode refusing that request (or None)."""
+    async def _fetch_stream(self, context, name: str,
+                            refusal: Callable[[int], int | None]) -> None:
+        """One fetch after another on a stream; ``refusal``: replica_id -> the ErrorCode
+        refusing that request (or None to serve it)."""
         observe = self._observer(name)
         reader = _StreamReader(context, self.replica_manager)
         try:
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
                 try:
-                    if not followers and request.replica_id >= 0:
-                        response = _FOLLOWER_FETCH_REFUSED
-                    elif refusal is not None and (code := refusal(request.replica_id)):
+                    if code := refusal(request.replica_id):
                         response = pb.FetchResponse(error_code=code)
                     else:
                         response = await self.replica_manager.fetch(request)
@@ -149,8 +144,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("Fetch")
     async def Fetch(self, request, context):
-        if request.replica_id >= 0:
-            return _FOLLOWER_FETCH_REFUSED
+        if code := client_fetch_refusal(request.replica_id):
+            return pb.FetchResponse(error_code=code)
         return await self.replica_manager.fetch(request)
 
     async def FetchStream(self, request_iterator, context):
@@ -158,7 +153,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
         A message on an open stream costs about half the CPU of a unary call (both sides),
         and a caught-up consumer sends one fetch per record it is woken for."""
-        await self._fetch_stream(context, "FetchStream", followers=False)
+        await self._fetch_stream(context, "FetchStream", client_fetch_refusal)
 
     async def ProduceStream(self, request_iterator, context):
         """Produce requests on one long-lived stream, appended in arrival order.
@@ -272,14 +267,14 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         with a ping-pong microbenchmark), for an event as rare as a LeaderAndIsr.
         An exception escaping a fetch is answered as a request-level error, as for Fetch.
         """
-        refusal = None
-        if self.authenticating:  # the peer's certificate, read once per stream
-            principal = principal_of(context.auth_context())
+        # The peer's certificate, read once per stream (no principals without TLS).
+        principal = principal_of(context.auth_context()) if self.authenticating else None
 
-            def refusal(replica_id: int) -> int | None:
-                return control_principal_refusal("ReplicaFetch", principal, authenticating=True,
-                                                 replica_id=replica_id)
-        await self._fetch_stream(context, "ReplicaFetch", followers=True, refusal=refusal)
+        def refusal(replica_id: int) -> int | None:
+            return control_principal_refusal("ReplicaFetch", principal,
+                                             authenticating=self.authenticating,
+                                             replica_id=replica_id)
+        await self._fetch_stream(context, "ReplicaFetch", refusal)
 
 
 class _StreamReader:

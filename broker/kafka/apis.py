@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
@@ -267,11 +268,9 @@ def fetch_values(response: pb.FetchResponse, version: int = 12) -> dict[str, Any
 
 
 async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
-    if body.replica_id >= 0:
-        # Followers fetch over the INTERNAL gRPC listener; here, a forged one could move
-        # the high watermark past what followers really hold.
-        return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
-                      "session_id": 0, "responses": []})
+    if code := client_fetch_refusal(body.replica_id):  # followers fetch on BrokerControl
+        return _done({"throttle_time": 0, "error_code": code, "session_id": 0,
+                      "responses": []})
     session_id = getattr(body, "session_id", 0)
     if session_id != 0:
         # Fetch sessions (KIP-227) are declined: every fetch we answer says session 0,
