@@ -184,34 +184,33 @@ def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
             "record_errors": [], "error_message": p.error_message or None})}
 
 
+def _refused(p: pb.ProducePartitionData, code: int, message: str) -> pb.ProducePartitionResponse:
+    return pb.ProducePartitionResponse(topic=p.topic, partition=p.partition, error_code=code,
+                                       error_message=message, base_offset=-1,
+                                       log_start_offset=-1)
+
+
 async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     """Appends now (requests on one connection keep their order); the returned awaitable
     is the answer: at once for acks=1, when the ISR has the records for acks=all, None
     (no answer at all) for acks=0."""
     request = produce_request(body)
-    refused: list[pb.ProducePartitionResponse] = []
-    if head.api_version < ZSTD_PRODUCE_FROM and any(uses_zstd(p.records)
-                                                    for p in request.partitions):
+    refused = []
+    if body.transactional_id is not None or head.api_version < ZSTD_PRODUCE_FROM:
         kept = []
         for p in request.partitions:
-            if uses_zstd(p.records):
-                refused.append(pb.ProducePartitionResponse(
-                    topic=p.topic, partition=p.partition,
-                    error_code=pb.UNSUPPORTED_COMPRESSION_TYPE, base_offset=-1,
-                    error_message=f"zstd needs Produce v{ZSTD_PRODUCE_FROM}+",
-                    log_start_offset=-1))
+            if body.transactional_id is not None:
+                refused.append(_refused(p, pb.INVALID_REQUEST, "transactions are not supported"))
+            elif head.api_version < ZSTD_PRODUCE_FROM and uses_zstd(p.records):
+                refused.append(_refused(p, pb.UNSUPPORTED_COMPRESSION_TYPE,
+                                        f"zstd needs Produce v{ZSTD_PRODUCE_FROM}+"))
             else:
                 kept.append(p)
         del request.partitions[:]
         request.partitions.extend(kept)
-    if body.transactional_id is not None:
-        refused = pb.ProduceResponse(partitions=[
-            pb.ProducePartitionResponse(
-                topic=p.topic, partition=p.partition, error_code=pb.INVALID_REQUEST,
-                error_message="transactions are not supported", base_offset=-1,
-                log_start_offset=-1)
-            for p in request.partitions])
-        return _done(produce_values(refused))
+        if not kept:
+            answer = pb.ProduceResponse(partitions=refused)
+            return _done(None if request.acks == 0 else produce_values(answer))
     rm = s.replica_manager
     response, waits = await rm.produce_append(request)
     response.partitions.extend(refused)

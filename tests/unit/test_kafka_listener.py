@@ -347,3 +347,15 @@ async def test_a_length_beyond_the_frame_is_refused_before_kio_allocates_it(tmp_
         bad.writer.write(struct.pack(">i", len(frame)) + frame)
         assert await bad.closed_by_server()
         await api_versions_work(listening)
+
+
+async def test_a_transactional_produce_is_refused_for_every_partition(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        values = produce_values(zstd_batch())
+        values["transactional_id"] = "tx-1"
+        answer = await c.call(apis.PRODUCE, 6, values)  # zstd too old as well: one answer
+        [[partition]] = [t.partition_responses for t in answer.responses]
+        assert partition.error_code == pb.INVALID_REQUEST
+        assert listening.rm.partitions[TP].log.log_end_offset == 0
+        c.close()
