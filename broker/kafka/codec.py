@@ -336,14 +336,7 @@ def _convert(value: Any, hint: Any, kafka_type: str | None) -> Any:
         if isinstance(value, datetime.timedelta):
             return value
         return datetime.timedelta(milliseconds=int(value))
-    if kafka_type in ("datetime_i64",):
-        return value
     return value
-
-
-def values_of(entity: Any) -> dict[str, Any]:
-    """A decoded entity's fields as a dict (nested entities stay entities)."""
-    return {f.name: getattr(entity, f.name) for f in dataclasses.fields(entity)}
 
 
 def milliseconds(value: Any) -> int:
