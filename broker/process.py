@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 
 from tidewater.broker.config import BrokerConfig
@@ -99,12 +100,14 @@ class BrokerProcess:
                  "new data dir" if manager.is_new
                  else f"clean shutdown before: {manager.had_clean_shutdown}")
         tls = c.tls.load() if c.tls is not None else None  # TlsConfigError: cannot start
+        # What this broker presents on its own channels (to the controller, to leaders).
+        member_credentials = channel_credentials(tls) if tls is not None else None
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
             max_message_bytes=c.socket_request_max_bytes,
-            credentials=channel_credentials(tls) if tls is not None else None)
+            credentials=member_credentials)
         channel = self.controller_channel
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
@@ -112,7 +115,7 @@ class BrokerProcess:
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
-            channel_credentials=channel_credentials(tls) if tls is not None else None)
+            channel_credentials=member_credentials)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]
@@ -138,8 +141,9 @@ class BrokerProcess:
             log.info("broker %d serving %s on %s:%d%s", c.broker_id, name, host, bound,
                      (" (TLS, client certificates required)" if internal else " (TLS)")
                      if tls is not None else "")
+        kafka_ssl = server_ssl_context(c.tls) if c.tls is not None else None
         for name, listen, advertise in c.kafka_listeners():
-            await self._start_kafka_listener(forwarder, name, listen, advertise)
+            await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
@@ -147,7 +151,8 @@ class BrokerProcess:
                                                       "controller-session")
 
     async def _start_kafka_listener(self, forwarder: ControllerForwarder, name: str,
-                                    listen: tuple[str, int], advertise: tuple[str, int]) -> None:
+                                    listen: tuple[str, int], advertise: tuple[str, int],
+                                    ssl_context: ssl.SSLContext | None) -> None:
         """Kafka's protocol on the same paths as gRPC, registered as listener ``name``, so
         Metadata answers its clients with every broker's address on that listener."""
         c = self.config
@@ -158,7 +163,7 @@ class BrokerProcess:
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
             observe=self._observe_kafka_request,
-            ssl_context=server_ssl_context(c.tls) if c.tls is not None else None)
+            ssl_context=ssl_context)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
