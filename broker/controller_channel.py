@@ -54,10 +54,11 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from tidewater.broker.channels import channel_options, open_channel
+from tidewater.broker.channels import channel_options
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import UnsupportedVersionError
+from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.controller_channel")
 
@@ -99,7 +100,7 @@ class ControllerChannel:
         host, port = controller_address
         # ``credentials``: TLS, presenting this broker's certificate (the controller's
         # listener requires it and takes this broker's calls only from broker-<id>).
-        self._channel = open_channel(f"{host}:{port}", channel_options(max_message_bytes),
+        self._channel = open_aio_channel(f"{host}:{port}", channel_options(max_message_bytes),
                                      credentials)
         self.stub = pb_grpc.ControllerStub(self._channel)
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 import grpc
 
-from tidewater.broker.channels import channel_options, open_channel
+from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.partition import Partition
@@ -52,6 +52,7 @@ from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError
+from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.fetcher")
 
@@ -135,7 +136,7 @@ class LeaderFetcher:
             if self._channel is not None:
                 asyncio.ensure_future(self._channel.close())
             limit = self.manager.config.socket_request_max_bytes
-            self._channel = open_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
+            self._channel = open_aio_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
                                          self.manager.channel_credentials)
             self._stub = _LeaderStubs(self._channel)
             self._endpoint = endpoint

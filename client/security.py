@@ -25,6 +25,8 @@ from pathlib import Path
 
 import grpc
 
+from tidewater.proto.tls import open_aio_channel
+
 PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
@@ -91,10 +93,7 @@ def sync_channel(target: str, security: ClientSecurity, options) -> grpc.Channel
 
 
 def aio_channel(target: str, security: ClientSecurity, options) -> grpc.aio.Channel:
-    credentials = channel_credentials(security)
-    if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=options)
+    return open_aio_channel(target, options, channel_credentials(security))
 
 
 # ---------------------------------------------------------------------- Kafka properties files

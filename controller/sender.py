@@ -47,6 +47,7 @@ from tidewater.controller.metadata import ImagePoisonedError
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +84,7 @@ class BrokerSender:
         self._pending_stop: dict[tuple[str, int], PartitionRecord] = {}
         self._wake = asyncio.Event()
         self._closed = False
-        self._channel = (grpc.aio.insecure_channel(target, options=channel_options(config))
-                         if credentials is None else
-                         grpc.aio.secure_channel(target, credentials,
-                                                 options=channel_options(config)))
+        self._channel = open_aio_channel(target, channel_options(config), credentials)
         self._stub = pb_grpc.BrokerControlStub(self._channel)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"sender-{broker_id}-{broker_epoch}")

@@ -111,6 +111,17 @@ def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
                                         certificate_chain=material.cert_pem)
 
 
+def open_aio_channel(target: str, options: Sequence[tuple[str, int]],
+                     credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+    """An aio channel to ``target``: TLS with ``credentials``, else plaintext (the one
+    place the brokers, the controller and the clients choose between the two)."""
+    import grpc
+
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
 def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
     """For the Kafka listener (asyncio TCP): TLS 1.2+, no client certificate asked for
     (Kafka's ``ssl.client.auth=none``)."""
