@@ -60,6 +60,12 @@ _BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
@@ -108,6 +114,15 @@ class BrokerConfig:
     # block scanner reads 1 MiB/s per volume by default: a TiB in ~12 days, on any disk.
     log_scrub_bytes_per_second: int = MIB
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
+    # The group coordinator (broker/group), Kafka's names and defaults. The offsets
+    # topic is created with these on first use; the replication factor is capped at the
+    # live broker count then.
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_commit_timeout_ms: int = 5000  # an acks=all wait for a group's write
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
@@ -162,12 +177,20 @@ class BrokerConfig:
             "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
             "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
             "socket.request.max.bytes": self.socket_request_max_bytes,
+            "offsets.topic.num.partitions": self.offsets_topic_num_partitions,
+            "offsets.topic.replication.factor": self.offsets_topic_replication_factor,
+            "offsets.commit.timeout.ms": self.offsets_commit_timeout_ms,
+            "group.min.session.timeout.ms": self.group_min_session_timeout_ms,
         }
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{name} must be positive, got {value}")
         if self.replica_fetch_wait_max_ms < 0:
             raise ConfigError("replica.fetch.wait.max.ms must not be negative")
+        if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:
+            raise ConfigError("group.max.session.timeout.ms is below group.min.session.timeout.ms")
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ConfigError("group.initial.rebalance.delay.ms must not be negative")
         if self.log_scrub_bytes_per_second < 0:
             raise ConfigError("log.scrub.bytes.per.second must not be negative (0 = off)")
         if self.log_scrub_interval_ms < 0:

@@ -32,6 +32,7 @@ import time
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_channel import ControllerChannel
 from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metadata_cache import MetadataCache
@@ -63,6 +64,7 @@ class BrokerProcess:
         self.metadata_cache = MetadataCache()
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.group_coordinator: GroupCoordinator | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers = []
         self.kafka_listeners: list[KafkaListener] = []
@@ -118,6 +120,9 @@ class BrokerProcess:
             channel_credentials=member_credentials)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
+        self.group_coordinator = GroupCoordinator(
+            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            controller=forwarder, config=c, supervisor=self.supervisor)
         listeners = [("INTERNAL", c.listen)]
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
@@ -147,6 +152,7 @@ class BrokerProcess:
         if c.metrics_port:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
+        self.group_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(),
                                                       "controller-session")
 
@@ -158,7 +164,8 @@ class BrokerProcess:
         c = self.config
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
-                            listener_name=name, topic_config_defaults=self._topic_config_defaults)
+                            listener_name=name, topic_config_defaults=self._topic_config_defaults,
+                            group_coordinator=self.group_coordinator)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
@@ -211,6 +218,8 @@ class BrokerProcess:
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
         await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
+        if self.group_coordinator is not None:
+            await self.group_coordinator.stop()
         if self.replica_manager is not None:
             await self.replica_manager.stop()
             self.replica_manager.checkpoint_high_watermarks()

@@ -27,7 +27,7 @@ max.message.bytes                 int      >= 0
 message.timestamp.type            string   CreateTime, LogAppendTime
 min.insync.replicas               int      >= 1
 unclean.leader.election.enable    boolean  true, false
-cleanup.policy                    list     delete                  compaction is not implemented
+cleanup.policy                    list     delete, compact         compact: kept, not yet cleaned
 ================================  =======  ======================  ==================================
 
 Any other name is refused. Each value is checked on its own (no rule spans
@@ -135,7 +135,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
                    log_field="message_timestamp_type"),
     TopicConfigDef("min.insync.replicas", "int", 1),
     TopicConfigDef("unclean.leader.election.enable", "boolean"),
-    TopicConfigDef("cleanup.policy", "list", choices=("delete",)),
+    TopicConfigDef("cleanup.policy", "list", choices=("delete", "compact")),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.

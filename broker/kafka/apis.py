@@ -21,6 +21,7 @@ DeleteTopics (20)     1-5   forwarded to the controller
 CreatePartitions (37) 0-3   forwarded; manual assignments are refused
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
+group APIs            ...   8, 9, 10-16, 42: ``group_apis`` (the group coordinator)
 ===================== ===== ======================================================
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
@@ -40,6 +41,7 @@ from typing import Any
 
 from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
@@ -61,12 +63,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
     CREATE_PARTITIONS: (0, 3),
+    **GROUP_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
 DECODED_FROM = {PRODUCE: 3}
 
 FETCH_SESSION_ID_NOT_FOUND = 70
+INTERNAL_OFFSETS_TOPIC = "__consumer_offsets"
 NO_TOPIC_ID = uuid.UUID(int=0)
 # zstd batches exist for Kafka clients from Produce v7 and Fetch v10 on (KIP-110): an
 # older client could not decompress them.
@@ -97,6 +101,7 @@ class Services:
     listener_name: str  # the registration's listener whose addresses Metadata answers
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
+    group_coordinator: Any = None  # broker/group GroupCoordinator (the group APIs)
 
 
 Response = dict[str, Any] | None
@@ -137,7 +142,7 @@ async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Respons
     answer = s.metadata_cache.metadata_response(names or [], s.listener_name)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
-        "is_internal": False,
+        "is_internal": t.name == INTERNAL_OFFSETS_TOPIC,
         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -451,5 +456,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CONFIGS: on_describe_configs,
     DESCRIBE_CLUSTER: on_describe_cluster,
     CREATE_PARTITIONS: on_create_partitions,
+    **GROUP_HANDLERS,
 }
 assert set(HANDLERS) == set(SUPPORTED)

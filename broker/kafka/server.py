@@ -39,6 +39,7 @@ from tidewater.broker.kafka.codec import (
     peek_head,
     response_type,
 )
+from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
 
@@ -210,4 +211,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               apis.METADATA: "Metadata", apis.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
               apis.API_VERSIONS: "ApiVersions", apis.CREATE_TOPICS: "CreateTopics",
               apis.DELETE_TOPICS: "DeleteTopics", apis.DESCRIBE_CONFIGS: "DescribeConfigs",
-              apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions"}
+              apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions",
+              **GROUP_API_NAMES}

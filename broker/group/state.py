@@ -1,0 +1,689 @@
+"""The classic consumer-group protocol as a pure state machine (Kafka's GroupCoordinator
+and GroupMetadata): requests and ticks in, a ``Ready`` out. No sockets, no log, no clock.
+
+Theory of operation
+-------------------
+``GroupCoordinatorState`` holds every group of one ``__consumer_offsets`` partition.
+Each call takes ``now_ms`` and an opaque ``token`` (the shell's handle on the request
+being answered) and returns a ``Ready``:
+
+* ``replies``: ``(token, Answer)`` pairs the shell sends now;
+* ``writes``: ``Write``s the shell must append to the partition (acks=all) and then
+  report with ``on_write_done(write_id, error_code, now_ms)``, whose Ready carries the
+  answers that waited for it. Nothing a write carries changes the in-memory state
+  before it is durable (offset commits, a leader's assignments, a deleted group).
+
+A group moves through Kafka's states::
+
+    EMPTY --join--> PREPARING_REBALANCE --all joined / deadline--> COMPLETING_REBALANCE
+      ^                 ^    |                                           |
+      |   last member   |    +-- no member left --> EMPTY                | leader's
+      +-----leaves------+--- join / leave / session expiry <-- STABLE <--+ SyncGroup
+                                                                            written
+    EMPTY --DeleteGroups (written)--> DEAD
+
+Rules (Kafka's): a first JoinGroup without a member id (v4+) gets MEMBER_ID_REQUIRED and
+a fresh id, held as *pending* for one session timeout (KIP-394). A rebalance completes
+when every member has rejoined and no pending member is left, or at the rebalance
+deadline (the largest rebalance timeout), when members that did not rejoin are removed.
+A rebalance of an empty group waits ``initial_rebalance_delay_ms`` (extended by each new
+member, bounded by the rebalance timeout) so a starting group settles in one generation.
+The leader's SyncGroup is written as the group's metadata before anyone gets an
+assignment. Heartbeats keep a member; one silent for its session timeout is removed
+(members awaiting a join or sync answer are kept alive by that wait). OffsetCommit
+checks the generation (a generation < 0 commit is for an empty group only: a
+standalone consumer or an admin reset). ``group.instance.id`` is carried and stored, but
+members are handled as dynamic ones (static membership is not implemented).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidewater.broker.group import records
+from tidewater.proto import tidewater_pb2 as pb
+
+NO_GENERATION = -1
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """The broker's group.* settings (Kafka's names and defaults)."""
+
+    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    max_size: int = 1 << 31  # group.max.size
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]  # (name, metadata) in the member's preference order
+    assignment: bytes = b""
+    last_heartbeat_ms: int = 0
+    join_token: Any = None  # a JoinGroup waiting for the rebalance to complete
+    sync_token: Any = None  # a SyncGroup waiting for the leader's assignment
+    is_new: bool = True
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+    def is_alive(self, now_ms: int) -> bool:
+        if self.join_token is not None or self.sync_token is not None:
+            return True
+        return now_ms < self.last_heartbeat_ms + self.session_timeout_ms
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending_members: dict[str, int] = field(default_factory=dict)  # member id -> expiry ms
+    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    state_timestamp_ms: int = -1
+    join_deadline_ms: int = 0  # PREPARING_REBALANCE: complete by then
+    delay_deadline_ms: int | None = None  # an initial rebalance's delay, extended per join
+    delay_limit_ms: int = 0
+
+    def transition(self, state: GroupState, now_ms: int) -> None:
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def all_joined(self) -> bool:
+        return (not self.pending_members
+                and all(m.join_token is not None for m in self.members.values()))
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def select_protocol(self) -> str:
+        """Kafka's vote: among the protocols every member supports, each member votes for
+        its most preferred one; the most votes win (the first candidate on a tie)."""
+        members = list(self.members.values())
+        candidates = [name for name, _ in members[0].protocols
+                      if all(any(n == name for n, _ in m.protocols) for m in members)]
+        votes = {name: 0 for name in candidates}
+        for m in members:
+            votes[next(n for n, _ in m.protocols if n in votes)] += 1
+        return max(candidates, key=lambda name: votes[name])
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        if not protocols:
+            return False
+        if not self.members:
+            return True
+        names = {n for n, _ in protocols}
+        return self.protocol_type == protocol_type and all(
+            names & {n for n, _ in m.protocols} for m in self.members.values())
+
+
+# ---------------------------------------------------------------- answers
+
+@dataclass(frozen=True)
+class JoinAnswer:
+    error_code: int
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # leader: (id, instance, metadata)
+
+
+@dataclass(frozen=True)
+class SyncAnswer:
+    error_code: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class CodeAnswer:
+    """Heartbeat, DeleteGroups (per group), LeaveGroup (per member)."""
+
+    error_code: int
+
+
+@dataclass(frozen=True)
+class CommitAnswer:
+    errors: dict[tuple[str, int], int]  # (topic, partition) -> error code
+
+
+Answer = JoinAnswer | SyncAnswer | CodeAnswer | CommitAnswer
+
+
+@dataclass(frozen=True)
+class Write:
+    """Records to append to the group's partition before the answers they carry."""
+
+    write_id: int
+    records: tuple[records.GroupRecord, ...]
+
+
+@dataclass
+class Ready:
+    replies: list[tuple[Any, Answer]] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+
+    def extend(self, other: Ready) -> Ready:
+        self.replies += other.replies
+        self.writes += other.writes
+        return self
+
+
+@dataclass
+class _PendingWrite:
+    group_id: str
+    # error code -> the Ready that follows (applied to the state by the callback).
+    on_done: Callable[[int, int], Ready]
+
+
+def _group_metadata_record(group: Group, now_ms: int) -> records.GroupRecord:
+    return records.GroupMetadataRecord(
+        group.group_id, records.GroupMetadataValue(
+            protocol_type=group.protocol_type or "", generation=group.generation,
+            protocol=group.protocol_name, leader=group.leader_id,
+            current_state_timestamp_ms=now_ms,
+            members=tuple(records.MemberMetadata(
+                member_id=m.member_id, group_instance_id=m.group_instance_id,
+                client_id=m.client_id, client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                session_timeout_ms=m.session_timeout_ms,
+                subscription=m.metadata(group.protocol_name or ""),
+                assignment=m.assignment) for m in group.members.values())))
+
+
+# Errors a failed append answers with, as Kafka maps them for the group's clients:
+# each tells the client to find the coordinator again (or to retry).
+def coordinator_error_for_write(code: int) -> int:
+    if code in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.NOT_ENOUGH_REPLICAS,
+                pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND, pb.REQUEST_TIMED_OUT):
+        return pb.COORDINATOR_NOT_AVAILABLE
+    if code in (pb.NOT_LEADER_OR_FOLLOWER, pb.KAFKA_STORAGE_ERROR, pb.FENCED_LEADER_EPOCH):
+        return pb.NOT_COORDINATOR
+    if code in (pb.MESSAGE_TOO_LARGE, pb.RECORD_LIST_TOO_LARGE, pb.INVALID_FETCH_SIZE):
+        return pb.UNKNOWN_SERVER_ERROR
+    return code
+
+
+class GroupCoordinatorState:
+    """Every group of one ``__consumer_offsets`` partition; see the module docstring."""
+
+    def __init__(self, settings: GroupSettings | None = None,
+                 new_member_id: Callable[[str], str] | None = None):
+        self.settings = settings or GroupSettings()
+        self.groups: dict[str, Group] = {}
+        self._write_ids = itertools.count(1)
+        self._pending_writes: dict[int, _PendingWrite] = {}
+        self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
+
+    # ------------------------------------------------------------ loading
+
+    def replay(self, record: records.GroupRecord, now_ms: int) -> None:
+        """Apply one record read back from the partition (the same meaning as when written)."""
+        if isinstance(record, records.OffsetCommitRecord):
+            group = self.groups.setdefault(record.group_id, Group(record.group_id))
+            tp = (record.topic, record.partition)
+            if record.value is None:
+                group.offsets.pop(tp, None)
+            else:
+                v = record.value
+                group.offsets[tp] = CommittedOffset(v.offset, v.leader_epoch, v.metadata,
+                                                    v.commit_timestamp_ms)
+        elif isinstance(record, records.GroupMetadataRecord):
+            if record.value is None:
+                self.groups.pop(record.group_id, None)
+                return
+            v = record.value
+            group = self.groups.setdefault(record.group_id, Group(record.group_id))
+            group.generation = v.generation
+            group.protocol_type = v.protocol_type or None
+            group.protocol_name = v.protocol
+            group.leader_id = v.leader
+            group.members = {m.member_id: Member(
+                member_id=m.member_id, group_instance_id=m.group_instance_id,
+                client_id=m.client_id, client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                session_timeout_ms=m.session_timeout_ms, protocol_type=v.protocol_type,
+                protocols=[(v.protocol or "", m.subscription)], assignment=m.assignment,
+                last_heartbeat_ms=now_ms, is_new=False) for m in v.members}
+            group.transition(GroupState.STABLE if group.members else GroupState.EMPTY, now_ms)
+
+    def end_load(self, now_ms: int) -> None:
+        """Loaded members' session timers start now (they heartbeat the new coordinator)."""
+        for group in self.groups.values():
+            for m in group.members.values():
+                m.last_heartbeat_ms = now_ms
+
+    # ------------------------------------------------------------ JoinGroup
+
+    def join_group(self, token: Any, now_ms: int, *, group_id: str, member_id: str,
+                   group_instance_id: str | None, client_id: str, client_host: str,
+                   protocol_type: str, protocols: list[tuple[str, bytes]],
+                   session_timeout_ms: int, rebalance_timeout_ms: int,
+                   require_known_member_id: bool) -> Ready:
+        s = self.settings
+        if not group_id:
+            return self._join_error(token, pb.INVALID_GROUP_ID, member_id)
+        if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
+            return self._join_error(token, pb.INVALID_SESSION_TIMEOUT, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return self._join_error(token, pb.UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
+        if group.state == GroupState.DEAD:
+            # Deleted meanwhile: the client finds the coordinator again.
+            return self._join_error(token, pb.COORDINATOR_NOT_AVAILABLE, member_id)
+        if not group.supports(protocol_type, protocols):
+            return self._join_error(token, pb.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if not member_id:
+            if len(group.members) + len(group.pending_members) >= s.max_size:
+                return self._join_error(token, pb.GROUP_MAX_SIZE_REACHED, member_id)
+            new_id = self._new_member_id(client_id)
+            if require_known_member_id:
+                group.pending_members[new_id] = now_ms + session_timeout_ms
+                return self._join_error(token, pb.MEMBER_ID_REQUIRED, new_id)
+            return self._add_member(group, token, now_ms, new_id, group_instance_id, client_id,
+                                    client_host, protocol_type, protocols, session_timeout_ms,
+                                    rebalance_timeout_ms)
+        if member_id in group.pending_members:
+            del group.pending_members[member_id]
+            return self._add_member(group, token, now_ms, member_id, group_instance_id,
+                                    client_id, client_host, protocol_type, protocols,
+                                    session_timeout_ms, rebalance_timeout_ms)
+        member = group.members.get(member_id)
+        if member is None:
+            return self._join_error(token, pb.UNKNOWN_MEMBER_ID, member_id)
+        ready = Ready()
+        if member.join_token is not None:  # a retried join replaces the one waiting
+            ready.replies.append((member.join_token, JoinAnswer(pb.UNKNOWN_MEMBER_ID,
+                                                                member_id=member_id)))
+            member.join_token = None
+        unchanged = member.protocols == protocols
+        member.last_heartbeat_ms = now_ms
+        if group.state == GroupState.PREPARING_REBALANCE:
+            self._update_member(member, token, protocols, session_timeout_ms,
+                                rebalance_timeout_ms)
+            return ready.extend(self._maybe_complete_join(group, now_ms))
+        if group.state == GroupState.COMPLETING_REBALANCE and unchanged:
+            ready.replies.append((token, self._join_answer(group, member_id)))
+            return ready
+        if group.state == GroupState.STABLE and unchanged and member_id != group.leader_id:
+            ready.replies.append((token, self._join_answer(group, member_id)))
+            return ready
+        self._update_member(member, token, protocols, session_timeout_ms, rebalance_timeout_ms)
+        return ready.extend(self._prepare_rebalance(group, now_ms))
+
+    def _join_error(self, token: Any, code: int, member_id: str) -> Ready:
+        return Ready(replies=[(token, JoinAnswer(code, member_id=member_id))])
+
+    @staticmethod
+    def _update_member(member: Member, token: Any, protocols: list[tuple[str, bytes]],
+                       session_timeout_ms: int, rebalance_timeout_ms: int) -> None:
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.join_token = token
+
+    def _add_member(self, group: Group, token: Any, now_ms: int, member_id: str,
+                    group_instance_id: str | None, client_id: str, client_host: str,
+                    protocol_type: str, protocols: list[tuple[str, bytes]],
+                    session_timeout_ms: int, rebalance_timeout_ms: int) -> Ready:
+        if not group.members:
+            group.protocol_type = protocol_type
+        group.members[member_id] = Member(
+            member_id=member_id, group_instance_id=group_instance_id, client_id=client_id,
+            client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
+            session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
+            protocols=protocols, last_heartbeat_ms=now_ms, join_token=token)
+        if group.leader_id is None:
+            group.leader_id = member_id
+        if group.state == GroupState.PREPARING_REBALANCE and group.delay_deadline_ms is not None:
+            # Each member joining during the initial delay extends it, up to the limit.
+            group.delay_deadline_ms = min(now_ms + self.settings.initial_rebalance_delay_ms,
+                                          group.delay_limit_ms)
+        return self._prepare_rebalance(group, now_ms)
+
+    # ------------------------------------------------------------ rebalance
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> Ready:
+        ready = Ready()
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return ready.extend(self._maybe_complete_join(group, now_ms))
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            ready.extend(self._reset_and_answer_syncs(group, pb.REBALANCE_IN_PROGRESS))
+        was_empty = group.state == GroupState.EMPTY
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms)
+        timeout_ms = group.rebalance_timeout_ms()
+        group.join_deadline_ms = now_ms + timeout_ms
+        if was_empty and self.settings.initial_rebalance_delay_ms > 0:
+            group.delay_limit_ms = now_ms + timeout_ms
+            group.delay_deadline_ms = now_ms + min(self.settings.initial_rebalance_delay_ms,
+                                                   timeout_ms)
+        else:
+            group.delay_deadline_ms = None
+        return ready.extend(self._maybe_complete_join(group, now_ms))
+
+    def _reset_and_answer_syncs(self, group: Group, code: int) -> Ready:
+        ready = Ready()
+        for m in group.members.values():
+            m.assignment = b""
+            if m.sync_token is not None:
+                ready.replies.append((m.sync_token, SyncAnswer(code)))
+                m.sync_token = None
+        return ready
+
+    def _maybe_complete_join(self, group: Group, now_ms: int) -> Ready:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return Ready()
+        if group.delay_deadline_ms is not None:
+            if now_ms < group.delay_deadline_ms:
+                return Ready()
+        elif not group.all_joined() and now_ms < group.join_deadline_ms:
+            return Ready()
+        return self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: Group, now_ms: int) -> Ready:
+        ready = Ready()
+        group.delay_deadline_ms = None
+        for member_id in [i for i, m in group.members.items() if m.join_token is None]:
+            del group.members[member_id]  # did not rejoin in time
+        group.pending_members.clear()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members), None)
+        group.generation += 1
+        if not group.members:
+            group.protocol_name = None
+            group.protocol_type = None if not group.offsets else group.protocol_type
+            group.transition(GroupState.EMPTY, now_ms)
+            ready.writes.append(self._write(group, (_group_metadata_record(group, now_ms),),
+                                            lambda code, t: Ready()))
+            return ready
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms)
+        for member in group.members.values():
+            ready.replies.append((member.join_token, self._join_answer(group, member.member_id)))
+            member.join_token = None
+            member.is_new = False
+            member.last_heartbeat_ms = now_ms
+        return ready
+
+    def _join_answer(self, group: Group, member_id: str) -> JoinAnswer:
+        protocol = group.protocol_name or ""
+        members = tuple((m.member_id, m.group_instance_id, m.metadata(protocol))
+                        for m in group.members.values()) if member_id == group.leader_id else ()
+        return JoinAnswer(pb.NONE, generation_id=group.generation,
+                          protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                          leader_id=group.leader_id or "", member_id=member_id, members=members)
+
+    # ------------------------------------------------------------ SyncGroup
+
+    def sync_group(self, token: Any, now_ms: int, *, group_id: str, generation_id: int,
+                   member_id: str, protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes]) -> Ready:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or group.state in (GroupState.EMPTY,
+                                                              GroupState.DEAD):
+            return Ready(replies=[(token, SyncAnswer(pb.UNKNOWN_MEMBER_ID))])
+        if generation_id != group.generation:
+            return Ready(replies=[(token, SyncAnswer(pb.ILLEGAL_GENERATION))])
+        if ((protocol_type is not None and protocol_type != group.protocol_type)
+                or (protocol_name is not None and protocol_name != group.protocol_name)):
+            return Ready(replies=[(token, SyncAnswer(pb.INCONSISTENT_GROUP_PROTOCOL))])
+        member.last_heartbeat_ms = now_ms
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return Ready(replies=[(token, SyncAnswer(pb.REBALANCE_IN_PROGRESS))])
+        if group.state == GroupState.STABLE:
+            return Ready(replies=[(token, self._sync_answer(group, member))])
+        ready = Ready()
+        if member.sync_token is not None:
+            ready.replies.append((member.sync_token, SyncAnswer(pb.UNKNOWN_MEMBER_ID)))
+        member.sync_token = token
+        if member_id != group.leader_id:
+            return ready
+        generation = group.generation
+        chosen = {m: assignments.get(m, b"") for m in group.members}
+        saved = {m.member_id: m.assignment for m in group.members.values()}
+        for m in group.members.values():  # the record carries them; memory waits for it
+            m.assignment = chosen[m.member_id]
+        record = _group_metadata_record(group, now_ms)
+        for m in group.members.values():
+            m.assignment = saved[m.member_id]
+
+        def written(code: int, done_ms: int) -> Ready:
+            if group.state != GroupState.COMPLETING_REBALANCE or group.generation != generation:
+                return Ready()  # the group moved on; its syncs were answered then
+            if code != pb.NONE:
+                after = self._reset_and_answer_syncs(group, coordinator_error_for_write(code))
+                return after.extend(self._prepare_rebalance(group, done_ms))
+            for m in group.members.values():
+                m.assignment = chosen[m.member_id]
+            group.transition(GroupState.STABLE, done_ms)
+            after = Ready()
+            for m in group.members.values():
+                if m.sync_token is not None:
+                    after.replies.append((m.sync_token, self._sync_answer(group, m)))
+                    m.sync_token = None
+            return after
+        ready.writes.append(self._write(group, (record,), written))
+        return ready
+
+    @staticmethod
+    def _sync_answer(group: Group, member: Member) -> SyncAnswer:
+        return SyncAnswer(pb.NONE, group.protocol_type, group.protocol_name, member.assignment)
+
+    # ------------------------------------------------------------ Heartbeat, LeaveGroup
+
+    def heartbeat(self, now_ms: int, *, group_id: str, generation_id: int,
+                  member_id: str) -> int:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None or group.state in (GroupState.EMPTY,
+                                                              GroupState.DEAD):
+            return pb.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation:
+            return pb.ILLEGAL_GENERATION
+        member.last_heartbeat_ms = now_ms
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return pb.REBALANCE_IN_PROGRESS
+        return pb.NONE
+
+    def leave_group(self, now_ms: int, *, group_id: str,
+                    member_ids: list[str]) -> tuple[list[int], Ready]:
+        """Per-member error codes, in order, and what the leaving changes."""
+        group = self.groups.get(group_id)
+        codes, ready = [], Ready()
+        for member_id in member_ids:
+            if group is None or group.state == GroupState.DEAD:
+                codes.append(pb.UNKNOWN_MEMBER_ID)
+            elif member_id in group.pending_members:
+                del group.pending_members[member_id]
+                codes.append(pb.NONE)
+                ready.extend(self._maybe_complete_join(group, now_ms))
+            elif member_id in group.members:
+                codes.append(pb.NONE)
+                ready.extend(self._remove_member(group, member_id, now_ms))
+            else:
+                codes.append(pb.UNKNOWN_MEMBER_ID)
+        return codes, ready
+
+    def _remove_member(self, group: Group, member_id: str, now_ms: int) -> Ready:
+        member = group.members.pop(member_id)
+        ready = Ready()
+        if member.join_token is not None:
+            ready.replies.append((member.join_token, JoinAnswer(pb.UNKNOWN_MEMBER_ID,
+                                                                member_id=member_id)))
+        if member.sync_token is not None:
+            ready.replies.append((member.sync_token, SyncAnswer(pb.UNKNOWN_MEMBER_ID)))
+        if group.leader_id == member_id:
+            group.leader_id = next(iter(group.members), None)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return ready.extend(self._prepare_rebalance(group, now_ms))
+        return ready.extend(self._maybe_complete_join(group, now_ms))
+
+    # ------------------------------------------------------------ time
+
+    def tick(self, now_ms: int) -> Ready:
+        """Session expiry, pending members' expiry, rebalance deadlines."""
+        ready = Ready()
+        for group in list(self.groups.values()):
+            for member_id, expiry_ms in list(group.pending_members.items()):
+                if now_ms >= expiry_ms:
+                    del group.pending_members[member_id]
+            for member_id, member in list(group.members.items()):
+                if member_id in group.members and not member.is_alive(now_ms):
+                    ready.extend(self._remove_member(group, member_id, now_ms))
+            ready.extend(self._maybe_complete_join(group, now_ms))
+        return ready
+
+    # ------------------------------------------------------------ offsets
+
+    def commit_offsets(self, token: Any, now_ms: int, *, group_id: str, generation_id: int,
+                       member_id: str,
+                       offsets: dict[tuple[str, int], tuple[int, int, str]]) -> Ready:
+        """``offsets``: (topic, partition) -> (offset, leader_epoch, metadata)."""
+        group = self.groups.get(group_id)
+        code = pb.NONE
+        if not group_id:
+            code = pb.INVALID_GROUP_ID
+        elif group is None:
+            if generation_id >= 0:
+                code = pb.ILLEGAL_GENERATION
+        elif group.state == GroupState.DEAD:
+            code = pb.COORDINATOR_NOT_AVAILABLE
+        elif generation_id < 0 and group.state == GroupState.EMPTY:
+            pass  # a standalone consumer's or an admin's commit
+        elif group.state == GroupState.COMPLETING_REBALANCE:
+            code = pb.REBALANCE_IN_PROGRESS
+        elif member_id not in group.members:
+            code = pb.UNKNOWN_MEMBER_ID
+        elif generation_id != group.generation:
+            code = pb.ILLEGAL_GENERATION
+        if code != pb.NONE:
+            return Ready(replies=[(token, CommitAnswer({tp: code for tp in offsets}))])
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
+        else:
+            member = group.members.get(member_id)
+            if member is not None:
+                member.last_heartbeat_ms = now_ms
+        errors: dict[tuple[str, int], int] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
+                errors[tp] = pb.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(offset, leader_epoch, metadata or "", now_ms)
+        if not accepted:
+            return Ready(replies=[(token, CommitAnswer(errors))])
+        recs = tuple(records.OffsetCommitRecord(group_id, tp[0], tp[1], records.OffsetCommitValue(
+            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
+            for tp, c in accepted.items())
+
+        def written(code: int, done_ms: int) -> Ready:
+            answer = dict(errors)
+            if code == pb.NONE:
+                target = self.groups.get(group_id)
+                if target is not None and target.state != GroupState.DEAD:
+                    target.offsets.update(accepted)
+            for tp in accepted:
+                answer[tp] = coordinator_error_for_write(code)
+            return Ready(replies=[(token, CommitAnswer(answer))])
+        return Ready(writes=[self._write(group, recs, written)])
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], CommittedOffset | None]:
+        """Committed offsets of ``partitions`` (None: every partition with one)."""
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None else {}
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    # ------------------------------------------------------------ admin
+
+    def delete_group(self, token: Any, now_ms: int, group_id: str) -> Ready:
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return Ready(replies=[(token, CodeAnswer(pb.GROUP_ID_NOT_FOUND))])
+        if group.state != GroupState.EMPTY:
+            return Ready(replies=[(token, CodeAnswer(pb.NON_EMPTY_GROUP))])
+        tombstones: list[records.GroupRecord] = [
+            records.OffsetCommitRecord(group_id, t, p, None) for t, p in group.offsets]
+        tombstones.append(records.GroupMetadataRecord(group_id, None))
+
+        def written(code: int, done_ms: int) -> Ready:
+            if code == pb.NONE:
+                group.transition(GroupState.DEAD, done_ms)
+                if self.groups.get(group_id) is group:
+                    del self.groups[group_id]
+            return Ready(replies=[(token, CodeAnswer(coordinator_error_for_write(code)))])
+        return Ready(writes=[self._write(group, tuple(tombstones), written)])
+
+    # ------------------------------------------------------------ writes
+
+    def _write(self, group: Group, recs: tuple[records.GroupRecord, ...],
+               on_done: Callable[[int, int], Ready]) -> Write:
+        write_id = next(self._write_ids)
+        self._pending_writes[write_id] = _PendingWrite(group.group_id, on_done)
+        return Write(write_id, recs)
+
+    def on_write_done(self, write_id: int, error_code: int, now_ms: int) -> Ready:
+        pending = self._pending_writes.pop(write_id, None)
+        if pending is None:
+            return Ready()
+        return pending.on_done(error_code, now_ms)
+
+    def abandon(self) -> Ready:
+        """Leadership is gone: every waiting request answers NOT_COORDINATOR."""
+        ready = Ready()
+        for write_id in list(self._pending_writes):
+            ready.extend(self.on_write_done(write_id, pb.NOT_LEADER_OR_FOLLOWER, 0))
+        for group in self.groups.values():
+            for m in group.members.values():
+                if m.join_token is not None:
+                    ready.replies.append((m.join_token, JoinAnswer(pb.NOT_COORDINATOR,
+                                                                   member_id=m.member_id)))
+                    m.join_token = None
+                if m.sync_token is not None:
+                    ready.replies.append((m.sync_token, SyncAnswer(pb.NOT_COORDINATOR)))
+                    m.sync_token = None
+        self.groups.clear()
+        return ready

@@ -1,0 +1,395 @@
+"""Kafka's group APIs on the broker's group coordinator (``broker/group``).
+
+===================== ===== ======================================================
+API (key)             vers  notes
+===================== ===== ======================================================
+FindCoordinator (10)  0-4   groups only (key type 0); creates __consumer_offsets
+JoinGroup (11)        0-9   KIP-394 member ids from v4; static members as dynamic
+SyncGroup (14)        0-5
+Heartbeat (12)        0-4
+LeaveGroup (13)       0-5   batches of members from v3
+OffsetCommit (8)      2-9   generation checked; commits to unknown topics refused
+OffsetFetch (9)       1-8   several groups per request from v8
+DescribeGroups (15)   0-5
+ListGroups (16)       0-5   state and type filters
+DeleteGroups (42)     0-2   empty groups only
+===================== ===== ======================================================
+
+Each handler translates the kio request into a call on the coordinator's pure state
+(``GroupCoordinator.request``) and its answer back; a group not coordinated here
+answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS. ``authorize_group`` is the
+one place a group API asks whether the caller may act on a group (GROUP READ for
+join/sync/heartbeat/leave/commit/fetch, DESCRIBE for describe/list, DELETE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from tidewater.broker.group.coordinator import CoordinatorError
+from tidewater.broker.group.state import GroupState
+from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.proto import tidewater_pb2 as pb
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
+HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
+DELETE_GROUPS = 42
+
+GROUP_VERSIONS: dict[int, tuple[int, int]] = {
+    FIND_COORDINATOR: (0, 4),
+    JOIN_GROUP: (0, 9),
+    SYNC_GROUP: (0, 5),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 8),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+}
+GROUP_API_NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
+                   SYNC_GROUP: "SyncGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
+                   OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch",
+                   DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
+                   DELETE_GROUPS: "DeleteGroups"}
+GROUP_KEY_TYPE = 0
+JOIN_MEMBER_ID_REQUIRED_FROM = 4
+
+
+def authorize_group(s, head: RequestHead, operation: str, group_id: str) -> int | None:
+    """The error code refusing ``operation`` ("READ", "DESCRIBE", "DELETE") on ``group_id``
+    to this request's principal, or None to allow it. Every group API asks here (the
+    authorizer's GROUP resource); without one, everything is allowed."""
+    authorizer = getattr(s, "authorizer", None)
+    if authorizer is None:
+        return None
+    return authorizer(head, "GROUP", operation, group_id)
+
+
+def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+    async def answer() -> dict[str, Any]:
+        return value
+    return answer()
+
+
+def _coordinator_code(s, group_id: str) -> int:
+    try:
+        s.group_coordinator.shard_for(group_id)
+    except CoordinatorError as e:
+        return e.error_code
+    return pb.NONE
+
+
+# ---------------------------------------------------------------- FindCoordinator
+
+async def on_find_coordinator(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
+    keys = list(body.coordinator_keys) if head.api_version >= 4 else [body.key]
+    found = []
+    for key in keys:
+        if key_type != GROUP_KEY_TYPE:
+            found.append((key, pb.INVALID_REQUEST, -1, "", -1,
+                          "only group coordinators (key type 0) are served"))
+            continue
+        if (code := authorize_group(s, head, "DESCRIBE", key)) is not None:
+            found.append((key, code, -1, "", -1, None))
+            continue
+        node = await s.group_coordinator.find_coordinator(key, s.listener_name)
+        found.append((key, node.error_code, node.node_id, node.host, node.port,
+                      node.message or None))
+    if head.api_version >= 4:
+        return _done({"throttle_time": 0, "coordinators": [
+            {"key": k, "error_code": code, "node_id": node, "host": host, "port": port,
+             "error_message": message} for k, code, node, host, port, message in found]})
+    _, code, node, host, port, message = found[0]
+    return _done({"throttle_time": 0, "error_code": code, "error_message": message,
+                  "node_id": node, "host": host, "port": port})
+
+
+# ---------------------------------------------------------------- JoinGroup, SyncGroup
+
+JOIN_PROTOCOL_NULLABLE_FROM = 7
+
+
+def _join_values(answer, version: int) -> dict[str, Any]:
+    protocol_name = answer.protocol_name
+    if protocol_name is None and version < JOIN_PROTOCOL_NULLABLE_FROM:
+        protocol_name = ""  # not nullable before v7
+    return {"throttle_time": 0, "error_code": answer.error_code,
+            "generation_id": answer.generation_id, "protocol_type": answer.protocol_type,
+            "protocol_name": protocol_name, "leader": answer.leader_id,
+            "skip_assignment": False, "member_id": answer.member_id,
+            "members": [{"member_id": m, "group_instance_id": instance, "metadata": metadata}
+                        for m, instance, metadata in answer.members]}
+
+
+async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    group_id = body.group_id
+    if (code := authorize_group(s, head, "READ", group_id)) is not None:
+        return _done(_join_values(_error_join(code, body.member_id), head.api_version))
+    session_ms = milliseconds(body.session_timeout)
+    rebalance = getattr(body, "rebalance_timeout", None)
+    rebalance_ms = milliseconds(rebalance) if rebalance is not None else session_ms
+    protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+    client_host = getattr(s, "client_host", "") or ""
+
+    def call(state, token, now_ms):
+        return state.join_group(
+            token, now_ms, group_id=group_id, member_id=body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            client_id=head.client_id or "", client_host=client_host,
+            protocol_type=body.protocol_type, protocols=protocols,
+            session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
+            require_known_member_id=head.api_version >= JOIN_MEMBER_ID_REQUIRED_FROM)
+    try:
+        pending = s.group_coordinator.request(group_id, call)
+    except CoordinatorError as e:
+        return _done(_join_values(_error_join(e.error_code, body.member_id), head.api_version))
+
+    async def answer() -> dict[str, Any]:
+        return _join_values(await pending, head.api_version)
+    return answer()
+
+
+def _error_join(code: int, member_id: str):
+    from tidewater.broker.group.state import JoinAnswer
+    return JoinAnswer(code, member_id=member_id)
+
+
+async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    group_id = body.group_id
+
+    def values(answer) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": answer.error_code,
+                "protocol_type": answer.protocol_type, "protocol_name": answer.protocol_name,
+                "assignment": answer.assignment}
+    from tidewater.broker.group.state import SyncAnswer
+    if (code := authorize_group(s, head, "READ", group_id)) is not None:
+        return _done(values(SyncAnswer(code)))
+    assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+
+    def call(state, token, now_ms):
+        return state.sync_group(token, now_ms, group_id=group_id,
+                                generation_id=body.generation_id, member_id=body.member_id,
+                                protocol_type=getattr(body, "protocol_type", None),
+                                protocol_name=getattr(body, "protocol_name", None),
+                                assignments=assignments)
+    try:
+        pending = s.group_coordinator.request(group_id, call)
+    except CoordinatorError as e:
+        return _done(values(SyncAnswer(e.error_code)))
+
+    async def answer() -> dict[str, Any]:
+        return values(await pending)
+    return answer()
+
+
+# ---------------------------------------------------------------- Heartbeat, LeaveGroup
+
+async def on_heartbeat(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    group_id = body.group_id
+    code = authorize_group(s, head, "READ", group_id)
+    if code is None:
+        try:
+            state, now_ms, _ = s.group_coordinator.now(group_id)
+            code = state.heartbeat(now_ms, group_id=group_id,
+                                   generation_id=body.generation_id, member_id=body.member_id)
+        except CoordinatorError as e:
+            code = e.error_code
+    return _done({"throttle_time": 0, "error_code": code})
+
+
+async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    group_id = body.group_id
+    batch = head.api_version >= 3
+    identities = ([(m.member_id, m.group_instance_id) for m in body.members] if batch
+                  else [(body.member_id, None)])
+    top = authorize_group(s, head, "READ", group_id) or pb.NONE
+    codes = [top] * len(identities)
+    if top == pb.NONE:
+        try:
+            state, now_ms, shard = s.group_coordinator.now(group_id)
+            codes, ready = state.leave_group(now_ms, group_id=group_id,
+                                             member_ids=[m for m, _ in identities])
+            s.group_coordinator.carry_out(shard, ready)
+        except CoordinatorError as e:
+            top = e.error_code
+            codes = [top] * len(identities)
+    if not batch:
+        return _done({"throttle_time": 0, "error_code": codes[0]})
+    return _done({"throttle_time": 0, "error_code": top, "members": [
+        {"member_id": m, "group_instance_id": instance, "error_code": code}
+        for (m, instance), code in zip(identities, codes, strict=True)]})
+
+
+# ---------------------------------------------------------------- OffsetCommit, OffsetFetch
+
+async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    group_id = body.group_id
+    order = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    offsets = {(t.name, p.partition_index): (p.committed_offset,
+                                             getattr(p, "committed_leader_epoch", -1),
+                                             p.committed_metadata or "")
+               for t in body.topics for p in t.partitions}
+
+    def values(errors: dict[tuple[str, int], int]) -> dict[str, Any]:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for topic, partition in order:
+            topics.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": errors[(topic, partition)]})
+        return {"throttle_time": 0, "topics": [{"name": name, "partitions": parts}
+                                               for name, parts in topics.items()]}
+    if (code := authorize_group(s, head, "READ", group_id)) is not None:
+        return _done(values({tp: code for tp in order}))
+    refused = {tp: pb.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets
+               if s.metadata_cache.partition_state(*tp) is None}
+    wanted = {tp: v for tp, v in offsets.items() if tp not in refused}
+
+    def call(state, token, now_ms):
+        return state.commit_offsets(token, now_ms, group_id=group_id,
+                                    generation_id=body.generation_id_or_member_epoch,
+                                    member_id=body.member_id, offsets=wanted)
+    if not wanted:
+        return _done(values(refused))
+    try:
+        pending = s.group_coordinator.request(group_id, call)
+    except CoordinatorError as e:
+        return _done(values({tp: e.error_code for tp in order}))
+
+    async def answer() -> dict[str, Any]:
+        return values({**refused, **(await pending).errors})
+    return answer()
+
+
+def _fetched_group(s, head: RequestHead, group_id: str,
+                   topics: list[tuple[str, list[int]]] | None) -> dict[str, Any]:
+    code = authorize_group(s, head, "DESCRIBE", group_id) or pb.NONE
+    found: dict[tuple[str, int], Any] = {}
+    if code == pb.NONE:
+        try:
+            state, _, _ = s.group_coordinator.now(group_id)
+            wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
+            found = state.fetch_offsets(group_id, wanted)
+        except CoordinatorError as e:
+            code = e.error_code
+    if code != pb.NONE:
+        found = {} if topics is None else {(t, p): None for t, ps in topics for p in ps}
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), committed in found.items():
+        grouped.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": committed.offset if committed else -1,
+            "committed_leader_epoch": committed.leader_epoch if committed else -1,
+            "metadata": committed.metadata if committed else "",
+            # Before v2 the only error field is per partition.
+            "error_code": code if head.api_version < 2 else pb.NONE})
+    return {"group_id": group_id, "error_code": code,
+            "topics": [{"name": t, "partitions": ps} for t, ps in grouped.items()]}
+
+
+async def on_offset_fetch(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    def wanted(topics) -> list[tuple[str, list[int]]] | None:
+        if topics is None:
+            return None
+        return [(t.name, list(t.partition_indexes)) for t in topics]
+    if head.api_version >= 8:
+        return _done({"throttle_time": 0, "groups": [
+            _fetched_group(s, head, g.group_id, wanted(g.topics)) for g in body.groups]})
+    one = _fetched_group(s, head, body.group_id, wanted(body.topics))
+    return _done({"throttle_time": 0, "error_code": one["error_code"],
+                  "topics": one["topics"]})
+
+
+# ---------------------------------------------------------------- admin
+
+async def on_list_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    states = set(getattr(body, "states_filter", ()) or ())
+    types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+    coordinator = s.group_coordinator
+    groups = []
+    for state in coordinator.loaded_states():
+        for group in state.groups.values():
+            if states and group.state.value not in states:
+                continue
+            if types and "classic" not in types:
+                continue
+            if authorize_group(s, head, "DESCRIBE", group.group_id) is not None:
+                continue
+            groups.append({"group_id": group.group_id,
+                           "protocol_type": group.protocol_type or "",
+                           "group_state": group.state.value, "group_type": "classic"})
+    code = pb.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else pb.NONE
+    return _done({"throttle_time": 0, "error_code": code, "groups": groups})
+
+
+def describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any]:
+    values: dict[str, Any] = {"error_code": pb.NONE, "group_id": group_id,
+                              "group_state": GroupState.DEAD.value, "protocol_type": "",
+                              "protocol_data": "", "members": [],
+                              "authorized_operations": -2147483648}
+    code = authorize_group(s, head, "DESCRIBE", group_id)
+    if code is not None:
+        values["error_code"] = code
+        return values
+    try:
+        state, _, _ = s.group_coordinator.now(group_id)
+    except CoordinatorError as e:
+        values["error_code"] = e.error_code
+        return values
+    group = state.groups.get(group_id)
+    if group is None:
+        return values
+    stable = group.state == GroupState.STABLE
+    values.update(group_state=group.state.value, protocol_type=group.protocol_type or "",
+                  protocol_data=group.protocol_name or "" if stable else "")
+    values["members"] = [{
+        "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id, "client_host": m.client_host,
+        "member_metadata": m.metadata(group.protocol_name or "") if stable else b"",
+        "member_assignment": m.assignment if stable else b""}
+        for m in group.members.values()]
+    return values
+
+
+async def on_describe_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    return _done({"throttle_time": 0, "groups": [
+        describe_group_values(s, head, g) for g in body.groups]})
+
+
+async def on_delete_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    pending: list[tuple[str, Any]] = []
+    for group_id in body.groups_names:
+        code = authorize_group(s, head, "DELETE", group_id)
+        if code is not None:
+            pending.append((group_id, code))
+            continue
+        try:
+            pending.append((group_id, s.group_coordinator.request(
+                group_id, lambda state, token, now_ms, g=group_id:
+                state.delete_group(token, now_ms, g))))
+        except CoordinatorError as e:
+            pending.append((group_id, e.error_code))
+
+    async def answer() -> dict[str, Any]:
+        results = []
+        for group_id, outcome in pending:
+            code = outcome if isinstance(outcome, int) else (await outcome).error_code
+            results.append({"group_id": group_id, "error_code": code})
+        return {"throttle_time": 0, "results": results}
+    return answer()
+
+
+GROUP_HANDLERS = {
+    FIND_COORDINATOR: on_find_coordinator,
+    JOIN_GROUP: on_join_group,
+    SYNC_GROUP: on_sync_group,
+    HEARTBEAT: on_heartbeat,
+    LEAVE_GROUP: on_leave_group,
+    OFFSET_COMMIT: on_offset_commit,
+    OFFSET_FETCH: on_offset_fetch,
+    DESCRIBE_GROUPS: on_describe_groups,
+    LIST_GROUPS: on_list_groups,
+    DELETE_GROUPS: on_delete_groups,
+}
+assert set(GROUP_HANDLERS) == set(GROUP_VERSIONS)
