@@ -40,6 +40,7 @@ from tidewater.broker.group.state import (
     Ready,
 )
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.records import decode_batch_records, encode_batch
 
@@ -137,7 +138,15 @@ class GroupCoordinator:
                 self._drop(shard)
         for index, epoch in led.items():
             if index not in self.shards:
-                await self._load(index, epoch)
+                try:
+                    await self._load(index, epoch)
+                except (InvariantViolation, asyncio.CancelledError):
+                    raise
+                except Exception:  # a damaged or moving log: not served; the next scan retries
+                    log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
+                    shard = self.shards.pop(index, None)
+                    if shard is not None:
+                        self._carry_out(shard, shard.state.abandon())
         now = mono_ms()
         for shard in list(self.shards.values()):
             if shard.loaded and self.shards.get(shard.partition) is shard:
@@ -165,9 +174,9 @@ class GroupCoordinator:
             if offset >= end:
                 break
             chunk = partition.log.read(offset, LOAD_READ_BYTES, max_offset=end)
-            if not chunk.data:
+            if not chunk.records:
                 break
-            data = bytes(chunk.data)
+            data = bytes(chunk.records)
             for position, header in iter_batches(data):
                 if header.is_control:
                     offset = header.next_offset
