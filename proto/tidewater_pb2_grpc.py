@@ -78,6 +78,56 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/tidewater.Broker/FindCoordinator',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.JoinGroup = channel.unary_unary(
+                '/tidewater.Broker/JoinGroup',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.JoinGroupRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.JoinGroupResponse.FromString,
+                _registered_method=True)
+        self.SyncGroup = channel.unary_unary(
+                '/tidewater.Broker/SyncGroup',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.SyncGroupRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.SyncGroupResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/tidewater.Broker/Heartbeat',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/tidewater.Broker/LeaveGroup',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/tidewater.Broker/OffsetCommit',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/tidewater.Broker/OffsetFetch',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/tidewater.Broker/ListGroups',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/tidewater.Broker/DescribeGroups',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/tidewater.Broker/DeleteGroups',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -143,6 +193,67 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Consumer groups (broker/group): the same coordinator as Kafka's group APIs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JoinGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SyncGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroups(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +296,56 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'JoinGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.JoinGroup,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.JoinGroupRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.JoinGroupResponse.SerializeToString,
+            ),
+            'SyncGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncGroup,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.SyncGroupRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.SyncGroupResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.HeartbeatRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListGroupsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +568,276 @@ class Broker:
             '/tidewater.Broker/DescribeReplicas',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/FindCoordinator',
+            tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JoinGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/JoinGroup',
+            tidewater_dot_proto_dot_tidewater__pb2.JoinGroupRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.JoinGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/SyncGroup',
+            tidewater_dot_proto_dot_tidewater__pb2.SyncGroupRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.SyncGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/Heartbeat',
+            tidewater_dot_proto_dot_tidewater__pb2.HeartbeatRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/LeaveGroup',
+            tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/OffsetCommit',
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/OffsetFetch',
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/ListGroups',
+            tidewater_dot_proto_dot_tidewater__pb2.ListGroupsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/DescribeGroups',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/DeleteGroups',
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
