@@ -127,7 +127,8 @@ class BrokerProcess:
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
-            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name)
+            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
+                                      group_coordinator=self.group_coordinator)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,

@@ -36,6 +36,7 @@ import grpc
 
 from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.group.grpc_service import GroupRpcs
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -133,10 +134,12 @@ class _Servicer:
 class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     """What clients call; on every listener."""
 
-    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str):
+    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str,
+                 group_coordinator=None):
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
+        self.groups = GroupRpcs(group_coordinator, metadata_cache, listener_name)
 
     @_rpc("Produce")
     async def Produce(self, request, context):
@@ -222,6 +225,47 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("DescribeReplicas")
     async def DescribeReplicas(self, request, context):
         return self.replica_manager.describe_replicas(request)
+
+    # Consumer groups: broker/group/grpc_service.py (the same coordinator as Kafka's APIs).
+    @_rpc("FindCoordinator")
+    async def FindCoordinator(self, request, context):
+        return await self.groups.find_coordinator(request)
+
+    @_rpc("JoinGroup")
+    async def JoinGroup(self, request, context):
+        return await self.groups.join_group(request)
+
+    @_rpc("SyncGroup")
+    async def SyncGroup(self, request, context):
+        return await self.groups.sync_group(request)
+
+    @_rpc("Heartbeat")
+    async def Heartbeat(self, request, context):
+        return await self.groups.heartbeat(request)
+
+    @_rpc("LeaveGroup")
+    async def LeaveGroup(self, request, context):
+        return await self.groups.leave_group(request)
+
+    @_rpc("OffsetCommit")
+    async def OffsetCommit(self, request, context):
+        return await self.groups.offset_commit(request)
+
+    @_rpc("OffsetFetch")
+    async def OffsetFetch(self, request, context):
+        return await self.groups.offset_fetch(request)
+
+    @_rpc("ListGroups")
+    async def ListGroups(self, request, context):
+        return await self.groups.list_groups(request)
+
+    @_rpc("DescribeGroups")
+    async def DescribeGroups(self, request, context):
+        return await self.groups.describe_groups(request)
+
+    @_rpc("DeleteGroups")
+    async def DeleteGroups(self, request, context):
+        return await self.groups.delete_groups(request)
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):

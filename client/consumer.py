@@ -38,8 +38,18 @@ wakes the polling thread, as long as the poll is waiting for this very answer
 (so at most one fetch runs ahead of the caller); the poll adopts it as its
 prefetch or withdraws it, under the same rules.
 
-There is no group management and no committed offsets: the caller owns
-assignment and positions (``assign``, ``seek``, ``position``).
+Groups (``group_id``): ``subscribe`` lets the group's coordinator share the topics'
+partitions among its members (``client.group``: join, sync, heartbeats; the leader
+assigns with ``partition_assignment_strategy``, range or roundrobin, in
+``client.assignors``). Each poll first rejoins when the group rebalances: the
+revoked partitions' positions are committed (with auto-commit), ``on_revoke`` and
+``on_assign`` are called, and the new partitions start at their committed offsets
+(``auto_offset_reset`` where none). ``commit`` commits the positions of what poll has
+returned (the next offset to read), or given offsets; with ``enable_auto_commit``
+poll does so every ``auto_commit_interval_ms``, and ``close`` once more before
+leaving the group. Without ``subscribe`` the caller owns assignment and positions
+(``assign``, ``seek``, ``position``); with a ``group_id`` it may still commit them
+(a standalone member: generation -1).
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import time
 
 import grpc
 
+from tidewater.client.group import CommitFailedError, GroupMembership, RebalanceCallback
 from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
@@ -71,7 +82,7 @@ from tidewater.proto.records import ConsumerRecord, decode_consumer_records
 
 # ConsumerRecord, one record as poll returns it, is a NamedTuple (topic, partition,
 # offset, key, value, timestamp, leader_epoch, headers) the decoder builds directly.
-__all__ = ["Consumer", "ConsumerRecord", "NoOffsetForPartitionError"]
+__all__ = ["CommitFailedError", "Consumer", "ConsumerRecord", "NoOffsetForPartitionError"]
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -156,7 +167,12 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1024 * 1024, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 group_id: str | None = None, client_id: str = "tidewater-consumer",
+                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000,
+                 partition_assignment_strategy: str = "range"):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -181,6 +197,94 @@ class Consumer:
         # Fetches go on one FetchStream per broker (client.streams).
         self._streams = StreamPool("FetchStream", ordered=True, security=security)
         self._closed = False
+        self.group: GroupMembership | None = None
+        if group_id is not None:
+            self.group = GroupMembership(
+                self.metadata, group_id=group_id, client_id=client_id,
+                session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=max_poll_interval_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                assignor=partition_assignment_strategy, request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms)
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+        self._subscription: list[str] = []
+        self._on_assign: RebalanceCallback | None = None
+        self._on_revoke: RebalanceCallback | None = None
+
+    # ------------------------------------------------------------------ groups
+
+    def subscribe(self, topics: list[str], *, on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None) -> None:
+        """Share ``topics``' partitions with the group's other members (needs ``group_id``).
+        ``on_revoke(partitions)`` runs before a rebalance takes partitions away (after
+        their positions were auto-committed), ``on_assign(partitions)`` after one gives
+        them, both on the polling thread."""
+        if self.group is None:
+            raise ValueError("subscribe needs a group_id")
+        self._subscription = sorted(set(topics))
+        self._on_assign, self._on_revoke = on_assign, on_revoke
+        self.metadata.add_topics(self._subscription)
+        self.group.rejoin_needed = True
+
+    def commit(self, offsets: dict | None = None) -> None:
+        """Commit ``offsets`` ({(topic, partition): next offset}), by default the position
+        of every assigned partition poll has returned records of or positioned;
+        CommitFailedError when the group has rebalanced meanwhile."""
+        if self.group is None:
+            raise ValueError("commit needs a group_id")
+        if offsets is None:
+            offsets = {tp: pos for tp, pos in self._positions.items()
+                       if pos is not None and tp not in self._pending_reset}
+        if offsets:
+            self.group.commit({tuple(tp): off for tp, off in offsets.items()},
+                              time.monotonic() + self.request_timeout_ms / 1000)
+
+    def committed(self, tps) -> dict[TopicPartition, int]:
+        """The group's committed offset of each partition (-1: none)."""
+        if self.group is None:
+            raise ValueError("committed needs a group_id")
+        found = self.group.committed([tuple(tp) for tp in tps],
+                                     time.monotonic() + self.request_timeout_ms / 1000)
+        return {TopicPartition(*tp): off for tp, off in found.items()}
+
+    def _maybe_rebalance(self, deadline: float) -> None:
+        group = self.group
+        if group is None or not self._subscription or not group.rejoin_needed:
+            return
+        revoked = sorted(self._positions)
+        if revoked:
+            self._maybe_commit_quietly()
+            if self._on_revoke is not None:
+                self._on_revoke([tuple(tp) for tp in revoked])
+        assignment = group.ensure_active(self._subscription, deadline)
+        if assignment is None:
+            if revoked:
+                self.assign([])  # the old partitions may be another member's already
+            return
+        self.assign(assignment)
+        self._positions = dict.fromkeys(self._positions)
+        if assignment:
+            for tp, offset in self.committed(assignment).items():
+                if offset >= 0:
+                    self.seek(tp, offset)
+        if self._on_assign is not None:
+            self._on_assign(sorted(assignment))
+
+    def _maybe_commit_quietly(self) -> None:
+        """Auto-commit: a refused commit is not the caller's error (records are
+        redelivered to the partition's next owner: at least once)."""
+        if not self.enable_auto_commit:
+            return
+        try:
+            self.commit()
+        except TidewaterError:
+            pass
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+
+    def _maybe_auto_commit(self) -> None:
+        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._maybe_commit_quietly()
 
     # ------------------------------------------------------------------ assignment & positions
 
@@ -248,7 +352,9 @@ class Consumer:
         if self._closed:
             raise RuntimeError("consumer is closed")
         deadline = time.monotonic() + timeout_ms / 1000
+        self._maybe_auto_commit()
         while True:
+            self._maybe_rebalance(deadline)
             self._resolve_positions(deadline)
             records = self._fetch_once(deadline, max_records)
             if records or time.monotonic() >= deadline:
@@ -588,6 +694,10 @@ class Consumer:
 
     def close(self) -> None:
         if not self._closed:
+            if self.group is not None:
+                if self._subscription and not self.group.rejoin_needed:
+                    self._maybe_commit_quietly()
+                self.group.close(leave=bool(self._subscription))
             self._closed = True
             if self._prefetched is not None:
                 self._cancel(self._prefetched[1])

@@ -40,8 +40,8 @@ from tidewater.broker.group.state import (
     Ready,
 )
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.batch import iter_batches
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.records import decode_batch_records, encode_batch
 
 log = logging.getLogger("tidewater.broker.group")

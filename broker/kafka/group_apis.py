@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
-from tidewater.broker.group.coordinator import CoordinatorError
-from tidewater.broker.group.state import GroupState
+from tidewater.broker.group import service
+from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -71,14 +71,6 @@ def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
     async def answer() -> dict[str, Any]:
         return value
     return answer()
-
-
-def _coordinator_code(s, group_id: str) -> int:
-    try:
-        s.group_coordinator.shard_for(group_id)
-    except CoordinatorError as e:
-        return e.error_code
-    return pb.NONE
 
 
 # ---------------------------------------------------------------- FindCoordinator
@@ -127,58 +119,39 @@ def _join_values(answer, version: int) -> dict[str, Any]:
 async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
-        return _done(_join_values(_error_join(code, body.member_id), head.api_version))
+        return _done(_join_values(JoinAnswer(code, member_id=body.member_id),
+                                  head.api_version))
     session_ms = milliseconds(body.session_timeout)
     rebalance = getattr(body, "rebalance_timeout", None)
-    rebalance_ms = milliseconds(rebalance) if rebalance is not None else session_ms
-    protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
-    client_host = getattr(s, "client_host", "") or ""
-
-    def call(state, token, now_ms):
-        return state.join_group(
-            token, now_ms, group_id=group_id, member_id=body.member_id,
-            group_instance_id=getattr(body, "group_instance_id", None),
-            client_id=head.client_id or "", client_host=client_host,
-            protocol_type=body.protocol_type, protocols=protocols,
-            session_timeout_ms=session_ms, rebalance_timeout_ms=rebalance_ms,
-            require_known_member_id=head.api_version >= JOIN_MEMBER_ID_REQUIRED_FROM)
-    try:
-        pending = s.group_coordinator.request(group_id, call)
-    except CoordinatorError as e:
-        return _done(_join_values(_error_join(e.error_code, body.member_id), head.api_version))
+    pending = service.join(
+        s.group_coordinator, group_id=group_id, member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        client_id=head.client_id or "", client_host=getattr(s, "client_host", "") or "",
+        protocol_type=body.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=milliseconds(rebalance) if rebalance is not None else session_ms,
+        require_known_member_id=head.api_version >= JOIN_MEMBER_ID_REQUIRED_FROM)
 
     async def answer() -> dict[str, Any]:
         return _join_values(await pending, head.api_version)
     return answer()
 
 
-def _error_join(code: int, member_id: str):
-    from tidewater.broker.group.state import JoinAnswer
-    return JoinAnswer(code, member_id=member_id)
-
-
 async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
 
-    def values(answer) -> dict[str, Any]:
+    def values(answer: SyncAnswer) -> dict[str, Any]:
         return {"throttle_time": 0, "error_code": answer.error_code,
                 "protocol_type": answer.protocol_type, "protocol_name": answer.protocol_name,
                 "assignment": answer.assignment}
-    from tidewater.broker.group.state import SyncAnswer
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(values(SyncAnswer(code)))
-    assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-
-    def call(state, token, now_ms):
-        return state.sync_group(token, now_ms, group_id=group_id,
-                                generation_id=body.generation_id, member_id=body.member_id,
-                                protocol_type=getattr(body, "protocol_type", None),
-                                protocol_name=getattr(body, "protocol_name", None),
-                                assignments=assignments)
-    try:
-        pending = s.group_coordinator.request(group_id, call)
-    except CoordinatorError as e:
-        return _done(values(SyncAnswer(e.error_code)))
+    pending = service.sync(
+        s.group_coordinator, group_id=group_id, generation_id=body.generation_id,
+        member_id=body.member_id, protocol_type=getattr(body, "protocol_type", None),
+        protocol_name=getattr(body, "protocol_name", None),
+        assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
 
     async def answer() -> dict[str, Any]:
         return values(await pending)
@@ -191,12 +164,8 @@ async def on_heartbeat(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     code = authorize_group(s, head, "READ", group_id)
     if code is None:
-        try:
-            state, now_ms, _ = s.group_coordinator.now(group_id)
-            code = state.heartbeat(now_ms, group_id=group_id,
-                                   generation_id=body.generation_id, member_id=body.member_id)
-        except CoordinatorError as e:
-            code = e.error_code
+        code = service.heartbeat(s.group_coordinator, group_id=group_id,
+                                 generation_id=body.generation_id, member_id=body.member_id)
     return _done({"throttle_time": 0, "error_code": code})
 
 
@@ -205,17 +174,12 @@ async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]
     batch = head.api_version >= 3
     identities = ([(m.member_id, m.group_instance_id) for m in body.members] if batch
                   else [(body.member_id, None)])
-    top = authorize_group(s, head, "READ", group_id) or pb.NONE
-    codes = [top] * len(identities)
-    if top == pb.NONE:
-        try:
-            state, now_ms, shard = s.group_coordinator.now(group_id)
-            codes, ready = state.leave_group(now_ms, group_id=group_id,
-                                             member_ids=[m for m, _ in identities])
-            s.group_coordinator.carry_out(shard, ready)
-        except CoordinatorError as e:
-            top = e.error_code
-            codes = [top] * len(identities)
+    top = authorize_group(s, head, "READ", group_id)
+    if top is None:
+        top, codes = service.leave(s.group_coordinator, group_id=group_id,
+                                   member_ids=[m for m, _ in identities])
+    else:
+        codes = [top] * len(identities)
     if not batch:
         return _done({"throttle_time": 0, "error_code": codes[0]})
     return _done({"throttle_time": 0, "error_code": top, "members": [
@@ -228,10 +192,6 @@ async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]
 async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     order = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
-    offsets = {(t.name, p.partition_index): (p.committed_offset,
-                                             getattr(p, "committed_leader_epoch", -1),
-                                             p.committed_metadata or "")
-               for t in body.topics for p in t.partitions}
 
     def values(errors: dict[tuple[str, int], int]) -> dict[str, Any]:
         topics: dict[str, list[dict[str, Any]]] = {}
@@ -242,39 +202,27 @@ async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, An
                                                for name, parts in topics.items()]}
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(values({tp: code for tp in order}))
-    refused = {tp: pb.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets
-               if s.metadata_cache.partition_state(*tp) is None}
-    wanted = {tp: v for tp, v in offsets.items() if tp not in refused}
-
-    def call(state, token, now_ms):
-        return state.commit_offsets(token, now_ms, group_id=group_id,
-                                    generation_id=body.generation_id_or_member_epoch,
-                                    member_id=body.member_id, offsets=wanted)
-    if not wanted:
-        return _done(values(refused))
-    try:
-        pending = s.group_coordinator.request(group_id, call)
-    except CoordinatorError as e:
-        return _done(values({tp: e.error_code for tp in order}))
+    pending = service.commit(
+        s.group_coordinator, s.metadata_cache, group_id=group_id,
+        generation_id=body.generation_id_or_member_epoch, member_id=body.member_id,
+        offsets={(t.name, p.partition_index): (p.committed_offset,
+                                               getattr(p, "committed_leader_epoch", -1),
+                                               p.committed_metadata or "")
+                 for t in body.topics for p in t.partitions})
 
     async def answer() -> dict[str, Any]:
-        return values({**refused, **(await pending).errors})
+        return values(await pending)
     return answer()
 
 
 def _fetched_group(s, head: RequestHead, group_id: str,
                    topics: list[tuple[str, list[int]]] | None) -> dict[str, Any]:
-    code = authorize_group(s, head, "DESCRIBE", group_id) or pb.NONE
-    found: dict[tuple[str, int], Any] = {}
-    if code == pb.NONE:
-        try:
-            state, _, _ = s.group_coordinator.now(group_id)
-            wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
-            found = state.fetch_offsets(group_id, wanted)
-        except CoordinatorError as e:
-            code = e.error_code
-    if code != pb.NONE:
-        found = {} if topics is None else {(t, p): None for t, ps in topics for p in ps}
+    wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
+    code = authorize_group(s, head, "DESCRIBE", group_id)
+    if code is None:
+        code, found = service.fetch_offsets(s.group_coordinator, group_id, wanted)
+    else:
+        found = {tp: None for tp in wanted or ()}
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), committed in found.items():
         grouped.setdefault(topic, []).append({
@@ -306,38 +254,27 @@ async def on_offset_fetch(s, head: RequestHead, body) -> Awaitable[dict[str, Any
 async def on_list_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     states = set(getattr(body, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
-    coordinator = s.group_coordinator
-    groups = []
-    for state in coordinator.loaded_states():
-        for group in state.groups.values():
-            if states and group.state.value not in states:
-                continue
-            if types and "classic" not in types:
-                continue
-            if authorize_group(s, head, "DESCRIBE", group.group_id) is not None:
-                continue
-            groups.append({"group_id": group.group_id,
-                           "protocol_type": group.protocol_type or "",
-                           "group_state": group.state.value, "group_type": "classic"})
-    code = pb.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else pb.NONE
-    return _done({"throttle_time": 0, "error_code": code, "groups": groups})
+    code, groups = service.listed_groups(s.group_coordinator)
+    listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+               "group_state": g.state.value, "group_type": "classic"}
+              for g in groups
+              if (not states or g.state.value in states)
+              and (not types or "classic" in types)
+              and authorize_group(s, head, "DESCRIBE", g.group_id) is None]
+    return _done({"throttle_time": 0, "error_code": code, "groups": listed})
 
 
-def describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any]:
+def _describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any]:
     values: dict[str, Any] = {"error_code": pb.NONE, "group_id": group_id,
                               "group_state": GroupState.DEAD.value, "protocol_type": "",
                               "protocol_data": "", "members": [],
                               "authorized_operations": -2147483648}
     code = authorize_group(s, head, "DESCRIBE", group_id)
-    if code is not None:
-        values["error_code"] = code
-        return values
-    try:
-        state, _, _ = s.group_coordinator.now(group_id)
-    except CoordinatorError as e:
-        values["error_code"] = e.error_code
-        return values
-    group = state.groups.get(group_id)
+    if code is None:
+        code, group = service.describe(s.group_coordinator, group_id)
+    else:
+        group = None
+    values["error_code"] = code
     if group is None:
         return values
     stable = group.state == GroupState.STABLE
@@ -354,27 +291,20 @@ def describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any]
 
 async def on_describe_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     return _done({"throttle_time": 0, "groups": [
-        describe_group_values(s, head, g) for g in body.groups]})
+        _describe_group_values(s, head, g) for g in body.groups]})
 
 
 async def on_delete_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     pending: list[tuple[str, Any]] = []
     for group_id in body.groups_names:
         code = authorize_group(s, head, "DELETE", group_id)
-        if code is not None:
-            pending.append((group_id, code))
-            continue
-        try:
-            pending.append((group_id, s.group_coordinator.request(
-                group_id, lambda state, token, now_ms, g=group_id:
-                state.delete_group(token, now_ms, g))))
-        except CoordinatorError as e:
-            pending.append((group_id, e.error_code))
+        pending.append((group_id, code if code is not None
+                        else service.delete(s.group_coordinator, group_id)))
 
     async def answer() -> dict[str, Any]:
         results = []
         for group_id, outcome in pending:
-            code = outcome if isinstance(outcome, int) else (await outcome).error_code
+            code = outcome if isinstance(outcome, int) else await outcome
             results.append({"group_id": group_id, "error_code": code})
         return {"throttle_time": 0, "results": results}
     return answer()

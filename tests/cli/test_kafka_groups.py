@@ -73,8 +73,14 @@ def end_offsets(c, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+# "mixed": one group of different clients (Kafka's ConsumerProtocol bytes are shared).
+MIXED = ["confluent", "tidewater", "kafka-python", "aiokafka"]
+
+
 class Worker:
     def __init__(self, library: str, c, group: str, topic: str, out_dir: Path, n: int):
+        if library == "mixed":
+            library = MIXED[n % len(MIXED)]
         self.out = out_dir / f"{library}-{n}.out"
         self.err = out_dir / f"{library}-{n}.err"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -84,7 +90,8 @@ class Worker:
                    "-X", "session.timeout.ms=3000", "-X", "heartbeat.interval.ms=500",
                    "-X", "auto.commit.interval.ms=100", "-f", "R %p %o\n", topic]
         else:
-            cmd = [sys.executable, str(WORKER), library, c.kafka, group, topic]
+            bootstrap = c.bootstrap if library == "tidewater" else c.kafka  # gRPC or Kafka's
+            cmd = [sys.executable, str(WORKER), library, bootstrap, group, topic]
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
 
@@ -168,7 +175,7 @@ def describe_group(c, group: str):
     return future.result(20)
 
 
-LIBRARIES = ["confluent", "kafka-python", "aiokafka", "tidewater",
+LIBRARIES = ["confluent", "kafka-python", "aiokafka", "tidewater", "mixed",
              pytest.param("kcat", marks=pytest.mark.skipif(KCAT is None, reason="no kcat"))]
 
 

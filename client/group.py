@@ -1,0 +1,270 @@
+"""A consumer's group membership over gRPC: finding the coordinator, JoinGroup/SyncGroup
+(the leader assigns, ``client.assignors``), heartbeats on a thread, offset commits.
+
+Theory of operation: ``ensure_active`` runs on the consumer's polling thread. When the
+member must (re)join (first poll, a heartbeat said REBALANCE_IN_PROGRESS,
+ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID, a commit was refused for a generation) it joins
+(a first join is answered MEMBER_ID_REQUIRED with the id to join with, KIP-394), syncs,
+and returns the new assignment. Meanwhile the heartbeat thread keeps the session alive
+(every ``heartbeat_interval_ms``). A coordinator error (NOT_COORDINATOR,
+COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, a transport failure) makes
+the next call look the coordinator up again and retry after ``retry_backoff_ms``.
+
+Error reactions (Kafka's AbstractCoordinator):
+
+=========================  =================================================
+UNKNOWN_MEMBER_ID          forget the member id, rejoin as a new member
+ILLEGAL_GENERATION         rejoin with the same member id
+REBALANCE_IN_PROGRESS      rejoin
+coordinator errors         find the coordinator again, retry
+=========================  =================================================
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from tidewater.client import assignors
+from tidewater.client.metadata import (
+    Address,
+    BrokerConnectionError,
+    MetadataClient,
+    rpc_call,
+)
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import RequestTimedOutError, TidewaterError, error_for_code
+
+PROTOCOL_TYPE = "consumer"
+COORDINATOR_ERRORS = frozenset({pb.NOT_COORDINATOR, pb.COORDINATOR_NOT_AVAILABLE,
+                                pb.COORDINATOR_LOAD_IN_PROGRESS})
+REJOIN_ERRORS = frozenset({pb.UNKNOWN_MEMBER_ID, pb.ILLEGAL_GENERATION,
+                           pb.REBALANCE_IN_PROGRESS})
+NO_GENERATION = -1
+
+
+class CommitFailedError(TidewaterError):
+    """The group rebalanced since these offsets' records were fetched: the commit was
+    refused (their partitions may now be another member's). Retriable after the rejoin."""
+
+    retriable = True
+
+
+class _CoordinatorGone(Exception):
+    """The coordinator moved or is unreachable: look it up again."""
+
+
+class GroupMembership:
+    def __init__(self, metadata: MetadataClient, *, group_id: str, client_id: str,
+                 session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
+                 assignor: str, request_timeout_ms: int, retry_backoff_ms: int):
+        if assignor not in assignors.ASSIGNORS:
+            raise ValueError(f"partition assignment strategy must be one of "
+                             f"{sorted(assignors.ASSIGNORS)}")
+        self.metadata = metadata
+        self.group_id = group_id
+        self.client_id = client_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignor = assignor
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._lock = threading.Lock()
+        self._coordinator: Address | None = None
+        self.member_id = ""
+        self.generation = NO_GENERATION
+        self.rejoin_needed = True
+        self._stopped = threading.Event()
+        self._heartbeats: threading.Thread | None = None
+
+    # ------------------------------------------------------------ coordinator
+
+    def _find_coordinator(self) -> Address:
+        with self._lock:
+            if self._coordinator is not None:
+                return self._coordinator
+
+        def ask(address: Address) -> pb.FindCoordinatorResponse:
+            return rpc_call(self.metadata.pool.broker(address).FindCoordinator,
+                            pb.FindCoordinatorRequest(group_id=self.group_id),
+                            timeout_s=self.request_timeout_s, address=address)
+        answer = self.metadata.any_broker_call(ask)
+        if answer.error_code != pb.NONE:
+            raise _CoordinatorGone(pb.ErrorCode.Name(answer.error_code))
+        with self._lock:
+            self._coordinator = (answer.host, answer.port)
+            return self._coordinator
+
+    def _call(self, method: str, request):
+        """``method`` on the coordinator; _CoordinatorGone when it must be found again."""
+        address = self._find_coordinator()
+        try:
+            # Join and sync wait for the rebalance: up to the rebalance timeout.
+            timeout_s = self.request_timeout_s + (self.rebalance_timeout_ms / 1000
+                                                  if method in ("JoinGroup", "SyncGroup") else 0)
+            answer = rpc_call(getattr(self.metadata.pool.broker(address), method), request,
+                              timeout_s=timeout_s, address=address)
+        except (BrokerConnectionError, RequestTimedOutError) as e:
+            self._coordinator_gone()
+            raise _CoordinatorGone(str(e)) from None
+        code = getattr(answer, "error_code", pb.NONE)
+        if code in COORDINATOR_ERRORS:
+            self._coordinator_gone()
+            raise _CoordinatorGone(pb.ErrorCode.Name(code))
+        return answer
+
+    def _coordinator_gone(self) -> None:
+        with self._lock:
+            self._coordinator = None
+
+    def _retrying(self, method: str, request, deadline: float):
+        while True:
+            try:
+                return self._call(method, request)
+            except _CoordinatorGone as e:
+                if time.monotonic() >= deadline:
+                    raise BrokerConnectionError(
+                        f"group {self.group_id!r}: no coordinator answered {method}: {e}"
+                    ) from None
+                time.sleep(self.retry_backoff_s)
+
+    # ------------------------------------------------------------ membership
+
+    def ensure_active(self, topics: list[str], deadline: float) -> list[tuple[str, int]] | None:
+        """Join and sync if needed: the new assignment, or None when nothing changed (or
+        the deadline passed first; the next call carries on)."""
+        if not self.rejoin_needed:
+            return None
+        while time.monotonic() < deadline:
+            assignment = self._join_and_sync(topics, deadline)
+            if assignment is not None:
+                self.rejoin_needed = False
+                self._start_heartbeats()
+                return assignment
+            time.sleep(self.retry_backoff_s)
+        return None
+
+    def _join_and_sync(self, topics: list[str], deadline: float) -> list[tuple[str, int]] | None:
+        request = pb.JoinGroupRequest(
+            group_id=self.group_id, member_id=self.member_id, client_id=self.client_id,
+            protocol_type=PROTOCOL_TYPE, session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            protocols=[pb.GroupProtocol(name=self.assignor,
+                                        metadata=assignors.encode_subscription(topics))])
+        joined = self._retrying("JoinGroup", request, deadline)
+        if joined.error_code == pb.MEMBER_ID_REQUIRED:
+            self.member_id = joined.member_id
+            return None
+        if joined.error_code == pb.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            return None
+        if joined.error_code in REJOIN_ERRORS:
+            return None
+        if joined.error_code != pb.NONE:
+            raise error_for_code(joined.error_code, f"JoinGroup of {self.group_id!r}")
+        with self._lock:
+            self.member_id, self.generation = joined.member_id, joined.generation_id
+        sync = pb.SyncGroupRequest(group_id=self.group_id, generation_id=joined.generation_id,
+                                   member_id=joined.member_id)
+        if joined.leader_id == joined.member_id:
+            sync.assignments.extend(self._assign(joined))
+        synced = self._retrying("SyncGroup", sync, deadline)
+        if synced.error_code in REJOIN_ERRORS:
+            if synced.error_code == pb.UNKNOWN_MEMBER_ID:
+                self.member_id = ""
+            return None
+        if synced.error_code != pb.NONE:
+            raise error_for_code(synced.error_code, f"SyncGroup of {self.group_id!r}")
+        return assignors.decode_assignment(synced.assignment)
+
+    def _assign(self, joined: pb.JoinGroupResponse) -> list[pb.GroupAssignment]:
+        members = {m.member_id: assignors.decode_subscription(m.metadata)
+                   for m in joined.members}
+        topics = sorted({t for ts in members.values() for t in ts})
+        self.metadata.refresh(topics)
+        counts = {}
+        for topic in topics:
+            try:
+                counts[topic] = len(self.metadata.partitions_for(topic))
+            except TidewaterError:
+                counts[topic] = 0  # not there (yet): nobody gets it
+        chosen = assignors.ASSIGNORS[joined.protocol_name](members, counts)
+        return [pb.GroupAssignment(member_id=m, assignment=assignors.encode_assignment(parts))
+                for m, parts in chosen.items()]
+
+    # ------------------------------------------------------------ heartbeats
+
+    def _start_heartbeats(self) -> None:
+        if self._heartbeats is None:
+            self._heartbeats = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                                name=f"heartbeat-{self.group_id}")
+            self._heartbeats.start()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stopped.wait(self.heartbeat_interval_ms / 1000):
+            if self.rejoin_needed:
+                continue
+            with self._lock:
+                request = pb.HeartbeatRequest(group_id=self.group_id,
+                                              generation_id=self.generation,
+                                              member_id=self.member_id)
+            try:
+                answer = self._call("Heartbeat", request)
+            except (_CoordinatorGone, TidewaterError):
+                continue
+            self._on_group_error(answer.error_code)
+
+    def _on_group_error(self, code: int) -> None:
+        if code == pb.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+        if code in REJOIN_ERRORS:
+            self.rejoin_needed = True
+
+    # ------------------------------------------------------------ offsets
+
+    def commit(self, offsets: dict[tuple[str, int], int], deadline: float) -> None:
+        """Commit ``offsets`` (the next offset to read per partition) for this generation;
+        CommitFailedError when the group moved on."""
+        with self._lock:
+            request = pb.OffsetCommitRequest(group_id=self.group_id,
+                                             generation_id=self.generation,
+                                             member_id=self.member_id)
+        for (topic, partition), offset in sorted(offsets.items()):
+            request.offsets.add(topic=topic, partition=partition, offset=offset,
+                                leader_epoch=-1)
+        answer = self._retrying("OffsetCommit", request, deadline)
+        codes = {o.error_code for o in answer.offsets} - {pb.NONE}
+        for code in codes & REJOIN_ERRORS:
+            self._on_group_error(code)
+            raise CommitFailedError(f"commit refused ({pb.ErrorCode.Name(code)}): the group "
+                                    "rebalanced; rejoining")
+        if codes:
+            raise error_for_code(min(codes), f"OffsetCommit of {self.group_id!r}")
+
+    def committed(self, partitions: list[tuple[str, int]], deadline: float
+                  ) -> dict[tuple[str, int], int]:
+        """The committed offset of each partition (-1: none)."""
+        request = pb.OffsetFetchRequest(group_id=self.group_id, partitions=[
+            pb.GroupOffset(topic=t, partition=p) for t, p in partitions])
+        answer = self._retrying("OffsetFetch", request, deadline)
+        if answer.error_code != pb.NONE:
+            raise error_for_code(answer.error_code, f"OffsetFetch of {self.group_id!r}")
+        return {(o.topic, o.partition): o.offset for o in answer.offsets}
+
+    # ------------------------------------------------------------ leaving
+
+    def close(self, leave: bool) -> None:
+        self._stopped.set()
+        if self._heartbeats is not None:
+            self._heartbeats.join(self.request_timeout_s + 1)
+        if leave and self.member_id:
+            try:
+                self._call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
+                                                              member_ids=[self.member_id]))
+            except (_CoordinatorGone, TidewaterError):
+                pass  # the session timeout removes us instead
+
+
+RebalanceCallback = Callable[[list[tuple[str, int]]], None]
