@@ -339,6 +339,10 @@ class Consumer:
         """High watermark of each partition (the next offset a consumer could read)."""
         return self._list_offsets([TopicPartition(*tp) for tp in tps], LATEST_TIMESTAMP)
 
+    def offsets_for_times(self, tps, timestamp_ms: int) -> dict[TopicPartition, int]:
+        """The first offset whose record's timestamp is >= ``timestamp_ms`` (-1: none)."""
+        return self._list_offsets([TopicPartition(*tp) for tp in tps], timestamp_ms)
+
     def _assigned(self, tp) -> TopicPartition:
         tp = TopicPartition(*tp)
         if tp not in self._positions:

@@ -55,33 +55,20 @@ class _CoordinatorGone(Exception):
     """The coordinator moved or is unreachable: look it up again."""
 
 
-class GroupMembership:
-    def __init__(self, metadata: MetadataClient, *, group_id: str, client_id: str,
-                 session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
-                 assignor: str, request_timeout_ms: int, retry_backoff_ms: int):
-        if assignor not in assignors.ASSIGNORS:
-            raise ValueError(f"partition assignment strategy must be one of "
-                             f"{sorted(assignors.ASSIGNORS)}")
+class CoordinatorClient:
+    """Calls to one group's coordinator: found with FindCoordinator on any broker, found
+    again after a coordinator error or a transport failure."""
+
+    def __init__(self, metadata: MetadataClient, group_id: str, *, request_timeout_s: float,
+                 retry_backoff_s: float):
         self.metadata = metadata
         self.group_id = group_id
-        self.client_id = client_id
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.assignor = assignor
-        self.request_timeout_s = request_timeout_ms / 1000
-        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.request_timeout_s = request_timeout_s
+        self.retry_backoff_s = retry_backoff_s
         self._lock = threading.Lock()
         self._coordinator: Address | None = None
-        self.member_id = ""
-        self.generation = NO_GENERATION
-        self.rejoin_needed = True
-        self._stopped = threading.Event()
-        self._heartbeats: threading.Thread | None = None
 
-    # ------------------------------------------------------------ coordinator
-
-    def _find_coordinator(self) -> Address:
+    def find(self) -> Address:
         with self._lock:
             if self._coordinator is not None:
                 return self._coordinator
@@ -97,38 +84,63 @@ class GroupMembership:
             self._coordinator = (answer.host, answer.port)
             return self._coordinator
 
-    def _call(self, method: str, request):
+    def call(self, method: str, request, extra_timeout_s: float = 0.0):
         """``method`` on the coordinator; _CoordinatorGone when it must be found again."""
-        address = self._find_coordinator()
+        address = self.find()
         try:
-            # Join and sync wait for the rebalance: up to the rebalance timeout.
-            timeout_s = self.request_timeout_s + (self.rebalance_timeout_ms / 1000
-                                                  if method in ("JoinGroup", "SyncGroup") else 0)
             answer = rpc_call(getattr(self.metadata.pool.broker(address), method), request,
-                              timeout_s=timeout_s, address=address)
+                              timeout_s=self.request_timeout_s + extra_timeout_s,
+                              address=address)
         except (BrokerConnectionError, RequestTimedOutError) as e:
-            self._coordinator_gone()
+            self._forget()
             raise _CoordinatorGone(str(e)) from None
         code = getattr(answer, "error_code", pb.NONE)
         if code in COORDINATOR_ERRORS:
-            self._coordinator_gone()
+            self._forget()
             raise _CoordinatorGone(pb.ErrorCode.Name(code))
         return answer
 
-    def _coordinator_gone(self) -> None:
+    def _forget(self) -> None:
         with self._lock:
             self._coordinator = None
 
-    def _retrying(self, method: str, request, deadline: float):
+    def retrying(self, method: str, request, deadline: float, extra_timeout_s: float = 0.0):
+        """``call`` until it is answered or ``deadline`` passes (BrokerConnectionError)."""
         while True:
             try:
-                return self._call(method, request)
-            except _CoordinatorGone as e:
+                return self.call(method, request, extra_timeout_s)
+            except (_CoordinatorGone, BrokerConnectionError) as e:
                 if time.monotonic() >= deadline:
                     raise BrokerConnectionError(
                         f"group {self.group_id!r}: no coordinator answered {method}: {e}"
                     ) from None
                 time.sleep(self.retry_backoff_s)
+
+
+class GroupMembership:
+    def __init__(self, metadata: MetadataClient, *, group_id: str, client_id: str,
+                 session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
+                 assignor: str, request_timeout_ms: int, retry_backoff_ms: int):
+        if assignor not in assignors.ASSIGNORS:
+            raise ValueError(f"partition assignment strategy must be one of "
+                             f"{sorted(assignors.ASSIGNORS)}")
+        self.metadata = metadata
+        self.group_id = group_id
+        self.client_id = client_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignor = assignor
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self.coordinator = CoordinatorClient(metadata, group_id,
+                                             request_timeout_s=request_timeout_ms / 1000,
+                                             retry_backoff_s=self.retry_backoff_s)
+        self._lock = threading.Lock()
+        self.member_id = ""
+        self.generation = NO_GENERATION
+        self.rejoin_needed = True
+        self._stopped = threading.Event()
+        self._heartbeats: threading.Thread | None = None
 
     # ------------------------------------------------------------ membership
 
@@ -153,7 +165,8 @@ class GroupMembership:
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             protocols=[pb.GroupProtocol(name=self.assignor,
                                         metadata=assignors.encode_subscription(topics))])
-        joined = self._retrying("JoinGroup", request, deadline)
+        rebalance_s = self.rebalance_timeout_ms / 1000  # the answer waits for the rebalance
+        joined = self.coordinator.retrying("JoinGroup", request, deadline, rebalance_s)
         if joined.error_code == pb.MEMBER_ID_REQUIRED:
             self.member_id = joined.member_id
             return None
@@ -170,7 +183,7 @@ class GroupMembership:
                                    member_id=joined.member_id)
         if joined.leader_id == joined.member_id:
             sync.assignments.extend(self._assign(joined))
-        synced = self._retrying("SyncGroup", sync, deadline)
+        synced = self.coordinator.retrying("SyncGroup", sync, deadline, rebalance_s)
         if synced.error_code in REJOIN_ERRORS:
             if synced.error_code == pb.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
@@ -211,7 +224,7 @@ class GroupMembership:
                                               generation_id=self.generation,
                                               member_id=self.member_id)
             try:
-                answer = self._call("Heartbeat", request)
+                answer = self.coordinator.call("Heartbeat", request)
             except (_CoordinatorGone, TidewaterError):
                 continue
             self._on_group_error(answer.error_code)
@@ -234,7 +247,7 @@ class GroupMembership:
         for (topic, partition), offset in sorted(offsets.items()):
             request.offsets.add(topic=topic, partition=partition, offset=offset,
                                 leader_epoch=-1)
-        answer = self._retrying("OffsetCommit", request, deadline)
+        answer = self.coordinator.retrying("OffsetCommit", request, deadline)
         codes = {o.error_code for o in answer.offsets} - {pb.NONE}
         for code in codes & REJOIN_ERRORS:
             self._on_group_error(code)
@@ -248,7 +261,7 @@ class GroupMembership:
         """The committed offset of each partition (-1: none)."""
         request = pb.OffsetFetchRequest(group_id=self.group_id, partitions=[
             pb.GroupOffset(topic=t, partition=p) for t, p in partitions])
-        answer = self._retrying("OffsetFetch", request, deadline)
+        answer = self.coordinator.retrying("OffsetFetch", request, deadline)
         if answer.error_code != pb.NONE:
             raise error_for_code(answer.error_code, f"OffsetFetch of {self.group_id!r}")
         return {(o.topic, o.partition): o.offset for o in answer.offsets}
@@ -258,10 +271,10 @@ class GroupMembership:
     def close(self, leave: bool) -> None:
         self._stopped.set()
         if self._heartbeats is not None:
-            self._heartbeats.join(self.request_timeout_s + 1)
+            self._heartbeats.join(self.coordinator.request_timeout_s + 1)
         if leave and self.member_id:
             try:
-                self._call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
+                self.coordinator.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
                                                               member_ids=[self.member_id]))
             except (_CoordinatorGone, TidewaterError):
                 pass  # the session timeout removes us instead

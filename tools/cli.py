@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.topics",
     "tidewater.tools.commands.produce",
     "tidewater.tools.commands.consume",
+    "tidewater.tools.commands.groups",
     "tidewater.tools.commands.cluster",
     "tidewater.tools.commands.certs",
     "tidewater.tools.commands.dump_log",

@@ -11,7 +11,6 @@ offset is lost.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal

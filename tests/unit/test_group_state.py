@@ -14,7 +14,6 @@ from tidewater.broker.group.state import (
     GroupCoordinatorState,
     GroupSettings,
     GroupState,
-    JoinAnswer,
     Ready,
     SyncAnswer,
 )

@@ -11,6 +11,11 @@ Where to start follows Kafka's console consumer: at the end unless
 as Kafka's does (its reset policy is ``latest``), and a note on stderr says so.
 Kafka's ``--topic``, ``--property print.key=true`` and ``--property
 key.separator=SEP`` work too (kafka_flags.py).
+
+``--group G`` consumes as a member of consumer group G (``tide groups``): the group
+shares the topic's partitions among its members, each starts at the group's committed
+offset (``--from-beginning``: the log start where the group has none, else the end),
+and the offsets of what was printed are committed after each batch and at exit.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 
 from tidewater.client.consumer import Consumer, ConsumerRecord
 from tidewater.client.metadata import TopicPartition
+from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -46,6 +52,8 @@ def register(subparsers) -> None:
     start.add_argument("--offset", type=parse_offset, default=None, metavar="earliest|latest|N",
                        help="where to start in --partition (default: latest, the end)")
     parser.add_argument("--partition", type=int, default=None, help="default: every partition")
+    parser.add_argument("--group", default=None, metavar="GROUP",
+                        help="consume as a member of this consumer group, committing as it goes")
     parser.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N records")
     parser.add_argument("--timeout-ms", type=int, default=None,
                         help="stop after this long without new records (default: never)")
@@ -84,10 +92,13 @@ def cmd_consume(args) -> int:
     if args.offset is not None and args.partition is None:
         raise usage_error("--offset needs --partition (an offset means something in one partition)")
     print_key, key_separator = consume_key_format(args.print_key, args.key_separator, args.property)
-    out = sys.stdout.buffer
-    printed = 0
     # Kafka's console consumer resets an out-of-range offset to the end, unless --from-beginning.
     reset = "latest" if isinstance(args.offset, int) else "earliest"
+    if args.group is not None:
+        if args.partition is not None or args.offset is not None:
+            raise usage_error("--group takes the group's partitions and offsets: not with "
+                              "--partition or --offset")
+        return consume_in_group(args, topic, print_key, key_separator)
     with cli_errors(f"cannot consume from {topic!r}"), \
             Consumer(bootstrap_of(args), auto_offset_reset=reset, **security_of(args)) as consumer:
         partitions = consumer.partitions_for(topic)
@@ -104,22 +115,54 @@ def cmd_consume(args) -> int:
             consumer.seek_to_beginning()
         else:
             consumer.seek_to_end()
-        last_data = time.monotonic()
-        while args.max_messages is None or printed < args.max_messages:
-            poll_ms = 500 if args.timeout_ms is None else max(
-                1, min(500, int(args.timeout_ms - (time.monotonic() - last_data) * 1000)))
-            remaining = None if args.max_messages is None else args.max_messages - printed
-            records = consumer.poll(poll_ms, max_records=remaining)
-            if records:
-                last_data = time.monotonic()
-                for r in records:
-                    out.write(format_record(r, as_json=args.json, print_key=print_key,
-                                            key_separator=key_separator.encode()))
-                printed += len(records)
-                out.flush()
-            elif args.timeout_ms is not None and (time.monotonic() - last_data) * 1000 >= args.timeout_ms:
-                break
+        print_records(consumer, args, print_key, key_separator)
     return 0
+
+
+def consume_in_group(args, topic: str, print_key: bool, key_separator: str) -> int:
+    reset = "earliest" if args.from_beginning else "latest"
+    with cli_errors(f"cannot consume from {topic!r} in group {args.group!r}"), \
+            Consumer(bootstrap_of(args), auto_offset_reset=reset, group_id=args.group,
+                     client_id="tide-consume", enable_auto_commit=False,
+                     **security_of(args)) as consumer:
+        consumer.partitions_for(topic)  # an unknown topic fails here, with its name
+        consumer.subscribe([topic])
+        try:
+            print_records(consumer, args, print_key, key_separator, commit=True)
+        finally:
+            try:
+                consumer.commit()
+            except TidewaterError:
+                pass  # the group moved on: the partitions' next owner reads them again
+    return 0
+
+
+def print_records(consumer: Consumer, args, print_key: bool, key_separator: str, *,
+                  commit: bool = False) -> None:
+    """Poll and print until --max-messages or --timeout-ms; with ``commit``, the printed
+    records' offsets are committed after each batch (at least once: printed first)."""
+    out = sys.stdout.buffer
+    printed = 0
+    last_data = time.monotonic()
+    while args.max_messages is None or printed < args.max_messages:
+        poll_ms = 500 if args.timeout_ms is None else max(
+            1, min(500, int(args.timeout_ms - (time.monotonic() - last_data) * 1000)))
+        remaining = None if args.max_messages is None else args.max_messages - printed
+        records = consumer.poll(poll_ms, max_records=remaining)
+        if records:
+            last_data = time.monotonic()
+            for r in records:
+                out.write(format_record(r, as_json=args.json, print_key=print_key,
+                                        key_separator=key_separator.encode()))
+            printed += len(records)
+            out.flush()
+            if commit:
+                try:
+                    consumer.commit()
+                except TidewaterError:
+                    pass  # a rebalance: the next poll rejoins; the records come again
+        elif args.timeout_ms is not None and (time.monotonic() - last_data) * 1000 >= args.timeout_ms:
+            break
 
 
 def start_position(offset: int, log_start: int, log_end: int) -> int:

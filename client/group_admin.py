@@ -1,0 +1,183 @@
+"""Consumer-group administration over gRPC (what ``tide groups`` and
+``kafka-consumer-groups.sh`` do): list, describe with lag, delete, reset offsets.
+
+Listing asks every broker (each knows the groups it coordinates). Describing asks the
+group's coordinator for the members and the committed offsets, and the partitions'
+leaders for their log end offsets (lag = log end - committed). Deleting and resetting
+need an empty group (no members): the coordinator refuses a delete with NON_EMPTY_GROUP
+and a reset here checks the state first; a reset is an OffsetCommit with generation -1
+(the coordinator accepts those for empty groups only).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from tidewater.client import assignors
+from tidewater.client.consumer import Consumer
+from tidewater.client.group import CoordinatorClient
+from tidewater.client.metadata import MetadataClient, TopicPartition, rpc_call
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError, error_for_code
+
+EARLIEST, LATEST = -2, -1
+
+
+class GroupNotEmptyError(TidewaterError):
+    """The group has members: its offsets are theirs to move."""
+
+    error_code = pb.NON_EMPTY_GROUP
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed: int  # -1: none
+    log_end_offset: int  # -1: unknown
+    member_id: str  # "" when no member holds it
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed < 0 or self.log_end_offset < 0:
+            return None
+        return max(0, self.log_end_offset - self.committed)
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: list[MemberDescription] = field(default_factory=list)
+    partitions: list[PartitionLag] = field(default_factory=list)
+
+
+class GroupAdmin:
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000, **security):
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.consumer = Consumer(bootstrap, request_timeout_ms=request_timeout_ms, **security)
+        self.metadata: MetadataClient = self.consumer.metadata
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _coordinator(self, group_id: str) -> CoordinatorClient:
+        return CoordinatorClient(self.metadata, group_id,
+                                 request_timeout_s=self.request_timeout_s, retry_backoff_s=0.2)
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.request_timeout_s
+
+    def list_groups(self) -> list[pb.GroupListing]:
+        snapshot = self.metadata.refresh()
+        groups: dict[str, pb.GroupListing] = {}
+        for address in snapshot.brokers.values():
+            answer = rpc_call(self.metadata.pool.broker(address).ListGroups,
+                              pb.ListGroupsRequest(), timeout_s=self.request_timeout_s,
+                              address=address)
+            for g in answer.groups:
+                groups[g.group_id] = g
+        return [groups[g] for g in sorted(groups)]
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        coordinator = self._coordinator(group_id)
+        answer = coordinator.retrying("DescribeGroups",
+                                      pb.DescribeGroupsRequest(group_ids=[group_id]),
+                                      self._deadline())
+        [g] = answer.groups
+        if g.error_code != pb.NONE:
+            raise error_for_code(g.error_code, f"DescribeGroups of {group_id!r}")
+        description = GroupDescription(group_id, g.state, g.protocol_type, g.protocol_name)
+        owner: dict[tuple[str, int], str] = {}
+        for m in g.members:
+            parts = (assignors.decode_assignment(m.assignment)
+                     if g.protocol_type == "consumer" else [])
+            description.members.append(MemberDescription(m.member_id, m.client_id,
+                                                          m.client_host, parts))
+            owner.update({tp: m.member_id for tp in parts})
+        committed = self._committed(coordinator)
+        wanted = sorted(set(committed) | set(owner))
+        ends = self.consumer.end_offsets(wanted) if wanted else {}
+        description.partitions = [
+            PartitionLag(t, p, committed.get((t, p), -1),
+                         ends.get(TopicPartition(t, p), -1), owner.get((t, p), ""))
+            for t, p in wanted]
+        return description
+
+    def _committed(self, coordinator: CoordinatorClient) -> dict[tuple[str, int], int]:
+        answer = coordinator.retrying("OffsetFetch",
+                                      pb.OffsetFetchRequest(group_id=coordinator.group_id),
+                                      self._deadline())
+        if answer.error_code != pb.NONE:
+            raise error_for_code(answer.error_code, "OffsetFetch")
+        return {(o.topic, o.partition): o.offset for o in answer.offsets if o.offset >= 0}
+
+    def delete_group(self, group_id: str) -> None:
+        answer = self._coordinator(group_id).retrying(
+            "DeleteGroups", pb.DeleteGroupsRequest(group_ids=[group_id]), self._deadline())
+        [result] = answer.results
+        if result.error_code != pb.NONE:
+            raise error_for_code(result.error_code, f"group {group_id!r}")
+
+    def reset_offsets(self, group_id: str, topic: str, *, to: str, offset: int | None = None,
+                      timestamp_ms: int | None = None, dry_run: bool = False
+                      ) -> dict[int, int]:
+        """Move ``group_id``'s committed offsets of every partition of ``topic``: ``to`` is
+        earliest, latest, offset (``offset``, clamped to the log) or datetime (the first
+        record at or after ``timestamp_ms``, the end if none). Returns partition -> new
+        offset; commits unless ``dry_run``. GroupNotEmptyError for a group with members."""
+        coordinator = self._coordinator(group_id)
+        answer = coordinator.retrying("DescribeGroups",
+                                      pb.DescribeGroupsRequest(group_ids=[group_id]),
+                                      self._deadline())
+        [g] = answer.groups
+        if g.error_code != pb.NONE:
+            raise error_for_code(g.error_code, f"DescribeGroups of {group_id!r}")
+        if g.state not in ("Empty", "Dead"):
+            raise GroupNotEmptyError(
+                f"group {group_id!r} is {g.state} with {len(g.members)} member(s): offsets "
+                "can be reset only when it is empty (stop its consumers first)")
+        tps = [TopicPartition(topic, p) for p in self.consumer.partitions_for(topic)]
+        earliest = self.consumer.beginning_offsets(tps)
+        latest = self.consumer.end_offsets(tps)
+        if to == "earliest":
+            targets = earliest
+        elif to == "latest":
+            targets = latest
+        elif to == "offset":
+            assert offset is not None
+            targets = {tp: min(max(offset, earliest[tp]), latest[tp]) for tp in tps}
+        elif to == "datetime":
+            assert timestamp_ms is not None
+            found = self.consumer.offsets_for_times(tps, timestamp_ms)
+            targets = {tp: found.get(tp, -1) if found.get(tp, -1) >= 0 else latest[tp]
+                       for tp in tps}
+        else:
+            raise ValueError(f"unknown reset target {to!r}")
+        if not dry_run:
+            request = pb.OffsetCommitRequest(group_id=group_id, generation_id=-1)
+            for tp, target in targets.items():
+                request.offsets.add(topic=tp.topic, partition=tp.partition, offset=target,
+                                    leader_epoch=-1)
+            committed = coordinator.retrying("OffsetCommit", request, self._deadline())
+            codes = {o.error_code for o in committed.offsets} - {pb.NONE}
+            if codes:
+                raise error_for_code(min(codes), f"resetting offsets of {group_id!r}")
+        return {tp.partition: off for tp, off in targets.items()}

@@ -1,0 +1,120 @@
+"""`tide consume --group` and `tide groups list|describe|delete|reset-offsets` against a
+real controller and 3 brokers (issue 16)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import pytest
+from cluster_fixtures import start_cluster, stop_cluster, wait_for
+
+from tidewater.client.consumer import Consumer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("groups-cli"), 3, "offsets.topic.num.partitions=4",
+                      "group.min.session.timeout.ms=1000", "group.initial.rebalance.delay.ms=0")
+    yield c
+    stop_cluster(c)
+
+
+def make_topic(c, name: str, partitions: int = 3) -> str:
+    result = c.tide("topics", "create", name, "--partitions", str(partitions),
+                    "--replication-factor", "3")
+    assert result.returncode == 0, result.stderr
+    return name
+
+
+def produce(c, topic: str, values: list[str]) -> None:
+    result = c.tide("produce", topic, "--acks", "all", input="".join(v + "\n" for v in values))
+    assert result.returncode == 0, result.stderr
+
+
+def describe(c, group: str) -> dict:
+    result = c.tide("groups", "describe", group, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_consume_with_a_group_commits_and_the_next_run_carries_on(cluster):
+    c = cluster
+    topic = make_topic(c, "cli-carry")
+    produce(c, topic, [f"a{i}" for i in range(30)])
+    first = c.tide("consume", topic, "--group", "g1", "--from-beginning", "--timeout-ms", "3000")
+    assert first.returncode == 0, first.stderr
+    assert sorted(first.stdout.split()) == sorted(f"a{i}" for i in range(30))
+    produce(c, topic, [f"b{i}" for i in range(10)])
+    second = c.tide("consume", topic, "--group", "g1", "--from-beginning", "--timeout-ms", "3000")
+    assert sorted(second.stdout.split()) == sorted(f"b{i}" for i in range(10))  # only the new
+
+    assert "g1" in c.tide("groups", "list").stdout.split()
+    d = describe(c, "g1")
+    assert d["state"] == "Empty" and d["members"] == []
+    assert sum(p["committed_offset"] for p in d["partitions"]) == 40
+    assert all(p["lag"] == 0 for p in d["partitions"])
+    produce(c, topic, ["c0", "c1"])
+    table = c.tide("groups", "describe", "g1")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET",
+                                "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+    assert sum(int(line.split()[5]) for line in lines[1:]) == 2
+    assert "has no active members" in table.stderr
+
+
+def test_reset_offsets_is_refused_while_the_group_has_members_then_moves_them(cluster):
+    c = cluster
+    topic = make_topic(c, "cli-reset")
+    produce(c, topic, [f"v{i}" for i in range(12)])
+    member = Consumer(c.bootstrap, group_id="g2", auto_offset_reset="earliest",
+                      session_timeout_ms=3000, heartbeat_interval_ms=300)
+    try:
+        member.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 12 and time.monotonic() < deadline:
+            got += len(member.poll(500))
+        member.commit()
+        d = describe(c, "g2")
+        assert d["state"] == "Stable" and len(d["members"]) == 1
+        assert sorted(tuple(tp) for tp in d["members"][0]["partitions"]) == [
+            (topic, 0), (topic, 1), (topic, 2)]
+        refused = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest")
+        assert refused.returncode != 0 and "empty" in refused.stderr
+        refused = c.tide("groups", "delete", "g2")
+        assert refused.returncode != 0 and "NON_EMPTY_GROUP" in refused.stderr
+    finally:
+        member.close()  # leaves the group
+    wait_for(lambda: describe(c, "g2")["state"] == "Empty", "the group empty")
+
+    dry = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
+    done = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest")
+    assert done.returncode == 0, done.stderr
+    assert all(p["committed_offset"] == 0 for p in describe(c, "g2")["partitions"])
+    again = c.tide("consume", topic, "--group", "g2", "--timeout-ms", "3000")
+    assert sorted(again.stdout.split()) == sorted(f"v{i}" for i in range(12))
+
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-offset", "1")
+    assert all(p["committed_offset"] == min(1, p["log_end_offset"])  # clamped to the log
+               for p in describe(c, "g2")["partitions"])
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-latest")
+    assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
+    future = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime(
+        "%Y-%m-%dT%H:%M:%S")
+    past = "2000-01-01T00:00:00"
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", past)
+    assert all(p["committed_offset"] == 0 for p in describe(c, "g2")["partitions"])
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", future)
+    assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
+
+    deleted = c.tide("groups", "delete", "g2")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "g2" not in c.tide("groups", "list").stdout.split()
+    assert describe(c, "g2")["state"] == "Dead"
