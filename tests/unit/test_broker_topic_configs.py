@@ -18,7 +18,7 @@ from tidewater.proto import tidewater_pb2 as pb
     {"retention.ms": "99999999999999999999"},
     {"min.insync.replicas": "two"},  # was silently replaced by the broker's default
     {"unclean.leader.election.enable": "maybe"},
-    {"cleanup.policy": "compact"},
+    {"cleanup.policy": "archive"},
 ])
 async def test_leader_and_isr_with_configs_the_broker_refuses(tmp_path, caplog, configs):
     rm, _ = make_manager(tmp_path)

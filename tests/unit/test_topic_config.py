@@ -47,6 +47,7 @@ from tidewater.proto.topic_config import (
     ("unclean.leader.election.enable", "false", False),
     ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
     ("cleanup.policy", "delete", "delete"),
+    ("cleanup.policy", " compact , delete", "compact,delete"),
 ])
 def test_valid_values(name, raw, value):
     assert parse_topic_config(name, raw) == value
@@ -76,7 +77,7 @@ def test_valid_values(name, raw, value):
     ("min.insync.replicas", "2147483648", "int range"),
     ("unclean.leader.election.enable", "yes", "true or false"),
     ("message.timestamp.type", "createtime", "one of"),
-    ("cleanup.policy", "compact", "delete"),
+    ("cleanup.policy", "archive", "delete"),
     ("cleanup.policy", "", "delete"),
 ])
 def test_invalid_values_name_the_config(name, raw, why):
