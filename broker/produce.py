@@ -32,8 +32,9 @@ from tidewater.broker.partition import Partition
 from tidewater.broker.purgatory import AcksWait, AcksWaits
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
+from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import CorruptRecordError, InvalidRequiredAcksError
+from tidewater.proto.errors import CorruptRecordError, InvalidRequiredAcksError, InvalidTopicError
 
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
 
@@ -83,8 +84,11 @@ class ProducePath:
             await self.wait(waits)
         return response
 
-    async def append(self, request: pb.ProduceRequest) -> tuple[pb.ProduceResponse, Waits]:
+    async def append(self, request: pb.ProduceRequest, *, internal_topics_allowed: bool = False
+                     ) -> tuple[pb.ProduceResponse, Waits]:
         """Validate and append every partition's records now (see the module docstring).
+        Only the broker's own writers (the group coordinator) may append to an internal
+        topic (``internal_topics_allowed``); clients get INVALID_TOPIC_EXCEPTION.
 
         Returns the response (final unless acks=all) and the acks=all waits."""
         acks = request.acks
@@ -99,6 +103,8 @@ class ProducePath:
             result = response.partitions.add(topic=topic, partition=partition_index,
                                              error_code=pb.NONE, base_offset=-1)
             try:
+                if topic == CONSUMER_OFFSETS_TOPIC and not internal_topics_allowed:
+                    raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
                 info, wait = await self._append_as_leader(partition, data.records, acks,
                                                           timeout_ms)

@@ -166,9 +166,11 @@ class ReplicaManager:
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         return await self.producer.produce(request)
 
-    async def produce_append(self, request: pb.ProduceRequest
+    async def produce_append(self, request: pb.ProduceRequest, *,
+                             internal_topics_allowed: bool = False
                              ) -> tuple[pb.ProduceResponse, Waits]:
-        return await self.producer.append(request)
+        return await self.producer.append(request,
+                                          internal_topics_allowed=internal_topics_allowed)
 
     def produce_watch(self, request: pb.ProduceRequest, response: pb.ProduceResponse,
                       waits: Waits, done: Callable[[pb.ProduceResponse], None]

@@ -39,6 +39,7 @@ from tidewater.broker.group.state import (
     GroupSettings,
     Ready,
 )
+from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.errors import InvariantViolation
@@ -46,7 +47,7 @@ from tidewater.proto.records import decode_batch_records, encode_batch
 
 log = logging.getLogger("tidewater.broker.group")
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC
 SCAN_INTERVAL_MS = 100
 LOAD_READ_BYTES = 1 << 20
 
@@ -308,7 +309,7 @@ class GroupCoordinator:
             if (self.shards.get(shard.partition) is not shard or partition is None
                     or partition.leader_epoch != shard.leader_epoch):
                 return pb.NOT_LEADER_OR_FOLLOWER
-            response, waits = await rm.produce_append(request)
+            response, waits = await rm.produce_append(request, internal_topics_allowed=True)
         if not waits:
             return response.partitions[0].error_code
         outcome: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()

@@ -300,6 +300,8 @@ class GroupCoordinatorState:
         s = self.settings
         if not group_id:
             return self._join_error(token, pb.INVALID_GROUP_ID, member_id)
+        if rebalance_timeout_ms <= 0:  # JoinGroup v0 has none; a forged one is no deadline
+            rebalance_timeout_ms = session_timeout_ms
         if not s.min_session_timeout_ms <= session_timeout_ms <= s.max_session_timeout_ms:
             return self._join_error(token, pb.INVALID_SESSION_TIMEOUT, member_id)
         group = self.groups.get(group_id)

@@ -42,6 +42,7 @@ from typing import Any
 from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
+from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
@@ -70,7 +71,6 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 DECODED_FROM = {PRODUCE: 3}
 
 FETCH_SESSION_ID_NOT_FOUND = 70
-INTERNAL_OFFSETS_TOPIC = "__consumer_offsets"
 NO_TOPIC_ID = uuid.UUID(int=0)
 # zstd batches exist for Kafka clients from Produce v7 and Fetch v10 on (KIP-110): an
 # older client could not decompress them.
@@ -142,7 +142,7 @@ async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Respons
     answer = s.metadata_cache.metadata_response(names or [], s.listener_name)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
-        "is_internal": t.name == INTERNAL_OFFSETS_TOPIC,
+        "is_internal": t.name == CONSUMER_OFFSETS_TOPIC,
         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),

@@ -17,6 +17,9 @@ from typing import NamedTuple
 from tidewater.proto.errors import InvalidTopicError
 
 TOPIC_NAME_LENGTH_MAX = 249
+# The group coordinator's topic (broker/group): written by the broker only. A client's
+# produce to it is refused (Kafka: INVALID_TOPIC_EXCEPTION), so no one forges a commit.
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 

@@ -269,3 +269,36 @@ def test_the_coordinators_death_loses_no_committed_offset(cluster):
     finally:
         assert c.tide("cluster", "start", str(coordinator), "--data-dir",
                       str(c.data_dir)).returncode == 0
+
+
+def test_clients_cannot_produce_to_the_offsets_topic(cluster):
+    """A forged commit record would move a group's offsets: Kafka's and gRPC produce
+    requests to __consumer_offsets are refused, and nothing is appended."""
+    c = cluster
+    group = f"forged-{uuid.uuid4().hex[:6]}"
+    produce(c, new_topic(c), 1)
+    consumer = Consumer({"bootstrap.servers": c.kafka, "group.id": group})
+    consumer.list_topics(timeout=10)
+    consumer.close()
+    wait_for(lambda: describe_group(c, group) is not None, "the offsets topic")
+    before = {p: Consumer({"bootstrap.servers": c.kafka, "group.id": "x"})
+              .get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=10)[1]
+              for p in range(6)}
+    forged = group_records.OffsetCommitRecord(
+        group, "t", 0, group_records.OffsetCommitValue(99, -1, "", 0))
+    errors = []
+    producer = Producer({"bootstrap.servers": c.kafka, "retries": 0,
+                         "message.send.max.retries": 0})
+    for p in range(6):
+        producer.produce("__consumer_offsets", key=group_records.encode_key(forged),
+                         value=group_records.encode_value(forged), partition=p,
+                         on_delivery=lambda err, msg: errors.append(err))
+    producer.flush(30)
+    assert len(errors) == 6 and all(e is not None for e in errors), errors
+    assert {e.code() for e in errors} == {confluent_kafka.KafkaError.TOPIC_EXCEPTION}
+    result = c.tide("produce", "__consumer_offsets", "--partition", "0", input="x\n")
+    assert result.returncode != 0 and "INVALID_TOPIC_EXCEPTION" in result.stderr
+    after = {p: Consumer({"bootstrap.servers": c.kafka, "group.id": "x"})
+             .get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=10)[1]
+             for p in range(6)}
+    assert after == before
