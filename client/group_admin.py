@@ -98,12 +98,7 @@ class GroupAdmin:
 
     def describe_group(self, group_id: str) -> GroupDescription:
         coordinator = self._coordinator(group_id)
-        answer = coordinator.retrying("DescribeGroups",
-                                      pb.DescribeGroupsRequest(group_ids=[group_id]),
-                                      self._deadline())
-        [g] = answer.groups
-        if g.error_code != pb.NONE:
-            raise error_for_code(g.error_code, f"DescribeGroups of {group_id!r}")
+        g = self._described(coordinator)
         description = GroupDescription(group_id, g.state, g.protocol_type, g.protocol_name)
         owner: dict[tuple[str, int], str] = {}
         for m in g.members:
@@ -120,6 +115,15 @@ class GroupAdmin:
                          ends.get(TopicPartition(t, p), -1), owner.get((t, p), ""))
             for t, p in wanted]
         return description
+
+    def _described(self, coordinator: CoordinatorClient) -> pb.GroupDescription:
+        answer = coordinator.retrying(
+            "DescribeGroups", pb.DescribeGroupsRequest(group_ids=[coordinator.group_id]),
+            self._deadline())
+        [g] = answer.groups
+        if g.error_code != pb.NONE:
+            raise error_for_code(g.error_code, f"DescribeGroups of {coordinator.group_id!r}")
+        return g
 
     def _committed(self, coordinator: CoordinatorClient) -> dict[tuple[str, int], int]:
         answer = coordinator.retrying("OffsetFetch",
@@ -144,12 +148,7 @@ class GroupAdmin:
         record at or after ``timestamp_ms``, the end if none). Returns partition -> new
         offset; commits unless ``dry_run``. GroupNotEmptyError for a group with members."""
         coordinator = self._coordinator(group_id)
-        answer = coordinator.retrying("DescribeGroups",
-                                      pb.DescribeGroupsRequest(group_ids=[group_id]),
-                                      self._deadline())
-        [g] = answer.groups
-        if g.error_code != pb.NONE:
-            raise error_for_code(g.error_code, f"DescribeGroups of {group_id!r}")
+        g = self._described(coordinator)
         if g.state not in ("Empty", "Dead"):
             raise GroupNotEmptyError(
                 f"group {group_id!r} is {g.state} with {len(g.members)} member(s): offsets "

@@ -40,11 +40,16 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
              "--faults", "kill_leader,kill_broker,kill_controller,pause_broker,isolate_broker")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "VERDICT: PASS" in r.stdout
+    # A consumer group read during the faults (tools/chaos/group_reader.py).
+    assert ("every acknowledged record consumed by the group; commits never went backwards"
+            in r.stdout)
 
     run = json.loads((out / "run.json").read_text())
     assert run["seed"] == 7 and run["cluster"] == "local" and run["plan"]
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["ok"] and verdict["notes"] == []
+    assert verdict["group"]["not_consumed"] == 0 and verdict["group"]["backwards"] == []
+    assert verdict["group"]["commits_seen"] > 0
     acked = sum(p["acked"] for p in verdict["partitions"])
     assert acked > 500
     assert all(p["lost"] == p["duplicates"] == 0 and p["replicas_identical"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tidewater.tools.chaos.monitor import leaderless
 from tidewater.tools.chaos.replicas import ReplicaComparison
-from tidewater.tools.chaos.verdict import judge
+from tidewater.tools.chaos.verdict import judge, judge_group
 
 P = "run1-p"
 SAME = ReplicaComparison(True, "")
@@ -68,3 +68,30 @@ def test_leaderless_rule():
     assert leaderless({0: 1, 1: -1}, [0, 1], set()) == {1}
     assert leaderless({0: 1, 1: 2}, [0, 1], {2}) == {1}
     assert leaderless({0: 1}, [0, 1], set()) == {1}
+
+
+def test_the_group_verdict_passes_when_everything_acked_was_consumed_and_commits_rose():
+    acked = {"r-1": (0, 0), "r-2": (0, 1), "r-3": (1, 0)}
+    group = judge_group("g", acked, {(0, 0), (0, 1), (1, 0), (1, 1)}, {0: [1, 2, 2], 1: [1]})
+    assert group.ok and group.commits_seen == 4
+    assert "every acknowledged record consumed by the group; commits never went backwards" \
+        in group.line()
+    v = ok_verdict()
+    v.group = group
+    assert v.ok and "commits never went backwards" in v.table()
+
+
+def test_the_group_verdict_fails_on_an_unconsumed_record_or_a_commit_going_back():
+    acked = {"r-1": (0, 0), "r-2": (0, 1)}
+    missed = judge_group("g", acked, {(0, 0)}, {0: [1]})
+    assert not missed.ok and missed.not_consumed == 1 and "r-2@0/1" in missed.line()
+    back = judge_group("g", acked, {(0, 0), (0, 1)}, {0: [2, 1]})
+    assert not back.ok and back.backwards == ["partition 0: 2 -> 1"]
+    v = ok_verdict()
+    v.group = back
+    assert not v.ok and "VERDICT: FAIL" in v.table()
+
+
+def ok_verdict():
+    acked = {f"{P}0-1": (0, 0)}
+    return run({0: [(0, f"{P}0-1")], 1: []}, acked)

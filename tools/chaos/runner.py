@@ -39,11 +39,12 @@ from tidewater.client.consumer import Consumer
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
+from tidewater.tools.chaos.group_reader import GroupReader
 from tidewater.tools.chaos.monitor import LeaderMonitor
 from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
 from tidewater.tools.chaos.schedule import APPLY_ACTION, UNDO_ACTION, PlannedFault, plan_faults
 from tidewater.tools.chaos.targets import ChaosCluster, ChaosTargetError, broker_id_of
-from tidewater.tools.chaos.verdict import Verdict, judge
+from tidewater.tools.chaos.verdict import Verdict, judge, judge_group
 from tidewater.tools.chaos.workload import Workload
 from tidewater.tools.scrape import BackgroundScraper, Scraper
 
@@ -212,6 +213,27 @@ class ChaosRun:
         log.record(action, node, fault=fault.kind, target=fault.target)
         self.say(f"{action} {node}")
 
+    def finish_group(self, reader: GroupReader, workload, admin, notes: list[str]):
+        """Let the group read to the end offsets, stop it, judge it."""
+        consumer = Consumer(self.bootstrap)
+        try:
+            tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
+            ends = {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
+        except TidewaterError as e:
+            ends = {}
+            notes.append(f"group: no end offsets: {e}")
+        finally:
+            consumer.close()
+        if ends and not reader.drain(ends, READ_BACK_TIMEOUT_S):
+            notes.append(f"group: did not consume to the end offsets within "
+                         f"{READ_BACK_TIMEOUT_S:.0f} s")
+        reader.stop()
+        if reader.failure is not None:
+            notes.append(f"group reader died: {reader.failure!r}")
+        self.say(f"group reader errors (ridden out): {dict(reader.errors)}")
+        consumed, committed = reader.snapshot()
+        return judge_group(reader.group_id, workload.acked, consumed, committed)
+
     def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
         """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
         consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
@@ -305,8 +327,11 @@ class ChaosRun:
             workload = Workload(self.bootstrap, o.topic, self.partitions, run_id=self.run_id,
                                 ack_log_path=self.out / "acks.jsonl", producers=o.producers,
                                 rate_per_s=o.rate_per_s)
+            group_reader = GroupReader(self.bootstrap, o.topic, self.partitions,
+                                       f"chaos-{self.run_id}")
             monitor.start()
             workload.start()
+            group_reader.start()
             rng = random.Random(o.seed ^ 0x5EED)
             pick = lambda: rng.choice(self.cluster.broker_ids())  # noqa: E731
             try:
@@ -345,6 +370,7 @@ class ChaosRun:
                 # Chaos topics never allow unclean elections: one is a lost-data risk.
                 notes.append(f"{unclean_after - unclean_before} unclean leader election(s) during the run")
             monitor.stop()
+            group = self.finish_group(group_reader, workload, admin, notes)
             consumed, why = self.read_back()
             if why:
                 notes.append(why)
@@ -359,6 +385,7 @@ class ChaosRun:
                             sent=workload.sent, acked=workload.acked, consumed=consumed,
                             no_leader_s=monitor.snapshot(), replicas=replicas,
                             failed_attempts=sum(workload.errors.values()), notes=notes)
+            verdict.group = group
             result = verdict.to_json()
             result["errors_by_type"] = dict(workload.errors)
             result["faults_applied"] = sum(1 for e in log.entries if e["action"] in APPLY_ACTION.values()

@@ -14,6 +14,12 @@ Per partition:
 | replicas          | every replica holds the same batches below the HW            | same    |
 
 Records without this run's prefix (earlier runs, other producers) are ignored.
+
+The group (``group_reader.py``, when the run has one): every acknowledged record must
+have been consumed by the group, and the committed offsets the coordinator reported
+must never go backwards per partition (a lost commit would); the table's last lines
+say "every acknowledged record consumed by the group; commits never went backwards"
+or what broke it.
 """
 
 from __future__ import annotations
@@ -44,19 +50,47 @@ class PartitionVerdict:
 
 
 @dataclass(slots=True)
+class GroupVerdict:
+    group_id: str
+    not_consumed: int = 0  # acknowledged records the group never consumed
+    backwards: list[str] = field(default_factory=list)  # "partition p: 12 -> 9"
+    commits_seen: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.not_consumed and not self.backwards
+
+    def line(self) -> str:
+        if self.ok:
+            return (f"group {self.group_id}: every acknowledged record consumed by the group; "
+                    f"commits never went backwards ({self.commits_seen} commits seen)")
+        problems = []
+        if self.not_consumed:
+            problems.append(f"{self.not_consumed} acknowledged records never consumed "
+                            f"({', '.join(self.examples)})")
+        if self.backwards:
+            problems.append(f"commits went backwards: {', '.join(self.backwards[:EXAMPLES_MAX])}")
+        return f"group {self.group_id}: " + "; ".join(problems)
+
+
+@dataclass(slots=True)
 class Verdict:
     partitions: list[PartitionVerdict]
     sent: int
     failed_attempts: int
     notes: list[str] = field(default_factory=list)  # run-level problems (ISR never full, ...)
+    group: GroupVerdict | None = None
 
     @property
     def ok(self) -> bool:
-        return all(p.ok for p in self.partitions) and not self.notes
+        return (all(p.ok for p in self.partitions) and not self.notes
+                and (self.group is None or self.group.ok))
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "sent": self.sent, "failed_attempts": self.failed_attempts,
-                "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions]}
+                "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions],
+                "group": asdict(self.group) if self.group is not None else None}
 
     def table(self) -> str:
         header = ("partition", "acked", "lost", "moved", "dup", "unacked-present", "unknown",
@@ -83,6 +117,8 @@ class Verdict:
                 out += f"\npartition {p.partition} replicas: {p.replicas_detail}"
             if p.examples:
                 out += f"\npartition {p.partition} examples: {', '.join(p.examples)}"
+        if self.group is not None:
+            out += "\n" + self.group.line()
         for note in self.notes:
             out += f"\nproblem: {note}"
         out += "\nVERDICT: " + ("PASS" if self.ok else "FAIL")
@@ -136,3 +172,21 @@ def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
         v.replicas_detail = comparison.detail
     return Verdict(sorted(verdicts.values(), key=lambda v: v.partition), sent=len(sent),
                    failed_attempts=failed_attempts, notes=list(notes or []))
+
+
+def judge_group(group_id: str, acked: dict[str, tuple[int, int]],
+                consumed: set[tuple[int, int]], committed: dict[int, list[int]]
+                ) -> GroupVerdict:
+    """``acked``: value -> (partition, offset); ``consumed``: (partition, offset) the group
+    read; ``committed``: partition -> committed offsets as reported, in time order."""
+    v = GroupVerdict(group_id, commits_seen=sum(len(c) for c in committed.values()))
+    for value, place in sorted(acked.items(), key=lambda item: item[1]):
+        if place not in consumed:
+            v.not_consumed += 1
+            if len(v.examples) < EXAMPLES_MAX:
+                v.examples.append(f"{value}@{place[0]}/{place[1]}")
+    for partition, offsets in sorted(committed.items()):
+        for before, after in zip(offsets, offsets[1:], strict=False):
+            if after < before:
+                v.backwards.append(f"partition {partition}: {before} -> {after}")
+    return v
