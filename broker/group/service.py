@@ -48,41 +48,43 @@ def join(coordinator: GroupCoordinator, *, group_id: str, member_id: str,
 
 def sync(coordinator: GroupCoordinator, *, group_id: str, generation_id: int, member_id: str,
          protocol_type: str | None, protocol_name: str | None,
-         assignments: dict[str, bytes]) -> Awaitable[SyncAnswer]:
+         assignments: dict[str, bytes], group_instance_id: str | None = None
+         ) -> Awaitable[SyncAnswer]:
     try:
         return coordinator.request(group_id, lambda state, token, now_ms: state.sync_group(
             token, now_ms, group_id=group_id, generation_id=generation_id, member_id=member_id,
             protocol_type=protocol_type, protocol_name=protocol_name,
-            assignments=assignments))  # type: ignore[return-value]
+            assignments=assignments, group_instance_id=group_instance_id))  # type: ignore[return-value]
     except CoordinatorError as e:
         return _value(SyncAnswer(e.error_code))
 
 
 def heartbeat(coordinator: GroupCoordinator, *, group_id: str, generation_id: int,
-              member_id: str) -> int:
+              member_id: str, group_instance_id: str | None = None) -> int:
     try:
         state, now_ms, _ = coordinator.now(group_id)
     except CoordinatorError as e:
         return e.error_code
     return state.heartbeat(now_ms, group_id=group_id, generation_id=generation_id,
-                           member_id=member_id)
+                           member_id=member_id, group_instance_id=group_instance_id)
 
 
-def leave(coordinator: GroupCoordinator, *, group_id: str,
-          member_ids: list[str]) -> tuple[int, list[int]]:
+def leave(coordinator: GroupCoordinator, *, group_id: str, member_ids: list[str],
+          group_instance_ids: list[str | None] | None = None) -> tuple[int, list[int]]:
     """(the request's error code, each member's)."""
     try:
         state, now_ms, shard = coordinator.now(group_id)
     except CoordinatorError as e:
         return e.error_code, [e.error_code] * len(member_ids)
-    codes, ready = state.leave_group(now_ms, group_id=group_id, member_ids=member_ids)
+    codes, ready = state.leave_group(now_ms, group_id=group_id, member_ids=member_ids,
+                                     group_instance_ids=group_instance_ids)
     coordinator.carry_out(shard, ready)
     return pb.NONE, codes
 
 
 def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, generation_id: int,
-           member_id: str, offsets: dict[TopicPartition, tuple[int, int, str]]
-           ) -> Awaitable[dict[TopicPartition, int]]:
+           member_id: str, offsets: dict[TopicPartition, tuple[int, int, str]],
+           group_instance_id: str | None = None) -> Awaitable[dict[TopicPartition, int]]:
     """Each partition's error code; partitions of no known topic are refused."""
     refused = {tp: pb.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets
                if metadata_cache.partition_state(*tp) is None}
@@ -92,7 +94,7 @@ def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, gene
     try:
         pending = coordinator.request(group_id, lambda state, token, now_ms: state.commit_offsets(
             token, now_ms, group_id=group_id, generation_id=generation_id,
-            member_id=member_id, offsets=wanted))
+            member_id=member_id, offsets=wanted, group_instance_id=group_instance_id))
     except CoordinatorError as e:
         return _value({tp: e.error_code for tp in offsets})
 

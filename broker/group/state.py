@@ -32,8 +32,15 @@ The leader's SyncGroup is written as the group's metadata before anyone gets an
 assignment. Heartbeats keep a member; one silent for its session timeout is removed
 (members awaiting a join or sync answer are kept alive by that wait). OffsetCommit
 checks the generation (a generation < 0 commit is for an empty group only: a
-standalone consumer or an admin reset). ``group.instance.id`` is carried and stored, but
-members are handled as dynamic ones (static membership is not implemented).
+standalone consumer or an admin reset).
+
+Static membership (KIP-345): a member with a ``group.instance.id`` joins without
+MEMBER_ID_REQUIRED. When the same instance joins again without its member id (a
+restart), it gets a new member id that replaces the old one, whose later requests are
+answered FENCED_INSTANCE_ID; in a stable group with unchanged protocols that is no
+rebalance (the group's metadata with the new id is written, then the join is answered
+with the current generation and assignment stays). The session timeout still removes a
+static member; LeaveGroup may name it by instance id.
 """
 
 from __future__ import annotations
@@ -112,6 +119,7 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, int] = field(default_factory=dict)  # member id -> expiry ms
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     state_timestamp_ms: int = -1
@@ -122,6 +130,11 @@ class Group:
     def transition(self, state: GroupState, now_ms: int) -> None:
         self.state = state
         self.state_timestamp_ms = now_ms
+
+    def fenced(self, member_id: str, group_instance_id: str | None) -> bool:
+        """A request naming an instance id another member id now holds."""
+        return (group_instance_id is not None and group_instance_id in self.static_members
+                and self.static_members[group_instance_id] != member_id)
 
     def all_joined(self) -> bool:
         return (not self.pending_members
@@ -282,6 +295,8 @@ class GroupCoordinatorState:
                 session_timeout_ms=m.session_timeout_ms, protocol_type=v.protocol_type,
                 protocols=[(v.protocol or "", m.subscription)], assignment=m.assignment,
                 last_heartbeat_ms=now_ms, is_new=False) for m in v.members}
+            group.static_members = {m.group_instance_id: m.member_id for m in v.members
+                                    if m.group_instance_id is not None}
             group.transition(GroupState.STABLE if group.members else GroupState.EMPTY, now_ms)
 
     def end_load(self, now_ms: int) -> None:
@@ -314,11 +329,18 @@ class GroupCoordinatorState:
             return self._join_error(token, pb.COORDINATOR_NOT_AVAILABLE, member_id)
         if not group.supports(protocol_type, protocols):
             return self._join_error(token, pb.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if not member_id and group_instance_id is not None \
+                and group_instance_id in group.static_members:
+            return self._replace_static_member(
+                group, token, now_ms, group_instance_id, self._new_member_id(client_id),
+                protocols, session_timeout_ms, rebalance_timeout_ms)
+        if member_id and group.fenced(member_id, group_instance_id):
+            return self._join_error(token, pb.FENCED_INSTANCE_ID, member_id)
         if not member_id:
             if len(group.members) + len(group.pending_members) >= s.max_size:
                 return self._join_error(token, pb.GROUP_MAX_SIZE_REACHED, member_id)
             new_id = self._new_member_id(client_id)
-            if require_known_member_id:
+            if require_known_member_id and group_instance_id is None:
                 group.pending_members[new_id] = now_ms + session_timeout_ms
                 return self._join_error(token, pb.MEMBER_ID_REQUIRED, new_id)
             return self._add_member(group, token, now_ms, new_id, group_instance_id, client_id,
@@ -352,6 +374,44 @@ class GroupCoordinatorState:
         self._update_member(member, token, protocols, session_timeout_ms, rebalance_timeout_ms)
         return ready.extend(self._prepare_rebalance(group, now_ms))
 
+    def _replace_static_member(self, group: Group, token: Any, now_ms: int, instance: str,
+                               new_id: str, protocols: list[tuple[str, bytes]],
+                               session_timeout_ms: int, rebalance_timeout_ms: int) -> Ready:
+        """A known instance joins again without its member id: ``new_id`` replaces the
+        old one, which is fenced from now on."""
+        old_id = group.static_members[instance]
+        member = group.members.pop(old_id)
+        ready = Ready()
+        if member.join_token is not None:
+            ready.replies.append((member.join_token, JoinAnswer(pb.FENCED_INSTANCE_ID,
+                                                                member_id=old_id)))
+            member.join_token = None
+        if member.sync_token is not None:
+            ready.replies.append((member.sync_token, SyncAnswer(pb.FENCED_INSTANCE_ID)))
+            member.sync_token = None
+        unchanged = member.protocols == protocols
+        member.member_id = new_id
+        member.last_heartbeat_ms = now_ms
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        group.members[new_id] = member
+        group.static_members[instance] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        if group.state == GroupState.STABLE and unchanged:
+            # No rebalance: the group's metadata names the new id before the join is
+            # answered with the current generation (the member keeps its assignment).
+            def written(code: int, done_ms: int) -> Ready:
+                if code == pb.NONE:
+                    return Ready(replies=[(token, self._join_answer(group, new_id))])
+                return Ready(replies=[(token, JoinAnswer(coordinator_error_for_write(code),
+                                                         member_id=new_id))])
+            ready.writes.append(self._write(group, (_group_metadata_record(group, now_ms),),
+                                            written))
+            return ready
+        self._update_member(member, token, protocols, session_timeout_ms, rebalance_timeout_ms)
+        return ready.extend(self._prepare_rebalance(group, now_ms))
+
     def _join_error(self, token: Any, code: int, member_id: str) -> Ready:
         return Ready(replies=[(token, JoinAnswer(code, member_id=member_id))])
 
@@ -374,6 +434,8 @@ class GroupCoordinatorState:
             client_host=client_host, rebalance_timeout_ms=rebalance_timeout_ms,
             session_timeout_ms=session_timeout_ms, protocol_type=protocol_type,
             protocols=protocols, last_heartbeat_ms=now_ms, join_token=token)
+        if group_instance_id is not None:
+            group.static_members[group_instance_id] = member_id
         if group.leader_id is None:
             group.leader_id = member_id
         if group.state == GroupState.PREPARING_REBALANCE and group.delay_deadline_ms is not None:
@@ -458,8 +520,11 @@ class GroupCoordinatorState:
 
     def sync_group(self, token: Any, now_ms: int, *, group_id: str, generation_id: int,
                    member_id: str, protocol_type: str | None, protocol_name: str | None,
-                   assignments: dict[str, bytes]) -> Ready:
+                   assignments: dict[str, bytes], group_instance_id: str | None = None
+                   ) -> Ready:
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(member_id, group_instance_id):
+            return Ready(replies=[(token, SyncAnswer(pb.FENCED_INSTANCE_ID))])
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None or group.state in (GroupState.EMPTY,
                                                               GroupState.DEAD):
@@ -514,8 +579,10 @@ class GroupCoordinatorState:
     # ------------------------------------------------------------ Heartbeat, LeaveGroup
 
     def heartbeat(self, now_ms: int, *, group_id: str, generation_id: int,
-                  member_id: str) -> int:
+                  member_id: str, group_instance_id: str | None = None) -> int:
         group = self.groups.get(group_id)
+        if group is not None and group.fenced(member_id, group_instance_id):
+            return pb.FENCED_INSTANCE_ID
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None or group.state in (GroupState.EMPTY,
                                                               GroupState.DEAD):
@@ -527,12 +594,20 @@ class GroupCoordinatorState:
             return pb.REBALANCE_IN_PROGRESS
         return pb.NONE
 
-    def leave_group(self, now_ms: int, *, group_id: str,
-                    member_ids: list[str]) -> tuple[list[int], Ready]:
-        """Per-member error codes, in order, and what the leaving changes."""
+    def leave_group(self, now_ms: int, *, group_id: str, member_ids: list[str],
+                    group_instance_ids: list[str | None] | None = None
+                    ) -> tuple[list[int], Ready]:
+        """Per-member error codes, in order, and what the leaving changes. A member may be
+        named by its instance id (member id "") or by both (they must match)."""
         group = self.groups.get(group_id)
         codes, ready = [], Ready()
-        for member_id in member_ids:
+        instances = group_instance_ids or [None] * len(member_ids)
+        for member_id, instance in zip(member_ids, instances, strict=True):
+            if group is not None and instance is not None:
+                if group.fenced(member_id, instance) and member_id:
+                    codes.append(pb.FENCED_INSTANCE_ID)
+                    continue
+                member_id = group.static_members.get(instance, member_id)
             if group is None or group.state == GroupState.DEAD:
                 codes.append(pb.UNKNOWN_MEMBER_ID)
             elif member_id in group.pending_members:
@@ -548,6 +623,9 @@ class GroupCoordinatorState:
 
     def _remove_member(self, group: Group, member_id: str, now_ms: int) -> Ready:
         member = group.members.pop(member_id)
+        if member.group_instance_id is not None \
+                and group.static_members.get(member.group_instance_id) == member_id:
+            del group.static_members[member.group_instance_id]
         ready = Ready()
         if member.join_token is not None:
             ready.replies.append((member.join_token, JoinAnswer(pb.UNKNOWN_MEMBER_ID,
@@ -579,12 +657,15 @@ class GroupCoordinatorState:
 
     def commit_offsets(self, token: Any, now_ms: int, *, group_id: str, generation_id: int,
                        member_id: str,
-                       offsets: dict[tuple[str, int], tuple[int, int, str]]) -> Ready:
+                       offsets: dict[tuple[str, int], tuple[int, int, str]],
+                       group_instance_id: str | None = None) -> Ready:
         """``offsets``: (topic, partition) -> (offset, leader_epoch, metadata)."""
         group = self.groups.get(group_id)
         code = pb.NONE
         if not group_id:
             code = pb.INVALID_GROUP_ID
+        elif group is not None and group.fenced(member_id, group_instance_id):
+            code = pb.FENCED_INSTANCE_ID
         elif group is None:
             if generation_id >= 0:
                 code = pb.ILLEGAL_GENERATION

@@ -4,7 +4,7 @@
 API (key)             vers  notes
 ===================== ===== ======================================================
 FindCoordinator (10)  0-4   groups only (key type 0); creates __consumer_offsets
-JoinGroup (11)        0-9   KIP-394 member ids from v4; static members as dynamic
+JoinGroup (11)        0-9   KIP-394 member ids from v4; static members (KIP-345) from v5
 SyncGroup (14)        0-5
 Heartbeat (12)        0-4
 LeaveGroup (13)       0-5   batches of members from v3
@@ -151,7 +151,8 @@ async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
         s.group_coordinator, group_id=group_id, generation_id=body.generation_id,
         member_id=body.member_id, protocol_type=getattr(body, "protocol_type", None),
         protocol_name=getattr(body, "protocol_name", None),
-        assignments={a.member_id: bytes(a.assignment) for a in body.assignments})
+        assignments={a.member_id: bytes(a.assignment) for a in body.assignments},
+        group_instance_id=getattr(body, "group_instance_id", None))
 
     async def answer() -> dict[str, Any]:
         return values(await pending)
@@ -165,7 +166,8 @@ async def on_heartbeat(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
     code = authorize_group(s, head, "READ", group_id)
     if code is None:
         code = service.heartbeat(s.group_coordinator, group_id=group_id,
-                                 generation_id=body.generation_id, member_id=body.member_id)
+                                 generation_id=body.generation_id, member_id=body.member_id,
+                                 group_instance_id=getattr(body, "group_instance_id", None))
     return _done({"throttle_time": 0, "error_code": code})
 
 
@@ -177,7 +179,8 @@ async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]
     top = authorize_group(s, head, "READ", group_id)
     if top is None:
         top, codes = service.leave(s.group_coordinator, group_id=group_id,
-                                   member_ids=[m for m, _ in identities])
+                                   member_ids=[m for m, _ in identities],
+                                   group_instance_ids=[i for _, i in identities])
     else:
         codes = [top] * len(identities)
     if not batch:
@@ -208,7 +211,8 @@ async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, An
         offsets={(t.name, p.partition_index): (p.committed_offset,
                                                getattr(p, "committed_leader_epoch", -1),
                                                p.committed_metadata or "")
-                 for t in body.topics for p in t.partitions})
+                 for t in body.topics for p in t.partitions},
+        group_instance_id=getattr(body, "group_instance_id", None))
 
     async def answer() -> dict[str, Any]:
         return values(await pending)

@@ -2,7 +2,9 @@
 SIGKILLed): ``python group_worker.py LIBRARY BOOTSTRAP GROUP TOPIC``.
 
 LIBRARY is confluent, kafka-python, aiokafka or tidewater. It subscribes to TOPIC in
-GROUP (earliest when there is no committed offset, 3 s session timeout), prints one
+GROUP (earliest when there is no committed offset, 3 s session timeout; with
+GROUP_INSTANCE_ID in the environment a confluent member is static, with a 20 s one),
+prints one
 line ``R <partition> <offset>`` per record it processed, then commits synchronously
 (at least once: a record is printed before its offset is committed), and prints
 ``A <partitions>`` after each assignment. SIGTERM closes the consumer (LeaveGroup).
@@ -11,10 +13,12 @@ line ``R <partition> <offset>`` per record it processed, then commits synchronou
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 
 SESSION_MS = 3000
+STATIC_SESSION_MS = 20000  # long enough for a restart to come back first
 HEARTBEAT_MS = 500
 stopping = False
 
@@ -31,10 +35,13 @@ def say(line: str) -> None:
 
 def run_confluent(bootstrap: str, group: str, topic: str) -> None:
     from confluent_kafka import Consumer
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "session.timeout.ms": SESSION_MS,
-                         "heartbeat.interval.ms": HEARTBEAT_MS})
+    config = {"bootstrap.servers": bootstrap, "group.id": group,
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS}
+    if os.environ.get("GROUP_INSTANCE_ID"):  # static membership (KIP-345)
+        config["group.instance.id"] = os.environ["GROUP_INSTANCE_ID"]
+        config["session.timeout.ms"] = STATIC_SESSION_MS
+    consumer = Consumer(config)
     consumer.subscribe([topic], on_assign=lambda c, parts: say(
         "A " + ",".join(str(p.partition) for p in parts)))
     while not stopping:

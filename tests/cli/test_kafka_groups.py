@@ -77,12 +77,13 @@ MIXED = ["confluent", "tidewater", "kafka-python", "aiokafka"]
 
 
 class Worker:
-    def __init__(self, library: str, c, group: str, topic: str, out_dir: Path, n: int):
+    def __init__(self, library: str, c, group: str, topic: str, out_dir: Path, n: int,
+                 instance: str | None = None):
         if library == "mixed":
             library = MIXED[n % len(MIXED)]
         self.out = out_dir / f"{library}-{n}.out"
         self.err = out_dir / f"{library}-{n}.err"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", GROUP_INSTANCE_ID=instance or "")
         if library == "kcat":
             # kcat -G: librdkafka's balanced consumer, auto-commit every 100 ms.
             cmd = [KCAT, "-b", c.kafka, "-G", group, "-o", "beginning", "-u",
@@ -302,3 +303,34 @@ def test_clients_cannot_produce_to_the_offsets_topic(cluster):
              .get_watermark_offsets(TopicPartition("__consumer_offsets", p), timeout=10)[1]
              for p in range(6)}
     assert after == before
+
+
+def test_a_restarted_static_member_comes_back_without_a_rebalance(cluster, tmp_path):
+    """KIP-345: a SIGKILLed member with a group.instance.id restarted within its session
+    timeout takes its place back; the other member sees no new assignment."""
+    c = cluster
+    topic, group = new_topic(c), f"static-{uuid.uuid4().hex[:6]}"
+    produce(c, topic, 120)
+    steady = Worker("confluent", c, group, topic, tmp_path, 0, instance="steady")
+    restarted = Worker("confluent", c, group, topic, tmp_path, 1, instance="restarted")
+    workers = [steady, restarted]
+    try:
+        wait_all_consumed(workers, end_offsets(c, topic), "the first records")
+        wait_for(lambda: sorted(len(m.assignment.topic_partitions)
+                                for m in describe_group(c, group).members) == [3, 3],
+                 "two static members with three partitions each")
+        assignments = [line for line in steady.lines() if line.startswith("A ")]
+        restarted.kill()
+        back = Worker("confluent", c, group, topic, tmp_path, 2, instance="restarted")
+        workers.append(back)
+        before = end_offsets(c, topic)
+        produce(c, topic, 120, start=120)
+        wait_all_consumed([steady, back], end_offsets(c, topic), "records after the restart",
+                          starts=before)
+        assert [line for line in steady.lines() if line.startswith("A ")] == assignments
+        members = describe_group(c, group).members
+        assert sorted(m.group_instance_id for m in members) == ["restarted", "steady"]
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.stop()

@@ -320,3 +320,75 @@ def test_java_string_hash_known_values():
     assert java_string_hash("polygenelubricants") == -(1 << 31)  # Integer.MIN_VALUE
     assert partition_for("polygenelubricants", 50) == 0
     assert java_string_hash("\U0001F600") == 0xD83D * 31 + 0xDE00  # a surrogate pair, as Java sees it
+
+
+def static_join(h: Harness, token: str, now_ms: int, instance: str, member_id: str = "",
+                protocols=PROTOCOLS) -> Ready:
+    return h.take(h.state.join_group(
+        token, now_ms, group_id="g", member_id=member_id, group_instance_id=instance,
+        client_id=instance, client_host="", protocol_type="consumer", protocols=protocols,
+        session_timeout_ms=SESSION_MS, rebalance_timeout_ms=REBALANCE_MS,
+        require_known_member_id=True))
+
+
+def static_group(h: Harness) -> tuple[str, str, int]:
+    static_join(h, "a", 0, "inst-a")  # no MEMBER_ID_REQUIRED for a static member
+    static_join(h, "b", 0, "inst-b")
+    h.take(h.state.tick(1))
+    a, b = h.answers.pop("a"), h.answers.pop("b")
+    assert a.error_code == b.error_code == pb.NONE
+    h.sync("sa", 1, a.member_id, a.generation_id, {a.member_id: b"A", b.member_id: b"B"})
+    h.sync("sb", 1, b.member_id, b.generation_id)
+    h.complete_writes(2)
+    return a.member_id, b.member_id, a.generation_id
+
+
+def test_a_restarted_static_member_takes_over_without_a_rebalance():
+    h = Harness(delay_ms=1)
+    a, b, generation = static_group(h)
+    static_join(h, "a2", 10, "inst-a")  # a restart: same instance, no member id
+    assert "a2" not in h.answers  # the new id is written first
+    [write] = h.complete_writes(11)
+    group = h.state.groups["g"]
+    answer = h.answers["a2"]
+    assert answer.error_code == pb.NONE and answer.generation_id == generation
+    new_a = answer.member_id
+    assert new_a != a and group.state == GroupState.STABLE
+    assert group.static_members == {"inst-a": new_a, "inst-b": b}
+    assert [m.member_id for m in write.records[0].value.members if m.group_instance_id
+            == "inst-a"] == [new_a]
+    h.sync("s2", 12, new_a, generation)
+    assert h.answers["s2"].assignment == b"A"  # the old assignment stays
+    # The old incarnation is fenced everywhere.
+    assert h.state.heartbeat(13, group_id="g", generation_id=generation, member_id=a,
+                             group_instance_id="inst-a") == pb.FENCED_INSTANCE_ID
+    h.take(h.state.commit_offsets("c", 13, group_id="g", generation_id=generation,
+                                  member_id=a, group_instance_id="inst-a",
+                                  offsets={("t", 0): (1, -1, "")}))
+    assert h.answers["c"] == CommitAnswer({("t", 0): pb.FENCED_INSTANCE_ID})
+    codes, _ = h.state.leave_group(14, group_id="g", member_ids=[a],
+                                   group_instance_ids=["inst-a"])
+    assert codes == [pb.FENCED_INSTANCE_ID]
+
+
+def test_a_static_member_leaves_by_instance_id_and_expires_like_any_member():
+    h = Harness(delay_ms=1)
+    a, b, generation = static_group(h)
+    codes, ready = h.state.leave_group(10, group_id="g", member_ids=[""],
+                                       group_instance_ids=["inst-a"])
+    h.take(ready)
+    assert codes == [pb.NONE]
+    group = h.state.groups["g"]
+    assert a not in group.members and "inst-a" not in group.static_members
+    h.take(h.state.tick(10 + SESSION_MS + REBALANCE_MS))  # b never rejoins nor heartbeats
+    assert group.members == {} and group.static_members == {}
+
+
+def test_a_loaded_group_remembers_its_static_members():
+    h = Harness(delay_ms=1)
+    a, b, generation = static_group(h)
+    from tidewater.broker.group.state import _group_metadata_record
+    record = _group_metadata_record(h.state.groups["g"], 5)
+    loaded = GroupCoordinatorState()
+    loaded.replay(records.decode(records.encode_key(record), records.encode_value(record)), 9)
+    assert loaded.groups["g"].static_members == {"inst-a": a, "inst-b": b}
