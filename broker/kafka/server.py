@@ -35,7 +35,7 @@ from tidewater.broker.kafka.codec import (
     UnknownApiKeyError,
     build,
     decode_request,
-    encode_response,
+    encode_response_parts,
     peek_head,
     response_type,
 )
@@ -175,7 +175,7 @@ class KafkaListener:
                     return
                 if values is not None:
                     body = build(response_type(head.api_key, head.api_version), values)
-                    writer.write(encode_response(head, body))
+                    writer.writelines(encode_response_parts(head, body))
                     await writer.drain()
                 self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
                               time.perf_counter() - started, list(error_codes(values)))
