@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.error_mapping import error_code_for
@@ -60,6 +61,35 @@ LATEST_TIMESTAMP = -1
 _INT32 = struct.Struct(">i")
 _BATCH_LENGTH_AT = 8  # after baseOffset
 _RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
+
+
+class FetchedPartition(NamedTuple):
+    """One partition's fetch answer."""
+
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    leader_epoch: int
+    records: bytes
+    diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
+
+
+def fetch_response(results: list[FetchedPartition]) -> pb.FetchResponse:
+    response = pb.FetchResponse(error_code=pb.NONE)
+    add = response.partitions.add
+    for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
+         leader_epoch, records, diverging) in results:
+        out = add(topic=topic, partition=partition, error_code=code, error_message=message,
+                  high_watermark=high_watermark, log_start_offset=log_start_offset,
+                  log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+        if diverging is not None:
+            out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
+                                                           end_offset=diverging[1]))
+    return response
 
 
 def record_count(records: bytes) -> int:
@@ -103,6 +133,11 @@ class FetchPath:
             for is_follower, kind in ((True, "replica"), (False, "consumer"))}
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        return fetch_response(await self.fetch_partitions(request))
+
+    async def fetch_partitions(self, request: pb.FetchRequest) -> list[FetchedPartition]:
+        """The answer per partition, as plain tuples: the Kafka listener encodes the
+        records from these without the copy a protobuf message makes."""
         loop = asyncio.get_running_loop()
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
         deadline = loop.time() + max_wait_ms / 1000
@@ -131,34 +166,25 @@ class FetchPath:
             if keys is None:
                 keys = [(topic, partition) for topic, partition, *_ in wanted]
             await self.fetch_waiters.wait(keys, remaining_s, follower=is_follower)
-        # The response is built once, from the last pass.
-        response = pb.FetchResponse(error_code=pb.NONE)
-        add = response.partitions.add
+        # Counted once, from the last pass.
         messages = 0
-        for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
-             leader_epoch, records, diverging) in results:
-            out = add(topic=topic, partition=partition, error_code=code, error_message=message,
-                      high_watermark=high_watermark, log_start_offset=log_start_offset,
-                      log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
-            if diverging is not None:
-                out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
-                                                               end_offset=diverging[1]))
-            if code != pb.NONE:
-                self._metrics.request_errors.labels("Fetch", pb.ErrorCode.Name(code)).inc()
-            elif records:
-                messages += record_count(records)
+        for result in results:
+            if result.error_code != pb.NONE:
+                self._metrics.request_errors.labels(
+                    "Fetch", pb.ErrorCode.Name(result.error_code)).inc()
+            elif result.records:
+                messages += record_count(result.records)
         if total_bytes:
             bytes_out, messages_out = self._fetch_out_counters[is_follower]
             bytes_out.inc(total_bytes)
             messages_out.inc(messages)
-        return response
+        return results
 
     def _read(self, wanted: list[tuple], max_bytes: int, replica_id: int, isr_eligible: bool,
-              broker_epoch: int, first_pass: bool) -> tuple[list[tuple], int, bool]:
-        """(per partition: (topic, partition, error_code, error_message, high_watermark,
-        log_start_offset, log_end_offset, leader_epoch, records, diverging (epoch, end_offset)
-        or None), the records' bytes, must it be answered now). A follower's when
-        ``replica_id`` >= 0."""
+              broker_epoch: int, first_pass: bool
+              ) -> tuple[list[FetchedPartition], int, bool]:
+        """(the answer per partition, the records' bytes, must it be answered now). A
+        follower's when ``replica_id`` >= 0."""
         if max_bytes <= 0:
             max_bytes = FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
@@ -203,13 +229,14 @@ class FetchPath:
                                                      budget, visible_end, total_bytes == 0)
                 high_watermark = replica.high_watermark
                 total_bytes += len(records)
-                results.append((topic, partition_index, pb.NONE, "", high_watermark,
-                                log_start_offset, log_end_offset, leader_epoch, records,
-                                diverging))
+                results.append(FetchedPartition(
+                    topic, partition_index, pb.NONE, "", high_watermark, log_start_offset,
+                    log_end_offset, leader_epoch, records, diverging))
             except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="Fetch")
-                results.append((topic, partition_index, code, message, high_watermark,
-                                log_start_offset, log_end_offset, leader_epoch, b"", None))
+                results.append(FetchedPartition(
+                    topic, partition_index, code, message, high_watermark, log_start_offset,
+                    log_end_offset, leader_epoch, b"", None))
                 must_answer = True
         return results, total_bytes, must_answer
 

@@ -34,7 +34,7 @@ from tidewater.broker.background import BackgroundWork
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.control import ControlRequests
-from tidewater.broker.fetch import FetchPath
+from tidewater.broker.fetch import FetchedPartition, FetchPath
 from tidewater.broker.fetcher import FetcherManager
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
@@ -179,6 +179,10 @@ class ReplicaManager:
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return await self.fetcher_path.fetch(request)
+
+    async def fetch_partitions(self, request: pb.FetchRequest) -> list[FetchedPartition]:
+        """``fetch``'s answer as plain tuples (the records not copied into a message)."""
+        return await self.fetcher_path.fetch_partitions(request)
 
     def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
         return self.fetcher_path.list_offsets(request)

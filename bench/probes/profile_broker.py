@@ -1,11 +1,14 @@
 """Profile the brokers (and optionally this client) during one acks=all produce run.
 
     .venv/bin/python bench/probes/profile_broker.py [--seconds 15] [--record-bytes 1024]
-                                             [--mode pipelined|producer] [--out-dir DIR]
+                                             [--mode pipelined|producer|kafka-produce|kafka-consume]
+                                             [--out-dir DIR]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 with 1 partition and RF=3, drives it with acks=all (``pipelined``: pre-encoded
-256 KiB batches, 8 in flight; ``producer``: client.producer.Producer) and
+256 KiB batches, 8 in flight; ``producer``: client.producer.Producer;
+``kafka-produce``: confluent-kafka over the Kafka listener; ``kafka-consume``:
+confluent-kafka reading back, from the start and again, a topic filled first) and
 samples the partition leader, one follower and the client process with
 py-spy (``pip install py-spy``; needs ptrace, i.e. root or CAP_SYS_PTRACE).
 
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--record-bytes", type=int, default=1024)
-    parser.add_argument("--mode", choices=("pipelined", "producer"), default="pipelined")
+    parser.add_argument("--mode", choices=("pipelined", "producer", "kafka-produce", "kafka-consume"), default="pipelined")
     parser.add_argument("--out-dir", default=None)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--gil", action="store_true", help="only samples holding the GIL (Python CPU)")
@@ -100,8 +103,25 @@ def main(argv: list[str] | None = None) -> int:
                    "follower": cluster.local.process(follower)["pid"], "client": os.getpid()}
         result: dict = {}
 
+        kafka_bootstrap = cluster.local.manifest["kafka_bootstrap"]
+        if args.mode == "kafka-consume":
+            from bench import kafka_side
+
+            kafka_side.producer_throughput(kafka_bootstrap, "profile", args.record_bytes, "all", 10)
+
         def drive() -> None:
-            if args.mode == "pipelined":
+            if args.mode == "kafka-produce":
+                from bench import kafka_side
+
+                result["t"] = kafka_side.producer_throughput(
+                    kafka_bootstrap, "profile", args.record_bytes, "all", args.seconds + 2)
+            elif args.mode == "kafka-consume":
+                from bench import kafka_side
+
+                deadline = time.monotonic() + args.seconds + 2
+                while time.monotonic() < deadline:  # read the topic again until profiled
+                    result["t"] = kafka_side.consume_throughput(kafka_bootstrap, "profile")
+            elif args.mode == "pipelined":
                 result["t"] = tidewater_side.pipelined_throughput(
                     cluster.bootstrap, "profile", args.record_bytes, -1, args.seconds + 2)
             else:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidewater.broker.control_rules import client_fetch_refusal
+from tidewater.broker.fetch import FetchedPartition
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
@@ -252,23 +253,23 @@ def fetch_request(body, version: int) -> pb.FetchRequest:
     return request
 
 
-def fetch_values(response: pb.FetchResponse, version: int = 12) -> dict[str, Any]:
-    def entry(p: pb.FetchPartitionResponse) -> dict[str, Any]:
-        if version < ZSTD_FETCH_FROM and p.records and uses_zstd(p.records):
-            p.error_code, p.records = pb.UNSUPPORTED_COMPRESSION_TYPE, b""
+def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str, Any]:
+    def entry(p: FetchedPartition) -> dict[str, Any]:
+        error_code, records = p.error_code, p.records
+        if version < ZSTD_FETCH_FROM and records and uses_zstd(records):
+            error_code, records = pb.UNSUPPORTED_COMPRESSION_TYPE, b""
         values: dict[str, Any] = {
-            "partition_index": p.partition, "error_code": p.error_code,
+            "partition_index": p.partition, "error_code": error_code,
             "high_watermark": p.high_watermark, "last_stable_offset": p.high_watermark,
             "log_start_offset": p.log_start_offset, "aborted_transactions": None,
-            "preferred_read_replica": -1, "records": bytes(p.records)}
-        if p.HasField("diverging_epoch"):
-            values["diverging_epoch"] = {"epoch": p.diverging_epoch.epoch,
-                                         "end_offset": p.diverging_epoch.end_offset}
-        if p.error_code in (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH):
+            "preferred_read_replica": -1, "records": records}
+        if p.diverging is not None:
+            values["diverging_epoch"] = {"epoch": p.diverging[0], "end_offset": p.diverging[1]}
+        if error_code in (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH):
             values["current_leader"] = {"leader_id": -1, "leader_epoch": p.leader_epoch}
         return values
-    return {"throttle_time": 0, "error_code": response.error_code, "session_id": 0,
-            "responses": by_topic(response.partitions, "topic", "partitions", entry)}
+    return {"throttle_time": 0, "error_code": pb.NONE, "session_id": 0,
+            "responses": by_topic(results, "topic", "partitions", entry)}
 
 
 async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
@@ -284,7 +285,8 @@ async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     request = fetch_request(body, head.api_version)
 
     async def answer() -> Response:
-        return fetch_values(await s.replica_manager.fetch(request), head.api_version)
+        return fetch_values(await s.replica_manager.fetch_partitions(request),
+                            head.api_version)
     return answer()
 
 

@@ -166,19 +166,60 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
     return RequestHead(api_key, api_version, correlation_id, header.client_id), body
 
 
-def encode_response(head: RequestHead, body: Any) -> bytes:
-    """The response frame, size prefix included, for ``body`` answering ``head``."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
+# Values at least this long (records) are kept by reference in a response's parts, not
+# copied into one buffer: a fetch answer's records then reach the socket in one copy.
+BY_REFERENCE_BYTES_MIN = 4096
+
+
+class _Parts:
+    """kio's write target for a response: small writes gathered in a buffer, large ones
+    kept as they are; ``parts`` are the frame in order."""
+
+    __slots__ = ("parts", "_small", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self._small = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        n = len(data)
+        if n >= BY_REFERENCE_BYTES_MIN:
+            if self._small:
+                self.parts.append(bytes(self._small))
+                self._small.clear()
+            self.parts.append(data)
+        else:
+            self._small += data
+        self.size += n
+        return n
+
+    def finish(self) -> list[bytes]:
+        if self._small:
+            self.parts.append(bytes(self._small))
+            self._small.clear()
+        return self.parts
+
+
+def encode_response_parts(head: RequestHead, body: Any) -> list[bytes]:
+    """The response frame, size prefix included, for ``body`` answering ``head``, as
+    parts to write in order (``transport.writelines``: no join of the records)."""
+    out = _Parts()
     out.write(_SIZE.pack(head.correlation_id))
     # ApiVersions answers with header v0 even when flexible (KIP-511): a client that
     # sent a version we do not know must still read the answer.
     if head.api_key != API_VERSIONS_KEY and type(body).__flexible__:
         out.write(b"\0")  # no tagged fields in the response header
     _writer(type(body))(out, body)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    return bytes(frame)
+    size = out.size
+    parts = out.finish()
+    parts[0] = _SIZE.pack(size) + parts[0]
+    return parts
+
+
+def encode_response(head: RequestHead, body: Any) -> bytes:
+    """The response frame, size prefix included, for ``body`` answering ``head``."""
+    return b"".join(encode_response_parts(head, body))
 
 
 # ---------------------------------------------------------------- length checks

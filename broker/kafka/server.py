@@ -35,7 +35,7 @@ from tidewater.broker.kafka.codec import (
     UnknownApiKeyError,
     build,
     decode_request,
-    encode_response,
+    encode_response_parts,
     peek_head,
     response_type,
 )
@@ -48,6 +48,9 @@ log = logging.getLogger("tidewater.broker.kafka")
 IN_FLIGHT_MAX = 64
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _SIZE_BYTES = 4
+# The connection's read buffer: asyncio pauses reading above twice this. Its default
+# (64 KiB) paused and resumed the socket several times for every 256 KiB produce.
+READ_BUFFER_BYTES = 1024 * 1024
 
 
 class KafkaListener:
@@ -68,7 +71,8 @@ class KafkaListener:
         tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
                if self.ssl_context is not None else {})
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True, **tls)
+                                                  reuse_address=True, limit=READ_BUFFER_BYTES,
+                                                  **tls)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 
@@ -176,7 +180,7 @@ class KafkaListener:
                     return
                 if values is not None:
                     body = build(response_type(head.api_key, head.api_version), values)
-                    writer.write(encode_response(head, body))
+                    writer.writelines(encode_response_parts(head, body))
                     await writer.drain()
                 self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
                               time.perf_counter() - started, list(error_codes(values)))

@@ -359,3 +359,30 @@ async def test_a_transactional_produce_is_refused_for_every_partition(tmp_path):
         assert partition.error_code == pb.INVALID_REQUEST
         assert listening.rm.partitions[TP].log.log_end_offset == 0
         c.close()
+
+
+@pytest.mark.parametrize("records_bytes", [0, 100, 4095, 4096, 300_000])
+def test_a_response_in_parts_is_the_same_frame_with_the_records_not_copied(records_bytes):
+    from tidewater.broker.fetch import FetchedPartition
+    from tidewater.broker.kafka.codec import (
+        RequestHead,
+        build,
+        encode_response_parts,
+        response_type,
+    )
+
+    records = bytes(range(256)) * (records_bytes // 256) + b"x" * (records_bytes % 256)
+    results = [FetchedPartition("t", 0, pb.NONE, "", 7, 0, 9, 3, records, None),
+               FetchedPartition("t", 1, pb.NONE, "", 7, 0, 9, 3, b"", (2, 5))]
+    for version in (4, 11, 12):
+        head = RequestHead(apis.FETCH, version, 42, "c")
+        body = build(response_type(apis.FETCH, version), apis.fetch_values(results, version))
+        parts = encode_response_parts(head, body)
+        frame = b"".join(parts)
+        assert struct.unpack(">i", frame[:4])[0] == len(frame) - 4
+        correlation_id, decoded = decode_response(apis.FETCH, version, frame[4:])
+        got = decoded.responses[0].partitions[0]
+        assert correlation_id == 42
+        assert (got.records or b"") == records and got.high_watermark == 7
+        if records_bytes >= 4096:  # the records reach the transport as they are
+            assert any(part is records for part in parts)

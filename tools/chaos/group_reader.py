@@ -25,8 +25,10 @@ HEARTBEAT_INTERVAL_MS = 1000
 
 
 class GroupReader:
-    def __init__(self, bootstrap: str, topic: str, partitions: list[int], group_id: str):
+    def __init__(self, bootstrap: str, topic: str, partitions: list[int], group_id: str, *,
+                 security: dict | None = None):
         self.bootstrap = bootstrap
+        self.security = security or {}  # the clients' TLS options (Consumer's keywords)
         self.topic = topic
         self.partitions = partitions
         self.group_id = group_id
@@ -70,7 +72,7 @@ class GroupReader:
                                 auto_offset_reset="earliest", enable_auto_commit=False,
                                 session_timeout_ms=SESSION_TIMEOUT_MS,
                                 heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-                                request_timeout_ms=10000)
+                                request_timeout_ms=10000, **self.security)
         except BaseException as e:
             self.failure = e
             return
