@@ -54,17 +54,24 @@ GROUP_API_NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
                    DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
                    DELETE_GROUPS: "DeleteGroups"}
 GROUP_KEY_TYPE = 0
+GROUP_AUTHORIZATION_FAILED = 30  # Kafka's code (the authorizer's branch adds it to the enum)
 JOIN_MEMBER_ID_REQUIRED_FROM = 4
 
 
 def authorize_group(s, head: RequestHead, operation: str, group_id: str) -> int | None:
-    """The error code refusing ``operation`` ("READ", "DESCRIBE", "DELETE") on ``group_id``
-    to this request's principal, or None to allow it. Every group API asks here (the
-    authorizer's GROUP resource); without one, everything is allowed."""
-    authorizer = getattr(s, "authorizer", None)
-    if authorizer is None:
+    """The error code refusing ``operation`` ("READ", "DESCRIBE", "DELETE") on group
+    ``group_id`` to this connection, or None to allow it: every group API asks here.
+
+    It asks ``Services.allowed(operation, GROUP, name)`` (the authorizer's one hook, with
+    ``proto.acls``' numbers) where the broker has one; a broker without it allows
+    everything."""
+    allowed = getattr(s, "allowed", None)
+    if allowed is None:
         return None
-    return authorizer(head, "GROUP", operation, group_id)
+    from tidewater.proto import acls  # type: ignore[attr-defined]  # with the authorizer
+    if allowed(getattr(acls, operation), acls.GROUP, group_id):
+        return None
+    return GROUP_AUTHORIZATION_FAILED
 
 
 def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
