@@ -149,14 +149,18 @@ class GroupMembership:
         the deadline passed first; the next call carries on)."""
         if not self.rejoin_needed:
             return None
-        while time.monotonic() < deadline:
+        while True:
+            had_id = bool(self.member_id)
             assignment = self._join_and_sync(topics, deadline)
             if assignment is not None:
                 self.rejoin_needed = False
                 self._start_heartbeats()
                 return assignment
+            if not had_id and self.member_id:
+                continue  # MEMBER_ID_REQUIRED: join with it now, before it expires
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(self.retry_backoff_s)
-        return None
 
     def _join_and_sync(self, topics: list[str], deadline: float) -> list[tuple[str, int]] | None:
         request = pb.JoinGroupRequest(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 import time
 
 import pytest
@@ -118,3 +119,57 @@ def test_reset_offsets_is_refused_while_the_group_has_members_then_moves_them(cl
     assert deleted.returncode == 0, deleted.stderr
     assert "g2" not in c.tide("groups", "list").stdout.split()
     assert describe(c, "g2")["state"] == "Dead"
+
+
+def test_the_consumer_auto_commits_and_calls_its_rebalance_callbacks(cluster):
+    c = cluster
+    topic = make_topic(c, "cli-auto", partitions=2)
+    produce(c, topic, [f"x{i}" for i in range(20)])
+    events: list[tuple[str, list]] = []
+    first = Consumer(c.bootstrap, group_id="g3", auto_offset_reset="earliest",
+                     auto_commit_interval_ms=200, session_timeout_ms=3000,
+                     heartbeat_interval_ms=300, partition_assignment_strategy="roundrobin")
+    second = None
+    try:
+        first.subscribe([topic], on_assign=lambda p: events.append(("assign", p)),
+                        on_revoke=lambda p: events.append(("revoke", p)))
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 20 and time.monotonic() < deadline:
+            got += len(first.poll(300))
+        assert got == 20
+        time.sleep(0.3)
+        first.poll(100)  # the interval passed: this poll commits
+        assert sum(p["committed_offset"] for p in describe(c, "g3")["partitions"]) == 20
+        assert events == [("assign", [(topic, 0), (topic, 1)])]
+        # A second member (polling on its own thread, as members do): the first revokes
+        # both partitions, then gets one back.
+        second = Consumer(c.bootstrap, group_id="g3", auto_offset_reset="earliest",
+                          session_timeout_ms=3000, heartbeat_interval_ms=300,
+                          partition_assignment_strategy="roundrobin")
+        second.subscribe([topic])
+        stop = threading.Event()
+        second_got: list = []
+
+        def poll_second():
+            while not stop.is_set():
+                second_got.extend(second.poll(200))
+        thread = threading.Thread(target=poll_second)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(events) < 3 and time.monotonic() < deadline:
+                first.poll(200)
+            wait_for(lambda: len(second.assignment()) == 1, "the second member's partition")
+        finally:
+            stop.set()
+            thread.join(30)
+        assert events[1] == ("revoke", [(topic, 0), (topic, 1)])
+        assert events[2][0] == "assign" and len(events[2][1]) == 1
+        assert set(second.assignment()) | {tuple(tp) for tp in events[2][1]} == {
+            (topic, 0), (topic, 1)}
+        assert second_got == []  # it started at the group's committed offsets
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
