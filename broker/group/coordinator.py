@@ -16,6 +16,10 @@ newer epoch) is dropped: waiting requests answer NOT_COORDINATOR and so do later
 ones, so the clients look the coordinator up again. The same task ticks the loaded
 states (session timeouts, rebalance deadlines).
 
+Time: the states get the wall clock (``wall_ms``), as Kafka's GroupCoordinator does:
+the same ``now_ms`` stamps the records (commit and state timestamps are wall-clock
+times in Kafka's formats) and runs the session and rebalance timers.
+
 Writes: each ``Write`` of a Ready is one RecordBatch appended with acks=all through
 ``ReplicaManager.produce_append``/``produce_watch`` (the one produce path and its
 purgatory), in the order the state made them (one lock per partition), and only if
@@ -31,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidewater.broker.clock import mono_ms
+from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.group import records
 from tidewater.broker.group.state import (
     Answer,
@@ -148,7 +152,7 @@ class GroupCoordinator:
                     shard = self.shards.pop(index, None)
                     if shard is not None:
                         self._carry_out(shard, shard.state.abandon())
-        now = mono_ms()
+        now = wall_ms()
         for shard in list(self.shards.values()):
             if shard.loaded and self.shards.get(shard.partition) is shard:
                 self._carry_out(shard, shard.state.tick(now))
@@ -184,7 +188,7 @@ class GroupCoordinator:
                     continue
                 for record in decode_batch_records(data, position, header):
                     try:
-                        shard.state.replay(records.decode(record.key, record.value), mono_ms())
+                        shard.state.replay(records.decode(record.key, record.value), wall_ms())
                         count += 1
                     except records.GroupRecordError as e:
                         skipped += 1
@@ -192,7 +196,7 @@ class GroupCoordinator:
                                     record.offset, e)
                 offset = header.next_offset
             await asyncio.sleep(0)  # other requests go on between chunks
-        shard.state.end_load(mono_ms())
+        shard.state.end_load(wall_ms())
         shard.loaded = True
         log.info("groups of %s-%d loaded at epoch %d: %d records (%d skipped), %d groups "
                  "in %d ms", OFFSETS_TOPIC, index, epoch, count, skipped,
@@ -271,12 +275,12 @@ class GroupCoordinator:
         the group is not coordinated here."""
         shard = self.shard_for(group_id)
         token: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._carry_out(shard, call(shard.state, token, mono_ms()))
+        self._carry_out(shard, call(shard.state, token, wall_ms()))
         return token
 
     def now(self, group_id: str) -> tuple[GroupCoordinatorState, int, _Shard]:
         shard = self.shard_for(group_id)
-        return shard.state, mono_ms(), shard
+        return shard.state, wall_ms(), shard
 
     def carry_out(self, shard: _Shard, ready: Ready) -> None:
         self._carry_out(shard, ready)
@@ -295,7 +299,7 @@ class GroupCoordinator:
         except Exception:
             log.exception("%s-%d: a group write failed", OFFSETS_TOPIC, shard.partition)
         finally:
-            self._carry_out(shard, shard.state.on_write_done(write.write_id, code, mono_ms()))
+            self._carry_out(shard, shard.state.on_write_done(write.write_id, code, wall_ms()))
 
     async def _append_acks_all(self, shard: _Shard, write) -> int:
         rm = self.replica_manager
