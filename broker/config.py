@@ -63,6 +63,8 @@ _BROKER_SETTINGS = {
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int),
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
@@ -120,6 +122,8 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_commit_timeout_ms: int = 5000  # an acks=all wait for a group's write
+    offsets_retention_minutes: int = 7 * 24 * 60  # an empty group's offsets then expire
+    offsets_retention_check_interval_ms: int = 600_000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
@@ -180,6 +184,8 @@ class BrokerConfig:
             "offsets.topic.num.partitions": self.offsets_topic_num_partitions,
             "offsets.topic.replication.factor": self.offsets_topic_replication_factor,
             "offsets.commit.timeout.ms": self.offsets_commit_timeout_ms,
+            "offsets.retention.minutes": self.offsets_retention_minutes,
+            "offsets.retention.check.interval.ms": self.offsets_retention_check_interval_ms,
             "group.min.session.timeout.ms": self.group_min_session_timeout_ms,
         }
         for name, value in positive.items():

@@ -109,7 +109,9 @@ class GroupCoordinator:
         self.settings = settings or GroupSettings(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms)
         self.shards: dict[int, _Shard] = {}
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None

@@ -41,6 +41,12 @@ answered FENCED_INSTANCE_ID; in a stable group with unchanged protocols that is 
 rebalance (the group's metadata with the new id is written, then the join is answered
 with the current generation and assignment stays). The session timeout still removes a
 static member; LeaveGroup may name it by instance id.
+
+Offset expiry (Kafka since 2.1, KIP-211): every ``offsets_retention_check_interval_ms``
+the committed offsets of EMPTY groups older than ``offsets_retention_ms`` are
+deleted (tombstones written first): a consumer group's all at once, counted from when
+it became empty; a standalone committer's (no protocol type) each by its commit time.
+A group left with neither members nor offsets is deleted with them.
 """
 
 from __future__ import annotations
@@ -75,6 +81,8 @@ class GroupSettings:
     initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     max_size: int = 1 << 31  # group.max.size
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 @dataclass
@@ -263,6 +271,8 @@ class GroupCoordinatorState:
         self.groups: dict[str, Group] = {}
         self._write_ids = itertools.count(1)
         self._pending_writes: dict[int, _PendingWrite] = {}
+        self._next_expiry_check_ms: int | None = None
+        self._expiring: set[str] = set()  # groups with an expiry write in flight
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
 
     # ------------------------------------------------------------ loading
@@ -298,6 +308,8 @@ class GroupCoordinatorState:
             group.static_members = {m.group_instance_id: m.member_id for m in v.members
                                     if m.group_instance_id is not None}
             group.transition(GroupState.STABLE if group.members else GroupState.EMPTY, now_ms)
+            if v.current_state_timestamp_ms >= 0:
+                group.state_timestamp_ms = v.current_state_timestamp_ms  # for offset expiry
 
     def end_load(self, now_ms: int) -> None:
         """Loaded members' session timers start now (they heartbeat the new coordinator)."""
@@ -651,7 +663,54 @@ class GroupCoordinatorState:
                 if member_id in group.members and not member.is_alive(now_ms):
                     ready.extend(self._remove_member(group, member_id, now_ms))
             ready.extend(self._maybe_complete_join(group, now_ms))
+        if self._next_expiry_check_ms is None:
+            self._next_expiry_check_ms = now_ms + self.settings.offsets_retention_check_interval_ms
+        elif now_ms >= self._next_expiry_check_ms:
+            self._next_expiry_check_ms = now_ms + self.settings.offsets_retention_check_interval_ms
+            ready.extend(self.expire_offsets(now_ms))
         return ready
+
+    def expire_offsets(self, now_ms: int) -> Ready:
+        """Tombstones for the expired offsets of EMPTY groups (see the module docstring)."""
+        ready = Ready()
+        retention_ms = self.settings.offsets_retention_ms
+        for group in list(self.groups.values()):
+            if group.state != GroupState.EMPTY or group.group_id in self._expiring:
+                continue
+            if group.protocol_type is not None:
+                expired = (dict(group.offsets)
+                           if now_ms - group.state_timestamp_ms >= retention_ms else {})
+            else:
+                expired = {tp: c for tp, c in group.offsets.items()
+                           if now_ms - c.commit_timestamp_ms >= retention_ms}
+            if not expired:
+                continue
+            tombstones: list[records.GroupRecord] = [
+                records.OffsetCommitRecord(group.group_id, t, p, None) for t, p in expired]
+            emptied = len(expired) == len(group.offsets) and not group.members
+            if emptied:
+                tombstones.append(records.GroupMetadataRecord(group.group_id, None))
+            self._expiring.add(group.group_id)
+            ready.writes.append(self._write(group, tuple(tombstones),
+                                            self._expired_written(group, expired, emptied)))
+        return ready
+
+    def _expired_written(self, group: Group, expired: dict[tuple[str, int], CommittedOffset],
+                         emptied: bool) -> Callable[[int, int], Ready]:
+        def written(code: int, done_ms: int) -> Ready:
+            self._expiring.discard(group.group_id)
+            if code != pb.NONE:
+                return Ready()  # the next check tries again
+            for tp, committed in expired.items():
+                if group.offsets.get(tp) == committed:  # not committed again meanwhile
+                    del group.offsets[tp]
+            if (emptied and not group.offsets and not group.members
+                    and group.state == GroupState.EMPTY
+                    and self.groups.get(group.group_id) is group):
+                group.transition(GroupState.DEAD, done_ms)
+                del self.groups[group.group_id]
+            return Ready()
+        return written
 
     # ------------------------------------------------------------ offsets
 

@@ -91,7 +91,8 @@ def make_coordinator(rm: FakeReplicaManager) -> GroupCoordinator:
                              group_initial_rebalance_delay_ms=0,
                              offsets_topic_num_partitions=PARTITIONS,
                              offsets_topic_replication_factor=1,
-                             offsets_commit_timeout_ms=1000)
+                             offsets_commit_timeout_ms=1000, offsets_retention_minutes=60,
+                             offsets_retention_check_interval_ms=1000)
     return GroupCoordinator(replica_manager=rm, metadata_cache=FakeMetadata(), controller=None,
                             config=config)
 

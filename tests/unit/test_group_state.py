@@ -392,3 +392,57 @@ def test_a_loaded_group_remembers_its_static_members():
     loaded = GroupCoordinatorState()
     loaded.replay(records.decode(records.encode_key(record), records.encode_value(record)), 9)
     assert loaded.groups["g"].static_members == {"inst-a": a, "inst-b": b}
+
+
+def expiring_harness() -> Harness:
+    h = Harness(delay_ms=1)
+    h.state.settings = GroupSettings(min_session_timeout_ms=1000, initial_rebalance_delay_ms=1,
+                                     offsets_retention_ms=100_000,
+                                     offsets_retention_check_interval_ms=1000)
+    return h
+
+
+def test_a_standalone_committers_offsets_expire_one_by_one_by_commit_time():
+    h = expiring_harness()
+    h.take(h.state.commit_offsets("c1", 0, group_id="g", generation_id=-1, member_id="",
+                                  offsets={("t", 0): (5, -1, "")}))
+    h.take(h.state.commit_offsets("c2", 50_000, group_id="g", generation_id=-1, member_id="",
+                                  offsets={("t", 1): (6, -1, "")}))
+    h.complete_writes(50_001)
+    h.take(h.state.tick(60_000))  # the first check is scheduled
+    h.take(h.state.tick(100_500))
+    [write] = h.writes
+    assert write.records == (records.OffsetCommitRecord("g", "t", 0, None),)
+    h.complete_writes(100_600)
+    assert h.state.fetch_offsets("g", None).keys() == {("t", 1)}
+    h.take(h.state.tick(151_000))
+    [write] = h.writes
+    assert write.records[-1] == records.GroupMetadataRecord("g", None)
+    h.complete_writes(151_100)
+    assert "g" not in h.state.groups
+
+
+def test_a_consumer_groups_offsets_expire_from_when_it_became_empty_not_before():
+    h = expiring_harness()
+    (a, b), generation = stable_group(h)
+    h.commit("c", 10, a, generation, offset=9)
+    h.complete_writes(11)
+    h.take(h.state.tick(1000))
+    for now in range(2000, 200_000, 1000):  # members heartbeat: offsets stay
+        for m in (a, b):
+            h.state.heartbeat(now, group_id="g", generation_id=generation, member_id=m)
+        h.take(h.state.tick(now))
+    assert h.writes == [] and h.state.fetch_offsets("g", None)[("t", 0)].offset == 9
+    _, ready = h.state.leave_group(200_000, group_id="g", member_ids=[a, b])
+    h.take(ready)
+    h.complete_writes(200_001)  # the empty generation
+    assert h.state.groups["g"].state == GroupState.EMPTY
+    h.take(h.state.tick(250_000))
+    assert h.writes == []
+    h.take(h.state.tick(301_000))
+    [write] = h.writes
+    h.complete_writes(301_001, pb.NOT_ENOUGH_REPLICAS)  # a failed expiry changes nothing
+    assert h.state.fetch_offsets("g", None)[("t", 0)].offset == 9
+    h.take(h.state.tick(302_001))
+    h.complete_writes(302_002)
+    assert "g" not in h.state.groups
