@@ -16,10 +16,9 @@ Later versions (owned partitions, rack) are read for their v0 fields only.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
-_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+from tidewater.proto import wire
 
 Members = dict[str, list[str]]  # member id -> subscribed topics
 Assignment = dict[str, list[tuple[str, int]]]  # member id -> (topic, partition)
@@ -29,56 +28,24 @@ class ProtocolError(ValueError):
     """ConsumerProtocol bytes that do not parse."""
 
 
-def _string(value: str) -> bytes:
-    raw = value.encode()
-    return _I16.pack(len(raw)) + raw
-
-
 def encode_subscription(topics: list[str]) -> bytes:
-    return (_I16.pack(0) + _I32.pack(len(topics)) + b"".join(_string(t) for t in topics)
-            + _I32.pack(-1))
+    return (wire.I16.pack(0) + wire.I32.pack(len(topics)) + b"".join(wire.string(t) for t in topics)
+            + wire.I32.pack(-1))
 
 
 def encode_assignment(partitions: list[tuple[str, int]]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
-    out = [_I16.pack(0), _I32.pack(len(by_topic))]
+    out = [wire.I16.pack(0), wire.I32.pack(len(by_topic))]
     for topic, parts in by_topic.items():
-        out += [_string(topic), _I32.pack(len(parts)), *(_I32.pack(p) for p in parts)]
-    out.append(_I32.pack(-1))
+        out += [wire.string(topic), wire.I32.pack(len(parts)), *(wire.I32.pack(p) for p in parts)]
+    out.append(wire.I32.pack(-1))
     return b"".join(out)
 
 
-class _Reader:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
-
-    def take(self, size: int) -> bytes:
-        if size < 0 or self.pos + size > len(self.buf):
-            raise ProtocolError(f"{size} bytes past the end at {self.pos}")
-        out = self.buf[self.pos:self.pos + size]
-        self.pos += size
-        return out
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self.take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def string(self) -> str:
-        return self.take(self.i16()).decode(errors="replace")
-
-    def count(self) -> int:
-        n = self.i32()
-        if n < 0 or n > len(self.buf):
-            raise ProtocolError(f"count {n}")
-        return n
-
-
 def decode_subscription(raw: bytes) -> list[str]:
-    r = _Reader(raw)
+    r = wire.WireReader(raw, ProtocolError)
     r.i16()
     return [r.string() for _ in range(r.count())]
 
@@ -87,7 +54,7 @@ def decode_assignment(raw: bytes) -> list[tuple[str, int]]:
     """(topic, partition) pairs; empty bytes (no assignment) give none."""
     if not raw:
         return []
-    r = _Reader(raw)
+    r = wire.WireReader(raw, ProtocolError)
     r.i16()
     out = []
     for _ in range(r.count()):

@@ -39,9 +39,9 @@ them and says so. Reading checks every length against the bytes there.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
+from tidewater.proto import wire
 from tidewater.proto.errors import CorruptRecordError
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -49,7 +49,6 @@ GROUP_METADATA_KEY_VERSION = 2
 OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 
 class GroupRecordError(CorruptRecordError):
@@ -105,22 +104,11 @@ GroupRecord = OffsetCommitRecord | GroupMetadataRecord
 
 # ---------------------------------------------------------------- writing
 
-def _string(value: str | None) -> bytes:
-    if value is None:
-        return _I16.pack(-1)
-    raw = value.encode()
-    return _I16.pack(len(raw)) + raw
-
-
-def _bytes(value: bytes) -> bytes:
-    return _I32.pack(len(value)) + value
-
-
 def encode_key(record: GroupRecord) -> bytes:
     if isinstance(record, OffsetCommitRecord):
-        return (_I16.pack(OFFSET_COMMIT_KEY_VERSION) + _string(record.group_id)
-                + _string(record.topic) + _I32.pack(record.partition))
-    return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(record.group_id)
+        return (wire.I16.pack(OFFSET_COMMIT_KEY_VERSION) + wire.string(record.group_id)
+                + wire.string(record.topic) + wire.I32.pack(record.partition))
+    return wire.I16.pack(GROUP_METADATA_KEY_VERSION) + wire.string(record.group_id)
 
 
 def encode_value(record: GroupRecord) -> bytes | None:
@@ -128,71 +116,28 @@ def encode_value(record: GroupRecord) -> bytes | None:
         return None
     if isinstance(record, OffsetCommitRecord):
         v = record.value
-        return (_I16.pack(OFFSET_COMMIT_VALUE_VERSION) + _I64.pack(v.offset)
-                + _I32.pack(v.leader_epoch) + _string(v.metadata)
-                + _I64.pack(v.commit_timestamp_ms))
+        return (wire.I16.pack(OFFSET_COMMIT_VALUE_VERSION) + wire.I64.pack(v.offset)
+                + wire.I32.pack(v.leader_epoch) + wire.string(v.metadata)
+                + wire.I64.pack(v.commit_timestamp_ms))
     g = record.value
-    parts = [_I16.pack(GROUP_METADATA_VALUE_VERSION), _string(g.protocol_type),
-             _I32.pack(g.generation), _string(g.protocol), _string(g.leader),
-             _I64.pack(g.current_state_timestamp_ms), _I32.pack(len(g.members))]
+    parts = [wire.I16.pack(GROUP_METADATA_VALUE_VERSION), wire.string(g.protocol_type),
+             wire.I32.pack(g.generation), wire.string(g.protocol), wire.string(g.leader),
+             wire.I64.pack(g.current_state_timestamp_ms), wire.I32.pack(len(g.members))]
     for m in g.members:
-        parts += [_string(m.member_id), _string(m.group_instance_id), _string(m.client_id),
-                  _string(m.client_host), _I32.pack(m.rebalance_timeout_ms),
-                  _I32.pack(m.session_timeout_ms), _bytes(m.subscription),
-                  _bytes(m.assignment)]
+        parts += [wire.string(m.member_id), wire.string(m.group_instance_id), wire.string(m.client_id),
+                  wire.string(m.client_host), wire.I32.pack(m.rebalance_timeout_ms),
+                  wire.I32.pack(m.session_timeout_ms), wire.bytes_field(m.subscription),
+                  wire.bytes_field(m.assignment)]
     return b"".join(parts)
 
 
 # ---------------------------------------------------------------- reading
 
-class _Reader:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
-
-    def _take(self, size: int) -> bytes:
-        if size < 0 or self.pos + size > len(self.buf):
-            raise GroupRecordError(f"field of {size} bytes past the end at {self.pos}")
-        out = self.buf[self.pos:self.pos + size]
-        self.pos += size
-        return out
-
-    def i16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def nullable_string(self) -> str | None:
-        size = self.i16()
-        if size == -1:
-            return None
-        try:
-            return self._take(size).decode()
-        except UnicodeDecodeError as e:
-            raise GroupRecordError(f"string is not UTF-8: {e}") from None
-
-    def string(self) -> str:
-        value = self.nullable_string()
-        if value is None:
-            raise GroupRecordError("null where a string is required")
-        return value
-
-    def bytes_(self) -> bytes:
-        return self._take(self.i32())
-
-    def end(self) -> None:
-        if self.pos != len(self.buf):
-            raise GroupRecordError(f"{len(self.buf) - self.pos} bytes after the record")
-
-
 def decode(key: bytes | None, value: bytes | None) -> GroupRecord:
     """The record a key and value hold; GroupRecordError for what is not one of ours."""
     if key is None:
         raise GroupRecordError("record without a key")
-    k = _Reader(key)
+    k = wire.WireReader(key, GroupRecordError)
     version = k.i16()
     if version in (0, 1):
         group, topic, partition = k.string(), k.string(), k.i32()
@@ -207,7 +152,7 @@ def decode(key: bytes | None, value: bytes | None) -> GroupRecord:
 
 
 def _offset_value(raw: bytes) -> OffsetCommitValue:
-    r = _Reader(raw)
+    r = wire.WireReader(raw, GroupRecordError)
     version = r.i16()
     if version not in (0, 1, 2, 3):
         raise GroupRecordError(f"OffsetCommitValue version {version} is not read")
@@ -222,16 +167,14 @@ def _offset_value(raw: bytes) -> OffsetCommitValue:
 
 
 def _group_value(raw: bytes) -> GroupMetadataValue:
-    r = _Reader(raw)
+    r = wire.WireReader(raw, GroupRecordError)
     version = r.i16()
     if version not in (0, 1, 2, 3):
         raise GroupRecordError(f"GroupMetadataValue version {version} is not read")
     protocol_type, generation = r.string(), r.i32()
     protocol, leader = r.nullable_string(), r.nullable_string()
     timestamp = r.i64() if version >= 2 else -1
-    count = r.i32()
-    if count < 0 or count > len(raw):
-        raise GroupRecordError(f"member count {count}")
+    count = r.count()
     members = []
     for _ in range(count):
         member_id = r.string()
