@@ -356,6 +356,8 @@ class Consumer:
         if self._closed:
             raise RuntimeError("consumer is closed")
         deadline = time.monotonic() + timeout_ms / 1000
+        if self.group is not None:
+            self.group.last_poll_s = time.monotonic()
         self._maybe_auto_commit()
         while True:
             self._maybe_rebalance(deadline)

@@ -139,6 +139,7 @@ class GroupMembership:
         self.member_id = ""
         self.generation = NO_GENERATION
         self.rejoin_needed = True
+        self.last_poll_s = time.monotonic()  # the consumer's; max.poll.interval.ms below
         self._stopped = threading.Event()
         self._heartbeats: threading.Thread | None = None
 
@@ -223,6 +224,11 @@ class GroupMembership:
         while not self._stopped.wait(self.heartbeat_interval_ms / 1000):
             if self.rejoin_needed:
                 continue
+            if (time.monotonic() - self.last_poll_s) * 1000 > self.rebalance_timeout_ms:
+                # Kafka's max.poll.interval.ms: a consumer that stopped polling leaves, so
+                # its partitions go to members that make progress; its next poll rejoins.
+                self._leave()
+                continue
             with self._lock:
                 request = pb.HeartbeatRequest(group_id=self.group_id,
                                               generation_id=self.generation,
@@ -277,11 +283,18 @@ class GroupMembership:
         if self._heartbeats is not None:
             self._heartbeats.join(self.coordinator.request_timeout_s + 1)
         if leave and self.member_id:
-            try:
-                self.coordinator.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
-                                                              member_ids=[self.member_id]))
-            except (_CoordinatorGone, TidewaterError):
-                pass  # the session timeout removes us instead
+            self._leave()
+
+    def _leave(self) -> None:
+        with self._lock:
+            member_id, self.member_id = self.member_id, ""
+            self.generation = NO_GENERATION
+        self.rejoin_needed = True
+        try:
+            self.coordinator.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
+                                                                  member_ids=[member_id]))
+        except (_CoordinatorGone, TidewaterError):
+            pass  # the session timeout removes us instead
 
 
 RebalanceCallback = Callable[[list[tuple[str, int]]], None]

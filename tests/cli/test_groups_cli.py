@@ -173,3 +173,24 @@ def test_the_consumer_auto_commits_and_calls_its_rebalance_callbacks(cluster):
         first.close()
         if second is not None:
             second.close()
+
+
+def test_a_consumer_that_stops_polling_leaves_and_its_next_poll_rejoins(cluster):
+    c = cluster
+    topic = make_topic(c, "cli-stalled", partitions=1)
+    produce(c, topic, ["s0"])
+    consumer = Consumer(c.bootstrap, group_id="g4", auto_offset_reset="earliest",
+                        session_timeout_ms=3000, heartbeat_interval_ms=200,
+                        max_poll_interval_ms=1500, enable_auto_commit=False)
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.poll(300) and time.monotonic() < deadline:
+            pass
+        assert len(describe(c, "g4")["members"]) == 1
+        time.sleep(3)  # no poll for twice max_poll_interval_ms: the member leaves
+        assert describe(c, "g4")["members"] == []
+        consumer.poll(300)
+        wait_for(lambda: len(describe(c, "g4")["members"]) == 1, "the member back")
+    finally:
+        consumer.close()
