@@ -54,6 +54,7 @@ log = logging.getLogger("tidewater.broker.group")
 OFFSETS_TOPIC = CONSUMER_OFFSETS_TOPIC
 SCAN_INTERVAL_MS = 100
 LOAD_READ_BYTES = 1 << 20
+LOAD_RETRY_MS = 5000  # after a failed load (a damaged log): not every scan
 
 
 def java_string_hash(text: str) -> int:
@@ -115,6 +116,7 @@ class GroupCoordinator:
         self.shards: dict[int, _Shard] = {}
         self._creating: asyncio.Task | None = None
         self._task: asyncio.Task | None = None
+        self._load_retry_at: dict[int, int] = {}  # partition -> mono ms (a failed load)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -144,13 +146,15 @@ class GroupCoordinator:
             if led.get(index) != shard.leader_epoch:
                 self._drop(shard)
         for index, epoch in led.items():
-            if index not in self.shards:
+            if index not in self.shards and mono_ms() >= self._load_retry_at.get(index, 0):
                 try:
                     await self._load(index, epoch)
                 except (InvariantViolation, asyncio.CancelledError):
                     raise
                 except Exception:  # a damaged or moving log: not served; the next scan retries
-                    log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
+                    log.exception("loading %s-%d failed; retrying in %d ms", OFFSETS_TOPIC,
+                                  index, LOAD_RETRY_MS)
+                    self._load_retry_at[index] = mono_ms() + LOAD_RETRY_MS
                     shard = self.shards.pop(index, None)
                     if shard is not None:
                         self._carry_out(shard, shard.state.abandon())

@@ -191,3 +191,24 @@ async def test_a_damaged_record_is_skipped_on_load():
     coordinator = make_coordinator(rm)
     await coordinator.scan()
     assert committed(coordinator) == 5
+
+
+async def test_a_load_that_fails_answers_load_in_progress_and_is_retried_later():
+    rm = FakeReplicaManager()
+    log = rm.partitions[TopicPartition(OFFSETS_TOPIC, INDEX)].log
+    log.append(encode_batch([(b"k", b"v")]))
+    broken = log.read
+
+    def failing_read(*args, **kwargs):
+        raise OSError("disk gone")
+    log.read = failing_read
+    coordinator = make_coordinator(rm)
+    await coordinator.scan()
+    await coordinator.scan()  # not retried at once
+    with pytest.raises(CoordinatorError) as e:
+        coordinator.shard_for(GROUP)
+    assert e.value.error_code == pb.COORDINATOR_LOAD_IN_PROGRESS
+    log.read = broken
+    coordinator._load_retry_at.clear()  # the retry delay has passed
+    await coordinator.scan()
+    coordinator.shard_for(GROUP)  # loaded now
