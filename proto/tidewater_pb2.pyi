@@ -419,7 +419,7 @@ class PartitionMetadata(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LeaderAndIsrRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls")
+    __slots__ = ("controller_id", "controller_epoch", "broker_epoch", "partitions", "leaders", "cluster_id", "metadata_offset", "control_token")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -428,8 +428,6 @@ class LeaderAndIsrRequest(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    SCRAM_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
-    ACLS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     broker_epoch: int
@@ -438,9 +436,7 @@ class LeaderAndIsrRequest(_message.Message):
     cluster_id: str
     metadata_offset: int
     control_token: bytes
-    scram_credentials: _containers.RepeatedCompositeFieldContainer[ScramCredential]
-    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[LeaderAndIsrPartition, _Mapping]]] = ..., leaders: _Optional[_Iterable[_Union[BrokerEndpoint, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ...) -> None: ...
 
 class ScramCredential(_message.Message):
     __slots__ = ("user", "mechanism", "salt", "iterations", "stored_key", "server_key")
@@ -514,7 +510,7 @@ class PartitionError(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token")
+    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -523,6 +519,8 @@ class UpdateMetadataRequest(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCRAM_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    ACLS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
@@ -531,7 +529,9 @@ class UpdateMetadataRequest(_message.Message):
     cluster_id: str
     metadata_offset: int
     control_token: bytes
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ...) -> None: ...
+    scram_credentials: _containers.RepeatedCompositeFieldContainer[ScramCredential]
+    acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "configs")
