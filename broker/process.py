@@ -37,6 +37,7 @@ from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.broker.security import BrokerSecurity
 from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
@@ -61,6 +62,7 @@ class BrokerProcess:
         self.config = config
         self.metrics = BrokerMetrics(config.broker_id)
         self.metadata_cache = MetadataCache()
+        self.security = BrokerSecurity(config.security, self.metadata_cache)
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller_channel: ControllerChannel | None = None
@@ -163,7 +165,7 @@ class BrokerProcess:
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
             observe=self._observe_kafka_request,
-            ssl_context=ssl_context)
+            ssl_context=ssl_context, security=self.security)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
@@ -171,7 +173,11 @@ class BrokerProcess:
         assert self.controller_channel is not None
         self.controller_channel.listeners.append(
             pb.Listener(name=name, host=host, port=port or bound))
-        log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, name,
+        sasl = ",".join(c.security.sasl_mechanisms)
+        protocol = ("SASL_SSL" if sasl and ssl_context else "SASL_PLAINTEXT" if sasl
+                    else "SSL" if ssl_context else "PLAINTEXT")
+        log.info("broker %d serving Kafka's protocol (%s, %s%s%s) on %s:%d", c.broker_id, name,
+                 protocol, f"{sasl}, " if sasl else "", f"authorizer {c.security.authorizer}",
                  listen[0], bound)
 
     def _topic_config_defaults(self) -> dict[str, str]:

@@ -41,6 +41,8 @@ from tidewater.proto.scram import (
     MECHANISMS,
     USER_NAME_BYTES_MAX,
     ScramCredential,
+    credential_from_pb,
+    credential_to_pb,
 )
 
 if TYPE_CHECKING:
@@ -98,16 +100,6 @@ def scram_credential_record(user: str, c: ScramCredential) -> MetadataRecord:
 
 def acl_record(kind: str, acl: Acl) -> MetadataRecord:
     return {"type": kind, **acl.to_json()}
-
-
-def credential_to_pb(user: str, c: ScramCredential) -> pb.ScramCredential:
-    return pb.ScramCredential(user=user, mechanism=c.mechanism, salt=c.salt,
-                              iterations=c.iterations, stored_key=c.stored_key,
-                              server_key=c.server_key)
-
-
-def credential_from_pb(p: pb.ScramCredential) -> ScramCredential:
-    return ScramCredential(p.mechanism, p.salt, p.iterations, p.stored_key, p.server_key)
 
 
 # ---------------------------------------------------------------- commands

@@ -61,6 +61,16 @@ class ScramCredential:
     server_key: bytes
 
 
+def credential_to_pb(user: str, c: ScramCredential) -> pb.ScramCredential:
+    return pb.ScramCredential(user=user, mechanism=c.mechanism, salt=c.salt,
+                              iterations=c.iterations, stored_key=c.stored_key,
+                              server_key=c.server_key)
+
+
+def credential_from_pb(p: pb.ScramCredential) -> ScramCredential:
+    return ScramCredential(p.mechanism, p.salt, p.iterations, p.stored_key, p.server_key)
+
+
 def _hash(mechanism: str) -> str:
     try:
         return MECHANISMS[mechanism]

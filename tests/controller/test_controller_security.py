@@ -10,10 +10,9 @@ from controller_harness import Harness
 from tidewater.controller import requests
 from tidewater.controller.metadata import ClusterMetadata
 from tidewater.controller.owner import ImageAheadOfDiskError
-from tidewater.controller.security_records import credential_to_pb
 from tidewater.proto import acls as a
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.scram import make_credential, password_matches
+from tidewater.proto.scram import credential_to_pb, make_credential, password_matches
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidewater.proto.scram import (
+    SaslAuthenticationError,
     ScramClient,
     ScramServer,
-    SaslAuthenticationError,
     escape_name,
     make_credential,
     parse_plain,

@@ -1,0 +1,98 @@
+"""A broker's client security settings and the live authorizer built from them.
+
+``SecuritySettings`` come from the broker's flags (``--sasl-mechanisms``,
+``--authorizer``, ``--super-users``, ``--allow-everyone-if-no-acl-found``);
+``BrokerSecurity`` joins them with the users and ACLs the controller pushed
+(``MetadataCache``): ``allows(session, operation, resource_type, name)`` is the
+one check every request path calls, and answers True for everything when no
+authorizer is configured (as before security existed). The ``Authorizer`` is
+rebuilt only when a new ACL set arrives.
+
+Principals: a SASL user ``alice`` is ``User:alice``; on a TLS listener a
+client certificate's CN is ``User:<CN>`` when the client does not use SASL;
+anyone else is ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidewater.broker.authorizer import Authorizer, Session
+from tidewater.proto.acls import Acl
+from tidewater.proto.scram import MECHANISMS, ScramCredential
+
+PLAIN = "PLAIN"
+SASL_MECHANISMS = (PLAIN, *MECHANISMS)
+AUTHORIZERS = ("none", "acl")
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    sasl_mechanisms: tuple[str, ...] = ()  # empty: no SASL on the Kafka listeners
+    authorizer: str = "none"  # "acl": every request is checked against the ACLs
+    super_users: frozenset[str] = field(default_factory=frozenset)
+    allow_everyone_if_no_acl_found: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
+        if unknown:
+            raise ValueError(f"unknown SASL mechanisms {sorted(unknown)}; known: "
+                             f"{', '.join(SASL_MECHANISMS)}")
+        if self.authorizer not in AUTHORIZERS:
+            raise ValueError(f"--authorizer is one of {', '.join(AUTHORIZERS)}")
+        for user in self.super_users:
+            if not user.startswith("User:") or len(user) <= len("User:"):
+                raise ValueError(f"super user {user!r} is not User:<name>")
+
+    @classmethod
+    def parse_super_users(cls, text: str) -> frozenset[str]:
+        """Kafka's ``super.users``: principals separated by ``;``."""
+        return frozenset(u.strip() for u in text.split(";") if u.strip())
+
+
+class BrokerSecurity:
+    def __init__(self, settings: SecuritySettings, metadata_cache) -> None:
+        self.settings = settings
+        self._cache = metadata_cache
+        self._acls: tuple[Acl, ...] | None = None
+        self._authorizer: Authorizer | None = None
+
+    @property
+    def sasl_enabled(self) -> bool:
+        return bool(self.settings.sasl_mechanisms)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._cache.scram_credential(user, mechanism)
+
+    def user_credentials(self, user: str) -> list[ScramCredential]:
+        return self._cache.user_credentials(user)
+
+    def authorizer(self) -> Authorizer | None:
+        if self.settings.authorizer == "none":
+            return None
+        acls = self._cache.acls()
+        if acls is not self._acls or self._authorizer is None:
+            self._authorizer = Authorizer(
+                acls, self.settings.super_users,
+                allow_if_no_acl=self.settings.allow_everyone_if_no_acl_found)
+            self._acls = acls
+        return self._authorizer
+
+    def allows(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
+        authorizer = self.authorizer()
+        return authorizer is None or authorizer.allows(session, operation, resource_type, name)
+
+
+def open_security() -> BrokerSecurity:
+    """No SASL, no authorizer: every request taken (tests and tools that build Services)."""
+
+    class _NoCache:
+        def scram_credential(self, user: str, mechanism: str) -> None:
+            return None
+
+        def user_credentials(self, user: str) -> list[ScramCredential]:
+            return []
+
+        def acls(self) -> tuple[Acl, ...]:
+            return ()
+    return BrokerSecurity(SecuritySettings(), _NoCache())
