@@ -1,4 +1,5 @@
-"""Admin client: create, delete, list and describe topics; describe the cluster.
+"""Admin client: create, delete, list and describe topics; describe the cluster; SCRAM
+users and ACLs.
 
 Admin calls go to any broker's ``Controller`` service (brokers forward them to
 the active controller). Per-replica log state (LEO, HW, log start offset)
@@ -22,11 +23,14 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.security import ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import Acl
 from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from tidewater.proto.scram import credential_to_pb, make_credential
 from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
 
 # A hung (e.g. SIGSTOPped) broker must not stall a describe: its replicas show -1 instead.
 REPLICA_STATE_TIMEOUT_MS = 5000
+SCRAM_ITERATIONS_DEFAULT = 8192  # Kafka's kafka-configs.sh default for SCRAM users
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,66 @@ class AdminClient:
                     broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
                     log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
         return out
+
+    # ------------------------------------------------------------------ users and ACLs
+    # (controller/security_records.py). The password never leaves this process: the
+    # credential is salted and iterated here (proto/scram.py).
+
+    def upsert_scram_user(self, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
+                          iterations: int = SCRAM_ITERATIONS_DEFAULT) -> None:
+        credential = credential_to_pb(user, make_credential(mechanism, password,
+                                                            iterations=iterations))
+        resp = self._controller_call("AlterUserScramCredentials",
+                                     pb.AlterUserScramCredentialsRequest(upsertions=[credential]))
+        self._raise_first(resp.results)
+
+    def delete_scram_user(self, user: str, mechanisms: list[str] | None = None) -> None:
+        """Delete ``mechanisms`` (default: every one the user has) of ``user``."""
+        if mechanisms is None:
+            mechanisms = [m for m, _ in self.describe_scram_users([user]).get(user, [])]
+            if not mechanisms:
+                raise error_for_code(pb.RESOURCE_NOT_FOUND, f"no user {user!r}")
+        resp = self._controller_call("AlterUserScramCredentials",
+                                     pb.AlterUserScramCredentialsRequest(deletions=[
+                                         pb.ScramCredential(user=user, mechanism=m)
+                                         for m in mechanisms]))
+        self._raise_first(resp.results)
+
+    def describe_scram_users(self, users: list[str] | None = None
+                             ) -> dict[str, list[tuple[str, int]]]:
+        """user -> [(mechanism, iterations)]; a named user without any is left out."""
+        resp = self._controller_call("DescribeUserScramCredentials",
+                                     pb.DescribeUserScramCredentialsRequest(users=users or []))
+        for u in resp.users:
+            if u.error_code not in (pb.NONE, pb.RESOURCE_NOT_FOUND):
+                raise error_for_code(u.error_code, pb.ErrorCode.Name(u.error_code))
+        return {u.user: list(zip(u.mechanisms, u.iterations, strict=False))
+                for u in resp.users if u.error_code == pb.NONE}
+
+    def create_acls(self, acls: list[Acl]) -> None:
+        resp = self._controller_call("CreateAcls", pb.CreateAclsRequest(
+            creations=[a.to_pb() for a in acls]))
+        self._raise_first(resp.results)
+
+    def describe_acls(self, acl_filter: pb.AclBinding | None = None) -> list[Acl]:
+        resp = self._controller_call("DescribeAcls",
+                                     pb.DescribeAclsRequest(filter=acl_filter or pb.AclBinding()))
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, resp.error_message)
+        return [Acl.from_pb(b) for b in resp.acls]
+
+    def delete_acls(self, filters: list[pb.AclBinding]) -> list[Acl]:
+        """Every ACL the filters matched, now deleted."""
+        resp = self._controller_call("DeleteAcls", pb.DeleteAclsRequest(filters=filters))
+        self._raise_first(resp.results)
+        return [Acl.from_pb(b) for r in resp.results for b in r.deleted]
+
+    @staticmethod
+    def _raise_first(results) -> None:
+        for r in results:
+            if r.error_code != pb.NONE:
+                raise error_for_code(r.error_code, r.error_message or
+                                     pb.ErrorCode.Name(r.error_code))
 
     # ------------------------------------------------------------------ internals
 
