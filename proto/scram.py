@@ -16,7 +16,9 @@ GS2 header is ``n,,``; ``a=`` names no other identity):
     server-final  v=<ServerSignature b64>
 
 ClientProof = ClientKey XOR HMAC(StoredKey, AuthMessage); the server checks
-H(ClientProof XOR HMAC(StoredKey, AuthMessage)) == StoredKey. A user with no
+H(ClientProof XOR HMAC(StoredKey, AuthMessage)) == StoredKey. The client-final
+nonce must end with the server-first one (Kafka's check; librdkafka 2.0 repeats
+the client nonce in front). A user with no
 credential is answered like a wrong password (a salt made from the user name
 and a server secret, so no user list leaks), failing only at the final step.
 
@@ -224,8 +226,11 @@ class ScramServer:
         if not sep:
             raise SaslAuthenticationError("SCRAM client-final has no proof")
         attributes = _attributes(without_proof)
-        if attributes.get("c") != "biws" or attributes.get("r") != self._nonce_text \
-                or set(attributes) != {"c", "r"}:
+        # Kafka's rule (ScramSaslServer): the nonce ENDS WITH the one we sent. librdkafka
+        # up to 2.0 (Debian's kcat) sends the client nonce again in front of it; the
+        # server's random part is still there, so a replayed proof still fails.
+        if attributes.get("c") != "biws" or not attributes.get("r", "").endswith(
+                self._nonce_text) or set(attributes) != {"c", "r"}:
             raise SaslAuthenticationError("SCRAM client-final: wrong nonce or channel binding")
         proof = _b64decode(proof_text, "SCRAM proof")
         credential = self._credential

@@ -1,6 +1,8 @@
 """SCRAM and SASL/PLAIN message logic (proto/scram.py), against RFC 7677's test vector."""
 
 import base64
+import hashlib
+import hmac
 
 import pytest
 from hypothesis import given, settings
@@ -86,6 +88,23 @@ def test_unknown_user_fails_only_at_the_end_and_looks_like_a_real_one():
     client = ScramClient("SCRAM-SHA-256", "mallory", "x")
     with pytest.raises(SaslAuthenticationError):
         server.final(client.final(answer.encode()))
+
+
+def test_librdkafka_2_0_nonce_with_the_client_nonce_repeated_in_front_is_taken():
+    """Debian's kcat (librdkafka 2.0.2) sends r=<client nonce><full nonce>; Kafka's server
+    checks endsWith, so we do too. The proof is over what the client sent."""
+    credential = make_credential("SCRAM-SHA-256", "pw", salt=b"salt")
+    server = ScramServer("SCRAM-SHA-256", lambda u, m: credential, nonce=lambda: "SRV")
+    server_first = server.first(b"n,,n=alice,r=abc")
+    assert server_first == b"r=abcSRV,s=" + base64.b64encode(b"salt") + b",i=4096"
+    without_proof = b"c=biws,r=abcabcSRV"
+    salted = hashlib.pbkdf2_hmac("sha256", b"pw", b"salt", 4096)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    auth = b"n=alice,r=abc," + server_first + b"," + without_proof
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
+    proof = bytes(x ^ y for x, y in zip(client_key, signature, strict=True))
+    assert server.final(without_proof + b",p=" + base64.b64encode(proof)).startswith(b"v=")
+    assert server.user == "alice"
 
 
 def test_replayed_or_mismatched_nonce_is_refused():
