@@ -32,6 +32,7 @@ import time
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_channel import ControllerChannel
 from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.guarded_forwarding import GuardedControllerForwarder
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metadata_cache import MetadataCache
@@ -120,11 +121,15 @@ class BrokerProcess:
             channel_credentials=member_credentials)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
+        # Clients' admin calls on gRPC are checked first when security is on.
+        guarded = (GuardedControllerForwarder(forwarder, self.security)
+                   if self.security.secured else forwarder)
         listeners = [("INTERNAL", c.listen)]
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
-            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name)
+            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
+                                      security=self.security)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
@@ -134,7 +139,7 @@ class BrokerProcess:
             credentials = (server_credentials(tls, require_client_auth=internal)
                            if tls is not None else None)
             server, bound = build_server(host=host, port=port, servicer=servicer,
-                                         controller_servicer=forwarder,
+                                         controller_servicer=guarded,
                                          max_message_bytes=c.socket_request_max_bytes,
                                          control_servicer=control, credentials=credentials)
             await server.start()

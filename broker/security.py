@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidewater.broker.authorizer import Authorizer, Session
+from tidewater.broker.grpc_security import PasswordChecker, grpc_session
 from tidewater.proto.acls import Acl
 from tidewater.proto.scram import MECHANISMS, ScramCredential
 
@@ -56,10 +57,23 @@ class BrokerSecurity:
         self._cache = metadata_cache
         self._acls: tuple[Acl, ...] | None = None
         self._authorizer: Authorizer | None = None
+        self._passwords = PasswordChecker(self.user_credentials)
 
     @property
     def sasl_enabled(self) -> bool:
         return bool(self.settings.sasl_mechanisms)
+
+    @property
+    def secured(self) -> bool:
+        """SASL or an authorizer: the gRPC client paths check who calls."""
+        return self.sasl_enabled or self.settings.authorizer != "none"
+
+    def grpc_session(self, context) -> Session:
+        """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
+        return grpc_session(context.invocation_metadata() or (),
+                            {k: list(v) for k, v in context.auth_context().items()},
+                            context.peer() or "", checker=self._passwords,
+                            sasl_required=self.sasl_enabled)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._cache.scram_credential(user, mechanism)

@@ -118,12 +118,16 @@ class AdminClient:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
                  metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None):
         self.request_timeout_ms = request_timeout_ms
         # TLS settings (client/security.py, Kafka's names); a given ``metadata``'s pool
         # has its own.
         security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile)
+                                               ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
 

@@ -302,3 +302,15 @@ def parse_plain(data: bytes) -> tuple[str, str]:
     if authzid and authzid != user:
         raise SaslAuthenticationError("SASL/PLAIN: authorization id differs from the user")
     return user, password
+
+
+# gRPC clients' credentials (broker/grpc_security.py): call metadata carrying the PLAIN
+# message, checked against the user's SCRAM credential.
+AUTHORIZATION_KEY = "authorization"
+PLAIN_SCHEME = "PLAIN "
+
+
+def plain_metadata(user: str, password: str) -> tuple[str, str]:
+    """The call metadata entry a gRPC client sends (``client.security``)."""
+    token = base64.b64encode(b"\0" + user.encode() + b"\0" + password.encode()).decode()
+    return AUTHORIZATION_KEY, PLAIN_SCHEME + token

@@ -63,7 +63,7 @@ from pathlib import Path
 import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
-from tidewater.client.security import PLAINTEXT, ClientSecurity
+from tidewater.client.security import PLAINTEXT, ClientSecurity, security_kwargs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.tools import certs, cluster_sasl
 
@@ -248,11 +248,18 @@ class LocalCluster:
     @property
     def security(self) -> ClientSecurity:
         """How a client connects: the manifest's ``tls`` entry (a client certificate, so
-        the controller's own port answers too), else plaintext."""
-        tls = self._require_manifest().get("tls")
+        the controller's own port answers too) and ``sasl`` entry (the admin user), else
+        plaintext."""
+        manifest = self._require_manifest()
+        tls, sasl = manifest.get("tls"), manifest.get("sasl")
+        sasl_options = {} if not sasl else {
+            "sasl_mechanism": sasl["mechanism"], "sasl_plain_username": sasl["username"],
+            "sasl_plain_password": sasl["password"]}
         if not tls:
-            return PLAINTEXT
-        return ClientSecurity.from_options("SSL", tls["ca"], tls["cert"], tls["key"])
+            return ClientSecurity.from_options("SASL_PLAINTEXT", **sasl_options) if sasl \
+                else PLAINTEXT
+        return ClientSecurity.from_options("SASL_SSL" if sasl else "SSL", tls["ca"], tls["cert"],
+                                           tls["key"], **sasl_options)
 
     @property
     def controller_address(self) -> str:
@@ -356,10 +363,10 @@ class LocalCluster:
         """The super user, through the controller's own port (see ``cluster_sasl``)."""
         from tidewater.client.admin import AdminClient
         sasl = self._require_manifest()["sasl"]
-        security = self.security
-        with AdminClient(self.controller_address, security_protocol=security.protocol,
-                         ssl_cafile=security.cafile, ssl_certfile=security.certfile,
-                         ssl_keyfile=security.keyfile) as admin:
+        tls = self._require_manifest().get("tls")
+        security = (ClientSecurity.from_options("SSL", tls["ca"], tls["cert"], tls["key"])
+                    if tls else PLAINTEXT)
+        with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
             for mechanism in cluster_sasl.scram_mechanisms(()):
                 admin.upsert_scram_user(sasl["username"], sasl["password"], mechanism)
 

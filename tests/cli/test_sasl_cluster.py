@@ -241,3 +241,66 @@ def test_confluent_kafka_and_kcat_over_sasl_plaintext_plain(sasl_plaintext):
                                        "error_cb": lambda e: errors.append(e)})
     with pytest.raises(confluent_kafka.KafkaException):
         anonymous.list_topics(timeout=5)
+
+
+# ---------------------------------------------------------------------- gRPC clients and tide
+
+
+def test_tide_users_and_acls_and_grpc_clients_with_sasl_credentials(sasl_ssl, tmp_path):
+    from cluster_fixtures import run_tide
+
+    from tidewater.client.consumer import Consumer
+    from tidewater.client.producer import Producer
+    from tidewater.proto.errors import TidewaterError
+    c = sasl_ssl
+
+    def tide(*args, config=c.sasl["command_config"], **kwargs):
+        return run_tide(*args, "--command-config", config, bootstrap=c.bootstrap, **kwargs)
+
+    for topic in ("g-orders", "g-secret"):
+        assert tide("topics", "create", topic, "--partitions", "1").returncode == 0
+    assert tide("users", "create", "carol", "--password", "carol-pw").returncode == 0
+    listed = tide("users", "list", "--json")
+    users = json.loads(listed.stdout)
+    assert {m["mechanism"] for m in users["carol"]} == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    assert "carol-pw" not in listed.stdout
+    added = tide("acls", "add", "--allow-principal", "User:carol", "--operation", "read",
+                 "--topic", "g-orders")
+    assert added.returncode == 0, added.stderr
+    assert "allow User:carol from * read on topic literal 'g-orders'" in tide(
+        "acls", "list", "--topic", "g-orders").stdout
+    assert tide("produce", "g-orders", input="one\ntwo\n").returncode == 0
+    carol = {"security_protocol": "SASL_SSL", "ssl_cafile": c.ca,
+             "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "carol",
+             "sasl_plain_password": "carol-pw"}
+    time.sleep(1)
+    with Consumer(c.bootstrap, auto_offset_reset="earliest", **carol) as consumer:
+        consumer.assign([("g-orders", 0)])
+        consumer.seek_to_beginning()
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(values) < 2 and time.monotonic() < deadline:
+            values += [r.value for r in consumer.poll(1000)]
+    assert values == [b"one", b"two"]
+    with Producer(c.bootstrap, acks="all", **carol) as producer, \
+            pytest.raises(TidewaterError, match="TOPIC_AUTHORIZATION_FAILED|needs WRITE"):
+        producer.send("g-orders", b"refused").result(20)
+    # The CLI as carol: topics she may not describe are not hers to see or delete.
+    config = tmp_path / "carol.properties"
+    config.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                      f"sasl.username=carol\nsasl.password=carol-pw\nssl.ca.location={c.ca}\n")
+    refused = tide("topics", "delete", "g-secret", config=str(config))
+    assert refused.returncode != 0 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
+    refused = tide("acls", "add", "--allow-principal", "User:carol", "--operation", "all",
+                   "--topic", "g-secret", config=str(config))
+    assert refused.returncode != 0 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr
+    # A wrong password: refused at once, not retried as a network error.
+    config.write_text(config.read_text().replace("carol-pw", "wrong"))
+    wrong = tide("consume", "g-orders", "--from-beginning", "--timeout-ms", "3000",
+                 config=str(config))
+    assert wrong.returncode != 0 and "SASL_AUTHENTICATION_FAILED" in wrong.stderr
+    # The admin removes carol's ACL and then carol herself.
+    removed = tide("acls", "remove", "--allow-principal", "User:carol", "--topic", "g-orders")
+    assert "removed: allow User:carol" in removed.stdout
+    assert tide("users", "delete", "carol").returncode == 0
+    assert "carol" not in json.loads(tide("users", "list", "--json").stdout)
