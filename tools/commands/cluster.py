@@ -173,7 +173,11 @@ def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, res
     if kafka_bootstrap:
         lines.append(f"export TIDE_KAFKA_BOOTSTRAP={kafka_bootstrap}  # Kafka clients: kcat -b $TIDE_KAFKA_BOOTSTRAP")
     if command_config:
-        lines.append(f"export TIDE_COMMAND_CONFIG={command_config}  # TLS for tide")
+        what = "the admin user's SASL settings" if "sasl" in command_config else "TLS"
+        lines.append(f"export TIDE_COMMAND_CONFIG={command_config}  # {what} for tide")
+        if "sasl" in command_config and kafka_bootstrap:
+            lines.append(f"# Kafka clients take the same file: kcat -F {command_config} "
+                         "-b $TIDE_KAFKA_BOOTSTRAP")
         if kafka_bootstrap and ca:
             lines.append(f"# Kafka clients over TLS: kcat -X security.protocol=SSL "
                          f"-X ssl.ca.location={ca} -b $TIDE_KAFKA_BOOTSTRAP")
