@@ -46,47 +46,40 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
 
     # ------------------------------------------------------------ topics
 
+    async def _topics(self, rpc: str, request, context, repeated, name_of, operation: int,
+                      refusal: str, empty):
+        """Forward the topics the caller may ``operation``; the rest are refused
+        TOPIC_AUTHORIZATION_FAILED. ``repeated``: the request's topic list."""
+        session = await self._session(context)
+        denied = list(dict.fromkeys(name_of(t) for t in repeated
+                                    if not self._may(session, operation, TOPIC, name_of(t))))
+        kept = [t for t in repeated if name_of(t) not in denied]
+        del repeated[:]
+        repeated.extend(kept)
+        response = await getattr(self._inner, rpc)(request, context) if kept else empty
+        response.topics.extend(pb.TopicResult(
+            name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+            error_message=refusal.format(name=n)) for n in denied)
+        return response
+
     async def CreateTopics(self, request, context):
         session = await self._session(context)
         if self._may(session, CREATE, CLUSTER, CLUSTER_NAME):
             return await self._inner.CreateTopics(request, context)
-        denied = [t.name for t in request.topics if not self._may(session, CREATE, TOPIC, t.name)]
-        kept = [t for t in request.topics if t.name not in denied]
-        del request.topics[:]
-        request.topics.extend(kept)
-        response = (await self._inner.CreateTopics(request, context) if kept
-                    else pb.CreateTopicsResponse())
-        response.topics.extend(pb.TopicResult(
-            name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-            error_message="needs CREATE on the cluster or the topic") for n in denied)
-        return response
+        return await self._topics("CreateTopics", request, context, request.topics,
+                                  lambda t: t.name, CREATE,
+                                  "needs CREATE on the cluster or the topic",
+                                  pb.CreateTopicsResponse())
 
     async def DeleteTopics(self, request, context):
-        session = await self._session(context)
-        denied = [n for n in dict.fromkeys(request.names)
-                  if not self._may(session, DELETE, TOPIC, n)]
-        kept = [n for n in request.names if n not in denied]
-        del request.names[:]
-        request.names.extend(kept)
-        response = (await self._inner.DeleteTopics(request, context) if kept
-                    else pb.DeleteTopicsResponse())
-        response.topics.extend(pb.TopicResult(
-            name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-            error_message=f"needs DELETE on topic {n!r}") for n in denied)
-        return response
+        return await self._topics("DeleteTopics", request, context, request.names,
+                                  lambda n: n, DELETE, "needs DELETE on topic {name!r}",
+                                  pb.DeleteTopicsResponse())
 
     async def CreatePartitions(self, request, context):
-        session = await self._session(context)
-        denied = [t.name for t in request.topics if not self._may(session, ALTER, TOPIC, t.name)]
-        kept = [t for t in request.topics if t.name not in denied]
-        del request.topics[:]
-        request.topics.extend(kept)
-        response = (await self._inner.CreatePartitions(request, context) if kept
-                    else pb.CreatePartitionsResponse())
-        response.topics.extend(pb.TopicResult(
-            name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-            error_message=f"needs ALTER on topic {n!r}") for n in denied)
-        return response
+        return await self._topics("CreatePartitions", request, context, request.topics,
+                                  lambda t: t.name, ALTER, "needs ALTER on topic {name!r}",
+                                  pb.CreatePartitionsResponse())
 
     async def DescribeCluster(self, request, context):
         if not await self._cluster(context, DESCRIBE):

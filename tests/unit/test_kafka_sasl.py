@@ -4,17 +4,20 @@ frames, and the authorizer on produce, fetch and metadata."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
 
 from tests.unit.test_broker_fakes import make_batch
-from tests.unit.test_broker_replica_manager import CLUSTER_ID, TOPIC_ID, TP, lai, make_manager
-from tests.unit.test_kafka_listener import API_VERSIONS_V3, Connection, fetch_values, produce_values
-from tidewater.broker.forwarding import ControllerForwarder
+from tests.unit.test_broker_replica_manager import CLUSTER_ID, TOPIC_ID, TP
+from tests.unit.test_kafka_listener import (
+    API_VERSIONS_V3,
+    Connection,
+    Listening,
+    fetch_values,
+    produce_values,
+)
 from tidewater.broker.kafka import apis
-from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.security import BrokerSecurity, SecuritySettings
 from tidewater.proto import acls as a
 from tidewater.proto import tidewater_pb2 as pb
@@ -44,17 +47,15 @@ class Users:
         return self._acls
 
 
-class SecureListening:
+class SecureListening(Listening):
     def __init__(self, tmp_path, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
                  authorizer="none", acls=()):
-        self.tmp_path = tmp_path
-        self.settings = SecuritySettings(sasl_mechanisms=mechanisms, authorizer=authorizer,
-                                         super_users=frozenset({"User:admin"}))
-        self.users = Users(acls)
+        super().__init__(tmp_path)
+        settings = SecuritySettings(sasl_mechanisms=mechanisms, authorizer=authorizer,
+                                    super_users=frozenset({"User:admin"}))
+        self.security = BrokerSecurity(settings, Users(acls))
 
-    async def __aenter__(self):
-        self.rm, _ = make_manager(self.tmp_path)
-        await self.rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,), replicas=(1,)))
+    async def prepare(self) -> None:
         await self.rm.update_metadata(pb.UpdateMetadataRequest(
             controller_id=3000, controller_epoch=1, cluster_id=CLUSTER_ID, brokers=[
                 pb.BrokerRegistration(broker_id=1, broker_epoch=7, listeners=[
@@ -64,22 +65,6 @@ class SecureListening:
                                           topic_id=TOPIC_ID if t == TP.topic else b"\1" * 16)
                         for t in (TP.topic, "secret")],
             topics=[pb.TopicConfig(name=TP.topic), pb.TopicConfig(name="secret")]))
-        services = apis.Services(replica_manager=self.rm, metadata_cache=self.rm.metadata_cache,
-                                 controller=ControllerForwarder(None), listener_name="KAFKA")
-        self.listener = KafkaListener(services, host="127.0.0.1", port=0,
-                                      max_request_bytes=64 * 1024,
-                                      security=BrokerSecurity(self.settings, self.users))
-        self.port = await self.listener.start()
-        return self
-
-    async def __aexit__(self, *exc):
-        self.rm.answer_long_polls()
-        await self.listener.stop()
-        await self.rm.stop()
-
-    async def connect(self) -> Connection:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        return Connection(reader, writer)
 
 
 async def authenticate_scram(c: Connection, user, password, mechanism="SCRAM-SHA-512"):
