@@ -68,6 +68,11 @@ class BrokerSecurity:
         """SASL or an authorizer: the gRPC client paths check who calls."""
         return self.sasl_enabled or self.settings.authorizer != "none"
 
+    def password_ok(self, user: str, password: str) -> bool:
+        """``password`` against ``user``'s SCRAM credentials (SASL/PLAIN, gRPC), the
+        verdict cached per credential so a client's reconnects cost no PBKDF2."""
+        return self._passwords.check(user, password)
+
     def grpc_session(self, context) -> Session:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
         return grpc_session(context.invocation_metadata() or (),

@@ -37,7 +37,6 @@ from tidewater.proto.scram import (
     SaslAuthenticationError,
     ScramServer,
     parse_plain,
-    password_matches,
 )
 
 log = logging.getLogger("tidewater.broker.kafka")
@@ -92,8 +91,7 @@ class ConnectionSecurity:
         try:
             if self._scram is None:  # PLAIN
                 user, password = parse_plain(token)
-                if not any(password_matches(c, password)
-                           for c in self.security.user_credentials(user)):
+                if not self.security.password_ok(user, password):
                     raise SaslAuthenticationError(
                         f"authentication failed for user {user!r} ({PLAIN})")
                 self._succeed(user)
