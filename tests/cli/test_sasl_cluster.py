@@ -8,7 +8,9 @@
   whose only ACL (CreateAcls) allows READ on one topic consumes it, and nothing
   else: its produce is refused, the other topic is invisible, admin calls are
   refused; DescribeAcls/DeleteAcls work for the admin;
-- garbage SASL frames close only their own connection.
+- garbage SASL frames close only their own connection;
+- `tide users` / `tide acls` and the Python gRPC clients with SASL credentials;
+- without SASL, a Kafka client's TLS certificate names its principal.
 """
 
 from __future__ import annotations
@@ -64,9 +66,10 @@ def create_topics(c, *names):
         future.result(30)
 
 
-def produce(config, topic, values) -> list:
+def produce(config, topic, values, timeout_ms=20000) -> list:
     errors = []
-    producer = confluent_kafka.Producer({**config, "acks": "all", "message.timeout.ms": 20000})
+    producer = confluent_kafka.Producer({**config, "acks": "all",
+                                         "message.timeout.ms": timeout_ms})
     for v in values:
         producer.produce(topic, value=v, on_delivery=lambda err, _m: err and errors.append(err))
     assert producer.flush(30) == 0
@@ -139,6 +142,9 @@ def test_a_read_only_acl_lets_a_user_consume_one_topic_and_nothing_else(sasl_ssl
         b"alice-pw")
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(30)
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(30)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (admin_mod.ScramMechanism.SCRAM_SHA_512, 8192)]
     read_acl = admin_mod.AclBinding(
         admin_mod.ResourceType.TOPIC, "ro-orders", admin_mod.ResourcePatternType.LITERAL,
         "User:alice", "*", admin_mod.AclOperation.READ, admin_mod.AclPermissionType.ALLOW)
@@ -304,3 +310,44 @@ def test_tide_users_and_acls_and_grpc_clients_with_sasl_credentials(sasl_ssl, tm
     assert "removed: allow User:carol" in removed.stdout
     assert tide("users", "delete", "carol").returncode == 0
     assert "carol" not in json.loads(tide("users", "list", "--json").stdout)
+
+
+# ---------------------------------------------------------------------- SSL client certificates
+
+
+@pytest.fixture(scope="module")
+def ssl_acl(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("ssl-acl"), 1, tls=True,
+                      up_flags=("--authorizer", "acl"))
+    m = _manifest(c)
+    c.kafka, c.sasl, c.tls = m["kafka_bootstrap"], m["sasl"], m["tls"]
+    yield c
+    stop_cluster(c)
+
+
+def test_ssl_client_certificate_names_the_principal(ssl_acl):
+    """No SASL: a Kafka client's certificate (CN=tide-client) is its principal, and the
+    ACLs apply to it; without a certificate a client is User:ANONYMOUS."""
+    from cluster_fixtures import run_tide
+    c = ssl_acl
+    tide = ["--command-config", c.sasl["command_config"]]  # the admin, over gRPC
+    assert run_tide(*tide, "topics", "create", "cert-topic", "--partitions", "1",
+                    bootstrap=c.bootstrap).returncode == 0
+    added = run_tide(*tide, "acls", "add", "--allow-principal", "User:tide-client",
+                     "--operation", "write", "--operation", "read", "--topic", "cert-topic",
+                     bootstrap=c.bootstrap)
+    assert added.returncode == 0, added.stderr
+    time.sleep(1)
+    ssl = {"bootstrap.servers": c.kafka, "security.protocol": "SSL",
+           "ssl.ca.location": c.tls["ca"]}
+    with_cert = {**ssl, "ssl.certificate.location": c.tls["cert"],
+                 "ssl.key.location": c.tls["key"]}
+    assert produce(with_cert, "cert-topic", [b"by-certificate"]) == []
+    assert consume(with_cert, "cert-topic", 1) == [b"by-certificate"]
+    # User:ANONYMOUS may not even describe the topic: it never learns of it.
+    errors = produce(ssl, "cert-topic", [b"anonymous"], timeout_ms=3000)
+    assert len(errors) == 1 and errors[0].code() in (
+        confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        confluent_kafka.KafkaError._MSG_TIMED_OUT, confluent_kafka.KafkaError._UNKNOWN_TOPIC,
+        confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
+    assert consume(with_cert, "cert-topic", 2, timeout_s=5) == [b"by-certificate"]
