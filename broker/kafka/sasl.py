@@ -126,11 +126,16 @@ def _done(value: Any) -> Awaitable[Any]:
 
 
 async def on_sasl_handshake(s, head, body) -> Awaitable[Any]:
+    if s.connection is None:  # a listener without security settings: no SASL here
+        return _done({"error_code": pb.UNSUPPORTED_SASL_MECHANISM, "mechanisms": []})
     code, mechanisms = s.connection.handshake(body.mechanism, head.api_version)
     return _done({"error_code": code, "mechanisms": mechanisms})
 
 
 async def on_sasl_authenticate(s, head, body) -> Awaitable[Any]:
+    if s.connection is None:
+        return _done({"error_code": pb.ILLEGAL_SASL_STATE, "error_message": "no SASL here",
+                      "auth_bytes": b"", "session_lifetime": 0})
     try:
         token = s.connection.authenticate(bytes(body.auth_bytes))
     except SaslAuthenticationError as e:

@@ -42,7 +42,7 @@ _DENIED = "CLUSTER_AUTHORIZATION_FAILED: needs {op} on the cluster"
 
 
 def _allowed(s, operation: int) -> bool:
-    return s.connection.allows(operation, CLUSTER, CLUSTER_NAME)
+    return s.allowed(operation, CLUSTER, CLUSTER_NAME)
 
 
 async def on_create_acls(s, head, body) -> Awaitable[Any]:

@@ -214,3 +214,27 @@ async def test_read_acl_lets_alice_consume_but_not_produce(tmp_path):
         part = body.responses[0].partitions[0]
         assert part.error_code == pb.TOPIC_AUTHORIZATION_FAILED and not part.records
         bob.close()
+
+
+async def test_a_listener_without_sasl_answers_sasl_requests_and_carries_on(tmp_path):
+    async with Listening(tmp_path) as listening:  # no security at all (tests, tools)
+        c = await listening.connect()
+        body = await c.call(HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        assert body.error_code == pb.UNSUPPORTED_SASL_MECHANISM and body.mechanisms == ()
+        c = await listening.connect()
+        body = await c.call(AUTHENTICATE, 2, {"auth_bytes": b"\0a\0b"})
+        assert body.error_code == pb.ILLEGAL_SASL_STATE
+        body = await c.call(apis.PRODUCE, 9, produce_values(make_batch(1)))
+        assert body.responses[0].partition_responses[0].error_code == 0
+
+
+async def test_security_on_but_no_sasl_serves_at_once_as_anonymous(tmp_path):
+    async with SecureListening(tmp_path, mechanisms=(), authorizer="acl",
+                               acls=[a.Acl(a.TOPIC, "*", a.LITERAL, "User:ANONYMOUS", "*",
+                                           a.WRITE, a.ALLOW)]) as listening:
+        c = await listening.connect()
+        body = await c.call(apis.PRODUCE, 9, produce_values(make_batch(1)))
+        assert body.responses[0].partition_responses[0].error_code == 0
+        body = await c.call(apis.FETCH, 12, fetch_values(0))
+        assert body.responses[0].partitions[0].error_code == pb.TOPIC_AUTHORIZATION_FAILED
+        c.close()
