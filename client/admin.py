@@ -24,7 +24,12 @@ from tidewater.client.metadata import (
 from tidewater.client.security import ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import Acl
-from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from tidewater.proto.errors import (
+    ClusterAuthorizationFailedError,
+    TidewaterError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from tidewater.proto.scram import credential_to_pb, make_credential
 from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
 
@@ -161,7 +166,17 @@ class AdminClient:
         self._raise_failures(self.delete_topics([name]))
 
     def list_topics(self) -> list[str]:
-        return sorted(t.name for t in self.describe_cluster().topics)
+        try:
+            return sorted(t.name for t in self.describe_cluster().topics)
+        except ClusterAuthorizationFailedError:
+            # No DESCRIBE on the cluster (ACLs): the topics this principal may describe,
+            # from Metadata, as kafka-topics.sh --list shows them.
+            timeout_s = self.request_timeout_ms / 1000
+
+            def ask(address: Address) -> pb.MetadataResponse:
+                return rpc_call(self.metadata.pool.broker(address).Metadata,
+                                pb.MetadataRequest(), timeout_s=timeout_s, address=address)
+            return sorted(t.name for t in self.metadata.any_broker_call(ask).topics)
 
     def describe_cluster(self) -> ClusterDescription:
         resp = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())

@@ -295,6 +295,8 @@ def test_tide_users_and_acls_and_grpc_clients_with_sasl_credentials(sasl_ssl, tm
     config = tmp_path / "carol.properties"
     config.write_text(f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
                       f"sasl.username=carol\nsasl.password=carol-pw\nssl.ca.location={c.ca}\n")
+    listed = tide("topics", "list", config=str(config))
+    assert listed.returncode == 0 and listed.stdout.split() == ["g-orders"], listed
     refused = tide("topics", "delete", "g-secret", config=str(config))
     assert refused.returncode != 0 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
     refused = tide("acls", "add", "--allow-principal", "User:carol", "--operation", "all",
