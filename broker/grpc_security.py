@@ -103,62 +103,52 @@ def grpc_session(metadata: Sequence[tuple[str, str | bytes]],
     return Session(ANONYMOUS, host)
 
 
-def _split(items, allowed: Allowed, operation: int, topic_of=lambda item: item.topic):
+def _refusals(repeated, allowed: Allowed, operation: int, answer) -> list:
+    """Remove from ``repeated`` the items whose topic the caller may not ``operation``;
+    returns ``answer(item)`` for each (one authorizer question per topic)."""
     verdicts: dict[str, bool] = {}
     kept, refused = [], []
-    for item in items:
-        topic = topic_of(item)
-        if topic not in verdicts:
-            verdicts[topic] = allowed(operation, topic)
-        (kept if verdicts[topic] else refused).append(item)
-    return kept, refused
-
-
-def _replace(repeated, kept) -> None:
-    del repeated[:]
-    repeated.extend(kept)
+    for item in repeated:
+        if item.topic not in verdicts:
+            verdicts[item.topic] = allowed(operation, item.topic)
+        (kept if verdicts[item.topic] else refused).append(item)
+    if refused:
+        del repeated[:]
+        repeated.extend(kept)
+    return [answer(item) for item in refused]
 
 
 def produce_refusals(request: pb.ProduceRequest,
                      allowed: Allowed) -> list[pb.ProducePartitionResponse]:
-    kept, refused = _split(request.partitions, allowed, WRITE)
-    if refused:
-        _replace(request.partitions, kept)
-    return [pb.ProducePartitionResponse(
+    return _refusals(request.partitions, allowed, WRITE, lambda p: pb.ProducePartitionResponse(
         topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-        error_message=f"needs WRITE on topic {p.topic!r}", base_offset=-1, log_start_offset=-1)
-        for p in refused]
+        error_message=f"needs WRITE on topic {p.topic!r}", base_offset=-1, log_start_offset=-1))
 
 
 def fetch_refusals(request: pb.FetchRequest,
                    allowed: Allowed) -> list[pb.FetchPartitionResponse]:
-    kept, refused = _split(request.partitions, allowed, READ)
-    if refused:
-        _replace(request.partitions, kept)
-    return [pb.FetchPartitionResponse(
+    return _refusals(request.partitions, allowed, READ, lambda p: pb.FetchPartitionResponse(
         topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
         error_message=f"needs READ on topic {p.topic!r}", high_watermark=-1,
-        log_start_offset=-1, log_end_offset=-1, leader_epoch=-1) for p in refused]
+        log_start_offset=-1, log_end_offset=-1, leader_epoch=-1))
 
 
 def list_offsets_refusals(request: pb.ListOffsetsRequest,
                           allowed: Allowed) -> list[pb.ListOffsetsPartitionResponse]:
-    kept, refused = _split(request.partitions, allowed, DESCRIBE)
-    if refused:
-        _replace(request.partitions, kept)
-    return [pb.ListOffsetsPartitionResponse(
-        topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-        timestamp=-1, offset=-1, leader_epoch=-1) for p in refused]
+    return _refusals(request.partitions, allowed, DESCRIBE,
+                     lambda p: pb.ListOffsetsPartitionResponse(
+                         topic=p.topic, partition=p.partition,
+                         error_code=pb.TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1,
+                         leader_epoch=-1))
 
 
 def offset_for_leader_epoch_refusals(request: pb.OffsetForLeaderEpochRequest, allowed: Allowed
                                      ) -> list[pb.OffsetForLeaderEpochPartitionResponse]:
-    kept, refused = _split(request.partitions, allowed, DESCRIBE)
-    if refused:
-        _replace(request.partitions, kept)
-    return [pb.OffsetForLeaderEpochPartitionResponse(
-        topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
-        leader_epoch=-1, end_offset=-1) for p in refused]
+    return _refusals(request.partitions, allowed, DESCRIBE,
+                     lambda p: pb.OffsetForLeaderEpochPartitionResponse(
+                         topic=p.topic, partition=p.partition,
+                         error_code=pb.TOPIC_AUTHORIZATION_FAILED, leader_epoch=-1,
+                         end_offset=-1))
 
 
 def hide_undescribable(response: pb.MetadataResponse, allowed: Allowed, *,
@@ -171,4 +161,5 @@ def hide_undescribable(response: pb.MetadataResponse, allowed: Allowed, *,
             kept.append(t)
         elif named:
             kept.append(pb.TopicMetadata(name=t.name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION))
-    _replace(response.topics, kept)
+    del response.topics[:]
+    response.topics.extend(kept)
