@@ -41,16 +41,12 @@ def client_mechanism(mechanisms: tuple[str, ...]) -> str:
 
 def admin_properties(data_dir: Path, mechanisms: tuple[str, ...], *, ca: str | None) -> dict:
     """Write (or read back) the admin's client properties; returns the manifest's ``sasl``
-    entry: {"username", "password", "mechanism", "command_config"}."""
+    entry: {"username", "mechanism", "command_config"} (the password stays in the 0600
+    file: ``cluster.json`` is readable by anyone)."""
     directory = data_dir / SASL_DIR_NAME
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / ADMIN_PROPERTIES
-    password = None
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.startswith("sasl.password="):
-                password = line.partition("=")[2]
-    password = password or secrets.token_urlsafe(24)
+    password = (read_password(str(path)) if path.exists() else None) or secrets.token_urlsafe(24)
     mechanism = client_mechanism(mechanisms)
     protocol = "SASL_SSL" if ca else "SASL_PLAINTEXT"
     lines = ["# Kafka client settings of this cluster's super user (tide --command-config)",
@@ -61,8 +57,16 @@ def admin_properties(data_dir: Path, mechanisms: tuple[str, ...], *, ca: str | N
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines) + "\n")
-    return {"username": ADMIN_USER, "password": password, "mechanism": mechanism,
+    return {"username": ADMIN_USER, "mechanism": mechanism,
             "command_config": str(path.resolve())}
+
+
+def read_password(command_config: str) -> str | None:
+    """``sasl.password`` of a properties file this module wrote."""
+    for line in Path(command_config).read_text().splitlines():
+        if line.startswith("sasl.password="):
+            return line.partition("=")[2]
+    return None
 
 
 def scram_mechanisms(mechanisms: tuple[str, ...]) -> list[str]:

@@ -254,7 +254,7 @@ class LocalCluster:
         tls, sasl = manifest.get("tls"), manifest.get("sasl")
         sasl_options = {} if not sasl else {
             "sasl_mechanism": sasl["mechanism"], "sasl_plain_username": sasl["username"],
-            "sasl_plain_password": sasl["password"]}
+            "sasl_plain_password": cluster_sasl.read_password(sasl["command_config"])}
         if not tls:
             return ClientSecurity.from_options("SASL_PLAINTEXT", **sasl_options) if sasl \
                 else PLAINTEXT
@@ -368,7 +368,9 @@ class LocalCluster:
                     if tls else PLAINTEXT)
         with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
             for mechanism in cluster_sasl.scram_mechanisms(()):
-                admin.upsert_scram_user(sasl["username"], sasl["password"], mechanism)
+                admin.upsert_scram_user(sasl["username"],
+                                        cluster_sasl.read_password(sasl["command_config"]) or "",
+                                        mechanism)
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
         """Stop every process (brokers first, then the controller): SIGTERM, then SIGKILL after

@@ -27,6 +27,7 @@ import pytest
 from cluster_fixtures import start_cluster, stop_cluster
 
 from tidewater.broker.kafka.codec import encode_request
+from tidewater.tools.cluster_sasl import read_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -54,7 +55,7 @@ def conf(c, user=None, password=None, mechanism=None, **more) -> dict:
            "security.protocol": "SASL_SSL" if getattr(c, "ca", None) else "SASL_PLAINTEXT",
            "sasl.mechanism": mechanism or c.sasl["mechanism"],
            "sasl.username": user or c.sasl["username"],
-           "sasl.password": password or c.sasl["password"], **more}
+           "sasl.password": password or read_password(c.sasl["command_config"]), **more}
     if getattr(c, "ca", None):
         out["ssl.ca.location"] = c.ca
     return out
