@@ -14,6 +14,11 @@ operation, resource_type, name)``:
    DESCRIBE_CONFIGS) allows;
 5. anything else is refused.
 
+``authorize_any(principal, host, operation, resource_type)`` is Kafka's
+``authorizeByResourceType`` (KIP-679: an idempotent producer needs WRITE on
+some topic): allowed when an ALLOW of the operation matches the principal on
+some resource of the type and no DENY of it covers every name (literal ``*``).
+
 ACLs are kept indexed by resource type; an instance is immutable and rebuilt
 when the controller pushes a new set (``UpdateMetadata``).
 
@@ -38,7 +43,9 @@ from tidewater.proto.acls import (
     DENY,
     DESCRIBE,
     DESCRIBE_CONFIGS,
+    LITERAL,
     READ,
+    WILDCARD,
     WRITE,
     Acl,
 )
@@ -79,6 +86,21 @@ class Authorizer:
         mine = [a for a in applying if a.principal in (principal, ANY_PRINCIPAL)
                 and a.host in (host, ANY_HOST)]
         if any(a.permission == DENY and a.operation in (operation, ALL) for a in mine):
+            return False
+        allowing = _IMPLIED_BY.get(operation, frozenset({operation, ALL}))
+        return any(a.permission == ALLOW and a.operation in allowing for a in mine)
+
+    def authorize_any(self, principal: str, host: str, operation: int,
+                      resource_type: int) -> bool:
+        if principal in self.super_users:
+            return True
+        rules = self._by_type.get(resource_type, ())
+        if not rules:
+            return self.allow_if_no_acl
+        mine = [a for a in rules if a.principal in (principal, ANY_PRINCIPAL)
+                and a.host in (host, ANY_HOST)]
+        if any(a.permission == DENY and a.operation in (operation, ALL)
+               and a.pattern_type == LITERAL and a.resource_name == WILDCARD for a in mine):
             return False
         allowing = _IMPLIED_BY.get(operation, frozenset({operation, ALL}))
         return any(a.permission == ALLOW and a.operation in allowing for a in mine)

@@ -101,6 +101,12 @@ class BrokerSecurity:
         authorizer = self.authorizer()
         return authorizer is None or authorizer.allows(session, operation, resource_type, name)
 
+    def allows_any(self, session: Session, operation: int, resource_type: int) -> bool:
+        """May ``session`` do ``operation`` on some resource of the type (KIP-679)?"""
+        authorizer = self.authorizer()
+        return authorizer is None or authorizer.authorize_any(session.principal, session.host,
+                                                              operation, resource_type)
+
 
 def open_security() -> BrokerSecurity:
     """No SASL, no authorizer: every request taken (tests and tools that build Services)."""

@@ -136,6 +136,12 @@ class Services:
         return self.connection is None or self.connection.allows(operation, resource_type,
                                                                   name)
 
+    def allowed_on_any(self, operation: int, resource_type: int) -> bool:
+        """May it do ``operation`` on SOME resource of the type? (InitProducerId: WRITE on
+        any topic, or IDEMPOTENT_WRITE on the cluster, as Kafka since KIP-679.)"""
+        return self.connection is None or self.connection.allows_any(operation,
+                                                                     resource_type)
+
 
 Response = dict[str, Any] | None
 

@@ -67,6 +67,9 @@ class ConnectionSecurity:
         """The check every request path makes (``Services.allowed`` calls it)."""
         return self.security.allows(self.session, operation, resource_type, name)
 
+    def allows_any(self, operation: int, resource_type: int) -> bool:
+        return self.security.allows_any(self.session, operation, resource_type)
+
     def handshake(self, mechanism: str, version: int) -> tuple[int, list[str]]:
         """(error code, enabled mechanisms) answering SaslHandshake."""
         enabled = list(self.security.settings.sasl_mechanisms)

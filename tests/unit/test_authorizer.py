@@ -113,3 +113,17 @@ def test_adding_a_deny_never_grants_and_adding_an_allow_never_refuses(rules, nam
     allow = acl(name=name, op=op)
     with_allow = Authorizer([*rules, allow]).authorize("User:alice", "h", op, a.TOPIC, name)
     assert with_allow or not base  # more allows never take a permission away
+
+
+def test_authorize_any_for_idempotent_producers():
+    z = Authorizer([acl(name="logs-", pattern=a.PREFIXED, op=a.WRITE)])
+    assert z.authorize_any("User:alice", "h", a.WRITE, a.TOPIC)
+    assert not z.authorize_any("User:bob", "h", a.WRITE, a.TOPIC)
+    assert not z.authorize_any("User:alice", "h", a.READ, a.TOPIC)
+    denied = Authorizer([acl(name="logs-", pattern=a.PREFIXED, op=a.WRITE),
+                         acl(name="*", op=a.WRITE, perm=a.DENY)])
+    assert not denied.authorize_any("User:alice", "h", a.WRITE, a.TOPIC)
+    assert Authorizer([], super_users=["User:root"]).authorize_any("User:root", "h", a.WRITE,
+                                                                   a.TOPIC)
+    assert Authorizer([], allow_if_no_acl=True).authorize_any("User:x", "h", a.WRITE, a.TOPIC)
+    assert not Authorizer([]).authorize_any("User:x", "h", a.WRITE, a.TOPIC)
