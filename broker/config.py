@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.broker.replication.replica import FollowerOptions
-from tidewater.broker.security import SASL_MECHANISMS, SecuritySettings
+from tidewater.broker.security import SASL_MECHANISMS, SECURITY_SETTING_NAMES, SecuritySettings
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
@@ -139,7 +139,12 @@ class BrokerConfig:
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
         for name, value in settings.items():
-            if name in _BROKER_SETTINGS:
+            if name in SECURITY_SETTING_NAMES:
+                try:
+                    self.security = self.security.with_setting(name, value)
+                except ValueError as e:
+                    raise ConfigError(f"{name}: {e}") from None
+            elif name in _BROKER_SETTINGS:
                 attr, parse = _BROKER_SETTINGS[name]
                 setattr(self, attr, parse(name, value))
             elif name in LOG_CONFIG_NAMES:
@@ -297,5 +302,6 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
             allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    # Kafka's names work with --set too (sasl.enabled.mechanisms, super.users, ...).
     config.apply_settings(parse_settings(args.set))
     return config

@@ -1,7 +1,10 @@
 """A broker's client security settings and the live authorizer built from them.
 
 ``SecuritySettings`` come from the broker's flags (``--sasl-mechanisms``,
-``--authorizer``, ``--super-users``, ``--allow-everyone-if-no-acl-found``);
+``--authorizer``, ``--super-users``, ``--allow-everyone-if-no-acl-found``) or
+Kafka's names given with ``--set`` (``sasl.enabled.mechanisms``,
+``authorizer.class.name`` = ``acl`` or Kafka's StandardAuthorizer/AclAuthorizer
+class names, ``super.users``, ``allow.everyone.if.no.acl.found``);
 ``BrokerSecurity`` joins them with the users and ACLs the controller pushed
 (``MetadataCache``): ``allows(session, operation, resource_type, name)`` is the
 one check every request path calls, and answers True for everything when no
@@ -15,6 +18,7 @@ anyone else is ``User:ANONYMOUS``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tidewater.broker.authorizer import Authorizer, Session
@@ -23,6 +27,11 @@ from tidewater.proto.acls import Acl
 from tidewater.proto.scram import MECHANISMS, ScramCredential
 
 PLAIN = "PLAIN"
+SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
+                                    "super.users", "allow.everyone.if.no.acl.found"})
+# Kafka's authorizer class names mean "check ACLs" here; empty means none.
+_KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
 SASL_MECHANISMS = (PLAIN, *MECHANISMS)
 AUTHORIZERS = ("none", "acl")
 
@@ -44,6 +53,23 @@ class SecuritySettings:
         for user in self.super_users:
             if not user.startswith("User:") or len(user) <= len("User:"):
                 raise ValueError(f"super user {user!r} is not User:<name>")
+
+    def with_setting(self, name: str, value: str) -> SecuritySettings:
+        """These settings with one of Kafka's (``SECURITY_SETTING_NAMES``); ValueError."""
+        value = value.strip()
+        if name == "sasl.enabled.mechanisms":
+            return dataclasses.replace(self, sasl_mechanisms=tuple(
+                m.strip() for m in value.split(",") if m.strip()))
+        if name == "authorizer.class.name":
+            authorizer = "acl" if value in _KAFKA_AUTHORIZERS else (value or "none")
+            return dataclasses.replace(self, authorizer=authorizer)
+        if name == "super.users":
+            return dataclasses.replace(self, super_users=self.parse_super_users(value))
+        if name == "allow.everyone.if.no.acl.found":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"expected true or false, not {value!r}")
+            return dataclasses.replace(self, allow_everyone_if_no_acl_found=value.lower() == "true")
+        raise ValueError(f"not a security setting: {name}")
 
     @classmethod
     def parse_super_users(cls, text: str) -> frozenset[str]:

@@ -135,3 +135,23 @@ def test_broker_security_rebuilds_the_authorizer_only_for_a_new_acl_set():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         SecuritySettings(**bad)
+
+
+def test_kafka_named_security_settings_with_set():
+    from tidewater.broker.config import ConfigError, config_from_args
+    base = ["--broker-id", "1", "--listen", "127.0.0.1:1", "--controller", "127.0.0.1:2",
+            "--data-dir", "/tmp/x"]
+    config = config_from_args([
+        *base, "--set", "sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN",
+        "--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "--set", "super.users=User:admin;User:ops",
+        "--set", "allow.everyone.if.no.acl.found=true"])
+    assert config.security == SecuritySettings(
+        sasl_mechanisms=("SCRAM-SHA-512", "PLAIN"), authorizer="acl",
+        super_users=frozenset({"User:admin", "User:ops"}), allow_everyone_if_no_acl_found=True)
+    flags = config_from_args([*base, "--sasl-mechanisms", "PLAIN", "--authorizer", "acl"])
+    assert flags.security.sasl_mechanisms == ("PLAIN",) and flags.security.authorizer == "acl"
+    for bad in ("sasl.enabled.mechanisms=GSSAPI", "super.users=admin",
+                "allow.everyone.if.no.acl.found=maybe", "authorizer.class.name=x.Y"):
+        with pytest.raises(ConfigError):
+            config_from_args([*base, "--set", bad])
