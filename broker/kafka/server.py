@@ -111,7 +111,7 @@ class KafkaListener:
             asyncio.Queue(maxsize=IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_answers(answers, writer, peer))
         connection = None
-        if self.security is not None:
+        if self.security is not None and self.security.secured:  # else: no per-request checks
             connection = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
                 tls_principal=tls_principal(writer.get_extra_info("peercert")))
