@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.broker.replication.replica import FollowerOptions
+from tidewater.broker.security import SASL_MECHANISMS, SECURITY_SETTING_NAMES, SecuritySettings
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
@@ -112,6 +113,8 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
     tls: TlsFiles | None = None
+    # --sasl-mechanisms, --authorizer, --super-users (broker/security.py).
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -136,7 +139,12 @@ class BrokerConfig:
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
         for name, value in settings.items():
-            if name in _BROKER_SETTINGS:
+            if name in SECURITY_SETTING_NAMES:
+                try:
+                    self.security = self.security.with_setting(name, value)
+                except ValueError as e:
+                    raise ConfigError(f"{name}: {e}") from None
+            elif name in _BROKER_SETTINGS:
                 attr, parse = _BROKER_SETTINGS[name]
                 setattr(self, attr, parse(name, value))
             elif name in LOG_CONFIG_NAMES:
@@ -230,6 +238,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="Kafka-named broker or default topic setting (repeatable)")
     add_tls_arguments(p)
+    p.add_argument("--sasl-mechanisms", default="",
+                   help="comma-separated SASL mechanisms the Kafka listeners require "
+                        f"({', '.join(SASL_MECHANISMS)}); empty: no SASL. With --tls-* the "
+                        "listeners are SASL_SSL, else SASL_PLAINTEXT")
+    p.add_argument("--authorizer", default="none", choices=["none", "acl"],
+                   help="acl: check every client request against the cluster's ACLs")
+    p.add_argument("--super-users", default="",
+                   help="principals allowed everything, ';'-separated (User:admin;User:ops)")
+    p.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="a resource no ACL names is open to all (Kafka's "
+                        "allow.everyone.if.no.acl.found; default: refused)")
     return p
 
 
@@ -274,5 +293,15 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
         log_level=args.log_level,
         tls=tls,
     )
+    try:
+        config.security = SecuritySettings(
+            sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",")
+                                  if m.strip()),
+            authorizer=args.authorizer,
+            super_users=SecuritySettings.parse_super_users(args.super_users),
+            allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    # Kafka's names work with --set too (sasl.enabled.mechanisms, super.users, ...).
     config.apply_settings(parse_settings(args.set))
     return config

@@ -46,6 +46,7 @@ from tidewater.proto.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
+from tidewater.proto.scram import SaslAuthenticationError
 
 Address = tuple[str, int]
 T = TypeVar("T")
@@ -149,6 +150,9 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
         return RequestTimedOutError(f"request to{where} timed out")
     if code == grpc.StatusCode.UNAVAILABLE:
         return BrokerConnectionError(f"broker{where} unavailable: {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        # Not a connection problem: another broker would refuse the same credentials.
+        return SaslAuthenticationError(f"broker{where} refused the credentials: {details}")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return UnsupportedVersionError(f"broker{where} does not implement this call: {details}")
     return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")

@@ -180,7 +180,9 @@ class Producer:
                  max_in_flight_per_partition: int = 1,
                  metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None):
         self.acks = parse_acks(acks)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
@@ -199,7 +201,9 @@ class Producer:
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
         security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile)
+                                               ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)

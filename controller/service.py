@@ -328,3 +328,47 @@ class ControllerService(pb_grpc.ControllerServicer):
                               context: Context) -> pb.DescribeClusterResponse:
         return await self._run("DescribeCluster", lambda tx, now: (
             self.machine.describe_cluster(tx, now, request)), context)
+
+    # ------------------------------------------------------------ users and ACLs
+    # Answered once durable; brokers learn the change from the next UpdateMetadata (waited
+    # for as CreateTopics does, so a client's next connection sees it).
+
+    async def _security_change(self, rpc: str, command: Callable[[Tx, int, Any], T], request: Any,
+                               context: Context) -> T:
+        response, offset, changed = await self._run(rpc, lambda tx, now: (
+            command(tx, now, request), self.machine.metadata.last_offset, bool(tx.records)),
+            context)
+        if changed:
+            await self._wait_propagated(offset, self.propagation_wait_ms_max)
+        return response
+
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context: Context) -> pb.AlterUserScramCredentialsResponse:
+        response = await self._security_change(
+            "AlterUserScramCredentials", self.machine.alter_user_scram_credentials, request,
+            context)
+        for r in response.results:
+            if r.error_code == pb.NONE:
+                log.info("SCRAM credentials of user %r changed", r.user)
+        return response
+
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
+                                           context: Context,
+                                           ) -> pb.DescribeUserScramCredentialsResponse:
+        return await self._run("DescribeUserScramCredentials", lambda tx, now: (
+            self.machine.describe_user_scram_credentials(tx, now, request)), context)
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest,
+                         context: Context) -> pb.CreateAclsResponse:
+        return await self._security_change("CreateAcls", self.machine.create_acls, request,
+                                           context)
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest,
+                           context: Context) -> pb.DescribeAclsResponse:
+        return await self._run("DescribeAcls", lambda tx, now: (
+            self.machine.describe_acls(tx, now, request)), context)
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest,
+                         context: Context) -> pb.DeleteAclsResponse:
+        return await self._security_change("DeleteAcls", self.machine.delete_acls, request,
+                                           context)

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.controller import requests
+from tidewater.controller import requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import (
@@ -546,6 +546,28 @@ class ControllerStateMachine:
     def describe_cluster(self, tx: Tx, now_ms: int,
                          req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
         return requests.describe_cluster(self.metadata, self.sessions, self.config.node_id)
+
+    # ------------------------------------------------------------ users and ACLs
+
+    def alter_user_scram_credentials(self, tx: Tx, now_ms: int,
+                                     req: pb.AlterUserScramCredentialsRequest,
+                                     ) -> pb.AlterUserScramCredentialsResponse:
+        return security_records.alter_user_scram_credentials(tx, self.metadata.security, req)
+
+    def describe_user_scram_credentials(self, tx: Tx, now_ms: int,
+                                        req: pb.DescribeUserScramCredentialsRequest,
+                                        ) -> pb.DescribeUserScramCredentialsResponse:
+        return security_records.describe_user_scram_credentials(self.metadata.security, req)
+
+    def create_acls(self, tx: Tx, now_ms: int, req: pb.CreateAclsRequest) -> pb.CreateAclsResponse:
+        return security_records.create_acls(tx, self.metadata.security, req)
+
+    def describe_acls(self, tx: Tx, now_ms: int,
+                      req: pb.DescribeAclsRequest) -> pb.DescribeAclsResponse:
+        return security_records.describe_acls(self.metadata.security, req)
+
+    def delete_acls(self, tx: Tx, now_ms: int, req: pb.DeleteAclsRequest) -> pb.DeleteAclsResponse:
+        return security_records.delete_acls(tx, self.metadata.security, req)
 
 
 _CORRUPT_REPLICA_REFUSALS = {

@@ -103,11 +103,13 @@ def fully_replicated(c: RunningCluster, name: str, replicas: int = 3) -> dict | 
     return topic
 
 
-def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = False) -> RunningCluster:
-    """``tls``: ``cluster up --tls`` (certificates under DIR/tls, TLS on every port)."""
+def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = False,
+                  up_flags: tuple[str, ...] = ()) -> RunningCluster:
+    """``tls``: ``cluster up --tls`` (certificates under DIR/tls, TLS on every port);
+    ``up_flags``: more ``cluster up`` flags (``--sasl-mechanisms``, ...)."""
     # A generous readiness deadline: the suite may run on a loaded machine.
     args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0",
-            "--ready-timeout-s", "60"] + (["--tls"] if tls else [])
+            "--ready-timeout-s", "60"] + (["--tls"] if tls else []) + list(up_flags)
     for s in settings:
         args += ["--set", s]
     result = run_tide(*args, timeout_s=150)
