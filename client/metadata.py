@@ -40,6 +40,7 @@ from tidewater.client.security import PLAINTEXT, ClientSecurity, sync_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import (
+    ClusterAuthorizationFailedError,
     RequestTimedOutError,
     TidewaterError,
     UnknownTopicOrPartitionError,
@@ -155,6 +156,8 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
         return SaslAuthenticationError(f"broker{where} refused the credentials: {details}")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return UnsupportedVersionError(f"broker{where} does not implement this call: {details}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return ClusterAuthorizationFailedError(f"{where.strip() or 'server'} refused: {details}")
     return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")
 
 

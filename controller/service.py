@@ -100,7 +100,11 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from tidewater.controller.authorization import broker_request_refusal, refusal_message
+from tidewater.controller.authorization import (
+    admin_request_refusal,
+    broker_request_refusal,
+    refusal_message,
+)
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
 from tidewater.controller.sender import BrokerSenders
@@ -144,6 +148,13 @@ class ControllerService(pb_grpc.ControllerServicer):
                      offset, wait_ms)
 
     async def _run(self, rpc: str, command: Command[T], context: Context) -> T:
+        if admin_request_refusal(self._principal(context), rpc,
+                                 authenticating=self.authenticating) is not None:
+            log.warning("%s refused: a client certificate sent it to the controller's port; "
+                        "clients reach it through a broker, which checks their ACLs", rpc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"CLUSTER_AUTHORIZATION_FAILED: {rpc} is taken from cluster "
+                                "members only; send it to a broker")
         with self.metrics.time_rpc(rpc):
             try:
                 return await self.owner.submit(command)

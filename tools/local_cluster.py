@@ -360,12 +360,18 @@ class LocalCluster:
         return self.bootstrap
 
     def _create_admin_user(self) -> None:
-        """The super user, through the controller's own port (see ``cluster_sasl``)."""
+        """The super user, through the controller's own port (see ``cluster_sasl``). With
+        TLS it presents the controller's own certificate: the controller takes credential
+        changes only from cluster members (a client's go through a broker and its ACLs),
+        and whoever runs the cluster holds its files, as Kafka's bootstrap of the first
+        SCRAM user (`kafka-storage format --add-scram`) needs the controller's disk."""
         from tidewater.client.admin import AdminClient
         sasl = self._require_manifest()["sasl"]
         tls = self._require_manifest().get("tls")
-        security = (ClientSecurity.from_options("SSL", tls["ca"], tls["cert"], tls["key"])
-                    if tls else PLAINTEXT)
+        tls_dir = Path(tls["ca"]).parent if tls else None
+        security = (ClientSecurity.from_options(
+            "SSL", tls["ca"], str(tls_dir / "controller.pem"), str(tls_dir / "controller.key"))
+            if tls and tls_dir is not None else PLAINTEXT)
         with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
             for mechanism in cluster_sasl.scram_mechanisms(()):
                 admin.upsert_scram_user(sasl["username"],

@@ -312,3 +312,29 @@ def test_the_container_health_check_speaks_tls_with_the_process_own_certificate(
         assert healthy.returncode == 0, healthy.stderr
         plain = check(role, port, None)
         assert plain.returncode == 1 and "unhealthy" in plain.stderr, plain
+
+
+def test_a_client_certificate_cannot_send_admin_calls_straight_to_the_controller(cluster):
+    """Clients' admin calls go through a broker, which checks their ACLs; straight to the
+    controller's port a client certificate is refused (it could grant itself any ACL),
+    and the same call through a broker works."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    create = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1)], timeout_ms=10_000)
+    with secure(cluster.controller, credentials(cluster, "tide-client")) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        for call, request in ((stub.CreateTopics, create),
+                              (stub.CreateAcls, pb.CreateAclsRequest()),
+                              (stub.DescribeAcls, pb.DescribeAclsRequest()),
+                              (stub.DescribeUserScramCredentials,
+                               pb.DescribeUserScramCredentialsRequest())):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=RPC_TIMEOUT_S)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value
+            assert "CLUSTER_AUTHORIZATION_FAILED" in refused.value.details()
+        assert stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=RPC_TIMEOUT_S).brokers
+    assert name not in tide(cluster, "topics", "list").stdout.split()
+    # The same request through a broker (forwarded with the broker's certificate) works.
+    with secure(cluster.brokers[0]["listen"], credentials(cluster, "tide-client")) as channel:
+        created = pb_grpc.ControllerStub(channel).CreateTopics(create, timeout=30)
+    assert created.topics[0].error_code == pb.NONE, created
