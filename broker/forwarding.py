@@ -7,7 +7,7 @@ to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
 (retriable) with the transport error as message. The
 broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition,
-ReportCorruptReplica) are not the broker's to answer: NOT_CONTROLLER (each
+ReportCorruptReplica, AllocateProducerIds) are not the broker's to answer: NOT_CONTROLLER (each
 heartbeat on the stream).
 """
 
@@ -80,3 +80,6 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
 
     async def ReportCorruptReplica(self, request, context):
         return pb.ReportCorruptReplicaResponse(error_code=pb.NOT_CONTROLLER)
+
+    async def AllocateProducerIds(self, request, context):
+        return pb.AllocateProducerIdsResponse(error_code=pb.NOT_CONTROLLER)

@@ -81,6 +81,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -767,7 +768,7 @@ class Log:
         except (OSError, KafkaStorageError) as e:
             log.warning("%s: no producer snapshot at %d: %s", self.dir, offset, e)
 
-    def _delete_producer_snapshots(self, doomed) -> None:
+    def _delete_producer_snapshots(self, doomed: Callable[[int], bool]) -> None:
         for offset in self.producer_snapshot_offsets():
             if doomed(offset):
                 path = self.dir / snapshot_file_name(offset)
