@@ -115,7 +115,8 @@ class BrokerProcess:
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
-            channel_credentials=member_credentials)
+            channel_credentials=member_credentials,
+            allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         listeners = [("INTERNAL", c.listen)]

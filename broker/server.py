@@ -223,6 +223,10 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def DescribeReplicas(self, request, context):
         return self.replica_manager.describe_replicas(request)
 
+    @_rpc("InitProducerId")
+    async def InitProducerId(self, request, context):
+        return await self.replica_manager.init_producer_id(request)
+
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     """Cluster members' calls; on the INTERNAL listener only. ``authenticating``: the

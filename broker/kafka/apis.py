@@ -21,6 +21,7 @@ DeleteTopics (20)     1-5   forwarded to the controller
 CreatePartitions (37) 0-3   forwarded; manual assignments are refused
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
+InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
 ===================== ===== ======================================================
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
@@ -41,6 +42,11 @@ from typing import Any
 from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.fetch import FetchedPartition
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.producer_apis import (
+    INIT_PRODUCER_ID,
+    INIT_PRODUCER_ID_VERSIONS,
+    on_init_producer_id,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
@@ -62,6 +68,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
     CREATE_PARTITIONS: (0, 3),
+    INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -453,5 +460,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CONFIGS: on_describe_configs,
     DESCRIBE_CLUSTER: on_describe_cluster,
     CREATE_PARTITIONS: on_create_partitions,
+    INIT_PRODUCER_ID: on_init_producer_id,
 }
 assert set(HANDLERS) == set(SUPPORTED)

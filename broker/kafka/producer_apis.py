@@ -1,0 +1,34 @@
+"""Kafka's InitProducerId (key 22) for idempotent producers, on the broker's gRPC path.
+
+Versions 0-5 (apache/kafka InitProducerIdRequest.json; v2+ flexible, v3+ carry the
+producer's current id and epoch, v4+ may answer PRODUCER_FENCED for transactions,
+v6's two-phase commit is not served). librdkafka asks from v1 (v4 when offered),
+kafka-python 3.x and aiokafka from v0. The answer comes from
+``ReplicaManager.init_producer_id`` (``broker/producer_ids.py``): a new id with epoch 0,
+INVALID_REQUEST for a transactional id, COORDINATOR_LOAD_IN_PROGRESS (retriable)
+while the broker has no id block from the controller yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from tidewater.broker.kafka.codec import RequestHead
+from tidewater.proto import tidewater_pb2 as pb
+
+INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID_VERSIONS = (0, 5)
+
+
+async def on_init_producer_id(s: Any, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    request = pb.InitProducerIdRequest(
+        transactional_id=body.transactional_id or "",
+        producer_id=int(getattr(body, "producer_id", -1)),
+        producer_epoch=int(getattr(body, "producer_epoch", -1)))
+
+    async def answer() -> dict[str, Any]:
+        response = await s.replica_manager.init_producer_id(request)
+        return {"throttle_time": 0, "error_code": response.error_code,
+                "producer_id": response.producer_id, "producer_epoch": response.producer_epoch}
+    return answer()
