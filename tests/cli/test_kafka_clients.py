@@ -184,10 +184,8 @@ def test_kafka_python_and_aiokafka_produce_and_consume(cluster):
     kafka = pytest.importorskip("kafka")
     topic = new_topic(cluster)
     servers = cluster.kafka.split(",")
-    # InitProducerId (the idempotent producer) is issue 17: kafka-python 3 asks for it by
-    # default, so it is turned off here, as against a broker before Kafka 0.11.
-    producer = kafka.KafkaProducer(bootstrap_servers=servers, acks="all",
-                                   enable_idempotence=False)
+    # kafka-python 3's defaults: idempotent (InitProducerId), acks=all.
+    producer = kafka.KafkaProducer(bootstrap_servers=servers)
     for i in range(100):
         producer.send(topic, key=b"kp%d" % i, value=b"kafka-python %d" % i,
                       headers=[("h", b"v")]).get(timeout=30)
