@@ -90,7 +90,8 @@ class BrokerProcess:
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
             on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
-                                                                       error))
+                                                                       error),
+            producer_id_expiration_ms=c.producer_id_expiration_ms)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))

@@ -330,3 +330,19 @@ def test_a_failed_append_write_changes_no_producer_state(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert log.producer_state.entries[PID].last_sequence == 0
     assert log.append_as_leader(pbatch(1), 0, now_ms=1).first_offset == 1
+
+
+def test_the_log_managers_retention_pass_expires_idle_producers(tmp_path):
+    from tidewater.broker.storage.log_manager import LogManager
+    from tidewater.broker.storage.topics import TopicPartition
+
+    manager = LogManager(tmp_path, LogConfig(), producer_id_expiration_ms=1000)
+    manager.load(now_ms=0)
+    tp = TopicPartition("t", 0)
+    log = manager.get_or_create(tp, LogConfig(), now_ms=0)
+    log.append_as_leader(pbatch(0, ts=5000), 0, now_ms=1)
+    manager.delete_old_segments(5500, {tp: 1})
+    assert PID in log.producer_state.entries
+    manager.delete_old_segments(6000, {tp: 1})
+    assert PID not in log.producer_state.entries
+    manager.shutdown()
