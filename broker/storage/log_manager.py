@@ -70,12 +70,12 @@ from tidewater.broker.storage.checkpoints import (
 )
 from tidewater.broker.storage.log import Log, drain_roll_flushes
 from tidewater.broker.storage.log_config import LogConfig
-from tidewater.broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 from tidewater.broker.storage.log_deleter import DELETE_DIR_SUFFIX, LogDirDeleter
 from tidewater.broker.storage.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from tidewater.broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 from tidewater.broker.storage.recovery import fsync_dir
 from tidewater.broker.storage.segment import storage_error
 from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name

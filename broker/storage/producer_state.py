@@ -25,6 +25,11 @@ same epoch, first sequence != last + 1      OUT_OF_ORDER_SEQUENCE_NUMBER (a gap,
 anything else                               appended; ``on_batch`` records it
 =========================================== ===========================================
 
+An append that holds a duplicate and anything else (a new batch) is refused with
+INVALID_REQUEST, nothing written: answering the duplicate's offsets would
+acknowledge batches never written (Kafka allows one batch per partition in a
+request; ours may carry more, and retries go alone).
+
 Followers and recovery do not validate (the leader did): ``on_batch`` with the
 batches they copy or read builds the same state, so a new leader deduplicates a
 retry first sent to the old one. A higher epoch replaces the producer's batches.
@@ -57,6 +62,7 @@ is forgotten (``remove_expired``); its next batch must start at sequence 0.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -68,6 +74,7 @@ from crc32c import crc32c
 from tidewater.proto.errors import (
     CorruptFileError,
     InvalidProducerEpochError,
+    InvalidRequestError,
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
@@ -176,9 +183,16 @@ class ProducerStateManager:
     def check_leader_append(self, batches: Iterable[ProducerBatch]) -> Duplicate | None:
         """Check a leader append's batches in order (the table in the module docstring).
 
-        Returns the first duplicate (the append must then write nothing and answer its
-        offsets), None if every batch may be appended; raises the typed error of the
-        first batch refused (nothing may be appended then)."""
+        Returns the duplicate when the append repeats batches already written (the append
+        must then write nothing and answer their offsets), None if every batch may be
+        appended; raises the typed error of the first batch refused (nothing may be
+        appended then). An append holding a duplicate and anything else is refused
+        (INVALID_REQUEST): answering the duplicate's offsets for batches never written
+        would lose them (Kafka has one batch per partition in a request)."""
+        batches = list(batches)
+        duplicates = [self._find_duplicate(*b) for b in batches]
+        if any(duplicates):
+            return _whole_duplicate(duplicates)
         # (epoch, last sequence) of producers as the earlier batches of this append leave them
         pending: dict[int, tuple[int, int]] = {}
         for producer_id, epoch, base_sequence, last_offset_delta in batches:
@@ -190,16 +204,20 @@ class ProducerStateManager:
                     f"(epoch {epoch}, base sequence {base_sequence})")
             last_sequence = last_sequence_of(base_sequence, last_offset_delta)
             entry = self.entries.get(producer_id)
-            if producer_id not in pending and entry is not None:
-                duplicate = entry.find_duplicate(epoch, base_sequence, last_sequence)
-                if duplicate is not None:
-                    return Duplicate(duplicate.first_offset, duplicate.last_offset)
             known = pending.get(producer_id)
             if known is None and entry is not None:
                 known = (entry.producer_epoch, entry.last_sequence)
             self._check_sequence(producer_id, known, epoch, base_sequence)
             pending[producer_id] = (epoch, last_sequence)
         return None
+
+    def _find_duplicate(self, producer_id: int, epoch: int, base_sequence: int,
+                        last_offset_delta: int) -> BatchMetadata | None:
+        entry = self.entries.get(producer_id) if producer_id >= 0 else None
+        if entry is None or base_sequence < 0:
+            return None
+        return entry.find_duplicate(epoch, base_sequence,
+                                    last_sequence_of(base_sequence, last_offset_delta))
 
     @staticmethod
     def _check_sequence(producer_id: int, known: tuple[int, int] | None, epoch: int,
@@ -287,6 +305,17 @@ class ProducerStateManager:
         self.map_end_offset = map_end_offset
         if now_ms is not None:
             self.remove_expired(now_ms)
+
+
+def _whole_duplicate(duplicates: list[BatchMetadata | None]) -> Duplicate:
+    """The offsets of an append that repeats, in order, batches written one after another;
+    anything else is an InvalidRequestError."""
+    found = [d for d in duplicates if d is not None]
+    contiguous = all(b.first_offset == a.last_offset + 1 for a, b in itertools.pairwise(found))
+    if len(found) != len(duplicates) or not contiguous:
+        raise InvalidRequestError("an idempotent batch already written comes with other "
+                                  "batches: retry it alone")
+    return Duplicate(found[0].first_offset, found[-1].last_offset)
 
 
 def decode_snapshot(data: bytes, *, path: str = "") -> list[ProducerEntry]:

@@ -85,6 +85,10 @@ class FakeBroker(pb_grpc.BrokerServicer):
         self._wait_before_answer()
         return self._append(request)
 
+    def InitProducerId(self, request, context):
+        return pb.InitProducerIdResponse(error_code=pb.NONE, producer_id=1000 + self.broker_id,
+                                         producer_epoch=0)
+
     def ProduceStream(self, request_iterator, context):
         """Like the broker's: requests appended in arrival order, each answered (by
         correlation_id) after the produce delay, several at once; none with acks=0."""

@@ -346,3 +346,17 @@ def test_the_log_managers_retention_pass_expires_idle_producers(tmp_path):
     manager.delete_old_segments(6000, {tp: 1})
     assert PID not in log.producer_state.entries
     manager.shutdown()
+
+
+def test_a_duplicate_that_comes_with_a_new_batch_is_refused_whole():
+    from tidewater.proto.errors import InvalidRequestError
+
+    state = ProducerStateManager()
+    record(state, PID, 0, 0, first_offset=0, count=2)
+    record(state, PID, 0, 2, first_offset=2, count=1)
+    both = [ProducerBatch(PID, 0, 0, 1), ProducerBatch(PID, 0, 2, 0)]
+    assert state.check_leader_append(both) == Duplicate(0, 2)  # a whole request again
+    with pytest.raises(InvalidRequestError):  # answering 0 would ack the new batch unwritten
+        state.check_leader_append([ProducerBatch(PID, 0, 2, 0), ProducerBatch(PID, 0, 3, 0)])
+    with pytest.raises(InvalidRequestError):
+        state.check_leader_append([ProducerBatch(PID, 0, 2, 0), ProducerBatch(-1, -1, -1, 0)])
