@@ -23,6 +23,9 @@ per partition:
 | retriable (proto.errors)        | refresh metadata if ``invalid_metadata``; retry    |
 |                                 | after ``retry_backoff_ms`` while retries and the   |
 |                                 | delivery timeout allow                             |
+| idempotent: a sequence error    | ``client/idempotence.py`` decides: retry in order, |
+| (OUT_OF_ORDER_SEQUENCE_NUMBER,  | or a new epoch on the partition (renumbered)       |
+| UNKNOWN_PRODUCER_ID)            |                                                    |
 | anything else                   | futures fail with the typed exception              |
 
 Requests go on one ``ProduceStream`` per broker (``client.streams``). A
@@ -32,15 +35,22 @@ the request timeout counts as a retriable ``BrokerConnectionError``
 ``ProduceStream`` (UNIMPLEMENTED: not a broker of this release) fails the
 request's records with the non-retriable ``UnsupportedVersionError``; nothing
 was appended. A partition with ``max_in_flight_per_partition`` requests
-in flight is muted. With the default of 1, retries never reorder records; with
-more (Kafka's ``max.in.flight.requests.per.connection``), a later request can
-land while an earlier one is retried, so a retry may reorder records: the
-price of keeping several requests' worth of records on the way while acks=all
-waits for the followers. Memory is bounded: ``send`` blocks up to
-``max_block_ms`` while ``buffer_memory_bytes`` are queued.
+in flight is muted. Memory is bounded: ``send`` blocks up to ``max_block_ms``
+while ``buffer_memory_bytes`` are queued.
 
-Retries can duplicate a batch whose first answer was lost (there is no
-idempotent producer); set ``retries=0`` for at-most-once sends.
+Idempotence (``enable_idempotence``; on by default with acks=all, as in Kafka 3):
+the producer gets an id from ``InitProducerId`` before its first send and
+numbers each partition's batches (``client/idempotence.py``). A retry keeps its
+numbers, so a broker that already appended it (its answer was lost) answers the
+original offsets instead of writing it twice; with up to 5 requests in flight
+(Kafka's ``max.in.flight.requests.per.connection``) the broker refuses a batch
+that does not follow the last one it wrote, the refused batches go back in
+creation order and a retry goes alone once the partition's requests are
+answered, so order holds across retries. At most 5 batches of a partition are
+out at once (the broker remembers the last five per producer). Without
+idempotence, one request in flight (the default) keeps order; more may let a
+retry reorder records, and a retry whose first answer was lost is written twice
+(``retries=0`` gives at-most-once sends).
 """
 
 from __future__ import annotations

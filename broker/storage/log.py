@@ -49,6 +49,15 @@ offset (LEO) is the active segment's end.
   log start offset is used only if it is a segment's base offset.
 - A fetch or follower append never needs the records decoded; only a
   timestamp lookup decodes the one batch it lands in (exact record offset).
+- Idempotent producers' state (``producer_state.py``, Kafka's ProducerStateManager):
+  a leader append checks each batch carrying a producer id before anything is
+  written (a retry already in the log returns its original offsets with
+  ``AppendInfo.duplicate``, nothing written); every append records its batches
+  after the write. A roll writes ``<offset>.snapshot`` at the new segment's base
+  (fsynced by the roll's background flush), close writes one at the LEO;
+  opening loads the latest readable snapshot at or below the LEO and reads the
+  batches after it; ``truncate_to`` reloads the same way; retention deletes the
+  snapshots below the new log start (the producers stay until they expire).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
   offset (the epoch cache drops what lies before it). Under the lock the
