@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from cluster_fixtures import run_tide, start_cluster, stop_cluster
+from cluster_fixtures import kafka_cluster, run_tide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -29,10 +29,7 @@ KCAT = shutil.which("kcat")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = start_cluster(tmp_path_factory.mktemp("kafka"), 3, "min.insync.replicas=2")
-    c.kafka = c.manifest()["kafka_bootstrap"]
-    yield c
-    stop_cluster(c)
+    yield from kafka_cluster(tmp_path_factory, "kafka")
 
 
 def new_topic(c, partitions=3) -> str:

@@ -13,7 +13,7 @@ import time
 import uuid
 
 import pytest
-from cluster_fixtures import fully_replicated, run_tide, start_cluster, stop_cluster, wait_for
+from cluster_fixtures import fully_replicated, kafka_cluster, run_tide, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -26,10 +26,7 @@ RECORDS = 3000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = start_cluster(tmp_path_factory.mktemp("idempotence"), 3, "min.insync.replicas=2")
-    c.kafka = c.manifest()["kafka_bootstrap"]
-    yield c
-    stop_cluster(c)
+    yield from kafka_cluster(tmp_path_factory, "idempotence")
 
 
 def new_topic(c) -> tuple[str, int]:
@@ -140,3 +137,24 @@ def test_every_acknowledged_record_once_and_in_order_across_a_leader_sigkill(clu
     assert len(values) == len(set(values)), "a record was written twice"
     assert values == sorted(values), "records are out of send order"
     assert set(sending.acked) <= set(values)
+
+
+def test_aiokafka_idempotent_producer(cluster):
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    topic, _leader = new_topic(cluster)
+
+    async def produce() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka.split(","),
+                                             enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(200):
+                await producer.send(topic, str(i).encode(), partition=0)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    assert read_values(cluster, topic, 200) == list(range(200))
