@@ -510,6 +510,9 @@ class Log:
         """The background half of a roll (in the flush executor's thread)."""
         try:
             _fsync_file(self.dir / snapshot_file_name(end_offset))  # the directory: below
+        except KafkaStorageError as e:  # only the snapshot is in doubt: an older one serves
+            log.warning("%s: producer snapshot at %d not synced: %s", self.dir, end_offset, e)
+        try:
             self.flush_outside_lock(end_offset=end_offset)
         except KafkaStorageError:
             pass  # the log went offline and said why; the next open recovers it
