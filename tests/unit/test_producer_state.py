@@ -360,3 +360,27 @@ def test_a_duplicate_that_comes_with_a_new_batch_is_refused_whole():
         state.check_leader_append([ProducerBatch(PID, 0, 2, 0), ProducerBatch(PID, 0, 3, 0)])
     with pytest.raises(InvalidRequestError):
         state.check_leader_append([ProducerBatch(PID, 0, 2, 0), ProducerBatch(-1, -1, -1, 0)])
+
+
+def test_snapshot_writes_that_fail_lose_no_state(tmp_path, monkeypatch):
+    """A roll's or a shutdown's snapshot that cannot be written only warns: appends go on,
+    and the next open rebuilds the producers from the batches."""
+    from pathlib import Path
+
+    from tidewater.broker.storage import log as log_module
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = open_log(tmp_path / "t-0", segment_bytes=400)
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    for seq in range(12):  # rolls happen
+        log.append_as_leader(pbatch(seq), 0, now_ms=1)
+    monkeypatch.setattr(log_module, "write_file_atomically", full_disk)
+    log.close()
+    monkeypatch.undo()
+    assert log.producer_snapshot_offsets() == []
+    reopened = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=400), now_ms=0,
+                        had_clean_shutdown=True)
+    assert reopened.append_as_leader(pbatch(11), 0, now_ms=1).duplicate
+    assert reopened.append_as_leader(pbatch(12), 0, now_ms=1).first_offset == 12
