@@ -62,6 +62,33 @@ def test_a_retry_after_a_sigkill_and_restart_is_deduplicated(cluster):
     assert again.producer_id > pid
 
 
+def test_a_new_leader_deduplicates_a_retry_first_sent_to_the_old_one(cluster):
+    """The answer to an acks=all produce is lost with its leader (SIGKILL after the append
+    reached the follower): the retry to the new leader is told the same offset and the
+    record is in the log once. The follower built the producer's state from what it copied."""
+    c = cluster(2)
+    c.create_topic("fail", replication_factor=2)
+    old = c.wait_leader_ready("fail", isr_size=2)
+    pid = old.stub.InitProducerId(pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1),
+                                  timeout=10).producer_id
+    for seq in range(3):
+        assert produce_batch(old, "fail", pid, seq, [b"v%d" % seq]).error_code == pb.NONE
+    first = produce_batch(old, "fail", pid, 3, [b"v3"])  # the answer the client "lost"
+    assert first.error_code == pb.NONE
+    old.proc.kill()
+    old.reset_channel()
+    new = c.brokers[3 - old.broker_id]
+    wait_for(lambda: c.partition_state("fail").leader == new.broker_id, 30, message="failover")
+    new = c.wait_leader_ready("fail")
+    retry = produce_batch(new, "fail", pid, 3, [b"v3"])
+    assert (retry.error_code, retry.base_offset) == (pb.NONE, first.base_offset)
+    assert produce_batch(new, "fail", pid, 4, [b"v4"]).base_offset == first.base_offset + 1
+    old.proc.start()
+    wait_for(lambda: len(c.partition_state("fail").isr) == 2, 60, message="ISR of 2")
+    leader = c.wait_leader_ready("fail")
+    assert [v for _, v in consume_all(leader, "fail")] == [b"v%d" % i for i in range(5)]
+
+
 RECORDS = 3000
 
 
