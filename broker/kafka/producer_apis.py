@@ -1,9 +1,11 @@
 """Kafka's InitProducerId (key 22) for idempotent producers, on the broker's gRPC path.
 
-Versions 0-5 (apache/kafka InitProducerIdRequest.json; v2+ flexible, v3+ carry the
-producer's current id and epoch, v4+ may answer PRODUCER_FENCED for transactions,
-v6's two-phase commit is not served). librdkafka asks from v1 (v4 when offered),
-kafka-python 3.x and aiokafka from v0. The answer comes from
+Versions 0-5: Kafka 3.x's InitProducerIdRequest.json has 0-4 (v1 = v0, v2+
+flexible, v3+ carry the producer's current id and epoch, v4 lets transactions
+answer PRODUCER_FENCED); Kafka 4.0's v5 only adds TRANSACTION_ABORTABLE for
+transactions, so an idempotent producer's request and answer are the same; v6
+(two-phase commit) is not served. librdkafka takes the highest it knows (v4 in
+2.16), kafka-python 3.x and aiokafka ask with v0 and v1 as they negotiate. The answer comes from
 ``ReplicaManager.init_producer_id`` (``broker/producer_ids.py``): a new id with epoch 0,
 INVALID_REQUEST for a transactional id, COORDINATOR_LOAD_IN_PROGRESS (retriable)
 while the broker has no id block from the controller yet.
