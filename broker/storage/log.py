@@ -56,7 +56,8 @@ offset (LEO) is the active segment's end.
   after the write. A roll writes ``<offset>.snapshot`` at the new segment's base
   (fsynced by the roll's background flush), close writes one at the LEO;
   opening loads the latest readable snapshot at or below the LEO and reads the
-  batches after it; ``truncate_to`` reloads the same way; retention deletes the
+  batches after it (none at all: only the active segment's, as for a log written
+  before producer state existed); ``truncate_to`` reloads the same way; retention deletes the
   snapshots below the new log start (the producers stay until they expire).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
@@ -797,10 +798,12 @@ class Log:
         self._delete_producer_snapshots(lambda offset: offset > log_end_offset)
         state = self.producer_state
         state.clear(self.log_start_offset)
+        loaded = False
         for offset in reversed(self.producer_snapshot_offsets()):
             path = self.dir / snapshot_file_name(offset)
             try:
                 state.load_snapshot(path.read_bytes(), offset, path=str(path), now_ms=now_ms)
+                loaded = True
                 break
             except CorruptFileError as e:
                 log.warning("%s; deleting it", e)
@@ -808,6 +811,11 @@ class Log:
             except OSError as e:
                 raise storage_error("cannot read producer snapshot", path, e) from e
         offset = max(state.map_end_offset, self.log_start_offset)
+        if not loaded:
+            # No snapshot at all: segments closed before the active one were written before
+            # producer state existed (every roll since leaves a snapshot), as Kafka assumes
+            # when it upgrades a log: only the active segment is read, not GiBs of log.
+            offset = max(offset, self._segments[-1].base_offset)
         while offset < log_end_offset:
             try:
                 result = self.read(offset, PRODUCER_STATE_READ_BYTES)

@@ -362,9 +362,10 @@ def test_a_duplicate_that_comes_with_a_new_batch_is_refused_whole():
         state.check_leader_append([ProducerBatch(PID, 0, 2, 0), ProducerBatch(-1, -1, -1, 0)])
 
 
-def test_snapshot_writes_that_fail_lose_no_state(tmp_path, monkeypatch):
+def test_snapshot_writes_that_fail_only_warn(tmp_path, monkeypatch):
     """A roll's or a shutdown's snapshot that cannot be written only warns: appends go on,
-    and the next open rebuilds the producers from the batches."""
+    and the next open, finding no snapshot, rebuilds the producers from the active
+    segment's batches (those a retry can concern)."""
     from pathlib import Path
 
     from tidewater.broker.storage import log as log_module
@@ -384,3 +385,21 @@ def test_snapshot_writes_that_fail_lose_no_state(tmp_path, monkeypatch):
                         had_clean_shutdown=True)
     assert reopened.append_as_leader(pbatch(11), 0, now_ms=1).duplicate
     assert reopened.append_as_leader(pbatch(12), 0, now_ms=1).first_offset == 12
+
+
+def test_a_log_without_any_snapshot_reads_only_its_active_segment(tmp_path):
+    """A log written before producer state existed: no GiB scan on the first open."""
+    log = open_log(tmp_path / "t-0", segment_bytes=400)
+    for seq in range(12):
+        mine = seq >= 10
+        log.append_as_leader(pbatch(seq - 10 if mine else seq, pid=PID if mine else 99), 0,
+                             now_ms=1)
+    log.close()
+    for offset in log.producer_snapshot_offsets():
+        (tmp_path / "t-0" / snapshot_file_name(offset)).unlink()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=400), now_ms=0,
+                        had_clean_shutdown=True)
+    active_base = reopened.active_segment.base_offset
+    assert 0 < active_base <= 10
+    assert PID in reopened.producer_state.entries  # its batches are in the active segment
+    assert reopened.append_as_leader(pbatch(1), 0, now_ms=1).duplicate
