@@ -9,7 +9,12 @@ state keeps its epoch, the sequence ranges and offsets of its last
 class: the log feeds it batches and time; it reads and writes no file itself.
 
 Leader appends (``check_leader_append``), per batch with a producer id, in
-Kafka 3.x's order:
+Kafka's order (ProducerAppendInfo: duplicate first, then epoch, then sequence).
+One difference from Kafka 3.x: since KIP-360 Kafka takes any first sequence from
+a producer it has no state for; here that is UNKNOWN_PRODUCER_ID unless the
+sequence is 0 (Kafka 2.4's rule), so a producer whose state expired or was
+truncated away starts a new epoch instead of silently continuing a gap (every
+client in use handles the error by bumping its epoch):
 
 =========================================== ===========================================
 batch                                       answer
