@@ -18,6 +18,7 @@ TLS one without a client certificate, there is no principal (None).
 from __future__ import annotations
 
 import argparse
+import os
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -195,13 +196,23 @@ def broker_id_of(principal: Principal) -> int | None:
     return int(digits)
 
 
-def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` of the broker and the controller."""
+# Environment variables giving --tls-ca/--tls-cert/--tls-key their defaults: a compose
+# file's TLS override sets them without repeating each service's command.
+TLS_ENV = {"tls_ca": "TIDE_TLS_CA", "tls_cert": "TIDE_TLS_CERT", "tls_key": "TIDE_TLS_KEY"}
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser,
+                      environ: Mapping[str, str] = os.environ) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` of the broker and the controller, each
+    defaulting to its ``TLS_ENV`` variable when that is set and not empty."""
     group = parser.add_argument_group(
         "TLS", "all three, or none for plaintext. With them every listener speaks TLS only; "
         "cluster members' listeners (a broker's INTERNAL, the controller) also require a "
         "client certificate signed by the CA, and the process presents its own on its "
-        "channels (make them with `tide certs`; a broker's CN is broker-<id>)")
-    group.add_argument("--tls-ca", metavar="FILE", help="PEM CA certificate to trust")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM certificate of this process")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+        "channels (make them with `tide certs`; a broker's CN is broker-<id>). Defaults: "
+        "the environment variables TIDE_TLS_CA, TIDE_TLS_CERT, TIDE_TLS_KEY")
+    for dest, help_text in (("tls_ca", "PEM CA certificate to trust"),
+                            ("tls_cert", "PEM certificate of this process"),
+                            ("tls_key", "PEM private key of --tls-cert")):
+        group.add_argument("--" + dest.replace("_", "-"), dest=dest, metavar="FILE",
+                           default=environ.get(TLS_ENV[dest]) or None, help=help_text)

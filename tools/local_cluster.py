@@ -160,21 +160,9 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> dict[str, str]:
     ``client.properties``; returns the manifest's ``tls`` entry."""
     import datetime
 
-    now = datetime.datetime.now(datetime.UTC)
-    if not (tls_dir / certs.CA_CERT_FILE).exists():
-        certs.init_ca_dir(tls_dir, now=now)
-    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
-    wanted.append((CLIENT_CERT_NAME, "client"))
-    for name, role in wanted:
-        if not (tls_dir / f"{name}.pem").exists() or not (tls_dir / f"{name}.key").exists():
-            certs.issue_to_dir(tls_dir, name=name, role=role, hosts=(HOST, "localhost"), now=now)
-    ca, cert, key = (str(tls_dir / n) for n in (certs.CA_CERT_FILE, f"{CLIENT_CERT_NAME}.pem",
-                                                 f"{CLIENT_CERT_NAME}.key"))
-    properties = tls_dir / "client.properties"
-    properties.write_text("# Kafka client settings for this cluster (tide --command-config)\n"
-                          f"security.protocol=SSL\nssl.cafile={ca}\nssl.certfile={cert}\n"
-                          f"ssl.keyfile={key}\n")
-    return {"ca": ca, "cert": cert, "key": key, "command_config": str(properties)}
+    return certs.make_cluster_dir(tls_dir, broker_ids, hosts=(HOST, "localhost"),
+                                  client_name=CLIENT_CERT_NAME,
+                                  now=datetime.datetime.now(datetime.UTC))
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:

@@ -47,6 +47,9 @@ log = logging.getLogger("tidewater.broker.kafka")
 IN_FLIGHT_MAX = 64
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _SIZE_BYTES = 4
+# The connection's read buffer: asyncio pauses reading above twice this. Its default
+# (64 KiB) paused and resumed the socket several times for every 256 KiB produce.
+READ_BUFFER_BYTES = 1024 * 1024
 
 
 class KafkaListener:
@@ -67,7 +70,8 @@ class KafkaListener:
         tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
                if self.ssl_context is not None else {})
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True, **tls)
+                                                  reuse_address=True, limit=READ_BUFFER_BYTES,
+                                                  **tls)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 

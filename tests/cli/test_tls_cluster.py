@@ -283,3 +283,32 @@ def test_no_certificate_but_a_brokers_own_may_act_as_that_broker(cluster):
     assert after == before
     consumed = tide(cluster, "consume", topic, "--from-beginning", "--timeout-ms", "3000")
     assert consumed.stdout.splitlines() == ["a", "b", "c"]
+
+
+def test_the_container_health_check_speaks_tls_with_the_process_own_certificate(cluster):
+    """deploy/healthcheck.py as Docker runs it in a TLS container (TIDE_TLS_* set): healthy
+    over TLS; the same check without them fails on a TLS port (plaintext refused)."""
+    import os
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "deploy" / "healthcheck.py"
+    broker = cluster.brokers[0]
+    controller_port = cluster.controller.rsplit(":", 1)[1]
+    broker_port = broker["internal"].rsplit(":", 1)[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_TLS_")}
+
+    def check(role: str, port: str, name: str | None):
+        env = dict(clean)
+        if name is not None:
+            env.update(TIDE_TLS_CA=str(cluster.tls_dir / "ca.pem"),
+                       TIDE_TLS_CERT=str(cluster.tls_dir / f"{name}.pem"),
+                       TIDE_TLS_KEY=str(cluster.tls_dir / f"{name}.key"))
+        return subprocess.run([sys.executable, str(script), role, port], env=env,
+                              capture_output=True, text=True, timeout=30)
+
+    for role, port, name in (("broker", broker_port, "broker-1"),
+                             ("controller", controller_port, "controller")):
+        healthy = check(role, port, name)
+        assert healthy.returncode == 0, healthy.stderr
+        plain = check(role, port, None)
+        assert plain.returncode == 1 and "unhealthy" in plain.stderr, plain

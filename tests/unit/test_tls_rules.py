@@ -118,3 +118,19 @@ linger.ms=5
 def test_clients_with_other_settings_never_share_a_channel_pool_key():
     plain, tls = ClientSecurity(), ClientSecurity.from_options("ssl", "/ca.pem")
     assert plain != tls and hash(plain) != hash(tls) and tls.protocol == "SSL"
+
+
+def test_tls_flags_default_to_the_environment_and_flags_win():
+    import argparse
+
+    from tidewater.proto.tls import add_tls_arguments
+
+    env = {"TIDE_TLS_CA": "/tls/ca.pem", "TIDE_TLS_CERT": "/tls/b.pem", "TIDE_TLS_KEY": ""}
+    parser = argparse.ArgumentParser()
+    add_tls_arguments(parser, env)
+    args = parser.parse_args(["--tls-cert", "/elsewhere.pem"])
+    assert (args.tls_ca, args.tls_cert, args.tls_key) == ("/tls/ca.pem", "/elsewhere.pem", None)
+    parser = argparse.ArgumentParser()
+    add_tls_arguments(parser, {})
+    args = parser.parse_args([])
+    assert (args.tls_ca, args.tls_cert, args.tls_key) == (None, None, None)

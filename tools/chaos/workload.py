@@ -44,10 +44,12 @@ SEND_ERROR_BACKOFF_S = 0.2
 class Workload:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *, run_id: str,
                  ack_log_path: Path, producers: int = 2, rate_per_s: float = 200.0,
-                 in_flight_max: int = IN_FLIGHT_MAX, idempotent: bool = False):
+                 in_flight_max: int = IN_FLIGHT_MAX,
+                 security: dict[str, str | None] | None = None, idempotent: bool = False):
         if producers < 1 or rate_per_s <= 0:
             raise ValueError("need at least one producer and a positive rate")
         self.bootstrap = bootstrap
+        self.security = security or {}  # the producers' TLS options
         self.topic = topic
         self.partitions = sorted(partitions)
         self.run_id = run_id
@@ -111,7 +113,7 @@ class Workload:
         producer = Producer(self.bootstrap, acks="all", linger_ms=2,
                             request_timeout_ms=REQUEST_TIMEOUT_MS,
                             delivery_timeout_ms=DELIVERY_TIMEOUT_MS, max_block_ms=REQUEST_TIMEOUT_MS,
-                            **retrying)
+                            **retrying, **self.security)
         seq = 0
         next_at = time.monotonic()
         try:
