@@ -28,44 +28,38 @@ class IdempotentFakeBroker(FakeBroker):
     refused (NOT_LEADER_OR_FOLLOWER, nothing written); ``lose_from``: likewise appended
     but answered REQUEST_TIMED_OUT (the answer is lost)."""
 
-    def _append(self, request) -> pb.ProduceResponse:
-        s = self.state
-        out = []
-        with s.lock:
-            s.produce_requests += 1
-            for part in request.partitions:
-                p = part.partition
-                data = bytearray(part.records)
-                headers = list(iter_batches(data))
-                first = headers[0][1].base_sequence
-                answer = pb.ProducePartitionResponse(topic=part.topic, partition=p,
-                                                     error_code=pb.NONE, base_offset=-1)
-                out.append(answer)
-                if _cue(s.refuse_from, first):
-                    answer.error_code = pb.NOT_LEADER_OR_FOLLOWER
-                    continue
-                state = s.producer_states.setdefault(p, ProducerStateManager())
-                try:
-                    duplicate = state.check_leader_append([ProducerBatch(
-                        h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
-                        for _, h in headers])
-                except TidewaterError as e:
-                    answer.error_code = e.error_code
-                    continue
-                if duplicate is not None:
-                    s.duplicates_answered += 1
-                    answer.base_offset = duplicate.first_offset
-                    continue
-                answer.base_offset = offset = s.leo(p)
-                for position, h in headers:
-                    set_base_offset_and_epoch(data, position, offset, s.epochs[p])
-                    s.logs[p].append((offset, bytes(data[position:position + h.size])))
-                    state.on_batch(h.producer_id, h.producer_epoch, h.base_sequence, offset,
-                                   offset + h.last_offset_delta, h.max_timestamp)
-                    offset += h.last_offset_delta + 1
-                if _cue(s.lose_from, first):
-                    answer.error_code, answer.base_offset = pb.REQUEST_TIMED_OUT, -1
-        return pb.ProduceResponse(partitions=out)
+    def _append_partition(self, part, acks: int) -> pb.ProducePartitionResponse:
+        s, p = self.state, part.partition
+        data = bytearray(part.records)
+        headers = list(iter_batches(data))
+        first = headers[0][1].base_sequence
+        answer = pb.ProducePartitionResponse(topic=part.topic, partition=p, error_code=pb.NONE,
+                                             base_offset=-1)
+        if _cue(s.refuse_from, first):
+            answer.error_code = pb.NOT_LEADER_OR_FOLLOWER
+            return answer
+        state = s.producer_states.setdefault(p, ProducerStateManager())
+        try:
+            duplicate = state.check_leader_append([ProducerBatch(
+                h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+                for _, h in headers])
+        except TidewaterError as e:
+            answer.error_code = e.error_code
+            return answer
+        if duplicate is not None:
+            s.duplicates_answered += 1
+            answer.base_offset = duplicate.first_offset
+            return answer
+        answer.base_offset = offset = s.leo(p)
+        for position, h in headers:
+            set_base_offset_and_epoch(data, position, offset, s.epochs[p])
+            s.logs[p].append((offset, bytes(data[position:position + h.size])))
+            state.on_batch(h.producer_id, h.producer_epoch, h.base_sequence, offset,
+                           offset + h.last_offset_delta, h.max_timestamp)
+            offset += h.last_offset_delta + 1
+        if _cue(s.lose_from, first):
+            answer.error_code, answer.base_offset = pb.REQUEST_TIMED_OUT, -1
+        return answer
 
 
 def _cue(thresholds: list[int], sequence: int) -> bool:
