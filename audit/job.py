@@ -94,11 +94,13 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-# The batch columns rules read row by row (only replicas_agree_below_hw does: the
-# batch-level rules work from the reader's per-segment summaries).
+# The batch columns rules read row by row (replicas_agree_below_hw and
+# producer_sequences_contiguous: the batch-level rules work from the reader's
+# per-segment summaries).
 BATCH_RULE_COLUMNS = (
     "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
-    "partition_leader_epoch", "crc_stored", "status",
+    "partition_leader_epoch", "crc_stored", "status", "producer_id", "producer_epoch",
+    "base_sequence",
 )
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")

@@ -318,6 +318,7 @@ BATCH_FIELDS = (
     "position", "base_offset", "last_offset", "record_count", "partition_leader_epoch",
     "magic", "attributes", "crc_stored", "crc_valid", "base_timestamp", "max_timestamp",
     "producer_id", "size_bytes", "status", "error", "prev_last_offset", "prev_epoch",
+    "producer_epoch", "base_sequence",
 )
 # Statuses whose batch is whole (framing intact): they take part in offset and epoch order.
 FRAMED_STATUSES = ("ok", "crc_mismatch")
@@ -369,22 +370,22 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
             else:
                 base, reason = None, f"file ends {remaining} bytes into a batch header"
             append((pos, base, None, None, None, None, None, None, False, None, None, None,
-                    remaining, STATUS_TORN, reason, prev_last, prev_epoch))
+                    remaining, STATUS_TORN, reason, prev_last, prev_epoch, None, None))
             break
-        (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
-         _bseq, count) = unpack(buf, pos)
+        (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch,
+         bseq, count) = unpack(buf, pos)
         size = LOG_OVERHEAD + length
         if length < BATCH_LENGTH_MIN or magic != MAGIC_V2:
             reason = (f"batch length {length} below minimum {BATCH_LENGTH_MIN}"
                       if length < BATCH_LENGTH_MIN else f"unsupported magic {magic}")
             append((pos, base, None, None, epoch, magic, None, crc, False, None, None, None,
-                    remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch))
+                    remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch, None, None))
             break
         if size > remaining:
             append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
                     base_ts, max_ts, pid, remaining, STATUS_TORN,
                     f"batch of {size} bytes but only {remaining} left in the file",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
             break
         computed = crc32c(view[pos + CRC_START: pos + size])
         last = base + last_delta
@@ -392,15 +393,15 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
             append((pos, base, last, count, epoch, magic, attrs, crc, False, base_ts, max_ts,
                     pid, size, STATUS_CRC_MISMATCH,
                     f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
         elif last_delta < 0 or count < 0:
             append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
                     pid, size, STATUS_CORRUPT, "negative lastOffsetDelta or record count",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
             last = None  # not a whole batch: it takes no part in offset order
         else:
             append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
-                    pid, size, STATUS_OK, None, prev_last, prev_epoch))
+                    pid, size, STATUS_OK, None, prev_last, prev_epoch, pepoch, bseq))
         if last is not None:
             prev_last, prev_epoch = last, epoch
         pos += size
@@ -425,7 +426,7 @@ def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple
         buf = _open_bytes(path)
     except OSError as e:
         yield [(0, None, None, None, None, None, None, None, False, None, None, None, 0,
-                STATUS_CORRUPT, f"cannot read segment: {e}", None, None)]
+                STATUS_CORRUPT, f"cannot read segment: {e}", None, None, None, None)]
         return
     try:
         yield from scan_batch_chunks(buf, chunk_rows)
@@ -481,7 +482,8 @@ class _SegmentSummary:
         self.row_count += len(rows)
         violations, changes = self.violations, self.changes
         for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
-             _max_ts, _pid, _size, status, error, prev_last, prev_epoch) in rows:
+             _max_ts, _pid, _size, status, error, prev_last, prev_epoch, _pepoch,
+             _bseq) in rows:
             if status != STATUS_OK:
                 self.bad += 1
                 violations.append((RULE_BATCH_CRC, base,

@@ -19,6 +19,7 @@ collected to the driver.
 | hw_monotonic_per_leader_epoch | a leader's HW never goes back within one leader epoch | metrics |
 | hw_not_above_leo | HW <= LEO in every sample | metrics |
 | acked_writes_present | every acks=all record is held by a replica at its offset, same key and value | ack logs, log (records) |
+| producer_sequences_contiguous | within each producer id and epoch, a replica's batches carry contiguous sequences, none repeated | log |
 
 The epoch cache a log implies is the protocol's ``assign(epoch, base_offset)``
 replayed over its batches in file order (what a follower does). When epochs
@@ -591,6 +592,41 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
     return _result(name, description, info["acks_all_checked"], v, info=info)
 
 
+SEQUENCE_MAX = 2**31 - 1  # sequences wrap to 0 after it (Kafka's DefaultRecordBatch)
+
+
+def producer_sequences_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    """Idempotent producers (issue 17): per replica, producer id and epoch, each batch's
+    first sequence follows the previous batch's last one (a repeat is a duplicate write,
+    a gap a lost one). The first batch a replica holds of an epoch may start anywhere
+    (retention deletes from the front)."""
+    name = "producer_sequences_contiguous"
+    batches = inputs.batches.where(
+        (F.col("producer_id") >= 0) & (F.col("base_sequence") >= 0)
+        & F.col("status").isin(*FRAMED_STATUSES))
+    order = Window.partitionBy(*REPLICA_KEYS, "topic_id", "producer_id",
+                               "producer_epoch").orderBy("base_offset")
+    last_sequence = F.col("base_sequence") + (F.col("last_offset") - F.col("base_offset"))
+    last_sequence = F.when(last_sequence > SEQUENCE_MAX,
+                           last_sequence - SEQUENCE_MAX - 1).otherwise(last_sequence)
+    previous = F.lag(last_sequence).over(order)
+    expected = F.when(previous == SEQUENCE_MAX, F.lit(0)).otherwise(previous + 1)
+    checked = batches.withColumn("previous", previous).withColumn("expected", expected)
+    broken = checked.where(F.col("previous").isNotNull()
+                           & (F.col("base_sequence") != F.col("expected")))
+    detail = F.concat(F.lit("producer "), F.col("producer_id").cast("string"), F.lit(" epoch "),
+                      F.col("producer_epoch").cast("string"), F.lit(": sequence "),
+                      F.col("base_sequence").cast("string"),
+                      F.when(F.col("base_sequence") <= F.col("previous"),
+                             F.lit(" repeats, after ")).otherwise(F.lit(" skips, after ")),
+                      F.col("previous").cast("string"))
+    v = _violations(broken, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
+                    F.col("base_offset"), detail)
+    return _result(name, "Within each producer id and epoch, the sequences in a replica are "
+                         "contiguous and never repeated (idempotent producers).",
+                   batches.count(), v)
+
+
 RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     batch_crc_and_framing,
     offsets_contiguous,
@@ -602,6 +638,7 @@ RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     hw_monotonic_per_leader_epoch,
     hw_not_above_leo,
     acked_writes_present,
+    producer_sequences_contiguous,
 )
 BATCH_LEVEL_RULES = (batch_crc_and_framing, offsets_contiguous, epochs_monotonic)
 

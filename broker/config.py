@@ -61,6 +61,7 @@ _BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
@@ -109,6 +110,8 @@ class BrokerConfig:
     # block scanner reads 1 MiB/s per volume by default: a TiB in ~12 days, on any disk.
     log_scrub_bytes_per_second: int = MIB
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
+    # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).
+    producer_id_expiration_ms: int = 86_400_000
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
@@ -170,6 +173,7 @@ class BrokerConfig:
             "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
             "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
             "socket.request.max.bytes": self.socket_request_max_bytes,
+            "producer.id.expiration.ms": self.producer_id_expiration_ms,
         }
         for name, value in positive.items():
             if value <= 0:

@@ -9,7 +9,7 @@ to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
 (retriable) with the transport error as message. The
 broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition,
-ReportCorruptReplica) are not the broker's to answer: NOT_CONTROLLER (each
+ReportCorruptReplica, AllocateProducerIds) are not the broker's to answer: NOT_CONTROLLER (each
 heartbeat on the stream).
 """
 
@@ -117,3 +117,6 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
         return await self._forward("DeleteAcls", request, lambda m: pb.DeleteAclsResponse(
             results=[pb.DeleteAclsFilterResult(error_code=pb.NOT_CONTROLLER, error_message=m)
                      for _ in request.filters]))
+
+    async def AllocateProducerIds(self, request, context):
+        return pb.AllocateProducerIdsResponse(error_code=pb.NOT_CONTROLLER)

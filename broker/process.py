@@ -93,7 +93,8 @@ class BrokerProcess:
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
             on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
-                                                                       error))
+                                                                       error),
+            producer_id_expiration_ms=c.producer_id_expiration_ms)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))
@@ -118,7 +119,8 @@ class BrokerProcess:
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
-            channel_credentials=member_credentials)
+            channel_credentials=member_credentials,
+            allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
         # Clients' admin calls on gRPC are checked first when security is on.

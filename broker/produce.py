@@ -126,8 +126,9 @@ class ProducePath:
             replica = partition.replica
             leader_epoch = replica.check_append(acks)  # nothing written when refused
             info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
-            self._messages_in.inc(info.record_count)
-            self._bytes_in.inc(len(records))
+            if not info.duplicate:  # a retry already in the log: its original offsets
+                self._messages_in.inc(info.record_count)
+                self._bytes_in.inc(len(records))
             wait = None
             if acks == -1:
                 wait = self._waits.open(partition, timeout_ms)

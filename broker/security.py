@@ -19,11 +19,12 @@ anyone else is ``User:ANONYMOUS``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidewater.broker.authorizer import Authorizer, Session
 from tidewater.broker.grpc_security import PasswordChecker, grpc_session
-from tidewater.proto.acls import Acl
+from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
 from tidewater.proto.scram import MECHANISMS, ScramCredential
 
 PLAIN = "PLAIN"
@@ -132,6 +133,15 @@ class BrokerSecurity:
         authorizer = self.authorizer()
         return authorizer is None or authorizer.authorize_any(session.principal, session.host,
                                                               operation, resource_type)
+
+
+def may_init_producer_id(allows: Callable[[int, int, str], bool],
+                         allows_any: Callable[[int, int], bool]) -> bool:
+    """May a caller get a producer id (idempotent, no transactional id)? Kafka's rule
+    since KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic. ``allows``:
+    (operation, resource type, name) -> bool for the caller; ``allows_any``: (operation,
+    resource type) -> bool. The one rule of both the Kafka listener and gRPC."""
+    return allows(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) or allows_any(WRITE, TOPIC)
 
 
 def open_security() -> BrokerSecurity:

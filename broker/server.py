@@ -41,9 +41,11 @@ from collections.abc import Callable
 import grpc
 
 from tidewater.broker import grpc_security
+from tidewater.broker.authorizer import Session
 from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
+from tidewater.broker.security import may_init_producer_id
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import DESCRIBE, TOPIC
@@ -155,18 +157,22 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
 
-    async def _allowed(self, context) -> grpc_security.Allowed | None:
-        """(operation, topic) -> may, for this call's caller; None: security is off.
-        An unauthenticated caller is refused here (UNAUTHENTICATED)."""
-        if self.security is None:
-            return None
+    async def _session(self, context, security) -> Session:
+        """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
         try:
-            session = self.security.grpc_session(context)
+            return security.grpc_session(context)
         except SaslAuthenticationError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
             raise
+
+    async def _allowed(self, context) -> grpc_security.Allowed | None:
+        """(operation, topic) -> may, for this call's caller; None: security is off.
+        An unauthenticated caller is refused here (UNAUTHENTICATED)."""
         security = self.security
+        if security is None:
+            return None
+        session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
 
     @_rpc("Produce")
@@ -294,6 +300,20 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             del response.replicas[:]
             response.replicas.extend(kept)
         return response
+
+    @_rpc("InitProducerId")
+    async def InitProducerId(self, request, context):
+        security = self.security
+        if security is not None:
+            session = await self._session(context, security)
+            if not may_init_producer_id(
+                    lambda op, kind, name: security.allows(session, op, kind, name),
+                    lambda op, kind: security.allows_any(session, op, kind)):
+                return pb.InitProducerIdResponse(
+                    error_code=pb.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                    producer_epoch=-1, error_message="needs IDEMPOTENT_WRITE on the cluster "
+                                                     "or WRITE on some topic")
+        return await self.replica_manager.init_producer_id(request)
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):

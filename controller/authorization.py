@@ -4,7 +4,7 @@ Pure decisions for ``service.py``. With TLS configured the controller's
 listener requires a client certificate of the cluster's CA, so every call has
 a principal (``proto.tls.Principal``: the certificate's CN and OU). The calls
 only a broker makes about itself (RegisterBroker, BrokerHeartbeats,
-AlterPartition, ReportCorruptReplica) are taken only from the ``broker``
+AlterPartition, ReportCorruptReplica, AllocateProducerIds) are taken only from the ``broker``
 certificate whose CN names that broker id (``broker-<id>``): a client
 certificate cannot register a broker, nor broker 2's certificate speak for
 broker 1. Refused with CLUSTER_AUTHORIZATION_FAILED before the state machine

@@ -295,6 +295,19 @@ class ControllerService(pb_grpc.ControllerServicer):
                         if result.error_code == pb.NONE else "")
         return response
 
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
+                                  context: Context) -> pb.AllocateProducerIdsResponse:
+        if code := self._refusal(self._principal(context), request.broker_id,
+                                 "AllocateProducerIds"):
+            return pb.AllocateProducerIdsResponse(error_code=code)
+        response = await self._run("AllocateProducerIds", lambda tx, now: (
+            self.machine.allocate_producer_ids(tx, now, request)), context)
+        if response.error_code == pb.NONE:
+            log.info("producer ids %d..%d to broker %d", response.producer_id_start,
+                     response.producer_id_start + response.producer_id_len - 1,
+                     request.broker_id)
+        return response
+
     async def _change_topics(self, kind: str, command: Callable[[Tx, int, TopicsRequest],
                                                                 TopicsResponse],
                              request: TopicsRequest, context: Context,

@@ -58,6 +58,7 @@ from tidewater.controller.metadata import (
     partition_changed_record,
     partitions_created_record,
     pending_stops_cleared_record,
+    producer_ids_record,
     topic_created_record,
     topic_deleted_record,
 )
@@ -76,6 +77,8 @@ PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
 LISTENERS_MAX = 8
 ITEMS_PER_REQUEST_MAX = 10_000  # AlterPartition items, CreateTopics topics, DeleteTopics names
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+PRODUCER_ID_MAX = 2**63 - 1
 
 
 @dataclass
@@ -380,6 +383,24 @@ class ControllerStateMachine:
             result.error_message = _CORRUPT_REPLICA_REFUSALS.get(code, "")
             result.state.CopyFrom(requests.partition_state(record))
         return response
+
+    def allocate_producer_ids(self, tx: Tx, now_ms: int, req: pb.AllocateProducerIdsRequest
+                              ) -> pb.AllocateProducerIdsResponse:
+        """A block of producer ids for a live broker (Kafka's KIP-730). The record that
+        moves ``next_producer_id`` past the block is appended before the answer is built;
+        the owner answers only once it is durable, so no id is handed out twice, also
+        across restarts (a block a broker never used is simply skipped)."""
+        refusal = self._registration_refusal(req.broker_id, req.broker_epoch, req.control_token,
+                                             unfenced=True)
+        if refusal is not None:
+            return pb.AllocateProducerIdsResponse(error_code=refusal)
+        start = self.metadata.next_producer_id
+        if start > PRODUCER_ID_MAX - PRODUCER_ID_BLOCK_SIZE:
+            return pb.AllocateProducerIdsResponse(error_code=pb.UNKNOWN_SERVER_ERROR)
+        tx.append(producer_ids_record(req.broker_id, req.broker_epoch,
+                                      start + PRODUCER_ID_BLOCK_SIZE))
+        return pb.AllocateProducerIdsResponse(error_code=pb.NONE, producer_id_start=start,
+                                              producer_id_len=PRODUCER_ID_BLOCK_SIZE)
 
     def preferred_leader_check(self, tx: Tx, now_ms: int) -> int:
         """Move every partition whose preferred replica can lead back to it; returns how many.

@@ -23,6 +23,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MESSAGE_TOO_LARGE: _ClassVar[ErrorCode]
     STALE_CONTROLLER_EPOCH: _ClassVar[ErrorCode]
     NETWORK_EXCEPTION: _ClassVar[ErrorCode]
+    COORDINATOR_LOAD_IN_PROGRESS: _ClassVar[ErrorCode]
     INVALID_TOPIC_EXCEPTION: _ClassVar[ErrorCode]
     RECORD_LIST_TOO_LARGE: _ClassVar[ErrorCode]
     NOT_ENOUGH_REPLICAS: _ClassVar[ErrorCode]
@@ -43,9 +44,13 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOT_CONTROLLER: _ClassVar[ErrorCode]
     INVALID_REQUEST: _ClassVar[ErrorCode]
     POLICY_VIOLATION: _ClassVar[ErrorCode]
+    OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
+    DUPLICATE_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
+    INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
     LOG_DIR_NOT_FOUND: _ClassVar[ErrorCode]
     SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
+    UNKNOWN_PRODUCER_ID: _ClassVar[ErrorCode]
     FENCED_LEADER_EPOCH: _ClassVar[ErrorCode]
     UNKNOWN_LEADER_EPOCH: _ClassVar[ErrorCode]
     UNSUPPORTED_COMPRESSION_TYPE: _ClassVar[ErrorCode]
@@ -79,6 +84,7 @@ REPLICA_NOT_AVAILABLE: ErrorCode
 MESSAGE_TOO_LARGE: ErrorCode
 STALE_CONTROLLER_EPOCH: ErrorCode
 NETWORK_EXCEPTION: ErrorCode
+COORDINATOR_LOAD_IN_PROGRESS: ErrorCode
 INVALID_TOPIC_EXCEPTION: ErrorCode
 RECORD_LIST_TOO_LARGE: ErrorCode
 NOT_ENOUGH_REPLICAS: ErrorCode
@@ -99,9 +105,13 @@ INVALID_CONFIG: ErrorCode
 NOT_CONTROLLER: ErrorCode
 INVALID_REQUEST: ErrorCode
 POLICY_VIOLATION: ErrorCode
+OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
+DUPLICATE_SEQUENCE_NUMBER: ErrorCode
+INVALID_PRODUCER_EPOCH: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
 LOG_DIR_NOT_FOUND: ErrorCode
 SASL_AUTHENTICATION_FAILED: ErrorCode
+UNKNOWN_PRODUCER_ID: ErrorCode
 FENCED_LEADER_EPOCH: ErrorCode
 UNKNOWN_LEADER_EPOCH: ErrorCode
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode
@@ -1007,3 +1017,45 @@ class CorruptReplicaResult(_message.Message):
     error_message: str
     state: PartitionState
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., state: _Optional[_Union[PartitionState, _Mapping]] = ...) -> None: ...
+
+class InitProducerIdRequest(_message.Message):
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch")
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class InitProducerIdResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "producer_id", "producer_epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
+
+class AllocateProducerIdsRequest(_message.Message):
+    __slots__ = ("broker_id", "broker_epoch", "control_token")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    broker_epoch: int
+    control_token: bytes
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., control_token: _Optional[bytes] = ...) -> None: ...
+
+class AllocateProducerIdsResponse(_message.Message):
+    __slots__ = ("error_code", "producer_id_start", "producer_id_len")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_START_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_LEN_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    producer_id_start: int
+    producer_id_len: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., producer_id_start: _Optional[int] = ..., producer_id_len: _Optional[int] = ...) -> None: ...

@@ -78,6 +78,11 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/tidewater.Broker/InitProducerId',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -143,6 +148,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """An idempotent producer's id and epoch (Kafka's InitProducerId); see below.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +197,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +424,33 @@ class Broker:
             '/tidewater.Broker/DescribeReplicas',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/InitProducerId',
+            tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -719,6 +763,11 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AllocateProducerIds = channel.unary_unary(
+                '/tidewater.Controller/AllocateProducerIds',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -818,6 +867,13 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AllocateProducerIds(self, request, context):
+        """Broker -> controller: a block of producer ids, recorded in the metadata log first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -885,6 +941,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocateProducerIds,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1244,6 +1305,33 @@ class Controller:
             '/tidewater.Controller/DeleteAcls',
             tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocateProducerIds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AllocateProducerIds',
+            tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,6 +24,7 @@ DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
 SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
 SaslAuthenticate (36) 0-2   ``sasl``
 ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
+InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -54,6 +55,11 @@ from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.fetch import FetchedPartition
 from tidewater.broker.kafka import sasl, security_apis
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.producer_apis import (
+    INIT_PRODUCER_ID,
+    INIT_PRODUCER_ID_VERSIONS,
+    on_init_producer_id,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
@@ -90,6 +96,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     sasl.SASL_HANDSHAKE: (0, 1),
     sasl.SASL_AUTHENTICATE: (0, 2),
     **security_apis.SUPPORTED,
+    INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -565,5 +572,6 @@ HANDLERS: dict[int, Handler] = {
     sasl.SASL_HANDSHAKE: sasl.on_sasl_handshake,
     sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
     **security_apis.HANDLERS,
+    INIT_PRODUCER_ID: on_init_producer_id,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -13,6 +13,8 @@ name (a directory stands for the files in it):
 ``log-start-offset-checkpoint``  ``(topic, partition, offset)`` entries
 ``.kafka_cleanshutdown``       the clean-shutdown marker
 ``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
+``<20 digits>.snapshot``       idempotent producers' state at that offset (Kafka's
+                               ProducerSnapshot v1, ``broker/storage/producer_state.py``)
 =============================  ==================================================
 
 The 20-digit name is the segment's base offset; index files store offsets
@@ -24,13 +26,16 @@ interface (new keys may be added; existing ones keep their meaning)::
 
     {"type": "file", "file", "kind", "base_offset"}
     {"type": "batch", "file", "position", "base_offset", "last_offset", "count",
-     "partition_leader_epoch", "size", "crc", "crc_valid", "compression", "max_timestamp"}
+     "partition_leader_epoch", "size", "crc", "crc_valid", "compression", "max_timestamp",
+     "producer_id", "producer_epoch", "base_sequence"}
     {"type": "record", "offset", "timestamp", "key", "value", "headers"}
     {"type": "index_entry", "file", "offset", "position"}
     {"type": "time_index_entry", "file", "timestamp", "offset"}
     {"type": "epoch_entry", "file", "epoch", "start_offset"}
     {"type": "checkpoint_entry", "file", "topic", "partition", "offset"}
     {"type": "partition_metadata", "file", "version", "topic_id"}
+    {"type": "producer_snapshot_entry", "file", "producer_id", "producer_epoch",
+     "first_sequence", "last_sequence", "last_offset", "offset_delta", "timestamp"}
     {"type": "problem", "file", "position", "problem", "message"}
 
 ``key``/``value`` are UTF-8 text (other bytes backslash-escaped), null when
@@ -66,6 +71,7 @@ from tidewater.broker.storage.checkpoints import (
     OffsetCheckpointFile,
 )
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
+from tidewater.broker.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
 from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
@@ -91,7 +97,9 @@ assert OFFSET_INDEX_ENTRY.size == 8 and TIME_INDEX_ENTRY.size == 12
 KIND_LOG, KIND_INDEX, KIND_TIME_INDEX = "log", "index", "timeindex"
 KIND_EPOCHS, KIND_OFFSETS, KIND_MARKER = "leader-epoch-checkpoint", "offset-checkpoint", "marker"
 KIND_PARTITION_METADATA = "partition-metadata"
-_SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX}
+KIND_PRODUCER_SNAPSHOT = "producer-snapshot"
+_SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX,
+                     SNAPSHOT_SUFFIX: KIND_PRODUCER_SNAPSHOT}
 
 
 def register(subparsers) -> None:
@@ -133,7 +141,7 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
     return kind, int(stem)
 
 
-_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2}
+_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2, KIND_PRODUCER_SNAPSHOT: 3}
 
 
 def _directory_order(path: Path) -> tuple:
@@ -248,6 +256,9 @@ def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) 
         "crc_valid": crc_valid,
         "compression": COMPRESSION_NAMES.get(header.compression, f"unknown({header.compression})"),
         "max_timestamp": header.max_timestamp,
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
     }
 
 
@@ -272,6 +283,8 @@ def format_text(event: dict) -> str:
                 f"count: {event['count']} partitionLeaderEpoch: {event['partition_leader_epoch']} "
                 f"position: {event['position']} size: {event['size']} "
                 f"maxTimestamp: {event['max_timestamp']} compresscodec: {event['compression']} "
+                f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
+                f"baseSequence: {event['base_sequence']} "
                 f"crc: {event['crc']} isValid: {str(event['crc_valid']).lower()}")
     if kind == "record":
         headers = ", ".join(f"{name}: {_or_null(value)}" for name, value in event["headers"])
@@ -288,6 +301,11 @@ def format_text(event: dict) -> str:
         return f"topic: {event['topic']} partition: {event['partition']} offset: {event['offset']}"
     if kind == "partition_metadata":
         return f"version: {event['version']} topicId: {event['topic_id']}"
+    if kind == "producer_snapshot_entry":
+        return (f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
+                f"firstSequence: {event['first_sequence']} "
+                f"lastSequence: {event['last_sequence']} lastOffset: {event['last_offset']} "
+                f"offsetDelta: {event['offset_delta']} timestamp: {event['timestamp']}")
     if kind == "problem":
         where = event["file"] + (f":{event['position']}" if event["position"] is not None else "")
         return f"PROBLEM {where}: {event['problem']}: {event['message']}"
@@ -344,6 +362,17 @@ class LogDumper:
                 yield {"type": "partition_metadata", "file": file,
                        "version": partition_metadata.VERSION,
                        "topic_id": topic_id_to_text(topic_id)}
+            elif kind == KIND_PRODUCER_SNAPSHOT:
+                for entry in decode_snapshot(path.read_bytes(), path=file):
+                    last = entry.batches[-1] if entry.batches else None
+                    yield {"type": "producer_snapshot_entry", "file": file,
+                           "producer_id": entry.producer_id,
+                           "producer_epoch": entry.producer_epoch,
+                           "first_sequence": last.first_sequence if last else -1,
+                           "last_sequence": last.last_sequence if last else -1,
+                           "last_offset": last.last_offset if last else -1,
+                           "offset_delta": last.last_offset - last.first_offset if last else 0,
+                           "timestamp": entry.last_timestamp_ms}
             elif kind == KIND_MARKER and not path.exists():
                 raise FileNotFoundError(2, "No such file or directory")
         except CorruptFileError as e:
