@@ -160,6 +160,21 @@ def test_a_read_only_acl_lets_a_user_consume_one_topic_and_nothing_else(sasl_ssl
     assert consume(alice, "ro-orders", 2) == [b"a", b"b"]
     errors = produce(alice, "ro-orders", [b"not allowed"])
     assert [e.code() for e in errors] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    # Idempotent: InitProducerId needs WRITE on some topic (KIP-679); librdkafka fails
+    # the delivery with the fatal error it got.
+    fatal: list = []
+    idempotent = confluent_kafka.Producer({**alice, "enable.idempotence": True,
+                                           "error_cb": fatal.append})
+    deadline = time.monotonic() + 20
+    try:  # the fatal error comes back from produce() or poll(), or reaches error_cb
+        idempotent.produce("ro-orders", value=b"not allowed")
+        while not fatal and time.monotonic() < deadline:
+            idempotent.poll(0.2)
+    except confluent_kafka.KafkaException as e:
+        fatal.append(e.args[0])
+    assert fatal and fatal[0].code() in (confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                                         confluent_kafka.KafkaError._FATAL), fatal
+    assert "authoriz" in str(fatal[0]).lower(), fatal
     assert consume(conf(c), "ro-orders", 3, timeout_s=5) == [b"a", b"b"]  # nothing appended
     alice_admin = admin_mod.AdminClient(alice)
     assert set(alice_admin.list_topics(timeout=10).topics) == {"ro-orders"}
@@ -258,7 +273,7 @@ def test_tide_users_and_acls_and_grpc_clients_with_sasl_credentials(sasl_ssl, tm
 
     from tidewater.client.consumer import Consumer
     from tidewater.client.producer import Producer
-    from tidewater.proto.errors import TidewaterError
+    from tidewater.proto.errors import ClusterAuthorizationFailedError, TidewaterError
     c = sasl_ssl
 
     def tide(*args, config=c.sasl["command_config"], **kwargs):
@@ -289,7 +304,12 @@ def test_tide_users_and_acls_and_grpc_clients_with_sasl_credentials(sasl_ssl, tm
         while len(values) < 2 and time.monotonic() < deadline:
             values += [r.value for r in consumer.poll(1000)]
     assert values == [b"one", b"two"]
+    # Idempotent (the default with acks=all): no producer id without WRITE somewhere
+    # (KIP-679); without idempotence the produce itself is refused.
     with Producer(c.bootstrap, acks="all", **carol) as producer, \
+            pytest.raises(ClusterAuthorizationFailedError, match="IDEMPOTENT_WRITE"):
+        producer.send("g-orders", b"refused").result(20)
+    with Producer(c.bootstrap, acks="all", enable_idempotence=False, **carol) as producer, \
             pytest.raises(TidewaterError, match="TOPIC_AUTHORIZATION_FAILED|needs WRITE"):
         producer.send("g-orders", b"refused").result(20)
     # The CLI as carol: topics she may not describe are not hers to see or delete.
