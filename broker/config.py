@@ -18,7 +18,7 @@ from tidewater.broker.replication.replica import FollowerOptions
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
-from tidewater.proto.topic_config import min_insync_replicas
+from tidewater.proto.topic_config import TOPIC_CONFIGS, min_insync_replicas
 
 MIB = 1024 * 1024
 
@@ -64,7 +64,8 @@ _BROKER_SETTINGS = {
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
 # defaults for every topic; LogConfig.from_configs checks their values.
-_TOPIC_INT_NAMES = LOG_CONFIG_NAMES - {"message.timestamp.type"}
+_TOPIC_INT_NAMES = frozenset(name for name in LOG_CONFIG_NAMES
+                             if TOPIC_CONFIGS[name].type in ("int", "long"))
 
 # Per-topic names that are not log settings but replication settings.
 TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
