@@ -313,6 +313,7 @@ class Log:
             self._check_append_size(len(records))
             view = memoryview(records)
             offset = first_offset = self._segments[-1].next_offset
+            gaps = self.config.compact  # a compacted leader sends batches with gaps between
             batches = []
             epochs: list[tuple[int, int]] = []
             last_epoch = self.leader_epoch_cache.latest_epoch
@@ -322,7 +323,7 @@ class Log:
             while position < end:
                 fields = _checked_header(view, view, position, end, None)
                 base_offset, size, epoch = fields[0], LOG_OVERHEAD + fields[1], fields[2]
-                if base_offset != offset:
+                if base_offset != offset and not (gaps and base_offset > offset):
                     raise UnexpectedAppendOffsetError(
                         f"follower batch at offset {base_offset}, expected {offset} "
                         f"(log end offset {first_offset})")

@@ -17,7 +17,7 @@ Recovery rules (Kafka's ``LogLoader``):
 - From the segment holding the recovery point on (no clean shutdown), every
   batch is re-validated: framing, magic, CRC32C, and offsets contiguous
   (a batch starts at the previous one's last offset + 1, each segment at the
-  previous segment's end).
+  previous segment's end; in a compacted log anywhere above: ``cleaner.py``).
 - At the first bad batch the file is cut there and every later segment is
   deleted; each cut is logged as a warning with path, position and bytes
   removed. A trusted segment whose index is missing or insane, or whose tail
@@ -111,7 +111,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         start = _choose_log_start_offset(segments, log_start_offset)
         if not rebuild_epochs:
             assert cache is not None  # rebuild_epochs is False only when the cache loaded
-            if not _epoch_cache_matches_log(cache, segments, start):
+            if not _epoch_cache_matches_log(cache, segments, start, compacted=config.compact):
                 log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
                             checkpoint_path)
                 rebuild_epochs = True
@@ -154,9 +154,13 @@ def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | Non
 
 
 def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
-                             log_start_offset: int) -> bool:
+                             log_start_offset: int, *, compacted: bool = False) -> bool:
     """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
-    batch before it (if kept) must be of another epoch. Cheap: a few header reads."""
+    batch before it (if kept) must be of another epoch. Cheap: a few header reads.
+
+    In a compacted log the cleaner may have removed the batch at ``start`` and those
+    before it: the first batch kept at or after ``start`` must then be of that epoch or
+    a later one (the cleaner never changes an epoch; the cache keeps Kafka's entries)."""
     bases = [s.base_offset for s in segments]
     log_end_offset = segments[-1].next_offset
 
@@ -177,6 +181,10 @@ def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment]
             if start < log_start_offset:
                 continue  # truncate_from_start fixes these
             at = batch_at(start)
+            if compacted:
+                if at is not None and (at[0] < start or at[1] < epoch):
+                    return False
+                continue
             if at is None or at != (start, epoch):
                 return False
             if start > log_start_offset:
@@ -250,7 +258,8 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
     expected_base: int | None = None
     try:
         for i, base_offset in enumerate(bases):
-            if expected_base is not None and base_offset != expected_base:
+            if expected_base is not None and base_offset != expected_base and not (
+                    config.compact and base_offset > expected_base):
                 log.warning("recovery: %s starts at offset %d but the log before it ends at %d",
                             directory / f"{base_offset:020d}{LOG_SUFFIX}", base_offset,
                             expected_base)

@@ -347,11 +347,11 @@ class LogSegment:
                                                           self.size_bytes,
                                                           validate_crc=validate_crc):
             last_offset = base_offset + last_offset_delta
-            if first and position == 0 and base_offset != self.base_offset:
+            if first and position == 0 and not self.follows(base_offset, self.base_offset):
                 raise CorruptRecordError(
                     f"first batch offset {base_offset} is not the segment base {self.base_offset}",
                     position=batch_position, path=str(self.log_path))
-            if not first and base_offset != next_offset:
+            if not first and not self.follows(base_offset, next_offset):
                 raise CorruptRecordError(
                     f"batch offset {base_offset} does not follow {next_offset - 1}",
                     position=batch_position, path=str(self.log_path))
@@ -427,7 +427,7 @@ class LogSegment:
                  batch_max_timestamp) in iter_batches_in_file(self._fd, self.log_path, 0,
                                                               self.size_bytes,
                                                               validate_crc=validate_crc):
-                if base_offset != next_offset:
+                if not self.follows(base_offset, next_offset):
                     raise CorruptRecordError(
                         f"batch offset {base_offset} where {next_offset} was expected",
                         position=position, path=str(self.log_path))
@@ -472,6 +472,13 @@ class LogSegment:
                 starts.append((epoch, base_offset))
                 last_epoch = epoch
         return starts
+
+    def follows(self, base_offset: int, expected: int) -> bool:
+        """A batch at ``base_offset`` may come where ``expected`` (the previous batch's last
+        offset + 1) is: the same offset, or any later one in a compacted log (the cleaner
+        removes whole batches; ``cleaner.py``). A baseOffset lies outside the CRC, so a
+        damaged one that jumps forward goes unseen there: Kafka cannot see it either."""
+        return base_offset == expected or (base_offset > expected and self.config.compact)
 
     # -- appending ---------------------------------------------------------
 
@@ -591,8 +598,8 @@ class LogSegment:
                         chunk, p + _LAST_OFFSET_DELTA_AT)[0]
                     size = LOG_OVERHEAD + batch_length
                 if expected is not None and expected >= offset:
-                    if has_header and base_offset == expected:
-                        return at, expected, last_offset
+                    if has_header and self.follows(base_offset, expected):
+                        return at, base_offset, last_offset
                     # Not the batch that must start here: damaged, or the walk went astray
                     # after a batch whose batchLength is damaged (its CRC tells).
                     if previous >= 0:
@@ -615,7 +622,8 @@ class LogSegment:
                     check_entry = False
                     if at + size > end:
                         raise self._chain_broken(-1, -1, at, base_offset, end)
-                elif base_offset != expected or batch_length < BATCH_LENGTH_MIN or at + size > end:
+                elif (not self.follows(base_offset, expected) or batch_length < BATCH_LENGTH_MIN
+                      or at + size > end):
                     assert expected is not None
                     raise self._chain_broken(previous, previous_base, at, expected, end)
                 if last_offset >= offset:
@@ -651,7 +659,8 @@ class LogSegment:
         if len(frame) < ATTRIBUTES_OFFSET:
             return truncated_problem(room)
         base_offset, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
-        problem = frame_problem(base_offset, batch_length, magic, expected_base_offset, room)
+        problem = frame_problem(base_offset, batch_length, magic, expected_base_offset, room,
+                                gaps_allowed=self.config.compact)
         if problem is not None:
             return problem
         size = LOG_OVERHEAD + batch_length
@@ -711,13 +720,16 @@ class LogSegment:
         length, room = len(data), end - position
         p, next_offset = 0, first_offset
         damaged = False
+        gaps = self.config.compact  # see ``follows``
         while length - p >= HEADER_SIZE:
             base_offset, batch_length, _epoch, magic, crc = unpack_frame(data, p)
             size = LOG_OVERHEAD + batch_length
-            if (base_offset != next_offset or batch_length < BATCH_LENGTH_MIN
-                    or magic != MAGIC_V2 or p + size > room):
+            if ((base_offset != next_offset and not (gaps and base_offset > next_offset))
+                    or batch_length < BATCH_LENGTH_MIN or magic != MAGIC_V2 or p + size > room):
                 damaged = True
                 break
+            if p == 0:
+                first_offset = base_offset  # above start_offset after a compaction gap
             if p + size > length or (max_offset is not None and base_offset >= max_offset):
                 break
             delta = unpack_delta(data, p + _LAST_OFFSET_DELTA_AT)[0]
@@ -737,7 +749,7 @@ class LogSegment:
             if p == 0:
                 raise CorruptBatchError(corrupt)
         elif p == 0:
-            if not min_one_batch:
+            if not min_one_batch or (max_offset is not None and first_offset >= max_offset):
                 return b"", first_offset, first_offset, None
             data, next_offset = self._read_one_batch(position, first_offset, end)
             p = length = len(data)
@@ -752,14 +764,15 @@ class LogSegment:
         problem = truncated_problem(room) if len(frame) < ATTRIBUTES_OFFSET else None
         if problem is None:
             found_base, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
-            problem = frame_problem(found_base, batch_length, magic, base_offset, room)
+            problem = frame_problem(found_base, batch_length, magic, base_offset, room,
+                                    gaps_allowed=self.config.compact)
             if problem is None:
                 size = LOG_OVERHEAD + batch_length
                 data = self._read_at(size, position)
                 problem = (truncated_problem(len(data)) if len(data) < size
                            else content_problem(memoryview(data), 0, size, crc))
                 if problem is None:
-                    return data, base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                    return data, found_base + _LAST_OFFSET_DELTA.unpack_from(
                         data, _LAST_OFFSET_DELTA_AT)[0] + 1
         raise CorruptBatchError(CorruptBatch(str(self.log_path), position, base_offset, problem))
 
