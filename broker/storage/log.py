@@ -51,7 +51,9 @@ offset (LEO) is the active segment's end.
   timestamp lookup decodes the one batch it lands in (exact record offset).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
-  offset (the epoch cache drops what lies before it). Under the lock the
+  offset (the epoch cache drops what lies before it); not with
+  ``cleanup.policy=compact``, whose log the cleaner rewrites instead
+  (``cleaner.py``; its segments may then have offset gaps). Under the lock the
   files are renamed ``.deleted``; a background thread unlinks them.
 - No fsync under the lock on the checkpoint's or a roll's path:
   ``flush_outside_lock`` snapshots under it, fsyncs without it, and publishes
@@ -81,6 +83,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -622,6 +625,8 @@ class Log:
         with self._lock:
             self._check_usable()
             config = self.config
+            if not config.delete:
+                return 0  # cleanup.policy=compact: the cleaner removes records, not retention
             total_bytes = self.size_bytes
             deletable = 0
             for i in range(len(self._segments) - 1):
@@ -669,6 +674,41 @@ class Log:
             raise
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         return renamed
+
+    # -- compaction ------------------------------------------------------------
+
+    @property
+    def truncations(self) -> int:
+        """Cuts so far: the cleaner's snapshot of the segments is stale once it changed."""
+        return self._truncations
+
+    def replace_with_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int,
+                             swap_in: Callable[[LogSegment, list[LogSegment]], list[Path]],
+                             ) -> list[Path] | None:
+        """Swap ``cleaned`` in for the consecutive closed segments ``old`` (``swap_in`` does
+        the renames: ``cleaner_swap.py``), under the lock. None, with nothing done, when
+        the log changed since the cleaner read it (a cut, retention, closed). Returns the
+        old files, renamed ``.deleted``, to unlink without the lock."""
+        with self._lock:
+            if (self._closed or self._offline_reason is not None
+                    or self._truncations != truncations or not old):
+                return None
+            i = bisect_right(self._base_offsets, old[0].base_offset) - 1
+            current = self._segments[i:i + len(old)]
+            if (i < 0 or len(current) != len(old) or any(a is not b for a, b in zip(current, old))
+                    or i + len(old) >= len(self._segments)):  # never the active segment
+                return None
+            try:
+                renamed = swap_in(cleaned, old)
+            except KafkaStorageError as e:
+                self._go_offline(e)
+                raise
+            self._segments = [*self._segments[:i], cleaned, *self._segments[i + len(old):]]
+            self._base_offsets = [s.base_offset for s in self._segments]
+            self._loaded_inactive = deque(s for s in self._loaded_inactive
+                                          if not any(s is o for o in old))
+            cleaned.release_indexes()
+            return renamed
 
     # -- flush and lifecycle -------------------------------------------------
 

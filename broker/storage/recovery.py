@@ -22,8 +22,10 @@ Recovery rules (Kafka's ``LogLoader``):
   deleted; each cut is logged as a warning with path, position and bytes
   removed. A trusted segment whose index is missing or insane, or whose tail
   does not check out, is re-validated the same way.
-- Leftovers of interrupted operations (``*.tmp``, ``*.deleted``,
-  ``*.cleaned``, ``*.swap``) and index files without a ``.log`` are removed.
+- A cleaner's swap interrupted after its commit point (a ``<base>.log.swap``
+  file) is completed first (``cleaner_swap.py``). Then leftovers of interrupted
+  operations (``*.tmp``, ``*.deleted``, ``*.cleaned``, ``*.swap``) and index
+  files without a ``.log`` are removed.
 - The opened log's recovery point is its end: recovered segments are fsynced,
   and after an unclean shutdown the directory too (a roll does not fsync it, so
   after a process crash a new segment's name may not be on disk yet).
@@ -44,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.storage.cleaner_swap import complete_interrupted_swaps
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.segment import (
@@ -246,6 +249,7 @@ def _remove(path: Path, why: str) -> None:
 def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
                   had_clean_shutdown: bool, collect_epochs: bool) -> LoadedSegments:
     """Open every segment of ``directory``; recover (validate and cut) as the rules say."""
+    complete_interrupted_swaps(directory, config)  # before the leftovers go
     bases = list_segment_base_offsets(directory)
     if had_clean_shutdown or not bases:
         recover_from = None

@@ -247,15 +247,17 @@ class LogSegment:
     """The files of one segment and the offsets, sizes and timestamps they hold."""
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int,
-                 size_bytes: int):
+                 size_bytes: int, suffix: str = ""):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX),
+        # ``suffix``: a segment the cleaner is writing (``.cleaned``, ``.swap``; cleaner_swap.py)
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX + suffix),
                                  base_offset, config.segment_index_bytes // 8)
-        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
-                                    base_offset, config.segment_index_bytes // 12)
+        self.time_index = TimeIndex(
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset, config.segment_index_bytes // 12)
         self._fd = fd
         self.size_bytes = size_bytes
         self.flushed_size_bytes = size_bytes
@@ -271,14 +273,15 @@ class LogSegment:
     # -- opening -----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+    def create(cls, directory: Path, base_offset: int, config: LogConfig,
+               suffix: str = "") -> LogSegment:
         """A new empty segment; an existing file of the same name is emptied."""
-        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
         except OSError as e:
             raise storage_error("cannot create segment", path, e) from e
-        segment = cls(directory, base_offset, config, fd, 0)
+        segment = cls(directory, base_offset, config, fd, 0, suffix)
         try:
             # No fsync of the empty files (a roll runs on the event loop): the
             # directory fsync makes them durable, right after for a new or fully
@@ -292,15 +295,16 @@ class LogSegment:
         return segment
 
     @classmethod
-    def open_existing(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+    def open_existing(cls, directory: Path, base_offset: int, config: LogConfig,
+                      suffix: str = "") -> LogSegment:
         """Open the files without reading any batch (load_trusted or recover comes next)."""
-        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
             size = os.fstat(fd).st_size
         except OSError as e:
             raise storage_error("cannot open segment", path, e) from e
-        return cls(directory, base_offset, config, fd, size)
+        return cls(directory, base_offset, config, fd, size, suffix)
 
     def load_trusted(self) -> bool:
         """Use the index files as they are and check the tail after the last entry.
@@ -1004,6 +1008,24 @@ class LogSegment:
                 raise storage_error("cannot rename segment file for deletion", path, e) from e
             renamed.append(target)
         return renamed
+
+    def rename_files(self, suffix: str) -> None:
+        """Give the three files the plain names + ``suffix``, the index files first: the
+        ``.log`` file's rename is the step ``cleaner_swap.py``'s recovery goes by."""
+        for index in (self.index, self.time_index):
+            target = self.directory / segment_file_name(
+                self.base_offset, (INDEX_SUFFIX if index is self.index else TIME_INDEX_SUFFIX)
+                + suffix)
+            try:
+                index.rename_to(target)
+            except OSError as e:
+                raise storage_error("cannot rename index file", index.path, e) from e
+        target = self.directory / segment_file_name(self.base_offset, LOG_SUFFIX + suffix)
+        try:
+            os.rename(self.log_path, target)
+        except OSError as e:
+            raise storage_error("cannot rename segment", self.log_path, e) from e
+        self.log_path = target
 
     @property
     def truncations(self) -> int:
