@@ -60,6 +60,9 @@ _BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
@@ -109,6 +112,12 @@ class BrokerConfig:
     # block scanner reads 1 MiB/s per volume by default: a TiB in ~12 days, on any disk.
     log_scrub_bytes_per_second: int = MIB
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
+    # The log cleaner of cleanup.policy=compact topics (broker/storage/cleaner.py), Kafka's
+    # names: a pass every log.cleaner.backoff.ms, reads + writes at most this many bytes
+    # per second (0: no limit, Kafka's default).
+    log_cleaner_enable: bool = True
+    log_cleaner_io_max_bytes_per_second: int = 0
+    log_cleaner_backoff_ms: int = 15_000
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
@@ -171,6 +180,11 @@ class BrokerConfig:
             raise ConfigError("replica.fetch.wait.max.ms must not be negative")
         if self.log_scrub_bytes_per_second < 0:
             raise ConfigError("log.scrub.bytes.per.second must not be negative (0 = off)")
+        if self.log_cleaner_io_max_bytes_per_second < 0:
+            raise ConfigError("log.cleaner.io.max.bytes.per.second must not be negative "
+                              "(0 = no limit)")
+        if self.log_cleaner_backoff_ms <= 0:
+            raise ConfigError("log.cleaner.backoff.ms must be positive")
         if self.log_scrub_interval_ms < 0:
             raise ConfigError("log.scrub.interval.ms must not be negative")
         if self.broker_id < 0:

@@ -53,7 +53,12 @@ from tidewater.broker.storage.log import Log, unlink_in_background
 from tidewater.broker.storage.segment import LogSegment, iter_batches_in_file, storage_error
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import read_header, validate_batch
-from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+from tidewater.proto.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    KafkaStorageError,
+    TidewaterError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +151,7 @@ class LogCleaner:
                 if self._stopping.is_set():
                     break
                 continue
-            except (KafkaStorageError, CorruptRecordError) as e:
+            except TidewaterError as e:  # a disk error, a damaged batch: the next pass retries
                 log.error("cleaning %s failed: %s", tp, e)
                 continue
             if result is not None:
