@@ -277,7 +277,8 @@ class LogCleaner:
             swapped = True
             unlink_in_background(renamed, name=f"cleaner-{directory.name}")
         finally:
-            if not swapped:
+            # Past the commit point (``.swap``) the files are the log's: recovery finishes it.
+            if not swapped and cleaned.log_path.name.endswith(CLEANED_SUFFIX):
                 try:
                     cleaned.delete()
                 except KafkaStorageError as e:
