@@ -12,7 +12,7 @@ import pytest
 from tidewater.broker.storage import cleaner as cleaner_module
 from tidewater.broker.storage.cleaner import IoThrottle, LogCleaner
 from tidewater.broker.storage.cleaner_plan import SegmentSummary, group_segments, plan_cleaning
-from tidewater.broker.storage.cleaner_rewrite import FilterStats, RetainRules, filter_batch
+from tidewater.broker.storage.cleaner_rewrite import FilterStats, RetainRules, filter_batch, keeps
 from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.recovery import close_segments_quietly
@@ -159,6 +159,13 @@ def test_filter_drops_superseded_keyless_and_old_tombstones():
     kept = filter_batch(data, 0, header, _rules({b"a": 5}, horizon=500), FilterStats())
     assert [(r.key, r.value) for r in decode_batch_records(kept, 0, validate_batch(kept))] == [
         (b"t", None)]  # a tombstone younger than the horizon stays
+
+
+@pytest.mark.parametrize("batch_ts,kept", [(1999, False), (2000, True), (2001, True)])
+def test_a_tombstone_goes_once_its_batch_is_older_than_the_horizon(batch_ts, kept):
+    assert keeps(b"k", None, 5, batch_ts, _rules({b"k": 5}, horizon=2000)) is kept
+    assert keeps(b"k", b"v", 5, batch_ts, _rules({b"k": 5}, horizon=2000))  # values stay
+    assert not keeps(b"k", b"v", 4, batch_ts, _rules({b"k": 5}, horizon=0))  # superseded
 
 
 def test_filter_keeps_a_producers_last_batch_empty():
