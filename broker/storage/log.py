@@ -474,15 +474,32 @@ class Log:
                 raise OffsetOutOfRangeError(
                     f"offset {start_offset} outside [{self.log_start_offset}, {log_end_offset}]")
             i = bisect_right(self._base_offsets, start_offset) - 1
+            empty_batches, empty_first = b"", start_offset  # see _only_empty_batches
             while 0 <= i < len(self._segments) and start_offset < log_end_offset:
                 segment = self._segments[i]
                 found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
                 self._note_index_use(segment)
                 if found is not None:
                     data, first_offset, next_offset, corrupt = found
+                    if (data and corrupt is None and self.config.compact
+                            and len(empty_batches) + len(data) < max_bytes
+                            and _only_empty_batches(data)):
+                        # A compacted segment may end in batches the cleaner emptied: a
+                        # consumer given nothing but those takes it for a record too large
+                        # to fetch (librdkafka), so the read goes on into the next segment.
+                        if not empty_batches:
+                            empty_first = first_offset
+                        empty_batches += data
+                        start_offset, i = next_offset, i + 1
+                        continue
+                    if empty_batches:
+                        return ReadResult(empty_batches + data, empty_first,
+                                          next_offset if data else start_offset, corrupt)
                     return ReadResult(data, first_offset, next_offset if data else start_offset,
                                       corrupt)
                 i += 1
+            if empty_batches:
+                return ReadResult(empty_batches, empty_first, start_offset)
             return ReadResult(b"", start_offset, start_offset)
 
     def _note_index_use(self, segment: LogSegment) -> None:
@@ -973,6 +990,17 @@ def _checked_header(buf: BytesLike, view: memoryview, position: int, end: int,
         raise
     # validate_batch checks the same conditions, so it raised; keep a typed error anyway.
     raise CorruptRecordError("malformed batch", position=position)
+
+
+def _only_empty_batches(data: BytesLike) -> bool:
+    """Every batch in ``data`` (whole, checked batches) holds no record (recordCount 0)."""
+    position, end = 0, len(data)
+    while position < end:
+        fields = _unpack_header(data, position)
+        if fields[12]:
+            return False
+        position += LOG_OVERHEAD + fields[1]
+    return True
 
 
 def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: int,

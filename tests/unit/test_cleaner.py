@@ -386,3 +386,16 @@ def test_a_crash_at_any_step_of_the_swap_leaves_old_or_new(tmp_path, monkeypatch
                      if n.endswith((".cleaned", ".swap", ".deleted"))]
         assert leftovers == [], (crash_at, leftovers)
         recovered.close()
+
+
+def test_a_read_goes_on_past_segments_holding_only_emptied_batches(tmp_path):
+    log = Log.open(tmp_path / "t-0", compact_config(), now_ms=0)
+    fill(log, updates(60, 1) + updates(60, 2)[1::2] + [(b"k9", b"last")])
+    clean(log)
+    emptied = log.segments()[0].log_path.read_bytes()
+    assert [h.record_count for _, h in iter_batches(emptied)] == [0]
+    first = log.read(0, 1 << 20)
+    headers = [h for _, h in iter_batches(first.records)]
+    assert any(h.record_count for h in headers)  # never an answer of empty batches alone
+    assert read_records(log)[0][1] == b"k0"
+    log.close()
