@@ -16,7 +16,9 @@ and cleans those whose plan says so (``cleaner_plan.py``):
    ``.cleaned`` files are removed.
 4. The end of the cleaned section becomes the log's next first dirty offset, kept in
    ``<data dir>/cleaner-offset-checkpoint`` (Kafka's file and format:
-   ``checkpoints.py``); an offset outside the log is clamped into it.
+   ``checkpoints.py``); an offset outside the log is clamped into it. Every compacted
+   log is listed there from the first pass on, cleaned or not: the audit reads the
+   file to know which partitions are compacted.
 
 Reads and writes go through ``IoThrottle`` at ``log.cleaner.io.max.bytes.per.second``.
 ``stop`` makes a running pass give up at the next batch (``CleaningAborted``) and
@@ -139,11 +141,17 @@ class LogCleaner:
         """Clean every compacted log that needs it (a worker thread's job). A log's disk
         error or damage is logged and the others go on."""
         results = []
+        listed = False
         for tp, partition_log in logs.items():
             hw = high_watermarks.get(tp)
             if (hw is None or not partition_log.config.compact or partition_log.is_offline
                     or partition_log.is_closed):
                 continue
+            if tp not in self.first_dirty_offsets:
+                # Listed from the first pass on: the audit learns from the checkpoint that
+                # this partition is compacted (a follower's log has the leader's gaps).
+                self.first_dirty_offsets[tp] = partition_log.log_start_offset
+                listed = True
             try:
                 result = self.clean_log(tp, partition_log, hw, now_ms)
             except CleaningAborted as e:
@@ -156,7 +164,7 @@ class LogCleaner:
                 continue
             if result is not None:
                 results.append(result)
-        if results:
+        if results or listed:
             self._write_checkpoint(logs)
         return results
 
