@@ -31,9 +31,9 @@ from pathlib import Path
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
-from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
@@ -82,7 +82,7 @@ class BackgroundWork:
             self._tasks.append(spawn(scrubber.run(), "scrub"))
         if self.config.log_cleaner_enable:
             self.cleaner = LogCleaner(
-                self.log_manager.data_dir,
+                self.config.data_dir,
                 io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
             self._tasks.append(spawn(self._cleaner_loop(self.cleaner), "log-cleaner"))
 

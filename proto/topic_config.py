@@ -124,10 +124,10 @@ class TopicConfigDef:
         elif self.type == "double":
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise self._invalid(shown, "expected a number")
-            low = self.minimum if self.minimum is not None else float("-inf")
-            high = self.maximum if self.maximum is not None else float("inf")
-            if not low <= value <= high:
-                raise self._invalid(shown, f"must be in [{low}, {high}]")
+            floor = float("-inf") if self.minimum is None else self.minimum
+            ceiling = float("inf") if self.maximum is None else self.maximum
+            if not floor <= value <= ceiling:
+                raise self._invalid(shown, f"must be in [{floor}, {ceiling}]")
         elif self.type == "list":
             items = str(value).split(",")
             if not value or not all(item in self.choices for item in items):

@@ -52,7 +52,12 @@ from tidewater.broker.storage.cleaner_rewrite import (
 )
 from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, swap_in
 from tidewater.broker.storage.log import Log, unlink_in_background
-from tidewater.broker.storage.segment import LogSegment, iter_batches_in_file, storage_error
+from tidewater.broker.storage.segment import (
+    BatchFrame,
+    LogSegment,
+    iter_batches_in_file,
+    storage_error,
+)
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import read_header, validate_batch
 from tidewater.proto.errors import (
@@ -339,7 +344,7 @@ class _SegmentReader:
         except OSError as e:
             raise CleaningAborted(f"cannot open {self.path}: {e.strerror}") from e
 
-    def frames(self, *, validate_crc: bool = False):
+    def frames(self, *, validate_crc: bool = False) -> Iterator[BatchFrame]:
         return iter_batches_in_file(self.fd, self.path, 0, self.size, validate_crc=validate_crc)
 
     def read(self, position: int, size: int) -> bytes:

@@ -712,7 +712,8 @@ class Log:
                 return None
             i = bisect_right(self._base_offsets, old[0].base_offset) - 1
             current = self._segments[i:i + len(old)]
-            if (i < 0 or len(current) != len(old) or any(a is not b for a, b in zip(current, old))
+            if (i < 0 or len(current) != len(old)
+                    or any(a is not b for a, b in zip(current, old, strict=True))
                     or i + len(old) >= len(self._segments)):  # never the active segment
                 return None
             try:

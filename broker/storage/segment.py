@@ -626,7 +626,8 @@ class LogSegment:
                     check_entry = False
                     if at + size > end:
                         raise self._chain_broken(-1, -1, at, base_offset, end)
-                elif (not self.follows(base_offset, expected) or batch_length < BATCH_LENGTH_MIN
+                elif (expected is None or not self.follows(base_offset, expected)
+                      or batch_length < BATCH_LENGTH_MIN
                       or at + size > end):
                     assert expected is not None
                     raise self._chain_broken(previous, previous_base, at, expected, end)

@@ -192,7 +192,7 @@ def test_cleaning_keeps_the_latest_value_per_key_at_its_offset(tmp_path):
     after = read_records(log)
     clean_end = result.clean_end_offset
     latest = {}
-    for offset, key, value in before:
+    for offset, key, _value in before:
         if offset < clean_end:
             latest[key] = offset
     assert [r for r in after if r[0] < clean_end] == [r for r in before if r[0] == latest[r[1]]]
