@@ -14,24 +14,23 @@ re-opens with full recovery. After every step:
 - the leader epoch cache is exactly what the appends made it.
 """
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from tests.property.test_log_model import _no_fsync  # noqa: F401  (autouse: no fsync)
+from tests.unit.test_cleaner import read_records
 from tidewater.broker.storage.cleaner import LogCleaner
 from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.recovery import close_segments_quietly
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.proto.batch import iter_batches
 from tidewater.proto.compression import COMPRESSION_GZIP, COMPRESSION_NONE
-from tidewater.proto.records import SimpleRecord, decode_batch_records, encode_batch
+from tidewater.proto.records import SimpleRecord, encode_batch
 
 TP = TopicPartition("t", 0)
 DELETE_RETENTION_MS = 1000
@@ -39,14 +38,6 @@ CONFIG = LogConfig.from_configs({
     "cleanup.policy": "compact", "segment.bytes": "700", "index.interval.bytes": "100",
     "min.cleanable.dirty.ratio": "0", "delete.retention.ms": str(DELETE_RETENTION_MS)})
 KEYS = [b"a", b"b", b"c", b"d", b"e"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _no_fsync():
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
-    os.fsync = os.fdatasync = lambda fd: None
-    yield
-    os.fsync, os.fdatasync = real_fsync, real_fdatasync
 
 
 records_strategy = st.lists(
@@ -120,21 +111,9 @@ class CompactionModel(RuleBasedStateMachine):
 
     # -- invariants ------------------------------------------------------------------
 
-    def read_all(self) -> list[tuple[int, bytes, bytes | None]]:
-        out, offset = [], self.log.log_start_offset
-        while offset < self.log.log_end_offset:
-            result = self.log.read(offset, 1 << 20)
-            if not result.records:
-                break
-            for position, header in iter_batches(result.records):
-                out += [(r.offset, r.key, r.value)
-                        for r in decode_batch_records(result.records, position, header)]
-            offset = result.next_offset
-        return out
-
     @invariant()
     def matches_the_model(self):
-        records = self.read_all()
+        records = read_records(self.log)
         offsets = [o for o, _, _ in records]
         assert offsets == sorted(set(offsets))
         for offset, key, value in records:
