@@ -185,3 +185,25 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key_on_every_replica(clust
                    for key, (offset, value) in expected.items())
     print(json.dumps({"produced": UPDATES, "read": len(seen),
                       "replica_records": [len(r) for r in replicas]}))
+
+
+def test_kafka_create_topics_takes_and_checks_the_cleanup_policy(cluster):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    [(_, created)] = admin.create_topics([NewTopic(
+        "both", num_partitions=1, replication_factor=3,
+        config={"cleanup.policy": "compact,delete", "min.compaction.lag.ms": "5000"})]).items()
+    created.result(30)
+    [(_, future)] = admin.describe_configs([ConfigResource("topic", "both")]).items()
+    configs = future.result(30)
+    assert configs["cleanup.policy"].value == "compact,delete"
+    assert configs["min.compaction.lag.ms"].value == "5000"
+    assert configs["min.cleanable.dirty.ratio"].value == "0.5"  # the default, as Kafka's
+    [(_, refused)] = admin.create_topics([NewTopic(
+        "shredded", num_partitions=1, replication_factor=3,
+        config={"cleanup.policy": "shred"})]).items()
+    with pytest.raises(KafkaException) as error:
+        refused.result(30)
+    assert error.value.args[0].name() == "INVALID_CONFIG"
