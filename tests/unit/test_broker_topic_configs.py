@@ -51,3 +51,21 @@ async def test_valid_configs_are_still_hosted(tmp_path):
         assert config.min_cleanable_dirty_ratio == 0.1
     finally:
         await rm.stop()
+
+
+async def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
+    from tests.unit.test_broker_replica_manager import produce
+    from tidewater.proto.records import encode_batch
+
+    rm, _ = make_manager(tmp_path)
+    try:
+        await rm.leader_and_isr(lai(isr=(1,), configs={"cleanup.policy": "compact"}))
+        out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (None, b"x")])))
+        [result] = out.partitions
+        assert result.error_code == pb.INVALID_RECORD and "without a key" in result.error_message
+        assert rm.partitions[TP].log.log_end_offset == 0  # nothing of the batch written
+        out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (b"k", None)])))
+        assert out.partitions[0].error_code == pb.NONE  # a tombstone has a key
+        assert rm.partitions[TP].log.log_end_offset == 2
+    finally:
+        await rm.stop()
