@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidewater.broker.storage.checkpoints import OffsetCheckpointFile
+from tidewater.broker.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from tidewater.broker.storage.cleaner_plan import (
     CleaningPlan,
     SegmentSummary,
@@ -69,7 +69,6 @@ from tidewater.proto.errors import (
 
 log = logging.getLogger(__name__)
 
-CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 OFFSET_MAP_ENTRIES_MAX = 1_000_000  # Kafka's 128 MiB dedupe buffer holds ~5.6 M
 WRITE_CHUNK_BYTES = 1 << 20  # cleaned batches are written this much at a time
 
