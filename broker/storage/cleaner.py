@@ -260,10 +260,10 @@ class LogCleaner:
             entries: list[tuple[int, int, int, int]] = []
             next_offset = old[0].base_offset
             for k, segment in enumerate(old):
-                batches = list(self._batches(readers[id(segment)], result))
-                for j, data in enumerate(batches):
+                for data, last_of_segment in _with_last(self._batches(readers[id(segment)],
+                                                                      result)):
                     header = validate_batch(data)
-                    last_of_group = k == len(old) - 1 and j == len(batches) - 1
+                    last_of_group = last_of_segment and k == len(old) - 1
                     kept = filter_batch(data, 0, header, rules, result.filter,
                                         keep_empty=last_of_group)
                     if kept is None:
@@ -329,6 +329,18 @@ class LogCleaner:
             self.checkpoint.write(known)
         except KafkaStorageError as e:
             log.error("cannot write %s: %s", self.checkpoint.path, e)
+
+
+def _with_last(items: Iterator[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """Each item and whether it is the last one (one item of lookahead, not a list: a
+    segment may be a GiB)."""
+    previous = None
+    for item in items:
+        if previous is not None:
+            yield previous, False
+        previous = item
+    if previous is not None:
+        yield previous, True
 
 
 class _SegmentReader:
