@@ -477,7 +477,8 @@ class Log:
             empty_batches, empty_first = b"", start_offset  # see _only_empty_batches
             while 0 <= i < len(self._segments) and start_offset < log_end_offset:
                 segment = self._segments[i]
-                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                found = segment.read(start_offset, max_bytes - len(empty_batches), max_offset,
+                                     min_one_batch)
                 self._note_index_use(segment)
                 if found is not None:
                     data, first_offset, next_offset, corrupt = found
