@@ -32,7 +32,14 @@ listed), for a crash at any point:
   and the old segments, never touched before step 3, are the log.
 
 Either way the log holds the old segments or the new one, never a mix and never
-neither. The epoch checkpoint is not touched: compaction changes no batch's epoch or
+neither.
+
+The marker ``.compacted`` (an empty file in the partition directory) says the log is
+compacted and may have offset gaps. It is made durable (file and directory fsynced)
+as soon as a log is opened or configured with ``cleanup.policy=compact``, before any
+gap can reach it (its own cleaner's swap, or a follower append from a compacted
+leader). A broker opens its logs before it learns their topic configs: recovery then
+takes a log with the marker for a compacted one, so it never cuts the log at a gap. The epoch checkpoint is not touched: compaction changes no batch's epoch or
 offsets (``recovery._epoch_cache_matches_log`` accepts removed batches in a
 compacted log).
 """
@@ -60,6 +67,27 @@ log = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+COMPACTED_MARKER = ".compacted"
+
+
+def is_marked_compacted(directory: Path) -> bool:
+    return (directory / COMPACTED_MARKER).exists()
+
+
+def mark_compacted(directory: Path) -> None:
+    """Create the ``.compacted`` marker, durably (no-op when it exists)."""
+    path = directory / COMPACTED_MARKER
+    if path.exists():
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error("cannot create the compacted marker", path, e) from e
+    fsync_dir(directory)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -91,6 +91,7 @@ from typing import Any
 
 from crc32c import crc32c
 
+from tidewater.broker.storage.cleaner_swap import mark_compacted
 from tidewater.broker.storage.corruption import CorruptBatch
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
 from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
@@ -211,7 +212,7 @@ class Log:
                               log_start_offset=log_start_offset,
                               had_clean_shutdown=had_clean_shutdown)
         # Trusted segments were flushed; recovered ones were fsynced while opening.
-        return cls(directory, config, opened.segments, opened.leader_epoch_cache,
+        return cls(directory, opened.config, opened.segments, opened.leader_epoch_cache,
                    opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
                    flush_executor)
 
@@ -908,6 +909,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New topic configs apply to later appends, rolls and retention passes."""
         with self._lock:
+            if config.compact and not self.config.compact:
+                mark_compacted(self.dir)  # durable before any gap arrives (cleaner_swap.py)
             self.config = config
             for segment in self._segments:
                 segment.config = config

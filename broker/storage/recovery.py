@@ -22,6 +22,9 @@ Recovery rules (Kafka's ``LogLoader``):
   deleted; each cut is logged as a warning with path, position and bytes
   removed. A trusted segment whose index is missing or insane, or whose tail
   does not check out, is re-validated the same way.
+- A log with the ``.compacted`` marker is recovered as a compacted one (offset
+  gaps are no damage there) whatever config it is opened with: a broker opens
+  its logs before it learns their topic configs (``cleaner_swap.py``).
 - A cleaner's swap interrupted after its commit point (a ``<base>.log.swap``
   file) is completed first (``cleaner_swap.py``). Then leftovers of interrupted
   operations (``*.tmp``, ``*.deleted``, ``*.cleaned``, ``*.swap``) and index
@@ -39,6 +42,7 @@ Recovery rules (Kafka's ``LogLoader``):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from bisect import bisect_right
@@ -46,7 +50,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidewater.broker.storage.cleaner_swap import complete_interrupted_swaps
+from tidewater.broker.storage.cleaner_swap import (
+    complete_interrupted_swaps,
+    is_marked_compacted,
+    mark_compacted,
+)
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.segment import (
@@ -79,6 +87,7 @@ class OpenedLog:
     segments: list[LogSegment]  # at least one; the last is the active segment
     leader_epoch_cache: LeaderEpochCache
     log_start_offset: int
+    config: LogConfig  # the caller's, compacted when the log's marker says so
 
 
 def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
@@ -88,6 +97,11 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise storage_error("cannot create log directory", directory, e) from e
+    if config.compact:
+        mark_compacted(directory)  # before any gap can reach the log (cleaner_swap.py)
+    elif is_marked_compacted(directory):
+        # Opened before the topic's configs are known: a compacted log stays one.
+        config = dataclasses.replace(config, cleanup_policy="compact")
     checkpoint_path = directory / LEADER_EPOCH_CHECKPOINT
     cache: LeaderEpochCache | None
     try:
@@ -127,7 +141,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
     except BaseException:
         close_segments_quietly(segments)
         raise
-    return OpenedLog(segments, cache, start)
+    return OpenedLog(segments, cache, start, config)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -439,8 +439,10 @@ def test_verify_takes_a_compacted_log_for_what_it_is(tmp_path):
     tp = TopicPartition("users", 0)
     assert LogCleaner(tmp_path).clean_logs({tp: log}, {tp: log.log_end_offset}, 10_000)
     log.close()
-    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # listed in the checkpoint
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # marked and listed
     (tmp_path / CLEANER_OFFSET_CHECKPOINT).unlink()
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # the marker alone
+    (tmp_path / "users-0" / ".compacted").unlink()
     unlisted = tide(tmp_path / "users-0", "--verify")
     assert unlisted.returncode == 1 and "gap" in unlisted.stdout
     assert tide(tmp_path / "users-0", "--verify", "--compacted").returncode == 0

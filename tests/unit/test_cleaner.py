@@ -447,3 +447,28 @@ def test_a_failed_rename_in_the_swap_takes_the_log_offline_and_recovery_finishes
     latest = {k: (o, v) for o, k, v in before}
     assert all(latest[k] in [(o, v) for o, kk, v in after if kk == k] for k in latest)
     recovered.close()
+
+
+@pytest.mark.parametrize("clean_shutdown", [False, True])
+def test_a_compacted_log_opened_before_its_configs_keeps_its_gaps(tmp_path, clean_shutdown):
+    """A broker opens its logs with its default config (cleanup.policy=delete) before
+    LeaderAndIsr brings the topic's: the .compacted marker keeps recovery from taking the
+    cleaner's gaps for damage and cutting the log there."""
+    log = Log.open(tmp_path / "t-0", compact_config(), now_ms=0)
+    assert (log.dir / ".compacted").exists()
+    fill(log, updates(200, 3))
+    clean(log)
+    after = read_records(log)
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), now_ms=0, recovery_point=0,
+                        had_clean_shutdown=clean_shutdown)
+    assert reopened.config.compact and read_records(reopened) == after
+    reopened.close()
+
+
+def test_a_log_becoming_compacted_is_marked_before_any_gap(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=0)
+    assert not (log.dir / ".compacted").exists()
+    log.update_config(compact_config())
+    assert (log.dir / ".compacted").exists()
+    log.close()

@@ -13,6 +13,7 @@ name (a directory stands for the files in it):
 ``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``
                                ``(topic, partition, offset)`` entries
 ``.kafka_cleanshutdown``       the clean-shutdown marker
+``.compacted``                 the partition's log is compacted (may skip offsets)
 ``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
 =============================  ==================================================
 
@@ -44,7 +45,8 @@ are always reported (``problem`` lines). ``--verify`` also checks CRCs, offset
 continuity (contiguous and increasing within a segment and from one given
 segment to the next; in a compacted log, whose cleaner removes records and
 whole batches, offsets may skip forward: ``--compacted``, or the partition is
-listed in its data dir's ``cleaner-offset-checkpoint``), leader epochs never
+marked ``.compacted`` or listed in its data dir's ``cleaner-offset-checkpoint``),
+leader epochs never
 decreasing, and that every index
 entry points at the start of a batch whose last offset it names (time index:
 a batch with that last offset and that max timestamp). Exit code: 1 when a
@@ -69,6 +71,7 @@ from tidewater.broker.storage.checkpoints import (
     OFFSET_CHECKPOINT_FILE_NAMES,
     OffsetCheckpointFile,
 )
+from tidewater.broker.storage.cleaner_swap import COMPACTED_MARKER
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
 from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
@@ -130,7 +133,7 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
         return KIND_EPOCHS, None
     if name in OFFSET_CHECKPOINT_FILE_NAMES:
         return KIND_OFFSETS, None
-    if name == CLEAN_SHUTDOWN_FILE:
+    if name in (CLEAN_SHUTDOWN_FILE, COMPACTED_MARKER):
         return KIND_MARKER, None
     if name == partition_metadata.PARTITION_METADATA_FILE:
         return KIND_PARTITION_METADATA, None
@@ -305,8 +308,10 @@ def format_text(event: dict) -> str:
 # -- dumping ------------------------------------------------------------------------------
 
 def _listed_as_compacted(partition_dir: Path) -> bool:
-    """The partition's data dir names it in ``cleaner-offset-checkpoint``: a broker's log
-    cleaner compacts it."""
+    """The partition's log is compacted: its ``.compacted`` marker, or its data dir names it
+    in ``cleaner-offset-checkpoint``."""
+    if (partition_dir / COMPACTED_MARKER).exists():
+        return True
     try:
         lines = (partition_dir.parent / "cleaner-offset-checkpoint").read_text().splitlines()
     except (OSError, UnicodeDecodeError):
