@@ -1,12 +1,14 @@
 """Issue 16, compacted topics, against ``tide cluster up``: a topic created with
 ``tide topics create --config cleanup.policy=compact`` and small segments takes many
-updates per key from confluent-kafka; every broker's cleaner compacts its replica; a
-Kafka consumer reading from the beginning sees the latest value per key at its
-original offset (deleted keys gone), and the three replicas agree record for record
-wherever they both still hold an offset."""
+updates per key from confluent-kafka; every broker's cleaner compacts its replica;
+confluent-kafka, kafka-python and aiokafka consumers reading from the beginning see
+the latest value per key at its original offset (deleted keys gone), and the three
+replicas agree record for record wherever they both still hold an offset. Then
+brokers are SIGKILLed while they clean, and the replicas still agree."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -173,6 +175,29 @@ def test_a_compacted_topic_keeps_the_latest_value_per_key_on_every_replica(clust
     reader.close()
     # The cleaners may have gone on since: a later reading holds at most what the first did.
     assert set(by_kafka_python) <= set(seen) and replay(by_kafka_python) == expected
+
+    # So does aiokafka.
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioPartition
+
+    async def read_with_aiokafka() -> list:
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.kafka.split(","),
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partition = AioPartition(TOPIC, 0)
+            consumer.assign([partition])
+            await consumer.seek_to_beginning(partition)
+            out: list = []
+            while not out or out[-1][0] < seen[-1][0]:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 30)
+                out += [(m.offset, m.key, m.value) for m in batches.get(partition, [])]
+            return out
+        finally:
+            await consumer.stop()
+
+    by_aiokafka = asyncio.run(read_with_aiokafka())
+    assert set(by_aiokafka) <= set(seen) and replay(by_aiokafka) == expected
 
     # The replicas agree wherever two hold the same offset, and on each key's latest record.
     replicas = [replica_records(d) for d in brokers]
