@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,6 @@ class LogCleaner:
     def __init__(self, data_dir: Path, *, io_bytes_per_second: float = 0,
                  offset_map_entries_max: int = OFFSET_MAP_ENTRIES_MAX,
                  monotonic_s: Callable[[], float] | None = None):
-        import time
         self._monotonic_s = monotonic_s or time.monotonic
         self.checkpoint = OffsetCheckpointFile(Path(data_dir) / CLEANER_OFFSET_CHECKPOINT)
         try:
