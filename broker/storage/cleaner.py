@@ -51,7 +51,7 @@ from tidewater.broker.storage.cleaner_rewrite import (
     RetainRules,
     filter_batch,
 )
-from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, swap_in
+from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, fsync_dir, swap_in
 from tidewater.broker.storage.log import Log, unlink_in_background
 from tidewater.broker.storage.segment import (
     BatchFrame,
@@ -287,6 +287,7 @@ class LogCleaner:
             if renamed is None:
                 raise CleaningAborted(f"{partition_log.dir} changed while it was cleaned")
             swapped = True
+            fsync_dir(directory)  # step 4 made durable, without the log's lock
             unlink_in_background(renamed, name=f"cleaner-{directory.name}")
         finally:
             # Past the commit point (``.swap``) the files are the log's: recovery finishes it.

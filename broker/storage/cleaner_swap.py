@@ -17,9 +17,11 @@ Files and steps (``<B>`` = 20-digit base offset)::
     3. rename every old segment's three files -> <name>.deleted
     4. rename <B>.index.swap -> <B>.index, <B>.timeindex.swap -> <B>.timeindex,
               <B>.log.swap   -> <B>.log
-       fsync the directory; unlink the .deleted files (in the background)
+       then, without the lock: fsync the directory; unlink the .deleted files
 
-Steps 2-4 run under the log's lock (readers never see a half-swapped list).
+Steps 2-4 run under the log's lock (readers never see a half-swapped list); the
+directory fsync after step 4 does not (appends wait on that lock): a crash before it
+leaves some prefix of the renames, which recovery finishes like any other.
 Recovery on start-up (``complete_interrupted_swaps``, before the segments are
 listed), for a crash at any point:
 
@@ -107,8 +109,7 @@ def swap_in(directory: Path, cleaned: LogSegment, old: Sequence[LogSegment]) -> 
     for segment in old:
         renamed += segment.rename_for_deletion()
     cleaned.rename_files("")
-    fsync_dir(directory)
-    return renamed
+    return renamed  # the caller fsyncs the directory once it released the lock
 
 
 def complete_interrupted_swaps(directory: Path, config: LogConfig) -> int:
