@@ -10,10 +10,12 @@ Folder layout it understands::
       replication-offset-checkpoint      named broker-N on the path)
       recovery-point-offset-checkpoint
       log-start-offset-checkpoint
+      cleaner-offset-checkpoint          partitions its log cleaner compacts (same format)
       <topic>-<partition>/
         %020d.log                        segment: RecordBatch v2 batches back to back,
         %020d.index, %020d.timeindex     named by the segment's base offset
         leader-epoch-checkpoint
+        .compacted                       its log is compacted (may skip offsets)
         partition.metadata               the topic incarnation's ID (below)
       <topic>-<partition>.<hex>-delete/  a log moved aside for deletion: not audited
 
@@ -440,6 +442,8 @@ def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple
 # The batch-level rules, decided here per segment (see summarize_segment).
 RULE_BATCH_CRC = "batch_crc_and_framing"
 RULE_OFFSETS = "offsets_contiguous"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+COMPACTED_MARKER = ".compacted"  # in a partition dir: its log is compacted
 RULE_EPOCHS = "epochs_monotonic"
 
 # One summary per segment, in this order (see SEGMENT_COLUMNS in datasource.py).
@@ -749,6 +753,27 @@ def payload_hash(data: bytes | None) -> str | None:
 
 
 # ---------------------------------------------------------------- checkpoints
+
+
+def compacted_partitions(data_dirs: Iterable[str | Path]) -> frozenset[tuple[str, int]]:
+    """(topic, partition) of every compacted partition: a replica's directory holds the
+    ``.compacted`` marker, or a broker's ``cleaner-offset-checkpoint`` (Kafka's file,
+    offset checkpoint format) lists it. Their replicas may have offset gaps and hold
+    different subsets of the old records."""
+    found: set[tuple[str, int]] = set()
+    for data_dir in data_dirs:
+        for marker in Path(data_dir).glob(f"*/{COMPACTED_MARKER}"):
+            parsed = parse_partition_dir_name(marker.parent.name)
+            if parsed is not None:
+                found.add(parsed)
+        path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            continue
+        found |= {(topic, partition) for topic, partition, _ in
+                  parse_offset_checkpoint(text, str(path))}
+    return frozenset(found)
 
 
 def parse_offset_checkpoint(text: str, path: str = "<checkpoint>") -> list[tuple[str, int, int]]:

@@ -19,7 +19,7 @@ from tidewater.broker.security import SASL_MECHANISMS, SECURITY_SETTING_NAMES, S
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
-from tidewater.proto.topic_config import min_insync_replicas
+from tidewater.proto.topic_config import TOPIC_CONFIGS, min_insync_replicas
 
 MIB = 1024 * 1024
 
@@ -62,11 +62,15 @@ _BROKER_SETTINGS = {
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
 # defaults for every topic; LogConfig.from_configs checks their values.
-_TOPIC_INT_NAMES = LOG_CONFIG_NAMES - {"message.timestamp.type"}
+_TOPIC_INT_NAMES = frozenset(name for name in LOG_CONFIG_NAMES
+                             if TOPIC_CONFIGS[name].type in ("int", "long"))
 
 # Per-topic names that are not log settings but replication settings.
 TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
@@ -112,6 +116,12 @@ class BrokerConfig:
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
     # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).
     producer_id_expiration_ms: int = 86_400_000
+    # The log cleaner of cleanup.policy=compact topics (broker/storage/cleaner.py), Kafka's
+    # names: a pass every log.cleaner.backoff.ms, reads + writes at most this many bytes
+    # per second (0: no limit, Kafka's default).
+    log_cleaner_enable: bool = True
+    log_cleaner_io_max_bytes_per_second: int = 0
+    log_cleaner_backoff_ms: int = 15_000
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
@@ -182,6 +192,11 @@ class BrokerConfig:
             raise ConfigError("replica.fetch.wait.max.ms must not be negative")
         if self.log_scrub_bytes_per_second < 0:
             raise ConfigError("log.scrub.bytes.per.second must not be negative (0 = off)")
+        if self.log_cleaner_io_max_bytes_per_second < 0:
+            raise ConfigError("log.cleaner.io.max.bytes.per.second must not be negative "
+                              "(0 = no limit)")
+        if self.log_cleaner_backoff_ms <= 0:
+            raise ConfigError("log.cleaner.backoff.ms must be positive")
         if self.log_scrub_interval_ms < 0:
             raise ConfigError("log.scrub.interval.ms must not be negative")
         if self.broker_id < 0:

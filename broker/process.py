@@ -189,13 +189,12 @@ class BrokerProcess:
 
     def _topic_config_defaults(self) -> dict[str, str]:
         """What a topic that sets nothing gets here: the broker's log defaults, its
-        replication settings, the only cleanup policy there is."""
+        replication settings (cleanup.policy and the cleaner's settings are log settings)."""
         c = self.config
         assert self.log_manager is not None
         return {**self.log_manager.default_config.to_configs(),
                 "min.insync.replicas": str(c.min_insync_replicas),
-                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
-                "cleanup.policy": "delete"}
+                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower()}
 
     def _observe_kafka_request(self, api: str, seconds: float, errors: list[int]) -> None:
         """Kafka requests in the broker's series, labelled ``kafka:<API>`` (Kafka's API

@@ -107,7 +107,7 @@ class ReplicaManager:
         self.background = BackgroundWork(
             config=config, log_manager=log_manager, carrier=self.carrier,
             supervisor=self.supervisor, partitions=self.partitions,
-            high_watermarks=self.high_watermarks, corruption=self.corruption)
+            high_watermarks=self.high_watermarks, corruption=self.corruption, metrics=metrics)
         metrics.register_replicas(self.replica_snapshots)
 
     # ================================================================ lifecycle

@@ -130,6 +130,13 @@ class InvalidConfigError(TidewaterError):
     error_code = pb.INVALID_CONFIG
 
 
+class InvalidRecordError(TidewaterError):
+    """A well-formed record the log may not take (Kafka's InvalidRecordException): a
+    record without a key in a compacted topic. Not retriable."""
+
+    error_code = pb.INVALID_RECORD
+
+
 class UnsupportedVersionError(TidewaterError):
     """The peer does not implement the RPC (gRPC UNIMPLEMENTED): it is not a Tidewater
     process of this release, or not the service asked for. Retrying cannot help."""

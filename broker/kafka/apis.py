@@ -469,7 +469,7 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 # Kafka's ConfigSource: set on the topic, or the broker's default it falls back to.
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 # Kafka's ConfigType (DescribeConfigs v3+), by our topic configs' types.
-_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
 def topic_config_entries(own: dict[str, str], defaults: dict[str, str],

@@ -61,7 +61,9 @@ offset (LEO) is the active segment's end.
   snapshots below the new log start (the producers stay until they expire).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
-  offset (the epoch cache drops what lies before it). Under the lock the
+  offset (the epoch cache drops what lies before it); not with
+  ``cleanup.policy=compact``, whose log the cleaner rewrites instead
+  (``cleaner.py``; its segments may then have offset gaps). Under the lock the
   files are renamed ``.deleted``; a background thread unlinks them.
 - No fsync under the lock on the checkpoint's or a roll's path:
   ``flush_outside_lock`` snapshots under it, fsyncs without it, and publishes
@@ -100,6 +102,7 @@ from typing import Any
 from crc32c import crc32c
 
 from tidewater.broker.storage.checkpoints import write_file_atomically
+from tidewater.broker.storage.cleaner_swap import mark_compacted
 from tidewater.broker.storage.corruption import CorruptBatch, CorruptBatchError
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
 from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
@@ -238,7 +241,7 @@ class Log:
                               log_start_offset=log_start_offset,
                               had_clean_shutdown=had_clean_shutdown)
         # Trusted segments were flushed; recovered ones were fsynced while opening.
-        opened_log = cls(directory, config, opened.segments, opened.leader_epoch_cache,
+        opened_log = cls(directory, opened.config, opened.segments, opened.leader_epoch_cache,
                          opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
                          flush_executor,
                          ProducerStateManager(expiration_ms=producer_id_expiration_ms))
@@ -361,6 +364,7 @@ class Log:
             self._check_append_size(len(records))
             view = memoryview(records)
             offset = first_offset = self._segments[-1].next_offset
+            gaps = self.config.compact  # a compacted leader sends batches with gaps between
             batches = []
             epochs: list[tuple[int, int]] = []
             last_epoch = self.leader_epoch_cache.latest_epoch
@@ -372,7 +376,7 @@ class Log:
                 fields = _checked_header(view, view, position, end, None)
                 has_producer_batches = has_producer_batches or fields[9] >= 0
                 base_offset, size, epoch = fields[0], LOG_OVERHEAD + fields[1], fields[2]
-                if base_offset != offset:
+                if base_offset != offset and not (gaps and base_offset > offset):
                     raise UnexpectedAppendOffsetError(
                         f"follower batch at offset {base_offset}, expected {offset} "
                         f"(log end offset {first_offset})")
@@ -542,15 +546,33 @@ class Log:
                 raise OffsetOutOfRangeError(
                     f"offset {start_offset} outside [{self.log_start_offset}, {log_end_offset}]")
             i = bisect_right(self._base_offsets, start_offset) - 1
+            empty_batches, empty_first = b"", start_offset  # see _only_empty_batches
             while 0 <= i < len(self._segments) and start_offset < log_end_offset:
                 segment = self._segments[i]
-                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                found = segment.read(start_offset, max_bytes - len(empty_batches), max_offset,
+                                     min_one_batch)
                 self._note_index_use(segment)
                 if found is not None:
                     data, first_offset, next_offset, corrupt = found
+                    if (data and corrupt is None and self.config.compact
+                            and len(empty_batches) + len(data) < max_bytes
+                            and _only_empty_batches(data)):
+                        # A compacted segment may end in batches the cleaner emptied: a
+                        # consumer given nothing but those takes it for a record too large
+                        # to fetch (librdkafka), so the read goes on into the next segment.
+                        if not empty_batches:
+                            empty_first = first_offset
+                        empty_batches += data
+                        start_offset, i = next_offset, i + 1
+                        continue
+                    if empty_batches:
+                        return ReadResult(empty_batches + data, empty_first,
+                                          next_offset if data else start_offset, corrupt)
                     return ReadResult(data, first_offset, next_offset if data else start_offset,
                                       corrupt)
                 i += 1
+            if empty_batches:
+                return ReadResult(empty_batches, empty_first, start_offset)
             return ReadResult(b"", start_offset, start_offset)
 
     def _note_index_use(self, segment: LogSegment) -> None:
@@ -697,6 +719,8 @@ class Log:
         with self._lock:
             self._check_usable()
             config = self.config
+            if not config.delete:
+                return 0  # cleanup.policy=compact: the cleaner removes records, not retention
             total_bytes = self.size_bytes
             deletable = 0
             for i in range(len(self._segments) - 1):
@@ -836,6 +860,42 @@ class Log:
                 break
             offset = result.next_offset
         state.map_end_offset = log_end_offset
+
+    # -- compaction ------------------------------------------------------------
+
+    @property
+    def truncations(self) -> int:
+        """Cuts so far: the cleaner's snapshot of the segments is stale once it changed."""
+        return self._truncations
+
+    def replace_with_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int,
+                             swap_in: Callable[[LogSegment, list[LogSegment]], list[Path]],
+                             ) -> list[Path] | None:
+        """Swap ``cleaned`` in for the consecutive closed segments ``old`` (``swap_in`` does
+        the renames: ``cleaner_swap.py``), under the lock. None, with nothing done, when
+        the log changed since the cleaner read it (a cut, retention, closed). Returns the
+        old files, renamed ``.deleted``, to unlink without the lock."""
+        with self._lock:
+            if (self._closed or self._offline_reason is not None
+                    or self._truncations != truncations or not old):
+                return None
+            i = bisect_right(self._base_offsets, old[0].base_offset) - 1
+            current = self._segments[i:i + len(old)]
+            if (i < 0 or len(current) != len(old)
+                    or any(a is not b for a, b in zip(current, old, strict=True))
+                    or i + len(old) >= len(self._segments)):  # never the active segment
+                return None
+            try:
+                renamed = swap_in(cleaned, old)
+            except KafkaStorageError as e:
+                self._go_offline(e)
+                raise
+            self._segments = [*self._segments[:i], cleaned, *self._segments[i + len(old):]]
+            self._base_offsets = [s.base_offset for s in self._segments]
+            self._loaded_inactive = deque(s for s in self._loaded_inactive
+                                          if not any(s is o for o in old))
+            cleaned.release_indexes()
+            return renamed
 
     # -- flush and lifecycle -------------------------------------------------
 
@@ -1016,6 +1076,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New topic configs apply to later appends, rolls and retention passes."""
         with self._lock:
+            if config.compact and not self.config.compact:
+                mark_compacted(self.dir)  # durable before any gap arrives (cleaner_swap.py)
             self.config = config
             for segment in self._segments:
                 segment.config = config
@@ -1101,6 +1163,17 @@ def _checked_header(buf: BytesLike, view: memoryview, position: int, end: int,
         raise
     # validate_batch checks the same conditions, so it raised; keep a typed error anyway.
     raise CorruptRecordError("malformed batch", position=position)
+
+
+def _only_empty_batches(data: BytesLike) -> bool:
+    """Every batch in ``data`` (whole, checked batches) holds no record (recordCount 0)."""
+    position, end = 0, len(data)
+    while position < end:
+        fields = _unpack_header(data, position)
+        if fields[12]:
+            return False
+        position += LOG_OVERHEAD + fields[1]
+    return True
 
 
 def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: int,

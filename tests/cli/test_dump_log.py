@@ -450,3 +450,27 @@ def test_every_cut_of_a_segment_dumps_without_crashing(tmp_path, capsys):
                     if end <= cut)
         assert len(of_type(events, "batch")) == whole
         assert code == (0 if cut in (0, len(batches[0]), len(full)) else 1)
+
+
+def test_verify_takes_a_compacted_log_for_what_it_is(tmp_path):
+    from tidewater.broker.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, LogCleaner
+    from tidewater.broker.storage.topics import TopicPartition
+
+    config = LogConfig.from_configs({"cleanup.policy": "compact", "segment.bytes": "600",
+                                     "min.cleanable.dirty.ratio": "0"})
+    log = Log.open(tmp_path / "users-0", config, now_ms=0)
+    for i in range(120):
+        log.append_as_leader(encode_batch([(b"k%d" % (i % 3), b"v%d" % i),
+                                           (b"k%d" % (i % 5), b"w%d" % i)],
+                                          base_timestamp_ms=1000), 0, now_ms=1000)
+    log.flush()
+    tp = TopicPartition("users", 0)
+    assert LogCleaner(tmp_path).clean_logs({tp: log}, {tp: log.log_end_offset}, 10_000)
+    log.close()
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # marked and listed
+    (tmp_path / CLEANER_OFFSET_CHECKPOINT).unlink()
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # the marker alone
+    (tmp_path / "users-0" / ".compacted").unlink()
+    unlisted = tide(tmp_path / "users-0", "--verify")
+    assert unlisted.returncode == 1 and "gap" in unlisted.stdout
+    assert tide(tmp_path / "users-0", "--verify", "--compacted").returncode == 0

@@ -10,8 +10,10 @@ name (a directory stands for the files in it):
 ``<20 digits>.timeindex``      ``(timestamp, offset)`` entries, 12 bytes each
 ``leader-epoch-checkpoint``    ``(epoch, start_offset)`` entries
 ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint``  ``(topic, partition, offset)`` entries
+``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``
+                               ``(topic, partition, offset)`` entries
 ``.kafka_cleanshutdown``       the clean-shutdown marker
+``.compacted``                 the partition's log is compacted (may skip offsets)
 ``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
 ``<20 digits>.snapshot``       idempotent producers' state at that offset (Kafka's
                                ProducerSnapshot v1, ``broker/storage/producer_state.py``)
@@ -46,7 +48,11 @@ null.
 Problems: a torn or malformed tail, an unreadable file, undecodable records
 are always reported (``problem`` lines). ``--verify`` also checks CRCs, offset
 continuity (contiguous and increasing within a segment and from one given
-segment to the next), leader epochs never decreasing, and that every index
+segment to the next; in a compacted log, whose cleaner removes records and
+whole batches, offsets may skip forward: ``--compacted``, or the partition is
+marked ``.compacted`` or listed in its data dir's ``cleaner-offset-checkpoint``),
+leader epochs never
+decreasing, and that every index
 entry points at the start of a batch whose last offset it names (time index:
 a batch with that last offset and that max timestamp). Exit code: 1 when a
 file could not be read or, with ``--verify``, when any problem was found; 0
@@ -70,6 +76,7 @@ from tidewater.broker.storage.checkpoints import (
     OFFSET_CHECKPOINT_FILE_NAMES,
     OffsetCheckpointFile,
 )
+from tidewater.broker.storage.cleaner_swap import COMPACTED_MARKER
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
 from tidewater.broker.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
 from tidewater.proto.batch import (
@@ -118,6 +125,10 @@ def register(subparsers) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="check CRCs, offset continuity and index consistency; "
                              "exit 1 naming every problem")
+    parser.add_argument("--compacted", action="store_true",
+                        help="with --verify: the log is compacted (offsets may skip forward); "
+                             "found on its own when the data dir's cleaner-offset-checkpoint "
+                             "lists the partition")
     parser.set_defaults(func=run)
 
 
@@ -130,7 +141,7 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
         return KIND_EPOCHS, None
     if name in OFFSET_CHECKPOINT_FILE_NAMES:
         return KIND_OFFSETS, None
-    if name == CLEAN_SHUTDOWN_FILE:
+    if name in (CLEAN_SHUTDOWN_FILE, COMPACTED_MARKER):
         return KIND_MARKER, None
     if name == partition_metadata.PARTITION_METADATA_FILE:
         return KIND_PARTITION_METADATA, None
@@ -314,12 +325,26 @@ def format_text(event: dict) -> str:
 
 # -- dumping ------------------------------------------------------------------------------
 
+def _listed_as_compacted(partition_dir: Path) -> bool:
+    """The partition's log is compacted: its ``.compacted`` marker, or its data dir names it
+    in ``cleaner-offset-checkpoint``."""
+    if (partition_dir / COMPACTED_MARKER).exists():
+        return True
+    try:
+        lines = (partition_dir.parent / "cleaner-offset-checkpoint").read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    topic, _, partition = partition_dir.name.rpartition("-")
+    return any(line.split()[:2] == [topic, partition] for line in lines[2:])
+
+
 class LogDumper:
     """Turns files into events; remembers what --verify needs across files."""
 
-    def __init__(self, *, print_data: bool, verify: bool):
+    def __init__(self, *, print_data: bool, verify: bool, compacted: bool = False):
         self.print_data = print_data
         self.verify = verify
+        self.compacted = compacted
         self.problem_count = 0
         self.unreadable_count = 0
         self._scans: dict[Path, SegmentScan | None] = {}
@@ -394,6 +419,7 @@ class LogDumper:
 
     def _dump_log_bytes(self, path: Path, file: str, base_offset: int, buf) -> Iterator[dict]:
         scan = SegmentScan(size=len(buf))
+        compacted = self.compacted or _listed_as_compacted(path.parent)
         expected_offset = base_offset
         previous_epoch = -1
         for position, header, tail_problem in scan_batches(buf):
@@ -421,7 +447,7 @@ class LogDumper:
                         yield record_event(record)
             if self.verify:
                 yield from self._verify_batch(file, position, header, crc_computed, records,
-                                              expected_offset, previous_epoch)
+                                              expected_offset, previous_epoch, compacted)
                 expected_offset = header.next_offset
                 previous_epoch = max(previous_epoch, header.partition_leader_epoch)
         self._scans[path] = scan
@@ -431,16 +457,19 @@ class LogDumper:
 
     def _verify_batch(self, file: str, position: int, header: BatchHeader, crc_computed: int,
                       records: list[Record] | None, expected_offset: int,
-                      previous_epoch: int) -> Iterator[dict]:
+                      previous_epoch: int, compacted: bool = False) -> Iterator[dict]:
         if crc_computed != header.crc:
             yield self._problem(file, position, "crc_mismatch",
                                 f"stored CRC {header.crc:#010x}, computed {crc_computed:#010x}")
-        if header.base_offset != expected_offset:
+        if header.base_offset != expected_offset and not (
+                compacted and header.base_offset > expected_offset):
             what = "gap" if header.base_offset > expected_offset else "overlap"
             yield self._problem(file, position, "offset_discontinuity",
                                 f"batch starts at offset {header.base_offset}, expected "
                                 f"{expected_offset} ({what})")
-        if header.last_offset_delta < 0 or header.record_count != header.last_offset_delta + 1:
+        if header.last_offset_delta < 0 or (header.record_count != header.last_offset_delta + 1
+                                            and not (compacted and header.record_count
+                                                     <= header.last_offset_delta + 1)):
             yield self._problem(file, position, "offset_discontinuity",
                                 f"{header.record_count} records but lastOffsetDelta "
                                 f"{header.last_offset_delta}")
@@ -451,6 +480,9 @@ class LogDumper:
         if records is not None:
             offsets = [r.offset for r in records]
             expected = list(range(header.base_offset, header.base_offset + len(records)))
+            if compacted:  # kept records at their own offsets, in order, inside the batch
+                expected = sorted(o for o in set(offsets)
+                                  if header.base_offset <= o <= header.last_offset)
             if offsets != expected:
                 yield self._problem(file, position, "offset_discontinuity",
                                     f"record offsets {offsets[:10]} are not "
@@ -464,7 +496,9 @@ class LogDumper:
             segments.sort()
             for (_, next_offset, _), (base_offset, _, file) in zip(segments, segments[1:],
                                                                    strict=False):
-                if next_offset is not None and base_offset != next_offset:
+                if next_offset is not None and base_offset != next_offset and not (
+                        base_offset > next_offset and (self.compacted or _listed_as_compacted(
+                            Path(file).parent))):
                     yield self._problem(file, None, "offset_discontinuity",
                                         f"segment starts at {base_offset}, the previous one "
                                         f"ends at {next_offset}")
@@ -563,7 +597,8 @@ class LogDumper:
 
 
 def run(args) -> int:
-    dumper = LogDumper(print_data=args.print_data, verify=args.verify)
+    dumper = LogDumper(print_data=args.print_data, verify=args.verify,
+                       compacted=args.compacted)
     out = sys.stdout
     if args.json:
         def emit(event: dict) -> None:
