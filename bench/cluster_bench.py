@@ -378,18 +378,13 @@ class Bench:
             self._tls_cluster = None
 
     def stop_everything(self) -> None:
-        secure = getattr(self, "_tls_cluster", None)
-        if secure is not None:
-            try:
-                secure.stop()
-            except Exception as e:  # still stop the rest
-                self.errors.append(f"stopping the TLS cluster: {e!r}")
-        cluster = getattr(self, "_tidewater_cluster", None)
-        if cluster is not None:
-            try:
-                cluster.stop()
-            except Exception as e:  # still stop the peer
-                self.errors.append(f"stopping tidewater: {e!r}")
+        for attr, what in (("_tls_cluster", "the TLS cluster"), ("_tidewater_cluster", "tidewater")):
+            cluster = getattr(self, attr, None)
+            if cluster is not None:
+                try:
+                    cluster.stop()
+                except Exception as e:  # still stop the rest (the peer)
+                    self.errors.append(f"stopping {what}: {e!r}")
         self.processes.stop_all()
 
     # ------------------------------------------------------------------ rows

@@ -18,8 +18,6 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import socket
-import struct
 import subprocess
 import time
 import uuid
@@ -29,6 +27,7 @@ import grpc
 import pytest
 from cluster_fixtures import run_tide, start_cluster, stop_cluster
 
+from tests.kafka_wire import answered_as_kafka, plaintext_api_versions_answer
 from tidewater.client.consumer import Consumer
 from tidewater.client.producer import Producer
 from tidewater.proto import tidewater_pb2 as pb
@@ -152,16 +151,8 @@ def test_every_port_refuses_plaintext(cluster):
     # The Kafka listener: a plaintext ApiVersions v0 gets no Kafka answer.
     for broker in cluster.brokers:
         host, port = broker["kafka"].rsplit(":", 1)
-        request = struct.pack(">hhi", 18, 0, 4242) + struct.pack(">h", 4) + b"kcat"
-        with socket.create_connection((host, int(port)), timeout=RPC_TIMEOUT_S) as s:
-            s.sendall(struct.pack(">i", len(request)) + request)
-            answer = b""
-            try:
-                while chunk := s.recv(4096):
-                    answer += chunk
-            except (ConnectionResetError, TimeoutError):
-                pass
-        assert struct.pack(">i", 4242) not in answer[:12], answer
+        answer = plaintext_api_versions_answer(host, int(port), RPC_TIMEOUT_S)
+        assert not answered_as_kafka(answer), answer
 
 
 def test_confluent_kafka_and_kcat_over_ssl(cluster):
