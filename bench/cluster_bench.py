@@ -238,6 +238,16 @@ class Bench:
                     tidewater_side.producer_throughput, bootstrap, name, size, acks, p.produce_s)
                 if not self.wants("produce"):
                     continue
+                if acks_name == "all" and size == 1024 and tidewater_side.idempotence_supported():
+                    # Side by side (issue 17): the same Producer, 5 in flight, not idempotent.
+                    plain = self.step(f"create topic produce not idempotent {size_name(size)}",
+                                      topic, f"produce-plain-{size}")
+                    if plain is not None:
+                        self.tw[("produce_plain", acks_name, size)] = self.step(
+                            f"tidewater Producer acks=all {size_name(size)} not idempotent",
+                            with_cpu, pids(), tidewater_side.producer_throughput, bootstrap, plain,
+                            size, acks, p.produce_s,
+                            producer_options={"enable_idempotence": False})
                 name = self.step(f"create topic pipelined acks={acks_name} {size_name(size)}", topic,
                                  f"pipelined-acks{acks_name}-{size}")
                 if name is None:
@@ -368,18 +378,13 @@ class Bench:
             self._tls_cluster = None
 
     def stop_everything(self) -> None:
-        secure = getattr(self, "_tls_cluster", None)
-        if secure is not None:
-            try:
-                secure.stop()
-            except Exception as e:  # still stop the rest
-                self.errors.append(f"stopping the TLS cluster: {e!r}")
-        cluster = getattr(self, "_tidewater_cluster", None)
-        if cluster is not None:
-            try:
-                cluster.stop()
-            except Exception as e:  # still stop the peer
-                self.errors.append(f"stopping tidewater: {e!r}")
+        for attr, what in (("_tls_cluster", "the TLS cluster"), ("_tidewater_cluster", "tidewater")):
+            cluster = getattr(self, attr, None)
+            if cluster is not None:
+                try:
+                    cluster.stop()
+                except Exception as e:  # still stop the rest (the peer)
+                    self.errors.append(f"stopping {what}: {e!r}")
         self.processes.stop_all()
 
     # ------------------------------------------------------------------ rows
@@ -417,6 +422,9 @@ class Bench:
                     in_flight = 5 if tidewater_side.producer_in_flight_supported() else 1
                     note = (f"client.producer, 256 KiB batches, linger 5 ms, {in_flight} in flight"
                             if kind == "produce" else "pre-encoded 256 KiB batches, 8 requests in flight")
+                    if (kind == "produce" and acks_name == "all"
+                            and tidewater_side.idempotence_supported()):
+                        note += ", idempotent"
                     if acks_name == "all" and kind == "produce":
                         note += "; peer: publish_async, 256 in flight"
                     metric = f"{label} acks={acks_name} {size_name(size)}"
@@ -428,6 +436,14 @@ class Bench:
                                     peer_t.mb_per_cpu_s if peer_t else None,
                                     "CPU of all processes: servers (+controller) and client"
                                     if acks_name == "all" else ""))
+        plain = self.tw.get(("produce_plain", "all", 1024))
+        if plain is not None or ("produce_plain", "all", 1024) in self.tw:
+            metric = "Producer acks=all 1 KiB, not idempotent"
+            rows.append(Row("produce", metric, "MB/s", plain.mb_per_s if plain else None, None,
+                            "as the idempotent Producer acks=all 1 KiB row above (5 in flight), "
+                            "enable_idempotence=False"))
+            rows.append(Row("produce", metric, "rec/s", plain.records_per_s if plain else None,
+                            None, ""))
         tw, peer = self.tw.get("serial"), self.peer.get("serial")
         for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
             rows.append(Row("latency", f"ack, one at a time, {label}", "ms",

@@ -215,6 +215,15 @@ def producer_in_flight_supported() -> bool:
     return "max_in_flight_per_partition" in inspect.signature(Producer).parameters
 
 
+def idempotence_supported() -> bool:
+    """The Producer is idempotent by default with acks=all (issue 17's clients)."""
+    import inspect
+
+    from tidewater.client.producer import Producer
+
+    return "enable_idempotence" in inspect.signature(Producer).parameters
+
+
 def producer_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int | str,
                         duration_s: float, *, batch_size_bytes: int = 256 * KIB,
                         linger_ms: int = 5, in_flight: int = 5,

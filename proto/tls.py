@@ -23,7 +23,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidewater.proto.errors import InvalidConfigError
 
@@ -113,19 +113,23 @@ def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
 
 
 def open_aio_channel(target: str, options: Sequence[tuple[str, int]],
-                     credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+                     credentials: grpc.ChannelCredentials | None,
+                     interceptors: Sequence[Any] | None = None) -> grpc.aio.Channel:
     """An aio channel to ``target``: TLS with ``credentials``, else plaintext (the one
-    place the brokers, the controller and the clients choose between the two)."""
+    place the brokers, the controller and the clients choose between the two);
+    ``interceptors``: aio client interceptors (a client's SASL call metadata)."""
     import grpc
 
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options,
+                                   interceptors=interceptors)
 
 
 def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
-    """For the Kafka listener (asyncio TCP): TLS 1.2+, no client certificate asked for
-    (Kafka's ``ssl.client.auth=none``)."""
+    """For the Kafka listener (asyncio TCP): TLS 1.2+; a client certificate is asked for
+    but not required (Kafka's ``ssl.client.auth=requested``): one from the cluster's CA
+    names the connection's principal, any other fails the handshake."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -134,7 +138,7 @@ def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
         context.load_verify_locations(cafile=files.ca)
     except (OSError, ssl.SSLError) as e:
         raise TlsConfigError(f"cannot load the TLS files: {e}") from None
-    context.verify_mode = ssl.CERT_NONE
+    context.verify_mode = ssl.CERT_OPTIONAL
     return context
 
 

@@ -95,3 +95,12 @@ def test_the_group_verdict_fails_on_an_unconsumed_record_or_a_commit_going_back(
 def ok_verdict():
     acked = {f"{P}0-1": (0, 0)}
     return run({0: [(0, f"{P}0-1")], 1: []}, acked)
+def test_a_producers_records_out_of_send_order_fail():
+    acked = {f"{P}0-000000001": (0, 0), f"{P}0-000000002": (0, 1), f"{P}1-000000001": (0, 2)}
+    in_order = {0: [(0, f"{P}0-000000001"), (1, f"{P}0-000000002"), (2, f"{P}1-000000001")], 1: []}
+    assert run(in_order, acked).ok
+    swapped = {0: [(0, f"{P}0-000000002"), (1, f"{P}0-000000001"), (2, f"{P}1-000000001")], 1: []}
+    v = run(swapped, {f"{P}0-000000002": (0, 0), f"{P}0-000000001": (0, 1),
+                      f"{P}1-000000001": (0, 2)})
+    assert not v.ok and v.partitions[0].out_of_order == 1
+    assert "order" in v.table().splitlines()[0]

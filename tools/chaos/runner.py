@@ -70,6 +70,7 @@ class ChaosOptions:
     gap_s: tuple[float, float] = (1.0, 4.0)
     fault_weights: dict[str, int] | None = None
     settle_timeout_s: float = SETTLE_TIMEOUT_S
+    idempotent: bool = False  # idempotent producers, 5 in flight, retries (workload.py)
     log: object = field(default=sys.stderr)
 
 
@@ -329,7 +330,8 @@ class ChaosRun:
                                     security=self.security)
             workload = Workload(self.bootstrap, o.topic, self.partitions, run_id=self.run_id,
                                 ack_log_path=self.out / "acks.jsonl", producers=o.producers,
-                                rate_per_s=o.rate_per_s, security=self.security)
+                                rate_per_s=o.rate_per_s, security=self.security,
+                                idempotent=o.idempotent)
             group_reader = GroupReader(self.bootstrap, o.topic, self.partitions,
                                        f"chaos-{self.run_id}", security=self.security)
             monitor.start()
