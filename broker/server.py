@@ -44,12 +44,12 @@ from tidewater.broker import grpc_security
 from tidewater.broker.authorizer import Session
 from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
-from tidewater.broker.group.grpc_service import GroupRpcs
+from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.broker.security import may_init_producer_id
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import DESCRIBE, TOPIC
+from tidewater.proto.acls import DESCRIBE, GROUP, TOPIC
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
@@ -176,6 +176,14 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             return None
         session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
+
+    async def _group_allowed(self, context) -> GroupAllowed | None:
+        """(operation, group) -> may, for this call's caller; None: security is off."""
+        security = self.security
+        if security is None:
+            return None
+        session = await self._session(context, security)
+        return lambda operation, group: security.allows(session, operation, GROUP, group)
 
     @_rpc("Produce")
     async def Produce(self, request, context):
@@ -320,43 +328,43 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     # Consumer groups: broker/group/grpc_service.py (the same coordinator as Kafka's APIs).
     @_rpc("FindCoordinator")
     async def FindCoordinator(self, request, context):
-        return await self.groups.find_coordinator(request)
+        return await self.groups.find_coordinator(request, await self._group_allowed(context))
 
     @_rpc("JoinGroup")
     async def JoinGroup(self, request, context):
-        return await self.groups.join_group(request)
+        return await self.groups.join_group(request, await self._group_allowed(context))
 
     @_rpc("SyncGroup")
     async def SyncGroup(self, request, context):
-        return await self.groups.sync_group(request)
+        return await self.groups.sync_group(request, await self._group_allowed(context))
 
     @_rpc("Heartbeat")
     async def Heartbeat(self, request, context):
-        return await self.groups.heartbeat(request)
+        return await self.groups.heartbeat(request, await self._group_allowed(context))
 
     @_rpc("LeaveGroup")
     async def LeaveGroup(self, request, context):
-        return await self.groups.leave_group(request)
+        return await self.groups.leave_group(request, await self._group_allowed(context))
 
     @_rpc("OffsetCommit")
     async def OffsetCommit(self, request, context):
-        return await self.groups.offset_commit(request)
+        return await self.groups.offset_commit(request, await self._group_allowed(context))
 
     @_rpc("OffsetFetch")
     async def OffsetFetch(self, request, context):
-        return await self.groups.offset_fetch(request)
+        return await self.groups.offset_fetch(request, await self._group_allowed(context))
 
     @_rpc("ListGroups")
     async def ListGroups(self, request, context):
-        return await self.groups.list_groups(request)
+        return await self.groups.list_groups(request, await self._group_allowed(context))
 
     @_rpc("DescribeGroups")
     async def DescribeGroups(self, request, context):
-        return await self.groups.describe_groups(request)
+        return await self.groups.describe_groups(request, await self._group_allowed(context))
 
     @_rpc("DeleteGroups")
     async def DeleteGroups(self, request, context):
-        return await self.groups.delete_groups(request)
+        return await self.groups.delete_groups(request, await self._group_allowed(context))
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):

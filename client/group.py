@@ -78,8 +78,11 @@ class CoordinatorClient:
                             pb.FindCoordinatorRequest(group_id=self.group_id),
                             timeout_s=self.request_timeout_s, address=address)
         answer = self.metadata.any_broker_call(ask)
-        if answer.error_code != pb.NONE:
+        if answer.error_code in COORDINATOR_ERRORS:
             raise _CoordinatorGone(pb.ErrorCode.Name(answer.error_code))
+        if answer.error_code != pb.NONE:  # not retriable: GROUP_AUTHORIZATION_FAILED, ...
+            raise error_for_code(answer.error_code, f"FindCoordinator of {self.group_id!r}: "
+                                 f"{answer.error_message}")
         with self._lock:
             self._coordinator = (answer.host, answer.port)
             return self._coordinator

@@ -2,14 +2,26 @@
 Kafka's group APIs, in Tidewater's messages (proto/tidewater.proto, "consumer groups").
 
 ``GroupRpcs`` is held by each listener's ``BrokerServicer``; FindCoordinator answers with
-the coordinator's address on that listener.
+the coordinator's address on that listener. With security on, each call gets
+``allowed(operation, group)`` for its caller and checks the group's ACLs as Kafka's APIs
+do: READ to join, sync, heartbeat, leave and commit; DESCRIBE to find the coordinator,
+fetch offsets, describe and list; DELETE to delete (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tidewater.broker.group import service
 from tidewater.broker.group.state import GroupState
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import DELETE, DESCRIBE, READ
+
+GroupAllowed = Callable[[int, str], bool]  # (operation, group id) -> may
+
+
+def _refused(allowed: GroupAllowed | None, operation: int, group_id: str) -> bool:
+    return allowed is not None and not allowed(operation, group_id)
 
 
 def _member(m, protocol: str, with_data: bool) -> pb.GroupMember:
@@ -25,14 +37,20 @@ class GroupRpcs:
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
 
-    async def find_coordinator(self, request: pb.FindCoordinatorRequest
+    async def find_coordinator(self, request: pb.FindCoordinatorRequest,
+                               allowed: GroupAllowed | None = None
                                ) -> pb.FindCoordinatorResponse:
+        if _refused(allowed, DESCRIBE, request.group_id):
+            return pb.FindCoordinatorResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         node = await self.coordinator.find_coordinator(request.group_id, self.listener_name)
         return pb.FindCoordinatorResponse(error_code=node.error_code,
                                           error_message=node.message, node_id=node.node_id,
                                           host=node.host, port=node.port)
 
-    async def join_group(self, request: pb.JoinGroupRequest) -> pb.JoinGroupResponse:
+    async def join_group(self, request: pb.JoinGroupRequest,
+                         allowed: GroupAllowed | None = None) -> pb.JoinGroupResponse:
+        if _refused(allowed, READ, request.group_id):
+            return pb.JoinGroupResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id)
         answer = await service.join(
             self.coordinator, group_id=request.group_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id or None, client_id=request.client_id,
@@ -49,7 +67,10 @@ class GroupRpcs:
                                     metadata=metadata)
                      for m, instance, metadata in answer.members])
 
-    async def sync_group(self, request: pb.SyncGroupRequest) -> pb.SyncGroupResponse:
+    async def sync_group(self, request: pb.SyncGroupRequest,
+                         allowed: GroupAllowed | None = None) -> pb.SyncGroupResponse:
+        if _refused(allowed, READ, request.group_id):
+            return pb.SyncGroupResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         answer = await service.sync(
             self.coordinator, group_id=request.group_id, generation_id=request.generation_id,
             member_id=request.member_id, protocol_type=None, protocol_name=None,
@@ -58,17 +79,26 @@ class GroupRpcs:
                                     protocol_name=answer.protocol_name or "",
                                     assignment=answer.assignment)
 
-    async def heartbeat(self, request: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+    async def heartbeat(self, request: pb.HeartbeatRequest,
+                        allowed: GroupAllowed | None = None) -> pb.HeartbeatResponse:
+        if _refused(allowed, READ, request.group_id):
+            return pb.HeartbeatResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         return pb.HeartbeatResponse(error_code=service.heartbeat(
             self.coordinator, group_id=request.group_id, generation_id=request.generation_id,
             member_id=request.member_id))
 
-    async def leave_group(self, request: pb.LeaveGroupRequest) -> pb.LeaveGroupResponse:
+    async def leave_group(self, request: pb.LeaveGroupRequest,
+                          allowed: GroupAllowed | None = None) -> pb.LeaveGroupResponse:
+        if _refused(allowed, READ, request.group_id):
+            return pb.LeaveGroupResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         code, codes = service.leave(self.coordinator, group_id=request.group_id,
                                     member_ids=list(request.member_ids))
         return pb.LeaveGroupResponse(error_code=code, member_error_codes=codes)
 
-    async def offset_commit(self, request: pb.OffsetCommitRequest) -> pb.OffsetCommitResponse:
+    async def offset_commit(self, request: pb.OffsetCommitRequest,
+                            allowed: GroupAllowed | None = None) -> pb.OffsetCommitResponse:
+        if _refused(allowed, READ, request.group_id):
+            return pb.OffsetCommitResponse(offsets=[pb.GroupOffset(topic=o.topic, partition=o.partition, error_code=pb.GROUP_AUTHORIZATION_FAILED) for o in request.offsets])
         errors = await service.commit(
             self.coordinator, self.metadata_cache, group_id=request.group_id,
             generation_id=request.generation_id, member_id=request.member_id,
@@ -78,7 +108,10 @@ class GroupRpcs:
             pb.GroupOffset(topic=t, partition=p, error_code=code)
             for (t, p), code in errors.items()])
 
-    async def offset_fetch(self, request: pb.OffsetFetchRequest) -> pb.OffsetFetchResponse:
+    async def offset_fetch(self, request: pb.OffsetFetchRequest,
+                           allowed: GroupAllowed | None = None) -> pb.OffsetFetchResponse:
+        if _refused(allowed, DESCRIBE, request.group_id):
+            return pb.OffsetFetchResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         wanted = [(o.topic, o.partition) for o in request.partitions] or None
         code, found = service.fetch_offsets(self.coordinator, request.group_id, wanted)
         return pb.OffsetFetchResponse(error_code=code, offsets=[
@@ -87,16 +120,21 @@ class GroupRpcs:
                            metadata=c.metadata if c else "")
             for (t, p), c in sorted(found.items())])
 
-    async def list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+    async def list_groups(self, request: pb.ListGroupsRequest,
+                          allowed: GroupAllowed | None = None) -> pb.ListGroupsResponse:
         code, groups = service.listed_groups(self.coordinator)
         return pb.ListGroupsResponse(error_code=code, groups=[
             pb.GroupListing(group_id=g.group_id, protocol_type=g.protocol_type or "",
-                            state=g.state.value) for g in groups])
+                            state=g.state.value) for g in groups
+            if not _refused(allowed, DESCRIBE, g.group_id)])
 
-    async def describe_groups(self, request: pb.DescribeGroupsRequest
-                              ) -> pb.DescribeGroupsResponse:
+    async def describe_groups(self, request: pb.DescribeGroupsRequest,
+                              allowed: GroupAllowed | None = None) -> pb.DescribeGroupsResponse:
         response = pb.DescribeGroupsResponse()
         for group_id in request.group_ids:
+            if _refused(allowed, DESCRIBE, group_id):
+                response.groups.add(error_code=pb.GROUP_AUTHORIZATION_FAILED, group_id=group_id)
+                continue
             code, group = service.describe(self.coordinator, group_id)
             if group is None:
                 response.groups.add(error_code=code, group_id=group_id,
@@ -110,7 +148,10 @@ class GroupRpcs:
                 members=[_member(m, protocol, stable) for m in group.members.values()])
         return response
 
-    async def delete_groups(self, request: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
-        pending = [(g, service.delete(self.coordinator, g)) for g in request.group_ids]
+    async def delete_groups(self, request: pb.DeleteGroupsRequest,
+                            allowed: GroupAllowed | None = None) -> pb.DeleteGroupsResponse:
+        pending = [(g, None if _refused(allowed, DELETE, g) else service.delete(self.coordinator, g))
+                   for g in request.group_ids]
         return pb.DeleteGroupsResponse(results=[
-            pb.GroupResult(group_id=g, error_code=await outcome) for g, outcome in pending])
+            pb.GroupResult(group_id=g, error_code=pb.GROUP_AUTHORIZATION_FAILED
+                           if outcome is None else await outcome) for g, outcome in pending])

@@ -30,6 +30,7 @@ from typing import Any
 from tidewater.broker.group import service
 from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
@@ -54,7 +55,6 @@ GROUP_API_NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
                    DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
                    DELETE_GROUPS: "DeleteGroups"}
 GROUP_KEY_TYPE = 0
-GROUP_AUTHORIZATION_FAILED = 30  # Kafka's code (the authorizer's branch adds it to the enum)
 JOIN_MEMBER_ID_REQUIRED_FROM = 4
 
 
@@ -63,15 +63,10 @@ def authorize_group(s, head: RequestHead, operation: str, group_id: str) -> int 
     ``group_id`` to this connection, or None to allow it: every group API asks here.
 
     It asks ``Services.allowed(operation, GROUP, name)`` (the authorizer's one hook, with
-    ``proto.acls``' numbers) where the broker has one; a broker without it allows
-    everything."""
-    allowed = getattr(s, "allowed", None)
-    if allowed is None:
+    ``proto.acls``' numbers); without security everything is allowed."""
+    if s.allowed(getattr(acls, operation), acls.GROUP, group_id):
         return None
-    from tidewater.proto import acls  # type: ignore[attr-defined]  # with the authorizer
-    if allowed(getattr(acls, operation), acls.GROUP, group_id):
-        return None
-    return GROUP_AUTHORIZATION_FAILED
+    return pb.GROUP_AUTHORIZATION_FAILED
 
 
 def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:

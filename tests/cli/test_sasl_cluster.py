@@ -374,3 +374,96 @@ def test_ssl_client_certificate_names_the_principal(ssl_acl):
         confluent_kafka.KafkaError._MSG_TIMED_OUT, confluent_kafka.KafkaError._UNKNOWN_TOPIC,
         confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART)
     assert consume(with_cert, "cert-topic", 2, timeout_s=5) == [b"by-certificate"]
+
+
+def test_a_group_needs_read_on_the_group_as_well_as_the_topic(sasl_ssl):
+    """Issue 16 with issue 18: the group APIs ask the authorizer (GROUP READ/DESCRIBE)."""
+    c = sasl_ssl
+    create_topics(c, "gr-orders")
+    assert produce(conf(c), "gr-orders", [b"x", b"y"]) == []
+    admin = admin_mod.AdminClient(conf(c))
+    upsert = admin_mod.UserScramCredentialUpsertion(
+        "gina", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_512, 8192),
+        b"gina-pw")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+
+    def acl(resource_type, name):
+        return admin_mod.AclBinding(resource_type, name, admin_mod.ResourcePatternType.LITERAL,
+                                    "User:gina", "*", admin_mod.AclOperation.READ,
+                                    admin_mod.AclPermissionType.ALLOW)
+    for future in admin.create_acls([acl(admin_mod.ResourceType.TOPIC, "gr-orders")]).values():
+        future.result(30)
+    time.sleep(1)
+    gina = conf(c, "gina", "gina-pw", **{"group.id": "gina-group",
+                                        "auto.offset.reset": "earliest"})
+
+    def subscribe_and_poll(seconds: float):
+        consumer = confluent_kafka.Consumer(gina)
+        consumer.subscribe(["gr-orders"])
+        values, errors = [], []
+        deadline = time.monotonic() + seconds
+        while len(values) < 2 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                errors.append(m.error().code())
+                break
+            values.append(m.value())
+        if values:
+            consumer.commit(asynchronous=False)
+        consumer.close()
+        return values, errors
+    values, errors = subscribe_and_poll(20)
+    assert values == [] and errors == [confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED]
+    for future in admin.create_acls([acl(admin_mod.ResourceType.GROUP, "gina-group")]).values():
+        future.result(30)
+    time.sleep(1)
+    values, errors = subscribe_and_poll(30)
+    assert values == [b"x", b"y"] and errors == []
+
+
+def test_grpc_group_calls_are_authorized_too(sasl_ssl):
+    """The gRPC group RPCs ask the same ACLs: the Tidewater Consumer in a group."""
+    from tidewater.client.consumer import Consumer
+    from tidewater.proto.errors import TidewaterError
+    c = sasl_ssl
+    create_topics(c, "gg-orders")
+    assert produce(conf(c), "gg-orders", [b"p", b"q"]) == []
+    admin = admin_mod.AdminClient(conf(c))
+    upsert = admin_mod.UserScramCredentialUpsertion(
+        "gus", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_512, 8192),
+        b"gus-pw")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+
+    def acl(resource_type, name):
+        return admin_mod.AclBinding(resource_type, name, admin_mod.ResourcePatternType.LITERAL,
+                                    "User:gus", "*", admin_mod.AclOperation.READ,
+                                    admin_mod.AclPermissionType.ALLOW)
+    for future in admin.create_acls([acl(admin_mod.ResourceType.TOPIC, "gg-orders")]).values():
+        future.result(30)
+    time.sleep(1)
+    gus = {"security_protocol": "SASL_SSL", "ssl_cafile": c.ca,
+           "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "gus",
+           "sasl_plain_password": "gus-pw", "group_id": "gus-group",
+           "auto_offset_reset": "earliest", "session_timeout_ms": 6000,
+           "enable_auto_commit": False}
+    with Consumer(c.bootstrap, **gus) as consumer:
+        consumer.subscribe(["gg-orders"])
+        with pytest.raises(TidewaterError) as refused:
+            consumer.poll(5000)
+        assert "GROUP_AUTHORIZATION_FAILED" in str(refused.value) or \
+            refused.value.error_code == 30
+    for future in admin.create_acls([acl(admin_mod.ResourceType.GROUP, "gus-group")]).values():
+        future.result(30)
+    time.sleep(1)
+    with Consumer(c.bootstrap, **gus) as consumer:
+        consumer.subscribe(["gg-orders"])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(500)]
+        consumer.commit()
+        assert got == [b"p", b"q"]
