@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ack logs of tide produce --ack-log / tide chaos")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the report")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master when no session exists yet (default local[*])")
+                   help="Spark master when no session exists yet: local[N] (default local[*]) "
+                        "or a standalone cluster's spark://HOST:PORT (make spark-up)")
 
 
 def parse_ack_log(path: str) -> list[tuple]:
@@ -221,10 +222,26 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
         log(f"{r['name']:<32} {state:<7} violations={r['violations']} checked={r['checked']}")
     log(f"audit: {'PASS' if doc['passed'] else 'FAIL'} in {doc['elapsed_s']:.1f} s "
         f"(rules {rules_s:.1f} s); report in {out_dir}/report.md")
+    spark_log = _spark_log_path(spark)
+    if spark_log:
+        log(f"audit: Spark's log lines are in {spark_log}")
     return doc["exit_code"]
 
 
-def session_for(master: str):
+def _spark_log_path(spark) -> str | None:
+    """The file the audit's log4j2 config sends Spark's INFO lines to, if it is in use."""
+    try:
+        jvm = spark.sparkContext._jvm
+        if "log4j2.properties" not in (jvm.System.getProperty("log4j2.configurationFile") or ""):
+            return None
+        return (jvm.System.getProperty("tidewater.audit.spark_log")
+                or str(Path(jvm.System.getProperty("java.io.tmpdir"),
+                            "tidewater-audit-spark.log")))
+    except Exception:  # no JVM gateway (Spark Connect): nothing to point at
+        return None
+
+
+def session_for(master: str, spark_log: str | Path | None = None):
     """The session spark-submit made (its master wins), else a quiet local one."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -233,7 +250,7 @@ def session_for(master: str):
 
     active = SparkContext._active_spark_context
     if active is None and "spark.master" not in _submit_conf():
-        return session.local_session(master)
+        return session.local_session(master, spark_log=spark_log)
     spark = SparkSession.builder.getOrCreate()
     datasource.register(spark)
     return spark
@@ -252,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     from tidewater.audit.session import SparkUnavailableError
 
     try:
-        spark = session_for(args.master)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        spark = session_for(args.master, Path(args.out) / "spark.log")
     except SparkUnavailableError as e:
         print(f"audit: {e}", file=sys.stderr)
         return EXIT_INPUT
