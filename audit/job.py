@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="metrics snapshots (tide metrics scrape output or Prometheus text)")
     p.add_argument("--ack-log", action="extend", nargs="+", default=[], metavar="FILE",
                    help="ack logs of tide produce --ack-log / tide chaos")
+    p.add_argument("--faults", metavar="FILE", default=None,
+                   help="a chaos run's faults.jsonl: its faults shown on the report's timeline")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the report")
     p.add_argument("--master", default="local[*]",
                    help="Spark master when no session exists yet: local[N] (default local[*]) "
@@ -169,21 +171,26 @@ def _input_error_message(e: BaseException) -> str | None:
 
 
 def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None,
-              ack_logs: list[str] | None = None, log=print) -> int:
-    """Run every rule and write the report; returns the exit code."""
-    from tidewater.audit import health, report, rules
+              ack_logs: list[str] | None = None, log=print, faults_log: str | None = None
+              ) -> int:
+    """Run every rule and write the report; returns the exit code.
+
+    ``faults_log``: a chaos run's faults.jsonl (the report then shows its faults).
+    """
+    from tidewater.audit import health, report, report_html, rules
     from tidewater.audit.reader import AuditInputError
 
     metrics = metrics or []
     ack_logs = ack_logs or []
     started = time.monotonic()
     try:
+        fault_entries = report_html.read_fault_log(faults_log) if faults_log else None
         inputs, inventory = load_inputs(spark, data, metrics, ack_logs)
         log(f"audit: {len(inventory.segments)} segments of {len(inventory.data_dirs)} data "
             f"dirs; running the rules")
         audit_results = rules.run_rules(inputs)
         rules_s = time.monotonic() - started
-    except (AuditInputError, AckLogError) as e:
+    except (AuditInputError, AckLogError, report_html.FaultLogError) as e:
         log(f"audit: input cannot be read: {e}")
         return EXIT_INPUT
     except Exception as e:  # errors raised in Spark's Python workers arrive wrapped
@@ -215,8 +222,16 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
     doc["rules_s"] = round(rules_s, 3)
     report.write_json(out_dir, doc)
     (out_dir / "report.md").write_text(report.render_markdown(doc))
-    (out_dir / "report.html").write_text(report.render_html(
-        doc, samples, health.under_replicated_timeline(samples), up))
+    faults = None
+    if fault_entries is not None:  # a fault never undone lasts to the last sample
+        last_ms = max([s.timestamp_ms for s in samples]
+                      + [e["unix_ms"] for e in fault_entries], default=0)
+        faults = report_html.fault_intervals(fault_entries, last_ms)
+    violated = {(r.topic, r.partition) for r in
+                audit_results.violations.select("topic", "partition").distinct().collect()}
+    (out_dir / "report.html").write_text(report_html.render_html(
+        doc, samples, health.under_replicated_timeline(samples), up, faults=faults,
+        violated=violated))
     for r in doc["rules"]:
         state = "skipped" if r["skipped"] else ("pass" if r["passed"] else "FAIL")
         log(f"{r['name']:<32} {state:<7} violations={r['violations']} checked={r['checked']}")
@@ -276,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     try:
         return run_audit(spark, args.data, args.out, args.metrics, args.ack_log,
-                         log=lambda m: print(m, file=sys.stderr))
+                         log=lambda m: print(m, file=sys.stderr), faults_log=args.faults)
     finally:
         spark.stop()
 

@@ -178,7 +178,7 @@ def up(state_dir: Path, port: int = DEFAULT_PORT, workers: int = 2, worker_cores
     state = ClusterState(plan.master_url, {}, plan.web_ui_ports)
     try:
         for name, argv in plan.commands().items():
-            log = open(state_dir / f"{name}.log", "wb")  # noqa: SIM115 (the child keeps it)
+            log = open(state_dir / f"{name}.log", "wb")
             process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
             log.close()

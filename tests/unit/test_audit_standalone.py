@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from tidewater.audit import session, standalone, submit  # noqa: E402
+from tidewater.audit import session, standalone, submit
 
 
 def test_plan_starts_a_master_and_workers_on_loopback(tmp_path):

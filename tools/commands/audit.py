@@ -49,7 +49,8 @@ def run(args) -> int:
         spark = SparkSession.builder.getOrCreate()
         register_sources(spark)
     try:
-        return run_audit(spark, args.data, args.out, args.metrics, args.ack_log, log=print)
+        return run_audit(spark, args.data, args.out, args.metrics, args.ack_log, log=print,
+                         faults_log=args.faults)
     finally:
         if owned:
             spark.stop()
