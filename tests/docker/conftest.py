@@ -130,6 +130,12 @@ def image():
 
 
 @pytest.fixture(scope="session")
+def chaos_run_dir(tmp_path_factory) -> Path:
+    """Where test_compose's chaos run writes; the Spark audit test reads it (or runs its own)."""
+    return tmp_path_factory.mktemp("chaos-run") / "chaos"
+
+
+@pytest.fixture(scope="session")
 def compose_cluster(image, tmp_path_factory):
     project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
     data_dir = tmp_path_factory.mktemp("compose-data")
