@@ -11,18 +11,29 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.docker.conftest import COMPOSE_FILE, run
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
 
 SPARK_IMAGE = os.environ.get("TIDE_SPARK_IMAGE") or "tidewater-spark:latest"
 SPARK_SERVICES = ("spark-master", "spark-worker-1", "spark-worker-2")
 
 pytestmark = pytest.mark.timeout(2400)
+
+
+def run(cmd, *, env=None, timeout_s=120, check=True) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=timeout_s)
+    if check and r.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, cmd))} exited {r.returncode}:\n"
+                    f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
 
 
 @pytest.fixture(scope="module")
