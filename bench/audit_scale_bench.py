@@ -86,7 +86,6 @@ def build(root: Path, size_bytes: int, partitions: int, segment_bytes: int,
     per_chunk = max(1, WRITE_CHUNK_BYTES // size)
     chunk = bytearray(template * per_chunk)
     topic_id = _topic_id_text(TOPIC)
-    segments = 0
     for broker in BROKERS:
         data_dir = root / f"broker-{broker}"
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -102,7 +101,6 @@ def build(root: Path, size_bytes: int, partitions: int, segment_bytes: int,
             in_segment = min(per_segment, per_partition - written)
             name = f"{written * RECORDS_PER_BATCH:020d}.log"
             files = [open(d / name, "wb") for d in dirs]
-            segments += 1
             done = 0
             while done < in_segment:
                 n = min(per_chunk, in_segment - done)
@@ -134,7 +132,8 @@ def build(root: Path, size_bytes: int, partitions: int, segment_bytes: int,
             _checkpoint([f"{TOPIC} {p} 0" for p in range(partitions)]))
     total = sum(f.stat().st_size for f in root.glob("broker-*/*/*.log"))
     return {"batches": per_partition * partitions * len(BROKERS), "bytes": total,
-            "segments": segments * len(BROKERS), "batch_bytes": size}
+            "segments": len(list(root.glob("broker-*/*/*.log"))), "batch_bytes": size,
+            "replica_bytes": per_partition * size}
 
 
 # ---------------------------------------------------------------- memory
@@ -332,8 +331,9 @@ def main(argv=None) -> int:
         print()
         print(f"Audit at scale: {shape['bytes'] / GIB:.2f} GiB, {shape['batches']:,} batches "
               f"({shape['batch_bytes']} B, {RECORDS_PER_BATCH} records each), "
-              f"{len(BROKERS)} brokers x {args.partitions} partitions, segments up to "
-              f"{args.segment_mib} MiB")
+              f"{len(BROKERS)} brokers x {args.partitions} partitions of "
+              f"{shape['replica_bytes'] / MIB:,.0f} MiB, {shape['segments']} segments "
+              f"(at most {args.segment_mib} MiB each)")
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
               f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / GIB:.0f} GiB RAM, "
               f"Python {platform.python_version()}, load average "
