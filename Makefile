@@ -11,14 +11,18 @@ DEMO_DIR ?= $(CURDIR)/.demo
 
 venv: $(STAMP)
 
+# $(call apt_tool,PACKAGE,WHAT IS SKIPPED WITHOUT IT): install a Debian package whose
+# command is missing (apt-get update only when the first try fails).
+apt_tool = command -v $(1) >/dev/null 2>&1 || { \
+	  (apt-get install -y -q $(1) >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(1) >/dev/null 2>&1)) \
+	  && echo "installed $(1) from Debian" \
+	  || echo "$(1) not installed (no apt here): $(2)"; }
+
 # kcat (Debian's, librdkafka 2.0.2) for the Kafka-client tests; where apt cannot install
 # it those tests are skipped, and say so.
 kcat:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  (apt-get install -y -q kcat >/dev/null 2>&1 || \
-	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) \
-	  && echo "installed kcat from Debian" \
-	  || echo "kcat not installed (no apt here): the kcat tests will be skipped"; }
+	@$(call apt_tool,kcat,the kcat tests will be skipped)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,11 +97,7 @@ bench-audit: venv
 # Headless Chromium (Debian's) for the report's screenshot test; where apt cannot
 # install it that test is skipped, and says so.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  (apt-get install -y -q chromium >/dev/null 2>&1 || \
-	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
-	  && echo "installed chromium from Debian" \
-	  || echo "chromium not installed (no apt here): the report screenshot test will be skipped"; }
+	@$(call apt_tool,chromium,the report screenshot test will be skipped)
 
 # The audit package for spark-submit --py-files (README).
 audit-zip: venv

@@ -149,12 +149,10 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     raw = (hi - lo) / max(count, 1)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.floor(lo / step) * step
-    ticks = []
-    v = first
-    while v < hi + step * 0.999:
-        ticks.append(round(v, 10))
-        v += step
+    first = math.floor(lo / step)
+    ticks = [round(first * step, 10)]
+    while ticks[-1] < hi:
+        ticks.append(round((first + len(ticks)) * step, 10))
     return ticks
 
 
