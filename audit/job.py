@@ -1,11 +1,13 @@
 """The audit job: read brokers' data, metrics and ack logs, run every rule, write the report.
 
-Under spark-submit (any master; the package on ``--py-files`` as a zip)::
+Under spark-submit (any master; the package on ``--py-files`` as a zip; the venv's
+``tide-spark-submit`` sets SPARK_HOME, PYSPARK_PYTHON and the log4j2 config)::
 
-    spark-submit --master local[*] --py-files audit.zip audit/job.py \\
-        DATA_DIR... [--metrics DIR] [--ack-log FILE...] --out DIR
+    tide-spark-submit --master spark://127.0.0.1:7177 --py-files audit.zip audit/job.py \\
+        DATA_DIR... [--metrics DIR] [--ack-log FILE...] [--faults FILE] --out DIR
 
-or ``python -m audit.job ...`` / ``tide audit ...``, which start a local Spark.
+or ``python -m audit.job ...`` / ``tide audit ... [--master URL]``, which start the
+driver themselves (Spark's log lines in ``--out``/spark.log).
 Exit code: 0 every rule passes, 1 some rule fails, 2 the input cannot be read.
 
 Ack log format (``tide produce --ack-log``): JSON lines

@@ -120,3 +120,21 @@ def test_coinciding_lines_are_drawn_widest_first_and_axes_have_ticks():
     y_labels = re.findall(r'text-anchor="end">([^<]+)</text>', svg)
     assert y_labels == ["0", "20", "40", "60"]
     assert re.findall(r">(\d\d:\d\d:\d\d)</text>", svg)[:2] == ["22:13:20", "22:13:30"]
+
+
+def test_fault_log_garbage_is_a_typed_error_and_a_torn_last_line_is_skipped(tmp_path):
+    import pytest
+
+    from tidewater.audit.report_html import FaultLogError, read_fault_log
+
+    path = tmp_path / "faults.jsonl"
+    good = '{"unix_ms": 5, "action": "kill", "node": "broker-1", "ok": true}\n'
+    path.write_text(good + '{"unix_ms": 9, "act')  # the writer died mid-line
+    assert read_fault_log(path) == [{"unix_ms": 5, "action": "kill", "node": "broker-1",
+                                     "ok": True}]
+    for text in ("[1]\n", '{"action": "kill"}\n', "not json\n" + good):
+        path.write_text(text)
+        with pytest.raises(FaultLogError):
+            read_fault_log(path)
+    with pytest.raises(FaultLogError):
+        read_fault_log(tmp_path / "missing.jsonl")
