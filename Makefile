@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log sim audit audit-zip \
-	spark-up spark-down bench-audit chromium
+.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log bench-cleaner sim audit \
+	audit-zip spark-up spark-down bench-audit chromium
 
 venv: $(STAMP)
 
@@ -68,6 +68,9 @@ bench-cluster: venv
 
 bench-log: venv
 	$(PY) bench/log_bench.py
+
+bench-cleaner: venv
+	$(PY) bench/cleaner_bench.py $(BENCH_ARGS)
 
 # Audit the local cluster's data (make demo's .demo, else compose's ./data) with Spark.
 AUDIT_DATA ?= $(if $(wildcard $(DEMO_DIR)/broker-*),$(DEMO_DIR),$(CURDIR)/data)

@@ -51,6 +51,7 @@ BATCH_COLUMNS = _COMMON_LOG_COLUMNS + (
     ("base_timestamp", "long"), ("max_timestamp", "long"), ("producer_id", "long"),
     ("size_bytes", "long"), ("status", "string"), ("error", "string"),
     ("prev_last_offset", "long"), ("prev_epoch", "int"),
+    ("producer_epoch", "int"), ("base_sequence", "int"),
 )
 assert tuple(c for c, _ in BATCH_COLUMNS[len(_COMMON_LOG_COLUMNS):]) == reader.BATCH_FIELDS
 RECORD_COLUMNS = _COMMON_LOG_COLUMNS + (

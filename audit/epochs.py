@@ -48,6 +48,28 @@ def compare_epoch_checkpoint(expected: list[tuple[int, int]], actual: list[tuple
     return problems
 
 
+def compare_compacted_epoch_checkpoint(expected: list[tuple[int, int]],
+                                       actual: list[tuple[int, int]]
+                                       ) -> list[tuple[str, int | None]]:
+    """The checkpoint of a compacted log against the epochs its batches imply: the
+    cleaner removes batches but never changes the checkpoint, so an epoch's entry may
+    start before its first batch left (or name an epoch with no batch left), but every
+    epoch in the log needs an entry at or before its first batch, in order."""
+    problems: list[tuple[str, int | None]] = []
+    act = dict(actual)
+    if [e for e, _ in actual] != sorted({e for e, _ in actual}) or [
+            o for _, o in actual] != sorted(o for _, o in actual):
+        problems.append((f"checkpoint entries {actual} are not in increasing order", None))
+    for epoch, start in expected:
+        if epoch not in act:
+            problems.append((f"epoch {epoch} starts at {start} in the log, "
+                             "missing from the checkpoint", start))
+        elif act[epoch] > start:
+            problems.append((f"epoch {epoch}: checkpoint says start {act[epoch]}, "
+                             f"a batch of it is at {start} already", start))
+    return problems
+
+
 def diverging_epochs(log_a: dict, log_b: dict) -> list[tuple[int, int, int]]:
     """(epoch, start on a, start on b) for shared epochs whose starts differ.
 

@@ -99,11 +99,13 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-# The batch columns rules read row by row (only replicas_agree_below_hw does: the
-# batch-level rules work from the reader's per-segment summaries).
+# The batch columns rules read row by row (replicas_agree_below_hw and
+# producer_sequences_contiguous: the batch-level rules work from the reader's
+# per-segment summaries).
 BATCH_RULE_COLUMNS = (
     "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
-    "partition_leader_epoch", "crc_stored", "status",
+    "partition_leader_epoch", "crc_stored", "status", "producer_id", "producer_epoch",
+    "base_sequence",
 )
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")
@@ -148,14 +150,17 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
         metrics_df = (spark.read.format("tidewater-metrics").option("paths", json.dumps(metrics))
                       .load().cache())
     acks_df = records = None
+    compacted = reader.compacted_partitions(inventory.data_dirs)
     if ack_logs:
-        rows = ack_rows
-        acks_df = spark.createDataFrame(rows, ACK_DDL)
-        wanted = sorted({(r[1], r[2]) for r in rows})
+        acks_df = spark.createDataFrame(ack_rows, ACK_DDL)
+    if ack_logs or compacted:
+        # Records of the acknowledged partitions, and of compacted ones (compared per record).
+        wanted = sorted({(r[1], r[2]) for r in ack_rows} | compacted)
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
                    .option("paths", paths).load())
-    inputs = AuditInputs(spark, batches, segments, checkpoints, records, metrics_df, acks_df)
+    inputs = AuditInputs(spark, batches, segments, checkpoints, records, metrics_df, acks_df,
+                         compacted)
     return inputs, inventory
 
 

@@ -10,10 +10,12 @@ Folder layout it understands::
       replication-offset-checkpoint      named broker-N on the path)
       recovery-point-offset-checkpoint
       log-start-offset-checkpoint
+      cleaner-offset-checkpoint          partitions its log cleaner compacts (same format)
       <topic>-<partition>/
         %020d.log                        segment: RecordBatch v2 batches back to back,
         %020d.index, %020d.timeindex     named by the segment's base offset
         leader-epoch-checkpoint
+        .compacted                       its log is compacted (may skip offsets)
         partition.metadata               the topic incarnation's ID (below)
       <topic>-<partition>.<hex>-delete/  a log moved aside for deletion: not audited
 
@@ -317,6 +319,7 @@ BATCH_FIELDS = (
     "position", "base_offset", "last_offset", "record_count", "partition_leader_epoch",
     "magic", "attributes", "crc_stored", "crc_valid", "base_timestamp", "max_timestamp",
     "producer_id", "size_bytes", "status", "error", "prev_last_offset", "prev_epoch",
+    "producer_epoch", "base_sequence",
 )
 # Statuses whose batch is whole (framing intact): they take part in offset and epoch order.
 FRAMED_STATUSES = ("ok", "crc_mismatch")
@@ -458,22 +461,22 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
             else:
                 base, reason = None, f"file ends {remaining} bytes into a batch header"
             append((pos + position_base, base, None, None, None, None, None, None, False, None, None, None,
-                    remaining, STATUS_TORN, reason, prev_last, prev_epoch))
+                    remaining, STATUS_TORN, reason, prev_last, prev_epoch, None, None))
             break
-        (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
-         _bseq, count) = unpack(buf, pos)
+        (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch,
+         bseq, count) = unpack(buf, pos)
         size = LOG_OVERHEAD + length
         if length < BATCH_LENGTH_MIN or magic != MAGIC_V2:
             reason = (f"batch length {length} below minimum {BATCH_LENGTH_MIN}"
                       if length < BATCH_LENGTH_MIN else f"unsupported magic {magic}")
             append((pos + position_base, base, None, None, epoch, magic, None, crc, False, None, None, None,
-                    remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch))
+                    remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch, None, None))
             break
         if size > remaining:
             append((pos + position_base, base, base + last_delta, count, epoch, magic, attrs, crc, False,
                     base_ts, max_ts, pid, remaining, STATUS_TORN,
                     f"batch of {size} bytes but only {remaining} left in the file",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
             break
         computed = crc32c(view[pos + CRC_START: pos + size])
         last = base + last_delta
@@ -481,15 +484,15 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
             append((pos + position_base, base, last, count, epoch, magic, attrs, crc, False, base_ts, max_ts,
                     pid, size, STATUS_CRC_MISMATCH,
                     f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
         elif last_delta < 0 or count < 0:
             append((pos + position_base, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
                     pid, size, STATUS_CORRUPT, "negative lastOffsetDelta or record count",
-                    prev_last, prev_epoch))
+                    prev_last, prev_epoch, pepoch, bseq))
             last = None  # not a whole batch: it takes no part in offset order
         else:
             append((pos + position_base, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
-                    pid, size, STATUS_OK, None, prev_last, prev_epoch))
+                    pid, size, STATUS_OK, None, prev_last, prev_epoch, pepoch, bseq))
         if last is not None:
             prev_last, prev_epoch = last, epoch
         pos += size
@@ -522,7 +525,7 @@ def prev_after(row: tuple) -> tuple[int | None, int | None]:
 
 def _unreadable_row(e: OSError) -> tuple:
     return (0, None, None, None, None, None, None, None, False, None, None, None, 0,
-            STATUS_CORRUPT, f"cannot read segment: {e}", None, None)
+            STATUS_CORRUPT, f"cannot read segment: {e}", None, None, None, None)
 
 
 def scan_segment_file(path: str, chunk_rows: int = 65536,
@@ -558,6 +561,8 @@ def scan_segment_file(path: str, chunk_rows: int = 65536,
 # The batch-level rules, decided here per segment (see summarize_segment).
 RULE_BATCH_CRC = "batch_crc_and_framing"
 RULE_OFFSETS = "offsets_contiguous"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+COMPACTED_MARKER = ".compacted"  # in a partition dir: its log is compacted
 RULE_EPOCHS = "epochs_monotonic"
 
 # One summary per segment, in this order (see SEGMENT_COLUMNS in datasource.py).
@@ -603,7 +608,8 @@ class _SegmentSummary:
         self.row_count += len(rows)
         violations, changes = self.violations, self.changes
         for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
-             _max_ts, _pid, _size, status, error, prev_last, prev_epoch) in rows:
+             _max_ts, _pid, _size, status, error, prev_last, prev_epoch, _pepoch,
+             _bseq) in rows:
             if status != STATUS_OK:
                 self.bad += 1
                 violations.append((RULE_BATCH_CRC, base,
@@ -885,6 +891,27 @@ def payload_hash(data: bytes | None) -> str | None:
 
 
 # ---------------------------------------------------------------- checkpoints
+
+
+def compacted_partitions(data_dirs: Iterable[str | Path]) -> frozenset[tuple[str, int]]:
+    """(topic, partition) of every compacted partition: a replica's directory holds the
+    ``.compacted`` marker, or a broker's ``cleaner-offset-checkpoint`` (Kafka's file,
+    offset checkpoint format) lists it. Their replicas may have offset gaps and hold
+    different subsets of the old records."""
+    found: set[tuple[str, int]] = set()
+    for data_dir in data_dirs:
+        for marker in Path(data_dir).glob(f"*/{COMPACTED_MARKER}"):
+            parsed = parse_partition_dir_name(marker.parent.name)
+            if parsed is not None:
+                found.add(parsed)
+        path = Path(data_dir) / CLEANER_OFFSET_CHECKPOINT
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            continue
+        found |= {(topic, partition) for topic, partition, _ in
+                  parse_offset_checkpoint(text, str(path))}
+    return frozenset(found)
 
 
 def parse_offset_checkpoint(text: str, path: str = "<checkpoint>") -> list[tuple[str, int, int]]:

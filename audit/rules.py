@@ -19,6 +19,15 @@ collected to the driver.
 | hw_monotonic_per_leader_epoch | a leader's HW never goes back within one leader epoch | metrics |
 | hw_not_above_leo | HW <= LEO in every sample | metrics |
 | acked_writes_present | every acks=all record is held by a replica at its offset, same key and value | ack logs, log (records) |
+| producer_sequences_contiguous | within each producer id and epoch, a replica's batches carry contiguous sequences, none repeated | log |
+
+Compacted partitions (listed in some broker's ``cleaner-offset-checkpoint``) are held
+to what compaction keeps: replicas may differ in which old records they still hold,
+never in a record's offset, key or value. There, offsets may skip forward (not
+overlap); replicas are compared record by record below the HW instead of batch by
+batch; an epoch's checkpoint entry may start before its first remaining batch and
+epoch histories from the logs are not compared; an acknowledged record no replica
+holds is lost only if it is its key's latest acknowledged record and not a tombstone.
 
 The epoch cache a log implies is the protocol's ``assign(epoch, base_offset)``
 replayed over its batches in file order (what a follower does). When epochs
@@ -51,7 +60,12 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from tidewater.audit.epochs import assign_epoch, compare_epoch_checkpoint, diverging_epochs
+from tidewater.audit.epochs import (
+    assign_epoch,
+    compare_compacted_epoch_checkpoint,
+    compare_epoch_checkpoint,
+    diverging_epochs,
+)
 from tidewater.audit.reader import (
     FRAMED_STATUSES,
     RULE_BATCH_CRC,
@@ -98,6 +112,16 @@ class AuditInputs:
     records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
     metrics: DataFrame | None = None   # tidewater-metrics
     acks: DataFrame | None = None      # ack_id, topic, partition, offset, key, value, acks
+    # (topic, partition) the brokers' log cleaners compact (reader.compacted_partitions)
+    compacted: frozenset[tuple[str, int]] = frozenset()
+
+
+def _compacted(inputs: AuditInputs):
+    """A column: the row's (topic, partition) is a compacted one."""
+    condition = F.lit(False)
+    for topic, partition in sorted(inputs.compacted):
+        condition = condition | ((F.col("topic") == topic) & (F.col("partition") == partition))
+    return condition
 
 
 def _violations(df: DataFrame, rule: str, broker, topic, partition, offset, detail) -> DataFrame:
@@ -293,17 +317,24 @@ def batch_crc_and_framing(inputs: AuditInputs, derived: Derived) -> RuleResult:
 
 def offsets_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
     v = _reader_violations(inputs, derived, RULE_OFFSETS, derived.offset_order_breaks)
+    compacted = inputs.compacted
+    if compacted and derived.offset_order_breaks:  # a compacted log may skip offsets
+        v = v.where(~(_compacted(inputs) & F.col("detail").startswith("gap:")))
     boundary = [(broker, topic, partition, nxt.first_base_offset,
                  offset_order_problem(nxt.first_base_offset, prev.last_offset))
                 for broker, topic, partition, prev, nxt in derived.segment_boundaries()
-                if nxt.first_base_offset != prev.last_offset + 1]
+                if nxt.first_base_offset != prev.last_offset + 1 and not (
+                    (topic, partition) in compacted
+                    and nxt.first_base_offset > prev.last_offset + 1)]
     if boundary:
         v = v.unionByName(_local_violations(inputs.spark, RULE_OFFSETS, boundary))
     return _result(RULE_OFFSETS,
                    "Within each replica every batch starts right after the previous one "
-                   "(no gap, no overlap, strictly increasing), across segments too.",
+                   "(no gap, no overlap, strictly increasing), across segments too; in a "
+                   "compacted partition offsets may skip forward.",
                    derived.framed_batches, v,
-                   violation_count=derived.offset_order_breaks + len(boundary))
+                   violation_count=(None if compacted else
+                                    derived.offset_order_breaks + len(boundary)))
 
 
 def epochs_monotonic(inputs: AuditInputs, derived: Derived) -> RuleResult:
@@ -341,7 +372,10 @@ def epoch_checkpoint_matches_log(inputs: AuditInputs, derived: Derived) -> RuleR
         expected = logs.get(key, {}).get("cache", [])
         log_end = logs.get(key, {}).get("log_end_offset")
         actual = [(e, o) for _i, e, o in sorted(files.get(key, []))]
-        for problem, offset in compare_epoch_checkpoint(expected, actual, log_end):
+        compare = (compare_epoch_checkpoint(expected, actual, log_end)
+                   if (topic, partition) not in inputs.compacted
+                   else compare_compacted_epoch_checkpoint(expected, actual))
+        for problem, offset in compare:
             rows.append((broker, topic, partition, offset, problem))
     v = _driver_violations(derived, "epoch_checkpoint_matches_log", rows)
     return _result("epoch_checkpoint_matches_log",
@@ -376,7 +410,8 @@ def offset_checkpoints_within_log(inputs: AuditInputs, derived: Derived) -> Rule
         if start is not None and hw is not None and start > hw:
             rows.append((broker, topic, partition, start,
                          f"log start offset {start} above the HW {hw}"))
-        if start is not None and first is not None and start < first:
+        if (start is not None and first is not None and start < first
+                and (topic, partition) not in inputs.compacted):  # the cleaner removed it
             rows.append((broker, topic, partition, start,
                          f"log start offset {start} below the first batch {first}"))
     v = _driver_violations(derived, "offset_checkpoints_within_log", rows)
@@ -401,6 +436,8 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
     # copy): one pass over the batches, no join of the batches with themselves.
     # Keyed by incarnation: another incarnation of the name is another partition.
     framed = derived.framed.fillna("", ["topic_id"])
+    if inputs.compacted:  # compared record by record below (compacted_replicas_disagree)
+        framed = framed.where(~_compacted(inputs))
     holders = (framed.join(F.broadcast(hw_df), INCARNATION_KEYS)
                .where(F.col("last_offset") < F.col("high_watermark"))
                .groupBy(*INCARNATION_KEYS, "base_offset", "last_offset",
@@ -428,12 +465,33 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
         F.col("peer_id"))
     v = _violations(bad, "replicas_agree_below_hw", F.col("peer_id"), F.col("topic"),
                     F.col("partition"), F.col("base_offset"), detail)
+    if inputs.compacted and inputs.records is not None:
+        v = v.unionByName(compacted_replicas_disagree(inputs, hw_df))
     info = replica_positions(derived, hw)
     return _result("replicas_agree_below_hw",
                    "Below the committed HW of a partition (one topic incarnation) every "
                    "replica of it that covers an offset "
                    "holds the identical batch (offsets, epoch, CRC).",
                    derived.framed_batches, v, info=info)
+
+
+def compacted_replicas_disagree(inputs: AuditInputs, hw_df: DataFrame) -> DataFrame:
+    """Below the HW of a compacted partition, replicas holding the same offset hold the
+    same key and value there (each may have removed other old records)."""
+    assert inputs.records is not None
+    records = (inputs.records.where(_compacted(inputs) & F.col("crc_valid")
+                                    & F.col("error").isNull())
+               .fillna("", ["topic_id"])
+               .join(F.broadcast(hw_df), INCARNATION_KEYS)
+               .where(F.col("offset") < F.col("high_watermark")))
+    copies = (records.groupBy(*INCARNATION_KEYS, "offset")
+              .agg(F.collect_set(F.struct("key", "value")).alias("records"),
+                   F.min("broker_id").alias("broker_id"))
+              .where(F.size("records") > 1))
+    detail = F.format_string("replicas of a compacted partition hold %d different records "
+                             "at offset %d", F.size("records"), F.col("offset"))
+    return _violations(copies, "replicas_agree_below_hw", F.col("broker_id"), F.col("topic"),
+                       F.col("partition"), F.col("offset"), detail)
 
 
 def replica_positions(derived: Derived, hw: dict[tuple[str, int, str], int]) -> dict:
@@ -465,6 +523,8 @@ def epoch_histories_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
     logs = derived.replica_epoch_logs()
     by_incarnation: dict[tuple[str, int, str], list] = defaultdict(list)
     for (broker, topic, partition), log in logs.items():
+        if (topic, partition) in inputs.compacted:
+            continue  # compaction removes first batches of epochs: records compared instead
         topic_id = derived.topic_ids.get((broker, topic, partition), "")
         by_incarnation[(topic, partition, topic_id)].append((broker, log))
     rows, pairs = [], 0
@@ -571,6 +631,17 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
                .agg(F.max(F.col("same").cast("int")).alias("present"),
                     F.count("broker_id").alias("replicas_with_offset"))
                .withColumn("lost", F.coalesce(F.col("present"), F.lit(0)) == 0))
+    if inputs.compacted:
+        # The cleaner removes a key's older records and its old tombstones: only the
+        # latest acknowledged value of a key must still be there.
+        newest = Window.partitionBy(*PARTITION_KEYS, "key").orderBy(F.col("offset").desc())
+        latest = (acks.select("ack_id", F.row_number().over(newest).alias("rank"),
+                              F.col("value").isNull().alias("tombstone")))
+        matched = (matched.join(latest, "ack_id")
+                   .withColumn("lost", F.col("lost") & ~(
+                       _compacted(inputs) & (F.col("replicas_with_offset") == 0)
+                       & ((F.col("rank") > 1) | F.col("tombstone"))))
+                   .drop("rank", "tombstone"))
     # One job: every ack outcome comes to the driver only as counts, and the lost
     # ones (few, unless something is badly wrong) as rows.
     matched = matched.cache()
@@ -591,6 +662,41 @@ def acked_writes_present(inputs: AuditInputs, derived: Derived) -> RuleResult:
     return _result(name, description, info["acks_all_checked"], v, info=info)
 
 
+SEQUENCE_MAX = 2**31 - 1  # sequences wrap to 0 after it (Kafka's DefaultRecordBatch)
+
+
+def producer_sequences_contiguous(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    """Idempotent producers (issue 17): per replica, producer id and epoch, each batch's
+    first sequence follows the previous batch's last one (a repeat is a duplicate write,
+    a gap a lost one). The first batch a replica holds of an epoch may start anywhere
+    (retention deletes from the front)."""
+    name = "producer_sequences_contiguous"
+    batches = inputs.batches.where(
+        (F.col("producer_id") >= 0) & (F.col("base_sequence") >= 0)
+        & F.col("status").isin(*FRAMED_STATUSES))
+    order = Window.partitionBy(*REPLICA_KEYS, "topic_id", "producer_id",
+                               "producer_epoch").orderBy("base_offset")
+    last_sequence = F.col("base_sequence") + (F.col("last_offset") - F.col("base_offset"))
+    last_sequence = F.when(last_sequence > SEQUENCE_MAX,
+                           last_sequence - SEQUENCE_MAX - 1).otherwise(last_sequence)
+    previous = F.lag(last_sequence).over(order)
+    expected = F.when(previous == SEQUENCE_MAX, F.lit(0)).otherwise(previous + 1)
+    checked = batches.withColumn("previous", previous).withColumn("expected", expected)
+    broken = checked.where(F.col("previous").isNotNull()
+                           & (F.col("base_sequence") != F.col("expected")))
+    detail = F.concat(F.lit("producer "), F.col("producer_id").cast("string"), F.lit(" epoch "),
+                      F.col("producer_epoch").cast("string"), F.lit(": sequence "),
+                      F.col("base_sequence").cast("string"),
+                      F.when(F.col("base_sequence") <= F.col("previous"),
+                             F.lit(" repeats, after ")).otherwise(F.lit(" skips, after ")),
+                      F.col("previous").cast("string"))
+    v = _violations(broken, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
+                    F.col("base_offset"), detail)
+    return _result(name, "Within each producer id and epoch, the sequences in a replica are "
+                         "contiguous and never repeated (idempotent producers).",
+                   batches.count(), v)
+
+
 RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     batch_crc_and_framing,
     offsets_contiguous,
@@ -602,6 +708,7 @@ RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     hw_monotonic_per_leader_epoch,
     hw_not_above_leo,
     acked_writes_present,
+    producer_sequences_contiguous,
 )
 BATCH_LEVEL_RULES = (batch_crc_and_framing, offsets_contiguous, epochs_monotonic)
 

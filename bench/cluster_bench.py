@@ -85,7 +85,13 @@ FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, laten
                loopback_bytes=2 * GIB)
 
 
-SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "failover", "restart")
+SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "tls", "failover", "restart")
+
+# The TLS comparison's workloads (section "tls"): label, client, produce or consume.
+TLS_WORKLOADS = (("Producer acks=all 1 KiB", "python", "produce"),
+                 ("Consumer read from the start", "python", "consume"),
+                 ("confluent-kafka acks=all 1 KiB", "kafka", "produce"),
+                 ("confluent-kafka read from the start", "kafka", "consume"))
 
 
 def size_name(record_bytes: int) -> str:
@@ -107,6 +113,9 @@ class Bench:
         self.processes = OwnedProcesses()
         self.peer: dict = {}  # results of the peer, merged into rows at the end
         self.tw: dict = {}
+        # (workload label, "plaintext" | "TLS") -> Throughput: the TLS on/off table
+        self.tls: dict = {}
+        self.tls_rows: list[dict] = []
 
     # ------------------------------------------------------------------ steps
 
@@ -229,6 +238,16 @@ class Bench:
                     tidewater_side.producer_throughput, bootstrap, name, size, acks, p.produce_s)
                 if not self.wants("produce"):
                     continue
+                if acks_name == "all" and size == 1024 and tidewater_side.idempotence_supported():
+                    # Side by side (issue 17): the same Producer, 5 in flight, not idempotent.
+                    plain = self.step(f"create topic produce not idempotent {size_name(size)}",
+                                      topic, f"produce-plain-{size}")
+                    if plain is not None:
+                        self.tw[("produce_plain", acks_name, size)] = self.step(
+                            f"tidewater Producer acks=all {size_name(size)} not idempotent",
+                            with_cpu, pids(), tidewater_side.producer_throughput, bootstrap, plain,
+                            size, acks, p.produce_s,
+                            producer_options={"enable_idempotence": False})
                 name = self.step(f"create topic pipelined acks={acks_name} {size_name(size)}", topic,
                                  f"pipelined-acks{acks_name}-{size}")
                 if name is None:
@@ -260,6 +279,8 @@ class Bench:
                                            "produce-acksall-1024")
         if self.wants("kafka"):
             self._measure_kafka_listener(cluster, topic, pids)
+        if self.wants("tls"):
+            self._measure_tls(cluster, topic, pids)
         name = self.step("create topic failover", topic, "failover") if self.wants("failover") else None
         if name:
             self.tw["failover"] = self.step(f"tidewater failover x{p.kills}", tidewater_side.failover,
@@ -295,13 +316,75 @@ class Bench:
                 kafka_side.paced_latency, kafka_bootstrap, name, LATENCY_RECORD_BYTES,
                 p.latency_1k_count, 1000)
 
+    def _measure_tls(self, plain, plain_topic, plain_pids) -> None:
+        """The acks=all produce and the read-back rows with TLS on (a second cluster, `tide
+        cluster up --tls`: mutual TLS between members, clients with a certificate) and off
+        (the main cluster), each workload on both back to back."""
+        p = self.profile
+        secure = tidewater_side.TidewaterCluster(self.work_dir / "tidewater-tls", tls=True)
+        self._tls_cluster = secure
+        if self.step("tidewater TLS cluster up (3 brokers)", secure.start) is None:
+            return
+
+        def secure_pids() -> list[int]:
+            return [proc["pid"] for proc in secure.local.manifest["processes"].values()] + [os.getpid()]
+
+        def secure_topic(name: str) -> str:
+            secure.create_topic(name)
+            return name
+
+        sides = (("plaintext", plain, plain_topic, plain_pids),
+                 ("TLS", secure, secure_topic, secure_pids))
+        try:
+            for client in ("python", "kafka"):
+                produced: dict[str, str] = {}
+                for side, c, make_topic, pids in sides:
+                    name = self.step(f"create topic tls-compare {client} {side}", make_topic,
+                                     f"tlscmp-{client}")
+                    if name is None:
+                        continue
+                    label = next(w for w, cl, kind in TLS_WORKLOADS
+                                 if cl == client and kind == "produce")
+                    if client == "python":
+                        result = self.step(
+                            f"{label} ({side})", with_cpu, pids(),
+                            tidewater_side.producer_throughput, c.bootstrap, name, 1024, -1,
+                            p.produce_s, producer_options=c.client_security)
+                    else:
+                        result = self.step(
+                            f"{label} ({side})", with_cpu, pids(), kafka_side.producer_throughput,
+                            c.local.manifest["kafka_bootstrap"], name, 1024, "all", p.produce_s,
+                            **c.kafka_client_config)
+                    self.tls[(label, side)] = result
+                    if result is not None:
+                        produced[side] = name
+                label = next(w for w, cl, kind in TLS_WORKLOADS
+                             if cl == client and kind == "consume")
+                for side, c, _make_topic, pids in sides:
+                    if side not in produced:
+                        continue
+                    if client == "python":
+                        self.tls[(label, side)] = self.step(
+                            f"{label} ({side})", with_cpu, pids(),
+                            tidewater_side.consume_throughput, c.bootstrap, produced[side],
+                            consumer_options=c.client_security)
+                    else:
+                        self.tls[(label, side)] = self.step(
+                            f"{label} ({side})", with_cpu, pids(), kafka_side.consume_throughput,
+                            c.local.manifest["kafka_bootstrap"], produced[side],
+                            **c.kafka_client_config)
+        finally:
+            self.step("tidewater TLS cluster down", secure.stop)
+            self._tls_cluster = None
+
     def stop_everything(self) -> None:
-        cluster = getattr(self, "_tidewater_cluster", None)
-        if cluster is not None:
-            try:
-                cluster.stop()
-            except Exception as e:  # still stop the peer
-                self.errors.append(f"stopping tidewater: {e!r}")
+        for attr, what in (("_tls_cluster", "the TLS cluster"), ("_tidewater_cluster", "tidewater")):
+            cluster = getattr(self, attr, None)
+            if cluster is not None:
+                try:
+                    cluster.stop()
+                except Exception as e:  # still stop the rest (the peer)
+                    self.errors.append(f"stopping {what}: {e!r}")
         self.processes.stop_all()
 
     # ------------------------------------------------------------------ rows
@@ -310,6 +393,23 @@ class Bench:
         rows = self.rows
         self._build_all_rows(rows)
         rows[:] = [r for r in rows if r.section in self.sections]
+        for label, _client, _kind in TLS_WORKLOADS:
+            plain, secure = self.tls.get((label, "plaintext")), self.tls.get((label, "TLS"))
+            if plain is None and secure is None:
+                continue
+            for unit, attr in (("MB/s", "mb_per_s"), ("MB/CPU-s", "mb_per_cpu_s")):
+                off = getattr(plain, attr) if plain else None
+                on = getattr(secure, attr) if secure else None
+                self.tls_rows.append({"metric": label, "unit": unit, "plaintext": off, "tls": on,
+                                      "tls_over_plaintext": on / off if on and off else None})
+
+    def tls_table(self) -> str:
+        return format_table(
+            ("TLS on/off (same run)", "unit", "plaintext", "TLS", "TLS/plaintext"),
+            [(r["metric"], r["unit"], format_value(r["plaintext"]), format_value(r["tls"]),
+              f"{r['tls_over_plaintext']:.2f}" if r["tls_over_plaintext"] else "-")
+             for r in self.tls_rows],
+            align_right=(False, False, True, True, True))
 
     def _build_all_rows(self, rows: list[Row]) -> None:
         for size in RECORD_SIZES:
@@ -322,6 +422,9 @@ class Bench:
                     in_flight = 5 if tidewater_side.producer_in_flight_supported() else 1
                     note = (f"client.producer, 256 KiB batches, linger 5 ms, {in_flight} in flight"
                             if kind == "produce" else "pre-encoded 256 KiB batches, 8 requests in flight")
+                    if (kind == "produce" and acks_name == "all"
+                            and tidewater_side.idempotence_supported()):
+                        note += ", idempotent"
                     if acks_name == "all" and kind == "produce":
                         note += "; peer: publish_async, 256 in flight"
                     metric = f"{label} acks={acks_name} {size_name(size)}"
@@ -333,6 +436,14 @@ class Bench:
                                     peer_t.mb_per_cpu_s if peer_t else None,
                                     "CPU of all processes: servers (+controller) and client"
                                     if acks_name == "all" else ""))
+        plain = self.tw.get(("produce_plain", "all", 1024))
+        if plain is not None or ("produce_plain", "all", 1024) in self.tw:
+            metric = "Producer acks=all 1 KiB, not idempotent"
+            rows.append(Row("produce", metric, "MB/s", plain.mb_per_s if plain else None, None,
+                            "as the idempotent Producer acks=all 1 KiB row above (5 in flight), "
+                            "enable_idempotence=False"))
+            rows.append(Row("produce", metric, "rec/s", plain.records_per_s if plain else None,
+                            None, ""))
         tw, peer = self.tw.get("serial"), self.peer.get("serial")
         for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9")):
             rows.append(Row("latency", f"ack, one at a time, {label}", "ms",
@@ -535,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
                        align_right=(False, False, True, False)))
     print()
     print(results_table(bench.rows))
+    if bench.tls_rows:
+        print()
+        print("TLS: one partition RF=3 on each of two 3-broker clusters, `tide cluster up` and "
+              "`tide cluster up --tls` (mutual TLS between members, clients with a certificate)")
+        print(bench.tls_table())
     if bench.errors:
         print()
         print("errors:")
@@ -546,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             "started_at": started_at, "load_before": load_before, "load_after": load_after,
             "elapsed_s": elapsed, "peer_version": bench.peer_version, "git_commit": git_commit(),
             "limits": [r.to_json() for r in bench.limits], "rows": [r.to_json() for r in bench.rows],
+            "tls_rows": bench.tls_rows,
             "errors": bench.errors}, indent=2) + "\n")
     return 130 if interrupted else (1 if bench.errors and not bench.rows else 0)
 

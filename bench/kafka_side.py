@@ -30,9 +30,10 @@ def _producer(kafka_bootstrap: str, acks: int | str, **extra):
 
 
 def producer_throughput(kafka_bootstrap: str, topic: str, record_bytes: int, acks: int | str,
-                        duration_s: float) -> Throughput:
+                        duration_s: float, **extra) -> Throughput:
+    """``extra``: more librdkafka settings (TLS)."""
     value = os.urandom(record_bytes)
-    producer = _producer(kafka_bootstrap, acks)
+    producer = _producer(kafka_bootstrap, acks, **extra)
     failures: list = []
 
     def on_delivery(error, _message) -> None:
@@ -62,14 +63,17 @@ def producer_throughput(kafka_bootstrap: str, topic: str, record_bytes: int, ack
     return Throughput(count, count * record_bytes, elapsed)
 
 
-def consume_throughput(kafka_bootstrap: str, topic: str, *, timeout_s: float = 300) -> Throughput:
-    """Read ``topic``-0 from the beginning up to its high watermark."""
+def consume_throughput(kafka_bootstrap: str, topic: str, *, timeout_s: float = 300,
+                       **extra) -> Throughput:
+    """Read ``topic``-0 from the beginning up to its high watermark; ``extra``: more
+    librdkafka settings (TLS)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-assign-only",
                          "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
                          "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                         "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 1_048_576})
+                         "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 1_048_576,
+                         **extra})
     try:
         _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         consumer.assign([TopicPartition(topic, 0, 0)])

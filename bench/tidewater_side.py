@@ -59,12 +59,14 @@ def directory_bytes(path: str | Path) -> int:
 class TidewaterCluster:
     """A LocalCluster of ``brokers`` brokers plus the admin client the workloads need."""
 
-    def __init__(self, directory: str | Path, brokers: int = 3, settings: dict | None = None):
+    def __init__(self, directory: str | Path, brokers: int = 3, settings: dict | None = None,
+                 *, tls: bool = False):
         from tidewater.tools.local_cluster import LocalCluster
 
         self.directory = Path(directory)
         self.brokers = brokers
         self.settings = dict(settings or {})
+        self.tls = tls  # `tide cluster up --tls`: TLS on every port, clients use client_security
         self.local = LocalCluster(self.directory)
         self.bootstrap = ""
         self._admin = None
@@ -73,9 +75,27 @@ class TidewaterCluster:
         from tidewater.client.admin import AdminClient
 
         self.bootstrap = self.local.up(self.brokers, base_port=0, settings=self.settings,
-                                       ready_timeout_s=READY_TIMEOUT_S)
-        self._admin = AdminClient(self.bootstrap)
+                                       ready_timeout_s=READY_TIMEOUT_S, tls=self.tls)
+        self._admin = AdminClient(self.bootstrap, **self.client_security)
         return self.bootstrap
+
+    @property
+    def client_security(self) -> dict[str, str]:
+        """The Python clients' TLS options ({} for plaintext)."""
+        tls = (self.local.manifest or {}).get("tls")
+        if not tls:
+            return {}
+        return {"security_protocol": "SSL", "ssl_cafile": tls["ca"], "ssl_certfile": tls["cert"],
+                "ssl_keyfile": tls["key"]}
+
+    @property
+    def kafka_client_config(self) -> dict[str, str]:
+        """librdkafka's TLS settings for the Kafka listeners ({} for plaintext)."""
+        tls = (self.local.manifest or {}).get("tls")
+        if not tls:
+            return {}
+        return {"security.protocol": "SSL", "ssl.ca.location": tls["ca"],
+                "ssl.certificate.location": tls["cert"], "ssl.key.location": tls["key"]}
 
     def stop(self) -> None:
         if self._admin is not None:
@@ -195,6 +215,15 @@ def producer_in_flight_supported() -> bool:
     return "max_in_flight_per_partition" in inspect.signature(Producer).parameters
 
 
+def idempotence_supported() -> bool:
+    """The Producer is idempotent by default with acks=all (issue 17's clients)."""
+    import inspect
+
+    from tidewater.client.producer import Producer
+
+    return "enable_idempotence" in inspect.signature(Producer).parameters
+
+
 def producer_throughput(bootstrap: str, topic: str, record_bytes: int, acks: int | str,
                         duration_s: float, *, batch_size_bytes: int = 256 * KIB,
                         linger_ms: int = 5, in_flight: int = 5,
@@ -301,12 +330,14 @@ def pipelined_throughput(bootstrap: str, topic: str, record_bytes: int, acks: in
     return Throughput(records, records * record_bytes, elapsed)
 
 
-def consume_throughput(bootstrap: str, topic: str, *, timeout_s: float = 300) -> Throughput:
+def consume_throughput(bootstrap: str, topic: str, *, timeout_s: float = 300,
+                       consumer_options: dict | None = None) -> Throughput:
     """Read ``topic``-0 from the beginning up to its high watermark."""
     from tidewater.client.consumer import Consumer
 
     consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_bytes=64 * MIB,
-                        max_partition_fetch_bytes=16 * MIB, fetch_max_wait_ms=100)
+                        max_partition_fetch_bytes=16 * MIB, fetch_max_wait_ms=100,
+                        **(consumer_options or {}))
     try:
         tp = (topic, 0)
         consumer.assign([tp])

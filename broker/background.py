@@ -8,7 +8,11 @@
 - retention: old segments deleted every ``log.retention.check.interval.ms``,
   never past a partition's HW;
 - the scrub (``log.scrub.bytes.per.second`` > 0): closed segments re-read at a
-  bounded rate; a damaged batch goes to the replica's core (issue 14, bug 6).
+  bounded rate; a damaged batch goes to the replica's core (issue 14, bug 6);
+- the log cleaner (``log.cleaner.enable``): every ``log.cleaner.backoff.ms`` a pass
+  over the compacted logs (``storage/cleaner.py``) in a worker thread, at most
+  ``log.cleaner.io.max.bytes.per.second``, never past a partition's HW; ``stop``
+  makes a running pass give up at its next batch.
 
 File work runs in worker threads (``_in_thread``) on snapshots taken on the
 loop (HWs, the logs), so no fsync or rename stalls a request; ``stop`` waits
@@ -27,8 +31,10 @@ from pathlib import Path
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
@@ -45,7 +51,7 @@ class BackgroundWork:
     def __init__(self, *, config: BrokerConfig, log_manager, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, partitions: dict[TopicPartition, Partition],
                  high_watermarks: Callable[[], dict[TopicPartition, int]],
-                 corruption: CorruptionReporter):
+                 corruption: CorruptionReporter, metrics: BrokerMetrics | None = None):
         self.config = config
         self.log_manager = log_manager
         self._carrier = carrier
@@ -53,6 +59,8 @@ class BackgroundWork:
         self._partitions = partitions
         self._high_watermarks = high_watermarks
         self._corruption = corruption
+        self._metrics = metrics
+        self.cleaner: LogCleaner | None = None
         self._tasks: list[asyncio.Task] = []
         # Checkpoint writes, rolls/flushes and retention passes running in threads.
         self._thread_work: set[asyncio.Future] = set()
@@ -72,8 +80,15 @@ class BackgroundWork:
                 bytes_per_second=self.config.log_scrub_bytes_per_second,
                 interval_ms=self.config.log_scrub_interval_ms, now_ms=mono_ms())
             self._tasks.append(spawn(scrubber.run(), "scrub"))
+        if self.config.log_cleaner_enable:
+            self.cleaner = LogCleaner(
+                self.config.data_dir,
+                io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
+            self._tasks.append(spawn(self._cleaner_loop(self.cleaner), "log-cleaner"))
 
     async def stop(self) -> None:
+        if self.cleaner is not None:
+            self.cleaner.stop()  # a pass in its thread gives up at the next batch
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -146,11 +161,34 @@ class BackgroundWork:
             except (OSError, TidewaterError) as e:
                 log.error("retention failed: %s", e)  # the next round retries
 
-    async def _in_thread(self, fn, *args) -> None:
+    async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
+        interval_s = self.config.log_cleaner_backoff_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            partitions = list(self._partitions.items())
+            # HWs and logs snapshotted together here, on the loop (as retention does).
+            results = await self._in_thread(cleaner.clean_logs,
+                                            {tp: p.log for tp, p in partitions},
+                                            {tp: p.high_watermark for tp, p in partitions},
+                                            wall_ms())
+            self._count_cleaned(results or [])
+
+    def _count_cleaned(self, results: list[CleanResult]) -> None:
+        metrics = self._metrics
+        if metrics is None:
+            return
+        for result in results:
+            metrics.cleaner_runs.inc()
+            metrics.cleaner_bytes.labels("read").inc(result.bytes_read)
+            metrics.cleaner_bytes.labels("written").inc(result.bytes_written)
+            metrics.cleaner_records_removed.inc(result.filter.records_read
+                                                - result.filter.records_kept)
+
+    async def _in_thread(self, fn, *args):
         """Run ``fn`` in a worker thread; ``stop`` waits for every such run, so a cancelled
         loop never leaves a checkpoint write or a retention pass running into the
         shutdown's own checkpoints. Arguments are snapshots taken on the loop."""
         work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
         self._thread_work.add(work)
         work.add_done_callback(self._thread_work.discard)
-        await asyncio.shield(work)
+        return await asyncio.shield(work)

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.broker.replication.replica import FollowerOptions
+from tidewater.broker.security import SASL_MECHANISMS, SECURITY_SETTING_NAMES, SecuritySettings
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
-from tidewater.proto.topic_config import min_insync_replicas
+from tidewater.proto.topic_config import TOPIC_CONFIGS, min_insync_replicas
 
 MIB = 1024 * 1024
 
@@ -60,11 +61,16 @@ _BROKER_SETTINGS = {
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
 # defaults for every topic; LogConfig.from_configs checks their values.
-_TOPIC_INT_NAMES = LOG_CONFIG_NAMES - {"message.timestamp.type"}
+_TOPIC_INT_NAMES = frozenset(name for name in LOG_CONFIG_NAMES
+                             if TOPIC_CONFIGS[name].type in ("int", "long"))
 
 # Per-topic names that are not log settings but replication settings.
 TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
@@ -108,10 +114,20 @@ class BrokerConfig:
     # block scanner reads 1 MiB/s per volume by default: a TiB in ~12 days, on any disk.
     log_scrub_bytes_per_second: int = MIB
     log_scrub_interval_ms: int = 3_600_000  # from the end of one pass to the next
+    # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).
+    producer_id_expiration_ms: int = 86_400_000
+    # The log cleaner of cleanup.policy=compact topics (broker/storage/cleaner.py), Kafka's
+    # names: a pass every log.cleaner.backoff.ms, reads + writes at most this many bytes
+    # per second (0: no limit, Kafka's default).
+    log_cleaner_enable: bool = True
+    log_cleaner_io_max_bytes_per_second: int = 0
+    log_cleaner_backoff_ms: int = 15_000
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
     tls: TlsFiles | None = None
+    # --sasl-mechanisms, --authorizer, --super-users (broker/security.py).
+    security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -136,7 +152,12 @@ class BrokerConfig:
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
         for name, value in settings.items():
-            if name in _BROKER_SETTINGS:
+            if name in SECURITY_SETTING_NAMES:
+                try:
+                    self.security = self.security.with_setting(name, value)
+                except ValueError as e:
+                    raise ConfigError(f"{name}: {e}") from None
+            elif name in _BROKER_SETTINGS:
                 attr, parse = _BROKER_SETTINGS[name]
                 setattr(self, attr, parse(name, value))
             elif name in LOG_CONFIG_NAMES:
@@ -162,6 +183,7 @@ class BrokerConfig:
             "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
             "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
             "socket.request.max.bytes": self.socket_request_max_bytes,
+            "producer.id.expiration.ms": self.producer_id_expiration_ms,
         }
         for name, value in positive.items():
             if value <= 0:
@@ -170,6 +192,11 @@ class BrokerConfig:
             raise ConfigError("replica.fetch.wait.max.ms must not be negative")
         if self.log_scrub_bytes_per_second < 0:
             raise ConfigError("log.scrub.bytes.per.second must not be negative (0 = off)")
+        if self.log_cleaner_io_max_bytes_per_second < 0:
+            raise ConfigError("log.cleaner.io.max.bytes.per.second must not be negative "
+                              "(0 = no limit)")
+        if self.log_cleaner_backoff_ms <= 0:
+            raise ConfigError("log.cleaner.backoff.ms must be positive")
         if self.log_scrub_interval_ms < 0:
             raise ConfigError("log.scrub.interval.ms must not be negative")
         if self.broker_id < 0:
@@ -230,6 +257,17 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="Kafka-named broker or default topic setting (repeatable)")
     add_tls_arguments(p)
+    p.add_argument("--sasl-mechanisms", default="",
+                   help="comma-separated SASL mechanisms the Kafka listeners require "
+                        f"({', '.join(SASL_MECHANISMS)}); empty: no SASL. With --tls-* the "
+                        "listeners are SASL_SSL, else SASL_PLAINTEXT")
+    p.add_argument("--authorizer", default="none", choices=["none", "acl"],
+                   help="acl: check every client request against the cluster's ACLs")
+    p.add_argument("--super-users", default="",
+                   help="principals allowed everything, ';'-separated (User:admin;User:ops)")
+    p.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="a resource no ACL names is open to all (Kafka's "
+                        "allow.everyone.if.no.acl.found; default: refused)")
     return p
 
 
@@ -274,5 +312,15 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
         log_level=args.log_level,
         tls=tls,
     )
+    try:
+        config.security = SecuritySettings(
+            sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",")
+                                  if m.strip()),
+            authorizer=args.authorizer,
+            super_users=SecuritySettings.parse_super_users(args.super_users),
+            allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    # Kafka's names work with --set too (sasl.enabled.mechanisms, super.users, ...).
     config.apply_settings(parse_settings(args.set))
     return config

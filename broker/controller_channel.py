@@ -274,6 +274,15 @@ class ControllerChannel:
                                            control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)
 
+    async def allocate_producer_ids(self) -> pb.AllocateProducerIdsResponse:
+        """Ask for a block of producer ids; raises grpc.aio.AioRpcError when the controller
+        is unreachable."""
+        return await self.stub.AllocateProducerIds(
+            pb.AllocateProducerIdsRequest(broker_id=self.broker_id,
+                                          broker_epoch=self.broker_epoch,
+                                          control_token=self.control_token),
+            timeout=RPC_TIMEOUT_S)
+
     async def alter_partition(self, items: list[pb.AlterPartitionItem]) -> pb.AlterPartitionResponse:
         """Send an AlterPartition; raises grpc.aio.AioRpcError when the controller is unreachable."""
         return await self.stub.AlterPartition(

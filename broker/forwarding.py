@@ -1,13 +1,15 @@
 """The broker's ``Controller`` service: forwards admin calls to the controller.
 
 Clients need only a bootstrap broker: CreateTopics, DeleteTopics,
-CreatePartitions and DescribeCluster go to the controller unchanged and its answer comes back
+CreatePartitions, DescribeCluster and the user and ACL calls
+(AlterUserScramCredentials, DescribeUserScramCredentials, CreateAcls,
+DescribeAcls, DeleteAcls) go to the controller unchanged and its answer comes back
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
 (retriable) with the transport error as message. The
 broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition,
-ReportCorruptReplica) are not the broker's to answer: NOT_CONTROLLER (each
+ReportCorruptReplica, AllocateProducerIds) are not the broker's to answer: NOT_CONTROLLER (each
 heartbeat on the stream).
 """
 
@@ -80,3 +82,41 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
 
     async def ReportCorruptReplica(self, request, context):
         return pb.ReportCorruptReplicaResponse(error_code=pb.NOT_CONTROLLER)
+
+    # ------------------------------------------------------------ users and ACLs
+
+    async def _forward(self, rpc: str, request, unreachable):
+        try:
+            return await getattr(self._stub, rpc)(request, timeout=self._margin_s * 2,
+                                                  wait_for_ready=True)
+        except grpc.aio.AioRpcError as e:
+            return unreachable(f"controller unreachable: {e.code().name}")
+
+    async def AlterUserScramCredentials(self, request, context):
+        return await self._forward("AlterUserScramCredentials", request, lambda m: (
+            pb.AlterUserScramCredentialsResponse(results=[
+                pb.UserResult(user=c.user, error_code=pb.NOT_CONTROLLER, error_message=m)
+                for c in [*request.upsertions, *request.deletions]])))
+
+    async def DescribeUserScramCredentials(self, request, context):
+        return await self._forward("DescribeUserScramCredentials", request, lambda m: (
+            pb.DescribeUserScramCredentialsResponse(users=[
+                pb.UserMechanisms(user=u, error_code=pb.NOT_CONTROLLER)
+                for u in request.users])))
+
+    async def CreateAcls(self, request, context):
+        return await self._forward("CreateAcls", request, lambda m: pb.CreateAclsResponse(
+            results=[pb.AclResult(error_code=pb.NOT_CONTROLLER, error_message=m)
+                     for _ in request.creations]))
+
+    async def DescribeAcls(self, request, context):
+        return await self._forward("DescribeAcls", request, lambda m: pb.DescribeAclsResponse(
+            error_code=pb.NOT_CONTROLLER, error_message=m))
+
+    async def DeleteAcls(self, request, context):
+        return await self._forward("DeleteAcls", request, lambda m: pb.DeleteAclsResponse(
+            results=[pb.DeleteAclsFilterResult(error_code=pb.NOT_CONTROLLER, error_message=m)
+                     for _ in request.filters]))
+
+    async def AllocateProducerIds(self, request, context):
+        return pb.AllocateProducerIdsResponse(error_code=pb.NOT_CONTROLLER)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import Acl
 from tidewater.proto.errors import StaleControllerEpochError
+from tidewater.proto.scram import ScramCredential, credential_from_pb
 
 
 @dataclass
@@ -26,6 +28,9 @@ class ClusterSnapshot:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, bytes] = field(default_factory=dict)
     topic_names_by_id: dict[bytes, str] = field(default_factory=dict)
+    # Users and ACLs (broker/security.py authenticates and authorizes with them).
+    scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
+    acls: tuple[Acl, ...] = ()
 
 
 class MetadataCache:
@@ -65,7 +70,20 @@ class MetadataCache:
                 snap.topic_names_by_id[p.topic_id] = p.topic
         for t in request.topics:
             snap.topic_configs[t.name] = dict(t.configs)
+        snap.scram_credentials = {(c.user, c.mechanism): credential_from_pb(c)
+                                  for c in request.scram_credentials}
+        snap.acls = tuple(Acl.from_pb(b) for b in request.acls)
         self._snapshot = snap
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._snapshot.scram_credentials.get((user, mechanism))
+
+    def user_credentials(self, user: str) -> list[ScramCredential]:
+        return [c for (u, _), c in sorted(self._snapshot.scram_credentials.items()) if u == user]
+
+    def acls(self) -> tuple[Acl, ...]:
+        """The cluster's ACLs as of the last snapshot (the same tuple until the next)."""
+        return self._snapshot.acls
 
     def endpoint(self, broker_id: int, listener: str = "INTERNAL") -> tuple[str, int] | None:
         return self._snapshot.brokers.get(broker_id, {}).get(listener)

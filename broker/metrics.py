@@ -253,6 +253,13 @@ class BrokerMetrics:
             "each counted once, by how it was found", ["how"], registry=r)
         for how in FOUND_BY:  # every series from the start: an alert sees 0 -> 1
             self.corrupt_batches.labels(how)
+        self.cleaner_runs = LocalCounter(PREFIX + "cleaner_runs", "Logs compacted by the "
+                                         "log cleaner (broker/storage/cleaner.py)", registry=r)
+        self.cleaner_bytes = LocalCounter(PREFIX + "cleaner_bytes", "Bytes the log cleaner "
+                                          "read and wrote", ["direction"], registry=r)
+        self.cleaner_records_removed = LocalCounter(
+            PREFIX + "cleaner_records_removed", "Records compaction removed (older values of "
+            "a key, expired tombstones)", registry=r)
         self.request_latency = LocalHistogram(
             PREFIX + "request_latency_seconds", "Time to answer one RPC", ["rpc"], registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,

@@ -32,11 +32,13 @@ import time
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_channel import ControllerChannel
 from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.guarded_forwarding import GuardedControllerForwarder
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.broker.security import BrokerSecurity
 from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
@@ -61,6 +63,7 @@ class BrokerProcess:
         self.config = config
         self.metrics = BrokerMetrics(config.broker_id)
         self.metadata_cache = MetadataCache()
+        self.security = BrokerSecurity(config.security, self.metadata_cache)
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.controller_channel: ControllerChannel | None = None
@@ -90,7 +93,8 @@ class BrokerProcess:
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
             on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
-                                                                       error))
+                                                                       error),
+            producer_id_expiration_ms=c.producer_id_expiration_ms)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))
@@ -115,14 +119,19 @@ class BrokerProcess:
             broker_epoch=lambda: channel.broker_epoch, supervisor=self.supervisor,
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
-            channel_credentials=member_credentials)
+            channel_credentials=member_credentials,
+            allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
+        # Clients' admin calls on gRPC are checked first when security is on.
+        guarded = (GuardedControllerForwarder(forwarder, self.security)
+                   if self.security.secured else forwarder)
         listeners = [("INTERNAL", c.listen)]
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
-            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name)
+            servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
+                                      security=self.security)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
@@ -132,7 +141,7 @@ class BrokerProcess:
             credentials = (server_credentials(tls, require_client_auth=internal)
                            if tls is not None else None)
             server, bound = build_server(host=host, port=port, servicer=servicer,
-                                         controller_servicer=forwarder,
+                                         controller_servicer=guarded,
                                          max_message_bytes=c.socket_request_max_bytes,
                                          control_servicer=control, credentials=credentials)
             await server.start()
@@ -163,7 +172,7 @@ class BrokerProcess:
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
             observe=self._observe_kafka_request,
-            ssl_context=ssl_context)
+            ssl_context=ssl_context, security=self.security)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
@@ -171,18 +180,21 @@ class BrokerProcess:
         assert self.controller_channel is not None
         self.controller_channel.listeners.append(
             pb.Listener(name=name, host=host, port=port or bound))
-        log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, name,
+        sasl = ",".join(c.security.sasl_mechanisms)
+        protocol = ("SASL_SSL" if sasl and ssl_context else "SASL_PLAINTEXT" if sasl
+                    else "SSL" if ssl_context else "PLAINTEXT")
+        log.info("broker %d serving Kafka's protocol (%s, %s%s%s) on %s:%d", c.broker_id, name,
+                 protocol, f"{sasl}, " if sasl else "", f"authorizer {c.security.authorizer}",
                  listen[0], bound)
 
     def _topic_config_defaults(self) -> dict[str, str]:
         """What a topic that sets nothing gets here: the broker's log defaults, its
-        replication settings, the only cleanup policy there is."""
+        replication settings (cleanup.policy and the cleaner's settings are log settings)."""
         c = self.config
         assert self.log_manager is not None
         return {**self.log_manager.default_config.to_configs(),
                 "min.insync.replicas": str(c.min_insync_replicas),
-                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower(),
-                "cleanup.policy": "delete"}
+                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower()}
 
     def _observe_kafka_request(self, api: str, seconds: float, errors: list[int]) -> None:
         """Kafka requests in the broker's series, labelled ``kafka:<API>`` (Kafka's API

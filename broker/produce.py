@@ -33,7 +33,8 @@ from tidewater.broker.purgatory import AcksWait, AcksWaits
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import CorruptRecordError, InvalidRequiredAcksError
+from tidewater.proto.errors import CorruptRecordError, InvalidRecordError, InvalidRequiredAcksError
+from tidewater.proto.records import decode_records
 
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
 
@@ -122,12 +123,15 @@ class ProducePath:
                                 timeout_ms: int):
         if not records:
             raise CorruptRecordError("produce request carries no record batch")
+        if partition.log.config.compact:
+            require_keys(records)
         async with partition.lock:
             replica = partition.replica
             leader_epoch = replica.check_append(acks)  # nothing written when refused
             info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
-            self._messages_in.inc(info.record_count)
-            self._bytes_in.inc(len(records))
+            if not info.duplicate:  # a retry already in the log: its original offsets
+                self._messages_in.inc(info.record_count)
+                self._bytes_in.inc(len(records))
             wait = None
             if acks == -1:
                 wait = self._waits.open(partition, timeout_ms)
@@ -177,3 +181,14 @@ class ProducePath:
             for _, wait in waits:
                 self._waits.withdraw(wait)
         return withdraw_all
+
+
+def require_keys(records: bytes) -> None:
+    """A compacted topic keeps the last record per key: one without a key is refused,
+    as Kafka's LogValidator does (INVALID_RECORD). Decodes every record (CRC-checked),
+    which Kafka also does for compacted topics; other topics' batches stay opaque."""
+    for record in decode_records(records):
+        if record.key is None:
+            raise InvalidRecordError(
+                f"compacted topic cannot accept a record without a key (offset delta "
+                f"{record.offset})")

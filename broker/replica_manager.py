@@ -40,6 +40,7 @@ from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
 from tidewater.broker.partition import Partition
 from tidewater.broker.produce import ProducePath, Waits, produce_error_response
+from tidewater.broker.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.storage.corruption import CorruptionReporter
@@ -57,8 +58,10 @@ class ReplicaManager:
                  broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
                  report_corrupt_replica: CorruptReportRpc | None = None,
                  control_token: Callable[[], bytes] = lambda: b"",
-                 channel_credentials=None):
-        """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext)."""
+                 channel_credentials=None, allocate_producer_ids: AllocateRpc | None = None):
+        """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext).
+        ``allocate_producer_ids``: the controller's AllocateProducerIds (None: no producer
+        ids, InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS)."""
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -93,6 +96,7 @@ class ReplicaManager:
         # Damaged batches the reads and the scrub find: logged and counted once.
         self.corruption = CorruptionReporter(
             lambda how: metrics.corrupt_batches.labels(how).inc())
+        self.producer_ids = ProducerIdManager(allocate_producer_ids)
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
                                     acks_waits=self.acks_waits, metrics=metrics)
         self.fetcher_path = FetchPath(
@@ -103,7 +107,7 @@ class ReplicaManager:
         self.background = BackgroundWork(
             config=config, log_manager=log_manager, carrier=self.carrier,
             supervisor=self.supervisor, partitions=self.partitions,
-            high_watermarks=self.high_watermarks, corruption=self.corruption)
+            high_watermarks=self.high_watermarks, corruption=self.corruption, metrics=metrics)
         metrics.register_replicas(self.replica_snapshots)
 
     # ================================================================ lifecycle
@@ -122,6 +126,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         """Stop tasks and fetchers, answer waiters; the caller then shuts the LogManager down."""
         await self.background.stop()
+        await self.producer_ids.stop()
         await self.fetchers.shutdown()
         await self.supervisor.stop()
         for wait in self.acks_waits.open_waits():
@@ -174,6 +179,10 @@ class ReplicaManager:
                       waits: Waits, done: Callable[[pb.ProduceResponse], None]
                       ) -> Callable[[], None]:
         return self.producer.watch(request, response, waits, done)
+
+    async def init_producer_id(self, request: pb.InitProducerIdRequest
+                               ) -> pb.InitProducerIdResponse:
+        return await self.producer_ids.init_producer_id(request)
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return await self.fetcher_path.fetch(request)

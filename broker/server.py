@@ -15,6 +15,12 @@ certificate from the cluster's CA, and ``BrokerControl`` takes each call only
 from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as).
+With client security on (``broker.security``: SASL or an authorizer), each
+client RPC first learns who calls (``grpc_security.grpc_session``; refused:
+UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
+fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
+(TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
+topics (a named one is UNKNOWN_TOPIC_OR_PARTITION).
 Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
 exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
 where the response has a request-level code, else as gRPC INTERNAL. A broken
@@ -34,13 +40,18 @@ from collections.abc import Callable
 
 import grpc
 
+from tidewater.broker import grpc_security
+from tidewater.broker.authorizer import Session
 from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replica_manager import produce_error_response
+from tidewater.broker.security import may_init_producer_id
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.acls import DESCRIBE, TOPIC
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
+from tidewater.proto.scram import SaslAuthenticationError
 from tidewater.proto.tls import principal_of
 
 log = logging.getLogger("tidewater.broker.server")
@@ -107,9 +118,11 @@ class _Servicer:
         return observe
 
     async def _fetch_stream(self, context, name: str,
-                            refusal: Callable[[int], int | None]) -> None:
+                            refusal: Callable[[int], int | None],
+                            authorize: Callable[[pb.FetchRequest], list] | None = None) -> None:
         """One fetch after another on a stream; ``refusal``: replica_id -> the ErrorCode
-        refusing that request (or None to serve it)."""
+        refusing that request (or None to serve it); ``authorize``: drops the partitions
+        the caller may not read from a request and returns their answers."""
         observe = self._observer(name)
         reader = _StreamReader(context, self.replica_manager)
         try:
@@ -119,7 +132,10 @@ class _Servicer:
                     if code := refusal(request.replica_id):
                         response = pb.FetchResponse(error_code=code)
                     else:
-                        response = await self.replica_manager.fetch(request)
+                        denied = authorize(request) if authorize is not None else []
+                        response = (await self.replica_manager.fetch(request)
+                                    if request.partitions or not denied else pb.FetchResponse())
+                        response.partitions.extend(denied)
                 except InvariantViolation as e:
                     await self._fail(e, context)
                 except Exception as e:  # the one boundary for escaped errors
@@ -133,27 +149,65 @@ class _Servicer:
 class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     """What clients call; on every listener."""
 
-    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str):
+    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str,
+                 security=None):
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
+        # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
+        self.security = security if security is not None and security.secured else None
+
+    async def _session(self, context, security) -> Session:
+        """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
+        try:
+            return security.grpc_session(context)
+        except SaslAuthenticationError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                f"SASL_AUTHENTICATION_FAILED: {e}")
+            raise
+
+    async def _allowed(self, context) -> grpc_security.Allowed | None:
+        """(operation, topic) -> may, for this call's caller; None: security is off.
+        An unauthenticated caller is refused here (UNAUTHENTICATED)."""
+        security = self.security
+        if security is None:
+            return None
+        session = await self._session(context, security)
+        return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
 
     @_rpc("Produce")
     async def Produce(self, request, context):
-        return await self.replica_manager.produce(request)
+        allowed = await self._allowed(context)
+        if allowed is None:
+            return await self.replica_manager.produce(request)
+        denied = grpc_security.produce_refusals(request, allowed)
+        response = (await self.replica_manager.produce(request) if request.partitions
+                    else pb.ProduceResponse())
+        response.partitions.extend(denied)
+        return response
 
     @_rpc("Fetch")
     async def Fetch(self, request, context):
         if code := client_fetch_refusal(request.replica_id):
             return pb.FetchResponse(error_code=code)
-        return await self.replica_manager.fetch(request)
+        allowed = await self._allowed(context)
+        if allowed is None:
+            return await self.replica_manager.fetch(request)
+        denied = grpc_security.fetch_refusals(request, allowed)
+        response = (await self.replica_manager.fetch(request) if request.partitions
+                    else pb.FetchResponse())
+        response.partitions.extend(denied)
+        return response
 
     async def FetchStream(self, request_iterator, context):
         """Consumer fetches on one long-lived stream: the ReplicaFetch loop, own label.
 
         A message on an open stream costs about half the CPU of a unary call (both sides),
         and a caught-up consumer sends one fetch per record it is woken for."""
-        await self._fetch_stream(context, "FetchStream", client_fetch_refusal)
+        allowed = await self._allowed(context)
+        await self._fetch_stream(
+            context, "FetchStream", client_fetch_refusal,
+            None if allowed is None else lambda r: grpc_security.fetch_refusals(r, allowed))
 
     async def ProduceStream(self, request_iterator, context):
         """Produce requests on one long-lived stream, appended in arrival order.
@@ -170,6 +224,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         what was not answered); when the client cancels, pending waits are withdrawn.
         """
         replica_manager = self.replica_manager
+        allowed = await self._allowed(context)
         writer = _AnswerWriter(context, self._observer("ProduceStream"))
         withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
         ids = itertools.count()
@@ -182,8 +237,11 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         try:
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
+                denied = ([] if allowed is None
+                          else grpc_security.produce_refusals(request, allowed))
                 try:
                     response, waits = await replica_manager.produce_append(request)
+                    response.partitions.extend(denied)
                 except InvariantViolation as e:
                     await self._fail(e, context)
                 except Exception as e:  # the one boundary for escaped errors
@@ -209,19 +267,53 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("ListOffsets")
     async def ListOffsets(self, request, context):
-        return self.replica_manager.list_offsets(request)
+        allowed = await self._allowed(context)
+        denied = [] if allowed is None else grpc_security.list_offsets_refusals(request, allowed)
+        response = self.replica_manager.list_offsets(request)
+        response.partitions.extend(denied)
+        return response
 
     @_rpc("OffsetForLeaderEpoch")
     async def OffsetForLeaderEpoch(self, request, context):
-        return self.replica_manager.offset_for_leader_epoch(request)
+        allowed = await self._allowed(context)
+        denied = ([] if allowed is None
+                  else grpc_security.offset_for_leader_epoch_refusals(request, allowed))
+        response = self.replica_manager.offset_for_leader_epoch(request)
+        response.partitions.extend(denied)
+        return response
 
     @_rpc("Metadata")
     async def Metadata(self, request, context):
-        return self.metadata_cache.metadata_response(list(request.topics), self.listener_name)
+        allowed = await self._allowed(context)
+        response = self.metadata_cache.metadata_response(list(request.topics),
+                                                         self.listener_name)
+        if allowed is not None:
+            grpc_security.hide_undescribable(response, allowed, named=bool(request.topics))
+        return response
 
     @_rpc("DescribeReplicas")
     async def DescribeReplicas(self, request, context):
-        return self.replica_manager.describe_replicas(request)
+        allowed = await self._allowed(context)
+        response = self.replica_manager.describe_replicas(request)
+        if allowed is not None:
+            kept = [r for r in response.replicas if allowed(DESCRIBE, r.topic)]
+            del response.replicas[:]
+            response.replicas.extend(kept)
+        return response
+
+    @_rpc("InitProducerId")
+    async def InitProducerId(self, request, context):
+        security = self.security
+        if security is not None:
+            session = await self._session(context, security)
+            if not may_init_producer_id(
+                    lambda op, kind, name: security.allows(session, op, kind, name),
+                    lambda op, kind: security.allows_any(session, op, kind)):
+                return pb.InitProducerIdResponse(
+                    error_code=pb.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
+                    producer_epoch=-1, error_message="needs IDEMPOTENT_WRITE on the cluster "
+                                                     "or WRITE on some topic")
+        return await self.replica_manager.init_producer_id(request)
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):

@@ -34,6 +34,7 @@ from concurrent.futures import Future
 from typing import NamedTuple
 
 from tidewater.client.metadata import TopicPartition
+from tidewater.proto.batch import set_producer_fields
 from tidewater.proto.batch_builder import BatchBuilder
 
 LOGGER = logging.getLogger(__name__)
@@ -138,7 +139,8 @@ class ProducerBatch:
     outcome all its records share (Kafka's ``ProduceRequestResult``)."""
 
     __slots__ = ("tp", "created_ms", "builder", "timestamps", "futures", "size_bytes", "attempts",
-                 "retry_after_ms", "encoded", "postponed", "last_error",
+                 "retry_after_ms", "encoded", "postponed", "last_error", "order", "producer_id",
+                 "producer_epoch", "base_sequence", "_stamped",
                  "_lock", "_cond", "_done", "_error", "_base_offset", "_log_append_time_ms",
                  "_callbacks", "_cancelled")
 
@@ -154,6 +156,10 @@ class ProducerBatch:
         self.encoded: bytes | None = None  # set by close(), resent as-is on retries
         self.postponed = False  # held back (no leader known) until retry_after_ms
         self.last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
+        self.order = 0  # creation order in the accumulator: retries go back in this order
+        # Idempotent producers (client/idempotence.py): the numbers it is sent with, -1: none.
+        self.producer_id = self.producer_epoch = self.base_sequence = -1
+        self._stamped = (-1, -1, -1)  # the producer fields ``encoded`` carries
         self._lock = threading.Lock()
         self._cond: threading.Condition | None = None  # made by the first waiter
         self._done = False
@@ -169,10 +175,19 @@ class ProducerBatch:
 
     def close(self, compression: int) -> bytes:
         """Finish the batch for sending (the sender, once: no record joins it after it left
-        its queue); its builder's buffer is dropped, so it is held once, as ``encoded``."""
+        its queue); its builder's buffer is dropped, so it is held once, as ``encoded``.
+        An idempotent batch carries its producer id, epoch and base sequence: restamped
+        (and its CRC redone) when they changed since (an epoch bump renumbers it)."""
+        fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.encoded is None:
-            self.encoded = self.builder.build(compression)
+            self.encoded = self.builder.build(compression, producer_id=fields[0],
+                                              producer_epoch=fields[1], base_sequence=fields[2])
             self.builder = None
+            self._stamped = fields
+        elif fields != self._stamped:
+            encoded = bytearray(self.encoded)
+            set_producer_fields(encoded, *fields)
+            self.encoded, self._stamped = bytes(encoded), fields
         return self.encoded
 
     def is_full(self, batch_size_bytes: int) -> bool:
@@ -291,6 +306,7 @@ class RecordAccumulator:
             batch.builder.append(key, value, headers, timestamp_ms)
             queue.append(batch)  # only once the record is in it: a bad record leaves no empty batch
             self.batches_created += 1
+            batch.order = self.batches_created
         else:
             batch.builder.append(key, value, headers, timestamp_ms)
         batch.timestamps.append(timestamp_ms)
@@ -334,13 +350,16 @@ class RecordAccumulator:
             return now_ms
         return batch.created_ms + self.linger_ms
 
-    def drain_many(self, tp: TopicPartition, bytes_max: int) -> list[ProducerBatch]:
+    def drain_many(self, tp: TopicPartition, bytes_max: int,
+                   count_max: int | None = None) -> list[ProducerBatch]:
         """Take the queued batches of ``tp`` in order, at least one, while their estimated
-        sizes stay within ``bytes_max`` (one request carries them all)."""
+        sizes stay within ``bytes_max`` (one request carries them all), at most
+        ``count_max`` of them (None: no limit)."""
         queue = self._queues.get(tp)
         out: list[ProducerBatch] = []
         total = 0
-        while queue and (not out or total + queue[0].size_bytes <= bytes_max):
+        while queue and (not out or (total + queue[0].size_bytes <= bytes_max
+                                     and (count_max is None or len(out) < count_max))):
             batch = queue.popleft()
             batch.attempts += 1
             total += batch.size_bytes
@@ -362,9 +381,20 @@ class RecordAccumulator:
             self.reenqueue(batch, now_ms, backoff_ms)
 
     def reenqueue(self, batch: ProducerBatch, now_ms: int, backoff_ms: int) -> None:
-        """Put a batch to retry back at the front of its partition's queue."""
+        """Put a batch to retry back in its partition's queue, before every batch created
+        after it: with several requests in flight, the answers of later ones may have put
+        their batches back first (Kafka's insertInSequenceOrder)."""
         batch.retry_after_ms = now_ms + backoff_ms
-        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        queue = self._queues.setdefault(batch.tp, deque())
+        i = 0
+        while i < len(queue) and queue[i].order < batch.order:
+            i += 1
+        queue.insert(i, batch)
+
+    def first_is_retry(self, tp: TopicPartition) -> bool:
+        """``tp``'s first queued batch was sent before (it waits for the requests in flight)."""
+        queue = self._queues.get(tp)
+        return bool(queue) and queue[0].attempts > 0
 
     def release(self, batch: ProducerBatch) -> None:
         """A batch left the producer for good (delivered or failed): free its budget."""

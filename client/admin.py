@@ -1,4 +1,5 @@
-"""Admin client: create, delete, list and describe topics; describe the cluster.
+"""Admin client: create, delete, list and describe topics; describe the cluster; SCRAM
+users and ACLs.
 
 Admin calls go to any broker's ``Controller`` service (brokers forward them to
 the active controller). Per-replica log state (LEO, HW, log start offset)
@@ -22,11 +23,19 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.security import ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError, UnknownTopicOrPartitionError, error_for_code
+from tidewater.proto.acls import Acl
+from tidewater.proto.errors import (
+    ClusterAuthorizationFailedError,
+    TidewaterError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from tidewater.proto.scram import credential_to_pb, make_credential
 from tidewater.proto.topic_id import TOPIC_ID_BYTES, topic_id_to_text
 
 # A hung (e.g. SIGSTOPped) broker must not stall a describe: its replicas show -1 instead.
 REPLICA_STATE_TIMEOUT_MS = 5000
+SCRAM_ITERATIONS_DEFAULT = 8192  # Kafka's kafka-configs.sh default for SCRAM users
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +123,16 @@ class AdminClient:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
                  metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None):
         self.request_timeout_ms = request_timeout_ms
         # TLS settings (client/security.py, Kafka's names); a given ``metadata``'s pool
         # has its own.
         security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile)
+                                               ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
 
@@ -153,7 +166,17 @@ class AdminClient:
         self._raise_failures(self.delete_topics([name]))
 
     def list_topics(self) -> list[str]:
-        return sorted(t.name for t in self.describe_cluster().topics)
+        try:
+            return sorted(t.name for t in self.describe_cluster().topics)
+        except ClusterAuthorizationFailedError:
+            # No DESCRIBE on the cluster (ACLs): the topics this principal may describe,
+            # from Metadata, as kafka-topics.sh --list shows them.
+            timeout_s = self.request_timeout_ms / 1000
+
+            def ask(address: Address) -> pb.MetadataResponse:
+                return rpc_call(self.metadata.pool.broker(address).Metadata,
+                                pb.MetadataRequest(), timeout_s=timeout_s, address=address)
+            return sorted(t.name for t in self.metadata.any_broker_call(ask).topics)
 
     def describe_cluster(self) -> ClusterDescription:
         resp = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
@@ -225,6 +248,66 @@ class AdminClient:
                     broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
                     log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
         return out
+
+    # ------------------------------------------------------------------ users and ACLs
+    # (controller/security_records.py). The password never leaves this process: the
+    # credential is salted and iterated here (proto/scram.py).
+
+    def upsert_scram_user(self, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
+                          iterations: int = SCRAM_ITERATIONS_DEFAULT) -> None:
+        credential = credential_to_pb(user, make_credential(mechanism, password,
+                                                            iterations=iterations))
+        resp = self._controller_call("AlterUserScramCredentials",
+                                     pb.AlterUserScramCredentialsRequest(upsertions=[credential]))
+        self._raise_first(resp.results)
+
+    def delete_scram_user(self, user: str, mechanisms: list[str] | None = None) -> None:
+        """Delete ``mechanisms`` (default: every one the user has) of ``user``."""
+        if mechanisms is None:
+            mechanisms = [m for m, _ in self.describe_scram_users([user]).get(user, [])]
+            if not mechanisms:
+                raise error_for_code(pb.RESOURCE_NOT_FOUND, f"no user {user!r}")
+        resp = self._controller_call("AlterUserScramCredentials",
+                                     pb.AlterUserScramCredentialsRequest(deletions=[
+                                         pb.ScramCredential(user=user, mechanism=m)
+                                         for m in mechanisms]))
+        self._raise_first(resp.results)
+
+    def describe_scram_users(self, users: list[str] | None = None
+                             ) -> dict[str, list[tuple[str, int]]]:
+        """user -> [(mechanism, iterations)]; a named user without any is left out."""
+        resp = self._controller_call("DescribeUserScramCredentials",
+                                     pb.DescribeUserScramCredentialsRequest(users=users or []))
+        for u in resp.users:
+            if u.error_code not in (pb.NONE, pb.RESOURCE_NOT_FOUND):
+                raise error_for_code(u.error_code, pb.ErrorCode.Name(u.error_code))
+        return {u.user: list(zip(u.mechanisms, u.iterations, strict=False))
+                for u in resp.users if u.error_code == pb.NONE}
+
+    def create_acls(self, acls: list[Acl]) -> None:
+        resp = self._controller_call("CreateAcls", pb.CreateAclsRequest(
+            creations=[a.to_pb() for a in acls]))
+        self._raise_first(resp.results)
+
+    def describe_acls(self, acl_filter: pb.AclBinding | None = None) -> list[Acl]:
+        resp = self._controller_call("DescribeAcls",
+                                     pb.DescribeAclsRequest(filter=acl_filter or pb.AclBinding()))
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, resp.error_message)
+        return [Acl.from_pb(b) for b in resp.acls]
+
+    def delete_acls(self, filters: list[pb.AclBinding]) -> list[Acl]:
+        """Every ACL the filters matched, now deleted."""
+        resp = self._controller_call("DeleteAcls", pb.DeleteAclsRequest(filters=filters))
+        self._raise_first(resp.results)
+        return [Acl.from_pb(b) for r in resp.results for b in r.deleted]
+
+    @staticmethod
+    def _raise_first(results) -> None:
+        for r in results:
+            if r.error_code != pb.NONE:
+                raise error_for_code(r.error_code, r.error_message or
+                                     pb.ErrorCode.Name(r.error_code))
 
     # ------------------------------------------------------------------ internals
 

@@ -30,8 +30,10 @@ behind the answered request. The rules are the threaded producer's:
 
 A partition has up to ``max_in_flight_per_partition`` requests out; they are
 written in order on its leader's one stream, which the broker appends in
-arrival order. With more than one, a retry may reorder records (as in the
-threaded producer). With ``linger_ms=0`` a record whose partition has nothing
+arrival order. Idempotent (the default with acks=all, as in the threaded
+producer and ``client/idempotence.py``): a retry is never written twice and
+order holds with up to 5 requests out; without idempotence and with more than
+one request out, a retry may reorder records. With ``linger_ms=0`` a record whose partition has nothing
 out is sent from ``send`` itself; otherwise the sender task sends ready
 partitions. Metadata comes from the same ``MetadataClient``; a lookup or
 refresh that may block runs in a worker thread so the loop never waits on it.
@@ -47,6 +49,7 @@ import time
 from functools import partial
 
 from tidewater.client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
+from tidewater.client.idempotence import IdempotentState
 from tidewater.client.metadata import (
     Address,
     LeaderInfo,
@@ -56,8 +59,15 @@ from tidewater.client.metadata import (
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.producer import (
     delivery_timeout_error,
+    drain_for_request,
+    give_up_sequences,
+    idempotence_enabled,
     no_stream_error,
+    on_producer_id_error,
     parse_acks,
+    partition_held_back,
+    release_in_flight,
+    request_producer_id,
     settle_produce_answer,
 )
 from tidewater.client.security import ClientSecurity
@@ -92,8 +102,15 @@ class AsyncProducer:
                  request_bytes_max: int = 1024 * 1024, max_in_flight_per_partition: int = 1,
                  metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None,
+                 enable_idempotence: bool | None = None):
         self.acks = parse_acks(acks)
+        # None: on with acks=all (Kafka 3's default); True with acks 0/1: ValueError.
+        self.enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
+                                                      max_in_flight_per_partition)
+        self._idempotence = IdempotentState() if self.enable_idempotence else None
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
@@ -102,13 +119,13 @@ class AsyncProducer:
         compress(compression, b"")  # an unknown or unavailable codec fails here, not per batch
         self.compression = compression
         self.request_bytes_max = request_bytes_max
-        if max_in_flight_per_partition < 1:
-            raise ValueError("max_in_flight_per_partition must be at least 1")
         self.max_in_flight_per_partition = max_in_flight_per_partition
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
         security = self._security = ClientSecurity.from_options(
-            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile)
+            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._batch_size_bytes = batch_size_bytes
@@ -116,6 +133,7 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._accumulator: RecordAccumulator | None = None
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
+        self._batches_in_flight: dict[TopicPartition, int] = {}  # idempotent: batches out
         self._records_in_flight = 0  # buffered_records less these are the records queued
         self._streams: StreamPool | None = None
         self._wake: asyncio.Event | None = None
@@ -175,7 +193,8 @@ class AsyncProducer:
         self._unfinished += 1
         self._idle.clear()
         in_flight = self._in_flight.get(tp, 0)
-        if self._linger_ms == 0 and in_flight == 0 and accumulator.partition_ready(tp, now_ms):
+        if (self._linger_ms == 0 and in_flight == 0 and accumulator.partition_ready(tp, now_ms)
+                and (self._idempotence is None or self._idempotence.has_producer_id)):
             # Nothing of this partition out and no linger: send now rather than wake the
             # sender task (one task switch less per lone record).
             if self._send_or_fail([tp]):
@@ -229,8 +248,8 @@ class AsyncProducer:
             now = _now_ms()
             for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
                 self._finish(batch, delivery_timeout_error(batch, self.delivery_timeout_ms))
-            limit = self.max_in_flight_per_partition
-            muted = {tp for tp, n in self._in_flight.items() if n >= limit}
+                give_up_sequences(self, batch.tp, batch)
+            muted = {tp for tp in self._in_flight if partition_held_back(self, tp)}
             ready, next_ms = self._accumulator.ready(now, muted=muted)
             if not ready:
                 self._wake.clear()
@@ -240,6 +259,16 @@ class AsyncProducer:
                 except TimeoutError:
                     pass
                 continue
+            idempotence = self._idempotence
+            if idempotence is not None and not idempotence.has_producer_id:
+                try:  # InitProducerId blocks: in a worker thread
+                    producer_id, epoch = await asyncio.to_thread(
+                        request_producer_id, self.metadata, self.request_timeout_ms / 1000)
+                except TidewaterError as e:
+                    on_producer_id_error(self, ready, e)
+                    continue
+                if not idempotence.has_producer_id:
+                    idempotence.set_producer_id(producer_id, epoch)
             unknown = self._send_or_fail(ready)
             if unknown:
                 # Their metadata is not cached: look the leaders up in a worker thread (it
@@ -301,9 +330,10 @@ class AsyncProducer:
                 refresh = True
                 accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
                 continue
-            if self._in_flight.get(tp, 0) >= self.max_in_flight_per_partition:
-                continue
-            batches = accumulator.drain_many(tp, self.request_bytes_max)
+            if partition_held_back(self, tp) or (
+                    self._idempotence is not None and not self._idempotence.has_producer_id):
+                continue  # the sender task asks for the producer id first
+            batches = drain_for_request(self, tp)
             if not batches:
                 continue
             try:
@@ -314,6 +344,7 @@ class AsyncProducer:
                     self._finish(batch, e)
                 continue
             self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+            self._batches_in_flight[tp] = self._batches_in_flight.get(tp, 0) + len(batches)
             self._records_in_flight += _record_count(batches)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         if refresh:
@@ -354,19 +385,15 @@ class AsyncProducer:
         """An answer, a transport error, or (acks=0) the request queued: settle its
         batches, then send what queued behind it, from here (no sender wake-up)."""
         for tp, batches in groups:
-            left = self._in_flight.get(tp, 0) - 1
-            if left > 0:
-                self._in_flight[tp] = left
-            else:
-                self._in_flight.pop(tp, None)
+            release_in_flight(self._in_flight, self._batches_in_flight, tp, len(batches))
             self._records_in_flight -= _record_count(batches)
         refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
         if refresh:
             self.metadata.invalidate()
         elif not self._closed:
-            now_ms, limit, accumulator = _now_ms(), self.max_in_flight_per_partition, self._accumulator
+            now_ms, accumulator = _now_ms(), self._accumulator
             ready = [tp for tp, _ in groups
-                     if self._in_flight.get(tp, 0) < limit and accumulator.partition_ready(tp, now_ms)]
+                     if not partition_held_back(self, tp) and accumulator.partition_ready(tp, now_ms)]
             if ready:
                 self._send_or_fail(ready)  # uncached metadata: left to the sender, woken below
         if self._accumulator.buffered_records > self._records_in_flight:

@@ -156,7 +156,9 @@ class Consumer:
                  max_partition_fetch_bytes: int = 1024 * 1024, request_timeout_ms: int = 30000,
                  retry_backoff_ms: int = 100, metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -169,7 +171,9 @@ class Consumer:
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
         security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile)
+                                               ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._positions: dict[TopicPartition, int | None] = {}

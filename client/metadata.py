@@ -40,12 +40,14 @@ from tidewater.client.security import PLAINTEXT, ClientSecurity, sync_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import (
+    ClusterAuthorizationFailedError,
     RequestTimedOutError,
     TidewaterError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for_code,
 )
+from tidewater.proto.scram import SaslAuthenticationError
 
 Address = tuple[str, int]
 T = TypeVar("T")
@@ -149,8 +151,13 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
         return RequestTimedOutError(f"request to{where} timed out")
     if code == grpc.StatusCode.UNAVAILABLE:
         return BrokerConnectionError(f"broker{where} unavailable: {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        # Not a connection problem: another broker would refuse the same credentials.
+        return SaslAuthenticationError(f"broker{where} refused the credentials: {details}")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return UnsupportedVersionError(f"broker{where} does not implement this call: {details}")
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return ClusterAuthorizationFailedError(f"{where.strip() or 'server'} refused: {details}")
     return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")
 
 

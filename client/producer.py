@@ -23,6 +23,9 @@ per partition:
 | retriable (proto.errors)        | refresh metadata if ``invalid_metadata``; retry    |
 |                                 | after ``retry_backoff_ms`` while retries and the   |
 |                                 | delivery timeout allow                             |
+| idempotent: a sequence error    | ``client/idempotence.py`` decides: retry in order, |
+| (OUT_OF_ORDER_SEQUENCE_NUMBER,  | or a new epoch on the partition (renumbered)       |
+| UNKNOWN_PRODUCER_ID)            |                                                    |
 | anything else                   | futures fail with the typed exception              |
 
 Requests go on one ``ProduceStream`` per broker (``client.streams``). A
@@ -32,15 +35,22 @@ the request timeout counts as a retriable ``BrokerConnectionError``
 ``ProduceStream`` (UNIMPLEMENTED: not a broker of this release) fails the
 request's records with the non-retriable ``UnsupportedVersionError``; nothing
 was appended. A partition with ``max_in_flight_per_partition`` requests
-in flight is muted. With the default of 1, retries never reorder records; with
-more (Kafka's ``max.in.flight.requests.per.connection``), a later request can
-land while an earlier one is retried, so a retry may reorder records: the
-price of keeping several requests' worth of records on the way while acks=all
-waits for the followers. Memory is bounded: ``send`` blocks up to
-``max_block_ms`` while ``buffer_memory_bytes`` are queued.
+in flight is muted. Memory is bounded: ``send`` blocks up to ``max_block_ms``
+while ``buffer_memory_bytes`` are queued.
 
-Retries can duplicate a batch whose first answer was lost (there is no
-idempotent producer); set ``retries=0`` for at-most-once sends.
+Idempotence (``enable_idempotence``; on by default with acks=all, as in Kafka 3):
+the producer gets an id from ``InitProducerId`` before its first send and
+numbers each partition's batches (``client/idempotence.py``). A retry keeps its
+numbers, so a broker that already appended it (its answer was lost) answers the
+original offsets instead of writing it twice; with up to 5 requests in flight
+(Kafka's ``max.in.flight.requests.per.connection``) the broker refuses a batch
+that does not follow the last one it wrote, the refused batches go back in
+creation order and a retry goes alone once the partition's requests are
+answered, so order holds across retries. At most 5 batches of a partition are
+out at once (the broker remembers the last five per producer). Without
+idempotence, one request in flight (the default) keeps order; more may let a
+retry reorder records, and a retry whose first answer was lost is written twice
+(``retries=0`` gives at-most-once sends).
 """
 
 from __future__ import annotations
@@ -55,12 +65,19 @@ from tidewater.client.accumulator import (
     RecordFuture,
     RecordMetadata,
 )
+from tidewater.client.idempotence import (
+    BATCHES_IN_FLIGHT_MAX,
+    MAX_IN_FLIGHT_IDEMPOTENT,
+    IdempotentState,
+    drain_count_max,
+)
 from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
     format_address,
+    rpc_call,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.security import ClientSecurity
@@ -80,6 +97,79 @@ __all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
 
 # How long close() lets brokers answer what is pending on their streams (acks=1/all).
 STREAM_CLOSE_WAIT_S = 5.0
+
+
+def idempotence_enabled(enable_idempotence: bool | None, acks: int, retries: int,
+                        max_in_flight_per_partition: int) -> bool:
+    """Kafka 3's rules for ``enable.idempotence``: it needs acks=all, retries and at most 5
+    requests in flight. Unset (None), it is on unless another setting rules it out (as
+    Kafka does when those are set explicitly); True with such a setting is a ValueError."""
+    if max_in_flight_per_partition < 1:
+        raise ValueError("max_in_flight_per_partition must be at least 1")
+    if enable_idempotence is None:
+        return (acks == -1 and retries >= 1
+                and max_in_flight_per_partition <= MAX_IN_FLIGHT_IDEMPOTENT)
+    if not enable_idempotence:
+        return False
+    if acks != -1:
+        raise ValueError("enable_idempotence needs acks='all' (pass enable_idempotence=False "
+                         "for acks=0 or 1)")
+    if retries < 1:
+        raise ValueError("enable_idempotence needs retries >= 1")
+    if max_in_flight_per_partition > MAX_IN_FLIGHT_IDEMPOTENT:
+        raise ValueError(f"enable_idempotence allows at most {MAX_IN_FLIGHT_IDEMPOTENT} "
+                         "requests in flight per partition")
+    return True
+
+
+def request_producer_id(metadata: MetadataClient, timeout_s: float) -> tuple[int, int]:
+    """(producer id, epoch) from InitProducerId on any broker; a typed error otherwise
+    (UnsupportedVersionError: a broker without idempotent producers)."""
+    request = pb.InitProducerIdRequest(producer_id=-1, producer_epoch=-1)
+    response = metadata.any_broker_call(lambda address: rpc_call(
+        metadata.pool.broker(address).InitProducerId, request, timeout_s=timeout_s,
+        address=address))
+    if response.error_code != pb.NONE:
+        raise error_for_code(response.error_code,
+                             response.error_message or pb.ErrorCode.Name(response.error_code))
+    return response.producer_id, response.producer_epoch
+
+
+def on_producer_id_error(producer, ready: list[TopicPartition], error: TidewaterError) -> None:
+    """No producer id: the partitions wait a backoff, or their batches fail when the error
+    is not retriable (caller holds the producer's lock, if it has one)."""
+    for tp in ready:
+        if error.retriable:
+            producer._accumulator.postpone(tp, _now_ms() + producer.retry_backoff_ms)
+        else:
+            for batch in producer._accumulator.drain_many(tp, producer.request_bytes_max):
+                producer._finish(batch, error)
+
+
+def partition_held_back(producer, tp: TopicPartition) -> bool:
+    """``tp`` may not send now: ``max_in_flight_per_partition`` requests out, or (idempotent)
+    a batch to retry while requests are out (it goes once they are answered, so retried
+    sequences reach the broker in order), or BATCHES_IN_FLIGHT_MAX batches out."""
+    in_flight = producer._in_flight.get(tp, 0)
+    if in_flight >= producer.max_in_flight_per_partition:
+        return True
+    return in_flight > 0 and producer._idempotence is not None and (
+        producer._accumulator.first_is_retry(tp)
+        or producer._batches_in_flight.get(tp, 0) >= BATCHES_IN_FLIGHT_MAX)
+
+
+def drain_for_request(producer, tp: TopicPartition) -> list[ProducerBatch]:
+    """Take ``tp``'s batches for its next request; an idempotent producer numbers them."""
+    accumulator, idempotence = producer._accumulator, producer._idempotence
+    batches = accumulator.drain_many(tp, producer.request_bytes_max, drain_count_max(
+        idempotence, accumulator.first_is_retry(tp), producer._batches_in_flight.get(tp, 0)))
+    if batches and idempotence is not None:
+        if not idempotence.has_producer_id:  # dropped after an epoch overflow: asked again
+            accumulator.reenqueue_many(batches, _now_ms(), 0)
+            return []
+        for batch in batches:
+            idempotence.assign(batch)
+    return batches
 
 
 def parse_acks(value: str | int) -> int:
@@ -121,9 +211,11 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
     decision table of the module docstring, shared by the threaded and asyncio producers.
 
     ``producer`` supplies ``acks``, ``retries``, ``retry_backoff_ms``, ``delivery_timeout_ms``,
-    ``_closed``, ``_accumulator`` and ``_finish(batch, error, base_offset, log_append_time_ms)``.
+    ``_closed``, ``_accumulator``, ``_idempotence`` (an ``IdempotentState`` or None) and
+    ``_finish(batch, error, base_offset, log_append_time_ms)``.
     Returns True when metadata should be refreshed.
     """
+    idempotence: IdempotentState | None = producer._idempotence
     answers = {}
     if response is not None:
         answers = {(p.topic, p.partition): p for p in response.partitions}
@@ -145,6 +237,8 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
                 # The broker appends the batches contiguously from base_offset.
                 offset = answer.base_offset
                 for batch in batches:
+                    if idempotence is not None:
+                        idempotence.on_acked(batch)
                     producer._finish(batch, None, offset, answer.log_append_time_ms)
                     if offset >= 0:
                         offset += batch.record_count
@@ -155,18 +249,50 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
         if getattr(error, "invalid_metadata", False):
             refresh = True
         head = batches[0]
-        if getattr(error, "retriable", False) and head.attempts <= producer.retries and not producer._closed:
+        if idempotence is None:
+            retry = getattr(error, "retriable", False)
+        else:
+            decision = idempotence.decide(head, error)
+            if decision == "bump":
+                idempotence.bump(tp)  # the unacked batches are renumbered in a new epoch
+            retry = decision != "fail"
+        if retry and head.attempts <= producer.retries and not producer._closed:
             for batch in batches:
                 batch.last_error = error
             if now_ms - head.created_ms >= producer.delivery_timeout_ms:
                 for batch in batches:
                     producer._finish(batch, delivery_timeout_error(batch, producer.delivery_timeout_ms))
+                give_up_sequences(producer, tp, head)
             else:
                 producer._accumulator.reenqueue_many(batches, now_ms, producer.retry_backoff_ms)
         else:
             for batch in batches:
                 producer._finish(batch, error)
+            give_up_sequences(producer, tp, head)
     return refresh
+
+
+def release_in_flight(in_flight: dict, batches_in_flight: dict, tp: TopicPartition,
+                      batch_count: int) -> None:
+    """One request of ``tp`` with ``batch_count`` batches is answered: the counts drop."""
+    left = in_flight.get(tp, 0) - 1
+    if left > 0:
+        in_flight[tp] = left
+    else:
+        in_flight.pop(tp, None)
+    batches_left = batches_in_flight.get(tp, 0) - batch_count
+    if batches_left > 0:
+        batches_in_flight[tp] = batches_left
+    else:
+        batches_in_flight.pop(tp, None)
+
+
+def give_up_sequences(producer, tp: TopicPartition, batch: ProducerBatch) -> None:
+    """An idempotent batch failed for good: the sequences it held are unresolved, so the
+    partition starts a new epoch (later batches are renumbered, client/idempotence.py)."""
+    idempotence: IdempotentState | None = producer._idempotence
+    if idempotence is not None and batch.base_sequence >= 0:
+        idempotence.bump(tp)
 
 
 class Producer:
@@ -180,8 +306,16 @@ class Producer:
                  max_in_flight_per_partition: int = 1,
                  metadata: MetadataClient | None = None,
                  security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
-                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None):
+                 ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
+                 sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                 sasl_plain_password: str | None = None,
+                 enable_idempotence: bool | None = None):
         self.acks = parse_acks(acks)
+        enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
+                                                 max_in_flight_per_partition)
+        self.enable_idempotence = enable_idempotence
+        # Producer id, epochs and sequences (client/idempotence.py); None: not idempotent.
+        self._idempotence = IdempotentState() if enable_idempotence else None
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
@@ -193,13 +327,13 @@ class Producer:
         compress(compression, b"")  # an unknown or unavailable codec fails here, not per batch
         self.compression = compression  # proto.records.COMPRESSION_* code
         self.request_bytes_max = request_bytes_max  # per partition per request (at least one batch)
-        if max_in_flight_per_partition < 1:
-            raise ValueError("max_in_flight_per_partition must be at least 1")
         self.max_in_flight_per_partition = max_in_flight_per_partition
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
         security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile)
+                                               ssl_keyfile,
+            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+            sasl_plain_password=sasl_plain_password)
         self.metadata = metadata or MetadataClient(
             bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
@@ -214,6 +348,7 @@ class Producer:
         self._lock = threading.Condition(self._mutex)
         self._sender_wake = threading.Condition(self._mutex)
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
+        self._batches_in_flight: dict[TopicPartition, int] = {}  # idempotent: batches out
         # Records in requests on the way; the accumulator's buffered_records less these are
         # the records queued (an answer wakes the sender only when some are).
         self._records_in_flight = 0
@@ -260,7 +395,8 @@ class Producer:
             now_ms = time.monotonic_ns() // 1_000_000
             fut = accumulator.add(tp, key, value, headers, timestamp_ms, now_ms)
             self._unfinished += 1
-            if accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed:
+            if (accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed
+                    and (self._idempotence is None or self._idempotence.has_producer_id)):
                 # Nothing of this partition on the way and no linger: send from this thread
                 # now rather than wake the sender (one thread hand-off less per lone record).
                 send_now = accumulator.partition_ready(tp, now_ms)
@@ -366,9 +502,7 @@ class Producer:
                     return
                 now = _now_ms()
                 self._expire(now)
-                limit = self.max_in_flight_per_partition
-                muted = {tp for tp, n in self._in_flight.items() if n >= limit}
-                ready, next_ms = self._accumulator.ready(now, muted=muted)
+                ready, next_ms = self._accumulator.ready(now, muted=self._muted())
                 if not ready:
                     if self._finished:
                         continue
@@ -376,6 +510,27 @@ class Producer:
                     self._sender_wake.wait(wait_ms / 1000)
                     continue
             self._send_or_fail(ready)
+
+    def _muted(self) -> set[TopicPartition]:
+        """Partitions that may not send now (lock held): ``partition_held_back``."""
+        return {tp for tp in self._in_flight if partition_held_back(self, tp)}
+
+    def _ensure_producer_id(self, ready: list[TopicPartition]) -> bool:
+        """An idempotent producer needs its id before its first send (InitProducerId on any
+        broker). False: none yet (``on_producer_id_error``)."""
+        state = self._idempotence
+        if state is None or state.has_producer_id:
+            return True
+        try:
+            producer_id, epoch = request_producer_id(self.metadata, self.request_timeout_ms / 1000)
+        except TidewaterError as e:
+            with self._lock:
+                on_producer_id_error(self, ready, e)
+            return False
+        with self._lock:
+            if not state.has_producer_id:
+                state.set_producer_id(producer_id, epoch)
+        return True
 
     def _send_or_fail(self, ready: list[TopicPartition], *, from_answer: bool = False) -> None:
         """``_send_ready``, failing the partitions' queued batches if it breaks (the sender
@@ -394,6 +549,7 @@ class Producer:
     def _expire(self, now: int) -> None:
         for batch in self._accumulator.expire(now, self.delivery_timeout_ms):
             self._finish(batch, delivery_timeout_error(batch, self.delivery_timeout_ms))
+            give_up_sequences(self, batch.tp, batch)
 
     def _finish(self, batch: ProducerBatch, error: BaseException | None,
                 base_offset: int = -1, log_append_time_ms: int = -1) -> None:
@@ -424,6 +580,9 @@ class Producer:
         # leader address -> [(tp, the partition's batches in order)]
         by_leader: dict[Address, list[tuple[TopicPartition, list[ProducerBatch]]]] = {}
         need_refresh = False
+        if self._idempotence is not None and not self._idempotence.has_producer_id:
+            if from_answer or not self._ensure_producer_id(ready):
+                return  # the sender thread asks for the id / the partitions wait a backoff
         for tp in ready:
             if from_answer:
                 leader = self.metadata.cached_leader_for(tp)  # never refreshes: never blocks
@@ -446,21 +605,23 @@ class Producer:
                     need_refresh = True
                     self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
                     continue
-                if self._in_flight.get(tp, 0) >= self.max_in_flight_per_partition:
+                if partition_held_back(self, tp):
                     continue  # send() and the sender both saw it ready; the answer wakes the sender
                 # Every queued batch of the partition goes in one request (in order); with one
-                # request in flight per partition (the default) retries cannot reorder.
-                batches = self._accumulator.drain_many(tp, self.request_bytes_max)
+                # request in flight per partition (the default) retries cannot reorder, and
+                # an idempotent producer's sequences keep the order with more.
+                batches = drain_for_request(self, tp)
                 if not batches:
                     continue
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+                self._batches_in_flight[tp] = self._batches_in_flight.get(tp, 0) + len(batches)
                 self._records_in_flight += _record_count(batches)
             try:
                 for batch in batches:
                     batch.close(self.compression)
             except Exception as e:  # e.g. a compression codec failing: fail, not hang
                 with self._lock:
-                    self._release_in_flight(tp)
+                    self._release_in_flight(tp, len(batches))
                     self._records_in_flight -= _record_count(batches)
                     for batch in batches:
                         self._finish(batch, e)
@@ -495,7 +656,7 @@ class Producer:
                      transport_error: TidewaterError | Exception | None) -> None:
         with self._lock:
             for tp, batches in groups:
-                self._release_in_flight(tp)
+                self._release_in_flight(tp, len(batches))
                 self._records_in_flight -= _record_count(batches)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
             # acks=0 is settled inside the stream's send (no answer comes), i.e. inside
@@ -534,13 +695,9 @@ class Producer:
         if self._accumulator.buffered_records > self._records_in_flight:
             self._sender_wake.notify()
 
-    def _release_in_flight(self, tp: TopicPartition) -> None:
-        """One request of ``tp`` is no longer out (lock held)."""
-        left = self._in_flight.get(tp, 0) - 1
-        if left > 0:
-            self._in_flight[tp] = left
-        else:
-            self._in_flight.pop(tp, None)
+    def _release_in_flight(self, tp: TopicPartition, batch_count: int) -> None:
+        """One request of ``tp``, with ``batch_count`` batches, is no longer out (lock held)."""
+        release_in_flight(self._in_flight, self._batches_in_flight, tp, batch_count)
 
     def _maybe_refresh_metadata(self) -> None:
         now = _now_ms()

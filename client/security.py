@@ -8,7 +8,17 @@ listeners that require one) — kafka-python's names. ``tide
 --command-config FILE`` reads the same from a Kafka client properties file
 (``properties_security``): ``security.protocol``, ``ssl.cafile`` or
 ``ssl.ca.location``, ``ssl.certfile`` or ``ssl.certificate.location``,
-``ssl.keyfile`` or ``ssl.key.location``. Java keystores
+``ssl.keyfile`` or ``ssl.key.location``.
+
+SASL (``security_protocol`` ``SASL_PLAINTEXT`` or ``SASL_SSL``, with
+``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password`` —
+kafka-python's names; in a properties file ``sasl.mechanism``,
+``sasl.username``, ``sasl.password`` as librdkafka names them): every gRPC call
+carries the user and password as ``authorization: PLAIN ...`` metadata
+(``broker.grpc_security``), whatever the mechanism named (gRPC has no SCRAM
+exchange; the broker checks the password against the same SCRAM credential).
+Use SASL_SSL: over SASL_PLAINTEXT the password crosses the network in clear.
+Java keystores
 (``ssl.truststore.*``, ``ssl.keystore.*``) are refused with a message: gRPC
 reads PEM only.
 
@@ -20,14 +30,16 @@ the first channel needs them (``channel_credentials``, cached per value).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
+from tidewater.proto.scram import plain_metadata
 from tidewater.proto.tls import open_aio_channel
 
-PROTOCOLS = ("PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class SecurityConfigError(ValueError):
@@ -40,30 +52,66 @@ class ClientSecurity:
     cafile: str | None = None
     certfile: str | None = None
     keyfile: str | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_options(cls, security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
                      ssl_certfile: str | None = None,
-                     ssl_keyfile: str | None = None) -> ClientSecurity:
+                     ssl_keyfile: str | None = None, *, sasl_mechanism: str | None = None,
+                     sasl_plain_username: str | None = None,
+                     sasl_plain_password: str | None = None) -> ClientSecurity:
         protocol = (security_protocol or "PLAINTEXT").strip().upper()
         if protocol not in PROTOCOLS:
             raise SecurityConfigError(
-                f"security_protocol {security_protocol!r} is not supported (PLAINTEXT or SSL; "
-                "no SASL yet)")
-        if protocol == "PLAINTEXT":
+                f"security_protocol {security_protocol!r} is not supported "
+                f"({', '.join(PROTOCOLS)})")
+        sasl = protocol.startswith("SASL_")
+        if sasl:
+            mechanism = (sasl_mechanism or "PLAIN").strip().upper()
+            if mechanism not in SASL_MECHANISMS:
+                raise SecurityConfigError(f"sasl_mechanism {sasl_mechanism!r} is not one of "
+                                          f"{', '.join(SASL_MECHANISMS)}")
+            if not sasl_plain_username or not sasl_plain_password:
+                raise SecurityConfigError(f"{protocol} needs sasl_plain_username and "
+                                          "sasl_plain_password")
+        elif sasl_plain_username or sasl_plain_password:
+            raise SecurityConfigError("sasl_* settings need security_protocol SASL_PLAINTEXT "
+                                      "or SASL_SSL")
+        sasl_fields = ((mechanism, sasl_plain_username, sasl_plain_password) if sasl
+                       else (None, None, None))
+        if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
             if ssl_cafile or ssl_certfile or ssl_keyfile:
-                raise SecurityConfigError("ssl_* settings need security_protocol='SSL'")
-            return cls()
+                raise SecurityConfigError("ssl_* settings need security_protocol 'SSL' or "
+                                          "'SASL_SSL'")
+            return cls(protocol, None, None, None, *sasl_fields)
         if bool(ssl_certfile) != bool(ssl_keyfile):
             raise SecurityConfigError("ssl_certfile and ssl_keyfile go together")
-        return cls("SSL", ssl_cafile or None, ssl_certfile or None, ssl_keyfile or None)
+        return cls(protocol, ssl_cafile or None, ssl_certfile or None, ssl_keyfile or None,
+                   *sasl_fields)
 
     @property
     def tls(self) -> bool:
-        return self.protocol == "SSL"
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What every gRPC call carries (the SASL user and password, when set)."""
+        if self.sasl_username is None or self.sasl_password is None:
+            return ()
+        return (plain_metadata(self.sasl_username, self.sasl_password),)
 
 
 PLAINTEXT = ClientSecurity()
+
+
+def security_kwargs(security: ClientSecurity) -> dict[str, str | None]:
+    """``security`` as the clients' keyword arguments (Producer, Consumer, AdminClient)."""
+    return {"security_protocol": security.protocol, "ssl_cafile": security.cafile,
+            "ssl_certfile": security.certfile, "ssl_keyfile": security.keyfile,
+            "sasl_mechanism": security.sasl_mechanism,
+            "sasl_plain_username": security.sasl_username,
+            "sasl_plain_password": security.sasl_password}
 
 
 def _read(path: str | None) -> bytes | None:
@@ -88,12 +136,69 @@ def channel_credentials(security: ClientSecurity) -> grpc.ChannelCredentials | N
 def sync_channel(target: str, security: ClientSecurity, options) -> grpc.Channel:
     credentials = channel_credentials(security)
     if credentials is None:
-        return grpc.insecure_channel(target, options=options)
-    return grpc.secure_channel(target, credentials, options=options)
+        channel = grpc.insecure_channel(target, options=options)
+    else:
+        channel = grpc.secure_channel(target, credentials, options=options)
+    metadata = security.call_metadata()
+    if metadata:
+        channel = grpc.intercept_channel(channel, *_sync_interceptors(metadata))
+    return channel
 
 
 def aio_channel(target: str, security: ClientSecurity, options) -> grpc.aio.Channel:
-    return open_aio_channel(target, options, channel_credentials(security))
+    metadata = security.call_metadata()
+    return open_aio_channel(target, options, channel_credentials(security),
+                            interceptors=_aio_interceptors(metadata) if metadata else None)
+
+
+def _sync_interceptors(metadata) -> list:
+    class AddMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                      grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+        def _go(self, continuation, details, request):
+            return continuation(_ClientCallDetails.of(details, metadata), request)
+        intercept_unary_unary = intercept_unary_stream = _go
+        intercept_stream_unary = intercept_stream_stream = _go
+    return [AddMetadata()]
+
+
+class _ClientCallDetails(grpc.ClientCallDetails):
+    """grpc's ClientCallDetails is abstract; this one carries our metadata too."""
+
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+        self.method, self.timeout, self.metadata = method, timeout, metadata
+        self.credentials, self.wait_for_ready, self.compression = (
+            credentials, wait_for_ready, compression)
+
+    @classmethod
+    def of(cls, details, metadata) -> _ClientCallDetails:
+        return cls(details.method, details.timeout,
+                   tuple(details.metadata or ()) + tuple(metadata), details.credentials,
+                   getattr(details, "wait_for_ready", None), getattr(details, "compression", None))
+
+
+def _aio_interceptors(metadata) -> list:
+    def details_of(details):
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout,
+            grpc.aio.Metadata(*(tuple(details.metadata or ()) + tuple(metadata))),
+            details.credentials, details.wait_for_ready)
+
+    class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+        async def intercept_unary_unary(self, continuation, details, request):
+            return await continuation(details_of(details), request)
+
+    class UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+        async def intercept_unary_stream(self, continuation, details, request):
+            return await continuation(details_of(details), request)
+
+    class StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+        async def intercept_stream_unary(self, continuation, details, request_iterator):
+            return await continuation(details_of(details), request_iterator)
+
+    class StreamStream(grpc.aio.StreamStreamClientInterceptor):
+        async def intercept_stream_stream(self, continuation, details, request_iterator):
+            return await continuation(details_of(details), request_iterator)
+    return [UnaryUnary(), UnaryStream(), StreamUnary(), StreamStream()]
 
 
 # ---------------------------------------------------------------------- Kafka properties files
@@ -108,6 +213,10 @@ _PROPERTY_NAMES = {
     "ssl.certificate.location": "ssl_certfile",
     "ssl.keyfile": "ssl_keyfile",
     "ssl.key.location": "ssl_keyfile",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
 }
 
 

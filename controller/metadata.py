@@ -28,6 +28,9 @@ pending_stops_cleared   broker_id (its pending StopReplicas were handed to a sen
 pending_stops           broker_id, partitions [[topic, partition, topic_id]]
                         (snapshots; older ones without the topic_id)
 counters                unclean_elections_total, topics_created_total (snapshots)
+scram_credential,       users' SCRAM credentials and ACLs: see ``security_records``
+scram_credential_deleted,
+acl_created, acl_deleted
 ======================  ==========================================================
 
 Topic IDs (KIP-516): each topic incarnation has a 16-byte ID, made at random by
@@ -63,6 +66,8 @@ from typing import Any
 
 from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata_log import MetadataRecord
+from tidewater.controller.security_records import RECORD_TYPES as SECURITY_RECORD_TYPES
+from tidewater.controller.security_records import SecurityImage
 from tidewater.proto.errors import CorruptFileError
 from tidewater.proto.topic_id import is_valid_topic_id, topic_id_from_text, topic_id_to_text
 
@@ -139,6 +144,9 @@ class ClusterMetadata:
         # Partitions of deleted topics whose replica was fenced at the time: it
         # gets a StopReplica when it returns.
         self.pending_stops: dict[int, set[PendingStop]] = {}
+        self.security = SecurityImage()  # users' SCRAM credentials and ACLs
+        # The first producer id no block handed out holds (producer_ids records).
+        self.next_producer_id = 0
         self.last_offset = -1
 
     # ------------------------------------------------------------ queries
@@ -274,6 +282,16 @@ class ClusterMetadata:
              topic_id_from_text(item[2]) if len(item) > 2 and item[2] else b"")
             for item in r["partitions"])
 
+    def _apply_security(self, offset: int, r: MetadataRecord) -> None:
+        self.security.apply(r["type"], r)
+
+    def _apply_producer_ids(self, offset: int, r: MetadataRecord) -> None:
+        next_id = int(r["next_producer_id"])
+        if next_id <= self.next_producer_id:
+            raise ValueError(f"producer ids go backwards: {next_id} after "
+                             f"{self.next_producer_id}")
+        self.next_producer_id = next_id
+
     def _apply_counters(self, offset: int, r: MetadataRecord) -> None:
         self.unclean_elections_total = int(r["unclean_elections_total"])
         self.topics_created_total = int(r["topics_created_total"])
@@ -303,6 +321,9 @@ class ClusterMetadata:
                             "partitions": sorted(
                                 [t, n, topic_id_to_text(i) if i else ""]
                                 for t, n, i in self.pending_stops[broker_id])})
+        records += self.security.snapshot_records()
+        if self.next_producer_id:
+            records.append(producer_ids_record(-1, -1, self.next_producer_id))
         # after the topics: topic_created counts itself, this sets the true totals
         records.append({"type": "counters",
                         "unclean_elections_total": self.unclean_elections_total,
@@ -334,6 +355,8 @@ _HANDLERS: dict[str, Callable[[ClusterMetadata, int, MetadataRecord], None]] = {
     "counters": ClusterMetadata._apply_counters,
     "pending_stops_cleared": ClusterMetadata._apply_pending_stops_cleared,
     "pending_stops": ClusterMetadata._apply_pending_stops,
+    **{kind: ClusterMetadata._apply_security for kind in SECURITY_RECORD_TYPES},
+    "producer_ids": ClusterMetadata._apply_producer_ids,
 }
 
 
@@ -398,3 +421,10 @@ def topic_deleted_record(name: str,
 
 def pending_stops_cleared_record(broker_id: int) -> MetadataRecord:
     return {"type": "pending_stops_cleared", "broker_id": broker_id}
+
+
+def producer_ids_record(broker_id: int, broker_epoch: int, next_producer_id: int) -> MetadataRecord:
+    """A block of producer ids given to ``broker_id`` (Kafka's ProducerIdsRecord): every id
+    below ``next_producer_id`` is handed out (-1 broker: a snapshot's)."""
+    return {"type": "producer_ids", "broker_id": broker_id, "broker_epoch": broker_epoch,
+            "next_producer_id": next_producer_id}

@@ -65,6 +65,8 @@ def update_metadata(metadata: ClusterMetadata, controller_id: int, broker_id: in
         request.topics.add(name=info.name, configs=info.configs)
         for number in sorted(info.partitions):
             request.partitions.append(partition_state(info.partitions[number]))
+    request.scram_credentials.extend(metadata.security.credentials_pb())
+    request.acls.extend(metadata.security.acls_pb())
     return request
 
 

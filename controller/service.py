@@ -100,7 +100,11 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from tidewater.controller.authorization import broker_request_refusal, refusal_message
+from tidewater.controller.authorization import (
+    admin_request_refusal,
+    broker_request_refusal,
+    refusal_message,
+)
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
 from tidewater.controller.sender import BrokerSenders
@@ -144,6 +148,13 @@ class ControllerService(pb_grpc.ControllerServicer):
                      offset, wait_ms)
 
     async def _run(self, rpc: str, command: Command[T], context: Context) -> T:
+        if admin_request_refusal(self._principal(context), rpc,
+                                 authenticating=self.authenticating) is not None:
+            log.warning("%s refused: a client certificate sent it to the controller's port; "
+                        "clients reach it through a broker, which checks their ACLs", rpc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"CLUSTER_AUTHORIZATION_FAILED: {rpc} is taken from cluster "
+                                "members only; send it to a broker")
         with self.metrics.time_rpc(rpc):
             try:
                 return await self.owner.submit(command)
@@ -284,6 +295,19 @@ class ControllerService(pb_grpc.ControllerServicer):
                         if result.error_code == pb.NONE else "")
         return response
 
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
+                                  context: Context) -> pb.AllocateProducerIdsResponse:
+        if code := self._refusal(self._principal(context), request.broker_id,
+                                 "AllocateProducerIds"):
+            return pb.AllocateProducerIdsResponse(error_code=code)
+        response = await self._run("AllocateProducerIds", lambda tx, now: (
+            self.machine.allocate_producer_ids(tx, now, request)), context)
+        if response.error_code == pb.NONE:
+            log.info("producer ids %d..%d to broker %d", response.producer_id_start,
+                     response.producer_id_start + response.producer_id_len - 1,
+                     request.broker_id)
+        return response
+
     async def _change_topics(self, kind: str, command: Callable[[Tx, int, TopicsRequest],
                                                                 TopicsResponse],
                              request: TopicsRequest, context: Context,
@@ -328,3 +352,47 @@ class ControllerService(pb_grpc.ControllerServicer):
                               context: Context) -> pb.DescribeClusterResponse:
         return await self._run("DescribeCluster", lambda tx, now: (
             self.machine.describe_cluster(tx, now, request)), context)
+
+    # ------------------------------------------------------------ users and ACLs
+    # Answered once durable; brokers learn the change from the next UpdateMetadata (waited
+    # for as CreateTopics does, so a client's next connection sees it).
+
+    async def _security_change(self, rpc: str, command: Callable[[Tx, int, Any], T], request: Any,
+                               context: Context) -> T:
+        response, offset, changed = await self._run(rpc, lambda tx, now: (
+            command(tx, now, request), self.machine.metadata.last_offset, bool(tx.records)),
+            context)
+        if changed:
+            await self._wait_propagated(offset, self.propagation_wait_ms_max)
+        return response
+
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context: Context) -> pb.AlterUserScramCredentialsResponse:
+        response = await self._security_change(
+            "AlterUserScramCredentials", self.machine.alter_user_scram_credentials, request,
+            context)
+        for r in response.results:
+            if r.error_code == pb.NONE:
+                log.info("SCRAM credentials of user %r changed", r.user)
+        return response
+
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
+                                           context: Context,
+                                           ) -> pb.DescribeUserScramCredentialsResponse:
+        return await self._run("DescribeUserScramCredentials", lambda tx, now: (
+            self.machine.describe_user_scram_credentials(tx, now, request)), context)
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest,
+                         context: Context) -> pb.CreateAclsResponse:
+        return await self._security_change("CreateAcls", self.machine.create_acls, request,
+                                           context)
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest,
+                           context: Context) -> pb.DescribeAclsResponse:
+        return await self._run("DescribeAcls", lambda tx, now: (
+            self.machine.describe_acls(tx, now, request)), context)
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest,
+                         context: Context) -> pb.DeleteAclsResponse:
+        return await self._security_change("DeleteAcls", self.machine.delete_acls, request,
+                                           context)

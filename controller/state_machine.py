@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.controller import requests
+from tidewater.controller import requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import (
@@ -58,6 +58,7 @@ from tidewater.controller.metadata import (
     partition_changed_record,
     partitions_created_record,
     pending_stops_cleared_record,
+    producer_ids_record,
     topic_created_record,
     topic_deleted_record,
 )
@@ -76,6 +77,8 @@ PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
 LISTENERS_MAX = 8
 ITEMS_PER_REQUEST_MAX = 10_000  # AlterPartition items, CreateTopics topics, DeleteTopics names
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+PRODUCER_ID_MAX = 2**63 - 1
 
 
 @dataclass
@@ -381,6 +384,24 @@ class ControllerStateMachine:
             result.state.CopyFrom(requests.partition_state(record))
         return response
 
+    def allocate_producer_ids(self, tx: Tx, now_ms: int, req: pb.AllocateProducerIdsRequest
+                              ) -> pb.AllocateProducerIdsResponse:
+        """A block of producer ids for a live broker (Kafka's KIP-730). The record that
+        moves ``next_producer_id`` past the block is appended before the answer is built;
+        the owner answers only once it is durable, so no id is handed out twice, also
+        across restarts (a block a broker never used is simply skipped)."""
+        refusal = self._registration_refusal(req.broker_id, req.broker_epoch, req.control_token,
+                                             unfenced=True)
+        if refusal is not None:
+            return pb.AllocateProducerIdsResponse(error_code=refusal)
+        start = self.metadata.next_producer_id
+        if start > PRODUCER_ID_MAX - PRODUCER_ID_BLOCK_SIZE:
+            return pb.AllocateProducerIdsResponse(error_code=pb.UNKNOWN_SERVER_ERROR)
+        tx.append(producer_ids_record(req.broker_id, req.broker_epoch,
+                                      start + PRODUCER_ID_BLOCK_SIZE))
+        return pb.AllocateProducerIdsResponse(error_code=pb.NONE, producer_id_start=start,
+                                              producer_id_len=PRODUCER_ID_BLOCK_SIZE)
+
     def preferred_leader_check(self, tx: Tx, now_ms: int) -> int:
         """Move every partition whose preferred replica can lead back to it; returns how many.
 
@@ -546,6 +567,28 @@ class ControllerStateMachine:
     def describe_cluster(self, tx: Tx, now_ms: int,
                          req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
         return requests.describe_cluster(self.metadata, self.sessions, self.config.node_id)
+
+    # ------------------------------------------------------------ users and ACLs
+
+    def alter_user_scram_credentials(self, tx: Tx, now_ms: int,
+                                     req: pb.AlterUserScramCredentialsRequest,
+                                     ) -> pb.AlterUserScramCredentialsResponse:
+        return security_records.alter_user_scram_credentials(tx, self.metadata.security, req)
+
+    def describe_user_scram_credentials(self, tx: Tx, now_ms: int,
+                                        req: pb.DescribeUserScramCredentialsRequest,
+                                        ) -> pb.DescribeUserScramCredentialsResponse:
+        return security_records.describe_user_scram_credentials(self.metadata.security, req)
+
+    def create_acls(self, tx: Tx, now_ms: int, req: pb.CreateAclsRequest) -> pb.CreateAclsResponse:
+        return security_records.create_acls(tx, self.metadata.security, req)
+
+    def describe_acls(self, tx: Tx, now_ms: int,
+                      req: pb.DescribeAclsRequest) -> pb.DescribeAclsResponse:
+        return security_records.describe_acls(self.metadata.security, req)
+
+    def delete_acls(self, tx: Tx, now_ms: int, req: pb.DeleteAclsRequest) -> pb.DeleteAclsResponse:
+        return security_records.delete_acls(tx, self.metadata.security, req)
 
 
 _CORRUPT_REPLICA_REFUSALS = {

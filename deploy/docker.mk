@@ -2,6 +2,8 @@
 #
 #   make image        wheelhouse on the host, then docker build (cached layers)
 #   make up           image if needed, start the compose cluster, create `demo`
+#                     (TLS=1: certificates in data/tls, TLS on every port, see
+#                     deploy/compose-tls.yml)
 #   make down         stop and remove containers (./data kept)
 #   make clean        down, remove volumes, wipe ./data and the wheelhouse
 #   make chaos        a seeded chaos run against the compose cluster
@@ -22,8 +24,12 @@ DEBOOTSTRAP_IMAGE := tidewater-base:bookworm
 COMPOSE ?= docker-compose
 COMPOSE_PROJECT ?= tidewater
 COMPOSE_FILE_PATH := $(CURDIR)/docker-compose.yml
+# TLS=1: the TLS override on top (each process's TLS files from data/tls, mounted at /tls).
+TLS ?=
+TLS_DIR ?= $(CURDIR)/data/tls
+COMPOSE_FILES := -f $(COMPOSE_FILE_PATH)$(if $(filter 1 yes true,$(TLS)), -f $(CURDIR)/deploy/compose-tls.yml)
 # The compose file reads the image name from TIDE_IMAGE.
-COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) $(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE_PATH)
+COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) TIDE_TLS_DIR=$(TLS_DIR) $(COMPOSE) -p $(COMPOSE_PROJECT) $(COMPOSE_FILES)
 TOPIC ?= demo
 CHAOS_DURATION_S ?= 120
 CHAOS_SEED ?= 1
@@ -109,6 +115,9 @@ image: wheelhouse
 
 up: image
 	mkdir -p data/controller data/broker-1 data/broker-2 data/broker-3
+ifneq ($(filter 1 yes true,$(TLS)),)
+	$(PY) -m tidewater.tools certs cluster --dir $(TLS_DIR) --brokers 3 --names-as-hosts >/dev/null
+endif
 	$(COMPOSE_CMD) up -d
 	$(PY) deploy/up.py --compose-project $(COMPOSE_PROJECT) --compose-file $(COMPOSE_FILE_PATH) --topic $(TOPIC)
 

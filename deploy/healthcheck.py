@@ -20,11 +20,18 @@ standard library only (about 30 ms):
 4. read frames: a DATA frame on stream 1 means the handler answered (gRPC
    sends errors as trailers only, without DATA); RST_STREAM, GOAWAY, a
    HEADERS frame ending the stream before any DATA, EOF or the timeout fail.
+
+With TLS (``TIDE_TLS_CA``, ``TIDE_TLS_CERT``, ``TIDE_TLS_KEY`` set, as the
+compose TLS override sets them for the process itself) the same bytes go over
+TLS with ALPN ``h2``, presenting the process's own certificate (its listeners
+require one of the cluster's CA) and checking the server's against the CA.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import ssl
 import sys
 
 TIMEOUT_S = 3.0
@@ -75,8 +82,20 @@ def read_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def call(port: int, path: str) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+def tls_context(environ=os.environ) -> ssl.SSLContext | None:
+    """The client context for the process's own TLS files, or None without TLS."""
+    ca, cert, key = (environ.get(n) for n in ("TIDE_TLS_CA", "TIDE_TLS_CERT", "TIDE_TLS_KEY"))
+    if not (ca and cert and key):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def call(port: int, path: str, context: ssl.SSLContext | None = None) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as raw:
+        sock = context.wrap_socket(raw, server_hostname="127.0.0.1") if context else raw
         sock.settimeout(TIMEOUT_S)
         sock.sendall(request_bytes(path, f"127.0.0.1:{port}"))
         while True:
@@ -106,8 +125,8 @@ def main(argv: list[str]) -> int:
     role = argv[0]
     port = int(argv[1]) if len(argv) > 1 else DEFAULT_PORTS[role]
     try:
-        call(port, METHODS[role])
-    except (OSError, Unhealthy) as e:
+        call(port, METHODS[role], tls_context())
+    except (OSError, Unhealthy) as e:  # ssl.SSLError is an OSError
         print(f"unhealthy: {role} on port {port}: {e}", file=sys.stderr)
         return 1
     print(f"healthy: {role} on port {port}")

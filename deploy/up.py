@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster = ComposeCluster(args.compose_project)
         cluster.wait_healthy(timeout_s=args.timeout_s)
         bootstrap = cluster.bootstrap()
-        with AdminClient(bootstrap, request_timeout_ms=5000) as admin:
+        security = cluster.client_security()  # TLS when deploy/compose-tls.yml is in use
+        with AdminClient(bootstrap, request_timeout_ms=5000, **security) as admin:
             wait_for_brokers(admin, cluster.broker_ids(), deadline)
             if args.topic:
                 ensure_topic(admin, args.topic, args.partitions, args.replication_factor,
@@ -96,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kafka bootstrap from the host: {kafka_host}")
     print(f"kafka bootstrap inside network {cluster.network}: {kafka_network}")
     print(f"metrics: {metrics}")
+    if security:
+        tls_dir = Path(security["ssl_cafile"] or "").parent
+        print(f"TLS on every port: export TIDE_COMMAND_CONFIG={tls_dir / 'client.properties'}  "
+              f"(kcat -X security.protocol=SSL -X ssl.ca.location={security['ssl_cafile']} ...)")
     return 0
 
 

@@ -199,6 +199,20 @@ def set_base_offset_and_epoch(buf: bytearray | memoryview, position: int, base_o
     _EPOCH.pack_into(buf, position + 12, partition_leader_epoch)
 
 
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_PRODUCER_FIELDS_AT = 43
+
+
+def set_producer_fields(buf: bytearray, producer_id: int, producer_epoch: int,
+                        base_sequence: int, position: int = 0) -> None:
+    """Restamp a batch's producer id, epoch and base sequence (inside the CRC: rewritten)."""
+    _PRODUCER_FIELDS.pack_into(buf, position + _PRODUCER_FIELDS_AT, producer_id, producer_epoch,
+                               base_sequence)
+    size = LOG_OVERHEAD + _PREFIX.unpack_from(buf, position)[1]
+    struct.pack_into(">I", buf, position + 17,
+                     crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size]))
+
+
 def batch_crc_valid(buf: BytesLike, position: int = 0) -> bool:
     try:
         validate_batch(buf, position)

@@ -19,6 +19,13 @@ the producer id, epoch and base sequence it is given, and compresses the
 records part as a whole when asked (``proto/compression.py``), as Kafka does
 when it closes a batch.
 
+The log cleaner (``broker/storage/cleaner_rewrite.py``) re-encodes the records a
+compaction keeps through this builder too: each record with its original offset
+delta (``append(offset_delta=...)``), and ``build`` given the original batch's
+attributes, lastOffsetDelta and maxTimestamp, so offsets, timestamps and producer
+sequences stay what they were; a batch with no record left is built only when
+asked (``allow_empty``, Kafka keeps a producer's last batch so).
+
 ``append`` computes every piece of a record before it writes any, so a bad
 record (a key that is not bytes, a timestamp outside int64) raises and leaves
 the batch as it was.
@@ -41,6 +48,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
 _CRC = struct.Struct(">I")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+_COMPRESSION_MASK = 0x07
 
 
 def _zigzag_bytes(value: int) -> bytes:
@@ -110,8 +119,10 @@ class BatchBuilder:
         return len(self.buffer)
 
     def append(self, key: bytes | None, value: bytes | None, headers: Headers,
-               timestamp_ms: int) -> None:
-        """Add one record (``headers``: a sequence of (str, bytes | None); may be empty)."""
+               timestamp_ms: int, offset_delta: int | None = None) -> None:
+        """Add one record (``headers``: a sequence of (str, bytes | None); may be empty).
+        ``offset_delta``: the record's offset - baseOffset (default: its position in the
+        batch); a cleaner keeping a record passes its original one."""
         if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} does not fit an int64")
         count = self.record_count
@@ -120,7 +131,12 @@ class BatchBuilder:
             base = timestamp_ms
         delta = timestamp_ms - base
         ts = _SMALL[delta + 1] if _SMALL_MIN <= delta < _SMALL_MAX else encode_varint(delta)
-        od = _SMALL[count + 1] if count < _SMALL_MAX - 1 else encode_varint(count)
+        if offset_delta is None:
+            offset_delta = count
+        elif not 0 <= offset_delta <= _INT32_MAX:
+            raise ValueError(f"offset delta {offset_delta} does not fit an int32")
+        od = (_SMALL[offset_delta + 1] if offset_delta < _SMALL_MAX - 1
+              else encode_varint(offset_delta))
         if value is None:
             vlen, value = _NULL, b""
         else:
@@ -145,15 +161,27 @@ class BatchBuilder:
 
     def build(self, compression: int = COMPRESSION_NONE, *, base_offset: int = 0,
               partition_leader_epoch: int = -1, producer_id: int = -1, producer_epoch: int = -1,
-              base_sequence: int = -1) -> bytes:
+              base_sequence: int = -1, attributes: int = 0, last_offset_delta: int | None = None,
+              max_timestamp_ms: int | None = None, allow_empty: bool = False) -> bytes:
         """The finished batch: header and CRC written (records compressed if asked).
 
+        ``attributes``: the bits besides the compression code (timestamp type,
+        transactional, control); ``last_offset_delta`` / ``max_timestamp_ms``: a
+        rewritten batch's originals (default: from the records appended).
         May be called more than once (each call gives the batch as it is then). Raises
-        ValueError for an empty batch and UnsupportedCompressionError for an unknown code.
+        ValueError for an empty batch (unless ``allow_empty`` with a
+        ``last_offset_delta``) and UnsupportedCompressionError for an unknown code.
         """
         count = self.record_count
-        if count == 0:
+        if count == 0 and not (allow_empty and last_offset_delta is not None):
             raise ValueError("a record batch needs at least one record")
+        if last_offset_delta is None:
+            last_offset_delta = count - 1
+        if max_timestamp_ms is None:
+            max_timestamp_ms = self.max_timestamp_ms
+        base_timestamp_ms = self.base_timestamp_ms
+        if base_timestamp_ms is None:  # empty: no record gave one
+            base_timestamp_ms = max_timestamp_ms
         if compression == COMPRESSION_NONE:
             batch = self.buffer
         else:  # compress raises UnsupportedCompressionError for an unknown code
@@ -161,8 +189,8 @@ class BatchBuilder:
             batch += compress(compression, bytes(memoryview(self.buffer)[HEADER_SIZE:]))
         _HEADER.pack_into(
             batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
-            compression, count - 1, self.base_timestamp_ms, self.max_timestamp_ms, producer_id,
-            producer_epoch, base_sequence, count)
+            (attributes & ~_COMPRESSION_MASK) | compression, last_offset_delta, base_timestamp_ms,
+            max_timestamp_ms, producer_id, producer_epoch, base_sequence, count)
         # One CRC over attributes..end; baseOffset, length and leader epoch lie outside it.
         _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
         return bytes(batch)

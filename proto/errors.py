@@ -130,6 +130,13 @@ class InvalidConfigError(TidewaterError):
     error_code = pb.INVALID_CONFIG
 
 
+class InvalidRecordError(TidewaterError):
+    """A well-formed record the log may not take (Kafka's InvalidRecordException): a
+    record without a key in a compacted topic. Not retriable."""
+
+    error_code = pb.INVALID_RECORD
+
+
 class UnsupportedVersionError(TidewaterError):
     """The peer does not implement the RPC (gRPC UNIMPLEMENTED): it is not a Tidewater
     process of this release, or not the service asked for. Retrying cannot help."""
@@ -188,6 +195,34 @@ class KafkaStorageError(TidewaterError):
     def __init__(self, message: str, *, path: str | None = None):
         self.path = path
         super().__init__(f"{message} ({path})" if path else message)
+
+
+class OutOfOrderSequenceError(TidewaterError):
+    """A produce batch's first sequence does not follow its producer's last one (a gap,
+    or a repeat older than the five batches remembered): not retriable as is (the
+    producer bumps its epoch and numbers from 0 again)."""
+
+    error_code = pb.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(TidewaterError):
+    """A produce batch carries an epoch older than its producer's latest."""
+
+    error_code = pb.INVALID_PRODUCER_EPOCH
+
+
+class UnknownProducerIdError(TidewaterError):
+    """The partition has no state for the batch's producer and the batch does not start
+    its sequence at 0 (its earlier batches expired or were deleted)."""
+
+    error_code = pb.UNKNOWN_PRODUCER_ID
+
+
+class CoordinatorLoadInProgressError(TidewaterError):
+    """No producer id to give yet (the controller has not answered for a block)."""
+
+    error_code = pb.COORDINATOR_LOAD_IN_PROGRESS
+    retriable = True
 
 
 class CorruptFileError(TidewaterError):

@@ -78,6 +78,11 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/tidewater.Broker/InitProducerId',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -143,6 +148,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """An idempotent producer's id and epoch (Kafka's InitProducerId); see below.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +197,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -407,6 +424,33 @@ class Broker:
             '/tidewater.Broker/DescribeReplicas',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/InitProducerId',
+            tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -694,6 +738,36 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.FromString,
                 _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/tidewater.Controller/AlterUserScramCredentials',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/tidewater.Controller/DescribeUserScramCredentials',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/tidewater.Controller/CreateAcls',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/tidewater.Controller/DescribeAcls',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/tidewater.Controller/DeleteAcls',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.AllocateProducerIds = channel.unary_unary(
+                '/tidewater.Controller/AllocateProducerIds',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -761,6 +835,45 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterUserScramCredentials(self, request, context):
+        """Users and ACLs (controller/security_records.py). Brokers forward these too; each
+        needs ALTER (describe: DESCRIBE) on the cluster when an authorizer is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AllocateProducerIds(self, request, context):
+        """Broker -> controller: a block of producer ids, recorded in the metadata log first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -803,6 +916,36 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ReportCorruptReplica,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.CreateAclsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
+                    servicer.AllocateProducerIds,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1027,6 +1170,168 @@ class Controller:
             '/tidewater.Controller/ReportCorruptReplica',
             tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AlterUserScramCredentials',
+            tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/DescribeUserScramCredentials',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/CreateAcls',
+            tidewater_dot_proto_dot_tidewater__pb2.CreateAclsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/DescribeAcls',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/DeleteAcls',
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AllocateProducerIds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AllocateProducerIds',
+            tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
             options,
             channel_credentials,
             insecure,

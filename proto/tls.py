@@ -18,11 +18,12 @@ TLS one without a client certificate, there is no principal (None).
 from __future__ import annotations
 
 import argparse
+import os
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tidewater.proto.errors import InvalidConfigError
 
@@ -112,19 +113,23 @@ def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
 
 
 def open_aio_channel(target: str, options: Sequence[tuple[str, int]],
-                     credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
+                     credentials: grpc.ChannelCredentials | None,
+                     interceptors: Sequence[Any] | None = None) -> grpc.aio.Channel:
     """An aio channel to ``target``: TLS with ``credentials``, else plaintext (the one
-    place the brokers, the controller and the clients choose between the two)."""
+    place the brokers, the controller and the clients choose between the two);
+    ``interceptors``: aio client interceptors (a client's SASL call metadata)."""
     import grpc
 
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=options)
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, credentials, options=options,
+                                   interceptors=interceptors)
 
 
 def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
-    """For the Kafka listener (asyncio TCP): TLS 1.2+, no client certificate asked for
-    (Kafka's ``ssl.client.auth=none``)."""
+    """For the Kafka listener (asyncio TCP): TLS 1.2+; a client certificate is asked for
+    but not required (Kafka's ``ssl.client.auth=requested``): one from the cluster's CA
+    names the connection's principal, any other fails the handshake."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -133,7 +138,7 @@ def server_ssl_context(files: TlsFiles) -> ssl.SSLContext:
         context.load_verify_locations(cafile=files.ca)
     except (OSError, ssl.SSLError) as e:
         raise TlsConfigError(f"cannot load the TLS files: {e}") from None
-    context.verify_mode = ssl.CERT_NONE
+    context.verify_mode = ssl.CERT_OPTIONAL
     return context
 
 
@@ -195,13 +200,23 @@ def broker_id_of(principal: Principal) -> int | None:
     return int(digits)
 
 
-def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` of the broker and the controller."""
+# Environment variables giving --tls-ca/--tls-cert/--tls-key their defaults: a compose
+# file's TLS override sets them without repeating each service's command.
+TLS_ENV = {"tls_ca": "TIDE_TLS_CA", "tls_cert": "TIDE_TLS_CERT", "tls_key": "TIDE_TLS_KEY"}
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser,
+                      environ: Mapping[str, str] = os.environ) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` of the broker and the controller, each
+    defaulting to its ``TLS_ENV`` variable when that is set and not empty."""
     group = parser.add_argument_group(
         "TLS", "all three, or none for plaintext. With them every listener speaks TLS only; "
         "cluster members' listeners (a broker's INTERNAL, the controller) also require a "
         "client certificate signed by the CA, and the process presents its own on its "
-        "channels (make them with `tide certs`; a broker's CN is broker-<id>)")
-    group.add_argument("--tls-ca", metavar="FILE", help="PEM CA certificate to trust")
-    group.add_argument("--tls-cert", metavar="FILE", help="PEM certificate of this process")
-    group.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+        "channels (make them with `tide certs`; a broker's CN is broker-<id>). Defaults: "
+        "the environment variables TIDE_TLS_CA, TIDE_TLS_CERT, TIDE_TLS_KEY")
+    for dest, help_text in (("tls_ca", "PEM CA certificate to trust"),
+                            ("tls_cert", "PEM certificate of this process"),
+                            ("tls_key", "PEM private key of --tls-cert")):
+        group.add_argument("--" + dest.replace("_", "-"), dest=dest, metavar="FILE",
+                           default=environ.get(TLS_ENV[dest]) or None, help=help_text)

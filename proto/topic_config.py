@@ -9,7 +9,8 @@ Names, types and ranges are Kafka's (``TopicConfig`` and its ``LogConfig``
 ConfigDef), parsed as Kafka's ``ConfigDef`` parses them: the value is
 trimmed; ``int`` is a signed 32-bit and ``long`` a signed 64-bit decimal
 (ASCII digits with an optional sign, nothing else: no ``1_000``, ``1e6`` or
-``0x10``); ``boolean`` is ``true`` or ``false`` in any case; a ``string``
+``0x10``); ``double`` is a decimal number (Java's ``Double.parseDouble`` without
+its ``NaN``, ``Infinity`` and hex forms); ``boolean`` is ``true`` or ``false`` in any case; a ``string``
 must be one of its choices exactly; a ``list`` is comma-separated.
 
 ================================  =======  ======================  ==================================
@@ -27,7 +28,10 @@ max.message.bytes                 int      >= 0
 message.timestamp.type            string   CreateTime, LogAppendTime
 min.insync.replicas               int      >= 1
 unclean.leader.election.enable    boolean  true, false
-cleanup.policy                    list     delete                  compaction is not implemented
+cleanup.policy                    list     delete, compact         compact,delete: both
+delete.retention.ms               long     >= 0                    tombstones kept this long
+min.cleanable.dirty.ratio         double   [0, 1]
+min.compaction.lag.ms             long     >= 0                    records younger stay uncompacted
 ================================  =======  ======================  ==================================
 
 Any other name is refused. Each value is checked on its own (no rule spans
@@ -53,11 +57,13 @@ DAY_MS = 24 * 60 * 60 * 1000
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("delete", "compact")
 # Smallest segment that can hold a batch header; Kafka allows 14, tests use tiny ones.
 SEGMENT_BYTES_MIN = 14
 INDEX_ENTRY_BYTES_MAX = 12  # the time index entry, the larger of the two
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 # Java's String.trim(): every char <= U+0020 (Python's strip() would also take Unicode spaces).
 _TRIMMED = "".join(map(chr, range(0x21)))
 _RANGES = {"int": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}
@@ -68,13 +74,13 @@ class TopicConfigDef:
     """One topic config: its Kafka type, valid values and the ``LogConfig`` field it sets."""
 
     name: str
-    type: str  # "int" (32-bit), "long" (64-bit), "boolean", "string", "list"
+    type: str  # "int" (32-bit), "long" (64-bit), "double", "boolean", "string", "list"
     minimum: int | None = None
     maximum: int | None = None
     choices: tuple[str, ...] = ()
     log_field: str | None = None  # None: not a log setting (replication, cleanup)
 
-    def parse(self, raw: str) -> int | bool | str:
+    def parse(self, raw: str) -> int | float | bool | str:
         """The value of ``raw``; InvalidConfigError naming the config when it is not valid."""
         text = str(raw).strip(_TRIMMED)
         if self.type in _RANGES:
@@ -86,6 +92,12 @@ class TopicConfigDef:
                 raise self._invalid(raw, f"out of the {self.type} range [{low}, {high}]")
             self.check(value, raw)
             return value
+        if self.type == "double":
+            if not _DOUBLE.fullmatch(text):
+                raise self._invalid(raw, "expected a decimal number")
+            number = float(text)
+            self.check(number, raw)
+            return number
         if self.type == "boolean":
             if text.lower() not in ("true", "false"):
                 raise self._invalid(raw, "expected true or false")
@@ -109,6 +121,17 @@ class TopicConfigDef:
             high = self.maximum if self.maximum is not None else _RANGES[self.type][1]
             if not low <= value <= high:
                 raise self._invalid(shown, f"must be in [{low}, {high}]")
+        elif self.type == "double":
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise self._invalid(shown, "expected a number")
+            floor = float("-inf") if self.minimum is None else self.minimum
+            ceiling = float("inf") if self.maximum is None else self.maximum
+            if not floor <= value <= ceiling:
+                raise self._invalid(shown, f"must be in [{floor}, {ceiling}]")
+        elif self.type == "list":
+            items = str(value).split(",")
+            if not value or not all(item in self.choices for item in items):
+                raise self._invalid(shown, f"expected a list of {', '.join(self.choices)}")
         elif self.type == "string" and value not in self.choices:
             raise self._invalid(shown, f"must be one of {', '.join(self.choices)}")
 
@@ -135,21 +158,26 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
                    log_field="message_timestamp_type"),
     TopicConfigDef("min.insync.replicas", "int", 1),
     TopicConfigDef("unclean.leader.election.enable", "boolean"),
-    TopicConfigDef("cleanup.policy", "list", choices=("delete",)),
+    TopicConfigDef("cleanup.policy", "list", choices=CLEANUP_POLICIES,
+                   log_field="cleanup_policy"),
+    TopicConfigDef("delete.retention.ms", "long", 0, log_field="delete_retention_ms"),
+    TopicConfigDef("min.cleanable.dirty.ratio", "double", 0, 1,
+                   log_field="min_cleanable_dirty_ratio"),
+    TopicConfigDef("min.compaction.lag.ms", "long", 0, log_field="min_compaction_lag_ms"),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.
 _NEVER_FIELDS = frozenset({"flush_messages", "flush_ms"})
 
 
-def parse_topic_config(name: str, raw: str) -> int | bool | str:
+def parse_topic_config(name: str, raw: str) -> int | float | bool | str:
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
         raise InvalidConfigError(f"unknown topic config {name!r}")
     return definition.parse(raw)
 
 
-def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, int | bool | str]:
+def validate_topic_configs(configs: Mapping[str, str]) -> dict[str, int | float | bool | str]:
     """Parse every config of a topic; InvalidConfigError names the first one refused."""
     return {name: parse_topic_config(name, raw) for name, raw in configs.items()}
 
@@ -174,6 +202,10 @@ class LogConfig:
     flush_ms: int | None = None
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    cleanup_policy: str = "delete"  # "delete", "compact" or "compact,delete"
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -191,6 +223,16 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def compact(self) -> bool:
+        """The log cleaner compacts this log (its offsets may then have gaps)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Retention (retention.ms, retention.bytes) deletes old segments of this log."""
+        return "delete" in self.cleanup_policy.split(",")
+
     @classmethod
     def from_configs(cls, configs: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Overlay Kafka-named string configs on ``base`` (defaults when None).
@@ -200,7 +242,7 @@ class LogConfig:
         """
         values = dataclasses.asdict(base if base is not None else cls())
         for name, raw in configs.items():
-            value: int | str | None = parse_topic_config(name, raw)
+            value: int | float | str | None = parse_topic_config(name, raw)
             field = TOPIC_CONFIGS[name].log_field
             if field is None:
                 continue

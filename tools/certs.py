@@ -191,3 +191,34 @@ def issue_to_dir(directory: Path, *, name: str, role: str,
     write_private(key_path, issued.key_pem)
     write_public(cert_path, issued.cert_pem)
     return cert_path, key_path
+
+
+CLIENT_CERT_NAME = "client"
+CLIENT_PROPERTIES_FILE = "client.properties"
+
+
+def make_cluster_dir(directory: Path, broker_ids: list[int], *,
+                     hosts: tuple[str, ...] = DEFAULT_HOSTS, names_as_hosts: bool = False,
+                     client_name: str = CLIENT_CERT_NAME, now: datetime.datetime
+                     ) -> dict[str, str]:
+    """A cluster's CA and certificates in ``directory``: ``controller``, ``broker-<id>``
+    for each id, ``client_name`` (role client); files already there are kept (a CA is never replaced).
+    Each certificate serves ``hosts`` and, with ``names_as_hosts``, its own name too (a
+    container's hostname on a compose network). Writes ``client.properties`` (Kafka
+    client settings naming the client certificate) and returns its entries:
+    ``{"ca", "cert", "key", "command_config"}``, paths as strings."""
+    if not (directory / CA_CERT_FILE).exists():
+        init_ca_dir(directory, now=now)
+    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
+    wanted.append((client_name, "client"))
+    for name, role in wanted:
+        if not (directory / f"{name}.pem").exists() or not (directory / f"{name}.key").exists():
+            own = (name,) if names_as_hosts and role != "client" else ()
+            issue_to_dir(directory, name=name, role=role, hosts=hosts + own, now=now)
+    ca, cert, key = (str(directory.resolve() / n) for n in (
+        CA_CERT_FILE, f"{client_name}.pem", f"{client_name}.key"))
+    properties = directory / CLIENT_PROPERTIES_FILE
+    properties.write_text("# Kafka client settings for this cluster (tide --command-config)\n"
+                          f"security.protocol=SSL\nssl.cafile={ca}\nssl.certfile={cert}\n"
+                          f"ssl.keyfile={key}\n")
+    return {"ca": ca, "cert": cert, "key": key, "command_config": str(properties.resolve())}

@@ -63,9 +63,9 @@ from pathlib import Path
 import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
-from tidewater.client.security import PLAINTEXT, ClientSecurity
+from tidewater.client.security import PLAINTEXT, ClientSecurity, security_kwargs
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.tools import certs
+from tidewater.tools import certs, cluster_sasl
 
 MANIFEST_NAME = "cluster.json"
 MANIFEST_VERSION = 1
@@ -160,21 +160,9 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> dict[str, str]:
     ``client.properties``; returns the manifest's ``tls`` entry."""
     import datetime
 
-    now = datetime.datetime.now(datetime.UTC)
-    if not (tls_dir / certs.CA_CERT_FILE).exists():
-        certs.init_ca_dir(tls_dir, now=now)
-    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
-    wanted.append((CLIENT_CERT_NAME, "client"))
-    for name, role in wanted:
-        if not (tls_dir / f"{name}.pem").exists() or not (tls_dir / f"{name}.key").exists():
-            certs.issue_to_dir(tls_dir, name=name, role=role, hosts=(HOST, "localhost"), now=now)
-    ca, cert, key = (str(tls_dir / n) for n in (certs.CA_CERT_FILE, f"{CLIENT_CERT_NAME}.pem",
-                                                 f"{CLIENT_CERT_NAME}.key"))
-    properties = tls_dir / "client.properties"
-    properties.write_text("# Kafka client settings for this cluster (tide --command-config)\n"
-                          f"security.protocol=SSL\nssl.cafile={ca}\nssl.certfile={cert}\n"
-                          f"ssl.keyfile={key}\n")
-    return {"ca": ca, "cert": cert, "key": key, "command_config": str(properties)}
+    return certs.make_cluster_dir(tls_dir, broker_ids, hosts=(HOST, "localhost"),
+                                  client_name=CLIENT_CERT_NAME,
+                                  now=datetime.datetime.now(datetime.UTC))
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
@@ -260,11 +248,18 @@ class LocalCluster:
     @property
     def security(self) -> ClientSecurity:
         """How a client connects: the manifest's ``tls`` entry (a client certificate, so
-        the controller's own port answers too), else plaintext."""
-        tls = self._require_manifest().get("tls")
+        the controller's own port answers too) and ``sasl`` entry (the admin user), else
+        plaintext."""
+        manifest = self._require_manifest()
+        tls, sasl = manifest.get("tls"), manifest.get("sasl")
+        sasl_options = {} if not sasl else {
+            "sasl_mechanism": sasl["mechanism"], "sasl_plain_username": sasl["username"],
+            "sasl_plain_password": cluster_sasl.read_password(sasl["command_config"])}
         if not tls:
-            return PLAINTEXT
-        return ClientSecurity.from_options("SSL", tls["ca"], tls["cert"], tls["key"])
+            return ClientSecurity.from_options("SASL_PLAINTEXT", **sasl_options) if sasl \
+                else PLAINTEXT
+        return ClientSecurity.from_options("SASL_SSL" if sasl else "SSL", tls["ca"], tls["cert"],
+                                           tls["key"], **sasl_options)
 
     @property
     def controller_address(self) -> str:
@@ -286,9 +281,13 @@ class LocalCluster:
     # ------------------------------------------------------------------ up / down
 
     def up(self, brokers: int, *, base_port: int = DEFAULT_BASE_PORT, settings: dict[str, str] | None = None,
-           ready_timeout_s: float = READY_TIMEOUT_S, tls: bool = False) -> str:
+           ready_timeout_s: float = READY_TIMEOUT_S, tls: bool = False,
+           sasl_mechanisms: tuple[str, ...] = (), authorizer: str = "none",
+           super_users: str = "") -> str:
         """Start a controller and ``brokers`` brokers; return the bootstrap address once all
-        serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port."""
+        serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port.
+        ``sasl_mechanisms`` / ``authorizer``: SASL on the Kafka listeners and ACL checks,
+        with an ``admin`` super user (``cluster_sasl``)."""
         if brokers < 1:
             raise LocalClusterError("--brokers must be at least 1")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
@@ -304,6 +303,7 @@ class LocalCluster:
         tls_dir = self.data_dir / TLS_DIR_NAME
         tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
         processes: dict[str, dict] = {}
+        secured = bool(sasl_mechanisms) or authorizer != "none"
         cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
                "--data-dir", str(self.data_dir / "controller"),
                "--metrics-port", str(ports["controller"][1])]
@@ -328,6 +328,8 @@ class LocalCluster:
                 cmd += ["--set", f"{key}={value}"]
             if tls:
                 cmd += tls_flags(tls_dir, name)
+            if secured:
+                cmd += cluster_sasl.broker_flags(sasl_mechanisms, authorizer, super_users)
             processes[name] = {
                 "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
                 "internal": internal, "kafka": kafka, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
@@ -340,10 +342,15 @@ class LocalCluster:
             "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
         if tls_entry is not None:
             self.manifest["tls"] = tls_entry
+        if secured:
+            self.manifest["sasl"] = cluster_sasl.admin_properties(
+                self.data_dir, sasl_mechanisms, ca=tls_entry["ca"] if tls_entry else None)
         self._write_manifest()
         try:
             self._launch("controller")
             self._wait_ready(["controller"], ready_timeout_s)
+            if secured:
+                self._create_admin_user()
             for i in range(1, brokers + 1):
                 self._launch(f"broker-{i}")
             self._wait_ready([f"broker-{i}" for i in range(1, brokers + 1)], ready_timeout_s)
@@ -351,6 +358,25 @@ class LocalCluster:
             self.down(timeout_s=5)
             raise
         return self.bootstrap
+
+    def _create_admin_user(self) -> None:
+        """The super user, through the controller's own port (see ``cluster_sasl``). With
+        TLS it presents the controller's own certificate: the controller takes credential
+        changes only from cluster members (a client's go through a broker and its ACLs),
+        and whoever runs the cluster holds its files, as Kafka's bootstrap of the first
+        SCRAM user (`kafka-storage format --add-scram`) needs the controller's disk."""
+        from tidewater.client.admin import AdminClient
+        sasl = self._require_manifest()["sasl"]
+        tls = self._require_manifest().get("tls")
+        tls_dir = Path(tls["ca"]).parent if tls else None
+        security = (ClientSecurity.from_options(
+            "SSL", tls["ca"], str(tls_dir / "controller.pem"), str(tls_dir / "controller.key"))
+            if tls and tls_dir is not None else PLAINTEXT)
+        with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
+            for mechanism in cluster_sasl.scram_mechanisms(()):
+                admin.upsert_scram_user(sasl["username"],
+                                        cluster_sasl.read_password(sasl["command_config"]) or "",
+                                        mechanism)
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
         """Stop every process (brokers first, then the controller): SIGTERM, then SIGKILL after

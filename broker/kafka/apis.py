@@ -21,7 +21,20 @@ DeleteTopics (20)     1-5   forwarded to the controller
 CreatePartitions (37) 0-3   forwarded; manual assignments are refused
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
+SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
+SaslAuthenticate (36) 0-2   ``sasl``
+ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
+InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
 ===================== ===== ======================================================
+
+Authorization (``Services.allowed``, an authorizer configured): Produce needs
+WRITE on each topic, Fetch READ, ListOffsets and OffsetForLeaderEpoch
+DESCRIBE (refused partitions: TOPIC_AUTHORIZATION_FAILED); Metadata lists only
+topics the principal may DESCRIBE, and reports a named one it may not as
+UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks);
+CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
+CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
+brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
 response values (a plain dict, see ``codec.build``), or None where Kafka sends
@@ -40,8 +53,26 @@ from typing import Any
 
 from tidewater.broker.control_rules import client_fetch_refusal
 from tidewater.broker.fetch import FetchedPartition
+from tidewater.broker.kafka import sasl, security_apis
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.producer_apis import (
+    INIT_PRODUCER_ID,
+    INIT_PRODUCER_ID_VERSIONS,
+    on_init_producer_id,
+)
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import (
+    ALTER,
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    READ,
+    TOPIC,
+    WRITE,
+)
+from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
 
@@ -62,6 +93,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
     CREATE_PARTITIONS: (0, 3),
+    sasl.SASL_HANDSHAKE: (0, 1),
+    sasl.SASL_AUTHENTICATE: (0, 2),
+    **security_apis.SUPPORTED,
+    INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -98,6 +133,21 @@ class Services:
     listener_name: str  # the registration's listener whose addresses Metadata answers
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
+    # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
+    # connection its own copy of Services). None: no security, everything allowed.
+    connection: Any = None
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool:
+        """May this connection's principal do ``operation`` (``proto.acls``) on the
+        resource? The one authorization hook of every API (groups: READ on GROUP)."""
+        return self.connection is None or self.connection.allows(operation, resource_type,
+                                                                  name)
+
+    def allowed_on_any(self, operation: int, resource_type: int) -> bool:
+        """May it do ``operation`` on SOME resource of the type? (InitProducerId: WRITE on
+        any topic, or IDEMPOTENT_WRITE on the cluster, as Kafka since KIP-679.)"""
+        return self.connection is None or self.connection.allows_any(operation,
+                                                                     resource_type)
 
 
 Response = dict[str, Any] | None
@@ -136,6 +186,14 @@ async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Respons
     else:
         names = [t.name for t in requested if t.name is not None]
     answer = s.metadata_cache.metadata_response(names or [], s.listener_name)
+    hidden = {t.name for t in answer.topics if not s.allowed(DESCRIBE, TOPIC, t.name)}
+    if hidden:
+        kept = [t for t in answer.topics if t.name not in hidden]
+        if names:  # named: reported as unknown, existing or not
+            kept = [t if t.name not in hidden else pb.TopicMetadata(
+                name=t.name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION) for t in answer.topics]
+        del answer.topics[:]
+        answer.topics.extend(kept)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
         "is_internal": False,
@@ -197,10 +255,16 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
     (no answer at all) for acks=0."""
     request = produce_request(body)
     refused = []
-    if body.transactional_id is not None or head.api_version < ZSTD_PRODUCE_FROM:
+    writable = {name: s.allowed(WRITE, TOPIC, name)
+                for name in {p.topic for p in request.partitions}}
+    if (body.transactional_id is not None or head.api_version < ZSTD_PRODUCE_FROM
+            or not all(writable.values())):
         kept = []
         for p in request.partitions:
-            if body.transactional_id is not None:
+            if not writable[p.topic]:
+                refused.append(_refused(p, pb.TOPIC_AUTHORIZATION_FAILED,
+                                        f"needs WRITE on topic {p.topic!r}"))
+            elif body.transactional_id is not None:
                 refused.append(_refused(p, pb.INVALID_REQUEST, "transactions are not supported"))
             elif head.api_version < ZSTD_PRODUCE_FROM and uses_zstd(p.records):
                 refused.append(_refused(p, pb.UNSUPPORTED_COMPRESSION_TYPE,
@@ -278,10 +342,18 @@ async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
         return _done({"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
                       "session_id": 0, "responses": []})
     request = fetch_request(body, head.api_version)
+    refused = [p for p in request.partitions if not s.allowed(READ, TOPIC, p.topic)]
+    if refused:
+        kept = [p for p in request.partitions if s.allowed(READ, TOPIC, p.topic)]
+        del request.partitions[:]
+        request.partitions.extend(kept)
+    denied = [FetchedPartition(p.topic, p.partition, pb.TOPIC_AUTHORIZATION_FAILED,
+                               f"needs READ on topic {p.topic!r}", -1, -1, -1, -1, b"", None)
+              for p in refused]
 
     async def answer() -> Response:
-        return fetch_values(await s.replica_manager.fetch_partitions(request),
-                            head.api_version)
+        fetched = await s.replica_manager.fetch_partitions(request) if request.partitions else []
+        return fetch_values([*fetched, *denied], head.api_version)
     return answer()
 
 
@@ -289,12 +361,20 @@ async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
 
 async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     request = pb.ListOffsetsRequest(replica_id=-1)
+    denied = []
     for topic in body.topics:
+        if not s.allowed(DESCRIBE, TOPIC, topic.name):
+            denied += [pb.ListOffsetsPartitionResponse(
+                topic=topic.name, partition=p.partition_index,
+                error_code=pb.TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1,
+                leader_epoch=-1) for p in topic.partitions]
+            continue
         for p in topic.partitions:
             request.partitions.add(topic=topic.name, partition=p.partition_index,
                                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                                    timestamp=p.timestamp)
     response = s.replica_manager.list_offsets(request)
+    response.partitions.extend(denied)
     return _done({"throttle_time": 0, "topics": by_topic(
         response.partitions, "name", "partitions", lambda p: {
             "partition_index": p.partition, "error_code": p.error_code,
@@ -305,12 +385,20 @@ async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Res
 
 async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     request = pb.OffsetForLeaderEpochRequest(replica_id=-1)
+    denied = []
     for topic in body.topics:
+        if not s.allowed(DESCRIBE, TOPIC, topic.topic):
+            denied += [pb.OffsetForLeaderEpochPartitionResponse(
+                topic=topic.topic, partition=p.partition,
+                error_code=pb.TOPIC_AUTHORIZATION_FAILED, leader_epoch=-1, end_offset=-1)
+                for p in topic.partitions]
+            continue
         for p in topic.partitions:
             request.partitions.add(topic=topic.topic, partition=p.partition,
                                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
                                    leader_epoch=p.leader_epoch)
     response = s.replica_manager.offset_for_leader_epoch(request)
+    response.partitions.extend(denied)
     return _done({"throttle_time": 0, "topics": by_topic(
         response.partitions, "topic", "partitions", lambda p: {
             "error_code": p.error_code, "partition": p.partition,
@@ -323,7 +411,12 @@ async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
     request = pb.CreateTopicsRequest(timeout_ms=milliseconds(body.timeout),
                                      validate_only=getattr(body, "validate_only", False))
     refused: dict[str, str] = {}
+    denied: list[str] = []
+    may_create_any = s.allowed(CREATE, CLUSTER, CLUSTER_NAME)
     for t in body.topics:
+        if not may_create_any and not s.allowed(CREATE, TOPIC, t.name):
+            denied.append(t.name)
+            continue
         if t.assignments:
             refused[t.name] = "manual replica assignment is not supported"
             continue
@@ -332,7 +425,8 @@ async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
                            configs={c.name: c.value for c in t.configs if c.value is not None})
 
     async def answer() -> Response:
-        response = await s.controller.CreateTopics(request, None)
+        response = (await s.controller.CreateTopics(request, None) if request.topics
+                    else pb.CreateTopicsResponse())
         results = [{"name": r.name, "topic_id": _topic_id(r.topic_id),
                     "error_code": r.error_code, "error_message": r.error_message or None,
                     "num_partitions": r.num_partitions or -1,
@@ -342,6 +436,11 @@ async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
                      "error_code": pb.INVALID_REPLICA_ASSIGNMENT, "error_message": message,
                      "num_partitions": -1, "replication_factor": -1, "configs": None}
                     for name, message in refused.items()]
+        results += [{"name": name, "topic_id": NO_TOPIC_ID,
+                     "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
+                     "error_message": "needs CREATE on the cluster or the topic",
+                     "num_partitions": -1, "replication_factor": -1, "configs": None}
+                    for name in denied]
         return {"throttle_time": 0, "topics": results}
     return answer()
 
@@ -349,13 +448,18 @@ async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
 async def on_delete_topics(s: Services, head: RequestHead, body) -> Awaitable[Response]:
     names = list(getattr(body, "topic_names", None) or
                  [t.name for t in getattr(body, "topics", ()) if t.name is not None])
-    request = pb.DeleteTopicsRequest(names=names, timeout_ms=milliseconds(body.timeout))
+    denied = [n for n in dict.fromkeys(names) if not s.allowed(DELETE, TOPIC, n)]
+    request = pb.DeleteTopicsRequest(names=[n for n in names if n not in denied],
+                                     timeout_ms=milliseconds(body.timeout))
 
     async def answer() -> Response:
-        response = await s.controller.DeleteTopics(request, None)
+        response = (await s.controller.DeleteTopics(request, None) if request.names
+                    else pb.DeleteTopicsResponse())
         return {"throttle_time": 0, "responses": [
             {"name": r.name, "topic_id": _topic_id(r.topic_id), "error_code": r.error_code,
-             "error_message": r.error_message or None} for r in response.topics]}
+             "error_message": r.error_message or None} for r in response.topics] + [
+            {"name": n, "topic_id": NO_TOPIC_ID, "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
+             "error_message": f"needs DELETE on topic {n!r}"} for n in denied]}
     return answer()
 
 
@@ -365,7 +469,7 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 # Kafka's ConfigSource: set on the topic, or the broker's default it falls back to.
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 # Kafka's ConfigType (DescribeConfigs v3+), by our topic configs' types.
-_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
 def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
@@ -395,7 +499,11 @@ async def on_describe_configs(s: Services, head: RequestHead, body) -> Awaitable
                                   "resource_name": resource.resource_name,
                                   "error_code": pb.NONE, "error_message": None, "configs": []}
         keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
-        if resource.resource_type == TOPIC_RESOURCE:
+        if resource.resource_type == TOPIC_RESOURCE and not s.allowed(
+                OP_DESCRIBE_CONFIGS, TOPIC, resource.resource_name):
+            result["error_code"] = pb.TOPIC_AUTHORIZATION_FAILED
+            result["error_message"] = "needs DESCRIBE_CONFIGS on the topic"
+        elif resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in known:
                 result["configs"] = topic_config_entries(
                     s.metadata_cache.topic_configs(resource.resource_name), defaults, keys)
@@ -411,6 +519,10 @@ async def on_describe_configs(s: Services, head: RequestHead, body) -> Awaitable
 
 
 async def on_describe_cluster(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+    if not s.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
+        return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                      "error_message": "needs DESCRIBE on the cluster", "endpoint_type": 1,
+                      "cluster_id": "", "controller_id": -1, "brokers": []})
     answer = s.metadata_cache.metadata_response([], s.listener_name)
     return _done({
         "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
@@ -424,17 +536,21 @@ async def on_create_partitions(s: Services, head: RequestHead, body) -> Awaitabl
                                          validate_only=body.validate_only)
     refused = {}
     for t in body.topics:
-        if t.assignments:
-            refused[t.name] = "manual replica assignment is not supported"
+        if not s.allowed(ALTER, TOPIC, t.name):
+            refused[t.name] = (pb.TOPIC_AUTHORIZATION_FAILED, "needs ALTER on the topic")
+        elif t.assignments:
+            refused[t.name] = (pb.INVALID_REPLICA_ASSIGNMENT,
+                               "manual replica assignment is not supported")
         else:
             request.topics.add(name=t.name, count=t.count)
 
     async def answer() -> Response:
-        response = await s.controller.CreatePartitions(request, None)
+        response = (await s.controller.CreatePartitions(request, None) if request.topics
+                    else pb.CreatePartitionsResponse())
         results = [{"name": r.name, "error_code": r.error_code,
                     "error_message": r.error_message or None} for r in response.topics]
-        results += [{"name": name, "error_code": pb.INVALID_REPLICA_ASSIGNMENT,
-                     "error_message": message} for name, message in refused.items()]
+        results += [{"name": name, "error_code": code, "error_message": message}
+                    for name, (code, message) in refused.items()]
         return {"throttle_time": 0, "results": results}
     return answer()
 
@@ -453,5 +569,9 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CONFIGS: on_describe_configs,
     DESCRIBE_CLUSTER: on_describe_cluster,
     CREATE_PARTITIONS: on_create_partitions,
+    sasl.SASL_HANDSHAKE: sasl.on_sasl_handshake,
+    sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
+    **security_apis.HANDLERS,
+    INIT_PRODUCER_ID: on_init_producer_id,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -18,12 +18,22 @@ as on the gRPC paths.
 With ``ssl_context`` (the broker's ``--tls-*`` files) the listener speaks TLS
 only (Kafka's ``security.protocol=SSL`` with ``ssl.client.auth=none``): a
 plaintext client fails the handshake, which times out after
-``TLS_HANDSHAKE_TIMEOUT_S``, and never reaches the protocol.
+``TLS_HANDSHAKE_TIMEOUT_S``, and never reaches the protocol. A client
+certificate is asked for but not required (``ssl.client.auth=requested``): a
+verified one names the connection's principal (``User:<CN>``).
+
+With ``security`` (``broker.security``), each connection gets its own
+``sasl.ConnectionSecurity`` (in its own copy of ``Services``): with SASL
+mechanisms configured, nothing but ApiVersions, SaslHandshake and
+SaslAuthenticate is served before authentication (anything else closes the
+connection); a refused exchange is answered, then closed; after a
+SaslHandshake v0 the next frame is a raw SASL token, answered raw.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import time
@@ -39,20 +49,35 @@ from tidewater.broker.kafka.codec import (
     peek_head,
     response_type,
 )
+from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
+from tidewater.proto.scram import SaslAuthenticationError
 
 log = logging.getLogger("tidewater.broker.kafka")
 
 IN_FLIGHT_MAX = 64
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _SIZE_BYTES = 4
+# The connection's read buffer: asyncio pauses reading above twice this. Its default
+# (64 KiB) paused and resumed the socket several times for every 256 KiB produce.
+READ_BUFFER_BYTES = 1024 * 1024
+_RAW_HEAD = RequestHead(-1, 0, 0, None)  # a raw SASL token (after SaslHandshake v0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawToken:
+    """An answer written as a bare size-prefixed SASL token, no Kafka header."""
+
+    data: bytes
 
 
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor=None, observe=None, ssl_context: ssl.SSLContext | None = None):
+                 supervisor=None, observe=None, ssl_context: ssl.SSLContext | None = None,
+                 security=None):
         self.services = services
+        self.security = security  # broker.security.BrokerSecurity; None: no checks at all
         self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
@@ -67,7 +92,8 @@ class KafkaListener:
         tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
                if self.ssl_context is not None else {})
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True, **tls)
+                                                  reuse_address=True, limit=READ_BUFFER_BYTES,
+                                                  **tls)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 
@@ -88,8 +114,13 @@ class KafkaListener:
         answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
             asyncio.Queue(maxsize=IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_answers(answers, writer, peer))
+        connection = None
+        if self.security is not None and self.security.secured:  # else: no per-request checks
+            connection = ConnectionSecurity(
+                self.security, host=str(peer[0]) if peer else "",
+                tls_principal=tls_principal(writer.get_extra_info("peercert")))
         try:
-            await self._read_requests(reader, answers, peer)
+            await self._read_requests(reader, answers, peer, connection)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away; its unanswered requests go with it
         except asyncio.CancelledError:
@@ -113,8 +144,10 @@ class KafkaListener:
             writer.close()
             self._connections.discard(task)
 
-    async def _read_requests(self, reader: asyncio.StreamReader,
-                             answers: asyncio.Queue, peer) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, answers: asyncio.Queue, peer,
+                             connection: ConnectionSecurity | None) -> None:
+        services = (self.services if connection is None
+                    else dataclasses.replace(self.services, connection=connection))
         while True:
             size = int.from_bytes(await reader.readexactly(_SIZE_BYTES), "big", signed=True)
             if not 0 < size <= self.max_request_bytes:
@@ -123,6 +156,14 @@ class KafkaListener:
                 return
             frame = await reader.readexactly(size)
             started = time.perf_counter()
+            if connection is not None and connection.raw_tokens:
+                try:
+                    token = connection.authenticate(frame)
+                except SaslAuthenticationError as e:
+                    log.warning("kafka: closing %s: %s", peer, e)
+                    return
+                await answers.put((_RAW_HEAD, _resolved(RawToken(token)), started))
+                continue
             try:
                 head, body = decode_request(frame, apis.SUPPORTED)
             except UnsupportedVersionError as e:
@@ -138,13 +179,17 @@ class KafkaListener:
             except (UnknownApiKeyError, InvalidRequestError) as e:
                 log.warning("kafka: closing %s: %s (frame starts %s)", peer, e, frame[:64].hex())
                 return
+            if connection is not None and not connection.may_serve(head.api_key):
+                log.warning("kafka: closing %s: API key %d before SASL authentication",
+                            peer, head.api_key)
+                return
             if head.api_version < apis.DECODED_FROM.get(head.api_key, 0):
                 log.warning("kafka: closing %s: API key %d v%d (message format v0/v1) is not "
                             "served; RecordBatch v2 needs v%d+", peer, head.api_key,
                             head.api_version, apis.DECODED_FROM[head.api_key])
                 return
             try:
-                pending = await apis.HANDLERS[head.api_key](self.services, head, body)
+                pending = await apis.HANDLERS[head.api_key](services, head, body)
             except InvariantViolation:
                 raise
             except Exception:
@@ -154,6 +199,8 @@ class KafkaListener:
                               head.api_version)
                 return
             await answers.put((head, asyncio.ensure_future(pending), started))
+            if connection is not None and connection.close_after_answer:
+                return  # a refused SASL exchange: answered, then closed
 
     async def _send_answers(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,
                             peer) -> None:
@@ -173,7 +220,10 @@ class KafkaListener:
                                   head.api_key, head.api_version)
                     writer.close()
                     return
-                if values is not None:
+                if isinstance(values, RawToken):
+                    writer.write(len(values.data).to_bytes(_SIZE_BYTES, "big") + values.data)
+                    await writer.drain()
+                elif values is not None:
                     body = build(response_type(head.api_key, head.api_version), values)
                     writer.writelines(encode_response_parts(head, body))
                     await writer.drain()
@@ -210,4 +260,7 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               apis.METADATA: "Metadata", apis.OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch",
               apis.API_VERSIONS: "ApiVersions", apis.CREATE_TOPICS: "CreateTopics",
               apis.DELETE_TOPICS: "DeleteTopics", apis.DESCRIBE_CONFIGS: "DescribeConfigs",
-              apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions"}
+              apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions",
+              17: "SaslHandshake", 36: "SaslAuthenticate", 29: "DescribeAcls",
+              30: "CreateAcls", 31: "DeleteAcls", 50: "DescribeUserScramCredentials",
+              51: "AlterUserScramCredentials", -1: "SaslToken"}

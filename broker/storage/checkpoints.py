@@ -4,7 +4,9 @@ Offset checkpoint files (one per data dir) map a partition to an offset:
 
 - ``replication-offset-checkpoint``: high watermarks,
 - ``recovery-point-offset-checkpoint``: offsets below which the log is flushed,
-- ``log-start-offset-checkpoint``: first offset still kept after retention.
+- ``log-start-offset-checkpoint``: first offset still kept after retention,
+- ``cleaner-offset-checkpoint``: where the log cleaner's next cleaning of a
+  compacted log begins (its first dirty offset; ``cleaner.py``).
 
 Format (UTF-8 text, ``\\n`` line ends; Kafka's ``OffsetCheckpointFile``)::
 
@@ -41,10 +43,12 @@ CHECKPOINT_VERSION = 0
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 OFFSET_CHECKPOINT_FILE_NAMES = (
     REPLICATION_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    CLEANER_OFFSET_CHECKPOINT,
 )
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 TMP_SUFFIX = ".tmp"

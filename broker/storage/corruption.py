@@ -4,7 +4,9 @@ typed error a read raises, and the one place that logs and counts each finding.
 A batch is damaged when its framing (batchLength, magic, the batch running past
 the segment's end), its CRC-32C (attributes..end, ``proto/batch.py``) or its
 offsets (baseOffset not the previous batch's last offset + 1; lastOffsetDelta
-negative) are wrong. baseOffset and partitionLeaderEpoch lie outside the CRC
+negative) are wrong. In a compacted log (``cleanup.policy`` with ``compact``) the
+cleaner removes whole batches, so a baseOffset may lie above the previous batch's
+last offset + 1 (``gaps_allowed``): only one below it is damage there. baseOffset and partitionLeaderEpoch lie outside the CRC
 (Kafka's design): a damaged baseOffset shows as broken contiguity, a damaged
 partitionLeaderEpoch cannot be seen at all.
 
@@ -145,7 +147,7 @@ _LAST_OFFSET_DELTA_AT = 23
 
 
 def frame_problem(base_offset: int, batch_length: int, magic: int, expected_base_offset: int,
-                  room_bytes: int) -> str | None:
+                  room_bytes: int, *, gaps_allowed: bool = False) -> str | None:
     """Why a batch's framing is wrong, from its first 21 bytes (``FRAME``); None if it is
     sound. ``room_bytes``: bytes from the batch's start to the end of its segment file
     (a batch never runs past it: appends write whole batches)."""
@@ -156,7 +158,8 @@ def frame_problem(base_offset: int, batch_length: int, magic: int, expected_base
                 f"({room_bytes} bytes left)")
     if magic != MAGIC_V2:
         return f"unsupported magic {magic}"
-    if base_offset != expected_base_offset:
+    if base_offset != expected_base_offset and not (gaps_allowed
+                                                    and base_offset > expected_base_offset):
         return f"baseOffset {base_offset} where {expected_base_offset} was expected"
     return None
 
@@ -189,7 +192,7 @@ class ChunkCheck:
 
 
 def check_chunk(buf: BytesLike, file_position: int, expected_base_offset: int, file_end: int,
-                path: str) -> ChunkCheck:
+                path: str, *, gaps_allowed: bool = False) -> ChunkCheck:
     """Check the batches in ``buf``, read from ``file_position`` of a segment file of
     ``file_end`` bytes, the first of which must start at ``expected_base_offset``:
     framing, contiguous offsets, CRC-32C. Stops at the first damaged batch, or at a
@@ -207,7 +210,8 @@ def check_chunk(buf: BytesLike, file_position: int, expected_base_offset: int, f
                 break
             return ChunkCheck(p, next_offset, None, ATTRIBUTES_OFFSET)
         base_offset, batch_length, _epoch, magic, crc = unpack(view, p)
-        problem = frame_problem(base_offset, batch_length, magic, next_offset, room)
+        problem = frame_problem(base_offset, batch_length, magic, next_offset, room,
+                                gaps_allowed=gaps_allowed)
         if problem is not None:
             break
         size = LOG_OVERHEAD + batch_length

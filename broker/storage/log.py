@@ -49,9 +49,21 @@ offset (LEO) is the active segment's end.
   log start offset is used only if it is a segment's base offset.
 - A fetch or follower append never needs the records decoded; only a
   timestamp lookup decodes the one batch it lands in (exact record offset).
+- Idempotent producers' state (``producer_state.py``, Kafka's ProducerStateManager):
+  a leader append checks each batch carrying a producer id before anything is
+  written (a retry already in the log returns its original offsets with
+  ``AppendInfo.duplicate``, nothing written); every append records its batches
+  after the write. A roll writes ``<offset>.snapshot`` at the new segment's base
+  (fsynced by the roll's background flush), close writes one at the LEO;
+  opening loads the latest readable snapshot at or below the LEO and reads the
+  batches after it (none at all: only the active segment's, as for a log written
+  before producer state existed); ``truncate_to`` reloads the same way; retention deletes the
+  snapshots below the new log start (the producers stay until they expire).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
-  offset (the epoch cache drops what lies before it). Under the lock the
+  offset (the epoch cache drops what lies before it); not with
+  ``cleanup.policy=compact``, whose log the cleaner rewrites instead
+  (``cleaner.py``; its segments may then have offset gaps). Under the lock the
   files are renamed ``.deleted``; a background thread unlinks them.
 - No fsync under the lock on the checkpoint's or a roll's path:
   ``flush_outside_lock`` snapshots under it, fsyncs without it, and publishes
@@ -81,6 +93,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +101,19 @@ from typing import Any
 
 from crc32c import crc32c
 
-from tidewater.broker.storage.corruption import CorruptBatch
+from tidewater.broker.storage.checkpoints import write_file_atomically
+from tidewater.broker.storage.cleaner_swap import mark_compacted
+from tidewater.broker.storage.corruption import CorruptBatch, CorruptBatchError
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
 from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
 from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.producer_state import (
+    PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    ProducerBatch,
+    ProducerStateManager,
+    parse_snapshot_file_name,
+    snapshot_file_name,
+)
 from tidewater.broker.storage.recovery import close_segments_quietly, fsync_dir, open_log_dir
 from tidewater.broker.storage.segment import LogSegment, storage_error
 from tidewater.broker.storage.topics import TopicPartition, parse_log_dir_name
@@ -103,10 +125,12 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
     BytesLike,
+    read_header,
     set_base_offset_and_epoch,
     validate_batch,
 )
 from tidewater.proto.errors import (
+    CorruptFileError,
     CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -119,6 +143,7 @@ from tidewater.proto.errors import (
 log = logging.getLogger(__name__)
 
 INACTIVE_INDEXES_LOADED_MAX = 4  # per log; the active segment's are always loaded
+PRODUCER_STATE_READ_BYTES = 8 << 20  # a rebuild of the producers' state reads this much at once
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the log end offset
 MAX_TIMESTAMP = -3  # ListOffsets v7 (KIP-734): the record with the largest timestamp
@@ -146,6 +171,9 @@ class AppendInfo:
     size_bytes: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
     offset_of_max_timestamp: int = -1
+    # A retried idempotent batch already in the log: nothing was appended, the offsets
+    # are the original's (``producer_state.py``).
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -162,7 +190,8 @@ class Log:
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  leader_epoch_cache: LeaderEpochCache, log_start_offset: int,
-                 recovery_point: int, now_ms: int, flush_executor: Executor | None = None):
+                 recovery_point: int, now_ms: int, flush_executor: Executor | None = None,
+                 producer_state: ProducerStateManager | None = None):
         self.dir = directory
         self.topic_partition: TopicPartition | None
         try:
@@ -171,6 +200,8 @@ class Log:
             self.topic_partition = None  # a test or tool directory
         self.config = config
         self.leader_epoch_cache = leader_epoch_cache
+        # Idempotent producers' state (producer_state.py), changed under the lock only.
+        self.producer_state = producer_state or ProducerStateManager()
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self.log_start_offset = log_start_offset
@@ -198,19 +229,29 @@ class Log:
     @classmethod
     def open(cls, dir: Path, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
              log_start_offset: int | None = None, had_clean_shutdown: bool = False,
-             flush_executor: Executor | None = None) -> Log:
+             flush_executor: Executor | None = None,
+             producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT) -> Log:
         """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly.
 
         ``flush_executor`` runs the flush of each rolled segment (default: one
-        "flush-log" thread shared by the process's logs)."""
+        "flush-log" thread shared by the process's logs). The producers' state is
+        loaded from the latest snapshot and the batches after it."""
         directory = Path(dir)
         opened = open_log_dir(directory, config, recovery_point=recovery_point,
                               log_start_offset=log_start_offset,
                               had_clean_shutdown=had_clean_shutdown)
         # Trusted segments were flushed; recovered ones were fsynced while opening.
-        return cls(directory, config, opened.segments, opened.leader_epoch_cache,
-                   opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
-                   flush_executor)
+        opened_log = cls(directory, opened.config, opened.segments, opened.leader_epoch_cache,
+                         opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
+                         flush_executor,
+                         ProducerStateManager(expiration_ms=producer_id_expiration_ms))
+        try:
+            with opened_log._lock:
+                opened_log._reload_producer_state(now_ms)
+        except BaseException:
+            close_segments_quietly(opened.segments)
+            raise
+        return opened_log
 
     # -- state ---------------------------------------------------------------
 
@@ -274,11 +315,15 @@ class Log:
             log_append_time = self.config.log_append_time
             max_size = self.config.max_message_bytes
             batches = []
+            producer_batches: list[ProducerBatch] = []
             record_count = 0
             max_timestamp, offset_of_max = -1, -1
             position, end = 0, len(buf)
             while position < end:
                 fields = _checked_header(buf, view, position, end, max_size)
+                if fields[9] >= 0:  # an idempotent producer's batch
+                    producer_batches.append(ProducerBatch(fields[9], fields[10], fields[11],
+                                                          fields[6]))
                 size, last_offset_delta, batch_record_count = (
                     LOG_OVERHEAD + fields[1], fields[6], fields[12])
                 if batch_record_count != last_offset_delta + 1:
@@ -299,10 +344,16 @@ class Log:
                 position += size
             if not batches:
                 return self._empty_append_info()
+            if producer_batches:
+                duplicate = self.producer_state.check_leader_append(producer_batches)
+                if duplicate is not None:
+                    return AppendInfo(duplicate.first_offset, duplicate.last_offset, 0, -1, 0,
+                                      -1, -1, duplicate=True)
             # The cache ignores an epoch it already has; skip the call (and its lock).
             epochs = ([(leader_epoch, first_offset)]
                       if leader_epoch >= 0 and leader_epoch != latest_epoch else [])
             self._append(view, batches, epochs, offset, record_count, now_ms)
+            self._on_appended(view, batches, producer_batches, offset)
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
                               now_ms if log_append_time else -1, offset_of_max)
 
@@ -313,16 +364,19 @@ class Log:
             self._check_append_size(len(records))
             view = memoryview(records)
             offset = first_offset = self._segments[-1].next_offset
+            gaps = self.config.compact  # a compacted leader sends batches with gaps between
             batches = []
             epochs: list[tuple[int, int]] = []
             last_epoch = self.leader_epoch_cache.latest_epoch
             record_count = 0
             max_timestamp, offset_of_max = -1, -1
             position, end = 0, len(view)
+            has_producer_batches = False
             while position < end:
                 fields = _checked_header(view, view, position, end, None)
+                has_producer_batches = has_producer_batches or fields[9] >= 0
                 base_offset, size, epoch = fields[0], LOG_OVERHEAD + fields[1], fields[2]
-                if base_offset != offset:
+                if base_offset != offset and not (gaps and base_offset > offset):
                     raise UnexpectedAppendOffsetError(
                         f"follower batch at offset {base_offset}, expected {offset} "
                         f"(log end offset {first_offset})")
@@ -340,8 +394,23 @@ class Log:
             if not batches:
                 return self._empty_append_info()
             self._append(view, batches, epochs, offset, record_count, now_ms)
+            self._on_appended(view, batches, has_producer_batches, offset)
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(view),
                               -1, offset_of_max)
+
+    def _on_appended(self, data: BytesLike, batches: list[tuple[int, int, int, int]],
+                     producer_batches: object, next_offset: int) -> None:
+        """The producers' state after an append (lock held): every written batch that
+        carries a producer id is recorded, as a follower and recovery record them."""
+        state = self.producer_state
+        if producer_batches:
+            for position, _size, last_offset, batch_max_timestamp in batches:
+                header = read_header(data, position)
+                if header.producer_id >= 0:
+                    state.on_batch(header.producer_id, header.producer_epoch,
+                                   header.base_sequence, header.base_offset, last_offset,
+                                   batch_max_timestamp)
+        state.on_batches_end(next_offset)
 
     def _check_append_size(self, size: int) -> None:
         # Kafka's RecordBatchTooLargeException: an append must fit in one segment.
@@ -430,6 +499,9 @@ class Log:
         self._segments = [*self._segments, new]
         self._base_offsets = [*self._base_offsets, new.base_offset]
         self._rolls += 1
+        # Kafka's roll snapshot: a restart rebuilds the producers from here on. Its
+        # fsync is the background flush's (below), with the rolled segment's.
+        self._write_producer_snapshot(sync=False)
         if not self._awaits_flush(old):  # rolled before, then truncated back into
             self._rolled_unflushed.append(old)
         executor = self._flush_executor or _roll_flusher()
@@ -441,6 +513,10 @@ class Log:
 
     def _flush_rolled(self, end_offset: int) -> None:
         """The background half of a roll (in the flush executor's thread)."""
+        try:
+            _fsync_file(self.dir / snapshot_file_name(end_offset))  # the directory: below
+        except KafkaStorageError as e:  # only the snapshot is in doubt: an older one serves
+            log.warning("%s: producer snapshot at %d not synced: %s", self.dir, end_offset, e)
         try:
             self.flush_outside_lock(end_offset=end_offset)
         except KafkaStorageError:
@@ -470,15 +546,33 @@ class Log:
                 raise OffsetOutOfRangeError(
                     f"offset {start_offset} outside [{self.log_start_offset}, {log_end_offset}]")
             i = bisect_right(self._base_offsets, start_offset) - 1
+            empty_batches, empty_first = b"", start_offset  # see _only_empty_batches
             while 0 <= i < len(self._segments) and start_offset < log_end_offset:
                 segment = self._segments[i]
-                found = segment.read(start_offset, max_bytes, max_offset, min_one_batch)
+                found = segment.read(start_offset, max_bytes - len(empty_batches), max_offset,
+                                     min_one_batch)
                 self._note_index_use(segment)
                 if found is not None:
                     data, first_offset, next_offset, corrupt = found
+                    if (data and corrupt is None and self.config.compact
+                            and len(empty_batches) + len(data) < max_bytes
+                            and _only_empty_batches(data)):
+                        # A compacted segment may end in batches the cleaner emptied: a
+                        # consumer given nothing but those takes it for a record too large
+                        # to fetch (librdkafka), so the read goes on into the next segment.
+                        if not empty_batches:
+                            empty_first = first_offset
+                        empty_batches += data
+                        start_offset, i = next_offset, i + 1
+                        continue
+                    if empty_batches:
+                        return ReadResult(empty_batches + data, empty_first,
+                                          next_offset if data else start_offset, corrupt)
                     return ReadResult(data, first_offset, next_offset if data else start_offset,
                                       corrupt)
                 i += 1
+            if empty_batches:
+                return ReadResult(empty_batches, empty_first, start_offset)
             return ReadResult(b"", start_offset, start_offset)
 
     def _note_index_use(self, segment: LogSegment) -> None:
@@ -566,6 +660,8 @@ class Log:
                     self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 else:
                     self.leader_epoch_cache.truncate_from_end(offset)  # Kafka does, even here
+                if self.producer_state.map_end_offset > self.log_end_offset:
+                    self._reload_producer_state(None)
             except KafkaStorageError as e:
                 self._go_offline(e)
                 raise
@@ -604,6 +700,8 @@ class Log:
             self._segments, self._base_offsets = [new], [offset]
             fsync_dir(self.dir)
             self.leader_epoch_cache.clear()
+            self._delete_producer_snapshots(lambda _offset: True)
+            self.producer_state.clear(offset)
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -621,6 +719,8 @@ class Log:
         with self._lock:
             self._check_usable()
             config = self.config
+            if not config.delete:
+                return 0  # cleanup.policy=compact: the cleaner removes records, not retention
             total_bytes = self.size_bytes
             deletable = 0
             for i in range(len(self._segments) - 1):
@@ -660,6 +760,9 @@ class Log:
             self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
             self._segments = self._segments[count:]
             self._base_offsets = self._base_offsets[count:]
+            # Producers stay (they expire by time); their snapshots below the start go.
+            start = self.log_start_offset
+            self._delete_producer_snapshots(lambda offset: offset < start)
             for segment in doomed:
                 log.info("retention: deleting %s (%d bytes)", segment.log_path, segment.size_bytes)
                 renamed += segment.rename_for_deletion()
@@ -668,6 +771,131 @@ class Log:
             raise
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         return renamed
+
+    # -- idempotent producers ------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Forget producers idle for producer.id.expiration.ms (wall-clock ``now_ms``)."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms)
+
+    def producer_snapshot_offsets(self) -> list[int]:
+        """Offsets of the ``<offset>.snapshot`` files in the directory, ascending."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError as e:
+            raise storage_error("cannot list log directory", self.dir, e) from e
+        return sorted(o for o in map(parse_snapshot_file_name, names) if o is not None)
+
+    def _write_producer_snapshot(self, *, sync: bool) -> None:
+        """(lock held) Snapshot the producers at the LEO. Without ``sync`` (a roll, on the
+        event loop) the file is written but not fsynced; a torn one fails its CRC on
+        open and an older snapshot is used instead, so a failure here only warns."""
+        state = self.producer_state
+        offset = self.log_end_offset
+        if state.map_end_offset != offset:
+            return  # not a state of the whole log (cannot happen: every append updates it)
+        path = self.dir / snapshot_file_name(offset)
+        data = state.snapshot_bytes()
+        try:
+            if sync:
+                write_file_atomically(path, data)
+            else:
+                path.write_bytes(data)
+        except (OSError, KafkaStorageError) as e:
+            log.warning("%s: no producer snapshot at %d: %s", self.dir, offset, e)
+
+    def _delete_producer_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        for offset in self.producer_snapshot_offsets():
+            if doomed(offset):
+                path = self.dir / snapshot_file_name(offset)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as e:
+                    raise storage_error("cannot delete producer snapshot", path, e) from e
+
+    def _reload_producer_state(self, now_ms: int | None) -> None:
+        """(lock held) The producers as of the LEO: the latest readable snapshot at or
+        below it (later ones are deleted: a truncation cut their batches), then every
+        batch after it. ``now_ms`` (wall clock): drop producers already expired."""
+        log_end_offset = self.log_end_offset
+        self._delete_producer_snapshots(lambda offset: offset > log_end_offset)
+        state = self.producer_state
+        state.clear(self.log_start_offset)
+        loaded = False
+        for offset in reversed(self.producer_snapshot_offsets()):
+            path = self.dir / snapshot_file_name(offset)
+            try:
+                state.load_snapshot(path.read_bytes(), offset, path=str(path), now_ms=now_ms)
+                loaded = True
+                break
+            except CorruptFileError as e:
+                log.warning("%s; deleting it", e)
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                raise storage_error("cannot read producer snapshot", path, e) from e
+        offset = max(state.map_end_offset, self.log_start_offset)
+        if not loaded:
+            # No snapshot at all: segments closed before the active one were written before
+            # producer state existed (every roll since leaves a snapshot), as Kafka assumes
+            # when it upgrades a log: only the active segment is read, not GiBs of log.
+            offset = max(offset, self._segments[-1].base_offset)
+        while offset < log_end_offset:
+            try:
+                result = self.read(offset, PRODUCER_STATE_READ_BYTES)
+            except CorruptBatchError as e:
+                log.warning("%s: producer state rebuilt up to offset %d only: %s", self.dir,
+                            offset, e)
+                break
+            records = result.records
+            position = 0
+            while position < len(records):
+                header = read_header(records, position)
+                if header.producer_id >= 0:
+                    state.on_batch(header.producer_id, header.producer_epoch,
+                                   header.base_sequence, header.base_offset, header.last_offset,
+                                   header.max_timestamp)
+                position += header.size
+            if result.corrupt is not None or result.next_offset <= offset:
+                break
+            offset = result.next_offset
+        state.map_end_offset = log_end_offset
+
+    # -- compaction ------------------------------------------------------------
+
+    @property
+    def truncations(self) -> int:
+        """Cuts so far: the cleaner's snapshot of the segments is stale once it changed."""
+        return self._truncations
+
+    def replace_with_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int,
+                             swap_in: Callable[[LogSegment, list[LogSegment]], list[Path]],
+                             ) -> list[Path] | None:
+        """Swap ``cleaned`` in for the consecutive closed segments ``old`` (``swap_in`` does
+        the renames: ``cleaner_swap.py``), under the lock. None, with nothing done, when
+        the log changed since the cleaner read it (a cut, retention, closed). Returns the
+        old files, renamed ``.deleted``, to unlink without the lock."""
+        with self._lock:
+            if (self._closed or self._offline_reason is not None
+                    or self._truncations != truncations or not old):
+                return None
+            i = bisect_right(self._base_offsets, old[0].base_offset) - 1
+            current = self._segments[i:i + len(old)]
+            if (i < 0 or len(current) != len(old)
+                    or any(a is not b for a, b in zip(current, old, strict=True))
+                    or i + len(old) >= len(self._segments)):  # never the active segment
+                return None
+            try:
+                renamed = swap_in(cleaned, old)
+            except KafkaStorageError as e:
+                self._go_offline(e)
+                raise
+            self._segments = [*self._segments[:i], cleaned, *self._segments[i + len(old):]]
+            self._base_offsets = [s.base_offset for s in self._segments]
+            self._loaded_inactive = deque(s for s in self._loaded_inactive
+                                          if not any(s is o for o in old))
+            cleaned.release_indexes()
+            return renamed
 
     # -- flush and lifecycle -------------------------------------------------
 
@@ -848,6 +1076,8 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         """New topic configs apply to later appends, rolls and retention passes."""
         with self._lock:
+            if config.compact and not self.config.compact:
+                mark_compacted(self.dir)  # durable before any gap arrives (cleaner_swap.py)
             self.config = config
             for segment in self._segments:
                 segment.config = config
@@ -862,6 +1092,7 @@ class Log:
                     self._flush(None)
                     self.active_segment.on_become_inactive()
                     self.active_segment.flush()
+                    self._write_producer_snapshot(sync=True)  # a clean open reads no batch
             finally:
                 self._closed = True
                 for segment in self._segments:
@@ -934,6 +1165,17 @@ def _checked_header(buf: BytesLike, view: memoryview, position: int, end: int,
     raise CorruptRecordError("malformed batch", position=position)
 
 
+def _only_empty_batches(data: BytesLike) -> bool:
+    """Every batch in ``data`` (whole, checked batches) holds no record (recordCount 0)."""
+    position, end = 0, len(data)
+    while position < end:
+        fields = _unpack_header(data, position)
+        if fields[12]:
+            return False
+        position += LOG_OVERHEAD + fields[1]
+    return True
+
+
 def _set_log_append_time(buf: bytearray, position: int, size: int, attributes: int,
                          now_ms: int) -> None:
     """Mark the batch LogAppendTime with maxTimestamp = now; these lie inside the CRC."""
@@ -998,6 +1240,22 @@ def unlink_in_background(paths: list[Path], *, name: str) -> None:
                 log.warning("cannot delete %s: %s", path, e)
 
     threading.Thread(target=unlink_all, daemon=True, name=name).start()
+
+
+def _fsync_file(path: Path) -> None:
+    """fsync ``path`` if it exists (KafkaStorageError on a disk error)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise storage_error("cannot open for fsync", path, e) from e
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise storage_error("cannot fsync", path, e) from e
+    finally:
+        os.close(fd)
 
 
 def _file_size(segment: LogSegment) -> int:

@@ -75,6 +75,7 @@ from tidewater.broker.storage.partition_metadata import (
     read_partition_metadata,
     write_partition_metadata,
 )
+from tidewater.broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 from tidewater.broker.storage.recovery import fsync_dir
 from tidewater.broker.storage.segment import storage_error
 from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
@@ -89,8 +90,10 @@ class LogManager:
     """Opens, creates, deletes and checkpoints the logs of one data dir."""
 
     def __init__(self, data_dir: Path, default_config: LogConfig, *,
-                 on_deleter_failure: Callable[[BaseException], None] | None = None):
+                 on_deleter_failure: Callable[[BaseException], None] | None = None,
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT):
         self.data_dir = Path(data_dir)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.default_config = default_config
         self.had_clean_shutdown = False
         self.is_new = False  # load() found an empty data dir
@@ -147,7 +150,8 @@ class LogManager:
                     path, self._config_for(tp.topic), now_ms=now_ms,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_start_offsets.get(tp),
-                    had_clean_shutdown=self.had_clean_shutdown)
+                    had_clean_shutdown=self.had_clean_shutdown,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms)
             remove_clean_shutdown_marker(self.data_dir)
 
     def _read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
@@ -184,7 +188,8 @@ class LogManager:
                 return existing
             self._topic_configs.setdefault(tp.topic, config)
             # A new directory has nothing to recover; a stray old one gets validated.
-            created = Log.open(self.data_dir / name, config, now_ms=now_ms)
+            created = Log.open(self.data_dir / name, config, now_ms=now_ms,
+                               producer_id_expiration_ms=self.producer_id_expiration_ms)
             if topic_id is not None:
                 try:
                     write_partition_metadata(created.dir, topic_id)
@@ -334,6 +339,8 @@ class LogManager:
                 continue
             try:
                 deleted += partition_log.delete_old_segments(now_ms, hw)
+                # Idle idempotent producers expire on the same pass (wall clock, as retention).
+                partition_log.remove_expired_producers(now_ms)
             except KafkaStorageError as e:
                 _skip_failed_log(tp, partition_log, "retention", e)
         if deleted:

@@ -17,13 +17,18 @@ Recovery rules (Kafka's ``LogLoader``):
 - From the segment holding the recovery point on (no clean shutdown), every
   batch is re-validated: framing, magic, CRC32C, and offsets contiguous
   (a batch starts at the previous one's last offset + 1, each segment at the
-  previous segment's end).
+  previous segment's end; in a compacted log anywhere above: ``cleaner.py``).
 - At the first bad batch the file is cut there and every later segment is
   deleted; each cut is logged as a warning with path, position and bytes
   removed. A trusted segment whose index is missing or insane, or whose tail
   does not check out, is re-validated the same way.
-- Leftovers of interrupted operations (``*.tmp``, ``*.deleted``,
-  ``*.cleaned``, ``*.swap``) and index files without a ``.log`` are removed.
+- A log with the ``.compacted`` marker is recovered as a compacted one (offset
+  gaps are no damage there) whatever config it is opened with: a broker opens
+  its logs before it learns their topic configs (``cleaner_swap.py``).
+- A cleaner's swap interrupted after its commit point (a ``<base>.log.swap``
+  file) is completed first (``cleaner_swap.py``). Then leftovers of interrupted
+  operations (``*.tmp``, ``*.deleted``, ``*.cleaned``, ``*.swap``) and index
+  files without a ``.log`` are removed.
 - The opened log's recovery point is its end: recovered segments are fsynced,
   and after an unclean shutdown the directory too (a roll does not fsync it, so
   after a process crash a new segment's name may not be on disk yet).
@@ -37,6 +42,7 @@ Recovery rules (Kafka's ``LogLoader``):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from bisect import bisect_right
@@ -44,6 +50,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.storage.cleaner_swap import (
+    complete_interrupted_swaps,
+    is_marked_compacted,
+    mark_compacted,
+)
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.segment import (
@@ -76,6 +87,7 @@ class OpenedLog:
     segments: list[LogSegment]  # at least one; the last is the active segment
     leader_epoch_cache: LeaderEpochCache
     log_start_offset: int
+    config: LogConfig  # the caller's, compacted when the log's marker says so
 
 
 def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
@@ -85,6 +97,11 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise storage_error("cannot create log directory", directory, e) from e
+    if config.compact:
+        mark_compacted(directory)  # before any gap can reach the log (cleaner_swap.py)
+    elif is_marked_compacted(directory):
+        # Opened before the topic's configs are known: a compacted log stays one.
+        config = dataclasses.replace(config, cleanup_policy="compact")
     checkpoint_path = directory / LEADER_EPOCH_CHECKPOINT
     cache: LeaderEpochCache | None
     try:
@@ -111,7 +128,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         start = _choose_log_start_offset(segments, log_start_offset)
         if not rebuild_epochs:
             assert cache is not None  # rebuild_epochs is False only when the cache loaded
-            if not _epoch_cache_matches_log(cache, segments, start):
+            if not _epoch_cache_matches_log(cache, segments, start, compacted=config.compact):
                 log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
                             checkpoint_path)
                 rebuild_epochs = True
@@ -124,7 +141,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
     except BaseException:
         close_segments_quietly(segments)
         raise
-    return OpenedLog(segments, cache, start)
+    return OpenedLog(segments, cache, start, config)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -154,9 +171,13 @@ def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | Non
 
 
 def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
-                             log_start_offset: int) -> bool:
+                             log_start_offset: int, *, compacted: bool = False) -> bool:
     """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
-    batch before it (if kept) must be of another epoch. Cheap: a few header reads."""
+    batch before it (if kept) must be of another epoch. Cheap: a few header reads.
+
+    In a compacted log the cleaner may have removed the batch at ``start`` and those
+    before it: the first batch kept at or after ``start`` must then be of that epoch or
+    a later one (the cleaner never changes an epoch; the cache keeps Kafka's entries)."""
     bases = [s.base_offset for s in segments]
     log_end_offset = segments[-1].next_offset
 
@@ -177,6 +198,10 @@ def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment]
             if start < log_start_offset:
                 continue  # truncate_from_start fixes these
             at = batch_at(start)
+            if compacted:
+                if at is not None and (at[0] < start or at[1] < epoch):
+                    return False
+                continue
             if at is None or at != (start, epoch):
                 return False
             if start > log_start_offset:
@@ -238,6 +263,7 @@ def _remove(path: Path, why: str) -> None:
 def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
                   had_clean_shutdown: bool, collect_epochs: bool) -> LoadedSegments:
     """Open every segment of ``directory``; recover (validate and cut) as the rules say."""
+    complete_interrupted_swaps(directory, config)  # before the leftovers go
     bases = list_segment_base_offsets(directory)
     if had_clean_shutdown or not bases:
         recover_from = None
@@ -250,7 +276,8 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
     expected_base: int | None = None
     try:
         for i, base_offset in enumerate(bases):
-            if expected_base is not None and base_offset != expected_base:
+            if expected_base is not None and base_offset != expected_base and not (
+                    config.compact and base_offset > expected_base):
                 log.warning("recovery: %s starts at offset %d but the log before it ends at %d",
                             directory / f"{base_offset:020d}{LOG_SUFFIX}", base_offset,
                             expected_base)

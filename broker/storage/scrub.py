@@ -275,7 +275,8 @@ class LogScrubber:
                     self.schedule.skip_target()  # shorter than when the pass began: it was cut
                     return
                 checked = check_chunk(view, action.position, self._expected_base_offset,
-                                      target.size_bytes, path)
+                                      target.size_bytes, path,
+                                      gaps_allowed=target.segment.config.compact)
             else:  # one batch larger than a chunk
                 checked = self._check_large_batch(action.position, target.size_bytes, path)
         except OSError as e:
@@ -301,7 +302,8 @@ class LogScrubber:
             return ChunkCheck(0, expected, CorruptBatch(path, position, expected,
                                                         truncated_problem(room)))
         base_offset, batch_length, _epoch, magic, crc = FRAME.unpack_from(head, 0)
-        problem = frame_problem(base_offset, batch_length, magic, expected, room)
+        problem = frame_problem(base_offset, batch_length, magic, expected, room,
+                                gaps_allowed=self._targets[self._fd_target].segment.config.compact)
         size = LOG_OVERHEAD + batch_length
         if problem is None:
             computed = crc32c(memoryview(head)[ATTRIBUTES_OFFSET:])

@@ -247,15 +247,17 @@ class LogSegment:
     """The files of one segment and the offsets, sizes and timestamps they hold."""
 
     def __init__(self, directory: Path, base_offset: int, config: LogConfig, fd: int,
-                 size_bytes: int):
+                 size_bytes: int, suffix: str = ""):
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
-        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX),
+        # ``suffix``: a segment the cleaner is writing (``.cleaned``, ``.swap``; cleaner_swap.py)
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX + suffix),
                                  base_offset, config.segment_index_bytes // 8)
-        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
-                                    base_offset, config.segment_index_bytes // 12)
+        self.time_index = TimeIndex(
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
+            base_offset, config.segment_index_bytes // 12)
         self._fd = fd
         self.size_bytes = size_bytes
         self.flushed_size_bytes = size_bytes
@@ -271,14 +273,15 @@ class LogSegment:
     # -- opening -----------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+    def create(cls, directory: Path, base_offset: int, config: LogConfig,
+               suffix: str = "") -> LogSegment:
         """A new empty segment; an existing file of the same name is emptied."""
-        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
         except OSError as e:
             raise storage_error("cannot create segment", path, e) from e
-        segment = cls(directory, base_offset, config, fd, 0)
+        segment = cls(directory, base_offset, config, fd, 0, suffix)
         try:
             # No fsync of the empty files (a roll runs on the event loop): the
             # directory fsync makes them durable, right after for a new or fully
@@ -292,15 +295,16 @@ class LogSegment:
         return segment
 
     @classmethod
-    def open_existing(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+    def open_existing(cls, directory: Path, base_offset: int, config: LogConfig,
+                      suffix: str = "") -> LogSegment:
         """Open the files without reading any batch (load_trusted or recover comes next)."""
-        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND)
             size = os.fstat(fd).st_size
         except OSError as e:
             raise storage_error("cannot open segment", path, e) from e
-        return cls(directory, base_offset, config, fd, size)
+        return cls(directory, base_offset, config, fd, size, suffix)
 
     def load_trusted(self) -> bool:
         """Use the index files as they are and check the tail after the last entry.
@@ -347,11 +351,11 @@ class LogSegment:
                                                           self.size_bytes,
                                                           validate_crc=validate_crc):
             last_offset = base_offset + last_offset_delta
-            if first and position == 0 and base_offset != self.base_offset:
+            if first and position == 0 and not self.follows(base_offset, self.base_offset):
                 raise CorruptRecordError(
                     f"first batch offset {base_offset} is not the segment base {self.base_offset}",
                     position=batch_position, path=str(self.log_path))
-            if not first and base_offset != next_offset:
+            if not first and not self.follows(base_offset, next_offset):
                 raise CorruptRecordError(
                     f"batch offset {base_offset} does not follow {next_offset - 1}",
                     position=batch_position, path=str(self.log_path))
@@ -427,7 +431,7 @@ class LogSegment:
                  batch_max_timestamp) in iter_batches_in_file(self._fd, self.log_path, 0,
                                                               self.size_bytes,
                                                               validate_crc=validate_crc):
-                if base_offset != next_offset:
+                if not self.follows(base_offset, next_offset):
                     raise CorruptRecordError(
                         f"batch offset {base_offset} where {next_offset} was expected",
                         position=position, path=str(self.log_path))
@@ -472,6 +476,13 @@ class LogSegment:
                 starts.append((epoch, base_offset))
                 last_epoch = epoch
         return starts
+
+    def follows(self, base_offset: int, expected: int) -> bool:
+        """A batch at ``base_offset`` may come where ``expected`` (the previous batch's last
+        offset + 1) is: the same offset, or any later one in a compacted log (the cleaner
+        removes whole batches; ``cleaner.py``). A baseOffset lies outside the CRC, so a
+        damaged one that jumps forward goes unseen there: Kafka cannot see it either."""
+        return base_offset == expected or (base_offset > expected and self.config.compact)
 
     # -- appending ---------------------------------------------------------
 
@@ -591,8 +602,8 @@ class LogSegment:
                         chunk, p + _LAST_OFFSET_DELTA_AT)[0]
                     size = LOG_OVERHEAD + batch_length
                 if expected is not None and expected >= offset:
-                    if has_header and base_offset == expected:
-                        return at, expected, last_offset
+                    if has_header and self.follows(base_offset, expected):
+                        return at, base_offset, last_offset
                     # Not the batch that must start here: damaged, or the walk went astray
                     # after a batch whose batchLength is damaged (its CRC tells).
                     if previous >= 0:
@@ -615,7 +626,9 @@ class LogSegment:
                     check_entry = False
                     if at + size > end:
                         raise self._chain_broken(-1, -1, at, base_offset, end)
-                elif base_offset != expected or batch_length < BATCH_LENGTH_MIN or at + size > end:
+                elif (expected is None or not self.follows(base_offset, expected)
+                      or batch_length < BATCH_LENGTH_MIN
+                      or at + size > end):
                     assert expected is not None
                     raise self._chain_broken(previous, previous_base, at, expected, end)
                 if last_offset >= offset:
@@ -651,7 +664,8 @@ class LogSegment:
         if len(frame) < ATTRIBUTES_OFFSET:
             return truncated_problem(room)
         base_offset, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
-        problem = frame_problem(base_offset, batch_length, magic, expected_base_offset, room)
+        problem = frame_problem(base_offset, batch_length, magic, expected_base_offset, room,
+                                gaps_allowed=self.config.compact)
         if problem is not None:
             return problem
         size = LOG_OVERHEAD + batch_length
@@ -711,13 +725,16 @@ class LogSegment:
         length, room = len(data), end - position
         p, next_offset = 0, first_offset
         damaged = False
+        gaps = self.config.compact  # see ``follows``
         while length - p >= HEADER_SIZE:
             base_offset, batch_length, _epoch, magic, crc = unpack_frame(data, p)
             size = LOG_OVERHEAD + batch_length
-            if (base_offset != next_offset or batch_length < BATCH_LENGTH_MIN
-                    or magic != MAGIC_V2 or p + size > room):
+            if ((base_offset != next_offset and not (gaps and base_offset > next_offset))
+                    or batch_length < BATCH_LENGTH_MIN or magic != MAGIC_V2 or p + size > room):
                 damaged = True
                 break
+            if p == 0:
+                first_offset = base_offset  # above start_offset after a compaction gap
             if p + size > length or (max_offset is not None and base_offset >= max_offset):
                 break
             delta = unpack_delta(data, p + _LAST_OFFSET_DELTA_AT)[0]
@@ -737,7 +754,7 @@ class LogSegment:
             if p == 0:
                 raise CorruptBatchError(corrupt)
         elif p == 0:
-            if not min_one_batch:
+            if not min_one_batch or (max_offset is not None and first_offset >= max_offset):
                 return b"", first_offset, first_offset, None
             data, next_offset = self._read_one_batch(position, first_offset, end)
             p = length = len(data)
@@ -752,14 +769,15 @@ class LogSegment:
         problem = truncated_problem(room) if len(frame) < ATTRIBUTES_OFFSET else None
         if problem is None:
             found_base, batch_length, _epoch, magic, crc = FRAME.unpack_from(frame, 0)
-            problem = frame_problem(found_base, batch_length, magic, base_offset, room)
+            problem = frame_problem(found_base, batch_length, magic, base_offset, room,
+                                    gaps_allowed=self.config.compact)
             if problem is None:
                 size = LOG_OVERHEAD + batch_length
                 data = self._read_at(size, position)
                 problem = (truncated_problem(len(data)) if len(data) < size
                            else content_problem(memoryview(data), 0, size, crc))
                 if problem is None:
-                    return data, base_offset + _LAST_OFFSET_DELTA.unpack_from(
+                    return data, found_base + _LAST_OFFSET_DELTA.unpack_from(
                         data, _LAST_OFFSET_DELTA_AT)[0] + 1
         raise CorruptBatchError(CorruptBatch(str(self.log_path), position, base_offset, problem))
 
@@ -991,6 +1009,24 @@ class LogSegment:
                 raise storage_error("cannot rename segment file for deletion", path, e) from e
             renamed.append(target)
         return renamed
+
+    def rename_files(self, suffix: str) -> None:
+        """Give the three files the plain names + ``suffix``, the index files first: the
+        ``.log`` file's rename is the step ``cleaner_swap.py``'s recovery goes by."""
+        for index in (self.index, self.time_index):
+            target = self.directory / segment_file_name(
+                self.base_offset, (INDEX_SUFFIX if index is self.index else TIME_INDEX_SUFFIX)
+                + suffix)
+            try:
+                index.rename_to(target)
+            except OSError as e:
+                raise storage_error("cannot rename index file", index.path, e) from e
+        target = self.directory / segment_file_name(self.base_offset, LOG_SUFFIX + suffix)
+        try:
+            os.rename(self.log_path, target)
+        except OSError as e:
+            raise storage_error("cannot rename segment", self.log_path, e) from e
+        self.log_path = target
 
     @property
     def truncations(self) -> int:

@@ -76,6 +76,20 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
     assert all(p["serving"] for p in entries)
 
 
+def test_idempotent_chaos_run_writes_nothing_twice_and_keeps_send_order(cluster_dir, tmp_path):
+    """Issue 17: idempotent producers, 5 requests in flight, retrying through leader kills."""
+    out = tmp_path / "out"
+    r = tide("chaos", "--data-dir", str(cluster_dir), "--duration", "15", "--seed", "3",
+             "--out", str(out), "--hold", "1.5,3", "--gap", "0.5,1", "--warmup", "3",
+             "--rate", "300", "--idempotent", "--faults", "kill_leader,kill_broker,pause_broker")
+    assert r.returncode == 0, r.stdout + r.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["ok"] and sum(p["acked"] for p in verdict["partitions"]) > 1000
+    assert all(p["duplicates"] == p["out_of_order"] == p["lost"] == 0
+               for p in verdict["partitions"])
+    assert " order " in r.stdout.splitlines()[0] + " "
+
+
 def test_chaos_refuses_an_output_folder_holding_a_run(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -68,3 +68,14 @@ def test_leaderless_rule():
     assert leaderless({0: 1, 1: -1}, [0, 1], set()) == {1}
     assert leaderless({0: 1, 1: 2}, [0, 1], {2}) == {1}
     assert leaderless({0: 1}, [0, 1], set()) == {1}
+
+
+def test_a_producers_records_out_of_send_order_fail():
+    acked = {f"{P}0-000000001": (0, 0), f"{P}0-000000002": (0, 1), f"{P}1-000000001": (0, 2)}
+    in_order = {0: [(0, f"{P}0-000000001"), (1, f"{P}0-000000002"), (2, f"{P}1-000000001")], 1: []}
+    assert run(in_order, acked).ok
+    swapped = {0: [(0, f"{P}0-000000002"), (1, f"{P}0-000000001"), (2, f"{P}1-000000001")], 1: []}
+    v = run(swapped, {f"{P}0-000000002": (0, 0), f"{P}0-000000001": (0, 1),
+                      f"{P}1-000000001": (0, 2)})
+    assert not v.ok and v.partitions[0].out_of_order == 1
+    assert "order" in v.table().splitlines()[0]

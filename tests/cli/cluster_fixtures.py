@@ -103,11 +103,13 @@ def fully_replicated(c: RunningCluster, name: str, replicas: int = 3) -> dict | 
     return topic
 
 
-def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = False) -> RunningCluster:
-    """``tls``: ``cluster up --tls`` (certificates under DIR/tls, TLS on every port)."""
+def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = False,
+                  up_flags: tuple[str, ...] = ()) -> RunningCluster:
+    """``tls``: ``cluster up --tls`` (certificates under DIR/tls, TLS on every port);
+    ``up_flags``: more ``cluster up`` flags (``--sasl-mechanisms``, ...)."""
     # A generous readiness deadline: the suite may run on a loaded machine.
     args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0",
-            "--ready-timeout-s", "60"] + (["--tls"] if tls else [])
+            "--ready-timeout-s", "60"] + (["--tls"] if tls else []) + list(up_flags)
     for s in settings:
         args += ["--set", s]
     result = run_tide(*args, timeout_s=150)
@@ -119,6 +121,15 @@ def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = Fals
 
 def stop_cluster(c: RunningCluster) -> None:
     run_tide("cluster", "down", "--data-dir", str(c.data_dir), "--timeout-s", "10", timeout_s=60)
+
+
+def kafka_cluster(tmp_path_factory, name: str):
+    """3 brokers with min.insync.replicas=2; ``.kafka`` is their Kafka bootstrap list.
+    A generator for a module's fixture: ``yield from kafka_cluster(tmp_path_factory, name)``."""
+    c = start_cluster(tmp_path_factory.mktemp(name), 3, "min.insync.replicas=2")
+    c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
+    yield c
+    stop_cluster(c)
 
 
 @pytest.fixture(scope="module")

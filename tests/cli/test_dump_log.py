@@ -30,7 +30,7 @@ from tidewater.tools.cli import main as tide_main
 REPO = Path(__file__).resolve().parents[2]
 BATCH_KEYS = {"type", "file", "position", "base_offset", "last_offset", "count",
               "partition_leader_epoch", "size", "crc", "crc_valid", "compression",
-              "max_timestamp"}
+              "max_timestamp", "producer_id", "producer_epoch", "base_sequence"}
 RECORD_KEYS = {"type", "offset", "timestamp", "key", "value", "headers"}
 
 
@@ -395,6 +395,34 @@ def test_partition_metadata(tmp_path):
     assert "partition.metadata:2" in of_type(json_lines(result), "problem")[0]["message"]
 
 
+def test_producer_snapshots_written_by_the_real_log(tmp_path):
+    from tidewater.broker.storage.log import Log
+    from tidewater.broker.storage.log_config import LogConfig
+    from tidewater.broker.storage.producer_state import snapshot_file_name
+    from tidewater.proto.records import encode_batch
+
+    directory = tmp_path / "orders-0"
+    log = Log.open(directory, LogConfig(), now_ms=0)
+    log.append_as_leader(encode_batch([(None, b"a")] * 3, producer_id=42, producer_epoch=1,
+                                      base_sequence=0, base_timestamp_ms=777), 0, now_ms=1)
+    log.close()  # a clean shutdown writes the snapshot at the log end
+    snapshot = directory / snapshot_file_name(3)
+    result = tide_process(directory, "--json", "--verify")  # the real command, a directory
+    assert result.returncode == 0, result.stdout + result.stderr
+    [entry] = of_type(json_lines(result), "producer_snapshot_entry")
+    assert entry == {"type": "producer_snapshot_entry", "file": str(snapshot),
+                     "producer_id": 42, "producer_epoch": 1, "first_sequence": 0,
+                     "last_sequence": 2, "last_offset": 2, "offset_delta": 2, "timestamp": 777}
+    [batch_line] = of_type(json_lines(result), "batch")
+    assert (batch_line["producer_id"], batch_line["base_sequence"]) == (42, 0)
+    assert tide(snapshot).stdout.splitlines()[1] == (
+        "producerId: 42 producerEpoch: 1 firstSequence: 0 lastSequence: 2 lastOffset: 2 "
+        "offsetDelta: 2 timestamp: 777")
+    snapshot.write_bytes(snapshot.read_bytes()[:-1])
+    result = tide(snapshot, "--json")
+    assert [e["problem"] for e in of_type(json_lines(result), "problem")] == ["corrupt_file"]
+
+
 def test_unknown_and_missing_files_fail(tmp_path):
     (tmp_path / "notes.txt").write_text("hi")
     result = tide(tmp_path / "notes.txt", tmp_path / segment_name(0, ".log"), "--json")
@@ -422,3 +450,27 @@ def test_every_cut_of_a_segment_dumps_without_crashing(tmp_path, capsys):
                     if end <= cut)
         assert len(of_type(events, "batch")) == whole
         assert code == (0 if cut in (0, len(batches[0]), len(full)) else 1)
+
+
+def test_verify_takes_a_compacted_log_for_what_it_is(tmp_path):
+    from tidewater.broker.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, LogCleaner
+    from tidewater.broker.storage.topics import TopicPartition
+
+    config = LogConfig.from_configs({"cleanup.policy": "compact", "segment.bytes": "600",
+                                     "min.cleanable.dirty.ratio": "0"})
+    log = Log.open(tmp_path / "users-0", config, now_ms=0)
+    for i in range(120):
+        log.append_as_leader(encode_batch([(b"k%d" % (i % 3), b"v%d" % i),
+                                           (b"k%d" % (i % 5), b"w%d" % i)],
+                                          base_timestamp_ms=1000), 0, now_ms=1000)
+    log.flush()
+    tp = TopicPartition("users", 0)
+    assert LogCleaner(tmp_path).clean_logs({tp: log}, {tp: log.log_end_offset}, 10_000)
+    log.close()
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # marked and listed
+    (tmp_path / CLEANER_OFFSET_CHECKPOINT).unlink()
+    assert tide(tmp_path / "users-0", "--verify").returncode == 0  # the marker alone
+    (tmp_path / "users-0" / ".compacted").unlink()
+    unlisted = tide(tmp_path / "users-0", "--verify")
+    assert unlisted.returncode == 1 and "gap" in unlisted.stdout
+    assert tide(tmp_path / "users-0", "--verify", "--compacted").returncode == 0

@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from cluster_fixtures import run_tide, start_cluster, stop_cluster
+from cluster_fixtures import kafka_cluster, run_tide
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -29,10 +29,7 @@ KCAT = shutil.which("kcat")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = start_cluster(tmp_path_factory.mktemp("kafka"), 3, "min.insync.replicas=2")
-    c.kafka = c.manifest()["kafka_bootstrap"]
-    yield c
-    stop_cluster(c)
+    yield from kafka_cluster(tmp_path_factory, "kafka")
 
 
 def new_topic(c, partitions=3) -> str:
@@ -184,10 +181,8 @@ def test_kafka_python_and_aiokafka_produce_and_consume(cluster):
     kafka = pytest.importorskip("kafka")
     topic = new_topic(cluster)
     servers = cluster.kafka.split(",")
-    # InitProducerId (the idempotent producer) is issue 17: kafka-python 3 asks for it by
-    # default, so it is turned off here, as against a broker before Kafka 0.11.
-    producer = kafka.KafkaProducer(bootstrap_servers=servers, acks="all",
-                                   enable_idempotence=False)
+    # kafka-python 3's defaults: idempotent (InitProducerId), acks=all.
+    producer = kafka.KafkaProducer(bootstrap_servers=servers)
     for i in range(100):
         producer.send(topic, key=b"kp%d" % i, value=b"kafka-python %d" % i,
                       headers=[("h", b"v")]).get(timeout=30)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
-import socket
-import struct
 import subprocess
 import time
 import uuid
@@ -29,6 +27,7 @@ import grpc
 import pytest
 from cluster_fixtures import run_tide, start_cluster, stop_cluster
 
+from tests.kafka_wire import answered_as_kafka, plaintext_api_versions_answer
 from tidewater.client.consumer import Consumer
 from tidewater.client.producer import Producer
 from tidewater.proto import tidewater_pb2 as pb
@@ -152,16 +151,8 @@ def test_every_port_refuses_plaintext(cluster):
     # The Kafka listener: a plaintext ApiVersions v0 gets no Kafka answer.
     for broker in cluster.brokers:
         host, port = broker["kafka"].rsplit(":", 1)
-        request = struct.pack(">hhi", 18, 0, 4242) + struct.pack(">h", 4) + b"kcat"
-        with socket.create_connection((host, int(port)), timeout=RPC_TIMEOUT_S) as s:
-            s.sendall(struct.pack(">i", len(request)) + request)
-            answer = b""
-            try:
-                while chunk := s.recv(4096):
-                    answer += chunk
-            except (ConnectionResetError, TimeoutError):
-                pass
-        assert struct.pack(">i", 4242) not in answer[:12], answer
+        answer = plaintext_api_versions_answer(host, int(port), RPC_TIMEOUT_S)
+        assert not answered_as_kafka(answer), answer
 
 
 def test_confluent_kafka_and_kcat_over_ssl(cluster):
@@ -283,3 +274,58 @@ def test_no_certificate_but_a_brokers_own_may_act_as_that_broker(cluster):
     assert after == before
     consumed = tide(cluster, "consume", topic, "--from-beginning", "--timeout-ms", "3000")
     assert consumed.stdout.splitlines() == ["a", "b", "c"]
+
+
+def test_the_container_health_check_speaks_tls_with_the_process_own_certificate(cluster):
+    """deploy/healthcheck.py as Docker runs it in a TLS container (TIDE_TLS_* set): healthy
+    over TLS; the same check without them fails on a TLS port (plaintext refused)."""
+    import os
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "deploy" / "healthcheck.py"
+    broker = cluster.brokers[0]
+    controller_port = cluster.controller.rsplit(":", 1)[1]
+    broker_port = broker["internal"].rsplit(":", 1)[1]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TIDE_TLS_")}
+
+    def check(role: str, port: str, name: str | None):
+        env = dict(clean)
+        if name is not None:
+            env.update(TIDE_TLS_CA=str(cluster.tls_dir / "ca.pem"),
+                       TIDE_TLS_CERT=str(cluster.tls_dir / f"{name}.pem"),
+                       TIDE_TLS_KEY=str(cluster.tls_dir / f"{name}.key"))
+        return subprocess.run([sys.executable, str(script), role, port], env=env,
+                              capture_output=True, text=True, timeout=30)
+
+    for role, port, name in (("broker", broker_port, "broker-1"),
+                             ("controller", controller_port, "controller")):
+        healthy = check(role, port, name)
+        assert healthy.returncode == 0, healthy.stderr
+        plain = check(role, port, None)
+        assert plain.returncode == 1 and "unhealthy" in plain.stderr, plain
+
+
+def test_a_client_certificate_cannot_send_admin_calls_straight_to_the_controller(cluster):
+    """Clients' admin calls go through a broker, which checks their ACLs; straight to the
+    controller's port a client certificate is refused (it could grant itself any ACL),
+    and the same call through a broker works."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    create = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+        name=name, num_partitions=1, replication_factor=1)], timeout_ms=10_000)
+    with secure(cluster.controller, credentials(cluster, "tide-client")) as channel:
+        stub = pb_grpc.ControllerStub(channel)
+        for call, request in ((stub.CreateTopics, create),
+                              (stub.CreateAcls, pb.CreateAclsRequest()),
+                              (stub.DescribeAcls, pb.DescribeAclsRequest()),
+                              (stub.DescribeUserScramCredentials,
+                               pb.DescribeUserScramCredentialsRequest())):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=RPC_TIMEOUT_S)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, refused.value
+            assert "CLUSTER_AUTHORIZATION_FAILED" in refused.value.details()
+        assert stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=RPC_TIMEOUT_S).brokers
+    assert name not in tide(cluster, "topics", "list").stdout.split()
+    # The same request through a broker (forwarded with the broker's certificate) works.
+    with secure(cluster.brokers[0]["listen"], credentials(cluster, "tide-client")) as channel:
+        created = pb_grpc.ControllerStub(channel).CreateTopics(create, timeout=30)
+    assert created.topics[0].error_code == pb.NONE, created

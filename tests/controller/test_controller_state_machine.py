@@ -175,7 +175,7 @@ def test_create_topic_bad_counts(h, partitions, rf, code):
 
 @pytest.mark.parametrize("configs", [
     {"no.such.config": "1"}, {"min.insync.replicas": "0"}, {"retention.ms": "soon"},
-    {"message.timestamp.type": "Later"}, {"cleanup.policy": "compact"},
+    {"message.timestamp.type": "Later"}, {"cleanup.policy": "compacted"},
     {"unclean.leader.election.enable": "yes"},
 ])
 def test_create_topic_bad_config(h, configs):

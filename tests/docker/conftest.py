@@ -26,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+COMPOSE_TLS_FILE = ROOT / "deploy" / "compose-tls.yml"
 IMAGE = os.environ.get("TIDE_IMAGE") or "tidewater:latest"
 IMAGE_BUILD_TIMEOUT_S = 900
 UP_TIMEOUT_S = 240
@@ -82,6 +83,13 @@ class ComposeTestCluster:
     image: str = IMAGE
     up_output: str = ""  # what deploy/up.py printed
     containers: dict[str, str] = field(default_factory=dict)
+    compose_files: list[Path] = field(default_factory=lambda: [COMPOSE_FILE])
+
+    @property
+    def command_config(self) -> str | None:
+        """client.properties of a TLS cluster (None: plaintext)."""
+        tls_dir = self.env.get("TIDE_TLS_DIR")
+        return str(Path(tls_dir) / "client.properties") if tls_dir else None
 
     @property
     def bootstrap(self) -> str:
@@ -93,11 +101,13 @@ class ComposeTestCluster:
         return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.kafka_ports.items()))
 
     def compose(self, *args, timeout_s=180, check=True):
-        return run(["docker-compose", "-p", self.project, "-f", str(COMPOSE_FILE), *args],
+        files = [arg for path in self.compose_files for arg in ("-f", str(path))]
+        return run(["docker-compose", "-p", self.project, *files, *args],
                    env=self.env, timeout_s=timeout_s, check=check)
 
     def tide(self, *args, bootstrap=None, timeout_s=120, check=False, input=None):
-        cmd = [sys.executable, "-m", "tidewater.tools", "--bootstrap-server", bootstrap or self.bootstrap, *args]
+        cmd = [sys.executable, "-m", "tidewater.tools", "--bootstrap-server", bootstrap or self.bootstrap,
+               *(["--command-config", self.command_config] if self.command_config else []), *args]
         return run(cmd, timeout_s=timeout_s, check=check, input=input)
 
     def container(self, service: str) -> str:
@@ -137,6 +147,17 @@ def chaos_run_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def compose_cluster(image, tmp_path_factory):
+    yield from _compose_cluster(tmp_path_factory, tls=False)
+
+
+@pytest.fixture(scope="module")
+def compose_tls_cluster(image, tmp_path_factory):
+    """The cluster as `make up TLS=1` runs it: deploy/compose-tls.yml on top, certificates
+    from `tide certs cluster --names-as-hosts` in the cluster's own folder."""
+    yield from _compose_cluster(tmp_path_factory, tls=True)
+
+
+def _compose_cluster(tmp_path_factory, *, tls: bool):
     project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
     data_dir = tmp_path_factory.mktemp("compose-data")
     for service in ("controller", "broker-1", "broker-2", "broker-3"):
@@ -150,7 +171,15 @@ def compose_cluster(image, tmp_path_factory):
         env[f"TIDE_BROKER_{i}_PORT"] = str(broker_ports[i])
         env[f"TIDE_BROKER_{i}_KAFKA_PORT"] = str(kafka_ports[i])
         env[f"TIDE_BROKER_{i}_METRICS_PORT"] = str(metrics_ports[f"broker-{i}"])
-    cluster = ComposeTestCluster(project, env, data_dir, broker_ports, kafka_ports, metrics_ports)
+    compose_files = [COMPOSE_FILE]
+    if tls:
+        tls_dir = data_dir / "tls"
+        run([sys.executable, "-m", "tidewater.tools", "certs", "cluster", "--dir", str(tls_dir),
+             "--brokers", "3", "--names-as-hosts"])
+        env["TIDE_TLS_DIR"] = str(tls_dir)
+        compose_files.append(COMPOSE_TLS_FILE)
+    cluster = ComposeTestCluster(project, env, data_dir, broker_ports, kafka_ports, metrics_ports,
+                                 compose_files=compose_files)
     try:
         cluster.compose("up", "-d", timeout_s=UP_TIMEOUT_S)
         up = run([sys.executable, str(ROOT / "deploy" / "up.py"), "--compose-project", project,

@@ -18,16 +18,23 @@ tests/unit/test_fuzz_regressions.py on every ``make test``.
 - ``kafka_request``: one Kafka request frame body through the listener's decoder
   and, when it decodes, the translation of a Produce or Fetch into the broker's own
   request.
+- ``sasl``: a SASL exchange on one Kafka connection (first byte: the mechanism,
+  second: where the bytes split into two tokens), then the same bytes as gRPC's
+  ``authorization`` metadata (``broker/grpc_security.py``).
 """
 
 from __future__ import annotations
 
+import secrets
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from tidewater.broker.grpc_security import PasswordChecker, grpc_session
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.codec import UnknownApiKeyError, decode_request
+from tidewater.broker.kafka.sasl import ConnectionSecurity
+from tidewater.broker.security import BrokerSecurity, SecuritySettings
 from tidewater.broker.storage.checkpoints import _parse_offset_entry, parse_checkpoint
 from tidewater.broker.storage.epoch_cache import read_epoch_checkpoint
 from tidewater.broker.storage.meta_properties import decode_meta_properties
@@ -44,6 +51,7 @@ from tidewater.proto.errors import (
     UnsupportedVersionError,
 )
 from tidewater.proto.records import decode_batch_records
+from tidewater.proto.scram import SaslAuthenticationError, make_credential
 
 ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
     "record_batch": (CorruptRecordError, UnsupportedCompressionError),
@@ -52,6 +60,7 @@ ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
     "partition_metadata": (CorruptFileError,),
     "meta_properties": (CorruptFileError,),
     "kafka_request": (InvalidRequestError, UnknownApiKeyError, UnsupportedVersionError),
+    "sasl": (SaslAuthenticationError,),
 }
 
 _SCRATCH = Path(tempfile.mkdtemp(prefix="tw-fuzz-"))
@@ -92,6 +101,49 @@ def kafka_request(data: bytes) -> None:
         apis.fetch_request(body, head.api_version)
 
 
+class _Users:
+    """One user ``alice`` whose password is random (no input can know it: any input that
+    authenticates is a bug), for every SCRAM mechanism."""
+
+    credentials = {m: make_credential(m, secrets.token_hex(16))
+                   for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}
+
+    def scram_credential(self, user: str, mechanism: str):
+        return self.credentials.get(mechanism) if user == "alice" else None
+
+    def user_credentials(self, user: str) -> list:
+        return list(self.credentials.values()) if user == "alice" else []
+
+    def acls(self) -> tuple:
+        return ()
+
+
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SECURITY = BrokerSecurity(SecuritySettings(sasl_mechanisms=_MECHANISMS), _Users())
+
+
+def sasl(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    connection = ConnectionSecurity(_SECURITY, host="fuzz")
+    mechanism = _MECHANISMS[data[0] % len(_MECHANISMS)]
+    split = 2 + data[1] % max(len(data) - 1, 1)
+    assert connection.handshake(mechanism, 1)[0] == 0
+    try:
+        for token in (data[2:split], data[split:]):
+            connection.authenticate(token)
+            if connection.authenticated:
+                raise AssertionError(f"random bytes authenticated as {connection.session}")
+    finally:
+        text = data[2:].decode("utf-8", errors="replace")
+        try:
+            grpc_session([("authorization", text)], {}, "ipv4:1.2.3.4:5",
+                         checker=PasswordChecker(_Users().user_credentials),
+                         sasl_required=True)
+        except SaslAuthenticationError:
+            pass
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "record_batch": record_batch,
     "offset_checkpoint": offset_checkpoint,
@@ -99,6 +151,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "partition_metadata": partition_metadata,
     "meta_properties": meta_properties,
     "kafka_request": kafka_request,
+    "sasl": sasl,
 }
 assert set(TARGETS) == set(ALLOWED)
 

@@ -50,7 +50,13 @@ DAMAGE = {
     "hw-drop": "hw_monotonic_per_leader_epoch",  # the leader's HW drops in the metrics
     "gap": "offsets_contiguous",                 # a batch cut out of every replica: offsets skip
     "reborn-noid": "replicas_agree_below_hw",    # two incarnations that nothing tells apart
+    "seq-dup": "producer_sequences_contiguous",  # an idempotent batch written twice (every replica)
 }
+# Topics written by an idempotent producer: sequence = offset, except seq-dup's batch
+# SEQ_DUP_BATCH, which repeats the sequences of the batch before it.
+SEQUENCED_TOPICS = ("orders", "seq-dup")
+SEQ_DUP_BATCH = 4
+PRODUCER_ID = 4242
 REBORN = "reborn"  # broker 3 holds an older incarnation, with its own topic ID: no violation
 
 # (epoch, record count) per batch of the standard history: 22 offsets, epochs 0, 1, 3.
@@ -172,10 +178,18 @@ def write_logs(dump: Dump) -> None:
             topic_id = topic_id_of(topic) if replica.topic_id == b"" else replica.topic_id
             log = manager.get_or_create(
                 tp, small if topic in SMALL_SEGMENT_TOPICS else default, NOW_MS, topic_id)
-            for base, epoch, records in replica.batches:
+            for i, (base, epoch, records) in enumerate(replica.batches):
+                producer = {}
+                if topic in SEQUENCED_TOPICS:
+                    sequence = base
+                    if topic == "seq-dup" and i == SEQ_DUP_BATCH:
+                        sequence = replica.batches[i - 1][0]
+                    producer = {"producer_id": PRODUCER_ID, "producer_epoch": 0,
+                                "base_sequence": sequence}
                 log.append_as_follower(
                     encode_batch(records, base_offset=base, partition_leader_epoch=epoch,
-                                 base_timestamp_ms=BASE_TIMESTAMP_MS + base * 10), NOW_MS)
+                                 base_timestamp_ms=BASE_TIMESTAMP_MS + base * 10,
+                                 **producer), NOW_MS)
             hws[tp] = replica.high_watermark
         manager.checkpoint_high_watermarks(hws)
         manager.shutdown()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.fixtures import DAMAGE, GAP_BATCH, HISTORY, REBORN, topic_id_of
+from tests.spark.fixtures import DAMAGE, GAP_BATCH, HISTORY, REBORN, SEQ_DUP_BATCH, topic_id_of
 
 # A session start, a shared audit run or a spark-submit takes seconds on an idle
 # machine but minutes on a loaded 2-core one: generous per-test limits.
@@ -27,7 +27,7 @@ ALL_RULES = {
     "batch_crc_and_framing", "offsets_contiguous", "epochs_monotonic",
     "epoch_checkpoint_matches_log", "offset_checkpoints_within_log", "replicas_agree_below_hw",
     "epoch_histories_agree", "hw_monotonic_per_leader_epoch", "hw_not_above_leo",
-    "acked_writes_present",
+    "acked_writes_present", "producer_sequences_contiguous",
 }
 
 
@@ -152,6 +152,13 @@ def test_violations_name_the_broker_and_offset(damaged_audit):
     assert where("replicas_agree_below_hw") == {(b, t, 3) for b in (1, 2, 3)
                                                 for t in ("diverged", "reborn-noid")}
     assert where("acked_writes_present") == {(None, "ack-lost", 4)}
+    # The repeated batch, and the one after it (its sequences now skip the repeat's range).
+    dup_base = sum(count for _e, count in HISTORY[:SEQ_DUP_BATCH])
+    after = dup_base + HISTORY[SEQ_DUP_BATCH][1]
+    assert where("producer_sequences_contiguous") == {(b, "seq-dup", o) for b in (1, 2, 3)
+                                                      for o in (dup_base, after)}
+    details = {v["detail"] for v in by_rule["producer_sequences_contiguous"]["sample"]}
+    assert any("repeats" in d for d in details) and any("skips" in d for d in details)
     acks = by_rule["acked_writes_present"]["info"]
     assert acks["acks_all_lost"] == 1 and acks["acks_1_lost"] == 1  # acks=1 counted, not failed
 

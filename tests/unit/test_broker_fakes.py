@@ -50,6 +50,7 @@ class FakeAppendInfo:
     max_timestamp: int
     size_bytes: int
     log_append_time_ms: int = -1
+    duplicate: bool = False
 
 
 @dataclass

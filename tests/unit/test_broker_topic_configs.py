@@ -18,7 +18,8 @@ from tidewater.proto import tidewater_pb2 as pb
     {"retention.ms": "99999999999999999999"},
     {"min.insync.replicas": "two"},  # was silently replaced by the broker's default
     {"unclean.leader.election.enable": "maybe"},
-    {"cleanup.policy": "compact"},
+    {"cleanup.policy": "shred"},
+    {"min.cleanable.dirty.ratio": "2"},
 ])
 async def test_leader_and_isr_with_configs_the_broker_refuses(tmp_path, caplog, configs):
     rm, _ = make_manager(tmp_path)
@@ -41,8 +42,30 @@ async def test_valid_configs_are_still_hosted(tmp_path):
     try:
         response = await rm.leader_and_isr(lai(isr=(1,), configs={
             "segment.bytes": "2147483647", "retention.ms": "-1", "min.insync.replicas": "1",
-            "unclean.leader.election.enable": "false", "cleanup.policy": "delete"}))
+            "unclean.leader.election.enable": "false", "cleanup.policy": "compact,delete",
+            "delete.retention.ms": "1000", "min.cleanable.dirty.ratio": "0.1"}))
         assert response.partitions[0].error_code == pb.NONE
-        assert rm.partitions[TP].log.config.segment_bytes == 2147483647
+        config = rm.partitions[TP].log.config
+        assert config.segment_bytes == 2147483647
+        assert (config.cleanup_policy, config.delete_retention_ms) == ("compact,delete", 1000)
+        assert config.min_cleanable_dirty_ratio == 0.1
+    finally:
+        await rm.stop()
+
+
+async def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
+    from tests.unit.test_broker_replica_manager import produce
+    from tidewater.proto.records import encode_batch
+
+    rm, _ = make_manager(tmp_path)
+    try:
+        await rm.leader_and_isr(lai(isr=(1,), configs={"cleanup.policy": "compact"}))
+        out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (None, b"x")])))
+        [result] = out.partitions
+        assert result.error_code == pb.INVALID_RECORD and "without a key" in result.error_message
+        assert rm.partitions[TP].log.log_end_offset == 0  # nothing of the batch written
+        out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (b"k", None)])))
+        assert out.partitions[0].error_code == pb.NONE  # a tombstone has a key
+        assert rm.partitions[TP].log.log_end_offset == 2
     finally:
         await rm.stop()

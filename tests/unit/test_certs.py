@@ -100,3 +100,27 @@ def test_cli_init_and_issue(tmp_path):
     assert again.returncode == 1 and again.stderr.startswith("tide: certs init:"), again.stderr
     bad = tide("issue", "--dir", str(tmp_path), "--name", "x", "--role", "admin")
     assert bad.returncode == 2
+
+
+def test_cli_cluster_makes_every_member_and_keeps_what_is_there(tmp_path):
+    def hosts_of(name: str) -> set[str]:
+        cert = x509.load_pem_x509_certificate((tmp_path / f"{name}.pem").read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return {str(v) for v in san.get_values_for_type(x509.DNSName)} | {
+            str(v) for v in san.get_values_for_type(x509.IPAddress)}
+
+    run = [sys.executable, "-m", "tidewater.tools", "certs", "cluster", "--dir", str(tmp_path),
+           "--brokers", "2", "--names-as-hosts"]
+    made = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == str((tmp_path / "client.properties").resolve())
+    assert hosts_of("broker-2") == {"broker-2", "localhost", "127.0.0.1"}
+    assert hosts_of("controller") == {"controller", "localhost", "127.0.0.1"}
+    assert hosts_of("client") == {"localhost", "127.0.0.1"}
+    assert certs.subject_of((tmp_path / "broker-1.pem").read_bytes()) == {"CN": "broker-1",
+                                                                          "OU": "broker"}
+    properties = (tmp_path / "client.properties").read_text()
+    assert "security.protocol=SSL" in properties and str(tmp_path / "client.key") in properties
+    ca_before = (tmp_path / "ca.pem").read_bytes()
+    again = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and (tmp_path / "ca.pem").read_bytes() == ca_before

@@ -85,6 +85,10 @@ class FakeBroker(pb_grpc.BrokerServicer):
         self._wait_before_answer()
         return self._append(request)
 
+    def InitProducerId(self, request, context):
+        return pb.InitProducerIdResponse(error_code=pb.NONE, producer_id=1000 + self.broker_id,
+                                         producer_epoch=0)
+
     def ProduceStream(self, request_iterator, context):
         """Like the broker's: requests appended in arrival order, each answered (by
         correlation_id) after the produce delay, several at once; none with acks=0."""
@@ -144,19 +148,23 @@ class FakeBroker(pb_grpc.BrokerServicer):
                     out.append(pb.ProducePartitionResponse(topic=part.topic, partition=p,
                                                            error_code=pb.NOT_LEADER_OR_FOLLOWER))
                     continue
-                data = bytearray(part.records)
-                base = s.leo(p)
-                offset = base
-                for position, header in list(iter_batches(data)):
-                    set_base_offset_and_epoch(data, position, offset, s.epochs[p])
-                    s.logs[p].append((offset, bytes(data[position:position + header.size])))
-                    offset += header.last_offset_delta + 1
-                out.append(pb.ProducePartitionResponse(
-                    topic=part.topic, partition=p, error_code=pb.NONE,
-                    base_offset=base if request.acks != 0 else -1))
+                out.append(self._append_partition(part, request.acks))
         if request.acks == 0:
             return pb.ProduceResponse()  # like the real broker: no answer owed with acks=0
         return pb.ProduceResponse(partitions=out)
+
+    def _append_partition(self, part, acks: int) -> pb.ProducePartitionResponse:
+        """Append one partition's batches (lock held; this broker leads it)."""
+        s, p = self.state, part.partition
+        data = bytearray(part.records)
+        base = s.leo(p)
+        offset = base
+        for position, header in list(iter_batches(data)):
+            set_base_offset_and_epoch(data, position, offset, s.epochs[p])
+            s.logs[p].append((offset, bytes(data[position:position + header.size])))
+            offset += header.last_offset_delta + 1
+        return pb.ProducePartitionResponse(topic=part.topic, partition=p, error_code=pb.NONE,
+                                           base_offset=base if acks != 0 else -1)
 
     def Fetch(self, request, context):
         s = self.state

@@ -32,14 +32,20 @@ MAX_REQUEST_BYTES = 64 * 1024
 class Listening:
     def __init__(self, tmp_path):
         self.tmp_path = tmp_path
+        self.security = None  # broker.security.BrokerSecurity (test_kafka_sasl.py)
+
+    async def prepare(self) -> None:
+        """What a subclass adds to the replica manager before the listener starts."""
 
     async def __aenter__(self):
         self.rm, _ = make_manager(self.tmp_path)
         await self.rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,), replicas=(1,)))
+        await self.prepare()
         services = apis.Services(replica_manager=self.rm, metadata_cache=self.rm.metadata_cache,
                                  controller=ControllerForwarder(None), listener_name="KAFKA")
         self.listener = KafkaListener(services, host="127.0.0.1", port=0,
-                                      max_request_bytes=MAX_REQUEST_BYTES)
+                                      max_request_bytes=MAX_REQUEST_BYTES,
+                                      security=self.security)
         self.port = await self.listener.start()
         return self
 

@@ -112,8 +112,9 @@ def test_the_background_flush_syncs_the_rolled_segment_then_moves_the_recovery_p
     assert log.recovery_point == 3  # the new segment's base
     assert {thread for thread, _ in fsyncs} == {"test-flush-log"}
     calls = [call for _, call in fsyncs]
-    # The directory first (the new files' names), the .log data, the two index files.
-    assert calls == ["fsync_dir", "fdatasync", "fsync", "fsync"]
+    # The roll's producer snapshot, the directory (the new files' names), the .log data,
+    # the two index files.
+    assert calls == ["fsync", "fsync_dir", "fdatasync", "fsync", "fsync"]
     rolled, active = log.segments()
     assert not rolled.needs_flush and not rolled.indexes_loaded  # on disk, out of memory
     index_bytes = rolled.index.path.stat().st_size  # entries (1-byte index interval)

@@ -118,3 +118,41 @@ linger.ms=5
 def test_clients_with_other_settings_never_share_a_channel_pool_key():
     plain, tls = ClientSecurity(), ClientSecurity.from_options("ssl", "/ca.pem")
     assert plain != tls and hash(plain) != hash(tls) and tls.protocol == "SSL"
+
+
+def test_tls_flags_default_to_the_environment_and_flags_win():
+    import argparse
+
+    from tidewater.proto.tls import add_tls_arguments
+
+    env = {"TIDE_TLS_CA": "/tls/ca.pem", "TIDE_TLS_CERT": "/tls/b.pem", "TIDE_TLS_KEY": ""}
+    parser = argparse.ArgumentParser()
+    add_tls_arguments(parser, env)
+    args = parser.parse_args(["--tls-cert", "/elsewhere.pem"])
+    assert (args.tls_ca, args.tls_cert, args.tls_key) == ("/tls/ca.pem", "/elsewhere.pem", None)
+    parser = argparse.ArgumentParser()
+    add_tls_arguments(parser, {})
+    args = parser.parse_args([])
+    assert (args.tls_ca, args.tls_cert, args.tls_key) == (None, None, None)
+
+
+def test_member_only_admin_calls_need_a_broker_or_controller_certificate():
+    from tidewater.controller.authorization import (
+        MEMBER_ONLY_ADMIN_RPCS,
+        admin_request_refusal,
+    )
+    from tidewater.proto import tidewater_pb2 as pb
+    from tidewater.proto.tls import Principal
+
+    broker, controller, client = (Principal("broker-2", "broker"),
+                                  Principal("controller", "controller"),
+                                  Principal("alice", "client"))
+    for rpc in MEMBER_ONLY_ADMIN_RPCS:
+        assert admin_request_refusal(broker, rpc, authenticating=True) is None
+        assert admin_request_refusal(controller, rpc, authenticating=True) is None
+        assert admin_request_refusal(client, rpc, authenticating=True) == \
+            pb.CLUSTER_AUTHORIZATION_FAILED
+        assert admin_request_refusal(None, rpc, authenticating=True) == \
+            pb.CLUSTER_AUTHORIZATION_FAILED
+        assert admin_request_refusal(None, rpc, authenticating=False) is None  # no TLS
+    assert admin_request_refusal(client, "DescribeCluster", authenticating=True) is None

@@ -47,6 +47,15 @@ from tidewater.proto.topic_config import (
     ("unclean.leader.election.enable", "false", False),
     ("message.timestamp.type", "LogAppendTime", "LogAppendTime"),
     ("cleanup.policy", "delete", "delete"),
+    ("cleanup.policy", "compact", "compact"),
+    ("cleanup.policy", " compact, delete ", "compact,delete"),
+    ("cleanup.policy", "delete,compact", "delete,compact"),
+    ("delete.retention.ms", "0", 0),
+    ("delete.retention.ms", "86400000", 86400000),
+    ("min.cleanable.dirty.ratio", "0.5", 0.5),
+    ("min.cleanable.dirty.ratio", "1", 1.0),
+    ("min.cleanable.dirty.ratio", "1e-2", 0.01),
+    ("min.compaction.lag.ms", "60000", 60000),
 ])
 def test_valid_values(name, raw, value):
     assert parse_topic_config(name, raw) == value
@@ -76,8 +85,15 @@ def test_valid_values(name, raw, value):
     ("min.insync.replicas", "2147483648", "int range"),
     ("unclean.leader.election.enable", "yes", "true or false"),
     ("message.timestamp.type", "createtime", "one of"),
-    ("cleanup.policy", "compact", "delete"),
-    ("cleanup.policy", "", "delete"),
+    ("cleanup.policy", "compacted", "delete, compact"),
+    ("cleanup.policy", "", "delete, compact"),
+    ("cleanup.policy", "compact;delete", "delete, compact"),
+    ("delete.retention.ms", "-1", "[0, "),
+    ("min.cleanable.dirty.ratio", "1.5", "[0, 1]"),
+    ("min.cleanable.dirty.ratio", "-0.1", "[0, 1]"),
+    ("min.cleanable.dirty.ratio", "NaN", "decimal number"),
+    ("min.cleanable.dirty.ratio", "half", "decimal number"),
+    ("min.compaction.lag.ms", "-5", "[0, "),
 ])
 def test_invalid_values_name_the_config(name, raw, why):
     with pytest.raises(InvalidConfigError) as refused:
@@ -104,6 +120,18 @@ def test_log_config_fields_are_checked_against_the_same_table():
     assert LogConfig(flush_messages=None, flush_ms=None).flush_ms is None
     never = LogConfig.from_configs({"flush.messages": str(INT64_MAX)})
     assert never.flush_messages is None and LogConfig.from_configs(never.to_configs()) == never
+    with pytest.raises(InvalidConfigError, match="cleanup.policy"):
+        LogConfig(cleanup_policy="shred")
+    with pytest.raises(InvalidConfigError, match="min.cleanable.dirty.ratio"):
+        LogConfig(min_cleanable_dirty_ratio=2.0)
+
+
+@pytest.mark.parametrize("policy,compact,delete", [
+    ("delete", False, True), ("compact", True, False), ("compact,delete", True, True)])
+def test_cleanup_policy_says_who_removes_records(policy, compact, delete):
+    config = LogConfig.from_configs({"cleanup.policy": policy})
+    assert (config.compact, config.delete) == (compact, delete)
+    assert LogConfig.from_configs(config.to_configs()) == config
 
 
 def test_min_insync_replicas():

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidewater.client.metadata import MetadataClient
+from tidewater.client.security import ClientSecurity
 from tidewater.proto.errors import TidewaterError
 
 SAMPLE_MS = 250
@@ -37,13 +38,14 @@ def leaderless(leaders: dict[int, int] | None, partitions: list[int], impaired: 
 class LeaderMonitor:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *,
                  impaired_brokers: Callable[[], set[int]], timeline_path: Path,
-                 sample_ms: int = SAMPLE_MS):
+                 sample_ms: int = SAMPLE_MS, security: dict[str, str | None] | None = None):
         self.topic = topic
         self.partitions = sorted(partitions)
         self.impaired_brokers = impaired_brokers
         self.sample_ms = sample_ms
         self.no_leader_s = {p: 0.0 for p in self.partitions}
-        self._metadata = MetadataClient(bootstrap, request_timeout_ms=METADATA_TIMEOUT_MS)
+        self._metadata = MetadataClient(bootstrap, request_timeout_ms=METADATA_TIMEOUT_MS,
+                                        security=ClientSecurity.from_options(**(security or {})))
         self._timeline = open(timeline_path, "a", encoding="utf-8")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-leader-monitor", daemon=True)

@@ -69,6 +69,7 @@ class ChaosOptions:
     gap_s: tuple[float, float] = (1.0, 4.0)
     fault_weights: dict[str, int] | None = None
     settle_timeout_s: float = SETTLE_TIMEOUT_S
+    idempotent: bool = False  # idempotent producers, 5 in flight, retries (workload.py)
     log: object = field(default=sys.stderr)
 
 
@@ -113,6 +114,7 @@ class ChaosRun:
         self.out = Path(options.out_dir)
         self.run_id = f"chaos{options.seed}-{uuid.uuid4().hex[:8]}"
         self.bootstrap = cluster.bootstrap()
+        self.security = cluster.client_security()  # TLS options of every client made here
         self.partitions: list[int] = []
         self.plan: list[PlannedFault] = []
 
@@ -214,7 +216,8 @@ class ChaosRun:
 
     def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
         """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
-        consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                            **self.security)
         out: dict[int, list[tuple[int, str]]] = {p: [] for p in self.partitions}
         try:
             tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
@@ -272,7 +275,7 @@ class ChaosRun:
             raise ChaosTargetError(f"{self.out} already holds a chaos run; choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         notes: list[str] = []
-        admin = AdminClient(self.bootstrap, request_timeout_ms=5000)
+        admin = AdminClient(self.bootstrap, request_timeout_ms=5000, **self.security)
         try:
             self.ensure_topic(admin)
             if not self.partitions:
@@ -301,10 +304,12 @@ class ChaosRun:
                 scraper.start()
             monitor = LeaderMonitor(self.bootstrap, o.topic, self.partitions,
                                     impaired_brokers=log.impaired_brokers,
-                                    timeline_path=self.out / "leaders.jsonl")
+                                    timeline_path=self.out / "leaders.jsonl",
+                                    security=self.security)
             workload = Workload(self.bootstrap, o.topic, self.partitions, run_id=self.run_id,
                                 ack_log_path=self.out / "acks.jsonl", producers=o.producers,
-                                rate_per_s=o.rate_per_s)
+                                rate_per_s=o.rate_per_s, security=self.security,
+                                idempotent=o.idempotent)
             monitor.start()
             workload.start()
             rng = random.Random(o.seed ^ 0x5EED)

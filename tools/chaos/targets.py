@@ -41,6 +41,7 @@ EXTERNAL_PORT = "19092/tcp"
 KAFKA_EXTERNAL_PORT = "29092/tcp"
 KAFKA_ADVERTISE_FLAG = "--kafka-advertise"
 METRICS_PORT = "9100/tcp"
+TLS_MOUNT = "/tls"  # where deploy/compose-tls.yml mounts the TLS folder
 DATA_MOUNT = "/data"
 START_CHECK_TIMEOUT_S = 30
 
@@ -60,6 +61,7 @@ class ChaosCluster(Protocol):
     def node_names(self) -> list[str]: ...
     def broker_ids(self) -> list[int]: ...
     def bootstrap(self) -> str: ...
+    def client_security(self) -> dict[str, str | None]: ...
     def metrics_targets(self) -> list[ScrapeTarget]: ...
     def data_dirs(self) -> dict[str, Path]: ...
     def kill(self, node: str) -> None: ...
@@ -157,6 +159,23 @@ class ComposeCluster:
     def kafka_network_bootstrap(self) -> str:
         """Kafka clients on the compose network: every broker's advertised KAFKA listener."""
         return ",".join(self._flag(f"broker-{i}", KAFKA_ADVERTISE_FLAG) for i in self.broker_ids())
+
+    def client_security(self) -> dict[str, str | None]:
+        """The clients' TLS options when the brokers run with TLS (deploy/compose-tls.yml
+        sets TIDE_TLS_CA): the CA and the ``client`` certificate of the TLS folder the
+        containers mount at /tls, on the host; {} (plaintext) otherwise."""
+        info = self.inspect(f"broker-{self.broker_ids()[0]}")
+        env = dict(e.split("=", 1) for e in info["Config"].get("Env") or [] if "=" in e)
+        if not env.get("TIDE_TLS_CA"):
+            return {}
+        sources = [m.get("Source") for m in info.get("Mounts") or []
+                   if m.get("Destination") == TLS_MOUNT]
+        if not sources or not sources[0]:
+            raise ChaosTargetError(f"the brokers run with TLS but mount nothing at {TLS_MOUNT}")
+        tls_dir = Path(sources[0])
+        return {"security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
+                "ssl_certfile": str(tls_dir / "client.pem"),
+                "ssl_keyfile": str(tls_dir / "client.key")}
 
     def _flag(self, node: str, flag: str) -> str:
         command = self.inspect(node)["Config"].get("Cmd") or []
@@ -272,6 +291,14 @@ class LocalChaosCluster:
 
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
+
+    def client_security(self) -> dict[str, str | None]:
+        """The manifest's client certificate of a ``tide cluster up --tls`` cluster."""
+        tls = (self.cluster.manifest or {}).get("tls")
+        if not tls:
+            return {}
+        return {"security_protocol": "SSL", "ssl_cafile": tls["ca"],
+                "ssl_certfile": tls["cert"], "ssl_keyfile": tls["key"]}
 
     def metrics_targets(self) -> list[ScrapeTarget]:
         targets = []

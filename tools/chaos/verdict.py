@@ -8,6 +8,7 @@ Per partition:
 | lost              | acknowledged, not found anywhere in the topic                | 0       |
 | moved             | acknowledged at (partition, offset) but found elsewhere      | 0       |
 | dup               | values found more than once (each is sent once)              | 0       |
+| order             | records of one producer found before one it sent earlier     | 0       |
 | unacked-present   | sent, not acknowledged, yet present (ambiguous attempts: ok) |         |
 | unknown           | carry this run's prefix but were never sent                  | 0       |
 | no-leader-s       | seconds without a working leader                             |         |
@@ -31,6 +32,7 @@ class PartitionVerdict:
     lost: int = 0
     moved: int = 0
     duplicates: int = 0
+    out_of_order: int = 0
     unacked_present: int = 0
     unknown: int = 0
     no_leader_s: float = 0.0
@@ -40,7 +42,8 @@ class PartitionVerdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.moved or self.duplicates or self.unknown) and self.replicas_identical
+        return (not (self.lost or self.moved or self.duplicates or self.out_of_order or self.unknown)
+                and self.replicas_identical)
 
 
 @dataclass(slots=True)
@@ -59,16 +62,16 @@ class Verdict:
                 "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions]}
 
     def table(self) -> str:
-        header = ("partition", "acked", "lost", "moved", "dup", "unacked-present", "unknown",
-                  "no-leader-s", "replicas")
+        header = ("partition", "acked", "lost", "moved", "dup", "order", "unacked-present",
+                  "unknown", "no-leader-s", "replicas")
         rows = [header]
         for p in self.partitions:
             rows.append((str(p.partition), str(p.acked), str(p.lost), str(p.moved), str(p.duplicates),
-                         str(p.unacked_present), str(p.unknown), f"{p.no_leader_s:.1f}",
-                         "identical" if p.replicas_identical else "DIVERGED"))
+                         str(p.out_of_order), str(p.unacked_present), str(p.unknown),
+                         f"{p.no_leader_s:.1f}", "identical" if p.replicas_identical else "DIVERGED"))
         total = lambda name: str(sum(getattr(p, name) for p in self.partitions))  # noqa: E731
         rows.append(("total", total("acked"), total("lost"), total("moved"), total("duplicates"),
-                     total("unacked_present"), total("unknown"),
+                     total("out_of_order"), total("unacked_present"), total("unknown"),
                      f"{sum(p.no_leader_s for p in self.partitions):.1f}",
                      "identical" if all(p.replicas_identical for p in self.partitions) else "DIVERGED"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -90,6 +93,16 @@ class Verdict:
 
 
 EXAMPLES_MAX = 5
+
+
+def _producer_and_seq(value: str, value_prefix: str) -> tuple[str | None, int]:
+    """``<prefix><producer>-<seq>`` -> (producer, seq); (None, -1) for another shape."""
+    if not value.startswith(value_prefix):
+        return None, -1
+    producer, _, seq = value[len(value_prefix):].rpartition("-")
+    if not producer or not seq.isdigit():
+        return None, -1
+    return producer, int(seq)
 
 
 def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
@@ -130,6 +143,17 @@ def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
             example(v, f"dup {value} at {places}")
         if value not in acked:
             v.unacked_present += 1
+    for partition, records in consumed.items():
+        v = verdicts.setdefault(partition, PartitionVerdict(partition))
+        last_seq: dict[str, int] = {}  # producer -> the sequence of its last record read
+        for offset, value in sorted(records):
+            producer, seq = _producer_and_seq(value, value_prefix)
+            if producer is None or value not in sent:
+                continue
+            if seq <= last_seq.get(producer, -1):
+                v.out_of_order += 1
+                example(v, f"order {value}@{offset} after seq {last_seq[producer]}")
+            last_seq[producer] = max(seq, last_seq.get(producer, -1))
     for p, comparison in replicas.items():
         v = verdicts.setdefault(p, PartitionVerdict(p))
         v.replicas_identical = comparison.identical

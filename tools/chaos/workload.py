@@ -3,12 +3,17 @@
 Every send attempt carries a new value ``<run_id>-p<producer>-<seq>`` and the
 producer never retries (``retries=0``): a failed or timed-out attempt is
 simply abandoned and the next value is sent. So each value is sent at most
-once, and after the run:
+once. With ``idempotent`` the producers are idempotent with 5 requests in flight
+per partition and retry within their delivery timeout: a value is still given to
+``send`` once, and a retry the cluster wrote twice shows as a duplicate. After
+the run:
 
 - a value acknowledged but absent was lost (must never happen);
 - a value present twice was duplicated by the cluster (must never happen);
 - a value present but never acknowledged is the normal ambiguity of a
-  failed attempt (the write may have committed before the answer was lost).
+  failed attempt (the write may have committed before the answer was lost);
+- a producer's value found before one it sent earlier, in one partition, is
+  out of order (must never happen).
 
 Partitions are used round-robin so each gets traffic. Sends are paced to
 ``rate_per_s`` in total and bounded to ``in_flight_max`` unresolved records per
@@ -39,16 +44,19 @@ SEND_ERROR_BACKOFF_S = 0.2
 class Workload:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *, run_id: str,
                  ack_log_path: Path, producers: int = 2, rate_per_s: float = 200.0,
-                 in_flight_max: int = IN_FLIGHT_MAX):
+                 in_flight_max: int = IN_FLIGHT_MAX,
+                 security: dict[str, str | None] | None = None, idempotent: bool = False):
         if producers < 1 or rate_per_s <= 0:
             raise ValueError("need at least one producer and a positive rate")
         self.bootstrap = bootstrap
+        self.security = security or {}  # the producers' TLS options
         self.topic = topic
         self.partitions = sorted(partitions)
         self.run_id = run_id
         self.producers = producers
         self.interval_s = producers / rate_per_s  # per producer
         self.in_flight_max = in_flight_max
+        self.idempotent = idempotent
         self.sent: dict[str, int] = {}  # value -> partition it was sent to
         self.acked: dict[str, tuple[int, int]] = {}  # value -> (partition, offset)
         self.errors: collections.Counter[str] = collections.Counter()
@@ -98,9 +106,14 @@ class Workload:
 
     def _produce(self, index: int) -> None:
         slots = threading.Semaphore(self.in_flight_max)
-        producer = Producer(self.bootstrap, acks="all", retries=0, linger_ms=2,
+        if self.idempotent:  # retries within the delivery timeout, 5 requests in flight
+            retrying: dict = {"enable_idempotence": True, "max_in_flight_per_partition": 5}
+        else:
+            retrying = {"enable_idempotence": False, "retries": 0}
+        producer = Producer(self.bootstrap, acks="all", linger_ms=2,
                             request_timeout_ms=REQUEST_TIMEOUT_MS,
-                            delivery_timeout_ms=DELIVERY_TIMEOUT_MS, max_block_ms=REQUEST_TIMEOUT_MS)
+                            delivery_timeout_ms=DELIVERY_TIMEOUT_MS, max_block_ms=REQUEST_TIMEOUT_MS,
+                            **retrying, **self.security)
         seq = 0
         next_at = time.monotonic()
         try:

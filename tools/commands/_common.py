@@ -6,7 +6,12 @@ import argparse
 import contextlib
 
 from tidewater.client.metadata import parse_bootstrap
-from tidewater.client.security import SecurityConfigError, parse_properties, properties_security
+from tidewater.client.security import (
+    SecurityConfigError,
+    parse_properties,
+    properties_security,
+    security_kwargs,
+)
 from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
 
@@ -18,8 +23,9 @@ def add_bootstrap_argument(parser) -> None:
     parser.add_argument("--bootstrap-server", default=argparse.SUPPRESS, metavar="HOST:PORT",
                         help="any broker; overrides `tide --bootstrap-server` and TIDE_BOOTSTRAP_SERVER")
     parser.add_argument("--command-config", default=argparse.SUPPRESS, metavar="FILE",
-                        help="Kafka client properties (security.protocol=SSL, ssl.cafile, "
-                             "ssl.certfile, ssl.keyfile); overrides TIDE_COMMAND_CONFIG")
+                        help="Kafka client properties (security.protocol, ssl.cafile, "
+                             "ssl.certfile, ssl.keyfile, sasl.mechanism, sasl.username, "
+                             "sasl.password); overrides TIDE_COMMAND_CONFIG")
 
 
 def bootstrap_of(args) -> str:
@@ -32,7 +38,8 @@ def bootstrap_of(args) -> str:
 
 
 def security_of(args) -> dict[str, str | None]:
-    """The clients' TLS keyword arguments from --command-config (none: plaintext)."""
+    """The clients' TLS and SASL keyword arguments from --command-config (none:
+    plaintext)."""
     path = getattr(args, "command_config", None)
     if not path:
         return {}
@@ -43,8 +50,7 @@ def security_of(args) -> dict[str, str | None]:
         raise CliError(f"--command-config {path}: {e.strerror}", exit_code=2) from None
     except SecurityConfigError as e:
         raise CliError(f"--command-config {path}: {e}", exit_code=2) from None
-    return {"security_protocol": security.protocol, "ssl_cafile": security.cafile,
-            "ssl_certfile": security.certfile, "ssl_keyfile": security.keyfile}
+    return security_kwargs(security)
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:

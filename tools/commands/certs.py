@@ -2,12 +2,17 @@
 
     tide certs init --dir DIR
     tide certs issue --dir DIR --name broker-1 --role broker [--host H ...]
+    tide certs cluster --dir DIR --brokers 3 [--host H ...] [--names-as-hosts]
 
 ``init`` writes ``DIR/ca.pem`` and ``DIR/ca.key`` (0600); ``issue`` writes
 ``DIR/<name>.pem`` and ``DIR/<name>.key`` (0600), subject ``CN=<name>,
 OU=<role>``, for the hosts given (127.0.0.1 and localhost by default). A
 broker's certificate must be named ``broker-<id>``: the controller takes a
-broker's registration only from the certificate naming its id.
+broker's registration only from the certificate naming its id. ``cluster``
+makes what a whole cluster needs at once (kept where already there): the CA,
+``controller``, ``broker-1..N`` and ``client``, and ``client.properties``
+for ``--command-config``; ``--names-as-hosts`` adds each member's own name to
+the hosts it serves as (compose service names: ``make up TLS=1`` uses it).
 """
 
 from __future__ import annotations
@@ -38,6 +43,18 @@ def register(subparsers) -> None:
                             "localhost)")
     issue.set_defaults(func=cmd_issue)
 
+    cluster = sub.add_parser("cluster", help="a CA and every certificate a cluster needs, "
+                                             "with client.properties")
+    cluster.add_argument("--dir", required=True, type=Path)
+    cluster.add_argument("--brokers", type=int, default=3, help="broker ids 1..N (default 3)")
+    cluster.add_argument("--host", action="append", default=[], metavar="HOST",
+                         help="IP or DNS name every member serves as (repeatable; default "
+                              "127.0.0.1 and localhost)")
+    cluster.add_argument("--names-as-hosts", action="store_true",
+                         help="each member also serves as its own name (controller, "
+                              "broker-<id>): compose service names")
+    cluster.set_defaults(func=cmd_cluster)
+
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
@@ -61,4 +78,17 @@ def cmd_issue(args) -> int:
         raise CliError(f"certs issue: {e}") from None
     print(cert_path)
     print(key_path)
+    return 0
+
+
+def cmd_cluster(args) -> int:
+    if args.brokers < 1:
+        raise CliError(f"certs cluster: --brokers must be at least 1, got {args.brokers}")
+    hosts = tuple(args.host) or certs.DEFAULT_HOSTS
+    try:
+        entry = certs.make_cluster_dir(args.dir, list(range(1, args.brokers + 1)), hosts=hosts,
+                                       names_as_hosts=args.names_as_hosts, now=_now())
+    except (certs.CertError, OSError) as e:
+        raise CliError(f"certs cluster: {e}") from None
+    print(entry["command_config"])
     return 0

@@ -53,6 +53,9 @@ def register(subparsers) -> None:
     p.add_argument("--gap", default="1,4", help="MIN,MAX seconds between faults (default 1,4)")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before the first fault (default 5)")
     p.add_argument("--scrape-interval-ms", type=int, default=1000)
+    p.add_argument("--idempotent", action="store_true",
+                   help="idempotent producers with 5 requests in flight that retry (dup must "
+                        "stay 0, each producer's records in send order)")
     p.add_argument("--settle-timeout", type=float, default=180.0,
                    help="seconds to wait for full ISRs after healing (default 180)")
     p.set_defaults(func=run)
@@ -88,7 +91,8 @@ def run(args) -> int:
             min_insync_replicas=args.min_insync_replicas, producers=args.producers,
             rate_per_s=args.rate, scrape_interval_ms=args.scrape_interval_ms,
             warmup_s=args.warmup, hold_s=_range(args.hold), gap_s=_range(args.gap),
-            fault_weights=parse_faults(args.faults), settle_timeout_s=args.settle_timeout)
+            fault_weights=parse_faults(args.faults), settle_timeout_s=args.settle_timeout,
+            idempotent=args.idempotent)
         if args.duration <= 0 or args.producers < 1 or args.rate <= 0 or args.scrape_interval_ms <= 0:
             raise ValueError("--duration, --producers, --rate and --scrape-interval-ms must be positive")
     except ValueError as e:

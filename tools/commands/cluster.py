@@ -53,6 +53,15 @@ def register(subparsers) -> None:
     up.add_argument("--foreground", action="store_true",
                     help="stay attached, stream the logs, stop everything on Ctrl-C/SIGTERM")
     up.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
+    up.add_argument("--sasl-mechanisms", default="",
+                    help="SASL on the Kafka listeners, e.g. SCRAM-SHA-512,PLAIN (SASL_SSL with "
+                         "--tls, else SASL_PLAINTEXT); an admin super user is made, its client "
+                         "settings in DATA_DIR/sasl/admin.properties")
+    up.add_argument("--authorizer", choices=["none", "acl"], default=None,
+                    help="acl: every request checked against ACLs (default: acl with "
+                         "--sasl-mechanisms, else none)")
+    up.add_argument("--super-users", default="",
+                    help="more principals allowed everything, ';'-separated (User:admin is one)")
     up.add_argument("--tls", action="store_true",
                     help="TLS on every port: a CA and certificates under DATA_DIR/tls, mutual "
                          "TLS between cluster members; clients use DATA_DIR/tls/client.properties")
@@ -130,16 +139,21 @@ def cmd_up(args) -> int:
     log_sizes = {p.name: p.stat().st_size for p in Path(cluster.data_dir).glob("*.log")}
     restarting = cluster.manifest is not None
     try:
+        mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
+        authorizer = args.authorizer or ("acl" if mechanisms else "none")
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
-                               ready_timeout_s=args.ready_timeout_s, tls=args.tls)
+                               ready_timeout_s=args.ready_timeout_s, tls=args.tls,
+                               sasl_mechanisms=mechanisms, authorizer=authorizer,
+                               super_users=args.super_users)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
     # and tests read (its last line, and with --foreground its first).
     tls = cluster.manifest.get("tls")
+    sasl = cluster.manifest.get("sasl")
     sys.stderr.write(up_hints(cluster.data_dir, bootstrap, cluster.manifest.get("kafka_bootstrap"),
                               restarted=restarting,
-                              command_config=tls["command_config"] if tls else None,
+                              command_config=(sasl or tls or {}).get("command_config"),
                               ca=tls["ca"] if tls else None))
     sys.stderr.flush()
     print(bootstrap, flush=True)
@@ -159,7 +173,11 @@ def up_hints(data_dir: Path, bootstrap: str, kafka_bootstrap: str | None, *, res
     if kafka_bootstrap:
         lines.append(f"export TIDE_KAFKA_BOOTSTRAP={kafka_bootstrap}  # Kafka clients: kcat -b $TIDE_KAFKA_BOOTSTRAP")
     if command_config:
-        lines.append(f"export TIDE_COMMAND_CONFIG={command_config}  # TLS for tide")
+        what = "the admin user's SASL settings" if "sasl" in command_config else "TLS"
+        lines.append(f"export TIDE_COMMAND_CONFIG={command_config}  # {what} for tide")
+        if "sasl" in command_config and kafka_bootstrap:
+            lines.append(f"# Kafka clients take the same file: kcat -F {command_config} "
+                         "-b $TIDE_KAFKA_BOOTSTRAP")
         if kafka_bootstrap and ca:
             lines.append(f"# Kafka clients over TLS: kcat -X security.protocol=SSL "
                          f"-X ssl.ca.location={ca} -b $TIDE_KAFKA_BOOTSTRAP")

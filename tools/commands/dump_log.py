@@ -10,9 +10,13 @@ name (a directory stands for the files in it):
 ``<20 digits>.timeindex``      ``(timestamp, offset)`` entries, 12 bytes each
 ``leader-epoch-checkpoint``    ``(epoch, start_offset)`` entries
 ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``,
-``log-start-offset-checkpoint``  ``(topic, partition, offset)`` entries
+``log-start-offset-checkpoint``, ``cleaner-offset-checkpoint``
+                               ``(topic, partition, offset)`` entries
 ``.kafka_cleanshutdown``       the clean-shutdown marker
+``.compacted``                 the partition's log is compacted (may skip offsets)
 ``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
+``<20 digits>.snapshot``       idempotent producers' state at that offset (Kafka's
+                               ProducerSnapshot v1, ``broker/storage/producer_state.py``)
 =============================  ==================================================
 
 The 20-digit name is the segment's base offset; index files store offsets
@@ -24,13 +28,16 @@ interface (new keys may be added; existing ones keep their meaning)::
 
     {"type": "file", "file", "kind", "base_offset"}
     {"type": "batch", "file", "position", "base_offset", "last_offset", "count",
-     "partition_leader_epoch", "size", "crc", "crc_valid", "compression", "max_timestamp"}
+     "partition_leader_epoch", "size", "crc", "crc_valid", "compression", "max_timestamp",
+     "producer_id", "producer_epoch", "base_sequence"}
     {"type": "record", "offset", "timestamp", "key", "value", "headers"}
     {"type": "index_entry", "file", "offset", "position"}
     {"type": "time_index_entry", "file", "timestamp", "offset"}
     {"type": "epoch_entry", "file", "epoch", "start_offset"}
     {"type": "checkpoint_entry", "file", "topic", "partition", "offset"}
     {"type": "partition_metadata", "file", "version", "topic_id"}
+    {"type": "producer_snapshot_entry", "file", "producer_id", "producer_epoch",
+     "first_sequence", "last_sequence", "last_offset", "offset_delta", "timestamp"}
     {"type": "problem", "file", "position", "problem", "message"}
 
 ``key``/``value`` are UTF-8 text (other bytes backslash-escaped), null when
@@ -41,7 +48,11 @@ null.
 Problems: a torn or malformed tail, an unreadable file, undecodable records
 are always reported (``problem`` lines). ``--verify`` also checks CRCs, offset
 continuity (contiguous and increasing within a segment and from one given
-segment to the next), leader epochs never decreasing, and that every index
+segment to the next; in a compacted log, whose cleaner removes records and
+whole batches, offsets may skip forward: ``--compacted``, or the partition is
+marked ``.compacted`` or listed in its data dir's ``cleaner-offset-checkpoint``),
+leader epochs never
+decreasing, and that every index
 entry points at the start of a batch whose last offset it names (time index:
 a batch with that last offset and that max timestamp). Exit code: 1 when a
 file could not be read or, with ``--verify``, when any problem was found; 0
@@ -65,7 +76,9 @@ from tidewater.broker.storage.checkpoints import (
     OFFSET_CHECKPOINT_FILE_NAMES,
     OffsetCheckpointFile,
 )
+from tidewater.broker.storage.cleaner_swap import COMPACTED_MARKER
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
+from tidewater.broker.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
 from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
@@ -91,7 +104,9 @@ assert OFFSET_INDEX_ENTRY.size == 8 and TIME_INDEX_ENTRY.size == 12
 KIND_LOG, KIND_INDEX, KIND_TIME_INDEX = "log", "index", "timeindex"
 KIND_EPOCHS, KIND_OFFSETS, KIND_MARKER = "leader-epoch-checkpoint", "offset-checkpoint", "marker"
 KIND_PARTITION_METADATA = "partition-metadata"
-_SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX}
+KIND_PRODUCER_SNAPSHOT = "producer-snapshot"
+_SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX,
+                     SNAPSHOT_SUFFIX: KIND_PRODUCER_SNAPSHOT}
 
 
 def register(subparsers) -> None:
@@ -110,6 +125,10 @@ def register(subparsers) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="check CRCs, offset continuity and index consistency; "
                              "exit 1 naming every problem")
+    parser.add_argument("--compacted", action="store_true",
+                        help="with --verify: the log is compacted (offsets may skip forward); "
+                             "found on its own when the data dir's cleaner-offset-checkpoint "
+                             "lists the partition")
     parser.set_defaults(func=run)
 
 
@@ -122,7 +141,7 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
         return KIND_EPOCHS, None
     if name in OFFSET_CHECKPOINT_FILE_NAMES:
         return KIND_OFFSETS, None
-    if name == CLEAN_SHUTDOWN_FILE:
+    if name in (CLEAN_SHUTDOWN_FILE, COMPACTED_MARKER):
         return KIND_MARKER, None
     if name == partition_metadata.PARTITION_METADATA_FILE:
         return KIND_PARTITION_METADATA, None
@@ -133,7 +152,7 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
     return kind, int(stem)
 
 
-_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2}
+_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2, KIND_PRODUCER_SNAPSHOT: 3}
 
 
 def _directory_order(path: Path) -> tuple:
@@ -248,6 +267,9 @@ def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) 
         "crc_valid": crc_valid,
         "compression": COMPRESSION_NAMES.get(header.compression, f"unknown({header.compression})"),
         "max_timestamp": header.max_timestamp,
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
     }
 
 
@@ -272,6 +294,8 @@ def format_text(event: dict) -> str:
                 f"count: {event['count']} partitionLeaderEpoch: {event['partition_leader_epoch']} "
                 f"position: {event['position']} size: {event['size']} "
                 f"maxTimestamp: {event['max_timestamp']} compresscodec: {event['compression']} "
+                f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
+                f"baseSequence: {event['base_sequence']} "
                 f"crc: {event['crc']} isValid: {str(event['crc_valid']).lower()}")
     if kind == "record":
         headers = ", ".join(f"{name}: {_or_null(value)}" for name, value in event["headers"])
@@ -288,6 +312,11 @@ def format_text(event: dict) -> str:
         return f"topic: {event['topic']} partition: {event['partition']} offset: {event['offset']}"
     if kind == "partition_metadata":
         return f"version: {event['version']} topicId: {event['topic_id']}"
+    if kind == "producer_snapshot_entry":
+        return (f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
+                f"firstSequence: {event['first_sequence']} "
+                f"lastSequence: {event['last_sequence']} lastOffset: {event['last_offset']} "
+                f"offsetDelta: {event['offset_delta']} timestamp: {event['timestamp']}")
     if kind == "problem":
         where = event["file"] + (f":{event['position']}" if event["position"] is not None else "")
         return f"PROBLEM {where}: {event['problem']}: {event['message']}"
@@ -296,12 +325,26 @@ def format_text(event: dict) -> str:
 
 # -- dumping ------------------------------------------------------------------------------
 
+def _listed_as_compacted(partition_dir: Path) -> bool:
+    """The partition's log is compacted: its ``.compacted`` marker, or its data dir names it
+    in ``cleaner-offset-checkpoint``."""
+    if (partition_dir / COMPACTED_MARKER).exists():
+        return True
+    try:
+        lines = (partition_dir.parent / "cleaner-offset-checkpoint").read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    topic, _, partition = partition_dir.name.rpartition("-")
+    return any(line.split()[:2] == [topic, partition] for line in lines[2:])
+
+
 class LogDumper:
     """Turns files into events; remembers what --verify needs across files."""
 
-    def __init__(self, *, print_data: bool, verify: bool):
+    def __init__(self, *, print_data: bool, verify: bool, compacted: bool = False):
         self.print_data = print_data
         self.verify = verify
+        self.compacted = compacted
         self.problem_count = 0
         self.unreadable_count = 0
         self._scans: dict[Path, SegmentScan | None] = {}
@@ -344,6 +387,17 @@ class LogDumper:
                 yield {"type": "partition_metadata", "file": file,
                        "version": partition_metadata.VERSION,
                        "topic_id": topic_id_to_text(topic_id)}
+            elif kind == KIND_PRODUCER_SNAPSHOT:
+                for entry in decode_snapshot(path.read_bytes(), path=file):
+                    last = entry.batches[-1] if entry.batches else None
+                    yield {"type": "producer_snapshot_entry", "file": file,
+                           "producer_id": entry.producer_id,
+                           "producer_epoch": entry.producer_epoch,
+                           "first_sequence": last.first_sequence if last else -1,
+                           "last_sequence": last.last_sequence if last else -1,
+                           "last_offset": last.last_offset if last else -1,
+                           "offset_delta": last.last_offset - last.first_offset if last else 0,
+                           "timestamp": entry.last_timestamp_ms}
             elif kind == KIND_MARKER and not path.exists():
                 raise FileNotFoundError(2, "No such file or directory")
         except CorruptFileError as e:
@@ -365,6 +419,7 @@ class LogDumper:
 
     def _dump_log_bytes(self, path: Path, file: str, base_offset: int, buf) -> Iterator[dict]:
         scan = SegmentScan(size=len(buf))
+        compacted = self.compacted or _listed_as_compacted(path.parent)
         expected_offset = base_offset
         previous_epoch = -1
         for position, header, tail_problem in scan_batches(buf):
@@ -392,7 +447,7 @@ class LogDumper:
                         yield record_event(record)
             if self.verify:
                 yield from self._verify_batch(file, position, header, crc_computed, records,
-                                              expected_offset, previous_epoch)
+                                              expected_offset, previous_epoch, compacted)
                 expected_offset = header.next_offset
                 previous_epoch = max(previous_epoch, header.partition_leader_epoch)
         self._scans[path] = scan
@@ -402,16 +457,19 @@ class LogDumper:
 
     def _verify_batch(self, file: str, position: int, header: BatchHeader, crc_computed: int,
                       records: list[Record] | None, expected_offset: int,
-                      previous_epoch: int) -> Iterator[dict]:
+                      previous_epoch: int, compacted: bool = False) -> Iterator[dict]:
         if crc_computed != header.crc:
             yield self._problem(file, position, "crc_mismatch",
                                 f"stored CRC {header.crc:#010x}, computed {crc_computed:#010x}")
-        if header.base_offset != expected_offset:
+        if header.base_offset != expected_offset and not (
+                compacted and header.base_offset > expected_offset):
             what = "gap" if header.base_offset > expected_offset else "overlap"
             yield self._problem(file, position, "offset_discontinuity",
                                 f"batch starts at offset {header.base_offset}, expected "
                                 f"{expected_offset} ({what})")
-        if header.last_offset_delta < 0 or header.record_count != header.last_offset_delta + 1:
+        if header.last_offset_delta < 0 or (header.record_count != header.last_offset_delta + 1
+                                            and not (compacted and header.record_count
+                                                     <= header.last_offset_delta + 1)):
             yield self._problem(file, position, "offset_discontinuity",
                                 f"{header.record_count} records but lastOffsetDelta "
                                 f"{header.last_offset_delta}")
@@ -422,6 +480,9 @@ class LogDumper:
         if records is not None:
             offsets = [r.offset for r in records]
             expected = list(range(header.base_offset, header.base_offset + len(records)))
+            if compacted:  # kept records at their own offsets, in order, inside the batch
+                expected = sorted(o for o in set(offsets)
+                                  if header.base_offset <= o <= header.last_offset)
             if offsets != expected:
                 yield self._problem(file, position, "offset_discontinuity",
                                     f"record offsets {offsets[:10]} are not "
@@ -435,7 +496,9 @@ class LogDumper:
             segments.sort()
             for (_, next_offset, _), (base_offset, _, file) in zip(segments, segments[1:],
                                                                    strict=False):
-                if next_offset is not None and base_offset != next_offset:
+                if next_offset is not None and base_offset != next_offset and not (
+                        base_offset > next_offset and (self.compacted or _listed_as_compacted(
+                            Path(file).parent))):
                     yield self._problem(file, None, "offset_discontinuity",
                                         f"segment starts at {base_offset}, the previous one "
                                         f"ends at {next_offset}")
@@ -534,7 +597,8 @@ class LogDumper:
 
 
 def run(args) -> int:
-    dumper = LogDumper(print_data=args.print_data, verify=args.verify)
+    dumper = LogDumper(print_data=args.print_data, verify=args.verify,
+                       compacted=args.compacted)
     out = sys.stdout
     if args.json:
         def emit(event: dict) -> None:

@@ -1,0 +1,165 @@
+"""Who a gRPC client is, and what of its request it may have (the gRPC side of
+``broker.security``).
+
+Authentication (``grpc_session``), in order:
+
+1. call metadata ``authorization: PLAIN <base64 of the SASL/PLAIN message
+   "\\0user\\0password">`` (``client.security`` sends it for ``sasl_*``
+   settings): the password is checked against the user's SCRAM credential,
+   like SASL/PLAIN on the Kafka listener (verdicts cached per credential, so
+   PBKDF2 runs once per user and password, not per call). A wrong one is
+   refused (gRPC UNAUTHENTICATED, "SASL_AUTHENTICATION_FAILED: ..."). Use it
+   over TLS: on a plaintext port the password crosses the network in clear, as
+   SASL_PLAINTEXT's PLAIN does;
+2. else a verified client certificate's CN (where the listener asks for one:
+   INTERNAL with TLS) is ``User:<CN>``;
+3. else ``User:ANONYMOUS`` — refused outright when the broker has SASL
+   mechanisms configured (an unauthenticated client gets nothing, as on the
+   Kafka listener).
+
+Authorization: the pure ``*_refusals`` functions take a request and
+``allowed(operation, topic) -> bool``, remove what is refused from the request
+in place and return the answers for it (TOPIC_AUTHORIZATION_FAILED), as
+the Kafka listener does (``broker/kafka/apis.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+
+from tidewater.broker.authorizer import Session
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import ANONYMOUS, DESCRIBE, READ, WRITE, user_principal
+from tidewater.proto.scram import (
+    AUTHORIZATION_KEY,
+    PLAIN_SCHEME,
+    SaslAuthenticationError,
+    parse_plain,
+    password_matches,
+)
+from tidewater.proto.tls import principal_of
+
+VERDICTS_MAX = 1024
+
+Allowed = Callable[[int, str], bool]  # (operation, topic) -> may
+
+
+class PasswordChecker:
+    """Password -> credential checks with a bounded cache of verdicts. The key holds the
+    credential's StoredKey, so a changed or deleted credential never hits an old verdict."""
+
+    def __init__(self, credentials_of: Callable[[str], list]):
+        self._credentials_of = credentials_of
+        self._verdicts: OrderedDict[tuple, bool] = OrderedDict()
+
+    def check(self, user: str, password: str) -> bool:
+        credentials = self._credentials_of(user)
+        key = (user, tuple(c.stored_key for c in credentials),
+               hashlib.sha256(password.encode()).digest())
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = any(password_matches(c, password) for c in credentials)
+            self._verdicts[key] = verdict
+            if len(self._verdicts) > VERDICTS_MAX:
+                self._verdicts.popitem(last=False)
+        return verdict
+
+
+def peer_host(peer: str) -> str:
+    """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` -> the address."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1:rest.find("]")]
+    return rest.rpartition(":")[0] if kind == "ipv4" else rest
+
+
+def grpc_session(metadata: Sequence[tuple[str, str | bytes]],
+                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
+                 checker: PasswordChecker, sasl_required: bool) -> Session:
+    """The caller's Session; SaslAuthenticationError refuses the call."""
+    host = peer_host(peer)
+    header = next((v for k, v in metadata if k == AUTHORIZATION_KEY), None)
+    if header is not None:
+        text = header.decode(errors="replace") if isinstance(header, bytes) else header
+        if not text.startswith(PLAIN_SCHEME):
+            raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
+        try:
+            token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
+        except ValueError:
+            raise SaslAuthenticationError("authorization metadata is not base64") from None
+        user, password = parse_plain(token)
+        if not checker.check(user, password):
+            raise SaslAuthenticationError(f"authentication failed for user {user!r}")
+        return Session(user_principal(user), host)
+    principal = principal_of(auth_context)
+    if principal is not None:
+        return Session(user_principal(principal.name), host)
+    if sasl_required:
+        raise SaslAuthenticationError("this broker requires SASL credentials "
+                                      "(sasl.username / sasl.password)")
+    return Session(ANONYMOUS, host)
+
+
+def _refusals(repeated, allowed: Allowed, operation: int, answer) -> list:
+    """Remove from ``repeated`` the items whose topic the caller may not ``operation``;
+    returns ``answer(item)`` for each (one authorizer question per topic)."""
+    verdicts: dict[str, bool] = {}
+    kept, refused = [], []
+    for item in repeated:
+        if item.topic not in verdicts:
+            verdicts[item.topic] = allowed(operation, item.topic)
+        (kept if verdicts[item.topic] else refused).append(item)
+    if refused:
+        del repeated[:]
+        repeated.extend(kept)
+    return [answer(item) for item in refused]
+
+
+def produce_refusals(request: pb.ProduceRequest,
+                     allowed: Allowed) -> list[pb.ProducePartitionResponse]:
+    return _refusals(request.partitions, allowed, WRITE, lambda p: pb.ProducePartitionResponse(
+        topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+        error_message=f"needs WRITE on topic {p.topic!r}", base_offset=-1, log_start_offset=-1))
+
+
+def fetch_refusals(request: pb.FetchRequest,
+                   allowed: Allowed) -> list[pb.FetchPartitionResponse]:
+    return _refusals(request.partitions, allowed, READ, lambda p: pb.FetchPartitionResponse(
+        topic=p.topic, partition=p.partition, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+        error_message=f"needs READ on topic {p.topic!r}", high_watermark=-1,
+        log_start_offset=-1, log_end_offset=-1, leader_epoch=-1))
+
+
+def list_offsets_refusals(request: pb.ListOffsetsRequest,
+                          allowed: Allowed) -> list[pb.ListOffsetsPartitionResponse]:
+    return _refusals(request.partitions, allowed, DESCRIBE,
+                     lambda p: pb.ListOffsetsPartitionResponse(
+                         topic=p.topic, partition=p.partition,
+                         error_code=pb.TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1,
+                         leader_epoch=-1))
+
+
+def offset_for_leader_epoch_refusals(request: pb.OffsetForLeaderEpochRequest, allowed: Allowed
+                                     ) -> list[pb.OffsetForLeaderEpochPartitionResponse]:
+    return _refusals(request.partitions, allowed, DESCRIBE,
+                     lambda p: pb.OffsetForLeaderEpochPartitionResponse(
+                         topic=p.topic, partition=p.partition,
+                         error_code=pb.TOPIC_AUTHORIZATION_FAILED, leader_epoch=-1,
+                         end_offset=-1))
+
+
+def hide_undescribable(response: pb.MetadataResponse, allowed: Allowed, *,
+                       named: bool) -> None:
+    """Metadata: a topic the caller may not DESCRIBE is left out of a listing of every
+    topic, and reported UNKNOWN_TOPIC_OR_PARTITION when named (existing or not)."""
+    kept = []
+    for t in response.topics:
+        if allowed(DESCRIBE, t.name):
+            kept.append(t)
+        elif named:
+            kept.append(pb.TopicMetadata(name=t.name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION))
+    del response.topics[:]
+    response.topics.extend(kept)

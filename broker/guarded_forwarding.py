@@ -1,0 +1,140 @@
+"""The broker's ``Controller`` service with authentication and ACL checks in front of
+``forwarding.ControllerForwarder`` (on brokers whose security is on).
+
+Who the caller is: ``grpc_security.grpc_session``. What each call needs (Kafka's
+rules, as the Kafka listener applies them): CreateTopics CREATE on the cluster or
+the topic, DeleteTopics DELETE on the topic, CreatePartitions ALTER on the topic
+(refused topics: TOPIC_AUTHORIZATION_FAILED, the rest forwarded);
+DescribeCluster DESCRIBE on the cluster; AlterUserScramCredentials, CreateAcls and
+DeleteAcls ALTER on the cluster, DescribeUserScramCredentials and DescribeAcls
+DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded). The
+broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from tidewater.broker.authorizer import Session
+from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.acls import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE, TOPIC
+from tidewater.proto.scram import SaslAuthenticationError
+
+_CLUSTER_DENIED = "CLUSTER_AUTHORIZATION_FAILED: needs {op} on the cluster"
+
+
+class GuardedControllerForwarder(pb_grpc.ControllerServicer):
+    def __init__(self, inner: ControllerForwarder, security):
+        self._inner = inner
+        self._security = security  # broker.security.BrokerSecurity
+
+    async def _session(self, context) -> Session:
+        try:
+            return self._security.grpc_session(context)
+        except SaslAuthenticationError as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                f"SASL_AUTHENTICATION_FAILED: {e}")
+            raise  # abort raises; this keeps type checkers sure
+
+    def _may(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
+        return self._security.allows(session, operation, resource_type, name)
+
+    async def _cluster(self, context, operation: int) -> bool:
+        return self._may(await self._session(context), operation, CLUSTER, CLUSTER_NAME)
+
+    # ------------------------------------------------------------ topics
+
+    async def _topics(self, rpc: str, request, context, repeated, name_of, operation: int,
+                      refusal: str, empty):
+        """Forward the topics the caller may ``operation``; the rest are refused
+        TOPIC_AUTHORIZATION_FAILED. ``repeated``: the request's topic list."""
+        session = await self._session(context)
+        denied = list(dict.fromkeys(name_of(t) for t in repeated
+                                    if not self._may(session, operation, TOPIC, name_of(t))))
+        kept = [t for t in repeated if name_of(t) not in denied]
+        del repeated[:]
+        repeated.extend(kept)
+        response = await getattr(self._inner, rpc)(request, context) if kept else empty
+        response.topics.extend(pb.TopicResult(
+            name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+            error_message=refusal.format(name=n)) for n in denied)
+        return response
+
+    async def CreateTopics(self, request, context):
+        session = await self._session(context)
+        if self._may(session, CREATE, CLUSTER, CLUSTER_NAME):
+            return await self._inner.CreateTopics(request, context)
+        return await self._topics("CreateTopics", request, context, request.topics,
+                                  lambda t: t.name, CREATE,
+                                  "needs CREATE on the cluster or the topic",
+                                  pb.CreateTopicsResponse())
+
+    async def DeleteTopics(self, request, context):
+        return await self._topics("DeleteTopics", request, context, request.names,
+                                  lambda n: n, DELETE, "needs DELETE on topic {name!r}",
+                                  pb.DeleteTopicsResponse())
+
+    async def CreatePartitions(self, request, context):
+        return await self._topics("CreatePartitions", request, context, request.topics,
+                                  lambda t: t.name, ALTER, "needs ALTER on topic {name!r}",
+                                  pb.CreatePartitionsResponse())
+
+    async def DescribeCluster(self, request, context):
+        if not await self._cluster(context, DESCRIBE):
+            return pb.DescribeClusterResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
+        return await self._inner.DescribeCluster(request, context)
+
+    # ------------------------------------------------------------ users and ACLs
+
+    async def AlterUserScramCredentials(self, request, context):
+        if not await self._cluster(context, ALTER):
+            return pb.AlterUserScramCredentialsResponse(results=[
+                pb.UserResult(user=c.user, error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                              error_message=_CLUSTER_DENIED.format(op="ALTER"))
+                for c in [*request.upsertions, *request.deletions]])
+        return await self._inner.AlterUserScramCredentials(request, context)
+
+    async def DescribeUserScramCredentials(self, request, context):
+        if not await self._cluster(context, DESCRIBE):
+            return pb.DescribeUserScramCredentialsResponse(users=[
+                pb.UserMechanisms(user=u, error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
+                for u in request.users or ["*"]])
+        return await self._inner.DescribeUserScramCredentials(request, context)
+
+    async def CreateAcls(self, request, context):
+        if not await self._cluster(context, ALTER):
+            return pb.CreateAclsResponse(results=[
+                pb.AclResult(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                             error_message=_CLUSTER_DENIED.format(op="ALTER"))
+                for _ in request.creations])
+        return await self._inner.CreateAcls(request, context)
+
+    async def DescribeAcls(self, request, context):
+        if not await self._cluster(context, DESCRIBE):
+            return pb.DescribeAclsResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                                           error_message=_CLUSTER_DENIED.format(op="DESCRIBE"))
+        return await self._inner.DescribeAcls(request, context)
+
+    async def DeleteAcls(self, request, context):
+        if not await self._cluster(context, ALTER):
+            return pb.DeleteAclsResponse(results=[
+                pb.DeleteAclsFilterResult(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                                          error_message=_CLUSTER_DENIED.format(op="ALTER"))
+                for _ in request.filters])
+        return await self._inner.DeleteAcls(request, context)
+
+    # ------------------------------------------------------------ not the broker's
+
+    async def RegisterBroker(self, request, context):
+        return await self._inner.RegisterBroker(request, context)
+
+    async def BrokerHeartbeats(self, request_iterator, context):
+        return await self._inner.BrokerHeartbeats(request_iterator, context)
+
+    async def AlterPartition(self, request, context):
+        return await self._inner.AlterPartition(request, context)
+
+    async def ReportCorruptReplica(self, request, context):
+        return await self._inner.ReportCorruptReplica(request, context)

@@ -1,0 +1,44 @@
+"""Kafka's InitProducerId (key 22) for idempotent producers, on the broker's gRPC path.
+
+Versions 0-5: Kafka 3.x's InitProducerIdRequest.json has 0-4 (v1 = v0, v2+
+flexible, v3+ carry the producer's current id and epoch, v4 lets transactions
+answer PRODUCER_FENCED); Kafka 4.0's v5 only adds TRANSACTION_ABORTABLE for
+transactions, so an idempotent producer's request and answer are the same; v6
+(two-phase commit) is not served. librdkafka takes the highest it knows (v4 in
+2.16), kafka-python 3.x and aiokafka ask with v0 and v1 as they negotiate. The answer comes from
+``ReplicaManager.init_producer_id`` (``broker/producer_ids.py``): a new id with epoch 0,
+INVALID_REQUEST for a transactional id, COORDINATOR_LOAD_IN_PROGRESS (retriable)
+while the broker has no id block from the controller yet. With an authorizer the
+caller needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
+CLUSTER_AUTHORIZATION_FAILED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from tidewater.broker.kafka.codec import RequestHead
+from tidewater.broker.security import may_init_producer_id
+from tidewater.proto import tidewater_pb2 as pb
+
+INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID_VERSIONS = (0, 5)
+
+
+async def on_init_producer_id(s: Any, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+    if not may_init_producer_id(s.allowed, s.allowed_on_any):
+        async def refused() -> dict[str, Any]:
+            return {"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
+        return refused()
+    request = pb.InitProducerIdRequest(
+        transactional_id=body.transactional_id or "",
+        producer_id=int(getattr(body, "producer_id", -1)),
+        producer_epoch=int(getattr(body, "producer_epoch", -1)))
+
+    async def answer() -> dict[str, Any]:
+        response = await s.replica_manager.init_producer_id(request)
+        return {"throttle_time": 0, "error_code": response.error_code,
+                "producer_id": response.producer_id, "producer_epoch": response.producer_epoch}
+    return answer()

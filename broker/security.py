@@ -1,0 +1,159 @@
+"""A broker's client security settings and the live authorizer built from them.
+
+``SecuritySettings`` come from the broker's flags (``--sasl-mechanisms``,
+``--authorizer``, ``--super-users``, ``--allow-everyone-if-no-acl-found``) or
+Kafka's names given with ``--set`` (``sasl.enabled.mechanisms``,
+``authorizer.class.name`` = ``acl`` or Kafka's StandardAuthorizer/AclAuthorizer
+class names, ``super.users``, ``allow.everyone.if.no.acl.found``);
+``BrokerSecurity`` joins them with the users and ACLs the controller pushed
+(``MetadataCache``): ``allows(session, operation, resource_type, name)`` is the
+one check every request path calls, and answers True for everything when no
+authorizer is configured (as before security existed). The ``Authorizer`` is
+rebuilt only when a new ACL set arrives.
+
+Principals: a SASL user ``alice`` is ``User:alice``; on a TLS listener a
+client certificate's CN is ``User:<CN>`` when the client does not use SASL;
+anyone else is ``User:ANONYMOUS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tidewater.broker.authorizer import Authorizer, Session
+from tidewater.broker.grpc_security import PasswordChecker, grpc_session
+from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
+from tidewater.proto.scram import MECHANISMS, ScramCredential
+
+PLAIN = "PLAIN"
+SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
+                                    "super.users", "allow.everyone.if.no.acl.found"})
+# Kafka's authorizer class names mean "check ACLs" here; empty means none.
+_KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
+SASL_MECHANISMS = (PLAIN, *MECHANISMS)
+AUTHORIZERS = ("none", "acl")
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    sasl_mechanisms: tuple[str, ...] = ()  # empty: no SASL on the Kafka listeners
+    authorizer: str = "none"  # "acl": every request is checked against the ACLs
+    super_users: frozenset[str] = field(default_factory=frozenset)
+    allow_everyone_if_no_acl_found: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
+        if unknown:
+            raise ValueError(f"unknown SASL mechanisms {sorted(unknown)}; known: "
+                             f"{', '.join(SASL_MECHANISMS)}")
+        if self.authorizer not in AUTHORIZERS:
+            raise ValueError(f"--authorizer is one of {', '.join(AUTHORIZERS)}")
+        for user in self.super_users:
+            if not user.startswith("User:") or len(user) <= len("User:"):
+                raise ValueError(f"super user {user!r} is not User:<name>")
+
+    def with_setting(self, name: str, value: str) -> SecuritySettings:
+        """These settings with one of Kafka's (``SECURITY_SETTING_NAMES``); ValueError."""
+        value = value.strip()
+        if name == "sasl.enabled.mechanisms":
+            return dataclasses.replace(self, sasl_mechanisms=tuple(
+                m.strip() for m in value.split(",") if m.strip()))
+        if name == "authorizer.class.name":
+            authorizer = "acl" if value in _KAFKA_AUTHORIZERS else (value or "none")
+            return dataclasses.replace(self, authorizer=authorizer)
+        if name == "super.users":
+            return dataclasses.replace(self, super_users=self.parse_super_users(value))
+        if name == "allow.everyone.if.no.acl.found":
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"expected true or false, not {value!r}")
+            return dataclasses.replace(self, allow_everyone_if_no_acl_found=value.lower() == "true")
+        raise ValueError(f"not a security setting: {name}")
+
+    @classmethod
+    def parse_super_users(cls, text: str) -> frozenset[str]:
+        """Kafka's ``super.users``: principals separated by ``;``."""
+        return frozenset(u.strip() for u in text.split(";") if u.strip())
+
+
+class BrokerSecurity:
+    def __init__(self, settings: SecuritySettings, metadata_cache) -> None:
+        self.settings = settings
+        self._cache = metadata_cache
+        self._acls: tuple[Acl, ...] | None = None
+        self._authorizer: Authorizer | None = None
+        self._passwords = PasswordChecker(self.user_credentials)
+
+    @property
+    def sasl_enabled(self) -> bool:
+        return bool(self.settings.sasl_mechanisms)
+
+    @property
+    def secured(self) -> bool:
+        """SASL or an authorizer: the gRPC client paths check who calls."""
+        return self.sasl_enabled or self.settings.authorizer != "none"
+
+    def password_ok(self, user: str, password: str) -> bool:
+        """``password`` against ``user``'s SCRAM credentials (SASL/PLAIN, gRPC), the
+        verdict cached per credential so a client's reconnects cost no PBKDF2."""
+        return self._passwords.check(user, password)
+
+    def grpc_session(self, context) -> Session:
+        """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
+        return grpc_session(context.invocation_metadata() or (),
+                            {k: list(v) for k, v in context.auth_context().items()},
+                            context.peer() or "", checker=self._passwords,
+                            sasl_required=self.sasl_enabled)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._cache.scram_credential(user, mechanism)
+
+    def user_credentials(self, user: str) -> list[ScramCredential]:
+        return self._cache.user_credentials(user)
+
+    def authorizer(self) -> Authorizer | None:
+        if self.settings.authorizer == "none":
+            return None
+        acls = self._cache.acls()
+        if acls is not self._acls or self._authorizer is None:
+            self._authorizer = Authorizer(
+                acls, self.settings.super_users,
+                allow_if_no_acl=self.settings.allow_everyone_if_no_acl_found)
+            self._acls = acls
+        return self._authorizer
+
+    def allows(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
+        authorizer = self.authorizer()
+        return authorizer is None or authorizer.allows(session, operation, resource_type, name)
+
+    def allows_any(self, session: Session, operation: int, resource_type: int) -> bool:
+        """May ``session`` do ``operation`` on some resource of the type (KIP-679)?"""
+        authorizer = self.authorizer()
+        return authorizer is None or authorizer.authorize_any(session.principal, session.host,
+                                                              operation, resource_type)
+
+
+def may_init_producer_id(allows: Callable[[int, int, str], bool],
+                         allows_any: Callable[[int, int], bool]) -> bool:
+    """May a caller get a producer id (idempotent, no transactional id)? Kafka's rule
+    since KIP-679: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic. ``allows``:
+    (operation, resource type, name) -> bool for the caller; ``allows_any``: (operation,
+    resource type) -> bool. The one rule of both the Kafka listener and gRPC."""
+    return allows(IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME) or allows_any(WRITE, TOPIC)
+
+
+def open_security() -> BrokerSecurity:
+    """No SASL, no authorizer: every request taken (tests and tools that build Services)."""
+
+    class _NoCache:
+        def scram_credential(self, user: str, mechanism: str) -> None:
+            return None
+
+        def user_credentials(self, user: str) -> list[ScramCredential]:
+            return []
+
+        def acls(self) -> tuple[Acl, ...]:
+            return ()
+    return BrokerSecurity(SecuritySettings(), _NoCache())

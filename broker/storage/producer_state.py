@@ -1,0 +1,349 @@
+"""Each idempotent producer's state in one partition replica (Kafka's ProducerStateManager).
+
+Theory of operation. A batch whose header carries a producer id (>= 0) belongs to
+an idempotent producer: ``producerEpoch`` and ``baseSequence`` number its batches
+per partition, the records of a batch taking the sequences ``baseSequence ..
+baseSequence + lastOffsetDelta`` (wrapping after 2^31 - 1 to 0). Per producer the
+state keeps its epoch, the sequence ranges and offsets of its last
+``BATCHES_KEPT`` (5) batches and the timestamp of its last batch. It is a pure
+class: the log feeds it batches and time; it reads and writes no file itself.
+
+Leader appends (``check_leader_append``), per batch with a producer id, in
+Kafka's order (ProducerAppendInfo: duplicate first, then epoch, then sequence).
+One difference from Kafka 3.x: since KIP-360 Kafka takes any first sequence from
+a producer it has no state for; here that is UNKNOWN_PRODUCER_ID unless the
+sequence is 0 (Kafka 2.4's rule), so a producer whose state expired or was
+truncated away starts a new epoch instead of silently continuing a gap (every
+client in use handles the error by bumping its epoch):
+
+=========================================== ===========================================
+batch                                       answer
+=========================================== ===========================================
+same epoch, same first and last sequence as ``Duplicate``: the original offsets, nothing
+one of the last five batches                appended (a retry whose answer was lost)
+epoch below the producer's                  INVALID_PRODUCER_EPOCH
+no state for the producer, sequence != 0    UNKNOWN_PRODUCER_ID (its batches expired or
+                                            were deleted; the producer starts again)
+epoch above the producer's, sequence != 0   OUT_OF_ORDER_SEQUENCE_NUMBER
+same epoch, first sequence != last + 1      OUT_OF_ORDER_SEQUENCE_NUMBER (a gap, or a
+                                            repeat older than the last five)
+anything else                               appended; ``on_batch`` records it
+=========================================== ===========================================
+
+An append that holds a duplicate and anything else (a new batch) is refused with
+INVALID_REQUEST, nothing written: answering the duplicate's offsets would
+acknowledge batches never written (Kafka allows one batch per partition in a
+request; ours may carry more, and retries go alone).
+
+Followers and recovery do not validate (the leader did): ``on_batch`` with the
+batches they copy or read builds the same state, so a new leader deduplicates a
+retry first sent to the old one. A higher epoch replaces the producer's batches.
+``map_end_offset``: the state covers every batch below it.
+
+Snapshot file ``<offset>.snapshot`` (20-digit zero-padded map end offset, in the
+partition directory), Kafka's ProducerSnapshot version 1, all big-endian::
+
+    version                    int16   1
+    crc                        uint32  CRC-32C of every byte after this field
+    entry count                int32
+    per producer:
+      producer_id              int64
+      producer_epoch           int16
+      last_sequence            int32   -1: no batch remembered
+      last_offset              int64   of its last batch, -1: none
+      offset_delta             int32   last_offset - first offset of that batch
+      timestamp                int64   its last batch's max timestamp (ms)
+      coordinator_epoch        int32   -1 (no transactions)
+      current_txn_first_offset int64   -1 (no transactions)
+
+As in Kafka a snapshot keeps only each producer's last batch: after a restart
+the batches read back after the snapshot refill the last five. A file that is
+short, of another version or fails its CRC is ``CorruptFileError``; the log then
+ignores it and rebuilds from an older snapshot or the log start.
+
+Expiry: a producer whose last batch is ``producer.id.expiration.ms`` old or more
+is forgotten (``remove_expired``); its next batch must start at sequence 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from tidewater.proto.errors import (
+    CorruptFileError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    OutOfOrderSequenceError,
+    UnknownProducerIdError,
+)
+
+BATCHES_KEPT = 5
+SEQUENCE_MAX = 2**31 - 1
+NO_PRODUCER_ID = -1
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+PRODUCER_ID_EXPIRATION_MS_DEFAULT = 86_400_000  # Kafka's producer.id.expiration.ms
+
+_SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc, entry count
+_CRC_FROM = 6  # the CRC covers everything after version and crc
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
+assert _SNAPSHOT_HEAD.size == 10 and _SNAPSHOT_ENTRY.size == 46
+
+
+def last_sequence_of(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record (sequences wrap to 0 after 2^31 - 1)."""
+    if base_sequence > SEQUENCE_MAX - last_offset_delta:
+        return last_offset_delta - (SEQUENCE_MAX - base_sequence) - 1
+    return base_sequence + last_offset_delta
+
+
+def first_sequence_of(last_sequence: int, offset_delta: int) -> int:
+    if last_sequence < offset_delta:
+        return SEQUENCE_MAX - (offset_delta - last_sequence) + 1
+    return last_sequence - offset_delta
+
+
+def in_sequence(last_sequence: int, next_sequence: int) -> bool:
+    return next_sequence == last_sequence + 1 or (next_sequence == 0
+                                                  and last_sequence == SEQUENCE_MAX)
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_snapshot_file_name(name: str) -> int | None:
+    stem, suffix = name[:-len(SNAPSHOT_SUFFIX)], name[-len(SNAPSHOT_SUFFIX):]
+    if suffix != SNAPSHOT_SUFFIX or len(stem) != 20 or not stem.isascii() or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+class BatchMetadata(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+class ProducerBatch(NamedTuple):
+    """What a leader append checks of one batch (its header's fields)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_offset_delta: int
+
+
+class Duplicate(NamedTuple):
+    """A retried batch already in the log: answer its original offsets."""
+
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    producer_epoch: int
+    last_timestamp_ms: int = -1
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_sequence: int,
+                       last_sequence: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
+                return batch
+        return None
+
+
+class ProducerStateManager:
+    """Producers' state of one partition replica (see the module docstring)."""
+
+    def __init__(self, *, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT):
+        self.expiration_ms = expiration_ms
+        self.entries: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0
+
+    # -- leader checks -------------------------------------------------------
+
+    def check_leader_append(self, batches: Iterable[ProducerBatch]) -> Duplicate | None:
+        """Check a leader append's batches in order (the table in the module docstring).
+
+        Returns the duplicate when the append repeats batches already written (the append
+        must then write nothing and answer their offsets), None if every batch may be
+        appended; raises the typed error of the first batch refused (nothing may be
+        appended then). An append holding a duplicate and anything else is refused
+        (INVALID_REQUEST): answering the duplicate's offsets for batches never written
+        would lose them (Kafka has one batch per partition in a request)."""
+        batches = list(batches)
+        duplicates = [self._find_duplicate(*b) for b in batches]
+        if any(duplicates):
+            return _whole_duplicate(duplicates)
+        # (epoch, last sequence) of producers as the earlier batches of this append leave them
+        pending: dict[int, tuple[int, int]] = {}
+        for producer_id, epoch, base_sequence, last_offset_delta in batches:
+            if producer_id < 0:
+                continue
+            if epoch < 0 or base_sequence < 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id}: batch without epoch or sequence "
+                    f"(epoch {epoch}, base sequence {base_sequence})")
+            last_sequence = last_sequence_of(base_sequence, last_offset_delta)
+            entry = self.entries.get(producer_id)
+            known = pending.get(producer_id)
+            if known is None and entry is not None:
+                known = (entry.producer_epoch, entry.last_sequence)
+            self._check_sequence(producer_id, known, epoch, base_sequence)
+            pending[producer_id] = (epoch, last_sequence)
+        return None
+
+    def _find_duplicate(self, producer_id: int, epoch: int, base_sequence: int,
+                        last_offset_delta: int) -> BatchMetadata | None:
+        entry = self.entries.get(producer_id) if producer_id >= 0 else None
+        if entry is None or base_sequence < 0:
+            return None
+        return entry.find_duplicate(epoch, base_sequence,
+                                    last_sequence_of(base_sequence, last_offset_delta))
+
+    @staticmethod
+    def _check_sequence(producer_id: int, known: tuple[int, int] | None, epoch: int,
+                        first_sequence: int) -> None:
+        if known is None:
+            if first_sequence != 0:
+                raise UnknownProducerIdError(
+                    f"no state for producer {producer_id} in this partition and its batch "
+                    f"starts at sequence {first_sequence}: its earlier batches expired or "
+                    "were deleted")
+            return
+        known_epoch, known_last = known
+        if epoch < known_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id}: epoch {epoch} is older than its epoch {known_epoch}")
+        if epoch > known_epoch:
+            if first_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id}: new epoch {epoch} starts at sequence "
+                    f"{first_sequence}, not 0")
+            return
+        if not in_sequence(known_last, first_sequence):
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch}: sequence {first_sequence} after "
+                f"{known_last}")
+
+    # -- updates -------------------------------------------------------------
+
+    def on_batch(self, producer_id: int, epoch: int, base_sequence: int, first_offset: int,
+                 last_offset: int, timestamp_ms: int) -> None:
+        """Record a batch now in the log (leader after its append, follower, recovery)."""
+        if producer_id < 0:
+            return
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            entry = self.entries[producer_id] = ProducerEntry(producer_id, epoch)
+        elif epoch != entry.producer_epoch:
+            # A new epoch numbers from 0 again: the old epoch's batches can no longer recur.
+            # (A follower copies what the leader wrote, an older epoch included.)
+            entry.producer_epoch = epoch
+            entry.batches.clear()
+        if base_sequence >= 0:
+            last_sequence = last_sequence_of(base_sequence, last_offset - first_offset)
+            entry.batches.append(BatchMetadata(base_sequence, last_sequence, first_offset,
+                                               last_offset, timestamp_ms))
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+
+    def on_batches_end(self, next_offset: int) -> None:
+        """The state now covers every batch below ``next_offset``."""
+        self.map_end_offset = max(self.map_end_offset, next_offset)
+
+    def clear(self, map_end_offset: int = 0) -> None:
+        self.entries.clear()
+        self.map_end_offset = map_end_offset
+
+    def remove_expired(self, now_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms``; returns their ids."""
+        expired = [pid for pid, entry in self.entries.items()
+                   if now_ms - entry.last_timestamp_ms >= self.expiration_ms]
+        for pid in expired:
+            del self.entries[pid]
+        return expired
+
+    # -- snapshots -------------------------------------------------------------
+
+    def snapshot_bytes(self) -> bytes:
+        body = bytearray(struct.pack(">i", len(self.entries)))
+        for entry in sorted(self.entries.values(), key=lambda e: e.producer_id):
+            if entry.batches:
+                last = entry.batches[-1]
+                sequence, offset = last.last_sequence, last.last_offset
+                delta = last.last_offset - last.first_offset
+            else:
+                sequence, offset, delta = -1, -1, 0
+            body += _SNAPSHOT_ENTRY.pack(entry.producer_id, entry.producer_epoch, sequence,
+                                         offset, delta, entry.last_timestamp_ms, -1, -1)
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
+
+    def load_snapshot(self, data: bytes, map_end_offset: int, *, path: str = "",
+                      now_ms: int | None = None) -> None:
+        """Replace the state with a snapshot's (CorruptFileError if it is damaged; the
+        state is then unchanged). Producers already expired at ``now_ms`` are dropped."""
+        entries = {e.producer_id: e for e in decode_snapshot(data, path=path)}
+        self.entries = entries
+        self.map_end_offset = map_end_offset
+        if now_ms is not None:
+            self.remove_expired(now_ms)
+
+
+def _whole_duplicate(duplicates: list[BatchMetadata | None]) -> Duplicate:
+    """The offsets of an append that repeats, in order, batches written one after another;
+    anything else is an InvalidRequestError."""
+    found = [d for d in duplicates if d is not None]
+    contiguous = all(b.first_offset == a.last_offset + 1 for a, b in itertools.pairwise(found))
+    if len(found) != len(duplicates) or not contiguous:
+        raise InvalidRequestError("an idempotent batch already written comes with other "
+                                  "batches: retry it alone")
+    return Duplicate(found[0].first_offset, found[-1].last_offset)
+
+
+def decode_snapshot(data: bytes, *, path: str = "") -> list[ProducerEntry]:
+    """The entries of a snapshot file's bytes; CorruptFileError if damaged."""
+    if len(data) < _SNAPSHOT_HEAD.size:
+        raise CorruptFileError(f"producer snapshot of {len(data)} bytes is too short", path=path)
+    version, crc, count = _SNAPSHOT_HEAD.unpack_from(data)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptFileError(f"producer snapshot version {version}, not 1", path=path)
+    if crc32c(data[_CRC_FROM:]) != crc:
+        raise CorruptFileError("producer snapshot fails its CRC", path=path)
+    if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
+        raise CorruptFileError(f"producer snapshot of {len(data)} bytes cannot hold "
+                               f"{count} entries", path=path)
+    entries = []
+    for i in range(count):
+        (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp_ms,
+         _coordinator_epoch, _txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
+            data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
+        entry = ProducerEntry(producer_id, epoch, timestamp_ms)
+        if last_sequence >= 0 and last_offset >= 0:
+            entry.batches.append(BatchMetadata(
+                first_sequence_of(last_sequence, offset_delta), last_sequence,
+                last_offset - offset_delta, last_offset, timestamp_ms))
+        entries.append(entry)
+    return entries

@@ -1,0 +1,152 @@
+"""The idempotent producer's sequence numbers (Kafka's TransactionManager without
+transactions): pure bookkeeping, shared by ``Producer`` and ``AsyncProducer``.
+
+Theory of operation. ``InitProducerId`` gives the producer an id and epoch 0. Each
+batch gets, when it is first sent, its partition's epoch and the next sequence
+(sequences count records, per partition, wrapping to 0 after 2^31 - 1); a retry
+resends it with the same numbers, so a broker that already appended it answers
+the original offsets instead of writing it twice. Order with several requests in
+flight: the broker refuses a batch whose sequence does not follow the last one it
+wrote (OUT_OF_ORDER_SEQUENCE_NUMBER), so when a batch fails, the batches sent
+after it fail too and all are retried, in creation order; a partition with a
+batch to retry sends nothing until its requests in flight are answered
+(``Producer`` mutes it).
+
+What an answer to a sequenced batch means (``decide``):
+
+================================  =====================================================
+answer                            decision
+================================  =====================================================
+NONE                              acked: the partition's last acked sequence moves
+retriable error                   RETRY with the same numbers
+OUT_OF_ORDER_SEQUENCE_NUMBER,     RETRY when an earlier batch is still unresolved (it
+UNKNOWN_PRODUCER_ID               caused the gap); BUMP when this batch is the next one
+                                  the broker should take: the sequence is unresolved
+                                  (the broker lost the producer's state or a batch
+                                  failed for good), so the partition starts a new epoch
+                                  at sequence 0 and every unacked batch is renumbered
+a batch of an older epoch         RETRY: it is renumbered in the current epoch
+anything else                     FAIL (and BUMP: the sequence it held is unresolved)
+================================  =====================================================
+
+Every batch of a partition in flight must stay among the five the broker
+remembers, so at most ``BATCHES_IN_FLIGHT_MAX`` (5) are out at once, and a batch
+to retry goes alone in its request (the broker refuses a repeat that comes with
+new batches).
+
+The epoch is bumped per partition (the broker keeps a producer's epoch per
+partition), locally, as Kafka's idempotent producer does since KIP-360. An epoch
+past 32767 asks for a new producer id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tidewater.proto import tidewater_pb2 as pb
+
+SEQUENCE_MAX = 2**31 - 1
+EPOCH_MAX = 2**15 - 1
+MAX_IN_FLIGHT_IDEMPOTENT = 5  # Kafka's limit: the broker remembers the last five batches
+# Batches of one partition on the way at once: a retry whose first answer was lost is
+# then still among the five the broker remembers, however the requests were filled.
+BATCHES_IN_FLIGHT_MAX = 5
+
+Decision = Literal["retry", "bump", "fail"]
+_SEQUENCE_ERRORS = (pb.OUT_OF_ORDER_SEQUENCE_NUMBER, pb.UNKNOWN_PRODUCER_ID)
+
+
+def drain_count_max(state: IdempotentState | None, first_is_retry: bool,
+                    batches_in_flight: int) -> int | None:
+    """How many batches of a partition may go in its next request (None: any number)."""
+    if state is None:
+        return None
+    if first_is_retry:
+        return 1
+    return BATCHES_IN_FLIGHT_MAX - batches_in_flight
+
+
+def next_sequence(sequence: int, record_count: int) -> int:
+    """The sequence after ``record_count`` records from ``sequence`` (wrapping)."""
+    following = sequence + record_count
+    return following - SEQUENCE_MAX - 1 if following > SEQUENCE_MAX else following
+
+
+@dataclass
+class PartitionSequences:
+    epoch: int
+    next_sequence: int = 0
+    last_acked_sequence: int = -1  # of the last record acked in this epoch
+
+
+class IdempotentState:
+    """Producer id, and per partition its epoch and sequences (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.partitions: dict[Any, PartitionSequences] = {}
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    def set_producer_id(self, producer_id: int, epoch: int) -> None:
+        self.producer_id, self.producer_epoch = producer_id, epoch
+        self.partitions.clear()  # a new id numbers every partition from 0
+
+    def _partition(self, tp: Any) -> PartitionSequences:
+        state = self.partitions.get(tp)
+        if state is None:
+            state = self.partitions[tp] = PartitionSequences(self.producer_epoch)
+        return state
+
+    def assign(self, batch: Any) -> tuple[int, int, int]:
+        """The (producer id, epoch, base sequence) to send ``batch`` with: its own on a retry
+        in the same epoch, else the partition's next sequence (the batch keeps them)."""
+        state = self._partition(batch.tp)
+        if (batch.base_sequence < 0 or batch.producer_epoch != state.epoch
+                or batch.producer_id != self.producer_id):
+            batch.producer_id = self.producer_id
+            batch.producer_epoch = state.epoch
+            batch.base_sequence = state.next_sequence
+            state.next_sequence = next_sequence(state.next_sequence, batch.record_count)
+        return self.producer_id, batch.producer_epoch, batch.base_sequence
+
+    def on_acked(self, batch: Any) -> None:
+        state = self.partitions.get(batch.tp)
+        if (state is not None and batch.producer_epoch == state.epoch
+                and batch.producer_id == self.producer_id and batch.base_sequence >= 0):
+            last = next_sequence(batch.base_sequence, batch.record_count - 1)
+            if state.last_acked_sequence < 0 or _after(last, state.last_acked_sequence):
+                state.last_acked_sequence = last
+
+    def decide(self, batch: Any, error: BaseException) -> Decision:
+        """What to do with a sequenced batch that failed with ``error`` (the table above)."""
+        state = self.partitions.get(batch.tp)
+        if (state is None or batch.base_sequence < 0 or batch.producer_epoch != state.epoch
+                or batch.producer_id != self.producer_id):
+            return "retry"  # never numbered, or numbered in an older epoch: renumbered
+        code = getattr(error, "error_code", None)
+        if code in _SEQUENCE_ERRORS:
+            expected = next_sequence(state.last_acked_sequence, 1)
+            return "bump" if batch.base_sequence == expected else "retry"
+        if getattr(error, "retriable", False):
+            return "retry"
+        return "fail"
+
+    def bump(self, tp: Any) -> None:
+        """Start a new epoch on ``tp`` at sequence 0: unacked batches get renumbered. An epoch
+        past EPOCH_MAX drops the producer id: the next send asks for a new one."""
+        state = self._partition(tp)
+        if state.epoch >= EPOCH_MAX:
+            self.producer_id = self.producer_epoch = -1
+            self.partitions.clear()
+            return
+        self.partitions[tp] = PartitionSequences(state.epoch + 1)
+
+
+def _after(a: int, b: int) -> bool:
+    """Sequence ``a`` comes after ``b`` (allowing for one wrap)."""
+    return 0 < (a - b) % (SEQUENCE_MAX + 1) < (SEQUENCE_MAX + 1) // 2

@@ -1,0 +1,120 @@
+"""The Python producers' idempotence against fake brokers that keep producer state with
+the broker's own rules (``ProducerStateManager``) and lose requests or answers on cue:
+with 5 requests in flight, every record is written once, in send order, and told the
+offset it was written at."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.unit.test_client_fake_cluster import FakeBroker, serve_fake_cluster
+from tidewater.broker.storage.producer_state import ProducerBatch, ProducerStateManager
+from tidewater.client.aio_producer import AsyncProducer
+from tidewater.client.producer import Producer
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import iter_batches, set_base_offset_and_epoch
+from tidewater.proto.errors import TidewaterError
+from tidewater.proto.records import decode_records
+
+pytestmark = pytest.mark.timeout(60)
+RECORDS = 400
+
+
+class IdempotentFakeBroker(FakeBroker):
+    """Appends as the broker does for idempotent batches. Cues on the state:
+    ``refuse_from``: the first request whose first sequence reaches each value is
+    refused (NOT_LEADER_OR_FOLLOWER, nothing written); ``lose_from``: likewise appended
+    but answered REQUEST_TIMED_OUT (the answer is lost)."""
+
+    def _append_partition(self, part, acks: int) -> pb.ProducePartitionResponse:
+        s, p = self.state, part.partition
+        data = bytearray(part.records)
+        headers = list(iter_batches(data))
+        first = headers[0][1].base_sequence
+        answer = pb.ProducePartitionResponse(topic=part.topic, partition=p, error_code=pb.NONE,
+                                             base_offset=-1)
+        if _cue(s.refuse_from, first):
+            answer.error_code = pb.NOT_LEADER_OR_FOLLOWER
+            return answer
+        state = s.producer_states.setdefault(p, ProducerStateManager())
+        try:
+            duplicate = state.check_leader_append([ProducerBatch(
+                h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta)
+                for _, h in headers])
+        except TidewaterError as e:
+            answer.error_code = e.error_code
+            return answer
+        if duplicate is not None:
+            s.duplicates_answered += 1
+            answer.base_offset = duplicate.first_offset
+            return answer
+        answer.base_offset = offset = s.leo(p)
+        for position, h in headers:
+            set_base_offset_and_epoch(data, position, offset, s.epochs[p])
+            s.logs[p].append((offset, bytes(data[position:position + h.size])))
+            state.on_batch(h.producer_id, h.producer_epoch, h.base_sequence, offset,
+                           offset + h.last_offset_delta, h.max_timestamp)
+            offset += h.last_offset_delta + 1
+        if _cue(s.lose_from, first):
+            answer.error_code, answer.base_offset = pb.REQUEST_TIMED_OUT, -1
+        return answer
+
+
+def _cue(thresholds: list[int], sequence: int) -> bool:
+    for i, threshold in enumerate(thresholds):
+        if sequence >= threshold:
+            del thresholds[i]
+            return True
+    return False
+
+
+@pytest.fixture
+def faulty_cluster():
+    for state, bootstrap in serve_fake_cluster(IdempotentFakeBroker):
+        state.producer_states = {}
+        state.duplicates_answered = 0
+        state.refuse_from = [60, 200]
+        state.lose_from = [120, 300]
+        state.produce_delay_s = 0.01  # several requests in flight at once
+        yield state, bootstrap
+
+
+def written(state) -> list[tuple[int, int]]:
+    return [(r.offset, int(r.value)) for _, data in state.logs[0] for r in decode_records(data)]
+
+
+def check(state, offsets: list[int]) -> None:
+    log = written(state)
+    assert [v for _, v in log] == list(range(RECORDS))  # once each, in send order
+    assert offsets == [o for o, _ in log]  # each told the offset it is at
+    assert not state.refuse_from and not state.lose_from  # every fault happened
+    assert state.duplicates_answered >= 2  # the lost answers' retries were deduplicated
+
+
+def test_threaded_producer_keeps_order_and_writes_once_through_lost_requests_and_answers(
+        faulty_cluster):
+    state, bootstrap = faulty_cluster
+    with Producer(bootstrap, max_in_flight_per_partition=5, linger_ms=0, batch_size_bytes=256,
+                  retry_backoff_ms=5) as producer:
+        assert producer.enable_idempotence
+        futures = [producer.send("t", b"%d" % i, partition=0) for i in range(RECORDS)]
+        producer.flush(30)
+        offsets = [f.result(5).offset for f in futures]
+    check(state, offsets)
+
+
+def test_asyncio_producer_keeps_order_and_writes_once_through_lost_requests_and_answers(
+        faulty_cluster):
+    state, bootstrap = faulty_cluster
+
+    async def run() -> list[int]:
+        async with AsyncProducer(bootstrap, max_in_flight_per_partition=5, linger_ms=0,
+                                 batch_size_bytes=256, retry_backoff_ms=5) as producer:
+            assert producer.enable_idempotence
+            futures = [await producer.send("t", b"%d" % i, partition=0) for i in range(RECORDS)]
+            await producer.flush(30)
+            return [(await f).offset for f in futures]
+
+    check(state, asyncio.run(run()))
