@@ -6,18 +6,23 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log bench-cleaner sim audit audit-zip
+.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log bench-cleaner sim audit \
+	audit-zip spark-up spark-down bench-audit chromium
 
 venv: $(STAMP)
+
+# $(call apt_tool,PACKAGE,WHAT IS SKIPPED WITHOUT IT): install a Debian package whose
+# command is missing (apt-get update only when the first try fails).
+apt_tool = command -v $(1) >/dev/null 2>&1 || { \
+	  (apt-get install -y -q $(1) >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $(1) >/dev/null 2>&1)) \
+	  && echo "installed $(1) from Debian" \
+	  || echo "$(1) not installed (no apt here): $(2)"; }
 
 # kcat (Debian's, librdkafka 2.0.2) for the Kafka-client tests; where apt cannot install
 # it those tests are skipped, and say so.
 kcat:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  (apt-get install -y -q kcat >/dev/null 2>&1 || \
-	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q kcat >/dev/null 2>&1)) \
-	  && echo "installed kcat from Debian" \
-	  || echo "kcat not installed (no apt here): the kcat tests will be skipped"; }
+	@$(call apt_tool,kcat,the kcat tests will be skipped)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
-test: venv kcat
+test: venv kcat chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/docker tests
 
 # Only the tests that start real controller and broker processes.
@@ -71,8 +76,31 @@ bench-cleaner: venv
 AUDIT_DATA ?= $(if $(wildcard $(DEMO_DIR)/broker-*),$(DEMO_DIR),$(CURDIR)/data)
 AUDIT_OUT ?= $(CURDIR)/build/audit
 AUDIT_ARGS ?=
+# SPARK_MASTER=spark://127.0.0.1:7177 (make spark-up) runs it on a standalone cluster.
+SPARK_MASTER ?= local[*]
 audit: venv
-	$(PY) -m tidewater.tools audit $(AUDIT_DATA) --out $(AUDIT_OUT) $(AUDIT_ARGS)
+	$(PY) -m tidewater.tools audit $(AUDIT_DATA) --out $(AUDIT_OUT) --master '$(SPARK_MASTER)' $(AUDIT_ARGS)
+
+# A Spark standalone cluster from the venv's pyspark: a master on 127.0.0.1:$(SPARK_PORT)
+# and 2 workers (1 core, 2 GiB each) as processes; pids and logs in $(SPARK_STATE_DIR),
+# stopped by those pids. `make audit SPARK_MASTER=spark://127.0.0.1:$(SPARK_PORT)`.
+SPARK_STATE_DIR ?= $(CURDIR)/build/spark
+SPARK_PORT ?= 7177
+spark-up: venv
+	$(PY) -m tidewater.audit.standalone up --state-dir $(SPARK_STATE_DIR) --port $(SPARK_PORT)
+
+spark-down: venv
+	$(PY) -m tidewater.audit.standalone down --state-dir $(SPARK_STATE_DIR)
+
+# The audit at scale: >= 10 GiB of segments on local[2] and on a 2-worker cluster
+# (BENCH_ARGS="--size-gib 1" for a quick run; see docs/benchmarks.md).
+bench-audit: venv
+	$(PY) bench/audit_scale_bench.py $(BENCH_ARGS)
+
+# Headless Chromium (Debian's) for the report's screenshot test; where apt cannot
+# install it that test is skipped, and says so.
+chromium:
+	@$(call apt_tool,chromium,the report screenshot test will be skipped)
 
 # The audit package for spark-submit --py-files (README).
 audit-zip: venv

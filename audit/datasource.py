@@ -255,30 +255,37 @@ def _batch_arrow(segment: reader.SegmentFile, columns: list[str] | None = None):
 
 
 def _record_rows(segment: reader.SegmentFile, payload: str) -> Iterator[tuple]:
+    """Record rows of one segment, read window by window (memory bounded by the window)."""
     want_bytes = payload in ("bytes", "both")
     want_hash = payload in ("hash", "both")
+    prev: tuple[int | None, int | None] = (None, None)
     try:
-        with open(segment.path, "rb") as f:
-            buf = f.read()
+        for window in reader.segment_windows(segment.path):
+            rows = [row for chunk in reader.scan_batch_chunks(
+                window.buf, prev=prev, end=window.end, position_base=window.offset)
+                for row in chunk]
+            if not rows:
+                continue
+            prev = reader.prev_after(rows[-1])
+            for row in rows:
+                if reader.scan_ended(row):
+                    return  # framing is gone; the batch-level view reports it
+                position, base, epoch, crc_valid, size = row[0], row[1], row[4], row[8], row[12]
+                try:
+                    records = reader.decode_batch_records(window.buf, position - window.offset,
+                                                          size)
+                except reader.RecordDecodeError as e:
+                    yield (position, base, epoch, crc_valid, None, None, None, None, None, None,
+                           str(e))
+                    continue
+                for r in records:
+                    yield (position, base, epoch, crc_valid, r.offset, r.timestamp,
+                           r.key if want_bytes else None, r.value if want_bytes else None,
+                           reader.payload_hash(r.key) if want_hash else None,
+                           reader.payload_hash(r.value) if want_hash else None, None)
     except OSError as e:
         yield (None, None, None, False, None, None, None, None, None, None,
                f"cannot read segment: {e}")
-        return
-    for row in reader.scan_batches(buf):
-        position, base, _last, _count, epoch = row[0], row[1], row[2], row[3], row[4]
-        crc_valid, size, status = row[8], row[12], row[13]
-        if status in (reader.STATUS_TORN, reader.STATUS_CORRUPT) and not crc_valid:
-            continue  # framing is gone; the batch-level view reports it
-        try:
-            records = reader.decode_batch_records(buf, position, size)
-        except reader.RecordDecodeError as e:
-            yield (position, base, epoch, crc_valid, None, None, None, None, None, None, str(e))
-            continue
-        for r in records:
-            yield (position, base, epoch, crc_valid, r.offset, r.timestamp,
-                   r.key if want_bytes else None, r.value if want_bytes else None,
-                   reader.payload_hash(r.key) if want_hash else None,
-                   reader.payload_hash(r.value) if want_hash else None, None)
 
 
 def _record_arrow(segment: reader.SegmentFile, payload: str, chunk_rows: int = 8192):

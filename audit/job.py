@@ -1,11 +1,13 @@
 """The audit job: read brokers' data, metrics and ack logs, run every rule, write the report.
 
-Under spark-submit (any master; the package on ``--py-files`` as a zip)::
+Under spark-submit (any master; the package on ``--py-files`` as a zip; the venv's
+``tide-spark-submit`` sets SPARK_HOME, PYSPARK_PYTHON and the log4j2 config)::
 
-    spark-submit --master local[*] --py-files audit.zip audit/job.py \\
-        DATA_DIR... [--metrics DIR] [--ack-log FILE...] --out DIR
+    tide-spark-submit --master spark://127.0.0.1:7177 --py-files audit.zip audit/job.py \\
+        DATA_DIR... [--metrics DIR] [--ack-log FILE...] [--faults FILE] --out DIR
 
-or ``python -m audit.job ...`` / ``tide audit ...``, which start a local Spark.
+or ``python -m audit.job ...`` / ``tide audit ... [--master URL]``, which start the
+driver themselves (Spark's log lines in ``--out``/spark.log).
 Exit code: 0 every rule passes, 1 some rule fails, 2 the input cannot be read.
 
 Ack log format (``tide produce --ack-log``): JSON lines
@@ -44,9 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="metrics snapshots (tide metrics scrape output or Prometheus text)")
     p.add_argument("--ack-log", action="extend", nargs="+", default=[], metavar="FILE",
                    help="ack logs of tide produce --ack-log / tide chaos")
+    p.add_argument("--faults", metavar="FILE", default=None,
+                   help="a chaos run's faults.jsonl: its faults shown on the report's timeline")
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the report")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master when no session exists yet (default local[*])")
+                   help="Spark master when no session exists yet: local[N] (default local[*]) "
+                        "or a standalone cluster's spark://HOST:PORT (make spark-up)")
 
 
 def parse_ack_log(path: str) -> list[tuple]:
@@ -173,21 +178,26 @@ def _input_error_message(e: BaseException) -> str | None:
 
 
 def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None,
-              ack_logs: list[str] | None = None, log=print) -> int:
-    """Run every rule and write the report; returns the exit code."""
-    from tidewater.audit import health, report, rules
+              ack_logs: list[str] | None = None, log=print, faults_log: str | None = None
+              ) -> int:
+    """Run every rule and write the report; returns the exit code.
+
+    ``faults_log``: a chaos run's faults.jsonl (the report then shows its faults).
+    """
+    from tidewater.audit import health, report, report_html, rules
     from tidewater.audit.reader import AuditInputError
 
     metrics = metrics or []
     ack_logs = ack_logs or []
     started = time.monotonic()
     try:
+        fault_entries = report_html.read_fault_log(faults_log) if faults_log else None
         inputs, inventory = load_inputs(spark, data, metrics, ack_logs)
         log(f"audit: {len(inventory.segments)} segments of {len(inventory.data_dirs)} data "
             f"dirs; running the rules")
         audit_results = rules.run_rules(inputs)
         rules_s = time.monotonic() - started
-    except (AuditInputError, AckLogError) as e:
+    except (AuditInputError, AckLogError, report_html.FaultLogError) as e:
         log(f"audit: input cannot be read: {e}")
         return EXIT_INPUT
     except Exception as e:  # errors raised in Spark's Python workers arrive wrapped
@@ -219,17 +229,41 @@ def run_audit(spark, data: list[str], out: str, metrics: list[str] | None = None
     doc["rules_s"] = round(rules_s, 3)
     report.write_json(out_dir, doc)
     (out_dir / "report.md").write_text(report.render_markdown(doc))
-    (out_dir / "report.html").write_text(report.render_html(
-        doc, samples, health.under_replicated_timeline(samples), up))
+    faults = None
+    if fault_entries is not None:  # a fault never undone lasts to the last sample
+        last_ms = max([s.timestamp_ms for s in samples]
+                      + [e["unix_ms"] for e in fault_entries], default=0)
+        faults = report_html.fault_intervals(fault_entries, last_ms)
+    violated = {(r.topic, r.partition) for r in
+                audit_results.violations.select("topic", "partition").distinct().collect()}
+    (out_dir / "report.html").write_text(report_html.render_html(
+        doc, samples, health.under_replicated_timeline(samples), up, faults=faults,
+        violated=violated))
     for r in doc["rules"]:
         state = "skipped" if r["skipped"] else ("pass" if r["passed"] else "FAIL")
         log(f"{r['name']:<32} {state:<7} violations={r['violations']} checked={r['checked']}")
     log(f"audit: {'PASS' if doc['passed'] else 'FAIL'} in {doc['elapsed_s']:.1f} s "
         f"(rules {rules_s:.1f} s); report in {out_dir}/report.md")
+    spark_log = _spark_log_path(spark)
+    if spark_log:
+        log(f"audit: Spark's log lines are in {spark_log}")
     return doc["exit_code"]
 
 
-def session_for(master: str):
+def _spark_log_path(spark) -> str | None:
+    """The file the audit's log4j2 config sends Spark's INFO lines to, if it is in use."""
+    try:
+        jvm = spark.sparkContext._jvm
+        if "log4j2.properties" not in (jvm.System.getProperty("log4j2.configurationFile") or ""):
+            return None
+        return (jvm.System.getProperty("tidewater.audit.spark_log")
+                or str(Path(jvm.System.getProperty("java.io.tmpdir"),
+                            "tidewater-audit-spark.log")))
+    except Exception:  # no JVM gateway (Spark Connect): nothing to point at
+        return None
+
+
+def session_for(master: str, spark_log: str | Path | None = None):
     """The session spark-submit made (its master wins), else a quiet local one."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -238,7 +272,7 @@ def session_for(master: str):
 
     active = SparkContext._active_spark_context
     if active is None and "spark.master" not in _submit_conf():
-        return session.local_session(master)
+        return session.local_session(master, spark_log=spark_log)
     spark = SparkSession.builder.getOrCreate()
     datasource.register(spark)
     return spark
@@ -257,13 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     from tidewater.audit.session import SparkUnavailableError
 
     try:
-        spark = session_for(args.master)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        spark = session_for(args.master, Path(args.out) / "spark.log")
     except SparkUnavailableError as e:
         print(f"audit: {e}", file=sys.stderr)
         return EXIT_INPUT
     try:
         return run_audit(spark, args.data, args.out, args.metrics, args.ack_log,
-                         log=lambda m: print(m, file=sys.stderr))
+                         log=lambda m: print(m, file=sys.stderr), faults_log=args.faults)
     finally:
         spark.stop()
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import mmap
 import os
 import re
 import struct
@@ -326,13 +325,99 @@ BATCH_FIELDS = (
 FRAMED_STATUSES = ("ok", "crc_mismatch")
 
 
-def _open_bytes(path: str):
-    """The file's bytes as a buffer (mmap; empty bytes for an empty file)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+# Segments are read in windows of about this many bytes (a batch larger than that
+# gets a window of its own size), so memory stays flat however large a segment is.
+WINDOW_BYTES = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWindow:
+    """Whole batches of a segment file, read into memory.
+
+    ``buf`` holds the file's bytes from ``offset``; ``end`` is where the file
+    ends, relative to ``buf``: ``len(buf)`` except in the last window of a
+    segment whose tail is broken (a batch whose length field is below the
+    minimum or runs past the end of the file), where ``buf`` stops after that
+    batch's header: the scan reports it and stops there.
+    """
+
+    buf: memoryview
+    offset: int
+    end: int
+
+
+def segment_windows(path: str, window_bytes: int = WINDOW_BYTES) -> Iterator[SegmentWindow]:
+    """The segment file as consecutive windows of whole batches; raises OSError.
+
+    One buffer is reused (grown only for a batch larger than it), so a scan's
+    memory is bounded by ``window_bytes`` or the largest batch, not the file
+    size. A window's ``buf`` is valid until the next one is asked for.
+    """
+    with open(path, "rb", buffering=0) as f:
+        file_size = os.fstat(f.fileno()).st_size
+        buf = bytearray(max(window_bytes, HEADER_SIZE))
+        offset = filled = 0  # file position of buf[0]; bytes of buf holding file data
+        while offset < file_size:
+            wanted = min(len(buf), file_size - offset)
+            filled += _fill(f, buf, filled, file_size - offset)
+            if filled < wanted:  # the file shrank while being read: it ends here
+                file_size = offset + filled
+            pos, stop, need = _whole_batches(buf, filled, file_size - offset)
+            if stop is not None:  # the rest of the file is one broken batch
+                yield SegmentWindow(memoryview(buf)[:stop], offset, file_size - offset)
+                return
+            if pos:
+                yield SegmentWindow(memoryview(buf)[:pos], offset, pos)
+            buf[:filled - pos] = buf[pos:filled]
+            offset += pos
+            filled -= pos
+            if need > len(buf):  # a batch larger than the window: a buffer of its size
+                grown = bytearray(need)
+                grown[:filled] = buf[:filled]
+                buf = grown
+
+
+def _fill(f, buf: bytearray, filled: int, file_left: int) -> int:
+    """Read into ``buf[filled:]`` until it is full or the file ends; the bytes read."""
+    view = memoryview(buf)
+    total = 0
+    want = min(len(buf) - filled, file_left - filled)
+    while total < want:
+        n = f.readinto(view[filled + total: filled + want])
+        if not n:
+            break  # the file shrank under us: what was read is what there is
+        total += n
+    view.release()
+    return total
+
+
+def _whole_batches(buf: bytearray, filled: int, file_left: int) -> tuple[int, int | None, int]:
+    """(bytes of whole batches at the start of buf, stop, bytes the next batch needs).
+
+    ``stop`` is not None when the batch after the whole ones is broken (the file
+    ends inside its header, its length is below the minimum or runs past the
+    end of the file, or its magic is wrong): the window then ends ``stop``
+    bytes in, after that batch's header or at the end of the file, and the
+    scan of that window reports it and stops.
+    """
+    pos = 0
+    unpack = _PREFIX.unpack_from
+    while True:
+        left = file_left - pos
+        if left <= 0:
+            return pos, None, 0
+        head = min(left, HEADER_SIZE)
+        if filled - pos < head:
+            return pos, None, head
+        if left < HEADER_SIZE:
+            return pos, pos + left, 0
+        _base, length = unpack(buf, pos)
+        size = LOG_OVERHEAD + length
+        if length < BATCH_LENGTH_MIN or size > left or buf[pos + 16] != MAGIC_V2:
+            return pos, pos + HEADER_SIZE, 0
+        if pos + size > filled:
+            return pos, None, size
+        pos += size
 
 
 def scan_batches(buf) -> Iterator[tuple]:
@@ -345,11 +430,15 @@ def scan_batches(buf) -> Iterator[tuple]:
 
 
 def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: int = 0,
-                      prev: tuple[int | None, int | None] = (None, None)) -> Iterator:
+                      prev: tuple[int | None, int | None] = (None, None), *,
+                      end: int | None = None, position_base: int = 0) -> Iterator:
     """Like scan_batches, but yields lists of row tuples of at most ``chunk_rows``.
 
     ``start`` and ``prev`` resume a scan: the position of a batch and the last
     offset and epoch of the whole batch before it (summarize_buffer's hand-over).
+    ``end`` (default ``len(buf)``) is where the file ends relative to ``buf``
+    (a SegmentWindow's), and ``position_base`` the file position of ``buf[0]``:
+    rows carry file positions.
 
     This is the hot loop of the audit: one struct unpack and one CRC call per
     batch, nothing else. Each row also carries the last offset and epoch of the
@@ -357,7 +446,7 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
     epoch order within a segment is a filter, not a sort, downstream.
     """
     view = memoryview(buf)
-    end = len(buf)
+    end = len(buf) if end is None else end
     unpack = _HEADER.unpack_from
     pos = start
     prev_last, prev_epoch = prev
@@ -371,7 +460,7 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
                 reason = f"file ends {remaining} bytes into a batch of {LOG_OVERHEAD + length}"
             else:
                 base, reason = None, f"file ends {remaining} bytes into a batch header"
-            append((pos, base, None, None, None, None, None, None, False, None, None, None,
+            append((pos + position_base, base, None, None, None, None, None, None, False, None, None, None,
                     remaining, STATUS_TORN, reason, prev_last, prev_epoch, None, None))
             break
         (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, pepoch,
@@ -380,11 +469,11 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
         if length < BATCH_LENGTH_MIN or magic != MAGIC_V2:
             reason = (f"batch length {length} below minimum {BATCH_LENGTH_MIN}"
                       if length < BATCH_LENGTH_MIN else f"unsupported magic {magic}")
-            append((pos, base, None, None, epoch, magic, None, crc, False, None, None, None,
+            append((pos + position_base, base, None, None, epoch, magic, None, crc, False, None, None, None,
                     remaining, STATUS_CORRUPT, reason, prev_last, prev_epoch, None, None))
             break
         if size > remaining:
-            append((pos, base, base + last_delta, count, epoch, magic, attrs, crc, False,
+            append((pos + position_base, base, base + last_delta, count, epoch, magic, attrs, crc, False,
                     base_ts, max_ts, pid, remaining, STATUS_TORN,
                     f"batch of {size} bytes but only {remaining} left in the file",
                     prev_last, prev_epoch, pepoch, bseq))
@@ -392,17 +481,17 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
         computed = crc32c(view[pos + CRC_START: pos + size])
         last = base + last_delta
         if computed != crc:
-            append((pos, base, last, count, epoch, magic, attrs, crc, False, base_ts, max_ts,
+            append((pos + position_base, base, last, count, epoch, magic, attrs, crc, False, base_ts, max_ts,
                     pid, size, STATUS_CRC_MISMATCH,
                     f"CRC mismatch: stored {crc:#010x}, computed {computed:#010x}",
                     prev_last, prev_epoch, pepoch, bseq))
         elif last_delta < 0 or count < 0:
-            append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
+            append((pos + position_base, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
                     pid, size, STATUS_CORRUPT, "negative lastOffsetDelta or record count",
                     prev_last, prev_epoch, pepoch, bseq))
             last = None  # not a whole batch: it takes no part in offset order
         else:
-            append((pos, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
+            append((pos + position_base, base, last, count, epoch, magic, attrs, crc, True, base_ts, max_ts,
                     pid, size, STATUS_OK, None, prev_last, prev_epoch, pepoch, bseq))
         if last is not None:
             prev_last, prev_epoch = last, epoch
@@ -422,19 +511,49 @@ def scan_batch_chunks(buf, chunk_rows: int = 65536, flat: bool = False, start: i
     view.release()
 
 
-def scan_segment_file(path: str, chunk_rows: int = 65536) -> Iterator[list[tuple]]:
-    """Chunks of batch rows of one segment file; an unreadable file is one ``corrupt`` row."""
+def scan_ended(row: tuple) -> bool:
+    """Whether a batch row ends its segment's scan (framing lost: torn or corrupt)."""
+    return row[13] in (STATUS_TORN, STATUS_CORRUPT) and not row[8]
+
+
+def prev_after(row: tuple) -> tuple[int | None, int | None]:
+    """The (last offset, epoch) of the last whole batch up to and including ``row``."""
+    if row[13] in FRAMED_STATUSES and row[2] is not None:
+        return row[2], row[4]
+    return row[15], row[16]
+
+
+def _unreadable_row(e: OSError) -> tuple:
+    return (0, None, None, None, None, None, None, None, False, None, None, None, 0,
+            STATUS_CORRUPT, f"cannot read segment: {e}", None, None, None, None)
+
+
+def scan_segment_file(path: str, chunk_rows: int = 65536,
+                      window_bytes: int = WINDOW_BYTES) -> Iterator[list[tuple]]:
+    """Chunks of batch rows of one segment file; an unreadable file is one ``corrupt`` row.
+
+    The file is read window by window (segment_windows), so memory is bounded by
+    the window and ``chunk_rows``, not the file size.
+    """
+    pending: list[tuple] = []
+    prev: tuple[int | None, int | None] = (None, None)
     try:
-        buf = _open_bytes(path)
+        for window in segment_windows(path, window_bytes):
+            ended = False
+            for rows in scan_batch_chunks(window.buf, chunk_rows, prev=prev, end=window.end,
+                                          position_base=window.offset):
+                prev = prev_after(rows[-1])
+                ended = scan_ended(rows[-1])
+                pending.extend(rows)
+                if len(pending) >= chunk_rows:
+                    yield pending
+                    pending = []
+            if ended:
+                break
     except OSError as e:
-        yield [(0, None, None, None, None, None, None, None, False, None, None, None, 0,
-                STATUS_CORRUPT, f"cannot read segment: {e}", None, None, None, None)]
-        return
-    try:
-        yield from scan_batch_chunks(buf, chunk_rows)
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
+        pending.append(_unreadable_row(e))
+    if pending:
+        yield pending
 
 
 # ---------------------------------------------------------------- segment summaries
@@ -471,7 +590,7 @@ class _SegmentSummary:
 
     __slots__ = ("segment_base_offset", "batch_count", "row_count", "bad", "breaks", "drops",
                  "first_base", "first_epoch", "last_offset", "last_epoch", "log_start",
-                 "log_end", "violations", "changes")
+                 "log_end", "violations", "changes", "prev_last", "prev_epoch")
 
     def __init__(self, segment_base_offset: int):
         self.segment_base_offset = segment_base_offset
@@ -480,6 +599,9 @@ class _SegmentSummary:
         self.log_start = self.log_end = None  # log_end: the largest last offset so far
         self.violations: list[tuple] = []
         self.changes: list[tuple] = []
+        # The last whole batch so far (what the next window's first batch follows).
+        self.prev_last: int | None = None
+        self.prev_epoch: int | None = None
 
     def add_rows(self, rows: list[tuple]) -> None:
         """Batch rows (BATCH_FIELDS order) of the segment, in file order."""
@@ -549,21 +671,27 @@ def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -
 
 
 def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
-    """summarize_segment(scan_batch_chunks(buf)), without a row tuple per sound batch.
+    """summarize_segment(scan_batch_chunks(buf)), without a row tuple per sound batch."""
+    summary = _SegmentSummary(segment_base_offset)
+    summarize_window(summary, buf, len(buf), 0)
+    return summary.result()
+
+
+def summarize_window(summary: _SegmentSummary, buf, end: int, position_base: int) -> bool:
+    """Add one window of a segment (SegmentWindow's fields) to ``summary``; True: scan ended.
 
     The hot loop of the batch-level rules: while batches frame, pass their CRC
     and have sane counts, they are summarized straight from the header (one
     unpack and one CRC call each). From the first batch that does not, the rest
-    of the buffer goes through scan_batch_chunks and summarize_segment's row
+    of the window goes through scan_batch_chunks and summarize_segment's row
     logic, so damage is described by the one implementation.
     """
-    summary = _SegmentSummary(segment_base_offset)
     view = memoryview(buf)
-    end = len(buf)
     unpack = _HEADER.unpack_from
     pos = 0
-    prev_last = prev_epoch = first_base = first_epoch = log_start = log_end = None
-    last_epoch = None
+    prev_last, prev_epoch = summary.prev_last, summary.prev_epoch
+    first_base, first_epoch = summary.first_base, summary.first_epoch
+    log_start, log_end, last_epoch = summary.log_start, summary.log_end, summary.last_epoch
     sound = breaks = drops = 0
     violations, changes = summary.violations, summary.changes
     try:
@@ -579,7 +707,7 @@ def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
             sound += 1
             if prev_epoch is None:
                 first_base, first_epoch, log_start, log_end = base, epoch, base, last
-                changes.append((pos, epoch, base))
+                changes.append((pos + position_base, epoch, base))
             else:
                 if base != prev_last + 1:
                     breaks += 1
@@ -587,7 +715,7 @@ def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
                     if base < log_start:
                         log_start = base
                 if epoch != prev_epoch:
-                    changes.append((pos, epoch, base))
+                    changes.append((pos + position_base, epoch, base))
                     if epoch < prev_epoch:
                         drops += 1
                         violations.append((RULE_EPOCHS, base,
@@ -600,28 +728,38 @@ def summarize_buffer(buf, segment_base_offset: int) -> tuple | None:
     finally:
         view.release()
     if sound:
-        summary.batch_count = summary.row_count = sound
-        summary.breaks, summary.drops = breaks, drops
+        summary.batch_count += sound
+        summary.row_count += sound
+        summary.breaks += breaks
+        summary.drops += drops
         summary.first_base, summary.first_epoch = first_base, first_epoch
         summary.last_offset, summary.last_epoch = prev_last, last_epoch
         summary.log_start, summary.log_end = log_start, log_end
+        summary.prev_last, summary.prev_epoch = prev_last, prev_epoch
+    ended = False
     if pos < end:
-        for rows in scan_batch_chunks(buf, start=pos, prev=(prev_last, prev_epoch)):
+        for rows in scan_batch_chunks(buf, start=pos, prev=(prev_last, prev_epoch), end=end,
+                                      position_base=position_base):
             summary.add_rows(rows)
+            summary.prev_last, summary.prev_epoch = prev_after(rows[-1])
+            ended = scan_ended(rows[-1])
+    return ended
+
+
+def summarize_segment_file(segment: SegmentFile,
+                           window_bytes: int = WINDOW_BYTES) -> tuple | None:
+    """The summary of one segment file, read window by window (memory stays bounded).
+
+    An unreadable file is one ``corrupt`` row, as in scan_segment_file.
+    """
+    summary = _SegmentSummary(segment.base_offset)
+    try:
+        for window in segment_windows(segment.path, window_bytes):
+            if summarize_window(summary, window.buf, window.end, window.offset):
+                break
+    except OSError as e:
+        summary.add_rows([_unreadable_row(e)])
     return summary.result()
-
-
-def summarize_segment_file(segment: SegmentFile) -> tuple | None:
-    """summarize_buffer over one segment file (an unreadable file is one ``corrupt`` row)."""
-    try:
-        buf = _open_bytes(segment.path)
-    except OSError:
-        return summarize_segment(scan_segment_file(segment.path), segment.base_offset)
-    try:
-        return summarize_buffer(buf, segment.base_offset)
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
 
 
 # ---------------------------------------------------------------- records

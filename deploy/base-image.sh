@@ -4,15 +4,26 @@
 # `docker import` the tree. Used by `make image` when python:3.11-slim can be
 # neither found locally nor pulled.
 #
+# SPARK=1 builds `tidewater-base-spark:bookworm` instead: the same plus a Java
+# runtime (openjdk-17-jre-headless) and procps, for the image of the compose
+# `spark` profile (a Spark master and workers, and the audit's driver).
+#
 # Cached: does nothing when the image already exists (FORCE=1 rebuilds).
 # Mirror: $DEBIAN_MIRROR, else the Debian mirror this host's apt uses, else
 # http://deb.debian.org/debian. Needs root (debootstrap chroots).
 set -euo pipefail
 
-IMAGE="${BASE_IMAGE_TAG:-tidewater-base:bookworm}"
 SUITE=bookworm
 HERE="$(cd "$(dirname "$0")" && pwd)"
-ROOTFS="${BASE_ROOTFS_DIR:-$HERE/.base/rootfs}"
+PACKAGES=python3,python3-venv
+if [ "${SPARK:-0}" = 1 ]; then
+  IMAGE="${BASE_IMAGE_TAG:-tidewater-base-spark:bookworm}"
+  PACKAGES=$PACKAGES,openjdk-17-jre-headless,procps
+  ROOTFS="${BASE_ROOTFS_DIR:-$HERE/.base/rootfs-spark}"
+else
+  IMAGE="${BASE_IMAGE_TAG:-tidewater-base:bookworm}"
+  ROOTFS="${BASE_ROOTFS_DIR:-$HERE/.base/rootfs}"
+fi
 
 if [ "${FORCE:-0}" != 1 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "base-image: $IMAGE exists (FORCE=1 to rebuild)"
@@ -56,7 +67,7 @@ fi
 echo "base-image: debootstrap $SUITE from $MIRROR into $ROOTFS"
 rm -rf "$ROOTFS"
 mkdir -p "$ROOTFS"
-debootstrap --variant=minbase --include=python3,python3-venv \
+debootstrap --variant=minbase --include="$PACKAGES" \
   "$SUITE" "$ROOTFS" "$MIRROR" >"$ROOTFS.log" 2>&1 || {
     tail -n 30 "$ROOTFS.log" >&2
     echo "base-image: debootstrap failed (full log: $ROOTFS.log)" >&2

@@ -9,6 +9,11 @@
 #   make chaos        a seeded chaos run against the compose cluster
 #   make test-docker  tests/docker (skipped when no Docker engine answers; the Kafka
 #                     test needs kcat, installed from Debian where apt works)
+#   make image-spark  the Spark image: debootstrap base with a Java runtime
+#                     (SPARK=1 deploy/base-image.sh) + the spark wheels built on the host
+#   make spark-compose-up / spark-compose-down   the compose `spark` profile: a master
+#                     and 2 workers reading AUDIT_INPUT (default ./data) read-only
+#   make spark-compose-audit  the audit on them (report in build/audit-compose)
 
 # TIDE_IMAGE (what the compose file and tests/docker read) names it too.
 IMAGE ?= $(or $(TIDE_IMAGE),tidewater:latest)
@@ -34,7 +39,16 @@ WHEELHOUSE := build/wheelhouse
 PROJECT_SOURCES := pyproject.toml $(shell find broker controller client audit proto \
 	\( -name '*.py' -o -name '*.proto' \) -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: image wheelhouse up down clean chaos test-docker
+SPARK_IMAGE ?= $(or $(TIDE_SPARK_IMAGE),tidewater-spark:latest)
+SPARK_BASE_IMAGE := tidewater-base-spark:bookworm
+AUDIT_INPUT ?= $(CURDIR)/data
+AUDIT_COMPOSE_OUT ?= $(CURDIR)/build/audit-compose
+SPARK_COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) TIDE_SPARK_IMAGE=$(SPARK_IMAGE) \
+	TIDE_AUDIT_INPUT=$(AUDIT_INPUT) TIDE_AUDIT_OUT=$(AUDIT_COMPOSE_OUT) \
+	$(COMPOSE) -p $(COMPOSE_PROJECT) -f $(COMPOSE_FILE_PATH) --profile spark
+
+.PHONY: image wheelhouse up down clean chaos test-docker image-spark spark-compose-up \
+	spark-compose-down spark-compose-audit
 
 # Runtime dependencies (kio among them: the Kafka listener's codec) and the
 # kafka-client extra (kafka-python, pure Python: a Kafka client inside the
@@ -54,6 +68,38 @@ $(WHEELHOUSE)/project/.stamp: $(PROJECT_SOURCES) | venv
 	touch $@
 
 wheelhouse: $(WHEELHOUSE)/deps/.stamp $(WHEELHOUSE)/project/.stamp
+
+# pyspark, pyarrow and py4j at the venv's versions (pip's cache has them after make venv).
+$(WHEELHOUSE)/spark/.stamp: pyproject.toml | venv
+	rm -rf $(WHEELHOUSE)/spark
+	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/spark \
+	  "pyspark==$$($(PY) -c 'import pyspark; print(pyspark.__version__)')" \
+	  "pyarrow==$$($(PY) -c 'import pyarrow; print(pyarrow.__version__)')"
+	touch $@
+
+# The Spark image: the same Dockerfile on a base with a Java runtime, plus the spark
+# wheels (no registry: the base comes from debootstrap, the wheels from the host).
+image-spark: wheelhouse $(WHEELHOUSE)/spark/.stamp
+	SPARK=1 deploy/base-image.sh
+	docker build -q -f deploy/Dockerfile --build-arg BASE_IMAGE=$(SPARK_BASE_IMAGE) \
+	  --build-arg EXTRA_WHEELS=spark -t $(SPARK_IMAGE) . >/dev/null
+	docker run --rm $(SPARK_IMAGE) python -c "import pyspark, pyarrow, tidewater.audit.datasource"
+	@echo "image-spark: built $(SPARK_IMAGE)"
+
+spark-compose-up: image-spark
+	mkdir -p $(AUDIT_COMPOSE_OUT)
+	$(SPARK_COMPOSE_CMD) up -d spark-master spark-worker-1 spark-worker-2
+
+spark-compose-down:
+	$(SPARK_COMPOSE_CMD) rm -s -f spark-master spark-worker-1 spark-worker-2 spark-audit
+
+# AUDIT_INPUT=build/chaos/<run> audits a chaos run (data, metrics, acks, faults).
+spark-compose-audit:
+	@if [ -d "$(AUDIT_INPUT)/data" ]; then \
+	  args="/audit-input/data --metrics /audit-input/metrics --ack-log /audit-input/acks.jsonl --faults /audit-input/faults.jsonl"; \
+	else args="/audit-input"; fi; \
+	$(SPARK_COMPOSE_CMD) run --rm spark-audit tide audit $$args --out /audit-out \
+	  --master spark://spark-master:7077
 
 image: wheelhouse
 	@base="$(BASE_IMAGE)"; \
@@ -90,6 +136,7 @@ chaos: venv
 	  --duration $(CHAOS_DURATION_S) --seed $(CHAOS_SEED) --out "$$out" || rc=$$?; \
 	if [ -d "$$out/data" ]; then \
 	  $(PY) -m tidewater.tools audit "$$out/data" --metrics "$$out/metrics" --ack-log "$$out/acks.jsonl" \
+	    --faults "$$out/faults.jsonl" \
 	    --out "$$out/audit" || { arc=$$?; [ $$rc -ne 0 ] || rc=$$arc; }; \
 	fi; \
 	exit $$rc

@@ -140,6 +140,12 @@ def image():
 
 
 @pytest.fixture(scope="session")
+def chaos_run_dir(tmp_path_factory) -> Path:
+    """Where test_compose's chaos run writes; the Spark audit test reads it (or runs its own)."""
+    return tmp_path_factory.mktemp("chaos-run") / "chaos"
+
+
+@pytest.fixture(scope="session")
 def compose_cluster(image, tmp_path_factory):
     yield from _compose_cluster(tmp_path_factory, tls=False)
 

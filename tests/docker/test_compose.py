@@ -224,9 +224,9 @@ def test_metrics_scrape_finds_every_container(compose_cluster, tmp_path):
     assert "tidewater_controller_" in list(read_snapshots(out / "controller.prom"))[-1].text
 
 
-def test_chaos_run_against_the_compose_cluster(compose_cluster, tmp_path):
+def test_chaos_run_against_the_compose_cluster(compose_cluster, chaos_run_dir):
     c = compose_cluster
-    out = tmp_path / "chaos"
+    out = chaos_run_dir
     r = c.tide("chaos", "--compose", "--compose-project", c.project, "--duration", "60", "--seed", "6",
                "--out", str(out), "--hold", "2,5", "--gap", "1,3", "--scrape-interval-ms", "1000",
                timeout_s=900)

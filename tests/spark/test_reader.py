@@ -279,15 +279,12 @@ _batch_spec = st.tuples(st.sampled_from([0, 0, 0, 0, 1, 3, -1, -4]),
                         st.sampled_from([0, 0, 0, 1, 2, -1]), st.integers(1, 3))
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_batch_spec, min_size=0, max_size=10), st.integers(0, 7),
-       st.sampled_from(["none", "flip", "cut", "magic", "garbage"]), st.integers(0, 10_000))
-def test_segment_summary_equals_the_rules_applied_row_by_row(specs, segment_base, damage, at):
-    """Offsets and epochs in any order, any damage: the summary says what the rows say."""
+def _damaged_segment(specs, segment_base: int, damage: str, at: int, value) -> bytearray:
+    """Batches per ``specs`` (offset step, epoch step, records), then one kind of damage."""
     batches, offset, epoch = [], segment_base * 10, 0
     for offset_step, epoch_step, count in specs:
         offset, epoch = max(0, offset + offset_step), epoch + epoch_step
-        batches.append(encode_batch([(b"k%d" % i, b"v") for i in range(count)],
+        batches.append(encode_batch([(b"k%d" % i, value(i)) for i in range(count)],
                                     base_offset=offset, partition_leader_epoch=epoch))
         offset += count
     data = bytearray(b"".join(batches))
@@ -299,6 +296,17 @@ def test_segment_summary_equals_the_rules_applied_row_by_row(specs, segment_base
         data[16] = 7
     elif damage == "garbage":
         data += bytes(range(at % 90))
+    elif data and damage == "huge-length":  # a length field claiming past the end of the file
+        struct.pack_into(">i", data, 8, 1 << 30)
+    return data
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_batch_spec, min_size=0, max_size=10), st.integers(0, 7),
+       st.sampled_from(["none", "flip", "cut", "magic", "garbage"]), st.integers(0, 10_000))
+def test_segment_summary_equals_the_rules_applied_row_by_row(specs, segment_base, damage, at):
+    """Offsets and epochs in any order, any damage: the summary says what the rows say."""
+    data = _damaged_segment(specs, segment_base, damage, at, lambda i: b"v")
     rows = list(reader.scan_batches(bytes(data)))
     from_rows = reader.summarize_segment([rows[:3], rows[3:]], segment_base)
     from_buffer = reader.summarize_buffer(bytes(data), segment_base)  # the fast path
@@ -328,3 +336,28 @@ def test_segment_summary_of_the_damaged_replicas(dump):
     assert [(epoch, base) for _pos, epoch, base in back["epoch_changes"]] == \
         [(0, 0), (1, 9), (3, 15), (1, 17), (3, 19)]
     assert (back["log_start_offset"], back["log_end_offset"]) == (0, 22)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_batch_spec, min_size=0, max_size=8), st.integers(0, 3),
+       st.sampled_from(["none", "flip", "cut", "magic", "garbage", "huge-length"]),
+       st.integers(0, 10_000), st.integers(reader.HEADER_SIZE, 700))
+def test_windowed_reads_equal_whole_file_reads(tmp_path_factory, specs, segment_base, damage,
+                                               at, window_bytes):
+    """Segments read in small windows give the rows and summary of the whole file at once."""
+    data = _damaged_segment(specs, segment_base, damage, at, lambda i: b"v" * (i * 40))
+    path = tmp_path_factory.mktemp("windows") / f"{segment_base:020d}.log"
+    path.write_bytes(bytes(data))
+    whole = list(reader.scan_batches(bytes(data)))
+    windowed = [row for rows in reader.scan_segment_file(str(path), chunk_rows=3,
+                                                         window_bytes=window_bytes)
+                for row in rows]
+    assert windowed == whole
+    segment = reader.SegmentFile(1, str(path.parent), "t", 0, str(path), segment_base,
+                                 len(data))
+    assert (reader.summarize_segment_file(segment, window_bytes)
+            == reader.summarize_buffer(bytes(data), segment_base))
+    # Never more than one window (or one batch) in memory.
+    sizes = [len(w.buf) for w in reader.segment_windows(str(path), window_bytes)]
+    largest_batch = max((row[12] for row in whole), default=0)
+    assert all(size <= max(window_bytes, largest_batch) for size in sizes)

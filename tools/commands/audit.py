@@ -1,8 +1,10 @@
 """``tide audit``: check brokers' data, metrics and ack logs for consistency (PySpark).
 
-    tide audit DATA_DIR... [--metrics DIR] [--ack-log FILE...] --out DIR [--master local[*]]
+    tide audit DATA_DIR... [--metrics DIR] [--ack-log FILE...] --out DIR [--master URL]
 
-Starts a quiet local Spark (or uses the one already running in this process),
+Starts a quiet Spark driver on ``--master`` (default local[*]; spark://HOST:PORT for
+a standalone cluster such as make spark-up's), or uses the one already running in
+this process; Spark's own log lines go to ``--out``/spark.log,
 runs audit/job.py's rules and writes report.json, report.md, report.html and
 violations/*.parquet to ``--out``. Exit code 0 every rule passes, 1 some rule
 fails, 2 the input cannot be read (or Spark cannot start here).
@@ -11,6 +13,7 @@ fails, 2 the input cannot be read (or Spark cannot start here).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -38,14 +41,16 @@ def run(args) -> int:
 
     owned = SparkContext._active_spark_context is None
     if owned:
-        spark = local_session(args.master)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        spark = local_session(args.master, spark_log=Path(args.out) / "spark.log")
     else:
         from pyspark.sql import SparkSession
 
         spark = SparkSession.builder.getOrCreate()
         register_sources(spark)
     try:
-        return run_audit(spark, args.data, args.out, args.metrics, args.ack_log, log=print)
+        return run_audit(spark, args.data, args.out, args.metrics, args.ack_log, log=print,
+                         faults_log=args.faults)
     finally:
         if owned:
             spark.stop()
