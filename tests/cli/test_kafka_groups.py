@@ -85,8 +85,12 @@ class Worker:
         self.err = out_dir / f"{library}-{n}.err"
         env = dict(os.environ, PYTHONUNBUFFERED="1", GROUP_INSTANCE_ID=instance or "")
         if library == "kcat":
-            # kcat -G: librdkafka's balanced consumer, auto-commit every 100 ms.
-            cmd = [KCAT, "-b", c.kafka, "-G", group, "-o", "beginning", "-u",
+            # kcat -G: librdkafka's balanced consumer, auto-commit every 100 ms. Not
+            # `-o beginning`: kcat puts that offset on every partition it is assigned,
+            # committed offset or not (its rebalance_cb), so a rebalance would read
+            # again from 0 and commit backwards; auto.offset.reset applies only where
+            # the group has no committed offset.
+            cmd = [KCAT, "-b", c.kafka, "-G", group, "-X", "auto.offset.reset=earliest", "-u",
                    "-X", "session.timeout.ms=3000", "-X", "heartbeat.interval.ms=500",
                    "-X", "auto.commit.interval.ms=100", "-f", "R %p %o\n", topic]
         else:
