@@ -38,7 +38,8 @@ consumer.close()
 print(json.dumps(got))
 """
 
-# Records [[key, value], ...] on stdin; idempotence off: InitProducerId is not served yet.
+# Records [[key, value], ...] on stdin; idempotence off here (the idempotent producer is
+# tested against real processes in tests/cli/test_kafka_idempotence.py).
 PRODUCE_IN_NETWORK = r"""
 import json, sys
 from kafka import KafkaProducer
