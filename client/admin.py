@@ -17,11 +17,11 @@ import grpc
 from tidewater.client.metadata import (
     Address,
     MetadataClient,
+    client_metadata,
     format_address,
     rpc_call,
     rpc_error_to_typed,
 )
-from tidewater.client.security import ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import Acl
 from tidewater.proto.errors import (
@@ -129,12 +129,10 @@ class AdminClient:
         self.request_timeout_ms = request_timeout_ms
         # TLS settings (client/security.py, Kafka's names); a given ``metadata``'s pool
         # has its own.
-        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile,
-            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+        _security, self.metadata = client_metadata(
+            bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
+            ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
-        self.metadata = metadata or MetadataClient(
-            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
 
     # ------------------------------------------------------------------ topics
 

@@ -55,6 +55,7 @@ from tidewater.client.metadata import (
     LeaderInfo,
     MetadataClient,
     TopicPartition,
+    client_metadata,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.producer import (
@@ -70,7 +71,6 @@ from tidewater.client.producer import (
     request_producer_id,
     settle_produce_answer,
 )
-from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import CallerLoop, StreamPool
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
@@ -122,12 +122,10 @@ class AsyncProducer:
         self.max_in_flight_per_partition = max_in_flight_per_partition
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
-        security = self._security = ClientSecurity.from_options(
-            security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile,
-            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+        self._security, self.metadata = client_metadata(
+            bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
+            ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
-        self.metadata = metadata or MetadataClient(
-            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)

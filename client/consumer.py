@@ -65,10 +65,10 @@ from tidewater.client.metadata import (
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
+    client_metadata,
     format_address,
     rpc_error_to_typed,
 )
-from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import StreamPool, StreamRequest
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
@@ -186,12 +186,10 @@ class Consumer:
         self.retry_backoff_ms = retry_backoff_ms
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
-        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile,
-            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+        security, self.metadata = client_metadata(
+            bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
+            ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
-        self.metadata = metadata or MetadataClient(
-            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._positions: dict[TopicPartition, int | None] = {}
         # Partitions whose position must be reset by timestamp (-2 earliest, -1 latest).
         self._pending_reset: dict[TopicPartition, int] = {}

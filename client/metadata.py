@@ -427,3 +427,19 @@ class MetadataClient:
 
     def close(self) -> None:
         self.pool.close()
+
+
+def client_metadata(bootstrap: str, metadata: MetadataClient | None, request_timeout_ms: int,
+                    security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
+                    ssl_certfile: str | None = None, ssl_keyfile: str | None = None, *,
+                    sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
+                    sasl_plain_password: str | None = None
+                    ) -> tuple[ClientSecurity, MetadataClient]:
+    """A client's security settings (Kafka's names, ``ClientSecurity.from_options``) and its
+    metadata client: ``metadata`` if given (its pool has security of its own), else one
+    made here for ``bootstrap`` with those settings."""
+    security = ClientSecurity.from_options(
+        security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, sasl_mechanism=sasl_mechanism,
+        sasl_plain_username=sasl_plain_username, sasl_plain_password=sasl_plain_password)
+    return security, metadata or MetadataClient(
+        bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)

@@ -76,11 +76,11 @@ from tidewater.client.metadata import (
     BrokerConnectionError,
     MetadataClient,
     TopicPartition,
+    client_metadata,
     format_address,
     rpc_call,
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
-from tidewater.client.security import ClientSecurity
 from tidewater.client.streams import StreamPool
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
@@ -330,12 +330,10 @@ class Producer:
         self.max_in_flight_per_partition = max_in_flight_per_partition
         # TLS settings (client/security.py, Kafka's names) for the streams and the
         # metadata client made here (a given ``metadata`` needs ``security=`` of its own).
-        security = ClientSecurity.from_options(security_protocol, ssl_cafile, ssl_certfile,
-                                               ssl_keyfile,
-            sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
+        security, self.metadata = client_metadata(
+            bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
+            ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
-        self.metadata = metadata or MetadataClient(
-            bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
         self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
