@@ -337,42 +337,37 @@ class Bench:
                  ("TLS", secure, secure_topic, secure_pids))
         try:
             for client in ("python", "kafka"):
+                produce_label, consume_label = (
+                    next(w for w, cl, k in TLS_WORKLOADS if cl == client and k == kind)
+                    for kind in ("produce", "consume"))
                 produced: dict[str, str] = {}
                 for side, c, make_topic, pids in sides:
                     name = self.step(f"create topic tls-compare {client} {side}", make_topic,
                                      f"tlscmp-{client}")
                     if name is None:
                         continue
-                    label = next(w for w, cl, kind in TLS_WORKLOADS
-                                 if cl == client and kind == "produce")
                     if client == "python":
-                        result = self.step(
-                            f"{label} ({side})", with_cpu, pids(),
-                            tidewater_side.producer_throughput, c.bootstrap, name, 1024, -1,
-                            p.produce_s, producer_options=c.client_security)
+                        run = (tidewater_side.producer_throughput, c.bootstrap, name, 1024, -1,
+                               p.produce_s), {"producer_options": c.client_security}
                     else:
-                        result = self.step(
-                            f"{label} ({side})", with_cpu, pids(), kafka_side.producer_throughput,
-                            c.local.manifest["kafka_bootstrap"], name, 1024, "all", p.produce_s,
-                            **c.kafka_client_config)
-                    self.tls[(label, side)] = result
+                        run = (kafka_side.producer_throughput, c.local.manifest["kafka_bootstrap"],
+                               name, 1024, "all", p.produce_s), c.kafka_client_config
+                    result = self.step(f"{produce_label} ({side})", with_cpu, pids(), *run[0],
+                                       **run[1])
+                    self.tls[(produce_label, side)] = result
                     if result is not None:
                         produced[side] = name
-                label = next(w for w, cl, kind in TLS_WORKLOADS
-                             if cl == client and kind == "consume")
                 for side, c, _make_topic, pids in sides:
                     if side not in produced:
                         continue
                     if client == "python":
-                        self.tls[(label, side)] = self.step(
-                            f"{label} ({side})", with_cpu, pids(),
-                            tidewater_side.consume_throughput, c.bootstrap, produced[side],
-                            consumer_options=c.client_security)
+                        run = ((tidewater_side.consume_throughput, c.bootstrap, produced[side]),
+                               {"consumer_options": c.client_security})
                     else:
-                        self.tls[(label, side)] = self.step(
-                            f"{label} ({side})", with_cpu, pids(), kafka_side.consume_throughput,
-                            c.local.manifest["kafka_bootstrap"], produced[side],
-                            **c.kafka_client_config)
+                        run = ((kafka_side.consume_throughput, c.local.manifest["kafka_bootstrap"],
+                                produced[side]), c.kafka_client_config)
+                    self.tls[(consume_label, side)] = self.step(
+                        f"{consume_label} ({side})", with_cpu, pids(), *run[0], **run[1])
         finally:
             self.step("tidewater TLS cluster down", secure.stop)
             self._tls_cluster = None

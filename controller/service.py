@@ -101,6 +101,7 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from tidewater.controller.authorization import (
+    MEMBER_ONLY_ADMIN_RPCS,
     admin_request_refusal,
     broker_request_refusal,
     refusal_message,
@@ -148,8 +149,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                      offset, wait_ms)
 
     async def _run(self, rpc: str, command: Command[T], context: Context) -> T:
-        if admin_request_refusal(self._principal(context), rpc,
-                                 authenticating=self.authenticating) is not None:
+        # The principal is read only for the calls the rule is about (auth_context is
+        # parsed per call): AlterPartition and the like pass through _run too.
+        if rpc in MEMBER_ONLY_ADMIN_RPCS and admin_request_refusal(
+                self._principal(context), rpc, authenticating=self.authenticating) is not None:
             log.warning("%s refused: a client certificate sent it to the controller's port; "
                         "clients reach it through a broker, which checks their ACLs", rpc)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
