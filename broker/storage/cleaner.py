@@ -51,11 +51,12 @@ from tidewater.broker.storage.cleaner_rewrite import (
     RetainRules,
     filter_batch,
 )
-from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, fsync_dir, swap_in
+from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, swap_in
 from tidewater.broker.storage.log import Log, unlink_in_background
 from tidewater.broker.storage.segment import (
     BatchFrame,
     LogSegment,
+    fsync_dir,
     iter_batches_in_file,
     storage_error,
 )

@@ -60,6 +60,7 @@ from tidewater.broker.storage.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    fsync_dir,
     parse_segment_file_name,
     segment_file_name,
     storage_error,
@@ -90,13 +91,6 @@ def mark_compacted(directory: Path) -> None:
     except OSError as e:
         raise storage_error("cannot create the compacted marker", path, e) from e
     fsync_dir(directory)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames in ``directory`` durable (recovery.fsync_dir; imported late: recovery
-    imports this module)."""
-    from tidewater.broker.storage.recovery import fsync_dir as fsync
-    fsync(directory)
 
 
 def swap_in(directory: Path, cleaned: LogSegment, old: Sequence[LogSegment]) -> list[Path]:

@@ -114,8 +114,8 @@ from tidewater.broker.storage.producer_state import (
     parse_snapshot_file_name,
     snapshot_file_name,
 )
-from tidewater.broker.storage.recovery import close_segments_quietly, fsync_dir, open_log_dir
-from tidewater.broker.storage.segment import LogSegment, storage_error
+from tidewater.broker.storage.recovery import close_segments_quietly, open_log_dir
+from tidewater.broker.storage.segment import LogSegment, fsync_dir, storage_error
 from tidewater.broker.storage.topics import TopicPartition, parse_log_dir_name
 from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,

@@ -76,8 +76,7 @@ from tidewater.broker.storage.partition_metadata import (
     write_partition_metadata,
 )
 from tidewater.broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
-from tidewater.broker.storage.recovery import fsync_dir
-from tidewater.broker.storage.segment import storage_error
+from tidewater.broker.storage.segment import fsync_dir, storage_error
 from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
 from tidewater.proto.errors import CorruptFileError, KafkaStorageError
 

@@ -63,6 +63,7 @@ from tidewater.broker.storage.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     LogSegment,
+    fsync_dir,
     parse_segment_file_name,
     storage_error,
 )
@@ -142,18 +143,6 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         close_segments_quietly(segments)
         raise
     return OpenedLog(segments, cache, start, config)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make file creations, renames and deletions in ``directory`` durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise storage_error("cannot fsync directory", directory, e) from e
 
 
 def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | None) -> int:

@@ -100,6 +100,18 @@ def storage_error(what: str, path: Path, error: OSError) -> KafkaStorageError:
     return KafkaStorageError(f"{what}: {error.strerror or error}", path=str(path))
 
 
+def fsync_dir(directory: Path) -> None:
+    """Make file creations, renames and deletions in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error("cannot fsync directory", directory, e) from e
+
+
 def iter_batches_in_file(fd: int, path: Path, start: int, end: int, *,
                          validate_crc: bool) -> Iterator[BatchFrame]:
     """Yield raw header tuples ``(position, size, base_offset, epoch, last_offset_delta,
