@@ -175,7 +175,8 @@ class LeaderFetcher:
                 if timeout is None and stub is None:
                     timeout = backoff_s
                 try:
-                    await asyncio.wait_for(self._changed.wait(), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: see supervisor.py
+                        await self._changed.wait()
                 except TimeoutError:
                     pass
                 continue

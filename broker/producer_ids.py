@@ -111,7 +111,8 @@ class ProducerIdManager:
                 raise CoordinatorLoadInProgressError("no producer id block from the controller yet")
             self._got_block.clear()
             try:
-                await asyncio.wait_for(self._got_block.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._got_block.wait()
             except TimeoutError:
                 pass
 

@@ -8,6 +8,11 @@ CRITICAL with its traceback and calls ``on_fatal``, which the broker process
 turns into a shutdown with a non-zero exit (``broker/__main__.py``), as the
 controller does. A cancelled task (shutdown) is not a failure.
 
+A supervised loop waits with ``asyncio.timeout``, never ``asyncio.wait_for``:
+Python 3.11's ``wait_for`` returns the awaited result when a cancel arrives in
+the same loop turn as that result, so the loop goes on and a shutdown that
+awaits the cancelled task waits forever.
+
 ``fail`` does the same for an invariant violation caught at a request
 boundary: the broker stops rather than answer UNKNOWN_SERVER_ERROR and go on.
 """

@@ -212,7 +212,8 @@ class AsyncProducer:
         self._accumulator.begin_flush()
         self._wake.set()
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
         except TimeoutError:
             raise RequestTimedOutError(f"flush timed out with {self._unfinished} records pending") from None
         finally:
@@ -253,7 +254,8 @@ class AsyncProducer:
                 self._wake.clear()
                 wait_s = 0.2 if next_ms is None else max(0.001, min(0.2, (next_ms - now) / 1000))
                 try:
-                    await asyncio.wait_for(self._wake.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue

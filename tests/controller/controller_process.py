@@ -193,7 +193,8 @@ class FakeBroker(pb_grpc.BrokerControlServicer):
                 await call.write(pb.BrokerHeartbeatRequest(
                     broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                     want_shutdown=self.want_shutdown, control_token=self.control_token))
-                response = await asyncio.wait_for(call.read(), 2)
+                async with asyncio.timeout(2):  # wait_for could swallow stop()'s cancel
+                    response = await call.read()
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError):
                 response = grpc.aio.EOF  # controller down: keep trying, as a broker does
             if response is grpc.aio.EOF:

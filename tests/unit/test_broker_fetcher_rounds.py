@@ -245,3 +245,21 @@ async def test_real_stream_silent_leader_is_dropped_at_the_deadline_and_reopened
     finally:
         await follower_rm.stop()
         await server.stop(0)
+
+
+async def test_a_cancel_that_meets_a_wake_up_ends_the_fetcher(tmp_path):
+    """Python 3.11's wait_for returns the result when the cancel comes in the same loop
+    turn as it, and the loop would go on: a broker's shutdown then waits forever."""
+    rm, _ = make_manager(tmp_path, broker_id=2)
+    rm.log_manager._logs[TP] = seeded_log([(0, 3)])
+    await rm.leader_and_isr(lai(leader=1, leader_epoch=0))  # no endpoint for broker 1: idle
+    fetcher = rm.fetchers.fetchers[1]
+    for _ in range(20):
+        await asyncio.sleep(0.01)  # into its wait for a change
+        fetcher._changed.set()
+        fetcher.task.cancel()
+        done, _ = await asyncio.wait([fetcher.task], timeout=2)
+        assert done and fetcher.task.cancelled()
+        fetcher.task = asyncio.get_running_loop().create_task(fetcher._run())
+    fetcher.task.cancel()
+    await asyncio.gather(fetcher.task, return_exceptions=True)
