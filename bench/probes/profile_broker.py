@@ -73,6 +73,16 @@ def top_table(counter: Counter, total: int, n: int) -> str:
     return format_table(("samples", "frame"), rows, align_right=(True, False))
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` so far, from /proc (py-spy samples a thread in
+    a system call as busy: this tells the kernel's share apart)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=15)
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         worker = threading.Thread(target=drive)
         worker.start()
         time.sleep(1)  # past connection set-up
+        cpu_before = {role: cpu_seconds(pid) for role, pid in targets.items()}
+        window_start = time.monotonic()
         for role, pid in targets.items():
             path = out_dir / f"{role}.txt"
             spy = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", str(int(args.seconds)),
@@ -141,11 +153,18 @@ def main(argv: list[str] | None = None) -> int:
             spies.append((role, spy, path))
         for _role, spy, _path in spies:
             spy.wait(timeout=args.seconds + 60)
+        window_s = time.monotonic() - window_start
+        cpu_after = {role: cpu_seconds(pid) for role, pid in targets.items()}
         worker.join()
         t = result.get("t")
         if t is not None:
             print(f"{args.mode} acks=all {args.record_bytes} B: {t.records_per_s:,.0f} rec/s, "
                   f"{t.mb_per_s:.1f} MB/s")
+        print(f"CPU over the {window_s:.1f} s profiled (user / system, in cores):")
+        for role in targets:
+            user = cpu_after[role][0] - cpu_before[role][0]
+            system = cpu_after[role][1] - cpu_before[role][1]
+            print(f"  {role:9} {user / window_s:.2f} / {system / window_s:.2f}")
         for role, spy, path in spies:
             if not path.exists():
                 print(f"{role}: py-spy failed: {spy.stderr.read().decode(errors='replace')[-500:]}")

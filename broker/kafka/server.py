@@ -49,6 +49,7 @@ from tidewater.broker.kafka.codec import (
     peek_head,
     response_type,
 )
+from tidewater.broker.kafka.framing import FrameConnection, FrameSizeError
 from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.proto import tidewater_pb2 as pb
@@ -60,9 +61,6 @@ log = logging.getLogger("tidewater.broker.kafka")
 IN_FLIGHT_MAX = 64
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 _SIZE_BYTES = 4
-# The connection's read buffer: asyncio pauses reading above twice this. Its default
-# (64 KiB) paused and resumed the socket several times for every 256 KiB produce.
-READ_BUFFER_BYTES = 1024 * 1024
 _RAW_HEAD = RequestHead(-1, 0, 0, None)  # a raw SASL token (after SaslHandshake v0)
 
 
@@ -92,9 +90,10 @@ class KafkaListener:
     async def start(self) -> int:
         tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
                if self.ssl_context is not None else {})
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  reuse_address=True, limit=READ_BUFFER_BYTES,
-                                                  **tls)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FrameConnection(self._open, frame_bytes_max=self.max_request_bytes),
+            self.host, self.port, reuse_address=True, **tls)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 
@@ -107,21 +106,24 @@ class KafkaListener:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _open(self, connection: FrameConnection) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(connection))
         self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, connection: FrameConnection) -> None:
+        writer = connection
         peer = writer.get_extra_info("peername")
         answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
             asyncio.Queue(maxsize=IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_answers(answers, writer, peer))
-        connection = None
+        security = None
         if self.security is not None and self.security.secured:  # else: no per-request checks
-            connection = ConnectionSecurity(
+            security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
                 tls_principal=tls_principal(writer.get_extra_info("peercert")))
         try:
-            await self._read_requests(reader, answers, peer, connection)
+            await self._read_requests(connection, answers, peer, security)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away; its unanswered requests go with it
         except asyncio.CancelledError:
@@ -143,19 +145,18 @@ class KafkaListener:
             except (asyncio.CancelledError, ConnectionError):
                 pass
             writer.close()
-            self._connections.discard(task)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, answers: asyncio.Queue, peer,
+    async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
                              connection: ConnectionSecurity | None) -> None:
         services = (self.services if connection is None
                     else dataclasses.replace(self.services, connection=connection))
         while True:
-            size = int.from_bytes(await reader.readexactly(_SIZE_BYTES), "big", signed=True)
-            if not 0 < size <= self.max_request_bytes:
+            try:
+                frame = await reader.read_frame()
+            except FrameSizeError as e:
                 log.warning("kafka: closing %s: request size %d outside 1..%d "
-                            "(socket.request.max.bytes)", peer, size, self.max_request_bytes)
+                            "(socket.request.max.bytes)", peer, e.size, self.max_request_bytes)
                 return
-            frame = await reader.readexactly(size)
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:
                 try:
@@ -203,7 +204,7 @@ class KafkaListener:
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
 
-    async def _send_answers(self, answers: asyncio.Queue, writer: asyncio.StreamWriter,
+    async def _send_answers(self, answers: asyncio.Queue, writer: FrameConnection,
                             peer) -> None:
         try:
             while (item := await answers.get()) is not None:

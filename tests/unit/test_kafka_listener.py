@@ -206,6 +206,28 @@ async def test_produce_then_fetch_pass_record_batches_through_untouched(tmp_path
         c.close()
 
 
+async def test_a_produce_larger_than_the_read_buffer_is_appended_whole(tmp_path):
+    """Frames past the 64 KiB scratch buffer are read into their own buffer (framing.py);
+    kio takes them read-only, and the batch reaches the log byte for byte."""
+    async with Listening(tmp_path) as listening:
+        listening.listener.max_request_bytes = 1024 * 1024
+        c = await listening.connect()
+        batches = [make_batch(n, bytes(range(256)) * 2) for n in (600, 1, 300)]  # 300, 0.5, 150 KiB
+        for expected_offset, batch in zip((0, 600, 601), batches, strict=True):
+            produced = await c.call(apis.PRODUCE, 9, produce_values(batch))
+            [[partition]] = [t.partition_responses for t in produced.responses]
+            assert partition.error_code == 0 and partition.base_offset == expected_offset
+        fetched = await c.call(apis.FETCH, 12, fetch_values(0))
+        [[data]] = [t.partitions for t in fetched.responses]
+        records = bytes(data.records)
+        position = 0
+        for batch in batches:  # base offset and leader epoch are the broker's
+            assert records[position + 16:position + len(batch)] == batch[16:]
+            position += len(batch)
+        assert position == len(records)
+        c.close()
+
+
 async def test_answers_keep_request_order_behind_a_long_poll(tmp_path):
     async with Listening(tmp_path) as listening:
         c = await listening.connect()
