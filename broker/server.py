@@ -332,7 +332,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("JoinGroup")
     async def JoinGroup(self, request, context):
-        return await self.groups.join_group(request, await self._group_allowed(context))
+        return await self.groups.join_group(request, await self._group_allowed(context),
+                                            client_host=f"/{grpc_security.peer_host(context.peer() or '')}")
 
     @_rpc("SyncGroup")
     async def SyncGroup(self, request, context):

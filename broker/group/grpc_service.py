@@ -48,13 +48,14 @@ class GroupRpcs:
                                           host=node.host, port=node.port)
 
     async def join_group(self, request: pb.JoinGroupRequest,
-                         allowed: GroupAllowed | None = None) -> pb.JoinGroupResponse:
+                         allowed: GroupAllowed | None = None, *,
+                         client_host: str = "") -> pb.JoinGroupResponse:
         if _refused(allowed, READ, request.group_id):
             return pb.JoinGroupResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED, member_id=request.member_id)
         answer = await service.join(
             self.coordinator, group_id=request.group_id, member_id=request.member_id,
             group_instance_id=request.group_instance_id or None, client_id=request.client_id,
-            client_host="", protocol_type=request.protocol_type,
+            client_host=client_host, protocol_type=request.protocol_type,
             protocols=[(p.name, p.metadata) for p in request.protocols],
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms or request.session_timeout_ms,

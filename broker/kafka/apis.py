@@ -141,6 +141,8 @@ class Services:
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
     # connection its own copy of Services). None: no security, everything allowed.
     connection: Any = None
+    # The client's address as Kafka shows it in a group member's HOST ("/127.0.0.1").
+    client_host: str = ""
 
     def allowed(self, operation: int, resource_type: int, name: str) -> bool:
         """May this connection's principal do ``operation`` (``proto.acls``) on the

@@ -128,7 +128,7 @@ async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
     pending = service.join(
         s.group_coordinator, group_id=group_id, member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
-        client_id=head.client_id or "", client_host=getattr(s, "client_host", "") or "",
+        client_id=head.client_id or "", client_host=s.client_host,
         protocol_type=body.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
         session_timeout_ms=session_ms,

@@ -148,8 +148,8 @@ class KafkaListener:
 
     async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
                              connection: ConnectionSecurity | None) -> None:
-        services = (self.services if connection is None
-                    else dataclasses.replace(self.services, connection=connection))
+        services = dataclasses.replace(self.services, connection=connection,
+                                       client_host=f"/{peer[0]}" if peer else "")
         while True:
             try:
                 frame = await reader.read_frame()

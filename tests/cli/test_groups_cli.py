@@ -83,6 +83,7 @@ def test_reset_offsets_is_refused_while_the_group_has_members_then_moves_them(cl
         member.commit()
         d = describe(c, "g2")
         assert d["state"] == "Stable" and len(d["members"]) == 1
+        assert d["members"][0]["host"] == "/127.0.0.1"  # the gRPC client's address
         assert sorted(tuple(tp) for tp in d["members"][0]["partitions"]) == [
             (topic, 0), (topic, 1), (topic, 2)]
         refused = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest")

@@ -199,6 +199,7 @@ def test_a_group_of_three_shares_partitions_through_crash_leave_and_join(cluster
             return d if sizes == [2, 2, 2] else None
         description = wait_for(three_share, "three members with two partitions each")
         assert str(description.state).endswith("STABLE")
+        assert {m.host for m in description.members} == {"/127.0.0.1"}  # as Kafka shows it
 
         before = end_offsets(c, topic)
         workers[0].kill()  # a crash: evicted after its session timeout
