@@ -32,13 +32,16 @@ cleanup.policy                    list     delete, compact         compact,delet
 delete.retention.ms               long     >= 0                    tombstones kept this long
 min.cleanable.dirty.ratio         double   [0, 1]
 min.compaction.lag.ms             long     >= 0                    records younger stay uncompacted
+max.compaction.lag.ms             long     >= 1                    2^63-1 (Kafka's default): never
 ================================  =======  ======================  ==================================
 
 Any other name is refused. Each value is checked on its own (no rule spans
 two configs), and ``LogConfig.validate`` checks its fields against the same
 table, so any overlay of valid maps (a broker's defaults, then the topic's
 own) is a valid ``LogConfig``. Every refusal is an ``InvalidConfigError``
-(INVALID_CONFIG on the wire) whose message names the config.
+(INVALID_CONFIG on the wire) whose message names the config. (Kafka refuses a
+``min.compaction.lag.ms`` above ``max.compaction.lag.ms``; here both apply: a
+segment younger than the minimum is never cleaned, however overdue.)
 """
 
 from __future__ import annotations
@@ -164,10 +167,11 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
     TopicConfigDef("min.cleanable.dirty.ratio", "double", 0, 1,
                    log_field="min_cleanable_dirty_ratio"),
     TopicConfigDef("min.compaction.lag.ms", "long", 0, log_field="min_compaction_lag_ms"),
+    TopicConfigDef("max.compaction.lag.ms", "long", 1, log_field="max_compaction_lag_ms"),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.
-_NEVER_FIELDS = frozenset({"flush_messages", "flush_ms"})
+_NEVER_FIELDS = frozenset({"flush_messages", "flush_ms", "max_compaction_lag_ms"})
 
 
 def parse_topic_config(name: str, raw: str) -> int | float | bool | str:
@@ -206,6 +210,7 @@ class LogConfig:
     delete_retention_ms: int = DAY_MS
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None  # None: never forces a cleaning (KIP-354)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -227,6 +232,15 @@ class LogConfig:
     def compact(self) -> bool:
         """The log cleaner compacts this log (its offsets may then have gaps)."""
         return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def roll_ms(self) -> int:
+        """How old the active segment may get: ``segment.ms``, or on a compacted log
+        ``max.compaction.lag.ms`` when smaller (the active segment is never cleaned, so
+        its records would otherwise wait past that lag; Kafka's maxSegmentMs)."""
+        if self.compact and self.max_compaction_lag_ms is not None:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def delete(self) -> bool:

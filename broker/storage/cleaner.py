@@ -183,8 +183,8 @@ class LogCleaner:
         segments = partition_log.segments()
         truncations = partition_log.truncations
         plan = plan_cleaning(
-            [SegmentSummary(s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp)
-             for s in segments],
+            [SegmentSummary(s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp,
+                            s.first_batch_time_ms) for s in segments],
             first_dirty_offset=self.first_dirty_offsets.get(tp, 0),
             high_watermark=high_watermark, recovery_point=partition_log.recovery_point,
             now_ms=now_ms, config=partition_log.config)

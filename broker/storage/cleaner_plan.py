@@ -16,7 +16,10 @@ The log, oldest first::
 - The first dirty offset is where the last cleaning ended (the cleaner offset
   checkpoint), clamped into the log (the log start when it lies past the end). Clean bytes are the cleanable segments
   wholly below it; dirty bytes the rest. The log is cleaned only when
-  dirty / (clean + dirty) >= ``min.cleanable.dirty.ratio`` (and dirty > 0).
+  dirty / (clean + dirty) >= ``min.cleanable.dirty.ratio`` (and dirty > 0), or
+  when a cleanable dirty segment's first batch is older than
+  ``max.compaction.lag.ms`` (KIP-354: then at any ratio; ``LogConfig.roll_ms``
+  rolls the active segment in time for its records to become cleanable).
 - The whole cleanable range is rewritten (the clean section too: a key updated
   in the dirty section removes its older record there), as consecutive groups
   of segments, each becoming one segment named by its first segment's base
@@ -41,6 +44,7 @@ class SegmentSummary:
     next_offset: int  # offset after its last batch
     size_bytes: int
     max_timestamp: int  # largest batch maxTimestamp; -1 when none
+    first_batch_time_ms: int | None = None  # the segment's first batch time (segment.ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +93,26 @@ def plan_cleaning(segments: Sequence[SegmentSummary], *, first_dirty_offset: int
     if not dirty or dirty_bytes == 0:
         return None
     ratio = dirty_bytes / total_bytes
-    if ratio < config.min_cleanable_dirty_ratio:
+    if ratio < config.min_cleanable_dirty_ratio and not _overdue(
+            segments, dirty, now_ms, config.max_compaction_lag_ms):
         return None
     # The map reads whole segments: one partly below the first dirty offset too.
     first_dirty = segments[dirty[0]].base_offset
     return CleaningPlan(first_dirty, clean_end, group_segments(segments[:cleanable + 1],
                                                                config.segment_bytes),
                         ratio, dirty)
+
+
+def _overdue(segments: Sequence[SegmentSummary], dirty: Sequence[int], now_ms: int,
+             max_compaction_lag_ms: int | None) -> bool:
+    """A dirty segment's records have waited longer than max.compaction.lag.ms."""
+    if max_compaction_lag_ms is None:
+        return False
+    for i in dirty:
+        first_batch_time_ms = segments[i].first_batch_time_ms
+        if first_batch_time_ms is not None and now_ms - first_batch_time_ms > max_compaction_lag_ms:
+            return True
+    return False
 
 
 def group_segments(segments: Sequence[SegmentSummary],

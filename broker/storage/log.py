@@ -462,17 +462,18 @@ class Log:
         first_batch_time_ms = segment.first_batch_time_ms
         return (size + append_bytes > config.segment_bytes
                 or (first_batch_time_ms is not None
-                    and now_ms - first_batch_time_ms > config.segment_ms)
+                    and now_ms - first_batch_time_ms > config.roll_ms)
                 or segment.indexes_full
                 or last_offset - segment.base_offset > RELATIVE_OFFSET_MAX)
 
     def maybe_roll(self, now_ms: int) -> None:
-        """Roll the active segment if segment.ms has passed (called periodically)."""
+        """Roll the active segment if segment.ms (``LogConfig.roll_ms``) has passed
+        (called periodically)."""
         with self._lock:
             self._check_usable()
             segment = self.active_segment
             if (segment.size_bytes and segment.first_batch_time_ms is not None
-                    and now_ms - segment.first_batch_time_ms > self.config.segment_ms):
+                    and now_ms - segment.first_batch_time_ms > self.config.roll_ms):
                 self._roll(now_ms)
 
     def roll(self, now_ms: int) -> None:

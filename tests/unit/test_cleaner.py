@@ -30,8 +30,8 @@ def compact_config(**overrides: str) -> LogConfig:
     return LogConfig.from_configs({**COMPACT, **overrides})
 
 
-def summary(base, end, size=100, ts=0):
-    return SegmentSummary(base, end, size, ts)
+def summary(base, end, size=100, ts=0, first_ms=None):
+    return SegmentSummary(base, end, size, ts, first_ms)
 
 
 def read_records(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -106,6 +106,48 @@ def test_plan_keeps_records_younger_than_the_compaction_lag():
     plan = plan_cleaning(segments, first_dirty_offset=0, high_watermark=99, recovery_point=99,
                          now_ms=5500, config=config)
     assert plan is not None and plan.clean_end_offset == 10
+
+
+def test_a_dirty_segment_older_than_the_max_lag_is_cleaned_at_any_ratio():
+    # 10% dirty, far below the 0.5 minimum: cleaned only once its first batch is overdue.
+    segments = [summary(0, 10, 900, first_ms=0), summary(10, 20, 100, first_ms=2000),
+                summary(20, 30, first_ms=9000)]
+    lagged = compact_config(**{"max.compaction.lag.ms": "5000", "min.cleanable.dirty.ratio": "0.5"})
+    assert plan_cleaning(segments, first_dirty_offset=10, high_watermark=99, recovery_point=99,
+                         now_ms=7000, config=lagged) is None  # waited 5,000 ms: not more
+    plan = plan_cleaning(segments, first_dirty_offset=10, high_watermark=99, recovery_point=99,
+                         now_ms=7001, config=lagged)
+    assert plan is not None and plan.dirty_segments == (1,) and plan.dirty_ratio == 0.1
+    assert plan_cleaning(segments, first_dirty_offset=10, high_watermark=99, recovery_point=99,
+                         now_ms=10**9, config=compact_config(**{
+                             "min.cleanable.dirty.ratio": "0.5"})) is None  # default: never
+    # ...and never below the HW's limits or min.compaction.lag.ms.
+    both = compact_config(**{"max.compaction.lag.ms": "5000", "min.compaction.lag.ms": "8000",
+                             "min.cleanable.dirty.ratio": "0.5"})
+    young = [summary(0, 10, 900, first_ms=0), summary(10, 20, 100, ts=7000, first_ms=2000),
+             summary(20, 30, first_ms=9000)]
+    assert plan_cleaning(young, first_dirty_offset=10, high_watermark=99, recovery_point=99,
+                         now_ms=7001, config=both) is None
+
+
+def test_a_compacted_log_rolls_its_active_segment_at_the_max_lag(tmp_path):
+    config = compact_config(**{"segment.ms": "60000", "max.compaction.lag.ms": "5000",
+                               "segment.bytes": "1000000"})
+    assert config.roll_ms == 5000
+    assert LogConfig.from_configs({"max.compaction.lag.ms": "5000"}).roll_ms == 7 * 86_400_000
+    assert compact_config().roll_ms == 7 * 86_400_000
+    # The active segment is never cleaned: rolling it at the lag is what lets its records
+    # be compacted in time.
+    log = Log.open(tmp_path / "t-0", config, now_ms=0)
+    fill(log, updates(10, 2), ts=0)
+    log.maybe_roll(now_ms=5000)
+    assert len(log.segments()) == 1  # not older than the lag yet
+    log.maybe_roll(now_ms=5001)
+    assert len(log.segments()) == 2
+    [result] = clean(log, now_ms=5002)
+    assert [(k, v) for _o, k, v in read_records(log)] == [(b"k0", b"v8"), (b"k1", b"v9")]
+    assert result.clean_end_offset == 10
+    log.close()
 
 
 def test_groups_fit_segment_bytes():
