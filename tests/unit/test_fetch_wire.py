@@ -1,0 +1,166 @@
+"""ReplicaFetch's hand-written FetchResponse bytes against protobuf's own encoding and parsing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidewater.broker.fetch import FetchedPartition, fetch_response
+from tidewater.broker.fetch_wire import (
+    FetchedPartitionView,
+    MalformedFetchResponseError,
+    decode_fetch_response,
+    encode_fetch_response,
+)
+from tidewater.proto import tidewater_pb2 as pb
+
+INT32 = st.integers(-(1 << 31), (1 << 31) - 1)
+INT64 = st.integers(-(1 << 63), (1 << 63) - 1)
+# Small values (one-byte varints, zero omitted) as often as the extremes.
+SMALL = st.integers(-2, 200)
+int32s = st.one_of(SMALL, INT32)
+int64s = st.one_of(SMALL, INT64)
+
+fetched_partitions = st.builds(
+    FetchedPartition,
+    topic=st.text(max_size=20), partition=int32s,
+    error_code=st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32),
+    error_message=st.text(max_size=40),
+    high_watermark=int64s, log_start_offset=int64s, log_end_offset=int64s,
+    leader_epoch=int32s,
+    records=st.one_of(st.just(b""), st.binary(max_size=300), st.binary(min_size=200, max_size=20_000)),
+    diverging=st.one_of(st.none(), st.tuples(int32s, int64s)))
+answers = st.lists(fetched_partitions, max_size=5)
+
+
+def as_fetched(view: FetchedPartitionView) -> FetchedPartition:
+    return FetchedPartition(*view[:8], bytes(view.records), view.diverging)
+
+
+def pb_partitions(response: pb.FetchResponse) -> list[FetchedPartition]:
+    """What protobuf parsed, as the tuples compared (diverging by HasField, as read)."""
+    return [FetchedPartition(
+        p.topic, p.partition, p.error_code, p.error_message, p.high_watermark,
+        p.log_start_offset, p.log_end_offset, p.leader_epoch, p.records,
+        (p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+        if p.HasField("diverging_epoch") else None) for p in response.partitions]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers)
+def test_encoded_answer_parses_to_the_message_fetch_response_builds(results):
+    wire = encode_fetch_response(results)
+    assert pb.FetchResponse.FromString(wire) == fetch_response(results)
+    # And the same bytes protobuf writes (proto3: fields in number order, zeros omitted).
+    assert wire == fetch_response(results).SerializeToString(deterministic=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers)
+def test_request_level_error_code_is_encoded(code, results):
+    expected = fetch_response(results)
+    expected.error_code = code
+    assert pb.FetchResponse.FromString(encode_fetch_response(results, error_code=code)) == expected
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers)
+def test_decoded_answer_is_what_protobuf_parses(code, results):
+    message = fetch_response(results)
+    message.error_code = code
+    wire = message.SerializeToString()
+    error_code, partitions = decode_fetch_response(wire)
+    assert error_code == code
+    assert [as_fetched(p) for p in partitions] == results == pb_partitions(message)
+    for p in partitions:  # slices of the bytes received, not copies
+        assert isinstance(p.records, memoryview)
+        assert p.records.obj is wire or not p.records
+
+
+def test_decoder_takes_what_a_protobuf_peer_may_send():
+    """Fields out of order, repeated (the last wins, a submessage merges), and fields or
+    wire types it does not know (skipped), as protobuf parses them."""
+    partition = (b"\x52\x03abc"  # records first
+                 + b"\x10\x05\x10\x07"  # partition twice: 7
+                 + b"\x4a\x02\x08\x04" + b"\x4a\x02\x10\x09"  # diverging in two parts: (4, 9)
+                 + b"\x0a\x01t"
+                 + b"\x58\x01"  # field 11: unknown varint
+                 + b"\x0a\x01u"  # topic again: "u"
+                 + b"\x21" + b"\x00" * 8  # field 4 (error_message) as fixed64: skipped
+                 + b"\x1d\x00\x00\x00\x00")  # field 3 as fixed32: skipped
+    wire = (b"\x12" + bytes([len(partition)]) + partition
+            + b"\x08\x03")  # request-level error code after the partition
+    expected = pb.FetchResponse.FromString(wire)
+    error_code, partitions = decode_fetch_response(wire)
+    assert error_code == expected.error_code == 3
+    assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
+    assert as_fetched(partitions[0]) == FetchedPartition("u", 7, 0, "", 0, 0, 0, 0, b"abc", (4, 9))
+
+
+@pytest.mark.parametrize("wire", [
+    b"\x12",  # a length missing
+    b"\x12\x05\x0a\x01",  # a partition longer than what is left
+    b"\x12\x03\x0a\x05t",  # a topic running past its partition
+    b"\x12\x02\x10\x80",  # a varint running past its partition
+    b"\x08" + b"\xff" * 10 + b"\x01",  # a varint of 11 bytes
+    b"\x00\x01",  # field number 0
+    b"\x0c",  # an end of group never started (wire type 4)
+    b"\x0f",  # wire type 7
+    b"\x12\x03\x0a\x01\xff",  # a topic not UTF-8
+    b"\x12\x04\x22\x02\xc3\x28",  # an error message not UTF-8
+    b"\x12\x04\x4a\x02\x08\x80",  # a diverging epoch cut inside its varint
+    b"\x80\x80\x80\x80\x80\x01\x00",  # a key longer than 5 bytes
+])
+def test_malformed_answers_raise_the_typed_error(wire):
+    with pytest.raises(MalformedFetchResponseError):
+        decode_fetch_response(wire)
+    with pytest.raises(Exception):  # noqa: B017 - protobuf refuses them too
+        pb.FetchResponse.FromString(wire)
+
+
+def test_groups_are_refused_though_protobuf_skips_them():
+    """No FetchResponse has a group; a peer writing one is not one we know."""
+    assert pb.FetchResponse.FromString(b"\x5b\x5c").ListFields() == []  # field 11, skipped
+    with pytest.raises(MalformedFetchResponseError):
+        decode_fetch_response(b"\x5b\x5c")
+
+
+def test_not_bytes_raises_the_typed_error():
+    with pytest.raises(MalformedFetchResponseError):
+        decode_fetch_response(None)  # type: ignore[arg-type]
+
+
+def check_against_protobuf(wire: bytes) -> None:
+    """Either the typed error, or exactly what protobuf parses (never another exception)."""
+    try:
+        error_code, partitions = decode_fetch_response(wire)
+    except MalformedFetchResponseError:
+        return
+    expected = pb.FetchResponse.FromString(wire)
+    assert error_code == expected.error_code
+    assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_garbage_raises_the_typed_error_or_parses_as_protobuf_does(wire):
+    check_against_protobuf(wire)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers.filter(bool), st.data())
+def test_damaged_answers_raise_the_typed_error_or_parse_as_protobuf_does(results, data):
+    wire = bytearray(encode_fetch_response(results))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(wire) - 1))
+        how = data.draw(st.sampled_from(("flip", "cut", "insert")))
+        if how == "flip":
+            wire[at] ^= data.draw(st.integers(1, 255))
+        elif how == "cut":
+            del wire[at:]
+            if not wire:
+                break
+        else:
+            wire[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+    check_against_protobuf(bytes(wire))
