@@ -8,9 +8,13 @@ from hypothesis import strategies as st
 
 from tidewater.broker.fetch import FetchedPartition, fetch_response
 from tidewater.broker.fetch_wire import (
+    BY_HAND_BYTES_PER_PARTITION,
     FetchedPartitionView,
     MalformedFetchResponseError,
+    decode_by_hand,
+    decode_by_protobuf,
     decode_fetch_response,
+    encode_by_hand,
     encode_fetch_response,
 )
 from tidewater.proto import tidewater_pb2 as pb
@@ -50,10 +54,12 @@ def pb_partitions(response: pb.FetchResponse) -> list[FetchedPartition]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers)
 def test_encoded_answer_parses_to_the_message_fetch_response_builds(results):
-    wire = encode_fetch_response(results)
+    wire = encode_by_hand(results)
     assert pb.FetchResponse.FromString(wire) == fetch_response(results)
-    # And the same bytes protobuf writes (proto3: fields in number order, zeros omitted).
+    # And the same bytes protobuf writes (proto3: fields in number order, zeros omitted),
+    # so encode_fetch_response may take either way.
     assert wire == fetch_response(results).SerializeToString(deterministic=True)
+    assert encode_fetch_response(results) == wire
 
 
 @settings(max_examples=100, deadline=None)
@@ -61,7 +67,8 @@ def test_encoded_answer_parses_to_the_message_fetch_response_builds(results):
 def test_request_level_error_code_is_encoded(code, results):
     expected = fetch_response(results)
     expected.error_code = code
-    assert pb.FetchResponse.FromString(encode_fetch_response(results, error_code=code)) == expected
+    assert pb.FetchResponse.FromString(encode_by_hand(results, error_code=code)) == expected
+    assert encode_fetch_response(results, error_code=code) == encode_by_hand(results, code)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,12 +77,23 @@ def test_decoded_answer_is_what_protobuf_parses(code, results):
     message = fetch_response(results)
     message.error_code = code
     wire = message.SerializeToString()
-    error_code, partitions = decode_fetch_response(wire)
+    error_code, partitions = decode_by_hand(wire)
     assert error_code == code
     assert [as_fetched(p) for p in partitions] == results == pb_partitions(message)
     for p in partitions:  # slices of the bytes received, not copies
         assert isinstance(p.records, memoryview)
         assert p.records.obj is wire or not p.records
+    assert decode_by_protobuf(wire) == (error_code, [as_fetched(p) for p in partitions])
+    assert decode_fetch_response(wire, len(results)) == decode_by_protobuf(wire)
+
+
+def test_answers_with_records_worth_it_are_read_by_hand():
+    big = FetchedPartition("t", 0, 0, "", 9, 0, 9, 1, b"r" * BY_HAND_BYTES_PER_PARTITION, None)
+    small = big._replace(partition=1, records=b"r")
+    wire = encode_fetch_response([big, small])
+    assert isinstance(decode_fetch_response(wire, 1)[1][0].records, memoryview)
+    assert isinstance(decode_fetch_response(wire, 2)[1][0].records, bytes)  # under on average
+    assert isinstance(decode_fetch_response(wire, 3)[1][0].records, bytes)
 
 
 def test_decoder_takes_what_a_protobuf_peer_may_send():
@@ -92,7 +110,7 @@ def test_decoder_takes_what_a_protobuf_peer_may_send():
     wire = (b"\x12" + bytes([len(partition)]) + partition
             + b"\x08\x03")  # request-level error code after the partition
     expected = pb.FetchResponse.FromString(wire)
-    error_code, partitions = decode_fetch_response(wire)
+    error_code, partitions = decode_by_hand(wire)
     assert error_code == expected.error_code == 3
     assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
     assert as_fetched(partitions[0]) == FetchedPartition("u", 7, 0, "", 0, 0, 0, 0, b"abc", (4, 9))
@@ -114,27 +132,27 @@ def test_decoder_takes_what_a_protobuf_peer_may_send():
 ])
 def test_malformed_answers_raise_the_typed_error(wire):
     with pytest.raises(MalformedFetchResponseError):
-        decode_fetch_response(wire)
-    with pytest.raises(Exception):  # noqa: B017 - protobuf refuses them too
-        pb.FetchResponse.FromString(wire)
+        decode_by_hand(wire)
+    with pytest.raises(MalformedFetchResponseError):  # protobuf refuses them too
+        decode_by_protobuf(wire)
 
 
 def test_groups_are_refused_though_protobuf_skips_them():
     """No FetchResponse has a group; a peer writing one is not one we know."""
     assert pb.FetchResponse.FromString(b"\x5b\x5c").ListFields() == []  # field 11, skipped
     with pytest.raises(MalformedFetchResponseError):
-        decode_fetch_response(b"\x5b\x5c")
+        decode_by_hand(b"\x5b\x5c")
 
 
 def test_not_bytes_raises_the_typed_error():
     with pytest.raises(MalformedFetchResponseError):
-        decode_fetch_response(None)  # type: ignore[arg-type]
+        decode_fetch_response(None, 1)  # type: ignore[arg-type]
 
 
 def check_against_protobuf(wire: bytes) -> None:
     """Either the typed error, or exactly what protobuf parses (never another exception)."""
     try:
-        error_code, partitions = decode_fetch_response(wire)
+        error_code, partitions = decode_by_hand(wire)
     except MalformedFetchResponseError:
         return
     expected = pb.FetchResponse.FromString(wire)
@@ -151,7 +169,7 @@ def test_garbage_raises_the_typed_error_or_parses_as_protobuf_does(wire):
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answers.filter(bool), st.data())
 def test_damaged_answers_raise_the_typed_error_or_parse_as_protobuf_does(results, data):
-    wire = bytearray(encode_fetch_response(results))
+    wire = bytearray(encode_by_hand(results))
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(0, len(wire) - 1))
         how = data.draw(st.sampled_from(("flip", "cut", "insert")))
