@@ -39,12 +39,15 @@ but the last; 10 bytes at most. A negative int32 or int64 is written as its 64-b
 two's complement (10 bytes); an int32 is read back from the low 32 bits. proto3 omits
 a scalar field that is zero or empty (a present submessage is written even if empty).
 
-Written and read by hand only where the records are worth it: an answer averaging
-fewer than ``BY_HAND_BYTES_PER_PARTITION`` bytes per partition (a follower's answer names
-every partition it follows, most often with no records) goes through protobuf's C code,
-cheaper per field than this module's Python (~0.6 against ~3 microseconds a partition to
-read) while copying small records costs little. Both ways give the same bytes and the
-same tuples.
+Only the partitions whose records are worth it (``BY_HAND_RECORDS_BYTES`` and more) are
+written and read by hand. A follower's answer names every partition it follows, most
+with no records, and for those protobuf's C code is cheaper than this module's Python
+(~0.6 against ~3 microseconds a partition to read, ~0.9 against ~1.6 to write) while
+copying their few bytes costs little: each run of consecutive small partitions goes
+through protobuf as one FetchResponse (a message's encoding followed by another's parses
+as their merge, so the runs and the partitions between them join up in order), and an
+answer under ``BY_HAND_ANSWER_BYTES`` is parsed by protobuf whole. Either way the bytes
+are the ones protobuf writes and the tuples the ones it parses.
 
 Reading takes what protobuf takes from a well-behaved peer: fields in any order, the
 last of a repeated scalar wins, a repeated submessage is merged, and fields unknown here
@@ -63,11 +66,13 @@ from tidewater.broker.fetch import FetchedPartition, fetch_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BytesLike
 
-# Records per partition, on average over an answer, from which it is written and read by
-# hand (bench/probes/fetch_wire_codec.py: the Python costs ~1 (writing) and ~2.5 (reading)
+# A partition's records from which it is written and read by hand
+# (bench/probes/fetch_wire_codec.py: the Python costs ~1 (writing) and ~2.5 (reading)
 # microseconds a partition more than protobuf; protobuf's two extra copies of the records
-# on each side cost about as much at ~60 KiB in a warm cache, sooner in a broker's cold one).
-BY_HAND_BYTES_PER_PARTITION = 32 * 1024
+# on each side cost about as much at ~60 KiB in a warm cache, sooner in a broker's cold
+# one), and an answer below which protobuf parses it whole.
+BY_HAND_RECORDS_BYTES = 32 * 1024
+BY_HAND_ANSWER_BYTES = 64 * 1024
 
 _UINT64 = (1 << 64) - 1
 _INT64_SIGN = 1 << 63
@@ -109,40 +114,86 @@ class FetchedPartitionView(NamedTuple):
     diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
 
 
-def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: int = 0) -> bytes:
+def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: int = 0,
+                          by_hand_bytes: int = BY_HAND_RECORDS_BYTES) -> bytes:
     """The FetchResponse wire bytes of ``fetch.fetch_response(partitions)`` (with
-    ``error_code`` at the request level): by hand when the records are worth it."""
-    if sum(len(p.records) for p in partitions) >= len(partitions) * BY_HAND_BYTES_PER_PARTITION:
-        return encode_by_hand(partitions, error_code)
-    message = fetch_response(partitions)
-    message.error_code = error_code
-    return message.SerializeToString()
+    ``error_code`` at the request level): partitions with ``by_hand_bytes`` of records and
+    more written here (their records copied once, by the join), the runs between them by
+    protobuf."""
+    parts: list[bytes | bytearray] = []
+    if error_code:
+        parts.append(_RESPONSE_ERROR_CODE + _varint(error_code))
+    run: list[FetchedPartition] = []
+    for partition in partitions:
+        if len(partition.records) < by_hand_bytes:
+            run.append(partition)
+            continue
+        if run:
+            parts.append(fetch_response(run).SerializeToString())
+            run = []
+        _append_partition(parts, partition)
+    if run:
+        if not parts:
+            return fetch_response(run).SerializeToString()
+        parts.append(fetch_response(run).SerializeToString())
+    return b"".join(parts)
 
 
-def decode_fetch_response(raw: bytes, partitions_asked: int
+def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES,
+                          whole_below: int = BY_HAND_ANSWER_BYTES
                           ) -> tuple[int, list[FetchedPartitionView]]:
-    """(request-level error code, the partitions' answers) of FetchResponse bytes, read by
-    hand (records sliced, not copied) when they average ``BY_HAND_BYTES_PER_PARTITION``
-    over the ``partitions_asked``. MalformedFetchResponseError if it is not one."""
+    """(request-level error code, the partitions' answers) of FetchResponse bytes: the
+    partitions of ``by_hand_bytes`` and more read here (records sliced, not copied), the
+    runs between them by protobuf (all of it under ``whole_below`` bytes).
+    MalformedFetchResponseError if it is not one."""
     if not isinstance(raw, bytes):
         raise MalformedFetchResponseError(f"expected bytes, got {type(raw).__name__}")
-    if len(raw) >= max(partitions_asked, 1) * BY_HAND_BYTES_PER_PARTITION:
-        return decode_by_hand(raw)
-    return decode_by_protobuf(raw)
+    if len(raw) < whole_below:
+        return decode_by_protobuf(raw)
+    view = memoryview(raw)
+    error_code = 0
+    partitions: list[FetchedPartitionView] = []
+    run_start = -1  # where the run of small partitions being gathered starts
+    position, end = 0, len(raw)
+    while position < end:
+        key_at = position
+        field, wire_type, position = _read_key(raw, position, end)
+        if field == 2 and wire_type == _LEN:
+            start, position = _read_length(raw, position, end)
+            if position - start < by_hand_bytes:
+                if run_start < 0:
+                    run_start = key_at
+                continue
+            if run_start >= 0:
+                partitions += decode_by_protobuf(raw[run_start:key_at])[1]
+                run_start = -1
+            partitions.append(_read_partition(raw, view, start, position))
+            continue
+        if run_start >= 0:
+            partitions += decode_by_protobuf(raw[run_start:key_at])[1]
+            run_start = -1
+        if field == 1 and wire_type == _VARINT:
+            value, position = _read_varint(raw, position, end)
+            error_code = _int32(value)
+        else:
+            position = _skip(raw, wire_type, position, end)
+    if run_start >= 0:
+        partitions += decode_by_protobuf(raw[run_start:])[1]
+    return error_code, partitions
 
 
 def decode_by_protobuf(raw: bytes) -> tuple[int, list[FetchedPartitionView]]:
-    """``decode_by_hand``'s answer through protobuf's parser (the records copied)."""
+    """``decode_fetch_response``'s answer through protobuf's parser (the records copied)."""
     try:
         message = pb.FetchResponse.FromString(raw)
     except Exception as e:  # protobuf's DecodeError, or what its C code raises instead
         raise MalformedFetchResponseError(f"not a FetchResponse: {e}") from None
+    new, view = tuple.__new__, FetchedPartitionView  # __new__ by hand: ~0.2 us less each
     return message.error_code, [
-        FetchedPartitionView(p.topic, p.partition, p.error_code, p.error_message,
-                             p.high_watermark, p.log_start_offset, p.log_end_offset,
-                             p.leader_epoch, p.records,
-                             (p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
-                             if p.HasField("diverging_epoch") else None)
+        new(view, (p.topic, p.partition, p.error_code, p.error_message, p.high_watermark,
+                   p.log_start_offset, p.log_end_offset, p.leader_epoch, p.records,
+                   (p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
+                   if p.HasField("diverging_epoch") else None))
         for p in message.partitions]
 
 
@@ -167,42 +218,48 @@ def _text(key: bytes, value: str) -> bytes:
 
 
 def encode_by_hand(partitions: Sequence[FetchedPartition], error_code: int = 0) -> bytes:
-    """``encode_fetch_response``'s bytes, written here: the records copied once, by the join."""
+    """``encode_fetch_response``'s bytes, every partition written here."""
     parts: list[bytes | bytearray] = []
-    append = parts.append
     if error_code:
-        append(_RESPONSE_ERROR_CODE + _varint(error_code))
-    for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
-         leader_epoch, records, diverging) in partitions:
-        head = bytearray()
-        if topic:
-            head += _text(_TOPIC, topic)
-        if partition:
-            head += _PARTITION + _varint(partition)
-        if code:
-            head += _ERROR_CODE + _varint(code)
-        if message:
-            head += _text(_ERROR_MESSAGE, message)
-        if high_watermark:
-            head += _HIGH_WATERMARK + _varint(high_watermark)
-        if log_start_offset:
-            head += _LOG_START_OFFSET + _varint(log_start_offset)
-        if log_end_offset:
-            head += _LOG_END_OFFSET + _varint(log_end_offset)
-        if leader_epoch:
-            head += _LEADER_EPOCH + _varint(leader_epoch)
-        if diverging is not None:
-            epoch, end_offset = diverging
-            body = ((_EPOCH + _varint(epoch) if epoch else b"")
-                    + (_END_OFFSET + _varint(end_offset) if end_offset else b""))
-            head += _DIVERGING_EPOCH + _varint(len(body)) + body
-        if records:
-            head += _RECORDS + _varint(len(records))
-        append(_RESPONSE_PARTITION + _varint(len(head) + len(records)))
-        append(head)
-        if records:
-            append(records)
+        parts.append(_RESPONSE_ERROR_CODE + _varint(error_code))
+    for partition in partitions:
+        _append_partition(parts, partition)
     return b"".join(parts)
+
+
+def _append_partition(parts: list[bytes | bytearray], fetched: FetchedPartition) -> None:
+    """One partition's field of a FetchResponse, as pieces: its records by reference."""
+    (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
+     leader_epoch, records, diverging) = fetched
+    append = parts.append
+    head = bytearray()
+    if topic:
+        head += _text(_TOPIC, topic)
+    if partition:
+        head += _PARTITION + _varint(partition)
+    if code:
+        head += _ERROR_CODE + _varint(code)
+    if message:
+        head += _text(_ERROR_MESSAGE, message)
+    if high_watermark:
+        head += _HIGH_WATERMARK + _varint(high_watermark)
+    if log_start_offset:
+        head += _LOG_START_OFFSET + _varint(log_start_offset)
+    if log_end_offset:
+        head += _LOG_END_OFFSET + _varint(log_end_offset)
+    if leader_epoch:
+        head += _LEADER_EPOCH + _varint(leader_epoch)
+    if diverging is not None:
+        epoch, end_offset = diverging
+        body = ((_EPOCH + _varint(epoch) if epoch else b"")
+                + (_END_OFFSET + _varint(end_offset) if end_offset else b""))
+        head += _DIVERGING_EPOCH + _varint(len(body)) + body
+    if records:
+        head += _RECORDS + _varint(len(records))
+    append(_RESPONSE_PARTITION + _varint(len(head) + len(records)))
+    append(head)
+    if records:
+        append(records)
 
 
 # ---------------------------------------------------------------- reading

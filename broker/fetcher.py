@@ -265,7 +265,7 @@ class LeaderFetcher:
             response = await self._read_answer(call)
             if response is None:
                 return  # cut short by a changed assignment set (the stream is dropped)
-            await self._apply_response(*self._checked(response, len(sent)), sent)
+            await self._apply_response(*self._checked(response), sent)
         except BaseException:
             self._drop_stream()
             raise
@@ -308,14 +308,13 @@ class LeaderFetcher:
             return
         self._drop_stream()  # the pending read raises CancelledError: StreamBrokenError
 
-    def _checked(self, response, partitions_asked: int
-                 ) -> tuple[int, list[FetchedPartitionView]]:
+    def _checked(self, response) -> tuple[int, list[FetchedPartitionView]]:
         """The answer read (FetchResponse wire bytes) as (request-level error code,
         partitions); StreamBrokenError at the stream's end or for bytes that do not parse."""
         if response is grpc.aio.EOF:
             raise StreamBrokenError("the leader ended the ReplicaFetch stream")
         try:
-            return decode_fetch_response(response, partitions_asked)
+            return decode_fetch_response(response)
         except MalformedFetchResponseError as e:
             log.warning("broker %d sent a malformed fetch answer (%d bytes): %s",
                         self.leader_id, len(response) if isinstance(response, bytes) else -1, e)

@@ -8,7 +8,7 @@ protobuf message (``fetch_response(...).SerializeToString()``, what ReplicaFetch
 and by ``encode_by_hand``. Follower side: from those bytes to what the fetcher reads of
 each partition (every field, the records as a buffer), through
 ``pb.FetchResponse.FromString`` and ``.records`` and by ``decode_by_hand``. (ReplicaFetch
-takes the hand-written way only from ``BY_HAND_BYTES_PER_PARTITION`` a partition.)
+takes the hand-written way only for partitions of ``BY_HAND_RECORDS_BYTES`` and more.)
 Prints CPU microseconds per answer (``time.process_time``: robust to other load on
 the machine) and per MB of records. gRPC's own copy on each side is in neither.
 """

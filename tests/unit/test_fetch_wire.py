@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from tidewater.broker.fetch import FetchedPartition, fetch_response
 from tidewater.broker.fetch_wire import (
-    BY_HAND_BYTES_PER_PARTITION,
+    BY_HAND_ANSWER_BYTES,
+    BY_HAND_RECORDS_BYTES,
     FetchedPartitionView,
     MalformedFetchResponseError,
     decode_by_hand,
@@ -36,6 +37,8 @@ fetched_partitions = st.builds(
     records=st.one_of(st.just(b""), st.binary(max_size=300), st.binary(min_size=200, max_size=20_000)),
     diverging=st.one_of(st.none(), st.tuples(int32s, int64s)))
 answers = st.lists(fetched_partitions, max_size=5)
+# Records bytes from which a partition is written and read by hand: all, some, none.
+by_hand_bytes = st.sampled_from([0, 1, 300, 5_000, BY_HAND_RECORDS_BYTES])
 
 
 def as_fetched(view: FetchedPartitionView) -> FetchedPartition:
@@ -52,28 +55,29 @@ def pb_partitions(response: pb.FetchResponse) -> list[FetchedPartition]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(answers)
-def test_encoded_answer_parses_to_the_message_fetch_response_builds(results):
+@given(answers, by_hand_bytes)
+def test_encoded_answer_parses_to_the_message_fetch_response_builds(results, threshold):
     wire = encode_by_hand(results)
     assert pb.FetchResponse.FromString(wire) == fetch_response(results)
     # And the same bytes protobuf writes (proto3: fields in number order, zeros omitted),
-    # so encode_fetch_response may take either way.
+    # so the partitions may be written either way, in runs.
     assert wire == fetch_response(results).SerializeToString(deterministic=True)
-    assert encode_fetch_response(results) == wire
+    assert encode_fetch_response(results, by_hand_bytes=threshold) == wire
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers)
-def test_request_level_error_code_is_encoded(code, results):
+@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers, by_hand_bytes)
+def test_request_level_error_code_is_encoded(code, results, threshold):
     expected = fetch_response(results)
     expected.error_code = code
     assert pb.FetchResponse.FromString(encode_by_hand(results, error_code=code)) == expected
-    assert encode_fetch_response(results, error_code=code) == encode_by_hand(results, code)
+    assert pb.FetchResponse.FromString(
+        encode_fetch_response(results, error_code=code, by_hand_bytes=threshold)) == expected
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers)
-def test_decoded_answer_is_what_protobuf_parses(code, results):
+@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers, by_hand_bytes)
+def test_decoded_answer_is_what_protobuf_parses(code, results, threshold):
     message = fetch_response(results)
     message.error_code = code
     wire = message.SerializeToString()
@@ -84,16 +88,21 @@ def test_decoded_answer_is_what_protobuf_parses(code, results):
         assert isinstance(p.records, memoryview)
         assert p.records.obj is wire or not p.records
     assert decode_by_protobuf(wire) == (error_code, [as_fetched(p) for p in partitions])
-    assert decode_fetch_response(wire, len(results)) == decode_by_protobuf(wire)
+    mixed = decode_fetch_response(wire, by_hand_bytes=threshold, whole_below=0)
+    assert mixed == decode_by_protobuf(wire)  # in runs: the same, in order
+    assert decode_fetch_response(wire) == decode_by_protobuf(wire)
 
 
-def test_answers_with_records_worth_it_are_read_by_hand():
-    big = FetchedPartition("t", 0, 0, "", 9, 0, 9, 1, b"r" * BY_HAND_BYTES_PER_PARTITION, None)
+def test_partitions_with_records_worth_it_are_read_by_hand():
+    big = FetchedPartition("t", 0, 0, "", 9, 0, 9, 1, b"r" * BY_HAND_ANSWER_BYTES, None)
     small = big._replace(partition=1, records=b"r")
-    wire = encode_fetch_response([big, small])
-    assert isinstance(decode_fetch_response(wire, 1)[1][0].records, memoryview)
-    assert isinstance(decode_fetch_response(wire, 2)[1][0].records, bytes)  # under on average
-    assert isinstance(decode_fetch_response(wire, 3)[1][0].records, bytes)
+    wire = encode_fetch_response([small, small, big, small])
+    read = decode_fetch_response(wire)[1]
+    assert [type(p.records) for p in read] == [bytes, bytes, memoryview, bytes]
+    assert [p.partition for p in read] == [1, 1, 0, 1]
+    small_answer = encode_fetch_response([big._replace(records=b"r" * BY_HAND_RECORDS_BYTES)])
+    assert len(small_answer) < BY_HAND_ANSWER_BYTES  # parsed whole, by protobuf
+    assert isinstance(decode_fetch_response(small_answer)[1][0].records, bytes)
 
 
 def test_decoder_takes_what_a_protobuf_peer_may_send():
@@ -133,8 +142,12 @@ def test_decoder_takes_what_a_protobuf_peer_may_send():
 def test_malformed_answers_raise_the_typed_error(wire):
     with pytest.raises(MalformedFetchResponseError):
         decode_by_hand(wire)
+    with pytest.raises(MalformedFetchResponseError):
+        decode_fetch_response(wire, by_hand_bytes=0, whole_below=0)
     with pytest.raises(MalformedFetchResponseError):  # protobuf refuses them too
         decode_by_protobuf(wire)
+    with pytest.raises(MalformedFetchResponseError):
+        decode_fetch_response(wire)
 
 
 def test_groups_are_refused_though_protobuf_skips_them():
@@ -146,18 +159,21 @@ def test_groups_are_refused_though_protobuf_skips_them():
 
 def test_not_bytes_raises_the_typed_error():
     with pytest.raises(MalformedFetchResponseError):
-        decode_fetch_response(None, 1)  # type: ignore[arg-type]
+        decode_fetch_response(None)  # type: ignore[arg-type]
 
 
 def check_against_protobuf(wire: bytes) -> None:
-    """Either the typed error, or exactly what protobuf parses (never another exception)."""
-    try:
-        error_code, partitions = decode_by_hand(wire)
-    except MalformedFetchResponseError:
-        return
-    expected = pb.FetchResponse.FromString(wire)
-    assert error_code == expected.error_code
-    assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
+    """Either the typed error, or exactly what protobuf parses (never another exception),
+    read by hand and in runs."""
+    for decode in (decode_by_hand,
+                   lambda raw: decode_fetch_response(raw, by_hand_bytes=8, whole_below=0)):
+        try:
+            error_code, partitions = decode(wire)
+        except MalformedFetchResponseError:
+            continue
+        expected = pb.FetchResponse.FromString(wire)
+        assert error_code == expected.error_code
+        assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
 
 
 @settings(max_examples=500, deadline=None)
