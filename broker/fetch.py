@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
 from tidewater.broker.clock import mono_ms
@@ -78,7 +78,7 @@ class FetchedPartition(NamedTuple):
     diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
 
 
-def fetch_response(results: list[FetchedPartition]) -> pb.FetchResponse:
+def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:
     response = pb.FetchResponse(error_code=pb.NONE)
     add = response.partitions.add
     for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,

@@ -22,7 +22,9 @@ pending long-poll) and the next round opens another. A broken stream is
 dropped and reopened after ``replica.fetch.backoff.ms``. A leader answering
 UNIMPLEMENTED (not a broker of this release: there is no other way to fetch
 from it) is logged at ERROR as ``UnsupportedVersionError`` and its partitions'
-cores park them (UNSUPPORTED_VERSION) until the next LeaderAndIsr.
+cores park them (UNSUPPORTED_VERSION) until the next LeaderAndIsr. Answers are
+read from the FetchResponse bytes received (``fetch_wire``), the records handed
+on as slices of them; bytes that do not parse break the stream like a silence.
 
 Cost per round (a follower sends one request per record at one record per
 produce request, so this is paid at the record rate): the fetcher task itself
@@ -44,6 +46,11 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.fetch_wire import (
+    FetchedPartitionView,
+    MalformedFetchResponseError,
+    decode_fetch_response,
+)
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import FollowerPhase
@@ -51,6 +58,7 @@ from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError
 from tidewater.proto.tls import open_aio_channel
 
@@ -66,8 +74,21 @@ class _LeaderStubs:
     truncate with it too, KIP-320)."""
 
     def __init__(self, channel: grpc.aio.Channel):
-        self.ReplicaFetch = pb_grpc.BrokerControlStub(channel).ReplicaFetch
+        # The generated stub's method, except that answers stay the bytes received, read by
+        # ``fetch_wire`` (records as slices, not copies). Parsed in ``_checked``, not by a
+        # response_deserializer: grpc.aio logs a deserializer's exception and reads None.
+        self.ReplicaFetch = channel.stream_stream(
+            "/tidewater.BrokerControl/ReplicaFetch",
+            request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=None, _registered_method=True)
         self.OffsetForLeaderEpoch = pb_grpc.BrokerStub(channel).OffsetForLeaderEpoch
+
+def _error_name(code: int) -> str:
+    try:
+        return pb.ErrorCode.Name(code)
+    except ValueError:  # a code this release does not know
+        return str(code)
+
 
 class StreamBrokenError(Exception):
     """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
@@ -244,7 +265,7 @@ class LeaderFetcher:
             response = await self._read_answer(call)
             if response is None:
                 return  # cut short by a changed assignment set (the stream is dropped)
-            await self._apply_response(self._checked(response), sent)
+            await self._apply_response(*self._checked(response), sent)
         except BaseException:
             self._drop_stream()
             raise
@@ -287,11 +308,17 @@ class LeaderFetcher:
             return
         self._drop_stream()  # the pending read raises CancelledError: StreamBrokenError
 
-    @staticmethod
-    def _checked(response) -> pb.FetchResponse:
+    def _checked(self, response) -> tuple[int, list[FetchedPartitionView]]:
+        """The answer read (FetchResponse wire bytes) as (request-level error code,
+        partitions); StreamBrokenError at the stream's end or for bytes that do not parse."""
         if response is grpc.aio.EOF:
             raise StreamBrokenError("the leader ended the ReplicaFetch stream")
-        return response
+        try:
+            return decode_fetch_response(response)
+        except MalformedFetchResponseError as e:
+            log.warning("broker %d sent a malformed fetch answer (%d bytes): %s",
+                        self.leader_id, len(response) if isinstance(response, bytes) else -1, e)
+            raise StreamBrokenError(f"malformed answer from broker {self.leader_id}: {e}") from e
 
     def _drop_stream(self) -> None:
         if self._stream is not None:
@@ -356,24 +383,23 @@ class LeaderFetcher:
         self._request, self._request_for, self._request_partitions = (
             request, list(fetching), partitions)
 
-    async def _apply_response(self, response: pb.FetchResponse, sent: dict) -> None:
-        if response.error_code != pb.NONE:
-            raise StreamBrokenError(f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
-        for p in response.partitions:
+    async def _apply_response(self, error_code: int, answers: list[FetchedPartitionView],
+                              sent: dict) -> None:
+        if error_code != pb.NONE:
+            raise StreamBrokenError(f"fetch refused: {_error_name(error_code)}")
+        for p in answers:
             partition, leader_epoch, fetch_offset = sent.get((p.topic, p.partition),
                                                              (None, -1, -1))
             if partition is None:
                 continue
             async with partition.lock:
-                diverging = ((p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
-                             if p.HasField("diverging_epoch") else None)
                 ready = partition.replica.on_fetch_answer(
                     leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
-                    leader_log_start_offset=p.log_start_offset, diverging_epoch=diverging,
+                    leader_log_start_offset=p.log_start_offset, diverging_epoch=p.diverging,
                     now_ms=mono_ms())
                 self._carry_out(partition, ready, fetched=p.records)
 
-    def _carry_out(self, partition: Partition, ready, fetched: bytes = b"") -> None:
+    def _carry_out(self, partition: Partition, ready, fetched: BytesLike = b"") -> None:
         try:
             self.manager.carrier.apply(partition, ready, fetched=fetched)
         except TidewaterError as e:

@@ -20,7 +20,7 @@ import logging
 from tidewater.broker.replication.ready import AppendFetched, AssignEpoch, Truncate, TruncateFully
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.proto.batch import iter_batches
+from tidewater.proto.batch import BytesLike, iter_batches
 
 log = logging.getLogger("tidewater.broker.partition")
 
@@ -56,7 +56,7 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.replica.leader_epoch
 
-    def persist(self, op, fetched: bytes, now_ms: int) -> int:
+    def persist(self, op, fetched: BytesLike, now_ms: int) -> int:
         """Carry out one ``Ready.persist`` operation; returns the bytes appended."""
         if isinstance(op, AppendFetched):
             records = self._records_from_log_end(fetched)
@@ -73,7 +73,7 @@ class Partition:
             raise TypeError(f"unknown persist operation {op!r}")
         return 0
 
-    def _records_from_log_end(self, records: bytes) -> bytes:
+    def _records_from_log_end(self, records: BytesLike) -> BytesLike:
         """The part of a fetched chunk that starts exactly at our LEO.
 
         The leader answers with whole batches from the one holding the fetch offset.

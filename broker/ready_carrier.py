@@ -28,6 +28,7 @@ from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.partition import Partition
 from tidewater.broker.purgatory import AcksWaits, FetchWaiters
 from tidewater.broker.replication.ready import EMPTY, Follow, Ready, StopFetching
+from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError
 
 log = logging.getLogger("tidewater.broker.replication")
@@ -50,7 +51,7 @@ class ReadyCarrier:
         self._decisions = metrics.replication_decisions
         self._replication_bytes_in = metrics.replication_bytes_in
 
-    def apply(self, partition: Partition, ready: Ready, *, fetched: bytes = b"") -> None:
+    def apply(self, partition: Partition, ready: Ready, *, fetched: BytesLike = b"") -> None:
         if ready is EMPTY:
             return
         failure = self._persist(partition, ready, fetched) if ready.persist else None
@@ -89,7 +90,7 @@ class ReadyCarrier:
             raise failure
 
     def _persist(self, partition: Partition, ready: Ready,
-                 fetched: bytes) -> TidewaterError | None:
+                 fetched: BytesLike) -> TidewaterError | None:
         """Carry out ``ready.persist``; on a storage failure the replica is told (and the
         rest of ``ready`` still carried out: it answers the old leadership's waits), and
         the error returned for ``apply`` to raise at the end."""

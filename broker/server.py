@@ -36,7 +36,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -44,6 +44,7 @@ from tidewater.broker import grpc_security
 from tidewater.broker.authorizer import Session
 from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.fetch_wire import encode_fetch_response
 from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
 from tidewater.broker.replica_manager import produce_error_response
 from tidewater.broker.security import may_init_producer_id
@@ -60,6 +61,14 @@ log = logging.getLogger("tidewater.broker.server")
 
 def _nothing() -> None:
     pass
+
+
+def _fetch_error(code: int) -> pb.FetchResponse:
+    return pb.FetchResponse(error_code=code)
+
+
+def _fetch_error_bytes(code: int) -> bytes:
+    return encode_fetch_response((), error_code=code)
 
 # Responses with a request-level error_code field.
 _REQUEST_LEVEL_ERROR = {
@@ -120,10 +129,13 @@ class _Servicer:
 
     async def _fetch_stream(self, context, name: str,
                             refusal: Callable[[int], int | None],
-                            authorize: Callable[[pb.FetchRequest], list] | None = None) -> None:
+                            answer: Callable[[pb.FetchRequest], Awaitable[object]],
+                            refused: Callable[[int], object]) -> None:
         """One fetch after another on a stream; ``refusal``: replica_id -> the ErrorCode
-        refusing that request (or None to serve it); ``authorize``: drops the partitions
-        the caller may not read from a request and returns their answers."""
+        refusing that request (or None to serve it); ``answer``: a served request's
+        response; ``refused``: the response for a request-level ErrorCode (each a
+        message, or its wire bytes where the method is registered without protobuf's
+        serializer)."""
         observe = self._observer(name)
         reader = _StreamReader(context, self.replica_manager)
         try:
@@ -131,16 +143,13 @@ class _Servicer:
                 started = time.perf_counter()
                 try:
                     if code := refusal(request.replica_id):
-                        response = pb.FetchResponse(error_code=code)
+                        response = refused(code)
                     else:
-                        denied = authorize(request) if authorize is not None else []
-                        response = (await self.replica_manager.fetch(request)
-                                    if request.partitions or not denied else pb.FetchResponse())
-                        response.partitions.extend(denied)
+                        response = await answer(request)
                 except InvariantViolation as e:
                     await self._fail(e, context)
                 except Exception as e:  # the one boundary for escaped errors
-                    response = pb.FetchResponse(error_code=error_code_for(e, context=name)[0])
+                    response = refused(error_code_for(e, context=name)[0])
                 await context.write(response)
                 observe(time.perf_counter() - started)
         finally:
@@ -215,9 +224,16 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         A message on an open stream costs about half the CPU of a unary call (both sides),
         and a caught-up consumer sends one fetch per record it is woken for."""
         allowed = await self._allowed(context)
-        await self._fetch_stream(
-            context, "FetchStream", client_fetch_refusal,
-            None if allowed is None else lambda r: grpc_security.fetch_refusals(r, allowed))
+        replica_manager = self.replica_manager
+
+        async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
+            denied = [] if allowed is None else grpc_security.fetch_refusals(request, allowed)
+            response = (await replica_manager.fetch(request)
+                        if request.partitions or not denied else pb.FetchResponse())
+            response.partitions.extend(denied)
+            return response
+        await self._fetch_stream(context, "FetchStream", client_fetch_refusal, answer,
+                                 _fetch_error)
 
     async def ProduceStream(self, request_iterator, context):
         """Produce requests on one long-lived stream, appended in arrival order.
@@ -410,6 +426,9 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         arrival cut a long-poll short, cost ~0.1 ms of CPU per round trip (measured
         with a ping-pong microbenchmark), for an event as rare as a LeaderAndIsr.
         An exception escaping a fetch is answered as a request-level error, as for Fetch.
+        Answers are written as FetchResponse wire bytes (``fetch_wire``: the records
+        joined in once, not copied through a protobuf message); ``build_server`` registers
+        this method without protobuf's serializer.
         """
         # The peer's certificate, read once per stream (no principals without TLS).
         principal = principal_of(context.auth_context()) if self.authenticating else None
@@ -418,7 +437,11 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
             return control_principal_refusal("ReplicaFetch", principal,
                                              authenticating=self.authenticating,
                                              replica_id=replica_id)
-        await self._fetch_stream(context, "ReplicaFetch", refusal)
+        replica_manager = self.replica_manager
+
+        async def answer(request: pb.FetchRequest) -> bytes:
+            return encode_fetch_response(await replica_manager.fetch_partitions(request))
+        await self._fetch_stream(context, "ReplicaFetch", refusal, answer, _fetch_error_bytes)
 
 
 class _StreamReader:
@@ -544,7 +567,7 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
     if control_servicer is not None:
-        pb_grpc.add_BrokerControlServicer_to_server(control_servicer, server)
+        _add_broker_control(control_servicer, server)
     try:
         if credentials is None:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -555,3 +578,33 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}")
     return server, bound
+
+
+class _MethodHandlers:
+    """Stands in for the server while generated code registers a service: keeps the
+    handlers it builds, for ``_add_broker_control`` to change one before registering."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass  # built again from ``handlers`` by the caller
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def _add_broker_control(servicer: BrokerControlServicer, server: grpc.aio.Server) -> None:
+    """``BrokerControl`` as generated, except that ReplicaFetch's answers are written as
+    the wire bytes its handler encodes (``fetch_wire``), without protobuf's serializer."""
+    generated = _MethodHandlers()
+    pb_grpc.add_BrokerControlServicer_to_server(servicer, generated)
+    handlers = generated.handlers
+    replica_fetch = handlers["ReplicaFetch"]
+    handlers["ReplicaFetch"] = grpc.stream_stream_rpc_method_handler(
+        replica_fetch.stream_stream, request_deserializer=replica_fetch.request_deserializer,
+        response_serializer=None)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(generated.service, handlers),))
+    server.add_registered_method_handlers(generated.service, handlers)

@@ -34,7 +34,7 @@ from tidewater.broker.forwarding import ControllerForwarder  # noqa: E402
 from tidewater.broker.metadata_cache import MetadataCache  # noqa: E402
 from tidewater.broker.metrics import BrokerMetrics  # noqa: E402
 from tidewater.broker.replica_manager import ReplicaManager  # noqa: E402
-from tidewater.broker.server import BrokerServicer, build_server  # noqa: E402
+from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server  # noqa: E402
 from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
@@ -80,17 +80,18 @@ async def run(records: int, record_bytes: int, directory: Path) -> None:
     leader = replica_manager(1, directory / "1")
     followers = [replica_manager(b, directory / str(b)) for b in REPLICAS[1:]]
     answered = {"fetch": 0}
-    fetch = leader.fetch
+    fetch = leader.fetch_partitions
 
     async def counted_fetch(request):
         answered["fetch"] += 1
         return await fetch(request)
 
-    leader.fetch = counted_fetch
+    leader.fetch_partitions = counted_fetch  # what ReplicaFetch calls
     servicer = BrokerServicer(leader, leader.metadata_cache, leader.metrics, "INTERNAL")
     server, port = build_server(host="127.0.0.1", port=0, servicer=servicer,
                                 controller_servicer=ControllerForwarder(None),
-                                max_message_bytes=64 << 20)
+                                max_message_bytes=64 << 20,
+                                control_servicer=BrokerControlServicer(leader, leader.metrics))
     await server.start()
     try:
         for rm in (leader, *followers):

@@ -357,7 +357,7 @@ class Log:
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
                               now_ms if log_append_time else -1, offset_of_max)
 
-    def append_as_follower(self, records: bytes, now_ms: int) -> AppendInfo:
+    def append_as_follower(self, records: BytesLike, now_ms: int) -> AppendInfo:
         """Validate and append the leader's batches as they are (offsets, epochs)."""
         with self._lock:
             self._check_usable()

@@ -67,7 +67,7 @@ class OneAnswerCall:
     async def write(self, request: pb.FetchRequest) -> None:
         self.request = request
 
-    async def read(self) -> pb.FetchResponse:
+    async def read(self) -> bytes:
         if self.bump:
             resp = await self.rm.leader_and_isr(lai(leader=1, leader_epoch=1, partition_epoch=1))
             assert resp.partitions[0].error_code == pb.NONE
@@ -75,7 +75,7 @@ class OneAnswerCall:
         return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
             topic=p.topic, partition=p.partition, error_code=pb.NONE, high_watermark=1,
             log_start_offset=0, log_end_offset=1, leader_epoch=self.leader_epoch,
-            records=self.record)])
+            records=self.record)]).SerializeToString()  # as the stream reads it
 
     def cancel(self) -> bool:  # the changed assignment drops the stream: the answer is read
         return True

@@ -76,10 +76,12 @@ async def follower(tmp_path, wait_max_ms=500):
     return rm, fetcher, partition
 
 
-def answer(high_watermark: int) -> pb.FetchResponse:
+def answer(high_watermark: int) -> bytes:
+    """An answer as the stream reads it: FetchResponse wire bytes (``fetch_wire``)."""
     return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
         topic=TP.topic, partition=TP.partition, error_code=pb.NONE,
-        high_watermark=high_watermark, log_start_offset=0, log_end_offset=3)])
+        high_watermark=high_watermark, log_start_offset=0, log_end_offset=3)]
+    ).SerializeToString()
 
 
 async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path):
@@ -147,6 +149,28 @@ async def test_a_changed_assignment_set_cuts_the_read_short(tmp_path):
         await stub.calls[1].answers.put(answer(3))
         await asyncio.wait_for(round_, 10)
         assert rm.partitions[TP].high_watermark == 3
+    finally:
+        await rm.stop()
+
+
+async def test_a_malformed_answer_breaks_the_stream_and_the_next_round_reopens(tmp_path, caplog):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+    try:
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
+        await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
+        await stub.calls[0].answers.put(b"\x12\x05\x0a\x09garbage")  # a topic past its end
+        with caplog.at_level(logging.WARNING, logger="tidewater.broker.fetcher"):
+            with pytest.raises(StreamBrokenError, match="malformed answer from broker 1"):
+                await asyncio.wait_for(round_, 10)
+        assert "broker 1 sent a malformed fetch answer" in caplog.text
+        assert stub.calls[0].cancelled and fetcher._stream is None
+        assert rm.partitions[TP].log.log_end_offset == 3  # nothing applied
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
+        await wait_until(lambda: len(stub.calls) == 2 and stub.calls[1].pending is not None)
+        await stub.calls[1].answers.put(answer(2))
+        await asyncio.wait_for(round_, 10)
+        assert rm.partitions[TP].high_watermark == 2
     finally:
         await rm.stop()
 
