@@ -154,6 +154,18 @@ class AdminClient:
         self._raise_failures(self.create_topics(
             [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))]))
 
+    def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False
+                          ) -> dict[str, TidewaterError | None]:
+        """Grow each topic to ``new_totals[topic]`` partitions (Kafka's CreatePartitions:
+        never fewer); per name, None or the typed error."""
+        request = pb.CreatePartitionsRequest(
+            timeout_ms=self.request_timeout_ms, validate_only=validate_only,
+            topics=[pb.CreatePartitionsTopic(name=name, count=count)
+                    for name, count in new_totals.items()])
+        resp = self._controller_call("CreatePartitions", request)
+        self.metadata.invalidate()
+        return self._topic_results(resp.topics)
+
     def delete_topics(self, names: list[str]) -> dict[str, TidewaterError | None]:
         request = pb.DeleteTopicsRequest(names=list(names), timeout_ms=self.request_timeout_ms)
         resp = self._controller_call("DeleteTopics", request)

@@ -41,7 +41,9 @@ prefetch or withdraws it, under the same rules.
 Groups (``group_id``): ``subscribe`` lets the group's coordinator share the topics'
 partitions among its members (``client.group``: join, sync, heartbeats; the leader
 assigns with ``partition_assignment_strategy``, range or roundrobin, in
-``client.assignors``). Each poll first rejoins when the group rebalances: the
+``client.assignors``). Each poll first rejoins when the group rebalances, or when a
+subscribed topic has more partitions than at the last assignment (the metadata
+snapshot is refreshed every ``metadata_max_age_ms``, as Kafka's consumer does): the
 revoked partitions' positions are committed (with auto-commit), ``on_revoke`` and
 ``on_assign`` are called, and the new partitions start at their committed offsets
 (``auto_offset_reset`` where none). ``commit`` commits the positions of what poll has
@@ -174,7 +176,8 @@ class Consumer:
                  enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5000,
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000,
-                 partition_assignment_strategy: str = "range"):
+                 partition_assignment_strategy: str = "range",
+                 metadata_max_age_ms: int = 30000):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -189,7 +192,7 @@ class Consumer:
         security, self.metadata = client_metadata(
             bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
             ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
-            sasl_plain_password=sasl_plain_password)
+            sasl_plain_password=sasl_plain_password, metadata_max_age_ms=metadata_max_age_ms)
         self._positions: dict[TopicPartition, int | None] = {}
         # Partitions whose position must be reset by timestamp (-2 earliest, -1 latest).
         self._pending_reset: dict[TopicPartition, int] = {}
@@ -211,6 +214,9 @@ class Consumer:
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._subscription: list[str] = []
+        # Partitions per subscribed topic when the group last assigned: a topic that
+        # grows (or appears) since makes this member rejoin, as Kafka's consumers do.
+        self._assigned_partition_counts: dict[str, int] = {}
         self._on_assign: RebalanceCallback | None = None
         self._on_revoke: RebalanceCallback | None = None
 
@@ -250,20 +256,37 @@ class Consumer:
                                      time.monotonic() + self.request_timeout_ms / 1000)
         return {TopicPartition(*tp): off for tp, off in found.items()}
 
+    def _partition_counts(self) -> dict[str, int]:
+        """Partitions of each subscribed topic in the metadata snapshot (never blocks;
+        an aged snapshot is refreshed in the background, metadata_max_age_ms)."""
+        counts = {}
+        for topic in self._subscription:
+            partitions = self.metadata.cached_partitions(topic)
+            if partitions:
+                counts[topic] = len(partitions)
+        return counts
+
     def _maybe_rebalance(self, deadline: float) -> None:
         group = self.group
-        if group is None or not self._subscription or not group.rejoin_needed:
+        if group is None or not self._subscription:
             return
+        if not group.rejoin_needed:
+            counts = self._partition_counts()
+            if all(self._assigned_partition_counts.get(t) == n for t, n in counts.items()):
+                return
+            group.rejoin_needed = True  # partitions were added: share them out again
         revoked = sorted(self._positions)
         if revoked:
             self._maybe_commit_quietly()
             if self._on_revoke is not None:
                 self._on_revoke([tuple(tp) for tp in revoked])
+        counts = self._partition_counts()
         assignment = group.ensure_active(self._subscription, deadline)
         if assignment is None:
             if revoked:
                 self.assign([])  # the old partitions may be another member's already
             return
+        self._assigned_partition_counts = counts
         self.assign(assignment)
         self._positions = dict.fromkeys(self._positions)
         if assignment:

@@ -433,7 +433,7 @@ def client_metadata(bootstrap: str, metadata: MetadataClient | None, request_tim
                     security_protocol: str = "PLAINTEXT", ssl_cafile: str | None = None,
                     ssl_certfile: str | None = None, ssl_keyfile: str | None = None, *,
                     sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
-                    sasl_plain_password: str | None = None
+                    sasl_plain_password: str | None = None, metadata_max_age_ms: int = 30000
                     ) -> tuple[ClientSecurity, MetadataClient]:
     """A client's security settings (Kafka's names, ``ClientSecurity.from_options``) and its
     metadata client: ``metadata`` if given (its pool has security of its own), else one
@@ -442,4 +442,5 @@ def client_metadata(bootstrap: str, metadata: MetadataClient | None, request_tim
         security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, sasl_mechanism=sasl_mechanism,
         sasl_plain_username=sasl_plain_username, sasl_plain_password=sasl_plain_password)
     return security, metadata or MetadataClient(
-        bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security)
+        bootstrap, request_timeout_ms=min(request_timeout_ms, 10000), security=security,
+        metadata_max_age_ms=metadata_max_age_ms)

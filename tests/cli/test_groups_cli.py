@@ -195,3 +195,46 @@ def test_a_consumer_that_stops_polling_leaves_and_its_next_poll_rejoins(cluster)
         wait_for(lambda: len(describe(c, "g4")["members"]) == 1, "the member back")
     finally:
         consumer.close()
+
+
+def test_partitions_added_to_a_subscribed_topic_reach_the_group(cluster):
+    """tide topics alter --partitions grows the topic; each member's next metadata refresh
+    sees more partitions than were assigned and the group shares them out again."""
+    c = cluster
+    topic = make_topic(c, "cli-grows", partitions=2)
+    members = [Consumer(c.bootstrap, group_id="g5", auto_offset_reset="earliest",
+                        session_timeout_ms=3000, heartbeat_interval_ms=200,
+                        metadata_max_age_ms=500) for _ in range(2)]
+    stop = threading.Event()
+    got: list[str] = []
+
+    def poll(member):  # one thread per member: a join waits for the others to rejoin
+        while not stop.is_set():
+            got.extend(r.value.decode() for r in member.poll(100))
+    pollers = [threading.Thread(target=poll, args=(m,)) for m in members]
+    try:
+        for m in members:
+            m.subscribe([topic])
+        for poller in pollers:
+            poller.start()
+        wait_for(lambda: sorted(len(m.assignment()) for m in members) == [1, 1],
+                 "two partitions shared")
+        grown = c.tide("topics", "alter", topic, "--partitions", "4")
+        assert grown.returncode == 0, grown.stderr
+        assert "now has 4 partitions" in grown.stdout
+        wait_for(lambda: sorted(tuple(tp) for m in members for tp in m.assignment()) == [
+            (topic, p) for p in range(4)], "the four partitions shared")
+        for p in (2, 3):  # records on the new partitions reach the group
+            result = c.tide("produce", topic, "--partition", str(p), "--acks", "all",
+                            input=f"new{p}\n")
+            assert result.returncode == 0, result.stderr
+        wait_for(lambda: {"new2", "new3"} <= set(got), "the new partitions' records")
+        smaller = c.tide("topics", "alter", topic, "--partitions", "3")
+        assert smaller.returncode != 0 and "INVALID_PARTITIONS" in smaller.stderr
+    finally:
+        stop.set()
+        for poller in pollers:
+            if poller.is_alive():
+                poller.join(timeout=30)
+        for m in members:
+            m.close()

@@ -1,8 +1,9 @@
-"""`tide topics create|list|describe|delete`.
+"""`tide topics create|list|describe|alter|delete`.
 
 Topics are named positionally (``tide topics create orders``) or with Kafka's
 ``--topic orders``; ``--partitions``, ``--replication-factor`` and ``--config``
-are kafka-topics.sh's flags.
+are kafka-topics.sh's flags. ``alter --partitions N`` adds partitions up to N in
+all, as ``kafka-topics.sh --alter`` does (never fewer).
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def register(subparsers) -> None:
     describe.add_argument("--timeout-ms", type=int, default=30000)
     add_bootstrap_argument(describe)
     describe.set_defaults(func=cmd_describe)
+
+    alter = sub.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("name", nargs="?", metavar="NAME", help="or --topic NAME")
+    alter.add_argument("--topic", metavar="NAME", help="the topic, as kafka-topics.sh names it")
+    alter.add_argument("--partitions", type=int, required=True,
+                       help="the new number of partitions in all (more than it has)")
+    alter.add_argument("--timeout-ms", type=int, default=30000)
+    add_bootstrap_argument(alter)
+    alter.set_defaults(func=cmd_alter)
 
     delete = sub.add_parser("delete", help="delete topics")
     delete.add_argument("names", nargs="*", metavar="NAME")
@@ -111,6 +121,18 @@ def cmd_describe(args) -> int:
                   f"LeaderEpoch: {p.leader_epoch}\tPartitionEpoch: {p.partition_epoch}\t"
                   f"Replicas: {_ids(p.replicas)}\tIsr: {_ids(p.isr)}"
                   + ("\tOffline" if p.offline else "") + (f"\tState: {state}" if state else ""))
+    return 0
+
+
+def cmd_alter(args) -> int:
+    name = resolve_topic(args.name, args.topic)
+    if args.partitions < 1:
+        raise CliError(f"--partitions must be positive, not {args.partitions}", exit_code=2)
+    with _admin(args) as admin, cli_errors(f"cannot add partitions to {name!r}"):
+        error = admin.create_partitions({name: args.partitions}).get(name)
+        if error is not None:
+            raise error
+    print(f"Topic {name} now has {args.partitions} partitions.")
     return 0
 
 
