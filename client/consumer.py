@@ -256,11 +256,19 @@ class Consumer:
                                      time.monotonic() + self.request_timeout_ms / 1000)
         return {TopicPartition(*tp): off for tp, off in found.items()}
 
-    def _partition_counts(self) -> dict[str, int]:
-        """Partitions of each subscribed topic in the metadata snapshot (never blocks;
-        an aged snapshot is refreshed in the background, metadata_max_age_ms)."""
+    def _partition_counts(self, *, fresh: bool = False) -> dict[str, int]:
+        """Partitions of each subscribed topic that exists, from the metadata snapshot:
+        on every poll never blocking (an aged snapshot is refreshed in the background,
+        metadata_max_age_ms; a topic missing from a stale one is left out); ``fresh``
+        (after an assignment) waits for a current snapshot."""
         counts = {}
         for topic in self._subscription:
+            if fresh:
+                try:
+                    counts[topic] = len(self.metadata.partitions_for(topic))
+                except TidewaterError:
+                    pass  # not there (yet): its creation will count as growth
+                continue
             partitions = self.metadata.cached_partitions(topic)
             if partitions:
                 counts[topic] = len(partitions)
@@ -280,13 +288,12 @@ class Consumer:
             self._maybe_commit_quietly()
             if self._on_revoke is not None:
                 self._on_revoke([tuple(tp) for tp in revoked])
-        counts = self._partition_counts()
         assignment = group.ensure_active(self._subscription, deadline)
         if assignment is None:
             if revoked:
                 self.assign([])  # the old partitions may be another member's already
             return
-        self._assigned_partition_counts = counts
+        self._assigned_partition_counts = self._partition_counts(fresh=True)
         self.assign(assignment)
         self._positions = dict.fromkeys(self._positions)
         if assignment:
