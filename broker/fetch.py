@@ -49,7 +49,7 @@ from tidewater.broker.storage.corruption import (
 )
 from tidewater.broker.topic_identity import fetch_topic_id_error
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, BytesLike
 from tidewater.proto.errors import KafkaStorageError, error_for_code
 
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
@@ -74,7 +74,9 @@ class FetchedPartition(NamedTuple):
     log_start_offset: int
     log_end_offset: int
     leader_epoch: int
-    records: bytes
+    # bytes as read; a memoryview of the received answer where a follower reads the
+    # answer by hand (fetch_wire)
+    records: BytesLike
     diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
 
 

@@ -60,11 +60,9 @@ this reader accepts, protobuf parses to the same message (a property test checks
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from tidewater.broker.fetch import FetchedPartition, fetch_response
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.batch import BytesLike
 
 # A partition's records from which it is written and read by hand
 # (bench/probes/fetch_wire_codec.py: the Python costs ~1 (writing) and ~2.5 (reading)
@@ -98,22 +96,6 @@ class MalformedFetchResponseError(Exception):
     """The bytes received are not a FetchResponse (the leader's fault, or the path's)."""
 
 
-class FetchedPartitionView(NamedTuple):
-    """One partition's fetch answer as a follower reads it: ``FetchedPartition``'s fields,
-    ``records`` a slice of the received bytes."""
-
-    topic: str
-    partition: int
-    error_code: int
-    error_message: str
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
-    leader_epoch: int
-    records: BytesLike  # a memoryview when read by hand, bytes when by protobuf
-    diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
-
-
 def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: int = 0,
                           by_hand_bytes: int = BY_HAND_RECORDS_BYTES) -> bytes:
     """The FetchResponse wire bytes of ``fetch.fetch_response(partitions)`` (with
@@ -141,7 +123,7 @@ def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: in
 
 def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES,
                           whole_below: int = BY_HAND_ANSWER_BYTES
-                          ) -> tuple[int, list[FetchedPartitionView]]:
+                          ) -> tuple[int, list[FetchedPartition]]:
     """(request-level error code, the partitions' answers) of FetchResponse bytes: the
     partitions of ``by_hand_bytes`` and more read here (records sliced, not copied), the
     runs between them by protobuf (all of it under ``whole_below`` bytes).
@@ -152,7 +134,7 @@ def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES
         return decode_by_protobuf(raw)
     view = memoryview(raw)
     error_code = 0
-    partitions: list[FetchedPartitionView] = []
+    partitions: list[FetchedPartition] = []
     run_start = -1  # where the run of small partitions being gathered starts
     position, end = 0, len(raw)
     while position < end:
@@ -182,13 +164,13 @@ def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES
     return error_code, partitions
 
 
-def decode_by_protobuf(raw: bytes) -> tuple[int, list[FetchedPartitionView]]:
+def decode_by_protobuf(raw: bytes) -> tuple[int, list[FetchedPartition]]:
     """``decode_fetch_response``'s answer through protobuf's parser (the records copied)."""
     try:
         message = pb.FetchResponse.FromString(raw)
     except Exception as e:  # protobuf's DecodeError, or what its C code raises instead
         raise MalformedFetchResponseError(f"not a FetchResponse: {e}") from None
-    new, view = tuple.__new__, FetchedPartitionView  # __new__ by hand: ~0.2 us less each
+    new, view = tuple.__new__, FetchedPartition  # __new__ by hand: ~0.2 us less each
     return message.error_code, [
         new(view, (p.topic, p.partition, p.error_code, p.error_message, p.high_watermark,
                    p.log_start_offset, p.log_end_offset, p.leader_epoch, p.records,
@@ -355,7 +337,7 @@ _TOPIC_KEY, _ERROR_MESSAGE_KEY, _DIVERGING_KEY, _RECORDS_KEY = 0x0A, 0x22, 0x4A,
 
 
 def _read_partition(raw: bytes, view: memoryview, position: int,
-                    end: int) -> FetchedPartitionView:
+                    end: int) -> FetchedPartition:
     """One FetchPartitionResponse in ``raw[position:end]``. The keys protobuf writes for
     these fields are one byte each: they are dispatched on directly, and a one-byte
     varint is read inline (this runs once per partition of every answer)."""
@@ -393,7 +375,7 @@ def _read_partition(raw: bytes, view: memoryview, position: int,
                 position = _read_partition_len_field(raw, view, field, position, end, fields)
             else:
                 position = _skip(raw, wire_type, position, end)
-    return FetchedPartitionView._make(fields)
+    return FetchedPartition._make(fields)
 
 
 def _read_partition_len_field(raw: bytes, view: memoryview, field: int, position: int,
@@ -408,7 +390,7 @@ def _read_partition_len_field(raw: bytes, view: memoryview, field: int, position
     return position
 
 
-def decode_by_hand(raw: bytes) -> tuple[int, list[FetchedPartitionView]]:
+def decode_by_hand(raw: bytes) -> tuple[int, list[FetchedPartition]]:
     """``decode_fetch_response`` read here: the records are slices of ``raw``, not copies."""
     view = memoryview(raw)
     error_code = 0

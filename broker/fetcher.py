@@ -46,8 +46,8 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.fetch import FetchedPartition
 from tidewater.broker.fetch_wire import (
-    FetchedPartitionView,
     MalformedFetchResponseError,
     decode_fetch_response,
 )
@@ -308,7 +308,7 @@ class LeaderFetcher:
             return
         self._drop_stream()  # the pending read raises CancelledError: StreamBrokenError
 
-    def _checked(self, response) -> tuple[int, list[FetchedPartitionView]]:
+    def _checked(self, response) -> tuple[int, list[FetchedPartition]]:
         """The answer read (FetchResponse wire bytes) as (request-level error code,
         partitions); StreamBrokenError at the stream's end or for bytes that do not parse."""
         if response is grpc.aio.EOF:
@@ -383,7 +383,7 @@ class LeaderFetcher:
         self._request, self._request_for, self._request_partitions = (
             request, list(fetching), partitions)
 
-    async def _apply_response(self, error_code: int, answers: list[FetchedPartitionView],
+    async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
                               sent: dict) -> None:
         if error_code != pb.NONE:
             raise StreamBrokenError(f"fetch refused: {_error_name(error_code)}")

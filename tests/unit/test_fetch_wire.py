@@ -10,7 +10,6 @@ from tidewater.broker.fetch import FetchedPartition, fetch_response
 from tidewater.broker.fetch_wire import (
     BY_HAND_ANSWER_BYTES,
     BY_HAND_RECORDS_BYTES,
-    FetchedPartitionView,
     MalformedFetchResponseError,
     decode_by_hand,
     decode_by_protobuf,
@@ -41,8 +40,9 @@ answers = st.lists(fetched_partitions, max_size=5)
 by_hand_bytes = st.sampled_from([0, 1, 300, 5_000, BY_HAND_RECORDS_BYTES])
 
 
-def as_fetched(view: FetchedPartitionView) -> FetchedPartition:
-    return FetchedPartition(*view[:8], bytes(view.records), view.diverging)
+def as_fetched(view: FetchedPartition) -> FetchedPartition:
+    """A decoded answer with its records as bytes (a memoryview where read by hand)."""
+    return view._replace(records=bytes(view.records))
 
 
 def pb_partitions(response: pb.FetchResponse) -> list[FetchedPartition]:
