@@ -4,7 +4,8 @@
 ``--authorizer``, ``--super-users``, ``--allow-everyone-if-no-acl-found``) or
 Kafka's names given with ``--set`` (``sasl.enabled.mechanisms``,
 ``authorizer.class.name`` = ``acl`` or Kafka's StandardAuthorizer/AclAuthorizer
-class names, ``super.users``, ``allow.everyone.if.no.acl.found``);
+class names, ``super.users``, ``allow.everyone.if.no.acl.found``,
+``connections.max.reauth.ms``: a SASL session's lifetime, 0 = forever, KIP-368);
 ``BrokerSecurity`` joins them with the users and ACLs the controller pushed
 (``MetadataCache``): ``allows(session, operation, resource_type, name)`` is the
 one check every request path calls, and answers True for everything when no
@@ -29,7 +30,8 @@ from tidewater.proto.scram import MECHANISMS, ScramCredential
 
 PLAIN = "PLAIN"
 SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
-                                    "super.users", "allow.everyone.if.no.acl.found"})
+                                    "super.users", "allow.everyone.if.no.acl.found",
+                                    "connections.max.reauth.ms"})
 # Kafka's authorizer class names mean "check ACLs" here; empty means none.
 _KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
@@ -43,6 +45,9 @@ class SecuritySettings:
     authorizer: str = "none"  # "acl": every request is checked against the ACLs
     super_users: frozenset[str] = field(default_factory=frozenset)
     allow_everyone_if_no_acl_found: bool = False
+    # KIP-368: a SASL session lasts this long, then the client must re-authenticate on
+    # its connection or have it closed; 0 (Kafka's default): sessions never expire.
+    reauth_ms: int = 0
 
     def __post_init__(self) -> None:
         unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
@@ -54,6 +59,8 @@ class SecuritySettings:
         for user in self.super_users:
             if not user.startswith("User:") or len(user) <= len("User:"):
                 raise ValueError(f"super user {user!r} is not User:<name>")
+        if self.reauth_ms < 0:
+            raise ValueError(f"connections.max.reauth.ms must not be negative, not {self.reauth_ms}")
 
     def with_setting(self, name: str, value: str) -> SecuritySettings:
         """These settings with one of Kafka's (``SECURITY_SETTING_NAMES``); ValueError."""
@@ -70,6 +77,10 @@ class SecuritySettings:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"expected true or false, not {value!r}")
             return dataclasses.replace(self, allow_everyone_if_no_acl_found=value.lower() == "true")
+        if name == "connections.max.reauth.ms":
+            if not value.isdigit():
+                raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
+            return dataclasses.replace(self, reauth_ms=int(value))
         raise ValueError(f"not a security setting: {name}")
 
     @classmethod

@@ -19,7 +19,16 @@ request closes it (Kafka does the same). Then:
   with a message, then the connection closes; a SaslAuthenticate out of order
   is ILLEGAL_SASL_STATE and closes too. Only that connection is affected.
 
-Sessions do not expire (session_lifetime 0: no re-authentication, KIP-368).
+Re-authentication (KIP-368), with ``connections.max.reauth.ms`` > 0: a successful
+SaslAuthenticate answers ``session_lifetime_ms`` = that setting and the session
+expires then. Before it does, the client sends SaslHandshake (the same mechanism)
+and SaslAuthenticate again on the same connection; other requests are served
+meanwhile as the old session's. Success as the same user starts a new session;
+another user, another mechanism or a failure closes the connection. Once the
+session has expired, any request but SaslHandshake/SaslAuthenticate closes the
+connection (a client without KIP-368 reconnects and authenticates anew), so a
+removed user or a changed password takes effect on long-lived connections too.
+Time comes in (``now_ms``, monotonic); nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from tidewater.broker.authorizer import Session
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.security import PLAIN, BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, user_principal
@@ -44,6 +54,7 @@ log = logging.getLogger("tidewater.broker.kafka")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 API_VERSIONS = 18
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+REAUTHENTICATION = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 
 class ConnectionSecurity:
@@ -59,9 +70,27 @@ class ConnectionSecurity:
         self._mechanism: str | None = None
         self._scram: ScramServer | None = None
         self._scram_first_done = False
+        self._exchanging = False  # between a SaslHandshake and the exchange's end
+        self.expires_at_ms: int | None = None  # the session's end (KIP-368); None: never
 
-    def may_serve(self, api_key: int) -> bool:
-        return self.authenticated or api_key in BEFORE_AUTHENTICATION
+    @property
+    def exchanging(self) -> bool:
+        """A SASL exchange is under way (between SaslHandshake and its success)."""
+        return self._exchanging
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        """What SaslAuthenticate answers (v1+): 0 when sessions do not expire."""
+        return self.security.settings.reauth_ms
+
+    def refusal(self, api_key: int, now_ms: int) -> str | None:
+        """Why a request with ``api_key`` closes the connection now, or None to serve it."""
+        if not self.authenticated:
+            return None if api_key in BEFORE_AUTHENTICATION else "before SASL authentication"
+        if (self.expires_at_ms is not None and now_ms >= self.expires_at_ms
+                and api_key not in REAUTHENTICATION):
+            return "after the SASL session expired (connections.max.reauth.ms)"
+        return None
 
     def allows(self, operation: int, resource_type: int, name: str) -> bool:
         """The check every request path makes (``Services.allowed`` calls it)."""
@@ -73,22 +102,26 @@ class ConnectionSecurity:
     def handshake(self, mechanism: str, version: int) -> tuple[int, list[str]]:
         """(error code, enabled mechanisms) answering SaslHandshake."""
         enabled = list(self.security.settings.sasl_mechanisms)
-        if self.authenticated or self._mechanism is not None:
+        reauthenticating = (self.authenticated and self.expires_at_ms is not None
+                            and not self._exchanging)
+        if self._exchanging or (self.authenticated and not reauthenticating):
             self.close_after_answer = True
             return pb.ILLEGAL_SASL_STATE, enabled
-        if mechanism not in enabled:
+        if mechanism not in enabled or (reauthenticating and mechanism != self._mechanism):
             self.close_after_answer = True
             return pb.UNSUPPORTED_SASL_MECHANISM, enabled
         self._mechanism = mechanism
-        self.raw_tokens = version == 0
+        self._exchanging = True
+        self._scram_first_done = False
+        self.raw_tokens = version == 0 and not reauthenticating
         if mechanism in MECHANISMS:
             self._scram = ScramServer(mechanism, self.security.scram_credential)
         return pb.NONE, enabled
 
-    def authenticate(self, token: bytes) -> bytes:
+    def authenticate(self, token: bytes, now_ms: int) -> bytes:
         """The server's token answering ``token``; SaslAuthenticationError refuses (the
         connection then closes)."""
-        if self._mechanism is None or self.authenticated:
+        if not self._exchanging:
             self.close_after_answer = True
             raise _IllegalState("SaslAuthenticate without a SaslHandshake, or after success")
         try:
@@ -97,25 +130,33 @@ class ConnectionSecurity:
                 if not self.security.password_ok(user, password):
                     raise SaslAuthenticationError(
                         f"authentication failed for user {user!r} ({PLAIN})")
-                self._succeed(user)
+                self._succeed(user, now_ms)
                 return b""
             if not self._scram_first_done:
                 self._scram_first_done = True
                 return self._scram.first(token)
             answer = self._scram.final(token)
             assert self._scram.user is not None
-            self._succeed(self._scram.user)
+            self._succeed(self._scram.user, now_ms)
             return answer
         except SaslAuthenticationError:
             self.close_after_answer = True
             raise
 
-    def _succeed(self, user: str) -> None:
-        self.session = Session(user_principal(user), self.session.host)
+    def _succeed(self, user: str, now_ms: int) -> None:
+        principal = user_principal(user)
+        again = self.authenticated
+        if again and principal != self.session.principal:
+            raise SaslAuthenticationError(f"re-authentication as {principal} on a connection "
+                                          f"of {self.session.principal}")
+        self.session = Session(principal, self.session.host)
         self.authenticated = True
+        self._exchanging = False
         self.raw_tokens = False
-        log.info("kafka: %s authenticated as %s (%s)", self.session.host, self.session.principal,
-                 self._mechanism)
+        lifetime_ms = self.security.settings.reauth_ms
+        self.expires_at_ms = now_ms + lifetime_ms if lifetime_ms > 0 else None
+        log.info("kafka: %s %s as %s (%s)", self.session.host,
+                 "re-authenticated" if again else "authenticated", principal, self._mechanism)
 
 
 class _IllegalState(SaslAuthenticationError):
@@ -140,13 +181,16 @@ async def on_sasl_authenticate(s, head, body) -> Awaitable[Any]:
         return _done({"error_code": pb.ILLEGAL_SASL_STATE, "error_message": "no SASL here",
                       "auth_bytes": b"", "session_lifetime": 0})
     try:
-        token = s.connection.authenticate(bytes(body.auth_bytes))
+        token = s.connection.authenticate(bytes(body.auth_bytes), mono_ms())
     except SaslAuthenticationError as e:
         log.warning("kafka: closing %s: %s", s.connection.session.host, e)
         return _done({"error_code": e.error_code, "error_message": str(e), "auth_bytes": b"",
                       "session_lifetime": 0})
+    # Only the exchange's last answer starts a session: its lifetime goes with that one.
+    lifetime_ms = s.connection.session_lifetime_ms if s.connection.authenticated and \
+        not s.connection.exchanging else 0
     return _done({"error_code": pb.NONE, "error_message": None, "auth_bytes": token,
-                  "session_lifetime": 0})
+                  "session_lifetime": lifetime_ms})
 
 
 def tls_principal(peercert: dict | None) -> str | None:

@@ -39,6 +39,7 @@ import ssl
 import time
 from typing import Any
 
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.codec import (
     RequestHead,
@@ -160,7 +161,7 @@ class KafkaListener:
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:
                 try:
-                    token = connection.authenticate(frame)
+                    token = connection.authenticate(bytes(frame), mono_ms())
                 except SaslAuthenticationError as e:
                     log.warning("kafka: closing %s: %s", peer, e)
                     return
@@ -181,9 +182,9 @@ class KafkaListener:
             except (UnknownApiKeyError, InvalidRequestError) as e:
                 log.warning("kafka: closing %s: %s (frame starts %s)", peer, e, frame[:64].hex())
                 return
-            if connection is not None and not connection.may_serve(head.api_key):
-                log.warning("kafka: closing %s: API key %d before SASL authentication",
-                            peer, head.api_key)
+            if connection is not None and (
+                    refused := connection.refusal(head.api_key, mono_ms())) is not None:
+                log.warning("kafka: closing %s: API key %d %s", peer, head.api_key, refused)
                 return
             if head.api_version < apis.DECODED_FROM.get(head.api_key, 0):
                 log.warning("kafka: closing %s: API key %d v%d (message format v0/v1) is not "

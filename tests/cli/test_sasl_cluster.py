@@ -456,3 +456,36 @@ def test_grpc_group_calls_are_authorized_too(sasl_ssl):
             got += [r.value for r in consumer.poll(500)]
         consumer.commit()
         assert got == [b"x", b"y"]
+
+
+@pytest.fixture(scope="module")
+def sasl_reauth(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("sasl-reauth"), 1, "connections.max.reauth.ms=1500",
+                      up_flags=("--sasl-mechanisms", "SCRAM-SHA-512"))
+    m = _manifest(c)
+    c.kafka, c.sasl = m["kafka_bootstrap"], m["sasl"]
+    yield c
+    stop_cluster(c)
+
+
+def test_confluent_kafka_reauthenticates_its_connections(sasl_reauth):
+    """KIP-368: with connections.max.reauth.ms=1500 librdkafka re-authenticates its
+    connections as they near the lifetime the broker answered, and 6 s of acks=all
+    produce go on without an error or a closed connection (a client that does not
+    re-authenticate is closed: tests/unit/test_kafka_sasl.py)."""
+    c = sasl_reauth
+    create_topics(c, "reauth")
+    errors: list = []
+    producer = confluent_kafka.Producer({**conf(c), "acks": "all"})
+    sent = 0
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        producer.produce("reauth", value=b"%d" % sent,
+                         on_delivery=lambda err, _m: err and errors.append(err))
+        sent += 1
+        producer.poll(0.02)
+    assert producer.flush(30) == 0 and errors == []
+    assert consume(conf(c), "reauth", sent) == [b"%d" % i for i in range(sent)]
+    log = Path(_manifest(c)["processes"]["broker-1"]["log"]).read_text()
+    assert log.count("re-authenticated as User:admin") >= 3  # every ~1.5 s, per connection
+    assert "session expired" not in log  # no connection had to be closed

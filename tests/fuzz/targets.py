@@ -131,7 +131,7 @@ def sasl(data: bytes) -> None:
     assert connection.handshake(mechanism, 1)[0] == 0
     try:
         for token in (data[2:split], data[split:]):
-            connection.authenticate(token)
+            connection.authenticate(token, 0)
             if connection.authenticated:
                 raise AssertionError(f"random bytes authenticated as {connection.session}")
     finally:

@@ -4,6 +4,8 @@ frames, and the authorizer on produce, fetch and metadata."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import struct
 
 import pytest
@@ -49,10 +51,10 @@ class Users:
 
 class SecureListening(Listening):
     def __init__(self, tmp_path, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-                 authorizer="none", acls=()):
+                 authorizer="none", acls=(), reauth_ms=0):
         super().__init__(tmp_path)
         settings = SecuritySettings(sasl_mechanisms=mechanisms, authorizer=authorizer,
-                                    super_users=frozenset({"User:admin"}))
+                                    super_users=frozenset({"User:admin"}), reauth_ms=reauth_ms)
         self.security = BrokerSecurity(settings, Users(acls))
 
     async def prepare(self) -> None:
@@ -91,6 +93,51 @@ async def test_scram_then_produce_and_fetch(tmp_path, mechanism):
         body = await c.call(apis.FETCH, 12, fetch_values(0))
         assert body.responses[0].partitions[0].error_code == 0
         c.close()
+
+
+async def test_an_expired_session_serves_only_reauthentication(tmp_path, caplog):
+    """KIP-368: the session lasts connections.max.reauth.ms; re-authenticating on the
+    same connection (even after it expired) renews it; any other request after the end
+    closes the connection."""
+    async with SecureListening(tmp_path, reauth_ms=300) as listening:
+        c = await listening.connect()
+        final = await authenticate_scram(c, "alice", "alice-pw")
+        assert final.error_code == 0 and final.session_lifetime == datetime.timedelta(milliseconds=300)
+        body = await c.call(apis.PRODUCE, 9, produce_values(make_batch(1)))
+        assert body.responses[0].partition_responses[0].error_code == 0
+        await asyncio.sleep(0.4)  # expired: re-authentication is still served
+        final = await authenticate_scram(c, "alice", "alice-pw")
+        assert final.error_code == 0 and final.session_lifetime == datetime.timedelta(milliseconds=300)
+        body = await c.call(apis.PRODUCE, 9, produce_values(make_batch(1)))
+        assert body.responses[0].partition_responses[0].error_code == 0  # renewed
+        await asyncio.sleep(0.4)
+        await c.send(apis.PRODUCE, 9, 8, produce_values(make_batch(1)))
+        assert await c.closed_by_server()
+        assert "after the SASL session expired" in caplog.text
+
+
+async def test_reauthentication_as_another_user_or_mechanism_closes(tmp_path):
+    async with SecureListening(tmp_path, reauth_ms=60_000) as listening:
+        c = await listening.connect()
+        assert (await authenticate_scram(c, "alice", "alice-pw")).error_code == 0
+        final = await authenticate_scram(c, "bob", "bob-pw")
+        assert final.error_code == pb.SASL_AUTHENTICATION_FAILED
+        assert await c.closed_by_server()
+        c = await listening.connect()
+        assert (await authenticate_scram(c, "alice", "alice-pw")).error_code == 0
+        body = await c.call(HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})
+        assert body.error_code == pb.UNSUPPORTED_SASL_MECHANISM
+        assert await c.closed_by_server()
+
+
+async def test_without_reauth_a_second_handshake_is_illegal(tmp_path):
+    async with SecureListening(tmp_path) as listening:
+        c = await listening.connect()
+        final = await authenticate_scram(c, "alice", "alice-pw")
+        assert final.error_code == 0 and final.session_lifetime == datetime.timedelta(0)
+        body = await c.call(HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})
+        assert body.error_code == pb.ILLEGAL_SASL_STATE
+        assert await c.closed_by_server()
 
 
 async def test_wrong_password_is_refused_and_the_connection_closed(tmp_path):
