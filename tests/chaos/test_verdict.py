@@ -104,3 +104,33 @@ def test_a_producers_records_out_of_send_order_fail():
                       f"{P}1-000000001": (0, 2)})
     assert not v.ok and v.partitions[0].out_of_order == 1
     assert "order" in v.table().splitlines()[0]
+
+
+def test_a_compacted_run_counts_records_cleaned_under_a_later_one_of_their_key():
+    # keys=2: seq 0 and 2 share key k0, 1 and 3 share k1
+    acked = {f"{P}0-0": (0, 0), f"{P}0-1": (0, 1), f"{P}0-2": (0, 2), f"{P}0-3": (0, 3)}
+    sent = {v: 0 for v in acked}
+
+    def compacted(consumed):
+        return judge(partitions=[0], value_prefix=P, sent=sent, acked=acked, consumed=consumed,
+                     no_leader_s={}, replicas={0: SAME}, keys=2)
+    v = compacted({0: [(2, f"{P}0-2"), (3, f"{P}0-3")]})  # 0 and 1 cleaned
+    assert v.ok and v.partitions[0].compacted == 2 and v.partitions[0].lost == 0
+    assert "compacted" in v.table().splitlines()[0]
+    v = compacted({0: [(1, f"{P}0-1"), (2, f"{P}0-2")]})  # the last of k1 missing: lost
+    assert not v.ok and v.partitions[0].lost == 1 and v.partitions[0].compacted == 1
+    # a plain run counts the same absences as lost
+    assert run({0: [(2, f"{P}0-2"), (3, f"{P}0-3")], 1: []}, acked).partitions[0].lost == 2
+    assert "compacted" not in run({0: [], 1: []}, {}).table().splitlines()[0]
+
+
+def test_the_group_is_excused_only_for_compacted_records():
+    from tidewater.tools.chaos.verdict import compacted_away
+
+    acked = {f"{P}0-0": (0, 0), f"{P}0-1": (0, 1), f"{P}0-2": (0, 2)}
+    consumed = {0: [(1, f"{P}0-1"), (2, f"{P}0-2")]}
+    excused = compacted_away(acked, consumed, P, keys=2)
+    assert excused == {(0, 0)}
+    group = judge_group("g", acked, consumed={(0, 2)}, committed={}, excused=excused)
+    assert not group.ok and group.not_consumed == 1  # (0, 1) is the last of k1: no excuse
+    assert judge_group("g", acked, {(0, 1), (0, 2)}, {}, excused).ok

@@ -50,12 +50,20 @@ class GroupReader:
         if self._thread is not None:
             self._thread.join(60)
 
-    def drain(self, ends: dict[int, int], timeout_s: float) -> bool:
-        """Wait until every offset below ``ends`` was consumed (False after the timeout)."""
+    def drain(self, ends: dict[int, int], timeout_s: float, *, compacted: bool = False) -> bool:
+        """Wait until every offset below ``ends`` was consumed (False after the timeout);
+        ``compacted``: until the last one was (the cleaner leaves gaps below it, but never
+        removes a partition's last record: no later record of its key)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                if all((p, o) in self.consumed for p, end in ends.items() for o in range(end)):
+                if compacted:
+                    done = all(end == 0 or (p, end - 1) in self.consumed
+                               for p, end in ends.items())
+                else:
+                    done = all((p, o) in self.consumed for p, end in ends.items()
+                               for o in range(end))
+                if done:
                     return True
             if self._thread is None or not self._thread.is_alive():
                 return False

@@ -7,6 +7,11 @@ CRC-checked. Followers store the leader's batches byte for byte, so replicas
 agree below the HW exactly when their sequences of
 ``(base_offset, last_offset, partition_leader_epoch, crc)`` for batches
 starting below the HW are equal, contiguous, and reach the HW.
+
+A compacted topic's replicas are cleaned each on its own schedule, so their
+batches differ (removed records, re-encoded batches, offset gaps) and are not
+contiguous. There, replicas agree below the HW when every offset that two of
+them both hold carries the same key and value (``compare_compacted``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from pathlib import Path
 
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.errors import CorruptRecordError
+from tidewater.proto.records import decode_batch_records
+
+Record = tuple[bytes | None, bytes | None]  # (key, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +103,58 @@ def compare_replicas(batches_by_broker: dict[int, list[BatchSummary]], high_wate
     return ReplicaComparison(not problems, "; ".join(problems))
 
 
-def compare_partition(data_dirs: dict[int, Path], topic: str, partition: int, high_watermark: int
-                      ) -> ReplicaComparison:
+def read_records_below(log_dir: Path, high_watermark: int) -> dict[int, Record]:
+    """offset -> (key, value) of every record below ``high_watermark`` (CRC-checked as
+    ``read_batches_below``; a compacted log may skip offsets)."""
+    out: dict[int, Record] = {}
+    for segment in sorted(log_dir.glob("*.log")):
+        data = segment.read_bytes()
+        try:
+            for position, h in iter_batches(data):
+                if h.base_offset >= high_watermark:
+                    return out
+                for r in decode_batch_records(data, position, h):
+                    if r.offset < high_watermark:
+                        out[r.offset] = (r.key, r.value)
+        except CorruptRecordError as e:
+            last = max(out, default=-1)
+            if last + 1 < high_watermark:
+                raise CorruptRecordError(e.reason, position=e.position, path=str(segment)) from None
+            return out
+    return out
+
+
+def compare_compacted(records_by_broker: dict[int, dict[int, Record]]) -> ReplicaComparison:
+    """Pure: every offset two replicas both hold carries the same key and value."""
+    problems = []
+    reference_broker, reference = min(records_by_broker.items(), default=(None, {}))
+    for broker, records in sorted(records_by_broker.items()):
+        if broker == reference_broker:
+            continue
+        for offset in sorted(reference.keys() & records.keys()):
+            if reference[offset] != records[offset]:
+                problems.append(f"brokers {reference_broker} and {broker} differ at offset "
+                                f"{offset}: {reference[offset]} vs {records[offset]}")
+                break
+    return ReplicaComparison(not problems, "; ".join(problems))
+
+
+def compare_partition(data_dirs: dict[int, Path], topic: str, partition: int, high_watermark: int,
+                      *, compacted: bool = False) -> ReplicaComparison:
     """Read and compare the partition in each broker's data folder."""
     batches = {}
+    records = {}
     for broker, data_dir in sorted(data_dirs.items()):
         log_dir = partition_dir(data_dir, topic, partition)
         if not log_dir.is_dir():
             return ReplicaComparison(False, f"broker {broker}: no folder {log_dir}")
         try:
-            batches[broker] = read_batches_below(log_dir, high_watermark)
+            if compacted:
+                records[broker] = read_records_below(log_dir, high_watermark)
+            else:
+                batches[broker] = read_batches_below(log_dir, high_watermark)
         except (CorruptRecordError, OSError) as e:
             return ReplicaComparison(False, f"broker {broker}: {e}")
+    if compacted:
+        return compare_compacted(records)
     return compare_replicas(batches, high_watermark)

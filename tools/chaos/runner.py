@@ -44,12 +44,20 @@ from tidewater.tools.chaos.monitor import LeaderMonitor
 from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
 from tidewater.tools.chaos.schedule import APPLY_ACTION, UNDO_ACTION, PlannedFault, plan_faults
 from tidewater.tools.chaos.targets import ChaosCluster, ChaosTargetError, broker_id_of
-from tidewater.tools.chaos.verdict import Verdict, judge, judge_group
+from tidewater.tools.chaos.verdict import Verdict, compacted_away, judge, judge_group
 from tidewater.tools.chaos.workload import Workload
 from tidewater.tools.scrape import BackgroundScraper, Scraper
 
 SETTLE_TIMEOUT_S = 180.0
 READ_BACK_TIMEOUT_S = 120.0
+
+
+# A compacted chaos topic: small segments rolled every 2 s, and a dirty segment
+# cleaned once 2 s old whatever its ratio (max.compaction.lag.ms), so the cleaner
+# (every log.cleaner.backoff.ms) rewrites segments while faults happen.
+COMPACTED_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "65536",
+                           "segment.ms": "2000", "max.compaction.lag.ms": "2000",
+                           "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"}
 
 
 @dataclass
@@ -71,6 +79,8 @@ class ChaosOptions:
     fault_weights: dict[str, int] | None = None
     settle_timeout_s: float = SETTLE_TIMEOUT_S
     idempotent: bool = False  # idempotent producers, 5 in flight, retries (workload.py)
+    # > 0: a compacted topic written with this many keys (COMPACTED_TOPIC_CONFIGS)
+    compacted_keys: int = 0
     log: object = field(default=sys.stderr)
 
 
@@ -126,8 +136,11 @@ class ChaosRun:
 
     def ensure_topic(self, admin: AdminClient) -> None:
         o = self.opt
+        configs = {"min.insync.replicas": str(o.min_insync_replicas)}
+        if o.compacted_keys:
+            configs.update(COMPACTED_TOPIC_CONFIGS)
         errors = admin.create_topics([NewTopic(o.topic, o.partitions, o.replication_factor,
-                                               {"min.insync.replicas": str(o.min_insync_replicas)})])
+                                               configs)])
         error = errors.get(o.topic)
         if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
             raise ChaosTargetError(f"create topic {o.topic}: {error}")
@@ -215,8 +228,9 @@ class ChaosRun:
         log.record(action, node, fault=fault.kind, target=fault.target)
         self.say(f"{action} {node}")
 
-    def finish_group(self, reader: GroupReader, workload, admin, notes: list[str]):
-        """Let the group read to the end offsets, stop it, judge it."""
+    def finish_group(self, reader: GroupReader, admin, notes: list[str]):
+        """Let the group read to the end offsets and stop it: what it consumed and the
+        commits it saw (judged after the read-back: ``judge_group``)."""
         consumer = Consumer(self.bootstrap, **self.security)
         try:
             tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
@@ -226,15 +240,15 @@ class ChaosRun:
             notes.append(f"group: no end offsets: {e}")
         finally:
             consumer.close()
-        if ends and not reader.drain(ends, READ_BACK_TIMEOUT_S):
+        if ends and not reader.drain(ends, READ_BACK_TIMEOUT_S,
+                                     compacted=bool(self.opt.compacted_keys)):
             notes.append(f"group: did not consume to the end offsets within "
                          f"{READ_BACK_TIMEOUT_S:.0f} s")
         reader.stop()
         if reader.failure is not None:
             notes.append(f"group reader died: {reader.failure!r}")
         self.say(f"group reader errors (ridden out): {dict(reader.errors)}")
-        consumed, committed = reader.snapshot()
-        return judge_group(reader.group_id, workload.acked, consumed, committed)
+        return reader.snapshot()
 
     def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
         """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
@@ -274,7 +288,8 @@ class ChaosRun:
                 out[p] = ReplicaComparison(False, f"no data folder for brokers {missing}" if missing
                                            else "leader HW unknown")
                 continue
-            out[p] = compare_partition(dirs, self.opt.topic, p, hw)
+            out[p] = compare_partition(dirs, self.opt.topic, p, hw,
+                                       compacted=bool(self.opt.compacted_keys))
         return out
 
     def collect_data(self) -> None:
@@ -331,7 +346,7 @@ class ChaosRun:
             workload = Workload(self.bootstrap, o.topic, self.partitions, run_id=self.run_id,
                                 ack_log_path=self.out / "acks.jsonl", producers=o.producers,
                                 rate_per_s=o.rate_per_s, security=self.security,
-                                idempotent=o.idempotent)
+                                idempotent=o.idempotent, keys=o.compacted_keys)
             group_reader = GroupReader(self.bootstrap, o.topic, self.partitions,
                                        f"chaos-{self.run_id}", security=self.security)
             monitor.start()
@@ -375,7 +390,7 @@ class ChaosRun:
                 # Chaos topics never allow unclean elections: one is a lost-data risk.
                 notes.append(f"{unclean_after - unclean_before} unclean leader election(s) during the run")
             monitor.stop()
-            group = self.finish_group(group_reader, workload, admin, notes)
+            group_consumed, group_committed = self.finish_group(group_reader, admin, notes)
             consumed, why = self.read_back()
             if why:
                 notes.append(why)
@@ -389,8 +404,12 @@ class ChaosRun:
             verdict = judge(partitions=self.partitions, value_prefix=workload.value_prefix,
                             sent=workload.sent, acked=workload.acked, consumed=consumed,
                             no_leader_s=monitor.snapshot(), replicas=replicas,
-                            failed_attempts=sum(workload.errors.values()), notes=notes)
-            verdict.group = group
+                            failed_attempts=sum(workload.errors.values()), notes=notes,
+                            keys=o.compacted_keys)
+            excused = (compacted_away(workload.acked, consumed, workload.value_prefix,
+                                      o.compacted_keys) if o.compacted_keys else set())
+            verdict.group = judge_group(group_reader.group_id, workload.acked, group_consumed,
+                                        group_committed, excused)
             result = verdict.to_json()
             result["errors_by_type"] = dict(workload.errors)
             result["faults_applied"] = sum(1 for e in log.entries if e["action"] in APPLY_ACTION.values()

@@ -11,10 +11,17 @@ Per partition:
 | order             | records of one producer found before one it sent earlier     | 0       |
 | unacked-present   | sent, not acknowledged, yet present (ambiguous attempts: ok) |         |
 | unknown           | carry this run's prefix but were never sent                  | 0       |
+| compacted         | (``--compacted`` runs) acknowledged, absent, and a later     |         |
+|                   | record of its key is there: the cleaner's doing              |         |
 | no-leader-s       | seconds without a working leader                             |         |
 | replicas          | every replica holds the same batches below the HW            | same    |
 
 Records without this run's prefix (earlier runs, other producers) are ignored.
+
+A compacted topic (``keys`` > 0: producer P's record number S has key
+``chaos_key(S, keys)``) keeps at least the last record of each key: an acknowledged
+record that is absent counts as compacted, not lost, when a record of its key
+remains in its partition at a higher offset; the rest of the columns are as above.
 
 The group (``group_reader.py``, when the run has one): every acknowledged record must
 have been consumed by the group, and the committed offsets the coordinator reported
@@ -26,6 +33,7 @@ or what broke it.
 from __future__ import annotations
 
 import collections
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 
 from tidewater.tools.chaos.replicas import ReplicaComparison
@@ -41,6 +49,7 @@ class PartitionVerdict:
     out_of_order: int = 0
     unacked_present: int = 0
     unknown: int = 0
+    compacted: int = 0  # acknowledged, superseded by a later record of its key, cleaned
     no_leader_s: float = 0.0
     replicas_identical: bool = True
     replicas_detail: str = ""
@@ -84,6 +93,7 @@ class Verdict:
     failed_attempts: int
     notes: list[str] = field(default_factory=list)  # run-level problems (ISR never full, ...)
     group: GroupVerdict | None = None
+    compacted: bool = False  # a compacted topic's run: the compacted column is shown
 
     @property
     def ok(self) -> bool:
@@ -92,20 +102,21 @@ class Verdict:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "sent": self.sent, "failed_attempts": self.failed_attempts,
+                "compacted": self.compacted,
                 "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions],
                 "group": asdict(self.group) if self.group is not None else None}
 
     def table(self) -> str:
+        counts = ["acked", "lost", "moved", "duplicates", "out_of_order", "unacked_present",
+                  "unknown"] + (["compacted"] if self.compacted else [])
         header = ("partition", "acked", "lost", "moved", "dup", "order", "unacked-present",
-                  "unknown", "no-leader-s", "replicas")
+                  "unknown", *(["compacted"] if self.compacted else []), "no-leader-s", "replicas")
         rows = [header]
         for p in self.partitions:
-            rows.append((str(p.partition), str(p.acked), str(p.lost), str(p.moved), str(p.duplicates),
-                         str(p.out_of_order), str(p.unacked_present), str(p.unknown),
+            rows.append((str(p.partition), *(str(getattr(p, name)) for name in counts),
                          f"{p.no_leader_s:.1f}", "identical" if p.replicas_identical else "DIVERGED"))
         total = lambda name: str(sum(getattr(p, name) for p in self.partitions))  # noqa: E731
-        rows.append(("total", total("acked"), total("lost"), total("moved"), total("duplicates"),
-                     total("out_of_order"), total("unacked_present"), total("unknown"),
+        rows.append(("total", *(total(name) for name in counts),
                      f"{sum(p.no_leader_s for p in self.partitions):.1f}",
                      "identical" if all(p.replicas_identical for p in self.partitions) else "DIVERGED"))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -141,16 +152,23 @@ def _producer_and_seq(value: str, value_prefix: str) -> tuple[str | None, int]:
     return producer, int(seq)
 
 
+def chaos_key(seq: int, keys: int) -> str:
+    """The key of a producer's record number ``seq`` in a run with ``keys`` keys."""
+    return f"k{seq % keys}"
+
+
 def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
           acked: dict[str, tuple[int, int]], consumed: dict[int, list[tuple[int, str]]],
           no_leader_s: dict[int, float], replicas: dict[int, ReplicaComparison],
-          failed_attempts: int = 0, notes: list[str] | None = None) -> Verdict:
-    """``consumed``: partition -> [(offset, value)] read back from the start to the HW."""
+          failed_attempts: int = 0, notes: list[str] | None = None, keys: int = 0) -> Verdict:
+    """``consumed``: partition -> [(offset, value)] read back from the start to the HW;
+    ``keys`` > 0: a compacted topic's run (module docstring)."""
     where: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
     for partition, records in consumed.items():
         for offset, value in records:
             if value.startswith(value_prefix):
                 where[value].append((partition, offset))
+    key_end = _key_ends(consumed, value_prefix, keys) if keys else {}
     verdicts = {p: PartitionVerdict(p, no_leader_s=no_leader_s.get(p, 0.0)) for p in partitions}
 
     def example(v: PartitionVerdict, text: str) -> None:
@@ -161,7 +179,10 @@ def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
         v = verdicts[partition]
         v.acked += 1
         found = where.get(value, [])
-        if not found:
+        if not found and keys and _superseded(value, value_prefix, keys, partition, offset,
+                                              key_end):
+            v.compacted += 1
+        elif not found:
             v.lost += 1
             example(v, f"lost {value}@{offset}")
         elif (partition, offset) not in found:
@@ -195,17 +216,50 @@ def judge(*, partitions: list[int], value_prefix: str, sent: dict[str, int],
         v.replicas_identical = comparison.identical
         v.replicas_detail = comparison.detail
     return Verdict(sorted(verdicts.values(), key=lambda v: v.partition), sent=len(sent),
-                   failed_attempts=failed_attempts, notes=list(notes or []))
+                   failed_attempts=failed_attempts, notes=list(notes or []), compacted=keys > 0)
+
+
+def _key_ends(consumed: dict[int, list[tuple[int, str]]], value_prefix: str, keys: int
+              ) -> dict[tuple[int, str], int]:
+    """(partition, key) -> the highest offset a record of that key is found at."""
+    key_end: dict[tuple[int, str], int] = {}
+    for partition, records in consumed.items():
+        for offset, value in records:
+            _producer, seq = _producer_and_seq(value, value_prefix)
+            if seq >= 0:
+                place = (partition, chaos_key(seq, keys))
+                key_end[place] = max(offset, key_end.get(place, -1))
+    return key_end
+
+
+def compacted_away(acked: dict[str, tuple[int, int]], consumed: dict[int, list[tuple[int, str]]],
+                   value_prefix: str, keys: int) -> set[tuple[int, int]]:
+    """(partition, offset) of the acknowledged records a later record of their key
+    replaced in the topic (what ``judge`` counts as compacted)."""
+    key_end = _key_ends(consumed, value_prefix, keys)
+    present = {(p, o) for p, records in consumed.items() for o, _ in records}
+    return {place for value, place in acked.items()
+            if place not in present
+            and _superseded(value, value_prefix, keys, place[0], place[1], key_end)}
+
+
+def _superseded(value: str, value_prefix: str, keys: int, partition: int, offset: int,
+                key_end: dict[tuple[int, str], int]) -> bool:
+    """A record of ``value``'s key remains in its partition above ``offset``."""
+    _producer, seq = _producer_and_seq(value, value_prefix)
+    return seq >= 0 and key_end.get((partition, chaos_key(seq, keys)), -1) > offset
 
 
 def judge_group(group_id: str, acked: dict[str, tuple[int, int]],
-                consumed: set[tuple[int, int]], committed: dict[int, list[int]]
-                ) -> GroupVerdict:
+                consumed: set[tuple[int, int]], committed: dict[int, list[int]],
+                excused: AbstractSet[tuple[int, int]] = frozenset()) -> GroupVerdict:
     """``acked``: value -> (partition, offset); ``consumed``: (partition, offset) the group
-    read; ``committed``: partition -> committed offsets as reported, in time order."""
+    read; ``committed``: partition -> committed offsets as reported, in time order;
+    ``excused``: records the cleaner may have removed before the group read them
+    (``compacted_away``)."""
     v = GroupVerdict(group_id, commits_seen=sum(len(c) for c in committed.values()))
     for value, place in sorted(acked.items(), key=lambda item: item[1]):
-        if place not in consumed:
+        if place not in consumed and place not in excused:
             v.not_consumed += 1
             if len(v.examples) < EXAMPLES_MAX:
                 v.examples.append(f"{value}@{place[0]}/{place[1]}")

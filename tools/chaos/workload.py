@@ -15,6 +15,11 @@ the run:
 - a producer's value found before one it sent earlier, in one partition, is
   out of order (must never happen).
 
+With ``keys`` (a compacted topic's run) record ``seq`` of each producer has the key
+``verdict.chaos_key(seq, keys)``: the producers overwrite ``keys`` keys in turn, and
+an acknowledged value that the cleaner removed under a later one of its key is not
+lost (``verdict.judge``).
+
 Partitions are used round-robin so each gets traffic. Sends are paced to
 ``rate_per_s`` in total and bounded to ``in_flight_max`` unresolved records per
 producer, so a stalled cluster does not queue unbounded memory.
@@ -34,6 +39,7 @@ import time
 from pathlib import Path
 
 from tidewater.client.producer import Producer
+from tidewater.tools.chaos.verdict import chaos_key
 
 IN_FLIGHT_MAX = 64
 REQUEST_TIMEOUT_MS = 5000
@@ -45,7 +51,8 @@ class Workload:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *, run_id: str,
                  ack_log_path: Path, producers: int = 2, rate_per_s: float = 200.0,
                  in_flight_max: int = IN_FLIGHT_MAX,
-                 security: dict[str, str | None] | None = None, idempotent: bool = False):
+                 security: dict[str, str | None] | None = None, idempotent: bool = False,
+                 keys: int = 0):
         if producers < 1 or rate_per_s <= 0:
             raise ValueError("need at least one producer and a positive rate")
         self.bootstrap = bootstrap
@@ -57,6 +64,7 @@ class Workload:
         self.interval_s = producers / rate_per_s  # per producer
         self.in_flight_max = in_flight_max
         self.idempotent = idempotent
+        self.keys = keys  # > 0: each record has a key (verdict.chaos_key), for compaction
         self.sent: dict[str, int] = {}  # value -> partition it was sent to
         self.acked: dict[str, tuple[int, int]] = {}  # value -> (partition, offset)
         self.errors: collections.Counter[str] = collections.Counter()
@@ -88,7 +96,7 @@ class Workload:
             return {"sent": len(self.sent), "acked": len(self.acked),
                     "failed": sum(self.errors.values())}
 
-    def _on_done(self, value: str, fut, slots: threading.Semaphore) -> None:
+    def _on_done(self, value: str, key: str | None, fut, slots: threading.Semaphore) -> None:
         try:
             meta = fut.result()
         except BaseException as e:  # every failure is an abandoned attempt, counted by type
@@ -96,7 +104,7 @@ class Workload:
                 self.errors[type(e).__name__] += 1
         else:
             line = json.dumps({"topic": meta.topic, "partition": meta.partition, "offset": meta.offset,
-                               "key": None, "value": value, "acks": "all"})
+                               "key": key, "value": value, "acks": "all"})
             with self._lock:
                 self.acked[value] = (meta.partition, meta.offset)
                 self._ack_log.write(line + "\n")
@@ -121,19 +129,21 @@ class Workload:
                 if not slots.acquire(timeout=0.5):
                     continue
                 value = f"{self.value_prefix}{index}-{seq:09d}"
+                key = chaos_key(seq, self.keys) if self.keys else None
                 partition = self.partitions[(seq + index) % len(self.partitions)]
                 seq += 1
                 with self._lock:
                     self.sent[value] = partition
                 try:
-                    fut = producer.send(self.topic, value.encode(), partition=partition)
+                    fut = producer.send(self.topic, value.encode(), partition=partition,
+                                        key=key.encode() if key is not None else None)
                 except Exception as e:  # metadata unreachable etc.: abandon, back off
                     slots.release()
                     with self._lock:
                         self.errors[type(e).__name__] += 1
                     self._stop.wait(SEND_ERROR_BACKOFF_S)
                     continue
-                fut.add_done_callback(lambda f, v=value: self._on_done(v, f, slots))
+                fut.add_done_callback(lambda f, v=value, k=key: self._on_done(v, k, f, slots))
                 next_at += self.interval_s
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
                 next_at = max(next_at, time.monotonic() - 1.0)  # no burst after a stall

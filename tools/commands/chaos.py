@@ -56,6 +56,10 @@ def register(subparsers) -> None:
     p.add_argument("--idempotent", action="store_true",
                    help="idempotent producers with 5 requests in flight that retry (dup must "
                         "stay 0, each producer's records in send order)")
+    p.add_argument("--compacted", type=int, default=0, metavar="KEYS",
+                   help="write a compacted topic (cleanup.policy=compact, segments cleaned "
+                        "while faults happen) with KEYS keys: an acknowledged record may be "
+                        "cleaned only under a later one of its key (default 0: a plain topic)")
     p.add_argument("--settle-timeout", type=float, default=180.0,
                    help="seconds to wait for full ISRs after healing (default 180)")
     p.set_defaults(func=run)
@@ -92,9 +96,11 @@ def run(args) -> int:
             rate_per_s=args.rate, scrape_interval_ms=args.scrape_interval_ms,
             warmup_s=args.warmup, hold_s=_range(args.hold), gap_s=_range(args.gap),
             fault_weights=parse_faults(args.faults), settle_timeout_s=args.settle_timeout,
-            idempotent=args.idempotent)
+            idempotent=args.idempotent, compacted_keys=args.compacted)
         if args.duration <= 0 or args.producers < 1 or args.rate <= 0 or args.scrape_interval_ms <= 0:
             raise ValueError("--duration, --producers, --rate and --scrape-interval-ms must be positive")
+        if args.compacted < 0:
+            raise ValueError("--compacted KEYS must not be negative")
     except ValueError as e:
         raise CliError(str(e), exit_code=2) from None
     if (args.out / "run.json").exists():
