@@ -112,7 +112,9 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._end_of_stream(None)
-        return False  # close the transport (a client half-closing is done with us)
+        # Keep a plaintext transport open so that the answers to what was read still go
+        # out (the connection's task closes it); TLS cannot stay half-open.
+        return self._transport is not None and self._transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

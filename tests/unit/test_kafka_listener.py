@@ -414,3 +414,13 @@ def test_a_response_in_parts_is_the_same_frame_with_the_records_not_copied(recor
         assert (got.records or b"") == records and got.high_watermark == 7
         if records_bytes >= 4096:  # the records reach the transport as they are
             assert any(part is records for part in parts)
+
+
+async def test_a_client_that_half_closes_still_gets_its_answer(tmp_path):
+    async with Listening(tmp_path) as listening:
+        c = await listening.connect()
+        await c.send(apis.API_VERSIONS, 3, 7, API_VERSIONS_V3)
+        c.writer.write_eof()  # done sending, as `printf ... | nc` is
+        got_id, body = await c.receive(apis.API_VERSIONS, 3)
+        assert got_id == 7 and body.error_code == 0
+        assert await c.closed_by_server()
