@@ -177,7 +177,7 @@ class Consumer:
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000,
                  partition_assignment_strategy: str = "range",
-                 metadata_max_age_ms: int = 30000):
+                 metadata_max_age_ms: int = 30000, group_instance_id: str | None = None):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -209,7 +209,7 @@ class Consumer:
                 session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=max_poll_interval_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 assignor=partition_assignment_strategy, request_timeout_ms=request_timeout_ms,
-                retry_backoff_ms=retry_backoff_ms)
+                retry_backoff_ms=retry_backoff_ms, group_instance_id=group_instance_id)
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000

@@ -123,13 +123,17 @@ class CoordinatorClient:
 class GroupMembership:
     def __init__(self, metadata: MetadataClient, *, group_id: str, client_id: str,
                  session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int,
-                 assignor: str, request_timeout_ms: int, retry_backoff_ms: int):
+                 assignor: str, request_timeout_ms: int, retry_backoff_ms: int,
+                 group_instance_id: str | None = None):
         if assignor not in assignors.ASSIGNORS:
             raise ValueError(f"partition assignment strategy must be one of "
                              f"{sorted(assignors.ASSIGNORS)}")
         self.metadata = metadata
         self.group_id = group_id
         self.client_id = client_id
+        # KIP-345: a static member keeps its partitions across a restart within its
+        # session timeout; it never sends LeaveGroup (the session timeout removes it).
+        self.group_instance_id = group_instance_id
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -169,6 +173,7 @@ class GroupMembership:
     def _join_and_sync(self, topics: list[str], deadline: float) -> list[tuple[str, int]] | None:
         request = pb.JoinGroupRequest(
             group_id=self.group_id, member_id=self.member_id, client_id=self.client_id,
+            group_instance_id=self.group_instance_id or "",
             protocol_type=PROTOCOL_TYPE, session_timeout_ms=self.session_timeout_ms,
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             protocols=[pb.GroupProtocol(name=self.assignor,
@@ -293,6 +298,8 @@ class GroupMembership:
             member_id, self.member_id = self.member_id, ""
             self.generation = NO_GENERATION
         self.rejoin_needed = True
+        if self.group_instance_id is not None:
+            return  # static: its next join takes its place back (KIP-345)
         try:
             self.coordinator.call("LeaveGroup", pb.LeaveGroupRequest(group_id=self.group_id,
                                                                   member_ids=[member_id]))

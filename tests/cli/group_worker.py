@@ -117,9 +117,11 @@ async def run_aiokafka(bootstrap: str, group: str, topic: str) -> None:
 
 def run_tidewater(bootstrap: str, group: str, topic: str) -> None:
     from tidewater.client.consumer import Consumer
+    instance = os.environ.get("GROUP_INSTANCE_ID") or None  # static membership (KIP-345)
     consumer = Consumer(bootstrap, group_id=group, auto_offset_reset="earliest",
-                        enable_auto_commit=False, session_timeout_ms=SESSION_MS,
-                        heartbeat_interval_ms=HEARTBEAT_MS)
+                        enable_auto_commit=False,
+                        session_timeout_ms=STATIC_SESSION_MS if instance else SESSION_MS,
+                        heartbeat_interval_ms=HEARTBEAT_MS, group_instance_id=instance)
     consumer.subscribe([topic], on_assign=lambda parts: say(
         "A " + ",".join(str(p) for _, p in sorted(parts))))
     while not stopping:

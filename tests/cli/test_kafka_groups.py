@@ -310,14 +310,16 @@ def test_clients_cannot_produce_to_the_offsets_topic(cluster):
     assert after == before
 
 
-def test_a_restarted_static_member_comes_back_without_a_rebalance(cluster, tmp_path):
+@pytest.mark.parametrize("library", ["confluent", "tidewater"])
+def test_a_restarted_static_member_comes_back_without_a_rebalance(cluster, tmp_path, library):
     """KIP-345: a SIGKILLed member with a group.instance.id restarted within its session
-    timeout takes its place back; the other member sees no new assignment."""
+    timeout takes its place back; the other member sees no new assignment. The Tidewater
+    Consumer (``group_instance_id``, over gRPC) as librdkafka over Kafka's protocol."""
     c = cluster
     topic, group = new_topic(c), f"static-{uuid.uuid4().hex[:6]}"
     produce(c, topic, 120)
-    steady = Worker("confluent", c, group, topic, tmp_path, 0, instance="steady")
-    restarted = Worker("confluent", c, group, topic, tmp_path, 1, instance="restarted")
+    steady = Worker(library, c, group, topic, tmp_path, 0, instance="steady")
+    restarted = Worker(library, c, group, topic, tmp_path, 1, instance="restarted")
     workers = [steady, restarted]
     try:
         wait_all_consumed(workers, end_offsets(c, topic), "the first records")
@@ -326,7 +328,7 @@ def test_a_restarted_static_member_comes_back_without_a_rebalance(cluster, tmp_p
                  "two static members with three partitions each")
         assignments = [line for line in steady.lines() if line.startswith("A ")]
         restarted.kill()
-        back = Worker("confluent", c, group, topic, tmp_path, 2, instance="restarted")
+        back = Worker(library, c, group, topic, tmp_path, 2, instance="restarted")
         workers.append(back)
         before = end_offsets(c, topic)
         produce(c, topic, 120, start=120)
