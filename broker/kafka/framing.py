@@ -20,7 +20,10 @@ and it does not fit there, the rest of it is read straight into its own
 reader as a read-only memoryview.
 
 Limits: a size outside ``1..frame_bytes_max`` is reported to the reader as
-``FrameSizeError`` before any buffer for it is allocated, and reading stops.
+``FrameSizeError`` before any buffer for it is allocated, and reading stops. A
+large frame's buffer starts at ``FRAME_BUFFER_INITIAL_BYTES`` at most and doubles
+as bytes arrive (a copy each time), so memory follows what a client sent, not what
+its size prefix claims.
 Complete frames not yet taken by the reader are bounded: above
 ``queued_bytes_max`` the transport stops reading until the reader catches up.
 At the end of the stream the reader gets the frames that had arrived, then
@@ -37,6 +40,9 @@ from typing import Any
 
 SIZE_BYTES = 4
 SCRATCH_BYTES = 64 * 1024
+# A large frame's buffer starts at most this big and doubles as its bytes arrive: a
+# size prefix alone (4 bytes) must not make the broker allocate the whole frame.
+FRAME_BUFFER_INITIAL_BYTES = 1024 * 1024
 QUEUED_BYTES_MAX = 4 * 1024 * 1024
 
 
@@ -56,7 +62,8 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def __init__(self, on_open: Callable[[FrameConnection], Any], *, frame_bytes_max: int,
                  scratch_bytes: int = SCRATCH_BYTES,
-                 queued_bytes_max: int = QUEUED_BYTES_MAX):
+                 queued_bytes_max: int = QUEUED_BYTES_MAX,
+                 frame_buffer_initial_bytes: int = FRAME_BUFFER_INITIAL_BYTES):
         self._on_open = on_open
         self._frame_bytes_max = frame_bytes_max
         self._queued_bytes_max = queued_bytes_max
@@ -67,6 +74,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._frame: bytearray | None = None  # a large frame being read into its own buffer
         self._frame_view: memoryview | None = None
         self._frame_filled = 0
+        self._frame_size = 0  # the large frame's size (its buffer may still be smaller)
+        self._frame_buffer_initial_bytes = frame_buffer_initial_bytes
         self._frames: deque[bytes | memoryview] = deque()
         self._queued_bytes = 0
         self._error: BaseException | None = None  # given to the reader after the frames
@@ -86,6 +95,8 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
+            if self._frame_filled == len(self._frame_view):
+                self._grow_frame()
             return self._frame_view[self._frame_filled:]
         if self._start == self._end:
             self._start = self._end = 0
@@ -100,7 +111,7 @@ class FrameConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame is not None:
             self._frame_filled += nbytes
-            if self._frame_filled == len(self._frame):
+            if self._frame_filled == self._frame_size:
                 # Read-only, as kio's native reader insists (it refuses a writable buffer).
                 frame = self._frame_view.toreadonly()  # type: ignore[union-attr]
                 self._frame = self._frame_view = None
@@ -169,15 +180,24 @@ class FrameConnection(asyncio.BufferedProtocol):
                 continue
             if SIZE_BYTES + size > len(scratch):
                 # Too large for the scratch buffer: its own buffer, the rest read into it.
-                frame = bytearray(size)
+                frame = bytearray(min(size, max(self._frame_buffer_initial_bytes, available)))
                 frame[:available] = view[body_start:end]
                 self._frame, self._frame_view = frame, memoryview(frame)
-                self._frame_filled = available
+                self._frame_filled, self._frame_size = available, size
                 start = end = 0
             break
         if start == end:
             start = end = 0
         self._start, self._end = start, end
+
+    def _grow_frame(self) -> None:
+        """The large frame's buffer is full and the frame is not: twice the size (or the
+        frame's), what arrived copied over."""
+        assert self._frame_view is not None
+        grown = bytearray(min(self._frame_size, 2 * len(self._frame_view)))
+        grown[:self._frame_filled] = self._frame_view[:self._frame_filled]
+        self._frame_view.release()
+        self._frame, self._frame_view = grown, memoryview(grown)
 
     def _push(self, frame: bytes | memoryview) -> None:
         self._frames.append(frame)

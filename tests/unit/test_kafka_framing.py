@@ -44,10 +44,11 @@ class FakeTransport(asyncio.Transport):
         return {"peername": ("127.0.0.1", 1)}.get(name, default)
 
 
-def connection(frame_bytes_max=1 << 20, queued_bytes_max=1 << 20):
+def connection(frame_bytes_max=1 << 20, queued_bytes_max=1 << 20, frame_buffer_initial=128):
     opened = []
     conn = FrameConnection(opened.append, frame_bytes_max=frame_bytes_max,
-                           scratch_bytes=SCRATCH, queued_bytes_max=queued_bytes_max)
+                           scratch_bytes=SCRATCH, queued_bytes_max=queued_bytes_max,
+                           frame_buffer_initial_bytes=frame_buffer_initial)
     transport = FakeTransport()
     conn.connection_made(transport)
     assert opened == [conn]
@@ -76,7 +77,7 @@ async def read_all(conn: FrameConnection, count: int) -> list[bytes]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(frames=st.lists(st.binary(min_size=1, max_size=400), min_size=1, max_size=12),
+@given(frames=st.lists(st.binary(min_size=1, max_size=1200), min_size=1, max_size=12),
        chunks=st.lists(st.integers(1, 300), min_size=1, max_size=6))
 def test_frames_come_out_whole_however_the_bytes_arrive(frames, chunks):
     async def run():
@@ -90,7 +91,7 @@ def test_frames_come_out_whole_however_the_bytes_arrive(frames, chunks):
 
 
 async def test_a_large_frame_is_read_into_its_own_buffer():
-    conn, _ = connection()
+    conn, _ = connection(frame_buffer_initial=1 << 20)
     big = bytes(range(256)) * 40  # 10 KiB against a 64-byte scratch buffer
     data = framed([b"small", big, b"after"])
     buffers = []
@@ -104,6 +105,17 @@ async def test_a_large_frame_is_read_into_its_own_buffer():
         position += n
     assert await read_all(conn, 3) == [b"small", big, b"after"]
     assert max(buffers) >= len(big) - SCRATCH  # the socket read straight into the frame
+
+
+async def test_a_claimed_size_is_not_allocated_before_its_bytes_arrive():
+    """A size prefix alone must not cost the broker the whole frame's memory."""
+    conn, _ = connection(frame_bytes_max=100 << 20, frame_buffer_initial=1 << 20)
+    feed(conn, (50 << 20).to_bytes(4, "big") + b"0123456789", [1000])
+    assert len(conn.get_buffer(-1)) <= 1 << 20  # not 50 MiB
+    big = bytes(range(256)) * (3 * 4096 + 7)  # 3 MiB and a bit: grows 1 -> 2 -> 4 MiB
+    conn2, _ = connection(frame_bytes_max=100 << 20, frame_buffer_initial=1 << 20)
+    feed(conn2, framed([big]), [300_000])
+    assert await conn2.read_frame() == big
 
 
 async def test_a_size_outside_the_limit_is_refused_before_any_buffer():
