@@ -99,9 +99,9 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-# The batch columns rules read row by row (replicas_agree_below_hw and
-# producer_sequences_contiguous: the batch-level rules work from the reader's
-# per-segment summaries).
+# The batch columns rules read row by row (producer_sequences_contiguous, and
+# replicas_agree_below_hw for logs whose offsets are out of order; the batch-level
+# rules work from the reader's per-segment summaries).
 BATCH_RULE_COLUMNS = (
     "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
     "partition_leader_epoch", "crc_stored", "status", "producer_id", "producer_epoch",
@@ -159,8 +159,11 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
                    .option("paths", paths).load())
+    def disagreements(incarnations):  # replicas_agree_below_hw: merged in the reader
+        return log(level="disagreement", incarnations=json.dumps([list(i) for i in incarnations]))
+
     inputs = AuditInputs(spark, batches, segments, checkpoints, records, metrics_df, acks_df,
-                         compacted)
+                         compacted, disagreements)
     return inputs, inventory
 
 
