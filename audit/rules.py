@@ -106,7 +106,9 @@ class RuleResult:
 @dataclass
 class AuditInputs:
     spark: SparkSession
-    batches: DataFrame                 # tidewater-log, batch level
+    # tidewater-log, batch level: loaded when a rule first reads batch rows (most runs
+    # read none: each load costs a Python planner process)
+    load_batches: Callable[[], DataFrame]
     segments: DataFrame                # tidewater-log, segment level (small: cache it)
     checkpoints: DataFrame             # tidewater-checkpoints
     records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
@@ -117,6 +119,10 @@ class AuditInputs:
     # tidewater-log level disagreement over the given incarnations (topic, partition,
     # topic_id); None: replicas_agree_below_hw compares every batch row in Spark instead
     disagreements: Callable[[list[tuple[str, int, str]]], DataFrame] | None = None
+
+    @functools.cached_property
+    def batches(self) -> DataFrame:
+        return self.load_batches()
 
 
 def _compacted(inputs: AuditInputs):
@@ -182,15 +188,15 @@ class Derived:
     summarizes each segment (tidewater-log level ``segment``: counts, first and
     last whole batch, the batch-level rules' violations, the epoch changes), so
     the batch-level rules cost Spark one row per segment, not one per batch.
-    Order across segments is checked here from those summaries. Only
-    replicas_agree_below_hw reads every batch (``framed``).
+    Order across segments is checked here from those summaries.
+    replicas_agree_below_hw reads every batch: merged replica by replica in the reader
+    (tidewater-log level disagreement), or as rows (``framed``) for logs out of order;
+    producer_sequences_contiguous reads batch rows only when the summaries counted
+    batches of idempotent producers.
     """
 
     def __init__(self, inputs: AuditInputs):
         self.inputs = inputs
-        b = inputs.batches
-        framed_cond = F.col("status").isin(*FRAMED_STATUSES) & F.col("base_offset").isNotNull()
-        self.framed = b.where(framed_cond)
         # The violations stay in Spark (there may be many); the rest is small.
         segments = inputs.segments.drop("violations").collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
@@ -222,6 +228,12 @@ class Derived:
             self.sample_rows = self.samples.collect()
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
+
+    @functools.cached_property
+    def framed(self) -> DataFrame:
+        """The whole batches' rows (status ok or crc_mismatch)."""
+        return self.inputs.batches.where(F.col("status").isin(*FRAMED_STATUSES)
+                                         & F.col("base_offset").isNotNull())
 
     @functools.cached_property
     def no_violations(self) -> DataFrame:
