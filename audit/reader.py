@@ -675,7 +675,10 @@ def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -
     whole batches whose epoch differs from the previous whole batch's (the
     first one included) as (position, epoch, base_offset). The first and last
     whole batches (file order) and the counts let the caller check order
-    across segments and summarize replicas.
+    across segments and summarize replicas. ``last_base_offset`` and
+    ``base_order_breaks`` (whole batches whose base offset is not above the
+    previous one's) say whether replica_disagreements may merge the log;
+    ``idempotent_batches`` counts whole batches with a producer id and sequence.
     """
     summary = _SegmentSummary(segment_base_offset)
     for rows in chunks:
