@@ -13,10 +13,16 @@ segment file (see reader.py). One input partition per segment file (log; the
 bytes: fewer, longer tasks when the per-task cost matters), per data dir
 (checkpoints), per metrics file (metrics), so reading scales out.
 
-Options of ``tidewater-log``: ``level`` = ``batch`` (default), ``record`` or
+Options of ``tidewater-log``: ``level`` = ``batch`` (default), ``record``,
 ``segment`` (one summary row per segment file: counts, first and last whole
 batch, and the batch-level rules' violations and epoch changes, decided by the
-reader in Python, so Spark handles a few rows per segment, not one per batch);
+reader in Python, so Spark handles a few rows per segment, not one per batch) or
+``disagreement`` (one row per batch that not every replica of its topic
+incarnation holds identically, with the brokers holding it: the replicas of an
+incarnation are read side by side in one task and merged by base offset,
+reader.replica_disagreements; ``incarnations`` = a JSON list of ``[topic,
+partition, topic_id]`` to compare, each of whose logs must have strictly
+increasing base offsets, default all);
 ``payload`` (record level) = ``bytes`` (default: key and value columns),
 ``hash`` (only their blake2b-128 hex digests) or ``both``;
 ``topic_partitions`` = a JSON list of ``[topic, partition]`` to read only those;
@@ -68,9 +74,15 @@ SEGMENT_COLUMNS = _COMMON_LOG_COLUMNS + (
     ("violations", "array<struct<rule: string, offset: long, detail: string>>"),
     ("epoch_changes",
      "array<struct<position: long, partition_leader_epoch: int, base_offset: long>>"),
+    ("last_base_offset", "long"), ("base_order_breaks", "long"), ("idempotent_batches", "long"),
 )
 assert tuple(c for c, _ in SEGMENT_COLUMNS[len(_COMMON_LOG_COLUMNS):]) == reader.SEGMENT_FIELDS
 # topic_id: that of the partition dir the entry is about in the same data dir ("" if none).
+DISAGREEMENT_COLUMNS = (
+    ("topic", "string"), ("partition", "int"), ("topic_id", "string"),
+    ("base_offset", "long"), ("last_offset", "long"), ("partition_leader_epoch", "int"),
+    ("crc_stored", "long"), ("holders", "array<int>"),
+)
 CHECKPOINT_COLUMNS = (
     ("broker_id", "int"), ("data_dir", "string"), ("file", "string"), ("kind", "string"),
     ("topic", "string"), ("partition", "int"), ("entry_index", "int"), ("epoch", "int"),
@@ -112,6 +124,9 @@ def input_paths(options) -> list[str]:
 # ---------------------------------------------------------------- tidewater-log
 
 
+LOG_LEVELS = ("batch", "record", "segment", "disagreement")
+
+
 class TidewaterLogDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -119,9 +134,9 @@ class TidewaterLogDataSource(DataSource):
 
     def _level(self) -> str:
         level = self.options.get("level", "batch").lower()
-        if level not in ("batch", "record", "segment"):
-            raise ValueError(
-                f"tidewater-log: level must be batch, record or segment, not {level!r}")
+        if level not in LOG_LEVELS:
+            raise ValueError(f"tidewater-log: level must be one of {', '.join(LOG_LEVELS)}, "
+                             f"not {level!r}")
         return level
 
     def _batch_columns(self) -> tuple:
@@ -140,6 +155,8 @@ class TidewaterLogDataSource(DataSource):
         level = self._level()
         if level == "segment":
             return ddl(SEGMENT_COLUMNS)
+        if level == "disagreement":
+            return ddl(DISAGREEMENT_COLUMNS)
         return ddl(self._batch_columns() if level == "batch" else RECORD_COLUMNS)
 
     def reader(self, schema) -> DataSourceReader:
@@ -154,6 +171,12 @@ class TidewaterLogDataSource(DataSource):
             max_partitions = int(self.options["max_partitions"])
             if max_partitions < 1:
                 raise ValueError("tidewater-log: max_partitions must be at least 1")
+        if self._level() == "disagreement":
+            incarnations = None
+            if self.options.get("incarnations"):
+                incarnations = {(str(t), int(p), str(i))
+                                for t, p, i in json.loads(self.options["incarnations"])}
+            return _DisagreementReader(input_paths(self.options), incarnations, max_partitions)
         return _LogReader(input_paths(self.options), self._level(), payload, wanted,
                           [c for c, _ in self._batch_columns()], max_partitions)
 
@@ -212,6 +235,55 @@ class _LogReader(DataSourceReader):
                            segment.topic_id, *summary)
             else:
                 yield from _record_arrow(segment, self.payload)
+
+
+class _IncarnationsPartition(InputPartition):
+    """Every replica log of some topic incarnations: (topic, partition, topic_id, logs),
+    each log (broker id, its segment paths in base-offset order)."""
+
+    def __init__(self, incarnations: list[tuple[str, int, str, list[tuple[int, list[str]]]]]):
+        super().__init__([i[:3] for i in incarnations])
+        self.incarnations = incarnations
+
+
+def replica_logs(segments: list[reader.SegmentFile]) -> dict[tuple[str, int, str], dict]:
+    """Per incarnation: {(broker, data dir): its segments in base-offset order}."""
+    logs: dict[tuple[str, int, str], dict] = {}
+    for s in sorted(segments, key=lambda s: (s.base_offset, s.path)):
+        logs.setdefault((s.topic, s.partition, s.topic_id), {}).setdefault(
+            (s.broker_id, s.data_dir), []).append(s)
+    return logs
+
+
+class _DisagreementReader(DataSourceReader):
+    def __init__(self, paths: list[str], incarnations: set[tuple[str, int, str]] | None,
+                 max_partitions: int | None):
+        self.paths = paths
+        self.incarnations = incarnations
+        self.max_partitions = max_partitions
+
+    def partitions(self):
+        logs = replica_logs(reader.discover(self.paths).segments)
+        wanted = [(key, replicas) for key, replicas in sorted(logs.items())
+                  if self.incarnations is None or key in self.incarnations]
+        # All replicas of an incarnation in one task (merged there); incarnations grouped
+        # into at most max_partitions tasks of about equal bytes, as group_segments does.
+        sizes = {key: sum(s.size_bytes for segs in replicas.values() for s in segs)
+                 for key, replicas in wanted}
+        groups: list[tuple[int, int, list]] = [(0, i, []) for i in range(
+            min(self.max_partitions or len(wanted), len(wanted)))]
+        for key, replicas in sorted(wanted, key=lambda item: -sizes[item[0]]):
+            size, i, members = heapq.heappop(groups)
+            members.append((*key, [(broker, [s.path for s in segs])
+                                   for (broker, _dir), segs in sorted(replicas.items())]))
+            heapq.heappush(groups, (size + sizes[key], i, members))
+        return ([_IncarnationsPartition(members) for _s, _i, members in sorted(groups)]
+                or [InputPartition(None)])
+
+    def read(self, partition) -> Iterator[tuple]:
+        for topic, part, topic_id, logs in getattr(partition, "incarnations", ()):
+            for base, last, epoch, crc, holders in reader.replica_disagreements(logs):
+                yield topic, part, topic_id, base, last, epoch, crc, holders
 
 
 def _constant_columns(segment: reader.SegmentFile, n: int) -> list:

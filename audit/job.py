@@ -99,9 +99,9 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-# The batch columns rules read row by row (replicas_agree_below_hw and
-# producer_sequences_contiguous: the batch-level rules work from the reader's
-# per-segment summaries).
+# The batch columns rules read row by row (producer_sequences_contiguous, and
+# replicas_agree_below_hw for logs whose offsets are out of order; the batch-level
+# rules work from the reader's per-segment summaries).
 BATCH_RULE_COLUMNS = (
     "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
     "partition_leader_epoch", "crc_stored", "status", "producer_id", "producer_epoch",
@@ -116,8 +116,9 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
     """AuditInputs over the given paths; raises AuditInputError / AckLogError when unreadable.
 
     ``cache_batches``: keep the batch rows in Spark's memory. Off by default: the
-    one rule that reads them (replicas_agree_below_hw) reads them once, and
-    building the cache costs more than that read (bench/audit_bench.py).
+    rules that read them (producer_sequences_contiguous, replicas_agree_below_hw for
+    logs out of offset order) read them once, and building the cache costs more than
+    that read (bench/audit_bench.py). They are loaded only when a rule needs them.
     The per-segment summaries are always cached: one small row per segment, read
     by Derived and again for the batch-level rules' violations.
     """
@@ -140,9 +141,10 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
 
     # Only the columns the rules use are built: long repeated strings (paths) and
     # unused numbers would cost time for every batch.
-    batches = log(columns=",".join(BATCH_RULE_COLUMNS))
-    if cache_batches:
-        batches = batches.cache()
+    def batches():
+        rows = log(columns=",".join(BATCH_RULE_COLUMNS))
+        return rows.cache() if cache_batches else rows
+
     segments = log(level="segment").cache()
     checkpoints = spark.read.format("tidewater-checkpoints").option("paths", paths).load()
     metrics_df = None
@@ -159,8 +161,11 @@ def load_inputs(spark, data: list[str], metrics: list[str], ack_logs: list[str],
         records = (spark.read.format("tidewater-log").option("level", "record")
                    .option("topic_partitions", json.dumps(wanted))
                    .option("paths", paths).load())
+    def disagreements(incarnations):  # replicas_agree_below_hw: merged in the reader
+        return log(level="disagreement", incarnations=json.dumps([list(i) for i in incarnations]))
+
     inputs = AuditInputs(spark, batches, segments, checkpoints, records, metrics_df, acks_df,
-                         compacted)
+                         compacted, disagreements)
     return inputs, inventory
 
 

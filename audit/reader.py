@@ -569,7 +569,8 @@ RULE_EPOCHS = "epochs_monotonic"
 SEGMENT_FIELDS = (
     "batch_count", "row_count", "first_base_offset", "first_epoch", "last_offset",
     "last_epoch", "log_start_offset", "log_end_offset", "bad_batches", "offset_order_breaks",
-    "epoch_drops", "violations", "epoch_changes",
+    "epoch_drops", "violations", "epoch_changes", "last_base_offset", "base_order_breaks",
+    "idempotent_batches",
 )
 
 
@@ -590,7 +591,8 @@ class _SegmentSummary:
 
     __slots__ = ("segment_base_offset", "batch_count", "row_count", "bad", "breaks", "drops",
                  "first_base", "first_epoch", "last_offset", "last_epoch", "log_start",
-                 "log_end", "violations", "changes", "prev_last", "prev_epoch")
+                 "log_end", "violations", "changes", "prev_last", "prev_epoch", "last_base",
+                 "base_breaks", "idempotent")
 
     def __init__(self, segment_base_offset: int):
         self.segment_base_offset = segment_base_offset
@@ -602,14 +604,19 @@ class _SegmentSummary:
         # The last whole batch so far (what the next window's first batch follows).
         self.prev_last: int | None = None
         self.prev_epoch: int | None = None
+        # The base offset of the last whole batch so far; whole batches whose base offset
+        # is not above the previous one's (replica_disagreements needs none); whole
+        # batches of idempotent producers (producer id and base sequence set).
+        self.last_base: int | None = None
+        self.base_breaks = self.idempotent = 0
 
     def add_rows(self, rows: list[tuple]) -> None:
         """Batch rows (BATCH_FIELDS order) of the segment, in file order."""
         self.row_count += len(rows)
         violations, changes = self.violations, self.changes
         for (position, base, last, _count, epoch, _magic, _attrs, _crc, _valid, _base_ts,
-             _max_ts, _pid, _size, status, error, prev_last, prev_epoch, _pepoch,
-             _bseq) in rows:
+             _max_ts, pid, _size, status, error, prev_last, prev_epoch, _pepoch,
+             bseq) in rows:
             if status != STATUS_OK:
                 self.bad += 1
                 violations.append((RULE_BATCH_CRC, base,
@@ -618,6 +625,11 @@ class _SegmentSummary:
                 if status != STATUS_CRC_MISMATCH or base is None:
                     continue  # not a whole batch: no part in offset and epoch order
             self.batch_count += 1
+            if self.last_base is not None and base <= self.last_base:
+                self.base_breaks += 1
+            self.last_base = base
+            if pid >= 0 and bseq >= 0:
+                self.idempotent += 1
             if self.first_base is None:
                 self.first_base, self.first_epoch = base, epoch
                 self.log_start, self.log_end = base, last
@@ -644,7 +656,8 @@ class _SegmentSummary:
         return (self.batch_count, self.row_count, self.first_base, self.first_epoch,
                 self.last_offset, self.last_epoch, self.log_start,
                 None if self.log_end is None else self.log_end + 1, self.bad, self.breaks,
-                self.drops, self.violations, self.changes)
+                self.drops, self.violations, self.changes, self.last_base, self.base_breaks,
+                self.idempotent)
 
 
 def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -> tuple | None:
@@ -662,7 +675,10 @@ def summarize_segment(chunks: Iterable[list[tuple]], segment_base_offset: int) -
     whole batches whose epoch differs from the previous whole batch's (the
     first one included) as (position, epoch, base_offset). The first and last
     whole batches (file order) and the counts let the caller check order
-    across segments and summarize replicas.
+    across segments and summarize replicas. ``last_base_offset`` and
+    ``base_order_breaks`` (whole batches whose base offset is not above the
+    previous one's) say whether replica_disagreements may merge the log;
+    ``idempotent_batches`` counts whole batches with a producer id and sequence.
     """
     summary = _SegmentSummary(segment_base_offset)
     for rows in chunks:
@@ -692,12 +708,13 @@ def summarize_window(summary: _SegmentSummary, buf, end: int, position_base: int
     prev_last, prev_epoch = summary.prev_last, summary.prev_epoch
     first_base, first_epoch = summary.first_base, summary.first_epoch
     log_start, log_end, last_epoch = summary.log_start, summary.log_end, summary.last_epoch
-    sound = breaks = drops = 0
+    last_base = summary.last_base
+    sound = breaks = drops = base_breaks = idempotent = 0
     violations, changes = summary.violations, summary.changes
     try:
         while end - pos >= HEADER_SIZE:
-            (base, length, epoch, magic, crc, _attrs, last_delta, _base_ts, _max_ts, _pid,
-             _pepoch, _bseq, count) = unpack(buf, pos)
+            (base, length, epoch, magic, crc, _attrs, last_delta, _base_ts, _max_ts, pid,
+             _pepoch, bseq, count) = unpack(buf, pos)
             size = LOG_OVERHEAD + length
             if (length < BATCH_LENGTH_MIN or magic != MAGIC_V2 or size > end - pos
                     or last_delta < 0 or count < 0
@@ -705,6 +722,11 @@ def summarize_window(summary: _SegmentSummary, buf, end: int, position_base: int
                 break  # not a sound batch: the row logic describes it and the rest
             last = base + last_delta
             sound += 1
+            if last_base is not None and base <= last_base:
+                base_breaks += 1
+            last_base = base
+            if pid >= 0 and bseq >= 0:
+                idempotent += 1
             if prev_epoch is None:
                 first_base, first_epoch, log_start, log_end = base, epoch, base, last
                 changes.append((pos + position_base, epoch, base))
@@ -736,6 +758,9 @@ def summarize_window(summary: _SegmentSummary, buf, end: int, position_base: int
         summary.last_offset, summary.last_epoch = prev_last, last_epoch
         summary.log_start, summary.log_end = log_start, log_end
         summary.prev_last, summary.prev_epoch = prev_last, prev_epoch
+        summary.last_base = last_base
+        summary.base_breaks += base_breaks
+        summary.idempotent += idempotent
     ended = False
     if pos < end:
         for rows in scan_batch_chunks(buf, start=pos, prev=(prev_last, prev_epoch), end=end,
@@ -760,6 +785,109 @@ def summarize_segment_file(segment: SegmentFile,
     except OSError as e:
         summary.add_rows([_unreadable_row(e)])
     return summary.result()
+
+
+# ---------------------------------------------------------------- replica comparison
+
+
+class ReplicaOrderError(AuditInputError):
+    """A log compared by replica_disagreements holds batches out of base-offset order.
+
+    The driver compares by merge only replicas whose segment summaries showed strictly
+    increasing base offsets, so this means a segment changed between the two reads.
+    """
+
+
+def whole_batch_keys(path: str, window_bytes: int = WINDOW_BYTES) -> Iterator[tuple]:
+    """(base_offset, last_offset, partition_leader_epoch, crc_stored) of each whole batch
+    (status ``ok`` or ``crc_mismatch``) of one segment file, in file order.
+
+    The same batches as scan_segment_file's whole rows, without building rows: while
+    batches frame and have sane counts they are read straight from the header (no CRC:
+    a CRC mismatch still makes a whole batch). From the first batch that does not, the
+    rest of the window goes through scan_batch_chunks, so damage is decided by the one
+    implementation. An unreadable file ends the keys where reading stopped.
+    """
+    unpack = _HEADER.unpack_from
+    try:
+        for window in segment_windows(path, window_bytes):
+            buf, end, pos = window.buf, window.end, 0
+            while end - pos >= HEADER_SIZE:
+                (base, length, epoch, magic, crc, _attrs, last_delta, _base_ts, _max_ts, _pid,
+                 _pepoch, _bseq, count) = unpack(buf, pos)
+                size = LOG_OVERHEAD + length
+                if (length < BATCH_LENGTH_MIN or magic != MAGIC_V2 or size > end - pos
+                        or last_delta < 0 or count < 0):
+                    break
+                yield base, base + last_delta, epoch, crc
+                pos += size
+            if pos < end:
+                ended = False
+                for rows in scan_batch_chunks(buf, start=pos, end=end,
+                                              position_base=window.offset):
+                    for row in rows:
+                        if row[13] in FRAMED_STATUSES and row[1] is not None:
+                            yield row[1], row[2], row[4], row[7]
+                    ended = scan_ended(rows[-1])
+                if ended:
+                    return
+    except OSError:
+        return  # scan_segment_file reports it (one corrupt row); no more whole batches
+
+
+def replica_disagreements(replicas: list[tuple[int, list[str]]]) -> Iterator[tuple]:
+    """The batches of one topic incarnation that not every replica holds identically.
+
+    ``replicas``: (broker id, its segment files in base-offset order) per replica log;
+    each log's whole batches must have strictly increasing base offsets (else
+    ReplicaOrderError). The logs are merged by base offset: batches every replica
+    holds identically (offsets, epoch, CRC) are dropped as they go by, so memory
+    holds one batch key per log. Yields (base_offset, last_offset,
+    partition_leader_epoch, crc_stored, holders): each other distinct batch with the
+    broker of every log holding it (a broker twice when two of its logs do), what a
+    group-by of every copy on those four columns gives for those batches.
+    """
+    if not replicas:
+        return
+    brokers = [broker for broker, _paths in replicas]
+    everyone = len(set(brokers))
+    logs = [_chain_keys(paths) for _broker, paths in replicas]
+    heads = [next(log, None) for log in logs]
+    count = len(logs)
+    while True:
+        first = heads[0]
+        if first is not None and heads.count(first) == count:
+            base = first[0]  # the common case: every log's next batch is this one
+            for i, log in enumerate(logs):
+                following = heads[i] = next(log, None)
+                if following is not None and following[0] <= base:
+                    raise _order_error(replicas[i], following[0], base)
+            continue
+        live = [h[0] for h in heads if h is not None]
+        if not live:
+            return
+        base = min(live)
+        holders: dict[tuple, list[int]] = {}
+        for i, head in enumerate(heads):
+            if head is not None and head[0] == base:
+                holders.setdefault(head, []).append(brokers[i])
+                following = heads[i] = next(logs[i], None)
+                if following is not None and following[0] <= base:
+                    raise _order_error(replicas[i], following[0], base)
+        for key, held_by in holders.items():
+            if len(set(held_by)) < everyone:
+                yield (*key, held_by)
+
+
+def _chain_keys(paths: list[str]) -> Iterator[tuple]:
+    for path in paths:
+        yield from whole_batch_keys(path)
+
+
+def _order_error(replica: tuple[int, list[str]], base: int, previous: int) -> ReplicaOrderError:
+    return ReplicaOrderError(
+        f"broker {replica[0]}: a batch at base offset {base} follows one at {previous} in "
+        f"{', '.join(replica[1])} (did the files change during the audit?)")
 
 
 # ---------------------------------------------------------------- records

@@ -106,7 +106,9 @@ class RuleResult:
 @dataclass
 class AuditInputs:
     spark: SparkSession
-    batches: DataFrame                 # tidewater-log, batch level
+    # tidewater-log, batch level: loaded when a rule first reads batch rows (most runs
+    # read none: each load costs a Python planner process)
+    load_batches: Callable[[], DataFrame]
     segments: DataFrame                # tidewater-log, segment level (small: cache it)
     checkpoints: DataFrame             # tidewater-checkpoints
     records: DataFrame | None = None   # tidewater-log, record level (needed for acks)
@@ -114,6 +116,13 @@ class AuditInputs:
     acks: DataFrame | None = None      # ack_id, topic, partition, offset, key, value, acks
     # (topic, partition) the brokers' log cleaners compact (reader.compacted_partitions)
     compacted: frozenset[tuple[str, int]] = frozenset()
+    # tidewater-log level disagreement over the given incarnations (topic, partition,
+    # topic_id); None: replicas_agree_below_hw compares every batch row in Spark instead
+    disagreements: Callable[[list[tuple[str, int, str]]], DataFrame] | None = None
+
+    @functools.cached_property
+    def batches(self) -> DataFrame:
+        return self.load_batches()
 
 
 def _compacted(inputs: AuditInputs):
@@ -179,15 +188,15 @@ class Derived:
     summarizes each segment (tidewater-log level ``segment``: counts, first and
     last whole batch, the batch-level rules' violations, the epoch changes), so
     the batch-level rules cost Spark one row per segment, not one per batch.
-    Order across segments is checked here from those summaries. Only
-    replicas_agree_below_hw reads every batch (``framed``).
+    Order across segments is checked here from those summaries.
+    replicas_agree_below_hw reads every batch: merged replica by replica in the reader
+    (tidewater-log level disagreement), or as rows (``framed``) for logs out of order;
+    producer_sequences_contiguous reads batch rows only when the summaries counted
+    batches of idempotent producers.
     """
 
     def __init__(self, inputs: AuditInputs):
         self.inputs = inputs
-        b = inputs.batches
-        framed_cond = F.col("status").isin(*FRAMED_STATUSES) & F.col("base_offset").isNotNull()
-        self.framed = b.where(framed_cond)
         # The violations stay in Spark (there may be many); the rest is small.
         segments = inputs.segments.drop("violations").collect()
         self.segment_rows = sorted(segments, key=lambda r: (r.broker_id, r.topic, r.partition,
@@ -200,6 +209,7 @@ class Derived:
         self.bad_batches = sum(r.bad_batches or 0 for r in self.segment_rows)
         self.offset_order_breaks = sum(r.offset_order_breaks or 0 for r in self.segment_rows)
         self.epoch_drops = sum(r.epoch_drops or 0 for r in self.segment_rows)
+        self.idempotent_batches = sum(r.idempotent_batches or 0 for r in self.segment_rows)
         for (broker, topic, partition), segs in per_replica.items():
             whole = [s for s in segs if s.batch_count]
             self.total_batches += sum(s.row_count for s in segs)
@@ -218,6 +228,12 @@ class Derived:
             self.sample_rows = self.samples.collect()
         self._epoch_logs: dict | None = None
         self._hw: dict | None = None
+
+    @functools.cached_property
+    def framed(self) -> DataFrame:
+        """The whole batches' rows (status ok or crc_mismatch)."""
+        return self.inputs.batches.where(F.col("status").isin(*FRAMED_STATUSES)
+                                         & F.col("base_offset").isNotNull())
 
     @functools.cached_property
     def no_violations(self) -> DataFrame:
@@ -271,6 +287,28 @@ class Derived:
                 entry["last_epoch"] = epoch
             self._epoch_logs = logs
         return self._epoch_logs
+
+    def ordered_incarnations(self) -> set[tuple[str, int, str]]:
+        """The incarnations (topic, partition, topic_id) each of whose logs (one per broker
+        and data dir) holds whole batches in strictly increasing base-offset order, across
+        its segments too: what reader.replica_disagreements can merge."""
+        logs: dict[tuple, list] = defaultdict(list)
+        for r in self.segment_rows:
+            logs[(r.topic, r.partition, r.topic_id or "", r.broker_id, r.data_dir)].append(r)
+        ordered: dict[tuple[str, int, str], bool] = {}
+        for key, segments in logs.items():
+            last_base = None
+            ok = True
+            for r in sorted(segments, key=lambda r: (r.segment_base_offset, r.segment)):
+                if not r.batch_count:
+                    continue
+                if r.base_order_breaks or (last_base is not None
+                                           and r.first_base_offset <= last_base):
+                    ok = False
+                    break
+                last_base = r.last_base_offset
+            ordered[key[:3]] = ordered.get(key[:3], True) and ok
+        return {key for key, ok in ordered.items() if ok}
 
     def committed_high_watermarks(self) -> dict[tuple[str, int, str], int]:
         """Per incarnation (topic, partition, topic_id): the largest HW any of its replicas
@@ -432,17 +470,7 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
     counts_df = spark.createDataFrame([(t, p, i, n) for (t, p, i), n in replica_counts.items()],
                                       "topic string, partition int, topic_id string, "
                                       "replicas int")
-    # Each distinct batch below the HW with the brokers holding it (one entry per
-    # copy): one pass over the batches, no join of the batches with themselves.
-    # Keyed by incarnation: another incarnation of the name is another partition.
-    framed = derived.framed.fillna("", ["topic_id"])
-    if inputs.compacted:  # compared record by record below (compacted_replicas_disagree)
-        framed = framed.where(~_compacted(inputs))
-    holders = (framed.join(F.broadcast(hw_df), INCARNATION_KEYS)
-               .where(F.col("last_offset") < F.col("high_watermark"))
-               .groupBy(*INCARNATION_KEYS, "base_offset", "last_offset",
-                        "partition_leader_epoch", "crc_stored", "high_watermark")
-               .agg(F.collect_list("broker_id").alias("holders")))
+    holders = _batch_holders(inputs, derived, hw_df)
     # A batch every replica of its partition holds is missing from none: the
     # common case, dropped before pairing holders with peers.
     mine = (holders.join(F.broadcast(counts_df), INCARNATION_KEYS)
@@ -473,6 +501,41 @@ def replicas_agree_below_hw(inputs: AuditInputs, derived: Derived) -> RuleResult
                    "replica of it that covers an offset "
                    "holds the identical batch (offsets, epoch, CRC).",
                    derived.framed_batches, v, info=info)
+
+
+def _batch_holders(inputs: AuditInputs, derived: Derived, hw_df: DataFrame) -> DataFrame:
+    """Each distinct batch below the HW (INCARNATION_KEYS, base_offset, last_offset,
+    partition_leader_epoch, crc_stored, high_watermark) with the brokers holding it
+    (``holders``, one entry per copy), at least those not every replica holds.
+
+    Keyed by incarnation: another incarnation of the name is another partition.
+    Incarnations whose logs hold their batches in base-offset order (nearly always)
+    are merged replica by replica in the reader (tidewater-log level disagreement),
+    which drops the batches every replica holds identically: no batch row reaches
+    Spark. The others group every batch row in Spark (a shuffle of every batch).
+    """
+    columns = [*INCARNATION_KEYS, "base_offset", "last_offset", "partition_leader_epoch",
+               "crc_stored"]
+    present = {(r.topic, r.partition, r.topic_id or "") for r in derived.segment_rows
+               if (r.topic, r.partition) not in inputs.compacted}  # compared per record
+    merged = derived.ordered_incarnations() & present if inputs.disagreements else set()
+    grouped = present - merged
+    parts = []
+    if merged:
+        parts.append(inputs.disagreements(sorted(merged))
+                     .join(F.broadcast(hw_df), INCARNATION_KEYS)
+                     .where(F.col("last_offset") < F.col("high_watermark")))
+    if grouped or not parts:
+        wanted = inputs.spark.createDataFrame(sorted(grouped), "topic string, partition int, "
+                                              "topic_id string")
+        framed = derived.framed.fillna("", ["topic_id"])
+        # One pass over the batches, no join of the batches with themselves.
+        parts.append(framed.join(F.broadcast(wanted), INCARNATION_KEYS)
+                     .join(F.broadcast(hw_df), INCARNATION_KEYS)
+                     .where(F.col("last_offset") < F.col("high_watermark"))
+                     .groupBy(*columns, "high_watermark")
+                     .agg(F.collect_list("broker_id").alias("holders")))
+    return _union([p.select(*columns, "high_watermark", "holders") for p in parts])
 
 
 def compacted_replicas_disagree(inputs: AuditInputs, hw_df: DataFrame) -> DataFrame:
@@ -671,6 +734,10 @@ def producer_sequences_contiguous(inputs: AuditInputs, derived: Derived) -> Rule
     a gap a lost one). The first batch a replica holds of an epoch may start anywhere
     (retention deletes from the front)."""
     name = "producer_sequences_contiguous"
+    description = ("Within each producer id and epoch, the sequences in a replica are "
+                   "contiguous and never repeated (idempotent producers).")
+    if not derived.idempotent_batches:  # counted by the reader: no batch to order
+        return _result(name, description, 0, derived.no_violations, violation_count=0)
     batches = inputs.batches.where(
         (F.col("producer_id") >= 0) & (F.col("base_sequence") >= 0)
         & F.col("status").isin(*FRAMED_STATUSES))
@@ -692,9 +759,7 @@ def producer_sequences_contiguous(inputs: AuditInputs, derived: Derived) -> Rule
                       F.col("previous").cast("string"))
     v = _violations(broken, name, F.col("broker_id"), F.col("topic"), F.col("partition"),
                     F.col("base_offset"), detail)
-    return _result(name, "Within each producer id and epoch, the sequences in a replica are "
-                         "contiguous and never repeated (idempotent producers).",
-                   batches.count(), v)
+    return _result(name, description, derived.idempotent_batches, v)
 
 
 RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (

@@ -35,9 +35,18 @@ def check_spark_available() -> None:
         raise SparkUnavailableError("no Java runtime: install a JDK 17+ or set JAVA_HOME")
 
 
+# The driver JVM compiles with C1 only. An audit's driver lives for tens of seconds
+# and does little per-row work (the reader summarizes and merges in Python), so C2's
+# compiler threads were the largest JVM cost: 15-20 CPU s a run, on a machine of 2
+# cores shared with the Python workers. C1 alone: about 10 CPU s and 6 s less per
+# run (docs/benchmarks.md, "Audit at scale"). In local mode the executors are this
+# JVM too; on a cluster the executors keep the default.
+DRIVER_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+
+
 def driver_java_options(spark_log: str | Path | None = None) -> str:
-    """The driver JVM's options for the audit's log4j2 config (and its log file)."""
-    options = f"-Dlog4j2.configurationFile=file:{LOG4J2_PATH}"
+    """The driver JVM's options: the audit's log4j2 config (and its log file), C1 only."""
+    options = f"-Dlog4j2.configurationFile=file:{LOG4J2_PATH} {DRIVER_JIT_OPTION}"
     if spark_log is not None:
         options += f" -Dtidewater.audit.spark_log={Path(spark_log).resolve()}"
     return options

@@ -6,6 +6,7 @@ import json
 import struct
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -270,6 +271,11 @@ def _summary_from_rows(rows: list[tuple], segment_base_offset: int) -> dict:
         "epoch_changes": [(r[f["position"]], r[f["partition_leader_epoch"]], r[f["base_offset"]])
                           for i, r in enumerate(whole)
                           if i == 0 or epochs[i] != epochs[i - 1]],
+        "last_base_offset": whole[-1][f["base_offset"]] if whole else None,
+        "base_order_breaks": sum(r[f["base_offset"]] <= prev[f["base_offset"]]
+                                 for prev, r in zip(whole, whole[1:], strict=False)),
+        "idempotent_batches": sum(r[f["producer_id"]] >= 0 and r[f["base_sequence"]] >= 0
+                                  for r in whole),
     }
 
 
@@ -284,8 +290,12 @@ def _damaged_segment(specs, segment_base: int, damage: str, at: int, value) -> b
     batches, offset, epoch = [], segment_base * 10, 0
     for offset_step, epoch_step, count in specs:
         offset, epoch = max(0, offset + offset_step), epoch + epoch_step
+        idempotent = count != 2  # some batches of an idempotent producer, some not
         batches.append(encode_batch([(b"k%d" % i, value(i)) for i in range(count)],
-                                    base_offset=offset, partition_leader_epoch=epoch))
+                                    base_offset=offset, partition_leader_epoch=epoch,
+                                    producer_id=7 if idempotent else -1,
+                                    producer_epoch=0 if idempotent else -1,
+                                    base_sequence=offset if idempotent else -1))
         offset += count
     data = bytearray(b"".join(batches))
     if data and damage == "flip":
@@ -361,3 +371,115 @@ def test_windowed_reads_equal_whole_file_reads(tmp_path_factory, specs, segment_
     sizes = [len(w.buf) for w in reader.segment_windows(str(path), window_bytes)]
     largest_batch = max((row[12] for row in whole), default=0)
     assert all(size <= max(window_bytes, largest_batch) for size in sizes)
+
+
+# ---------------------------------------------------------------- replica comparison
+
+# One replica's difference from the common history: none, a batch missing, a batch
+# with another epoch (another batch at the same offsets), a byte flipped (CRC
+# mismatch, still a whole batch), the file cut short (torn tail), extra batches, or
+# a batch's lastOffsetDelta made negative with its CRC left stale (a whole batch with
+# a CRC mismatch) or fixed (a corrupt batch, not a whole one).
+_replica_change = st.sampled_from(["none", "none", "missing", "epoch", "flip", "cut", "extra",
+                                   "negative", "negative-crc"])
+
+
+def _replica_log(history, change: str, at: int) -> bytearray:
+    """The common history (offset gap, epoch, records) with one change, as one log."""
+    batches, offset = [], 0
+    target = at % max(1, len(history))
+    for i, (gap, epoch, count) in enumerate(history):
+        offset += gap
+        if not (change == "missing" and i == target):
+            batches.append(encode_batch(
+                [(b"k%d" % j, b"v%d" % (offset + j)) for j in range(count)], base_offset=offset,
+                partition_leader_epoch=epoch + (change == "epoch" and i == target)))
+        offset += count
+    if change == "extra":
+        batches.append(encode_batch([(b"x", b"y")], base_offset=offset + 1))
+    data = bytearray(b"".join(batches))
+    if data and change == "flip":
+        data[max(at % len(data), reader.CRC_START)] ^= 0x01
+    elif change == "cut":
+        data = data[: at % (len(data) + 1)]
+    elif batches and change in ("negative", "negative-crc"):
+        start = sum(len(b) for b in batches[:target % len(batches)])
+        struct.pack_into(">i", data, start + 23, -1)  # lastOffsetDelta
+        if change == "negative-crc":
+            size = struct.unpack_from(">i", data, start + 8)[0] + 12
+            struct.pack_into(">I", data, start + 17,
+                             crc32c(bytes(data[start + reader.CRC_START:start + size])))
+    return data
+
+
+def _write_segments(folder, data: bytes, cuts: int) -> list[str]:
+    """``data`` split at batch boundaries into up to ``cuts + 1`` segment files."""
+    folder.mkdir(parents=True)
+    rows = list(reader.scan_batches(bytes(data)))
+    starts = [r[0] for r in rows if r[1] is not None][1:][::max(1, len(rows) // (cuts + 1))]
+    bounds = [0, *sorted(set(starts))[:cuts], len(data)]
+    paths = []
+    for begin, end in zip(bounds, bounds[1:], strict=False):
+        base = next((r[1] for r in rows if r[0] == begin and r[1] is not None), begin)
+        path = folder / f"{base:020d}.log"
+        path.write_bytes(bytes(data[begin:end]))
+        paths.append(str(path))
+    return paths
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 0, 0, 2]), st.integers(0, 2), st.integers(1, 3)),
+                min_size=0, max_size=8),
+       st.lists(st.tuples(st.sampled_from([1, 2, 3]), _replica_change, st.integers(0, 10_000),
+                          st.integers(0, 3)), min_size=1, max_size=4))
+def test_replica_merge_equals_grouping_every_copy(tmp_path_factory, history, replicas):
+    """replica_disagreements gives what grouping every whole batch copy by (offsets, epoch,
+    CRC) gives, for the batches not every broker holds (a broker may have two logs)."""
+    root = tmp_path_factory.mktemp("merge")
+    history = sorted(history, key=lambda h: h[1])  # epochs never go back
+    logs = []
+    for n, (broker, change, at, cuts) in enumerate(replicas):
+        logs.append((broker, _write_segments(root / f"log-{n}", _replica_log(history, change, at),
+                                             cuts)))
+    copies: dict[tuple, list[int]] = {}
+    for broker, paths in logs:
+        for path in paths:
+            for rows in reader.scan_segment_file(path):
+                for r in rows:
+                    if r[13] in reader.FRAMED_STATUSES:
+                        copies.setdefault((r[1], r[2], r[4], r[7]), []).append(broker)
+    brokers = {broker for broker, _paths in logs}
+    expected = sorted((*key, sorted(held)) for key, held in copies.items()
+                      if set(held) != brokers)
+    if not all(_in_offset_order(paths) for _broker, paths in logs):
+        # A flipped byte in a baseOffset (outside the CRC) can put a log out of order:
+        # the segment summaries say so, and the merge refuses it.
+        with pytest.raises(reader.ReplicaOrderError):
+            list(reader.replica_disagreements(logs))
+        return
+    got = sorted((*row[:4], sorted(row[4])) for row in reader.replica_disagreements(logs))
+    assert got == expected
+
+
+def _in_offset_order(paths: list[str]) -> bool:
+    """What rules.Derived.ordered_incarnations decides for one log, from its summaries."""
+    last_base = None
+    for path in paths:
+        summary = reader.summarize_segment_file(reader.SegmentFile(
+            1, "", "t", 0, path, reader.segment_base_offset(path), 0))
+        got = dict(zip(reader.SEGMENT_FIELDS, summary or (), strict=False))
+        if not got.get("batch_count"):
+            continue
+        if got["base_order_breaks"] or (last_base is not None
+                                        and got["first_base_offset"] <= last_base):
+            return False
+        last_base = got["last_base_offset"]
+    return True
+
+
+def test_replica_merge_refuses_logs_out_of_offset_order(tmp_path):
+    batch = encode_batch([(b"k", b"v")], base_offset=3)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(batch + encode_batch([(b"k", b"v")], base_offset=4) + batch)
+    with pytest.raises(reader.ReplicaOrderError, match="base offset 3 follows one at 4"):
+        list(reader.replica_disagreements([(1, [str(path)]), (2, [str(path)])]))
