@@ -57,8 +57,8 @@ class FrameSizeError(Exception):
 class FrameConnection(asyncio.BufferedProtocol):
     """One connection: frames in (``read_frame``), bytes out (``write``/``drain``).
 
-    ``on_open(connection)`` is called when the connection is made and returns the
-    task that serves it (the task owns the connection; it must ``close`` it)."""
+    ``on_open(connection)`` is called when the connection is made; it starts what serves
+    the connection, which owns it (and must ``close`` it)."""
 
     def __init__(self, on_open: Callable[[FrameConnection], Any], *, frame_bytes_max: int,
                  scratch_bytes: int = SCRATCH_BYTES,
@@ -71,7 +71,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._scratch_view = memoryview(self._scratch)
         self._start = 0  # unparsed bytes are _scratch[_start:_end]
         self._end = 0
-        self._frame: bytearray | None = None  # a large frame being read into its own buffer
+        # A large frame being read into its own buffer (a bytearray, viewed).
         self._frame_view: memoryview | None = None
         self._frame_filled = 0
         self._frame_size = 0  # the large frame's size (its buffer may still be smaller)
@@ -109,12 +109,12 @@ class FrameConnection(asyncio.BufferedProtocol):
         return self._scratch_view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
+        if self._frame_view is not None:
             self._frame_filled += nbytes
             if self._frame_filled == self._frame_size:
                 # Read-only, as kio's native reader insists (it refuses a writable buffer).
-                frame = self._frame_view.toreadonly()  # type: ignore[union-attr]
-                self._frame = self._frame_view = None
+                frame = self._frame_view.toreadonly()
+                self._frame_view = None
                 self._push(frame)
             return
         self._end += nbytes
@@ -164,7 +164,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         return frame
 
     def _parse_scratch(self) -> None:
-        scratch, view = self._scratch, self._scratch_view
+        view = self._scratch_view
         start, end = self._start, self._end
         while end - start >= SIZE_BYTES:
             size = int.from_bytes(view[start:start + SIZE_BYTES], "big", signed=True)
@@ -178,11 +178,11 @@ class FrameConnection(asyncio.BufferedProtocol):
                 self._push(bytes(view[body_start:body_start + size]))
                 start = body_start + size
                 continue
-            if SIZE_BYTES + size > len(scratch):
+            if SIZE_BYTES + size > len(view):
                 # Too large for the scratch buffer: its own buffer, the rest read into it.
                 frame = bytearray(min(size, max(self._frame_buffer_initial_bytes, available)))
                 frame[:available] = view[body_start:end]
-                self._frame, self._frame_view = frame, memoryview(frame)
+                self._frame_view = memoryview(frame)
                 self._frame_filled, self._frame_size = available, size
                 start = end = 0
             break
@@ -197,7 +197,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         grown = bytearray(min(self._frame_size, 2 * len(self._frame_view)))
         grown[:self._frame_filled] = self._frame_view[:self._frame_filled]
         self._frame_view.release()
-        self._frame, self._frame_view = grown, memoryview(grown)
+        self._frame_view = memoryview(grown)
 
     def _push(self, frame: bytes | memoryview) -> None:
         self._frames.append(frame)
