@@ -153,7 +153,7 @@ class ConnectionSecurity:
         self.authenticated = True
         self._exchanging = False
         self.raw_tokens = False
-        lifetime_ms = self.security.settings.reauth_ms
+        lifetime_ms = self.session_lifetime_ms
         self.expires_at_ms = now_ms + lifetime_ms if lifetime_ms > 0 else None
         log.info("kafka: %s %s as %s (%s)", self.session.host,
                  "re-authenticated" if again else "authenticated", principal, self._mechanism)

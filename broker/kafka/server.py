@@ -113,24 +113,21 @@ class KafkaListener:
         task.add_done_callback(self._connections.discard)
 
     async def _serve(self, connection: FrameConnection) -> None:
-        writer = connection
-        peer = writer.get_extra_info("peername")
+        peer = connection.get_extra_info("peername")
         answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
             asyncio.Queue(maxsize=IN_FLIGHT_MAX)
-        sender = asyncio.ensure_future(self._send_answers(answers, writer, peer))
+        sender = asyncio.ensure_future(self._send_answers(answers, connection, peer))
         security = None
         if self.security is not None and self.security.secured:  # else: no per-request checks
             security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
-                tls_principal=tls_principal(writer.get_extra_info("peercert")))
+                tls_principal=tls_principal(connection.get_extra_info("peercert")))
         try:
             await self._read_requests(connection, answers, peer, security)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away; its unanswered requests go with it
         except asyncio.CancelledError:
-            # stop(): end quietly (asyncio's stream server logs a connection task that
-            # ends cancelled as an error).
-            sender.cancel()
+            sender.cancel()  # stop(): end quietly, answering nothing more
         except InvariantViolation as e:
             if self.supervisor is not None:
                 self.supervisor.fail(e)
@@ -145,7 +142,7 @@ class KafkaListener:
                 await sender
             except (asyncio.CancelledError, ConnectionError):
                 pass
-            writer.close()
+            connection.close()
 
     async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
                              connection: ConnectionSecurity | None) -> None:
