@@ -59,7 +59,7 @@ from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.batch import BytesLike
-from tidewater.proto.errors import TidewaterError, UnsupportedVersionError
+from tidewater.proto.errors import TidewaterError, UnsupportedVersionError, code_name
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.fetcher")
@@ -82,12 +82,6 @@ class _LeaderStubs:
             request_serializer=pb.FetchRequest.SerializeToString,
             response_deserializer=None, _registered_method=True)
         self.OffsetForLeaderEpoch = pb_grpc.BrokerStub(channel).OffsetForLeaderEpoch
-
-def _error_name(code: int) -> str:
-    try:
-        return pb.ErrorCode.Name(code)
-    except ValueError:  # a code this release does not know
-        return str(code)
 
 
 class StreamBrokenError(Exception):
@@ -386,7 +380,7 @@ class LeaderFetcher:
     async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
                               sent: dict) -> None:
         if error_code != pb.NONE:
-            raise StreamBrokenError(f"fetch refused: {_error_name(error_code)}")
+            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}")
         for p in answers:
             partition, leader_epoch, fetch_offset = sent.get((p.topic, p.partition),
                                                              (None, -1, -1))

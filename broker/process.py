@@ -45,16 +45,11 @@ from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import code_name
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
 log = logging.getLogger("tidewater.broker")
 
-
-def _error_name(code: int) -> str:
-    try:
-        return pb.ErrorCode.Name(code)
-    except ValueError:  # a Kafka code our enum does not list (e.g. 70)
-        return str(code)
 
 SERVER_GRACE_S = 2.0
 
@@ -209,7 +204,7 @@ class BrokerProcess:
         names): request_latency_seconds (its count: requests), request_errors by code."""
         self.metrics.request_latency.labels(f"kafka:{api}").observe(seconds)
         for code in errors:
-            self.metrics.request_errors.labels(f"kafka:{api}", _error_name(code)).inc()
+            self.metrics.request_errors.labels(f"kafka:{api}", code_name(code)).inc()
 
     async def _controller_session(self) -> None:
         await self.controller_channel.register()

@@ -243,6 +243,14 @@ for _cls in list(globals().values()):
         _BY_CODE.setdefault(_cls.error_code, _cls)
 
 
+def code_name(code: int) -> str:
+    """The ErrorCode's name, or the number for a Kafka code our enum does not list."""
+    try:
+        return ErrorCode.Name(code)
+    except ValueError:
+        return str(code)
+
+
 def error_for_code(code: int, message: str = "") -> TidewaterError:
     """The typed exception a client raises for a wire code (not for NONE)."""
     cls = _BY_CODE.get(code)
