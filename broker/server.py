@@ -348,8 +348,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("JoinGroup")
     async def JoinGroup(self, request, context):
+        client_host = "/" + grpc_security.peer_host(context.peer() or "")  # as Kafka shows it
         return await self.groups.join_group(request, await self._group_allowed(context),
-                                            client_host=f"/{grpc_security.peer_host(context.peer() or '')}")
+                                            client_host=client_host)
 
     @_rpc("SyncGroup")
     async def SyncGroup(self, request, context):
