@@ -150,6 +150,10 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     first = math.floor(lo / step)
+    # lo / step can underflow to -0.0 (lo = -5e-324) and the rounding below can lift a
+    # tick past lo: step down until the first tick covers lo.
+    while round(first * step, 10) > lo:
+        first -= 1
     ticks = [round(first * step, 10)]
     while ticks[-1] < hi:
         ticks.append(round((first + len(ticks)) * step, 10))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tidewater.audit.health import ReplicaSample
@@ -24,6 +24,7 @@ T0 = 1_700_000_000_000
 
 
 @given(st.floats(-1e6, 1e6), st.floats(0, 1e6))
+@example(lo=-5e-324, extent=6.0)  # lo / step underflowed to -0.0: the first tick was 0
 def test_nice_ticks_cover_the_range_in_round_steps(lo, extent):
     ticks = nice_ticks(lo, lo + extent)
     assert ticks[0] <= lo and ticks[-1] >= lo + extent
