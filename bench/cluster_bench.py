@@ -3,10 +3,13 @@ side by side in one run, with the machine's disk and loopback limits.
 
     .venv/bin/python bench/cluster_bench.py [--quick] [--json-out FILE] [--skip-peer]
                                             [--skip-tidewater] [--work-dir DIR] [--keep]
+                                            [--fresh-memory]
 
-Everything runs on 127.0.0.1 in a temporary directory; every process started
-(brokers, controller, nats-server, receiver processes) is stopped by pid at
-the end, also on Ctrl-C or SIGTERM. ``--quick`` is a short run (about 2
+First the page cache is filled with a sparse file read once (``fill_page_cache``),
+so that every system's new pages come from reclaimed cache, as on a broker that has
+run a while; ``--fresh-memory`` skips it. Everything runs on 127.0.0.1 in a
+temporary directory; every process started (brokers, controller, nats-server,
+receiver processes) is stopped by pid at the end, also on Ctrl-C or SIGTERM. ``--quick`` is a short run (about 2
 minutes, smaller logs for the restart test); the default run takes under 10
 minutes. What each workload does is in bench/tidewater_side.py and
 bench/peer_nats.py.
@@ -15,7 +18,8 @@ JSON output (``--json-out``)::
 
     {"command": "...", "machine": {...}, "profile": {...}, "started_at": "...",
      "load_before": [1, 5, 15 min], "load_after": [...], "peer_version": "...",
-     "git_commit": "...", "limits": [Row...], "rows": [Row...], "errors": [...]}
+     "git_commit": "...", "page_cache_fill_bytes": N, "limits": [Row...],
+     "rows": [Row...], "errors": [...]}
 
 where a Row is ``{"section", "metric", "unit", "tidewater", "peer",
 "ratio_tidewater_over_peer", "note", "better", "extra"}`` (see bench_common).
@@ -47,8 +51,10 @@ from bench.bench_common import (  # noqa: E402
     GIB,
     KIB,
     MIB,
+    PAGE_CACHE_FILL_NAME,
     OwnedProcesses,
     Row,
+    fill_page_cache,
     format_table,
     format_value,
     machine_description,
@@ -551,6 +557,16 @@ class Bench:
                             getattr(peer_s, attr) if peer_s else None, note, better="lower"))
 
 
+def page_cache_note(fill_bytes: int, fresh_memory: bool) -> str:
+    if fresh_memory:
+        return "not filled first (--fresh-memory): new log pages come from free memory"
+    if not fill_bytes:
+        return "could not be filled first (no MemAvailable): new log pages come from free memory"
+    return (f"filled first with a clean {fill_bytes / (1 << 30):.1f} GiB file, as a broker that "
+            "has run a while has it: new log pages come from reclaimed cache "
+            "(--fresh-memory skips this)")
+
+
 def load_note(load: dict) -> str:
     if not load:
         return "no 'loaded N logs' line found"
@@ -575,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated sections to run (default all): {','.join(SECTIONS)}")
     parser.add_argument("--work-dir", help="directory for data (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the data directory afterwards")
+    parser.add_argument("--fresh-memory", action="store_true",
+                        help="do not fill the page cache first (see bench_common.fill_page_cache)")
     args = parser.parse_args(argv)
     profile = QUICK if args.quick else FULL
     sections = frozenset(SECTIONS)
@@ -600,7 +618,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     interrupted = False
     start = time.perf_counter()
+    fill_bytes = 0
     try:
+        if not args.fresh_memory:
+            fill_bytes = bench.step("fill the page cache", fill_page_cache, work_dir) or 0
         bench.measure_limits()
         if bench.run_peer:
             bench.measure_peer()
@@ -615,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.stop_everything()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        (work_dir / PAGE_CACHE_FILL_NAME).unlink(missing_ok=True)
         if not args.keep:
             shutil.rmtree(work_dir, ignore_errors=True)
     bench.build_rows()
@@ -631,6 +653,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tidewater: 3 brokers + controller, 1 partition RF=3 per workload; "
           f"peer: {bench.peer_version or 'not run'}, 3 nodes, file stream R3 "
           "(client and servers share the machine)")
+    print(f"page cache: {page_cache_note(fill_bytes, args.fresh_memory)}")
     print(f"run time {elapsed:.0f} s; ratios are tidewater/peer (latency and times: lower is better); "
           "MB/CPU-s = payload MB per CPU second summed over every process of that system "
           "(servers, controller, client): the cost of the work, which a loaded machine "
@@ -656,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": command, "machine": machine, "profile": profile.__dict__,
             "started_at": started_at, "load_before": load_before, "load_after": load_after,
             "elapsed_s": elapsed, "peer_version": bench.peer_version, "git_commit": git_commit(),
+            "page_cache_fill_bytes": fill_bytes,
             "limits": [r.to_json() for r in bench.limits], "rows": [r.to_json() for r in bench.rows],
             "tls_rows": bench.tls_rows,
             "errors": bench.errors}, indent=2) + "\n")

@@ -312,3 +312,27 @@ def test_machine_pause_watch_reports_a_stopped_canary_as_a_pause():
     assert any(cpu == stopped_cpu and ms >= 50 for _, ms, cpu in pauses.late)
     assert "worst" in pauses.describe()
     assert canary.poll() is not None  # the canaries are stopped with the block
+
+
+def test_fill_page_cache_reads_a_sparse_file_into_the_cache(tmp_path, monkeypatch):
+    from bench import bench_common
+
+    size = bench_common.fill_page_cache(tmp_path, size_bytes=(24 << 20) + 5, chunk_bytes=8 << 20)
+    path = tmp_path / bench_common.PAGE_CACHE_FILL_NAME
+    assert size == 24 << 20 and path.stat().st_size == size  # whole chunks only
+    assert path.stat().st_blocks == 0  # sparse: nothing written to the disk
+    # The default size is MemAvailable less the reserve; too little memory: no file.
+    monkeypatch.setattr(bench_common, "mem_available_bytes", lambda: (1 << 30) + (4 << 20))
+    path.unlink()
+    assert bench_common.fill_page_cache(tmp_path) == 0 and not path.exists()
+    monkeypatch.setattr(bench_common, "mem_available_bytes", lambda: (1 << 30) + (16 << 20))
+    assert bench_common.fill_page_cache(tmp_path, chunk_bytes=8 << 20) == 16 << 20
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="no /proc/meminfo")
+def test_mem_available_reads_proc_meminfo():
+    from bench import bench_common
+
+    total_kib = next(int(line.split()[1]) for line in open("/proc/meminfo")
+                     if line.startswith("MemTotal:"))
+    assert 0 < bench_common.mem_available_bytes() <= total_kib * 1024
