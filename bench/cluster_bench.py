@@ -9,9 +9,9 @@ First the page cache is filled with a sparse file read once (``fill_page_cache``
 so that every system's new pages come from reclaimed cache, as on a broker that has
 run a while; ``--fresh-memory`` skips it. Everything runs on 127.0.0.1 in a
 temporary directory; every process started (brokers, controller, nats-server,
-receiver processes) is stopped by pid at the end, also on Ctrl-C or SIGTERM. ``--quick`` is a short run (about 2
-minutes, smaller logs for the restart test); the default run takes under 10
-minutes. What each workload does is in bench/tidewater_side.py and
+receiver processes) is stopped by pid at the end, also on Ctrl-C or SIGTERM.
+``--quick`` is a short run (about 2 minutes, smaller logs for the restart test);
+the default run takes under 10 minutes. What each workload does is in bench/tidewater_side.py and
 bench/peer_nats.py.
 
 JSON output (``--json-out``)::
@@ -561,7 +561,8 @@ def page_cache_note(fill_bytes: int, fresh_memory: bool) -> str:
     if fresh_memory:
         return "not filled first (--fresh-memory): new log pages come from free memory"
     if not fill_bytes:
-        return "could not be filled first (no MemAvailable): new log pages come from free memory"
+        return ("could not be filled first (no MemAvailable, or see the errors): new log "
+                "pages come from free memory")
     return (f"filled first with a clean {fill_bytes / (1 << 30):.1f} GiB file, as a broker that "
             "has run a while has it: new log pages come from reclaimed cache "
             "(--fresh-memory skips this)")
