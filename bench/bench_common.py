@@ -211,17 +211,10 @@ def machine_description() -> dict:
                 break
     except OSError:
         pass
-    memory_total_kib = None
-    try:
-        for text_line in open("/proc/meminfo", encoding="utf-8"):
-            if text_line.startswith("MemTotal:"):
-                memory_total_kib = int(text_line.split()[1])
-                break
-    except OSError:
-        pass
+    memory_total_bytes = (meminfo_bytes() or {}).get("MemTotal")
     return {"nproc": os.cpu_count(), "cpu_model": cpu_model, "kernel": platform.release(),
             "python": platform.python_version(),
-            "memory_gib": round(memory_total_kib / MIB, 1) if memory_total_kib else None}
+            "memory_gib": round(memory_total_bytes / GIB, 1) if memory_total_bytes else None}
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -450,15 +443,27 @@ def with_cpu(pids: Sequence[int], fn, *args, **kwargs) -> Throughput:
     return replace(result, cpu_s=meter.cpu_s)
 
 
-def dirty_page_cache_bytes() -> int | None:
-    """``Dirty`` + ``Writeback`` from /proc/meminfo (None where there is no such file)."""
+def meminfo_bytes() -> dict[str, int] | None:
+    """/proc/meminfo's kB fields in bytes (None where there is no such file)."""
     try:
         lines = open("/proc/meminfo").read().splitlines()
     except OSError:
         return None
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    return sum(int(fields[name].split()[0]) * 1024 for name in ("Dirty", "Writeback")
-               if name in fields)
+    fields = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        words = value.split()
+        if words and words[0].isdigit():
+            fields[name] = int(words[0]) * 1024
+    return fields
+
+
+def dirty_page_cache_bytes() -> int | None:
+    """``Dirty`` + ``Writeback`` from /proc/meminfo (None where there is no such file)."""
+    fields = meminfo_bytes()
+    if fields is None:
+        return None
+    return sum(fields.get(name, 0) for name in ("Dirty", "Writeback"))
 
 
 def settle_page_cache(timeout_s: float = 60.0) -> float:
@@ -476,14 +481,9 @@ def settle_page_cache(timeout_s: float = 60.0) -> float:
 
 
 def mem_available_bytes() -> int | None:
-    """``MemAvailable`` from /proc/meminfo (None where there is no such file)."""
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """``MemAvailable`` from /proc/meminfo (None where there is no such file or field)."""
+    fields = meminfo_bytes()
+    return None if fields is None else fields.get("MemAvailable")
 
 
 PAGE_CACHE_FILL_NAME = "page-cache-fill"
