@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.broker.replication.replica import FollowerOptions
-from tidewater.broker.security import SASL_MECHANISMS, SECURITY_SETTING_NAMES, SecuritySettings
+from tidewater.broker.security.settings import (
+    SASL_MECHANISMS,
+    SECURITY_SETTING_NAMES,
+    SecuritySettings,
+)
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
@@ -145,7 +149,7 @@ class BrokerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
     tls: TlsFiles | None = None
-    # --sasl-mechanisms, --authorizer, --super-users (broker/security.py).
+    # --sasl-mechanisms, --authorizer, --super-users (broker/security/settings.py).
     security: SecuritySettings = field(default_factory=SecuritySettings)
 
     def __post_init__(self) -> None:

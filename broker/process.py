@@ -30,17 +30,21 @@ import ssl
 import time
 
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.controller_channel import ControllerChannel
-from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.guarded_forwarding import GuardedControllerForwarder
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.server import KafkaListener
-from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.replica_manager import ReplicaManager
-from tidewater.broker.security import BrokerSecurity
-from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.replica_manager import ReplicaManager
+from tidewater.broker.security.settings import BrokerSecurity
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.servicers.grpc_server import (
+    BrokerControlServicer,
+    BrokerServicer,
+    build_server,
+)
+from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.supervisor import TaskSupervisor

@@ -304,7 +304,7 @@ def parse_plain(data: bytes) -> tuple[str, str]:
     return user, password
 
 
-# gRPC clients' credentials (broker/grpc_security.py): call metadata carrying the PLAIN
+# gRPC clients' credentials (broker/security/grpc_auth.py): call metadata carrying the PLAIN
 # message, checked against the user's SCRAM credential.
 AUTHORIZATION_KEY = "authorization"
 PLAIN_SCHEME = "PLAIN "

@@ -2,10 +2,10 @@
 
 One ``TlsFiles`` (a CA certificate, a certificate and its key, PEM) configures
 a process. Servers and channels are made from it by the callers
-(``broker/server.py``, ``controller/server.py``, the channels): this module
+(``broker/servicers/grpc_server.py``, ``controller/server.py``, the channels): this module
 only turns files into gRPC credentials or an ``ssl.SSLContext`` and reads the
 peer's identity back, so the rules about who may do what stay pure functions
-in ``broker/control_rules.py`` and ``controller/authorization.py``.
+in ``broker/replication/control_rules.py`` and ``controller/authorization.py``.
 
 Principals: a peer's certificate subject ``CN=<name>, OU=<role>`` (the
 convention of ``tide certs``, ``tools/certs.py``) becomes ``Principal(name,

@@ -25,8 +25,8 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from tidewater.broker.fetch import FetchedPartition, fetch_response  # noqa: E402
-from tidewater.broker.fetch_wire import decode_by_hand, encode_by_hand  # noqa: E402
+from tidewater.broker.serving.fetch import FetchedPartition, fetch_response  # noqa: E402
+from tidewater.broker.serving.replica_fetch_wire import decode_by_hand, encode_by_hand  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers  # noqa: E402
 

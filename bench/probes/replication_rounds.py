@@ -30,11 +30,15 @@ if str(PROJECT_DIR) not in sys.path:
 import uvloop  # noqa: E402
 
 from tidewater.broker.config import BrokerConfig  # noqa: E402
-from tidewater.broker.forwarding import ControllerForwarder  # noqa: E402
-from tidewater.broker.metadata_cache import MetadataCache  # noqa: E402
 from tidewater.broker.metrics import BrokerMetrics  # noqa: E402
-from tidewater.broker.replica_manager import ReplicaManager  # noqa: E402
-from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server  # noqa: E402
+from tidewater.broker.replicas.metadata_cache import MetadataCache  # noqa: E402
+from tidewater.broker.replicas.replica_manager import ReplicaManager  # noqa: E402
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder  # noqa: E402
+from tidewater.broker.servicers.grpc_server import (  # noqa: E402
+    BrokerControlServicer,
+    BrokerServicer,
+    build_server,
+)
 from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402

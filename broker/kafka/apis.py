@@ -52,8 +52,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tidewater.broker.control_rules import client_fetch_refusal
-from tidewater.broker.fetch import FetchedPartition
 from tidewater.broker.kafka import sasl, security_apis
 from tidewater.broker.kafka.codec import RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
@@ -62,6 +60,8 @@ from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID_VERSIONS,
     on_init_producer_id,
 )
+from tidewater.broker.replication.control_rules import client_fetch_refusal
+from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (

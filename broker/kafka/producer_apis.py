@@ -6,7 +6,7 @@ answer PRODUCER_FENCED); Kafka 4.0's v5 only adds TRANSACTION_ABORTABLE for
 transactions, so an idempotent producer's request and answer are the same; v6
 (two-phase commit) is not served. librdkafka takes the highest it knows (v4 in
 2.16), kafka-python 3.x and aiokafka ask with v0 and v1 as they negotiate. The answer comes from
-``ReplicaManager.init_producer_id`` (``broker/producer_ids.py``): a new id with epoch 0,
+``ReplicaManager.init_producer_id`` (``broker/serving/producer_ids.py``): a new id with epoch 0,
 INVALID_REQUEST for a transactional id, COORDINATOR_LOAD_IN_PROGRESS (retriable)
 while the broker has no id block from the controller yet. With an authorizer the
 caller needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679), else
@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from tidewater.broker.kafka.codec import RequestHead
-from tidewater.broker.security import may_init_producer_id
+from tidewater.broker.security.settings import may_init_producer_id
 from tidewater.proto import tidewater_pb2 as pb
 
 INIT_PRODUCER_ID = 22

@@ -37,9 +37,9 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from tidewater.broker.authorizer import Session
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.security import PLAIN, BrokerSecurity
+from tidewater.broker.security.authorizer import Session
+from tidewater.broker.security.settings import PLAIN, BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, user_principal
 from tidewater.proto.scram import (

@@ -20,7 +20,7 @@ None for a log made before topic IDs); a corrupt one fails the load with a
 as some other incarnation's log. ``get_or_create(..., topic_id=...)`` writes
 the file of a new log before the log is handed out; ``assign_topic_id`` gives
 an old log (no file) its first ID. Which ID a log must have is the replica
-manager's decision (``broker/topic_identity.py``), not this module's.
+manager's decision (``broker/replication/topic_identity.py``), not this module's.
 
 Ordering rules:
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from controller_process import ControllerProcess, FakeBroker, eventually, free_port
 
-from tidewater.broker.controller_channel import ControllerChannel
+from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 

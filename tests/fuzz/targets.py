@@ -20,7 +20,7 @@ tests/unit/test_fuzz_regressions.py on every ``make test``.
   request.
 - ``sasl``: a SASL exchange on one Kafka connection (first byte: the mechanism,
   second: where the bytes split into two tokens), then the same bytes as gRPC's
-  ``authorization`` metadata (``broker/grpc_security.py``).
+  ``authorization`` metadata (``broker/security/grpc_auth.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tidewater.broker.grpc_security import PasswordChecker, grpc_session
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.codec import UnknownApiKeyError, decode_request
 from tidewater.broker.kafka.sasl import ConnectionSecurity
-from tidewater.broker.security import BrokerSecurity, SecuritySettings
+from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
+from tidewater.broker.security.settings import BrokerSecurity, SecuritySettings
 from tidewater.broker.storage.checkpoints import _parse_offset_entry, parse_checkpoint
 from tidewater.broker.storage.epoch_cache import read_epoch_checkpoint
 from tidewater.broker.storage.meta_properties import decode_meta_properties

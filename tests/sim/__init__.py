@@ -7,8 +7,8 @@ and the clock:
   replication core (becoming leader or follower, fencing, HW, ISR proposals,
   truncation, acks=all), and ``broker.topic_identity`` (which topic
   incarnation a log belongs to, stray replicas, StopReplica by topic ID); the
-  module itself is the shell around them, as ``broker/control.py``,
-  ``broker/controller_channel.py`` and the fetcher are around the real ones;
+  module itself is the shell around them, as ``broker/replicas/control.py``,
+  ``broker/controller_link/channel.py`` and the fetcher are around the real ones;
 * the controller (``sim_controller``): ``controller.state_machine`` driven
   through ``controller.owner.MetadataOwner`` over a fake metadata log
   (``sim_metadata_log``, the product's framing and recovery in memory, whose

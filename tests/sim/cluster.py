@@ -35,7 +35,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from tidewater.broker.replication.replica import ReplicaState
-from tidewater.broker.topic_identity import log_identity_action
+from tidewater.broker.replication.topic_identity import log_identity_action
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.owner import MetadataOwner
 from tidewater.proto import tidewater_pb2 as pb

@@ -4,15 +4,15 @@ Every replication decision is made by ``tidewater.broker.replication.ReplicaStat
 the class the real broker runs: becoming leader or follower, fencing, the HW,
 ISR proposals and their answers, truncation, which acks=all requests complete.
 Which topic incarnation a log belongs to is decided by the broker's own pure
-functions (``tidewater.broker.topic_identity``: ``log_identity_action``,
+functions (``tidewater.broker.replication.topic_identity``: ``log_identity_action``,
 ``is_stray``, ``stop_replica_error``, ``fetch_topic_id_error``). This module only
 does what the real broker's asyncio shell does around them, against the
 simulation's network and disk:
 
-* the controller link (``broker/controller_channel.py``): register until
+* the controller link (``broker/controller_link/channel.py``): register until
   accepted, heartbeat every interval, register again when the controller no
   longer knows this broker epoch or keeps it fenced for two session timeouts;
-* the controller's requests (``broker/control.py``): STALE_CONTROLLER_EPOCH for
+* the controller's requests (``broker/replicas/control.py``): STALE_CONTROLLER_EPOCH for
   an older controller, STALE_BROKER_EPOCH for an older registration; then per
   partition the identity table (create, keep, adopt, replace), the topic's
   ``min.insync.replicas`` and the core's ``on_leader_and_isr``; StopReplica by
@@ -40,9 +40,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.broker.control import partition_state
-from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
-from tidewater.broker.controller_channel import REGISTER_AGAIN
+from tidewater.broker.controller_link.channel import REGISTER_AGAIN
+from tidewater.broker.replicas.control import partition_state
+from tidewater.broker.replication.control_rules import controller_request_refusal, is_isr_eligible
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -58,7 +58,7 @@ from tidewater.broker.replication.replica import (
     ReplicaState,
     Role,
 )
-from tidewater.broker.topic_identity import (
+from tidewater.broker.replication.topic_identity import (
     ClusterCheck,
     IdentityAction,
     cluster_id_decision,
@@ -110,7 +110,7 @@ class BrokerConfig:
     hw_checkpoint_interval_ms: int = 300
     use_offset_for_leader_epoch: bool = True
     send_last_fetched_epoch: bool = True  # False: pre-KIP-320 fetches, no diverging_epoch
-    # True: broker/control.py as it is today, which takes controller requests before its
+    # True: broker/replicas/control.py as it is today, which takes controller requests before its
     # registration is answered (its own broker epoch -1 passes every STALE_BROKER_EPOCH
     # check). A restarted process then applies a LeaderAndIsr meant for its previous
     # incarnation, which may have lost records in the crash (seeds 157 and 172 find it).
@@ -139,7 +139,7 @@ class Waiter:
 @dataclass
 class PartitionReplica:
     """The shell's state of one partition replica: the core, its log, the incarnation it
-    serves, and the transport in flight (``broker/partition.py``'s ``Partition``)."""
+    serves, and the transport in flight (``broker/replicas/partition.py``'s ``Partition``)."""
 
     tp: TopicPartition
     log: SimLog
@@ -210,7 +210,7 @@ class SimBroker:
         self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
         self._register_call = -1
         self._fenced_since_ms: int | None = None
-        # the last UpdateMetadata (broker/metadata_cache.py, control.py)
+        # the last UpdateMetadata (broker/replicas/metadata_cache.py, control.py)
         self.metadata_topic_names_by_id: dict[bytes, str] = {}
         self.alive_broker_epochs: dict[int, int] | None = None
         self._next_request_id = 1
@@ -344,7 +344,7 @@ class SimBroker:
         else:
             raise TypeError(f"broker cannot handle {message!r}")
 
-    # -- the controller link (broker/controller_channel.py, broker/alter_partition.py)
+    # -- the controller link (broker/controller_link/channel.py, broker/controller_link/alter_partition.py)
 
     def _call(self, request, what: tuple, now_ms: int, *, stream: int = -1) -> int:
         call_id = self._request_id()
@@ -412,7 +412,7 @@ class SimBroker:
             self._fenced_since_ms = now_ms
         return now_ms - self._fenced_since_ms > 2 * self.config.session_timeout_ms
 
-    # -- the controller's requests (broker/control.py)
+    # -- the controller's requests (broker/replicas/control.py)
 
     def _on_controller_request(self, request, now_ms: int):
         if isinstance(request, pb.LeaderAndIsrRequest):
@@ -796,7 +796,7 @@ class SimBroker:
 def taken_before_registration(*, registered_epoch: int, controller_epoch_seen: int,
                               request_controller_epoch: int, request_broker_epoch: int | None,
                               token_matches: bool) -> int | None:
-    """A broken variant: the rule broker/control.py had before the simulation found it
+    """A broken variant: the rule broker/replicas/control.py had before the simulation found it
     wrong (seeds 157, 172): requests taken before the registration is answered, and a
     broker epoch checked only when both are known (-1 a wildcard)."""
     if request_controller_epoch < controller_epoch_seen:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tidewater.broker.replication.follower import TruncationStep
 from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
 from tidewater.broker.replication.replica import ReplicaState
-from tidewater.broker.topic_identity import IdentityAction
+from tidewater.broker.replication.topic_identity import IdentityAction
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
 from tidewater.controller.state_machine import Tx
 from tidewater.proto.errors import KafkaStorageError
@@ -207,7 +207,7 @@ def with_topic_recreation(config):
 
 
 def before_registration(config):
-    """The broker shell as broker/control.py was before the simulation found it wrong:
+    """The broker shell as broker/replicas/control.py was before the simulation found it wrong:
     controller requests taken before the registration is answered (see BrokerConfig),
     under frequent crashes, cuts and quick restarts (the interleaving needs a restarted
     process to meet a request meant for its previous one)."""
@@ -249,7 +249,7 @@ def test_broken_variant_is_caught(name):
 
 
 def test_requests_taken_before_registration_are_caught():
-    """broker/control.py before: a restarted broker, not registered yet, applies a
+    """broker/replicas/control.py before: a restarted broker, not registered yet, applies a
     LeaderAndIsr meant for its previous incarnation (whose unflushed records the crash
     took) and leads with a log that lacks committed records; followers truncate them.
     The product passes the same set-up (seeds 0..199 checked when this was written)."""

@@ -1,10 +1,10 @@
-"""The pure Authorizer (broker/authorizer.py) and the ACL model (proto/acls.py)."""
+"""The pure Authorizer (broker/security/authorizer.py) and the ACL model (proto/acls.py)."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidewater.broker.authorizer import Authorizer
+from tidewater.broker.security.authorizer import Authorizer
 from tidewater.proto import acls as a
 from tidewater.proto.acls import Acl, AclFilter, InvalidAclError, validate
 

@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from tidewater.broker.controller_channel import ControllerChannel
-from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.controller_link.channel import ControllerChannel
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ import asyncio
 
 from tests.unit.test_broker_fakes import FakeLog, make_batch
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, serve
-from tidewater.broker.partition import Partition
+from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replication.replica import FollowerPhase, ReplicaState
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.proto import tidewater_pb2 as pb

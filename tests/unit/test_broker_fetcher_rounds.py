@@ -12,10 +12,10 @@ import logging
 
 import pytest
 
-import tidewater.broker.fetcher as fetcher_module
+import tidewater.broker.following.fetcher as fetcher_module
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
-from tidewater.broker.fetcher import StreamBrokenError
+from tidewater.broker.following.fetcher import StreamBrokenError
 from tidewater.broker.replication.replica import FollowerPhase
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -160,7 +160,7 @@ async def test_a_malformed_answer_breaks_the_stream_and_the_next_round_reopens(t
         round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
         await wait_until(lambda: stub.calls and stub.calls[0].pending is not None)
         await stub.calls[0].answers.put(b"\x12\x05\x0a\x09garbage")  # a topic past its end
-        with caplog.at_level(logging.WARNING, logger="tidewater.broker.fetcher"):
+        with caplog.at_level(logging.WARNING, logger="tidewater.broker.following.fetcher"):
             with pytest.raises(StreamBrokenError, match="malformed answer from broker 1"):
                 await asyncio.wait_for(round_, 10)
         assert "broker 1 sent a malformed fetch answer" in caplog.text
@@ -242,7 +242,7 @@ async def test_real_stream_silent_leader_is_dropped_at_the_deadline_and_reopened
     )
 
     monkeypatch.setattr(fetcher_module, "RPC_MARGIN_S", 0.3)
-    caplog.set_level(logging.DEBUG, logger="tidewater.broker.fetcher")
+    caplog.set_level(logging.DEBUG, logger="tidewater.broker.following.fetcher")
     leader_rm, _ = make_manager(tmp_path / "l")
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 2)])
 

@@ -9,7 +9,7 @@ import socket
 import grpc
 import pytest
 
-from tidewater.broker.controller_channel import ControllerChannel
+from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
@@ -116,7 +116,7 @@ class StreamlessController(StreamController):
 
 
 async def test_a_controller_without_the_stream_is_an_error_not_a_fallback(caplog):
-    caplog.set_level(logging.INFO, logger="tidewater.broker.controller_channel")
+    caplog.set_level(logging.INFO, logger="tidewater.broker.controller_link.channel")
     fake = StreamlessController()
     server, port = await serve(fake)
     channel = channel_to(port)
@@ -125,7 +125,7 @@ async def test_a_controller_without_the_stream_is_an_error_not_a_fallback(caplog
         for _ in range(3):  # each heartbeat tries the stream again; none is answered
             assert await asyncio.wait_for(channel.heartbeat(), 10) is None
         errors = [r.getMessage() for r in caplog.records
-                  if r.name == "tidewater.broker.controller_channel" and r.levelno == logging.ERROR]
+                  if r.name == "tidewater.broker.controller_link.channel" and r.levelno == logging.ERROR]
         assert len(errors) == 1  # once in a row, not per heartbeat
         assert "UNSUPPORTED_VERSION" in errors[0] and "does not implement BrokerHeartbeats" in errors[0]
         assert not fake.streams

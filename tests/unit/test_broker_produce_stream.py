@@ -14,7 +14,7 @@ from tests.unit.test_broker_replica_manager import (
     produce,
     wait_until,
 )
-from tidewater.broker.server import BrokerServicer
+from tidewater.broker.servicers.grpc_server import BrokerServicer
 from tidewater.proto import tidewater_pb2 as pb
 
 

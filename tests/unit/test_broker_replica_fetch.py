@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.test_broker_fetcher import seeded_log, wait_until
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce, serve
-from tidewater.broker.server import BrokerControlServicer, BrokerServicer
+from tidewater.broker.servicers.grpc_server import BrokerControlServicer, BrokerServicer
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -91,7 +91,7 @@ async def test_follower_replicates_over_one_stream(tmp_path):
 async def test_leader_without_the_stream_parks_the_partition_with_a_clear_error(tmp_path, caplog):
     # No other way to fetch is tried: the typed error is logged at ERROR and the partition
     # waits for the next LeaderAndIsr, which tries the stream again.
-    caplog.set_level(logging.INFO, logger="tidewater.broker.fetcher")
+    caplog.set_level(logging.INFO, logger="tidewater.broker.following.fetcher")
     leader_rm, _ = make_manager(tmp_path / "l")
     leader_rm.log_manager._logs[TP] = seeded_log([(0, 4)])
     servicer = StreamlessServicer(leader_rm)
@@ -103,7 +103,7 @@ async def test_leader_without_the_stream_parks_the_partition_with_a_clear_error(
 
         def errors():
             return [r.getMessage() for r in caplog.records
-                    if r.name == "tidewater.broker.fetcher" and r.levelno == logging.ERROR]
+                    if r.name == "tidewater.broker.following.fetcher" and r.levelno == logging.ERROR]
 
         assert len(errors()) == 1
         assert "UNSUPPORTED_VERSION" in errors()[0]

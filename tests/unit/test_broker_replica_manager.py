@@ -10,9 +10,9 @@ import pytest
 
 from tests.unit.test_broker_fakes import FakeLogManager, make_batch
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.metadata_cache import MetadataCache
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.replica_manager import ReplicaManager
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -526,7 +526,7 @@ async def test_rolls_and_retention_run_off_the_loop_on_snapshots_and_stop_waits(
 
 
 def test_record_count_matches_the_batch_framing():
-    from tidewater.broker.fetch import record_count
+    from tidewater.broker.serving.fetch import record_count
     from tidewater.proto.batch import iter_batches
     from tidewater.proto.errors import CorruptRecordError
     from tidewater.proto.records import encode_batch
@@ -577,8 +577,12 @@ async def serve(rm, servicer=None, control=None):
     """``rm`` behind a real gRPC server on a free port, as an INTERNAL listener (the
     broker's own servicers unless ``servicer`` / ``control``); returns (server, port):
     stop it with ``await server.stop(0)``."""
-    from tidewater.broker.forwarding import ControllerForwarder
-    from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
+    from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+    from tidewater.broker.servicers.grpc_server import (
+        BrokerControlServicer,
+        BrokerServicer,
+        build_server,
+    )
 
     server, port = build_server(
         host="127.0.0.1", port=0,

@@ -17,7 +17,7 @@ import pytest
 
 from tests.unit.test_broker_fakes import make_batch
 from tests.unit.test_broker_replica_manager import TOPIC_ID, TP, make_manager, serve, wait_until
-from tidewater.broker.produce import acks_timeout_ms
+from tidewater.broker.serving.produce import acks_timeout_ms
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import set_base_offset_and_epoch
@@ -86,8 +86,8 @@ async def test_the_client_service_has_no_control_requests_and_takes_no_follower_
     which could move the high watermark past what followers hold, is refused."""
     import grpc
 
-    from tidewater.broker.forwarding import ControllerForwarder
-    from tidewater.broker.server import BrokerServicer, build_server
+    from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+    from tidewater.broker.servicers.grpc_server import BrokerServicer, build_server
     from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
     rm, _ = make_manager(tmp_path)

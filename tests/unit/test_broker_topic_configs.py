@@ -24,7 +24,7 @@ from tidewater.proto import tidewater_pb2 as pb
 async def test_leader_and_isr_with_configs_the_broker_refuses(tmp_path, caplog, configs):
     rm, _ = make_manager(tmp_path)
     try:
-        with caplog.at_level(logging.ERROR, logger="tidewater.broker.replica_manager"):
+        with caplog.at_level(logging.ERROR, logger="tidewater.broker.replicas.replica_manager"):
             response = await rm.leader_and_isr(lai(isr=(1,), configs=configs))
         [item] = response.partitions
         [name] = configs

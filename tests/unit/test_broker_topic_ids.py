@@ -18,11 +18,7 @@ from tests.unit.test_broker_replica_manager import (
     produce,
     wait_until,
 )
-from tidewater.broker.storage.log_config import LogConfig
-from tidewater.broker.storage.log_manager import LogManager
-from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
-from tidewater.broker.storage.topics import TopicPartition
-from tidewater.broker.topic_identity import (
+from tidewater.broker.replication.topic_identity import (
     ClusterCheck,
     IdentityAction,
     cluster_id_decision,
@@ -32,6 +28,10 @@ from tidewater.broker.topic_identity import (
     stop_replica_error,
     told_id_conflict,
 )
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
+from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 
 X, Y, Z = bytes(range(1, 17)), bytes(range(2, 18)), bytes(range(3, 19))
@@ -330,7 +330,7 @@ async def test_start_up_sweep_on_real_logs_whatever_the_snapshot_holds(tmp_path)
 
 
 def test_metadata_answers_carry_the_topic_id():
-    from tidewater.broker.metadata_cache import MetadataCache
+    from tidewater.broker.replicas.metadata_cache import MetadataCache
 
     cache = MetadataCache()
     cache.update(pb.UpdateMetadataRequest(controller_epoch=1, partitions=[

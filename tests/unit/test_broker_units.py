@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tidewater.broker.config import BrokerConfig, ConfigError, config_from_args
-from tidewater.broker.metadata_cache import MetadataCache
-from tidewater.broker.purgatory import AcksWaits, FetchWaiters
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.serving.purgatory import AcksWaits, FetchWaiters
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import StaleControllerEpochError
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidewater.broker.fetch import FetchedPartition, fetch_response
-from tidewater.broker.fetch_wire import (
+from tidewater.broker.serving.fetch import FetchedPartition, fetch_response
+from tidewater.broker.serving.replica_fetch_wire import (
     BY_HAND_ANSWER_BYTES,
     BY_HAND_RECORDS_BYTES,
     MalformedFetchResponseError,

@@ -1,10 +1,10 @@
-"""Who a gRPC caller is and what of its request it keeps (broker/grpc_security.py)."""
+"""Who a gRPC caller is and what of its request it keeps (broker/security/grpc_auth.py)."""
 
 import base64
 
 import pytest
 
-from tidewater.broker.grpc_security import (
+from tidewater.broker.security.grpc_auth import (
     PasswordChecker,
     fetch_refusals,
     grpc_session,
@@ -13,7 +13,7 @@ from tidewater.broker.grpc_security import (
     peer_host,
     produce_refusals,
 )
-from tidewater.broker.security import BrokerSecurity, SecuritySettings
+from tidewater.broker.security.settings import BrokerSecurity, SecuritySettings
 from tidewater.proto import acls as a
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.scram import SaslAuthenticationError, make_credential, plain_metadata

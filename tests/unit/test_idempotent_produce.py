@@ -10,12 +10,12 @@ import pytest
 
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
 from tests.unit.test_kafka_listener import Listening, fetch_values, produce_values
-from tidewater.broker import producer_ids
-from tidewater.broker.forwarding import ControllerForwarder
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.producer_apis import INIT_PRODUCER_ID
 from tidewater.broker.kafka.server import KafkaListener
-from tidewater.broker.producer_ids import ProducerIdBlocks, ProducerIdManager
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.serving import producer_ids
+from tidewater.broker.serving.producer_ids import ProducerIdBlocks, ProducerIdManager
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.proto import tidewater_pb2 as pb

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tests.unit.test_broker_fakes import make_batch
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
-from tidewater.broker.forwarding import ControllerForwarder
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.codec import decode_response, encode_request
 from tidewater.broker.kafka.server import KafkaListener
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 
 pytestmark = pytest.mark.timeout(60)
@@ -391,13 +391,13 @@ async def test_a_transactional_produce_is_refused_for_every_partition(tmp_path):
 
 @pytest.mark.parametrize("records_bytes", [0, 100, 4095, 4096, 300_000])
 def test_a_response_in_parts_is_the_same_frame_with_the_records_not_copied(records_bytes):
-    from tidewater.broker.fetch import FetchedPartition
     from tidewater.broker.kafka.codec import (
         RequestHead,
         build,
         encode_response_parts,
         response_type,
     )
+    from tidewater.broker.serving.fetch import FetchedPartition
 
     records = bytes(range(256)) * (records_bytes // 256) + b"x" * (records_bytes % 256)
     results = [FetchedPartition("t", 0, pb.NONE, "", 7, 0, 9, 3, records, None),

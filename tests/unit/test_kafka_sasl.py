@@ -20,7 +20,7 @@ from tests.unit.test_kafka_listener import (
     produce_values,
 )
 from tidewater.broker.kafka import apis
-from tidewater.broker.security import BrokerSecurity, SecuritySettings
+from tidewater.broker.security.settings import BrokerSecurity, SecuritySettings
 from tidewater.proto import acls as a
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.scram import ScramClient, make_credential

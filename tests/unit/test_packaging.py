@@ -45,7 +45,7 @@ def test_no_module_imports_a_folder_by_its_bare_name():
 def test_installed_namespace_imports_and_bare_names_do_not(tmp_path):
     # Outside the repository, as a user's program: tidewater.* only.
     code = ("import importlib.util, tidewater.proto, tidewater.client.producer, "
-            "tidewater.broker.replica_manager\n"
+            "tidewater.broker.replicas.replica_manager\n"
             f"print([n for n in {FOLDERS!r} if importlib.util.find_spec(n) is not None])")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidewater.broker.control_rules import control_principal_refusal
+from tidewater.broker.replication.control_rules import control_principal_refusal
 from tidewater.client.security import (
     ClientSecurity,
     SecurityConfigError,

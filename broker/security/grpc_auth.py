@@ -30,7 +30,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
-from tidewater.broker.authorizer import Session
+from tidewater.broker.security.authorizer import Session
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, DESCRIBE, READ, WRITE, user_principal
 from tidewater.proto.scram import (

@@ -46,14 +46,14 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.fetch import FetchedPartition
-from tidewater.broker.fetch_wire import (
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.replica import FollowerPhase
+from tidewater.broker.serving.fetch import FetchedPartition
+from tidewater.broker.serving.replica_fetch_wire import (
     MalformedFetchResponseError,
     decode_fetch_response,
 )
-from tidewater.broker.partition import Partition
-from tidewater.broker.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.replica import FollowerPhase
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
@@ -62,7 +62,7 @@ from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError, code_name
 from tidewater.proto.tls import open_aio_channel
 
-log = logging.getLogger("tidewater.broker.fetcher")
+log = logging.getLogger("tidewater.broker.following.fetcher")
 
 RPC_MARGIN_S = 5.0
 

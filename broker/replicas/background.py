@@ -32,8 +32,8 @@ from pathlib import Path
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.partition import Partition
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
@@ -41,7 +41,7 @@ from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto.errors import TidewaterError
 
-log = logging.getLogger("tidewater.broker.background")
+log = logging.getLogger("tidewater.broker.replicas.background")
 
 RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
 REPLICATION_TICK_MS_MAX = 250

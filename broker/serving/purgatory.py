@@ -25,7 +25,7 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
 
-log = logging.getLogger("tidewater.broker.purgatory")
+log = logging.getLogger("tidewater.broker.serving.purgatory")
 
 
 def _answer(future: asyncio.Future, result) -> None:

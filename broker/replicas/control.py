@@ -33,23 +33,23 @@ import logging
 from collections.abc import Callable
 
 from tidewater.broker.clock import mono_ms, wall_ms
-from tidewater.broker.cluster_identity import ClusterIdentity
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.control_rules import controller_request_refusal, is_isr_eligible
 from tidewater.broker.error_mapping import error_code_for
-from tidewater.broker.metadata_cache import MetadataCache
-from tidewater.broker.partition import Partition
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.cluster_identity import ClusterIdentity
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.control_rules import controller_request_refusal, is_isr_eligible
 from tidewater.broker.replication.replica import PartitionState, ReplicaState
-from tidewater.broker.storage.log_config import LogConfig
-from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
-from tidewater.broker.topic_identity import (
+from tidewater.broker.replication.topic_identity import (
     IdentityAction,
     describe_topic_id,
     incarnation_action,
     stop_replica_error,
     stray_replicas,
 )
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     BrokerNotAvailableError,
@@ -59,7 +59,7 @@ from tidewater.proto.errors import (
 from tidewater.proto.topic_config import validate_topic_configs
 from tidewater.proto.topic_id import check_topic_id
 
-log = logging.getLogger("tidewater.broker.control")
+log = logging.getLogger("tidewater.broker.replicas.control")
 
 
 def partition_state(state: pb.PartitionState) -> PartitionState:

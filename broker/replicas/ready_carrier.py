@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.partition import Partition
-from tidewater.broker.purgatory import AcksWaits, FetchWaiters
+from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replication.ready import EMPTY, Follow, Ready, StopFetching
+from tidewater.broker.serving.purgatory import AcksWaits, FetchWaiters
 from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError
 

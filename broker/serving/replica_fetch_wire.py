@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidewater.broker.fetch import FetchedPartition, fetch_response
+from tidewater.broker.serving.fetch import FetchedPartition, fetch_response
 from tidewater.proto import tidewater_pb2 as pb
 
 # A partition's records from which it is written and read by hand

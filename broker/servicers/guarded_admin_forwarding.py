@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import grpc
 
-from tidewater.broker.authorizer import Session
-from tidewater.broker.forwarding import ControllerForwarder
+from tidewater.broker.security.authorizer import Session
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE, TOPIC

@@ -16,7 +16,7 @@ from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as).
 With client security on (``broker.security``: SASL or an authorizer), each
-client RPC first learns who calls (``grpc_security.grpc_session``; refused:
+client RPC first learns who calls (``grpc_auth.grpc_session``; refused:
 UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
 fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
 (TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
@@ -40,14 +40,17 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from tidewater.broker import grpc_security
-from tidewater.broker.authorizer import Session
-from tidewater.broker.control_rules import client_fetch_refusal, control_principal_refusal
 from tidewater.broker.error_mapping import error_code_for
-from tidewater.broker.fetch_wire import encode_fetch_response
 from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
-from tidewater.broker.replica_manager import produce_error_response
-from tidewater.broker.security import may_init_producer_id
+from tidewater.broker.replicas.replica_manager import produce_error_response
+from tidewater.broker.replication.control_rules import (
+    client_fetch_refusal,
+    control_principal_refusal,
+)
+from tidewater.broker.security import grpc_auth
+from tidewater.broker.security.authorizer import Session
+from tidewater.broker.security.settings import may_init_producer_id
+from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import DESCRIBE, GROUP, TOPIC
@@ -56,7 +59,7 @@ from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
 from tidewater.proto.tls import principal_of
 
-log = logging.getLogger("tidewater.broker.server")
+log = logging.getLogger("tidewater.broker.servicers.grpc_server")
 
 
 def _nothing() -> None:
@@ -177,7 +180,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
             raise
 
-    async def _allowed(self, context) -> grpc_security.Allowed | None:
+    async def _allowed(self, context) -> grpc_auth.Allowed | None:
         """(operation, topic) -> may, for this call's caller; None: security is off.
         An unauthenticated caller is refused here (UNAUTHENTICATED)."""
         security = self.security
@@ -199,7 +202,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         allowed = await self._allowed(context)
         if allowed is None:
             return await self.replica_manager.produce(request)
-        denied = grpc_security.produce_refusals(request, allowed)
+        denied = grpc_auth.produce_refusals(request, allowed)
         response = (await self.replica_manager.produce(request) if request.partitions
                     else pb.ProduceResponse())
         response.partitions.extend(denied)
@@ -212,7 +215,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         allowed = await self._allowed(context)
         if allowed is None:
             return await self.replica_manager.fetch(request)
-        denied = grpc_security.fetch_refusals(request, allowed)
+        denied = grpc_auth.fetch_refusals(request, allowed)
         response = (await self.replica_manager.fetch(request) if request.partitions
                     else pb.FetchResponse())
         response.partitions.extend(denied)
@@ -227,7 +230,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         replica_manager = self.replica_manager
 
         async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
-            denied = [] if allowed is None else grpc_security.fetch_refusals(request, allowed)
+            denied = [] if allowed is None else grpc_auth.fetch_refusals(request, allowed)
             response = (await replica_manager.fetch(request)
                         if request.partitions or not denied else pb.FetchResponse())
             response.partitions.extend(denied)
@@ -264,7 +267,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
                 denied = ([] if allowed is None
-                          else grpc_security.produce_refusals(request, allowed))
+                          else grpc_auth.produce_refusals(request, allowed))
                 try:
                     response, waits = await replica_manager.produce_append(request)
                     response.partitions.extend(denied)
@@ -294,7 +297,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("ListOffsets")
     async def ListOffsets(self, request, context):
         allowed = await self._allowed(context)
-        denied = [] if allowed is None else grpc_security.list_offsets_refusals(request, allowed)
+        denied = [] if allowed is None else grpc_auth.list_offsets_refusals(request, allowed)
         response = self.replica_manager.list_offsets(request)
         response.partitions.extend(denied)
         return response
@@ -303,7 +306,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def OffsetForLeaderEpoch(self, request, context):
         allowed = await self._allowed(context)
         denied = ([] if allowed is None
-                  else grpc_security.offset_for_leader_epoch_refusals(request, allowed))
+                  else grpc_auth.offset_for_leader_epoch_refusals(request, allowed))
         response = self.replica_manager.offset_for_leader_epoch(request)
         response.partitions.extend(denied)
         return response
@@ -314,7 +317,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         response = self.metadata_cache.metadata_response(list(request.topics),
                                                          self.listener_name)
         if allowed is not None:
-            grpc_security.hide_undescribable(response, allowed, named=bool(request.topics))
+            grpc_auth.hide_undescribable(response, allowed, named=bool(request.topics))
         return response
 
     @_rpc("DescribeReplicas")
@@ -348,7 +351,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("JoinGroup")
     async def JoinGroup(self, request, context):
-        client_host = "/" + grpc_security.peer_host(context.peer() or "")  # as Kafka shows it
+        client_host = "/" + grpc_auth.peer_host(context.peer() or "")  # as Kafka shows it
         return await self.groups.join_group(request, await self._group_allowed(context),
                                             client_host=client_host)
 

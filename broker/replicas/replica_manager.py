@@ -25,24 +25,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tidewater.broker.alter_partition import (
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.config import BrokerConfig
+from tidewater.broker.controller_link.alter_partition import (
     AlterPartitionRpc,
     AlterPartitionSender,
     CorruptReportRpc,
 )
-from tidewater.broker.background import BackgroundWork
-from tidewater.broker.clock import mono_ms
-from tidewater.broker.config import BrokerConfig
-from tidewater.broker.control import ControlRequests
-from tidewater.broker.fetch import FetchedPartition, FetchPath
-from tidewater.broker.fetcher import FetcherManager
-from tidewater.broker.metadata_cache import MetadataCache
+from tidewater.broker.following.fetcher import FetcherManager
 from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
-from tidewater.broker.partition import Partition
-from tidewater.broker.produce import ProducePath, Waits, produce_error_response
-from tidewater.broker.producer_ids import AllocateRpc, ProducerIdManager
-from tidewater.broker.purgatory import AcksWait, AcksWaits, FetchWaiters
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.background import BackgroundWork
+from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
+from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
+from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
+from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.broker.supervisor import TaskSupervisor

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.partition import Partition
-from tidewater.broker.purgatory import AcksWait, AcksWaits
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
+from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (

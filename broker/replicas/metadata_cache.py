@@ -28,7 +28,7 @@ class ClusterSnapshot:
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     topic_ids: dict[str, bytes] = field(default_factory=dict)
     topic_names_by_id: dict[bytes, str] = field(default_factory=dict)
-    # Users and ACLs (broker/security.py authenticates and authorizes with them).
+    # Users and ACLs (broker/security/settings.py authenticates and authorizes with them).
     scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
     acls: tuple[Acl, ...] = ()
 

@@ -18,9 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.control import partition_state
-from tidewater.broker.partition import Partition
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.control import partition_state
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb

@@ -23,8 +23,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.broker.authorizer import Authorizer, Session
-from tidewater.broker.grpc_security import PasswordChecker, grpc_session
+from tidewater.broker.security.authorizer import Authorizer, Session
+from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
 from tidewater.proto.scram import MECHANISMS, ScramCredential
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from tidewater.broker.replication.topic_identity import ClusterCheck, cluster_id_decision
 from tidewater.broker.storage.meta_properties import (
     MetaProperties,
     read_meta_properties,
     write_meta_properties,
 )
-from tidewater.broker.topic_identity import ClusterCheck, cluster_id_decision
 from tidewater.proto.errors import KafkaStorageError
 
-log = logging.getLogger("tidewater.broker.cluster_identity")
+log = logging.getLogger("tidewater.broker.replicas.cluster_identity")
 
 
 class ClusterIdentity:

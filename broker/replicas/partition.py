@@ -22,7 +22,7 @@ from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import BytesLike, iter_batches
 
-log = logging.getLogger("tidewater.broker.partition")
+log = logging.getLogger("tidewater.broker.replicas.partition")
 
 
 class Partition:

@@ -37,9 +37,10 @@ from typing import NamedTuple
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metrics import BrokerMetrics
-from tidewater.broker.partition import Partition
-from tidewater.broker.purgatory import FetchWaiters
-from tidewater.broker.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replication.topic_identity import fetch_topic_id_error
+from tidewater.broker.serving.purgatory import FetchWaiters
 from tidewater.broker.storage.corruption import (
     CONSUMER_READ,
     FOLLOWER_READ,
@@ -47,7 +48,6 @@ from tidewater.broker.storage.corruption import (
     CorruptionReporter,
     read_reporting,
 )
-from tidewater.broker.topic_identity import fetch_topic_id_error
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, BytesLike
 from tidewater.proto.errors import KafkaStorageError, error_for_code

@@ -60,7 +60,7 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import UnsupportedVersionError
 from tidewater.proto.tls import open_aio_channel
 
-log = logging.getLogger("tidewater.broker.controller_channel")
+log = logging.getLogger("tidewater.broker.controller_link.channel")
 
 RPC_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2

@@ -1,0 +1,1 @@
+"""The broker's link to the controller: registration, heartbeats, AlterPartition."""

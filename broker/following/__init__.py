@@ -1,0 +1,1 @@
+"""Following a leader: the follower fetchers."""

@@ -1,0 +1,1 @@
+"""The broker's replicas and their shell: partitions, control requests, carrying out a Ready."""

@@ -1,0 +1,1 @@
+"""Who a client is and what it may do: settings, the authorizer, gRPC authentication."""

@@ -1,0 +1,1 @@
+"""The broker's gRPC servicers: Broker, BrokerControl and the forwarded Controller service."""
