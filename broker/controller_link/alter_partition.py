@@ -83,8 +83,7 @@ class AlterPartitionSender:
     async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
                           on_answer: Callable[..., Ready],
                           on_unsure: Callable[[int], Ready]) -> None:
-        """One request to the controller, and what came back to the core under the
-        partition's lock: ``on_answer(error, state, now_ms)`` with the first result, or
+        """One request to the controller, and what came back to the core: ``on_answer(error, state, now_ms)`` with the first result, or
         ``on_unsure(now_ms)`` when there is none to trust (a transport error or timeout,
         a request-level error, no result); then the core's Ready carried out."""
         try:
@@ -94,13 +93,12 @@ class AlterPartitionSender:
             response = None
         results = (results_of(response) if response is not None
                    and response.error_code == pb.NONE else ())
-        async with partition.lock:
-            if not results:
-                ready = on_unsure(mono_ms())
-            else:
-                answer = results[0]
-                state = partition_state(answer.state) if answer.HasField("state") else None
-                log.info("%s %s answered %s", rpc_name, partition.tp,
-                         pb.ErrorCode.Name(answer.error_code))
-                ready = on_answer(answer.error_code, state, mono_ms())
-            self._carrier.apply(partition, ready)
+        if not results:
+            ready = on_unsure(mono_ms())
+        else:
+            answer = results[0]
+            state = partition_state(answer.state) if answer.HasField("state") else None
+            log.info("%s %s answered %s", rpc_name, partition.tp,
+                     pb.ErrorCode.Name(answer.error_code))
+            ready = on_answer(answer.error_code, state, mono_ms())
+        self._carrier.apply(partition, ready)

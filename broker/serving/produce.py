@@ -3,7 +3,7 @@
 Every produce (unary ``Produce``, ``ProduceStream``) goes through
 ``ProducePath.append`` and then, for acks=all, waits its partitions' outcomes:
 
-- ``append``: per partition, under its lock: the core's ``check_append``
+- ``append``: per partition, synchronously: the core's ``check_append``
   (not the leader: NOT_LEADER_OR_FOLLOWER; acks=all under the minimum ISR:
   NOT_ENOUGH_REPLICAS, nothing written), the log append stamped with the
   leader epoch, then ``on_local_append`` with an acks=all wait opened right
@@ -16,7 +16,8 @@ Every produce (unary ``Produce``, ``ProduceStream``) goes through
 
 A request's partitions are appended in its order, and a stream's requests in
 arrival order (ProduceStream awaits ``append`` for request N before reading
-request N+1; a partition lock hands over FIFO).
+request N+1; each partition's append and decision run without an ``await`` between
+them, so no lock is needed).
 """
 
 from __future__ import annotations
@@ -136,23 +137,22 @@ class ProducePath:
             raise CorruptRecordError("produce request carries no record batch")
         if partition.log.config.compact:
             require_keys(records)
-        async with partition.lock:
-            replica = partition.replica
-            leader_epoch = replica.check_append(acks)  # nothing written when refused
-            info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
-            if not info.duplicate:  # a retry already in the log: its original offsets
-                self._messages_in.inc(info.record_count)
-                self._bytes_in.inc(len(records))
-            wait = None
-            if acks == -1:
-                wait = self._waits.open(partition, timeout_ms)
-                ready = replica.on_local_append(
-                    partition.log.log_end_offset, mono_ms(), waiter_id=wait.waiter_id,
-                    required_offset=info.last_offset + 1, timeout_ms=timeout_ms)
-            else:
-                ready = replica.on_local_append(partition.log.log_end_offset, mono_ms())
-            self._carrier.apply(partition, ready)
-            return info, wait
+        replica = partition.replica
+        leader_epoch = replica.check_append(acks)  # nothing written when refused
+        info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
+        if not info.duplicate:  # a retry already in the log: its original offsets
+            self._messages_in.inc(info.record_count)
+            self._bytes_in.inc(len(records))
+        wait = None
+        if acks == -1:
+            wait = self._waits.open(partition, timeout_ms)
+            ready = replica.on_local_append(
+                partition.log.log_end_offset, mono_ms(), waiter_id=wait.waiter_id,
+                required_offset=info.last_offset + 1, timeout_ms=timeout_ms)
+        else:
+            ready = replica.on_local_append(partition.log.log_end_offset, mono_ms())
+        self._carrier.apply(partition, ready)
+        return info, wait
 
     async def wait(self, waits: Waits) -> None:
         """Wait for each acks=all outcome and write it into its partition's answer."""
