@@ -377,16 +377,18 @@ class OffsetForLeaderEpochRequest(_message.Message):
     def __init__(self, replica_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[OffsetForLeaderEpochPartition, _Mapping]]] = ...) -> None: ...
 
 class OffsetForLeaderEpochPartition(_message.Message):
-    __slots__ = ("topic", "partition", "current_leader_epoch", "leader_epoch")
+    __slots__ = ("topic", "partition", "current_leader_epoch", "leader_epoch", "topic_id")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     current_leader_epoch: int
     leader_epoch: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+    topic_id: bytes
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class OffsetForLeaderEpochResponse(_message.Message):
     __slots__ = ("partitions",)

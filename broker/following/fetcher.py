@@ -328,7 +328,8 @@ class LeaderFetcher:
             leader_epoch = partition.replica.follower.leader_epoch
             request.partitions.add(topic=partition.tp.topic, partition=partition.tp.partition,
                                    current_leader_epoch=leader_epoch,
-                                   leader_epoch=partition.log.leader_epoch_cache.latest_epoch)
+                                   leader_epoch=partition.log.leader_epoch_cache.latest_epoch,
+                                   topic_id=partition.topic_id)
             sent[(partition.tp.topic, partition.tp.partition)] = (partition, leader_epoch)
         response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
         for answer in response.partitions:

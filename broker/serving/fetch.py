@@ -140,6 +140,16 @@ def serve_follower_fetch(partition: Partition, carrier: ReadyCarrier, replica_id
     return diverging, diverging is None and fetch_offset < partition.log.log_end_offset
 
 
+def serve_offset_for_leader_epoch(partition: Partition, current_leader_epoch: int,
+                                  leader_epoch: int, topic_id: bytes,
+                                  known_topic_ids: Mapping[bytes, str]) -> tuple[int, int]:
+    """A follower's OffsetForLeaderEpoch, answered by ``partition``'s core for the
+    incarnation ``topic_id`` only: (epoch, end offset), or the typed error. The broker and
+    the simulation both answer through here."""
+    check_fetch_topic_id(partition, topic_id, known_topic_ids)
+    return partition.replica.answer_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
+
+
 class FetchPath:
     def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
                  fetch_waiters: FetchWaiters, metrics: BrokerMetrics,
@@ -327,8 +337,9 @@ class FetchPath:
                                           error_code=pb.NONE, leader_epoch=-1, end_offset=-1)
             try:
                 partition = self._lookup(p.topic, p.partition)
-                out.leader_epoch, out.end_offset = partition.replica.answer_offset_for_leader_epoch(
-                    p.current_leader_epoch, p.leader_epoch)
+                out.leader_epoch, out.end_offset = serve_offset_for_leader_epoch(
+                    partition, p.current_leader_epoch, p.leader_epoch, p.topic_id,
+                    self._known_topic_ids())
             except Exception as e:
                 out.error_code = error_code_for(e, context="OffsetForLeaderEpoch")[0]
         return response

@@ -35,11 +35,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from tidewater.proto.errors import InvariantViolation as ProductInvariantViolation
+
 from .sim_log import Batch, LogInvariantError, _id_text
 
 
-class InvariantViolation(AssertionError):
-    pass
+class InvariantViolation(ProductInvariantViolation):
+    """A check failed. The product's own type: no boundary of the broker's code that a check
+    runs under answers it as an error code and goes on."""
 
 
 @dataclass
@@ -99,7 +102,7 @@ class InvariantChecker:
     def observe_leader_hw(self, broker, p, now_ms: int) -> None:
         inc = (p.topic_id, p.tp.partition)
         committed = self._history(inc)
-        hw = p.leader_state.high_watermark
+        hw = p.replica.leader.high_watermark
         key = (broker.broker_id, broker.incarnation, inc, p.leader_epoch)
         generation, seen = self.exposed_hw.get(key, (self.generation[inc], -1))
         if hw < seen:
@@ -176,9 +179,9 @@ class InvariantChecker:
             if leader is None:
                 continue
             p = leader.partitions[tp]
-            if leader.broker_id not in p.leader_state.isr:
+            if leader.broker_id not in p.replica.leader.isr:
                 self.fail(now_ms, f"{tp}: leader {leader.broker_id} not in its ISR "
-                                  f"{p.leader_state.isr}")
+                                  f"{p.replica.leader.isr}")
             self._check_holds_committed(leader, p, now_ms)
             self._check_strong_isr(leader, p, record, now_ms)
         self.stats.committed_batches = sum(len(c) for c in self.committed.values())
@@ -231,7 +234,7 @@ class InvariantChecker:
         self.exposed_hw[key] = (self.generation[inc], self.exposed_hw.get(key, (0, -1))[1])
 
     def _check_strong_isr(self, leader, p, record, now_ms: int) -> None:
-        hw = p.leader_state.high_watermark
+        hw = p.replica.leader.high_watermark
         batches = p.log.batches
         count = _prefix_below(batches, hw)
         for member in record.isr:

@@ -34,6 +34,7 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import log_identity_action
 from tidewater.controller.config import ControllerConfig
@@ -50,7 +51,7 @@ from .messages import (
     TopicPartition,
 )
 from .network import CONTROLLER, Network
-from .sim_broker import LEADER, BrokerConfig, IdentityRule, SimBroker
+from .sim_broker import BrokerConfig, IdentityRule, SimBroker
 from .sim_controller import DOWN, RUNNING, SimController
 from .sim_metadata_log import SimMetadataLog
 
@@ -171,6 +172,7 @@ class Simulation:
                  replica_class: type[ReplicaState] = ReplicaState,
                  owner_class: type[MetadataOwner] = MetadataOwner,
                  identity_rule: IdentityRule = log_identity_action,
+                 control_base: type[ControlRequests] = ControlRequests,
                  trace_lines: int = 300, verbose: bool = False):
         self.seed = seed
         self.config = config or SimConfig.for_seed(seed)
@@ -201,7 +203,8 @@ class Simulation:
         self.checker = InvariantChecker(self)
         self.brokers: dict[int, SimBroker] = {
             b: SimBroker(b, self.network, self.rng, cfg.broker, self,
-                         replica_class=replica_class, identity_rule=identity_rule)
+                         replica_class=replica_class, identity_rule=identity_rule,
+                         control_base=control_base)
             for b in broker_ids}
         self.producers = [Producer(CLIENT_BASE + i, tp) for i, tp in enumerate(self.partitions)]
         self.admin = Admin()
@@ -213,7 +216,8 @@ class Simulation:
         self._variants = {name: value.__name__ for name, value, default in (
             ("replica_class", replica_class, ReplicaState),
             ("owner_class", owner_class, MetadataOwner),
-            ("identity_rule", identity_rule, log_identity_action)) if value is not default}
+            ("identity_rule", identity_rule, log_identity_action),
+            ("control_base", control_base, ControlRequests)) if value is not default}
         self._next_payload_id = 1
         self.crashes = 0
         self.controller.start(0)
@@ -254,7 +258,7 @@ class Simulation:
             return None
         broker = self.brokers[record.leader]
         p = broker.partitions.get(tp)
-        if (p is None or p.topic_id != record.topic_id or p.role != LEADER
+        if (p is None or p.topic_id != record.topic_id or not p.is_leader
                 or p.leader_epoch != record.leader_epoch):
             return None
         return broker
@@ -337,11 +341,11 @@ class Simulation:
                 self.checker.fail(self.now_ms, f"{tp} has no acting leader after settling: "
                                                 f"{record}")
             p = leader.partitions[tp]
-            if sorted(p.leader_state.isr) != sorted(record.replicas):
-                self.checker.fail(self.now_ms, f"{tp} ISR {p.leader_state.isr} did not recover "
+            if sorted(p.replica.leader.isr) != sorted(record.replicas):
+                self.checker.fail(self.now_ms, f"{tp} ISR {p.replica.leader.isr} did not recover "
                                                 f"to all replicas {record.replicas}")
-            if p.leader_state.high_watermark != p.log.log_end_offset:
-                self.checker.fail(self.now_ms, f"{tp} HW {p.leader_state.high_watermark} "
+            if p.replica.leader.high_watermark != p.log.log_end_offset:
+                self.checker.fail(self.now_ms, f"{tp} HW {p.replica.leader.high_watermark} "
                                                 f"stuck below LEO {p.log.log_end_offset}")
             for broker in self.brokers.values():
                 log = broker.logs.get(tp)
@@ -452,6 +456,8 @@ class Simulation:
         self.network.heal_all()
         self.network.loss_probability = 0.0
         self.metadata_log.fail_next_append = False
+        for broker in self.brokers.values():
+            broker.heal_disk()
         if self.controller.state == DOWN and self._controller_restart_at_ms > now_ms:
             self._controller_restart_at_ms = now_ms  # restarted at the next step
         for broker in self.brokers.values():

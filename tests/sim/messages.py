@@ -92,6 +92,7 @@ class OffsetForLeaderEpoch:
     tp: TopicPartition
     current_leader_epoch: int
     leader_epoch: int
+    topic_id: bytes  # the incarnation asked about
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ the wall-clock time (``make sim`` runs this over 200 seeds).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections import Counter
@@ -15,6 +16,10 @@ from .cluster import Simulation, SimulationFailure
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The broker's own code logs what it decides (stray replicas moved aside, ...); the
+    # simulation's trace tells the story, so those lines are not printed.
+    logging.getLogger("tidewater").addHandler(logging.NullHandler())
+    logging.getLogger("tidewater").propagate = False
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, action="append",
                         help="seed to run (repeatable); default: --first/--count")

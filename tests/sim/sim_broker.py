@@ -1,36 +1,29 @@
-"""A simulated broker: the broker's own replication core behind a fake network and disk.
+"""A simulated broker: the broker's own shell and core, behind a fake network, disk and clock.
 
-Every replication decision is made by ``tidewater.broker.replication.ReplicaState``,
-the class the real broker runs: becoming leader or follower, fencing, the HW,
-ISR proposals and their answers, truncation, which acks=all requests complete.
-Which topic incarnation a log belongs to is decided by the broker's own pure
-functions (``tidewater.broker.replication.topic_identity``: ``log_identity_action``,
-``is_stray``, ``stop_replica_error``, ``fetch_topic_id_error``). This module only
-does what the real broker's asyncio shell does around them, against the
-simulation's network and disk:
+Everything a broker decides runs here as the product's own code:
 
-* the controller link (``broker/controller_link/channel.py``): register until
-  accepted, heartbeat every interval, register again when the controller no
-  longer knows this broker epoch or keeps it fenced for two session timeouts;
-* the controller's requests (``broker/replicas/control.py``): STALE_CONTROLLER_EPOCH for
-  an older controller, STALE_BROKER_EPOCH for an older registration; then per
-  partition the identity table (create, keep, adopt, replace), the topic's
-  ``min.insync.replicas`` and the core's ``on_leader_and_isr``; StopReplica by
-  incarnation; every UpdateMetadata sweeps stray replicas (a replica a
-  LeaderAndIsr made in this process only with a snapshot at least as new);
-* turning messages into the core's events and carrying out each ``Ready``
-  (``_apply``): persist on the ``SimLog``, send AlterPartition, answer produce
-  requests, start or stop fetching;
-* the transport of a follower's requests (one in flight per partition, a
-  request timeout, pacing after an empty answer; the fetch names the topic ID
-  and the broker epoch) and of AlterPartition (an answer that never comes is
-  reported as unsure after the request timeout);
-* the byte-level fix-up of a fetched chunk (skip batches below the LEO, cut a
-  straddling batch), as the real fetcher does.
+* the controller's requests: ``broker/replicas/control.py``'s ``ControlRequests``
+  (refusals before registration, control tokens, epochs, topic identity,
+  topic configs and ``min.insync.replicas``, stray replicas), over the real
+  ``MetadataCache`` and ``ClusterIdentity``;
+* carrying out every ``Ready``: ``broker/replicas/ready_carrier.py`` and
+  ``partition.py`` (persist order, the fetched chunk's fix-up, what a storage
+  failure becomes);
+* the registration: ``broker/controller_link/registration.py``;
+* appending as leader (``serving/produce.append_as_leader``), the leader's side of
+  a follower fetch (``serving/fetch.serve_follower_fetch``), ticks
+  (``replicas/ticks.tick_replicas``), the controller's AlterPartition answers
+  (``controller_link/alter_partition.answer_to_core``);
+* and every replication decision in ``broker/replication``.
 
-The disk (``logs``: one ``SimLog`` per partition directory, with its
-``partition.metadata`` topic ID and HW checkpoint line; ``stored_cluster_id``:
-``meta.properties``) survives a crash; everything else is the process's.
+What stays here is what the simulation fakes: the disk (``SimLogManager`` over
+``SimLog``s and a ``meta.properties`` that survive a crash, with ``DiskFaults``),
+the clock (``now_ms`` passed in), and the transport the asyncio shell does with
+gRPC: registering and heartbeating on a timer, one follower request in flight per
+partition with a timeout and a backoff (the real fetcher batches partitions per
+leader on a stream), the AlterPartition and ReportCorruptReplica calls with a
+timeout (``on_..._unsure``). The broker's observations for the invariant checks
+(``hooks``) are taken after each Ready is carried out.
 """
 
 from __future__ import annotations
@@ -39,43 +32,38 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from tidewater.broker.controller_link.channel import REGISTER_AGAIN
-from tidewater.broker.replicas.control import partition_state
-from tidewater.broker.replication.control_rules import controller_request_refusal, is_isr_eligible
-from tidewater.broker.replication.ready import (
-    AppendFetched,
-    AssignEpoch,
-    Follow,
-    Ready,
-    StopFetching,
-    Truncate,
-    TruncateFully,
+from tidewater.broker.config import BrokerConfig as ProductBrokerConfig
+from tidewater.broker.controller_link.alter_partition import (
+    alter_partition_item,
+    answer_to_core,
+    corrupt_replica_item,
 )
-from tidewater.broker.replication.replica import (
-    FollowerOptions,
-    FollowerPhase,
-    ReplicaState,
-    Role,
-)
+from tidewater.broker.controller_link.registration import Registration
+from tidewater.broker.replicas.cluster_identity import ClusterIdentity
+from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.ticks import tick_replicas
+from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
+from tidewater.broker.replication.replica import FollowerOptions, FollowerPhase, ReplicaState, Role
 from tidewater.broker.replication.topic_identity import (
-    ClusterCheck,
     IdentityAction,
-    cluster_id_decision,
     describe_topic_id,
-    fetch_topic_id_error,
-    incarnation_action,
     log_identity_action,
-    stop_replica_error,
-    stray_replicas,
 )
+from tidewater.broker.serving.fetch import (
+    check_fetch_topic_id,
+    serve_follower_fetch,
+    serve_offset_for_leader_epoch,
+)
+from tidewater.broker.serving.produce import append_as_leader
+from tidewater.broker.storage.meta_properties import MetaProperties
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import (
-    TidewaterError,
-    error_for_code,
-)
-from tidewater.proto.topic_config import min_insync_replicas
-from tidewater.proto.topic_id import check_topic_id
+from tidewater.proto.errors import BrokerNotAvailableError, TidewaterError, error_for_code
 
 from .messages import (
     BrokerAnswer,
@@ -91,7 +79,7 @@ from .messages import (
     TopicPartition,
 )
 from .network import CONTROLLER, Network
-from .sim_log import Batch, SimLog
+from .sim_log import DiskFaults, SimLog, SimRecords
 
 LEADER = Role.LEADER
 IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_action's shape
@@ -99,6 +87,9 @@ IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_acti
 
 @dataclass(frozen=True)
 class BrokerConfig:
+    """The simulated broker's settings: the product's (``product_config``) and the
+    transport's timers."""
+
     min_insync_replicas: int = 2  # the broker default; topics carry their own
     replica_lag_time_max_ms: int = 500
     heartbeat_interval_ms: int = 100
@@ -110,109 +101,241 @@ class BrokerConfig:
     hw_checkpoint_interval_ms: int = 300
     use_offset_for_leader_epoch: bool = True
     send_last_fetched_epoch: bool = True  # False: pre-KIP-320 fetches, no diverging_epoch
-    # True: broker/replicas/control.py as it is today, which takes controller requests before its
-    # registration is answered (its own broker epoch -1 passes every STALE_BROKER_EPOCH
-    # check). A restarted process then applies a LeaderAndIsr meant for its previous
-    # incarnation, which may have lost records in the crash (seeds 157 and 172 find it).
-    # False (the simulation's default): as Kafka does (KIP-380; its broker processes
-    # requests only once registered), nothing is served to the controller before the
-    # registration is answered: the request fails as UNAVAILABLE would, and is retried.
-    controller_requests_before_registration: bool = False
+    # The disk: the probability that one write of each kind (DiskFaults.KINDS) fails.
+    disk_failure_probabilities: dict[str, float] = field(default_factory=dict)
+
+    def product_config(self, broker_id: int) -> SimProductConfig:
+        return SimProductConfig(
+            broker_id=broker_id, listen=(f"broker-{broker_id}", 9092),
+            controller=("controller", 9090), data_dir=Path(f"sim-broker-{broker_id}"),
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+            min_insync_replicas=self.min_insync_replicas,
+            broker_session_timeout_ms=self.session_timeout_ms,
+            broker_heartbeat_interval_ms=self.heartbeat_interval_ms,
+            replica_fetch_backoff_ms=self.fetch_backoff_ms,
+            truncate_first=self.use_offset_for_leader_epoch,
+            send_last_fetched_epoch=self.send_last_fetched_epoch)
+
+
+@dataclass
+class SimProductConfig(ProductBrokerConfig):
+    """The product's ``BrokerConfig`` with the follower's protocol generation settable:
+    the broker always runs KIP-279/320 followers; the simulation also runs older ones."""
+
+    truncate_first: bool = True
+    send_last_fetched_epoch: bool = True
 
     @property
     def follower_options(self) -> FollowerOptions:
-        return FollowerOptions(truncate_first=self.use_offset_for_leader_epoch,
+        return FollowerOptions(truncate_first=self.truncate_first,
                                send_last_fetched_epoch=self.send_last_fetched_epoch,
-                               fetch_backoff_ms=self.fetch_backoff_ms)
+                               fetch_backoff_ms=self.replica_fetch_backoff_ms)
 
 
 @dataclass
 class Waiter:
     """An acks=all produce waiting for the HW (the core holds its wait by ``waiter_id``)."""
 
+    waiter_id: int
     client: int
     request_id: int
-    required_offset: int
+    partition: Partition
     base_offset: int
+    required_offset: int  # the offset after the batch: the HW that commits it
 
 
 @dataclass
-class PartitionReplica:
-    """The shell's state of one partition replica: the core, its log, the incarnation it
-    serves, and the transport in flight (``broker/replicas/partition.py``'s ``Partition``)."""
+class Transport:
+    """The follower's and the AlterPartition's requests in flight for one replica (what the
+    real fetcher and sender tasks keep)."""
 
-    tp: TopicPartition
-    log: SimLog
-    replica: ReplicaState
-    topic_id: bytes
-    metadata_offset: int = -1  # the newest LeaderAndIsr that named it (stray sweep guard)
-    waiters: dict[int, Waiter] = field(default_factory=dict)
-    # follower transport: the one request in flight
+    partition: Partition
     inflight_request_id: int = -1
     inflight_sent_ms: int = 0
     inflight_leader_epoch: int = -1
     inflight_fetch_offset: int = -1
     next_fetch_ms: int = 0
-    fetched: tuple[Batch, ...] = ()  # the batches an AppendFetched appends
-    # AlterPartition transport: (alter_id, call id, sent at)
-    alter_inflight: tuple[int, int, int] | None = None
+    # controller calls in flight: call id -> (sent at, kind, the core's id)
+    calls: dict[int, tuple[int, str, int]] = field(default_factory=dict)
 
-    # views the checker reads
-    @property
-    def role(self) -> str:
-        return self.replica.role
 
-    @property
-    def leader_epoch(self) -> int:
-        return self.replica.leader_epoch
+# ---------------------------------------------------------------- the fake disk
 
-    @property
-    def leader_state(self):
-        return self.replica.leader
+class SimDisk:
+    """What survives a crash: the partition directories and ``meta.properties``."""
 
-    @property
-    def high_watermark(self) -> int:
-        return self.replica.high_watermark
+    def __init__(self, faults: DiskFaults):
+        self.logs: dict[TopicPartition, SimLog] = {}
+        self.meta: MetaProperties | None = None
+        self.faults = faults
 
+
+class SimMetaProperties:
+    """``meta.properties`` on the simulated disk (``cluster_identity.MetaPropertiesStore``)."""
+
+    def __init__(self, disk: SimDisk):
+        self.disk = disk
+
+    def read(self) -> MetaProperties | None:
+        return self.disk.meta
+
+    def write(self, meta: MetaProperties) -> None:
+        self.disk.faults.check("checkpoint")
+        self.disk.meta = meta
+
+    def __str__(self) -> str:
+        return "the simulated meta.properties"
+
+
+class SimLogManager:
+    """The ``LogManager`` operations ``ControlRequests`` uses, over the simulated disk."""
+
+    def __init__(self, broker: SimBroker):
+        self.broker = broker
+        self.disk = broker.disk
+
+    def get(self, tp: TopicPartition) -> SimLog | None:
+        return self.disk.logs.get(tp)
+
+    def logs(self) -> dict[TopicPartition, SimLog]:
+        return dict(self.disk.logs)
+
+    def get_or_create(self, tp: TopicPartition, config: Any, now_ms: int, *,
+                      topic_id: bytes | None = None) -> SimLog:
+        log = self.disk.logs.get(tp)
+        if log is None:
+            log = self.disk.logs[tp] = SimLog(topic_id, self.disk.faults)  # with partition.metadata
+            log.config = config
+            self.broker.counters["log identity create"] += 1
+        return log
+
+    def topic_id(self, tp: TopicPartition) -> bytes | None:
+        log = self.disk.logs.get(tp)
+        return log.topic_id if log is not None else None
+
+    def topic_ids(self) -> dict[TopicPartition, bytes | None]:
+        return {tp: log.topic_id for tp, log in self.disk.logs.items()}
+
+    def assign_topic_id(self, tp: TopicPartition, topic_id: bytes) -> None:
+        self.disk.logs[tp].topic_id = topic_id
+        self.broker.counters["log identity adopt"] += 1
+
+    def update_topic_config(self, topic: str, config: Any) -> None:
+        for tp, log in self.disk.logs.items():
+            if tp.topic == topic:
+                log.config = config
+
+    def delete(self, tp: TopicPartition) -> None:
+        log = self.disk.logs.pop(tp)
+        self.broker.counters["logs moved aside"] += 1
+        self.broker.trace(f"{tp[0]}-{tp[1]} of incarnation {describe_topic_id(log.topic_id)[:6]} "
+                          f"moved aside for deletion (LEO {log.log_end_offset})")
+
+
+# ---------------------------------------------------------------- broken variants, injected
+
+def control_class(replica_class: type[ReplicaState] = ReplicaState,
+                  identity_rule: Any = log_identity_action,
+                  base: type[ControlRequests] = ControlRequests) -> type[ControlRequests]:
+    """``ControlRequests`` (or ``base``) with a broken variant's replica core or topic-identity
+    table put in from outside: the product's class is untouched."""
+    overrides: dict[str, Any] = {}
+    if replica_class is not ReplicaState:
+        def _new_replica(self: ControlRequests, tp: TopicPartition, log_: Any, *,
+                         high_watermark: int, min_insync_replicas: int) -> ReplicaState:
+            return replica_class(
+                tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
+                high_watermark=high_watermark, min_insync_replicas=min_insync_replicas,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                follower_options=self.config.follower_options)
+        overrides["_new_replica"] = _new_replica
+    if identity_rule is not log_identity_action:
+        def _incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
+                                has_log: bool, trusted: bool,
+                                names_by_id: dict[bytes, str]) -> IdentityAction:
+            return identity_rule(local_id, told_id, has_log=has_log, trusted=trusted)
+        overrides["_incarnation_action"] = staticmethod(_incarnation_action)
+    if not overrides:
+        return base
+    return type(f"{base.__name__}With{len(overrides)}Variants", (base,), overrides)
+
+
+class _ObservedCarrier(ReadyCarrier):
+    """The product's ``ReadyCarrier``; after each Ready the simulation looks (checks only)."""
+
+    def __init__(self, broker: SimBroker, **ports: Any):
+        super().__init__(**ports)
+        self.broker = broker
+
+    def apply(self, partition: Partition, ready: Ready, *, fetched: Any = b"") -> None:
+        try:
+            super().apply(partition, ready, fetched=fetched)
+        finally:
+            self.broker.observe(partition, ready)
+            self.broker.answer_completed_waits()
+
+
+# ---------------------------------------------------------------- the broker
 
 class SimBroker:
     def __init__(self, broker_id: int, network: Network, rng: random.Random,
-                 config: BrokerConfig, hooks, *,
+                 config: BrokerConfig, hooks: Any, *,
                  replica_class: type[ReplicaState] = ReplicaState,
-                 identity_rule: IdentityRule = log_identity_action):
+                 identity_rule: Any = log_identity_action,
+                 control_base: type[ControlRequests] = ControlRequests):
         self.broker_id = broker_id
         self.network = network
         self.rng = rng
         self.config = config
+        self.product_config = config.product_config(broker_id)
         # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed,
         # became_leader
         self.hooks = hooks
-        self.replica_class = replica_class
-        self.identity_rule = identity_rule
+        self.control_class = control_class(replica_class, identity_rule, control_base)
         # The disk: survives crashes.
-        self.logs: dict[TopicPartition, SimLog] = {}
-        self.stored_cluster_id: str | None = None
+        self.disk = SimDisk(DiskFaults(random.Random(f"disk-{broker_id}-{rng.random()}"),
+                                       dict(config.disk_failure_probabilities)))
         self.alive = True
         self.incarnation = 0
         self.flush_interval_ms = rng.randint(50, 600)
         self.counters: Counter[str] = Counter()  # which decision paths ran (coverage)
+        self.now_ms = 0
         self._start_process(0)
+
+    @property
+    def logs(self) -> dict[TopicPartition, SimLog]:
+        return self.disk.logs
 
     def _start_process(self, now_ms: int) -> None:
         """A new process over the disk: no partition until a LeaderAndIsr names it."""
-        self.partitions: dict[TopicPartition, PartitionReplica] = {}
-        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
-        self.controller_epoch = -1
-        self.broker_epoch = -1
-        self.control_token = b""  # the registration's (RegisterBrokerResponse)
+        self.now_ms = now_ms
+        self.registration = Registration(session_timeout_ms=self.config.session_timeout_ms)
         self.registering = True
-        self.is_fenced = True
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.transport: dict[TopicPartition, Transport] = {}
+        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
+        self.waiters: dict[int, Waiter] = {}
+        self._completed: list[tuple[int, int]] = []
         self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
         self._register_call = -1
-        self._fenced_since_ms: int | None = None
-        # the last UpdateMetadata (broker/replicas/metadata_cache.py, control.py)
-        self.metadata_topic_names_by_id: dict[bytes, str] = {}
-        self.alive_broker_epochs: dict[int, int] | None = None
+        self.metadata_cache = MetadataCache()
+        self.carrier = _ObservedCarrier(
+            self, notify_readers=_no_long_polls, complete_wait=self._complete_wait,
+            count_decision=self._count, count_replicated_bytes=_ignore,
+            mono_ms=self._now, wall_ms=self._now, note=self.trace, alarm=self.trace)
+        self.carrier.follow = self._follow
+        self.carrier.stop_following = self._stop_following
+        self.carrier.send_alter_partition = self._send_alter_partition
+        self.carrier.send_corrupt_report = self._send_corrupt_report
+        self.control = self.control_class(
+            config=self.product_config, log_manager=SimLogManager(self),
+            metadata_cache=self.metadata_cache, partitions=self.partitions,
+            carrier=self.carrier, broker_epoch=lambda: self.registration.broker_epoch,
+            loaded_high_watermarks=self.loaded_high_watermarks,
+            forget_partition=self._forget_partition,
+            control_token=lambda: self.registration.control_token,
+            cluster_identity=ClusterIdentity(SimMetaProperties(self.disk), self.broker_id),
+            mono_ms=self._now, wall_ms=self._now)
         self._next_request_id = 1
         self._next_waiter_id = 1
         self._next_heartbeat_ms = now_ms
@@ -221,6 +344,14 @@ class SimBroker:
         self._next_flush_ms = now_ms
 
     # ------------------------------------------------------------------ views
+
+    @property
+    def broker_epoch(self) -> int:
+        return self.registration.broker_epoch
+
+    @property
+    def is_fenced(self) -> bool:
+        return self.registration.is_fenced
 
     def replica_log(self, tp: TopicPartition, topic_id: bytes) -> SimLog | None:
         """This broker's copy of incarnation ``topic_id`` of ``tp``: the log of its replica,
@@ -231,6 +362,15 @@ class SimBroker:
         log = self.logs.get(tp)
         return log if log is not None and log.topic_id == topic_id else None
 
+    def trace(self, line: str) -> None:
+        self.hooks.trace(self.now_ms, f"broker {self.broker_id}: {line}")
+
+    def _now(self) -> int:
+        return self.now_ms
+
+    def _count(self, name: str) -> None:
+        self.counters[name] += 1
+
     # ------------------------------------------------------------------ lifecycle
 
     def crash(self, now_ms: int, *, lose_unflushed: bool = True,
@@ -239,7 +379,9 @@ class SimBroker:
 
         ``keep_offset`` (scripted scenarios): keep exactly the batches below it.
         """
+        self.now_ms = now_ms
         self.alive = False
+        faults, self.disk.faults.probabilities = self.disk.faults.probabilities, {}
         for tp, log in self.logs.items():
             before = log.log_end_offset
             if keep_offset is not None:
@@ -249,94 +391,109 @@ class SimBroker:
                 log.flush()
             lost_from = log.crash(self.rng)
             if lost_from < before:
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: crash lost {tp[0]}-{tp[1]} "
-                                         f"[{lost_from}, {before})")
+                self.trace(f"crash lost {tp[0]}-{tp[1]} [{lost_from}, {before})")
+        self.disk.faults.probabilities = faults
 
     def restart(self, now_ms: int) -> None:
         self.alive = True
         self.incarnation += 1
         self._start_process(now_ms)
 
+    def heal_disk(self) -> None:
+        """The faults stop (the simulation's settle phase)."""
+        self.disk.faults.probabilities = {}
+
     # ------------------------------------------------------------------ time
 
     def tick(self, now_ms: int) -> None:
+        self.now_ms = now_ms
         config = self.config
         if self.registering:
             if now_ms >= self._next_register_ms:
                 self._next_register_ms = now_ms + config.request_timeout_ms
+                self.registration.begin()
                 self._register_call = self._call(pb.RegisterBrokerRequest(
                     broker_id=self.broker_id, incarnation_id=f"{self.broker_id}.{self.incarnation}",
                     listeners=[pb.Listener(name="INTERNAL", host=f"broker-{self.broker_id}",
-                                           port=9092)]), ("register",), now_ms)
+                                           port=9092)]), ("register",))
         elif now_ms >= self._next_heartbeat_ms:
             self._next_heartbeat_ms = now_ms + config.heartbeat_interval_ms
-            self._call(pb.BrokerHeartbeatRequest(broker_id=self.broker_id,
-                                                 broker_epoch=self.broker_epoch,
-                                                 control_token=self.control_token),
-                       ("heartbeat", self.broker_epoch), now_ms, stream=self.incarnation)
+            self._call(self.registration.heartbeat_request(self.broker_id),
+                       ("heartbeat", self.registration.broker_epoch), stream=self.incarnation)
         if now_ms >= self._next_flush_ms:
             self._next_flush_ms = now_ms + self.flush_interval_ms
             for log in self.logs.values():
-                log.flush()
+                try:
+                    log.flush()
+                except TidewaterError:
+                    self.counters["disk: flush failed"] += 1
         if now_ms >= self._next_hw_checkpoint_ms:
             self._next_hw_checkpoint_ms = now_ms + config.hw_checkpoint_interval_ms
-            for p in self.partitions.values():
-                p.log.hw_checkpoint = p.replica.high_watermark
+            try:
+                self.disk.faults.check("checkpoint")
+            except TidewaterError:
+                self.counters["disk: HW checkpoint failed"] += 1
+            else:
+                for p in self.partitions.values():
+                    p.log.hw_checkpoint = p.replica.high_watermark
+        for transport in list(self.transport.values()):
+            self._controller_call_timeouts(transport, now_ms)
+        tick_replicas(self.partitions.values(), self.carrier, now_ms)
         for p in list(self.partitions.values()):
-            if p.replica.is_leader:
-                self._leader_tick(p, now_ms)
-            elif p.replica.follower is not None:
+            if p.replica.follower is not None and p.replica.leader is None:
                 self._follower_tick(p, now_ms)
 
-    def _leader_tick(self, p: PartitionReplica, now_ms: int) -> None:
-        if (p.alter_inflight is not None
-                and now_ms - p.alter_inflight[2] >= self.config.alter_partition_timeout_ms):
-            # No answer in time: as the real shell's RPC deadline does, "unsure".
-            alter_id = p.alter_inflight[0]
-            p.alter_inflight = None
-            self._apply(p, p.replica.on_alter_partition_unsure(alter_id, now_ms), now_ms)
-        self._apply(p, p.replica.tick(now_ms), now_ms)
+    def _controller_call_timeouts(self, transport: Transport, now_ms: int) -> None:
+        """A controller call with no answer in time: as the real RPC deadline, "unsure"."""
+        p = transport.partition
+        for call_id, (sent_ms, kind, core_id) in list(transport.calls.items()):
+            if now_ms - sent_ms < self.config.alter_partition_timeout_ms:
+                continue
+            del transport.calls[call_id]
+            self._answer_core(p, kind, core_id, ())
 
-    def _follower_tick(self, p: PartitionReplica, now_ms: int) -> None:
-        if p.inflight_request_id >= 0:
-            if now_ms - p.inflight_sent_ms < self.config.request_timeout_ms:
+    def _follower_tick(self, p: Partition, now_ms: int) -> None:
+        transport = self._transport(p)
+        if transport.inflight_request_id >= 0:
+            if now_ms - transport.inflight_sent_ms < self.config.request_timeout_ms:
                 return
-            p.inflight_request_id = -1  # timed out: the answer, if any, will be ignored
-        if now_ms < p.next_fetch_ms:
+            transport.inflight_request_id = -1  # timed out: the answer, if any, is ignored
+        if now_ms < transport.next_fetch_ms:
             return
         wants = p.replica.follower_wants(now_ms)
         if wants is None:
             return
         cycle = p.replica.follower
         request_id = self._request_id()
-        p.inflight_request_id, p.inflight_sent_ms = request_id, now_ms
-        p.inflight_leader_epoch = cycle.leader_epoch
+        transport.inflight_request_id, transport.inflight_sent_ms = request_id, now_ms
+        transport.inflight_leader_epoch = cycle.leader_epoch
         if wants == FollowerPhase.TRUNCATING:
-            message = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp, cycle.leader_epoch,
-                                           p.log.leader_epoch_cache.latest_epoch)
+            message: Any = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp,
+                                                cycle.leader_epoch,
+                                                p.log.leader_epoch_cache.latest_epoch, p.topic_id)
         else:
             fetch_offset, last_fetched_epoch, _ = p.replica.fetch_position()
-            p.inflight_fetch_offset = fetch_offset
+            transport.inflight_fetch_offset = fetch_offset
             message = Fetch(request_id, self.broker_id, p.tp, cycle.leader_epoch, fetch_offset,
-                            last_fetched_epoch, p.topic_id, self.broker_epoch)
-        self._send(cycle.leader_id, message, now_ms)
+                            last_fetched_epoch, p.topic_id, self.registration.broker_epoch)
+        self._send(cycle.leader_id, message)
 
     # ------------------------------------------------------------------ messages
 
-    def handle(self, src: int, message, now_ms: int) -> None:
+    def handle(self, src: int, message: Any, now_ms: int) -> None:
+        self.now_ms = now_ms
         if isinstance(message, BrokerCall):
             # None: not registered yet, UNAVAILABLE (the sender retries)
-            response = self._on_controller_request(message.request, now_ms)
-            self._send(src, BrokerAnswer(message.call_id, message.controller_run, response),
-                       now_ms)
+            response = self._on_controller_request(message.request)
+            self._send(src, BrokerAnswer(message.call_id, message.controller_run, response))
         elif isinstance(message, ControllerAnswer):
             self._on_controller_answer(message, now_ms)
         elif isinstance(message, Fetch):
-            self._send(src, self._on_fetch(message, now_ms), now_ms)
+            self._send(src, self._on_fetch(message, now_ms))
         elif isinstance(message, FetchResponse):
             self._on_fetch_response(message, now_ms)
         elif isinstance(message, OffsetForLeaderEpoch):
-            self._send(src, self._on_offset_for_leader_epoch(message), now_ms)
+            self._send(src, self._on_offset_for_leader_epoch(message))
         elif isinstance(message, OffsetForLeaderEpochResponse):
             self._on_offset_for_leader_epoch_response(message, now_ms)
         elif isinstance(message, Produce):
@@ -344,12 +501,12 @@ class SimBroker:
         else:
             raise TypeError(f"broker cannot handle {message!r}")
 
-    # -- the controller link (broker/controller_link/channel.py, broker/controller_link/alter_partition.py)
+    # -- the controller link (broker/controller_link/)
 
-    def _call(self, request, what: tuple, now_ms: int, *, stream: int = -1) -> int:
+    def _call(self, request: Any, what: tuple, *, stream: int = -1) -> int:
         call_id = self._request_id()
         self._calls[call_id] = what
-        self._send(CONTROLLER, ControllerCall(call_id, request, stream), now_ms)
+        self._send(CONTROLLER, ControllerCall(call_id, request, stream))
         return call_id
 
     def _on_controller_answer(self, message: ControllerAnswer, now_ms: int) -> None:
@@ -360,259 +517,143 @@ class SimBroker:
         if what[0] == "register":
             if message.call_id != self._register_call or not self.registering:
                 return  # an answer to an attempt given up on (gRPC would have cancelled it)
-            if response.error_code != pb.NONE:
+            if not self.registration.on_register_answer(response):
                 return  # tried again after the request timeout
             self.registering = False
-            self.broker_epoch = response.broker_epoch
-            self.control_token = response.control_token
-            self._fenced_since_ms = None
             self._next_heartbeat_ms = now_ms
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: registered, broker epoch "
-                                     f"{self.broker_epoch}")
+            self.trace(f"registered, broker epoch {self.registration.broker_epoch}")
         elif what[0] == "heartbeat":
-            if what[1] != self.broker_epoch or self.registering:
+            if what[1] != self.registration.broker_epoch or self.registering:
                 return
-            self.is_fenced = response.is_fenced
-            if self._needs_registration(response, now_ms):
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: heartbeat answered "
-                                         f"{pb.ErrorCode.Name(response.error_code)} fenced="
-                                         f"{response.is_fenced}: registering again")
-                # ``ControllerChannel.register``: unregistered until the answer.
+            if self.registration.on_heartbeat_answer(response, now_ms):
+                self.trace(f"heartbeat answered {pb.ErrorCode.Name(response.error_code)} "
+                           f"fenced={response.is_fenced}: registering again")
                 self.registering = True
-                self.broker_epoch = -1
-                self.control_token = b""
+                self.registration.begin()
                 self._next_register_ms = now_ms
-        elif what[0] == "alter":
-            tp, call_partition = what[1], what[2]
-            p = self.partitions.get(tp)
-            if (p is not call_partition or p.alter_inflight is None
-                    or p.alter_inflight[1] != message.call_id):
+        elif what[0] in ("alter", "corrupt"):
+            kind, partition = what
+            transport = self.transport.get(partition.tp)
+            if (transport is None or transport.partition is not partition
+                    or message.call_id not in transport.calls):
                 return  # an answer to an attempt already given up on
-            alter_id = p.alter_inflight[0]
-            p.alter_inflight = None
-            if response.error_code != pb.NONE or not response.items:
-                ready = p.replica.on_alter_partition_unsure(alter_id, now_ms)
+            core_id = transport.calls.pop(message.call_id)[2]
+            results = (() if response.error_code != pb.NONE
+                       else response.items if kind == "alter" else response.results)
+            self._answer_core(partition, kind, core_id, results)
+
+    def _answer_core(self, p: Partition, kind: str, core_id: int, results: Any) -> None:
+        replica = p.replica
+        if kind == "alter":
+            on_answer, on_unsure = (replica.on_alter_partition_answer,
+                                    replica.on_alter_partition_unsure)
+        else:
+            on_answer, on_unsure = (replica.on_corrupt_report_answer,
+                                    replica.on_corrupt_report_unsure)
+        ready = answer_to_core(results, lambda *args: on_answer(core_id, *args),
+                               lambda now: on_unsure(core_id, now), self.now_ms)
+        self._carry_out(p, ready)
+
+    def _send_alter_partition(self, p: Partition, request: AlterPartitionRequest) -> None:
+        self.trace(f"{p.tp[0]}-{p.tp[1]} propose ISR {request.new_isr}")
+        call_id = self._call(pb.AlterPartitionRequest(
+            broker_id=self.broker_id, broker_epoch=self.registration.broker_epoch,
+            control_token=self.registration.control_token,
+            items=[alter_partition_item(p, request)]), ("alter", p))
+        self._transport(p).calls[call_id] = (self.now_ms, "alter", request.alter_id)
+
+    def _send_corrupt_report(self, p: Partition, report: CorruptReport) -> None:
+        call_id = self._call(pb.ReportCorruptReplicaRequest(
+            broker_id=self.broker_id, broker_epoch=self.registration.broker_epoch,
+            control_token=self.registration.control_token,
+            replicas=[corrupt_replica_item(p, report)]), ("corrupt", p))
+        self._transport(p).calls[call_id] = (self.now_ms, "corrupt", report.report_id)
+
+    # -- the controller's requests: the product's ControlRequests
+
+    def _on_controller_request(self, request: Any) -> Any:
+        try:
+            if isinstance(request, pb.LeaderAndIsrRequest):
+                response = self.control.leader_and_isr(request)
+            elif isinstance(request, pb.UpdateMetadataRequest):
+                logs_before = len(self.logs)
+                response = self.control.update_metadata(request)
+                self.counters["stray replicas removed"] += logs_before - len(self.logs)
+            elif isinstance(request, pb.StopReplicaRequest):
+                response = self.control.stop_replica(request)
             else:
-                answer = response.items[0]
-                state = partition_state(answer.state) if answer.HasField("state") else None
-                ready = p.replica.on_alter_partition_answer(alter_id, answer.error_code, state,
-                                                            now_ms)
-            self._apply(p, ready, now_ms)
-
-    def _needs_registration(self, response: pb.BrokerHeartbeatResponse, now_ms: int) -> bool:
-        """``ControllerChannel._needs_registration``."""
-        if response.error_code in REGISTER_AGAIN:
-            return True
+                raise TypeError(f"broker cannot handle {request!r}")
+        except BrokerNotAvailableError:
+            self.counters[f"refused {type(request).__name__[:-7]} BROKER_NOT_AVAILABLE"] += 1
+            return None  # gRPC UNAVAILABLE: the controller's sender retries
+        kind = type(request).__name__[:-7]
         if response.error_code != pb.NONE:
-            return False
-        if not response.is_fenced:
-            self._fenced_since_ms = None
-            return False
-        if self._fenced_since_ms is None:
-            self._fenced_since_ms = now_ms
-        return now_ms - self._fenced_since_ms > 2 * self.config.session_timeout_ms
-
-    # -- the controller's requests (broker/replicas/control.py)
-
-    def _on_controller_request(self, request, now_ms: int):
-        if isinstance(request, pb.LeaderAndIsrRequest):
-            return self._on_leader_and_isr(request, now_ms)
-        if isinstance(request, pb.UpdateMetadataRequest):
-            return self._on_update_metadata(request, now_ms)
-        if isinstance(request, pb.StopReplicaRequest):
-            return self._on_stop_replica(request, now_ms)
-        raise TypeError(f"broker cannot handle {request!r}")
-
-    def _trusts(self, cluster_id: str) -> bool:
-        """``ClusterIdentity.trusts``: meta.properties takes the first cluster ID heard."""
-        decision = cluster_id_decision(self.stored_cluster_id, cluster_id)
-        if decision is ClusterCheck.ADOPT:
-            self.stored_cluster_id = cluster_id
-            return True
-        return decision is ClusterCheck.MATCH
-
-    def _refusal(self, kind: str, controller_epoch: int, broker_epoch: int | None,
-                 token: bytes) -> int:
-        """``ControlRequests._refusal``: ``control_rules.controller_request_refusal``
-        (BROKER_NOT_AVAILABLE: answered as UNAVAILABLE, no response)."""
-        rule = (taken_before_registration if self.config.controller_requests_before_registration
-                else controller_request_refusal)
-        refusal = rule(
-            registered_epoch=self.broker_epoch, controller_epoch_seen=self.controller_epoch,
-            request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch,
-            token_matches=token == self.control_token)
-        if refusal is None:
-            return pb.NONE
-        self.counters[f"refused {kind} {pb.ErrorCode.Name(refusal)}"] += 1
-        return refusal
-
-    def _on_leader_and_isr(self, request: pb.LeaderAndIsrRequest, now_ms: int
-                           ) -> pb.LeaderAndIsrResponse:
-        refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
-                               request.control_token)
-        if refusal == pb.BROKER_NOT_AVAILABLE:
-            return None
-        if refusal != pb.NONE:
-            return pb.LeaderAndIsrResponse(error_code=refusal)
-        self.controller_epoch = request.controller_epoch
-        response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
-        trusted = self._trusts(request.cluster_id)
-        names_by_id = self._topic_names_by_id()
-        for item in request.partitions:
-            try:
-                code, message = self._apply_partition_state(item, trusted,
-                                                            request.metadata_offset, names_by_id,
-                                                            now_ms)
-            except TidewaterError as e:
-                code, message = e.error_code, str(e)
-            response.partitions.add(topic=item.state.topic, partition=item.state.partition,
-                                    error_code=code, error_message=message)
+            self.counters[f"refused {kind} {pb.ErrorCode.Name(response.error_code)}"] += 1
+        for item in getattr(response, "partitions", ()):
+            self.counters[f"{kind} {pb.ErrorCode.Name(item.error_code)}"] += 1
+            if kind == "StopReplica":
+                self.counters[f"stop replica {pb.ErrorCode.Name(item.error_code)}"] += 1
         return response
 
-    def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
-                               metadata_offset: int, names_by_id: dict[bytes, str],
-                               now_ms: int) -> tuple[int, str]:
-        state = partition_state(item.state)
-        tp = TopicPartition(state.topic, state.partition)
-        if self.broker_id not in state.replicas:
-            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
-        topic_id = check_topic_id(item.state.topic_id)
-        min_isr = min_insync_replicas(item.topic_configs, self.config.min_insync_replicas)
-        p = self._partition_for_incarnation(tp, topic_id, min_isr, trusted, names_by_id, now_ms)
-        p.metadata_offset = max(p.metadata_offset, metadata_offset)
-        self._apply(p, p.replica.set_min_insync_replicas(min_isr, now_ms), now_ms)
-        ready = p.replica.on_leader_and_isr(state, now_ms)
-        self._apply(p, ready, now_ms)
-        return ready.error, ready.error_message
+    def _forget_partition(self, tp: TopicPartition) -> None:
+        """``ReplicaManager._forget_partition``: the fetcher stops following it."""
+        partition = self.partitions.pop(tp, None)
+        if partition is not None:
+            self._stop_following(partition)
 
-    def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
-                                   trusted: bool, names_by_id: dict[bytes, str],
-                                   now_ms: int) -> PartitionReplica:
-        """``ControlRequests._partition_for_incarnation``: ``topic_identity``'s table."""
-        p = self.partitions.get(tp)
-        log = self.logs.get(tp)
-        local_id = log.topic_id if log is not None else None
-        action = incarnation_action(tp, topic_id, local_id, has_log=p is not None or log is not None,
-                                    trusted=trusted, names_by_id=names_by_id,
-                                    rule=self.identity_rule)
-        self.counters[f"log identity {action.value}"] += 1
-        if action is IdentityAction.ADOPT:
-            log.topic_id = topic_id
-            if p is not None:
-                p.topic_id = topic_id
-        elif action is IdentityAction.REPLACE:
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp} is incarnation "
-                                     f"{describe_topic_id(local_id)[:6]}, the controller names "
-                                     f"{describe_topic_id(topic_id)[:6]}: moving it aside")
-            self._remove_replica(tp, now_ms)
-            p = None
-        names_by_id[topic_id] = tp.topic
-        return p or self._create_partition(tp, topic_id, min_isr, now_ms)
+    # -- carrying out: the ports the product's ReadyCarrier calls
 
-    def _create_partition(self, tp: TopicPartition, topic_id: bytes, min_isr: int,
-                          now_ms: int) -> PartitionReplica:
-        log = self.logs.get(tp)
-        if log is None:
-            log = self.logs[tp] = SimLog(topic_id)  # with its partition.metadata
-        replica = self.replica_class(
-            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log,
-            high_watermark=self.loaded_high_watermarks.pop(tp, 0), min_insync_replicas=min_isr,
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
-            follower_options=self.config.follower_options)
-        p = self.partitions[tp] = PartitionReplica(tp, log, replica, topic_id)
-        self.hooks.log_changed(self, tp, log)  # bound to an incarnation: checked whole
-        return p
+    def _transport(self, p: Partition) -> Transport:
+        transport = self.transport.get(p.tp)
+        if transport is None or transport.partition is not p:
+            transport = self.transport[p.tp] = Transport(p)
+        return transport
 
-    def _topic_names_by_id(self) -> dict[bytes, str]:
-        names = {log.topic_id: tp.topic for tp, log in self.logs.items() if log.topic_id}
-        names.update(self.metadata_topic_names_by_id)
-        names.update((p.topic_id, tp.topic) for tp, p in self.partitions.items() if p.topic_id)
-        return names
+    def _follow(self, p: Partition, leader_id: int, leader_epoch: int) -> None:
+        transport = self._transport(p)
+        transport.inflight_request_id = -1  # answers to the old assignment are not taken
+        transport.next_fetch_ms = self.now_ms
 
-    def _on_stop_replica(self, request: pb.StopReplicaRequest, now_ms: int
-                         ) -> pb.StopReplicaResponse:
-        refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
-                               request.control_token)
-        if refusal == pb.BROKER_NOT_AVAILABLE:
-            return None
-        if refusal != pb.NONE:
-            return pb.StopReplicaResponse(error_code=refusal)
-        self.controller_epoch = request.controller_epoch
-        trusted = self._trusts(request.cluster_id)
-        response = pb.StopReplicaResponse(error_code=pb.NONE)
-        for state in request.partitions:
-            tp = TopicPartition(state.topic, state.partition)
-            code, message = pb.NONE, ""
-            try:
-                if state.topic_id:
-                    check_topic_id(state.topic_id)
-                if tp in self.partitions or tp in self.logs:
-                    log = self.logs.get(tp)
-                    refused = stop_replica_error(log.topic_id if log is not None else None,
-                                                 state.topic_id,
-                                                 trusted=trusted or not request.delete_partitions)
-                    if refused is not None:
-                        raise error_for_code(*refused)
-                code, message = self._remove_replica(tp, now_ms, leader_epoch=state.leader_epoch,
-                                                     delete=request.delete_partitions)
-            except TidewaterError as e:
-                code, message = e.error_code, str(e)
-            self.counters[f"stop replica {pb.ErrorCode.Name(code)}"] += 1
-            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
-                                    error_message=message)
-        return response
+    def _stop_following(self, p: Partition) -> None:
+        self._follow(p, -1, -1)
 
-    def _remove_replica(self, tp: TopicPartition, now_ms: int, *, leader_epoch: int = -1,
-                        delete: bool = True) -> tuple[int, str]:
-        """``ControlRequests._remove_replica``: the core plays no part any more; with
-        ``delete`` the replica is forgotten and its log moved aside (gone from the disk)."""
-        p = self.partitions.get(tp)
-        if p is not None:
-            ready = p.replica.on_stop_replica(leader_epoch, now_ms)
-            self._apply(p, ready, now_ms)
-            if ready.error != pb.NONE:
-                return ready.error, ready.error_message
-            if delete and self.partitions.get(tp) is p:
-                del self.partitions[tp]
-        if delete:
-            self.loaded_high_watermarks.pop(tp, None)
-            log = self.logs.pop(tp, None)
-            if log is not None:
-                self.hooks.trace(now_ms, f"broker {self.broker_id}: {tp[0]}-{tp[1]} of "
-                                         f"incarnation {describe_topic_id(log.topic_id)[:6]} "
-                                         f"moved aside for deletion (LEO {log.log_end_offset})")
-        return pb.NONE, ""
+    def _complete_wait(self, waiter_id: int, code: int) -> None:
+        """The carrier's acks=all answers, sent once the Ready's HW was observed (the checks
+        must learn of a commit before of its acknowledgement)."""
+        self._completed.append((waiter_id, code))
 
-    def _on_update_metadata(self, request: pb.UpdateMetadataRequest, now_ms: int
-                            ) -> pb.UpdateMetadataResponse:
-        refusal = self._refusal("UpdateMetadata", request.controller_epoch, None,
-                               request.control_token)
-        if refusal == pb.BROKER_NOT_AVAILABLE:
-            return None
-        if refusal != pb.NONE:
-            return pb.UpdateMetadataResponse(error_code=refusal)
-        self.metadata_topic_names_by_id = {p.topic_id: p.topic for p in request.partitions
-                                           if p.topic_id}
-        self.controller_epoch = request.controller_epoch
-        self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
-                                    if not b.fenced and not b.in_controlled_shutdown}
-        if self._trusts(request.cluster_id):
-            self._remove_stray_replicas(request, now_ms)
-        return pb.UpdateMetadataResponse(error_code=pb.NONE)
+    def answer_completed_waits(self) -> None:
+        completed, self._completed = self._completed, []
+        for waiter_id, code in completed:
+            self._answer_wait(waiter_id, code)
 
-    def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest, now_ms: int) -> None:
-        stray = stray_replicas(
-            {tp: log.topic_id for tp, log in self.logs.items()},
-            {tp: p.metadata_offset for tp, p in self.partitions.items()}, self.broker_id,
-            request.metadata_offset,
-            ((p.topic, p.partition, p.topic_id, p.replicas) for p in request.partitions))
-        for tp in stray:
-            self.counters["stray replicas removed"] += 1
-            self._remove_replica(tp, now_ms)
+    def _answer_wait(self, waiter_id: int, code: int) -> None:
+        waiter = self.waiters.pop(waiter_id)
+        self.counters["produce " + pb.ErrorCode.Name(code)] += 1
+        if code in (pb.NONE, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
+            self.hooks.produce_acknowledged(self, waiter.partition, waiter, self.now_ms)
+        self._send(waiter.client, ProduceResponse(waiter.request_id, waiter.partition.tp, code,
+                                                  waiter.base_offset))
 
-    def _is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
-        """``ControlRequests.is_isr_eligible`` (KIP-903)."""
-        return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
+    def _carry_out(self, p: Partition, ready: Ready, fetched: Any = ()) -> None:
+        """Carry ``ready`` out; a storage failure was told to the core by the carrier, and
+        is this partition's alone (as the real fetcher and sender log and go on)."""
+        try:
+            self.carrier.apply(p, ready, fetched=fetched)
+        except TidewaterError as e:
+            self.counters["disk: " + e.error_name] += 1
+            self.trace(f"{p.tp[0]}-{p.tp[1]}: carrying out failed: {e}")
+
+    def observe(self, p: Partition, ready: Ready) -> None:
+        """After each Ready: what the invariant checks look at."""
+        if ready.persist or ready.appended:
+            self.hooks.log_changed(self, p.tp, p.log)
+        if ready.leadership_changed and p.is_leader:
+            self.hooks.became_leader(self, p, self.now_ms)
+        if p.is_leader and (ready.high_watermark_moved or ready.leadership_changed):
+            self.hooks.observe_leader_hw(self, p, self.now_ms)
+        if ready.error != pb.NONE:
+            self.counters["refused " + pb.ErrorCode.Name(ready.error)] += 1
 
     # -- leader side of replication
 
@@ -621,27 +662,19 @@ class SimBroker:
         try:
             if p is None:
                 raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
-            if message.topic_id and message.topic_id != p.topic_id:
-                known = self.metadata_topic_names_by_id
-                raise error_for_code(*fetch_topic_id_error(message.topic_id, p.topic_id,
-                                                           known.__contains__))
-            diverging, ready = p.replica.on_follower_fetch(
-                message.replica_id, message.current_leader_epoch, message.fetch_offset,
-                message.last_fetched_epoch, now_ms,
-                isr_eligible=self._is_isr_eligible(message.replica_id,
-                                                   message.replica_broker_epoch),
+            check_fetch_topic_id(p, message.topic_id, self.metadata_cache.topic_names_by_id())
+            diverging, read = serve_follower_fetch(
+                p, self.carrier, message.replica_id, message.current_leader_epoch,
+                message.fetch_offset, message.last_fetched_epoch, now_ms,
+                isr_eligible=self.control.is_isr_eligible(message.replica_id,
+                                                          message.replica_broker_epoch),
                 broker_epoch=message.replica_broker_epoch)
         except TidewaterError as e:
             self.counters["serve fetch " + e.error_name] += 1
             return FetchResponse(message.request_id, message.tp, e.error_code)
-        if diverging is not None:
-            return FetchResponse(message.request_id, message.tp, pb.NONE,
-                                 high_watermark=p.replica.high_watermark,
-                                 diverging_epoch=diverging)
-        batches = p.log.read(message.fetch_offset, self.config.fetch_max_batches)
-        self._apply(p, ready, now_ms)
+        batches = p.log.read(message.fetch_offset, self.config.fetch_max_batches) if read else ()
         return FetchResponse(message.request_id, message.tp, pb.NONE, batches,
-                             high_watermark=p.replica.high_watermark)
+                             high_watermark=p.replica.high_watermark, diverging_epoch=diverging)
 
     def _on_offset_for_leader_epoch(self, message: OffsetForLeaderEpoch
                                     ) -> OffsetForLeaderEpochResponse:
@@ -649,8 +682,9 @@ class SimBroker:
         try:
             if p is None:
                 raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
-            epoch, end_offset = p.replica.answer_offset_for_leader_epoch(
-                message.current_leader_epoch, message.leader_epoch)
+            epoch, end_offset = serve_offset_for_leader_epoch(
+                p, message.current_leader_epoch, message.leader_epoch, message.topic_id,
+                self.metadata_cache.topic_names_by_id())
         except TidewaterError as e:
             return OffsetForLeaderEpochResponse(message.request_id, message.tp, e.error_code)
         return OffsetForLeaderEpochResponse(message.request_id, message.tp, pb.NONE, epoch,
@@ -661,127 +695,64 @@ class SimBroker:
         try:
             if p is None:
                 raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION, f"{message.tp} not hosted")
-            leader_epoch = p.replica.check_append(acks=-1)
+            records = SimRecords(message.record_count, message.payload_id, p.topic_id)
+            # The append's base is the LEO before it (the wait may be answered from inside
+            # the append's Ready, so it knows its batch from the start).
+            base_offset = p.log.log_end_offset
+
+            def open_wait(partition: Partition, timeout_ms: int) -> Waiter:
+                waiter = Waiter(self._next_waiter_id, client, message.request_id, partition,
+                                base_offset, base_offset + message.record_count)
+                self._next_waiter_id += 1
+                self.waiters[waiter.waiter_id] = waiter
+                return waiter
+
+            append_as_leader(p, records, -1, message.timeout_ms, open_wait=open_wait,
+                             carrier=self.carrier, now_ms=now_ms, wall_now_ms=now_ms)
         except TidewaterError as e:
             self.counters["produce " + e.error_name] += 1
-            self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code),
-                       now_ms)
-            return
-        batch = p.log.append_as_leader(message.record_count, leader_epoch, message.payload_id,
-                                       p.topic_id)
-        self.hooks.log_changed(self, p.tp, p.log)
-        waiter_id = self._next_waiter_id
-        self._next_waiter_id += 1
-        p.waiters[waiter_id] = Waiter(client, message.request_id, batch.next_offset,
-                                      batch.base_offset)
-        ready = p.replica.on_local_append(p.log.log_end_offset, now_ms, waiter_id=waiter_id,
-                                          required_offset=batch.next_offset,
-                                          timeout_ms=message.timeout_ms)
-        self._apply(p, ready, now_ms)
+            self._send(client, ProduceResponse(message.request_id, message.tp, e.error_code))
 
     # -- follower side of replication
 
-    def _take_answer(self, p: PartitionReplica | None, request_id: int) -> bool:
-        """Is this the answer to the request in flight? (Else it timed out, is older, or its
-        replica is gone.)"""
-        if p is None or request_id != p.inflight_request_id:
-            return False
-        p.inflight_request_id = -1
-        return True
+    def _take_answer(self, p: Partition | None, request_id: int) -> Transport | None:
+        """The transport whose request in flight this answers, else None (it timed out, is
+        older, or its replica is gone)."""
+        if p is None:
+            return None
+        transport = self.transport.get(p.tp)
+        if transport is None or transport.partition is not p:
+            return None
+        if request_id != transport.inflight_request_id:
+            return None
+        transport.inflight_request_id = -1
+        return transport
 
     def _on_offset_for_leader_epoch_response(self, message: OffsetForLeaderEpochResponse,
                                              now_ms: int) -> None:
         p = self.partitions.get(message.tp)
-        if not self._take_answer(p, message.request_id):
+        transport = self._take_answer(p, message.request_id)
+        if p is None or transport is None:
             return
         if message.error != pb.NONE:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
+            transport.next_fetch_ms = now_ms + self.config.fetch_backoff_ms
         ready = p.replica.on_offset_for_leader_epoch_answer(
-            p.inflight_leader_epoch, message.error, (message.epoch, message.end_offset), now_ms)
-        self._apply(p, ready, now_ms)
+            transport.inflight_leader_epoch, message.error, (message.epoch, message.end_offset),
+            now_ms)
+        self._carry_out(p, ready)
 
     def _on_fetch_response(self, message: FetchResponse, now_ms: int) -> None:
         p = self.partitions.get(message.tp)
-        if not self._take_answer(p, message.request_id):
+        transport = self._take_answer(p, message.request_id)
+        if p is None or transport is None:
             return
         if message.error != pb.NONE or not message.batches:
-            p.next_fetch_ms = now_ms + self.config.fetch_backoff_ms  # no long-poll here
-        p.fetched = message.batches
+            transport.next_fetch_ms = now_ms + self.config.fetch_backoff_ms  # no long-poll
         ready = p.replica.on_fetch_answer(
-            p.inflight_leader_epoch, p.inflight_fetch_offset, message.error,
+            transport.inflight_leader_epoch, transport.inflight_fetch_offset, message.error,
             high_watermark=message.high_watermark, leader_log_start_offset=0,
             diverging_epoch=message.diverging_epoch, now_ms=now_ms)
-        self._apply(p, ready, now_ms)
-        p.fetched = ()
-
-    def _append_fetched(self, p: PartitionReplica) -> None:
-        """The part of the fetched batches from the LEO on (the real fetcher's fix-up)."""
-        log = p.log
-        batches = p.fetched
-        for i, batch in enumerate(batches):
-            if batch.next_offset <= log.log_end_offset:
-                continue
-            if batch.base_offset < log.log_end_offset:
-                log.truncate_to(batch.base_offset)  # our batch boundaries differ there
-                if log.log_end_offset != batch.base_offset:
-                    return
-            log.append_as_follower(batches[i:])
-            return
-
-    # ------------------------------------------------------------------ carrying out a Ready
-
-    def _apply(self, p: PartitionReplica, ready: Ready, now_ms: int) -> None:
-        log = p.log
-        for op in ready.persist:
-            if isinstance(op, AssignEpoch):
-                log.leader_epoch_cache.assign(op.epoch, op.start_offset)
-            elif isinstance(op, Truncate):
-                if op.offset < log.log_end_offset:
-                    self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} "
-                                             f"truncate {log.log_end_offset} -> {op.offset}")
-                log.truncate_to(op.offset)
-            elif isinstance(op, AppendFetched):
-                self._append_fetched(p)
-            elif isinstance(op, TruncateFully):
-                raise AssertionError("the simulation has no retention: nothing to start past")
-            self.hooks.log_changed(self, p.tp, log)
-        if isinstance(ready.fetch, Follow | StopFetching):
-            p.inflight_request_id = -1  # answers to the old assignment are not taken
-            p.next_fetch_ms = now_ms
-        if ready.alter_partition is not None:
-            request = ready.alter_partition
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {p.tp[0]}-{p.tp[1]} propose ISR "
-                                     f"{request.new_isr}")
-            call_id = self._call(pb.AlterPartitionRequest(
-                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                control_token=self.control_token,
-                items=[pb.AlterPartitionItem(topic=p.tp.topic, partition=p.tp.partition,
-                                             leader_epoch=request.leader_epoch,
-                                             partition_epoch=request.partition_epoch,
-                                             new_isr=list(request.new_isr),
-                                             new_isr_broker_epochs=list(request.broker_epochs))]),
-                ("alter", p.tp, p), now_ms)
-            p.alter_inflight = (request.alter_id, call_id, now_ms)
-        if ready.report_corrupt is not None:
-            raise AssertionError("the simulation corrupts no batch")
-        if ready.leadership_changed and p.replica.is_leader:
-            self.hooks.became_leader(self, p, now_ms)
-        if p.replica.is_leader and (ready.high_watermark_moved or ready.leadership_changed):
-            self.hooks.observe_leader_hw(self, p, now_ms)
-        for waiter_id, code in ready.completed:
-            self._answer_produce(p, p.waiters.pop(waiter_id), code, now_ms)
-        self.counters.update(ready.counters)
-        for line in ready.notes + ready.alarms:
-            self.hooks.trace(now_ms, f"broker {self.broker_id}: {line}")
-        if ready.error != pb.NONE:
-            self.counters["refused " + pb.ErrorCode.Name(ready.error)] += 1
-
-    def _answer_produce(self, p: PartitionReplica, waiter: Waiter, error: int, now_ms: int) -> None:
-        self.counters["produce " + pb.ErrorCode.Name(error)] += 1
-        if error in (pb.NONE, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND):
-            self.hooks.produce_acknowledged(self, p, waiter, now_ms)
-        self._send(waiter.client, ProduceResponse(waiter.request_id, p.tp, error,
-                                                  waiter.base_offset), now_ms)
+        self._carry_out(p, ready, fetched=message.batches)
 
     # ------------------------------------------------------------------ helpers
 
@@ -789,18 +760,14 @@ class SimBroker:
         self._next_request_id += 1
         return self._next_request_id
 
-    def _send(self, dst: int, message, now_ms: int) -> None:
-        self.network.send(self.broker_id, dst, message, now_ms)
+    def _send(self, dst: int, message: Any) -> None:
+        self.network.send(self.broker_id, dst, message, self.now_ms)
 
 
-def taken_before_registration(*, registered_epoch: int, controller_epoch_seen: int,
-                              request_controller_epoch: int, request_broker_epoch: int | None,
-                              token_matches: bool) -> int | None:
-    """A broken variant: the rule broker/replicas/control.py had before the simulation found it
-    wrong (seeds 157, 172): requests taken before the registration is answered, and a
-    broker epoch checked only when both are known (-1 a wildcard)."""
-    if request_controller_epoch < controller_epoch_seen:
-        return pb.STALE_CONTROLLER_EPOCH
-    if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
-        return pb.STALE_BROKER_EPOCH
-    return None
+def _no_long_polls(tp: TopicPartition, leadership_changed: bool, high_watermark_moved: bool,
+                   appended: bool) -> None:
+    """The simulation's fetches do not long-poll: nobody to wake."""
+
+
+def _ignore(value: int) -> None:
+    pass

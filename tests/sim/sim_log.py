@@ -12,6 +12,12 @@ batches), like a torn write after power loss; the epoch cache, which the real
 broker fsyncs on every change, survives and is truncated to the recovered LEO
 as log recovery does. Truncation is durable (Kafka truncates files and
 fsyncs the epoch checkpoint).
+
+The broker's own shell writes to it (``Partition.persist``, ``append_as_leader``):
+it offers the operations of ``storage.Log`` that those use, with batches in
+place of bytes. A ``DiskFaults`` makes them fail as a failing disk does
+(``KafkaStorageError``, nothing changed): appends, truncations, epoch-cache
+writes and flushes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import random
 from typing import NamedTuple
 
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.proto.errors import KafkaStorageError
 from tidewater.proto.topic_id import topic_id_to_text
 
 
@@ -36,6 +43,17 @@ class Batch(NamedTuple):
     def next_offset(self) -> int:
         return self.last_offset + 1
 
+    # what the produce path reads of an append (storage.Log's AppendInfo)
+    @property
+    def first_offset(self) -> int:
+        return self.base_offset
+
+    @property
+    def record_count(self) -> int:
+        return self.next_offset - self.base_offset
+
+    duplicate = False
+
     def __repr__(self) -> str:
         return (f"Batch({self.base_offset}..{self.last_offset} epoch {self.epoch} payload "
                 f"{self.payload_id} of {_id_text(self.topic_id)})")
@@ -45,10 +63,53 @@ class LogInvariantError(AssertionError):
     """The log broke its own format invariants (a bug in the caller)."""
 
 
+class SimRecords(NamedTuple):
+    """What a produce request carries, for the simulation's log."""
+
+    record_count: int
+    payload_id: int
+    topic_id: bytes  # the incarnation the producer meant (the leader's)
+
+    def __len__(self) -> int:
+        return self.record_count
+
+
+class DiskFaults:
+    """A disk that sometimes fails a write: each kind of write fails with its probability,
+    before anything of it is written (``KafkaStorageError``)."""
+
+    KINDS = ("append", "truncate", "epoch", "flush", "checkpoint")
+
+    def __init__(self, rng: random.Random, probabilities: dict[str, float]):
+        self.rng = rng
+        self.probabilities = probabilities
+        self.failed: dict[str, int] = dict.fromkeys(self.KINDS, 0)
+
+    def check(self, kind: str) -> None:
+        p = self.probabilities.get(kind, 0.0)
+        if p and self.rng.random() < p:
+            self.failed[kind] += 1
+            raise KafkaStorageError(f"simulated I/O error: {kind}")
+
+
+class _EpochCacheOnDisk:
+    """The log's epoch cache as the shell writes it: an assign may fail like a write."""
+
+    def __init__(self, log: SimLog):
+        self._log = log
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        self._log._fail("epoch")
+        self._log.cache.assign(epoch, start_offset)
+
+    def __getattr__(self, name: str):
+        return getattr(self._log.cache, name)
+
+
 class SimLog:
     _serials = itertools.count()
 
-    def __init__(self, topic_id: bytes | None = b"") -> None:
+    def __init__(self, topic_id: bytes | None = b"", faults: DiskFaults | None = None) -> None:
         self.serial = next(self._serials)  # tells log objects apart (ids get reused)
         self.topic_id = topic_id  # partition.metadata (None: a log made before topic IDs)
         self.hw_checkpoint = 0  # this log's line in replication-offset-checkpoint
@@ -60,34 +121,48 @@ class SimLog:
         self._checked_count = 0
         self._checked_topic_id: bytes | None = None
         self._epoch_changes: list[tuple[int, int]] = []
+        self.faults = faults
+        self.config = None  # the LogConfig the shell gave it (the simulation reads none)
 
     # The LogView the replication core reads (tidewater.broker.replication.replica): the
     # simulation has no retention, so the log always starts at 0.
     log_start_offset = 0
 
     @property
-    def leader_epoch_cache(self) -> LeaderEpochCache:
-        return self.cache
+    def leader_epoch_cache(self) -> _EpochCacheOnDisk:
+        return _EpochCacheOnDisk(self)
+
+    def _fail(self, kind: str) -> None:
+        if self.faults is not None:
+            self.faults.check(kind)
+
+    _empty_end_offset = 0  # the LEO of an empty log
 
     @property
     def log_end_offset(self) -> int:
-        return self.batches[-1].next_offset if self.batches else 0
+        return self.batches[-1].next_offset if self.batches else self._empty_end_offset
 
     @property
     def latest_epoch(self) -> int:
         return self.cache.latest_epoch
 
-    def append_as_leader(self, record_count: int, epoch: int, payload_id: int,
-                         topic_id: bytes | None = None) -> Batch:
-        """``topic_id``: the incarnation the leader appends to (default: the log's)."""
+    def append_as_leader(self, records: SimRecords, leader_epoch: int, now_ms: int) -> Batch:
+        """``records.topic_id``: the incarnation the leader appends to."""
+        self._fail("append")
         base = self.log_end_offset
-        tag = self.topic_id if topic_id is None else topic_id
-        batch = Batch(base, base + record_count - 1, epoch, payload_id, tag or b"")
-        self.cache.assign(epoch, base)
+        batch = Batch(base, base + records.record_count - 1, leader_epoch, records.payload_id,
+                      records.topic_id or b"")
+        self.cache.assign(leader_epoch, base)
         self.batches.append(batch)
         return batch
 
-    def append_as_follower(self, batches: tuple[Batch, ...]) -> None:
+    @staticmethod
+    def batch_bounds(batches: tuple[Batch, ...]) -> list[tuple[int, int, int]]:
+        """(position, base offset, next offset) of each batch of a fetched chunk."""
+        return [(i, b.base_offset, b.next_offset) for i, b in enumerate(batches)]
+
+    def append_as_follower(self, batches: tuple[Batch, ...], now_ms: int = 0) -> None:
+        self._fail("append")
         for batch in batches:
             if batch.base_offset != self.log_end_offset:
                 raise LogInvariantError(
@@ -102,6 +177,7 @@ class SimLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding an offset >= ``offset`` (a batch is never split)."""
+        self._fail("truncate")
         keep = self._index_of_batch_containing(offset)
         if keep < len(self.batches):
             del self.batches[keep:]
@@ -110,7 +186,21 @@ class SimLog:
         self.cache.truncate_from_end(self.log_end_offset)
         self.flushed_offset = min(self.flushed_offset, self.log_end_offset)
 
+    def truncate_fully_and_start_at(self, start_offset: int) -> None:
+        """Drop everything and start at ``start_offset`` (a follower behind a leader's log
+        start: storage.Log's rule). The simulation has no retention, so the core asks for
+        it only if it breaks."""
+        self._fail("truncate")
+        if self.batches:
+            self.batches.clear()
+            self.truncations += 1
+        self.log_start_offset = start_offset
+        self._empty_end_offset = start_offset
+        self.cache.clear()
+        self.flushed_offset = start_offset
+
     def flush(self) -> None:
+        self._fail("flush")
         self.flushed_offset = self.log_end_offset
 
     def crash(self, rng: random.Random) -> int:
@@ -147,7 +237,8 @@ class SimLog:
             self._checked_truncations = self.truncations
             self._checked_topic_id = expected_topic_id
             self._checked_count, self._epoch_changes = 0, []
-        expected = self.batches[self._checked_count - 1].next_offset if self._checked_count else 0
+        expected = (self.batches[self._checked_count - 1].next_offset if self._checked_count
+                    else self.log_start_offset)
         last_epoch = self._epoch_changes[-1][0] if self._epoch_changes else -1
         for batch in self.batches[self._checked_count:]:
             if batch.base_offset != expected or batch.last_offset < batch.base_offset:

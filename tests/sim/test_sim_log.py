@@ -5,20 +5,24 @@ import random
 import pytest
 
 from .network import Network
-from .sim_log import Batch, LogInvariantError, SimLog
+from .sim_log import Batch, LogInvariantError, SimLog, SimRecords
+
+
+def append(log, count, epoch, payload_id):
+    return log.append_as_leader(SimRecords(count, payload_id, b""), epoch, 0)
 
 
 def log_with(*epochs_and_counts):
     log = SimLog()
     for payload_id, (epoch, count) in enumerate(epochs_and_counts, start=1):
-        log.append_as_leader(count, epoch, payload_id)
+        append(log, count, epoch, payload_id)
     return log
 
 
 def test_crash_keeps_the_flushed_prefix_and_truncates_the_cache():
     log = log_with((0, 2), (0, 1))
     log.flush()
-    log.append_as_leader(3, 1, 9)  # epoch 1 from offset 3, unflushed
+    append(log, 3, 1, 9)  # epoch 1 from offset 3, unflushed
     outcomes = set()
     for seed in range(20):
         copy = SimLog()

@@ -15,17 +15,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replication.follower import TruncationStep
 from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import IdentityAction
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
 from tidewater.controller.state_machine import Tx
+from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import KafkaStorageError
 
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER
-from .sim_broker import LEADER, BrokerConfig
+from .sim_broker import BrokerConfig
 
 SEEDS = range(40)
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -206,14 +208,28 @@ def with_topic_recreation(config):
     return replace(config, recreate_per_s=1.0, controller_crash_per_s=0.3)
 
 
+class TakesRequestsBeforeRegistration(ControlRequests):
+    """Broken start-up order (the rule broker/replicas/control.py had before the simulation
+    found it wrong, seeds 157 and 172): controller requests are taken before the
+    registration is answered, and a broker epoch is checked only when both are known (-1 a
+    wildcard). A restarted process then applies a LeaderAndIsr meant for its previous
+    incarnation, which may have lost records in the crash."""
+
+    @staticmethod
+    def _request_refusal(*, registered_epoch, controller_epoch_seen, request_controller_epoch,
+                         request_broker_epoch, token_matches):
+        if request_controller_epoch < controller_epoch_seen:
+            return pb.STALE_CONTROLLER_EPOCH
+        if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
+            return pb.STALE_BROKER_EPOCH
+        return None
+
+
 def before_registration(config):
-    """The broker shell as broker/replicas/control.py was before the simulation found it wrong:
-    controller requests taken before the registration is answered (see BrokerConfig),
-    under frequent crashes, cuts and quick restarts (the interleaving needs a restarted
-    process to meet a request meant for its previous one)."""
+    """Frequent crashes, cuts and quick restarts: the interleaving that needs a restarted
+    process to meet a request meant for its previous one."""
     return replace(config, crash_per_broker_per_s=1.0, cut_per_s=1.0,
-                   restart_delay_ms=(20, 200),
-                   broker=replace(config.broker, controller_requests_before_registration=True))
+                   restart_delay_ms=(20, 200))
 
 
 # (the rule it breaks, the variant's Simulation arguments, how seeds are set up); the seed
@@ -252,8 +268,10 @@ def test_requests_taken_before_registration_are_caught():
     """broker/replicas/control.py before: a restarted broker, not registered yet, applies a
     LeaderAndIsr meant for its previous incarnation (whose unflushed records the crash
     took) and leads with a log that lacks committed records; followers truncate them.
-    The product passes the same set-up (seeds 0..199 checked when this was written)."""
-    seed, message = first_safety_failure(range(100, 200), {}, before_registration)
+    The product passes the same set-up (seeds 0..199 checked when this was written);
+    seed 95 catches it."""
+    seed, message = first_safety_failure(
+        range(200), {"control_base": TakesRequestsBeforeRegistration}, before_registration)
     assert seed is not None, "taking controller requests before registration went unnoticed"
     print(f"controller requests before registration: caught by seed {seed}: "
           f"{message.splitlines()[0]}")
@@ -452,7 +470,7 @@ def test_fast_leader_bounces_keep_both_logs_equal():
     for written, (leos, equal, acked) in enumerate(snapshots, start=1):
         assert equal and leos == [written, written], snapshots
         assert acked == written
-    assert any(b.partitions[tp].role == LEADER for b in sim.brokers.values() if tp in b.partitions)
+    assert any(b.partitions[tp].is_leader for b in sim.brokers.values() if tp in b.partitions)
 
 
 def test_default_config_is_valid():
@@ -603,3 +621,13 @@ def test_recreated_topic_starts_empty_on_a_broker_that_missed_the_delete():
         assert [(b.payload_id, b.topic_id) for b in log.batches] == [(6, topic_id)]
     assert (result.counters.get("stray replicas removed", 0)
             + result.counters.get("log identity replace", 0)) >= 1
+
+
+def test_follower_of_a_recreated_topic_is_not_fenced_by_the_old_incarnation():
+    """Seed 48 (found once the simulation ran the broker's own shell): broker 3 followed the
+    new incarnation of t-1 while its leader still held the old one in leader epoch 1. The
+    OffsetForLeaderEpoch named no incarnation, the old replica answered FENCED_LEADER_EPOCH
+    and broker 3 waited for a LeaderAndIsr that never came: the ISR never recovered. The
+    request now names the incarnation; the old replica answers INCONSISTENT_TOPIC_ID."""
+    result = Simulation(48).run()
+    assert result.topic_incarnations > 1

@@ -277,6 +277,33 @@ async def test_fetches_naming_another_incarnation_are_refused(tmp_path):
     await rm.stop()
 
 
+async def test_offset_for_leader_epoch_answers_only_for_the_incarnation_it_names(tmp_path):
+    """A leader still holding another incarnation of the name must not answer the follower
+    of the new one from the old one's epochs: FENCED_LEADER_EPOCH would park that follower
+    until its next LeaderAndIsr, which may never come (simulation seed 48 found it)."""
+    rm = trusting(tmp_path)
+    await rm.leader_and_isr(lai(leader_epoch=5, isr=(1,)))
+    await rm.produce(produce(acks=1, records=make_batch(2)))
+    await rm.update_metadata(pb.UpdateMetadataRequest(
+        controller_epoch=1, cluster_id=CLUSTER_ID, metadata_offset=0, partitions=[
+            pb.PartitionState(topic=t, partition=0, leader=1, replicas=[1, 2], isr=[1],
+                              topic_id=i) for t, i in (("orders", X), ("payments", Y))]))
+
+    def ask(topic_id):
+        return rm.offset_for_leader_epoch(pb.OffsetForLeaderEpochRequest(
+            replica_id=2, partitions=[pb.OffsetForLeaderEpochPartition(
+                topic=TP.topic, partition=0, current_leader_epoch=0, leader_epoch=0,
+                topic_id=topic_id)])).partitions[0].error_code
+
+    # The follower of a new incarnation is in its epoch 0: the old one's epoch 5 fences it
+    # only when no incarnation is named (older followers).
+    assert ask(b"") == pb.FENCED_LEADER_EPOCH
+    assert ask(X) == pb.FENCED_LEADER_EPOCH
+    assert ask(Z) == pb.UNKNOWN_TOPIC_ID
+    assert ask(Y) == pb.INCONSISTENT_TOPIC_ID
+    await rm.stop()
+
+
 async def test_stop_replica_deletes_only_the_incarnation_it_names(tmp_path):
     rm = trusting(tmp_path)
     await rm.leader_and_isr(lai())
