@@ -22,8 +22,8 @@ from tidewater.broker.control import partition_state
 from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.isr")
 

@@ -38,8 +38,8 @@ from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto.errors import TidewaterError
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.background")
 

@@ -55,11 +55,11 @@ from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import FollowerPhase
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError, code_name
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.fetcher")
@@ -190,7 +190,7 @@ class LeaderFetcher:
                 if timeout is None and stub is None:
                     timeout = backoff_s
                 try:
-                    async with asyncio.timeout(timeout):  # not wait_for: see supervisor.py
+                    async with asyncio.timeout(timeout):  # not wait_for: see proto/supervisor.py
                         await self._changed.wait()
                 except TimeoutError:
                     pass

@@ -43,9 +43,9 @@ from tidewater.broker.security import BrokerSecurity
 from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build_server
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import code_name
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
 log = logging.getLogger("tidewater.broker")

@@ -45,9 +45,9 @@ from tidewater.broker.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import UnknownTopicOrPartitionError
+from tidewater.proto.supervisor import TaskSupervisor
 
 __all__ = ["ReplicaManager", "produce_error_response"]
 
@@ -55,7 +55,7 @@ __all__ = ["ReplicaManager", "produce_error_response"]
 class ReplicaManager:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
-                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
+                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor,
                  report_corrupt_replica: CorruptReportRpc | None = None,
                  control_token: Callable[[], bytes] = lambda: b"",
                  channel_credentials=None, allocate_producer_ids: AllocateRpc | None = None):
@@ -67,7 +67,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.metrics = metrics
-        self.supervisor = supervisor or TaskSupervisor()
+        self.supervisor = supervisor
         self.partitions: dict[TopicPartition, Partition] = {}
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)

@@ -17,10 +17,10 @@ from tests.unit.test_broker_replica_manager import make_manager, serve
 from tidewater.broker import __main__ as broker_main
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.process import BrokerProcess
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.supervisor import TaskSupervisor
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +40,7 @@ async def test_a_task_that_dies_is_fatal_and_a_cancelled_one_is_not(caplog):
     cancelled.cancel()
     await asyncio.gather(cancelled, return_exceptions=True)
     assert failures == [] and supervisor.failure is None
-    with caplog.at_level(logging.CRITICAL, logger="tidewater.broker.supervisor"):
+    with caplog.at_level(logging.CRITICAL, logger="tidewater.supervisor"):
         died = supervisor.spawn(dies(), "dies")
         await asyncio.gather(died, return_exceptions=True)
         await asyncio.sleep(0)
