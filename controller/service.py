@@ -112,7 +112,7 @@ from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import InvariantViolation, TidewaterError
 from tidewater.proto.tls import Principal, principal_of
 
 log = logging.getLogger(__name__)
@@ -203,9 +203,12 @@ class ControllerService(pb_grpc.ControllerServicer):
         principal = self._principal(context)  # read once per stream
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
-        assert task is not None  # grpc.aio runs each handler in a task
+        if task is None:
+            raise InvariantViolation("BrokerHeartbeats outside a task (grpc.aio runs each in one)")
         self._streams.add(task)
         requests = aiter(request_iterator)
+        # Not background tasks: this handler's children, awaited below and cancelled in
+        # its finally; what they raise is raised here (read.result()).
         closing = asyncio.ensure_future(self._closing.wait())
         read: asyncio.Future[pb.BrokerHeartbeatRequest | None] | None = None
         try:
