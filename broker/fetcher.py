@@ -149,7 +149,8 @@ class LeaderFetcher:
         if endpoint != self._endpoint:
             self._drop_stream()
             if self._channel is not None:
-                asyncio.ensure_future(self._channel.close())
+                self.manager.supervisor.spawn(self._channel.close(),
+                                              f"close-channel-{self.leader_id}")
             limit = self.manager.config.socket_request_max_bytes
             self._channel = open_aio_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
                                          self.manager.channel_credentials)

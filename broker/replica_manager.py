@@ -96,7 +96,7 @@ class ReplicaManager:
         # Damaged batches the reads and the scrub find: logged and counted once.
         self.corruption = CorruptionReporter(
             lambda how: metrics.corrupt_batches.labels(how).inc())
-        self.producer_ids = ProducerIdManager(allocate_producer_ids)
+        self.producer_ids = ProducerIdManager(allocate_producer_ids, self.supervisor)
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
                                     acks_waits=self.acks_waits, metrics=metrics)
         self.fetcher_path = FetchPath(

@@ -21,6 +21,7 @@ from tidewater.broker.storage.log import ReadResult
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.records import decode_records, encode_batch
+from tidewater.proto.supervisor import TaskSupervisor
 
 pytestmark = pytest.mark.timeout(30)
 PARTITIONS = 2
@@ -93,8 +94,10 @@ def make_coordinator(rm: FakeReplicaManager) -> GroupCoordinator:
                              offsets_topic_replication_factor=1,
                              offsets_commit_timeout_ms=1000, offsets_retention_minutes=60,
                              offsets_retention_check_interval_ms=1000)
+    # A task that dies is logged at CRITICAL and kept in ``supervisor.failure``.
+    supervisor = TaskSupervisor(on_fatal=lambda error: None)
     return GroupCoordinator(replica_manager=rm, metadata_cache=FakeMetadata(), controller=None,
-                            config=config)
+                            config=config, supervisor=supervisor)
 
 
 def commit(coordinator, offset: int):
