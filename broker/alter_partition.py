@@ -23,6 +23,7 @@ from tidewater.broker.partition import Partition
 from tidewater.broker.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.isr")
@@ -89,6 +90,8 @@ class AlterPartitionSender:
         a request-level error, no result); then the core's Ready carried out."""
         try:
             response = await call()
+        except InvariantViolation:
+            raise  # a bug: the supervisor stops the broker
         except Exception as e:  # the controller may be gone: not an answer
             log.info("%s %s: no answer (%s)", rpc_name, partition.tp, type(e).__name__)
             response = None

@@ -86,6 +86,7 @@ class BrokerProcess:
         c.data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        self.supervisor.watch_callbacks(loop)  # a broken invariant in a timer stops it too
         manager = LogManager(
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
@@ -235,5 +236,6 @@ class BrokerProcess:
             self.log_manager.shutdown()
         if channel is not None:
             await channel.close()
+        await self.supervisor.stop()  # what is left (none after the replica manager's stop)
         self.metrics.stop()
         log.info("broker %d stopped", c.broker_id)

@@ -142,6 +142,7 @@ class ControllerServer:
         self.metrics.on_commit(self.machine, effects)
 
     async def start(self) -> None:
+        self.supervisor.watch_callbacks(asyncio.get_running_loop())
         tls = self.config.tls.load() if self.config.tls is not None else None
         self.metadata_log = MetadataLog.open(self.config.data_dir)
         self.senders = BrokerSenders(

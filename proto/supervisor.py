@@ -19,7 +19,10 @@ awaits the cancelled task waits forever.
 
 ``fail`` does the same for an invariant violation (``errors.InvariantViolation``)
 caught at a request boundary: the process stops rather than answer
-UNKNOWN_SERVER_ERROR and go on.
+UNKNOWN_SERVER_ERROR and go on. ``watch_callbacks`` covers what runs outside
+any task (a timer, a done-callback, ``call_soon_threadsafe``): asyncio would
+only log what such a callback raises; an ``InvariantViolation`` there is fatal
+too.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from tidewater.proto.errors import InvariantViolation
 
 log = logging.getLogger("tidewater.supervisor")
 T = TypeVar("T")
@@ -43,6 +48,7 @@ class TaskSupervisor:
         self.process = process
         self.failure: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._watched: tuple[asyncio.AbstractEventLoop, Any] | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -67,12 +73,35 @@ class TaskSupervisor:
             log.critical("stopping the %s after: %r", self.process, error)
             self.on_fatal(error)
 
+    def watch_callbacks(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make an ``InvariantViolation`` raised in one of ``loop``'s plain callbacks fatal
+        (the loop's exception handler; others go on to the handler there was). ``stop``
+        puts that one back."""
+        previous = loop.get_exception_handler()
+        self._watched = (loop, previous)
+
+        def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            error = context.get("exception")
+            if isinstance(error, InvariantViolation):
+                log.critical("%s: %s: %r", self.process, context.get("message"), error,
+                             exc_info=error)
+                self.fail(error)
+            elif previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+        loop.set_exception_handler(handle)
+
     async def stop(self) -> None:
         """Cancel every task still running and wait for them."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._watched is not None:
+            loop, previous = self._watched
+            self._watched = None
+            loop.set_exception_handler(previous)
 
     @property
     def running(self) -> int:
