@@ -44,7 +44,7 @@ from tidewater.broker.server import BrokerControlServicer, BrokerServicer, build
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import code_name
+from tidewater.proto.errors import InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
@@ -181,7 +181,8 @@ class BrokerProcess:
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
         host, port = advertise
-        assert self.controller_channel is not None
+        if self.controller_channel is None:
+            raise InvariantViolation("a Kafka listener before the controller channel")
         self.controller_channel.listeners.append(
             pb.Listener(name=name, host=host, port=port or bound))
         sasl = ",".join(c.security.sasl_mechanisms)
@@ -195,7 +196,8 @@ class BrokerProcess:
         """What a topic that sets nothing gets here: the broker's log defaults, its
         replication settings (cleanup.policy and the cleaner's settings are log settings)."""
         c = self.config
-        assert self.log_manager is not None
+        if self.log_manager is None:
+            raise InvariantViolation("topic config defaults before the log manager")
         return {**self.log_manager.default_config.to_configs(),
                 "min.insync.replicas": str(c.min_insync_replicas),
                 "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower()}

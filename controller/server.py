@@ -137,7 +137,8 @@ class ControllerServer:
         self._stopping = False
 
     def _on_commit(self, effects: Effects) -> None:
-        assert self.senders is not None  # made in start(), before the owner that calls this
+        if self.senders is None:  # made in start(), before the owner that calls this
+            raise InvariantViolation("a commit before the senders were made")
         self.senders.on_commit(effects)
         self.metrics.on_commit(self.machine, effects)
 
@@ -219,7 +220,8 @@ class ControllerServer:
         interval_s = min(SESSION_CHECK_INTERVAL_MS_MAX,
                          self.config.broker_session_timeout_ms // 10 or 1) / 1000
         owner = self.owner
-        assert owner is not None  # the timers start after the owner
+        if owner is None:  # the timers start after the owner
+            raise InvariantViolation("the session timer before the owner")
         while True:
             await asyncio.sleep(interval_s)
             if self._stopping:
@@ -237,7 +239,8 @@ class ControllerServer:
 
     async def _preferred_leader_timer(self) -> None:
         owner = self.owner
-        assert owner is not None  # the timers start after the owner
+        if owner is None:  # the timers start after the owner
+            raise InvariantViolation("the preferred-leader timer before the owner")
         while True:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
             try:

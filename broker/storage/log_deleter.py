@@ -49,7 +49,8 @@ class LogDirDeleter:
     def submit(self, path: Path) -> None:
         """Queue ``path`` (a ``-delete`` directory) for removal."""
         path = Path(path)
-        assert path.name.endswith(DELETE_DIR_SUFFIX), f"not a -delete directory: {path}"
+        if not path.name.endswith(DELETE_DIR_SUFFIX):
+            raise InvariantViolation(f"not a -delete directory: {path}")
         with self._cond:
             if self.failure is not None:
                 raise RuntimeError("the log deleter died") from self.failure
