@@ -171,7 +171,8 @@ class KafkaListener:
                 await sender
             except (asyncio.CancelledError, ConnectionError):
                 pass
-            connection.close()
+            finally:
+                connection.close()
 
     async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
                              connection: ConnectionSecurity | None) -> None:
