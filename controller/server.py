@@ -162,6 +162,7 @@ class ControllerServer:
         self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
                                            interceptors=[InvariantBoundary(self.supervisor)])
         self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
+                                         supervisor=self.supervisor,
                                          authenticating=tls is not None)
         pb_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
         try:
