@@ -55,6 +55,7 @@ async def _serve(config) -> int:
         await process.shutdown()
         return 1
     tune_gc()
+    # Not background tasks: two waits on events, awaited at once and cancelled after.
     stopped = asyncio.ensure_future(stop.wait())
     fatal = asyncio.ensure_future(process.fatal.wait())
     await asyncio.wait({stopped, fatal}, return_when=asyncio.FIRST_COMPLETED)

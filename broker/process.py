@@ -47,9 +47,9 @@ from tidewater.broker.servicers.grpc_server import (
 from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import code_name
+from tidewater.proto.errors import InvariantViolation, code_name
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
 log = logging.getLogger("tidewater.broker")
@@ -90,6 +90,7 @@ class BrokerProcess:
         c.data_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         loop = asyncio.get_running_loop()
+        self.supervisor.watch_callbacks(loop)  # a broken invariant in a timer stops it too
         manager = LogManager(
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
@@ -184,7 +185,8 @@ class BrokerProcess:
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
         host, port = advertise
-        assert self.controller_channel is not None
+        if self.controller_channel is None:
+            raise InvariantViolation("a Kafka listener before the controller channel")
         self.controller_channel.listeners.append(
             pb.Listener(name=name, host=host, port=port or bound))
         sasl = ",".join(c.security.sasl_mechanisms)
@@ -198,7 +200,8 @@ class BrokerProcess:
         """What a topic that sets nothing gets here: the broker's log defaults, its
         replication settings (cleanup.policy and the cleaner's settings are log settings)."""
         c = self.config
-        assert self.log_manager is not None
+        if self.log_manager is None:
+            raise InvariantViolation("topic config defaults before the log manager")
         return {**self.log_manager.default_config.to_configs(),
                 "min.insync.replicas": str(c.min_insync_replicas),
                 "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower()}
@@ -239,5 +242,6 @@ class BrokerProcess:
             self.log_manager.shutdown()
         if channel is not None:
             await channel.close()
+        await self.supervisor.stop()  # what is left (none after the replica manager's stop)
         self.metrics.stop()
         log.info("broker %d stopped", c.broker_id)

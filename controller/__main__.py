@@ -68,6 +68,7 @@ async def serve(config: ControllerConfig) -> int:
     try:
         await server.start()
         print(f"controller listening on port {server.port}", flush=True)  # for scripts and tests
+        # Not background tasks: two waits on events, awaited at once and cancelled after.
         waiters = [asyncio.ensure_future(stop_requested.wait()),
                    asyncio.ensure_future(server.stopped.wait())]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -77,7 +78,11 @@ async def serve(config: ControllerConfig) -> int:
             log.info("signal received: shutting down")
     finally:
         await server.stop()
-    return 1 if server.failure is not None else 0
+    if server.failure is not None:
+        print(f"tide-controller: stopped after a fatal error: {server.failure!r}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

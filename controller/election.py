@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 
 NO_LEADER = -1
 
@@ -68,14 +69,21 @@ class PartitionRecord:
     topic_id: bytes = b""
 
     def __post_init__(self) -> None:
-        # Invariants every record must keep; a violation is a programmer error.
-        assert len(self.topic_id) in (0, 16), f"{self.topic}-{self.partition}: bad topic id"
-        assert self.replicas, f"{self.topic}-{self.partition}: no replicas"
-        assert len(set(self.replicas)) == len(self.replicas), f"duplicate replicas {self.replicas}"
-        assert self.isr, f"{self.topic}-{self.partition}: empty ISR"
-        assert set(self.isr) <= set(self.replicas), f"ISR {self.isr} not in replicas {self.replicas}"
-        assert self.leader == NO_LEADER or self.leader in self.isr, (
-            f"{self.topic}-{self.partition}: leader {self.leader} not in ISR {self.isr}")
+        # Invariants every record must keep; a violation is a programmer error (at replay,
+        # ClusterMetadata.apply calls it a corrupt record instead).
+        name = f"{self.topic}-{self.partition}"
+        if len(self.topic_id) not in (0, 16):
+            raise InvariantViolation(f"{name}: bad topic id")
+        if not self.replicas:
+            raise InvariantViolation(f"{name}: no replicas")
+        if len(set(self.replicas)) != len(self.replicas):
+            raise InvariantViolation(f"{name}: duplicate replicas {self.replicas}")
+        if not self.isr:
+            raise InvariantViolation(f"{name}: empty ISR")
+        if not set(self.isr) <= set(self.replicas):
+            raise InvariantViolation(f"{name}: ISR {self.isr} not in replicas {self.replicas}")
+        if self.leader != NO_LEADER and self.leader not in self.isr:
+            raise InvariantViolation(f"{name}: leader {self.leader} not in ISR {self.isr}")
 
     @property
     def offline(self) -> bool:

@@ -13,7 +13,10 @@ Step 2 runs on the event loop on purpose: no other coroutine (a sender
 building a LeaderAndIsr, say) can run between step 1 and the end of the fsync,
 so nothing outside this task ever sees a state that is not durable yet.
 
-A command that raises before appending anything fails only its caller. A
+A command that raises before appending anything fails only its caller,
+unless what it raised is an ``InvariantViolation``: a bug in the state machine
+is never handed to a caller to answer, it ends ``run`` (the caller gets
+``OwnerStoppedError``) and the task's supervisor stops the controller. A
 command that raises after appending, or a failed write, leaves the image ahead
 of the disk. Then, still inside the same synchronous call (no await, so no
 other coroutine runs in between), the owner
@@ -39,7 +42,7 @@ from typing import Any, NoReturn, TypeVar
 from tidewater.controller.metadata import ClusterMetadata
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
-from tidewater.proto.errors import KafkaStorageError
+from tidewater.proto.errors import InvariantViolation, KafkaStorageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,8 +158,10 @@ class MetadataOwner:
                     continue
                 try:
                     result = self._execute(command)
-                except ImageAheadOfDiskError as e:
-                    future.set_exception(OwnerStoppedError(f"metadata owner failed: {e}"))
+                except (ImageAheadOfDiskError, InvariantViolation) as e:
+                    # Fatal for the process, not an answer: the supervisor stops it.
+                    if not future.cancelled():
+                        future.set_exception(OwnerStoppedError(f"metadata owner failed: {e!r}"))
                     raise
                 except Exception as e:
                     if not future.cancelled():

@@ -30,6 +30,10 @@ fails, the owner poisons the image and the process's fatal hook calls
 cancelled where it waits, and a round that would read the image after that
 meets ``ImagePoisonedError`` instead. A request already handed to gRPC was
 built before the failure, from durable state.
+
+Every sender task (and the close of a replaced sender) runs under the
+controller's ``TaskSupervisor``: a sender that dies would silently starve its
+broker, so its death stops the controller.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from tidewater.controller.metadata import ImagePoisonedError
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger(__name__)
@@ -66,9 +71,8 @@ def channel_options(config: ControllerConfig) -> list[tuple[str, int]]:
 
 class BrokerSender:
     def __init__(self, machine: ControllerStateMachine, broker_id: int, broker_epoch: int,
-                 target: str, config: ControllerConfig,
+                 target: str, config: ControllerConfig, supervisor: TaskSupervisor,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None,
                  on_partition_error: Callable[[str, str], None] | None = None,
                  credentials: grpc.ChannelCredentials | None = None):
         self.machine = machine
@@ -77,7 +81,6 @@ class BrokerSender:
         self.target = target
         self.config = config
         self._on_delivered = on_delivered or (lambda kind: None)
-        self._on_failure = on_failure or (lambda error: None)
         self._on_partition_error = on_partition_error or (lambda kind, error: None)
         self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
         self._pending_metadata = False
@@ -86,9 +89,9 @@ class BrokerSender:
         self._closed = False
         self._channel = open_aio_channel(target, channel_options(config), credentials)
         self._stub = pb_grpc.BrokerControlStub(self._channel)
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"sender-{broker_id}-{broker_epoch}")
-        self._task.add_done_callback(self._on_task_done)
+        # Supervised: a sender that dies (a bug) stops the controller, which would
+        # otherwise starve this broker of every decision in silence.
+        self._task = supervisor.spawn(self._run(), name=f"sender-{broker_id}-{broker_epoch}")
         self.synced_offset = -1  # every change up to this metadata offset is delivered
         self.delivered_counts = {"LeaderAndIsr": 0, "UpdateMetadata": 0, "StopReplica": 0}
 
@@ -207,13 +210,6 @@ class BrokerSender:
         self.delivered_counts[kind] += 1
         self._on_delivered(kind)
 
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            # A bug: a dead sender would silently starve its broker, so stop loudly.
-            log.error("sender for broker %d died", self.broker_id, exc_info=error)
-            self._on_failure(error)
-
     def abort(self) -> None:
         """Stop now, synchronously: the task is cancelled where it waits and sends nothing more."""
         self._closed = True
@@ -229,7 +225,7 @@ class BrokerSender:
             await self._task
         except asyncio.CancelledError:
             pass
-        except Exception:  # already logged by the done callback
+        except Exception:  # the supervisor logged it and stops the controller
             pass
         await self._channel.close()
 
@@ -237,23 +233,24 @@ class BrokerSender:
 class BrokerSenders:
     """The set of senders, one per unfenced broker, fed by committed effects."""
 
-    def __init__(self, machine: ControllerStateMachine, config: ControllerConfig,
+    def __init__(self, machine: ControllerStateMachine, config: ControllerConfig, *,
+                 supervisor: TaskSupervisor,
                  on_delivered: Callable[[str], None] | None = None,
-                 on_failure: Callable[[BaseException], None] | None = None,
                  on_partition_error: Callable[[str, str], None] | None = None,
                  credentials: grpc.ChannelCredentials | None = None):
         self.machine = machine
         self.config = config
         self._credentials = credentials  # TLS: the controller's certificate, to every broker
         self._on_delivered = on_delivered
-        self._on_failure = on_failure
+        self._supervisor = supervisor
         self._on_partition_error = on_partition_error
         self.senders: dict[int, BrokerSender] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._aborted = False
 
     def _close_later(self, sender: BrokerSender) -> None:
-        task = asyncio.get_running_loop().create_task(sender.close())
+        task = self._supervisor.spawn(sender.close(),
+                                      f"close-sender-{sender.broker_id}-{sender.broker_epoch}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -268,8 +265,8 @@ class BrokerSenders:
             self._close_later(sender)
         endpoint = broker.internal
         sender = BrokerSender(self.machine, broker_id, broker.broker_epoch,
-                              f"{endpoint.host}:{endpoint.port}", self.config, self._on_delivered,
-                              self._on_failure, self._on_partition_error,
+                              f"{endpoint.host}:{endpoint.port}", self.config, self._supervisor,
+                              self._on_delivered, self._on_partition_error,
                               credentials=self._credentials)
         self.senders[broker_id] = sender
         return sender

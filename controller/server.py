@@ -17,6 +17,11 @@ ever reaches a broker or a client. No graceful stop: that would keep the gRPC
 server and the senders running for seconds. ``exit_process`` is injectable
 for tests.
 
+Every task the controller starts (the owner, the timers, a sender per broker)
+runs under ``supervisor``, the broker's own ``TaskSupervisor``: one that dies
+is logged at CRITICAL and stops the process with exit code 1, as does an
+``InvariantViolation`` that reaches the owner or a gRPC handler.
+
 TLS (``--tls-*``): the listener speaks TLS only and requires a client
 certificate of the cluster's CA (brokers, and admin tools with a ``client``
 certificate; clients reach the controller through a broker); the senders
@@ -32,12 +37,13 @@ are counted in ``brokers_fenced{reason}``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -51,6 +57,8 @@ from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials
 
 log = logging.getLogger(__name__)
@@ -72,6 +80,42 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+class InvariantBoundary(grpc.aio.ServerInterceptor):
+    """The gRPC boundary for a broken invariant: an ``InvariantViolation`` escaping any
+    handler stops the controller (``TaskSupervisor.fail``) and ends the call with
+    INTERNAL, instead of grpc's UNKNOWN answer to a caller and serving on."""
+
+    def __init__(self, supervisor: TaskSupervisor):
+        self._supervisor = supervisor
+
+    async def intercept_service(
+            self, continuation: Callable[[grpc.HandlerCallDetails],
+                                         Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+            handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        guarded: dict[str, Any] = {}
+        for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
+            behavior = getattr(handler, kind, None)
+            # Every ControllerService method is a coroutine function (streams write
+            # through the context), so one wrapper fits them all.
+            if behavior is not None and inspect.iscoroutinefunction(behavior):
+                guarded[kind] = self._guard(behavior)
+        return handler._replace(**guarded) if guarded else handler  # type: ignore[attr-defined]
+
+    def _guard(self, behavior: Callable[[Any, Any], Awaitable[Any]],
+               ) -> Callable[[Any, Any], Awaitable[Any]]:
+        async def guarded(request: Any, context: Any) -> Any:
+            try:
+                return await behavior(request, context)
+            except InvariantViolation as e:
+                self._supervisor.fail(e)
+                await context.abort(grpc.StatusCode.INTERNAL, f"controller invariant broken: {e}")
+        return guarded
+
+
 class ControllerServer:
     def __init__(self, config: ControllerConfig, *,
                  exit_process: Callable[[int], None] = exit_now):
@@ -85,25 +129,28 @@ class ControllerServer:
         self.grpc_server: grpc.aio.Server | None = None
         self.service: ControllerService | None = None
         self.port: int | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self.supervisor = TaskSupervisor(on_fatal=self._stop_after, process="controller")
+        self._tasks: list[asyncio.Task[None]] = []  # the owner and the timers
         self._metrics_http: tuple[WSGIServer, threading.Thread] | None = None
         self.stopped = asyncio.Event()
         self.failure: BaseException | None = None
         self._stopping = False
 
     def _on_commit(self, effects: Effects) -> None:
-        assert self.senders is not None  # made in start(), before the owner that calls this
+        if self.senders is None:  # made in start(), before the owner that calls this
+            raise InvariantViolation("a commit before the senders were made")
         self.senders.on_commit(effects)
         self.metrics.on_commit(self.machine, effects)
 
     async def start(self) -> None:
+        self.supervisor.watch_callbacks(asyncio.get_running_loop())
         tls = self.config.tls.load() if self.config.tls is not None else None
         self.metadata_log = MetadataLog.open(self.config.data_dir)
         self.senders = BrokerSenders(
             self.machine, self.config,
             credentials=channel_credentials(tls) if tls is not None else None,
             on_delivered=lambda kind: self.metrics.requests_delivered.labels(kind).inc(),
-            on_failure=self._fail,
+            supervisor=self.supervisor,
             on_partition_error=lambda kind, error: (
                 self.metrics.broker_partition_errors.labels(kind, error).inc()))
         self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
@@ -112,8 +159,10 @@ class ControllerServer:
         # Bind before writing anything: a controller that cannot serve must not
         # bump the controller epoch.
         host, port = parse_host_port(self.config.listen)
-        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
+                                           interceptors=[InvariantBoundary(self.supervisor)])
         self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
+                                         supervisor=self.supervisor,
                                          authenticating=tls is not None)
         pb_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
         try:
@@ -149,17 +198,7 @@ class ControllerServer:
                  self.config.metrics_port or "off")
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        task.add_done_callback(self._on_task_done)
-        self._tasks.append(task)
-
-    def _on_task_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None:
-            log.critical("task %s failed", task.get_name(), exc_info=error)
-            self._fail(error)
+        self._tasks.append(self.supervisor.spawn(coro, name))
 
     def _on_fatal(self, error: BaseException) -> None:
         """The image got ahead of the log (called synchronously by the owner, image poisoned)."""
@@ -171,20 +210,19 @@ class ControllerServer:
                          "sending nothing more; a restart replays the log and resyncs every "
                          "broker", error, EXIT_METADATA_NOT_DURABLE)
             self._exit_process(EXIT_METADATA_NOT_DURABLE)
-        self._fail(error)  # only with an injected exit_process (tests)
+        self.supervisor.fail(error)  # only with an injected exit_process (tests)
 
-    def _fail(self, error: BaseException) -> None:
-        """Stop the process (exit code 1): the image or a sender is broken."""
-        if self.failure is None:
-            log.critical("stopping the controller after: %r", error)
-            self.failure = error
-            self.stopped.set()
+    def _stop_after(self, error: BaseException) -> None:
+        """The supervisor's fatal path (once): ``serve`` sees ``stopped`` and exits with 1."""
+        self.failure = error
+        self.stopped.set()
 
     async def _session_timer(self) -> None:
         interval_s = min(SESSION_CHECK_INTERVAL_MS_MAX,
                          self.config.broker_session_timeout_ms // 10 or 1) / 1000
         owner = self.owner
-        assert owner is not None  # the timers start after the owner
+        if owner is None:  # the timers start after the owner
+            raise InvariantViolation("the session timer before the owner")
         while True:
             await asyncio.sleep(interval_s)
             if self._stopping:
@@ -202,7 +240,8 @@ class ControllerServer:
 
     async def _preferred_leader_timer(self) -> None:
         owner = self.owner
-        assert owner is not None  # the timers start after the owner
+        if owner is None:  # the timers start after the owner
+            raise InvariantViolation("the preferred-leader timer before the owner")
         while True:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
             try:
@@ -228,6 +267,7 @@ class ControllerServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.senders is not None:
             await self.senders.close()
+        await self.supervisor.stop()  # anything left (a sender's close)
         if self._metrics_http is not None:
             server, thread = self._metrics_http
             server.shutdown()

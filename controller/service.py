@@ -112,7 +112,8 @@ from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import InvariantViolation, TidewaterError
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import Principal, principal_of
 
 log = logging.getLogger(__name__)
@@ -126,10 +127,12 @@ Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 class ControllerService(pb_grpc.ControllerServicer):
     def __init__(self, owner: MetadataOwner, machine: ControllerStateMachine,
                  metrics: ControllerMetrics, senders: BrokerSenders | None = None,
-                 propagation_wait_ms_max: int = 5000, *, authenticating: bool = False):
+                 propagation_wait_ms_max: int = 5000, *, supervisor: TaskSupervisor,
+                 authenticating: bool = False):
         """``authenticating``: the listener requires client certificates (TLS); brokers'
         requests are then taken only from their own certificate (``authorization``)."""
         self.owner = owner
+        self.supervisor = supervisor  # runs the fencing after a stream ends
         self.authenticating = authenticating
         self.machine = machine
         self.metrics = metrics
@@ -203,9 +206,12 @@ class ControllerService(pb_grpc.ControllerServicer):
         principal = self._principal(context)  # read once per stream
         bound: tuple[int, int] | None = None  # (broker id, epoch) of the last accepted heartbeat
         task = asyncio.current_task()
-        assert task is not None  # grpc.aio runs each handler in a task
+        if task is None:
+            raise InvariantViolation("BrokerHeartbeats outside a task (grpc.aio runs each in one)")
         self._streams.add(task)
         requests = aiter(request_iterator)
+        # Not background tasks: this handler's children, awaited below and cancelled in
+        # its finally; what they raise is raised here (read.result()).
         closing = asyncio.ensure_future(self._closing.wait())
         read: asyncio.Future[pb.BrokerHeartbeatRequest | None] | None = None
         try:
@@ -244,8 +250,10 @@ class ControllerService(pb_grpc.ControllerServicer):
                 read.cancel()
             self._streams.discard(task)
             if bound is not None and not self._closing.is_set():
-                # Shielded: a cancelled handler (lost connection) must still fence.
-                await asyncio.shield(self._stream_closed(*bound, stream_id))
+                # Shielded: a cancelled handler (lost connection) must still fence; and
+                # supervised, since then nobody would see what it raises.
+                await asyncio.shield(self.supervisor.spawn(
+                    self._stream_closed(*bound, stream_id), f"stream-closed-{stream_id}"))
 
     def _is_fenced(self, broker_id: int) -> bool:
         broker = self.machine.metadata.brokers.get(broker_id)

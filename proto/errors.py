@@ -27,8 +27,10 @@ class TidewaterError(Exception):
 
 
 class InvariantViolation(AssertionError):
-    """A broken invariant: a bug, never a client's fault. Not converted to an ErrorCode:
-    the broker's boundary lets it fail loudly (the process stops with a clear line)."""
+    """A broken invariant: a bug, never a client's fault. Not a TidewaterError, so no
+    mapping turns it into an ErrorCode: every catch-all lets it through to the process's
+    ``TaskSupervisor.fail`` (``proto/supervisor.py``), and the broker or controller stops
+    with a clear line. Raised where an ``assert`` would be, and kept under ``python -O``."""
 
 
 class CorruptRecordError(TidewaterError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
@@ -42,10 +43,17 @@ from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto.records import encode_batch  # noqa: E402
+from tidewater.proto.supervisor import TaskSupervisor  # noqa: E402
 
 TOPIC = "t"
 TOPIC_ID = bytes(range(1, 17))  # LeaderAndIsr names the incarnation
 WARM_UP_RECORDS = 300
+
+
+def _die(error: BaseException) -> None:
+    """A background task died (the supervisor logged it): the probe's numbers mean nothing."""
+    print(f"probe stopped: a background task died: {error!r}", file=sys.stderr, flush=True)
+    os._exit(70)
 
 
 class FakeStreamContext:
@@ -84,7 +92,7 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
 
     rm = ReplicaManager(config=config, log_manager=log_manager, metadata_cache=MetadataCache(),
                         metrics=BrokerMetrics(1), alter_partition=alter_partition,
-                        broker_epoch=lambda: 1)
+                        broker_epoch=lambda: 1, supervisor=TaskSupervisor(on_fatal=_die))
     rm.load()
     await rm.leader_and_isr(pb.LeaderAndIsrRequest(
         controller_id=0, controller_epoch=1, broker_epoch=1, partitions=[pb.LeaderAndIsrPartition(

@@ -43,10 +43,17 @@ from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto.records import encode_batch  # noqa: E402
+from tidewater.proto.supervisor import TaskSupervisor  # noqa: E402
 
 TOPIC = "rounds"
 TOPIC_ID = bytes(range(1, 17))  # LeaderAndIsr names the incarnation
 REPLICAS = (1, 2, 3)
+
+
+def _die(error: BaseException) -> None:
+    """A background task died (the supervisor logged it): the probe's numbers mean nothing."""
+    print(f"probe stopped: a background task died: {error!r}", file=sys.stderr, flush=True)
+    os._exit(70)
 
 
 def replica_manager(broker_id: int, data_dir: Path) -> ReplicaManager:
@@ -60,7 +67,7 @@ def replica_manager(broker_id: int, data_dir: Path) -> ReplicaManager:
 
     rm = ReplicaManager(config=config, log_manager=log_manager, metadata_cache=MetadataCache(),
                         metrics=BrokerMetrics(broker_id), alter_partition=alter_partition,
-                        broker_epoch=lambda: 1)
+                        broker_epoch=lambda: 1, supervisor=TaskSupervisor(on_fatal=_die))
     rm.load()
     return rm
 

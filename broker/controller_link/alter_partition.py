@@ -23,8 +23,9 @@ from tidewater.broker.replicas.control import partition_state
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.isr")
 
@@ -111,6 +112,8 @@ class AlterPartitionSender:
         (``answer_to_core``), then the core's Ready carried out."""
         try:
             response = await call()
+        except InvariantViolation:
+            raise  # a bug: the supervisor stops the broker
         except Exception as e:  # the controller may be gone: not an answer
             log.info("%s %s: no answer (%s)", rpc_name, partition.tp, type(e).__name__)
             response = None

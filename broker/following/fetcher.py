@@ -55,11 +55,11 @@ from tidewater.broker.serving.replica_fetch_wire import (
     decode_fetch_response,
 )
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError, code_name
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.following.fetcher")
@@ -149,7 +149,8 @@ class LeaderFetcher:
         if endpoint != self._endpoint:
             self._drop_stream()
             if self._channel is not None:
-                asyncio.ensure_future(self._channel.close())
+                self.manager.supervisor.spawn(self._channel.close(),
+                                              f"close-channel-{self.leader_id}")
             limit = self.manager.config.socket_request_max_bytes
             self._channel = open_aio_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
                                          self.manager.channel_credentials)
@@ -190,7 +191,7 @@ class LeaderFetcher:
                 if timeout is None and stub is None:
                     timeout = backoff_s
                 try:
-                    async with asyncio.timeout(timeout):  # not wait_for: see supervisor.py
+                    async with asyncio.timeout(timeout):  # not wait_for: see proto/supervisor.py
                         await self._changed.wait()
                 except TimeoutError:
                     pass

@@ -48,6 +48,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.records import decode_batch_records, encode_batch
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.group")
 
@@ -101,12 +102,12 @@ class CoordinatorNode:
 
 class GroupCoordinator:
     def __init__(self, *, replica_manager, metadata_cache, controller, config,
-                 supervisor=None, settings: GroupSettings | None = None):
+                 supervisor: TaskSupervisor, settings: GroupSettings | None = None):
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.controller = controller  # ControllerForwarder: CreateTopics
         self.config = config
-        self.supervisor = supervisor
+        self.supervisor = supervisor  # the scan loop, the topic's creation, every write
         self.settings = settings or GroupSettings(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -121,9 +122,7 @@ class GroupCoordinator:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        coro = self._run()
-        self._task = (self.supervisor.spawn(coro, "group-coordinator")
-                      if self.supervisor is not None else asyncio.ensure_future(coro))
+        self._task = self.supervisor.spawn(self._run(), "group-coordinator")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -253,7 +252,7 @@ class GroupCoordinator:
     def _maybe_create_topic(self) -> None:
         if self._creating is not None and not self._creating.done():
             return
-        self._creating = asyncio.ensure_future(self._create_topic())
+        self._creating = self.supervisor.spawn(self._create_topic(), "create-offsets-topic")
 
     async def _create_topic(self) -> None:
         live = len(self.metadata_cache.metadata_response([], "INTERNAL").brokers)
@@ -264,6 +263,8 @@ class GroupCoordinator:
             configs={"cleanup.policy": "compact", "segment.bytes": str(100 * (1 << 20))})
         try:
             response = await self.controller.CreateTopics(request, None)
+        except InvariantViolation:
+            raise  # a bug: the supervisor stops the broker
         except Exception as e:  # retried by the next FindCoordinator
             log.warning("creating %s failed: %r", OFFSETS_TOPIC, e)
             return
@@ -296,16 +297,22 @@ class GroupCoordinator:
             if isinstance(token, asyncio.Future) and not token.done():
                 token.set_result(answer)
         for write in ready.writes:
-            asyncio.ensure_future(self._append(shard, write))
+            self.supervisor.spawn(self._append(shard, write),
+                                  f"group-write-{shard.partition}-{write.write_id}")
 
     async def _append(self, shard: _Shard, write) -> None:
-        code = pb.UNKNOWN_SERVER_ERROR
+        code: int | None = pb.UNKNOWN_SERVER_ERROR
         try:
             code = await self._append_acks_all(shard, write)
+        except InvariantViolation:
+            # Not answered (not even UNKNOWN_SERVER_ERROR): the supervisor stops the broker.
+            code = None
+            raise
         except Exception:
             log.exception("%s-%d: a group write failed", OFFSETS_TOPIC, shard.partition)
         finally:
-            self._carry_out(shard, shard.state.on_write_done(write.write_id, code, wall_ms()))
+            if code is not None:
+                self._carry_out(shard, shard.state.on_write_done(write.write_id, code, wall_ms()))
 
     async def _append_acks_all(self, shard: _Shard, write) -> int:
         rm = self.replica_manager
@@ -313,7 +320,8 @@ class GroupCoordinator:
                               for r in write.records])
         request = pb.ProduceRequest(acks=-1, timeout_ms=self.config.offsets_commit_timeout_ms)
         request.partitions.add(topic=OFFSETS_TOPIC, partition=shard.partition, records=batch)
-        assert shard.write_lock is not None
+        if shard.write_lock is None:
+            raise InvariantViolation(f"{OFFSETS_TOPIC}-{shard.partition}: a shard without its write lock")
         async with shard.write_lock:  # appends in the order the state made them
             partition = rm.partitions.get((OFFSETS_TOPIC, shard.partition))
             if (self.shards.get(shard.partition) is not shard or partition is None

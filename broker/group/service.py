@@ -23,6 +23,7 @@ from tidewater.broker.group.state import (
     SyncAnswer,
 )
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 
 TopicPartition = tuple[str, int]
 
@@ -100,7 +101,8 @@ def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, gene
 
     async def answer() -> dict[TopicPartition, int]:
         result = await pending
-        assert isinstance(result, CommitAnswer)
+        if not isinstance(result, CommitAnswer):
+            raise InvariantViolation(f"a commit answered with {result!r}")
         return {**refused, **result.errors}
     return answer()
 
@@ -141,6 +143,7 @@ def delete(coordinator: GroupCoordinator, group_id: str) -> Awaitable[int]:
 
     async def answer() -> int:
         result = await pending
-        assert isinstance(result, CodeAnswer)
+        if not isinstance(result, CodeAnswer):
+            raise InvariantViolation(f"a group request answered with {result!r}")
         return result.error_code
     return answer()

@@ -296,6 +296,8 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
 
     async def answer() -> Response:
         return produce_values(await outcome)
+    # Not a background task: this request's answer, awaited in order by the connection's
+    # writer (which handles what it raises), cancelled with the connection.
     task = asyncio.ensure_future(answer())
     # However the answer ends (sent, or the connection gone), the waits go with it.
     task.add_done_callback(lambda _: withdraw())

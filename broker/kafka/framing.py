@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidewater.proto.errors import InvariantViolation
+
 SIZE_BYTES = 4
 SCRATCH_BYTES = 64 * 1024
 # A large frame's buffer starts at most this big and doubles as its bytes arrive: a
@@ -193,7 +195,8 @@ class FrameConnection(asyncio.BufferedProtocol):
     def _grow_frame(self) -> None:
         """The large frame's buffer is full and the frame is not: twice the size (or the
         frame's), what arrived copied over."""
-        assert self._frame_view is not None
+        if self._frame_view is None:
+            raise InvariantViolation("growing a large frame that has no buffer")
         grown = bytearray(min(self._frame_size, 2 * len(self._frame_view)))
         grown[:self._frame_filled] = self._frame_view[:self._frame_filled]
         self._frame_view.release()
@@ -230,11 +233,13 @@ class FrameConnection(asyncio.BufferedProtocol):
     # ------------------------------------------------------------ writing
 
     def write(self, data: bytes) -> None:
-        assert self._transport is not None
+        if self._transport is None:
+            raise InvariantViolation("a write before the connection was made")
         self._transport.write(data)
 
     def writelines(self, parts: Iterable[bytes]) -> None:
-        assert self._transport is not None
+        if self._transport is None:
+            raise InvariantViolation("a write before the connection was made")
         self._transport.writelines(parts)
 
     async def drain(self) -> None:

@@ -42,6 +42,7 @@ from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import PLAIN, BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, user_principal
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.scram import (
     MECHANISMS,
     SaslAuthenticationError,
@@ -136,7 +137,8 @@ class ConnectionSecurity:
                 self._scram_first_done = True
                 return self._scram.first(token)
             answer = self._scram.final(token)
-            assert self._scram.user is not None
+            if self._scram.user is None:
+                raise InvariantViolation("a SCRAM exchange ended with no user")
             self._succeed(self._scram.user, now_ms)
             return answer
         except SaslAuthenticationError:

@@ -13,7 +13,9 @@ garbage, an unknown API key or a version we cannot decode closes the
 connection with one log line. An ApiVersions of a version we do not know gets
 a v0 answer with UNSUPPORTED_VERSION and our versions (KIP-511), so a newer
 client can step down. A broken invariant stops the broker (``supervisor``),
-as on the gRPC paths.
+as on the gRPC paths. A connection's tasks are not background tasks: what
+kills one ends that connection only, but is logged (``_connection_done``),
+never lost.
 
 With ``ssl_context`` (the broker's ``--tls-*`` files) the listener speaks TLS
 only (Kafka's ``security.protocol=SSL`` with ``ssl.client.auth=none``): a
@@ -56,6 +58,7 @@ from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
 from tidewater.proto.scram import SaslAuthenticationError
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.kafka")
 
@@ -74,7 +77,7 @@ class RawToken:
 
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor=None, observe=None, ssl_context: ssl.SSLContext | None = None,
+                 supervisor: TaskSupervisor, observe=None, ssl_context: ssl.SSLContext | None = None,
                  security=None):
         self.services = services
         self.security = security  # broker.security.BrokerSecurity; None: no checks at all
@@ -108,15 +111,41 @@ class KafkaListener:
             await self._server.wait_closed()
 
     def _open(self, connection: FrameConnection) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(connection))
+        # Not supervised: a connection's failure is its own (stop() cancels them all).
+        task = asyncio.get_running_loop().create_task(self._serve(connection),
+                                                      name="kafka-connection")
         self._connections.add(task)
-        task.add_done_callback(self._connections.discard)
+        task.add_done_callback(self._connection_done)
+
+    def _connection_done(self, task: asyncio.Task[None]) -> None:
+        """A connection's exception is not lost: an InvariantViolation stops the broker,
+        anything else unexpected is logged with its traceback (the connection is closed)."""
+        self._connections.discard(task)
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        if isinstance(error, InvariantViolation):
+            self.supervisor.fail(error)
+        else:
+            log.error("kafka: a connection's task failed", exc_info=error)
 
     async def _serve(self, connection: FrameConnection) -> None:
         peer = connection.get_extra_info("peername")
         answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
             asyncio.Queue(maxsize=IN_FLIGHT_MAX)
+        # The connection's writer, a child of this coroutine awaited in the finally below
+        # (its exception is raised there). One that fails while requests are still read
+        # ends the reading: a full queue would otherwise block the reader for ever.
+        serving = asyncio.current_task()
+        reading = True
+
+        def sender_done(task: asyncio.Future[None]) -> None:
+            error = None if task.cancelled() else task.exception()
+            # A lost client (ConnectionError) ends the reader by itself.
+            if reading and serving is not None and error is not None \
+                    and not isinstance(error, ConnectionError):
+                serving.cancel()
         sender = asyncio.ensure_future(self._send_answers(answers, connection, peer))
+        sender.add_done_callback(sender_done)
         security = None
         if self.security is not None and self.security.secured:  # else: no per-request checks
             security = ConnectionSecurity(
@@ -129,10 +158,10 @@ class KafkaListener:
         except asyncio.CancelledError:
             sender.cancel()  # stop(): end quietly, answering nothing more
         except InvariantViolation as e:
-            if self.supervisor is not None:
-                self.supervisor.fail(e)
+            self.supervisor.fail(e)
             raise
         finally:
+            reading = False
             if not sender.done():
                 try:
                     answers.put_nowait(None)  # answer what was read, then close
@@ -142,7 +171,8 @@ class KafkaListener:
                 await sender
             except (asyncio.CancelledError, ConnectionError):
                 pass
-            connection.close()
+            finally:
+                connection.close()
 
     async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
                              connection: ConnectionSecurity | None) -> None:
@@ -198,6 +228,8 @@ class KafkaListener:
                 log.exception("kafka: closing %s: API key %d v%d failed", peer, head.api_key,
                               head.api_version)
                 return
+            # A per-request child: awaited in order by the writer (``_send_answers``), which
+            # handles what it raises; cancelled with the connection.
             await answers.put((head, asyncio.ensure_future(pending), started))
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
@@ -210,8 +242,7 @@ class KafkaListener:
                 try:
                     values = await pending
                 except InvariantViolation as e:
-                    if self.supervisor is not None:
-                        self.supervisor.fail(e)
+                    self.supervisor.fail(e)
                     raise
                 except Exception:
                     # No general way to answer every API with an error: close, as Kafka

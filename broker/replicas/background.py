@@ -39,8 +39,8 @@ from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto.errors import TidewaterError
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.replicas.background")
 
@@ -94,7 +94,10 @@ class BackgroundWork:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._thread_work:
-            await asyncio.gather(*self._thread_work, return_exceptions=True)
+            # Their loops were cancelled: nobody else sees what they raise.
+            for outcome in await asyncio.gather(*self._thread_work, return_exceptions=True):
+                if isinstance(outcome, Exception):
+                    log.error("file work failed during the stop: %r", outcome, exc_info=outcome)
 
     def on_scrub_corrupt(self, tp: TopicPartition, batch: CorruptBatch) -> None:
         """The scrub found a damaged batch (on the loop now): reported once, and handed to
@@ -182,6 +185,8 @@ class BackgroundWork:
         """Run ``fn`` in a worker thread; ``stop`` waits for every such run, so a cancelled
         loop never leaves a checkpoint write or a retention pass running into the
         shutdown's own checkpoints. Arguments are snapshots taken on the loop."""
+        # Not supervised: the loop that called awaits it and handles what it raises (an
+        # OSError is retried); stop() awaits one whose loop was cancelled, and logs it.
         work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
         self._thread_work.add(work)
         work.add_done_callback(self._thread_work.discard)

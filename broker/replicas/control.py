@@ -60,6 +60,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
+    InvariantViolation,
     error_for_code,
 )
 from tidewater.proto.topic_config import validate_topic_configs
@@ -337,5 +338,7 @@ Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs her
                         request.metadata_offset)
             try:
                 self._remove_replica(tp)
+            except InvariantViolation:
+                raise  # a bug, not a failed delete: the boundary stops the broker
             except Exception as e:  # a failed delete leaves the log in place
                 log.error("removing stray replica %s failed: %s", tp, e)

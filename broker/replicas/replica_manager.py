@@ -46,9 +46,9 @@ from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
-from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import UnknownTopicOrPartitionError
+from tidewater.proto.supervisor import TaskSupervisor
 
 __all__ = ["ReplicaManager", "produce_error_response"]
 
@@ -59,7 +59,7 @@ NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
 class ReplicaManager:
     def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
-                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor | None = None,
+                 broker_epoch: Callable[[], int], supervisor: TaskSupervisor,
                  report_corrupt_replica: CorruptReportRpc | None = None,
                  control_token: Callable[[], bytes] = lambda: b"",
                  channel_credentials=None, allocate_producer_ids: AllocateRpc | None = None):
@@ -71,7 +71,7 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.metrics = metrics
-        self.supervisor = supervisor or TaskSupervisor()
+        self.supervisor = supervisor
         self.partitions: dict[TopicPartition, Partition] = {}
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
@@ -104,7 +104,7 @@ class ReplicaManager:
         # Damaged batches the reads and the scrub find: logged and counted once.
         self.corruption = CorruptionReporter(
             lambda how: metrics.corrupt_batches.labels(how).inc())
-        self.producer_ids = ProducerIdManager(allocate_producer_ids)
+        self.producer_ids = ProducerIdManager(allocate_producer_ids, self.supervisor)
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
                                     acks_waits=self.acks_waits, metrics=metrics)
         self.fetcher_path = FetchPath(

@@ -490,7 +490,8 @@ class ReplicaState:
         """
         self.check_epoch(current_leader_epoch, require_leader=True)
         leader = self.leader
-        assert leader is not None  # check_epoch(require_leader=True) passed
+        if leader is None:
+            raise InvariantViolation("no leader state after check_epoch(require_leader=True)")
         log = self.log
         log_end_offset = log.log_end_offset
         diverging = check_diverging(last_fetched_epoch, fetch_offset, log.leader_epoch_cache,
@@ -528,7 +529,8 @@ class ReplicaState:
             raise OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} outside [{log.log_start_offset}, "
                 f"{log.log_end_offset}] for {self.topic}-{self.partition}")
-        assert self.leader is not None  # check_epoch(require_leader=True) passed
+        if self.leader is None:
+            raise InvariantViolation("no leader state after check_epoch(require_leader=True)")
         return self.leader.high_watermark
 
     def on_alter_partition_answer(self, alter_id: int, error: int, state: PartitionState | None,
@@ -864,7 +866,8 @@ class ReplicaState:
 
     def _note_isr_change(self, old_isr: tuple[int, ...], out: ReadyBuilder,
                          by: str = "AlterPartition") -> None:
-        assert self.leader is not None  # only a leader's ISR changes
+        if self.leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: an ISR change off a leader")
         isr = self.leader.isr
         if isr == old_isr:
             return
@@ -874,7 +877,8 @@ class ReplicaState:
 
     def _maybe_send_alter(self, now_ms: int, out: ReadyBuilder) -> None:
         """Carry the leader's pending ISR proposal to the controller, one at a time."""
-        assert self.leader is not None  # called on a leader's paths only
+        if self.leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: an ISR proposal off a leader")
         pending = self.leader.pending_isr
         if pending is None:
             return
@@ -897,7 +901,8 @@ class ReplicaState:
         if not waits:
             return
         leader = self.leader
-        assert leader is not None  # a leadership's waits end with it (_end_leadership)
+        if leader is None:  # a leadership's waits end with it (_end_leadership)
+            raise InvariantViolation(f"{self.topic}-{self.partition}: acks=all waits off a leader")
         deadlines = self._deadlines
         while waits:
             required_offset, waiter_id = waits[0]

@@ -57,6 +57,7 @@ from tidewater.proto.acls import DESCRIBE, GROUP, TOPIC
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
+from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import principal_of
 
 log = logging.getLogger("tidewater.broker.servicers.grpc_server")
@@ -254,7 +255,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         """
         replica_manager = self.replica_manager
         allowed = await self._allowed(context)
-        writer = _AnswerWriter(context, self._observer("ProduceStream"))
+        writer = _AnswerWriter(context, self._observer("ProduceStream"),
+                               self.replica_manager.supervisor)
         withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
         ids = itertools.count()
 
@@ -496,8 +498,9 @@ class _AnswerWriter:
     writes them in order. A failed queued write is logged and dropped: the stream is gone
     and the client resends what was not answered."""
 
-    def __init__(self, context, observe: Callable[[float], None]):
+    def __init__(self, context, observe: Callable[[float], None], supervisor: TaskSupervisor):
         self._context = context
+        self._supervisor = supervisor  # runs the writing task: a bug there stops the broker
         self._observe = observe
         self._lock = asyncio.Lock()
         self._queue: collections.deque[tuple[pb.ProduceResponse, float]] = collections.deque()
@@ -515,7 +518,7 @@ class _AnswerWriter:
         self._queue.append((response, started))
         self._unwritten += 1
         if self._task is None:
-            self._task = asyncio.create_task(self._run())
+            self._task = self._supervisor.spawn(self._run(), "produce-stream-answers")
         elif self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 

@@ -25,9 +25,11 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
+    InvariantViolation,
     TidewaterError,
     error_for_code,
 )
+from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +80,9 @@ class ProducerIdManager:
     """The shell: asks the controller for blocks (one request at a time) and answers
     InitProducerId."""
 
-    def __init__(self, allocate: AllocateRpc | None):
+    def __init__(self, allocate: AllocateRpc | None, supervisor: TaskSupervisor):
         self._allocate = allocate
+        self._supervisor = supervisor  # runs the asking task: a bug there stops the broker
         self._blocks = ProducerIdBlocks()
         self._fetching: asyncio.Task[None] | None = None
         self._got_block = asyncio.Event()
@@ -119,11 +122,12 @@ class ProducerIdManager:
     def _maybe_fetch(self) -> None:
         if self._fetching is not None or self._allocate is None:
             return
-        self._fetching = asyncio.ensure_future(self._fetch())
+        self._fetching = self._supervisor.spawn(self._fetch(), "allocate-producer-ids")
 
     async def _fetch(self) -> None:
         """Ask until a block comes (each failure logged); then wake the waiting callers."""
-        assert self._allocate is not None
+        if self._allocate is None:
+            raise InvariantViolation("asking for producer ids with no controller to ask")
         try:
             while True:
                 try:
@@ -137,6 +141,8 @@ class ProducerIdManager:
                                 error_for_code(response.error_code))
                 except TidewaterError as e:
                     log.warning("AllocateProducerIds: %s", e)
+                except InvariantViolation:
+                    raise  # a bug: the supervisor stops the broker
                 except Exception as e:  # the controller unreachable (grpc.aio.AioRpcError)
                     log.warning("AllocateProducerIds failed: %s", e)
                 await asyncio.sleep(RETRY_BACKOFF_MS / 1000)

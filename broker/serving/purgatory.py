@@ -25,6 +25,8 @@ import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
 
+from tidewater.proto.errors import InvariantViolation
+
 log = logging.getLogger("tidewater.broker.serving.purgatory")
 
 
@@ -79,6 +81,8 @@ class AcksWaits:
             wait.callback = None
             try:
                 callback(code)
+            except InvariantViolation:
+                raise  # never only a log line: the boundary above stops the broker
             except Exception:  # a bug there must not break who moved the HW
                 log.exception("acks=all answer callback failed")
 

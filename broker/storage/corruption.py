@@ -38,7 +38,7 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     BytesLike,
 )
-from tidewater.proto.errors import CorruptRecordError
+from tidewater.proto.errors import CorruptRecordError, InvariantViolation
 
 if TYPE_CHECKING:
     from tidewater.broker.storage.log import Log, ReadResult
@@ -224,5 +224,6 @@ def check_chunk(buf: BytesLike, file_position: int, expected_base_offset: int, f
         p += size
     else:
         return ChunkCheck(p, next_offset)
-    assert problem is not None  # every break above names one
+    if problem is None:
+        raise InvariantViolation("a chunk check stopped without naming a problem")
     return ChunkCheck(p, next_offset, CorruptBatch(path, file_position + p, next_offset, problem))

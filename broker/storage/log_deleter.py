@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from tidewater.proto.errors import InvariantViolation
+
 log = logging.getLogger(__name__)
 
 DELETE_DIR_SUFFIX = "-delete"
@@ -47,7 +49,8 @@ class LogDirDeleter:
     def submit(self, path: Path) -> None:
         """Queue ``path`` (a ``-delete`` directory) for removal."""
         path = Path(path)
-        assert path.name.endswith(DELETE_DIR_SUFFIX), f"not a -delete directory: {path}"
+        if not path.name.endswith(DELETE_DIR_SUFFIX):
+            raise InvariantViolation(f"not a -delete directory: {path}")
         with self._cond:
             if self.failure is not None:
                 raise RuntimeError("the log deleter died") from self.failure
@@ -104,6 +107,8 @@ class LogDirDeleter:
             self._remove(path)
         except FileNotFoundError:
             pass  # removed already (a retry after a crash)
+        except InvariantViolation:
+            raise  # a bug: the thread dies and ``on_failure`` stops the broker
         except Exception as e:  # one directory must not stop the others
             self.failures += 1
             log.error("cannot delete %s (left for the next start-up): %s", path, e)

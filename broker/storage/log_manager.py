@@ -78,7 +78,7 @@ from tidewater.broker.storage.partition_metadata import (
 from tidewater.broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS_DEFAULT
 from tidewater.broker.storage.segment import fsync_dir, storage_error
 from tidewater.broker.storage.topics import TopicPartition, log_dir_name, parse_log_dir_name
-from tidewater.proto.errors import CorruptFileError, KafkaStorageError
+from tidewater.proto.errors import CorruptFileError, InvariantViolation, KafkaStorageError
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,8 @@ class LogManager:
         tp = TopicPartition(*tp)
         with self._lock:
             partition_log = self._logs[tp]
-            assert self._topic_ids.get(tp) is None, f"{tp} has a topic id already"
+            if self._topic_ids.get(tp) is not None:
+                raise InvariantViolation(f"{tp} has a topic id already")
             write_partition_metadata(partition_log.dir, topic_id)
             self._topic_ids[tp] = topic_id
 

@@ -67,7 +67,12 @@ from tidewater.broker.storage.segment import (
     parse_segment_file_name,
     storage_error,
 )
-from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+from tidewater.proto.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    InvariantViolation,
+    KafkaStorageError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,8 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
         log_end_offset = segments[-1].next_offset
         start = _choose_log_start_offset(segments, log_start_offset)
         if not rebuild_epochs:
-            assert cache is not None  # rebuild_epochs is False only when the cache loaded
+            if cache is None:
+                raise InvariantViolation("no epoch cache, yet not rebuilding it")
             if not _epoch_cache_matches_log(cache, segments, start, compacted=config.compact):
                 log.warning("%s does not match the batches' partitionLeaderEpoch; rebuilding it",
                             checkpoint_path)
@@ -136,7 +142,8 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
                 loaded.epoch_starts = [e for s in segments for e in s.epoch_starts()]
         if rebuild_epochs:
             cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
-        assert cache is not None
+        if cache is None:
+            raise InvariantViolation("no epoch cache after rebuilding it")
         cache.truncate_from_end(log_end_offset)
         cache.truncate_from_start(start)
     except BaseException:

@@ -56,7 +56,12 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     BytesLike,
 )
-from tidewater.proto.errors import CorruptFileError, CorruptRecordError, KafkaStorageError
+from tidewater.proto.errors import (
+    CorruptFileError,
+    CorruptRecordError,
+    InvariantViolation,
+    KafkaStorageError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -414,7 +419,8 @@ class LogSegment:
         scan = self.scan(self.base_offset, validate_crc=True)
         (self.next_offset, self.max_timestamp, self.offset_of_max_timestamp,
          self.bytes_since_last_index_entry, self.first_batch_time_ms) = saved
-        assert scan.error is not None
+        if scan.error is None:
+            raise InvariantViolation(f"{self.log_path}: a CRC scan found nothing to refuse")
         raise CorruptBatchError(CorruptBatch(str(self.log_path), scan.valid_bytes,
                                              scan.next_offset, scan.error.reason))
 
@@ -628,7 +634,8 @@ class LogSegment:
                     if check_entry:
                         raise CorruptFileError(f"index entry ({entry_offset}, {position}) is "
                                                "past the last batch", path=str(self.index.path))
-                    assert expected is not None
+                    if expected is None:
+                        raise InvariantViolation(f"{self.log_path}: a broken chain with no batch before")
                     raise self._chain_broken(previous, previous_base, at, expected, end)
                 if check_entry:
                     if batch_length < BATCH_LENGTH_MIN or last_offset != entry_offset:
@@ -641,7 +648,8 @@ class LogSegment:
                 elif (expected is None or not self.follows(base_offset, expected)
                       or batch_length < BATCH_LENGTH_MIN
                       or at + size > end):
-                    assert expected is not None
+                    if expected is None:
+                        raise InvariantViolation(f"{self.log_path}: a broken chain with no batch before")
                     raise self._chain_broken(previous, previous_base, at, expected, end)
                 if last_offset >= offset:
                     return at, base_offset, last_offset

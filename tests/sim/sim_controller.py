@@ -290,7 +290,7 @@ class SimController:
             return self.owner.run_now(command)
         except (ImageAheadOfDiskError, OwnerStoppedError) as e:
             if self.state == RUNNING:
-                # The owner failed and nothing stopped the process: ControllerServer._fail
+                # The owner failed and nothing stopped the process: the supervisor's fail
                 # stops it gracefully (streams, gRPC grace period, then the senders).
                 self.graceful_stops += 1
                 self.state = STOPPING

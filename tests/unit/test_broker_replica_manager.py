@@ -15,6 +15,7 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.supervisor import TaskSupervisor
 
 TP = TopicPartition("orders", 0)
 
@@ -46,9 +47,12 @@ def make_manager(tmp_path: Path, broker_id: int = 1, log_manager=None,
                           controller=("127.0.0.1", 1), data_dir=tmp_path)
     config.apply_settings(settings)
     controller = FakeController()
+    # A death is logged at CRITICAL and kept in ``rm.supervisor.failure`` for the test to see.
+    supervisor = TaskSupervisor(on_fatal=lambda error: None)
     rm = ReplicaManager(config=config, log_manager=log_manager or FakeLogManager(),
                         metadata_cache=MetadataCache(), metrics=BrokerMetrics(1),
-                        alter_partition=controller.alter_partition, broker_epoch=lambda: 7)
+                        alter_partition=controller.alter_partition, broker_epoch=lambda: 7,
+                        supervisor=supervisor)
     return rm, controller
 
 

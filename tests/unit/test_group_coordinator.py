@@ -20,7 +20,9 @@ from tidewater.broker.group.coordinator import (
 from tidewater.broker.storage.log import ReadResult
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.records import decode_records, encode_batch
+from tidewater.proto.supervisor import TaskSupervisor
 
 pytestmark = pytest.mark.timeout(30)
 PARTITIONS = 2
@@ -93,8 +95,10 @@ def make_coordinator(rm: FakeReplicaManager) -> GroupCoordinator:
                              offsets_topic_replication_factor=1,
                              offsets_commit_timeout_ms=1000, offsets_retention_minutes=60,
                              offsets_retention_check_interval_ms=1000)
+    # A task that dies is logged at CRITICAL and kept in ``supervisor.failure``.
+    supervisor = TaskSupervisor(on_fatal=lambda error: None)
     return GroupCoordinator(replica_manager=rm, metadata_cache=FakeMetadata(), controller=None,
-                            config=config)
+                            config=config, supervisor=supervisor)
 
 
 def commit(coordinator, offset: int):
@@ -212,3 +216,27 @@ async def test_a_load_that_fails_answers_load_in_progress_and_is_retried_later()
     coordinator._load_retry_at.clear()  # the retry delay has passed
     await coordinator.scan()
     coordinator.shard_for(GROUP)  # loaded now
+
+
+async def test_a_broken_invariant_in_a_group_write_stops_the_broker_unanswered():
+    """Not answered as a failed write (UNKNOWN_SERVER_ERROR, then a coordinator error):
+    the write's task dies and its supervisor stops the broker."""
+    rm = FakeReplicaManager()
+    coordinator = make_coordinator(rm)
+    failures = []
+    coordinator.supervisor.on_fatal = failures.append
+    await coordinator.scan()
+
+    async def broken(request, *, internal_topics_allowed=False):
+        raise InvariantViolation("the log's end went back")
+    rm.produce_append = broken
+    answer = asyncio.ensure_future(commit(coordinator, 7))
+    for _ in range(100):
+        if failures:
+            break
+        await asyncio.sleep(0.01)
+    assert [str(e) for e in failures] == ["the log's end went back"]
+    await asyncio.sleep(0.05)
+    assert not answer.done()
+    answer.cancel()
+    await coordinator.stop()

@@ -21,6 +21,7 @@ from tidewater.broker.storage.log_manager import LogManager
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.records import encode_batch
+from tidewater.proto.supervisor import TaskSupervisor
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,6 +38,11 @@ def test_blocks_hand_out_each_id_once_and_prefetch_at_ninety_percent():
     blocks.on_block(500, 10)  # ahead: the current block still has 109
     assert not blocks.wants_block()
     assert [blocks.take(), blocks.take(), blocks.take()] == [109, 500, 501]
+
+
+def quiet_supervisor() -> TaskSupervisor:
+    """A death is logged at CRITICAL and kept in ``failure``; nothing to stop here."""
+    return TaskSupervisor(on_fatal=lambda error: None)
 
 
 class FakeController:
@@ -56,7 +62,7 @@ class FakeController:
 async def test_manager_gives_unique_ids_across_blocks_and_rides_out_failures(monkeypatch):
     monkeypatch.setattr(producer_ids, "RETRY_BACKOFF_MS", 1)
     controller = FakeController(failures=2)
-    manager = ProducerIdManager(controller.allocate)
+    manager = ProducerIdManager(controller.allocate, quiet_supervisor())
     answers = await asyncio.gather(*(manager.init_producer_id(pb.InitProducerIdRequest(
         producer_id=-1, producer_epoch=-1)) for _ in range(20)))
     assert all(a.error_code == pb.NONE and a.producer_epoch == 0 for a in answers)
@@ -67,11 +73,11 @@ async def test_manager_gives_unique_ids_across_blocks_and_rides_out_failures(mon
 async def test_no_block_is_coordinator_load_in_progress_and_transactions_are_refused(
         monkeypatch):
     monkeypatch.setattr(producer_ids, "INIT_WAIT_MS_MAX", 50)
-    manager = ProducerIdManager(None)
+    manager = ProducerIdManager(None, quiet_supervisor())
     answer = await manager.init_producer_id(pb.InitProducerIdRequest(producer_id=-1,
                                                                       producer_epoch=-1))
     assert answer.error_code == pb.COORDINATOR_LOAD_IN_PROGRESS and answer.producer_id == -1
-    manager = ProducerIdManager(FakeController().allocate)
+    manager = ProducerIdManager(FakeController().allocate, quiet_supervisor())
     refused = await manager.init_producer_id(pb.InitProducerIdRequest(
         transactional_id="tx", producer_id=-1, producer_epoch=-1))
     assert refused.error_code == pb.INVALID_REQUEST
@@ -91,12 +97,12 @@ class IdempotentListening(Listening):
         self.rm, _ = make_manager(self.tmp_path, log_manager=LogManager(
             self.tmp_path / "data", LogConfig()))
         self.controller = FakeController(block=1000)
-        self.rm.producer_ids = ProducerIdManager(self.controller.allocate)
+        self.rm.producer_ids = ProducerIdManager(self.controller.allocate, self.rm.supervisor)
         await self.rm.leader_and_isr(lai(leader=1, leader_epoch=0, isr=(1,), replicas=(1,)))
         services = apis.Services(replica_manager=self.rm, metadata_cache=self.rm.metadata_cache,
                                  controller=ControllerForwarder(None), listener_name="KAFKA")
         self.listener = KafkaListener(services, host="127.0.0.1", port=0,
-                                      max_request_bytes=1 << 20)
+                                      max_request_bytes=1 << 20, supervisor=self.rm.supervisor)
         self.port = await self.listener.start()
         return self
 

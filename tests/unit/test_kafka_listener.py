@@ -45,7 +45,7 @@ class Listening:
                                  controller=ControllerForwarder(None), listener_name="KAFKA")
         self.listener = KafkaListener(services, host="127.0.0.1", port=0,
                                       max_request_bytes=MAX_REQUEST_BYTES,
-                                      security=self.security)
+                                      supervisor=self.rm.supervisor, security=self.security)
         self.port = await self.listener.start()
         return self
 
