@@ -8,7 +8,6 @@ exposes, and the leader's KIP-320 divergence check on a fetch.
 from tidewater.broker.replication.follower import (
     TruncationStep,
     check_diverging,
-    follower_high_watermark,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
@@ -21,6 +20,6 @@ from tidewater.broker.replication.leader_state import (
 
 __all__ = [
     "FetchDecision", "FollowerState", "LeaderPartitionState", "PendingIsrChange",
-    "TruncationStep", "check_diverging", "follower_high_watermark", "follower_truncation",
+    "TruncationStep", "check_diverging", "follower_truncation",
     "truncation_for_diverging_epoch",
 ]

@@ -78,11 +78,6 @@ def truncation_for_diverging_epoch(diverging_epoch: tuple[int, int], cache: Epoc
     return follower_truncation(diverging_epoch, cache, log_end_offset, high_watermark)
 
 
-def follower_high_watermark(leader_high_watermark: int, log_end_offset: int) -> int:
-    """The HW a follower exposes: never past its own log."""
-    return min(leader_high_watermark, log_end_offset)
-
-
 def check_diverging(last_fetched_epoch: int, fetch_offset: int, cache: EpochCache,
                     log_end_offset: int) -> tuple[int, int] | None:
     """Leader side (KIP-320): ``(epoch, end_offset)`` to answer as ``diverging_epoch``, or None.

@@ -118,10 +118,6 @@ class Ready:
     error_message: str = ""
     report_corrupt: CorruptReport | None = None
 
-    @property
-    def is_empty(self) -> bool:
-        return self is EMPTY or self == EMPTY
-
 
 EMPTY = Ready()
 APPENDED = Ready(appended=True)

@@ -102,7 +102,7 @@ and on every new state.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -429,13 +429,11 @@ class ReplicaState:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} does not lead {self.topic}-{self.partition} "
                 f"(leader {self.leader_id})")
-        if acks == -1:
-            minimum = leader.effective_min_insync_replicas
-            if len(leader.isr) < minimum:
-                raise NotEnoughReplicasError(
-                    f"ISR {leader.isr} has {len(leader.isr)} members, acks=all needs {minimum} "
-                    f"(min(min.insync.replicas {leader.min_insync_replicas}, replication "
-                    f"factor {leader.replication_factor}))")
+        if acks == -1 and leader.is_under_min_isr:
+            raise NotEnoughReplicasError(
+                f"ISR {leader.isr} has {len(leader.isr)} members, acks=all needs "
+                f"{leader.effective_min_insync_replicas} (min(min.insync.replicas "
+                f"{leader.min_insync_replicas}, replication factor {leader.replication_factor}))")
         return leader.leader_epoch
 
     def on_local_append(self, log_end_offset: int, now_ms: int, *, waiter_id: int = -1,
@@ -941,6 +939,3 @@ class ReplicaState:
 
 _APPEND_FETCHED = Ready(persist=(APPEND_FETCHED,))
 
-
-def states_from(partitions: Iterable[PartitionState]) -> dict[tuple[str, int], PartitionState]:
-    return {(p.topic, p.partition): p for p in partitions}

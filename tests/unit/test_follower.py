@@ -10,7 +10,6 @@ import pytest
 from tidewater.broker.replication.follower import (
     TruncationStep,
     check_diverging,
-    follower_high_watermark,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
@@ -164,10 +163,3 @@ def test_check_diverging_epoch_before_leader_history():
     assert check_diverging(2, 60, leader, 80) == (2, 50)  # ended before 60: diverging
     assert check_diverging(2, 50, leader, 80) is None
 
-
-# ---------------------------------------------------------------- follower HW
-
-def test_follower_high_watermark_is_min_of_leader_hw_and_own_leo():
-    assert follower_high_watermark(10, 7) == 7
-    assert follower_high_watermark(5, 7) == 5
-    assert follower_high_watermark(0, 0) == 0
