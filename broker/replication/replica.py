@@ -102,7 +102,6 @@ and on every new state.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -216,9 +215,6 @@ class FollowerOptions:
 
 class ReplicaState:
     """Every replication decision for one partition replica on this broker."""
-
-    # Collaborators a broken variant in the simulation may replace (tests/sim).
-    leader_state_class: Callable[..., LeaderPartitionState] = LeaderPartitionState
 
     def __init__(self, topic: str, partition: int, *, local_broker_id: int, log: LogView,
                  high_watermark: int, min_insync_replicas: int, replica_lag_time_max_ms: int,
@@ -810,16 +806,10 @@ class ReplicaState:
 
     def _become_leader(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
         log_end_offset = self.log.log_end_offset
-        high_watermark = self.high_watermark
         # The epoch is in the cache (fsynced) before anything is served in it: the shell
         # persists before it carries out the rest of this Ready.
         out.persist.append(AssignEpoch(state.leader_epoch, log_end_offset))
-        self.leader = self.leader_state_class(
-            local_broker_id=self.local_broker_id, replicas=state.replicas, isr=state.isr,
-            leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
-            high_watermark=high_watermark, log_end_offset=log_end_offset,
-            epoch_start_offset=log_end_offset, min_insync_replicas=self.min_insync_replicas,
-            replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
+        self.leader = self._new_leader_state(state, now_ms)
         self.role = Role.LEADER
         self.follower = None
         self._alter_for = None
@@ -831,6 +821,17 @@ class ReplicaState:
         out.notes.append(f"leader of {self.topic}-{self.partition} in epoch "
                          f"{state.leader_epoch} at LEO {log_end_offset}, HW "
                          f"{self.leader.high_watermark}, ISR {list(state.isr)}")
+
+    def _new_leader_state(self, state: PartitionState, now_ms: int) -> LeaderPartitionState:
+        """The leader's view of one leadership, starting at the LEO with the HW this replica
+        exposed until now."""
+        log_end_offset = self.log.log_end_offset
+        return LeaderPartitionState(
+            local_broker_id=self.local_broker_id, replicas=state.replicas, isr=state.isr,
+            leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
+            high_watermark=self.high_watermark, log_end_offset=log_end_offset,
+            epoch_start_offset=log_end_offset, min_insync_replicas=self.min_insync_replicas,
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
 
     def _end_leadership(self, code: int, out: ReadyBuilder) -> None:
         """Fail every acks=all wait of the leadership that ends (they may never commit)."""
