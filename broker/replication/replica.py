@@ -52,8 +52,8 @@ from tidewater.broker.replication.replica_base import (
     FollowerCycle,
     FollowerOptions,
     FollowerPhase,
+    LeaderAndIsrState,
     LogView,
-    PartitionState,
     ReplicaBase,
     Role,
 )
@@ -66,10 +66,14 @@ from tidewater.broker.replication.replica_following import FollowingEvents
 from tidewater.broker.replication.replica_leading import LeadingEvents
 from tidewater.broker.replication.replica_produce import ACKS_ALL_WAIT_MS_MAX, ProduceEvents
 
+# The old name, for broker/replicas/control.py until its rewrite imports LeaderAndIsrState.
+PartitionState = LeaderAndIsrState
+
 __all__ = [
     "ACKS_ALL_WAIT_MS_MAX", "ALTER_PARTITION_BACKOFF_MS", "ALTER_PARTITION_BACKOFF_MS_MAX",
     "CORRUPT_REPORT_RETRY_MS", "UNDEFINED", "EpochCacheView", "FollowerCycle", "FollowerOptions",
-    "FollowerPhase", "LogView", "PartitionState", "ReplicaBase", "ReplicaState", "Role",
+    "FollowerPhase", "LeaderAndIsrState", "LogView", "PartitionState", "ReplicaBase",
+    "ReplicaState", "Role",
 ]
 
 

@@ -41,8 +41,10 @@ class LogView(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionState:
-    """The controller's state of one partition, as LeaderAndIsr carries it."""
+class LeaderAndIsrState:
+    """The controller's state of one partition as the core takes it (from a LeaderAndIsr,
+    or an AlterPartition or ReportCorruptReplica answer): the wire's ``pb.PartitionState``
+    without what replication does not decide by (topic ID, offline flag)."""
 
     topic: str
     partition: int
@@ -166,7 +168,7 @@ class ReplicaBase:
         # replica_control
         def check_epoch(self, current_leader_epoch: int, *, require_leader: bool) -> None: ...
 
-        def _apply_state(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None: ...
+        def _apply_state(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None: ...
 
         # replica_produce
         def _complete_waits(self, out: ReadyBuilder) -> None: ...

@@ -39,7 +39,7 @@ from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
     UNDEFINED,
     FollowerCycle,
-    PartitionState,
+    LeaderAndIsrState,
     ReplicaBase,
     Role,
 )
@@ -75,12 +75,12 @@ class ControlEvents(ReplicaBase):
 
     # ================================================================== requests
 
-    def on_leader_and_isr(self, state: PartitionState, now_ms: int) -> Ready:
+    def on_leader_and_isr(self, state: LeaderAndIsrState, now_ms: int) -> Ready:
         out = ReadyBuilder()
         self._apply_state(state, now_ms, out)
         return out.build()
 
-    def _apply_state(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
+    def _apply_state(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None:
         """A controller's state of this partition (LeaderAndIsr, or an answer carrying the
         committed state); a refusal is ``out.error``."""
         problem = self._invalid(state)
@@ -189,7 +189,7 @@ class ControlEvents(ReplicaBase):
 
     # ================================================================== internals
 
-    def _invalid(self, state: PartitionState) -> str | None:
+    def _invalid(self, state: LeaderAndIsrState) -> str | None:
         """Why ``state`` cannot be a controller's state of this partition, or None."""
         replicas, isr = state.replicas, state.isr
         where = f"{state.topic}-{state.partition}"
@@ -205,7 +205,7 @@ class ControlEvents(ReplicaBase):
             return f"{where}: negative leader or epochs in {state}"
         return None
 
-    def _plays(self, state: PartitionState) -> bool:
+    def _plays(self, state: LeaderAndIsrState) -> bool:
         """Does this replica already play the part ``state`` gives it in its leader epoch?
         (Not after a StopReplica or a storage failure: then the part is taken anew.)"""
         if state.leader_epoch != self.leader_epoch:
@@ -216,14 +216,14 @@ class ControlEvents(ReplicaBase):
             return self.follower is not None and self.follower.leader_id == state.leader
         return self.role == Role.NONE
 
-    def _record(self, state: PartitionState) -> None:
+    def _record(self, state: LeaderAndIsrState) -> None:
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch
         self.replicas = state.replicas
         self.isr = state.isr
 
-    def _become_leader(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
+    def _become_leader(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None:
         log_end_offset = self.log.log_end_offset
         # The epoch is in the cache (fsynced) before anything is served in it: the shell
         # persists before it carries out the rest of this Ready.
@@ -241,7 +241,7 @@ class ControlEvents(ReplicaBase):
                          f"{state.leader_epoch} at LEO {log_end_offset}, HW "
                          f"{self.leader.high_watermark}, ISR {list(state.isr)}")
 
-    def _new_leader_state(self, state: PartitionState, now_ms: int) -> LeaderPartitionState:
+    def _new_leader_state(self, state: LeaderAndIsrState, now_ms: int) -> LeaderPartitionState:
         """The leader's view of one leadership, starting at the LEO with the HW this replica
         exposed until now."""
         log_end_offset = self.log.log_end_offset
@@ -264,7 +264,7 @@ class ControlEvents(ReplicaBase):
         self._alter_for = None
         self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
 
-    def _on_isr_change(self, state: PartitionState, now_ms: int, out: ReadyBuilder) -> None:
+    def _on_isr_change(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None:
         """Same leader epoch, newer partition epoch: the controller changed the ISR."""
         leader = self.leader
         self._record(state)

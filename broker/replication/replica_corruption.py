@@ -26,7 +26,7 @@ from __future__ import annotations
 from tidewater.broker.replication.ready import EMPTY, CorruptReport, Ready, ReadyBuilder
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
-    PartitionState,
+    LeaderAndIsrState,
     ReplicaBase,
 )
 from tidewater.proto import tidewater_pb2 as pb
@@ -64,7 +64,7 @@ class CorruptionEvents(ReplicaBase):
         self._react_to_corruption(now_ms, out)
         return out.build()
 
-    def on_corrupt_report_answer(self, report_id: int, error: int, state: PartitionState | None,
+    def on_corrupt_report_answer(self, report_id: int, error: int, state: LeaderAndIsrState | None,
                                  now_ms: int) -> Ready:
         """The controller's answer to report ``report_id`` (NONE: out of the ISR, and its
         committed state comes with it; ELIGIBLE_LEADERS_NOT_AVAILABLE: no healthy ISR member

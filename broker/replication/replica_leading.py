@@ -41,7 +41,7 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
     ALTER_PARTITION_BACKOFF_MS_MAX,
-    PartitionState,
+    LeaderAndIsrState,
     ReplicaBase,
 )
 from tidewater.proto import tidewater_pb2 as pb
@@ -115,7 +115,7 @@ class LeadingEvents(ReplicaBase):
 
     # ================================================================== AlterPartition
 
-    def on_alter_partition_answer(self, alter_id: int, error: int, state: PartitionState | None,
+    def on_alter_partition_answer(self, alter_id: int, error: int, state: LeaderAndIsrState | None,
                                   now_ms: int) -> Ready:
         """The controller's answer to proposal ``alter_id`` (module docstring)."""
         leader = self.leader

@@ -86,7 +86,7 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica import (
     ACKS_ALL_WAIT_MS_MAX,
     FollowerOptions,
-    PartitionState,
+    LeaderAndIsrState,
     ReplicaState,
 )
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
@@ -415,7 +415,7 @@ class Harness:
     # ---------------------------------------------------------------- controller
 
     def cmd_leader_and_isr(self, a: Args) -> list[str]:
-        state = PartitionState(TOPIC, PARTITION, a.int("leader"), a.int("epoch"), a.int("pe"),
+        state = LeaderAndIsrState(TOPIC, PARTITION, a.int("leader"), a.int("epoch"), a.int("pe"),
                                _int_list(a.get("replicas")), _int_list(a.get("isr")))
         before = self._leadership()
         ready = self.r.on_leader_and_isr(state, self.now_ms)
@@ -522,7 +522,7 @@ class Harness:
         state = None
         if a.has("isr"):
             r = self.r
-            state = PartitionState(TOPIC, PARTITION, a.int("leader", r.local_broker_id),
+            state = LeaderAndIsrState(TOPIC, PARTITION, a.int("leader", r.local_broker_id),
                                    a.int("epoch", r.leader_epoch), a.int("pe"),
                                    r.replicas, _int_list(a.get("isr")))
         if alter_id == self.alter_outstanding:
