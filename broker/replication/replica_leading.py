@@ -45,7 +45,7 @@ from tidewater.broker.replication.replica_base import (
     ReplicaBase,
 )
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import OffsetOutOfRangeError
+from tidewater.proto.errors import InvariantViolation, OffsetOutOfRangeError
 
 _WAIT_FOR_LEADER_AND_ISR = frozenset({pb.FENCED_LEADER_EPOCH, pb.NOT_LEADER_OR_FOLLOWER,
                                       pb.STALE_BROKER_EPOCH})
@@ -72,7 +72,9 @@ class LeadingEvents(ReplicaBase):
         """
         self.check_epoch(current_leader_epoch, require_leader=True)
         leader = self.leader
-        assert leader is not None  # check_epoch(require_leader=True) passed
+        if leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: check_epoch let a "
+                                     f"follower fetch reach a replica that does not lead")
         log = self.log
         log_end_offset = log.log_end_offset
         diverging = check_diverging(last_fetched_epoch, fetch_offset, log.leader_epoch_cache,
@@ -110,7 +112,9 @@ class LeadingEvents(ReplicaBase):
             raise OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} outside [{log.log_start_offset}, "
                 f"{log.log_end_offset}] for {self.topic}-{self.partition}")
-        assert self.leader is not None  # check_epoch(require_leader=True) passed
+        if self.leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: check_epoch let a "
+                                     f"consumer fetch reach a replica that does not lead")
         return self.leader.high_watermark
 
     # ================================================================== AlterPartition
@@ -169,7 +173,9 @@ class LeadingEvents(ReplicaBase):
 
     def _note_isr_change(self, old_isr: tuple[int, ...], out: ReadyBuilder,
                          by: str = "AlterPartition") -> None:
-        assert self.leader is not None  # only a leader's ISR changes
+        if self.leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: an ISR change noted "
+                                     f"while {self.role}: only a leader's ISR changes")
         isr = self.leader.isr
         if isr == old_isr:
             return
@@ -179,7 +185,9 @@ class LeadingEvents(ReplicaBase):
 
     def _maybe_send_alter(self, now_ms: int, out: ReadyBuilder) -> None:
         """Carry the leader's pending ISR proposal to the controller, one at a time."""
-        assert self.leader is not None  # called on a leader's paths only
+        if self.leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: an AlterPartition to "
+                                     f"send while {self.role}: only a leader proposes")
         pending = self.leader.pending_isr
         if pending is None:
             return

@@ -94,7 +94,9 @@ class ProduceEvents(ReplicaBase):
         if not waits:
             return
         leader = self.leader
-        assert leader is not None  # a leadership's waits end with it (_end_leadership)
+        if leader is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: acks=all waits outlived "
+                                     f"their leadership (_end_leadership fails them)")
         deadlines = self._deadlines
         while waits:
             required_offset, waiter_id = waits[0]
