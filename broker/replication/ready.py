@@ -6,8 +6,10 @@ code, or the simulation's fake broker) carries it out in this order:
 1. ``persist``, in order: ``AssignEpoch`` (the epoch cache entry, fsynced),
    ``Truncate`` / ``TruncateFully`` (the log), ``AppendFetched`` (append the
    records of the fetch answer being handled, from the log end offset). Nothing
-   below may be seen by anyone before these are done; a failure here is a
-   storage failure of the partition (``ReplicaState.on_storage_failure``).
+   below may be seen by anyone before these are done. When one fails the shell
+   stops there and reports it (``ReplicaState.on_persist_failure(op)``, etcd
+   raft's Advance for a failure); the core decides what that means and carries
+   on from the log as it really is.
 2. ``fetch``: start following a leader in an epoch (``Follow``) or stop
    (``STOP_FETCHING``).
 3. ``alter_partition``: send this AlterPartition to the controller; its
@@ -43,9 +45,12 @@ class AssignEpoch:
 
 @dataclass(frozen=True, slots=True)
 class Truncate:
-    """``log.truncate_to(offset)`` (drops offsets >= ``offset``; epoch cache too)."""
+    """``log.truncate_to(offset)`` (drops offsets >= ``offset``; epoch cache too).
+    ``below_corrupt_batch``: the cut that drops a corrupt batch (the core asks for it again
+    if it fails)."""
 
     offset: int
+    below_corrupt_batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
 
 if TYPE_CHECKING:
-    from tidewater.broker.replication.ready import ReadyBuilder
+    from tidewater.broker.replication.ready import Persist, Ready, ReadyBuilder
 
 UNDEFINED = -1
 
@@ -170,6 +170,8 @@ class ReplicaBase:
 
         def _apply_state(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None: ...
 
+        def _stop_on_storage_failure(self, why: str) -> Ready: ...
+
         # replica_produce
         def _complete_waits(self, out: ReadyBuilder) -> None: ...
 
@@ -182,7 +184,13 @@ class ReplicaBase:
         # replica_corruption
         def _react_to_corruption(self, now_ms: int, out: ReadyBuilder) -> None: ...
 
+        def _on_corrupt_cut_failed(self, offset: int) -> None: ...
+
         # replica_following
         def _first_phase(self) -> str: ...
 
-        def _truncate(self, offset: int, why: str, out: ReadyBuilder) -> None: ...
+        def _truncate(self, offset: int, why: str, out: ReadyBuilder, *,
+                      below_corrupt_batch: bool = False) -> None: ...
+
+        def _on_follower_persist_failure(self, op: Persist, now_ms: int,
+                                         out: ReadyBuilder) -> None: ...

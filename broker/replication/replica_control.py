@@ -14,6 +14,9 @@ event                                  decision
                                        before anything else), follower or offline. Either
                                        way the acks=all waits of the old leadership fail.
 ``on_stop_replica(leader_epoch)``      older epoch: FENCED_LEADER_EPOCH; else no role
+``on_persist_failure(op)``             a persist operation of a Ready failed: no role
+                                       (a leader's epoch), or a follower truncates or
+                                       fetches again from its real log (the method's table)
 ``on_storage_failure``                 no role until the next LeaderAndIsr
 ``set_min_insync_replicas(n)``         the rule changed: HW and waits re-checked
 =====================================  =========================================================
@@ -32,6 +35,7 @@ from tidewater.broker.replication.ready import (
     STOP_FETCHING,
     AssignEpoch,
     Follow,
+    Persist,
     Ready,
     ReadyBuilder,
 )
@@ -162,16 +166,47 @@ class ControlEvents(ReplicaBase):
         out.leadership_changed = True
         return out.build()
 
+    # ================================================================== a failed disk
+
+    def on_persist_failure(self, op: Persist, now_ms: int) -> Ready:
+        """The shell could not carry out ``op``, a persist operation of the last ``Ready``
+        (etcd raft's Advance, for a failure). The core never acts as if it happened:
+
+        ===========================  ================================================
+        failed operation             decision
+        ===========================  ================================================
+        ``AssignEpoch``              no role until the next LeaderAndIsr: a leader
+                                     must not serve in an epoch its cache lacks
+        ``Truncate``,                a follower truncates again (``TRUNCATING``)
+        ``TruncateFully``            after the fetch backoff: where to, and then its
+                                     fetch position, come from its real log; a cut
+                                     below a corrupt batch is owed again
+        ``AppendFetched``            a follower fetches again from its real LEO
+                                     after the fetch backoff
+        anything, with no follower   no role (as ``AssignEpoch``)
+        ===========================  ================================================
+        """
+        if isinstance(op, AssignEpoch) or self.follower is None:
+            return self._stop_on_storage_failure(f"persisting {op} failed")
+        out = ReadyBuilder()
+        self._on_follower_persist_failure(op, now_ms, out)
+        return out.build()
+
     def on_storage_failure(self, now_ms: int) -> Ready:
-        """The shell could not persist a decision (the log dir failed): play no part."""
+        """The log dir failed, by the shell's word: play no part until the next
+        LeaderAndIsr. (A failed operation of a Ready goes to ``on_persist_failure``.)"""
+        return self._stop_on_storage_failure("storage failed")
+
+    def _stop_on_storage_failure(self, why: str) -> Ready:
+        """No role until the next LeaderAndIsr; the acks=all waits of a leadership fail."""
         out = ReadyBuilder()
         self._end_leadership(pb.NOT_LEADER_OR_FOLLOWER, out)
         self.role = Role.NONE
         self.follower = None
         out.fetch = STOP_FETCHING
         out.leadership_changed = True
-        out.alarms.append(f"{self.topic}-{self.partition}: storage failed; no role until the "
-                          f"next LeaderAndIsr")
+        out.alarms.append(f"{self.topic}-{self.partition}: {why}; no role until the next "
+                          f"LeaderAndIsr")
         return out.build()
 
     def set_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> Ready:

@@ -95,6 +95,11 @@ class CorruptionEvents(ReplicaBase):
             self._report_next_send_ms = now_ms + ALTER_PARTITION_BACKOFF_MS
         return EMPTY
 
+    def _on_corrupt_cut_failed(self, offset: int) -> None:
+        """The cut below the corrupt batch at ``offset`` did not happen: it is owed again."""
+        if self.corrupt_from is None or offset < self.corrupt_from:
+            self.corrupt_from = offset
+
     def _react_to_corruption(self, now_ms: int, out: ReadyBuilder) -> None:
         """What a known corrupt batch asks for now: out of the ISR, a follower truncates
         below it (and fetches the rest again); in it, the report goes (one at a time)."""
@@ -106,7 +111,9 @@ class CorruptionEvents(ReplicaBase):
             return
         in_isr = self.local_broker_id in self.isr
         if not in_isr and self.follower is not None:
-            self._truncate(offset, "below the corrupt batch", out)
+            if now_ms < self.follower.retry_at_ms:
+                return  # a failed cut (or fetch) backs off first
+            self._truncate(offset, "below the corrupt batch", out, below_corrupt_batch=True)
             self.corrupt_from = None
             self._report_refused = False
             return

@@ -39,6 +39,8 @@ from tidewater.broker.replication.follower import (
 from tidewater.broker.replication.ready import (
     APPEND_FETCHED,
     EMPTY,
+    AppendFetched,
+    Persist,
     Ready,
     ReadyBuilder,
     Truncate,
@@ -51,6 +53,7 @@ from tidewater.broker.replication.replica_base import (
     ReplicaBase,
 )
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 
 _APPEND_FETCHED = Ready(persist=(APPEND_FETCHED,))
 
@@ -130,9 +133,32 @@ class FollowingEvents(ReplicaBase):
         return _APPEND_FETCHED
 
     def on_follower_storage_error(self, now_ms: int) -> None:
-        """Appending or truncating failed in the shell: back off, try again."""
+        """Appending or truncating failed in the shell: back off, try again. (The shell's
+        old word; ``on_persist_failure(op)`` says which operation failed, and a failed
+        truncation is truncated again rather than fetched past.)"""
         if self.follower is not None:
             self.follower.retry_at_ms = now_ms + self.options.fetch_backoff_ms
+
+    def _on_follower_persist_failure(self, op: Persist, now_ms: int, out: ReadyBuilder) -> None:
+        """A follower's truncation or append failed (``on_persist_failure``'s table)."""
+        cycle = self.follower
+        if cycle is None:
+            raise InvariantViolation(f"{self.topic}-{self.partition}: a follower's persist "
+                                     f"failure while {self.role}")
+        cycle.retry_at_ms = now_ms + self.options.fetch_backoff_ms
+        if isinstance(op, AppendFetched):
+            out.counters.append("follower_append_failures")
+            return
+        # Never fetch as if the cut happened: truncate again, from the log as it is.
+        cycle.phase = FollowerPhase.TRUNCATING
+        if isinstance(op, TruncateFully):
+            # The HW taken from the leader's log start came with the cut that did not happen.
+            self._high_watermark_seen = min(self._high_watermark_seen, self.log.log_start_offset)
+        elif isinstance(op, Truncate) and op.below_corrupt_batch:
+            self._on_corrupt_cut_failed(op.offset)
+        out.counters.append("follower_truncation_failures")
+        out.notes.append(f"{self.topic}-{self.partition}: {op} failed; truncating again from "
+                         f"LEO {self.log.log_end_offset} after the backoff")
 
     def _first_phase(self) -> str:
         return FollowerPhase.TRUNCATING if self.options.truncate_first else FollowerPhase.FETCHING
@@ -145,9 +171,10 @@ class FollowingEvents(ReplicaBase):
         return truncation_for_diverging_epoch(diverging_epoch, self.log.leader_epoch_cache,
                                               self.log.log_end_offset, self.high_watermark)
 
-    def _truncate(self, offset: int, why: str, out: ReadyBuilder) -> None:
+    def _truncate(self, offset: int, why: str, out: ReadyBuilder, *,
+                  below_corrupt_batch: bool = False) -> None:
         log_end_offset = self.log.log_end_offset
-        out.persist.append(Truncate(offset))
+        out.persist.append(Truncate(offset, below_corrupt_batch))
         if offset < log_end_offset:
             out.counters.append("follower_truncations")
             out.notes.append(f"{self.topic}-{self.partition}: {why}: truncating to {offset} "

@@ -7,6 +7,7 @@ event                                  decision
                                        the minimum (nothing written)
 ``on_local_append(leo, waiter)``       HW (acks=all waits complete); the wait is bound to
                                        this leadership
+``on_leader_append_failure``           the log dir failed under the append: no role
 ``on_wait_deadline(waiter)``           REQUEST_TIMED_OUT if it still waits and is due
 ``withdraw_wait(waiter)``              forgotten, answered never
 =====================================  =========================================================
@@ -75,6 +76,15 @@ class ProduceEvents(ReplicaBase):
         out.high_watermark_moved = moved
         self._complete_waits(out)
         return out.build()
+
+    def on_leader_append_failure(self, now_ms: int) -> Ready:
+        """The log could not take a produce's append (a storage error: the log dir failed;
+        nothing of it is acknowledged): no role until the next LeaderAndIsr, and every
+        acks=all wait of this leadership fails (NOT_LEADER_OR_FOLLOWER: clients refresh
+        their metadata and retry with the next leader)."""
+        if self.leader is None:
+            return EMPTY
+        return self._stop_on_storage_failure("appending as leader failed")
 
     def on_wait_deadline(self, waiter_id: int, now_ms: int) -> Ready:
         """A wait's timer fired: pb.REQUEST_TIMED_OUT if it is still waiting and due."""

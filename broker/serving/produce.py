@@ -39,6 +39,7 @@ from tidewater.proto.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    KafkaStorageError,
 )
 from tidewater.proto.records import decode_records
 
@@ -139,7 +140,13 @@ class ProducePath:
         async with partition.lock:
             replica = partition.replica
             leader_epoch = replica.check_append(acks)  # nothing written when refused
-            info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
+            try:
+                info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
+            except KafkaStorageError:
+                # The log dir failed under the append: the core decides what this replica
+                # plays now (nothing), and the waits of its leadership are answered.
+                self._carrier.apply(partition, replica.on_leader_append_failure(mono_ms()))
+                raise
             if not info.duplicate:  # a retry already in the log: its original offsets
                 self._messages_in.inc(info.record_count)
                 self._bytes_in.inc(len(records))
