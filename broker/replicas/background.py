@@ -109,11 +109,9 @@ class BackgroundWork:
             log.warning("%s: reacting to the corrupt batch failed: %s", tp, e)
 
     def tick_all(self, now_ms: int) -> None:
-        """One replication tick of every replica that needs time (synchronous, on the loop)."""
+        """One replication tick of every replica (synchronous, on the loop): which of them
+        have something to do is the core's decision (``ReplicaState.tick``)."""
         for partition in list(self._partitions.values()):
-            replica = partition.replica
-            if replica.leader is None and replica.corrupt_from is None:
-                continue
             try:
                 self._carrier.apply(partition, partition.replica.tick(now_ms))
             except TidewaterError as e:

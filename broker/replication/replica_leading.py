@@ -208,7 +208,12 @@ class LeadingEvents(ReplicaBase):
 
     def tick(self, now_ms: int) -> Ready:
         """Time passed: the HW (a joiner stopped being caught up), ISR shrink proposals,
-        AlterPartition resends, acks=all deadlines."""
+        AlterPartition resends, acks=all deadlines; a corrupt replica's report and cut.
+
+        The shell ticks every replica; which ones have something to do is decided here.
+        A follower or a replica with no role and no corrupt batch returns ``EMPTY`` after
+        two attribute reads (the shell's carrier returns on ``EMPTY`` at once), so
+        ticking thousands of followers stays cheap."""
         leader = self.leader
         if leader is None:
             if self.corrupt_from is None:
