@@ -19,6 +19,8 @@ event                                  decision
 =====================================  =========================================================
 ``follower_wants(now)``                truncating, fetching, or nothing (parked, backing off)
 ``fetch_position()``                   the next fetch's (LEO, last fetched epoch, log start)
+``offset_for_leader_epoch_request()``  the next OffsetForLeaderEpoch's (current leader epoch,
+                                       latest epoch of the own log)
 ``on_offset_for_leader_epoch_answer``  truncate (``follower_truncation``); done: fetch
 ``on_fetch_answer``                    append, or truncate (diverging epoch, the leader's log
                                        starting past ours), or back off / park;
@@ -78,6 +80,16 @@ class FollowingEvents(ReplicaBase):
         if cycle is None or cycle.parked or now_ms < cycle.retry_at_ms:
             return None
         return cycle.phase
+
+    def offset_for_leader_epoch_request(self) -> tuple[int, int] | None:
+        """``(current_leader_epoch, leader_epoch)`` of this follower's next
+        OffsetForLeaderEpoch: the epoch it follows in (the leader fences by it, KIP-320)
+        and the latest epoch of its own log (the leader answers where that epoch ends on
+        its side, KIP-279); None when it follows nobody."""
+        cycle = self.follower
+        if cycle is None:
+            return None
+        return cycle.leader_epoch, self.log.leader_epoch_cache.latest_epoch
 
     def on_offset_for_leader_epoch_answer(self, leader_epoch: int, error: int,
                                           answer: tuple[int, int], now_ms: int) -> Ready:

@@ -591,8 +591,9 @@ class Harness:
         if wants is None:
             return ["answer: nothing"]
         if wants == "truncating":
-            return [f"answer: offset-for-leader-epoch requested="
-                    f"{self.log.leader_epoch_cache.latest_epoch}"]
+            asked = self.r.offset_for_leader_epoch_request()
+            assert asked is not None and asked[0] == self.r.leader_epoch, asked
+            return [f"answer: offset-for-leader-epoch requested={asked[1]}"]
         offset, last_epoch, start = self.r.fetch_position()
         return [f"answer: fetch offset={offset} last-epoch={last_epoch} log-start={start}"]
 
