@@ -64,7 +64,11 @@ from tidewater.broker.replication.replica_corruption import (
 )
 from tidewater.broker.replication.replica_following import FollowingEvents
 from tidewater.broker.replication.replica_leading import LeadingEvents
-from tidewater.broker.replication.replica_produce import ACKS_ALL_WAIT_MS_MAX, ProduceEvents
+from tidewater.broker.replication.replica_produce import (
+    ACKS_ALL_WAIT_MS_MAX,
+    ProduceEvents,
+    acks_all_wait_ms,
+)
 
 # The old name, for broker/replicas/control.py until its rewrite imports LeaderAndIsrState.
 PartitionState = LeaderAndIsrState
@@ -73,7 +77,7 @@ __all__ = [
     "ACKS_ALL_WAIT_MS_MAX", "ALTER_PARTITION_BACKOFF_MS", "ALTER_PARTITION_BACKOFF_MS_MAX",
     "CORRUPT_REPORT_RETRY_MS", "UNDEFINED", "EpochCacheView", "FollowerCycle", "FollowerOptions",
     "FollowerPhase", "LeaderAndIsrState", "LogView", "PartitionState", "ReplicaBase",
-    "ReplicaState", "Role",
+    "ReplicaState", "Role", "acks_all_wait_ms",
 ]
 
 

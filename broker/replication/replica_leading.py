@@ -8,6 +8,8 @@ event                                  decision
                                        progress moves the HW and may propose an ISR expansion
 ``answer_offset_for_leader_epoch``     ``end_offset_for(epoch, LEO)`` (KIP-279), even (-1, -1)
 ``check_consumer_fetch(...)``          fencing, range; the HW to read below
+``check_list_offsets(...)``            fencing; the end of what the asker sees (a consumer:
+                                       the HW; a replica: the LEO)
 ``on_alter_partition_answer/unsure``   apply what the answer proves (below)
 ``tick(now)``                          time-driven HW, ISR shrink, AlterPartition resends,
                                        acks=all deadlines (and the corruption reaction's
@@ -116,6 +118,14 @@ class LeadingEvents(ReplicaBase):
             raise InvariantViolation(f"{self.topic}-{self.partition}: check_epoch let a "
                                      f"consumer fetch reach a replica that does not lead")
         return self.leader.high_watermark
+
+    def check_list_offsets(self, current_leader_epoch: int, *, consumer: bool) -> int:
+        """A ListOffsets asker: raises the typed error (fencing; a consumer asks the leader
+        only); returns the end of what it may see: no offset at or above it exists for it.
+        A consumer sees below the HW (LATEST is the HW; a record found by timestamp at or
+        above it is not there yet); a replica sees the whole log (LATEST is the LEO)."""
+        self.check_epoch(current_leader_epoch, require_leader=consumer)
+        return self.high_watermark if consumer else self.log.log_end_offset
 
     # ================================================================== AlterPartition
 

@@ -37,6 +37,13 @@ from tidewater.proto.errors import (
 ACKS_ALL_WAIT_MS_MAX = 120_000
 
 
+def acks_all_wait_ms(timeout_ms: int) -> int:
+    """How long an acks=all wait asking for ``timeout_ms`` lasts: that, from 0 (due at
+    once) to ``ACKS_ALL_WAIT_MS_MAX``. The shell arms its timer with this, and
+    ``on_local_append`` sets the wait's deadline by it."""
+    return min(max(timeout_ms, 0), ACKS_ALL_WAIT_MS_MAX)
+
+
 class ProduceEvents(ReplicaBase):
     """The leader's produce path and acks=all waits (module docstring)."""
 
@@ -59,15 +66,14 @@ class ProduceEvents(ReplicaBase):
                         required_offset: int = 0, timeout_ms: int = 0) -> Ready:
         """The leader appended up to ``log_end_offset``; with ``waiter_id`` >= 0 an acks=all
         request waits, bound to this leadership, until the HW reaches ``required_offset``
-        (at most ``timeout_ms``, itself at most ``ACKS_ALL_WAIT_MS_MAX``)."""
+        (``acks_all_wait_ms(timeout_ms)``)."""
         leader = self.leader
         if leader is None:
             raise InvariantViolation(
                 f"{self.topic}-{self.partition}: an append as leader while {self.role}")
         moved = leader.on_local_append(log_end_offset, now_ms)
         if waiter_id >= 0:
-            timeout_ms = min(max(timeout_ms, 0), ACKS_ALL_WAIT_MS_MAX)
-            self._deadlines[waiter_id] = now_ms + timeout_ms
+            self._deadlines[waiter_id] = now_ms + acks_all_wait_ms(timeout_ms)
             heapq.heappush(self._waits, [required_offset, waiter_id])
         elif not moved:
             return APPENDED

@@ -30,7 +30,7 @@ from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
+from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
@@ -67,9 +67,10 @@ def _set_acks_all_outcome(result: pb.ProducePartitionResponse, code: int) -> Non
 
 
 def acks_timeout_ms(request: pb.ProduceRequest) -> int:
-    """The request's acks=all wait: its timeout_ms (30 s if unset), at most 120 s."""
-    timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
-    return min(timeout_ms, ACKS_ALL_WAIT_MS_MAX)
+    """The request's acks=all wait: its timeout_ms (30 s if unset), bounded by the core
+    (``acks_all_wait_ms``: at most 120 s)."""
+    return acks_all_wait_ms(request.timeout_ms if request.timeout_ms > 0
+                            else ACKS_TIMEOUT_DEFAULT_MS)
 
 
 Waits = list[tuple[pb.ProducePartitionResponse, AcksWait]]
