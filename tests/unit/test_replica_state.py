@@ -66,7 +66,7 @@ Rewrite the expectations (like etcd's ``-rewrite``)::
 
 then read every changed expectation before committing it: an expectation claims
 that this output is right (by /work/shared/reference/replication.md and the
-module docstring of ``broker/replication/replica.py``), it is not a recording.
+module docstrings of ``broker/replication/replica*.py``), it is not a recording.
 """
 
 from __future__ import annotations
