@@ -7,9 +7,10 @@ code, or the simulation's fake broker) carries it out in this order:
    ``Truncate`` / ``TruncateFully`` (the log), ``AppendFetched`` (append the
    records of the fetch answer being handled, from the log end offset). Nothing
    below may be seen by anyone before these are done. When one fails the shell
-   stops there and reports it (``ReplicaState.on_persist_failure(op)``, etcd
-   raft's Advance for a failure); the core decides what that means and carries
-   on from the log as it really is.
+   persists no further, carries out the rest of this Ready (it answers an old
+   leadership's waits), and then the Ready of ``ReplicaState.on_persist_failure(op)``
+   (etcd raft's Advance, for a failure): the core decides what the failure means
+   and carries on from the log as it really is.
 2. ``fetch``: start following a leader in an epoch (``Follow``) or stop
    (``STOP_FETCHING``).
 3. ``alter_partition``: send this AlterPartition to the controller; its
@@ -67,6 +68,18 @@ class AppendFetched:
 
 APPEND_FETCHED = AppendFetched()
 Persist = AssignEpoch | Truncate | TruncateFully | AppendFetched
+
+
+def describe_persist(op: Persist) -> str:
+    """``op`` in words, for log lines."""
+    if isinstance(op, AssignEpoch):
+        return f"assigning epoch {op.epoch} at {op.start_offset}"
+    if isinstance(op, Truncate):
+        return f"truncating to {op.offset}" + (
+            " (below the corrupt batch)" if op.below_corrupt_batch else "")
+    if isinstance(op, TruncateFully):
+        return f"truncating fully to start at {op.start_offset}"
+    return "appending the fetched records"
 
 
 @dataclass(frozen=True, slots=True)

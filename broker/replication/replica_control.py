@@ -38,6 +38,7 @@ from tidewater.broker.replication.ready import (
     Persist,
     Ready,
     ReadyBuilder,
+    describe_persist,
 )
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
@@ -187,7 +188,7 @@ class ControlEvents(ReplicaBase):
         ===========================  ================================================
         """
         if isinstance(op, AssignEpoch) or self.follower is None:
-            return self._stop_on_storage_failure(f"persisting {op} failed")
+            return self._stop_on_storage_failure(f"{describe_persist(op)} failed")
         out = ReadyBuilder()
         self._on_follower_persist_failure(op, now_ms, out)
         return out.build()

@@ -47,6 +47,7 @@ from tidewater.broker.replication.ready import (
     ReadyBuilder,
     Truncate,
     TruncateFully,
+    describe_persist,
 )
 from tidewater.broker.replication.replica_base import (
     UNDEFINED,
@@ -169,8 +170,8 @@ class FollowingEvents(ReplicaBase):
         elif isinstance(op, Truncate) and op.below_corrupt_batch:
             self._on_corrupt_cut_failed(op.offset)
         out.counters.append("follower_truncation_failures")
-        out.notes.append(f"{self.topic}-{self.partition}: {op} failed; truncating again from "
-                         f"LEO {self.log.log_end_offset} after the backoff")
+        out.notes.append(f"{self.topic}-{self.partition}: {describe_persist(op)} failed; "
+                         f"truncating again from LEO {self.log.log_end_offset} after the backoff")
 
     def _first_phase(self) -> str:
         return FollowerPhase.TRUNCATING if self.options.truncate_first else FollowerPhase.FETCHING
