@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.replicas.control import partition_state
@@ -30,6 +31,35 @@ log = logging.getLogger("tidewater.broker.isr")
 AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
 CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
                             Awaitable[pb.ReportCorruptReplicaResponse]]
+
+
+def alter_partition_item(partition: Partition, request: AlterPartitionRequest
+                         ) -> pb.AlterPartitionItem:
+    """The core's ISR proposal as the controller's AlterPartition takes it."""
+    return pb.AlterPartitionItem(
+        topic=partition.tp.topic, partition=partition.tp.partition,
+        leader_epoch=request.leader_epoch, partition_epoch=request.partition_epoch,
+        new_isr=list(request.new_isr), new_isr_broker_epochs=list(request.broker_epochs))
+
+
+def corrupt_replica_item(partition: Partition, report: CorruptReport) -> pb.CorruptReplica:
+    return pb.CorruptReplica(topic=partition.tp.topic, partition=partition.tp.partition,
+                             leader_epoch=report.leader_epoch,
+                             partition_epoch=report.partition_epoch,
+                             corrupt_offset=report.corrupt_offset)
+
+
+def answer_to_core(results: Sequence[Any], on_answer: Callable[..., Ready],
+                   on_unsure: Callable[[int], Ready], now_ms: int) -> Ready:
+    """What came back from the controller, for the core: ``on_answer(error, state, now_ms)``
+    with the first result, or ``on_unsure(now_ms)`` when there is none to trust (a
+    transport error or timeout, a request-level error, no result: ``results`` empty).
+    The broker's sender and the simulation's broker both answer the core through here."""
+    if not results:
+        return on_unsure(now_ms)
+    answer = results[0]
+    state = partition_state(answer.state) if answer.HasField("state") else None
+    return on_answer(answer.error_code, state, now_ms)
 
 
 async def _no_controller(replicas):
@@ -49,10 +79,7 @@ class AlterPartitionSender:
                                name=f"alter-partition-{partition.tp}-{request.alter_id}")
 
     async def _send(self, partition: Partition, request: AlterPartitionRequest) -> None:
-        item = pb.AlterPartitionItem(
-            topic=partition.tp.topic, partition=partition.tp.partition,
-            leader_epoch=request.leader_epoch, partition_epoch=request.partition_epoch,
-            new_isr=list(request.new_isr), new_isr_broker_epochs=list(request.broker_epochs))
+        item = alter_partition_item(partition, request)
         log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
                  partition.tp, request.partition_epoch)
         replica = partition.replica
@@ -67,10 +94,7 @@ class AlterPartitionSender:
                                name=f"report-corrupt-{partition.tp}-{report.report_id}")
 
     async def _report(self, partition: Partition, report: CorruptReport) -> None:
-        item = pb.CorruptReplica(topic=partition.tp.topic, partition=partition.tp.partition,
-                                 leader_epoch=report.leader_epoch,
-                                 partition_epoch=report.partition_epoch,
-                                 corrupt_offset=report.corrupt_offset)
+        item = corrupt_replica_item(partition, report)
         log.warning("reporting %s corrupt from offset %d to the controller", partition.tp,
                     report.corrupt_offset)
         replica = partition.replica
@@ -83,10 +107,8 @@ class AlterPartitionSender:
     async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
                           on_answer: Callable[..., Ready],
                           on_unsure: Callable[[int], Ready]) -> None:
-        """One request to the controller, and what came back to the core under the
-        partition's lock: ``on_answer(error, state, now_ms)`` with the first result, or
-        ``on_unsure(now_ms)`` when there is none to trust (a transport error or timeout,
-        a request-level error, no result); then the core's Ready carried out."""
+        """One request to the controller, what came back handed to the core
+        (``answer_to_core``), then the core's Ready carried out."""
         try:
             response = await call()
         except Exception as e:  # the controller may be gone: not an answer
@@ -94,13 +116,7 @@ class AlterPartitionSender:
             response = None
         results = (results_of(response) if response is not None
                    and response.error_code == pb.NONE else ())
-        async with partition.lock:
-            if not results:
-                ready = on_unsure(mono_ms())
-            else:
-                answer = results[0]
-                state = partition_state(answer.state) if answer.HasField("state") else None
-                log.info("%s %s answered %s", rpc_name, partition.tp,
-                         pb.ErrorCode.Name(answer.error_code))
-                ready = on_answer(answer.error_code, state, mono_ms())
-            self._carrier.apply(partition, ready)
+        if results:
+            log.info("%s %s answered %s", rpc_name, partition.tp,
+                     pb.ErrorCode.Name(results[0].error_code))
+        self._carrier.apply(partition, answer_to_core(results, on_answer, on_unsure, mono_ms()))

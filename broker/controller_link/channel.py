@@ -55,6 +55,8 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from tidewater.broker.channels import channel_options
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.controller_link.registration import REGISTER_AGAIN, Registration
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import UnsupportedVersionError
@@ -65,9 +67,6 @@ log = logging.getLogger("tidewater.broker.controller_link.channel")
 RPC_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2
 STREAM_CLOSE_TIMEOUT_S = 1.0
-# Heartbeat answers saying the controller does not know this registration.
-REGISTER_AGAIN = (pb.STALE_BROKER_EPOCH, pb.BROKER_ID_NOT_REGISTERED,
-                   pb.CLUSTER_AUTHORIZATION_FAILED)
 
 
 class ControllerChannel:
@@ -82,12 +81,9 @@ class ControllerChannel:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
         self.incarnation_id = uuid.uuid4().hex
-        self.broker_epoch = -1
-        self.control_token = b""  # the registration's (RegisterBrokerResponse.control_token)
-        self.cluster_id = ""
-        self.is_fenced = True
+        # Epoch, control token, fencing: the rules the simulation's broker runs too.
+        self.registration = Registration(session_timeout_ms=session_timeout_ms)
         self._on_registered = on_registered
-        self._fenced_since: float | None = None
         self._stopping = False
         self._want_shutdown = False
         self._shutdown_done = False
@@ -104,6 +100,22 @@ class ControllerChannel:
                                      credentials)
         self.stub = pb_grpc.ControllerStub(self._channel)
 
+    @property
+    def broker_epoch(self) -> int:
+        return self.registration.broker_epoch
+
+    @property
+    def control_token(self) -> bytes:
+        return self.registration.control_token
+
+    @property
+    def cluster_id(self) -> str:
+        return self.registration.cluster_id
+
+    @property
+    def is_fenced(self) -> bool:
+        return self.registration.is_fenced
+
     async def close(self) -> None:
         self._stopping = True
         self._drop_stream()
@@ -116,8 +128,7 @@ class ControllerChannel:
 
     async def register(self) -> int:
         """Register until the controller accepts; returns the new broker epoch."""
-        self.broker_epoch = -1
-        self.control_token = b""
+        self.registration.begin()
         attempt = 0
         while True:
             attempt += 1
@@ -133,16 +144,12 @@ class ControllerChannel:
                              *self.controller_address, e.code().name)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
-            if resp.error_code != pb.NONE:
+            if not self.registration.on_register_answer(resp):
                 if attempt == 1 or attempt % 25 == 0:
                     log.warning("registration refused: %s %s (attempt %d)",
                                 pb.ErrorCode.Name(resp.error_code), resp.error_message, attempt)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
-            self.broker_epoch = resp.broker_epoch
-            self.control_token = resp.control_token
-            self.cluster_id = resp.cluster_id
-            self._fenced_since = None
             log.info("registered broker %d with broker epoch %d", self.broker_id,
                      self.broker_epoch)
             if self._on_registered is not None:
@@ -154,10 +161,8 @@ class ControllerChannel:
         async with self._heartbeat_lock:
             if self._shutdown_done or self._stopping:
                 return None
-            request = pb.BrokerHeartbeatRequest(
-                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                want_shutdown=want_shutdown or self._want_shutdown,
-                control_token=self.control_token)
+            request = self.registration.heartbeat_request(
+                self.broker_id, want_shutdown=want_shutdown or self._want_shutdown)
             return await self._stream_heartbeat(request)
 
     async def _stream_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
@@ -220,26 +225,12 @@ class ControllerChannel:
             pass
         stream.cancel()
 
-    def _needs_registration(self, resp: pb.BrokerHeartbeatResponse) -> bool:
-        if resp.error_code in REGISTER_AGAIN:
-            return True
-        if resp.error_code != pb.NONE:
-            return False
-        if not resp.is_fenced:
-            self._fenced_since = None
-            return False
-        now = time.monotonic()
-        if self._fenced_since is None:
-            self._fenced_since = now
-        return (now - self._fenced_since) * 1000 > 2 * self.session_timeout_ms
-
     async def run_heartbeats(self) -> None:
         """Heartbeat forever (until cancelled), re-registering when the controller says so."""
         while not self._stopping and not self._shutdown_done:
             resp = await self.heartbeat()
             if resp is not None:
-                self.is_fenced = resp.is_fenced
-                if self._needs_registration(resp):
+                if self.registration.on_heartbeat_answer(resp, mono_ms()):
                     log.info("heartbeat answered %s fenced=%s: registering again",
                              pb.ErrorCode.Name(resp.error_code), resp.is_fenced)
                     await self.register()

@@ -10,7 +10,7 @@ transport. Per leader broker, each round:
 2. otherwise the partitions that want to fetch send one long-poll fetch with
    their ``fetch_position`` (LEO, last fetched epoch, log start offset);
 
-and each answer goes back to its partition's core, under the partition's lock,
+and each answer goes back to its partition's core (synchronously, with its Ready),
 tagged with the leader epoch and fetch offset it was asked in, so the core
 drops answers that a change of epoch (or a truncation) made stale. The
 resulting ``Ready`` (truncate, append the fetched records, back off, park) is
@@ -339,11 +339,10 @@ class LeaderFetcher:
             partition, leader_epoch = sent.pop((answer.topic, answer.partition), (None, -1))
             if partition is None:
                 continue
-            async with partition.lock:
-                ready = partition.replica.on_offset_for_leader_epoch_answer(
-                    leader_epoch, answer.error_code, (answer.leader_epoch, answer.end_offset),
-                    mono_ms())
-                self._carry_out(partition, ready)
+            ready = partition.replica.on_offset_for_leader_epoch_answer(
+                leader_epoch, answer.error_code, (answer.leader_epoch, answer.end_offset),
+                mono_ms())
+            self._carry_out(partition, ready)
 
     # ------------------------------------------------------------------ fetch
 
@@ -390,12 +389,11 @@ class LeaderFetcher:
                                                              (None, -1, -1))
             if partition is None:
                 continue
-            async with partition.lock:
-                ready = partition.replica.on_fetch_answer(
-                    leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
-                    leader_log_start_offset=p.log_start_offset, diverging_epoch=p.diverging,
-                    now_ms=mono_ms())
-                self._carry_out(partition, ready, fetched=p.records)
+            ready = partition.replica.on_fetch_answer(
+                leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
+                leader_log_start_offset=p.log_start_offset, diverging_epoch=p.diverging,
+                now_ms=mono_ms())
+            self._carry_out(partition, ready, fetched=p.records)
 
     def _carry_out(self, partition: Partition, ready, fetched: BytesLike = b"") -> None:
         try:

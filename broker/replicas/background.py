@@ -34,6 +34,7 @@ from tidewater.broker.config import BrokerConfig
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.ticks import tick_replicas
 from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.scrub import LogScrubber
@@ -109,13 +110,8 @@ class BackgroundWork:
             log.warning("%s: reacting to the corrupt batch failed: %s", tp, e)
 
     def tick_all(self, now_ms: int) -> None:
-        """One replication tick of every replica (synchronous, on the loop): which of them
-        have something to do is the core's decision (``ReplicaState.tick``)."""
-        for partition in list(self._partitions.values()):
-            try:
-                self._carrier.apply(partition, partition.replica.tick(now_ms))
-            except TidewaterError as e:
-                log.warning("%s: replication tick failed: %s", partition.tp, e)
+        """One replication tick of every replica (synchronous, on the loop)."""
+        tick_replicas(self._partitions.values(), self._carrier, now_ms)
 
     async def _replication_ticks(self) -> None:
         interval_s = min(self.config.replica_lag_time_max_ms / 4, REPLICATION_TICK_MS_MAX) / 1000

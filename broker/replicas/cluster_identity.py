@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Protocol
 
 from tidewater.broker.replication.topic_identity import ClusterCheck, cluster_id_decision
 from tidewater.broker.storage.meta_properties import (
@@ -26,13 +27,39 @@ from tidewater.proto.errors import KafkaStorageError
 log = logging.getLogger("tidewater.broker.replicas.cluster_identity")
 
 
-class ClusterIdentity:
-    def __init__(self, data_dir: Path, broker_id: int):
+class MetaPropertiesStore(Protocol):
+    """Where ``meta.properties`` lives: the data dir's file, or the simulation's disk."""
+
+    def read(self) -> MetaProperties | None: ...
+
+    def write(self, meta: MetaProperties) -> None: ...
+
+
+class MetaPropertiesFile:
+    def __init__(self, data_dir: Path):
         self.data_dir = Path(data_dir)
+
+    def read(self) -> MetaProperties | None:
+        return read_meta_properties(self.data_dir)  # CorruptFileError: fail the start-up
+
+    def write(self, meta: MetaProperties) -> None:
+        write_meta_properties(self.data_dir, meta)
+
+    def __str__(self) -> str:
+        return f"{self.data_dir}/meta.properties"
+
+
+class ClusterIdentity:
+    def __init__(self, store: MetaPropertiesStore, broker_id: int):
+        self.store = store
         self.broker_id = broker_id
-        meta = read_meta_properties(self.data_dir)  # CorruptFileError: fail the start-up
+        meta = store.read()
         self.cluster_id: str | None = meta.cluster_id if meta is not None else None
         self._refused: set[str] = set()
+
+    @classmethod
+    def of_data_dir(cls, data_dir: Path, broker_id: int) -> ClusterIdentity:
+        return cls(MetaPropertiesFile(data_dir), broker_id)
 
     def trusts(self, cluster_id: str) -> bool:
         decision = cluster_id_decision(self.cluster_id, cluster_id)
@@ -40,17 +67,17 @@ class ClusterIdentity:
             return True
         if decision is ClusterCheck.ADOPT:
             try:
-                write_meta_properties(self.data_dir, MetaProperties(self.broker_id, cluster_id))
+                self.store.write(MetaProperties(self.broker_id, cluster_id))
             except KafkaStorageError as e:
                 log.error("cannot record cluster id %s: %s", cluster_id, e)
                 return False
             self.cluster_id = cluster_id
-            log.info("data dir %s now belongs to cluster %s", self.data_dir, cluster_id)
+            log.info("%s now belongs to cluster %s", self.store, cluster_id)
             return True
         if decision is ClusterCheck.MISMATCH and cluster_id not in self._refused:
             self._refused.add(cluster_id)
-            log.error("the controller's cluster id %s is not %s, the one in %s/meta.properties: "
+            log.error("the controller's cluster id %s is not %s, the one in %s: "
                       "this broker will delete, replace or adopt no log on its word (restore the "
                       "controller's metadata, or empty this data dir)", cluster_id,
-                      self.cluster_id, self.data_dir)
+                      self.cluster_id, self.store)
         return False

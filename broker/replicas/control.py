@@ -9,8 +9,8 @@ controller epoch older than the newest seen is STALE_CONTROLLER_EPOCH; a broker
 epoch other than this broker's registered one (-1 included) is
 STALE_BROKER_EPOCH. Then
 each partition state goes to its replica's core
-(``ReplicaState.on_leader_and_isr`` / ``on_stop_replica``) under the
-partition's lock, and the ``Ready`` is carried out; the core's ``error`` is
+(``ReplicaState.on_leader_and_isr`` / ``on_stop_replica``) and the ``Ready``
+is carried out at once, synchronously (no other coroutine runs in between); the core's ``error`` is
 that partition's answer. A partition exists locally only once a LeaderAndIsr
 names this broker as a replica; logs loaded at start-up wait (with their
 checkpointed HW) until then.
@@ -20,6 +20,10 @@ the local log is kept, adopted, or moved aside for a fresh one; every full
 UpdateMetadata sweeps replicas of incarnations the cluster no longer has here.
 Only a controller of this data dir's cluster (``cluster_identity``) may make
 the broker delete a log.
+
+One implementation, two hosts: the broker runs this class against its
+``LogManager``, ``meta.properties`` and clocks; the simulation (``tests/sim``)
+runs the same class against its in-memory disk and clock. Nothing here awaits.
 
 Topic configs ride on every LeaderAndIsr: a log's config and the core's
 ``min.insync.replicas`` follow them (a change re-checks the HW and the
@@ -31,8 +35,10 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.clock import mono_ms as _mono_ms
+from tidewater.broker.clock import wall_ms as _wall_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
@@ -72,7 +78,8 @@ class ControlRequests:
                  partitions: dict[TopicPartition, Partition], carrier: ReadyCarrier,
                  broker_epoch: Callable[[], int], loaded_high_watermarks: dict[TopicPartition, int],
                  forget_partition: Callable[[TopicPartition], None],
-                 control_token: Callable[[], bytes]):
+                 control_token: Callable[[], bytes], cluster_identity: ClusterIdentity,
+                 mono_ms: Callable[[], int] = _mono_ms, wall_ms: Callable[[], int] = _wall_ms):
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -84,7 +91,9 @@ class ControlRequests:
         self._loaded_high_watermarks = loaded_high_watermarks
         self._forget_partition = forget_partition
         self.controller_epoch = -1
-        self.cluster_identity = ClusterIdentity(config.data_dir, config.broker_id)
+        self.cluster_identity = cluster_identity
+        self._mono_ms = mono_ms
+        self._wall_ms = wall_ms
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
@@ -97,7 +106,7 @@ class ControlRequests:
         """``control_rules.controller_request_refusal`` (NONE: take it); not registered
         yet raises BrokerNotAvailableError, which the servicer answers as gRPC
         UNAVAILABLE so the controller's sender retries."""
-        refusal = controller_request_refusal(
+        refusal = self._request_refusal(
             registered_epoch=self._broker_epoch(), controller_epoch_seen=self.controller_epoch,
             request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch,
             token_matches=hmac.compare_digest(token, self._control_token()))
@@ -108,7 +117,12 @@ class ControlRequests:
                         "control token", kind, controller_epoch)
         return pb.NONE if refusal is None else refusal
 
-    async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
+    @staticmethod
+    def _request_refusal(**facts: Any) -> int | None:
+        """``control_rules.controller_request_refusal`` (one place to call it from)."""
+        return controller_request_refusal(**facts)
+
+    def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
                                request.control_token)
         if refusal != pb.NONE:
@@ -121,7 +135,7 @@ class ControlRequests:
         names_by_id = self._topic_names_by_id()
         for item in request.partitions:
             try:
-                code, message = await self._apply_partition_state(
+                code, message = self._apply_partition_state(
                     item, trusted, request.metadata_offset, names_by_id)
             except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="LeaderAndIsr")
@@ -129,7 +143,7 @@ class ControlRequests:
                                     error_code=code, error_message=message)
         return response
 
-    async def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
+    def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
                                      metadata_offset: int,
                                      names_by_id: dict[bytes, str]) -> tuple[int, str]:
         state = partition_state(item.state)
@@ -146,23 +160,22 @@ class ControlRequests:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
-        partition = await self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
+        partition = self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
                                                           names_by_id)
         partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
-        async with partition.lock:
-            self._apply_topic_configs(partition, topic_configs)
-            ready = partition.replica.on_leader_and_isr(state, mono_ms())
-            self._carrier.apply(partition, ready)
+        self._apply_topic_configs(partition, topic_configs)
+        ready = partition.replica.on_leader_and_isr(state, self._mono_ms())
+        self._carrier.apply(partition, ready)
         return ready.error, ready.error_message
 
-    async def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
+    def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
                                          topic_configs: dict[str, str], trusted: bool,
                                          names_by_id: dict[bytes, str]) -> Partition:
         """The replica of ``tp`` for incarnation ``topic_id`` (``topic_identity``'s table):
         the local one, after adopting the ID or replacing another incarnation's log."""
         partition = self.partitions.get(tp)
         local_id = self.log_manager.topic_id(tp)
-        action = incarnation_action(
+        action = self._incarnation_action(
             tp, topic_id, local_id, trusted=trusted, names_by_id=names_by_id,
             has_log=partition is not None or self.log_manager.get(tp) is not None)
         if action is IdentityAction.ADOPT:
@@ -175,7 +188,7 @@ class ControlRequests:
             log.warning("%s: the local log is incarnation %s, the controller names %s: moving it "
                         "aside for deletion", tp, describe_topic_id(local_id),
                         describe_topic_id(topic_id))
-            await self._remove_replica(tp)
+            self._remove_replica(tp)
             partition = None
         names_by_id[topic_id] = tp.topic
         return partition or self._create_partition(tp, topic_configs, topic_id)
@@ -185,15 +198,28 @@ class ControlRequests:
         log_ = self.log_manager.get(tp)
         if log_ is None:
             config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
-            log_ = self.log_manager.get_or_create(tp, config, wall_ms(), topic_id=topic_id)
-        replica = ReplicaState(
-            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
-            high_watermark=self._loaded_high_watermarks.pop(tp, 0),
-            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
-            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
-            follower_options=self.config.follower_options)
+            log_ = self.log_manager.get_or_create(tp, config, self._wall_ms(), topic_id=topic_id)
+        replica = self._new_replica(
+            tp, log_, high_watermark=self._loaded_high_watermarks.pop(tp, 0),
+            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs))
         partition = self.partitions[tp] = Partition(tp, log_, replica, topic_id)
         return partition
+
+    def _new_replica(self, tp: TopicPartition, log_: Any, *, high_watermark: int,
+                     min_insync_replicas: int) -> ReplicaState:
+        return ReplicaState(
+            tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
+            high_watermark=high_watermark, min_insync_replicas=min_insync_replicas,
+            replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            follower_options=self.config.follower_options)
+
+    @staticmethod
+    def _incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
+                            has_log: bool, trusted: bool,
+                            names_by_id: dict[bytes, str]) -> IdentityAction:
+        """``topic_identity.incarnation_action`` (one place to call it from)."""
+        return incarnation_action(tp, told_id, local_id, has_log=has_log, trusted=trusted,
+                                  names_by_id=names_by_id)
 
     def _topic_names_by_id(self) -> dict[bytes, str]:
         """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""
@@ -204,19 +230,23 @@ class ControlRequests:
         return names
 
     def _apply_topic_configs(self, partition: Partition, topic_configs: dict[str, str]) -> None:
-        """Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
+        """One implementation, two hosts: the broker runs this class against its
+``LogManager``, ``meta.properties`` and clocks; the simulation (``tests/sim``)
+runs the same class against its in-memory disk and clock. Nothing here awaits.
+
+Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
         if not topic_configs:
             return
         config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
         if config != partition.log.config:
             self.log_manager.update_topic_config(partition.tp.topic, config)
         ready = partition.replica.set_min_insync_replicas(
-            self.config.min_insync_replicas_for(topic_configs), mono_ms())
+            self.config.min_insync_replicas_for(topic_configs), self._mono_ms())
         self._carrier.apply(partition, ready)
 
     # ================================================================ StopReplica
 
-    async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+    def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
                                request.control_token)
         if refusal != pb.NONE:
@@ -235,7 +265,7 @@ class ControlRequests:
                                                  trusted=trusted or not request.delete_partitions)
                     if refused is not None:
                         raise error_for_code(*refused)
-                code, message = await self._remove_replica(
+                code, message = self._remove_replica(
                     tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
             except Exception as e:
                 code, message = error_code_for(e, context="StopReplica")
@@ -243,7 +273,7 @@ class ControlRequests:
                                     error_message=message)
         return response
 
-    async def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
+    def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
                               delete: bool = True) -> tuple[int, str]:
         """Stop playing any part in ``tp`` (the core's ``on_stop_replica``: waits answered,
         fetching stopped); with ``delete`` forget it and move its log aside for deletion
@@ -251,13 +281,12 @@ class ControlRequests:
         older than the replica's epoch: then nothing changes)."""
         partition = self.partitions.get(tp)
         if partition is not None:
-            async with partition.lock:
-                ready = partition.replica.on_stop_replica(leader_epoch, mono_ms())
-                self._carrier.apply(partition, ready)
-                if ready.error != pb.NONE:
-                    return ready.error, ready.error_message
-                if delete and self.partitions.get(tp) is partition:
-                    self._forget_partition(tp)
+            ready = partition.replica.on_stop_replica(leader_epoch, self._mono_ms())
+            self._carrier.apply(partition, ready)
+            if ready.error != pb.NONE:
+                return ready.error, ready.error_message
+            if delete and self.partitions.get(tp) is partition:
+                self._forget_partition(tp)
         if delete:
             self._loaded_high_watermarks.pop(tp, None)
             if self.log_manager.get(tp) is not None:
@@ -266,7 +295,7 @@ class ControlRequests:
 
     # ================================================================ UpdateMetadata
 
-    async def update_metadata(self, request: pb.UpdateMetadataRequest
+    def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
         refusal = self._refusal("UpdateMetadata", request.controller_epoch, None,
                                request.control_token)
@@ -284,14 +313,14 @@ class ControlRequests:
         self.alive_broker_epochs = {b.broker_id: b.broker_epoch for b in request.brokers
                                     if not b.fenced and not b.in_controlled_shutdown}
         if self.cluster_identity.trusts(request.cluster_id):
-            await self._remove_stray_replicas(request)
+            self._remove_stray_replicas(request)
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     def is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
         """KIP-903: ``control_rules.is_isr_eligible`` against the last snapshot."""
         return is_isr_eligible(self.alive_broker_epochs, replica_id, broker_epoch)
 
-    async def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
+    def _remove_stray_replicas(self, request: pb.UpdateMetadataRequest) -> None:
         """Move aside every local replica the full snapshot leaves out (``topic_identity.is_stray``):
         logs not claimed since start-up whatever the snapshot holds (an empty one places
         nothing here), and replicas a LeaderAndIsr made if the snapshot is as new as it."""
@@ -307,6 +336,6 @@ class ControlRequests:
                         describe_topic_id(local_id), request.controller_epoch,
                         request.metadata_offset)
             try:
-                await self._remove_replica(tp)
+                self._remove_replica(tp)
             except Exception as e:  # a failed delete leaves the log in place
                 log.error("removing stray replica %s failed: %s", tp, e)

@@ -1,11 +1,13 @@
-"""One local replica of a partition in the broker's shell: its Log, its lock, its core.
+"""One local replica of a partition in the broker's shell: its log, its core, its incarnation.
 
 ``replica`` (``ReplicaState``) makes every replication decision; this class only
-carries out the log operations a decision asks for (``persist``). Every call
-into ``replica`` happens synchronously on the broker's one event loop, so each
-decision and the I/O it asks for run without another coroutine in between;
-``lock`` orders the appends of concurrent produce requests (FIFO) and is held
-while a decision's ``Ready`` is carried out.
+carries out the log operations a decision asks for (``persist``), against any
+log that offers the ``PartitionLog`` operations: the broker's ``storage.Log``
+and the simulation's in-memory log both do, so one implementation runs in
+both. Every call into ``replica``, and the I/O its ``Ready`` asks for, happens
+synchronously on the broker's one event loop: no other coroutine runs between a
+decision and its effects, so no lock is needed around them (and none is held
+across an ``await`` anywhere).
 
 Ordering rules enforced here (with ``ReadyCarrier``): a new leader's epoch is
 in the epoch cache, fsynced, before anything else of its Ready happens, so no
@@ -14,25 +16,59 @@ append or answer in the new epoch can precede it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
-from tidewater.broker.replication.ready import AppendFetched, AssignEpoch, Truncate, TruncateFully
+from tidewater.broker.replication.ready import (
+    AppendFetched,
+    AssignEpoch,
+    Persist,
+    Truncate,
+    TruncateFully,
+)
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.proto.batch import BytesLike, iter_batches
 
 log = logging.getLogger("tidewater.broker.replicas.partition")
 
 
-class Partition:
-    __slots__ = ("tp", "log", "replica", "lock", "topic_id", "metadata_offset")
+class EpochCachePort(Protocol):
+    def assign(self, epoch: int, start_offset: int) -> None: ...
 
-    def __init__(self, tp: TopicPartition, log_, replica: ReplicaState, topic_id: bytes = b""):
+
+class PartitionLog(Protocol):
+    """What ``Partition.persist`` needs of a log. ``Fetched`` chunks are what the leader
+    sent: bytes for ``storage.Log``, whatever the simulation's log reads for its own."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def leader_epoch_cache(self) -> Any: ...
+
+    def truncate_to(self, offset: int) -> None: ...
+
+    def truncate_fully_and_start_at(self, start_offset: int) -> None: ...
+
+    def append_as_follower(self, records: Any, now_ms: int) -> Any: ...
+
+    def batch_bounds(self, records: Any) -> Iterable[tuple[int, int, int]]:
+        """(position in ``records``, base offset, next offset) of each whole batch."""
+        ...
+
+
+class Partition:
+    __slots__ = ("tp", "log", "replica", "topic_id", "metadata_offset")
+
+    def __init__(self, tp: TopicPartition, log_: Any, replica: ReplicaState,
+                 topic_id: bytes = b""):
         self.tp = tp
         self.log = log_
         self.replica = replica
-        self.lock = asyncio.Lock()
         # The topic incarnation this replica (and its log's partition.metadata) belongs to.
         self.topic_id = topic_id
         # The controller's metadata offset of the newest LeaderAndIsr for it: only a snapshot
@@ -46,7 +82,7 @@ class Partition:
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+        return int(self.log.log_end_offset)
 
     @property
     def is_leader(self) -> bool:
@@ -56,8 +92,9 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.replica.leader_epoch
 
-    def persist(self, op, fetched: BytesLike, now_ms: int) -> int:
-        """Carry out one ``Ready.persist`` operation; returns the bytes appended."""
+    def persist(self, op: Persist, fetched: Any, now_ms: int) -> int:
+        """Carry out one ``Ready.persist`` operation; returns the bytes (or, for the
+        simulation's log, batches) appended."""
         if isinstance(op, AppendFetched):
             records = self._records_from_log_end(fetched)
             if records:
@@ -73,7 +110,7 @@ class Partition:
             raise TypeError(f"unknown persist operation {op!r}")
         return 0
 
-    def _records_from_log_end(self, records: BytesLike) -> BytesLike:
+    def _records_from_log_end(self, records: Sequence[Any]) -> Any:
         """The part of a fetched chunk that starts exactly at our LEO.
 
         The leader answers with whole batches from the one holding the fetch offset.
@@ -84,15 +121,14 @@ class Partition:
         either, the next fetch starts from the new LEO.
         """
         log_end_offset = self.log.log_end_offset
-        for position, header in iter_batches(records, validate=False):
-            if header.next_offset <= log_end_offset:
+        for position, base_offset, next_offset in self.log.batch_bounds(records):
+            if next_offset <= log_end_offset:
                 continue
-            if header.base_offset < log_end_offset:
+            if base_offset < log_end_offset:
                 log.warning("%s: leader batch %d..%d straddles our LEO %d: truncating to %d",
-                            self.tp, header.base_offset, header.last_offset, log_end_offset,
-                            header.base_offset)
-                self.log.truncate_to(header.base_offset)
-                if self.log.log_end_offset != header.base_offset:
-                    return b""
+                            self.tp, base_offset, next_offset - 1, log_end_offset, base_offset)
+                self.log.truncate_to(base_offset)
+                if self.log.log_end_offset != base_offset:
+                    return records[:0]
             return records[position:]
-        return b""
+        return records[:0]

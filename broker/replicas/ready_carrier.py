@@ -22,36 +22,60 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
-from tidewater.broker.clock import mono_ms, wall_ms
-from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.clock import mono_ms as _mono_ms
+from tidewater.broker.clock import wall_ms as _wall_ms
 from tidewater.broker.replicas.partition import Partition
-from tidewater.broker.replication.ready import EMPTY, Follow, Ready, StopFetching
-from tidewater.broker.serving.purgatory import AcksWaits, FetchWaiters
-from tidewater.proto.batch import BytesLike
+from tidewater.broker.replication.ready import (
+    EMPTY,
+    AlterPartitionRequest,
+    CorruptReport,
+    Follow,
+    Ready,
+    StopFetching,
+)
+from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.errors import TidewaterError
 
 log = logging.getLogger("tidewater.broker.replication")
 
-_NAMED_COUNTERS = {"leader_elections", "isr_shrinks", "isr_expands"}
+
+def _log_note(line: str) -> None:
+    log.info("%s", line)
+
+
+def _log_alarm(line: str) -> None:
+    log.error("%s", line)
 
 
 class ReadyCarrier:
-    def __init__(self, *, metrics: BrokerMetrics, fetch_waiters: FetchWaiters,
-                 acks_waits: AcksWaits | None = None):
-        self.metrics = metrics
-        self.fetch_waiters = fetch_waiters
-        self.acks_waits = acks_waits
-        # Set by the owner once built (they need the carrier themselves).
+    """Carries out ``Ready``s for one host. The host (the broker's ``ReplicaManager``, the
+    simulation's broker) gives the effects' ends: the clocks, who wakes readers, who
+    answers acks=all waits, the counters, and (set once built, they need the carrier
+    themselves) who follows a leader and who sends to the controller."""
+
+    def __init__(self, *, notify_readers: Callable[[TopicPartition, bool, bool, bool], None],
+                 complete_wait: Callable[[int, int], None],
+                 count_decision: Callable[[str], None],
+                 count_replicated_bytes: Callable[[int], None],
+                 mono_ms: Callable[[], int] = _mono_ms, wall_ms: Callable[[], int] = _wall_ms,
+                 note: Callable[[str], None] = _log_note,
+                 alarm: Callable[[str], None] = _log_alarm):
+        self.notify_readers = notify_readers  # (tp, leadership changed, HW moved, appended)
+        self.complete_wait = complete_wait  # (waiter id, ErrorCode)
+        self.count_decision = count_decision
+        self.count_replicated_bytes = count_replicated_bytes
+        self.mono_ms = mono_ms
+        self.wall_ms = wall_ms
+        self.note = note
+        self.alarm = alarm
         self.follow: Callable[[Partition, int, int], None] = _unset
         self.stop_following: Callable[[Partition], None] = _unset
-        self.send_alter_partition: Callable[[Partition, object], None] = _unset
-        self.send_corrupt_report: Callable[[Partition, object], None] = _unset
-        self._named = {name: getattr(metrics, name) for name in _NAMED_COUNTERS}
-        self._decisions = metrics.replication_decisions
-        self._replication_bytes_in = metrics.replication_bytes_in
+        self.send_alter_partition: Callable[[Partition, AlterPartitionRequest], None] = _unset
+        self.send_corrupt_report: Callable[[Partition, CorruptReport], None] = _unset
 
-    def apply(self, partition: Partition, ready: Ready, *, fetched: BytesLike = b"") -> None:
+    def apply(self, partition: Partition, ready: Ready, *, fetched: Any = b"") -> None:
         if ready is EMPTY:
             return
         failure = self._persist(partition, ready, fetched) if ready.persist else None
@@ -65,53 +89,43 @@ class ReadyCarrier:
             self.send_alter_partition(partition, ready.alter_partition)
         if ready.report_corrupt is not None:
             self.send_corrupt_report(partition, ready.report_corrupt)
-        tp = partition.tp
-        if ready.leadership_changed:
-            self.fetch_waiters.notify(tp)
-        else:
-            if ready.high_watermark_moved:
-                self.fetch_waiters.notify_high_watermark(tp)
-            if ready.appended:
-                self.fetch_waiters.notify_append(tp)
-        if ready.completed:
-            complete = self.acks_waits.complete
-            for waiter_id, code in ready.completed:
-                complete(waiter_id, code)
+        if ready.leadership_changed or ready.high_watermark_moved or ready.appended:
+            self.notify_readers(partition.tp, ready.leadership_changed,
+                                ready.high_watermark_moved, ready.appended)
+        for waiter_id, code in ready.completed:
+            self.complete_wait(waiter_id, code)
         for name in ready.counters:
-            counter = self._named.get(name)
-            if counter is not None:
-                counter.inc()
-            self._decisions.labels(name).inc()
+            self.count_decision(name)
         for line in ready.notes:
-            log.info("%s", line)
+            self.note(line)
         for line in ready.alarms:
-            log.error("%s", line)
+            self.alarm(line)
         if failure is not None:
             raise failure
 
     def _persist(self, partition: Partition, ready: Ready,
-                 fetched: BytesLike) -> TidewaterError | None:
+                 fetched: Any) -> TidewaterError | None:
         """Carry out ``ready.persist``; on a storage failure the replica is told (and the
         rest of ``ready`` still carried out: it answers the old leadership's waits), and
         the error returned for ``apply`` to raise at the end."""
-        now = wall_ms()
+        now = self.wall_ms()
         try:
             for op in ready.persist:
                 appended = partition.persist(op, fetched, now)
                 if appended:
-                    self._replication_bytes_in.inc(appended)
+                    self.count_replicated_bytes(appended)
         except TidewaterError as e:
             replica = partition.replica
             if replica.follower is not None and replica.leader is None:
                 # A follower's append or truncation: its log dir may be offline; try later.
                 log.warning("%s: follower write failed: %s", partition.tp, e)
-                replica.on_follower_storage_error(mono_ms())
+                replica.on_follower_storage_error(self.mono_ms())
             else:
                 log.error("%s: persisting %s failed: %s", partition.tp, ready.persist, e)
-                self.apply(partition, replica.on_storage_failure(mono_ms()))
+                self.apply(partition, replica.on_storage_failure(self.mono_ms()))
             return e
         return None
 
 
-def _unset(*args) -> None:
+def _unset(*args: object) -> None:
     raise AssertionError("ReadyCarrier used before its owner wired it")

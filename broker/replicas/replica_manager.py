@@ -35,6 +35,7 @@ from tidewater.broker.controller_link.alter_partition import (
 from tidewater.broker.following.fetcher import FetcherManager
 from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
 from tidewater.broker.replicas.background import BackgroundWork
+from tidewater.broker.replicas.cluster_identity import ClusterIdentity
 from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
@@ -50,6 +51,9 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import UnknownTopicOrPartitionError
 
 __all__ = ["ReplicaManager", "produce_error_response"]
+
+# Replication decisions that have a metric of their own besides replication_decisions.
+NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
 
 
 class ReplicaManager:
@@ -75,13 +79,17 @@ class ReplicaManager:
 
         self.fetch_waiters = FetchWaiters()
         self.acks_waits = AcksWaits(on_deadline=self._on_wait_deadline)
-        self.carrier = ReadyCarrier(metrics=metrics, fetch_waiters=self.fetch_waiters,
-                                    acks_waits=self.acks_waits)
+        self.carrier = ReadyCarrier(
+            notify_readers=self._notify_readers, complete_wait=self.acks_waits.complete,
+            count_decision=self._count_decision,
+            count_replicated_bytes=metrics.replication_bytes_in.inc)
+        self._named_decisions = {name: getattr(metrics, name) for name in NAMED_DECISIONS}
         self.control = ControlRequests(
             config=config, log_manager=log_manager, metadata_cache=metadata_cache,
             partitions=self.partitions, carrier=self.carrier, broker_epoch=broker_epoch,
             loaded_high_watermarks=self._loaded_high_watermarks,
-            forget_partition=self._forget_partition, control_token=control_token)
+            forget_partition=self._forget_partition, control_token=control_token,
+            cluster_identity=ClusterIdentity.of_data_dir(config.data_dir, config.broker_id))
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
             broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get,
@@ -159,14 +167,14 @@ class ReplicaManager:
     # ================================================================ the servicer's calls
 
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        return await self.control.leader_and_isr(request)
+        return self.control.leader_and_isr(request)
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
-        return await self.control.stop_replica(request)
+        return self.control.stop_replica(request)
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
-        return await self.control.update_metadata(request)
+        return self.control.update_metadata(request)
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         return await self.producer.produce(request)
@@ -258,6 +266,24 @@ class ReplicaManager:
         partition = self.partitions.pop(tp, None)
         if partition is not None:
             self.fetchers.stop_following(partition)
+
+    def _notify_readers(self, tp: TopicPartition, leadership_changed: bool,
+                        high_watermark_moved: bool, appended: bool) -> None:
+        """Wake the long-polls a Ready concerns: all of ``tp``'s when its leadership changed,
+        else the consumers' on a HW move and the followers' on an append."""
+        if leadership_changed:
+            self.fetch_waiters.notify(tp)
+            return
+        if high_watermark_moved:
+            self.fetch_waiters.notify_high_watermark(tp)
+        if appended:
+            self.fetch_waiters.notify_append(tp)
+
+    def _count_decision(self, name: str) -> None:
+        counter = self._named_decisions.get(name)
+        if counter is not None:
+            counter.inc()
+        self.metrics.replication_decisions.labels(name).inc()
 
     def _on_wait_deadline(self, wait: AcksWait) -> None:
         partition = wait.partition

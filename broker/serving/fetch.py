@@ -114,6 +114,32 @@ def record_count(records: bytes) -> int:
     return count
 
 
+def check_fetch_topic_id(partition: Partition, topic_id: bytes,
+                         known_topic_ids: Mapping[bytes, str]) -> None:
+    """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s
+    (``topic_identity.fetch_topic_id_error``); an empty ID names none."""
+    if topic_id and topic_id != partition.topic_id:
+        code, message = fetch_topic_id_error(topic_id, partition.topic_id,
+                                             known_topic_ids.__contains__)
+        raise error_for_code(code, f"{partition.tp}: {message}")
+
+
+def serve_follower_fetch(partition: Partition, carrier: ReadyCarrier, replica_id: int,
+                         current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
+                         now_ms: int, *, isr_eligible: bool, broker_epoch: int,
+                         record: bool = True) -> tuple[tuple[int, int] | None, bool]:
+    """The leader's side of one follower fetch, before anything is read: the core takes the
+    follower's position (divergence, HW, ISR expansion) and its Ready is carried out at
+    once, so the read that follows sees its effects. Returns (the diverging epoch and end
+    offset, or None; whether to read records from ``fetch_offset``). The broker and the
+    simulation both serve follower fetches through here."""
+    diverging, ready = partition.replica.on_follower_fetch(
+        replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, now_ms,
+        isr_eligible=isr_eligible, record=record, broker_epoch=broker_epoch)
+    carrier.apply(partition, ready)
+    return diverging, diverging is None and fetch_offset < partition.log.log_end_offset
+
+
 class FetchPath:
     def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
                  fetch_waiters: FetchWaiters, metrics: BrokerMetrics,
@@ -198,7 +224,7 @@ class FetchPath:
             try:
                 partition = self._lookup(topic, partition_index)
                 if topic_id and topic_id != partition.topic_id:
-                    self._refuse_topic_id(topic_id, partition)
+                    check_fetch_topic_id(partition, topic_id, self._known_topic_ids())
                 log_ = partition.log
                 replica = partition.replica
                 leader_epoch = replica.leader_epoch
@@ -209,19 +235,15 @@ class FetchPath:
                 budget = min(partition_max_bytes, max(max_bytes - total_bytes, 0))
                 diverging = None
                 if replica_id >= 0:
-                    diverging, ready = replica.on_follower_fetch(
-                        replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch,
-                        mono_ms(), isr_eligible=isr_eligible, record=first_pass,
-                        broker_epoch=broker_epoch)
-                    self._carrier.apply(partition, ready)
+                    diverging, read = serve_follower_fetch(
+                        partition, self._carrier, replica_id, current_leader_epoch,
+                        fetch_offset, last_fetched_epoch, mono_ms(), isr_eligible=isr_eligible,
+                        record=first_pass, broker_epoch=broker_epoch)
                     if diverging is not None:
-                        records = b""
                         must_answer = True
-                    elif fetch_offset >= log_end_offset:
-                        records = b""
-                    else:
-                        records = self._read_checked(partition, FOLLOWER_READ, fetch_offset,
-                                                     budget, None, total_bytes == 0)
+                    records = (self._read_checked(partition, FOLLOWER_READ, fetch_offset,
+                                                  budget, None, total_bytes == 0)
+                               if read else b"")
                 else:
                     visible_end = replica.check_consumer_fetch(current_leader_epoch, fetch_offset)
                     if fetch_offset >= visible_end:
@@ -264,12 +286,6 @@ class FetchPath:
             self._carrier.apply(partition, partition.replica.on_corrupt_batch(
                 result.corrupt.base_offset, mono_ms()))
         return bytes(result.records)
-
-    def _refuse_topic_id(self, topic_id: bytes, partition: Partition) -> None:
-        """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s."""
-        known = self._known_topic_ids()
-        code, message = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
-        raise error_for_code(code, f"{partition.tp}: {message}")
 
     # ================================================================ offsets
 

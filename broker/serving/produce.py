@@ -3,7 +3,7 @@
 Every produce (unary ``Produce``, ``ProduceStream``) goes through
 ``ProducePath.append`` and then, for acks=all, waits its partitions' outcomes:
 
-- ``append``: per partition, under its lock: the core's ``check_append``
+- ``append``: per partition, synchronously: the core's ``check_append``
   (not the leader: NOT_LEADER_OR_FOLLOWER; acks=all under the minimum ISR:
   NOT_ENOUGH_REPLICAS, nothing written), the log append stamped with the
   leader epoch, then ``on_local_append`` with an acks=all wait opened right
@@ -16,7 +16,8 @@ Every produce (unary ``Produce``, ``ProduceStream``) goes through
 
 A request's partitions are appended in its order, and a stream's requests in
 arrival order (ProduceStream awaits ``append`` for request N before reading
-request N+1; a partition lock hands over FIFO).
+request N+1; each partition's append and decision run without an ``await`` between
+them, so no lock is needed).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.error_mapping import error_code_for
@@ -74,6 +76,42 @@ def acks_timeout_ms(request: pb.ProduceRequest) -> int:
 
 
 Waits = list[tuple[pb.ProducePartitionResponse, AcksWait]]
+W = TypeVar("W", bound="OpenWait")
+
+
+class OpenWait(Protocol):
+    @property
+    def waiter_id(self) -> int: ...
+
+
+def append_as_leader(partition: Partition, records: Any, acks: int, timeout_ms: int, *,
+                     open_wait: Callable[[Partition, int], W], carrier: ReadyCarrier,
+                     now_ms: int, wall_now_ms: int) -> tuple[Any, W | None]:
+    """Append ``records`` as ``partition``'s leader and let its core decide on the new log
+    end: the core's check first (nothing written when refused), the append stamped with
+    the leader epoch, an acks=all wait opened right there (so it is bound to the
+    leadership the records were appended under), then the Ready carried out. The broker
+    and the simulation both append through here; returns (the log's append info, the
+    wait or None)."""
+    replica = partition.replica
+    leader_epoch = replica.check_append(acks)  # nothing written when refused
+    try:
+        info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms)
+    except KafkaStorageError:
+        # The log dir failed under the append: the core decides what this replica plays
+        # now (nothing), and the waits of its leadership are answered.
+        carrier.apply(partition, replica.on_leader_append_failure(now_ms))
+        raise
+    wait = None
+    if acks == -1:
+        wait = open_wait(partition, timeout_ms)
+        ready = replica.on_local_append(
+            partition.log.log_end_offset, now_ms, waiter_id=wait.waiter_id,
+            required_offset=info.last_offset + 1, timeout_ms=timeout_ms)
+    else:
+        ready = replica.on_local_append(partition.log.log_end_offset, now_ms)
+    carrier.apply(partition, ready)
+    return info, wait
 
 
 class ProducePath:
@@ -138,29 +176,13 @@ class ProducePath:
             raise CorruptRecordError("produce request carries no record batch")
         if partition.log.config.compact:
             require_keys(records)
-        async with partition.lock:
-            replica = partition.replica
-            leader_epoch = replica.check_append(acks)  # nothing written when refused
-            try:
-                info = partition.log.append_as_leader(records, leader_epoch, wall_ms())
-            except KafkaStorageError:
-                # The log dir failed under the append: the core decides what this replica
-                # plays now (nothing), and the waits of its leadership are answered.
-                self._carrier.apply(partition, replica.on_leader_append_failure(mono_ms()))
-                raise
-            if not info.duplicate:  # a retry already in the log: its original offsets
-                self._messages_in.inc(info.record_count)
-                self._bytes_in.inc(len(records))
-            wait = None
-            if acks == -1:
-                wait = self._waits.open(partition, timeout_ms)
-                ready = replica.on_local_append(
-                    partition.log.log_end_offset, mono_ms(), waiter_id=wait.waiter_id,
-                    required_offset=info.last_offset + 1, timeout_ms=timeout_ms)
-            else:
-                ready = replica.on_local_append(partition.log.log_end_offset, mono_ms())
-            self._carrier.apply(partition, ready)
-            return info, wait
+        info, wait = append_as_leader(partition, records, acks, timeout_ms,
+                                      open_wait=self._waits.open, carrier=self._carrier,
+                                      now_ms=mono_ms(), wall_now_ms=wall_ms())
+        if not info.duplicate:  # a retry already in the log: its original offsets
+            self._messages_in.inc(info.record_count)
+            self._bytes_in.inc(len(records))
+        return info, wait
 
     async def wait(self, waits: Waits) -> None:
         """Wait for each acks=all outcome and write it into its partition's answer."""

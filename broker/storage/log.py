@@ -93,7 +93,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +125,7 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
     BytesLike,
+    iter_batches,
     read_header,
     set_base_offset_and_epoch,
     validate_batch,
@@ -356,6 +357,12 @@ class Log:
             self._on_appended(view, batches, producer_batches, offset)
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
                               now_ms if log_append_time else -1, offset_of_max)
+
+    @staticmethod
+    def batch_bounds(records: BytesLike) -> Iterator[tuple[int, int, int]]:
+        """(position, base offset, next offset) of each whole batch of a fetched chunk."""
+        for position, header in iter_batches(records, validate=False):
+            yield position, header.base_offset, header.next_offset
 
     def append_as_follower(self, records: BytesLike, now_ms: int) -> AppendInfo:
         """Validate and append the leader's batches as they are (offsets, epochs)."""

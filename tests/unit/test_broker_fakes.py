@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
+from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import (
@@ -80,6 +81,8 @@ class FakeLog:
     @property
     def latest_epoch(self) -> int:
         return self.leader_epoch_cache.latest_epoch
+
+    batch_bounds = staticmethod(Log.batch_bounds)
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> FakeAppendInfo:
         headers = list(iter_batches(records))

@@ -175,9 +175,8 @@ async def test_an_acks_all_wait_is_bound_to_the_leadership_it_was_appended_under
     try:
         for tp in (TP, TP1):
             await rm.leader_and_isr(state(tp, leader=1, leader_epoch=0, partition_epoch=0))
-        # The request's second partition waits for its lock (as behind a LeaderAndIsr)...
+        # The request appends to both partitions and waits for their HWs...
         second = rm.partitions[TP1]
-        await second.lock.acquire()
         request = asyncio.create_task(rm.produce(produce(TP, TP1)))
         first_log = rm.partitions[TP].log
         await wait_until(lambda: first_log.log_end_offset == 1)
@@ -191,7 +190,6 @@ async def test_an_acks_all_wait_is_bound_to_the_leadership_it_was_appended_under
         first_log.append_as_follower(bytes(theirs), 0)
         await rm.leader_and_isr(state(leader=1, leader_epoch=2, partition_epoch=2, isr=(1,)))
         assert rm.partitions[TP].high_watermark == 1
-        second.lock.release()
         await wait_until(lambda: second.log.log_end_offset == 1)
         await rm.fetch(pb.FetchRequest(replica_id=2, min_bytes=1, partitions=[
             pb.FetchPartition(topic=TP1.topic, partition=1, current_leader_epoch=0,
