@@ -326,12 +326,16 @@ class LeaderFetcher:
         request = pb.OffsetForLeaderEpochRequest(replica_id=self.manager.broker_id)
         sent = {}
         for partition in truncating:
-            leader_epoch = partition.replica.follower.leader_epoch
+            asked = partition.replica.offset_for_leader_epoch_request()
+            if asked is None:
+                continue  # no longer a follower
+            leader_epoch, latest_epoch = asked
             request.partitions.add(topic=partition.tp.topic, partition=partition.tp.partition,
-                                   current_leader_epoch=leader_epoch,
-                                   leader_epoch=partition.log.leader_epoch_cache.latest_epoch,
+                                   current_leader_epoch=leader_epoch, leader_epoch=latest_epoch,
                                    topic_id=partition.topic_id)
             sent[(partition.tp.topic, partition.tp.partition)] = (partition, leader_epoch)
+        if not sent:
+            return
         response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
         for answer in response.partitions:
             partition, leader_epoch = sent.pop((answer.topic, answer.partition), (None, -1))

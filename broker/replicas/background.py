@@ -113,7 +113,7 @@ class BackgroundWork:
             log.warning("%s: reacting to the corrupt batch failed: %s", tp, e)
 
     def tick_all(self, now_ms: int) -> None:
-        """One replication tick of every replica that needs time (synchronous, on the loop)."""
+        """One replication tick of every replica (synchronous, on the loop)."""
         tick_replicas(self._partitions.values(), self._carrier, now_ms)
 
     async def _replication_ticks(self) -> None:

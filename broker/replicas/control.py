@@ -46,7 +46,7 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.control_rules import controller_request_refusal, is_isr_eligible
-from tidewater.broker.replication.replica import PartitionState, ReplicaState
+from tidewater.broker.replication.replica import LeaderAndIsrState, ReplicaState
 from tidewater.broker.replication.topic_identity import (
     IdentityAction,
     describe_topic_id,
@@ -69,8 +69,9 @@ from tidewater.proto.topic_id import check_topic_id
 log = logging.getLogger("tidewater.broker.replicas.control")
 
 
-def partition_state(state: pb.PartitionState) -> PartitionState:
-    return PartitionState(state.topic, state.partition, state.leader, state.leader_epoch,
+def partition_state(state: pb.PartitionState) -> LeaderAndIsrState:
+    """The controller's protobuf partition state as the core takes it."""
+    return LeaderAndIsrState(state.topic, state.partition, state.leader, state.leader_epoch,
                           state.partition_epoch, tuple(state.replicas), tuple(state.isr))
 
 

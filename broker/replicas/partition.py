@@ -17,9 +17,10 @@ append or answer in the new epoch can precede it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Protocol
 
+from tidewater.broker.replication.follower import fetched_from_log_end
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -96,7 +97,7 @@ class Partition:
         """Carry out one ``Ready.persist`` operation; returns the bytes (or, for the
         simulation's log, batches) appended."""
         if isinstance(op, AppendFetched):
-            records = self._records_from_log_end(fetched)
+            records = self._from_log_end(fetched)
             if records:
                 self.log.append_as_follower(records, now_ms)
             return len(records)
@@ -110,25 +111,14 @@ class Partition:
             raise TypeError(f"unknown persist operation {op!r}")
         return 0
 
-    def _records_from_log_end(self, records: Sequence[Any]) -> Any:
-        """The part of a fetched chunk that starts exactly at our LEO.
-
-        The leader answers with whole batches from the one holding the fetch offset.
-        Batches wholly below our LEO are skipped; a batch straddling it means our
-        batch boundaries differ from the leader's there (it should not happen after
-        truncation by epochs), so our log is cut back to that batch's base and the
-        leader's batch taken instead; if our own batches do not end exactly there
-        either, the next fetch starts from the new LEO.
-        """
+    def _from_log_end(self, fetched: Any) -> Any:
+        """The part of a fetched chunk from our LEO on (the core's ``fetched_from_log_end``
+        decides; a batch straddling the LEO cuts our log back to its base first)."""
         log_end_offset = self.log.log_end_offset
-        for position, base_offset, next_offset in self.log.batch_bounds(records):
-            if next_offset <= log_end_offset:
-                continue
-            if base_offset < log_end_offset:
-                log.warning("%s: leader batch %d..%d straddles our LEO %d: truncating to %d",
-                            self.tp, base_offset, next_offset - 1, log_end_offset, base_offset)
-                self.log.truncate_to(base_offset)
-                if self.log.log_end_offset != base_offset:
-                    return records[:0]
-            return records[position:]
-        return records[:0]
+        cut = fetched_from_log_end(self.log.batch_bounds(fetched), log_end_offset)
+        if cut.truncate_to is not None:
+            log.warning("%s: a leader batch from %d straddles our LEO %d: truncating to %d",
+                        self.tp, cut.truncate_to, log_end_offset, cut.truncate_to)
+            self.log.truncate_to(cut.truncate_to)
+        start = cut.append_from(self.log.log_end_offset)
+        return fetched[:0] if start is None else fetched[start:]

@@ -7,9 +7,10 @@ the background ticks all hand theirs to ``ReadyCarrier.apply``, synchronously
 on the event loop right after the decision, so a rule has one place and its
 effects one order:
 
-1. persist (epoch cache assign with fsync, truncations, follower appends); a
-   storage failure here makes the replica play no part
-   (``ReplicaState.on_storage_failure``) and is raised to the caller;
+1. persist (epoch cache assign with fsync, truncations, follower appends), in
+   order; an operation that fails stops the rest, goes to the core
+   (``ReplicaState.on_persist_failure``, which decides what it becomes) and is
+   raised to the caller once the rest of the Ready is carried out;
 2. fetcher transitions (follow a leader in an epoch, stop);
 3. the AlterPartition, and the ReportCorruptReplica, to send;
 4. long-polls woken (consumers before produce answers, as Kafka's
@@ -34,6 +35,7 @@ from tidewater.broker.replication.ready import (
     Follow,
     Ready,
     StopFetching,
+    describe_persist,
 )
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.errors import TidewaterError
@@ -109,21 +111,17 @@ class ReadyCarrier:
         rest of ``ready`` still carried out: it answers the old leadership's waits), and
         the error returned for ``apply`` to raise at the end."""
         now = self.wall_ms()
-        try:
-            for op in ready.persist:
+        for op in ready.persist:
+            try:
                 appended = partition.persist(op, fetched, now)
-                if appended:
-                    self.count_replicated_bytes(appended)
-        except TidewaterError as e:
-            replica = partition.replica
-            if replica.follower is not None and replica.leader is None:
-                # A follower's append or truncation: its log dir may be offline; try later.
-                log.warning("%s: follower write failed: %s", partition.tp, e)
-                replica.on_follower_storage_error(self.mono_ms())
-            else:
-                log.error("%s: persisting %s failed: %s", partition.tp, ready.persist, e)
-                self.apply(partition, replica.on_storage_failure(self.mono_ms()))
-            return e
+            except TidewaterError as e:
+                # The core hears of it and decides (etcd raft's Advance, for a failure); it
+                # never acts as if the operation had happened.
+                log.warning("%s: %s failed: %s", partition.tp, describe_persist(op), e)
+                self.apply(partition, partition.replica.on_persist_failure(op, self.mono_ms()))
+                return e
+            if appended:
+                self.count_replicated_bytes(appended)
         return None
 
 

@@ -1,10 +1,11 @@
 """Replication ticks: time passing, handed to every replica core that needs it.
 
 ``tick_replicas`` is what the broker's replication-tick loop
-(``background.py``) and the simulation's brokers both run: each replica that
-needs time (a leader: the HW a gone joiner held back, ISR shrinks,
-AlterPartition resends, acks=all deadlines; a replica with a corrupt batch:
-its handover) gets ``ReplicaState.tick`` and the Ready is carried out. A
+(``background.py``) and the simulation's brokers both run: every replica gets
+``ReplicaState.tick`` and its Ready is carried out. Which of them need time is
+the core's decision (a leader: the HW a gone joiner held back, ISR shrinks,
+AlterPartition resends, acks=all deadlines; a replica with a corrupt batch: its
+handover); the others answer ``EMPTY`` at once, which the carrier skips. A
 storage failure carrying one replica's Ready out is that replica's (its core
 was told, ``ReadyCarrier``); the others still get their tick.
 """
@@ -23,10 +24,7 @@ log = logging.getLogger("tidewater.broker.replicas.ticks")
 
 def tick_replicas(partitions: Iterable[Partition], carrier: ReadyCarrier, now_ms: int) -> None:
     for partition in list(partitions):
-        replica = partition.replica
-        if replica.leader is None and replica.corrupt_from is None:
-            continue
         try:
-            carrier.apply(partition, replica.tick(now_ms))
+            carrier.apply(partition, partition.replica.tick(now_ms))
         except TidewaterError as e:
             log.warning("%s: replication tick failed: %s", partition.tp, e)

@@ -31,11 +31,15 @@ epochs, not only offsets):
    it was in flight, and calls ``Log.truncate_to(step.truncate_to)`` (which
    also truncates the epoch cache) before fetching from there.
 
-Once fetching, the follower exposes ``HW = min(leader HW, own LEO)``.
+Once fetching, the follower exposes ``HW = min(leader HW, own LEO)``. The
+records of a fetch answer are appended from its log end offset on
+(``fetched_from_log_end``): the leader answers with whole batches, from the one
+holding the fetch offset.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -78,11 +82,6 @@ def truncation_for_diverging_epoch(diverging_epoch: tuple[int, int], cache: Epoc
     return follower_truncation(diverging_epoch, cache, log_end_offset, high_watermark)
 
 
-def follower_high_watermark(leader_high_watermark: int, log_end_offset: int) -> int:
-    """The HW a follower exposes: never past its own log."""
-    return min(leader_high_watermark, log_end_offset)
-
-
 def check_diverging(last_fetched_epoch: int, fetch_offset: int, cache: EpochCache,
                     log_end_offset: int) -> tuple[int, int] | None:
     """Leader side (KIP-320): ``(epoch, end_offset)`` to answer as ``diverging_epoch``, or None.
@@ -101,3 +100,50 @@ def check_diverging(last_fetched_epoch: int, fetch_offset: int, cache: EpochCach
     if epoch < last_fetched_epoch or end_offset < fetch_offset:
         return (epoch, end_offset)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedCut:
+    """What a follower does with a fetched chunk (``fetched_from_log_end``).
+
+    ``truncate_to``: cut the log there first (a batch straddles the LEO), else None.
+    ``start_position``: append the chunk from this byte position on; None: nothing to
+    append. After a cut, append only what ``append_from`` says.
+    """
+
+    truncate_to: int | None
+    start_position: int | None
+
+    def append_from(self, log_end_offset: int) -> int | None:
+        """The byte position to append from, given the log end offset once ``truncate_to``
+        was carried out; None: nothing. A cut drops a batch of our own that straddles it
+        whole, so our log may end below the leader's batch: then nothing is appended and
+        the next fetch starts from the new LEO."""
+        if self.truncate_to is not None and log_end_offset != self.truncate_to:
+            return None
+        return self.start_position
+
+
+NOTHING_TO_APPEND = FetchedCut(truncate_to=None, start_position=None)
+
+
+def fetched_from_log_end(batches: Iterable[tuple[int, int, int]],
+                         log_end_offset: int) -> FetchedCut:
+    """The part of a fetched chunk that starts at our ``log_end_offset``.
+
+    ``batches``: the chunk's batches in order, each ``(position, base_offset,
+    next_offset)`` (its byte position in the chunk, its first offset, its last offset +
+    1). Batches wholly below our LEO are skipped (we have them). The first batch that
+    reaches past it is appended from its position on: when it starts at or after the
+    LEO (after a compacted gap too) as it is; when it straddles the LEO, our batch
+    boundaries differ from the leader's there (it should not happen after truncation by
+    epochs), so our log is cut back to that batch's base and the leader's batch taken
+    instead (``FetchedCut.append_from``). No batch past the LEO: nothing to append.
+    """
+    for position, base_offset, next_offset in batches:
+        if next_offset <= log_end_offset:
+            continue
+        if base_offset < log_end_offset:
+            return FetchedCut(truncate_to=base_offset, start_position=position)
+        return FetchedCut(truncate_to=None, start_position=position)
+    return NOTHING_TO_APPEND

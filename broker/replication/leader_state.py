@@ -22,7 +22,6 @@ event                               result
 ``on_leader_and_isr_update``        controller changed the ISR, same epoch
 ``maybe_advance_high_watermark``    time passed (a joiner stopped being caught
                                     up): HW moved?
-``check_acks_all_allowed()``        raises ``NotEnoughReplicasError``
 ``acks_all_result(offset)``         ``None`` (wait) or an ``ErrorCode``
 ==================================  ==========================================
 
@@ -83,7 +82,6 @@ from dataclasses import dataclass
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     InvariantViolation,
-    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -282,13 +280,6 @@ class LeaderPartitionState:
         return self._apply_isr(tuple(isr), partition_epoch, now_ms)
 
     # ------------------------------------------------------------------ acks=all
-
-    def check_acks_all_allowed(self) -> None:
-        """Before an acks=all append: refuse (nothing written) when the ISR is too small."""
-        if self.is_under_min_isr:
-            raise NotEnoughReplicasError(
-                f"ISR {self.isr} has {len(self.isr)} members, acks=all needs "
-                f"{self.effective_min_insync_replicas}")
 
     def acks_all_result(self, required_offset: int) -> int | None:
         """``None`` while the HW is below ``required_offset`` (last offset + 1), else an ErrorCode.

@@ -6,8 +6,11 @@ code, or the simulation's fake broker) carries it out in this order:
 1. ``persist``, in order: ``AssignEpoch`` (the epoch cache entry, fsynced),
    ``Truncate`` / ``TruncateFully`` (the log), ``AppendFetched`` (append the
    records of the fetch answer being handled, from the log end offset). Nothing
-   below may be seen by anyone before these are done; a failure here is a
-   storage failure of the partition (``ReplicaState.on_storage_failure``).
+   below may be seen by anyone before these are done. When one fails the shell
+   persists no further, carries out the rest of this Ready (it answers an old
+   leadership's waits), and then the Ready of ``ReplicaState.on_persist_failure(op)``
+   (etcd raft's Advance, for a failure): the core decides what the failure means
+   and carries on from the log as it really is.
 2. ``fetch``: start following a leader in an epoch (``Follow``) or stop
    (``STOP_FETCHING``).
 3. ``alter_partition``: send this AlterPartition to the controller; its
@@ -43,9 +46,12 @@ class AssignEpoch:
 
 @dataclass(frozen=True, slots=True)
 class Truncate:
-    """``log.truncate_to(offset)`` (drops offsets >= ``offset``; epoch cache too)."""
+    """``log.truncate_to(offset)`` (drops offsets >= ``offset``; epoch cache too).
+    ``below_corrupt_batch``: the cut that drops a corrupt batch (the core asks for it again
+    if it fails)."""
 
     offset: int
+    below_corrupt_batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,18 @@ class AppendFetched:
 
 APPEND_FETCHED = AppendFetched()
 Persist = AssignEpoch | Truncate | TruncateFully | AppendFetched
+
+
+def describe_persist(op: Persist) -> str:
+    """``op`` in words, for log lines."""
+    if isinstance(op, AssignEpoch):
+        return f"assigning epoch {op.epoch} at {op.start_offset}"
+    if isinstance(op, Truncate):
+        return f"truncating to {op.offset}" + (
+            " (below the corrupt batch)" if op.below_corrupt_batch else "")
+    if isinstance(op, TruncateFully):
+        return f"truncating fully to start at {op.start_offset}"
+    return "appending the fetched records"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +135,6 @@ class Ready:
     error: int = NONE
     error_message: str = ""
     report_corrupt: CorruptReport | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        return self is EMPTY or self == EMPTY
 
 
 EMPTY = Ready()

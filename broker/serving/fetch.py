@@ -307,20 +307,18 @@ class FetchPath:
                                           leader_epoch=-1)
             try:
                 partition = self._lookup(lp.topic, lp.partition)
-                replica = partition.replica
-                is_consumer = request.replica_id < 0
-                replica.check_epoch(lp.current_leader_epoch, require_leader=is_consumer)
+                # Fencing, and where what the asker may see ends: the core's.
+                visible_end = partition.replica.check_list_offsets(
+                    lp.current_leader_epoch, consumer=request.replica_id < 0)
                 log_ = partition.log
                 cache = log_.leader_epoch_cache
                 if lp.timestamp == EARLIEST_TIMESTAMP:
                     out.offset = log_.log_start_offset
                 elif lp.timestamp == LATEST_TIMESTAMP:
-                    out.offset = replica.high_watermark if is_consumer else log_.log_end_offset
+                    out.offset = visible_end
                 else:
-                    # A record found at or above the HW does not exist for a consumer yet.
                     found = log_.fetch_offset_by_timestamp(lp.timestamp)
-                    if found is not None and (not is_consumer
-                                              or found[0] < replica.high_watermark):
+                    if found is not None and found[0] < visible_end:
                         out.offset, out.timestamp, out.leader_epoch = found
                     continue
                 # The epoch of the last record before the offset (Kafka's answer for -1/-2).

@@ -32,7 +32,7 @@ from tidewater.broker.error_mapping import error_code_for
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.replica import ACKS_ALL_WAIT_MS_MAX
+from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
@@ -41,6 +41,7 @@ from tidewater.proto.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    KafkaStorageError,
 )
 from tidewater.proto.records import decode_records
 
@@ -68,9 +69,10 @@ def _set_acks_all_outcome(result: pb.ProducePartitionResponse, code: int) -> Non
 
 
 def acks_timeout_ms(request: pb.ProduceRequest) -> int:
-    """The request's acks=all wait: its timeout_ms (30 s if unset), at most 120 s."""
-    timeout_ms = request.timeout_ms if request.timeout_ms > 0 else ACKS_TIMEOUT_DEFAULT_MS
-    return min(timeout_ms, ACKS_ALL_WAIT_MS_MAX)
+    """The request's acks=all wait: its timeout_ms (30 s if unset), bounded by the core
+    (``acks_all_wait_ms``: at most 120 s)."""
+    return acks_all_wait_ms(request.timeout_ms if request.timeout_ms > 0
+                            else ACKS_TIMEOUT_DEFAULT_MS)
 
 
 Waits = list[tuple[pb.ProducePartitionResponse, AcksWait]]
@@ -93,7 +95,13 @@ def append_as_leader(partition: Partition, records: Any, acks: int, timeout_ms: 
     wait or None)."""
     replica = partition.replica
     leader_epoch = replica.check_append(acks)  # nothing written when refused
-    info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms)
+    try:
+        info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms)
+    except KafkaStorageError:
+        # The log dir failed under the append: the core decides what this replica plays
+        # now (nothing), and the waits of its leadership are answered.
+        carrier.apply(partition, replica.on_leader_append_failure(now_ms))
+        raise
     wait = None
     if acks == -1:
         wait = open_wait(partition, timeout_ms)

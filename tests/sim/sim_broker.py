@@ -467,10 +467,11 @@ class SimBroker:
         request_id = self._request_id()
         transport.inflight_request_id, transport.inflight_sent_ms = request_id, now_ms
         transport.inflight_leader_epoch = cycle.leader_epoch
-        if wants == FollowerPhase.TRUNCATING:
+        asked = p.replica.offset_for_leader_epoch_request()
+        if wants == FollowerPhase.TRUNCATING and asked is not None:
+            current_leader_epoch, latest_epoch = asked
             message: Any = OffsetForLeaderEpoch(request_id, self.broker_id, p.tp,
-                                                cycle.leader_epoch,
-                                                p.log.leader_epoch_cache.latest_epoch, p.topic_id)
+                                                current_leader_epoch, latest_epoch, p.topic_id)
         else:
             fetch_offset, last_fetched_epoch, _ = p.replica.fetch_position()
             transport.inflight_fetch_offset = fetch_offset

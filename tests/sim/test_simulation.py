@@ -107,7 +107,20 @@ class ExpandsIsrBehindHighWatermark(LeaderPartitionState):
 
 
 def with_leader_state(cls):
-    return type(f"ReplicaWith{cls.__name__}", (ReplicaState,), {"leader_state_class": cls})
+    """A ReplicaState that builds the broken ``cls`` for each leadership (as the product
+    builds LeaderPartitionState in ``_new_leader_state``)."""
+
+    def _new_leader_state(self, state, now_ms):
+        log_end_offset = self.log.log_end_offset
+        return cls(local_broker_id=self.local_broker_id, replicas=state.replicas, isr=state.isr,
+                   leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
+                   high_watermark=self.high_watermark, log_end_offset=log_end_offset,
+                   epoch_start_offset=log_end_offset,
+                   min_insync_replicas=self.min_insync_replicas,
+                   replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
+
+    return type(f"ReplicaWith{cls.__name__}", (ReplicaState,),
+                {"_new_leader_state": _new_leader_state})
 
 
 HW_IGNORES_ISR = with_leader_state(HighWatermarkIgnoresIsr)

@@ -128,9 +128,9 @@ def test_fetched_chunk_is_aligned_to_the_log_end():
     straddling = bytearray(make_batch(5))
     set_base_offset_and_epoch(straddling, 0, 3, 0)  # offsets 3..7 straddle LEO 5
     chunk = bytes(below + straddling)
-    aligned = partition._records_from_log_end(chunk)
+    aligned = partition._from_log_end(chunk)
     assert aligned == bytes(straddling)
     assert log.log_end_offset == 3  # cut back to the leader's batch base
     log.append_as_follower(aligned, 0)
     assert log.log_end_offset == 8
-    assert partition._records_from_log_end(chunk) == b""
+    assert partition._from_log_end(chunk) == b""

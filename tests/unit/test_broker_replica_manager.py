@@ -439,16 +439,40 @@ async def test_storage_error_is_answered_per_partition(tmp_path):
     def broken(*args, **kwargs):
         raise KafkaStorageError("disk gone", path="/nowhere")
 
+    log.read = broken
+    resp = await rm.fetch(consumer_fetch(0))
+    assert resp.partitions[0].error_code == pb.NONE  # nothing below the HW to read yet
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.NONE
+    assert rm.partitions[TP].replica.high_watermark == 1  # RF 1
+    resp = await rm.fetch(consumer_fetch(0))
+    assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
     log.append_as_leader = broken
     out = await rm.produce(produce(acks=1))
     assert out.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
     assert "disk gone" in out.partitions[0].error_message
-    log.read = broken
+
+
+async def test_a_failed_leader_append_ends_the_leadership_and_its_waits(tmp_path):
+    from tidewater.proto.errors import KafkaStorageError
+
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())  # ISR 1, 2: an acks=all wait needs the follower
+    waiting = asyncio.create_task(rm.produce(produce(acks=-1, timeout_ms=10_000)))
+    await wait_until(lambda: rm.partitions[TP].replica.waiting == 1)
+
+    def broken(*args, **kwargs):
+        raise KafkaStorageError("disk gone", path="/nowhere")
+
+    rm.partitions[TP].log.append_as_leader = broken
+    out = await rm.produce(produce(acks=1))
+    assert out.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    # The core decided: no role until the next LeaderAndIsr; the leadership's wait failed.
+    replica = rm.partitions[TP].replica
+    assert replica.leader is None and replica.follower is None
+    assert (await waiting).partitions[0].error_code == pb.NOT_LEADER_OR_FOLLOWER
     resp = await rm.fetch(consumer_fetch(0))
-    assert resp.partitions[0].error_code == pb.NONE  # nothing below the HW to read yet
-    rm.partitions[TP].replica.leader.high_watermark = 1
-    resp = await rm.fetch(consumer_fetch(0))
-    assert resp.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    assert resp.partitions[0].error_code == pb.NOT_LEADER_OR_FOLLOWER
 
 
 async def test_a_vanished_producer_leaves_no_waiter_behind(tmp_path):

@@ -6,11 +6,14 @@ broker uses (in memory).
 """
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tidewater.broker.replication.follower import (
+    FetchedCut,
     TruncationStep,
     check_diverging,
-    follower_high_watermark,
+    fetched_from_log_end,
     follower_truncation,
     truncation_for_diverging_epoch,
 )
@@ -165,9 +168,76 @@ def test_check_diverging_epoch_before_leader_history():
     assert check_diverging(2, 50, leader, 80) is None
 
 
-# ---------------------------------------------------------------- follower HW
 
-def test_follower_high_watermark_is_min_of_leader_hw_and_own_leo():
-    assert follower_high_watermark(10, 7) == 7
-    assert follower_high_watermark(5, 7) == 5
-    assert follower_high_watermark(0, 0) == 0
+# ---------------------------------------------------------------- a fetched chunk
+
+def batches_of(*offsets):
+    """Contiguous batches ``(position, base, next)``, 100 bytes each, from (base, next)."""
+    return [(100 * i, base, next_) for i, (base, next_) in enumerate(offsets)]
+
+
+def test_fetched_chunk_from_the_log_end_is_appended_whole():
+    assert fetched_from_log_end(batches_of((5, 8), (8, 10)), 5) == FetchedCut(None, 0)
+
+
+def test_fetched_batches_below_the_log_end_are_skipped():
+    cut = fetched_from_log_end(batches_of((0, 3), (3, 5), (5, 9)), 5)
+    assert cut == FetchedCut(None, 200)
+    assert cut.append_from(5) == 200
+
+
+def test_a_fetched_batch_straddling_the_log_end_cuts_our_log_to_its_base():
+    cut = fetched_from_log_end(batches_of((0, 3), (3, 7), (7, 9)), 5)
+    assert cut == FetchedCut(truncate_to=3, start_position=100)
+    assert cut.append_from(3) == 100  # our log ends exactly at its base: take the leader's
+    # Our own batch straddles 3 as well: the cut went below it; fetch again from there.
+    assert cut.append_from(2) is None
+
+
+def test_nothing_past_the_log_end_appends_nothing():
+    assert fetched_from_log_end([], 4) == FetchedCut(None, None)
+    assert fetched_from_log_end(batches_of((0, 2), (2, 4)), 4) == FetchedCut(None, None)
+    assert FetchedCut(None, None).append_from(4) is None
+
+
+def test_a_compacted_gap_after_the_log_end_is_appended():
+    # A compacted leader's batches may start past our LEO (their first offsets were cleaned).
+    assert fetched_from_log_end(batches_of((0, 3), (6, 9)), 4) == FetchedCut(None, 100)
+
+
+@st.composite
+def chunks(draw):
+    """Batches as a leader sends them (from some base, with compacted gaps sometimes)
+    and a follower LEO anywhere around them."""
+    offset = draw(st.integers(0, 20))
+    position, batches = 0, []
+    for _ in range(draw(st.integers(0, 8))):
+        offset += draw(st.sampled_from([0, 0, 0, 2]))  # a gap left by compaction
+        count = draw(st.integers(1, 5))
+        batches.append((position, offset, offset + count))
+        position += draw(st.integers(61, 200))
+        offset += count
+    return batches, draw(st.integers(0, offset + 3))
+
+
+@given(chunks())
+@settings(max_examples=500)
+def test_fetched_cut_properties(chunk):
+    batches, log_end_offset = chunk
+    cut = fetched_from_log_end(iter(batches), log_end_offset)  # any iterable, read once
+    past = [b for b in batches if b[2] > log_end_offset]
+    if not past:
+        assert cut == FetchedCut(None, None)
+        return
+    position, base_offset, _ = past[0]
+    # Appended from the first batch past our LEO; everything before it we hold already.
+    assert cut.start_position == position
+    assert all(b[2] <= log_end_offset for b in batches if b[0] < position)
+    # A cut only for a straddling batch, to its base, below our LEO.
+    if base_offset < log_end_offset:
+        assert cut.truncate_to == base_offset
+        assert cut.append_from(base_offset) == position
+        assert cut.append_from(base_offset - 1) is None
+    else:
+        assert cut.truncate_to is None
+        assert cut.append_from(log_end_offset) == position

@@ -8,7 +8,6 @@ from tidewater.broker.replication.leader_state import LeaderPartitionState
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     InvariantViolation,
-    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
@@ -231,17 +230,15 @@ def test_fetch_from_unknown_replica_or_out_of_range():
 
 # ---------------------------------------------------------------- acks=all
 
-def test_acks_all_refused_before_append_when_isr_too_small():
-    s = leader(isr=(1,), leo=0, min_isr=2)
-    with pytest.raises(NotEnoughReplicasError) as info:
-        s.check_acks_all_allowed()
-    assert info.value.error_code == pb.NOT_ENOUGH_REPLICAS
-    leader(isr=(1, 2), leo=0, min_isr=2).check_acks_all_allowed()
+def test_under_min_isr_is_the_committed_isr_below_the_minimum():
+    # ReplicaState.check_append refuses acks=all by this (acks_all_precheck.txt).
+    assert leader(isr=(1,), leo=0, min_isr=2).is_under_min_isr
+    assert not leader(isr=(1, 2), leo=0, min_isr=2).is_under_min_isr
 
 
 def test_acks_all_waits_for_hw_then_answers():
     s = leader(leo=0, min_isr=2)
-    s.check_acks_all_allowed()
+    assert not s.is_under_min_isr
     s.on_local_append(5, T0)
     assert s.acks_all_result(5) is None
     s.on_follower_fetch(2, 5, T0 + 1)

@@ -45,6 +45,13 @@ Commands (time is the clock set by ``now`` unless a command takes ``now=``)::
     fetch-answer epoch=3 [offset=<LEO>] [error=NONE] [hw=0] [log-start=0]
                  [diverging=0:5] [records=2:8,3:10]      # batches epoch:next_offset
     follower-storage-error
+    fail-persist op=assign-epoch|truncate|truncate-fully|append-fetched
+                                                         # the next such op fails: the
+                                                         # shell stops there and reports it
+                                                         # (on_persist_failure)
+    append-fails [acks=all|1]                            # check_append passes, the log
+                                                         # raises a storage error
+    corrupt-batch offset=5                               # a read or the scrub found it
 
 The harness also checks, after every command, what must hold whatever the
 scenario: a leader's HW never goes backwards within a leadership nor past its
@@ -59,7 +66,7 @@ Rewrite the expectations (like etcd's ``-rewrite``)::
 
 then read every changed expectation before committing it: an expectation claims
 that this output is right (by /work/shared/reference/replication.md and the
-module docstring of ``broker/replication/replica.py``), it is not a recording.
+module docstrings of ``broker/replication/replica*.py``), it is not a recording.
 """
 
 from __future__ import annotations
@@ -86,7 +93,7 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica import (
     ACKS_ALL_WAIT_MS_MAX,
     FollowerOptions,
-    PartitionState,
+    LeaderAndIsrState,
     ReplicaState,
 )
 from tidewater.broker.storage.epoch_cache import LeaderEpochCache
@@ -155,7 +162,8 @@ def format_ready(ready: Ready) -> list[str]:
         if isinstance(op, AssignEpoch):
             lines.append(f"persist: assign-epoch {op.epoch} at {op.start_offset}")
         elif isinstance(op, Truncate):
-            lines.append(f"persist: truncate to {op.offset}")
+            lines.append(f"persist: truncate to {op.offset}"
+                         + (" (below the corrupt batch)" if op.below_corrupt_batch else ""))
         elif isinstance(op, TruncateFully):
             lines.append(f"persist: truncate-fully start at {op.start_offset}")
         elif isinstance(op, AppendFetched):
@@ -166,6 +174,10 @@ def format_ready(ready: Ready) -> list[str]:
         lines.append(f"fetch: follow leader={ready.fetch.leader_id} epoch={ready.fetch.leader_epoch}")
     elif isinstance(ready.fetch, StopFetching):
         lines.append("fetch: stop")
+    if ready.report_corrupt is not None:
+        c = ready.report_corrupt
+        lines.append(f"report-corrupt: id={c.report_id} epoch={c.leader_epoch} "
+                     f"pe={c.partition_epoch} offset={c.corrupt_offset}")
     if ready.alter_partition is not None:
         a = ready.alter_partition
         lines.append(f"alter-partition: id={a.alter_id} epoch={a.leader_epoch} "
@@ -215,6 +227,9 @@ def describe_state(r: ReplicaState) -> dict[str, str]:
             lines["waits"] = " ".join(
                 f"{w}:required={required.get(w)},deadline={d}"
                 for w, d in sorted(r._deadlines.items()))
+    if r.corrupt_from is not None:
+        lines["corrupt"] = (f"from={r.corrupt_from} report-in-flight={r._report_in_flight} "
+                            f"refused={r._report_refused}")
     cycle = r.follower
     if cycle is not None:
         lines["cycle"] = (f"leader={cycle.leader_id} epoch={cycle.leader_epoch} "
@@ -295,6 +310,7 @@ class Harness:
         self.log = FakeLog()
         self.replica: ReplicaState | None = None
         self._fetched: list[tuple[int, int]] = []  # the records an AppendFetched appends
+        self._fail_persist: type | None = None  # the next persist op of this type fails
         # What the checks remember.
         self.live_waits: set[int] = set()
         self.withdrawn: set[int] = set()
@@ -331,7 +347,12 @@ class Harness:
 
     def apply(self, ready: Ready) -> list[str]:
         """Carry out ``ready`` as a shell does, then check it; returns its lines."""
+        failed = None
         for op in ready.persist:
+            if self._fail_persist is not None and isinstance(op, self._fail_persist):
+                self._fail_persist = None
+                failed = op  # the shell stops at the first failure and reports it
+                break
             if isinstance(op, AssignEpoch):
                 self.log.leader_epoch_cache.assign(op.epoch, op.start_offset)
             elif isinstance(op, Truncate):
@@ -356,7 +377,14 @@ class Harness:
                 f"AlterPartition {ready.alter_partition} emitted while "
                 f"{self.alter_outstanding} is unanswered")
             self.alter_outstanding = ready.alter_partition.alter_id
-        return format_ready(ready)
+        lines = format_ready(ready)
+        if failed is not None:
+            before = self._leadership()
+            failure_ready = self.r.on_persist_failure(failed, self.now_ms)
+            self._controller_state_changed(before)
+            lines += [f"persist-failed: {format_ready(Ready(persist=(failed,)))[0][9:]}"]
+            lines += ["  " + line for line in self.apply(failure_ready)]
+        return lines
 
     def _leadership(self) -> tuple[object, int, int]:
         r = self.replica
@@ -415,7 +443,7 @@ class Harness:
     # ---------------------------------------------------------------- controller
 
     def cmd_leader_and_isr(self, a: Args) -> list[str]:
-        state = PartitionState(TOPIC, PARTITION, a.int("leader"), a.int("epoch"), a.int("pe"),
+        state = LeaderAndIsrState(TOPIC, PARTITION, a.int("leader"), a.int("epoch"), a.int("pe"),
                                _int_list(a.get("replicas")), _int_list(a.get("isr")))
         before = self._leadership()
         ready = self.r.on_leader_and_isr(state, self.now_ms)
@@ -471,6 +499,24 @@ class Harness:
                                        required_offset=required_offset, timeout_ms=timeout_ms)
         return self.apply(ready)
 
+    def cmd_append_fails(self, a: Args) -> list[str]:
+        epoch, out = self._check_append(a.get("acks", "1"))
+        if epoch is None:
+            return out
+        before = self._leadership()
+        ready = self.r.on_leader_append_failure(self.now_ms)
+        self._controller_state_changed(before)
+        return self.apply(ready)
+
+    def cmd_fail_persist(self, a: Args) -> list[str]:
+        self._fail_persist = {"assign-epoch": AssignEpoch, "truncate": Truncate,
+                              "truncate-fully": TruncateFully,
+                              "append-fetched": AppendFetched}[a.get("op")]
+        return []
+
+    def cmd_corrupt_batch(self, a: Args) -> list[str]:
+        return self.apply(self.r.on_corrupt_batch(a.int("offset"), self.now_ms))
+
     def cmd_wait_deadline(self, a: Args) -> list[str]:
         return self.apply(self.r.on_wait_deadline(a.int("id"), self.now_ms))
 
@@ -522,7 +568,7 @@ class Harness:
         state = None
         if a.has("isr"):
             r = self.r
-            state = PartitionState(TOPIC, PARTITION, a.int("leader", r.local_broker_id),
+            state = LeaderAndIsrState(TOPIC, PARTITION, a.int("leader", r.local_broker_id),
                                    a.int("epoch", r.leader_epoch), a.int("pe"),
                                    r.replicas, _int_list(a.get("isr")))
         if alter_id == self.alter_outstanding:
@@ -545,8 +591,9 @@ class Harness:
         if wants is None:
             return ["answer: nothing"]
         if wants == "truncating":
-            return [f"answer: offset-for-leader-epoch requested="
-                    f"{self.log.leader_epoch_cache.latest_epoch}"]
+            asked = self.r.offset_for_leader_epoch_request()
+            assert asked is not None and asked[0] == self.r.leader_epoch, asked
+            return [f"answer: offset-for-leader-epoch requested={asked[1]}"]
         offset, last_epoch, start = self.r.fetch_position()
         return [f"answer: fetch offset={offset} last-epoch={last_epoch} log-start={start}"]
 
@@ -670,7 +717,8 @@ def event_lines(draw) -> list[str]:
         lines.append(f"now {now}")
         kind = "lai" if step == 0 else draw(st.sampled_from(
             ["lai", "isr", "resend", "append", "append", "fetch", "fetch", "fetch", "tick",
-             "answer", "unsure", "deadline", "withdraw", "min-isr", "stop"]))
+             "answer", "unsure", "deadline", "withdraw", "min-isr", "stop", "append-fails",
+             "fail-epoch"]))
         if kind in ("lai", "isr", "resend"):
             if kind == "lai":
                 leader_epoch += 1
@@ -696,6 +744,10 @@ def event_lines(draw) -> list[str]:
                          f"isr-eligible={draw(st.sampled_from(['true', 'true', 'false']))}")
         elif kind == "tick":
             lines.append("tick")
+        elif kind == "append-fails":
+            lines.append("append-fails")
+        elif kind == "fail-epoch":
+            lines.append("fail-persist op=assign-epoch")  # the next leadership's epoch
         elif kind == "answer":
             error = draw(st.sampled_from(["NONE", "NONE", "INVALID_UPDATE_VERSION",
                                           "INVALID_REQUEST", "FENCED_LEADER_EPOCH",
