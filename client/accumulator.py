@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto.batch import set_producer_fields
-from tidewater.proto.batch_builder import BatchBuilder
+from tidewater.proto.batch_builder import BatchBuilder, Headers
 
 LOGGER = logging.getLogger(__name__)
 
@@ -54,12 +54,12 @@ class RecordMetadata(NamedTuple):
     timestamp_ms: int
 
 
-def estimate_record_bytes(key: bytes | None, value: bytes | None,
-                          headers: tuple[tuple[str, bytes | None], ...] = ()) -> int:
-    """Upper bound of a record's encoded size (uncompressed)."""
+def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Headers = ()) -> int:
+    """Upper bound of a record's encoded size (uncompressed); a header's name is str or
+    UTF-8 bytes, as the batch builder takes it."""
     size = RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
     for name, hvalue in headers:
-        size += 10 + len(name.encode()) + (len(hvalue) if hvalue else 0)
+        size += 10 + len(name.encode() if isinstance(name, str) else name) + (len(hvalue) if hvalue else 0)
     return size
 
 
