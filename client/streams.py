@@ -479,7 +479,8 @@ class StreamRequest(Generic[_Req, _Resp]):
     # request: the pool's watchdog times out a hung broker's requests).
     LIVENESS_CHECK_S = 1.0
 
-    def __init__(self, stream: ClientStream[_Req, _Resp], request: _Req) -> None:
+    def __init__(self, stream: ClientStream[_Req, _Resp] | None, request: _Req) -> None:
+        """``stream`` None: a request never sent, answered at once (its error)."""
         self.stream = stream
         self.request = request
         self._latch = threading.Lock()
@@ -496,8 +497,9 @@ class StreamRequest(Generic[_Req, _Resp]):
         request is past its deadline: the pool's watchdog breaks the stream)."""
         latch = self._latch
         while not latch.acquire(timeout=self.LIVENESS_CHECK_S):
-            if not self.stream._io.thread.is_alive():
-                self.stream.abort(BrokerConnectionError("the client I/O loop stopped"))
+            stream = self.stream
+            if stream is not None and not stream._io.thread.is_alive():
+                stream.abort(BrokerConnectionError("the client I/O loop stopped"))
                 if not latch.acquire(timeout=self.LIVENESS_CHECK_S):
                     raise BrokerConnectionError("the client I/O loop stopped")
                 break
@@ -510,7 +512,7 @@ class StreamRequest(Generic[_Req, _Resp]):
         """Whether the answer came within ``timeout_s`` (``result`` then does not block);
         also True when the loop thread is gone (``result`` then raises)."""
         if not self._latch.acquire(timeout=max(0.0, timeout_s)):
-            return not self.stream._io.thread.is_alive()
+            return self.stream is not None and not self.stream._io.thread.is_alive()
         self._latch.release()
         return True
 
