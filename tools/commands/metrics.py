@@ -62,7 +62,7 @@ def targets_from_args(args) -> list[ScrapeTarget]:
     from tidewater.tools.chaos.targets import ChaosTargetError
 
     try:
-        if args.targets:
+        if args.targets is not None:  # (an empty list too: parse_targets says what is wrong)
             return parse_targets(args.targets)
         targets = cluster_from_args(args).metrics_targets()
     except ScrapeConfigError as e:
