@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from tidewater.proto import grpc_env
@@ -59,6 +60,12 @@ class Ledger:
         self.failed_attempts: list[bytes] = []
         self.attempts = 0
         self.errors: Counter[str] = Counter()
+
+
+def value_examples(values: Sequence[bytes | None], count: int = 5) -> str:
+    """The first ``count`` record values, for a line of the story (a record read back
+    may have a null value: no one here sent it, and the story says so)."""
+    return ", ".join("null" if v is None else v.decode(errors="replace") for v in values[:count])
 
 
 def produce_round(producer: Producer, ledger: Ledger, first: int, count: int) -> None:
@@ -291,7 +298,7 @@ def _produce_kill_check(cluster: LocalCluster, admin: AdminClient, bootstrap: st
     for label, values in (("missing", missing), ("duplicated", duplicated), ("misplaced", misplaced),
                           ("unknown", unknown)):
         if values:
-            say(f"{label} examples: " + ", ".join(v.decode() for v in values[:5]))
+            say(f"{label} examples: " + value_examples(values))
     print(("PASS" if passed else "FAIL") + f": {len(ledger.acked)} acknowledged records, "
           f"{len(missing)} missing, {len(duplicated)} duplicated after killing leader broker {victim}; "
           f"live consumer saw {'all' if tail_complete else 'NOT all'} of them",
