@@ -30,12 +30,11 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import NamedTuple
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, cast, overload
 
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto.batch import set_producer_fields
-from tidewater.proto.batch_builder import BatchBuilder
+from tidewater.proto.batch_builder import BatchBuilder, Headers
 
 LOGGER = logging.getLogger(__name__)
 
@@ -54,12 +53,12 @@ class RecordMetadata(NamedTuple):
     timestamp_ms: int
 
 
-def estimate_record_bytes(key: bytes | None, value: bytes | None,
-                          headers: tuple[tuple[str, bytes | None], ...] = ()) -> int:
-    """Upper bound of a record's encoded size (uncompressed)."""
+def estimate_record_bytes(key: bytes | None, value: bytes | None, headers: Headers = ()) -> int:
+    """Upper bound of a record's encoded size (uncompressed); a header's name is str or
+    UTF-8 bytes, as the batch builder takes it."""
     size = RECORD_OVERHEAD_BYTES_MAX + (len(key) if key else 0) + (len(value) if value else 0)
     for name, hvalue in headers:
-        size += 10 + len(name.encode()) + (len(hvalue) if hvalue else 0)
+        size += 10 + len(name.encode() if isinstance(name, str) else name) + (len(hvalue) if hvalue else 0)
     return size
 
 
@@ -121,13 +120,27 @@ class RecordFuture:
         if not batch._done:
             with batch._lock:
                 if not batch._done and not self.cancelled():
-                    batch._callbacks.append(self)
-                    batch._callbacks.append(fn)
+                    callbacks = batch._callbacks
+                    assert callbacks is not None  # None only once done
+                    callbacks.append(self)
+                    callbacks.append(fn)
                     return
         _run_callback(fn, self)
 
 
-def _run_callback(fn, future) -> None:
+class SettleableFuture(Protocol):
+    """A per-record future of an external kind (the asyncio producer's ``asyncio.Future``)."""
+
+    def set_result(self, result: RecordMetadata, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+_F = TypeVar("_F", covariant=True)  # the futures a RecordAccumulator hands out
+_SF = TypeVar("_SF", bound=SettleableFuture)
+
+
+def _run_callback(fn: Callable[[RecordFuture], object], future: RecordFuture) -> None:
     try:
         fn(future)
     except Exception:  # like concurrent.futures: a bad callback must not stop the others
@@ -149,7 +162,7 @@ class ProducerBatch:
         self.created_ms = created_ms
         self.builder: BatchBuilder | None = BatchBuilder()  # None once closed
         self.timestamps: list[int] = []  # each record's timestamp, for its RecordMetadata
-        self.futures: list | None = None  # per-record futures of an external kind (asyncio)
+        self.futures: list[SettleableFuture] | None = None  # per-record futures of an external kind (asyncio)
         self.size_bytes = BATCH_OVERHEAD_BYTES  # estimated (upper bound), for sizing and the buffer
         self.attempts = 0
         self.retry_after_ms = 0
@@ -166,7 +179,8 @@ class ProducerBatch:
         self._error: BaseException | None = None
         self._base_offset = -1
         self._log_append_time_ms = -1
-        self._callbacks: list | None = []  # future, fn, future, fn, ...
+        # future, fn, future, fn, ...: one flat list (no tuple per callback), hence Any.
+        self._callbacks: list[Any] | None = []
         self._cancelled: set[int] | None = None
 
     @property
@@ -180,6 +194,7 @@ class ProducerBatch:
         (and its CRC redone) when they changed since (an epoch bump renumbers it)."""
         fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.encoded is None:
+            assert self.builder is not None  # dropped only once encoded
             self.encoded = self.builder.build(compression, producer_id=fields[0],
                                               producer_epoch=fields[1], base_sequence=fields[2])
             self.builder = None
@@ -216,6 +231,7 @@ class ProducerBatch:
             self._log_append_time_ms = log_append_time_ms
             self._done = True
             callbacks, self._callbacks = self._callbacks, None  # also breaks future<->batch cycles
+            assert callbacks is not None  # None only once done
             if self._cond is not None:
                 self._cond.notify_all()
         if self.futures is not None:
@@ -225,7 +241,7 @@ class ProducerBatch:
 
     def _settle_external_futures(self) -> None:
         error = self._error
-        for index, fut in enumerate(self.futures):
+        for index, fut in enumerate(self.futures or ()):
             try:
                 if error is None:
                     fut.set_result(self.metadata(index))
@@ -260,6 +276,7 @@ class ProducerBatch:
                 self._cancelled = set()
             self._cancelled.add(future._index)
             callbacks = self._callbacks
+            assert callbacks is not None  # None only once done
             mine = [callbacks[i + 1] for i in range(0, len(callbacks), 2) if callbacks[i] is future]
             self._callbacks = [x for i in range(0, len(callbacks), 2) if callbacks[i] is not future
                                for x in (callbacks[i], callbacks[i + 1])]
@@ -270,14 +287,26 @@ class ProducerBatch:
         return True
 
 
-class RecordAccumulator:
+class RecordAccumulator(Generic[_F]):
+    @overload
+    def __init__(self: RecordAccumulator[RecordFuture], *, batch_size_bytes: int = ...,
+                 linger_ms: int = ..., future_factory: None = ...) -> None: ...
+
+    @overload
+    def __init__(self: RecordAccumulator[_SF], *, batch_size_bytes: int = ..., linger_ms: int = ...,
+                 future_factory: Callable[[], _SF]) -> None: ...
+
     def __init__(self, *, batch_size_bytes: int = 16384, linger_ms: int = 0,
-                 future_factory: Callable[[], Future] | None = None):
+                 future_factory: Callable[[], SettleableFuture] | None = None) -> None:
         """Each record's future is a RecordFuture on its batch; with ``future_factory`` (the
         asyncio producer's ``loop.create_future``) it is one of those, resolved with the batch."""
         if batch_size_bytes <= 0 or linger_ms < 0:
             raise ValueError("batch_size_bytes must be positive and linger_ms >= 0")
         self.future_factory = future_factory
+        # (batch, record index) -> the record's future: _F is RecordFuture without a factory
+        # (the overloads above), else the factory's kind.
+        self._new_future = cast("Callable[[ProducerBatch, int], _F]",
+                                RecordFuture if future_factory is None else self._external_future)
         self.batch_size_bytes = batch_size_bytes
         self.linger_ms = linger_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -286,8 +315,8 @@ class RecordAccumulator:
         self.buffered_records = 0
         self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
-    def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers,
-            timestamp_ms: int, now_ms: int):
+    def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Headers,
+            timestamp_ms: int, now_ms: int) -> _F:
         """Queue a record; return the future of its RecordMetadata. A record that cannot be
         encoded (not bytes, timestamp outside int64) raises and is not queued."""
         if headers:
@@ -303,28 +332,36 @@ class RecordAccumulator:
                 or batch.size_bytes + record_bytes > self.batch_size_bytes):
             # A record larger than a batch still gets one (of its own).
             batch = ProducerBatch(tp, now_ms)
-            batch.builder.append(key, value, headers, timestamp_ms)
+            builder = batch.builder
+            assert builder is not None  # a new batch
+            builder.append(key, value, headers, timestamp_ms)
             queue.append(batch)  # only once the record is in it: a bad record leaves no empty batch
             self.batches_created += 1
             batch.order = self.batches_created
         else:
-            batch.builder.append(key, value, headers, timestamp_ms)
+            builder = batch.builder
+            assert builder is not None  # not encoded (checked above)
+            builder.append(key, value, headers, timestamp_ms)
         batch.timestamps.append(timestamp_ms)
         batch.size_bytes += record_bytes
         self.buffered_bytes += record_bytes
         self.buffered_records += 1
-        if self.future_factory is not None:
-            fut = self.future_factory()
-            if batch.futures is None:
-                batch.futures = []
-            batch.futures.append(fut)
-            return fut
-        return RecordFuture(batch, len(batch.timestamps) - 1)
+        return self._new_future(batch, len(batch.timestamps) - 1)
 
-    def ready(self, now_ms: int, muted: set[TopicPartition] | frozenset = frozenset()
+    def _external_future(self, batch: ProducerBatch, index: int) -> SettleableFuture:
+        """A record's future from ``future_factory``, resolved with its batch (``index``: its
+        place among the batch's futures)."""
+        assert self.future_factory is not None  # only made with one
+        fut = self.future_factory()
+        if batch.futures is None:
+            batch.futures = []
+        batch.futures.append(fut)
+        return fut
+
+    def ready(self, now_ms: int, muted: set[TopicPartition] | frozenset[TopicPartition] = frozenset()
               ) -> tuple[list[TopicPartition], int | None]:
         """Partitions whose first batch can be sent now, and when the next one will be (ms)."""
-        ready = []
+        ready: list[TopicPartition] = []
         next_ms: int | None = None
         for tp, queue in self._queues.items():
             if not queue or tp in muted:
@@ -339,7 +376,7 @@ class RecordAccumulator:
     def partition_ready(self, tp: TopicPartition, now_ms: int) -> bool:
         """Whether ``tp``'s first batch can be sent now (``ready`` for one partition, unmuted)."""
         queue = self._queues.get(tp)
-        return bool(queue) and self._due_ms(queue, now_ms) <= now_ms
+        return queue is not None and bool(queue) and self._due_ms(queue, now_ms) <= now_ms
 
     def _due_ms(self, queue: deque[ProducerBatch], now_ms: int) -> int:
         """When the first batch of a non-empty queue may be sent."""
@@ -394,7 +431,7 @@ class RecordAccumulator:
     def first_is_retry(self, tp: TopicPartition) -> bool:
         """``tp``'s first queued batch was sent before (it waits for the requests in flight)."""
         queue = self._queues.get(tp)
-        return bool(queue) and queue[0].attempts > 0
+        return queue is not None and bool(queue) and queue[0].attempts > 0
 
     def release(self, batch: ProducerBatch) -> None:
         """A batch left the producer for good (delivered or failed): free its budget."""

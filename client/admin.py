@@ -10,9 +10,13 @@ the whole description.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import Message
 
 from tidewater.client.metadata import (
     Address,
@@ -119,6 +123,21 @@ class TopicOperationError(TidewaterError):
         super().__init__("; ".join(f"{name}: {err}" for name, err in errors.items()))
 
 
+class _Result(Protocol):
+    """An answer's per-item result (a topic, an ACL, a SCRAM user...)."""
+
+    @property
+    def error_code(self) -> int: ...
+
+    @property
+    def error_message(self) -> str: ...
+
+
+class _TopicResult(_Result, Protocol):
+    @property
+    def name(self) -> str: ...
+
+
 class AdminClient:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
                  metadata: MetadataClient | None = None,
@@ -144,7 +163,7 @@ class AdminClient:
             topics=[pb.CreatableTopic(name=t.name, num_partitions=t.num_partitions,
                                       replication_factor=t.replication_factor,
                                       configs=dict(t.configs)) for t in topics])
-        resp = self._controller_call("CreateTopics", request)
+        resp: pb.CreateTopicsResponse = self._controller_call("CreateTopics", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
 
@@ -162,13 +181,13 @@ class AdminClient:
             timeout_ms=self.request_timeout_ms, validate_only=validate_only,
             topics=[pb.CreatePartitionsTopic(name=name, count=count)
                     for name, count in new_totals.items()])
-        resp = self._controller_call("CreatePartitions", request)
+        resp: pb.CreatePartitionsResponse = self._controller_call("CreatePartitions", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
 
     def delete_topics(self, names: list[str]) -> dict[str, TidewaterError | None]:
         request = pb.DeleteTopicsRequest(names=list(names), timeout_ms=self.request_timeout_ms)
-        resp = self._controller_call("DeleteTopics", request)
+        resp: pb.DeleteTopicsResponse = self._controller_call("DeleteTopics", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
 
@@ -184,12 +203,14 @@ class AdminClient:
             timeout_s = self.request_timeout_ms / 1000
 
             def ask(address: Address) -> pb.MetadataResponse:
-                return rpc_call(self.metadata.pool.broker(address).Metadata,
-                                pb.MetadataRequest(), timeout_s=timeout_s, address=address)
+                response: pb.MetadataResponse = rpc_call(
+                    self.metadata.pool.broker(address).Metadata, pb.MetadataRequest(),
+                    timeout_s=timeout_s, address=address)
+                return response
             return sorted(t.name for t in self.metadata.any_broker_call(ask).topics)
 
     def describe_cluster(self) -> ClusterDescription:
-        resp = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
+        resp: pb.DescribeClusterResponse = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
         if resp.error_code != pb.NONE:
             raise error_for_code(resp.error_code, f"DescribeCluster: {pb.ErrorCode.Name(resp.error_code)}")
         brokers = tuple(
@@ -267,7 +288,7 @@ class AdminClient:
                           iterations: int = SCRAM_ITERATIONS_DEFAULT) -> None:
         credential = credential_to_pb(user, make_credential(mechanism, password,
                                                             iterations=iterations))
-        resp = self._controller_call("AlterUserScramCredentials",
+        resp: pb.AlterUserScramCredentialsResponse = self._controller_call("AlterUserScramCredentials",
                                      pb.AlterUserScramCredentialsRequest(upsertions=[credential]))
         self._raise_first(resp.results)
 
@@ -277,7 +298,7 @@ class AdminClient:
             mechanisms = [m for m, _ in self.describe_scram_users([user]).get(user, [])]
             if not mechanisms:
                 raise error_for_code(pb.RESOURCE_NOT_FOUND, f"no user {user!r}")
-        resp = self._controller_call("AlterUserScramCredentials",
+        resp: pb.AlterUserScramCredentialsResponse = self._controller_call("AlterUserScramCredentials",
                                      pb.AlterUserScramCredentialsRequest(deletions=[
                                          pb.ScramCredential(user=user, mechanism=m)
                                          for m in mechanisms]))
@@ -286,7 +307,7 @@ class AdminClient:
     def describe_scram_users(self, users: list[str] | None = None
                              ) -> dict[str, list[tuple[str, int]]]:
         """user -> [(mechanism, iterations)]; a named user without any is left out."""
-        resp = self._controller_call("DescribeUserScramCredentials",
+        resp: pb.DescribeUserScramCredentialsResponse = self._controller_call("DescribeUserScramCredentials",
                                      pb.DescribeUserScramCredentialsRequest(users=users or []))
         for u in resp.users:
             if u.error_code not in (pb.NONE, pb.RESOURCE_NOT_FOUND):
@@ -295,12 +316,12 @@ class AdminClient:
                 for u in resp.users if u.error_code == pb.NONE}
 
     def create_acls(self, acls: list[Acl]) -> None:
-        resp = self._controller_call("CreateAcls", pb.CreateAclsRequest(
+        resp: pb.CreateAclsResponse = self._controller_call("CreateAcls", pb.CreateAclsRequest(
             creations=[a.to_pb() for a in acls]))
         self._raise_first(resp.results)
 
     def describe_acls(self, acl_filter: pb.AclBinding | None = None) -> list[Acl]:
-        resp = self._controller_call("DescribeAcls",
+        resp: pb.DescribeAclsResponse = self._controller_call("DescribeAcls",
                                      pb.DescribeAclsRequest(filter=acl_filter or pb.AclBinding()))
         if resp.error_code != pb.NONE:
             raise error_for_code(resp.error_code, resp.error_message)
@@ -308,12 +329,12 @@ class AdminClient:
 
     def delete_acls(self, filters: list[pb.AclBinding]) -> list[Acl]:
         """Every ACL the filters matched, now deleted."""
-        resp = self._controller_call("DeleteAcls", pb.DeleteAclsRequest(filters=filters))
+        resp: pb.DeleteAclsResponse = self._controller_call("DeleteAcls", pb.DeleteAclsRequest(filters=filters))
         self._raise_first(resp.results)
         return [Acl.from_pb(b) for r in resp.results for b in r.deleted]
 
     @staticmethod
-    def _raise_first(results) -> None:
+    def _raise_first(results: Iterable[_Result]) -> None:
         for r in results:
             if r.error_code != pb.NONE:
                 raise error_for_code(r.error_code, r.error_message or
@@ -321,10 +342,12 @@ class AdminClient:
 
     # ------------------------------------------------------------------ internals
 
-    def _controller_call(self, method: str, request):
+    # The RPC is named, and the generated stubs are untyped: the answer is Any, and callers
+    # annotate the response type they expect.
+    def _controller_call(self, method: str, request: Message) -> Any:
         timeout_s = self.request_timeout_ms / 1000 + 5
 
-        def call(address: Address):
+        def call(address: Address) -> Any:
             return rpc_call(getattr(self.metadata.pool.controller(address), method), request,
                             timeout_s=timeout_s, address=address)
 
@@ -334,7 +357,7 @@ class AdminClient:
             raise rpc_error_to_typed(e) from None
 
     @staticmethod
-    def _topic_results(results) -> dict[str, TidewaterError | None]:
+    def _topic_results(results: Iterable[_TopicResult]) -> dict[str, TidewaterError | None]:
         out: dict[str, TidewaterError | None] = {}
         for r in results:
             if r.error_code == pb.NONE:
@@ -355,10 +378,11 @@ class AdminClient:
     def close(self) -> None:
         self.metadata.close()
 
-    def __enter__(self):
+    def __enter__(self) -> AdminClient:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
 
@@ -374,7 +398,7 @@ def _replace_replicas_state(p: PartitionDescription, rs: tuple[ReplicaState, ...
                                 p.replicas, p.isr, p.offline, rs)
 
 
-def topic_to_json(t: TopicDescriptionInfo) -> dict:
+def topic_to_json(t: TopicDescriptionInfo) -> dict[str, object]:
     """The JSON shape of ``tide topics describe --json``."""
     return {
         "name": t.name,
@@ -395,7 +419,7 @@ def topic_to_json(t: TopicDescriptionInfo) -> dict:
     }
 
 
-def cluster_to_json(c: ClusterDescription) -> dict:
+def cluster_to_json(c: ClusterDescription) -> dict[str, object]:
     """The JSON shape of ``tide cluster describe --json``."""
     return {
         "cluster_id": c.cluster_id,

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from functools import partial
+from types import TracebackType
 
 from tidewater.client.accumulator import ProducerBatch, RecordAccumulator, RecordMetadata
 from tidewater.client.idempotence import IdempotentState
@@ -59,6 +61,7 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.producer import (
+    closed_bytes,
     delivery_timeout_error,
     drain_for_request,
     give_up_sequences,
@@ -73,8 +76,9 @@ from tidewater.client.producer import (
 )
 from tidewater.client.streams import CallerLoop, StreamPool
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch_builder import Headers
+from tidewater.proto.compression import compress
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
-from tidewater.proto.records import compress
 
 __all__ = ["AsyncProducer", "RecordMetadata"]
 
@@ -92,9 +96,18 @@ def _record_count(batches: list[ProducerBatch]) -> int:
 
 
 Groups = list[tuple[TopicPartition, list[ProducerBatch]]]
+# Each partition's leader as a worker thread looked it up: None (none now) or its typed error.
+Leaders = dict[TopicPartition, LeaderInfo | TidewaterError | None]
 
 
 class AsyncProducer:
+    # Made by start(), on the running loop (``_started``): what needs the loop or lives on it.
+    _accumulator: RecordAccumulator[asyncio.Future[RecordMetadata]]
+    _streams: StreamPool[pb.ProduceRequest, pb.ProduceResponse]
+    _wake: asyncio.Event
+    _space: asyncio.Condition
+    _idle: asyncio.Event
+
     def __init__(self, bootstrap: str, *, acks: int | str = -1, batch_size_bytes: int = 16384,
                  linger_ms: int = 5, request_timeout_ms: int = 30000, retries: int = 2**31 - 1,
                  retry_backoff_ms: int = 100, delivery_timeout_ms: int = 120000,
@@ -105,7 +118,7 @@ class AsyncProducer:
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
-                 enable_idempotence: bool | None = None):
+                 enable_idempotence: bool | None = None) -> None:
         self.acks = parse_acks(acks)
         # None: on with acks=all (Kafka 3's default); True with acks 0/1: ValueError.
         self.enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
@@ -129,17 +142,13 @@ class AsyncProducer:
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)
-        self._accumulator: RecordAccumulator | None = None
+        self._started = False
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
         self._batches_in_flight: dict[TopicPartition, int] = {}  # idempotent: batches out
         self._records_in_flight = 0  # buffered_records less these are the records queued
-        self._streams: StreamPool | None = None
-        self._wake: asyncio.Event | None = None
-        self._space: asyncio.Condition | None = None
         self._space_waiters = 0  # send() calls waiting for buffer space
-        self._sender: asyncio.Task | None = None
+        self._sender: asyncio.Task[None] | None = None
         self._unfinished = 0
-        self._idle: asyncio.Event | None = None
         self._closed = False
 
     async def start(self) -> None:
@@ -153,21 +162,24 @@ class AsyncProducer:
         self._streams = StreamPool("ProduceStream", ordered=False, io=CallerLoop(loop),
                                    security=self._security)
         self._sender = asyncio.create_task(self._run(), name="tide-aio-producer-sender")
+        self._started = True
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     # ------------------------------------------------------------------ public API
 
     async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-                   partition: int | None = None, headers=(), timestamp_ms: int | None = None
-                   ) -> asyncio.Future:
+                   partition: int | None = None,
+                   headers: Iterable[tuple[str | bytes, bytes | None]] | None = (),
+                   timestamp_ms: int | None = None) -> asyncio.Future[RecordMetadata]:
         """Queue one record; returns (once queued) the future of its RecordMetadata."""
-        if self._closed or self._accumulator is None:
+        if self._closed or not self._started:
             raise RuntimeError("producer is not running (use `async with` or start())")
         parts = self.metadata.cached_partitions(topic)
         if parts is None:
@@ -185,7 +197,8 @@ class AsyncProducer:
         tp = TopicPartition(topic, partition)
         created = accumulator.batches_created
         now_ms = _now_ms()
-        fut = accumulator.add(tp, key, value, tuple(headers) if headers else (),
+        record_headers: Headers = tuple(headers) if headers else ()
+        fut = accumulator.add(tp, key, value, record_headers,
                               timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000,
                               now_ms)
         self._unfinished += 1
@@ -204,8 +217,12 @@ class AsyncProducer:
             self._wake.set()
         return fut
 
-    async def send_and_wait(self, topic: str, value: bytes | None, **kwargs) -> RecordMetadata:
-        return await (await self.send(topic, value, **kwargs))
+    async def send_and_wait(self, topic: str, value: bytes | None, *, key: bytes | None = None,
+                            partition: int | None = None,
+                            headers: Iterable[tuple[str | bytes, bytes | None]] | None = (),
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        return await (await self.send(topic, value, key=key, partition=partition,
+                                      headers=headers, timestamp_ms=timestamp_ms))
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued now and wait until every record is resolved."""
@@ -222,7 +239,7 @@ class AsyncProducer:
     async def close(self, timeout_s: float | None = None) -> None:
         """Flush, stop the sender task, close the streams (the brokers answer what they
         have; acks=0 requests still queued are sent first), fail what is left."""
-        if self._closed or self._accumulator is None:
+        if self._closed or not self._started:
             return
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
@@ -277,10 +294,9 @@ class AsyncProducer:
                 if not self._closed:
                     self._send_or_fail(unknown, leaders)
 
-    def _look_up_leaders(self, tps: list[TopicPartition]
-                         ) -> dict[TopicPartition, LeaderInfo | TidewaterError | None]:
+    def _look_up_leaders(self, tps: list[TopicPartition]) -> Leaders:
         """Worker thread: each partition's leader, None (none now) or its typed error."""
-        out: dict[TopicPartition, LeaderInfo | TidewaterError | None] = {}
+        out: Leaders = {}
         for tp in tps:
             try:
                 out[tp] = self.metadata.leader_for(tp)
@@ -290,7 +306,8 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ sending (never blocks)
 
-    def _send_or_fail(self, ready: list[TopicPartition], leaders=None) -> list[TopicPartition]:
+    def _send_or_fail(self, ready: list[TopicPartition],
+                      leaders: Leaders | None = None) -> list[TopicPartition]:
         """``_send_ready``, failing the partitions' queued batches if it breaks."""
         try:
             return self._send_ready(ready, leaders)
@@ -301,7 +318,8 @@ class AsyncProducer:
                         self._finish(batch, e)
             return []
 
-    def _send_ready(self, ready: list[TopicPartition], leaders=None) -> list[TopicPartition]:
+    def _send_ready(self, ready: list[TopicPartition],
+                    leaders: Leaders | None = None) -> list[TopicPartition]:
         """Send every queued batch of the ready partitions, one request per leader; returns
         the partitions left for a leader lookup (metadata not cached, nor in ``leaders``)."""
         metadata, accumulator = self.metadata, self._accumulator
@@ -309,6 +327,7 @@ class AsyncProducer:
         unknown: list[TopicPartition] = []
         refresh = False
         for tp in ready:
+            leader: LeaderInfo | TidewaterError | None
             if leaders is not None and tp in leaders:
                 leader = leaders[tp]
             elif metadata.cached_partitions(tp.topic) is None:
@@ -355,7 +374,7 @@ class AsyncProducer:
             for tp, batches in groups:
                 add_partition(topic=tp.topic, partition=tp.partition,
                               records=batches[0].encoded if len(batches) == 1
-                              else b"".join(b.encoded for b in batches))
+                              else b"".join(closed_bytes(b) for b in batches))
             self._send_request(address, request, groups)
         return unknown
 
@@ -417,5 +436,5 @@ class AsyncProducer:
             self._space.notify_all()
 
 
-def _no_answer(response, error) -> None:
+def _no_answer(response: pb.ProduceResponse | None, error: TidewaterError | None) -> None:
     """The stream's callback of an acks=0 request: the broker never answers it."""

@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
 
 import grpc
 
@@ -71,7 +73,7 @@ from tidewater.client.metadata import (
     format_address,
     rpc_error_to_typed,
 )
-from tidewater.client.streams import StreamPool, StreamRequest
+from tidewater.client.streams import ClientStream, StreamPool, StreamRequest
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
 from tidewater.proto.errors import (
@@ -94,8 +96,17 @@ RESET_POLICIES = ("earliest", "latest", "none")
 FOLLOW_ANSWER_BYTES_MAX = 64 * 1024
 FOLLOW_HANDOVER_WAIT_S = 5.0  # the loop never blocks while following; a dead loop ends it
 
+# What a poll fetches from one leader: (partition, position, leader epoch) each.
+FetchItems = tuple[tuple[TopicPartition, int, int], ...]
+Wanted = dict[Address, FetchItems]  # what a poll fetches, by leader
+PendingFetch = StreamRequest[pb.FetchRequest, pb.FetchResponse]
+FetchCall = tuple[Address, FetchItems, PendingFetch]  # a fetch sent, as (address, items, call)
+Prefetch = tuple[Wanted, list[FetchCall]]  # fetches sent ahead: what they ask, their calls
+# (topic, partition) pairs, as TopicPartition or plain tuples.
+Partitions = Iterable[tuple[str, int]]
 
-def _wait_done(call: StreamRequest, timeout_s: float, *, follow: bool = False) -> bool:
+
+def _wait_done(call: PendingFetch, timeout_s: float, *, follow: bool = False) -> bool:
     """Whether a ``Consumer._send_fetch`` call is answered within ``timeout_s``; with
     ``follow``, a ``_FollowingFetch`` answered meanwhile sends the next fetch itself."""
     if follow and isinstance(call, _FollowingFetch):
@@ -110,7 +121,7 @@ def _wait_done(call: StreamRequest, timeout_s: float, *, follow: bool = False) -
     return call.wait(timeout_s)
 
 
-class _FollowingFetch(StreamRequest):
+class _FollowingFetch(StreamRequest[pb.FetchRequest, pb.FetchResponse]):
     """The fetch of a poll with one leader, on its FetchStream. When it is answered while
     its poll waits for it, the loop thread that read the answer sends the next fetch at
     once, on the same stream (``Consumer._follow``: what ``_prefetch`` would send after
@@ -126,11 +137,13 @@ class _FollowingFetch(StreamRequest):
 
     __slots__ = ("consumer", "items", "follow", "chunks", "_handover", "_waiting", "_claimed")
 
-    def __init__(self, consumer: Consumer, items: tuple, stream, request):
+    def __init__(self, consumer: Consumer, items: FetchItems,
+                 stream: ClientStream[pb.FetchRequest, pb.FetchResponse],
+                 request: pb.FetchRequest) -> None:
         super().__init__(stream, request)
         self.consumer = consumer
         self.items = items
-        self.follow: tuple[dict, list] | None = None  # (what it asks, its calls), once sent
+        self.follow: Prefetch | None = None  # (what it asks, its calls), once sent
         self.chunks: dict[TopicPartition, bytes] | None = None
         self._handover = threading.Lock()
         self._waiting = False  # a poll waits for this answer
@@ -147,10 +160,10 @@ class _FollowingFetch(StreamRequest):
             self._waiting = False
             return self._claimed
 
-    def on_answer(self, response, error: TidewaterError | None) -> None:
+    def on_answer(self, response: pb.FetchResponse | None, error: TidewaterError | None) -> None:
         with self._handover:
             claimed = self._claimed = error is None and self._waiting
-        if claimed:
+        if claimed and response is not None:
             try:
                 self.consumer._follow(self, response)
             except Exception:  # the poll then prefetches as usual
@@ -177,7 +190,7 @@ class Consumer:
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000,
                  partition_assignment_strategy: str = "range",
-                 metadata_max_age_ms: int = 30000, group_instance_id: str | None = None):
+                 metadata_max_age_ms: int = 30000, group_instance_id: str | None = None) -> None:
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
         self.auto_offset_reset = auto_offset_reset
@@ -198,9 +211,10 @@ class Consumer:
         self._pending_reset: dict[TopicPartition, int] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
-        self._prefetched: tuple[dict, list] | None = None
+        self._prefetched: Prefetch | None = None
         # Fetches go on one FetchStream per broker (client.streams).
-        self._streams = StreamPool("FetchStream", ordered=True, security=security)
+        self._streams: StreamPool[pb.FetchRequest, pb.FetchResponse] = StreamPool(
+            "FetchStream", ordered=True, security=security)
         self._closed = False
         self.group: GroupMembership | None = None
         if group_id is not None:
@@ -235,7 +249,8 @@ class Consumer:
         self.metadata.add_topics(self._subscription)
         self.group.rejoin_needed = True
 
-    def commit(self, offsets: dict | None = None) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None
+               ) -> None:
         """Commit ``offsets`` ({(topic, partition): next offset}), by default the position
         of every assigned partition poll has returned records of or positioned;
         CommitFailedError when the group has rebalanced meanwhile."""
@@ -245,14 +260,14 @@ class Consumer:
             offsets = {tp: pos for tp, pos in self._positions.items()
                        if pos is not None and tp not in self._pending_reset}
         if offsets:
-            self.group.commit({tuple(tp): off for tp, off in offsets.items()},
+            self.group.commit({(topic, partition): off for (topic, partition), off in offsets.items()},
                               time.monotonic() + self.request_timeout_ms / 1000)
 
-    def committed(self, tps) -> dict[TopicPartition, int]:
+    def committed(self, tps: Partitions) -> dict[TopicPartition, int]:
         """The group's committed offset of each partition (-1: none)."""
         if self.group is None:
             raise ValueError("committed needs a group_id")
-        found = self.group.committed([tuple(tp) for tp in tps],
+        found = self.group.committed([(topic, partition) for topic, partition in tps],
                                      time.monotonic() + self.request_timeout_ms / 1000)
         return {TopicPartition(*tp): off for tp, off in found.items()}
 
@@ -261,7 +276,7 @@ class Consumer:
         on every poll never blocking (an aged snapshot is refreshed in the background,
         metadata_max_age_ms; a topic missing from a stale one is left out); ``fresh``
         (after an assignment) waits for a current snapshot."""
-        counts = {}
+        counts: dict[str, int] = {}
         for topic in self._subscription:
             if fresh:
                 try:
@@ -287,7 +302,7 @@ class Consumer:
         if revoked:
             self._maybe_commit_quietly()
             if self._on_revoke is not None:
-                self._on_revoke([tuple(tp) for tp in revoked])
+                self._on_revoke([(tp.topic, tp.partition) for tp in revoked])
         assignment = group.ensure_active(self._subscription, deadline)
         if assignment is None:
             if revoked:
@@ -320,7 +335,7 @@ class Consumer:
 
     # ------------------------------------------------------------------ assignment & positions
 
-    def assign(self, partitions) -> None:
+    def assign(self, partitions: Partitions) -> None:
         """Consume exactly these (topic, partition) pairs; positions of kept ones survive."""
         tps = [TopicPartition(t, p) for t, p in partitions]
         self._positions = {tp: self._positions.get(tp) for tp in tps}
@@ -334,24 +349,24 @@ class Consumer:
         """Partition numbers of ``topic`` (raises UnknownTopicOrPartitionError)."""
         return sorted(self.metadata.partitions_for(topic))
 
-    def seek(self, tp, offset: int) -> None:
-        tp = self._assigned(tp)
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        tp = self._assigned(partition)
         if offset < 0:
             raise ValueError("offset must be >= 0")
         self._positions[tp] = offset
         self._pending_reset.pop(tp, None)
 
-    def seek_to_beginning(self, tps=None) -> None:
+    def seek_to_beginning(self, tps: Partitions | None = None) -> None:
         for tp in tps or list(self._positions):
             self._pending_reset[self._assigned(tp)] = EARLIEST_TIMESTAMP
 
-    def seek_to_end(self, tps=None) -> None:
+    def seek_to_end(self, tps: Partitions | None = None) -> None:
         for tp in tps or list(self._positions):
             self._pending_reset[self._assigned(tp)] = LATEST_TIMESTAMP
 
-    def position(self, tp) -> int:
-        """The next offset ``poll`` returns for ``tp`` (resolving a pending reset now)."""
-        tp = self._assigned(tp)
+    def position(self, partition: tuple[str, int]) -> int:
+        """The next offset ``poll`` returns for ``partition`` (resolving a pending reset now)."""
+        tp = self._assigned(partition)
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         while True:
             self._resolve_positions(deadline)
@@ -364,19 +379,19 @@ class Consumer:
                     "(no leader answered ListOffsets)")
             time.sleep(self.retry_backoff_ms / 1000)
 
-    def beginning_offsets(self, tps) -> dict[TopicPartition, int]:
+    def beginning_offsets(self, tps: Partitions) -> dict[TopicPartition, int]:
         return self._list_offsets([TopicPartition(*tp) for tp in tps], EARLIEST_TIMESTAMP)
 
-    def end_offsets(self, tps) -> dict[TopicPartition, int]:
+    def end_offsets(self, tps: Partitions) -> dict[TopicPartition, int]:
         """High watermark of each partition (the next offset a consumer could read)."""
         return self._list_offsets([TopicPartition(*tp) for tp in tps], LATEST_TIMESTAMP)
 
-    def offsets_for_times(self, tps, timestamp_ms: int) -> dict[TopicPartition, int]:
+    def offsets_for_times(self, tps: Partitions, timestamp_ms: int) -> dict[TopicPartition, int]:
         """The first offset whose record's timestamp is >= ``timestamp_ms`` (-1: none)."""
         return self._list_offsets([TopicPartition(*tp) for tp in tps], timestamp_ms)
 
-    def _assigned(self, tp) -> TopicPartition:
-        tp = TopicPartition(*tp)
+    def _assigned(self, partition: tuple[str, int]) -> TopicPartition:
+        tp = TopicPartition(*partition)
         if tp not in self._positions:
             raise ValueError(f"{tp.topic}-{tp.partition} is not assigned")
         return tp
@@ -440,7 +455,7 @@ class Consumer:
                                         current_leader_epoch=epoch, timestamp=timestamp)
                 for tp, epoch in items])
             try:
-                resp = self.metadata.pool.broker(address).ListOffsets(
+                resp: pb.ListOffsetsResponse = self.metadata.pool.broker(address).ListOffsets(
                     request, timeout=self.request_timeout_ms / 1000)
             except grpc.RpcError as e:
                 self.metadata.invalidate()
@@ -510,6 +525,7 @@ class Consumer:
                     clean = False
                     self._on_partition_error([tp for tp, _, _ in items], e)
                     continue
+                assert resp is not None  # a fetch is answered (or fails)
                 if resp.error_code != pb.NONE:
                     clean = False
                     self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
@@ -533,14 +549,14 @@ class Consumer:
             # hold the next poll's fetch behind it.
             self._cancel(calls)
             raise
-        follow = calls[0][2].follow if isinstance(calls[0][2], _FollowingFetch) else None
+        followed = calls[0][2].follow if isinstance(calls[0][2], _FollowingFetch) else None
         if chunks and clean and max_records is None:
-            if follow is not None:
-                self._prefetched = follow  # sent by the loop thread: what _prefetch would send
+            if followed is not None:
+                self._prefetched = followed  # sent by the loop thread: what _prefetch would send
             else:
                 self._prefetch(wanted, dict(chunks), high_watermarks)
-        elif follow is not None:
-            self._cancel(follow[1])
+        elif followed is not None:
+            self._cancel(followed[1])
         for tp, data in chunks:
             # With max_records, batches past the limit are left undecoded (fetched again).
             records += self._decode(tp, data, None if max_records is None else max_records - len(records))
@@ -555,15 +571,15 @@ class Consumer:
             return kept
         return records
 
-    def _send_fetches(self, wanted: dict, wait_ms: int) -> list:
+    def _send_fetches(self, wanted: Wanted, wait_ms: int) -> list[FetchCall]:
         """One Fetch per leader address, sent now; [(address, items, call)]."""
-        calls = []
+        calls: list[FetchCall] = []
         for address, items in wanted.items():
             calls.append((address, items, self._send_fetch(
                 address, self._fetch_request(items, wait_ms), items if len(wanted) == 1 else None)))
         return calls
 
-    def _fetch_request(self, items: tuple, wait_ms: int) -> pb.FetchRequest:
+    def _fetch_request(self, items: FetchItems, wait_ms: int) -> pb.FetchRequest:
         return pb.FetchRequest(
             replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
             min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
@@ -574,20 +590,20 @@ class Consumer:
                 for tp, pos, epoch in items])
 
     def _send_fetch(self, address: Address, request: pb.FetchRequest,
-                    items: tuple | None = None) -> StreamRequest:
+                    items: FetchItems | None = None) -> PendingFetch:
         """On the broker's FetchStream (a StreamRequest; a ``_FollowingFetch`` given the
         request's ``items``, the poll's only leader): its ``result`` waits for the answer."""
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:
                 break  # the pool is closed: the consumer is closing
-            pending = (StreamRequest(stream, request) if items is None
+            pending: PendingFetch = (StreamRequest(stream, request) if items is None
                        else _FollowingFetch(self, items, stream, request))
             if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
                 return pending
         # No stream to send on: the request fails as a transport failure would (retried by
         # the next poll); answered already, so it never touches its (absent) stream.
-        failed = StreamRequest(None, request)
+        failed: PendingFetch = StreamRequest(None, request)
         failed.on_answer(None, BrokerConnectionError(
             f"no FetchStream to {format_address(address)} to send on"))
         return failed
@@ -595,7 +611,7 @@ class Consumer:
     def _timeout_s(self, wait_ms: int) -> float:
         return wait_ms / 1000 + self.request_timeout_ms / 1000
 
-    def _prefetch(self, wanted: dict, chunks: dict[TopicPartition, bytes],
+    def _prefetch(self, wanted: Wanted, chunks: dict[TopicPartition, bytes],
                   high_watermarks: dict[TopicPartition, int]) -> None:
         """Send the fetches the next poll will make once ``chunks`` are decoded, as Kafka's
         consumer does: with no wait if some partition has more records than its chunk
@@ -614,12 +630,12 @@ class Consumer:
             return
         self._prefetched = (following, self._send_fetches(following, wait_ms))
 
-    def _following(self, wanted: dict, chunks: dict[TopicPartition, bytes],
-                   high_watermarks: dict[TopicPartition, int]) -> tuple[dict, bool]:
+    def _following(self, wanted: Wanted, chunks: dict[TopicPartition, bytes],
+                   high_watermarks: dict[TopicPartition, int]) -> tuple[Wanted, bool]:
         """What the next poll will ask once ``chunks`` are decoded, and whether some
         partition has more records than its chunk held."""
         behind = False
-        following = {}
+        following: Wanted = {}
         for address, items in wanted.items():
             after = []
             for tp, pos, epoch in items:
@@ -639,7 +655,8 @@ class Consumer:
         if (self._closed or response.error_code != pb.NONE
                 or response.ByteSize() > FOLLOW_ANSWER_BYTES_MAX):
             return
-        chunks, high_watermarks = {}, {}
+        chunks: dict[TopicPartition, bytes] = {}
+        high_watermarks: dict[TopicPartition, int] = {}
         for p in response.partitions:
             if p.error_code != pb.NONE:
                 return
@@ -652,6 +669,8 @@ class Consumer:
         if not chunks:
             return
         stream = call.stream
+        if stream is None:
+            return  # (a _FollowingFetch always has its stream)
         following, behind = self._following({stream.address: call.items}, chunks, high_watermarks)
         items = following[stream.address]
         request = self._fetch_request(items, 0 if behind else self.fetch_max_wait_ms)
@@ -672,11 +691,12 @@ class Consumer:
             batch_pos += size
 
     @staticmethod
-    def _cancel(calls: list) -> None:
+    def _cancel(calls: list[FetchCall]) -> None:
         for _address, _items, call in calls:
             if isinstance(call, _FollowingFetch) and call.follow is not None:
                 Consumer._cancel(call.follow[1])  # sent by the loop after this answer
-            if isinstance(call, StreamRequest) and call.request.max_wait_ms and not call.done():
+            if (isinstance(call, StreamRequest) and call.request.max_wait_ms and not call.done()
+                    and call.stream is not None):
                 # A long-poll not wanted any more (a seek, a new assignment) would hold
                 # the stream's next answers for up to fetch_max_wait_ms: a new stream instead.
                 call.stream.abort(BrokerConnectionError("long-poll fetch withdrawn"))
@@ -686,6 +706,7 @@ class Consumer:
         """Records of ``data`` at or after ``tp``'s position, which moves past them; with
         ``limit``, decoding stops at the first batch boundary with ``limit`` records."""
         position = self._positions[tp]
+        assert position is not None  # fetched from there
         out: list[ConsumerRecord] = []
         topic, partition = tp
         batch_pos = 0
@@ -743,8 +764,9 @@ class Consumer:
             self._streams.close()
             self.metadata.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()

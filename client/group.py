@@ -25,6 +25,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import Message
 
 from tidewater.client import assignors
 from tidewater.client.metadata import (
@@ -74,9 +77,11 @@ class CoordinatorClient:
                 return self._coordinator
 
         def ask(address: Address) -> pb.FindCoordinatorResponse:
-            return rpc_call(self.metadata.pool.broker(address).FindCoordinator,
-                            pb.FindCoordinatorRequest(group_id=self.group_id),
-                            timeout_s=self.request_timeout_s, address=address)
+            response: pb.FindCoordinatorResponse = rpc_call(
+                self.metadata.pool.broker(address).FindCoordinator,
+                pb.FindCoordinatorRequest(group_id=self.group_id),
+                timeout_s=self.request_timeout_s, address=address)
+            return response
         answer = self.metadata.any_broker_call(ask)
         if answer.error_code in COORDINATOR_ERRORS:
             raise _CoordinatorGone(pb.ErrorCode.Name(answer.error_code))
@@ -87,7 +92,9 @@ class CoordinatorClient:
             self._coordinator = (answer.host, answer.port)
             return self._coordinator
 
-    def call(self, method: str, request, extra_timeout_s: float = 0.0):
+    # The RPC is named, and the generated stubs are untyped: the answer is Any, and callers
+    # annotate the response type they expect.
+    def call(self, method: str, request: Message, extra_timeout_s: float = 0.0) -> Any:
         """``method`` on the coordinator; _CoordinatorGone when it must be found again."""
         address = self.find()
         try:
@@ -107,7 +114,8 @@ class CoordinatorClient:
         with self._lock:
             self._coordinator = None
 
-    def retrying(self, method: str, request, deadline: float, extra_timeout_s: float = 0.0):
+    def retrying(self, method: str, request: Message, deadline: float,
+                 extra_timeout_s: float = 0.0) -> Any:
         """``call`` until it is answered or ``deadline`` passes (BrokerConnectionError)."""
         while True:
             try:
@@ -179,7 +187,7 @@ class GroupMembership:
             protocols=[pb.GroupProtocol(name=self.assignor,
                                         metadata=assignors.encode_subscription(topics))])
         rebalance_s = self.rebalance_timeout_ms / 1000  # the answer waits for the rebalance
-        joined = self.coordinator.retrying("JoinGroup", request, deadline, rebalance_s)
+        joined: pb.JoinGroupResponse = self.coordinator.retrying("JoinGroup", request, deadline, rebalance_s)
         if joined.error_code == pb.MEMBER_ID_REQUIRED:
             self.member_id = joined.member_id
             return None
@@ -196,7 +204,7 @@ class GroupMembership:
                                    member_id=joined.member_id)
         if joined.leader_id == joined.member_id:
             sync.assignments.extend(self._assign(joined))
-        synced = self.coordinator.retrying("SyncGroup", sync, deadline, rebalance_s)
+        synced: pb.SyncGroupResponse = self.coordinator.retrying("SyncGroup", sync, deadline, rebalance_s)
         if synced.error_code in REJOIN_ERRORS:
             if synced.error_code == pb.UNKNOWN_MEMBER_ID:
                 self.member_id = ""
@@ -242,7 +250,7 @@ class GroupMembership:
                                               generation_id=self.generation,
                                               member_id=self.member_id)
             try:
-                answer = self.coordinator.call("Heartbeat", request)
+                answer: pb.HeartbeatResponse = self.coordinator.call("Heartbeat", request)
             except (_CoordinatorGone, TidewaterError):
                 continue
             self._on_group_error(answer.error_code)
@@ -265,7 +273,7 @@ class GroupMembership:
         for (topic, partition), offset in sorted(offsets.items()):
             request.offsets.add(topic=topic, partition=partition, offset=offset,
                                 leader_epoch=-1)
-        answer = self.coordinator.retrying("OffsetCommit", request, deadline)
+        answer: pb.OffsetCommitResponse = self.coordinator.retrying("OffsetCommit", request, deadline)
         codes = {o.error_code for o in answer.offsets} - {pb.NONE}
         for code in codes & REJOIN_ERRORS:
             self._on_group_error(code)
@@ -279,7 +287,7 @@ class GroupMembership:
         """The committed offset of each partition (-1: none)."""
         request = pb.OffsetFetchRequest(group_id=self.group_id, partitions=[
             pb.GroupOffset(topic=t, partition=p) for t, p in partitions])
-        answer = self.coordinator.retrying("OffsetFetch", request, deadline)
+        answer: pb.OffsetFetchResponse = self.coordinator.retrying("OffsetFetch", request, deadline)
         if answer.error_code != pb.NONE:
             raise error_for_code(answer.error_code, f"OffsetFetch of {self.group_id!r}")
         return {(o.topic, o.partition): o.offset for o in answer.offsets}

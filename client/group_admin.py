@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Unpack
 
 from tidewater.client import assignors
 from tidewater.client.consumer import Consumer
 from tidewater.client.group import CoordinatorClient
 from tidewater.client.metadata import MetadataClient, TopicPartition, rpc_call
+from tidewater.client.security import SecurityOptions
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError, error_for_code
 
@@ -64,7 +67,8 @@ class GroupDescription:
 
 
 class GroupAdmin:
-    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000, **security):
+    def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30000,
+                 **security: Unpack[SecurityOptions]) -> None:
         self.request_timeout_s = request_timeout_ms / 1000
         self.consumer = Consumer(bootstrap, request_timeout_ms=request_timeout_ms, **security)
         self.metadata: MetadataClient = self.consumer.metadata
@@ -72,10 +76,11 @@ class GroupAdmin:
     def close(self) -> None:
         self.consumer.close()
 
-    def __enter__(self):
+    def __enter__(self) -> GroupAdmin:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
@@ -89,7 +94,7 @@ class GroupAdmin:
         snapshot = self.metadata.refresh()
         groups: dict[str, pb.GroupListing] = {}
         for address in snapshot.brokers.values():
-            answer = rpc_call(self.metadata.pool.broker(address).ListGroups,
+            answer: pb.ListGroupsResponse = rpc_call(self.metadata.pool.broker(address).ListGroups,
                               pb.ListGroupsRequest(), timeout_s=self.request_timeout_s,
                               address=address)
             for g in answer.groups:
@@ -117,7 +122,7 @@ class GroupAdmin:
         return description
 
     def _described(self, coordinator: CoordinatorClient) -> pb.GroupDescription:
-        answer = coordinator.retrying(
+        answer: pb.DescribeGroupsResponse = coordinator.retrying(
             "DescribeGroups", pb.DescribeGroupsRequest(group_ids=[coordinator.group_id]),
             self._deadline())
         [g] = answer.groups
@@ -126,7 +131,7 @@ class GroupAdmin:
         return g
 
     def _committed(self, coordinator: CoordinatorClient) -> dict[tuple[str, int], int]:
-        answer = coordinator.retrying("OffsetFetch",
+        answer: pb.OffsetFetchResponse = coordinator.retrying("OffsetFetch",
                                       pb.OffsetFetchRequest(group_id=coordinator.group_id),
                                       self._deadline())
         if answer.error_code != pb.NONE:
@@ -134,7 +139,7 @@ class GroupAdmin:
         return {(o.topic, o.partition): o.offset for o in answer.offsets if o.offset >= 0}
 
     def delete_group(self, group_id: str) -> None:
-        answer = self._coordinator(group_id).retrying(
+        answer: pb.DeleteGroupsResponse = self._coordinator(group_id).retrying(
             "DeleteGroups", pb.DeleteGroupsRequest(group_ids=[group_id]), self._deadline())
         [result] = answer.results
         if result.error_code != pb.NONE:
@@ -175,7 +180,8 @@ class GroupAdmin:
             for tp, target in targets.items():
                 request.offsets.add(topic=tp.topic, partition=tp.partition, offset=target,
                                     leader_epoch=-1)
-            committed = coordinator.retrying("OffsetCommit", request, self._deadline())
+            committed: pb.OffsetCommitResponse = coordinator.retrying(
+                "OffsetCommit", request, self._deadline())
             codes = {o.error_code for o in committed.offsets} - {pb.NONE}
             if codes:
                 raise error_for_code(min(codes), f"resetting offsets of {group_id!r}")

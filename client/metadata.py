@@ -30,11 +30,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from tidewater.client.security import PLAINTEXT, ClientSecurity, sync_channel
 from tidewater.proto import tidewater_pb2 as pb
@@ -161,7 +162,7 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
     return BrokerConnectionError(f"call to{where} failed: {code.name if code else '?'} {details}")
 
 
-def rpc_call(fn: Callable[..., T], request, *, timeout_s: float, address: Address | None = None) -> T:
+def rpc_call(fn: Callable[..., T], request: Message, *, timeout_s: float, address: Address | None = None) -> T:
     """Call a unary stub method, turning gRPC failures into typed errors."""
     try:
         return fn(request, timeout=timeout_s)
@@ -255,7 +256,7 @@ class MetadataClient:
     def snapshot(self) -> ClusterMetadata | None:
         return self._snapshot
 
-    def add_topics(self, topics) -> None:
+    def add_topics(self, topics: Iterable[str]) -> None:
         with self._lock:
             new = set(topics) - self._topics
             if new:
@@ -322,8 +323,9 @@ class MetadataClient:
         timeout_s = self.request_timeout_ms / 1000
 
         def ask(address: Address) -> pb.MetadataResponse:
-            return rpc_call(self.pool.broker(address).Metadata, request, timeout_s=timeout_s,
-                            address=address)
+            response: pb.MetadataResponse = rpc_call(
+                self.pool.broker(address).Metadata, request, timeout_s=timeout_s, address=address)
+            return response
 
         asked_at_s = time.monotonic()
         resp = self.any_broker_call(ask)
@@ -334,7 +336,9 @@ class MetadataClient:
                 self._snapshot, self._installed_asked_at_s = snap, asked_at_s
                 if invalidations == self._invalidations:
                     self._stale = False
-            return self._snapshot
+            installed = self._snapshot
+            assert installed is not None  # this one, or one asked for later
+            return installed
 
     def current(self) -> ClusterMetadata:
         """The snapshot: refreshed first when there is none or it is stale; one only older

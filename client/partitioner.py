@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tidewater.proto.errors import UnknownTopicOrPartitionError
+
+if TYPE_CHECKING:
+    from tidewater.client.metadata import PartitionInfo
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -74,7 +78,8 @@ class StickyPartitioner:
         state[1] += size_bytes
         return state[0]
 
-    def _next(self, previous: int | None, num_partitions: int, available) -> int:
+    def _next(self, previous: int | None, num_partitions: int,
+              available: list[int] | Callable[[], list[int]] | None) -> int:
         if callable(available):
             available = available()
         choices = [p for p in (available or range(num_partitions)) if p < num_partitions]
@@ -85,7 +90,7 @@ class StickyPartitioner:
         return self._rng.choice(choices)
 
 
-def choose_partition(topic: str, parts: dict, partition: int | None, key: bytes | None,
+def choose_partition(topic: str, parts: dict[int, PartitionInfo], partition: int | None, key: bytes | None,
                      value: bytes | None, sticky: StickyPartitioner) -> int:
     """The partition a record goes to: the one asked for, else by key hash, else sticky.
 

@@ -57,7 +57,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from functools import partial
+from types import TracebackType
+from typing import Protocol
 
 from tidewater.client.accumulator import (
     ProducerBatch,
@@ -75,6 +78,7 @@ from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
     MetadataClient,
+    PartitionInfo,
     TopicPartition,
     client_metadata,
     format_address,
@@ -83,6 +87,8 @@ from tidewater.client.metadata import (
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.streams import StreamPool
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch_builder import Headers
+from tidewater.proto.compression import compress
 from tidewater.proto.errors import (
     InvalidRequiredAcksError,
     RequestTimedOutError,
@@ -90,7 +96,6 @@ from tidewater.proto.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from tidewater.proto.records import compress
 
 __all__ = ["Producer", "RecordFuture", "RecordMetadata", "parse_acks"]
 
@@ -135,7 +140,28 @@ def request_producer_id(metadata: MetadataClient, timeout_s: float) -> tuple[int
     return response.producer_id, response.producer_epoch
 
 
-def on_producer_id_error(producer, ready: list[TopicPartition], error: TidewaterError) -> None:
+class ProducerState(Protocol):
+    """What the sending functions below use of a producer (``Producer``, ``AsyncProducer``)."""
+
+    acks: int
+    retries: int
+    retry_backoff_ms: int
+    delivery_timeout_ms: int
+    request_bytes_max: int
+    max_in_flight_per_partition: int
+    _closed: bool
+    _idempotence: IdempotentState | None
+    _in_flight: dict[TopicPartition, int]
+    _batches_in_flight: dict[TopicPartition, int]
+
+    @property
+    def _accumulator(self) -> RecordAccumulator[object]: ...
+
+    def _finish(self, batch: ProducerBatch, error: BaseException | None,
+                base_offset: int = -1, log_append_time_ms: int = -1) -> None: ...
+
+
+def on_producer_id_error(producer: ProducerState, ready: list[TopicPartition], error: TidewaterError) -> None:
     """No producer id: the partitions wait a backoff, or their batches fail when the error
     is not retriable (caller holds the producer's lock, if it has one)."""
     for tp in ready:
@@ -146,7 +172,7 @@ def on_producer_id_error(producer, ready: list[TopicPartition], error: Tidewater
                 producer._finish(batch, error)
 
 
-def partition_held_back(producer, tp: TopicPartition) -> bool:
+def partition_held_back(producer: ProducerState, tp: TopicPartition) -> bool:
     """``tp`` may not send now: ``max_in_flight_per_partition`` requests out, or (idempotent)
     a batch to retry while requests are out (it goes once they are answered, so retried
     sequences reach the broker in order), or BATCHES_IN_FLIGHT_MAX batches out."""
@@ -158,7 +184,7 @@ def partition_held_back(producer, tp: TopicPartition) -> bool:
         or producer._batches_in_flight.get(tp, 0) >= BATCHES_IN_FLIGHT_MAX)
 
 
-def drain_for_request(producer, tp: TopicPartition) -> list[ProducerBatch]:
+def drain_for_request(producer: ProducerState, tp: TopicPartition) -> list[ProducerBatch]:
     """Take ``tp``'s batches for its next request; an idempotent producer numbers them."""
     accumulator, idempotence = producer._accumulator, producer._idempotence
     batches = accumulator.drain_many(tp, producer.request_bytes_max, drain_count_max(
@@ -198,13 +224,20 @@ def delivery_timeout_error(batch: ProducerBatch, delivery_timeout_ms: int) -> Re
         f"not delivered within {delivery_timeout_ms} ms{cause}")
 
 
+def closed_bytes(batch: ProducerBatch) -> bytes:
+    """The bytes of a batch its sender closed (``ProducerBatch.close``)."""
+    if batch.encoded is None:
+        raise RuntimeError(f"a batch of {batch.tp.topic}-{batch.tp.partition} sent unclosed")
+    return batch.encoded
+
+
 def no_stream_error(address: Address) -> BrokerConnectionError:
     """What a request gets when its producer finds no open ProduceStream to send it on (the
     pool is closed, or the stream broke twice as it was found): a transport failure."""
     return BrokerConnectionError(f"no ProduceStream to {format_address(address)} to send on")
 
 
-def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
+def settle_produce_answer(producer: ProducerState, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
                           response: pb.ProduceResponse | None,
                           transport_error: BaseException | None, now_ms: int) -> bool:
     """Apply one Produce answer (or transport failure) to the batches it carried: the
@@ -216,7 +249,7 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
     Returns True when metadata should be refreshed.
     """
     idempotence: IdempotentState | None = producer._idempotence
-    answers = {}
+    answers: dict[tuple[str, int], pb.ProducePartitionResponse] = {}
     if response is not None:
         answers = {(p.topic, p.partition): p for p in response.partitions}
     refresh = False
@@ -272,7 +305,8 @@ def settle_produce_answer(producer, groups: list[tuple[TopicPartition, list[Prod
     return refresh
 
 
-def release_in_flight(in_flight: dict, batches_in_flight: dict, tp: TopicPartition,
+def release_in_flight(in_flight: dict[TopicPartition, int],
+                      batches_in_flight: dict[TopicPartition, int], tp: TopicPartition,
                       batch_count: int) -> None:
     """One request of ``tp`` with ``batch_count`` batches is answered: the counts drop."""
     left = in_flight.get(tp, 0) - 1
@@ -287,7 +321,7 @@ def release_in_flight(in_flight: dict, batches_in_flight: dict, tp: TopicPartiti
         batches_in_flight.pop(tp, None)
 
 
-def give_up_sequences(producer, tp: TopicPartition, batch: ProducerBatch) -> None:
+def give_up_sequences(producer: ProducerState, tp: TopicPartition, batch: ProducerBatch) -> None:
     """An idempotent batch failed for good: the sequences it held are unresolved, so the
     partition starts a new epoch (later batches are renumbered, client/idempotence.py)."""
     idempotence: IdempotentState | None = producer._idempotence
@@ -309,7 +343,7 @@ class Producer:
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
-                 enable_idempotence: bool | None = None):
+                 enable_idempotence: bool | None = None) -> None:
         self.acks = parse_acks(acks)
         enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
                                                  max_in_flight_per_partition)
@@ -356,14 +390,17 @@ class Producer:
         self._closed = False
         self._last_metadata_refresh_ms = 0
         # Produce requests go on one ProduceStream per broker (client.streams).
-        self._streams = StreamPool("ProduceStream", ordered=False, security=security)
+        self._streams: StreamPool[pb.ProduceRequest, pb.ProduceResponse] = StreamPool(
+            "ProduceStream", ordered=False, security=security)
         self._sender = threading.Thread(target=self._run, name="tide-producer-sender", daemon=True)
         self._sender.start()
 
     # ------------------------------------------------------------------ public API
 
     def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-             partition: int | None = None, headers=(), timestamp_ms: int | None = None) -> RecordFuture:
+             partition: int | None = None,
+             headers: Iterable[tuple[str | bytes, bytes | None]] | None = (),
+             timestamp_ms: int | None = None) -> RecordFuture:
         """Queue one record; the future resolves to RecordMetadata or a typed exception.
 
         The record is encoded into its partition's open batch here, so a record that
@@ -380,8 +417,7 @@ class Producer:
         tp = tps.get(partition)
         if tp is None:
             tp = tps[partition] = TopicPartition(topic, partition)
-        if headers:
-            headers = tuple(headers)
+        record_headers: Headers = tuple(headers) if headers else ()
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         accumulator = self._accumulator
@@ -391,7 +427,7 @@ class Producer:
                 self._wait_for_buffer_space()
             created = accumulator.batches_created
             now_ms = time.monotonic_ns() // 1_000_000
-            fut = accumulator.add(tp, key, value, headers, timestamp_ms, now_ms)
+            fut = accumulator.add(tp, key, value, record_headers, timestamp_ms, now_ms)
             self._unfinished += 1
             if (accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed
                     and (self._idempotence is None or self._idempotence.has_producer_id)):
@@ -460,15 +496,16 @@ class Producer:
             self._resolve_finished()
             self.metadata.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     # ------------------------------------------------------------------ internals
 
-    def _partitions_with_wait(self, topic: str):
+    def _partitions_with_wait(self, topic: str) -> dict[int, PartitionInfo]:
         """Partitions of ``topic``, retrying retriable errors (a topic being created has no
         leaders yet) up to ``max_block_ms``; an unknown topic is given only ``unknown_topic_wait_ms``."""
         start = time.monotonic()
@@ -634,10 +671,11 @@ class Producer:
             for tp, batches in groups:
                 add_partition(topic=tp.topic, partition=tp.partition,
                               records=batches[0].encoded if len(batches) == 1
-                              else b"".join(b.encoded for b in batches))
+                              else b"".join(closed_bytes(b) for b in batches))
             self._send_request(address, request, groups)
 
-    def _send_request(self, address: Address, request: pb.ProduceRequest, groups) -> None:
+    def _send_request(self, address: Address, request: pb.ProduceRequest,
+                      groups: list[tuple[TopicPartition, list[ProducerBatch]]]) -> None:
         """On the broker's ProduceStream (opened now if there is none)."""
         timeout_s = self.request_timeout_ms / 1000 + 5
         on_answer = partial(self._on_response, groups)
@@ -673,7 +711,8 @@ class Producer:
         if refresh:
             self.metadata.invalidate()
 
-    def _ready_after_answer(self, groups) -> list[TopicPartition]:
+    def _ready_after_answer(self, groups: list[tuple[TopicPartition, list[ProducerBatch]]]
+                            ) -> list[TopicPartition]:
         """Partitions of an answered request that can send their queued records now
         without blocking the answering thread (lock held): not muted and due
         (``_send_ready`` leaves one without a leader in fresh cached metadata to the

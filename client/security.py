@@ -30,8 +30,10 @@ the first channel needs them (``channel_credentials``, cached per value).
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import grpc
 
@@ -105,7 +107,19 @@ class ClientSecurity:
 PLAINTEXT = ClientSecurity()
 
 
-def security_kwargs(security: ClientSecurity) -> dict[str, str | None]:
+class SecurityOptions(TypedDict, total=False):
+    """The clients' security keyword arguments (Producer, Consumer, AdminClient), Kafka's names."""
+
+    security_protocol: str
+    ssl_cafile: str | None
+    ssl_certfile: str | None
+    ssl_keyfile: str | None
+    sasl_mechanism: str | None
+    sasl_plain_username: str | None
+    sasl_plain_password: str | None
+
+
+def security_kwargs(security: ClientSecurity) -> SecurityOptions:
     """``security`` as the clients' keyword arguments (Producer, Consumer, AdminClient)."""
     return {"security_protocol": security.protocol, "ssl_cafile": security.cafile,
             "ssl_certfile": security.certfile, "ssl_keyfile": security.keyfile,
@@ -133,7 +147,12 @@ def channel_credentials(security: ClientSecurity) -> grpc.ChannelCredentials | N
                                         certificate_chain=_read(security.certfile))
 
 
-def sync_channel(target: str, security: ClientSecurity, options) -> grpc.Channel:
+# Channel options (grpc.* keys) and the metadata every call of a client carries.
+ChannelOptions = Sequence[tuple[str, int]]
+CallMetadata = tuple[tuple[str, str], ...]
+
+
+def sync_channel(target: str, security: ClientSecurity, options: ChannelOptions) -> grpc.Channel:
     credentials = channel_credentials(security)
     if credentials is None:
         channel = grpc.insecure_channel(target, options=options)
@@ -145,58 +164,91 @@ def sync_channel(target: str, security: ClientSecurity, options) -> grpc.Channel
     return channel
 
 
-def aio_channel(target: str, security: ClientSecurity, options) -> grpc.aio.Channel:
+def aio_channel(target: str, security: ClientSecurity, options: ChannelOptions) -> grpc.aio.Channel:
     metadata = security.call_metadata()
     return open_aio_channel(target, options, channel_credentials(security),
                             interceptors=_aio_interceptors(metadata) if metadata else None)
 
 
-def _sync_interceptors(metadata) -> list:
-    class AddMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-                      grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-        def _go(self, continuation, details, request):
-            return continuation(_ClientCallDetails.of(details, metadata), request)
-        intercept_unary_unary = intercept_unary_stream = _go
-        intercept_stream_unary = intercept_stream_stream = _go
-    return [AddMetadata()]
+# The interceptors pass every RPC's request (or request iterator) and call through
+# untouched, whatever their types: those are Any here.
+class _AddMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    def __init__(self, metadata: CallMetadata) -> None:
+        self._metadata = metadata
+
+    def intercept_unary_unary(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                              client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(_ClientCallDetails.of(client_call_details, self._metadata), request)
+
+    def intercept_unary_stream(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                               client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(_ClientCallDetails.of(client_call_details, self._metadata), request)
+
+    def intercept_stream_unary(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                               client_call_details: grpc.ClientCallDetails,
+                               request_iterator: Any) -> Any:
+        return continuation(_ClientCallDetails.of(client_call_details, self._metadata),
+                            request_iterator)
+
+    def intercept_stream_stream(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                                client_call_details: grpc.ClientCallDetails,
+                                request_iterator: Any) -> Any:
+        return continuation(_ClientCallDetails.of(client_call_details, self._metadata),
+                            request_iterator)
+
+
+def _sync_interceptors(metadata: CallMetadata) -> list[_AddMetadata]:
+    return [_AddMetadata(metadata)]
 
 
 class _ClientCallDetails(grpc.ClientCallDetails):
     """grpc's ClientCallDetails is abstract; this one carries our metadata too."""
 
-    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+    def __init__(self, method: str, timeout: float | None,
+                 metadata: tuple[tuple[str, str | bytes], ...] | None,
+                 credentials: grpc.CallCredentials | None, wait_for_ready: bool | None,
+                 compression: grpc.Compression | None) -> None:
         self.method, self.timeout, self.metadata = method, timeout, metadata
         self.credentials, self.wait_for_ready, self.compression = (
             credentials, wait_for_ready, compression)
 
     @classmethod
-    def of(cls, details, metadata) -> _ClientCallDetails:
+    def of(cls, details: grpc.ClientCallDetails, metadata: CallMetadata) -> _ClientCallDetails:
         return cls(details.method, details.timeout,
                    tuple(details.metadata or ()) + tuple(metadata), details.credentials,
                    getattr(details, "wait_for_ready", None), getattr(details, "compression", None))
 
 
-def _aio_interceptors(metadata) -> list:
-    def details_of(details):
+def _aio_interceptors(metadata: CallMetadata) -> list[grpc.aio.ClientInterceptor]:
+    def details_of(details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         return grpc.aio.ClientCallDetails(
             details.method, details.timeout,
             grpc.aio.Metadata(*(tuple(details.metadata or ()) + tuple(metadata))),
             details.credentials, details.wait_for_ready)
 
     class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
-        async def intercept_unary_unary(self, continuation, details, request):
+        async def intercept_unary_unary(
+                self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+                details: grpc.aio.ClientCallDetails, request: Any) -> Any:
             return await continuation(details_of(details), request)
 
     class UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
-        async def intercept_unary_stream(self, continuation, details, request):
+        async def intercept_unary_stream(
+                self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+                details: grpc.aio.ClientCallDetails, request: Any) -> Any:
             return await continuation(details_of(details), request)
 
     class StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
-        async def intercept_stream_unary(self, continuation, details, request_iterator):
+        async def intercept_stream_unary(
+                self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+                details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
             return await continuation(details_of(details), request_iterator)
 
     class StreamStream(grpc.aio.StreamStreamClientInterceptor):
-        async def intercept_stream_stream(self, continuation, details, request_iterator):
+        async def intercept_stream_stream(
+                self, continuation: Callable[[grpc.aio.ClientCallDetails, Any], Awaitable[Any]],
+                details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
             return await continuation(details_of(details), request_iterator)
     return [UnaryUnary(), UnaryStream(), StreamUnary(), StreamStream()]
 

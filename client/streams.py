@@ -52,9 +52,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from enum import Enum
+from typing import Any, Generic, Literal, Protocol, TypeVar, TypeVarTuple, cast
 
 import grpc
+from google.protobuf.message import Message
 
 from tidewater.client.metadata import (
     CHANNEL_OPTIONS,
@@ -69,16 +72,33 @@ from tidewater.proto.errors import RequestTimedOutError, TidewaterError, Unsuppo
 
 log = logging.getLogger("tidewater.client.streams")
 
+_Req = TypeVar("_Req", bound=Message)  # a stream's requests (ProduceRequest, FetchRequest)
+_Resp = TypeVar("_Resp", bound=Message)  # and its answers
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+
 # A callback gets (response, None) or (None, error). It runs on the loop thread (an answer,
 # a broken stream) or on the thread that broke the stream (close, abort).
-Callback = Callable[[object, TidewaterError | None], None]
+Callback = Callable[[_Resp | None, TidewaterError | None], None]
 
-_CLOSE = object()  # the outbox's end marker: half-close the stream
+
+class _Correlated(Protocol):
+    """The requests and answers of an unordered stream (ProduceStream) carry an id."""
+
+    correlation_id: int
+
+
+class _Close(Enum):
+    CLOSE = "close"
+
+
+_CLOSE = _Close.CLOSE  # the outbox's end marker: half-close the stream
 
 # ---------------------------------------------------------------------- the process's I/O loop
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, thread: threading.Thread, fn, *args) -> None:
+def _call_soon(loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+               fn: Callable[[*_Ts], object], *args: *_Ts) -> None:
     """Run ``fn(*args)`` on ``loop``, whose thread is ``thread``. From that thread itself
     (a Producer sending from an answer) without ``call_soon_threadsafe``'s self-pipe
     write: two system calls and a loop pass less. A closed loop drops it."""
@@ -101,7 +121,7 @@ class _LoopAccess:
     def in_loop_thread(self) -> bool:
         return threading.current_thread() is self.thread
 
-    def call_soon(self, fn, *args) -> None:
+    def call_soon(self, fn: Callable[[*_Ts], object], *args: *_Ts) -> None:
         """Run ``fn(*args)`` on the loop (from any thread); a closed loop drops it."""
         _call_soon(self.loop, self.thread, fn, *args)
 
@@ -116,7 +136,7 @@ class IoLoop(_LoopAccess):
     _shared: IoLoop | None = None
     _users = 0
 
-    def __init__(self):
+    def __init__(self) -> None:
         try:
             import uvloop
             self.loop = uvloop.new_event_loop()
@@ -153,7 +173,7 @@ class IoLoop(_LoopAccess):
         cls._shared = None
         cls._users = 0
 
-    def run(self, coro, timeout_s: float):
+    def run(self, coro: Coroutine[Any, Any, _T], timeout_s: float) -> _T:
         """Run ``coro`` on the loop and wait for it (never from the loop thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
@@ -194,15 +214,15 @@ class CallerLoop(_LoopAccess):
 # ---------------------------------------------------------------------- one stream
 
 
-class ClientStream:
+class ClientStream(Generic[_Req, _Resp]):
     """One bidi stream to one broker, on the I/O loop.
 
     ProduceStream (``ordered`` False): answers come by ``correlation_id``, possibly out
     of order. FetchStream (``ordered``): answers come in request order. Either way the
     reader task calls each request's callback on the loop thread."""
 
-    def __init__(self, io: IoLoop, open_call: Callable[[], object], address: Address, *,
-                 ordered: bool, rpc: str = "stream"):
+    def __init__(self, io: _LoopAccess, open_call: Callable[[], grpc.aio.StreamStreamCall[_Req, _Resp]],
+                 address: Address, *, ordered: bool, rpc: str = "stream") -> None:
         self.address = address
         self.rpc = rpc  # its RPC's name, for errors
         self._io = io
@@ -210,18 +230,18 @@ class ClientStream:
         self._lock = threading.Lock()
         # correlation id -> (callback, deadline on the monotonic clock); insertion order is
         # send order, so the first entry is the oldest request.
-        self._pending: dict[int, tuple[Callback, float]] = {}
+        self._pending: dict[int, tuple[Callback[_Resp], float]] = {}
         self._ids = itertools.count(1)
         self._broken: TidewaterError | None = None
         # Requests (and _CLOSE) for the writer task; deque appends and pops are atomic.
-        self._outbox: collections.deque = collections.deque()
+        self._outbox: collections.deque[_Req | Literal[_Close.CLOSE]] = collections.deque()
         # The writer sleeps on _wake (True: a sender must wake it, under _lock). It starts
         # busy: _start writes whatever was queued before the call opened.
         self._writer_idle = False
-        self._wake: asyncio.Future | None = None
+        self._wake: asyncio.Future[None] | None = None
         self._half_closed = False
-        self._call = None  # the grpc.aio call, loop thread only
-        self._tasks: tuple[asyncio.Task, ...] = ()  # its writer and reader (they end with it)
+        self._call: grpc.aio.StreamStreamCall[_Req, _Resp] | None = None  # loop thread only
+        self._tasks: tuple[asyncio.Task[None], ...] = ()  # its writer and reader (they end with it)
         self._reader_done = threading.Event()
         io.call_soon(self._start, open_call)
 
@@ -229,7 +249,8 @@ class ClientStream:
     def broken(self) -> bool:
         return self._broken is not None
 
-    def send(self, request, callback: Callback, timeout_s: float, *, answered: bool = True) -> bool:
+    def send(self, request: _Req, callback: Callback[_Resp], timeout_s: float, *,
+             answered: bool = True) -> bool:
         """Queue ``request`` (its ``correlation_id`` is set here, for a ProduceStream); False
         when the stream is broken (nothing queued). An unanswered request (acks=0) gets
         its callback at once with None."""
@@ -238,7 +259,7 @@ class ClientStream:
                 return False
             correlation_id = next(self._ids)
             if not self._ordered:
-                request.correlation_id = correlation_id
+                cast(_Correlated, request).correlation_id = correlation_id
             if answered:
                 self._pending[correlation_id] = (callback, time.monotonic() + timeout_s)
             self._outbox.append(request)
@@ -301,12 +322,12 @@ class ClientStream:
 
     # ------------------------------------------------------------------ on the loop thread
 
-    def _start(self, open_call: Callable[[], object]) -> None:
+    def _start(self, open_call: Callable[[], grpc.aio.StreamStreamCall[_Req, _Resp]]) -> None:
         if self._broken is not None:
             self._reader_done.set()
             return  # broken before it opened (closed at once)
         try:
-            self._call = open_call()
+            self._call = call = open_call()
         except Exception as e:  # typed below; never leave callbacks hanging
             self._reader_done.set()
             self._break(self._error_for(e))
@@ -314,16 +335,16 @@ class ClientStream:
         loop = self._io.loop
         # The reader breaks the stream however the call ends (every pending callback is
         # answered); the writer ends with the call, or breaks the stream if it fails itself.
-        self._tasks = (loop.create_task(self._write_all()), loop.create_task(self._read_all()))
+        self._tasks = (loop.create_task(self._write_all(call)), loop.create_task(self._read_all(call)))
 
     def _wake_writer(self) -> None:
         waiter = self._wake
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _write_all(self) -> None:
+    async def _write_all(self, call: grpc.aio.StreamStreamCall[_Req, _Resp]) -> None:
         """The writer task: the outbox in order, then sleep until a sender wakes it."""
-        call, outbox, loop = self._call, self._outbox, self._io.loop
+        outbox, loop = self._outbox, self._io.loop
         try:
             await call.wait_for_connection()  # the call's headers are out
             send = _raw_sender(call)
@@ -351,27 +372,27 @@ class ClientStream:
             self._break(BrokerConnectionError(
                 f"stream to {format_address(self.address)} failed: {e!r}"))
 
-    async def _read_all(self) -> None:
+    async def _read_all(self, call: grpc.aio.StreamStreamCall[_Req, _Resp]) -> None:
         """The reader task: answers to their callbacks until the stream ends."""
-        call = self._call
         try:
             while True:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     error = self._ended()
                     break
-                self._dispatch(response)
+                # read() is typed ``object | response`` (EOF is a plain object): an answer.
+                self._dispatch(cast(_Resp, response))
         except (Exception, asyncio.CancelledError) as e:  # typed below
             error = self._error_for(e)
         self._break(error)
         self._reader_done.set()
 
-    def _dispatch(self, response) -> None:
+    def _dispatch(self, response: _Resp) -> None:
         with self._lock:
             if self._ordered:
                 entry = self._pending.pop(next(iter(self._pending))) if self._pending else None
             else:
-                entry = self._pending.pop(response.correlation_id, None)
+                entry = self._pending.pop(cast(_Correlated, response).correlation_id, None)
         if entry is not None:
             self._answer(entry[0], response, None)
 
@@ -422,14 +443,15 @@ class ClientStream:
             self._answer(callback, None, error)
 
     @staticmethod
-    def _answer(callback: Callback, response, error: TidewaterError | None) -> None:
+    def _answer(callback: Callback[_Resp], response: _Resp | None,
+                error: TidewaterError | None) -> None:
         try:
             callback(response, error)
         except Exception:  # a callback bug must not stop the reader
             log.exception("stream callback failed")
 
 
-def _raw_sender(call):
+def _raw_sender(call: object) -> Callable[[bytes], Awaitable[None]] | None:
     """The call's send of one serialized message, below grpc.aio's ``write``; None when
     this grpc version lacks it (then ``write``).
 
@@ -442,10 +464,12 @@ def _raw_sender(call):
     this way a failed send only ends the writer, and the reader reports the broker's
     status. It also skips ``write``'s per-message checks."""
     cython_call = getattr(call, "_cython_call", None)
-    return getattr(cython_call, "send_serialized_message", None)
+    send: Callable[[bytes], Awaitable[None]] | None = getattr(
+        cython_call, "send_serialized_message", None)
+    return send
 
 
-class StreamRequest:
+class StreamRequest(Generic[_Req, _Resp]):
     """A request on an ordered stream that its caller waits for (``result``): the
     loop thread's answer wakes the waiting thread once (a lock used as a latch)."""
 
@@ -455,25 +479,27 @@ class StreamRequest:
     # request: the pool's watchdog times out a hung broker's requests).
     LIVENESS_CHECK_S = 1.0
 
-    def __init__(self, stream: ClientStream, request):
+    def __init__(self, stream: ClientStream[_Req, _Resp] | None, request: _Req) -> None:
+        """``stream`` None: a request never sent, answered at once (its error)."""
         self.stream = stream
         self.request = request
         self._latch = threading.Lock()
         self._latch.acquire()
-        self._response = None
+        self._response: _Resp | None = None
         self._error: TidewaterError | None = None
 
-    def on_answer(self, response, error: TidewaterError | None) -> None:
+    def on_answer(self, response: _Resp | None, error: TidewaterError | None) -> None:
         self._response, self._error = response, error
         self._latch.release()
 
-    def result(self):
+    def result(self) -> _Resp | None:
         """The response; raises the stream's typed error (RequestTimedOutError once the
         request is past its deadline: the pool's watchdog breaks the stream)."""
         latch = self._latch
         while not latch.acquire(timeout=self.LIVENESS_CHECK_S):
-            if not self.stream._io.thread.is_alive():
-                self.stream.abort(BrokerConnectionError("the client I/O loop stopped"))
+            stream = self.stream
+            if stream is not None and not stream._io.thread.is_alive():
+                stream.abort(BrokerConnectionError("the client I/O loop stopped"))
                 if not latch.acquire(timeout=self.LIVENESS_CHECK_S):
                     raise BrokerConnectionError("the client I/O loop stopped")
                 break
@@ -486,7 +512,7 @@ class StreamRequest:
         """Whether the answer came within ``timeout_s`` (``result`` then does not block);
         also True when the loop thread is gone (``result`` then raises)."""
         if not self._latch.acquire(timeout=max(0.0, timeout_s)):
-            return not self.stream._io.thread.is_alive()
+            return self.stream is not None and not self.stream._io.thread.is_alive()
         self._latch.release()
         return True
 
@@ -500,7 +526,7 @@ class StreamRequest:
 # ---------------------------------------------------------------------- one stream per broker
 
 
-class StreamPool:
+class StreamPool(Generic[_Req, _Resp]):
     """One stream per broker address for one RPC of a client.
 
     The pool's aio channels (one per broker, separate from the ChannelPool's sync ones
@@ -511,7 +537,7 @@ class StreamPool:
     WATCHDOG_INTERVAL_S = 0.5
 
     def __init__(self, name: str, *, ordered: bool, io: CallerLoop | None = None,
-                 security: ClientSecurity = PLAINTEXT):
+                 security: ClientSecurity = PLAINTEXT) -> None:
         """``io``: run the streams on that loop (an asyncio client's own, closed with
         ``aclose`` on it) instead of the process's shared ``tide-client-io`` loop.
         ``security``: plaintext or TLS for every channel of the pool (the pool is one
@@ -520,7 +546,7 @@ class StreamPool:
         self.security = security
         self._ordered = ordered
         self._lock = threading.Lock()
-        self._streams: dict[Address, ClientStream] = {}
+        self._streams: dict[Address, ClientStream[_Req, _Resp]] = {}
         self._closed = False
         self._own_io = io
         self._io: IoLoop | CallerLoop | None = None  # acquired by the first stream
@@ -528,7 +554,7 @@ class StreamPool:
         self._channels: dict[Address, tuple[grpc.aio.Channel, pb_grpc.BrokerStub]] = {}
         self._watchdog: asyncio.TimerHandle | None = None
 
-    def stream(self, address: Address) -> ClientStream | None:
+    def stream(self, address: Address) -> ClientStream[_Req, _Resp] | None:
         """The open stream to ``address`` (opened now if none or broken); None once the
         pool is closed. A broker without the RPC breaks each new stream at once with
         ``UnsupportedVersionError``: there is no other way to reach it."""
@@ -548,17 +574,20 @@ class StreamPool:
                     rpc=self._name)
             return stream
 
-    def _open_call(self, address: Address):
+    def _open_call(self, address: Address) -> grpc.aio.StreamStreamCall[_Req, _Resp]:
         """Loop thread: a new call of the pool's RPC on the broker's aio channel."""
         entry = self._channels.get(address)
         if entry is None:
             channel = aio_channel(format_address(address), self.security, CHANNEL_OPTIONS)
             entry = self._channels[address] = (channel, pb_grpc.BrokerStub(channel))
-        return getattr(entry[1], self._name)()
+        # The RPC by its name (the pool's owner names its types: StreamPool[request, answer]).
+        call: grpc.aio.StreamStreamCall[_Req, _Resp] = getattr(entry[1], self._name)()
+        return call
 
     def _schedule_watchdog(self) -> None:
-        if not self._closed:
-            self._watchdog = self._io.loop.call_later(self.WATCHDOG_INTERVAL_S, self._watch)
+        io = self._io
+        if not self._closed and io is not None:
+            self._watchdog = io.loop.call_later(self.WATCHDOG_INTERVAL_S, self._watch)
 
     def _watch(self) -> None:
         now_s = time.monotonic()
@@ -609,9 +638,13 @@ class StreamPool:
             stream.close(max(0.0, deadline - time.monotonic()))
         if io.in_loop_thread():  # closed from a callback: finish on the loop, do not wait
             io.loop.create_task(self._close_on_loop())
-        else:
+        elif isinstance(io, IoLoop):  # (a CallerLoop's pool closes with aclose, on its loop)
             try:
                 io.run(self._close_on_loop(), max(0.1, deadline - time.monotonic()))
             except Exception:  # a channel that will not close must not stop close
                 log.exception("closing the %s channels failed", self._name)
-        IoLoop.release(io)
+        else:
+            log.error("closing the %s channels failed: a pool on its caller's loop closes "
+                      "with aclose, on that loop", self._name)
+        if isinstance(io, IoLoop):
+            IoLoop.release(io)

@@ -24,6 +24,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -197,10 +198,19 @@ CLIENT_CERT_NAME = "client"
 CLIENT_PROPERTIES_FILE = "client.properties"
 
 
+class ClientTlsFiles(TypedDict):
+    """What a client of a cluster needs for TLS (paths): ``make_cluster_dir``'s answer."""
+
+    ca: str
+    cert: str
+    key: str
+    command_config: str
+
+
 def make_cluster_dir(directory: Path, broker_ids: list[int], *,
                      hosts: tuple[str, ...] = DEFAULT_HOSTS, names_as_hosts: bool = False,
                      client_name: str = CLIENT_CERT_NAME, now: datetime.datetime
-                     ) -> dict[str, str]:
+                     ) -> ClientTlsFiles:
     """A cluster's CA and certificates in ``directory``: ``controller``, ``broker-<id>``
     for each id, ``client_name`` (role client); files already there are kept (a CA is never replaced).
     Each certificate serves ``hosts`` and, with ``names_as_hosts``, its own name too (a

@@ -11,6 +11,8 @@ import argparse
 import importlib
 import os
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, overload
 
 from tidewater.proto import grpc_env
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
@@ -36,10 +38,18 @@ SUBCOMMAND_MODULES = [
 ]
 
 
+if TYPE_CHECKING:
+    # What a subcommand module's register(subparsers) adds its parser to.
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+_N = TypeVar("_N")
+
+
 class CliError(Exception):
     """A failure to report as one line, with the exit code to use."""
 
-    def __init__(self, message: str, exit_code: int = 1):
+    def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -52,11 +62,24 @@ class SubcommandParser(argparse.ArgumentParser):
     user typed. Here each subcommand refuses them itself, with its own usage.
     """
 
-    def parse_known_args(self, args=None, namespace=None):
-        namespace, extras = super().parse_known_args(args, namespace)
+    # argparse's own overloads: a namespace given is the one filled in and returned.
+    @overload
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: None = None
+                         ) -> tuple[argparse.Namespace, list[str]]: ...
+
+    @overload
+    def parse_known_args(self, args: Iterable[str] | None, namespace: _N) -> tuple[_N, list[str]]: ...
+
+    @overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: _N | None = None
+                         ) -> tuple[_N | argparse.Namespace, list[str]]:
+        parsed, extras = (super().parse_known_args(args) if namespace is None
+                          else super().parse_known_args(args, namespace))
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
+        return parsed, extras
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import TypedDict
 
 from tidewater.proto.scram import MECHANISMS
 
@@ -39,7 +40,15 @@ def client_mechanism(mechanisms: tuple[str, ...]) -> str:
     return "SCRAM-SHA-512"
 
 
-def admin_properties(data_dir: Path, mechanisms: tuple[str, ...], *, ca: str | None) -> dict:
+class SaslEntry(TypedDict):
+    """The manifest's ``sasl`` entry: the super user, its mechanism, its properties file."""
+
+    username: str
+    mechanism: str
+    command_config: str
+
+
+def admin_properties(data_dir: Path, mechanisms: tuple[str, ...], *, ca: str | None) -> SaslEntry:
     """Write (or read back) the admin's client properties; returns the manifest's ``sasl``
     entry: {"username", "mechanism", "command_config"} (the password stays in the 0600
     file: ``cluster.json`` is readable by anyone)."""

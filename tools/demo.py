@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from tidewater.proto import grpc_env
@@ -37,8 +38,9 @@ grpc_env.apply()
 tune_malloc_for_large_buffers()
 
 from tidewater.client.admin import AdminClient  # noqa: E402
-from tidewater.client.consumer import Consumer  # noqa: E402
-from tidewater.client.producer import Producer  # noqa: E402
+from tidewater.client.consumer import Consumer, ConsumerRecord  # noqa: E402
+from tidewater.client.metadata import TopicPartition  # noqa: E402
+from tidewater.client.producer import Producer, RecordFuture  # noqa: E402
 from tidewater.proto.errors import TidewaterError  # noqa: E402
 from tidewater.tools.local_cluster import MANIFEST_NAME, LocalCluster, LocalClusterError  # noqa: E402
 
@@ -54,11 +56,17 @@ def say(text: str) -> None:
 class Ledger:
     """Every attempt sent and what became of it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.acked: dict[bytes, tuple[int, int]] = {}  # value -> (partition, offset)
         self.failed_attempts: list[bytes] = []
         self.attempts = 0
         self.errors: Counter[str] = Counter()
+
+
+def value_examples(values: Sequence[bytes | None], count: int = 5) -> str:
+    """The first ``count`` record values, for a line of the story (a record read back
+    may have a null value: no one here sent it, and the story says so)."""
+    return ", ".join("null" if v is None else v.decode(errors="replace") for v in values[:count])
 
 
 def produce_round(producer: Producer, ledger: Ledger, first: int, count: int) -> None:
@@ -69,7 +77,7 @@ def produce_round(producer: Producer, ledger: Ledger, first: int, count: int) ->
         attempt += 1
         if attempt > SEND_ROUNDS_MAX:
             raise RuntimeError(f"{len(pending)} records still unacknowledged after {SEND_ROUNDS_MAX} rounds")
-        sent = []
+        sent: list[tuple[int, bytes, RecordFuture | None]] = []  # None: send raised
         for seq in pending:
             value = f"record-{seq:06d}-attempt-{attempt}".encode()
             key = f"key-{seq % 97}".encode()
@@ -86,8 +94,8 @@ def produce_round(producer: Producer, ledger: Ledger, first: int, count: int) ->
             pass
         retry = []
         for seq, value, fut in sent:
-            exc = fut.exception() if fut is not None else True
-            if exc is None:
+            exc = fut.exception() if fut is not None else None
+            if fut is not None and exc is None:
                 meta = fut.result()
                 ledger.acked[value] = (meta.partition, meta.offset)
             else:
@@ -100,19 +108,19 @@ def produce_round(producer: Producer, ledger: Ledger, first: int, count: int) ->
             time.sleep(0.3)
 
 
-def consume_everything(bootstrap: str, timeout_s: float = 60) -> list:
+def consume_everything(bootstrap: str, timeout_s: float = 60) -> list[ConsumerRecord]:
     """Every record of every partition, from the log start up to the current high watermark."""
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
         tps = [(TOPIC, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
         consumer.seek_to_beginning()
         deadline = time.monotonic() + timeout_s
-        ends = {}
+        ends: dict[TopicPartition, int] = {}
         while len(ends) < PARTITIONS:
             ends.update(consumer.end_offsets([tp for tp in tps if tp not in ends]))
             if time.monotonic() > deadline:
                 raise RuntimeError("could not read the end offsets of every partition")
-        records = []
+        records: list[ConsumerRecord] = []
         while any(consumer.position(tp) < ends[tp] for tp in ends):
             records += consumer.poll(500)
             if time.monotonic() > deadline:
@@ -128,7 +136,7 @@ class TailingConsumer:
         self.consumer = Consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100)
         self.consumer.assign([(TOPIC, p) for p in range(PARTITIONS)])
         self.consumer.seek_to_beginning()
-        self.records: list = []
+        self.records: list[ConsumerRecord] = []
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-tail", daemon=True)
@@ -291,7 +299,7 @@ def _produce_kill_check(cluster: LocalCluster, admin: AdminClient, bootstrap: st
     for label, values in (("missing", missing), ("duplicated", duplicated), ("misplaced", misplaced),
                           ("unknown", unknown)):
         if values:
-            say(f"{label} examples: " + ", ".join(v.decode() for v in values[:5]))
+            say(f"{label} examples: " + value_examples(values))
     print(("PASS" if passed else "FAIL") + f": {len(ledger.acked)} acknowledged records, "
           f"{len(missing)} missing, {len(duplicated)} duplicated after killing leader broker {victim}; "
           f"live consumer saw {'all' if tail_complete else 'NOT all'} of them",

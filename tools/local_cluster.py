@@ -59,6 +59,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import grpc
 
@@ -81,6 +82,38 @@ TLS_DIR_NAME = "tls"
 CLIENT_CERT_NAME = "tide-client"
 SIGNALS = {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP,
            "CONT": signal.SIGCONT}
+
+
+class ProcessEntry(TypedDict):
+    """One process of the manifest (``processes``); the broker_id, internal and kafka
+    entries are a broker's."""
+
+    name: str
+    kind: str  # "controller" or "broker"
+    pid: int
+    listen: str
+    metrics_port: int
+    data_dir: str
+    log: str
+    command: list[str]
+    broker_id: NotRequired[int]
+    internal: NotRequired[str]
+    kafka: NotRequired[str]
+    started_at: NotRequired[float]  # time.time() of its last launch
+
+
+class Manifest(TypedDict):
+    """``cluster.json`` (the module docstring)."""
+
+    version: int
+    data_dir: str
+    bootstrap: str
+    kafka_bootstrap: NotRequired[str]
+    controller: str
+    cwd: NotRequired[str]
+    processes: dict[str, ProcessEntry]
+    tls: NotRequired[certs.ClientTlsFiles]
+    sasl: NotRequired[cluster_sasl.SaslEntry]
 
 
 class LocalClusterError(Exception):
@@ -112,7 +145,8 @@ def route_settings(settings: dict[str, str]) -> tuple[dict[str, str], dict[str, 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_in_use(port: int) -> bool:
@@ -155,7 +189,7 @@ def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
     return ports
 
 
-def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> dict[str, str]:
+def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> certs.ClientTlsFiles:
     """A CA and the certificates of a local cluster in ``tls_dir`` (kept when there), and
     ``client.properties``; returns the manifest's ``tls`` entry."""
     import datetime
@@ -204,7 +238,7 @@ class ProcessStatus:
     metrics_port: int
     stopped: bool = False  # SIGSTOPped
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "pid": self.pid, "alive": self.alive, "serving": self.serving,
                 "stopped": self.stopped, "listen": self.listen, "metrics_port": self.metrics_port}
 
@@ -212,19 +246,19 @@ class ProcessStatus:
 class LocalCluster:
     """Start, stop and inspect the processes recorded in ``DIR/cluster.json``."""
 
-    def __init__(self, data_dir: str | Path):
+    def __init__(self, data_dir: str | Path) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.manifest_path = self.data_dir / MANIFEST_NAME
-        self.manifest: dict | None = None
-        self._children: dict[int, subprocess.Popen] = {}  # processes this object started
+        self.manifest: Manifest | None = None
+        self._children: dict[int, subprocess.Popen[bytes]] = {}  # processes this object started
         if self.manifest_path.exists():
             self.manifest = self._read_manifest()
 
     # ------------------------------------------------------------------ manifest
 
-    def _read_manifest(self) -> dict:
+    def _read_manifest(self) -> Manifest:
         try:
-            data = json.loads(self.manifest_path.read_text())
+            data: Manifest = json.loads(self.manifest_path.read_text())
         except (OSError, ValueError) as e:
             raise LocalClusterError(f"cannot read {self.manifest_path}: {e}") from None
         if data.get("version") != MANIFEST_VERSION or "processes" not in data:
@@ -236,7 +270,7 @@ class LocalCluster:
         tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
         os.replace(tmp, self.manifest_path)
 
-    def _require_manifest(self) -> dict:
+    def _require_manifest(self) -> Manifest:
         if self.manifest is None:
             raise LocalClusterError(f"no cluster in {self.data_dir} (no {MANIFEST_NAME}); run `tide cluster up` first")
         return self.manifest
@@ -268,7 +302,7 @@ class LocalCluster:
     def process_names(self) -> list[str]:
         return list(self._require_manifest()["processes"])
 
-    def process(self, ident: str | int) -> dict:
+    def process(self, ident: str | int) -> ProcessEntry:
         """The manifest entry for ``controller``, a broker id, or ``broker-<id>``."""
         procs = self._require_manifest()["processes"]
         name = str(ident)
@@ -302,7 +336,7 @@ class LocalCluster:
         controller_listen = f"{HOST}:{ports['controller'][0]}"
         tls_dir = self.data_dir / TLS_DIR_NAME
         tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
-        processes: dict[str, dict] = {}
+        processes: dict[str, ProcessEntry] = {}
         secured = bool(sasl_mechanisms) or authorizer != "none"
         cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
                "--data-dir", str(self.data_dir / "controller"),
@@ -408,7 +442,8 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ one process
 
-    def kill(self, ident: str | int, sig: str = "KILL", *, term_timeout_s: float = STOP_TIMEOUT_S) -> dict:
+    def kill(self, ident: str | int, sig: str = "KILL", *,
+             term_timeout_s: float = STOP_TIMEOUT_S) -> ProcessEntry:
         """Send KILL, TERM, STOP or CONT to one process. KILL and TERM return once it is gone
         (TERM: a broker's controlled shutdown may take seconds), so ``start`` can follow."""
         sig = sig.upper()
@@ -427,7 +462,7 @@ class LocalCluster:
                                     f"{term_timeout_s:g} s after SIGTERM")
         return proc
 
-    def start(self, ident: str | int, ready_timeout_s: float = READY_TIMEOUT_S) -> dict:
+    def start(self, ident: str | int, ready_timeout_s: float = READY_TIMEOUT_S) -> ProcessEntry:
         """Re-launch one process with its recorded command; return once it serves again."""
         proc = self.process(ident)
         if self._is_alive(proc):
@@ -462,7 +497,8 @@ class LocalCluster:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
             log.flush()
             child = subprocess.Popen(proc["command"], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=self.manifest.get("cwd", PROJECT_DIR),
+                                     stdin=subprocess.DEVNULL,
+                                     cwd=self._require_manifest().get("cwd", PROJECT_DIR),
                                      env=env, start_new_session=True)
         self._children[child.pid] = child
         proc["pid"] = child.pid
@@ -494,7 +530,7 @@ class LocalCluster:
         finally:
             pool.close()
 
-    def _serves(self, proc: dict, pool: ChannelPool, timeout_s: float) -> bool:
+    def _serves(self, proc: ProcessEntry, pool: ChannelPool, timeout_s: float) -> bool:
         """Controller: answers DescribeCluster. Broker: answers Metadata and the controller
         lists it registered and unfenced."""
         try:
@@ -509,7 +545,7 @@ class LocalCluster:
             return False
         return any(b.broker_id == proc["broker_id"] and not b.fenced for b in resp.brokers)
 
-    def _is_alive(self, proc: dict) -> bool:
+    def _is_alive(self, proc: ProcessEntry) -> bool:
         pid = proc.get("pid") or 0
         if pid <= 0:
             return False
@@ -523,12 +559,12 @@ class LocalCluster:
             return False
         return self._is_ours(proc)
 
-    def _is_ours(self, proc: dict) -> bool:
+    def _is_ours(self, proc: ProcessEntry) -> bool:
         """The pid still runs the recorded command (guards against pid reuse)."""
         cmdline = _proc_cmdline(proc["pid"])
         return cmdline is not None and cmdline[1:] == proc["command"][1:]
 
-    def _signal(self, proc: dict, sig: int) -> None:
+    def _signal(self, proc: ProcessEntry, sig: int) -> None:
         if not self._is_alive(proc):
             return
         try:
@@ -536,7 +572,7 @@ class LocalCluster:
         except ProcessLookupError:
             pass
 
-    def _wait_dead(self, proc: dict, timeout_s: float) -> bool:
+    def _wait_dead(self, proc: ProcessEntry, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while self._is_alive(proc):
             if time.monotonic() > deadline:

@@ -110,7 +110,8 @@ def fetch_metrics(url: str, timeout_s: float) -> str:
     """The exposition text at ``url``; raises OSError (incl. URLError) on failure."""
     # The targets are http(s) URLs only (ScrapeTarget builds or accepts no other scheme).
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return response.read().decode("utf-8")
+        body: bytes = response.read()
+    return body.decode("utf-8")
 
 
 def format_block(snapshot: Snapshot) -> str:

@@ -170,6 +170,8 @@ def test_targets_from_a_local_cluster_manifest(endpoint, tmp_path):
     (["--targets", "nohost"], "bad metrics target 'nohost'"),
     (["--targets", "a=127.0.0.1:1,a=127.0.0.1:2"], "two metrics targets named 'a'"),
     (["--targets", "127.0.0.1:1", "--interval-ms", "0"], "--interval-ms must be positive"),
+    # An empty list is still --targets (it once fell through to the cluster lookup and crashed).
+    (["--targets", ""], "no metrics targets given"),
 ])
 def test_bad_arguments_fail_with_one_line(tmp_path, args, message):
     r = tide("metrics", "scrape", "--out", str(tmp_path / "m"), "--duration-s", "0.1", *args)

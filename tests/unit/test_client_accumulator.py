@@ -162,3 +162,15 @@ def test_postponed_partition_waits_without_counting_an_attempt():
     assert acc.ready(50)[0] == []
     assert acc.ready(100)[0] == [TP0]
     assert acc.drain_many(TP0, 1 << 20)[0].attempts == 1
+
+
+def test_header_names_may_be_bytes_as_the_batch_builder_takes_them():
+    """A header's name is str or UTF-8 bytes (proto.batch_builder's Headers); the size
+    estimate once called .encode() on it and failed on bytes."""
+    assert (estimate_record_bytes(None, b"v", ((b"name", b"x"),))
+            == estimate_record_bytes(None, b"v", (("name", b"x"),)))
+    acc = RecordAccumulator(batch_size_bytes=16384, linger_ms=0)
+    acc.add(TP0, None, b"v", ((b"h\xc3\xa9", b"x"), ("h", None)), 1000, 0)
+    (record,) = decode_batch(take(acc, TP0).close(COMPRESSION_NONE))[1]
+    assert record.value == b"v"
+    assert [name for name, _ in record.headers] == ["hé", "h"]

@@ -18,6 +18,7 @@ import time
 
 from tidewater.client.consumer import Consumer
 from tidewater.client.metadata import TopicPartition
+from tidewater.client.security import SecurityOptions
 from tidewater.proto.errors import TidewaterError
 
 SESSION_TIMEOUT_MS = 6000
@@ -26,9 +27,9 @@ HEARTBEAT_INTERVAL_MS = 1000
 
 class GroupReader:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], group_id: str, *,
-                 security: dict | None = None):
+                 security: SecurityOptions | None = None) -> None:
         self.bootstrap = bootstrap
-        self.security = security or {}  # the clients' TLS options (Consumer's keywords)
+        self.security: SecurityOptions = security or {}  # the clients' TLS options (Consumer's keywords)
         self.topic = topic
         self.partitions = partitions
         self.group_id = group_id

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidewater.client.metadata import MetadataClient
-from tidewater.client.security import ClientSecurity
+from tidewater.client.security import ClientSecurity, SecurityOptions
 from tidewater.proto.errors import TidewaterError
 
 SAMPLE_MS = 250
@@ -38,7 +38,7 @@ def leaderless(leaders: dict[int, int] | None, partitions: list[int], impaired: 
 class LeaderMonitor:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *,
                  impaired_brokers: Callable[[], set[int]], timeline_path: Path,
-                 sample_ms: int = SAMPLE_MS, security: dict[str, str | None] | None = None):
+                 sample_ms: int = SAMPLE_MS, security: SecurityOptions | None = None) -> None:
         self.topic = topic
         self.partitions = sorted(partitions)
         self.impaired_brokers = impaired_brokers

@@ -31,10 +31,12 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
-from tidewater.client.admin import AdminClient, NewTopic
+from tidewater.client.admin import AdminClient, NewTopic, PartitionDescription
 from tidewater.client.consumer import Consumer
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
@@ -81,26 +83,26 @@ class ChaosOptions:
     idempotent: bool = False  # idempotent producers, 5 in flight, retries (workload.py)
     # > 0: a compacted topic written with this many keys (COMPACTED_TOPIC_CONFIGS)
     compacted_keys: int = 0
-    log: object = field(default=sys.stderr)
+    log: TextIO = field(default=sys.stderr)
 
 
 class FaultLog:
     """faults.jsonl, plus which nodes are impaired right now (for the monitor)."""
 
-    def __init__(self, path: Path, started_monotonic: float):
+    def __init__(self, path: Path, started_monotonic: float) -> None:
         self._file = open(path, "a", encoding="utf-8")
         self._started = started_monotonic
         self._lock = threading.Lock()
         self.impaired: dict[str, str] = {}  # node -> action that impaired it
-        self.entries: list[dict] = []
+        self.entries: list[dict[str, object]] = []
 
     def impaired_brokers(self) -> set[int]:
         with self._lock:
             return {b for b in map(broker_id_of, self.impaired) if b is not None}
 
-    def record(self, action: str, node: str, *, fault: str = "", target=None, ok: bool = True,
-               error: str = "") -> dict:
-        entry = {"unix_ms": int(time.time() * 1000),
+    def record(self, action: str, node: str, *, fault: str = "", target: int | str | None = None,
+               ok: bool = True, error: str = "") -> dict[str, object]:
+        entry: dict[str, object] = {"unix_ms": int(time.time() * 1000),
                  "elapsed_s": round(time.monotonic() - self._started, 3),
                  "action": action, "node": node, "fault": fault, "target": target,
                  "ok": ok, "error": error}
@@ -119,7 +121,7 @@ class FaultLog:
 
 
 class ChaosRun:
-    def __init__(self, cluster: ChaosCluster, options: ChaosOptions):
+    def __init__(self, cluster: ChaosCluster, options: ChaosOptions) -> None:
         self.cluster = cluster
         self.opt = options
         self.out = Path(options.out_dir)
@@ -146,7 +148,8 @@ class ChaosRun:
             raise ChaosTargetError(f"create topic {o.topic}: {error}")
         self.wait_settled(admin, timeout_s=60)
 
-    def settle_state(self, admin: AdminClient) -> tuple[list[int], dict, str]:
+    def settle_state(self, admin: AdminClient
+                     ) -> tuple[list[int], dict[int, PartitionDescription], str]:
         """(partitions, {partition: PartitionDescription}, '' when settled else why not)."""
         (info,) = admin.describe_topics([self.opt.topic], with_replica_state=True)
         parts = {p.partition: p for p in info.partitions}
@@ -166,10 +169,11 @@ class ChaosRun:
                         f"{r.high_watermark}, leader LEO {leader.log_end_offset}")
         return sorted(parts), parts, ""
 
-    def wait_settled(self, admin: AdminClient, timeout_s: float) -> tuple[dict, str]:
+    def wait_settled(self, admin: AdminClient, timeout_s: float
+                     ) -> tuple[dict[int, PartitionDescription], str]:
         deadline = time.monotonic() + timeout_s
         why = "no answer"
-        parts: dict = {}
+        parts: dict[int, PartitionDescription] = {}
         while True:
             try:
                 self.partitions, parts, why = self.settle_state(admin)
@@ -197,7 +201,8 @@ class ChaosRun:
         except (TidewaterError, KeyError):
             return -1
 
-    def apply(self, fault: PlannedFault, admin: AdminClient, log: FaultLog, rng_pick) -> str | None:
+    def apply(self, fault: PlannedFault, admin: AdminClient, log: FaultLog,
+              rng_pick: Callable[[], int]) -> str | None:
         """Apply one fault; returns the node impaired (None when it could not be applied)."""
         if fault.kind == "kill_leader":
             leader = self.leader_of(admin, int(fault.target))
@@ -228,7 +233,8 @@ class ChaosRun:
         log.record(action, node, fault=fault.kind, target=fault.target)
         self.say(f"{action} {node}")
 
-    def finish_group(self, reader: GroupReader, admin, notes: list[str]):
+    def finish_group(self, reader: GroupReader, admin: AdminClient, notes: list[str]
+                     ) -> tuple[set[tuple[int, int]], dict[int, list[int]]]:
         """Let the group read to the end offsets and stop it: what it consumed and the
         commits it saw (judged after the read-back: ``judge_group``)."""
         consumer = Consumer(self.bootstrap, **self.security)
@@ -276,14 +282,15 @@ class ChaosRun:
             consumer.close()
         return out, ""
 
-    def compare_replicas(self, parts: dict) -> dict[int, ReplicaComparison]:
+    def compare_replicas(self, parts: dict[int, PartitionDescription]
+                         ) -> dict[int, ReplicaComparison]:
         data_dirs = self.cluster.data_dirs()
-        out = {}
+        out: dict[int, ReplicaComparison] = {}
         for p, desc in parts.items():
             leader_state = {r.broker: r for r in desc.replicas_state}.get(desc.leader)
             hw = leader_state.high_watermark if leader_state else -1
-            dirs = {b: data_dirs.get(f"broker-{b}") for b in desc.replicas}
-            missing = [b for b, d in dirs.items() if d is None]
+            dirs = {b: d for b in desc.replicas if (d := data_dirs.get(f"broker-{b}")) is not None}
+            missing = [b for b in desc.replicas if b not in dirs]
             if missing or hw < 0:
                 out[p] = ReplicaComparison(False, f"no data folder for brokers {missing}" if missing
                                            else "leader HW unknown")

@@ -55,7 +55,7 @@ class PlannedFault:
     def end_s(self) -> float:
         return self.start_s + self.hold_s
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"start_s": round(self.start_s, 3), "kind": self.kind, "target": self.target,
                 "hold_s": round(self.hold_s, 3)}
 

@@ -29,9 +29,13 @@ import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from tidewater.client.security import SecurityOptions
 from tidewater.tools.scrape import ScrapeTarget, target_for
+
+if TYPE_CHECKING:
+    from tidewater.tools.local_cluster import ProcessEntry
 
 BROKER_NAME = re.compile(r"^broker-(\d+)$")
 DOCKER_TIMEOUT_S = 60
@@ -61,7 +65,7 @@ class ChaosCluster(Protocol):
     def node_names(self) -> list[str]: ...
     def broker_ids(self) -> list[int]: ...
     def bootstrap(self) -> str: ...
-    def client_security(self) -> dict[str, str | None]: ...
+    def client_security(self) -> SecurityOptions: ...
     def metrics_targets(self) -> list[ScrapeTarget]: ...
     def data_dirs(self) -> dict[str, Path]: ...
     def kill(self, node: str) -> None: ...
@@ -93,7 +97,7 @@ class ComposeCluster:
     kind = "compose"
 
     def __init__(self, project: str = "tidewater", compose_file: Path | None = None,
-                 docker: str = "docker"):
+                 docker: str = "docker") -> None:
         self.project = project
         self.compose_file = compose_file
         self.docker = docker
@@ -102,13 +106,13 @@ class ComposeCluster:
             raise ChaosTargetError(
                 f"compose project {project!r} has no controller and brokers "
                 f"(found: {', '.join(sorted(self._containers)) or 'nothing'}); run `make up` first")
-        self._inspect_cache: dict[str, dict] = {}
+        self._inspect_cache: dict[str, dict[str, Any]] = {}
         self.network = self._network_name()
 
     def _find_containers(self) -> dict[str, str]:
         out = _run([self.docker, "ps", "-a", "--filter", f"label={COMPOSE_LABEL_PROJECT}={self.project}",
                     "--format", "{{.ID}}\t{{.Label \"" + COMPOSE_LABEL_SERVICE + "\"}}"])
-        containers = {}
+        containers: dict[str, str] = {}
         for line in out.splitlines():
             cid, _, service = line.partition("\t")
             if service:
@@ -121,14 +125,15 @@ class ComposeCluster:
         except KeyError:
             raise ChaosTargetError(f"no service {node!r} in compose project {self.project!r}") from None
 
-    def inspect(self, node: str, *, fresh: bool = False) -> dict:
+    def inspect(self, node: str, *, fresh: bool = False) -> dict[str, Any]:
+        """``docker inspect``'s JSON of the node's container (cached unless ``fresh``)."""
         if fresh or node not in self._inspect_cache:
             self._inspect_cache[node] = json.loads(_run([self.docker, "inspect", self.container(node)]))[0]
         return self._inspect_cache[node]
 
     def _network_name(self) -> str:
         # Configured networks survive a disconnect; NetworkSettings would not.
-        nets = list(self.inspect("controller")["NetworkSettings"]["Networks"])
+        nets: list[str] = list(self.inspect("controller")["NetworkSettings"]["Networks"])
         if not nets:
             raise ChaosTargetError("controller container is on no network")
         return nets[0]
@@ -141,7 +146,8 @@ class ComposeCluster:
         host = entries[0].get("HostIp") or "127.0.0.1"
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"{host}:{entries[0]['HostPort']}"
+        port: str = entries[0]["HostPort"]
+        return f"{host}:{port}"
 
     def node_names(self) -> list[str]:
         return ["controller"] + [f"broker-{i}" for i in self.broker_ids()]
@@ -160,7 +166,7 @@ class ComposeCluster:
         """Kafka clients on the compose network: every broker's advertised KAFKA listener."""
         return ",".join(self._flag(f"broker-{i}", KAFKA_ADVERTISE_FLAG) for i in self.broker_ids())
 
-    def client_security(self) -> dict[str, str | None]:
+    def client_security(self) -> SecurityOptions:
         """The clients' TLS options when the brokers run with TLS (deploy/compose-tls.yml
         sets TIDE_TLS_CA): the CA and the ``client`` certificate of the TLS folder the
         containers mount at /tls, on the host; {} (plaintext) otherwise."""
@@ -178,7 +184,7 @@ class ComposeCluster:
                 "ssl_keyfile": str(tls_dir / "client.key")}
 
     def _flag(self, node: str, flag: str) -> str:
-        command = self.inspect(node)["Config"].get("Cmd") or []
+        command: list[str] = self.inspect(node)["Config"].get("Cmd") or []
         for i, arg in enumerate(command):
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
@@ -205,7 +211,8 @@ class ComposeCluster:
         state = self.inspect(node, fresh=True)["State"]
         if not state.get("Running"):
             return "exited"
-        return (state.get("Health") or {}).get("Status", "none")
+        status: str = (state.get("Health") or {}).get("Status", "none")
+        return status
 
     def wait_healthy(self, nodes: list[str] | None = None, timeout_s: float = 120) -> None:
         pending = list(nodes or self.node_names())
@@ -269,7 +276,7 @@ class LocalChaosCluster:
 
     kind = "local"
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path) -> None:
         from tidewater.tools.local_cluster import LocalCluster, LocalClusterError
 
         self._error = LocalClusterError
@@ -277,7 +284,7 @@ class LocalChaosCluster:
         if self.cluster.manifest is None:
             raise ChaosTargetError(f"no cluster in {data_dir} (no cluster.json); run `tide cluster up` first")
 
-    def _proc(self, node: str) -> dict:
+    def _proc(self, node: str) -> ProcessEntry:
         try:
             return self.cluster.process(node)
         except self._error as e:
@@ -292,9 +299,10 @@ class LocalChaosCluster:
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
 
-    def client_security(self) -> dict[str, str | None]:
+    def client_security(self) -> SecurityOptions:
         """The manifest's client certificate of a ``tide cluster up --tls`` cluster."""
-        tls = (self.cluster.manifest or {}).get("tls")
+        manifest = self.cluster.manifest
+        tls = manifest.get("tls") if manifest is not None else None
         if not tls:
             return {}
         return {"security_protocol": "SSL", "ssl_cafile": tls["ca"],

@@ -100,7 +100,7 @@ class Verdict:
         return (all(p.ok for p in self.partitions) and not self.notes
                 and (self.group is None or self.group.ok))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "sent": self.sent, "failed_attempts": self.failed_attempts,
                 "compacted": self.compacted,
                 "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions],
@@ -115,7 +115,9 @@ class Verdict:
         for p in self.partitions:
             rows.append((str(p.partition), *(str(getattr(p, name)) for name in counts),
                          f"{p.no_leader_s:.1f}", "identical" if p.replicas_identical else "DIVERGED"))
-        total = lambda name: str(sum(getattr(p, name) for p in self.partitions))  # noqa: E731
+
+        def total(name: str) -> str:
+            return str(sum(getattr(p, name) for p in self.partitions))
         rows.append(("total", *(total(name) for name in counts),
                      f"{sum(p.no_leader_s for p in self.partitions):.1f}",
                      "identical" if all(p.replicas_identical for p in self.partitions) else "DIVERGED"))

@@ -36,9 +36,12 @@ import collections
 import json
 import threading
 import time
+from functools import partial
 from pathlib import Path
+from typing import TypedDict
 
-from tidewater.client.producer import Producer
+from tidewater.client.producer import Producer, RecordFuture
+from tidewater.client.security import SecurityOptions
 from tidewater.tools.chaos.verdict import chaos_key
 
 IN_FLIGHT_MAX = 64
@@ -47,16 +50,24 @@ DELIVERY_TIMEOUT_MS = 15000
 SEND_ERROR_BACKOFF_S = 0.2
 
 
+class _Retrying(TypedDict, total=False):
+    """The Producer's retry settings of a workload (idempotent, or one attempt)."""
+
+    enable_idempotence: bool
+    max_in_flight_per_partition: int
+    retries: int
+
+
 class Workload:
     def __init__(self, bootstrap: str, topic: str, partitions: list[int], *, run_id: str,
                  ack_log_path: Path, producers: int = 2, rate_per_s: float = 200.0,
                  in_flight_max: int = IN_FLIGHT_MAX,
-                 security: dict[str, str | None] | None = None, idempotent: bool = False,
+                 security: SecurityOptions | None = None, idempotent: bool = False,
                  keys: int = 0):
         if producers < 1 or rate_per_s <= 0:
             raise ValueError("need at least one producer and a positive rate")
         self.bootstrap = bootstrap
-        self.security = security or {}  # the producers' TLS options
+        self.security: SecurityOptions = security or {}  # the producers' TLS options
         self.topic = topic
         self.partitions = sorted(partitions)
         self.run_id = run_id
@@ -96,7 +107,8 @@ class Workload:
             return {"sent": len(self.sent), "acked": len(self.acked),
                     "failed": sum(self.errors.values())}
 
-    def _on_done(self, value: str, key: str | None, fut, slots: threading.Semaphore) -> None:
+    def _on_done(self, value: str, key: str | None, fut: RecordFuture,
+                 slots: threading.Semaphore) -> None:
         try:
             meta = fut.result()
         except BaseException as e:  # every failure is an abandoned attempt, counted by type
@@ -115,7 +127,7 @@ class Workload:
     def _produce(self, index: int) -> None:
         slots = threading.Semaphore(self.in_flight_max)
         if self.idempotent:  # retries within the delivery timeout, 5 requests in flight
-            retrying: dict = {"enable_idempotence": True, "max_in_flight_per_partition": 5}
+            retrying: _Retrying = {"enable_idempotence": True, "max_in_flight_per_partition": 5}
         else:
             retrying = {"enable_idempotence": False, "retries": 0}
         producer = Producer(self.bootstrap, acks="all", linger_ms=2,
@@ -143,7 +155,7 @@ class Workload:
                         self.errors[type(e).__name__] += 1
                     self._stop.wait(SEND_ERROR_BACKOFF_S)
                     continue
-                fut.add_done_callback(lambda f, v=value, k=key: self._on_done(v, k, f, slots))
+                fut.add_done_callback(partial(self._on_done, value, key, slots=slots))
                 next_at += self.interval_s
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
                 next_at = max(next_at, time.monotonic() - 1.0)  # no burst after a stall

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Iterator
 
 from tidewater.client.metadata import parse_bootstrap
 from tidewater.client.security import (
     SecurityConfigError,
+    SecurityOptions,
     parse_properties,
     properties_security,
     security_kwargs,
@@ -16,7 +18,7 @@ from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
 
 
-def add_bootstrap_argument(parser) -> None:
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
     """``--bootstrap-server`` after the subcommand too (``tide topics list --bootstrap-server H:P``),
     where Kafka's tools take it. SUPPRESS: when absent here, the top-level value (or its
     environment default) stays."""
@@ -28,16 +30,17 @@ def add_bootstrap_argument(parser) -> None:
                              "sasl.password); overrides TIDE_COMMAND_CONFIG")
 
 
-def bootstrap_of(args) -> str:
+def bootstrap_of(args: argparse.Namespace) -> str:
     """The validated --bootstrap-server value."""
     try:
         parse_bootstrap(args.bootstrap_server)
     except ValueError as e:
         raise CliError(f"--bootstrap-server: {e}", exit_code=2) from None
-    return args.bootstrap_server
+    bootstrap: str = args.bootstrap_server
+    return bootstrap
 
 
-def security_of(args) -> dict[str, str | None]:
+def security_of(args: argparse.Namespace) -> SecurityOptions:
     """The clients' TLS and SASL keyword arguments from --command-config (none:
     plaintext)."""
     path = getattr(args, "command_config", None)
@@ -73,7 +76,7 @@ def describe_error(e: TidewaterError) -> str:
 
 
 @contextlib.contextmanager
-def cli_errors(action: str):
+def cli_errors(action: str) -> Iterator[None]:
     """Turn typed client errors into one-line CliErrors ``<action>: <reason>``."""
     try:
         yield

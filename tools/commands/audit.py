@@ -12,11 +12,16 @@ fails, 2 the input cannot be read (or Spark cannot start here).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "audit", help="audit broker data dirs, metrics and ack logs with Spark; write a report")
     from tidewater.audit.job import add_arguments
@@ -25,7 +30,7 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tidewater.audit.job import EXIT_INPUT, run_audit
     from tidewater.audit.session import SparkUnavailableError, check_spark_available
 

@@ -17,14 +17,19 @@ the hosts it serves as (compose service names: ``make up TLS=1`` uses it).
 
 from __future__ import annotations
 
+import argparse
 import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidewater.tools import certs
 from tidewater.tools.cli import CliError
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("certs", help="make a cluster CA and issue certificates")
     sub = parser.add_subparsers(dest="certs_command", metavar="ACTION")
     sub.required = True
@@ -60,7 +65,7 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def cmd_init(args) -> int:
+def cmd_init(args: argparse.Namespace) -> int:
     try:
         path = certs.init_ca_dir(args.dir, now=_now())
     except (certs.CertError, OSError) as e:
@@ -69,7 +74,7 @@ def cmd_init(args) -> int:
     return 0
 
 
-def cmd_issue(args) -> int:
+def cmd_issue(args: argparse.Namespace) -> int:
     hosts = tuple(args.host) or certs.DEFAULT_HOSTS
     try:
         cert_path, key_path = certs.issue_to_dir(args.dir, name=args.name, role=args.role,
@@ -81,7 +86,7 @@ def cmd_issue(args) -> int:
     return 0
 
 
-def cmd_cluster(args) -> int:
+def cmd_cluster(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError(f"certs cluster: --brokers must be at least 1, got {args.brokers}")
     hosts = tuple(args.host) or certs.DEFAULT_HOSTS

@@ -10,10 +10,15 @@ reached or healed); 2 on bad arguments.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidewater.tools.cli import CliError
+
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
 
 def _range(text: str) -> tuple[float, float]:
@@ -27,7 +32,7 @@ def _range(text: str) -> tuple[float, float]:
     return pair
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     from tidewater.tools.chaos.schedule import FAULT_WEIGHTS
 
     p = subparsers.add_parser(
@@ -83,7 +88,7 @@ def parse_faults(text: str) -> dict[str, int]:
     return weights
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from tidewater.proto.errors import TidewaterError
     from tidewater.tools.chaos.runner import ChaosOptions, ChaosRun
     from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster, LocalChaosCluster

@@ -7,12 +7,15 @@ manage a local cluster of processes recorded in ``DIR/cluster.json``
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from tidewater.client.admin import AdminClient, cluster_to_json
 from tidewater.tools.cli import CliError
@@ -31,8 +34,11 @@ from tidewater.tools.local_cluster import (
     LocalClusterError,
 )
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("cluster", help="describe a cluster; run a local one")
     sub = parser.add_subparsers(dest="cluster_command", metavar="ACTION")
     sub.required = True
@@ -91,7 +97,7 @@ def register(subparsers) -> None:
     start.set_defaults(func=cmd_start)
 
 
-def cmd_describe(args) -> int:
+def cmd_describe(args: argparse.Namespace) -> int:
     with AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms,
                      **security_of(args)) as admin, \
             cli_errors("cannot describe cluster"):
@@ -115,7 +121,7 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def _cluster(args) -> LocalCluster:
+def _cluster(args: argparse.Namespace) -> LocalCluster:
     try:
         return LocalCluster(args.data_dir)
     except LocalClusterError as e:
@@ -132,7 +138,7 @@ def _one_line(e: Exception) -> str:
     return first
 
 
-def cmd_up(args) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     settings = parse_configs(args.set)
     cluster = _cluster(args)
     # Stream this run's output only: logs are appended to across runs.
@@ -149,11 +155,14 @@ def cmd_up(args) -> int:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
     # and tests read (its last line, and with --foreground its first).
-    tls = cluster.manifest.get("tls")
-    sasl = cluster.manifest.get("sasl")
-    sys.stderr.write(up_hints(cluster.data_dir, bootstrap, cluster.manifest.get("kafka_bootstrap"),
+    manifest = cluster.manifest
+    assert manifest is not None  # up wrote it
+    tls = manifest.get("tls")
+    sasl = manifest.get("sasl")
+    client_entry = sasl or tls
+    sys.stderr.write(up_hints(cluster.data_dir, bootstrap, manifest.get("kafka_bootstrap"),
                               restarted=restarting,
-                              command_config=(sasl or tls or {}).get("command_config"),
+                              command_config=client_entry.get("command_config") if client_entry else None,
                               ca=tls["ca"] if tls else None))
     sys.stderr.flush()
     print(bootstrap, flush=True)
@@ -188,16 +197,18 @@ def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:
     """Stream every process log with a name prefix until SIGINT/SIGTERM, then stop all."""
     stop = threading.Event()
 
-    def on_signal(_signum, _frame):
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    manifest = cluster.manifest
+    assert manifest is not None  # up wrote it
     offsets = {name: log_sizes.get(Path(p["log"]).name, 0)
-               for name, p in cluster.manifest["processes"].items()}
+               for name, p in manifest["processes"].items()}
     try:
         while not stop.is_set():
-            for name, proc in cluster.manifest["processes"].items():
+            for name, proc in manifest["processes"].items():
                 path = Path(proc["log"])
                 try:
                     with path.open("rb") as f:
@@ -218,7 +229,7 @@ def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:
         print("cluster stopped" + (f" (SIGKILL: {', '.join(killed)})" if killed else ""), flush=True)
 
 
-def cmd_down(args) -> int:
+def cmd_down(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     try:
         killed = cluster.down(timeout_s=args.timeout_s)
@@ -229,7 +240,7 @@ def cmd_down(args) -> int:
     return 0
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     try:
         statuses = cluster.status()
@@ -247,7 +258,7 @@ def cmd_status(args) -> int:
     return 0
 
 
-def cmd_kill(args) -> int:
+def cmd_kill(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     try:
         proc = cluster.kill(args.id, args.signal)
@@ -257,7 +268,7 @@ def cmd_kill(args) -> int:
     return 0
 
 
-def cmd_start(args) -> int:
+def cmd_start(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     started = time.monotonic()
     try:

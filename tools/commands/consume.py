@@ -20,9 +20,11 @@ and the offsets of what was printed are committed after each batch and at exit.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tidewater.client.consumer import Consumer, ConsumerRecord
 from tidewater.client.metadata import TopicPartition
@@ -42,8 +44,11 @@ from tidewater.tools.commands.kafka_flags import (
 )
 from tidewater.tools.commands.produce import decode_text
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("consume", help="print records")
     parser.add_argument("topic", nargs="?", metavar="TOPIC", help="or --topic TOPIC")
     parser.add_argument("--topic", dest="topic_flag", metavar="TOPIC", help="the topic, as Kafka's tools name it")
@@ -66,7 +71,7 @@ def register(subparsers) -> None:
     parser.set_defaults(func=cmd_consume)
 
 
-def record_to_json(r: ConsumerRecord) -> dict:
+def record_to_json(r: ConsumerRecord) -> dict[str, object]:
     return {
         "topic": r.topic, "partition": r.partition, "offset": r.offset,
         "key": decode_text(r.key), "value": decode_text(r.value), "timestamp": r.timestamp,
@@ -85,7 +90,7 @@ def format_record(r: ConsumerRecord, *, as_json: bool, print_key: bool, key_sepa
     return value + b"\n"
 
 
-def cmd_consume(args) -> int:
+def cmd_consume(args: argparse.Namespace) -> int:
     topic = resolve_topic(args.topic, args.topic_flag)
     if args.max_messages is not None and args.max_messages <= 0:
         raise CliError("--max-messages must be positive", exit_code=2)
@@ -119,7 +124,7 @@ def cmd_consume(args) -> int:
     return 0
 
 
-def consume_in_group(args, topic: str, print_key: bool, key_separator: str) -> int:
+def consume_in_group(args: argparse.Namespace, topic: str, print_key: bool, key_separator: str) -> int:
     reset = "earliest" if args.from_beginning else "latest"
     with cli_errors(f"cannot consume from {topic!r} in group {args.group!r}"), \
             Consumer(bootstrap_of(args), auto_offset_reset=reset, group_id=args.group,
@@ -137,7 +142,7 @@ def consume_in_group(args, topic: str, print_key: bool, key_separator: str) -> i
     return 0
 
 
-def print_records(consumer: Consumer, args, print_key: bool, key_separator: str, *,
+def print_records(consumer: Consumer, args: argparse.Namespace, print_key: bool, key_separator: str, *,
                   commit: bool = False) -> None:
     """Poll and print until --max-messages or --timeout-ms; with ``commit``, the printed
     records' offsets are committed after each batch (at least once: printed first)."""

@@ -61,6 +61,7 @@ otherwise.
 
 from __future__ import annotations
 
+import argparse
 import json
 import mmap
 import os
@@ -69,6 +70,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from tidewater.broker.storage import partition_metadata
 from tidewater.broker.storage.checkpoints import (
@@ -84,17 +86,28 @@ from tidewater.proto.batch import (
     HEADER_SIZE,
     MAGIC_V2,
     BatchHeader,
+    BytesLike,
     compute_crc,
     read_header,
 )
+from tidewater.proto.compression import COMPRESSION_NAMES
 from tidewater.proto.errors import (
     CorruptFileError,
     CorruptRecordError,
     KafkaStorageError,
     UnsupportedCompressionError,
 )
-from tidewater.proto.records import COMPRESSION_NAMES, Record, decode_batch_records
+from tidewater.proto.records import Record, decode_batch_records
 from tidewater.proto.topic_id import topic_id_to_text
+
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
+
+# One output event (a line of --json): {"type": "file" | "batch" | "record" | ..., ...},
+# its values JSON's.
+Event = dict[str, Any]
+# A segment's bytes: read, or mmapped (a segment may be large).
+Segment = BytesLike | mmap.mmap
 
 SEGMENT_NAME_DIGITS = 20
 OFFSET_INDEX_ENTRY = struct.Struct(">ii")   # relative offset, position
@@ -109,7 +122,7 @@ _SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_
                      SNAPSHOT_SUFFIX: KIND_PRODUCER_SNAPSHOT}
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "dump-log",
         help="decode segment, index and checkpoint files",
@@ -155,9 +168,9 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
 _KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2, KIND_PRODUCER_SNAPSHOT: 3}
 
 
-def _directory_order(path: Path) -> tuple:
+def _directory_order(path: Path) -> tuple[int, int, int, str]:
     kind, base_offset = file_kind(path)
-    if base_offset is None:  # checkpoints after the segments
+    if base_offset is None or kind is None:  # checkpoints after the segments
         return (1, 0, 0, path.name)
     return (0, base_offset, _KIND_ORDER[kind], path.name)
 
@@ -194,7 +207,7 @@ class SegmentScan:
         self.by_last_offset[header.last_offset] = header
 
 
-def _map_file(path: Path):
+def _map_file(path: Path) -> Segment:
     """The file's bytes, mmapped when not empty (a segment may be large)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -203,10 +216,18 @@ def _map_file(path: Path):
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def scan_batches(buf) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
+def _readable(buf: Segment) -> BytesLike:
+    """``buf`` for proto's readers: they read through struct and slices, which take an
+    mmap too, though their BytesLike names bytes, bytearray and memoryview only (a
+    memoryview here would keep the mmap from closing)."""
+    return cast("BytesLike", buf)
+
+
+def scan_batches(buf: Segment) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
     """``(position, header, None)`` per framed batch, then ``(position, None, problem)`` if
     the bytes from ``position`` on are not a whole batch (torn or malformed tail)."""
     size = len(buf)
+    data = _readable(buf)
     position = 0
     while position < size:
         available = size - position
@@ -214,7 +235,7 @@ def scan_batches(buf) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
             yield position, None, (f"torn tail: {available} bytes, "
                                    f"less than a {HEADER_SIZE}-byte batch header")
             return
-        header = read_header(buf, position)
+        header = read_header(data, position)
         if header.batch_length < BATCH_LENGTH_MIN:
             yield position, None, f"malformed batch: length {header.batch_length} below minimum"
             return
@@ -226,10 +247,11 @@ def scan_batches(buf) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
         position += header.size
 
 
-def scan_segment(buf) -> SegmentScan:
+def scan_segment(buf: Segment) -> SegmentScan:
     scan = SegmentScan(size=len(buf))
     for position, header, problem in scan_batches(buf):
         if header is None:
+            assert problem is not None  # no header: the problem with the bytes there
             scan.tail_problem = (position, problem)
             break
         scan.add(position, header)
@@ -242,7 +264,7 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
-def record_event(record: Record) -> dict:
+def record_event(record: Record) -> Event:
     return {
         "type": "record",
         "offset": record.offset,
@@ -253,7 +275,7 @@ def record_event(record: Record) -> dict:
     }
 
 
-def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) -> dict:
+def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) -> Event:
     return {
         "type": "batch",
         "file": file,
@@ -273,7 +295,7 @@ def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) 
     }
 
 
-def problem_event(file: str, position: int | None, problem: str, message: str) -> dict:
+def problem_event(file: str, position: int | None, problem: str, message: str) -> Event:
     return {"type": "problem", "file": file, "position": position, "problem": problem,
             "message": message}
 
@@ -282,7 +304,7 @@ def _or_null(text: str | None) -> str:
     return "null" if text is None else text
 
 
-def format_text(event: dict) -> str:
+def format_text(event: Event) -> str:
     kind = event["type"]
     if kind == "file":
         line = f"Dumping {event['file']}"
@@ -351,11 +373,11 @@ class LogDumper:
         # Per directory: (base offset, next offset) of each .log dumped, for continuity.
         self._segment_ends: dict[Path, list[tuple[int, int | None, str]]] = {}
 
-    def _problem(self, file: str, position: int | None, problem: str, message: str) -> dict:
+    def _problem(self, file: str, position: int | None, problem: str, message: str) -> Event:
         self.problem_count += 1
         return problem_event(file, position, problem, message)
 
-    def dump(self, path: Path) -> Iterator[dict]:
+    def dump(self, path: Path) -> Iterator[Event]:
         file = str(path)
         kind, base_offset = file_kind(path)
         if kind is None:
@@ -366,12 +388,14 @@ class LogDumper:
             return
         yield {"type": "file", "file": file, "kind": kind, "base_offset": base_offset}
         try:
-            if kind == KIND_LOG:
-                yield from self._dump_log(path, file, base_offset)
-            elif kind == KIND_INDEX:
-                yield from self._dump_index(path, file, base_offset)
-            elif kind == KIND_TIME_INDEX:
-                yield from self._dump_time_index(path, file, base_offset)
+            if kind in (KIND_LOG, KIND_INDEX, KIND_TIME_INDEX):
+                assert base_offset is not None  # a segment file is named by its base offset
+                if kind == KIND_LOG:
+                    yield from self._dump_log(path, file, base_offset)
+                elif kind == KIND_INDEX:
+                    yield from self._dump_index(path, file, base_offset)
+                else:
+                    yield from self._dump_time_index(path, file, base_offset)
             elif kind == KIND_EPOCHS:
                 for epoch, start_offset in read_epoch_checkpoint(path):
                     yield {"type": "epoch_entry", "file": file, "epoch": epoch,
@@ -409,7 +433,7 @@ class LogDumper:
 
     # .log
 
-    def _dump_log(self, path: Path, file: str, base_offset: int) -> Iterator[dict]:
+    def _dump_log(self, path: Path, file: str, base_offset: int) -> Iterator[Event]:
         buf = _map_file(path)
         try:
             yield from self._dump_log_bytes(path, file, base_offset, buf)
@@ -417,13 +441,16 @@ class LogDumper:
             if isinstance(buf, mmap.mmap):
                 buf.close()
 
-    def _dump_log_bytes(self, path: Path, file: str, base_offset: int, buf) -> Iterator[dict]:
+    def _dump_log_bytes(self, path: Path, file: str, base_offset: int,
+                        segment: Segment) -> Iterator[Event]:
+        buf = _readable(segment)
         scan = SegmentScan(size=len(buf))
         compacted = self.compacted or _listed_as_compacted(path.parent)
         expected_offset = base_offset
         previous_epoch = -1
         for position, header, tail_problem in scan_batches(buf):
             if header is None:
+                assert tail_problem is not None  # no header: the problem with the bytes there
                 scan.tail_problem = (position, tail_problem)
                 yield self._problem(file, position, "torn_tail", tail_problem)
                 break
@@ -457,7 +484,7 @@ class LogDumper:
 
     def _verify_batch(self, file: str, position: int, header: BatchHeader, crc_computed: int,
                       records: list[Record] | None, expected_offset: int,
-                      previous_epoch: int, compacted: bool = False) -> Iterator[dict]:
+                      previous_epoch: int, compacted: bool = False) -> Iterator[Event]:
         if crc_computed != header.crc:
             yield self._problem(file, position, "crc_mismatch",
                                 f"stored CRC {header.crc:#010x}, computed {crc_computed:#010x}")
@@ -488,7 +515,7 @@ class LogDumper:
                                     f"record offsets {offsets[:10]} are not "
                                     f"{header.base_offset}..{header.last_offset} in order")
 
-    def finish(self) -> Iterator[dict]:
+    def finish(self) -> Iterator[Event]:
         """Checks that need every file: segment-to-segment continuity."""
         if not self.verify:
             return
@@ -521,7 +548,7 @@ class LogDumper:
         return self._scans[log_path]
 
     def _index_entries(self, path: Path, file: str, entry: struct.Struct,
-                       ) -> tuple[list[tuple[int, int]], list[dict]]:
+                       ) -> tuple[list[tuple[int, int]], list[Event]]:
         data = path.read_bytes()
         problems = []
         whole = len(data) - len(data) % entry.size
@@ -537,7 +564,7 @@ class LogDumper:
             entries.pop()
         return entries, problems
 
-    def _dump_index(self, path: Path, file: str, base_offset: int) -> Iterator[dict]:
+    def _dump_index(self, path: Path, file: str, base_offset: int) -> Iterator[Event]:
         entries, problems = self._index_entries(path, file, OFFSET_INDEX_ENTRY)
         yield from problems
         for relative_offset, position in entries:
@@ -567,7 +594,7 @@ class LogDumper:
                                     f"entry {i}: offset {offset}, but the batch at position "
                                     f"{position} ends at offset {header.last_offset}")
 
-    def _dump_time_index(self, path: Path, file: str, base_offset: int) -> Iterator[dict]:
+    def _dump_time_index(self, path: Path, file: str, base_offset: int) -> Iterator[Event]:
         entries, problems = self._index_entries(path, file, TIME_INDEX_ENTRY)
         yield from problems
         for timestamp, relative_offset in entries:
@@ -596,15 +623,15 @@ class LogDumper:
                                     f"offset {offset} has max timestamp {header.max_timestamp}")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     dumper = LogDumper(print_data=args.print_data, verify=args.verify,
                        compacted=args.compacted)
     out = sys.stdout
     if args.json:
-        def emit(event: dict) -> None:
+        def emit(event: Event) -> None:
             out.write(json.dumps(event, ensure_ascii=False) + "\n")
     else:
-        def emit(event: dict) -> None:
+        def emit(event: Event) -> None:
             out.write(format_text(event) + "\n")
     for path in expand_paths(args.files):
         for event in dumper.dump(path):

@@ -15,9 +15,11 @@ must be empty.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from tidewater.client.group_admin import GroupAdmin
 from tidewater.tools.cli import CliError
@@ -28,8 +30,11 @@ from tidewater.tools.commands._common import (
     security_of,
 )
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("groups", help="list, describe, delete consumer groups; "
                                                   "reset their offsets")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -60,11 +65,11 @@ def register(subparsers) -> None:
     reset.set_defaults(func=cmd_reset_offsets)
 
 
-def _admin(args) -> GroupAdmin:
+def _admin(args: argparse.Namespace) -> GroupAdmin:
     return GroupAdmin(bootstrap_of(args), **security_of(args))
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     with cli_errors("cannot list groups"), _admin(args) as admin:
         groups = admin.list_groups()
     if args.json:
@@ -76,11 +81,11 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     return "-" if value is None or value == "" or value == -1 else str(value)
 
 
-def cmd_describe(args) -> int:
+def cmd_describe(args: argparse.Namespace) -> int:
     with cli_errors(f"cannot describe group {args.group!r}"), _admin(args) as admin:
         d = admin.describe_group(args.group)
     members = {m.member_id: m for m in d.members}
@@ -116,7 +121,7 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def cmd_delete(args) -> int:
+def cmd_delete(args: argparse.Namespace) -> int:
     with cli_errors(f"cannot delete group {args.group!r}"), _admin(args) as admin:
         admin.delete_group(args.group)
     print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
@@ -134,20 +139,22 @@ def parse_datetime_ms(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def cmd_reset_offsets(args) -> int:
+def cmd_reset_offsets(args: argparse.Namespace) -> int:
+    offset: int | None = None
+    timestamp_ms: int | None = None
     if args.to_earliest:
-        to, extra = "earliest", {}
+        to = "earliest"
     elif args.to_latest:
-        to, extra = "latest", {}
+        to = "latest"
     elif args.to_offset is not None:
         if args.to_offset < 0:
             raise CliError("--to-offset must not be negative", exit_code=2)
-        to, extra = "offset", {"offset": args.to_offset}
+        to, offset = "offset", args.to_offset
     else:
-        to, extra = "datetime", {"timestamp_ms": parse_datetime_ms(args.to_datetime)}
+        to, timestamp_ms = "datetime", parse_datetime_ms(args.to_datetime)
     with cli_errors(f"cannot reset offsets of group {args.group!r}"), _admin(args) as admin:
-        targets = admin.reset_offsets(args.group, args.topic, to=to, dry_run=args.dry_run,
-                                      **extra)
+        targets = admin.reset_offsets(args.group, args.topic, to=to, offset=offset,
+                                      timestamp_ms=timestamp_ms, dry_run=args.dry_run)
     print("GROUP  TOPIC  PARTITION  NEW-OFFSET")
     for partition, offset in sorted(targets.items()):
         print(f"{args.group}  {args.topic}  {partition}  {offset}")

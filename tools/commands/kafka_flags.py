@@ -11,8 +11,11 @@ thing both ways is fine; saying two different things is refused, not guessed.
 from __future__ import annotations
 
 import argparse
+from typing import TypeVar, overload
 
 from tidewater.tools.cli import CliError
+
+_T = TypeVar("_T")
 
 # Kafka's console producer and consumer split/join keys and values with a tab by default.
 DEFAULT_KEY_SEPARATOR = "\t"
@@ -66,7 +69,16 @@ def parse_bool(flag: str, name: str, value: str) -> bool:
     return word == "true"
 
 
-def one_value(what: str, tide_value, kafka_value, default=None):
+@overload
+def one_value(what: str, tide_value: _T | None, kafka_value: _T | None) -> _T | None: ...
+
+
+@overload
+def one_value(what: str, tide_value: _T | None, kafka_value: _T | None, default: _T) -> _T: ...
+
+
+def one_value(what: str, tide_value: _T | None, kafka_value: _T | None,
+              default: _T | None = None) -> _T | None:
     """The value given by tide's option or by the Kafka spelling; both given must agree."""
     if tide_value is not None and kafka_value is not None and tide_value != kafka_value:
         raise usage_error(f"{what} given twice with different values: {tide_value!r} and {kafka_value!r}")
@@ -132,7 +144,7 @@ def producer_options(given: dict[str, str | None], properties: list[str] | None)
     """
     props = parse_properties(properties, tuple(PRODUCER_PROPERTY_OPTIONS), "--producer-property")
     by_option = {option: props.get(name) for name, option in PRODUCER_PROPERTY_OPTIONS.items()}
-    out = {}
+    out: dict[str, str | None] = {}
     for option, typed in given.items():
         flag = f"--{option.replace('_', '-')}"
         out[option] = one_value(f"{option} ({flag} and --producer-property)",

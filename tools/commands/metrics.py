@@ -8,17 +8,23 @@ Targets come from exactly one of ``--targets host:port[,NAME=host:port...]``,
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidewater.tools.cli import CliError
 from tidewater.tools.scrape import ScrapeConfigError, Scraper, ScrapeTarget, parse_targets
 
+if TYPE_CHECKING:
+    from tidewater.tools.chaos.targets import ChaosCluster
+    from tidewater.tools.cli import Subparsers
+
 DEFAULT_COMPOSE_PROJECT = "tidewater"
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("metrics", help="metrics tools (scrape)")
     sub = parser.add_subparsers(dest="metrics_command", metavar="ACTION")
     sub.required = True
@@ -34,7 +40,7 @@ def register(subparsers) -> None:
     scrape.set_defaults(func=run_scrape)
 
 
-def add_cluster_arguments(parser) -> None:
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     """--targets / --data-dir / --compose (shared with ``tide chaos``)."""
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--targets", help="HOST:PORT or NAME=HOST:PORT, comma-separated")
@@ -44,7 +50,7 @@ def add_cluster_arguments(parser) -> None:
                         help=f"docker-compose project name (default {DEFAULT_COMPOSE_PROJECT})")
 
 
-def cluster_from_args(args):
+def cluster_from_args(args: argparse.Namespace) -> ChaosCluster | None:
     """The ChaosCluster named by --data-dir / --compose (None for --targets)."""
     from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster, LocalChaosCluster
 
@@ -58,13 +64,16 @@ def cluster_from_args(args):
     return None
 
 
-def targets_from_args(args) -> list[ScrapeTarget]:
+def targets_from_args(args: argparse.Namespace) -> list[ScrapeTarget]:
     from tidewater.tools.chaos.targets import ChaosTargetError
 
     try:
-        if args.targets:
+        if args.targets is not None:  # (an empty list too: parse_targets says what is wrong)
             return parse_targets(args.targets)
-        targets = cluster_from_args(args).metrics_targets()
+        cluster = cluster_from_args(args)
+        if cluster is None:  # argparse requires one of --targets, --data-dir, --compose
+            raise CliError("--targets, --data-dir or --compose is required", exit_code=2)
+        targets = cluster.metrics_targets()
     except ScrapeConfigError as e:
         raise CliError(str(e), exit_code=2) from None
     except ChaosTargetError as e:
@@ -74,7 +83,7 @@ def targets_from_args(args) -> list[ScrapeTarget]:
     return targets
 
 
-def run_scrape(args) -> int:
+def run_scrape(args: argparse.Namespace) -> int:
     targets = targets_from_args(args)
     try:
         scraper = Scraper(targets, args.out, interval_ms=args.interval_ms, timeout_ms=args.timeout_ms)

@@ -12,13 +12,16 @@ non-zero when any record failed, saying how many.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
-from tidewater.client.producer import Producer, RecordMetadata, parse_acks
+from tidewater.client.producer import Producer, RecordFuture, RecordMetadata, parse_acks
+from tidewater.proto.compression import COMPRESSION_BY_NAME
 from tidewater.proto.errors import TidewaterError
-from tidewater.proto.records import COMPRESSION_BY_NAME
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -34,6 +37,9 @@ from tidewater.tools.commands.kafka_flags import (
     usage_error,
 )
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
+
 # Options Kafka's --producer-property may also set; None in argparse means "not typed".
 DEFAULT_ACKS = "all"
 DEFAULT_COMPRESSION = "none"
@@ -41,7 +47,7 @@ DEFAULT_LINGER_MS = 5
 DEFAULT_BATCH_SIZE_BYTES = 16384
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("produce", help="write stdin lines as records")
     parser.add_argument("topic", nargs="?", metavar="TOPIC", help="or --topic TOPIC")
     parser.add_argument("--topic", dest="topic_flag", metavar="TOPIC", help="the topic, as Kafka's tools name it")
@@ -94,7 +100,7 @@ def split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, byte
 class _Results:
     """Counts outcomes and writes the ack log from the producer's callbacks."""
 
-    def __init__(self, ack_log, acks_label: str):
+    def __init__(self, ack_log: TextIO | None, acks_label: str) -> None:
         self.ack_log = ack_log
         self.acks_label = acks_label
         self.lock = threading.Lock()
@@ -108,8 +114,8 @@ class _Results:
             if self.first_error is None:
                 self.first_error = reason
 
-    def callback(self, key, value):
-        def done(fut):
+    def callback(self, key: bytes | None, value: bytes | None) -> Callable[[RecordFuture], None]:
+        def done(fut: RecordFuture) -> None:
             exc = fut.exception()
             if exc is not None:
                 self.record_failure(describe_error(exc) if isinstance(exc, TidewaterError) else str(exc))
@@ -123,7 +129,7 @@ class _Results:
         return done
 
 
-def _text(value) -> str | None:
+def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
@@ -137,7 +143,14 @@ def _non_negative_int(name: str, text: str) -> int:
     return value
 
 
-def producer_settings(args) -> dict:
+class ProducerSettings(TypedDict):
+    acks: str  # "0", "1" or "all"
+    compression: str  # a name of COMPRESSION_BY_NAME
+    linger_ms: int
+    batch_size: int
+
+
+def producer_settings(args: argparse.Namespace) -> ProducerSettings:
     """acks, compression, linger_ms, batch_size from tide's options and Kafka's
     --producer-property, checked, defaults filled in."""
     given = producer_options({"acks": args.acks, "compression": args.compression,
@@ -159,7 +172,7 @@ def producer_settings(args) -> dict:
     }
 
 
-def cmd_produce(args) -> int:
+def cmd_produce(args: argparse.Namespace) -> int:
     topic = resolve_topic(args.topic, args.topic_flag)
     settings = producer_settings(args)
     acks_label = settings["acks"]

@@ -12,9 +12,11 @@ every ACL the flags match (absent flags match anything).
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import json
 import os
+from typing import TYPE_CHECKING
 
 from tidewater.client.admin import SCRAM_ITERATIONS_DEFAULT, AdminClient
 from tidewater.proto import acls as a
@@ -28,12 +30,15 @@ from tidewater.tools.commands._common import (
     security_of,
 )
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
+
 OPERATIONS = {name: number for number, name in a.OPERATION_NAMES.items()}
 PATTERNS = {"literal": a.LITERAL, "prefixed": a.PREFIXED, "match": a.PATTERN_MATCH,
             "any": a.PATTERN_ANY}
 
 
-def register(subparsers) -> None:
+def register(subparsers: Subparsers) -> None:
     users = subparsers.add_parser("users", help="SCRAM users (SASL/SCRAM and SASL/PLAIN)")
     sub = users.add_subparsers(dest="users_command", metavar="ACTION")
     sub.required = True
@@ -82,11 +87,11 @@ def register(subparsers) -> None:
         p.set_defaults(func=func)
 
 
-def _admin(args) -> AdminClient:
+def _admin(args: argparse.Namespace) -> AdminClient:
     return AdminClient(bootstrap_of(args), **security_of(args))
 
 
-def cmd_users_create(args) -> int:
+def cmd_users_create(args: argparse.Namespace) -> int:
     password = args.password or os.environ.get("TIDE_USER_PASSWORD")
     if not password:
         password = getpass.getpass(f"password for {args.name}: ")
@@ -99,14 +104,14 @@ def cmd_users_create(args) -> int:
     return 0
 
 
-def cmd_users_delete(args) -> int:
+def cmd_users_delete(args: argparse.Namespace) -> int:
     with _admin(args) as admin, cli_errors(f"cannot delete user {args.name}"):
         admin.delete_scram_user(args.name, args.mechanism)
     print(f"deleted user {args.name}")
     return 0
 
 
-def cmd_users_list(args) -> int:
+def cmd_users_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin, cli_errors("cannot list users"):
         users = admin.describe_scram_users()
     if args.json:
@@ -118,7 +123,7 @@ def cmd_users_list(args) -> int:
     return 0
 
 
-def _resource(args, *, required: bool) -> tuple[int, str | None]:
+def _resource(args: argparse.Namespace, *, required: bool) -> tuple[int, str | None]:
     chosen = [(t, n) for t, n in ((a.TOPIC, args.topic), (a.GROUP, args.group),
                                   (a.CLUSTER, a.CLUSTER_NAME if args.cluster else None))
               if n is not None]
@@ -131,7 +136,7 @@ def _resource(args, *, required: bool) -> tuple[int, str | None]:
     return chosen[0]
 
 
-def _bindings(args) -> list[a.Acl]:
+def _bindings(args: argparse.Namespace) -> list[a.Acl]:
     resource_type, name = _resource(args, required=True)
     assert name is not None
     if not args.operation:
@@ -150,16 +155,18 @@ def _bindings(args) -> list[a.Acl]:
     return out
 
 
-def _filters(args, principal: str | None = None) -> list[pb.AclBinding]:
+def _filters(args: argparse.Namespace, principal: str | None = None) -> list[pb.AclBinding]:
     resource_type, name = _resource(args, required=False)
-    base = dict(resource_type=resource_type, resource_name=name or "",
-                pattern_type=PATTERNS[args.resource_pattern_type])
-    principals = [(principal, None)] if principal is not None or not hasattr(
-        args, "allow_principal") else (
-        [(p, a.ALLOW) for p in args.allow_principal] + [(p, a.DENY) for p in args.deny_principal]
-        or [(None, None)])
-    return [pb.AclBinding(**base, principal=p or "", operation=OPERATIONS[op] if op else 0,
-                          permission_type=perm or 0)
+    pattern_type = PATTERNS[args.resource_pattern_type]
+    principals: list[tuple[str | None, int | None]]
+    if principal is not None or not hasattr(args, "allow_principal"):
+        principals = [(principal, None)]
+    else:
+        principals = ([(p, a.ALLOW) for p in args.allow_principal]
+                      + [(p, a.DENY) for p in args.deny_principal] or [(None, None)])
+    return [pb.AclBinding(resource_type=resource_type, resource_name=name or "",
+                          pattern_type=pattern_type, principal=p or "",
+                          operation=OPERATIONS[op] if op else 0, permission_type=perm or 0)
             for p, perm in principals for op in (args.operation or [None])]
 
 
@@ -167,7 +174,7 @@ def _line(acl: a.Acl) -> str:
     return acl.describe()
 
 
-def cmd_acls_add(args) -> int:
+def cmd_acls_add(args: argparse.Namespace) -> int:
     bindings = _bindings(args)
     with _admin(args) as admin, cli_errors("cannot add ACLs"):
         admin.create_acls(bindings)
@@ -176,7 +183,7 @@ def cmd_acls_add(args) -> int:
     return 0
 
 
-def cmd_acls_remove(args) -> int:
+def cmd_acls_remove(args: argparse.Namespace) -> int:
     with _admin(args) as admin, cli_errors("cannot remove ACLs"):
         deleted = admin.delete_acls(_filters(args))
     for acl in deleted:
@@ -186,7 +193,7 @@ def cmd_acls_remove(args) -> int:
     return 0
 
 
-def cmd_acls_list(args) -> int:
+def cmd_acls_list(args: argparse.Namespace) -> int:
     found: dict[a.Acl, None] = {}
     with _admin(args) as admin, cli_errors("cannot list ACLs"):
         for f in _filters(args, args.principal):

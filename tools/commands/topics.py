@@ -8,7 +8,10 @@ all, as ``kafka-topics.sh --alter`` does (never fewer).
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tidewater.client.admin import AdminClient, topic_to_json
 from tidewater.tools.cli import CliError
@@ -22,8 +25,11 @@ from tidewater.tools.commands._common import (
 )
 from tidewater.tools.commands.kafka_flags import resolve_topic, resolve_topics, usage_error
 
+if TYPE_CHECKING:
+    from tidewater.tools.cli import Subparsers
 
-def register(subparsers) -> None:
+
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser("topics", help="create, list, describe and delete topics")
     sub = parser.add_subparsers(dest="topics_command", metavar="ACTION")
     sub.required = True
@@ -73,12 +79,12 @@ def register(subparsers) -> None:
     delete.set_defaults(func=cmd_delete)
 
 
-def _admin(args) -> AdminClient:
+def _admin(args: argparse.Namespace) -> AdminClient:
     return AdminClient(bootstrap_of(args), request_timeout_ms=args.timeout_ms,
                        **security_of(args))
 
 
-def cmd_create(args) -> int:
+def cmd_create(args: argparse.Namespace) -> int:
     name = resolve_topic(args.name, args.topic)
     if args.partitions == 0 or args.partitions < -1:
         raise CliError(f"--partitions must be positive (or -1: the cluster's default), not {args.partitions}",
@@ -93,7 +99,7 @@ def cmd_create(args) -> int:
     return 0
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     with _admin(args) as admin, cli_errors("cannot list topics"):
         names = admin.list_topics()
     for name in names:
@@ -101,7 +107,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_describe(args) -> int:
+def cmd_describe(args: argparse.Namespace) -> int:
     with _admin(args) as admin, cli_errors("cannot describe topics"):
         topics = admin.describe_topics(resolve_topics(args.names, args.topic) or None)
     if args.json:
@@ -124,7 +130,7 @@ def cmd_describe(args) -> int:
     return 0
 
 
-def cmd_alter(args) -> int:
+def cmd_alter(args: argparse.Namespace) -> int:
     name = resolve_topic(args.name, args.topic)
     if args.partitions < 1:
         raise CliError(f"--partitions must be positive, not {args.partitions}", exit_code=2)
@@ -136,7 +142,7 @@ def cmd_alter(args) -> int:
     return 0
 
 
-def cmd_delete(args) -> int:
+def cmd_delete(args: argparse.Namespace) -> int:
     names = resolve_topics(args.names, args.topic)
     if not names:
         raise usage_error("which topics? NAME... or --topic NAME")
@@ -152,5 +158,5 @@ def cmd_delete(args) -> int:
     return 0
 
 
-def _ids(ids) -> str:
+def _ids(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in ids)
