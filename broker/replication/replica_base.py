@@ -24,6 +24,9 @@ UNDEFINED = -1
 
 ALTER_PARTITION_BACKOFF_MS = 200
 ALTER_PARTITION_BACKOFF_MS_MAX = 2_000
+# A replica whose write failed takes its role again after this long, doubling up to the max.
+STORAGE_RETRY_MS = 500
+STORAGE_RETRY_MS_MAX = 30_000
 
 
 class EpochCacheView(Protocol):
@@ -134,6 +137,11 @@ class ReplicaBase:
         self._report_in_flight = False
         self._report_next_send_ms = 0
         self._report_refused = False  # no healthy ISR member could take over (yet)
+        # After a failed write stopped this replica's role: the state it held, taken again
+        # at ``_storage_retry_at_ms`` (a disk that failed once may work again).
+        self._storage_retry_state: LeaderAndIsrState | None = None
+        self._storage_retry_at_ms: int | None = None
+        self._storage_retry_backoff_ms = STORAGE_RETRY_MS
 
     # ================================================================== views
 
@@ -170,7 +178,9 @@ class ReplicaBase:
 
         def _apply_state(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None: ...
 
-        def _stop_on_storage_failure(self, why: str) -> Ready: ...
+        def _stop_on_storage_failure(self, why: str, now_ms: int) -> Ready: ...
+
+        def _maybe_retry_after_storage_failure(self, now_ms: int, out: ReadyBuilder) -> None: ...
 
         # replica_produce
         def _complete_waits(self, out: ReadyBuilder) -> None: ...

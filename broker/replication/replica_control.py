@@ -17,7 +17,9 @@ event                                  decision
 ``on_persist_failure(op)``             a persist operation of a Ready failed: no role
                                        (a leader's epoch), or a follower truncates or
                                        fetches again from its real log (the method's table)
-``on_storage_failure``                 no role until the next LeaderAndIsr
+``on_storage_failure``                 no role until the next LeaderAndIsr, or until
+                                       ``tick`` takes the same state again after a
+                                       backoff (500 ms doubling to 30 s)
 ``set_min_insync_replicas(n)``         the rule changed: HW and waits re-checked
 =====================================  =========================================================
 
@@ -42,6 +44,8 @@ from tidewater.broker.replication.ready import (
 )
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
+    STORAGE_RETRY_MS,
+    STORAGE_RETRY_MS_MAX,
     UNDEFINED,
     FollowerCycle,
     LeaderAndIsrState,
@@ -188,7 +192,7 @@ class ControlEvents(ReplicaBase):
         ===========================  ================================================
         """
         if isinstance(op, AssignEpoch) or self.follower is None:
-            return self._stop_on_storage_failure(f"{describe_persist(op)} failed")
+            return self._stop_on_storage_failure(f"{describe_persist(op)} failed", now_ms)
         out = ReadyBuilder()
         self._on_follower_persist_failure(op, now_ms, out)
         return out.build()
@@ -196,19 +200,42 @@ class ControlEvents(ReplicaBase):
     def on_storage_failure(self, now_ms: int) -> Ready:
         """The log dir failed, by the shell's word: play no part until the next
         LeaderAndIsr. (A failed operation of a Ready goes to ``on_persist_failure``.)"""
-        return self._stop_on_storage_failure("storage failed")
+        return self._stop_on_storage_failure("storage failed", now_ms)
 
-    def _stop_on_storage_failure(self, why: str) -> Ready:
-        """No role until the next LeaderAndIsr; the acks=all waits of a leadership fail."""
+    def _stop_on_storage_failure(self, why: str, now_ms: int) -> Ready:
+        """No role for now; the acks=all waits of a leadership fail. The role is taken again
+        from the same state after a backoff (``tick``), or from the next LeaderAndIsr:
+        without that a leader whose disk failed once would hold its partition offline
+        until the controller happened to send it a new state."""
         out = ReadyBuilder()
+        self._storage_retry_state = LeaderAndIsrState(
+            self.topic, self.partition, self.leader_id, self.leader_epoch,
+            self.partition_epoch, self.replicas, self.isr)
+        self._storage_retry_at_ms = now_ms + self._storage_retry_backoff_ms
         self._end_leadership(pb.NOT_LEADER_OR_FOLLOWER, out)
         self.role = Role.NONE
         self.follower = None
         out.fetch = STOP_FETCHING
         out.leadership_changed = True
-        out.alarms.append(f"{self.topic}-{self.partition}: {why}; no role until the next "
-                          f"LeaderAndIsr")
+        out.counters.append("storage_failures")
+        out.alarms.append(f"{self.topic}-{self.partition}: {why}; no role for "
+                          f"{self._storage_retry_backoff_ms} ms or until the next LeaderAndIsr")
+        self._storage_retry_backoff_ms = min(2 * self._storage_retry_backoff_ms,
+                                             STORAGE_RETRY_MS_MAX)
         return out.build()
+
+    def _maybe_retry_after_storage_failure(self, now_ms: int, out: ReadyBuilder) -> None:
+        """A stopped replica's backoff is over: take the state it held again (as a resent
+        LeaderAndIsr would: a leader assigns its epoch again, a follower truncates first)."""
+        at_ms = self._storage_retry_at_ms
+        state = self._storage_retry_state
+        if at_ms is None or state is None or now_ms < at_ms:
+            return
+        out.counters.append("storage_retries")
+        out.notes.append(f"{self.topic}-{self.partition}: taking its role again after a "
+                         f"failed write")
+        self._apply_state(state, now_ms, out)  # the same state: the backoff is kept
+        self._storage_retry_at_ms = self._storage_retry_state = None
 
     def set_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> Ready:
         """``min.insync.replicas`` changed: the HW and the waiting acks=all requests are
@@ -253,6 +280,10 @@ class ControlEvents(ReplicaBase):
         return self.role == Role.NONE
 
     def _record(self, state: LeaderAndIsrState) -> None:
+        if state != self._storage_retry_state:
+            # A new state from the controller: a retry pending for the old one is moot.
+            self._storage_retry_at_ms = self._storage_retry_state = None
+            self._storage_retry_backoff_ms = STORAGE_RETRY_MS
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
         self.partition_epoch = state.partition_epoch

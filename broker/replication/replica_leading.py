@@ -221,15 +221,17 @@ class LeadingEvents(ReplicaBase):
         AlterPartition resends, acks=all deadlines; a corrupt replica's report and cut.
 
         The shell ticks every replica; which ones have something to do is decided here.
-        A follower or a replica with no role and no corrupt batch returns ``EMPTY`` after
-        two attribute reads (the shell's carrier returns on ``EMPTY`` at once), so
+        A follower, or a replica with no role, no corrupt batch and no retry after a failed
+        write, returns ``EMPTY`` after three attribute reads (the shell's carrier returns on ``EMPTY`` at once), so
         ticking thousands of followers stays cheap."""
         leader = self.leader
         if leader is None:
-            if self.corrupt_from is None:
+            if self.corrupt_from is None and self._storage_retry_at_ms is None:
                 return EMPTY
             out = ReadyBuilder()
-            self._react_to_corruption(now_ms, out)
+            self._maybe_retry_after_storage_failure(now_ms, out)
+            if self.corrupt_from is not None:
+                self._react_to_corruption(now_ms, out)
             return out.build()
         out = ReadyBuilder()
         if self.corrupt_from is not None:

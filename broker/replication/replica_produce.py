@@ -90,7 +90,7 @@ class ProduceEvents(ReplicaBase):
         their metadata and retry with the next leader)."""
         if self.leader is None:
             return EMPTY
-        return self._stop_on_storage_failure("appending as leader failed")
+        return self._stop_on_storage_failure("appending as leader failed", now_ms)
 
     def on_wait_deadline(self, waiter_id: int, now_ms: int) -> Ready:
         """A wait's timer fired: pb.REQUEST_TIMED_OUT if it is still waiting and due."""

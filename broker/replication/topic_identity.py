@@ -150,19 +150,17 @@ def describe_topic_id(topic_id: bytes | None) -> str:
 
 
 def incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
-                       has_log: bool, trusted: bool, names_by_id: Mapping[bytes, str],
-                       rule: Callable[..., IdentityAction] = log_identity_action
+                       has_log: bool, trusted: bool, names_by_id: Mapping[bytes, str]
                        ) -> IdentityAction:
     """What a LeaderAndIsr naming ``told_id`` does to the local replica of ``tp`` (the
     table in the module docstring), or the typed error to answer: INCONSISTENT_TOPIC_ID
     when the ID is known as another topic's, INCONSISTENT_CLUSTER_ID when a controller of
-    another cluster would have the log replaced or adopted. (``rule``: the table; the
-    simulation's broken variants replace it.)"""
+    another cluster would have the log replaced or adopted."""
     owner = told_id_conflict(tp.topic, told_id, names_by_id)
     if owner is not None:
         raise InconsistentTopicIdError(
             f"topic id {describe_topic_id(told_id)} is topic {owner!r}'s, not {tp.topic!r}'s")
-    action = rule(local_id, told_id, has_log=has_log, trusted=trusted)
+    action = log_identity_action(local_id, told_id, has_log=has_log, trusted=trusted)
     if action is IdentityAction.REFUSE:
         raise InconsistentClusterIdError(
             f"{tp}: the local log is incarnation {describe_topic_id(local_id)}, not "

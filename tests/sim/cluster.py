@@ -32,7 +32,7 @@ import math
 import random
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replication.replica import ReplicaState
@@ -54,6 +54,12 @@ from .network import CONTROLLER, Network
 from .sim_broker import BrokerConfig, IdentityRule, SimBroker
 from .sim_controller import DOWN, RUNNING, SimController
 from .sim_metadata_log import SimMetadataLog
+
+# Probabilities that one write of a kind fails (sim_log.DiskFaults.KINDS).
+DISK_FAILS_SOMETIMES = {"append": 0.002, "truncate": 0.01, "epoch": 0.005, "flush": 0.01,
+                        "checkpoint": 0.01}
+DISK_FAILS_OFTEN = {"append": 0.02, "truncate": 0.1, "epoch": 0.05, "flush": 0.1,
+                    "checkpoint": 0.1}
 
 CLIENT_BASE = 100
 ADMIN = 99  # the admin client's node
@@ -108,7 +114,7 @@ class SimConfig:
             use_offset_for_leader_epoch=use_offset_for_leader_epoch,
             send_last_fetched_epoch=send_last_fetched_epoch,
             replica_lag_time_max_ms=rng.choice([500, 800, 1200]))
-        return cls(partition_count=rng.randint(1, 3),
+        config = cls(partition_count=rng.randint(1, 3),
                    loss_probability=rng.choice([0.0, 0.01, 0.03, 0.06]),
                    delay_ms_max=rng.choice([5, 25, 60]),
                    crash_per_broker_per_s=rng.choice([0.1, 0.2, 0.4, 0.8]),
@@ -118,6 +124,10 @@ class SimConfig:
                    metadata_write_failure_per_s=rng.choice([0.0, 0.0, 0.1, 0.3]),
                    recreate_per_s=rng.choice([0.0, 0.0, 0.15, 0.4]),
                    broker=broker)
+        # A disk that fails now and then: appends, truncations, epoch-cache writes, flushes
+        # and checkpoints (drawn last, so the draws above stay the seed's).
+        disk = rng.choice([{}, {}, DISK_FAILS_SOMETIMES, DISK_FAILS_OFTEN])
+        return replace(config, broker=replace(broker, disk_failure_probabilities=disk))
 
 
 class SimulationFailure(AssertionError):

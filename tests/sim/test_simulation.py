@@ -425,7 +425,11 @@ def test_random_runs_exercise_the_decision_paths():
                  "produce REQUEST_TIMED_OUT", "serve fetch FENCED_LEADER_EPOCH",
                  "fenced: heartbeat stream closed", "fenced: session expired",
                  "stop replica NONE", "stray replicas removed", "log identity create",
-                 "refused LeaderAndIsr BROKER_NOT_AVAILABLE"):
+                 "refused LeaderAndIsr BROKER_NOT_AVAILABLE",
+                 # the simulated disk fails, and the product's own handling runs
+                 "produce KAFKA_STORAGE_ERROR", "storage_failures", "storage_retries",
+                 "follower_truncation_failures", "disk: flush failed",
+                 "disk: HW checkpoint failed"):
         assert totals[path] > 0, f"no run took the path {path!r}: {totals}"
 
 

@@ -145,3 +145,33 @@ def test_a_failed_leader_append_fails_the_leaderships_waits():
 def test_a_broken_invariant_raises_invariant_violation(call):
     with pytest.raises(InvariantViolation):
         call(replica())  # each is a leader's step, on a replica that leads nothing
+
+
+# ---------------------------------------------------------------- a failed write, retried
+
+def test_a_leader_whose_epoch_write_failed_takes_its_role_again_after_a_backoff():
+    r = replica()
+    ready = r.on_leader_and_isr(state(leader=1), 0)
+    assert any(isinstance(op, AssignEpoch) for op in ready.persist)
+    stopped = r.on_persist_failure(AssignEpoch(3, 10), 100)
+    assert r.leader is None and stopped.fetch == STOP_FETCHING
+    assert "storage_failures" in stopped.counters
+    assert r.tick(599) is EMPTY  # the backoff (500 ms) is not over
+    again = r.tick(600)
+    assert r.leader is not None and r.leader_epoch == 3
+    assert [op for op in again.persist if isinstance(op, AssignEpoch)] == [AssignEpoch(3, 10)]
+    assert "storage_retries" in again.counters
+    # It fails again: the backoff doubles.
+    r.on_persist_failure(AssignEpoch(3, 10), 700)
+    assert r.tick(1699) is EMPTY and r.tick(1700).persist
+
+
+def test_a_new_state_from_the_controller_replaces_a_pending_retry():
+    r = replica()
+    r.on_leader_and_isr(state(leader=1), 0)
+    r.on_leader_append_failure(100)
+    assert r.leader is None
+    r.on_leader_and_isr(state(leader=2, epoch=4), 200)  # the controller moved leadership
+    assert r.follower is not None
+    assert r.tick(10_000) is EMPTY  # no retry of the old leadership
+    assert r.follower is not None and r.leader is None
