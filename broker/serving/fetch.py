@@ -46,8 +46,8 @@ from tidewater.broker.storage.corruption import (
     FOLLOWER_READ,
     CorruptBatchError,
     CorruptionReporter,
-    read_reporting,
 )
+from tidewater.broker.storage.reporting_read import read_reporting
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, BytesLike
 from tidewater.proto.errors import KafkaStorageError, error_for_code
