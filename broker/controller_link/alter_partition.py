@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.replicas.control import partition_state
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
+from tidewater.broker.replication.replica import PartitionState
 from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -30,9 +32,12 @@ log = logging.getLogger("tidewater.broker.isr")
 AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
 CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
                             Awaitable[pb.ReportCorruptReplicaResponse]]
+# The controller's answers that ``_round_trip`` hands to the core, and one item of each.
+_Response = TypeVar("_Response", pb.AlterPartitionResponse, pb.ReportCorruptReplicaResponse)
+_Result = pb.AlterPartitionResult | pb.CorruptReplicaResult
 
 
-async def _no_controller(replicas):
+async def _no_controller(replicas: list[pb.CorruptReplica]) -> pb.ReportCorruptReplicaResponse:
     raise ConnectionError("no controller to report to")
 
 
@@ -80,8 +85,10 @@ class AlterPartitionSender:
             functools.partial(replica.on_corrupt_report_answer, report.report_id),
             functools.partial(replica.on_corrupt_report_unsure, report.report_id))
 
-    async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
-                          on_answer: Callable[..., Ready],
+    async def _round_trip(self, partition: Partition, rpc_name: str,
+                          call: Callable[[], Awaitable[_Response]],
+                          results_of: Callable[[_Response], Sequence[_Result]],
+                          on_answer: Callable[[int, PartitionState | None, int], Ready],
                           on_unsure: Callable[[int], Ready]) -> None:
         """One request to the controller, and what came back to the core under the
         partition's lock: ``on_answer(error, state, now_ms)`` with the first result, or
