@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import grpc
-
 from tidewater.broker.security.authorizer import Authorizer, Session
 from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
@@ -104,9 +102,11 @@ class UsersAndAcls(Protocol):
 
 
 class CallerContext(Protocol):
-    """What ``BrokerSecurity.grpc_session`` reads of a call (``grpc.aio.ServicerContext``)."""
+    """What ``BrokerSecurity.grpc_session`` reads of a call (``grpc.aio.ServicerContext``).
+    Typed without ``grpc``: ``broker/__main__.py`` imports this module (via config.py)
+    before ``proto/grpc_env.py`` may let anything import ``grpc``."""
 
-    def invocation_metadata(self) -> grpc.aio.Metadata | None: ...
+    def invocation_metadata(self) -> Iterable[tuple[str, str | bytes]] | None: ...
 
     def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
 
