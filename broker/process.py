@@ -176,6 +176,7 @@ class BrokerProcess:
         """Kafka's protocol on the same paths as gRPC, registered as listener ``name``, so
         Metadata answers its clients with every broker's address on that listener."""
         c = self.config
+        assert self.replica_manager is not None  # start() made it before any listener
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,

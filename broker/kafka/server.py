@@ -37,7 +37,8 @@ import dataclasses
 import logging
 import ssl
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka import apis
@@ -53,6 +54,8 @@ from tidewater.broker.kafka.codec import (
 from tidewater.broker.kafka.framing import FrameConnection, FrameSizeError
 from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
+from tidewater.broker.security.settings import BrokerSecurity
+from tidewater.broker.supervisor import TaskSupervisor
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
 from tidewater.proto.scram import SaslAuthenticationError
@@ -72,10 +75,20 @@ class RawToken:
     data: bytes
 
 
+# What a connection's writer task takes, in request order: the request's head, its answer
+# (values to encode, a raw SASL token, or None for no answer) and when it was read.
+_Answer: TypeAlias = asyncio.Future[apis.Response | RawToken]
+_Answers: TypeAlias = asyncio.Queue[tuple[RequestHead, _Answer, float] | None]
+# A socket's peername: (host, port) or, IPv6, (host, port, flowinfo, scope_id).
+_Peer: TypeAlias = tuple[object, ...] | None
+
+
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor=None, observe=None, ssl_context: ssl.SSLContext | None = None,
-                 security=None):
+                 supervisor: TaskSupervisor | None = None,
+                 observe: Callable[[str, float, list[int]], None] | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
+                 security: BrokerSecurity | None = None) -> None:
         self.services = services
         self.security = security  # broker.security.BrokerSecurity; None: no checks at all
         self.ssl_context = ssl_context
@@ -84,17 +97,17 @@ class KafkaListener:
         self.supervisor = supervisor
         # (api name, seconds, error codes answered) -> None: the broker's metrics.
         self._observe = observe or (lambda name, seconds, errors: None)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.bound_port = 0
 
     async def start(self) -> int:
-        tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-               if self.ssl_context is not None else {})
+        tls = self.ssl_context is not None
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: FrameConnection(self._open, frame_bytes_max=self.max_request_bytes),
-            self.host, self.port, reuse_address=True, **tls)
+            self.host, self.port, reuse_address=True, ssl=self.ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 
@@ -113,9 +126,8 @@ class KafkaListener:
         task.add_done_callback(self._connections.discard)
 
     async def _serve(self, connection: FrameConnection) -> None:
-        peer = connection.get_extra_info("peername")
-        answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
-            asyncio.Queue(maxsize=IN_FLIGHT_MAX)
+        peer: _Peer = connection.get_extra_info("peername")
+        answers: _Answers = asyncio.Queue(maxsize=IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_answers(answers, connection, peer))
         security = None
         if self.security is not None and self.security.secured:  # else: no per-request checks
@@ -144,7 +156,7 @@ class KafkaListener:
                 pass
             connection.close()
 
-    async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
+    async def _read_requests(self, reader: FrameConnection, answers: _Answers, peer: _Peer,
                              connection: ConnectionSecurity | None) -> None:
         services = dataclasses.replace(self.services, connection=connection,
                                        client_host=f"/{peer[0]}" if peer else "")
@@ -198,12 +210,13 @@ class KafkaListener:
                 log.exception("kafka: closing %s: API key %d v%d failed", peer, head.api_key,
                               head.api_version)
                 return
-            await answers.put((head, asyncio.ensure_future(pending), started))
+            answer: _Answer = asyncio.ensure_future(pending)
+            await answers.put((head, answer, started))
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
 
-    async def _send_answers(self, answers: asyncio.Queue, writer: FrameConnection,
-                            peer) -> None:
+    async def _send_answers(self, answers: _Answers, writer: FrameConnection,
+                            peer: _Peer) -> None:
         try:
             while (item := await answers.get()) is not None:
                 head, pending, started = item
@@ -236,7 +249,7 @@ class KafkaListener:
                     item[1].cancel()
 
 
-def error_codes(values: Any):
+def error_codes(values: object) -> Iterator[int]:
     """Every non-zero ``error_code`` in a response's values, top level and nested."""
     if isinstance(values, dict):
         for key, value in values.items():
@@ -250,8 +263,8 @@ def error_codes(values: Any):
             yield from error_codes(item)
 
 
-def _resolved(value: Any) -> asyncio.Future[Any]:
-    future = asyncio.get_running_loop().create_future()
+def _resolved(value: apis.Response | RawToken) -> _Answer:
+    future: _Answer = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 
