@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tidewater.broker.group import service
-from tidewater.broker.group.state import GroupState
+from tidewater.broker.group.coordinator import GroupCoordinator
+from tidewater.broker.group.state import GroupState, Member
+from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import DELETE, DESCRIBE, READ
 
@@ -24,7 +26,7 @@ def _refused(allowed: GroupAllowed | None, operation: int, group_id: str) -> boo
     return allowed is not None and not allowed(operation, group_id)
 
 
-def _member(m, protocol: str, with_data: bool) -> pb.GroupMember:
+def _member(m: Member, protocol: str, with_data: bool) -> pb.GroupMember:
     return pb.GroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id or "",
                           client_id=m.client_id, client_host=m.client_host,
                           metadata=m.metadata(protocol) if with_data else b"",
@@ -32,7 +34,8 @@ def _member(m, protocol: str, with_data: bool) -> pb.GroupMember:
 
 
 class GroupRpcs:
-    def __init__(self, coordinator, metadata_cache, listener_name: str):
+    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache,
+                 listener_name: str) -> None:
         self.coordinator = coordinator
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name

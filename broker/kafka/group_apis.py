@@ -88,7 +88,7 @@ def _coordinator(s: GroupServices) -> GroupCoordinator:
 
 
 def authorize_group(s: GroupServices, head: RequestHead, operation: str,
-                    group_id: str) -> int | None:
+                    group_id: str) -> pb.ErrorCode | None:
     """The error code refusing ``operation`` ("READ", "DESCRIBE", "DELETE") on group
     ``group_id`` to this connection, or None to allow it: every group API asks here.
 
@@ -112,7 +112,7 @@ async def on_find_coordinator(s: GroupServices, head: RequestHead, body: Request
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     keys: list[str] = list(body.coordinator_keys) if head.api_version >= 4 else [body.key]
     # (key, error code, node id, host, port, error message)
-    found: list[tuple[str, int, int, str, int, str | None]] = []
+    found: list[tuple[str, pb.ErrorCode, int, str, int, str | None]] = []
     for key in keys:
         if key_type != GROUP_KEY_TYPE:
             found.append((key, pb.INVALID_REQUEST, -1, "", -1,
@@ -235,7 +235,7 @@ async def on_offset_commit(s: GroupServices, head: RequestHead, body: RequestBod
     group_id = body.group_id
     order = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
 
-    def values(errors: dict[tuple[str, int], int]) -> dict[str, Any]:
+    def values(errors: dict[tuple[str, int], pb.ErrorCode]) -> dict[str, Any]:
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, partition in order:
             topics.setdefault(topic, []).append(
