@@ -63,6 +63,11 @@ _BATCH_LENGTH_AT = 8  # after baseOffset
 _RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
 
 
+# A wanted partition as a fetch pass reads it: topic, partition, current leader epoch,
+# fetch offset, last fetched epoch, partition max bytes, topic id.
+_Wanted = tuple[str, int, int, int, int, int, bytes]
+
+
 class FetchedPartition(NamedTuple):
     """One partition's fetch answer."""
 
@@ -94,7 +99,7 @@ def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:
     return response
 
 
-def record_count(records: bytes) -> int:
+def record_count(records: BytesLike) -> int:
     """Records in the whole batches ``records`` (for metrics), 0 when the framing is broken.
 
     ``iter_batches(validate=False)``'s framing checks, reading only the two fields needed:
@@ -148,9 +153,10 @@ class FetchPath:
         min_bytes = max(request.min_bytes, 1)
         # The request's fields are read once into plain tuples: a long-poll reads them again
         # on every pass, and each protobuf field access is a call (a message one allocates).
-        wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                   fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
-                  for fp in request.partitions]
+        wanted: list[_Wanted] = [
+            (fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
+             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+            for fp in request.partitions]
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch
         isr_eligible = (self._is_isr_eligible(replica_id, broker_epoch)
@@ -182,7 +188,7 @@ class FetchPath:
             messages_out.inc(messages)
         return results
 
-    def _read(self, wanted: list[tuple], max_bytes: int, replica_id: int, isr_eligible: bool,
+    def _read(self, wanted: list[_Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
               broker_epoch: int, first_pass: bool
               ) -> tuple[list[FetchedPartition], int, bool]:
         """(the answer per partition, the records' bytes, must it be answered now). A
@@ -268,7 +274,9 @@ class FetchPath:
     def _refuse_topic_id(self, topic_id: bytes, partition: Partition) -> None:
         """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s."""
         known = self._known_topic_ids()
-        code, message = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
+        refusal = fetch_topic_id_error(topic_id, partition.topic_id, known.__contains__)
+        assert refusal is not None, "called for a topic id other than the partition's"
+        code, message = refusal
         raise error_for_code(code, f"{partition.tp}: {message}")
 
     # ================================================================ offsets
