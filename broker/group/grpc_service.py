@@ -34,11 +34,19 @@ def _member(m: Member, protocol: str, with_data: bool) -> pb.GroupMember:
 
 
 class GroupRpcs:
-    def __init__(self, coordinator: GroupCoordinator, metadata_cache: MetadataCache,
+    def __init__(self, coordinator: GroupCoordinator | None, metadata_cache: MetadataCache,
                  listener_name: str) -> None:
-        self.coordinator = coordinator
+        self._coordinator = coordinator  # None: a servicer built without groups (tests)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        """The group coordinator; without one, a group RPC fails (an unexpected error at
+        the servicer's boundary)."""
+        if self._coordinator is None:
+            raise LookupError("no group coordinator on this listener")
+        return self._coordinator
 
     async def find_coordinator(self, request: pb.FindCoordinatorRequest,
                                allowed: GroupAllowed | None = None
