@@ -80,7 +80,7 @@ from tidewater.proto.acls import (
     WRITE,
 )
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
-from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -117,7 +117,7 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 ZSTD_PRODUCE_FROM, ZSTD_FETCH_FROM = 7, 10
 
 
-def uses_zstd(records: bytes | bytearray | memoryview) -> bool:
+def uses_zstd(records: BytesLike) -> bool:
     """Does any whole batch in ``records`` use zstd? Framing only (no CRC check): what is
     malformed is the produce path's to refuse, and a fetch may end in a partial batch."""
     position = 0
