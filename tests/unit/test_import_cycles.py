@@ -97,3 +97,20 @@ def test_broker_has_no_import_cycle():
     assert "tidewater.broker.storage.segment" in graph["tidewater.broker.storage.log"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_storage_imports_tidewater_only_at_module_level():
+    # The storage modules' order of imports is their dependency order: none hides one
+    # in a function or under TYPE_CHECKING (where a cycle would go unnoticed at run time).
+    late = []
+    for path in sorted((BROKER / "storage").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in top
+                    and any(name.startswith("tidewater")
+                            for name in ([a.name for a in node.names]
+                                         if isinstance(node, ast.Import)
+                                         else [node.module or ""]))):
+                late.append(f"{path.name}:{node.lineno}")
+    assert late == []
