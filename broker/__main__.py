@@ -17,7 +17,7 @@ import sys
 
 import uvloop
 
-from tidewater.broker.config import ConfigError, config_from_args
+from tidewater.broker.config import BrokerConfig, ConfigError, config_from_args
 from tidewater.proto import grpc_env
 from tidewater.proto.errors import TidewaterError
 
@@ -40,7 +40,7 @@ def tune_gc() -> None:
     gc.freeze()
 
 
-async def _serve(config) -> int:
+async def _serve(config: BrokerConfig) -> int:
     from tidewater.broker.process import BrokerProcess
 
     process = BrokerProcess(config)

@@ -10,6 +10,7 @@ traceback logged here so it is never silently lost; a broken invariant
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import CorruptRecordError, InvariantViolation, TidewaterError
@@ -17,7 +18,7 @@ from tidewater.proto.errors import CorruptRecordError, InvariantViolation, Tidew
 log = logging.getLogger("tidewater.broker")
 
 
-def error_code_for(exc: BaseException, *, context: str = "") -> tuple[int, str]:
+def error_code_for(exc: BaseException, *, context: str = "") -> tuple[pb.ErrorCode, str]:
     """``(ErrorCode, message)`` to answer for ``exc``.
 
     An ``InvariantViolation`` is re-raised, never answered: a broken invariant is a bug
@@ -31,3 +32,10 @@ def error_code_for(exc: BaseException, *, context: str = "") -> tuple[int, str]:
         return exc.error_code, str(exc)
     log.error("unexpected error%s", f" in {context}" if context else "", exc_info=exc)
     return pb.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+
+
+def wire_code(code: int) -> pb.ErrorCode:
+    """``code`` typed as the wire's ErrorCode. The replication core (``broker/replication``)
+    computes its codes from pb's constants but types them ``int``; this is where such a
+    code enters a pb message (a proto3 enum field takes any number, as Kafka's do)."""
+    return cast(pb.ErrorCode, code)

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -66,7 +69,10 @@ class _HistogramValue:
         self.counts[bisect.bisect_left(self._upper_bounds, amount)] += 1
 
 
-class _Family:
+_Series = TypeVar("_Series", _CounterValue, _HistogramValue)
+
+
+class _Family(Generic[_Series]):
     """A metric with its label names; ``labels(...)`` gives the series (made on first use).
 
     An unlabelled family is its own one series: ``inc``/``observe`` on the family."""
@@ -78,11 +84,11 @@ class _Family:
         self._name = name
         self._documentation = documentation
         self._labelnames = tuple(labelnames)
-        self._children: dict[tuple, object] = {}  # label values as given -> series
-        self._series: dict[tuple[str, ...], object] = {}  # label values as strings -> series
+        self._children: dict[tuple[object, ...], _Series] = {}  # label values as given -> series
+        self._series: dict[tuple[str, ...], _Series] = {}  # label values as strings -> series
         registry.register(self)
 
-    def labels(self, *values):
+    def labels(self, *values: object) -> _Series:
         child = self._children.get(values)
         if child is None:
             if len(values) != len(self._labelnames):
@@ -95,20 +101,20 @@ class _Family:
             self._children[values] = child
         return child
 
-    def _new_series(self):
+    def _new_series(self) -> _Series:
         raise NotImplementedError
 
-    def collect(self):
+    def collect(self) -> list[Metric]:
         metric = Metric(self._name, self._documentation, self.kind)
         for values, series in list(self._series.items()):
             self._add_samples(metric, dict(zip(self._labelnames, values, strict=True)), series)
         return [metric]
 
-    def _add_samples(self, metric: Metric, labels: dict[str, str], series) -> None:
+    def _add_samples(self, metric: Metric, labels: dict[str, str], series: _Series) -> None:
         raise NotImplementedError
 
 
-class LocalCounter(_Family):
+class LocalCounter(_Family[_CounterValue]):
     """prometheus_client ``Counter``'s samples (``_total``, ``_created``), cheaper updates."""
 
     kind = "counter"
@@ -133,7 +139,7 @@ class LocalCounter(_Family):
         metric.add_sample(self._name + "_created", labels, series.created)
 
 
-class LocalHistogram(_Family):
+class LocalHistogram(_Family[_HistogramValue]):
     """prometheus_client ``Histogram``'s samples (cumulative ``_bucket``, ``_count``, ``_sum``,
     ``_created``), cheaper updates."""
 
@@ -147,7 +153,8 @@ class LocalHistogram(_Family):
         if not bounds or bounds[-1] != math.inf:
             bounds.append(math.inf)
         self._upper_bounds = tuple(bounds)
-        self._le = tuple(floatToGoString(b) for b in bounds)
+        # floatToGoString is unannotated in prometheus_client (it takes a float).
+        self._le = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
         super().__init__(name, documentation, labelnames, registry)
         if not self._labelnames:
             self.observe = self.labels().observe
@@ -188,7 +195,7 @@ class _ReplicaCollector:
         self._broker = str(broker_id)
         self._snapshot = snapshot
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         labels = ["topic", "partition", "broker"]
         families = {
             name: GaugeMetricFamily(PREFIX + "replica_" + name, doc, labels=labels)
@@ -265,7 +272,7 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                      10, 30),
         )
-        self._http = None
+        self._http: tuple[WSGIServer, threading.Thread] | None = None
 
     def register_replicas(self, snapshot: Callable[[], Iterable[ReplicaSnapshot]]) -> None:
         self.registry.register(_ReplicaCollector(self.broker_id, snapshot))

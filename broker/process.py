@@ -29,6 +29,8 @@ import logging
 import ssl
 import time
 
+import grpc
+
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
@@ -68,10 +70,10 @@ class BrokerProcess:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.controller_channel: ControllerChannel | None = None
-        self.servers = []
+        self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
         self.bound_ports: dict[str, int] = {}
-        self._controller_task: asyncio.Task | None = None
+        self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
         # is set and the process exits non-zero after a shutdown (broker/__main__.py).
         self.fatal = asyncio.Event()
@@ -79,6 +81,7 @@ class BrokerProcess:
 
     def _listeners(self) -> list[pb.Listener]:
         c = self.config
+        assert c.advertise is not None  # BrokerConfig.__post_init__: listen when not given
         listeners = [pb.Listener(name="INTERNAL", host=c.advertise[0], port=c.advertise[1])]
         if c.external_advertise is not None:
             listeners.append(pb.Listener(name="EXTERNAL", host=c.external_advertise[0],
@@ -91,11 +94,14 @@ class BrokerProcess:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         self.supervisor.watch_callbacks(loop)  # a broken invariant in a timer stops it too
+
+        def deleter_failed(error: BaseException) -> None:
+            loop.call_soon_threadsafe(self.supervisor.fail, error)
+
         manager = LogManager(
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
-            on_deleter_failure=lambda error: loop.call_soon_threadsafe(self.supervisor.fail,
-                                                                       error),
+            on_deleter_failure=deleter_failed,
             producer_id_expiration_ms=c.producer_id_expiration_ms)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
@@ -163,7 +169,7 @@ class BrokerProcess:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
         self.group_coordinator.start()
-        self._controller_task = self.supervisor.spawn(self._controller_session(),
+        self._controller_task = self.supervisor.spawn(self._controller_session(channel),
                                                       "controller-session")
 
     async def _start_kafka_listener(self, forwarder: ControllerForwarder, name: str,
@@ -172,6 +178,7 @@ class BrokerProcess:
         """Kafka's protocol on the same paths as gRPC, registered as listener ``name``, so
         Metadata answers its clients with every broker's address on that listener."""
         c = self.config
+        assert self.replica_manager is not None  # start() made it before any listener
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,
@@ -213,9 +220,9 @@ class BrokerProcess:
         for code in errors:
             self.metrics.request_errors.labels(f"kafka:{api}", code_name(code)).inc()
 
-    async def _controller_session(self) -> None:
-        await self.controller_channel.register()
-        await self.controller_channel.run_heartbeats()
+    async def _controller_session(self, channel: ControllerChannel) -> None:
+        await channel.register()
+        await channel.run_heartbeats()
 
     async def shutdown(self) -> None:
         c = self.config

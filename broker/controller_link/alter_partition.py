@@ -16,13 +16,14 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.replicas.control import partition_state
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
+from tidewater.broker.replication.replica import LeaderAndIsrState
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.supervisor import TaskSupervisor
@@ -32,6 +33,9 @@ log = logging.getLogger("tidewater.broker.isr")
 AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
 CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
                             Awaitable[pb.ReportCorruptReplicaResponse]]
+# The controller's answers that ``_round_trip`` hands to the core, and one item of each.
+_Response = TypeVar("_Response", pb.AlterPartitionResponse, pb.ReportCorruptReplicaResponse)
+_Result = pb.AlterPartitionResult | pb.CorruptReplicaResult
 
 
 def alter_partition_item(partition: Partition, request: AlterPartitionRequest
@@ -63,7 +67,7 @@ def answer_to_core(results: Sequence[Any], on_answer: Callable[..., Ready],
     return on_answer(answer.error_code, state, now_ms)
 
 
-async def _no_controller(replicas):
+async def _no_controller(replicas: list[pb.CorruptReplica]) -> pb.ReportCorruptReplicaResponse:
     raise ConnectionError("no controller to report to")
 
 
@@ -105,8 +109,10 @@ class AlterPartitionSender:
             functools.partial(replica.on_corrupt_report_answer, report.report_id),
             functools.partial(replica.on_corrupt_report_unsure, report.report_id))
 
-    async def _round_trip(self, partition: Partition, rpc_name: str, call, results_of,
-                          on_answer: Callable[..., Ready],
+    async def _round_trip(self, partition: Partition, rpc_name: str,
+                          call: Callable[[], Awaitable[_Response]],
+                          results_of: Callable[[_Response], Sequence[_Result]],
+                          on_answer: Callable[[int, LeaderAndIsrState | None, int], Ready],
                           on_unsure: Callable[[int], Ready]) -> None:
         """One request to the controller, what came back handed to the core
         (``answer_to_core``), then the core's Ready carried out."""

@@ -88,7 +88,8 @@ class ControllerChannel:
         self._want_shutdown = False
         self._shutdown_done = False
         self._heartbeat_lock = asyncio.Lock()
-        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._stream: grpc.aio.StreamStreamCall[pb.BrokerHeartbeatRequest,
+                                                pb.BrokerHeartbeatResponse] | None = None
         self._stream_failures = 0  # in a row, for logging
         # Cancelling a stream whose answer is late makes the controller fence us, so
         # wait as long as a session could last before giving up on it.
@@ -165,7 +166,8 @@ class ControllerChannel:
                 self.broker_id, want_shutdown=want_shutdown or self._want_shutdown)
             return await self._stream_heartbeat(request)
 
-    async def _stream_heartbeat(self, request) -> pb.BrokerHeartbeatResponse | None:
+    async def _stream_heartbeat(self, request: pb.BrokerHeartbeatRequest
+                                ) -> pb.BrokerHeartbeatResponse | None:
         """Write ``request`` on the stream (opened when there is none) and read its answer."""
         if self._stream is None:
             self._stream = self.stub.BrokerHeartbeats()
@@ -194,6 +196,8 @@ class ControllerChannel:
             log.info("controller ended the heartbeat stream; re-opening it with the next heartbeat")
             self._stream = None
             return None
+        # read() is typed ``object | response`` (grpc's EOF is a plain object).
+        assert isinstance(resp, pb.BrokerHeartbeatResponse), type(resp)
         if self._stream_failures:
             log.info("heartbeat stream open again after %d failed attempts", self._stream_failures)
             self._stream_failures = 0
@@ -259,24 +263,27 @@ class ControllerChannel:
         """Report replicas here holding a batch that fails its CRC (the controller takes this
         broker out of their ISRs and moves their leadership); raises grpc.aio.AioRpcError
         when the controller is unreachable: the caller keeps the report and retries."""
-        return await self.stub.ReportCorruptReplica(
+        response: pb.ReportCorruptReplicaResponse = await self.stub.ReportCorruptReplica(
             pb.ReportCorruptReplicaRequest(broker_id=self.broker_id,
                                            broker_epoch=self.broker_epoch, replicas=replicas,
                                            control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)
+        return response
 
     async def allocate_producer_ids(self) -> pb.AllocateProducerIdsResponse:
         """Ask for a block of producer ids; raises grpc.aio.AioRpcError when the controller
         is unreachable."""
-        return await self.stub.AllocateProducerIds(
+        response: pb.AllocateProducerIdsResponse = await self.stub.AllocateProducerIds(
             pb.AllocateProducerIdsRequest(broker_id=self.broker_id,
                                           broker_epoch=self.broker_epoch,
                                           control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)
+        return response
 
     async def alter_partition(self, items: list[pb.AlterPartitionItem]) -> pb.AlterPartitionResponse:
         """Send an AlterPartition; raises grpc.aio.AioRpcError when the controller is unreachable."""
-        return await self.stub.AlterPartition(
+        response: pb.AlterPartitionResponse = await self.stub.AlterPartition(
             pb.AlterPartitionRequest(broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                                      items=items, control_token=self.control_token),
             timeout=RPC_TIMEOUT_S)
+        return response

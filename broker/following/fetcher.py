@@ -48,7 +48,8 @@ from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
-from tidewater.broker.replication.replica import FollowerPhase
+from tidewater.broker.replication.ready import Ready
+from tidewater.broker.replication.replica import FollowerCycle, FollowerPhase
 from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.broker.serving.replica_fetch_wire import (
     MalformedFetchResponseError,
@@ -73,15 +74,31 @@ class _LeaderStubs:
     ``BrokerControl`` (INTERNAL listener only), OffsetForLeaderEpoch is ``Broker`` (clients
     truncate with it too, KIP-320)."""
 
-    def __init__(self, channel: grpc.aio.Channel):
+    def __init__(self, channel: grpc.aio.Channel) -> None:
         # The generated stub's method, except that answers stay the bytes received, read by
         # ``fetch_wire`` (records as slices, not copies). Parsed in ``_checked``, not by a
         # response_deserializer: grpc.aio logs a deserializer's exception and reads None.
-        self.ReplicaFetch = channel.stream_stream(
-            "/tidewater.BrokerControl/ReplicaFetch",
-            request_serializer=pb.FetchRequest.SerializeToString,
-            response_deserializer=None, _registered_method=True)
-        self.OffsetForLeaderEpoch = pb_grpc.BrokerStub(channel).OffsetForLeaderEpoch
+        self.ReplicaFetch: grpc.aio.StreamStreamMultiCallable[pb.FetchRequest, bytes] = (
+            channel.stream_stream(  # type: ignore[call-arg]  # grpc-stubs lack _registered_method
+                "/tidewater.BrokerControl/ReplicaFetch",
+                request_serializer=pb.FetchRequest.SerializeToString,
+                response_deserializer=None, _registered_method=True))
+        self.OffsetForLeaderEpoch: grpc.aio.UnaryUnaryMultiCallable[
+            pb.OffsetForLeaderEpochRequest, pb.OffsetForLeaderEpochResponse] = (
+            pb_grpc.BrokerStub(channel).OffsetForLeaderEpoch)
+
+
+# What each partition of a fetch request was asked with, by (topic, partition):
+# (partition, leader epoch, fetch offset).
+_Sent = dict[tuple[str, int], tuple[Partition, int, int]]
+
+
+def _cycle(partition: Partition) -> FollowerCycle:
+    """The follower cycle of a partition a round truncates or fetches: ``_wanting`` chose it
+    for having one, and nothing is awaited between that and building the request."""
+    cycle = partition.replica.follower
+    assert cycle is not None, f"{partition.tp}: no follower cycle"
+    return cycle
 
 
 class StreamBrokenError(Exception):
@@ -99,7 +116,7 @@ class LeaderFetcher:
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: _LeaderStubs | None = None
-        self._stream: grpc.aio.StreamStreamCall | None = None
+        self._stream: grpc.aio.StreamStreamCall[pb.FetchRequest, bytes] | None = None
         # While the task awaits an answer on the stream (``_read_answer``): what cuts
         # the wait short cancels the stream call, so the read needs no task of its own.
         self._reading = False
@@ -108,7 +125,8 @@ class LeaderFetcher:
         # The request, built once per assignment set (``_fetch_request``).
         self._request: pb.FetchRequest | None = None
         self._request_for: list[Partition] = []
-        self._request_partitions: list = []  # FetchPartition messages, in _request_for order
+        # The request's FetchPartition messages, in _request_for order.
+        self._request_partitions: list[pb.FetchPartition] = []
         self._loop = asyncio.get_running_loop()
         self.task = manager.supervisor.spawn(self._run(), name=f"fetcher-{leader_id}")
 
@@ -240,7 +258,7 @@ class LeaderFetcher:
                     now_ms=now)
             self._carry_out(partition, ready)
 
-    async def _fetch_round(self, stub, fetching: list[Partition]) -> None:
+    async def _fetch_round(self, stub: _LeaderStubs, fetching: list[Partition]) -> None:
         """One request on the stream, then its answer applied.
 
         Invariant: between rounds nothing is outstanding on the stream, so the next
@@ -265,8 +283,10 @@ class LeaderFetcher:
             self._drop_stream()
             raise
 
-    async def _read_answer(self, call: grpc.aio.StreamStreamCall):
-        """The stream's next answer, or None if ``mark_changed`` cut the wait short.
+    async def _read_answer(self, call: grpc.aio.StreamStreamCall[pb.FetchRequest, bytes]
+                           ) -> object:
+        """The stream's next answer (bytes, or grpc's EOF), or None if ``mark_changed``
+        cut the wait short.
 
         ``mark_changed`` and the deadline timer end the wait by cancelling the call,
         which makes the read raise CancelledError; a CancelledError while this task is
@@ -280,7 +300,8 @@ class LeaderFetcher:
         try:
             return await call.read()
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
                 raise
             if self._changed.is_set():
                 return None
@@ -303,11 +324,12 @@ class LeaderFetcher:
             return
         self._drop_stream()  # the pending read raises CancelledError: StreamBrokenError
 
-    def _checked(self, response) -> tuple[int, list[FetchedPartition]]:
+    def _checked(self, response: object) -> tuple[int, list[FetchedPartition]]:
         """The answer read (FetchResponse wire bytes) as (request-level error code,
         partitions); StreamBrokenError at the stream's end or for bytes that do not parse."""
         if response is grpc.aio.EOF:
             raise StreamBrokenError("the leader ended the ReplicaFetch stream")
+        assert isinstance(response, bytes), type(response)  # no deserializer: the bytes
         try:
             return decode_fetch_response(response)
         except MalformedFetchResponseError as e:
@@ -322,14 +344,14 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ truncation
 
-    async def _truncate(self, stub, truncating: list[Partition]) -> None:
+    async def _truncate(self, stub: _LeaderStubs, truncating: list[Partition]) -> None:
         request = pb.OffsetForLeaderEpochRequest(replica_id=self.manager.broker_id)
-        sent = {}
+        sent: dict[tuple[str, int], tuple[Partition, int]] = {}
         for partition in truncating:
-            asked = partition.replica.offset_for_leader_epoch_request()
-            if asked is None:
+            epochs = partition.replica.offset_for_leader_epoch_request()
+            if epochs is None:
                 continue  # no longer a follower
-            leader_epoch, latest_epoch = asked
+            leader_epoch, latest_epoch = epochs
             request.partitions.add(topic=partition.tp.topic, partition=partition.tp.partition,
                                    current_leader_epoch=leader_epoch, leader_epoch=latest_epoch,
                                    topic_id=partition.topic_id)
@@ -338,9 +360,10 @@ class LeaderFetcher:
             return
         response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
         for answer in response.partitions:
-            partition, leader_epoch = sent.pop((answer.topic, answer.partition), (None, -1))
-            if partition is None:
+            asked = sent.pop((answer.topic, answer.partition), None)
+            if asked is None:
                 continue
+            partition, leader_epoch = asked
             ready = partition.replica.on_offset_for_leader_epoch_answer(
                 leader_epoch, answer.error_code, (answer.leader_epoch, answer.end_offset),
                 mono_ms())
@@ -348,7 +371,7 @@ class LeaderFetcher:
 
     # ------------------------------------------------------------------ fetch
 
-    def _fetch_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, dict]:
+    def _fetch_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, _Sent]:
         """The request for ``fetching`` and, by (topic, partition), what it was asked with:
         (partition, leader epoch, fetch offset).
 
@@ -359,11 +382,12 @@ class LeaderFetcher:
         if fetching != self._request_for:
             self._build_request(fetching)
         request = self._request
+        assert request is not None  # built above for this assignment set
         request.replica_broker_epoch = self.manager.broker_epoch()
-        sent = {}
+        sent: _Sent = {}
         for partition, p in zip(fetching, self._request_partitions, strict=True):
             replica = partition.replica
-            leader_epoch = p.current_leader_epoch = replica.follower.leader_epoch
+            leader_epoch = p.current_leader_epoch = _cycle(partition).leader_epoch
             fetch_offset, p.last_fetched_epoch, p.log_start_offset = replica.fetch_position()
             p.fetch_offset = fetch_offset
             sent[(p.topic, p.partition)] = (partition, leader_epoch, fetch_offset)
@@ -383,21 +407,21 @@ class LeaderFetcher:
             request, list(fetching), partitions)
 
     async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
-                              sent: dict) -> None:
+                              sent: _Sent) -> None:
         if error_code != pb.NONE:
             raise StreamBrokenError(f"fetch refused: {code_name(error_code)}")
         for p in answers:
-            partition, leader_epoch, fetch_offset = sent.get((p.topic, p.partition),
-                                                             (None, -1, -1))
-            if partition is None:
+            asked = sent.get((p.topic, p.partition))
+            if asked is None:
                 continue
+            partition, leader_epoch, fetch_offset = asked
             ready = partition.replica.on_fetch_answer(
                 leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
                 leader_log_start_offset=p.log_start_offset, diverging_epoch=p.diverging,
                 now_ms=mono_ms())
             self._carry_out(partition, ready, fetched=p.records)
 
-    def _carry_out(self, partition: Partition, ready, fetched: BytesLike = b"") -> None:
+    def _carry_out(self, partition: Partition, ready: Ready, fetched: BytesLike = b"") -> None:
         try:
             self.manager.carrier.apply(partition, ready, fetched=fetched)
         except TidewaterError as e:

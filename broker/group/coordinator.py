@@ -36,14 +36,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidewater.broker.clock import mono_ms, wall_ms
+from tidewater.broker.config import BrokerConfig
 from tidewater.broker.group import records
 from tidewater.broker.group.state import (
     Answer,
     GroupCoordinatorState,
     GroupSettings,
     Ready,
+    Write,
 )
-from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.replica_manager import ReplicaManager
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import iter_batches
 from tidewater.proto.errors import InvariantViolation
@@ -77,7 +82,7 @@ class CoordinatorError(Exception):
     """The request cannot be served here (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE): the client finds the coordinator again or retries."""
 
-    def __init__(self, error_code: int, message: str = ""):
+    def __init__(self, error_code: pb.ErrorCode, message: str = ""):
         super().__init__(message or pb.ErrorCode.Name(error_code))
         self.error_code = error_code
 
@@ -93,7 +98,7 @@ class _Shard:
 
 @dataclass(frozen=True)
 class CoordinatorNode:
-    error_code: int
+    error_code: pb.ErrorCode
     node_id: int = -1
     host: str = ""
     port: int = -1
@@ -101,8 +106,10 @@ class CoordinatorNode:
 
 
 class GroupCoordinator:
-    def __init__(self, *, replica_manager, metadata_cache, controller, config,
-                 supervisor: TaskSupervisor, settings: GroupSettings | None = None):
+    def __init__(self, *, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                 controller: ControllerForwarder, config: BrokerConfig,
+                 supervisor: TaskSupervisor,
+                 settings: GroupSettings | None = None) -> None:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.controller = controller  # ControllerForwarder: CreateTopics
@@ -115,8 +122,8 @@ class GroupCoordinator:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms)
         self.shards: dict[int, _Shard] = {}
-        self._creating: asyncio.Task | None = None
-        self._task: asyncio.Task | None = None
+        self._creating: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
         self._load_retry_at: dict[int, int] = {}  # partition -> mono ms (a failed load)
 
     # ------------------------------------------------------------ lifecycle
@@ -154,9 +161,9 @@ class GroupCoordinator:
                     log.exception("loading %s-%d failed; retrying in %d ms", OFFSETS_TOPIC,
                                   index, LOAD_RETRY_MS)
                     self._load_retry_at[index] = mono_ms() + LOAD_RETRY_MS
-                    shard = self.shards.pop(index, None)
-                    if shard is not None:
-                        self._carry_out(shard, shard.state.abandon())
+                    failed = self.shards.pop(index, None)
+                    if failed is not None:
+                        self._carry_out(failed, failed.state.abandon())
         now = wall_ms()
         for shard in list(self.shards.values()):
             if shard.loaded and self.shards.get(shard.partition) is shard:
@@ -174,7 +181,9 @@ class GroupCoordinator:
                        write_lock=asyncio.Lock())
         self.shards[index] = shard
         started = mono_ms()
-        partition = self.replica_manager.partitions.get((OFFSETS_TOPIC, index))
+        partition = self.replica_manager.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
+        if partition is None:  # stopped since the scan listed it: the next scan drops the shard
+            raise LookupError(f"{OFFSETS_TOPIC}-{index} is no longer a replica here")
         count = skipped = 0
         offset = partition.log.log_start_offset
         while True:
@@ -224,7 +233,7 @@ class GroupCoordinator:
         """The loaded state coordinating ``group_id``; CoordinatorError when not here."""
         index = partition_for(group_id, self.partition_count())
         shard = self.shards.get(index)
-        partition = self.replica_manager.partitions.get((OFFSETS_TOPIC, index))
+        partition = self.replica_manager.partitions.get(TopicPartition(OFFSETS_TOPIC, index))
         if partition is None or not partition.is_leader:
             raise CoordinatorError(pb.NOT_COORDINATOR,
                                    f"not the coordinator of group {group_id!r}")
@@ -244,7 +253,7 @@ class GroupCoordinator:
         state = self.metadata_cache.partition_state(OFFSETS_TOPIC, index)
         endpoint = (self.metadata_cache.endpoint(state.leader, listener)
                     if state is not None and state.leader >= 0 and not state.offline else None)
-        if endpoint is None:
+        if state is None or endpoint is None:
             return CoordinatorNode(pb.COORDINATOR_NOT_AVAILABLE,
                                    message=f"{OFFSETS_TOPIC}-{index} has no leader")
         return CoordinatorNode(pb.NONE, state.leader, endpoint[0], endpoint[1])
@@ -300,8 +309,8 @@ class GroupCoordinator:
             self.supervisor.spawn(self._append(shard, write),
                                   f"group-write-{shard.partition}-{write.write_id}")
 
-    async def _append(self, shard: _Shard, write) -> None:
-        code: int | None = pb.UNKNOWN_SERVER_ERROR
+    async def _append(self, shard: _Shard, write: Write) -> None:
+        code: pb.ErrorCode | None = pb.UNKNOWN_SERVER_ERROR
         try:
             code = await self._append_acks_all(shard, write)
         except InvariantViolation:
@@ -314,7 +323,7 @@ class GroupCoordinator:
             if code is not None:
                 self._carry_out(shard, shard.state.on_write_done(write.write_id, code, wall_ms()))
 
-    async def _append_acks_all(self, shard: _Shard, write) -> int:
+    async def _append_acks_all(self, shard: _Shard, write: Write) -> pb.ErrorCode:
         rm = self.replica_manager
         batch = encode_batch([(records.encode_key(r), records.encode_value(r))
                               for r in write.records])
@@ -323,7 +332,7 @@ class GroupCoordinator:
         if shard.write_lock is None:
             raise InvariantViolation(f"{OFFSETS_TOPIC}-{shard.partition}: a shard without its write lock")
         async with shard.write_lock:  # appends in the order the state made them
-            partition = rm.partitions.get((OFFSETS_TOPIC, shard.partition))
+            partition = rm.partitions.get(TopicPartition(OFFSETS_TOPIC, shard.partition))
             if (self.shards.get(shard.partition) is not shard or partition is None
                     or partition.leader_epoch != shard.leader_epoch):
                 return pb.NOT_LEADER_OR_FOLLOWER
@@ -331,8 +340,11 @@ class GroupCoordinator:
         if not waits:
             return response.partitions[0].error_code
         outcome: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
-        withdraw = rm.produce_watch(request, response, waits,
-                                    lambda done: outcome.done() or outcome.set_result(done))
+
+        def settle(done: pb.ProduceResponse) -> None:
+            if not outcome.done():
+                outcome.set_result(done)
+        withdraw = rm.produce_watch(request, response, waits, settle)
         try:
             return (await outcome).partitions[0].error_code
         finally:

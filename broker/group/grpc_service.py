@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tidewater.broker.group import service
-from tidewater.broker.group.state import GroupState
+from tidewater.broker.group.coordinator import GroupCoordinator
+from tidewater.broker.group.state import GroupState, Member
+from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import DELETE, DESCRIBE, READ
 
@@ -24,7 +26,7 @@ def _refused(allowed: GroupAllowed | None, operation: int, group_id: str) -> boo
     return allowed is not None and not allowed(operation, group_id)
 
 
-def _member(m, protocol: str, with_data: bool) -> pb.GroupMember:
+def _member(m: Member, protocol: str, with_data: bool) -> pb.GroupMember:
     return pb.GroupMember(member_id=m.member_id, group_instance_id=m.group_instance_id or "",
                           client_id=m.client_id, client_host=m.client_host,
                           metadata=m.metadata(protocol) if with_data else b"",
@@ -32,10 +34,19 @@ def _member(m, protocol: str, with_data: bool) -> pb.GroupMember:
 
 
 class GroupRpcs:
-    def __init__(self, coordinator, metadata_cache, listener_name: str):
-        self.coordinator = coordinator
+    def __init__(self, coordinator: GroupCoordinator | None, metadata_cache: MetadataCache,
+                 listener_name: str) -> None:
+        self._coordinator = coordinator  # None: a servicer built without groups (tests)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        """The group coordinator; without one, a group RPC fails (an unexpected error at
+        the servicer's boundary)."""
+        if self._coordinator is None:
+            raise LookupError("no group coordinator on this listener")
+        return self._coordinator
 
     async def find_coordinator(self, request: pb.FindCoordinatorRequest,
                                allowed: GroupAllowed | None = None

@@ -11,7 +11,7 @@ an awaitable is returned; only the wait for the answer is deferred.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import TypeVar
 
 from tidewater.broker.group.coordinator import CoordinatorError, GroupCoordinator
 from tidewater.broker.group.state import (
@@ -22,13 +22,15 @@ from tidewater.broker.group.state import (
     JoinAnswer,
     SyncAnswer,
 )
+from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
 TopicPartition = tuple[str, int]
+_T = TypeVar("_T")
 
 
-async def _value(value: Any) -> Any:
+async def _value(value: _T) -> _T:
     return value
 
 
@@ -61,7 +63,7 @@ def sync(coordinator: GroupCoordinator, *, group_id: str, generation_id: int, me
 
 
 def heartbeat(coordinator: GroupCoordinator, *, group_id: str, generation_id: int,
-              member_id: str, group_instance_id: str | None = None) -> int:
+              member_id: str, group_instance_id: str | None = None) -> pb.ErrorCode:
     try:
         state, now_ms, _ = coordinator.now(group_id)
     except CoordinatorError as e:
@@ -71,7 +73,7 @@ def heartbeat(coordinator: GroupCoordinator, *, group_id: str, generation_id: in
 
 
 def leave(coordinator: GroupCoordinator, *, group_id: str, member_ids: list[str],
-          group_instance_ids: list[str | None] | None = None) -> tuple[int, list[int]]:
+          group_instance_ids: list[str | None] | None = None) -> tuple[pb.ErrorCode, list[pb.ErrorCode]]:
     """(the request's error code, each member's)."""
     try:
         state, now_ms, shard = coordinator.now(group_id)
@@ -83,9 +85,11 @@ def leave(coordinator: GroupCoordinator, *, group_id: str, member_ids: list[str]
     return pb.NONE, codes
 
 
-def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, generation_id: int,
-           member_id: str, offsets: dict[TopicPartition, tuple[int, int, str]],
-           group_instance_id: str | None = None) -> Awaitable[dict[TopicPartition, int]]:
+def commit(coordinator: GroupCoordinator, metadata_cache: MetadataCache, *, group_id: str,
+           generation_id: int, member_id: str,
+           offsets: dict[TopicPartition, tuple[int, int, str]],
+           group_instance_id: str | None = None
+           ) -> Awaitable[dict[TopicPartition, pb.ErrorCode]]:
     """Each partition's error code; partitions of no known topic are refused."""
     refused = {tp: pb.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets
                if metadata_cache.partition_state(*tp) is None}
@@ -99,7 +103,7 @@ def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, gene
     except CoordinatorError as e:
         return _value({tp: e.error_code for tp in offsets})
 
-    async def answer() -> dict[TopicPartition, int]:
+    async def answer() -> dict[TopicPartition, pb.ErrorCode]:
         result = await pending
         if not isinstance(result, CommitAnswer):
             raise InvariantViolation(f"a commit answered with {result!r}")
@@ -109,7 +113,7 @@ def commit(coordinator: GroupCoordinator, metadata_cache, *, group_id: str, gene
 
 def fetch_offsets(coordinator: GroupCoordinator, group_id: str,
                   partitions: list[TopicPartition] | None
-                  ) -> tuple[int, dict[TopicPartition, CommittedOffset | None]]:
+                  ) -> tuple[pb.ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
     """(error code, committed offset per partition; every committed one for None)."""
     try:
         state, _, _ = coordinator.now(group_id)
@@ -118,7 +122,8 @@ def fetch_offsets(coordinator: GroupCoordinator, group_id: str,
     return pb.NONE, state.fetch_offsets(group_id, partitions)
 
 
-def describe(coordinator: GroupCoordinator, group_id: str) -> tuple[int, Group | None]:
+def describe(coordinator: GroupCoordinator, group_id: str
+             ) -> tuple[pb.ErrorCode, Group | None]:
     """(error code, the group or None when it does not exist: Kafka's "Dead")."""
     try:
         state, _, _ = coordinator.now(group_id)
@@ -127,21 +132,21 @@ def describe(coordinator: GroupCoordinator, group_id: str) -> tuple[int, Group |
     return pb.NONE, state.groups.get(group_id)
 
 
-def listed_groups(coordinator: GroupCoordinator) -> tuple[int, list[Group]]:
+def listed_groups(coordinator: GroupCoordinator) -> tuple[pb.ErrorCode, list[Group]]:
     """Every group of the partitions this broker coordinates; COORDINATOR_LOAD_IN_PROGRESS
     while one of them still loads (the list may miss its groups)."""
     groups = [g for state in coordinator.loaded_states() for g in state.groups.values()]
     return (pb.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading() else pb.NONE), groups
 
 
-def delete(coordinator: GroupCoordinator, group_id: str) -> Awaitable[int]:
+def delete(coordinator: GroupCoordinator, group_id: str) -> Awaitable[pb.ErrorCode]:
     try:
         pending = coordinator.request(group_id, lambda state, token, now_ms:
                                       state.delete_group(token, now_ms, group_id))
     except CoordinatorError as e:
         return _value(e.error_code)
 
-    async def answer() -> int:
+    async def answer() -> pb.ErrorCode:
         result = await pending
         if not isinstance(result, CodeAnswer):
             raise InvariantViolation(f"a group request answered with {result!r}")

@@ -176,7 +176,7 @@ class Group:
 
 @dataclass(frozen=True)
 class JoinAnswer:
-    error_code: int
+    error_code: pb.ErrorCode
     generation_id: int = NO_GENERATION
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -187,7 +187,7 @@ class JoinAnswer:
 
 @dataclass(frozen=True)
 class SyncAnswer:
-    error_code: int
+    error_code: pb.ErrorCode
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignment: bytes = b""
@@ -197,12 +197,12 @@ class SyncAnswer:
 class CodeAnswer:
     """Heartbeat, DeleteGroups (per group), LeaveGroup (per member)."""
 
-    error_code: int
+    error_code: pb.ErrorCode
 
 
 @dataclass(frozen=True)
 class CommitAnswer:
-    errors: dict[tuple[str, int], int]  # (topic, partition) -> error code
+    errors: dict[tuple[str, int], pb.ErrorCode]  # (topic, partition) -> error code
 
 
 Answer = JoinAnswer | SyncAnswer | CodeAnswer | CommitAnswer
@@ -231,7 +231,7 @@ class Ready:
 class _PendingWrite:
     group_id: str
     # error code -> the Ready that follows (applied to the state by the callback).
-    on_done: Callable[[int, int], Ready]
+    on_done: Callable[[pb.ErrorCode, int], Ready]
 
 
 def _group_metadata_record(group: Group, now_ms: int) -> records.GroupRecord:
@@ -251,7 +251,7 @@ def _group_metadata_record(group: Group, now_ms: int) -> records.GroupRecord:
 
 # Errors a failed append answers with, as Kafka maps them for the group's clients:
 # each tells the client to find the coordinator again (or to retry).
-def coordinator_error_for_write(code: int) -> int:
+def coordinator_error_for_write(code: pb.ErrorCode) -> pb.ErrorCode:
     if code in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.NOT_ENOUGH_REPLICAS,
                 pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND, pb.REQUEST_TIMED_OUT):
         return pb.COORDINATOR_NOT_AVAILABLE
@@ -292,24 +292,24 @@ class GroupCoordinatorState:
             if record.value is None:
                 self.groups.pop(record.group_id, None)
                 return
-            v = record.value
+            meta = record.value
             group = self.groups.setdefault(record.group_id, Group(record.group_id))
-            group.generation = v.generation
-            group.protocol_type = v.protocol_type or None
-            group.protocol_name = v.protocol
-            group.leader_id = v.leader
+            group.generation = meta.generation
+            group.protocol_type = meta.protocol_type or None
+            group.protocol_name = meta.protocol
+            group.leader_id = meta.leader
             group.members = {m.member_id: Member(
                 member_id=m.member_id, group_instance_id=m.group_instance_id,
                 client_id=m.client_id, client_host=m.client_host,
                 rebalance_timeout_ms=m.rebalance_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms, protocol_type=v.protocol_type,
-                protocols=[(v.protocol or "", m.subscription)], assignment=m.assignment,
-                last_heartbeat_ms=now_ms, is_new=False) for m in v.members}
-            group.static_members = {m.group_instance_id: m.member_id for m in v.members
+                session_timeout_ms=m.session_timeout_ms, protocol_type=meta.protocol_type,
+                protocols=[(meta.protocol or "", m.subscription)], assignment=m.assignment,
+                last_heartbeat_ms=now_ms, is_new=False) for m in meta.members}
+            group.static_members = {m.group_instance_id: m.member_id for m in meta.members
                                     if m.group_instance_id is not None}
             group.transition(GroupState.STABLE if group.members else GroupState.EMPTY, now_ms)
-            if v.current_state_timestamp_ms >= 0:
-                group.state_timestamp_ms = v.current_state_timestamp_ms  # for offset expiry
+            if meta.current_state_timestamp_ms >= 0:
+                group.state_timestamp_ms = meta.current_state_timestamp_ms  # for offset expiry
 
     def end_load(self, now_ms: int) -> None:
         """Loaded members' session timers start now (they heartbeat the new coordinator)."""
@@ -413,7 +413,7 @@ class GroupCoordinatorState:
         if group.state == GroupState.STABLE and unchanged:
             # No rebalance: the group's metadata names the new id before the join is
             # answered with the current generation (the member keeps its assignment).
-            def written(code: int, done_ms: int) -> Ready:
+            def written(code: pb.ErrorCode, done_ms: int) -> Ready:
                 if code == pb.NONE:
                     return Ready(replies=[(token, self._join_answer(group, new_id))])
                 return Ready(replies=[(token, JoinAnswer(coordinator_error_for_write(code),
@@ -424,7 +424,7 @@ class GroupCoordinatorState:
         self._update_member(member, token, protocols, session_timeout_ms, rebalance_timeout_ms)
         return ready.extend(self._prepare_rebalance(group, now_ms))
 
-    def _join_error(self, token: Any, code: int, member_id: str) -> Ready:
+    def _join_error(self, token: Any, code: pb.ErrorCode, member_id: str) -> Ready:
         return Ready(replies=[(token, JoinAnswer(code, member_id=member_id))])
 
     @staticmethod
@@ -476,7 +476,7 @@ class GroupCoordinatorState:
             group.delay_deadline_ms = None
         return ready.extend(self._maybe_complete_join(group, now_ms))
 
-    def _reset_and_answer_syncs(self, group: Group, code: int) -> Ready:
+    def _reset_and_answer_syncs(self, group: Group, code: pb.ErrorCode) -> Ready:
         ready = Ready()
         for m in group.members.values():
             m.assignment = b""
@@ -566,7 +566,7 @@ class GroupCoordinatorState:
         for m in group.members.values():
             m.assignment = saved[m.member_id]
 
-        def written(code: int, done_ms: int) -> Ready:
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             if group.state != GroupState.COMPLETING_REBALANCE or group.generation != generation:
                 return Ready()  # the group moved on; its syncs were answered then
             if code != pb.NONE:
@@ -591,7 +591,7 @@ class GroupCoordinatorState:
     # ------------------------------------------------------------ Heartbeat, LeaveGroup
 
     def heartbeat(self, now_ms: int, *, group_id: str, generation_id: int,
-                  member_id: str, group_instance_id: str | None = None) -> int:
+                  member_id: str, group_instance_id: str | None = None) -> pb.ErrorCode:
         group = self.groups.get(group_id)
         if group is not None and group.fenced(member_id, group_instance_id):
             return pb.FENCED_INSTANCE_ID
@@ -608,7 +608,7 @@ class GroupCoordinatorState:
 
     def leave_group(self, now_ms: int, *, group_id: str, member_ids: list[str],
                     group_instance_ids: list[str | None] | None = None
-                    ) -> tuple[list[int], Ready]:
+                    ) -> tuple[list[pb.ErrorCode], Ready]:
         """Per-member error codes, in order, and what the leaving changes. A member may be
         named by its instance id (member id "") or by both (they must match)."""
         group = self.groups.get(group_id)
@@ -696,8 +696,8 @@ class GroupCoordinatorState:
         return ready
 
     def _expired_written(self, group: Group, expired: dict[tuple[str, int], CommittedOffset],
-                         emptied: bool) -> Callable[[int, int], Ready]:
-        def written(code: int, done_ms: int) -> Ready:
+                         emptied: bool) -> Callable[[pb.ErrorCode, int], Ready]:
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             self._expiring.discard(group.group_id)
             if code != pb.NONE:
                 return Ready()  # the next check tries again
@@ -746,7 +746,7 @@ class GroupCoordinatorState:
             member = group.members.get(member_id)
             if member is not None:
                 member.last_heartbeat_ms = now_ms
-        errors: dict[tuple[str, int], int] = {}
+        errors: dict[tuple[str, int], pb.ErrorCode] = {}
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         for tp, (offset, leader_epoch, metadata) in offsets.items():
             if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
@@ -759,7 +759,7 @@ class GroupCoordinatorState:
             c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
             for tp, c in accepted.items())
 
-        def written(code: int, done_ms: int) -> Ready:
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             answer = dict(errors)
             if code == pb.NONE:
                 target = self.groups.get(group_id)
@@ -791,7 +791,7 @@ class GroupCoordinatorState:
             records.OffsetCommitRecord(group_id, t, p, None) for t, p in group.offsets]
         tombstones.append(records.GroupMetadataRecord(group_id, None))
 
-        def written(code: int, done_ms: int) -> Ready:
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             if code == pb.NONE:
                 group.transition(GroupState.DEAD, done_ms)
                 if self.groups.get(group_id) is group:
@@ -802,12 +802,12 @@ class GroupCoordinatorState:
     # ------------------------------------------------------------ writes
 
     def _write(self, group: Group, recs: tuple[records.GroupRecord, ...],
-               on_done: Callable[[int, int], Ready]) -> Write:
+               on_done: Callable[[pb.ErrorCode, int], Ready]) -> Write:
         write_id = next(self._write_ids)
         self._pending_writes[write_id] = _PendingWrite(group.group_id, on_done)
         return Write(write_id, recs)
 
-    def on_write_done(self, write_id: int, error_code: int, now_ms: int) -> Ready:
+    def on_write_done(self, write_id: int, error_code: pb.ErrorCode, now_ms: int) -> Ready:
         pending = self._pending_writes.pop(write_id, None)
         if pending is None:
             return Ready()

@@ -48,19 +48,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import sasl, security_apis
-from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID,
     INIT_PRODUCER_ID_VERSIONS,
     on_init_producer_id,
 )
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.replication.control_rules import client_fetch_refusal
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
@@ -76,7 +80,7 @@ from tidewater.proto.acls import (
     WRITE,
 )
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
-from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, read_header
+from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -113,7 +117,7 @@ NO_TOPIC_ID = uuid.UUID(int=0)
 ZSTD_PRODUCE_FROM, ZSTD_FETCH_FROM = 7, 10
 
 
-def uses_zstd(records: bytes) -> bool:
+def uses_zstd(records: BytesLike) -> bool:
     """Does any whole batch in ``records`` use zstd? Framing only (no CRC check): what is
     malformed is the produce path's to refuse, and a fetch may end in a partial batch."""
     position = 0
@@ -131,16 +135,16 @@ def uses_zstd(records: bytes) -> bool:
 class Services:
     """What a Kafka request may reach: the broker's own paths, nothing else."""
 
-    replica_manager: Any
-    metadata_cache: Any
-    controller: Any  # ControllerForwarder (CreateTopics, DeleteTopics, DescribeCluster)
+    replica_manager: ReplicaManager
+    metadata_cache: MetadataCache
+    controller: ControllerForwarder  # CreateTopics, DeleteTopics, DescribeCluster, ...
     listener_name: str  # the registration's listener whose addresses Metadata answers
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
-    group_coordinator: Any = None  # broker/group GroupCoordinator (the group APIs)
+    group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
     # connection its own copy of Services). None: no security, everything allowed.
-    connection: Any = None
+    connection: sasl.ConnectionSecurity | None = None
     # The client's address as Kafka shows it in a group member's HOST ("/127.0.0.1").
     client_host: str = ""
 
@@ -174,7 +178,8 @@ def api_versions_values(error_code: int = pb.NONE) -> dict[str, Any]:
                          for key, (low, high) in sorted(SUPPORTED.items())]}
 
 
-async def on_api_versions(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_api_versions(s: Services, head: RequestHead, body: RequestBody
+                         ) -> Awaitable[Response]:
     return _done(api_versions_values())
 
 
@@ -184,7 +189,8 @@ def _topic_id(raw: bytes) -> uuid.UUID:
     return uuid.UUID(bytes=raw) if len(raw) == 16 else NO_TOPIC_ID
 
 
-async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_metadata(s: Services, head: RequestHead, body: RequestBody
+                     ) -> Awaitable[Response]:
     requested = body.topics
     if requested is not None and head.api_version >= 1 and len(requested) == 0:
         names: list[str] | None = []  # v1+: an empty list asks for no topic
@@ -223,7 +229,7 @@ async def on_metadata(s: Services, head: RequestHead, body) -> Awaitable[Respons
 
 # ---------------------------------------------------------------- Produce
 
-def produce_request(body) -> pb.ProduceRequest:
+def produce_request(body: RequestBody) -> pb.ProduceRequest:
     request = pb.ProduceRequest(acks=body.acks, timeout_ms=milliseconds(body.timeout))
     for topic in body.topic_data:
         for p in topic.partition_data:
@@ -232,8 +238,18 @@ def produce_request(body) -> pb.ProduceRequest:
     return request
 
 
-def by_topic(partitions, name_key: str, parts_key: str,
-             entry: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+class _Topical(Protocol):
+    """A per-partition answer (produce, fetch, list offsets...)."""
+
+    @property
+    def topic(self) -> str: ...
+
+
+_Answer = TypeVar("_Answer", bound=_Topical)
+
+
+def by_topic(partitions: Iterable[_Answer], name_key: str, parts_key: str,
+             entry: Callable[[_Answer], dict[str, Any]]) -> list[dict[str, Any]]:
     """Kafka's topic -> partitions nesting of per-partition answers, topics in first-seen
     order: ``[{name_key: topic, parts_key: [entry(p), ...]}, ...]``."""
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -250,23 +266,25 @@ def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
             "record_errors": [], "error_message": p.error_message or None})}
 
 
-def _refused(p: pb.ProducePartitionData, code: int, message: str) -> pb.ProducePartitionResponse:
+def _refused(p: pb.ProducePartitionData, code: pb.ErrorCode,
+             message: str) -> pb.ProducePartitionResponse:
     return pb.ProducePartitionResponse(topic=p.topic, partition=p.partition, error_code=code,
                                        error_message=message, base_offset=-1,
                                        log_start_offset=-1)
 
 
-async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_produce(s: Services, head: RequestHead, body: RequestBody
+                    ) -> Awaitable[Response]:
     """Appends now (requests on one connection keep their order); the returned awaitable
     is the answer: at once for acks=1, when the ISR has the records for acks=all, None
     (no answer at all) for acks=0."""
     request = produce_request(body)
-    refused = []
+    refused: list[pb.ProducePartitionResponse] = []
     writable = {name: s.allowed(WRITE, TOPIC, name)
                 for name in {p.topic for p in request.partitions}}
     if (body.transactional_id is not None or head.api_version < ZSTD_PRODUCE_FROM
             or not all(writable.values())):
-        kept = []
+        kept: list[pb.ProducePartitionData] = []
         for p in request.partitions:
             if not writable[p.topic]:
                 refused.append(_refused(p, pb.TOPIC_AUTHORIZATION_FAILED,
@@ -281,8 +299,8 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
         del request.partitions[:]
         request.partitions.extend(kept)
         if not kept:
-            answer = pb.ProduceResponse(partitions=refused)
-            return _done(None if request.acks == 0 else produce_values(answer))
+            all_refused = pb.ProduceResponse(partitions=refused)
+            return _done(None if request.acks == 0 else produce_values(all_refused))
     rm = s.replica_manager
     response, waits = await rm.produce_append(request)
     response.partitions.extend(refused)
@@ -291,8 +309,11 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
     if not waits:
         return _done(produce_values(response))
     outcome: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
-    withdraw = rm.produce_watch(request, response, waits,
-                                lambda done: outcome.done() or outcome.set_result(done))
+
+    def settle(done: pb.ProduceResponse) -> None:
+        if not outcome.done():
+            outcome.set_result(done)
+    withdraw = rm.produce_watch(request, response, waits, settle)
 
     async def answer() -> Response:
         return produce_values(await outcome)
@@ -306,7 +327,7 @@ async def on_produce(s: Services, head: RequestHead, body) -> Awaitable[Response
 
 # ---------------------------------------------------------------- Fetch
 
-def fetch_request(body, version: int) -> pb.FetchRequest:
+def fetch_request(body: RequestBody, version: int) -> pb.FetchRequest:
     request = pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
                               max_wait_ms=milliseconds(body.max_wait),
                               min_bytes=body.min_bytes, max_bytes=body.max_bytes)
@@ -340,7 +361,8 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
             "responses": by_topic(results, "topic", "partitions", entry)}
 
 
-async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_fetch(s: Services, head: RequestHead, body: RequestBody
+                  ) -> Awaitable[Response]:
     if code := client_fetch_refusal(body.replica_id):  # followers fetch on BrokerControl
         return _done({"throttle_time": 0, "error_code": code, "session_id": 0,
                       "responses": []})
@@ -368,9 +390,10 @@ async def on_fetch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
 
 # ---------------------------------------------------------------- ListOffsets
 
-async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_list_offsets(s: Services, head: RequestHead, body: RequestBody
+                         ) -> Awaitable[Response]:
     request = pb.ListOffsetsRequest(replica_id=-1)
-    denied = []
+    denied: list[pb.ListOffsetsPartitionResponse] = []
     for topic in body.topics:
         if not s.allowed(DESCRIBE, TOPIC, topic.name):
             denied += [pb.ListOffsetsPartitionResponse(
@@ -392,9 +415,10 @@ async def on_list_offsets(s: Services, head: RequestHead, body) -> Awaitable[Res
 
 # ---------------------------------------------------------------- OffsetForLeaderEpoch
 
-async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body: RequestBody
+                                    ) -> Awaitable[Response]:
     request = pb.OffsetForLeaderEpochRequest(replica_id=-1)
-    denied = []
+    denied: list[pb.OffsetForLeaderEpochPartitionResponse] = []
     for topic in body.topics:
         if not s.allowed(DESCRIBE, TOPIC, topic.topic):
             denied += [pb.OffsetForLeaderEpochPartitionResponse(
@@ -416,7 +440,8 @@ async def on_offset_for_leader_epoch(s: Services, head: RequestHead, body) -> Aw
 
 # ---------------------------------------------------------------- admin (forwarded)
 
-async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
+                          ) -> Awaitable[Response]:
     request = pb.CreateTopicsRequest(timeout_ms=milliseconds(body.timeout),
                                      validate_only=getattr(body, "validate_only", False))
     refused: dict[str, str] = {}
@@ -454,7 +479,8 @@ async def on_create_topics(s: Services, head: RequestHead, body) -> Awaitable[Re
     return answer()
 
 
-async def on_delete_topics(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_delete_topics(s: Services, head: RequestHead, body: RequestBody
+                          ) -> Awaitable[Response]:
     names = list(getattr(body, "topic_names", None) or
                  [t.name for t in getattr(body, "topics", ()) if t.name is not None])
     denied = [n for n in dict.fromkeys(names) if not s.allowed(DELETE, TOPIC, n)]
@@ -487,7 +513,7 @@ def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
     ``keys`` that is known), its value and where the value comes from."""
     from tidewater.proto.topic_config import TOPIC_CONFIGS
     names = sorted(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
-    entries = []
+    entries: list[dict[str, Any]] = []
     for name in names:
         source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
         value = own.get(name, defaults.get(name))
@@ -499,8 +525,9 @@ def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
     return entries
 
 
-async def on_describe_configs(s: Services, head: RequestHead, body) -> Awaitable[Response]:
-    results = []
+async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
+                             ) -> Awaitable[Response]:
+    results: list[dict[str, Any]] = []
     defaults = s.topic_config_defaults()
     known = set(s.metadata_cache.topics())
     for resource in body.resources:
@@ -527,7 +554,8 @@ async def on_describe_configs(s: Services, head: RequestHead, body) -> Awaitable
     return _done({"throttle_time": 0, "results": results})
 
 
-async def on_describe_cluster(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
+                             ) -> Awaitable[Response]:
     if not s.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
         return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
                       "error_message": "needs DESCRIBE on the cluster", "endpoint_type": 1,
@@ -540,10 +568,11 @@ async def on_describe_cluster(s: Services, head: RequestHead, body) -> Awaitable
                     for b in answer.brokers]})
 
 
-async def on_create_partitions(s: Services, head: RequestHead, body) -> Awaitable[Response]:
+async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody
+                              ) -> Awaitable[Response]:
     request = pb.CreatePartitionsRequest(timeout_ms=milliseconds(body.timeout),
                                          validate_only=body.validate_only)
-    refused = {}
+    refused: dict[str, tuple[pb.ErrorCode, str]] = {}
     for t in body.topics:
         if not s.allowed(ALTER, TOPIC, t.name):
             refused[t.name] = (pb.TOPIC_AUTHORIZATION_FAILED, "needs ALTER on the topic")
@@ -564,7 +593,8 @@ async def on_create_partitions(s: Services, head: RequestHead, body) -> Awaitabl
     return answer()
 
 
-Handler = Callable[[Services, RequestHead, Any], Any]
+# A request's handler: does its in-order work, then returns the awaitable answer.
+Handler = Callable[[Services, RequestHead, RequestBody], Awaitable[Awaitable[Response]]]
 
 HANDLERS: dict[int, Handler] = {
     API_VERSIONS: on_api_versions,

@@ -26,19 +26,34 @@ import io
 import struct
 import typing
 import uuid
+from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from types import ModuleType
+from typing import IO, TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import Reader
+from kio.serial.writers import Writer
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity, RequestHeader, RequestPayload, ResponsePayload
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from tidewater.proto.errors import InvalidRequestError, TidewaterError, UnsupportedVersionError
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 _SIZE = struct.Struct(">i")
+_Built = TypeVar("_Built", bound="DataclassInstance")
+
+# A decoded request's body as the APIs (``apis.HANDLERS``) take it: an instance of the
+# kio class of the API version the client sent, picked at run time. One handler serves
+# every version of its API and reads fields by name (``getattr`` with a default where
+# some version lacks the field), so no static type narrower than this describes it.
+RequestBody: TypeAlias = Any
 
 
 class UnknownApiKeyError(TidewaterError):
@@ -55,7 +70,7 @@ class RequestHead:
     client_id: str | None
 
 
-def peek_head(frame: bytes) -> tuple[int, int, int]:
+def peek_head(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request frame's body; InvalidRequestError
     if it is too short to hold them."""
     if len(frame) < _HEAD.size:
@@ -65,18 +80,21 @@ def peek_head(frame: bytes) -> tuple[int, int, int]:
 
 
 @cache
-def _request_type(api_key: int, api_version: int) -> type:
+def _request_type(api_key: int, api_version: int) -> type[RequestPayload]:
     module = load_payload_module(api_key, api_version, EntityType.request)
-    return module.__dict__[_payload_class_name(module, "Request")]
+    entity_type: type[RequestPayload] = module.__dict__[_payload_class_name(module, "Request")]
+    return entity_type
 
 
 @cache
-def _response_type(api_key: int, api_version: int) -> type:
+def _response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
     module = load_payload_module(api_key, api_version, EntityType.response)
-    return module.__dict__[_payload_class_name(module, "Response")]
+    entity_type: type[ResponsePayload] = module.__dict__[
+        _payload_class_name(module, "Response")]
+    return entity_type
 
 
-def _payload_class_name(module, suffix: str) -> str:
+def _payload_class_name(module: ModuleType, suffix: str) -> str:
     for name, value in vars(module).items():
         if (isinstance(value, type) and name.endswith(suffix)
                 and getattr(value, "__type__", None) in (EntityType.request, EntityType.response)):
@@ -84,11 +102,11 @@ def _payload_class_name(module, suffix: str) -> str:
     raise LookupError(f"no {suffix} class in {module.__name__}")
 
 
-def response_type(api_key: int, api_version: int) -> type:
+def response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
     return _response_type(api_key, api_version)
 
 
-def request_type(api_key: int, api_version: int) -> type:
+def request_type(api_key: int, api_version: int) -> type[RequestPayload]:
     return _request_type(api_key, api_version)
 
 
@@ -96,7 +114,9 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, values: 
                    client_id: str | None = "tidewater") -> bytes:
     """A request frame, size prefix included (what a client sends; tests use it)."""
     entity_type = _request_type(api_key, api_version)
-    header_type = entity_type.__header_schema__
+    # Typed as any entity: mypy's Hashable check of a cached function's argument fails
+    # on the union of the two header types.
+    header_type: type[Entity] = entity_type.__header_schema__
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
     header_values = {"request_api_key": api_key, "request_api_version": api_version,
@@ -108,7 +128,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, values: 
     return bytes(frame)
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, Entity]:
     """(correlation_id, body) of a response frame without its size prefix (tests use it)."""
     entity_type = _response_type(api_key, api_version)
     (correlation_id,) = _SIZE.unpack_from(frame)
@@ -122,17 +142,17 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> tuple[int, 
 
 
 @cache
-def _reader(entity_type: type):
+def _reader(entity_type: type[Entity]) -> Reader[Entity]:
     return entity_reader(entity_type)
 
 
 @cache
-def _writer(entity_type: type):
+def _writer(entity_type: type[Entity]) -> Writer[Entity]:
     return entity_writer(entity_type)
 
 
-def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
-                   ) -> tuple[RequestHead, Any]:
+def decode_request(frame: bytes | memoryview, supported: dict[int, tuple[int, int]]
+                   ) -> tuple[RequestHead, Entity]:
     """The head and body of one request frame (without its size prefix).
 
     UnknownApiKeyError: an API key not in ``supported`` (close the connection).
@@ -152,9 +172,10 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
         # there (a 100-byte frame claiming a 200 GB array aborted the process: make fuzz),
         # and takes a null (-1) for any string or array, nullable or not. Every length is
         # checked against the frame and the schema first, in Python.
-        end = check_lengths(request_type.__header_schema__, frame, 0)
+        header_type: type[Entity] = request_type.__header_schema__  # as in encode_request
+        end = check_lengths(header_type, frame, 0)
         check_lengths(request_type, frame, end)
-        header, used = _reader(request_type.__header_schema__)(frame, 0)
+        header, used = _reader(header_type)(frame, 0)
         body, body_used = _reader(request_type)(frame, used)
     except InvalidRequestError:
         raise
@@ -163,6 +184,7 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]
                                   f"{type(e).__name__}: {e}") from e
     # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
     # sends three after a Metadata v12 asking for every topic.
+    assert isinstance(header, RequestHeader), type(header)
     return RequestHead(api_key, api_version, correlation_id, header.client_id), body
 
 
@@ -201,7 +223,7 @@ class _Parts:
         return self.parts
 
 
-def encode_response_parts(head: RequestHead, body: Any) -> list[bytes]:
+def encode_response_parts(head: RequestHead, body: ResponsePayload) -> list[bytes]:
     """The response frame, size prefix included, for ``body`` answering ``head``, as
     parts to write in order (``transport.writelines``: no join of the records)."""
     out = _Parts()
@@ -210,14 +232,15 @@ def encode_response_parts(head: RequestHead, body: Any) -> list[bytes]:
     # sent a version we do not know must still read the answer.
     if head.api_key != API_VERSIONS_KEY and type(body).__flexible__:
         out.write(b"\0")  # no tagged fields in the response header
-    _writer(type(body))(out, body)
+    # kio's writers only call ``write`` on their target.
+    _writer(type(body))(cast(IO[bytes], out), body)
     size = out.size
     parts = out.finish()
     parts[0] = _SIZE.pack(size) + parts[0]
     return parts
 
 
-def encode_response(head: RequestHead, body: Any) -> bytes:
+def encode_response(head: RequestHead, body: ResponsePayload) -> bytes:
     """The response frame, size prefix included, for ``body`` answering ``head``."""
     return b"".join(encode_response_parts(head, body))
 
@@ -234,7 +257,7 @@ class _Truncated(Exception):
     """A length (or a null) the frame and the schema do not allow."""
 
 
-def _uvarint(buf: bytes, offset: int) -> tuple[int, int]:
+def _uvarint(buf: bytes | memoryview, offset: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if offset >= len(buf):
@@ -249,7 +272,7 @@ def _uvarint(buf: bytes, offset: int) -> tuple[int, int]:
             raise _Truncated("varint longer than 5 bytes")
 
 
-def _length(buf: bytes, offset: int, compact: bool, wide: bool) -> tuple[int, int]:
+def _length(buf: bytes | memoryview, offset: int, compact: bool, wide: bool) -> tuple[int, int]:
     """(length or -1 for null, offset after it): compact uvarint N+1, else int16/int32."""
     if compact:
         raw, offset = _uvarint(buf, offset)
@@ -261,7 +284,7 @@ def _length(buf: bytes, offset: int, compact: bool, wide: bool) -> tuple[int, in
 
 
 @cache
-def _wire_fields(entity_type: type) -> tuple[tuple[str, str | None, bool, bool, Any], ...]:
+def _wire_fields(entity_type: type[Entity]) -> tuple[tuple[str, str | None, bool, bool, Any], ...]:
     """(name, kafka type, nullable, is array, nested type) per untagged field, in wire
     order. (No request we serve has a nullable struct, which would carry a marker byte.)"""
     hints = _hints(entity_type)
@@ -281,7 +304,7 @@ def _wire_fields(entity_type: type) -> tuple[tuple[str, str | None, bool, bool, 
     return tuple(out)
 
 
-def check_lengths(entity_type: type, buf: bytes, offset: int) -> int:
+def check_lengths(entity_type: type[Entity], buf: bytes | memoryview, offset: int) -> int:
     """Walk ``entity_type``'s encoding in ``buf`` from ``offset`` checking that every length
     (strings, bytes, arrays, tagged fields) fits in what is left and that no field the
     schema does not let be null is; returns the end offset. InvalidRequestError otherwise.
@@ -292,7 +315,7 @@ def check_lengths(entity_type: type, buf: bytes, offset: int) -> int:
         raise InvalidRequestError(f"{entity_type.__name__}: {e}") from None
 
 
-def _walk(entity_type: type, buf: bytes, offset: int) -> int:
+def _walk(entity_type: type[Entity], buf: bytes | memoryview, offset: int) -> int:
     flexible = bool(entity_type.__flexible__)
     # The request header's client_id keeps its int16 length even in header v2.
     compact = flexible and entity_type.__name__ != "RequestHeader"
@@ -318,7 +341,8 @@ def _walk(entity_type: type, buf: bytes, offset: int) -> int:
     return offset
 
 
-def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes, offset: int,
+def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes | memoryview,
+              offset: int,
               compact: bool, name: str) -> int:
     if nested is not None:
         return _walk(nested, buf, offset)
@@ -338,7 +362,7 @@ def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes, o
 
 # ---------------------------------------------------------------- building entities
 
-def build(entity_type: type, values: dict[str, Any]) -> Any:
+def build(entity_type: type[_Built], values: Mapping[str, Any]) -> _Built:
     """An entity of ``entity_type`` from ``values`` (see the module docstring)."""
     hints = _hints(entity_type)
     kwargs = {}
@@ -350,7 +374,7 @@ def build(entity_type: type, values: dict[str, Any]) -> Any:
 
 
 @cache
-def _hints(entity_type: type) -> dict[str, Any]:
+def _hints(entity_type: type[DataclassInstance]) -> dict[str, Any]:
     return typing.get_type_hints(entity_type)
 
 
@@ -365,7 +389,7 @@ def _convert(value: Any, hint: Any, kafka_type: str | None) -> Any:
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         if len(inner) == 1:
             return _convert(value, inner[0], kafka_type)
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return build(hint, value)
     if kafka_type == "error_code":
         return ErrorCode(int(value))

@@ -25,11 +25,13 @@ join/sync/heartbeat/leave/commit/fetch, DESCRIBE for describe/list, DELETE).
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Protocol
 
 from tidewater.broker.group import service
+from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
-from tidewater.broker.kafka.codec import RequestHead, milliseconds
+from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -58,7 +60,35 @@ GROUP_KEY_TYPE = 0
 JOIN_MEMBER_ID_REQUIRED_FROM = 4
 
 
-def authorize_group(s, head: RequestHead, operation: str, group_id: str) -> int | None:
+class GroupServices(Protocol):
+    """What the group APIs reach of ``apis.Services``."""
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None: ...
+
+    @property
+    def metadata_cache(self) -> MetadataCache: ...
+
+    @property
+    def listener_name(self) -> str: ...
+
+    @property
+    def client_host(self) -> str: ...
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool: ...
+
+
+def _coordinator(s: GroupServices) -> GroupCoordinator:
+    """The broker's group coordinator (a listener built without one serves no group API:
+    the request fails and the connection closes, as for any request that cannot be
+    handled)."""
+    if s.group_coordinator is None:
+        raise LookupError("no group coordinator on this listener")
+    return s.group_coordinator
+
+
+def authorize_group(s: GroupServices, head: RequestHead, operation: str,
+                    group_id: str) -> pb.ErrorCode | None:
     """The error code refusing ``operation`` ("READ", "DESCRIBE", "DELETE") on group
     ``group_id`` to this connection, or None to allow it: every group API asks here.
 
@@ -77,10 +107,12 @@ def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
 
 # ---------------------------------------------------------------- FindCoordinator
 
-async def on_find_coordinator(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_find_coordinator(s: GroupServices, head: RequestHead, body: RequestBody
+                             ) -> Awaitable[dict[str, Any]]:
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
-    keys = list(body.coordinator_keys) if head.api_version >= 4 else [body.key]
-    found = []
+    keys: list[str] = list(body.coordinator_keys) if head.api_version >= 4 else [body.key]
+    # (key, error code, node id, host, port, error message)
+    found: list[tuple[str, pb.ErrorCode, int, str, int, str | None]] = []
     for key in keys:
         if key_type != GROUP_KEY_TYPE:
             found.append((key, pb.INVALID_REQUEST, -1, "", -1,
@@ -89,16 +121,16 @@ async def on_find_coordinator(s, head: RequestHead, body) -> Awaitable[dict[str,
         if (code := authorize_group(s, head, "DESCRIBE", key)) is not None:
             found.append((key, code, -1, "", -1, None))
             continue
-        node = await s.group_coordinator.find_coordinator(key, s.listener_name)
+        node = await _coordinator(s).find_coordinator(key, s.listener_name)
         found.append((key, node.error_code, node.node_id, node.host, node.port,
                       node.message or None))
     if head.api_version >= 4:
         return _done({"throttle_time": 0, "coordinators": [
             {"key": k, "error_code": code, "node_id": node, "host": host, "port": port,
              "error_message": message} for k, code, node, host, port, message in found]})
-    _, code, node, host, port, message = found[0]
+    _, code, node_id, host, port, message = found[0]
     return _done({"throttle_time": 0, "error_code": code, "error_message": message,
-                  "node_id": node, "host": host, "port": port})
+                  "node_id": node_id, "host": host, "port": port})
 
 
 # ---------------------------------------------------------------- JoinGroup, SyncGroup
@@ -106,7 +138,7 @@ async def on_find_coordinator(s, head: RequestHead, body) -> Awaitable[dict[str,
 JOIN_PROTOCOL_NULLABLE_FROM = 7
 
 
-def _join_values(answer, version: int) -> dict[str, Any]:
+def _join_values(answer: JoinAnswer, version: int) -> dict[str, Any]:
     protocol_name = answer.protocol_name
     if protocol_name is None and version < JOIN_PROTOCOL_NULLABLE_FROM:
         protocol_name = ""  # not nullable before v7
@@ -118,7 +150,8 @@ def _join_values(answer, version: int) -> dict[str, Any]:
                         for m, instance, metadata in answer.members]}
 
 
-async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_join_group(s: GroupServices, head: RequestHead, body: RequestBody
+                       ) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(_join_values(JoinAnswer(code, member_id=body.member_id),
@@ -126,7 +159,7 @@ async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
     session_ms = milliseconds(body.session_timeout)
     rebalance = getattr(body, "rebalance_timeout", None)
     pending = service.join(
-        s.group_coordinator, group_id=group_id, member_id=body.member_id,
+        _coordinator(s), group_id=group_id, member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
         client_id=head.client_id or "", client_host=s.client_host,
         protocol_type=body.protocol_type,
@@ -140,7 +173,8 @@ async def on_join_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
     return answer()
 
 
-async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_sync_group(s: GroupServices, head: RequestHead, body: RequestBody
+                       ) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
 
     def values(answer: SyncAnswer) -> dict[str, Any]:
@@ -150,7 +184,7 @@ async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(values(SyncAnswer(code)))
     pending = service.sync(
-        s.group_coordinator, group_id=group_id, generation_id=body.generation_id,
+        _coordinator(s), group_id=group_id, generation_id=body.generation_id,
         member_id=body.member_id, protocol_type=getattr(body, "protocol_type", None),
         protocol_name=getattr(body, "protocol_name", None),
         assignments={a.member_id: bytes(a.assignment) for a in body.assignments},
@@ -163,24 +197,26 @@ async def on_sync_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]
 
 # ---------------------------------------------------------------- Heartbeat, LeaveGroup
 
-async def on_heartbeat(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_heartbeat(s: GroupServices, head: RequestHead, body: RequestBody
+                      ) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     code = authorize_group(s, head, "READ", group_id)
     if code is None:
-        code = service.heartbeat(s.group_coordinator, group_id=group_id,
+        code = service.heartbeat(_coordinator(s), group_id=group_id,
                                  generation_id=body.generation_id, member_id=body.member_id,
                                  group_instance_id=getattr(body, "group_instance_id", None))
     return _done({"throttle_time": 0, "error_code": code})
 
 
-async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_leave_group(s: GroupServices, head: RequestHead, body: RequestBody
+                        ) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     batch = head.api_version >= 3
     identities = ([(m.member_id, m.group_instance_id) for m in body.members] if batch
                   else [(body.member_id, None)])
     top = authorize_group(s, head, "READ", group_id)
     if top is None:
-        top, codes = service.leave(s.group_coordinator, group_id=group_id,
+        top, codes = service.leave(_coordinator(s), group_id=group_id,
                                    member_ids=[m for m, _ in identities],
                                    group_instance_ids=[i for _, i in identities])
     else:
@@ -194,11 +230,12 @@ async def on_leave_group(s, head: RequestHead, body) -> Awaitable[dict[str, Any]
 
 # ---------------------------------------------------------------- OffsetCommit, OffsetFetch
 
-async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_offset_commit(s: GroupServices, head: RequestHead, body: RequestBody
+                          ) -> Awaitable[dict[str, Any]]:
     group_id = body.group_id
     order = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
 
-    def values(errors: dict[tuple[str, int], int]) -> dict[str, Any]:
+    def values(errors: dict[tuple[str, int], pb.ErrorCode]) -> dict[str, Any]:
         topics: dict[str, list[dict[str, Any]]] = {}
         for topic, partition in order:
             topics.setdefault(topic, []).append(
@@ -208,7 +245,7 @@ async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, An
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(values({tp: code for tp in order}))
     pending = service.commit(
-        s.group_coordinator, s.metadata_cache, group_id=group_id,
+        _coordinator(s), s.metadata_cache, group_id=group_id,
         generation_id=body.generation_id_or_member_epoch, member_id=body.member_id,
         offsets={(t.name, p.partition_index): (p.committed_offset,
                                                getattr(p, "committed_leader_epoch", -1),
@@ -221,12 +258,12 @@ async def on_offset_commit(s, head: RequestHead, body) -> Awaitable[dict[str, An
     return answer()
 
 
-def _fetched_group(s, head: RequestHead, group_id: str,
+def _fetched_group(s: GroupServices, head: RequestHead, group_id: str,
                    topics: list[tuple[str, list[int]]] | None) -> dict[str, Any]:
     wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
     code = authorize_group(s, head, "DESCRIBE", group_id)
     if code is None:
-        code, found = service.fetch_offsets(s.group_coordinator, group_id, wanted)
+        code, found = service.fetch_offsets(_coordinator(s), group_id, wanted)
     else:
         found = {tp: None for tp in wanted or ()}
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -242,8 +279,9 @@ def _fetched_group(s, head: RequestHead, group_id: str,
             "topics": [{"name": t, "partitions": ps} for t, ps in grouped.items()]}
 
 
-async def on_offset_fetch(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
-    def wanted(topics) -> list[tuple[str, list[int]]] | None:
+async def on_offset_fetch(s: GroupServices, head: RequestHead, body: RequestBody
+                         ) -> Awaitable[dict[str, Any]]:
+    def wanted(topics: RequestBody) -> list[tuple[str, list[int]]] | None:
         if topics is None:
             return None
         return [(t.name, list(t.partition_indexes)) for t in topics]
@@ -257,10 +295,11 @@ async def on_offset_fetch(s, head: RequestHead, body) -> Awaitable[dict[str, Any
 
 # ---------------------------------------------------------------- admin
 
-async def on_list_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_list_groups(s: GroupServices, head: RequestHead, body: RequestBody
+                        ) -> Awaitable[dict[str, Any]]:
     states = set(getattr(body, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
-    code, groups = service.listed_groups(s.group_coordinator)
+    code, groups = service.listed_groups(_coordinator(s))
     listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "",
                "group_state": g.state.value, "group_type": "classic"}
               for g in groups
@@ -270,14 +309,15 @@ async def on_list_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]
     return _done({"throttle_time": 0, "error_code": code, "groups": listed})
 
 
-def _describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any]:
+def _describe_group_values(s: GroupServices, head: RequestHead, group_id: str
+                           ) -> dict[str, Any]:
     values: dict[str, Any] = {"error_code": pb.NONE, "group_id": group_id,
                               "group_state": GroupState.DEAD.value, "protocol_type": "",
                               "protocol_data": "", "members": [],
                               "authorized_operations": -2147483648}
     code = authorize_group(s, head, "DESCRIBE", group_id)
     if code is None:
-        code, group = service.describe(s.group_coordinator, group_id)
+        code, group = service.describe(_coordinator(s), group_id)
     else:
         group = None
     values["error_code"] = code
@@ -295,17 +335,19 @@ def _describe_group_values(s, head: RequestHead, group_id: str) -> dict[str, Any
     return values
 
 
-async def on_describe_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+async def on_describe_groups(s: GroupServices, head: RequestHead, body: RequestBody
+                            ) -> Awaitable[dict[str, Any]]:
     return _done({"throttle_time": 0, "groups": [
         _describe_group_values(s, head, g) for g in body.groups]})
 
 
-async def on_delete_groups(s, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
-    pending: list[tuple[str, Any]] = []
+async def on_delete_groups(s: GroupServices, head: RequestHead, body: RequestBody
+                          ) -> Awaitable[dict[str, Any]]:
+    pending: list[tuple[str, int | Awaitable[int]]] = []
     for group_id in body.groups_names:
         code = authorize_group(s, head, "DELETE", group_id)
         pending.append((group_id, code if code is not None
-                        else service.delete(s.group_coordinator, group_id)))
+                        else service.delete(_coordinator(s), group_id)))
 
     async def answer() -> dict[str, Any]:
         results = []

@@ -16,9 +16,10 @@ CLUSTER_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Protocol
 
-from tidewater.broker.kafka.codec import RequestHead
+from tidewater.broker.kafka.codec import RequestBody, RequestHead
+from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.security.settings import may_init_producer_id
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -26,7 +27,19 @@ INIT_PRODUCER_ID = 22
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
 
 
-async def on_init_producer_id(s: Any, head: RequestHead, body) -> Awaitable[dict[str, Any]]:
+class ProducerIdServices(Protocol):
+    """What InitProducerId reaches of ``apis.Services``."""
+
+    @property
+    def replica_manager(self) -> ReplicaManager: ...
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool: ...
+
+    def allowed_on_any(self, operation: int, resource_type: int) -> bool: ...
+
+
+async def on_init_producer_id(s: ProducerIdServices, head: RequestHead, body: RequestBody
+                              ) -> Awaitable[dict[str, Any]]:
     if not may_init_producer_id(s.allowed, s.allowed_on_any):
         async def refused() -> dict[str, Any]:
             return {"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Protocol
 
 from tidewater.broker.clock import mono_ms
+from tidewater.broker.kafka.codec import RequestBody, RequestHead
 from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import PLAIN, BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
@@ -165,20 +166,29 @@ class _IllegalState(SaslAuthenticationError):
     error_code = pb.ILLEGAL_SASL_STATE
 
 
-def _done(value: Any) -> Awaitable[Any]:
-    async def answer() -> Any:
+class SaslServices(Protocol):
+    """What the SASL APIs reach of ``apis.Services``."""
+
+    @property
+    def connection(self) -> ConnectionSecurity | None: ...
+
+
+def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+    async def answer() -> dict[str, Any]:
         return value
     return answer()
 
 
-async def on_sasl_handshake(s, head, body) -> Awaitable[Any]:
+async def on_sasl_handshake(s: SaslServices, head: RequestHead, body: RequestBody
+                            ) -> Awaitable[dict[str, Any]]:
     if s.connection is None:  # a listener without security settings: no SASL here
         return _done({"error_code": pb.UNSUPPORTED_SASL_MECHANISM, "mechanisms": []})
     code, mechanisms = s.connection.handshake(body.mechanism, head.api_version)
     return _done({"error_code": code, "mechanisms": mechanisms})
 
 
-async def on_sasl_authenticate(s, head, body) -> Awaitable[Any]:
+async def on_sasl_authenticate(s: SaslServices, head: RequestHead, body: RequestBody
+                               ) -> Awaitable[dict[str, Any]]:
     if s.connection is None:
         return _done({"error_code": pb.ILLEGAL_SASL_STATE, "error_message": "no SASL here",
                       "auth_bytes": b"", "session_lifetime": 0})
@@ -195,7 +205,7 @@ async def on_sasl_authenticate(s, head, body) -> Awaitable[Any]:
                   "session_lifetime": lifetime_ms})
 
 
-def tls_principal(peercert: dict | None) -> str | None:
+def tls_principal(peercert: dict[str, Any] | None) -> str | None:
     """``User:<CN>`` of a verified client certificate (``ssl`` getpeercert form)."""
     if not peercert:
         return None

@@ -23,8 +23,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Protocol
 
+from tidewater.broker.kafka.codec import RequestBody, RequestHead
+from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ALTER, CLUSTER, CLUSTER_NAME, DESCRIBE, Acl
 from tidewater.proto.scram import MECHANISMS
@@ -41,11 +43,21 @@ MECHANISM_BY_NUMBER = {n: name for name, n in MECHANISM_NUMBERS.items()}
 _DENIED = "CLUSTER_AUTHORIZATION_FAILED: needs {op} on the cluster"
 
 
-def _allowed(s, operation: int) -> bool:
+class AdminServices(Protocol):
+    """What these APIs reach of ``apis.Services``."""
+
+    @property
+    def controller(self) -> ControllerForwarder: ...
+
+    def allowed(self, operation: int, resource_type: int, name: str) -> bool: ...
+
+
+def _allowed(s: AdminServices, operation: int) -> bool:
     return s.allowed(operation, CLUSTER, CLUSTER_NAME)
 
 
-async def on_create_acls(s, head, body) -> Awaitable[Any]:
+async def on_create_acls(s: AdminServices, head: RequestHead, body: RequestBody
+                        ) -> Awaitable[dict[str, Any]]:
     if not _allowed(s, ALTER):
         return _done({"throttle_time": 0, "results": [
             {"error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
@@ -56,7 +68,7 @@ async def on_create_acls(s, head, body) -> Awaitable[Any]:
                       operation=c.operation, permission_type=c.permission_type)
         for c in body.creations])
 
-    async def answer() -> Any:
+    async def answer() -> dict[str, Any]:
         response = await s.controller.CreateAcls(request, None)
         return {"throttle_time": 0, "results": [
             {"error_code": r.error_code, "error_message": r.error_message or None}
@@ -64,7 +76,7 @@ async def on_create_acls(s, head, body) -> Awaitable[Any]:
     return answer()
 
 
-def _filter(f) -> pb.AclBinding:
+def _filter(f: RequestBody) -> pb.AclBinding:
     """A Kafka filter (describe or delete) in the gRPC form (0/"" = any)."""
     return pb.AclBinding(resource_type=f.resource_type_filter,
                          resource_name=f.resource_name_filter or "",
@@ -73,13 +85,14 @@ def _filter(f) -> pb.AclBinding:
                          permission_type=f.permission_type)
 
 
-async def on_describe_acls(s, head, body) -> Awaitable[Any]:
+async def on_describe_acls(s: AdminServices, head: RequestHead, body: RequestBody
+                          ) -> Awaitable[dict[str, Any]]:
     if not _allowed(s, DESCRIBE):
         return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
                       "error_message": _DENIED.format(op="DESCRIBE"), "resources": []})
     request = pb.DescribeAclsRequest(filter=_filter(body))
 
-    async def answer() -> Any:
+    async def answer() -> dict[str, Any]:
         response = await s.controller.DescribeAcls(request, None)
         resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
         for b in response.acls:
@@ -93,7 +106,8 @@ async def on_describe_acls(s, head, body) -> Awaitable[Any]:
     return answer()
 
 
-async def on_delete_acls(s, head, body) -> Awaitable[Any]:
+async def on_delete_acls(s: AdminServices, head: RequestHead, body: RequestBody
+                        ) -> Awaitable[dict[str, Any]]:
     if not _allowed(s, ALTER):
         return _done({"throttle_time": 0, "filter_results": [
             {"error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
@@ -101,7 +115,7 @@ async def on_delete_acls(s, head, body) -> Awaitable[Any]:
             for _ in body.filters]})
     request = pb.DeleteAclsRequest(filters=[_filter(f) for f in body.filters])
 
-    async def answer() -> Any:
+    async def answer() -> dict[str, Any]:
         response = await s.controller.DeleteAcls(request, None)
         return {"throttle_time": 0, "filter_results": [
             {"error_code": r.error_code, "error_message": r.error_message or None,
@@ -127,7 +141,8 @@ def derived_credential(user: str, mechanism: str, iterations: int, salt: bytes,
                               server_key=hmac.new(salted_password, b"Server Key", name).digest())
 
 
-async def on_alter_user_scram_credentials(s, head, body) -> Awaitable[Any]:
+async def on_alter_user_scram_credentials(s: AdminServices, head: RequestHead, body: RequestBody
+                                         ) -> Awaitable[dict[str, Any]]:
     names = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
     if not _allowed(s, ALTER):
         return _done({"throttle_time": 0, "results": [
@@ -152,7 +167,7 @@ async def on_alter_user_scram_credentials(s, head, body) -> Awaitable[Any]:
         request.upsertions.append(derived_credential(u.name, mechanism, u.iterations,
                                                      bytes(u.salt), bytes(u.salted_password)))
 
-    async def answer() -> Any:
+    async def answer() -> dict[str, Any]:
         response = await s.controller.AlterUserScramCredentials(request, None)
         # Kafka answers one result per user.
         results: dict[str, dict[str, Any]] = {}
@@ -165,14 +180,15 @@ async def on_alter_user_scram_credentials(s, head, body) -> Awaitable[Any]:
     return answer()
 
 
-async def on_describe_user_scram_credentials(s, head, body) -> Awaitable[Any]:
+async def on_describe_user_scram_credentials(s: AdminServices, head: RequestHead, body: RequestBody
+                                            ) -> Awaitable[dict[str, Any]]:
     if not _allowed(s, DESCRIBE):
         return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
                       "error_message": _DENIED.format(op="DESCRIBE"), "results": []})
     request = pb.DescribeUserScramCredentialsRequest(
         users=[u.name for u in (body.users or ())])
 
-    async def answer() -> Any:
+    async def answer() -> dict[str, Any]:
         response = await s.controller.DescribeUserScramCredentials(request, None)
         return {"throttle_time": 0, "error_code": pb.NONE, "error_message": None, "results": [
             {"user": u.user, "error_code": u.error_code,
@@ -183,8 +199,8 @@ async def on_describe_user_scram_credentials(s, head, body) -> Awaitable[Any]:
     return answer()
 
 
-def _done(value: Any) -> Awaitable[Any]:
-    async def answer() -> Any:
+def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+    async def answer() -> dict[str, Any]:
         return value
     return answer()
 

@@ -39,7 +39,8 @@ import dataclasses
 import logging
 import ssl
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka import apis
@@ -55,6 +56,7 @@ from tidewater.broker.kafka.codec import (
 from tidewater.broker.kafka.framing import FrameConnection, FrameSizeError
 from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
+from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
 from tidewater.proto.scram import SaslAuthenticationError
@@ -75,10 +77,20 @@ class RawToken:
     data: bytes
 
 
+# What a connection's writer task takes, in request order: the request's head, its answer
+# (values to encode, a raw SASL token, or None for no answer) and when it was read.
+_Answer: TypeAlias = asyncio.Future[apis.Response | RawToken]
+_Answers: TypeAlias = asyncio.Queue[tuple[RequestHead, _Answer, float] | None]
+# A socket's peername: (host, port) or, IPv6, (host, port, flowinfo, scope_id).
+_Peer: TypeAlias = tuple[object, ...] | None
+
+
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor: TaskSupervisor, observe=None, ssl_context: ssl.SSLContext | None = None,
-                 security=None):
+                 supervisor: TaskSupervisor,
+                 observe: Callable[[str, float, list[int]], None] | None = None,
+                 ssl_context: ssl.SSLContext | None = None,
+                 security: BrokerSecurity | None = None) -> None:
         self.services = services
         self.security = security  # broker.security.BrokerSecurity; None: no checks at all
         self.ssl_context = ssl_context
@@ -87,17 +99,17 @@ class KafkaListener:
         self.supervisor = supervisor
         # (api name, seconds, error codes answered) -> None: the broker's metrics.
         self._observe = observe or (lambda name, seconds, errors: None)
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.bound_port = 0
 
     async def start(self) -> int:
-        tls = ({"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
-               if self.ssl_context is not None else {})
+        tls = self.ssl_context is not None
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: FrameConnection(self._open, frame_bytes_max=self.max_request_bytes),
-            self.host, self.port, reuse_address=True, **tls)
+            self.host, self.port, reuse_address=True, ssl=self.ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
         self.bound_port = self._server.sockets[0].getsockname()[1]
         return self.bound_port
 
@@ -129,9 +141,8 @@ class KafkaListener:
             log.error("kafka: a connection's task failed", exc_info=error)
 
     async def _serve(self, connection: FrameConnection) -> None:
-        peer = connection.get_extra_info("peername")
-        answers: asyncio.Queue[tuple[RequestHead, asyncio.Future[Any], float] | None] = \
-            asyncio.Queue(maxsize=IN_FLIGHT_MAX)
+        peer: _Peer = connection.get_extra_info("peername")
+        answers: _Answers = asyncio.Queue(maxsize=IN_FLIGHT_MAX)
         # The connection's writer, a child of this coroutine awaited in the finally below
         # (its exception is raised there). One that fails while requests are still read
         # ends the reading: a full queue would otherwise block the reader for ever.
@@ -174,7 +185,7 @@ class KafkaListener:
             finally:
                 connection.close()
 
-    async def _read_requests(self, reader: FrameConnection, answers: asyncio.Queue, peer,
+    async def _read_requests(self, reader: FrameConnection, answers: _Answers, peer: _Peer,
                              connection: ConnectionSecurity | None) -> None:
         services = dataclasses.replace(self.services, connection=connection,
                                        client_host=f"/{peer[0]}" if peer else "")
@@ -230,12 +241,13 @@ class KafkaListener:
                 return
             # A per-request child: awaited in order by the writer (``_send_answers``), which
             # handles what it raises; cancelled with the connection.
-            await answers.put((head, asyncio.ensure_future(pending), started))
+            answer: _Answer = asyncio.ensure_future(pending)
+            await answers.put((head, answer, started))
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
 
-    async def _send_answers(self, answers: asyncio.Queue, writer: FrameConnection,
-                            peer) -> None:
+    async def _send_answers(self, answers: _Answers, writer: FrameConnection,
+                            peer: _Peer) -> None:
         try:
             while (item := await answers.get()) is not None:
                 head, pending, started = item
@@ -267,7 +279,7 @@ class KafkaListener:
                     item[1].cancel()
 
 
-def error_codes(values: Any):
+def error_codes(values: object) -> Iterator[int]:
     """Every non-zero ``error_code`` in a response's values, top level and nested."""
     if isinstance(values, dict):
         for key, value in values.items():
@@ -281,8 +293,8 @@ def error_codes(values: Any):
             yield from error_codes(item)
 
 
-def _resolved(value: Any) -> asyncio.Future[Any]:
-    future = asyncio.get_running_loop().create_future()
+def _resolved(value: apis.Response | RawToken) -> _Answer:
+    future: _Answer = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 

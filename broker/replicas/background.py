@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
@@ -37,22 +38,24 @@ from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
 from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
+from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.replicas.background")
+T = TypeVar("T")
 
 RECOVERY_CHECKPOINT_INTERVAL_S = 30.0
 REPLICATION_TICK_MS_MAX = 250
 
 
 class BackgroundWork:
-    def __init__(self, *, config: BrokerConfig, log_manager, carrier: ReadyCarrier,
+    def __init__(self, *, config: BrokerConfig, log_manager: LogManager, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, partitions: dict[TopicPartition, Partition],
                  high_watermarks: Callable[[], dict[TopicPartition, int]],
-                 corruption: CorruptionReporter, metrics: BrokerMetrics | None = None):
+                 corruption: CorruptionReporter, metrics: BrokerMetrics | None = None) -> None:
         self.config = config
         self.log_manager = log_manager
         self._carrier = carrier
@@ -62,9 +65,9 @@ class BackgroundWork:
         self._corruption = corruption
         self._metrics = metrics
         self.cleaner: LogCleaner | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         # Checkpoint writes, rolls/flushes and retention passes running in threads.
-        self._thread_work: set[asyncio.Future] = set()
+        self._thread_work: set[asyncio.Future[Any]] = set()
 
     def start(self) -> None:
         spawn = self._supervisor.spawn
@@ -75,9 +78,12 @@ class BackgroundWork:
         ]
         if self.config.log_scrub_bytes_per_second > 0:
             loop = asyncio.get_running_loop()
+
+            def on_corrupt(tp: TopicPartition, batch: CorruptBatch) -> None:
+                loop.call_soon_threadsafe(self.on_scrub_corrupt, tp, batch)
+
             scrubber = LogScrubber(
-                self.log_manager.logs,
-                lambda tp, batch: loop.call_soon_threadsafe(self.on_scrub_corrupt, tp, batch),
+                self.log_manager.logs, on_corrupt,
                 bytes_per_second=self.config.log_scrub_bytes_per_second,
                 interval_ms=self.config.log_scrub_interval_ms, now_ms=mono_ms())
             self._tasks.append(spawn(scrubber.run(), "scrub"))
@@ -181,7 +187,7 @@ class BackgroundWork:
             metrics.cleaner_records_removed.inc(result.filter.records_read
                                                 - result.filter.records_kept)
 
-    async def _in_thread(self, fn, *args):
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` in a worker thread; ``stop`` waits for every such run, so a cancelled
         loop never leaves a checkpoint write or a retention pass running into the
         shutdown's own checkpoints. Arguments are snapshots taken on the loop."""

@@ -35,12 +35,12 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tidewater.broker.clock import mono_ms as _mono_ms
 from tidewater.broker.clock import wall_ms as _wall_ms
 from tidewater.broker.config import BrokerConfig
-from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.error_mapping import error_code_for, wire_code
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
@@ -75,8 +75,29 @@ def partition_state(state: pb.PartitionState) -> LeaderAndIsrState:
                           state.partition_epoch, tuple(state.replicas), tuple(state.isr))
 
 
+class LogManagerPort(Protocol):
+    """The ``LogManager`` operations the control path uses (the simulation's disk has them
+    too)."""
+
+    def get(self, tp: TopicPartition) -> Any: ...
+
+    def get_or_create(self, tp: TopicPartition, config: LogConfig, now_ms: int, *,
+                      topic_id: bytes | None = None) -> Any: ...
+
+    def topic_id(self, tp: TopicPartition) -> bytes | None: ...
+
+    def topic_ids(self) -> dict[TopicPartition, bytes | None]: ...
+
+    def assign_topic_id(self, tp: TopicPartition, topic_id: bytes) -> None: ...
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None: ...
+
+    def delete(self, tp: TopicPartition) -> Any: ...
+
+
 class ControlRequests:
-    def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
+    def __init__(self, *, config: BrokerConfig, log_manager: LogManagerPort,
+                 metadata_cache: MetadataCache,
                  partitions: dict[TopicPartition, Partition], carrier: ReadyCarrier,
                  broker_epoch: Callable[[], int], loaded_high_watermarks: dict[TopicPartition, int],
                  forget_partition: Callable[[TopicPartition], None],
@@ -128,7 +149,7 @@ class ControlRequests:
         refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
                                request.control_token)
         if refusal != pb.NONE:
-            return pb.LeaderAndIsrResponse(error_code=refusal)
+            return pb.LeaderAndIsrResponse(error_code=wire_code(refusal))
         self.controller_epoch = request.controller_epoch
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
@@ -252,13 +273,14 @@ Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs her
         refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
                                request.control_token)
         if refusal != pb.NONE:
-            return pb.StopReplicaResponse(error_code=refusal)
+            return pb.StopReplicaResponse(error_code=wire_code(refusal))
         self.controller_epoch = request.controller_epoch
         trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
         for state in request.partitions:
             tp = TopicPartition(state.topic, state.partition)
-            code, message = pb.NONE, ""
+            code: int = pb.NONE
+            message = ""
             try:
                 if state.topic_id:
                     check_topic_id(state.topic_id)
@@ -271,8 +293,8 @@ Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs her
                     tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
             except Exception as e:
                 code, message = error_code_for(e, context="StopReplica")
-            response.partitions.add(topic=tp.topic, partition=tp.partition, error_code=code,
-                                    error_message=message)
+            response.partitions.add(topic=tp.topic, partition=tp.partition,
+                                    error_code=wire_code(code), error_message=message)
         return response
 
     def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
@@ -302,7 +324,7 @@ Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs her
         refusal = self._refusal("UpdateMetadata", request.controller_epoch, None,
                                request.control_token)
         if refusal != pb.NONE:
-            return pb.UpdateMetadataResponse(error_code=refusal)
+            return pb.UpdateMetadataResponse(error_code=wire_code(refusal))
         try:
             self.metadata_cache.update(request)
         except Exception as e:

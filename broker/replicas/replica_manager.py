@@ -24,6 +24,9 @@ LeaderAndIsr claims them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
+
+import grpc
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
@@ -45,6 +48,7 @@ from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_r
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
 from tidewater.broker.storage.corruption import CorruptionReporter
+from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import UnknownTopicOrPartitionError
@@ -57,12 +61,14 @@ NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
 
 
 class ReplicaManager:
-    def __init__(self, *, config: BrokerConfig, log_manager, metadata_cache: MetadataCache,
+    def __init__(self, *, config: BrokerConfig, log_manager: LogManager,
+                 metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, alter_partition: AlterPartitionRpc,
                  broker_epoch: Callable[[], int], supervisor: TaskSupervisor,
                  report_corrupt_replica: CorruptReportRpc | None = None,
                  control_token: Callable[[], bytes] = lambda: b"",
-                 channel_credentials=None, allocate_producer_ids: AllocateRpc | None = None):
+                 channel_credentials: grpc.ChannelCredentials | None = None,
+                 allocate_producer_ids: AllocateRpc | None = None) -> None:
         """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext).
         ``allocate_producer_ids``: the controller's AllocateProducerIds (None: no producer
         ids, InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS)."""
@@ -73,6 +79,9 @@ class ReplicaManager:
         self.metrics = metrics
         self.supervisor = supervisor
         self.partitions: dict[TopicPartition, Partition] = {}
+        # The same dict, looked up by a plain (topic, partition) pair (a TopicPartition is a
+        # NamedTuple: same hash, equal): the produce and fetch paths skip building one.
+        self._partitions_by_pair = cast(dict[tuple[str, int], Partition], self.partitions)
         self._loaded_high_watermarks: dict[TopicPartition, int] = {}
         self.closing = False  # shutting down: long-polls answer at once (answer_long_polls)
         self._closing_callbacks: set[Callable[[], None]] = set()
@@ -213,7 +222,7 @@ class ReplicaManager:
         return self.control.controller_epoch
 
     @property
-    def cluster_identity(self):
+    def cluster_identity(self) -> ClusterIdentity:
         return self.control.cluster_identity
 
     @property
@@ -255,7 +264,7 @@ class ReplicaManager:
         # partition's name was validated before it was created (ControlRequests), so only a
         # miss is validated: a bad name still answers INVALID_TOPIC_EXCEPTION, not
         # UNKNOWN_TOPIC_OR_PARTITION. A lookup is one dict probe on every fetch and produce.
-        partition = self.partitions.get((topic, partition_index))
+        partition = self._partitions_by_pair.get((topic, partition_index))
         if partition is None:
             tp = TopicPartition(topic, partition_index)
             validate_topic_partition(tp)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from typing import Protocol, TypeVar
 
 from tidewater.broker.security.authorizer import Session
 from tidewater.proto import tidewater_pb2 as pb
@@ -37,6 +38,7 @@ from tidewater.proto.scram import (
     AUTHORIZATION_KEY,
     PLAIN_SCHEME,
     SaslAuthenticationError,
+    ScramCredential,
     parse_plain,
     password_matches,
 )
@@ -47,13 +49,24 @@ VERDICTS_MAX = 1024
 Allowed = Callable[[int, str], bool]  # (operation, topic) -> may
 
 
+class _Topical(Protocol):
+    """A request's item about one topic's partition (produce, fetch, list offsets...)."""
+
+    @property
+    def topic(self) -> str: ...
+
+
+_Item = TypeVar("_Item", bound=_Topical)
+_Answer = TypeVar("_Answer")
+
+
 class PasswordChecker:
     """Password -> credential checks with a bounded cache of verdicts. The key holds the
     credential's StoredKey, so a changed or deleted credential never hits an old verdict."""
 
-    def __init__(self, credentials_of: Callable[[str], list]):
+    def __init__(self, credentials_of: Callable[[str], list[ScramCredential]]):
         self._credentials_of = credentials_of
-        self._verdicts: OrderedDict[tuple, bool] = OrderedDict()
+        self._verdicts: OrderedDict[tuple[str, tuple[bytes, ...], bytes], bool] = OrderedDict()
 
     def check(self, user: str, password: str) -> bool:
         credentials = self._credentials_of(user)
@@ -76,7 +89,7 @@ def peer_host(peer: str) -> str:
     return rest.rpartition(":")[0] if kind == "ipv4" else rest
 
 
-def grpc_session(metadata: Sequence[tuple[str, str | bytes]],
+def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
                  auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
                  checker: PasswordChecker, sasl_required: bool) -> Session:
     """The caller's Session; SaslAuthenticationError refuses the call."""
@@ -103,11 +116,13 @@ def grpc_session(metadata: Sequence[tuple[str, str | bytes]],
     return Session(ANONYMOUS, host)
 
 
-def _refusals(repeated, allowed: Allowed, operation: int, answer) -> list:
+def _refusals(repeated: MutableSequence[_Item], allowed: Allowed, operation: int,
+              answer: Callable[[_Item], _Answer]) -> list[_Answer]:
     """Remove from ``repeated`` the items whose topic the caller may not ``operation``;
     returns ``answer(item)`` for each (one authorizer question per topic)."""
     verdicts: dict[str, bool] = {}
-    kept, refused = [], []
+    kept: list[_Item] = []
+    refused: list[_Item] = []
     for item in repeated:
         if item.topic not in verdicts:
             verdicts[item.topic] = allowed(operation, item.topic)

@@ -20,8 +20,9 @@ anyone else is ``User:ANONYMOUS``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
 from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
@@ -89,8 +90,31 @@ class SecuritySettings:
         return frozenset(u.strip() for u in text.split(";") if u.strip())
 
 
+class UsersAndAcls(Protocol):
+    """What ``BrokerSecurity`` reads of the metadata the controller pushed
+    (``broker.replicas.metadata_cache.MetadataCache``; tests pass their own)."""
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None: ...
+
+    def user_credentials(self, user: str) -> list[ScramCredential]: ...
+
+    def acls(self) -> tuple[Acl, ...]: ...
+
+
+class CallerContext(Protocol):
+    """What ``BrokerSecurity.grpc_session`` reads of a call (``grpc.aio.ServicerContext``).
+    Typed without ``grpc``: ``broker/__main__.py`` imports this module (via config.py)
+    before ``proto/grpc_env.py`` may let anything import ``grpc``."""
+
+    def invocation_metadata(self) -> Iterable[tuple[str, str | bytes]] | None: ...
+
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]: ...
+
+    def peer(self) -> str: ...
+
+
 class BrokerSecurity:
-    def __init__(self, settings: SecuritySettings, metadata_cache) -> None:
+    def __init__(self, settings: SecuritySettings, metadata_cache: UsersAndAcls) -> None:
         self.settings = settings
         self._cache = metadata_cache
         self._acls: tuple[Acl, ...] | None = None
@@ -111,7 +135,7 @@ class BrokerSecurity:
         verdict cached per credential so a client's reconnects cost no PBKDF2."""
         return self._passwords.check(user, password)
 
-    def grpc_session(self, context) -> Session:
+    def grpc_session(self, context: CallerContext) -> Session:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
         return grpc_session(context.invocation_metadata() or (),
                             {k: list(v) for k, v in context.auth_context().items()},

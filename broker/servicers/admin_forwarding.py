@@ -15,108 +15,137 @@ heartbeat on the stream).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeAlias, TypeVar
+
 import grpc
+from google.protobuf.message import Message
 
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
 FORWARD_MARGIN_S = 5.0
 
+# A handler's call context (any request and response types). None where the Kafka
+# listener calls a forwarding handler directly (``broker/kafka``): it has no gRPC call.
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+_Response = TypeVar("_Response", bound=Message)
+
 
 class ControllerForwarder(pb_grpc.ControllerServicer):
     def __init__(self, controller_stub: pb_grpc.ControllerStub, *,
-                 margin_s: float = FORWARD_MARGIN_S):
+                 margin_s: float = FORWARD_MARGIN_S) -> None:
         self._stub = controller_stub
         self._margin_s = margin_s
 
     def _timeout_s(self, timeout_ms: int) -> float:
         return max(timeout_ms, 0) / 1000 + self._margin_s
 
-    async def CreateTopics(self, request, context):
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Context | None
+                          ) -> pb.CreateTopicsResponse:
         try:
-            return await self._stub.CreateTopics(request, timeout=self._timeout_s(request.timeout_ms),
-                                                 wait_for_ready=True)
+            created: pb.CreateTopicsResponse = await self._stub.CreateTopics(
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+            return created
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
             return pb.CreateTopicsResponse(topics=[
                 pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
                 for t in request.topics])
 
-    async def DeleteTopics(self, request, context):
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Context | None
+                          ) -> pb.DeleteTopicsResponse:
         try:
-            return await self._stub.DeleteTopics(request, timeout=self._timeout_s(request.timeout_ms),
-                                                 wait_for_ready=True)
+            deleted: pb.DeleteTopicsResponse = await self._stub.DeleteTopics(
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+            return deleted
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
             return pb.DeleteTopicsResponse(topics=[
                 pb.TopicResult(name=name, error_code=pb.NOT_CONTROLLER, error_message=message)
                 for name in request.names])
 
-    async def CreatePartitions(self, request, context):
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Context | None
+                              ) -> pb.CreatePartitionsResponse:
         try:
-            return await self._stub.CreatePartitions(
+            created: pb.CreatePartitionsResponse = await self._stub.CreatePartitions(
                 request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+            return created
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
             return pb.CreatePartitionsResponse(topics=[
                 pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
                 for t in request.topics])
 
-    async def DescribeCluster(self, request, context):
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Context | None
+                             ) -> pb.DescribeClusterResponse:
         try:
-            return await self._stub.DescribeCluster(request, timeout=self._margin_s,
-                                                    wait_for_ready=True)
+            described: pb.DescribeClusterResponse = await self._stub.DescribeCluster(
+                request, timeout=self._margin_s, wait_for_ready=True)
+            return described
         except grpc.aio.AioRpcError:
             return pb.DescribeClusterResponse(error_code=pb.NOT_CONTROLLER)
 
-    async def RegisterBroker(self, request, context):
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Context | None
+                            ) -> pb.RegisterBrokerResponse:
         return pb.RegisterBrokerResponse(error_code=pb.NOT_CONTROLLER,
                                          error_message="this is a broker, not the controller")
 
-    async def BrokerHeartbeats(self, request_iterator, context):
+    async def BrokerHeartbeats(self, request_iterator: AsyncIterator[pb.BrokerHeartbeatRequest],
+                               context: Context) -> None:
         async for _request in request_iterator:
             await context.write(pb.BrokerHeartbeatResponse(error_code=pb.NOT_CONTROLLER))
 
-    async def AlterPartition(self, request, context):
+    async def AlterPartition(self, request: pb.AlterPartitionRequest, context: Context | None
+                            ) -> pb.AlterPartitionResponse:
         return pb.AlterPartitionResponse(error_code=pb.NOT_CONTROLLER)
 
-    async def ReportCorruptReplica(self, request, context):
+    async def ReportCorruptReplica(self, request: pb.ReportCorruptReplicaRequest, context: Context | None
+                                  ) -> pb.ReportCorruptReplicaResponse:
         return pb.ReportCorruptReplicaResponse(error_code=pb.NOT_CONTROLLER)
 
     # ------------------------------------------------------------ users and ACLs
 
-    async def _forward(self, rpc: str, request, unreachable):
+    async def _forward(self, rpc: str, request: Message,
+                       unreachable: Callable[[str], _Response]) -> _Response:
         try:
-            return await getattr(self._stub, rpc)(request, timeout=self._margin_s * 2,
-                                                  wait_for_ready=True)
+            response: _Response = await getattr(self._stub, rpc)(
+                request, timeout=self._margin_s * 2, wait_for_ready=True)
+            return response
         except grpc.aio.AioRpcError as e:
             return unreachable(f"controller unreachable: {e.code().name}")
 
-    async def AlterUserScramCredentials(self, request, context):
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest, context: Context | None
+                                       ) -> pb.AlterUserScramCredentialsResponse:
         return await self._forward("AlterUserScramCredentials", request, lambda m: (
             pb.AlterUserScramCredentialsResponse(results=[
                 pb.UserResult(user=c.user, error_code=pb.NOT_CONTROLLER, error_message=m)
                 for c in [*request.upsertions, *request.deletions]])))
 
-    async def DescribeUserScramCredentials(self, request, context):
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest, context: Context | None
+                                          ) -> pb.DescribeUserScramCredentialsResponse:
         return await self._forward("DescribeUserScramCredentials", request, lambda m: (
             pb.DescribeUserScramCredentialsResponse(users=[
                 pb.UserMechanisms(user=u, error_code=pb.NOT_CONTROLLER)
                 for u in request.users])))
 
-    async def CreateAcls(self, request, context):
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Context | None
+                        ) -> pb.CreateAclsResponse:
         return await self._forward("CreateAcls", request, lambda m: pb.CreateAclsResponse(
             results=[pb.AclResult(error_code=pb.NOT_CONTROLLER, error_message=m)
                      for _ in request.creations]))
 
-    async def DescribeAcls(self, request, context):
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Context | None
+                          ) -> pb.DescribeAclsResponse:
         return await self._forward("DescribeAcls", request, lambda m: pb.DescribeAclsResponse(
             error_code=pb.NOT_CONTROLLER, error_message=m))
 
-    async def DeleteAcls(self, request, context):
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Context | None
+                        ) -> pb.DeleteAclsResponse:
         return await self._forward("DeleteAcls", request, lambda m: pb.DeleteAclsResponse(
             results=[pb.DeleteAclsFilterResult(error_code=pb.NOT_CONTROLLER, error_message=m)
                      for _ in request.filters]))
 
-    async def AllocateProducerIds(self, request, context):
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Context | None
+                                 ) -> pb.AllocateProducerIdsResponse:
         return pb.AllocateProducerIdsResponse(error_code=pb.NOT_CONTROLLER)

@@ -36,20 +36,26 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import grpc
+from google.protobuf.message import Message
 
-from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.error_mapping import error_code_for, wire_code
+from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
-from tidewater.broker.replicas.replica_manager import produce_error_response
+from tidewater.broker.metrics import BrokerMetrics
+from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replicas.replica_manager import ReplicaManager, produce_error_response
 from tidewater.broker.replication.control_rules import (
     client_fetch_refusal,
     control_principal_refusal,
 )
 from tidewater.broker.security import grpc_auth
 from tidewater.broker.security.authorizer import Session
-from tidewater.broker.security.settings import may_init_producer_id
+from tidewater.broker.security.settings import BrokerSecurity, may_init_producer_id
+from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -58,7 +64,7 @@ from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
 from tidewater.proto.supervisor import TaskSupervisor
-from tidewater.proto.tls import principal_of
+from tidewater.proto.tls import Principal, principal_of
 
 log = logging.getLogger("tidewater.broker.servicers.grpc_server")
 
@@ -68,28 +74,35 @@ def _nothing() -> None:
 
 
 def _fetch_error(code: int) -> pb.FetchResponse:
-    return pb.FetchResponse(error_code=code)
+    return pb.FetchResponse(error_code=wire_code(code))
 
 
 def _fetch_error_bytes(code: int) -> bytes:
     return encode_fetch_response((), error_code=code)
 
+
 # Responses with a request-level error_code field.
-_REQUEST_LEVEL_ERROR = {
+_REQUEST_LEVEL_ERROR: dict[str, Callable[..., Message]] = {
     "Fetch": pb.FetchResponse,
     "LeaderAndIsr": pb.LeaderAndIsrResponse,
     "UpdateMetadata": pb.UpdateMetadataResponse,
     "StopReplica": pb.StopReplicaResponse,
 }
 
+_Request = TypeVar("_Request", bound=Message)
+_Answer = TypeVar("_Answer")  # a stream's answer: a message, or its wire bytes
+# A unary handler (self, request, context) -> response, as ``_rpc`` takes and gives it.
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[Message]])
 
-def _rpc(name: str):
-    def wrap(handler):
+
+def _rpc(name: str) -> Callable[[_Handler], _Handler]:
+    def wrap(handler: _Handler) -> _Handler:
         @functools.wraps(handler)
-        async def timed(self, request, context):
+        async def timed(self: _Servicer, request: Message, context: Context) -> Message:
             started = time.perf_counter()
             try:
-                return await handler(self, request, context)
+                response: Message = await handler(self, request, context)
+                return response
             except InvariantViolation as e:
                 await self._fail(e, context)
             except BrokerNotAvailableError as e:
@@ -104,25 +117,27 @@ def _rpc(name: str):
                                     f"{pb.ErrorCode.Name(code)}: {message}")
             finally:
                 self._observer(name)(time.perf_counter() - started)
-        return timed
+        # ``timed`` takes and gives what ``handler`` does (mypy's decorator idiom).
+        return cast(_Handler, timed)
     return wrap
 
 
 class _Servicer:
     """What both services share: the replica manager, timing, the invariant boundary."""
 
-    def __init__(self, replica_manager, metrics):
+    def __init__(self, replica_manager: ReplicaManager, metrics: BrokerMetrics) -> None:
         self.replica_manager = replica_manager
         self.metrics = metrics
-        self._observe_latency: dict = {}  # rpc name -> request_latency child's observe
+        # rpc name -> request_latency child's observe
+        self._observe_latency: dict[str, Callable[[float], None]] = {}
 
-    async def _fail(self, error: InvariantViolation, context) -> None:
+    async def _fail(self, error: InvariantViolation, context: Context) -> NoReturn:
         """A broken invariant reached the boundary: the broker stops (``TaskSupervisor``)
         and this call ends with INTERNAL; nothing is answered as if it were normal."""
         self.replica_manager.supervisor.fail(error)
         await context.abort(grpc.StatusCode.INTERNAL, f"broker invariant broken: {error}")
 
-    def _observer(self, name: str):
+    def _observer(self, name: str) -> Callable[[float], None]:
         """``request_latency``'s observe for RPC ``name``, the labelled child looked up once
         per name (prometheus_client's labels() took a lock and showed in profiles of busy
         brokers; ``LocalHistogram.labels`` is still a call and a dict probe)."""
@@ -131,10 +146,10 @@ class _Servicer:
             observe = self._observe_latency[name] = self.metrics.request_latency.labels(name).observe
         return observe
 
-    async def _fetch_stream(self, context, name: str,
-                            refusal: Callable[[int], int | None],
-                            answer: Callable[[pb.FetchRequest], Awaitable[object]],
-                            refused: Callable[[int], object]) -> None:
+    async def _fetch_stream(self, context: grpc.aio.ServicerContext[pb.FetchRequest, _Answer],
+                            name: str, refusal: Callable[[int], int | None],
+                            answer: Callable[[pb.FetchRequest], Awaitable[_Answer]],
+                            refused: Callable[[int], _Answer]) -> None:
         """One fetch after another on a stream; ``refusal``: replica_id -> the ErrorCode
         refusing that request (or None to serve it); ``answer``: a served request's
         response; ``refused``: the response for a request-level ErrorCode (each a
@@ -163,8 +178,10 @@ class _Servicer:
 class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     """What clients call; on every listener."""
 
-    def __init__(self, replica_manager, metadata_cache, metrics, listener_name: str,
-                 security=None, group_coordinator=None):
+    def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
+                 metrics: BrokerMetrics, listener_name: str,
+                 security: BrokerSecurity | None = None,
+                 group_coordinator: GroupCoordinator | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
@@ -172,7 +189,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
 
-    async def _session(self, context, security) -> Session:
+    async def _session(self, context: Context, security: BrokerSecurity) -> Session:
         """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
         try:
             return security.grpc_session(context)
@@ -181,7 +198,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
             raise
 
-    async def _allowed(self, context) -> grpc_auth.Allowed | None:
+    async def _allowed(self, context: Context) -> grpc_auth.Allowed | None:
         """(operation, topic) -> may, for this call's caller; None: security is off.
         An unauthenticated caller is refused here (UNAUTHENTICATED)."""
         security = self.security
@@ -190,7 +207,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
 
-    async def _group_allowed(self, context) -> GroupAllowed | None:
+    async def _group_allowed(self, context: Context) -> GroupAllowed | None:
         """(operation, group) -> may, for this call's caller; None: security is off."""
         security = self.security
         if security is None:
@@ -199,7 +216,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return lambda operation, group: security.allows(session, operation, GROUP, group)
 
     @_rpc("Produce")
-    async def Produce(self, request, context):
+    async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
         allowed = await self._allowed(context)
         if allowed is None:
             return await self.replica_manager.produce(request)
@@ -210,9 +227,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return response
 
     @_rpc("Fetch")
-    async def Fetch(self, request, context):
+    async def Fetch(self, request: pb.FetchRequest, context: Context) -> pb.FetchResponse:
         if code := client_fetch_refusal(request.replica_id):
-            return pb.FetchResponse(error_code=code)
+            return pb.FetchResponse(error_code=wire_code(code))
         allowed = await self._allowed(context)
         if allowed is None:
             return await self.replica_manager.fetch(request)
@@ -222,7 +239,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         response.partitions.extend(denied)
         return response
 
-    async def FetchStream(self, request_iterator, context):
+    async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
+                          context: grpc.aio.ServicerContext[pb.FetchRequest, pb.FetchResponse]
+                          ) -> None:
         """Consumer fetches on one long-lived stream: the ReplicaFetch loop, own label.
 
         A message on an open stream costs about half the CPU of a unary call (both sides),
@@ -239,7 +258,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         await self._fetch_stream(context, "FetchStream", client_fetch_refusal, answer,
                                  _fetch_error)
 
-    async def ProduceStream(self, request_iterator, context):
+    async def ProduceStream(self, request_iterator: AsyncIterator[pb.ProduceRequest],
+                            context: grpc.aio.ServicerContext[pb.ProduceRequest,
+                                                              pb.ProduceResponse]) -> None:
         """Produce requests on one long-lived stream, appended in arrival order.
 
         Request N is appended (``produce_append``) before request N+1 is read, so requests
@@ -297,7 +318,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             writer.close()
 
     @_rpc("ListOffsets")
-    async def ListOffsets(self, request, context):
+    async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Context
+                         ) -> pb.ListOffsetsResponse:
         allowed = await self._allowed(context)
         denied = [] if allowed is None else grpc_auth.list_offsets_refusals(request, allowed)
         response = self.replica_manager.list_offsets(request)
@@ -305,7 +327,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return response
 
     @_rpc("OffsetForLeaderEpoch")
-    async def OffsetForLeaderEpoch(self, request, context):
+    async def OffsetForLeaderEpoch(self, request: pb.OffsetForLeaderEpochRequest, context: Context
+                                  ) -> pb.OffsetForLeaderEpochResponse:
         allowed = await self._allowed(context)
         denied = ([] if allowed is None
                   else grpc_auth.offset_for_leader_epoch_refusals(request, allowed))
@@ -314,7 +337,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return response
 
     @_rpc("Metadata")
-    async def Metadata(self, request, context):
+    async def Metadata(self, request: pb.MetadataRequest, context: Context) -> pb.MetadataResponse:
         allowed = await self._allowed(context)
         response = self.metadata_cache.metadata_response(list(request.topics),
                                                          self.listener_name)
@@ -323,7 +346,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return response
 
     @_rpc("DescribeReplicas")
-    async def DescribeReplicas(self, request, context):
+    async def DescribeReplicas(self, request: pb.DescribeReplicasRequest, context: Context
+                              ) -> pb.DescribeReplicasResponse:
         allowed = await self._allowed(context)
         response = self.replica_manager.describe_replicas(request)
         if allowed is not None:
@@ -333,7 +357,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         return response
 
     @_rpc("InitProducerId")
-    async def InitProducerId(self, request, context):
+    async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Context
+                            ) -> pb.InitProducerIdResponse:
         security = self.security
         if security is not None:
             session = await self._session(context, security)
@@ -348,45 +373,55 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     # Consumer groups: broker/group/grpc_service.py (the same coordinator as Kafka's APIs).
     @_rpc("FindCoordinator")
-    async def FindCoordinator(self, request, context):
+    async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Context
+                             ) -> pb.FindCoordinatorResponse:
         return await self.groups.find_coordinator(request, await self._group_allowed(context))
 
     @_rpc("JoinGroup")
-    async def JoinGroup(self, request, context):
+    async def JoinGroup(self, request: pb.JoinGroupRequest, context: Context
+                       ) -> pb.JoinGroupResponse:
         client_host = "/" + grpc_auth.peer_host(context.peer() or "")  # as Kafka shows it
         return await self.groups.join_group(request, await self._group_allowed(context),
                                             client_host=client_host)
 
     @_rpc("SyncGroup")
-    async def SyncGroup(self, request, context):
+    async def SyncGroup(self, request: pb.SyncGroupRequest, context: Context
+                       ) -> pb.SyncGroupResponse:
         return await self.groups.sync_group(request, await self._group_allowed(context))
 
     @_rpc("Heartbeat")
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Context
+                       ) -> pb.HeartbeatResponse:
         return await self.groups.heartbeat(request, await self._group_allowed(context))
 
     @_rpc("LeaveGroup")
-    async def LeaveGroup(self, request, context):
+    async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: Context
+                        ) -> pb.LeaveGroupResponse:
         return await self.groups.leave_group(request, await self._group_allowed(context))
 
     @_rpc("OffsetCommit")
-    async def OffsetCommit(self, request, context):
+    async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Context
+                          ) -> pb.OffsetCommitResponse:
         return await self.groups.offset_commit(request, await self._group_allowed(context))
 
     @_rpc("OffsetFetch")
-    async def OffsetFetch(self, request, context):
+    async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Context
+                         ) -> pb.OffsetFetchResponse:
         return await self.groups.offset_fetch(request, await self._group_allowed(context))
 
     @_rpc("ListGroups")
-    async def ListGroups(self, request, context):
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: Context
+                        ) -> pb.ListGroupsResponse:
         return await self.groups.list_groups(request, await self._group_allowed(context))
 
     @_rpc("DescribeGroups")
-    async def DescribeGroups(self, request, context):
+    async def DescribeGroups(self, request: pb.DescribeGroupsRequest, context: Context
+                            ) -> pb.DescribeGroupsResponse:
         return await self.groups.describe_groups(request, await self._group_allowed(context))
 
     @_rpc("DeleteGroups")
-    async def DeleteGroups(self, request, context):
+    async def DeleteGroups(self, request: pb.DeleteGroupsRequest, context: Context
+                          ) -> pb.DeleteGroupsResponse:
         return await self.groups.delete_groups(request, await self._group_allowed(context))
 
 
@@ -395,35 +430,41 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     listener requires client certificates (TLS), and each call must come from the
     principal ``control_principal_refusal`` allows; refused calls change nothing."""
 
-    def __init__(self, replica_manager, metrics, *, authenticating: bool = False):
+    def __init__(self, replica_manager: ReplicaManager, metrics: BrokerMetrics, *,
+                 authenticating: bool = False) -> None:
         super().__init__(replica_manager, metrics)
         self.authenticating = authenticating
 
-    def _refusal(self, rpc: str, context, replica_id: int | None = None) -> int | None:
+    def _refusal(self, rpc: str, context: Context, replica_id: int | None = None
+                 ) -> int | None:
         if not self.authenticating:
             return None
-        return control_principal_refusal(rpc, principal_of(context.auth_context()),
+        return control_principal_refusal(rpc, _principal(context),
                                          authenticating=True, replica_id=replica_id)
 
     @_rpc("LeaderAndIsr")
-    async def LeaderAndIsr(self, request, context):
+    async def LeaderAndIsr(self, request: pb.LeaderAndIsrRequest, context: Context
+                           ) -> pb.LeaderAndIsrResponse:
         if code := self._refusal("LeaderAndIsr", context):
-            return pb.LeaderAndIsrResponse(error_code=code)
+            return pb.LeaderAndIsrResponse(error_code=wire_code(code))
         return await self.replica_manager.leader_and_isr(request)
 
     @_rpc("UpdateMetadata")
-    async def UpdateMetadata(self, request, context):
+    async def UpdateMetadata(self, request: pb.UpdateMetadataRequest, context: Context
+                             ) -> pb.UpdateMetadataResponse:
         if code := self._refusal("UpdateMetadata", context):
-            return pb.UpdateMetadataResponse(error_code=code)
+            return pb.UpdateMetadataResponse(error_code=wire_code(code))
         return await self.replica_manager.update_metadata(request)
 
     @_rpc("StopReplica")
-    async def StopReplica(self, request, context):
+    async def StopReplica(self, request: pb.StopReplicaRequest, context: Context
+                          ) -> pb.StopReplicaResponse:
         if code := self._refusal("StopReplica", context):
-            return pb.StopReplicaResponse(error_code=code)
+            return pb.StopReplicaResponse(error_code=wire_code(code))
         return await self.replica_manager.stop_replica(request)
 
-    async def ReplicaFetch(self, request_iterator, context):
+    async def ReplicaFetch(self, request_iterator: AsyncIterator[pb.FetchRequest],
+                           context: grpc.aio.ServicerContext[pb.FetchRequest, bytes]) -> None:
         """Follower fetches on one long-lived stream: each request answered once, in order.
 
         Requests are handled one at a time (a follower sends the next only after the
@@ -437,7 +478,7 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         this method without protobuf's serializer.
         """
         # The peer's certificate, read once per stream (no principals without TLS).
-        principal = principal_of(context.auth_context()) if self.authenticating else None
+        principal = _principal(context) if self.authenticating else None
 
         def refusal(replica_id: int) -> int | None:
             return control_principal_refusal("ReplicaFetch", principal,
@@ -450,7 +491,7 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         await self._fetch_stream(context, "ReplicaFetch", refusal, answer, _fetch_error_bytes)
 
 
-class _StreamReader:
+class _StreamReader(Generic[_Request]):
     """Reads a stream's next request, unless the broker is shutting down.
 
     A stream waiting for its client's next request would hold the servers' grace
@@ -459,9 +500,12 @@ class _StreamReader:
     its pending answers and ends the stream with OK). ``read`` gives None at EOF
     and once the broker is closing."""
 
-    def __init__(self, context, replica_manager):
+    def __init__(self, context: grpc.aio.ServicerContext[_Request, Any],
+                 replica_manager: ReplicaManager) -> None:
         self._context = context
-        self._task = asyncio.current_task()
+        task = asyncio.current_task()
+        assert task is not None  # made in the handler's own task
+        self._task = task
         self._reading = False
         self._stopped = replica_manager.closing
         self._remove = replica_manager.on_closing(self._on_closing)
@@ -471,7 +515,7 @@ class _StreamReader:
         if self._reading:
             self._task.cancel()
 
-    async def read(self):
+    async def read(self) -> _Request | None:
         if self._stopped:
             return None
         self._reading = True
@@ -484,10 +528,21 @@ class _StreamReader:
             return None
         finally:
             self._reading = False
-        return None if request is grpc.aio.EOF else request
+        return None if _is_eof(request) else request
 
     def close(self) -> None:
         self._remove()
+
+
+def _is_eof(read: object) -> bool:
+    """``context.read()`` gave grpc.aio's EOF (grpc-stubs type it as a request only)."""
+    return read is grpc.aio.EOF
+
+
+def _principal(context: Context) -> Principal | None:
+    """The caller's certificate principal (``proto.tls.principal_of``), as the controller
+    reads it: grpc-stubs type the values of ``auth_context()`` as iterables."""
+    return principal_of({k: list(v) for k, v in context.auth_context().items()})
 
 
 class _AnswerWriter:
@@ -498,23 +553,24 @@ class _AnswerWriter:
     writes them in order. A failed queued write is logged and dropped: the stream is gone
     and the client resends what was not answered."""
 
-    def __init__(self, context, observe: Callable[[float], None], supervisor: TaskSupervisor):
+    def __init__(self, context: grpc.aio.ServicerContext[pb.ProduceRequest, pb.ProduceResponse],
+                 observe: Callable[[float], None], supervisor: TaskSupervisor) -> None:
         self._context = context
         self._supervisor = supervisor  # runs the writing task: a bug there stops the broker
         self._observe = observe
         self._lock = asyncio.Lock()
         self._queue: collections.deque[tuple[pb.ProduceResponse, float]] = collections.deque()
         self._unwritten = 0  # sent later and not written yet (queued or being written)
-        self._wakeup: asyncio.Future | None = None  # the task waits for send_later on this
-        self._idle: asyncio.Future | None = None  # idle() waits on this
-        self._task: asyncio.Task | None = None
+        self._wakeup: asyncio.Future[None] | None = None  # the task waits for send_later on this
+        self._idle: asyncio.Future[None] | None = None  # idle() waits on this
+        self._task: asyncio.Task[None] | None = None
 
-    async def write(self, response, started: float) -> None:
+    async def write(self, response: pb.ProduceResponse, started: float) -> None:
         async with self._lock:
             await self._context.write(response)
         self._observe(time.perf_counter() - started)
 
-    def send_later(self, response, started: float) -> None:
+    def send_later(self, response: pb.ProduceResponse, started: float) -> None:
         self._queue.append((response, started))
         self._unwritten += 1
         if self._task is None:
@@ -593,12 +649,14 @@ class _MethodHandlers:
 
     def __init__(self) -> None:
         self.service = ""
-        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
-    def add_generic_rpc_handlers(self, handlers) -> None:
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
         pass  # built again from ``handlers`` by the caller
 
-    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+    def add_registered_method_handlers(self, service: str,
+                                       handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+                                       ) -> None:
         self.service, self.handlers = service, dict(handlers)
 
 
@@ -609,6 +667,7 @@ def _add_broker_control(servicer: BrokerControlServicer, server: grpc.aio.Server
     pb_grpc.add_BrokerControlServicer_to_server(servicer, generated)
     handlers = generated.handlers
     replica_fetch = handlers["ReplicaFetch"]
+    assert replica_fetch.stream_stream is not None  # a stream-stream method
     handlers["ReplicaFetch"] = grpc.stream_stream_rpc_method_handler(
         replica_fetch.stream_stream, request_deserializer=replica_fetch.request_deserializer,
         response_serializer=None)

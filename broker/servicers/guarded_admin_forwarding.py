@@ -13,24 +13,32 @@ broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableSequence
+from typing import TypeVar
+
 import grpc
 
 from tidewater.broker.security.authorizer import Session
-from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.security.settings import BrokerSecurity
+from tidewater.broker.servicers.admin_forwarding import Context, ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE, TOPIC
 from tidewater.proto.scram import SaslAuthenticationError
 
 _CLUSTER_DENIED = "CLUSTER_AUTHORIZATION_FAILED: needs {op} on the cluster"
+# The answers with a per-topic result list, and one item of a request's topic list.
+_TopicsResponse = TypeVar("_TopicsResponse", pb.CreateTopicsResponse, pb.DeleteTopicsResponse,
+                          pb.CreatePartitionsResponse)
+_Item = TypeVar("_Item")
 
 
 class GuardedControllerForwarder(pb_grpc.ControllerServicer):
-    def __init__(self, inner: ControllerForwarder, security):
+    def __init__(self, inner: ControllerForwarder, security: BrokerSecurity) -> None:
         self._inner = inner
         self._security = security  # broker.security.BrokerSecurity
 
-    async def _session(self, context) -> Session:
+    async def _session(self, context: Context) -> Session:
         try:
             return self._security.grpc_session(context)
         except SaslAuthenticationError as e:
@@ -41,54 +49,63 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
     def _may(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
         return self._security.allows(session, operation, resource_type, name)
 
-    async def _cluster(self, context, operation: int) -> bool:
+    async def _cluster(self, context: Context, operation: int) -> bool:
         return self._may(await self._session(context), operation, CLUSTER, CLUSTER_NAME)
 
     # ------------------------------------------------------------ topics
 
-    async def _topics(self, rpc: str, request, context, repeated, name_of, operation: int,
-                      refusal: str, empty):
-        """Forward the topics the caller may ``operation``; the rest are refused
-        TOPIC_AUTHORIZATION_FAILED. ``repeated``: the request's topic list."""
+    async def _topics(self, forward: Callable[[], Awaitable[_TopicsResponse]], context: Context,
+                      repeated: MutableSequence[_Item], name_of: Callable[[_Item], str],
+                      operation: int, refusal: str, empty: _TopicsResponse) -> _TopicsResponse:
+        """Forward (``forward()``) the topics the caller may ``operation``; the rest are
+        refused TOPIC_AUTHORIZATION_FAILED. ``repeated``: the request's topic list."""
         session = await self._session(context)
         denied = list(dict.fromkeys(name_of(t) for t in repeated
                                     if not self._may(session, operation, TOPIC, name_of(t))))
         kept = [t for t in repeated if name_of(t) not in denied]
         del repeated[:]
         repeated.extend(kept)
-        response = await getattr(self._inner, rpc)(request, context) if kept else empty
+        response = await forward() if kept else empty
         response.topics.extend(pb.TopicResult(
             name=n, error_code=pb.TOPIC_AUTHORIZATION_FAILED,
             error_message=refusal.format(name=n)) for n in denied)
         return response
 
-    async def CreateTopics(self, request, context):
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Context
+                          ) -> pb.CreateTopicsResponse:
         session = await self._session(context)
         if self._may(session, CREATE, CLUSTER, CLUSTER_NAME):
             return await self._inner.CreateTopics(request, context)
-        return await self._topics("CreateTopics", request, context, request.topics,
+        return await self._topics(lambda: self._inner.CreateTopics(request, context), context,
+                                  request.topics,
                                   lambda t: t.name, CREATE,
                                   "needs CREATE on the cluster or the topic",
                                   pb.CreateTopicsResponse())
 
-    async def DeleteTopics(self, request, context):
-        return await self._topics("DeleteTopics", request, context, request.names,
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Context
+                          ) -> pb.DeleteTopicsResponse:
+        return await self._topics(lambda: self._inner.DeleteTopics(request, context), context,
+                                  request.names,
                                   lambda n: n, DELETE, "needs DELETE on topic {name!r}",
                                   pb.DeleteTopicsResponse())
 
-    async def CreatePartitions(self, request, context):
-        return await self._topics("CreatePartitions", request, context, request.topics,
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Context
+                              ) -> pb.CreatePartitionsResponse:
+        return await self._topics(lambda: self._inner.CreatePartitions(request, context),
+                                  context, request.topics,
                                   lambda t: t.name, ALTER, "needs ALTER on topic {name!r}",
                                   pb.CreatePartitionsResponse())
 
-    async def DescribeCluster(self, request, context):
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Context
+                             ) -> pb.DescribeClusterResponse:
         if not await self._cluster(context, DESCRIBE):
             return pb.DescribeClusterResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
         return await self._inner.DescribeCluster(request, context)
 
     # ------------------------------------------------------------ users and ACLs
 
-    async def AlterUserScramCredentials(self, request, context):
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest, context: Context
+                                       ) -> pb.AlterUserScramCredentialsResponse:
         if not await self._cluster(context, ALTER):
             return pb.AlterUserScramCredentialsResponse(results=[
                 pb.UserResult(user=c.user, error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
@@ -96,14 +113,16 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
                 for c in [*request.upsertions, *request.deletions]])
         return await self._inner.AlterUserScramCredentials(request, context)
 
-    async def DescribeUserScramCredentials(self, request, context):
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest, context: Context
+                                          ) -> pb.DescribeUserScramCredentialsResponse:
         if not await self._cluster(context, DESCRIBE):
             return pb.DescribeUserScramCredentialsResponse(users=[
                 pb.UserMechanisms(user=u, error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
                 for u in request.users or ["*"]])
         return await self._inner.DescribeUserScramCredentials(request, context)
 
-    async def CreateAcls(self, request, context):
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Context
+                        ) -> pb.CreateAclsResponse:
         if not await self._cluster(context, ALTER):
             return pb.CreateAclsResponse(results=[
                 pb.AclResult(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
@@ -111,13 +130,15 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
                 for _ in request.creations])
         return await self._inner.CreateAcls(request, context)
 
-    async def DescribeAcls(self, request, context):
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Context
+                          ) -> pb.DescribeAclsResponse:
         if not await self._cluster(context, DESCRIBE):
             return pb.DescribeAclsResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
                                            error_message=_CLUSTER_DENIED.format(op="DESCRIBE"))
         return await self._inner.DescribeAcls(request, context)
 
-    async def DeleteAcls(self, request, context):
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Context
+                        ) -> pb.DeleteAclsResponse:
         if not await self._cluster(context, ALTER):
             return pb.DeleteAclsResponse(results=[
                 pb.DeleteAclsFilterResult(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
@@ -127,14 +148,22 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
 
     # ------------------------------------------------------------ not the broker's
 
-    async def RegisterBroker(self, request, context):
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Context
+                            ) -> pb.RegisterBrokerResponse:
         return await self._inner.RegisterBroker(request, context)
 
-    async def BrokerHeartbeats(self, request_iterator, context):
+    async def BrokerHeartbeats(self, request_iterator: AsyncIterator[pb.BrokerHeartbeatRequest],
+                               context: Context) -> None:
         return await self._inner.BrokerHeartbeats(request_iterator, context)
 
-    async def AlterPartition(self, request, context):
+    async def AlterPartition(self, request: pb.AlterPartitionRequest, context: Context
+                            ) -> pb.AlterPartitionResponse:
         return await self._inner.AlterPartition(request, context)
 
-    async def ReportCorruptReplica(self, request, context):
+    async def ReportCorruptReplica(self, request: pb.ReportCorruptReplicaRequest, context: Context
+                                  ) -> pb.ReportCorruptReplicaResponse:
         return await self._inner.ReportCorruptReplica(request, context)
+
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Context
+                                  ) -> pb.AllocateProducerIdsResponse:
+        return await self._inner.AllocateProducerIds(request, context)

@@ -46,11 +46,11 @@ from tidewater.broker.storage.corruption import (
     FOLLOWER_READ,
     CorruptBatchError,
     CorruptionReporter,
-    read_reporting,
 )
+from tidewater.broker.storage.reporting_read import read_reporting
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, LOG_OVERHEAD, BytesLike
-from tidewater.proto.errors import KafkaStorageError, error_for_code
+from tidewater.proto.errors import InvariantViolation, KafkaStorageError, error_for_code
 
 FETCH_MAX_BYTES_DEFAULT = 50 * 1024 * 1024
 PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
@@ -61,6 +61,11 @@ LATEST_TIMESTAMP = -1
 _INT32 = struct.Struct(">i")
 _BATCH_LENGTH_AT = 8  # after baseOffset
 _RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
+
+
+# A wanted partition as a fetch pass reads it: topic, partition, current leader epoch,
+# fetch offset, last fetched epoch, partition max bytes, topic id.
+_Wanted = tuple[str, int, int, int, int, int, bytes]
 
 
 class FetchedPartition(NamedTuple):
@@ -94,7 +99,7 @@ def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:
     return response
 
 
-def record_count(records: bytes) -> int:
+def record_count(records: BytesLike) -> int:
     """Records in the whole batches ``records`` (for metrics), 0 when the framing is broken.
 
     ``iter_batches(validate=False)``'s framing checks, reading only the two fields needed:
@@ -119,8 +124,11 @@ def check_fetch_topic_id(partition: Partition, topic_id: bytes,
     """Raise the fetch error for ``topic_id`` naming another incarnation than ``partition``'s
     (``topic_identity.fetch_topic_id_error``); an empty ID names none."""
     if topic_id and topic_id != partition.topic_id:
-        code, message = fetch_topic_id_error(topic_id, partition.topic_id,
-                                             known_topic_ids.__contains__)
+        refusal = fetch_topic_id_error(topic_id, partition.topic_id,
+                                       known_topic_ids.__contains__)
+        if refusal is None:
+            raise InvariantViolation(f"{partition.tp}: topic id {topic_id!r} refused for nothing")
+        code, message = refusal
         raise error_for_code(code, f"{partition.tp}: {message}")
 
 
@@ -184,9 +192,10 @@ class FetchPath:
         min_bytes = max(request.min_bytes, 1)
         # The request's fields are read once into plain tuples: a long-poll reads them again
         # on every pass, and each protobuf field access is a call (a message one allocates).
-        wanted = [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-                   fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
-                  for fp in request.partitions]
+        wanted: list[_Wanted] = [
+            (fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
+             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+            for fp in request.partitions]
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch
         isr_eligible = (self._is_isr_eligible(replica_id, broker_epoch)
@@ -218,7 +227,7 @@ class FetchPath:
             messages_out.inc(messages)
         return results
 
-    def _read(self, wanted: list[tuple], max_bytes: int, replica_id: int, isr_eligible: bool,
+    def _read(self, wanted: list[_Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
               broker_epoch: int, first_pass: bool
               ) -> tuple[list[FetchedPartition], int, bool]:
         """(the answer per partition, the records' bytes, must it be answered now). A

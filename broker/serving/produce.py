@@ -28,12 +28,13 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms, wall_ms
-from tidewater.broker.error_mapping import error_code_for
+from tidewater.broker.error_mapping import error_code_for, wire_code
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
+from tidewater.broker.storage.log import AppendInfo
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
@@ -61,7 +62,7 @@ def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
 def _set_acks_all_outcome(result: pb.ProducePartitionResponse, code: int) -> None:
     """Write an acks=all wait's outcome (the core's code) into its partition's answer."""
     if code != pb.NONE:
-        result.error_code = code
+        result.error_code = wire_code(code)
         result.error_message = pb.ErrorCode.Name(code)
         if code != pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
             # Not acknowledged: the records may still commit or vanish.
@@ -171,7 +172,7 @@ class ProducePath:
         return response, waits
 
     async def _append_as_leader(self, partition: Partition, records: bytes, acks: int,
-                                timeout_ms: int):
+                                timeout_ms: int) -> tuple[AppendInfo, AcksWait | None]:
         if not records:
             raise CorruptRecordError("produce request carries no record batch")
         if partition.log.config.compact:

@@ -24,13 +24,20 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
+from typing import TypeAlias, TypeVar
 
+from tidewater.broker.replicas.partition import Partition
 from tidewater.proto.errors import InvariantViolation
 
 log = logging.getLogger("tidewater.broker.serving.purgatory")
 
+_T = TypeVar("_T")
+# A parked fetch: resolved with the key that woke it, or None when its time is up.
+Parked: TypeAlias = asyncio.Future[Hashable | None]
+_ByKey: TypeAlias = dict[Hashable, set[Parked]]
 
-def _answer(future: asyncio.Future, result) -> None:
+
+def _answer(future: asyncio.Future[_T], result: _T) -> None:
     if not future.done():
         future.set_result(result)
 
@@ -40,7 +47,7 @@ class AcksWait:
 
     __slots__ = ("waiter_id", "partition", "code", "callback", "timer")
 
-    def __init__(self, waiter_id: int, partition) -> None:
+    def __init__(self, waiter_id: int, partition: Partition) -> None:
         self.waiter_id = waiter_id
         self.partition = partition
         self.code: int | None = None
@@ -49,7 +56,7 @@ class AcksWait:
 
 
 class AcksWaits:
-    def __init__(self, on_deadline: Callable[[AcksWait], None]):
+    def __init__(self, on_deadline: Callable[[AcksWait], None]) -> None:
         """``on_deadline(wait)`` runs when a wait's timer fires (the core decides)."""
         self._on_deadline = on_deadline
         self._open: dict[int, AcksWait] = {}
@@ -58,7 +65,7 @@ class AcksWaits:
     def pending(self) -> int:
         return len(self._open)
 
-    def open(self, partition, timeout_ms: int) -> AcksWait:
+    def open(self, partition: Partition, timeout_ms: int) -> AcksWait:
         """A new wait of ``partition`` (its id goes to the core with the append)."""
         wait = AcksWait(next(self._ids), partition)
         self._open[wait.waiter_id] = wait
@@ -105,7 +112,7 @@ class AcksWaits:
     async def wait_for(self, wait: AcksWait) -> int:
         if wait.code is not None:
             return wait.code
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.attach(wait, future.set_result)
         try:
             return await future
@@ -129,19 +136,19 @@ class FetchWaiters:
     """
 
     def __init__(self) -> None:
-        self._consumers_by_key: dict[Hashable, set[asyncio.Future]] = {}
-        self._followers_by_key: dict[Hashable, set[asyncio.Future]] = {}
-        self._keys: dict[asyncio.Future, tuple[tuple[Hashable, ...], dict]] = {}
+        self._consumers_by_key: _ByKey = {}
+        self._followers_by_key: _ByKey = {}
+        self._keys: dict[Parked, tuple[tuple[Hashable, ...], _ByKey]] = {}
 
-    def watch(self, keys: Iterable[Hashable], *, follower: bool = False) -> asyncio.Future:
+    def watch(self, keys: Iterable[Hashable], *, follower: bool = False) -> Parked:
         """A future resolved by the next ``notify`` of any of ``keys``, or the next
         ``notify_append`` (a follower's) or ``notify_high_watermark`` (a consumer's);
         call ``discard`` after."""
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        keys = tuple(keys)
+        future: Parked = asyncio.get_running_loop().create_future()
+        watched = tuple(keys)
         by_key = self._followers_by_key if follower else self._consumers_by_key
-        self._keys[future] = (keys, by_key)
-        for key in keys:
+        self._keys[future] = (watched, by_key)
+        for key in watched:
             waiters = by_key.get(key)
             if waiters is None:
                 by_key[key] = {future}
@@ -160,14 +167,16 @@ class FetchWaiters:
             timer.cancel()
             self.discard(future)
 
-    def discard(self, future: asyncio.Future) -> None:
-        keys, by_key = self._keys.pop(future, ((), None))
-        for key in keys:
-            waiters = by_key.get(key)
-            if waiters is not None:
-                waiters.discard(future)
-                if not waiters:
-                    del by_key[key]
+    def discard(self, future: Parked) -> None:
+        watched = self._keys.pop(future, None)
+        if watched is not None:
+            keys, by_key = watched
+            for key in keys:
+                waiters = by_key.get(key)
+                if waiters is not None:
+                    waiters.discard(future)
+                    if not waiters:
+                        del by_key[key]
         if not future.done():
             future.cancel()
 
@@ -190,7 +199,7 @@ class FetchWaiters:
                     for waiters in by_key.values() for f in waiters})
 
 
-def _wake(futures: Iterable[asyncio.Future], key: Hashable) -> None:
+def _wake(futures: Iterable[Parked], key: Hashable) -> None:
     for future in futures:
         if not future.done():
             future.set_result(key)

@@ -63,6 +63,7 @@ from collections.abc import Sequence
 
 from tidewater.broker.serving.fetch import FetchedPartition, fetch_response
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import BytesLike
 
 # A partition's records from which it is written and read by hand
 # (bench/probes/fetch_wire_codec.py: the Python costs ~1 (writing) and ~2.5 (reading)
@@ -102,7 +103,7 @@ def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: in
     ``error_code`` at the request level): partitions with ``by_hand_bytes`` of records and
     more written here (their records copied once, by the join), the runs between them by
     protobuf."""
-    parts: list[bytes | bytearray] = []
+    parts: list[BytesLike] = []
     if error_code:
         parts.append(_RESPONSE_ERROR_CODE + _varint(error_code))
     run: list[FetchedPartition] = []
@@ -201,7 +202,7 @@ def _text(key: bytes, value: str) -> bytes:
 
 def encode_by_hand(partitions: Sequence[FetchedPartition], error_code: int = 0) -> bytes:
     """``encode_fetch_response``'s bytes, every partition written here."""
-    parts: list[bytes | bytearray] = []
+    parts: list[BytesLike] = []
     if error_code:
         parts.append(_RESPONSE_ERROR_CODE + _varint(error_code))
     for partition in partitions:
@@ -209,7 +210,7 @@ def encode_by_hand(partitions: Sequence[FetchedPartition], error_code: int = 0) 
     return b"".join(parts)
 
 
-def _append_partition(parts: list[bytes | bytearray], fetched: FetchedPartition) -> None:
+def _append_partition(parts: list[BytesLike], fetched: FetchedPartition) -> None:
     """One partition's field of a FetchResponse, as pieces: its records by reference."""
     (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
      leader_epoch, records, diverging) = fetched
@@ -341,7 +342,8 @@ def _read_partition(raw: bytes, view: memoryview, position: int,
     """One FetchPartitionResponse in ``raw[position:end]``. The keys protobuf writes for
     these fields are one byte each: they are dispatched on directly, and a one-byte
     varint is read inline (this runs once per partition of every answer)."""
-    fields: list = ["", 0, 0, "", 0, 0, 0, 0, _NO_RECORDS, None]
+    # FetchedPartition's fields by index (``_make``); the diverging one is read back.
+    fields: list[object] = ["", 0, 0, "", 0, 0, 0, 0, _NO_RECORDS, None]
     varints = _PARTITION_VARINTS
     while position < end:
         key = raw[position]
@@ -365,7 +367,7 @@ def _read_partition(raw: bytes, view: memoryview, position: int,
             fields[0 if key == _TOPIC_KEY else 3] = _read_text(raw, start, position)
         elif key == _DIVERGING_KEY:
             start, position = _read_length(raw, position + 1, end)
-            fields[9] = _read_epoch_end_offset(raw, start, position, fields[9] or (0, 0))
+            fields[9] = _read_epoch_end_offset(raw, start, position, _diverging(fields))
         else:  # another field, or a key written in more bytes than needed
             field, wire_type, position = _read_key(raw, position, end)
             if wire_type == _VARINT and 2 <= field <= 8 and field != 4:
@@ -379,22 +381,32 @@ def _read_partition(raw: bytes, view: memoryview, position: int,
 
 
 def _read_partition_len_field(raw: bytes, view: memoryview, field: int, position: int,
-                              end: int, fields: list) -> int:
+                              end: int, fields: list[object]) -> int:
     start, position = _read_length(raw, position, end)
     if field == 10:
         fields[8] = view[start:position]
     elif field == 9:
-        fields[9] = _read_epoch_end_offset(raw, start, position, fields[9] or (0, 0))
+        fields[9] = _read_epoch_end_offset(raw, start, position, _diverging(fields))
     else:
         fields[field - 1] = _read_text(raw, start, position)
     return position
+
+
+def _diverging(fields: list[object]) -> tuple[int, int]:
+    """The (epoch, end offset) read so far into ``fields`` (a repeated field merges), or
+    (0, 0): protobuf's defaults."""
+    diverging = fields[9]
+    if diverging is None:
+        return 0, 0
+    assert isinstance(diverging, tuple), diverging
+    return diverging
 
 
 def decode_by_hand(raw: bytes) -> tuple[int, list[FetchedPartition]]:
     """``decode_fetch_response`` read here: the records are slices of ``raw``, not copies."""
     view = memoryview(raw)
     error_code = 0
-    partitions = []
+    partitions: list[FetchedPartition] = []
     position, end = 0, len(raw)
     while position < end:
         field, wire_type, position = _read_key(raw, position, end)

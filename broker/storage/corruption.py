@@ -13,7 +13,7 @@ partitionLeaderEpoch cannot be seen at all.
 Who finds one: the broker's reads for consumers and followers (``Log.read``
 returns the whole batches before it and a ``CorruptBatch`` on the result, or
 raises ``CorruptBatchError`` when the first batch it would return is the bad
-one), and the background scrub of closed segments (``scrub.py``). Every finder
+one; ``reporting_read.py`` reports those), and the background scrub of closed segments (``scrub.py``). Every finder
 hands it to ``CorruptionReporter.report`` with how it was found; what to do
 about it (leave leadership, truncate below ``base_offset``, fetch again) is the
 replication layer's decision, not storage's.
@@ -27,7 +27,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
@@ -39,9 +38,6 @@ from tidewater.proto.batch import (
     BytesLike,
 )
 from tidewater.proto.errors import CorruptRecordError, InvariantViolation
-
-if TYPE_CHECKING:
-    from tidewater.broker.storage.log import Log, ReadResult
 
 log = logging.getLogger(__name__)
 
@@ -118,23 +114,6 @@ class CorruptionReporter:
         if self._count is not None:
             self._count(how)
         return True
-
-
-def read_reporting(log_: Log, reporter: CorruptionReporter, how: str, start_offset: int,
-                   max_bytes: int, *, max_offset: int | None = None,
-                   min_one_batch: bool = True) -> ReadResult:
-    """``log_.read(...)`` that reports a damaged batch it meets to ``reporter`` (``how``:
-    CONSUMER_READ or FOLLOWER_READ). The result (with ``corrupt``) or the
-    CorruptBatchError still reaches the caller, who decides what to do about it."""
-    try:
-        result = log_.read(start_offset, max_bytes, max_offset=max_offset,
-                           min_one_batch=min_one_batch)
-    except CorruptBatchError as e:
-        reporter.report(e.batch, how)
-        raise
-    if result.corrupt is not None:
-        reporter.report(result.corrupt, how)
-    return result
 
 
 # -- the checks (pure: bytes in, a reason out) ---------------------------------

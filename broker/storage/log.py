@@ -140,6 +140,7 @@ from tidewater.proto.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from tidewater.proto.records import decode_batch
 
 log = logging.getLogger(__name__)
 
@@ -632,8 +633,6 @@ class Log:
                                     base_offset: int, max_timestamp: int,
                                     epoch: int) -> tuple[int, int, int]:
         # The batch is found from headers; the record inside needs a decode.
-        from tidewater.proto.records import decode_batch
-
         try:
             _header, records = decode_batch(segment.read_batch_at(position))
         except (CorruptRecordError, ValueError) as e:

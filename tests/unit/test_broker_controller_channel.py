@@ -8,7 +8,9 @@ import grpc
 import pytest
 
 from tidewater.broker.controller_link.channel import ControllerChannel
+from tidewater.broker.security.settings import open_security
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
@@ -136,4 +138,27 @@ async def test_a_broker_answers_heartbeats_not_controller():
             assert resp is not None and resp.error_code == pb.NOT_CONTROLLER
     finally:
         await channel.close()
+        await server.stop(0)
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["open", "guarded"])
+async def test_a_broker_answers_every_broker_to_controller_call_not_controller(guarded):
+    # With security on, the guarded forwarder is the broker's Controller service: it must
+    # pass every broker-to-controller call to the forwarder (AllocateProducerIds was
+    # missing and answered UNIMPLEMENTED).
+    forwarder = ControllerForwarder(None)
+    servicer = GuardedControllerForwarder(forwarder, open_security()) if guarded else forwarder
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.ControllerStub(channel)
+            for call, request in [(stub.RegisterBroker, pb.RegisterBrokerRequest()),
+                                  (stub.AlterPartition, pb.AlterPartitionRequest()),
+                                  (stub.ReportCorruptReplica, pb.ReportCorruptReplicaRequest()),
+                                  (stub.AllocateProducerIds, pb.AllocateProducerIdsRequest())]:
+                assert (await call(request, timeout=10)).error_code == pb.NOT_CONTROLLER
+    finally:
         await server.stop(0)

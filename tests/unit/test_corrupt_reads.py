@@ -28,10 +28,10 @@ from tidewater.broker.storage.corruption import (
     CorruptBatch,
     CorruptBatchError,
     CorruptionReporter,
-    read_reporting,
 )
 from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.reporting_read import read_reporting
 from tidewater.proto.batch import iter_batches, set_base_offset_and_epoch
 from tidewater.proto.errors import CorruptRecordError
 from tidewater.proto.records import decode_records, encode_batch
