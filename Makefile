@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log bench-cleaner sim audit \
+.PHONY: venv kcat fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-log bench-cleaner sim sim-long audit \
 	audit-zip spark-up spark-down bench-audit chromium
 
 venv: $(STAMP)
@@ -112,8 +112,15 @@ audit-zip: venv
 fuzz: venv
 	cd tests && $(CURDIR)/$(PY) -m fuzz.run --seconds $(or $(FUZZ_SECONDS),60)
 
+# SIM_COUNT seeds of 3,000 steps each; the step count is asserted (a sweep that ran nothing
+# fails). .ci/run runs `make sim`; `make sim-long` sweeps 400 other seeds (1,200,000 steps).
+SIM_COUNT ?= 100
 sim: venv
-	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(or $(SIM_COUNT),200)
+	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(SIM_COUNT) \
+	  --min-steps $$(( $(SIM_COUNT) * 3000 ))
+
+sim-long: venv
+	cd tests && $(CURDIR)/$(PY) -m sim.run --first 100000 --count 400 --min-steps 1200000
 
 # Docker image, compose cluster and chaos targets live beside the Dockerfile.
 -include deploy/docker.mk

@@ -80,6 +80,9 @@ class SimConfig:
     restart_delay_ms: tuple[int, int] = (50, 1500)
     cut_per_s: float = 0.4
     cut_duration_ms: tuple[int, int] = (100, 2500)
+    # The controller's messages to one broker lost while the broker's reach it (its
+    # heartbeats keep it unfenced, in the ISR, while it misses LeaderAndIsr requests).
+    controller_to_broker_cut_per_s: float = 0.0
     produce_per_partition_per_s: float = 40.0
     produce_inflight_max: int = 5
     produce_timeout_ms: int = 1000
@@ -419,6 +422,13 @@ class Simulation:
                 peer = self.rng.choice([b for b in self.brokers if b != broker_id])
                 self.network.cut(broker_id, peer, now_ms + duration)
             self.trace(now_ms, f"network: cut {kind} broker {broker_id} for {duration} ms")
+        if (cfg.controller_to_broker_cut_per_s
+                and self.rng.random() < cfg.controller_to_broker_cut_per_s * step_s):
+            duration = self.rng.randint(*cfg.cut_duration_ms)
+            broker_id = self.rng.choice(list(self.brokers))
+            self.network.cut_one_way(CONTROLLER, broker_id, now_ms + duration)
+            self.trace(now_ms, f"network: the controller's messages to broker {broker_id} are "
+                               f"lost for {duration} ms")
         controller = self.controller
         if controller.state == RUNNING:
             if self.rng.random() < cfg.controller_crash_per_s * step_s:

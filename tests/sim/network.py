@@ -38,6 +38,8 @@ class Network:
         self._sequence = 0
         # (a, b) pairs that cannot talk, both directions, until the given time.
         self._cut_until_ms: dict[tuple[int, int], int] = {}
+        # (src, dst) links that drop what src sends dst (an asymmetric partition).
+        self._one_way_until_ms: dict[tuple[int, int], int] = {}
         self.sent = self.dropped = 0
 
     def send(self, src: int, dst: int, message: Any, now_ms: int) -> None:
@@ -64,13 +66,21 @@ class Network:
         key = (min(a, b), max(a, b))
         self._cut_until_ms[key] = max(self._cut_until_ms.get(key, 0), until_ms)
 
+    def cut_one_way(self, src: int, dst: int, until_ms: int) -> None:
+        """What ``src`` sends ``dst`` is lost until ``until_ms``; the other way works."""
+        key = (src, dst)
+        self._one_way_until_ms[key] = max(self._one_way_until_ms.get(key, 0), until_ms)
+
     def isolate(self, node: int, others: list[int], until_ms: int) -> None:
         for other in others:
             if other != node:
                 self.cut(node, other, until_ms)
 
-    def is_cut(self, a: int, b: int, now_ms: int) -> bool:
-        return self._cut_until_ms.get((min(a, b), max(a, b)), 0) > now_ms
+    def is_cut(self, src: int, dst: int, now_ms: int) -> bool:
+        return (self._cut_until_ms.get((min(src, dst), max(src, dst)), 0) > now_ms
+                or (bool(self._one_way_until_ms)
+                    and self._one_way_until_ms.get((src, dst), 0) > now_ms))
 
     def heal_all(self) -> None:
         self._cut_until_ms.clear()
+        self._one_way_until_ms.clear()

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print the trace as it happens")
     parser.add_argument("--counters", action="store_true",
                         help="print the decision paths taken, summed over the seeds")
+    parser.add_argument("--min-steps", type=int, default=0,
+                        help="fail unless at least this many steps were simulated in all (a "
+                             "sweep that silently ran nothing must not pass)")
     args = parser.parse_args(argv)
     seeds = args.seed if args.seed else range(args.first, args.first + args.count)
     failed = 0
@@ -63,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.counters:
         for name, count in sorted(counters.items()):
             print(f"  {count:>8}  {name}")
+    print(f"sim: {totals['seeds'] + failed} seeds, {totals['steps']} steps, {failed} "
+          f"violations")
+    min_steps = max(args.min_steps, 1)
+    if totals["steps"] < min_steps:
+        print(f"sim: only {totals['steps']} steps simulated, fewer than {min_steps}",
+              file=sys.stderr)
+        return 1
     return 1 if failed else 0
 
 
