@@ -109,3 +109,12 @@ def test_lag_history_is_bounded():
     for i in range(5):
         h2.add("g", i, i)
     assert [t for t, _v in h2.series("g")] == [2, 3, 4]
+
+
+def test_chart_window_spans_back_to_the_oldest_point():
+    series = {"b": [(100_000, 1.0), (130_000, 2.0)]}
+    assert charts.window_for(series, 130_000) == 60  # at least a minute
+    assert charts.window_for(series, 100_000 + 150_000) == 150
+    assert charts.window_for(series, 100_000 + 900_000) == 300  # at most the history
+    assert charts.window_for({}, 5) == 60
+    assert charts.span_label(90) == "-90 s" and charts.span_label(300) == "-5 min"

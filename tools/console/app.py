@@ -191,8 +191,10 @@ class Console:
                                                        "lag_chart": self._lag_chart(group_id)})
 
     def _lag_chart(self, group_id: str) -> str:
-        return charts.line_chart("Total lag (records)", {"lag": self.lag.series(group_id)},
-                                 now_ms=int(time.time() * 1000), chart_id="lag-chart")
+        series = {"lag": self.lag.series(group_id)}
+        now_ms = int(time.time() * 1000)
+        return charts.line_chart("Total lag (records)", series, now_ms=now_ms,
+                                 window_s=charts.window_for(series, now_ms), chart_id="lag-chart")
 
     async def charts_page(self, request: Request) -> Response:
         return self.page(request, "charts.html", {"title": "Charts", "svgs": self._charts()})
@@ -201,10 +203,15 @@ class Console:
         return self.page(request, "_charts.html", {"svgs": self._charts()})
 
     def _charts(self) -> list[str]:
+        if not self.metrics.targets:
+            return []
         now_ms = int(time.time() * 1000)
-        return [charts.line_chart(title, self.metrics.series(key), now_ms=now_ms,
+        all_series = {key: self.metrics.series(key) for key in CHARTS}
+        window_s = charts.window_for(all_series["requests"], now_ms,
+                                     most_s=self.metrics.history_s)
+        return [charts.line_chart(title, all_series[key], now_ms=now_ms, window_s=window_s,
                                   chart_id=f"chart-{key}")
-                for key, title in CHARTS.items()] if self.metrics.targets else []
+                for key, title in CHARTS.items()]
 
     async def audit_report(self, request: Request) -> Response:
         summary = self.data.audit()

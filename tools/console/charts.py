@@ -38,6 +38,19 @@ def human(value: float) -> str:
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
+def span_label(seconds: int) -> str:
+    """How far back the chart's left edge is: '-45 s', '-3 min'."""
+    return f"-{seconds} s" if seconds < 120 else f"-{seconds // 60} min"
+
+
+def window_for(series: dict[str, list[tuple[int, float | None]]], now_ms: int, *,
+               least_s: int = 60, most_s: int = 300) -> int:
+    """The chart's span: back to its oldest point, at least ``least_s`` and at most
+    ``most_s``, so a console that started a minute ago does not draw a thin strip."""
+    oldest = min((t for points in series.values() for t, _v in points[:1]), default=now_ms)
+    return max(least_s, min(most_s, -(-(now_ms - oldest) // 1000)))
+
+
 def line_chart(title: str, series: dict[str, list[tuple[int, float | None]]], *, now_ms: int,
                window_s: int = 300, chart_id: str = "") -> str:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -63,8 +76,8 @@ def line_chart(title: str, series: dict[str, list[tuple[int, float | None]]], *,
                      'class="grid"/>')
         parts.append(f'<text x="{LEFT - 4}" y="{gy + 4:.1f}" text-anchor="end" class="tick">'
                      f'{escape(human(top * fraction))}</text>')
-    parts.append(f'<text x="{LEFT}" y="{HEIGHT - BOTTOM + 14}" class="tick">-{window_s // 60} min'
-                 '</text>')
+    parts.append(f'<text x="{LEFT}" y="{HEIGHT - BOTTOM + 14}" class="tick">'
+                 f'{escape(span_label(window_s))}</text>')
     parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - BOTTOM + 14}" text-anchor="end" '
                  'class="tick">now</text>')
     legend_x = LEFT

@@ -157,6 +157,7 @@ class MetricsHistory:
                  history_s: int = HISTORY_S_DEFAULT) -> None:
         self.targets = list(targets)
         self.interval_ms = interval_ms
+        self.history_s = history_s
         points = max(2, history_s * 1000 // interval_ms + 1)
         self._samples: dict[str, deque[Sample]] = {t.source: deque(maxlen=points)
                                                    for t in self.targets}
