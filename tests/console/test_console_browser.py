@@ -155,12 +155,13 @@ def console(cluster: RunningCluster, tmp_path_factory) -> Iterator[ConsoleProces
 
 
 def _text(driver, css: str) -> str:
-    """The element's shown text, read in one script call: the live fragments swap their
-    elements every few seconds, so a found element may be gone by the next call."""
-    text = driver.execute_script(
-        "const e = document.querySelector(arguments[0]); return e ? e.innerText : null", css)
-    assert text is not None, f"nothing matches {css}"
-    return text.strip()
+    """The element's shown text, read by script: the live fragments swap their elements
+    every few seconds, so a found element may be gone by the next call. Waits a little
+    for the element (a page that a click is still loading)."""
+    found = _poll(lambda: driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? [e.innerText] : null", css),
+        f"an element {css}", timeout_s=5)
+    return str(found[0]).strip()
 
 
 def _attr(driver, css: str, name: str) -> str | None:
