@@ -433,8 +433,12 @@ def test_killed_broker_shows_down_and_its_partitions_under_replicated(browser, c
     _poll(shown_down, "broker 2 down and partitions under-replicated", timeout_s=10)
     elapsed_s = time.monotonic() - started
     assert browser.execute_script("return window.__notReloaded") is True
-    listed = _text(browser, "#under-replicated")
-    assert f"{FIXED}-0" in listed and f"{LIVE}-0" in listed
+    # Every partition of both topics has broker 2 among its replicas (RF 3 of 3).
+    _poll(lambda: _text(browser, f"#under-replicated-{FIXED} .count") == "3 of 3",
+          f"all of {FIXED} under-replicated")
+    assert _text(browser, f"#under-replicated-{FIXED} .which") == "0, 1, 2"
+    assert _text(browser, f"#under-replicated-{FIXED} .missing") == "brokers 2"
+    assert _text(browser, f"#under-replicated-{LIVE} .count") == "3 of 3"
     screenshot(browser, "overview-broker-down")
     print(f"broker 2 shown down and its partitions under-replicated {elapsed_s:.1f} s after "
           "SIGKILL")

@@ -84,6 +84,28 @@ class PartitionRef:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicProblem:
+    """A topic's under-replicated (or offline) partitions, as the overview lists them."""
+
+    topic: str
+    partitions: tuple[int, ...]
+    partition_count: int
+    missing_brokers: tuple[int, ...]  # replicas not in the ISR, over those partitions
+
+
+def by_topic(refs: list[PartitionRef], counts: dict[str, int]) -> tuple[TopicProblem, ...]:
+    """Grouped per topic; the cluster's own topics (``__consumer_offsets``) last."""
+    grouped: dict[str, list[PartitionRef]] = {}
+    for ref in refs:
+        grouped.setdefault(ref.topic, []).append(ref)
+    return tuple(
+        TopicProblem(topic, tuple(r.partition for r in group), counts.get(topic, 0),
+                     tuple(sorted({b for r in group for b in r.replicas if b not in r.isr})))
+        for topic, group in sorted(grouped.items(), key=lambda kv: (kv[0].startswith("__"),
+                                                                    kv[0])))
+
+
+@dataclass(frozen=True, slots=True)
 class AuditSummary:
     passed: bool
     failing: tuple[str, ...]
@@ -105,6 +127,8 @@ class Overview:
     unclean_elections_total: int
     audit: AuditSummary | None
     taken_unix_ms: int
+    under_replicated_by_topic: tuple[TopicProblem, ...] = ()
+    offline_by_topic: tuple[TopicProblem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +276,11 @@ class ClusterData:
                     offline.append(ref)
                 elif p.under_replicated:
                     under.append(ref)
+        counts = {t.name: len(t.partitions) for t in c.topics}
         return Overview(c.cluster_id, c.controller_id, c.controller_epoch, brokers,
                         len(c.topics), c.partition_count, tuple(under), tuple(offline),
-                        c.unclean_elections_total, self.audit(), snap.taken_unix_ms)
+                        c.unclean_elections_total, self.audit(), snap.taken_unix_ms,
+                        by_topic(under, counts), by_topic(offline, counts))
 
     def topics(self) -> list[TopicRow]:
         snap = self.snapshot()
