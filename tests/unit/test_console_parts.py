@@ -55,13 +55,15 @@ def test_rates_between_scrapes_and_a_restarted_counter():
 def test_line_chart_is_one_svg_with_a_gap_for_a_down_broker():
     svg = charts.line_chart("Produce <bytes>/s", {
         "broker-1": [(1000, 1.0), (2000, 5.0), (3000, None), (4000, 2.0), (5000, 3.0)],
-        "broker-2": []}, now_ms=5000, window_s=60, chart_id="c")
+        "broker-2": [(4000, 1.0), (5000, None)], "broker-3": []}, now_ms=5000, window_s=60,
+        chart_id="c")
     root = ET.fromstring(svg)  # well-formed, title escaped
     ns = "{http://www.w3.org/2000/svg}"
-    assert root.get("data-points") == "4"
-    assert len(root.findall(f"{ns}polyline")) == 2  # the None split the line
+    assert root.get("data-points") == "5"
+    assert len(root.findall(f"{ns}polyline")) == 2  # the None split broker-1's line
+    assert len(root.findall(f"{ns}circle")) == 1  # broker-2's one point before it went down
     legends = [t.text for t in root.findall(f"{ns}text") if t.get("class") == "legend"]
-    assert legends == ["broker-1: 3", "broker-2: down"]
+    assert legends == ["broker-1: 3", "broker-2: down", "broker-3: -"]
     assert charts.nice_max(0) == 1 and charts.nice_max(7.1) == 10 and charts.nice_max(120) == 200
 
 

@@ -57,8 +57,8 @@ def line_chart(title: str, series: dict[str, list[tuple[int, float | None]]], *,
     start_ms = now_ms - window_s * 1000
     values = [v for points in series.values() for t, v in points if v is not None and t >= start_ms]
     top = nice_max(max(values, default=0.0))
-    latest = {name: next((v for _t, v in reversed(points) if v is not None), None)
-              for name, points in series.items()}
+    # The legend gives each line's last value; a source whose last scrape failed is down.
+    latest = {name: (points[-1][1] if points else None) for name, points in series.items()}
 
     def x(t: int) -> float:
         return LEFT + plot_w * (t - start_ms) / (window_s * 1000)
@@ -99,7 +99,8 @@ def line_chart(title: str, series: dict[str, list[tuple[int, float | None]]], *,
                 parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" '
                              f'points="{" ".join(run)}"/>')
         now_value = latest[name]
-        label = f"{name}: {human(now_value) if now_value is not None else 'down'}"
+        shown = human(now_value) if now_value is not None else ("down" if points else "-")
+        label = f"{name}: {shown}"
         parts.append(f'<rect x="{legend_x}" y="{HEIGHT - 12}" width="9" height="9" '
                      f'fill="{color}"/><text x="{legend_x + 12}" y="{HEIGHT - 4}" '
                      f'class="legend">{escape(label)}</text>')
