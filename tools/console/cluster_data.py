@@ -392,10 +392,11 @@ def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
         if name in configs:
             rows.append(ConfigRow(name, configs[name], "topic"))
             continue
-        value: object = (getattr(defaults, definition.log_field) if definition.log_field
-                         else None)
-        shown = "(broker setting)" if value is None else str(value).lower() \
-            if isinstance(value, bool) else str(value)
+        if definition.log_field is None:  # a replication setting: the cluster's default
+            shown = "(broker setting)"
+        else:
+            value = getattr(defaults, definition.log_field)
+            shown = "(not set)" if value is None else str(value)
         rows.append(ConfigRow(name, shown, "default"))
     for name in sorted(set(configs) - set(TOPIC_CONFIGS)):
         rows.append(ConfigRow(name, configs[name], "topic"))
