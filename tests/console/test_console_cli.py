@@ -114,3 +114,45 @@ def test_unreachable_cluster_is_a_page_not_a_trace(tmp_path):
         assert status == 503 and 'id="error"' in page and "Traceback" not in page
     finally:
         console.stop()
+
+
+def test_https_with_the_given_certificate(small_cluster, tmp_path):
+    import ssl
+
+    certs = tmp_path / "certs"
+    for args in (("init", "--dir", str(certs)),
+                 ("issue", "--dir", str(certs), "--name", "console", "--role", "broker")):
+        made = run_tide("certs", *args)
+        assert made.returncode == 0, made.stderr
+    console = ConsoleProcess(["--bootstrap-server", small_cluster.bootstrap,
+                              "--tls-cert", str(certs / "console.pem"),
+                              "--tls-key", str(certs / "console.key")], tmp_path / "console.log")
+    try:
+        assert console.url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with urllib.request.urlopen(console.url + "/", timeout=20, context=context) as response:
+            assert response.status == 200 and b'id="broker-1"' in response.read()
+    finally:
+        console.stop()
+
+
+def test_overview_shows_the_latest_audit_verdict_and_links_the_report(small_cluster, tmp_path):
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    (audit / "report.json").write_text(json.dumps({"version": 1, "passed": False, "rules": [
+        {"name": "hw_never_decreases", "passed": True, "skipped": None},
+        {"name": "acked_records_present", "passed": False, "skipped": None},
+        {"name": "metrics_consistent", "passed": False, "skipped": "no metrics given"}]}))
+    (audit / "report.html").write_text("<html><body>the audit report</body></html>")
+    console = ConsoleProcess(["--bootstrap-server", small_cluster.bootstrap,
+                              "--audit-dir", str(audit)], tmp_path / "console.log")
+    try:
+        status, page = _get(console.url + "/")
+        assert status == 200
+        verdict = page[page.index('id="audit-verdict"'):].split("</p>")[0]
+        assert "FAIL: 1 rule(s) violated: acked_records_present" in verdict
+        assert '<a href="/audit/report.html">' in verdict
+        assert _get(console.url + "/audit/report.html") == (
+            200, "<html><body>the audit report</body></html>")
+    finally:
+        console.stop()
