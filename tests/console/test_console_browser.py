@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 FIXED, LIVE = "fixed", "live"
 BIG_VALUE = b"B" * 3000 + b"END"
+HTML_KEY = b'<b id="injected">big</b>'  # shown as text, never as markup
 SETTLED_AT = 10  # group "settled" committed this offset on every partition of FIXED
 
 
@@ -137,7 +138,7 @@ def _seed(c: RunningCluster) -> None:
             for i in range(30):
                 p.send(FIXED, _value(partition, i), key=f"k-{i % 5}".encode(),
                        partition=partition, headers=[("trace", f"id-{i}".encode())])
-        p.send(FIXED, BIG_VALUE, key=b"big", partition=1)  # offset 30 of partition 1
+        p.send(FIXED, BIG_VALUE, key=HTML_KEY, partition=1)  # offset 30 of partition 1
         p.flush(30)
     with GroupAdmin(c.bootstrap) as groups:
         groups.reset_offsets("settled", FIXED, to="offset", offset=SETTLED_AT)
@@ -300,6 +301,8 @@ def test_record_browser_shows_what_a_consumer_reads(browser, console, cluster):
     browser.get(console.url + f"/topics/{FIXED}?partition=1&mode=offset&offset=30&limit=1")
     [row] = browser.find_elements(By.CSS_SELECTOR, "#records tr.record")
     assert len(row.find_element(By.CSS_SELECTOR, ".value pre").text) == 1024
+    assert row.find_element(By.CSS_SELECTOR, ".key pre").text == HTML_KEY.decode()
+    assert not browser.find_elements(By.ID, "injected")
     more = row.find_element(By.CSS_SELECTOR, ".value a.more")
     assert f"all {len(BIG_VALUE)} bytes" in more.text
     more.click()
