@@ -156,3 +156,20 @@ def test_overview_shows_the_latest_audit_verdict_and_links_the_report(small_clus
             200, "<html><body>the audit report</body></html>")
     finally:
         console.stop()
+
+
+def test_console_of_a_tls_cluster_connects_with_its_client_certificate(tmp_path):
+    """`cluster up --tls --console`: the console takes the cluster's client settings
+    (cluster.json) and reads it over TLS."""
+    data_dir = tmp_path / "tls-cluster"
+    result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(data_dir),
+                      "--base-port", "0", "--ready-timeout-s", "60", "--tls",
+                      "--console", "127.0.0.1:0", timeout_s=150)
+    try:
+        assert result.returncode == 0, result.stderr
+        [line] = [x for x in result.stderr_lines if x.startswith("# web console: ")]
+        status, page = _get(line.split(": ", 1)[1].rstrip("/") + "/")
+        assert status == 200 and 'id="broker-1" data-status="alive"' in page
+    finally:
+        run_tide("cluster", "down", "--data-dir", str(data_dir), "--timeout-s", "10",
+                 timeout_s=60)
