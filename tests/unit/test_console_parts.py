@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from tidewater.proto.records import ConsumerRecord
 from tidewater.tools.console import charts
 from tidewater.tools.console.cluster_data import config_rows
-from tidewater.tools.console.metrics import LagHistory, parse_sample, rate_point
+from tidewater.tools.console.metrics import LagHistory, LagSampler, parse_sample, rate_point
 from tidewater.tools.console.records import PREVIEW_BYTES_MAX, RecordQuery, show, shown_record
 
 EXPOSITION = """\
@@ -120,3 +120,25 @@ def test_chart_window_spans_back_to_the_oldest_point():
     assert charts.window_for(series, 100_000 + 900_000) == 300  # at most the history
     assert charts.window_for({}, 5) == 60
     assert charts.span_label(90) == "-90 s" and charts.span_label(300) == "-5 min"
+
+
+def test_lag_sampler_records_every_group_and_a_gap_for_one_that_fails():
+    from tidewater.proto.errors import TidewaterError
+
+    def lag_of(group_id: str) -> int | None:
+        if group_id == "broken":
+            raise TidewaterError("coordinator not available")
+        return {"a": 5, "b": None}[group_id]
+
+    history = LagHistory()
+    sampler = LagSampler(history, lambda: ["b", "broken", "a"], lag_of, groups_max=3)
+    sampler.sample_once()
+    assert [v for _t, v in history.series("a")] == [5.0]
+    assert [v for _t, v in history.series("b")] == [None]
+    assert [v for _t, v in history.series("broken")] == [None]
+
+    def no_cluster() -> list[str]:
+        raise TidewaterError("no broker reachable")
+
+    LagSampler(history, no_cluster, lag_of).sample_once()  # nothing raised, nothing added
+    assert len(history.series("a")) == 1

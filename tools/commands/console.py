@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
                              "(each asks to confirm); off by default")
     parser.add_argument("--metrics-interval-ms", type=int, default=2000,
                         help="how often the charts' metrics are scraped (default 2000)")
+    parser.add_argument("--lag-interval-ms", type=int, default=10_000,
+                        help="how often every group's lag is sampled for the lag charts "
+                             "(default 10000; 0: only while a group's page is open)")
     parser.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", metavar="FILE", help="... and this key")
     parser.add_argument("--login", metavar="USER",
@@ -117,13 +120,15 @@ def run(args: Any) -> int:
                 raise CliError(f"--metrics: {e}", exit_code=2) from None
     return serve(bootstrap, security, targets, host=host, port=port, login=login,
                  allow_writes=args.allow_writes, audit_dir=args.audit_dir,
-                 metrics_interval_ms=args.metrics_interval_ms, tls_cert=args.tls_cert,
+                 metrics_interval_ms=args.metrics_interval_ms,
+                 lag_interval_ms=args.lag_interval_ms, tls_cert=args.tls_cert,
                  tls_key=args.tls_key)
 
 
 def serve(bootstrap: str, security: dict[str, Any], targets: list[Any], *, host: str, port: int,
           login: tuple[str, str] | None, allow_writes: bool, audit_dir: Path | None,
-          metrics_interval_ms: int, tls_cert: str | None, tls_key: str | None) -> int:
+          metrics_interval_ms: int, lag_interval_ms: int, tls_cert: str | None,
+          tls_key: str | None) -> int:
     """Serve the console until SIGTERM or Ctrl-C (uvicorn's own handlers stop it)."""
     import socket
 
@@ -131,7 +136,7 @@ def serve(bootstrap: str, security: dict[str, Any], targets: list[Any], *, host:
 
     from tidewater.tools.console.app import Console, ConsoleConfig, build_app
     from tidewater.tools.console.cluster_data import ClusterData
-    from tidewater.tools.console.metrics import MetricsHistory
+    from tidewater.tools.console.metrics import LagSampler, MetricsHistory
     from tidewater.tools.console.records import RecordReader
 
     # Bind first: a taken port is one line and exit 1, before any client starts.
@@ -156,13 +161,18 @@ def serve(bootstrap: str, security: dict[str, Any], targets: list[Any], *, host:
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             ssl_certfile=tls_cert, ssl_keyfile=tls_key, timeout_graceful_shutdown=3)
     server = uvicorn.Server(config)
+    lag = LagSampler(console.lag, lambda: [g.group_id for g in data.groups()],
+                     lambda group_id: data.group(group_id).total_lag,
+                     interval_ms=lag_interval_ms)
     metrics.start()
+    lag.start()
     print(f"console: {scheme}://{shown_host}:{bound_port}/", flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
+        lag.stop()
         metrics.stop()
         records.close()
         data.close()

@@ -31,9 +31,11 @@ import threading
 import time
 import urllib.request
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from tidewater.proto.errors import TidewaterError
 from tidewater.tools.scrape import ScrapeTarget
 
 INTERVAL_MS_DEFAULT = 2000
@@ -258,3 +260,52 @@ class LagHistory:
     def series(self, group_id: str) -> list[tuple[int, float | None]]:
         with self._lock:
             return list(self._points.get(group_id, ()))
+
+
+class LagSampler:
+    """Adds every group's total lag to a ``LagHistory`` each ``interval_ms`` (10 s) in a
+    background thread, so a group page opened now shows the minutes before it. At most
+    ``groups_max`` groups a round (the first by name); a round that fails (the cluster
+    not answering) is skipped. The page itself adds a point each time it refreshes."""
+
+    def __init__(self, history: LagHistory, list_groups: Callable[[], list[str]],
+                 lag_of: Callable[[str], int | None], *, interval_ms: int = 10_000,
+                 groups_max: int = 50) -> None:
+        self.history = history
+        self._list_groups = list_groups
+        self._lag_of = lag_of
+        self.interval_ms = interval_ms
+        self.groups_max = groups_max
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.interval_ms > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="console-lag", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def sample_once(self) -> None:
+        try:
+            groups = sorted(self._list_groups())[:self.groups_max]
+        except (TidewaterError, OSError):  # the cluster did not answer: the next round tries
+            return
+        for group_id in groups:
+            if self._stop.is_set():
+                return
+            try:
+                lag = self._lag_of(group_id)
+            except (TidewaterError, OSError):  # its coordinator did not answer: a gap
+                lag = None
+            self.history.add(group_id, int(time.time() * 1000), lag)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample_once()
+            self._stop.wait(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))
