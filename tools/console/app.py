@@ -18,7 +18,7 @@ import datetime
 import hmac
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -48,7 +48,6 @@ class ConsoleConfig:
     # HTTP Basic login: (user, password); None: no login (listen on 127.0.0.1 then).
     login: tuple[str, str] | None = None
     bootstrap: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def human_bytes(value: int | float | None) -> str:
