@@ -27,7 +27,7 @@ kcat:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip wheel setuptools
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,console]'
 	touch $(STAMP)
 
 test: venv kcat chromium
@@ -97,10 +97,16 @@ spark-down: venv
 bench-audit: venv
 	$(PY) bench/audit_scale_bench.py $(BENCH_ARGS)
 
-# Headless Chromium (Debian's) for the report's screenshot test; where apt cannot
-# install it that test is skipped, and says so.
+# Headless Chromium (Debian's) for the report's screenshot test, and its WebDriver for
+# the console's browser tests (tests/console); where apt cannot install them those
+# tests are skipped, and say so.
 chromium:
-	@$(call apt_tool,chromium,the report screenshot test will be skipped)
+	@$(call apt_tool,chromium,the report screenshot and console browser tests will be skipped)
+	@command -v chromedriver >/dev/null 2>&1 || { \
+	  (apt-get install -y -q chromium-driver >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium-driver >/dev/null 2>&1)) \
+	  && echo "installed chromium-driver from Debian" \
+	  || echo "chromium-driver not installed (no apt here): the console browser tests will be skipped"; }
 
 # The audit package for spark-submit --py-files (README).
 audit-zip: venv

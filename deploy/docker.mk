@@ -50,13 +50,14 @@ SPARK_COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) TIDE_SPARK_IMAGE=$(SPARK_IMAGE) \
 .PHONY: image wheelhouse up down clean chaos test-docker image-spark spark-compose-up \
 	spark-compose-down spark-compose-audit
 
-# Runtime dependencies (kio among them: the Kafka listener's codec) and the
+# Runtime dependencies (kio among them: the Kafka listener's codec), the
 # kafka-client extra (kafka-python, pure Python: a Kafka client inside the
-# network), no dev/spark extras: `pip wheel '.[kafka-client]'` resolves them;
+# network) and the console extra (the `console` service), no dev/spark extras:
+# `pip wheel '.[kafka-client,console]'` resolves them;
 # the project's own wheel goes in a separate folder.
 $(WHEELHOUSE)/deps/.stamp: pyproject.toml | venv
 	rm -rf $(WHEELHOUSE)/deps
-	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps '.[kafka-client]'
+	$(PY) -m pip wheel -q --no-build-isolation --wheel-dir $(WHEELHOUSE)/deps '.[kafka-client,console]'
 	rm -f $(WHEELHOUSE)/deps/tidewater-*.whl
 	touch $@
 

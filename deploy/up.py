@@ -13,6 +13,7 @@ compose network. Exit 1 with a one-line reason on failure.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,6 +65,26 @@ def ensure_topic(admin: AdminClient, topic: str, partitions: int, replication_fa
     raise ChaosTargetError(f"topic {topic}: {last}")
 
 
+def console_url(cluster: ComposeCluster) -> str | None:
+    """The web console's address from the host (the `console` service), once it answers."""
+    try:
+        container = cluster.container("console")
+    except ChaosTargetError:
+        return None  # a compose file without the console
+    try:
+        cluster.wait_healthy(["console"], timeout_s=60)
+        published = subprocess.run(["docker", "port", container, "9800/tcp"], capture_output=True,
+                                   text=True, timeout=30).stdout.split()
+    except (ChaosTargetError, OSError, subprocess.TimeoutExpired):
+        return None
+    if not published:
+        return None
+    host, _sep, port = published[0].rpartition(":")
+    if host in ("0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"http://{host}:{port}/"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compose-project", default="tidewater")
@@ -87,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                              args.min_insync_replicas, deadline)
         metrics = ", ".join(f"{t.source} {t.url}" for t in cluster.metrics_targets())
         kafka_host, kafka_network = cluster.kafka_bootstrap(), cluster.kafka_network_bootstrap()
+        console = console_url(cluster)
     except (ChaosTargetError, TidewaterError) as e:
         print(f"up: {e}", file=sys.stderr)
         return 1
@@ -97,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kafka bootstrap from the host: {kafka_host}")
     print(f"kafka bootstrap inside network {cluster.network}: {kafka_network}")
     print(f"metrics: {metrics}")
+    print(f"web console: {console}" if console else
+          "web console: not serving (see `docker-compose logs console`)")
     if security:
         tls_dir = Path(security["ssl_cafile"] or "").parent
         print(f"TLS on every port: export TIDE_COMMAND_CONFIG={tls_dir / 'client.properties'}  "

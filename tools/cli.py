@@ -35,6 +35,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.metrics",
     "tidewater.tools.commands.chaos",
     "tidewater.tools.commands.audit",
+    "tidewater.tools.commands.console",
 ]
 
 

@@ -166,7 +166,8 @@ def _compose_cluster(tmp_path_factory, *, tls: bool):
     kafka_ports = {i: free_port() for i in (1, 2, 3)}
     metrics_ports = {s: free_port() for s in ("controller", "broker-1", "broker-2", "broker-3")}
     env = dict(os.environ, TIDE_IMAGE=IMAGE, TIDE_DATA_DIR=str(data_dir),
-               TIDE_CONTROLLER_METRICS_PORT=str(metrics_ports["controller"]))
+               TIDE_CONTROLLER_METRICS_PORT=str(metrics_ports["controller"]),
+               TIDE_CONSOLE_PORT=str(free_port()))
     for i in (1, 2, 3):
         env[f"TIDE_BROKER_{i}_PORT"] = str(broker_ports[i])
         env[f"TIDE_BROKER_{i}_KAFKA_PORT"] = str(kafka_ports[i])

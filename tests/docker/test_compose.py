@@ -87,6 +87,20 @@ def test_every_service_is_healthy_and_the_check_fails_when_nothing_serves(compos
     assert bad.returncode == 1 and "unhealthy" in bad.stderr
 
 
+
+def test_the_console_service_shows_the_cluster(compose_cluster):
+    """`make up` starts the web console; up.py prints its URL; it sees all three brokers."""
+    import urllib.request
+
+    port = compose_cluster.env["TIDE_CONSOLE_PORT"]
+    url = f"http://127.0.0.1:{port}"
+    assert f"web console: {url}/" in compose_cluster.up_output
+    page = urllib.request.urlopen(url + "/", timeout=30).read().decode()
+    for broker in (1, 2, 3):
+        assert f'id="broker-{broker}" data-status="alive"' in page
+    topic = urllib.request.urlopen(url + "/topics/demo", timeout=30).read().decode()
+    assert 'id="p-2"' in topic and "read-only" in topic
+
 def test_produce_and_consume_from_the_host(compose_cluster, tmp_path):
     c = compose_cluster
     sent = values("host", 300)

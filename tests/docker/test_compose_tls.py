@@ -84,6 +84,17 @@ def test_every_service_is_healthy_over_tls_and_every_port_refuses_plaintext(comp
     assert security["ssl_certfile"] == tls_files(c)["cert"]
 
 
+
+def test_the_console_reads_the_cluster_over_tls(compose_tls_cluster):
+    """The `console` service connects with the client certificate (compose-tls.yml)."""
+    import urllib.request
+
+    port = compose_tls_cluster.env["TIDE_CONSOLE_PORT"]
+    assert f"web console: http://127.0.0.1:{port}/" in compose_tls_cluster.up_output
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read().decode()
+    for broker in (1, 2, 3):
+        assert f'id="broker-{broker}" data-status="alive"' in page
+
 def test_tide_kcat_and_kafka_python_over_tls(compose_tls_cluster):
     c = compose_tls_cluster
     sent = [f"host-{i:05d}" for i in range(300)]

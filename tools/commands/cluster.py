@@ -71,6 +71,10 @@ def register(subparsers: Subparsers) -> None:
     up.add_argument("--tls", action="store_true",
                     help="TLS on every port: a CA and certificates under DATA_DIR/tls, mutual "
                          "TLS between cluster members; clients use DATA_DIR/tls/client.properties")
+    up.add_argument("--console", nargs="?", const="127.0.0.1:9800", default=None,
+                    metavar="HOST:PORT",
+                    help="also start the web console (`tide console`; default "
+                         "127.0.0.1:9800, port 0 picks one); `cluster down` stops it")
     up.set_defaults(func=cmd_up)
 
     down = sub.add_parser("down", help="stop every process of a local cluster")
@@ -164,6 +168,14 @@ def cmd_up(args: argparse.Namespace) -> int:
                               restarted=restarting,
                               command_config=client_entry.get("command_config") if client_entry else None,
                               ca=tls["ca"] if tls else None))
+    if args.console is not None:
+        from tidewater.tools.console import local as local_console
+
+        try:
+            url = local_console.start(Path(cluster.data_dir), args.console)
+        except local_console.LocalConsoleError as e:
+            raise CliError(f"cluster up: {e}") from None
+        sys.stderr.write(f"# web console: {url}\n")
     sys.stderr.flush()
     print(bootstrap, flush=True)
     if args.foreground:
@@ -225,12 +237,21 @@ def _stay_attached(cluster: LocalCluster, log_sizes: dict[str, int]) -> None:
             stop.wait(0.2)
     finally:
         print("stopping cluster", flush=True)
+        _stop_console(Path(cluster.data_dir))
         killed = cluster.down()
         print("cluster stopped" + (f" (SIGKILL: {', '.join(killed)})" if killed else ""), flush=True)
 
 
+def _stop_console(data_dir: Path) -> None:
+    """The console `cluster up --console` started, if any (by its recorded pid)."""
+    from tidewater.tools.console import local as local_console
+
+    local_console.stop(data_dir)
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
+    _stop_console(Path(cluster.data_dir))
     try:
         killed = cluster.down(timeout_s=args.timeout_s)
     except LocalClusterError as e:

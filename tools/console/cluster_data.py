@@ -1,0 +1,411 @@
+"""What the console's pages show, gathered from the cluster through Tidewater's clients.
+
+Every page asks the cluster afresh, but one *snapshot* (DescribeCluster from the
+controller plus every broker's DescribeReplicas, the two calls ``tide topics
+describe`` makes) is shared by the requests of the next ``snapshot_max_age_ms``
+(1 s): a browser that opens the overview, the topics list and a topic page in a
+row costs the cluster one description, and a broker killed shows as fenced at
+most that long after the controller fenced it.
+
+The clients are synchronous; the application calls these methods in worker threads
+(Starlette's threadpool). ``AdminClient`` is safe to share between threads; the
+group admin's consumer is not, so its calls go one at a time under a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidewater.client.admin import (
+    AdminClient,
+    BrokerDescription,
+    ClusterDescription,
+    PartitionDescription,
+    ReplicaState,
+    TopicDescriptionInfo,
+)
+from tidewater.client.group_admin import GroupAdmin, GroupDescription
+from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
+
+SNAPSHOT_MAX_AGE_MS = 1000
+REQUEST_TIMEOUT_MS = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster as described at ``taken_unix_ms``."""
+
+    cluster: ClusterDescription
+    replicas: dict[tuple[str, int, int], ReplicaState]  # (topic, partition, broker)
+    answered: frozenset[int]  # brokers whose DescribeReplicas answered
+    taken_unix_ms: int
+
+    def replica(self, topic: str, partition: int, broker: int) -> ReplicaState:
+        return self.replicas.get((topic, partition, broker), ReplicaState(broker=broker))
+
+    def leader_state(self, topic: str, p: PartitionDescription) -> ReplicaState | None:
+        if p.leader < 0:
+            return None
+        state = self.replicas.get((topic, p.partition, p.leader))
+        return state if state is not None and state.high_watermark >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    broker_id: int
+    address: str
+    fenced: bool
+    in_controlled_shutdown: bool
+    partitions_led: int
+    replicas: int
+    disk_bytes: int | None  # None: the broker did not answer DescribeReplicas
+
+    @property
+    def status(self) -> str:
+        if self.fenced:
+            return "down (fenced)"
+        if self.in_controlled_shutdown:
+            return "shutting down"
+        return "alive"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRef:
+    topic: str
+    partition: int
+    leader: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProblem:
+    """A topic's under-replicated (or offline) partitions, as the overview lists them."""
+
+    topic: str
+    partitions: tuple[int, ...]
+    partition_count: int
+    missing_brokers: tuple[int, ...]  # replicas not in the ISR, over those partitions
+
+
+def by_topic(refs: list[PartitionRef], counts: dict[str, int]) -> tuple[TopicProblem, ...]:
+    """Grouped per topic; the cluster's own topics (``__consumer_offsets``) last."""
+    grouped: dict[str, list[PartitionRef]] = {}
+    for ref in refs:
+        grouped.setdefault(ref.topic, []).append(ref)
+    return tuple(
+        TopicProblem(topic, tuple(r.partition for r in group), counts.get(topic, 0),
+                     tuple(sorted({b for r in group for b in r.replicas if b not in r.isr})))
+        for topic, group in sorted(grouped.items(), key=lambda kv: (kv[0].startswith("__"),
+                                                                    kv[0])))
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSummary:
+    passed: bool
+    failing: tuple[str, ...]
+    rules: int
+    report_html: Path | None
+    modified_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    cluster_id: str
+    controller_id: int
+    controller_epoch: int
+    brokers: tuple[BrokerRow, ...]
+    topic_count: int
+    partition_count: int
+    under_replicated: tuple[PartitionRef, ...]
+    offline: tuple[PartitionRef, ...]
+    unclean_elections_total: int
+    audit: AuditSummary | None
+    taken_unix_ms: int
+    under_replicated_by_topic: tuple[TopicProblem, ...] = ()
+    offline_by_topic: tuple[TopicProblem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    name: str
+    partitions: int
+    replication_factor: int
+    size_bytes: int | None  # the leaders' replicas; None when no leader answered
+    records: int | None  # high watermark - log start, summed over partitions (leaders)
+    under_replicated: int
+    offline: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    broker: int
+    is_leader: bool
+    in_isr: bool
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: bool
+    under_replicated: bool
+    log_start_offset: int  # the leader's; -1 unknown
+    high_watermark: int
+    log_end_offset: int
+    replica_rows: tuple[ReplicaRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRow:
+    name: str
+    value: str
+    source: str  # "topic" (set on the topic) or "default" (Kafka's default, the broker's may differ)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDetail:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionRow, ...]
+    configs: tuple[ConfigRow, ...]
+    taken_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPage:
+    description: GroupDescription
+    total_lag: int | None
+    members_by_id: dict[str, str] = field(default_factory=dict)  # member id -> client id
+
+
+class UnknownTopic(LookupError):
+    pass
+
+
+class ClusterData:
+    """The console's one door to the cluster."""
+
+    def __init__(self, bootstrap: str, security: Mapping[str, Any] | None = None, *,
+                 snapshot_max_age_ms: int = SNAPSHOT_MAX_AGE_MS,
+                 audit_dir: Path | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.security: dict[str, Any] = dict(security or {})
+        self.snapshot_max_age_ms = snapshot_max_age_ms
+        self.audit_dir = audit_dir
+        self.admin = AdminClient(bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS, **self.security)
+        self._group_admin: GroupAdmin | None = None
+        self._group_lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+
+    def close(self) -> None:
+        self.admin.close()
+        with self._group_lock:
+            if self._group_admin is not None:
+                self._group_admin.close()
+                self._group_admin = None
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot(self, *, fresh: bool = False) -> Snapshot:
+        """The shared description, at most ``snapshot_max_age_ms`` old (``fresh``: new)."""
+        with self._snapshot_lock:
+            now_ms = int(time.time() * 1000)
+            current = self._snapshot
+            if (not fresh and current is not None
+                    and now_ms - current.taken_unix_ms < self.snapshot_max_age_ms):
+                return current
+            cluster = self.admin.describe_cluster()
+            names = [t.name for t in cluster.topics]
+            replicas = self.admin.describe_replicas(names) if names else {}
+            answered = frozenset(b for (_t, _p, b) in replicas)
+            self._snapshot = Snapshot(cluster, replicas, answered, now_ms)
+            return self._snapshot
+
+    def invalidate(self) -> None:
+        with self._snapshot_lock:
+            self._snapshot = None
+
+    # ------------------------------------------------------------------ pages
+
+    def overview(self) -> Overview:
+        snap = self.snapshot()
+        c = snap.cluster
+        led: dict[int, int] = {}
+        hosted: dict[int, int] = {}
+        disk: dict[int, int] = {}
+        for t in c.topics:
+            for p in t.partitions:
+                if p.leader >= 0:
+                    led[p.leader] = led.get(p.leader, 0) + 1
+                for b in p.replicas:
+                    hosted[b] = hosted.get(b, 0) + 1
+        for (_t, _p, b), r in snap.replicas.items():
+            if r.size_bytes >= 0:
+                disk[b] = disk.get(b, 0) + r.size_bytes
+        brokers = tuple(
+            BrokerRow(b.broker_id, _address(b), b.fenced, b.in_controlled_shutdown,
+                      led.get(b.broker_id, 0), hosted.get(b.broker_id, 0),
+                      disk.get(b.broker_id, 0) if b.broker_id in snap.answered else None)
+            for b in c.brokers)
+        under, offline = [], []
+        for t in c.topics:
+            for p in t.partitions:
+                ref = PartitionRef(t.name, p.partition, p.leader, p.isr, p.replicas)
+                if p.offline or p.leader < 0:
+                    offline.append(ref)
+                elif p.under_replicated:
+                    under.append(ref)
+        counts = {t.name: len(t.partitions) for t in c.topics}
+        return Overview(c.cluster_id, c.controller_id, c.controller_epoch, brokers,
+                        len(c.topics), c.partition_count, tuple(under), tuple(offline),
+                        c.unclean_elections_total, self.audit(), snap.taken_unix_ms,
+                        by_topic(under, counts), by_topic(offline, counts))
+
+    def topics(self) -> list[TopicRow]:
+        snap = self.snapshot()
+        rows = []
+        for t in snap.cluster.topics:
+            size = records = 0
+            known = False
+            for p in t.partitions:
+                state = snap.leader_state(t.name, p)
+                if state is None:
+                    continue
+                known = True
+                size += max(0, state.size_bytes)
+                records += max(0, state.high_watermark - max(0, state.log_start_offset))
+            rows.append(TopicRow(
+                t.name, len(t.partitions),
+                len(t.partitions[0].replicas) if t.partitions else 0,
+                size if known else None, records if known else None,
+                sum(1 for p in t.partitions if p.under_replicated and not p.offline),
+                sum(1 for p in t.partitions if p.offline or p.leader < 0)))
+        return rows
+
+    def topic(self, name: str) -> TopicDetail:
+        snap = self.snapshot()
+        found = [t for t in snap.cluster.topics if t.name == name]
+        if not found:
+            raise UnknownTopic(name)
+        t = found[0]
+        return TopicDetail(t.name, t.topic_id, tuple(self._partition_row(snap, t, p)
+                                                     for p in t.partitions),
+                           config_rows(t.configs), snap.taken_unix_ms)
+
+    @staticmethod
+    def _partition_row(snap: Snapshot, t: TopicDescriptionInfo,
+                       p: PartitionDescription) -> PartitionRow:
+        rows = tuple(
+            ReplicaRow(b, b == p.leader, b in p.isr, r.log_start_offset, r.high_watermark,
+                       r.log_end_offset, r.size_bytes)
+            for b in p.replicas for r in [snap.replica(t.name, p.partition, b)])
+        leader = snap.leader_state(t.name, p)
+        return PartitionRow(
+            p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, p.offline or p.leader < 0,
+            p.under_replicated,
+            leader.log_start_offset if leader else -1, leader.high_watermark if leader else -1,
+            leader.log_end_offset if leader else -1, rows)
+
+    # ------------------------------------------------------------------ groups
+
+    def _groups(self) -> GroupAdmin:
+        if self._group_admin is None:
+            self._group_admin = GroupAdmin(self.bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS,
+                                           **self.security)
+        return self._group_admin
+
+    def groups(self) -> list[GroupRow]:
+        with self._group_lock:
+            listing = self._groups().list_groups()
+        return [GroupRow(g.group_id, g.state, g.protocol_type) for g in listing]
+
+    def group(self, group_id: str) -> GroupPage:
+        with self._group_lock:
+            d = self._groups().describe_group(group_id)
+        lags = [p.lag for p in d.partitions if p.lag is not None]
+        total = sum(lags) if lags else None
+        return GroupPage(d, total, {m.member_id: m.client_id for m in d.members})
+
+    def reset_offsets(self, group_id: str, topic: str, to: str,
+                      offset: int | None = None) -> dict[int, int]:
+        with self._group_lock:
+            return self._groups().reset_offsets(group_id, topic, to=to, offset=offset)
+
+    # ------------------------------------------------------------------ admin
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, str]) -> None:
+        self.admin.create_topic(name, partitions, replication_factor, configs)
+        self.invalidate()
+
+    def delete_topic(self, name: str) -> None:
+        self.admin.delete_topic(name)
+        self.invalidate()
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(self) -> AuditSummary | None:
+        """The latest ``tide audit`` report in ``audit_dir`` (its report.json), if any."""
+        if self.audit_dir is None:
+            return None
+        path = self.audit_dir / "report.json"
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            modified_ms = int(path.stat().st_mtime * 1000)
+        except (OSError, ValueError):
+            return None
+        rules = report.get("rules") or []
+        failing = tuple(str(r.get("name")) for r in rules
+                        if not r.get("passed") and not r.get("skipped"))
+        html = self.audit_dir / "report.html"
+        return AuditSummary(bool(report.get("passed")), failing, len(rules),
+                            html if html.is_file() else None, modified_ms)
+
+
+def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
+    """Every topic config: set on the topic, or Kafka's default (a broker's ``--set`` may
+    change the default it applies; the controller reports only what the topic sets)."""
+    defaults = LogConfig()
+    rows = []
+    for name, definition in sorted(TOPIC_CONFIGS.items()):
+        if name in configs:
+            rows.append(ConfigRow(name, configs[name], "topic"))
+            continue
+        if definition.log_field is None:  # a replication setting: the cluster's default
+            shown = "(broker setting)"
+        else:
+            value = getattr(defaults, definition.log_field)
+            shown = "(not set)" if value is None else str(value)
+        rows.append(ConfigRow(name, shown, "default"))
+    for name in sorted(set(configs) - set(TOPIC_CONFIGS)):
+        rows.append(ConfigRow(name, configs[name], "topic"))
+    return tuple(rows)
+
+
+def _address(b: BrokerDescription) -> str:
+    for name in ("EXTERNAL", "PLAINTEXT", "INTERNAL"):
+        if name in b.listeners:
+            return b.listeners[name]
+    return next(iter(b.listeners.values()), "")

@@ -1,0 +1,311 @@
+"""The last minutes of the brokers' Prometheus metrics, for the console's live charts.
+
+A background thread scrapes every target's ``/metrics`` each ``interval_ms`` (2 s) and
+keeps, per source, the last ``history_s`` (5 min) of the few counters the charts need,
+read straight from the text exposition (only the lines of those names are parsed:
+a broker with thousands of replicas serves thousands of gauge lines). The charts show
+rates between consecutive scrapes:
+
+==========================  ==================================================
+chart                       from
+==========================  ==================================================
+produce bytes/s             ``tidewater_broker_bytes_in_total``
+fetch bytes/s (consumers)   ``tidewater_broker_bytes_out_total{kind="consumer"}``
+requests/s                  ``tidewater_broker_request_latency_seconds_count``, all RPCs
+ISR shrinks/s               ``tidewater_broker_isr_shrinks_total``
+p99 produce latency (ms)    the ``..._request_latency_seconds_bucket`` deltas of the
+                            RPCs whose name holds ``Produce`` (gRPC and Kafka's)
+==========================  ==================================================
+
+and, per topic, records/s produced: the rate of the sum of the high watermarks of the
+partitions each broker leads (``tidewater_broker_replica_high_watermark`` where
+``..._replica_is_leader`` is 1).
+
+A counter that goes down (a restarted broker) starts its rate again from the next
+scrape; a scrape that fails leaves a gap in that broker's lines and marks it down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tidewater.proto.errors import TidewaterError
+from tidewater.tools.scrape import ScrapeTarget
+
+INTERVAL_MS_DEFAULT = 2000
+HISTORY_S_DEFAULT = 300
+SCRAPE_TIMEOUT_S = 1.5
+PREFIX = "tidewater_broker_"
+
+CHARTS: dict[str, str] = {
+    "produce_bytes": "Produce bytes/s",
+    "fetch_bytes": "Fetch bytes/s (consumers)",
+    "requests": "Requests/s",
+    "isr_shrinks": "ISR shrinks/s",
+    "p99_produce_ms": "p99 produce latency (ms)",
+}
+
+_COUNTERS = {
+    PREFIX + "bytes_in_total": "produce_bytes",
+    PREFIX + "isr_shrinks_total": "isr_shrinks",
+}
+
+
+@dataclass(slots=True)
+class Sample:
+    """What one scrape of one source read."""
+
+    unix_ms: int
+    ok: bool
+    error: str = ""
+    counters: dict[str, float] = field(default_factory=dict)
+    produce_buckets: dict[str, float] = field(default_factory=dict)  # le -> cumulative count
+    topic_hw: dict[str, float] = field(default_factory=dict)  # topic -> sum of led HWs
+
+
+def _labels(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in text.split('",'):
+        name, _eq, value = part.partition('="')
+        out[name.strip().lstrip(",")] = value.rstrip('"')
+    return out
+
+
+def parse_sample(text: str, unix_ms: int) -> Sample:
+    """The counters the charts need from one exposition (other lines are skipped unread)."""
+    s = Sample(unix_ms, True)
+    counters = s.counters
+    counters.update(produce_bytes=0.0, fetch_bytes=0.0, requests=0.0, isr_shrinks=0.0)
+    leaders: set[tuple[str, str]] = set()
+    hws: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        head, _sp, value_text = line.rpartition(" ")
+        name, _brace, label_text = head.partition("{")
+        try:
+            value = float(value_text)
+        except ValueError:
+            continue
+        if name in _COUNTERS:
+            counters[_COUNTERS[name]] += value
+        elif name == PREFIX + "bytes_out_total":
+            if 'kind="consumer"' in label_text:
+                counters["fetch_bytes"] += value
+        elif name == PREFIX + "request_latency_seconds_count":
+            counters["requests"] += value
+        elif name == PREFIX + "request_latency_seconds_bucket":
+            if "Produce" in label_text:
+                le = _labels(label_text.rstrip("}")).get("le", "")
+                s.produce_buckets[le] = s.produce_buckets.get(le, 0.0) + value
+        elif name == PREFIX + "replica_is_leader":
+            if value >= 1:
+                labels = _labels(label_text.rstrip("}"))
+                leaders.add((labels.get("topic", ""), labels.get("partition", "")))
+        elif name == PREFIX + "replica_high_watermark":
+            labels = _labels(label_text.rstrip("}"))
+            hws[(labels.get("topic", ""), labels.get("partition", ""))] = value
+    for key in leaders:
+        if key in hws:
+            s.topic_hw[key[0]] = s.topic_hw.get(key[0], 0.0) + hws[key]
+    return s
+
+
+def _quantile(buckets: dict[str, float], q: float) -> float | None:
+    """Prometheus' histogram_quantile over cumulative ``le -> count`` (seconds)."""
+    bounds = sorted((float(le), count) for le, count in buckets.items())
+    if not bounds or bounds[-1][1] <= 0:
+        return None
+    rank = q * bounds[-1][1]
+    previous_bound, previous_count = 0.0, 0.0
+    for bound, count in bounds:
+        if count >= rank:
+            if bound == float("inf"):
+                return previous_bound
+            if count == previous_count:
+                return bound
+            return previous_bound + (bound - previous_bound) * (rank - previous_count) / (
+                count - previous_count)
+        previous_bound, previous_count = bound, count
+    return previous_bound
+
+
+def rate_point(before: Sample, after: Sample, chart: str) -> float | None:
+    """The value of ``chart`` between two consecutive ok samples (None: no value)."""
+    seconds = (after.unix_ms - before.unix_ms) / 1000
+    if seconds <= 0 or not (before.ok and after.ok):
+        return None
+    if chart == "p99_produce_ms":
+        delta = {le: after.produce_buckets.get(le, 0.0) - before.produce_buckets.get(le, 0.0)
+                 for le in after.produce_buckets}
+        if any(v < 0 for v in delta.values()):
+            return None
+        p99 = _quantile(delta, 0.99)
+        return 0.0 if p99 is None else p99 * 1000
+    diff = after.counters.get(chart, 0.0) - before.counters.get(chart, 0.0)
+    return None if diff < 0 else diff / seconds
+
+
+class MetricsHistory:
+    """Scrapes ``targets`` in a background thread; ``series`` and ``topic_rates`` read it."""
+
+    def __init__(self, targets: list[ScrapeTarget], *, interval_ms: int = INTERVAL_MS_DEFAULT,
+                 history_s: int = HISTORY_S_DEFAULT) -> None:
+        self.targets = list(targets)
+        self.interval_ms = interval_ms
+        self.history_s = history_s
+        points = max(2, history_s * 1000 // interval_ms + 1)
+        self._samples: dict[str, deque[Sample]] = {t.source: deque(maxlen=points)
+                                                   for t in self.targets}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)),
+                                        thread_name_prefix="console-scrape")
+
+    def start(self) -> None:
+        if self.targets and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="console-metrics",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.scrape_once()
+            self._stop.wait(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))
+
+    @staticmethod
+    def _scrape(target: ScrapeTarget) -> Sample:
+        unix_ms = int(time.time() * 1000)
+        try:
+            # http(s) URLs only: ScrapeTarget builds no other scheme.
+            with urllib.request.urlopen(target.url, timeout=SCRAPE_TIMEOUT_S) as response:
+                text = response.read().decode("utf-8")
+        except (OSError, ValueError) as e:
+            return Sample(unix_ms, False, " ".join(str(e).split())[:200])
+        return parse_sample(text, unix_ms)
+
+    def scrape_once(self) -> None:
+        results = list(self._pool.map(self._scrape, self.targets))
+        with self._lock:
+            for target, sample in zip(self.targets, results, strict=True):
+                self._samples[target.source].append(sample)
+
+    # ------------------------------------------------------------------ reading
+
+    def status(self) -> dict[str, Sample | None]:
+        """source -> its latest sample (None before the first scrape)."""
+        with self._lock:
+            return {source: (q[-1] if q else None) for source, q in self._samples.items()}
+
+    def series(self, chart: str) -> dict[str, list[tuple[int, float | None]]]:
+        """source -> [(unix_ms, value or None for a gap)], oldest first."""
+        if chart not in CHARTS:
+            raise KeyError(chart)
+        with self._lock:
+            copies = {source: list(q) for source, q in self._samples.items()}
+        out: dict[str, list[tuple[int, float | None]]] = {}
+        for source, samples in copies.items():
+            out[source] = [(after.unix_ms, rate_point(before, after, chart))
+                           for before, after in zip(samples, samples[1:], strict=False)]
+        return out
+
+    def topic_rates(self) -> dict[str, float]:
+        """topic -> records/s produced over the last scrape interval, all brokers."""
+        rates: dict[str, float] = {}
+        with self._lock:
+            pairs = [(q[-2], q[-1]) for q in self._samples.values() if len(q) >= 2]
+        for before, after in pairs:
+            seconds = (after.unix_ms - before.unix_ms) / 1000
+            if not (before.ok and after.ok) or seconds <= 0:
+                continue
+            for topic, hw in after.topic_hw.items():
+                diff = hw - before.topic_hw.get(topic, hw)
+                if diff >= 0:
+                    rates[topic] = rates.get(topic, 0.0) + diff / seconds
+        return rates
+
+
+class LagHistory:
+    """A group's total lag as the console saw it each time it asked: the group page's
+    lag chart. Bounded: ``groups_max`` groups, ``points_max`` points each."""
+
+    def __init__(self, groups_max: int = 100, points_max: int = 300) -> None:
+        self._points: dict[str, deque[tuple[int, float | None]]] = {}
+        self._groups_max = groups_max
+        self._points_max = points_max
+        self._lock = threading.Lock()
+
+    def add(self, group_id: str, unix_ms: int, lag: int | None) -> None:
+        with self._lock:
+            if group_id not in self._points and len(self._points) >= self._groups_max:
+                self._points.pop(next(iter(self._points)))
+            q = self._points.setdefault(group_id, deque(maxlen=self._points_max))
+            q.append((unix_ms, None if lag is None else float(lag)))
+
+    def series(self, group_id: str) -> list[tuple[int, float | None]]:
+        with self._lock:
+            return list(self._points.get(group_id, ()))
+
+
+class LagSampler:
+    """Adds every group's total lag to a ``LagHistory`` each ``interval_ms`` (10 s) in a
+    background thread, so a group page opened now shows the minutes before it. At most
+    ``groups_max`` groups a round (the first by name); a round that fails (the cluster
+    not answering) is skipped. The page itself adds a point each time it refreshes."""
+
+    def __init__(self, history: LagHistory, list_groups: Callable[[], list[str]],
+                 lag_of: Callable[[str], int | None], *, interval_ms: int = 10_000,
+                 groups_max: int = 50) -> None:
+        self.history = history
+        self._list_groups = list_groups
+        self._lag_of = lag_of
+        self.interval_ms = interval_ms
+        self.groups_max = groups_max
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.interval_ms > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="console-lag", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def sample_once(self) -> None:
+        try:
+            groups = sorted(self._list_groups())[:self.groups_max]
+        except (TidewaterError, OSError):  # the cluster did not answer: the next round tries
+            return
+        for group_id in groups:
+            if self._stop.is_set():
+                return
+            try:
+                lag = self._lag_of(group_id)
+            except (TidewaterError, OSError):  # its coordinator did not answer: a gap
+                lag = None
+            self.history.add(group_id, int(time.time() * 1000), lag)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample_once()
+            self._stop.wait(max(0.0, self.interval_ms / 1000 - (time.monotonic() - started)))
