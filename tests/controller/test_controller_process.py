@@ -272,8 +272,8 @@ async def test_report_corrupt_replica_through_the_brokers_client(cluster):
         clients[broker_id] = ControllerChannel(
             broker_id=broker_id, controller_address=(host, int(port)), listeners=[],
             heartbeat_interval_ms=500, session_timeout_ms=SESSION_MS)
-        clients[broker_id].broker_epoch = broker.broker_epoch
-        clients[broker_id].control_token = broker.control_token
+        clients[broker_id].registration.broker_epoch = broker.broker_epoch
+        clients[broker_id].registration.control_token = broker.control_token
     try:
         report = pb.CorruptReplica(topic="t", partition=0, leader_epoch=p.leader_epoch,
                                    partition_epoch=p.partition_epoch, corrupt_offset=42)
@@ -306,7 +306,7 @@ async def test_report_corrupt_replica_through_the_brokers_client(cluster):
         assert alone.results[0].error_code == pb.ELIGIBLE_LEADERS_NOT_AVAILABLE
         assert (await partitions_of(stub, "t"))[0].leader == new_leader  # it keeps leading
 
-        clients[third].broker_epoch -= 1
+        clients[third].registration.broker_epoch -= 1
         stale = await clients[third].report_corrupt_replica([report])
         assert stale.error_code == pb.STALE_BROKER_EPOCH and not stale.results
     finally:

@@ -30,7 +30,7 @@ EXIT_FATAL = 70  # broker/__main__.py
 PATCHES = {
     "checkpoint loop dies": """
 import asyncio
-from tidewater.broker import background
+from tidewater.broker.replicas import background
 
 async def _checkpoint_loop(self):
     await asyncio.sleep(0.3)
