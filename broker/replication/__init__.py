@@ -17,12 +17,12 @@ from tidewater.broker.replication.follower import (
 from tidewater.broker.replication.leader_state import (
     FetchDecision,
     FollowerState,
-    LeaderPartitionState,
+    LeadershipState,
     PendingIsrChange,
 )
 
 __all__ = [
-    "FetchDecision", "FetchedCut", "FollowerState", "LeaderPartitionState", "PendingIsrChange",
+    "FetchDecision", "FetchedCut", "FollowerState", "LeadershipState", "PendingIsrChange",
     "TruncationStep", "check_diverging", "fetched_from_log_end", "follower_truncation",
     "truncation_for_diverging_epoch",
 ]

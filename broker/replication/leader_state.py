@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-One ``LeaderPartitionState`` lives for one leadership (one ``leader_epoch``) of
+One ``LeadershipState`` lives for one leadership (one ``leader_epoch``) of
 one partition on the leader broker. It is pure: no sockets, no files, no
 clock; the broker's shell feeds it events with the time (``now_ms``) and acts
 on what it returns (answer a produce request, send AlterPartition). A new
@@ -135,7 +135,7 @@ class PendingIsrChange:
     broker_epochs: tuple[int, ...] = ()
 
 
-class LeaderPartitionState:
+class LeadershipState:
     """HW, ISR and acks=all decisions for one partition while this broker leads it."""
 
     def __init__(self, *, local_broker_id: int, replicas: Iterable[int], isr: Iterable[int],

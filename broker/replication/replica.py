@@ -5,7 +5,7 @@ Theory of operation
 A ``ReplicaState`` is what a broker knows and decides about its replica of one
 partition: its role (nothing yet, leader, follower), the controller's state it
 last accepted (leader, leader epoch, partition epoch, replicas, ISR), the high
-watermark, the leader's view of its followers (``LeaderPartitionState``, HW and
+watermark, the leader's view of its followers (``LeadershipState``, HW and
 ISR rules), the AlterPartition proposal in flight, the acks=all requests
 waiting for the HW, and, as a follower, where it is in the truncate-then-fetch
 cycle. It reads the replica's log through ``LogView`` (offsets and the epoch

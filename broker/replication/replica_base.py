@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
+from tidewater.broker.replication.leader_state import LeadershipState, PendingIsrChange
 
 if TYPE_CHECKING:
     from tidewater.broker.replication.ready import Persist, Ready, ReadyBuilder
@@ -114,7 +114,7 @@ class ReplicaBase:
         self.partition_epoch = UNDEFINED
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
-        self.leader: LeaderPartitionState | None = None
+        self.leader: LeadershipState | None = None
         self.follower: FollowerCycle | None = None
         # The HW a follower (or a replica with no role) exposes is min(this, its LEO); a
         # checkpointed HW can exceed the LEO after a crash lost an unflushed tail.

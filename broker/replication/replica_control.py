@@ -31,7 +31,7 @@ newer: UNKNOWN_LEADER_EPOCH, -1: not checked), then leadership
 
 from __future__ import annotations
 
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.leader_state import LeadershipState
 from tidewater.broker.replication.ready import (
     EMPTY,
     STOP_FETCHING,
@@ -308,11 +308,11 @@ class ControlEvents(ReplicaBase):
                          f"{state.leader_epoch} at LEO {log_end_offset}, HW "
                          f"{self.leader.high_watermark}, ISR {list(state.isr)}")
 
-    def _new_leader_state(self, state: LeaderAndIsrState, now_ms: int) -> LeaderPartitionState:
+    def _new_leader_state(self, state: LeaderAndIsrState, now_ms: int) -> LeadershipState:
         """The leader's view of one leadership, starting at the LEO with the HW this replica
         exposed until now."""
         log_end_offset = self.log.log_end_offset
-        return LeaderPartitionState(
+        return LeadershipState(
             local_broker_id=self.local_broker_id, replicas=state.replicas, isr=state.isr,
             leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
             high_watermark=self.high_watermark, log_end_offset=log_end_offset,

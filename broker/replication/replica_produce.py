@@ -14,7 +14,7 @@ event                                  decision
 
 The minimum ISR is one rule everywhere: ``min(min.insync.replicas, replication
 factor)`` gates the acks=all pre-check, the HW and NOT_ENOUGH_REPLICAS_AFTER_APPEND
-(``LeaderPartitionState.effective_min_insync_replicas``). A wait lives in the
+(``LeadershipState.effective_min_insync_replicas``). A wait lives in the
 leadership it was opened in: a LeaderAndIsr that ends it fails the wait
 (``replica_control``), whatever happens to the records later.
 """

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replication.follower import TruncationStep
-from tidewater.broker.replication.leader_state import LeaderPartitionState, PendingIsrChange
+from tidewater.broker.replication.leader_state import LeadershipState, PendingIsrChange
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import IdentityAction
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
@@ -68,10 +68,10 @@ def test_same_seed_same_trace_in_process():
 
 # ---------------------------------------------------------------- broken variants are caught
 # Each breaks one rule of the replication reference inside the broker's own core
-# (ReplicaState and the LeaderPartitionState it builds); the simulation runs it exactly
+# (ReplicaState and the LeadershipState it builds); the simulation runs it exactly
 # as it runs the product.
 
-class HighWatermarkIgnoresIsr(LeaderPartitionState):
+class HighWatermarkIgnoresIsr(LeadershipState):
     """Broken HW rule: commits whatever the leader has, as if it were alone."""
 
     def maybe_advance_high_watermark(self, now_ms):
@@ -81,7 +81,7 @@ class HighWatermarkIgnoresIsr(LeaderPartitionState):
         return False
 
 
-class NewLeaderTrustsOldFollowerOffsets(LeaderPartitionState):
+class NewLeaderTrustsOldFollowerOffsets(LeadershipState):
     """Broken HW rule: a new leader assumes its ISR followers already hold its whole log."""
 
     def __init__(self, **kwargs):
@@ -93,7 +93,7 @@ class NewLeaderTrustsOldFollowerOffsets(LeaderPartitionState):
         self.maybe_advance_high_watermark(kwargs["now_ms"])
 
 
-class ExpandsIsrBehindHighWatermark(LeaderPartitionState):
+class ExpandsIsrBehindHighWatermark(LeadershipState):
     """Broken ISR expansion: any follower that fetches joins, however far behind."""
 
     def _maybe_expand_isr(self, follower):
@@ -108,7 +108,7 @@ class ExpandsIsrBehindHighWatermark(LeaderPartitionState):
 
 def with_leader_state(cls):
     """A ReplicaState that builds the broken ``cls`` for each leadership (as the product
-    builds LeaderPartitionState in ``_new_leader_state``)."""
+    builds LeadershipState in ``_new_leader_state``)."""
 
     def _new_leader_state(self, state, now_ms):
         log_end_offset = self.log.log_end_offset

@@ -4,14 +4,14 @@ served but never adds the replica to the ISR."""
 from __future__ import annotations
 
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.leader_state import LeadershipState
 from tidewater.proto import tidewater_pb2 as pb
 
 T0 = 1_000_000
 
 
 def test_ineligible_fetch_records_the_offset_but_proposes_no_expansion():
-    s = LeaderPartitionState(local_broker_id=1, replicas=(1, 2), isr=(1,), leader_epoch=0,
+    s = LeadershipState(local_broker_id=1, replicas=(1, 2), isr=(1,), leader_epoch=0,
                              partition_epoch=0, high_watermark=5, log_end_offset=5,
                              epoch_start_offset=0, min_insync_replicas=1,
                              replica_lag_time_max_ms=1000, now_ms=T0)

@@ -1,10 +1,10 @@
-"""LeaderPartitionState: HW, ISR shrink/expand timing, pending AlterPartition, acks=all, min.insync."""
+"""LeadershipState: HW, ISR shrink/expand timing, pending AlterPartition, acks=all, min.insync."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.leader_state import LeadershipState
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     InvariantViolation,
@@ -18,7 +18,7 @@ T0 = 1_000_000
 
 def leader(*, isr=(1, 2, 3), replicas=(1, 2, 3), hw=0, leo=0, epoch_start=None, min_isr=1,
            now=T0, partition_epoch=0):
-    return LeaderPartitionState(
+    return LeadershipState(
         local_broker_id=1, replicas=replicas, isr=isr, leader_epoch=5,
         partition_epoch=partition_epoch, high_watermark=hw, log_end_offset=leo,
         epoch_start_offset=leo if epoch_start is None else epoch_start,

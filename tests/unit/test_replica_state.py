@@ -80,7 +80,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tidewater.broker.replication.leader_state import LeaderPartitionState
+from tidewater.broker.replication.leader_state import LeadershipState
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
@@ -846,14 +846,14 @@ def _answers_twice(self, out):
 
 
 original_end_leadership = ReplicaState._end_leadership
-original_advance = LeaderPartitionState.maybe_advance_high_watermark
+original_advance = LeadershipState.maybe_advance_high_watermark
 original_send_alter = ReplicaState._maybe_send_alter
 original_complete_waits = ReplicaState._complete_waits
 
 
 @pytest.mark.parametrize("target, name, broken, caught_by", [
     (ReplicaState, "_end_leadership", _waits_outlive_leadership, "waits never answered"),
-    (LeaderPartitionState, "maybe_advance_high_watermark", _hw_may_go_back, "HW went back"),
+    (LeadershipState, "maybe_advance_high_watermark", _hw_may_go_back, "HW went back"),
     (ReplicaState, "_maybe_send_alter", _sends_while_in_flight, "emitted while"),
     (ReplicaState, "_complete_waits", _answers_twice, "answered twice"),
 ], ids=["waits-outlive-leadership", "hw-goes-back", "alter-while-in-flight", "answers-twice"])
