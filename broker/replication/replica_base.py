@@ -82,16 +82,10 @@ class FollowerCycle:
 
 @dataclass(frozen=True, slots=True)
 class FollowerOptions:
-    """How a follower finds its truncation point (the broker uses the defaults).
+    """How a follower paces itself. (It always asks OffsetForLeaderEpoch before the first
+    fetch of a new leader epoch, KIP-101/279, and sends its last fetched epoch, KIP-320;
+    the simulation's older protocol generations are subclasses in tests/sim.)"""
 
-    ``truncate_first``: ask OffsetForLeaderEpoch before the first fetch of a new
-    leader epoch (else rely on the fetch's ``diverging_epoch`` alone, KIP-320);
-    ``send_last_fetched_epoch``: False sends pre-KIP-320 fetches (no divergence
-    check by the leader). The simulation varies both across seeds.
-    """
-
-    truncate_first: bool = True
-    send_last_fetched_epoch: bool = True
     fetch_backoff_ms: int = 1000
 
 

@@ -66,11 +66,9 @@ class FollowingEvents(ReplicaBase):
 
     def fetch_position(self) -> tuple[int, int, int]:
         """``(fetch_offset, last_fetched_epoch, log_start_offset)`` for this follower's next
-        fetch (last_fetched_epoch -1 when the options send none)."""
+        fetch."""
         log = self.log
-        last_epoch = (log.leader_epoch_cache.latest_epoch if self.options.send_last_fetched_epoch
-                      else UNDEFINED)
-        return log.log_end_offset, last_epoch, log.log_start_offset
+        return log.log_end_offset, log.leader_epoch_cache.latest_epoch, log.log_start_offset
 
     def follower_wants(self, now_ms: int) -> str | None:
         """What this follower would send now: ``FollowerPhase.TRUNCATING`` (an
@@ -174,7 +172,8 @@ class FollowingEvents(ReplicaBase):
                          f"truncating again from LEO {self.log.log_end_offset} after the backoff")
 
     def _first_phase(self) -> str:
-        return FollowerPhase.TRUNCATING if self.options.truncate_first else FollowerPhase.FETCHING
+        """A follower of a new leader epoch truncates first (OffsetForLeaderEpoch)."""
+        return FollowerPhase.TRUNCATING
 
     def _truncation_step(self, answer: tuple[int, int]) -> TruncationStep:
         return follower_truncation(answer, self.log.leader_epoch_cache, self.log.log_end_offset,

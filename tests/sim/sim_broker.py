@@ -49,7 +49,7 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
-from tidewater.broker.replication.replica import FollowerOptions, FollowerPhase, ReplicaState, Role
+from tidewater.broker.replication.replica import FollowerPhase, ReplicaState, Role
 from tidewater.broker.replication.topic_identity import (
     IdentityAction,
     describe_topic_id,
@@ -65,6 +65,7 @@ from tidewater.broker.storage.meta_properties import MetaProperties
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import BrokerNotAvailableError, TidewaterError, error_for_code
 
+from .generations import replica_class_for
 from .messages import (
     BrokerAnswer,
     BrokerCall,
@@ -104,32 +105,15 @@ class BrokerConfig:
     # The disk: the probability that one write of each kind (DiskFaults.KINDS) fails.
     disk_failure_probabilities: dict[str, float] = field(default_factory=dict)
 
-    def product_config(self, broker_id: int) -> SimProductConfig:
-        return SimProductConfig(
+    def product_config(self, broker_id: int) -> ProductBrokerConfig:
+        return ProductBrokerConfig(
             broker_id=broker_id, listen=(f"broker-{broker_id}", 9092),
             controller=("controller", 9090), data_dir=Path(f"sim-broker-{broker_id}"),
             replica_lag_time_max_ms=self.replica_lag_time_max_ms,
             min_insync_replicas=self.min_insync_replicas,
             broker_session_timeout_ms=self.session_timeout_ms,
             broker_heartbeat_interval_ms=self.heartbeat_interval_ms,
-            replica_fetch_backoff_ms=self.fetch_backoff_ms,
-            truncate_first=self.use_offset_for_leader_epoch,
-            send_last_fetched_epoch=self.send_last_fetched_epoch)
-
-
-@dataclass
-class SimProductConfig(ProductBrokerConfig):
-    """The product's ``BrokerConfig`` with the follower's protocol generation settable:
-    the broker always runs KIP-279/320 followers; the simulation also runs older ones."""
-
-    truncate_first: bool = True
-    send_last_fetched_epoch: bool = True
-
-    @property
-    def follower_options(self) -> FollowerOptions:
-        return FollowerOptions(truncate_first=self.truncate_first,
-                               send_last_fetched_epoch=self.send_last_fetched_epoch,
-                               fetch_backoff_ms=self.replica_fetch_backoff_ms)
+            replica_fetch_backoff_ms=self.fetch_backoff_ms)
 
 
 @dataclass
@@ -291,6 +275,10 @@ class SimBroker:
         # the simulation: trace, observe_leader_hw, produce_acknowledged, log_changed,
         # became_leader
         self.hooks = hooks
+        # The follower generation the seed runs (generations.py), over the core or a variant.
+        replica_class = replica_class_for(
+            truncate_first=config.use_offset_for_leader_epoch,
+            send_last_fetched_epoch=config.send_last_fetched_epoch, base=replica_class)
         self.control_class = control_class(replica_class, identity_rule, control_base)
         # The disk: survives crashes.
         self.disk = SimDisk(DiskFaults(random.Random(f"disk-{broker_id}-{rng.random()}"),

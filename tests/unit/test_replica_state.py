@@ -80,6 +80,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from tests.sim.generations import replica_class_for
 from tidewater.broker.replication.leader_state import LeadershipState
 from tidewater.broker.replication.ready import (
     AppendFetched,
@@ -415,10 +416,11 @@ class Harness:
     # ---------------------------------------------------------------- set-up
 
     def cmd_init(self, a: Args) -> list[str]:
-        options = FollowerOptions(truncate_first=_flag(a.get("truncate-first", "true")),
-                                  send_last_fetched_epoch=_flag(a.get("send-last-epoch", "true")),
-                                  fetch_backoff_ms=a.int("fetch-backoff", 1000))
-        self.replica = ReplicaState(
+        options = FollowerOptions(fetch_backoff_ms=a.int("fetch-backoff", 1000))
+        replica_class = replica_class_for(
+            truncate_first=_flag(a.get("truncate-first", "true")),
+            send_last_fetched_epoch=_flag(a.get("send-last-epoch", "true")))
+        self.replica = replica_class(
             TOPIC, PARTITION, local_broker_id=a.int("broker"), log=self.log,
             high_watermark=a.int("hw", 0), min_insync_replicas=a.int("min-isr", 1),
             replica_lag_time_max_ms=a.int("lag", 10_000), follower_options=options)
