@@ -143,13 +143,6 @@ class FollowingEvents(ReplicaBase):
         self._high_watermark_seen = high_watermark
         return _APPEND_FETCHED
 
-    def on_follower_storage_error(self, now_ms: int) -> None:
-        """Appending or truncating failed in the shell: back off, try again. (The shell's
-        old word; ``on_persist_failure(op)`` says which operation failed, and a failed
-        truncation is truncated again rather than fetched past.)"""
-        if self.follower is not None:
-            self.follower.retry_at_ms = now_ms + self.options.fetch_backoff_ms
-
     def _on_follower_persist_failure(self, op: Persist, now_ms: int, out: ReadyBuilder) -> None:
         """A follower's truncation or append failed (``on_persist_failure``'s table)."""
         cycle = self.follower

@@ -44,11 +44,11 @@ Commands (time is the clock set by ``now`` unless a command takes ``now=``)::
     offset-for-leader-epoch-answer epoch=3 [error=NONE] [answer=0:5]
     fetch-answer epoch=3 [offset=<LEO>] [error=NONE] [hw=0] [log-start=0]
                  [diverging=0:5] [records=2:8,3:10]      # batches epoch:next_offset
-    follower-storage-error
     fail-persist op=assign-epoch|truncate|truncate-fully|append-fetched
                                                          # the next such op fails: the
                                                          # shell stops there and reports it
                                                          # (on_persist_failure)
+    append-failed                                        # a follower append failed
     append-fails [acks=all|1]                            # check_append passes, the log
                                                          # raises a storage error
     corrupt-batch offset=5                               # a read or the scrub found it
@@ -510,6 +510,10 @@ class Harness:
         self._controller_state_changed(before)
         return self.apply(ready)
 
+    def cmd_append_failed(self, a: Args) -> list[str]:
+        """The shell reports a follower append (AppendFetched) it could not carry out."""
+        return self.apply(self.r.on_persist_failure(AppendFetched(), self.now_ms))
+
     def cmd_fail_persist(self, a: Args) -> list[str]:
         self._fail_persist = {"assign-epoch": AssignEpoch, "truncate": Truncate,
                               "truncate-fully": TruncateFully,
@@ -614,10 +618,6 @@ class Harness:
             leader_log_start_offset=a.int("log-start", 0), diverging_epoch=diverging,
             now_ms=self.now_ms)
         return self.apply(ready)
-
-    def cmd_follower_storage_error(self, a: Args) -> list[str]:
-        self.r.on_follower_storage_error(self.now_ms)
-        return []
 
 
 # ====================================================================== scripts
