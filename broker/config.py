@@ -77,6 +77,7 @@ _BROKER_SETTINGS = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
 }
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
@@ -145,6 +146,9 @@ class BrokerConfig:
     log_cleaner_enable: bool = True
     log_cleaner_io_max_bytes_per_second: int = 0
     log_cleaner_backoff_ms: int = 15_000
+    # Kafka clients' Metadata (when they allow it) and Produce create an unknown topic with
+    # the controller's num.partitions and default.replication.factor (broker/kafka/auto_create.py).
+    auto_create_topics_enable: bool = True
     # Topic-level defaults given with --set (Kafka names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.

@@ -35,6 +35,7 @@ from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
+from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -72,6 +73,7 @@ class BrokerProcess:
         self.controller_channel: ControllerChannel | None = None
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
+        self.auto_create: AutoTopicCreator | None = None
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -179,10 +181,14 @@ class BrokerProcess:
         Metadata answers its clients with every broker's address on that listener."""
         c = self.config
         assert self.replica_manager is not None  # start() made it before any listener
+        if self.auto_create is None:  # one for every listener: one in-flight set
+            self.auto_create = AutoTopicCreator(forwarder, self.supervisor,
+                                                enabled=c.auto_create_topics_enable)
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,
-                            group_coordinator=self.group_coordinator)
+                            group_coordinator=self.group_coordinator,
+                            auto_create=self.auto_create)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,

@@ -12,7 +12,7 @@ Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
                             when the minimum is 3; v0-2 (magic 0/1) are refused
 Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
 ListOffsets (2)       1-7   earliest (-2), latest (-1), by timestamp, max timestamp (-3)
-Metadata (3)          0-12  topic IDs from v10; no auto-creation
+Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
 OffsetForLeaderEpoch  2-4
 (23)
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
@@ -32,7 +32,9 @@ Authorization (``Services.allowed``, an authorizer configured): Produce needs
 WRITE on each topic, Fetch READ, ListOffsets and OffsetForLeaderEpoch
 DESCRIBE (refused partitions: TOPIC_AUTHORIZATION_FAILED); Metadata lists only
 topics the principal may DESCRIBE, and reports a named one it may not as
-UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks);
+UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks); an unknown
+topic it may DESCRIBE is auto-created with CREATE on the cluster or the topic, and
+is TOPIC_AUTHORIZATION_FAILED without (Kafka's rule);
 CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
 brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED).
@@ -54,6 +56,7 @@ from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import sasl, security_apis
+from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.producer_apis import (
@@ -142,6 +145,8 @@ class Services:
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
+    # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
+    auto_create: AutoTopicCreator | None = None
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
     # connection its own copy of Services). None: no security, everything allowed.
     connection: sasl.ConnectionSecurity | None = None
@@ -207,6 +212,10 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
                 name=t.name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION) for t in answer.topics]
         del answer.topics[:]
         answer.topics.extend(kept)
+    if names:
+        # v0-3 have no such field: those clients always allow it, as with Kafka.
+        allow = getattr(body, "allow_auto_topic_creation", True)
+        _maybe_auto_create(s, answer, hidden, allow)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
         "is_internal": t.name == CONSUMER_OFFSETS_TOPIC,
@@ -225,6 +234,28 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # them to the real one (whose id is no broker's), as KRaft brokers do.
         "controller_id": s.replica_manager.broker_id,
         "topics": topics})
+
+
+def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str],
+                       allow: bool) -> None:
+    """Kafka's getTopicMetadata for the named topics the cache does not know: an illegal
+    name is INVALID_TOPIC_EXCEPTION; a describable one is created when allowed (answered
+    UNKNOWN_TOPIC_OR_PARTITION meanwhile), TOPIC_AUTHORIZATION_FAILED without CREATE."""
+    known = set(s.metadata_cache.topics())
+    creating = allow and s.auto_create is not None and s.auto_create.enabled
+    may_create_any = creating and s.allowed(CREATE, CLUSTER, CLUSTER_NAME)
+    wanted: list[str] = []
+    for t in answer.topics:
+        if t.name in known or t.name in hidden:
+            continue
+        if name_refusal(t.name) is not None:
+            t.error_code = pb.INVALID_TOPIC_EXCEPTION
+        elif creating and not may_create_any and not s.allowed(CREATE, TOPIC, t.name):
+            t.error_code = pb.TOPIC_AUTHORIZATION_FAILED
+        elif creating:
+            wanted.append(t.name)
+    if wanted and s.auto_create is not None:
+        s.auto_create.maybe_create(wanted)
 
 
 # ---------------------------------------------------------------- Produce
@@ -301,6 +332,13 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
         if not kept:
             all_refused = pb.ProduceResponse(partitions=refused)
             return _done(None if request.acks == 0 else produce_values(all_refused))
+    if s.auto_create is not None and s.auto_create.enabled:
+        # Answered UNKNOWN_TOPIC_OR_PARTITION (retriable) by the append below, as Kafka's.
+        known = set(s.metadata_cache.topics())
+        unknown = {p.topic for p in request.partitions if p.topic not in known}
+        if unknown and not s.allowed(CREATE, CLUSTER, CLUSTER_NAME):
+            unknown = {name for name in unknown if s.allowed(CREATE, TOPIC, name)}
+        s.auto_create.maybe_create(sorted(unknown))
     rm = s.replica_manager
     response, waits = await rm.produce_append(request)
     response.partitions.extend(refused)
