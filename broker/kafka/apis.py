@@ -19,7 +19,8 @@ ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
 CreateTopics (19)     2-7   forwarded to the controller
 DeleteTopics (20)     1-5   forwarded to the controller
 CreatePartitions (37) 0-3   forwarded; manual assignments are refused
-DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
+DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take;
+                            this broker: its settings (``broker_configs``)
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
 group APIs            ...   8, 9, 10-16, 42: ``group_apis`` (the group coordinator)
 SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
@@ -57,6 +58,7 @@ from typing import Any, Protocol, TypeVar
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import sasl, security_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
+from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.producer_apis import (
@@ -145,6 +147,8 @@ class Services:
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
+    # This broker's settings as DescribeConfigs lists them (``broker_configs``).
+    broker_configs: Callable[[], list[BrokerConfigEntry]] = list
     # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
     auto_create: AutoTopicCreator | None = None
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
@@ -538,7 +542,7 @@ async def on_delete_topics(s: Services, head: RequestHead, body: RequestBody
 
 # ---------------------------------------------------------------- DescribeConfigs, DescribeCluster
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
 # Kafka's ConfigSource: set on the topic, or the broker's default it falls back to.
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 # Kafka's ConfigType (DescribeConfigs v3+), by our topic configs' types.
@@ -584,12 +588,32 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
             else:
                 result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {resource.resource_name!r} does not exist"
+        elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+            _describe_broker(s, resource, keys, getattr(body, "include_synonyms", False),
+                             result)
         else:
             result["error_code"] = pb.INVALID_REQUEST
-            result["error_message"] = (f"resource type {resource.resource_type}: only topic "
-                                       "configs (type 2) are described")
+            result["error_message"] = (f"resource type {resource.resource_type}: topics (2), "
+                                       "brokers (4) and broker loggers (8) are described")
         results.append(result)
     return _done({"throttle_time": 0, "results": results})
+
+
+def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
+                     include_synonyms: bool, result: dict[str, Any]) -> None:
+    """A BROKER resource as Kafka's: this broker's own id (an admin client sends it to
+    that broker), or "" for the cluster-wide dynamic defaults (none exist here); needs
+    DESCRIBE_CONFIGS on the cluster. BROKER_LOGGER: no loggers are listed."""
+    name, own = resource.resource_name, str(s.replica_manager.broker_id)
+    if not s.allowed(OP_DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
+        result["error_code"] = pb.CLUSTER_AUTHORIZATION_FAILED
+        result["error_message"] = "needs DESCRIBE_CONFIGS on the cluster"
+    elif name not in (own, "") or (name == "" and resource.resource_type != BROKER_RESOURCE):
+        result["error_code"] = pb.INVALID_REQUEST
+        result["error_message"] = (f"unexpected broker id, expected {own} or empty string, "
+                                   f"but received {name!r}")
+    elif name == own and resource.resource_type == BROKER_RESOURCE:
+        result["configs"] = describe_values(s.broker_configs(), keys, include_synonyms)
 
 
 async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
