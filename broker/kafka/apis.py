@@ -558,7 +558,8 @@ def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
     entries: list[dict[str, Any]] = []
     for name in names:
         source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
-        value = own.get(name, defaults.get(name))
+        # Kafka's default where the broker has none (the configs without effect here).
+        value = own.get(name, defaults.get(name, TOPIC_CONFIGS[name].default))
         entries.append({"name": name, "value": value, "read_only": False,
                         "config_source": source, "is_default": source == DEFAULT_CONFIG,
                         "is_sensitive": False, "synonyms": [],

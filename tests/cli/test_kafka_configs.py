@@ -118,3 +118,53 @@ def test_kafka_python_admin_describes_a_broker(cluster):
                                               "replica.lag.time.max.ms"}
     finally:
         admin.close()
+
+
+def test_create_topics_takes_every_kafka_topic_config_and_describes_it(cluster):
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    configs = {"compression.type": "zstd", "compression.zstd.level": "7",
+               "preallocate": "true", "segment.jitter.ms": "100",
+               "message.timestamp.after.max.ms": "60000",
+               "leader.replication.throttled.replicas": "*", "retention.ms": "60000"}
+    [(_, created)] = admin.create_topics([NewTopic("all-configs", 1, 3, config=configs)]).items()
+    created.result(30)
+    [(_, described)] = admin.describe_configs([ConfigResource("topic", "all-configs")]).items()
+    got = described.result(30)
+    for name, value in configs.items():
+        assert (got[name].value, got[name].source) == (
+            value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value), name
+    # Not set: Kafka's default, as a default.
+    assert (got["compression.gzip.level"].value, got["compression.gzip.level"].source) == (
+        "-1", ConfigSource.DEFAULT_CONFIG.value)
+    assert got["remote.storage.enable"].value == "false"
+
+    refusals = {"bad-name": {"no.such.config": "1"},
+                "bad-value": {"compression.type": "brotli"},
+                "bad-level": {"compression.lz4.level": "99"},
+                "tiered": {"remote.storage.enable": "true"}}
+    futures = admin.create_topics([NewTopic(name, 1, 1, config=c)
+                                   for name, c in refusals.items()])
+    for name, future in futures.items():
+        with pytest.raises(KafkaException) as refused:
+            future.result(30)
+        error = refused.value.args[0]
+        assert error.code() == KafkaError.INVALID_CONFIG, (name, error)
+        [(config, _)] = refusals[name].items()
+        assert config in error.str(), error.str()
+
+
+def test_kafka_python_creates_a_topic_with_a_config_we_only_store(cluster):
+    from kafka.admin import KafkaAdminClient, NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        admin.create_topics([NewTopic("kp-configs", 1, 1, topic_configs={
+            "compression.type": "gzip", "file.delete.delay.ms": "0"})])
+    finally:
+        admin.close()
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    [(_, described)] = admin.describe_configs([ConfigResource("topic", "kp-configs")]).items()
+    got = described.result(30)
+    assert got["compression.type"].value == "gzip"
+    assert got["file.delete.delay.ms"].value == "0"
