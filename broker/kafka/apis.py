@@ -9,7 +9,8 @@ idempotence off without key 22). Versions, as today's clients negotiate them:
 API (key)             vers  notes
 ===================== ===== ======================================================
 Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
-                            when the minimum is 3; v0-2 (magic 0/1) are refused
+                            when the minimum is 3; v0-2 (magic 0/1) are refused;
+                            log_append_time on LogAppendTime topics
 Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
 ListOffsets (2)       1-7   earliest (-2), latest (-1), by timestamp, max timestamp (-3)
 Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
@@ -293,11 +294,17 @@ def by_topic(partitions: Iterable[_Answer], name_key: str, parts_key: str,
     return [{name_key: topic, parts_key: parts} for topic, parts in grouped.items()]
 
 
+def _log_append_time(p: pb.ProducePartitionResponse) -> int:
+    """The broker's timestamp of an appended batch on a LogAppendTime topic, else -1."""
+    # Unset (0) on an error answer, -1 from the log on a CreateTime topic.
+    return p.log_append_time_ms if p.error_code == pb.NONE and p.log_append_time_ms > 0 else -1
+
+
 def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": by_topic(
         response.partitions, "name", "partition_responses", lambda p: {
             "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
-            "log_append_time": None, "log_start_offset": p.log_start_offset,
+            "log_append_time": _log_append_time(p), "log_start_offset": p.log_start_offset,
             "record_errors": [], "error_message": p.error_message or None})}
 
 

@@ -168,3 +168,38 @@ def test_kafka_python_creates_a_topic_with_a_config_we_only_store(cluster):
     got = described.result(30)
     assert got["compression.type"].value == "gzip"
     assert got["file.delete.delay.ms"].value == "0"
+
+
+def test_produce_answers_the_log_append_time_of_a_log_append_time_topic(cluster):
+    import time
+
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Producer
+    from confluent_kafka.admin import NewTopic
+    from kafka import KafkaProducer
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    topics = {"append-time": {"message.timestamp.type": "LogAppendTime"}, "create-time": {}}
+    for future in admin.create_topics([NewTopic(name, 1, 3, config=c)
+                                       for name, c in topics.items()]).values():
+        future.result(30)
+    time.sleep(1)  # the leaders learn their partitions
+    producer = Producer({"bootstrap.servers": cluster.kafka, "acks": "all"})
+    reports = {}
+    before = int(time.time() * 1000)
+    for name in topics:
+        producer.produce(name, b"v", timestamp=1_000_000,
+                         on_delivery=lambda e, m: reports.setdefault(m.topic(), (e, m)))
+    assert producer.flush(30) == 0
+    after = int(time.time() * 1000)
+    error, message = reports["append-time"]
+    assert error is None
+    kind, stamp = message.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and before - 1000 <= stamp <= after + 1000
+    assert reports["create-time"][1].timestamp() == (TIMESTAMP_CREATE_TIME, 1_000_000)
+
+    kp = KafkaProducer(bootstrap_servers=cluster.kafka, acks="all")
+    try:
+        appended = kp.send("append-time", b"w", timestamp_ms=1_000_000).get(30)
+        created = kp.send("create-time", b"w", timestamp_ms=1_000_000).get(30)
+    finally:
+        kp.close()
+    assert appended.timestamp >= before and created.timestamp == 1_000_000
