@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC, validate_topic_name
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvalidTopicError
+from tidewater.proto.errors import InvalidTopicError, InvariantViolation
 from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.auto_create")
@@ -96,9 +96,14 @@ class AutoTopicCreator:
 
     async def _create(self, request: pb.CreateTopicsRequest) -> None:
         try:
-            # The forwarder answers NOT_CONTROLLER when the controller cannot be reached;
-            # it raises nothing else (a failure here would stop the broker: supervised).
+            # The forwarder answers NOT_CONTROLLER when the controller cannot be reached.
             response = await self.controller.CreateTopics(request, None)
+        except InvariantViolation:
+            raise  # a bug: the supervisor stops the broker
+        except Exception as e:  # e.g. the channel closing: the client asks again
+            log.warning("auto-creating %s failed: %r", ", ".join(t.name for t in request.topics),
+                        e)
+            return
         finally:
             for t in request.topics:
                 self._in_flight.discard(t.name)

@@ -154,3 +154,17 @@ async def test_at_most_in_flight_max_names_wait():
     names = [f"t{i}" for i in range(IN_FLIGHT_MAX + 5)]
     s.auto_create.maybe_create(names)
     assert len(s.auto_create.in_flight()) == IN_FLIGHT_MAX
+
+
+async def test_a_failed_creation_is_logged_and_asked_again(caplog):
+    s, controller = services()
+
+    async def broken(request, context):
+        controller.requests.append(request)
+        raise RuntimeError("channel closed")
+    controller.CreateTopics = broken
+    await errors(s, "t")
+    await asyncio.sleep(0.01)
+    assert "channel closed" in caplog.text and s.auto_create.in_flight() == frozenset()
+    await errors(s, "t")  # the client's next Metadata sends it again
+    assert controller.sent() == ["t", "t"]
