@@ -77,12 +77,37 @@ _BROKER_SETTINGS = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
 }
+
+# Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
+BROKER_SETTING_FIELDS = {name: attr for name, (attr, _) in _BROKER_SETTINGS.items()}
 
 # Topic-level log settings (segment.bytes, retention.ms, ...) are accepted as
 # defaults for every topic; LogConfig.from_configs checks their values.
 _TOPIC_INT_NAMES = frozenset(name for name in LOG_CONFIG_NAMES
                              if TOPIC_CONFIGS[name].type in ("int", "long"))
+
+# Kafka's broker-level names of the topic defaults (``log.segment.bytes`` is the
+# default of every topic's ``segment.bytes``); ``--set`` takes either name.
+# (``message.max.bytes``, ``min.insync.replicas`` and ``unclean.leader.election.enable``
+# are broker settings above, their topic names the per-topic overrides.)
+KAFKA_LOG_DEFAULT_NAMES = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.retention.bytes": "retention.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+}
 
 # Per-topic names that are not log settings but replication settings.
 TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
@@ -145,8 +170,14 @@ class BrokerConfig:
     log_cleaner_enable: bool = True
     log_cleaner_io_max_bytes_per_second: int = 0
     log_cleaner_backoff_ms: int = 15_000
-    # Topic-level defaults given with --set (Kafka names -> string values).
+    # Kafka clients' Metadata (when they allow it) and Produce create an unknown topic with
+    # the controller's num.partitions and default.replication.factor (broker/kafka/auto_create.py).
+    auto_create_topics_enable: bool = True
+    # Topic-level defaults given with --set (topic config names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # The Kafka names given with --set (DescribeConfigs: STATIC_BROKER_CONFIG, the rest
+    # DEFAULT_CONFIG); topic defaults by their topic config names.
+    static_names: set[str] = field(default_factory=set)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext everywhere, as before TLS existed.
     tls: TlsFiles | None = None
     # --sasl-mechanisms, --authorizer, --super-users (broker/security/settings.py).
@@ -174,7 +205,9 @@ class BrokerConfig:
 
     def apply_settings(self, settings: Mapping[str, str]) -> None:
         """Apply ``name=value`` settings with Kafka names; ConfigError on unknown names."""
-        for name, value in settings.items():
+        for given, value in settings.items():
+            name = KAFKA_LOG_DEFAULT_NAMES.get(given, given)
+            self.static_names.add(name)
             if name in SECURITY_SETTING_NAMES:
                 try:
                     self.security = self.security.with_setting(name, value)

@@ -35,6 +35,8 @@ from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
+from tidewater.broker.kafka.auto_create import AutoTopicCreator
+from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, broker_config_entries
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -72,6 +74,7 @@ class BrokerProcess:
         self.controller_channel: ControllerChannel | None = None
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
+        self.auto_create: AutoTopicCreator | None = None
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -179,10 +182,15 @@ class BrokerProcess:
         Metadata answers its clients with every broker's address on that listener."""
         c = self.config
         assert self.replica_manager is not None  # start() made it before any listener
+        if self.auto_create is None:  # one for every listener: one in-flight set
+            self.auto_create = AutoTopicCreator(forwarder, self.supervisor,
+                                                enabled=c.auto_create_topics_enable)
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,
-                            group_coordinator=self.group_coordinator)
+                            group_coordinator=self.group_coordinator,
+                            auto_create=self.auto_create,
+                            broker_configs=self._broker_configs)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
@@ -202,6 +210,11 @@ class BrokerProcess:
         log.info("broker %d serving Kafka's protocol (%s, %s%s%s) on %s:%d", c.broker_id, name,
                  protocol, f"{sasl}, " if sasl else "", f"authorizer {c.security.authorizer}",
                  listen[0], bound)
+
+    def _broker_configs(self) -> list[BrokerConfigEntry]:
+        if self.log_manager is None:
+            raise InvariantViolation("broker configs before the log manager")
+        return broker_config_entries(self.config, self.log_manager.default_config)
 
     def _topic_config_defaults(self) -> dict[str, str]:
         """What a topic that sets nothing gets here: the broker's log defaults, its

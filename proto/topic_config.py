@@ -33,9 +33,33 @@ delete.retention.ms               long     >= 0                    tombstones ke
 min.cleanable.dirty.ratio         double   [0, 1]
 min.compaction.lag.ms             long     >= 0                    records younger stay uncompacted
 max.compaction.lag.ms             long     >= 1                    2^63-1 (Kafka's default): never
+compression.type                  string   uncompressed, zstd,     no effect: batches keep the
+                                           lz4, snappy, gzip,      producer's compression
+                                           producer
+compression.gzip.level            int      -1, [1, 9]              no effect (see compression.type)
+compression.lz4.level             int      [1, 17]                 no effect
+compression.zstd.level            int      [-131072, 22]           no effect
+file.delete.delay.ms              long     >= 0                    no effect
+segment.jitter.ms                 long     >= 0                    no effect: no jitter
+preallocate                       boolean  true, false             no effect
+message.timestamp.before.max.ms   long     >= 0                    no effect (no KIP-937 bounds yet)
+message.timestamp.after.max.ms    long     >= 0                    no effect
+leader.replication.throttled      list     *, or PARTITION:BROKER  no effect (no throttles yet)
+.replicas                                  pairs
+follower.replication.throttled    list     as above                no effect
+.replicas
+remote.storage.enable             boolean  false                   true: INVALID_CONFIG, as Kafka
+                                                                   without tiered storage
+local.retention.ms                long     >= -2                   no effect (no tiered storage)
+local.retention.bytes             long     >= -2                   no effect
+remote.log.copy.disable           boolean  true, false             no effect
+remote.log.delete.on.disable      boolean  true, false             no effect
 ================================  =======  ======================  ==================================
 
-Any other name is refused. Each value is checked on its own (no rule spans
+Those marked "no effect" are Kafka's topic configs that Tidewater accepts,
+stores with the topic and describes (``TopicConfigDef.effect`` False, with
+Kafka's default when a topic does not set them) but does not act on. Any other
+name is refused. Each value is checked on its own (no rule spans
 two configs), and ``LogConfig.validate`` checks its fields against the same
 table, so any overlay of valid maps (a broker's defaults, then the topic's
 own) is a valid ``LogConfig``. Every refusal is an ``InvalidConfigError``
@@ -61,6 +85,8 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_THROTTLED_REPLICA = r"[0-9]+:[0-9]+"
 # Smallest segment that can hold a batch header; Kafka allows 14, tests use tiny ones.
 SEGMENT_BYTES_MIN = 14
 INDEX_ENTRY_BYTES_MAX = 12  # the time index entry, the larger of the two
@@ -82,6 +108,11 @@ class TopicConfigDef:
     maximum: int | None = None
     choices: tuple[str, ...] = ()
     log_field: str | None = None  # None: not a log setting (replication, cleanup)
+    default: str | None = None  # Kafka's default, described where no broker default is
+    effect: bool = True  # False: accepted and stored, not acted on (README lists them)
+    also: tuple[int, ...] = ()  # ints valid outside [minimum, maximum] (gzip's -1)
+    item_pattern: str | None = None  # a list's items, when it has no choices
+    unsupported: tuple[str, ...] = ()  # parsed values refused here (remote storage)
 
     def parse(self, raw: str) -> int | float | bool | str:
         """The value of ``raw``; InvalidConfigError naming the config when it is not valid."""
@@ -93,7 +124,15 @@ class TopicConfigDef:
             low, high = _RANGES[self.type]
             if not low <= value <= high:
                 raise self._invalid(raw, f"out of the {self.type} range [{low}, {high}]")
-            self.check(value, raw)
+            if value not in self.also:
+                try:
+                    self.check(value, raw)
+                except InvalidConfigError:
+                    if not self.also:
+                        raise
+                    also = ", ".join(map(str, self.also))
+                    raise self._invalid(raw, f"must be in [{self.minimum}, {self.maximum}] "
+                                             f"or one of {also}") from None
             return value
         if self.type == "double":
             if not _DOUBLE.fullmatch(text):
@@ -104,7 +143,15 @@ class TopicConfigDef:
         if self.type == "boolean":
             if text.lower() not in ("true", "false"):
                 raise self._invalid(raw, "expected true or false")
+            if text.lower() in self.unsupported:
+                raise self._invalid(raw, "not supported by Tidewater")
             return text.lower() == "true"
+        if self.type == "list" and self.item_pattern is not None:
+            items = [item.strip(_TRIMMED) for item in text.split(",")]
+            if text and items != ["*"] and not all(
+                    re.fullmatch(self.item_pattern, item, re.ASCII) for item in items):
+                raise self._invalid(raw, "expected * or a list of PARTITION:BROKER")
+            return ",".join(items) if text else ""
         if self.type == "list":
             items = [item.strip(_TRIMMED) for item in text.split(",")]
             if not all(item in self.choices for item in items):
@@ -168,6 +215,30 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
                    log_field="min_cleanable_dirty_ratio"),
     TopicConfigDef("min.compaction.lag.ms", "long", 0, log_field="min_compaction_lag_ms"),
     TopicConfigDef("max.compaction.lag.ms", "long", 1, log_field="max_compaction_lag_ms"),
+    # Kafka's other topic configs: accepted, stored, described; no effect here (yet).
+    TopicConfigDef("compression.type", "string", choices=COMPRESSION_TYPES,
+                   default="producer", effect=False),
+    TopicConfigDef("compression.gzip.level", "int", 1, 9, default="-1", effect=False,
+                   also=(-1,)),
+    TopicConfigDef("compression.lz4.level", "int", 1, 17, default="9", effect=False),
+    TopicConfigDef("compression.zstd.level", "int", -131072, 22, default="3", effect=False),
+    TopicConfigDef("file.delete.delay.ms", "long", 0, default="60000", effect=False),
+    TopicConfigDef("segment.jitter.ms", "long", 0, default="0", effect=False),
+    TopicConfigDef("preallocate", "boolean", default="false", effect=False),
+    TopicConfigDef("message.timestamp.before.max.ms", "long", 0, default=str(INT64_MAX),
+                   effect=False),
+    TopicConfigDef("message.timestamp.after.max.ms", "long", 0, default="3600000",
+                   effect=False),
+    TopicConfigDef("leader.replication.throttled.replicas", "list", default="",
+                   effect=False, item_pattern=_THROTTLED_REPLICA),
+    TopicConfigDef("follower.replication.throttled.replicas", "list", default="",
+                   effect=False, item_pattern=_THROTTLED_REPLICA),
+    TopicConfigDef("remote.storage.enable", "boolean", default="false", effect=False,
+                   unsupported=("true",)),
+    TopicConfigDef("local.retention.ms", "long", -2, default="-2", effect=False),
+    TopicConfigDef("local.retention.bytes", "long", -2, default="-2", effect=False),
+    TopicConfigDef("remote.log.copy.disable", "boolean", default="false", effect=False),
+    TopicConfigDef("remote.log.delete.on.disable", "boolean", default="false", effect=False),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.

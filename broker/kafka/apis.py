@@ -9,17 +9,19 @@ idempotence off without key 22). Versions, as today's clients negotiate them:
 API (key)             vers  notes
 ===================== ===== ======================================================
 Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
-                            when the minimum is 3; v0-2 (magic 0/1) are refused
+                            when the minimum is 3; v0-2 (magic 0/1) are refused;
+                            log_append_time on LogAppendTime topics
 Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
 ListOffsets (2)       1-7   earliest (-2), latest (-1), by timestamp, max timestamp (-3)
-Metadata (3)          0-12  topic IDs from v10; no auto-creation
+Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
 OffsetForLeaderEpoch  2-4
 (23)
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
 CreateTopics (19)     2-7   forwarded to the controller
 DeleteTopics (20)     1-5   forwarded to the controller
 CreatePartitions (37) 0-3   forwarded; manual assignments are refused
-DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take
+DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take;
+                            this broker: its settings (``broker_configs``)
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
 group APIs            ...   8, 9, 10-16, 42: ``group_apis`` (the group coordinator)
 SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
@@ -32,7 +34,9 @@ Authorization (``Services.allowed``, an authorizer configured): Produce needs
 WRITE on each topic, Fetch READ, ListOffsets and OffsetForLeaderEpoch
 DESCRIBE (refused partitions: TOPIC_AUTHORIZATION_FAILED); Metadata lists only
 topics the principal may DESCRIBE, and reports a named one it may not as
-UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks);
+UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks); an unknown
+topic it may DESCRIBE is auto-created with CREATE on the cluster or the topic, and
+is TOPIC_AUTHORIZATION_FAILED without (Kafka's rule);
 CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
 brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED).
@@ -54,6 +58,8 @@ from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import sasl, security_apis
+from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
+from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.producer_apis import (
@@ -142,6 +148,10 @@ class Services:
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
+    # This broker's settings as DescribeConfigs lists them (``broker_configs``).
+    broker_configs: Callable[[], list[BrokerConfigEntry]] = list
+    # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
+    auto_create: AutoTopicCreator | None = None
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
     # connection its own copy of Services). None: no security, everything allowed.
     connection: sasl.ConnectionSecurity | None = None
@@ -207,6 +217,10 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
                 name=t.name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION) for t in answer.topics]
         del answer.topics[:]
         answer.topics.extend(kept)
+    if names:
+        # v0-3 have no such field: those clients always allow it, as with Kafka.
+        allow = getattr(body, "allow_auto_topic_creation", True)
+        _maybe_auto_create(s, answer, hidden, allow)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
         "is_internal": t.name == CONSUMER_OFFSETS_TOPIC,
@@ -225,6 +239,28 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # them to the real one (whose id is no broker's), as KRaft brokers do.
         "controller_id": s.replica_manager.broker_id,
         "topics": topics})
+
+
+def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str],
+                       allow: bool) -> None:
+    """Kafka's getTopicMetadata for the named topics the cache does not know: an illegal
+    name is INVALID_TOPIC_EXCEPTION; a describable one is created when allowed (answered
+    UNKNOWN_TOPIC_OR_PARTITION meanwhile), TOPIC_AUTHORIZATION_FAILED without CREATE."""
+    known = set(s.metadata_cache.topics())
+    creating = allow and s.auto_create is not None and s.auto_create.enabled
+    may_create_any = creating and s.allowed(CREATE, CLUSTER, CLUSTER_NAME)
+    wanted: list[str] = []
+    for t in answer.topics:
+        if t.name in known or t.name in hidden:
+            continue
+        if name_refusal(t.name) is not None:
+            t.error_code = pb.INVALID_TOPIC_EXCEPTION
+        elif creating and not may_create_any and not s.allowed(CREATE, TOPIC, t.name):
+            t.error_code = pb.TOPIC_AUTHORIZATION_FAILED
+        elif creating:
+            wanted.append(t.name)
+    if wanted and s.auto_create is not None:
+        s.auto_create.maybe_create(wanted)
 
 
 # ---------------------------------------------------------------- Produce
@@ -258,11 +294,17 @@ def by_topic(partitions: Iterable[_Answer], name_key: str, parts_key: str,
     return [{name_key: topic, parts_key: parts} for topic, parts in grouped.items()]
 
 
+def _log_append_time(p: pb.ProducePartitionResponse) -> int:
+    """The broker's timestamp of an appended batch on a LogAppendTime topic, else -1."""
+    # Unset (0) on an error answer, -1 from the log on a CreateTime topic.
+    return p.log_append_time_ms if p.error_code == pb.NONE and p.log_append_time_ms > 0 else -1
+
+
 def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": by_topic(
         response.partitions, "name", "partition_responses", lambda p: {
             "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
-            "log_append_time": None, "log_start_offset": p.log_start_offset,
+            "log_append_time": _log_append_time(p), "log_start_offset": p.log_start_offset,
             "record_errors": [], "error_message": p.error_message or None})}
 
 
@@ -301,6 +343,13 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
         if not kept:
             all_refused = pb.ProduceResponse(partitions=refused)
             return _done(None if request.acks == 0 else produce_values(all_refused))
+    if s.auto_create is not None and s.auto_create.enabled:
+        # Answered UNKNOWN_TOPIC_OR_PARTITION (retriable) by the append below, as Kafka's.
+        known = set(s.metadata_cache.topics())
+        unknown = {p.topic for p in request.partitions if p.topic not in known}
+        if unknown and not s.allowed(CREATE, CLUSTER, CLUSTER_NAME):
+            unknown = {name for name in unknown if s.allowed(CREATE, TOPIC, name)}
+        s.auto_create.maybe_create(sorted(unknown))
     rm = s.replica_manager
     response, waits = await rm.produce_append(request)
     response.partitions.extend(refused)
@@ -500,7 +549,7 @@ async def on_delete_topics(s: Services, head: RequestHead, body: RequestBody
 
 # ---------------------------------------------------------------- DescribeConfigs, DescribeCluster
 
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
 # Kafka's ConfigSource: set on the topic, or the broker's default it falls back to.
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 # Kafka's ConfigType (DescribeConfigs v3+), by our topic configs' types.
@@ -516,7 +565,8 @@ def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
     entries: list[dict[str, Any]] = []
     for name in names:
         source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
-        value = own.get(name, defaults.get(name))
+        # Kafka's default where the broker has none (the configs without effect here).
+        value = own.get(name, defaults.get(name, TOPIC_CONFIGS[name].default))
         entries.append({"name": name, "value": value, "read_only": False,
                         "config_source": source, "is_default": source == DEFAULT_CONFIG,
                         "is_sensitive": False, "synonyms": [],
@@ -546,12 +596,32 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
             else:
                 result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {resource.resource_name!r} does not exist"
+        elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+            _describe_broker(s, resource, keys, getattr(body, "include_synonyms", False),
+                             result)
         else:
             result["error_code"] = pb.INVALID_REQUEST
-            result["error_message"] = (f"resource type {resource.resource_type}: only topic "
-                                       "configs (type 2) are described")
+            result["error_message"] = (f"resource type {resource.resource_type}: topics (2), "
+                                       "brokers (4) and broker loggers (8) are described")
         results.append(result)
     return _done({"throttle_time": 0, "results": results})
+
+
+def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
+                     include_synonyms: bool, result: dict[str, Any]) -> None:
+    """A BROKER resource as Kafka's: this broker's own id (an admin client sends it to
+    that broker), or "" for the cluster-wide dynamic defaults (none exist here); needs
+    DESCRIBE_CONFIGS on the cluster. BROKER_LOGGER: no loggers are listed."""
+    name, own = resource.resource_name, str(s.replica_manager.broker_id)
+    if not s.allowed(OP_DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
+        result["error_code"] = pb.CLUSTER_AUTHORIZATION_FAILED
+        result["error_message"] = "needs DESCRIBE_CONFIGS on the cluster"
+    elif name not in (own, "") or (name == "" and resource.resource_type != BROKER_RESOURCE):
+        result["error_code"] = pb.INVALID_REQUEST
+        result["error_message"] = (f"unexpected broker id, expected {own} or empty string, "
+                                   f"but received {name!r}")
+    elif name == own and resource.resource_type == BROKER_RESOURCE:
+        result["configs"] = describe_values(s.broker_configs(), keys, include_synonyms)
 
 
 async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody

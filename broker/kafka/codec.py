@@ -373,6 +373,9 @@ def build(entity_type: type[_Built], values: Mapping[str, Any]) -> _Built:
     return entity_type(**kwargs)
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 @cache
 def _hints(entity_type: type[DataclassInstance]) -> dict[str, Any]:
     return typing.get_type_hints(entity_type)
@@ -397,6 +400,9 @@ def _convert(value: Any, hint: Any, kafka_type: str | None) -> Any:
         if isinstance(value, uuid.UUID):
             return value
         return uuid.UUID(bytes=value) if value else None
+    if kafka_type == "datetime_i64" and not isinstance(value, datetime.datetime):
+        # Epoch milliseconds; negative (Kafka's -1: none) is kio's None.
+        return None if int(value) < 0 else _EPOCH + datetime.timedelta(milliseconds=int(value))
     if kafka_type in ("timedelta_i32", "timedelta_i64"):
         if isinstance(value, datetime.timedelta):
             return value

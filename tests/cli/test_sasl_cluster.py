@@ -489,3 +489,32 @@ def test_confluent_kafka_reauthenticates_its_connections(sasl_reauth):
     log = Path(_manifest(c)["processes"]["broker-1"]["log"]).read_text()
     assert log.count("re-authenticated as User:admin") >= 3  # every ~1.5 s, per connection
     assert "session expired" not in log  # no connection had to be closed
+
+
+def test_auto_creation_needs_create_on_the_cluster_or_the_topic(sasl_ssl):
+    """Kafka's rule: a principal that may DESCRIBE (and WRITE) a new topic but not CREATE
+    it gets TOPIC_AUTHORIZATION_FAILED and nothing is created; CREATE on the topic lets
+    its first produce create it."""
+    c = sasl_ssl
+    admin = admin_mod.AdminClient(conf(c))
+    upsert = admin_mod.UserScramCredentialUpsertion(
+        "bob", admin_mod.ScramCredentialInfo(admin_mod.ScramMechanism.SCRAM_SHA_512, 8192),
+        b"bob-pw")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        future.result(30)
+    grants = [(topic, operation) for topic in ("bob-denied", "bob-made")
+              for operation in (admin_mod.AclOperation.DESCRIBE, admin_mod.AclOperation.WRITE)]
+    grants.append(("bob-made", admin_mod.AclOperation.CREATE))
+    acls = [admin_mod.AclBinding(admin_mod.ResourceType.TOPIC, topic,
+                                 admin_mod.ResourcePatternType.LITERAL, "User:bob", "*",
+                                 operation, admin_mod.AclPermissionType.ALLOW)
+            for topic, operation in grants]
+    for future in admin.create_acls(acls).values():
+        future.result(30)
+    time.sleep(1)  # UpdateMetadata reaches the broker
+    bob = conf(c, "bob", "bob-pw")
+    errors = produce(bob, "bob-denied", [b"no"], timeout_ms=5000)
+    assert [e.code() for e in errors] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert produce(bob, "bob-made", [b"yes"]) == []
+    assert consume(conf(c), "bob-made", 1) == [b"yes"]
+    assert "bob-denied" not in admin.list_topics(timeout=10).topics

@@ -69,3 +69,31 @@ async def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
         assert rm.partitions[TP].log.log_end_offset == 2
     finally:
         await rm.stop()
+
+
+def test_kafka_broker_level_log_names_set_topic_defaults_and_are_described():
+    from pathlib import Path
+
+    from tidewater.broker.config import BrokerConfig
+    from tidewater.broker.kafka.broker_configs import (
+        DEFAULT_CONFIG,
+        STATIC_BROKER_CONFIG,
+        broker_config_entries,
+    )
+    from tidewater.proto.topic_config import LogConfig
+    config = BrokerConfig(broker_id=2, listen=("127.0.0.1", 1), controller=("127.0.0.1", 2),
+                          data_dir=Path("x"))
+    config.apply_settings({"log.retention.ms": "1000", "segment.bytes": "4096",
+                           "auto.create.topics.enable": "false"})
+    assert config.topic_defaults == {"retention.ms": "1000", "segment.bytes": "4096"}
+    assert config.auto_create_topics_enable is False
+    entries = {e.name: e for e in broker_config_entries(
+        config, LogConfig.from_configs(config.log_config_overrides()))}
+    assert (entries["log.retention.ms"].value, entries["log.retention.ms"].source,
+            entries["log.retention.ms"].default) == ("1000", STATIC_BROKER_CONFIG,
+                                                     str(7 * 86_400_000))
+    assert entries["log.segment.bytes"].source == STATIC_BROKER_CONFIG  # the topic name
+    assert (entries["auto.create.topics.enable"].value,
+            entries["auto.create.topics.enable"].source) == ("false", STATIC_BROKER_CONFIG)
+    assert entries["log.roll.ms"].source == DEFAULT_CONFIG
+    assert entries["broker.id"].value == "2"

@@ -103,7 +103,8 @@ def test_invalid_values_name_the_config(name, raw, why):
     assert refused.value.error_name == "INVALID_CONFIG"
 
 
-@pytest.mark.parametrize("name", ["no.such.config", "compression.type", "segment.jitter.ms",
+@pytest.mark.parametrize("name", ["no.such.config", "message.downconversion.enable",
+                                  "message.format.version",
                                   "message.timestamp.difference.max.ms", "SEGMENT.BYTES"])
 def test_unknown_names_are_refused(name):
     with pytest.raises(InvalidConfigError, match="unknown topic config"):
@@ -172,7 +173,7 @@ _RAW = st.one_of(
                      "compact", "1e3", "0x10", "+7", "-0", "\u0661", "1.0", "delete,delete"]),
     st.text(max_size=6),
 )
-_NAMES = st.sampled_from(sorted(TOPIC_CONFIGS) + ["compression.type", "no.such.config"])
+_NAMES = st.sampled_from(sorted(TOPIC_CONFIGS) + ["message.format.version", "no.such.config"])
 
 
 @settings(max_examples=500, deadline=None)
@@ -194,3 +195,44 @@ def test_what_the_controller_accepts_every_broker_hosts(configs, defaults):
     validate_topic_configs(configs)
     LogConfig.from_configs(broker.log_config_overrides(configs))
     broker.min_insync_replicas_for(configs)
+
+
+@pytest.mark.parametrize("configs", [
+    {"compression.type": "zstd", "compression.zstd.level": "-5", "compression.gzip.level": "-1",
+     "compression.lz4.level": "17", "preallocate": "TRUE", "segment.jitter.ms": "10",
+     "file.delete.delay.ms": "0", "message.timestamp.before.max.ms": "1000",
+     "message.timestamp.after.max.ms": str(INT64_MAX), "remote.storage.enable": "false",
+     "leader.replication.throttled.replicas": "0:1, 1:2",
+     "follower.replication.throttled.replicas": "*", "local.retention.ms": "-2",
+     "local.retention.bytes": "-1", "remote.log.copy.disable": "true",
+     "remote.log.delete.on.disable": "false"},
+    {"leader.replication.throttled.replicas": ""},
+])
+def test_every_kafka_topic_config_is_accepted(configs):
+    validate_topic_configs(configs)
+    LogConfig.from_configs(configs)  # the ones without effect leave the log's settings alone
+
+
+@pytest.mark.parametrize(("name", "raw", "why"), [
+    ("compression.type", "brotli", "must be one of"),
+    ("compression.type", "ZSTD", "must be one of"),  # Kafka's ValidString is exact
+    ("compression.gzip.level", "0", "or one of -1"),
+    ("compression.lz4.level", "18", "[1, 17]"),
+    ("compression.zstd.level", "23", "[-131072, 22]"),
+    ("leader.replication.throttled.replicas", "0:x", "PARTITION:BROKER"),
+    ("follower.replication.throttled.replicas", "*,0:1", "PARTITION:BROKER"),
+    ("remote.storage.enable", "true", "not supported"),
+    ("local.retention.ms", "-3", "[-2,"),
+    ("preallocate", "yes", "true or false"),
+])
+def test_bad_values_of_the_new_configs_are_refused(name, raw, why):
+    with pytest.raises(InvalidConfigError) as refused:
+        validate_topic_configs({name: raw})
+    assert name in str(refused.value) and why in str(refused.value), refused.value
+
+
+def test_each_config_without_effect_has_kafkas_default():
+    for definition in TOPIC_CONFIGS.values():
+        if not definition.effect:
+            assert definition.default is not None, definition.name
+            definition.parse(definition.default)

@@ -393,7 +393,9 @@ def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
         if name in configs:
             rows.append(ConfigRow(name, configs[name], "topic"))
             continue
-        if definition.log_field is None:  # a replication setting: the cluster's default
+        if definition.log_field is None and definition.default is not None:
+            shown = definition.default  # Kafka's, a config without effect here
+        elif definition.log_field is None:  # a replication setting: the cluster's default
             shown = "(broker setting)"
         else:
             value = getattr(defaults, definition.log_field)

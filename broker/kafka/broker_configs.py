@@ -1,0 +1,92 @@
+"""A broker's own settings as Kafka's DescribeConfigs lists a BROKER resource.
+
+Each setting under Kafka's name (``BrokerConfig``'s ``--set`` names; the topic
+defaults under Kafka's broker-level names, ``log.segment.bytes`` for
+``segment.bytes``), its value on this broker, and its source: STATIC_BROKER_CONFIG
+when given with ``--set`` (Kafka: server.properties), DEFAULT_CONFIG otherwise.
+Every entry is read-only: there are no dynamic broker configs yet (Kafka's
+AlterConfigs on a BROKER resource). Synonyms, when asked for, are Kafka's
+precedence list: the value in force first, then the default it overrides.
+
+Tidewater's own settings (``log.scrub.*``) are listed too, under their names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from tidewater.broker.config import BROKER_SETTING_FIELDS, KAFKA_LOG_DEFAULT_NAMES, BrokerConfig
+from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
+
+# Kafka's ConfigSource numbers.
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+# Kafka's ConfigType numbers (DescribeConfigs v3+).
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+_TOPIC_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
+                "double": DOUBLE, "list": LIST}
+# Broker settings Kafka types other than INT (booleans are BOOLEAN by their parser).
+_LONG_SETTINGS = frozenset({
+    "replica.lag.time.max.ms", "log.retention.check.interval.ms",
+    "offsets.retention.check.interval.ms", "log.cleaner.backoff.ms",
+    "log.scrub.bytes.per.second", "log.scrub.interval.ms",
+    "log.cleaner.io.max.bytes.per.second", "controlled.shutdown.timeout.ms"})
+_SHORT_SETTINGS = frozenset({"offsets.topic.replication.factor"})
+
+
+@dataclass(frozen=True)
+class BrokerConfigEntry:
+    name: str
+    value: str
+    source: int  # STATIC_BROKER_CONFIG or DEFAULT_CONFIG
+    config_type: int
+    default: str  # the value without --set (the DEFAULT_CONFIG synonym)
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig
+                          ) -> list[BrokerConfigEntry]:
+    """Every setting of this broker, sorted by name. ``log_defaults``: the topic defaults
+    in force (the log manager's default LogConfig)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(BrokerConfig)
+                if f.default is not dataclasses.MISSING}
+    entries = [BrokerConfigEntry("broker.id", str(config.broker_id), STATIC_BROKER_CONFIG,
+                                 INT, "-1")]
+    for name, attr in BROKER_SETTING_FIELDS.items():
+        value = getattr(config, attr)
+        config_type = (BOOLEAN if isinstance(value, bool) else LONG if name in _LONG_SETTINGS
+                       else SHORT if name in _SHORT_SETTINGS else INT)
+        entries.append(BrokerConfigEntry(
+            name, _text(value), STATIC_BROKER_CONFIG if name in config.static_names
+            else DEFAULT_CONFIG, config_type, _text(defaults.get(attr, value))))
+    in_force, kafka_defaults = log_defaults.to_configs(), LogConfig().to_configs()
+    for name, topic_name in KAFKA_LOG_DEFAULT_NAMES.items():
+        entries.append(BrokerConfigEntry(
+            name, in_force[topic_name], STATIC_BROKER_CONFIG
+            if topic_name in config.static_names else DEFAULT_CONFIG,
+            _TOPIC_TYPES[TOPIC_CONFIGS[topic_name].type], kafka_defaults[topic_name]))
+    return sorted(entries, key=lambda e: e.name)
+
+
+def describe_values(entries: list[BrokerConfigEntry], keys: list[str] | None,
+                    include_synonyms: bool) -> list[dict[str, Any]]:
+    """DescribeConfigs' ``configs`` of a BROKER resource (``keys`` None: all)."""
+    wanted = None if keys is None else set(keys)
+    out = []
+    for e in entries:
+        if wanted is not None and e.name not in wanted:
+            continue
+        synonyms = []
+        if include_synonyms:
+            synonyms.append({"name": e.name, "value": e.value, "source": e.source})
+            if e.source != DEFAULT_CONFIG:
+                synonyms.append({"name": e.name, "value": e.default, "source": DEFAULT_CONFIG})
+        out.append({"name": e.name, "value": e.value, "read_only": True,
+                    "config_source": e.source, "is_default": e.source == DEFAULT_CONFIG,
+                    "is_sensitive": False, "synonyms": synonyms,
+                    "config_type": e.config_type, "documentation": None})
+    return out
