@@ -71,3 +71,15 @@ def test_importing_the_client_library_changes_nothing_process_wide(tmp_path):
     assert proc.returncode == 0, proc.stderr
     # ... and it needs none of the servers' or the tools' code.
     assert proc.stdout.split() == ["True", "None", "[]"]
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports the test files of folders without __init__.py by their basename: two
+    of one name in different folders stop the whole collection ("import file mismatch")."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue  # a package's modules are imported by their dotted name
+        other = seen.setdefault(path.name, path)
+        assert other == path, f"{path} and {other} share a basename"
