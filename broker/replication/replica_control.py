@@ -186,8 +186,9 @@ class ControlEvents(ReplicaBase):
         ``TruncateFully``            after the fetch backoff: where to, and then its
                                      fetch position, come from its real log; a cut
                                      below a corrupt batch is owed again
-        ``AppendFetched``            a follower fetches again from its real LEO
-                                     after the fetch backoff
+        ``AppendFetched``,           a follower fetches again from its real LEO
+        ``IncrementLogStartOffset``  after the fetch backoff (the next answer
+                                     carries the leader's log start again)
         anything, with no follower   no role (as ``AssignEpoch``)
         ===========================  ================================================
         """

@@ -10,6 +10,8 @@ event                                  decision
 ``check_consumer_fetch(...)``          fencing, range; the HW to read below
 ``check_list_offsets(...)``            fencing; the end of what the asker sees (a consumer:
                                        the HW; a replica: the LEO)
+``check_delete_records(offset)``       leader only; the new log start (-1: the HW), at most
+                                       the HW (OFFSET_OUT_OF_RANGE beyond)
 ``on_alter_partition_answer/unsure``   apply what the answer proves (below)
 ``tick(now)``                          time-driven HW, ISR shrink, AlterPartition resends,
                                        acks=all deadlines (and the corruption reaction's
@@ -43,6 +45,7 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
     ALTER_PARTITION_BACKOFF_MS_MAX,
+    UNDEFINED,
     LeaderAndIsrState,
     ReplicaBase,
 )
@@ -126,6 +129,21 @@ class LeadingEvents(ReplicaBase):
         above it is not there yet); a replica sees the whole log (LATEST is the LEO)."""
         self.check_epoch(current_leader_epoch, require_leader=consumer)
         return self.high_watermark if consumer else self.log.log_end_offset
+
+    def check_delete_records(self, offset: int) -> int:
+        """DeleteRecords on this leader (Kafka's ``deleteRecordsOnLeader`` and
+        ``maybeIncrementLogStartOffset``): raises the typed error (not the leader;
+        OFFSET_OUT_OF_RANGE below 0 or past the HW); returns the new log start offset
+        (-1 asks for the HW). The records below it stay committed on every replica: a
+        follower takes the leader's log start from its fetch answers."""
+        self.check_epoch(UNDEFINED, require_leader=True)
+        high_watermark = self.high_watermark
+        target = high_watermark if offset == UNDEFINED else offset
+        if not 0 <= target <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.topic}-{self.partition} before {offset}: "
+                f"the high watermark is {high_watermark}")
+        return max(target, self.log.log_start_offset)
 
     # ================================================================== AlterPartition
 
