@@ -43,6 +43,7 @@ from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
 from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
@@ -216,6 +217,13 @@ class ReplicaManager:
     def offset_for_leader_epoch(self, request: pb.OffsetForLeaderEpochRequest
                                 ) -> pb.OffsetForLeaderEpochResponse:
         return self.fetcher_path.offset_for_leader_epoch(request)
+
+    async def delete_records(self, wanted: list[tuple[str, int, int]]
+                             ) -> list[DeleteRecordsResult]:
+        """DeleteRecords for ``(topic, partition, offset)``s this broker leads
+        (``serving/delete_records.py``): answered once the log starts are durable."""
+        return await delete_records(wanted, lookup=self._partition, carrier=self.carrier,
+                                    checkpoint=self.background.checkpoint_log_start_offsets)
 
     @property
     def controller_epoch(self) -> int:
