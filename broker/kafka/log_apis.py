@@ -1,4 +1,4 @@
-"""Kafka's APIs about logs themselves: DeleteRecords (key 21).
+"""Kafka's APIs about logs themselves: DeleteRecords (key 21), DescribeLogDirs (key 35).
 
 DeleteRecords v0-2 (v2 flexible; librdkafka and kafka-python negotiate within
 them): each partition goes to ``ReplicaManager.delete_records``
@@ -9,10 +9,18 @@ compacted-only topic POLICY_VIOLATION; the answer's low watermark is the new log
 start, sent once it is durable. With an authorizer the caller needs DELETE on the
 topic (TOPIC_AUTHORIZATION_FAILED). The request's timeout is not used: the answer
 does not wait for the followers (they follow from their next fetch).
+
+DescribeLogDirs v1-4 (kafka-python's ``describe_log_dirs``; v0 is gone from Kafka 4
+and v5 was never released): one log dir per broker, its data dir, with every
+hosted replica (or those named) and its size in bytes, offset lag ``max(HW - LEO,
+0)`` as Kafka's (0 for a leader), ``is_future_key`` false (no replica moves between
+dirs); v4 adds the file system's total and usable bytes. Needs DESCRIBE on the
+cluster: CLUSTER_AUTHORIZATION_FAILED and no dirs otherwise, as Kafka's.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -21,10 +29,11 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.serving.delete_records import DeleteRecordsResult
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.acls import DELETE, TOPIC
+from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, DELETE, DESCRIBE, TOPIC
 
-DELETE_RECORDS = 21
+DELETE_RECORDS, DESCRIBE_LOG_DIRS = 21, 35
 DELETE_RECORDS_VERSIONS = (0, 2)
+DESCRIBE_LOG_DIRS_VERSIONS = (1, 4)
 
 
 class LogServices(Protocol):
@@ -64,4 +73,40 @@ async def on_delete_records(s: LogServices, head: RequestHead, body: RequestBody
                 "error_code": code})
         return {"throttle_time": 0, "topics": [{"name": name, "partitions": parts}
                                                for name, parts in grouped.items()]}
+    return answer()
+
+
+async def on_describe_log_dirs(s: LogServices, head: RequestHead, body: RequestBody
+                               ) -> Awaitable[dict[str, Any]]:
+    if not s.allowed(DESCRIBE, CLUSTER, CLUSTER_NAME):
+        async def refused() -> dict[str, Any]:
+            return {"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                    "results": []}
+        return refused()
+    wanted: dict[str, set[int]] | None = None
+    if body.topics is not None:
+        wanted = {}
+        for t in body.topics:
+            wanted.setdefault(t.topic, set()).update(int(p) for p in t.partitions)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, size, lag in s.replica_manager.log_dir_partitions():
+        if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
+            continue
+        topics.setdefault(tp.topic, []).append({
+            "partition_index": tp.partition, "partition_size": size, "offset_lag": lag,
+            "is_future_key": False})
+    data_dir = s.replica_manager.config.data_dir
+    total_bytes, usable_bytes, code = -1, -1, pb.NONE
+    try:
+        stats = os.statvfs(data_dir)
+        total_bytes = stats.f_blocks * stats.f_frsize
+        usable_bytes = stats.f_bavail * stats.f_frsize
+    except OSError:
+        code = pb.KAFKA_STORAGE_ERROR  # Kafka's answer for an offline log dir
+    result = {"error_code": code, "log_dir": str(os.path.abspath(data_dir)),
+              "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+              "total_bytes": total_bytes, "usable_bytes": usable_bytes}
+
+    async def answer() -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": pb.NONE, "results": [result]}
     return answer()

@@ -253,6 +253,13 @@ class ReplicaManager:
                 size_bytes=p.log.size_bytes, isr=list(p.replica.leader_isr))
         return response
 
+    def log_dir_partitions(self) -> list[tuple[TopicPartition, int, int]]:
+        """DescribeLogDirs: each hosted replica's ``(tp, size in bytes, offset lag)``;
+        the lag is Kafka's ``max(HW - LEO, 0)`` (0 for a leader, whose HW never passes
+        its LEO)."""
+        return [(tp, p.log.size_bytes, max(p.high_watermark - p.log_end_offset, 0))
+                for tp, p in sorted(self.partitions.items())]
+
     def replica_snapshots(self) -> list[ReplicaSnapshot]:
         out = []
         for tp, p in list(self.partitions.items()):
