@@ -5,10 +5,10 @@ them): each partition goes to ``ReplicaManager.delete_records``
 (``broker/serving/delete_records.py``): this broker must lead it (else
 NOT_LEADER_OR_FOLLOWER for a partition the cluster has, UNKNOWN_TOPIC_OR_PARTITION
 otherwise), offset -1 is the HW, an offset past the HW is OFFSET_OUT_OF_RANGE, a
-compacted-only topic POLICY_VIOLATION; the answer's low watermark is the new log
-start, sent once it is durable. With an authorizer the caller needs DELETE on the
-topic (TOPIC_AUTHORIZATION_FAILED). The request's timeout is not used: the answer
-does not wait for the followers (they follow from their next fetch).
+compacted-only topic POLICY_VIOLATION; the answer's low watermark comes once the
+leader's new start is durable and every ISR member's log start reached it
+(REQUEST_TIMED_OUT after the request's timeout). With an authorizer the caller
+needs DELETE on the topic (TOPIC_AUTHORIZATION_FAILED).
 
 DescribeLogDirs v1-4 (kafka-python's ``describe_log_dirs``; v0 is gone from Kafka 4
 and v5 was never released): one log dir per broker, its data dir, with every
@@ -24,7 +24,7 @@ import os
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from tidewater.broker.kafka.codec import RequestBody, RequestHead
+from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.serving.delete_records import DeleteRecordsResult
@@ -61,7 +61,8 @@ async def on_delete_records(s: LogServices, head: RequestHead, body: RequestBody
         wanted += [(topic.name, p.partition_index, int(p.offset)) for p in topic.partitions]
 
     async def answer() -> dict[str, Any]:
-        results = await s.replica_manager.delete_records(wanted) if wanted else []
+        results = (await s.replica_manager.delete_records(wanted, milliseconds(body.timeout))
+                   if wanted else [])
         grouped: dict[str, list[dict[str, Any]]] = {}
         for r in [*results, *denied]:
             code = r.error_code

@@ -218,12 +218,15 @@ class ReplicaManager:
                                 ) -> pb.OffsetForLeaderEpochResponse:
         return self.fetcher_path.offset_for_leader_epoch(request)
 
-    async def delete_records(self, wanted: list[tuple[str, int, int]]
+    async def delete_records(self, wanted: list[tuple[str, int, int]], timeout_ms: int
                              ) -> list[DeleteRecordsResult]:
         """DeleteRecords for ``(topic, partition, offset)``s this broker leads
-        (``serving/delete_records.py``): answered once the log starts are durable."""
-        return await delete_records(wanted, lookup=self._partition, carrier=self.carrier,
-                                    checkpoint=self.background.checkpoint_log_start_offsets)
+        (``serving/delete_records.py``): answered once the log starts are durable here
+        and every ISR member's reached the offset (or ``timeout_ms`` passed)."""
+        return await delete_records(wanted, timeout_ms, lookup=self._partition,
+                                    carrier=self.carrier,
+                                    checkpoint=self.background.checkpoint_log_start_offsets,
+                                    acks_waits=self.acks_waits)
 
     @property
     def controller_epoch(self) -> int:

@@ -3,7 +3,8 @@
 confluent-kafka's ``AdminClient.delete_records`` and kafka-python's
 ``KafkaAdminClient.delete_records`` move the partition's log start: consumers
 no longer get the records below it (ListOffsets earliest moves), every
-replica's log start follows (``tide topics describe --json``), an offset past
+replica's log start is there when the answer comes (``tide topics describe
+--json``; Kafka's DelayedDeleteRecords), an offset past
 the high watermark is OFFSET_OUT_OF_RANGE, -1 deletes up to the high
 watermark, and the start survives every broker being SIGKILLed and started
 again.
@@ -80,9 +81,10 @@ def test_confluent_admin_deletes_records_on_every_replica(cluster, topic):
     [future] = admin.delete_records([TopicPartition(topic, 0, 40)]).values()
     deleted = future.result(30)
     assert deleted.low_watermark == 40
+    # Answered once every in-sync replica's log start reached it (DelayedDeleteRecords).
+    assert every_replica_starts_at(cluster, 40), replica_starts(cluster)
     assert earliest(cluster) == 40
     assert consumed_offsets(cluster) == list(range(40, 100))
-    wait_for(lambda: every_replica_starts_at(cluster, 40), "every replica's log start at 40")
 
     # Past the high watermark: OFFSET_OUT_OF_RANGE, nothing moves.
     [future] = admin.delete_records([TopicPartition(topic, 0, 1000)]).values()
@@ -100,9 +102,9 @@ def test_kafka_python_admin_deletes_records(cluster, topic):
     finally:
         admin.close()
     assert answer[kafka.TopicPartition(topic, 0)]["low_watermark"] == 70
+    assert every_replica_starts_at(cluster, 70), replica_starts(cluster)
     assert earliest(cluster) == 70
     assert consumed_offsets(cluster) == list(range(70, 100))
-    wait_for(lambda: every_replica_starts_at(cluster, 70), "every replica's log start at 70")
 
 
 def test_the_log_start_survives_every_broker_killed_and_restarted(cluster, topic):
@@ -125,6 +127,6 @@ def test_minus_one_deletes_up_to_the_high_watermark(cluster, topic):
     admin = AdminClient({"bootstrap.servers": cluster.kafka})
     [future] = admin.delete_records([TopicPartition(topic, 0, -1)]).values()
     assert future.result(30).low_watermark == 100
+    assert every_replica_starts_at(cluster, 100), replica_starts(cluster)
     assert earliest(cluster) == 100
     assert consumed_offsets(cluster) == []
-    wait_for(lambda: every_replica_starts_at(cluster, 100), "every replica's log start at 100")

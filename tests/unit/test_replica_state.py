@@ -560,7 +560,7 @@ class Harness:
             diverging, ready = self.r.on_follower_fetch(
                 a.int("replica"), a.int("epoch"), a.int("offset"), a.int("last-epoch", -1),
                 self.now_ms, isr_eligible=_flag(a.get("isr-eligible", "true")),
-                record=_flag(a.get("record", "true")))
+                record=_flag(a.get("record", "true")), log_start_offset=a.int("log-start", -1))
         except TidewaterError as e:
             return [f"raises: {e.error_name}: {e}"]
         if diverging is not None:
@@ -584,7 +584,14 @@ class Harness:
         except TidewaterError as e:
             return [f"raises: {e.error_name}: {e}"]
         self.log.maybe_increment_log_start_offset(start)
-        return [f"answer: log-start={start}"]
+        out = [f"answer: log-start={start}"]
+        waiter_id = a.int("wait", -1)
+        if waiter_id >= 0:  # the answer waits for the ISR's log starts
+            self.live_waits.add(waiter_id)
+            out += self.apply(self.r.watch_low_watermark(
+                start, self.now_ms, waiter_id=waiter_id, timeout_ms=a.int("timeout", 30_000)))
+            out.append(f"low-watermark: {self.r.low_watermark}")
+        return out
 
     def cmd_consumer_fetch(self, a: Args) -> list[str]:
         try:
