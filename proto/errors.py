@@ -132,6 +132,12 @@ class InvalidConfigError(TidewaterError):
     error_code = pb.INVALID_CONFIG
 
 
+class PolicyViolationError(TidewaterError):
+    """The topic's policy forbids it (DeleteRecords on a compacted-only topic)."""
+
+    error_code = pb.POLICY_VIOLATION
+
+
 class InvalidRecordError(TidewaterError):
     """A well-formed record the log may not take (Kafka's InvalidRecordException): a
     record without a key in a compacted topic. Not retriable."""

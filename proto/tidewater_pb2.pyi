@@ -73,6 +73,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PREFERRED_LEADER_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ClassVar[ErrorCode]
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
+    GROUP_SUBSCRIBED_TO_TOPIC: _ClassVar[ErrorCode]
     INVALID_RECORD: _ClassVar[ErrorCode]
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
@@ -148,6 +149,7 @@ FENCED_INSTANCE_ID: ErrorCode
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
+GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode
 INVALID_RECORD: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode

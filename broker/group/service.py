@@ -20,6 +20,7 @@ from tidewater.broker.group.state import (
     CommittedOffset,
     Group,
     JoinAnswer,
+    OffsetDeleteAnswer,
     SyncAnswer,
 )
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -151,4 +152,22 @@ def delete(coordinator: GroupCoordinator, group_id: str) -> Awaitable[pb.ErrorCo
         if not isinstance(result, CodeAnswer):
             raise InvariantViolation(f"a group request answered with {result!r}")
         return result.error_code
+    return answer()
+
+
+def delete_offsets(coordinator: GroupCoordinator, group_id: str,
+                   partitions: list[TopicPartition]) -> Awaitable[OffsetDeleteAnswer]:
+    """OffsetDelete: the group's error code and each partition's, once the tombstones of
+    the deleted offsets are written (``GroupCoordinatorState.delete_offsets``)."""
+    try:
+        pending = coordinator.request(group_id, lambda state, token, now_ms:
+                                      state.delete_offsets(token, now_ms, group_id, partitions))
+    except CoordinatorError as e:
+        return _value(OffsetDeleteAnswer(e.error_code, {}))
+
+    async def answer() -> OffsetDeleteAnswer:
+        result = await pending
+        if not isinstance(result, OffsetDeleteAnswer):
+            raise InvariantViolation(f"an OffsetDelete answered with {result!r}")
+        return result
     return answer()

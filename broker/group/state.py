@@ -47,12 +47,21 @@ the committed offsets of EMPTY groups older than ``offsets_retention_ms`` are
 deleted (tombstones written first): a consumer group's all at once, counted from when
 it became empty; a standalone committer's (no protocol type) each by its commit time.
 A group left with neither members nor offsets is deleted with them.
+
+OffsetDelete (Kafka's handleDeleteOffsets, KIP-496): an EMPTY group's committed offsets
+of the named partitions are deleted (tombstones written first); a consumer group with
+members keeps those of topics it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC; topics read
+from the members' ConsumerProtocol subscriptions of the chosen protocol; unreadable or
+no protocol chosen yet: every topic counts as subscribed) and loses the others; another
+kind of group with members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. An
+EMPTY group left without offsets is deleted with them, as offset expiry does.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
+import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -205,7 +214,13 @@ class CommitAnswer:
     errors: dict[tuple[str, int], pb.ErrorCode]  # (topic, partition) -> error code
 
 
-Answer = JoinAnswer | SyncAnswer | CodeAnswer | CommitAnswer
+@dataclass(frozen=True)
+class OffsetDeleteAnswer:
+    error_code: pb.ErrorCode  # the group's; NONE then one per partition in ``errors``
+    errors: dict[tuple[str, int], pb.ErrorCode]
+
+
+Answer = JoinAnswer | SyncAnswer | CodeAnswer | CommitAnswer | OffsetDeleteAnswer
 
 
 @dataclass(frozen=True)
@@ -260,6 +275,45 @@ def coordinator_error_for_write(code: pb.ErrorCode) -> pb.ErrorCode:
     if code in (pb.MESSAGE_TOO_LARGE, pb.RECORD_LIST_TOO_LARGE, pb.INVALID_FETCH_SIZE):
         return pb.UNKNOWN_SERVER_ERROR
     return code
+
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+_INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
+
+
+def subscribed_topics(group: Group) -> set[str] | None:
+    """The topics the members' ConsumerProtocol subscriptions name (Kafka's
+    ``GroupMetadata.computeSubscribedTopics``); None when not known: not a consumer
+    group, no protocol chosen yet, or a subscription that does not parse."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE or group.protocol_name is None:
+        return None
+    topics: set[str] = set()
+    for member in group.members.values():
+        parsed = _subscription_topics(member.metadata(group.protocol_name))
+        if parsed is None:
+            return None
+        topics.update(parsed)
+    return topics
+
+
+def _subscription_topics(data: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocolSubscription (any version: version int16, then
+    the topics as an int32 count of int16-length strings), None if it does not parse."""
+    try:
+        (count,) = _INT32.unpack_from(data, 2)
+        position, topics = 6, []
+        if count < 0:
+            return None
+        for _ in range(count):
+            (length,) = _INT16.unpack_from(data, position)
+            position += 2
+            if length < 0 or position + length > len(data):
+                return None
+            topics.append(data[position:position + length].decode())
+            position += length
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
 
 
 class GroupCoordinatorState:
@@ -699,18 +753,23 @@ class GroupCoordinatorState:
                          emptied: bool) -> Callable[[pb.ErrorCode, int], Ready]:
         def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             self._expiring.discard(group.group_id)
-            if code != pb.NONE:
-                return Ready()  # the next check tries again
-            for tp, committed in expired.items():
-                if group.offsets.get(tp) == committed:  # not committed again meanwhile
-                    del group.offsets[tp]
-            if (emptied and not group.offsets and not group.members
-                    and group.state == GroupState.EMPTY
-                    and self.groups.get(group.group_id) is group):
-                group.transition(GroupState.DEAD, done_ms)
-                del self.groups[group.group_id]
+            if code == pb.NONE:  # else the next check tries again
+                self._forget_offsets(group, expired, emptied, done_ms)
             return Ready()
         return written
+
+    def _forget_offsets(self, group: Group, deleted: dict[tuple[str, int], CommittedOffset],
+                        emptied: bool, now_ms: int) -> None:
+        """Their tombstones are written: drop the offsets (unless committed again
+        meanwhile), and the group too when the group's tombstone went with them."""
+        for tp, committed in deleted.items():
+            if group.offsets.get(tp) == committed:
+                del group.offsets[tp]
+        if (emptied and not group.offsets and not group.members
+                and group.state == GroupState.EMPTY
+                and self.groups.get(group.group_id) is group):
+            group.transition(GroupState.DEAD, now_ms)
+            del self.groups[group.group_id]
 
     # ------------------------------------------------------------ offsets
 
@@ -797,6 +856,47 @@ class GroupCoordinatorState:
                 if self.groups.get(group_id) is group:
                     del self.groups[group_id]
             return Ready(replies=[(token, CodeAnswer(coordinator_error_for_write(code)))])
+        return Ready(writes=[self._write(group, tuple(tombstones), written)])
+
+    def delete_offsets(self, token: Any, now_ms: int, group_id: str,
+                       partitions: list[tuple[str, int]]) -> Ready:
+        """OffsetDelete (module docstring): an ``OffsetDeleteAnswer`` once the tombstones
+        are written (at once when there is nothing to delete)."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == GroupState.DEAD:
+            return Ready(replies=[(token, OffsetDeleteAnswer(pb.GROUP_ID_NOT_FOUND, {}))])
+        errors: dict[tuple[str, int], pb.ErrorCode] = {}
+        if group.state == GroupState.EMPTY:
+            candidates = list(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = subscribed_topics(group)
+            candidates = []
+            for tp in partitions:
+                if subscribed is None or tp[0] in subscribed:
+                    errors[tp] = pb.GROUP_SUBSCRIBED_TO_TOPIC
+                else:
+                    candidates.append(tp)
+        else:
+            return Ready(replies=[(token, OffsetDeleteAnswer(pb.NON_EMPTY_GROUP, {}))])
+        for tp in candidates:
+            errors[tp] = pb.NONE  # a partition with no committed offset: nothing to do
+        doomed = {tp: group.offsets[tp] for tp in candidates if tp in group.offsets}
+        if not doomed:
+            return Ready(replies=[(token, OffsetDeleteAnswer(pb.NONE, errors))])
+        tombstones: list[records.GroupRecord] = [
+            records.OffsetCommitRecord(group_id, t, p, None) for t, p in doomed]
+        emptied = (group.state == GroupState.EMPTY and not group.members
+                   and len(doomed) == len(group.offsets))
+        if emptied:
+            tombstones.append(records.GroupMetadataRecord(group_id, None))
+
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
+            if code == pb.NONE:
+                self._forget_offsets(group, doomed, emptied, done_ms)
+            answer = dict(errors)
+            for tp in doomed:
+                answer[tp] = coordinator_error_for_write(code)
+            return Ready(replies=[(token, OffsetDeleteAnswer(pb.NONE, answer))])
         return Ready(writes=[self._write(group, tuple(tombstones), written)])
 
     # ------------------------------------------------------------ writes

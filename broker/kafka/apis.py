@@ -28,6 +28,8 @@ SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow
 SaslAuthenticate (36) 0-2   ``sasl``
 ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
 InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
+DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
+DescribeLogDirs (35)  1-4   the data dir, replicas' sizes (``log_apis.py``)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -39,7 +41,8 @@ topic it may DESCRIBE is auto-created with CREATE on the cluster or the topic, a
 is TOPIC_AUTHORIZATION_FAILED without (Kafka's rule);
 CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
-brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED).
+brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED),
+DeleteRecords DELETE on the topic, DescribeLogDirs DESCRIBE on the cluster.
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
 response values (a plain dict, see ``codec.build``), or None where Kafka sends
@@ -62,6 +65,14 @@ from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
+from tidewater.broker.kafka.log_apis import (
+    DELETE_RECORDS,
+    DELETE_RECORDS_VERSIONS,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_LOG_DIRS_VERSIONS,
+    on_delete_records,
+    on_describe_log_dirs,
+)
 from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID,
     INIT_PRODUCER_ID_VERSIONS,
@@ -111,6 +122,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     sasl.SASL_AUTHENTICATE: (0, 2),
     **security_apis.SUPPORTED,
     INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
+    DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
+    DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -683,5 +696,7 @@ HANDLERS: dict[int, Handler] = {
     sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
     **security_apis.HANDLERS,
     INIT_PRODUCER_ID: on_init_producer_id,
+    DELETE_RECORDS: on_delete_records,
+    DESCRIBE_LOG_DIRS: on_describe_log_dirs,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -13,13 +13,15 @@ OffsetFetch (9)       1-8   several groups per request from v8
 DescribeGroups (15)   0-5
 ListGroups (16)       0-5   state and type filters
 DeleteGroups (42)     0-2   empty groups only
+OffsetDelete (47)     0     offsets of topics the group does not subscribe to
 ===================== ===== ======================================================
 
 Each handler translates the kio request into a call on the coordinator's pure state
 (``GroupCoordinator.request``) and its answer back; a group not coordinated here
 answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS. ``authorize_group`` is the
 one place a group API asks whether the caller may act on a group (GROUP READ for
-join/sync/heartbeat/leave/commit/fetch, DESCRIBE for describe/list, DELETE).
+join/sync/heartbeat/leave/commit/fetch, DESCRIBE for describe/list, DELETE for
+DeleteGroups and OffsetDelete, which also needs READ on each topic, as Kafka's).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tidewater.proto import tidewater_pb2 as pb
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
 HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
-DELETE_GROUPS = 42
+DELETE_GROUPS, OFFSET_DELETE = 42, 47
 
 GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     FIND_COORDINATOR: (0, 4),
@@ -50,12 +52,13 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_GROUPS: (0, 5),
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
 GROUP_API_NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
                    SYNC_GROUP: "SyncGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
                    OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch",
                    DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
-                   DELETE_GROUPS: "DeleteGroups"}
+                   DELETE_GROUPS: "DeleteGroups", OFFSET_DELETE: "OffsetDelete"}
 GROUP_KEY_TYPE = 0
 JOIN_MEMBER_ID_REQUIRED_FROM = 4
 
@@ -358,6 +361,42 @@ async def on_delete_groups(s: GroupServices, head: RequestHead, body: RequestBod
     return answer()
 
 
+async def on_offset_delete(s: GroupServices, head: RequestHead, body: RequestBody
+                           ) -> Awaitable[dict[str, Any]]:
+    """Kafka's handleOffsetDeleteRequest: DELETE on the group (else the request fails
+    with GROUP_AUTHORIZATION_FAILED); per topic READ (TOPIC_AUTHORIZATION_FAILED) and a
+    known topic (UNKNOWN_TOPIC_OR_PARTITION); the rest goes to the coordinator."""
+    group_id = body.group_id
+    refused: dict[tuple[str, int], pb.ErrorCode] = {}
+    wanted: list[tuple[str, int]] = []
+    known = set(s.metadata_cache.topics())
+    for topic in body.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not s.allowed(acls.READ, acls.TOPIC, topic.name):
+                refused[tp] = pb.TOPIC_AUTHORIZATION_FAILED
+            elif topic.name not in known:
+                refused[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append(tp)
+    group_code = authorize_group(s, head, "DELETE", group_id)
+
+    async def answer() -> dict[str, Any]:
+        if group_code is not None:
+            return {"error_code": group_code, "throttle_time": 0, "topics": []}
+        result = await service.delete_offsets(_coordinator(s), group_id, wanted)
+        if result.error_code != pb.NONE:
+            return {"error_code": result.error_code, "throttle_time": 0, "topics": []}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in [*result.errors.items(), *refused.items()]:
+            topics.setdefault(topic, []).append({"partition_index": partition,
+                                                 "error_code": code})
+        return {"error_code": pb.NONE, "throttle_time": 0,
+                "topics": [{"name": name, "partitions": parts}
+                           for name, parts in topics.items()]}
+    return answer()
+
+
 GROUP_HANDLERS = {
     FIND_COORDINATOR: on_find_coordinator,
     JOIN_GROUP: on_join_group,
@@ -369,5 +408,6 @@ GROUP_HANDLERS = {
     DESCRIBE_GROUPS: on_describe_groups,
     LIST_GROUPS: on_list_groups,
     DELETE_GROUPS: on_delete_groups,
+    OFFSET_DELETE: on_offset_delete,
 }
 assert set(GROUP_HANDLERS) == set(GROUP_VERSIONS)

@@ -306,4 +306,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               apis.DESCRIBE_CLUSTER: "DescribeCluster", apis.CREATE_PARTITIONS: "CreatePartitions",
               17: "SaslHandshake", 36: "SaslAuthenticate", 29: "DescribeAcls",
               30: "CreateAcls", 31: "DeleteAcls", 50: "DescribeUserScramCredentials",
-              51: "AlterUserScramCredentials", -1: "SaslToken", **GROUP_API_NAMES}
+              51: "AlterUserScramCredentials", -1: "SaslToken", 22: "InitProducerId",
+              21: "DeleteRecords", 35: "DescribeLogDirs", **GROUP_API_NAMES}

@@ -4,7 +4,8 @@
   replica's core sees the time (``ReplicaState.tick``: the HW a gone joiner
   held, ISR shrink proposals, AlterPartition resends, acks=all deadlines);
 - checkpoints: the HW checkpoint every ``log.flush.offset.checkpoint.interval.ms``,
-  with segment.ms rolls and flush.ms flushes; recovery points every 30 s;
+  with segment.ms rolls and flush.ms flushes and the log starts (when one moved);
+  recovery points every 30 s;
 - retention: old segments deleted every ``log.retention.check.interval.ms``,
   never past a partition's HW;
 - the scrub (``log.scrub.bytes.per.second`` > 0): closed segments re-read at a
@@ -139,6 +140,9 @@ class BackgroundWork:
                 # ran on the loop. The HWs are snapshotted here, on the loop.
                 await self._in_thread(self.log_manager.checkpoint_high_watermarks,
                                       self._high_watermarks())
+                # Log starts a follower took from its leader (DeleteRecords); written
+                # only when one moved.
+                await self._in_thread(self.log_manager.checkpoint_log_start_offsets)
                 # A segment.ms roll queues its flush; a flush.ms flush fsyncs (outside
                 # each log's lock). The logs dict is snapshotted here, on the loop.
                 await self._in_thread(self.log_manager.maybe_roll_and_flush, wall_ms(),
@@ -149,6 +153,11 @@ class BackgroundWork:
                     await self._in_thread(self.log_manager.checkpoint_recovery_points)
             except (OSError, TidewaterError) as e:
                 log.error("checkpoint failed: %s", e)  # the next round retries
+
+    async def checkpoint_log_start_offsets(self) -> None:
+        """Write (and fsync) the log-start checkpoint in a worker thread (DeleteRecords
+        answers after it)."""
+        await self._in_thread(self.log_manager.checkpoint_log_start_offsets)
 
     async def _retention_loop(self) -> None:
         interval_s = self.config.log_retention_check_interval_ms / 1000

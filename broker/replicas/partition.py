@@ -24,6 +24,7 @@ from tidewater.broker.replication.follower import fetched_from_log_end
 from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
+    IncrementLogStartOffset,
     Persist,
     Truncate,
     TruncateFully,
@@ -54,6 +55,8 @@ class PartitionLog(Protocol):
     def truncate_to(self, offset: int) -> None: ...
 
     def truncate_fully_and_start_at(self, start_offset: int) -> None: ...
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool: ...
 
     def append_as_follower(self, records: Any, now_ms: int) -> Any: ...
 
@@ -107,6 +110,8 @@ class Partition:
             self.log.truncate_to(op.offset)
         elif isinstance(op, TruncateFully):
             self.log.truncate_fully_and_start_at(op.start_offset)
+        elif isinstance(op, IncrementLogStartOffset):
+            self.log.maybe_increment_log_start_offset(op.offset)
         else:
             raise TypeError(f"unknown persist operation {op!r}")
         return 0

@@ -43,6 +43,7 @@ from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
 from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
@@ -217,6 +218,16 @@ class ReplicaManager:
                                 ) -> pb.OffsetForLeaderEpochResponse:
         return self.fetcher_path.offset_for_leader_epoch(request)
 
+    async def delete_records(self, wanted: list[tuple[str, int, int]], timeout_ms: int
+                             ) -> list[DeleteRecordsResult]:
+        """DeleteRecords for ``(topic, partition, offset)``s this broker leads
+        (``serving/delete_records.py``): answered once the log starts are durable here
+        and every ISR member's reached the offset (or ``timeout_ms`` passed)."""
+        return await delete_records(wanted, timeout_ms, lookup=self._partition,
+                                    carrier=self.carrier,
+                                    checkpoint=self.background.checkpoint_log_start_offsets,
+                                    acks_waits=self.acks_waits)
+
     @property
     def controller_epoch(self) -> int:
         return self.control.controller_epoch
@@ -244,6 +255,13 @@ class ReplicaManager:
                 log_end_offset=p.log_end_offset, high_watermark=p.high_watermark,
                 size_bytes=p.log.size_bytes, isr=list(p.replica.leader_isr))
         return response
+
+    def log_dir_partitions(self) -> list[tuple[TopicPartition, int, int]]:
+        """DescribeLogDirs: each hosted replica's ``(tp, size in bytes, offset lag)``;
+        the lag is Kafka's ``max(HW - LEO, 0)`` (0 for a leader, whose HW never passes
+        its LEO)."""
+        return [(tp, p.log.size_bytes, max(p.high_watermark - p.log_end_offset, 0))
+                for tp, p in sorted(self.partitions.items())]
 
     def replica_snapshots(self) -> list[ReplicaSnapshot]:
         out = []

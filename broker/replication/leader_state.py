@@ -101,6 +101,7 @@ class FollowerState:
     last_fetch_time_ms: int = NEVER_MS
     has_fetched: bool = False  # fetched at least once in this leadership
     broker_epoch: int = -1  # the broker epoch its last fetch carried (KIP-903)
+    log_start_offset: int = UNKNOWN_OFFSET  # its log start, from its last fetch
 
     def is_caught_up(self, leader_log_end_offset: int, now_ms: int,
                      replica_lag_time_max_ms: int) -> bool:
@@ -194,6 +195,25 @@ class LeadershipState:
     @property
     def is_under_min_isr(self) -> bool:
         return len(self.isr) < self.effective_min_insync_replicas
+
+    def low_watermark(self, leader_log_start_offset: int) -> int:
+        """The smallest log start offset of the leader and its ISR followers (Kafka's
+        ``lowWatermarkIfLeader``, over the ISR: a replica outside it cannot lead in a
+        clean election); UNKNOWN_OFFSET while an ISR follower has not told its start."""
+        low = leader_log_start_offset
+        for replica_id in self.isr:
+            follower = self.followers.get(replica_id)
+            if follower is not None:
+                low = min(low, follower.log_start_offset)
+        return low
+
+    def on_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """A follower's fetch told its log start offset: True when it moved up."""
+        follower = self.followers.get(replica_id)
+        if follower is None or log_start_offset <= follower.log_start_offset:
+            return False
+        follower.log_start_offset = log_start_offset
+        return True
 
     # ------------------------------------------------------------------ events
 

@@ -5,7 +5,8 @@ code, or the simulation's fake broker) carries it out in this order:
 
 1. ``persist``, in order: ``AssignEpoch`` (the epoch cache entry, fsynced),
    ``Truncate`` / ``TruncateFully`` (the log), ``AppendFetched`` (append the
-   records of the fetch answer being handled, from the log end offset). Nothing
+   records of the fetch answer being handled, from the log end offset),
+   ``IncrementLogStartOffset`` (a follower takes the leader's log start). Nothing
    below may be seen by anyone before these are done. When one fails the shell
    persists no further, carries out the rest of this Ready (it answers an old
    leadership's waits), and then the Ready of ``ReplicaState.on_persist_failure(op)``
@@ -62,12 +63,20 @@ class TruncateFully:
 
 
 @dataclass(frozen=True, slots=True)
+class IncrementLogStartOffset:
+    """``log.maybe_increment_log_start_offset(offset)``: a follower takes its leader's log
+    start (DeleteRecords), which is at most its own HW."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class AppendFetched:
     """Append the fetched records (from the log end offset on) as a follower."""
 
 
 APPEND_FETCHED = AppendFetched()
-Persist = AssignEpoch | Truncate | TruncateFully | AppendFetched
+Persist = AssignEpoch | Truncate | TruncateFully | AppendFetched | IncrementLogStartOffset
 
 
 def describe_persist(op: Persist) -> str:
@@ -79,6 +88,8 @@ def describe_persist(op: Persist) -> str:
             " (below the corrupt batch)" if op.below_corrupt_batch else "")
     if isinstance(op, TruncateFully):
         return f"truncating fully to start at {op.start_offset}"
+    if isinstance(op, IncrementLogStartOffset):
+        return f"moving the log start offset to {op.offset}"
     return "appending the fetched records"
 
 

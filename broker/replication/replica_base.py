@@ -117,6 +117,9 @@ class ReplicaBase:
         # their deadlines by id (a wait is live while its id is in _deadlines).
         self._waits: list[list[int]] = []
         self._deadlines: dict[int, int] = {}
+        # DeleteRecords waits (Kafka's DelayedDeleteRecords), in the same _deadlines: heap
+        # of [required low watermark, waiter_id].
+        self._low_watermark_waits: list[list[int]] = []
         # The AlterPartition proposal being carried to the controller.
         self._alter_id = 0
         self._alter_for: PendingIsrChange | None = None  # the proposal alter_id names

@@ -186,8 +186,9 @@ class ControlEvents(ReplicaBase):
         ``TruncateFully``            after the fetch backoff: where to, and then its
                                      fetch position, come from its real log; a cut
                                      below a corrupt batch is owed again
-        ``AppendFetched``            a follower fetches again from its real LEO
-                                     after the fetch backoff
+        ``AppendFetched``,           a follower fetches again from its real LEO
+        ``IncrementLogStartOffset``  after the fetch backoff (the next answer
+                                     carries the leader's log start again)
         anything, with no follower   no role (as ``AssignEpoch``)
         ===========================  ================================================
         """
@@ -320,13 +321,15 @@ class ControlEvents(ReplicaBase):
             replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
 
     def _end_leadership(self, code: int, out: ReadyBuilder) -> None:
-        """Fail every acks=all wait of the leadership that ends (they may never commit)."""
+        """Fail every acks=all and DeleteRecords wait of the leadership that ends (they may
+        never commit, or the replicas' log starts never be known)."""
         if self.leader is not None:
             self._high_watermark_seen = self.leader.high_watermark
         for waiter_id in self._deadlines:
             out.completed.append((waiter_id, code))
         self._deadlines.clear()
         self._waits.clear()
+        self._low_watermark_waits.clear()
         self.leader = None
         self._alter_for = None
         self._alter_in_flight = self._alter_waits_for_leader_and_isr = False

@@ -24,7 +24,9 @@ event                                  decision
 ``on_offset_for_leader_epoch_answer``  truncate (``follower_truncation``); done: fetch
 ``on_fetch_answer``                    append, or truncate (diverging epoch, the leader's log
                                        starting past ours), or back off / park;
-                                       HW = min(leader HW, own LEO)
+                                       HW = min(leader HW, own LEO); the leader's log
+                                       start (DeleteRecords) taken once it is at most
+                                       our HW and LEO
 =====================================  =========================================================
 
 Where to truncate is ``follower.py``'s (``follower_truncation``); this module
@@ -42,6 +44,7 @@ from tidewater.broker.replication.ready import (
     APPEND_FETCHED,
     EMPTY,
     AppendFetched,
+    IncrementLogStartOffset,
     Persist,
     Ready,
     ReadyBuilder,
@@ -141,6 +144,13 @@ class FollowingEvents(ReplicaBase):
             out.counters.append("diverging_" + ("done" if step.done else "not_done"))
             return out.build()  # the next fetch carries the new last epoch
         self._high_watermark_seen = high_watermark
+        if self.log.log_start_offset < leader_log_start_offset <= min(high_watermark,
+                                                                       log_end_offset):
+            # The leader's log start moved (DeleteRecords): follow it once we hold it.
+            # It is at most the leader's HW and our LEO, so at most our HW (Kafka's
+            # maybeIncrementLogStartOffset bound).
+            return Ready(persist=(APPEND_FETCHED,
+                                  IncrementLogStartOffset(leader_log_start_offset)))
         return _APPEND_FETCHED
 
     def _on_follower_persist_failure(self, op: Persist, now_ms: int, out: ReadyBuilder) -> None:
@@ -150,7 +160,7 @@ class FollowingEvents(ReplicaBase):
             raise InvariantViolation(f"{self.topic}-{self.partition}: a follower's persist "
                                      f"failure while {self.role}")
         cycle.retry_at_ms = now_ms + self.options.fetch_backoff_ms
-        if isinstance(op, AppendFetched):
+        if isinstance(op, AppendFetched | IncrementLogStartOffset):
             out.counters.append("follower_append_failures")
             return
         # Never fetch as if the cut happened: truncate again, from the log as it is.

@@ -10,6 +10,11 @@ event                                  decision
 ``check_consumer_fetch(...)``          fencing, range; the HW to read below
 ``check_list_offsets(...)``            fencing; the end of what the asker sees (a consumer:
                                        the HW; a replica: the LEO)
+``check_delete_records(offset)``       leader only; the new log start (-1: the HW), at most
+                                       the HW (OFFSET_OUT_OF_RANGE beyond)
+``watch_low_watermark(offset, ...)``   a DeleteRecords answer waits until the leader's and
+                                       every ISR follower's log start (from its fetches)
+                                       reached it; leadership end, deadline: the error
 ``on_alter_partition_answer/unsure``   apply what the answer proves (below)
 ``tick(now)``                          time-driven HW, ISR shrink, AlterPartition resends,
                                        acks=all deadlines (and the corruption reaction's
@@ -33,6 +38,8 @@ AlterPartition answers (one proposal in flight; ``alter_id`` names it):
 
 from __future__ import annotations
 
+import heapq
+
 from tidewater.broker.replication.follower import check_diverging
 from tidewater.broker.replication.ready import (
     EMPTY,
@@ -43,9 +50,11 @@ from tidewater.broker.replication.ready import (
 from tidewater.broker.replication.replica_base import (
     ALTER_PARTITION_BACKOFF_MS,
     ALTER_PARTITION_BACKOFF_MS_MAX,
+    UNDEFINED,
     LeaderAndIsrState,
     ReplicaBase,
 )
+from tidewater.broker.replication.replica_produce import acks_all_wait_ms
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation, OffsetOutOfRangeError
 
@@ -60,7 +69,8 @@ class LeadingEvents(ReplicaBase):
 
     def on_follower_fetch(self, replica_id: int, current_leader_epoch: int, fetch_offset: int,
                           last_fetched_epoch: int, now_ms: int, *, isr_eligible: bool = True,
-                          record: bool = True, broker_epoch: int = -1
+                          record: bool = True, broker_epoch: int = -1,
+                          log_start_offset: int = UNDEFINED
                           ) -> tuple[tuple[int, int] | None, Ready]:
         """A follower's fetch of this partition: ``(diverging_epoch, ready)``.
 
@@ -70,7 +80,8 @@ class LeadingEvents(ReplicaBase):
         counting the fetch again. ``isr_eligible`` False (KIP-903: not the live
         incarnation of that broker) still serves but never adds it to the ISR; the
         fetch's ``broker_epoch`` goes with an expansion it leads to, and the controller
-        admits the joiner only with its registered epoch.
+        admits the joiner only with its registered epoch. ``log_start_offset``: the
+        follower's, which may complete DeleteRecords waits (``watch_low_watermark``).
         """
         self.check_epoch(current_leader_epoch, require_leader=True)
         leader = self.leader
@@ -91,11 +102,15 @@ class LeadingEvents(ReplicaBase):
             return None, EMPTY
         decision = leader.on_follower_fetch(replica_id, fetch_offset, now_ms, isr_eligible,
                                             broker_epoch)
-        if not decision.high_watermark_changed and decision.propose_isr is None:
+        start_moved = (leader.on_follower_log_start(replica_id, log_start_offset)
+                       and bool(self._low_watermark_waits))
+        if (not decision.high_watermark_changed and decision.propose_isr is None
+                and not start_moved):
             return None, EMPTY
         out = ReadyBuilder()
         out.high_watermark_moved = decision.high_watermark_changed
         self._complete_waits(out)
+        self._complete_low_watermark_waits(out)
         self._maybe_send_alter(now_ms, out)
         return None, out.build()
 
@@ -126,6 +141,60 @@ class LeadingEvents(ReplicaBase):
         above it is not there yet); a replica sees the whole log (LATEST is the LEO)."""
         self.check_epoch(current_leader_epoch, require_leader=consumer)
         return self.high_watermark if consumer else self.log.log_end_offset
+
+    def check_delete_records(self, offset: int) -> int:
+        """DeleteRecords on this leader (Kafka's ``deleteRecordsOnLeader`` and
+        ``maybeIncrementLogStartOffset``): raises the typed error (not the leader;
+        OFFSET_OUT_OF_RANGE below 0 or past the HW); returns the new log start offset
+        (-1 asks for the HW). The records below it stay committed on every replica: a
+        follower takes the leader's log start from its fetch answers."""
+        self.check_epoch(UNDEFINED, require_leader=True)
+        high_watermark = self.high_watermark
+        target = high_watermark if offset == UNDEFINED else offset
+        if not 0 <= target <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.topic}-{self.partition} before {offset}: "
+                f"the high watermark is {high_watermark}")
+        return max(target, self.log.log_start_offset)
+
+    @property
+    def low_watermark(self) -> int:
+        """The leader's and its ISR followers' smallest log start offset (-1 unknown, or
+        not the leader)."""
+        leader = self.leader
+        return UNDEFINED if leader is None else leader.low_watermark(self.log.log_start_offset)
+
+    def watch_low_watermark(self, required_offset: int, now_ms: int, *, waiter_id: int,
+                            timeout_ms: int) -> Ready:
+        """DeleteRecords moved this leader's log start to ``required_offset``: the answer
+        waits (Kafka's DelayedDeleteRecords) until every ISR member's log start reached
+        it (NONE), the leadership ends (NOT_LEADER_OR_FOLLOWER) or the deadline passes
+        (REQUEST_TIMED_OUT). Followers' long-polls wake to carry the new start."""
+        if self.leader is None:
+            return Ready(completed=((waiter_id, pb.NOT_LEADER_OR_FOLLOWER),))
+        self._deadlines[waiter_id] = now_ms + acks_all_wait_ms(timeout_ms)
+        heapq.heappush(self._low_watermark_waits, [required_offset, waiter_id])
+        out = ReadyBuilder()
+        out.appended = True  # wake the followers' parked fetches: their answers carry it
+        self._complete_low_watermark_waits(out)
+        return out.build()
+
+    def _complete_low_watermark_waits(self, out: ReadyBuilder) -> None:
+        waits = self._low_watermark_waits
+        if not waits:
+            return
+        low = self.low_watermark
+        deadlines = self._deadlines
+        while waits:
+            required_offset, waiter_id = waits[0]
+            if waiter_id not in deadlines:
+                heapq.heappop(waits)  # timed out or withdrawn
+                continue
+            if low < required_offset:
+                break
+            heapq.heappop(waits)
+            del deadlines[waiter_id]
+            out.completed.append((waiter_id, pb.NONE))
 
     # ================================================================== AlterPartition
 

@@ -64,8 +64,8 @@ _RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
 
 
 # A wanted partition as a fetch pass reads it: topic, partition, current leader epoch,
-# fetch offset, last fetched epoch, partition max bytes, topic id.
-_Wanted = tuple[str, int, int, int, int, int, bytes]
+# fetch offset, last fetched epoch, partition max bytes, topic id, the asker's log start.
+_Wanted = tuple[str, int, int, int, int, int, bytes, int]
 
 
 class FetchedPartition(NamedTuple):
@@ -135,7 +135,8 @@ def check_fetch_topic_id(partition: Partition, topic_id: bytes,
 def serve_follower_fetch(partition: Partition, carrier: ReadyCarrier, replica_id: int,
                          current_leader_epoch: int, fetch_offset: int, last_fetched_epoch: int,
                          now_ms: int, *, isr_eligible: bool, broker_epoch: int,
-                         record: bool = True) -> tuple[tuple[int, int] | None, bool]:
+                         record: bool = True, log_start_offset: int = -1
+                         ) -> tuple[tuple[int, int] | None, bool]:
     """The leader's side of one follower fetch, before anything is read: the core takes the
     follower's position (divergence, HW, ISR expansion) and its Ready is carried out at
     once, so the read that follows sees its effects. Returns (the diverging epoch and end
@@ -143,7 +144,8 @@ def serve_follower_fetch(partition: Partition, carrier: ReadyCarrier, replica_id
     simulation both serve follower fetches through here."""
     diverging, ready = partition.replica.on_follower_fetch(
         replica_id, current_leader_epoch, fetch_offset, last_fetched_epoch, now_ms,
-        isr_eligible=isr_eligible, record=record, broker_epoch=broker_epoch)
+        isr_eligible=isr_eligible, record=record, broker_epoch=broker_epoch,
+        log_start_offset=log_start_offset)
     carrier.apply(partition, ready)
     return diverging, diverging is None and fetch_offset < partition.log.log_end_offset
 
@@ -194,7 +196,7 @@ class FetchPath:
         # on every pass, and each protobuf field access is a call (a message one allocates).
         wanted: list[_Wanted] = [
             (fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id)
+             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id, fp.log_start_offset)
             for fp in request.partitions]
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch
@@ -238,7 +240,7 @@ class FetchPath:
         must_answer = False
         results = []
         for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
-             partition_max_bytes, topic_id) in wanted:
+             partition_max_bytes, topic_id, follower_log_start_offset) in wanted:
             leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
             try:
                 partition = self._lookup(topic, partition_index)
@@ -257,7 +259,8 @@ class FetchPath:
                     diverging, read = serve_follower_fetch(
                         partition, self._carrier, replica_id, current_leader_epoch,
                         fetch_offset, last_fetched_epoch, mono_ms(), isr_eligible=isr_eligible,
-                        record=first_pass, broker_epoch=broker_epoch)
+                        record=first_pass, broker_epoch=broker_epoch,
+                        log_start_offset=follower_log_start_offset)
                     if diverging is not None:
                         must_answer = True
                     records = (self._read_checked(partition, FOLLOWER_READ, fetch_offset,

@@ -732,6 +732,12 @@ class Log:
             deletable = 0
             for i in range(len(self._segments) - 1):
                 segment = self._segments[i]
+                if self._segments[i + 1].base_offset <= self.log_start_offset:
+                    # Entirely below the log start (DeleteRecords): Kafka's
+                    # deleteLogStartOffsetBreachedSegments, whatever the retention.
+                    total_bytes -= segment.size_bytes
+                    deletable += 1
+                    continue
                 if self._segments[i + 1].base_offset > high_watermark:
                     break
                 expired = config.retention_ms >= 0 and (
@@ -746,6 +752,34 @@ class Log:
         if renamed:
             unlink_in_background(renamed, name=f"retention-{self.dir.name}")
         return deletable
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (DeleteRecords on a leader, or a
+        follower following its leader's; Kafka's ``maybeIncrementLogStartOffset``).
+        Whether ``offset`` is allowed (at most the HW) is the caller's decision; it must
+        be at most the LEO. Returns whether the start moved.
+
+        Only memory and the epoch cache (fsynced) change here: the records below stay
+        on disk until retention deletes the segments entirely below the new start, and
+        the caller writes the log-start checkpoint (``LogManager``) to make it durable.
+        A read below the new start is OFFSET_OUT_OF_RANGE at once; a read at it returns
+        the whole batch holding it (consumers skip the records before their offset)."""
+        with self._lock:
+            self._check_usable()
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start of {self.dir.name} to {offset}: past the "
+                    f"log end offset {self.log_end_offset}")
+            if offset <= self.log_start_offset:
+                return False
+            try:
+                self.leader_epoch_cache.truncate_from_start(offset)
+            except KafkaStorageError as e:
+                self._go_offline(e)
+                raise
+            self.log_start_offset = offset
+            log.info("%s: log start offset moved to %d", self.dir.name, offset)
+            return True
 
     def _largest_timestamp(self, segment: LogSegment) -> int:
         if segment.max_timestamp >= 0:

@@ -111,6 +111,7 @@ class LogManager:
         self._hw_file = OffsetCheckpointFile(self.data_dir / REPLICATION_OFFSET_CHECKPOINT)
         self._recovery_file = OffsetCheckpointFile(self.data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
         self._start_file = OffsetCheckpointFile(self.data_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._start_offsets_written: dict[TopicPartition, int] | None = None
 
     # -- start-up ------------------------------------------------------------
 
@@ -300,11 +301,15 @@ class LogManager:
             self._recovery_file.write(points)
 
     def checkpoint_log_start_offsets(self) -> None:
+        """Write the log starts (fsynced) unless they are what this manager last wrote."""
         with self._start_file_lock:
             with self._lock:
                 offsets = {tp: partition_log.log_start_offset
                            for tp, partition_log in self._logs.items()}
+            if offsets == self._start_offsets_written:
+                return
             self._start_file.write(offsets)
+            self._start_offsets_written = offsets
 
     # -- periodic work -------------------------------------------------------
 

@@ -153,16 +153,17 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
 
 
 def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | None) -> int:
-    """The checkpointed log start offset if it is a segment's base offset (retention only
-    ever moves it to one), else the first segment's base offset."""
+    """The checkpointed log start offset if it lies in [first segment's base, LEO]
+    (retention moves it to a segment's base, DeleteRecords anywhere up to the HW), else
+    the first segment's base offset (Kafka's max(checkpoint, first base))."""
     first = segments[0].base_offset
-    if checkpointed is None or checkpointed == first:
+    if checkpointed is None or checkpointed <= first:
         return first
-    if any(s.base_offset == checkpointed for s in segments):
-        # Retention moved the start but the old segments were not deleted yet.
+    if checkpointed <= segments[-1].next_offset:
         return checkpointed
-    log.warning("log start offset %d from the checkpoint is not a segment start in %s; "
-                "using %d", checkpointed, segments[0].directory, first)
+    log.warning("log start offset %d from the checkpoint is past the log end %d of %s; "
+                "using %d", checkpointed, segments[-1].next_offset, segments[0].directory,
+                first)
     return first
 
 
@@ -194,6 +195,8 @@ def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment]
             if start < log_start_offset:
                 continue  # truncate_from_start fixes these
             at = batch_at(start)
+            if start == log_start_offset and at is not None and at[1] == epoch:
+                continue  # DeleteRecords started the log inside this epoch's batch
             if compacted:
                 if at is not None and (at[0] < start or at[1] < epoch):
                     return False

@@ -138,6 +138,15 @@ class FakeLog:
         self.log_start_offset = offset
         self.leader_epoch_cache.clear()
 
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(f"{offset}")
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        return True
+
     def fetch_offset_by_timestamp(self, timestamp_ms: int):
         for base, _, data in self.batches:
             (max_ts,) = struct.unpack_from(">q", data, 35)
@@ -206,6 +215,10 @@ class FakeLogManager:
 
     def checkpoint_recovery_points(self):
         pass
+
+    def checkpoint_log_start_offsets(self):
+        self.log_starts_checkpointed = {tp: log.log_start_offset
+                                        for tp, log in self._logs.items()}
 
     def delete_old_segments(self, now_ms, high_watermarks, logs=None):
         return 0

@@ -619,3 +619,47 @@ async def serve(rm, servicer=None, control=None):
         control_servicer=control or BrokerControlServicer(rm, rm.metrics))
     await server.start()
     return server, port
+
+
+async def test_delete_records_moves_the_leaders_log_start_once_checkpointed(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai(isr=(1,)))  # alone in the ISR: the HW is the LEO
+    await rm.produce(produce(acks=1, records=make_batch(4)))
+    log_manager = rm.log_manager
+    results = await rm.delete_records([(TP.topic, 0, 2), (TP.topic, 0, 5), ("nowhere", 0, 1)],
+                                   1000)
+    assert [(r.low_watermark, r.error_code) for r in results] == [
+        (2, pb.NONE), (-1, pb.OFFSET_OUT_OF_RANGE), (-1, pb.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert log_manager.log_starts_checkpointed == {TP: 2}  # durable before the answer
+    [result] = await rm.delete_records([(TP.topic, 0, -1)], 1000)  # the HW
+    assert (result.low_watermark, result.error_code) == (4, pb.NONE)
+    out = await rm.fetch(consumer_fetch(1))
+    assert out.partitions[0].error_code == pb.OFFSET_OUT_OF_RANGE
+
+    await rm.leader_and_isr(lai(isr=(1,), leader_epoch=1, partition_epoch=1,
+                                configs={"cleanup.policy": "compact"}))
+    [result] = await rm.delete_records([(TP.topic, 0, 4)], 1000)
+    assert result.error_code == pb.POLICY_VIOLATION
+
+    await rm.leader_and_isr(lai(leader=2, leader_epoch=2, partition_epoch=2))
+    [result] = await rm.delete_records([(TP.topic, 0, 4)], 1000)
+    assert result.error_code == pb.NOT_LEADER_OR_FOLLOWER
+    await rm.stop()
+
+
+async def test_delete_records_answers_once_the_isr_followers_log_starts_reached_it(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai())  # follower 2 in the ISR
+    await rm.produce(produce(acks=1, records=make_batch(4)))
+    await rm.fetch(follower_fetch(4))  # the HW is 4
+    answer = asyncio.ensure_future(rm.delete_records([(TP.topic, 0, 3)], 5000))
+    await asyncio.sleep(0.05)
+    assert not answer.done()  # follower 2's log start is not known to be 3 yet
+    request = follower_fetch(4)
+    request.partitions[0].log_start_offset = 3
+    await rm.fetch(request)
+    [result] = await asyncio.wait_for(answer, 5)
+    assert (result.low_watermark, result.error_code) == (3, pb.NONE)
+    [late] = await rm.delete_records([(TP.topic, 0, 4)], 50)  # never reached: timed out
+    assert late.error_code == pb.REQUEST_TIMED_OUT
+    await rm.stop()

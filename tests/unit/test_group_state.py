@@ -4,6 +4,7 @@ answers and writes out, time passed in."""
 from __future__ import annotations
 
 import itertools
+import struct
 
 import pytest
 
@@ -14,6 +15,7 @@ from tidewater.broker.group.state import (
     GroupCoordinatorState,
     GroupSettings,
     GroupState,
+    OffsetDeleteAnswer,
     Ready,
     SyncAnswer,
 )
@@ -446,3 +448,58 @@ def test_a_consumer_groups_offsets_expire_from_when_it_became_empty_not_before()
     h.take(h.state.tick(302_001))
     h.complete_writes(302_002)
     assert "g" not in h.state.groups
+
+
+def subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription v1: version, topics, user data (null), owned (none)."""
+    out = struct.pack(">hi", 1, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">ii", -1, 0)
+
+
+def test_offset_delete_keeps_subscribed_topics_of_a_live_consumer_group():
+    h = Harness(delay_ms=1)
+    (a, b), generation = stable_group(h)
+    group = h.state.groups["g"]
+    h.take(h.state.commit_offsets("c", 5, group_id="g", generation_id=generation, member_id=a,
+                                  offsets={("t", 0): (5, 3, ""), ("u", 0): (7, 3, "")}))
+    h.complete_writes(6)
+    # Subscriptions that do not parse: every topic counts as subscribed (Kafka's None).
+    h.take(h.state.delete_offsets("d1", 7, "g", [("u", 0)]))
+    assert h.answers["d1"] == OffsetDeleteAnswer(pb.NONE, {("u", 0): pb.GROUP_SUBSCRIBED_TO_TOPIC})
+    for member in group.members.values():
+        member.protocols = [(group.protocol_name, subscription(["t"]))]
+    h.take(h.state.delete_offsets("d2", 8, "g", [("t", 0), ("u", 0), ("u", 1)]))
+    assert "d2" not in h.answers  # the tombstone is written first
+    assert ("u", 0) in group.offsets
+    [write] = h.complete_writes(9)
+    assert [(r.topic, r.partition, r.value) for r in write.records] == [("u", 0, None)]
+    assert h.answers["d2"] == OffsetDeleteAnswer(pb.NONE, {
+        ("t", 0): pb.GROUP_SUBSCRIBED_TO_TOPIC, ("u", 0): pb.NONE, ("u", 1): pb.NONE})
+    assert set(group.offsets) == {("t", 0)} and h.state.groups["g"] is group
+
+
+def test_offset_delete_of_an_empty_group_and_failures():
+    h = Harness()
+    h.take(h.state.delete_offsets("none", 1, "g", [("t", 0)]))
+    assert h.answers["none"] == OffsetDeleteAnswer(pb.GROUP_ID_NOT_FOUND, {})
+    h.commit("c", 1, "", -1, offset=3)
+    h.complete_writes(2)
+    h.take(h.state.delete_offsets("fail", 3, "g", [("t", 0)]))
+    h.complete_writes(4, code=pb.NOT_LEADER_OR_FOLLOWER)
+    assert h.answers["fail"] == OffsetDeleteAnswer(pb.NONE, {("t", 0): pb.NOT_COORDINATOR})
+    assert ("t", 0) in h.state.groups["g"].offsets  # nothing changed without the write
+    h.take(h.state.delete_offsets("d", 5, "g", [("t", 0)]))
+    [write] = h.complete_writes(6)
+    assert write.records[-1] == records.GroupMetadataRecord("g", None)  # the group goes too
+    assert h.answers["d"] == OffsetDeleteAnswer(pb.NONE, {("t", 0): pb.NONE})
+    assert "g" not in h.state.groups
+
+
+def test_offset_delete_of_a_non_consumer_group_with_members_is_refused():
+    h = Harness(delay_ms=1)
+    stable_group(h)
+    h.state.groups["g"].protocol_type = "connect"
+    h.take(h.state.delete_offsets("d", 3, "g", [("t", 0)]))
+    assert h.answers["d"] == OffsetDeleteAnswer(pb.NON_EMPTY_GROUP, {})

@@ -14,7 +14,7 @@ from tidewater.broker.storage.log import drain_roll_flushes
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import TopicPartition
-from tidewater.proto.errors import InvalidTopicError, KafkaStorageError
+from tidewater.proto.errors import InvalidTopicError, KafkaStorageError, OffsetOutOfRangeError
 from tidewater.proto.records import encode_batch
 
 CONFIG = LogConfig(segment_bytes=400)
@@ -410,3 +410,43 @@ def test_checkpoint_skips_a_log_deleted_meanwhile(tmp_path, monkeypatch):
     checkpoint()
     assert OffsetCheckpointFile(tmp_path / "recovery-point-offset-checkpoint").read() == {
         A0: 20, B0: 0}
+
+
+def test_delete_records_moves_the_log_start_durably_and_retention_frees_below_it(tmp_path):
+    """DeleteRecords: the start moves inside a batch, survives a clean and an unclean
+    restart (log-start-offset-checkpoint), reads below it are out of range, and the
+    segments entirely below it go on the next retention pass (any retention)."""
+    config = LogConfig(segment_bytes=200, retention_ms=-1, retention_bytes=-1)
+    manager = LogManager(tmp_path, config)
+    manager.load(now_ms=0)
+    log = manager.get_or_create(A0, config, now_ms=0)
+    for epoch in (1, 1, 2, 2, 2, 3):
+        log.append_as_leader(batch(2), epoch, now_ms=0)
+    assert log.maybe_increment_log_start_offset(7)  # inside the batch [6, 7] of epoch 2
+    assert not log.maybe_increment_log_start_offset(5)  # never backwards
+    with pytest.raises(OffsetOutOfRangeError):
+        log.maybe_increment_log_start_offset(13)  # past the LEO
+    assert log.leader_epoch_cache.entries() == [(2, 7), (3, 10)]
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(6, 1000)
+    assert log.read(7, 1000).first_offset == 6  # the whole batch holding the start
+    manager.checkpoint_log_start_offsets()
+
+    # An unclean restart (no marker): the checkpoint still says 7.
+    for opened in manager.logs().values():
+        opened.close()
+    again = LogManager(tmp_path, config)
+    again.load(now_ms=0)
+    log = again.get(A0)
+    assert log.log_start_offset == 7
+    assert log.leader_epoch_cache.entries() == [(2, 7), (3, 10)]
+    segments_before = len(log.segments())
+    assert again.delete_old_segments(now_ms=0, high_watermarks={A0: 12}) > 0
+    assert len(log.segments()) < segments_before
+    assert log.segments()[0].base_offset <= 7 < log.segments()[0].next_offset
+    assert log.log_start_offset == 7
+    again.shutdown()
+    last = LogManager(tmp_path, config)
+    last.load(now_ms=0)
+    assert last.get(A0).log_start_offset == 7
+    last.shutdown()

@@ -86,6 +86,7 @@ from tidewater.broker.replication.ready import (
     AppendFetched,
     AssignEpoch,
     Follow,
+    IncrementLogStartOffset,
     Ready,
     StopFetching,
     Truncate,
@@ -141,6 +142,13 @@ class FakeLog:
         self.log_start_offset = self.log_end_offset = offset
         self.leader_epoch_cache.clear()
 
+    def maybe_increment_log_start_offset(self, offset: int) -> None:
+        if offset > self.log_end_offset:
+            raise ScriptError(f"log start {offset} past the LEO {self.log_end_offset}")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.leader_epoch_cache.truncate_from_start(offset)
+
     def describe(self) -> str:
         epochs = ",".join(f"{e}:{s}" for e, s in self.leader_epoch_cache.entries()) or "-"
         return f"start={self.log_start_offset} leo={self.log_end_offset} epochs={epochs}"
@@ -169,6 +177,8 @@ def format_ready(ready: Ready) -> list[str]:
             lines.append(f"persist: truncate-fully start at {op.start_offset}")
         elif isinstance(op, AppendFetched):
             lines.append("persist: append-fetched")
+        elif isinstance(op, IncrementLogStartOffset):
+            lines.append(f"persist: increment-log-start to {op.offset}")
         else:
             raise AssertionError(f"unknown persist {op!r}")
     if isinstance(ready.fetch, Follow):
@@ -364,6 +374,10 @@ class Harness:
                 for epoch, next_offset in self._fetched:
                     if next_offset > self.log.log_end_offset:
                         self.log.append(epoch, next_offset)
+            elif isinstance(op, IncrementLogStartOffset):
+                assert op.offset <= self.r.high_watermark, (
+                    f"log start {op.offset} past the HW {self.r.high_watermark}")
+                self.log.maybe_increment_log_start_offset(op.offset)
         self._fetched = []
         for waiter_id, code in ready.completed:
             assert waiter_id not in self.withdrawn, f"withdrawn wait {waiter_id} answered"
@@ -517,7 +531,8 @@ class Harness:
     def cmd_fail_persist(self, a: Args) -> list[str]:
         self._fail_persist = {"assign-epoch": AssignEpoch, "truncate": Truncate,
                               "truncate-fully": TruncateFully,
-                              "append-fetched": AppendFetched}[a.get("op")]
+                              "append-fetched": AppendFetched,
+                              "increment-log-start": IncrementLogStartOffset}[a.get("op")]
         return []
 
     def cmd_corrupt_batch(self, a: Args) -> list[str]:
@@ -545,7 +560,7 @@ class Harness:
             diverging, ready = self.r.on_follower_fetch(
                 a.int("replica"), a.int("epoch"), a.int("offset"), a.int("last-epoch", -1),
                 self.now_ms, isr_eligible=_flag(a.get("isr-eligible", "true")),
-                record=_flag(a.get("record", "true")))
+                record=_flag(a.get("record", "true")), log_start_offset=a.int("log-start", -1))
         except TidewaterError as e:
             return [f"raises: {e.error_name}: {e}"]
         if diverging is not None:
@@ -561,6 +576,22 @@ class Harness:
         except TidewaterError as e:
             return [f"raises: {e.error_name}: {e}"]
         return [f"answer: epoch={epoch} end-offset={end_offset}"]
+
+    def cmd_delete_records(self, a: Args) -> list[str]:
+        """DeleteRecords on this replica: the core's check, then the shell's move."""
+        try:
+            start = self.r.check_delete_records(a.int("offset"))
+        except TidewaterError as e:
+            return [f"raises: {e.error_name}: {e}"]
+        self.log.maybe_increment_log_start_offset(start)
+        out = [f"answer: log-start={start}"]
+        waiter_id = a.int("wait", -1)
+        if waiter_id >= 0:  # the answer waits for the ISR's log starts
+            self.live_waits.add(waiter_id)
+            out += self.apply(self.r.watch_low_watermark(
+                start, self.now_ms, waiter_id=waiter_id, timeout_ms=a.int("timeout", 30_000)))
+            out.append(f"low-watermark: {self.r.low_watermark}")
+        return out
 
     def cmd_consumer_fetch(self, a: Args) -> list[str]:
         try:

@@ -1,0 +1,96 @@
+"""Authorization of DeleteRecords, DescribeLogDirs and OffsetDelete on the Kafka listener
+(Kafka's rules, README's ACL table), with fakes: a refused request reaches nothing.
+Real clients: tests/cli/test_kafka_delete_records.py, test_kafka_log_dirs.py,
+test_kafka_offset_delete.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tidewater.broker.group.state import OffsetDeleteAnswer
+from tidewater.broker.kafka import apis
+from tidewater.broker.kafka.group_apis import on_offset_delete
+from tidewater.broker.kafka.log_apis import on_delete_records, on_describe_log_dirs
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, READ, TOPIC
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Acls:
+    def __init__(self, *grants):
+        self.grants = set(grants)
+
+    def allows(self, operation, resource_type, name):
+        return (operation, resource_type, name) in self.grants
+
+
+class Unreachable:
+    def __getattr__(self, name):
+        raise AssertionError(f"a refused request reached {name}")
+
+
+class Cache:
+    def topics(self):
+        return ["t", "u"]
+
+    def partition_state(self, topic, partition):
+        return None
+
+
+def services(*grants):
+    return apis.Services(replica_manager=Unreachable(), metadata_cache=Cache(),
+                         controller=Unreachable(), listener_name="KAFKA",
+                         group_coordinator=Unreachable(), connection=Acls(*grants))
+
+
+HEAD = SimpleNamespace(api_version=0)
+
+
+async def test_delete_records_needs_delete_on_the_topic():
+    body = SimpleNamespace(timeout=1000, topics=[SimpleNamespace(
+        name="t", partitions=[SimpleNamespace(partition_index=0, offset=5)])])
+    answer = await (await on_delete_records(services((DESCRIBE, TOPIC, "t")), HEAD, body))
+    assert answer["topics"] == [{"name": "t", "partitions": [
+        {"partition_index": 0, "low_watermark": -1,
+         "error_code": pb.TOPIC_AUTHORIZATION_FAILED}]}]
+
+
+async def test_describe_log_dirs_needs_describe_on_the_cluster():
+    answer = await (await on_describe_log_dirs(services(), HEAD, SimpleNamespace(topics=None)))
+    assert (answer["error_code"], answer["results"]) == (pb.CLUSTER_AUTHORIZATION_FAILED, [])
+
+
+async def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic():
+    body = SimpleNamespace(group_id="g", topics=[SimpleNamespace(
+        name="t", partitions=[SimpleNamespace(partition_index=0)])])
+    answer = await (await on_offset_delete(services((READ, TOPIC, "t")), HEAD, body))
+    assert (answer["error_code"], answer["topics"]) == (pb.GROUP_AUTHORIZATION_FAILED, [])
+    # DELETE on the group, READ on "t" only: "u" is refused per partition and never
+    # reaches the coordinator (which still checks the group, as Kafka's).
+    body.topics.append(SimpleNamespace(name="u", partitions=[SimpleNamespace(partition_index=1)]))
+    coordinator = Coordinator()
+    s = services((DELETE, GROUP, "g"), (READ, TOPIC, "t"))
+    s.group_coordinator = coordinator
+    answer = await (await on_offset_delete(s, HEAD, body))
+    assert coordinator.asked == [("t", 0)]
+    assert answer["error_code"] == pb.NONE
+    assert {(t["name"], p["partition_index"]): p["error_code"]
+            for t in answer["topics"] for p in t["partitions"]} == {
+        ("t", 0): pb.NONE, ("u", 1): pb.TOPIC_AUTHORIZATION_FAILED}
+
+
+class Coordinator:
+    """The group coordinator's ``request``: records what reached the group state."""
+
+    asked: list | None = None
+
+    def request(self, group_id, call):
+        state = SimpleNamespace(delete_offsets=lambda token, now_ms, group, parts: parts)
+        self.asked = call(state, None, 0)
+
+        async def answer():
+            return OffsetDeleteAnswer(pb.NONE, {tp: pb.NONE for tp in self.asked})
+        return answer()
