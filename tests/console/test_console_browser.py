@@ -34,6 +34,7 @@ FIXED, LIVE = "fixed", "live"
 BIG_VALUE = b"B" * 3000 + b"END"
 HTML_KEY = b'<b id="injected">big</b>'  # shown as text, never as markup
 SETTLED_AT = 10  # group "settled" committed this offset on every partition of FIXED
+RACKS = {1: "rack-a", 2: "rack-b", 3: "rack-c"}  # `cluster up --rack`: broker.rack of each
 
 
 def _value(partition: int, i: int) -> bytes:
@@ -110,7 +111,8 @@ class Traffic:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[RunningCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("console-cluster"), 3)
+    c = start_cluster(tmp_path_factory.mktemp("console-cluster"), 3,
+                      up_flags=("--rack", ",".join(RACKS.values())))
     try:
         _seed(c)
         traffic = Traffic(c.bootstrap)
@@ -202,6 +204,10 @@ def test_overview_shows_brokers_controller_and_charts(browser, console, cluster)
         row = f"#broker-{b}"
         assert _attr(browser, row, "data-status") == "alive"
         assert "alive" in _text(browser, row + " .status")
+    # Each broker's broker.rack, as it registered it with the controller.
+    assert {b.broker_id: b.rack for b in described.brokers} == RACKS
+    for b, rack in RACKS.items():
+        assert _text(browser, f"#broker-{b} .rack") == rack
     led = sum(int(_text(browser, f"#broker-{b} .led")) for b in (1, 2, 3))
     assert led == described.partition_count
     assert _text(browser, "#urp-count") == "0"
