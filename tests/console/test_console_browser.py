@@ -225,12 +225,37 @@ def test_topics_list_counts_records_from_the_high_watermarks(browser, console, c
            for p in t.partitions]
     assert hws == [30, 31, 30]
     assert _text(browser, f"#topic-{FIXED} .records") == str(sum(hws))
-    # The live topic's produce rate comes from the brokers' metrics.
+    # The live topic's produce and fetch rates come from the brokers' per-topic counters;
+    # the fixed topic, written once before, produces nothing now.
     browser.get(console.url + "/topics")
     _poll(lambda: (browser.refresh() or
-                   _text(browser, f"#topic-{LIVE} .rate") not in ("-", "0")),
-          "a produce rate for the live topic")
+                   (_text(browser, f"#topic-{LIVE} .rate") not in ("-", "0")
+                    and _text(browser, f"#topic-{LIVE} .bytes-in") not in ("-", "0 B/s")
+                    and _text(browser, f"#topic-{LIVE} .bytes-out") not in ("-", "0 B/s")
+                    and _text(browser, f"#topic-{FIXED} .rate") == "0")),
+          "produce and fetch rates for the live topic, none for the fixed one")
     screenshot(browser, "topics")
+
+
+def test_topic_page_shows_the_produce_and_fetch_rates_while_traffic_flows(browser, console,
+                                                                          cluster):
+    browser.get(console.url + f"/topics/{LIVE}")
+    _poll(lambda: (browser.refresh() or
+                   (_text(browser, "#produce-rate") not in ("-", "0")
+                    and _text(browser, "#produce-bytes") not in ("-", "0 B/s")
+                    and _text(browser, "#fetch-bytes") not in ("-", "0 B/s"))),
+          "the live topic's produce and fetch rates on its page")
+    # The rate is the brokers' own per-topic counter's: it grows on every leader.
+    from tidewater.tools.scrape import parse_samples
+
+    total = 0.0
+    for proc in cluster.manifest()["processes"].values():
+        if proc["kind"] == "broker":
+            text = urllib.request.urlopen(
+                f"http://127.0.0.1:{proc['metrics_port']}/metrics", timeout=10).read().decode()
+            total += sum(v for labels, v in parse_samples(text).get(
+                "tidewater_broker_topic_messages_in_total", []) if labels["topic"] == LIVE)
+    assert total > 0
 
 
 def test_topic_page_shows_each_replica_as_the_brokers_describe_it(browser, console, cluster):
