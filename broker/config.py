@@ -39,6 +39,19 @@ def _int(name: str, value: str) -> int:
         raise ConfigError(f"{name}: expected an integer, got {value!r}") from None
 
 
+# A rack name: what Kafka's broker.rack carries, kept short and printable (it travels in
+# every Metadata answer and is shown by the console).
+RACK_CHARS_MAX = 64
+
+
+def _rack(name: str, value: str) -> str:
+    rack = value.strip()
+    if len(rack) > RACK_CHARS_MAX or not all(c.isprintable() and not c.isspace() for c in rack):
+        raise ConfigError(f"{name}: expected at most {RACK_CHARS_MAX} printable characters "
+                          f"without spaces, got {value!r}")
+    return rack
+
+
 def _bool(name: str, value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -53,6 +66,7 @@ _BROKER_SETTINGS = {
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int),
     "min.insync.replicas": ("min_insync_replicas", _int),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "broker.rack": ("broker_rack", _rack),
     "broker.session.timeout.ms": ("broker_session_timeout_ms", _int),
     "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", _int),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int),
@@ -136,6 +150,9 @@ class BrokerConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     broker_session_timeout_ms: int = 3000
+    # Kafka's broker.rack: registered with the controller and answered in Metadata;
+    # "" is no rack (Kafka's null).
+    broker_rack: str = ""
     broker_heartbeat_interval_ms: int = 500
     replica_fetch_max_bytes: int = 8 * MIB  # larger follower fetches: fewer round trips per MB replicated
     # A follower's long-poll returns as soon as data arrives, so acks=all

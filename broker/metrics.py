@@ -15,6 +15,13 @@ the scrape runs in prometheus_client's server thread and reads values without
 a lock, which the GIL makes safe for single attribute reads (a scrape may see
 a histogram's count one observation ahead of its sum, as with
 prometheus_client's per-value locks).
+
+Per-topic counters (Kafka's per-topic ``BytesInPerSec``, ``MessagesInPerSec``,
+``BytesOutPerSec`` and ``ReplicationBytesOutPerSec``): the produce and fetch
+paths get a topic's series from ``TopicSeries``, one dict probe, and
+``labels()`` runs once per topic. A topic the cluster no longer has loses its
+series (``forget_topics_except``, on each UpdateMetadata) so that topics
+created and deleted over a broker's life do not pile up.
 """
 
 from __future__ import annotations
@@ -87,6 +94,13 @@ class _Family(Generic[_Series]):
         self._children: dict[tuple[object, ...], _Series] = {}  # label values as given -> series
         self._series: dict[tuple[str, ...], _Series] = {}  # label values as strings -> series
         registry.register(self)
+
+    def remove(self, *values: object) -> None:
+        """Drop the series with these label values (prometheus_client's ``remove``)."""
+        key = tuple(str(v) for v in values)
+        self._series.pop(key, None)
+        for given in [k for k in self._children if tuple(str(v) for v in k) == key]:
+            del self._children[given]
 
     def labels(self, *values: object) -> _Series:
         child = self._children.get(values)
@@ -226,6 +240,50 @@ class _ReplicaCollector:
         yield g
 
 
+class TopicSeries:
+    """The per-topic counters' series by topic name, each made once (see the module
+    docstring). ``bytes_in[topic]`` etc. after ``ensure(topic)``; the hot paths read the
+    dicts directly: ``series.bytes_in.get(topic) or series.ensure_in(topic)``."""
+
+    def __init__(self, bytes_in: LocalCounter, messages_in: LocalCounter,
+                 bytes_out: LocalCounter) -> None:
+        self._bytes_in = bytes_in
+        self._messages_in = messages_in
+        self._bytes_out = bytes_out
+        # topic -> (bytes in, messages in)
+        self.produced: dict[str, tuple[_CounterValue, _CounterValue]] = {}
+        # is_follower -> topic -> bytes out ("replica" or "consumer")
+        self.fetched: dict[bool, dict[str, _CounterValue]] = {True: {}, False: {}}
+
+    def ensure_in(self, topic: str) -> tuple[_CounterValue, _CounterValue]:
+        pair = self.produced.get(topic)
+        if pair is None:
+            pair = self.produced[topic] = (self._bytes_in.labels(topic),
+                                           self._messages_in.labels(topic))
+        return pair
+
+    def ensure_out(self, topic: str, is_follower: bool) -> _CounterValue:
+        by_topic = self.fetched[is_follower]
+        series = by_topic.get(topic)
+        if series is None:
+            series = by_topic[topic] = self._bytes_out.labels(
+                topic, "replica" if is_follower else "consumer")
+        return series
+
+    def topics(self) -> set[str]:
+        return set(self.produced) | set(self.fetched[True]) | set(self.fetched[False])
+
+    def forget_topics_except(self, kept: set[str]) -> None:
+        """Drop every series of a topic not in ``kept`` (the cluster's topics)."""
+        for topic in self.topics() - kept:
+            if self.produced.pop(topic, None) is not None:
+                self._bytes_in.remove(topic)
+                self._messages_in.remove(topic)
+            for is_follower, by_topic in self.fetched.items():
+                if by_topic.pop(topic, None) is not None:
+                    self._bytes_out.remove(topic, "replica" if is_follower else "consumer")
+
+
 class BrokerMetrics:
     def __init__(self, broker_id: int):
         self.broker_id = broker_id
@@ -243,6 +301,19 @@ class BrokerMetrics:
                                          ["kind"], registry=r)
         self.bytes_out = LocalCounter(PREFIX + "bytes_out", "Batch bytes returned by fetch",
                                       ["kind"], registry=r)
+        # Per topic, as Kafka's BrokerTopicMetrics: produce and fetch rates per topic.
+        self.topic_bytes_in = LocalCounter(
+            PREFIX + "topic_bytes_in", "Batch bytes appended by produce, per topic (Kafka's "
+            "BytesInPerSec)", ["topic"], registry=r)
+        self.topic_messages_in = LocalCounter(
+            PREFIX + "topic_messages_in", "Records appended by produce, per topic (Kafka's "
+            "MessagesInPerSec)", ["topic"], registry=r)
+        self.topic_bytes_out = LocalCounter(
+            PREFIX + "topic_bytes_out", "Batch bytes returned by fetch, per topic, to "
+            "consumers or follower replicas (Kafka's BytesOutPerSec and "
+            "ReplicationBytesOutPerSec)", ["topic", "kind"], registry=r)
+        self.topic_series = TopicSeries(self.topic_bytes_in, self.topic_messages_in,
+                                        self.topic_bytes_out)
         self.replication_bytes_in = LocalCounter(PREFIX + "replication_bytes_in",
                                                  "Bytes appended as follower", registry=r)
         self.leader_elections = LocalCounter(PREFIX + "leader_elections",

@@ -57,6 +57,7 @@ class BrokerDescription:
     listeners: dict[str, str]  # listener name -> host:port
     fenced: bool
     in_controlled_shutdown: bool
+    rack: str = ""  # broker.rack; "" for none
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ class AdminClient:
             BrokerDescription(
                 broker_id=b.broker_id, broker_epoch=b.broker_epoch,
                 listeners={li.name: f"{li.host}:{li.port}" for li in b.listeners},
-                fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown)
+                fenced=b.fenced, in_controlled_shutdown=b.in_controlled_shutdown, rack=b.rack)
             for b in sorted(resp.brokers, key=lambda b: b.broker_id))
         topics = tuple(
             TopicDescriptionInfo(
@@ -426,7 +427,8 @@ def cluster_to_json(c: ClusterDescription) -> dict[str, object]:
         "controller": {"id": c.controller_id, "epoch": c.controller_epoch},
         "brokers": [
             {"id": b.broker_id, "epoch": b.broker_epoch, "addresses": b.listeners,
-             "fenced": b.fenced, "in_controlled_shutdown": b.in_controlled_shutdown}
+             "fenced": b.fenced, "in_controlled_shutdown": b.in_controlled_shutdown,
+             "rack": b.rack or None}
             for b in c.brokers],
         "topic_count": len(c.topics),
         "partition_count": c.partition_count,

@@ -12,7 +12,9 @@ cluster                 cluster_id (first record of a new log)
 controller_epoch        epoch (one per controller start)
 broker_registered       broker_id, incarnation_id, listeners [[name, host, port]],
                         optional broker_epoch (else the record's offset), optional
-                        control_token (hex; older records have none); unfenced
+                        control_token (hex; older records have none), optional
+                        rack (broker.rack; older records and rackless brokers have
+                        none); unfenced
 broker_fenced           broker_id
 broker_unfenced         broker_id
 topic_created           name, topic_id (22-char base64url, see below), configs
@@ -89,6 +91,7 @@ class BrokerInfo:
     # The registration's secret (RegisterBrokerResponse.control_token): the controller
     # sends it on every request to this incarnation and takes its requests only with it.
     control_token: bytes = b""
+    rack: str = ""  # broker.rack; "" for none
 
     def listener(self, name: str) -> Listener | None:
         for listener in self.listeners:
@@ -211,7 +214,7 @@ class ClusterMetadata:
         epoch = int(r.get("broker_epoch", offset))
         token = bytes.fromhex(str(r.get("control_token", "")))
         self.brokers[broker_id] = BrokerInfo(broker_id, epoch, str(r["incarnation_id"]), listeners,
-                                             control_token=token)
+                                             control_token=token, rack=str(r.get("rack", "")))
 
     def _apply_broker_fenced(self, offset: int, r: MetadataRecord) -> None:
         self.brokers[int(r["broker_id"])].fenced = True
@@ -307,7 +310,7 @@ class ClusterMetadata:
             records.append(controller_epoch_record(self.controller_epoch))
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
             record = broker_registered_record(b.broker_id, b.incarnation_id, list(b.listeners),
-                                              b.control_token)
+                                              b.control_token, rack=b.rack)
             record["broker_epoch"] = b.broker_epoch
             records.append(record)
             if b.fenced:
@@ -371,10 +374,14 @@ def controller_epoch_record(epoch: int) -> MetadataRecord:
 
 
 def broker_registered_record(broker_id: int, incarnation_id: str, listeners: list[Listener],
-                             control_token: bytes = b"") -> MetadataRecord:
-    return {"type": "broker_registered", "broker_id": broker_id, "incarnation_id": incarnation_id,
-            "listeners": [[x.name, x.host, x.port] for x in listeners],
-            "control_token": control_token.hex()}
+                             control_token: bytes = b"", *, rack: str = "") -> MetadataRecord:
+    record: MetadataRecord = {
+        "type": "broker_registered", "broker_id": broker_id, "incarnation_id": incarnation_id,
+        "listeners": [[x.name, x.host, x.port] for x in listeners],
+        "control_token": control_token.hex()}
+    if rack:  # records of rackless brokers stay as they were
+        record["rack"] = rack
+    return record
 
 
 def broker_fenced_record(broker_id: int) -> MetadataRecord:

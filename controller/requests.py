@@ -21,7 +21,7 @@ def broker_registration(b: BrokerInfo, sessions: BrokerSessions | None) -> pb.Br
     return pb.BrokerRegistration(
         broker_id=b.broker_id, broker_epoch=b.broker_epoch,
         listeners=[pb.Listener(name=x.name, host=x.host, port=x.port) for x in b.listeners],
-        fenced=b.fenced,
+        fenced=b.fenced, rack=b.rack,
         in_controlled_shutdown=bool(sessions and sessions.in_controlled_shutdown(b.broker_id)))
 
 

@@ -76,6 +76,7 @@ from tidewater.proto.topic_id import new_topic_id
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
 LISTENERS_MAX = 8
+RACK_CHARS_MAX = 64  # as broker.rack (broker/config.py)
 ITEMS_PER_REQUEST_MAX = 10_000  # AlterPartition items, CreateTopics topics, DeleteTopics names
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 PRODUCER_ID_MAX = 2**63 - 1
@@ -228,6 +229,10 @@ class ControllerStateMachine:
             listeners.append(Listener(x.name, x.host, x.port))
         if len({x.name for x in listeners}) != len(listeners):
             return refuse("listener names repeat")
+        if len(req.rack) > RACK_CHARS_MAX or not all(
+                c.isprintable() and not c.isspace() for c in req.rack):
+            return refuse(f"bad rack {req.rack!r}: at most {RACK_CHARS_MAX} printable "
+                          "characters without spaces")
 
         existing = self.metadata.brokers.get(req.broker_id)
         if existing and not existing.fenced and existing.incarnation_id != req.incarnation_id:
@@ -236,7 +241,7 @@ class ControllerStateMachine:
             self._fence(tx, req.broker_id)
         token = self._uuid4().bytes
         broker_epoch = tx.append(broker_registered_record(req.broker_id, req.incarnation_id,
-                                                          listeners, token))
+                                                          listeners, token, rack=req.rack))
         self.sessions.reset(req.broker_id, now_ms)
         self._unfence_elections(tx, req.broker_id)
         return pb.RegisterBrokerResponse(

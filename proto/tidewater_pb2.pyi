@@ -181,14 +181,16 @@ class Listener(_message.Message):
     def __init__(self, name: _Optional[str] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class BrokerEndpoint(_message.Message):
-    __slots__ = ("broker_id", "host", "port")
+    __slots__ = ("broker_id", "host", "port", "rack")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     host: str
     port: int
-    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class PartitionState(_message.Message):
     __slots__ = ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "replicas", "isr", "offline", "topic_id")
@@ -1029,28 +1031,32 @@ class DeleteAclsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[DeleteAclsFilterResult, _Mapping]]] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("broker_id", "broker_epoch", "listeners", "fenced", "in_controlled_shutdown")
+    __slots__ = ("broker_id", "broker_epoch", "listeners", "fenced", "in_controlled_shutdown", "rack")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
     IN_CONTROLLED_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     broker_epoch: int
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
     fenced: bool
     in_controlled_shutdown: bool
-    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., fenced: _Optional[bool] = ..., in_controlled_shutdown: _Optional[bool] = ...) -> None: ...
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., broker_epoch: _Optional[int] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., fenced: _Optional[bool] = ..., in_controlled_shutdown: _Optional[bool] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("broker_id", "incarnation_id", "listeners")
+    __slots__ = ("broker_id", "incarnation_id", "listeners", "rack")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_ID_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     incarnation_id: str
     listeners: _containers.RepeatedCompositeFieldContainer[Listener]
-    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ...) -> None: ...
+    rack: str
+    def __init__(self, broker_id: _Optional[int] = ..., incarnation_id: _Optional[str] = ..., listeners: _Optional[_Iterable[_Union[Listener, _Mapping]]] = ..., rack: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "broker_epoch", "controller_epoch", "cluster_id", "control_token")

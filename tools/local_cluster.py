@@ -57,6 +57,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -317,13 +318,16 @@ class LocalCluster:
     def up(self, brokers: int, *, base_port: int = DEFAULT_BASE_PORT, settings: dict[str, str] | None = None,
            ready_timeout_s: float = READY_TIMEOUT_S, tls: bool = False,
            sasl_mechanisms: tuple[str, ...] = (), authorizer: str = "none",
-           super_users: str = "") -> str:
+           super_users: str = "", racks: Sequence[str] = ()) -> str:
         """Start a controller and ``brokers`` brokers; return the bootstrap address once all
         serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port.
         ``sasl_mechanisms`` / ``authorizer``: SASL on the Kafka listeners and ACL checks,
-        with an ``admin`` super user (``cluster_sasl``)."""
+        with an ``admin`` super user (``cluster_sasl``). ``racks``: broker i's
+        ``broker.rack`` is ``racks[(i - 1) % len(racks)]`` (so "a,b" alternates)."""
         if brokers < 1:
             raise LocalClusterError("--brokers must be at least 1")
+        if any(not rack for rack in racks):
+            raise LocalClusterError("--rack: a rack name is empty")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
             raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
         ports = plan_ports(brokers, base_port)
@@ -360,6 +364,8 @@ class LocalCluster:
                    "--metrics-port", str(ports[name][1])]
             for key, value in broker_settings.items():
                 cmd += ["--set", f"{key}={value}"]
+            if racks:
+                cmd += ["--set", f"broker.rack={racks[(i - 1) % len(racks)]}"]
             if tls:
                 cmd += tls_flags(tls_dir, name)
             if secured:

@@ -74,8 +74,9 @@ class ControllerChannel:
                  listeners: list[pb.Listener], heartbeat_interval_ms: int,
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
                  on_registered: Callable[[int], Awaitable[None]] | None = None,
-                 credentials: grpc.ChannelCredentials | None = None):
+                 credentials: grpc.ChannelCredentials | None = None, rack: str = ""):
         self.broker_id = broker_id
+        self.rack = rack
         self.controller_address = controller_address
         self.listeners = list(listeners)
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -137,7 +138,7 @@ class ControllerChannel:
                 resp = await self.stub.RegisterBroker(
                     pb.RegisterBrokerRequest(broker_id=self.broker_id,
                                              incarnation_id=self.incarnation_id,
-                                             listeners=self.listeners),
+                                             listeners=self.listeners, rack=self.rack),
                     timeout=RPC_TIMEOUT_S)
             except grpc.aio.AioRpcError as e:
                 if attempt == 1 or attempt % 25 == 0:

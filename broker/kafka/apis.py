@@ -245,7 +245,7 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         for t in answer.topics]
     return _done({
         "throttle_time": 0,
-        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
+        "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                     for b in answer.brokers],
         "cluster_id": answer.cluster_id or None,
         # Admin requests go to the "controller" Metadata names; every broker forwards
@@ -647,7 +647,7 @@ async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
     return _done({
         "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
         "cluster_id": answer.cluster_id, "controller_id": s.replica_manager.broker_id,
-        "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
+        "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                     for b in answer.brokers]})
 
 

@@ -23,6 +23,7 @@ class ClusterSnapshot:
     cluster_id: str = ""
     # broker id -> listener name -> (host, port)
     brokers: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)
+    racks: dict[int, str] = field(default_factory=dict)  # broker id -> broker.rack, if set
     # topic -> partition -> state
     partitions: dict[str, dict[int, pb.PartitionState]] = field(default_factory=dict)
     topic_configs: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -61,6 +62,8 @@ class MetadataCache:
             if b.fenced:
                 continue
             snap.brokers[b.broker_id] = {lst.name: (lst.host, lst.port) for lst in b.listeners}
+            if b.rack:
+                snap.racks[b.broker_id] = b.rack
         for p in request.partitions:
             state = pb.PartitionState()
             state.CopyFrom(p)
@@ -112,7 +115,8 @@ class MetadataCache:
             if address is None:
                 # The broker has no listener of that name: clients on it cannot reach it.
                 continue
-            resp.brokers.add(broker_id=broker_id, host=address[0], port=address[1])
+            resp.brokers.add(broker_id=broker_id, host=address[0], port=address[1],
+                             rack=snap.racks.get(broker_id, ""))
         live = set(snap.brokers)
         for name in (topics or sorted(snap.partitions)):
             parts = snap.partitions.get(name)

@@ -184,7 +184,11 @@ class ReplicaManager:
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
-        return self.control.update_metadata(request)
+        response = self.control.update_metadata(request)
+        if response.error_code == pb.NONE:
+            # A deleted topic's per-topic series go (the snapshot names every topic).
+            self.metrics.topic_series.forget_topics_except(set(self.metadata_cache.topics()))
+        return response
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         return await self.producer.produce(request)

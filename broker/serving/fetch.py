@@ -179,6 +179,7 @@ class FetchPath:
         self._fetch_out_counters = {
             is_follower: (metrics.bytes_out.labels(kind), metrics.messages_out.labels(kind))
             for is_follower, kind in ((True, "replica"), (False, "consumer"))}
+        self._topic_series = metrics.topic_series  # per topic, each made once
 
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return fetch_response(await self.fetch_partitions(request))
@@ -217,12 +218,20 @@ class FetchPath:
             await self.fetch_waiters.wait(keys, remaining_s, follower=is_follower)
         # Counted once, from the last pass.
         messages = 0
+        topic_fetched = self._topic_series.fetched[is_follower]
+        last_topic, topic_bytes = "", None  # a fetch's partitions come topic by topic
         for result in results:
             if result.error_code != pb.NONE:
                 self._metrics.request_errors.labels(
                     "Fetch", pb.ErrorCode.Name(result.error_code)).inc()
             elif result.records:
-                messages += record_count(result.records)
+                records = result.records
+                messages += record_count(records)
+                if topic_bytes is None or result.topic != last_topic:
+                    last_topic = result.topic
+                    topic_bytes = (topic_fetched.get(last_topic)
+                                   or self._topic_series.ensure_out(last_topic, is_follower))
+                topic_bytes.inc(len(records))
         if total_bytes:
             bytes_out, messages_out = self._fetch_out_counters[is_follower]
             bytes_out.inc(total_bytes)

@@ -124,6 +124,8 @@ class ProducePath:
         self._metrics = metrics
         self._messages_in = metrics.messages_in
         self._bytes_in = metrics.bytes_in
+        self._topic_series = metrics.topic_series
+        self._topic_produced = metrics.topic_series.produced  # topic -> (bytes, messages)
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         response, waits = await self.append(request)
@@ -153,8 +155,8 @@ class ProducePath:
                 if topic == CONSUMER_OFFSETS_TOPIC and not internal_topics_allowed:
                     raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
-                info, wait = await self._append_as_leader(partition, data.records, acks,
-                                                          timeout_ms)
+                info, wait = await self._append_as_leader(partition, topic, data.records,
+                                                          acks, timeout_ms)
                 result.base_offset = info.first_offset
                 result.log_append_time_ms = info.log_append_time_ms
                 result.log_start_offset = partition.log.log_start_offset
@@ -171,8 +173,9 @@ class ProducePath:
             return pb.ProduceResponse(), []
         return response, waits
 
-    async def _append_as_leader(self, partition: Partition, records: bytes, acks: int,
-                                timeout_ms: int) -> tuple[AppendInfo, AcksWait | None]:
+    async def _append_as_leader(self, partition: Partition, topic: str, records: bytes,
+                                acks: int, timeout_ms: int
+                                ) -> tuple[AppendInfo, AcksWait | None]:
         if not records:
             raise CorruptRecordError("produce request carries no record batch")
         if partition.log.config.compact:
@@ -181,8 +184,14 @@ class ProducePath:
                                       open_wait=self._waits.open, carrier=self._carrier,
                                       now_ms=mono_ms(), wall_now_ms=wall_ms())
         if not info.duplicate:  # a retry already in the log: its original offsets
+            size = len(records)
             self._messages_in.inc(info.record_count)
-            self._bytes_in.inc(len(records))
+            self._bytes_in.inc(size)
+            # The topic's series, made once per topic (a dict probe here).
+            topic_bytes, topic_messages = (self._topic_produced.get(topic)
+                                           or self._topic_series.ensure_in(topic))
+            topic_bytes.inc(size)
+            topic_messages.inc(info.record_count)
         return info, wait
 
     async def wait(self, waits: Waits) -> None:

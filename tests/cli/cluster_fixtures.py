@@ -123,10 +123,11 @@ def stop_cluster(c: RunningCluster) -> None:
     run_tide("cluster", "down", "--data-dir", str(c.data_dir), "--timeout-s", "10", timeout_s=60)
 
 
-def kafka_cluster(tmp_path_factory, name: str):
+def kafka_cluster(tmp_path_factory, name: str, up_flags: tuple[str, ...] = ()):
     """3 brokers with min.insync.replicas=2; ``.kafka`` is their Kafka bootstrap list.
     A generator for a module's fixture: ``yield from kafka_cluster(tmp_path_factory, name)``."""
-    c = start_cluster(tmp_path_factory.mktemp(name), 3, "min.insync.replicas=2")
+    c = start_cluster(tmp_path_factory.mktemp(name), 3, "min.insync.replicas=2",
+                      up_flags=up_flags)
     c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
     yield c
     stop_cluster(c)

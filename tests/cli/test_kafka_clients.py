@@ -25,11 +25,13 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition  # no
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 KCAT = shutil.which("kcat")
+# `cluster up --rack az-a,az-b`: the names go round, so broker 3 is in az-a again.
+RACKS = {1: "az-a", 2: "az-b", 3: "az-a"}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    yield from kafka_cluster(tmp_path_factory, "kafka")
+    yield from kafka_cluster(tmp_path_factory, "kafka", up_flags=("--rack", "az-a,az-b"))
 
 
 def new_topic(c, partitions=3) -> str:
@@ -297,6 +299,48 @@ def test_admin_client_describes_topic_configs_and_the_cluster(cluster):
     assert {f"{n.host}:{n.port}" for n in described_cluster.nodes} == \
         set(cluster.kafka.split(","))
     assert described_cluster.cluster_id
+    assert {n.id: n.rack for n in described_cluster.nodes} == RACKS
+
+
+def test_every_client_sees_each_brokers_rack(cluster):
+    """broker.rack travels broker -> controller (RegisterBroker) -> brokers (UpdateMetadata)
+    -> clients (Kafka Metadata v1+, DescribeCluster, the gRPC Metadata and tide)."""
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import KafkaAdminClient
+
+    # librdkafka's Metadata (list_topics) keeps no rack; its describe_cluster does (above).
+    servers = cluster.kafka.split(",")
+    admin = KafkaAdminClient(bootstrap_servers=servers)
+    try:
+        described = admin.describe_cluster()
+    finally:
+        admin.close()
+    assert {b["broker_id"]: b["rack"] for b in described["brokers"]} == RACKS
+    consumer = kafka.KafkaConsumer(bootstrap_servers=servers)
+    try:
+        consumer.topics()  # a Metadata request
+        brokers = consumer._client.cluster.brokers()
+    finally:
+        consumer.close()
+    assert {b.node_id: b.rack for b in brokers} == RACKS
+
+    from tidewater.client.metadata import ChannelPool, parse_address
+    from tidewater.proto import tidewater_pb2 as pb
+
+    pool = ChannelPool()
+    try:
+        answer = pool.broker(parse_address(cluster.bootstrap.split(",")[0])).Metadata(
+            pb.MetadataRequest(), timeout=30)
+    finally:
+        pool.close()
+    assert {b.broker_id: b.rack for b in answer.brokers} == RACKS
+    shown = json.loads(run_tide("cluster", "describe", "--json", "--bootstrap-server",
+                                cluster.bootstrap).stdout)
+    assert {b["id"]: b["rack"] for b in shown["brokers"]} == RACKS
+    text = run_tide("cluster", "describe", "--bootstrap-server", cluster.bootstrap).stdout
+    for broker_id, rack in RACKS.items():
+        line = next(x for x in text.splitlines() if x.startswith(f"Broker {broker_id}\t"))
+        assert line.endswith(f"rack {rack}"), line
 
 
 def test_admin_client_adds_partitions_that_take_records(cluster):

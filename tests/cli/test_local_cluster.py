@@ -124,6 +124,13 @@ def test_up_with_port_in_use_fails_cleanly(tmp_path):
     assert_one_line_error(result, "in use", str(port))
 
 
+def test_up_refuses_an_empty_rack_name_and_starts_nothing(tmp_path):
+    result = run_tide("cluster", "up", "--brokers", "2", "--data-dir", str(tmp_path),
+                      "--base-port", "0", "--rack", "a,,b")
+    assert_one_line_error(result, "cluster up failed:", "rack name is empty")
+    assert not (tmp_path / "cluster.json").exists()
+
+
 def test_failing_process_reports_its_log(tmp_path):
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path), "--base-port", "0",
                       "--set", "no.such.setting=1", "--ready-timeout-s", "60", timeout_s=120)

@@ -34,6 +34,7 @@ FIXED, LIVE = "fixed", "live"
 BIG_VALUE = b"B" * 3000 + b"END"
 HTML_KEY = b'<b id="injected">big</b>'  # shown as text, never as markup
 SETTLED_AT = 10  # group "settled" committed this offset on every partition of FIXED
+RACKS = {1: "rack-a", 2: "rack-b", 3: "rack-c"}  # `cluster up --rack`: broker.rack of each
 
 
 def _value(partition: int, i: int) -> bytes:
@@ -110,7 +111,8 @@ class Traffic:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[RunningCluster]:
-    c = start_cluster(tmp_path_factory.mktemp("console-cluster"), 3)
+    c = start_cluster(tmp_path_factory.mktemp("console-cluster"), 3,
+                      up_flags=("--rack", ",".join(RACKS.values())))
     try:
         _seed(c)
         traffic = Traffic(c.bootstrap)
@@ -202,6 +204,10 @@ def test_overview_shows_brokers_controller_and_charts(browser, console, cluster)
         row = f"#broker-{b}"
         assert _attr(browser, row, "data-status") == "alive"
         assert "alive" in _text(browser, row + " .status")
+    # Each broker's broker.rack, as it registered it with the controller.
+    assert {b.broker_id: b.rack for b in described.brokers} == RACKS
+    for b, rack in RACKS.items():
+        assert _text(browser, f"#broker-{b} .rack") == rack
     led = sum(int(_text(browser, f"#broker-{b} .led")) for b in (1, 2, 3))
     assert led == described.partition_count
     assert _text(browser, "#urp-count") == "0"
@@ -219,12 +225,37 @@ def test_topics_list_counts_records_from_the_high_watermarks(browser, console, c
            for p in t.partitions]
     assert hws == [30, 31, 30]
     assert _text(browser, f"#topic-{FIXED} .records") == str(sum(hws))
-    # The live topic's produce rate comes from the brokers' metrics.
+    # The live topic's produce and fetch rates come from the brokers' per-topic counters;
+    # the fixed topic, written once before, produces nothing now.
     browser.get(console.url + "/topics")
     _poll(lambda: (browser.refresh() or
-                   _text(browser, f"#topic-{LIVE} .rate") not in ("-", "0")),
-          "a produce rate for the live topic")
+                   (_text(browser, f"#topic-{LIVE} .rate") not in ("-", "0")
+                    and _text(browser, f"#topic-{LIVE} .bytes-in") not in ("-", "0 B/s")
+                    and _text(browser, f"#topic-{LIVE} .bytes-out") not in ("-", "0 B/s")
+                    and _text(browser, f"#topic-{FIXED} .rate") == "0")),
+          "produce and fetch rates for the live topic, none for the fixed one")
     screenshot(browser, "topics")
+
+
+def test_topic_page_shows_the_produce_and_fetch_rates_while_traffic_flows(browser, console,
+                                                                          cluster):
+    browser.get(console.url + f"/topics/{LIVE}")
+    _poll(lambda: (browser.refresh() or
+                   (_text(browser, "#produce-rate") not in ("-", "0")
+                    and _text(browser, "#produce-bytes") not in ("-", "0 B/s")
+                    and _text(browser, "#fetch-bytes") not in ("-", "0 B/s"))),
+          "the live topic's produce and fetch rates on its page")
+    # The rate is the brokers' own per-topic counter's: it grows on every leader.
+    from tidewater.tools.scrape import parse_samples
+
+    total = 0.0
+    for proc in cluster.manifest()["processes"].values():
+        if proc["kind"] == "broker":
+            text = urllib.request.urlopen(
+                f"http://127.0.0.1:{proc['metrics_port']}/metrics", timeout=10).read().decode()
+            total += sum(v for labels, v in parse_samples(text).get(
+                "tidewater_broker_topic_messages_in_total", []) if labels["topic"] == LIVE)
+    assert total > 0
 
 
 def test_topic_page_shows_each_replica_as_the_brokers_describe_it(browser, console, cluster):

@@ -36,11 +36,11 @@ class Harness:
     def run(self, method, request):
         return self.owner.run_now(lambda tx, now: method(tx, now, request))
 
-    def register(self, broker_id, incarnation="inc-1", port=None):
+    def register(self, broker_id, incarnation="inc-1", port=None, rack=""):
         response = self.run(self.machine.register_broker, pb.RegisterBrokerRequest(
             broker_id=broker_id, incarnation_id=incarnation,
             listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1",
-                                   port=port or 20000 + broker_id)]))
+                                   port=port or 20000 + broker_id)], rack=rack))
         if response.error_code == pb.NONE:
             self.epochs[broker_id] = response.broker_epoch
         return response

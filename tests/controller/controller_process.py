@@ -110,8 +110,10 @@ class InProcessController:
 class FakeBroker(pb_grpc.BrokerControlServicer):
     """Registers, heartbeats, and records what the controller pushes to it."""
 
-    def __init__(self, broker_id: int, controller_address: str, heartbeat_interval_ms: int = 100):
+    def __init__(self, broker_id: int, controller_address: str, heartbeat_interval_ms: int = 100,
+                 rack: str = ""):
         self.broker_id = broker_id
+        self.rack = rack
         self.controller_address = controller_address
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.incarnation_id = uuid.uuid4().hex
@@ -172,7 +174,8 @@ class FakeBroker(pb_grpc.BrokerControlServicer):
     async def register(self) -> int:
         response = await self.controller.RegisterBroker(pb.RegisterBrokerRequest(
             broker_id=self.broker_id, incarnation_id=self.incarnation_id,
-            listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1", port=self.port)]),
+            listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1", port=self.port)],
+            rack=self.rack),
             timeout=5)
         assert response.error_code == pb.NONE, response
         self.broker_epoch = response.broker_epoch

@@ -372,11 +372,14 @@ async def test_kill_and_restart_keeps_metadata_and_resyncs(controller_factory):
     controller = controller_factory()
     channel = grpc.aio.insecure_channel(controller.address)
     stub = pb_grpc.ControllerStub(channel)
-    brokers = [await FakeBroker(b, controller.address).start() for b in (1, 2)]
+    # Broker 1 in a rack, broker 2 in none.
+    brokers = [await FakeBroker(b, controller.address, rack="r1" if b == 1 else "").start()
+               for b in (1, 2)]
     try:
         await create(stub, "durable", partitions=2, rf=2, configs={"segment.bytes": "100000"})
         before = await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
         assert before.controller_epoch == 1
+        assert {b.broker_id: b.rack for b in before.brokers} == {1: "r1", 2: ""}
         controller.signal(signal.SIGKILL)
         controller.wait()
         restarted = controller_factory(port=controller.port)
@@ -384,14 +387,16 @@ async def test_kill_and_restart_keeps_metadata_and_resyncs(controller_factory):
                                            wait_for_ready=True)
         assert after.controller_epoch == 2 and after.cluster_id == before.cluster_id
         assert list(after.topics) == list(before.topics)
-        assert [(b.broker_id, b.broker_epoch) for b in after.brokers] == \
-            [(b.broker_id, b.broker_epoch) for b in before.brokers]
+        assert [(b.broker_id, b.broker_epoch, b.rack) for b in after.brokers] == \
+            [(b.broker_id, b.broker_epoch, b.rack) for b in before.brokers]
         # both brokers keep their epochs (fresh session) and get a full resync at epoch 2
         for broker in brokers:
             await eventually(lambda b=broker: any(
                 r.controller_epoch == 2 and len(r.partitions) == 2 for r in b.leader_and_isr))
             await eventually(lambda b=broker: any(r.controller_epoch == 2
                                                   for r in b.update_metadata))
+            resync = next(r for r in broker.update_metadata if r.controller_epoch == 2)
+            assert {b.broker_id: b.rack for b in resync.brokers} == {1: "r1", 2: ""}
         await asyncio.sleep(SESSION_MS * 2.2 / 1000)  # past the longer first session
         described = await stub.DescribeCluster(pb.DescribeClusterRequest(), timeout=5)
         assert not any(b.fenced for b in described.brokers)

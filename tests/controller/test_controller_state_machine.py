@@ -70,6 +70,39 @@ def test_each_registration_gets_its_own_control_token_that_survives_a_restart(h)
     h2.log.close()
 
 
+def test_a_brokers_rack_is_kept_sent_and_replayed(h):
+    """broker.rack: in the registration record, UpdateMetadata and DescribeCluster; a
+    restarted controller replays it, and so does one after compaction."""
+    from tidewater.controller import requests
+    from tidewater.controller.metadata import ClusterMetadata
+
+    assert h.register(1, rack="rack-a").error_code == pb.NONE
+    assert h.register(2).error_code == pb.NONE  # no rack
+    assert h.register(3, rack="x" * 65).error_code == pb.INVALID_REQUEST
+    assert h.register(3, rack="has space").error_code == pb.INVALID_REQUEST
+    assert 3 not in h.metadata.brokers
+
+    def racks(metadata):
+        sent = requests.update_metadata(metadata, 0, 1)
+        return {b.broker_id: b.rack for b in sent.brokers}
+
+    assert racks(h.metadata) == {1: "rack-a", 2: ""}
+    h2 = h.restart()
+    assert racks(h2.metadata) == {1: "rack-a", 2: ""}
+    h2.log.rewrite(h2.metadata.snapshot_records())  # what compaction writes
+    h3 = h2.restart()
+    assert racks(h3.metadata) == {1: "rack-a", 2: ""}
+    # A broker that comes back in another rack: its new registration has the new one.
+    assert h3.register(1, incarnation="inc-2", rack="rack-b").error_code == pb.NONE
+    assert racks(h3.metadata) == {1: "rack-b", 2: ""}
+    h3.log.close()
+    # A record written before racks existed has no such field: it loads with none.
+    old = ClusterMetadata()
+    old.apply(1, {"type": "broker_registered", "broker_id": 4, "incarnation_id": "i",
+                  "listeners": [["INTERNAL", "127.0.0.1", 9]]})
+    assert old.brokers[4].rack == ""
+
+
 def test_requests_without_the_registrations_token_change_nothing(h):
     """Issue 18: broker epochs are no secret (DescribeCluster lists them). A heartbeat,
     AlterPartition or ReportCorruptReplica with the right epoch but not the

@@ -65,3 +65,86 @@ def test_broker_metrics_names():
         assert f"tidewater_broker_{name} 0.0" in text
     for how in ("consumer_read", "follower_read", "scrub"):  # each series there from the start
         assert f'tidewater_broker_corrupt_batches_total{{how="{how}"}} 0.0' in text
+
+
+def _sample(metrics: BrokerMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value("tidewater_broker_" + name, labels)
+
+
+def test_topic_series_are_made_once_and_forgotten_with_their_topic():
+    m = BrokerMetrics(1)
+    series = m.topic_series
+    pair = series.ensure_in("orders")
+    assert series.ensure_in("orders") is pair and series.produced["orders"] is pair
+    assert pair == (m.topic_bytes_in.labels("orders"), m.topic_messages_in.labels("orders"))
+    out = series.ensure_out("orders", is_follower=False)
+    assert out is m.topic_bytes_out.labels("orders", "consumer")
+    assert series.ensure_out("orders", is_follower=True) is not out
+    pair[0].inc(100)
+    out.inc(40)
+    series.ensure_in("kept")[1].inc(2)
+    assert _sample(m, "topic_bytes_in_total", topic="orders") == 100
+    assert _sample(m, "topic_bytes_out_total", topic="orders", kind="consumer") == 40
+    assert _sample(m, "topic_bytes_out_total", topic="orders", kind="replica") == 0
+    series.forget_topics_except({"kept"})
+    assert series.topics() == {"kept"}
+    for name, labels in (("topic_bytes_in_total", {}), ("topic_messages_in_total", {}),
+                         ("topic_bytes_out_total", {"kind": "consumer"}),
+                         ("topic_bytes_out_total", {"kind": "replica"})):
+        assert _sample(m, name, topic="orders", **labels) is None
+    assert _sample(m, "topic_messages_in_total", topic="kept") == 2
+    # A topic made again starts from zero (a counter reset, as Prometheus expects).
+    assert series.ensure_in("orders")[0].value == 0
+
+
+def test_remove_drops_the_series_as_prometheus_clients_does():
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = LocalCounter("t_r", "doc", ["topic"], registry=ours)
+    other = Counter("t_r", "doc", ["topic"], registry=theirs)
+    for counter in (mine, other):
+        counter.labels("a").inc()
+        counter.labels("b").inc(2)
+        counter.remove("a")
+    assert _exposition(ours) == _exposition(theirs)
+    mine.labels("a").inc(5)
+    assert 't_r_total{topic="a"} 5.0' in generate_latest(ours).decode()
+
+
+async def test_produce_and_fetch_count_per_topic_consumers_and_followers_apart(tmp_path):
+    """Through the real produce and fetch paths (ReplicaManager, no sockets)."""
+    from tests.unit.test_broker_fakes import make_batch
+    from tests.unit.test_broker_replica_manager import (
+        CLUSTER_ID,
+        TP,
+        consumer_fetch,
+        follower_fetch,
+        lai,
+        make_manager,
+        produce,
+    )
+    from tidewater.proto import tidewater_pb2 as pb
+
+    rm, _ = make_manager(tmp_path)
+    m = rm.metrics
+    await rm.leader_and_isr(lai())
+    batch = make_batch(4)
+    for _ in range(2):
+        out = await rm.produce(produce(acks=1, records=batch))
+        assert out.partitions[0].error_code == pb.NONE
+    assert _sample(m, "topic_messages_in_total", topic=TP.topic) == 8
+    assert _sample(m, "topic_bytes_in_total", topic=TP.topic) == 2 * len(batch)
+    # A follower reads both batches (and so moves the high watermark), then a consumer.
+    replicated = await rm.fetch(follower_fetch(0))
+    assert len(replicated.partitions[0].records) == 2 * len(batch)
+    await rm.fetch(follower_fetch(8))
+    consumed = await rm.fetch(consumer_fetch(0))
+    assert len(consumed.partitions[0].records) == 2 * len(batch)
+    assert _sample(m, "topic_bytes_out_total", topic=TP.topic, kind="replica") == 2 * len(batch)
+    assert _sample(m, "topic_bytes_out_total", topic=TP.topic, kind="consumer") == 2 * len(batch)
+    # An unknown partition counts nothing for its topic.
+    await rm.produce(produce(acks=1, topic="nowhere"))
+    assert _sample(m, "topic_bytes_in_total", topic="nowhere") is None
+    # The topic deleted (a snapshot without it): its series go.
+    await rm.update_metadata(pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=CLUSTER_ID,
+                                                      metadata_offset=10))
+    assert _sample(m, "topic_bytes_in_total", topic=TP.topic) is None

@@ -37,7 +37,13 @@ def test_scrub_settings():
     assert c.log_scrub_bytes_per_second == 0 and c.log_scrub_interval_ms == 60_000
 
 
-@pytest.mark.parametrize("setting", ["no.such.thing=1", "segment.bytes=abc",
+def test_broker_rack_setting():
+    assert config_from_args(BASE).broker_rack == ""
+    assert config_from_args(BASE + ["--set", "broker.rack=us-east-1a"]).broker_rack == "us-east-1a"
+
+
+@pytest.mark.parametrize("setting", ["no.such.thing=1", "broker.rack=two words",
+                                     "broker.rack=" + "r" * 65, "segment.bytes=abc",
                                      "min.insync.replicas=0", "segment.bytes=1", "novalue",
                                      "log.scrub.bytes.per.second=-1", "log.scrub.interval.ms=-5",
                                      "log.scrub.bytes.per.second=fast"])

@@ -28,6 +28,11 @@ tidewater_broker_replica_high_watermark{topic="a",partition="0",broker="1"} 10.0
 tidewater_broker_replica_high_watermark{topic="a",partition="1",broker="1"} 7.0
 tidewater_broker_replica_is_leader{topic="a",partition="0",broker="1"} 1.0
 tidewater_broker_replica_is_leader{topic="a",partition="1",broker="1"} 0.0
+tidewater_broker_topic_messages_in_total{topic="a"} 40.0
+tidewater_broker_topic_bytes_in_total{topic="a"} 4000.0
+tidewater_broker_topic_bytes_out_total{topic="a",kind="consumer"} 800.0
+tidewater_broker_topic_bytes_out_total{topic="a",kind="replica"} 8000.0
+tidewater_broker_topic_bytes_out_total{topic="b",kind="consumer"} 10.0
 """
 
 
@@ -36,7 +41,34 @@ def test_parse_sample_reads_the_counters_the_charts_need():
     assert s.counters == {"produce_bytes": 1000.0, "fetch_bytes": 300.0, "requests": 150.0,
                           "isr_shrinks": 2.0}
     assert s.produce_buckets == {"0.001": 90.0, "0.01": 99.0, "+Inf": 100.0}
-    assert s.topic_hw == {"a": 10.0}  # only the partition this broker leads
+    # Per topic: records in, bytes in, consumers' bytes out (followers' left out).
+    assert s.topics == {"a": [40.0, 4000.0, 800.0], "b": [0.0, 0.0, 10.0]}
+
+
+def test_topic_rates_sum_the_brokers_and_skip_a_restarted_one():
+    from tidewater.tools.console.metrics import MetricsHistory, TopicRate
+    from tidewater.tools.scrape import ScrapeTarget
+
+    history = MetricsHistory([ScrapeTarget("broker-1", "http://127.0.0.1:1/metrics"),
+                              ScrapeTarget("broker-2", "http://127.0.0.1:2/metrics"),
+                              ScrapeTarget("broker-3", "http://127.0.0.1:3/metrics")])
+    try:
+        grown = (EXPOSITION.replace("} 40.0", "} 60.0").replace("} 4000.0", "} 6000.0")
+                 .replace("} 800.0", "} 1000.0"))
+        samples = history._samples
+        samples["broker-1"].extend([parse_sample(EXPOSITION, 1000), parse_sample(grown, 3000)])
+        # broker-2 first has topic a's series now: counted from zero.
+        samples["broker-2"].extend([parse_sample("", 1000),
+                                    parse_sample(EXPOSITION.replace('topic="b"', 'topic="c"'),
+                                                 3000)])
+        # broker-3 restarted: its counters went down, no rate from it this time.
+        samples["broker-3"].extend([parse_sample(grown, 1000), parse_sample(EXPOSITION, 3000)])
+        rates = history.topic_rates()
+        assert rates["a"] == TopicRate(records_in=10 + 20, bytes_in=1000 + 2000,
+                                       bytes_out=100 + 400)
+        assert rates["b"] == TopicRate() and rates["c"] == TopicRate(bytes_out=5)
+    finally:
+        history.stop()
 
 
 def test_rates_between_scrapes_and_a_restarted_counter():

@@ -56,6 +56,9 @@ def register(subparsers: Subparsers) -> None:
                     help="broker i listens on BASE+i-1, the controller on BASE-1; 0 picks free ports")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="setting for the controller and/or brokers (routed by name)")
+    up.add_argument("--rack", default="", metavar="RACK[,RACK...]",
+                    help="broker.rack of each broker in turn: broker i gets the i-th name, "
+                         "cycling when there are fewer names than brokers (e.g. a,b,c)")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached, stream the logs, stop everything on Ctrl-C/SIGTERM")
     up.add_argument("--ready-timeout-s", type=float, default=READY_TIMEOUT_S)
@@ -114,7 +117,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
     for b in cluster.brokers:
         addresses = ",".join(f"{name}={addr}" for name, addr in sorted(b.listeners.items()))
         flags = ("fenced" if b.fenced else "active") + (", shutting down" if b.in_controlled_shutdown else "")
-        print(f"Broker {b.broker_id}\tepoch {b.broker_epoch}\t{addresses}\t{flags}")
+        rack = f"\track {b.rack}" if b.rack else ""
+        print(f"Broker {b.broker_id}\tepoch {b.broker_epoch}\t{addresses}\t{flags}{rack}")
     offline = cluster.offline_partitions()
     under = cluster.under_replicated_partitions()
     print(f"Topics: {len(cluster.topics)}\tPartitions: {cluster.partition_count}\t"
@@ -154,7 +158,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
                                ready_timeout_s=args.ready_timeout_s, tls=args.tls,
                                sasl_mechanisms=mechanisms, authorizer=authorizer,
-                               super_users=args.super_users)
+                               super_users=args.super_users,
+                               racks=[r.strip() for r in args.rack.split(",")] if args.rack else [])
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts

@@ -99,6 +99,7 @@ class Console:
         env.filters["off"] = offset_cell
         env.filters["q"] = lambda s: quote(str(s), safe="")
         env.filters["rate"] = lambda v: "-" if v is None else charts.human(v)
+        env.filters["bps"] = lambda v: "-" if v is None else human_bytes(v) + "/s"
         env.globals["allow_writes"] = config.allow_writes
         env.globals["live_ms"] = config.live_interval_ms
         env.globals["bootstrap"] = config.bootstrap
@@ -152,7 +153,8 @@ class Console:
             except (ValueError, LookupError, TidewaterError) as e:
                 browse_error = str(e) or type(e).__name__
         return self.page(request, "topic.html", {
-            "title": f"Topic {name}", "t": detail, "form": form, "page": page,
+            "title": f"Topic {name}", "t": detail, "rate": self.metrics.topic_rates().get(name),
+            "form": form, "page": page,
             "browse_error": browse_error, "modes": MODES, "formats": FORMATS})
 
     async def record(self, request: Request) -> Response:

@@ -65,6 +65,7 @@ class BrokerRow:
     partitions_led: int
     replicas: int
     disk_bytes: int | None  # None: the broker did not answer DescribeReplicas
+    rack: str = ""  # broker.rack; "" for none
 
     @property
     def status(self) -> str:
@@ -267,7 +268,8 @@ class ClusterData:
         brokers = tuple(
             BrokerRow(b.broker_id, _address(b), b.fenced, b.in_controlled_shutdown,
                       led.get(b.broker_id, 0), hosted.get(b.broker_id, 0),
-                      disk.get(b.broker_id, 0) if b.broker_id in snap.answered else None)
+                      disk.get(b.broker_id, 0) if b.broker_id in snap.answered else None,
+                      b.rack)
             for b in c.brokers)
         under, offline = [], []
         for t in c.topics:

@@ -17,9 +17,17 @@ p99 produce latency (ms)    the ``..._request_latency_seconds_bucket`` deltas of
                             RPCs whose name holds ``Produce`` (gRPC and Kafka's)
 ==========================  ==================================================
 
-and, per topic, records/s produced: the rate of the sum of the high watermarks of the
-partitions each broker leads (``tidewater_broker_replica_high_watermark`` where
-``..._replica_is_leader`` is 1).
+and, per topic (the topics list and a topic's page), summed over the brokers:
+
+==========================  ==================================================
+produce records/s           ``tidewater_broker_topic_messages_in_total{topic}``
+produce bytes/s             ``tidewater_broker_topic_bytes_in_total{topic}``
+fetch bytes/s (consumers)   ``tidewater_broker_topic_bytes_out_total{topic,
+                            kind="consumer"}`` (followers' fetches left out)
+==========================  ==================================================
+
+A topic's series first seen in a scrape counted from zero since the one before (the
+broker makes it on the topic's first produce or fetch).
 
 A counter that goes down (a restarted broker) starts its rate again from the next
 scrape; a scrape that fails leaves a gap in that broker's lines and marks it down.
@@ -66,7 +74,25 @@ class Sample:
     error: str = ""
     counters: dict[str, float] = field(default_factory=dict)
     produce_buckets: dict[str, float] = field(default_factory=dict)  # le -> cumulative count
-    topic_hw: dict[str, float] = field(default_factory=dict)  # topic -> sum of led HWs
+    # topic -> (records in, bytes in, consumer bytes out), this broker's counters
+    topics: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRate:
+    """A topic's produce and consumer-fetch rates over the last scrape interval."""
+
+    records_in: float = 0.0
+    bytes_in: float = 0.0
+    bytes_out: float = 0.0
+
+
+# The per-topic counters: name -> index in ``Sample.topics[topic]``.
+_TOPIC_COUNTERS = {
+    PREFIX + "topic_messages_in_total": 0,
+    PREFIX + "topic_bytes_in_total": 1,
+    PREFIX + "topic_bytes_out_total": 2,
+}
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -82,10 +108,11 @@ def parse_sample(text: str, unix_ms: int) -> Sample:
     s = Sample(unix_ms, True)
     counters = s.counters
     counters.update(produce_bytes=0.0, fetch_bytes=0.0, requests=0.0, isr_shrinks=0.0)
-    leaders: set[tuple[str, str]] = set()
-    hws: dict[tuple[str, str], float] = {}
+    topics = s.topics
     for line in text.splitlines():
-        if not line.startswith(PREFIX):
+        # The replica gauges, a few lines per partition, are most of a big broker's
+        # exposition and none of what is read here: skipped on the first characters.
+        if not line.startswith(PREFIX) or line.startswith("replica_", len(PREFIX)):
             continue
         head, _sp, value_text = line.rpartition(" ")
         name, _brace, label_text = head.partition("{")
@@ -104,16 +131,14 @@ def parse_sample(text: str, unix_ms: int) -> Sample:
             if "Produce" in label_text:
                 le = _labels(label_text.rstrip("}")).get("le", "")
                 s.produce_buckets[le] = s.produce_buckets.get(le, 0.0) + value
-        elif name == PREFIX + "replica_is_leader":
-            if value >= 1:
-                labels = _labels(label_text.rstrip("}"))
-                leaders.add((labels.get("topic", ""), labels.get("partition", "")))
-        elif name == PREFIX + "replica_high_watermark":
+        elif name in _TOPIC_COUNTERS:
             labels = _labels(label_text.rstrip("}"))
-            hws[(labels.get("topic", ""), labels.get("partition", ""))] = value
-    for key in leaders:
-        if key in hws:
-            s.topic_hw[key[0]] = s.topic_hw.get(key[0], 0.0) + hws[key]
+            if labels.get("kind", "consumer") != "consumer":
+                continue  # a follower's fetches: replication, not the topic's readers
+            values = topics.get(labels.get("topic", ""))
+            if values is None:
+                values = topics[labels.get("topic", "")] = [0.0, 0.0, 0.0]
+            values[_TOPIC_COUNTERS[name]] += value
     return s
 
 
@@ -150,6 +175,9 @@ def rate_point(before: Sample, after: Sample, chart: str) -> float | None:
         return 0.0 if p99 is None else p99 * 1000
     diff = after.counters.get(chart, 0.0) - before.counters.get(chart, 0.0)
     return None if diff < 0 else diff / seconds
+
+
+_ZEROS = (0.0, 0.0, 0.0)
 
 
 class MetricsHistory:
@@ -224,20 +252,24 @@ class MetricsHistory:
                            for before, after in zip(samples, samples[1:], strict=False)]
         return out
 
-    def topic_rates(self) -> dict[str, float]:
-        """topic -> records/s produced over the last scrape interval, all brokers."""
-        rates: dict[str, float] = {}
+    def topic_rates(self) -> dict[str, TopicRate]:
+        """topic -> its rates over the last scrape interval, summed over the brokers."""
+        sums: dict[str, list[float]] = {}
         with self._lock:
             pairs = [(q[-2], q[-1]) for q in self._samples.values() if len(q) >= 2]
         for before, after in pairs:
             seconds = (after.unix_ms - before.unix_ms) / 1000
             if not (before.ok and after.ok) or seconds <= 0:
                 continue
-            for topic, hw in after.topic_hw.items():
-                diff = hw - before.topic_hw.get(topic, hw)
-                if diff >= 0:
-                    rates[topic] = rates.get(topic, 0.0) + diff / seconds
-        return rates
+            for topic, now in after.topics.items():
+                then = before.topics.get(topic, _ZEROS)
+                diffs = [a - b for a, b in zip(now, then, strict=True)]
+                if any(d < 0 for d in diffs):
+                    continue  # the broker restarted or forgot the topic: from the next scrape
+                total = sums.setdefault(topic, [0.0, 0.0, 0.0])
+                for i, d in enumerate(diffs):
+                    total[i] += d / seconds
+        return {topic: TopicRate(*values) for topic, values in sums.items()}
 
 
 class LagHistory:
