@@ -290,6 +290,11 @@ def run_in_thread(fn, *args):
 def test_appends_and_reads_go_on_while_a_checkpoint_fsyncs(tmp_path, monkeypatch):
     manager = filled_manager(tmp_path)
     a0 = manager.get(A0)
+    # The fills rolled segments, whose flushes are queued on the flush-log thread. Done
+    # first: else one of them, not the checkpoint, may take the slow fsync, the checkpoint
+    # runs late under load, and the append below lands before it reads the LEOs (CI under
+    # load saw recovery_point 22).
+    assert drain_roll_flushes()
     disk = SlowFsync(monkeypatch)
     checkpoint = run_in_thread(manager.checkpoint_recovery_points)
     assert disk.entered.wait(timeout=30)
