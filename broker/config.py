@@ -76,6 +76,7 @@ _BROKER_SETTINGS = {
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int),
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int),
+    "sasl.server.max.receive.size": ("sasl_server_max_receive_size", _int),
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
     "log.scrub.bytes.per.second": ("log_scrub_bytes_per_second", _int),
     "log.scrub.interval.ms": ("log_scrub_interval_ms", _int),
@@ -163,6 +164,9 @@ class BrokerConfig:
     log_retention_check_interval_ms: int = 30_000
     log_flush_offset_checkpoint_interval_ms: int = 1000
     socket_request_max_bytes: int = 100 * MIB
+    # Kafka's: the largest request a SASL listener reads from a client not authenticated
+    # yet (a larger size prefix closes the connection before anything is read or decoded).
+    sasl_server_max_receive_size: int = 524_288
     controlled_shutdown_timeout_ms: int = 5000
     # The background scrub of closed segments (broker/storage/scrub.py); 0 = off. HDFS's
     # block scanner reads 1 MiB/s per volume by default: a TiB in ~12 days, on any disk.
@@ -256,6 +260,7 @@ class BrokerConfig:
             "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
             "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
             "socket.request.max.bytes": self.socket_request_max_bytes,
+            "sasl.server.max.receive.size": self.sasl_server_max_receive_size,
             "offsets.topic.num.partitions": self.offsets_topic_num_partitions,
             "offsets.topic.replication.factor": self.offsets_topic_replication_factor,
             "offsets.commit.timeout.ms": self.offsets_commit_timeout_ms,

@@ -194,6 +194,7 @@ class BrokerProcess:
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
+            unauthenticated_request_bytes_max=c.sasl_server_max_receive_size,
             observe=self._observe_kafka_request,
             ssl_context=ssl_context, security=self.security)
         bound = await listener.start()

@@ -54,6 +54,7 @@ class FrameSizeError(Exception):
     def __init__(self, size: int, frame_bytes_max: int):
         super().__init__(f"frame size {size} outside 1..{frame_bytes_max}")
         self.size = size
+        self.frame_bytes_max = frame_bytes_max
 
 
 class FrameConnection(asyncio.BufferedProtocol):
@@ -87,6 +88,17 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed = False
+
+    @property
+    def frame_bytes_max(self) -> int:
+        """The largest frame this connection takes now; a larger size prefix is refused
+        before its body is read. Settable: a SASL listener holds it low until the client
+        has authenticated (frames already parsed keep the limit they were parsed under)."""
+        return self._frame_bytes_max
+
+    @frame_bytes_max.setter
+    def frame_bytes_max(self, value: int) -> None:
+        self._frame_bytes_max = value
 
     # ------------------------------------------------------------ protocol callbacks
 

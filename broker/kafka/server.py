@@ -87,7 +87,7 @@ _Peer: TypeAlias = tuple[object, ...] | None
 
 class KafkaListener:
     def __init__(self, services: apis.Services, *, host: str, port: int, max_request_bytes: int,
-                 supervisor: TaskSupervisor,
+                 supervisor: TaskSupervisor, unauthenticated_request_bytes_max: int = 524_288,
                  observe: Callable[[str, float, list[int]], None] | None = None,
                  ssl_context: ssl.SSLContext | None = None,
                  security: BrokerSecurity | None = None) -> None:
@@ -96,6 +96,11 @@ class KafkaListener:
         self.ssl_context = ssl_context
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
+        # sasl.server.max.receive.size: before a SASL client authenticates, its frames are
+        # held to this (Kafka's 512 KiB), so nobody unauthenticated makes the broker read,
+        # buffer or decode a large request.
+        self.unauthenticated_request_bytes_max = min(unauthenticated_request_bytes_max,
+                                                     max_request_bytes)
         self.supervisor = supervisor
         # (api name, seconds, error codes answered) -> None: the broker's metrics.
         self._observe = observe or (lambda name, seconds, errors: None)
@@ -190,11 +195,16 @@ class KafkaListener:
         services = dataclasses.replace(self.services, connection=connection,
                                        client_host=f"/{peer[0]}" if peer else "")
         while True:
+            authenticated = connection is None or connection.authenticated
+            reader.frame_bytes_max = (self.max_request_bytes if authenticated
+                                      else self.unauthenticated_request_bytes_max)
             try:
                 frame = await reader.read_frame()
             except FrameSizeError as e:
-                log.warning("kafka: closing %s: request size %d outside 1..%d "
-                            "(socket.request.max.bytes)", peer, e.size, self.max_request_bytes)
+                log.warning("kafka: closing %s: request size %d outside 1..%d (%s)", peer,
+                            e.size, e.frame_bytes_max,
+                            "socket.request.max.bytes" if authenticated
+                            else "sasl.server.max.receive.size, before authentication")
                 return
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:

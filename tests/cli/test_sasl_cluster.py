@@ -265,6 +265,37 @@ def test_confluent_kafka_and_kcat_over_sasl_plaintext_plain(sasl_plaintext):
         anonymous.list_topics(timeout=5)
 
 
+def _closed_within(s: socket.socket, seconds: float) -> bool:
+    """Did the broker close ``s`` (EOF or reset) within ``seconds``?"""
+    s.settimeout(seconds)
+    try:
+        return s.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_large_frame_before_authentication_is_refused_unread(sasl_plaintext):
+    """sasl.server.max.receive.size (Kafka's 512 KiB): a client that has not authenticated
+    cannot make the broker read, buffer or decode a large request; its connection is
+    closed at the size prefix. Below the limit the broker waits for the body as usual,
+    and once authenticated a client sends requests up to socket.request.max.bytes."""
+    c = sasl_plaintext
+    host, port = c.kafka.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", 600_000))  # the size prefix alone
+        assert _closed_within(s, 5)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(struct.pack(">i", 400_000))
+        assert not _closed_within(s, 1)  # waiting for the rest of the frame
+    # Authenticated, a request larger than the pre-authentication limit goes through.
+    create_topics(c, "plain-large")
+    value = b"v" * 700_000
+    assert produce(conf(c, mechanism="PLAIN"), "plain-large", [value]) == []
+    assert consume(conf(c, mechanism="PLAIN"), "plain-large", 1) == [value]
+
+
 # ---------------------------------------------------------------------- gRPC clients and tide
 
 
