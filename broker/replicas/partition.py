@@ -35,10 +35,6 @@ from tidewater.broker.storage.topics import TopicPartition
 log = logging.getLogger("tidewater.broker.replicas.partition")
 
 
-class EpochCachePort(Protocol):
-    def assign(self, epoch: int, start_offset: int) -> None: ...
-
-
 class PartitionLog(Protocol):
     """What ``Partition.persist`` needs of a log. ``Fetched`` chunks are what the leader
     sent: bytes for ``storage.Log``, whatever the simulation's log reads for its own."""

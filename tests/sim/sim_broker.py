@@ -49,7 +49,7 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
-from tidewater.broker.replication.replica import FollowerPhase, ReplicaState, Role
+from tidewater.broker.replication.replica import FollowerPhase, ReplicaState
 from tidewater.broker.replication.topic_identity import (
     IdentityAction,
     describe_topic_id,
@@ -82,7 +82,6 @@ from .messages import (
 from .network import CONTROLLER, Network
 from .sim_log import DiskFaults, SimLog, SimRecords
 
-LEADER = Role.LEADER
 IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_action's shape
 
 
@@ -337,10 +336,6 @@ class SimBroker:
     def broker_epoch(self) -> int:
         return self.registration.broker_epoch
 
-    @property
-    def is_fenced(self) -> bool:
-        return self.registration.is_fenced
-
     def replica_log(self, tp: TopicPartition, topic_id: bytes) -> SimLog | None:
         """This broker's copy of incarnation ``topic_id`` of ``tp``: the log of its replica,
         else a log on disk made for that incarnation (not claimed since a restart)."""
@@ -561,6 +556,7 @@ class SimBroker:
     # -- the controller's requests: the product's ControlRequests
 
     def _on_controller_request(self, request: Any) -> Any:
+        kind = type(request).__name__.removesuffix("Request")
         try:
             if isinstance(request, pb.LeaderAndIsrRequest):
                 response = self.control.leader_and_isr(request)
@@ -573,15 +569,12 @@ class SimBroker:
             else:
                 raise TypeError(f"broker cannot handle {request!r}")
         except BrokerNotAvailableError:
-            self.counters[f"refused {type(request).__name__[:-7]} BROKER_NOT_AVAILABLE"] += 1
+            self.counters[f"refused {kind} BROKER_NOT_AVAILABLE"] += 1
             return None  # gRPC UNAVAILABLE: the controller's sender retries
-        kind = type(request).__name__[:-7]
         if response.error_code != pb.NONE:
             self.counters[f"refused {kind} {pb.ErrorCode.Name(response.error_code)}"] += 1
         for item in getattr(response, "partitions", ()):
             self.counters[f"{kind} {pb.ErrorCode.Name(item.error_code)}"] += 1
-            if kind == "StopReplica":
-                self.counters[f"stop replica {pb.ErrorCode.Name(item.error_code)}"] += 1
         return response
 
     def _forget_partition(self, tp: TopicPartition) -> None:

@@ -436,7 +436,7 @@ def test_random_runs_exercise_the_decision_paths():
                  "produce NOT_ENOUGH_REPLICAS", "produce NOT_LEADER_OR_FOLLOWER",
                  "produce REQUEST_TIMED_OUT", "serve fetch FENCED_LEADER_EPOCH",
                  "fenced: heartbeat stream closed", "fenced: session expired",
-                 "stop replica NONE", "stray replicas removed", "log identity create",
+                 "StopReplica NONE", "stray replicas removed", "log identity create",
                  "refused LeaderAndIsr BROKER_NOT_AVAILABLE",
                  # the simulated disk fails, and the product's own handling runs
                  "produce KAFKA_STORAGE_ERROR", "storage_failures", "storage_retries",
