@@ -93,12 +93,23 @@ class FrameConnection(asyncio.BufferedProtocol):
     def frame_bytes_max(self) -> int:
         """The largest frame this connection takes now; a larger size prefix is refused
         before its body is read. Settable: a SASL listener holds it low until the client
-        has authenticated (frames already parsed keep the limit they were parsed under)."""
+        has authenticated (frames already parsed keep the limit they were parsed under;
+        a frame still arriving is held to the new one)."""
         return self._frame_bytes_max
 
     @frame_bytes_max.setter
     def frame_bytes_max(self, value: int) -> None:
+        lowered = value < self._frame_bytes_max
         self._frame_bytes_max = value
+        if lowered and self._error is None:
+            if self._frame_view is not None and self._frame_size > value:
+                size = self._frame_size
+                self._frame_view.release()
+                self._frame_view = None
+                self._frame_filled = self._frame_size = 0
+                self._refuse(FrameSizeError(size, value))
+            else:
+                self._parse_scratch()
 
     # ------------------------------------------------------------ protocol callbacks
 

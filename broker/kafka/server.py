@@ -111,8 +111,13 @@ class KafkaListener:
     async def start(self) -> int:
         tls = self.ssl_context is not None
         loop = asyncio.get_running_loop()
+        # A SASL listener's connections start at the pre-authentication limit: bytes can
+        # arrive and be parsed before the connection's task first runs.
+        sasl = self.security is not None and self.security.sasl_enabled
+        first_frame_bytes_max = (self.unauthenticated_request_bytes_max if sasl
+                                 else self.max_request_bytes)
         self._server = await loop.create_server(
-            lambda: FrameConnection(self._open, frame_bytes_max=self.max_request_bytes),
+            lambda: FrameConnection(self._open, frame_bytes_max=first_frame_bytes_max),
             self.host, self.port, reuse_address=True, ssl=self.ssl_context,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
         self.bound_port = self._server.sockets[0].getsockname()[1]

@@ -131,6 +131,26 @@ async def test_a_size_outside_the_limit_is_refused_before_any_buffer():
         await conn.read_frame()
 
 
+@pytest.mark.parametrize("large", [True, False], ids=["own-buffer", "scratch"])
+async def test_lowering_the_limit_refuses_a_frame_already_arriving(large):
+    """A SASL listener lowers the limit once its connection's task runs; bytes that came
+    in before, a size prefix above the new limit, must not be read on under the old one."""
+    conn, transport = connection(frame_bytes_max=1 << 20)
+    size = 5000 if large else 40  # past or within the 64-byte scratch buffer
+    feed(conn, size.to_bytes(4, "big") + b"x" * 10, [100])
+    conn.frame_bytes_max = 1000 if large else 20
+    with pytest.raises(FrameSizeError) as refused:
+        await conn.read_frame()
+    assert refused.value.size == size
+    assert transport.paused
+    # A frame within the lowered limit is read on as usual.
+    conn2, _ = connection(frame_bytes_max=1 << 20)
+    feed(conn2, framed([b"y" * 300])[:100], [100])
+    conn2.frame_bytes_max = 1000
+    feed(conn2, framed([b"y" * 300])[100:], [100])
+    assert await conn2.read_frame() == b"y" * 300
+
+
 @pytest.mark.parametrize("size", [0, -1, -(2**31)])
 async def test_empty_and_negative_sizes_are_refused(size):
     conn, _ = connection()
