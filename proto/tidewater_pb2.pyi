@@ -56,6 +56,12 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUT_OF_ORDER_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     DUPLICATE_SEQUENCE_NUMBER: _ClassVar[ErrorCode]
     INVALID_PRODUCER_EPOCH: _ClassVar[ErrorCode]
+    INVALID_TXN_STATE: _ClassVar[ErrorCode]
+    INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorCode]
+    INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorCode]
+    CONCURRENT_TRANSACTIONS: _ClassVar[ErrorCode]
+    TRANSACTION_COORDINATOR_FENCED: _ClassVar[ErrorCode]
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ClassVar[ErrorCode]
     KAFKA_STORAGE_ERROR: _ClassVar[ErrorCode]
     LOG_DIR_NOT_FOUND: _ClassVar[ErrorCode]
     NON_EMPTY_GROUP: _ClassVar[ErrorCode]
@@ -75,6 +81,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ELECTION_NOT_NEEDED: _ClassVar[ErrorCode]
     GROUP_SUBSCRIBED_TO_TOPIC: _ClassVar[ErrorCode]
     INVALID_RECORD: _ClassVar[ErrorCode]
+    PRODUCER_FENCED: _ClassVar[ErrorCode]
     RESOURCE_NOT_FOUND: _ClassVar[ErrorCode]
     UNACCEPTABLE_CREDENTIAL: _ClassVar[ErrorCode]
     INVALID_UPDATE_VERSION: _ClassVar[ErrorCode]
@@ -83,6 +90,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BROKER_ID_NOT_REGISTERED: _ClassVar[ErrorCode]
     INCONSISTENT_TOPIC_ID: _ClassVar[ErrorCode]
     INCONSISTENT_CLUSTER_ID: _ClassVar[ErrorCode]
+    TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorCode]
     INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
     NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
 NONE: ErrorCode
@@ -132,6 +140,12 @@ POLICY_VIOLATION: ErrorCode
 OUT_OF_ORDER_SEQUENCE_NUMBER: ErrorCode
 DUPLICATE_SEQUENCE_NUMBER: ErrorCode
 INVALID_PRODUCER_EPOCH: ErrorCode
+INVALID_TXN_STATE: ErrorCode
+INVALID_PRODUCER_ID_MAPPING: ErrorCode
+INVALID_TRANSACTION_TIMEOUT: ErrorCode
+CONCURRENT_TRANSACTIONS: ErrorCode
+TRANSACTION_COORDINATOR_FENCED: ErrorCode
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode
 KAFKA_STORAGE_ERROR: ErrorCode
 LOG_DIR_NOT_FOUND: ErrorCode
 NON_EMPTY_GROUP: ErrorCode
@@ -151,6 +165,7 @@ ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode
 ELECTION_NOT_NEEDED: ErrorCode
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode
 INVALID_RECORD: ErrorCode
+PRODUCER_FENCED: ErrorCode
 RESOURCE_NOT_FOUND: ErrorCode
 UNACCEPTABLE_CREDENTIAL: ErrorCode
 INVALID_UPDATE_VERSION: ErrorCode
@@ -159,6 +174,7 @@ DUPLICATE_BROKER_REGISTRATION: ErrorCode
 BROKER_ID_NOT_REGISTERED: ErrorCode
 INCONSISTENT_TOPIC_ID: ErrorCode
 INCONSISTENT_CLUSTER_ID: ErrorCode
+TRANSACTIONAL_ID_NOT_FOUND: ErrorCode
 INELIGIBLE_REPLICA: ErrorCode
 NEW_LEADER_ELECTED: ErrorCode
 
