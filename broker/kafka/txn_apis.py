@@ -34,6 +34,7 @@ TxnOffsetCommit (28) is not served yet: see the README of issue 27's work.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
@@ -250,13 +251,20 @@ async def on_end_txn(s: TxnServices, head: RequestHead, body: RequestBody
 
 # ---------------------------------------------------------------- DescribeTransactions
 
+def _timestamp(epoch_ms: int) -> datetime.datetime:
+    """kio's type of an int64 timestamp; Kafka's -1 (no transaction open) included,
+    which kio's ``None`` cannot carry."""
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
+
+
 async def on_describe_transactions(s: TxnServices, head: RequestHead, body: RequestBody
                                    ) -> Awaitable[dict[str, Any]]:
     described = []
     for raw in body.transactional_ids:
         transactional_id = str(raw)
         entry: dict[str, Any] = {"transactional_id": transactional_id, "transaction_state": "",
-                                 "transaction_timeout": 0, "transaction_start_time": -1,
+                                 "transaction_timeout": 0,
+                                 "transaction_start_time": _timestamp(-1),
                                  "producer_id": -1, "producer_epoch": -1, "topics": []}
         if not s.allowed(acls.DESCRIBE, acls.TRANSACTIONAL_ID, transactional_id):
             described.append({**entry, "error_code": pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
@@ -276,7 +284,8 @@ async def on_describe_transactions(s: TxnServices, head: RequestHead, body: Requ
                 by_topic.setdefault(topic, []).append(partition)
         described.append({
             **entry, "error_code": pb.NONE, "transaction_state": md.state.kafka_name,
-            "transaction_timeout": cur.timeout_ms, "transaction_start_time": cur.start_ms,
+            "transaction_timeout": cur.timeout_ms,
+            "transaction_start_time": _timestamp(cur.start_ms),
             "producer_id": cur.producer_id, "producer_epoch": cur.producer_epoch,
             "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]})
     return _done({"throttle_time": 0, "transaction_states": described})
