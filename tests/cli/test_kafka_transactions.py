@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from typing import Any
 
 import pytest
