@@ -29,7 +29,10 @@ AddOffsetsToTxn also READ on the group (GROUP_AUTHORIZATION_FAILED); FindCoordin
 DescribeTransactions need DESCRIBE on the TRANSACTIONAL_ID; ListTransactions lists only
 ids the caller may DESCRIBE; DescribeTransactions lists only topics it may DESCRIBE.
 
-TxnOffsetCommit (28) is not served yet: see the README of issue 27's work.
+TxnOffsetCommit (28) v0-3 is written (``on_txn_offset_commit``: WRITE on the
+TRANSACTIONAL_ID, READ on the group and on each topic) but not advertised: the group
+coordinator appends Kafka's transactional batch without a sequence, which the log
+refuses until issue 27's log side is merged; then ``AFTER_LOG_SIDE_*`` join the tables.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from tidewater.broker.clock import wall_ms
+from tidewater.broker.group import service as group_service
 from tidewater.broker.group.coordinator import (
     CoordinatorError,
     CoordinatorNode,
@@ -54,7 +58,7 @@ from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
-ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 24, 25, 26
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 TRANSACTION_KEY_TYPE = 1
 
@@ -67,7 +71,7 @@ TXN_VERSIONS: dict[int, tuple[int, int]] = {
 }
 # The first version of each API that knows PRODUCER_FENCED (KIP-588).
 PRODUCER_FENCED_FROM = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2,
-                        22: 4}
+                        TXN_OFFSET_COMMIT: 3, 22: 4}
 
 
 class TxnServices(Protocol):
@@ -327,6 +331,54 @@ async def on_list_transactions(s: TxnServices, head: RequestHead, body: RequestB
     return _done({"throttle_time": 0, "error_code": code, "unknown_state_filters": unknown,
                   "transaction_states": listed})
 
+
+# ---------------------------------------------------------------- TxnOffsetCommit
+
+async def on_txn_offset_commit(s: TxnServices, head: RequestHead, body: RequestBody
+                               ) -> Awaitable[dict[str, Any]]:
+    """TxnOffsetCommit (28) v0-3 on the group coordinator (``group.service.txn_commit``).
+    Not advertised until the log side accepts the group coordinator's transactional
+    batches (see ``AFTER_LOG_SIDE_VERSIONS``)."""
+    transactional_id, group_id = str(body.transactional_id), str(body.group_id)
+    wanted = {(str(t.name), int(p.partition_index)): (
+        int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+        p.committed_metadata or "") for t in body.topics for p in t.partitions}
+
+    def values(codes: dict[tuple[str, int], pb.ErrorCode]) -> dict[str, Any]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in codes.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "error_code": wire_code(head, code)})
+        return {"throttle_time": 0, "topics": [{"name": t, "partitions": p}
+                                               for t, p in by_topic.items()]}
+
+    if not _may_write(s, transactional_id):
+        return _done(values({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}))
+    if not s.allowed(acls.READ, acls.GROUP, group_id):
+        return _done(values({tp: pb.GROUP_AUTHORIZATION_FAILED for tp in wanted}))
+    refused = {tp: pb.TOPIC_AUTHORIZATION_FAILED for tp in wanted
+               if not s.allowed(acls.READ, acls.TOPIC, tp[0])}
+    allowed = {tp: v for tp, v in wanted.items() if tp not in refused}
+    groups = s.group_coordinator
+    if groups is None:
+        raise LookupError("no group coordinator on this listener")
+    pending = group_service.txn_commit(
+        groups, s.metadata_cache, group_id=group_id, producer_id=int(body.producer_id),
+        producer_epoch=int(body.producer_epoch),
+        generation_id=int(getattr(body, "generation_id", -1)),
+        member_id=str(getattr(body, "member_id", "")),
+        group_instance_id=getattr(body, "group_instance_id", None), offsets=allowed)
+
+    async def answer() -> dict[str, Any]:
+        codes = await pending if allowed else {}
+        return values({**refused, **codes})
+    return answer()
+
+
+# Served once the log side of issue 27 is merged (the group coordinator's transactional
+# batches accepted): then these move into TXN_VERSIONS and TXN_HANDLERS.
+AFTER_LOG_SIDE_VERSIONS = {TXN_OFFSET_COMMIT: (0, 3)}
+AFTER_LOG_SIDE_HANDLERS = {TXN_OFFSET_COMMIT: on_txn_offset_commit}
 
 TXN_HANDLERS = {
     ADD_PARTITIONS_TO_TXN: on_add_partitions_to_txn,
