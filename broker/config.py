@@ -94,6 +94,7 @@ _BROKER_SETTINGS = {
     "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int),
     "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", _int),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", _int),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
@@ -200,6 +201,7 @@ class BrokerConfig:
     transaction_state_log_min_isr: int = 2
     transaction_state_log_segment_bytes: int = 100 * MIB
     transaction_max_timeout_ms: int = 900_000  # a producer's transaction.timeout.ms at most
+    transactional_id_expiration_ms: int = 604_800_000  # an idle id is then forgotten
     # How often open transactions are checked against their timeout (Kafka: 10 s).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).
@@ -292,6 +294,7 @@ class BrokerConfig:
             "transaction.state.log.min.isr": self.transaction_state_log_min_isr,
             "transaction.state.log.segment.bytes": self.transaction_state_log_segment_bytes,
             "transaction.max.timeout.ms": self.transaction_max_timeout_ms,
+            "transactional.id.expiration.ms": self.transactional_id_expiration_ms,
             "transaction.abort.timed.out.transaction.cleanup.interval.ms":
                 self.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             "producer.id.expiration.ms": self.producer_id_expiration_ms,

@@ -19,7 +19,8 @@ every transaction a previous coordinator left in PrepareCommit/PrepareAbort. Mea
 its ids' requests get COORDINATOR_LOAD_IN_PROGRESS. One it no longer leads is dropped:
 waiting requests answer NOT_COORDINATOR, its marker tasks stop at their next round.
 The same task ticks the loaded states every
-``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (timeouts).
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (timeouts, and ids idle
+for ``transactional.id.expiration.ms`` expired with a tombstone).
 
 Writes: each ``Write`` is one record in one RecordBatch appended with acks=all through
 ``ReplicaManager.produce_append``/``produce_watch``, in the order the state made them
@@ -92,7 +93,9 @@ class TransactionCoordinator:
         self.supervisor = supervisor  # the scan loop, the topic's creation, writes, markers
         self.marker_sender = marker_sender
         self.next_producer_id = next_producer_id  # the broker's id blocks (producer_ids.py)
-        self.settings = TxnSettings(transaction_max_timeout_ms=config.transaction_max_timeout_ms)
+        self.settings = TxnSettings(
+            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms)
         self.shards: dict[int, _Shard] = {}
         self._creating: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None

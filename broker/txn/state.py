@@ -51,6 +51,8 @@ Ongoing            timeout (tick)                       PrepareAbort epoch+1  (n
                                                         (write), markers
 PrepareCommit/     all markers written                  CompleteCommit/       (none)
 PrepareAbort                                            CompleteAbort (write)
+Empty, Complete*   idle for transactional.id.expiration Dead: a tombstone     (none)
+                   (tick)                               (write), forgotten
 ================== ==================================== ===================== =========
 
 Refusals (Kafka's): an unknown id or a different producer id is
@@ -119,6 +121,7 @@ PREPARE = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 @dataclass(frozen=True)
 class TxnSettings:
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,8 @@ class TransactionCoordinatorState:
         return self._complete(md, now_ms)
 
     def tick(self, now_ms: int) -> Ready:
-        """Abort timed-out transactions; write again a Complete* that failed."""
+        """Abort timed-out transactions; write again a Complete* that failed; expire ids
+        idle for ``transactional_id_expiration_ms`` (a tombstone, then forgotten)."""
         ready = Ready()
         for md in list(self.txns.values()):
             if md.pending is not None:
@@ -379,6 +383,9 @@ class TransactionCoordinatorState:
                 ready.extend(self._abort_fencing(md, now_ms, None))
             elif md.complete_due and md.state in PREPARE:
                 ready.extend(self._complete(md, now_ms))
+            elif (md.state in COMPLETE and now_ms - cur.last_update_ms
+                  >= self.settings.transactional_id_expiration_ms):
+                ready.extend(self._expire(md))
         return ready
 
     def on_write_done(self, write_id: int, error_code: pb.ErrorCode, now_ms: int) -> Ready:
@@ -458,6 +465,18 @@ class TransactionCoordinatorState:
                 md.complete_due = True  # the markers are written: only the record is due
             return Ready()
         return self._write(md, target, completed)
+
+    def _expire(self, md: TxnMetadata) -> Ready:
+        transactional_id = md.transactional_id
+
+        def expired(code: pb.ErrorCode, _now_ms: int) -> Ready:
+            if code == pb.NONE and self.txns.get(transactional_id) is md:
+                del self.txns[transactional_id]
+            return Ready()  # a failed tombstone: the id stays, a later tick tries again
+        ready = self._write(md, replace(md.current, state=TxnState.DEAD), expired)
+        ready.writes[0] = replace(ready.writes[0],
+                                  record=records.TxnLogRecord(transactional_id, None))
+        return ready
 
     def _marker_job(self, md: TxnMetadata) -> MarkerJob:
         cur = md.current

@@ -262,6 +262,28 @@ def test_a_failed_complete_write_is_written_again_by_tick():
     assert h.status("tx") == TxnState.COMPLETE_ABORT
 
 
+def test_an_idle_id_expires_with_a_tombstone_and_starts_over():
+    h = Harness()
+    h.state.settings = TxnSettings(60_000, transactional_id_expiration_ms=5000)
+    h.init("tx", now_ms=0)
+    h.add("tx", 1001, 0, ("a", 0), now_ms=10)
+    h.run(h.state.tick(20_000), 20_000)  # Ongoing past its timeout: aborted, not expired
+    h.write_markers(20_000)
+    h.run(h.state.tick(24_999), 24_999)
+    assert h.status("tx") == TxnState.COMPLETE_ABORT
+    h.fail_writes = pb.REQUEST_TIMED_OUT
+    h.run(h.state.tick(25_000), 25_000)
+    assert h.status("tx") == TxnState.COMPLETE_ABORT  # the tombstone failed: kept
+    h.fail_writes = None
+    h.run(h.state.tick(25_001), 25_001)
+    assert h.state.describe("tx") is None and h.log[-1].value is None
+    replayed = TransactionCoordinatorState(0)
+    for record in h.log:
+        replayed.replay(record)
+    assert replayed.txns == {}
+    assert h.init("tx", now_ms=30_000) == InitPidAnswer(pb.NONE, h.next_pid, 0)
+
+
 def test_abandon_answers_every_waiting_request_not_coordinator():
     state = TransactionCoordinatorState(0)
     state.init_producer_id("t", 0, transactional_id="tx", transaction_timeout_ms=1000,
