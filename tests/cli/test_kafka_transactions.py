@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from cluster_fixtures import run_tide, start_cluster, stop_cluster, wait_for
 
+from tidewater.broker.group.coordinator import partition_for
 from tidewater.broker.kafka import codec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -226,7 +227,12 @@ def test_the_coordinator_moves_when_its_partition_leader_is_killed(cluster):
     p = producer(cluster, "tx-moving")
     p.init_transactions(60)
     before = describe(cluster.kafka, "tx-moving")
-    victim, _ = coordinator_of(cluster.kafka, "tx-moving")
+    victim, address = coordinator_of(cluster.kafka, "tx-moving")
+    # A decided transaction on the same __transaction_state partition: its markers are
+    # due when the coordinator dies, and the next one must send them again.
+    prepared = next(f"tx-prepared-{i}" for i in range(1000)
+                    if partition_for(f"tx-prepared-{i}", 5) == partition_for("tx-moving", 5))
+    decided = prepare_commit(address, prepared)
     assert run_tide("cluster", "kill", str(victim), "--signal", "KILL",
                     "--data-dir", str(cluster.data_dir)).returncode == 0
     alive = ",".join(a for a in cluster.kafka.split(",")
@@ -242,6 +248,14 @@ def test_the_coordinator_moves_when_its_partition_leader_is_killed(cluster):
     after = wait_for(moved, "the coordinator on a surviving broker", timeout_s=90)
     assert (after.producer_id, after.producer_epoch, after.transaction_state) == (
         before.producer_id, before.producer_epoch, "Empty")
+    node, address = coordinator_of(alive, prepared)
+    [reloaded] = call(address, DESCRIBE_TRANSACTIONS, 0,
+                      {"transactional_ids": [prepared]}).transaction_states
+    assert (reloaded.producer_id, reloaded.producer_epoch, reloaded.transaction_state) == (
+        decided.producer_id, decided.producer_epoch, "PrepareCommit")  # until markers land
+    log = cluster.data_dir / f"broker-{node}.log"
+    wait_for(lambda: f"markers of {prepared!r}" in log.read_text(errors="replace"),
+             "the new coordinator sending the markers again", timeout_s=30)
     successor = producer(cluster, "tx-moving", **{"bootstrap.servers": alive})
     successor.init_transactions(60)
     bumped = wait_for(lambda: (s := describe(alive, "tx-moving")).error_code == 0 and s,
@@ -249,6 +263,28 @@ def test_the_coordinator_moves_when_its_partition_leader_is_killed(cluster):
     assert bumped.producer_epoch == before.producer_epoch + 1
     successor.begin_transaction()
     successor.commit_transaction(30)
+
+
+def prepare_commit(address: str, transactional_id: str) -> Any:
+    """A transaction of ``transactional_id`` on ``orders``-0 left in PrepareCommit (raw
+    InitProducerId, AddPartitionsToTxn, EndTxn commit); its state as described then."""
+    init = wait_for(lambda: (a := call(address, INIT_PRODUCER_ID, 4, {
+        "transactional_id": transactional_id, "transaction_timeout": 60_000,
+        "producer_id": -1, "producer_epoch": -1})).error_code == 0 and a, "InitProducerId")
+    added = call(address, ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": transactional_id,
+        "v3_and_below_producer_id": init.producer_id,
+        "v3_and_below_producer_epoch": init.producer_epoch,
+        "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    end = call(address, END_TXN, 3, {"transactional_id": transactional_id,
+                                     "producer_id": init.producer_id,
+                                     "producer_epoch": init.producer_epoch, "committed": True})
+    assert end.error_code == 0
+    [state] = call(address, DESCRIBE_TRANSACTIONS, 0,
+                   {"transactional_ids": [transactional_id]}).transaction_states
+    assert state.transaction_state == "PrepareCommit"
+    return state
 
 
 def _is_node(c, address: str, node: int) -> bool:
