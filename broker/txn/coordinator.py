@@ -101,6 +101,7 @@ class TransactionCoordinator:
         self._task: asyncio.Task[None] | None = None
         self._load_retry_at: dict[int, int] = {}  # partition -> mono ms (a failed load)
         self._next_tick_ms = 0
+        self._marker_tasks: set[asyncio.Task[None]] = set()  # cancelled by stop()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -113,6 +114,10 @@ class TransactionCoordinator:
             await asyncio.gather(self._task, return_exceptions=True)
         for shard in list(self.shards.values()):
             self._drop(shard)
+        markers = list(self._marker_tasks)
+        for task in markers:
+            task.cancel()  # a marker loop may sleep for its back-off: not waited out
+        await asyncio.gather(*markers, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
@@ -317,8 +322,11 @@ class TransactionCoordinator:
             self.supervisor.spawn(self._append(shard, write),
                                   f"txn-write-{shard.partition}-{write.write_id}")
         for job in ready.markers:
-            self.supervisor.spawn(self._send_markers(shard, job),
-                                  f"txn-markers-{job.transactional_id}-{job.producer_epoch}")
+            task = self.supervisor.spawn(
+                self._send_markers(shard, job),
+                f"txn-markers-{job.transactional_id}-{job.producer_epoch}")
+            self._marker_tasks.add(task)
+            task.add_done_callback(self._marker_tasks.discard)
 
     async def _send_markers(self, shard: _Shard, job: MarkerJob) -> None:
         def current() -> bool:
