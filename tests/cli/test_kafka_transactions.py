@@ -1,7 +1,8 @@
 """Issue 27, the transaction coordinator through real processes: confluent-kafka's
 transactional producer (init, fencing, empty commit and abort), DescribeTransactions and
 ListTransactions on the Kafka listener, the coordinator's timeout abort, and the
-coordinator moving when the leader of its ``__transaction_state`` partition is killed.
+coordinator moving when the leader of its ``__transaction_state`` partition is killed;
+kafka-python's transactional producer and admin client.
 
 Records in transactions need the log side of issue 27 (WriteTxnMarkers, transactional
 batches): until it is merged the coordinator's markers are not written, so an aborted
@@ -290,3 +291,26 @@ def prepare_commit(address: str, transactional_id: str) -> Any:
 def _is_node(c, address: str, node: int) -> bool:
     """Is ``address`` the Kafka listener of broker ``node``?"""
     return c.manifest()["processes"][f"broker-{node}"]["kafka"] == address
+
+
+def test_kafka_python_producer_and_admin_client(cluster):
+    """kafka-python (another lineage, older versions): its transactional producer and its
+    admin client's DescribeTransactions and ListTransactions."""
+    kafka = pytest.importorskip("kafka")
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.kafka.split(","),
+                                   transactional_id="tx-python")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.commit_transaction()
+    admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka.split(","))
+    try:
+        described = admin.describe_transactions(["tx-python"])["tx-python"]
+        assert (described.state, described.producer_epoch, described.topic_partitions) == (
+            "Empty", 0, set())
+        listed = admin.list_transactions(state_filters=["Empty"])  # every live broker asked
+        found = [t for listings in listed.values() for t in listings
+                 if t.transactional_id == "tx-python"]
+        assert [(t.producer_id, t.state) for t in found] == [(described.producer_id, "Empty")]
+    finally:
+        admin.close()
+        producer.close()
