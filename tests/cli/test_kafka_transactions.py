@@ -314,3 +314,32 @@ def test_kafka_python_producer_and_admin_client(cluster):
     finally:
         admin.close()
         producer.close()
+
+
+def test_aiokafka_transactional_producer(cluster):
+    """aiokafka (asyncio, its own protocol versions): init, an empty transaction, and
+    fencing by a second producer with the same transactional id."""
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    async def run() -> None:
+        first = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka,
+                                          transactional_id="tx-aio")
+        await first.start()
+        try:
+            async with first.transaction():
+                pass
+            second = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka,
+                                               transactional_id="tx-aio")
+            await second.start()
+            try:
+                state = describe(cluster.kafka, "tx-aio")
+                assert (state.transaction_state, state.producer_epoch) == ("Empty", 1)
+                with pytest.raises(aiokafka.errors.ProducerFenced):
+                    async with first.transaction():
+                        await first.send_and_wait("orders", b"from the zombie")
+            finally:
+                await second.stop()
+        finally:
+            await first.stop()
+    asyncio.run(run())
