@@ -1,4 +1,5 @@
-"""Kafka's InitProducerId (key 22) for idempotent producers, on the broker's gRPC path.
+"""Kafka's InitProducerId (key 22): idempotent producers from the broker's id blocks (the
+same path as gRPC's); transactional ones from the transaction coordinator.
 
 Versions 0-5: Kafka 3.x's InitProducerIdRequest.json has 0-4 (v1 = v0, v2+
 flexible, v3+ carry the producer's current id and epoch, v4 lets transactions
