@@ -50,7 +50,9 @@ def call(address: str, api_key: int, version: int, values: dict[str, Any]) -> An
         s.sendall(codec.encode_request(api_key, version, 7, values))
         size = b""
         while len(size) < 4:
-            size += s.recv(4 - len(size))
+            chunk = s.recv(4 - len(size))
+            assert chunk, "connection closed before an answer"
+            size += chunk
         (length,) = struct.unpack(">i", size)
         frame = b""
         while len(frame) < length:
