@@ -88,6 +88,15 @@ _BROKER_SETTINGS = {
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", _int),
+    "transaction.state.log.replication.factor": ("transaction_state_log_replication_factor",
+                                                 _int),
+    "transaction.state.log.min.isr": ("transaction_state_log_min_isr", _int),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", _int),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms", _int),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
@@ -183,6 +192,18 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3000
+    # The transaction coordinator (broker/txn), Kafka's names and defaults. The
+    # transaction state topic is created with these on the first FindCoordinator for a
+    # transactional id; the replication factor is capped at the live broker count then,
+    # and min.insync.replicas at the replication factor.
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 * MIB
+    transaction_max_timeout_ms: int = 900_000  # a producer's transaction.timeout.ms at most
+    transactional_id_expiration_ms: int = 604_800_000  # an idle id is then forgotten
+    # How often open transactions are checked against their timeout (Kafka: 10 s).
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).
     producer_id_expiration_ms: int = 86_400_000
     # The log cleaner of cleanup.policy=compact topics (broker/storage/cleaner.py), Kafka's
@@ -267,6 +288,15 @@ class BrokerConfig:
             "offsets.retention.minutes": self.offsets_retention_minutes,
             "offsets.retention.check.interval.ms": self.offsets_retention_check_interval_ms,
             "group.min.session.timeout.ms": self.group_min_session_timeout_ms,
+            "transaction.state.log.num.partitions": self.transaction_state_log_num_partitions,
+            "transaction.state.log.replication.factor":
+                self.transaction_state_log_replication_factor,
+            "transaction.state.log.min.isr": self.transaction_state_log_min_isr,
+            "transaction.state.log.segment.bytes": self.transaction_state_log_segment_bytes,
+            "transaction.max.timeout.ms": self.transaction_max_timeout_ms,
+            "transactional.id.expiration.ms": self.transactional_id_expiration_ms,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms":
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             "producer.id.expiration.ms": self.producer_id_expiration_ms,
         }
         for name, value in positive.items():

@@ -51,6 +51,8 @@ from tidewater.broker.servicers.grpc_server import (
 from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.txn.coordinator import TransactionCoordinator
+from tidewater.broker.txn.markers import UnwiredMarkerSender
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
@@ -71,6 +73,7 @@ class BrokerProcess:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
@@ -137,6 +140,13 @@ class BrokerProcess:
         self.group_coordinator = GroupCoordinator(
             replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
             controller=forwarder, config=c, supervisor=self.supervisor)
+        # Markers go through the port of broker/txn/markers.py; UnwiredMarkerSender until
+        # partition leaders serve WriteTxnMarkers (issue 27's log side): the wiring point.
+        self.txn_coordinator = TransactionCoordinator(
+            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            controller=forwarder, config=c, supervisor=self.supervisor,
+            marker_sender=UnwiredMarkerSender(),
+            next_producer_id=self.replica_manager.producer_ids.next_producer_id)
         # Clients' admin calls on gRPC are checked first when security is on.
         guarded = (GuardedControllerForwarder(forwarder, self.security)
                    if self.security.secured else forwarder)
@@ -172,6 +182,7 @@ class BrokerProcess:
             self.metrics.serve(c.listen[0], c.metrics_port)
         self.replica_manager.start()
         self.group_coordinator.start()
+        self.txn_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
                                                       "controller-session")
 
@@ -189,6 +200,7 @@ class BrokerProcess:
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,
                             group_coordinator=self.group_coordinator,
+                            txn_coordinator=self.txn_coordinator,
                             auto_create=self.auto_create,
                             broker_configs=self._broker_configs)
         listener = KafkaListener(
@@ -254,6 +266,8 @@ class BrokerProcess:
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
         await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
+        if self.txn_coordinator is not None:
+            await self.txn_coordinator.stop()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
         if self.replica_manager is not None:

@@ -233,6 +233,39 @@ class CoordinatorLoadInProgressError(TidewaterError):
     retriable = True
 
 
+class ConcurrentTransactionsError(TidewaterError):
+    """The transactional id has a state change in flight (a write, or markers being
+    written): the producer retries after a back-off."""
+
+    error_code = pb.CONCURRENT_TRANSACTIONS
+    retriable = True
+
+
+class ProducerFencedError(TidewaterError):
+    """A newer producer with the same transactional id (or the coordinator, at a
+    timeout) bumped the epoch: this producer is a zombie and must close."""
+
+    error_code = pb.PRODUCER_FENCED
+
+
+class InvalidTxnStateError(TidewaterError):
+    """The request does not fit the transaction's state (EndTxn with nothing open)."""
+
+    error_code = pb.INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(TidewaterError):
+    """The producer id is not the one the coordinator holds for the transactional id."""
+
+    error_code = pb.INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(TidewaterError):
+    """transaction.timeout.ms is not above 0 or exceeds transaction.max.timeout.ms."""
+
+    error_code = pb.INVALID_TRANSACTION_TIMEOUT
+
+
 class CorruptFileError(TidewaterError):
     """A checkpoint or index file on disk is malformed."""
 

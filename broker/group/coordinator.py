@@ -25,6 +25,18 @@ Writes: each ``Write`` of a Ready is one RecordBatch appended with acks=all thro
 purgatory), in the order the state made them (one lock per partition), and only if
 the partition's leader epoch is still the loaded one; its outcome goes back to the
 state, whose Ready carries the answers that waited for it.
+
+Transactional offsets (TxnOffsetCommit, issue 27): a ``Write`` with a ``producer`` is
+appended as Kafka's coordinator does, a transactional batch of that producer id and
+epoch without a sequence; once durable its offsets are *held* per producer id
+(``GroupCoordinatorState.pending_txn_offsets``), invisible to OffsetFetch. The
+transaction's marker makes them visible (COMMIT) or drops them (ABORT): at run time the
+log side's WriteTxnMarkers, after appending the marker to an ``__consumer_offsets``
+partition led here, calls ``complete_transaction(partition, producer_id, committed)``;
+a loader meets the same marker in the log (a control batch whose record key is version
+int16, type int16: 0 ABORT, 1 COMMIT) and applies it in log order, after the
+transactional batches it closes. Until the log accepts such batches (a producer id
+without a sequence is refused today) TxnOffsetCommit is not advertised.
 """
 
 from __future__ import annotations
@@ -50,7 +62,12 @@ from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.batch import iter_batches
+from tidewater.proto.batch import (
+    ATTRIBUTES_OFFSET,
+    TRANSACTIONAL_MASK,
+    iter_batches,
+    set_producer_fields,
+)
 from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.records import decode_batch_records, encode_batch
 from tidewater.proto.supervisor import TaskSupervisor
@@ -70,6 +87,31 @@ def java_string_hash(text: str) -> int:
     for i in range(0, len(raw), 2):
         h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def control_marker_committed(key: bytes | None) -> bool | None:
+    """A control record's key (version int16, type int16: 0 ABORT, 1 COMMIT) as
+    committed or not; None for another control type or a key that does not parse."""
+    if key is None or len(key) < 4:
+        return None
+    kind = int.from_bytes(key[2:4], "big", signed=True)
+    return {0: False, 1: True}.get(kind)
+
+
+def write_batch(write: Write) -> bytes:
+    """The RecordBatch of a Write: plain, or for TxnOffsetCommit Kafka's transactional
+    batch of the producer id and epoch with no sequence (a coordinator's append)."""
+    pairs = [(records.encode_key(r), records.encode_value(r)) for r in write.records]
+    if write.producer is None:
+        return encode_batch(pairs)
+    producer_id, producer_epoch = write.producer
+    built = bytearray(encode_batch(pairs, producer_id=producer_id,
+                                   producer_epoch=producer_epoch))
+    attributes = int.from_bytes(built[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2], "big")
+    built[ATTRIBUTES_OFFSET:ATTRIBUTES_OFFSET + 2] = (
+        attributes | TRANSACTIONAL_MASK).to_bytes(2, "big")
+    set_producer_fields(built, producer_id, producer_epoch, -1)  # rewrites the CRC
+    return bytes(built)
 
 
 def partition_for(group_id: str, partition_count: int) -> int:
@@ -198,11 +240,20 @@ class GroupCoordinator:
             data = bytes(chunk.records)
             for position, header in iter_batches(data):
                 if header.is_control:
+                    for marker in decode_batch_records(data, position, header):
+                        committed = control_marker_committed(marker.key)
+                        if committed is not None:
+                            shard.state.complete_txn(header.producer_id, committed)
                     offset = header.next_offset
                     continue
+                transactional = bool(header.attributes & TRANSACTIONAL_MASK)
                 for record in decode_batch_records(data, position, header):
                     try:
-                        shard.state.replay(records.decode(record.key, record.value), wall_ms())
+                        decoded = records.decode(record.key, record.value)
+                        if transactional and isinstance(decoded, records.OffsetCommitRecord):
+                            shard.state.replay_txn_offset(decoded, header.producer_id)
+                        else:
+                            shard.state.replay(decoded, wall_ms())
                         count += 1
                     except records.GroupRecordError as e:
                         skipped += 1
@@ -325,8 +376,7 @@ class GroupCoordinator:
 
     async def _append_acks_all(self, shard: _Shard, write: Write) -> pb.ErrorCode:
         rm = self.replica_manager
-        batch = encode_batch([(records.encode_key(r), records.encode_value(r))
-                              for r in write.records])
+        batch = write_batch(write)
         request = pb.ProduceRequest(acks=-1, timeout_ms=self.config.offsets_commit_timeout_ms)
         request.partitions.add(topic=OFFSETS_TOPIC, partition=shard.partition, records=batch)
         if shard.write_lock is None:
@@ -349,6 +399,17 @@ class GroupCoordinator:
             return (await outcome).partitions[0].error_code
         finally:
             withdraw()
+
+    def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> None:
+        """The COMMIT or ABORT marker of ``producer_id``'s transaction is durable in
+        ``__consumer_offsets-<partition>`` (led here): its TxnOffsetCommit offsets become
+        visible or are dropped. The log side's WriteTxnMarkers calls this on the
+        partition's leader after the marker's append (Kafka's
+        ``GroupCoordinator.scheduleHandleTxnCompletion``); a loader gets the same from the
+        marker in the log."""
+        shard = self.shards.get(partition)
+        if shard is not None and shard.loaded:
+            shard.state.complete_txn(producer_id, committed)
 
     # ------------------------------------------------------------ views across partitions
 

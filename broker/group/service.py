@@ -112,6 +112,38 @@ def commit(coordinator: GroupCoordinator, metadata_cache: MetadataCache, *, grou
     return answer()
 
 
+def txn_commit(coordinator: GroupCoordinator, metadata_cache: MetadataCache, *,
+               group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+               member_id: str, group_instance_id: str | None,
+               offsets: dict[TopicPartition, tuple[int, int, str]]
+               ) -> Awaitable[dict[TopicPartition, pb.ErrorCode]]:
+    """TxnOffsetCommit: each partition's error code once the offsets are durable (and
+    held until the transaction's marker); partitions of no known topic are refused."""
+    refused = {tp: pb.UNKNOWN_TOPIC_OR_PARTITION for tp in offsets
+               if metadata_cache.partition_state(*tp) is None}
+    wanted = {tp: v for tp, v in offsets.items() if tp not in refused}
+    if not wanted:
+        return _value(refused)
+    try:
+        pending = coordinator.request(group_id, lambda state, token, now_ms:
+                                      state.txn_commit_offsets(
+                                          token, now_ms, group_id=group_id,
+                                          producer_id=producer_id,
+                                          producer_epoch=producer_epoch,
+                                          generation_id=generation_id, member_id=member_id,
+                                          group_instance_id=group_instance_id,
+                                          offsets=wanted))
+    except CoordinatorError as e:
+        return _value({tp: e.error_code for tp in offsets})
+
+    async def answer() -> dict[TopicPartition, pb.ErrorCode]:
+        result = await pending
+        if not isinstance(result, CommitAnswer):
+            raise InvariantViolation(f"a TxnOffsetCommit answered with {result!r}")
+        return {**refused, **result.errors}
+    return answer()
+
+
 def fetch_offsets(coordinator: GroupCoordinator, group_id: str,
                   partitions: list[TopicPartition] | None
                   ) -> tuple[pb.ErrorCode, dict[TopicPartition, CommittedOffset | None]]:

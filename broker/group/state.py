@@ -64,7 +64,7 @@ import itertools
 import struct
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidewater.broker.group import records
@@ -229,6 +229,9 @@ class Write:
 
     write_id: int
     records: tuple[records.GroupRecord, ...]
+    # (producer id, epoch) of a TxnOffsetCommit: the shell writes a transactional batch,
+    # whose offsets count only once the transaction's COMMIT marker follows it.
+    producer: tuple[int, int] | None = None
 
 
 @dataclass
@@ -327,6 +330,11 @@ class GroupCoordinatorState:
         self._pending_writes: dict[int, _PendingWrite] = {}
         self._next_expiry_check_ms: int | None = None
         self._expiring: set[str] = set()  # groups with an expiry write in flight
+        # TxnOffsetCommit's offsets, durable but held until the transaction's marker:
+        # producer id -> (group, (topic, partition)) -> offset (Kafka's
+        # pendingTransactionalOffsetCommits).
+        self.pending_txn_offsets: dict[int, dict[tuple[str, tuple[str, int]],
+                                                 CommittedOffset]] = {}
         self._new_member_id = new_member_id or (lambda client_id: f"{client_id}-{uuid.uuid4()}")
 
     # ------------------------------------------------------------ loading
@@ -829,6 +837,77 @@ class GroupCoordinatorState:
             return Ready(replies=[(token, CommitAnswer(answer))])
         return Ready(writes=[self._write(group, recs, written)])
 
+    def txn_commit_offsets(self, token: Any, now_ms: int, *, group_id: str, producer_id: int,
+                           producer_epoch: int, generation_id: int, member_id: str,
+                           group_instance_id: str | None,
+                           offsets: dict[tuple[str, int], tuple[int, int, str]]) -> Ready:
+        """TxnOffsetCommit: the offsets are written in a transactional batch of the
+        producer and held in ``pending_txn_offsets`` until ``complete_txn`` (the marker of
+        the transaction in this partition) commits or drops them. The group is checked
+        only when the request names a generation (KIP-447, v3+); otherwise, as Kafka,
+        any group id is taken (the transaction coordinator checked the producer)."""
+        group = self.groups.get(group_id)
+        code = pb.NONE
+        if not group_id:
+            code = pb.INVALID_GROUP_ID
+        elif group is not None and group.fenced(member_id, group_instance_id):
+            code = pb.FENCED_INSTANCE_ID
+        elif group is not None and group.state == GroupState.DEAD:
+            code = pb.COORDINATOR_NOT_AVAILABLE
+        elif generation_id >= 0:
+            if group is None or generation_id != group.generation:
+                code = pb.ILLEGAL_GENERATION
+            elif member_id not in group.members:
+                code = pb.UNKNOWN_MEMBER_ID
+        if code != pb.NONE:
+            return Ready(replies=[(token, CommitAnswer({tp: code for tp in offsets}))])
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
+        errors: dict[tuple[str, int], pb.ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
+                errors[tp] = pb.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(offset, leader_epoch, metadata or "", now_ms)
+        if not accepted:
+            return Ready(replies=[(token, CommitAnswer(errors))])
+        recs = tuple(records.OffsetCommitRecord(group_id, tp[0], tp[1], records.OffsetCommitValue(
+            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
+            for tp, c in accepted.items())
+
+        def written(code: pb.ErrorCode, done_ms: int) -> Ready:
+            answer = dict(errors)
+            if code == pb.NONE:
+                held = self.pending_txn_offsets.setdefault(producer_id, {})
+                for tp, c in accepted.items():
+                    held[(group_id, tp)] = c
+            for tp in accepted:
+                answer[tp] = coordinator_error_for_write(code)
+            return Ready(replies=[(token, CommitAnswer(answer))])
+        write = self._write(group, recs, written)
+        return Ready(writes=[replace(write, producer=(producer_id, producer_epoch))])
+
+    def replay_txn_offset(self, record: records.OffsetCommitRecord, producer_id: int) -> None:
+        """An offset read back from a transactional batch: held until its marker."""
+        if record.value is not None:
+            v = record.value
+            self.pending_txn_offsets.setdefault(producer_id, {})[
+                (record.group_id, (record.topic, record.partition))] = CommittedOffset(
+                    v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms)
+
+    def complete_txn(self, producer_id: int, committed: bool) -> None:
+        """The marker of ``producer_id``'s transaction is in this partition (written
+        now, or read back while loading): its held offsets become committed offsets
+        (COMMIT) or are dropped (ABORT). No write: the marker is the durable record."""
+        held = self.pending_txn_offsets.pop(producer_id, {})
+        if not committed:
+            return
+        for (group_id, tp), offset in held.items():
+            group = self.groups.setdefault(group_id, Group(group_id))
+            if group.state != GroupState.DEAD:
+                group.offsets[tp] = offset
+
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], CommittedOffset | None]:
         """Committed offsets of ``partitions`` (None: every partition with one)."""
@@ -928,4 +1007,5 @@ class GroupCoordinatorState:
                     ready.replies.append((m.sync_token, SyncAnswer(pb.NOT_COORDINATOR)))
                     m.sync_token = None
         self.groups.clear()
+        self.pending_txn_offsets.clear()
         return ready

@@ -27,7 +27,8 @@ group APIs            ...   8, 9, 10-16, 42: ``group_apis`` (the group coordinat
 SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
 SaslAuthenticate (36) 0-2   ``sasl``
 ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
-InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
+InitProducerId (22)   0-5   ``producer_apis.py``; with a transactional id ``txn_apis.py``
+transaction APIs      ...   24, 25, 26, 65, 66: ``txn_apis`` (the transaction coordinator)
 DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
 DescribeLogDirs (35)  1-4   the data dir, replicas' sizes (``log_apis.py``)
 ===================== ===== ======================================================
@@ -78,12 +79,14 @@ from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID_VERSIONS,
     on_init_producer_id,
 )
+from tidewater.broker.kafka.txn_apis import TXN_HANDLERS, TXN_VERSIONS
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.replication.control_rules import client_fetch_refusal
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.serving.fetch import FetchedPartition
-from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
+from tidewater.broker.storage.topics import COORDINATOR_TOPICS
+from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
@@ -122,6 +125,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     sasl.SASL_AUTHENTICATE: (0, 2),
     **security_apis.SUPPORTED,
     INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
+    **TXN_VERSIONS,
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
 }
@@ -161,6 +165,7 @@ class Services:
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
+    txn_coordinator: TransactionCoordinator | None = None  # transactions (broker/txn)
     # This broker's settings as DescribeConfigs lists them (``broker_configs``).
     broker_configs: Callable[[], list[BrokerConfigEntry]] = list
     # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
@@ -236,7 +241,7 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         _maybe_auto_create(s, answer, hidden, allow)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
-        "is_internal": t.name == CONSUMER_OFFSETS_TOPIC,
+        "is_internal": t.name in COORDINATOR_TOPICS,
         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -696,6 +701,7 @@ HANDLERS: dict[int, Handler] = {
     sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
     **security_apis.HANDLERS,
     INIT_PRODUCER_ID: on_init_producer_id,
+    **TXN_HANDLERS,
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
 }

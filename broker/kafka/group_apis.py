@@ -3,7 +3,8 @@
 ===================== ===== ======================================================
 API (key)             vers  notes
 ===================== ===== ======================================================
-FindCoordinator (10)  0-4   groups only (key type 0); creates __consumer_offsets
+FindCoordinator (10)  0-4   groups (key type 0; creates __consumer_offsets);
+                            transactions (key type 1: ``txn_apis``)
 JoinGroup (11)        0-9   KIP-394 member ids from v4; static members (KIP-345) from v5
 SyncGroup (14)        0-5
 Heartbeat (12)        0-4
@@ -32,8 +33,10 @@ from typing import Any, Protocol
 from tidewater.broker.group import service
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
+from tidewater.broker.kafka import txn_apis
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
 from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 
@@ -68,6 +71,9 @@ class GroupServices(Protocol):
 
     @property
     def group_coordinator(self) -> GroupCoordinator | None: ...
+
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator | None: ...
 
     @property
     def metadata_cache(self) -> MetadataCache: ...
@@ -117,9 +123,14 @@ async def on_find_coordinator(s: GroupServices, head: RequestHead, body: Request
     # (key, error code, node id, host, port, error message)
     found: list[tuple[str, pb.ErrorCode, int, str, int, str | None]] = []
     for key in keys:
+        if key_type == txn_apis.TRANSACTION_KEY_TYPE:
+            node = await txn_apis.find_txn_coordinator(s, key, s.listener_name)
+            found.append((key, node.error_code, node.node_id, node.host, node.port,
+                          node.message or None))
+            continue
         if key_type != GROUP_KEY_TYPE:
             found.append((key, pb.INVALID_REQUEST, -1, "", -1,
-                          "only group coordinators (key type 0) are served"))
+                          "only group (0) and transaction (1) coordinators are served"))
             continue
         if (code := authorize_group(s, head, "DESCRIBE", key)) is not None:
             found.append((key, code, -1, "", -1, None))

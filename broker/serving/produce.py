@@ -35,7 +35,7 @@ from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.broker.storage.log import AppendInfo
-from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
+from tidewater.broker.storage.topics import COORDINATOR_TOPICS
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     CorruptRecordError,
@@ -152,7 +152,7 @@ class ProducePath:
             result = response.partitions.add(topic=topic, partition=partition_index,
                                              error_code=pb.NONE, base_offset=-1)
             try:
-                if topic == CONSUMER_OFFSETS_TOPIC and not internal_topics_allowed:
+                if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
                     raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
                 info, wait = await self._append_as_leader(partition, topic, data.records,

@@ -1,0 +1,1 @@
+"""The transaction coordinator (issue 27): see state.py."""
