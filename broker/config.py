@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.broker.replication.replica import FollowerOptions
+from tidewater.broker.security.inter_broker import CredentialsFileError, InterBrokerCredentials
 from tidewater.broker.security.settings import (
     SASL_MECHANISMS,
     SECURITY_SETTING_NAMES,
@@ -50,6 +51,10 @@ def _rack(name: str, value: str) -> str:
         raise ConfigError(f"{name}: expected at most {RACK_CHARS_MAX} printable characters "
                           f"without spaces, got {value!r}")
     return rack
+
+
+def _text(name: str, value: str) -> str:
+    return value.strip()
 
 
 def _bool(name: str, value: str) -> bool:
@@ -93,6 +98,7 @@ _BROKER_SETTINGS = {
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "inter.broker.credentials.file": ("inter_broker_credentials_file", _text),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -203,6 +209,11 @@ class BrokerConfig:
     tls: TlsFiles | None = None
     # --sasl-mechanisms, --authorizer, --super-users (broker/security/settings.py).
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    # The SASL user this broker authenticates as on other brokers' INTERNAL listeners
+    # (a Kafka client properties file: sasl.username, sasl.password); "" for none.
+    # With SASL or an authorizer, leaders take follower fetches only from a super user
+    # (or a principal with CLUSTER_ACTION): broker/security/inter_broker.py.
+    inter_broker_credentials_file: str = ""
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -291,6 +302,11 @@ class BrokerConfig:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
+        if self.inter_broker_credentials_file:
+            try:
+                InterBrokerCredentials.read(self.inter_broker_credentials_file)
+            except CredentialsFileError as e:
+                raise ConfigError(f"inter.broker.credentials.file: {e}") from None
 
     @property
     def follower_options(self) -> FollowerOptions:

@@ -41,6 +41,7 @@ from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
+from tidewater.broker.security.inter_broker import InterBrokerCredentials
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.grpc_server import (
@@ -117,6 +118,10 @@ class BrokerProcess:
         tls = c.tls.load() if c.tls is not None else None  # TlsConfigError: cannot start
         # What this broker presents on its own channels (to the controller, to leaders).
         member_credentials = channel_credentials(tls) if tls is not None else None
+        # And the SASL user it fetches as (CredentialsFileError: cannot start).
+        inter_broker_metadata = (
+            InterBrokerCredentials.read(c.inter_broker_credentials_file).call_metadata()
+            if c.inter_broker_credentials_file else ())
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
@@ -131,6 +136,7 @@ class BrokerProcess:
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
             channel_credentials=member_credentials,
+            fetch_call_metadata=inter_broker_metadata,
             allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
@@ -150,7 +156,8 @@ class BrokerProcess:
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
-                                             authenticating=tls is not None)
+                                             authenticating=tls is not None,
+                                             security=self.security)
                        if internal else None)
             # Mutual TLS where cluster members connect; clients need no certificate.
             credentials = (server_credentials(tls, require_client_auth=internal)

@@ -268,7 +268,7 @@ class LeaderFetcher:
         """
         call = self._stream
         if call is None:
-            call = self._stream = stub.ReplicaFetch()
+            call = self._stream = stub.ReplicaFetch(metadata=self.manager.call_metadata or None)
         try:
             request, sent = self._fetch_request(fetching)
             await call.write(request)
@@ -358,7 +358,8 @@ class LeaderFetcher:
             sent[(partition.tp.topic, partition.tp.partition)] = (partition, leader_epoch)
         if not sent:
             return
-        response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
+        response = await stub.OffsetForLeaderEpoch(
+            request, timeout=RPC_MARGIN_S, metadata=self.manager.call_metadata or None)
         for answer in response.partitions:
             asked = sent.pop((answer.topic, answer.partition), None)
             if asked is None:
@@ -436,10 +437,14 @@ class FetcherManager:
     def __init__(self, *, config: BrokerConfig, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, broker_epoch: Callable[[], int],
                  leader_endpoint: Callable[[int], tuple[str, int] | None],
-                 channel_credentials: grpc.ChannelCredentials | None = None):
+                 channel_credentials: grpc.ChannelCredentials | None = None,
+                 call_metadata: tuple[tuple[str, str], ...] = ()):
         self.config = config
         # TLS: present this broker's certificate (leaders take ReplicaFetch from broker-<id>).
         self.channel_credentials = channel_credentials
+        # SASL: this broker's user on every call to a leader (with SASL or an authorizer,
+        # leaders take follower fetches only from a principal with CLUSTER_ACTION).
+        self.call_metadata = call_metadata
         self.broker_id = config.broker_id
         self.carrier = carrier
         self.supervisor = supervisor

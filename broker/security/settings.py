@@ -26,6 +26,7 @@ from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
 from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
+from tidewater.broker.security.inter_broker import may_fetch_as_follower
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
 from tidewater.proto.scram import MECHANISMS, ScramCredential
 
@@ -162,6 +163,11 @@ class BrokerSecurity:
     def allows(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
         authorizer = self.authorizer()
         return authorizer is None or authorizer.allows(session, operation, resource_type, name)
+
+    def may_fetch_as_follower(self, session: Session) -> bool:
+        """CLUSTER_ACTION on the cluster (``inter_broker.may_fetch_as_follower``)."""
+        return may_fetch_as_follower(session, has_authorizer=self.settings.authorizer != "none",
+                                     allows=self.allows, super_users=self.settings.super_users)
 
     def allows_any(self, session: Session, operation: int, resource_type: int) -> bool:
         """May ``session`` do ``operation`` on some resource of the type (KIP-679)?"""
