@@ -14,6 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.kafka.connection_quotas import (
+    KAFKA_INT_MAX,
+    ConnectionLimits,
+    parse_per_ip_overrides,
+)
 from tidewater.broker.replication.replica import FollowerOptions
 from tidewater.broker.security.inter_broker import CredentialsFileError, InterBrokerCredentials
 from tidewater.broker.security.settings import (
@@ -99,6 +104,13 @@ _BROKER_SETTINGS = {
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
     "inter.broker.credentials.file": ("inter_broker_credentials_file", _text),
+    "max.connections": ("max_connections", _int),
+    "max.connections.per.ip": ("max_connections_per_ip", _int),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _text),
+    "max.connection.creation.rate": ("max_connection_creation_rate", _int),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int),
+    "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
+                                                  _int),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -214,6 +226,16 @@ class BrokerConfig:
     # With SASL or an authorizer, leaders take follower fetches only from a super user
     # (or a principal with CLUSTER_ACTION): broker/security/inter_broker.py.
     inter_broker_credentials_file: str = ""
+    # The Kafka listeners' connections (broker/kafka/connection_quotas.py), Kafka's names
+    # and defaults: refused beyond these counts and rate; closed after this long idle.
+    max_connections: int = KAFKA_INT_MAX
+    max_connections_per_ip: int = KAFKA_INT_MAX
+    max_connections_per_ip_overrides: str = ""  # host:count,host:count
+    max_connection_creation_rate: int = KAFKA_INT_MAX  # per second (KIP-612)
+    connections_max_idle_ms: int = 600_000
+    # KIP-306: a failed SASL authentication is answered (and closed) this late, so a
+    # password guesser gets few guesses per second per connection.
+    connection_failed_authentication_delay_ms: int = 100
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -302,11 +324,28 @@ class BrokerConfig:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
+        if self.connection_failed_authentication_delay_ms < 0:
+            raise ConfigError("connection.failed.authentication.delay.ms must not be negative")
+        try:
+            self.connection_limits  # noqa: B018  (validates)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.inter_broker_credentials_file:
             try:
                 InterBrokerCredentials.read(self.inter_broker_credentials_file)
             except CredentialsFileError as e:
                 raise ConfigError(f"inter.broker.credentials.file: {e}") from None
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        """The Kafka listeners' connection limits; ValueError for a bad value."""
+        return ConnectionLimits(
+            connections_max=self.max_connections,
+            connections_per_ip_max=self.max_connections_per_ip,
+            connections_per_ip_overrides=parse_per_ip_overrides(
+                self.max_connections_per_ip_overrides),
+            connection_creation_rate_max=self.max_connection_creation_rate,
+            idle_ms=self.connections_max_idle_ms)
 
     @property
     def follower_options(self) -> FollowerOptions:

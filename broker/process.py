@@ -31,12 +31,14 @@ import time
 
 import grpc
 
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, broker_config_entries
+from tidewater.broker.kafka.connection_quotas import ConnectionQuotas
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -69,6 +71,8 @@ class BrokerProcess:
         self.metrics = BrokerMetrics(config.broker_id)
         self.metadata_cache = MetadataCache()
         self.security = BrokerSecurity(config.security, self.metadata_cache)
+        # One count for every Kafka listener (max.connections is the broker's).
+        self.connection_quotas = ConnectionQuotas(config.connection_limits, mono_ms())
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -203,7 +207,10 @@ class BrokerProcess:
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
             unauthenticated_request_bytes_max=c.sasl_server_max_receive_size,
             observe=self._observe_kafka_request,
-            ssl_context=ssl_context, security=self.security)
+            ssl_context=ssl_context, security=self.security,
+            quotas=self.connection_quotas,
+            on_refused=lambda limit: self.metrics.kafka_connections_refused.labels(limit).inc(),
+            on_idle_closed=self.metrics.kafka_connections_closed_idle.inc)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound

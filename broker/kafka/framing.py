@@ -21,9 +21,17 @@ reader as a read-only memoryview.
 
 Limits: a size outside ``1..frame_bytes_max`` is reported to the reader as
 ``FrameSizeError`` before any buffer for it is allocated, and reading stops. A
-large frame's buffer starts at ``FRAME_BUFFER_INITIAL_BYTES`` at most and doubles
-as bytes arrive (a copy each time), so memory follows what a client sent, not what
-its size prefix claims.
+large frame's buffer starts at twice what has arrived of it, at least
+``FRAME_BUFFER_INITIAL_BYTES`` (at most the frame's size), and doubles as bytes
+arrive (a copy each time), so memory follows what a client sent (at most twice
+it, plus 64 KiB), not what its size prefix claims: a size prefix alone costs 64 KiB,
+not the frame. (A 256 KiB produce whose first 64 KiB arrived together is read with
+one 128 KiB copy.)
+
+Activity: ``last_active_ms`` is when the connection last completed a frame or was
+written to; bytes of a frame still arriving do not count, so a client that sends a
+byte a second looks idle to the listener's idle expiry (``connections.max.idle.ms``).
+``requests_in_flight`` is the listener's count of requests read and not answered.
 Complete frames not yet taken by the reader are bounded: above
 ``queued_bytes_max`` the transport stops reading until the reader catches up.
 At the end of the stream the reader gets the frames that had arrived, then
@@ -38,13 +46,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidewater.broker.clock import mono_ms
 from tidewater.proto.errors import InvariantViolation
 
 SIZE_BYTES = 4
 SCRATCH_BYTES = 64 * 1024
 # A large frame's buffer starts at most this big and doubles as its bytes arrive: a
 # size prefix alone (4 bytes) must not make the broker allocate the whole frame.
-FRAME_BUFFER_INITIAL_BYTES = 1024 * 1024
+FRAME_BUFFER_INITIAL_BYTES = SCRATCH_BYTES
 QUEUED_BYTES_MAX = 4 * 1024 * 1024
 
 
@@ -88,6 +97,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed = False
+        self.last_active_ms = mono_ms()
+        self.requests_in_flight = 0  # kept by the listener
 
     @property
     def frame_bytes_max(self) -> int:
@@ -205,7 +216,8 @@ class FrameConnection(asyncio.BufferedProtocol):
                 continue
             if SIZE_BYTES + size > len(view):
                 # Too large for the scratch buffer: its own buffer, the rest read into it.
-                frame = bytearray(min(size, max(self._frame_buffer_initial_bytes, available)))
+                frame = bytearray(min(size, max(self._frame_buffer_initial_bytes,
+                                                2 * available)))
                 frame[:available] = view[body_start:end]
                 self._frame_view = memoryview(frame)
                 self._frame_filled, self._frame_size = available, size
@@ -226,6 +238,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._frame_view = memoryview(grown)
 
     def _push(self, frame: bytes | memoryview) -> None:
+        self.last_active_ms = mono_ms()
         self._frames.append(frame)
         self._queued_bytes += len(frame)
         if (self._queued_bytes > self._queued_bytes_max and not self._reading_paused
@@ -258,11 +271,13 @@ class FrameConnection(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         if self._transport is None:
             raise InvariantViolation("a write before the connection was made")
+        self.last_active_ms = mono_ms()
         self._transport.write(data)
 
     def writelines(self, parts: Iterable[bytes]) -> None:
         if self._transport is None:
             raise InvariantViolation("a write before the connection was made")
+        self.last_active_ms = mono_ms()
         self._transport.writelines(parts)
 
     async def drain(self) -> None:
