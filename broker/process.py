@@ -210,7 +210,9 @@ class BrokerProcess:
             ssl_context=ssl_context, security=self.security,
             quotas=self.connection_quotas,
             on_refused=lambda limit: self.metrics.kafka_connections_refused.labels(limit).inc(),
-            on_idle_closed=self.metrics.kafka_connections_closed_idle.inc)
+            on_idle_closed=self.metrics.kafka_connections_closed_idle.inc,
+            failed_authentication_delay_ms=c.connection_failed_authentication_delay_ms,
+            on_failed_authentication=self.metrics.kafka_failed_authentications.inc)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
@@ -268,6 +270,7 @@ class BrokerProcess:
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
         await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
+        self.security.close()  # the password threads: no listener left to ask them
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
         if self.replica_manager is not None:

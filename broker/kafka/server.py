@@ -103,8 +103,13 @@ class KafkaListener:
                  security: BrokerSecurity | None = None,
                  quotas: ConnectionQuotas | None = None,
                  on_refused: Callable[[str], None] | None = None,
-                 on_idle_closed: Callable[[], None] | None = None) -> None:
+                 on_idle_closed: Callable[[], None] | None = None,
+                 failed_authentication_delay_ms: int = 100,
+                 on_failed_authentication: Callable[[], None] | None = None) -> None:
         self.services = services
+        # KIP-306 (connection.failed.authentication.delay.ms): see sasl.failure_delay.
+        self.failed_authentication_delay_ms = failed_authentication_delay_ms
+        self._on_failed_authentication = on_failed_authentication or _nothing
         # Shared by a broker's Kafka listeners (max.connections counts them all); None:
         # Kafka's defaults, for this listener alone.
         self.quotas = quotas or ConnectionQuotas(ConnectionLimits(), mono_ms())
@@ -228,7 +233,9 @@ class KafkaListener:
         if self.security is not None and self.security.secured:  # else: no per-request checks
             security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
-                tls_principal=tls_principal(connection.get_extra_info("peercert")))
+                tls_principal=tls_principal(connection.get_extra_info("peercert")),
+                failed_delay_ms=self.failed_authentication_delay_ms,
+                on_failure=self._on_failed_authentication)
         try:
             await self._read_requests(connection, answers, peer, security)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -271,9 +278,10 @@ class KafkaListener:
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:
                 try:
-                    token = connection.authenticate(bytes(frame), mono_ms())
+                    token = await connection.authenticate(bytes(frame), mono_ms())
                 except SaslAuthenticationError as e:
                     log.warning("kafka: closing %s: %s", peer, e)
+                    await connection.failure_delay()  # KIP-306, then closed
                     return
                 reader.requests_in_flight += 1
                 await answers.put((_RAW_HEAD, _resolved(RawToken(token)), started))

@@ -28,7 +28,14 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableSequence,
+    Sequence,
+)
 from typing import Protocol, TypeVar
 
 from tidewater.broker.security.authorizer import Session
@@ -36,9 +43,12 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, DESCRIBE, READ, WRITE, user_principal
 from tidewater.proto.scram import (
     AUTHORIZATION_KEY,
+    MECHANISMS,
     PLAIN_SCHEME,
+    IterationsSeen,
     SaslAuthenticationError,
     ScramCredential,
+    fake_credential,
     parse_plain,
     password_matches,
 )
@@ -60,24 +70,62 @@ _Item = TypeVar("_Item", bound=_Topical)
 _Answer = TypeVar("_Answer")
 
 
+_VerdictKey = tuple[str, tuple[bytes, ...], bytes]
+# Runs a check's PBKDF2 work somewhere (a thread, off the event loop) and gives its result.
+WorkRunner = Callable[[Callable[[], bool]], Awaitable[bool]]
+
+
 class PasswordChecker:
     """Password -> credential checks with a bounded cache of verdicts. The key holds the
-    credential's StoredKey, so a changed or deleted credential never hits an old verdict."""
+    credential's StoredKey, so a changed or deleted credential never hits an old verdict.
 
-    def __init__(self, credentials_of: Callable[[str], list[ScramCredential]]):
+    An unknown user costs the same work as a known one: the password is checked against
+    a fake credential per SCRAM mechanism (``proto.scram.fake_credential``), always
+    refused, so the time a wrong guess takes does not say whether the user exists."""
+
+    def __init__(self, credentials_of: Callable[[str], list[ScramCredential]],
+                 iterations_seen: IterationsSeen = lambda mechanism: ()):
         self._credentials_of = credentials_of
-        self._verdicts: OrderedDict[tuple[str, tuple[bytes, ...], bytes], bool] = OrderedDict()
+        self._iterations_seen = iterations_seen
+        self._verdicts: OrderedDict[_VerdictKey, bool] = OrderedDict()
 
-    def check(self, user: str, password: str) -> bool:
+    def _lookup(self, user: str, password: str
+                ) -> tuple[_VerdictKey, bool | None, Callable[[], bool]]:
+        """(cache key, cached verdict or None, the work that decides it)."""
         credentials = self._credentials_of(user)
         key = (user, tuple(c.stored_key for c in credentials),
                hashlib.sha256(password.encode()).digest())
-        verdict = self._verdicts.get(key)
+        if credentials:
+            def work() -> bool:
+                return any(password_matches(c, password) for c in credentials)
+        else:
+            fakes = [fake_credential(m, user, self._iterations_seen(m)) for m in MECHANISMS]
+
+            def work() -> bool:
+                for fake in fakes:  # the same PBKDF2 a known user's check runs
+                    password_matches(fake, password)
+                return False
+        return key, self._verdicts.get(key), work
+
+    def _remember(self, key: _VerdictKey, verdict: bool) -> None:
+        self._verdicts[key] = verdict
+        if len(self._verdicts) > VERDICTS_MAX:
+            self._verdicts.popitem(last=False)
+
+    def check(self, user: str, password: str) -> bool:
+        """On the caller's thread (the gRPC paths)."""
+        key, verdict, work = self._lookup(user, password)
         if verdict is None:
-            verdict = any(password_matches(c, password) for c in credentials)
-            self._verdicts[key] = verdict
-            if len(self._verdicts) > VERDICTS_MAX:
-                self._verdicts.popitem(last=False)
+            verdict = work()
+            self._remember(key, verdict)
+        return verdict
+
+    async def check_with(self, user: str, password: str, run: WorkRunner) -> bool:
+        """The PBKDF2 work through ``run`` (a thread); the cache stays on the loop."""
+        key, verdict, work = self._lookup(user, password)
+        if verdict is None:
+            verdict = await run(work)
+            self._remember(key, verdict)
         return verdict
 
 

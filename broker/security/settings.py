@@ -19,8 +19,10 @@ anyone else is ``User:ANONYMOUS``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,6 +41,10 @@ _KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
 SASL_MECHANISMS = (PLAIN, *MECHANISMS)
 AUTHORIZERS = ("none", "acl")
+# SASL/PLAIN's password checks, off the event loop (``password_ok_off_loop``): one thread
+# (the broker's other work needs the other cores), at most this many checks waiting.
+PASSWORD_CHECK_THREADS = 1
+PASSWORD_CHECKS_QUEUED_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,10 @@ class UsersAndAcls(Protocol):
 
     def acls(self) -> tuple[Acl, ...]: ...
 
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        """The iteration counts of the known users' credentials of ``mechanism``."""
+        ...
+
 
 class CallerContext(Protocol):
     """What ``BrokerSecurity.grpc_session`` reads of a call (``grpc.aio.ServicerContext``).
@@ -120,7 +130,12 @@ class BrokerSecurity:
         self._cache = metadata_cache
         self._acls: tuple[Acl, ...] | None = None
         self._authorizer: Authorizer | None = None
-        self._passwords = PasswordChecker(self.user_credentials)
+        self._passwords = PasswordChecker(self.user_credentials, metadata_cache.scram_iterations)
+        # SASL/PLAIN's PBKDF2 (~4 ms a check) runs on these threads, not the event loop, at
+        # most PASSWORD_CHECKS_QUEUED_MAX checks queued or running (more wait their turn,
+        # each on its own connection): a burst of wrong guesses delays only logins.
+        self._password_threads: ThreadPoolExecutor | None = None
+        self._password_slots: asyncio.Semaphore | None = None
 
     @property
     def sasl_enabled(self) -> bool:
@@ -135,6 +150,30 @@ class BrokerSecurity:
         """``password`` against ``user``'s SCRAM credentials (SASL/PLAIN, gRPC), the
         verdict cached per credential so a client's reconnects cost no PBKDF2."""
         return self._passwords.check(user, password)
+
+    async def password_ok_off_loop(self, user: str, password: str) -> bool:
+        """``password_ok`` with the PBKDF2 work on the password threads (SASL/PLAIN on the
+        Kafka listeners): the event loop serves other connections meanwhile."""
+        return await self._passwords.check_with(user, password, self._run_password_work)
+
+    async def _run_password_work(self, work: Callable[[], bool]) -> bool:
+        if self._password_threads is None:
+            self._password_threads = ThreadPoolExecutor(PASSWORD_CHECK_THREADS,
+                                                        thread_name_prefix="password-check")
+        if self._password_slots is None:
+            self._password_slots = asyncio.Semaphore(PASSWORD_CHECKS_QUEUED_MAX)
+        async with self._password_slots:
+            return await asyncio.get_running_loop().run_in_executor(self._password_threads, work)
+
+    def close(self) -> None:
+        """Stop the password threads (a check in progress finishes; queued ones are
+        dropped, their connections are closing with the broker)."""
+        if self._password_threads is not None:
+            self._password_threads.shutdown(wait=False, cancel_futures=True)
+            self._password_threads = None
+
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        return self._cache.scram_iterations(mechanism)
 
     def grpc_session(self, context: CallerContext) -> Session:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
@@ -197,4 +236,7 @@ def open_security() -> BrokerSecurity:
 
         def acls(self) -> tuple[Acl, ...]:
             return ()
+
+        def scram_iterations(self, mechanism: str) -> list[int]:
+            return []
     return BrokerSecurity(SecuritySettings(), _NoCache())

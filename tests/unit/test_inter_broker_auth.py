@@ -32,6 +32,9 @@ class _Cache:
     def acls(self):
         return self._acls
 
+    def scram_iterations(self, mechanism):
+        return []
+
 
 def _security(acls=(), **settings) -> BrokerSecurity:
     return BrokerSecurity(SecuritySettings(**settings), _Cache(acls))
