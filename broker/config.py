@@ -104,6 +104,7 @@ _BROKER_SETTINGS = {
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
     "inter.broker.credentials.file": ("inter_broker_credentials_file", _text),
+    "metrics.bind.address": ("metrics_bind_address", _text),
     "max.connections": ("max_connections", _int),
     "max.connections.per.ip": ("max_connections_per_ip", _int),
     "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _text),
@@ -163,6 +164,9 @@ class BrokerConfig:
     kafka_external_listen: tuple[str, int] | None = None
     kafka_external_advertise: tuple[str, int] | None = None
     metrics_port: int = 0
+    # Where /metrics listens (with --metrics-port): this host only unless configured, so
+    # a broker's metrics are not published on every address it has (0.0.0.0: all).
+    metrics_bind_address: str = "127.0.0.1"
     log_level: str = "INFO"
     # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
     replica_lag_time_max_ms: int = 3000
@@ -322,6 +326,8 @@ class BrokerConfig:
             raise ConfigError("log.scrub.interval.ms must not be negative")
         if self.broker_id < 0:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
+        if not self.metrics_bind_address:
+            raise ConfigError("metrics.bind.address is empty (0.0.0.0 for every address)")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
         if self.connection_failed_authentication_delay_ms < 0:

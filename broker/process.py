@@ -180,7 +180,7 @@ class BrokerProcess:
         for name, listen, advertise in c.kafka_listeners():
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
-            self.metrics.serve(c.listen[0], c.metrics_port)
+            self.metrics.serve(c.metrics_bind_address, c.metrics_port)
         self.replica_manager.start()
         self.group_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
