@@ -110,8 +110,6 @@ _BROKER_SETTINGS = {
     "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _text),
     "max.connection.creation.rate": ("max_connection_creation_rate", _int),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int),
-    "connection.failed.authentication.delay.ms": ("connection_failed_authentication_delay_ms",
-                                                  _int),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -237,9 +235,6 @@ class BrokerConfig:
     max_connections_per_ip_overrides: str = ""  # host:count,host:count
     max_connection_creation_rate: int = KAFKA_INT_MAX  # per second (KIP-612)
     connections_max_idle_ms: int = 600_000
-    # KIP-306: a failed SASL authentication is answered (and closed) this late, so a
-    # password guesser gets few guesses per second per connection.
-    connection_failed_authentication_delay_ms: int = 100
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -330,8 +325,6 @@ class BrokerConfig:
             raise ConfigError("metrics.bind.address is empty (0.0.0.0 for every address)")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
-        if self.connection_failed_authentication_delay_ms < 0:
-            raise ConfigError("connection.failed.authentication.delay.ms must not be negative")
         try:
             self.connection_limits  # noqa: B018  (validates)
         except ValueError as e:

@@ -211,7 +211,6 @@ class BrokerProcess:
             quotas=self.connection_quotas,
             on_refused=lambda limit: self.metrics.kafka_connections_refused.labels(limit).inc(),
             on_idle_closed=self.metrics.kafka_connections_closed_idle.inc,
-            failed_authentication_delay_ms=c.connection_failed_authentication_delay_ms,
             on_failed_authentication=self.metrics.kafka_failed_authentications.inc)
         bound = await listener.start()
         self.kafka_listeners.append(listener)

@@ -33,7 +33,6 @@ Time comes in (``now_ms``, monotonic); nothing here reads a clock.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -64,12 +63,9 @@ class ConnectionSecurity:
     """Who one Kafka connection is and where its SASL exchange stands (no I/O)."""
 
     def __init__(self, security: BrokerSecurity, *, host: str = "",
-                 tls_principal: str | None = None, failed_delay_ms: int = 0,
+                 tls_principal: str | None = None,
                  on_failure: Callable[[], None] = lambda: None):
         self.security = security
-        # KIP-306: connection.failed.authentication.delay.ms, waited before a refused
-        # exchange is answered (``failure_delay``); on_failure counts refusals (metrics).
-        self.failed_delay_ms = failed_delay_ms
         self._on_failure = on_failure
         self.session = Session(tls_principal or ANONYMOUS, host)
         self.authenticated = not security.sasl_enabled
@@ -158,11 +154,10 @@ class ConnectionSecurity:
             raise
 
     async def failure_delay(self) -> None:
-        """KIP-306: a refused exchange is answered this late (this connection only; the
-        loop serves the others), so one connection gets few guesses a second and a
-        client that reconnects at once after each refusal is slowed down too."""
-        if self.failed_delay_ms > 0:
-            await asyncio.sleep(self.failed_delay_ms / 1000)
+        """KIP-306 (connection.failed.authentication.delay.ms): a refused exchange is
+        answered this late (this connection only; the loop serves the others), so one
+        connection gets few guesses a second."""
+        await self.security.failure_delay()
 
     def _succeed(self, user: str, now_ms: int) -> None:
         principal = user_principal(user)

@@ -104,11 +104,8 @@ class KafkaListener:
                  quotas: ConnectionQuotas | None = None,
                  on_refused: Callable[[str], None] | None = None,
                  on_idle_closed: Callable[[], None] | None = None,
-                 failed_authentication_delay_ms: int = 100,
                  on_failed_authentication: Callable[[], None] | None = None) -> None:
         self.services = services
-        # KIP-306 (connection.failed.authentication.delay.ms): see sasl.failure_delay.
-        self.failed_authentication_delay_ms = failed_authentication_delay_ms
         self._on_failed_authentication = on_failed_authentication or _nothing
         # Shared by a broker's Kafka listeners (max.connections counts them all); None:
         # Kafka's defaults, for this listener alone.
@@ -234,7 +231,6 @@ class KafkaListener:
             security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
                 tls_principal=tls_principal(connection.get_extra_info("peercert")),
-                failed_delay_ms=self.failed_authentication_delay_ms,
                 on_failure=self._on_failed_authentication)
         try:
             await self._read_requests(connection, answers, peer, security)

@@ -137,24 +137,24 @@ def peer_host(peer: str) -> str:
     return rest.rpartition(":")[0] if kind == "ipv4" else rest
 
 
-def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
-                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
-                 checker: PasswordChecker, sasl_required: bool) -> Session:
-    """The caller's Session; SaslAuthenticationError refuses the call."""
-    host = peer_host(peer)
+def plain_credentials(metadata: Iterable[tuple[str, str | bytes]]) -> tuple[str, str] | None:
+    """(user, password) of the call's ``authorization: PLAIN ...`` metadata, or None
+    without one; SaslAuthenticationError for a malformed one."""
     header = next((v for k, v in metadata if k == AUTHORIZATION_KEY), None)
-    if header is not None:
-        text = header.decode(errors="replace") if isinstance(header, bytes) else header
-        if not text.startswith(PLAIN_SCHEME):
-            raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
-        try:
-            token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
-        except ValueError:
-            raise SaslAuthenticationError("authorization metadata is not base64") from None
-        user, password = parse_plain(token)
-        if not checker.check(user, password):
-            raise SaslAuthenticationError(f"authentication failed for user {user!r}")
-        return Session(user_principal(user), host)
+    if header is None:
+        return None
+    text = header.decode(errors="replace") if isinstance(header, bytes) else header
+    if not text.startswith(PLAIN_SCHEME):
+        raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
+    try:
+        token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
+    except ValueError:
+        raise SaslAuthenticationError("authorization metadata is not base64") from None
+    return parse_plain(token)
+
+
+def _without_password(auth_context: Mapping[str, Sequence[bytes]], host: str, *,
+                      sasl_required: bool) -> Session:
     principal = principal_of(auth_context)
     if principal is not None:
         return Session(user_principal(principal.name), host)
@@ -162,6 +162,36 @@ def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
         raise SaslAuthenticationError("this broker requires SASL credentials "
                                       "(sasl.username / sasl.password)")
     return Session(ANONYMOUS, host)
+
+
+def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
+                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
+                 checker: PasswordChecker, sasl_required: bool) -> Session:
+    """The caller's Session; SaslAuthenticationError refuses the call. The password is
+    checked on the caller's thread (``grpc_session_off_loop`` for the broker's loop)."""
+    host = peer_host(peer)
+    credentials = plain_credentials(metadata)
+    if credentials is None:
+        return _without_password(auth_context, host, sasl_required=sasl_required)
+    user, password = credentials
+    if not checker.check(user, password):
+        raise SaslAuthenticationError(f"authentication failed for user {user!r}")
+    return Session(user_principal(user), host)
+
+
+async def grpc_session_off_loop(metadata: Iterable[tuple[str, str | bytes]],
+                                auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
+                                checker: PasswordChecker, run: WorkRunner,
+                                sasl_required: bool) -> Session:
+    """``grpc_session`` with the password's PBKDF2 work given to ``run`` (a thread)."""
+    host = peer_host(peer)
+    credentials = plain_credentials(metadata)
+    if credentials is None:
+        return _without_password(auth_context, host, sasl_required=sasl_required)
+    user, password = credentials
+    if not await checker.check_with(user, password, run):
+        raise SaslAuthenticationError(f"authentication failed for user {user!r}")
+    return Session(user_principal(user), host)
 
 
 def _refusals(repeated: MutableSequence[_Item], allowed: Allowed, operation: int,

@@ -27,15 +27,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
-from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
+from tidewater.broker.security.grpc_auth import (
+    PasswordChecker,
+    grpc_session,
+    grpc_session_off_loop,
+)
 from tidewater.broker.security.inter_broker import may_fetch_as_follower
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
-from tidewater.proto.scram import MECHANISMS, ScramCredential
+from tidewater.proto.scram import MECHANISMS, SaslAuthenticationError, ScramCredential
 
 PLAIN = "PLAIN"
 SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
                                     "super.users", "allow.everyone.if.no.acl.found",
-                                    "connections.max.reauth.ms"})
+                                    "connections.max.reauth.ms",
+                                    "connection.failed.authentication.delay.ms"})
 # Kafka's authorizer class names mean "check ACLs" here; empty means none.
 _KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
@@ -56,6 +61,9 @@ class SecuritySettings:
     # KIP-368: a SASL session lasts this long, then the client must re-authenticate on
     # its connection or have it closed; 0 (Kafka's default): sessions never expire.
     reauth_ms: int = 0
+    # KIP-306 (connection.failed.authentication.delay.ms): a failed authentication is
+    # answered this late, on the Kafka listeners and gRPC alike.
+    failed_authentication_delay_ms: int = 100
 
     def __post_init__(self) -> None:
         unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
@@ -67,6 +75,9 @@ class SecuritySettings:
         for user in self.super_users:
             if not user.startswith("User:") or len(user) <= len("User:"):
                 raise ValueError(f"super user {user!r} is not User:<name>")
+        if self.failed_authentication_delay_ms < 0:
+            raise ValueError("connection.failed.authentication.delay.ms must not be negative, "
+                             f"not {self.failed_authentication_delay_ms}")
         if self.reauth_ms < 0:
             raise ValueError(f"connections.max.reauth.ms must not be negative, not {self.reauth_ms}")
 
@@ -85,6 +96,10 @@ class SecuritySettings:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"expected true or false, not {value!r}")
             return dataclasses.replace(self, allow_everyone_if_no_acl_found=value.lower() == "true")
+        if name == "connection.failed.authentication.delay.ms":
+            if not value.isdigit():
+                raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
+            return dataclasses.replace(self, failed_authentication_delay_ms=int(value))
         if name == "connections.max.reauth.ms":
             if not value.isdigit():
                 raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
@@ -174,6 +189,25 @@ class BrokerSecurity:
 
     def scram_iterations(self, mechanism: str) -> list[int]:
         return self._cache.scram_iterations(mechanism)
+
+    async def authenticate_grpc(self, context: CallerContext) -> Session:
+        """The gRPC caller's Session, its password checked off the event loop; a refusal
+        (SaslAuthenticationError) comes ``failed_authentication_delay_ms`` late (KIP-306,
+        as on the Kafka listeners; only this call waits)."""
+        try:
+            return await grpc_session_off_loop(
+                context.invocation_metadata() or (),
+                {k: list(v) for k, v in context.auth_context().items()}, context.peer() or "",
+                checker=self._passwords, run=self._run_password_work,
+                sasl_required=self.sasl_enabled)
+        except SaslAuthenticationError:
+            await self.failure_delay()
+            raise
+
+    async def failure_delay(self) -> None:
+        """KIP-306's wait before a failed authentication is answered."""
+        if self.settings.failed_authentication_delay_ms > 0:
+            await asyncio.sleep(self.settings.failed_authentication_delay_ms / 1000)
 
     def grpc_session(self, context: CallerContext) -> Session:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""

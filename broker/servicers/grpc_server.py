@@ -16,13 +16,14 @@ from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as). With SASL
 or an authorizer, whatever the transport, a ReplicaFetch stream also needs an
-authenticated caller (``grpc_auth.grpc_session``; refused: UNAUTHENTICATED) with
+authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
 CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
 CLUSTER_AUTHORIZATION_FAILED): a follower fetch moves the high watermark and reads
 uncommitted records of every topic.
 With client security on (``broker.security``: SASL or an authorizer), each
-client RPC first learns who calls (``grpc_auth.grpc_session``; refused:
-UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
+client RPC first learns who calls (``BrokerSecurity.authenticate_grpc``: the
+password checked off the event loop, a refusal answered
+connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
 fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
 (TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
 topics (a named one is UNKNOWN_TOPIC_OR_PARTITION).
@@ -197,7 +198,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def _session(self, context: Context, security: BrokerSecurity) -> Session:
         """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
         try:
-            return security.grpc_session(context)
+            return await security.authenticate_grpc(context)
         except SaslAuthenticationError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
@@ -493,7 +494,7 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
             # Credentials travel once per stream (call metadata); a refused caller gets
             # nothing, not even a fetch answer.
             try:
-                session = security.grpc_session(context)
+                session = await security.authenticate_grpc(context)
             except SaslAuthenticationError as e:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                     f"SASL_AUTHENTICATION_FAILED: {e}")

@@ -63,7 +63,7 @@ def test_settings_use_kafkas_names_and_defaults(tmp_path):
     limits = config.connection_limits
     assert (limits.connections_max, limits.connections_per_ip_max, limits.idle_ms,
             limits.connection_creation_rate_max) == (2**31 - 1, 2**31 - 1, 600_000, 2**31 - 1)
-    assert config.connection_failed_authentication_delay_ms == 100
+    assert config.security.failed_authentication_delay_ms == 100
     config.apply_settings({"max.connections": "10", "max.connections.per.ip": "3",
                            "max.connections.per.ip.overrides": "127.0.0.2:1, [::1]:7",
                            "max.connection.creation.rate": "5",
