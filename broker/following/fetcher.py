@@ -102,7 +102,12 @@ def _cycle(partition: Partition) -> FollowerCycle:
 
 
 class StreamBrokenError(Exception):
-    """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
+    """The ReplicaFetch stream ended or went silent: reconnect after the backoff.
+    ``error_code``: the leader's request-level refusal, if that was it."""
+
+    def __init__(self, message: str, error_code: int = pb.NONE) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class LeaderFetcher:
@@ -113,6 +118,7 @@ class LeaderFetcher:
         self.leader_id = leader_id
         self.partitions: dict[TopicPartition, Partition] = {}
         self._changed = asyncio.Event()
+        self._refusal_logged = False
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: _LeaderStubs | None = None
@@ -224,12 +230,28 @@ class LeaderFetcher:
                     self._unsupported(truncating or fetching, e,
                                       "OffsetForLeaderEpoch" if truncating else "ReplicaFetch")
                     continue
+                if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    self._refused(e.details() or "UNAUTHENTICATED")
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
             except (StreamBrokenError, asyncio.InvalidStateError) as e:
                 # InvalidStateError: a write on a stream the leader already closed.
+                if isinstance(e, StreamBrokenError) \
+                        and e.error_code == pb.CLUSTER_AUTHORIZATION_FAILED:
+                    self._refused("CLUSTER_AUTHORIZATION_FAILED")
                 log.debug("ReplicaFetch stream to broker %d broke: %s", self.leader_id, e)
                 await asyncio.sleep(backoff_s)
+
+    def _refused(self, why: str) -> None:
+        """The leader does not take this broker as a cluster member: said once per
+        fetcher at WARNING (retrying every backoff cannot help until the configuration
+        changes), then at DEBUG with every retry."""
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            log.warning("broker %d refuses this broker's follower fetches (%s): with SASL or "
+                        "an authorizer a follower needs a principal with CLUSTER_ACTION on the "
+                        "cluster (inter.broker.credentials.file naming a super user)",
+                        self.leader_id, why)
 
     def _unsupported(self, partitions: list[Partition], e: grpc.aio.AioRpcError,
                      rpc: str) -> None:
@@ -410,7 +432,7 @@ class LeaderFetcher:
     async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
                               sent: _Sent) -> None:
         if error_code != pb.NONE:
-            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}")
+            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}", error_code)
         for p in answers:
             asked = sent.get((p.topic, p.partition))
             if asked is None:
