@@ -106,12 +106,12 @@ class KafkaListener:
                  on_idle_closed: Callable[[], None] | None = None,
                  on_failed_authentication: Callable[[], None] | None = None) -> None:
         self.services = services
-        self._on_failed_authentication = on_failed_authentication or _nothing
         # Shared by a broker's Kafka listeners (max.connections counts them all); None:
         # Kafka's defaults, for this listener alone.
         self.quotas = quotas or ConnectionQuotas(ConnectionLimits(), mono_ms())
         self._on_refused = on_refused or (lambda reason: None)  # metrics: refused, by limit
         self._on_idle_closed = on_idle_closed or _nothing  # metrics: closed idle
+        self._on_failed_authentication = on_failed_authentication or _nothing  # metrics
         self.security = security  # broker.security.BrokerSecurity; None: no checks at all
         self.ssl_context = ssl_context
         self.host, self.port = host, port
@@ -184,15 +184,20 @@ class KafkaListener:
         while True:
             await asyncio.sleep(interval_s)
             now = mono_ms()
+            closed = 0
             for connection in list(self._open_connections):
                 if connection.requests_in_flight == 0 \
                         and now - connection.last_active_ms > idle_ms:
-                    log.info("kafka: closing %s: idle for %d ms (connections.max.idle.ms)",
-                             self._open_connections[connection],
-                             now - connection.last_active_ms)
+                    log.debug("kafka: closing %s: idle for %d ms",
+                              self._open_connections[connection],
+                              now - connection.last_active_ms)
                     del self._open_connections[connection]
                     self._on_idle_closed()
                     connection.close()
+                    closed += 1
+            if closed:  # one line a sweep, however many (a flood must not flood the log)
+                log.info("kafka: closed %d connection(s) idle for over %d ms "
+                         "(connections.max.idle.ms)", closed, idle_ms)
 
     def _connection_done(self, connection: FrameConnection, host: str,
                          task: asyncio.Task[None]) -> None:
