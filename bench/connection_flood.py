@@ -10,7 +10,9 @@ on the Kafka listener in three phases:
 - ``silent``: ``--connections`` connections open that never send a byte;
 - ``trickle``: as many connections that each announced a 100 MiB frame and send one
   byte of it a second (a slow-loris client, and the 100 MiB frame that must not be
-  allocated up front).
+  allocated up front);
+- ``baseline again``: nothing else connected, to show how much a shared machine
+  moved the figures meanwhile.
 
 For each phase it prints the producer's records/s, the ratio to the baseline, the
 broker's resident memory, and whether the broker kept its session with the controller
@@ -162,8 +164,9 @@ def main() -> int:
             epoch, _ = broker_session(controller, 1)
             rows = []
             baseline = None
-            for phase in ("baseline", "silent", "trickle"):
-                flood = (None if phase == "baseline" else
+            # The baseline again at the end: how much the machine itself moved meanwhile.
+            for phase in ("baseline", "silent", "trickle", "baseline again"):
+                flood = (None if phase.startswith("baseline") else
                          Flood(host, int(port), args.connections, trickle=phase == "trickle"))
                 try:
                     if flood is not None:
