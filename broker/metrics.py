@@ -362,9 +362,12 @@ class BrokerMetrics:
     def register_replicas(self, snapshot: Callable[[], Iterable[ReplicaSnapshot]]) -> None:
         self.registry.register(_ReplicaCollector(self.broker_id, snapshot))
 
-    def serve(self, host: str, port: int) -> None:
-        """Serve /metrics on ``host:port`` in a daemon thread (prometheus_client's server)."""
-        self._http = start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, *, certfile: str | None = None,
+              keyfile: str | None = None) -> None:
+        """Serve /metrics on ``host:port`` in a daemon thread (prometheus_client's server);
+        HTTPS with ``certfile``/``keyfile`` (the broker's own certificate when it has TLS)."""
+        self._http = start_http_server(port, addr=host, registry=self.registry,
+                                       certfile=certfile, keyfile=keyfile)
 
     def stop(self) -> None:
         if self._http is not None:

@@ -180,7 +180,10 @@ class BrokerProcess:
         for name, listen, advertise in c.kafka_listeners():
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
-            self.metrics.serve(c.metrics_bind_address, c.metrics_port)
+            # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
+            self.metrics.serve(c.metrics_bind_address, c.metrics_port,
+                               certfile=str(c.tls.cert) if c.tls and c.tls.cert else None,
+                               keyfile=str(c.tls.key) if c.tls and c.tls.key else None)
         self.replica_manager.start()
         self.group_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
