@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.test_kafka_listener import Listening, fetch_values
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig, ConfigError
+from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.connection_quotas import (
     REFUSED_PER_IP,
     REFUSED_RATE,
@@ -95,3 +98,18 @@ def test_a_size_prefix_alone_costs_the_scratch_buffer_not_the_frame():
     buffer[:len(prefix)] = prefix
     conn.buffer_updated(len(prefix))
     assert len(conn.get_buffer(-1)) <= SCRATCH_BYTES  # not 100 MiB, not 1 MiB
+
+
+async def test_a_long_poll_is_not_idle_but_silence_is(tmp_path):
+    """connections.max.idle.ms counts time without a complete request or an answer; a
+    request in flight (a fetch long-polling an empty log past the limit) is not idle."""
+    listening = Listening(tmp_path)
+    listening.quotas = ConnectionQuotas(ConnectionLimits(idle_ms=300), mono_ms())
+    async with listening:
+        polling = await listening.connect()
+        silent = await listening.connect()
+        answer = await polling.call(apis.FETCH, 12, fetch_values(0, max_wait_ms=1500))
+        assert answer.error_code == 0  # answered after 1.5 s, not closed at 0.3 s
+        assert await silent.closed_by_server()
+        assert await polling.closed_by_server()  # idle itself once answered
+        assert listening.quotas.total == 0  # both released
