@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.kafka.connection_quotas import (
+    KAFKA_INT_MAX,
+    ConnectionLimits,
+    parse_per_ip_overrides,
+)
 from tidewater.broker.replication.replica import FollowerOptions
+from tidewater.broker.security.inter_broker import CredentialsFileError, InterBrokerCredentials
 from tidewater.broker.security.settings import (
     SASL_MECHANISMS,
     SECURITY_SETTING_NAMES,
@@ -50,6 +56,10 @@ def _rack(name: str, value: str) -> str:
         raise ConfigError(f"{name}: expected at most {RACK_CHARS_MAX} printable characters "
                           f"without spaces, got {value!r}")
     return rack
+
+
+def _text(name: str, value: str) -> str:
+    return value.strip()
 
 
 def _bool(name: str, value: str) -> bool:
@@ -102,6 +112,13 @@ _BROKER_SETTINGS = {
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "inter.broker.credentials.file": ("inter_broker_credentials_file", _text),
+    "metrics.bind.address": ("metrics_bind_address", _text),
+    "max.connections": ("max_connections", _int),
+    "max.connections.per.ip": ("max_connections_per_ip", _int),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _text),
+    "max.connection.creation.rate": ("max_connection_creation_rate", _int),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -154,6 +171,9 @@ class BrokerConfig:
     kafka_external_listen: tuple[str, int] | None = None
     kafka_external_advertise: tuple[str, int] | None = None
     metrics_port: int = 0
+    # Where /metrics listens (with --metrics-port): this host only unless configured, so
+    # a broker's metrics are not published on every address it has (0.0.0.0: all).
+    metrics_bind_address: str = "127.0.0.1"
     log_level: str = "INFO"
     # Kafka: 30 s. A local cluster wants failures noticed in a few seconds.
     replica_lag_time_max_ms: int = 3000
@@ -224,6 +244,18 @@ class BrokerConfig:
     tls: TlsFiles | None = None
     # --sasl-mechanisms, --authorizer, --super-users (broker/security/settings.py).
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    # The SASL user this broker authenticates as on other brokers' INTERNAL listeners
+    # (a Kafka client properties file: sasl.username, sasl.password); "" for none.
+    # With SASL or an authorizer, leaders take follower fetches only from a super user
+    # (or a principal with CLUSTER_ACTION): broker/security/inter_broker.py.
+    inter_broker_credentials_file: str = ""
+    # The Kafka listeners' connections (broker/kafka/connection_quotas.py), Kafka's names
+    # and defaults: refused beyond these counts and rate; closed after this long idle.
+    max_connections: int = KAFKA_INT_MAX
+    max_connections_per_ip: int = KAFKA_INT_MAX
+    max_connections_per_ip_overrides: str = ""  # host:count,host:count
+    max_connection_creation_rate: int = KAFKA_INT_MAX  # per second (KIP-612)
+    connections_max_idle_ms: int = 600_000
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -319,8 +351,30 @@ class BrokerConfig:
             raise ConfigError("log.scrub.interval.ms must not be negative")
         if self.broker_id < 0:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
+        if not self.metrics_bind_address:
+            raise ConfigError("metrics.bind.address is empty (0.0.0.0 for every address)")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port out of range: {self.metrics_port}")
+        try:
+            self.connection_limits  # noqa: B018  (validates)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.inter_broker_credentials_file:
+            try:
+                InterBrokerCredentials.read(self.inter_broker_credentials_file)
+            except CredentialsFileError as e:
+                raise ConfigError(f"inter.broker.credentials.file: {e}") from None
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        """The Kafka listeners' connection limits; ValueError for a bad value."""
+        return ConnectionLimits(
+            connections_max=self.max_connections,
+            connections_per_ip_max=self.max_connections_per_ip,
+            connections_per_ip_overrides=parse_per_ip_overrides(
+                self.max_connections_per_ip_overrides),
+            connection_creation_rate_max=self.max_connection_creation_rate,
+            idle_ms=self.connections_max_idle_ms)
 
     @property
     def follower_options(self) -> FollowerOptions:

@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from tidewater.broker.kafka.connection_quotas import REFUSAL_REASONS
 from tidewater.broker.storage.corruption import FOUND_BY
 
 PREFIX = "tidewater_broker_"
@@ -338,6 +339,19 @@ class BrokerMetrics:
         self.cleaner_records_removed = LocalCounter(
             PREFIX + "cleaner_records_removed", "Records compaction removed (older values of "
             "a key, expired tombstones)", registry=r)
+        self.kafka_connections_refused = LocalCounter(
+            PREFIX + "kafka_connections_refused", "Kafka connections closed at once by a "
+            "limit (max.connections, max.connections.per.ip, max.connection.creation.rate)",
+            ["limit"], registry=r)
+        for limit in REFUSAL_REASONS:  # every series from the start: an alert sees 0 -> 1
+            self.kafka_connections_refused.labels(limit)
+        self.kafka_connections_closed_idle = LocalCounter(
+            PREFIX + "kafka_connections_closed_idle", "Kafka connections closed after "
+            "connections.max.idle.ms without a complete request or an answer", registry=r)
+        self.kafka_failed_authentications = LocalCounter(
+            PREFIX + "kafka_failed_authentications", "SASL authentications refused on the "
+            "Kafka listeners (each answered after connection.failed.authentication.delay.ms)",
+            registry=r)
         self.request_latency = LocalHistogram(
             PREFIX + "request_latency_seconds", "Time to answer one RPC", ["rpc"], registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
@@ -348,9 +362,12 @@ class BrokerMetrics:
     def register_replicas(self, snapshot: Callable[[], Iterable[ReplicaSnapshot]]) -> None:
         self.registry.register(_ReplicaCollector(self.broker_id, snapshot))
 
-    def serve(self, host: str, port: int) -> None:
-        """Serve /metrics on ``host:port`` in a daemon thread (prometheus_client's server)."""
-        self._http = start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, host: str, port: int, *, certfile: str | None = None,
+              keyfile: str | None = None) -> None:
+        """Serve /metrics on ``host:port`` in a daemon thread (prometheus_client's server);
+        HTTPS with ``certfile``/``keyfile`` (the broker's own certificate when it has TLS)."""
+        self._http = start_http_server(port, addr=host, registry=self.registry,
+                                       certfile=certfile, keyfile=keyfile)
 
     def stop(self) -> None:
         if self._http is not None:

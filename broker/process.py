@@ -31,16 +31,19 @@ import time
 
 import grpc
 
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, broker_config_entries
+from tidewater.broker.kafka.connection_quotas import ConnectionQuotas
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
+from tidewater.broker.security.inter_broker import InterBrokerCredentials
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.grpc_server import (
@@ -70,6 +73,8 @@ class BrokerProcess:
         self.metrics = BrokerMetrics(config.broker_id)
         self.metadata_cache = MetadataCache()
         self.security = BrokerSecurity(config.security, self.metadata_cache)
+        # One count for every Kafka listener (max.connections is the broker's).
+        self.connection_quotas = ConnectionQuotas(config.connection_limits, mono_ms())
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
@@ -120,6 +125,10 @@ class BrokerProcess:
         tls = c.tls.load() if c.tls is not None else None  # TlsConfigError: cannot start
         # What this broker presents on its own channels (to the controller, to leaders).
         member_credentials = channel_credentials(tls) if tls is not None else None
+        # And the SASL user it fetches as (CredentialsFileError: cannot start).
+        inter_broker_metadata = (
+            InterBrokerCredentials.read(c.inter_broker_credentials_file).call_metadata()
+            if c.inter_broker_credentials_file else ())
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
@@ -134,6 +143,7 @@ class BrokerProcess:
             report_corrupt_replica=channel.report_corrupt_replica,
             control_token=lambda: channel.control_token,
             channel_credentials=member_credentials,
+            fetch_call_metadata=inter_broker_metadata,
             allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
@@ -160,7 +170,8 @@ class BrokerProcess:
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
-                                             authenticating=tls is not None)
+                                             authenticating=tls is not None,
+                                             security=self.security)
                        if internal else None)
             # Mutual TLS where cluster members connect; clients need no certificate.
             credentials = (server_credentials(tls, require_client_auth=internal)
@@ -179,7 +190,10 @@ class BrokerProcess:
         for name, listen, advertise in c.kafka_listeners():
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
-            self.metrics.serve(c.listen[0], c.metrics_port)
+            # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
+            self.metrics.serve(c.metrics_bind_address, c.metrics_port,
+                               certfile=str(c.tls.cert) if c.tls and c.tls.cert else None,
+                               keyfile=str(c.tls.key) if c.tls and c.tls.key else None)
         self.replica_manager.start()
         self.group_coordinator.start()
         self.txn_coordinator.start()
@@ -208,7 +222,11 @@ class BrokerProcess:
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
             unauthenticated_request_bytes_max=c.sasl_server_max_receive_size,
             observe=self._observe_kafka_request,
-            ssl_context=ssl_context, security=self.security)
+            ssl_context=ssl_context, security=self.security,
+            quotas=self.connection_quotas,
+            on_refused=lambda limit: self.metrics.kafka_connections_refused.labels(limit).inc(),
+            on_idle_closed=self.metrics.kafka_connections_closed_idle.inc,
+            on_failed_authentication=self.metrics.kafka_failed_authentications.inc)
         bound = await listener.start()
         self.kafka_listeners.append(listener)
         self.bound_ports[name] = bound
@@ -266,6 +284,7 @@ class BrokerProcess:
         await asyncio.gather(*(s.stop(SERVER_GRACE_S) for s in self.servers),
                              return_exceptions=True)
         await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
+        self.security.close()  # the password threads: no listener left to ask them
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
         if self.group_coordinator is not None:

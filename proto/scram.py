@@ -19,8 +19,12 @@ ClientProof = ClientKey XOR HMAC(StoredKey, AuthMessage); the server checks
 H(ClientProof XOR HMAC(StoredKey, AuthMessage)) == StoredKey. The client-final
 nonce must end with the server-first one (Kafka's check; librdkafka 2.0 repeats
 the client nonce in front). A user with no
-credential is answered like a wrong password (a salt made from the user name
-and a server secret, so no user list leaks), failing only at the final step.
+credential is answered like a wrong password (``fake_credential``: a salt made
+from the user name and a server secret, an iteration count drawn from the known
+users' counts, so no user list leaks), checked with the same work and failing
+only at the final step. The secret is this process's: a client comparing the
+fake salts of two brokers, or of one broker across a restart, still sees them
+differ where a real user's stay the same.
 
 User names escape ``=`` and ``,`` as ``=3D`` and ``=2C``. Any message that
 does not parse is a ``SaslAuthenticationError``: the caller refuses the
@@ -33,11 +37,11 @@ import base64
 import hashlib
 import hmac
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import InvariantViolation, TidewaterError
 
 # Kafka's names; the hash each uses.
 MECHANISMS: dict[str, str] = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -162,11 +166,29 @@ def new_nonce() -> str:
     return base64.b64encode(os.urandom(NONCE_BYTES)).decode()
 
 
-# The fake salt of an unknown user: stable per user for this process (a secret made at
-# start), so asking twice gives the same answer as for a real user.
+# The fake credential of an unknown user: stable per user for this process (a secret
+# made at start), so asking twice gives the same answer as for a real user.
 _FAKE_SALT_SECRET = os.urandom(32)
 
 CredentialLookup = Callable[[str, str], ScramCredential | None]  # (user, mechanism)
+IterationsSeen = Callable[[str], Sequence[int]]  # mechanism -> known users' counts
+
+
+def fake_credential(mechanism: str, user: str, iterations_seen: Sequence[int], *,
+                    secret: bytes = _FAKE_SALT_SECRET) -> ScramCredential:
+    """What an unknown user is answered and checked against, so that neither the SCRAM
+    server-first nor the time a check takes tells it from a known one: a salt and keys
+    from HMAC(secret, mechanism, user), and an iteration count picked by the same HMAC
+    from the known users' counts of the mechanism (their distribution, stable per user;
+    ITERATIONS_MIN when there are none). No password gives its StoredKey."""
+    digest = hmac.new(secret, f"{mechanism}\0{user}".encode(), hashlib.sha512).digest()
+    counts = sorted(iterations_seen)
+    iterations = (counts[int.from_bytes(digest[32:40], "big") % len(counts)] if counts
+                  else ITERATIONS_MIN)
+    size = hashlib.new(_hash(mechanism)).digest_size
+    keys = hmac.new(secret, b"keys\0" + digest, hashlib.sha512).digest()
+    return ScramCredential(mechanism, digest[:32], iterations, keys[:size],
+                           hmac.new(secret, b"server\0" + digest, _hash(mechanism)).digest())
 
 
 class ScramServer:
@@ -175,8 +197,11 @@ class ScramServer:
     failure raises SaslAuthenticationError (and the exchange is over)."""
 
     def __init__(self, mechanism: str, lookup: CredentialLookup, *,
-                 nonce: Callable[[], str] = lambda: new_nonce()):
+                 nonce: Callable[[], str] = lambda: new_nonce(),
+                 iterations_seen: IterationsSeen = lambda mechanism: ()):
         self.mechanism = mechanism
+        self._iterations_seen = iterations_seen
+        self._known = False
         self._hash = _hash(mechanism)
         self._lookup = lookup
         self._nonce = nonce
@@ -206,12 +231,13 @@ class ScramServer:
         if not user or len(user.encode()) > USER_NAME_BYTES_MAX or not attributes["r"]:
             raise SaslAuthenticationError("SCRAM client-first: empty or long user or nonce")
         self._user = user
-        self._credential = self._lookup(user, self.mechanism)
-        if self._credential is not None:
-            salt, iterations = self._credential.salt, self._credential.iterations
-        else:
-            salt = hashlib.sha256(_FAKE_SALT_SECRET + user.encode()).digest()
-            iterations = ITERATIONS_MIN
+        credential = self._lookup(user, self.mechanism)
+        self._known = credential is not None
+        if credential is None:  # checked like a real one at the end, and refused there
+            credential = fake_credential(self.mechanism, user,
+                                         self._iterations_seen(self.mechanism))
+        self._credential = credential
+        salt, iterations = credential.salt, credential.iterations
         self._client_first_bare = bare
         self._nonce_text = attributes["r"] + self._nonce()
         self._server_first = (f"r={self._nonce_text},s={base64.b64encode(salt).decode()},"
@@ -236,14 +262,13 @@ class ScramServer:
         credential = self._credential
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         if credential is None:
-            raise SaslAuthenticationError(
-                f"authentication failed for user {self._user!r} ({self.mechanism})")
+            raise InvariantViolation("SCRAM final without a credential after first")
         signature = _hmac(self._hash, credential.stored_key, auth_message)
         if len(proof) != len(signature):
             raise SaslAuthenticationError("SCRAM proof has the wrong length")
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(),
-                                   credential.stored_key):
+                                   credential.stored_key) or not self._known:
             raise SaslAuthenticationError(
                 f"authentication failed for user {self._user!r} ({self.mechanism})")
         self.user = self._user

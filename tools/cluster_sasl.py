@@ -22,11 +22,19 @@ SASL_DIR_NAME = "sasl"
 ADMIN_USER = "admin"
 ADMIN_PRINCIPAL = f"User:{ADMIN_USER}"
 ADMIN_PROPERTIES = "admin.properties"
+# The user brokers authenticate as on each other's INTERNAL listeners (a super user:
+# leaders take follower fetches only with CLUSTER_ACTION, broker/security/inter_broker.py).
+BROKER_USER = "broker"
+BROKER_PRINCIPAL = f"User:{BROKER_USER}"
+BROKER_PROPERTIES = "broker.properties"
 
 
-def broker_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str) -> list[str]:
-    users = ";".join(u for u in [ADMIN_PRINCIPAL, *super_users.split(";")] if u.strip())
-    flags = ["--authorizer", authorizer, "--super-users", users]
+def broker_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str,
+                 credentials_file: str) -> list[str]:
+    users = ";".join(u for u in [ADMIN_PRINCIPAL, BROKER_PRINCIPAL, *super_users.split(";")]
+                     if u.strip())
+    flags = ["--authorizer", authorizer, "--super-users", users,
+             "--set", f"inter.broker.credentials.file={credentials_file}"]
     if mechanisms:
         flags += ["--sasl-mechanisms", ",".join(mechanisms)]
     return flags
@@ -46,6 +54,21 @@ class SaslEntry(TypedDict):
     username: str
     mechanism: str
     command_config: str
+
+
+def broker_properties(data_dir: Path) -> Path:
+    """Write (or keep) the brokers' own credentials (``inter.broker.credentials.file``,
+    mode 0600); returns its path."""
+    directory = data_dir / SASL_DIR_NAME
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / BROKER_PROPERTIES
+    password = (read_password(str(path)) if path.exists() else None) or secrets.token_urlsafe(24)
+    lines = ["# The user brokers fetch from each other as (inter.broker.credentials.file)",
+             f"sasl.username={BROKER_USER}", f"sasl.password={password}"]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path.resolve()
 
 
 def admin_properties(data_dir: Path, mechanisms: tuple[str, ...], *, ca: str | None) -> SaslEntry:

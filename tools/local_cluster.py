@@ -342,6 +342,7 @@ class LocalCluster:
         tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
         processes: dict[str, ProcessEntry] = {}
         secured = bool(sasl_mechanisms) or authorizer != "none"
+        broker_credentials = cluster_sasl.broker_properties(self.data_dir) if secured else None
         cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
                "--data-dir", str(self.data_dir / "controller"),
                "--metrics-port", str(ports["controller"][1])]
@@ -369,7 +370,8 @@ class LocalCluster:
             if tls:
                 cmd += tls_flags(tls_dir, name)
             if secured:
-                cmd += cluster_sasl.broker_flags(sasl_mechanisms, authorizer, super_users)
+                cmd += cluster_sasl.broker_flags(sasl_mechanisms, authorizer, super_users,
+                                                 str(broker_credentials))
             processes[name] = {
                 "name": name, "kind": "broker", "broker_id": i, "pid": 0, "listen": listen,
                 "internal": internal, "kafka": kafka, "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
@@ -413,9 +415,13 @@ class LocalCluster:
             "SSL", tls["ca"], str(tls_dir / "controller.pem"), str(tls_dir / "controller.key"))
             if tls and tls_dir is not None else PLAINTEXT)
         with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
+            broker_password = cluster_sasl.read_password(
+                str(self.data_dir / cluster_sasl.SASL_DIR_NAME / cluster_sasl.BROKER_PROPERTIES))
             for mechanism in cluster_sasl.scram_mechanisms(()):
                 admin.upsert_scram_user(sasl["username"],
                                         cluster_sasl.read_password(sasl["command_config"]) or "",
+                                        mechanism)
+                admin.upsert_scram_user(cluster_sasl.BROKER_USER, broker_password or "",
                                         mechanism)
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:

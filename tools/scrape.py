@@ -37,6 +37,7 @@ timestamps of their own: the block's ``<unix_ms>`` is their time.
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.error
@@ -60,7 +61,8 @@ class ScrapeConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ScrapeTarget:
     source: str  # file stem: controller, broker-1, ...
-    url: str  # http://host:port/metrics
+    url: str  # http://host:port/metrics, or https:// (a broker with TLS)
+    cafile: str | None = None  # an https target's CA (None: the system's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +73,22 @@ class Snapshot:
     text: str  # the exposition (ok) or the reason (error)
 
 
-def target_for(source: str, host_port: str) -> ScrapeTarget:
-    """A target for ``host:port`` (an http URL is accepted as is)."""
+def target_for(source: str, host_port: str, *, https: bool = False,
+               cafile: str | None = None) -> ScrapeTarget:
+    """A target for ``host:port`` (an http(s) URL is accepted as is); ``https``: the
+    process serves /metrics over TLS (a broker with TLS), checked against ``cafile``."""
     if host_port.startswith(("http://", "https://")):
-        return ScrapeTarget(source, host_port)
+        return ScrapeTarget(source, host_port, cafile)
     host, sep, port = host_port.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ScrapeConfigError(f"bad metrics target {host_port!r}: expected HOST:PORT")
-    return ScrapeTarget(source, f"http://{host}:{int(port)}/metrics")
+    scheme = "https" if https else "http"
+    return ScrapeTarget(source, f"{scheme}://{host}:{int(port)}/metrics", cafile)
 
 
-def parse_targets(spec: str) -> list[ScrapeTarget]:
-    """Targets from ``host:port,NAME=host:port,...``."""
+def parse_targets(spec: str, *, cafile: str | None = None) -> list[ScrapeTarget]:
+    """Targets from ``host:port,NAME=host:port,...`` (``https://...`` URLs checked against
+    ``cafile``)."""
     targets = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -91,7 +97,7 @@ def parse_targets(spec: str) -> list[ScrapeTarget]:
         if not eq:
             address = name
             name = name.replace(":", "_").replace("/", "_")
-        targets.append(target_for(name, address))
+        targets.append(target_for(name, address, cafile=cafile))
     if not targets:
         raise ScrapeConfigError("no metrics targets given")
     _check_unique(targets)
@@ -106,10 +112,12 @@ def _check_unique(targets: Iterable[ScrapeTarget]) -> None:
         seen.add(t.source)
 
 
-def fetch_metrics(url: str, timeout_s: float) -> str:
-    """The exposition text at ``url``; raises OSError (incl. URLError) on failure."""
+def fetch_metrics(url: str, timeout_s: float, cafile: str | None = None) -> str:
+    """The exposition text at ``url`` (https: verified against ``cafile``); raises OSError
+    (incl. URLError and ssl.SSLError) on failure."""
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("https://") else None
     # The targets are http(s) URLs only (ScrapeTarget builds or accepts no other scheme).
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
         body: bytes = response.read()
     return body.decode("utf-8")
 
@@ -208,7 +216,7 @@ class Scraper:
     def scrape_one(self, target: ScrapeTarget) -> Snapshot:
         unix_ms = int(time.time() * 1000)
         try:
-            text = fetch_metrics(target.url, self.timeout_ms / 1000)
+            text = fetch_metrics(target.url, self.timeout_ms / 1000, target.cafile)
         except (OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or e
             return Snapshot(unix_ms, target.source, False, f"{type(e).__name__}: {reason}")

@@ -102,7 +102,12 @@ def _cycle(partition: Partition) -> FollowerCycle:
 
 
 class StreamBrokenError(Exception):
-    """The ReplicaFetch stream ended or went silent: reconnect after the backoff."""
+    """The ReplicaFetch stream ended or went silent: reconnect after the backoff.
+    ``error_code``: the leader's request-level refusal, if that was it."""
+
+    def __init__(self, message: str, error_code: int = pb.NONE) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class LeaderFetcher:
@@ -113,6 +118,7 @@ class LeaderFetcher:
         self.leader_id = leader_id
         self.partitions: dict[TopicPartition, Partition] = {}
         self._changed = asyncio.Event()
+        self._refusal_logged = False
         self._channel: grpc.aio.Channel | None = None
         self._endpoint: tuple[str, int] | None = None
         self._stub: _LeaderStubs | None = None
@@ -224,12 +230,28 @@ class LeaderFetcher:
                     self._unsupported(truncating or fetching, e,
                                       "OffsetForLeaderEpoch" if truncating else "ReplicaFetch")
                     continue
+                if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    self._refused(e.details() or "UNAUTHENTICATED")
                 log.debug("fetch from broker %d failed: %s", self.leader_id, e.code().name)
                 await asyncio.sleep(backoff_s)
             except (StreamBrokenError, asyncio.InvalidStateError) as e:
                 # InvalidStateError: a write on a stream the leader already closed.
+                if isinstance(e, StreamBrokenError) \
+                        and e.error_code == pb.CLUSTER_AUTHORIZATION_FAILED:
+                    self._refused("CLUSTER_AUTHORIZATION_FAILED")
                 log.debug("ReplicaFetch stream to broker %d broke: %s", self.leader_id, e)
                 await asyncio.sleep(backoff_s)
+
+    def _refused(self, why: str) -> None:
+        """The leader does not take this broker as a cluster member: said once per
+        fetcher at WARNING (retrying every backoff cannot help until the configuration
+        changes), then at DEBUG with every retry."""
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            log.warning("broker %d refuses this broker's follower fetches (%s): with SASL or "
+                        "an authorizer a follower needs a principal with CLUSTER_ACTION on the "
+                        "cluster (inter.broker.credentials.file naming a super user)",
+                        self.leader_id, why)
 
     def _unsupported(self, partitions: list[Partition], e: grpc.aio.AioRpcError,
                      rpc: str) -> None:
@@ -268,7 +290,7 @@ class LeaderFetcher:
         """
         call = self._stream
         if call is None:
-            call = self._stream = stub.ReplicaFetch()
+            call = self._stream = stub.ReplicaFetch(metadata=self.manager.call_metadata or None)
         try:
             request, sent = self._fetch_request(fetching)
             await call.write(request)
@@ -358,7 +380,8 @@ class LeaderFetcher:
             sent[(partition.tp.topic, partition.tp.partition)] = (partition, leader_epoch)
         if not sent:
             return
-        response = await stub.OffsetForLeaderEpoch(request, timeout=RPC_MARGIN_S)
+        response = await stub.OffsetForLeaderEpoch(
+            request, timeout=RPC_MARGIN_S, metadata=self.manager.call_metadata or None)
         for answer in response.partitions:
             asked = sent.pop((answer.topic, answer.partition), None)
             if asked is None:
@@ -409,7 +432,7 @@ class LeaderFetcher:
     async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
                               sent: _Sent) -> None:
         if error_code != pb.NONE:
-            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}")
+            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}", error_code)
         for p in answers:
             asked = sent.get((p.topic, p.partition))
             if asked is None:
@@ -436,10 +459,14 @@ class FetcherManager:
     def __init__(self, *, config: BrokerConfig, carrier: ReadyCarrier,
                  supervisor: TaskSupervisor, broker_epoch: Callable[[], int],
                  leader_endpoint: Callable[[int], tuple[str, int] | None],
-                 channel_credentials: grpc.ChannelCredentials | None = None):
+                 channel_credentials: grpc.ChannelCredentials | None = None,
+                 call_metadata: tuple[tuple[str, str], ...] = ()):
         self.config = config
         # TLS: present this broker's certificate (leaders take ReplicaFetch from broker-<id>).
         self.channel_credentials = channel_credentials
+        # SASL: this broker's user on every call to a leader (with SASL or an authorizer,
+        # leaders take follower fetches only from a principal with CLUSTER_ACTION).
+        self.call_metadata = call_metadata
         self.broker_id = config.broker_id
         self.carrier = carrier
         self.supervisor = supervisor

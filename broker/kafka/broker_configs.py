@@ -58,7 +58,8 @@ def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig
                                  INT, "-1")]
     for name, attr in BROKER_SETTING_FIELDS.items():
         value = getattr(config, attr)
-        config_type = (BOOLEAN if isinstance(value, bool) else LONG if name in _LONG_SETTINGS
+        config_type = (BOOLEAN if isinstance(value, bool) else STRING if isinstance(value, str)
+                       else LONG if name in _LONG_SETTINGS
                        else SHORT if name in _SHORT_SETTINGS else INT)
         entries.append(BrokerConfigEntry(
             name, _text(value), STATIC_BROKER_CONFIG if name in config.static_names

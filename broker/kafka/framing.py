@@ -21,9 +21,19 @@ reader as a read-only memoryview.
 
 Limits: a size outside ``1..frame_bytes_max`` is reported to the reader as
 ``FrameSizeError`` before any buffer for it is allocated, and reading stops. A
-large frame's buffer starts at ``FRAME_BUFFER_INITIAL_BYTES`` at most and doubles
-as bytes arrive (a copy each time), so memory follows what a client sent, not what
-its size prefix claims.
+large frame's buffer starts at twice what has arrived of it, at least
+``FRAME_BUFFER_INITIAL_BYTES`` (16 KiB; at most the frame's size), and doubles as
+bytes arrive (a copy each time), so memory follows what a client sent (at most
+twice it, plus 16 KiB), not what its size prefix claims. (A 256 KiB produce whose
+first 64 KiB arrived together is read with one 128 KiB copy.) The scratch buffer
+itself starts at ``SCRATCH_INITIAL_BYTES`` (4 KiB) and becomes ``SCRATCH_BYTES``
+at the first read that fills it: a connection that sends nothing, or a byte a
+second, holds 4 KiB (20 KiB with a large size prefix), not 64 KiB.
+
+Activity: ``last_active_ms`` is when the connection last completed a frame or was
+written to; bytes of a frame still arriving do not count, so a client that sends a
+byte a second looks idle to the listener's idle expiry (``connections.max.idle.ms``).
+``requests_in_flight`` is the listener's count of requests read and not answered.
 Complete frames not yet taken by the reader are bounded: above
 ``queued_bytes_max`` the transport stops reading until the reader catches up.
 At the end of the stream the reader gets the frames that had arrived, then
@@ -38,13 +48,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tidewater.broker.clock import mono_ms
 from tidewater.proto.errors import InvariantViolation
 
 SIZE_BYTES = 4
 SCRATCH_BYTES = 64 * 1024
+SCRATCH_INITIAL_BYTES = 4 * 1024
 # A large frame's buffer starts at most this big and doubles as its bytes arrive: a
 # size prefix alone (4 bytes) must not make the broker allocate the whole frame.
-FRAME_BUFFER_INITIAL_BYTES = 1024 * 1024
+FRAME_BUFFER_INITIAL_BYTES = 16 * 1024
 QUEUED_BYTES_MAX = 4 * 1024 * 1024
 
 
@@ -65,13 +77,18 @@ class FrameConnection(asyncio.BufferedProtocol):
 
     def __init__(self, on_open: Callable[[FrameConnection], Any], *, frame_bytes_max: int,
                  scratch_bytes: int = SCRATCH_BYTES,
+                 scratch_initial_bytes: int = SCRATCH_INITIAL_BYTES,
                  queued_bytes_max: int = QUEUED_BYTES_MAX,
                  frame_buffer_initial_bytes: int = FRAME_BUFFER_INITIAL_BYTES):
         self._on_open = on_open
         self._frame_bytes_max = frame_bytes_max
         self._queued_bytes_max = queued_bytes_max
-        self._scratch = bytearray(scratch_bytes)
+        # Small until a read fills it: an idle or slow connection holds 4 KiB, one that
+        # streams requests gets the full scratch buffer at its first full read.
+        self._scratch_bytes_max = scratch_bytes
+        self._scratch = bytearray(min(scratch_bytes, scratch_initial_bytes))
         self._scratch_view = memoryview(self._scratch)
+        self._scratch_offered = 0  # the size of the scratch buffer last given to a read
         self._start = 0  # unparsed bytes are _scratch[_start:_end]
         self._end = 0
         # A large frame being read into its own buffer (a bytearray, viewed).
@@ -88,6 +105,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed = False
+        self.last_active_ms = mono_ms()
+        self.requests_in_flight = 0  # kept by the listener
 
     @property
     def frame_bytes_max(self) -> int:
@@ -123,6 +142,8 @@ class FrameConnection(asyncio.BufferedProtocol):
             if self._frame_filled == len(self._frame_view):
                 self._grow_frame()
             return self._frame_view[self._frame_filled:]
+        if self._scratch_offered > 0 and len(self._scratch) < self._scratch_bytes_max:
+            self._grow_scratch()
         if self._start == self._end:
             self._start = self._end = 0
         elif len(self._scratch) - self._end < SIZE_BYTES:
@@ -131,7 +152,19 @@ class FrameConnection(asyncio.BufferedProtocol):
             pending = self._end - self._start
             self._scratch[:pending] = self._scratch_view[self._start:self._end]
             self._start, self._end = 0, pending
-        return self._scratch_view[self._end:]
+        buffer = self._scratch_view[self._end:]
+        self._scratch_offered = -len(buffer)  # made positive by a read that fills it
+        return buffer
+
+    def _grow_scratch(self) -> None:
+        """The last read filled the small scratch buffer: the full one, pending bytes
+        moved over."""
+        pending = self._end - self._start
+        grown = bytearray(self._scratch_bytes_max)
+        grown[:pending] = self._scratch_view[self._start:self._end]
+        self._scratch, self._scratch_view = grown, memoryview(grown)
+        self._start, self._end = 0, pending
+        self._scratch_offered = 0
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._frame_view is not None:
@@ -143,6 +176,10 @@ class FrameConnection(asyncio.BufferedProtocol):
                 self._push(frame)
             return
         self._end += nbytes
+        if nbytes == -self._scratch_offered:
+            self._scratch_offered = nbytes  # full: grow at the next get_buffer
+        else:
+            self._scratch_offered = 0
         if self._error is None:  # else: refused; what still arrives is dropped
             self._parse_scratch()
 
@@ -205,7 +242,8 @@ class FrameConnection(asyncio.BufferedProtocol):
                 continue
             if SIZE_BYTES + size > len(view):
                 # Too large for the scratch buffer: its own buffer, the rest read into it.
-                frame = bytearray(min(size, max(self._frame_buffer_initial_bytes, available)))
+                frame = bytearray(min(size, max(self._frame_buffer_initial_bytes,
+                                                2 * available)))
                 frame[:available] = view[body_start:end]
                 self._frame_view = memoryview(frame)
                 self._frame_filled, self._frame_size = available, size
@@ -226,6 +264,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._frame_view = memoryview(grown)
 
     def _push(self, frame: bytes | memoryview) -> None:
+        self.last_active_ms = mono_ms()
         self._frames.append(frame)
         self._queued_bytes += len(frame)
         if (self._queued_bytes > self._queued_bytes_max and not self._reading_paused
@@ -258,11 +297,13 @@ class FrameConnection(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         if self._transport is None:
             raise InvariantViolation("a write before the connection was made")
+        self.last_active_ms = mono_ms()
         self._transport.write(data)
 
     def writelines(self, parts: Iterable[bytes]) -> None:
         if self._transport is None:
             raise InvariantViolation("a write before the connection was made")
+        self.last_active_ms = mono_ms()
         self._transport.writelines(parts)
 
     async def drain(self) -> None:

@@ -34,7 +34,7 @@ Time comes in (``now_ms``, monotonic); nothing here reads a clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from tidewater.broker.clock import mono_ms
@@ -63,8 +63,10 @@ class ConnectionSecurity:
     """Who one Kafka connection is and where its SASL exchange stands (no I/O)."""
 
     def __init__(self, security: BrokerSecurity, *, host: str = "",
-                 tls_principal: str | None = None):
+                 tls_principal: str | None = None,
+                 on_failure: Callable[[], None] = lambda: None):
         self.security = security
+        self._on_failure = on_failure
         self.session = Session(tls_principal or ANONYMOUS, host)
         self.authenticated = not security.sasl_enabled
         self.close_after_answer = False  # a refused exchange: answer, then close
@@ -117,19 +119,23 @@ class ConnectionSecurity:
         self._scram_first_done = False
         self.raw_tokens = version == 0 and not reauthenticating
         if mechanism in MECHANISMS:
-            self._scram = ScramServer(mechanism, self.security.scram_credential)
+            self._scram = ScramServer(mechanism, self.security.scram_credential,
+                                      iterations_seen=self.security.scram_iterations)
         return pb.NONE, enabled
 
-    def authenticate(self, token: bytes, now_ms: int) -> bytes:
+    async def authenticate(self, token: bytes, now_ms: int) -> bytes:
         """The server's token answering ``token``; SaslAuthenticationError refuses (the
-        connection then closes)."""
+        connection then closes, after ``failure_delay``). PLAIN's password check runs off
+        the event loop (``BrokerSecurity.password_ok_off_loop``); the caller awaits this
+        before reading the connection's next request, so its state is settled by then."""
         if not self._exchanging:
             self.close_after_answer = True
+            self._on_failure()
             raise _IllegalState("SaslAuthenticate without a SaslHandshake, or after success")
         try:
             if self._scram is None:  # PLAIN
                 user, password = parse_plain(token)
-                if not self.security.password_ok(user, password):
+                if not await self.security.password_ok_off_loop(user, password):
                     raise SaslAuthenticationError(
                         f"authentication failed for user {user!r} ({PLAIN})")
                 self._succeed(user, now_ms)
@@ -144,7 +150,14 @@ class ConnectionSecurity:
             return answer
         except SaslAuthenticationError:
             self.close_after_answer = True
+            self._on_failure()
             raise
+
+    async def failure_delay(self) -> None:
+        """KIP-306 (connection.failed.authentication.delay.ms): a refused exchange is
+        answered this late (this connection only; the loop serves the others), so one
+        connection gets few guesses a second."""
+        await self.security.failure_delay()
 
     def _succeed(self, user: str, now_ms: int) -> None:
         principal = user_principal(user)
@@ -193,9 +206,10 @@ async def on_sasl_authenticate(s: SaslServices, head: RequestHead, body: Request
         return _done({"error_code": pb.ILLEGAL_SASL_STATE, "error_message": "no SASL here",
                       "auth_bytes": b"", "session_lifetime": 0})
     try:
-        token = s.connection.authenticate(bytes(body.auth_bytes), mono_ms())
+        token = await s.connection.authenticate(bytes(body.auth_bytes), mono_ms())
     except SaslAuthenticationError as e:
         log.warning("kafka: closing %s: %s", s.connection.session.host, e)
+        await s.connection.failure_delay()
         return _done({"error_code": e.error_code, "error_message": str(e), "auth_bytes": b"",
                       "session_lifetime": 0})
     # Only the exchange's last answer starts a session: its lifetime goes with that one.

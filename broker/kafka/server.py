@@ -24,6 +24,14 @@ plaintext client fails the handshake, which times out after
 certificate is asked for but not required (``ssl.client.auth=requested``): a
 verified one names the connection's principal (``User:<CN>``).
 
+Connections are limited and expire (``connection_quotas``, Kafka's names):
+``max.connections``, ``max.connections.per.ip`` (and its overrides) and
+``max.connection.creation.rate`` refuse a new connection by closing it at once
+(counted by ``on_refused``); a connection that completes no request and is sent
+no answer for ``connections.max.idle.ms`` (one with a request in flight is not
+idle) is closed by the listener's expiry task, so a client that sends nothing,
+or a frame a byte a second, does not hold a connection for ever.
+
 With ``security`` (``broker.security``), each connection gets its own
 ``sasl.ConnectionSecurity`` (in its own copy of ``Services``): with SASL
 mechanisms configured, nothing but ApiVersions, SaslHandshake and
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import ssl
 import time
@@ -53,6 +62,7 @@ from tidewater.broker.kafka.codec import (
     peek_head,
     response_type,
 )
+from tidewater.broker.kafka.connection_quotas import ConnectionLimits, ConnectionQuotas
 from tidewater.broker.kafka.framing import FrameConnection, FrameSizeError
 from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
@@ -90,8 +100,18 @@ class KafkaListener:
                  supervisor: TaskSupervisor, unauthenticated_request_bytes_max: int = 524_288,
                  observe: Callable[[str, float, list[int]], None] | None = None,
                  ssl_context: ssl.SSLContext | None = None,
-                 security: BrokerSecurity | None = None) -> None:
+                 security: BrokerSecurity | None = None,
+                 quotas: ConnectionQuotas | None = None,
+                 on_refused: Callable[[str], None] | None = None,
+                 on_idle_closed: Callable[[], None] | None = None,
+                 on_failed_authentication: Callable[[], None] | None = None) -> None:
         self.services = services
+        # Shared by a broker's Kafka listeners (max.connections counts them all); None:
+        # Kafka's defaults, for this listener alone.
+        self.quotas = quotas or ConnectionQuotas(ConnectionLimits(), mono_ms())
+        self._on_refused = on_refused or (lambda reason: None)  # metrics: refused, by limit
+        self._on_idle_closed = on_idle_closed or _nothing  # metrics: closed idle
+        self._on_failed_authentication = on_failed_authentication or _nothing  # metrics
         self.security = security  # broker.security.BrokerSecurity; None: no checks at all
         self.ssl_context = ssl_context
         self.host, self.port = host, port
@@ -106,6 +126,9 @@ class KafkaListener:
         self._observe = observe or (lambda name, seconds, errors: None)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Each open connection's transport and the address its quota is counted under.
+        self._open_connections: dict[FrameConnection, str] = {}
+        self._expiry: asyncio.Task[None] | None = None
         self.bound_port = 0
 
     async def start(self) -> int:
@@ -121,9 +144,12 @@ class KafkaListener:
             self.host, self.port, reuse_address=True, ssl=self.ssl_context,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls else None)
         self.bound_port = self._server.sockets[0].getsockname()[1]
+        self._expiry = self.supervisor.spawn(self._expire_idle(), "kafka-idle-expiry")
         return self.bound_port
 
     async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -133,16 +159,54 @@ class KafkaListener:
             await self._server.wait_closed()
 
     def _open(self, connection: FrameConnection) -> None:
+        peer = connection.get_extra_info("peername")
+        host = str(peer[0]) if peer else ""
+        refused = self.quotas.admit(host, mono_ms())
+        if refused is not None:
+            # Closed before anything is read: a refused client costs one accept.
+            log.debug("kafka: refusing a connection from %s: %s", host, refused)
+            self._on_refused(refused)
+            connection.close()
+            return
+        self._open_connections[connection] = host
         # Not supervised: a connection's failure is its own (stop() cancels them all).
         task = asyncio.get_running_loop().create_task(self._serve(connection),
                                                       name="kafka-connection")
         self._connections.add(task)
-        task.add_done_callback(self._connection_done)
+        task.add_done_callback(functools.partial(self._connection_done, connection, host))
 
-    def _connection_done(self, task: asyncio.Task[None]) -> None:
+    async def _expire_idle(self) -> None:
+        """Close connections idle for ``connections.max.idle.ms`` (see the module's
+        docstring), checked a tenth of that apart (at most once a second): a connection
+        is closed between 1 and 1.1 times the limit after its last activity."""
+        idle_ms = self.quotas.limits.idle_ms
+        interval_s = min(max(idle_ms / 10, 10), 1000) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now = mono_ms()
+            closed = 0
+            for connection in list(self._open_connections):
+                if connection.requests_in_flight == 0 \
+                        and now - connection.last_active_ms > idle_ms:
+                    log.debug("kafka: closing %s: idle for %d ms",
+                              self._open_connections[connection],
+                              now - connection.last_active_ms)
+                    del self._open_connections[connection]
+                    self._on_idle_closed()
+                    connection.close()
+                    closed += 1
+            if closed:  # one line a sweep, however many (a flood must not flood the log)
+                log.info("kafka: closed %d connection(s) idle for over %d ms "
+                         "(connections.max.idle.ms)", closed, idle_ms)
+
+    def _connection_done(self, connection: FrameConnection, host: str,
+                         task: asyncio.Task[None]) -> None:
         """A connection's exception is not lost: an InvariantViolation stops the broker,
-        anything else unexpected is logged with its traceback (the connection is closed)."""
+        anything else unexpected is logged with its traceback (the connection is closed).
+        Its quota is released, whoever closed it."""
         self._connections.discard(task)
+        self._open_connections.pop(connection, None)
+        self.quotas.release(host)
         if task.cancelled() or (error := task.exception()) is None:
             return
         if isinstance(error, InvariantViolation):
@@ -171,7 +235,8 @@ class KafkaListener:
         if self.security is not None and self.security.secured:  # else: no per-request checks
             security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
-                tls_principal=tls_principal(connection.get_extra_info("peercert")))
+                tls_principal=tls_principal(connection.get_extra_info("peercert")),
+                on_failure=self._on_failed_authentication)
         try:
             await self._read_requests(connection, answers, peer, security)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -214,10 +279,12 @@ class KafkaListener:
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:
                 try:
-                    token = connection.authenticate(bytes(frame), mono_ms())
+                    token = await connection.authenticate(bytes(frame), mono_ms())
                 except SaslAuthenticationError as e:
                     log.warning("kafka: closing %s: %s", peer, e)
+                    await connection.failure_delay()  # KIP-306, then closed
                     return
+                reader.requests_in_flight += 1
                 await answers.put((_RAW_HEAD, _resolved(RawToken(token)), started))
                 continue
             try:
@@ -229,6 +296,7 @@ class KafkaListener:
                     return
                 # KIP-511: a v0 answer any client can read, listing what we serve.
                 head = RequestHead(api_key, 0, correlation_id, None)
+                reader.requests_in_flight += 1
                 await answers.put((head, _resolved(apis.api_versions_values(
                     pb.UNSUPPORTED_VERSION)), started))
                 continue
@@ -257,6 +325,7 @@ class KafkaListener:
             # A per-request child: awaited in order by the writer (``_send_answers``), which
             # handles what it raises; cancelled with the connection.
             answer: _Answer = asyncio.ensure_future(pending)
+            reader.requests_in_flight += 1
             await answers.put((head, answer, started))
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
@@ -285,6 +354,7 @@ class KafkaListener:
                     body = build(response_type(head.api_key, head.api_version), values)
                     writer.writelines(encode_response_parts(head, body))
                     await writer.drain()
+                writer.requests_in_flight -= 1  # answered: the idle clock runs again
                 self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
                               time.perf_counter() - started, list(error_codes(values)))
         finally:
@@ -306,6 +376,10 @@ def error_codes(values: object) -> Iterator[int]:
     elif isinstance(values, list):
         for item in values:
             yield from error_codes(item)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _resolved(value: apis.Response | RawToken) -> _Answer:

@@ -81,6 +81,10 @@ class MetadataCache:
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._snapshot.scram_credentials.get((user, mechanism))
 
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        return [c.iterations for (_, m), c in self._snapshot.scram_credentials.items()
+                if m == mechanism]
+
     def user_credentials(self, user: str) -> list[ScramCredential]:
         return [c for (u, _), c in sorted(self._snapshot.scram_credentials.items()) if u == user]
 

@@ -69,8 +69,11 @@ class ReplicaManager:
                  report_corrupt_replica: CorruptReportRpc | None = None,
                  control_token: Callable[[], bytes] = lambda: b"",
                  channel_credentials: grpc.ChannelCredentials | None = None,
+                 fetch_call_metadata: tuple[tuple[str, str], ...] = (),
                  allocate_producer_ids: AllocateRpc | None = None) -> None:
         """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext).
+        ``fetch_call_metadata``: what the fetchers' calls to leaders carry (this broker's
+        SASL credentials, ``inter_broker``).
         ``allocate_producer_ids``: the controller's AllocateProducerIds (None: no producer
         ids, InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS)."""
         self.config = config
@@ -103,7 +106,7 @@ class ReplicaManager:
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
             broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get,
-            channel_credentials=channel_credentials)
+            channel_credentials=channel_credentials, call_metadata=fetch_call_metadata)
         self.alter_partitions = AlterPartitionSender(
             rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
             **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))

@@ -28,7 +28,14 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    MutableSequence,
+    Sequence,
+)
 from typing import Protocol, TypeVar
 
 from tidewater.broker.security.authorizer import Session
@@ -36,9 +43,12 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, DESCRIBE, READ, WRITE, user_principal
 from tidewater.proto.scram import (
     AUTHORIZATION_KEY,
+    MECHANISMS,
     PLAIN_SCHEME,
+    IterationsSeen,
     SaslAuthenticationError,
     ScramCredential,
+    fake_credential,
     parse_plain,
     password_matches,
 )
@@ -60,24 +70,62 @@ _Item = TypeVar("_Item", bound=_Topical)
 _Answer = TypeVar("_Answer")
 
 
+_VerdictKey = tuple[str, tuple[bytes, ...], bytes]
+# Runs a check's PBKDF2 work somewhere (a thread, off the event loop) and gives its result.
+WorkRunner = Callable[[Callable[[], bool]], Awaitable[bool]]
+
+
 class PasswordChecker:
     """Password -> credential checks with a bounded cache of verdicts. The key holds the
-    credential's StoredKey, so a changed or deleted credential never hits an old verdict."""
+    credential's StoredKey, so a changed or deleted credential never hits an old verdict.
 
-    def __init__(self, credentials_of: Callable[[str], list[ScramCredential]]):
+    An unknown user costs the same work as a known one: the password is checked against
+    a fake credential per SCRAM mechanism (``proto.scram.fake_credential``), always
+    refused, so the time a wrong guess takes does not say whether the user exists."""
+
+    def __init__(self, credentials_of: Callable[[str], list[ScramCredential]],
+                 iterations_seen: IterationsSeen = lambda mechanism: ()):
         self._credentials_of = credentials_of
-        self._verdicts: OrderedDict[tuple[str, tuple[bytes, ...], bytes], bool] = OrderedDict()
+        self._iterations_seen = iterations_seen
+        self._verdicts: OrderedDict[_VerdictKey, bool] = OrderedDict()
 
-    def check(self, user: str, password: str) -> bool:
+    def _lookup(self, user: str, password: str
+                ) -> tuple[_VerdictKey, bool | None, Callable[[], bool]]:
+        """(cache key, cached verdict or None, the work that decides it)."""
         credentials = self._credentials_of(user)
         key = (user, tuple(c.stored_key for c in credentials),
                hashlib.sha256(password.encode()).digest())
-        verdict = self._verdicts.get(key)
+        if credentials:
+            def work() -> bool:
+                return any(password_matches(c, password) for c in credentials)
+        else:
+            fakes = [fake_credential(m, user, self._iterations_seen(m)) for m in MECHANISMS]
+
+            def work() -> bool:
+                for fake in fakes:  # the same PBKDF2 a known user's check runs
+                    password_matches(fake, password)
+                return False
+        return key, self._verdicts.get(key), work
+
+    def _remember(self, key: _VerdictKey, verdict: bool) -> None:
+        self._verdicts[key] = verdict
+        if len(self._verdicts) > VERDICTS_MAX:
+            self._verdicts.popitem(last=False)
+
+    def check(self, user: str, password: str) -> bool:
+        """On the caller's thread (the gRPC paths)."""
+        key, verdict, work = self._lookup(user, password)
         if verdict is None:
-            verdict = any(password_matches(c, password) for c in credentials)
-            self._verdicts[key] = verdict
-            if len(self._verdicts) > VERDICTS_MAX:
-                self._verdicts.popitem(last=False)
+            verdict = work()
+            self._remember(key, verdict)
+        return verdict
+
+    async def check_with(self, user: str, password: str, run: WorkRunner) -> bool:
+        """The PBKDF2 work through ``run`` (a thread); the cache stays on the loop."""
+        key, verdict, work = self._lookup(user, password)
+        if verdict is None:
+            verdict = await run(work)
+            self._remember(key, verdict)
         return verdict
 
 
@@ -89,24 +137,24 @@ def peer_host(peer: str) -> str:
     return rest.rpartition(":")[0] if kind == "ipv4" else rest
 
 
-def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
-                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
-                 checker: PasswordChecker, sasl_required: bool) -> Session:
-    """The caller's Session; SaslAuthenticationError refuses the call."""
-    host = peer_host(peer)
+def plain_credentials(metadata: Iterable[tuple[str, str | bytes]]) -> tuple[str, str] | None:
+    """(user, password) of the call's ``authorization: PLAIN ...`` metadata, or None
+    without one; SaslAuthenticationError for a malformed one."""
     header = next((v for k, v in metadata if k == AUTHORIZATION_KEY), None)
-    if header is not None:
-        text = header.decode(errors="replace") if isinstance(header, bytes) else header
-        if not text.startswith(PLAIN_SCHEME):
-            raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
-        try:
-            token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
-        except ValueError:
-            raise SaslAuthenticationError("authorization metadata is not base64") from None
-        user, password = parse_plain(token)
-        if not checker.check(user, password):
-            raise SaslAuthenticationError(f"authentication failed for user {user!r}")
-        return Session(user_principal(user), host)
+    if header is None:
+        return None
+    text = header.decode(errors="replace") if isinstance(header, bytes) else header
+    if not text.startswith(PLAIN_SCHEME):
+        raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
+    try:
+        token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
+    except ValueError:
+        raise SaslAuthenticationError("authorization metadata is not base64") from None
+    return parse_plain(token)
+
+
+def _without_password(auth_context: Mapping[str, Sequence[bytes]], host: str, *,
+                      sasl_required: bool) -> Session:
     principal = principal_of(auth_context)
     if principal is not None:
         return Session(user_principal(principal.name), host)
@@ -114,6 +162,36 @@ def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
         raise SaslAuthenticationError("this broker requires SASL credentials "
                                       "(sasl.username / sasl.password)")
     return Session(ANONYMOUS, host)
+
+
+def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
+                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
+                 checker: PasswordChecker, sasl_required: bool) -> Session:
+    """The caller's Session; SaslAuthenticationError refuses the call. The password is
+    checked on the caller's thread (``grpc_session_off_loop`` for the broker's loop)."""
+    host = peer_host(peer)
+    credentials = plain_credentials(metadata)
+    if credentials is None:
+        return _without_password(auth_context, host, sasl_required=sasl_required)
+    user, password = credentials
+    if not checker.check(user, password):
+        raise SaslAuthenticationError(f"authentication failed for user {user!r}")
+    return Session(user_principal(user), host)
+
+
+async def grpc_session_off_loop(metadata: Iterable[tuple[str, str | bytes]],
+                                auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
+                                checker: PasswordChecker, run: WorkRunner,
+                                sasl_required: bool) -> Session:
+    """``grpc_session`` with the password's PBKDF2 work given to ``run`` (a thread)."""
+    host = peer_host(peer)
+    credentials = plain_credentials(metadata)
+    if credentials is None:
+        return _without_password(auth_context, host, sasl_required=sasl_required)
+    user, password = credentials
+    if not await checker.check_with(user, password, run):
+        raise SaslAuthenticationError(f"authentication failed for user {user!r}")
+    return Session(user_principal(user), host)
 
 
 def _refusals(repeated: MutableSequence[_Item], allowed: Allowed, operation: int,

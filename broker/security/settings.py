@@ -19,25 +19,37 @@ anyone else is ``User:ANONYMOUS``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
-from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
+from tidewater.broker.security.grpc_auth import (
+    PasswordChecker,
+    grpc_session,
+    grpc_session_off_loop,
+)
+from tidewater.broker.security.inter_broker import may_fetch_as_follower
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
-from tidewater.proto.scram import MECHANISMS, ScramCredential
+from tidewater.proto.scram import MECHANISMS, SaslAuthenticationError, ScramCredential
 
 PLAIN = "PLAIN"
 SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
                                     "super.users", "allow.everyone.if.no.acl.found",
-                                    "connections.max.reauth.ms"})
+                                    "connections.max.reauth.ms",
+                                    "connection.failed.authentication.delay.ms"})
 # Kafka's authorizer class names mean "check ACLs" here; empty means none.
 _KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
 SASL_MECHANISMS = (PLAIN, *MECHANISMS)
 AUTHORIZERS = ("none", "acl")
+# SASL/PLAIN's password checks, off the event loop (``password_ok_off_loop``): one thread
+# (the broker's other work needs the other cores), at most this many checks waiting.
+PASSWORD_CHECK_THREADS = 1
+PASSWORD_CHECKS_QUEUED_MAX = 32
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,9 @@ class SecuritySettings:
     # KIP-368: a SASL session lasts this long, then the client must re-authenticate on
     # its connection or have it closed; 0 (Kafka's default): sessions never expire.
     reauth_ms: int = 0
+    # KIP-306 (connection.failed.authentication.delay.ms): a failed authentication is
+    # answered this late, on the Kafka listeners and gRPC alike.
+    failed_authentication_delay_ms: int = 100
 
     def __post_init__(self) -> None:
         unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
@@ -60,6 +75,9 @@ class SecuritySettings:
         for user in self.super_users:
             if not user.startswith("User:") or len(user) <= len("User:"):
                 raise ValueError(f"super user {user!r} is not User:<name>")
+        if self.failed_authentication_delay_ms < 0:
+            raise ValueError("connection.failed.authentication.delay.ms must not be negative, "
+                             f"not {self.failed_authentication_delay_ms}")
         if self.reauth_ms < 0:
             raise ValueError(f"connections.max.reauth.ms must not be negative, not {self.reauth_ms}")
 
@@ -78,6 +96,10 @@ class SecuritySettings:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"expected true or false, not {value!r}")
             return dataclasses.replace(self, allow_everyone_if_no_acl_found=value.lower() == "true")
+        if name == "connection.failed.authentication.delay.ms":
+            if not value.isdigit():
+                raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
+            return dataclasses.replace(self, failed_authentication_delay_ms=int(value))
         if name == "connections.max.reauth.ms":
             if not value.isdigit():
                 raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
@@ -100,6 +122,10 @@ class UsersAndAcls(Protocol):
 
     def acls(self) -> tuple[Acl, ...]: ...
 
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        """The iteration counts of the known users' credentials of ``mechanism``."""
+        ...
+
 
 class CallerContext(Protocol):
     """What ``BrokerSecurity.grpc_session`` reads of a call (``grpc.aio.ServicerContext``).
@@ -119,7 +145,12 @@ class BrokerSecurity:
         self._cache = metadata_cache
         self._acls: tuple[Acl, ...] | None = None
         self._authorizer: Authorizer | None = None
-        self._passwords = PasswordChecker(self.user_credentials)
+        self._passwords = PasswordChecker(self.user_credentials, metadata_cache.scram_iterations)
+        # SASL/PLAIN's PBKDF2 (~4 ms a check) runs on these threads, not the event loop, at
+        # most PASSWORD_CHECKS_QUEUED_MAX checks queued or running (more wait their turn,
+        # each on its own connection): a burst of wrong guesses delays only logins.
+        self._password_threads: ThreadPoolExecutor | None = None
+        self._password_slots: asyncio.Semaphore | None = None
 
     @property
     def sasl_enabled(self) -> bool:
@@ -134,6 +165,49 @@ class BrokerSecurity:
         """``password`` against ``user``'s SCRAM credentials (SASL/PLAIN, gRPC), the
         verdict cached per credential so a client's reconnects cost no PBKDF2."""
         return self._passwords.check(user, password)
+
+    async def password_ok_off_loop(self, user: str, password: str) -> bool:
+        """``password_ok`` with the PBKDF2 work on the password threads (SASL/PLAIN on the
+        Kafka listeners): the event loop serves other connections meanwhile."""
+        return await self._passwords.check_with(user, password, self._run_password_work)
+
+    async def _run_password_work(self, work: Callable[[], bool]) -> bool:
+        if self._password_threads is None:
+            self._password_threads = ThreadPoolExecutor(PASSWORD_CHECK_THREADS,
+                                                        thread_name_prefix="password-check")
+        if self._password_slots is None:
+            self._password_slots = asyncio.Semaphore(PASSWORD_CHECKS_QUEUED_MAX)
+        async with self._password_slots:
+            return await asyncio.get_running_loop().run_in_executor(self._password_threads, work)
+
+    def close(self) -> None:
+        """Stop the password threads (a check in progress finishes; queued ones are
+        dropped, their connections are closing with the broker)."""
+        if self._password_threads is not None:
+            self._password_threads.shutdown(wait=False, cancel_futures=True)
+            self._password_threads = None
+
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        return self._cache.scram_iterations(mechanism)
+
+    async def authenticate_grpc(self, context: CallerContext) -> Session:
+        """The gRPC caller's Session, its password checked off the event loop; a refusal
+        (SaslAuthenticationError) comes ``failed_authentication_delay_ms`` late (KIP-306,
+        as on the Kafka listeners; only this call waits)."""
+        try:
+            return await grpc_session_off_loop(
+                context.invocation_metadata() or (),
+                {k: list(v) for k, v in context.auth_context().items()}, context.peer() or "",
+                checker=self._passwords, run=self._run_password_work,
+                sasl_required=self.sasl_enabled)
+        except SaslAuthenticationError:
+            await self.failure_delay()
+            raise
+
+    async def failure_delay(self) -> None:
+        """KIP-306's wait before a failed authentication is answered."""
+        if self.settings.failed_authentication_delay_ms > 0:
+            await asyncio.sleep(self.settings.failed_authentication_delay_ms / 1000)
 
     def grpc_session(self, context: CallerContext) -> Session:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
@@ -163,6 +237,11 @@ class BrokerSecurity:
         authorizer = self.authorizer()
         return authorizer is None or authorizer.allows(session, operation, resource_type, name)
 
+    def may_fetch_as_follower(self, session: Session) -> bool:
+        """CLUSTER_ACTION on the cluster (``inter_broker.may_fetch_as_follower``)."""
+        return may_fetch_as_follower(session, has_authorizer=self.settings.authorizer != "none",
+                                     allows=self.allows, super_users=self.settings.super_users)
+
     def allows_any(self, session: Session, operation: int, resource_type: int) -> bool:
         """May ``session`` do ``operation`` on some resource of the type (KIP-679)?"""
         authorizer = self.authorizer()
@@ -191,4 +270,7 @@ def open_security() -> BrokerSecurity:
 
         def acls(self) -> tuple[Acl, ...]:
             return ()
+
+        def scram_iterations(self, mechanism: str) -> list[int]:
+            return []
     return BrokerSecurity(SecuritySettings(), _NoCache())

@@ -14,10 +14,16 @@ TLS only (``build_server``'s credentials); the INTERNAL one requires a client
 certificate from the cluster's CA, and ``BrokerControl`` takes each call only
 from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
-from the ``broker-<id>`` certificate of the replica id it fetches as).
+from the ``broker-<id>`` certificate of the replica id it fetches as). With SASL
+or an authorizer, whatever the transport, a ReplicaFetch stream also needs an
+authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
+CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
+CLUSTER_AUTHORIZATION_FAILED): a follower fetch moves the high watermark and reads
+uncommitted records of every topic.
 With client security on (``broker.security``: SASL or an authorizer), each
-client RPC first learns who calls (``grpc_auth.grpc_session``; refused:
-UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
+client RPC first learns who calls (``BrokerSecurity.authenticate_grpc``: the
+password checked off the event loop, a refusal answered
+connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
 fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
 (TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
 topics (a named one is UNKNOWN_TOPIC_OR_PARTITION).
@@ -192,7 +198,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def _session(self, context: Context, security: BrokerSecurity) -> Session:
         """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
         try:
-            return security.grpc_session(context)
+            return await security.authenticate_grpc(context)
         except SaslAuthenticationError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
@@ -431,9 +437,12 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     principal ``control_principal_refusal`` allows; refused calls change nothing."""
 
     def __init__(self, replica_manager: ReplicaManager, metrics: BrokerMetrics, *,
-                 authenticating: bool = False) -> None:
+                 authenticating: bool = False, security: BrokerSecurity | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.authenticating = authenticating
+        # SASL or an authorizer: a follower fetch also needs an authenticated caller with
+        # CLUSTER_ACTION (``inter_broker``), whatever the transport.
+        self.security = security if security is not None and security.secured else None
 
     def _refusal(self, rpc: str, context: Context, replica_id: int | None = None
                  ) -> int | None:
@@ -479,11 +488,26 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         """
         # The peer's certificate, read once per stream (no principals without TLS).
         principal = _principal(context) if self.authenticating else None
+        security = self.security
+        session: Session | None = None
+        if security is not None:
+            # Credentials travel once per stream (call metadata); a refused caller gets
+            # nothing, not even a fetch answer.
+            try:
+                session = await security.authenticate_grpc(context)
+            except SaslAuthenticationError as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                    f"SASL_AUTHENTICATION_FAILED: {e}")
 
         def refusal(replica_id: int) -> int | None:
-            return control_principal_refusal("ReplicaFetch", principal,
+            code = control_principal_refusal("ReplicaFetch", principal,
                                              authenticating=self.authenticating,
                                              replica_id=replica_id)
+            if code is None and security is not None and session is not None \
+                    and not security.may_fetch_as_follower(session):
+                # Checked per request: a revoked ACL ends a running stream's fetches.
+                return pb.CLUSTER_AUTHORIZATION_FAILED
+            return code
         replica_manager = self.replica_manager
 
         async def answer(request: pb.FetchRequest) -> bytes:

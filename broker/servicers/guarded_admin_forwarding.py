@@ -40,7 +40,7 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
 
     async def _session(self, context: Context) -> Session:
         try:
-            return self._security.grpc_session(context)
+            return await self._security.authenticate_grpc(context)
         except SaslAuthenticationError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"SASL_AUTHENTICATION_FAILED: {e}")

@@ -25,6 +25,7 @@ tests/unit/test_fuzz_regressions.py on every ``make test``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import tempfile
 from collections.abc import Callable
@@ -117,6 +118,9 @@ class _Users:
     def acls(self) -> tuple:
         return ()
 
+    def scram_iterations(self, mechanism: str) -> list[int]:
+        return [c.iterations for m, c in self.credentials.items() if m == mechanism]
+
 
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SECURITY = BrokerSecurity(SecuritySettings(sasl_mechanisms=_MECHANISMS), _Users())
@@ -131,7 +135,7 @@ def sasl(data: bytes) -> None:
     assert connection.handshake(mechanism, 1)[0] == 0
     try:
         for token in (data[2:split], data[split:]):
-            connection.authenticate(token, 0)
+            asyncio.run(connection.authenticate(token, 0))
             if connection.authenticated:
                 raise AssertionError(f"random bytes authenticated as {connection.session}")
     finally:

@@ -85,7 +85,7 @@ class OneAnswerStub:
     def __init__(self, call: OneAnswerCall):
         self.call = call
 
-    def ReplicaFetch(self):  # the generated stub's name
+    def ReplicaFetch(self, metadata=None):  # the generated stub's name
         return self.call
 
 

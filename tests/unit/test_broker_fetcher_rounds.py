@@ -56,7 +56,7 @@ class FakeStub:
     def __init__(self):
         self.calls: list[FakeStreamCall] = []
 
-    def ReplicaFetch(self):  # the generated stub's name
+    def ReplicaFetch(self, metadata=None):  # the generated stub's name
         self.calls.append(FakeStreamCall())
         return self.calls[-1]
 
@@ -184,7 +184,7 @@ async def test_a_change_while_writing_drops_the_stream_before_reading(tmp_path):
             fetcher.mark_changed()  # e.g. a LeaderAndIsr handled while the write awaited
             await super().write(request)
 
-    stub.ReplicaFetch = lambda: stub.calls.append(ChangingCall()) or stub.calls[-1]
+    stub.ReplicaFetch = lambda metadata=None: stub.calls.append(ChangingCall()) or stub.calls[-1]
     try:
         await asyncio.wait_for(fetcher._fetch_round(stub, [a]), 10)
         assert stub.calls[0].written and stub.calls[0].cancelled and fetcher._stream is None

@@ -115,6 +115,9 @@ class Cache:
     def user_credentials(self, user):
         return []
 
+    def scram_iterations(self, mechanism):
+        return []
+
     def scram_credential(self, user, mechanism):
         return None
 

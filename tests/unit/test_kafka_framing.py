@@ -209,3 +209,36 @@ async def test_drain_waits_for_resume_writing():
     conn.resume_writing()
     await draining
     assert transport.written == [b"ab"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames=st.lists(st.binary(min_size=1, max_size=1200), min_size=1, max_size=12),
+       chunks=st.lists(st.integers(1, 300), min_size=1, max_size=6))
+def test_frames_come_out_whole_while_the_scratch_buffer_grows(frames, chunks):
+    """The scratch buffer starts small (an idle connection holds little) and grows at
+    the first read that fills it; frames come out whole across the switch."""
+    async def run():
+        conn = FrameConnection(lambda c: None, frame_bytes_max=1 << 20, scratch_bytes=SCRATCH,
+                               scratch_initial_bytes=8, frame_buffer_initial_bytes=16)
+        conn.connection_made(FakeTransport())
+        offered = len(conn.get_buffer(-1))
+        assert offered == 8
+        conn.buffer_updated(0)
+        feed(conn, framed(frames), chunks)
+        assert await read_all(conn, len(frames)) == frames
+    asyncio.run(run())
+
+
+def test_the_scratch_buffer_grows_only_after_a_read_fills_it():
+    conn = FrameConnection(lambda c: None, frame_bytes_max=1 << 20, scratch_bytes=SCRATCH,
+                           scratch_initial_bytes=8)
+    conn.connection_made(FakeTransport())
+    buffer = conn.get_buffer(-1)
+    buffer[:3] = b"\0\0\0"  # part of a size prefix: not full
+    conn.buffer_updated(3)
+    assert len(conn.get_buffer(-1)) == 5
+    conn.buffer_updated(0)
+    buffer = conn.get_buffer(-1)
+    buffer[:5] = b"\x01a\0\0\0"  # fills it (a frame, then 3 bytes of a size prefix)
+    conn.buffer_updated(5)
+    assert len(conn.get_buffer(-1)) == SCRATCH - 3  # grown, the 3 pending bytes kept

@@ -33,6 +33,7 @@ class Listening:
     def __init__(self, tmp_path):
         self.tmp_path = tmp_path
         self.security = None  # broker.security.BrokerSecurity (test_kafka_sasl.py)
+        self.quotas = None  # kafka.connection_quotas.ConnectionQuotas (test_connection_quotas.py)
 
     async def prepare(self) -> None:
         """What a subclass adds to the replica manager before the listener starts."""
@@ -45,7 +46,8 @@ class Listening:
                                  controller=ControllerForwarder(None), listener_name="KAFKA")
         self.listener = KafkaListener(services, host="127.0.0.1", port=0,
                                       max_request_bytes=MAX_REQUEST_BYTES,
-                                      supervisor=self.rm.supervisor, security=self.security)
+                                      supervisor=self.rm.supervisor, security=self.security,
+                                      quotas=self.quotas)
         self.port = await self.listener.start()
         return self
 

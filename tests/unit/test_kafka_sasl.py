@@ -48,6 +48,9 @@ class Users:
     def acls(self):
         return self._acls
 
+    def scram_iterations(self, mechanism):
+        return [c.iterations for (_, m), c in self.credentials.items() if m == mechanism]
+
 
 class SecureListening(Listening):
     def __init__(self, tmp_path, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),

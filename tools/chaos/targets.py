@@ -193,7 +193,12 @@ class ComposeCluster:
         raise ChaosTargetError(f"{node}: its command has no {flag}")
 
     def metrics_targets(self) -> list[ScrapeTarget]:
-        return [target_for(node, self._published(node, METRICS_PORT)) for node in self.node_names()]
+        # With TLS the brokers' /metrics are HTTPS with their certificates (the
+        # controller's stay HTTP).
+        cafile = self.client_security().get("ssl_cafile")
+        return [target_for(node, self._published(node, METRICS_PORT),
+                           https=bool(cafile) and broker_id_of(node) is not None, cafile=cafile)
+                for node in self.node_names()]
 
     def data_dirs(self) -> dict[str, Path]:
         dirs = {}
@@ -313,7 +318,10 @@ class LocalChaosCluster:
         for node in self.node_names():
             port = int(self._proc(node).get("metrics_port") or 0)
             if port > 0:
-                targets.append(target_for(node, f"127.0.0.1:{port}"))
+                # With TLS the brokers' /metrics are HTTPS (the controller's stay HTTP).
+                cafile = self.client_security().get("ssl_cafile")
+                targets.append(target_for(node, f"127.0.0.1:{port}", cafile=cafile,
+                                          https=bool(cafile) and broker_id_of(node) is not None))
         return targets
 
     def data_dirs(self) -> dict[str, Path]:

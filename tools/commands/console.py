@@ -116,7 +116,7 @@ def run(args: Any) -> int:
         bootstrap, security = bootstrap_of(args), security_of(args)
         if args.metrics:
             try:
-                targets = parse_targets(args.metrics)
+                targets = parse_targets(args.metrics, cafile=security.get("ssl_cafile"))
             except ScrapeConfigError as e:
                 raise CliError(f"--metrics: {e}", exit_code=2) from None
     return serve(bootstrap, security, targets, host=host, port=port, login=login,

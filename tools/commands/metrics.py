@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidewater.tools.cli import CliError
+from tidewater.tools.commands._common import security_of
 from tidewater.tools.scrape import ScrapeConfigError, Scraper, ScrapeTarget, parse_targets
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ def targets_from_args(args: argparse.Namespace) -> list[ScrapeTarget]:
 
     try:
         if args.targets is not None:  # (an empty list too: parse_targets says what is wrong)
-            return parse_targets(args.targets)
+            # https:// targets (brokers with TLS) are checked against --command-config's CA.
+            return parse_targets(args.targets, cafile=security_of(args).get("ssl_cafile"))
         cluster = cluster_from_args(args)
         if cluster is None:  # argparse requires one of --targets, --data-dir, --compose
             raise CliError("--targets, --data-dir or --compose is required", exit_code=2)

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tidewater.proto.errors import TidewaterError
-from tidewater.tools.scrape import ScrapeTarget
+from tidewater.tools.scrape import ScrapeTarget, fetch_metrics
 
 INTERVAL_MS_DEFAULT = 2000
 HISTORY_S_DEFAULT = 300
@@ -220,9 +219,7 @@ class MetricsHistory:
     def _scrape(target: ScrapeTarget) -> Sample:
         unix_ms = int(time.time() * 1000)
         try:
-            # http(s) URLs only: ScrapeTarget builds no other scheme.
-            with urllib.request.urlopen(target.url, timeout=SCRAPE_TIMEOUT_S) as response:
-                text = response.read().decode("utf-8")
+            text = fetch_metrics(target.url, SCRAPE_TIMEOUT_S, target.cafile)
         except (OSError, ValueError) as e:
             return Sample(unix_ms, False, " ".join(str(e).split())[:200])
         return parse_sample(text, unix_ms)

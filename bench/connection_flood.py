@@ -1,0 +1,194 @@
+"""Does a flood of idle or slow connections leave a broker serving a producer?
+
+    .venv/bin/python bench/connection_flood.py [--connections 1000] [--records 20000]
+
+Starts a local 1-broker cluster (`tide cluster up`, stopped by its recorded pids at the
+end), then measures a confluent-kafka producer (acks=all, 1 KiB records, one topic)
+on the Kafka listener in three phases:
+
+- ``baseline``: nothing else connected;
+- ``silent``: ``--connections`` connections open that never send a byte;
+- ``trickle``: as many connections that each announced a 100 MiB frame and send one
+  byte of it a second (a slow-loris client, and the 100 MiB frame that must not be
+  allocated up front);
+- ``baseline again``: nothing else connected, to show how much a shared machine
+  moved the figures meanwhile.
+
+For each phase it prints the producer's records/s, the ratio to the baseline, the
+broker's resident memory, and whether the broker kept its session with the controller
+(same broker epoch, not fenced). The hostile connections use the broker's defaults
+(connections.max.idle.ms 600000: they stay open for the whole run); see the README's
+connection settings for the limits that close them.
+
+``Flood`` is also what ``tests/cli/test_connection_flood.py`` uses, with a count that
+fits the test budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from bench.bench_common import KIB, format_table  # noqa: E402
+
+TRICKLE_FRAME_BYTES = 100 * 1024 * 1024  # what a trickling connection's size prefix claims
+TRICKLE_INTERVAL_S = 1.0
+
+
+class Flood:
+    """``count`` connections to ``host:port``: ``silent`` ones send nothing; ``trickle``
+    ones announce a 100 MiB frame and send one byte of it every second (one thread for
+    all of them). ``close()`` ends them all; ``closed_by_broker()`` counts those the
+    broker has closed."""
+
+    def __init__(self, host: str, port: int, count: int, *, trickle: bool,
+                 source_host: str = "127.0.0.1"):
+        self.sockets: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            for _ in range(count):
+                s = socket.socket()
+                s.bind((source_host, 0))
+                s.connect((host, port))
+                self.sockets.append(s)
+        except BaseException:
+            self.close()
+            raise
+        if trickle:
+            for s in self.sockets:
+                s.sendall(struct.pack(">i", TRICKLE_FRAME_BYTES))
+            self._thread = threading.Thread(target=self._trickle, daemon=True,
+                                            name="flood-trickle")
+            self._thread.start()
+
+    def _trickle(self) -> None:
+        while not self._stop.wait(TRICKLE_INTERVAL_S):
+            for s in self.sockets:
+                try:
+                    s.sendall(b"x")
+                except OSError:
+                    pass  # closed by the broker; counted by closed_by_broker
+
+    def closed_by_broker(self) -> int:
+        closed = 0
+        for s in self.sockets:
+            s.setblocking(False)
+            try:
+                closed += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        return closed
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for s in self.sockets:
+            s.close()
+
+
+def produce_rate(bootstrap: str, topic: str, records: int, record_bytes: int = KIB) -> float:
+    """records/s of an acks=all confluent-kafka producer sending ``records`` records."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                                         "linger.ms": 5, "message.timeout.ms": 120_000})
+    errors: list[object] = []
+    value = b"v" * record_bytes
+    started = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value,
+                                 on_delivery=lambda err, _m: err and errors.append(err))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(180) != 0 or errors:
+        raise RuntimeError(f"produce failed: {errors[:3]} ({len(errors)} errors)")
+    return records / (time.perf_counter() - started)
+
+
+def broker_session(controller: str, broker_id: int) -> tuple[int, bool]:
+    """(broker epoch, fenced) of ``broker_id`` as the controller sees it."""
+    import grpc
+
+    from tidewater.proto import tidewater_pb2 as pb
+    from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(controller) as channel:
+        answer = pb_grpc.ControllerStub(channel).DescribeCluster(pb.DescribeClusterRequest(),
+                                                                 timeout=10)
+    [broker] = [b for b in answer.brokers if b.broker_id == broker_id]
+    return broker.broker_epoch, broker.fenced
+
+
+def resident_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--records", type=int, default=20_000)
+    args = parser.parse_args()
+
+    from tidewater.tools.local_cluster import LocalCluster
+
+    with tempfile.TemporaryDirectory(prefix="tw-flood-") as directory:
+        cluster = LocalCluster(Path(directory))
+        cluster.up(1, base_port=0, ready_timeout_s=120)
+        try:
+            manifest = cluster.manifest or {}
+            broker = manifest["processes"]["broker-1"]
+            controller = manifest["controller"]
+            host, port = broker["kafka"].rsplit(":", 1)
+            bootstrap = manifest["kafka_bootstrap"]
+            produce_rate(bootstrap, "flood", 100)  # creates the topic, warms up
+            epoch, _ = broker_session(controller, 1)
+            rows = []
+            baseline = None
+            # The baseline again at the end: how much the machine itself moved meanwhile.
+            for phase in ("baseline", "silent", "trickle", "baseline again"):
+                flood = (None if phase.startswith("baseline") else
+                         Flood(host, int(port), args.connections, trickle=phase == "trickle"))
+                try:
+                    if flood is not None:
+                        time.sleep(3 * TRICKLE_INTERVAL_S)  # let the trickle start
+                    rate = produce_rate(bootstrap, "flood", args.records)
+                    baseline = baseline or rate
+                    now_epoch, fenced = broker_session(controller, 1)
+                    held = 0 if flood is None else len(flood.sockets) - flood.closed_by_broker()
+                    rows.append((phase, str(held), f"{rate:,.0f}", f"{rate / baseline:.2f}",
+                                 f"{resident_mib(broker['pid']):.0f}",
+                                 "kept" if now_epoch == epoch and not fenced else
+                                 f"LOST (epoch {epoch} -> {now_epoch}, fenced {fenced})"))
+                finally:
+                    if flood is not None:
+                        flood.close()
+            print(format_table(("phase", "hostile conns open", "records/s", "vs baseline",
+                                "broker RSS MiB", "controller session"), rows,
+                               align_right=(False, True, True, True, True, False)))
+        finally:
+            cluster.down(timeout_s=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
