@@ -482,7 +482,7 @@ class RaftNode:
                     self._enter_prospective(now_ms)
                 else:
                     self._reset_election_deadline(now_ms)
-            elif role is Role.PROSPECTIVE and self.leader_id is not None:
+            elif role is Role.PROSPECTIVE and self.leader_id not in (None, self.local.id):
                 # The election failed and we know this epoch's leader: try it again (the
                 # voters that refused us may hear from it), as KIP-996's prospective does.
                 self._clear_role_state()
