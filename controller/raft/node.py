@@ -48,12 +48,13 @@ RESIGNED       election timeout                  PROSPECTIVE
 any            a message of a higher epoch       UNATTACHED (or FOLLOWER, leader known)
 =============  ================================  ===================================
 
-Votes (real, not pre-): granted once per epoch, to a voter whose log end
+Votes (real, not pre-): granted once per epoch, to a candidate whose log end
 (last epoch, end offset) is at least ours, never while we know a leader in that
 epoch, and only when the request names our directory id. A node that restarts
-with a wiped disk has a new directory id, so it is not a voter any more and its
-empty log cannot elect anyone (KIP-853). Pre-votes change no state and are
-refused while we hear from a live leader.
+with a wiped disk has a new directory id, so it is not the voter it was and its
+empty log cannot elect anyone (KIP-853). Who votes is the candidate's voter set
+(ours may lag behind a VOTERS entry we have not fetched yet). Pre-votes change
+no state and are refused while we hear from a live leader.
 
 Replication (KIP-595): a follower sends Fetch(fetch_offset = its log end,
 last_fetched_epoch). The leader checks the pair against its epoch history: if
@@ -822,12 +823,14 @@ class RaftNode:
         return (last_epoch, log_end_offset) >= (self.last_epoch, self.log_end_offset)
 
     def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        # KIP-853: whether we (or the candidate) vote is the candidate's view of the voter set,
+        # which may be ahead of ours (we may not have fetched the VOTERS entry that added us).
+        # What protects the quorum is that the request names our directory id: a wiped
+        # node has a new one, and never answers for the voter it was.
         addressed_to_us = request.destination_directory_id == self.local.directory_id
-        candidate_votes = request.source in self.voters
-        if (not request.pre_vote and addressed_to_us and candidate_votes
-                and request.candidate_epoch > self.epoch):
+        if not request.pre_vote and addressed_to_us and request.candidate_epoch > self.epoch:
             self._enter_unattached(request.candidate_epoch, now_ms)
-        granted = (addressed_to_us and candidate_votes and self.is_voter
+        granted = (addressed_to_us
                    and self._candidate_log_is_up_to_date(request.last_epoch, request.log_end_offset)
                    and self._may_grant(request, now_ms))
         if granted and not request.pre_vote:

@@ -79,8 +79,10 @@ class RaftSimConfig:
     # Broken variant: a wiped node keeps its directory id, i.e. it is taken for the
     # voter it was although it forgot its vote.
     wipe_keeps_directory_id: bool = False
-    raft: RaftConfig = RaftConfig(fetch_timeout_ms=600, election_timeout_ms=300,
-                                  fetch_backoff_ms=20, request_timeout_ms=150,
+    # request_timeout_ms above the longest round trip (2 x delay_ms_max): a fetch answered
+    # after its timeout is discarded, so a shorter one would starve followers.
+    raft: RaftConfig = RaftConfig(fetch_timeout_ms=1000, election_timeout_ms=400,
+                                  fetch_backoff_ms=20, request_timeout_ms=450,
                                   begin_quorum_resend_ms=150, fetch_entries_max=3,
                                   uncommitted_entries_max=24,
                                   snapshot_chunk_bytes_max=8, voter_catch_up_lag_max=4)
