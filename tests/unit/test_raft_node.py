@@ -10,6 +10,7 @@ from tidewater.controller.raft import (
     Entry,
     EntryKind,
     NotLeaderError,
+    ProposalRejectedError,
     QuorumState,
     RaftConfig,
     RaftNode,
@@ -184,3 +185,57 @@ def test_describe_shows_each_replicas_log_end_and_lag():
     assert description.leader_id == 1 and description.high_watermark == 1
     by_id = {r.key.id: (r.log_end_offset, r.lag) for r in description.replicas}
     assert by_id == {1: (3, 0), 2: (1, 2), 3: (0, 3)}
+
+
+# ---- membership (KIP-853) -----------------------------------------------------------
+
+
+def test_voters_change_one_at_a_time_through_the_log():
+    n = node(K1)
+    elect(n)
+    with pytest.raises(ProposalRejectedError, match="no entry of this epoch"):
+        n.change_voters(remove=K3, now_ms=10_001)
+    n.step(FetchRequest(K2, 1, n.epoch, n.log_end_offset, n.last_epoch, 1), 10_001)
+    drain(n)
+    offset = n.change_voters(remove=K3, now_ms=10_002)
+    assert n.voters == frozenset({K1, K2})  # in force at once, committed or not
+    with pytest.raises(ProposalRejectedError, match="still uncommitted"):
+        n.change_voters(add=K3, now_ms=10_003)
+    ready = drain(n)
+    assert ready.log_append[-1].kind is EntryKind.VOTERS and ready.log_append[-1].offset == offset
+    # the new set {1, 2} needs node 2 to commit the entry
+    n.step(FetchRequest(K2, 1, n.epoch, offset + 1, n.epoch, 2), 10_004)
+    drain(n)
+    assert n.high_watermark == offset + 1
+
+
+def test_a_new_voter_must_catch_up_first():
+    n = node(K1)
+    elect(n)
+    n.step(FetchRequest(K2, 1, n.epoch, n.log_end_offset, n.last_epoch, 1), 10_001)
+    drain(n)
+    new = VoterKey(4, "4" * 32)
+    n.propose([b"r"] * (CONFIG.voter_catch_up_lag_max + 1), 10_002)
+    drain(n)
+    n.step(FetchRequest(new, 1, n.epoch, 0, 0, 1), 10_003)  # an observer at offset 0
+    drain(n)
+    with pytest.raises(ProposalRejectedError, match="not caught up"):
+        n.change_voters(add=new, now_ms=10_004)
+    n.step(FetchRequest(new, 1, n.epoch, n.log_end_offset, n.epoch, 2), 10_005)
+    drain(n)
+    n.change_voters(add=new, now_ms=10_006)
+    assert new in n.voters and len(n.voters) == 4
+
+
+def test_a_leader_that_removed_itself_resigns_once_the_change_is_committed():
+    n = node(K1)
+    elect(n)
+    n.step(FetchRequest(K2, 1, n.epoch, n.log_end_offset, n.last_epoch, 1), 10_001)
+    drain(n)
+    offset = n.change_voters(remove=K1, now_ms=10_002)
+    drain(n)
+    assert n.role is Role.LEADER  # still leads until {2, 3} hold the entry
+    n.step(FetchRequest(K2, 1, n.epoch, offset + 1, n.epoch, 2), 10_003)
+    n.step(FetchRequest(K3, 1, n.epoch, offset + 1, n.epoch, 2), 10_003)
+    drain(n)
+    assert n.high_watermark == offset + 1 and n.role is Role.RESIGNED
