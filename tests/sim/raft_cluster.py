@@ -44,6 +44,7 @@ from tidewater.controller.raft import (
     Snapshot,
     VoterKey,
 )
+from tidewater.controller.raft.messages import FetchRequest, VoteResponse
 from tidewater.proto.errors import InvariantViolation
 
 READY_ROUNDS_MAX = 20  # a node that still has a Ready after this many rounds is looping
@@ -316,6 +317,7 @@ class RaftSimulation:
                 self._crash(node_id, "after persisting, before sending")
                 return
             for message in ready.send:
+                self._check_durable_before_sent(node_id, message)
                 self._send(node_id, message)
             app = self.apps[node_id]
             for entry in ready.committed:
@@ -376,6 +378,22 @@ class RaftSimulation:
             elif step == 4 and ready.quorum_state is not None:
                 disk.quorum_state = ready.quorum_state
         return True
+
+    def _check_durable_before_sent(self, node_id: int, message: Message) -> None:
+        """What a message claims must already be on the sender's disk."""
+        disk = self.disks[node_id]
+        if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
+            state = disk.quorum_state
+            if state.epoch < message.candidate_epoch or (
+                    state.epoch == message.candidate_epoch
+                    and (state.voted_for is None or state.voted_for.id != message.destination)):
+                raise InvariantViolation(f"node {node_id} grants epoch {message.candidate_epoch} "
+                                         f"to {message.destination}; its disk says {state}")
+        if isinstance(message, FetchRequest):
+            durable_end = disk.log_start_offset + len(disk.log)
+            if message.fetch_offset > durable_end:
+                raise InvariantViolation(f"node {node_id} fetches from {message.fetch_offset}; "
+                                         f"its disk ends at {durable_end}")
 
     @staticmethod
     def _base_chain(disk: SimDisk) -> int:

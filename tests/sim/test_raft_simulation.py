@@ -105,3 +105,17 @@ def test_a_voter_that_forgets_its_vote_is_caught():
     find_violation(RaftNode, ("election safety", "two leaders", "second vote"),
                    steps_budget=200_000, wipe_keeps_directory_id=True, wipe_probability=0.8,
                    crash_probability=0.01, crash_mid_ready_probability=0.02, down_ms_max=500)
+
+
+class SendsBeforePersisting(RaftSimulation):
+    """A broken shell: the quorum state reaches the disk only after the messages left."""
+
+    def _persist(self, node_id, ready):
+        if ready.quorum_state is None:
+            return super()._persist(node_id, ready)
+        return super()._persist(node_id, replace(ready, quorum_state=None))
+
+
+def test_a_vote_sent_before_it_is_durable_is_caught():
+    with pytest.raises(RaftSimulationFailure, match="grants epoch"):
+        SendsBeforePersisting(0).run()
