@@ -7,6 +7,8 @@ Files in ``<raft-dir>``::
     raft.log            the log entries after the snapshot (format below)
     raft.log.tmp        a prefix cut in progress (deleted at open)
     snapshot-*.snap     snapshots (``snapshot_file``): only the newest is kept
+    raft.lock           held with flock(LOCK_EX) while a process uses the directory (two
+                        processes on one directory would vote twice in an epoch)
 
 ``quorum-state`` (big-endian, ``QUORUM_HEADER`` then voters)::
 
@@ -63,6 +65,7 @@ and the process must restart; recovery cuts the torn tail.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import uuid
@@ -80,6 +83,7 @@ from tidewater.proto.errors import InvariantViolation, KafkaStorageError
 
 QUORUM_STATE_FILE = "quorum-state"
 LOG_FILE = "raft.log"
+LOCK_FILE = "raft.lock"
 
 QUORUM_MAGIC = b"TWQS"
 QUORUM_HEADER = struct.Struct(">4sHI16sQi16siH")
@@ -217,8 +221,9 @@ class RaftStorage:
     """One node's Raft directory. ``format`` once, then ``open`` (which recovers)."""
 
     def __init__(self, directory: Path, quorum: QuorumStateFile, snapshot: Snapshot | None,
-                 recovered: RecoveredLog, file: IO[bytes]):
+                 recovered: RecoveredLog, file: IO[bytes], lock_file: IO[bytes]):
         self.directory = directory
+        self._lock_file = lock_file
         self.local_directory_id = quorum.directory_id
         self.bootstrap_voters = quorum.bootstrap_voters
         self.quorum_state = quorum.state
@@ -245,6 +250,21 @@ class RaftStorage:
 
     @classmethod
     def open(cls, directory: Path) -> RaftStorage:
+        lock_file = open(directory / LOCK_FILE, "a+b")  # kept open: the flock lasts with it
+        try:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            lock_file.close()
+            raise KafkaStorageError("raft directory is locked by another process",
+                                    path=str(directory)) from e
+        try:
+            return cls._open_locked(directory, lock_file)
+        except BaseException:
+            lock_file.close()
+            raise
+
+    @classmethod
+    def _open_locked(cls, directory: Path, lock_file: IO[bytes]) -> RaftStorage:
         for leftover in (QUORUM_STATE_FILE, LOG_FILE):
             (directory / (leftover + TMP_SUFFIX)).unlink(missing_ok=True)
         quorum_path = directory / QUORUM_STATE_FILE
@@ -261,7 +281,7 @@ class RaftStorage:
             raise CorruptRaftFileError(
                 f"log starts at {recovered.log_start_offset}, after the snapshot's end "
                 f"{snapshot_end}", path=log_path, position=6)
-        storage = cls(directory, quorum, snapshot, recovered, file)
+        storage = cls(directory, quorum, snapshot, recovered, file, lock_file)
         if recovered.log_start_offset < snapshot_end:
             # A crash between writing a snapshot and cutting the log: cut it now.
             storage._rewrite_from(snapshot_end)
@@ -291,7 +311,8 @@ class RaftStorage:
             if ready.snapshot_install is not None:
                 snapshot_file.write(self.directory, ready.snapshot_install)
                 self.snapshot = ready.snapshot_install
-                self._rewrite_from(ready.snapshot_install.snapshot_id.offset)
+                # the leader's snapshot replaces our whole log, whatever it held after the end
+                self._rewrite_from(ready.snapshot_install.snapshot_id.offset, keep_after=False)
             if ready.log_truncate_to is not None:
                 self._truncate(ready.log_truncate_to)
             if ready.log_append:
@@ -334,12 +355,13 @@ class RaftStorage:
         os.fsync(self._file.fileno())
         self._size_bytes += len(frames)
 
-    def _rewrite_from(self, start_offset: int) -> None:
-        """Cut the log's prefix before ``start_offset`` (or all of it): tmp, rename, fsync."""
+    def _rewrite_from(self, start_offset: int, *, keep_after: bool = True) -> None:
+        """Cut the log's prefix before ``start_offset`` (all of it unless ``keep_after``):
+        tmp, fsync, rename, directory fsync."""
         path = self.directory / LOG_FILE
         self._file.flush()
         recovered = read_log(path.read_bytes(), path)
-        keep = [e for e in recovered.entries if e.offset >= start_offset]
+        keep = [e for e in recovered.entries if e.offset >= start_offset and keep_after]
         if keep and keep[0].offset != start_offset:
             keep = []
         data = bytearray(LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, start_offset))
@@ -357,3 +379,4 @@ class RaftStorage:
 
     def close(self) -> None:
         self._file.close()
+        self._lock_file.close()

@@ -30,6 +30,7 @@ from tidewater.controller.raft.storage import (
     QUORUM_STATE_FILE,
     RaftStorage,
 )
+from tidewater.proto.errors import KafkaStorageError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -221,3 +222,26 @@ def test_a_single_voter_node_commits_and_restarts_from_its_directory(tmp_path):
     node.tick(20_000)  # resigned after the restart; runs again
     drain(node, storage, 20_000)
     assert node.is_leader and node.epoch == 2
+
+
+def test_an_installed_snapshot_replaces_the_whole_log(tmp_path):
+    formatted(tmp_path)
+    storage = RaftStorage.open(tmp_path)
+    storage.carry_out(ready(append=entries(0, 8), log_end_offset=8))  # a diverged history
+    snapshot = Snapshot(SnapshotId(5, 3), VOTERS, b"leader's image")
+    storage.carry_out(Ready(snapshot_write=None, snapshot_install=snapshot, log_truncate_to=None,
+                            log_append=entries(5, 2, epoch=3), quorum_state=None, send=(),
+                            committed=(), log_end_offset=7))
+    storage.close()
+    reopened = RaftStorage.open(tmp_path)
+    assert reopened.snapshot == snapshot
+    assert reopened.entries == list(entries(5, 2, epoch=3))
+
+
+def test_one_process_at_a_time_uses_a_directory(tmp_path):
+    formatted(tmp_path)
+    storage = RaftStorage.open(tmp_path)
+    with pytest.raises(KafkaStorageError, match="locked"):
+        RaftStorage.open(tmp_path)
+    storage.close()
+    RaftStorage.open(tmp_path).close()
