@@ -138,6 +138,7 @@ class RaftConfig:
     snapshot_chunk_bytes_max: int = 64 * 1024
     uncommitted_entries_max: int = 10_000
     voter_catch_up_lag_max: int = 64  # entries a new voter may lag when added
+    observer_expiry_ms: int = 60_000  # the leader forgets an observer not heard from this long
 
 
 @dataclass(frozen=True)
@@ -619,6 +620,12 @@ class RaftNode:
             return
         if now_ms >= self._next_begin_quorum_ms:
             self._next_begin_quorum_ms = now_ms + self.config.begin_quorum_resend_ms
+            # Bound the progress table: every wiped incarnation is a new observer key.
+            voters = self.voters
+            for key in [k for k, p in self._progress.items() if k not in voters and (
+                    p.last_fetch_ms is None
+                    or now_ms - p.last_fetch_ms > self.config.observer_expiry_ms)]:
+                del self._progress[key]
             for voter in sorted(self.voters):
                 progress = self._progress.get(voter)
                 if voter != self.local and (progress is None or progress.last_fetch_ms is None
