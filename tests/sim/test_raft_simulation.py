@@ -6,8 +6,12 @@ Reproduce a seed: ``cd tests && ../.venv/bin/python -m sim.raft_run --seed N --v
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,7 @@ from .raft_cluster import RaftSimConfig, RaftSimulation, RaftSimulationFailure, 
 pytestmark = pytest.mark.timeout(600)
 
 SEEDS = range(1000, 1024)
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -119,3 +124,18 @@ class SendsBeforePersisting(RaftSimulation):
 def test_a_vote_sent_before_it_is_durable_is_caught():
     with pytest.raises(RaftSimulationFailure, match="grants epoch"):
         SendsBeforePersisting(0).run()
+
+
+def test_a_seed_reproduces_the_same_run_in_a_fresh_process():
+    # Different hash seeds: nothing may depend on the hashing of str or bytes.
+    outputs = []
+    for hash_seed in ("1", "2"):
+        run = subprocess.run([sys.executable, "-m", "sim.raft_run", "--seed", "1004", "--verbose"],
+                             cwd=TESTS_DIR, env=dict(os.environ, PYTHONHASHSEED=hash_seed),
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        # the seed's line and the total end with the seconds they took: compare the rest
+        outputs.append([line.rsplit(None, 1)[0] if line.startswith((f"{1004:>7} ", "raft sim:"))
+                        else line for line in run.stdout.splitlines()])
+    assert outputs[0] == outputs[1]
+    assert any("leads epoch" in line for line in outputs[0])
