@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tidewater.controller.raft import RaftNode
+from tidewater.controller.raft.storage import RaftStorage
 
 from .raft_cluster import RaftSimConfig, RaftSimulation, RaftSimulationFailure, random_config
 
@@ -139,3 +141,60 @@ def test_a_seed_reproduces_the_same_run_in_a_fresh_process():
                         else line for line in run.stdout.splitlines()])
     assert outputs[0] == outputs[1]
     assert any("leads epoch" in line for line in outputs[0])
+
+
+class FileBackedSimulation(RaftSimulation):
+    """The same runs with every node's Ready also carried out by the real RaftStorage in a
+    directory; each restart opens it and must find exactly what the simulated disk holds."""
+
+    def __init__(self, seed: int, config: RaftSimConfig, root: Path):
+        self.root = root
+        self.storages: dict[int, RaftStorage] = {}
+        self.reopened = 0
+        super().__init__(seed, config)
+
+    def _start(self, node_id: int) -> None:
+        disk = self.disks[node_id]
+        directory = self.root / f"node-{node_id}"
+        if not (directory / "quorum-state").exists():
+            RaftStorage.format(directory, node_id, self.bootstrap_voters,
+                               directory_id=disk.directory_id)
+        storage = RaftStorage.open(directory)
+        assert storage.local_directory_id == disk.directory_id
+        assert storage.quorum_state == disk.quorum_state
+        assert storage.snapshot == disk.snapshot
+        assert (storage.log_start_offset, storage.entries) == (disk.log_start_offset, disk.log)
+        self.storages[node_id] = storage
+        self.reopened += 1
+        super()._start(node_id)
+
+    def _crash(self, node_id: int, why: str) -> None:
+        self.storages.pop(node_id).close()
+        before = self.disks[node_id]
+        super()._crash(node_id, why)
+        if self.disks[node_id] is not before:
+            shutil.rmtree(self.root / f"node-{node_id}")  # the wipe
+
+    def _persist(self, node_id, ready):
+        if not super()._persist(node_id, ready):
+            return False
+        self.storages[node_id].carry_out(ready)
+        return True
+
+
+def test_the_real_storage_holds_what_the_simulated_disk_holds(tmp_path):
+    # Failed writes tear the simulated disk only: they are the recovery tests' business.
+    totals = {"crashes": 0, "wipes": 0, "snapshots_taken": 0, "snapshots_installed": 0,
+              "voter_changes": 0}
+    reopened = 0
+    for seed in range(3000, 3006):
+        config = random_config(random.Random(seed), disk_failure_probability=0.0,
+                               crash_probability=0.01, wipe_probability=0.3,
+                               snapshot_probability=0.02)
+        simulation = FileBackedSimulation(seed, config, tmp_path / str(seed))
+        result = simulation.run()
+        assert result.committed > 0
+        reopened += simulation.reopened
+        for name in totals:
+            totals[name] += getattr(result, name)
+    assert all(totals.values()) and reopened > 20, (totals, reopened)
