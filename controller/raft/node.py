@@ -660,10 +660,12 @@ class RaftNode:
                 self._resign(now_ms)  # our removal is committed
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
-        def answer(error: FetchError, **fields: object) -> None:
+        def answer(error: FetchError, *, high_watermark: int = 0, entries: tuple[Entry, ...] = (),
+                   diverging: OffsetAndEpoch | None = None,
+                   snapshot_id: SnapshotId | None = None) -> None:
             self._outbox.append(FetchResponse(
                 self.local, request.source.id, self.epoch, self.leader_id,
-                request.correlation_id, error, **fields))  # type: ignore[arg-type]
+                request.correlation_id, error, high_watermark, entries, diverging, snapshot_id))
 
         if self.role is not Role.LEADER or request.epoch > self.epoch:
             answer(FetchError.NOT_LEADER if request.epoch <= self.epoch
