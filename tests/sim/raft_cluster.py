@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from tidewater.controller.raft import (
     Entry,
+    EntryKind,
     Message,
     NotLeaderError,
     ProposalRejectedError,
@@ -45,7 +46,7 @@ from tidewater.controller.raft import (
     Snapshot,
     VoterKey,
 )
-from tidewater.controller.raft.messages import FetchRequest, VoteResponse
+from tidewater.controller.raft.messages import FetchRequest, VoteResponse, decode_voters
 from tidewater.proto.errors import InvariantViolation
 
 READY_ROUNDS_MAX = 20  # a node that still has a Ready after this many rounds is looping
@@ -78,6 +79,7 @@ class RaftSimConfig:
     partition_ms_max: int = 5000
     propose_probability: float = 0.3
     snapshot_probability: float = 0.005
+    remove_voter_probability: float = 0.003  # per leader step: shrink, to grow back later
     # Broken variant: a wiped node keeps its directory id, i.e. it is taken for the
     # voter it was although it forgot its vote.
     wipe_keeps_directory_id: bool = False
@@ -294,22 +296,19 @@ class RaftSimulation:
         self.log(f"node {node_id} stops ({why})")
 
     def _may_wipe(self, node_id: int) -> bool:
-        # Losing a majority of the voters' disks loses data in any Raft: wipe a disk only
-        # while every voter of the latest voter set is its node's current incarnation.
+        # Losing a majority of the voters' disks loses data in any Raft, and so can losing
+        # one while a voter change is in flight: as a careful operator, wipe a disk only
+        # while every disk's voter set (committed or not) is all nodes' current incarnations.
         if self.config.wipe_keeps_directory_id:
             return True
-        voters = self._latest_voters()
-        return all(self.disks[v.id].directory_id == v.directory_id for v in voters) and \
-            len(voters) == self.config.nodes
+        current = {VoterKey(i, d.directory_id) for i, d in self.disks.items()}
+        return all(self._disk_voters(disk) == current for disk in self.disks.values())
 
-    def _latest_voters(self) -> frozenset[VoterKey]:
-        best: tuple[int, int, frozenset[VoterKey]] | None = None
-        for node in self.nodes.values():
-            if node is not None:
-                key = (node.epoch, node.log_end_offset)
-                if best is None or key > best[:2]:
-                    best = (*key, node.voters)
-        return best[2] if best else self.bootstrap_voters
+    def _disk_voters(self, disk: SimDisk) -> frozenset[VoterKey]:
+        for entry in reversed(disk.log):
+            if entry.kind is EntryKind.VOTERS:
+                return decode_voters(entry.data)
+        return disk.snapshot.voters if disk.snapshot else self.bootstrap_voters
 
     def _carry_out(self, node_id: int, node: RaftNode) -> None:
         for _ in range(READY_ROUNDS_MAX):
@@ -554,6 +553,12 @@ class RaftSimulation:
             elif missing:
                 leader.change_voters(add=missing[0], now_ms=self.now_ms)
                 self.log(f"leader {node_id} adds voter {missing[0]}")
+            elif (len(leader.voters) == self.config.nodes
+                  and self.rng.random() < self.config.remove_voter_probability / 0.05):
+                # a healthy voter, perhaps the leader itself (it resigns once committed)
+                victim = self.rng.choice(sorted(leader.voters))
+                leader.change_voters(remove=victim, now_ms=self.now_ms)
+                self.log(f"leader {node_id} removes healthy voter {victim}")
             else:
                 return
             self.result.voter_changes += 1
