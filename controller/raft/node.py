@@ -135,6 +135,8 @@ class RaftConfig:
     request_timeout_ms: int = 500  # an unanswered fetch is sent again after this
     begin_quorum_resend_ms: int = 500
     fetch_entries_max: int = 64
+    fetch_bytes_max: int = 1024 * 1024  # a fetch answer holds at least one entry, whatever its size
+    record_bytes_max: int = 1024 * 1024  # per proposed record (the storage's frame limit is larger)
     snapshot_chunk_bytes_max: int = 64 * 1024
     uncommitted_entries_max: int = 10_000
     voter_catch_up_lag_max: int = 64  # entries a new voter may lag when added
@@ -355,6 +357,8 @@ class RaftNode:
             raise NotLeaderError(f"node {self.local.id} does not lead; leader {self.leader_id}")
         if self.log_end_offset + len(records) - self.high_watermark > self.config.uncommitted_entries_max:
             raise ProposalRejectedError("too many uncommitted entries")
+        if any(len(r) > self.config.record_bytes_max for r in records):
+            raise ProposalRejectedError(f"a record is larger than {self.config.record_bytes_max} bytes")
         first = self.log_end_offset
         self._append(Entry(first + i, self.epoch, EntryKind.DATA, bytes(r))
                      for i, r in enumerate(records))
@@ -696,9 +700,17 @@ class RaftNode:
                                      f"log end {self.log_end_offset} in our epoch")
         progress.log_end_offset = max(progress.log_end_offset, offset)
         self._maybe_advance_high_watermark(now_ms)
-        entries = tuple(self.entries(offset, offset + self.config.fetch_entries_max))
+        entries = tuple(self._bounded(self.entries(offset, offset + self.config.fetch_entries_max)))
         answer(FetchError.NONE, high_watermark=min(self.high_watermark, offset + len(entries)),
                entries=entries)
+
+    def _bounded(self, entries: list[Entry]) -> list[Entry]:
+        total = 0
+        for count, entry in enumerate(entries):
+            total += len(entry.data)
+            if count and total > self.config.fetch_bytes_max:
+                return entries[:count]
+        return entries
 
     def _on_fetch_snapshot_request(self, request: FetchSnapshotRequest, now_ms: int) -> None:
         snapshot = self._snapshot

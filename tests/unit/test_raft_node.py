@@ -239,3 +239,17 @@ def test_a_leader_that_removed_itself_resigns_once_the_change_is_committed():
     n.step(FetchRequest(K3, 1, n.epoch, offset + 1, n.epoch, 2), 10_003)
     drain(n)
     assert n.high_watermark == offset + 1 and n.role is Role.RESIGNED
+
+
+def test_fetch_answers_and_proposals_are_bounded_in_bytes():
+    config = RaftConfig(fetch_bytes_max=10, record_bytes_max=8)
+    n = RaftNode(config, K1, random.Random(1), 0, bootstrap_voters=VOTERS,
+                 quorum_state=QuorumState())
+    elect(n)
+    with pytest.raises(ProposalRejectedError, match="larger"):
+        n.propose([b"123456789"], 10_001)
+    n.propose([b"12345678", b"12345678", b"1"], 10_001)
+    drain(n)
+    n.step(FetchRequest(K2, 1, n.epoch, 1, n.epoch, 1), 10_002)
+    answer = drain(n).send[-1]
+    assert isinstance(answer, FetchResponse) and [e.data for e in answer.entries] == [b"12345678"]
