@@ -122,8 +122,8 @@ fuzz: venv
 # fails). .ci/run runs `make sim`; `make sim-long` sweeps 400 other seeds (1,200,000 steps).
 SIM_COUNT ?= 100
 # The controller quorum's Raft simulation (tests/sim/raft_cluster.py) follows: RAFT_SIM_COUNT
-# seeds of >= 3,000 steps each (20 to 45 s here, by load); sim-long sweeps 340 other seeds (>= 1,000,000
-# steps).
+# seeds of >= 3,000 steps each (20 to 45 s here, by load); sim-long sweeps 340 other seeds
+# (>= 1,000,000 steps).
 RAFT_SIM_COUNT ?= 60
 sim: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(SIM_COUNT) \
