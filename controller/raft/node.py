@@ -31,13 +31,18 @@ the voter set; observers never leave UNATTACHED/FOLLOWER)
 =============  ================================  ===================================
 role           event                             next
 =============  ================================  ===================================
+(start)        quorum state names us leader      RESIGNED (the leader's memory is gone)
+(start)        quorum state names another leader FOLLOWER; else UNATTACHED
 UNATTACHED     election timeout (voter)          PROSPECTIVE (same epoch)
 UNATTACHED     BeginQuorumEpoch / fetch answer   FOLLOWER (of that leader)
 FOLLOWER       no fetch answer in fetch timeout  PROSPECTIVE (voter); observers ask
                (or the leader sent EndQuorum)    a random voter who leads
 PROSPECTIVE    majority of pre-votes (KIP-996)   CANDIDATE (epoch + 1, votes itself)
-PROSPECTIVE    answer naming a leader this epoch FOLLOWER
-PROSPECTIVE    election timeout                  PROSPECTIVE (a new round)
+PROSPECTIVE    answer naming a leader of this    FOLLOWER
+               epoch that we did not know
+PROSPECTIVE    election timeout, a leader of     FOLLOWER of it again (it may be
+               this epoch known                  alive: the voters refused us)
+PROSPECTIVE    election timeout, none known      PROSPECTIVE (a new round)
 CANDIDATE      majority of votes                 LEADER (appends LEADER_CHANGE)
 CANDIDATE      election timeout                  PROSPECTIVE (same epoch)
 LEADER         no fetch from a majority within   RESIGNED (sends EndQuorumEpoch)
