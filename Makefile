@@ -121,12 +121,19 @@ fuzz: venv
 # SIM_COUNT seeds of 3,000 steps each; the step count is asserted (a sweep that ran nothing
 # fails). .ci/run runs `make sim`; `make sim-long` sweeps 400 other seeds (1,200,000 steps).
 SIM_COUNT ?= 100
+# The controller quorum's Raft simulation (tests/sim/raft_cluster.py) follows: RAFT_SIM_COUNT
+# seeds of >= 3,000 steps each (20 to 45 s here, by load); sim-long sweeps 340 other seeds
+# (>= 1,000,000 steps).
+RAFT_SIM_COUNT ?= 60
 sim: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(SIM_COUNT) \
 	  --min-steps $$(( $(SIM_COUNT) * 3000 ))
+	cd tests && $(CURDIR)/$(PY) -m sim.raft_run --first $(or $(SIM_FIRST),0) \
+	  --count $(RAFT_SIM_COUNT) --min-steps $$(( $(RAFT_SIM_COUNT) * 3000 ))
 
 sim-long: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first 100000 --count 400 --min-steps 1200000
+	cd tests && $(CURDIR)/$(PY) -m sim.raft_run --first 100000 --count 340 --min-steps 1000000
 
 # Docker image, compose cluster and chaos targets live beside the Dockerfile.
 -include deploy/docker.mk

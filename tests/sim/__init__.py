@@ -29,4 +29,10 @@ clients (producers, and an admin client that deletes and re-creates the topic).
 Run one seed by hand (from the ``tests`` directory)::
 
     ../.venv/bin/python -m sim.run --seed 7 --verbose
+
+The controller quorum has its own simulation (``raft_cluster``, swept by
+``raft_run``, tested by ``test_raft_simulation``): 3 or 5 ``controller.raft``
+nodes on a network that also duplicates messages, disks whose writes fail or
+are wiped, snapshots and voter changes; ``../.venv/bin/python -m sim.raft_run
+--seed 7 --verbose``.
 """
