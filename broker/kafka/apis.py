@@ -30,6 +30,10 @@ ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
 InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
 DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
 DescribeLogDirs (35)  1-4   the data dir, replicas' sizes (``log_apis.py``)
+AlterConfigs (33)     0-2   forwarded: topics, dynamic broker configs
+IncrementalAlter-     0-1   forwarded (``config_apis.py``; rules in
+Configs (44)                ``controller/config_changes.py``)
+ElectLeaders (43)     0-2   forwarded: preferred and unclean elections
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -60,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka import sasl, security_apis
+from tidewater.broker.kafka import config_apis, sasl, security_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
@@ -124,6 +128,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
+    **config_apis.SUPPORTED,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -163,6 +168,8 @@ class Services:
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
     # This broker's settings as DescribeConfigs lists them (``broker_configs``).
     broker_configs: Callable[[], list[BrokerConfigEntry]] = list
+    # The cluster-wide dynamic broker configs that are set (the "" BROKER resource).
+    cluster_default_configs: Callable[[], list[BrokerConfigEntry]] = list
     # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
     auto_create: AutoTopicCreator | None = None
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
@@ -623,7 +630,7 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
 def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
                      include_synonyms: bool, result: dict[str, Any]) -> None:
     """A BROKER resource as Kafka's: this broker's own id (an admin client sends it to
-    that broker), or "" for the cluster-wide dynamic defaults (none exist here); needs
+    that broker), or "" for the cluster-wide dynamic defaults (those set); needs
     DESCRIBE_CONFIGS on the cluster. BROKER_LOGGER: no loggers are listed."""
     name, own = resource.resource_name, str(s.replica_manager.broker_id)
     if not s.allowed(OP_DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
@@ -635,6 +642,8 @@ def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
                                    f"but received {name!r}")
     elif name == own and resource.resource_type == BROKER_RESOURCE:
         result["configs"] = describe_values(s.broker_configs(), keys, include_synonyms)
+    elif name == "":
+        result["configs"] = describe_values(s.cluster_default_configs(), keys, include_synonyms)
 
 
 async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
@@ -698,5 +707,6 @@ HANDLERS: dict[int, Handler] = {
     INIT_PRODUCER_ID: on_init_producer_id,
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
+    **config_apis.HANDLERS,
 }
 assert set(HANDLERS) == set(SUPPORTED)
