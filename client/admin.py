@@ -114,6 +114,21 @@ class ClusterDescription:
         return [(t.name, p.partition) for t in self.topics for p in t.partitions if p.under_replicated]
 
 
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # Kafka's ConfigResource types
+# Kafka's AlterConfigOp types and ElectionType values.
+CONFIG_OPERATIONS = {"SET": 0, "DELETE": 1, "APPEND": 2, "SUBTRACT": 3}
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One IncrementalAlterConfigs alteration: SET, DELETE, APPEND or SUBTRACT."""
+
+    name: str
+    operation: str = "SET"
+    value: str = ""
+
+
 class TopicOperationError(TidewaterError):
     """Some topics of a create/delete failed; ``errors`` maps name -> typed error."""
 
@@ -356,6 +371,63 @@ class AdminClient:
             return self.metadata.any_broker_call(call, retry_on_timeout=method == "DescribeCluster")
         except grpc.RpcError as e:  # pragma: no cover - rpc_call converts these
             raise rpc_error_to_typed(e) from None
+
+    # ------------------------------------------------------------------ configs, leaders
+
+    def alter_configs(self, resource_type: int, name: str, ops: list[ConfigOp], *,
+                      validate_only: bool = False) -> None:
+        """Kafka's IncrementalAlterConfigs on one resource: a topic (TOPIC_RESOURCE), a
+        broker id or "" for every broker (BROKER_RESOURCE); raises its typed error."""
+        unknown = [op.operation for op in ops if op.operation not in CONFIG_OPERATIONS]
+        if unknown:
+            raise ValueError(f"unknown config operations {unknown}: "
+                             f"{', '.join(CONFIG_OPERATIONS)}")
+        request = pb.AlterConfigsRequest(validate_only=validate_only, incremental=True)
+        request.resources.add(resource_type=resource_type, resource_name=name, alterations=[
+            pb.ConfigAlteration(name=op.name, operation=CONFIG_OPERATIONS[op.operation],
+                                value=op.value, value_null=op.operation == "DELETE")
+            for op in ops])
+        resp: pb.AlterConfigsResponse = self._controller_call("AlterConfigs", request)
+        self.metadata.invalidate()
+        self._raise_first(resp.results)
+
+    def describe_dynamic_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        """A resource's own configs (kafka-configs.sh --describe): a topic's, or the
+        dynamic broker configs of a broker id or of "" (every broker)."""
+        cluster = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
+        if cluster.error_code != pb.NONE:
+            raise error_for_code(cluster.error_code,
+                                 f"DescribeCluster: {pb.ErrorCode.Name(cluster.error_code)}")
+        if resource_type == TOPIC_RESOURCE:
+            for t in cluster.topics:
+                if t.name == name:
+                    return dict(sorted(t.configs.items()))
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if resource_type != BROKER_RESOURCE:
+            raise ValueError(f"resource type {resource_type}: topics (2) or brokers (4)")
+        for override in cluster.broker_configs:
+            if override.resource_name == name:
+                return dict(sorted(override.configs.items()))
+        return {}
+
+    def elect_leaders(self, election_type: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], TidewaterError | None]:
+        """Kafka's ElectLeaders ("preferred" or "unclean") of ``partitions`` (None: every
+        partition; those needing no election are then left out); per partition, None or
+        the typed error (ElectionNotNeeded among them)."""
+        request = pb.ElectLeadersRequest(election_type=ELECTION_TYPES[election_type],
+                                         timeout_ms=self.request_timeout_ms,
+                                         all_partitions=partitions is None)
+        for topic, number in partitions or ():
+            request.partitions.add(topic=topic, partition=number)
+        resp: pb.ElectLeadersResponse = self._controller_call("ElectLeaders", request)
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code,
+                                 f"ElectLeaders: {pb.ErrorCode.Name(resp.error_code)}")
+        self.metadata.invalidate()
+        return {(r.topic, r.partition): None if r.error_code == pb.NONE else error_for_code(
+                    r.error_code, r.error_message or pb.ErrorCode.Name(r.error_code))
+                for r in resp.results}
 
     @staticmethod
     def _topic_results(results: Iterable[_TopicResult]) -> dict[str, TidewaterError | None]:
