@@ -48,6 +48,9 @@ class NewTopic:
     num_partitions: int = -1  # -1: cluster default
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)
+    # Manual assignment: partition i's replicas, preferred first (then num_partitions and
+    # replication_factor stay -1).
+    replica_assignment: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,9 +179,12 @@ class AdminClient:
         """Create topics; per name, None or the typed error. Nothing raised for per-topic errors."""
         request = pb.CreateTopicsRequest(
             timeout_ms=self.request_timeout_ms, validate_only=validate_only,
-            topics=[pb.CreatableTopic(name=t.name, num_partitions=t.num_partitions,
-                                      replication_factor=t.replication_factor,
-                                      configs=dict(t.configs)) for t in topics])
+            topics=[pb.CreatableTopic(
+                name=t.name, num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor, configs=dict(t.configs),
+                assignments=[pb.ReplicaList(partition=i, broker_ids=list(replicas))
+                             for i, replicas in enumerate(t.replica_assignment)])
+                for t in topics])
         resp: pb.CreateTopicsResponse = self._controller_call("CreateTopics", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
@@ -189,14 +195,19 @@ class AdminClient:
         self._raise_failures(self.create_topics(
             [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))]))
 
-    def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False
+    def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False,
+                          assignments: dict[str, list[list[int]]] | None = None
                           ) -> dict[str, TidewaterError | None]:
         """Grow each topic to ``new_totals[topic]`` partitions (Kafka's CreatePartitions:
-        never fewer); per name, None or the typed error."""
+        never fewer); ``assignments[topic]``: the new partitions' replicas, in order (else
+        spread over the live brokers). Per name, None or the typed error."""
+        manual = assignments or {}
         request = pb.CreatePartitionsRequest(
             timeout_ms=self.request_timeout_ms, validate_only=validate_only,
-            topics=[pb.CreatePartitionsTopic(name=name, count=count)
-                    for name, count in new_totals.items()])
+            topics=[pb.CreatePartitionsTopic(
+                name=name, count=count,
+                assignments=[pb.ReplicaList(broker_ids=r) for r in manual.get(name, [])])
+                for name, count in new_totals.items()])
         resp: pb.CreatePartitionsResponse = self._controller_call("CreatePartitions", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)

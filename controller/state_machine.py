@@ -437,6 +437,23 @@ class ControllerStateMachine:
         if collision_key(t.name) in taken:
             raise _TopicError(pb.INVALID_TOPIC_EXCEPTION,
                               f"topic {t.name!r} collides with an existing topic ('.' vs '_')")
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise _TopicError(pb.INVALID_REQUEST,
+                                  "both numPartitions or replicationFactor and "
+                                  "replicasAssignments were set; give one or the other")
+            numbers = sorted(a.partition for a in t.assignments)
+            if numbers != list(range(len(numbers))):
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  "the manual partition assignment must name partitions "
+                                  f"0..{len(numbers) - 1} once each, got {numbers}")
+            if len(numbers) > PARTITIONS_PER_TOPIC_MAX:
+                raise _TopicError(pb.INVALID_PARTITIONS,
+                                  f"partitions must be 1..{PARTITIONS_PER_TOPIC_MAX}")
+            factor = self._check_assignment([list(a.broker_ids) for a in t.assignments])
+            configs = {**self.config.default_topic_configs(), **dict(t.configs)}
+            validate_topic_configs(configs)
+            return len(numbers), factor, configs
         partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
         if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX:
             raise _TopicError(pb.INVALID_PARTITIONS,
@@ -451,6 +468,37 @@ class ControllerStateMachine:
         configs = {**self.config.default_topic_configs(), **dict(t.configs)}
         validate_topic_configs(configs)
         return partitions, factor, configs
+
+    def _check_assignment(self, assignment: list[list[int]], factor: int | None = None) -> int:
+        """Kafka's checks of a manual assignment: each partition names registered brokers,
+        none twice, and every partition (and, growing a topic, the existing ones: ``factor``)
+        has as many replicas; returns that count."""
+        for replicas in assignment:
+            if not replicas:
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  "the manual partition assignment includes an empty "
+                                  "replica list")
+            if len(set(replicas)) != len(replicas):
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  f"the manual partition assignment {replicas} names a "
+                                  "broker twice")
+            for broker_id in replicas:
+                if broker_id not in self.metadata.brokers:
+                    raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                      "the manual partition assignment includes broker "
+                                      f"{broker_id}, but no such broker is registered")
+            if not set(replicas) & self.live_broker_ids():
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  f"all brokers of the manual partition assignment {replicas} "
+                                  "are fenced or in controlled shutdown")
+        counts = {len(replicas) for replicas in assignment}
+        expected = factor if factor is not None else len(assignment[0])
+        if counts != {expected}:
+            raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                              "all partitions in the manual partition assignment must have "
+                              f"the same number of replicas ({expected}), got "
+                              f"{sorted(counts)}")
+        return expected
 
     def create_topics(self, tx: Tx, now_ms: int,
                       req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
@@ -475,8 +523,11 @@ class ControllerStateMachine:
             partition_count += partitions
             if req.validate_only:
                 continue
-            assignment = assign_replicas(sorted(live), partitions, factor,
-                                         topic_sequence=self.metadata.topics_created_total)
+            assignment = ([list(a.broker_ids) for a in sorted(t.assignments,
+                                                                key=lambda a: a.partition)]
+                          if t.assignments else
+                          assign_replicas(sorted(live), partitions, factor,
+                                          topic_sequence=self.metadata.topics_created_total))
             topic_id = self._new_topic_id()
             records = [new_partition(t.name, i, replicas, live, topic_id)
                        for i, replicas in enumerate(assignment)]
@@ -513,7 +564,14 @@ class ControllerStateMachine:
                     raise _TopicError(pb.INVALID_PARTITIONS,
                                       f"the cluster would exceed {PARTITIONS_MAX} partitions")
                 factor = len(info.partitions[0].replicas)
-                if factor > len(live):
+                manual = [list(a.broker_ids) for a in t.assignments]
+                if manual and len(manual) != t.count - current:
+                    raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                      f"attempted to add {t.count - current} additional "
+                                      f"partitions, but {len(manual)} assignments were given")
+                if manual:
+                    self._check_assignment(manual, factor)
+                elif factor > len(live):
                     raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
                                       f"replication factor {factor} but {len(live)} live brokers")
             except TidewaterError as e:
@@ -524,8 +582,11 @@ class ControllerStateMachine:
             partition_count += t.count - current
             if req.validate_only:
                 continue
-            assignment = assign_replicas(sorted(live), t.count, factor,
-                                         topic_sequence=self.metadata.topics_created_total)
+            assignment: list[list[int]] = (
+                [[]] * current + manual if manual else
+                [list(r) for r in assign_replicas(
+                    sorted(live), t.count, factor,
+                    topic_sequence=self.metadata.topics_created_total)])
             records = [new_partition(t.name, i, assignment[i], live, info.topic_id)
                        for i in range(current, t.count)]
             tx.append(partitions_created_record(t.name, records))

@@ -233,6 +233,17 @@ class CoordinatorLoadInProgressError(TidewaterError):
     retriable = True
 
 
+class TopicAlreadyExistsError(TidewaterError):
+    error_code = pb.TOPIC_ALREADY_EXISTS
+
+
+class InvalidReplicaAssignmentError(TidewaterError):
+    """A manual replica assignment Kafka's rules refuse (unknown broker, a broker twice,
+    partitions of different replica counts)."""
+
+    error_code = pb.INVALID_REPLICA_ASSIGNMENT
+
+
 class ElectionNotNeededError(TidewaterError):
     """ElectLeaders: the partition already has the leader the election would give it."""
 

@@ -17,9 +17,9 @@ Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
 OffsetForLeaderEpoch  2-4
 (23)
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
-CreateTopics (19)     2-7   forwarded to the controller
+CreateTopics (19)     2-7   forwarded to the controller (manual assignments too)
 DeleteTopics (20)     1-5   forwarded to the controller
-CreatePartitions (37) 0-3   forwarded; manual assignments are refused
+CreatePartitions (37) 0-3   forwarded, manual assignments too (checked by the controller)
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take;
                             this broker: its settings (``broker_configs``)
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
@@ -513,19 +513,18 @@ async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
                           ) -> Awaitable[Response]:
     request = pb.CreateTopicsRequest(timeout_ms=milliseconds(body.timeout),
                                      validate_only=getattr(body, "validate_only", False))
-    refused: dict[str, str] = {}
     denied: list[str] = []
     may_create_any = s.allowed(CREATE, CLUSTER, CLUSTER_NAME)
     for t in body.topics:
         if not may_create_any and not s.allowed(CREATE, TOPIC, t.name):
             denied.append(t.name)
             continue
-        if t.assignments:
-            refused[t.name] = "manual replica assignment is not supported"
-            continue
         request.topics.add(name=t.name, num_partitions=t.num_partitions,
                            replication_factor=t.replication_factor,
-                           configs={c.name: c.value for c in t.configs if c.value is not None})
+                           configs={c.name: c.value for c in t.configs if c.value is not None},
+                           assignments=[pb.ReplicaList(partition=a.partition_index,
+                                                       broker_ids=list(a.broker_ids))
+                                        for a in t.assignments or ()])
 
     async def answer() -> Response:
         response = (await s.controller.CreateTopics(request, None) if request.topics
@@ -535,10 +534,6 @@ async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
                     "num_partitions": r.num_partitions or -1,
                     "replication_factor": r.replication_factor or -1, "configs": None}
                    for r in response.topics]
-        results += [{"name": name, "topic_id": NO_TOPIC_ID,
-                     "error_code": pb.INVALID_REPLICA_ASSIGNMENT, "error_message": message,
-                     "num_partitions": -1, "replication_factor": -1, "configs": None}
-                    for name, message in refused.items()]
         results += [{"name": name, "topic_id": NO_TOPIC_ID,
                      "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
                      "error_message": "needs CREATE on the cluster or the topic",
@@ -668,11 +663,9 @@ async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody
     for t in body.topics:
         if not s.allowed(ALTER, TOPIC, t.name):
             refused[t.name] = (pb.TOPIC_AUTHORIZATION_FAILED, "needs ALTER on the topic")
-        elif t.assignments:
-            refused[t.name] = (pb.INVALID_REPLICA_ASSIGNMENT,
-                               "manual replica assignment is not supported")
         else:
-            request.topics.add(name=t.name, count=t.count)
+            request.topics.add(name=t.name, count=t.count, assignments=[
+                pb.ReplicaList(broker_ids=list(a.broker_ids)) for a in t.assignments or ()])
 
     async def answer() -> Response:
         response = (await s.controller.CreatePartitions(request, None) if request.topics

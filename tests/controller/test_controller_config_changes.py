@@ -168,3 +168,43 @@ def test_elect_leaders_preferred_and_unclean(h):
     after = h.metadata.partition("t", 0)
     assert (after.leader, after.isr) == (preferred, (preferred,))
     assert h.metadata.unclean_elections_total == 1
+
+
+# ---------------------------------------------------------------- manual assignments
+
+def create_assigned(h, name, assignment, **sizes):
+    return h.run(h.machine.create_topics, pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
+        name=name, num_partitions=sizes.get("partitions", -1),
+        replication_factor=sizes.get("rf", -1),
+        assignments=[pb.ReplicaList(partition=i, broker_ids=r)
+                     for i, r in enumerate(assignment)])])).topics[0]
+
+
+def test_create_topics_with_a_manual_assignment_and_kafkas_refusals(h):
+    created = create_assigned(h, "placed", [[3, 1], [2, 3]])
+    assert (created.error_code, created.num_partitions, created.replication_factor) == (
+        pb.NONE, 2, 2)
+    p0, p1 = (h.metadata.partition("placed", n) for n in (0, 1))
+    assert (p0.replicas, p0.leader, p1.replicas, p1.leader) == ((3, 1), 3, (2, 3), 2)
+    for assignment, code, sizes in [
+            ([[1, 1]], pb.INVALID_REPLICA_ASSIGNMENT, {}),
+            ([[1, 9]], pb.INVALID_REPLICA_ASSIGNMENT, {}),
+            ([[1, 2], [3]], pb.INVALID_REPLICA_ASSIGNMENT, {}),
+            ([[]], pb.INVALID_REPLICA_ASSIGNMENT, {}),
+            ([[1, 2]], pb.INVALID_REQUEST, {"partitions": 1})]:
+        assert create_assigned(h, "refused", assignment, **sizes).error_code == code
+    assert "refused" not in h.metadata.topics
+
+
+def test_create_partitions_with_a_manual_assignment(h):
+    h.create("grow", partitions=1, rf=2)
+
+    def grow(count, assignment):
+        return h.run(h.machine.create_partitions, pb.CreatePartitionsRequest(topics=[
+            pb.CreatePartitionsTopic(name="grow", count=count, assignments=[
+                pb.ReplicaList(broker_ids=r) for r in assignment])])).topics[0].error_code
+    assert grow(3, [[1, 2]]) == pb.INVALID_REPLICA_ASSIGNMENT  # 2 new, 1 assignment
+    assert grow(2, [[1, 2, 3]]) == pb.INVALID_REPLICA_ASSIGNMENT  # the topic has rf 2
+    assert grow(2, [[3, 3]]) == pb.INVALID_REPLICA_ASSIGNMENT
+    assert grow(3, [[3, 1], [2, 1]]) == pb.NONE
+    assert [h.metadata.partition("grow", n).replicas for n in (1, 2)] == [(3, 1), (2, 1)]
