@@ -1,0 +1,167 @@
+"""Issue 28: `tide configs describe|alter` (kafka-configs.sh), `tide leader-election`
+(kafka-leader-election.sh), `tide topics create --replica-assignment/--if-not-exists`,
+`tide topics delete --if-exists`, and Kafka clients' manual assignments
+(confluent-kafka's NewTopic/NewPartitions replica_assignment, kafka-python's
+create_partitions), against a real controller and 3 brokers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cluster_fixtures import assert_one_line_error, run_tide, start_cluster, stop_cluster, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from confluent_kafka import KafkaError, KafkaException  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = start_cluster(tmp_path_factory.mktemp("configs-cli"), 3,
+                      "auto.leader.rebalance.enable=false")
+    c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
+    yield c
+    stop_cluster(c)
+
+
+def topic_json(c, name: str) -> dict | None:
+    result = c.tide("topics", "describe", name, "--json")
+    if result.returncode != 0:
+        return None
+    [topic] = json.loads(result.stdout)["topics"]
+    return topic
+
+
+def test_configs_alter_and_describe_a_topic(cluster):
+    assert cluster.tide("topics", "create", "cfg", "--partitions", "1",
+                        "--replication-factor", "3").returncode == 0
+    altered = cluster.tide("configs", "alter", "--entity-type", "topics", "--entity-name",
+                           "cfg", "--add-config",
+                           "retention.ms=3600000,cleanup.policy=[compact,delete]")
+    assert altered.returncode == 0, altered.stderr
+    assert "Completed updating config for topic cfg" in altered.stdout
+    described = cluster.tide("configs", "describe", "--entity-type", "topics",
+                             "--entity-name", "cfg")
+    assert "retention.ms=3600000" in described.stdout
+    assert "cleanup.policy=compact,delete" in described.stdout
+    # Kafka's own DescribeConfigs sees the same
+    client = AdminClient({"bootstrap.servers": cluster.kafka})
+    [(_, future)] = client.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")]).items()
+    entry = future.result(30)["retention.ms"]
+    assert (entry.value, entry.source) == ("3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert cluster.tide("configs", "alter", "--entity-type", "topics", "--entity-name", "cfg",
+                        "--delete-config", "retention.ms").returncode == 0
+    described = cluster.tide("configs", "describe", "--entity-type", "topics",
+                             "--entity-name", "cfg")
+    assert "retention.ms" not in described.stdout
+    refused = cluster.tide("configs", "alter", "--entity-type", "topics", "--entity-name",
+                           "cfg", "--add-config", "retention.ms=soon")
+    assert_one_line_error(refused, "cannot alter topic cfg", "retention.ms")
+
+
+def test_configs_alter_brokers_default_and_one(cluster):
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-default",
+                        "--add-config", "log.retention.ms=86400000").returncode == 0
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-name", "2",
+                        "--add-config", "log.segment.bytes=1048576").returncode == 0
+    default = cluster.tide("configs", "describe", "--entity-type", "brokers",
+                           "--entity-default")
+    assert default.stdout.splitlines()[1:] == ["  log.retention.ms=86400000"]
+    two = cluster.tide("configs", "describe", "--entity-type", "brokers", "--entity-name", "2")
+    assert two.stdout.splitlines()[1:] == ["  log.segment.bytes=1048576"]
+    client = AdminClient({"bootstrap.servers": cluster.kafka})
+    [(_, future)] = client.describe_configs([ConfigResource(ResourceType.BROKER, "2")]).items()
+    configs = future.result(30)
+    assert configs["log.segment.bytes"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert configs["log.retention.ms"].source == (
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    refused = cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-name", "1",
+                           "--add-config", "broker.rack=r1")
+    assert_one_line_error(refused, "cannot alter broker 1", "dynamically")
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-default",
+                        "--delete-config", "log.retention.ms").returncode == 0
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-name", "2",
+                        "--delete-config", "log.segment.bytes").returncode == 0
+
+
+def test_replica_assignment_if_not_exists_and_if_exists(cluster):
+    created = cluster.tide("topics", "create", "placed", "--replica-assignment", "3:1,2:3")
+    assert created.returncode == 0, created.stderr
+    topic = wait_for(lambda: topic_json(cluster, "placed"), "the topic")
+    assert [p["replicas"] for p in topic["partitions"]] == [[3, 1], [2, 3]]
+    again = cluster.tide("topics", "create", "placed", "--partitions", "1")
+    assert again.returncode != 0
+    assert cluster.tide("topics", "create", "placed", "--partitions", "1",
+                        "--if-not-exists").returncode == 0
+    bad = cluster.tide("topics", "create", "bad", "--replica-assignment", "1:1")
+    assert_one_line_error(bad, "cannot create topic 'bad'", "twice")
+    grown = cluster.tide("topics", "alter", "placed", "--partitions", "3",
+                         "--replica-assignment", "1:2")
+    assert grown.returncode == 0, grown.stderr
+    topic = wait_for(lambda: topic_json(cluster, "placed"), "the topic")
+    assert topic["partitions"][2]["replicas"] == [1, 2]
+    assert cluster.tide("topics", "delete", "ghost").returncode != 0
+    assert cluster.tide("topics", "delete", "ghost", "--if-exists").returncode == 0
+
+
+def test_kafka_clients_create_topics_and_partitions_with_assignments(cluster):
+    client = AdminClient({"bootstrap.servers": cluster.kafka})
+    futures = client.create_topics([NewTopic("kplaced", 2, replica_assignment=[[2, 3], [3, 1]])])
+    futures["kplaced"].result(30)
+    topic = wait_for(lambda: topic_json(cluster, "kplaced"), "the topic")
+    assert [p["replicas"] for p in topic["partitions"]] == [[2, 3], [3, 1]]
+    futures = client.create_partitions([NewPartitions("kplaced", 3,
+                                                      replica_assignment=[[1, 2]])])
+    futures["kplaced"].result(30)
+    futures = client.create_partitions([NewPartitions("kplaced", 4,
+                                                      replica_assignment=[[1, 9]])])
+    with pytest.raises(KafkaException) as refused:
+        futures["kplaced"].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewPartitions as KNewPartitions
+    kp = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        kp.create_partitions({"kplaced": KNewPartitions(4, [[3, 2]])})
+    finally:
+        kp.close()
+    topic = wait_for(lambda: (t := topic_json(cluster, "kplaced")) and
+                     len(t["partitions"]) == 4 and t, "4 partitions")
+    assert [p["replicas"] for p in topic["partitions"]] == [[2, 3], [3, 1], [1, 2], [3, 2]]
+
+
+def test_leader_election_preferred_and_all_partitions(cluster):
+    assert cluster.tide("topics", "create", "lead", "--replica-assignment", "2:1:3").returncode == 0
+    wait_for(lambda: (t := topic_json(cluster, "lead")) and
+             len(t["partitions"][0]["isr"]) == 3, "a full ISR")
+    not_needed = cluster.tide("leader-election", "--election-type", "preferred", "--topic",
+                              "lead", "--partition", "0")
+    assert not_needed.returncode == 0 and "already elected" in not_needed.stdout
+    assert run_tide("cluster", "kill", "2", "--signal", "TERM",
+                    "--data-dir", str(cluster.data_dir)).returncode == 0
+    wait_for(lambda: (t := topic_json(cluster, "lead")) and
+             t["partitions"][0]["leader"] not in (-1, 2), "another leader")
+    assert run_tide("cluster", "start", "2", "--data-dir", str(cluster.data_dir),
+                    timeout_s=120).returncode == 0
+    wait_for(lambda: (t := topic_json(cluster, "lead")) and
+             2 in t["partitions"][0]["isr"], "broker 2 back in the ISR")
+    elected = cluster.tide("leader-election", "--election-type", "preferred",
+                           "--all-topic-partitions")
+    assert elected.returncode == 0, elected.stderr
+    assert "lead-0" in elected.stdout
+    assert topic_json(cluster, "lead")["partitions"][0]["leader"] == 2
+    unknown = cluster.tide("leader-election", "--election-type", "unclean", "--topic", "lead",
+                           "--partition", "5")
+    assert_one_line_error(unknown, "election failed", "lead-5")
