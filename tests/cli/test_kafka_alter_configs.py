@@ -274,3 +274,36 @@ def test_elect_leaders_preferred_after_the_preferred_replica_returns(cluster):
     results = client.elect_leaders(ElectionType.UNCLEAN, [unknown, tp]).result(30)
     assert results[unknown].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     assert results[tp].code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def test_aiokafka_alter_configs_and_kafka_python_elect_leaders(cluster):
+    import asyncio
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource as AConfigResource
+    from aiokafka.admin.config_resource import ConfigResourceType as AType
+    create(cluster, "aio")
+
+    async def alter() -> list:
+        client = AIOKafkaAdminClient(bootstrap_servers=cluster.kafka)
+        await client.start()
+        try:
+            return await client.alter_configs([AConfigResource(
+                AType.TOPIC, "aio", configs={"max.message.bytes": "4000"})])
+        finally:
+            await client.close()
+    [response] = asyncio.run(alter())
+    [(code, _message, _type, name)] = response.resources
+    assert (code, name) == (0, "aio")
+    entry = described(cluster, ResourceType.TOPIC, "aio")["max.message.bytes"]
+    assert (entry.value, entry.source) == ("4000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    from kafka.admin import KafkaAdminClient
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        answer = client.elect_leaders(0, {"aio": [0]}, raise_errors=False)
+    finally:
+        client.close()
+    [(topic, [(partition, code, _message)])] = [
+        (r[0], [tuple(p) for p in r[1]]) for r in answer.replica_election_results]
+    assert (topic, partition, code) == ("aio", 0, KafkaError.ELECTION_NOT_NEEDED)
