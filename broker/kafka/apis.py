@@ -34,6 +34,8 @@ AlterConfigs (33)     0-2   forwarded: topics, dynamic broker configs
 IncrementalAlter-     0-1   forwarded (``config_apis.py``; rules in
 Configs (44)                ``controller/config_changes.py``)
 ElectLeaders (43)     0-2   forwarded: preferred and unclean elections
+DescribeTopic-        0     ``topic_apis.py``: paginated by a cursor
+Partitions (75)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -64,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka import config_apis, sasl, security_apis
+from tidewater.broker.kafka import config_apis, sasl, security_apis, topic_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
@@ -129,6 +131,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
     **config_apis.SUPPORTED,
+    **topic_apis.SUPPORTED,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -701,5 +704,6 @@ HANDLERS: dict[int, Handler] = {
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
     **config_apis.HANDLERS,
+    **topic_apis.HANDLERS,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -165,3 +165,26 @@ def test_leader_election_preferred_and_all_partitions(cluster):
     unknown = cluster.tide("leader-election", "--election-type", "unclean", "--topic", "lead",
                            "--partition", "5")
     assert_one_line_error(unknown, "election failed", "lead-5")
+
+
+def test_kafka_python_describe_topic_partitions_pages_with_a_cursor(cluster):
+    from kafka.admin import KafkaAdminClient
+    assert cluster.tide("topics", "create", "paged", "--replica-assignment",
+                        "1:2,2:3,3:1").returncode == 0
+    wait_for(lambda: (t := topic_json(cluster, "paged")) and
+             all(p["leader"] >= 0 for p in t["partitions"]), "leaders")
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        first = client.describe_topic_partitions(["paged", "nope"], response_partition_limit=2)
+        [nope, paged] = first["topics"]  # sorted by name
+        assert nope["name"] == "nope" and nope["error_code"] == KafkaError.UNKNOWN_TOPIC_OR_PART
+        assert [p["partition_index"] for p in paged["partitions"]] == [0, 1]
+        assert [p["replica_nodes"] for p in paged["partitions"]] == [[1, 2], [2, 3]]
+        assert first["next_cursor"] == {"topic_name": "paged", "partition_index": 2}
+        rest = client.describe_topic_partitions(["paged"], cursor=first["next_cursor"])
+        [paged] = rest["topics"]
+        assert [p["partition_index"] for p in paged["partitions"]] == [2]
+        assert paged["partitions"][0]["leader_id"] == 3
+        assert rest["next_cursor"] is None
+    finally:
+        client.close()
