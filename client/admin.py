@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from tidewater.client.metadata import (
     Address,
     MetadataClient,
+    TopicPartition,
     client_metadata,
     format_address,
     rpc_call,
@@ -305,6 +306,56 @@ class AdminClient:
                 out[(r.topic, r.partition, answering)] = ReplicaState(
                     broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
                     log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
+        return out
+
+    def delete_records(self, offsets: dict[tuple[str, int], int]
+                       ) -> dict[tuple[str, int], int | TidewaterError]:
+        """Kafka's DeleteRecords: move each partition's log start to ``offsets[(topic,
+        partition)]`` (-1: its high watermark); per partition, the new low watermark or the
+        typed error. Each partition goes to its leader."""
+        self.metadata.refresh(sorted({topic for topic, _ in offsets}))
+        by_leader: dict[Address, pb.DeleteRecordsRequest] = {}
+        out: dict[tuple[str, int], int | TidewaterError] = {}
+        for (topic, number), offset in offsets.items():
+            try:
+                leader = self.metadata.leader_for(TopicPartition(topic, number))
+            except TidewaterError as e:
+                out[(topic, number)] = e
+                continue
+            if leader is None:
+                out[(topic, number)] = error_for_code(
+                    pb.LEADER_NOT_AVAILABLE, f"{topic}-{number} has no leader")
+                continue
+            request = by_leader.setdefault(leader.address, pb.DeleteRecordsRequest(
+                timeout_ms=self.request_timeout_ms))
+            request.partitions.add(topic=topic, partition=number, offset=offset)
+        for address, request in by_leader.items():
+            response: pb.DeleteRecordsResponse = rpc_call(
+                self.metadata.pool.broker(address).DeleteRecords, request,
+                timeout_s=self.request_timeout_ms / 1000 + 5, address=address)
+            for r in response.partitions:
+                out[(r.topic, r.partition)] = r.low_watermark if r.error_code == pb.NONE else (
+                    error_for_code(r.error_code, r.error_message or
+                                   pb.ErrorCode.Name(r.error_code)))
+        return out
+
+    def describe_log_dirs(self) -> dict[int, tuple[str, dict[tuple[str, int], tuple[int, int]]]]:
+        """kafka-log-dirs.sh --describe: broker id -> (its log dir, (topic, partition) ->
+        (size in bytes, offset lag)), from every broker that answers."""
+        snap = self.metadata.refresh()
+        out: dict[int, tuple[str, dict[tuple[str, int], tuple[int, int]]]] = {}
+        for broker_id, address in sorted(snap.brokers.items()):
+            try:
+                resp: pb.DescribeReplicasResponse = rpc_call(
+                    self.metadata.pool.broker(address).DescribeReplicas,
+                    pb.DescribeReplicasRequest(), timeout_s=self.request_timeout_ms / 1000,
+                    address=address)
+            except TidewaterError:
+                continue  # a broker that does not answer is left out, as kafka-log-dirs.sh
+            out[broker_id] = (resp.log_dir, {
+                (r.topic, r.partition): (r.size_bytes,
+                                         max(r.high_watermark - r.log_end_offset, 0))
+                for r in resp.replicas})
         return out
 
     # ------------------------------------------------------------------ users and ACLs

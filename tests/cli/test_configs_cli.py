@@ -188,3 +188,41 @@ def test_kafka_python_describe_topic_partitions_pages_with_a_cursor(cluster):
         assert rest["next_cursor"] is None
     finally:
         client.close()
+
+
+def test_records_delete_and_log_dirs(cluster, tmp_path):
+    assert cluster.tide("topics", "create", "trim", "--replica-assignment",
+                        "1:2:3").returncode == 0
+    wait_for(lambda: (t := topic_json(cluster, "trim")) and
+             len(t["partitions"][0]["isr"]) == 3, "a full ISR")
+    produced = cluster.tide("produce", "trim", "--acks", "all",
+                            input="".join(f"v{i}\n" for i in range(20)))
+    assert produced.returncode == 0, produced.stderr
+    offsets = tmp_path / "offsets.json"
+    offsets.write_text(json.dumps({"partitions": [{"topic": "trim", "partition": 0,
+                                                   "offset": 7},
+                                                  {"topic": "trim", "partition": 4,
+                                                   "offset": 1}], "version": 1}))
+    deleted = cluster.tide("records", "delete", "--offset-json-file", str(offsets))
+    assert deleted.returncode != 0  # partition 4 does not exist
+    assert "partition: trim-0\tlow_watermark: 7" in deleted.stdout
+    assert "trim-4\terror:" in deleted.stdout
+    starts = [r["log_start_offset"] for r in topic_json(cluster, "trim")["partitions"][0]
+              ["replicas_state"]]
+    assert starts == [7, 7, 7]
+    offsets.write_text(json.dumps({"partitions": [{"topic": "trim", "partition": 0,
+                                                   "offset": -1}]}))
+    deleted = cluster.tide("records", "delete", "--offset-json-file", str(offsets))
+    assert deleted.returncode == 0 and "low_watermark: 20" in deleted.stdout
+
+    described = cluster.tide("log-dirs", "--describe", "--broker-list", "1,3",
+                             "--topic-list", "trim")
+    assert described.returncode == 0, described.stderr
+    document = json.loads(described.stdout.splitlines()[-1])
+    assert [b["broker"] for b in document["brokers"]] == [1, 3]
+    for broker in document["brokers"]:
+        [log_dir] = broker["logDirs"]
+        assert log_dir["logDir"] and log_dir["error"] is None
+        [replica] = log_dir["partitions"]
+        assert replica["partition"] == "trim-0" and replica["size"] > 0
+        assert replica["offsetLag"] == 0 and replica["isFuture"] is False
