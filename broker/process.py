@@ -40,6 +40,7 @@ from tidewater.broker.kafka.broker_configs import (
     BrokerConfigEntry,
     broker_config_entries,
     cluster_default_entries,
+    topic_default_sources,
 )
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
@@ -196,7 +197,9 @@ class BrokerProcess:
                             auto_create=self.auto_create,
                             broker_configs=self._broker_configs,
                             cluster_default_configs=lambda: cluster_default_entries(
-                                self._broker_configs(), self.metadata_cache.broker_configs()))
+                                self._broker_configs(), self.metadata_cache.broker_configs()),
+                            topic_default_sources=lambda: topic_default_sources(
+                                self.config, self.metadata_cache.broker_configs()))
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,

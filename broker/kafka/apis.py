@@ -169,6 +169,9 @@ class Services:
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
+    # Where a topic config a topic does not set comes from: Kafka's ConfigSource of the
+    # broker setting it inherits, by topic config name (absent: DEFAULT_CONFIG).
+    topic_default_sources: Callable[[], dict[str, int]] = dict
     # This broker's settings as DescribeConfigs lists them (``broker_configs``).
     broker_configs: Callable[[], list[BrokerConfigEntry]] = list
     # The cluster-wide dynamic broker configs that are set (the "" BROKER resource).
@@ -575,14 +578,19 @@ _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "l
 
 
 def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
-                         keys: list[str] | None) -> list[dict[str, Any]]:
+                         keys: list[str] | None,
+                         default_sources: dict[str, int] | None = None
+                         ) -> list[dict[str, Any]]:
     """A topic's configs as DescribeConfigs lists them: each known name (or each of
-    ``keys`` that is known), its value and where the value comes from."""
+    ``keys`` that is known), its value and where the value comes from: the topic, else
+    the broker setting it inherits (``default_sources``: a dynamic or static one, as
+    Kafka's synonyms), else the default."""
     from tidewater.proto.topic_config import TOPIC_CONFIGS
     names = sorted(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
     entries: list[dict[str, Any]] = []
     for name in names:
-        source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
+        source = (DYNAMIC_TOPIC_CONFIG if name in own
+                  else (default_sources or {}).get(name, DEFAULT_CONFIG))
         # Kafka's default where the broker has none (the configs without effect here).
         value = own.get(name, defaults.get(name, TOPIC_CONFIGS[name].default))
         entries.append({"name": name, "value": value, "read_only": False,
@@ -610,7 +618,8 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
         elif resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in known:
                 result["configs"] = topic_config_entries(
-                    s.metadata_cache.topic_configs(resource.resource_name), defaults, keys)
+                    s.metadata_cache.topic_configs(resource.resource_name), defaults, keys,
+                    s.topic_default_sources())
             else:
                 result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {resource.resource_name!r} does not exist"

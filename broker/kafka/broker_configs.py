@@ -87,6 +87,24 @@ def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig,
     return out
 
 
+def topic_default_sources(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str]]
+                          ) -> dict[str, int]:
+    """The ConfigSource of each topic config's broker-level default that is not Kafka's
+    default, by topic config name: this broker's dynamic value, the cluster-wide dynamic
+    one, or a ``--set`` one."""
+    own = dynamic.get(str(config.broker_id), {})
+    every = dynamic.get(CLUSTER_DEFAULT, {})
+    out = {}
+    for broker_name, topic_name in DYNAMIC_BROKER_CONFIGS.items():
+        if broker_name in own:
+            out[topic_name] = DYNAMIC_BROKER_CONFIG
+        elif broker_name in every:
+            out[topic_name] = DYNAMIC_DEFAULT_BROKER_CONFIG
+        elif topic_name in config.static_names or broker_name in config.static_names:
+            out[topic_name] = STATIC_BROKER_CONFIG
+    return out
+
+
 def cluster_default_entries(entries: list[BrokerConfigEntry],
                             dynamic: Mapping[str, Mapping[str, str]]) -> list[BrokerConfigEntry]:
     """The "" resource: the cluster-wide dynamic defaults that are set, alone."""

@@ -217,12 +217,19 @@ def test_dynamic_broker_configs_cluster_wide_and_per_broker(cluster):
     create(cluster, "plain")
     cluster_wide(cluster, ("message.max.bytes", 0, "3000"), ("log.retention.ms", 0, "86400000"))
     incremental(cluster, ResourceType.BROKER, "2",
-                ("log.retention.ms", AlterConfigOpType.SET, "43200000"))
+                ("log.retention.ms", AlterConfigOpType.SET, "43200000"),
+                ("log.roll.ms", AlterConfigOpType.SET, "3600000"))
     one, two = (described(cluster, ResourceType.BROKER, b) for b in ("1", "2"))
     assert (one["log.retention.ms"].value, one["log.retention.ms"].source) == (
         "86400000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     assert (two["log.retention.ms"].value, two["log.retention.ms"].source) == (
         "43200000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert one["log.roll.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    # a topic that does not set it inherits the broker's (whichever broker answers, the
+    # cluster-wide value: broker 2's own one is not message.max.bytes)
+    topic = described(cluster, ResourceType.TOPIC, "plain")["max.message.bytes"]
+    assert (topic.value, topic.source) == (
+        "3000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     assert two["message.max.bytes"].value == "3000" and not two["message.max.bytes"].is_read_only
     # the cluster-wide resource lists only what is set there
     assert cluster_wide_described(cluster) == {
@@ -237,7 +244,8 @@ def test_dynamic_broker_configs_cluster_wide_and_per_broker(cluster):
     assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
     cluster_wide(cluster, ("message.max.bytes", 1, None), ("log.retention.ms", 1, None))
     incremental(cluster, ResourceType.BROKER, "2",
-                ("log.retention.ms", AlterConfigOpType.DELETE, None))
+                ("log.retention.ms", AlterConfigOpType.DELETE, None),
+                ("log.roll.ms", AlterConfigOpType.DELETE, None))
     assert produce(cluster, "plain", 5000) is None
     assert described(cluster, ResourceType.BROKER, "2")["log.retention.ms"].source == (
         ConfigSource.DEFAULT_CONFIG.value)
