@@ -259,7 +259,11 @@ class ControlRequests:
 runs the same class against its in-memory disk and clock. Nothing here awaits.
 
 Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here.
-An AlterConfigs that removed every config of a topic sends none: the defaults apply."""
+An empty map leaves the log as it is, unless it had configs before: an AlterConfigs
+removed them all, and the defaults apply again."""
+        if not topic_configs and not partition.has_topic_configs:
+            return
+        partition.has_topic_configs = bool(topic_configs)
         config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
         if config != partition.log.config:
             self.log_manager.update_topic_config(partition.tp.topic, config)
