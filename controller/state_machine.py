@@ -139,6 +139,16 @@ class ControllerStateMachine:
         return self.config.unclean_allowed({**_dynamic_unclean(dynamic),
                                             **self.metadata.topics[topic].configs})
 
+    def _default_topic_configs(self) -> dict[str, str]:
+        """What a new topic gets unless its request says otherwise: the controller's
+        settings, a cluster-wide dynamic ``min.insync.replicas`` over its own. (Written into
+        the topic: existing topics keep the value they were created with.)"""
+        defaults = self.config.default_topic_configs()
+        dynamic = self.metadata.broker_configs.get(CLUSTER_DEFAULT, {})
+        if "min.insync.replicas" in dynamic:
+            defaults["min.insync.replicas"] = dynamic["min.insync.replicas"]
+        return defaults
+
     def _commit_change(self, tx: Tx, old: PartitionRecord, change: Change) -> None:
         tx.append(partition_changed_record(change.record, unclean=change.unclean))
         tx.effects.changed_partitions.add((old.topic, old.partition))
@@ -451,7 +461,7 @@ class ControllerStateMachine:
                 raise _TopicError(pb.INVALID_PARTITIONS,
                                   f"partitions must be 1..{PARTITIONS_PER_TOPIC_MAX}")
             factor = self._check_assignment([list(a.broker_ids) for a in t.assignments])
-            configs = {**self.config.default_topic_configs(), **dict(t.configs)}
+            configs = {**self._default_topic_configs(), **dict(t.configs)}
             validate_topic_configs(configs)
             return len(numbers), factor, configs
         partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
@@ -465,7 +475,7 @@ class ControllerStateMachine:
                               f"replication factor {factor} must be 1..{len(live)} "
                               f"(the live brokers)")
         # The cluster defaults too: every config a topic carries must suit every broker.
-        configs = {**self.config.default_topic_configs(), **dict(t.configs)}
+        configs = {**self._default_topic_configs(), **dict(t.configs)}
         validate_topic_configs(configs)
         return partitions, factor, configs
 
@@ -646,7 +656,7 @@ class ControllerStateMachine:
         replicas get its new configs with a LeaderAndIsr of each partition (the state is
         unchanged: a resend), every broker its dynamic broker configs with UpdateMetadata."""
         defaults = {**dynamic_topic_defaults(self.metadata.broker_configs, -1),
-                    **self.config.default_topic_configs()}
+                    **self._default_topic_configs()}
 
         def append(record: MetadataRecord) -> None:
             tx.append(record)

@@ -208,3 +208,9 @@ def test_create_partitions_with_a_manual_assignment(h):
     assert grow(2, [[3, 3]]) == pb.INVALID_REPLICA_ASSIGNMENT
     assert grow(3, [[3, 1], [2, 1]]) == pb.NONE
     assert [h.metadata.partition("grow", n).replicas for n in (1, 2)] == [(3, 1), (2, 1)]
+
+
+def test_a_cluster_wide_min_insync_replicas_is_what_new_topics_get(h):
+    alter(h, (BROKER, "", [("min.insync.replicas", SET, "2")]))
+    h.create("later", rf=3)
+    assert h.metadata.topics["later"].configs["min.insync.replicas"] == "2"
