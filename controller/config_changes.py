@@ -44,18 +44,19 @@ from tidewater.proto.broker_dynamic_config import (
     DYNAMIC_BROKER_CONFIGS,
     validate_dynamic_broker_config,
 )
-from tidewater.proto.errors import InvalidConfigError, InvalidRequestError, TidewaterError
-from tidewater.proto.topic_config import TOPIC_CONFIGS, validate_topic_configs
+from tidewater.proto.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    TidewaterError,
+    UnknownTopicOrPartitionError,
+)
+from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig, validate_topic_configs
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OPERATION_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 RESOURCES_PER_REQUEST_MAX = 10_000
 ALTERATIONS_PER_RESOURCE_MAX = 1_000
-
-
-class UnknownTopicError(TidewaterError):
-    error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def configs_altered_record(resource_type: int, name: str,
@@ -78,7 +79,6 @@ def _list_default(resource_type: int, name: str, topic_defaults: Mapping[str, st
     if definition.default is not None:
         return definition.default
     # The configs with effect have their default in LogConfig (cleanup.policy: delete).
-    from tidewater.proto.topic_config import LogConfig
     return LogConfig().to_configs().get(topic_name, "")
 
 
@@ -166,7 +166,7 @@ def _altered(metadata: ClusterMetadata, r: pb.ConfigResourceAlteration, incremen
              topic_defaults: Mapping[str, str]) -> dict[str, str]:
     if r.resource_type == TOPIC_RESOURCE:
         if r.resource_name not in metadata.topics:
-            raise UnknownTopicError(f"topic {r.resource_name!r} does not exist")
+            raise UnknownTopicOrPartitionError(f"topic {r.resource_name!r} does not exist")
         new = apply_alterations(_own_configs(metadata, r), r, incremental, topic_defaults)
         validate_topic_configs(new)
         return new
