@@ -579,23 +579,42 @@ _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "l
 
 def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
                          keys: list[str] | None,
-                         default_sources: dict[str, int] | None = None
+                         default_sources: dict[str, int] | None = None,
+                         broker_entries: list[BrokerConfigEntry] | None = None
                          ) -> list[dict[str, Any]]:
     """A topic's configs as DescribeConfigs lists them: each known name (or each of
     ``keys`` that is known), its value and where the value comes from: the topic, else
     the broker setting it inherits (``default_sources``: a dynamic or static one, as
-    Kafka's synonyms), else the default."""
+    Kafka's synonyms), else the default. With ``broker_entries`` (synonyms asked for):
+    Kafka's precedence list, the topic's own value, then each broker-level layer."""
+    from tidewater.proto.broker_dynamic_config import DYNAMIC_BROKER_CONFIGS
     from tidewater.proto.topic_config import TOPIC_CONFIGS
     names = sorted(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
+    by_topic_name = {DYNAMIC_BROKER_CONFIGS[e.name]: e for e in broker_entries or ()
+                     if e.name in DYNAMIC_BROKER_CONFIGS}
     entries: list[dict[str, Any]] = []
     for name in names:
         source = (DYNAMIC_TOPIC_CONFIG if name in own
                   else (default_sources or {}).get(name, DEFAULT_CONFIG))
         # Kafka's default where the broker has none (the configs without effect here).
         value = own.get(name, defaults.get(name, TOPIC_CONFIGS[name].default))
+        synonyms = []
+        if broker_entries is not None:
+            if name in own:
+                synonyms.append({"name": name, "value": own[name],
+                                 "source": DYNAMIC_TOPIC_CONFIG})
+            broker = by_topic_name.get(name)
+            if broker is not None:
+                synonyms += [{"name": broker.name, "value": v, "source": src}
+                             for v, src in broker.dynamic]
+                synonyms.append({"name": broker.name, "value": broker.value,
+                                 "source": broker.source})
+                if broker.source != DEFAULT_CONFIG:
+                    synonyms.append({"name": broker.name, "value": broker.default,
+                                     "source": DEFAULT_CONFIG})
         entries.append({"name": name, "value": value, "read_only": False,
                         "config_source": source, "is_default": source == DEFAULT_CONFIG,
-                        "is_sensitive": False, "synonyms": [],
+                        "is_sensitive": False, "synonyms": synonyms,
                         "config_type": _CONFIG_TYPES.get(TOPIC_CONFIGS[name].type, 0),
                         "documentation": None})
     return entries
@@ -617,9 +636,10 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
             result["error_message"] = "needs DESCRIBE_CONFIGS on the topic"
         elif resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in known:
+                synonyms = getattr(body, "include_synonyms", False)
                 result["configs"] = topic_config_entries(
                     s.metadata_cache.topic_configs(resource.resource_name), defaults, keys,
-                    s.topic_default_sources())
+                    s.topic_default_sources(), s.broker_configs() if synonyms else None)
             else:
                 result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {resource.resource_name!r} does not exist"

@@ -230,6 +230,21 @@ def test_dynamic_broker_configs_cluster_wide_and_per_broker(cluster):
     topic = described(cluster, ResourceType.TOPIC, "plain")["max.message.bytes"]
     assert (topic.value, topic.source) == (
         "3000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    # Kafka's synonyms of a topic config: the broker-level layers it inherits, in order
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        by_name = client.describe_configs([KConfigResource(ConfigResourceType.TOPIC, "plain")],
+                                          include_synonyms=True,
+                                          config_filter="all")["topic"]["plain"]
+    finally:
+        client.close()
+    assert [(x["name"], x["value"], x["source"]) for x in by_name["max.message.bytes"]
+            ["synonyms"]] in (
+        [("message.max.bytes", "3000", 3), ("message.max.bytes", "1048588", 5)],
+        [("message.max.bytes", "3000", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+         ("message.max.bytes", "1048588", "DEFAULT_CONFIG")])
     assert two["message.max.bytes"].value == "3000" and not two["message.max.bytes"].is_read_only
     # the cluster-wide resource lists only what is set there
     assert cluster_wide_described(cluster) == {
