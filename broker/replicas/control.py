@@ -259,9 +259,10 @@ class ControlRequests:
 runs the same class against its in-memory disk and clock. Nothing here awaits.
 
 Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here.
-An empty map leaves the log as it is, unless it had configs before: an AlterConfigs
-removed them all, and the defaults apply again."""
-        if not topic_configs and not partition.has_topic_configs:
+An empty map leaves the log as it is, unless it had configs before (an AlterConfigs
+removed them all: the defaults apply again) or dynamic broker defaults are in force."""
+        if (not topic_configs and not partition.has_topic_configs
+                and not self.config.dynamic_topic_defaults):
             return
         partition.has_topic_configs = bool(topic_configs)
         config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
