@@ -226,3 +226,51 @@ def test_records_delete_and_log_dirs(cluster, tmp_path):
         [replica] = log_dir["partitions"]
         assert replica["partition"] == "trim-0" and replica["size"] > 0
         assert replica["offsetLag"] == 0 and replica["isFuture"] is False
+
+
+def test_altered_configs_survive_controller_and_broker_restarts(cluster):
+    assert cluster.tide("topics", "create", "kept", "--replica-assignment", "1:2:3").returncode == 0
+    assert cluster.tide("configs", "alter", "--entity-type", "topics", "--entity-name", "kept",
+                        "--add-config", "max.message.bytes=2000").returncode == 0
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-default",
+                        "--add-config", "log.roll.ms=7200000").returncode == 0
+    for process in ("controller", "1"):
+        assert run_tide("cluster", "kill", process, "--signal", "KILL",
+                        "--data-dir", str(cluster.data_dir)).returncode == 0
+        assert run_tide("cluster", "start", process, "--data-dir", str(cluster.data_dir),
+                        timeout_s=120).returncode == 0
+    described = wait_for(lambda: (r := cluster.tide(
+        "configs", "describe", "--entity-type", "topics", "--entity-name", "kept")
+        ).returncode == 0 and r, "the controller back")
+    assert "max.message.bytes=2000" in described.stdout
+    # broker 1, restarted, has the dynamic default again (from UpdateMetadata)
+    client = AdminClient({"bootstrap.servers": cluster.kafka})
+
+    def broker_one_roll_ms():
+        [(_, future)] = client.describe_configs(
+            [ConfigResource(ResourceType.BROKER, "1")]).items()
+        try:
+            entry = future.result(30)["log.roll.ms"]
+        except KafkaException:
+            return None
+        return (entry.value, entry.source) == (
+            "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    wait_for(broker_one_roll_ms, "broker 1's dynamic default after its restart")
+    # and the leader (broker 1, the preferred replica, once it is back) refuses a large record
+    def broker_one_leads():
+        topic = topic_json(cluster, "kept")
+        if topic is not None and topic["partitions"][0]["leader"] == 1:
+            return True
+        # back in the ISR: a preferred election gives it leadership (no automatic one here)
+        cluster.tide("leader-election", "--election-type", "preferred", "--topic", "kept",
+                     "--partition", "0")
+        return False
+    wait_for(broker_one_leads, "broker 1 leading again")
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka, "acks": "all",
+                                         "message.max.bytes": 10_000_000})
+    errors = []
+    producer.produce("kept", value=b"x" * 5000, on_delivery=lambda err, _m: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-default",
+                        "--delete-config", "log.roll.ms").returncode == 0
