@@ -330,3 +330,18 @@ def test_aiokafka_alter_configs_and_kafka_python_elect_leaders(cluster):
     [(topic, [(partition, code, _message)])] = [
         (r[0], [tuple(p) for p in r[1]]) for r in answer.replica_election_results]
     assert (topic, partition, code) == ("aio", 0, KafkaError.ELECTION_NOT_NEEDED)
+
+
+def test_message_timestamp_type_changed_to_log_append_time(cluster):
+    import time
+    create(cluster, "stamped")
+    incremental(cluster, ResourceType.TOPIC, "stamped",
+                ("message.timestamp.type", AlterConfigOpType.SET, "LogAppendTime"))
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka, "acks": "all"})
+    stamps = []
+    producer.produce("stamped", value=b"v", timestamp=1_000_000_000_000,  # 2001
+                     on_delivery=lambda err, msg: stamps.append((err, msg.timestamp())))
+    assert producer.flush(30) == 0
+    [(error, (kind, stamp))] = stamps
+    assert error is None and kind == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
+    assert abs(stamp - time.time() * 1000) < 60_000
