@@ -345,3 +345,31 @@ def test_message_timestamp_type_changed_to_log_append_time(cluster):
     [(error, (kind, stamp))] = stamps
     assert error is None and kind == confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
     assert abs(stamp - time.time() * 1000) < 60_000
+
+
+def test_min_insync_replicas_lowered_at_run_time_lets_acks_all_through(cluster):
+    """The topic has min.insync.replicas=2 (the cluster's); with one of its two replicas
+    gone acks=all is refused, until AlterConfigs lowers it to 1. (Tidewater caps the rule
+    at the replication factor, so raising it above the ISR of a full topic shows nothing.)"""
+    assert cluster.tide("topics", "create", "guarded", "--replica-assignment",
+                        "2:3").returncode == 0
+    wait_for(lambda: sorted(leader_of(cluster, "guarded")[2]) == [2, 3], "a full ISR")
+    assert run_tide("cluster", "kill", "3", "--signal", "TERM",
+                    "--data-dir", str(cluster.data_dir)).returncode == 0
+    try:
+        wait_for(lambda: leader_of(cluster, "guarded")[2] == [2], "the ISR down to broker 2")
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka, "acks": "all",
+                                             "message.timeout.ms": 5000, "retries": 0})
+        errors: list = []
+        producer.produce("guarded", value=b"v", on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(30)
+        assert errors[0] is not None and errors[0].code() == KafkaError.NOT_ENOUGH_REPLICAS
+        incremental(cluster, ResourceType.TOPIC, "guarded",
+                    ("min.insync.replicas", AlterConfigOpType.SET, "1"))
+        errors.clear()
+        producer.produce("guarded", value=b"v", on_delivery=lambda err, _m: errors.append(err))
+        producer.flush(30)
+        assert errors == [None]
+    finally:
+        assert run_tide("cluster", "start", "3", "--data-dir", str(cluster.data_dir),
+                        timeout_s=120).returncode == 0
