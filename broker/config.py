@@ -27,6 +27,7 @@ from tidewater.broker.security.settings import (
     SecuritySettings,
 )
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
+from tidewater.proto.broker_dynamic_config import KAFKA_LOG_DEFAULT_NAMES
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsConfigError, TlsFiles, add_tls_arguments
 from tidewater.proto.topic_config import TOPIC_CONFIGS, min_insync_replicas
@@ -133,22 +134,7 @@ _TOPIC_INT_NAMES = frozenset(name for name in LOG_CONFIG_NAMES
 # default of every topic's ``segment.bytes``); ``--set`` takes either name.
 # (``message.max.bytes``, ``min.insync.replicas`` and ``unclean.leader.election.enable``
 # are broker settings above, their topic names the per-topic overrides.)
-KAFKA_LOG_DEFAULT_NAMES = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.index.size.max.bytes": "segment.index.bytes",
-    "log.retention.bytes": "retention.bytes",
-    "log.retention.ms": "retention.ms",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
-}
+# KAFKA_LOG_DEFAULT_NAMES (proto.broker_dynamic_config) maps them; re-exported here.
 
 # Per-topic names that are not log settings but replication settings.
 TOPIC_REPLICATION_NAMES = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
@@ -256,6 +242,10 @@ class BrokerConfig:
     max_connections_per_ip_overrides: str = ""  # host:count,host:count
     max_connection_creation_rate: int = KAFKA_INT_MAX  # per second (KIP-612)
     connections_max_idle_ms: int = 600_000
+    # The dynamic broker configs in force here, by their topic config names (AlterConfigs
+    # on BROKER resources; ``proto.broker_dynamic_config``): set from each UpdateMetadata,
+    # they win over the static topic defaults.
+    dynamic_topic_defaults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -386,14 +376,16 @@ class BrokerConfig:
         merged = dict(self.topic_defaults)
         if "max.message.bytes" not in merged:
             merged["max.message.bytes"] = str(self.message_max_bytes)
-        for name, value in (topic_configs or {}).items():
+        for name, value in [*self.dynamic_topic_defaults.items(),
+                            *(topic_configs or {}).items()]:
             if name in LOG_CONFIG_NAMES:
                 merged[name] = value
         return merged
 
     def min_insync_replicas_for(self, topic_configs: Mapping[str, str] | None) -> int:
         """The topic's own value (InvalidConfigError when malformed), else the broker's."""
-        return min_insync_replicas(topic_configs or {}, self.min_insync_replicas)
+        default = min_insync_replicas(self.dynamic_topic_defaults, self.min_insync_replicas)
+        return min_insync_replicas(topic_configs or {}, default)
 
 
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:

@@ -37,7 +37,12 @@ from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
-from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, broker_config_entries
+from tidewater.broker.kafka.broker_configs import (
+    BrokerConfigEntry,
+    broker_config_entries,
+    cluster_default_entries,
+    topic_default_sources,
+)
 from tidewater.broker.kafka.connection_quotas import ConnectionQuotas
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
@@ -216,7 +221,11 @@ class BrokerProcess:
                             group_coordinator=self.group_coordinator,
                             txn_coordinator=self.txn_coordinator,
                             auto_create=self.auto_create,
-                            broker_configs=self._broker_configs)
+                            broker_configs=self._broker_configs,
+                            cluster_default_configs=lambda: cluster_default_entries(
+                                self._broker_configs(), self.metadata_cache.broker_configs()),
+                            topic_default_sources=lambda: topic_default_sources(
+                                self.config, self.metadata_cache.broker_configs()))
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,
@@ -245,7 +254,8 @@ class BrokerProcess:
     def _broker_configs(self) -> list[BrokerConfigEntry]:
         if self.log_manager is None:
             raise InvariantViolation("broker configs before the log manager")
-        return broker_config_entries(self.config, self.log_manager.default_config)
+        return broker_config_entries(self.config, self.log_manager.default_config,
+                                     self.metadata_cache.broker_configs())
 
     def _topic_config_defaults(self) -> dict[str, str]:
         """What a topic that sets nothing gets here: the broker's log defaults, its
@@ -253,9 +263,11 @@ class BrokerProcess:
         c = self.config
         if self.log_manager is None:
             raise InvariantViolation("topic config defaults before the log manager")
-        return {**self.log_manager.default_config.to_configs(),
-                "min.insync.replicas": str(c.min_insync_replicas),
-                "unclean.leader.election.enable": str(c.unclean_leader_election_enable).lower()}
+        unclean = c.dynamic_topic_defaults.get("unclean.leader.election.enable",
+                                               str(c.unclean_leader_election_enable).lower())
+        return {**LogConfig.from_configs(c.log_config_overrides()).to_configs(),
+                "min.insync.replicas": str(c.min_insync_replicas_for(None)),
+                "unclean.leader.election.enable": unclean}
 
     def _observe_kafka_request(self, api: str, seconds: float, errors: list[int]) -> None:
         """Kafka requests in the broker's series, labelled ``kafka:<API>`` (Kafka's API

@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from tidewater.client.metadata import (
     Address,
     MetadataClient,
+    TopicPartition,
     client_metadata,
     format_address,
     rpc_call,
@@ -48,6 +49,9 @@ class NewTopic:
     num_partitions: int = -1  # -1: cluster default
     replication_factor: int = -1
     configs: dict[str, str] = field(default_factory=dict)
+    # Manual assignment: partition i's replicas, preferred first (then num_partitions and
+    # replication_factor stay -1).
+    replica_assignment: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,21 @@ class ClusterDescription:
         return [(t.name, p.partition) for t in self.topics for p in t.partitions if p.under_replicated]
 
 
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # Kafka's ConfigResource types
+# Kafka's AlterConfigOp types and ElectionType values.
+CONFIG_OPERATIONS = {"SET": 0, "DELETE": 1, "APPEND": 2, "SUBTRACT": 3}
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One IncrementalAlterConfigs alteration: SET, DELETE, APPEND or SUBTRACT."""
+
+    name: str
+    operation: str = "SET"
+    value: str = ""
+
+
 class TopicOperationError(TidewaterError):
     """Some topics of a create/delete failed; ``errors`` maps name -> typed error."""
 
@@ -161,9 +180,12 @@ class AdminClient:
         """Create topics; per name, None or the typed error. Nothing raised for per-topic errors."""
         request = pb.CreateTopicsRequest(
             timeout_ms=self.request_timeout_ms, validate_only=validate_only,
-            topics=[pb.CreatableTopic(name=t.name, num_partitions=t.num_partitions,
-                                      replication_factor=t.replication_factor,
-                                      configs=dict(t.configs)) for t in topics])
+            topics=[pb.CreatableTopic(
+                name=t.name, num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor, configs=dict(t.configs),
+                assignments=[pb.ReplicaList(partition=i, broker_ids=list(replicas))
+                             for i, replicas in enumerate(t.replica_assignment)])
+                for t in topics])
         resp: pb.CreateTopicsResponse = self._controller_call("CreateTopics", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
@@ -174,14 +196,19 @@ class AdminClient:
         self._raise_failures(self.create_topics(
             [NewTopic(name, num_partitions, replication_factor, dict(configs or {}))]))
 
-    def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False
+    def create_partitions(self, new_totals: dict[str, int], *, validate_only: bool = False,
+                          assignments: dict[str, list[list[int]]] | None = None
                           ) -> dict[str, TidewaterError | None]:
         """Grow each topic to ``new_totals[topic]`` partitions (Kafka's CreatePartitions:
-        never fewer); per name, None or the typed error."""
+        never fewer); ``assignments[topic]``: the new partitions' replicas, in order (else
+        spread over the live brokers). Per name, None or the typed error."""
+        manual = assignments or {}
         request = pb.CreatePartitionsRequest(
             timeout_ms=self.request_timeout_ms, validate_only=validate_only,
-            topics=[pb.CreatePartitionsTopic(name=name, count=count)
-                    for name, count in new_totals.items()])
+            topics=[pb.CreatePartitionsTopic(
+                name=name, count=count,
+                assignments=[pb.ReplicaList(broker_ids=r) for r in manual.get(name, [])])
+                for name, count in new_totals.items()])
         resp: pb.CreatePartitionsResponse = self._controller_call("CreatePartitions", request)
         self.metadata.invalidate()
         return self._topic_results(resp.topics)
@@ -281,6 +308,56 @@ class AdminClient:
                     log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
         return out
 
+    def delete_records(self, offsets: dict[tuple[str, int], int]
+                       ) -> dict[tuple[str, int], int | TidewaterError]:
+        """Kafka's DeleteRecords: move each partition's log start to ``offsets[(topic,
+        partition)]`` (-1: its high watermark); per partition, the new low watermark or the
+        typed error. Each partition goes to its leader."""
+        self.metadata.refresh(sorted({topic for topic, _ in offsets}))
+        by_leader: dict[Address, pb.DeleteRecordsRequest] = {}
+        out: dict[tuple[str, int], int | TidewaterError] = {}
+        for (topic, number), offset in offsets.items():
+            try:
+                leader = self.metadata.leader_for(TopicPartition(topic, number))
+            except TidewaterError as e:
+                out[(topic, number)] = e
+                continue
+            if leader is None:
+                out[(topic, number)] = error_for_code(
+                    pb.LEADER_NOT_AVAILABLE, f"{topic}-{number} has no leader")
+                continue
+            request = by_leader.setdefault(leader.address, pb.DeleteRecordsRequest(
+                timeout_ms=self.request_timeout_ms))
+            request.partitions.add(topic=topic, partition=number, offset=offset)
+        for address, request in by_leader.items():
+            response: pb.DeleteRecordsResponse = rpc_call(
+                self.metadata.pool.broker(address).DeleteRecords, request,
+                timeout_s=self.request_timeout_ms / 1000 + 5, address=address)
+            for r in response.partitions:
+                out[(r.topic, r.partition)] = r.low_watermark if r.error_code == pb.NONE else (
+                    error_for_code(r.error_code, r.error_message or
+                                   pb.ErrorCode.Name(r.error_code)))
+        return out
+
+    def describe_log_dirs(self) -> dict[int, tuple[str, dict[tuple[str, int], tuple[int, int]]]]:
+        """kafka-log-dirs.sh --describe: broker id -> (its log dir, (topic, partition) ->
+        (size in bytes, offset lag)), from every broker that answers."""
+        snap = self.metadata.refresh()
+        out: dict[int, tuple[str, dict[tuple[str, int], tuple[int, int]]]] = {}
+        for broker_id, address in sorted(snap.brokers.items()):
+            try:
+                resp: pb.DescribeReplicasResponse = rpc_call(
+                    self.metadata.pool.broker(address).DescribeReplicas,
+                    pb.DescribeReplicasRequest(), timeout_s=self.request_timeout_ms / 1000,
+                    address=address)
+            except TidewaterError:
+                continue  # a broker that does not answer is left out, as kafka-log-dirs.sh
+            out[broker_id] = (resp.log_dir, {
+                (r.topic, r.partition): (r.size_bytes,
+                                         max(r.high_watermark - r.log_end_offset, 0))
+                for r in resp.replicas})
+        return out
+
     # ------------------------------------------------------------------ users and ACLs
     # (controller/security_records.py). The password never leaves this process: the
     # credential is salted and iterated here (proto/scram.py).
@@ -356,6 +433,63 @@ class AdminClient:
             return self.metadata.any_broker_call(call, retry_on_timeout=method == "DescribeCluster")
         except grpc.RpcError as e:  # pragma: no cover - rpc_call converts these
             raise rpc_error_to_typed(e) from None
+
+    # ------------------------------------------------------------------ configs, leaders
+
+    def alter_configs(self, resource_type: int, name: str, ops: list[ConfigOp], *,
+                      validate_only: bool = False) -> None:
+        """Kafka's IncrementalAlterConfigs on one resource: a topic (TOPIC_RESOURCE), a
+        broker id or "" for every broker (BROKER_RESOURCE); raises its typed error."""
+        unknown = [op.operation for op in ops if op.operation not in CONFIG_OPERATIONS]
+        if unknown:
+            raise ValueError(f"unknown config operations {unknown}: "
+                             f"{', '.join(CONFIG_OPERATIONS)}")
+        request = pb.AlterConfigsRequest(validate_only=validate_only, incremental=True)
+        request.resources.add(resource_type=resource_type, resource_name=name, alterations=[
+            pb.ConfigAlteration(name=op.name, operation=CONFIG_OPERATIONS[op.operation],
+                                value=op.value, value_null=op.operation == "DELETE")
+            for op in ops])
+        resp: pb.AlterConfigsResponse = self._controller_call("AlterConfigs", request)
+        self.metadata.invalidate()
+        self._raise_first(resp.results)
+
+    def describe_dynamic_configs(self, resource_type: int, name: str) -> dict[str, str]:
+        """A resource's own configs (kafka-configs.sh --describe): a topic's, or the
+        dynamic broker configs of a broker id or of "" (every broker)."""
+        cluster = self._controller_call("DescribeCluster", pb.DescribeClusterRequest())
+        if cluster.error_code != pb.NONE:
+            raise error_for_code(cluster.error_code,
+                                 f"DescribeCluster: {pb.ErrorCode.Name(cluster.error_code)}")
+        if resource_type == TOPIC_RESOURCE:
+            for t in cluster.topics:
+                if t.name == name:
+                    return dict(sorted(t.configs.items()))
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if resource_type != BROKER_RESOURCE:
+            raise ValueError(f"resource type {resource_type}: topics (2) or brokers (4)")
+        for override in cluster.broker_configs:
+            if override.resource_name == name:
+                return dict(sorted(override.configs.items()))
+        return {}
+
+    def elect_leaders(self, election_type: str, partitions: list[tuple[str, int]] | None
+                      ) -> dict[tuple[str, int], TidewaterError | None]:
+        """Kafka's ElectLeaders ("preferred" or "unclean") of ``partitions`` (None: every
+        partition; those needing no election are then left out); per partition, None or
+        the typed error (ElectionNotNeeded among them)."""
+        request = pb.ElectLeadersRequest(election_type=ELECTION_TYPES[election_type],
+                                         timeout_ms=self.request_timeout_ms,
+                                         all_partitions=partitions is None)
+        for topic, number in partitions or ():
+            request.partitions.add(topic=topic, partition=number)
+        resp: pb.ElectLeadersResponse = self._controller_call("ElectLeaders", request)
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code,
+                                 f"ElectLeaders: {pb.ErrorCode.Name(resp.error_code)}")
+        self.metadata.invalidate()
+        return {(r.topic, r.partition): None if r.error_code == pb.NONE else error_for_code(
+                    r.error_code, r.error_message or pb.ErrorCode.Name(r.error_code))
+                for r in resp.results}
 
     @staticmethod
     def _topic_results(results: Iterable[_TopicResult]) -> dict[str, TidewaterError | None]:

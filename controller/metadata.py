@@ -30,6 +30,9 @@ pending_stops_cleared   broker_id (its pending StopReplicas were handed to a sen
 pending_stops           broker_id, partitions [[topic, partition, topic_id]]
                         (snapshots; older ones without the topic_id)
 counters                unclean_elections_total, topics_created_total (snapshots)
+configs_altered         resource_type (2 topic, 4 broker), name, configs {str: str}:
+                        the resource's whole new own configs (``config_changes``;
+                        broker name "" is the cluster-wide default)
 scram_credential,       users' SCRAM credentials and ACLs: see ``security_records``
 scram_credential_deleted,
 acl_created, acl_deleted
@@ -148,6 +151,8 @@ class ClusterMetadata:
         # gets a StopReplica when it returns.
         self.pending_stops: dict[int, set[PendingStop]] = {}
         self.security = SecurityImage()  # users' SCRAM credentials and ACLs
+        # Dynamic broker configs by resource name: a broker id, or "" for every broker.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # The first producer id no block handed out holds (producer_ids records).
         self.next_producer_id = 0
         self.last_offset = -1
@@ -285,6 +290,19 @@ class ClusterMetadata:
              topic_id_from_text(item[2]) if len(item) > 2 and item[2] else b"")
             for item in r["partitions"])
 
+    def _apply_configs_altered(self, offset: int, r: MetadataRecord) -> None:
+        configs = {str(k): str(v) for k, v in r["configs"].items()}
+        name, resource_type = str(r["name"]), int(r["resource_type"])
+        if resource_type == 2:  # TOPIC
+            self.topics[name].configs = configs
+        elif resource_type == 4:  # BROKER
+            if configs:
+                self.broker_configs[name] = configs
+            else:
+                self.broker_configs.pop(name, None)
+        else:
+            raise ValueError(f"resource type {resource_type} has no configs")
+
     def _apply_security(self, offset: int, r: MetadataRecord) -> None:
         self.security.apply(r["type"], r)
 
@@ -324,6 +342,9 @@ class ClusterMetadata:
                             "partitions": sorted(
                                 [t, n, topic_id_to_text(i) if i else ""]
                                 for t, n, i in self.pending_stops[broker_id])})
+        for name in sorted(self.broker_configs):
+            records.append({"type": "configs_altered", "resource_type": 4, "name": name,
+                            "configs": dict(sorted(self.broker_configs[name].items()))})
         records += self.security.snapshot_records()
         if self.next_producer_id:
             records.append(producer_ids_record(-1, -1, self.next_producer_id))
@@ -360,6 +381,7 @@ _HANDLERS: dict[str, Callable[[ClusterMetadata, int, MetadataRecord], None]] = {
     "pending_stops": ClusterMetadata._apply_pending_stops,
     **{kind: ClusterMetadata._apply_security for kind in SECURITY_RECORD_TYPES},
     "producer_ids": ClusterMetadata._apply_producer_ids,
+    "configs_altered": ClusterMetadata._apply_configs_altered,
 }
 
 

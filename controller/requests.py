@@ -67,6 +67,8 @@ def update_metadata(metadata: ClusterMetadata, controller_id: int, broker_id: in
             request.partitions.append(partition_state(info.partitions[number]))
     request.scram_credentials.extend(metadata.security.credentials_pb())
     request.acls.extend(metadata.security.acls_pb())
+    for name in sorted(metadata.broker_configs):
+        request.broker_configs.add(resource_name=name, configs=metadata.broker_configs[name])
     return request
 
 
@@ -92,4 +94,6 @@ def describe_cluster(metadata: ClusterMetadata, sessions: BrokerSessions,
         response.topics.add(name=info.name, configs=info.configs, topic_id=info.topic_id,
                             partitions=[partition_state(info.partitions[n])
                                         for n in sorted(info.partitions)])
+    for name in sorted(metadata.broker_configs):
+        response.broker_configs.add(resource_name=name, configs=metadata.broker_configs[name])
     return response

@@ -364,6 +364,30 @@ class ControllerService(pb_grpc.ControllerServicer):
         return await self._run("DescribeCluster", lambda tx, now: (
             self.machine.describe_cluster(tx, now, request)), context)
 
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest,
+                           context: Context) -> pb.AlterConfigsResponse:
+        """Answered once durable and, when something changed, once the brokers have it
+        (a describe or a produce right after sees the new values)."""
+        response, offset, changed = await self._run("AlterConfigs", lambda tx, now: (
+            self.machine.alter_configs(tx, now, request), self.machine.metadata.last_offset,
+            bool(tx.records)), context)
+        if changed:
+            await self._wait_propagated(offset, self.propagation_wait_ms_max)
+        for r in response.results:
+            if r.error_code == pb.NONE and not request.validate_only:
+                log.info("configs of resource %r (type %d) altered", r.resource_name,
+                         r.resource_type)
+        return response
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest,
+                           context: Context) -> pb.ElectLeadersResponse:
+        response, offset, changed = await self._run("ElectLeaders", lambda tx, now: (
+            self.machine.elect_leaders(tx, now, request), self.machine.metadata.last_offset,
+            bool(tx.records)), context)
+        if changed:
+            await self._wait_propagated(offset, request.timeout_ms)
+        return response
+
     # ------------------------------------------------------------ users and ACLs
     # Answered once durable; brokers learn the change from the next UpdateMetadata (waited
     # for as CreateTopics does, so a client's next connection sees it).

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tidewater.controller import requests, security_records
+from tidewater.controller import config_changes, requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import (
@@ -70,6 +70,7 @@ from tidewater.controller.validation import (
     validate_topic_name,
 )
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.broker_dynamic_config import CLUSTER_DEFAULT, dynamic_topic_defaults
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_id import new_topic_id
 
@@ -133,7 +134,20 @@ class ControllerStateMachine:
                 if not self.sessions.in_controlled_shutdown(b)}
 
     def _unclean_allowed(self, topic: str) -> bool:
-        return self.config.unclean_allowed(self.metadata.topics[topic].configs)
+        # The topic's own config, else the dynamic cluster-wide default, else the static one.
+        dynamic = self.metadata.broker_configs.get(CLUSTER_DEFAULT, {})
+        return self.config.unclean_allowed({**_dynamic_unclean(dynamic),
+                                            **self.metadata.topics[topic].configs})
+
+    def _default_topic_configs(self) -> dict[str, str]:
+        """What a new topic gets unless its request says otherwise: the controller's
+        settings, a cluster-wide dynamic ``min.insync.replicas`` over its own. (Written into
+        the topic: existing topics keep the value they were created with.)"""
+        defaults = self.config.default_topic_configs()
+        dynamic = self.metadata.broker_configs.get(CLUSTER_DEFAULT, {})
+        if "min.insync.replicas" in dynamic:
+            defaults["min.insync.replicas"] = dynamic["min.insync.replicas"]
+        return defaults
 
     def _commit_change(self, tx: Tx, old: PartitionRecord, change: Change) -> None:
         tx.append(partition_changed_record(change.record, unclean=change.unclean))
@@ -433,6 +447,23 @@ class ControllerStateMachine:
         if collision_key(t.name) in taken:
             raise _TopicError(pb.INVALID_TOPIC_EXCEPTION,
                               f"topic {t.name!r} collides with an existing topic ('.' vs '_')")
+        if t.assignments:
+            if t.num_partitions != -1 or t.replication_factor != -1:
+                raise _TopicError(pb.INVALID_REQUEST,
+                                  "both numPartitions or replicationFactor and "
+                                  "replicasAssignments were set; give one or the other")
+            numbers = sorted(a.partition for a in t.assignments)
+            if numbers != list(range(len(numbers))):
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  "the manual partition assignment must name partitions "
+                                  f"0..{len(numbers) - 1} once each, got {numbers}")
+            if len(numbers) > PARTITIONS_PER_TOPIC_MAX:
+                raise _TopicError(pb.INVALID_PARTITIONS,
+                                  f"partitions must be 1..{PARTITIONS_PER_TOPIC_MAX}")
+            factor = self._check_assignment([list(a.broker_ids) for a in t.assignments])
+            configs = {**self._default_topic_configs(), **dict(t.configs)}
+            validate_topic_configs(configs)
+            return len(numbers), factor, configs
         partitions = self.config.num_partitions if t.num_partitions == -1 else t.num_partitions
         if not 1 <= partitions <= PARTITIONS_PER_TOPIC_MAX:
             raise _TopicError(pb.INVALID_PARTITIONS,
@@ -444,9 +475,40 @@ class ControllerStateMachine:
                               f"replication factor {factor} must be 1..{len(live)} "
                               f"(the live brokers)")
         # The cluster defaults too: every config a topic carries must suit every broker.
-        configs = {**self.config.default_topic_configs(), **dict(t.configs)}
+        configs = {**self._default_topic_configs(), **dict(t.configs)}
         validate_topic_configs(configs)
         return partitions, factor, configs
+
+    def _check_assignment(self, assignment: list[list[int]], factor: int | None = None) -> int:
+        """Kafka's checks of a manual assignment: each partition names registered brokers,
+        none twice, and every partition (and, growing a topic, the existing ones: ``factor``)
+        has as many replicas; returns that count."""
+        for replicas in assignment:
+            if not replicas:
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  "the manual partition assignment includes an empty "
+                                  "replica list")
+            if len(set(replicas)) != len(replicas):
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  f"the manual partition assignment {replicas} names a "
+                                  "broker twice")
+            for broker_id in replicas:
+                if broker_id not in self.metadata.brokers:
+                    raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                      "the manual partition assignment includes broker "
+                                      f"{broker_id}, but no such broker is registered")
+            if not set(replicas) & self.live_broker_ids():
+                raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                  f"all brokers of the manual partition assignment {replicas} "
+                                  "are fenced or in controlled shutdown")
+        counts = {len(replicas) for replicas in assignment}
+        expected = factor if factor is not None else len(assignment[0])
+        if counts != {expected}:
+            raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                              "all partitions in the manual partition assignment must have "
+                              f"the same number of replicas ({expected}), got "
+                              f"{sorted(counts)}")
+        return expected
 
     def create_topics(self, tx: Tx, now_ms: int,
                       req: pb.CreateTopicsRequest) -> pb.CreateTopicsResponse:
@@ -471,8 +533,11 @@ class ControllerStateMachine:
             partition_count += partitions
             if req.validate_only:
                 continue
-            assignment = assign_replicas(sorted(live), partitions, factor,
-                                         topic_sequence=self.metadata.topics_created_total)
+            assignment = ([list(a.broker_ids) for a in sorted(t.assignments,
+                                                                key=lambda a: a.partition)]
+                          if t.assignments else
+                          assign_replicas(sorted(live), partitions, factor,
+                                          topic_sequence=self.metadata.topics_created_total))
             topic_id = self._new_topic_id()
             records = [new_partition(t.name, i, replicas, live, topic_id)
                        for i, replicas in enumerate(assignment)]
@@ -509,7 +574,14 @@ class ControllerStateMachine:
                     raise _TopicError(pb.INVALID_PARTITIONS,
                                       f"the cluster would exceed {PARTITIONS_MAX} partitions")
                 factor = len(info.partitions[0].replicas)
-                if factor > len(live):
+                manual = [list(a.broker_ids) for a in t.assignments]
+                if manual and len(manual) != t.count - current:
+                    raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,
+                                      f"attempted to add {t.count - current} additional "
+                                      f"partitions, but {len(manual)} assignments were given")
+                if manual:
+                    self._check_assignment(manual, factor)
+                elif factor > len(live):
                     raise _TopicError(pb.INVALID_REPLICATION_FACTOR,
                                       f"replication factor {factor} but {len(live)} live brokers")
             except TidewaterError as e:
@@ -520,8 +592,11 @@ class ControllerStateMachine:
             partition_count += t.count - current
             if req.validate_only:
                 continue
-            assignment = assign_replicas(sorted(live), t.count, factor,
-                                         topic_sequence=self.metadata.topics_created_total)
+            assignment: list[list[int]] = (
+                [[]] * current + manual if manual else
+                [list(r) for r in assign_replicas(
+                    sorted(live), t.count, factor,
+                    topic_sequence=self.metadata.topics_created_total)])
             records = [new_partition(t.name, i, assignment[i], live, info.topic_id)
                        for i in range(current, t.count)]
             tx.append(partitions_created_record(t.name, records))
@@ -573,6 +648,57 @@ class ControllerStateMachine:
                          req: pb.DescribeClusterRequest) -> pb.DescribeClusterResponse:
         return requests.describe_cluster(self.metadata, self.sessions, self.config.node_id)
 
+    # ------------------------------------------------------------ configs, elections
+
+    def alter_configs(self, tx: Tx, now_ms: int,
+                      req: pb.AlterConfigsRequest) -> pb.AlterConfigsResponse:
+        """Kafka's AlterConfigs and IncrementalAlterConfigs (``config_changes``). A topic's
+        replicas get its new configs with a LeaderAndIsr of each partition (the state is
+        unchanged: a resend), every broker its dynamic broker configs with UpdateMetadata."""
+        defaults = {**dynamic_topic_defaults(self.metadata.broker_configs, -1),
+                    **self._default_topic_configs()}
+
+        def append(record: MetadataRecord) -> None:
+            tx.append(record)
+            if record["resource_type"] == config_changes.TOPIC_RESOURCE:
+                info = self.metadata.topics[record["name"]]
+                tx.effects.changed_partitions.update((info.name, n) for n in info.partitions)
+        return config_changes.alter_configs(self.metadata, req, append, defaults)
+
+    def elect_leaders(self, tx: Tx, now_ms: int,
+                      req: pb.ElectLeadersRequest) -> pb.ElectLeadersResponse:
+        """Kafka's ElectLeaders. PREFERRED: give leadership to the first replica when it is
+        live and in the ISR (PREFERRED_LEADER_NOT_AVAILABLE otherwise); UNCLEAN: a partition
+        without a live leader gets one, from outside the ISR if need be (whatever the
+        topic's unclean.leader.election.enable; ELIGIBLE_LEADERS_NOT_AVAILABLE when no
+        replica is live). A partition that needs nothing is ELECTION_NOT_NEEDED, left out of
+        the answer when every partition was asked for (Kafka's null topic_partitions)."""
+        response = pb.ElectLeadersResponse(error_code=pb.NONE)
+        if req.election_type not in (ELECTION_PREFERRED, ELECTION_UNCLEAN):
+            response.error_code = pb.INVALID_REQUEST
+            return response
+        if len(req.partitions) > ITEMS_PER_REQUEST_MAX:
+            response.error_code = pb.INVALID_REQUEST
+            return response
+        if req.all_partitions:
+            wanted = [(p.topic, p.partition) for p in self.metadata.all_partitions()]
+        else:
+            wanted = list(dict.fromkeys((p.topic, p.partition) for p in req.partitions))
+        live = self.live_broker_ids()
+        for topic, number in wanted:
+            current = self.metadata.partition(topic, number)
+            if current is None:
+                code, message = pb.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{number} does not exist"
+            else:
+                code, message, change = _election(current, req.election_type, live)
+                if change is not None:
+                    self._commit_change(tx, current, change)
+            if req.all_partitions and code == pb.ELECTION_NOT_NEEDED:
+                continue
+            response.results.add(topic=topic, partition=number, error_code=code,
+                                 error_message=message)
+        return response
+
     # ------------------------------------------------------------ users and ACLs
 
     def alter_user_scram_credentials(self, tx: Tx, now_ms: int,
@@ -604,6 +730,35 @@ _CORRUPT_REPLICA_REFUSALS = {
     pb.ELIGIBLE_LEADERS_NOT_AVAILABLE: "no other live ISR member could take over: "
                                        "the replica stays in the ISR",
 }
+
+
+ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1  # Kafka's ElectionType
+
+
+def _election(p: PartitionRecord, election_type: int,
+              live: set[int]) -> tuple[pb.ErrorCode, str, Change | None]:
+    """One partition's ElectLeaders outcome: (code, message, the change to commit)."""
+    name = f"{p.topic}-{p.partition}"
+    if election_type == ELECTION_PREFERRED:
+        preferred = p.replicas[0]
+        if p.leader == preferred:
+            return pb.ELECTION_NOT_NEEDED, f"{name}: the preferred replica leads already", None
+        change = maybe_preferred_leader(p, live)
+        if change is None:
+            return (pb.PREFERRED_LEADER_NOT_AVAILABLE,
+                    f"{name}: preferred replica {preferred} is not live and in the ISR", None)
+        return pb.NONE, "", change
+    if p.leader != NO_LEADER and p.leader in live:
+        return pb.ELECTION_NOT_NEEDED, f"{name}: broker {p.leader} leads it", None
+    change = elect(p, live, unclean_allowed=True)
+    if change is None or change.record.leader == NO_LEADER:
+        return pb.ELIGIBLE_LEADERS_NOT_AVAILABLE, f"{name}: no replica is live", None
+    return pb.NONE, "", change
+
+
+def _dynamic_unclean(cluster_default: dict[str, str]) -> dict[str, str]:
+    value = cluster_default.get("unclean.leader.election.enable")
+    return {} if value is None else {"unclean.leader.election.enable": value}
 
 
 def _check_topic_list(count: int, times_named: int, name: str) -> None:

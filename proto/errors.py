@@ -266,6 +266,37 @@ class InvalidTransactionTimeoutError(TidewaterError):
     error_code = pb.INVALID_TRANSACTION_TIMEOUT
 
 
+class TopicAlreadyExistsError(TidewaterError):
+    error_code = pb.TOPIC_ALREADY_EXISTS
+
+
+class InvalidReplicaAssignmentError(TidewaterError):
+    """A manual replica assignment Kafka's rules refuse (unknown broker, a broker twice,
+    partitions of different replica counts)."""
+
+    error_code = pb.INVALID_REPLICA_ASSIGNMENT
+
+
+class ElectionNotNeededError(TidewaterError):
+    """ElectLeaders: the partition already has the leader the election would give it."""
+
+    error_code = pb.ELECTION_NOT_NEEDED
+
+
+class PreferredLeaderNotAvailableError(TidewaterError):
+    """ElectLeaders (preferred): the first replica is not live or not in the ISR."""
+
+    error_code = pb.PREFERRED_LEADER_NOT_AVAILABLE
+    retriable = True
+
+
+class EligibleLeadersNotAvailableError(TidewaterError):
+    """ElectLeaders (unclean): no replica is live."""
+
+    error_code = pb.ELIGIBLE_LEADERS_NOT_AVAILABLE
+    retriable = True
+
+
 class CorruptFileError(TidewaterError):
     """A checkpoint or index file on disk is malformed."""
 

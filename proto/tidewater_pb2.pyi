@@ -572,7 +572,7 @@ class PartitionError(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls")
+    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls", "broker_configs")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +583,7 @@ class UpdateMetadataRequest(_message.Message):
     CONTROL_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SCRAM_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     ACLS_FIELD_NUMBER: _ClassVar[int]
+    BROKER_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
@@ -593,7 +594,8 @@ class UpdateMetadataRequest(_message.Message):
     control_token: bytes
     scram_credentials: _containers.RepeatedCompositeFieldContainer[ScramCredential]
     acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ...) -> None: ...
+    broker_configs: _containers.RepeatedCompositeFieldContainer[BrokerConfigOverride]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ..., broker_configs: _Optional[_Iterable[_Union[BrokerConfigOverride, _Mapping]]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "configs")
@@ -649,12 +651,52 @@ class DescribeReplicasRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeReplicasResponse(_message.Message):
-    __slots__ = ("broker_id", "replicas")
+    __slots__ = ("broker_id", "replicas", "log_dir")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LOG_DIR_FIELD_NUMBER: _ClassVar[int]
     broker_id: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
-    def __init__(self, broker_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ...) -> None: ...
+    log_dir: str
+    def __init__(self, broker_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., log_dir: _Optional[str] = ...) -> None: ...
+
+class DeleteRecordsRequest(_message.Message):
+    __slots__ = ("partitions", "timeout_ms")
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[DeleteRecordsPartition]
+    timeout_ms: int
+    def __init__(self, partitions: _Optional[_Iterable[_Union[DeleteRecordsPartition, _Mapping]]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class DeleteRecordsPartition(_message.Message):
+    __slots__ = ("topic", "partition", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class DeleteRecordsResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[DeleteRecordsPartitionResult]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[DeleteRecordsPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class DeleteRecordsPartitionResult(_message.Message):
+    __slots__ = ("topic", "partition", "low_watermark", "error_code", "error_message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    low_watermark: int
+    error_code: ErrorCode
+    error_message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., low_watermark: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class FindCoordinatorRequest(_message.Message):
     __slots__ = ("group_id",)
@@ -942,6 +984,111 @@ class ReplicaInfo(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., is_leader: _Optional[bool] = ..., leader_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., size_bytes: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class AlterConfigsRequest(_message.Message):
+    __slots__ = ("resources", "validate_only", "incremental")
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    INCREMENTAL_FIELD_NUMBER: _ClassVar[int]
+    resources: _containers.RepeatedCompositeFieldContainer[ConfigResourceAlteration]
+    validate_only: bool
+    incremental: bool
+    def __init__(self, resources: _Optional[_Iterable[_Union[ConfigResourceAlteration, _Mapping]]] = ..., validate_only: _Optional[bool] = ..., incremental: _Optional[bool] = ...) -> None: ...
+
+class ConfigResourceAlteration(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "alterations")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ALTERATIONS_FIELD_NUMBER: _ClassVar[int]
+    resource_type: int
+    resource_name: str
+    alterations: _containers.RepeatedCompositeFieldContainer[ConfigAlteration]
+    def __init__(self, resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., alterations: _Optional[_Iterable[_Union[ConfigAlteration, _Mapping]]] = ...) -> None: ...
+
+class ConfigAlteration(_message.Message):
+    __slots__ = ("name", "operation", "value", "value_null")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_NULL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    operation: int
+    value: str
+    value_null: bool
+    def __init__(self, name: _Optional[str] = ..., operation: _Optional[int] = ..., value: _Optional[str] = ..., value_null: _Optional[bool] = ...) -> None: ...
+
+class AlterConfigsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ConfigResourceResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ConfigResourceResult, _Mapping]]] = ...) -> None: ...
+
+class ConfigResourceResult(_message.Message):
+    __slots__ = ("resource_type", "resource_name", "error_code", "error_message")
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    resource_type: int
+    resource_name: str
+    error_code: ErrorCode
+    error_message: str
+    def __init__(self, resource_type: _Optional[int] = ..., resource_name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class BrokerConfigOverride(_message.Message):
+    __slots__ = ("resource_name", "configs")
+    class ConfigsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    resource_name: str
+    configs: _containers.ScalarMap[str, str]
+    def __init__(self, resource_name: _Optional[str] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ElectLeadersRequest(_message.Message):
+    __slots__ = ("election_type", "partitions", "all_partitions", "timeout_ms")
+    ELECTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ALL_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    election_type: int
+    partitions: _containers.RepeatedCompositeFieldContainer[TopicPartitionName]
+    all_partitions: bool
+    timeout_ms: int
+    def __init__(self, election_type: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[TopicPartitionName, _Mapping]]] = ..., all_partitions: _Optional[bool] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TopicPartitionName(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class ElectLeadersResponse(_message.Message):
+    __slots__ = ("error_code", "results")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    results: _containers.RepeatedCompositeFieldContainer[ElectionResult]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., results: _Optional[_Iterable[_Union[ElectionResult, _Mapping]]] = ...) -> None: ...
+
+class ElectionResult(_message.Message):
+    __slots__ = ("topic", "partition", "error_code", "error_message")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
 class AlterUserScramCredentialsRequest(_message.Message):
     __slots__ = ("upsertions", "deletions")
     UPSERTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -1171,7 +1318,7 @@ class CreateTopicsRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[CreatableTopic, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class CreatableTopic(_message.Message):
-    __slots__ = ("name", "num_partitions", "replication_factor", "configs")
+    __slots__ = ("name", "num_partitions", "replication_factor", "configs", "assignments")
     class ConfigsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1183,11 +1330,21 @@ class CreatableTopic(_message.Message):
     NUM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
     CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     num_partitions: int
     replication_factor: int
     configs: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    assignments: _containers.RepeatedCompositeFieldContainer[ReplicaList]
+    def __init__(self, name: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., configs: _Optional[_Mapping[str, str]] = ..., assignments: _Optional[_Iterable[_Union[ReplicaList, _Mapping]]] = ...) -> None: ...
+
+class ReplicaList(_message.Message):
+    __slots__ = ("partition", "broker_ids")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BROKER_IDS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    broker_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., broker_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CreateTopicsResponse(_message.Message):
     __slots__ = ("topics",)
@@ -1236,12 +1393,14 @@ class CreatePartitionsRequest(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[_Union[CreatePartitionsTopic, _Mapping]]] = ..., timeout_ms: _Optional[int] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class CreatePartitionsTopic(_message.Message):
-    __slots__ = ("name", "count")
+    __slots__ = ("name", "count", "assignments")
     NAME_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     count: int
-    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    assignments: _containers.RepeatedCompositeFieldContainer[ReplicaList]
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[ReplicaList, _Mapping]]] = ...) -> None: ...
 
 class CreatePartitionsResponse(_message.Message):
     __slots__ = ("topics",)
@@ -1254,7 +1413,7 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("error_code", "cluster_id", "controller_id", "controller_epoch", "brokers", "topics", "unclean_elections_total")
+    __slots__ = ("error_code", "cluster_id", "controller_id", "controller_epoch", "brokers", "topics", "unclean_elections_total", "broker_configs")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -1262,6 +1421,7 @@ class DescribeClusterResponse(_message.Message):
     BROKERS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     UNCLEAN_ELECTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BROKER_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     error_code: ErrorCode
     cluster_id: str
     controller_id: int
@@ -1269,7 +1429,8 @@ class DescribeClusterResponse(_message.Message):
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
     topics: _containers.RepeatedCompositeFieldContainer[TopicDescription]
     unclean_elections_total: int
-    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ..., unclean_elections_total: _Optional[int] = ...) -> None: ...
+    broker_configs: _containers.RepeatedCompositeFieldContainer[BrokerConfigOverride]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicDescription, _Mapping]]] = ..., unclean_elections_total: _Optional[int] = ..., broker_configs: _Optional[_Iterable[_Union[BrokerConfigOverride, _Mapping]]] = ...) -> None: ...
 
 class TopicDescription(_message.Message):
     __slots__ = ("name", "configs", "partitions", "topic_id")

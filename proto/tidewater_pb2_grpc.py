@@ -78,6 +78,11 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/tidewater.Broker/DeleteRecords',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.FindCoordinator = channel.unary_unary(
                 '/tidewater.Broker/FindCoordinator',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FindCoordinatorRequest.SerializeToString,
@@ -198,6 +203,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Kafka's DeleteRecords: move the log start of partitions this broker leads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FindCoordinator(self, request, context):
         """Consumer groups (broker/group): the same coordinator as Kafka's group APIs.
         """
@@ -308,6 +320,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeReplicas,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'FindCoordinator': grpc.unary_unary_rpc_method_handler(
                     servicer.FindCoordinator,
@@ -585,6 +602,33 @@ class Broker:
             '/tidewater.Broker/DescribeReplicas',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/DeleteRecords',
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1199,6 +1243,16 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
                 _registered_method=True)
+        self.AlterConfigs = channel.unary_unary(
+                '/tidewater.Controller/AlterConfigs',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsResponse.FromString,
+                _registered_method=True)
+        self.ElectLeaders = channel.unary_unary(
+                '/tidewater.Controller/ElectLeaders',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -1305,6 +1359,21 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterConfigs(self, request, context):
+        """Kafka's AlterConfigs / IncrementalAlterConfigs on TOPIC and BROKER resources
+        (controller/config_changes.py); brokers forward them. Answered once durable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ElectLeaders(self, request, context):
+        """Kafka's ElectLeaders: preferred or unclean elections of named (or all) partitions.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1377,6 +1446,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.AllocateProducerIds,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.SerializeToString,
+            ),
+            'AlterConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterConfigs,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsResponse.SerializeToString,
+            ),
+            'ElectLeaders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ElectLeaders,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1763,6 +1842,60 @@ class Controller:
             '/tidewater.Controller/AllocateProducerIds',
             tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AlterConfigs',
+            tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ElectLeaders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/ElectLeaders',
+            tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.FromString,
             options,
             channel_credentials,
             insecure,

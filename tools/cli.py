@@ -25,6 +25,8 @@ tune_malloc_for_large_buffers()
 # Modules that add subcommands; each has register(subparsers).
 SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.topics",
+    "tidewater.tools.commands.configs",
+    "tidewater.tools.commands.records",
     "tidewater.tools.commands.produce",
     "tidewater.tools.commands.consume",
     "tidewater.tools.commands.groups",

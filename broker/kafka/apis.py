@@ -17,9 +17,9 @@ Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
 OffsetForLeaderEpoch  2-4
 (23)
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
-CreateTopics (19)     2-7   forwarded to the controller
+CreateTopics (19)     2-7   forwarded to the controller (manual assignments too)
 DeleteTopics (20)     1-5   forwarded to the controller
-CreatePartitions (37) 0-3   forwarded; manual assignments are refused
+CreatePartitions (37) 0-3   forwarded, manual assignments too (checked by the controller)
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take;
                             this broker: its settings (``broker_configs``)
 DescribeCluster (60)  0-1   this broker named as the controller (see Metadata)
@@ -31,6 +31,12 @@ InitProducerId (22)   0-5   ``producer_apis.py``; with a transactional id ``txn_
 transaction APIs      ...   24, 25, 26, 65, 66: ``txn_apis`` (the transaction coordinator)
 DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
 DescribeLogDirs (35)  1-4   the data dir, replicas' sizes (``log_apis.py``)
+AlterConfigs (33)     0-2   forwarded: topics, dynamic broker configs
+IncrementalAlter-     0-1   forwarded (``config_apis.py``; rules in
+Configs (44)                ``controller/config_changes.py``)
+ElectLeaders (43)     0-2   forwarded: preferred and unclean elections
+DescribeTopic-        0     ``topic_apis.py``: paginated by a cursor
+Partitions (75)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -61,7 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka import sasl, security_apis
+from tidewater.broker.kafka import config_apis, sasl, security_apis, topic_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
@@ -128,6 +134,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     **TXN_VERSIONS,
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
+    **config_apis.SUPPORTED,
+    **topic_apis.SUPPORTED,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -166,8 +174,13 @@ class Services:
     topic_config_defaults: Callable[[], dict[str, str]] = dict
     group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
     txn_coordinator: TransactionCoordinator | None = None  # transactions (broker/txn)
+    # Where a topic config a topic does not set comes from: Kafka's ConfigSource of the
+    # broker setting it inherits, by topic config name (absent: DEFAULT_CONFIG).
+    topic_default_sources: Callable[[], dict[str, int]] = dict
     # This broker's settings as DescribeConfigs lists them (``broker_configs``).
     broker_configs: Callable[[], list[BrokerConfigEntry]] = list
+    # The cluster-wide dynamic broker configs that are set (the "" BROKER resource).
+    cluster_default_configs: Callable[[], list[BrokerConfigEntry]] = list
     # auto.create.topics.enable (``auto_create``); None: unknown topics stay unknown.
     auto_create: AutoTopicCreator | None = None
     # Who this connection is (``sasl.ConnectionSecurity``; the listener gives each
@@ -511,19 +524,18 @@ async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
                           ) -> Awaitable[Response]:
     request = pb.CreateTopicsRequest(timeout_ms=milliseconds(body.timeout),
                                      validate_only=getattr(body, "validate_only", False))
-    refused: dict[str, str] = {}
     denied: list[str] = []
     may_create_any = s.allowed(CREATE, CLUSTER, CLUSTER_NAME)
     for t in body.topics:
         if not may_create_any and not s.allowed(CREATE, TOPIC, t.name):
             denied.append(t.name)
             continue
-        if t.assignments:
-            refused[t.name] = "manual replica assignment is not supported"
-            continue
         request.topics.add(name=t.name, num_partitions=t.num_partitions,
                            replication_factor=t.replication_factor,
-                           configs={c.name: c.value for c in t.configs if c.value is not None})
+                           configs={c.name: c.value for c in t.configs if c.value is not None},
+                           assignments=[pb.ReplicaList(partition=a.partition_index,
+                                                       broker_ids=list(a.broker_ids))
+                                        for a in t.assignments or ()])
 
     async def answer() -> Response:
         response = (await s.controller.CreateTopics(request, None) if request.topics
@@ -533,10 +545,6 @@ async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
                     "num_partitions": r.num_partitions or -1,
                     "replication_factor": r.replication_factor or -1, "configs": None}
                    for r in response.topics]
-        results += [{"name": name, "topic_id": NO_TOPIC_ID,
-                     "error_code": pb.INVALID_REPLICA_ASSIGNMENT, "error_message": message,
-                     "num_partitions": -1, "replication_factor": -1, "configs": None}
-                    for name, message in refused.items()]
         results += [{"name": name, "topic_id": NO_TOPIC_ID,
                      "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
                      "error_message": "needs CREATE on the cluster or the topic",
@@ -575,19 +583,43 @@ _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "l
 
 
 def topic_config_entries(own: dict[str, str], defaults: dict[str, str],
-                         keys: list[str] | None) -> list[dict[str, Any]]:
+                         keys: list[str] | None,
+                         default_sources: dict[str, int] | None = None,
+                         broker_entries: list[BrokerConfigEntry] | None = None
+                         ) -> list[dict[str, Any]]:
     """A topic's configs as DescribeConfigs lists them: each known name (or each of
-    ``keys`` that is known), its value and where the value comes from."""
+    ``keys`` that is known), its value and where the value comes from: the topic, else
+    the broker setting it inherits (``default_sources``: a dynamic or static one, as
+    Kafka's synonyms), else the default. With ``broker_entries`` (synonyms asked for):
+    Kafka's precedence list, the topic's own value, then each broker-level layer."""
+    from tidewater.proto.broker_dynamic_config import DYNAMIC_BROKER_CONFIGS
     from tidewater.proto.topic_config import TOPIC_CONFIGS
     names = sorted(TOPIC_CONFIGS) if keys is None else [k for k in keys if k in TOPIC_CONFIGS]
+    by_topic_name = {DYNAMIC_BROKER_CONFIGS[e.name]: e for e in broker_entries or ()
+                     if e.name in DYNAMIC_BROKER_CONFIGS}
     entries: list[dict[str, Any]] = []
     for name in names:
-        source = DYNAMIC_TOPIC_CONFIG if name in own else DEFAULT_CONFIG
+        source = (DYNAMIC_TOPIC_CONFIG if name in own
+                  else (default_sources or {}).get(name, DEFAULT_CONFIG))
         # Kafka's default where the broker has none (the configs without effect here).
         value = own.get(name, defaults.get(name, TOPIC_CONFIGS[name].default))
+        synonyms = []
+        if broker_entries is not None:
+            if name in own:
+                synonyms.append({"name": name, "value": own[name],
+                                 "source": DYNAMIC_TOPIC_CONFIG})
+            broker = by_topic_name.get(name)
+            if broker is not None:
+                synonyms += [{"name": broker.name, "value": v, "source": src}
+                             for v, src in broker.dynamic]
+                synonyms.append({"name": broker.name, "value": broker.value,
+                                 "source": broker.source})
+                if broker.source != DEFAULT_CONFIG:
+                    synonyms.append({"name": broker.name, "value": broker.default,
+                                     "source": DEFAULT_CONFIG})
         entries.append({"name": name, "value": value, "read_only": False,
                         "config_source": source, "is_default": source == DEFAULT_CONFIG,
-                        "is_sensitive": False, "synonyms": [],
+                        "is_sensitive": False, "synonyms": synonyms,
                         "config_type": _CONFIG_TYPES.get(TOPIC_CONFIGS[name].type, 0),
                         "documentation": None})
     return entries
@@ -609,8 +641,10 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
             result["error_message"] = "needs DESCRIBE_CONFIGS on the topic"
         elif resource.resource_type == TOPIC_RESOURCE:
             if resource.resource_name in known:
+                synonyms = getattr(body, "include_synonyms", False)
                 result["configs"] = topic_config_entries(
-                    s.metadata_cache.topic_configs(resource.resource_name), defaults, keys)
+                    s.metadata_cache.topic_configs(resource.resource_name), defaults, keys,
+                    s.topic_default_sources(), s.broker_configs() if synonyms else None)
             else:
                 result["error_code"] = pb.UNKNOWN_TOPIC_OR_PARTITION
                 result["error_message"] = f"topic {resource.resource_name!r} does not exist"
@@ -628,7 +662,7 @@ async def on_describe_configs(s: Services, head: RequestHead, body: RequestBody
 def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
                      include_synonyms: bool, result: dict[str, Any]) -> None:
     """A BROKER resource as Kafka's: this broker's own id (an admin client sends it to
-    that broker), or "" for the cluster-wide dynamic defaults (none exist here); needs
+    that broker), or "" for the cluster-wide dynamic defaults (those set); needs
     DESCRIBE_CONFIGS on the cluster. BROKER_LOGGER: no loggers are listed."""
     name, own = resource.resource_name, str(s.replica_manager.broker_id)
     if not s.allowed(OP_DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME):
@@ -640,6 +674,8 @@ def _describe_broker(s: Services, resource: Any, keys: list[str] | None,
                                    f"but received {name!r}")
     elif name == own and resource.resource_type == BROKER_RESOURCE:
         result["configs"] = describe_values(s.broker_configs(), keys, include_synonyms)
+    elif name == "":
+        result["configs"] = describe_values(s.cluster_default_configs(), keys, include_synonyms)
 
 
 async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
@@ -664,11 +700,9 @@ async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody
     for t in body.topics:
         if not s.allowed(ALTER, TOPIC, t.name):
             refused[t.name] = (pb.TOPIC_AUTHORIZATION_FAILED, "needs ALTER on the topic")
-        elif t.assignments:
-            refused[t.name] = (pb.INVALID_REPLICA_ASSIGNMENT,
-                               "manual replica assignment is not supported")
         else:
-            request.topics.add(name=t.name, count=t.count)
+            request.topics.add(name=t.name, count=t.count, assignments=[
+                pb.ReplicaList(broker_ids=list(a.broker_ids)) for a in t.assignments or ()])
 
     async def answer() -> Response:
         response = (await s.controller.CreatePartitions(request, None) if request.topics
@@ -704,5 +738,7 @@ HANDLERS: dict[int, Handler] = {
     **TXN_HANDLERS,
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
+    **config_apis.HANDLERS,
+    **topic_apis.HANDLERS,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -2,11 +2,15 @@
 
 Each setting under Kafka's name (``BrokerConfig``'s ``--set`` names; the topic
 defaults under Kafka's broker-level names, ``log.segment.bytes`` for
-``segment.bytes``), its value on this broker, and its source: STATIC_BROKER_CONFIG
-when given with ``--set`` (Kafka: server.properties), DEFAULT_CONFIG otherwise.
-Every entry is read-only: there are no dynamic broker configs yet (Kafka's
-AlterConfigs on a BROKER resource). Synonyms, when asked for, are Kafka's
-precedence list: the value in force first, then the default it overrides.
+``segment.bytes``), its value on this broker, and its source: DYNAMIC_BROKER_CONFIG
+when AlterConfigs set it for this broker, DYNAMIC_DEFAULT_BROKER_CONFIG when set for
+every broker (the "" resource), STATIC_BROKER_CONFIG when given with ``--set``
+(Kafka: server.properties), DEFAULT_CONFIG otherwise. The dynamic ones
+(``proto.broker_dynamic_config``) are not read-only; every other entry is.
+Synonyms, when asked for, are Kafka's precedence list: the value in force
+first, then each value it overrides, down to the default.
+
+The "" resource (the cluster-wide dynamic defaults) lists only what is set there.
 
 Tidewater's own settings (``log.scrub.*``) are listed too, under their names.
 """
@@ -14,14 +18,21 @@ Tidewater's own settings (``log.scrub.*``) are listed too, under their names.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tidewater.broker.config import BROKER_SETTING_FIELDS, KAFKA_LOG_DEFAULT_NAMES, BrokerConfig
+from tidewater.broker.config import BROKER_SETTING_FIELDS, BrokerConfig
+from tidewater.proto.broker_dynamic_config import (
+    CLUSTER_DEFAULT,
+    DYNAMIC_BROKER_CONFIGS,
+    KAFKA_LOG_DEFAULT_NAMES,
+)
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
 
 # Kafka's ConfigSource numbers.
-STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = (
+    2, 3, 4, 5)
 # Kafka's ConfigType numbers (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
 _TOPIC_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
@@ -39,19 +50,70 @@ _SHORT_SETTINGS = frozenset({"offsets.topic.replication.factor"})
 class BrokerConfigEntry:
     name: str
     value: str
-    source: int  # STATIC_BROKER_CONFIG or DEFAULT_CONFIG
+    source: int  # STATIC_BROKER_CONFIG or DEFAULT_CONFIG (before dynamic overrides)
     config_type: int
     default: str  # the value without --set (the DEFAULT_CONFIG synonym)
+    # The dynamic values above it, highest precedence first: (value, source).
+    dynamic: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def value_in_force(self) -> str:
+        return self.dynamic[0][0] if self.dynamic else self.value
+
+    @property
+    def source_in_force(self) -> int:
+        return self.dynamic[0][1] if self.dynamic else self.source
 
 
 def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig
+def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig,
+                          dynamic: Mapping[str, Mapping[str, str]] | None = None
                           ) -> list[BrokerConfigEntry]:
-    """Every setting of this broker, sorted by name. ``log_defaults``: the topic defaults
-    in force (the log manager's default LogConfig)."""
+    """Every setting of this broker, sorted by name. ``log_defaults``: the static topic
+    defaults (the log manager's default LogConfig); ``dynamic``: the dynamic broker configs
+    by resource name ("" every broker)."""
+    entries = _static_entries(config, log_defaults)
+    own = (dynamic or {}).get(str(config.broker_id), {})
+    every = (dynamic or {}).get(CLUSTER_DEFAULT, {})
+    out = []
+    for e in entries:
+        layers = [(own[e.name], DYNAMIC_BROKER_CONFIG)] if e.name in own else []
+        if e.name in every:
+            layers.append((every[e.name], DYNAMIC_DEFAULT_BROKER_CONFIG))
+        out.append(dataclasses.replace(e, dynamic=tuple(layers)))
+    return out
+
+
+def topic_default_sources(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str]]
+                          ) -> dict[str, int]:
+    """The ConfigSource of each topic config's broker-level default that is not Kafka's
+    default, by topic config name: this broker's dynamic value, the cluster-wide dynamic
+    one, or a ``--set`` one."""
+    own = dynamic.get(str(config.broker_id), {})
+    every = dynamic.get(CLUSTER_DEFAULT, {})
+    out = {}
+    for broker_name, topic_name in DYNAMIC_BROKER_CONFIGS.items():
+        if broker_name in own:
+            out[topic_name] = DYNAMIC_BROKER_CONFIG
+        elif broker_name in every:
+            out[topic_name] = DYNAMIC_DEFAULT_BROKER_CONFIG
+        elif topic_name in config.static_names or broker_name in config.static_names:
+            out[topic_name] = STATIC_BROKER_CONFIG
+    return out
+
+
+def cluster_default_entries(entries: list[BrokerConfigEntry],
+                            dynamic: Mapping[str, Mapping[str, str]]) -> list[BrokerConfigEntry]:
+    """The "" resource: the cluster-wide dynamic defaults that are set, alone."""
+    every = dynamic.get(CLUSTER_DEFAULT, {})
+    return [dataclasses.replace(e, dynamic=((every[e.name], DYNAMIC_DEFAULT_BROKER_CONFIG),))
+            for e in entries if e.name in every]
+
+
+def _static_entries(config: BrokerConfig, log_defaults: LogConfig) -> list[BrokerConfigEntry]:
     defaults = {f.name: f.default for f in dataclasses.fields(BrokerConfig)
                 if f.default is not dataclasses.MISSING}
     entries = [BrokerConfigEntry("broker.id", str(config.broker_id), STATIC_BROKER_CONFIG,
@@ -83,11 +145,15 @@ def describe_values(entries: list[BrokerConfigEntry], keys: list[str] | None,
             continue
         synonyms = []
         if include_synonyms:
+            synonyms += [{"name": e.name, "value": value, "source": source}
+                         for value, source in e.dynamic]
             synonyms.append({"name": e.name, "value": e.value, "source": e.source})
             if e.source != DEFAULT_CONFIG:
                 synonyms.append({"name": e.name, "value": e.default, "source": DEFAULT_CONFIG})
-        out.append({"name": e.name, "value": e.value, "read_only": True,
-                    "config_source": e.source, "is_default": e.source == DEFAULT_CONFIG,
+        source = e.source_in_force
+        out.append({"name": e.name, "value": e.value_in_force,
+                    "read_only": e.name not in DYNAMIC_BROKER_CONFIGS,
+                    "config_source": source, "is_default": source == DEFAULT_CONFIG,
                     "is_sensitive": False, "synonyms": synonyms,
                     "config_type": e.config_type, "documentation": None})
     return out

@@ -286,7 +286,7 @@ def _length(buf: bytes | memoryview, offset: int, compact: bool, wide: bool) -> 
 @cache
 def _wire_fields(entity_type: type[Entity]) -> tuple[tuple[str, str | None, bool, bool, Any], ...]:
     """(name, kafka type, nullable, is array, nested type) per untagged field, in wire
-    order. (No request we serve has a nullable struct, which would carry a marker byte.)"""
+    order. (A nullable struct, DescribeTopicPartitions' cursor, starts with a marker byte.)"""
     hints = _hints(entity_type)
     out = []
     for f in dataclasses.fields(entity_type):
@@ -344,6 +344,12 @@ def _walk(entity_type: type[Entity], buf: bytes | memoryview, offset: int) -> in
 def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes | memoryview,
               offset: int,
               compact: bool, name: str) -> int:
+    if nested is not None and nullable:
+        # Kafka's nullable struct: int8 -1 for null, 1 then the struct.
+        if offset >= len(buf):
+            raise _Truncated(f"{name} past the end")
+        marker = int.from_bytes(bytes(buf[offset:offset + 1]), "big", signed=True)
+        return offset + 1 if marker < 0 else _walk(nested, buf, offset + 1)
     if nested is not None:
         return _walk(nested, buf, offset)
     if kafka_type in _FIXED_SIZES:

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.kafka import apis
+from tidewater.broker.kafka import apis, config_apis, topic_apis
 from tidewater.broker.kafka.codec import (
     RequestHead,
     UnknownApiKeyError,
@@ -396,4 +396,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               17: "SaslHandshake", 36: "SaslAuthenticate", 29: "DescribeAcls",
               30: "CreateAcls", 31: "DeleteAcls", 50: "DescribeUserScramCredentials",
               51: "AlterUserScramCredentials", -1: "SaslToken", 22: "InitProducerId",
-              21: "DeleteRecords", 35: "DescribeLogDirs", **GROUP_API_NAMES}
+              21: "DeleteRecords", 35: "DescribeLogDirs", **GROUP_API_NAMES,
+              **config_apis.API_NAMES, **topic_apis.API_NAMES}

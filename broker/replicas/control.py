@@ -57,6 +57,7 @@ from tidewater.broker.replication.topic_identity import (
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.broker_dynamic_config import dynamic_topic_defaults
 from tidewater.proto.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -257,9 +258,13 @@ class ControlRequests:
 ``LogManager``, ``meta.properties`` and clocks; the simulation (``tests/sim``)
 runs the same class against its in-memory disk and clock. Nothing here awaits.
 
-Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here."""
-        if not topic_configs:
+Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs here.
+An empty map leaves the log as it is, unless it had configs before (an AlterConfigs
+removed them all: the defaults apply again) or dynamic broker defaults are in force."""
+        if (not topic_configs and not partition.has_topic_configs
+                and not self.config.dynamic_topic_defaults):
             return
+        partition.has_topic_configs = bool(topic_configs)
         config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
         if config != partition.log.config:
             self.log_manager.update_topic_config(partition.tp.topic, config)
@@ -338,7 +343,22 @@ Topic configs ride on every LeaderAndIsr: logs loaded at start-up get theirs her
                                     if not b.fenced and not b.in_controlled_shutdown}
         if self.cluster_identity.trusts(request.cluster_id):
             self._remove_stray_replicas(request)
+        self._maybe_apply_dynamic_defaults()
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    def _maybe_apply_dynamic_defaults(self) -> None:
+        """Dynamic broker configs changed: every hosted partition of a known topic gets its
+        log config and min.insync.replicas again, over the new defaults."""
+        dynamic = dynamic_topic_defaults(self.metadata_cache.broker_configs(), self.broker_id)
+        if dynamic == self.config.dynamic_topic_defaults:
+            return
+        log.info("dynamic broker configs in force: %s", dynamic or "none")
+        self.config.dynamic_topic_defaults = dynamic
+        known = set(self.metadata_cache.topics())
+        for partition in list(self.partitions.values()):
+            if partition.tp.topic in known:
+                self._apply_topic_configs(
+                    partition, self.metadata_cache.topic_configs(partition.tp.topic))
 
     def is_isr_eligible(self, replica_id: int, broker_epoch: int) -> bool:
         """KIP-903: ``control_rules.is_isr_eligible`` against the last snapshot."""

@@ -32,6 +32,8 @@ class ClusterSnapshot:
     # Users and ACLs (broker/security/settings.py authenticates and authorizes with them).
     scram_credentials: dict[tuple[str, str], ScramCredential] = field(default_factory=dict)
     acls: tuple[Acl, ...] = ()
+    # Dynamic broker configs: resource name ("" every broker, else a broker id) -> configs.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class MetadataCache:
@@ -76,6 +78,7 @@ class MetadataCache:
         snap.scram_credentials = {(c.user, c.mechanism): credential_from_pb(c)
                                   for c in request.scram_credentials}
         snap.acls = tuple(Acl.from_pb(b) for b in request.acls)
+        snap.broker_configs = {o.resource_name: dict(o.configs) for o in request.broker_configs}
         self._snapshot = snap
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
@@ -100,6 +103,10 @@ class MetadataCache:
 
     def topic_configs(self, topic: str) -> dict[str, str]:
         return dict(self._snapshot.topic_configs.get(topic, {}))
+
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """The dynamic broker configs by resource name ("": the cluster-wide defaults)."""
+        return {name: dict(configs) for name, configs in self._snapshot.broker_configs.items()}
 
     def topics(self) -> list[str]:
         return sorted(self._snapshot.partitions)

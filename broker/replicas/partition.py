@@ -62,7 +62,7 @@ class PartitionLog(Protocol):
 
 
 class Partition:
-    __slots__ = ("tp", "log", "replica", "topic_id", "metadata_offset")
+    __slots__ = ("tp", "log", "replica", "topic_id", "metadata_offset", "has_topic_configs")
 
     def __init__(self, tp: TopicPartition, log_: Any, replica: ReplicaState,
                  topic_id: bytes = b""):
@@ -74,6 +74,9 @@ class Partition:
         # The controller's metadata offset of the newest LeaderAndIsr for it: only a snapshot
         # at least as new may sweep it (topic_identity).
         self.metadata_offset = -1
+        # Some LeaderAndIsr gave it topic configs: an empty map later means an AlterConfigs
+        # removed them all (the defaults apply again), not "none were sent".
+        self.has_topic_configs = False
 
     # views
     @property

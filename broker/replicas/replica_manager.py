@@ -251,7 +251,8 @@ class ReplicaManager:
 
     def describe_replicas(self, request: pb.DescribeReplicasRequest) -> pb.DescribeReplicasResponse:
         wanted = set(request.topics)
-        response = pb.DescribeReplicasResponse(broker_id=self.broker_id)
+        response = pb.DescribeReplicasResponse(broker_id=self.broker_id,
+                                               log_dir=str(self.log_manager.data_dir))
         for tp in sorted(self.partitions):
             if wanted and tp.topic not in wanted:
                 continue

@@ -1,8 +1,8 @@
 """The broker's ``Controller`` service: forwards admin calls to the controller.
 
 Clients need only a bootstrap broker: CreateTopics, DeleteTopics,
-CreatePartitions, DescribeCluster and the user and ACL calls
-(AlterUserScramCredentials, DescribeUserScramCredentials, CreateAcls,
+CreatePartitions, DescribeCluster, AlterConfigs, ElectLeaders and the user and ACL
+calls (AlterUserScramCredentials, DescribeUserScramCredentials, CreateAcls,
 DescribeAcls, DeleteAcls) go to the controller unchanged and its answer comes back
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
@@ -145,6 +145,18 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
         return await self._forward("DeleteAcls", request, lambda m: pb.DeleteAclsResponse(
             results=[pb.DeleteAclsFilterResult(error_code=pb.NOT_CONTROLLER, error_message=m)
                      for _ in request.filters]))
+
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Context | None
+                          ) -> pb.AlterConfigsResponse:
+        return await self._forward("AlterConfigs", request, lambda m: pb.AlterConfigsResponse(
+            results=[pb.ConfigResourceResult(
+                resource_type=r.resource_type, resource_name=r.resource_name,
+                error_code=pb.NOT_CONTROLLER, error_message=m) for r in request.resources]))
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Context | None
+                          ) -> pb.ElectLeadersResponse:
+        return await self._forward("ElectLeaders", request, lambda m: pb.ElectLeadersResponse(
+            error_code=pb.NOT_CONTROLLER))
 
     async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Context | None
                                  ) -> pb.AllocateProducerIdsResponse:

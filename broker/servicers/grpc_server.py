@@ -65,7 +65,7 @@ from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import DESCRIBE, GROUP, TOPIC
+from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
@@ -360,6 +360,26 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             kept = [r for r in response.replicas if allowed(DESCRIBE, r.topic)]
             del response.replicas[:]
             response.replicas.extend(kept)
+        return response
+
+    @_rpc("DeleteRecords")
+    async def DeleteRecords(self, request: pb.DeleteRecordsRequest, context: Context
+                           ) -> pb.DeleteRecordsResponse:
+        """Kafka's DeleteRecords (``serving/delete_records.py``), DELETE on each topic
+        needed (TOPIC_AUTHORIZATION_FAILED) when an authorizer is on."""
+        allowed = await self._allowed(context)
+        wanted = [(p.topic, p.partition, p.offset) for p in request.partitions
+                  if allowed is None or allowed(DELETE, p.topic)]
+        response = pb.DeleteRecordsResponse()
+        for p in request.partitions:
+            if allowed is not None and not allowed(DELETE, p.topic):
+                response.partitions.add(topic=p.topic, partition=p.partition, low_watermark=-1,
+                                        error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+                                        error_message=f"needs DELETE on topic {p.topic!r}")
+        for r in await self.replica_manager.delete_records(wanted, request.timeout_ms):
+            response.partitions.add(topic=r.topic, partition=r.partition,
+                                    low_watermark=r.low_watermark, error_code=r.error_code,
+                                    error_message=r.error_message)
         return response
 
     @_rpc("InitProducerId")

@@ -7,7 +7,9 @@ the topic, DeleteTopics DELETE on the topic, CreatePartitions ALTER on the topic
 (refused topics: TOPIC_AUTHORIZATION_FAILED, the rest forwarded);
 DescribeCluster DESCRIBE on the cluster; AlterUserScramCredentials, CreateAcls and
 DeleteAcls ALTER on the cluster, DescribeUserScramCredentials and DescribeAcls
-DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded). The
+DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded);
+AlterConfigs ALTER_CONFIGS on each topic (brokers: the cluster), ElectLeaders ALTER on
+the cluster. The
 broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
 """
 
@@ -23,9 +25,19 @@ from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.broker.servicers.admin_forwarding import Context, ControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import ALTER, CLUSTER, CLUSTER_NAME, CREATE, DELETE, DESCRIBE, TOPIC
+from tidewater.proto.acls import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    TOPIC,
+)
 from tidewater.proto.scram import SaslAuthenticationError
 
+TOPIC_RESOURCE = 2  # Kafka's ConfigResource type of a topic
 _CLUSTER_DENIED = "CLUSTER_AUTHORIZATION_FAILED: needs {op} on the cluster"
 # The answers with a per-topic result list, and one item of a request's topic list.
 _TopicsResponse = TypeVar("_TopicsResponse", pb.CreateTopicsResponse, pb.DeleteTopicsResponse,
@@ -101,6 +113,37 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
         if not await self._cluster(context, DESCRIBE):
             return pb.DescribeClusterResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
         return await self._inner.DescribeCluster(request, context)
+
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Context
+                          ) -> pb.AlterConfigsResponse:
+        """ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker
+        resource, on the cluster (CLUSTER_AUTHORIZATION_FAILED); the rest is forwarded."""
+        session = await self._session(context)
+        kept = pb.AlterConfigsRequest(validate_only=request.validate_only,
+                                      incremental=request.incremental)
+        refused: list[pb.ConfigResourceResult] = []
+        for r in request.resources:
+            topic = r.resource_type == TOPIC_RESOURCE
+            if self._may(session, ALTER_CONFIGS, TOPIC if topic else CLUSTER,
+                         r.resource_name if topic else CLUSTER_NAME):
+                kept.resources.append(r)
+            else:
+                refused.append(pb.ConfigResourceResult(
+                    resource_type=r.resource_type, resource_name=r.resource_name,
+                    error_code=pb.TOPIC_AUTHORIZATION_FAILED if topic
+                    else pb.CLUSTER_AUTHORIZATION_FAILED,
+                    error_message="needs ALTER_CONFIGS on the " +
+                                  ("topic" if topic else "cluster")))
+        response = (await self._inner.AlterConfigs(kept, context) if kept.resources
+                    else pb.AlterConfigsResponse())
+        response.results.extend(refused)
+        return response
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Context
+                          ) -> pb.ElectLeadersResponse:
+        if not await self._cluster(context, ALTER):
+            return pb.ElectLeadersResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
+        return await self._inner.ElectLeaders(request, context)
 
     # ------------------------------------------------------------ users and ACLs
 

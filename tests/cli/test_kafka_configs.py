@@ -54,8 +54,10 @@ def test_confluent_admin_describes_a_brokers_settings_with_sources(cluster):
     retention = configs["log.retention.ms"]
     assert retention.value == "3600000"
     assert retention.source == ConfigSource.STATIC_BROKER_CONFIG.value
-    assert retention.is_read_only and not retention.is_default
+    # a dynamic broker config (AlterConfigs may change it); others are read-only
+    assert not retention.is_read_only and not retention.is_default
     assert configs["replica.lag.time.max.ms"].value == "4000"
+    assert configs["replica.lag.time.max.ms"].is_read_only
     assert configs["replica.lag.time.max.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     segment = configs["log.segment.bytes"]
     assert (segment.value, segment.source) == (str(1 << 30), ConfigSource.DEFAULT_CONFIG.value)

@@ -97,3 +97,37 @@ def test_kafka_broker_level_log_names_set_topic_defaults_and_are_described():
             entries["auto.create.topics.enable"].source) == ("false", STATIC_BROKER_CONFIG)
     assert entries["log.roll.ms"].source == DEFAULT_CONFIG
     assert entries["broker.id"].value == "2"
+
+
+async def test_dynamic_broker_configs_and_removed_topic_configs_reach_hosted_logs(tmp_path):
+    """AlterConfigs at run time: a dynamic broker default (UpdateMetadata) re-applies every
+    hosted log's config; a topic whose configs were all removed gets the defaults back."""
+    from tests.unit.test_broker_replica_manager import CLUSTER_ID, TOPIC_ID
+
+    rm, _ = make_manager(tmp_path)
+    try:
+        await rm.leader_and_isr(lai(isr=(1,), configs={"retention.ms": "1000"}))
+        assert rm.partitions[TP].log.config.retention_ms == 1000
+
+        def snapshot(**broker_configs):
+            return pb.UpdateMetadataRequest(
+                controller_epoch=1, cluster_id=CLUSTER_ID, metadata_offset=10,
+                partitions=[pb.PartitionState(topic=TP.topic, partition=TP.partition, leader=1,
+                                              replicas=[1, 2], isr=[1], topic_id=TOPIC_ID)],
+                topics=[pb.TopicConfig(name=TP.topic, configs={"retention.ms": "1000"})],
+                broker_configs=[pb.BrokerConfigOverride(resource_name=name, configs=configs)
+                                for name, configs in broker_configs.items()])
+        await rm.update_metadata(snapshot(**{"": {"message.max.bytes": "3000",
+                                                  "log.retention.ms": "5"},
+                                             "1": {"log.segment.bytes": "1048576"}}))
+        config = rm.partitions[TP].log.config
+        # the topic's own retention.ms wins; the dynamic defaults fill the rest
+        assert (config.retention_ms, config.max_message_bytes, config.segment_bytes) == (
+            1000, 3000, 1048576)
+        await rm.update_metadata(snapshot())
+        assert rm.partitions[TP].log.config.max_message_bytes == 1048588
+        # a LeaderAndIsr without configs after one with them: the defaults apply again
+        await rm.leader_and_isr(lai(isr=(1,), configs={}))
+        assert rm.partitions[TP].log.config.retention_ms == 7 * 24 * 3600 * 1000
+    finally:
+        await rm.stop()

@@ -1,4 +1,5 @@
-"""Authorization of DeleteRecords, DescribeLogDirs and OffsetDelete on the Kafka listener
+"""Authorization of DeleteRecords, DescribeLogDirs, OffsetDelete, (Incremental)AlterConfigs
+and ElectLeaders on the Kafka listener
 (Kafka's rules, README's ACL table), with fakes: a refused request reaches nothing.
 Real clients: tests/cli/test_kafka_delete_records.py, test_kafka_log_dirs.py,
 test_kafka_offset_delete.py."""
@@ -11,10 +12,24 @@ import pytest
 
 from tidewater.broker.group.state import OffsetDeleteAnswer
 from tidewater.broker.kafka import apis
+from tidewater.broker.kafka.config_apis import (
+    on_alter_configs,
+    on_elect_leaders,
+    on_incremental_alter_configs,
+)
 from tidewater.broker.kafka.group_apis import on_offset_delete
 from tidewater.broker.kafka.log_apis import on_delete_records, on_describe_log_dirs
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, READ, TOPIC
+from tidewater.proto.acls import (
+    ALTER_CONFIGS,
+    CLUSTER,
+    CLUSTER_NAME,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -94,3 +109,59 @@ class Coordinator:
         async def answer():
             return OffsetDeleteAnswer(pb.NONE, {tp: pb.NONE for tp in self.asked})
         return answer()
+
+
+class Forwarder:
+    """The controller forwarder: records the AlterConfigs request that reached it."""
+
+    def __init__(self):
+        self.requests = []
+
+    async def AlterConfigs(self, request, context):
+        self.requests.append(request)
+        return pb.AlterConfigsResponse(results=[pb.ConfigResourceResult(
+            resource_type=r.resource_type, resource_name=r.resource_name, error_code=pb.NONE)
+            for r in request.resources])
+
+
+def alterable(resource_type, name, *configs):
+    return SimpleNamespace(resource_type=resource_type, resource_name=name, configs=[
+        SimpleNamespace(name=n, value=v, config_operation=op) for n, op, v in configs])
+
+
+async def test_alter_configs_needs_alter_configs_on_the_topic_or_the_cluster():
+    forwarder = Forwarder()
+    s = services((ALTER_CONFIGS, TOPIC, "t"))
+    s.controller = forwarder
+    body = SimpleNamespace(validate_only=False, resources=[
+        alterable(2, "t", ("retention.ms", 0, "5")), alterable(2, "u", ("retention.ms", 0, "5")),
+        alterable(4, "", ("log.retention.ms", 1, None))])
+    answer = await (await on_incremental_alter_configs(s, HEAD, body))
+    assert [(r["resource_name"], r["error_code"]) for r in answer["responses"]] == [
+        ("t", pb.NONE), ("u", pb.TOPIC_AUTHORIZATION_FAILED),
+        ("", pb.CLUSTER_AUTHORIZATION_FAILED)]
+    [forwarded] = forwarder.requests
+    assert forwarded.incremental and [r.resource_name for r in forwarded.resources] == ["t"]
+    [alteration] = forwarded.resources[0].alterations
+    assert (alteration.name, alteration.operation, alteration.value) == ("retention.ms", 0, "5")
+    # the legacy API: a replace, its null values marked as such
+    s = services((ALTER_CONFIGS, CLUSTER, CLUSTER_NAME))
+    s.controller = forwarder
+    body = SimpleNamespace(validate_only=True, resources=[
+        SimpleNamespace(resource_type=4, resource_name="1", configs=[
+            SimpleNamespace(name="message.max.bytes", value=None)])])
+    answer = await (await on_alter_configs(s, HEAD, body))
+    assert [r["error_code"] for r in answer["responses"]] == [pb.NONE]
+    forwarded = forwarder.requests[-1]
+    assert not forwarded.incremental and forwarded.validate_only
+    assert forwarded.resources[0].alterations[0].value_null
+
+
+async def test_elect_leaders_needs_alter_on_the_cluster():
+    body = SimpleNamespace(election_type=0, timeout=1000, topic_partitions=[
+        SimpleNamespace(topic="t", partitions=[0, 1])])
+    answer = await (await on_elect_leaders(services((ALTER_CONFIGS, TOPIC, "t")), HEAD, body))
+    assert answer["error_code"] == pb.CLUSTER_AUTHORIZATION_FAILED
+    assert [(p["partition_id"], p["error_code"])
+            for t in answer["replica_election_results"] for p in t["partition_result"]] == [
+        (0, pb.CLUSTER_AUTHORIZATION_FAILED), (1, pb.CLUSTER_AUTHORIZATION_FAILED)]

@@ -3,7 +3,9 @@
 Topics are named positionally (``tide topics create orders``) or with Kafka's
 ``--topic orders``; ``--partitions``, ``--replication-factor`` and ``--config``
 are kafka-topics.sh's flags. ``alter --partitions N`` adds partitions up to N in
-all, as ``kafka-topics.sh --alter`` does (never fewer).
+all, as ``kafka-topics.sh --alter`` does (never fewer). ``--replica-assignment 1:2,2:3``
+places each (new) partition's replicas by hand; ``create --if-not-exists`` and
+``delete --if-exists`` make those cases no error, as kafka-topics.sh's flags.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from tidewater.client.admin import AdminClient, topic_to_json
+from tidewater.client.admin import AdminClient, NewTopic, topic_to_json
+from tidewater.proto.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -43,6 +46,11 @@ def register(subparsers: Subparsers) -> None:
                         help="-1 (the default) means the cluster's default.replication.factor")
     create.add_argument("--config", action="append", metavar="KEY=VALUE", default=[],
                         help="topic config, repeatable (e.g. min.insync.replicas=2)")
+    create.add_argument("--replica-assignment", metavar="B:B,B:B",
+                        help="each partition's brokers, preferred first (kafka-topics.sh's: "
+                             "partitions split by ',', brokers by ':')")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="an existing topic is not an error")
     create.add_argument("--timeout-ms", type=int, default=30000)
     add_bootstrap_argument(create)
     create.set_defaults(func=cmd_create)
@@ -66,6 +74,8 @@ def register(subparsers: Subparsers) -> None:
     alter.add_argument("--topic", metavar="NAME", help="the topic, as kafka-topics.sh names it")
     alter.add_argument("--partitions", type=int, required=True,
                        help="the new number of partitions in all (more than it has)")
+    alter.add_argument("--replica-assignment", metavar="B:B,B:B",
+                       help="the new partitions' brokers, in order")
     alter.add_argument("--timeout-ms", type=int, default=30000)
     add_bootstrap_argument(alter)
     alter.set_defaults(func=cmd_alter)
@@ -74,6 +84,8 @@ def register(subparsers: Subparsers) -> None:
     delete.add_argument("names", nargs="*", metavar="NAME")
     delete.add_argument("--topic", action="append", default=[], metavar="NAME",
                         help="also delete NAME (repeatable)")
+    delete.add_argument("--if-exists", action="store_true",
+                        help="a topic that does not exist is not an error")
     delete.add_argument("--timeout-ms", type=int, default=30000)
     add_bootstrap_argument(delete)
     delete.set_defaults(func=cmd_delete)
@@ -93,10 +105,31 @@ def cmd_create(args: argparse.Namespace) -> int:
         raise CliError("--replication-factor must be positive (or -1: the cluster's default), "
                        f"not {args.replication_factor}", exit_code=2)
     configs = parse_configs(args.config)
+    assignment = parse_replica_assignment(args.replica_assignment)
+    if assignment and (args.partitions != -1 or args.replication_factor != -1):
+        raise CliError("--replica-assignment sets the partitions and the replication factor: "
+                       "give neither --partitions nor --replication-factor", exit_code=2)
     with _admin(args) as admin, cli_errors(f"cannot create topic {name!r}"):
-        admin.create_topic(name, args.partitions, args.replication_factor, configs)
+        error = admin.create_topics([NewTopic(name, args.partitions, args.replication_factor,
+                                              configs, assignment)])[name]
+        if isinstance(error, TopicAlreadyExistsError) and args.if_not_exists:
+            return 0
+        if error is not None:
+            raise error
     print(f"Created topic {name}.")
     return 0
+
+
+def parse_replica_assignment(text: str | None) -> tuple[tuple[int, ...], ...]:
+    """kafka-topics.sh's ``1:2,2:3``: partition 0 on brokers 1 and 2, partition 1 on 2
+    and 3 (the first broker of each is its preferred leader)."""
+    if not text:
+        return ()
+    try:
+        return tuple(tuple(int(b) for b in part.split(":")) for part in text.split(","))
+    except ValueError:
+        raise CliError(f"bad --replica-assignment {text!r}: expected broker ids like 1:2,2:3",
+                       exit_code=2) from None
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -135,7 +168,10 @@ def cmd_alter(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         raise CliError(f"--partitions must be positive, not {args.partitions}", exit_code=2)
     with _admin(args) as admin, cli_errors(f"cannot add partitions to {name!r}"):
-        error = admin.create_partitions({name: args.partitions}).get(name)
+        manual = [list(r) for r in parse_replica_assignment(args.replica_assignment)]
+        error = admin.create_partitions({name: args.partitions},
+                                        assignments={name: manual} if manual else None
+                                        ).get(name)
         if error is not None:
             raise error
     print(f"Topic {name} now has {args.partitions} partitions.")
@@ -148,7 +184,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
         raise usage_error("which topics? NAME... or --topic NAME")
     with _admin(args) as admin, cli_errors("cannot delete topics"):
         results = admin.delete_topics(names)
-    failed = {name: err for name, err in results.items() if err is not None}
+    failed = {name: err for name, err in results.items() if err is not None
+              and not (args.if_exists and isinstance(err, UnknownTopicOrPartitionError))}
     for name in names:
         if name in results and results[name] is None:
             print(f"Deleted topic {name}.")
