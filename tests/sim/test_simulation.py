@@ -539,7 +539,7 @@ def failed_write_scenario(sim):
     Broker 1 leads t-0 in epoch 0. Broker 3 cannot hear the controller for a
     while (longer than a failed controller takes to stop). Broker 1 dies; its heartbeat stream closes; the controller fences it
     and elects broker 2 in epoch 1, but that write fails (nothing reaches the
-    disk). Broker 2 dies and comes back as a new process. The restarted
+    disk). Once the controller is back, broker 2 dies and comes back as a new process. The restarted
     controller's log still says broker 1 leads epoch 0; once broker 1's session
     expires it elects broker 3 (broker 2's new registration left the ISR) in
     epoch 1. Only a controller that let the unwritten election out made broker 2
@@ -549,8 +549,10 @@ def failed_write_scenario(sim):
     sim.at(300, lambda: sim.produce(tp))
     sim.at(900, lambda: sim.cut(3, CONTROLLER, 3000))
     sim.at(1000, lambda: (sim.fail_next_metadata_write(reached_disk_bytes=0), sim.crash(1)))
-    sim.at(1500, lambda: sim.crash(2, lose_unflushed=False))
-    sim.at(1600, lambda: sim.restart(2))
+    # After the controller restarted (~4500 ms) and broker 2's stream reached it: its end
+    # fences broker 2, so the new process may register (a live one's ID is refused).
+    sim.at(4700, lambda: sim.crash(2, lose_unflushed=False))
+    sim.at(4800, lambda: sim.restart(2))
 
 
 def test_failed_metadata_write_sends_nothing_unwritten():
