@@ -122,7 +122,7 @@ class BrokerProcess:
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
             max_message_bytes=c.socket_request_max_bytes,
-            credentials=member_credentials, rack=c.broker_rack)
+            credentials=member_credentials, rack=c.broker_rack, sasl_user=c.controller_sasl_user)
         channel = self.controller_channel
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,

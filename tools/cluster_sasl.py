@@ -5,8 +5,10 @@ The admin's password is made at random once and kept in ``DIR/sasl/admin.propert
 (mode 0600, Kafka's client format: ``security.protocol``, ``sasl.mechanism``,
 ``sasl.username``, ``sasl.password``, and ``ssl.ca.location`` with TLS), so ``tide
 --command-config`` and Kafka clients use it as it is; a restart reuses it. The user is
-created through the controller's own port (an operator's address, which with TLS takes
-only certificates of the cluster's CA), since no broker would let an unknown user in.
+created by the controller itself at start-up (``--bootstrap-user-config``, as
+`kafka-storage format --add-scram`): with SASL on, no one could authenticate to create
+it. The brokers authenticate to the controller as that user too (a super user, so it
+has CLUSTER_ACTION).
 """
 
 from __future__ import annotations
@@ -24,7 +26,23 @@ ADMIN_PRINCIPAL = f"User:{ADMIN_USER}"
 ADMIN_PROPERTIES = "admin.properties"
 
 
-def broker_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str) -> list[str]:
+def broker_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str,
+                 command_config: str) -> list[str]:
+    """A broker's: its listeners' security, and the admin's properties as the user it
+    authenticates as to the controller (a super user, so it has CLUSTER_ACTION)."""
+    return [*security_flags(mechanisms, authorizer, super_users),
+            "--controller-sasl-config", command_config]
+
+
+def controller_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str,
+                     command_config: str) -> list[str]:
+    """The controller's: the same security as the brokers, and the admin user created at
+    its start-up from the admin's properties (no one could authenticate to create it)."""
+    return [*security_flags(mechanisms, authorizer, super_users),
+            "--bootstrap-user-config", command_config]
+
+
+def security_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str) -> list[str]:
     users = ";".join(u for u in [ADMIN_PRINCIPAL, *super_users.split(";")] if u.strip())
     flags = ["--authorizer", authorizer, "--super-users", users]
     if mechanisms:

@@ -59,9 +59,11 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.controller_link.registration import REGISTER_AGAIN, Registration
+from tidewater.client.security import aio_metadata_interceptors
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, UnsupportedVersionError
+from tidewater.proto.scram import plain_metadata
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.controller_link.channel")
@@ -76,7 +78,8 @@ class ControllerChannel:
                  listeners: list[pb.Listener], heartbeat_interval_ms: int,
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
                  on_registered: Callable[[int], Awaitable[None]] | None = None,
-                 credentials: grpc.ChannelCredentials | None = None, rack: str = ""):
+                 credentials: grpc.ChannelCredentials | None = None, rack: str = "",
+                 sasl_user: tuple[str, str] | None = None):
         self.broker_id = broker_id
         self.rack = rack
         self.controller_address = controller_address
@@ -100,8 +103,11 @@ class ControllerChannel:
         host, port = controller_address
         # ``credentials``: TLS, presenting this broker's certificate (the controller's
         # listener requires it and takes this broker's calls only from broker-<id>).
-        self._channel = open_aio_channel(f"{host}:{port}", channel_options(max_message_bytes),
-                                     credentials)
+        # ``sasl_user``: (user, password) sent on every call (SASL/PLAIN metadata), for a
+        # controller with SASL on; also on the admin calls forwarded on this channel.
+        self._channel = open_aio_channel(
+            f"{host}:{port}", channel_options(max_message_bytes), credentials,
+            aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
         self.stub = pb_grpc.ControllerStub(self._channel)
 
     @property
