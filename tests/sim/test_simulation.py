@@ -28,6 +28,7 @@ from tidewater.proto.errors import KafkaStorageError
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER
 from .sim_broker import BrokerConfig
+from .sim_controller import RUNNING
 
 SEEDS = range(40)
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -549,10 +550,23 @@ def failed_write_scenario(sim):
     sim.at(300, lambda: sim.produce(tp))
     sim.at(900, lambda: sim.cut(3, CONTROLLER, 3000))
     sim.at(1000, lambda: (sim.fail_next_metadata_write(reached_disk_bytes=0), sim.crash(1)))
-    # After the controller restarted (~4500 ms) and broker 2's stream reached it: its end
-    # fences broker 2, so the new process may register (a live one's ID is refused).
-    sim.at(4700, lambda: sim.crash(2, lose_unflushed=False))
-    sim.at(4800, lambda: sim.restart(2))
+    # Broker 2 restarts once the controller is back and its stream reached it (300 ms:
+    # three heartbeat intervals): the stream's end fences it, so the new process may
+    # register (a live broker's ID is refused). The controller is back after ~2000 ms
+    # when it exits at once, ~4500 ms when a broken owner stops it gracefully.
+    seen: dict[str, int] = {}
+
+    def restart_2_once_the_controller_is_back() -> None:
+        if "restarted" in seen or sim.controller.run_id < 2 or sim.controller.state != RUNNING:
+            return
+        seen.setdefault("back", sim.now_ms)
+        if sim.now_ms - seen["back"] >= 300:
+            seen["restarted"] = sim.now_ms
+            sim.crash(2, lose_unflushed=False)
+            sim.at(sim.now_ms + 100, lambda: sim.restart(2))
+
+    for at in range(1100, 6000, 50):
+        sim.at(at, restart_2_once_the_controller_is_back)
 
 
 def test_failed_metadata_write_sends_nothing_unwritten():
