@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidewater.broker.storage.topics import INTERNAL_TOPICS
 from tidewater.controller import requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
@@ -559,6 +560,14 @@ class ControllerStateMachine:
             return response
         for name in dict.fromkeys(req.names):  # once each, in order
             info = self.metadata.topics.get(name)
+            if name in INTERNAL_TOPICS:
+                # Kafka's kafka-topics.sh refuses these with this message, and its brokers
+                # refuse other writes to them with INVALID_TOPIC_EXCEPTION; refused here for
+                # every client (the group coordinator's committed offsets live there).
+                response.topics.add(name=name, error_code=pb.INVALID_TOPIC_EXCEPTION,
+                                    error_message=f"Topic {name} is a kafka internal topic and "
+                                                  "is not allowed to be marked for deletion")
+                continue
             if info is None:
                 response.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION,
                                     error_message=f"topic {name!r} does not exist")

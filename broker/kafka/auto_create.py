@@ -37,7 +37,7 @@ import logging
 from collections.abc import Iterable
 
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
-from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC, validate_topic_name
+from tidewater.broker.storage.topics import INTERNAL_TOPICS, validate_topic_name
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidTopicError, InvariantViolation
 from tidewater.proto.forwarded_principal import FORWARDED
@@ -48,9 +48,6 @@ log = logging.getLogger("tidewater.broker.auto_create")
 IN_FLIGHT_MAX = 1000
 # How long the controller has to decide one creation (the forwarder adds its margin).
 CREATE_TIMEOUT_MS = 30_000
-# Kafka's Topic.isInternal: never created on a client's request.
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, "__transaction_state",
-                             "__share_group_state"})
 
 
 def name_refusal(name: str) -> str | None:

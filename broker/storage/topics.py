@@ -20,6 +20,10 @@ TOPIC_NAME_LENGTH_MAX = 249
 # The group coordinator's topic (broker/group): written by the broker only. A client's
 # produce to it is refused (Kafka: INVALID_TOPIC_EXCEPTION), so no one forges a commit.
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's Topic.isInternal: never created on a client's request, never deleted
+# (``__transaction_state`` and ``__share_group_state`` are reserved for later).
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, "__transaction_state",
+                             "__share_group_state"})
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 

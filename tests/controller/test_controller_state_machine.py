@@ -722,3 +722,20 @@ def test_after_a_controller_restart_known_sessions_count_as_live(h):
     h2.now_ms += 2 * h2.config.broker_session_timeout_ms + 1
     assert h2.register(1, incarnation="inc-2").error_code == pb.NONE
     h2.log.close()
+
+
+# ---------------------------------------------------------------- internal topics
+
+@pytest.mark.parametrize("name", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_cannot_be_deleted(h, name):
+    three_brokers(h)
+    h.create("__consumer_offsets", partitions=2, rf=1)
+    h.create("ordinary")
+    records = h.log.record_count
+    response = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=[name, "ordinary"]))
+    internal, ordinary = response.topics
+    assert (internal.name, internal.error_code) == (name, pb.INVALID_TOPIC_EXCEPTION)
+    assert "internal topic" in internal.error_message
+    assert ordinary.error_code == pb.NONE  # the rest of the request is carried out
+    assert "__consumer_offsets" in h.metadata.topics and "ordinary" not in h.metadata.topics
+    assert h.log.record_count == records + 1  # only the ordinary topic's deletion
