@@ -52,7 +52,7 @@ from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControlle
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvariantViolation, code_name
+from tidewater.proto.errors import DuplicateBrokerRegistrationError, InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
@@ -235,7 +235,13 @@ class BrokerProcess:
             self.metrics.request_errors.labels(f"kafka:{api}", code_name(code)).inc()
 
     async def _controller_session(self, channel: ControllerChannel) -> None:
-        await channel.register()
+        try:
+            await channel.register()
+        except DuplicateBrokerRegistrationError as e:
+            # An operator's mistake, not a bug: one clear line and exit, no traceback.
+            log.critical("%s", e)
+            self.supervisor.fail(e)
+            return
         await channel.run_heartbeats()
 
     async def shutdown(self) -> None:
