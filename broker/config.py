@@ -25,6 +25,7 @@ from tidewater.broker.security.settings import (
     SASL_MECHANISMS,
     SECURITY_SETTING_NAMES,
     SecuritySettings,
+    read_user_config,
 )
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.broker_dynamic_config import KAFKA_LOG_DEFAULT_NAMES
@@ -246,6 +247,9 @@ class BrokerConfig:
     # on BROKER resources; ``proto.broker_dynamic_config``): set from each UpdateMetadata,
     # they win over the static topic defaults.
     dynamic_topic_defaults: dict[str, str] = field(default_factory=dict)
+    # --controller-sasl-config: (user, password) this broker authenticates as to the
+    # controller (SASL/PLAIN call metadata); None: none sent.
+    controller_sasl_user: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.advertise is None:
@@ -429,6 +433,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="acl: check every client request against the cluster's ACLs")
     p.add_argument("--super-users", default="",
                    help="principals allowed everything, ';'-separated (User:admin;User:ops)")
+    p.add_argument("--controller-sasl-config", type=Path, default=None, metavar="FILE",
+                   help="Kafka client properties (sasl.username, sasl.password) of the user "
+                        "this broker authenticates as to a controller with SASL on (a super "
+                        "user: the controller takes brokers' calls only with CLUSTER_ACTION)")
     p.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
                    help="a resource no ACL names is open to all (Kafka's "
                         "allow.everyone.if.no.acl.found; default: refused)")
@@ -483,6 +491,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
             authorizer=args.authorizer,
             super_users=SecuritySettings.parse_super_users(args.super_users),
             allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
+        if args.controller_sasl_config is not None:
+            config.controller_sasl_user = read_user_config(args.controller_sasl_config)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     # Kafka's names work with --set too (sasl.enabled.mechanisms, super.users, ...).

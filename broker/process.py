@@ -62,7 +62,7 @@ from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.broker.txn.markers import UnwiredMarkerSender
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvariantViolation, code_name
+from tidewater.proto.errors import DuplicateBrokerRegistrationError, InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
@@ -139,7 +139,7 @@ class BrokerProcess:
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
             max_message_bytes=c.socket_request_max_bytes,
-            credentials=member_credentials, rack=c.broker_rack)
+            credentials=member_credentials, rack=c.broker_rack, sasl_user=c.controller_sasl_user)
         channel = self.controller_channel
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
@@ -277,7 +277,13 @@ class BrokerProcess:
             self.metrics.request_errors.labels(f"kafka:{api}", code_name(code)).inc()
 
     async def _controller_session(self, channel: ControllerChannel) -> None:
-        await channel.register()
+        try:
+            await channel.register()
+        except DuplicateBrokerRegistrationError as e:
+            # An operator's mistake, not a bug: one clear line and exit, no traceback.
+            log.critical("%s", e)
+            self.supervisor.fail(e)
+            return
         await channel.run_heartbeats()
 
     async def shutdown(self) -> None:

@@ -167,7 +167,7 @@ def sync_channel(target: str, security: ClientSecurity, options: ChannelOptions)
 def aio_channel(target: str, security: ClientSecurity, options: ChannelOptions) -> grpc.aio.Channel:
     metadata = security.call_metadata()
     return open_aio_channel(target, options, channel_credentials(security),
-                            interceptors=_aio_interceptors(metadata) if metadata else None)
+                            interceptors=aio_metadata_interceptors(metadata) if metadata else None)
 
 
 # The interceptors pass every RPC's request (or request iterator) and call through
@@ -220,7 +220,9 @@ class _ClientCallDetails(grpc.ClientCallDetails):
                    getattr(details, "wait_for_ready", None), getattr(details, "compression", None))
 
 
-def _aio_interceptors(metadata: CallMetadata) -> list[grpc.aio.ClientInterceptor]:
+def aio_metadata_interceptors(metadata: CallMetadata) -> list[grpc.aio.ClientInterceptor]:
+    """Interceptors adding ``metadata`` to every call of an aio channel (a broker's SASL
+    credentials on its controller channel use them too)."""
     def details_of(details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         return grpc.aio.ClientCallDetails(
             details.method, details.timeout,

@@ -18,6 +18,12 @@ from pathlib import Path
 
 import uvloop
 
+from tidewater.broker.security.settings import (
+    AUTHORIZERS,
+    SASL_MECHANISMS,
+    SecuritySettings,
+    read_user_config,
+)
 from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.server import ControllerServer
 from tidewater.proto.errors import InvalidConfigError, TidewaterError
@@ -45,6 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     add_tls_arguments(parser)
+    parser.add_argument("--sasl-mechanisms", default="",
+                        help="comma-separated SASL mechanisms; non-empty: every call must "
+                             "authenticate (SASL/PLAIN call metadata against the users' SCRAM "
+                             f"credentials, or a certificate with --tls-*); one of "
+                             f"{', '.join(SASL_MECHANISMS)}")
+    parser.add_argument("--authorizer", default="none", choices=AUTHORIZERS,
+                        help="acl: admin calls need Kafka's ACL operations, brokers' calls "
+                             "CLUSTER_ACTION on the cluster (super users pass)")
+    parser.add_argument("--super-users", default="",
+                        help="Kafka's super.users: principals separated by ';' "
+                             "(User:admin;User:broker); brokers must authenticate as one")
+    parser.add_argument("--bootstrap-user-config", type=Path, action="append", default=[],
+                        metavar="FILE",
+                        help="Kafka client properties with sasl.username and sasl.password: "
+                             "that user gets SCRAM credentials at start-up when it has none "
+                             "(as kafka-storage format --add-scram); repeatable")
     return parser
 
 
@@ -54,7 +76,17 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
         raise ValueError(f"--metrics-port {args.metrics_port} is out of range")
     config = ControllerConfig(listen=args.listen, data_dir=args.data_dir,
                               metrics_port=args.metrics_port,
-                              tls=TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key))
+                              tls=TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key),
+                              security=SecuritySettings(
+                                  sasl_mechanisms=tuple(m.strip() for m in
+                                                        args.sasl_mechanisms.split(",")
+                                                        if m.strip()),
+                                  authorizer=args.authorizer,
+                                  super_users=SecuritySettings.parse_super_users(
+                                      args.super_users)),
+                              bootstrap_user_configs=tuple(args.bootstrap_user_config))
+    for path in config.bootstrap_user_configs:
+        read_user_config(path)  # ValueError now, not at start-up
     config.apply_settings(args.settings)
     return config
 

@@ -21,10 +21,12 @@ certificate. A client certificate sent straight to the controller's port would
 otherwise skip the ACLs (and could grant itself any). DescribeCluster stays
 open to any certificate of the CA.
 
-Without TLS there are no principals and every request is taken, as before
-(the registration's control token still guards heartbeats, AlterPartition and
-ReportCorruptReplica: ``state_machine``); keep the controller's port on a
-network only the cluster reaches.
+Without TLS there are no certificates; with SASL or an authorizer configured,
+``access.ControllerGuard`` authenticates every call and checks Kafka's ACL operations
+(CLUSTER_ACTION for the brokers' own calls). With neither, every request is taken, as
+before (the registration's control token still guards heartbeats, AlterPartition and
+ReportCorruptReplica: ``state_machine``); keep the controller's port on a network only
+the cluster reaches.
 """
 
 from __future__ import annotations

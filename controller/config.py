@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
+from tidewater.broker.security.settings import SecuritySettings
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsFiles
 from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
@@ -50,6 +51,12 @@ class ControllerConfig:
     extra: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext, as before TLS existed.
     tls: TlsFiles | None = None
+    # --sasl-mechanisms, --authorizer, --super-users: who may call (``controller.access``).
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+    # --bootstrap-user-config (repeatable): users (sasl.username, sasl.password) given
+    # SCRAM credentials at start-up when they have none, as `kafka-storage format
+    # --add-scram`.
+    bootstrap_user_configs: tuple[Path, ...] = ()
 
     # Kafka name -> (attribute, parser)
     SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
@@ -120,3 +127,4 @@ def parse_host_port(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"expected HOST:PORT, got {value!r}")
     return host, int(port)
+

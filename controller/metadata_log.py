@@ -6,6 +6,9 @@ Files in ``<data-dir>``::
     metadata.lock      held with flock(LOCK_EX) while a controller uses the directory
     metadata.log.tmp   a compaction in progress (deleted at open: the rename never happened)
 
+The directory is mode 0700 and every file 0600 (set at open, also on older ones): the
+records hold control tokens and SCRAM keys.
+
 ``metadata.log`` is a sequence of frames, nothing else::
 
     offset  size  field
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 FILE_NAME = "metadata.log"
 LOCK_FILE_NAME = "metadata.lock"
 TMP_SUFFIX = ".tmp"
+# The log holds control tokens and SCRAM keys: only the controller's user reads it.
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 FRAME_HEADER = struct.Struct(">II")  # payload_length, crc32c
 assert FRAME_HEADER.size == 8
 RECORD_BYTES_MAX = 16 * 1024 * 1024  # a topic with many partitions still fits
@@ -85,6 +91,28 @@ def _fsync_dir(path: Path) -> None:
     finally:
         os.close(fd)
 
+
+
+def _tighten_dir(data_dir: Path) -> None:
+    """Mode 0700 also for a directory made before this rule or under a loose umask. One
+    the controller does not own (a mount point) keeps its mode, with a warning: its
+    files are 0600 anyway."""
+    try:
+        os.chmod(data_dir, DIR_MODE)
+    except PermissionError as e:
+        log.warning("metadata log directory %s keeps its mode (%s); its files are 0600",
+                    data_dir, e)
+
+
+def _open_private(path: Path) -> IO[bytes]:
+    """``open(path, "a+b")`` for a file of mode 0600 (made so, or tightened if older)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        return os.fdopen(fd, "a+b")
+    except BaseException:
+        os.close(fd)
+        raise
 
 class MetadataLog:
     """Append-only record file. Open with ``MetadataLog.open``, which recovers it."""
@@ -121,9 +149,10 @@ class MetadataLog:
         data_dir = Path(data_dir)
         path = data_dir / FILE_NAME
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            _tighten_dir(data_dir)
             # Kept open: the flock below lasts as long as the file.
-            lock_file = open(data_dir / LOCK_FILE_NAME, "a+b")
+            lock_file = _open_private(data_dir / LOCK_FILE_NAME)
         except OSError as e:
             raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
         try:
@@ -137,7 +166,7 @@ class MetadataLog:
             tmp = path.with_name(path.name + TMP_SUFFIX)
             tmp.unlink(missing_ok=True)  # an unfinished compaction
             created = not path.exists()
-            file = open(path, "a+b")  # owned by the MetadataLog
+            file = _open_private(path)  # owned by the MetadataLog
             if created:
                 _fsync_dir(data_dir)
         except OSError as e:
@@ -208,7 +237,8 @@ class MetadataLog:
         data = encode_frame({"type": LOG_START, "next_offset": first_offset})
         data += b"".join(encode_frame(r) for r in records)
         try:
-            with open(tmp, "wb") as out:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE),
+                           "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
@@ -222,7 +252,7 @@ class MetadataLog:
         try:
             os.replace(tmp, self.path)
             _fsync_dir(self.data_dir)
-            new_file = open(self.path, "a+b")  # owned by the MetadataLog
+            new_file = _open_private(self.path)  # owned by the MetadataLog
         except OSError as e:
             self._failure = e
             raise KafkaStorageError(f"cannot compact metadata log: {e}", path=str(self.path)) from e

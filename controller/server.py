@@ -22,6 +22,11 @@ runs under ``supervisor``, the broker's own ``TaskSupervisor``: one that dies
 is logged at CRITICAL and stops the process with exit code 1, as does an
 ``InvariantViolation`` that reaches the owner or a gRPC handler.
 
+Security (``--sasl-mechanisms``, ``--authorizer``, ``--super-users``): with either on,
+``access.ControllerGuard`` authenticates every call and checks it as Kafka's controller
+does; ``--bootstrap-user-config`` gives the first user its SCRAM credentials at start-up
+(after replay, through the owner: durable before anything is served).
+
 TLS (``--tls-*``): the listener speaks TLS only and requires a client
 certificate of the cluster's CA (brokers, and admin tools with a ``client``
 certificate; clients reach the controller through a broker); the senders
@@ -44,11 +49,14 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 
+from tidewater.broker.security.settings import read_user_config
+from tidewater.controller.access import ControllerGuard, controller_security
 from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.metrics import ControllerMetrics
@@ -56,8 +64,10 @@ from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
+from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.errors import InvalidConfigError, InvariantViolation
+from tidewater.proto.scram import MECHANISMS, credential_to_pb, make_credential
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials
 
@@ -164,7 +174,14 @@ class ControllerServer:
         self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
                                          supervisor=self.supervisor,
                                          authenticating=tls is not None)
-        pb_grpc.add_ControllerServicer_to_server(self.service, self.grpc_server)
+        security = self.config.security
+        secured = bool(security.sasl_mechanisms) or security.authorizer != "none"
+        # Authentication and Kafka's authorizer in front of every call (``access``).
+        servicer: pb_grpc.ControllerServicer = (
+            ControllerGuard(self.service, controller_security(security,
+                                                              lambda: self.machine.metadata))
+            if secured else self.service)
+        pb_grpc.add_ControllerServicer_to_server(servicer, self.grpc_server)
         try:
             if tls is None:
                 self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")
@@ -181,6 +198,8 @@ class ControllerServer:
         replayed = self.owner.recover()
         self.owner.maybe_compact(self.config.metadata_compaction_records_min)
         self.owner.run_now(self.machine.start)
+        for path in self.config.bootstrap_user_configs:
+            self._bootstrap_user(path)
         metadata = self.machine.metadata
         log.info("metadata log %s: replayed %d records; cluster %s, controller epoch %d, "
                  "%d brokers, %d topics", self.metadata_log.path, replayed, metadata.cluster_id,
@@ -193,9 +212,37 @@ class ControllerServer:
         if self.config.auto_leader_rebalance_enable:
             self._spawn(self._preferred_leader_timer(), "preferred-leader-timer")
         await self.grpc_server.start()
-        log.info("controller %d listening on %s:%d%s (metrics port %s)", self.config.node_id,
-                 host, self.port, " (TLS, client certificates required)" if tls else "",
+        log.info("controller %d listening on %s:%d%s (SASL %s, authorizer %s, metrics port %s)",
+                 self.config.node_id, host, self.port,
+                 " (TLS, client certificates required)" if tls else "",
+                 ",".join(security.sasl_mechanisms) or "off", security.authorizer,
                  self.config.metrics_port or "off")
+
+    def _bootstrap_user(self, path: Path) -> None:
+        """SCRAM credentials for the user of ``path`` in every mechanism it lacks (as
+        `kafka-storage format --add-scram`): the first admin and the brokers' user exist
+        before anyone can authenticate to create them. A credential already there is
+        kept (an operator may have changed the password since)."""
+        if self.owner is None:
+            raise InvariantViolation("the bootstrap user before the owner")
+        try:
+            user, password = read_user_config(path)
+        except ValueError as e:
+            raise InvalidConfigError(f"--bootstrap-user-config: {e}") from e
+        credentials = self.machine.metadata.security.credentials
+        missing = [m for m in sorted(MECHANISMS) if (user, m) not in credentials]
+        if not missing:
+            return
+        request = pb.AlterUserScramCredentialsRequest(upsertions=[
+            credential_to_pb(user, make_credential(m, password)) for m in missing])
+        response = self.owner.run_now(lambda tx, now: (
+            self.machine.alter_user_scram_credentials(tx, now, request)))
+        for result in response.results:
+            if result.error_code != pb.NONE:
+                raise InvalidConfigError(f"--bootstrap-user-config: user {user!r}: "
+                                         f"{pb.ErrorCode.Name(result.error_code)} "
+                                         f"{result.error_message}")
+        log.info("bootstrap user %r: SCRAM credentials added (%s)", user, ", ".join(missing))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(self.supervisor.spawn(coro, name))

@@ -8,12 +8,13 @@ Broker <-> controller contract (details this controller decides)
   answer's ``broker_epoch`` (the registration record's offset in the metadata
   log: it only grows, also across controller restarts) goes into every later
   heartbeat, AlterPartition and replica fetch. A registration is accepted at
-  once, also while an older incarnation of the same id still has a session:
-  the new process wins. If the incarnation differs from the registered one,
-  the broker is first removed from every ISR it is not the last member of
-  and from leadership (it may have lost unflushed data), then re-admitted.
-  INVALID_REQUEST: negative id, empty incarnation id, no listeners, a bad
-  host/port, repeated listener names.
+  once unless another incarnation of the same id still holds its session:
+  that is DUPLICATE_BROKER_REGISTRATION and changes nothing (the broker retries
+  for two session timeouts, then exits). If the incarnation differs from the
+  registered one (whose session ended), the broker is first removed from every
+  ISR it is not the last member of and from leadership (it may have lost
+  unflushed data), then re-admitted. INVALID_REQUEST: negative id, empty
+  incarnation id, no listeners, a bad host/port, repeated listener names.
 * **BrokerHeartbeats**: a heartbeat every ``broker.heartbeat.interval.ms`` (500 ms
   suggested); ``broker.session.timeout.ms`` (default 3000) without one fences
   the broker: it leaves every ISR it is not the last member of, its
@@ -81,6 +82,11 @@ Broker <-> controller contract (details this controller decides)
   name (``authorization.broker_request_refusal``); others are answered
   CLUSTER_AUTHORIZATION_FAILED (with the reason in ``error_message`` where the
   response has one) and change nothing.
+* **SASL and ACLs** (controller started with ``--sasl-mechanisms`` or
+  ``--authorizer acl``): ``access.ControllerGuard`` authenticates every call and
+  takes the broker calls above only with CLUSTER_ACTION on the cluster, admin
+  calls only with Kafka's operations for them (checked as the client a broker
+  forwards for).
 * CreateTopics and DeleteTopics answer once the change is durable AND every
   unfenced broker acknowledged the resulting LeaderAndIsr / StopReplica /
   UpdateMetadata, waiting at most min(timeout_ms, 5000) ms (0: no wait); after

@@ -53,6 +53,15 @@ class BrokerSessions:
         return (self._stream_of.get(broker_id) == stream_id
                 and broker_id not in self._shutdown_done)
 
+    def alive(self, broker_id: int, now_ms: int) -> bool:
+        """Whether the broker's registered incarnation still holds its session: it
+        heartbeated (or registered) within the session timeout, was not fenced since, and
+        did not finish a controlled shutdown (a broker that did is on its way out and may
+        be restarted at once)."""
+        last_ms = self._last_heartbeat_ms.get(broker_id)
+        return (last_ms is not None and broker_id not in self._shutdown_done
+                and last_ms >= now_ms - self.session_timeout_ms)
+
     def reset(self, broker_id: int, now_ms: int) -> None:
         """A new registration: a fresh session, not shutting down, no stream yet."""
         self._in_controlled_shutdown.discard(broker_id)

@@ -18,9 +18,20 @@ current registration's token (compared in constant time): one of the right
 broker epoch without it (epochs are not secret: DescribeCluster lists them)
 is CLUSTER_AUTHORIZATION_FAILED and changes nothing, not even the session.
 The controller sends the token on its requests to the broker, which takes
-them only with it. RegisterBroker itself is not authenticated (whoever
-registers gets a new epoch and token and fences the old incarnation, as a
-restarted broker does): only mutual TLS can say who may register.
+them only with it.
+
+Duplicate registrations (Kafka's DUPLICATE_BROKER_REGISTRATION): a
+RegisterBroker for a broker ID whose registered incarnation still holds its
+session (``BrokerSessions.alive``: heartbeated within the session timeout, not
+fenced, no finished controlled shutdown) is refused with that code when its
+incarnation ID differs, and changes nothing: a second process started with a
+live broker's ID (an operator's mistake, or anyone reaching the port) neither
+fences the real broker nor learns its epoch or token. The same incarnation
+registering again (a retry, or after STALE_BROKER_EPOCH) is taken. Once the
+old session ended (expired, its heartbeat stream closed, or a controlled
+shutdown finished) a new incarnation registers and the old one is fenced
+first, as a restarted broker needs. Who may send RegisterBroker at all is the
+service's check (``authorization``).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tidewater.broker.storage.topics import INTERNAL_TOPICS
 from tidewater.controller import config_changes, requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
@@ -249,6 +261,14 @@ class ControllerStateMachine:
                           "characters without spaces")
 
         existing = self.metadata.brokers.get(req.broker_id)
+        if (existing is not None and existing.incarnation_id != req.incarnation_id
+                and self.sessions.alive(req.broker_id, now_ms)):
+            return pb.RegisterBrokerResponse(
+                error_code=pb.DUPLICATE_BROKER_REGISTRATION, broker_epoch=-1,
+                error_message=f"broker {req.broker_id} is registered by another live process "
+                              f"(incarnation {existing.incarnation_id}); its session must end "
+                              f"(broker.session.timeout.ms {self.sessions.session_timeout_ms}) "
+                              "before a new incarnation may register")
         if existing and not existing.fenced and existing.incarnation_id != req.incarnation_id:
             # A new process: the old one may have lost unflushed data, so it
             # leaves leadership and ISRs as if it had been fenced.
@@ -615,6 +635,14 @@ class ControllerStateMachine:
             return response
         for name in dict.fromkeys(req.names):  # once each, in order
             info = self.metadata.topics.get(name)
+            if name in INTERNAL_TOPICS:
+                # Kafka's kafka-topics.sh refuses these with this message, and its brokers
+                # refuse other writes to them with INVALID_TOPIC_EXCEPTION; refused here for
+                # every client (the group coordinator's committed offsets live there).
+                response.topics.add(name=name, error_code=pb.INVALID_TOPIC_EXCEPTION,
+                                    error_message=f"Topic {name} is a kafka internal topic and "
+                                                  "is not allowed to be marked for deletion")
+                continue
             if info is None:
                 response.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION,
                                     error_message=f"topic {name!r} does not exist")

@@ -193,6 +193,13 @@ class ClusterAuthorizationFailedError(TidewaterError):
     error_code = pb.CLUSTER_AUTHORIZATION_FAILED
 
 
+class DuplicateBrokerRegistrationError(TidewaterError):
+    """Another live process is registered with this broker's ID (Kafka's
+    DUPLICATE_BROKER_REGISTRATION): this one must not serve as that broker."""
+
+    error_code = pb.DUPLICATE_BROKER_REGISTRATION
+
+
 class KafkaStorageError(TidewaterError):
     """A log dir failed (full disk, permission, I/O). Data already written stays intact."""
 

@@ -5,8 +5,10 @@ The admin's password is made at random once and kept in ``DIR/sasl/admin.propert
 (mode 0600, Kafka's client format: ``security.protocol``, ``sasl.mechanism``,
 ``sasl.username``, ``sasl.password``, and ``ssl.ca.location`` with TLS), so ``tide
 --command-config`` and Kafka clients use it as it is; a restart reuses it. The user is
-created through the controller's own port (an operator's address, which with TLS takes
-only certificates of the cluster's CA), since no broker would let an unknown user in.
+created by the controller itself at start-up (``--bootstrap-user-config``, as
+`kafka-storage format --add-scram`): with SASL on, no one could authenticate to create
+it. The brokers authenticate to the controller as that user too (a super user, so it
+has CLUSTER_ACTION).
 """
 
 from __future__ import annotations
@@ -31,10 +33,29 @@ BROKER_PROPERTIES = "broker.properties"
 
 def broker_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str,
                  credentials_file: str) -> list[str]:
+    """A broker's: its listeners' security, and the brokers' own user (a super user, so
+    it has CLUSTER_ACTION) as it authenticates to the controller and on the other
+    brokers' INTERNAL listeners."""
+    return [*security_flags(mechanisms, authorizer, super_users),
+            "--controller-sasl-config", credentials_file,
+            "--set", f"inter.broker.credentials.file={credentials_file}"]
+
+
+def controller_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str,
+                     *user_configs: str) -> list[str]:
+    """The controller's: the same security as the brokers, and the users created at its
+    start-up from their properties (the admin, the brokers' user: no one could
+    authenticate to create them)."""
+    flags = security_flags(mechanisms, authorizer, super_users)
+    for config in user_configs:
+        flags += ["--bootstrap-user-config", config]
+    return flags
+
+
+def security_flags(mechanisms: tuple[str, ...], authorizer: str, super_users: str) -> list[str]:
     users = ";".join(u for u in [ADMIN_PRINCIPAL, BROKER_PRINCIPAL, *super_users.split(";")]
                      if u.strip())
-    flags = ["--authorizer", authorizer, "--super-users", users,
-             "--set", f"inter.broker.credentials.file={credentials_file}"]
+    flags = ["--authorizer", authorizer, "--super-users", users]
     if mechanisms:
         flags += ["--sasl-mechanisms", ",".join(mechanisms)]
     return flags

@@ -65,7 +65,7 @@ from typing import NotRequired, TypedDict
 import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
-from tidewater.client.security import PLAINTEXT, ClientSecurity, security_kwargs
+from tidewater.client.security import PLAINTEXT, ClientSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.tools import certs, cluster_sasl
 
@@ -343,6 +343,9 @@ class LocalCluster:
         processes: dict[str, ProcessEntry] = {}
         secured = bool(sasl_mechanisms) or authorizer != "none"
         broker_credentials = cluster_sasl.broker_properties(self.data_dir) if secured else None
+        sasl_entry = (cluster_sasl.admin_properties(
+            self.data_dir, sasl_mechanisms, ca=tls_entry["ca"] if tls_entry else None)
+            if secured else None)
         cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
                "--data-dir", str(self.data_dir / "controller"),
                "--metrics-port", str(ports["controller"][1])]
@@ -350,6 +353,10 @@ class LocalCluster:
             cmd += ["--set", f"{name}={value}"]
         if tls:
             cmd += tls_flags(tls_dir, "controller")
+        if sasl_entry is not None:
+            cmd += cluster_sasl.controller_flags(sasl_mechanisms, authorizer, super_users,
+                                                 sasl_entry["command_config"],
+                                                 str(broker_credentials))
         processes["controller"] = {
             "name": "controller", "kind": "controller", "pid": 0, "listen": controller_listen,
             "metrics_port": ports["controller"][1], "data_dir": str(self.data_dir / "controller"),
@@ -384,15 +391,12 @@ class LocalCluster:
             "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
         if tls_entry is not None:
             self.manifest["tls"] = tls_entry
-        if secured:
-            self.manifest["sasl"] = cluster_sasl.admin_properties(
-                self.data_dir, sasl_mechanisms, ca=tls_entry["ca"] if tls_entry else None)
+        if sasl_entry is not None:
+            self.manifest["sasl"] = sasl_entry
         self._write_manifest()
         try:
             self._launch("controller")
             self._wait_ready(["controller"], ready_timeout_s)
-            if secured:
-                self._create_admin_user()
             for i in range(1, brokers + 1):
                 self._launch(f"broker-{i}")
             self._wait_ready([f"broker-{i}" for i in range(1, brokers + 1)], ready_timeout_s)
@@ -400,29 +404,6 @@ class LocalCluster:
             self.down(timeout_s=5)
             raise
         return self.bootstrap
-
-    def _create_admin_user(self) -> None:
-        """The super user, through the controller's own port (see ``cluster_sasl``). With
-        TLS it presents the controller's own certificate: the controller takes credential
-        changes only from cluster members (a client's go through a broker and its ACLs),
-        and whoever runs the cluster holds its files, as Kafka's bootstrap of the first
-        SCRAM user (`kafka-storage format --add-scram`) needs the controller's disk."""
-        from tidewater.client.admin import AdminClient
-        sasl = self._require_manifest()["sasl"]
-        tls = self._require_manifest().get("tls")
-        tls_dir = Path(tls["ca"]).parent if tls else None
-        security = (ClientSecurity.from_options(
-            "SSL", tls["ca"], str(tls_dir / "controller.pem"), str(tls_dir / "controller.key"))
-            if tls and tls_dir is not None else PLAINTEXT)
-        with AdminClient(self.controller_address, **security_kwargs(security)) as admin:
-            broker_password = cluster_sasl.read_password(
-                str(self.data_dir / cluster_sasl.SASL_DIR_NAME / cluster_sasl.BROKER_PROPERTIES))
-            for mechanism in cluster_sasl.scram_mechanisms(()):
-                admin.upsert_scram_user(sasl["username"],
-                                        cluster_sasl.read_password(sasl["command_config"]) or "",
-                                        mechanism)
-                admin.upsert_scram_user(cluster_sasl.BROKER_USER, broker_password or "",
-                                        mechanism)
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> list[str]:
         """Stop every process (brokers first, then the controller): SIGTERM, then SIGKILL after

@@ -2,7 +2,9 @@
 ReportCorruptReplica.
 
 Theory of operation:
-- ``register()`` retries RegisterBroker until the controller answers NONE; the
+- ``register()`` retries RegisterBroker until the controller answers NONE (or
+  raises ``DuplicateBrokerRegistrationError`` once another live process held
+  this broker ID for two session timeouts: the process exits); the
   answer's ``broker_epoch`` identifies this incarnation in every later call, and
   its ``control_token`` authenticates them: we send it on every heartbeat,
   AlterPartition and ReportCorruptReplica, and take the controller's requests
@@ -57,9 +59,11 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.controller_link.registration import REGISTER_AGAIN, Registration
+from tidewater.client.security import aio_metadata_interceptors
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import UnsupportedVersionError
+from tidewater.proto.errors import DuplicateBrokerRegistrationError, UnsupportedVersionError
+from tidewater.proto.scram import plain_metadata
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.controller_link.channel")
@@ -74,7 +78,8 @@ class ControllerChannel:
                  listeners: list[pb.Listener], heartbeat_interval_ms: int,
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
                  on_registered: Callable[[int], Awaitable[None]] | None = None,
-                 credentials: grpc.ChannelCredentials | None = None, rack: str = ""):
+                 credentials: grpc.ChannelCredentials | None = None, rack: str = "",
+                 sasl_user: tuple[str, str] | None = None):
         self.broker_id = broker_id
         self.rack = rack
         self.controller_address = controller_address
@@ -98,8 +103,11 @@ class ControllerChannel:
         host, port = controller_address
         # ``credentials``: TLS, presenting this broker's certificate (the controller's
         # listener requires it and takes this broker's calls only from broker-<id>).
-        self._channel = open_aio_channel(f"{host}:{port}", channel_options(max_message_bytes),
-                                     credentials)
+        # ``sasl_user``: (user, password) sent on every call (SASL/PLAIN metadata), for a
+        # controller with SASL on; also on the admin calls forwarded on this channel.
+        self._channel = open_aio_channel(
+            f"{host}:{port}", channel_options(max_message_bytes), credentials,
+            aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
         self.stub = pb_grpc.ControllerStub(self._channel)
 
     @property
@@ -147,7 +155,17 @@ class ControllerChannel:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if not self.registration.on_register_answer(resp):
-                if attempt == 1 or attempt % 25 == 0:
+                if self.registration.duplicate_wait_over(resp, mono_ms()):
+                    raise DuplicateBrokerRegistrationError(
+                        f"broker {self.broker_id} is already registered with the controller by "
+                        "another live process (DUPLICATE_BROKER_REGISTRATION): is a second "
+                        f"broker running with broker id {self.broker_id}? Giving up after "
+                        f"{2 * self.session_timeout_ms} ms; {resp.error_message}")
+                if resp.error_code == pb.DUPLICATE_BROKER_REGISTRATION and attempt == 1:
+                    log.error("broker id %d is registered by another live process; retrying "
+                              "for up to %d ms (its session may be ending), then exiting: %s",
+                              self.broker_id, 2 * self.session_timeout_ms, resp.error_message)
+                elif attempt == 1 or attempt % 25 == 0:
                     log.warning("registration refused: %s %s (attempt %d)",
                                 pb.ErrorCode.Name(resp.error_code), resp.error_message, attempt)
                 await asyncio.sleep(RETRY_BACKOFF_S)

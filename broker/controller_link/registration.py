@@ -10,6 +10,12 @@ and the simulation's broker both keep, so the rules below have one place:
 - ``on_register_answer``: NONE makes the answer's broker epoch, control token
   and cluster ID this registration's; anything else leaves it unregistered (the
   caller retries).
+- ``duplicate_wait_over``: DUPLICATE_BROKER_REGISTRATION says another live
+  process holds this broker ID. The caller retries for up to two session
+  timeouts (what a restarted controller gives the old session, so a broker
+  restarted right after a crash its controller has not yet noticed still
+  comes up) and then gives up: the process exits instead of retrying for ever
+  as a broker that may never serve.
 - ``on_heartbeat_answer``: does the controller still know this registration?
   STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED or CLUSTER_AUTHORIZATION_FAILED
   say it does not: register again (the controller then resends the full
@@ -36,6 +42,7 @@ class Registration:
         self.cluster_id = ""
         self.is_fenced = True
         self._fenced_since_ms: int | None = None
+        self._duplicate_since_ms: int | None = None  # first DUPLICATE_BROKER_REGISTRATION
 
     @property
     def registered(self) -> bool:
@@ -50,11 +57,22 @@ class Registration:
         """True when the controller accepted: this is now the registration."""
         if response.error_code != pb.NONE:
             return False
+        self._duplicate_since_ms = None
         self.broker_epoch = response.broker_epoch
         self.control_token = response.control_token
         self.cluster_id = response.cluster_id
         self._fenced_since_ms = None
         return True
+
+    def duplicate_wait_over(self, response: pb.RegisterBrokerResponse, now_ms: int) -> bool:
+        """After a refused registration: True when it was DUPLICATE_BROKER_REGISTRATION for
+        longer than two session timeouts (give up); False to retry."""
+        if response.error_code != pb.DUPLICATE_BROKER_REGISTRATION:
+            self._duplicate_since_ms = None
+            return False
+        if self._duplicate_since_ms is None:
+            self._duplicate_since_ms = now_ms
+        return now_ms - self._duplicate_since_ms > 2 * self.session_timeout_ms
 
     def on_heartbeat_answer(self, response: pb.BrokerHeartbeatResponse, now_ms: int) -> bool:
         """Take a heartbeat's answer; True when this broker must register again."""

@@ -69,6 +69,7 @@ from tidewater.proto.batch import (
     set_producer_fields,
 )
 from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.records import decode_batch_records, encode_batch
 from tidewater.proto.supervisor import TaskSupervisor
 
@@ -315,6 +316,9 @@ class GroupCoordinator:
         self._creating = self.supervisor.spawn(self._create_topic(), "create-offsets-topic")
 
     async def _create_topic(self) -> None:
+        # The broker's own call (this task copied the context of the FindCoordinator
+        # that spawned it): the controller must not check that client's rights.
+        FORWARDED.set(None)
         live = len(self.metadata_cache.metadata_response([], "INTERNAL").brokers)
         request = pb.CreateTopicsRequest(timeout_ms=10_000)
         request.topics.add(

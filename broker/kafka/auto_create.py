@@ -37,9 +37,10 @@ import logging
 from collections.abc import Iterable
 
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
-from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC, validate_topic_name
+from tidewater.broker.storage.topics import INTERNAL_TOPICS, validate_topic_name
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidTopicError, InvariantViolation
+from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.auto_create")
@@ -47,9 +48,6 @@ log = logging.getLogger("tidewater.broker.auto_create")
 IN_FLIGHT_MAX = 1000
 # How long the controller has to decide one creation (the forwarder adds its margin).
 CREATE_TIMEOUT_MS = 30_000
-# Kafka's Topic.isInternal: never created on a client's request.
-INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, "__transaction_state",
-                             "__share_group_state"})
 
 
 def name_refusal(name: str) -> str | None:
@@ -95,6 +93,10 @@ class AutoTopicCreator:
         return sent
 
     async def _create(self, request: pb.CreateTopicsRequest) -> None:
+        # The broker's own call, for names several clients may have asked for (each one's
+        # CREATE was checked before): the controller checks this broker, not the client
+        # whose request happened to spawn this task.
+        FORWARDED.set(None)
         try:
             # The forwarder answers NOT_CONTROLLER when the controller cannot be reached.
             response = await self.controller.CreateTopics(request, None)

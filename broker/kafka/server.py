@@ -69,6 +69,7 @@ from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
+from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.scram import SaslAuthenticationError
 from tidewater.proto.supervisor import TaskSupervisor
 
@@ -312,6 +313,10 @@ class KafkaListener:
                             "served; RecordBatch v2 needs v%d+", peer, head.api_key,
                             head.api_version, apis.DECODED_FROM[head.api_key])
                 return
+            # Whom an admin call forwarded to the controller is made for (its child
+            # tasks copy this context): the controller authorizes that principal too.
+            FORWARDED.set((connection.session.principal, connection.session.host)
+                          if connection is not None else None)
             try:
                 pending = await apis.HANDLERS[head.api_key](services, head, body)
             except InvariantViolation:

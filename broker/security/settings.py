@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
@@ -274,3 +275,20 @@ def open_security() -> BrokerSecurity:
         def scram_iterations(self, mechanism: str) -> list[int]:
             return []
     return BrokerSecurity(SecuritySettings(), _NoCache())
+
+
+def read_user_config(path: Path) -> tuple[str, str]:
+    """(sasl.username, sasl.password) of a Kafka client properties file; ValueError."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            values[key.strip()] = value.strip()
+    user, password = values.get("sasl.username"), values.get("sasl.password")
+    if not user or not password:
+        raise ValueError(f"{path} needs sasl.username and sasl.password")
+    return user, password

@@ -7,7 +7,10 @@ DescribeAcls, DeleteAcls) go to the controller unchanged and its answer comes ba
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
-(retriable) with the transport error as message. The
+(retriable) with the transport error as message. Each forwarded call names the
+client it is made for (``proto.forwarded_principal``: set by the Kafka listener
+and the guarded gRPC forwarder), so the controller authorizes it as that client.
+The
 broker-to-controller RPCs (RegisterBroker, BrokerHeartbeats, AlterPartition,
 ReportCorruptReplica, AllocateProducerIds) are not the broker's to answer: NOT_CONTROLLER (each
 heartbeat on the stream).
@@ -23,6 +26,7 @@ from google.protobuf.message import Message
 
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.forwarded_principal import forwarded_metadata
 
 FORWARD_MARGIN_S = 5.0
 
@@ -45,7 +49,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                           ) -> pb.CreateTopicsResponse:
         try:
             created: pb.CreateTopicsResponse = await self._stub.CreateTopics(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
+                metadata=forwarded_metadata())
             return created
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
@@ -57,7 +62,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                           ) -> pb.DeleteTopicsResponse:
         try:
             deleted: pb.DeleteTopicsResponse = await self._stub.DeleteTopics(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
+                metadata=forwarded_metadata())
             return deleted
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
@@ -69,7 +75,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                               ) -> pb.CreatePartitionsResponse:
         try:
             created: pb.CreatePartitionsResponse = await self._stub.CreatePartitions(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True)
+                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
+                metadata=forwarded_metadata())
             return created
         except grpc.aio.AioRpcError as e:
             message = f"controller unreachable: {e.code().name}"
@@ -81,7 +88,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                              ) -> pb.DescribeClusterResponse:
         try:
             described: pb.DescribeClusterResponse = await self._stub.DescribeCluster(
-                request, timeout=self._margin_s, wait_for_ready=True)
+                request, timeout=self._margin_s, wait_for_ready=True,
+                metadata=forwarded_metadata())
             return described
         except grpc.aio.AioRpcError:
             return pb.DescribeClusterResponse(error_code=pb.NOT_CONTROLLER)
@@ -110,7 +118,8 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                        unreachable: Callable[[str], _Response]) -> _Response:
         try:
             response: _Response = await getattr(self._stub, rpc)(
-                request, timeout=self._margin_s * 2, wait_for_ready=True)
+                request, timeout=self._margin_s * 2, wait_for_ready=True,
+                metadata=forwarded_metadata())
             return response
         except grpc.aio.AioRpcError as e:
             return unreachable(f"controller unreachable: {e.code().name}")

@@ -1,5 +1,6 @@
-"""The broker's ``Controller`` service with authentication and ACL checks in front of
-``forwarding.ControllerForwarder`` (on brokers whose security is on).
+"""The ``Controller`` service with authentication and ACL checks in front of a broker's
+``forwarding.ControllerForwarder`` (on brokers whose security is on), and, through
+``controller.access.ControllerGuard``, of the controller's own service.
 
 Who the caller is: ``grpc_security.grpc_session``. What each call needs (Kafka's
 rules, as the Kafka listener applies them): CreateTopics CREATE on the cluster or
@@ -16,13 +17,13 @@ broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableSequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 
 from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import BrokerSecurity
-from tidewater.broker.servicers.admin_forwarding import Context, ControllerForwarder
+from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import (
@@ -35,6 +36,7 @@ from tidewater.proto.acls import (
     DESCRIBE,
     TOPIC,
 )
+from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.scram import SaslAuthenticationError
 
 TOPIC_RESOURCE = 2  # Kafka's ConfigResource type of a topic
@@ -45,18 +47,81 @@ _TopicsResponse = TypeVar("_TopicsResponse", pb.CreateTopicsResponse, pb.DeleteT
 _Item = TypeVar("_Item")
 
 
+class ControllerCalls(Protocol):
+    """What a guard sits in front of: a broker's ``ControllerForwarder``, or the
+    controller's own ``ControllerService`` (``controller.access``)."""
+
+    async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Context
+                           ) -> pb.CreateTopicsResponse: ...
+
+    async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Context
+                           ) -> pb.DeleteTopicsResponse: ...
+
+    async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Context
+                               ) -> pb.CreatePartitionsResponse: ...
+
+    async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Context
+                              ) -> pb.DescribeClusterResponse: ...
+
+    async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Context
+                           ) -> pb.AlterConfigsResponse: ...
+
+    async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Context
+                           ) -> pb.ElectLeadersResponse: ...
+
+    async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
+                                        context: Context
+                                        ) -> pb.AlterUserScramCredentialsResponse: ...
+
+    async def DescribeUserScramCredentials(self, request: pb.DescribeUserScramCredentialsRequest,
+                                           context: Context
+                                           ) -> pb.DescribeUserScramCredentialsResponse: ...
+
+    async def CreateAcls(self, request: pb.CreateAclsRequest, context: Context
+                         ) -> pb.CreateAclsResponse: ...
+
+    async def DescribeAcls(self, request: pb.DescribeAclsRequest, context: Context
+                           ) -> pb.DescribeAclsResponse: ...
+
+    async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Context
+                         ) -> pb.DeleteAclsResponse: ...
+
+    async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Context
+                             ) -> pb.RegisterBrokerResponse: ...
+
+    async def BrokerHeartbeats(self, request_iterator: AsyncIterator[pb.BrokerHeartbeatRequest],
+                               context: Context) -> None: ...
+
+    async def AlterPartition(self, request: pb.AlterPartitionRequest, context: Context
+                             ) -> pb.AlterPartitionResponse: ...
+
+    async def ReportCorruptReplica(self, request: pb.ReportCorruptReplicaRequest,
+                                   context: Context) -> pb.ReportCorruptReplicaResponse: ...
+
+    async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest,
+                                  context: Context) -> pb.AllocateProducerIdsResponse: ...
+
+
 class GuardedControllerForwarder(pb_grpc.ControllerServicer):
-    def __init__(self, inner: ControllerForwarder, security: BrokerSecurity) -> None:
+    def __init__(self, inner: ControllerCalls, security: BrokerSecurity) -> None:
         self._inner = inner
         self._security = security  # broker.security.BrokerSecurity
 
-    async def _session(self, context: Context) -> Session:
+    async def _authenticated(self, context: Context) -> Session:
+        """Who the caller is (``BrokerSecurity.grpc_session``); aborts UNAUTHENTICATED."""
         try:
             return await self._security.authenticate_grpc(context)
         except SaslAuthenticationError as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
             raise  # abort raises; this keeps type checkers sure
+
+    async def _session(self, context: Context) -> Session:
+        """Whom the call is checked as; the controller names that client when this broker
+        forwards the call (``proto.forwarded_principal``), so it checks the same one."""
+        session = await self._authenticated(context)
+        FORWARDED.set((session.principal, session.host))
+        return session
 
     def _may(self, session: Session, operation: int, resource_type: int, name: str) -> bool:
         return self._security.allows(session, operation, resource_type, name)

@@ -20,8 +20,12 @@ TOPIC_NAME_LENGTH_MAX = 249
 # The group coordinator's topic (broker/group): written by the broker only. A client's
 # produce to it is refused (Kafka: INVALID_TOPIC_EXCEPTION), so no one forges a commit.
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-# The transaction coordinator's topic (broker/txn): refused to clients the same way.
+# Kafka's Topic.isInternal: never created on a client's request, never deleted
+# (``__share_group_state`` is reserved for later).
 TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+                             "__share_group_state"})
+# The coordinators' topics (broker/group, broker/txn): refused to clients' produce.
 COORDINATOR_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 

@@ -71,6 +71,19 @@ class Harness:
             fenced += self.owner.run_now(self.machine.check_sessions)
         return fenced
 
+    def end_session(self, broker_id):
+        """The registered process of ``broker_id`` went silent: time passes (the others
+        heartbeat) until its session expired and it was fenced, so that a new incarnation
+        may register (a live one's registration is DUPLICATE_BROKER_REGISTRATION)."""
+        timeout_ms = self.config.broker_session_timeout_ms
+        for _ in range(3):  # a restarted controller gives two session timeouts
+            if not self.machine.sessions.alive(broker_id, self.now_ms):
+                return
+            self.advance(timeout_ms + 100, broker_id)
+        if not self.machine.sessions.alive(broker_id, self.now_ms):
+            return
+        raise AssertionError(f"broker {broker_id}'s session did not end")
+
     def create(self, name, partitions=1, rf=1, configs=None, validate_only=False):
         response = self.run(self.machine.create_topics, pb.CreateTopicsRequest(
             topics=[pb.CreatableTopic(name=name, num_partitions=partitions, replication_factor=rf,

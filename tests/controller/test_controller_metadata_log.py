@@ -146,3 +146,34 @@ def test_log_start_anywhere_but_first_is_corruption(tmp_path):
                      + encode_frame({"type": "t"}))
     with pytest.raises(CorruptFileError):
         MetadataLog.open(tmp_path)
+
+
+def test_the_log_directory_and_files_are_private(tmp_path):
+    """Control tokens and SCRAM keys are in the log: 0700 directory, 0600 files, also
+    when they were made before (with a loose umask) and after a compaction."""
+    import os
+    import stat
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    data_dir = tmp_path / "ctl"
+    old_umask = os.umask(0o022)
+    try:
+        data_dir.mkdir(mode=0o755)
+        (data_dir / "metadata.log").touch(mode=0o644)
+        log = MetadataLog.open(data_dir)
+        try:
+            assert mode(data_dir) == 0o700
+            assert mode(data_dir / "metadata.log") == 0o600
+            assert mode(data_dir / "metadata.lock") == 0o600
+            log.append([{"type": "cluster", "cluster_id": "c"}])
+            log.rewrite([{"type": "cluster", "cluster_id": "c"}])
+            assert mode(data_dir / "metadata.log") == 0o600
+        finally:
+            log.close()
+        fresh = tmp_path / "new" / "ctl"
+        MetadataLog.open(fresh).close()
+        assert mode(fresh) == 0o700 and mode(fresh / "metadata.log") == 0o600
+    finally:
+        os.umask(old_umask)

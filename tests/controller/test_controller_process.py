@@ -184,8 +184,17 @@ async def test_zombie_epoch_refused_after_reregistration(cluster):
     controller, brokers, stub = cluster
     broker = brokers[2]
     old_epoch, old_token = broker.broker_epoch, broker.control_token
+    # The old process finishes a controlled shutdown (else the new one's registration is
+    # DUPLICATE_BROKER_REGISTRATION while its session lives).
+    broker.heartbeating = False
+    leaving = stub.BrokerHeartbeats()
+    await leaving.write(pb.BrokerHeartbeatRequest(broker_id=2, broker_epoch=old_epoch,
+                                                  control_token=old_token, want_shutdown=True))
+    assert (await asyncio.wait_for(leaving.read(), 5)).should_shutdown
+    leaving.cancel()
     broker.incarnation_id = "new-process"
     new_epoch = await broker.register()
+    broker.heartbeating = True
     assert new_epoch > old_epoch
     heartbeats = stub.BrokerHeartbeats()
     await heartbeats.write(pb.BrokerHeartbeatRequest(broker_id=2, broker_epoch=old_epoch,

@@ -35,6 +35,7 @@ def test_start_creates_cluster_id_and_bumps_controller_epoch_on_restart(h):
 def test_each_registration_gets_a_larger_epoch(h):
     e1 = h.register(1).broker_epoch
     e2 = h.register(2).broker_epoch
+    h.end_session(1)
     e1b = h.register(1, incarnation="inc-2").broker_epoch
     assert 0 < e1 < e2 < e1b
     response = h.register(1, incarnation="inc-2")
@@ -44,6 +45,7 @@ def test_each_registration_gets_a_larger_epoch(h):
 
 def test_zombie_with_old_epoch_gets_stale_broker_epoch(h):
     old = h.register(1).broker_epoch
+    h.end_session(1)
     h.register(1, incarnation="inc-2")
     assert h.heartbeat(1, epoch=old).error_code == pb.STALE_BROKER_EPOCH
     assert h.heartbeat(1).error_code == pb.NONE
@@ -52,6 +54,7 @@ def test_zombie_with_old_epoch_gets_stale_broker_epoch(h):
 
 def test_each_registration_gets_its_own_control_token_that_survives_a_restart(h):
     first = h.register(1)
+    h.end_session(1)
     second = h.register(1, incarnation="inc-2")
     other = h.register(2)
     tokens = [first.control_token, second.control_token, other.control_token]
@@ -93,8 +96,9 @@ def test_a_brokers_rack_is_kept_sent_and_replayed(h):
     h3 = h2.restart()
     assert racks(h3.metadata) == {1: "rack-a", 2: ""}
     # A broker that comes back in another rack: its new registration has the new one.
+    h3.end_session(1)
     assert h3.register(1, incarnation="inc-2", rack="rack-b").error_code == pb.NONE
-    assert racks(h3.metadata) == {1: "rack-b", 2: ""}
+    assert racks(h3.metadata) == {1: "rack-b"}  # 2 went silent too: fenced, not sent
     h3.log.close()
     # A record written before racks existed has no such field: it loads with none.
     old = ClusterMetadata()
@@ -152,7 +156,9 @@ def test_new_incarnation_of_a_leader_loses_leadership_and_isr(h):
     h.create("t", partitions=3, rf=3)
     led = [p for p in h.metadata.all_partitions() if p.leader == 1]
     assert led
-    h.register(1, incarnation="restarted")
+    # Its session expired, and the timer has not fenced it yet: the registration does.
+    h.now_ms += h.config.broker_session_timeout_ms + 1
+    assert h.register(1, incarnation="restarted").error_code == pb.NONE
     for p in led:
         now = h.partition(p.topic, p.partition)
         assert now.leader != 1 and 1 not in now.isr and now.leader_epoch == p.leader_epoch + 1
@@ -508,6 +514,7 @@ def test_compaction_keeps_the_image_and_epochs_keep_growing(tmp_path):
     assert after == before
     assert h2.metadata.topics_created_total == 2
     # a new registration still gets an epoch above every earlier one
+    h2.end_session(2)
     assert h2.register(2, incarnation="again").broker_epoch > next_offset
     h3 = h2.restart()  # compacted log plus appended records replay too
     assert h3.metadata.brokers[2].broker_epoch == h2.epochs[2]
@@ -576,6 +583,7 @@ def test_a_joiner_needs_the_broker_epoch_of_its_live_registration(h):
     assert h.alter(leader, p, [leader]).items[0].error_code == pb.NONE  # shrink: no joiner
     q = h.partition("t")
     old_epoch = h.epochs[follower]
+    h.end_session(follower)
     h.register(follower, incarnation="inc-2")  # a new process, a new broker epoch
     h.heartbeat(follower)
     assert h.epochs[follower] != old_epoch
@@ -648,3 +656,86 @@ def test_create_partitions_refusals_change_nothing(h):
     offset = h.metadata.last_offset
     assert create_partitions(h, "t", 4).error_code == pb.INVALID_REPLICATION_FACTOR
     assert h.metadata.last_offset == offset and len(h.metadata.topics["t"].partitions) == 3
+
+
+# ---------------------------------------------------------------- duplicate registration
+
+def test_a_second_incarnation_of_a_live_broker_is_refused_and_changes_nothing(h):
+    """Kafka's DUPLICATE_BROKER_REGISTRATION: while the registered incarnation holds its
+    session, another incarnation ID gets no epoch, no token, and fences no one."""
+    three_brokers(h)
+    h.create("t", partitions=3, rf=3)
+    before = h.describe()
+    token, epoch, records = h.token(1), h.epochs[1], h.log.record_count
+    h.advance(2900)  # everyone heartbeats: broker 1 is live
+    records = h.log.record_count
+    response = h.register(1, incarnation="impostor")
+    assert response.error_code == pb.DUPLICATE_BROKER_REGISTRATION
+    assert response.broker_epoch == -1 and response.control_token == b""
+    assert "broker 1" in response.error_message
+    assert h.log.record_count == records  # nothing appended
+    assert h.token(1) == token and h.metadata.brokers[1].broker_epoch == epoch
+    assert not h.metadata.brokers[1].fenced
+    after = h.describe()
+    assert [(p.name, list(p.partitions)) for p in after.topics] == \
+        [(p.name, list(p.partitions)) for p in before.topics]
+    assert h.heartbeat(1).error_code == pb.NONE  # the real broker keeps working
+
+
+def test_the_registered_incarnation_may_register_again(h):
+    """A retry (its answer was lost) or a register-again after STALE_BROKER_EPOCH."""
+    first = h.register(1)
+    again = h.register(1)
+    assert again.error_code == pb.NONE and again.broker_epoch > first.broker_epoch
+
+
+def test_a_new_incarnation_registers_once_the_old_session_ended(h):
+    three_brokers(h)
+    # Silent, but still within the session: refused.
+    h.advance(2900, 1)
+    assert h.register(1, incarnation="inc-2").error_code == pb.DUPLICATE_BROKER_REGISTRATION
+    # Expired (not yet seen by the timer): taken.
+    h.now_ms += 200
+    assert h.register(1, incarnation="inc-2").error_code == pb.NONE
+    assert h.metadata.brokers[1].incarnation_id == "inc-2"
+
+
+def test_a_broker_that_finished_its_controlled_shutdown_may_restart_at_once(h):
+    three_brokers(h)
+    assert h.heartbeat(1, want_shutdown=True).should_shutdown
+    assert h.register(1, incarnation="inc-2").error_code == pb.NONE
+
+
+def test_a_fenced_broker_may_come_back_as_a_new_incarnation(h):
+    three_brokers(h)
+    h.end_session(2)
+    assert h.metadata.brokers[2].fenced
+    assert h.register(2, incarnation="inc-2").error_code == pb.NONE
+
+
+def test_after_a_controller_restart_known_sessions_count_as_live(h):
+    """The new controller gives every unfenced broker a fresh session: a duplicate is
+    refused then too, until two session timeouts passed without heartbeats."""
+    three_brokers(h)
+    h2 = h.restart()
+    assert h2.register(1, incarnation="inc-2").error_code == pb.DUPLICATE_BROKER_REGISTRATION
+    h2.now_ms += 2 * h2.config.broker_session_timeout_ms + 1
+    assert h2.register(1, incarnation="inc-2").error_code == pb.NONE
+    h2.log.close()
+
+
+# ---------------------------------------------------------------- internal topics
+
+@pytest.mark.parametrize("name", ["__consumer_offsets", "__transaction_state"])
+def test_internal_topics_cannot_be_deleted(h, name):
+    three_brokers(h)
+    h.create("__consumer_offsets", partitions=2, rf=1)
+    h.create("ordinary")
+    records = h.log.record_count
+    response = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=[name, "ordinary"]))
+    internal, ordinary = response.topics
+    assert (internal.name, internal.error_code) == (name, pb.INVALID_TOPIC_EXCEPTION)
+    assert "internal topic" in internal.error_message
+    assert ordinary.error_code == pb.NONE  # the rest of the request is carried out
+    assert "__consumer_offsets" in h.metadata.topics and "ordinary" not in h.metadata.topics
+    assert h.log.record_count == records + 1  # only the ordinary topic's deletion

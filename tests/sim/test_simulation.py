@@ -28,6 +28,7 @@ from tidewater.proto.errors import KafkaStorageError
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER
 from .sim_broker import BrokerConfig
+from .sim_controller import RUNNING
 
 SEEDS = range(40)
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -539,7 +540,7 @@ def failed_write_scenario(sim):
     Broker 1 leads t-0 in epoch 0. Broker 3 cannot hear the controller for a
     while (longer than a failed controller takes to stop). Broker 1 dies; its heartbeat stream closes; the controller fences it
     and elects broker 2 in epoch 1, but that write fails (nothing reaches the
-    disk). Broker 2 dies and comes back as a new process. The restarted
+    disk). Once the controller is back, broker 2 dies and comes back as a new process. The restarted
     controller's log still says broker 1 leads epoch 0; once broker 1's session
     expires it elects broker 3 (broker 2's new registration left the ISR) in
     epoch 1. Only a controller that let the unwritten election out made broker 2
@@ -549,8 +550,23 @@ def failed_write_scenario(sim):
     sim.at(300, lambda: sim.produce(tp))
     sim.at(900, lambda: sim.cut(3, CONTROLLER, 3000))
     sim.at(1000, lambda: (sim.fail_next_metadata_write(reached_disk_bytes=0), sim.crash(1)))
-    sim.at(1500, lambda: sim.crash(2, lose_unflushed=False))
-    sim.at(1600, lambda: sim.restart(2))
+    # Broker 2 restarts once the controller is back and its stream reached it (300 ms:
+    # three heartbeat intervals): the stream's end fences it, so the new process may
+    # register (a live broker's ID is refused). The controller is back after ~2000 ms
+    # when it exits at once, ~4500 ms when a broken owner stops it gracefully.
+    seen: dict[str, int] = {}
+
+    def restart_2_once_the_controller_is_back() -> None:
+        if "restarted" in seen or sim.controller.run_id < 2 or sim.controller.state != RUNNING:
+            return
+        seen.setdefault("back", sim.now_ms)
+        if sim.now_ms - seen["back"] >= 300:
+            seen["restarted"] = sim.now_ms
+            sim.crash(2, lose_unflushed=False)
+            sim.at(sim.now_ms + 100, lambda: sim.restart(2))
+
+    for at in range(1100, 6000, 50):
+        sim.at(at, restart_2_once_the_controller_is_back)
 
 
 def test_failed_metadata_write_sends_nothing_unwritten():

@@ -8,11 +8,13 @@ import grpc
 import pytest
 
 from tidewater.broker.controller_link.channel import ControllerChannel
-from tidewater.broker.security.settings import open_security
+from tidewater.broker.security.settings import BrokerSecurity, SecuritySettings, open_security
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.forwarded_principal import forwarded_of
+from tidewater.proto.scram import make_credential, plain_metadata
 
 
 class FakeController(pb_grpc.ControllerServicer):
@@ -162,3 +164,56 @@ async def test_a_broker_answers_every_broker_to_controller_call_not_controller(g
                 assert (await call(request, timeout=10)).error_code == pb.NOT_CONTROLLER
     finally:
         await server.stop(0)
+
+
+class _Alice:
+    """Users and ACLs of a broker whose only user is alice (password "pw")."""
+
+    credential = make_credential("SCRAM-SHA-512", "pw")
+
+    def scram_credential(self, user, mechanism):
+        return self.credential if (user, mechanism) == ("alice", "SCRAM-SHA-512") else None
+
+    def user_credentials(self, user):
+        return [self.credential] if user == "alice" else []
+
+    def acls(self):
+        return ()
+
+
+class RecordingController(FakeController):
+    def __init__(self):
+        super().__init__()
+        self.forwarded_for = []
+
+    async def CreateTopics(self, request, context):
+        self.forwarded_for.append(forwarded_of(context.invocation_metadata()))
+        return pb.CreateTopicsResponse(topics=[pb.TopicResult(name=t.name) for t in request.topics])
+
+
+async def test_a_forwarded_admin_call_names_the_client_it_is_made_for():
+    """The controller checks the client's ACLs, not the forwarding broker's: the broker's
+    guard authenticates alice and its forwarder names her in the call."""
+    controller = RecordingController()
+    controller_server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(controller, controller_server)
+    controller_port = controller_server.add_insecure_port("127.0.0.1:0")
+    await controller_server.start()
+    security = BrokerSecurity(SecuritySettings(sasl_mechanisms=("PLAIN",)), _Alice())
+    to_controller = grpc.aio.insecure_channel(f"127.0.0.1:{controller_port}")
+    broker_server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(GuardedControllerForwarder(
+        ControllerForwarder(pb_grpc.ControllerStub(to_controller)), security), broker_server)
+    broker_port = broker_server.add_insecure_port("127.0.0.1:0")
+    await broker_server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{broker_port}") as channel:
+            created = await pb_grpc.ControllerStub(channel).CreateTopics(
+                pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="t")]),
+                metadata=(plain_metadata("alice", "pw"),), timeout=10)
+        assert [t.name for t in created.topics] == ["t"]
+        assert controller.forwarded_for == [("User:alice", "127.0.0.1")]
+    finally:
+        await broker_server.stop(0)
+        await to_controller.close()
+        await controller_server.stop(0)

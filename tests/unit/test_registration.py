@@ -56,3 +56,20 @@ def test_fenced_for_two_session_timeouts_registers_again():
     assert not r.on_heartbeat_answer(heartbeat(fenced=False), 500) and not r.is_fenced
     assert not r.on_heartbeat_answer(heartbeat(fenced=True), 1300)
     assert not r.on_heartbeat_answer(heartbeat(fenced=True), 1300 + 2 * SESSION_MS)
+
+
+def test_a_duplicate_registration_is_retried_for_two_session_timeouts_then_given_up():
+    r = Registration(session_timeout_ms=SESSION_MS)
+    duplicate = pb.RegisterBrokerResponse(error_code=pb.DUPLICATE_BROKER_REGISTRATION,
+                                          broker_epoch=-1)
+    assert not r.duplicate_wait_over(duplicate, 1000)
+    assert not r.duplicate_wait_over(duplicate, 1000 + 2 * SESSION_MS)
+    assert r.duplicate_wait_over(duplicate, 1001 + 2 * SESSION_MS)
+    # Another answer in between (the controller was unreachable, or took us): the clock
+    # starts again.
+    r = Registration(session_timeout_ms=SESSION_MS)
+    assert not r.duplicate_wait_over(duplicate, 0)
+    assert not r.duplicate_wait_over(pb.RegisterBrokerResponse(error_code=pb.INVALID_REQUEST),
+                                     100)
+    assert not r.duplicate_wait_over(duplicate, 1 + 2 * SESSION_MS)
+    assert not r.duplicate_wait_over(duplicate, 100 + 2 * SESSION_MS)
