@@ -219,6 +219,20 @@ class InvalidProducerEpochError(TidewaterError):
     error_code = pb.INVALID_PRODUCER_EPOCH
 
 
+class InvalidTxnStateError(TidewaterError):
+    """A producer's batch does not fit its transaction's state (a plain batch while its
+    transaction is open)."""
+
+    error_code = pb.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(TidewaterError):
+    """A marker from a transaction coordinator older than one that already wrote for the
+    producer: a newer coordinator owns the transaction now."""
+
+    error_code = pb.TRANSACTION_COORDINATOR_FENCED
+
+
 class UnknownProducerIdError(TidewaterError):
     """The partition has no state for the batch's producer and the batch does not start
     its sequence at 0 (its earlier batches expired or were deleted)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.tls import ROLE_CONTROLLER, Principal, broker_id_of
+from tidewater.proto.tls import ROLE_BROKER, ROLE_CONTROLLER, Principal, broker_id_of
 
 UNREGISTERED = -1
 
@@ -72,6 +72,8 @@ def control_principal_refusal(rpc: str, principal: Principal | None, *, authenti
         return pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc in CONTROLLER_REQUESTS:
         return None if principal.role == ROLE_CONTROLLER else pb.CLUSTER_AUTHORIZATION_FAILED
+    if rpc == "WriteTxnMarkers":  # a transaction coordinator runs on a broker
+        return None if principal.role == ROLE_BROKER else pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc == "ReplicaFetch":
         broker_id = broker_id_of(principal)
         if broker_id is not None and broker_id == replica_id:
