@@ -1,0 +1,307 @@
+"""Issue 27, the log side of transactions: producer state, markers, the last stable
+offset and the aborted-transaction index (``.txnindex``), including recovery."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidewater.broker.storage.log import Log
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.producer_state import ProducerStateManager
+from tidewater.broker.storage.txn_index import (
+    ENTRY_SIZE,
+    AbortedTxn,
+    decode_entries,
+    encode_entry,
+    txn_index_path,
+)
+from tidewater.proto.batch import TRANSACTIONAL_MASK, iter_batches
+from tidewater.proto.control_records import encode_marker_batch, marker_of_batch, parse_marker
+from tidewater.proto.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    TransactionCoordinatorFencedError,
+)
+from tidewater.proto.records import encode_batch
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def txn_batch(pid: int, seq: int, n: int = 1, epoch: int = 0) -> bytes:
+    return encode_batch([(None, b"t%d" % i) for i in range(n)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq, attributes=TRANSACTIONAL_MASK,
+                        base_timestamp_ms=1000)
+
+
+def plain_batch(n: int = 1, pid: int = -1, seq: int = -1) -> bytes:
+    return encode_batch([(None, b"p")] * n, producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                        base_sequence=seq, base_timestamp_ms=1000)
+
+
+def marker(pid: int, committed: bool, coordinator_epoch: int = 0, epoch: int = 0) -> bytes:
+    return encode_marker_batch(pid, epoch, committed=committed,
+                               coordinator_epoch=coordinator_epoch, timestamp_ms=1000)
+
+
+def open_log(tmp_path, **config) -> Log:
+    return Log.open(tmp_path / "t-0", LogConfig(**config), now_ms=0)
+
+
+# -- control records ---------------------------------------------------------------
+
+def test_a_marker_batch_has_kafkas_layout():
+    data = marker(7, True, coordinator_epoch=3, epoch=2)
+    [(position, header)] = list(iter_batches(data))
+    assert header.attributes & 0x30 == 0x30  # control and transactional
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 2, -1)
+    assert marker_of_batch(data, position, header) == (True, 3)
+    assert parse_marker(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x05") == (False, 5)
+    assert parse_marker(b"\x00\x00\x00\x05", None) is None  # another control type
+
+
+# -- producer state ----------------------------------------------------------------
+
+def test_producer_state_tracks_open_transactions_and_the_first_unstable_offset():
+    state = ProducerStateManager()
+    state.on_batch(1, 0, 0, 10, 12, 1000, is_transactional=True)
+    state.on_batch(2, 0, 0, 13, 13, 1000, is_transactional=True)
+    state.on_batch(1, 0, 3, 14, 14, 1000, is_transactional=True)  # same transaction
+    assert state.first_unstable_offset == 10
+    assert state.ongoing_transactions() == {1: 10, 2: 13}
+    done = state.on_marker(1, 0, 15, 1000, committed=False, coordinator_epoch=0)
+    assert done is not None and (done.first_offset, done.last_offset, done.is_aborted) == (
+        10, 15, True)
+    assert state.last_stable_offset_after(done) == 13  # producer 2 still holds it back
+    assert state.first_unstable_offset == 13
+    done = state.on_marker(2, 0, 16, 1000, committed=True, coordinator_epoch=0)
+    assert done is not None and not done.is_aborted
+    assert state.last_stable_offset_after(done) == 17
+    assert state.first_unstable_offset is None
+    # A retried marker ends nothing.
+    assert state.on_marker(2, 0, 17, 1000, committed=True, coordinator_epoch=0) is None
+
+
+def test_leader_checks_of_transactions():
+    state = ProducerStateManager()
+    state.on_batch(1, 0, 0, 0, 0, 1000, is_transactional=True)
+    with pytest.raises(InvalidTxnStateError):
+        state.check_leader_append([(1, 0, 1, 0, False)])
+    assert state.check_leader_append([(1, 0, 1, 0, True)]) is None
+    state.on_marker(1, 0, 1, 1000, committed=True, coordinator_epoch=5)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        state.check_marker(1, 0, 4)
+    state.on_batch(1, 1, 0, 2, 2, 1000, is_transactional=True)
+    with pytest.raises(InvalidProducerEpochError):
+        state.check_marker(1, 0, 5)
+    state.check_marker(1, 1, 5)
+    state.check_marker(99, 0, 0)  # unknown producer: written (a retried marker)
+
+
+def test_snapshots_keep_open_transactions_and_coordinator_epochs():
+    state = ProducerStateManager()
+    state.on_batch(1, 0, 0, 10, 12, 1000, is_transactional=True)
+    state.on_batch(2, 0, 0, 13, 13, 1000)
+    state.on_marker(3, 4, 14, 1000, committed=True, coordinator_epoch=9)
+    copy = ProducerStateManager()
+    copy.load_snapshot(state.snapshot_bytes(), 15)
+    assert copy.ongoing_transactions() == {1: 10}
+    assert copy.entries[3].coordinator_epoch == 9
+    assert copy.first_unstable_offset == 10
+
+
+def test_a_producer_with_an_open_transaction_does_not_expire():
+    state = ProducerStateManager(expiration_ms=10)
+    state.on_batch(1, 0, 0, 0, 0, 1000, is_transactional=True)
+    state.on_batch(2, 0, 0, 1, 1, 1000)
+    assert state.remove_expired(5000) == [2]
+    assert state.first_unstable_offset == 0
+
+
+# -- the index file ------------------------------------------------------------------
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**62),
+                          st.integers(0, 2**62)), max_size=20),
+       st.integers(0, ENTRY_SIZE - 1))
+def test_index_entries_round_trip_and_a_torn_tail_is_dropped(fields, torn):
+    entries = [AbortedTxn(*f) for f in fields]
+    data = b"".join(map(encode_entry, entries))
+    assert len(data) == ENTRY_SIZE * len(entries)
+    extra = encode_entry(AbortedTxn(1, 2, 3, 4))[:torn]
+    assert decode_entries(data + extra) == (entries, len(data))
+
+
+def test_index_entry_layout_is_kafkas():
+    raw = encode_entry(AbortedTxn(5, 10, 20, 21))
+    assert raw == (b"\x00\x00" + (5).to_bytes(8, "big") + (10).to_bytes(8, "big")
+                   + (20).to_bytes(8, "big") + (21).to_bytes(8, "big"))
+
+
+# -- the log -------------------------------------------------------------------------
+
+def test_log_tracks_transactions_and_writes_aborts_to_the_txnindex(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0, 3), 0, 1000)            # 0-2
+    log.append_as_leader(txn_batch(2, 0), 0, 1000)               # 3
+    assert log.first_unstable_offset == 0
+    log.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)  # 4: abort
+    assert log.first_unstable_offset == 3
+    log.append_as_leader(marker(2, True), 0, 1000, markers_allowed=True)   # 5: commit
+    assert log.first_unstable_offset is None
+    assert log.aborted_transactions(0, 10) == [AbortedTxn(1, 0, 4, 3)]
+    assert log.aborted_transactions(5, 10) == []
+    path = txn_index_path(log.dir, 0)
+    assert decode_entries(path.read_bytes()) == ([AbortedTxn(1, 0, 4, 3)], ENTRY_SIZE)
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.aborted_transactions(0, 10) == [AbortedTxn(1, 0, 4, 3)]
+    assert reopened.first_unstable_offset is None
+    reopened.close()
+
+
+def test_clients_cannot_produce_control_batches(tmp_path):
+    log = open_log(tmp_path)
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(marker(1, True), 0, 1000)
+    with pytest.raises(InvalidRecordError):  # transactional without a producer id
+        log.append_as_leader(encode_batch([(None, b"x")], attributes=TRANSACTIONAL_MASK), 0, 0)
+    assert log.log_end_offset == 0
+    log.close()
+
+
+def test_a_stale_coordinator_cannot_write_a_marker(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0), 0, 1000)
+    log.append_as_leader(marker(1, True, coordinator_epoch=3), 0, 1000, markers_allowed=True)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append_as_leader(marker(1, False, coordinator_epoch=2), 0, 1000,
+                             markers_allowed=True)
+    assert log.log_end_offset == 2
+    log.close()
+
+
+def test_a_follower_builds_the_same_transactions_and_index(tmp_path):
+    leader = Log.open(tmp_path / "a-0", LogConfig(), now_ms=0)
+    follower = Log.open(tmp_path / "b-0", LogConfig(), now_ms=0)
+    leader.append_as_leader(txn_batch(1, 0, 2), 0, 1000)
+    leader.append_as_leader(txn_batch(2, 0), 0, 1000)
+    leader.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)
+    follower.append_as_follower(leader.read(0, 1 << 20).records, 1000)
+    assert follower.first_unstable_offset == leader.first_unstable_offset == 2
+    assert follower.aborted_transactions(0, 100) == leader.aborted_transactions(0, 100)
+    assert follower.producer_state.ongoing_transactions() == {2: 2}
+    leader.close()
+    follower.close()
+
+
+def test_truncation_drops_the_index_entries_of_cut_markers_and_reopens_transactions(tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0), 0, 1000)                          # 0
+    log.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)   # 1
+    assert log.aborted_transactions(0, 10) == [AbortedTxn(1, 0, 1, 2)]
+    log.truncate_to(1)
+    assert log.aborted_transactions(0, 10) == []
+    assert log.first_unstable_offset == 0  # the transaction is open again
+    assert not txn_index_path(log.dir, 0).exists()
+    log.close()
+
+
+def test_retention_deletes_the_txnindex_with_its_segment(tmp_path):
+    log = open_log(tmp_path, segment_bytes=300)
+    log.append_as_leader(txn_batch(1, 0), 0, 1000)
+    log.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)
+    while len(log.segments()) < 3:
+        log.append_as_leader(plain_batch(), 0, 1000)
+    first = txn_index_path(log.dir, 0)
+    assert first.exists()
+    log.maybe_increment_log_start_offset(log.segments()[1].base_offset)
+    log.delete_old_segments(10**13, log.log_end_offset)
+    assert log.segments()[0].base_offset > 0
+    assert not first.exists()  # renamed .deleted with its segment, unlinked in the background
+    assert log.aborted_transactions(0, 100) == []
+    log.close()
+
+
+# One operation of a generated history: (kind, producer).
+_ops = st.lists(st.tuples(st.sampled_from(["txn", "plain", "commit", "abort", "roll"]),
+                          st.integers(0, 2)), min_size=1, max_size=25)
+
+
+def _model(log_batches: list[tuple[int, int, int, bool, bool | None]]
+           ) -> tuple[dict[int, int], list[AbortedTxn]]:
+    """Open transactions and aborted ones from the batches alone: (base offset, last
+    offset, producer, transactional, committed-or-None for data)."""
+    ongoing: dict[int, int] = {}
+    aborted: list[AbortedTxn] = []
+    for base, last, pid, transactional, committed in log_batches:
+        if committed is None:
+            if transactional and pid not in ongoing:
+                ongoing[pid] = base
+            continue
+        first = ongoing.pop(pid, None)
+        if first is not None and not committed:
+            lso = min(ongoing.values(), default=base + 1)
+            aborted.append(AbortedTxn(pid, first, base, lso))
+    return ongoing, aborted
+
+
+def _history(log: Log) -> list[tuple[int, int, int, bool, bool | None]]:
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:  # a read returns one segment's batches
+        result = log.read(offset, 1 << 30)
+        data = result.records
+        for position, header in iter_batches(data):
+            m = marker_of_batch(data, position, header) if header.is_control else None
+            out.append((header.base_offset, header.last_offset, header.producer_id,
+                        bool(header.attributes & TRANSACTIONAL_MASK),
+                        None if m is None else m.committed))
+        offset = result.next_offset
+    return out
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops, cut=st.floats(0, 1), torn_snapshot=st.booleans())
+def test_recovery_from_a_cut_log_rebuilds_transactions_and_the_index(tmp_path_factory, ops,
+                                                                        cut, torn_snapshot):
+    tmp_path = tmp_path_factory.mktemp("txn")
+    log = open_log(tmp_path, segment_bytes=400)
+    sequences = {0: 0, 1: 0, 2: 0}
+    open_txn: set[int] = set()
+    for kind, pid in ops:
+        if kind == "txn":
+            log.append_as_leader(txn_batch(10 + pid, sequences[pid]), 0, 1000)
+            sequences[pid] += 1
+            open_txn.add(pid)
+        elif kind == "plain" and pid not in open_txn:
+            log.append_as_leader(plain_batch(), 0, 1000)
+        elif kind in ("commit", "abort"):
+            log.append_as_leader(marker(10 + pid, kind == "commit"), 0, 1000,
+                                 markers_allowed=True)
+            open_txn.discard(pid)
+        elif kind == "roll":
+            log.roll(1000)
+    # Before any cut, the state agrees with the model of its own batches.
+    ongoing, aborted = _model(_history(log))
+    assert log.producer_state.ongoing_transactions() == ongoing
+    assert log.aborted_transactions(0, 1 << 40) == aborted
+    last = log.segments()[-1]
+    log.close()
+    size = os.path.getsize(last.log_path)
+    os.truncate(last.log_path, int(size * cut))
+    directory = tmp_path / "t-0"
+    snapshots = sorted(n for n in os.listdir(directory) if n.endswith(".snapshot"))
+    if torn_snapshot and len(snapshots) >= 2:
+        # A crash tore the newest snapshot: an older one and the batches after it serve.
+        newest = directory / snapshots[-1]
+        os.truncate(newest, os.path.getsize(newest) // 2)
+    reopened = Log.open(directory, LogConfig(segment_bytes=400), now_ms=0)
+    ongoing, aborted = _model(_history(reopened))
+    assert reopened.producer_state.ongoing_transactions() == ongoing
+    assert reopened.aborted_transactions(0, 1 << 40) == aborted
+    reopened.close()
