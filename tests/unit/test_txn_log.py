@@ -237,7 +237,7 @@ def _model(log_batches: list[tuple[int, int, int, bool, bool | None]]
     offset, producer, transactional, committed-or-None for data)."""
     ongoing: dict[int, int] = {}
     aborted: list[AbortedTxn] = []
-    for base, last, pid, transactional, committed in log_batches:
+    for base, _last, pid, transactional, committed in log_batches:
         if committed is None:
             if transactional and pid not in ongoing:
                 ongoing[pid] = base
