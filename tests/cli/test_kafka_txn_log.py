@@ -178,6 +178,28 @@ def test_read_committed_sees_committed_records_only_and_stops_at_the_open_transa
     assert kafka_python_values(cluster, "read_uncommitted") == EVERYTHING
 
 
+def test_tidewaters_consumer_and_tide_consume_read_committed(cluster, written):
+    from tidewater.client.consumer import Consumer
+
+    def values(isolation_level: str) -> list[bytes]:
+        with Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                      isolation_level=isolation_level, fetch_max_wait_ms=100) as consumer:
+            consumer.assign([(TOPIC, 0)])
+            got: list[bytes] = []
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                got += [r.value for r in consumer.poll(timeout_ms=200)]
+            assert consumer.end_offsets([(TOPIC, 0)]) == {(TOPIC, 0): (
+                8 if isolation_level == "read_committed" else 10)}
+            return got
+    assert values("read_committed") == COMMITTED
+    assert values("read_uncommitted") == EVERYTHING
+    result = cluster.tide("consume", TOPIC, "--from-beginning", "--isolation-level",
+                          "read_committed", "--timeout-ms", "3000")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["a0", "a1", "a2"]
+
+
 def test_a_stale_coordinator_epoch_is_fenced(cluster, written):
     a = written["a"]
     assert write_marker(cluster, a, committed=True, coordinator_epoch=5) == pb.NONE  # 10
