@@ -305,3 +305,44 @@ def test_recovery_from_a_cut_log_rebuilds_transactions_and_the_index(tmp_path_fa
     assert reopened.producer_state.ongoing_transactions() == ongoing
     assert reopened.aborted_transactions(0, 1 << 40) == aborted
     reopened.close()
+
+
+# -- tide dump-log -------------------------------------------------------------------
+
+def test_dump_log_shows_markers_and_decodes_the_txnindex(tmp_path):
+    import contextlib
+    import io
+    import json
+
+    from tidewater.tools.cli import main as tide_main
+
+    def dump(*args: str) -> tuple[int, list[dict]]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = tide_main(["dump-log", *args, "--json", "--verify"])
+        return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(4, 0, 2), 0, 1000)                                   # 0-1
+    log.append_as_leader(marker(4, False, coordinator_epoch=7), 0, 1000,
+                         markers_allowed=True)                                          # 2
+    log.append_as_leader(txn_batch(4, 2), 0, 1000)                                      # 3
+    log.append_as_leader(marker(4, True, coordinator_epoch=7), 0, 1000,
+                         markers_allowed=True)                                          # 4
+    log.close()
+    code, events = dump(str(log.dir))
+    assert code == 0, [e for e in events if e["type"] == "problem"]
+    batches = [e for e in events if e["type"] == "batch"]
+    assert [(b["is_transactional"], b["is_control"]) for b in batches] == [
+        (True, False), (True, True), (True, False), (True, True)]
+    assert [(e["offset"], e["marker"], e["coordinator_epoch"]) for e in events
+            if e["type"] == "control_record"] == [(2, "ABORT", 7), (4, "COMMIT", 7)]
+    [entry] = [e for e in events if e["type"] == "txn_index_entry"]
+    assert (entry["producer_id"], entry["first_offset"], entry["last_offset"],
+            entry["last_stable_offset"]) == (4, 0, 2, 3)
+    # A torn entry at the end is named, the whole ones still shown.
+    index = txn_index_path(log.dir, 0)
+    index.write_bytes(index.read_bytes() + b"\x00\x00\x01")
+    code, events = dump(str(index))
+    assert [e["problem"] for e in events if e["type"] == "problem"] == ["torn_tail"]
+    assert len([e for e in events if e["type"] == "txn_index_entry"]) == 1
