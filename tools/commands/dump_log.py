@@ -89,8 +89,9 @@ from tidewater.broker.storage.checkpoints import (
 from tidewater.broker.storage.cleaner_swap import COMPACTED_MARKER
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
 from tidewater.broker.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
+from tidewater.broker.storage.segment import TXN_INDEX_SUFFIX
 from tidewater.broker.storage.txn_index import ENTRY_SIZE as TXN_INDEX_ENTRY_SIZE
-from tidewater.broker.storage.txn_index import TXN_INDEX_SUFFIX, decode_entries
+from tidewater.broker.storage.txn_index import decode_entries
 from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
