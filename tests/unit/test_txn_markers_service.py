@@ -1,0 +1,121 @@
+"""Issue 27: the marker-writing port (``serving/txn_markers.py``) behind a replica
+manager with real logs, over BrokerControl's WriteTxnMarkers gRPC, and Kafka's
+WriteTxnMarkers authorization; gRPC Fetch/ListOffsets with read_committed."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, serve
+from tidewater.broker.kafka.marker_apis import on_write_txn_markers
+from tidewater.broker.serving.txn_markers import TxnMarkerEntry
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.batch import TRANSACTIONAL_MASK
+from tidewater.proto.records import encode_batch
+
+pytestmark = pytest.mark.timeout(60)
+
+CLUSTER_ID = "txn-markers-cluster"
+
+
+async def leading_manager(tmp_path):
+    data_dir = tmp_path / "broker"
+    data_dir.mkdir()
+    write_meta_properties(data_dir, MetaProperties(1, CLUSTER_ID))
+    manager = LogManager(data_dir, LogConfig())
+    manager.load(now_ms=0)
+    rm, _ = make_manager(data_dir, log_manager=manager)
+    rm.load()
+    answer = await rm.leader_and_isr(lai(isr=(1,), replicas=(1,)))  # alone: HW = LEO
+    assert all(p.error_code == pb.NONE for p in answer.partitions), answer
+    return rm
+
+
+def txn_records(pid: int, sequence: int, *values: bytes) -> bytes:
+    return encode_batch([(None, v) for v in values], producer_id=pid, producer_epoch=0,
+                        base_sequence=sequence, attributes=TRANSACTIONAL_MASK)
+
+
+async def produce(rm, records: bytes) -> None:
+    response = await rm.produce(pb.ProduceRequest(acks=-1, timeout_ms=5000, partitions=[
+        pb.ProducePartitionData(topic=TP.topic, partition=TP.partition, records=records)]))
+    assert response.partitions[0].error_code == pb.NONE, response
+
+
+async def test_markers_in_process_end_transactions_and_fetch_honours_read_committed(tmp_path):
+    rm = await leading_manager(tmp_path)
+    await produce(rm, txn_records(1, 0, b"a"))          # 0
+    await produce(rm, txn_records(2, 0, b"b"))          # 1
+    results = await rm.txn_markers.write_txn_markers([
+        TxnMarkerEntry(1, 0, 0, False, ((TP.topic, 0), ("nowhere", 0)))])  # abort at 2
+    assert [(r.topic, r.error_code) for r in results] == [
+        (TP.topic, pb.NONE), ("nowhere", pb.UNKNOWN_TOPIC_OR_PARTITION)]
+
+    def fetch(isolation_level: int) -> pb.FetchPartitionResponse:
+        return pb.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                               isolation_level=isolation_level, partitions=[pb.FetchPartition(
+                                   topic=TP.topic, partition=0, current_leader_epoch=-1,
+                                   fetch_offset=0, last_fetched_epoch=-1,
+                                   partition_max_bytes=1 << 20)])
+    committed = (await rm.fetch(fetch(1))).partitions[0]
+    assert committed.error_code == pb.NONE
+    assert (committed.high_watermark, committed.last_stable_offset) == (3, 1)
+    assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [(1, 0)]
+    uncommitted = (await rm.fetch(fetch(0))).partitions[0]
+    assert uncommitted.last_stable_offset == 1 and not uncommitted.aborted_transactions
+    assert len(uncommitted.records) > len(committed.records)  # producer 2's batch too
+
+    def latest(isolation_level: int) -> int:
+        return rm.list_offsets(pb.ListOffsetsRequest(
+            replica_id=-1, isolation_level=isolation_level, partitions=[pb.ListOffsetsPartition(
+                topic=TP.topic, partition=0, current_leader_epoch=-1, timestamp=-1)])
+        ).partitions[0].offset
+    assert (latest(0), latest(1)) == (3, 1)
+
+    # Over the internal gRPC, as a coordinator on another broker calls it.
+    server, port = await serve(rm)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            answer = await pb_grpc.BrokerControlStub(channel).WriteTxnMarkers(
+                pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
+                    producer_id=2, producer_epoch=0, coordinator_epoch=3, committed=True,
+                    partitions=[pb.TxnMarkerPartition(topic=TP.topic, partition=0)])]))
+            assert [(r.producer_id, r.error_code) for r in answer.results] == [(2, pb.NONE)]
+            stale = await pb_grpc.BrokerControlStub(channel).WriteTxnMarkers(
+                pb.WriteTxnMarkersRequest(markers=[pb.TxnMarker(
+                    producer_id=2, producer_epoch=0, coordinator_epoch=2, committed=False,
+                    partitions=[pb.TxnMarkerPartition(topic=TP.topic, partition=0)])]))
+            assert [r.error_code for r in stale.results] == [pb.TRANSACTION_COORDINATOR_FENCED]
+    finally:
+        await server.stop(0)
+    assert (latest(0), latest(1)) == (4, 4)
+    # A client cannot produce a marker itself.
+    from tidewater.proto.control_records import encode_marker_batch
+    response = await rm.produce(pb.ProduceRequest(acks=1, partitions=[pb.ProducePartitionData(
+        topic=TP.topic, partition=0, records=encode_marker_batch(
+            2, 0, committed=True, coordinator_epoch=9, timestamp_ms=0))]))
+    assert response.partitions[0].error_code == pb.INVALID_RECORD
+    await rm.stop()
+
+
+async def test_kafka_write_txn_markers_needs_cluster_action():
+    class Refusing:
+        replica_manager = None
+
+        def allowed(self, operation: int, resource_type: int, name: str) -> bool:
+            return False
+    body = SimpleNamespace(markers=(SimpleNamespace(
+        producer_id=5, producer_epoch=0, coordinator_epoch=0, transaction_result=True,
+        topics=(SimpleNamespace(name="t", partition_indexes=(0, 1)),)),))
+    answer = await (await on_write_txn_markers(Refusing(), None, body))  # type: ignore[arg-type]
+    [marker] = answer["markers"]
+    assert marker["producer_id"] == 5
+    assert [p["error_code"] for p in marker["topics"][0]["partitions"]] == [
+        pb.CLUSTER_AUTHORIZATION_FAILED] * 2
