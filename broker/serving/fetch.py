@@ -126,9 +126,14 @@ def aborted_transactions_of(fetched: FetchedPartition) -> list[tuple[int, int]] 
 
 
 def last_stable_offset(partition: Partition, high_watermark: int) -> int:
-    """min(first offset of the oldest open transaction, HW)."""
-    first_unstable = partition.log.first_unstable_offset
-    return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+    """min(first offset of the oldest open transaction, HW). A transaction that began
+    below the log start (retention or DeleteRecords moved it) counts from the log start,
+    as Kafka's: an LSO below the log start would be an offset no consumer may fetch."""
+    log_ = partition.log
+    first_unstable: int | None = log_.first_unstable_offset
+    if first_unstable is None:
+        return high_watermark
+    return min(max(first_unstable, int(log_.log_start_offset)), high_watermark)
 
 
 def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:

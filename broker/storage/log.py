@@ -127,7 +127,7 @@ from tidewater.broker.storage.producer_state import (
 from tidewater.broker.storage.recovery import close_segments_quietly, open_log_dir
 from tidewater.broker.storage.segment import LogSegment, fsync_dir, storage_error
 from tidewater.broker.storage.topics import TopicPartition, parse_log_dir_name
-from tidewater.broker.storage.txn_index import AbortedTxn, TxnIndexes
+from tidewater.broker.storage.txn_index import AbortedTxn, TxnIndexes, txn_index_path
 from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_MIN,
@@ -622,6 +622,17 @@ class Log:
             _fsync_file(self.dir / snapshot_file_name(end_offset))  # the directory: below
         except KafkaStorageError as e:  # only the snapshot is in doubt: an older one serves
             log.warning("%s: producer snapshot at %d not synced: %s", self.dir, end_offset, e)
+        # The rolled segments' aborted transactions, durable with the snapshot that covers
+        # them: a replay after a crash starts at that snapshot and would not re-add them.
+        with self._lock:
+            rolled_bases = [b for b in self._base_offsets if b < end_offset]
+        for base in rolled_bases[-2:]:  # the one rolled now, and one a quick roll left
+            path = txn_index_path(self.dir, base)
+            if path.exists():
+                try:
+                    _fsync_file(path)
+                except KafkaStorageError as e:
+                    log.warning("%s: transaction index not synced: %s", self.dir, e)
         try:
             self.flush_outside_lock(end_offset=end_offset)
         except KafkaStorageError:

@@ -20,11 +20,14 @@ Entries are in marker order (``last_offset`` ascending). A torn tail (a size
 that is not a multiple of 34) is cut off on load; an entry of another version
 ends the file's readable part there (the rest is rebuilt, below).
 
-Durability: entries are written without fsync; the roll's background flush and
-close fsync them with the segment. The producer-state rebuild on open re-reads
-the markers after the latest producer snapshot and re-adds any entry lost in a
-crash (``add`` ignores an entry at or below the last one known, so the replay
-is idempotent). Truncation drops entries whose marker is cut; a segment's file
+Durability: entries are written without fsync; a roll's background flush
+fsyncs the rolled segment's file with the roll's producer snapshot (before the
+recovery point moves), and close fsyncs them all. The producer-state rebuild on
+open re-reads the markers after the latest producer snapshot and re-adds any
+entry lost in a crash (``add`` ignores an entry at or below the last one known,
+so the replay is idempotent). Known gap: a crash that keeps a roll's snapshot
+file but loses the rolled segment's newest entries (both were unsynced) is not
+repaired (Kafka rebuilds the index of every segment it recovers). Truncation drops entries whose marker is cut; a segment's file
 goes with the segment (``segment.py`` deletes and renames it with its files).
 
 Memory: the entries are kept in memory per segment (aborted transactions are

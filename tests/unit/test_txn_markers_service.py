@@ -119,3 +119,23 @@ async def test_kafka_write_txn_markers_needs_cluster_action():
     assert marker["producer_id"] == 5
     assert [p["error_code"] for p in marker["topics"][0]["partitions"]] == [
         pb.CLUSTER_AUTHORIZATION_FAILED] * 2
+
+
+async def test_the_lso_never_falls_below_the_log_start(tmp_path):
+    rm = await leading_manager(tmp_path)
+    await produce(rm, txn_records(1, 0, b"open"))                      # 0: left open
+    await produce(rm, encode_batch([(None, b"x")]))                    # 1
+    await produce(rm, encode_batch([(None, b"y")]))                    # 2
+    [deleted] = await rm.delete_records([(TP.topic, 0, 2)], 5000)
+    assert (deleted.error_code, deleted.low_watermark) == (pb.NONE, 2)
+    answer = rm.list_offsets(pb.ListOffsetsRequest(
+        replica_id=-1, isolation_level=1, partitions=[pb.ListOffsetsPartition(
+            topic=TP.topic, partition=0, current_leader_epoch=-1, timestamp=-1)]))
+    assert answer.partitions[0].offset == 2  # not 0: below the log start
+    # The coordinator ends it: the LSO reaches the HW.
+    await rm.txn_markers.write_txn_markers([TxnMarkerEntry(1, 0, 0, True, ((TP.topic, 0),))])
+    answer = rm.list_offsets(pb.ListOffsetsRequest(
+        replica_id=-1, isolation_level=1, partitions=[pb.ListOffsetsPartition(
+            topic=TP.topic, partition=0, current_leader_epoch=-1, timestamp=-1)]))
+    assert answer.partitions[0].offset == 4
+    await rm.stop()
