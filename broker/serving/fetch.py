@@ -144,13 +144,14 @@ def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:
          leader_epoch, records, diverging) = fetched
         out = add(topic=topic, partition=partition, error_code=code, error_message=message,
                   high_watermark=high_watermark, log_start_offset=log_start_offset,
-                  log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records,
-                  last_stable_offset=last_stable_offset_of(fetched))
-        aborted = aborted_transactions_of(fetched)
-        if aborted:
+                  log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+        if isinstance(fetched, ConsumerFetched):
+            # Consumers' answers only: a follower's is also written by hand
+            # (replica_fetch_wire), which knows nothing of transactions.
+            out.last_stable_offset = fetched.last_stable_offset
             out.aborted_transactions.extend(
                 pb.AbortedTransaction(producer_id=pid, first_offset=first)
-                for pid, first in aborted)
+                for pid, first in fetched.aborted_transactions)
         if diverging is not None:
             out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
                                                            end_offset=diverging[1]))
