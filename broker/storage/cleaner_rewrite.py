@@ -21,14 +21,22 @@ Kafka's ``LogCleaner.buildOffsetMap`` and ``MemoryRecords.filterTo``:
   log (Kafka keeps it so the producer's idempotence state survives) or when the
   caller asks to keep it (the last batch of a cleaned group: the cleaned segment
   then ends where the group did; ``cleaner_swap.py`` relies on it).
-- Control and transactional batches are kept as they are (this broker has no
-  transactions; an aborted transaction's records must not be mistaken for data).
+- Transactions (Kafka's rules, in part). The cleaner never reaches the last
+  stable offset (``cleaner.py``: an open transaction may still abort). A batch
+  of an **aborted** transaction (its producer's, from the transaction's first
+  offset to its ABORT marker, per the ``.txnindex``: ``AbortedRanges``) adds
+  nothing to the offset map (its keys must not shadow committed values) and is
+  removed (an empty batch where one must stay, as above). A committed
+  transaction's batches and every control batch (marker) are kept byte for
+  byte. Not yet Kafka's: markers are never removed (Kafka drops one once the
+  delete horizon has passed and no data of its transaction is left), so a
+  cleaned log keeps one small batch per transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from tidewater.proto.batch import (
     CONTROL_MASK,
@@ -40,15 +48,34 @@ from tidewater.proto.batch_builder import BatchBuilder
 from tidewater.proto.compression import COMPRESSION_NONE
 from tidewater.proto.records import decode_batch_records
 
-_UNTOUCHED = CONTROL_MASK | TRANSACTIONAL_MASK
+
+class AbortedRanges:
+    """Per producer, the offset ranges [first offset, ABORT marker] of its aborted
+    transactions (from the log's ``.txnindex`` entries)."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int, int]] = ()):
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first_offset, last_offset in ranges:
+            self._by_producer.setdefault(producer_id, []).append((first_offset, last_offset))
+
+    def holds(self, header: BatchHeader) -> bool:
+        """Is this a data batch of an aborted transaction?"""
+        if header.attributes & CONTROL_MASK or not header.attributes & TRANSACTIONAL_MASK:
+            return False
+        ranges = self._by_producer.get(header.producer_id)
+        if not ranges:
+            return False
+        offset = header.base_offset
+        return any(first <= offset <= last for first, last in ranges)
 
 
 class OffsetMap:
     """Key -> offset of its last record in the dirty section (Kafka's ``SkimpyOffsetMap``,
     as a dict: exact, bounded by ``entries_max`` instead of a buffer size)."""
 
-    def __init__(self, entries_max: int):
+    def __init__(self, entries_max: int, aborted: AbortedRanges | None = None):
         self.entries_max = entries_max
+        self.aborted = aborted or AbortedRanges()
         self.offsets: dict[bytes, int] = {}
         self.last_offset = -1  # the last offset added
 
@@ -60,8 +87,9 @@ class OffsetMap:
         return len(self.offsets) >= self.entries_max
 
     def add_batch(self, buf: BytesLike, position: int, header: BatchHeader) -> None:
-        """Every keyed record of one (CRC-checked) batch; control batches hold no data."""
-        if header.attributes & CONTROL_MASK:
+        """Every keyed record of one (CRC-checked) batch; control batches hold no data,
+        an aborted transaction's batches none that counts."""
+        if header.attributes & CONTROL_MASK or self.aborted.holds(header):
             return
         offsets = self.offsets
         for record in decode_batch_records(buf, position, header):
@@ -78,6 +106,7 @@ class RetainRules:
     offsets: Mapping[bytes, int]  # the offset map
     tombstone_horizon_ms: int  # tombstones in batches with maxTimestamp below this go
     producer_last_offsets: Mapping[int, int]  # producer id -> last offset of its last batch
+    aborted: AbortedRanges = field(default_factory=AbortedRanges)
 
 
 @dataclass(slots=True)
@@ -112,12 +141,14 @@ def filter_batch(buf: BytesLike, position: int, header: BatchHeader, rules: Reta
     stats.batches_read += 1
     stats.records_read += header.record_count
     original = bytes(memoryview(buf)[position:position + header.size])
-    if header.attributes & _UNTOUCHED:
+    aborted = rules.aborted.holds(header)
+    if header.attributes & (CONTROL_MASK | TRANSACTIONAL_MASK) and not aborted:
         stats.batches_kept += 1
         stats.records_kept += header.record_count
         return original
     records = decode_batch_records(buf, position, header)
-    kept = [r for r in records if keeps(r.key, r.value, r.offset, header.max_timestamp, rules)]
+    kept = [] if aborted else [
+        r for r in records if keeps(r.key, r.value, r.offset, header.max_timestamp, rules)]
     if len(kept) == len(records):
         stats.batches_kept += 1
         stats.records_kept += len(kept)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.producer_state import ProducerStateManager
+from tidewater.broker.storage.topics import TopicPartition
 from tidewater.broker.storage.txn_index import (
     ENTRY_SIZE,
     AbortedTxn,
@@ -346,3 +347,59 @@ def test_dump_log_shows_markers_and_decodes_the_txnindex(tmp_path):
     code, events = dump(str(index))
     assert [e["problem"] for e in events if e["type"] == "problem"] == ["torn_tail"]
     assert len([e for e in events if e["type"] == "txn_index_entry"]) == 1
+
+
+# -- compaction ----------------------------------------------------------------------
+
+def test_the_cleaner_drops_aborted_data_keeps_committed_and_markers_and_stops_at_the_lso(
+        tmp_path):
+    from tidewater.broker.storage.cleaner import LogCleaner
+    from tidewater.proto.records import decode_batch_records
+
+    config = LogConfig.from_configs({"cleanup.policy": "compact", "segment.bytes": "400",
+                                     "min.cleanable.dirty.ratio": "0",
+                                     "delete.retention.ms": "1000"})
+    log = Log.open(tmp_path / "t-0", config, now_ms=0)
+
+    def keyed(pid: int, seq: int, key: bytes, value: bytes) -> bytes:
+        return encode_batch([(key, value)], producer_id=pid, producer_epoch=0,
+                            base_sequence=seq, attributes=TRANSACTIONAL_MASK,
+                            base_timestamp_ms=1000)
+
+    log.append_as_leader(encode_batch([(b"k", b"committed-old")], base_timestamp_ms=1000),
+                         0, 1000)                                                   # 0
+    log.append_as_leader(keyed(1, 0, b"k", b"aborted"), 0, 1000)                    # 1
+    log.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)           # 2
+    log.append_as_leader(keyed(2, 0, b"j", b"committed-txn"), 0, 1000)              # 3
+    log.append_as_leader(marker(2, True), 0, 1000, markers_allowed=True)            # 4
+    log.append_as_leader(keyed(3, 0, b"k", b"open"), 0, 1000)                       # 5: open
+    for i in range(12):                                                             # 6..
+        log.append_as_leader(encode_batch([(b"z%d" % i, b"x")], base_timestamp_ms=1000),
+                             0, 1000)
+    assert log.first_unstable_offset == 5
+    log.flush()
+    [result] = LogCleaner(log.dir.parent).clean_logs(
+        {TopicPartition("t", 0): log}, {TopicPartition("t", 0): log.log_end_offset}, 10_000)
+    assert 2 < result.clean_end_offset <= 5  # never past the LSO
+
+    def values_by_offset() -> dict[int, bytes | None]:
+        out: dict[int, bytes | None] = {}
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            read = log.read(offset, 1 << 20)
+            for position, header in iter_batches(read.records):
+                if header.is_control:
+                    out[header.base_offset] = b"<marker>"
+                    continue
+                for r in decode_batch_records(read.records, position, header):
+                    out[r.offset] = r.value
+            offset = read.next_offset
+        return out
+    after = values_by_offset()
+    # The aborted value did not shadow the committed one, and it is gone itself.
+    assert after[0] == b"committed-old"
+    assert 1 not in after
+    assert after[2] == after[4] == b"<marker>"
+    assert after[3] == b"committed-txn"
+    assert after[5] == b"open"
+    log.close()
