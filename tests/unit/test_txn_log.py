@@ -403,3 +403,17 @@ def test_the_cleaner_drops_aborted_data_keeps_committed_and_markers_and_stops_at
     assert after[3] == b"committed-txn"
     assert after[5] == b"open"
     log.close()
+
+
+def test_an_abort_with_a_bumped_epoch_fences_the_zombie_and_the_new_epoch_starts_at_zero(
+        tmp_path):
+    log = open_log(tmp_path)
+    log.append_as_leader(txn_batch(1, 0, epoch=0), 0, 1000)
+    # The coordinator fenced the producer (InitProducerId again): ABORT with epoch 1.
+    log.append_as_leader(marker(1, False, epoch=1), 0, 1000, markers_allowed=True)
+    assert log.first_unstable_offset is None
+    with pytest.raises(InvalidProducerEpochError):  # the zombie's late batch
+        log.append_as_leader(txn_batch(1, 1, epoch=0), 0, 1000)
+    log.append_as_leader(txn_batch(1, 0, epoch=1), 0, 1000)  # the new incarnation
+    assert log.first_unstable_offset == 2
+    log.close()
