@@ -14,7 +14,10 @@ The coordinator's port (call this; do not reach into the log)::
                                     timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT
                                     ) -> list[TxnMarkerResult]: ...
 
-``ReplicaManager.txn_markers`` is the broker's implementation (``MarkerWriter``).
+``ReplicaManager.txn_markers`` is the broker's implementation (``MarkerWriter``),
+for partitions this broker leads; ``RemoteMarkerWriter(channel)`` is the same
+port over another broker's internal gRPC (``BrokerControl.WriteTxnMarkers``,
+mapped to its ``MarkerWriter``), for partitions led elsewhere.
 Each ``TxnMarkerEntry`` names one producer's transaction and the partitions to
 mark; the answer has one ``TxnMarkerResult`` per (entry, partition), in order,
 with Kafka's error code (``pb.ErrorCode`` numbers):
@@ -42,6 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import grpc
+
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.error_mapping import error_code_for, wire_code
 from tidewater.broker.replicas.partition import Partition
@@ -50,6 +55,7 @@ from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.produce import append_as_leader
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.control_records import encode_marker_batch
 
 MARKER_TIMEOUT_MS_DEFAULT = 30_000  # Kafka's request.timeout.ms for the markers channel
@@ -134,6 +140,33 @@ class MarkerWriter:
                                        markers_allowed=True)
         assert wait is not None  # acks=all always opens one
         return wait
+
+
+class RemoteMarkerWriter:
+    """``TxnMarkerWriter`` over a broker's internal gRPC (a ``grpc.aio`` channel to its
+    INTERNAL listener). A transport failure raises ``grpc.RpcError`` (retry, after a
+    metadata refresh); answers carry the per-partition codes as in process."""
+
+    def __init__(self, channel: grpc.aio.Channel):
+        self._stub = pb_grpc.BrokerControlStub(channel)
+
+    async def write_txn_markers(self, markers: Sequence[TxnMarkerEntry], *,
+                                timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT
+                                ) -> list[TxnMarkerResult]:
+        response = await self._stub.WriteTxnMarkers(
+            markers_to_proto(markers, timeout_ms), timeout=timeout_ms / 1000 + 5)
+        return [TxnMarkerResult(r.producer_id, r.topic, r.partition, int(r.error_code),
+                                r.error_message) for r in response.results]
+
+
+def markers_to_proto(markers: Sequence[TxnMarkerEntry],
+                     timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT) -> pb.WriteTxnMarkersRequest:
+    return pb.WriteTxnMarkersRequest(timeout_ms=timeout_ms, markers=[
+        pb.TxnMarker(producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                     coordinator_epoch=m.coordinator_epoch, committed=m.committed,
+                     partitions=[pb.TxnMarkerPartition(topic=t, partition=p)
+                                 for t, p in m.partitions])
+        for m in markers])
 
 
 def markers_from_proto(request: pb.WriteTxnMarkersRequest) -> list[TxnMarkerEntry]:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, serve
 from tidewater.broker.kafka.marker_apis import on_write_txn_markers
-from tidewater.broker.serving.txn_markers import TxnMarkerEntry
+from tidewater.broker.serving.txn_markers import RemoteMarkerWriter, TxnMarkerEntry
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
@@ -93,9 +93,15 @@ async def test_markers_in_process_end_transactions_and_fetch_honours_read_commit
                     producer_id=2, producer_epoch=0, coordinator_epoch=2, committed=False,
                     partitions=[pb.TxnMarkerPartition(topic=TP.topic, partition=0)])]))
             assert [r.error_code for r in stale.results] == [pb.TRANSACTION_COORDINATOR_FENCED]
+            # The same port as in process, over the channel.
+            remote = RemoteMarkerWriter(channel)
+            again = await remote.write_txn_markers(
+                [TxnMarkerEntry(2, 0, 3, True, ((TP.topic, 0), ("nowhere", 1)))])
+            assert [(r.topic, r.partition, r.error_code) for r in again] == [
+                (TP.topic, 0, pb.NONE), ("nowhere", 1, pb.UNKNOWN_TOPIC_OR_PARTITION)]
     finally:
         await server.stop(0)
-    assert (latest(0), latest(1)) == (4, 4)
+    assert (latest(0), latest(1)) == (5, 5)  # two COMMITs for producer 2: the retry too
     # A client cannot produce a marker itself.
     from tidewater.proto.control_records import encode_marker_batch
     response = await rm.produce(pb.ProduceRequest(acks=1, partitions=[pb.ProducePartitionData(
