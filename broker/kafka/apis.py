@@ -34,7 +34,7 @@ ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
 InitProducerId (22)   0-5   idempotent producers only (``producer_apis.py``)
 DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
 DescribeLogDirs (35)  1-4   the data dir, replicas' sizes (``log_apis.py``)
-WriteTxnMarkers (27)  1-2   coordinator -> leader: COMMIT/ABORT markers
+WriteTxnMarkers (27)  0-2   coordinator -> leader: COMMIT/ABORT markers
                             (``marker_apis.py``)
 ===================== ===== ======================================================
 

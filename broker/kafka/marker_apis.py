@@ -1,10 +1,9 @@
 """Kafka's WriteTxnMarkers (key 27): a transaction coordinator asks this broker, as
 the partitions' leader, to end a transaction with COMMIT or ABORT markers.
 
-Versions 1-2 (flexible; v2 adds ``transaction_version``, KIP-890, which changes
-nothing here). Version 0 (the same fields, not flexible) is not advertised: the
-Kafka message definitions this listener decodes with (``kio``) dropped it, as
-Kafka 4 did. Each marker's partitions go to ``ReplicaManager.txn_markers``
+Versions 0-2 (v1 flexible; v2 adds ``transaction_version``, KIP-890, which
+changes nothing here). ``kio`` dropped v0 with Kafka 4: its schema is in
+``schemas/`` (v1's fields, not flexible). Each marker's partitions go to ``ReplicaManager.txn_markers``
 (``broker/serving/txn_markers.py``, acks=all: answered once committed); its
 per-partition error codes are the answer. With an authorizer the caller needs
 CLUSTER_ACTION on the cluster (Kafka's rule: only brokers write markers);
@@ -23,7 +22,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import CLUSTER, CLUSTER_ACTION, CLUSTER_NAME
 
 WRITE_TXN_MARKERS = 27
-WRITE_TXN_MARKERS_VERSIONS = (1, 2)
+WRITE_TXN_MARKERS_VERSIONS = (0, 2)
 
 
 class MarkerServices(Protocol):

@@ -83,8 +83,9 @@ def produce_plain(c, value: bytes) -> None:
     assert partition.error_code == 0, partition
 
 
-def write_marker(c, pid: int, committed: bool, coordinator_epoch: int = 0) -> int:
-    answer = call(leader_address(c), WRITE_TXN_MARKERS, 1, {"markers": [{
+def write_marker(c, pid: int, committed: bool, coordinator_epoch: int = 0,
+                 version: int = 1) -> int:
+    answer = call(leader_address(c), WRITE_TXN_MARKERS, version, {"markers": [{
         "producer_id": pid, "producer_epoch": 0, "transaction_result": committed,
         "topics": [{"name": TOPIC, "partition_indexes": [0]}],
         "coordinator_epoch": coordinator_epoch}]})
@@ -218,7 +219,7 @@ def test_a_new_leader_keeps_the_lso_and_the_aborted_list(cluster, written):
     assert confluent_values(cluster, "read_committed", len(COMMITTED)) == COMMITTED
     assert kafka_python_values(cluster, "read_committed") == COMMITTED
     # The coordinator ends C on the new leader: C and the plain record behind it appear.
-    assert write_marker(cluster, written["c"], committed=True) == pb.NONE
+    assert write_marker(cluster, written["c"], committed=True, version=0) == pb.NONE
     released = [*COMMITTED, b"c0", b"p0"]
     assert confluent_values(cluster, "read_committed", len(released)) == released
     assert kafka_python_values(cluster, "read_committed") == released

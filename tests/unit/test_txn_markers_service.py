@@ -11,7 +11,11 @@ import pytest
 
 from tests.unit.test_broker_replica_manager import TP, lai, make_manager, serve
 from tidewater.broker.kafka.marker_apis import on_write_txn_markers
-from tidewater.broker.serving.txn_markers import RemoteMarkerWriter, TxnMarkerEntry
+from tidewater.broker.serving.txn_markers import (
+    RemoteMarkerWriter,
+    TxnMarkerEntry,
+    TxnMarkerResult,
+)
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.meta_properties import MetaProperties, write_meta_properties
@@ -145,3 +149,25 @@ async def test_the_lso_never_falls_below_the_log_start(tmp_path):
             topic=TP.topic, partition=0, current_leader_epoch=-1, timestamp=-1)]))
     assert answer.partitions[0].offset == 4
     await rm.stop()
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_write_txn_markers_every_version_round_trips_through_the_codec(version):
+    from tidewater.broker.kafka import codec
+    from tidewater.broker.kafka.apis import SUPPORTED
+    from tidewater.broker.kafka.marker_apis import WRITE_TXN_MARKERS, write_txn_markers_values
+
+    entries = [TxnMarkerEntry(7, 1, 3, True, ((TP.topic, 0), (TP.topic, 2)))]
+    frame = codec.encode_request(WRITE_TXN_MARKERS, version, 5, {"markers": [{
+        "producer_id": 7, "producer_epoch": 1, "transaction_result": True,
+        "topics": [{"name": TP.topic, "partition_indexes": [0, 2]}], "coordinator_epoch": 3}]})
+    head, body = codec.decode_request(frame[4:], SUPPORTED)
+    assert head.api_version == version
+    [marker] = body.markers
+    assert (marker.producer_id, marker.coordinator_epoch, marker.transaction_result) == (7, 3, True)
+    values = write_txn_markers_values(
+        entries, [TxnMarkerResult(7, TP.topic, p, pb.NONE) for p in (0, 2)])
+    answer = codec.encode_response(head, codec.build(
+        codec.response_type(WRITE_TXN_MARKERS, version), values))
+    _, decoded = codec.decode_response(WRITE_TXN_MARKERS, version, answer[4:])
+    assert [p.partition_index for p in decoded.markers[0].topics[0].partitions] == [0, 2]
