@@ -402,7 +402,13 @@ def test_the_cleaner_drops_aborted_data_keeps_committed_and_markers_and_stops_at
     assert after[2] == after[4] == b"<marker>"
     assert after[3] == b"committed-txn"
     assert after[5] == b"open"
+    # The index still names the aborted transaction, on disk too (a reader of an older
+    # snapshot of the log, or a replica not cleaned yet, may still hold its records).
+    assert log.aborted_transactions(0, 100) == [AbortedTxn(1, 1, 2, 3)]
     log.close()
+    reopened = Log.open(tmp_path / "t-0", config, now_ms=0)
+    assert reopened.aborted_transactions(0, 100) == [AbortedTxn(1, 1, 2, 3)]
+    reopened.close()
 
 
 def test_an_abort_with_a_bumped_epoch_fences_the_zombie_and_the_new_epoch_starts_at_zero(
