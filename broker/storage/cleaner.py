@@ -50,6 +50,7 @@ from tidewater.broker.storage.cleaner_rewrite import (
     FilterStats,
     OffsetMap,
     RetainRules,
+    TxnPass,
     filter_batch,
 )
 from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, swap_in
@@ -206,9 +207,9 @@ class LogCleaner:
                 readers[id(segment)] = _SegmentReader(segment)
             producer_last = self._producer_last_offsets(segments, readers)
             offset_map, plan = self._build_offset_map(segments, plan, readers, result, aborted)
-            rules = RetainRules(offset_map.offsets,
-                                now_ms - partition_log.config.delete_retention_ms, producer_last,
-                                aborted)
+            delete_retention_ms = partition_log.config.delete_retention_ms
+            rules = RetainRules(offset_map.offsets, now_ms - delete_retention_ms, producer_last,
+                                aborted, TxnPass(aborted, now_ms, delete_retention_ms))
             for group in plan.groups:
                 old = [segments[i] for i in group]
                 self._clean_group(partition_log, old, truncations, readers, rules, result,
@@ -292,8 +293,10 @@ class LogCleaner:
             cleaned.on_become_inactive()
             cleaned.flush()
             self._check_stopping()
+            removed_aborts = rules.txn.removed_aborts if rules.txn is not None else set()
             renamed = partition_log.replace_with_cleaned(
-                old, cleaned, truncations, lambda new, replaced: swap_in(directory, new, replaced))
+                old, cleaned, truncations, lambda new, replaced: swap_in(directory, new, replaced),
+                removed_aborts=removed_aborts)
             if renamed is None:
                 raise CleaningAborted(f"{partition_log.dir} changed while it was cleaned")
             swapped = True

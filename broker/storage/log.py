@@ -1020,11 +1020,14 @@ class Log:
 
     def replace_with_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int,
                              swap_in: Callable[[LogSegment, list[LogSegment]], list[Path]],
+                             *, removed_aborts: set[int] | frozenset[int] = frozenset(),
                              ) -> list[Path] | None:
         """Swap ``cleaned`` in for the consecutive closed segments ``old`` (``swap_in`` does
         the renames: ``cleaner_swap.py``), under the lock. None, with nothing done, when
         the log changed since the cleaner read it (a cut, retention, closed). Returns the
-        old files, renamed ``.deleted``, to unlink without the lock."""
+        old files, renamed ``.deleted``, to unlink without the lock. ``removed_aborts``:
+        offsets of ABORT markers the cleaner removed; their ``.txnindex`` entries go too
+        (an entry without its marker would hide the producer's later batches)."""
         with self._lock:
             if (self._closed or self._offline_reason is not None
                     or self._truncations != truncations or not old):
@@ -1040,7 +1043,8 @@ class Log:
                 # The old segments' .txnindex files went with them; their entries stay
                 # true of the cleaned one (markers and transactional batches are kept).
                 self.txn_indexes.merge_into(cleaned.base_offset,
-                                            [o.base_offset for o in old])
+                                            [o.base_offset for o in old],
+                                            dropped=removed_aborts)
             except KafkaStorageError as e:
                 self._go_offline(e)
                 raise

@@ -27,8 +27,13 @@ open re-reads the markers after the latest producer snapshot and re-adds any
 entry lost in a crash (``add`` ignores an entry at or below the last one known,
 so the replay is idempotent). Known gap: a crash that keeps a roll's snapshot
 file but loses the rolled segment's newest entries (both were unsynced) is not
-repaired (Kafka rebuilds the index of every segment it recovers). Truncation drops entries whose marker is cut; a segment's file
-goes with the segment (``segment.py`` deletes and renames it with its files).
+repaired (Kafka rebuilds the index of every segment it recovers).
+
+Truncation drops entries whose marker is cut; a segment's file goes with the
+segment (``segment.py`` deletes and renames it with its files); the cleaner
+moves a cleaned group's entries to the cleaned segment and drops those whose
+ABORT marker it removed (an entry without its marker would make a consumer skip
+the producer's later batches).
 
 Memory: the entries are kept in memory per segment (aborted transactions are
 rare next to records: 34 bytes each).
@@ -160,14 +165,15 @@ class TxnIndexes:
     def clear(self) -> None:
         self._by_segment = {}
 
-    def merge_into(self, base_offset: int, old_bases: Iterable[int]) -> None:
+    def merge_into(self, base_offset: int, old_bases: Iterable[int], *,
+                   dropped: set[int] | frozenset[int] = frozenset()) -> None:
         """The cleaner replaced the segments ``old_bases`` with one at ``base_offset``:
-        their entries (still valid: the cleaner keeps transactional batches and markers)
-        go to its file."""
+        their entries go to its file, except those whose ABORT marker it removed (marker
+        offsets in ``dropped``)."""
         merged: list[AbortedTxn] = []
         for base in sorted(old_bases):
             merged += self._by_segment.pop(base, [])
-        self._rewrite(base_offset, merged)
+        self._rewrite(base_offset, [e for e in merged if e.last_offset not in dropped])
 
     def _rewrite(self, base: int, entries: list[AbortedTxn]) -> None:
         path = txn_index_path(self.directory, base)

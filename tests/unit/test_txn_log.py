@@ -492,3 +492,81 @@ def test_read_committed_returns_exactly_the_committed_records(tmp_path_factory, 
     # (single-record batches), so ``start`` is any offset.
     assert _committed_view(log, start) == expected
     log.close()
+
+
+def test_markers_go_in_two_passes_after_their_data_and_the_delete_horizon(tmp_path):
+    from tidewater.broker.storage.cleaner import LogCleaner
+    from tidewater.broker.storage.cleaner_rewrite import DELETE_HORIZON_MASK
+
+    config = LogConfig.from_configs({"cleanup.policy": "compact", "segment.bytes": "400",
+                                     "min.cleanable.dirty.ratio": "0",
+                                     "delete.retention.ms": "1000"})
+    log = Log.open(tmp_path / "t-0", config, now_ms=0)
+    tp = TopicPartition("t", 0)
+
+    def keyed(pid: int, seq: int, key: bytes) -> bytes:
+        return encode_batch([(key, b"v")], producer_id=pid, producer_epoch=0,
+                            base_sequence=seq, attributes=TRANSACTIONAL_MASK,
+                            base_timestamp_ms=1000)
+
+    log.append_as_leader(keyed(1, 0, b"a"), 0, 1000)                           # 0 aborted
+    log.append_as_leader(marker(1, False), 0, 1000, markers_allowed=True)      # 1
+    log.append_as_leader(keyed(2, 0, b"b"), 0, 1000)                           # 2 committed
+    log.append_as_leader(marker(2, True), 0, 1000, markers_allowed=True)       # 3
+    log.append_as_leader(keyed(2, 1, b"b"), 0, 1000)                           # 4 supersedes 2
+    log.append_as_leader(marker(2, True), 0, 1000, markers_allowed=True)       # 5
+    log.append_as_leader(keyed(1, 1, b"c"), 0, 1000)                           # 6: 1's later txn
+    log.append_as_leader(marker(1, True), 0, 1000, markers_allowed=True)       # 7
+    for i in range(12):
+        log.append_as_leader(encode_batch([(b"z%d" % i, b"x")], base_timestamp_ms=1000),
+                             0, 1000)
+    log.flush()
+
+    cleaner = LogCleaner(log.dir.parent)
+    passes = iter(range(100))
+
+    def clean_pass(now_ms: int) -> None:
+        # Something new to clean (a pass needs dirty data): more records, rolled.
+        n = next(passes)
+        for i in range(4):
+            log.append_as_leader(encode_batch([(b"y%d-%d" % (n, i), b"x")],
+                                              base_timestamp_ms=1000), 0, 1000)
+        log.roll(1000)
+        log.flush()
+        [result] = cleaner.clean_logs({tp: log}, {tp: log.log_end_offset}, now_ms)
+        assert result.clean_end_offset > 7
+
+    def batches() -> dict[int, tuple[bool, bool]]:
+        """base offset -> (is control, stamped with a delete horizon)"""
+        out = {}
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            read = log.read(offset, 1 << 20)
+            for _position, header in iter_batches(read.records):
+                out[header.base_offset] = (header.is_control,
+                                           bool(header.attributes & DELETE_HORIZON_MASK))
+            offset = read.next_offset
+        return out
+
+    clean_pass(10_000)  # data goes: 0 aborted, 2 superseded; their markers met it and stay
+    first = batches()
+    assert 0 not in first and 2 not in first
+    assert first[1] == first[3] == (True, False)
+    assert log.aborted_transactions(0, 100) == [AbortedTxn(1, 0, 1, 2)]
+    clean_pass(20_000)  # no data of theirs left: stamped, horizon 21_000
+    second = batches()
+    assert second[1] == second[3] == (True, True)
+    assert second[5] == second[7] == (True, False)  # their data (4, 6) is still there
+    clean_pass(20_500)  # before the horizon: kept
+    assert batches()[1] == (True, True)
+    clean_pass(21_000)  # the horizon: both go, with the ABORT's index entry
+    third = batches()
+    assert 1 not in third and 3 not in third
+    assert log.aborted_transactions(0, 100) == []
+    assert third[5] == third[7] == (True, False)
+    # Reopened from the files, nothing of the removed transactions is open.
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", config, now_ms=0)
+    assert reopened.first_unstable_offset is None
+    assert reopened.aborted_transactions(0, 100) == []
+    reopened.close()
