@@ -9,6 +9,14 @@ straight into ConsumerRecord tuples (``proto.records.decode_consumer_records``)
 and returns the records at or after each position, advancing it. Fetches carry the leader epoch from metadata
 (KIP-320) so a stale leader answers FENCED_LEADER_EPOCH instead of data.
 
+Transactions (``isolation_level``, Kafka's names): "read_uncommitted" (the
+default) returns every data record below the high watermark; "read_committed"
+asks the broker for records below the last stable offset only, with the
+partition's aborted transactions, and drops the batches of each aborted
+producer from the transaction's first offset until its ABORT marker (Kafka's
+consumer algorithm); LATEST in a reset or ``seek_to_end`` is then the last
+stable offset. Control batches (markers) are never returned.
+
 Per-partition answers:
 
 | answer                                   | action                                      |
@@ -75,7 +83,14 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.streams import ClientStream, StreamPool, StreamRequest
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.batch import HEADER_SIZE, peek_batch_size, read_header, validate_batch
+from tidewater.proto.batch import (
+    HEADER_SIZE,
+    TRANSACTIONAL_MASK,
+    peek_batch_size,
+    read_header,
+    validate_batch,
+)
+from tidewater.proto.control_records import marker_of_batch
 from tidewater.proto.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -91,6 +106,7 @@ __all__ = ["CommitFailedError", "Consumer", "ConsumerRecord", "NoOffsetForPartit
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 RESET_POLICIES = ("earliest", "latest", "none")
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}  # Kafka's numbers
 # The loop thread follows an answer only up to this size: it serves every stream of the
 # process, and a consumer catching up (MiB answers) leaves the next fetch to its poll.
 FOLLOW_ANSWER_BYTES_MAX = 64 * 1024
@@ -190,9 +206,14 @@ class Consumer:
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000,
                  partition_assignment_strategy: str = "range",
-                 metadata_max_age_ms: int = 30000, group_instance_id: str | None = None) -> None:
+                 metadata_max_age_ms: int = 30000, group_instance_id: str | None = None,
+                 isolation_level: str = "read_uncommitted") -> None:
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {tuple(ISOLATION_LEVELS)}")
+        self.isolation_level = isolation_level
+        self._isolation = ISOLATION_LEVELS[isolation_level]
         self.auto_offset_reset = auto_offset_reset
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_min_bytes = fetch_min_bytes
@@ -383,7 +404,8 @@ class Consumer:
         return self._list_offsets([TopicPartition(*tp) for tp in tps], EARLIEST_TIMESTAMP)
 
     def end_offsets(self, tps: Partitions) -> dict[TopicPartition, int]:
-        """High watermark of each partition (the next offset a consumer could read)."""
+        """High watermark of each partition (the next offset a consumer could read; the
+        last stable offset with read_committed)."""
         return self._list_offsets([TopicPartition(*tp) for tp in tps], LATEST_TIMESTAMP)
 
     def offsets_for_times(self, tps: Partitions, timestamp_ms: int) -> dict[TopicPartition, int]:
@@ -450,7 +472,8 @@ class Consumer:
             by_leader.setdefault(leader.address, []).append((tp, leader.leader_epoch))
         out: dict[TopicPartition, int] = {}
         for address, items in by_leader.items():
-            request = pb.ListOffsetsRequest(replica_id=-1, partitions=[
+            request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=self._isolation,
+                                            partitions=[
                 pb.ListOffsetsPartition(topic=tp.topic, partition=tp.partition,
                                         current_leader_epoch=epoch, timestamp=timestamp)
                 for tp, epoch in items])
@@ -515,6 +538,8 @@ class Consumer:
         records: list[ConsumerRecord] = []
         chunks: list[tuple[TopicPartition, bytes]] = []
         high_watermarks: dict[TopicPartition, int] = {}
+        # read_committed: each answer's aborted transactions, (producer id, first offset)
+        aborted: dict[TopicPartition, list[tuple[int, int]]] = {}
         clean = True  # every partition answered without an error
         try:
             for _address, items, call in calls:
@@ -544,6 +569,9 @@ class Consumer:
                     if data:
                         chunks.append((tp, data))
                         high_watermarks[tp] = p.high_watermark
+                        if p.aborted_transactions:
+                            aborted[tp] = [(a.producer_id, a.first_offset)
+                                           for a in p.aborted_transactions]
         except BaseException:
             # Calls not read yet are withdrawn: a long-poll left on an ordered stream would
             # hold the next poll's fetch behind it.
@@ -559,7 +587,8 @@ class Consumer:
             self._cancel(followed[1])
         for tp, data in chunks:
             # With max_records, batches past the limit are left undecoded (fetched again).
-            records += self._decode(tp, data, None if max_records is None else max_records - len(records))
+            records += self._decode(tp, data, None if max_records is None else max_records - len(records),
+                                    aborted.get(tp, ()))
         if max_records is not None and len(records) > max_records:
             # Hand back only max_records; rewind positions so the rest come next poll.
             kept = records[:max_records]
@@ -583,6 +612,7 @@ class Consumer:
         return pb.FetchRequest(
             replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
             min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
+            isolation_level=self._isolation,
             partitions=[pb.FetchPartition(
                 topic=tp.topic, partition=tp.partition, current_leader_epoch=epoch,
                 fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
@@ -702,9 +732,16 @@ class Consumer:
                 call.stream.abort(BrokerConnectionError("long-poll fetch withdrawn"))
             call.cancel()
 
-    def _decode(self, tp: TopicPartition, data: bytes, limit: int | None = None) -> list[ConsumerRecord]:
+    def _decode(self, tp: TopicPartition, data: bytes, limit: int | None = None,
+                aborted_transactions: Iterable[tuple[int, int]] = ()) -> list[ConsumerRecord]:
         """Records of ``data`` at or after ``tp``'s position, which moves past them; with
-        ``limit``, decoding stops at the first batch boundary with ``limit`` records."""
+        ``limit``, decoding stops at the first batch boundary with ``limit`` records.
+        ``aborted_transactions`` (read_committed): (producer id, first offset) of the
+        aborted transactions the answer overlaps; their batches are skipped."""
+        # Kafka's consumer: a producer is aborted from its transaction's first offset
+        # (once a batch reaches it) until its ABORT marker.
+        pending_aborts = sorted(aborted_transactions, key=lambda a: a[1])
+        aborted_producers: set[int] = set()
         position = self._positions[tp]
         assert position is not None  # fetched from there
         out: list[ConsumerRecord] = []
@@ -722,10 +759,20 @@ class Consumer:
             if read_header(data, start).next_offset <= position:
                 continue  # already returned (a fetch starts at the batch holding the position)
             header = validate_batch(data, start)  # framing, magic, CRC
-            records = decode_consumer_records(data, start, header, topic, partition)
+            while pending_aborts and pending_aborts[0][1] <= header.last_offset:
+                aborted_producers.add(pending_aborts.pop(0)[0])
             if header.is_control:
+                if header.producer_id in aborted_producers:
+                    marker = marker_of_batch(data, start, header)
+                    if marker is not None and not marker.committed:
+                        aborted_producers.discard(header.producer_id)
                 position = header.next_offset
                 continue
+            if (header.attributes & TRANSACTIONAL_MASK
+                    and header.producer_id in aborted_producers):
+                position = max(position, header.next_offset)
+                continue
+            records = decode_consumer_records(data, start, header, topic, partition)
             if header.base_offset < position:  # only the batch holding the position
                 records = [r for r in records if r.offset >= position]
             out += records

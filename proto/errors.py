@@ -226,6 +226,20 @@ class InvalidProducerEpochError(TidewaterError):
     error_code = pb.INVALID_PRODUCER_EPOCH
 
 
+class InvalidTxnStateError(TidewaterError):
+    """A request or batch that does not fit the transaction's state (EndTxn with nothing
+    open; a plain batch while the producer's transaction is open)."""
+
+    error_code = pb.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(TidewaterError):
+    """A marker from a transaction coordinator older than one that already wrote for the
+    producer: a newer coordinator owns the transaction now."""
+
+    error_code = pb.TRANSACTION_COORDINATOR_FENCED
+
+
 class UnknownProducerIdError(TidewaterError):
     """The partition has no state for the batch's producer and the batch does not start
     its sequence at 0 (its earlier batches expired or were deleted)."""
@@ -253,12 +267,6 @@ class ProducerFencedError(TidewaterError):
     timeout) bumped the epoch: this producer is a zombie and must close."""
 
     error_code = pb.PRODUCER_FENCED
-
-
-class InvalidTxnStateError(TidewaterError):
-    """The request does not fit the transaction's state (EndTxn with nothing open)."""
-
-    error_code = pb.INVALID_TXN_STATE
 
 
 class InvalidProducerIdMappingError(TidewaterError):

@@ -145,13 +145,14 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
                  base_offset: int = 0, partition_leader_epoch: int = -1,
                  compression: int = COMPRESSION_NONE, base_timestamp_ms: int | None = None,
                  producer_id: int = -1, producer_epoch: int = -1,
-                 base_sequence: int = -1) -> bytes:
+                 base_sequence: int = -1, attributes: int = 0) -> bytes:
     """One RecordBatch v2 (magic 2, CreateTime) holding ``records`` in order: a BatchBuilder
     given every record at once.
 
     Records are ``(key, value)`` pairs or SimpleRecord. A record without a
     timestamp gets ``base_timestamp_ms``, or the current time when that is None;
     the batch's baseTimestamp is ``base_timestamp_ms`` or the first record's.
+    ``attributes``: bits besides compression (``TRANSACTIONAL_MASK`` for a transaction's).
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
@@ -169,7 +170,8 @@ def encode_batch(records: Sequence[tuple[bytes | None, bytes | None] | SimpleRec
             append(key, value, (), default_ts)
     return builder.build(compression, base_offset=base_offset,
                          partition_leader_epoch=partition_leader_epoch, producer_id=producer_id,
-                         producer_epoch=producer_epoch, base_sequence=base_sequence)
+                         producer_epoch=producer_epoch, base_sequence=base_sequence,
+                         attributes=attributes)
 
 
 # -- decoding --------------------------------------------------------------------

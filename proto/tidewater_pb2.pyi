@@ -232,6 +232,56 @@ class PartitionState(_message.Message):
     topic_id: bytes
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
+class WriteTxnMarkersRequest(_message.Message):
+    __slots__ = ("markers", "timeout_ms")
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    markers: _containers.RepeatedCompositeFieldContainer[TxnMarker]
+    timeout_ms: int
+    def __init__(self, markers: _Optional[_Iterable[_Union[TxnMarker, _Mapping]]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TxnMarker(_message.Message):
+    __slots__ = ("producer_id", "producer_epoch", "coordinator_epoch", "committed", "partitions")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool
+    partitions: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartition]
+    def __init__(self, producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., coordinator_epoch: _Optional[int] = ..., committed: _Optional[bool] = ..., partitions: _Optional[_Iterable[_Union[TxnMarkerPartition, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerPartition(_message.Message):
+    __slots__ = ("topic", "partition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class WriteTxnMarkersResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[TxnMarkerPartitionResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[TxnMarkerPartitionResult, _Mapping]]] = ...) -> None: ...
+
+class TxnMarkerPartitionResult(_message.Message):
+    __slots__ = ("producer_id", "topic", "partition", "error_code", "error_message")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str
+    def __init__(self, producer_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
 class ProduceRequest(_message.Message):
     __slots__ = ("acks", "timeout_ms", "partitions", "correlation_id")
     ACKS_FIELD_NUMBER: _ClassVar[int]
@@ -281,20 +331,22 @@ class ProducePartitionResponse(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions")
+    __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "isolation_level")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     replica_id: int
     replica_broker_epoch: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
     partitions: _containers.RepeatedCompositeFieldContainer[FetchPartition]
-    def __init__(self, replica_id: _Optional[int] = ..., replica_broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, replica_id: _Optional[int] = ..., replica_broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
     __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes", "topic_id")
@@ -325,7 +377,7 @@ class FetchResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResponse, _Mapping]]] = ...) -> None: ...
 
 class FetchPartitionResponse(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "leader_epoch", "diverging_epoch", "records")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "leader_epoch", "diverging_epoch", "records", "last_stable_offset", "aborted_transactions")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -336,6 +388,8 @@ class FetchPartitionResponse(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     DIVERGING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: ErrorCode
@@ -346,15 +400,27 @@ class FetchPartitionResponse(_message.Message):
     leader_epoch: int
     diverging_epoch: EpochEndOffset
     records: bytes
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., diverging_epoch: _Optional[_Union[EpochEndOffset, _Mapping]] = ..., records: _Optional[bytes] = ...) -> None: ...
+    last_stable_offset: int
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., diverging_epoch: _Optional[_Union[EpochEndOffset, _Mapping]] = ..., records: _Optional[bytes] = ..., last_stable_offset: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
-    __slots__ = ("replica_id", "partitions")
+    __slots__ = ("replica_id", "partitions", "isolation_level")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     replica_id: int
     partitions: _containers.RepeatedCompositeFieldContainer[ListOffsetsPartition]
-    def __init__(self, replica_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, replica_id: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ListOffsetsPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
 
 class ListOffsetsPartition(_message.Message):
     __slots__ = ("topic", "partition", "current_leader_epoch", "timestamp")

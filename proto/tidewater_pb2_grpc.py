@@ -971,6 +971,11 @@ class BrokerControlStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/tidewater.BrokerControl/WriteTxnMarkers',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerControlServicer:
@@ -1010,6 +1015,15 @@ class BrokerControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Transaction coordinator -> partition leader: append COMMIT/ABORT markers
+        (Kafka's WriteTxnMarkers; broker/serving/txn_markers.py). Each result is
+        answered once its marker is committed (acks=all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1032,6 +1046,11 @@ def add_BrokerControlServicer_to_server(servicer, server):
                     servicer.ReplicaFetch,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1147,6 +1166,33 @@ class BrokerControl:
             '/tidewater.BrokerControl/ReplicaFetch',
             tidewater_dot_proto_dot_tidewater__pb2.FetchRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.BrokerControl/WriteTxnMarkers',
+            tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

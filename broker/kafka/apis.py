@@ -10,9 +10,13 @@ API (key)             vers  notes
 ===================== ===== ======================================================
 Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
                             when the minimum is 3; v0-2 (magic 0/1) are refused;
-                            log_append_time on LogAppendTime topics
-Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs
-ListOffsets (2)       1-7   earliest (-2), latest (-1), by timestamp, max timestamp (-3)
+                            log_append_time on LogAppendTime topics; transactional
+                            batches (a transactional_id) taken
+Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs;
+                            isolation_level: READ_COMMITTED reads below the last
+                            stable offset and lists the aborted transactions
+ListOffsets (2)       1-7   earliest (-2), latest (-1; the LSO for READ_COMMITTED),
+                            by timestamp, max timestamp (-3)
 Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
 OffsetForLeaderEpoch  2-4
 (23)
@@ -37,10 +41,13 @@ Configs (44)                ``controller/config_changes.py``)
 ElectLeaders (43)     0-2   forwarded: preferred and unclean elections
 DescribeTopic-        0     ``topic_apis.py``: paginated by a cursor
 Partitions (75)
+WriteTxnMarkers (27)  0-2   coordinator -> leader: COMMIT/ABORT markers
+                            (``marker_apis.py``)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
-WRITE on each topic, Fetch READ, ListOffsets and OffsetForLeaderEpoch
+WRITE on each topic (and on the transactional id, when it names one:
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), Fetch READ, ListOffsets and OffsetForLeaderEpoch
 DESCRIBE (refused partitions: TOPIC_AUTHORIZATION_FAILED); Metadata lists only
 topics the principal may DESCRIBE, and reports a named one it may not as
 UNKNOWN_TOPIC_OR_PARTITION (whether it exists or not: nothing leaks); an unknown
@@ -80,6 +87,11 @@ from tidewater.broker.kafka.log_apis import (
     on_delete_records,
     on_describe_log_dirs,
 )
+from tidewater.broker.kafka.marker_apis import (
+    WRITE_TXN_MARKERS,
+    WRITE_TXN_MARKERS_VERSIONS,
+    on_write_txn_markers,
+)
 from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID,
     INIT_PRODUCER_ID_VERSIONS,
@@ -90,7 +102,12 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.replication.control_rules import client_fetch_refusal
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
-from tidewater.broker.serving.fetch import FetchedPartition
+from tidewater.broker.serving.fetch import (
+    READ_UNCOMMITTED,
+    FetchedPartition,
+    aborted_transactions_of,
+    last_stable_offset_of,
+)
 from tidewater.broker.storage.topics import COORDINATOR_TOPICS
 from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
@@ -103,6 +120,7 @@ from tidewater.proto.acls import (
     DESCRIBE,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
     WRITE,
 )
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
@@ -136,6 +154,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
     **config_apis.SUPPORTED,
     **topic_apis.SUPPORTED,
+    WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -355,15 +374,20 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
     refused: list[pb.ProducePartitionResponse] = []
     writable = {name: s.allowed(WRITE, TOPIC, name)
                 for name in {p.topic for p in request.partitions}}
-    if (body.transactional_id is not None or head.api_version < ZSTD_PRODUCE_FROM
+    transactional_id = body.transactional_id
+    # Kafka's rule: a transactional produce needs WRITE on its transactional id.
+    txn_refused = (transactional_id is not None
+                   and not s.allowed(WRITE, TRANSACTIONAL_ID, transactional_id))
+    if (txn_refused or head.api_version < ZSTD_PRODUCE_FROM
             or not all(writable.values())):
         kept: list[pb.ProducePartitionData] = []
         for p in request.partitions:
-            if not writable[p.topic]:
+            if txn_refused:
+                refused.append(_refused(p, pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                        f"needs WRITE on transactional id {transactional_id!r}"))
+            elif not writable[p.topic]:
                 refused.append(_refused(p, pb.TOPIC_AUTHORIZATION_FAILED,
                                         f"needs WRITE on topic {p.topic!r}"))
-            elif body.transactional_id is not None:
-                refused.append(_refused(p, pb.INVALID_REQUEST, "transactions are not supported"))
             elif head.api_version < ZSTD_PRODUCE_FROM and uses_zstd(p.records):
                 refused.append(_refused(p, pb.UNSUPPORTED_COMPRESSION_TYPE,
                                         f"zstd needs Produce v{ZSTD_PRODUCE_FROM}+"))
@@ -419,6 +443,7 @@ def fetch_request(body: RequestBody, version: int) -> pb.FetchRequest:
                 fetch_offset=p.fetch_offset,
                 last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
                 log_start_offset=-1, partition_max_bytes=p.partition_max_bytes)
+    request.isolation_level = getattr(body, "isolation_level", READ_UNCOMMITTED)
     return request
 
 
@@ -429,8 +454,9 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
             error_code, records = pb.UNSUPPORTED_COMPRESSION_TYPE, b""
         values: dict[str, Any] = {
             "partition_index": p.partition, "error_code": error_code,
-            "high_watermark": p.high_watermark, "last_stable_offset": p.high_watermark,
-            "log_start_offset": p.log_start_offset, "aborted_transactions": None,
+            "high_watermark": p.high_watermark, "last_stable_offset": last_stable_offset_of(p),
+            "log_start_offset": p.log_start_offset,
+            "aborted_transactions": _aborted_values(p),
             "preferred_read_replica": -1, "records": records}
         if p.diverging is not None:
             values["diverging_epoch"] = {"epoch": p.diverging[0], "end_offset": p.diverging[1]}
@@ -439,6 +465,13 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
         return values
     return {"throttle_time": 0, "error_code": pb.NONE, "session_id": 0,
             "responses": by_topic(results, "topic", "partitions", entry)}
+
+
+def _aborted_values(p: FetchedPartition) -> list[dict[str, int]] | None:
+    aborted = aborted_transactions_of(p)
+    if aborted is None:
+        return None
+    return [{"producer_id": pid, "first_offset": first} for pid, first in aborted]
 
 
 async def on_fetch(s: Services, head: RequestHead, body: RequestBody
@@ -472,7 +505,8 @@ async def on_fetch(s: Services, head: RequestHead, body: RequestBody
 
 async def on_list_offsets(s: Services, head: RequestHead, body: RequestBody
                          ) -> Awaitable[Response]:
-    request = pb.ListOffsetsRequest(replica_id=-1)
+    request = pb.ListOffsetsRequest(
+        replica_id=-1, isolation_level=getattr(body, "isolation_level", READ_UNCOMMITTED))
     denied: list[pb.ListOffsetsPartitionResponse] = []
     for topic in body.topics:
         if not s.allowed(DESCRIBE, TOPIC, topic.name):
@@ -740,5 +774,6 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
     **config_apis.HANDLERS,
     **topic_apis.HANDLERS,
+    WRITE_TXN_MARKERS: on_write_txn_markers,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -42,6 +42,7 @@ from kio.static.protocol import Entity, RequestHeader, RequestPayload, ResponseP
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+from tidewater.broker.kafka.schemas import EXTRA_SCHEMAS
 from tidewater.proto.errors import InvalidRequestError, TidewaterError, UnsupportedVersionError
 
 API_VERSIONS_KEY = 18
@@ -81,14 +82,18 @@ def peek_head(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 @cache
 def _request_type(api_key: int, api_version: int) -> type[RequestPayload]:
-    module = load_payload_module(api_key, api_version, EntityType.request)
+    extra = EXTRA_SCHEMAS.get((api_key, api_version))
+    module = (extra[0] if extra is not None
+              else load_payload_module(api_key, api_version, EntityType.request))
     entity_type: type[RequestPayload] = module.__dict__[_payload_class_name(module, "Request")]
     return entity_type
 
 
 @cache
 def _response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
-    module = load_payload_module(api_key, api_version, EntityType.response)
+    extra = EXTRA_SCHEMAS.get((api_key, api_version))
+    module = (extra[1] if extra is not None
+              else load_payload_module(api_key, api_version, EntityType.response))
     entity_type: type[ResponsePayload] = module.__dict__[
         _payload_class_name(module, "Response")]
     return entity_type

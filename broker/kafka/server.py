@@ -401,5 +401,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               17: "SaslHandshake", 36: "SaslAuthenticate", 29: "DescribeAcls",
               30: "CreateAcls", 31: "DeleteAcls", 50: "DescribeUserScramCredentials",
               51: "AlterUserScramCredentials", -1: "SaslToken", 22: "InitProducerId",
-              21: "DeleteRecords", 35: "DescribeLogDirs", **GROUP_API_NAMES,
-              **config_apis.API_NAMES, **topic_apis.API_NAMES}
+              21: "DeleteRecords", 35: "DescribeLogDirs", 27: "WriteTxnMarkers",
+              **GROUP_API_NAMES, **config_apis.API_NAMES, **topic_apis.API_NAMES}

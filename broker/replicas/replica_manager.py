@@ -13,6 +13,7 @@ each with one job:
 ``AlterPartitionSender`` ISR proposals to the controller (alter_partition.py)
 ``BackgroundWork``       replication ticks, checkpoints, retention (background.py)
 ``ReadyCarrier``         carries out a decision's Ready (ready_carrier.py)
+``MarkerWriter``         transaction markers for the coordinator (txn_markers.py)
 ``TaskSupervisor``       every background task; a death stops the broker
 =======================  =====================================================
 
@@ -48,6 +49,7 @@ from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
+from tidewater.broker.serving.txn_markers import MarkerWriter
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
@@ -120,6 +122,9 @@ class ReplicaManager:
         self.producer_ids = ProducerIdManager(allocate_producer_ids, self.supervisor)
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
                                     acks_waits=self.acks_waits, metrics=metrics)
+        # The transaction coordinator's port for markers (serving/txn_markers.py).
+        self.txn_markers = MarkerWriter(lookup=self._partition, carrier=self.carrier,
+                                        acks_waits=self.acks_waits)
         self.fetcher_path = FetchPath(
             lookup=self._partition, carrier=self.carrier, fetch_waiters=self.fetch_waiters,
             metrics=metrics, is_isr_eligible=self.control.is_isr_eligible,

@@ -18,8 +18,10 @@ simulation's broker both run:
 - ``control_principal_refusal`` (mutual TLS, when the broker has TLS configured):
   the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) only
   from a ``controller`` certificate, a follower fetch only from the ``broker``
-  certificate naming the replica id it fetches as (``broker-<id>``); anything
-  else is CLUSTER_AUTHORIZATION_FAILED before the request is looked at.
+  certificate naming the replica id it fetches as (``broker-<id>``), a
+  transaction coordinator's WriteTxnMarkers from any ``broker-<id>``
+  certificate; anything else is CLUSTER_AUTHORIZATION_FAILED before the request
+  is looked at.
   Without TLS there are no principals and this rule takes everything (the
   control token above still applies).
 - ``client_fetch_refusal``: a fetch on a client-facing path (gRPC ``Broker``, the
@@ -72,6 +74,8 @@ def control_principal_refusal(rpc: str, principal: Principal | None, *, authenti
         return pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc in CONTROLLER_REQUESTS:
         return None if principal.role == ROLE_CONTROLLER else pb.CLUSTER_AUTHORIZATION_FAILED
+    if rpc == "WriteTxnMarkers":  # a transaction coordinator runs on any broker
+        return None if broker_id_of(principal) is not None else pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc == "ReplicaFetch":
         broker_id = broker_id_of(principal)
         if broker_id is not None and broker_id == replica_id:

@@ -14,7 +14,8 @@ TLS only (``build_server``'s credentials); the INTERNAL one requires a client
 certificate from the cluster's CA, and ``BrokerControl`` takes each call only
 from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
-from the ``broker-<id>`` certificate of the replica id it fetches as). With SASL
+from the ``broker-<id>`` certificate of the replica id it fetches as, a
+transaction coordinator's WriteTxnMarkers from any broker certificate). With SASL
 or an authorizer, whatever the transport, a ReplicaFetch stream also needs an
 authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
 CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
@@ -63,6 +64,11 @@ from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import BrokerSecurity, may_init_producer_id
 from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
+from tidewater.broker.serving.txn_markers import (
+    TxnMarkerResult,
+    markers_from_proto,
+    results_to_proto,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC
@@ -491,6 +497,18 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         if code := self._refusal("StopReplica", context):
             return pb.StopReplicaResponse(error_code=wire_code(code))
         return await self.replica_manager.stop_replica(request)
+
+    @_rpc("WriteTxnMarkers")
+    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: Context
+                              ) -> pb.WriteTxnMarkersResponse:
+        """A transaction coordinator's markers (``serving/txn_markers.py``), per partition."""
+        if code := self._refusal("WriteTxnMarkers", context):
+            return results_to_proto([
+                TxnMarkerResult(m.producer_id, p.topic, p.partition, code)
+                for m in request.markers for p in m.partitions])
+        results = await self.replica_manager.txn_markers.write_txn_markers(
+            markers_from_proto(request), timeout_ms=request.timeout_ms)
+        return results_to_proto(results)
 
     async def ReplicaFetch(self, request_iterator: AsyncIterator[pb.FetchRequest],
                            context: grpc.aio.ServicerContext[pb.FetchRequest, bytes]) -> None:

@@ -25,6 +25,15 @@ Every batch read is checked (framing, CRC-32C: ``_read_checked``): a corrupt one
 ends the read with the batches before it, and the replica's core reacts (issue
 14, bug 6). A fetch naming a topic ID reads only that incarnation
 (``topic_identity.fetch_topic_id_error``: INCONSISTENT_TOPIC_ID / UNKNOWN_TOPIC_ID).
+
+Transactions (KIP-98). A consumer's answer carries the partition's last stable
+offset (LSO): ``min(first offset of the oldest open transaction, HW)``. With
+``isolation_level`` READ_COMMITTED the read ends below the LSO instead of the
+HW, and the answer lists the aborted transactions (producer id, first offset)
+whose ABORT marker lies at or after the fetch offset and which began below the
+LSO (the log's ``.txnindex``, ``storage/txn_index.py``): the consumer drops
+those producers' records from each first offset until the marker. ListOffsets
+LATEST is the LSO for READ_COMMITTED.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ PARTITION_MAX_BYTES_DEFAULT = 1024 * 1024
 FETCH_WAIT_MAX_MS = 60_000  # a bound on any long-poll, whatever the client asks
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's isolation levels
 
 _INT32 = struct.Struct(">i")
 _BATCH_LENGTH_AT = 8  # after baseOffset
@@ -85,14 +95,63 @@ class FetchedPartition(NamedTuple):
     diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
 
 
+class ConsumerFetched(FetchedPartition):
+    """A consumer's answer: a ``FetchedPartition`` (the same tuple: every reader of one
+    reads this) with the partition's transaction view."""
+
+    last_stable_offset: int
+    aborted_transactions: list[tuple[int, int]]  # (producer id, first offset), READ_COMMITTED
+
+
+def consumer_fetched(fetched: FetchedPartition, last_stable_offset: int,
+                     aborted_transactions: list[tuple[int, int]]) -> ConsumerFetched:
+    out = ConsumerFetched._make(fetched)
+    out.last_stable_offset = last_stable_offset
+    out.aborted_transactions = aborted_transactions
+    return out
+
+
+def last_stable_offset_of(fetched: FetchedPartition) -> int:
+    """The answer's LSO (the HW for an answer without one: an error, a follower's)."""
+    if isinstance(fetched, ConsumerFetched):
+        return fetched.last_stable_offset
+    return fetched.high_watermark
+
+
+def aborted_transactions_of(fetched: FetchedPartition) -> list[tuple[int, int]] | None:
+    """READ_COMMITTED answers' aborted transactions; None for others (Kafka's null)."""
+    if isinstance(fetched, ConsumerFetched):
+        return fetched.aborted_transactions
+    return None
+
+
+def last_stable_offset(partition: Partition, high_watermark: int) -> int:
+    """min(first offset of the oldest open transaction, HW). A transaction that began
+    below the log start (retention or DeleteRecords moved it) counts from the log start,
+    as Kafka's: an LSO below the log start would be an offset no consumer may fetch."""
+    log_ = partition.log
+    first_unstable: int | None = log_.first_unstable_offset
+    if first_unstable is None:
+        return high_watermark
+    return min(max(first_unstable, int(log_.log_start_offset)), high_watermark)
+
+
 def fetch_response(results: Iterable[FetchedPartition]) -> pb.FetchResponse:
     response = pb.FetchResponse(error_code=pb.NONE)
     add = response.partitions.add
-    for (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
-         leader_epoch, records, diverging) in results:
+    for fetched in results:
+        (topic, partition, code, message, high_watermark, log_start_offset, log_end_offset,
+         leader_epoch, records, diverging) = fetched
         out = add(topic=topic, partition=partition, error_code=code, error_message=message,
                   high_watermark=high_watermark, log_start_offset=log_start_offset,
                   log_end_offset=log_end_offset, leader_epoch=leader_epoch, records=records)
+        if isinstance(fetched, ConsumerFetched):
+            # Consumers' answers only: a follower's is also written by hand
+            # (replica_fetch_wire), which knows nothing of transactions.
+            out.last_stable_offset = fetched.last_stable_offset
+            out.aborted_transactions.extend(
+                pb.AbortedTransaction(producer_id=pid, first_offset=first)
+                for pid, first in fetched.aborted_transactions)
         if diverging is not None:
             out.diverging_epoch.CopyFrom(pb.EpochEndOffset(epoch=diverging[0],
                                                            end_offset=diverging[1]))
@@ -201,6 +260,7 @@ class FetchPath:
             for fp in request.partitions]
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch
+        read_committed = not is_follower and request.isolation_level == READ_COMMITTED
         isr_eligible = (self._is_isr_eligible(replica_id, broker_epoch)
                         if is_follower else False)
         keys = None
@@ -208,7 +268,7 @@ class FetchPath:
         while True:
             results, total_bytes, must_answer = self._read(
                 wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
-                first_pass)
+                first_pass, read_committed)
             first_pass = False
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self._closing():
@@ -239,7 +299,7 @@ class FetchPath:
         return results
 
     def _read(self, wanted: list[_Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
-              broker_epoch: int, first_pass: bool
+              broker_epoch: int, first_pass: bool, read_committed: bool = False
               ) -> tuple[list[FetchedPartition], int, bool]:
         """(the answer per partition, the records' bytes, must it be answered now). A
         follower's when ``replica_id`` >= 0."""
@@ -276,7 +336,10 @@ class FetchPath:
                                                   budget, None, total_bytes == 0)
                                if read else b"")
                 else:
-                    visible_end = replica.check_consumer_fetch(current_leader_epoch, fetch_offset)
+                    high_watermark = replica.check_consumer_fetch(current_leader_epoch,
+                                                                  fetch_offset)
+                    stable_end = last_stable_offset(partition, high_watermark)
+                    visible_end = stable_end if read_committed else high_watermark
                     if fetch_offset >= visible_end:
                         records = b""  # nothing committed there yet: never read above the HW
                     else:
@@ -284,9 +347,15 @@ class FetchPath:
                                                      budget, visible_end, total_bytes == 0)
                 high_watermark = replica.high_watermark
                 total_bytes += len(records)
-                results.append(FetchedPartition(
+                fetched = FetchedPartition(
                     topic, partition_index, pb.NONE, "", high_watermark, log_start_offset,
-                    log_end_offset, leader_epoch, records, diverging))
+                    log_end_offset, leader_epoch, records, diverging)
+                if replica_id < 0:
+                    aborted = ([(a.producer_id, a.first_offset) for a in
+                                log_.aborted_transactions(fetch_offset, visible_end)]
+                               if read_committed and records else [])
+                    fetched = consumer_fetched(fetched, stable_end, aborted)
+                results.append(fetched)
             except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="Fetch")
                 results.append(FetchedPartition(
@@ -333,6 +402,8 @@ class FetchPath:
                     lp.current_leader_epoch, consumer=request.replica_id < 0)
                 log_ = partition.log
                 cache = log_.leader_epoch_cache
+                if request.isolation_level == READ_COMMITTED and request.replica_id < 0:
+                    visible_end = last_stable_offset(partition, visible_end)
                 if lp.timestamp == EARLIEST_TIMESTAMP:
                     out.offset = log_.log_start_offset
                 elif lp.timestamp == LATEST_TIMESTAMP:

@@ -87,17 +87,20 @@ class OpenWait(Protocol):
 
 def append_as_leader(partition: Partition, records: Any, acks: int, timeout_ms: int, *,
                      open_wait: Callable[[Partition, int], W], carrier: ReadyCarrier,
-                     now_ms: int, wall_now_ms: int) -> tuple[Any, W | None]:
+                     now_ms: int, wall_now_ms: int, markers_allowed: bool = False
+                     ) -> tuple[Any, W | None]:
     """Append ``records`` as ``partition``'s leader and let its core decide on the new log
     end: the core's check first (nothing written when refused), the append stamped with
     the leader epoch, an acks=all wait opened right there (so it is bound to the
     leadership the records were appended under), then the Ready carried out. The broker
     and the simulation both append through here; returns (the log's append info, the
-    wait or None)."""
+    wait or None). ``markers_allowed``: the transaction coordinator's markers
+    (``txn_markers.py``); a client's control batch is refused."""
     replica = partition.replica
     leader_epoch = replica.check_append(acks)  # nothing written when refused
     try:
-        info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms)
+        info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms,
+                                              markers_allowed=markers_allowed)
     except KafkaStorageError:
         # The log dir failed under the append: the core decides what this replica plays
         # now (nothing), and the waits of its leadership are answered.

@@ -335,6 +335,7 @@ def _read_epoch_end_offset(raw: bytes, position: int, end: int,
 _PARTITION_VARINTS = {0x10: (1, 32), 0x18: (2, 32), 0x28: (4, 64), 0x30: (5, 64),
                       0x38: (6, 64), 0x40: (7, 32)}
 _TOPIC_KEY, _ERROR_MESSAGE_KEY, _DIVERGING_KEY, _RECORDS_KEY = 0x0A, 0x22, 0x4A, 0x52
+_ABORTED_TRANSACTIONS_FIELD = 12  # FetchPartitionResponse.aborted_transactions
 
 
 def _read_partition(raw: bytes, view: memoryview, position: int,
@@ -375,6 +376,11 @@ def _read_partition(raw: bytes, view: memoryview, position: int,
                 fields[field - 1] = _int32(value) if field in (2, 3, 8) else _int64(value)
             elif wire_type == _LEN and field in (1, 4, 9, 10):
                 position = _read_partition_len_field(raw, view, field, position, end, fields)
+            elif wire_type == _LEN and field == _ABORTED_TRANSACTIONS_FIELD:
+                # A consumer's field (a leader never sends it to a follower), checked as
+                # protobuf checks an AbortedTransaction (two varints), then dropped.
+                start, position = _read_length(raw, position, end)
+                _read_epoch_end_offset(raw, start, position, (0, 0))
             else:
                 position = _skip(raw, wire_type, position, end)
     return FetchedPartition._make(fields)

@@ -46,9 +46,11 @@ from tidewater.broker.storage.cleaner_plan import (
     plan_cleaning,
 )
 from tidewater.broker.storage.cleaner_rewrite import (
+    AbortedRanges,
     FilterStats,
     OffsetMap,
     RetainRules,
+    TxnPass,
     filter_batch,
 )
 from tidewater.broker.storage.cleaner_swap import CLEANED_SUFFIX, swap_in
@@ -182,6 +184,13 @@ class LogCleaner:
             self.first_dirty_offsets.pop(tp, None)
         segments = partition_log.segments()
         truncations = partition_log.truncations
+        # Never past the last stable offset: an open transaction may still abort, and
+        # its records must not enter the offset map (cleaner_rewrite.py).
+        first_unstable = partition_log.first_unstable_offset
+        if first_unstable is not None:
+            high_watermark = min(high_watermark, first_unstable)
+        aborted = AbortedRanges((a.producer_id, a.first_offset, a.last_offset)
+                                for a in partition_log.aborted_transactions(0, 2**63 - 1))
         plan = plan_cleaning(
             [SegmentSummary(s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp,
                             s.first_batch_time_ms) for s in segments],
@@ -197,9 +206,10 @@ class LogCleaner:
             for segment in segments:
                 readers[id(segment)] = _SegmentReader(segment)
             producer_last = self._producer_last_offsets(segments, readers)
-            offset_map, plan = self._build_offset_map(segments, plan, readers, result)
-            rules = RetainRules(offset_map.offsets,
-                                now_ms - partition_log.config.delete_retention_ms, producer_last)
+            offset_map, plan = self._build_offset_map(segments, plan, readers, result, aborted)
+            delete_retention_ms = partition_log.config.delete_retention_ms
+            rules = RetainRules(offset_map.offsets, now_ms - delete_retention_ms, producer_last,
+                                aborted, TxnPass(aborted, now_ms, delete_retention_ms))
             for group in plan.groups:
                 old = [segments[i] for i in group]
                 self._clean_group(partition_log, old, truncations, readers, rules, result,
@@ -230,9 +240,9 @@ class LogCleaner:
         return last
 
     def _build_offset_map(self, segments: list[LogSegment], plan: CleaningPlan,
-                          readers: dict[int, _SegmentReader],
-                          result: CleanResult) -> tuple[OffsetMap, CleaningPlan]:
-        offset_map = OffsetMap(self.offset_map_entries_max)
+                          readers: dict[int, _SegmentReader], result: CleanResult,
+                          aborted: AbortedRanges) -> tuple[OffsetMap, CleaningPlan]:
+        offset_map = OffsetMap(self.offset_map_entries_max, aborted)
         self._segment_bytes = segments[0].config.segment_bytes
         for i in plan.dirty_segments:
             for data in self._batches(readers[id(segments[i])], result):
@@ -283,8 +293,10 @@ class LogCleaner:
             cleaned.on_become_inactive()
             cleaned.flush()
             self._check_stopping()
+            removed_aborts = rules.txn.removed_aborts if rules.txn is not None else set()
             renamed = partition_log.replace_with_cleaned(
-                old, cleaned, truncations, lambda new, replaced: swap_in(directory, new, replaced))
+                old, cleaned, truncations, lambda new, replaced: swap_in(directory, new, replaced),
+                removed_aborts=removed_aborts)
             if renamed is None:
                 raise CleaningAborted(f"{partition_log.dir} changed while it was cleaned")
             swapped = True

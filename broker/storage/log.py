@@ -59,6 +59,15 @@ offset (LEO) is the active segment's end.
   batches after it (none at all: only the active segment's, as for a log written
   before producer state existed); ``truncate_to`` reloads the same way; retention deletes the
   snapshots below the new log start (the producers stay until they expire).
+- Transactions (KIP-98): a transactional batch opens its producer's transaction,
+  a marker (control batch, ``proto/control_records.py``) ends it; only the
+  transaction coordinator's path appends markers (``append_as_leader(...,
+  markers_allowed=True)``), a client's control batch is INVALID_RECORD. Each
+  ABORT adds an entry to the marker segment's ``.txnindex`` (``txn_index.py``);
+  followers and the producer-state rebuild on open (and after a truncation)
+  process the same batches the same way, so they end with the same open
+  transactions and index. ``first_unstable_offset`` bounds the last stable
+  offset (``min`` with the HW, which the replication core owns).
 - Retention deletes whole segments that lie entirely below the high
   watermark, oldest first, never the active one, and moves the log start
   offset (the epoch cache drops what lies before it); not with
@@ -109,6 +118,7 @@ from tidewater.broker.storage.index import RELATIVE_OFFSET_MAX
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.producer_state import (
     PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+    CompletedTxn,
     ProducerBatch,
     ProducerStateManager,
     parse_snapshot_file_name,
@@ -117,23 +127,29 @@ from tidewater.broker.storage.producer_state import (
 from tidewater.broker.storage.recovery import close_segments_quietly, open_log_dir
 from tidewater.broker.storage.segment import LogSegment, fsync_dir, storage_error
 from tidewater.broker.storage.topics import TopicPartition, parse_log_dir_name
+from tidewater.broker.storage.txn_index import AbortedTxn, TxnIndexes, txn_index_path
 from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_MIN,
+    CONTROL_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
     BytesLike,
     iter_batches,
     read_header,
     set_base_offset_and_epoch,
     validate_batch,
 )
+from tidewater.proto.control_records import marker_of_batch
 from tidewater.proto.errors import (
     CorruptFileError,
     CorruptRecordError,
     FencedLeaderEpochError,
+    InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
@@ -204,6 +220,8 @@ class Log:
         self.leader_epoch_cache = leader_epoch_cache
         # Idempotent producers' state (producer_state.py), changed under the lock only.
         self.producer_state = producer_state or ProducerStateManager()
+        # Aborted transactions per segment (txn_index.py), changed under the lock only.
+        self.txn_indexes = TxnIndexes(directory)
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self.log_start_offset = log_start_offset
@@ -249,6 +267,10 @@ class Log:
                          ProducerStateManager(expiration_ms=producer_id_expiration_ms))
         try:
             with opened_log._lock:
+                opened_log.txn_indexes.load(opened_log._base_offsets)
+                # Recovery may have cut markers off: their entries go, the replay re-adds
+                # what is still in the log.
+                opened_log.txn_indexes.truncate_to(opened_log.log_end_offset)
                 opened_log._reload_producer_state(now_ms)
         except BaseException:
             close_segments_quietly(opened.segments)
@@ -300,8 +322,12 @@ class Log:
 
     # -- appends -------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate, assign offsets from the LEO, stamp ``leader_epoch``, append."""
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, *,
+                         markers_allowed: bool = False) -> AppendInfo:
+        """Validate, assign offsets from the LEO, stamp ``leader_epoch``, append.
+        Control batches (transaction markers) only with ``markers_allowed`` (the
+        coordinator's path, ``serving/txn_markers.py``); each is checked against its
+        producer's state first."""
         with self._lock:
             if self._offline_reason is not None or self._closed:
                 self._check_usable()
@@ -318,14 +344,20 @@ class Log:
             max_size = self.config.max_message_bytes
             batches = []
             producer_batches: list[ProducerBatch] = []
+            has_markers = False
             record_count = 0
             max_timestamp, offset_of_max = -1, -1
             position, end = 0, len(buf)
             while position < end:
                 fields = _checked_header(buf, view, position, end, max_size)
-                if fields[9] >= 0:  # an idempotent producer's batch
-                    producer_batches.append(ProducerBatch(fields[9], fields[10], fields[11],
-                                                          fields[6]))
+                attributes = fields[5]
+                if attributes & (CONTROL_MASK | TRANSACTIONAL_MASK):
+                    self._check_transactional(buf, position, fields, markers_allowed)
+                    has_markers = has_markers or bool(attributes & CONTROL_MASK)
+                if fields[9] >= 0 and not attributes & CONTROL_MASK:  # a producer's batch
+                    producer_batches.append(ProducerBatch(
+                        fields[9], fields[10], fields[11], fields[6],
+                        bool(attributes & TRANSACTIONAL_MASK)))
                 size, last_offset_delta, batch_record_count = (
                     LOG_OVERHEAD + fields[1], fields[6], fields[12])
                 if batch_record_count != last_offset_delta + 1:
@@ -355,9 +387,28 @@ class Log:
             epochs = ([(leader_epoch, first_offset)]
                       if leader_epoch >= 0 and leader_epoch != latest_epoch else [])
             self._append(view, batches, epochs, offset, record_count, now_ms)
-            self._on_appended(view, batches, producer_batches, offset)
+            self._on_appended(view, batches, producer_batches or has_markers, offset)
             return AppendInfo(first_offset, offset - 1, record_count, max_timestamp, len(buf),
                               now_ms if log_append_time else -1, offset_of_max)
+
+    def _check_transactional(self, buf: BytesLike, position: int, fields: tuple[Any, ...],
+                             markers_allowed: bool) -> None:
+        """(lock held) A transactional batch needs a producer id; a control batch is the
+        coordinator's only and must hold a marker its producer's state accepts."""
+        if fields[9] < 0:
+            raise InvalidRecordError(f"a transactional or control batch without a producer "
+                                     f"id at position {position}")
+        if not fields[5] & CONTROL_MASK:
+            return
+        if not markers_allowed:
+            raise InvalidRecordError("clients cannot produce control batches")
+        header = read_header(buf, position)
+        marker = marker_of_batch(buf, position, header)
+        if marker is None or header.record_count != 1:
+            raise InvalidRecordError(f"the control batch at position {position} does not "
+                                     "hold one transaction marker")
+        self.producer_state.check_marker(header.producer_id, header.producer_epoch,
+                                         marker.coordinator_epoch)
 
     @staticmethod
     def batch_bounds(records: BytesLike) -> Iterator[tuple[int, int, int]]:
@@ -415,10 +466,55 @@ class Log:
             for position, _size, last_offset, batch_max_timestamp in batches:
                 header = read_header(data, position)
                 if header.producer_id >= 0:
-                    state.on_batch(header.producer_id, header.producer_epoch,
-                                   header.base_sequence, header.base_offset, last_offset,
-                                   batch_max_timestamp)
+                    self._on_producer_batch(data, position, header, last_offset,
+                                            batch_max_timestamp)
         state.on_batches_end(next_offset)
+
+    def _on_producer_batch(self, data: BytesLike, position: int, header: BatchHeader,
+                           last_offset: int, max_timestamp: int) -> None:
+        """(lock held) One batch with a producer id, now in the log: the producer's state,
+        and for an ABORT marker the ``.txnindex`` entry. A marker that does not decode
+        (the leader checked it; bit rot would have failed the CRC) ends nothing."""
+        state = self.producer_state
+        attributes = header.attributes
+        if not attributes & CONTROL_MASK:
+            state.on_batch(header.producer_id, header.producer_epoch, header.base_sequence,
+                           header.base_offset, last_offset, max_timestamp,
+                           is_transactional=bool(attributes & TRANSACTIONAL_MASK))
+            return
+        try:
+            marker = marker_of_batch(data, position, header)
+        except (CorruptRecordError, ValueError) as e:
+            log.warning("%s: control batch at %d does not decode: %s", self.dir,
+                        header.base_offset, e)
+            return
+        if marker is None:
+            return
+        completed = state.on_marker(header.producer_id, header.producer_epoch,
+                                    header.base_offset, max_timestamp,
+                                    committed=marker.committed,
+                                    coordinator_epoch=marker.coordinator_epoch)
+        if completed is not None and completed.is_aborted:
+            self._index_aborted(completed)
+
+    def _index_aborted(self, completed: CompletedTxn) -> None:
+        i = bisect_right(self._base_offsets, completed.last_offset) - 1
+        entry = AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                           self.producer_state.last_stable_offset_after(completed))
+        self.txn_indexes.add(self._base_offsets[max(i, 0)], entry)
+
+    # -- transactions ----------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none open)."""
+        with self._lock:
+            return self.producer_state.first_unstable_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read of [start_offset, end_offset) overlaps."""
+        with self._lock:
+            return self.txn_indexes.aborted_between(start_offset, end_offset)
 
     def _check_append_size(self, size: int) -> None:
         # Kafka's RecordBatchTooLargeException: an append must fit in one segment.
@@ -526,6 +622,17 @@ class Log:
             _fsync_file(self.dir / snapshot_file_name(end_offset))  # the directory: below
         except KafkaStorageError as e:  # only the snapshot is in doubt: an older one serves
             log.warning("%s: producer snapshot at %d not synced: %s", self.dir, end_offset, e)
+        # The rolled segments' aborted transactions, durable with the snapshot that covers
+        # them: a replay after a crash starts at that snapshot and would not re-add them.
+        with self._lock:
+            rolled_bases = [b for b in self._base_offsets if b < end_offset]
+        for base in rolled_bases[-2:]:  # the one rolled now, and one a quick roll left
+            path = txn_index_path(self.dir, base)
+            if path.exists():
+                try:
+                    _fsync_file(path)
+                except KafkaStorageError as e:
+                    log.warning("%s: transaction index not synced: %s", self.dir, e)
         try:
             self.flush_outside_lock(end_offset=end_offset)
         except KafkaStorageError:
@@ -667,6 +774,7 @@ class Log:
                     self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 else:
                     self.leader_epoch_cache.truncate_from_end(offset)  # Kafka does, even here
+                self.txn_indexes.truncate_to(self.log_end_offset)
                 if self.producer_state.map_end_offset > self.log_end_offset:
                     self._reload_producer_state(None)
             except KafkaStorageError as e:
@@ -709,6 +817,7 @@ class Log:
             self.leader_epoch_cache.clear()
             self._delete_producer_snapshots(lambda _offset: True)
             self.producer_state.clear(offset)
+            self.txn_indexes.clear()
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -806,7 +915,8 @@ class Log:
             self._delete_producer_snapshots(lambda offset: offset < start)
             for segment in doomed:
                 log.info("retention: deleting %s (%d bytes)", segment.log_path, segment.size_bytes)
-                renamed += segment.rename_for_deletion()
+                renamed += segment.rename_for_deletion()  # its .txnindex too
+            self.txn_indexes.forget_segments(s.base_offset for s in doomed)
         except KafkaStorageError as e:
             self._go_offline(e)
             raise
@@ -893,9 +1003,8 @@ class Log:
             while position < len(records):
                 header = read_header(records, position)
                 if header.producer_id >= 0:
-                    state.on_batch(header.producer_id, header.producer_epoch,
-                                   header.base_sequence, header.base_offset, header.last_offset,
-                                   header.max_timestamp)
+                    self._on_producer_batch(records, position, header, header.last_offset,
+                                            header.max_timestamp)
                 position += header.size
             if result.corrupt is not None or result.next_offset <= offset:
                 break
@@ -911,11 +1020,14 @@ class Log:
 
     def replace_with_cleaned(self, old: list[LogSegment], cleaned: LogSegment, truncations: int,
                              swap_in: Callable[[LogSegment, list[LogSegment]], list[Path]],
+                             *, removed_aborts: set[int] | frozenset[int] = frozenset(),
                              ) -> list[Path] | None:
         """Swap ``cleaned`` in for the consecutive closed segments ``old`` (``swap_in`` does
         the renames: ``cleaner_swap.py``), under the lock. None, with nothing done, when
         the log changed since the cleaner read it (a cut, retention, closed). Returns the
-        old files, renamed ``.deleted``, to unlink without the lock."""
+        old files, renamed ``.deleted``, to unlink without the lock. ``removed_aborts``:
+        offsets of ABORT markers the cleaner removed; their ``.txnindex`` entries go too
+        (an entry without its marker would hide the producer's later batches)."""
         with self._lock:
             if (self._closed or self._offline_reason is not None
                     or self._truncations != truncations or not old):
@@ -928,6 +1040,11 @@ class Log:
                 return None
             try:
                 renamed = swap_in(cleaned, old)
+                # The old segments' .txnindex files went with them; their entries stay
+                # true of the cleaned one (markers and transactional batches are kept).
+                self.txn_indexes.merge_into(cleaned.base_offset,
+                                            [o.base_offset for o in old],
+                                            dropped=removed_aborts)
             except KafkaStorageError as e:
                 self._go_offline(e)
                 raise
@@ -1133,6 +1250,7 @@ class Log:
                     self._flush(None)
                     self.active_segment.on_become_inactive()
                     self.active_segment.flush()
+                    self.txn_indexes.sync()
                     self._write_producer_snapshot(sync=True)  # a clean open reads no batch
             finally:
                 self._closed = True

@@ -1,4 +1,5 @@
-"""Each idempotent producer's state in one partition replica (Kafka's ProducerStateManager).
+"""Each idempotent and transactional producer's state in one partition replica
+(Kafka's ProducerStateManager).
 
 Theory of operation. A batch whose header carries a producer id (>= 0) belongs to
 an idempotent producer: ``producerEpoch`` and ``baseSequence`` number its batches
@@ -53,8 +54,8 @@ partition directory), Kafka's ProducerSnapshot version 1, all big-endian::
       last_offset              int64   of its last batch, -1: none
       offset_delta             int32   last_offset - first offset of that batch
       timestamp                int64   its last batch's max timestamp (ms)
-      coordinator_epoch        int32   -1 (no transactions)
-      current_txn_first_offset int64   -1 (no transactions)
+      coordinator_epoch        int32   of its last marker, -1: none
+      current_txn_first_offset int64   first offset of its open transaction, -1: none
 
 As in Kafka a snapshot keeps only each producer's last batch: after a restart
 the batches read back after the snapshot refill the last five. A file that is
@@ -62,7 +63,35 @@ short, of another version or fails its CRC is ``CorruptFileError``; the log then
 ignores it and rebuilds from an older snapshot or the log start.
 
 Expiry: a producer whose last batch is ``producer.id.expiration.ms`` old or more
-is forgotten (``remove_expired``); its next batch must start at sequence 0.
+is forgotten (``remove_expired``); its next batch must start at sequence 0. A
+producer with a transaction open is never forgotten (Kafka's rule): its first
+offset holds the last stable offset back until a marker ends it.
+
+Transactions (KIP-98). A batch with the transactional attribute bit opens the
+producer's transaction at its base offset unless one is open
+(``current_txn_first_offset``); a control batch (marker, ``proto/control_records.py``)
+ends it: ``on_marker`` returns the ``CompletedTxn`` (first offset, the marker's
+offset, aborted or not) and the last stable offset as it stands once the
+transaction is gone (``last_stable_offset_after``: the first offset of the
+oldest transaction still open, else the marker's offset + 1), which is what an
+ABORT's ``.txnindex`` entry records. ``first_unstable_offset`` is the first
+offset of the oldest open transaction (None: none open); the log's last
+stable offset is ``min(first_unstable_offset, high watermark)``.
+
+Leader checks of transactions (Kafka's ProducerAppendInfo):
+
+=========================================== ===========================================
+batch                                       answer
+=========================================== ===========================================
+non-transactional batch, same epoch, while  INVALID_TXN_STATE
+the producer has a transaction open
+marker, coordinator epoch below the one     TRANSACTION_COORDINATOR_FENCED (a stale
+the producer's last marker carried          coordinator)
+marker, producer epoch below the producer's INVALID_PRODUCER_EPOCH
+=========================================== ===========================================
+
+A marker for a producer with no open transaction is written all the same (the
+coordinator retries markers whose answers were lost; Kafka does the same).
 """
 
 from __future__ import annotations
@@ -80,7 +109,9 @@ from tidewater.proto.errors import (
     CorruptFileError,
     InvalidProducerEpochError,
     InvalidRequestError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
 
@@ -141,6 +172,16 @@ class ProducerBatch(NamedTuple):
     producer_epoch: int
     base_sequence: int
     last_offset_delta: int
+    is_transactional: bool = False
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended: its first offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 class Duplicate(NamedTuple):
@@ -155,6 +196,8 @@ class ProducerEntry:
     producer_id: int
     producer_epoch: int
     last_timestamp_ms: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1  # -1: no transaction open
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
 
     @property
@@ -182,6 +225,10 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self.entries: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
+        # Producer id -> first offset of its open transaction: the entries' open
+        # transactions, kept apart so the last stable offset costs O(open ones), not
+        # O(producers), on every fetch.
+        self._ongoing: dict[int, int] = {}
 
     # -- leader checks -------------------------------------------------------
 
@@ -194,13 +241,13 @@ class ProducerStateManager:
         appended then). An append holding a duplicate and anything else is refused
         (INVALID_REQUEST): answering the duplicate's offsets for batches never written
         would lose them (Kafka has one batch per partition in a request)."""
-        batches = list(batches)
-        duplicates = [self._find_duplicate(*b) for b in batches]
+        batches = [ProducerBatch(*b) for b in batches]
+        duplicates = [self._find_duplicate(*b[:4]) for b in batches]
         if any(duplicates):
             return _whole_duplicate(duplicates)
         # (epoch, last sequence) of producers as the earlier batches of this append leave them
         pending: dict[int, tuple[int, int]] = {}
-        for producer_id, epoch, base_sequence, last_offset_delta in batches:
+        for producer_id, epoch, base_sequence, last_offset_delta, transactional in batches:
             if producer_id < 0:
                 continue
             if epoch < 0 or base_sequence < 0:
@@ -213,8 +260,28 @@ class ProducerStateManager:
             if known is None and entry is not None:
                 known = (entry.producer_epoch, entry.last_sequence)
             self._check_sequence(producer_id, known, epoch, base_sequence)
+            if (not transactional and entry is not None and entry.producer_epoch == epoch
+                    and entry.current_txn_first_offset >= 0):
+                raise InvalidTxnStateError(
+                    f"producer {producer_id}: a non-transactional batch while its "
+                    f"transaction from offset {entry.current_txn_first_offset} is open")
             pending[producer_id] = (epoch, last_sequence)
         return None
+
+    def check_marker(self, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int) -> None:
+        """May the coordinator end this producer's transaction here (the table above)?"""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            return
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"producer {producer_id}: marker from coordinator epoch {coordinator_epoch}, "
+                f"its last marker came from epoch {entry.coordinator_epoch}")
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id}: marker with epoch {producer_epoch} is older than "
+                f"its epoch {entry.producer_epoch}")
 
     def _find_duplicate(self, producer_id: int, epoch: int, base_sequence: int,
                         last_offset_delta: int) -> BatchMetadata | None:
@@ -252,8 +319,10 @@ class ProducerStateManager:
     # -- updates -------------------------------------------------------------
 
     def on_batch(self, producer_id: int, epoch: int, base_sequence: int, first_offset: int,
-                 last_offset: int, timestamp_ms: int) -> None:
-        """Record a batch now in the log (leader after its append, follower, recovery)."""
+                 last_offset: int, timestamp_ms: int, *, is_transactional: bool = False
+                 ) -> None:
+        """Record a batch now in the log (leader after its append, follower, recovery).
+        Markers go to ``on_marker`` instead."""
         if producer_id < 0:
             return
         entry = self.entries.get(producer_id)
@@ -269,6 +338,45 @@ class ProducerStateManager:
             entry.batches.append(BatchMetadata(base_sequence, last_sequence, first_offset,
                                                last_offset, timestamp_ms))
         entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        if is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[producer_id] = first_offset
+
+    def on_marker(self, producer_id: int, epoch: int, offset: int, timestamp_ms: int, *,
+                  committed: bool, coordinator_epoch: int) -> CompletedTxn | None:
+        """Record a marker now in the log at ``offset``; the transaction it ended (None
+        when none was open: a retried marker)."""
+        entry = self.entries.get(producer_id)
+        if entry is None:
+            entry = self.entries[producer_id] = ProducerEntry(producer_id, epoch)
+        elif epoch != entry.producer_epoch:
+            # The coordinator ends a fenced producer's transaction with the bumped epoch.
+            entry.producer_epoch = epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp_ms = max(entry.last_timestamp_ms, timestamp_ms)
+        first_offset = entry.current_txn_first_offset
+        entry.current_txn_first_offset = -1
+        self._ongoing.pop(producer_id, None)
+        if first_offset < 0:
+            return None
+        return CompletedTxn(producer_id, first_offset, offset, not committed)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction; None when none is open."""
+        return min(self._ongoing.values(), default=None)
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The last stable offset once ``completed`` is gone (Kafka's
+        ``lastStableOffset(completedTxn)``): the oldest transaction still open, else the
+        offset after the marker."""
+        first = self.first_unstable_offset
+        return first if first is not None else completed.last_offset + 1
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each open transaction."""
+        return dict(self._ongoing)
 
     def on_batches_end(self, next_offset: int) -> None:
         """The state now covers every batch below ``next_offset``."""
@@ -276,12 +384,14 @@ class ProducerStateManager:
 
     def clear(self, map_end_offset: int = 0) -> None:
         self.entries.clear()
+        self._ongoing.clear()
         self.map_end_offset = map_end_offset
 
     def remove_expired(self, now_ms: int) -> list[int]:
         """Forget producers idle for ``expiration_ms``; returns their ids."""
         expired = [pid for pid, entry in self.entries.items()
-                   if now_ms - entry.last_timestamp_ms >= self.expiration_ms]
+                   if now_ms - entry.last_timestamp_ms >= self.expiration_ms
+                   and entry.current_txn_first_offset < 0]
         for pid in expired:
             del self.entries[pid]
         return expired
@@ -298,7 +408,9 @@ class ProducerStateManager:
             else:
                 sequence, offset, delta = -1, -1, 0
             body += _SNAPSHOT_ENTRY.pack(entry.producer_id, entry.producer_epoch, sequence,
-                                         offset, delta, entry.last_timestamp_ms, -1, -1)
+                                         offset, delta, entry.last_timestamp_ms,
+                                         entry.coordinator_epoch,
+                                         entry.current_txn_first_offset)
         return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
 
     def load_snapshot(self, data: bytes, map_end_offset: int, *, path: str = "",
@@ -307,6 +419,8 @@ class ProducerStateManager:
         state is then unchanged). Producers already expired at ``now_ms`` are dropped."""
         entries = {e.producer_id: e for e in decode_snapshot(data, path=path)}
         self.entries = entries
+        self._ongoing = {pid: e.current_txn_first_offset for pid, e in entries.items()
+                         if e.current_txn_first_offset >= 0}
         self.map_end_offset = map_end_offset
         if now_ms is not None:
             self.remove_expired(now_ms)
@@ -338,9 +452,10 @@ def decode_snapshot(data: bytes, *, path: str = "") -> list[ProducerEntry]:
     entries = []
     for i in range(count):
         (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp_ms,
-         _coordinator_epoch, _txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
+         coordinator_epoch, txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
             data, _SNAPSHOT_HEAD.size + i * _SNAPSHOT_ENTRY.size)
-        entry = ProducerEntry(producer_id, epoch, timestamp_ms)
+        entry = ProducerEntry(producer_id, epoch, timestamp_ms, coordinator_epoch,
+                              max(txn_first_offset, -1))
         if last_sequence >= 0 and last_offset >= 0:
             entry.batches.append(BatchMetadata(
                 first_sequence_of(last_sequence, offset_delta), last_sequence,

@@ -62,6 +62,7 @@ from tidewater.broker.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     fsync_dir,
     parse_segment_file_name,
@@ -243,7 +244,7 @@ def list_segment_base_offsets(directory: Path) -> list[int]:
         base_offset, suffix = parsed
         if suffix == LOG_SUFFIX:
             log_bases.add(base_offset)
-        elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             index_files.append((base_offset, name))
     for base_offset, name in index_files:
         if base_offset not in log_bases:

@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions (txn_index.py), written by the log
 DELETED_SUFFIX = ".deleted"  # a segment file waiting to be unlinked (removed on open)
 SCAN_CHUNK_BYTES = 8 << 20  # recovery reads this much per syscall
 LOCATE_CHUNK_BYTES = 16 << 10  # header scan after an index lookup
@@ -1003,10 +1004,16 @@ class LogSegment:
             finally:
                 self._fd = -1
 
+    @property
+    def txn_index_path(self) -> Path:
+        """The segment's aborted-transaction index (``txn_index.py``; it may not exist)."""
+        return self.log_path.with_name(segment_file_name(self.base_offset, TXN_INDEX_SUFFIX))
+
     def delete(self) -> None:
-        """Close and remove the three files."""
+        """Close and remove the files (the ``.txnindex`` too)."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path,
+                     self.txn_index_path):
             try:
                 path.unlink(missing_ok=True)
             except OSError as e:
@@ -1019,7 +1026,8 @@ class LogSegment:
         files, so a crash in between loses nothing that was still wanted."""
         self.close()
         renamed = []
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.log_path, self.index.path, self.time_index.path,
+                     self.txn_index_path):
             target = path.with_name(path.name + DELETED_SUFFIX)
             try:
                 os.rename(path, target)

@@ -30,7 +30,8 @@ from tidewater.tools.cli import main as tide_main
 REPO = Path(__file__).resolve().parents[2]
 BATCH_KEYS = {"type", "file", "position", "base_offset", "last_offset", "count",
               "partition_leader_epoch", "size", "crc", "crc_valid", "compression",
-              "max_timestamp", "producer_id", "producer_epoch", "base_sequence"}
+              "max_timestamp", "producer_id", "producer_epoch", "base_sequence",
+              "is_transactional", "is_control"}
 RECORD_KEYS = {"type", "offset", "timestamp", "key", "value", "headers"}
 
 
@@ -412,12 +413,13 @@ def test_producer_snapshots_written_by_the_real_log(tmp_path):
     [entry] = of_type(json_lines(result), "producer_snapshot_entry")
     assert entry == {"type": "producer_snapshot_entry", "file": str(snapshot),
                      "producer_id": 42, "producer_epoch": 1, "first_sequence": 0,
-                     "last_sequence": 2, "last_offset": 2, "offset_delta": 2, "timestamp": 777}
+                     "last_sequence": 2, "last_offset": 2, "offset_delta": 2, "timestamp": 777,
+                     "coordinator_epoch": -1, "current_txn_first_offset": -1}
     [batch_line] = of_type(json_lines(result), "batch")
     assert (batch_line["producer_id"], batch_line["base_sequence"]) == (42, 0)
     assert tide(snapshot).stdout.splitlines()[1] == (
         "producerId: 42 producerEpoch: 1 firstSequence: 0 lastSequence: 2 lastOffset: 2 "
-        "offsetDelta: 2 timestamp: 777")
+        "offsetDelta: 2 timestamp: 777 coordinatorEpoch: -1 currentTxnFirstOffset: -1")
     snapshot.write_bytes(snapshot.read_bytes()[:-1])
     result = tide(snapshot, "--json")
     assert [e["problem"] for e in of_type(json_lines(result), "problem")] == ["corrupt_file"]

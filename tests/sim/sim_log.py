@@ -146,8 +146,13 @@ class SimLog:
     def latest_epoch(self) -> int:
         return self.cache.latest_epoch
 
-    def append_as_leader(self, records: SimRecords, leader_epoch: int, now_ms: int) -> Batch:
-        """``records.topic_id``: the incarnation the leader appends to."""
+    # The simulation writes no transactions: nothing holds the last stable offset back.
+    first_unstable_offset = None
+
+    def append_as_leader(self, records: SimRecords, leader_epoch: int, now_ms: int, *,
+                         markers_allowed: bool = False) -> Batch:
+        """``records.topic_id``: the incarnation the leader appends to (the simulation
+        writes no markers: ``markers_allowed`` changes nothing)."""
         self._fail("append")
         base = self.log_end_offset
         batch = Batch(base, base + records.record_count - 1, leader_epoch, records.payload_id,

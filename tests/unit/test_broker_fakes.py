@@ -84,7 +84,14 @@ class FakeLog:
 
     batch_bounds = staticmethod(Log.batch_bounds)
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> FakeAppendInfo:
+    # No transactions in a fake log: nothing holds the last stable offset back.
+    first_unstable_offset = None
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[object]:
+        return []
+
+    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, *,
+                         markers_allowed: bool = False) -> FakeAppendInfo:
         headers = list(iter_batches(records))
         for _, h in headers:
             if h.size > self.config.max_message_bytes:

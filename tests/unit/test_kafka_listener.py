@@ -379,14 +379,16 @@ async def test_a_length_beyond_the_frame_is_refused_before_kio_allocates_it(tmp_
         await api_versions_work(listening)
 
 
-async def test_a_transactional_produce_is_refused_for_every_partition(tmp_path):
+async def test_a_transactional_produce_is_taken_but_zstd_is_still_refused_below_v7(tmp_path):
+    # Transactions (issue 27): a transactional id no longer refuses the request; the
+    # version rules stay (zstd needs Produce v7+).
     async with Listening(tmp_path) as listening:
         c = await listening.connect()
         values = produce_values(zstd_batch())
         values["transactional_id"] = "tx-1"
-        answer = await c.call(apis.PRODUCE, 6, values)  # zstd too old as well: one answer
+        answer = await c.call(apis.PRODUCE, 6, values)
         [[partition]] = [t.partition_responses for t in answer.responses]
-        assert partition.error_code == pb.INVALID_REQUEST
+        assert partition.error_code == pb.UNSUPPORTED_COMPRESSION_TYPE
         assert listening.rm.partitions[TP].log.log_end_offset == 0
         c.close()
 

@@ -60,6 +60,11 @@ def test_broker_id_of(principal, broker_id):
     ("ReplicaFetch", CONTROLLER, 1, True),
     ("ReplicaFetch", BROKER_1, -1, True),
     ("ReplicaFetch", None, 1, True),
+    ("WriteTxnMarkers", BROKER_1, None, False),  # a coordinator on any broker
+    ("WriteTxnMarkers", BROKER_2, None, False),
+    ("WriteTxnMarkers", CLIENT_NAMED_BROKER_1, None, True),
+    ("WriteTxnMarkers", CONTROLLER, None, True),
+    ("WriteTxnMarkers", None, None, True),
 ])
 def test_broker_control_calls_under_mutual_tls(rpc, principal, replica_id, refused):
     code = control_principal_refusal(rpc, principal, authenticating=True, replica_id=replica_id)

@@ -12,6 +12,10 @@ as Kafka's does (its reset policy is ``latest``), and a note on stderr says so.
 Kafka's ``--topic``, ``--property print.key=true`` and ``--property
 key.separator=SEP`` work too (kafka_flags.py).
 
+``--isolation-level read_committed`` prints only committed transactions' records
+(and nothing at or past a transaction still open); the default,
+``read_uncommitted``, prints every record (Kafka's ``isolation.level``).
+
 ``--group G`` consumes as a member of consumer group G (``tide groups``): the group
 shares the topic's partitions among its members, each starts at the group's committed
 offset (``--from-beginning``: the log start where the group has none, else the end),
@@ -59,6 +63,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--partition", type=int, default=None, help="default: every partition")
     parser.add_argument("--group", default=None, metavar="GROUP",
                         help="consume as a member of this consumer group, committing as it goes")
+    parser.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"),
+                        default="read_uncommitted",
+                        help="read_committed: only committed transactions' records")
     parser.add_argument("--max-messages", type=int, default=None, metavar="N", help="stop after N records")
     parser.add_argument("--timeout-ms", type=int, default=None,
                         help="stop after this long without new records (default: never)")
@@ -105,7 +112,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
                               "--partition or --offset")
         return consume_in_group(args, topic, print_key, key_separator)
     with cli_errors(f"cannot consume from {topic!r}"), \
-            Consumer(bootstrap_of(args), auto_offset_reset=reset, **security_of(args)) as consumer:
+            Consumer(bootstrap_of(args), auto_offset_reset=reset,
+                     isolation_level=args.isolation_level, **security_of(args)) as consumer:
         partitions = consumer.partitions_for(topic)
         if args.partition is not None:
             if args.partition not in partitions:
@@ -128,6 +136,7 @@ def consume_in_group(args: argparse.Namespace, topic: str, print_key: bool, key_
     reset = "earliest" if args.from_beginning else "latest"
     with cli_errors(f"cannot consume from {topic!r} in group {args.group!r}"), \
             Consumer(bootstrap_of(args), auto_offset_reset=reset, group_id=args.group,
+                     isolation_level=args.isolation_level,
                      client_id="tide-consume", enable_auto_commit=False,
                      **security_of(args)) as consumer:
         consumer.partitions_for(topic)  # an unknown topic fails here, with its name

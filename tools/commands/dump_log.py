@@ -5,7 +5,8 @@ broker needed) and prints what is in them. The kind of a file comes from its
 name (a directory stands for the files in it):
 
 =============================  ==================================================
-``<20 digits>.log``            one line per batch; ``--print-data`` adds a line per record
+``<20 digits>.log``            one line per batch; ``--print-data`` adds a line per record;
+                               a control batch's marker (COMMIT/ABORT) always
 ``<20 digits>.index``          ``(offset, position)`` entries, 8 bytes each
 ``<20 digits>.timeindex``      ``(timestamp, offset)`` entries, 12 bytes each
 ``leader-epoch-checkpoint``    ``(epoch, start_offset)`` entries
@@ -17,6 +18,8 @@ name (a directory stands for the files in it):
 ``partition.metadata``         the topic ID of the partition's incarnation (KIP-516)
 ``<20 digits>.snapshot``       idempotent producers' state at that offset (Kafka's
                                ProducerSnapshot v1, ``broker/storage/producer_state.py``)
+``<20 digits>.txnindex``       aborted transactions (Kafka's TransactionIndex,
+                               ``broker/storage/txn_index.py``), 34 bytes each
 =============================  ==================================================
 
 The 20-digit name is the segment's base offset; index files store offsets
@@ -29,20 +32,25 @@ interface (new keys may be added; existing ones keep their meaning)::
     {"type": "file", "file", "kind", "base_offset"}
     {"type": "batch", "file", "position", "base_offset", "last_offset", "count",
      "partition_leader_epoch", "size", "crc", "crc_valid", "compression", "max_timestamp",
-     "producer_id", "producer_epoch", "base_sequence"}
+     "producer_id", "producer_epoch", "base_sequence", "is_transactional", "is_control"}
     {"type": "record", "offset", "timestamp", "key", "value", "headers"}
+    {"type": "control_record", "offset", "marker", "coordinator_epoch"}
+    {"type": "txn_index_entry", "file", "producer_id", "first_offset", "last_offset",
+     "last_stable_offset"}
     {"type": "index_entry", "file", "offset", "position"}
     {"type": "time_index_entry", "file", "timestamp", "offset"}
     {"type": "epoch_entry", "file", "epoch", "start_offset"}
     {"type": "checkpoint_entry", "file", "topic", "partition", "offset"}
     {"type": "partition_metadata", "file", "version", "topic_id"}
     {"type": "producer_snapshot_entry", "file", "producer_id", "producer_epoch",
-     "first_sequence", "last_sequence", "last_offset", "offset_delta", "timestamp"}
+     "first_sequence", "last_sequence", "last_offset", "offset_delta", "timestamp",
+     "coordinator_epoch", "current_txn_first_offset"}
     {"type": "problem", "file", "position", "problem", "message"}
 
 ``key``/``value`` are UTF-8 text (other bytes backslash-escaped), null when
 absent; ``headers`` is ``[[name, value], ...]``; ``compression`` is one of
-none, gzip, snappy, lz4, zstd; ``position`` of a problem is a byte position or
+none, gzip, snappy, lz4, zstd; ``marker`` is COMMIT, ABORT or null (a control
+record of another type); ``position`` of a problem is a byte position or
 null.
 
 Problems: a torn or malformed tail, an unreadable file, undecodable records
@@ -81,16 +89,21 @@ from tidewater.broker.storage.checkpoints import (
 from tidewater.broker.storage.cleaner_swap import COMPACTED_MARKER
 from tidewater.broker.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_epoch_checkpoint
 from tidewater.broker.storage.producer_state import SNAPSHOT_SUFFIX, decode_snapshot
+from tidewater.broker.storage.segment import TXN_INDEX_SUFFIX
+from tidewater.broker.storage.txn_index import ENTRY_SIZE as TXN_INDEX_ENTRY_SIZE
+from tidewater.broker.storage.txn_index import decode_entries
 from tidewater.proto.batch import (
     BATCH_LENGTH_MIN,
     HEADER_SIZE,
     MAGIC_V2,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     BytesLike,
     compute_crc,
     read_header,
 )
 from tidewater.proto.compression import COMPRESSION_NAMES
+from tidewater.proto.control_records import parse_marker
 from tidewater.proto.errors import (
     CorruptFileError,
     CorruptRecordError,
@@ -118,8 +131,9 @@ KIND_LOG, KIND_INDEX, KIND_TIME_INDEX = "log", "index", "timeindex"
 KIND_EPOCHS, KIND_OFFSETS, KIND_MARKER = "leader-epoch-checkpoint", "offset-checkpoint", "marker"
 KIND_PARTITION_METADATA = "partition-metadata"
 KIND_PRODUCER_SNAPSHOT = "producer-snapshot"
+KIND_TXN_INDEX = "txnindex"
 _SEGMENT_SUFFIXES = {".log": KIND_LOG, ".index": KIND_INDEX, ".timeindex": KIND_TIME_INDEX,
-                     SNAPSHOT_SUFFIX: KIND_PRODUCER_SNAPSHOT}
+                     SNAPSHOT_SUFFIX: KIND_PRODUCER_SNAPSHOT, TXN_INDEX_SUFFIX: KIND_TXN_INDEX}
 
 
 def register(subparsers: Subparsers) -> None:
@@ -165,7 +179,8 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
     return kind, int(stem)
 
 
-_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2, KIND_PRODUCER_SNAPSHOT: 3}
+_KIND_ORDER = {KIND_LOG: 0, KIND_INDEX: 1, KIND_TIME_INDEX: 2, KIND_TXN_INDEX: 3,
+               KIND_PRODUCER_SNAPSHOT: 4}
 
 
 def _directory_order(path: Path) -> tuple[int, int, int, str]:
@@ -292,7 +307,16 @@ def batch_event(file: str, position: int, header: BatchHeader, crc_valid: bool) 
         "producer_id": header.producer_id,
         "producer_epoch": header.producer_epoch,
         "base_sequence": header.base_sequence,
+        "is_transactional": bool(header.attributes & TRANSACTIONAL_MASK),
+        "is_control": header.is_control,
     }
+
+
+def control_record_event(record: Record) -> Event:
+    marker = parse_marker(record.key, record.value)
+    return {"type": "control_record", "offset": record.offset,
+            "marker": None if marker is None else ("COMMIT" if marker.committed else "ABORT"),
+            "coordinator_epoch": None if marker is None else marker.coordinator_epoch}
 
 
 def problem_event(file: str, position: int | None, problem: str, message: str) -> Event:
@@ -318,7 +342,16 @@ def format_text(event: Event) -> str:
                 f"maxTimestamp: {event['max_timestamp']} compresscodec: {event['compression']} "
                 f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
                 f"baseSequence: {event['base_sequence']} "
+                f"isTransactional: {str(event['is_transactional']).lower()} "
+                f"isControl: {str(event['is_control']).lower()} "
                 f"crc: {event['crc']} isValid: {str(event['crc_valid']).lower()}")
+    if kind == "control_record":
+        return (f"| offset: {event['offset']} endTxnMarker: {_or_null(event['marker'])} "
+                f"coordinatorEpoch: {_or_null(str(event['coordinator_epoch']))}")
+    if kind == "txn_index_entry":
+        return (f"producerId: {event['producer_id']} firstOffset: {event['first_offset']} "
+                f"lastOffset: {event['last_offset']} "
+                f"lastStableOffset: {event['last_stable_offset']}")
     if kind == "record":
         headers = ", ".join(f"{name}: {_or_null(value)}" for name, value in event["headers"])
         return (f"| offset: {event['offset']} timestamp: {event['timestamp']} "
@@ -338,7 +371,9 @@ def format_text(event: Event) -> str:
         return (f"producerId: {event['producer_id']} producerEpoch: {event['producer_epoch']} "
                 f"firstSequence: {event['first_sequence']} "
                 f"lastSequence: {event['last_sequence']} lastOffset: {event['last_offset']} "
-                f"offsetDelta: {event['offset_delta']} timestamp: {event['timestamp']}")
+                f"offsetDelta: {event['offset_delta']} timestamp: {event['timestamp']} "
+                f"coordinatorEpoch: {event['coordinator_epoch']} "
+                f"currentTxnFirstOffset: {event['current_txn_first_offset']}")
     if kind == "problem":
         where = event["file"] + (f":{event['position']}" if event["position"] is not None else "")
         return f"PROBLEM {where}: {event['problem']}: {event['message']}"
@@ -421,7 +456,22 @@ class LogDumper:
                            "last_sequence": last.last_sequence if last else -1,
                            "last_offset": last.last_offset if last else -1,
                            "offset_delta": last.last_offset - last.first_offset if last else 0,
-                           "timestamp": entry.last_timestamp_ms}
+                           "timestamp": entry.last_timestamp_ms,
+                           "coordinator_epoch": entry.coordinator_epoch,
+                           "current_txn_first_offset": entry.current_txn_first_offset}
+            elif kind == KIND_TXN_INDEX:
+                data = path.read_bytes()
+                entries, used = decode_entries(data)
+                for aborted in entries:
+                    yield {"type": "txn_index_entry", "file": file,
+                           "producer_id": aborted.producer_id,
+                           "first_offset": aborted.first_offset,
+                           "last_offset": aborted.last_offset,
+                           "last_stable_offset": aborted.last_stable_offset}
+                if used != len(data):
+                    yield self._problem(file, used, "torn_tail",
+                                        f"{len(data) - used} bytes after the last whole "
+                                        f"{TXN_INDEX_ENTRY_SIZE}-byte entry of version 0")
             elif kind == KIND_MARKER and not path.exists():
                 raise FileNotFoundError(2, "No such file or directory")
         except CorruptFileError as e:
@@ -463,7 +513,15 @@ class LogDumper:
                 expected_offset = header.next_offset
                 continue
             records = None
-            if self.print_data or self.verify:
+            if header.is_control:  # a transaction marker: shown whatever the flags
+                try:
+                    records = decode_batch_records(buf, position, header)
+                    for record in records:
+                        yield control_record_event(record)
+                except (CorruptRecordError, UnsupportedCompressionError) as e:
+                    yield self._problem(file, position, "bad_records",
+                                        getattr(e, "reason", str(e)))
+            elif self.print_data or self.verify:
                 try:
                     records = decode_batch_records(buf, position, header)
                 except (CorruptRecordError, UnsupportedCompressionError) as e:
