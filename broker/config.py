@@ -102,6 +102,10 @@ _BROKER_SETTINGS = {
     "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", _int),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int),
     "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots", _int),
+    "min.incremental.fetch.session.eviction.ms": (
+        "min_incremental_fetch_session_eviction_ms", _int),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -215,6 +219,11 @@ class BrokerConfig:
     # Kafka clients' Metadata (when they allow it) and Produce create an unknown topic with
     # the controller's num.partitions and default.replication.factor (broker/kafka/auto_create.py).
     auto_create_topics_enable: bool = True
+    # Fetch sessions of Kafka clients (KIP-227, broker/kafka/fetch_sessions.py): at most this
+    # many sessions (0: none, every fetch is a full fetch); a session unused this long may
+    # be evicted for a new one, and younger ones only by a larger session.
+    max_incremental_fetch_session_cache_slots: int = 1000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
     # Topic-level defaults given with --set (topic config names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # The Kafka names given with --set (DescribeConfigs: STATIC_BROKER_CONFIG, the rest
@@ -317,6 +326,10 @@ class BrokerConfig:
             raise ConfigError("log.cleaner.backoff.ms must be positive")
         if self.log_scrub_interval_ms < 0:
             raise ConfigError("log.scrub.interval.ms must not be negative")
+        if self.max_incremental_fetch_session_cache_slots < 0:
+            raise ConfigError("max.incremental.fetch.session.cache.slots must not be negative")
+        if self.min_incremental_fetch_session_eviction_ms < 0:
+            raise ConfigError("min.incremental.fetch.session.eviction.ms must not be negative")
         if self.broker_id < 0:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
         if not 0 <= self.metrics_port <= 65535:

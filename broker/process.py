@@ -37,6 +37,7 @@ from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.apis import Services
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, broker_config_entries
+from tidewater.broker.kafka.fetch_sessions import FetchSessionCache
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -78,6 +79,11 @@ class BrokerProcess:
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
         self.auto_create: AutoTopicCreator | None = None
+        # One fetch session cache for every Kafka listener, as Kafka's FetchManager.
+        self.fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots,
+            config.min_incremental_fetch_session_eviction_ms)
+        self.metrics.register_fetch_sessions(self.fetch_sessions.metrics_view)
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -202,7 +208,8 @@ class BrokerProcess:
                             group_coordinator=self.group_coordinator,
                             txn_coordinator=self.txn_coordinator,
                             auto_create=self.auto_create,
-                            broker_configs=self._broker_configs)
+                            broker_configs=self._broker_configs,
+                            fetch_sessions=self.fetch_sessions)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,

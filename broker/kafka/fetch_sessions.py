@@ -54,6 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tidewater.broker.metrics import FetchSessionView
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     FetchSessionIdNotFoundError,
@@ -244,6 +245,13 @@ class FetchSessionCache:
 
     def sessions(self) -> list[FetchSession]:
         return list(self._sessions.values())
+
+    def metrics_view(self) -> FetchSessionView:
+        """Read from the metrics server's thread: plain ints, no iteration of the cache."""
+        c = self.counters
+        return FetchSessionView(len(self._sessions), self.partitions_count, c.evictions,
+                                c.full_fetches, c.incremental_fetches,
+                                c.sessionless_fetches, c.session_errors)
 
     # ------------------------------------------------------------ requests
 
