@@ -1,7 +1,8 @@
 """Fetch sessions (KIP-227) against real brokers: kafka-python's consumer (which opens
-sessions) reads 100 partitions across a leader change and a broker restart, and the
-brokers' metrics show its fetches were incremental; a raw client's session does not
-survive the restart (FETCH_SESSION_ID_NOT_FOUND, then a new session)."""
+sessions, Fetch v12) reads 100 partitions across a leader change and a broker restart,
+and the brokers' metrics show its fetches were incremental; librdkafka's (sessionless,
+Fetch v16 by topic id) reads alongside it. A raw client's session does not survive the
+restart (FETCH_SESSION_ID_NOT_FOUND, then a new session)."""
 
 from __future__ import annotations
 
@@ -70,13 +71,20 @@ def produce(bootstrap: str, tag: bytes) -> set[bytes]:
     return values
 
 
-def read_until(consumer, expected: set[bytes], seen: list[bytes]) -> None:
-    """Poll until every expected value was read (a duplicate fails the test later)."""
+def read_until(consumer, expected: set[bytes], seen: list[bytes], rdkafka,
+               rdkafka_seen: list[bytes]) -> None:
+    """Poll both consumers until each read every expected value (a duplicate fails the
+    test later)."""
     deadline = time.monotonic() + 90
-    while not expected <= set(seen):
-        assert time.monotonic() < deadline, f"missing {sorted(expected - set(seen))[:5]}"
-        for records in consumer.poll(timeout_ms=500).values():
+    while not (expected <= set(seen) and expected <= set(rdkafka_seen)):
+        assert time.monotonic() < deadline, (
+            f"kafka-python misses {sorted(expected - set(seen))[:5]}, "
+            f"librdkafka {sorted(expected - set(rdkafka_seen))[:5]}")
+        for records in consumer.poll(timeout_ms=200).values():
             seen.extend(r.value for r in records)
+        for message in rdkafka.consume(num_messages=500, timeout=0.2):
+            if message.error() is None:
+                rdkafka_seen.append(message.value())
 
 
 def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path):
@@ -94,8 +102,14 @@ def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path
                                        enable_auto_commit=False, fetch_max_wait_ms=100)
         consumer.assign([kafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
         consumer.seek_to_beginning()
+        rdkafka = confluent_kafka.Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100})
+        rdkafka.assign([confluent_kafka.TopicPartition(TOPIC, p, confluent_kafka.OFFSET_BEGINNING)
+                        for p in range(PARTITIONS)])
         seen: list[bytes] = []
-        read_until(consumer, expected, seen)
+        rdkafka_seen: list[bytes] = []
+        read_until(consumer, expected, seen, rdkafka, rdkafka_seen)
         for _ in range(10):  # idle polls: incremental fetches with nothing new
             consumer.poll(timeout_ms=200)
         before = {b: metrics(p) for b, p in brokers.items()}
@@ -111,7 +125,7 @@ def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path
         assert run_tide("cluster", "kill", str(victim), "--signal", "KILL",
                         "--data-dir", str(c.data_dir)).returncode == 0
         expected |= produce(bootstrap, b"b")
-        read_until(consumer, expected, seen)
+        read_until(consumer, expected, seen, rdkafka, rdkafka_seen)
         # Restarted, broker 2 has no sessions: the old id is unknown, a new one is opened.
         assert run_tide("cluster", "start", str(victim), "--data-dir", str(c.data_dir),
                         timeout_s=90).returncode == 0
@@ -123,9 +137,11 @@ def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path
         # Leadership back to the preferred replicas, if the cluster moves it, or not:
         # either way the consumer reads what is written next.
         expected |= produce(bootstrap, b"c")
-        read_until(consumer, expected, seen)
+        read_until(consumer, expected, seen, rdkafka, rdkafka_seen)
         consumer.close()
+        rdkafka.close()
         assert len(seen) == len(set(seen)) == 3 * PARTITIONS  # nothing twice, nothing lost
+        assert len(rdkafka_seen) == len(set(rdkafka_seen)) == 3 * PARTITIONS
         after = {b: metrics(p) for b, p in brokers.items()}
         assert counter(after[1], "kafka_fetches", "incremental") > counter(
             before[1], "kafka_fetches", "incremental")

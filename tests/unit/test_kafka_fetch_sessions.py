@@ -225,8 +225,8 @@ def test_full_cache_evicts_the_smaller_old_session_for_a_larger_one():
     # Both touched after the eviction time since creation: evictable, and not stale.
     c.complete_incremental(incremental(c, small, 1), [outcome(A)], 1500)
     c.complete_incremental(incremental(c, large, 1), [outcome(k) for k in (A, B, C)], 1500)
-    # A 1-partition newcomer is worth less than... the 1-partition session with a larger
-    # id? Keys compare (privileged, size, id): the newcomer's id 0 loses the tie.
+    # Keys compare (privileged, size, id), the newcomer's id 0: a 1-partition newcomer
+    # is worth less than the 1-partition session, so nothing is evicted for it.
     assert open_session(c, [B], now_ms=1600) == 0
     newcomer = open_session(c, [A, B], now_ms=1600)
     assert newcomer != 0 and c.get(small) is None and c.get(large) is not None
