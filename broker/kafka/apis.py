@@ -56,6 +56,7 @@ finish later (an acks=all wait, a long-poll) is in the awaitable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -406,6 +407,21 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
 
 # ---------------------------------------------------------------- Fetch
 
+def fetch_request(body: RequestBody, version: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
+                              max_wait_ms=milliseconds(body.max_wait),
+                              min_bytes=body.min_bytes, max_bytes=body.max_bytes)
+    for topic in body.topics:
+        for p in topic.partitions:
+            request.partitions.add(
+                topic=topic.topic, partition=p.partition,
+                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                fetch_offset=p.fetch_offset,
+                last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                log_start_offset=-1, partition_max_bytes=p.partition_max_bytes)
+    return request
+
+
 def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str, Any]:
     def entry(p: FetchedPartition) -> dict[str, Any]:
         error_code, records = p.error_code, p.records
@@ -442,7 +458,9 @@ async def on_fetch(s: Services, head: RequestHead, body: RequestBody
     except TidewaterError as e:  # a session error: the client starts a new session
         return _done({"throttle_time": 0, "error_code": e.error_code, "session_id": 0,
                       "responses": []})
-    read = session_read(context, body, version, s.metadata_cache.topic_names_by_id(),
+    # The request's own fields from ``fetch_request``; its partitions are the session's.
+    head_only = fetch_request(dataclasses.replace(body, topics=()), version)
+    read = session_read(context, head_only, version, s.metadata_cache.topic_names_by_id(),
                         lambda topic: s.allowed(READ, TOPIC, topic))
 
     async def answer() -> Response:

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tidewater.broker.kafka.codec import RequestBody, milliseconds
+from tidewater.broker.kafka.codec import RequestBody
 from tidewater.broker.kafka.fetch_sessions import (
     FINAL_EPOCH,
     INVALID_SESSION_ID,
@@ -31,6 +31,7 @@ from tidewater.broker.kafka.fetch_sessions import (
 )
 from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation
 
 TOPIC_IDS_FROM = 13  # Fetch v13+ (KIP-516): topics by id
 
@@ -81,12 +82,13 @@ class SessionRead:
     refused: dict[PartitionKey, FetchedPartition]
 
 
-def session_read(context: FetchContext, body: RequestBody, version: int,
+def session_read(context: FetchContext, request: pb.FetchRequest, version: int,
                  names_by_id: Mapping[bytes, str], may_read: Callable[[str], bool]
                  ) -> SessionRead:
-    request = pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
-                              max_wait_ms=milliseconds(body.max_wait),
-                              min_bytes=body.min_bytes, max_bytes=body.max_bytes)
+    """``request`` (the Fetch's own fields, no partitions yet) with the context's
+    partitions this principal may read, by name."""
+    if request.partitions:
+        raise InvariantViolation("session_read adds the partitions itself")
     names: dict[PartitionKey, tuple[str, int]] = {}
     refused: dict[PartitionKey, FetchedPartition] = {}
     for key, want in context.partitions:
@@ -128,8 +130,9 @@ def session_answer(cache: FetchSessionCache, context: FetchContext, read: Sessio
             answers.append(refusal)
             continue
         got = by_name.get(read.names[key])
-        answers.append(got._replace(topic=key[0]) if got is not None else _refusal(
-            key, pb.UNKNOWN_SERVER_ERROR, "partition not answered by the read"))
+        if got is None:
+            raise InvariantViolation(f"{read.names[key]} asked of the fetch, not answered")
+        answers.append(got._replace(topic=key[0]))
     outcomes = [PartitionOutcome((p.topic, p.partition), p.error_code, p.high_watermark,
                                  p.log_start_offset, len(p.records), p.diverging is not None)
                 for p in answers]
