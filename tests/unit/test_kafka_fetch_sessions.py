@@ -323,3 +323,39 @@ def test_a_client_applying_incremental_answers_always_knows_every_high_watermark
         # The cache's own bookkeeping.
         assert len(c) <= 2
         assert c.partitions_count == sum(s.size for s in c.sessions())
+
+
+def test_a_privileged_session_may_evict_a_young_unprivileged_one():
+    c = cache(slots=1, eviction_ms=1000)
+    consumer = open_session(c, [A, B], now_ms=0)
+    # Young and used: a consumer's newcomer cannot evict it, whatever its size.
+    assert open_session(c, [A, B, C], now_ms=10) == 0
+    context = c.new_context(0, INITIAL_EPOCH, wants(A), [], uses_topic_ids=False,
+                            privileged=True)
+    follower = c.complete_full(context, [outcome(A)], 20)  # type: ignore[arg-type]
+    assert follower != 0 and c.get(consumer) is None and c.counters.evictions == 1
+    # A young privileged session is evictable by nobody but staleness.
+    assert open_session(c, [A, B, C], now_ms=30) == 0
+
+
+def test_the_cache_settings_take_kafkas_names(tmp_path):
+    from tidewater.broker.config import BrokerConfig, ConfigError
+    config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
+                          data_dir=tmp_path)
+    config.apply_settings({"max.incremental.fetch.session.cache.slots": "7",
+                           "min.incremental.fetch.session.eviction.ms": "50"})
+    assert (config.max_incremental_fetch_session_cache_slots,
+            config.min_incremental_fetch_session_eviction_ms) == (7, 50)
+    with pytest.raises(ConfigError):
+        config.apply_settings({"max.incremental.fetch.session.cache.slots": "-1"})
+
+
+def test_the_metrics_view_counts_sessions_partitions_and_fetch_kinds():
+    c = cache()
+    session_id = open_session(c, [A, B])
+    c.complete_incremental(incremental(c, session_id, 1), [outcome(A), outcome(B)], 1)
+    with pytest.raises(InvalidFetchSessionEpochError):
+        c.new_context(session_id, 9, {}, [], uses_topic_ids=False)
+    view = c.metrics_view()
+    assert (view.sessions, view.partitions, view.full, view.incremental, view.errors) == (
+        1, 2, 1, 1, 1)
