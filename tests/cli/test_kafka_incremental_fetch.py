@@ -1,14 +1,16 @@
 """Fetch sessions (KIP-227) against real brokers: kafka-python's consumer (which opens
 sessions, Fetch v12) reads 100 partitions across a leader change and a broker restart,
 and the brokers' metrics show its fetches were incremental; librdkafka's (sessionless,
-Fetch v16 by topic id) reads alongside it. A raw client's session does not survive the
+Fetch v16 by topic id) and aiokafka's (sessionless, v11) read alongside it. A raw client's session does not survive the
 restart (FETCH_SESSION_ID_NOT_FOUND, then a new session)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import struct
+import threading
 import time
 import urllib.request
 
@@ -21,6 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 kafka = pytest.importorskip("kafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
+aiokafka = pytest.importorskip("aiokafka")
 
 TOPIC = "wide"
 PARTITIONS = 100
@@ -87,8 +90,45 @@ def read_until(consumer, expected: set[bytes], seen: list[bytes], rdkafka,
                 rdkafka_seen.append(message.value())
 
 
+class AiokafkaReader:
+    """aiokafka's consumer (Fetch v11, sessionless) reading in its own thread and loop
+    until stopped."""
+
+    def __init__(self, bootstrap: str):
+        self.seen: list[bytes] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        # A daemon: a failed test must not wait on it.
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run(bootstrap)),
+                                        daemon=True)
+        self._thread.start()
+
+    async def _run(self, bootstrap: str) -> None:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap,
+                                             enable_auto_commit=False, fetch_max_wait_ms=100)
+        try:
+            await consumer.start()
+            consumer.assign([aiokafka.TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+            await consumer.seek_to_beginning()
+            while not self._stop.is_set():
+                batches = await consumer.getmany(timeout_ms=200)
+                self.seen.extend(r.value for records in batches.values() for r in records)
+        except BaseException as e:  # reported to the test's thread by stop()
+            self.error = e
+        finally:
+            await consumer.stop()
+
+    def stop(self) -> list[bytes]:
+        self._stop.set()
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+        return self.seen
+
+
 def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path):
     c = start_cluster(tmp_path / "cluster", 2, "min.insync.replicas=1")
+    aio: AiokafkaReader | None = None
     try:
         manifest = c.manifest()
         bootstrap = manifest["kafka_bootstrap"]
@@ -109,6 +149,7 @@ def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path
                         for p in range(PARTITIONS)])
         seen: list[bytes] = []
         rdkafka_seen: list[bytes] = []
+        aio = AiokafkaReader(bootstrap)
         read_until(consumer, expected, seen, rdkafka, rdkafka_seen)
         for _ in range(10):  # idle polls: incremental fetches with nothing new
             consumer.poll(timeout_ms=200)
@@ -140,10 +181,15 @@ def test_a_consumer_of_100_partitions_reads_everything_through_sessions(tmp_path
         read_until(consumer, expected, seen, rdkafka, rdkafka_seen)
         consumer.close()
         rdkafka.close()
+        wait_for(lambda: expected <= set(aio.seen), "aiokafka read every record", 90)
+        aio_seen = aio.stop()
+        assert len(aio_seen) == len(set(aio_seen)) == 3 * PARTITIONS
         assert len(seen) == len(set(seen)) == 3 * PARTITIONS  # nothing twice, nothing lost
         assert len(rdkafka_seen) == len(set(rdkafka_seen)) == 3 * PARTITIONS
         after = {b: metrics(p) for b, p in brokers.items()}
         assert counter(after[1], "kafka_fetches", "incremental") > counter(
             before[1], "kafka_fetches", "incremental")
     finally:
+        if aio is not None:
+            aio._stop.set()
         stop_cluster(c)
