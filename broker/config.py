@@ -121,6 +121,10 @@ _BROKER_SETTINGS = {
     "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _text),
     "max.connection.creation.rate": ("max_connection_creation_rate", _int),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int),
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots", _int),
+    "min.incremental.fetch.session.eviction.ms": (
+        "min_incremental_fetch_session_eviction_ms", _int),
 }
 
 # Kafka name -> BrokerConfig field of every broker-level setting (DescribeConfigs).
@@ -222,6 +226,11 @@ class BrokerConfig:
     # Kafka clients' Metadata (when they allow it) and Produce create an unknown topic with
     # the controller's num.partitions and default.replication.factor (broker/kafka/auto_create.py).
     auto_create_topics_enable: bool = True
+    # Fetch sessions of Kafka clients (KIP-227, broker/kafka/fetch_sessions.py): at most this
+    # many sessions (0: none, every fetch is a full fetch); a session unused this long may
+    # be evicted for a new one, and younger ones only by a larger session.
+    max_incremental_fetch_session_cache_slots: int = 1000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
     # Topic-level defaults given with --set (topic config names -> string values).
     topic_defaults: dict[str, str] = field(default_factory=dict)
     # The Kafka names given with --set (DescribeConfigs: STATIC_BROKER_CONFIG, the rest
@@ -343,6 +352,10 @@ class BrokerConfig:
             raise ConfigError("log.cleaner.backoff.ms must be positive")
         if self.log_scrub_interval_ms < 0:
             raise ConfigError("log.scrub.interval.ms must not be negative")
+        if self.max_incremental_fetch_session_cache_slots < 0:
+            raise ConfigError("max.incremental.fetch.session.cache.slots must not be negative")
+        if self.min_incremental_fetch_session_eviction_ms < 0:
+            raise ConfigError("min.incremental.fetch.session.eviction.ms must not be negative")
         if self.broker_id < 0:
             raise ConfigError(f"--broker-id must not be negative, got {self.broker_id}")
         if not self.metrics_bind_address:

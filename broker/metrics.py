@@ -36,7 +36,7 @@ from typing import Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from tidewater.broker.kafka.connection_quotas import REFUSAL_REASONS
@@ -285,6 +285,44 @@ class TopicSeries:
                     self._bytes_out.remove(topic, "replica" if is_follower else "consumer")
 
 
+class _FetchSessionCollector:
+    """Kafka's FetchSessionCache metrics (``NumIncrementalFetchSessions``,
+    ``NumIncrementalFetchPartitionsCached``, ``incremental-fetch-session-evictions``) and
+    Kafka-client fetches by how they were served, read from the cache at scrape time."""
+
+    def __init__(self, view: Callable[[], FetchSessionView]):
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        v = self._view()
+        yield GaugeMetricFamily(PREFIX + "incremental_fetch_sessions",
+                                "Fetch sessions cached (KIP-227)", value=v.sessions)
+        yield GaugeMetricFamily(PREFIX + "incremental_fetch_partitions_cached",
+                                "Partitions in all cached fetch sessions",
+                                value=v.partitions)
+        yield CounterMetricFamily(PREFIX + "incremental_fetch_session_evictions",
+                                  "Fetch sessions evicted for a new one", value=v.evictions)
+        fetches = CounterMetricFamily(
+            PREFIX + "kafka_fetches", "Kafka-client fetches by kind: full (opening a "
+            "session), incremental, sessionless, session_error (answered 70, 71 or 106)",
+            labels=["kind"])
+        for kind, count in (("full", v.full), ("incremental", v.incremental),
+                            ("sessionless", v.sessionless), ("session_error", v.errors)):
+            fetches.add_metric([kind], count)
+        yield fetches
+
+
+@dataclass(frozen=True)
+class FetchSessionView:
+    sessions: int
+    partitions: int
+    evictions: int
+    full: int
+    incremental: int
+    sessionless: int
+    errors: int
+
+
 class BrokerMetrics:
     def __init__(self, broker_id: int):
         self.broker_id = broker_id
@@ -361,6 +399,9 @@ class BrokerMetrics:
 
     def register_replicas(self, snapshot: Callable[[], Iterable[ReplicaSnapshot]]) -> None:
         self.registry.register(_ReplicaCollector(self.broker_id, snapshot))
+
+    def register_fetch_sessions(self, view: Callable[[], FetchSessionView]) -> None:
+        self.registry.register(_FetchSessionCollector(view))
 
     def serve(self, host: str, port: int, *, certfile: str | None = None,
               keyfile: str | None = None) -> None:

@@ -44,6 +44,7 @@ from tidewater.broker.kafka.broker_configs import (
     topic_default_sources,
 )
 from tidewater.broker.kafka.connection_quotas import ConnectionQuotas
+from tidewater.broker.kafka.fetch_sessions import FetchSessionCache
 from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
@@ -88,6 +89,11 @@ class BrokerProcess:
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
         self.auto_create: AutoTopicCreator | None = None
+        # One fetch session cache for every Kafka listener, as Kafka's FetchManager.
+        self.fetch_sessions = FetchSessionCache(
+            config.max_incremental_fetch_session_cache_slots,
+            config.min_incremental_fetch_session_eviction_ms)
+        self.metrics.register_fetch_sessions(self.fetch_sessions.metrics_view)
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
@@ -225,7 +231,8 @@ class BrokerProcess:
                             cluster_default_configs=lambda: cluster_default_entries(
                                 self._broker_configs(), self.metadata_cache.broker_configs()),
                             topic_default_sources=lambda: topic_default_sources(
-                                self.config, self.metadata_cache.broker_configs()))
+                                self.config, self.metadata_cache.broker_configs()),
+                            fetch_sessions=self.fetch_sessions)
         listener = KafkaListener(
             services, host=listen[0], port=listen[1],
             max_request_bytes=c.socket_request_max_bytes, supervisor=self.supervisor,

@@ -164,6 +164,27 @@ class UnknownTopicIdError(TidewaterError):
     invalid_metadata = True
 
 
+class FetchSessionIdNotFoundError(TidewaterError):
+    """The session is not in this broker's cache (evicted, closed, broker restarted)."""
+
+    error_code = pb.FETCH_SESSION_ID_NOT_FOUND
+    retriable = True
+
+
+class InvalidFetchSessionEpochError(TidewaterError):
+    """The request's epoch is not the session's next (a lost or repeated request)."""
+
+    error_code = pb.INVALID_FETCH_SESSION_EPOCH
+    retriable = True
+
+
+class FetchSessionTopicIdError(TidewaterError):
+    """A session opened with topic names used with topic ids (v13+), or the other way."""
+
+    error_code = pb.FETCH_SESSION_TOPIC_ID_ERROR
+    retriable = True
+
+
 class InconsistentTopicIdError(TidewaterError):
     """The topic ID given differs from the one of the log or topic it names."""
 

@@ -67,6 +67,8 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOG_DIR_NOT_FOUND: _ClassVar[ErrorCode]
     NON_EMPTY_GROUP: _ClassVar[ErrorCode]
     GROUP_ID_NOT_FOUND: _ClassVar[ErrorCode]
+    FETCH_SESSION_ID_NOT_FOUND: _ClassVar[ErrorCode]
+    INVALID_FETCH_SESSION_EPOCH: _ClassVar[ErrorCode]
     SASL_AUTHENTICATION_FAILED: _ClassVar[ErrorCode]
     UNKNOWN_PRODUCER_ID: _ClassVar[ErrorCode]
     FENCED_LEADER_EPOCH: _ClassVar[ErrorCode]
@@ -92,6 +94,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INCONSISTENT_TOPIC_ID: _ClassVar[ErrorCode]
     INCONSISTENT_CLUSTER_ID: _ClassVar[ErrorCode]
     TRANSACTIONAL_ID_NOT_FOUND: _ClassVar[ErrorCode]
+    FETCH_SESSION_TOPIC_ID_ERROR: _ClassVar[ErrorCode]
     INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
     NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
 NONE: ErrorCode
@@ -152,6 +155,8 @@ KAFKA_STORAGE_ERROR: ErrorCode
 LOG_DIR_NOT_FOUND: ErrorCode
 NON_EMPTY_GROUP: ErrorCode
 GROUP_ID_NOT_FOUND: ErrorCode
+FETCH_SESSION_ID_NOT_FOUND: ErrorCode
+INVALID_FETCH_SESSION_EPOCH: ErrorCode
 SASL_AUTHENTICATION_FAILED: ErrorCode
 UNKNOWN_PRODUCER_ID: ErrorCode
 FENCED_LEADER_EPOCH: ErrorCode
@@ -177,6 +182,7 @@ BROKER_ID_NOT_REGISTERED: ErrorCode
 INCONSISTENT_TOPIC_ID: ErrorCode
 INCONSISTENT_CLUSTER_ID: ErrorCode
 TRANSACTIONAL_ID_NOT_FOUND: ErrorCode
+FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode
 INELIGIBLE_REPLICA: ErrorCode
 NEW_LEADER_ELECTED: ErrorCode
 

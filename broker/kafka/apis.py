@@ -12,9 +12,10 @@ Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
                             when the minimum is 3; v0-2 (magic 0/1) are refused;
                             log_append_time on LogAppendTime topics; transactional
                             batches (a transactional_id) taken
-Fetch (1)             4-12  sessions declined (session id 0); KIP-320 epochs;
-                            isolation_level: READ_COMMITTED reads below the last
-                            stable offset and lists the aborted transactions
+Fetch (1)             4-17  sessions (KIP-227, ``fetch_sessions``) from v7; topic ids
+                            from v13; KIP-320 epochs; isolation_level:
+                            READ_COMMITTED reads below the last stable offset and
+                            lists the aborted transactions
 ListOffsets (2)       1-7   earliest (-2), latest (-1; the LSO for READ_COMMITTED),
                             by timestamp, max timestamp (-3)
 Metadata (3)          0-12  topic IDs from v10; auto-creation (``auto_create``)
@@ -68,16 +69,26 @@ finish later (an acks=all wait, a long-poll) is in the awaitable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import config_apis, sasl, security_apis, topic_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.kafka.fetch_session_apis import (
+    TOPIC_IDS_FROM,
+    replica_id_of,
+    session_answer,
+    session_read,
+)
+from tidewater.broker.kafka.fetch_session_apis import new_context as session_context
+from tidewater.broker.kafka.fetch_sessions import FetchSessionCache
 from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.log_apis import (
     DELETE_RECORDS,
@@ -126,6 +137,7 @@ from tidewater.proto.acls import (
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
+from tidewater.proto.errors import TidewaterError
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
@@ -134,7 +146,7 @@ DESCRIBE_CONFIGS, DESCRIBE_CLUSTER, CREATE_PARTITIONS = 32, 60, 37
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (0, 9),
-    FETCH: (4, 12),
+    FETCH: (4, 17),
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
@@ -160,7 +172,6 @@ SUPPORTED: dict[int, tuple[int, int]] = {
 # RecordBatch v2 log never stores.
 DECODED_FROM = {PRODUCE: 3}
 
-FETCH_SESSION_ID_NOT_FOUND = 70
 NO_TOPIC_ID = uuid.UUID(int=0)
 # zstd batches exist for Kafka clients from Produce v7 and Fetch v10 on (KIP-110): an
 # older client could not decompress them.
@@ -207,6 +218,8 @@ class Services:
     connection: sasl.ConnectionSecurity | None = None
     # The client's address as Kafka shows it in a group member's HOST ("/127.0.0.1").
     client_host: str = ""
+    # Fetch sessions (KIP-227), one cache per broker: every connection's copy shares it.
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
 
     def allowed(self, operation: int, resource_type: int, name: str) -> bool:
         """May this connection's principal do ``operation`` (``proto.acls``) on the
@@ -463,8 +476,12 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
         if error_code in (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH):
             values["current_leader"] = {"leader_id": -1, "leader_epoch": p.leader_epoch}
         return values
+    responses = by_topic(results, "topic", "partitions", entry)
+    if version >= TOPIC_IDS_FROM:  # the answers' ``topic`` is the topic id's string
+        for t in responses:
+            t["topic_id"] = uuid.UUID(t["topic"])
     return {"throttle_time": 0, "error_code": pb.NONE, "session_id": 0,
-            "responses": by_topic(results, "topic", "partitions", entry)}
+            "responses": responses}
 
 
 def _aborted_values(p: FetchedPartition) -> list[dict[str, int]] | None:
@@ -476,28 +493,32 @@ def _aborted_values(p: FetchedPartition) -> list[dict[str, int]] | None:
 
 async def on_fetch(s: Services, head: RequestHead, body: RequestBody
                   ) -> Awaitable[Response]:
-    if code := client_fetch_refusal(body.replica_id):  # followers fetch on BrokerControl
+    """Every version through the session cache (``fetch_session_apis``): v4-6 and
+    epoch -1 are sessionless full fetches."""
+    if code := client_fetch_refusal(replica_id_of(body)):  # followers fetch on BrokerControl
         return _done({"throttle_time": 0, "error_code": code, "session_id": 0,
                       "responses": []})
-    session_id = getattr(body, "session_id", 0)
-    if session_id != 0:
-        # Fetch sessions (KIP-227) are declined: every fetch we answer says session 0,
-        # so a client never holds an id of ours.
-        return _done({"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND,
-                      "session_id": 0, "responses": []})
-    request = fetch_request(body, head.api_version)
-    refused = [p for p in request.partitions if not s.allowed(READ, TOPIC, p.topic)]
-    if refused:
-        kept = [p for p in request.partitions if s.allowed(READ, TOPIC, p.topic)]
-        del request.partitions[:]
-        request.partitions.extend(kept)
-    denied = [FetchedPartition(p.topic, p.partition, pb.TOPIC_AUTHORIZATION_FAILED,
-                               f"needs READ on topic {p.topic!r}", -1, -1, -1, -1, b"", None)
-              for p in refused]
+    version = head.api_version
+    try:
+        context = session_context(s.fetch_sessions, body, version)
+    except TidewaterError as e:  # a session error: the client starts a new session
+        return _done({"throttle_time": 0, "error_code": e.error_code, "session_id": 0,
+                      "responses": []})
+    # The request's own fields from ``fetch_request``; its partitions are the session's.
+    head_only = fetch_request(dataclasses.replace(body, topics=()), version)
+    read = session_read(context, head_only, version, s.metadata_cache.topic_names_by_id(),
+                        lambda topic: s.allowed(READ, TOPIC, topic))
 
     async def answer() -> Response:
-        fetched = await s.replica_manager.fetch_partitions(request) if request.partitions else []
-        return fetch_values([*fetched, *denied], head.api_version)
+        fetched = (await s.replica_manager.fetch_partitions(read.request)
+                   if read.request.partitions else [])
+        error_code, session_id, answered = session_answer(
+            s.fetch_sessions, context, read, fetched, mono_ms())
+        values = fetch_values(answered, version)
+        values.update(error_code=error_code, session_id=session_id)
+        if error_code != pb.NONE:
+            values["responses"] = []
+        return values
     return answer()
 
 

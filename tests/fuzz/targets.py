@@ -26,12 +26,13 @@ tests/unit/test_fuzz_regressions.py on every ``make test``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tidewater.broker.kafka import apis
+from tidewater.broker.kafka import apis, fetch_session_apis
 from tidewater.broker.kafka.codec import UnknownApiKeyError, decode_request
 from tidewater.broker.kafka.sasl import ConnectionSecurity
 from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
@@ -99,7 +100,10 @@ def kafka_request(data: bytes) -> None:
     if head.api_key == apis.PRODUCE and head.api_version >= apis.DECODED_FROM[apis.PRODUCE]:
         apis.produce_request(body)
     elif head.api_key == apis.FETCH:
-        apis.fetch_request(body, head.api_version)
+        # What on_fetch does with a request: its own fields, then its session keys.
+        apis.fetch_request(dataclasses.replace(body, topics=()), head.api_version)
+        fetch_session_apis.replica_id_of(body)
+        fetch_session_apis.session_request(body, head.api_version)
 
 
 class _Users:

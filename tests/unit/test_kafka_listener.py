@@ -103,10 +103,10 @@ def produce_values(records: bytes, acks=1):
         {"name": TP.topic, "partition_data": [{"index": 0, "records": records}]}]}
 
 
-def fetch_values(offset, *, replica_id=-1, session_id=0, max_wait_ms=0):
+def fetch_values(offset, *, replica_id=-1, session_id=0, session_epoch=-1, max_wait_ms=0):
     return {"replica_id": replica_id, "max_wait": max_wait_ms, "min_bytes": 1,
             "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
-            "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "session_epoch": session_epoch, "forgotten_topics_data": [], "rack_id": "",
             "topics": [{"topic": TP.topic, "partitions": [{
                 "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
                 "last_fetched_epoch": -1, "log_start_offset": -1,
@@ -258,8 +258,9 @@ async def test_forged_follower_fetches_and_unknown_sessions_are_refused(tmp_path
         c = await listening.connect()
         forged = await c.call(apis.FETCH, 12, fetch_values(0, replica_id=2))
         assert forged.error_code == pb.CLUSTER_AUTHORIZATION_FAILED and not forged.responses
-        session = await c.call(apis.FETCH, 12, fetch_values(0, session_id=5))
-        assert session.error_code == apis.FETCH_SESSION_ID_NOT_FOUND
+        # An incremental fetch (epoch > 0) in a session this broker never opened.
+        session = await c.call(apis.FETCH, 12, fetch_values(0, session_id=5, session_epoch=1))
+        assert session.error_code == pb.FETCH_SESSION_ID_NOT_FOUND and not session.responses
         c.close()
 
 
