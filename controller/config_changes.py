@@ -42,6 +42,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.broker_dynamic_config import (
     CLUSTER_DEFAULT,
     DYNAMIC_BROKER_CONFIGS,
+    is_dynamic_broker_config,
     validate_dynamic_broker_config,
 )
 from tidewater.proto.errors import (
@@ -123,7 +124,7 @@ def apply_alterations(current: Mapping[str, str], req: pb.ConfigResourceAlterati
 
 
 def _check_broker_configs(configs: Mapping[str, str]) -> None:
-    read_only = sorted(name for name in configs if name not in DYNAMIC_BROKER_CONFIGS)
+    read_only = sorted(name for name in configs if not is_dynamic_broker_config(name))
     if read_only:
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {', '.join(read_only)}")

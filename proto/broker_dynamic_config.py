@@ -49,9 +49,63 @@ DYNAMIC_BROKER_CONFIGS = {
 
 CLUSTER_DEFAULT = ""  # the resource name of the cluster-wide dynamic defaults
 
+# Kafka's other dynamic broker configs (DynamicBrokerConfig's reconfigurables: thread
+# pools, listener security, cleaner, throttles) with their Kafka types. None has an
+# effect here (Tidewater has no such thread pool, Kerberos, or throttle): they are
+# accepted with their type checked, kept in the metadata log and described with their
+# source, so tools that set them work; the README lists them.
+STORED_DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
+    "background.threads": "int",
+    "num.io.threads": "int",
+    "num.network.threads": "int",
+    "num.replica.fetchers": "int",
+    "num.recovery.threads.per.data.dir": "int",
+    "log.cleaner.threads": "int",
+    "log.cleaner.dedupe.buffer.size": "long",
+    "log.cleaner.io.buffer.size": "int",
+    "log.cleaner.io.buffer.load.factor": "double",
+    "log.cleaner.io.max.bytes.per.second": "double",
+    "log.cleaner.backoff.ms": "long",
+    "log.preallocate": "boolean",
+    "log.message.timestamp.before.max.ms": "long",
+    "log.message.timestamp.after.max.ms": "long",
+    "log.message.downconversion.enable": "boolean",
+    "compression.type": "string",
+    "leader.replication.throttled.rate": "long",
+    "follower.replication.throttled.rate": "long",
+    "replica.alter.log.dirs.io.max.bytes.per.second": "long",
+    "metric.reporters": "list",
+    "max.connections": "int",
+    "max.connections.per.ip": "int",
+    "max.connections.per.ip.overrides": "string",
+    "max.connection.creation.rate": "int",
+    "sasl.enabled.mechanisms": "list",
+    "sasl.jaas.config": "password",
+    "sasl.kerberos.kinit.cmd": "string",
+    "sasl.kerberos.min.time.before.relogin": "long",
+    "sasl.kerberos.principal.to.local.rules": "list",
+    "sasl.kerberos.service.name": "string",
+    "sasl.kerberos.ticket.renew.jitter": "double",
+    "sasl.kerberos.ticket.renew.window.factor": "double",
+    "sasl.login.refresh.buffer.seconds": "short",
+    "sasl.login.refresh.min.period.seconds": "short",
+    "sasl.login.refresh.window.factor": "double",
+    "sasl.login.refresh.window.jitter": "double",
+    "producer.id.expiration.ms": "int",
+    "transaction.partition.verification.enable": "boolean",
+}
+
+
+def is_dynamic_broker_config(name: str) -> bool:
+    """May AlterConfigs change broker config ``name`` (with or without an effect here)?"""
+    return name in DYNAMIC_BROKER_CONFIGS or name in STORED_DYNAMIC_BROKER_CONFIGS
+
 
 def validate_dynamic_broker_config(name: str, raw: str) -> None:
     """InvalidConfigError when ``raw`` is not a valid value of dynamic config ``name``."""
+    if name in STORED_DYNAMIC_BROKER_CONFIGS:
+        _check_type(name, STORED_DYNAMIC_BROKER_CONFIGS[name], raw)
+        return
     topic_name = DYNAMIC_BROKER_CONFIGS[name]
     try:
         parse_topic_config(topic_name, raw)
@@ -67,3 +121,17 @@ def dynamic_topic_defaults(overrides: Mapping[str, Mapping[str, str]],
     merged = {**overrides.get(CLUSTER_DEFAULT, {}), **overrides.get(str(broker_id), {})}
     return {DYNAMIC_BROKER_CONFIGS[name]: value for name, value in merged.items()
             if name in DYNAMIC_BROKER_CONFIGS}
+
+
+def _check_type(name: str, kind: str, raw: str) -> None:
+    value = raw.strip()
+    try:
+        if kind in ("int", "long", "short"):
+            int(value)
+        elif kind == "double":
+            float(value)
+        elif kind == "boolean" and value.lower() not in ("true", "false"):
+            raise ValueError(value)
+    except ValueError:
+        raise InvalidConfigError(f"invalid value {raw!r} for broker config {name}: "
+                                 f"expected a {kind}") from None

@@ -27,6 +27,8 @@ from tidewater.proto.broker_dynamic_config import (
     CLUSTER_DEFAULT,
     DYNAMIC_BROKER_CONFIGS,
     KAFKA_LOG_DEFAULT_NAMES,
+    STORED_DYNAMIC_BROKER_CONFIGS,
+    is_dynamic_broker_config,
 )
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
 
@@ -35,8 +37,9 @@ DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFA
     2, 3, 4, 5)
 # Kafka's ConfigType numbers (DescribeConfigs v3+).
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+PASSWORD = 9
 _TOPIC_TYPES = {"boolean": BOOLEAN, "string": STRING, "int": INT, "long": LONG,
-                "double": DOUBLE, "list": LIST}
+                "double": DOUBLE, "list": LIST, "short": SHORT, "password": PASSWORD}
 # Broker settings Kafka types other than INT (booleans are BOOLEAN by their parser).
 _LONG_SETTINGS = frozenset({
     "replica.lag.time.max.ms", "log.retention.check.interval.ms",
@@ -78,6 +81,16 @@ def broker_config_entries(config: BrokerConfig, log_defaults: LogConfig,
     entries = _static_entries(config, log_defaults)
     own = (dynamic or {}).get(str(config.broker_id), {})
     every = (dynamic or {}).get(CLUSTER_DEFAULT, {})
+    # Stored-only dynamic configs (no effect here) appear once set, here or cluster-wide.
+    listed = {e.name for e in entries}
+    for scope in (own, every):
+        for name in scope:
+            if name in STORED_DYNAMIC_BROKER_CONFIGS and name not in listed:
+                entries.append(BrokerConfigEntry(
+                    name, "", DEFAULT_CONFIG,
+                    _TOPIC_TYPES[STORED_DYNAMIC_BROKER_CONFIGS[name]], ""))
+                listed.add(name)
+    entries.sort(key=lambda e: e.name)
     out = []
     for e in entries:
         layers = [(own[e.name], DYNAMIC_BROKER_CONFIG)] if e.name in own else []
@@ -151,9 +164,12 @@ def describe_values(entries: list[BrokerConfigEntry], keys: list[str] | None,
             if e.source != DEFAULT_CONFIG:
                 synonyms.append({"name": e.name, "value": e.default, "source": DEFAULT_CONFIG})
         source = e.source_in_force
-        out.append({"name": e.name, "value": e.value_in_force,
-                    "read_only": e.name not in DYNAMIC_BROKER_CONFIGS,
+        sensitive = e.config_type == PASSWORD  # as Kafka: never described in clear
+        if sensitive:
+            synonyms = [{**s, "value": None} for s in synonyms]
+        out.append({"name": e.name, "value": None if sensitive else e.value_in_force,
+                    "read_only": not is_dynamic_broker_config(e.name),
                     "config_source": source, "is_default": source == DEFAULT_CONFIG,
-                    "is_sensitive": False, "synonyms": synonyms,
+                    "is_sensitive": sensitive, "synonyms": synonyms,
                     "config_type": e.config_type, "documentation": None})
     return out

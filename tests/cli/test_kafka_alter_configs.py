@@ -373,3 +373,27 @@ def test_min_insync_replicas_lowered_at_run_time_lets_acks_all_through(cluster):
     finally:
         assert run_tide("cluster", "start", "3", "--data-dir", str(cluster.data_dir),
                         timeout_s=120).returncode == 0
+
+
+def test_kafka_dynamic_broker_configs_without_an_effect_are_stored_and_described(cluster):
+    """Kafka lets these change at run time (librdkafka's admin test sets
+    sasl.kerberos.min.time.before.relogin on a broker): they are accepted with Kafka's
+    type checked, kept and described as dynamic, a password never in clear."""
+    incremental(cluster, ResourceType.BROKER, "3",
+                ("sasl.kerberos.min.time.before.relogin", AlterConfigOpType.SET, "58000"),
+                ("num.io.threads", AlterConfigOpType.SET, "16"),
+                ("sasl.jaas.config", AlterConfigOpType.SET, "secret-module required;"))
+    three = described(cluster, ResourceType.BROKER, "3")
+    relogin = three["sasl.kerberos.min.time.before.relogin"]
+    assert (relogin.value, relogin.source, relogin.is_read_only) == (
+        "58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    assert three["num.io.threads"].value == "16"
+    assert three["sasl.jaas.config"].is_sensitive and three["sasl.jaas.config"].value is None
+    assert "num.io.threads" not in described(cluster, ResourceType.BROKER, "1")
+    with pytest.raises(KafkaException) as refused:
+        incremental(cluster, ResourceType.BROKER, "3",
+                    ("num.io.threads", AlterConfigOpType.SET, "many"))
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    incremental(cluster, ResourceType.BROKER, "3",
+                ("num.io.threads", AlterConfigOpType.DELETE, None))
+    assert "num.io.threads" not in described(cluster, ResourceType.BROKER, "3")
