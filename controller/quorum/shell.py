@@ -50,6 +50,7 @@ from tidewater.controller.raft import (
 )
 from tidewater.controller.raft.storage import RaftStorage
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import (
     KafkaStorageError,
     MessageTooLargeError,
@@ -120,6 +121,7 @@ class QuorumShell:
 
     async def start(self) -> None:
         from tidewater.controller.quorum.service import QuorumService  # it imports this module
+        from tidewater.controller.server import InvariantBoundary
 
         config = self.config
         storage = RaftStorage.open(config.data_dir)
@@ -135,9 +137,12 @@ class QuorumShell:
         storage.entries = []  # the node keeps its own copy
         listen = config.listen_endpoint
         assert listen is not None  # QuorumConfig checks it
-        self._server = grpc.aio.server(options=[
-            ("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", REQUEST_BYTES_MAX)])
-        import tidewater.proto.tidewater_pb2_grpc as pb_grpc
+        # An InvariantViolation in a handler stops the node (INTERNAL to the caller), as in
+        # the controller's own server.
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.max_receive_message_length", REQUEST_BYTES_MAX)],
+            interceptors=[InvariantBoundary(self.supervisor)])
         pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
         try:
             self.port = self._server.add_insecure_port(str(listen))

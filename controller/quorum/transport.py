@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Callable
 
 import grpc
 
@@ -169,15 +168,17 @@ class Transport:
         for sender in self.senders.values():
             supervisor.spawn(sender.run(), name=f"raft-sender-{sender.peer_id}")
         self.unroutable = 0
-        self._warn: Callable[[str], None] = log.warning
+        self._unroutable_logged: set[int] = set()
 
     def send(self, message: Message) -> None:
         sender = self.senders.get(message.destination)
         if sender is None:
             # A voter the log names but this node's configuration does not.
             self.unroutable += 1
-            self._warn(f"no address for node {message.destination}: "
-                       f"{type(message).__name__} dropped")
+            if message.destination not in self._unroutable_logged:  # once per node, not per tick
+                self._unroutable_logged.add(message.destination)
+                log.warning("no address for node %d (not in --voters/--observers): Raft "
+                            "messages to it are dropped", message.destination)
             return
         sender.send(message)
 
