@@ -264,7 +264,9 @@ class QuorumShell:
             raise QuorumNotCaughtUpError("too many proposals waiting to commit")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters[offset] = _Waiter(epoch, future)
-        if self.records.applied_offset > offset:  # committed in the same drain
+        if self.records.applied_offset > offset:
+            # Committed in the drain right after the proposal (a one-voter quorum), with
+            # no await since: the entry at ``offset`` is the one proposed in ``epoch``.
             self._answer(offset, epoch)
         try:
             async with asyncio.timeout(timeout_ms / 1000):

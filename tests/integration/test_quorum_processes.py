@@ -243,15 +243,12 @@ def test_no_majority_fails_clearly_then_recovers(cluster: QuorumCluster) -> None
     # Without a majority nothing commits: each proposal answers a retriable error within
     # its own timeout (no hang), first REQUEST_TIMED_OUT on the old leader, then
     # NOT_CONTROLLER once it resigned (check-quorum).
-    seen = set()
+    # (propose_once's gRPC deadline is the proposal's timeout + 10 s: a hang would raise
+    # DEADLINE_EXCEEDED here instead of answering.)
     for attempt in range(3):
-        started = time.monotonic()
         answer = cluster.propose_once(leader, [b"no majority %d" % attempt], timeout_ms=1500)
-        elapsed_s = time.monotonic() - started
         assert answer.error_code in (pb.REQUEST_TIMED_OUT, pb.NOT_CONTROLLER), answer
         assert is_retriable(answer.error_code)
-        assert elapsed_s < 1.5 + 10  # bounded by the request's own timeout, not hung
-        seen.add(answer.error_code)
     wait_for("the leader without a majority resigns", lambda: (
         d := cluster.describe(leader)) is not None and d.role != "leader" or None)
     answer = cluster.propose_once(leader, [b"refused"], timeout_ms=1500)
