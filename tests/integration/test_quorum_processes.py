@@ -9,6 +9,7 @@ longer than some typical duration.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -275,6 +276,21 @@ def test_all_three_sigkilled_and_restarted_keep_every_committed_record(
         committed += cluster.propose([b"c%d-%d" % (batch, i) for i in range(3)])
     for node_id in cluster.ids:
         cluster.kill(node_id)
+    # On disk, read offline by `tide dump-log`: every node's log is a prefix of what was
+    # committed, and a majority holds all of it.
+    complete = 0
+    for node_id in cluster.ids:
+        dumped = subprocess.run(
+            [sys.executable, "-m", "tidewater.tools", "dump-log", "--json", "--print-data",
+             str(cluster.data_dir(node_id) / "raft.log")],
+            cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert dumped.returncode == 0, dumped.stderr
+        events = [json.loads(line) for line in dumped.stdout.splitlines()]
+        on_disk = [(e["offset"], e["epoch"], e["record"].encode()) for e in events
+                   if e["type"] == "raft_entry" and e["kind"] == "data"]
+        assert on_disk == committed[:len(on_disk)], f"node {node_id}"
+        complete += on_disk == committed
+    assert complete >= 2
     start_all(cluster)
     cluster.leader()
     committed += cluster.propose([b"after restart"])
