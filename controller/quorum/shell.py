@@ -170,7 +170,14 @@ class QuorumShell:
                 waiter.future.set_exception(QuorumStoppedError("the quorum node stopped"))
         self._waiters.clear()
         if self._storage is not None:
-            self._storage.close()
+            try:
+                self._storage.close()
+            except OSError as e:
+                # After a failed write the file's buffer may fail again as it is flushed on
+                # close; the disk holds what recovery will see either way.
+                if not self._storage.failed:
+                    raise
+                log.warning("closing the failed raft storage: %s", e)
         self._node = None
         self._storage = None
         self.stopped.set()

@@ -373,3 +373,74 @@ def test_bad_arguments_exit_2(tmp_path: Path) -> None:
          "--data-dir", str(tmp_path), "--voters", "1@127.0.0.1"],
         cwd=REPO, capture_output=True, text=True, timeout=60, env={**os.environ})
     assert result.returncode == 2 and "ID@HOST:PORT" in result.stderr
+
+
+def test_a_failed_write_stops_the_process_with_exit_3_and_restart_recovers(
+        tmp_path: Path) -> None:
+    """A file size limit (RLIMIT_FSIZE; Python ignores SIGXFSZ, so writes past it fail with
+    EFBIG) plays a full disk under a one-voter quorum."""
+    import resource
+
+    port = free_port()
+    directory_id = uuid.uuid4().hex
+    data_dir = tmp_path / "node-1"
+    quorum = [sys.executable, "-m", "tidewater.controller.quorum"]
+    formatted = subprocess.run(
+        [*quorum, "format", "--node-id", "1", "--data-dir", str(data_dir),
+         "--initial-controllers", f"1@127.0.0.1:{port}:{directory_id}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert formatted.returncode == 0, formatted.stderr
+    run = [*quorum, "run", "--node-id", "1", "--data-dir", str(data_dir),
+           "--voters", f"1@127.0.0.1:{port}", "--election-timeout-ms", "100"]
+    file_bytes_max = 16 * 1024
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes_max, file_bytes_max))
+
+    log_path = tmp_path / "node-1.log"
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(run, cwd=REPO, stdout=log_file, stderr=log_file,
+                                   preexec_fn=limit_file_size)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.ControllerQuorumStub(channel)
+    try:
+        def leads() -> bool | None:
+            try:
+                described = stub.DescribeQuorum(pb.DescribeQuorumRequest(), timeout=2)
+            except grpc.RpcError:
+                return None
+            return described.role == "leader" or None
+        wait_for("the one voter leads", leads)
+        committed: list[bytes] = []
+        failed = None
+        for n in range(2 * file_bytes_max // 1000):
+            record = b"%04d" % n + b"x" * 996
+            try:
+                answer = stub.QuorumPropose(pb.QuorumProposeRequest(records=[record]), timeout=20)
+            except grpc.RpcError as e:  # the process ended before it answered
+                failed = e.code()
+                break
+            if answer.error_code != pb.NONE:
+                failed = answer.error_code
+                assert answer.error_code == pb.KAFKA_STORAGE_ERROR, answer
+                break
+            committed.append(record)
+        assert failed is not None, "the file size limit never hit"
+        assert process.wait(timeout=60) == 3
+        assert 5 < len(committed) < 2 * file_bytes_max // 1000
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    # Without the limit the node recovers from its directory (a torn tail is cut) and has
+    # every record it answered as committed, and none it refused.
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(run, cwd=REPO, stdout=log_file, stderr=log_file)
+    try:
+        wait_for("the one voter leads again", leads)
+        read = stub.QuorumRead(pb.QuorumReadRequest(), timeout=5)
+        assert [r.data for r in read.records] == committed
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        channel.close()
