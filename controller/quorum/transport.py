@@ -41,8 +41,11 @@ from tidewater.proto.supervisor import TaskSupervisor
 log = logging.getLogger("tidewater.controller.quorum")
 
 BATCH_MESSAGES_MAX = 256
-# The whole RaftMessages request: the largest batch a sender builds stays under this.
+# The whole RaftMessages request (the server's receive limit). A sender's batch holds at
+# most BATCH_BYTES_MAX of messages (one message is at most codec.ENCODED_BYTES_MAX, 8 MiB),
+# leaving room for the protobuf framing.
 REQUEST_BYTES_MAX = 16 * 1024 * 1024
+BATCH_BYTES_MAX = REQUEST_BYTES_MAX - 64 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -125,13 +128,18 @@ class PeerSender:
         self._queue.put_nowait(codec.encode(message))
 
     async def run(self) -> None:
+        carried: bytes | None = None  # taken from the queue, too large for the last batch
         while True:
-            batch = [await self._queue.get()]
+            batch = [carried if carried is not None else await self._queue.get()]
+            carried = None
             size = len(batch[0])
-            while (len(batch) < self._batch_max and not self._queue.empty()
-                   and size < REQUEST_BYTES_MAX // 2):
-                batch.append(self._queue.get_nowait())
-                size += len(batch[-1])
+            while len(batch) < self._batch_max and not self._queue.empty():
+                message = self._queue.get_nowait()
+                if size + len(message) > BATCH_BYTES_MAX:
+                    carried = message  # first in the next batch: a batch stays under the limit
+                    break
+                batch.append(message)
+                size += len(message)
             request = pb.RaftMessageBatch(source_id=self.local_id, destination_id=self.peer_id,
                                           messages=batch)
             try:

@@ -17,6 +17,7 @@ from tidewater.controller.quorum import codec
 from tidewater.controller.quorum.__main__ import EXIT_RAFT_NOT_DURABLE, exit_code_for
 from tidewater.controller.quorum.config import Endpoint, QuorumConfig
 from tidewater.controller.quorum.shell import QuorumShell, QuorumStoppedError
+from tidewater.controller.quorum.transport import BATCH_BYTES_MAX, PeerSender
 from tidewater.controller.raft import RaftConfig, VoterKey
 from tidewater.controller.raft import messages as m
 from tidewater.controller.raft.storage import RaftStorage
@@ -186,3 +187,35 @@ async def test_failed_write_stops_the_node_before_acting(harness: Harness) -> No
         await shell.propose([b"more"])
     answer = await harness.stub.QuorumPropose(pb.QuorumProposeRequest(records=[b"more"]))
     assert answer.error_code == pb.NOT_CONTROLLER and answer.leader_id == -1
+
+
+async def test_sender_batches_stay_under_the_request_limit() -> None:
+    sender = PeerSender(1, 2, Endpoint("127.0.0.1", free_port()), queue_max=16, batch_max=64,
+                        request_timeout_ms=500)
+    batches: list[list[bytes]] = []
+
+    class RecordingStub:
+        async def RaftMessages(self, request: pb.RaftMessageBatch,
+                               timeout: float) -> pb.RaftMessageAck:
+            batches.append(list(request.messages))
+            return pb.RaftMessageAck()
+
+    sender._stub = RecordingStub()  # type: ignore[assignment]
+    big = m.FetchResponse(VoterKey(1, LEADER_DIRECTORY_ID), 2, 1, 1, 0, m.FetchError.NONE,
+                          entries=(m.Entry(0, 1, m.EntryKind.DATA, b"x" * (5 * 1024 * 1024)),))
+    small = fetch_from(OBSERVER)
+    sent = [big, small, big, big, small]
+    for message in sent:
+        sender.send(message)
+    task = asyncio.get_running_loop().create_task(sender.run())
+    try:
+        async with asyncio.timeout(30):
+            while sum(map(len, batches)) < len(sent):
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sender.close()
+    assert [codec.decode(x) for batch in batches for x in batch] == sent  # all, in order
+    assert len(batches) > 1
+    assert all(sum(map(len, batch)) <= BATCH_BYTES_MAX for batch in batches)
