@@ -124,6 +124,14 @@ class RequestTimedOutError(TidewaterError):
     retriable = True
 
 
+class NotControllerError(TidewaterError):
+    """This controller does not lead the quorum: retry on the leader it names, if any."""
+
+    error_code = pb.NOT_CONTROLLER
+    retriable = True
+    invalid_metadata = True
+
+
 class InvalidRequestError(TidewaterError):
     error_code = pb.INVALID_REQUEST
 

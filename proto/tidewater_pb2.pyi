@@ -1612,3 +1612,143 @@ class AllocateProducerIdsResponse(_message.Message):
     producer_id_start: int
     producer_id_len: int
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., producer_id_start: _Optional[int] = ..., producer_id_len: _Optional[int] = ...) -> None: ...
+
+class RaftMessageBatch(_message.Message):
+    __slots__ = ("source_id", "destination_id", "messages")
+    SOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    source_id: int
+    destination_id: int
+    messages: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, source_id: _Optional[int] = ..., destination_id: _Optional[int] = ..., messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class RaftMessageAck(_message.Message):
+    __slots__ = ("error_code", "error_message")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class QuorumVoter(_message.Message):
+    __slots__ = ("id", "directory_id")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    directory_id: str
+    def __init__(self, id: _Optional[int] = ..., directory_id: _Optional[str] = ...) -> None: ...
+
+class QuorumProposeRequest(_message.Message):
+    __slots__ = ("records", "timeout_ms")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedScalarFieldContainer[bytes]
+    timeout_ms: int
+    def __init__(self, records: _Optional[_Iterable[bytes]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class QuorumProposeResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader_id", "first_offset", "epoch")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    leader_id: int
+    first_offset: int
+    epoch: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ..., first_offset: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class QuorumReadRequest(_message.Message):
+    __slots__ = ("start_offset", "max_records")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    max_records: int
+    def __init__(self, start_offset: _Optional[int] = ..., max_records: _Optional[int] = ...) -> None: ...
+
+class QuorumRecord(_message.Message):
+    __slots__ = ("offset", "epoch", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    epoch: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., epoch: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class QuorumReadResponse(_message.Message):
+    __slots__ = ("error_code", "records", "applied_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    records: _containers.RepeatedCompositeFieldContainer[QuorumRecord]
+    applied_offset: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., records: _Optional[_Iterable[_Union[QuorumRecord, _Mapping]]] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+
+class DescribeQuorumRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QuorumReplicaState(_message.Message):
+    __slots__ = ("replica", "is_voter", "log_end_offset", "lag", "last_fetch_age_ms")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    IS_VOTER_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    LAST_FETCH_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    replica: QuorumVoter
+    is_voter: bool
+    log_end_offset: int
+    lag: int
+    last_fetch_age_ms: int
+    def __init__(self, replica: _Optional[_Union[QuorumVoter, _Mapping]] = ..., is_voter: _Optional[bool] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_fetch_age_ms: _Optional[int] = ...) -> None: ...
+
+class DescribeQuorumResponse(_message.Message):
+    __slots__ = ("error_code", "local", "role", "epoch", "leader_id", "high_watermark", "log_start_offset", "log_end_offset", "voters", "replicas", "applied_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    local: QuorumVoter
+    role: str
+    epoch: int
+    leader_id: int
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    voters: _containers.RepeatedCompositeFieldContainer[QuorumVoter]
+    replicas: _containers.RepeatedCompositeFieldContainer[QuorumReplicaState]
+    applied_offset: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., local: _Optional[_Union[QuorumVoter, _Mapping]] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumVoter, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[QuorumReplicaState, _Mapping]]] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+
+class ChangeQuorumVotersRequest(_message.Message):
+    __slots__ = ("add", "remove", "timeout_ms")
+    ADD_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    add: QuorumVoter
+    remove: QuorumVoter
+    timeout_ms: int
+    def __init__(self, add: _Optional[_Union[QuorumVoter, _Mapping]] = ..., remove: _Optional[_Union[QuorumVoter, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeQuorumVotersResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "leader_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    leader_id: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ...) -> None: ...

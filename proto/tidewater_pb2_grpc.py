@@ -1951,3 +1951,284 @@ class Controller:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ControllerQuorumStub:
+    """---------------------------------------------------------------- ControllerQuorum service
+
+    The controller quorum's Raft (controller/raft/, KRaft semantics) between controller
+    processes (controller/quorum/). One one-way RPC carries the Raft core's messages
+    (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot and their answers),
+    each encoded by controller/quorum/codec.py from the core's own message classes: the
+    answer to a request is a message of its own, sent back by the same RPC. A peer that
+    is not a configured voter or observer, a message whose source is not the sender or
+    whose destination is not this node, and oversized batches are refused with an error
+    code. The admin RPCs (propose, read, describe) are for tests and operators until the
+    metadata owner moves onto Raft.
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RaftMessages = channel.unary_unary(
+                '/tidewater.ControllerQuorum/RaftMessages',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.RaftMessageBatch.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RaftMessageAck.FromString,
+                _registered_method=True)
+        self.QuorumPropose = channel.unary_unary(
+                '/tidewater.ControllerQuorum/QuorumPropose',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeResponse.FromString,
+                _registered_method=True)
+        self.QuorumRead = channel.unary_unary(
+                '/tidewater.ControllerQuorum/QuorumRead',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumReadRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumReadResponse.FromString,
+                _registered_method=True)
+        self.DescribeQuorum = channel.unary_unary(
+                '/tidewater.ControllerQuorum/DescribeQuorum',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.FromString,
+                _registered_method=True)
+        self.ChangeQuorumVoters = channel.unary_unary(
+                '/tidewater.ControllerQuorum/ChangeQuorumVoters',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersResponse.FromString,
+                _registered_method=True)
+
+
+class ControllerQuorumServicer:
+    """---------------------------------------------------------------- ControllerQuorum service
+
+    The controller quorum's Raft (controller/raft/, KRaft semantics) between controller
+    processes (controller/quorum/). One one-way RPC carries the Raft core's messages
+    (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot and their answers),
+    each encoded by controller/quorum/codec.py from the core's own message classes: the
+    answer to a request is a message of its own, sent back by the same RPC. A peer that
+    is not a configured voter or observer, a message whose source is not the sender or
+    whose destination is not this node, and oversized batches are refused with an error
+    code. The admin RPCs (propose, read, describe) are for tests and operators until the
+    metadata owner moves onto Raft.
+
+    """
+
+    def RaftMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QuorumPropose(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def QuorumRead(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuorum(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChangeQuorumVoters(self, request, context):
+        """KIP-853 AddVoter / RemoveVoter, one change at a time (either or both set).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ControllerQuorumServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RaftMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaftMessages,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.RaftMessageBatch.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.RaftMessageAck.SerializeToString,
+            ),
+            'QuorumPropose': grpc.unary_unary_rpc_method_handler(
+                    servicer.QuorumPropose,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeResponse.SerializeToString,
+            ),
+            'QuorumRead': grpc.unary_unary_rpc_method_handler(
+                    servicer.QuorumRead,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumReadRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.QuorumReadResponse.SerializeToString,
+            ),
+            'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuorum,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.SerializeToString,
+            ),
+            'ChangeQuorumVoters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChangeQuorumVoters,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tidewater.ControllerQuorum', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tidewater.ControllerQuorum', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ControllerQuorum:
+    """---------------------------------------------------------------- ControllerQuorum service
+
+    The controller quorum's Raft (controller/raft/, KRaft semantics) between controller
+    processes (controller/quorum/). One one-way RPC carries the Raft core's messages
+    (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch, FetchSnapshot and their answers),
+    each encoded by controller/quorum/codec.py from the core's own message classes: the
+    answer to a request is a message of its own, sent back by the same RPC. A peer that
+    is not a configured voter or observer, a message whose source is not the sender or
+    whose destination is not this node, and oversized batches are refused with an error
+    code. The admin RPCs (propose, read, describe) are for tests and operators until the
+    metadata owner moves onto Raft.
+
+    """
+
+    @staticmethod
+    def RaftMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.ControllerQuorum/RaftMessages',
+            tidewater_dot_proto_dot_tidewater__pb2.RaftMessageBatch.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.RaftMessageAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QuorumPropose(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.ControllerQuorum/QuorumPropose',
+            tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.QuorumProposeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QuorumRead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.ControllerQuorum/QuorumRead',
+            tidewater_dot_proto_dot_tidewater__pb2.QuorumReadRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.QuorumReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuorum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.ControllerQuorum/DescribeQuorum',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChangeQuorumVoters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.ControllerQuorum/ChangeQuorumVoters',
+            tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ChangeQuorumVotersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -24,6 +24,11 @@ What the controller uses (the rest is internal):
 Modules: ``messages`` (keys, entries, wire messages), ``node`` (the state
 machine, its theory of operation), ``storage`` (the durable log and quorum
 state), ``snapshot_file`` (the snapshot format).
+
+Between processes it runs in ``controller/quorum/`` (the asyncio shell, the gRPC
+transport, ``python -m tidewater.controller.quorum``); that package's docstring
+lists what is left to move the metadata owner onto it. ``tide dump-log`` reads
+these files (``tools/commands/dump_raft.py``).
 """
 
 from tidewater.controller.raft.messages import (

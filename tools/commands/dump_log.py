@@ -20,6 +20,8 @@ name (a directory stands for the files in it):
                                ProducerSnapshot v1, ``broker/storage/producer_state.py``)
 ``<20 digits>.txnindex``       aborted transactions (Kafka's TransactionIndex,
                                ``broker/storage/txn_index.py``), 34 bytes each
+``raft.log``, ``quorum-state``, the controller quorum's Raft files: entries (offset, epoch,
+``snapshot-*.snap``            kind, record), the quorum state, snapshots (``dump_raft``)
 =============================  ==================================================
 
 The 20-digit name is the segment's base offset; index files store offsets
@@ -112,6 +114,11 @@ from tidewater.proto.errors import (
 )
 from tidewater.proto.records import Record, decode_batch_records
 from tidewater.proto.topic_id import topic_id_to_text
+from tidewater.tools.commands.dump_raft import (
+    dump_raft_file,
+    format_raft_text,
+    raft_file_kind,
+)
 
 if TYPE_CHECKING:
     from tidewater.tools.cli import Subparsers
@@ -141,13 +148,15 @@ def register(subparsers: Subparsers) -> None:
         "dump-log",
         help="decode segment, index and checkpoint files",
         description="Decode Tidewater/Kafka on-disk files: *.log, *.index, *.timeindex, "
-                    "leader-epoch-checkpoint, partition.metadata and the offset checkpoint "
-                    "files. "
+                    "leader-epoch-checkpoint, partition.metadata, the offset checkpoint "
+                    "files and the controller quorum's raft.log, quorum-state and "
+                    "snapshot-*.snap. "
                     "A directory stands for the files in it.",
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="files or partition directories")
     parser.add_argument("--print-data", action="store_true",
-                        help="print every record of every batch (key, value, headers)")
+                        help="print every record of every batch (key, value, headers), "
+                             "every Raft entry's record and a Raft snapshot's image")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--verify", action="store_true",
                         help="check CRCs, offset continuity and index consistency; "
@@ -172,6 +181,9 @@ def file_kind(path: Path) -> tuple[str | None, int | None]:
         return KIND_MARKER, None
     if name == partition_metadata.PARTITION_METADATA_FILE:
         return KIND_PARTITION_METADATA, None
+    raft_kind = raft_file_kind(path)
+    if raft_kind is not None:
+        return raft_kind, None
     stem, dot, suffix = name.partition(".")
     kind = _SEGMENT_SUFFIXES.get(dot + suffix)
     if kind is None or not (stem.isascii() and stem.isdigit()):
@@ -330,6 +342,9 @@ def _or_null(text: str | None) -> str:
 
 def format_text(event: Event) -> str:
     kind = event["type"]
+    raft_line = format_raft_text(event)
+    if raft_line is not None:
+        return raft_line
     if kind == "file":
         line = f"Dumping {event['file']}"
         if event["kind"] == KIND_LOG:
@@ -418,8 +433,8 @@ class LogDumper:
         if kind is None:
             self.unreadable_count += 1
             yield self._problem(file, None, "unknown_file",
-                                "not a .log/.index/.timeindex segment file, a checkpoint or "
-                            "partition.metadata")
+                                "not a .log/.index/.timeindex segment file, a checkpoint, "
+                                "partition.metadata or a Raft file")
             return
         yield {"type": "file", "file": file, "kind": kind, "base_offset": base_offset}
         try:
@@ -472,6 +487,11 @@ class LogDumper:
                     yield self._problem(file, used, "torn_tail",
                                         f"{len(data) - used} bytes after the last whole "
                                         f"{TXN_INDEX_ENTRY_SIZE}-byte entry of version 0")
+            elif raft_file_kind(path) == kind:
+                for event in dump_raft_file(path, kind, print_data=self.print_data):
+                    if event["type"] == "problem":
+                        self.problem_count += 1
+                    yield event
             elif kind == KIND_MARKER and not path.exists():
                 raise FileNotFoundError(2, "No such file or directory")
         except CorruptFileError as e:

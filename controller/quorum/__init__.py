@@ -1,0 +1,49 @@
+"""The controller quorum between processes: the Raft core (``controller/raft/``) in a shell.
+
+Modules: ``config`` (``controller.quorum.voters``, ``node.id``, observers),
+``codec`` (the core's messages as bytes), ``transport`` (peer senders, inbound
+checks), ``shell`` (the asyncio driver: one RaftNode, its files, the order in
+which a Ready is carried out), ``service`` (the ControllerQuorum gRPC service),
+``record_log`` (the application replicated for now: committed records),
+``__main__`` (``format``, ``run``, ``propose``, ``read``, ``describe``).
+
+Next step: the metadata owner onto Raft
+=======================================
+
+Today ``controller/owner.py`` (MetadataOwner) appends its records to its own
+JSON log (``metadata_log.py``) and applies them to ``state_machine.py``. What is
+left, in order:
+
+1. The application: replace ``record_log.CommittedRecords`` by the metadata
+   state machine. A committed DATA entry's bytes are one metadata record (the
+   records ``metadata_log.py`` writes today); ``apply`` is
+   ``state_machine.replay``; the snapshot image is the state machine's image
+   (``compact`` after ``snapshot_interval_entries``), restored on start and on
+   ``snapshot_install``.
+2. The owner proposes through Raft: a command's records go to
+   ``QuorumShell.propose`` on the leader, and its answer resolves only once they
+   are committed *and* applied (the waiter in ``shell._wait_committed``), never
+   at append. The owner applies only committed entries, the same code at
+   start-up (replay from snapshot + log) and at run time. On losing leadership
+   (the node's role leaves LEADER) pending commands fail with NOT_CONTROLLER
+   and the owner stops issuing decisions (LeaderAndIsr, UpdateMetadata); the
+   new leader's first committed entry of its epoch (LEADER_CHANGE) is where it
+   may start deciding, after replaying everything before it.
+3. Standbys: every non-leader controller applies the committed entries into a
+   hot image, so a failover needs no replay; the controller epoch becomes the
+   Raft epoch (fencing brokers' stale controllers).
+4. Brokers take a list of controllers (``controller.quorum.bootstrap.servers``),
+   send to any, and follow NOT_CONTROLLER answers' leader hint
+   (``QuorumProposeResponse.leader_id``; the broker side is
+   ``broker/controller_link``). The controller's Controller service answers
+   NOT_CONTROLLER on standbys, as admin_forwarding does on brokers.
+5. The JSON metadata log is migrated once: a tool reads it and proposes its
+   records into a freshly formatted quorum (or the quorum's first snapshot is
+   built from it).
+6. Not done yet in this shell: mTLS between controllers (the inbound checks
+   trust a sender's configured host, not a certificate); fsyncs run on the event
+   loop (a thread would keep it responsive under slow disks); Kafka's
+   request/response RPCs per message kind (here one one-way RPC carries every
+   message and answers come back the same way); bootstrap servers instead of a
+   static voters list for addresses; metrics.
+"""

@@ -1,0 +1,331 @@
+"""The quorum shell: one controller's RaftNode driven by asyncio, its files and its peers.
+
+One owner: every call into the node (``step``, ``tick``, ``propose``,
+``change_voters``, ``compact``) happens on the event loop and is followed, with
+no ``await`` in between, by ``_drain``, which carries out each ``Ready`` in the
+order the core's package docstring sets:
+
+1. durable: ``RaftStorage.carry_out`` (snapshot, truncate, append, quorum state,
+   each fsynced). A failure raises ``KafkaStorageError``: nothing of that Ready
+   is sent or applied, ``advance`` is never called, the storage refuses every
+   later write and the process stops (``on_fatal``; exit code 3). Restarting
+   recovers from the disk (the torn tail is cut).
+2. send: the messages go to the peers' queues (``transport``).
+3. apply: a ``snapshot_install`` replaces the application's image first, then
+   each committed entry is applied in order; proposals waiting on those offsets
+   are answered.
+4. ``advance``.
+
+The files are written from the event loop (blocking fsyncs): simple, and right
+for the order above; moving them to a thread is an optimisation for later.
+
+After applying, a node that applied ``snapshot_interval_entries`` since its last
+snapshot compacts (``RaftNode.compact`` with the application's image).
+
+Background tasks (the tick loop, one sender per peer) run under a
+``TaskSupervisor``: one that dies stops the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.record_log import CommittedRecords
+from tidewater.controller.quorum.transport import REQUEST_BYTES_MAX, Transport
+from tidewater.controller.raft import (
+    Message,
+    NotLeaderError,
+    ProposalRejectedError,
+    QuorumDescription,
+    RaftNode,
+    VoterKey,
+)
+from tidewater.controller.raft.storage import RaftStorage
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import (
+    KafkaStorageError,
+    MessageTooLargeError,
+    NotControllerError,
+    RequestTimedOutError,
+    TidewaterError,
+)
+from tidewater.proto.supervisor import TaskSupervisor
+
+log = logging.getLogger("tidewater.controller.quorum")
+
+
+class QuorumNotCaughtUpError(TidewaterError):
+    """The leader cannot take this now: too many uncommitted entries (no majority keeps
+    up), a voter change still uncommitted, or the voter to add behind. Retriable."""
+
+    error_code = pb.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class QuorumStoppedError(TidewaterError):
+    """The node stopped (shutdown, or after a failed write): ask another controller."""
+
+    error_code = pb.NOT_CONTROLLER
+    retriable = True
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class _Waiter:
+    epoch: int
+    future: asyncio.Future[None]
+
+
+class QuorumShell:
+    def __init__(self, config: QuorumConfig, *, on_fatal: Callable[[BaseException], None],
+                 clock_ms: Callable[[], int] = monotonic_ms):
+        self.config = config
+        self._on_fatal_outer = on_fatal
+        self._clock_ms = clock_ms
+        self.supervisor = TaskSupervisor(self._on_fatal, process="controller")
+        self.records = CommittedRecords()
+        self.failure: BaseException | None = None
+        self.stopped = asyncio.Event()
+        self.port = 0
+        self._waiters: dict[int, _Waiter] = {}
+        self._storage: RaftStorage | None = None
+        self._node: RaftNode | None = None
+        self._transport: Transport | None = None
+        self._server: grpc.aio.Server | None = None
+
+    # ---- life cycle -----------------------------------------------------------------
+
+    @property
+    def node(self) -> RaftNode:
+        if self._node is None:
+            raise QuorumStoppedError("the quorum node is not running")
+        return self._node
+
+    @property
+    def storage(self) -> RaftStorage:
+        if self._storage is None:
+            raise QuorumStoppedError("the quorum node is not running")
+        return self._storage
+
+    async def start(self) -> None:
+        from tidewater.controller.quorum.service import QuorumService  # it imports this module
+        from tidewater.controller.server import InvariantBoundary
+
+        config = self.config
+        storage = RaftStorage.open(config.data_dir)
+        self._storage = storage
+        local = VoterKey(config.node_id, storage.local_directory_id)
+        if storage.snapshot is not None:
+            self.records.restore(storage.snapshot.data, storage.snapshot.snapshot_id.offset)
+        now_ms = self._clock_ms()
+        self._node = RaftNode(config.raft, local, random.Random(), now_ms,
+                              bootstrap_voters=storage.bootstrap_voters,
+                              quorum_state=storage.quorum_state, snapshot=storage.snapshot,
+                              entries=storage.entries)
+        storage.entries = []  # the node keeps its own copy
+        listen = config.listen_endpoint
+        assert listen is not None  # QuorumConfig checks it
+        # An InvariantViolation in a handler stops the node (INTERNAL to the caller), as in
+        # the controller's own server.
+        self._server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0),
+                     ("grpc.max_receive_message_length", REQUEST_BYTES_MAX)],
+            interceptors=[InvariantBoundary(self.supervisor)])
+        pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
+        try:
+            self.port = self._server.add_insecure_port(str(listen))
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on {listen}: {e}") from e
+        if self.port == 0:
+            raise OSError(f"cannot listen on {listen}")
+        await self._server.start()
+        self._transport = Transport(config.node_id, config.peers, self.supervisor,
+                                    queue_max=config.peer_queue_messages_max,
+                                    batch_max=config.peer_batch_messages_max,
+                                    request_timeout_ms=config.raft.request_timeout_ms)
+        self.supervisor.spawn(self._tick_loop(), name="raft-tick")
+        self._drain()
+        log.info("quorum node %s listening on %s (port %d)", local, listen, self.port)
+
+    async def stop(self) -> None:
+        await self.supervisor.stop()
+        if self._server is not None:
+            await self._server.stop(grace=0.5)
+        if self._transport is not None:
+            await self._transport.close()
+        for waiter in self._waiters.values():
+            if not waiter.future.done():
+                waiter.future.set_exception(QuorumStoppedError("the quorum node stopped"))
+        self._waiters.clear()
+        if self._storage is not None:
+            try:
+                self._storage.close()
+            except OSError as e:
+                # After a failed write the file's buffer may fail again as it is flushed on
+                # close; the disk holds what recovery will see either way.
+                if not self._storage.failed:
+                    raise
+                log.warning("closing the failed raft storage: %s", e)
+        self._node = None
+        self._storage = None
+        self.stopped.set()
+
+    def _on_fatal(self, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = error
+        self.stopped.set()
+        self._on_fatal_outer(error)
+
+    def _check_running(self) -> None:
+        if self.failure is not None:
+            raise QuorumStoppedError(f"the quorum node stopped after {self.failure!r}")
+
+    async def _tick_loop(self) -> None:
+        interval_s = self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.failure is not None:
+                return
+            self.node.tick(self._clock_ms())
+            self._drain()
+
+    # ---- carrying out Readies -------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Carry out every Ready the node has, in the order the module docstring gives."""
+        node, storage = self.node, self.storage
+        transport = self._transport
+        assert transport is not None
+        while True:
+            while node.has_ready():
+                ready = node.ready()
+                try:
+                    storage.carry_out(ready)
+                except KafkaStorageError as e:
+                    # Never advance: the core must not act as if this had happened.
+                    log.critical("raft storage write failed, stopping: %s", e)
+                    self.supervisor.fail(e)
+                    raise
+                for message in ready.send:
+                    transport.send(message)
+                if ready.snapshot_install is not None:
+                    snapshot = ready.snapshot_install
+                    self.records.restore(snapshot.data, snapshot.snapshot_id.offset)
+                    self._answer_covered_by(snapshot.snapshot_id.offset)
+                for entry in ready.committed:
+                    self.records.apply(entry)
+                    self._answer(entry.offset, entry.epoch)
+                node.advance(ready, self._clock_ms())
+            if (self.records.applied_offset - node.log_start_offset
+                    < self.config.snapshot_interval_entries):
+                return
+            node.compact(self.records.image(), self._clock_ms())
+
+    def _answer(self, offset: int, epoch: int) -> None:
+        waiter = self._waiters.pop(offset, None)
+        if waiter is None or waiter.future.done():
+            return
+        if waiter.epoch == epoch:
+            waiter.future.set_result(None)
+        else:
+            waiter.future.set_exception(NotControllerError(
+                f"offset {offset} was committed by epoch {epoch}; the proposal of epoch "
+                f"{waiter.epoch} was lost with its leader"))
+
+    def _answer_covered_by(self, end_offset: int) -> None:
+        for offset in [o for o in self._waiters if o < end_offset]:
+            waiter = self._waiters.pop(offset)
+            if not waiter.future.done():
+                waiter.future.set_exception(RequestTimedOutError(
+                    f"offset {offset} was replaced by a snapshot: outcome unknown"))
+
+    # ---- inputs ---------------------------------------------------------------------
+
+    def step(self, messages: Sequence[Message]) -> None:
+        self._check_running()
+        node = self.node
+        for message in messages:
+            node.step(message, self._clock_ms())
+        self._drain()
+
+    def leader_hint(self) -> int:
+        """The leader to retry on, -1 if unknown (or this node is not running)."""
+        if self.failure is not None or self._node is None or self._node.leader_id is None:
+            return -1
+        return self._node.leader_id
+
+    async def _wait_committed(self, offset: int, epoch: int, timeout_ms: int) -> None:
+        if len(self._waiters) >= self.config.proposals_in_flight_max:
+            raise QuorumNotCaughtUpError("too many proposals waiting to commit")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[offset] = _Waiter(epoch, future)
+        if self.records.applied_offset > offset:
+            # Committed in the drain right after the proposal (a one-voter quorum), with
+            # no await since: the entry at ``offset`` is the one proposed in ``epoch``.
+            self._answer(offset, epoch)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await future
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"offset {offset} not committed within {timeout_ms} ms (no majority of "
+                f"voters reachable?)") from None
+        finally:
+            self._waiters.pop(offset, None)
+
+    def _timeout_ms(self, requested_ms: int) -> int:
+        if requested_ms <= 0:
+            return self.config.propose_timeout_ms_default
+        return min(requested_ms, self.config.propose_timeout_ms_max)
+
+    async def propose(self, records: Sequence[bytes], timeout_ms: int = 0) -> tuple[int, int]:
+        """Append ``records``; answer once they are committed and applied here.
+        Returns (first offset, epoch)."""
+        self._check_running()
+        node = self.node
+        limit = node.config.record_bytes_max
+        if any(len(r) > limit for r in records):
+            raise MessageTooLargeError(f"a record is larger than {limit} bytes")
+        try:
+            first = node.propose(records, self._clock_ms())
+        except NotLeaderError as e:
+            raise NotControllerError(str(e)) from e
+        except ProposalRejectedError as e:
+            raise QuorumNotCaughtUpError(str(e)) from e
+        epoch = node.epoch
+        self._drain()
+        await self._wait_committed(first + len(records) - 1, epoch, self._timeout_ms(timeout_ms))
+        return first, epoch
+
+    async def change_voters(self, *, add: VoterKey | None, remove: VoterKey | None,
+                            timeout_ms: int = 0) -> None:
+        self._check_running()
+        node = self.node
+        try:
+            offset = node.change_voters(add=add, remove=remove, now_ms=self._clock_ms())
+        except NotLeaderError as e:
+            raise NotControllerError(str(e)) from e
+        except ProposalRejectedError as e:
+            raise QuorumNotCaughtUpError(str(e)) from e
+        epoch = node.epoch
+        self._drain()
+        await self._wait_committed(offset, epoch, self._timeout_ms(timeout_ms))
+
+    def describe(self) -> QuorumDescription:
+        self._check_running()
+        return self.node.describe(self._clock_ms())
+
+    def now_ms(self) -> int:
+        return self._clock_ms()
