@@ -24,6 +24,7 @@ LeaderAndIsr claims them.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import cast
 
@@ -59,6 +60,12 @@ from tidewater.proto.supervisor import TaskSupervisor
 
 __all__ = ["ReplicaManager", "produce_error_response"]
 
+# A LeaderAndIsr naming more partitions is applied this many at a time, the event loop
+# let run in between: hosting a partition costs milliseconds (files created, fsynced),
+# and a request for hundreds (a topic's creation) would otherwise hold the loop for
+# seconds, long enough to miss heartbeats and be fenced.
+LEADER_AND_ISR_SLICE_PARTITIONS = 16
+
 # Replication decisions that have a metric of their own besides replication_decisions.
 NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
 
@@ -80,6 +87,9 @@ class ReplicaManager:
         ids, InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS)."""
         self.config = config
         self.broker_id = config.broker_id
+        # Control requests apply one at a time: a sliced LeaderAndIsr yields between
+        # slices, and nothing else of the controller's may land in between.
+        self._control_lock = asyncio.Lock()
         self.log_manager = log_manager
         self.metadata_cache = metadata_cache
         self.metrics = metrics
@@ -185,14 +195,38 @@ class ReplicaManager:
     # ================================================================ the servicer's calls
 
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        return self.control.leader_and_isr(request)
+        """``control.leader_and_isr``, LEADER_AND_ISR_SLICE_PARTITIONS partitions at a time:
+        each slice is the request with part of its partitions (the same epochs, token and
+        leaders), so a refusal comes with the first slice, before anything is applied."""
+        async with self._control_lock:
+            step = LEADER_AND_ISR_SLICE_PARTITIONS
+            if len(request.partitions) <= step:
+                return self.control.leader_and_isr(request)
+            response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
+            for start in range(0, len(request.partitions), step):
+                if start:
+                    await asyncio.sleep(0)
+                part = pb.LeaderAndIsrRequest()
+                part.CopyFrom(request)
+                del part.partitions[:]
+                part.partitions.extend(request.partitions[start:start + step])
+                answered = self.control.leader_and_isr(part)
+                if answered.error_code != pb.NONE:
+                    # Refused (the first slice; or a later one, when this broker
+                    # re-registered in between: the controller sends the new
+                    # registration the whole state again).
+                    return answered
+                response.partitions.extend(answered.partitions)
+            return response
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
-        return self.control.stop_replica(request)
+        async with self._control_lock:
+            return self.control.stop_replica(request)
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:
-        response = self.control.update_metadata(request)
+        async with self._control_lock:
+            response = self.control.update_metadata(request)
         if response.error_code == pb.NONE:
             # A deleted topic's per-topic series go (the snapshot names every topic).
             self.metrics.topic_series.forget_topics_except(set(self.metadata_cache.topics()))

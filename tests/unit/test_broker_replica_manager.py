@@ -663,3 +663,46 @@ async def test_delete_records_answers_once_the_isr_followers_log_starts_reached_
     [late] = await rm.delete_records([(TP.topic, 0, 4)], 50)  # never reached: timed out
     assert late.error_code == pb.REQUEST_TIMED_OUT
     await rm.stop()
+
+
+async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp_path):
+    """Hosting hundreds of partitions at once must not hold the event loop (heartbeats
+    would stop and the broker be fenced): the request is applied a slice at a time, a
+    task runs in between, and every partition is answered and hosted, in order."""
+    from tidewater.broker.replicas.replica_manager import LEADER_AND_ISR_SLICE_PARTITIONS
+    rm, _ = make_manager(tmp_path)
+    count = 3 * LEADER_AND_ISR_SLICE_PARTITIONS + 5
+    request = lai()
+    template = request.partitions[0]
+    del request.partitions[:]
+    for p in range(count):
+        item = request.partitions.add()
+        item.CopyFrom(template)
+        item.state.partition = p
+    hosted_when_ticked: list[int] = []
+
+    async def ticker():
+        while True:
+            hosted_when_ticked.append(len(rm.partitions))
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    response = await rm.leader_and_isr(request)
+    ticking.cancel()
+    assert response.error_code == pb.NONE
+    assert [p.partition for p in response.partitions] == list(range(count))
+    assert all(p.error_code == pb.NONE for p in response.partitions)
+    assert len(rm.partitions) == count
+    # The ticker saw the partitions arrive a slice at a time.
+    seen_between = {n for n in hosted_when_ticked if 0 < n < count}
+    assert len(seen_between) >= 3
+    # A refused request is refused whole, before anything is applied.
+    stale = pb.LeaderAndIsrRequest()
+    stale.CopyFrom(request)
+    stale.controller_epoch = 0
+    for item in stale.partitions:
+        item.state.topic = "other"
+    refused = await rm.leader_and_isr(stale)
+    assert refused.error_code != pb.NONE and not refused.partitions
+    assert not any(tp.topic == "other" for tp in rm.partitions)
