@@ -29,7 +29,12 @@ from tidewater.broker.kafka.fetch_sessions import (
     PartitionKey,
     PartitionOutcome,
 )
-from tidewater.broker.serving.fetch import FetchedPartition
+from tidewater.broker.serving.fetch import (
+    ConsumerFetched,
+    FetchedPartition,
+    consumer_fetched,
+    last_stable_offset_of,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
@@ -132,9 +137,16 @@ def session_answer(cache: FetchSessionCache, context: FetchContext, read: Sessio
         got = by_name.get(read.names[key])
         if got is None:
             raise InvariantViolation(f"{read.names[key]} asked of the fetch, not answered")
-        answers.append(got._replace(topic=key[0]))
+        renamed = got._replace(topic=key[0])
+        if isinstance(got, ConsumerFetched):
+            # _replace keeps the class, not the transaction view set beside the tuple.
+            renamed = consumer_fetched(renamed, got.last_stable_offset,
+                                       got.aborted_transactions)
+        answers.append(renamed)
     outcomes = [PartitionOutcome((p.topic, p.partition), p.error_code, p.high_watermark,
-                                 p.log_start_offset, len(p.records), p.diverging is not None)
+                                 p.log_start_offset, len(p.records), p.diverging is not None,
+                                 last_stable_offset=last_stable_offset_of(p)
+                                 if isinstance(p, ConsumerFetched) else -1)
                 for p in answers]
     if isinstance(context, FullFetch):
         return pb.NONE, cache.complete_full(context, outcomes, now_ms), answers

@@ -108,6 +108,7 @@ class PartitionOutcome:
     records_bytes: int
     diverging: bool = False
     preferred_read_replica: int = -1
+    last_stable_offset: int = -1  # a consumer's answer; -1 where there is none
 
 
 @dataclass(slots=True)
@@ -116,6 +117,7 @@ class _CachedPartition:
     # What the client was last told; a change is answered on the next incremental fetch.
     high_watermark: int = INVALID_HIGH_WATERMARK
     log_start_offset: int = -1
+    last_stable_offset: int = -1
 
     def must_respond(self, outcome: PartitionOutcome) -> bool:
         """Kafka's ``CachedPartition.maybeUpdateResponseData``: whether the incremental
@@ -128,6 +130,9 @@ class _CachedPartition:
         if self.log_start_offset != outcome.log_start_offset:
             respond = True
             self.log_start_offset = outcome.log_start_offset
+        if self.last_stable_offset != outcome.last_stable_offset:
+            respond = True  # a transaction ended: read_committed may read further
+            self.last_stable_offset = outcome.last_stable_offset
         if outcome.error_code != pb.NONE:
             # Forget the high watermark: once the error is gone, the partition is answered
             # again even if its high watermark did not move meanwhile.
@@ -318,6 +323,7 @@ class FetchSessionCache:
             if outcome is not None and outcome.error_code == pb.NONE:
                 cached.high_watermark = outcome.high_watermark
                 cached.log_start_offset = outcome.log_start_offset
+                cached.last_stable_offset = outcome.last_stable_offset
             session.partitions[key] = cached
         self._sessions[session_id] = session
         self._touch(session, now_ms)

@@ -159,6 +159,21 @@ def test_log_start_change_and_diverging_epoch_are_answered():
     assert answer.listed == [0, 1]
 
 
+def test_a_moved_last_stable_offset_is_answered():
+    """A transaction ended (its marker written, nothing new to read past it): a
+    read_committed consumer must learn the new last stable offset, as Kafka's
+    maybeUpdateResponseData compares it too."""
+    c = cache()
+    session_id = open_session(c, [A, B])
+    moved = PartitionOutcome(A, pb.NONE, 10, 0, 0, last_stable_offset=7)
+    first = c.complete_incremental(incremental(c, session_id, 1), [
+        moved, PartitionOutcome(B, pb.NONE, 10, 0, 0)], 1)
+    assert first.listed == [0]
+    again = c.complete_incremental(incremental(c, session_id, 2), [
+        moved, PartitionOutcome(B, pb.NONE, 10, 0, 0)], 2)
+    assert again.listed == []
+
+
 def test_added_updated_and_forgotten_partitions():
     c = cache()
     session_id = open_session(c, [A, B])
