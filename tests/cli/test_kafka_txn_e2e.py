@@ -60,10 +60,12 @@ def producer(c, transactional_id: str, **extra: Any) -> Any:
 
 
 def read_all(c, topic: str, isolation: str, partitions: int = 3,
-             bootstrap: str | None = None) -> list[bytes]:
+             bootstrap: str | None = None, config: dict | None = None) -> list[bytes]:
     """Every value of ``topic`` a fresh consumer reads from the start up to the end it
-    sees (the LSO for read_committed: each partition's EOF event)."""
+    sees (the LSO for read_committed: each partition's EOF event). ``config``: the
+    client's security settings."""
     consumer = confluent_kafka.Consumer({
+        **(config or {}),
         "bootstrap.servers": bootstrap or c.kafka, "group.id": f"reader-{uuid.uuid4().hex}",
         "isolation.level": isolation, "enable.partition.eof": True,
         "enable.auto.commit": False})
