@@ -325,3 +325,37 @@ def test_exactly_once_app_survives_sigkills_of_itself_the_coordinator_and_a_lead
     duplicated = {v: n for v, n in counts.items() if n > 1}
     assert (lost, duplicated) == ([], {}), (len(lost), len(duplicated))
     assert len(outputs_read) == inputs
+
+
+def test_describe_producers_shows_an_open_transaction_until_it_ends(cluster):
+    """DescribeProducers (key 61) through kafka-python's admin client: the producer's
+    open transaction's first offset while it is open, -1 once committed; a follower
+    answers NOT_LEADER_OR_FOLLOWER."""
+    kafka = pytest.importorskip("kafka")
+    topic = new_topic(cluster, partitions=1)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka.split(","))
+    p = producer(cluster, f"tx-{topic}")
+    p.init_transactions(60)
+    try:
+        p.begin_transaction()
+        p.produce(topic, value=b"open", partition=0)
+        assert p.flush(30) == 0
+        state = describe(cluster.kafka, f"tx-{topic}")
+        tp = kafka.TopicPartition(topic, 0)
+        [active] = admin.describe_producers([tp])[tp].active_producers
+        assert (active.producer_id, active.producer_epoch, active.last_sequence,
+                active.current_transaction_start_offset) == (
+            state.producer_id, state.producer_epoch, 0, 0)
+        p.commit_transaction(60)
+
+        def ended() -> Any:
+            [a] = admin.describe_producers([tp])[tp].active_producers
+            return a.current_transaction_start_offset == -1 and a
+        done = wait_for(ended, "the transaction ended on the partition")
+        assert done.coordinator_epoch >= 0
+        leader = _leader(cluster, topic, 0)
+        follower = next(b for b in (1, 2, 3) if b != leader)
+        with pytest.raises(kafka.errors.NotLeaderForPartitionError):
+            admin.describe_producers([tp], broker_id=follower)
+    finally:
+        admin.close()
