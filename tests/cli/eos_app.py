@@ -5,12 +5,15 @@ It runs until killed. A transaction that fails with an abortable error is aborte
 the consumer is rewound to the group's committed offsets (Kafka's EOS pattern); a fatal
 error (fenced) exits with code 3.
 
-usage: eos_app.py BOOTSTRAP IN OUT GROUP TRANSACTIONAL_ID
+usage: eos_app.py BOOTSTRAP IN OUT GROUP TRANSACTIONAL_ID PAUSE_S
+
+PAUSE_S: a pause after each transaction, so that the test's kills land mid-run.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import confluent_kafka
 
@@ -29,6 +32,7 @@ def rewind(consumer: confluent_kafka.Consumer) -> None:
 
 def main() -> int:
     bootstrap, source, sink, group, transactional_id = sys.argv[1:6]
+    pause_s = float(sys.argv[6])
     consumer = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
@@ -55,6 +59,7 @@ def main() -> int:
                 [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
                 consumer.consumer_group_metadata(), 30)
             commit(producer)
+            time.sleep(pause_s)
         except confluent_kafka.KafkaException as e:
             error = e.args[0]
             if error.fatal():

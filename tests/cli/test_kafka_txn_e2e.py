@@ -62,8 +62,8 @@ def producer(c, transactional_id: str, **extra: Any) -> Any:
 def read_all(c, topic: str, isolation: str, partitions: int = 3,
              bootstrap: str | None = None, config: dict | None = None) -> list[bytes]:
     """Every value of ``topic`` a fresh consumer reads from the start up to the end it
-    sees (the LSO for read_committed: each partition's EOF event). ``config``: the
-    client's security settings."""
+    sees (the LSO for read_committed: each partition's first EOF event; a topic still
+    written to is read up to about then). ``config``: the client's security settings."""
     consumer = confluent_kafka.Consumer({
         **(config or {}),
         "bootstrap.servers": bootstrap or c.kafka, "group.id": f"reader-{uuid.uuid4().hex}",
@@ -87,7 +87,6 @@ def read_all(c, topic: str, isolation: str, partitions: int = 3,
                     at_end.add(message.partition())
                     continue
                 raise confluent_kafka.KafkaException(error)
-            at_end.discard(message.partition())
             values.append(message.value())
         return values
     finally:
@@ -283,14 +282,17 @@ def _kill_and_restart(c, broker: int) -> None:
 def test_exactly_once_app_survives_sigkills_of_itself_the_coordinator_and_a_leader(
         cluster, tmp_path):
     source, sink = new_topic(cluster), new_topic(cluster)
-    inputs = 600
+    # 10 inputs a transaction and a 0.2 s pause after each: at least 9 s of the run are
+    # left when the last kill is decided (450 outputs), so every kill lands mid-run.
+    inputs = 900
     seed = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka,
                                      "enable.idempotence": True})
     for i in range(inputs):
         seed.produce(source, value=f"{i}".encode(), partition=i % 3)
     assert seed.flush(60) == 0
     transactional_id, group = f"eos-{sink}", f"eos-group-{sink}"
-    args = [sys.executable, str(APP), cluster.kafka, source, sink, group, transactional_id]
+    args = [sys.executable, str(APP), cluster.kafka, source, sink, group, transactional_id,
+            "0.2"]
     apps: list[subprocess.Popen[bytes]] = []
 
     def start_app(n: int) -> subprocess.Popen[bytes]:
@@ -301,19 +303,23 @@ def test_exactly_once_app_survives_sigkills_of_itself_the_coordinator_and_a_lead
 
     def outputs() -> int:
         return len(read_all(cluster, sink, "read_committed"))
+
+    def outputs_reach(count: int, what: str) -> None:
+        seen = wait_for(lambda: (n := outputs()) >= count and n, what, timeout_s=180)
+        assert seen < inputs, f"the run was over ({seen} outputs) before {what}"
     try:
         app = start_app(1)
-        wait_for(lambda: outputs() >= 100, "the app's first outputs", timeout_s=120)
+        outputs_reach(100, "the app's first outputs")
         app.kill()  # SIGKILL half-way, by its pid
         app.wait()
         start_app(2)
+        outputs_reach(200, "the restarted app's outputs")
         coordinator, _ = coordinator_of(cluster.kafka, transactional_id)
         _kill_and_restart(cluster, coordinator)
-        wait_for(lambda: outputs() >= 300, "outputs after the coordinator's death",
-                 timeout_s=180)
+        outputs_reach(450, "outputs after the coordinator's death")
         _kill_and_restart(cluster, _leader(cluster, sink, 0))
         wait_for(lambda: len(set(read_all(cluster, sink, "read_committed"))) == inputs,
-                 "every input's output", timeout_s=240)
+                 "every input's output", timeout_s=300)
     finally:
         for app in apps:
             if app.poll() is None:
