@@ -58,10 +58,12 @@ from tidewater.broker.servicers.grpc_server import (
     build_server,
 )
 from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
+from tidewater.broker.serving.txn_markers import TxnMarkerEntry
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
+from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.broker.txn.coordinator import TransactionCoordinator
-from tidewater.broker.txn.markers import UnwiredMarkerSender
+from tidewater.broker.txn.marker_sender import LeaderMarkerSender
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
@@ -85,6 +87,7 @@ class BrokerProcess:
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TransactionCoordinator | None = None
+        self.marker_sender: LeaderMarkerSender | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
@@ -158,15 +161,27 @@ class BrokerProcess:
             allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
-        self.group_coordinator = GroupCoordinator(
+        self.group_coordinator = groups = GroupCoordinator(
             replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
             controller=forwarder, config=c, supervisor=self.supervisor)
-        # Markers go through the port of broker/txn/markers.py; UnwiredMarkerSender until
-        # partition leaders serve WriteTxnMarkers (issue 27's log side): the wiring point.
+        # A marker committed on an __consumer_offsets partition led here releases (COMMIT)
+        # or drops (ABORT) the transaction's TxnOffsetCommit offsets.
+
+        def on_marker_committed(marker: TxnMarkerEntry, topic: str, partition: int) -> None:
+            if topic == CONSUMER_OFFSETS_TOPIC:
+                groups.complete_transaction(partition, marker.producer_id, marker.committed)
+        self.replica_manager.txn_markers.on_committed = on_marker_committed
+        # Markers to partition leaders: in process when led here, else over the leader's
+        # INTERNAL gRPC with what the follower fetchers present (certificate, SASL).
+        self.marker_sender = LeaderMarkerSender(
+            broker_id=c.broker_id, local_writer=self.replica_manager.txn_markers,
+            endpoint=self.metadata_cache.endpoint,
+            max_message_bytes=c.socket_request_max_bytes,
+            channel_credentials=member_credentials, call_metadata=inter_broker_metadata)
         self.txn_coordinator = TransactionCoordinator(
             replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
             controller=forwarder, config=c, supervisor=self.supervisor,
-            marker_sender=UnwiredMarkerSender(),
+            marker_sender=self.marker_sender,
             next_producer_id=self.replica_manager.producer_ids.next_producer_id)
         # Clients' admin calls on gRPC are checked first when security is on.
         guarded = (GuardedControllerForwarder(forwarder, self.security)
@@ -312,6 +327,8 @@ class BrokerProcess:
         self.security.close()  # the password threads: no listener left to ask them
         if self.txn_coordinator is not None:
             await self.txn_coordinator.stop()
+        if self.marker_sender is not None:
+            await self.marker_sender.close()
         if self.group_coordinator is not None:
             await self.group_coordinator.stop()
         if self.replica_manager is not None:

@@ -35,8 +35,8 @@ log side's WriteTxnMarkers, after appending the marker to an ``__consumer_offset
 partition led here, calls ``complete_transaction(partition, producer_id, committed)``;
 a loader meets the same marker in the log (a control batch whose record key is version
 int16, type int16: 0 ABORT, 1 COMMIT) and applies it in log order, after the
-transactional batches it closes. Until the log accepts such batches (a producer id
-without a sequence is refused today) TxnOffsetCommit is not advertised.
+transactional batches it closes. The log takes such a batch without a sequence
+because it is the coordinator's own append (``coordinator_origin``).
 """
 
 from __future__ import annotations

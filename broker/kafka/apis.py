@@ -108,6 +108,11 @@ from tidewater.broker.kafka.producer_apis import (
     INIT_PRODUCER_ID_VERSIONS,
     on_init_producer_id,
 )
+from tidewater.broker.kafka.producer_state_apis import (
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_PRODUCERS_VERSIONS,
+    on_describe_producers,
+)
 from tidewater.broker.kafka.txn_apis import TXN_HANDLERS, TXN_VERSIONS
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
@@ -167,6 +172,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     **config_apis.SUPPORTED,
     **topic_apis.SUPPORTED,
     WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS,
+    DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_VERSIONS,
 }
 # The lowest version decoded: Produce v0-2 carry message sets (magic 0/1), which a
 # RecordBatch v2 log never stores.
@@ -796,5 +802,6 @@ HANDLERS: dict[int, Handler] = {
     **config_apis.HANDLERS,
     **topic_apis.HANDLERS,
     WRITE_TXN_MARKERS: on_write_txn_markers,
+    DESCRIBE_PRODUCERS: on_describe_producers,
 }
 assert set(HANDLERS) == set(SUPPORTED)

@@ -29,10 +29,11 @@ AddOffsetsToTxn also READ on the group (GROUP_AUTHORIZATION_FAILED); FindCoordin
 DescribeTransactions need DESCRIBE on the TRANSACTIONAL_ID; ListTransactions lists only
 ids the caller may DESCRIBE; DescribeTransactions lists only topics it may DESCRIBE.
 
-TxnOffsetCommit (28) v0-3 is written (``on_txn_offset_commit``: WRITE on the
-TRANSACTIONAL_ID, READ on the group and on each topic) but not advertised: the group
-coordinator appends Kafka's transactional batch without a sequence, which the log
-refuses until issue 27's log side is merged; then ``AFTER_LOG_SIDE_*`` join the tables.
+TxnOffsetCommit (28) v0-3 (``on_txn_offset_commit``: WRITE on the TRANSACTIONAL_ID,
+READ on the group and on each topic): the group coordinator appends Kafka's
+transactional batch without a sequence (taken as the coordinator's own append,
+``coordinator_origin``); the transaction's marker makes the offsets visible or drops
+them (``GroupCoordinator.complete_transaction``, called by the broker's marker writer).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ TXN_VERSIONS: dict[int, tuple[int, int]] = {
     END_TXN: (0, 3),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
+    TXN_OFFSET_COMMIT: (0, 3),
 }
 # The first version of each API that knows PRODUCER_FENCED (KIP-588).
 PRODUCER_FENCED_FROM = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2,
@@ -336,9 +338,7 @@ async def on_list_transactions(s: TxnServices, head: RequestHead, body: RequestB
 
 async def on_txn_offset_commit(s: TxnServices, head: RequestHead, body: RequestBody
                                ) -> Awaitable[dict[str, Any]]:
-    """TxnOffsetCommit (28) v0-3 on the group coordinator (``group.service.txn_commit``).
-    Not advertised until the log side accepts the group coordinator's transactional
-    batches (see ``AFTER_LOG_SIDE_VERSIONS``)."""
+    """TxnOffsetCommit (28) v0-3 on the group coordinator (``group.service.txn_commit``)."""
     transactional_id, group_id = str(body.transactional_id), str(body.group_id)
     wanted = {(str(t.name), int(p.partition_index)): (
         int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
@@ -375,16 +375,12 @@ async def on_txn_offset_commit(s: TxnServices, head: RequestHead, body: RequestB
     return answer()
 
 
-# Served once the log side of issue 27 is merged (the group coordinator's transactional
-# batches accepted): then these move into TXN_VERSIONS and TXN_HANDLERS.
-AFTER_LOG_SIDE_VERSIONS = {TXN_OFFSET_COMMIT: (0, 3)}
-AFTER_LOG_SIDE_HANDLERS = {TXN_OFFSET_COMMIT: on_txn_offset_commit}
-
 TXN_HANDLERS = {
     ADD_PARTITIONS_TO_TXN: on_add_partitions_to_txn,
     ADD_OFFSETS_TO_TXN: on_add_offsets_to_txn,
     END_TXN: on_end_txn,
     DESCRIBE_TRANSACTIONS: on_describe_transactions,
     LIST_TRANSACTIONS: on_list_transactions,
+    TXN_OFFSET_COMMIT: on_txn_offset_commit,
 }
 assert set(TXN_HANDLERS) == set(TXN_VERSIONS)

@@ -324,6 +324,10 @@ class ReplicaManager:
 
     # ================================================================ internals
 
+    def hosted_partition(self, topic: str, partition_index: int) -> Partition:
+        """The replica hosted here (UnknownTopicOrPartitionError: none), led or not."""
+        return self._partition(topic, partition_index)
+
     def _partition(self, topic: str, partition_index: int) -> Partition:
         # A plain tuple finds the TopicPartition key (a NamedTuple: same hash, equal). A hosted
         # partition's name was validated before it was created (ControlRequests), so only a

@@ -16,7 +16,8 @@ from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as, a
 transaction coordinator's WriteTxnMarkers from any broker certificate). With SASL
-or an authorizer, whatever the transport, a ReplicaFetch stream also needs an
+or an authorizer, whatever the transport, a ReplicaFetch stream (and a WriteTxnMarkers
+call) also needs an
 authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
 CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
 CLUSTER_AUTHORIZATION_FAILED): a follower fetch moves the high watermark and reads
@@ -502,7 +503,20 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: Context
                               ) -> pb.WriteTxnMarkersResponse:
         """A transaction coordinator's markers (``serving/txn_markers.py``), per partition."""
-        if code := self._refusal("WriteTxnMarkers", context):
+        code = self._refusal("WriteTxnMarkers", context)
+        if code is None and self.security is not None:
+            # SASL or an authorizer: only a broker's credentials with CLUSTER_ACTION (the
+            # follower fetch's rule, ``inter_broker``): markers end other producers'
+            # transactions and make their records visible.
+            try:
+                session = await self.security.authenticate_grpc(context)
+            except SaslAuthenticationError as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                    f"SASL_AUTHENTICATION_FAILED: {e}")
+                raise
+            if not self.security.may_fetch_as_follower(session):
+                code = pb.CLUSTER_AUTHORIZATION_FAILED
+        if code:
             return results_to_proto([
                 TxnMarkerResult(m.producer_id, p.topic, p.partition, code)
                 for m in request.markers for p in m.partitions])

@@ -87,20 +87,22 @@ class OpenWait(Protocol):
 
 def append_as_leader(partition: Partition, records: Any, acks: int, timeout_ms: int, *,
                      open_wait: Callable[[Partition, int], W], carrier: ReadyCarrier,
-                     now_ms: int, wall_now_ms: int, markers_allowed: bool = False
-                     ) -> tuple[Any, W | None]:
+                     now_ms: int, wall_now_ms: int, markers_allowed: bool = False,
+                     coordinator_origin: bool = False) -> tuple[Any, W | None]:
     """Append ``records`` as ``partition``'s leader and let its core decide on the new log
     end: the core's check first (nothing written when refused), the append stamped with
     the leader epoch, an acks=all wait opened right there (so it is bound to the
     leadership the records were appended under), then the Ready carried out. The broker
     and the simulation both append through here; returns (the log's append info, the
     wait or None). ``markers_allowed``: the transaction coordinator's markers
-    (``txn_markers.py``); a client's control batch is refused."""
+    (``txn_markers.py``); a client's control batch is refused. ``coordinator_origin``:
+    the group coordinator's own batches (a transactional one needs no sequence)."""
     replica = partition.replica
     leader_epoch = replica.check_append(acks)  # nothing written when refused
     try:
         info = partition.log.append_as_leader(records, leader_epoch, wall_now_ms,
-                                              markers_allowed=markers_allowed)
+                                              markers_allowed=markers_allowed,
+                                              coordinator_origin=coordinator_origin)
     except KafkaStorageError:
         # The log dir failed under the append: the core decides what this replica plays
         # now (nothing), and the waits of its leadership are answered.
@@ -158,8 +160,9 @@ class ProducePath:
                 if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
                     raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
-                info, wait = await self._append_as_leader(partition, topic, data.records,
-                                                          acks, timeout_ms)
+                info, wait = await self._append_as_leader(
+                    partition, topic, data.records, acks, timeout_ms,
+                    coordinator_origin=internal_topics_allowed)
                 result.base_offset = info.first_offset
                 result.log_append_time_ms = info.log_append_time_ms
                 result.log_start_offset = partition.log.log_start_offset
@@ -177,7 +180,7 @@ class ProducePath:
         return response, waits
 
     async def _append_as_leader(self, partition: Partition, topic: str, records: bytes,
-                                acks: int, timeout_ms: int
+                                acks: int, timeout_ms: int, *, coordinator_origin: bool = False
                                 ) -> tuple[AppendInfo, AcksWait | None]:
         if not records:
             raise CorruptRecordError("produce request carries no record batch")
@@ -185,7 +188,8 @@ class ProducePath:
             require_keys(records)
         info, wait = append_as_leader(partition, records, acks, timeout_ms,
                                       open_wait=self._waits.open, carrier=self._carrier,
-                                      now_ms=mono_ms(), wall_now_ms=wall_ms())
+                                      now_ms=mono_ms(), wall_now_ms=wall_ms(),
+                                      coordinator_origin=coordinator_origin)
         if not info.duplicate:  # a retry already in the log: its original offsets
             size = len(records)
             self._messages_in.inc(info.record_count)

@@ -97,12 +97,17 @@ class MarkerWriter:
         self._lookup = lookup
         self._carrier = carrier
         self._waits = acks_waits
+        # Told of each marker once committed here (NONE), as Kafka's WriteTxnMarkers
+        # handler tells the group coordinator (``GroupCoordinator.complete_transaction``
+        # for ``__consumer_offsets`` partitions): set by the broker process.
+        self.on_committed: Callable[[TxnMarkerEntry, str, int], None] | None = None
 
     async def write_txn_markers(self, markers: Sequence[TxnMarkerEntry], *,
                                 timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT
                                 ) -> list[TxnMarkerResult]:
         results: list[TxnMarkerResult] = []
         waits: list[tuple[int, AcksWait]] = []  # (index in results, its acks=all wait)
+        entry_of: dict[int, TxnMarkerEntry] = {}  # index in results -> its marker
         timeout_ms = acks_all_wait_ms(timeout_ms if timeout_ms > 0
                                       else MARKER_TIMEOUT_MS_DEFAULT)
         for marker in markers:
@@ -114,16 +119,19 @@ class MarkerWriter:
                     results.append(TxnMarkerResult(marker.producer_id, topic, partition_index,
                                                    int(error_code), message))
                     continue
+                entry_of[len(results)] = marker
                 waits.append((len(results), wait))
                 results.append(TxnMarkerResult(marker.producer_id, topic, partition_index,
                                                pb.NONE))
         if waits:
             codes = await asyncio.gather(*(self._waits.wait_for(w) for _, w in waits))
             for (i, _), code in zip(waits, codes, strict=True):
+                r = results[i]
                 if code != pb.NONE:
-                    r = results[i]
                     results[i] = TxnMarkerResult(r.producer_id, r.topic, r.partition,
                                                  wire_code(code), pb.ErrorCode.Name(code))
+                elif self.on_committed is not None:
+                    self.on_committed(entry_of[i], r.topic, r.partition)
         return results
 
     def _append(self, marker: TxnMarkerEntry, topic: str, partition_index: int,
@@ -145,16 +153,21 @@ class MarkerWriter:
 class RemoteMarkerWriter:
     """``TxnMarkerWriter`` over a broker's internal gRPC (a ``grpc.aio`` channel to its
     INTERNAL listener). A transport failure raises ``grpc.RpcError`` (retry, after a
-    metadata refresh); answers carry the per-partition codes as in process."""
+    metadata refresh); answers carry the per-partition codes as in process.
+    ``call_metadata``: what each call carries (the broker's SASL credentials, as the
+    follower fetchers' calls: the receiver requires CLUSTER_ACTION in SASL mode)."""
 
-    def __init__(self, channel: grpc.aio.Channel):
+    def __init__(self, channel: grpc.aio.Channel, *,
+                 call_metadata: tuple[tuple[str, str], ...] = ()):
         self._stub = pb_grpc.BrokerControlStub(channel)
+        self._call_metadata = call_metadata
 
     async def write_txn_markers(self, markers: Sequence[TxnMarkerEntry], *,
                                 timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT
                                 ) -> list[TxnMarkerResult]:
         response = await self._stub.WriteTxnMarkers(
-            markers_to_proto(markers, timeout_ms), timeout=timeout_ms / 1000 + 5)
+            markers_to_proto(markers, timeout_ms), timeout=timeout_ms / 1000 + 5,
+            metadata=self._call_metadata or None)
         return [TxnMarkerResult(r.producer_id, r.topic, r.partition, int(r.error_code),
                                 r.error_message) for r in response.results]
 

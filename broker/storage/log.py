@@ -323,11 +323,13 @@ class Log:
     # -- appends -------------------------------------------------------------
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, *,
-                         markers_allowed: bool = False) -> AppendInfo:
+                         markers_allowed: bool = False,
+                         coordinator_origin: bool = False) -> AppendInfo:
         """Validate, assign offsets from the LEO, stamp ``leader_epoch``, append.
         Control batches (transaction markers) only with ``markers_allowed`` (the
         coordinator's path, ``serving/txn_markers.py``); each is checked against its
-        producer's state first."""
+        producer's state first. ``coordinator_origin``: the group coordinator's append
+        (``ProducerStateManager.check_leader_append``)."""
         with self._lock:
             if self._offline_reason is not None or self._closed:
                 self._check_usable()
@@ -379,7 +381,8 @@ class Log:
             if not batches:
                 return self._empty_append_info()
             if producer_batches:
-                duplicate = self.producer_state.check_leader_append(producer_batches)
+                duplicate = self.producer_state.check_leader_append(
+                    producer_batches, coordinator_origin=coordinator_origin)
                 if duplicate is not None:
                     return AppendInfo(duplicate.first_offset, duplicate.last_offset, 0, -1, 0,
                                       -1, -1, duplicate=True)

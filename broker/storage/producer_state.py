@@ -232,7 +232,8 @@ class ProducerStateManager:
 
     # -- leader checks -------------------------------------------------------
 
-    def check_leader_append(self, batches: Iterable[ProducerBatch]) -> Duplicate | None:
+    def check_leader_append(self, batches: Iterable[ProducerBatch], *,
+                            coordinator_origin: bool = False) -> Duplicate | None:
         """Check a leader append's batches in order (the table in the module docstring).
 
         Returns the duplicate when the append repeats batches already written (the append
@@ -240,7 +241,12 @@ class ProducerStateManager:
         appended; raises the typed error of the first batch refused (nothing may be
         appended then). An append holding a duplicate and anything else is refused
         (INVALID_REQUEST): answering the duplicate's offsets for batches never written
-        would lose them (Kafka has one batch per partition in a request)."""
+        would lose them (Kafka has one batch per partition in a request).
+
+        ``coordinator_origin``: the group coordinator's own append (Kafka's
+        ``AppendOrigin.COORDINATOR``): a transactional batch without a sequence (its
+        TxnOffsetCommit offsets) is taken with the epoch check only, as Kafka skips the
+        sequence checks of a coordinator's batches; a client's such batch is refused."""
         batches = [ProducerBatch(*b) for b in batches]
         duplicates = [self._find_duplicate(*b[:4]) for b in batches]
         if any(duplicates):
@@ -249,6 +255,13 @@ class ProducerStateManager:
         pending: dict[int, tuple[int, int]] = {}
         for producer_id, epoch, base_sequence, last_offset_delta, transactional in batches:
             if producer_id < 0:
+                continue
+            if coordinator_origin and transactional and epoch >= 0 and base_sequence < 0:
+                current = self.entries.get(producer_id)
+                if current is not None and epoch < current.producer_epoch:
+                    raise InvalidProducerEpochError(
+                        f"producer {producer_id}: epoch {epoch} is older than its epoch "
+                        f"{current.producer_epoch}")
                 continue
             if epoch < 0 or base_sequence < 0:
                 raise OutOfOrderSequenceError(

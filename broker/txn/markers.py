@@ -9,16 +9,12 @@ meaning of Kafka's WriteTxnMarkers, key 27), one call per leader, and retries ev
 partition whose answer is not NONE until all have their marker. Only then does the
 coordinator write CompleteCommit/CompleteAbort.
 
-Wiring point (issue 27, after the ``txnlog`` branch is merged): the log side serves
-WriteTxnMarkers on partition leaders (Kafka key 27 and an internal gRPC RPC of the same
-meaning). Its client goes into ``broker/process.py`` where ``TransactionCoordinator`` is
-built (``marker_sender=...``), as a class with this module's ``TxnMarkerSender``
-signature: ``await write_markers(leader_broker_id, markers)`` returns, for each
-``TxnMarker`` in order, the error code of each of its partitions; raising means
-"nothing known written" (the whole call is retried). Until then the broker is built
-with ``UnwiredMarkerSender``, which refuses every call: a decided transaction stays in
-PrepareCommit/PrepareAbort (DescribeTransactions shows it) and its markers are retried,
-which is what a coordinator must do while partition leaders cannot take them.
+The broker's sender is ``marker_sender.LeaderMarkerSender`` (built in
+``broker/process.py``): ``await write_markers(leader_broker_id, markers)`` returns, for
+each ``TxnMarker`` in order, the error code of each of its partitions; raising means
+"nothing known written" (the whole call is retried). ``UnwiredMarkerSender`` refuses
+every call (tests: a decided transaction stays in PrepareCommit/PrepareAbort and its
+markers are retried, which is what a coordinator must do while leaders cannot take them).
 
 Answers, as Kafka's TransactionMarkerRequestCompletionHandler reads them:
 

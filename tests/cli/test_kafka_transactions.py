@@ -4,10 +4,9 @@ ListTransactions on the Kafka listener, the coordinator's timeout abort, and the
 coordinator moving when the leader of its ``__transaction_state`` partition is killed;
 kafka-python's transactional producer and admin client.
 
-Records in transactions need the log side of issue 27 (WriteTxnMarkers, transactional
-batches): until it is merged the coordinator's markers are not written, so an aborted
-transaction stays PrepareAbort (it would become CompleteAbort) and these tests accept
-either."""
+Markers are written by partition leaders (WriteTxnMarkers); a decided transaction is
+Prepare* until they are, then Complete*: the tests accept either where the moment is not
+theirs to choose. Records in transactions: test_kafka_txn_e2e.py."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 10, 22, 24, 26
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
-ABORTED = ("PrepareAbort", "CompleteAbort")  # PrepareAbort until markers are wired
+ABORTED = ("PrepareAbort", "CompleteAbort")  # PrepareAbort until the markers are written
 
 
 @pytest.fixture(scope="module")
@@ -254,11 +253,12 @@ def test_the_coordinator_moves_when_its_partition_leader_is_killed(cluster):
     node, address = coordinator_of(alive, prepared)
     [reloaded] = call(address, DESCRIBE_TRANSACTIONS, 0,
                       {"transactional_ids": [prepared]}).transaction_states
-    assert (reloaded.producer_id, reloaded.producer_epoch, reloaded.transaction_state) == (
-        decided.producer_id, decided.producer_epoch, "PrepareCommit")  # until markers land
-    log = cluster.data_dir / f"broker-{node}.log"
-    wait_for(lambda: f"markers of {prepared!r}" in log.read_text(errors="replace"),
-             "the new coordinator sending the markers again", timeout_s=30)
+    assert (reloaded.producer_id, reloaded.producer_epoch) == (
+        decided.producer_id, decided.producer_epoch)
+    assert reloaded.transaction_state in ("PrepareCommit", "CompleteCommit")
+    # The new coordinator sends the markers a dead one may have left unsent.
+    wait_for(lambda: (s := describe(alive, prepared)).error_code == 0
+             and s.transaction_state == "CompleteCommit", "the commit completed", timeout_s=60)
     successor = producer(cluster, "tx-moving", **{"bootstrap.servers": alive})
     successor.init_transactions(60)
     bumped = wait_for(lambda: (s := describe(alive, "tx-moving")).error_code == 0 and s,
@@ -286,7 +286,7 @@ def prepare_commit(address: str, transactional_id: str) -> Any:
     assert end.error_code == 0
     [state] = call(address, DESCRIBE_TRANSACTIONS, 0,
                    {"transactional_ids": [transactional_id]}).transaction_states
-    assert state.transaction_state == "PrepareCommit"
+    assert state.transaction_state in ("PrepareCommit", "CompleteCommit")
     return state
 
 

@@ -150,9 +150,11 @@ class SimLog:
     first_unstable_offset = None
 
     def append_as_leader(self, records: SimRecords, leader_epoch: int, now_ms: int, *,
-                         markers_allowed: bool = False) -> Batch:
+                         markers_allowed: bool = False, coordinator_origin: bool = False
+                         ) -> Batch:
         """``records.topic_id``: the incarnation the leader appends to (the simulation
-        writes no markers: ``markers_allowed`` changes nothing)."""
+        writes no markers nor transactions: ``markers_allowed`` and ``coordinator_origin``
+        change nothing)."""
         self._fail("append")
         base = self.log_end_offset
         batch = Batch(base, base + records.record_count - 1, leader_epoch, records.payload_id,

@@ -91,7 +91,8 @@ class FakeLog:
         return []
 
     def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int, *,
-                         markers_allowed: bool = False) -> FakeAppendInfo:
+                         markers_allowed: bool = False,
+                         coordinator_origin: bool = False) -> FakeAppendInfo:
         headers = list(iter_batches(records))
         for _, h in headers:
             if h.size > self.config.max_message_bytes:

@@ -94,7 +94,7 @@ def call(s: FakeServices, api_key: int, version: int, values: dict[str, Any]) ->
     body = build(request_type(api_key, version), values)
     head = RequestHead(api_key, version, 1, "test")
     handler = {22: lambda *a: _async(txn_apis.on_init_transactional_producer(*a)),
-               **txn_apis.TXN_HANDLERS, **txn_apis.AFTER_LOG_SIDE_HANDLERS}[api_key]
+               **txn_apis.TXN_HANDLERS}[api_key]
 
     async def run() -> Any:
         return await (await handler(s, head, body))
@@ -189,9 +189,9 @@ def test_describe_and_list_show_only_what_the_caller_may_describe():
 
 def test_the_apis_are_advertised_as_far_as_they_work():
     from tidewater.broker.kafka.apis import HANDLERS, SUPPORTED
-    assert {24: (0, 3), 25: (0, 3), 26: (0, 3), 65: (0, 0), 66: (0, 1)}.items() <= \
-        SUPPORTED.items()
-    assert 28 not in SUPPORTED and 28 not in HANDLERS  # TxnOffsetCommit: after the log side
+    assert {24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0),
+            66: (0, 1)}.items() <= SUPPORTED.items()
+    assert 28 in HANDLERS  # TxnOffsetCommit: the log takes the coordinator's batches
 
 
 def test_txn_offset_commit_holds_offsets_until_the_marker_reaches_the_group():

@@ -106,3 +106,22 @@ def test_the_unwired_sender_never_claims_a_marker_written():
                 await send_until_written(JOB, UnwiredMarkerSender(), FakeMetadata(  # type: ignore[arg-type]
                     {("a", 0): 1, ("a", 1): 1, ("b", 0): 1}), lambda: True)
     asyncio.run(bounded())
+
+
+def test_a_moved_leader_gets_the_retry_once_the_metadata_names_it():
+    """NOT_LEADER_OR_FOLLOWER from the old leader; UpdateMetadata then names broker 2:
+    the next round sends the partition there (Kafka's TransactionMarkerChannelManager)."""
+    metadata = FakeMetadata({("a", 0): 1})
+    job = MarkerJob("tx", 7, 3, True, 11, frozenset({("a", 0)}))
+
+    class MovingLeader(ScriptedSender):
+        async def write_markers(self, leader_broker_id, markers):
+            [marker] = markers
+            self.calls.append((leader_broker_id, marker))
+            if leader_broker_id == 1:
+                metadata.leaders[("a", 0)] = 2  # the controller moved it meanwhile
+                return [{("a", 0): pb.NOT_LEADER_OR_FOLLOWER}]
+            return [{("a", 0): pb.NONE}]
+    sender = MovingLeader({})
+    assert run(job, sender, metadata)
+    assert [leader for leader, _ in sender.calls] == [1, 2]

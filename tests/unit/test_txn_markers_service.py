@@ -171,3 +171,20 @@ def test_write_txn_markers_every_version_round_trips_through_the_codec(version):
         codec.response_type(WRITE_TXN_MARKERS, version), values))
     _, decoded = codec.decode_response(WRITE_TXN_MARKERS, version, answer[4:])
     assert [p.partition_index for p in decoded.markers[0].topics[0].partitions] == [0, 2]
+
+
+async def test_the_writer_tells_on_committed_of_each_marker_committed_and_no_other(tmp_path):
+    """``on_committed`` (the group coordinator's complete_transaction in the broker) hears
+    of a marker once it is committed here, never of a refused one."""
+    rm = await leading_manager(tmp_path)
+    await produce(rm, txn_records(1, 0, b"a"))
+    told: list[tuple[int, bool, str, int]] = []
+    rm.txn_markers.on_committed = lambda m, t, p: told.append((m.producer_id, m.committed,
+                                                              t, p))
+    results = await rm.txn_markers.write_txn_markers([
+        TxnMarkerEntry(1, 0, 5, True, ((TP.topic, 0), ("nowhere", 0)))])
+    assert [r.error_code for r in results] == [pb.NONE, pb.UNKNOWN_TOPIC_OR_PARTITION]
+    stale = await rm.txn_markers.write_txn_markers([
+        TxnMarkerEntry(1, 0, 4, False, ((TP.topic, 0),))])  # an older coordinator epoch
+    assert [r.error_code for r in stale] == [pb.TRANSACTION_COORDINATOR_FENCED]
+    assert told == [(1, True, TP.topic, 0)]
