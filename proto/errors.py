@@ -283,6 +283,14 @@ class CoordinatorLoadInProgressError(TidewaterError):
     retriable = True
 
 
+class UnstableOffsetCommitError(TidewaterError):
+    """OffsetFetch with require_stable (KIP-447): a transaction holds an offset of the
+    partition pending until its marker; the consumer asks again after a back-off."""
+
+    error_code = pb.UNSTABLE_OFFSET_COMMIT
+    retriable = True
+
+
 class ConcurrentTransactionsError(TidewaterError):
     """The transactional id has a state change in flight (a write, or markers being
     written): the producer retries after a back-off."""

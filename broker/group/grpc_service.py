@@ -125,7 +125,7 @@ class GroupRpcs:
         if _refused(allowed, DESCRIBE, request.group_id):
             return pb.OffsetFetchResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         wanted = [(o.topic, o.partition) for o in request.partitions] or None
-        code, found = service.fetch_offsets(self.coordinator, request.group_id, wanted)
+        code, found, _ = service.fetch_offsets(self.coordinator, request.group_id, wanted)
         return pb.OffsetFetchResponse(error_code=code, offsets=[
             pb.GroupOffset(topic=t, partition=p, offset=c.offset if c else -1,
                            leader_epoch=c.leader_epoch if c else -1,

@@ -145,14 +145,23 @@ def txn_commit(coordinator: GroupCoordinator, metadata_cache: MetadataCache, *,
 
 
 def fetch_offsets(coordinator: GroupCoordinator, group_id: str,
-                  partitions: list[TopicPartition] | None
-                  ) -> tuple[pb.ErrorCode, dict[TopicPartition, CommittedOffset | None]]:
-    """(error code, committed offset per partition; every committed one for None)."""
+                  partitions: list[TopicPartition] | None, *, require_stable: bool = False
+                  ) -> tuple[pb.ErrorCode, dict[TopicPartition, CommittedOffset | None],
+                             set[TopicPartition]]:
+    """(error code, committed offset per partition; every committed one for None, the
+    partitions to answer UNSTABLE_OFFSET_COMMIT: with ``require_stable``, those an open
+    transaction holds an offset of, as Kafka's getOffsets)."""
     try:
         state, _, _ = coordinator.now(group_id)
     except CoordinatorError as e:
-        return e.error_code, {tp: None for tp in partitions or ()}
-    return pb.NONE, state.fetch_offsets(group_id, partitions)
+        return e.error_code, {tp: None for tp in partitions or ()}, set()
+    found = state.fetch_offsets(group_id, partitions)
+    if not require_stable:
+        return pb.NONE, found, set()
+    unstable = state.unstable_partitions(group_id)
+    if partitions is None:
+        found.update({tp: None for tp in unstable if tp not in found})
+    return pb.NONE, found, unstable & set(found)
 
 
 def describe(coordinator: GroupCoordinator, group_id: str

@@ -908,6 +908,12 @@ class GroupCoordinatorState:
             if group.state != GroupState.DEAD:
                 group.offsets[tp] = offset
 
+    def unstable_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The partitions of ``group_id`` an open transaction holds an offset of
+        (OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        return {tp for held in self.pending_txn_offsets.values()
+                for (group, tp) in held if group == group_id}
+
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], CommittedOffset | None]:
         """Committed offsets of ``partitions`` (None: every partition with one)."""

@@ -273,15 +273,25 @@ async def on_offset_commit(s: GroupServices, head: RequestHead, body: RequestBod
 
 
 def _fetched_group(s: GroupServices, head: RequestHead, group_id: str,
-                   topics: list[tuple[str, list[int]]] | None) -> dict[str, Any]:
+                   topics: list[tuple[str, list[int]]] | None,
+                   require_stable: bool = False) -> dict[str, Any]:
     wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
     code = authorize_group(s, head, "DESCRIBE", group_id)
+    unstable: set[tuple[str, int]] = set()
     if code is None:
-        code, found = service.fetch_offsets(_coordinator(s), group_id, wanted)
+        code, found, unstable = service.fetch_offsets(_coordinator(s), group_id, wanted,
+                                                      require_stable=require_stable)
     else:
         found = {tp: None for tp in wanted or ()}
     grouped: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), committed in found.items():
+        if (topic, partition) in unstable:
+            # KIP-447: an open transaction holds an offset here; the client retries.
+            grouped.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": -1,
+                "committed_leader_epoch": -1, "metadata": "",
+                "error_code": pb.UNSTABLE_OFFSET_COMMIT})
+            continue
         grouped.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": committed.offset if committed else -1,
@@ -299,10 +309,14 @@ async def on_offset_fetch(s: GroupServices, head: RequestHead, body: RequestBody
         if topics is None:
             return None
         return [(t.name, list(t.partition_indexes)) for t in topics]
+    # require_stable (v7+, KIP-447): a partition an open transaction holds an offset of
+    # is UNSTABLE_OFFSET_COMMIT, not its last stable offset (librdkafka asks so).
+    stable = bool(getattr(body, "require_stable", False))
     if head.api_version >= 8:
         return _done({"throttle_time": 0, "groups": [
-            _fetched_group(s, head, g.group_id, wanted(g.topics)) for g in body.groups]})
-    one = _fetched_group(s, head, body.group_id, wanted(body.topics))
+            _fetched_group(s, head, g.group_id, wanted(g.topics), stable)
+            for g in body.groups]})
+    one = _fetched_group(s, head, body.group_id, wanted(body.topics), stable)
     return _done({"throttle_time": 0, "error_code": one["error_code"],
                   "topics": one["topics"]})
 

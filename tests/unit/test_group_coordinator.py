@@ -108,7 +108,7 @@ def commit(coordinator, offset: int):
 
 
 def committed(coordinator) -> int | None:
-    code, found = service.fetch_offsets(coordinator, GROUP, [("t", 0)])
+    code, found, _ = service.fetch_offsets(coordinator, GROUP, [("t", 0)])
     assert code == pb.NONE
     return found[("t", 0)].offset if found[("t", 0)] else None
 

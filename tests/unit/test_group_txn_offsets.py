@@ -51,6 +51,21 @@ def test_an_abort_marker_drops_them_and_other_producers_are_untouched():
     assert set(state.fetch_offsets("g", None)) == {("t", 0), ("t", 1)}
 
 
+def test_held_offsets_make_their_partitions_unstable_until_the_marker():
+    """KIP-447: OffsetFetch with require_stable answers a held partition
+    UNSTABLE_OFFSET_COMMIT (the consumer retries) instead of the older offset."""
+    state = GroupCoordinatorState()
+    assert state.unstable_partitions("g") == set()
+    commit(state, 9)
+    assert state.unstable_partitions("g") == {("t", 0), ("t", 1)}
+    assert state.unstable_partitions("other") == set()
+    state.complete_txn(9, True)
+    assert state.unstable_partitions("g") == set()
+    commit(state, 10)
+    state.complete_txn(10, False)
+    assert state.unstable_partitions("g") == set()
+
+
 def test_a_failed_write_holds_nothing():
     state = GroupCoordinatorState()
     replies, _ = commit(state, 9, pb.NOT_LEADER_OR_FOLLOWER)
