@@ -45,6 +45,8 @@ SUITE = (
     "0069", "0089", "0093", "0102", "0113", "0114", "0118", "0130",
     # the admin API: topics, partitions, configs, ACLs, records, groups, offsets
     "0081",
+    # transactions: commit, abort, fencing, offsets in transactions, aborted records
+    "0103", "0129",
 )
 
 
