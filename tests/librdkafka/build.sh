@@ -13,7 +13,9 @@ DEST=${1:?usage: build.sh DEST}
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 RUNNER="$DEST/src/tests/test-runner"
-if [ -x "$RUNNER" ]; then
+# Bumped when the build changes (v2: with RapidJSON), so an older build is redone.
+STAMP="$DEST/built-v2"
+if [ -x "$RUNNER" ] && [ -f "$STAMP" ]; then
     echo "librdkafka test-runner already built: $RUNNER"
     exit 0
 fi
@@ -46,9 +48,11 @@ fi
 rm -rf "$DEST/src" && mkdir -p "$DEST/src"
 tar -xzf "$DEST"/librdkafka_*.orig.tar.gz -C "$DEST/src" --strip-components=1
 
-# The build needs Debian's compilers and the libraries librdkafka links.
+# The build needs Debian's compilers, the libraries librdkafka links, and RapidJSON
+# (the tests that check the statistics JSON, 0053 and 0110, need it).
 need=""
-for pkg in build-essential zlib1g-dev libzstd-dev liblz4-dev libssl-dev libsasl2-dev; do
+for pkg in build-essential zlib1g-dev libzstd-dev liblz4-dev libssl-dev libsasl2-dev \
+           rapidjson-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
 done
 if [ -n "$need" ]; then
@@ -65,4 +69,5 @@ cd "$DEST/src"
 make -j2 libs >"$DEST/make-libs.log" 2>&1
 make -C tests -j2 build >"$DEST/make-tests.log" 2>&1
 test -x "$RUNNER"
+touch "$STAMP"
 echo "librdkafka test-runner built: $RUNNER"
