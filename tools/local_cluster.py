@@ -524,19 +524,25 @@ class LocalCluster:
             pool.close()
 
     def _serves(self, proc: ProcessEntry, pool: ChannelPool, timeout_s: float) -> bool:
-        """Controller: answers DescribeCluster. Broker: answers Metadata and the controller
-        lists it registered and unfenced."""
+        """Controller: answers DescribeCluster. Broker: its own Metadata names it (it
+        registered and the controller's metadata reached it) and the controller lists it
+        registered and unfenced. The first alone is not enough: a restarted controller lists
+        the brokers of its log as registered until their sessions lapse, before the new
+        processes have registered (a second incarnation waits for that, as Kafka's)."""
         try:
             if proc["kind"] == "controller":
                 pool.controller(parse_address(proc["listen"])).DescribeCluster(
                     pb.DescribeClusterRequest(), timeout=timeout_s)
                 return True
-            pool.broker(parse_address(proc["listen"])).Metadata(pb.MetadataRequest(), timeout=timeout_s)
+            own = pool.broker(parse_address(proc["listen"])).Metadata(
+                pb.MetadataRequest(), timeout=timeout_s)
             resp = pool.controller(parse_address(self.controller_address)).DescribeCluster(
                 pb.DescribeClusterRequest(), timeout=timeout_s)
         except grpc.RpcError:
             return False
-        return any(b.broker_id == proc["broker_id"] and not b.fenced for b in resp.brokers)
+        return (any(b.broker_id == proc["broker_id"] for b in own.brokers)
+                and any(b.broker_id == proc["broker_id"] and not b.fenced
+                        for b in resp.brokers))
 
     def _is_alive(self, proc: ProcessEntry) -> bool:
         pid = proc.get("pid") or 0
