@@ -28,6 +28,8 @@ ALL_RULES = {
     "epoch_checkpoint_matches_log", "offset_checkpoints_within_log", "replicas_agree_below_hw",
     "epoch_histories_agree", "hw_monotonic_per_leader_epoch", "hw_not_above_leo",
     "acked_writes_present", "producer_sequences_contiguous",
+    "transactions_end_with_markers", "transaction_markers_agree",
+    "read_committed_excludes_aborted",
 }
 
 
