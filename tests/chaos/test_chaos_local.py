@@ -154,6 +154,9 @@ def test_bad_chaos_arguments(tmp_path, args, message):
     assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
+# 72 s on a quiet machine; several minutes on a loaded 2-core one (the app must then
+# finish its input after healing, and the output is read back).
+@pytest.mark.timeout(720)
 def test_transactional_chaos_run_loses_and_duplicates_no_output(cluster_dir, tmp_path):
     """Issue 27: an exactly-once consume-transform-produce app (confluent-kafka,
     read_committed input, offsets sent in its transactions) through broker kills and
@@ -163,7 +166,7 @@ def test_transactional_chaos_run_loses_and_duplicates_no_output(cluster_dir, tmp
     r = tide("chaos", "--data-dir", str(cluster_dir), "--duration", "20", "--seed", "11",
              "--out", str(out), "--hold", "1.5,3", "--gap", "0.5,1", "--warmup", "3",
              "--rate", "50", "--transactional", "40",
-             "--faults", "kill_leader,kill_broker,pause_broker")
+             "--faults", "kill_leader,kill_broker,pause_broker", timeout_s=600)
     assert r.returncode == 0, r.stdout + r.stderr
     verdict = json.loads((out / "verdict.json").read_text())
     txn = verdict["transactional"]
@@ -173,10 +176,14 @@ def test_transactional_chaos_run_loses_and_duplicates_no_output(cluster_dir, tmp
     assert txn["transactions_committed"] > 20
     assert "transactional: " in r.stdout and "lost 0, duplicated 0" in r.stdout
 
-    # The faults happened while the app ran: brokers were killed and paused between its
-    # first and last transaction (the run's plan starts after the warm-up).
+    # The faults happened while the app ran: brokers were killed or paused between its
+    # first and last committed transaction (on a loaded machine the app may commit its
+    # first transaction only after the first fault).
     faults = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
     applied = [f for f in faults if f["action"] in ("kill", "pause") and f["ok"]
                and f["fault"] != "heal-all"]
     assert len(applied) >= 3 and {f["action"] for f in applied} >= {"kill"}
     assert verdict["faults_applied"] == len(applied)
+    first_commit_ms, last_commit_ms = verdict["transactional_commits_unix_ms"]
+    during = [f for f in applied if first_commit_ms < f["unix_ms"] < last_commit_ms]
+    assert len(during) >= 2 and any(f["action"] == "kill" for f in during), (applied, txn)

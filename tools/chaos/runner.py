@@ -473,6 +473,8 @@ class ChaosRun:
             if txn is not None:
                 result["transactional_errors_by_type"] = dict(txn.errors)
                 result["transactional_producers_created"] = txn.producers_created
+                result["transactional_commits_unix_ms"] = [txn.first_commit_unix_ms,
+                                                           txn.last_commit_unix_ms]
             result["faults_applied"] = sum(1 for e in log.entries if e["action"] in APPLY_ACTION.values()
                                            and e["ok"] and e["fault"] != "heal-all")
             (self.out / "verdict.json").write_text(json.dumps(result, indent=2) + "\n")

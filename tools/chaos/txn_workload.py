@@ -75,6 +75,9 @@ class TxnWorkload:
         self.transactions_committed = 0
         self.transactions_aborted = 0
         self.producers_created = 0  # 1 + producers made after a fatal error
+        # When the first and the last transaction committed (did faults fall between?)
+        self.first_commit_unix_ms = 0
+        self.last_commit_unix_ms = 0
         self.failure: BaseException | None = None  # a thread died (reported by the runner)
         self._lock = threading.Lock()
         self._stop_feeding = threading.Event()
@@ -220,8 +223,11 @@ class TxnWorkload:
                 self.transactions_aborted += 1
             self._rewind(consumer)
             return producer
+        now_ms = int(time.time() * 1000)
         with self._lock:
             self.transactions_committed += 1
+            self.first_commit_unix_ms = self.first_commit_unix_ms or now_ms
+            self.last_commit_unix_ms = now_ms
             for (_topic, partition), offset in next_offsets.items():
                 self._committed_next[partition] = offset
         return producer

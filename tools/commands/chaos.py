@@ -4,7 +4,8 @@
     tide chaos --data-dir .demo --duration 60 --seed 1 --out /tmp/chaos
 
 Exit 0 when every acknowledged record is there exactly once and every
-replica is identical below the HW; 1 otherwise (or when the cluster cannot be
+replica is identical below the HW (with ``--transactional``: and the app's
+read_committed output holds each acknowledged input's output exactly once); 1 otherwise (or when the cluster cannot be
 reached or healed); 2 on bad arguments.
 """
 
