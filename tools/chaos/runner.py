@@ -9,6 +9,10 @@ and wait for every attempt to resolve; heal everything (whatever state chaos
 or anyone else left); wait until every partition has its full ISR and every
 replica has caught up; read every partition back; compare replicas below the
 HW from their data folders; judge (``verdict.py``); copy the data folders.
+With ``transactional_rate_per_s`` (``--transactional``) the exactly-once app of
+``txn_workload.py`` runs beside the producers on ``<topic>-txn-in`` and
+``<topic>-txn-out``; after the group it finishes its input, its output is read
+with read_committed and judged (``verdict.judge_transactional``).
 
 Output folder::
 
