@@ -99,13 +99,14 @@ def _ack_row(line: str, where: str) -> tuple:
             _ack_bytes(obj.get("value"), where), acks)
 
 
-# The batch columns rules read row by row (producer_sequences_contiguous, and
+# The batch columns rules read row by row (producer_sequences_contiguous, the
+# transaction rules: attributes, and where a control batch is to read its type;
 # replicas_agree_below_hw for logs whose offsets are out of order; the batch-level
 # rules work from the reader's per-segment summaries).
 BATCH_RULE_COLUMNS = (
     "broker_id", "topic", "partition", "topic_id", "base_offset", "last_offset",
     "partition_leader_epoch", "crc_stored", "status", "producer_id", "producer_epoch",
-    "base_sequence",
+    "base_sequence", "attributes", "segment", "position", "size_bytes",
 )
 ACK_DDL = ("ack_id long, topic string, partition int, offset long, key binary, value binary, "
            "acks string")

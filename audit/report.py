@@ -111,6 +111,13 @@ def render_markdown(report: dict) -> str:
                   f"- acks=all: {acks['acks_all_checked']} checked, {acks['acks_all_lost']} lost",
                   f"- acks=1: {acks['acks_1_checked']} checked, {acks['acks_1_lost']} lost "
                   "(allowed: a leader may fail before followers copy them)"]
+    txns = info.get("transactions_end_with_markers")
+    if txns and (txns["committed"] or txns["aborted"] or txns["open"]):
+        # Counted per replica: a transaction over 3 replicas counts 3 times.
+        lines += ["", "## Transactions (per replica)", "",
+                  f"- committed {txns['committed']}, aborted {txns['aborted']}, "
+                  f"open at the log end {txns['open']} (information, not a violation)"]
+        lines += [f"  - open: {_md_cell(x)}" for x in txns["open_examples"]]
     if report["partition_health"]:
         lines += ["", "## Partition health (from metrics)", "",
                   "| topic | partition | observed s | offline s | under-replicated s | "

@@ -20,6 +20,14 @@ collected to the driver.
 | hw_not_above_leo | HW <= LEO in every sample | metrics |
 | acked_writes_present | every acks=all record is held by a replica at its offset, same key and value | ack logs, log (records) |
 | producer_sequences_contiguous | within each producer id and epoch, a replica's batches carry contiguous sequences, none repeated | log |
+| transactions_end_with_markers | every transaction ends with a COMMIT or ABORT marker in every replica it wrote to (open at the log end: reported, not failed) | log (control batches) |
+| transaction_markers_agree | replicas of a partition hold the same markers (offset, producer, type) below the committed HW | log, checkpoints, metrics |
+| read_committed_excludes_aborted | the read_committed view (control batches and the `.txnindex`'s aborted ranges skipped) holds no batch of an aborted transaction | log, .txnindex |
+
+The transaction rules (transactions.py) run on the driver over the transactional
+batches only (attribute bit 4), read as rows when the reader counted batches with a
+producer id and sequence (every transactional data batch has both); a control batch's
+type is read from its record's key in the segment file.
 
 Compacted partitions (listed in some broker's ``cleaner-offset-checkpoint``) are held
 to what compaction keeps: replicas may differ in which old records they still hold,
@@ -53,9 +61,11 @@ batches at or above the HW as uncommitted (information), never as violations.
 from __future__ import annotations
 
 import functools
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -73,6 +83,20 @@ from tidewater.audit.reader import (
     RULE_OFFSETS,
     epoch_drop_problem,
     offset_order_problem,
+)
+from tidewater.audit.transactions import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    TXN_INDEX_SUFFIX,
+    AbortedTransaction,
+    ControlKeyError,
+    ReplicaTransactions,
+    TxnBatch,
+    markers_disagree,
+    read_committed_leaks,
+    read_control_type,
+    read_txn_index,
+    replica_transactions,
 )
 
 VIOLATION_COLUMNS = ("rule", "broker_id", "topic", "partition", "offset", "detail")
@@ -161,6 +185,17 @@ def _result(name: str, description: str, checked: int, violations: DataFrame,
 
 
 # ---------------------------------------------------------------- derived frames
+
+
+@dataclass
+class TxnReplica:
+    """One replica's transactional batches (Derived.transactional)."""
+
+    segment_dir: str
+    batches: list[TxnBatch] = field(default_factory=list)
+    key_errors: list[tuple[int, str]] = field(default_factory=list)  # unreadable markers
+    replayed: ReplicaTransactions = field(default_factory=ReplicaTransactions)
+    index: list[AbortedTransaction] = field(default_factory=list)  # its .txnindex entries
 
 
 @dataclass(frozen=True)
@@ -309,6 +344,37 @@ class Derived:
                 last_base = r.last_base_offset
             ordered[key[:3]] = ordered.get(key[:3], True) and ok
         return {key for key, ok in ordered.items() if ok}
+
+    @functools.cached_property
+    def transactional(self) -> dict[tuple[int, str, int, str], TxnReplica]:
+        """Per replica (broker, topic, partition, topic_id): its transactional batches,
+        replayed (transactions.replica_transactions), and its .txnindex entries."""
+        if not self.idempotent_batches:  # no transactional data batch without a sequence
+            return {}
+        rows = (self.framed
+                .where(F.col("attributes").bitwiseAND(ATTR_TRANSACTIONAL) != 0)
+                .select("broker_id", "topic", "partition", "topic_id", "segment", "position",
+                        "size_bytes", "base_offset", "last_offset", "producer_id",
+                        "producer_epoch", "attributes")
+                .collect())
+        replicas: dict[tuple[int, str, int, str], TxnReplica] = {}
+        for r in rows:
+            key = (r.broker_id, r.topic, r.partition, r.topic_id or "")
+            replica = replicas.setdefault(key, TxnReplica(segment_dir=os.path.dirname(r.segment)))
+            control = None
+            if r.attributes & ATTR_CONTROL:
+                try:
+                    control = read_control_type(r.segment, r.position, r.size_bytes)
+                except (ControlKeyError, OSError) as e:
+                    replica.key_errors.append((r.base_offset, str(e)))
+                    continue
+            replica.batches.append(TxnBatch(r.base_offset, r.last_offset, r.producer_id,
+                                            r.producer_epoch, control))
+        for replica in replicas.values():
+            replica.replayed = replica_transactions(replica.batches)
+            for index in sorted(Path(replica.segment_dir).glob("*" + TXN_INDEX_SUFFIX)):
+                replica.index.extend(read_txn_index(index))
+        return replicas
 
     def committed_high_watermarks(self) -> dict[tuple[str, int, str], int]:
         """Per incarnation (topic, partition, topic_id): the largest HW any of its replicas
@@ -762,6 +828,75 @@ def producer_sequences_contiguous(inputs: AuditInputs, derived: Derived) -> Rule
     return _result(name, description, derived.idempotent_batches, v)
 
 
+OPEN_TRANSACTIONS_LISTED_MAX = 20
+
+
+def transactions_end_with_markers(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "transactions_end_with_markers"
+    description = ("Every transaction (producer id, epoch) ends with a COMMIT or ABORT marker "
+                   "in every replica it wrote to; one still open at the log end is reported, "
+                   "not failed.")
+    rows, checked, committed, aborted, open_ = [], 0, 0, 0, []
+    for (broker, topic, partition, _tid), replica in sorted(derived.transactional.items()):
+        t = replica.replayed
+        committed += t.committed
+        aborted += len(t.aborted)
+        checked += t.committed + len(t.aborted) + len(t.open) + len(t.violations)
+        open_ += [f"{topic}-{partition} broker {broker}: producer {o.producer_id} epoch "
+                  f"{o.producer_epoch} from offset {o.first_offset}" for o in t.open]
+        rows += [(broker, topic, partition, offset, detail)
+                 for offset, detail in replica.key_errors + t.violations]
+    info = {"committed": committed, "aborted": aborted, "open": len(open_),
+            "open_examples": open_[:OPEN_TRANSACTIONS_LISTED_MAX]}
+    return _result(name, description, checked, _driver_violations(derived, name, rows),
+                   violation_count=len(rows), info=info)
+
+
+def transaction_markers_agree(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "transaction_markers_agree"
+    description = ("Replicas of a partition (one topic incarnation) hold the same COMMIT and "
+                   "ABORT markers (offset, producer, type) below the committed HW.")
+    hw = derived.committed_high_watermarks()
+    spans = {(r.broker_id, r.topic, r.partition, r.topic_id): (r.log_start_offset,
+                                                               r.log_end_offset + 1)
+             for r in derived.replica_rows}
+    by_incarnation: dict[tuple[str, int, str], dict] = defaultdict(dict)
+    for (broker, topic, partition, tid), replica in derived.transactional.items():
+        if not replica.replayed.markers:
+            continue
+        start, end = spans.get((broker, topic, partition, tid), (0, 0))
+        # Above the committed HW a replica may still hold what truncation will cut.
+        end = min(end, hw.get((topic, partition, tid), end))
+        by_incarnation[(topic, partition, tid)][broker] = (start, end, replica.replayed.markers)
+    # A replica holding no marker at all is compared too: it must hold none in the span.
+    for (broker, topic, partition, tid), (start, end) in spans.items():
+        replicas = by_incarnation.get((topic, partition, tid))
+        if replicas is not None and broker not in replicas:
+            replicas[broker] = (start, min(end, hw.get((topic, partition, tid), end)), {})
+    rows, pairs = [], 0
+    for (topic, partition, _tid), replicas in sorted(by_incarnation.items()):
+        pairs += len(replicas) - 1
+        rows += [(broker, topic, partition, offset, detail)
+                 for broker, offset, detail in markers_disagree(replicas)]
+    return _result(name, description, pairs, _driver_violations(derived, name, rows),
+                   violation_count=len(rows))
+
+
+def read_committed_excludes_aborted(inputs: AuditInputs, derived: Derived) -> RuleResult:
+    name = "read_committed_excludes_aborted"
+    description = ("A read_committed view of each replica (control batches and its "
+                   ".txnindex's aborted ranges skipped) holds no batch of a transaction "
+                   "its ABORT markers abort.")
+    rows, checked = [], 0
+    for (broker, topic, partition, _tid), replica in sorted(derived.transactional.items()):
+        checked += len(replica.replayed.aborted)
+        rows += [(broker, topic, partition, offset, detail) for offset, detail
+                 in read_committed_leaks(replica.batches, replica.replayed.aborted,
+                                         replica.index)]
+    return _result(name, description, checked, _driver_violations(derived, name, rows),
+                   violation_count=len(rows))
+
+
 RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     batch_crc_and_framing,
     offsets_contiguous,
@@ -774,6 +909,9 @@ RULES: tuple[Callable[[AuditInputs, Derived], RuleResult], ...] = (
     hw_not_above_leo,
     acked_writes_present,
     producer_sequences_contiguous,
+    transactions_end_with_markers,
+    transaction_markers_agree,
+    read_committed_excludes_aborted,
 )
 BATCH_LEVEL_RULES = (batch_crc_and_framing, offsets_contiguous, epochs_monotonic)
 

@@ -91,7 +91,11 @@ FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, laten
                loopback_bytes=2 * GIB)
 
 
-SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "tls", "failover", "restart")
+SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "txn", "tls", "failover",
+            "restart")
+TXN_RECORDS_PER_TRANSACTION = (1, 100, 1000)
+# The topic both isolation levels read: the largest one the produce rows write.
+TXN_READ_TOPIC_RECORDS_PER_TRANSACTION = 1000
 
 # The TLS comparison's workloads (section "tls"): label, client, produce or consume.
 TLS_WORKLOADS = (("Producer acks=all 1 KiB", "python", "produce"),
@@ -285,6 +289,8 @@ class Bench:
                                            "produce-acksall-1024")
         if self.wants("kafka"):
             self._measure_kafka_listener(cluster, topic, pids)
+        if self.wants("txn"):
+            self._measure_transactions(cluster, topic, pids)
         if self.wants("tls"):
             self._measure_tls(cluster, topic, pids)
         name = self.step("create topic failover", topic, "failover") if self.wants("failover") else None
@@ -321,6 +327,37 @@ class Bench:
                 "confluent-kafka paced latency 1000/s", with_machine_pauses,
                 kafka_side.paced_latency, kafka_bootstrap, name, LATENCY_RECORD_BYTES,
                 p.latency_1k_count, 1000)
+
+    def _measure_transactions(self, cluster, topic, pids) -> None:
+        """Issue 27: idempotent against transactional produce (1 KiB, acks=all, 1, 100 and
+        1,000 records per transaction), and read_committed against read_uncommitted on
+        one topic written in transactions, all with librdkafka over the Kafka listener."""
+        p = self.profile
+        kafka_bootstrap = cluster.local.manifest["kafka_bootstrap"]
+        name = self.step("create topic kafka idempotent 1 KiB", topic, "kafka-idem-1024")
+        if name:
+            self.tw["txn-idempotent"] = self.step(
+                "confluent-kafka idempotent acks=all 1 KiB", with_cpu, pids(),
+                kafka_side.producer_throughput, kafka_bootstrap, name, 1024, "all",
+                p.produce_s, **{"enable.idempotence": True})
+        for per_txn in TXN_RECORDS_PER_TRANSACTION:
+            name = self.step(f"create topic kafka txn {per_txn}", topic, f"kafka-txn-{per_txn}")
+            if name:
+                self.tw[("txn-produce", per_txn)] = self.step(
+                    f"confluent-kafka transactional {per_txn}/txn 1 KiB", with_cpu, pids(),
+                    kafka_side.transactional_throughput, kafka_bootstrap, name, 1024, per_txn,
+                    p.produce_s)
+        read_topic = f"kafka-txn-{TXN_READ_TOPIC_RECORDS_PER_TRANSACTION}"
+        if self.tw.get(("txn-produce", TXN_READ_TOPIC_RECORDS_PER_TRANSACTION)) is not None:
+            # Not measured: the first read of a topic pays for connections, metadata and
+            # the page cache's misses; the two measured reads then start alike.
+            self.step(f"confluent-kafka warm-up read of {read_topic}",
+                      kafka_side.read_to_end_throughput, kafka_bootstrap, read_topic,
+                      "read_uncommitted")
+            for level in ("read_uncommitted", "read_committed"):
+                self.tw[("txn-read", level)] = self.step(
+                    f"confluent-kafka {level} read of {read_topic}", with_cpu, pids(),
+                    kafka_side.read_to_end_throughput, kafka_bootstrap, read_topic, level)
 
     def _measure_tls(self, plain, plain_topic, plain_pids) -> None:
         """The acks=all produce and the read-back rows with TLS on (a second cluster, `tide
@@ -485,6 +522,7 @@ class Bench:
         rows.append(Row("consume", "read 1 KiB topic from the start", "MB/CPU-s",
                         tw.mb_per_cpu_s if tw else None, peer.mb_per_cpu_s if peer else None, ""))
         self._build_kafka_rows(rows)
+        self._build_txn_rows(rows)
         fo, peer_fo = self.tw.get("failover"), self.peer.get("failover")
         rows.append(Row("failover", "SIGKILL leader -> next acked acks=all write, median", "s",
                         fo["median_s"] if fo else None, peer_fo["median_s"] if peer_fo else None,
@@ -555,6 +593,29 @@ class Bench:
             rows.append(Row("kafka", f"confluent-kafka e2e @1,000/s {label}", "ms",
                             getattr(tw_s, attr) if tw_s else None,
                             getattr(peer_s, attr) if peer_s else None, note, better="lower"))
+
+
+    def _build_txn_rows(self, rows: list[Row]) -> None:
+        """Transaction rows (section txn): tidewater only, librdkafka over the Kafka
+        listener; the peer has no Kafka transactions."""
+        produce = [("idempotent acks=all 1 KiB", self.tw.get("txn-idempotent"),
+                    "enable.idempotence, 5 in flight, no transactions")]
+        produce += [(f"transactional {n:,} rec/txn 1 KiB", self.tw.get(("txn-produce", n)),
+                     "begin, produce, commit_transaction, one transaction at a time")
+                    for n in TXN_RECORDS_PER_TRANSACTION]
+        for metric, t, note in produce:
+            rows.append(Row("txn", f"confluent-kafka {metric}", "rec/s",
+                            t.records_per_s if t else None, None, note))
+            rows.append(Row("txn", f"confluent-kafka {metric}", "MB/CPU-s",
+                            t.mb_per_cpu_s if t else None, None, "servers (+controller) and client"))
+        for level in ("read_uncommitted", "read_committed"):
+            t = self.tw.get(("txn-read", level))
+            metric = (f"confluent-kafka {level} read of a "
+                      f"{TXN_READ_TOPIC_RECORDS_PER_TRANSACTION} rec/txn topic")
+            rows.append(Row("txn", metric, "MB/s", t.mb_per_s if t else None, None,
+                            "from the start to partition EOF, assign mode, after a warm-up "
+                            "read"))
+            rows.append(Row("txn", metric, "rec/s", t.records_per_s if t else None, None, ""))
 
 
 def page_cache_note(fill_bytes: int, fresh_memory: bool) -> str:

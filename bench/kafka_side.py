@@ -116,6 +116,79 @@ def consume_throughput(kafka_bootstrap: str, topic: str, *, timeout_s: float = 3
     return Throughput(count, payload, elapsed)
 
 
+def transactional_throughput(kafka_bootstrap: str, topic: str, record_bytes: int,
+                             records_per_transaction: int, duration_s: float,
+                             **extra) -> Throughput:
+    """Transactions of ``records_per_transaction`` records each, one after another, each
+    committed before the next begins (a stream processor's commit interval in records);
+    acks=all and idempotence come with ``transactional.id``. Counted: committed records."""
+    import uuid
+
+    value = os.urandom(record_bytes)
+    producer = _producer(kafka_bootstrap, "all", **{
+        "transactional.id": f"bench-{uuid.uuid4().hex[:8]}", **extra})
+    producer.init_transactions(60)
+    # One transaction before the clock: coordinator lookup, partition added, markers path warm.
+    producer.begin_transaction()
+    producer.produce(topic, value, partition=0)
+    producer.commit_transaction(60)
+    count = 0
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    while time.perf_counter() - start < duration_s:
+        producer.begin_transaction()
+        for _ in range(records_per_transaction):
+            while True:
+                try:
+                    produce(topic, value, partition=0)
+                    break
+                except BufferError:
+                    poll(0.005)
+        producer.commit_transaction(120)  # flushes; a failure raises
+        count += records_per_transaction
+    elapsed = time.perf_counter() - start
+    return Throughput(count, count * record_bytes, elapsed)
+
+
+def read_to_end_throughput(kafka_bootstrap: str, topic: str, isolation_level: str, *,
+                           timeout_s: float = 300, **extra) -> Throughput:
+    """Read ``topic``-0 from the beginning to the end the consumer sees at its start
+    (partition EOF: the LSO for read_committed), with ``isolation_level``
+    (read_committed skips control records, so the count of records cannot say when
+    the end is reached, as it does in consume_throughput)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-assign-only",
+                         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
+                         "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                         "fetch.wait.max.ms": 100, "queued.max.messages.kbytes": 1_048_576,
+                         "isolation.level": isolation_level, "enable.partition.eof": True,
+                         **extra})
+    try:
+        consumer.committed([TopicPartition(topic, 0)], timeout=60)  # as consume_throughput
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        count = payload = 0
+        with _heap_frozen():
+            start = time.perf_counter()
+            at_end = False
+            while not at_end:
+                if time.perf_counter() - start > timeout_s:
+                    raise TimeoutError(f"consumed {count} records in {timeout_s} s, no end")
+                for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            at_end = True
+                            break
+                        raise RuntimeError(f"consume: {error}")
+                    count += 1
+                    payload += len(message.value() or b"")
+            elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    return Throughput(count, payload, elapsed)
+
+
 def _receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
                    conn) -> None:
     """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tidewater.tools.chaos.monitor import leaderless
 from tidewater.tools.chaos.replicas import ReplicaComparison
-from tidewater.tools.chaos.verdict import judge, judge_group
+from tidewater.tools.chaos.verdict import judge, judge_group, judge_transactional
+
+pytestmark = pytest.mark.timeout(60)
 
 P = "run1-p"
 SAME = ReplicaComparison(True, "")
@@ -134,3 +138,44 @@ def test_the_group_is_excused_only_for_compacted_records():
     group = judge_group("g", acked, consumed={(0, 2)}, committed={}, excused=excused)
     assert not group.ok and group.not_consumed == 1  # (0, 1) is the last of k1: no excuse
     assert judge_group("g", acked, {(0, 1), (0, 2)}, {}, excused).ok
+
+
+IN = "run1-in-"
+
+
+def txn_judge(outputs, acked, sent=None):
+    return judge_transactional(input_prefix=IN, output_prefix="out-",
+                               sent=sent if sent is not None else set(acked), acked=set(acked),
+                               outputs=outputs, transactions_committed=3,
+                               transactions_aborted=1)
+
+
+def test_the_transactional_verdict_passes_with_each_acked_inputs_output_once():
+    acked = [f"{IN}000000000", f"{IN}000000001"]
+    # An unacknowledged input's output is the ambiguity of a failed send (fine); another
+    # run's output is ignored.
+    v = txn_judge([f"out-{IN}000000001", f"out-{IN}000000000", f"out-{IN}000000002",
+                   "out-run0-in-000000000"], acked, sent={*acked, f"{IN}000000002"})
+    assert (v.lost, v.duplicated, v.unknown, v.outputs, v.inputs_acked) == (0, 0, 0, 3, 2)
+    assert v.ok
+    assert "lost 0, duplicated 0" in v.line() and "3 transactions committed, 1 aborted" in v.line()
+
+
+def test_the_transactional_verdict_counts_lost_duplicated_and_unknown_outputs():
+    acked = [f"{IN}000000000", f"{IN}000000001", f"{IN}000000002"]
+    v = txn_judge([f"out-{IN}000000000", f"out-{IN}000000000", f"out-{IN}000000000",
+                   f"out-{IN}000000001", f"out-{IN}000000009"], acked)
+    assert (v.lost, v.duplicated, v.unknown) == (1, 2, 1)
+    assert not v.ok
+    assert f"lost {IN}000000002" in v.examples and f"dup {IN}000000000 x3" in v.examples
+
+
+def test_a_transactional_failure_fails_the_whole_verdict_and_shows_in_the_table():
+    base = run({0: [(0, f"{P}0-1")], 1: []}, {f"{P}0-1": (0, 0)})
+    assert base.ok
+    base.transactional = txn_judge([], [f"{IN}000000000"])
+    assert not base.ok
+    table = base.table()
+    assert "transactional: 1 inputs acked, 0 outputs read_committed, lost 1" in table
+    assert table.splitlines()[-1] == "VERDICT: FAIL"
+    assert base.to_json()["transactional"]["lost"] == 1

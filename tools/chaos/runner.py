@@ -9,6 +9,10 @@ and wait for every attempt to resolve; heal everything (whatever state chaos
 or anyone else left); wait until every partition has its full ISR and every
 replica has caught up; read every partition back; compare replicas below the
 HW from their data folders; judge (``verdict.py``); copy the data folders.
+With ``transactional_rate_per_s`` (``--transactional``) the exactly-once app of
+``txn_workload.py`` runs beside the producers on ``<topic>-txn-in`` and
+``<topic>-txn-out``; after the group it finishes its input, its output is read
+with read_committed and judged (``verdict.judge_transactional``).
 
 Output folder::
 
@@ -46,7 +50,14 @@ from tidewater.tools.chaos.monitor import LeaderMonitor
 from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
 from tidewater.tools.chaos.schedule import APPLY_ACTION, UNDO_ACTION, PlannedFault, plan_faults
 from tidewater.tools.chaos.targets import ChaosCluster, ChaosTargetError, broker_id_of
-from tidewater.tools.chaos.verdict import Verdict, compacted_away, judge, judge_group
+from tidewater.tools.chaos.txn_workload import OUTPUT_PREFIX, TxnWorkload
+from tidewater.tools.chaos.verdict import (
+    Verdict,
+    compacted_away,
+    judge,
+    judge_group,
+    judge_transactional,
+)
 from tidewater.tools.chaos.workload import Workload
 from tidewater.tools.scrape import BackgroundScraper, Scraper
 
@@ -83,6 +94,9 @@ class ChaosOptions:
     idempotent: bool = False  # idempotent producers, 5 in flight, retries (workload.py)
     # > 0: a compacted topic written with this many keys (COMPACTED_TOPIC_CONFIGS)
     compacted_keys: int = 0
+    # A consume-transform-produce app with Kafka transactions beside the producers
+    # (txn_workload.py), fed this many input records per second; 0: none.
+    transactional_rate_per_s: float = 0.0
     log: TextIO = field(default=sys.stderr)
 
 
@@ -147,6 +161,18 @@ class ChaosRun:
         if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
             raise ChaosTargetError(f"create topic {o.topic}: {error}")
         self.wait_settled(admin, timeout_s=60)
+
+    def txn_topics(self) -> tuple[str, str]:
+        return f"{self.opt.topic}-txn-in", f"{self.opt.topic}-txn-out"
+
+    def ensure_txn_topics(self, admin: AdminClient) -> None:
+        o = self.opt
+        topics = [NewTopic(name, o.partitions, o.replication_factor,
+                           {"min.insync.replicas": str(o.min_insync_replicas)})
+                  for name in self.txn_topics()]
+        for name, error in admin.create_topics(topics).items():
+            if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
+                raise ChaosTargetError(f"create topic {name}: {error}")
 
     def settle_state(self, admin: AdminClient
                      ) -> tuple[list[int], dict[int, PartitionDescription], str]:
@@ -322,6 +348,8 @@ class ChaosRun:
         admin = AdminClient(self.bootstrap, request_timeout_ms=5000, **self.security)
         try:
             self.ensure_topic(admin)
+            if o.transactional_rate_per_s > 0:
+                self.ensure_txn_topics(admin)
             if not self.partitions:
                 raise ChaosTargetError(f"topic {o.topic} has no partitions")
             unclean_before = self.unclean_elections(admin)
@@ -354,11 +382,19 @@ class ChaosRun:
                                 ack_log_path=self.out / "acks.jsonl", producers=o.producers,
                                 rate_per_s=o.rate_per_s, security=self.security,
                                 idempotent=o.idempotent, keys=o.compacted_keys)
+            txn: TxnWorkload | None = None
+            if o.transactional_rate_per_s > 0:
+                source, sink = self.txn_topics()
+                txn = TxnWorkload(self.cluster.kafka_bootstrap(), source, sink,
+                                  run_id=self.run_id, rate_per_s=o.transactional_rate_per_s,
+                                  security=self.security)
             group_reader = GroupReader(self.bootstrap, o.topic, self.partitions,
                                        f"chaos-{self.run_id}", security=self.security)
             monitor.start()
             workload.start()
             group_reader.start()
+            if txn is not None:
+                txn.start()
             rng = random.Random(o.seed ^ 0x5EED)
             pick = lambda: rng.choice(self.cluster.broker_ids())  # noqa: E731
             try:
@@ -398,6 +434,18 @@ class ChaosRun:
                 notes.append(f"{unclean_after - unclean_before} unclean leader election(s) during the run")
             monitor.stop()
             group_consumed, group_committed = self.finish_group(group_reader, admin, notes)
+            txn_outputs: list[str] = []
+            if txn is not None:
+                self.say(f"transactional app: finishing the input ({txn.counts()})")
+                why = txn.finish(READ_BACK_TIMEOUT_S)
+                if why:
+                    notes.append(why)
+                if txn.failure is not None:
+                    notes.append(f"a transactional workload thread died: {txn.failure!r}")
+                txn_outputs, why = txn.read_output()
+                if why:
+                    notes.append(why)
+                self.say(f"transactional app errors (ridden out): {dict(txn.errors)}")
             consumed, why = self.read_back()
             if why:
                 notes.append(why)
@@ -417,8 +465,20 @@ class ChaosRun:
                                       o.compacted_keys) if o.compacted_keys else set())
             verdict.group = judge_group(group_reader.group_id, workload.acked, group_consumed,
                                         group_committed, excused)
+            if txn is not None:
+                counts = txn.counts()
+                verdict.transactional = judge_transactional(
+                    input_prefix=txn.input_prefix, output_prefix=OUTPUT_PREFIX, sent=txn.sent,
+                    acked=txn.acked, outputs=txn_outputs,
+                    transactions_committed=counts["committed"],
+                    transactions_aborted=counts["aborted"])
             result = verdict.to_json()
             result["errors_by_type"] = dict(workload.errors)
+            if txn is not None:
+                result["transactional_errors_by_type"] = dict(txn.errors)
+                result["transactional_producers_created"] = txn.producers_created
+                result["transactional_commits_unix_ms"] = [txn.first_commit_unix_ms,
+                                                           txn.last_commit_unix_ms]
             result["faults_applied"] = sum(1 for e in log.entries if e["action"] in APPLY_ACTION.values()
                                            and e["ok"] and e["fault"] != "heal-all")
             (self.out / "verdict.json").write_text(json.dumps(result, indent=2) + "\n")

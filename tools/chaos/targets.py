@@ -65,6 +65,7 @@ class ChaosCluster(Protocol):
     def node_names(self) -> list[str]: ...
     def broker_ids(self) -> list[int]: ...
     def bootstrap(self) -> str: ...
+    def kafka_bootstrap(self) -> str: ...  # the Kafka listeners (--transactional's clients)
     def client_security(self) -> SecurityOptions: ...
     def metrics_targets(self) -> list[ScrapeTarget]: ...
     def data_dirs(self) -> dict[str, Path]: ...
@@ -303,6 +304,13 @@ class LocalChaosCluster:
 
     def bootstrap(self) -> str:
         return self.cluster.bootstrap
+
+    def kafka_bootstrap(self) -> str:
+        manifest = self.cluster.manifest
+        bootstrap = manifest.get("kafka_bootstrap") if manifest is not None else None
+        if not bootstrap:
+            raise ChaosTargetError("the cluster's manifest names no Kafka listeners")
+        return bootstrap
 
     def client_security(self) -> SecurityOptions:
         """The manifest's client certificate of a ``tide cluster up --tls`` cluster."""

@@ -28,6 +28,11 @@ have been consumed by the group, and the committed offsets the coordinator repor
 must never go backwards per partition (a lost commit would); the table's last lines
 say "every acknowledged record consumed by the group; commits never went backwards"
 or what broke it.
+
+The transactional workload (``--transactional``, ``txn_workload.py``): the output topic
+read with read_committed holds ``out-<input>`` exactly once per acknowledged input;
+``lost`` counts acknowledged inputs without an output, ``duplicated`` the outputs found
+beyond the first (both must be 0), ``unknown`` outputs of no input this run sent (0).
 """
 
 from __future__ import annotations
@@ -87,6 +92,62 @@ class GroupVerdict:
 
 
 @dataclass(slots=True)
+class TxnVerdict:
+    inputs_acked: int = 0
+    outputs: int = 0  # values in the read_committed output carrying this run's prefix
+    lost: int = 0  # acknowledged inputs without an output
+    duplicated: int = 0  # outputs beyond the first of their input
+    unknown: int = 0  # outputs of no input this run sent
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unknown)
+
+    def line(self) -> str:
+        line = (f"transactional: {self.inputs_acked} inputs acked, {self.outputs} outputs "
+                f"read_committed, lost {self.lost}, duplicated {self.duplicated}, "
+                f"unknown {self.unknown} ({self.transactions_committed} transactions "
+                f"committed, {self.transactions_aborted} aborted)")
+        if self.examples:
+            line += f"; examples: {', '.join(self.examples)}"
+        return line
+
+
+def judge_transactional(*, input_prefix: str, output_prefix: str, sent: AbstractSet[str],
+                        acked: AbstractSet[str], outputs: list[str],
+                        transactions_committed: int = 0,
+                        transactions_aborted: int = 0) -> TxnVerdict:
+    """``outputs``: every value of the output topic read with read_committed."""
+    v = TxnVerdict(inputs_acked=len(acked), transactions_committed=transactions_committed,
+                   transactions_aborted=transactions_aborted)
+    found: collections.Counter[str] = collections.Counter()
+    for value in outputs:
+        source = value[len(output_prefix):] if value.startswith(output_prefix) else None
+        if source is None or not source.startswith(input_prefix):
+            continue  # another run's or another writer's record
+        v.outputs += 1
+        found[source] += 1
+        if source not in sent:
+            v.unknown += 1
+            if len(v.examples) < EXAMPLES_MAX:
+                v.examples.append(f"unknown {value}")
+    for source, count in sorted(found.items()):
+        if count > 1:
+            v.duplicated += count - 1
+            if len(v.examples) < EXAMPLES_MAX:
+                v.examples.append(f"dup {source} x{count}")
+    for source in sorted(acked):
+        if source not in found:
+            v.lost += 1
+            if len(v.examples) < EXAMPLES_MAX:
+                v.examples.append(f"lost {source}")
+    return v
+
+
+@dataclass(slots=True)
 class Verdict:
     partitions: list[PartitionVerdict]
     sent: int
@@ -94,17 +155,21 @@ class Verdict:
     notes: list[str] = field(default_factory=list)  # run-level problems (ISR never full, ...)
     group: GroupVerdict | None = None
     compacted: bool = False  # a compacted topic's run: the compacted column is shown
+    transactional: TxnVerdict | None = None  # a --transactional run's counts
 
     @property
     def ok(self) -> bool:
         return (all(p.ok for p in self.partitions) and not self.notes
-                and (self.group is None or self.group.ok))
+                and (self.group is None or self.group.ok)
+                and (self.transactional is None or self.transactional.ok))
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "sent": self.sent, "failed_attempts": self.failed_attempts,
                 "compacted": self.compacted,
                 "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions],
-                "group": asdict(self.group) if self.group is not None else None}
+                "group": asdict(self.group) if self.group is not None else None,
+                "transactional": (asdict(self.transactional)
+                                  if self.transactional is not None else None)}
 
     def table(self) -> str:
         counts = ["acked", "lost", "moved", "duplicates", "out_of_order", "unacked_present",
@@ -135,6 +200,8 @@ class Verdict:
                 out += f"\npartition {p.partition} examples: {', '.join(p.examples)}"
         if self.group is not None:
             out += "\n" + self.group.line()
+        if self.transactional is not None:
+            out += "\n" + self.transactional.line()
         for note in self.notes:
             out += f"\nproblem: {note}"
         out += "\nVERDICT: " + ("PASS" if self.ok else "FAIL")

@@ -4,7 +4,8 @@
     tide chaos --data-dir .demo --duration 60 --seed 1 --out /tmp/chaos
 
 Exit 0 when every acknowledged record is there exactly once and every
-replica is identical below the HW; 1 otherwise (or when the cluster cannot be
+replica is identical below the HW (with ``--transactional``: and the app's
+read_committed output holds each acknowledged input's output exactly once); 1 otherwise (or when the cluster cannot be
 reached or healed); 2 on bad arguments.
 """
 
@@ -65,6 +66,12 @@ def register(subparsers: Subparsers) -> None:
                    help="write a compacted topic (cleanup.policy=compact, segments cleaned "
                         "while faults happen) with KEYS keys: an acknowledged record may be "
                         "cleaned only under a later one of its key (default 0: a plain topic)")
+    p.add_argument("--transactional", type=float, nargs="?", const=20.0, default=0.0,
+                   metavar="RATE",
+                   help="also run an exactly-once consume-transform-produce app (Kafka "
+                        "transactions, confluent-kafka) fed RATE input records per second "
+                        "(default 20): outputs lost and duplicated in its read_committed "
+                        "output must be 0")
     p.add_argument("--settle-timeout", type=float, default=180.0,
                    help="seconds to wait for full ISRs after healing (default 180)")
     p.set_defaults(func=run)
@@ -101,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
             rate_per_s=args.rate, scrape_interval_ms=args.scrape_interval_ms,
             warmup_s=args.warmup, hold_s=_range(args.hold), gap_s=_range(args.gap),
             fault_weights=parse_faults(args.faults), settle_timeout_s=args.settle_timeout,
-            idempotent=args.idempotent, compacted_keys=args.compacted)
+            idempotent=args.idempotent, compacted_keys=args.compacted,
+            transactional_rate_per_s=args.transactional)
         if args.duration <= 0 or args.producers < 1 or args.rate <= 0 or args.scrape_interval_ms <= 0:
             raise ValueError("--duration, --producers, --rate and --scrape-interval-ms must be positive")
+        if args.transactional < 0:
+            raise ValueError("--transactional RATE must not be negative")
         if args.compacted < 0:
             raise ValueError("--compacted KEYS must not be negative")
     except ValueError as e:
