@@ -70,6 +70,8 @@ from tidewater.broker.serving.txn_markers import (
     markers_from_proto,
     results_to_proto,
 )
+from tidewater.broker.txn.coordinator import TransactionCoordinator
+from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC
@@ -194,11 +196,13 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, listener_name: str,
                  security: BrokerSecurity | None = None,
-                 group_coordinator: GroupCoordinator | None = None) -> None:
+                 group_coordinator: GroupCoordinator | None = None,
+                 txn_coordinator: TransactionCoordinator | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
         self.groups = GroupRpcs(group_coordinator, metadata_cache, listener_name)
+        self.txns = TxnRpcs(txn_coordinator, group_coordinator, metadata_cache, listener_name)
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
 
@@ -219,6 +223,15 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             return None
         session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
+
+    async def _rights(self, context: Context) -> Callable[[int, int, str], bool] | None:
+        """(operation, resource type, name) -> may, for this call's caller; None: security
+        is off."""
+        security = self.security
+        if security is None:
+            return None
+        session = await self._session(context, security)
+        return lambda operation, kind, name: security.allows(session, operation, kind, name)
 
     async def _group_allowed(self, context: Context) -> GroupAllowed | None:
         """(operation, group) -> may, for this call's caller; None: security is off."""
@@ -392,6 +405,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("InitProducerId")
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Context
                             ) -> pb.InitProducerIdResponse:
+        if request.transactional_id:  # the transaction coordinator's (WRITE on the id)
+            return await self.txns.init_producer_id(request, await self._rights(context))
         security = self.security
         if security is not None:
             session = await self._session(context, security)
@@ -408,6 +423,12 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("FindCoordinator")
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Context
                              ) -> pb.FindCoordinatorResponse:
+        if request.key_type == pb.KEY_TYPE_TRANSACTION:
+            return await self.txns.find_coordinator(request, await self._rights(context))
+        if request.key_type != pb.KEY_TYPE_GROUP:
+            return pb.FindCoordinatorResponse(
+                error_code=pb.INVALID_REQUEST,
+                error_message=f"unknown coordinator key type {request.key_type}")
         return await self.groups.find_coordinator(request, await self._group_allowed(context))
 
     @_rpc("JoinGroup")
@@ -456,6 +477,27 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest, context: Context
                           ) -> pb.DeleteGroupsResponse:
         return await self.groups.delete_groups(request, await self._group_allowed(context))
+
+
+    # Transactions: broker/txn/grpc_service.py (the Kafka transaction APIs' functions).
+    @_rpc("AddPartitionsToTxn")
+    async def AddPartitionsToTxn(self, request: pb.AddPartitionsToTxnRequest, context: Context
+                                 ) -> pb.AddPartitionsToTxnResponse:
+        return await self.txns.add_partitions(request, await self._rights(context))
+
+    @_rpc("AddOffsetsToTxn")
+    async def AddOffsetsToTxn(self, request: pb.AddOffsetsToTxnRequest, context: Context
+                              ) -> pb.AddOffsetsToTxnResponse:
+        return await self.txns.add_offsets(request, await self._rights(context))
+
+    @_rpc("TxnOffsetCommit")
+    async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Context
+                              ) -> pb.TxnOffsetCommitResponse:
+        return await self.txns.txn_offset_commit(request, await self._rights(context))
+
+    @_rpc("EndTxn")
+    async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.EndTxnResponse:
+        return await self.txns.end_txn(request, await self._rights(context))
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
