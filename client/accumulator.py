@@ -187,16 +187,19 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.timestamps)
 
-    def close(self, compression: int) -> bytes:
+    def close(self, compression: int, attributes: int = 0) -> bytes:
         """Finish the batch for sending (the sender, once: no record joins it after it left
         its queue); its builder's buffer is dropped, so it is held once, as ``encoded``.
         An idempotent batch carries its producer id, epoch and base sequence: restamped
-        (and its CRC redone) when they changed since (an epoch bump renumbers it)."""
+        (and its CRC redone) when they changed since (an epoch bump renumbers it).
+        ``attributes``: the header bits besides compression (a transactional producer's
+        ``TRANSACTIONAL_MASK``), set at the first close."""
         fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.encoded is None:
             assert self.builder is not None  # dropped only once encoded
             self.encoded = self.builder.build(compression, producer_id=fields[0],
-                                              producer_epoch=fields[1], base_sequence=fields[2])
+                                              producer_epoch=fields[1], base_sequence=fields[2],
+                                              attributes=attributes)
             self.builder = None
             self._stamped = fields
         elif fields != self._stamped:
