@@ -368,8 +368,6 @@ class Producer:
         # Producer id, epochs and sequences (client/idempotence.py); None: not idempotent.
         self._idempotence = (IdempotentState(transactional=transactional_id is not None)
                              if enable_idempotence else None)
-        # The batches' header bits: a transactional producer's are in its transactions.
-        self._batch_attributes = TRANSACTIONAL_MASK if transactional_id is not None else 0
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
@@ -395,7 +393,10 @@ class Producer:
                          transaction_timeout_ms=transaction_timeout_ms,
                          request_timeout_ms=request_timeout_ms,
                          retry_backoff_ms=retry_backoff_ms, max_block_ms=max_block_ms))
-        self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
+        # A transactional producer's batches carry the transactional bit.
+        self._accumulator = RecordAccumulator(
+            batch_size_bytes=batch_size_bytes, linger_ms=linger_ms,
+            batch_attributes=TRANSACTIONAL_MASK if self._txn is not None else 0)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
         # send() takes the bare mutex (a C-level enter/exit, once per record); everything
@@ -732,7 +733,7 @@ class Producer:
                 self._records_in_flight += _record_count(batches)
             try:
                 for batch in batches:
-                    batch.close(self.compression, self._batch_attributes)
+                    batch.close(self.compression)
             except Exception as e:  # e.g. a compression codec failing: fail, not hang
                 with self._lock:
                     self._release_in_flight(tp, len(batches))

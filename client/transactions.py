@@ -11,9 +11,10 @@ step                  what happens
 ====================  =====================================================================
 begin                 local only: READY -> IN_TRANSACTION
 a send's partition,   AddPartitionsToTxn, before the record is queued (so before its first
-first in the txn      batch goes out: the broker refuses a transactional batch of a
-                      partition not in the transaction); batches carry the transactional
-                      bit and the producer's id, epoch and sequences
+first in the txn      batch goes out: a batch of a partition the coordinator does not
+                      know gets no marker, and its open transaction would hold the
+                      partition's LSO until the coordinator's timeout); batches carry the
+                      transactional bit and the producer's id, epoch and sequences
 send_offsets          AddOffsetsToTxn (the group's __consumer_offsets partition joins),
                       then TxnOffsetCommit on the group's coordinator (held until the
                       marker)
