@@ -232,3 +232,24 @@ def test_kafka_and_tidewater_producers_fence_each_other(cluster):
         del kafka  # librdkafka's producer stops its threads when collected
     assert kafka_read_all(cluster, topic, "read_committed", 1) == [b"tide-successor"]
     assert tide_read_all(cluster, topic, "read_committed", 1) == [b"tide-successor"]
+
+
+def test_tide_produce_writes_transactions_of_n_records(cluster, tmp_path):
+    topic = new_topic(cluster, partitions=1)
+    ack_log = tmp_path / "acks.jsonl"
+    lines = "".join(f"line-{i}\n" for i in range(5))
+    result = cluster.tide("produce", topic, "--transactional-id", f"cli-{topic}",
+                          "--records-per-transaction", "2", "--ack-log", str(ack_log),
+                          input=lines)
+    assert result.returncode == 0, result.stderr
+    assert len(ack_log.read_text().splitlines()) == 5
+    assert tide_read_all(cluster, topic, "read_committed", 1) == [
+        f"line-{i}".encode() for i in range(5)]
+    # 3 transactions: 2 + 2 + 1 records, each with its COMMIT marker after it.
+    consumer = Consumer(cluster.bootstrap)
+    try:
+        assert consumer.end_offsets([(topic, 0)]) == {(topic, 0): 5 + 3}
+    finally:
+        consumer.close()
+    refused = cluster.tide("produce", topic, "--records-per-transaction", "2", input="x\n")
+    assert refused.returncode == 2 and "--transactional-id" in refused.stderr
