@@ -633,7 +633,11 @@ class Producer:
         if state is None or state.has_producer_id:
             return True
         if self._txn is not None:
-            return False  # the id is init_transactions'; no record is queued before it
+            # The id is init_transactions' (no record is queued before it): never spin.
+            with self._lock:
+                for tp in ready:
+                    self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
+            return False
         try:
             producer_id, epoch = request_producer_id(self.metadata, self.request_timeout_ms / 1000)
         except TidewaterError as e:

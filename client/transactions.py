@@ -247,6 +247,12 @@ class TransactionManager:
             self.state = TxnState.IN_TRANSACTION
             self.partitions.clear()
 
+    def has_partition(self, tp: TopicPartition) -> bool:
+        """``tp`` is in the open transaction (no call needed before its records)."""
+        with self._lock:
+            return (self.state is TxnState.IN_TRANSACTION
+                    and (tp.topic, tp.partition) in self.partitions)
+
     def maybe_add_partition(self, tp: TopicPartition) -> None:
         """Before a record of ``tp`` is queued: ``tp`` joins the transaction (once)."""
         key = (tp.topic, tp.partition)

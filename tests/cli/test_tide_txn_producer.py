@@ -4,19 +4,21 @@ min.insync.replicas 2).
 
 Commits are visible and aborts never, to Tidewater's read_committed ``Consumer`` and to
 confluent-kafka's; a second Tidewater producer with the same transactional id fences the
-first (``ProducerFencedError``, and it refuses to go on); ``send_offsets_to_transaction``
+first (``ProducerFencedError``, and it refuses to go on), for ``AsyncProducer`` too; ``send_offsets_to_transaction``
 commits the group's offsets only with a commit; a confluent-kafka producer with the same
 transactional.id fences Tidewater's, and Tidewater's fences confluent-kafka's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
 import pytest
 from cluster_fixtures import describe_topic, start_cluster, stop_cluster, wait_for
 
+from tidewater.client.aio_producer import AsyncProducer
 from tidewater.client.consumer import Consumer
 from tidewater.client.producer import Producer
 from tidewater.proto.errors import ProducerFencedError
@@ -121,6 +123,38 @@ def test_commits_are_visible_and_aborts_never_to_both_consumers(cluster):
     assert sorted(kafka_read_all(cluster, topic, "read_committed")) == committed
     assert sorted(tide_read_all(cluster, topic, "read_uncommitted")) == everything
     assert sorted(kafka_read_all(cluster, topic, "read_uncommitted")) == everything
+
+
+def test_the_async_producer_commits_and_aborts_and_is_fenced(cluster):
+    topic = new_topic(cluster, partitions=2)
+    transactional_id = f"aio-tx-{topic}"
+
+    async def run() -> None:
+        async with AsyncProducer(cluster.bootstrap, transactional_id=transactional_id,
+                                 linger_ms=0, max_block_ms=30000) as p:
+            await p.init_transactions()
+            for outcome in ("c1", "a1", "c2"):
+                p.begin_transaction()
+                futures = [await p.send(topic, f"{outcome}-{i}".encode(), partition=i % 2)
+                           for i in range(4)]
+                await asyncio.gather(*futures)  # in the log before the outcome
+                if outcome.startswith("c"):
+                    await p.commit_transaction()
+                else:
+                    await p.abort_transaction()
+            p.begin_transaction()
+            await p.send(topic, b"zombie", partition=0)
+            successor = tide_producer(cluster, transactional_id)
+            try:
+                await asyncio.to_thread(successor.init_transactions)
+            finally:
+                successor.close()
+            with pytest.raises(ProducerFencedError):
+                await p.commit_transaction()
+    asyncio.run(run())
+    committed = sorted(f"c{t}-{i}".encode() for t in (1, 2) for i in range(4))
+    assert sorted(tide_read_all(cluster, topic, "read_committed", 2)) == committed
+    assert sorted(kafka_read_all(cluster, topic, "read_committed", 2)) == committed
 
 
 def test_a_second_producer_with_the_id_fences_the_first(cluster):
