@@ -21,7 +21,8 @@ from cluster_fixtures import describe_topic, start_cluster, stop_cluster, wait_f
 from tidewater.client.aio_producer import AsyncProducer
 from tidewater.client.consumer import Consumer
 from tidewater.client.producer import Producer
-from tidewater.proto.errors import ProducerFencedError
+from tidewater.client.transactions import ConsumerGroupMetadata, TransactionAbortRequiredError
+from tidewater.proto.errors import ProducerFencedError, TidewaterError
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -287,3 +288,50 @@ def test_tide_produce_writes_transactions_of_n_records(cluster, tmp_path):
         consumer.close()
     refused = cluster.tide("produce", topic, "--records-per-transaction", "2", input="x\n")
     assert refused.returncode == 2 and "--transactional-id" in refused.stderr
+
+
+def test_offsets_of_a_member_the_group_moved_past_are_refused(cluster):
+    """KIP-447: send_offsets_to_transaction with a consumer's group_metadata commits; the
+    same member at a generation the group is not at is refused (ILLEGAL_GENERATION), the
+    transaction must be aborted and the group keeps the committed offset."""
+    source = new_topic(cluster, partitions=1)
+    seed = Producer(cluster.bootstrap)
+    for i in range(4):
+        seed.send(source, f"in-{i}".encode(), partition=0)
+    seed.close()
+    group = f"g-{source}"
+    consumer = Consumer(cluster.bootstrap, group_id=group, enable_auto_commit=False,
+                        auto_offset_reset="earliest", isolation_level="read_committed")
+    p = tide_producer(cluster, f"tide-tx-{group}")
+
+    def group_coordinator_up() -> bool:  # __consumer_offsets may be created just now
+        try:
+            consumer.committed([(source, 0)])
+        except TidewaterError:
+            return False
+        return True
+    try:
+        wait_for(group_coordinator_up, "the group's coordinator")
+        consumer.subscribe([source])
+        records: list = []
+        deadline = time.monotonic() + 60
+        while len(records) < 4:
+            assert time.monotonic() < deadline, "input not read"
+            records += consumer.poll(500)
+        member = consumer.group_metadata()
+        assert member.generation_id >= 0 and member.member_id
+        p.init_transactions()
+        p.begin_transaction()
+        p.send_offsets_to_transaction({(source, 0): 2}, member)
+        p.commit_transaction()
+        p.begin_transaction()
+        stale = ConsumerGroupMetadata(group, member.generation_id + 7, member.member_id)
+        with pytest.raises(TransactionAbortRequiredError):
+            p.send_offsets_to_transaction({(source, 0): 4}, stale)
+        with pytest.raises(TransactionAbortRequiredError):
+            p.commit_transaction()
+        p.abort_transaction()
+        assert consumer.committed([(source, 0)]) == {(source, 0): 2}
+    finally:
+        p.close()
+        consumer.close()
