@@ -214,6 +214,8 @@ class TransactionManager:
                 why: object = pb.ErrorCode.Name(code)
             except (_CoordinatorGone, BrokerConnectionError) as e:
                 why = e
+            except TidewaterError as e:  # FindCoordinator refused (an ACL): not retried
+                raise self._fail_code(e.error_code, f"FindCoordinator for {method}") from e
             if time.monotonic() + self.retry_backoff_ms / 1000 >= deadline:
                 raise self._fail(RequestTimedOutError(
                     f"{method} of transactional id {self.transactional_id!r} not done within "

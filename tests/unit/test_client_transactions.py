@@ -22,6 +22,7 @@ from tidewater.proto.errors import (
     NotLeaderOrFollowerError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    error_for_code,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -147,3 +148,19 @@ def test_a_transactional_producer_never_bumps_its_epoch_locally():
     assert state.decide(batch, OutOfOrderSequenceError("gap")) == "fail"
     state.bump(batch.tp)
     assert state.partitions[batch.tp].epoch == 3
+
+
+def test_a_refused_coordinator_lookup_is_fatal():
+    tm, _ = manager({})
+
+    class RefusingLookup:
+        def call(self, method: str, request: Any) -> Any:
+            raise error_for_code(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "no ACL")
+
+        def _forget(self) -> None:
+            pass
+    tm.coordinator = RefusingLookup()  # type: ignore[assignment]
+    with pytest.raises(Exception) as raised:
+        tm.init()
+    assert getattr(raised.value, "error_code", None) == pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert tm.state is TxnState.FATAL_ERROR
