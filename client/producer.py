@@ -750,7 +750,9 @@ class Producer:
         if need_refresh:
             self._maybe_refresh_metadata()
         for address, groups in by_leader.items():
-            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                        transactional_id=self._txn.transactional_id
+                                        if self._txn is not None else "")
             add_partition = request.partitions.add  # ~3 µs less than building each message apart
             for tp, batches in groups:
                 add_partition(topic=tp.topic, partition=tp.partition,

@@ -296,16 +296,18 @@ class TxnMarkerPartitionResult(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ..., topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class ProduceRequest(_message.Message):
-    __slots__ = ("acks", "timeout_ms", "partitions", "correlation_id")
+    __slots__ = ("acks", "timeout_ms", "partitions", "correlation_id", "transactional_id")
     ACKS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     acks: int
     timeout_ms: int
     partitions: _containers.RepeatedCompositeFieldContainer[ProducePartitionData]
     correlation_id: int
-    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionData, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
+    transactional_id: str
+    def __init__(self, acks: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[ProducePartitionData, _Mapping]]] = ..., correlation_id: _Optional[int] = ..., transactional_id: _Optional[str] = ...) -> None: ...
 
 class ProducePartitionData(_message.Message):
     __slots__ = ("topic", "partition", "records")

@@ -25,10 +25,12 @@ uncommitted records of every topic.
 With client security on (``broker.security``: SASL or an authorizer), each
 client RPC first learns who calls (``BrokerSecurity.authenticate_grpc``: the
 password checked off the event loop, a refusal answered
-connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
+connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE
+(and WRITE on the request's transactional id, if it names one: TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
 fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
 (TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
-topics (a named one is UNKNOWN_TOPIC_OR_PARTITION).
+topics (a named one is UNKNOWN_TOPIC_OR_PARTITION). The transaction RPCs check what
+Kafka's transaction APIs check (``broker/txn/grpc_service.py``).
 Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
 exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
 where the response has a request-level code, else as gRPC INTERNAL. A broken
@@ -74,7 +76,7 @@ from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC
+from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID, WRITE
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
@@ -243,10 +245,10 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("Produce")
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        allowed = await self._allowed(context)
-        if allowed is None:
+        rights = await self._rights(context)
+        if rights is None:
             return await self.replica_manager.produce(request)
-        denied = grpc_auth.produce_refusals(request, allowed)
+        denied = _produce_refusals(request, rights)
         response = (await self.replica_manager.produce(request) if request.partitions
                     else pb.ProduceResponse())
         response.partitions.extend(denied)
@@ -301,7 +303,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         what was not answered); when the client cancels, pending waits are withdrawn.
         """
         replica_manager = self.replica_manager
-        allowed = await self._allowed(context)
+        rights = await self._rights(context)
         writer = _AnswerWriter(context, self._observer("ProduceStream"),
                                self.replica_manager.supervisor)
         withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
@@ -315,8 +317,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         try:
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
-                denied = ([] if allowed is None
-                          else grpc_auth.produce_refusals(request, allowed))
+                denied = [] if rights is None else _produce_refusals(request, rights)
                 try:
                     response, waits = await replica_manager.produce_append(request)
                     response.partitions.extend(denied)
@@ -650,6 +651,24 @@ class _StreamReader(Generic[_Request]):
 
     def close(self) -> None:
         self._remove()
+
+
+def _produce_refusals(request: pb.ProduceRequest, rights: Callable[[int, int, str], bool]
+                      ) -> list[pb.ProducePartitionResponse]:
+    """The partitions the caller may not write, taken out of ``request``: all of them
+    when it names a transactional id the caller may not WRITE (Kafka's rule for a
+    transactional produce), else those of topics it may not WRITE."""
+    transactional_id = request.transactional_id
+    if transactional_id and not rights(WRITE, TRANSACTIONAL_ID, transactional_id):
+        denied = [pb.ProducePartitionResponse(
+            topic=p.topic, partition=p.partition,
+            error_code=pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            error_message=f"needs WRITE on transactional id {transactional_id!r}",
+            base_offset=-1, log_start_offset=-1) for p in request.partitions]
+        del request.partitions[:]
+        return denied
+    return grpc_auth.produce_refusals(
+        request, lambda operation, topic: rights(operation, TOPIC, topic))
 
 
 def _is_eof(read: object) -> bool:

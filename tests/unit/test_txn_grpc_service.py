@@ -2,7 +2,8 @@
 same functions of txn_apis): WRITE on the TRANSACTIONAL_ID for InitProducerId,
 AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn, DESCRIBE for
 FindCoordinator; WRITE on each topic for AddPartitionsToTxn, READ on the group for
-AddOffsetsToTxn. Refused requests reach no coordinator (none is given here)."""
+AddOffsetsToTxn. Refused requests reach no coordinator (none is given here). A
+Produce naming a transactional id needs WRITE on it (Kafka's rule)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import asyncio
 
 import pytest
 
+from tidewater.broker.servicers.grpc_server import _produce_refusals
 from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
@@ -82,3 +84,22 @@ def test_topics_and_groups_are_checked_too():
                                                                 group_id="g"), no_group)
         assert offsets.error_code == pb.GROUP_AUTHORIZATION_FAILED
     asyncio.run(run())
+
+
+def test_a_transactional_produce_needs_write_on_its_transactional_id():
+    def request() -> pb.ProduceRequest:
+        return pb.ProduceRequest(acks=-1, transactional_id="tx", partitions=[
+            pb.ProducePartitionData(topic="a", partition=0),
+            pb.ProducePartitionData(topic="b", partition=0)])
+
+    refused_id = request()
+    denied = _produce_refusals(refused_id, no_transactional_id)
+    assert [d.error_code for d in denied] == [pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED] * 2
+    assert not refused_id.partitions  # nothing of it is appended
+
+    def no_topic_b(operation: int, kind: int, name: str) -> bool:
+        return not (kind == acls.TOPIC and name == "b")
+    topic_checked = request()
+    denied = _produce_refusals(topic_checked, no_topic_b)
+    assert [(d.topic, d.error_code) for d in denied] == [("b", pb.TOPIC_AUTHORIZATION_FAILED)]
+    assert [p.topic for p in topic_checked.partitions] == ["a"]
