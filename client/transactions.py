@@ -217,9 +217,12 @@ class TransactionManager:
             except TidewaterError as e:  # FindCoordinator refused (an ACL): not retried
                 raise self._fail_code(e.error_code, f"FindCoordinator for {method}") from e
             if time.monotonic() + self.retry_backoff_ms / 1000 >= deadline:
-                raise self._fail(RequestTimedOutError(
+                timed_out = RequestTimedOutError(
                     f"{method} of transactional id {self.transactional_id!r} not done within "
-                    f"{self.max_block_ms} ms: {why}"), fatal=False)
+                    f"{self.max_block_ms} ms: {why}")
+                if self.state is TxnState.UNINITIALIZED:
+                    raise timed_out  # init_transactions may be called again
+                raise self._fail(timed_out, fatal=False)  # the transaction is in doubt
             time.sleep(self.retry_backoff_ms / 1000)
 
     def _init_producer_id(self, producer_id: int, producer_epoch: int) -> None:

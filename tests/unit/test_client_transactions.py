@@ -22,6 +22,7 @@ from tidewater.proto.errors import (
     NotLeaderOrFollowerError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    RequestTimedOutError,
     error_for_code,
 )
 
@@ -164,3 +165,14 @@ def test_a_refused_coordinator_lookup_is_fatal():
         tm.init()
     assert getattr(raised.value, "error_code", None) == pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert tm.state is TxnState.FATAL_ERROR
+
+
+def test_init_may_be_called_again_after_it_timed_out():
+    tm, _ = manager({"InitProducerId": [pid(pb.COORDINATOR_LOAD_IN_PROGRESS)] * 10_000 + [pid()]})
+    tm.max_block_ms = 50
+    with pytest.raises(RequestTimedOutError):
+        tm.init()
+    assert tm.state is TxnState.UNINITIALIZED
+    tm.coordinator = ScriptedCoordinator({"InitProducerId": [pid()]})  # type: ignore[assignment]
+    tm.init()
+    assert tm.state is TxnState.READY
