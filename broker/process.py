@@ -192,7 +192,8 @@ class BrokerProcess:
         for name, (host, port) in listeners:
             servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
                                       security=self.security,
-                                      group_coordinator=self.group_coordinator)
+                                      group_coordinator=self.group_coordinator,
+                                      txn_coordinator=self.txn_coordinator)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,

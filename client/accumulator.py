@@ -153,12 +153,13 @@ class ProducerBatch:
 
     __slots__ = ("tp", "created_ms", "builder", "timestamps", "futures", "size_bytes", "attempts",
                  "retry_after_ms", "encoded", "postponed", "last_error", "order", "producer_id",
-                 "producer_epoch", "base_sequence", "_stamped",
+                 "producer_epoch", "base_sequence", "_stamped", "attributes",
                  "_lock", "_cond", "_done", "_error", "_base_offset", "_log_append_time_ms",
                  "_callbacks", "_cancelled")
 
-    def __init__(self, tp: TopicPartition, created_ms: int):
+    def __init__(self, tp: TopicPartition, created_ms: int, attributes: int = 0):
         self.tp = tp
+        self.attributes = attributes  # header bits besides compression (transactional)
         self.created_ms = created_ms
         self.builder: BatchBuilder | None = BatchBuilder()  # None once closed
         self.timestamps: list[int] = []  # each record's timestamp, for its RecordMetadata
@@ -191,12 +192,15 @@ class ProducerBatch:
         """Finish the batch for sending (the sender, once: no record joins it after it left
         its queue); its builder's buffer is dropped, so it is held once, as ``encoded``.
         An idempotent batch carries its producer id, epoch and base sequence: restamped
-        (and its CRC redone) when they changed since (an epoch bump renumbers it)."""
+        (and its CRC redone) when they changed since (an epoch bump renumbers it).
+        The header carries ``attributes`` (a transactional producer's batches: the
+        transactional bit)."""
         fields = (self.producer_id, self.producer_epoch, self.base_sequence)
         if self.encoded is None:
             assert self.builder is not None  # dropped only once encoded
             self.encoded = self.builder.build(compression, producer_id=fields[0],
-                                              producer_epoch=fields[1], base_sequence=fields[2])
+                                              producer_epoch=fields[1], base_sequence=fields[2],
+                                              attributes=self.attributes)
             self.builder = None
             self._stamped = fields
         elif fields != self._stamped:
@@ -290,16 +294,21 @@ class ProducerBatch:
 class RecordAccumulator(Generic[_F]):
     @overload
     def __init__(self: RecordAccumulator[RecordFuture], *, batch_size_bytes: int = ...,
-                 linger_ms: int = ..., future_factory: None = ...) -> None: ...
+                 linger_ms: int = ..., future_factory: None = ...,
+                 batch_attributes: int = ...) -> None: ...
 
     @overload
     def __init__(self: RecordAccumulator[_SF], *, batch_size_bytes: int = ..., linger_ms: int = ...,
-                 future_factory: Callable[[], _SF]) -> None: ...
+                 future_factory: Callable[[], _SF], batch_attributes: int = ...) -> None: ...
 
     def __init__(self, *, batch_size_bytes: int = 16384, linger_ms: int = 0,
-                 future_factory: Callable[[], SettleableFuture] | None = None) -> None:
+                 future_factory: Callable[[], SettleableFuture] | None = None,
+                 batch_attributes: int = 0) -> None:
         """Each record's future is a RecordFuture on its batch; with ``future_factory`` (the
-        asyncio producer's ``loop.create_future``) it is one of those, resolved with the batch."""
+        asyncio producer's ``loop.create_future``) it is one of those, resolved with the batch.
+        ``batch_attributes``: every batch's header bits besides compression (a
+        transactional producer's ``TRANSACTIONAL_MASK``)."""
+        self.batch_attributes = batch_attributes
         if batch_size_bytes <= 0 or linger_ms < 0:
             raise ValueError("batch_size_bytes must be positive and linger_ms >= 0")
         self.future_factory = future_factory
@@ -331,7 +340,7 @@ class RecordAccumulator(Generic[_F]):
         if (batch is None or batch.encoded is not None
                 or batch.size_bytes + record_bytes > self.batch_size_bytes):
             # A record larger than a batch still gets one (of its own).
-            batch = ProducerBatch(tp, now_ms)
+            batch = ProducerBatch(tp, now_ms, self.batch_attributes)
             builder = batch.builder
             assert builder is not None  # a new batch
             builder.append(key, value, headers, timestamp_ms)

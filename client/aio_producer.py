@@ -40,6 +40,12 @@ refresh that may block runs in a worker thread so the loop never waits on it.
 
     async with AsyncProducer(bootstrap, acks="all") as producer:
         meta = await (await producer.send("topic", b"value"))
+
+Transactions (``transactional_id``): the threaded producer's ``TransactionManager``
+(``client/transactions.py``), its blocking coordinator calls in a worker thread as the
+metadata look-ups are: ``await init_transactions()``, ``begin_transaction()``,
+``await send_offsets_to_transaction(...)``, ``await commit_transaction()`` or
+``await abort_transaction()``.
 """
 
 from __future__ import annotations
@@ -75,7 +81,9 @@ from tidewater.client.producer import (
     settle_produce_answer,
 )
 from tidewater.client.streams import CallerLoop, StreamPool
+from tidewater.client.transactions import ConsumerGroupMetadata, TransactionManager
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import TRANSACTIONAL_MASK
 from tidewater.proto.batch_builder import Headers
 from tidewater.proto.compression import compress
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
@@ -118,12 +126,20 @@ class AsyncProducer:
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
-                 enable_idempotence: bool | None = None) -> None:
+                 enable_idempotence: bool | None = None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000, max_block_ms: int = 60000) -> None:
         self.acks = parse_acks(acks)
+        if transactional_id is not None:
+            if enable_idempotence is False:
+                raise ValueError("a transactional producer is idempotent "
+                                 "(enable_idempotence=False with transactional_id)")
+            enable_idempotence = True  # and with it acks=all (a ValueError otherwise)
         # None: on with acks=all (Kafka 3's default); True with acks 0/1: ValueError.
         self.enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
                                                       max_in_flight_per_partition)
-        self._idempotence = IdempotentState() if self.enable_idempotence else None
+        self._idempotence = (IdempotentState(transactional=transactional_id is not None)
+                             if self.enable_idempotence else None)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
@@ -139,6 +155,13 @@ class AsyncProducer:
             bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
             ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
+        # Transactions (client/transactions.py); None: not a transactional producer.
+        self._txn = (None if transactional_id is None or self._idempotence is None
+                     else TransactionManager(
+                         self.metadata, self._idempotence, transactional_id=transactional_id,
+                         transaction_timeout_ms=transaction_timeout_ms,
+                         request_timeout_ms=request_timeout_ms,
+                         retry_backoff_ms=retry_backoff_ms, max_block_ms=max_block_ms))
         self._batch_size_bytes = batch_size_bytes
         self._linger_ms = linger_ms
         self._partitioner = StickyPartitioner(batch_size_bytes)
@@ -153,8 +176,10 @@ class AsyncProducer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._accumulator = RecordAccumulator(batch_size_bytes=self._batch_size_bytes,
-                                              linger_ms=self._linger_ms, future_factory=loop.create_future)
+        self._accumulator = RecordAccumulator(
+            batch_size_bytes=self._batch_size_bytes, linger_ms=self._linger_ms,
+            future_factory=loop.create_future,
+            batch_attributes=TRANSACTIONAL_MASK if self._txn is not None else 0)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -195,6 +220,9 @@ class AsyncProducer:
             finally:
                 self._space_waiters -= 1
         tp = TopicPartition(topic, partition)
+        if self._txn is not None and not self._txn.has_partition(tp):
+            # AddPartitionsToTxn blocks: in a worker thread; raises outside a transaction
+            await asyncio.to_thread(self._txn.maybe_add_partition, tp)
         created = accumulator.batches_created
         now_ms = _now_ms()
         record_headers: Headers = tuple(headers) if headers else ()
@@ -223,6 +251,45 @@ class AsyncProducer:
                             timestamp_ms: int | None = None) -> RecordMetadata:
         return await (await self.send(topic, value, key=key, partition=partition,
                                       headers=headers, timestamp_ms=timestamp_ms))
+
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise RuntimeError("not a transactional producer (no transactional_id)")
+        if self._closed or not self._started:
+            raise RuntimeError("producer is not running (use `async with` or start())")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """As ``Producer.init_transactions`` (fences older producers with the id)."""
+        await asyncio.to_thread(self._transactions().init)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int]
+                                          | dict[tuple[str, int], int],
+                                          group_metadata: ConsumerGroupMetadata | str) -> None:
+        """As ``Producer.send_offsets_to_transaction``."""
+        group = (ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str)
+                 else group_metadata)
+        await asyncio.to_thread(self._transactions().send_offsets, offsets, group)
+
+    async def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush, then EndTxn(commit); ``TransactionAbortRequiredError`` after a failed send."""
+        txn = self._transactions()
+        txn.check_commit()
+        await self.flush(timeout_s)
+        await asyncio.to_thread(txn.end, True)
+
+    async def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Wait for the records in flight (sent after the marker they would start a
+        transaction of their own), then EndTxn(abort)."""
+        txn = self._transactions()
+        txn.check_abort()
+        await self.flush(timeout_s)
+        await asyncio.to_thread(txn.end, False)
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Send everything queued now and wait until every record is resolved."""
@@ -278,6 +345,10 @@ class AsyncProducer:
                 continue
             idempotence = self._idempotence
             if idempotence is not None and not idempotence.has_producer_id:
+                if self._txn is not None:
+                    # init_transactions' id (no record is queued before it): never spin
+                    await asyncio.sleep(self.retry_backoff_ms / 1000)
+                    continue
                 try:  # InitProducerId blocks: in a worker thread
                     producer_id, epoch = await asyncio.to_thread(
                         request_producer_id, self.metadata, self.request_timeout_ms / 1000)
@@ -369,7 +440,9 @@ class AsyncProducer:
         if refresh:
             metadata.invalidate()
         for address, groups in by_leader.items():
-            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                        transactional_id=self._txn.transactional_id
+                                        if self._txn is not None else "")
             add_partition = request.partitions.add
             for tp, batches in groups:
                 add_partition(topic=tp.topic, partition=tp.partition,
@@ -425,6 +498,8 @@ class AsyncProducer:
             batch.complete(base_offset, log_append_time_ms)
         else:
             batch.fail(error)
+            if self._txn is not None:
+                self._txn.on_batch_failed(error)  # the transaction must be aborted
         self._unfinished -= batch.record_count
         if self._unfinished == 0:
             self._idle.set()

@@ -82,6 +82,7 @@ from tidewater.client.metadata import (
     rpc_error_to_typed,
 )
 from tidewater.client.streams import ClientStream, StreamPool, StreamRequest
+from tidewater.client.transactions import ConsumerGroupMetadata
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import (
     HEADER_SIZE,
@@ -283,6 +284,15 @@ class Consumer:
         if offsets:
             self.group.commit({(topic, partition): off for (topic, partition), off in offsets.items()},
                               time.monotonic() + self.request_timeout_ms / 1000)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This member's group, generation and member id, for a transactional producer's
+        ``send_offsets_to_transaction`` (the coordinator refuses offsets of a member the
+        group has moved past: a zombie's, KIP-447)."""
+        if self.group is None:
+            raise RuntimeError("group_metadata needs a consumer with a group_id")
+        return ConsumerGroupMetadata(self.group.group_id, self.group.generation,
+                                     self.group.member_id, self.group.group_instance_id)
 
     def committed(self, tps: Partitions) -> dict[TopicPartition, int]:
         """The group's committed offset of each partition (-1: none)."""

@@ -63,9 +63,10 @@ class CoordinatorClient:
     again after a coordinator error or a transport failure."""
 
     def __init__(self, metadata: MetadataClient, group_id: str, *, request_timeout_s: float,
-                 retry_backoff_s: float):
+                 retry_backoff_s: float, key_type: pb.CoordinatorKeyType = pb.KEY_TYPE_GROUP):
         self.metadata = metadata
-        self.group_id = group_id
+        self.group_id = group_id  # the key: a group id, or a transactional id (key_type)
+        self.key_type = key_type
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
         self._lock = threading.Lock()
@@ -79,7 +80,7 @@ class CoordinatorClient:
         def ask(address: Address) -> pb.FindCoordinatorResponse:
             response: pb.FindCoordinatorResponse = rpc_call(
                 self.metadata.pool.broker(address).FindCoordinator,
-                pb.FindCoordinatorRequest(group_id=self.group_id),
+                pb.FindCoordinatorRequest(group_id=self.group_id, key_type=self.key_type),
                 timeout_s=self.request_timeout_s, address=address)
             return response
         answer = self.metadata.any_broker_call(ask)

@@ -36,7 +36,10 @@ new batches).
 
 The epoch is bumped per partition (the broker keeps a producer's epoch per
 partition), locally, as Kafka's idempotent producer does since KIP-360. An epoch
-past 32767 asks for a new producer id.
+past 32767 asks for a new producer id. A transactional producer (``transactional``)
+never bumps locally: its epoch is the coordinator's, so where the table says BUMP its
+batch fails (the transaction must be aborted; client/transactions.py then asks the
+coordinator for a new epoch).
 """
 
 from __future__ import annotations
@@ -83,7 +86,8 @@ class PartitionSequences:
 class IdempotentState:
     """Producer id, and per partition its epoch and sequences (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, transactional: bool = False) -> None:
+        self.transactional = transactional  # the epoch is the coordinator's: never bumped here
         self.producer_id = -1
         self.producer_epoch = -1
         self.partitions: dict[Any, PartitionSequences] = {}
@@ -131,7 +135,9 @@ class IdempotentState:
         code = getattr(error, "error_code", None)
         if code in _SEQUENCE_ERRORS:
             expected = next_sequence(state.last_acked_sequence, 1)
-            return "bump" if batch.base_sequence == expected else "retry"
+            if batch.base_sequence != expected:
+                return "retry"
+            return "fail" if self.transactional else "bump"
         if getattr(error, "retriable", False):
             return "retry"
         return "fail"
@@ -139,6 +145,8 @@ class IdempotentState:
     def bump(self, tp: Any) -> None:
         """Start a new epoch on ``tp`` at sequence 0: unacked batches get renumbered. An epoch
         past EPOCH_MAX drops the producer id: the next send asks for a new one."""
+        if self.transactional:
+            return  # the abort that must follow takes a new epoch from the coordinator
         state = self._partition(tp)
         if state.epoch >= EPOCH_MAX:
             self.producer_id = self.producer_epoch = -1

@@ -51,6 +51,14 @@ out at once (the broker remembers the last five per producer). Without
 idempotence, one request in flight (the default) keeps order; more may let a
 retry reorder records, and a retry whose first answer was lost is written twice
 (``retries=0`` gives at-most-once sends).
+
+Transactions (``transactional_id``; implies idempotence and acks=all): Kafka's
+transactional producer, ``client/transactions.py``. ``init_transactions`` once, then
+``begin_transaction``, ``send``s (a partition joins the transaction with
+AddPartitionsToTxn, from ``send``, before its first record is queued; batches carry the
+transactional bit), ``send_offsets_to_transaction``, and ``commit_transaction`` (flush,
+then EndTxn) or ``abort_transaction``. A fence (``ProducerFencedError``) is fatal: the
+producer can only be closed.
 """
 
 from __future__ import annotations
@@ -86,7 +94,9 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.streams import StreamPool
+from tidewater.client.transactions import ConsumerGroupMetadata, TransactionManager
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import TRANSACTIONAL_MASK
 from tidewater.proto.batch_builder import Headers
 from tidewater.proto.compression import compress
 from tidewater.proto.errors import (
@@ -343,13 +353,21 @@ class Producer:
                  ssl_certfile: str | None = None, ssl_keyfile: str | None = None,
                  sasl_mechanism: str | None = None, sasl_plain_username: str | None = None,
                  sasl_plain_password: str | None = None,
-                 enable_idempotence: bool | None = None) -> None:
+                 enable_idempotence: bool | None = None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60000) -> None:
         self.acks = parse_acks(acks)
+        if transactional_id is not None:
+            if enable_idempotence is False:
+                raise ValueError("a transactional producer is idempotent "
+                                 "(enable_idempotence=False with transactional_id)")
+            enable_idempotence = True  # and with it acks=all (a ValueError otherwise)
         enable_idempotence = idempotence_enabled(enable_idempotence, self.acks, retries,
                                                  max_in_flight_per_partition)
         self.enable_idempotence = enable_idempotence
         # Producer id, epochs and sequences (client/idempotence.py); None: not idempotent.
-        self._idempotence = IdempotentState() if enable_idempotence else None
+        self._idempotence = (IdempotentState(transactional=transactional_id is not None)
+                             if enable_idempotence else None)
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
         self.retry_backoff_ms = retry_backoff_ms
@@ -368,7 +386,17 @@ class Producer:
             bootstrap, metadata, request_timeout_ms, security_protocol, ssl_cafile, ssl_certfile,
             ssl_keyfile, sasl_mechanism=sasl_mechanism, sasl_plain_username=sasl_plain_username,
             sasl_plain_password=sasl_plain_password)
-        self._accumulator = RecordAccumulator(batch_size_bytes=batch_size_bytes, linger_ms=linger_ms)
+        # Transactions (client/transactions.py); None: not a transactional producer.
+        self._txn = (None if transactional_id is None or self._idempotence is None
+                     else TransactionManager(
+                         self.metadata, self._idempotence, transactional_id=transactional_id,
+                         transaction_timeout_ms=transaction_timeout_ms,
+                         request_timeout_ms=request_timeout_ms,
+                         retry_backoff_ms=retry_backoff_ms, max_block_ms=max_block_ms))
+        # A transactional producer's batches carry the transactional bit.
+        self._accumulator = RecordAccumulator(
+            batch_size_bytes=batch_size_bytes, linger_ms=linger_ms,
+            batch_attributes=TRANSACTIONAL_MASK if self._txn is not None else 0)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
         # send() takes the bare mutex (a C-level enter/exit, once per record); everything
@@ -418,6 +446,8 @@ class Producer:
         if tp is None:
             tp = tps[partition] = TopicPartition(topic, partition)
         record_headers: Headers = tuple(headers) if headers else ()
+        if self._txn is not None:
+            self._txn.maybe_add_partition(tp)  # raises outside a transaction or after a failure
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         accumulator = self._accumulator
@@ -443,6 +473,52 @@ class Producer:
         if send_now:
             self._send_or_fail([tp])
         return fut
+
+    # ------------------------------------------------------------------ transactions
+
+    def _transactions(self) -> TransactionManager:
+        if self._txn is None:
+            raise RuntimeError("not a transactional producer (no transactional_id)")
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        return self._txn
+
+    def init_transactions(self) -> None:
+        """Get the transactional id's producer id and epoch (fencing older producers with
+        the id; their open transaction is aborted). Once, before the first transaction."""
+        self._transactions().init()
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin()
+
+    def send_offsets_to_transaction(self, offsets: dict[TopicPartition, int]
+                                    | dict[tuple[str, int], int],
+                                    group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commit a consumer group's offsets (the next offset to consume, per partition)
+        with the open transaction: visible to the group only if it commits.
+        ``group_metadata``: the group id, or ``ConsumerGroupMetadata`` to have the
+        coordinator check the member's generation (KIP-447)."""
+        group = (ConsumerGroupMetadata(group_metadata) if isinstance(group_metadata, str)
+                 else group_metadata)
+        self._transactions().send_offsets(offsets, group)
+
+    def commit_transaction(self, timeout_s: float | None = None) -> None:
+        """Flush (every record of the transaction answered), then EndTxn(commit).
+        ``TransactionAbortRequiredError`` when a send failed: abort instead."""
+        txn = self._transactions()
+        txn.check_commit()
+        self.flush(timeout_s)  # a failed record moves the transaction to abortable
+        txn.end(committed=True)
+
+    def abort_transaction(self, timeout_s: float | None = None) -> None:
+        """Wait for the records in flight (their outcome no longer matters: the abort
+        marker hides them), then EndTxn(abort)."""
+        txn = self._transactions()
+        txn.check_abort()
+        # Records still on the way must be answered first: sent after the marker, they
+        # would start a transaction of their own. Their failures raise nothing here.
+        self.flush(timeout_s)
+        txn.end(committed=False)
 
     def _wait_for_buffer_space(self) -> None:
         """Block (lock held) until queued bytes drop below buffer_memory_bytes or max_block_ms."""
@@ -556,6 +632,12 @@ class Producer:
         state = self._idempotence
         if state is None or state.has_producer_id:
             return True
+        if self._txn is not None:
+            # The id is init_transactions' (no record is queued before it): never spin.
+            with self._lock:
+                for tp in ready:
+                    self._accumulator.postpone(tp, _now_ms() + self.retry_backoff_ms)
+            return False
         try:
             producer_id, epoch = request_producer_id(self.metadata, self.request_timeout_ms / 1000)
         except TidewaterError as e:
@@ -592,6 +674,8 @@ class Producer:
         ``_resolve_finished``, outside the lock, so user callbacks may call ``send``."""
         self._accumulator.release(batch)
         self._finished.append((batch, error, base_offset, log_append_time_ms))
+        if error is not None and self._txn is not None:
+            self._txn.on_batch_failed(error)  # the transaction must be aborted (or is fenced)
 
     def _resolve_finished(self) -> None:
         with self._lock:
@@ -666,7 +750,9 @@ class Producer:
         if need_refresh:
             self._maybe_refresh_metadata()
         for address, groups in by_leader.items():
-            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms)
+            request = pb.ProduceRequest(acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                        transactional_id=self._txn.transactional_id
+                                        if self._txn is not None else "")
             add_partition = request.partitions.add  # ~3 µs less than building each message apart
             for tp, batches in groups:
                 add_partition(topic=tp.topic, partition=tp.partition,

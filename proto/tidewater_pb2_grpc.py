@@ -138,6 +138,26 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/tidewater.Broker/AddPartitionsToTxn',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/tidewater.Broker/AddOffsetsToTxn',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/tidewater.Broker/TxnOffsetCommit',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/tidewater.Broker/EndTxn',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -272,8 +292,36 @@ class BrokerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def InitProducerId(self, request, context):
-        """An idempotent producer's id and epoch (Kafka's InitProducerId); see below.
+        """An idempotent or transactional producer's id and epoch (Kafka's InitProducerId);
+        with a transactional_id, on the id's transaction coordinator (FindCoordinator with
+        key_type TRANSACTION). See below.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPartitionsToTxn(self, request, context):
+        """Transactions (broker/txn): the same coordinator as Kafka's transaction APIs, on the
+        transactional id's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -380,6 +428,26 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -926,6 +994,114 @@ class Broker:
             '/tidewater.Broker/InitProducerId',
             tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/AddPartitionsToTxn',
+            tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/AddOffsetsToTxn',
+            tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/TxnOffsetCommit',
+            tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/EndTxn',
+            tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,10 @@
 """Kafka's transaction APIs on the broker's transaction coordinator (``broker/txn``).
 
+Each API's rules (authorization, checks, the coordinator's call) are one function taking
+plain values (``init_transactional_producer``, ``add_partitions_to_txn``,
+``add_offsets_to_txn``, ``end_txn``, ``txn_offset_commit``): the Kafka handlers below and
+gRPC's (``broker/txn/grpc_service.py``) both call them, so both listeners answer alike.
+
 ===================== ===== ======================================================
 API (key)             vers  notes
 ===================== ===== ======================================================
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import wall_ms
 from tidewater.broker.group import service as group_service
@@ -111,10 +116,17 @@ def _may_write(s: TxnServices, transactional_id: str) -> bool:
     return s.allowed(acls.WRITE, acls.TRANSACTIONAL_ID, transactional_id)
 
 
-def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-    async def answer() -> dict[str, Any]:
+_T = TypeVar("_T")
+
+
+def _value(value: _T) -> Awaitable[_T]:
+    async def answer() -> _T:
         return value
     return answer()
+
+
+def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+    return _value(value)
 
 
 async def _code_of(pending: Awaitable[object]) -> pb.ErrorCode:
@@ -134,19 +146,24 @@ async def find_txn_coordinator(s: TxnServices, key: str, listener: str) -> Coord
 
 # ---------------------------------------------------------------- InitProducerId
 
+async def init_transactional_producer(s: TxnServices, transactional_id: str,
+                                      transaction_timeout_ms: int, producer_id: int,
+                                      producer_epoch: int) -> tuple[pb.ErrorCode, int, int]:
+    """InitProducerId with a transactional id, for Kafka's API and gRPC's: (error code,
+    producer id, epoch)."""
+    if not _may_write(s, transactional_id):
+        return pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
+    result = await _coordinator(s).init_producer_id(
+        transactional_id, transaction_timeout_ms, producer_id, producer_epoch)
+    return result.error_code, result.producer_id, result.producer_epoch
+
+
 def on_init_transactional_producer(s: TxnServices, head: RequestHead, body: RequestBody
                                    ) -> Awaitable[dict[str, Any]]:
-    transactional_id = str(body.transactional_id)
-
     async def answer() -> dict[str, Any]:
-        if not _may_write(s, transactional_id):
-            code, producer_id, epoch = pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
-        else:
-            result = await _coordinator(s).init_producer_id(
-                transactional_id, milliseconds(body.transaction_timeout),
-                int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)))
-            code, producer_id, epoch = (result.error_code, result.producer_id,
-                                        result.producer_epoch)
+        code, producer_id, epoch = await init_transactional_producer(
+            s, str(body.transactional_id), milliseconds(body.transaction_timeout),
+            int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)))
         return {"throttle_time": 0, "error_code": wire_code(head, code),
                 "producer_id": producer_id, "producer_epoch": epoch}
     return answer()
@@ -154,63 +171,65 @@ def on_init_transactional_producer(s: TxnServices, head: RequestHead, body: Requ
 
 # ---------------------------------------------------------------- AddPartitionsToTxn
 
-async def on_add_partitions_to_txn(s: TxnServices, head: RequestHead, body: RequestBody
-                                   ) -> Awaitable[dict[str, Any]]:
-    transactional_id = str(body.v3_and_below_transactional_id)
-    wanted = [(str(t.name), int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+TxnPartitionCodes = dict[tuple[str, int], pb.ErrorCode]
 
-    def values(codes: dict[tuple[str, int], pb.ErrorCode]) -> dict[str, Any]:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), code in codes.items():
-            by_topic.setdefault(topic, []).append(
-                {"partition_index": partition, "partition_error_code": wire_code(head, code)})
-        return {"throttle_time": 0, "results_by_topic_v3_and_below": [
-            {"name": topic, "results_by_partition": parts} for topic, parts in by_topic.items()]}
 
+def add_partitions_to_txn(s: TxnServices, transactional_id: str, producer_id: int,
+                          producer_epoch: int, wanted: list[tuple[str, int]]
+                          ) -> Awaitable[TxnPartitionCodes]:
+    """AddPartitionsToTxn (v3 and below) for Kafka's API and gRPC's: each partition's
+    code once the coordinator's state is durable."""
     if not _may_write(s, transactional_id):
-        return _done(values({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}))
-    refused: dict[tuple[str, int], pb.ErrorCode] = {}
+        return _value({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted})
+    refused: TxnPartitionCodes = {}
     for topic, partition in wanted:
         if not s.allowed(acls.WRITE, acls.TOPIC, topic):
             refused[(topic, partition)] = pb.TOPIC_AUTHORIZATION_FAILED
         elif s.metadata_cache.partition_state(topic, partition) is None:
             refused[(topic, partition)] = pb.UNKNOWN_TOPIC_OR_PARTITION
     if refused:
-        return _done(values({tp: refused.get(tp, pb.OPERATION_NOT_ATTEMPTED) for tp in wanted}))
-    return _add_partitions(s, head, transactional_id, int(body.v3_and_below_producer_id),
-                           int(body.v3_and_below_producer_epoch), wanted, values)
-
-
-def _add_partitions(s: TxnServices, head: RequestHead, transactional_id: str,
-                    producer_id: int, producer_epoch: int, wanted: list[tuple[str, int]],
-                    values: Any) -> Awaitable[dict[str, Any]]:
+        return _value({tp: refused.get(tp, pb.OPERATION_NOT_ATTEMPTED) for tp in wanted})
     try:
         pending = _coordinator(s).request(
             transactional_id, lambda state, token, now_ms: state.add_partitions(
                 token, now_ms, transactional_id=transactional_id, producer_id=producer_id,
                 producer_epoch=producer_epoch, partitions=wanted))
     except CoordinatorError as e:
-        return _done(values({tp: e.error_code for tp in wanted}))
+        return _value({tp: e.error_code for tp in wanted})
+
+    async def answer() -> TxnPartitionCodes:
+        code = await _code_of(pending)
+        return {tp: code for tp in wanted}
+    return answer()
+
+
+async def on_add_partitions_to_txn(s: TxnServices, head: RequestHead, body: RequestBody
+                                   ) -> Awaitable[dict[str, Any]]:
+    wanted = [(str(t.name), int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+    pending = add_partitions_to_txn(s, str(body.v3_and_below_transactional_id),
+                                    int(body.v3_and_below_producer_id),
+                                    int(body.v3_and_below_producer_epoch), wanted)
 
     async def answer() -> dict[str, Any]:
-        code = await _code_of(pending)
-        return dict(values({tp: code for tp in wanted}))
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in (await pending).items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "partition_error_code": wire_code(head, code)})
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+            {"name": topic, "results_by_partition": parts} for topic, parts in by_topic.items()]}
     return answer()
 
 
 # ---------------------------------------------------------------- AddOffsetsToTxn
 
-async def on_add_offsets_to_txn(s: TxnServices, head: RequestHead, body: RequestBody
-                                ) -> Awaitable[dict[str, Any]]:
-    transactional_id, group_id = str(body.transactional_id), str(body.group_id)
-
-    def values(code: pb.ErrorCode) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": wire_code(head, code)}
-
+def add_offsets_to_txn(s: TxnServices, transactional_id: str, producer_id: int,
+                       producer_epoch: int, group_id: str) -> Awaitable[pb.ErrorCode]:
+    """AddOffsetsToTxn for Kafka's API and gRPC's: the group's ``__consumer_offsets``
+    partition joins the transaction."""
     if not _may_write(s, transactional_id):
-        return _done(values(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return _value(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if not s.allowed(acls.READ, acls.GROUP, group_id):
-        return _done(values(pb.GROUP_AUTHORIZATION_FAILED))
+        return _value(pb.GROUP_AUTHORIZATION_FAILED)
     groups = s.group_coordinator
     if groups is None:
         raise LookupError("no group coordinator on this listener")
@@ -220,38 +239,48 @@ async def on_add_offsets_to_txn(s: TxnServices, head: RequestHead, body: Request
         pending = _coordinator(s).request(
             transactional_id, lambda state, token, now_ms: state.add_partitions(
                 token, now_ms, transactional_id=transactional_id,
-                producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
+                producer_id=producer_id, producer_epoch=producer_epoch,
                 partitions=[offsets_partition]))
     except CoordinatorError as e:
-        return _done(values(e.error_code))
+        return _value(e.error_code)
+    return _code_of(pending)
+
+
+async def on_add_offsets_to_txn(s: TxnServices, head: RequestHead, body: RequestBody
+                                ) -> Awaitable[dict[str, Any]]:
+    pending = add_offsets_to_txn(s, str(body.transactional_id), int(body.producer_id),
+                                 int(body.producer_epoch), str(body.group_id))
 
     async def answer() -> dict[str, Any]:
-        return values(await _code_of(pending))
+        return {"throttle_time": 0, "error_code": wire_code(head, await pending)}
     return answer()
 
 
 # ---------------------------------------------------------------- EndTxn
 
-async def on_end_txn(s: TxnServices, head: RequestHead, body: RequestBody
-                     ) -> Awaitable[dict[str, Any]]:
-    transactional_id = str(body.transactional_id)
-
-    def values(code: pb.ErrorCode) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": wire_code(head, code)}
-
+def end_txn(s: TxnServices, transactional_id: str, producer_id: int, producer_epoch: int,
+            committed: bool) -> Awaitable[pb.ErrorCode]:
+    """EndTxn for Kafka's API and gRPC's: answered once PrepareCommit/PrepareAbort is
+    durable (the markers follow)."""
     if not _may_write(s, transactional_id):
-        return _done(values(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+        return _value(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
         pending = _coordinator(s).request(
             transactional_id, lambda state, token, now_ms: state.end_txn(
                 token, now_ms, transactional_id=transactional_id,
-                producer_id=int(body.producer_id), producer_epoch=int(body.producer_epoch),
-                committed=bool(body.committed)))
+                producer_id=producer_id, producer_epoch=producer_epoch, committed=committed))
     except CoordinatorError as e:
-        return _done(values(e.error_code))
+        return _value(e.error_code)
+    return _code_of(pending)
+
+
+async def on_end_txn(s: TxnServices, head: RequestHead, body: RequestBody
+                     ) -> Awaitable[dict[str, Any]]:
+    pending = end_txn(s, str(body.transactional_id), int(body.producer_id),
+                      int(body.producer_epoch), bool(body.committed))
 
     async def answer() -> dict[str, Any]:
-        return values(await _code_of(pending))
+        return {"throttle_time": 0, "error_code": wire_code(head, await pending)}
     return answer()
 
 
@@ -336,42 +365,53 @@ async def on_list_transactions(s: TxnServices, head: RequestHead, body: RequestB
 
 # ---------------------------------------------------------------- TxnOffsetCommit
 
+def txn_offset_commit(s: TxnServices, transactional_id: str, group_id: str, producer_id: int,
+                      producer_epoch: int, generation_id: int, member_id: str,
+                      group_instance_id: str | None,
+                      offsets: dict[tuple[str, int], tuple[int, int, str]]
+                      ) -> Awaitable[TxnPartitionCodes]:
+    """TxnOffsetCommit for Kafka's API and gRPC's (``group.service.txn_commit``):
+    ``offsets``: (topic, partition) -> (offset, leader epoch, metadata)."""
+    if not _may_write(s, transactional_id):
+        return _value({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in offsets})
+    if not s.allowed(acls.READ, acls.GROUP, group_id):
+        return _value({tp: pb.GROUP_AUTHORIZATION_FAILED for tp in offsets})
+    refused = {tp: pb.TOPIC_AUTHORIZATION_FAILED for tp in offsets
+               if not s.allowed(acls.READ, acls.TOPIC, tp[0])}
+    allowed = {tp: v for tp, v in offsets.items() if tp not in refused}
+    groups = s.group_coordinator
+    if groups is None:
+        raise LookupError("no group coordinator on this listener")
+    if not allowed:
+        return _value(dict(refused))
+    pending = group_service.txn_commit(
+        groups, s.metadata_cache, group_id=group_id, producer_id=producer_id,
+        producer_epoch=producer_epoch, generation_id=generation_id, member_id=member_id,
+        group_instance_id=group_instance_id, offsets=allowed)
+
+    async def answer() -> TxnPartitionCodes:
+        return {**refused, **(await pending)}
+    return answer()
+
+
 async def on_txn_offset_commit(s: TxnServices, head: RequestHead, body: RequestBody
                                ) -> Awaitable[dict[str, Any]]:
     """TxnOffsetCommit (28) v0-3 on the group coordinator (``group.service.txn_commit``)."""
-    transactional_id, group_id = str(body.transactional_id), str(body.group_id)
     wanted = {(str(t.name), int(p.partition_index)): (
         int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
         p.committed_metadata or "") for t in body.topics for p in t.partitions}
+    pending = txn_offset_commit(
+        s, str(body.transactional_id), str(body.group_id), int(body.producer_id),
+        int(body.producer_epoch), int(getattr(body, "generation_id", -1)),
+        str(getattr(body, "member_id", "")), getattr(body, "group_instance_id", None), wanted)
 
-    def values(codes: dict[tuple[str, int], pb.ErrorCode]) -> dict[str, Any]:
+    async def answer() -> dict[str, Any]:
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), code in codes.items():
+        for (topic, partition), code in (await pending).items():
             by_topic.setdefault(topic, []).append(
                 {"partition_index": partition, "error_code": wire_code(head, code)})
         return {"throttle_time": 0, "topics": [{"name": t, "partitions": p}
                                                for t, p in by_topic.items()]}
-
-    if not _may_write(s, transactional_id):
-        return _done(values({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted}))
-    if not s.allowed(acls.READ, acls.GROUP, group_id):
-        return _done(values({tp: pb.GROUP_AUTHORIZATION_FAILED for tp in wanted}))
-    refused = {tp: pb.TOPIC_AUTHORIZATION_FAILED for tp in wanted
-               if not s.allowed(acls.READ, acls.TOPIC, tp[0])}
-    allowed = {tp: v for tp, v in wanted.items() if tp not in refused}
-    groups = s.group_coordinator
-    if groups is None:
-        raise LookupError("no group coordinator on this listener")
-    pending = group_service.txn_commit(
-        groups, s.metadata_cache, group_id=group_id, producer_id=int(body.producer_id),
-        producer_epoch=int(body.producer_epoch),
-        generation_id=int(getattr(body, "generation_id", -1)),
-        member_id=str(getattr(body, "member_id", "")),
-        group_instance_id=getattr(body, "group_instance_id", None), offsets=allowed)
-
-    async def answer() -> dict[str, Any]:
-        codes = await pending if allowed else {}
-        return values({**refused, **codes})
     return answer()
 
 

@@ -25,10 +25,12 @@ uncommitted records of every topic.
 With client security on (``broker.security``: SASL or an authorizer), each
 client RPC first learns who calls (``BrokerSecurity.authenticate_grpc``: the
 password checked off the event loop, a refusal answered
-connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE,
+connection.failed.authentication.delay.ms late; refused: UNAUTHENTICATED) and drops what the caller may not do: produce needs WRITE
+(and WRITE on the request's transactional id, if it names one: TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
 fetch READ, ListOffsets, OffsetForLeaderEpoch and DescribeReplicas DESCRIBE
 (TOPIC_AUTHORIZATION_FAILED per partition), Metadata lists only describable
-topics (a named one is UNKNOWN_TOPIC_OR_PARTITION).
+topics (a named one is UNKNOWN_TOPIC_OR_PARTITION). The transaction RPCs check what
+Kafka's transaction APIs check (``broker/txn/grpc_service.py``).
 Every RPC is timed (``request_latency_seconds{rpc}``); an unexpected
 exception escaping a handler is logged and answered as UNKNOWN_SERVER_ERROR
 where the response has a request-level code, else as gRPC INTERNAL. A broken
@@ -70,9 +72,11 @@ from tidewater.broker.serving.txn_markers import (
     markers_from_proto,
     results_to_proto,
 )
+from tidewater.broker.txn.coordinator import TransactionCoordinator
+from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC
+from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID, WRITE
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
@@ -194,11 +198,13 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, listener_name: str,
                  security: BrokerSecurity | None = None,
-                 group_coordinator: GroupCoordinator | None = None) -> None:
+                 group_coordinator: GroupCoordinator | None = None,
+                 txn_coordinator: TransactionCoordinator | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
         self.listener_name = listener_name
         self.groups = GroupRpcs(group_coordinator, metadata_cache, listener_name)
+        self.txns = TxnRpcs(txn_coordinator, group_coordinator, metadata_cache, listener_name)
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
 
@@ -220,6 +226,15 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
 
+    async def _rights(self, context: Context) -> Callable[[int, int, str], bool] | None:
+        """(operation, resource type, name) -> may, for this call's caller; None: security
+        is off."""
+        security = self.security
+        if security is None:
+            return None
+        session = await self._session(context, security)
+        return lambda operation, kind, name: security.allows(session, operation, kind, name)
+
     async def _group_allowed(self, context: Context) -> GroupAllowed | None:
         """(operation, group) -> may, for this call's caller; None: security is off."""
         security = self.security
@@ -230,10 +245,10 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("Produce")
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        allowed = await self._allowed(context)
-        if allowed is None:
+        rights = await self._rights(context)
+        if rights is None:
             return await self.replica_manager.produce(request)
-        denied = grpc_auth.produce_refusals(request, allowed)
+        denied = _produce_refusals(request, rights)
         response = (await self.replica_manager.produce(request) if request.partitions
                     else pb.ProduceResponse())
         response.partitions.extend(denied)
@@ -288,7 +303,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         what was not answered); when the client cancels, pending waits are withdrawn.
         """
         replica_manager = self.replica_manager
-        allowed = await self._allowed(context)
+        rights = await self._rights(context)
         writer = _AnswerWriter(context, self._observer("ProduceStream"),
                                self.replica_manager.supervisor)
         withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
@@ -302,8 +317,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         try:
             while (request := await reader.read()) is not None:
                 started = time.perf_counter()
-                denied = ([] if allowed is None
-                          else grpc_auth.produce_refusals(request, allowed))
+                denied = [] if rights is None else _produce_refusals(request, rights)
                 try:
                     response, waits = await replica_manager.produce_append(request)
                     response.partitions.extend(denied)
@@ -392,6 +406,8 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("InitProducerId")
     async def InitProducerId(self, request: pb.InitProducerIdRequest, context: Context
                             ) -> pb.InitProducerIdResponse:
+        if request.transactional_id:  # the transaction coordinator's (WRITE on the id)
+            return await self.txns.init_producer_id(request, await self._rights(context))
         security = self.security
         if security is not None:
             session = await self._session(context, security)
@@ -408,6 +424,12 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("FindCoordinator")
     async def FindCoordinator(self, request: pb.FindCoordinatorRequest, context: Context
                              ) -> pb.FindCoordinatorResponse:
+        if request.key_type == pb.KEY_TYPE_TRANSACTION:
+            return await self.txns.find_coordinator(request, await self._rights(context))
+        if request.key_type != pb.KEY_TYPE_GROUP:
+            return pb.FindCoordinatorResponse(
+                error_code=pb.INVALID_REQUEST,
+                error_message=f"unknown coordinator key type {request.key_type}")
         return await self.groups.find_coordinator(request, await self._group_allowed(context))
 
     @_rpc("JoinGroup")
@@ -456,6 +478,27 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def DeleteGroups(self, request: pb.DeleteGroupsRequest, context: Context
                           ) -> pb.DeleteGroupsResponse:
         return await self.groups.delete_groups(request, await self._group_allowed(context))
+
+
+    # Transactions: broker/txn/grpc_service.py (the Kafka transaction APIs' functions).
+    @_rpc("AddPartitionsToTxn")
+    async def AddPartitionsToTxn(self, request: pb.AddPartitionsToTxnRequest, context: Context
+                                 ) -> pb.AddPartitionsToTxnResponse:
+        return await self.txns.add_partitions(request, await self._rights(context))
+
+    @_rpc("AddOffsetsToTxn")
+    async def AddOffsetsToTxn(self, request: pb.AddOffsetsToTxnRequest, context: Context
+                              ) -> pb.AddOffsetsToTxnResponse:
+        return await self.txns.add_offsets(request, await self._rights(context))
+
+    @_rpc("TxnOffsetCommit")
+    async def TxnOffsetCommit(self, request: pb.TxnOffsetCommitRequest, context: Context
+                              ) -> pb.TxnOffsetCommitResponse:
+        return await self.txns.txn_offset_commit(request, await self._rights(context))
+
+    @_rpc("EndTxn")
+    async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.EndTxnResponse:
+        return await self.txns.end_txn(request, await self._rights(context))
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
@@ -608,6 +651,24 @@ class _StreamReader(Generic[_Request]):
 
     def close(self) -> None:
         self._remove()
+
+
+def _produce_refusals(request: pb.ProduceRequest, rights: Callable[[int, int, str], bool]
+                      ) -> list[pb.ProducePartitionResponse]:
+    """The partitions the caller may not write, taken out of ``request``: all of them
+    when it names a transactional id the caller may not WRITE (Kafka's rule for a
+    transactional produce), else those of topics it may not WRITE."""
+    transactional_id = request.transactional_id
+    if transactional_id and not rights(WRITE, TRANSACTIONAL_ID, transactional_id):
+        denied = [pb.ProducePartitionResponse(
+            topic=p.topic, partition=p.partition,
+            error_code=pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            error_message=f"needs WRITE on transactional id {transactional_id!r}",
+            base_offset=-1, log_start_offset=-1) for p in request.partitions]
+        del request.partitions[:]
+        return denied
+    return grpc_auth.produce_refusals(
+        request, lambda operation, topic: rights(operation, TOPIC, topic))
 
 
 def _is_eof(read: object) -> bool:

@@ -11,8 +11,9 @@ COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka does.
 
 A producer without a transactional id always gets a new id with epoch 0 (Kafka
 does the same, also for v3+ requests naming their current id and epoch: an
-idempotent producer bumps its epoch itself). Transactions are not supported:
-a transactional id is INVALID_REQUEST.
+idempotent producer bumps its epoch itself). A transactional id is the transaction
+coordinator's (``txn_apis.init_transactional_producer``, called first by both listeners):
+one that reaches here is INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ class ProducerIdManager:
     async def init_producer_id(self, request: pb.InitProducerIdRequest) -> pb.InitProducerIdResponse:
         try:
             if request.transactional_id:
-                raise InvalidRequestError("transactions are not supported (transactional id "
-                                          f"{request.transactional_id!r})")
+                raise InvalidRequestError("a transactional id is the transaction "
+                                          f"coordinator's ({request.transactional_id!r})")
             if (request.producer_id < 0) != (request.producer_epoch < 0):
                 raise InvalidRequestError("producer id and epoch must both be given or neither")
             producer_id = await self.next_producer_id()

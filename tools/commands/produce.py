@@ -8,6 +8,12 @@ every acknowledged record is appended to FILE as one JSON line
 ``{"topic", "partition", "offset", "key", "value", "acks"}`` (flushed as it is
 acknowledged, so a crash loses no acknowledgement that was written). Exits
 non-zero when any record failed, saying how many.
+
+With ``--transactional-id ID`` the records are written in transactions (Tidewater's
+transactional producer; acks=all): all of stdin in one, or one per
+``--records-per-transaction N`` lines. A transaction with a failed record is aborted
+(its records count as failed); the ack log gets a transaction's records only once it
+has committed. A fence (another producer took the id) ends the command.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from tidewater.client.producer import Producer, RecordFuture, RecordMetadata, parse_acks
+from tidewater.client.transactions import TransactionAbortRequiredError
 from tidewater.proto.compression import COMPRESSION_BY_NAME
 from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
@@ -68,6 +75,11 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--linger-ms", type=int, default=None, help=f"default: {DEFAULT_LINGER_MS}")
     parser.add_argument("--compression", default=None, choices=list(COMPRESSION_BY_NAME),
                         help="batch compression, Kafka's codecs (default: none)")
+    parser.add_argument("--transactional-id", default=None, metavar="ID",
+                        help="write in transactions of this transactional id (acks=all)")
+    parser.add_argument("--records-per-transaction", type=int, default=None, metavar="N",
+                        help="with --transactional-id: commit every N records "
+                             "(default: all of stdin in one transaction)")
     parser.add_argument("--timeout-ms", type=int, default=30000,
                         help="give up on a record not acknowledged within this time")
     add_bootstrap_argument(parser)
@@ -100,13 +112,30 @@ def split_line(line: bytes, separator: bytes | None) -> tuple[bytes | None, byte
 class _Results:
     """Counts outcomes and writes the ack log from the producer's callbacks."""
 
-    def __init__(self, ack_log: TextIO | None, acks_label: str) -> None:
+    def __init__(self, ack_log: TextIO | None, acks_label: str, *,
+                 transactional: bool = False) -> None:
         self.ack_log = ack_log
         self.acks_label = acks_label
+        self.transactional = transactional  # acks count (and are logged) once committed
         self.lock = threading.Lock()
         self.acked = 0
         self.failed = 0
         self.first_error: str | None = None
+        self.pending: list[str] = []  # ack-log lines of the open transaction's acked records
+
+    def end_transaction(self, committed: bool, reason: str = "") -> None:
+        """The open transaction's acked records count as acked (committed) or failed."""
+        with self.lock:
+            pending, self.pending = self.pending, []
+            if not committed:
+                self.failed += len(pending)
+                if self.first_error is None:
+                    self.first_error = reason
+                return
+            self.acked += len(pending)
+            if self.ack_log is not None and pending:
+                self.ack_log.write("".join(pending))
+                self.ack_log.flush()
 
     def record_failure(self, reason: str) -> None:
         with self.lock:
@@ -122,6 +151,9 @@ class _Results:
                 return
             meta = fut.result()
             with self.lock:
+                if self.transactional:
+                    self.pending.append(ack_log_line(meta, key, value, self.acks_label))
+                    return
                 self.acked += 1
                 if self.ack_log is not None:
                     self.ack_log.write(ack_log_line(meta, key, value, self.acks_label))
@@ -182,15 +214,25 @@ def cmd_produce(args: argparse.Namespace) -> int:
         ack_log = open(args.ack_log, "a", encoding="utf-8", errors="surrogateescape") if args.ack_log else None
     except OSError as e:
         raise CliError(f"cannot open ack log {args.ack_log}: {e.strerror}") from None
-    results = _Results(ack_log, acks_label)
+    transactional_id = args.transactional_id
+    per_transaction = args.records_per_transaction
+    if per_transaction is not None and (transactional_id is None or per_transaction < 1):
+        raise usage_error("--records-per-transaction needs --transactional-id and N >= 1")
+    if transactional_id is not None and settings["acks"] != "all":
+        raise usage_error("--transactional-id needs acks=all")
+    results = _Results(ack_log, acks_label, transactional=transactional_id is not None)
     with cli_errors(f"cannot produce to {topic!r}"):
         producer = Producer(bootstrap_of(args), **security_of(args),
                             acks=parse_acks(settings["acks"]),
                             batch_size_bytes=settings["batch_size"], linger_ms=settings["linger_ms"],
                             request_timeout_ms=min(args.timeout_ms, 30000),
                             delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms,
-                            compression=COMPRESSION_BY_NAME[settings["compression"]])
+                            compression=COMPRESSION_BY_NAME[settings["compression"]],
+                            transactional_id=transactional_id)
         try:
+            if transactional_id is not None:
+                producer.init_transactions()
+            in_transaction = 0  # records sent in the open transaction
             total = 0
             for line_number, raw in enumerate(sys.stdin.buffer, start=1):
                 line = raw[:-1] if raw.endswith(b"\n") else raw
@@ -202,8 +244,23 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 except ValueError as e:
                     results.record_failure(f"line {line_number}: {e}")
                     continue
-                fut = producer.send(topic, value, key=key, partition=args.partition)
+                if transactional_id is not None and in_transaction == 0:
+                    producer.begin_transaction()
+                try:
+                    fut = producer.send(topic, value, key=key, partition=args.partition)
+                except TransactionAbortRequiredError as e:  # its partition was refused
+                    results.record_failure(f"line {line_number}: {e}")
+                    producer.abort_transaction()
+                    results.end_transaction(False, f"transaction aborted: {e}")
+                    in_transaction = 0
+                    continue
                 fut.add_done_callback(results.callback(key, value))
+                in_transaction += 1
+                if per_transaction is not None and in_transaction >= per_transaction:
+                    _end_transaction(producer, results)
+                    in_transaction = 0
+            if in_transaction and transactional_id is not None:
+                _end_transaction(producer, results)
             producer.flush()
         finally:
             producer.close()
@@ -212,3 +269,14 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if results.failed:
         raise CliError(f"{results.failed} of {total} records failed (first: {results.first_error})")
     return 0
+
+
+def _end_transaction(producer: Producer, results: _Results) -> None:
+    """Commit the open transaction; one with a failed record is aborted instead."""
+    try:
+        producer.commit_transaction()
+    except TransactionAbortRequiredError as e:
+        producer.abort_transaction()
+        results.end_transaction(False, f"transaction aborted: {e}")
+        return
+    results.end_transaction(True)
