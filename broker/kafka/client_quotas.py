@@ -39,6 +39,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -50,6 +51,7 @@ ENTITY_USER = "user"
 ENTITY_CLIENT_ID = "client-id"
 ENTITY_TYPES = (ENTITY_USER, ENTITY_CLIENT_ID)
 
+ENTITY_NAME_BYTES_MAX = 255
 QUOTA_WINDOW_NUM = 11          # Kafka's quota.window.num
 QUOTA_WINDOW_SIZE_MS = 1_000   # Kafka's quota.window.size.seconds, in ms
 
@@ -86,6 +88,25 @@ class QuotaEntity:
 
 
 DEFAULT = ""  # the <default> name in a QuotaEntity
+
+
+def entity_to_pb(entity: QuotaEntity) -> pb.ClientQuotaEntity:
+    message = pb.ClientQuotaEntity()
+    if entity.user is not None:
+        message.user = entity.user
+    if entity.client_id is not None:
+        message.client_id = entity.client_id
+    return message
+
+
+def entity_from_pb(message: pb.ClientQuotaEntity) -> QuotaEntity:
+    """QuotaConfigError for an entity naming nothing or a name too long."""
+    user = message.user if message.HasField("user") else None
+    client_id = message.client_id if message.HasField("client_id") else None
+    for name in (user, client_id):
+        if name is not None and len(name.encode()) > ENTITY_NAME_BYTES_MAX:
+            raise QuotaConfigError(f"entity name longer than {ENTITY_NAME_BYTES_MAX} bytes")
+    return QuotaEntity(user, client_id)
 
 
 def precedence(user: str, client_id: str) -> list[QuotaEntity]:
