@@ -1,0 +1,174 @@
+"""Issue 29: client quotas against a real broker, with confluent-kafka clients.
+
+A producer whose client-id has ``producer_byte_rate`` is held near its quota over a
+30 s run, and is answered throttle_time_ms (librdkafka's throttle_cb hears it), while
+an unthrottled producer on the same broker keeps its throughput; a consumer with
+``consumer_byte_rate`` is held the same way. Quotas are set and read back with
+``tide quotas``. Rates are measured over the whole run with generous bounds: the
+machine may be loaded, so only the ceiling (the quota plus 30%: see CEILING) is tight.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from cluster_fixtures import start_cluster, stop_cluster, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+TOPIC = "quotas"
+QUOTA_BYTES_PER_S = 100_000
+VALUE_BYTES = 1_000
+RUN_S = 30.0
+# Kafka's rate lets a client spend its first 10 windows' worth at once, and forgets a
+# sample whole when it leaves the 11 windows, so the first ~11 s run above the quota
+# (as on Kafka); the rate held is measured after that. Even then Kafka's windowed rate
+# swings around the quota as whole samples leave it: a client obeying every throttle
+# exactly averages 111% of its quota over 40 s, 124% over 12-30 s, in a simulation of
+# this module (and of
+# Kafka's formula), so the ceiling is the quota plus 30% (measured here: 114-124%).
+STEADY_FROM_S = 12.0
+CEILING = 1.30
+
+
+def window_rate(events: list[tuple[float, int]], from_s: float, to_s: float) -> float:
+    return sum(n for t, n in events if from_s <= t < to_s) / (to_s - from_s)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    # One broker: a quota is per broker, and the machine running the suite is small.
+    c = start_cluster(tmp_path_factory.mktemp("client-quotas"), 1)
+    c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
+    assert c.tide("topics", "create", TOPIC, "--partitions", "1",
+                  "--replication-factor", "1").returncode == 0
+    yield c
+    stop_cluster(c)
+
+
+def produce_for(bootstrap: str, client_id: str, seconds: float, out: dict) -> None:
+    """Produce VALUE_BYTES records as fast as the client may for ``seconds``; ``out``
+    gets the bytes delivered, the elapsed time and the throttle times heard."""
+    throttles: list[float] = []
+    delivered = [0]
+    deliveries: list[tuple[float, int]] = []  # (when, value bytes)
+
+    def on_delivery(error, message) -> None:
+        if error is None:
+            delivered[0] += len(message.value())
+            deliveries.append((time.monotonic() - started, len(message.value())))
+
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1,
+        "linger.ms": 5, "queue.buffering.max.kbytes": 1024,
+        # Java's batch size, not librdkafka's 1 MB: one request must be a small part
+        # of what the quota lets through in a window, or one request alone overshoots.
+        "batch.size": 16_384,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    value = b"x" * VALUE_BYTES
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            producer.produce(TOPIC, value=value, on_delivery=on_delivery)
+            producer.poll(0)
+        except BufferError:
+            producer.poll(0.05)
+    elapsed = time.monotonic() - started
+    # What was delivered within the run counts; the queue left is not waited out.
+    producer.poll(0)
+    out.update(bytes=delivered[0], seconds=elapsed, throttles=throttles,
+               deliveries=deliveries)
+    producer.purge()
+    producer.flush(5)
+
+
+def test_quotas_are_set_and_described(cluster):
+    assert cluster.tide("quotas", "alter", "--entity-type", "clients", "--entity-name", "slow",
+                        "--add-config", f"producer_byte_rate={QUOTA_BYTES_PER_S}").returncode == 0
+    assert cluster.tide("quotas", "alter", "--entity-type", "clients", "--entity-name",
+                        "slowreader", "--add-config",
+                        f"consumer_byte_rate={QUOTA_BYTES_PER_S}").returncode == 0
+    described = cluster.tide("quotas", "describe", "--entity-type", "clients")
+    assert described.returncode == 0
+    assert f"client-id slow\tproducer_byte_rate={QUOTA_BYTES_PER_S}" in described.stdout
+    assert f"client-id slowreader\tconsumer_byte_rate={QUOTA_BYTES_PER_S}" in described.stdout
+    refused = cluster.tide("quotas", "alter", "--entity-type", "users", "--entity-name", "u",
+                           "--add-config", "producer_byte_rate=0")
+    assert refused.returncode != 0 and "INVALID_REQUEST" in refused.stderr
+
+
+def test_throttled_producer_held_to_its_quota_unthrottled_one_not(cluster):
+    slow: dict = {}
+    fast: dict = {}
+    threads = [threading.Thread(target=produce_for, args=(cluster.kafka, "slow", RUN_S, slow)),
+               threading.Thread(target=produce_for, args=(cluster.kafka, "fast", RUN_S, fast))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(RUN_S + 60)
+    slow_rate = window_rate(slow["deliveries"], STEADY_FROM_S, slow["seconds"])
+    fast_rate = fast["bytes"] / fast["seconds"]
+    print(f"slow {slow_rate:.0f} B/s from {STEADY_FROM_S} s on (whole run "
+          f"{slow['bytes'] / slow['seconds']:.0f}; quota {QUOTA_BYTES_PER_S}), "
+          f"fast {fast_rate:.0f} B/s, slow throttled {len(slow['throttles'])} times")
+    assert slow["throttles"] and max(slow["throttles"]) > 0
+    assert not fast["throttles"]
+    # Values only: the quota also counts the batches' headers, so the ceiling holds.
+    assert slow_rate <= QUOTA_BYTES_PER_S * CEILING
+    assert slow_rate >= QUOTA_BYTES_PER_S * 0.5
+    assert fast_rate >= QUOTA_BYTES_PER_S * 5
+
+
+def consume_for(bootstrap: str, client_id: str, seconds: float, out: dict) -> None:
+    throttles: list[float] = []
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        # Small answers, so one answer is a small part of what the quota lets through.
+        "fetch.max.bytes": 65_536, "message.max.bytes": 65_536,
+        "max.partition.fetch.bytes": 32_768,
+        "throttle_cb": lambda event: throttles.append(event.throttle_time)})
+    consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+    received = 0
+    events: list[tuple[float, int]] = []
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            received += len(message.value())
+            events.append((time.monotonic() - started, len(message.value())))
+    out.update(bytes=received, seconds=time.monotonic() - started, throttles=throttles,
+               deliveries=events)
+    consumer.close()
+
+
+def test_throttled_consumer_held_to_its_quota(cluster):
+    # Enough records that neither consumer runs dry before its run ends at the quota.
+    filled: dict = {}
+    produce_for(cluster.kafka, "filler", 3.0, filled)
+    wait_for(lambda: filled["bytes"] > 0, "records to read")
+    assert filled["bytes"] >= QUOTA_BYTES_PER_S * RUN_S * 1.5, filled["bytes"]
+    slow: dict = {}
+    fast: dict = {}
+    threads = [threading.Thread(target=consume_for,
+                                args=(cluster.kafka, "slowreader", RUN_S, slow)),
+               threading.Thread(target=consume_for,
+                                args=(cluster.kafka, "fastreader", RUN_S, fast))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(RUN_S + 60)
+    slow_rate = window_rate(slow["deliveries"], STEADY_FROM_S, slow["seconds"])
+    fast_rate = fast["bytes"] / fast["seconds"]
+    print(f"slowreader {slow_rate:.0f} B/s from {STEADY_FROM_S} s on (whole run "
+          f"{slow['bytes'] / slow['seconds']:.0f}; quota {QUOTA_BYTES_PER_S}), "
+          f"fastreader {fast_rate:.0f} B/s")
+    assert slow["throttles"] and max(slow["throttles"]) > 0
+    assert slow_rate <= QUOTA_BYTES_PER_S * CEILING
+    assert slow_rate >= QUOTA_BYTES_PER_S * 0.5
+    # The unthrottled one reads everything there is, far faster than the quota.
+    assert fast["bytes"] >= min(filled["bytes"], QUOTA_BYTES_PER_S * RUN_S * 1.5)
