@@ -168,8 +168,8 @@ class WindowedRate:
     def span_ms(self, now_ms: int) -> int:
         """The time the rate is measured over (``Rate.windowSize``): since the oldest
         live sample began, but at least ``window_num - 1`` windows."""
-        self._purge(now_ms)
-        oldest_ms = self._samples[0].window_start_ms if self._samples else now_ms
+        live = self._live(now_ms)
+        oldest_ms = live[0].window_start_ms if live else now_ms
         elapsed_ms = now_ms - oldest_ms
         full_windows_min = self.window_num - 1
         full_windows = elapsed_ms // self.window_ms
@@ -177,13 +177,16 @@ class WindowedRate:
             elapsed_ms += (full_windows_min - full_windows) * self.window_ms
         return elapsed_ms
 
+    def _live(self, now_ms: int) -> list[_Sample]:
+        # Reads never change the samples: the metrics scrape reads from its own thread.
+        horizon_ms = now_ms - self.window_num * self.window_ms
+        return [s for s in list(self._samples) if s.window_start_ms > horizon_ms]
+
     def is_idle(self, now_ms: int) -> bool:
-        self._purge(now_ms)
-        return not self._samples
+        return not self._live(now_ms)
 
     def total(self, now_ms: int) -> float:
-        self._purge(now_ms)
-        return sum(s.value for s in self._samples)
+        return sum(s.value for s in self._live(now_ms))
 
     def per_second(self, now_ms: int) -> float:
         return self.total(now_ms) * 1000.0 / self.span_ms(now_ms)
@@ -262,10 +265,14 @@ class ClientQuotas:
         return None
 
     # -- rates ------------------------------------------------------------------
-    def _rate(self, key: str, tags: tuple[str, str]) -> WindowedRate | None:
+    def _rate(self, key: str, tags: tuple[str, str], now_ms: int) -> WindowedRate | None:
         rate_key = (key, *tags)
         rate = self._rates.get(rate_key)
         if rate is None:
+            if len(self._rates) >= self.sensors_max:
+                # Rates of clients gone quiet are dropped only when room is needed: no
+                # background task, and the metrics keep a client's series meanwhile.
+                self.maybe_expire(now_ms)
             if len(self._rates) >= self.sensors_max:
                 return None
             rate = self._rates[rate_key] = WindowedRate(self.window_num, self.window_ms)
@@ -281,7 +288,7 @@ class ClientQuotas:
         found = self.quota_for(key, user, client_id)
         # Unlimited clients are still measured, per (user, client-id), for metrics.
         tags = found[1] if found is not None else (user, client_id)
-        rate = self._rate(key, tags)
+        rate = self._rate(key, tags, now_ms)
         if rate is None:
             return QuotaDecision(0, found[0] if found else None, None)
         rate.record(value, now_ms)
@@ -303,7 +310,8 @@ class ClientQuotas:
             rate.record(-value, now_ms)
 
     def rates_per_second(self, now_ms: int) -> Iterable[tuple[str, str, str, float]]:
-        """(key, user, client-id, rate) of every measured sharing group, for metrics."""
+        """(key, user, client-id, rate) of every measured sharing group, for metrics
+        (safe from the scrape's thread: nothing is changed)."""
         for (key, user, client_id), rate in list(self._rates.items()):
             yield key, user, client_id, rate.per_second(now_ms)
 

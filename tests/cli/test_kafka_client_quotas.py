@@ -10,8 +10,11 @@ machine may be loaded, so only the ceiling (the quota plus 30%: see CEILING) is 
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
+import urllib.request
 
 import pytest
 from cluster_fixtures import start_cluster, stop_cluster, wait_for
@@ -19,6 +22,8 @@ from cluster_fixtures import start_cluster, stop_cluster, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+
+from tidewater.broker.kafka.codec import decode_response, encode_request  # noqa: E402
 
 TOPIC = "quotas"
 QUOTA_BYTES_PER_S = 100_000
@@ -121,6 +126,16 @@ def test_throttled_producer_held_to_its_quota_unthrottled_one_not(cluster):
     assert slow_rate <= QUOTA_BYTES_PER_S * CEILING
     assert slow_rate >= QUOTA_BYTES_PER_S * 0.5
     assert fast_rate >= QUOTA_BYTES_PER_S * 5
+    # The broker's Prometheus endpoint shows the throttling and the rates, Kafka's way.
+    metrics_port = cluster.manifest()["processes"]["broker-1"]["metrics_port"]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                  timeout=10).read().decode()
+    throttle_line = next(line for line in text.splitlines() if line.startswith(
+        'tidewater_broker_client_quota_throttle_time_ms_total{client_id="slow",'
+        'quota_type="Produce",user=""}'))
+    assert float(throttle_line.split()[-1]) > 0
+    assert 'tidewater_broker_client_quota_byte_rate{client_id="fast",quota_type="Produce"' \
+        in text
 
 
 def consume_for(bootstrap: str, client_id: str, seconds: float, out: dict) -> None:
@@ -172,3 +187,45 @@ def test_throttled_consumer_held_to_its_quota(cluster):
     assert slow_rate >= QUOTA_BYTES_PER_S * 0.5
     # The unthrottled one reads everything there is, far faster than the quota.
     assert fast["bytes"] >= min(filled["bytes"], QUOTA_BYTES_PER_S * RUN_S * 1.5)
+
+
+def kafka_call(address: str, api_key: int, version: int, values: dict):
+    host, port = address.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(encode_request(api_key, version, 7, values))
+        (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+        frame = b""
+        while len(frame) < size:
+            chunk = sock.recv(size - len(frame))
+            assert chunk, "the broker closed the connection"
+            frame += chunk
+    return decode_response(api_key, version, frame)[1]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_kafka_alter_and_describe_client_quotas_on_the_wire(cluster, version):
+    """Keys 49 and 48 as Kafka's Admin sends them: a null entity_name is <default>; an
+    unknown entity type is INVALID_REQUEST for its entry only."""
+    user = f"wire{version}"
+    altered = kafka_call(cluster.kafka, 49, version, {"validate_only": False, "entries": [
+        {"entity": [{"entity_type": "user", "entity_name": user},
+                    {"entity_type": "client-id", "entity_name": None}],
+         "ops": [{"key": "consumer_byte_rate", "value": 5000.0, "remove": False}]},
+        {"entity": [{"entity_type": "ip", "entity_name": "1.2.3.4"}],
+         "ops": [{"key": "consumer_byte_rate", "value": 5000.0, "remove": False}]}]})
+    assert [int(e.error_code) for e in altered.entries] == [0, 42]  # NONE, INVALID_REQUEST
+    described = kafka_call(cluster.kafka, 48, version, {"strict": True, "components": [
+        {"entity_type": "user", "match_type": 0, "match": user},
+        {"entity_type": "client-id", "match_type": 1, "match": None}]})
+    assert int(described.error_code) == 0
+    [entry] = described.entries
+    assert sorted((p.entity_type, p.entity_name) for p in entry.entity) == [
+        ("client-id", None), ("user", user)]
+    assert [(v.key, v.value) for v in entry.values] == [("consumer_byte_rate", 5000.0)]
+    removed = kafka_call(cluster.kafka, 49, version, {"validate_only": False, "entries": [
+        {"entity": [{"entity_type": "user", "entity_name": user},
+                    {"entity_type": "client-id", "entity_name": None}],
+         "ops": [{"key": "consumer_byte_rate", "value": 0.0, "remove": True}]}]})
+    assert [int(e.error_code) for e in removed.entries] == [0]
+    assert not kafka_call(cluster.kafka, 48, version, {"strict": False, "components": [
+        {"entity_type": "user", "match_type": 0, "match": user}]}).entries
