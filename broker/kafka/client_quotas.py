@@ -2,8 +2,10 @@
 how much of the request handlers' time it may take (Kafka's ``ClientQuotaManager``,
 ``ClientRequestQuotaManager`` and ``QuotaUtils``; KIP-13, KIP-55, KIP-124, KIP-219).
 
-Pure bookkeeping, no sockets, time passed in; the Kafka listener records what each
-request cost and answers the throttle time this module computes.
+Pure bookkeeping, no sockets, time passed in; the Kafka listener (``server.py``)
+records what each request cost (a Produce its request's bytes, a Fetch its answer's
+bytes, any request but ApiVersions and SASL its handler's time) and answers the
+throttle time this module computes.
 
 Theory of operation
 -------------------

@@ -53,7 +53,12 @@ from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka import apis, config_apis, quota_apis, topic_apis
-from tidewater.broker.kafka.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
+from tidewater.broker.kafka.client_quotas import (
+    CONSUMER_BYTE_RATE,
+    PERCENT_PER_NS,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+)
 from tidewater.broker.kafka.codec import (
     RequestHead,
     UnknownApiKeyError,
@@ -340,6 +345,7 @@ class KafkaListener:
             # tasks copy this context): the controller authorizes that principal too.
             FORWARDED.set((connection.session.principal, connection.session.host)
                           if connection is not None else None)
+            handling_started = time.perf_counter()
             try:
                 pending = await apis.HANDLERS[head.api_key](services, head, body)
             except InvariantViolation:
@@ -358,6 +364,12 @@ class KafkaListener:
             # reads one request at a time per connection, so a producer pipelining many
             # requests must not get them all read before its first throttled answer.
             throttle_ms = self._charge_quota(head, connection, len(frame), 0)
+            # request_percentage (KIP-124) is charged the time the handler took before
+            # it handed back its answer: the in-order work done at once, as Kafka charges
+            # its request thread's time, not a long poll's or a forward's wait.
+            if head.api_key not in _REQUEST_QUOTA_EXEMPT:
+                throttle_ms = max(throttle_ms, self._charge_request_time(
+                    head, connection, time.perf_counter() - handling_started))
             if throttle_ms:
                 mute.until_ms = max(mute.until_ms, mono_ms() + throttle_ms)
             await answers.put((head, answer, started, throttle_ms))
@@ -391,9 +403,9 @@ class KafkaListener:
                     parts = encode_response_parts(head, body)
                     if head.api_key == apis.FETCH:
                         # A fetch is charged its answer's size, known only now.
-                        throttle_ms = self._charge_quota(head, connection, 0,
-                                                         sum(len(p) for p in parts))
-                    if throttle_ms:
+                        throttle_ms = max(throttle_ms, self._charge_quota(
+                            head, connection, 0, sum(len(p) for p in parts)))
+                    if throttle_ms and "throttle_time" in values:
                         # throttle_time_ms is a fixed-size int32: the size charged holds.
                         values["throttle_time"] = throttle_ms
                         body = build(response_type(head.api_key, head.api_version), values)
@@ -422,12 +434,27 @@ class KafkaListener:
             key, charged_bytes = CONSUMER_BYTE_RATE, response_bytes
         else:
             return 0
-        principal = connection.session.principal if connection is not None else ANONYMOUS
-        # Kafka's quota user is the principal's name ("alice" of "User:alice").
-        user = principal.partition(":")[2] or principal
         decision = self.services.metadata_cache.client_quotas.record(
-            key, user, head.client_id or "", charged_bytes, mono_ms())
+            key, _quota_user(connection), head.client_id or "", charged_bytes, mono_ms())
         return decision.throttle_time_ms
+
+    def _charge_request_time(self, head: RequestHead, connection: ConnectionSecurity | None,
+                             handling_s: float) -> int:
+        decision = self.services.metadata_cache.client_quotas.record(
+            REQUEST_PERCENTAGE, _quota_user(connection), head.client_id or "",
+            handling_s * 1e9 * PERCENT_PER_NS, mono_ms())
+        return decision.throttle_time_ms
+
+
+# Not charged to request_percentage, as in Kafka: what a client needs to learn what it
+# may send and to log in (a throttled login could never clear its own throttle).
+_REQUEST_QUOTA_EXEMPT = frozenset({apis.API_VERSIONS, 17, 36})  # SaslHandshake, -Authenticate
+
+
+def _quota_user(connection: ConnectionSecurity | None) -> str:
+    """Kafka's quota user: the principal's name ("alice" of "User:alice")."""
+    principal = connection.session.principal if connection is not None else ANONYMOUS
+    return principal.partition(":")[2] or principal
 
 
 def error_codes(values: object) -> Iterator[int]:

@@ -229,3 +229,33 @@ def test_kafka_alter_and_describe_client_quotas_on_the_wire(cluster, version):
     assert [int(e.error_code) for e in removed.entries] == [0]
     assert not kafka_call(cluster.kafka, 48, version, {"strict": False, "components": [
         {"entity_type": "user", "match_type": 0, "match": user}]}).entries
+
+
+def metadata_throttles(address: str, client_id: str, requests: int) -> list[int]:
+    """throttle_time_ms of ``requests`` Metadata v9 answers on one connection."""
+    host, port = address.split(",")[0].rsplit(":", 1)
+    throttles = []
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        for correlation_id in range(requests):
+            sock.sendall(encode_request(3, 9, correlation_id, {
+                "topics": [], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+                "include_cluster_authorized_operations": False}, client_id=client_id))
+            (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+            frame = sock.recv(size, socket.MSG_WAITALL)
+            body = decode_response(3, 9, frame)[1]
+            throttles.append(int(body.throttle_time.total_seconds() * 1000))
+            if throttles[-1] > 0:
+                break
+    return throttles
+
+
+def test_request_percentage_throttles_any_request(cluster):
+    """KIP-124: request handling time counts against request_percentage; a Metadata
+    answer carries the throttle, bounded by one window (1 s)."""
+    assert cluster.tide("quotas", "alter", "--entity-type", "clients", "--entity-name", "busy",
+                        "--add-config", "request_percentage=0.01").returncode == 0
+    busy = metadata_throttles(cluster.kafka, "busy", 500)
+    assert 0 < busy[-1] <= 1_000, busy[-5:]
+    idle = metadata_throttles(cluster.kafka, "idle", len(busy))
+    assert not any(idle)
