@@ -17,7 +17,7 @@ import time
 import urllib.request
 
 import pytest
-from cluster_fixtures import start_cluster, stop_cluster, wait_for
+from cluster_fixtures import start_cluster, stop_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -163,10 +163,15 @@ def consume_for(bootstrap: str, client_id: str, seconds: float, out: dict) -> No
 
 def test_throttled_consumer_held_to_its_quota(cluster):
     # Enough records that neither consumer runs dry before its run ends at the quota.
-    filled: dict = {}
-    produce_for(cluster.kafka, "filler", 3.0, filled)
-    wait_for(lambda: filled["bytes"] > 0, "records to read")
-    assert filled["bytes"] >= QUOTA_BYTES_PER_S * RUN_S * 1.5, filled["bytes"]
+    needed_bytes = QUOTA_BYTES_PER_S * RUN_S * 1.5
+    filled_bytes = 0
+    for _ in range(20):  # a loaded machine may need several rounds
+        filled: dict = {}
+        produce_for(cluster.kafka, "filler", 3.0, filled)
+        filled_bytes += filled["bytes"]
+        if filled_bytes >= needed_bytes:
+            break
+    assert filled_bytes >= needed_bytes, filled_bytes
     slow: dict = {}
     fast: dict = {}
     threads = [threading.Thread(target=consume_for,
@@ -186,7 +191,7 @@ def test_throttled_consumer_held_to_its_quota(cluster):
     assert slow_rate <= QUOTA_BYTES_PER_S * CEILING
     assert slow_rate >= QUOTA_BYTES_PER_S * 0.5
     # The unthrottled one reads everything there is, far faster than the quota.
-    assert fast["bytes"] >= min(filled["bytes"], QUOTA_BYTES_PER_S * RUN_S * 1.5)
+    assert fast["bytes"] >= needed_bytes
 
 
 def kafka_call(address: str, api_key: int, version: int, values: dict):
