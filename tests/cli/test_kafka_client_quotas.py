@@ -5,7 +5,7 @@ A producer whose client-id has ``producer_byte_rate`` is held near its quota ove
 an unthrottled producer on the same broker keeps its throughput; a consumer with
 ``consumer_byte_rate`` is held the same way. Quotas are set and read back with
 ``tide quotas``. Rates are measured over the whole run with generous bounds: the
-machine may be loaded, so only the ceiling (the quota plus 30%: see CEILING) is tight.
+machine may be loaded, so only the ceiling (the quota plus 20%: see CEILING) is tight.
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ TOPIC = "quotas"
 QUOTA_BYTES_PER_S = 100_000
 VALUE_BYTES = 1_000
 RUN_S = 30.0
-# Kafka's rate lets a client spend its first 10 windows' worth at once, and forgets a
-# sample whole when it leaves the 11 windows, so the first ~11 s run above the quota
-# (as on Kafka); the rate held is measured after that. Even then Kafka's windowed rate
-# swings around the quota as whole samples leave it: a client obeying every throttle
-# exactly averages 111% of its quota over 40 s, 124% over 12-30 s, in a simulation of
-# this module (and of
-# Kafka's formula), so the ceiling is the quota plus 30% (measured here: 114-124%).
+# The rate held is measured over the whole 30 s run (three of Kafka's 11 s windows). It
+# is Kafka's windowed rate, which runs above the quota: a client obeying every throttle
+# exactly averages 111% of its quota over 40 s in a simulation of this module (and of
+# Kafka's formula), because a whole 1 s sample leaves the window at once; measured here
+# over 30 s, 113-117%. Over shorter spans it swings more (70-124% from 12 s to 30 s in
+# four runs), so the shorter span is printed, not asserted.
 STEADY_FROM_S = 12.0
-CEILING = 1.30
+CEILING = 1.20
 
 
 def window_rate(events: list[tuple[float, int]], from_s: float, to_s: float) -> float:
@@ -115,10 +114,11 @@ def test_throttled_producer_held_to_its_quota_unthrottled_one_not(cluster):
         t.start()
     for t in threads:
         t.join(RUN_S + 60)
-    slow_rate = window_rate(slow["deliveries"], STEADY_FROM_S, slow["seconds"])
+    slow_rate = slow["bytes"] / slow["seconds"]
     fast_rate = fast["bytes"] / fast["seconds"]
-    print(f"slow {slow_rate:.0f} B/s from {STEADY_FROM_S} s on (whole run "
-          f"{slow['bytes'] / slow['seconds']:.0f}; quota {QUOTA_BYTES_PER_S}), "
+    print(f"slow {slow_rate:.0f} B/s over the run (from {STEADY_FROM_S} s on "
+          f"{window_rate(slow['deliveries'], STEADY_FROM_S, slow['seconds']):.0f}; "
+          f"quota {QUOTA_BYTES_PER_S}), "
           f"fast {fast_rate:.0f} B/s, slow throttled {len(slow['throttles'])} times")
     assert slow["throttles"] and max(slow["throttles"]) > 0
     assert not fast["throttles"]
@@ -182,10 +182,11 @@ def test_throttled_consumer_held_to_its_quota(cluster):
         t.start()
     for t in threads:
         t.join(RUN_S + 60)
-    slow_rate = window_rate(slow["deliveries"], STEADY_FROM_S, slow["seconds"])
+    slow_rate = slow["bytes"] / slow["seconds"]
     fast_rate = fast["bytes"] / fast["seconds"]
-    print(f"slowreader {slow_rate:.0f} B/s from {STEADY_FROM_S} s on (whole run "
-          f"{slow['bytes'] / slow['seconds']:.0f}; quota {QUOTA_BYTES_PER_S}), "
+    print(f"slowreader {slow_rate:.0f} B/s over the run (from {STEADY_FROM_S} s on "
+          f"{window_rate(slow['deliveries'], STEADY_FROM_S, slow['seconds']):.0f}; "
+          f"quota {QUOTA_BYTES_PER_S}), "
           f"fastreader {fast_rate:.0f} B/s")
     assert slow["throttles"] and max(slow["throttles"]) > 0
     assert slow_rate <= QUOTA_BYTES_PER_S * CEILING
