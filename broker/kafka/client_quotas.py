@@ -164,8 +164,11 @@ class WindowedRate:
 
     def _purge(self, now_ms: int) -> None:
         # A sample whose window ended more than window_num windows ago counts no more.
+        # Samples are in time order: drop from the front (one compare when none expired,
+        # as on nearly every request).
         horizon_ms = now_ms - self.window_num * self.window_ms
-        self._samples = [s for s in self._samples if s.window_start_ms > horizon_ms]
+        while self._samples and self._samples[0].window_start_ms <= horizon_ms:
+            self._samples.pop(0)
 
     def span_ms(self, now_ms: int) -> int:
         """The time the rate is measured over (``Rate.windowSize``): since the oldest
