@@ -39,6 +39,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from tidewater.broker.clock import mono_ms
+from tidewater.broker.kafka.client_quotas import ClientQuotas
 from tidewater.broker.kafka.connection_quotas import REFUSAL_REASONS
 from tidewater.broker.storage.corruption import FOUND_BY
 
@@ -312,6 +314,35 @@ class _FetchSessionCollector:
         yield fetches
 
 
+class _ClientQuotaCollector:
+    """Kafka's client quota metrics (``kafka.server:type=Produce|Fetch,user=,client-id=``
+    ``byte-rate`` and ``throttle-time``), read from ``ClientQuotas`` at scrape time:
+    one series per rate the broker keeps (per the quota's sharing group, or per user
+    and client-id for a client without a quota)."""
+
+    _TYPES = {"producer_byte_rate": "Produce", "consumer_byte_rate": "Fetch",
+              "request_percentage": "Request"}
+
+    def __init__(self, quotas: ClientQuotas):
+        self._quotas = quotas
+
+    def collect(self) -> Iterator[Metric]:
+        now_ms = mono_ms()
+        rates = GaugeMetricFamily(
+            PREFIX + "client_quota_byte_rate", "Bytes per second a client (or the group "
+            "sharing its quota) produced or fetched, over Kafka's quota windows",
+            labels=["quota_type", "user", "client_id"])
+        for key, user, client_id, rate in self._quotas.rates_per_second(now_ms):
+            rates.add_metric([self._TYPES[key], user, client_id], rate)
+        yield rates
+        throttled = CounterMetricFamily(
+            PREFIX + "client_quota_throttle_time_ms", "Throttle time answered (KIP-219)",
+            labels=["quota_type", "user", "client_id"])
+        for (key, user, client_id), ms in list(self._quotas.throttle_time_ms_total.items()):
+            throttled.add_metric([self._TYPES[key], user, client_id], ms)
+        yield throttled
+
+
 @dataclass(frozen=True)
 class FetchSessionView:
     sessions: int
@@ -402,6 +433,9 @@ class BrokerMetrics:
 
     def register_fetch_sessions(self, view: Callable[[], FetchSessionView]) -> None:
         self.registry.register(_FetchSessionCollector(view))
+
+    def register_client_quotas(self, quotas: ClientQuotas) -> None:
+        self.registry.register(_ClientQuotaCollector(quotas))
 
     def serve(self, host: str, port: int, *, certfile: str | None = None,
               keyfile: str | None = None) -> None:

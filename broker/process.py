@@ -97,6 +97,7 @@ class BrokerProcess:
             config.max_incremental_fetch_session_cache_slots,
             config.min_incremental_fetch_session_eviction_ms)
         self.metrics.register_fetch_sessions(self.fetch_sessions.metrics_view)
+        self.metrics.register_client_quotas(self.metadata_cache.client_quotas)
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``

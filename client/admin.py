@@ -411,6 +411,41 @@ class AdminClient:
         self._raise_first(resp.results)
         return [Acl.from_pb(b) for r in resp.results for b in r.deleted]
 
+    # ------------------------------------------------------------------ client quotas
+    # (controller/quota_records.py; Kafka's AlterClientQuotas / DescribeClientQuotas).
+    # An entity part of None is absent, "" is <default>.
+
+    def alter_client_quotas(self, user: str | None, client_id: str | None,
+                            set_values: dict[str, float] | None = None,
+                            remove_keys: list[str] | None = None,
+                            validate_only: bool = False) -> None:
+        entity = pb.ClientQuotaEntity()
+        if user is not None:
+            entity.user = user
+        if client_id is not None:
+            entity.client_id = client_id
+        ops = [pb.ClientQuotaOp(key=k, value=v) for k, v in (set_values or {}).items()]
+        ops += [pb.ClientQuotaOp(key=k, remove=True) for k in remove_keys or []]
+        resp: pb.AlterClientQuotasResponse = self._controller_call(
+            "AlterClientQuotas", pb.AlterClientQuotasRequest(
+                alterations=[pb.ClientQuotaAlteration(entity=entity, ops=ops)],
+                validate_only=validate_only))
+        self._raise_first(resp.results)
+
+    def describe_client_quotas(self, components: list[pb.ClientQuotaFilterComponent]
+                               | None = None, strict: bool = False,
+                               ) -> list[tuple[str | None, str | None, dict[str, float]]]:
+        """(user, client-id, {quota: value}) of every entity the filter matches."""
+        resp: pb.DescribeClientQuotasResponse = self._controller_call(
+            "DescribeClientQuotas", pb.DescribeClientQuotasRequest(
+                components=components or [], strict=strict))
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, resp.error_message
+                                 or pb.ErrorCode.Name(resp.error_code))
+        return [(e.entity.user if e.entity.HasField("user") else None,
+                 e.entity.client_id if e.entity.HasField("client_id") else None,
+                 dict(e.values)) for e in resp.entries]
+
     @staticmethod
     def _raise_first(results: Iterable[_Result]) -> None:
         for r in results:

@@ -19,6 +19,8 @@ AlterUserScramCredentials,      ALTER on the cluster
 CreateAcls, DeleteAcls
 DescribeUserScramCredentials,   DESCRIBE on the cluster
 DescribeAcls
+AlterClientQuotas               ALTER_CONFIGS on the cluster
+DescribeClientQuotas            DESCRIBE_CONFIGS on the cluster
 RegisterBroker, heartbeats,     CLUSTER_ACTION on the cluster: a broker principal
 AlterPartition,                 (a super user, as Kafka's brokers are), else
 ReportCorruptReplica,           CLUSTER_AUTHORIZATION_FAILED and nothing changes

@@ -34,6 +34,7 @@ configs_altered         resource_type (2 topic, 4 broker), name, configs {str: s
                         the resource's whole new own configs (``config_changes``;
                         broker name "" is the cluster-wide default)
 scram_credential,       users' SCRAM credentials and ACLs: see ``security_records``
+client_quota,           client quotas: see ``quota_records``
 scram_credential_deleted,
 acl_created, acl_deleted
 ======================  ==========================================================
@@ -71,6 +72,8 @@ from typing import Any
 
 from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata_log import MetadataRecord
+from tidewater.controller.quota_records import RECORD_TYPES as QUOTA_RECORD_TYPES
+from tidewater.controller.quota_records import QuotaImage
 from tidewater.controller.security_records import RECORD_TYPES as SECURITY_RECORD_TYPES
 from tidewater.controller.security_records import SecurityImage
 from tidewater.proto.errors import CorruptFileError
@@ -151,6 +154,7 @@ class ClusterMetadata:
         # gets a StopReplica when it returns.
         self.pending_stops: dict[int, set[PendingStop]] = {}
         self.security = SecurityImage()  # users' SCRAM credentials and ACLs
+        self.quotas = QuotaImage()  # client quotas
         # Dynamic broker configs by resource name: a broker id, or "" for every broker.
         self.broker_configs: dict[str, dict[str, str]] = {}
         # The first producer id no block handed out holds (producer_ids records).
@@ -306,6 +310,9 @@ class ClusterMetadata:
     def _apply_security(self, offset: int, r: MetadataRecord) -> None:
         self.security.apply(r["type"], r)
 
+    def _apply_quota(self, offset: int, r: MetadataRecord) -> None:
+        self.quotas.apply(r["type"], r)
+
     def _apply_producer_ids(self, offset: int, r: MetadataRecord) -> None:
         next_id = int(r["next_producer_id"])
         if next_id <= self.next_producer_id:
@@ -346,6 +353,7 @@ class ClusterMetadata:
             records.append({"type": "configs_altered", "resource_type": 4, "name": name,
                             "configs": dict(sorted(self.broker_configs[name].items()))})
         records += self.security.snapshot_records()
+        records += self.quotas.snapshot_records()
         if self.next_producer_id:
             records.append(producer_ids_record(-1, -1, self.next_producer_id))
         # after the topics: topic_created counts itself, this sets the true totals
@@ -380,6 +388,7 @@ _HANDLERS: dict[str, Callable[[ClusterMetadata, int, MetadataRecord], None]] = {
     "pending_stops_cleared": ClusterMetadata._apply_pending_stops_cleared,
     "pending_stops": ClusterMetadata._apply_pending_stops,
     **{kind: ClusterMetadata._apply_security for kind in SECURITY_RECORD_TYPES},
+    **{kind: ClusterMetadata._apply_quota for kind in QUOTA_RECORD_TYPES},
     "producer_ids": ClusterMetadata._apply_producer_ids,
     "configs_altered": ClusterMetadata._apply_configs_altered,
 }

@@ -67,6 +67,7 @@ def update_metadata(metadata: ClusterMetadata, controller_id: int, broker_id: in
             request.partitions.append(partition_state(info.partitions[number]))
     request.scram_credentials.extend(metadata.security.credentials_pb())
     request.acls.extend(metadata.security.acls_pb())
+    request.client_quotas.extend(metadata.quotas.quotas_pb())
     for name in sorted(metadata.broker_configs):
         request.broker_configs.add(resource_name=name, configs=metadata.broker_configs[name])
     return request

@@ -437,3 +437,20 @@ class ControllerService(pb_grpc.ControllerServicer):
                          context: Context) -> pb.DeleteAclsResponse:
         return await self._security_change("DeleteAcls", self.machine.delete_acls, request,
                                            context)
+
+    async def AlterClientQuotas(self, request: pb.AlterClientQuotasRequest,
+                                context: Context) -> pb.AlterClientQuotasResponse:
+        # Answered once the brokers have the new quotas (as a user or ACL change), so
+        # a client altering its quota then producing is held to it.
+        response = await self._security_change(
+            "AlterClientQuotas", self.machine.alter_client_quotas, request, context)
+        for a, r in zip(request.alterations, response.results, strict=True):
+            if r.error_code == pb.NONE and not request.validate_only:
+                log.info("client quotas of %s altered: %s", a.entity,
+                         {op.key: None if op.remove else op.value for op in a.ops})
+        return response
+
+    async def DescribeClientQuotas(self, request: pb.DescribeClientQuotasRequest,
+                                   context: Context) -> pb.DescribeClientQuotasResponse:
+        return await self._run("DescribeClientQuotas", lambda tx, now: (
+            self.machine.describe_client_quotas(tx, now, request)), context)

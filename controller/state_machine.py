@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidewater.broker.storage.topics import INTERNAL_TOPICS
-from tidewater.controller import config_changes, requests, security_records
+from tidewater.controller import config_changes, quota_records, requests, security_records
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import (
@@ -748,6 +748,16 @@ class ControllerStateMachine:
 
     def delete_acls(self, tx: Tx, now_ms: int, req: pb.DeleteAclsRequest) -> pb.DeleteAclsResponse:
         return security_records.delete_acls(tx, self.metadata.security, req)
+
+    # ------------------------------------------------------------ client quotas
+
+    def alter_client_quotas(self, tx: Tx, now_ms: int, req: pb.AlterClientQuotasRequest,
+                            ) -> pb.AlterClientQuotasResponse:
+        return quota_records.alter_client_quotas(tx, self.metadata.quotas, req)
+
+    def describe_client_quotas(self, tx: Tx, now_ms: int, req: pb.DescribeClientQuotasRequest,
+                               ) -> pb.DescribeClientQuotasResponse:
+        return quota_records.describe_client_quotas(self.metadata.quotas, req)
 
 
 _CORRUPT_REPLICA_REFUSALS = {

@@ -655,7 +655,7 @@ class PartitionError(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class UpdateMetadataRequest(_message.Message):
-    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls", "broker_configs")
+    __slots__ = ("controller_id", "controller_epoch", "brokers", "partitions", "topics", "cluster_id", "metadata_offset", "control_token", "scram_credentials", "acls", "broker_configs", "client_quotas")
     CONTROLLER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROLLER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
@@ -667,6 +667,7 @@ class UpdateMetadataRequest(_message.Message):
     SCRAM_CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
     ACLS_FIELD_NUMBER: _ClassVar[int]
     BROKER_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_QUOTAS_FIELD_NUMBER: _ClassVar[int]
     controller_id: int
     controller_epoch: int
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerRegistration]
@@ -678,7 +679,8 @@ class UpdateMetadataRequest(_message.Message):
     scram_credentials: _containers.RepeatedCompositeFieldContainer[ScramCredential]
     acls: _containers.RepeatedCompositeFieldContainer[AclBinding]
     broker_configs: _containers.RepeatedCompositeFieldContainer[BrokerConfigOverride]
-    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ..., broker_configs: _Optional[_Iterable[_Union[BrokerConfigOverride, _Mapping]]] = ...) -> None: ...
+    client_quotas: _containers.RepeatedCompositeFieldContainer[ClientQuotaValues]
+    def __init__(self, controller_id: _Optional[int] = ..., controller_epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[BrokerRegistration, _Mapping]]] = ..., partitions: _Optional[_Iterable[_Union[PartitionState, _Mapping]]] = ..., topics: _Optional[_Iterable[_Union[TopicConfig, _Mapping]]] = ..., cluster_id: _Optional[str] = ..., metadata_offset: _Optional[int] = ..., control_token: _Optional[bytes] = ..., scram_credentials: _Optional[_Iterable[_Union[ScramCredential, _Mapping]]] = ..., acls: _Optional[_Iterable[_Union[AclBinding, _Mapping]]] = ..., broker_configs: _Optional[_Iterable[_Union[BrokerConfigOverride, _Mapping]]] = ..., client_quotas: _Optional[_Iterable[_Union[ClientQuotaValues, _Mapping]]] = ...) -> None: ...
 
 class TopicConfig(_message.Message):
     __slots__ = ("name", "configs")
@@ -1173,6 +1175,99 @@ class ElectionResult(_message.Message):
     error_code: ErrorCode
     error_message: str
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ClientQuotaEntity(_message.Message):
+    __slots__ = ("user", "client_id")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    client_id: str
+    def __init__(self, user: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ClientQuotaOp(_message.Message):
+    __slots__ = ("key", "value", "remove")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: float
+    remove: bool
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ..., remove: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaAlteration(_message.Message):
+    __slots__ = ("entity", "ops")
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    entity: ClientQuotaEntity
+    ops: _containers.RepeatedCompositeFieldContainer[ClientQuotaOp]
+    def __init__(self, entity: _Optional[_Union[ClientQuotaEntity, _Mapping]] = ..., ops: _Optional[_Iterable[_Union[ClientQuotaOp, _Mapping]]] = ...) -> None: ...
+
+class AlterClientQuotasRequest(_message.Message):
+    __slots__ = ("alterations", "validate_only")
+    ALTERATIONS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    alterations: _containers.RepeatedCompositeFieldContainer[ClientQuotaAlteration]
+    validate_only: bool
+    def __init__(self, alterations: _Optional[_Iterable[_Union[ClientQuotaAlteration, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaAlterResult(_message.Message):
+    __slots__ = ("error_code", "error_message", "entity")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    entity: ClientQuotaEntity
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entity: _Optional[_Union[ClientQuotaEntity, _Mapping]] = ...) -> None: ...
+
+class AlterClientQuotasResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ClientQuotaAlterResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ClientQuotaAlterResult, _Mapping]]] = ...) -> None: ...
+
+class ClientQuotaFilterComponent(_message.Message):
+    __slots__ = ("entity_type", "match_type", "match")
+    ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    entity_type: str
+    match_type: int
+    match: str
+    def __init__(self, entity_type: _Optional[str] = ..., match_type: _Optional[int] = ..., match: _Optional[str] = ...) -> None: ...
+
+class DescribeClientQuotasRequest(_message.Message):
+    __slots__ = ("components", "strict")
+    COMPONENTS_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    components: _containers.RepeatedCompositeFieldContainer[ClientQuotaFilterComponent]
+    strict: bool
+    def __init__(self, components: _Optional[_Iterable[_Union[ClientQuotaFilterComponent, _Mapping]]] = ..., strict: _Optional[bool] = ...) -> None: ...
+
+class ClientQuotaValues(_message.Message):
+    __slots__ = ("entity", "values")
+    class ValuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    entity: ClientQuotaEntity
+    values: _containers.ScalarMap[str, float]
+    def __init__(self, entity: _Optional[_Union[ClientQuotaEntity, _Mapping]] = ..., values: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class DescribeClientQuotasResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "entries")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    entries: _containers.RepeatedCompositeFieldContainer[ClientQuotaValues]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[ClientQuotaValues, _Mapping]]] = ...) -> None: ...
 
 class AlterUserScramCredentialsRequest(_message.Message):
     __slots__ = ("upsertions", "deletions")

@@ -1460,6 +1460,16 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
                 _registered_method=True)
+        self.AlterClientQuotas = channel.unary_unary(
+                '/tidewater.Controller/AlterClientQuotas',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasResponse.FromString,
+                _registered_method=True)
+        self.DescribeClientQuotas = channel.unary_unary(
+                '/tidewater.Controller/DescribeClientQuotas',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasResponse.FromString,
+                _registered_method=True)
         self.AllocateProducerIds = channel.unary_unary(
                 '/tidewater.Controller/AllocateProducerIds',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AllocateProducerIdsRequest.SerializeToString,
@@ -1574,6 +1584,21 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterClientQuotas(self, request, context):
+        """Client quotas (controller/quota_records.py; Kafka's AlterClientQuotas and
+        DescribeClientQuotas). Brokers forward these; ALTER_CONFIGS (describe:
+        DESCRIBE_CONFIGS) on the cluster when an authorizer is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeClientQuotas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AllocateProducerIds(self, request, context):
         """Broker -> controller: a block of producer ids, recorded in the metadata log first.
         """
@@ -1663,6 +1688,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DeleteAcls,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'AlterClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterClientQuotas,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasResponse.SerializeToString,
+            ),
+            'DescribeClientQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeClientQuotas,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasResponse.SerializeToString,
             ),
             'AllocateProducerIds': grpc.unary_unary_rpc_method_handler(
                     servicer.AllocateProducerIds,
@@ -2037,6 +2072,60 @@ class Controller:
             '/tidewater.Controller/DeleteAcls',
             tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AlterClientQuotas',
+            tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterClientQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeClientQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/DescribeClientQuotas',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeClientQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

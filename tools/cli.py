@@ -33,6 +33,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.cluster",
     "tidewater.tools.commands.certs",
     "tidewater.tools.commands.security",
+    "tidewater.tools.commands.quotas",
     "tidewater.tools.commands.dump_log",
     "tidewater.tools.commands.metrics",
     "tidewater.tools.commands.chaos",

@@ -32,6 +32,7 @@ group APIs            ...   8, 9, 10-16, 42: ``group_apis`` (the group coordinat
 SaslHandshake (17)    0-1   ``sasl``: per-connection SASL (v0: raw tokens follow)
 SaslAuthenticate (36) 0-2   ``sasl``
 ACLs, SCRAM users     ...   ``security_apis`` (keys 29, 30, 31, 50, 51)
+client quotas         ...   ``quota_apis`` (keys 48, 49)
 InitProducerId (22)   0-5   ``producer_apis.py``; with a transactional id ``txn_apis.py``
 transaction APIs      ...   24, 25, 26, 65, 66: ``txn_apis`` (the transaction coordinator)
 DeleteRecords (21)    0-2   the leader's log start moves (``log_apis.py``)
@@ -77,7 +78,7 @@ from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka import config_apis, sasl, security_apis, topic_apis
+from tidewater.broker.kafka import config_apis, quota_apis, sasl, security_apis, topic_apis
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
@@ -165,6 +166,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     sasl.SASL_HANDSHAKE: (0, 1),
     sasl.SASL_AUTHENTICATE: (0, 2),
     **security_apis.SUPPORTED,
+    **quota_apis.SUPPORTED,
     INIT_PRODUCER_ID: INIT_PRODUCER_ID_VERSIONS,
     **TXN_VERSIONS,
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
@@ -795,6 +797,7 @@ HANDLERS: dict[int, Handler] = {
     sasl.SASL_HANDSHAKE: sasl.on_sasl_handshake,
     sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
     **security_apis.HANDLERS,
+    **quota_apis.HANDLERS,
     INIT_PRODUCER_ID: on_init_producer_id,
     **TXN_HANDLERS,
     DELETE_RECORDS: on_delete_records,

@@ -52,7 +52,13 @@ from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.kafka import apis, config_apis, topic_apis
+from tidewater.broker.kafka import apis, config_apis, quota_apis, topic_apis
+from tidewater.broker.kafka.client_quotas import (
+    CONSUMER_BYTE_RATE,
+    PERCENT_PER_NS,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+)
 from tidewater.broker.kafka.codec import (
     RequestHead,
     UnknownApiKeyError,
@@ -68,6 +74,7 @@ from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import ANONYMOUS
 from tidewater.proto.errors import InvalidRequestError, InvariantViolation, UnsupportedVersionError
 from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.scram import SaslAuthenticationError
@@ -89,9 +96,24 @@ class RawToken:
 
 
 # What a connection's writer task takes, in request order: the request's head, its answer
-# (values to encode, a raw SASL token, or None for no answer) and when it was read.
+# (values to encode, a raw SASL token, or None for no answer), when it was read and the
+# throttle time its reading decided (a produce's, by its size; else 0).
 _Answer: TypeAlias = asyncio.Future[apis.Response | RawToken]
-_Answers: TypeAlias = asyncio.Queue[tuple[RequestHead, _Answer, float] | None]
+_Answers: TypeAlias = asyncio.Queue[tuple[RequestHead, _Answer, float, int] | None]
+
+
+@dataclasses.dataclass
+class _Mute:
+    """A throttled connection's mute (KIP-219): after an answer carrying a throttle
+    time is sent, the next request is not taken until the time has passed, as Kafka
+    stops reading the channel. The client is told the time and backs off itself too."""
+
+    until_ms: int = 0
+
+    async def wait(self) -> None:
+        delay_ms = self.until_ms - mono_ms()
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
 # A socket's peername: (host, port) or, IPv6, (host, port, flowinfo, scope_id).
 _Peer: TypeAlias = tuple[object, ...] | None
 
@@ -230,16 +252,18 @@ class KafkaListener:
             if reading and serving is not None and error is not None \
                     and not isinstance(error, ConnectionError):
                 serving.cancel()
-        sender = asyncio.ensure_future(self._send_answers(answers, connection, peer))
-        sender.add_done_callback(sender_done)
         security = None
         if self.security is not None and self.security.secured:  # else: no per-request checks
             security = ConnectionSecurity(
                 self.security, host=str(peer[0]) if peer else "",
                 tls_principal=tls_principal(connection.get_extra_info("peercert")),
                 on_failure=self._on_failed_authentication)
+        mute = _Mute()
+        sender = asyncio.ensure_future(self._send_answers(answers, connection, peer, security,
+                                                          mute))
+        sender.add_done_callback(sender_done)
         try:
-            await self._read_requests(connection, answers, peer, security)
+            await self._read_requests(connection, answers, peer, security, mute)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away; its unanswered requests go with it
         except asyncio.CancelledError:
@@ -262,7 +286,7 @@ class KafkaListener:
                 connection.close()
 
     async def _read_requests(self, reader: FrameConnection, answers: _Answers, peer: _Peer,
-                             connection: ConnectionSecurity | None) -> None:
+                             connection: ConnectionSecurity | None, mute: _Mute) -> None:
         services = dataclasses.replace(self.services, connection=connection,
                                        client_host=f"/{peer[0]}" if peer else "")
         while True:
@@ -277,6 +301,10 @@ class KafkaListener:
                             "socket.request.max.bytes" if authenticated
                             else "sasl.server.max.receive.size, before authentication")
                 return
+            # A throttled connection's next request waits out the throttle (held here, as
+            # unread: Kafka mutes the channel), so a client ignoring throttle_time_ms is
+            # held to its quota all the same.
+            await mute.wait()
             started = time.perf_counter()
             if connection is not None and connection.raw_tokens:
                 try:
@@ -286,7 +314,7 @@ class KafkaListener:
                     await connection.failure_delay()  # KIP-306, then closed
                     return
                 reader.requests_in_flight += 1
-                await answers.put((_RAW_HEAD, _resolved(RawToken(token)), started))
+                await answers.put((_RAW_HEAD, _resolved(RawToken(token)), started, 0))
                 continue
             try:
                 head, body = decode_request(frame, apis.SUPPORTED)
@@ -299,7 +327,7 @@ class KafkaListener:
                 head = RequestHead(api_key, 0, correlation_id, None)
                 reader.requests_in_flight += 1
                 await answers.put((head, _resolved(apis.api_versions_values(
-                    pb.UNSUPPORTED_VERSION)), started))
+                    pb.UNSUPPORTED_VERSION)), started, 0))
                 continue
             except (UnknownApiKeyError, InvalidRequestError) as e:
                 log.warning("kafka: closing %s: %s (frame starts %s)", peer, e, frame[:64].hex())
@@ -317,6 +345,7 @@ class KafkaListener:
             # tasks copy this context): the controller authorizes that principal too.
             FORWARDED.set((connection.session.principal, connection.session.host)
                           if connection is not None else None)
+            handling_started = time.perf_counter()
             try:
                 pending = await apis.HANDLERS[head.api_key](services, head, body)
             except InvariantViolation:
@@ -331,15 +360,29 @@ class KafkaListener:
             # handles what it raises; cancelled with the connection.
             answer: _Answer = asyncio.ensure_future(pending)
             reader.requests_in_flight += 1
-            await answers.put((head, answer, started))
+            # A produce is charged as it is read, and the connection muted at once: Kafka
+            # reads one request at a time per connection, so a producer pipelining many
+            # requests must not get them all read before its first throttled answer.
+            throttle_ms = self._charge_quota(head, connection, len(frame), 0)
+            # request_percentage (KIP-124) is charged the time the handler took before
+            # it handed back its answer: the in-order work done at once, as Kafka charges
+            # its request thread's time, not a long poll's or a forward's wait.
+            if head.api_key not in _REQUEST_QUOTA_EXEMPT:
+                throttle_ms = max(throttle_ms, self._charge_request_time(
+                    head, connection, time.perf_counter() - handling_started))
+            if throttle_ms:
+                mute.until_ms = max(mute.until_ms, mono_ms() + throttle_ms)
+            await answers.put((head, answer, started, throttle_ms))
             if connection is not None and connection.close_after_answer:
                 return  # a refused SASL exchange: answered, then closed
 
     async def _send_answers(self, answers: _Answers, writer: FrameConnection,
-                            peer: _Peer) -> None:
+                            peer: _Peer, connection: ConnectionSecurity | None,
+                            mute: _Mute) -> None:
+        # A fetch's throttle mutes after its answer is sent (KIP-219), as Kafka's does.
         try:
             while (item := await answers.get()) is not None:
-                head, pending, started = item
+                head, pending, started, throttle_ms = item
                 try:
                     values = await pending
                 except InvariantViolation as e:
@@ -357,8 +400,20 @@ class KafkaListener:
                     await writer.drain()
                 elif values is not None:
                     body = build(response_type(head.api_key, head.api_version), values)
-                    writer.writelines(encode_response_parts(head, body))
+                    parts = encode_response_parts(head, body)
+                    if head.api_key == apis.FETCH:
+                        # A fetch is charged its answer's size, known only now.
+                        throttle_ms = max(throttle_ms, self._charge_quota(
+                            head, connection, 0, sum(len(p) for p in parts)))
+                    if throttle_ms and "throttle_time" in values:
+                        # throttle_time_ms is a fixed-size int32: the size charged holds.
+                        values["throttle_time"] = throttle_ms
+                        body = build(response_type(head.api_key, head.api_version), values)
+                        parts = encode_response_parts(head, body)
+                    writer.writelines(parts)
                     await writer.drain()
+                    if throttle_ms and head.api_key == apis.FETCH:
+                        mute.until_ms = max(mute.until_ms, mono_ms() + throttle_ms)
                 writer.requests_in_flight -= 1  # answered: the idle clock runs again
                 self._observe(_API_NAMES.get(head.api_key, str(head.api_key)),
                               time.perf_counter() - started, list(error_codes(values)))
@@ -367,6 +422,39 @@ class KafkaListener:
                 item = answers.get_nowait()
                 if item is not None:
                     item[1].cancel()
+
+
+    def _charge_quota(self, head: RequestHead, connection: ConnectionSecurity | None,
+                      request_bytes: int, response_bytes: int) -> int:
+        """Charge a Produce (its request's size) or a Fetch (its answer's size) to the
+        client's byte-rate quota (``client_quotas``); the throttle time to answer."""
+        if head.api_key == apis.PRODUCE:
+            key, charged_bytes = PRODUCER_BYTE_RATE, request_bytes
+        elif head.api_key == apis.FETCH:
+            key, charged_bytes = CONSUMER_BYTE_RATE, response_bytes
+        else:
+            return 0
+        decision = self.services.metadata_cache.client_quotas.record(
+            key, _quota_user(connection), head.client_id or "", charged_bytes, mono_ms())
+        return decision.throttle_time_ms
+
+    def _charge_request_time(self, head: RequestHead, connection: ConnectionSecurity | None,
+                             handling_s: float) -> int:
+        decision = self.services.metadata_cache.client_quotas.record(
+            REQUEST_PERCENTAGE, _quota_user(connection), head.client_id or "",
+            handling_s * 1e9 * PERCENT_PER_NS, mono_ms())
+        return decision.throttle_time_ms
+
+
+# Not charged to request_percentage, as in Kafka: what a client needs to learn what it
+# may send and to log in (a throttled login could never clear its own throttle).
+_REQUEST_QUOTA_EXEMPT = frozenset({apis.API_VERSIONS, 17, 36})  # SaslHandshake, -Authenticate
+
+
+def _quota_user(connection: ConnectionSecurity | None) -> str:
+    """Kafka's quota user: the principal's name ("alice" of "User:alice")."""
+    principal = connection.session.principal if connection is not None else ANONYMOUS
+    return principal.partition(":")[2] or principal
 
 
 def error_codes(values: object) -> Iterator[int]:
@@ -402,4 +490,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               30: "CreateAcls", 31: "DeleteAcls", 50: "DescribeUserScramCredentials",
               51: "AlterUserScramCredentials", -1: "SaslToken", 22: "InitProducerId",
               21: "DeleteRecords", 35: "DescribeLogDirs", 27: "WriteTxnMarkers",
-              **GROUP_API_NAMES, **config_apis.API_NAMES, **topic_apis.API_NAMES}
+              **GROUP_API_NAMES, **config_apis.API_NAMES, **topic_apis.API_NAMES,
+              **quota_apis.API_NAMES}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tidewater.broker.kafka.client_quotas import ClientQuotas, entity_from_pb
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import Acl
 from tidewater.proto.errors import StaleControllerEpochError
@@ -39,6 +40,9 @@ class ClusterSnapshot:
 class MetadataCache:
     def __init__(self) -> None:
         self._snapshot = ClusterSnapshot()
+        # The client quotas every snapshot brings, and the rates they are enforced on
+        # (the Kafka listener charges them); rates outlive snapshots.
+        self.client_quotas = ClientQuotas()
 
     @property
     def controller_epoch(self) -> int:
@@ -80,6 +84,8 @@ class MetadataCache:
         snap.acls = tuple(Acl.from_pb(b) for b in request.acls)
         snap.broker_configs = {o.resource_name: dict(o.configs) for o in request.broker_configs}
         self._snapshot = snap
+        self.client_quotas.replace_all({entity_from_pb(q.entity): dict(q.values)
+                                        for q in request.client_quotas})
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._snapshot.scram_credentials.get((user, mechanism))

@@ -155,6 +155,18 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
             results=[pb.DeleteAclsFilterResult(error_code=pb.NOT_CONTROLLER, error_message=m)
                      for _ in request.filters]))
 
+    async def AlterClientQuotas(self, request: pb.AlterClientQuotasRequest, context: Context | None
+                                ) -> pb.AlterClientQuotasResponse:
+        return await self._forward("AlterClientQuotas", request, lambda m: (
+            pb.AlterClientQuotasResponse(results=[
+                pb.ClientQuotaAlterResult(error_code=pb.NOT_CONTROLLER, error_message=m,
+                                          entity=a.entity) for a in request.alterations])))
+
+    async def DescribeClientQuotas(self, request: pb.DescribeClientQuotasRequest,
+                                   context: Context | None) -> pb.DescribeClientQuotasResponse:
+        return await self._forward("DescribeClientQuotas", request, lambda m: (
+            pb.DescribeClientQuotasResponse(error_code=pb.NOT_CONTROLLER, error_message=m)))
+
     async def AlterConfigs(self, request: pb.AlterConfigsRequest, context: Context | None
                           ) -> pb.AlterConfigsResponse:
         return await self._forward("AlterConfigs", request, lambda m: pb.AlterConfigsResponse(

@@ -34,6 +34,7 @@ from tidewater.proto.acls import (
     CREATE,
     DELETE,
     DESCRIBE,
+    DESCRIBE_CONFIGS,
     TOPIC,
 )
 from tidewater.proto.forwarded_principal import FORWARDED
@@ -85,6 +86,12 @@ class ControllerCalls(Protocol):
 
     async def DeleteAcls(self, request: pb.DeleteAclsRequest, context: Context
                          ) -> pb.DeleteAclsResponse: ...
+
+    async def AlterClientQuotas(self, request: pb.AlterClientQuotasRequest, context: Context
+                                ) -> pb.AlterClientQuotasResponse: ...
+
+    async def DescribeClientQuotas(self, request: pb.DescribeClientQuotasRequest,
+                                   context: Context) -> pb.DescribeClientQuotasResponse: ...
 
     async def RegisterBroker(self, request: pb.RegisterBrokerRequest, context: Context
                              ) -> pb.RegisterBrokerResponse: ...
@@ -253,6 +260,25 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
                                           error_message=_CLUSTER_DENIED.format(op="ALTER"))
                 for _ in request.filters])
         return await self._inner.DeleteAcls(request, context)
+
+    # ------------------------------------------------------------ client quotas (Kafka's rules)
+
+    async def AlterClientQuotas(self, request: pb.AlterClientQuotasRequest, context: Context
+                               ) -> pb.AlterClientQuotasResponse:
+        if not await self._cluster(context, ALTER_CONFIGS):
+            return pb.AlterClientQuotasResponse(results=[
+                pb.ClientQuotaAlterResult(error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                                          error_message=_CLUSTER_DENIED.format(op="ALTER_CONFIGS"),
+                                          entity=a.entity) for a in request.alterations])
+        return await self._inner.AlterClientQuotas(request, context)
+
+    async def DescribeClientQuotas(self, request: pb.DescribeClientQuotasRequest,
+                                   context: Context) -> pb.DescribeClientQuotasResponse:
+        if not await self._cluster(context, DESCRIBE_CONFIGS):
+            return pb.DescribeClientQuotasResponse(
+                error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=_CLUSTER_DENIED.format(op="DESCRIBE_CONFIGS"))
+        return await self._inner.DescribeClientQuotas(request, context)
 
     # ------------------------------------------------------------ not the broker's
 

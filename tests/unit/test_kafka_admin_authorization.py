@@ -1,5 +1,5 @@
-"""Authorization of DeleteRecords, DescribeLogDirs, OffsetDelete, (Incremental)AlterConfigs
-and ElectLeaders on the Kafka listener
+"""Authorization of DeleteRecords, DescribeLogDirs, OffsetDelete, (Incremental)AlterConfigs,
+ElectLeaders and the client quota APIs on the Kafka listener
 (Kafka's rules, README's ACL table), with fakes: a refused request reaches nothing.
 Real clients: tests/cli/test_kafka_delete_records.py, test_kafka_log_dirs.py,
 test_kafka_offset_delete.py."""
@@ -19,8 +19,10 @@ from tidewater.broker.kafka.config_apis import (
 )
 from tidewater.broker.kafka.group_apis import on_offset_delete
 from tidewater.broker.kafka.log_apis import on_delete_records, on_describe_log_dirs
+from tidewater.broker.kafka.quota_apis import on_alter_client_quotas, on_describe_client_quotas
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
+    ALTER,
     ALTER_CONFIGS,
     CLUSTER,
     CLUSTER_NAME,
@@ -165,3 +167,18 @@ async def test_elect_leaders_needs_alter_on_the_cluster():
     assert [(p["partition_id"], p["error_code"])
             for t in answer["replica_election_results"] for p in t["partition_result"]] == [
         (0, pb.CLUSTER_AUTHORIZATION_FAILED), (1, pb.CLUSTER_AUTHORIZATION_FAILED)]
+
+
+async def test_client_quota_apis_need_alter_configs_and_describe_configs_on_the_cluster():
+    entity = [SimpleNamespace(entity_type="user", entity_name="alice")]
+    body = SimpleNamespace(validate_only=False, entries=[SimpleNamespace(
+        entity=entity, ops=[SimpleNamespace(key="producer_byte_rate", value=5.0,
+                                            remove=False)])])
+    # ALTER on the cluster is not ALTER_CONFIGS (Kafka's rule for quotas).
+    answer = await (await on_alter_client_quotas(services((ALTER, CLUSTER, CLUSTER_NAME)),
+                                                 HEAD, body))
+    assert [e["error_code"] for e in answer["entries"]] == [pb.CLUSTER_AUTHORIZATION_FAILED]
+    answer = await (await on_describe_client_quotas(
+        services((ALTER_CONFIGS, CLUSTER, CLUSTER_NAME)), HEAD,
+        SimpleNamespace(strict=False, components=[])))
+    assert (answer["error_code"], answer["entries"]) == (pb.CLUSTER_AUTHORIZATION_FAILED, None)
