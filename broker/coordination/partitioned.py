@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -122,6 +122,7 @@ class CoordinatorState(Protocol[ReadyT_co]):
 
 
 StateT = TypeVar("StateT", bound=CoordinatorState[Any])
+AnswerT = TypeVar("AnswerT")
 
 
 @dataclass
@@ -133,7 +134,7 @@ class Shard(Generic[StateT]):
     write_lock: asyncio.Lock | None = None
 
 
-class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT]):
+class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
     """The shell (see the module docstring); a subclass sets the class attributes and
     implements the hooks below the lifecycle."""
 
@@ -347,6 +348,18 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT]):
             if r.error_code not in (pb.NONE, pb.TOPIC_ALREADY_EXISTS):
                 self.log.warning("creating %s: %s %s", self.topic,
                                  pb.ErrorCode.Name(r.error_code), r.error_message)
+
+    # ------------------------------------------------------------ requests
+
+    def request(self, key: str, call: Callable[[StateT, Any, int], ReadyT]
+                ) -> Awaitable[AnswerT]:
+        """Run ``call(state, token, now_ms)`` on the key's state; the awaitable is the
+        answer the Ready gives the token (now or after a write). CoordinatorError when
+        the key is not coordinated here."""
+        shard = self.shard_for(key)
+        token: asyncio.Future[AnswerT] = asyncio.get_running_loop().create_future()
+        self._carry_out(shard, call(shard.state, token, wall_ms()))
+        return token
 
     # ------------------------------------------------------------ views across partitions
 

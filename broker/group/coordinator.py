@@ -34,10 +34,7 @@ because it is the coordinator's own append (``coordinator_origin``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from tidewater.broker.clock import wall_ms
 from tidewater.broker.config import BrokerConfig
@@ -106,7 +103,7 @@ def write_batch(write: Write) -> bytes:
     return bytes(built)
 
 
-class GroupCoordinator(PartitionedCoordinator[GroupCoordinatorState, Ready, Write]):
+class GroupCoordinator(PartitionedCoordinator[GroupCoordinatorState, Ready, Write, Answer]):
     topic = OFFSETS_TOPIC
     key_kind = "group"
     empty_key_error = pb.INVALID_GROUP_ID
@@ -187,16 +184,6 @@ class GroupCoordinator(PartitionedCoordinator[GroupCoordinatorState, Ready, Writ
         return self.config.offsets_commit_timeout_ms
 
     # ------------------------------------------------------------ requests
-
-    def request(self, group_id: str, call: Callable[[GroupCoordinatorState, Any, int], Ready]
-                ) -> Awaitable[Answer]:
-        """Run ``call(state, token, now_ms)`` on the group's state; the awaitable is the
-        answer the Ready gives the token (now or after a write). CoordinatorError when
-        the group is not coordinated here."""
-        shard = self.shard_for(group_id)
-        token: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._carry_out(shard, call(shard.state, token, wall_ms()))
-        return token
 
     def now(self, group_id: str) -> tuple[GroupCoordinatorState, int,
                                           Shard[GroupCoordinatorState]]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
@@ -70,7 +69,7 @@ WRITE_TIMEOUT_MS = 5000  # an acks=all wait for a transaction state write
 
 
 class TransactionCoordinator(
-        PartitionedCoordinator[TransactionCoordinatorState, Ready, Write]):
+        PartitionedCoordinator[TransactionCoordinatorState, Ready, Write, Answer]):
     topic = TRANSACTION_STATE_TOPIC
     key_kind = "transactional id"
     empty_key_error = pb.INVALID_REQUEST
@@ -158,17 +157,6 @@ class TransactionCoordinator(
         return WRITE_TIMEOUT_MS
 
     # ------------------------------------------------------------ requests
-
-    def request(self, transactional_id: str,
-                call: Callable[[TransactionCoordinatorState, Any, int], Ready]
-                ) -> Awaitable[Answer]:
-        """Run ``call(state, token, now_ms)`` on the id's state; the awaitable is the
-        answer the Ready gives the token (now or after a write). CoordinatorError when
-        the id is not coordinated here."""
-        shard = self.shard_for(transactional_id)
-        token: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._carry_out(shard, call(shard.state, token, wall_ms()))
-        return token
 
     async def init_producer_id(self, transactional_id: str, transaction_timeout_ms: int,
                                producer_id: int, producer_epoch: int) -> InitPidAnswer:
