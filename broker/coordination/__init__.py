@@ -1,0 +1,2 @@
+"""What the group and transaction coordinators share: the shell around a per-partition
+state of an internal topic (partitioned.py)."""
