@@ -49,6 +49,7 @@ from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.batch import BatchHeader, iter_batches
 from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.supervisor import TaskSupervisor
 
 SCAN_INTERVAL_MS = 100
@@ -331,6 +332,9 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
         self._creating = self.supervisor.spawn(self._create_topic(), self.create_task_name)
 
     async def _create_topic(self) -> None:
+        # The broker's own call (this task copied the context of the FindCoordinator
+        # that spawned it): the controller must not check that client's rights.
+        FORWARDED.set(None)
         live = len(self.metadata_cache.metadata_response([], "INTERNAL").brokers)
         replication = max(1, min(self._replication_factor(), live))
         request = pb.CreateTopicsRequest(timeout_ms=10_000)

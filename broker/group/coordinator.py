@@ -65,7 +65,6 @@ from tidewater.proto.batch import (
     BatchHeader,
     set_producer_fields,
 )
-from tidewater.proto.forwarded_principal import FORWARDED
 from tidewater.proto.records import decode_batch_records, encode_batch
 from tidewater.proto.supervisor import TaskSupervisor
 
@@ -140,12 +139,6 @@ class GroupCoordinator(PartitionedCoordinator[GroupCoordinatorState, Ready, Writ
 
     def _topic_configs(self, replication_factor: int) -> dict[str, str]:
         return {"cleanup.policy": "compact", "segment.bytes": str(100 * (1 << 20))}
-
-    async def _create_topic(self) -> None:
-        # The broker's own call (this task copied the context of the FindCoordinator
-        # that spawned it): the controller must not check that client's rights.
-        FORWARDED.set(None)
-        await super()._create_topic()
 
     def _replay_batch(self, shard: Shard[GroupCoordinatorState], data: bytes, position: int,
                       header: BatchHeader) -> tuple[int, int]:

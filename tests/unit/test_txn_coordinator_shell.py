@@ -172,3 +172,31 @@ async def test_the_group_loader_holds_transactional_offsets_until_their_marker()
     # at run time the marker's writer tells the coordinator instead
     loaded.complete_transaction(index, 7, True)
     assert group_service.fetch_offsets(loaded, "g", [("t", 0)])[1][("t", 0)].offset == 70
+
+
+async def test_the_topic_is_created_as_the_broker_not_as_the_client_that_asked():
+    """The creation task copies the context of the FindCoordinator that spawned it; the
+    forwarded client principal must not go with it, or the controller would check that
+    client's rights (CREATE on the cluster) for the broker's own internal topic."""
+    from tidewater.proto.forwarded_principal import FORWARDED
+    seen: list[object] = []
+
+    class RecordingController:
+        async def CreateTopics(self, request, context):
+            seen.append(FORWARDED.get())
+            return pb.CreateTopicsResponse(topics=[pb.CreateTopicResult(
+                name=request.topics[0].name, error_code=pb.NONE)])
+
+    class NoTopicYet(FakeMetadata):
+        def metadata_response(self, topics, listener):
+            return pb.MetadataResponse(brokers=[pb.BrokerEndpoint(broker_id=1)])
+
+    coordinator = make(FakeReplicaManager(), RecordingSender())
+    coordinator.metadata_cache = NoTopicYet()  # type: ignore[assignment]
+    coordinator.controller = RecordingController()  # type: ignore[assignment]
+    coordinator.config.transaction_state_log_replication_factor = 3
+    coordinator.config.transaction_state_log_min_isr = 2
+    coordinator.config.transaction_state_log_segment_bytes = 1 << 20
+    FORWARDED.set(("User:alice", "10.0.0.7"))
+    await coordinator._create_topic()
+    assert seen == [None]
