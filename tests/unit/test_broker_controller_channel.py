@@ -177,6 +177,9 @@ class _Alice:
     def user_credentials(self, user):
         return [self.credential] if user == "alice" else []
 
+    def scram_iterations(self, mechanism):
+        return [self.credential.iterations] if mechanism == "SCRAM-SHA-512" else []
+
     def acls(self):
         return ()
 

@@ -160,7 +160,7 @@ async def test_an_invariant_broken_in_a_kafka_answer_stops_the_broker_unanswered
 async def test_a_kafka_connection_task_that_fails_is_logged_not_lost(tmp_path, monkeypatch,
                                                                      caplog):
     """Its failure is the connection's (closed; the broker serves on), but it is logged."""
-    async def broken_reader(self, reader, answers, peer, connection):
+    async def broken_reader(self, reader, answers, peer, connection, mute):
         raise RuntimeError("a bug in the request loop")
     monkeypatch.setattr(KafkaListener, "_read_requests", broken_reader)
     async with Listening(tmp_path) as listening:
@@ -176,7 +176,7 @@ async def test_a_kafka_connection_task_that_fails_is_logged_not_lost(tmp_path, m
 
 async def test_a_kafka_writer_that_dies_closes_its_connection(tmp_path, monkeypatch, caplog):
     """Else the reader would go on taking requests nobody answers, until it blocks."""
-    async def broken_writer(self, answers, writer, peer):
+    async def broken_writer(self, answers, writer, peer, connection, mute):
         raise RuntimeError("a bug in the answer loop")
     monkeypatch.setattr(KafkaListener, "_send_answers", broken_writer)
     async with Listening(tmp_path) as listening:
