@@ -813,18 +813,9 @@ class GroupCoordinatorState:
             member = group.members.get(member_id)
             if member is not None:
                 member.last_heartbeat_ms = now_ms
-        errors: dict[tuple[str, int], pb.ErrorCode] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
-                errors[tp] = pb.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = CommittedOffset(offset, leader_epoch, metadata or "", now_ms)
+        errors, accepted, recs = self._offsets_to_write(group_id, offsets, now_ms)
         if not accepted:
             return Ready(replies=[(token, CommitAnswer(errors))])
-        recs = tuple(records.OffsetCommitRecord(group_id, tp[0], tp[1], records.OffsetCommitValue(
-            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
-            for tp, c in accepted.items())
 
         def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             answer = dict(errors)
@@ -836,6 +827,25 @@ class GroupCoordinatorState:
                 answer[tp] = coordinator_error_for_write(code)
             return Ready(replies=[(token, CommitAnswer(answer))])
         return Ready(writes=[self._write(group, recs, written)])
+
+    def _offsets_to_write(self, group_id: str,
+                          offsets: dict[tuple[str, int], tuple[int, int, str]], now_ms: int
+                          ) -> tuple[dict[tuple[str, int], pb.ErrorCode],
+                                     dict[tuple[str, int], CommittedOffset],
+                                     tuple[records.OffsetCommitRecord, ...]]:
+        """OffsetCommit's and TxnOffsetCommit's shared step: (refused partitions with their
+        codes, the accepted offsets, their records)."""
+        errors: dict[tuple[str, int], pb.ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
+                errors[tp] = pb.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = CommittedOffset(offset, leader_epoch, metadata or "", now_ms)
+        recs = tuple(records.OffsetCommitRecord(group_id, tp[0], tp[1], records.OffsetCommitValue(
+            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
+            for tp, c in accepted.items())
+        return errors, accepted, recs
 
     def txn_commit_offsets(self, token: Any, now_ms: int, *, group_id: str, producer_id: int,
                            producer_epoch: int, generation_id: int, member_id: str,
@@ -863,18 +873,9 @@ class GroupCoordinatorState:
             return Ready(replies=[(token, CommitAnswer({tp: code for tp in offsets}))])
         if group is None:
             group = self.groups[group_id] = Group(group_id, state_timestamp_ms=now_ms)
-        errors: dict[tuple[str, int], pb.ErrorCode] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            if len((metadata or "").encode()) > self.settings.offset_metadata_max_bytes:
-                errors[tp] = pb.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = CommittedOffset(offset, leader_epoch, metadata or "", now_ms)
+        errors, accepted, recs = self._offsets_to_write(group_id, offsets, now_ms)
         if not accepted:
             return Ready(replies=[(token, CommitAnswer(errors))])
-        recs = tuple(records.OffsetCommitRecord(group_id, tp[0], tp[1], records.OffsetCommitValue(
-            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp_ms))
-            for tp, c in accepted.items())
 
         def written(code: pb.ErrorCode, done_ms: int) -> Ready:
             answer = dict(errors)
