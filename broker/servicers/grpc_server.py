@@ -753,11 +753,13 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  controller_servicer: pb_grpc.ControllerServicer,
                  max_message_bytes: int,
                  control_servicer: BrokerControlServicer | None = None,
-                 credentials: grpc.ServerCredentials | None = None
+                 credentials: grpc.ServerCredentials | None = None,
+                 sasl_servicer: pb_grpc.SaslServicer | None = None
                  ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for one listener; returns it (not started) and its bound port.
     ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere).
-    ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext."""
+    ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext.
+    ``sasl_servicer``: SCRAM over gRPC (``servicers.sasl``)."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -768,6 +770,8 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
     if control_servicer is not None:
         _add_broker_control(control_servicer, server)
+    if sasl_servicer is not None:
+        pb_grpc.add_SaslServicer_to_server(sasl_servicer, server)
     try:
         if credentials is None:
             bound = server.add_insecure_port(f"{host}:{port}")
