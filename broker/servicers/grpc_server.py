@@ -457,12 +457,14 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("OffsetCommit")
     async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Context
                           ) -> pb.OffsetCommitResponse:
-        return await self.groups.offset_commit(request, await self._group_allowed(context))
+        rights = await self._rights(context)
+        return await self.groups.offset_commit(request, *_group_and_topic(rights))
 
     @_rpc("OffsetFetch")
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Context
                          ) -> pb.OffsetFetchResponse:
-        return await self.groups.offset_fetch(request, await self._group_allowed(context))
+        rights = await self._rights(context)
+        return await self.groups.offset_fetch(request, *_group_and_topic(rights))
 
     @_rpc("ListGroups")
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Context
@@ -747,6 +749,14 @@ class _AnswerWriter:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+def _group_and_topic(rights: Callable[[int, int, str], bool] | None
+                     ) -> tuple[GroupAllowed | None, GroupAllowed | None]:
+    """(operation, group) -> may and (operation, topic) -> may, of one caller's rights."""
+    if rights is None:
+        return None, None
+    return (lambda op, group: rights(op, GROUP, group)), (lambda op, topic: rights(op, TOPIC, topic))
 
 
 def build_server(*, host: str, port: int, servicer: BrokerServicer,

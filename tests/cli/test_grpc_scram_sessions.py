@@ -10,7 +10,9 @@ SCRAM-SHA-512` (2 brokers, connections.max.reauth.ms=3000).
   token are refused (UNAUTHENTICATED, SASL_AUTHENTICATION_FAILED); a wrong password and
   an unknown user get the same refusal, after the failed-authentication delay;
 - a producer running longer than three session lifetimes re-authenticates without an
-  error.
+  error;
+- issue 29 item 7: OffsetCommit and OffsetFetch check the topics (READ, DESCRIBE) as
+  well as the group, on gRPC and on the Kafka listener.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ from tidewater.client.consumer import Consumer
 from tidewater.client.metadata import MetadataClient
 from tidewater.client.producer import Producer
 from tidewater.client.sasl_session import ScramLogin, sync_caller
-from tidewater.client.security import ClientSecurity, SyncScramAuth
+from tidewater.client.security import ClientSecurity, SyncScramAuth, sync_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.scram import SaslAuthenticationError, plain_metadata
 from tidewater.tools.cluster_sasl import read_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
 
 MECHANISM = "SCRAM-SHA-512"
 REAUTH_MS = 3000
@@ -241,3 +245,81 @@ def test_a_long_running_producer_reauthenticates_without_errors(cluster):
         wait_for(lambda: got.extend(r.value for r in consumer.poll(500)) or len(got) >= sent,
                  "the records back", timeout_s=30)
     assert got == [b"%d" % i for i in range(sent)]
+
+
+def test_offset_commit_and_fetch_check_the_topics_as_well_as_the_group(cluster):
+    """Issue 29 item 7, Kafka's rule on both the Kafka listener and gRPC: OffsetCommit
+    needs READ on each topic besides the group, OffsetFetch DESCRIBE; a refused topic's
+    partitions are TOPIC_AUTHORIZATION_FAILED (the others are served), and a fetch of
+    all the group's offsets leaves refused topics out."""
+    c = cluster
+    for topic in ("oc-ok", "oc-no"):
+        assert tide(c, "topics", "create", topic, "--partitions", "1").returncode == 0
+    assert tide(c, "users", "create", "carol", "--password", "carol-pw").returncode == 0
+    for grant in (("--group", "carol-grpc"), ("--group", "carol-kafka"), ("--topic", "oc-ok")):
+        added = tide(c, "acls", "add", "--allow-principal", "User:carol", "--operation", "read",
+                     "--operation", "describe", *grant)
+        assert added.returncode == 0, added.stderr
+    # As the admin (a super user), commit offsets of both topics for both groups first:
+    # carol's fetch then has something to be refused or hidden.
+    admin = ClientSecurity.from_options(**admin_security(c))
+    carol = ClientSecurity.from_options(**{**admin_security(c), "sasl_plain_username": "carol",
+                                           "sasl_plain_password": "carol-pw"})
+    time.sleep(1)  # the user and the ACLs reach the brokers
+
+    def coordinator_stub(security: ClientSecurity, group: str):
+        with sync_channel(first(c), security, ()) as channel:
+            def ask():
+                answer = pb_grpc.BrokerStub(channel).FindCoordinator(
+                    pb.FindCoordinatorRequest(group_id=group), timeout=10)
+                return answer if answer.error_code == pb.NONE else None
+            found = wait_for(ask, f"a coordinator for {group}", timeout_s=30)
+        return sync_channel(f"{found.host}:{found.port}", security, ())
+
+    def commit(security: ClientSecurity, group: str, offset: int) -> dict:
+        with coordinator_stub(security, group) as channel:
+            answer = pb_grpc.BrokerStub(channel).OffsetCommit(pb.OffsetCommitRequest(
+                group_id=group, generation_id=-1, offsets=[
+                    pb.GroupOffset(topic=t, partition=0, offset=offset)
+                    for t in ("oc-ok", "oc-no")]), timeout=10)
+        return {o.topic: o.error_code for o in answer.offsets}
+
+    def fetch(security: ClientSecurity, group: str, *topics: str) -> dict:
+        with coordinator_stub(security, group) as channel:
+            answer = pb_grpc.BrokerStub(channel).OffsetFetch(pb.OffsetFetchRequest(
+                group_id=group, partitions=[pb.GroupOffset(topic=t, partition=0)
+                                            for t in topics]), timeout=10)
+        assert answer.error_code == pb.NONE
+        return {o.topic: (o.offset, o.error_code) for o in answer.offsets}
+    for group in ("carol-grpc", "carol-kafka"):
+        assert commit(admin, group, 3) == {"oc-ok": pb.NONE, "oc-no": pb.NONE}
+    # gRPC
+    assert commit(carol, "carol-grpc", 7) == {"oc-ok": pb.NONE,
+                                              "oc-no": pb.TOPIC_AUTHORIZATION_FAILED}
+    assert fetch(carol, "carol-grpc", "oc-ok", "oc-no") == {
+        "oc-ok": (7, pb.NONE), "oc-no": (-1, pb.TOPIC_AUTHORIZATION_FAILED)}
+    assert fetch(carol, "carol-grpc") == {"oc-ok": (7, pb.NONE)}
+    assert fetch(admin, "carol-grpc") == {"oc-ok": (7, pb.NONE), "oc-no": (3, pb.NONE)}
+    # The Kafka listener, with confluent-kafka
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": c.manifest_["kafka_bootstrap"], "group.id": "carol-kafka",
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM,
+        "sasl.username": "carol", "sasl.password": "carol-pw", "enable.auto.commit": False})
+    try:
+        offsets = [confluent_kafka.TopicPartition(t, 0, 9) for t in ("oc-ok", "oc-no")]
+        try:
+            committed = consumer.commit(offsets=offsets, asynchronous=False)
+            codes = {tp.topic: tp.error.code() if tp.error else 0 for tp in committed}
+        except confluent_kafka.KafkaException as e:
+            codes = {"request": e.args[0].code()}
+        assert codes.get("oc-no", codes.get("request")) == \
+            confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+        got = consumer.committed([confluent_kafka.TopicPartition(t, 0) for t in
+                                  ("oc-ok", "oc-no")], timeout=10)
+        by_topic = {tp.topic: tp for tp in got}
+        assert by_topic["oc-ok"].offset == 9 and by_topic["oc-ok"].error is None
+        assert by_topic["oc-no"].error is not None and by_topic["oc-no"].error.code() == \
+            confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+    assert fetch(admin, "carol-kafka") == {"oc-ok": (9, pb.NONE), "oc-no": (3, pb.NONE)}
