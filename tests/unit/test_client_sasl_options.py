@@ -19,8 +19,19 @@ def test_properties_file_with_sasl_ssl():
     assert security.tls and security.cafile == "/ca.pem"
     assert (security.sasl_mechanism, security.sasl_username) == ("SCRAM-SHA-512", "alice")
     assert "s3cret" not in repr(security)
+    # SCRAM: no password in any call's metadata; each channel gets its own SCRAM login.
+    assert security.call_metadata() == ()
+    login = security.scram_login()
+    assert login is not None and login.mechanism == "SCRAM-SHA-512"
+    assert security.scram_login() is not login
+
+
+def test_plain_sends_the_password_as_metadata_and_has_no_scram_login():
+    security = ClientSecurity.from_options("SASL_SSL", sasl_mechanism="PLAIN",
+                                           sasl_plain_username="a", sasl_plain_password="b")
     ((key, value),) = security.call_metadata()
     assert key == "authorization" and value.startswith("PLAIN ")
+    assert security.scram_login() is None
 
 
 def test_sasl_plaintext_is_not_tls_and_plain_security_sends_nothing():
