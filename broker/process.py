@@ -203,6 +203,10 @@ class BrokerProcess:
         guarded = (GuardedControllerForwarder(forwarder, self.security)
                    if self.security.secured else forwarder)
         listeners = [("INTERNAL", c.listen)]
+        if tls is None and "PLAIN" in c.security.sasl_mechanisms:
+            log.warning("SASL/PLAIN is enabled on gRPC listeners without TLS: clients using "
+                        "it send their password in clear on every call (enable TLS, or "
+                        "SCRAM only)")
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
