@@ -25,6 +25,7 @@ shuts down and exits with code 70.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 import time
@@ -49,7 +50,11 @@ from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
-from tidewater.broker.security.inter_broker import InterBrokerCredentials
+from tidewater.broker.security.inter_broker import (
+    InterBrokerCredentials,
+    inter_broker_mechanism,
+    plain_channel,
+)
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.grpc_server import (
@@ -58,6 +63,7 @@ from tidewater.broker.servicers.grpc_server import (
     build_server,
 )
 from tidewater.broker.servicers.guarded_admin_forwarding import GuardedControllerForwarder
+from tidewater.broker.servicers.sasl import SaslServicer
 from tidewater.broker.serving.txn_markers import TxnMarkerEntry
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
@@ -141,15 +147,22 @@ class BrokerProcess:
         # What this broker presents on its own channels (to the controller, to leaders).
         member_credentials = channel_credentials(tls) if tls is not None else None
         # And the SASL user it fetches as (CredentialsFileError: cannot start).
-        inter_broker_metadata = (
-            InterBrokerCredentials.read(c.inter_broker_credentials_file).call_metadata()
-            if c.inter_broker_credentials_file else ())
+        # SCRAM where the brokers enable it (``inter_broker_mechanism``): no password on
+        # the wire, only session tokens; PLAIN in each call's metadata otherwise.
+        mechanism = inter_broker_mechanism(c.security.sasl_mechanisms)
+        inter_broker = (
+            dataclasses.replace(InterBrokerCredentials.read(c.inter_broker_credentials_file),
+                                mechanism=mechanism)
+            if c.inter_broker_credentials_file else None)
+        inter_broker_metadata = inter_broker.call_metadata() if inter_broker else ()
+        open_inter_broker = inter_broker.open_channel if inter_broker else plain_channel
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
             max_message_bytes=c.socket_request_max_bytes,
-            credentials=member_credentials, rack=c.broker_rack, sasl_user=c.controller_sasl_user)
+            credentials=member_credentials, rack=c.broker_rack, sasl_user=c.controller_sasl_user,
+            sasl_mechanism=mechanism)
         channel = self.controller_channel
         self.replica_manager = ReplicaManager(
             config=c, log_manager=self.log_manager, metadata_cache=self.metadata_cache,
@@ -159,6 +172,7 @@ class BrokerProcess:
             control_token=lambda: channel.control_token,
             channel_credentials=member_credentials,
             fetch_call_metadata=inter_broker_metadata,
+            fetch_open_channel=open_inter_broker,
             allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
         forwarder = ControllerForwarder(channel.stub)
@@ -178,7 +192,8 @@ class BrokerProcess:
             broker_id=c.broker_id, local_writer=self.replica_manager.txn_markers,
             endpoint=self.metadata_cache.endpoint,
             max_message_bytes=c.socket_request_max_bytes,
-            channel_credentials=member_credentials, call_metadata=inter_broker_metadata)
+            channel_credentials=member_credentials, call_metadata=inter_broker_metadata,
+            open_channel=open_inter_broker)
         self.txn_coordinator = TransactionCoordinator(
             replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
             controller=forwarder, config=c, supervisor=self.supervisor,
@@ -188,6 +203,10 @@ class BrokerProcess:
         guarded = (GuardedControllerForwarder(forwarder, self.security)
                    if self.security.secured else forwarder)
         listeners = [("INTERNAL", c.listen)]
+        if tls is None and "PLAIN" in c.security.sasl_mechanisms:
+            log.warning("SASL/PLAIN is enabled on gRPC listeners without TLS: clients using "
+                        "it send their password in clear on every call (enable TLS, or "
+                        "SCRAM only)")
         if c.external_listen is not None:
             listeners.append(("EXTERNAL", c.external_listen))
         for name, (host, port) in listeners:
@@ -207,7 +226,8 @@ class BrokerProcess:
             server, bound = build_server(host=host, port=port, servicer=servicer,
                                          controller_servicer=guarded,
                                          max_message_bytes=c.socket_request_max_bytes,
-                                         control_servicer=control, credentials=credentials)
+                                         control_servicer=control, credentials=credentials,
+                                         sasl_servicer=SaslServicer(self.security))
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound

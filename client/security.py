@@ -13,11 +13,14 @@ listeners that require one) — kafka-python's names. ``tide
 SASL (``security_protocol`` ``SASL_PLAINTEXT`` or ``SASL_SSL``, with
 ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password`` —
 kafka-python's names; in a properties file ``sasl.mechanism``,
-``sasl.username``, ``sasl.password`` as librdkafka names them): every gRPC call
-carries the user and password as ``authorization: PLAIN ...`` metadata
-(``broker.grpc_security``), whatever the mechanism named (gRPC has no SCRAM
-exchange; the broker checks the password against the same SCRAM credential).
-Use SASL_SSL: over SASL_PLAINTEXT the password crosses the network in clear.
+``sasl.username``, ``sasl.password`` as librdkafka names them). With a SCRAM
+mechanism each channel first runs a SCRAM exchange on the server's ``Sasl``
+service and then sends only the session token it answered, re-authenticating
+before the token expires (``client.sasl_session``, KIP-368); the password never
+crosses the network. With PLAIN every gRPC call carries the user and password as
+``authorization: PLAIN ...`` metadata (taken only by servers that enable PLAIN);
+use SASL_SSL then: over SASL_PLAINTEXT the password crosses the network in clear
+(a warning is logged).
 Java keystores
 (``ssl.truststore.*``, ``ssl.keystore.*``) are refused with a message: gRPC
 reads PEM only.
@@ -29,7 +32,9 @@ the first channel needs them (``channel_credentials``, cached per value).
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +42,19 @@ from typing import Any, TypedDict
 
 import grpc
 
-from tidewater.proto.scram import plain_metadata
+from tidewater.client.sasl_session import (
+    SASL_METHOD_PREFIX,
+    SaslRefusedRpcError,
+    ScramLogin,
+    UnsupportedSaslMechanismError,
+    aio_caller,
+    sync_caller,
+)
+from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.scram import MECHANISMS, SaslAuthenticationError, plain_metadata
 from tidewater.proto.tls import open_aio_channel
+
+log = logging.getLogger(__name__)
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -98,10 +114,19 @@ class ClientSecurity:
         return self.protocol in ("SSL", "SASL_SSL")
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        """What every gRPC call carries (the SASL user and password, when set)."""
-        if self.sasl_username is None or self.sasl_password is None:
+        """What every gRPC call carries: with SASL/PLAIN, the user and password (SCRAM
+        sends a session token instead: ``scram_login``)."""
+        if self.sasl_username is None or self.sasl_password is None \
+                or self.sasl_mechanism in MECHANISMS:
             return ()
         return (plain_metadata(self.sasl_username, self.sasl_password),)
+
+    def scram_login(self) -> ScramLogin | None:
+        """A new SCRAM session for one channel, when the mechanism is a SCRAM one."""
+        if self.sasl_username is None or self.sasl_password is None \
+                or self.sasl_mechanism not in MECHANISMS:
+            return None
+        return ScramLogin(self.sasl_mechanism, self.sasl_username, self.sasl_password)
 
 
 PLAINTEXT = ClientSecurity()
@@ -152,22 +177,188 @@ ChannelOptions = Sequence[tuple[str, int]]
 CallMetadata = tuple[tuple[str, str], ...]
 
 
+def _warn_plain_in_clear(security: ClientSecurity, target: str) -> None:
+    if security.sasl_mechanism == "PLAIN" and not security.tls:
+        log.warning("SASL/PLAIN over a plaintext channel to %s: the password crosses the "
+                    "network in clear (use SASL_SSL, or a SCRAM mechanism)", target)
+
+
 def sync_channel(target: str, security: ClientSecurity, options: ChannelOptions) -> grpc.Channel:
     credentials = channel_credentials(security)
     if credentials is None:
         channel = grpc.insecure_channel(target, options=options)
     else:
         channel = grpc.secure_channel(target, credentials, options=options)
+    login = security.scram_login()
+    if login is not None:
+        return grpc.intercept_channel(channel, SyncScramAuth(login, sync_caller(channel)))
     metadata = security.call_metadata()
     if metadata:
+        _warn_plain_in_clear(security, target)
         channel = grpc.intercept_channel(channel, *_sync_interceptors(metadata))
     return channel
 
 
 def aio_channel(target: str, security: ClientSecurity, options: ChannelOptions) -> grpc.aio.Channel:
+    login = security.scram_login()
+    if login is not None:
+        return scram_aio_channel(target, options, channel_credentials(security), login)
     metadata = security.call_metadata()
+    if metadata:
+        _warn_plain_in_clear(security, target)
     return open_aio_channel(target, options, channel_credentials(security),
                             interceptors=aio_metadata_interceptors(metadata) if metadata else None)
+
+
+def scram_aio_channel(target: str, options: ChannelOptions,
+                      credentials: grpc.ChannelCredentials | None,
+                      login: ScramLogin) -> grpc.aio.Channel:
+    """An aio channel whose calls carry ``login``'s session (a client's, or a broker's on
+    its channels to the controller and to other brokers)."""
+    auth = AioScramAuth(login)
+    channel = open_aio_channel(target, options, credentials, interceptors=auth.interceptors())
+    auth.caller = aio_caller(channel)
+    return channel
+
+
+class SyncScramAuth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                    grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds the SCRAM session's token to every call (``client.sasl_session``)."""
+
+    def __init__(self, login: ScramLogin, caller: Callable[[str, Any], Any]) -> None:
+        self.login = login
+        self._caller = caller
+
+    def _details(self, details: grpc.ClientCallDetails
+                 ) -> tuple[grpc.ClientCallDetails, CallMetadata | None]:
+        if details.method.startswith(SASL_METHOD_PREFIX):
+            return details, None
+        try:
+            metadata = self.login.metadata_sync(self._caller)
+        except (SaslAuthenticationError, UnsupportedSaslMechanismError) as e:
+            raise SaslRefusedRpcError(e) from e
+        return _ClientCallDetails.of(details, metadata), metadata
+
+    def _watch(self, outcome: Any, metadata: CallMetadata | None) -> Any:
+        if metadata is not None and hasattr(outcome, "add_done_callback"):
+            def done(future: Any) -> None:
+                if future.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    self.login.forget(metadata)
+            outcome.add_done_callback(done)
+        return outcome
+
+    def intercept_unary_unary(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                              client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
+        details, metadata = self._details(client_call_details)
+        outcome = continuation(details, request)
+        if metadata is not None and outcome.done() \
+                and outcome.code() == grpc.StatusCode.UNAUTHENTICATED:
+            # The server forgot or dropped the session: once more with a new one.
+            self.login.forget(metadata)
+            details, metadata = self._details(client_call_details)
+            outcome = continuation(details, request)
+        return self._watch(outcome, metadata)
+
+    def intercept_unary_stream(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                               client_call_details: grpc.ClientCallDetails, request: Any) -> Any:
+        details, metadata = self._details(client_call_details)
+        return self._watch(continuation(details, request), metadata)
+
+    def intercept_stream_unary(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                               client_call_details: grpc.ClientCallDetails,
+                               request_iterator: Any) -> Any:
+        details, metadata = self._details(client_call_details)
+        return self._watch(continuation(details, request_iterator), metadata)
+
+    def intercept_stream_stream(self, continuation: Callable[[grpc.ClientCallDetails, Any], Any],
+                                client_call_details: grpc.ClientCallDetails,
+                                request_iterator: Any) -> Any:
+        details, metadata = self._details(client_call_details)
+        return self._watch(continuation(details, request_iterator), metadata)
+
+
+class AioScramAuth:
+    """The aio channels' ``SyncScramAuth``; ``caller`` is set once the channel exists
+    (the exchange goes over the same channel, its Sasl calls not intercepted)."""
+
+    def __init__(self, login: ScramLogin) -> None:
+        self.login = login
+        self.caller: Callable[[str, Any], Awaitable[Any]] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
+
+    async def details(self, details: grpc.aio.ClientCallDetails
+                      ) -> tuple[grpc.aio.ClientCallDetails, CallMetadata | None]:
+        method = details.method
+        if (method.decode() if isinstance(method, bytes) else method).startswith(
+                SASL_METHOD_PREFIX):
+            return details, None
+        if self.caller is None:
+            raise InvariantViolation("AioScramAuth used before its channel was made")
+        try:
+            metadata = await self.login.metadata_async(self.caller)
+        except (SaslAuthenticationError, UnsupportedSaslMechanismError) as e:
+            raise SaslRefusedRpcError(e) from e
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout,
+            grpc.aio.Metadata(*(tuple(details.metadata or ()) + metadata)),
+            details.credentials, details.wait_for_ready), metadata
+
+    def watch(self, call: Any, metadata: CallMetadata | None) -> Any:
+        """A stream refused UNAUTHENTICATED drops the session it carried."""
+        if metadata is None:
+            return call
+
+        async def check(done: Any) -> None:
+            if await done.code() == grpc.StatusCode.UNAUTHENTICATED:
+                self.login.forget(metadata)
+
+        def on_done(done: Any) -> None:
+            task = asyncio.get_running_loop().create_task(check(done))
+            self._checks.add(task)
+            task.add_done_callback(self._checks.discard)
+        call.add_done_callback(on_done)
+        return call
+
+    def interceptors(self) -> list[grpc.aio.ClientInterceptor]:
+        auth = self
+
+        class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+            async def intercept_unary_unary(
+                    self, continuation: Callable[[grpc.aio.ClientCallDetails, Any],
+                                                 Awaitable[Any]],
+                    details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+                sent, metadata = await auth.details(details)
+                call = await continuation(sent, request)
+                if metadata is not None and await call.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    auth.login.forget(metadata)  # the server forgot it: once more
+                    sent, metadata = await auth.details(details)
+                    call = await continuation(sent, request)
+                return call
+
+        class UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+            async def intercept_unary_stream(
+                    self, continuation: Callable[[grpc.aio.ClientCallDetails, Any],
+                                                 Awaitable[Any]],
+                    details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+                sent, metadata = await auth.details(details)
+                return auth.watch(await continuation(sent, request), metadata)
+
+        class StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
+            async def intercept_stream_unary(
+                    self, continuation: Callable[[grpc.aio.ClientCallDetails, Any],
+                                                 Awaitable[Any]],
+                    details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
+                sent, metadata = await auth.details(details)
+                return auth.watch(await continuation(sent, request_iterator), metadata)
+
+        class StreamStream(grpc.aio.StreamStreamClientInterceptor):
+            async def intercept_stream_stream(
+                    self, continuation: Callable[[grpc.aio.ClientCallDetails, Any],
+                                                 Awaitable[Any]],
+                    details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
+                sent, metadata = await auth.details(details)
+                return auth.watch(await continuation(sent, request_iterator), metadata)
+        return [UnaryUnary(), UnaryStream(), StreamUnary(), StreamStream()]
 
 
 # The interceptors pass every RPC's request (or request iterator) and call through

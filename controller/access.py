@@ -3,8 +3,10 @@
 
 ``ControllerGuard`` sits in front of ``service.ControllerService`` as the brokers'
 ``GuardedControllerForwarder`` sits in front of their forwarder, with the same
-authentication (``broker.security.grpc_auth.grpc_session``: SASL/PLAIN call metadata
-checked against the users' SCRAM credentials in this controller's image, else a
+authentication (``broker.security.grpc_auth.grpc_session``: a session token this
+controller's ``Sasl`` service issued after a SCRAM exchange, or SASL/PLAIN call metadata
+where PLAIN is enabled, checked against the users' SCRAM credentials in this
+controller's image, else a
 client certificate's CN, else ``User:ANONYMOUS``, refused outright with SASL on) and
 the same checks per admin call, as Kafka's controller makes them:
 

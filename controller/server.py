@@ -56,6 +56,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from tidewater.broker.security.settings import read_user_config
+from tidewater.broker.servicers.sasl import SaslServicer
 from tidewater.controller.access import ControllerGuard, controller_security
 from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.metadata_log import MetadataLog
@@ -177,11 +178,12 @@ class ControllerServer:
         security = self.config.security
         secured = bool(security.sasl_mechanisms) or security.authorizer != "none"
         # Authentication and Kafka's authorizer in front of every call (``access``).
+        guard_security = controller_security(security, lambda: self.machine.metadata)
         servicer: pb_grpc.ControllerServicer = (
-            ControllerGuard(self.service, controller_security(security,
-                                                              lambda: self.machine.metadata))
-            if secured else self.service)
+            ControllerGuard(self.service, guard_security) if secured else self.service)
         pb_grpc.add_ControllerServicer_to_server(servicer, self.grpc_server)
+        # SCRAM over gRPC: its session tokens are what the guard takes (``servicers.sasl``).
+        pb_grpc.add_SaslServicer_to_server(SaslServicer(guard_security), self.grpc_server)
         try:
             if tls is None:
                 self.port = self.grpc_server.add_insecure_port(f"{host}:{port}")

@@ -1952,3 +1952,43 @@ class ChangeQuorumVotersResponse(_message.Message):
     error_message: str
     leader_id: int
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ...) -> None: ...
+
+class GrpcSaslHandshakeRequest(_message.Message):
+    __slots__ = ("mechanism",)
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    mechanism: str
+    def __init__(self, mechanism: _Optional[str] = ...) -> None: ...
+
+class GrpcSaslHandshakeResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "enabled_mechanisms", "exchange_id")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_MECHANISMS_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    enabled_mechanisms: _containers.RepeatedScalarFieldContainer[str]
+    exchange_id: bytes
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., enabled_mechanisms: _Optional[_Iterable[str]] = ..., exchange_id: _Optional[bytes] = ...) -> None: ...
+
+class GrpcSaslAuthenticateRequest(_message.Message):
+    __slots__ = ("exchange_id", "auth_bytes")
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    AUTH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    exchange_id: bytes
+    auth_bytes: bytes
+    def __init__(self, exchange_id: _Optional[bytes] = ..., auth_bytes: _Optional[bytes] = ...) -> None: ...
+
+class GrpcSaslAuthenticateResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "auth_bytes", "session_token", "session_lifetime_ms")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AUTH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SESSION_LIFETIME_MS_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    error_message: str
+    auth_bytes: bytes
+    session_token: str
+    session_lifetime_ms: int
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., auth_bytes: _Optional[bytes] = ..., session_token: _Optional[str] = ..., session_lifetime_ms: _Optional[int] = ...) -> None: ...

@@ -2497,3 +2497,148 @@ class ControllerQuorum:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class SaslStub:
+    """---------------------------------------------------------------- SASL over gRPC
+
+    A SASL exchange on the gRPC listeners of brokers and the controller, as Kafka's
+    SaslHandshake/SaslAuthenticate run on its listener (broker/security/grpc_sessions.py):
+    SaslHandshake names the mechanism (a SCRAM one) and opens an exchange; each
+    SaslAuthenticate carries the client's next SCRAM message. The last one answers a
+    session token, bound to the principal on this server only and valid for
+    session_lifetime_ms (connections.max.reauth.ms; 0: until this server restarts): later
+    calls carry `authorization: Session <token>` instead of a password, and the client
+    authenticates again before the lifetime ends (KIP-368).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SaslHandshake = channel.unary_unary(
+                '/tidewater.Sasl/SaslHandshake',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeResponse.FromString,
+                _registered_method=True)
+        self.SaslAuthenticate = channel.unary_unary(
+                '/tidewater.Sasl/SaslAuthenticate',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateResponse.FromString,
+                _registered_method=True)
+
+
+class SaslServicer:
+    """---------------------------------------------------------------- SASL over gRPC
+
+    A SASL exchange on the gRPC listeners of brokers and the controller, as Kafka's
+    SaslHandshake/SaslAuthenticate run on its listener (broker/security/grpc_sessions.py):
+    SaslHandshake names the mechanism (a SCRAM one) and opens an exchange; each
+    SaslAuthenticate carries the client's next SCRAM message. The last one answers a
+    session token, bound to the principal on this server only and valid for
+    session_lifetime_ms (connections.max.reauth.ms; 0: until this server restarts): later
+    calls carry `authorization: Session <token>` instead of a password, and the client
+    authenticates again before the lifetime ends (KIP-368).
+    """
+
+    def SaslHandshake(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SaslAuthenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SaslServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SaslHandshake': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaslHandshake,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeResponse.SerializeToString,
+            ),
+            'SaslAuthenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.SaslAuthenticate,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tidewater.Sasl', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tidewater.Sasl', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Sasl:
+    """---------------------------------------------------------------- SASL over gRPC
+
+    A SASL exchange on the gRPC listeners of brokers and the controller, as Kafka's
+    SaslHandshake/SaslAuthenticate run on its listener (broker/security/grpc_sessions.py):
+    SaslHandshake names the mechanism (a SCRAM one) and opens an exchange; each
+    SaslAuthenticate carries the client's next SCRAM message. The last one answers a
+    session token, bound to the principal on this server only and valid for
+    session_lifetime_ms (connections.max.reauth.ms; 0: until this server restarts): later
+    calls carry `authorization: Session <token>` instead of a password, and the client
+    authenticates again before the lifetime ends (KIP-368).
+    """
+
+    @staticmethod
+    def SaslHandshake(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Sasl/SaslHandshake',
+            tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslHandshakeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaslAuthenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Sasl/SaslAuthenticate',
+            tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.GrpcSaslAuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

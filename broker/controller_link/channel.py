@@ -59,11 +59,12 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.controller_link.registration import REGISTER_AGAIN, Registration
-from tidewater.client.security import aio_metadata_interceptors
+from tidewater.client.sasl_session import ScramLogin
+from tidewater.client.security import aio_metadata_interceptors, scram_aio_channel
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, UnsupportedVersionError
-from tidewater.proto.scram import plain_metadata
+from tidewater.proto.scram import MECHANISMS, plain_metadata
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.controller_link.channel")
@@ -79,7 +80,7 @@ class ControllerChannel:
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
                  on_registered: Callable[[int], Awaitable[None]] | None = None,
                  credentials: grpc.ChannelCredentials | None = None, rack: str = "",
-                 sasl_user: tuple[str, str] | None = None):
+                 sasl_user: tuple[str, str] | None = None, sasl_mechanism: str = "PLAIN"):
         self.broker_id = broker_id
         self.rack = rack
         self.controller_address = controller_address
@@ -103,11 +104,18 @@ class ControllerChannel:
         host, port = controller_address
         # ``credentials``: TLS, presenting this broker's certificate (the controller's
         # listener requires it and takes this broker's calls only from broker-<id>).
-        # ``sasl_user``: (user, password) sent on every call (SASL/PLAIN metadata), for a
-        # controller with SASL on; also on the admin calls forwarded on this channel.
-        self._channel = open_aio_channel(
-            f"{host}:{port}", channel_options(max_message_bytes), credentials,
-            aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
+        # ``sasl_user``: (user, password) this broker authenticates as, for a controller
+        # with SASL on (also for the admin calls forwarded on this channel): with a SCRAM
+        # ``sasl_mechanism`` by a SCRAM exchange, every call then carrying the session
+        # token (``client.sasl_session``); with PLAIN the password goes on every call.
+        target, options = f"{host}:{port}", channel_options(max_message_bytes)
+        if sasl_user is not None and sasl_mechanism in MECHANISMS:
+            self._channel = scram_aio_channel(target, options, credentials,
+                                              ScramLogin(sasl_mechanism, *sasl_user))
+        else:
+            self._channel = open_aio_channel(
+                target, options, credentials,
+                aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
         self.stub = pb_grpc.ControllerStub(self._channel)
 
     @property

@@ -50,6 +50,7 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import Ready
 from tidewater.broker.replication.replica import FollowerCycle, FollowerPhase
+from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.broker.serving.replica_fetch_wire import (
     MalformedFetchResponseError,
@@ -61,7 +62,6 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.batch import BytesLike
 from tidewater.proto.errors import TidewaterError, UnsupportedVersionError, code_name
 from tidewater.proto.supervisor import TaskSupervisor
-from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.following.fetcher")
 
@@ -176,8 +176,9 @@ class LeaderFetcher:
                 self.manager.supervisor.spawn(self._channel.close(),
                                               f"close-channel-{self.leader_id}")
             limit = self.manager.config.socket_request_max_bytes
-            self._channel = open_aio_channel(f"{endpoint[0]}:{endpoint[1]}", channel_options(limit),
-                                         self.manager.channel_credentials)
+            self._channel = self.manager.open_channel(f"{endpoint[0]}:{endpoint[1]}",
+                                                      channel_options(limit),
+                                                      self.manager.channel_credentials)
             self._stub = _LeaderStubs(self._channel)
             self._endpoint = endpoint
         return self._stub
@@ -460,8 +461,11 @@ class FetcherManager:
                  supervisor: TaskSupervisor, broker_epoch: Callable[[], int],
                  leader_endpoint: Callable[[int], tuple[str, int] | None],
                  channel_credentials: grpc.ChannelCredentials | None = None,
-                 call_metadata: tuple[tuple[str, str], ...] = ()):
+                 call_metadata: tuple[tuple[str, str], ...] = (),
+                 open_channel: ChannelOpener = plain_channel):
         self.config = config
+        # SASL with SCRAM: channels that run an exchange and carry its session token.
+        self.open_channel = open_channel
         # TLS: present this broker's certificate (leaders take ReplicaFetch from broker-<id>).
         self.channel_credentials = channel_credentials
         # SASL: this broker's user on every call to a leader (with SASL or an authorizer,

@@ -10,11 +10,12 @@ fetch offsets, describe and list; DELETE to delete (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tidewater.broker.group import service
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.group.state import GroupState, Member
+from tidewater.broker.group.service import TopicPartition
+from tidewater.broker.group.state import CommittedOffset, GroupState, Member
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import DELETE, DESCRIBE, READ
@@ -22,8 +23,19 @@ from tidewater.proto.acls import DELETE, DESCRIBE, READ
 GroupAllowed = Callable[[int, str], bool]  # (operation, group id) -> may
 
 
+TopicAllowed = Callable[[int, str], bool]  # (operation, topic) -> may
+
+
 def _refused(allowed: GroupAllowed | None, operation: int, group_id: str) -> bool:
     return allowed is not None and not allowed(operation, group_id)
+
+
+def _refused_topics(allowed: TopicAllowed | None, operation: int,
+                    topics: Iterable[str]) -> set[str]:
+    """The topics the caller may not ``operation`` (one question per topic)."""
+    if allowed is None:
+        return set()
+    return {t for t in set(topics) if not allowed(operation, t)}
 
 
 def _member(m: Member, protocol: str, with_data: bool) -> pb.GroupMember:
@@ -108,29 +120,54 @@ class GroupRpcs:
         return pb.LeaveGroupResponse(error_code=code, member_error_codes=codes)
 
     async def offset_commit(self, request: pb.OffsetCommitRequest,
-                            allowed: GroupAllowed | None = None) -> pb.OffsetCommitResponse:
+                            allowed: GroupAllowed | None = None,
+                            topic_allowed: TopicAllowed | None = None
+                            ) -> pb.OffsetCommitResponse:
+        """Kafka's rule: READ on the group, and READ on each topic (a refused topic's
+        partitions are TOPIC_AUTHORIZATION_FAILED, the others committed)."""
         if _refused(allowed, READ, request.group_id):
             return pb.OffsetCommitResponse(offsets=[pb.GroupOffset(topic=o.topic, partition=o.partition, error_code=pb.GROUP_AUTHORIZATION_FAILED) for o in request.offsets])
+        refused = _refused_topics(topic_allowed, READ, (o.topic for o in request.offsets))
+        offsets = {(o.topic, o.partition): (o.offset, o.leader_epoch, o.metadata)
+                   for o in request.offsets if o.topic not in refused}
         errors = await service.commit(
             self.coordinator, self.metadata_cache, group_id=request.group_id,
             generation_id=request.generation_id, member_id=request.member_id,
-            offsets={(o.topic, o.partition): (o.offset, o.leader_epoch, o.metadata)
-                     for o in request.offsets})
+            offsets=offsets) if offsets else {}
+        denied = [pb.GroupOffset(topic=o.topic, partition=o.partition,
+                                 error_code=pb.TOPIC_AUTHORIZATION_FAILED)
+                  for o in request.offsets if o.topic in refused]
         return pb.OffsetCommitResponse(offsets=[
             pb.GroupOffset(topic=t, partition=p, error_code=code)
-            for (t, p), code in errors.items()])
+            for (t, p), code in errors.items()] + denied)
 
     async def offset_fetch(self, request: pb.OffsetFetchRequest,
-                           allowed: GroupAllowed | None = None) -> pb.OffsetFetchResponse:
+                           allowed: GroupAllowed | None = None,
+                           topic_allowed: TopicAllowed | None = None
+                           ) -> pb.OffsetFetchResponse:
         if _refused(allowed, DESCRIBE, request.group_id):
             return pb.OffsetFetchResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
-        wanted = [(o.topic, o.partition) for o in request.partitions] or None
-        code, found, _ = service.fetch_offsets(self.coordinator, request.group_id, wanted)
+        # Kafka's rule: DESCRIBE on each topic too; a named partition of a refused topic
+        # is TOPIC_AUTHORIZATION_FAILED, and a listing of all leaves such topics out.
+        asked = [(o.topic, o.partition) for o in request.partitions]
+        refused = _refused_topics(topic_allowed, DESCRIBE, (t for t, _ in asked))
+        wanted = [(t, p) for t, p in asked if t not in refused]
+        found: dict[TopicPartition, CommittedOffset | None] = {}
+        code: pb.ErrorCode = pb.NONE
+        if not asked or wanted:
+            code, found, _ = service.fetch_offsets(self.coordinator, request.group_id,
+                                                   wanted or None)
+        if not asked and topic_allowed is not None:
+            hidden = _refused_topics(topic_allowed, DESCRIBE, (t for t, _ in found))
+            found = {tp: c for tp, c in found.items() if tp[0] not in hidden}
         return pb.OffsetFetchResponse(error_code=code, offsets=[
             pb.GroupOffset(topic=t, partition=p, offset=c.offset if c else -1,
                            leader_epoch=c.leader_epoch if c else -1,
                            metadata=c.metadata if c else "")
-            for (t, p), c in sorted(found.items())])
+            for (t, p), c in sorted(found.items())] + [
+            pb.GroupOffset(topic=t, partition=p, offset=-1, leader_epoch=-1,
+                           error_code=pb.TOPIC_AUTHORIZATION_FAILED)
+            for t, p in asked if t in refused])
 
     async def list_groups(self, request: pb.ListGroupsRequest,
                           allowed: GroupAllowed | None = None) -> pb.ListGroupsResponse:

@@ -27,7 +27,7 @@ DeleteGroups and OffsetDelete, which also needs READ on each topic, as Kafka's).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import Any, Protocol
 
 from tidewater.broker.group import service
@@ -106,6 +106,11 @@ def authorize_group(s: GroupServices, head: RequestHead, operation: str,
     if s.allowed(getattr(acls, operation), acls.GROUP, group_id):
         return None
     return pb.GROUP_AUTHORIZATION_FAILED
+
+
+def refused_topics(s: GroupServices, operation: str, topics: Iterable[str]) -> set[str]:
+    """The topics this connection may not ``operation`` (one question per topic)."""
+    return {t for t in set(topics) if not s.allowed(getattr(acls, operation), acls.TOPIC, t)}
 
 
 def _done(value: dict[str, Any]) -> Awaitable[dict[str, Any]]:
@@ -258,32 +263,55 @@ async def on_offset_commit(s: GroupServices, head: RequestHead, body: RequestBod
                                                for name, parts in topics.items()]}
     if (code := authorize_group(s, head, "READ", group_id)) is not None:
         return _done(values({tp: code for tp in order}))
+    # Kafka's rule (KafkaApis.handleOffsetCommitRequest): READ on each topic too; a
+    # refused topic's partitions are TOPIC_AUTHORIZATION_FAILED, the others committed.
+    refused = refused_topics(s, "READ", (t.name for t in body.topics))
+    denied = {tp: pb.TOPIC_AUTHORIZATION_FAILED for tp in order if tp[0] in refused}
+    offsets = {(t.name, p.partition_index): (p.committed_offset,
+                                             getattr(p, "committed_leader_epoch", -1),
+                                             p.committed_metadata or "")
+               for t in body.topics if t.name not in refused for p in t.partitions}
+    if not offsets:
+        return _done(values(denied))
     pending = service.commit(
         _coordinator(s), s.metadata_cache, group_id=group_id,
         generation_id=body.generation_id_or_member_epoch, member_id=body.member_id,
-        offsets={(t.name, p.partition_index): (p.committed_offset,
-                                               getattr(p, "committed_leader_epoch", -1),
-                                               p.committed_metadata or "")
-                 for t in body.topics for p in t.partitions},
-        group_instance_id=getattr(body, "group_instance_id", None))
+        offsets=offsets, group_instance_id=getattr(body, "group_instance_id", None))
 
     async def answer() -> dict[str, Any]:
-        return values(await pending)
+        return values({**await pending, **denied})
     return answer()
 
 
 def _fetched_group(s: GroupServices, head: RequestHead, group_id: str,
                    topics: list[tuple[str, list[int]]] | None,
                    require_stable: bool = False) -> dict[str, Any]:
-    wanted = None if topics is None else [(t, p) for t, ps in topics for p in ps]
+    asked = None if topics is None else [(t, p) for t, ps in topics for p in ps]
     code = authorize_group(s, head, "DESCRIBE", group_id)
     unstable: set[tuple[str, int]] = set()
-    if code is None:
+    # Kafka's rule (KafkaApis.handleOffsetFetchRequest): DESCRIBE on each topic too; a
+    # named partition of a refused topic is TOPIC_AUTHORIZATION_FAILED, and a fetch of
+    # all the group's offsets leaves such topics out.
+    refused = (refused_topics(s, "DESCRIBE", (t for t, _ in asked or ())) if code is None
+               else set())
+    wanted = None if asked is None else [(t, p) for t, p in asked if t not in refused]
+    found: dict[tuple[str, int], Any]
+    if code is None and (wanted is None or wanted):
         code, found, unstable = service.fetch_offsets(_coordinator(s), group_id, wanted,
                                                       require_stable=require_stable)
+        if asked is None:
+            hidden = refused_topics(s, "DESCRIBE", (t for t, _ in found))
+            found = {tp: c for tp, c in found.items() if tp[0] not in hidden}
     else:
         found = {tp: None for tp in wanted or ()}
+        code = pb.NONE if code is None else code
     grouped: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in asked or ():
+        if topic in refused:
+            grouped.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": -1,
+                "committed_leader_epoch": -1, "metadata": "",
+                "error_code": pb.TOPIC_AUTHORIZATION_FAILED})
     for (topic, partition), committed in found.items():
         if (topic, partition) in unstable:
             # KIP-447: an open transaction holds an offset here; the client retries.

@@ -45,6 +45,7 @@ from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
 from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
@@ -79,6 +80,7 @@ class ReplicaManager:
                  control_token: Callable[[], bytes] = lambda: b"",
                  channel_credentials: grpc.ChannelCredentials | None = None,
                  fetch_call_metadata: tuple[tuple[str, str], ...] = (),
+                 fetch_open_channel: ChannelOpener = plain_channel,
                  allocate_producer_ids: AllocateRpc | None = None) -> None:
         """``channel_credentials``: TLS for the follower fetchers' channels (None: plaintext).
         ``fetch_call_metadata``: what the fetchers' calls to leaders carry (this broker's
@@ -118,7 +120,8 @@ class ReplicaManager:
         self.fetchers = FetcherManager(
             config=config, carrier=self.carrier, supervisor=self.supervisor,
             broker_epoch=broker_epoch, leader_endpoint=self.control.leader_endpoints.get,
-            channel_credentials=channel_credentials, call_metadata=fetch_call_metadata)
+            channel_credentials=channel_credentials, call_metadata=fetch_call_metadata,
+            open_channel=fetch_open_channel)
         self.alter_partitions = AlterPartitionSender(
             rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
             **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))

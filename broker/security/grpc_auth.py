@@ -3,17 +3,21 @@
 
 Authentication (``grpc_session``), in order:
 
-1. call metadata ``authorization: PLAIN <base64 of the SASL/PLAIN message
+1. call metadata ``authorization: Session <token>``: a token the ``Sasl`` service
+   issued after a SCRAM exchange (``grpc_sessions``), naming its user until
+   ``connections.max.reauth.ms`` passed; unknown or expired ones are refused;
+2. call metadata ``authorization: PLAIN <base64 of the SASL/PLAIN message
    "\\0user\\0password">`` (``client.security`` sends it for ``sasl_*``
    settings): the password is checked against the user's SCRAM credential,
    like SASL/PLAIN on the Kafka listener (verdicts cached per credential, so
    PBKDF2 runs once per user and password, not per call). A wrong one is
    refused (gRPC UNAUTHENTICATED, "SASL_AUTHENTICATION_FAILED: ..."). Use it
    over TLS: on a plaintext port the password crosses the network in clear, as
-   SASL_PLAINTEXT's PLAIN does;
-2. else a verified client certificate's CN (where the listener asks for one:
+   SASL_PLAINTEXT's PLAIN does. Taken only when PLAIN is an enabled mechanism
+   (or no mechanism is): a SCRAM-only server refuses passwords in call metadata;
+3. else a verified client certificate's CN (where the listener asks for one:
    INTERNAL with TLS) is ``User:<CN>``;
-3. else ``User:ANONYMOUS`` — refused outright when the broker has SASL
+4. else ``User:ANONYMOUS`` — refused outright when the broker has SASL
    mechanisms configured (an unauthenticated client gets nothing, as on the
    Kafka listener).
 
@@ -36,9 +40,12 @@ from collections.abc import (
     MutableSequence,
     Sequence,
 )
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.security.authorizer import Session
+from tidewater.broker.security.grpc_sessions import SESSION_SCHEME, GrpcSessions
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import ANONYMOUS, DESCRIBE, READ, WRITE, user_principal
 from tidewater.proto.scram import (
@@ -137,20 +144,66 @@ def peer_host(peer: str) -> str:
     return rest.rpartition(":")[0] if kind == "ipv4" else rest
 
 
-def plain_credentials(metadata: Iterable[tuple[str, str | bytes]]) -> tuple[str, str] | None:
-    """(user, password) of the call's ``authorization: PLAIN ...`` metadata, or None
-    without one; SaslAuthenticationError for a malformed one."""
+def _authorization(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
     header = next((v for k, v in metadata if k == AUTHORIZATION_KEY), None)
     if header is None:
         return None
-    text = header.decode(errors="replace") if isinstance(header, bytes) else header
+    return header.decode(errors="replace") if isinstance(header, bytes) else header
+
+
+def plain_credentials(metadata: Iterable[tuple[str, str | bytes]]) -> tuple[str, str] | None:
+    """(user, password) of the call's ``authorization: PLAIN ...`` metadata, or None
+    without one; SaslAuthenticationError for a malformed one."""
+    text = _authorization(metadata)
+    if text is None or text.startswith(SESSION_SCHEME):
+        return None
     if not text.startswith(PLAIN_SCHEME):
-        raise SaslAuthenticationError("authorization metadata: only PLAIN is understood")
+        raise SaslAuthenticationError("authorization metadata: only PLAIN and Session "
+                                      "are understood")
     try:
         token = base64.b64decode(text[len(PLAIN_SCHEME):], validate=True)
     except ValueError:
         raise SaslAuthenticationError("authorization metadata is not base64") from None
     return parse_plain(token)
+
+
+def session_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
+    """The token of the call's ``authorization: Session <token>`` metadata, or None."""
+    text = _authorization(metadata)
+    if text is None or not text.startswith(SESSION_SCHEME):
+        return None
+    return text[len(SESSION_SCHEME):].strip()
+
+
+@dataclass(frozen=True)
+class GrpcLogins:
+    """What the server takes on its gRPC calls besides a certificate: a session token
+    (after a SCRAM exchange, ``grpc_sessions``) and, only when PLAIN is an enabled
+    mechanism (or none is), the PLAIN password in every call's metadata."""
+
+    checker: PasswordChecker
+    sessions: GrpcSessions | None = None
+    plain_allowed: bool = True
+    now_ms: Callable[[], int] = mono_ms
+
+
+def _by_token(metadata: Iterable[tuple[str, str | bytes]], host: str,
+              logins: GrpcLogins) -> Session | None:
+    token = session_token(metadata)
+    if token is None:
+        return None
+    if logins.sessions is None:
+        raise SaslAuthenticationError("this server issues no session tokens")
+    return Session(user_principal(logins.sessions.resolve(token, logins.now_ms())), host)
+
+
+def _plain_of(metadata: Iterable[tuple[str, str | bytes]],
+              logins: GrpcLogins) -> tuple[str, str] | None:
+    credentials = plain_credentials(metadata)
+    if credentials is not None and not logins.plain_allowed:
+        raise SaslAuthenticationError("PLAIN is not an enabled SASL mechanism here: "
+                                      "authenticate with SCRAM (the Sasl service)")
+    return credentials
 
 
 def _without_password(auth_context: Mapping[str, Sequence[bytes]], host: str, *,
@@ -166,30 +219,36 @@ def _without_password(auth_context: Mapping[str, Sequence[bytes]], host: str, *,
 
 def grpc_session(metadata: Iterable[tuple[str, str | bytes]],
                  auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
-                 checker: PasswordChecker, sasl_required: bool) -> Session:
+                 logins: GrpcLogins, sasl_required: bool) -> Session:
     """The caller's Session; SaslAuthenticationError refuses the call. The password is
     checked on the caller's thread (``grpc_session_off_loop`` for the broker's loop)."""
     host = peer_host(peer)
-    credentials = plain_credentials(metadata)
+    metadata = tuple(metadata)
+    if (session := _by_token(metadata, host, logins)) is not None:
+        return session
+    credentials = _plain_of(metadata, logins)
     if credentials is None:
         return _without_password(auth_context, host, sasl_required=sasl_required)
     user, password = credentials
-    if not checker.check(user, password):
+    if not logins.checker.check(user, password):
         raise SaslAuthenticationError(f"authentication failed for user {user!r}")
     return Session(user_principal(user), host)
 
 
 async def grpc_session_off_loop(metadata: Iterable[tuple[str, str | bytes]],
                                 auth_context: Mapping[str, Sequence[bytes]], peer: str, *,
-                                checker: PasswordChecker, run: WorkRunner,
+                                logins: GrpcLogins, run: WorkRunner,
                                 sasl_required: bool) -> Session:
     """``grpc_session`` with the password's PBKDF2 work given to ``run`` (a thread)."""
     host = peer_host(peer)
-    credentials = plain_credentials(metadata)
+    metadata = tuple(metadata)
+    if (session := _by_token(metadata, host, logins)) is not None:
+        return session
+    credentials = _plain_of(metadata, logins)
     if credentials is None:
         return _without_password(auth_context, host, sasl_required=sasl_required)
     user, password = credentials
-    if not await checker.check_with(user, password, run):
+    if not await logins.checker.check_with(user, password, run):
         raise SaslAuthenticationError(f"authentication failed for user {user!r}")
     return Session(user_principal(user), host)
 

@@ -29,10 +29,12 @@ from typing import Protocol
 
 from tidewater.broker.security.authorizer import Authorizer, Session
 from tidewater.broker.security.grpc_auth import (
+    GrpcLogins,
     PasswordChecker,
     grpc_session,
     grpc_session_off_loop,
 )
+from tidewater.broker.security.grpc_sessions import GrpcSessions
 from tidewater.broker.security.inter_broker import may_fetch_as_follower
 from tidewater.proto.acls import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE, Acl
 from tidewater.proto.scram import MECHANISMS, SaslAuthenticationError, ScramCredential
@@ -147,6 +149,11 @@ class BrokerSecurity:
         self._acls: tuple[Acl, ...] | None = None
         self._authorizer: Authorizer | None = None
         self._passwords = PasswordChecker(self.user_credentials, metadata_cache.scram_iterations)
+        # SCRAM over gRPC (the Sasl service) and the session tokens it issues.
+        self.grpc_sessions = GrpcSessions(self.scram_credential, self.scram_iterations,
+                                          lifetime_ms=settings.reauth_ms)
+        self._logins = GrpcLogins(self._passwords, self.grpc_sessions,
+                                  plain_allowed=self.plain_over_grpc)
         # SASL/PLAIN's PBKDF2 (~4 ms a check) runs on these threads, not the event loop, at
         # most PASSWORD_CHECKS_QUEUED_MAX checks queued or running (more wait their turn,
         # each on its own connection): a burst of wrong guesses delays only logins.
@@ -156,6 +163,12 @@ class BrokerSecurity:
     @property
     def sasl_enabled(self) -> bool:
         return bool(self.settings.sasl_mechanisms)
+
+    @property
+    def plain_over_grpc(self) -> bool:
+        """May a gRPC call carry a PLAIN password? Only where PLAIN is an enabled
+        mechanism (or none is): with SCRAM only, passwords never cross the network."""
+        return not self.settings.sasl_mechanisms or PLAIN in self.settings.sasl_mechanisms
 
     @property
     def secured(self) -> bool:
@@ -199,7 +212,7 @@ class BrokerSecurity:
             return await grpc_session_off_loop(
                 context.invocation_metadata() or (),
                 {k: list(v) for k, v in context.auth_context().items()}, context.peer() or "",
-                checker=self._passwords, run=self._run_password_work,
+                logins=self._logins, run=self._run_password_work,
                 sasl_required=self.sasl_enabled)
         except SaslAuthenticationError:
             await self.failure_delay()
@@ -214,7 +227,7 @@ class BrokerSecurity:
         """The gRPC caller's Session (``grpc_security``); SaslAuthenticationError refuses."""
         return grpc_session(context.invocation_metadata() or (),
                             {k: list(v) for k, v in context.auth_context().items()},
-                            context.peer() or "", checker=self._passwords,
+                            context.peer() or "", logins=self._logins,
                             sasl_required=self.sasl_enabled)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:

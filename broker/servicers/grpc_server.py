@@ -457,12 +457,14 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("OffsetCommit")
     async def OffsetCommit(self, request: pb.OffsetCommitRequest, context: Context
                           ) -> pb.OffsetCommitResponse:
-        return await self.groups.offset_commit(request, await self._group_allowed(context))
+        rights = await self._rights(context)
+        return await self.groups.offset_commit(request, *_group_and_topic(rights))
 
     @_rpc("OffsetFetch")
     async def OffsetFetch(self, request: pb.OffsetFetchRequest, context: Context
                          ) -> pb.OffsetFetchResponse:
-        return await self.groups.offset_fetch(request, await self._group_allowed(context))
+        rights = await self._rights(context)
+        return await self.groups.offset_fetch(request, *_group_and_topic(rights))
 
     @_rpc("ListGroups")
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Context
@@ -749,15 +751,25 @@ class _AnswerWriter:
             self._task.cancel()
 
 
+def _group_and_topic(rights: Callable[[int, int, str], bool] | None
+                     ) -> tuple[GroupAllowed | None, GroupAllowed | None]:
+    """(operation, group) -> may and (operation, topic) -> may, of one caller's rights."""
+    if rights is None:
+        return None, None
+    return (lambda op, group: rights(op, GROUP, group)), (lambda op, topic: rights(op, TOPIC, topic))
+
+
 def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  controller_servicer: pb_grpc.ControllerServicer,
                  max_message_bytes: int,
                  control_servicer: BrokerControlServicer | None = None,
-                 credentials: grpc.ServerCredentials | None = None
+                 credentials: grpc.ServerCredentials | None = None,
+                 sasl_servicer: pb_grpc.SaslServicer | None = None
                  ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for one listener; returns it (not started) and its bound port.
     ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere).
-    ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext."""
+    ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext.
+    ``sasl_servicer``: SCRAM over gRPC (``servicers.sasl``)."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -768,6 +780,8 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
     if control_servicer is not None:
         _add_broker_control(control_servicer, server)
+    if sasl_servicer is not None:
+        pb_grpc.add_SaslServicer_to_server(sasl_servicer, server)
     try:
         if credentials is None:
             bound = server.add_insecure_port(f"{host}:{port}")

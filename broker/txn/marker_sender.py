@@ -28,6 +28,7 @@ from typing import cast
 import grpc
 
 from tidewater.broker.channels import channel_options
+from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.txn_markers import (
     RemoteMarkerWriter,
     TxnMarkerEntry,
@@ -38,7 +39,6 @@ from tidewater.broker.txn.markers import TxnMarker
 from tidewater.broker.txn.state import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
-from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger("tidewater.broker.txn")
 
@@ -64,6 +64,7 @@ class LeaderMarkerSender:
                  max_message_bytes: int,
                  channel_credentials: grpc.ChannelCredentials | None = None,
                  call_metadata: tuple[tuple[str, str], ...] = (),
+                 open_channel: ChannelOpener = plain_channel,
                  request_timeout_ms: int = MARKER_REQUEST_TIMEOUT_MS):
         """``endpoint``: a broker's INTERNAL (host, port) from the metadata cache.
         ``channel_credentials``/``call_metadata``: as the follower fetchers'."""
@@ -73,6 +74,7 @@ class LeaderMarkerSender:
         self._max_message_bytes = max_message_bytes
         self._credentials = channel_credentials
         self._call_metadata = call_metadata
+        self._open_channel = open_channel
         self._request_timeout_ms = request_timeout_ms
         # leader broker id -> (endpoint, channel, writer)
         self._remotes: dict[int, tuple[tuple[str, int], grpc.aio.Channel,
@@ -94,8 +96,8 @@ class LeaderMarkerSender:
             await known[1].close()
         if self._closed:
             raise LeaderUnknownError("the marker sender is closed")
-        channel = open_aio_channel(f"{endpoint[0]}:{endpoint[1]}",
-                                   channel_options(self._max_message_bytes), self._credentials)
+        channel = self._open_channel(f"{endpoint[0]}:{endpoint[1]}",
+                                     channel_options(self._max_message_bytes), self._credentials)
         writer = RemoteMarkerWriter(channel, call_metadata=self._call_metadata)
         self._remotes[leader_broker_id] = (endpoint, channel, writer)
         return writer

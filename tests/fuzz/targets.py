@@ -35,7 +35,7 @@ from pathlib import Path
 from tidewater.broker.kafka import apis, fetch_session_apis
 from tidewater.broker.kafka.codec import UnknownApiKeyError, decode_request
 from tidewater.broker.kafka.sasl import ConnectionSecurity
-from tidewater.broker.security.grpc_auth import PasswordChecker, grpc_session
+from tidewater.broker.security.grpc_auth import GrpcLogins, PasswordChecker, grpc_session
 from tidewater.broker.security.settings import BrokerSecurity, SecuritySettings
 from tidewater.broker.storage.checkpoints import _parse_offset_entry, parse_checkpoint
 from tidewater.broker.storage.epoch_cache import read_epoch_checkpoint
@@ -146,7 +146,7 @@ def sasl(data: bytes) -> None:
         text = data[2:].decode("utf-8", errors="replace")
         try:
             grpc_session([("authorization", text)], {}, "ipv4:1.2.3.4:5",
-                         checker=PasswordChecker(_Users().user_credentials),
+                         logins=GrpcLogins(PasswordChecker(_Users().user_credentials)),
                          sasl_required=True)
         except SaslAuthenticationError:
             pass

@@ -5,6 +5,7 @@ import base64
 import pytest
 
 from tidewater.broker.security.grpc_auth import (
+    GrpcLogins,
     PasswordChecker,
     fetch_refusals,
     grpc_session,
@@ -33,7 +34,7 @@ def checker(counter=None):
 
 def session(metadata=(), auth_context=None, *, sasl_required=False, check=None):
     return grpc_session(metadata, auth_context or {}, "ipv4:10.1.2.3:5555",
-                        checker=check or checker(), sasl_required=sasl_required)
+                        logins=GrpcLogins(check or checker()), sasl_required=sasl_required)
 
 
 def test_password_metadata_names_the_user():
