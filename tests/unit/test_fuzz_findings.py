@@ -1,5 +1,7 @@
-"""The bugs ``make fuzz`` found in the controller's files, each through its real reader: a
-typed corruption error, not a ValueError or RecursionError from inside."""
+"""The bugs in the controller's file readers that ``make fuzz`` found (malformed VOTERS
+data) or writing its targets showed (deeply nested JSON in ``metadata.log``), each
+through its real reader: a typed corruption error, not a ValueError or RecursionError
+from inside."""
 
 from __future__ import annotations
 
