@@ -297,8 +297,11 @@ def _decode_all(data: bytes, path: str) -> tuple[list[MetadataRecord], int]:
             raise CorruptFileError(f"CRC mismatch in record at position {pos}", path=path)
         try:
             record = json.loads(payload)
-        except ValueError as e:
-            raise CorruptFileError(f"record at position {pos} is not JSON: {e}", path=path) from e
+        except (ValueError, RecursionError) as e:
+            # RecursionError: JSON nested deeper than the parser's stack (a payload of
+            # 100,000 "["), which no record the controller writes is.
+            raise CorruptFileError(f"record at position {pos} is not JSON: "
+                                   f"{type(e).__name__}: {str(e)[:200]}", path=path) from None
         if not isinstance(record, dict) or "type" not in record:
             raise CorruptFileError(f"record at position {pos} has no type", path=path)
         if record["type"] == LOG_START and pos != 0:

@@ -10,8 +10,11 @@ a node whose disk was wiped has a new directory id and refuses them.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import TypeAlias
+
+from tidewater.proto.errors import CorruptRecordError
 
 
 @dataclass(frozen=True, order=True)
@@ -70,13 +73,29 @@ def encode_voters(voters: frozenset[VoterKey]) -> bytes:
     return ",".join(f"{v.id}:{v.directory_id}" for v in sorted(voters)).encode()
 
 
+class MalformedVotersError(CorruptRecordError):
+    """A VOTERS entry's data that is not ``encode_voters``' (found by make fuzz: bytes
+    that are not ASCII, an id that is no int32, a directory id that is not 16 bytes of
+    hex, which the quorum-state and snapshot files could not hold)."""
+
+
+_VOTER = re.compile(r"(0|[1-9][0-9]{0,9}):([0-9a-fA-F]{32})")
+_NODE_ID_MAX = 2**31 - 1
+
+
 def decode_voters(data: bytes) -> frozenset[VoterKey]:
+    """The voter set of a VOTERS entry; MalformedVotersError for what ``encode_voters``
+    does not write."""
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise MalformedVotersError(f"voters {data[:64]!r} are not ASCII") from None
     voters = set()
-    for part in data.decode().split(","):
-        node_id, _, directory_id = part.partition(":")
-        if not directory_id:
-            raise ValueError(f"malformed voter {part!r}")
-        voters.add(VoterKey(int(node_id), directory_id))
+    for part in text.split(","):
+        match = _VOTER.fullmatch(part)
+        if match is None or int(match[1]) > _NODE_ID_MAX:
+            raise MalformedVotersError(f"malformed voter {part[:80]!r}")
+        voters.add(VoterKey(int(match[1]), match[2]))
     return frozenset(voters)
 
 
