@@ -29,14 +29,16 @@ pytestmark = pytest.mark.timeout(120)
 LISTENERS = [pb.Listener(name="INTERNAL", host="127.0.0.1", port=1)]
 
 
-def start_quorum(tmp_path: Path, count: int = 3) -> tuple[list[ControllerProcess], str]:
+def start_quorum(tmp_path: Path, count: int = 3, session_timeout_ms: int = 30000,
+                 ) -> tuple[list[ControllerProcess], str]:
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(count))
     procs = []
     for i in range(count):
         (tmp_path / f"c{i + 1}").mkdir()
         procs.append(ControllerProcess(tmp_path / f"c{i + 1}" / "data", settings=[
             f"node.id={i + 1}", f"controller.quorum.voters={voters}",
-            "broker.session.timeout.ms=30000", "auto.leader.rebalance.enable=false",
+            f"broker.session.timeout.ms={session_timeout_ms}",
+            "auto.leader.rebalance.enable=false",
             "controller.quorum.election.timeout.ms=500"]))
     for proc in procs:
         proc.start()
