@@ -88,5 +88,8 @@ class MetadataApplication:
         metadata = ClusterMetadata()
         for i, record in enumerate(records):
             metadata.apply(i, record)
+        # The records replayed at 0..; the image stands for everything below the snapshot's
+        # end (the senders compare delivered offsets with this).
+        metadata.last_offset = applied_offset - 1
         self.machine.metadata = metadata
         self.applied_offset = applied_offset

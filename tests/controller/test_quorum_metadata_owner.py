@@ -153,6 +153,7 @@ def test_the_snapshot_image_restores_the_same_metadata():
     other = _app()
     other.restore(app.image(), 3)
     assert other.applied_offset == 3
+    assert other.machine.metadata.last_offset == 2  # the snapshot's last offset, not a count
     assert other.machine.metadata.snapshot_records() == app.machine.metadata.snapshot_records()
     assert isinstance(other.machine.metadata, ClusterMetadata)
     with pytest.raises(InvariantViolation):
