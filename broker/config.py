@@ -151,6 +151,9 @@ class BrokerConfig:
     listen: tuple[str, int]
     controller: tuple[str, int]
     data_dir: Path
+    # Kafka's controller.quorum.bootstrap.servers (``--controller`` with several entries):
+    # (node id or -1, host, port) of each controller; empty: ``controller`` alone.
+    controller_bootstrap: tuple[tuple[int, str, int], ...] = ()
     advertise: tuple[str, int] | None = None
     external_listen: tuple[str, int] | None = None
     external_advertise: tuple[str, int] | None = None
@@ -415,6 +418,25 @@ def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     return host.strip("[]"), port_number
 
 
+def parse_controllers(text: str, flag: str) -> tuple[tuple[int, str, int], ...]:
+    """``HOST:PORT[,...]`` or ``ID@HOST:PORT[,...]`` (ids let a broker follow a standby's
+    NOT_CONTROLLER hint straight to the leader) -> ((id or -1, host, port), ...)."""
+    controllers: list[tuple[int, str, int]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, at, address = part.rpartition("@")
+        node_id = _int(flag, node) if at else -1
+        if at and node_id < 0:
+            raise ConfigError(f"{flag}: negative controller id in {part!r}")
+        host, port = parse_host_port(address, flag)
+        controllers.append((node_id, host, port))
+    if not controllers:
+        raise ConfigError(f"{flag}: expected HOST:PORT[,HOST:PORT...], got {text!r}")
+    ids = [i for i, _, _ in controllers if i >= 0]
+    if len(ids) != len(set(ids)):
+        raise ConfigError(f"{flag}: a controller id is listed twice in {text!r}")
+    return tuple(controllers)
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tide-broker", description="A Tidewater broker")
     p.add_argument("--broker-id", type=int, required=True)
@@ -431,7 +453,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "host), with its own advertised addresses")
     p.add_argument("--kafka-external-advertise",
                    help="HOST:PORT given to clients of --kafka-external-listen")
-    p.add_argument("--controller", required=True, help="HOST:PORT of the controller")
+    p.add_argument("--controller", required=True,
+                   help="HOST:PORT of the controller, or of each controller of a quorum "
+                        "(controller.quorum.bootstrap.servers: HOST:PORT,... or "
+                        "ID@HOST:PORT,...): the broker follows NOT_CONTROLLER answers")
     p.add_argument("--data-dir", required=True, type=Path)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port, 0 = off")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -491,7 +516,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> BrokerConfig:
         kafka_external_advertise=(
             parse_host_port(args.kafka_external_advertise, "--kafka-external-advertise")
             if args.kafka_external_advertise else None),
-        controller=parse_host_port(args.controller, "--controller"),
+        controller=parse_controllers(args.controller, "--controller")[0][1:],
+        controller_bootstrap=parse_controllers(args.controller, "--controller"),
         data_dir=args.data_dir,
         metrics_port=args.metrics_port,
         log_level=args.log_level,

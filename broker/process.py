@@ -158,6 +158,7 @@ class BrokerProcess:
         open_inter_broker = inter_broker.open_channel if inter_broker else plain_channel
         self.controller_channel = ControllerChannel(
             broker_id=c.broker_id, controller_address=c.controller, listeners=self._listeners(),
+            controller_bootstrap=c.controller_bootstrap,
             heartbeat_interval_ms=c.broker_heartbeat_interval_ms,
             session_timeout_ms=c.broker_session_timeout_ms,
             max_message_bytes=c.socket_request_max_bytes,

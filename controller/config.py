@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidewater.broker.security.settings import SecuritySettings
+from tidewater.controller.quorum.config import QuorumConfig, parse_endpoints
+from tidewater.controller.raft import RaftConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsFiles
 from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
@@ -57,6 +59,12 @@ class ControllerConfig:
     # SCRAM credentials at start-up when they have none, as `kafka-storage format
     # --add-scram`.
     bootstrap_user_configs: tuple[Path, ...] = ()
+    # controller.quorum.voters (ID@HOST:PORT,...: each voter's Raft address): set, the
+    # metadata lives in the Raft quorum (``controller.quorum``) and this controller is
+    # active only while it leads it; empty, the single-controller JSON log as before.
+    quorum_voters: str = ""
+    quorum_election_timeout_ms: int = 1000
+    quorum_fetch_timeout_ms: int = 2000
 
     # Kafka name -> (attribute, parser)
     SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
@@ -74,6 +82,9 @@ class ControllerConfig:
         "controller.sender.retry.backoff.ms": ("sender_retry_backoff_ms", int),
         "controller.sender.retry.backoff.max.ms": ("sender_retry_backoff_max_ms", int),
         "controller.sender.request.timeout.ms": ("sender_request_timeout_ms", int),
+        "controller.quorum.voters": ("quorum_voters", str),
+        "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
+        "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
     }
 
     def set(self, name: str, value: str) -> None:
@@ -100,14 +111,29 @@ class ControllerConfig:
         positive = ("broker_session_timeout_ms", "default_replication_factor", "num_partitions",
                     "min_insync_replicas", "leader_imbalance_check_interval_seconds",
                     "sender_retry_backoff_ms", "sender_retry_backoff_max_ms",
-                    "sender_request_timeout_ms", "metadata_compaction_records_min")
+                    "sender_request_timeout_ms", "metadata_compaction_records_min",
+                    "quorum_election_timeout_ms", "quorum_fetch_timeout_ms")
         names = {attr: name for name, (attr, _) in self.SETTABLE.items()}
         for f in fields(self):
             if f.name in positive and getattr(self, f.name) <= 0:
                 raise InvalidConfigError(f"{names.get(f.name, f.name)} must be > 0")
         if self.sender_debounce_ms < 0:
             raise InvalidConfigError("controller.sender.debounce.ms must be >= 0")
+        if self.quorum_voters:
+            parse_endpoints(self.quorum_voters)  # node.id is checked at start (any order)
         validate_topic_configs(self.default_topic_configs())  # e.g. min.insync.replicas > 2^31-1
+
+    def quorum_config(self) -> QuorumConfig:
+        """The Raft node's settings (``controller.quorum.voters`` must be set): its files
+        go in ``<data-dir>/raft``; this controller's ``node.id`` must be a voter."""
+        voters = parse_endpoints(self.quorum_voters)
+        if self.node_id not in voters:
+            raise InvalidConfigError(f"controller.quorum.voters does not list node.id "
+                                     f"{self.node_id}")
+        return QuorumConfig(node_id=self.node_id, data_dir=Path(self.data_dir) / "raft",
+                            voters=voters,
+                            raft=RaftConfig(election_timeout_ms=self.quorum_election_timeout_ms,
+                                            fetch_timeout_ms=self.quorum_fetch_timeout_ms))
 
     def default_topic_configs(self) -> dict[str, str]:
         """Configs every new topic gets unless its request overrides them."""

@@ -277,6 +277,14 @@ class BrokerSenders:
         for sender in self.senders.values():
             sender.abort()
 
+    def renounce(self) -> None:
+        """This controller lost the quorum's leadership: stop every sender now (no await;
+        the next leader resyncs every broker), keeping the set usable if it leads again."""
+        senders, self.senders = list(self.senders.values()), {}
+        for sender in senders:
+            sender.abort()
+            self._close_later(sender)
+
     def on_commit(self, effects: Effects) -> None:
         if self._aborted:
             return

@@ -48,6 +48,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,12 @@ from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
+from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.metadata_app import MetadataApplication
+from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
+from tidewater.controller.quorum.shell import QuorumShell
+from tidewater.controller.raft import VoterKey
+from tidewater.controller.raft.storage import QUORUM_STATE_FILE, RaftStorage
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
@@ -81,6 +88,11 @@ EXIT_METADATA_NOT_DURABLE = 3
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def static_directory_id(node_id: int) -> str:
+    """A static voter's directory id (``controller.quorum.voters`` names no ids)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"tidewater-controller-{node_id}").hex
 
 
 def exit_now(code: int) -> None:
@@ -135,7 +147,8 @@ class ControllerServer:
         self.machine = ControllerStateMachine(config)
         self.metrics = ControllerMetrics()
         self.metadata_log: MetadataLog | None = None
-        self.owner: MetadataOwner | None = None
+        self.owner: MetadataOwner | QuorumOwner | None = None
+        self.quorum_shell: QuorumShell | None = None
         self.senders: BrokerSenders | None = None
         self.grpc_server: grpc.aio.Server | None = None
         self.service: ControllerService | None = None
@@ -156,7 +169,6 @@ class ControllerServer:
     async def start(self) -> None:
         self.supervisor.watch_callbacks(asyncio.get_running_loop())
         tls = self.config.tls.load() if self.config.tls is not None else None
-        self.metadata_log = MetadataLog.open(self.config.data_dir)
         self.senders = BrokerSenders(
             self.machine, self.config,
             credentials=channel_credentials(tls) if tls is not None else None,
@@ -164,9 +176,21 @@ class ControllerServer:
             supervisor=self.supervisor,
             on_partition_error=lambda kind, error: (
                 self.metrics.broker_partition_errors.labels(kind, error).inc()))
-        self.owner = MetadataOwner(self.metadata_log, self.machine, on_commit=self._on_commit,
-                                   on_fatal=self._on_fatal, clock_ms=monotonic_ms,
-                                   queue_size_max=self.config.metadata_queue_size_max)
+        quorum = self.config.quorum_config() if self.config.quorum_voters else None
+        if quorum is None:
+            self.metadata_log = MetadataLog.open(self.config.data_dir)
+            self.owner = MetadataOwner(self.metadata_log, self.machine,
+                                       on_commit=self._on_commit, on_fatal=self._on_fatal,
+                                       clock_ms=monotonic_ms,
+                                       queue_size_max=self.config.metadata_queue_size_max)
+        else:
+            if self.config.bootstrap_user_configs:
+                raise InvalidConfigError("--bootstrap-user-config is not supported with "
+                                         "controller.quorum.voters yet")
+            self.owner = QuorumOwner(self.machine, on_commit=self._on_commit,
+                                     on_activated=self._on_activated,
+                                     on_renounce=self._on_renounce, clock_ms=monotonic_ms,
+                                     queue_size_max=self.config.metadata_queue_size_max)
         # Bind before writing anything: a controller that cannot serve must not
         # bump the controller epoch.
         host, port = parse_host_port(self.config.listen)
@@ -197,16 +221,22 @@ class ControllerServer:
         if self.config.metrics_port:
             self._metrics_http = self.metrics.serve(self.config.metrics_port, host)
 
-        replayed = self.owner.recover()
-        self.owner.maybe_compact(self.config.metadata_compaction_records_min)
-        self.owner.run_now(self.machine.start)
-        for path in self.config.bootstrap_user_configs:
-            self._bootstrap_user(path)
-        metadata = self.machine.metadata
-        log.info("metadata log %s: replayed %d records; cluster %s, controller epoch %d, "
-                 "%d brokers, %d topics", self.metadata_log.path, replayed, metadata.cluster_id,
-                 metadata.controller_epoch, len(metadata.brokers), len(metadata.topics))
-        self.metrics.active_controller.set(1)
+        if isinstance(self.owner, MetadataOwner):
+            assert self.metadata_log is not None  # opened with the owner
+            replayed = self.owner.recover()
+            self.owner.maybe_compact(self.config.metadata_compaction_records_min)
+            self.owner.run_now(self.machine.start)
+            for path in self.config.bootstrap_user_configs:
+                self._bootstrap_user(path)
+            metadata = self.machine.metadata
+            log.info("metadata log %s: replayed %d records; cluster %s, controller epoch %d, "
+                     "%d brokers, %d topics", self.metadata_log.path, replayed,
+                     metadata.cluster_id, metadata.controller_epoch, len(metadata.brokers),
+                     len(metadata.topics))
+            self.metrics.active_controller.set(1)
+        else:
+            assert quorum is not None
+            await self._start_quorum(self.owner, quorum)
         self.metrics.refresh(self.machine)
 
         self._spawn(self.owner.run(), "metadata-owner")
@@ -220,13 +250,40 @@ class ControllerServer:
                  ",".join(security.sasl_mechanisms) or "off", security.authorizer,
                  self.config.metrics_port or "off")
 
+    async def _start_quorum(self, owner: QuorumOwner, quorum: QuorumConfig) -> None:
+        """The Raft node, applying committed records into the image (``quorum.owner``). A
+        directory never formatted is formatted for the static voters of
+        ``controller.quorum.voters`` (as Kafka's static quorum: a voter's directory id
+        is derived from its node id, so a wiped voter rejoins as itself)."""
+        if not (quorum.data_dir / QUORUM_STATE_FILE).exists():
+            voters = frozenset(VoterKey(node_id, static_directory_id(node_id))
+                               for node_id in quorum.voters)
+            RaftStorage.format(quorum.data_dir, quorum.node_id, voters,
+                               directory_id=static_directory_id(quorum.node_id))
+        self.quorum_shell = QuorumShell(
+            quorum, on_fatal=self.supervisor.fail,
+            application=MetadataApplication(self.machine, on_applied=owner.on_applied),
+            on_leadership=owner.on_leadership)
+        owner.shell = self.quorum_shell
+        await self.quorum_shell.start()
+        log.info("controller %d: quorum node on port %d (voters %s); standby until it "
+                 "leads", quorum.node_id, self.quorum_shell.port, self.config.quorum_voters)
+
+    def _on_activated(self, controller_epoch: int) -> None:
+        self.metrics.active_controller.set(1)
+
+    def _on_renounce(self) -> None:
+        self.metrics.active_controller.set(0)
+        if self.senders is not None:
+            self.senders.renounce()
+
     def _bootstrap_user(self, path: Path) -> None:
         """SCRAM credentials for the user of ``path`` in every mechanism it lacks (as
         `kafka-storage format --add-scram`): the first admin and the brokers' user exist
         before anyone can authenticate to create them. A credential already there is
         kept (an operator may have changed the password since)."""
-        if self.owner is None:
-            raise InvariantViolation("the bootstrap user before the owner")
+        if not isinstance(self.owner, MetadataOwner):
+            raise InvariantViolation("the bootstrap user before the owner (or with a quorum)")
         try:
             user, password = read_user_config(path)
         except ValueError as e:
@@ -280,6 +337,8 @@ class ControllerServer:
                 return
             try:
                 fenced = await owner.submit(self.machine.check_sessions)
+            except NotActiveError:
+                continue  # a standby: it decides nothing until it leads
             except OwnerStoppedError:
                 return
             for broker_id in fenced:
@@ -295,6 +354,8 @@ class ControllerServer:
             await asyncio.sleep(self.config.leader_imbalance_check_interval_seconds)
             try:
                 moved = await owner.submit(self.machine.preferred_leader_check)
+            except NotActiveError:
+                continue
             except OwnerStoppedError:
                 return
             if moved:
@@ -322,6 +383,8 @@ class ControllerServer:
             server.shutdown()
             server.server_close()
             thread.join(timeout=2)
+        if self.quorum_shell is not None:
+            await self.quorum_shell.stop()
         if self.metadata_log is not None:
             self.metadata_log.close()
         self.metrics.active_controller.set(0)

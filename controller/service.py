@@ -114,6 +114,7 @@ from tidewater.controller.authorization import (
 )
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
+from tidewater.controller.quorum.owner import LEADER_HINT_KEY, NotActiveError, QuorumOwner
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
@@ -131,7 +132,7 @@ Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 
 
 class ControllerService(pb_grpc.ControllerServicer):
-    def __init__(self, owner: MetadataOwner, machine: ControllerStateMachine,
+    def __init__(self, owner: MetadataOwner | QuorumOwner, machine: ControllerStateMachine,
                  metrics: ControllerMetrics, senders: BrokerSenders | None = None,
                  propagation_wait_ms_max: int = 5000, *, supervisor: TaskSupervisor,
                  authenticating: bool = False):
@@ -170,6 +171,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         with self.metrics.time_rpc(rpc):
             try:
                 return await self.owner.submit(command)
+            except NotActiveError as e:
+                # A standby of the quorum: the broker tries the controller it names next.
+                context.set_trailing_metadata(((LEADER_HINT_KEY, str(e.leader_id)),))
+                await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             except OwnerStoppedError as e:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             except TidewaterError as e:

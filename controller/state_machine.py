@@ -208,11 +208,14 @@ class ControllerStateMachine:
 
     # ------------------------------------------------------------ start-up
 
-    def start(self, tx: Tx, now_ms: int) -> None:
-        """After replay: a cluster id for a new log, a new controller epoch, fresh sessions."""
+    def start(self, tx: Tx, now_ms: int, *, controller_epoch: int | None = None) -> None:
+        """After replay: a cluster id for a new log, a new controller epoch, fresh sessions.
+        ``controller_epoch``: the quorum's Raft epoch (it only grows); None: one more."""
         if not self.metadata.cluster_id:
             tx.append(cluster_record(self._uuid4().hex))
-        tx.append(controller_epoch_record(self.metadata.controller_epoch + 1))
+        if controller_epoch is None:
+            controller_epoch = self.metadata.controller_epoch + 1
+        tx.append(controller_epoch_record(controller_epoch))
         for broker_id in self.metadata.unfenced_broker_ids():
             # One extra session timeout: a broker's gRPC channel may be in its
             # reconnect backoff after the controller was down.

@@ -15,6 +15,13 @@ the controller's requests and follower fetches) and Kafka clients on
 the default P); the controller listens on ``P-1``; metrics (Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for
 the controller. ``base_port=0`` picks free ports instead (what tests use).
 
+``controllers=N`` (``tide cluster up --controllers N``, N > 1): a quorum of N
+controllers (``controller.quorum.voters``), processes ``controller-1``..``controller-N``
+with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
+``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. Brokers get
+``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
+listen addresses (``controller`` is the first). Not yet with TLS, SASL or ACLs.
+
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
     {"version": 1, "data_dir": "/abs/DIR", "bootstrap": "127.0.0.1:9092,...",
@@ -111,6 +118,7 @@ class Manifest(TypedDict):
     bootstrap: str
     kafka_bootstrap: NotRequired[str]
     controller: str
+    controllers: NotRequired[list[str]]  # a quorum's (``--controllers N``), in node id order
     cwd: NotRequired[str]
     processes: dict[str, ProcessEntry]
     tls: NotRequired[certs.ClientTlsFiles]
@@ -160,9 +168,17 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
-    """name -> (listen port, metrics port) for the controller, (client listen port,
-    metrics port, internal port, Kafka port) for brokers 1..N."""
+def controller_names(controllers: int) -> list[str]:
+    """``controller`` alone, or ``controller-1``.. for a quorum (``--controllers N``)."""
+    return ["controller"] if controllers == 1 else [f"controller-{i}"
+                                                    for i in range(1, controllers + 1)]
+
+
+def plan_ports(brokers: int, base_port: int, controllers: int = 1) -> dict[str, tuple[int, ...]]:
+    """name -> (listen port, metrics port[, Raft port]) for the controller(s), (client listen
+    port, metrics port, internal port, Kafka port) for brokers 1..N. With a quorum,
+    controller i listens on BASE-i, its metrics on BASE+99-(i-1), its Raft port is
+    BASE+300+i-1."""
     if base_port == 0:
         # The kernel may hand out a port again once its probe socket is closed: every
         # port of one plan is distinct (two processes given one port: one fails to bind).
@@ -174,17 +190,22 @@ def plan_ports(brokers: int, base_port: int) -> dict[str, tuple[int, ...]]:
             taken.add(port)
             return port
 
-        ports: dict[str, tuple[int, ...]] = {
-            "controller": (distinct_free_port(), distinct_free_port())}
+        ports: dict[str, tuple[int, ...]] = {}
+        for name in controller_names(controllers):
+            ports[name] = (distinct_free_port(), distinct_free_port()) + (
+                (distinct_free_port(),) if controllers > 1 else ())
         for i in range(1, brokers + 1):
             ports[f"broker-{i}"] = (distinct_free_port(), distinct_free_port(),
                                     distinct_free_port(), distinct_free_port())
         return ports
-    ports = {"controller": (base_port - 1, base_port + 99)}
+    ports = {"controller": (base_port - 1, base_port + 99)} if controllers == 1 else {
+        f"controller-{i}": (base_port - i, base_port + 99 - (i - 1), base_port + 300 + i - 1)
+        for i in range(1, controllers + 1)}
     for i in range(1, brokers + 1):
         ports[f"broker-{i}"] = (base_port + i - 1, base_port + 100 + i - 1,
                                 base_port + 200 + i - 1, base_port + 10000 + i - 1)
-    if max(max(planned) for planned in ports.values()) > 65535 or min(ports["controller"]) < 1:
+    if (max(max(planned) for planned in ports.values()) > 65535
+            or min(min(ports[name]) for name in controller_names(controllers)) < 1):
         raise LocalClusterError(f"--base-port {base_port} puts ports outside 1..65535 "
                                 f"(brokers use up to base+10000+N-1)")
     return ports
@@ -318,7 +339,7 @@ class LocalCluster:
     def up(self, brokers: int, *, base_port: int = DEFAULT_BASE_PORT, settings: dict[str, str] | None = None,
            ready_timeout_s: float = READY_TIMEOUT_S, tls: bool = False,
            sasl_mechanisms: tuple[str, ...] = (), authorizer: str = "none",
-           super_users: str = "", racks: Sequence[str] = ()) -> str:
+           super_users: str = "", racks: Sequence[str] = (), controllers: int = 1) -> str:
         """Start a controller and ``brokers`` brokers; return the bootstrap address once all
         serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port.
         ``sasl_mechanisms`` / ``authorizer``: SASL on the Kafka listeners and ACL checks,
@@ -326,18 +347,24 @@ class LocalCluster:
         ``broker.rack`` is ``racks[(i - 1) % len(racks)]`` (so "a,b" alternates)."""
         if brokers < 1:
             raise LocalClusterError("--brokers must be at least 1")
+        if controllers < 1:
+            raise LocalClusterError("--controllers must be at least 1")
+        if controllers > 1 and (tls or sasl_mechanisms or authorizer != "none"):
+            raise LocalClusterError("--controllers above 1 with --tls, SASL or ACLs is not "
+                                    "supported yet")
         if any(not rack for rack in racks):
             raise LocalClusterError("--rack: a rack name is empty")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
             raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
-        ports = plan_ports(brokers, base_port)
+        ports = plan_ports(brokers, base_port, controllers)
         busy = sorted(p for planned in ports.values() for p in planned if port_in_use(p))
         if busy:
             raise LocalClusterError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
                                     "(choose another --base-port)")
         controller_settings, broker_settings = route_settings(dict(settings or {}))
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        controller_listen = f"{HOST}:{ports['controller'][0]}"
+        names = controller_names(controllers)
+        controller_listen = f"{HOST}:{ports[names[0]][0]}"
         tls_dir = self.data_dir / TLS_DIR_NAME
         tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
         processes: dict[str, ProcessEntry] = {}
@@ -346,21 +373,33 @@ class LocalCluster:
         sasl_entry = (cluster_sasl.admin_properties(
             self.data_dir, sasl_mechanisms, ca=tls_entry["ca"] if tls_entry else None)
             if secured else None)
-        cmd = [sys.executable, "-m", "tidewater.controller", "--listen", controller_listen,
-               "--data-dir", str(self.data_dir / "controller"),
-               "--metrics-port", str(ports["controller"][1])]
-        for name, value in controller_settings.items():
-            cmd += ["--set", f"{name}={value}"]
-        if tls:
-            cmd += tls_flags(tls_dir, "controller")
-        if sasl_entry is not None:
-            cmd += cluster_sasl.controller_flags(sasl_mechanisms, authorizer, super_users,
-                                                 sasl_entry["command_config"],
-                                                 str(broker_credentials))
-        processes["controller"] = {
-            "name": "controller", "kind": "controller", "pid": 0, "listen": controller_listen,
-            "metrics_port": ports["controller"][1], "data_dir": str(self.data_dir / "controller"),
-            "log": str(self.data_dir / "controller.log"), "command": cmd}
+        # A quorum: each controller's node id is its number, its Raft port the third.
+        voters = ",".join(f"{i}@{HOST}:{ports[name][2]}" for i, name in enumerate(names, 1)
+                          ) if controllers > 1 else ""
+        for node_id, name in enumerate(names, 1):
+            listen = f"{HOST}:{ports[name][0]}"
+            cmd = [sys.executable, "-m", "tidewater.controller", "--listen", listen,
+                   "--data-dir", str(self.data_dir / name),
+                   "--metrics-port", str(ports[name][1])]
+            for key, value in controller_settings.items():
+                cmd += ["--set", f"{key}={value}"]
+            if voters:
+                cmd += ["--set", f"node.id={node_id}", "--set",
+                        f"controller.quorum.voters={voters}"]
+            if tls:
+                cmd += tls_flags(tls_dir, "controller")
+            if sasl_entry is not None:
+                cmd += cluster_sasl.controller_flags(sasl_mechanisms, authorizer, super_users,
+                                                     sasl_entry["command_config"],
+                                                     str(broker_credentials))
+            processes[name] = {
+                "name": name, "kind": "controller", "pid": 0, "listen": listen,
+                "metrics_port": ports[name][1], "data_dir": str(self.data_dir / name),
+                "log": str(self.data_dir / f"{name}.log"), "command": cmd}
+        # What brokers are given: every controller, with ids (they follow leader hints).
+        broker_controllers = ",".join(
+            f"{i}@{processes[name]['listen']}" for i, name in enumerate(names, 1)
+        ) if controllers > 1 else controller_listen
         for i in range(1, brokers + 1):
             name = f"broker-{i}"
             listen = f"{HOST}:{ports[name][0]}"
@@ -368,7 +407,7 @@ class LocalCluster:
             kafka = f"{HOST}:{ports[name][3]}"
             cmd = [sys.executable, "-m", "tidewater.broker", "--broker-id", str(i),
                    "--listen", internal, "--external-listen", listen, "--kafka-listen", kafka,
-                   "--controller", controller_listen, "--data-dir", str(self.data_dir / name),
+                   "--controller", broker_controllers, "--data-dir", str(self.data_dir / name),
                    "--metrics-port", str(ports[name][1])]
             for key, value in broker_settings.items():
                 cmd += ["--set", f"{key}={value}"]
@@ -389,14 +428,17 @@ class LocalCluster:
             "kafka_bootstrap": ",".join(processes[f"broker-{i}"]["kafka"]
                                         for i in range(1, brokers + 1)),
             "controller": controller_listen, "cwd": str(PROJECT_DIR), "processes": processes}
+        if controllers > 1:
+            self.manifest["controllers"] = [processes[name]["listen"] for name in names]
         if tls_entry is not None:
             self.manifest["tls"] = tls_entry
         if sasl_entry is not None:
             self.manifest["sasl"] = sasl_entry
         self._write_manifest()
         try:
-            self._launch("controller")
-            self._wait_ready(["controller"], ready_timeout_s)
+            for name in names:
+                self._launch(name)
+            self._wait_ready(names, ready_timeout_s)
             for i in range(1, brokers + 1):
                 self._launch(f"broker-{i}")
             self._wait_ready([f"broker-{i}" for i in range(1, brokers + 1)], ready_timeout_s)
@@ -411,7 +453,8 @@ class LocalCluster:
         manifest = self._require_manifest()
         brokers = [n for n, p in manifest["processes"].items() if p["kind"] == "broker"]
         killed = self._stop(brokers, timeout_s)
-        killed += self._stop(["controller"], timeout_s)
+        killed += self._stop([n for n, p in manifest["processes"].items()
+                              if p["kind"] == "controller"], timeout_s)
         return killed
 
     def _stop(self, names: list[str], timeout_s: float) -> list[str]:
@@ -531,18 +574,38 @@ class LocalCluster:
         processes have registered (a second incarnation waits for that, as Kafka's)."""
         try:
             if proc["kind"] == "controller":
-                pool.controller(parse_address(proc["listen"])).DescribeCluster(
-                    pb.DescribeClusterRequest(), timeout=timeout_s)
+                try:
+                    pool.controller(parse_address(proc["listen"])).DescribeCluster(
+                        pb.DescribeClusterRequest(), timeout=timeout_s)
+                except grpc.RpcError as e:
+                    # A quorum's standby serves: it answers NOT_CONTROLLER.
+                    return "NOT_CONTROLLER" in (e.details() or "")
                 return True
             own = pool.broker(parse_address(proc["listen"])).Metadata(
                 pb.MetadataRequest(), timeout=timeout_s)
-            resp = pool.controller(parse_address(self.controller_address)).DescribeCluster(
-                pb.DescribeClusterRequest(), timeout=timeout_s)
+            resp = self._describe_on_active(pool, timeout_s)
         except grpc.RpcError:
             return False
         return (any(b.broker_id == proc["broker_id"] for b in own.brokers)
                 and any(b.broker_id == proc["broker_id"] and not b.fenced
                         for b in resp.brokers))
+
+    def _describe_on_active(self, pool: ChannelPool, timeout_s: float
+                            ) -> pb.DescribeClusterResponse:
+        """DescribeCluster from the controller, or the first of a quorum's that answers
+        (the active one); raises the last ``grpc.RpcError`` when none does."""
+        manifest = self._require_manifest()
+        error: grpc.RpcError | None = None
+        for address in manifest.get("controllers") or [manifest["controller"]]:
+            try:
+                answer: pb.DescribeClusterResponse = pool.controller(
+                    parse_address(address)).DescribeCluster(pb.DescribeClusterRequest(),
+                                                            timeout=timeout_s)
+                return answer
+            except grpc.RpcError as e:
+                error = e
+        assert error is not None
+        raise error
 
     def _is_alive(self, proc: ProcessEntry) -> bool:
         pid = proc.get("pid") or 0

@@ -41,6 +41,17 @@ Theory of operation:
   take the stream's end for a crash. A shutdown that timed out leaves the
   stream to end with the process, which fences the broker at once (its
   leaderships must move anyway).
+- A quorum of controllers (``--controller`` with several entries, Kafka's
+  ``controller.quorum.bootstrap.servers``): one channel per controller, calls go
+  to the current one. A call failing with UNAVAILABLE (a standby's
+  NOT_CONTROLLER, a dead or stopping controller) moves the current controller:
+  to the leader a standby names (trailing metadata ``tidewater-controller-leader``,
+  when ``ID@HOST:PORT`` told us its address), else to the next in the list. Unary
+  calls through ``stub`` are retried once per controller at most (an UNAVAILABLE
+  call was not taken), without gRPC's wait-for-ready (a dead controller must fail
+  fast, not hold the call until its deadline); the heartbeat stream and
+  ``register`` move on and retry with their own backoff. With one controller
+  nothing of this applies.
 - A controller that cannot be reached is retried with a backoff; no call here
   raises for a transport error except ``alter_partition`` and
   ``report_corrupt_replica``, whose callers keep their state and retry later.
@@ -52,7 +63,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 import grpc
 
@@ -72,6 +84,32 @@ log = logging.getLogger("tidewater.broker.controller_link.channel")
 RPC_TIMEOUT_S = 5.0
 RETRY_BACKOFF_S = 0.2
 STREAM_CLOSE_TIMEOUT_S = 1.0
+# A standby controller's NOT_CONTROLLER answer names the leader here (controller.quorum.owner).
+LEADER_HINT_KEY = "tidewater-controller-leader"
+
+
+class _FailoverStub:
+    """A ``ControllerStub`` over the link's current controller: unary calls that fail with
+    UNAVAILABLE move to the next controller and are sent again (at most once each)."""
+
+    def __init__(self, link: ControllerChannel):
+        self._link = link
+
+    def __getattr__(self, name: str) -> Any:
+        link = self._link
+        if name == "BrokerHeartbeats":  # a stream: the heartbeat loop moves on by itself
+            return link.current_stub.BrokerHeartbeats
+
+        async def call(request: Any, **kwargs: Any) -> Any:
+            kwargs["wait_for_ready"] = False
+            for attempt in range(link.controller_count):
+                try:
+                    return await getattr(link.current_stub, name)(request, **kwargs)
+                except grpc.aio.AioRpcError as e:
+                    if attempt + 1 == link.controller_count or not link.maybe_move(e):
+                        raise
+            raise AssertionError("unreachable")  # the loop returns or raises
+        return call
 
 
 class ControllerChannel:
@@ -80,10 +118,13 @@ class ControllerChannel:
                  session_timeout_ms: int, max_message_bytes: int = 100 * 1024 * 1024,
                  on_registered: Callable[[int], Awaitable[None]] | None = None,
                  credentials: grpc.ChannelCredentials | None = None, rack: str = "",
-                 sasl_user: tuple[str, str] | None = None, sasl_mechanism: str = "PLAIN"):
+                 sasl_user: tuple[str, str] | None = None, sasl_mechanism: str = "PLAIN",
+                 controller_bootstrap: Sequence[tuple[int, str, int]] = ()):
         self.broker_id = broker_id
         self.rack = rack
-        self.controller_address = controller_address
+        # (node id or -1, host, port) per controller; the current one gets our calls.
+        self._controllers = list(controller_bootstrap) or [(-1, *controller_address)]
+        self._current = 0
         self.listeners = list(listeners)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
@@ -101,22 +142,59 @@ class ControllerChannel:
         # Cancelling a stream whose answer is late makes the controller fence us, so
         # wait as long as a session could last before giving up on it.
         self.heartbeat_timeout_s = max(RPC_TIMEOUT_S, 2 * session_timeout_ms / 1000)
-        host, port = controller_address
         # ``credentials``: TLS, presenting this broker's certificate (the controller's
         # listener requires it and takes this broker's calls only from broker-<id>).
         # ``sasl_user``: (user, password) this broker authenticates as, for a controller
         # with SASL on (also for the admin calls forwarded on this channel): with a SCRAM
         # ``sasl_mechanism`` by a SCRAM exchange, every call then carrying the session
         # token (``client.sasl_session``); with PLAIN the password goes on every call.
-        target, options = f"{host}:{port}", channel_options(max_message_bytes)
-        if sasl_user is not None and sasl_mechanism in MECHANISMS:
-            self._channel = scram_aio_channel(target, options, credentials,
-                                              ScramLogin(sasl_mechanism, *sasl_user))
-        else:
-            self._channel = open_aio_channel(
+        def open_channel(host: str, port: int) -> grpc.aio.Channel:
+            target, options = f"{host}:{port}", channel_options(max_message_bytes)
+            if sasl_user is not None and sasl_mechanism in MECHANISMS:
+                return scram_aio_channel(target, options, credentials,
+                                         ScramLogin(sasl_mechanism, *sasl_user))
+            return open_aio_channel(
                 target, options, credentials,
                 aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
-        self.stub = pb_grpc.ControllerStub(self._channel)
+        self._channels = [open_channel(host, port) for _, host, port in self._controllers]
+        self._stubs = [pb_grpc.ControllerStub(channel) for channel in self._channels]
+        # The failover stub answers every ControllerStub method (by name).
+        self.stub: pb_grpc.ControllerStub = (
+            self._stubs[0] if len(self._stubs) == 1
+            else cast(pb_grpc.ControllerStub, _FailoverStub(self)))
+
+    @property
+    def controller_address(self) -> tuple[str, int]:
+        _, host, port = self._controllers[self._current]
+        return host, port
+
+    @property
+    def controller_count(self) -> int:
+        return len(self._controllers)
+
+    @property
+    def current_stub(self) -> pb_grpc.ControllerStub:
+        return self._stubs[self._current]
+
+    def maybe_move(self, error: grpc.aio.AioRpcError) -> bool:
+        """After a failed call to the current controller: move to the leader a standby
+        named, else to the next controller. False (no move) with one controller, or for
+        an error that says nothing about which controller to ask."""
+        if len(self._controllers) == 1 or error.code() not in (
+                grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return False
+        target = (self._current + 1) % len(self._controllers)
+        hint = dict(error.trailing_metadata() or ()).get(LEADER_HINT_KEY)
+        if isinstance(hint, str) and hint.lstrip("-").isdigit() and int(hint) >= 0:
+            named = [i for i, (node_id, _, _) in enumerate(self._controllers)
+                     if node_id == int(hint)]
+            if named and named[0] != self._current:
+                target = named[0]
+        old = self.controller_address
+        self._current = target
+        log.info("controller %s:%d answered %s; asking %s:%d next", *old, error.code().name,
+                 *self.controller_address)
+        return True
 
     @property
     def broker_epoch(self) -> int:
@@ -137,7 +215,8 @@ class ControllerChannel:
     async def close(self) -> None:
         self._stopping = True
         self._drop_stream()
-        await self._channel.close()
+        for channel in self._channels:
+            await channel.close()
 
     def _drop_stream(self) -> None:
         if self._stream is not None:
@@ -160,6 +239,7 @@ class ControllerChannel:
                 if attempt == 1 or attempt % 25 == 0:
                     log.info("controller %s:%d not reachable (%s), retrying",
                              *self.controller_address, e.code().name)
+                self.maybe_move(e)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if not self.registration.on_register_answer(resp):
@@ -197,7 +277,7 @@ class ControllerChannel:
                                 ) -> pb.BrokerHeartbeatResponse | None:
         """Write ``request`` on the stream (opened when there is none) and read its answer."""
         if self._stream is None:
-            self._stream = self.stub.BrokerHeartbeats()
+            self._stream = self.current_stub.BrokerHeartbeats()
         stream = self._stream
         try:
             async with asyncio.timeout(self.heartbeat_timeout_s):
@@ -206,6 +286,7 @@ class ControllerChannel:
         except grpc.aio.AioRpcError as e:
             self._stream = None
             self._stream_failures += 1
+            self.maybe_move(e)
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self._log_unsupported(e)
                 return None

@@ -4,15 +4,19 @@ Modules: ``config`` (``controller.quorum.voters``, ``node.id``, observers),
 ``codec`` (the core's messages as bytes), ``transport`` (peer senders, inbound
 checks), ``shell`` (the asyncio driver: one RaftNode, its files, the order in
 which a Ready is carried out), ``service`` (the ControllerQuorum gRPC service),
-``record_log`` (the application replicated for now: committed records),
+``record_log`` (the stand-alone node's application: committed records),
+``metadata_app`` (the controller's metadata as the application), ``owner``
+(QuorumOwner: the metadata owner over this shell),
 ``__main__`` (``format``, ``run``, ``propose``, ``read``, ``describe``).
 
-Next step: the metadata owner onto Raft
-=======================================
+The metadata owner onto Raft
+============================
 
-Today ``controller/owner.py`` (MetadataOwner) appends its records to its own
-JSON log (``metadata_log.py``) and applies them to ``state_machine.py``. What is
-left, in order:
+Without ``controller.quorum.voters`` the controller keeps ``controller/owner.py``
+(MetadataOwner) and its JSON log (``metadata_log.py``), unchanged. With it, steps
+1-4 below are done (``metadata_app``, ``owner``, ``controller/server.py``'s
+``_start_quorum``, ``broker/controller_link/channel.py``); 5 and 6 are not. The
+plan as written:
 
 1. The application: replace ``record_log.CommittedRecords`` by the metadata
    state machine. A committed DATA entry's bytes are one metadata record (the

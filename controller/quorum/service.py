@@ -11,6 +11,7 @@ import logging
 
 import grpc
 
+from tidewater.controller.quorum.record_log import CommittedRecords
 from tidewater.controller.quorum.shell import QuorumShell
 from tidewater.controller.quorum.transport import check_batch
 from tidewater.controller.raft import VoterKey
@@ -59,6 +60,10 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
         try:
             if not request.records:
                 raise InvalidRequestError("no records")
+            if not isinstance(shell.records, CommittedRecords):
+                # The controller's metadata: only its owner proposes (checked records).
+                raise InvalidRequestError("this quorum replicates the controller's metadata: "
+                                          "it takes no proposals from outside")
             first, epoch = await shell.propose(list(request.records), request.timeout_ms)
         except TidewaterError as e:
             leader = shell.leader_hint()
@@ -74,11 +79,15 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
         shell = self.shell
         limit = shell.config.read_records_max
         count = limit if request.max_records <= 0 else min(request.max_records, limit)
-        records = shell.records.read(request.start_offset, count)
+        application = shell.records
+        if not isinstance(application, CommittedRecords):
+            # The metadata image keeps no records: only its applied offset is known.
+            return pb.QuorumReadResponse(applied_offset=application.applied_offset)
+        records = application.read(request.start_offset, count)
         return pb.QuorumReadResponse(
             records=[pb.QuorumRecord(offset=r.offset, epoch=r.epoch, data=r.data)
                      for r in records],
-            applied_offset=shell.records.applied_offset)
+            applied_offset=application.applied_offset)
 
     async def DescribeQuorum(self, request: pb.DescribeQuorumRequest,
                              context: grpc.aio.ServicerContext[pb.DescribeQuorumRequest,

@@ -34,6 +34,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -41,6 +42,7 @@ from tidewater.controller.quorum.config import QuorumConfig
 from tidewater.controller.quorum.record_log import CommittedRecords
 from tidewater.controller.quorum.transport import REQUEST_BYTES_MAX, Transport
 from tidewater.controller.raft import (
+    Entry,
     Message,
     NotLeaderError,
     ProposalRejectedError,
@@ -82,6 +84,21 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class Application(Protocol):
+    """What the shell replicates: ``CommittedRecords`` (the quorum module's own test
+    application) or the controller's metadata (``metadata_app.MetadataApplication``).
+    ``apply`` sees every committed entry in offset order (LEADER_CHANGE and VOTERS too);
+    ``restore`` replaces everything with a snapshot's image."""
+
+    applied_offset: int
+
+    def apply(self, entry: Entry) -> None: ...
+
+    def image(self) -> bytes: ...
+
+    def restore(self, image: bytes, end_offset: int) -> None: ...
+
+
 @dataclass
 class _Waiter:
     epoch: int
@@ -90,12 +107,19 @@ class _Waiter:
 
 class QuorumShell:
     def __init__(self, config: QuorumConfig, *, on_fatal: Callable[[BaseException], None],
-                 clock_ms: Callable[[], int] = monotonic_ms):
+                 clock_ms: Callable[[], int] = monotonic_ms,
+                 application: Application | None = None,
+                 on_leadership: Callable[[bool, int], None] | None = None):
         self.config = config
         self._on_fatal_outer = on_fatal
         self._clock_ms = clock_ms
         self.supervisor = TaskSupervisor(self._on_fatal, process="controller")
-        self.records = CommittedRecords()
+        self.records: Application = application or CommittedRecords()
+        # Called after each drain whose Readies moved this node into or out of leadership
+        # (is_leader, epoch): the metadata owner starts or stops deciding there.
+        self._on_leadership = on_leadership
+        self._was_leader = False
+        self._leader_epoch = 0
         self.failure: BaseException | None = None
         self.stopped = asyncio.Event()
         self.port = 0
@@ -228,10 +252,31 @@ class QuorumShell:
                     self.records.apply(entry)
                     self._answer(entry.offset, entry.epoch)
                 node.advance(ready, self._clock_ms())
+            self._maybe_leadership_changed(node)
             if (self.records.applied_offset - node.log_start_offset
                     < self.config.snapshot_interval_entries):
                 return
             node.compact(self.records.image(), self._clock_ms())
+
+    def _maybe_leadership_changed(self, node: RaftNode) -> None:
+        leader = node.is_leader
+        if leader == self._was_leader and (not leader or node.epoch == self._leader_epoch):
+            return
+        if self._was_leader:
+            # Proposals of the lost epoch may still commit under the next leader, or be
+            # truncated: either way this node can no longer answer for them.
+            self._fail_waiters(NotControllerError(
+                f"node {self.config.node_id} lost the leadership of epoch {self._leader_epoch}"))
+        self._was_leader = leader
+        self._leader_epoch = node.epoch if leader else 0
+        if self._on_leadership is not None:
+            self._on_leadership(leader, node.epoch)
+
+    def _fail_waiters(self, error: Exception) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
 
     def _answer(self, offset: int, epoch: int) -> None:
         waiter = self._waiters.pop(offset, None)

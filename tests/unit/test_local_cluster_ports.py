@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from tidewater.tools import local_cluster
 
 
@@ -27,3 +29,24 @@ def test_a_base_port_too_high_for_the_kafka_ports_is_refused():
     import pytest
     with pytest.raises(local_cluster.LocalClusterError, match="65535"):
         local_cluster.plan_ports(3, 60_000)
+
+
+@pytest.mark.timeout(30)
+def test_a_quorum_plan_gives_each_controller_three_distinct_ports():
+    for base in (0, 9000):
+        plan = local_cluster.plan_ports(3, base, controllers=3)
+        assert [n for n in plan if n.startswith("controller")] == [
+            "controller-1", "controller-2", "controller-3"]
+        assert all(len(plan[f"controller-{i}"]) == 3 for i in (1, 2, 3))
+        ports = [port for planned in plan.values() for port in planned]
+        assert len(set(ports)) == len(ports) == 3 * 3 + 3 * 4
+
+
+@pytest.mark.timeout(30)
+def test_controllers_below_one_or_a_quorum_with_tls_are_refused(tmp_path):
+    cluster = local_cluster.LocalCluster(tmp_path / "c")
+    with pytest.raises(local_cluster.LocalClusterError, match="--controllers must be"):
+        cluster.up(1, base_port=0, controllers=0)
+    with pytest.raises(local_cluster.LocalClusterError, match="not supported yet"):
+        cluster.up(1, base_port=0, controllers=3, tls=True)
+    assert not (tmp_path / "c" / "cluster.json").exists()  # nothing started

@@ -51,6 +51,9 @@ def register(subparsers: Subparsers) -> None:
 
     up = sub.add_parser("up", help="start a controller and N brokers on 127.0.0.1")
     up.add_argument("--brokers", type=int, default=3)
+    up.add_argument("--controllers", type=int, default=1,
+                    help="N > 1: a quorum of N controllers (controller.quorum.voters; processes "
+                         "controller-1..N, node ids 1..N), the brokers given all of them")
     up.add_argument("--data-dir", required=True)
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
                     help="broker i listens on BASE+i-1, the controller on BASE-1; 0 picks free ports")
@@ -159,7 +162,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                                ready_timeout_s=args.ready_timeout_s, tls=args.tls,
                                sasl_mechanisms=mechanisms, authorizer=authorizer,
                                super_users=args.super_users,
-                               racks=[r.strip() for r in args.rack.split(",")] if args.rack else [])
+                               racks=[r.strip() for r in args.rack.split(",")] if args.rack else [],
+                               controllers=args.controllers)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
