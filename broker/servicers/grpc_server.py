@@ -15,9 +15,9 @@ certificate from the cluster's CA, and ``BrokerControl`` takes each call only
 from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as, a
-transaction coordinator's WriteTxnMarkers from any broker certificate). With SASL
-or an authorizer, whatever the transport, a ReplicaFetch stream (and a WriteTxnMarkers
-call) also needs an
+transaction coordinator's WriteTxnMarkers and a leader's VerifyTxnPartitions from any
+broker certificate). With SASL or an authorizer, whatever the transport, a ReplicaFetch
+stream (and a WriteTxnMarkers or VerifyTxnPartitions call) also needs an
 authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
 CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
 CLUSTER_AUTHORIZATION_FAILED): a follower fetch moves the high watermark and reads

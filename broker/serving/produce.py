@@ -149,9 +149,10 @@ class ProducePath:
         """``verification``: transactional batches are verified (KIP-890) with the cache's
         entries and ``verify`` (set by the broker once its transaction coordinator
         exists; None: nothing can be verified, a batch opening a transaction is
-        refused); None: not checked (``transaction.partition.verification.enable``
-        false)."""
+        refused) while ``verification_enabled``
+        (``transaction.partition.verification.enable``, dynamic); None: never."""
         self.verification = verification
+        self.verification_enabled = verification is not None
         self.verify: VerifyTxn | None = None
         self._lookup = lookup
         self._carrier = carrier
@@ -182,7 +183,8 @@ class ProducePath:
                 f"acks must be 0, 1 or -1 (all), got {acks}"), context="Produce"), []
         waits: Waits = []
         timeout_ms = acks_timeout_ms(request) if acks == -1 else 0
-        verifying = self.verification is not None and not internal_topics_allowed
+        verifying = (self.verification_enabled and self.verification is not None
+                     and not internal_topics_allowed)
         refusals = await self._verify(request) if verifying else {}
         for data in request.partitions:
             topic, partition_index = data.topic, data.partition  # each access is a call

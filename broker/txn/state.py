@@ -53,6 +53,8 @@ PrepareCommit/     all markers written                  CompleteCommit/       (n
 PrepareAbort                                            CompleteAbort (write)
 Empty, Complete*   idle for transactional.id.expiration Dead: a tombstone     (none)
                    (tick)                               (write), forgotten
+any                AddPartitionsToTxn verify_only       (none: nothing        at once
+                   (KIP-890, a partition leader asks)   written)
 ================== ==================================== ===================== =========
 
 Refusals (Kafka's): an unknown id or a different producer id is

@@ -140,3 +140,12 @@ def test_only_a_transactional_data_batch_needs_verification():
     assert transactional_producer(marker) is None
     assert transactional_producer(txn) == (5, 1)
     assert transactional_producer(plain + txn) == (5, 1)  # a batch behind another counts
+
+
+def test_the_switch_is_a_dynamic_broker_config_the_brokers_own_value_first():
+    from tidewater.proto.broker_dynamic_config import TXN_VERIFICATION, dynamic_flag
+    assert dynamic_flag({}, 1, TXN_VERIFICATION, True) is True
+    assert dynamic_flag({"": {TXN_VERIFICATION: "false"}}, 1, TXN_VERIFICATION, True) is False
+    both = {"": {TXN_VERIFICATION: "false"}, "1": {TXN_VERIFICATION: "TRUE"}}
+    assert dynamic_flag(both, 1, TXN_VERIFICATION, False) is True
+    assert dynamic_flag(both, 2, TXN_VERIFICATION, True) is False

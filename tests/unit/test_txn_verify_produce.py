@@ -118,6 +118,6 @@ async def test_a_marker_written_while_the_question_is_out_wins(tmp_path):
 
 async def test_verification_off_takes_any_transactional_batch(tmp_path):
     rm = await leading_manager(tmp_path, verification=False)
-    assert rm.producer.verification is None
+    assert not rm.producer.verification_enabled
     assert (await produce(rm, txn_records(PID, 0, b"a"), transactional_id="")
             ).error_code == pb.NONE
