@@ -16,8 +16,9 @@ AddPartitionsToTxn    0-5   v4-5: the brokers' batched form (KIP-890), CLUSTER_A
 (24)                        on the cluster; ``verify_only`` answers whether each
                             partition is in the ongoing transaction, writing nothing
 AddOffsetsToTxn (25)  0-3   adds the group's ``__consumer_offsets`` partition
-EndTxn (26)           0-3   v4 (TRANSACTION_ABORTABLE) and v5 (an epoch bump per
-                            transaction, KIP-890 part 2) not served
+EndTxn (26)           0-4   v4 only tells that the client knows TRANSACTION_ABORTABLE
+                            (never answered here): served as v3; v5 (an epoch bump
+                            per transaction, KIP-890 part 2) not served
 DescribeTransactions  0
 (65)
 ListTransactions (66) 0-1   state, producer id and (v1) duration filters
@@ -72,7 +73,7 @@ TRANSACTION_KEY_TYPE = 1
 TXN_VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 3),
+    END_TXN: (0, 4),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
     TXN_OFFSET_COMMIT: (0, 3),

@@ -227,9 +227,20 @@ def test_the_brokers_batched_form_verifies_without_writing_and_needs_cluster_act
         pb.CLUSTER_AUTHORIZATION_FAILED, [])
 
 
+def test_end_txn_v4_commits_as_v3_does():
+    s = FakeServices()
+    answer = init(s)
+    pid, epoch = answer["producer_id"], answer["producer_epoch"]
+    assert add(s, pid, epoch, {"a": [0]}) == {("a", 0): pb.NONE}
+    end = call(s, 26, 4, {"transactional_id": "tx", "producer_id": pid,
+                          "producer_epoch": epoch, "committed": True})
+    assert end["error_code"] == pb.NONE
+    assert s.txn_coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+
+
 def test_the_apis_are_advertised_as_far_as_they_work():
     from tidewater.broker.kafka.apis import HANDLERS, SUPPORTED
-    assert {24: (0, 5), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0),
+    assert {24: (0, 5), 25: (0, 3), 26: (0, 4), 28: (0, 3), 65: (0, 0),
             66: (0, 1)}.items() <= SUPPORTED.items()
     assert 28 in HANDLERS  # TxnOffsetCommit: the log takes the coordinator's batches
 
