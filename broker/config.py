@@ -107,6 +107,8 @@ _BROKER_SETTINGS = {
     "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", _int),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", _int),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int),
+    "transaction.partition.verification.enable": (
+        "transaction_partition_verification_enable", _bool),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "transaction_abort_timed_out_transaction_cleanup_interval_ms", _int),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int),
@@ -216,6 +218,10 @@ class BrokerConfig:
     transaction_state_log_segment_bytes: int = 100 * MIB
     transaction_max_timeout_ms: int = 900_000  # a producer's transaction.timeout.ms at most
     transactional_id_expiration_ms: int = 604_800_000  # an idle id is then forgotten
+    # KIP-890 part 1: a transactional producer's first batch in a partition is appended
+    # only once its coordinator confirms the partition is in the ongoing transaction
+    # (broker/txn/verification.py).
+    transaction_partition_verification_enable: bool = True
     # How often open transactions are checked against their timeout (Kafka: 10 s).
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # An idempotent producer idle this long is forgotten by every partition (Kafka: 1 day).

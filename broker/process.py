@@ -70,6 +70,7 @@ from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.broker.txn.marker_sender import LeaderMarkerSender
+from tidewater.broker.txn.verifier import TxnPartitionVerifier
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
@@ -200,6 +201,12 @@ class BrokerProcess:
             controller=forwarder, config=c, supervisor=self.supervisor,
             marker_sender=self.marker_sender,
             next_producer_id=self.replica_manager.producer_ids.next_producer_id)
+        # KIP-890 part 1: a transactional batch opening a transaction here is verified
+        # with its coordinator first, in process or over the marker sender's channels.
+        self.replica_manager.producer.verify = TxnPartitionVerifier(
+            broker_id=c.broker_id, coordinator=self.txn_coordinator,
+            metadata_cache=self.metadata_cache, remote_stub=self.marker_sender.remote_stub,
+            call_metadata=inter_broker_metadata).verify
         # Clients' admin calls on gRPC are checked first when security is on.
         guarded = (GuardedControllerForwarder(forwarder, self.security)
                    if self.security.secured else forwarder)
@@ -219,7 +226,8 @@ class BrokerProcess:
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
                                              authenticating=tls is not None,
-                                             security=self.security)
+                                             security=self.security,
+                                             txn_coordinator=self.txn_coordinator)
                        if internal else None)
             # Mutual TLS where cluster members connect; clients need no certificate.
             credentials = (server_credentials(tls, require_client_auth=internal)

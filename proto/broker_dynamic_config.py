@@ -50,10 +50,11 @@ DYNAMIC_BROKER_CONFIGS = {
 CLUSTER_DEFAULT = ""  # the resource name of the cluster-wide dynamic defaults
 
 # Kafka's other dynamic broker configs (DynamicBrokerConfig's reconfigurables: thread
-# pools, listener security, cleaner, throttles) with their Kafka types. None has an
-# effect here (Tidewater has no such thread pool, Kerberos, or throttle): they are
-# accepted with their type checked, kept in the metadata log and described with their
-# source, so tools that set them work; the README lists them.
+# pools, listener security, cleaner, throttles) with their Kafka types. None but
+# transaction.partition.verification.enable has an effect here (Tidewater has no such
+# thread pool, Kerberos, or throttle): they are accepted with their type checked, kept
+# in the metadata log and described with their source, so tools that set them work;
+# the README lists them.
 STORED_DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "background.threads": "int",
     "num.io.threads": "int",
@@ -92,6 +93,7 @@ STORED_DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "sasl.login.refresh.window.factor": "double",
     "sasl.login.refresh.window.jitter": "double",
     "producer.id.expiration.ms": "int",
+    # The one in force (KIP-890, ``ReplicaManager.update_metadata``: ``dynamic_flag``).
     "transaction.partition.verification.enable": "boolean",
 }
 
@@ -121,6 +123,18 @@ def dynamic_topic_defaults(overrides: Mapping[str, Mapping[str, str]],
     merged = {**overrides.get(CLUSTER_DEFAULT, {}), **overrides.get(str(broker_id), {})}
     return {DYNAMIC_BROKER_CONFIGS[name]: value for name, value in merged.items()
             if name in DYNAMIC_BROKER_CONFIGS}
+
+
+TXN_VERIFICATION = "transaction.partition.verification.enable"
+
+
+def dynamic_flag(overrides: Mapping[str, Mapping[str, str]], broker_id: int, name: str,
+                 static: bool) -> bool:
+    """A boolean broker config in force on ``broker_id``: its own dynamic value, else the
+    cluster-wide one, else ``static`` (``--set`` or the default)."""
+    merged = {**overrides.get(CLUSTER_DEFAULT, {}), **overrides.get(str(broker_id), {})}
+    raw = merged.get(name)
+    return static if raw is None else raw.strip().lower() == "true"
 
 
 def _check_type(name: str, kind: str, raw: str) -> None:

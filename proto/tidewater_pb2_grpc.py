@@ -1152,6 +1152,11 @@ class BrokerControlStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.FromString,
                 _registered_method=True)
+        self.VerifyTxnPartitions = channel.unary_unary(
+                '/tidewater.BrokerControl/VerifyTxnPartitions',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerControlServicer:
@@ -1200,6 +1205,16 @@ class BrokerControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyTxnPartitions(self, request, context):
+        """Partition leader -> transaction coordinator (KIP-890 part 1, Kafka's
+        AddPartitionsToTxn v4+ with verify_only): is each partition in the producer's
+        ongoing transaction? Nothing is written; the answer has each partition's code
+        (broker/txn/verification.py). From any broker, as WriteTxnMarkers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1227,6 +1242,11 @@ def add_BrokerControlServicer_to_server(servicer, server):
                     servicer.WriteTxnMarkers,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.SerializeToString,
+            ),
+            'VerifyTxnPartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyTxnPartitions,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1369,6 +1389,33 @@ class BrokerControl:
             '/tidewater.BrokerControl/WriteTxnMarkers',
             tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.WriteTxnMarkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyTxnPartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.BrokerControl/VerifyTxnPartitions',
+            tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AddPartitionsToTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

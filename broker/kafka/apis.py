@@ -337,7 +337,8 @@ def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str
 # ---------------------------------------------------------------- Produce
 
 def produce_request(body: RequestBody) -> pb.ProduceRequest:
-    request = pb.ProduceRequest(acks=body.acks, timeout_ms=milliseconds(body.timeout))
+    request = pb.ProduceRequest(acks=body.acks, timeout_ms=milliseconds(body.timeout),
+                                transactional_id=getattr(body, "transactional_id", None) or "")
     for topic in body.topic_data:
         for p in topic.partition_data:
             request.partitions.add(topic=topic.name, partition=p.index,

@@ -12,11 +12,13 @@ FindCoordinator (10)  0-4   key type 1 (TRANSACTION): ``find_txn_coordinator``,
                             called from ``group_apis``; creates __transaction_state
 InitProducerId (22)   0-5   with a transactional id: ``on_init_transactional_producer``,
                             called from ``producer_apis``
-AddPartitionsToTxn    0-3   v4+ (KIP-890 broker-to-broker verification) not served
-(24)
+AddPartitionsToTxn    0-5   v4-5: the brokers' batched form (KIP-890), CLUSTER_ACTION
+(24)                        on the cluster; ``verify_only`` answers whether each
+                            partition is in the ongoing transaction, writing nothing
 AddOffsetsToTxn (25)  0-3   adds the group's ``__consumer_offsets`` partition
-EndTxn (26)           0-3   v4 (TRANSACTION_ABORTABLE) and v5 (an epoch bump per
-                            transaction, KIP-890 part 2) not served
+EndTxn (26)           0-4   v4 only tells that the client knows TRANSACTION_ABORTABLE
+                            (never answered here): served as v3; v5 (an epoch bump
+                            per transaction, KIP-890 part 2) not served
 DescribeTransactions  0
 (65)
 ListTransactions (66) 0-1   state, producer id and (v1) duration filters
@@ -69,9 +71,9 @@ DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 TRANSACTION_KEY_TYPE = 1
 
 TXN_VERSIONS: dict[int, tuple[int, int]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 3),
+    END_TXN: (0, 4),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),
     TXN_OFFSET_COMMIT: (0, 3),
@@ -175,11 +177,14 @@ TxnPartitionCodes = dict[tuple[str, int], pb.ErrorCode]
 
 
 def add_partitions_to_txn(s: TxnServices, transactional_id: str, producer_id: int,
-                          producer_epoch: int, wanted: list[tuple[str, int]]
+                          producer_epoch: int, wanted: list[tuple[str, int]], *,
+                          by_broker: bool = False, verify_only: bool = False
                           ) -> Awaitable[TxnPartitionCodes]:
-    """AddPartitionsToTxn (v3 and below) for Kafka's API and gRPC's: each partition's
-    code once the coordinator's state is durable."""
-    if not _may_write(s, transactional_id):
+    """AddPartitionsToTxn for Kafka's API and gRPC's: each partition's code once the
+    coordinator's state is durable. ``by_broker``: v4+, a broker's request (CLUSTER_ACTION
+    checked by the caller; no WRITE on the transactional id needed); ``verify_only``:
+    KIP-890's question, answered from the state as it is, nothing written."""
+    if not by_broker and not _may_write(s, transactional_id):
         return _value({tp: pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in wanted})
     refused: TxnPartitionCodes = {}
     for topic, partition in wanted:
@@ -189,6 +194,9 @@ def add_partitions_to_txn(s: TxnServices, transactional_id: str, producer_id: in
             refused[(topic, partition)] = pb.UNKNOWN_TOPIC_OR_PARTITION
     if refused:
         return _value({tp: refused.get(tp, pb.OPERATION_NOT_ATTEMPTED) for tp in wanted})
+    if verify_only:
+        return _value(_coordinator(s).verify_partitions(transactional_id, producer_id,
+                                                        producer_epoch, wanted))
     try:
         pending = _coordinator(s).request(
             transactional_id, lambda state, token, now_ms: state.add_partitions(
@@ -205,6 +213,8 @@ def add_partitions_to_txn(s: TxnServices, transactional_id: str, producer_id: in
 
 async def on_add_partitions_to_txn(s: TxnServices, head: RequestHead, body: RequestBody
                                    ) -> Awaitable[dict[str, Any]]:
+    if head.api_version >= 4:
+        return _on_add_partitions_batched(s, head, body)
     wanted = [(str(t.name), int(p)) for t in body.v3_and_below_topics for p in t.partitions]
     pending = add_partitions_to_txn(s, str(body.v3_and_below_transactional_id),
                                     int(body.v3_and_below_producer_id),
@@ -217,6 +227,33 @@ async def on_add_partitions_to_txn(s: TxnServices, head: RequestHead, body: Requ
                 {"partition_index": partition, "partition_error_code": wire_code(head, code)})
         return {"throttle_time": 0, "results_by_topic_v3_and_below": [
             {"name": topic, "results_by_partition": parts} for topic, parts in by_topic.items()]}
+    return answer()
+
+
+def _on_add_partitions_batched(s: TxnServices, head: RequestHead, body: RequestBody
+                               ) -> Awaitable[dict[str, Any]]:
+    """AddPartitionsToTxn v4-5 (KIP-890): brokers only (CLUSTER_ACTION on the cluster,
+    else the request's error_code is CLUSTER_AUTHORIZATION_FAILED), any number of
+    transactions, each added or (``verify_only``) verified."""
+    if not s.allowed(acls.CLUSTER_ACTION, acls.CLUSTER, acls.CLUSTER_NAME):
+        return _done({"throttle_time": 0, "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                      "results_by_transaction": []})
+    pending = [(str(txn.transactional_id), add_partitions_to_txn(
+        s, str(txn.transactional_id), int(txn.producer_id), int(txn.producer_epoch),
+        [(str(t.name), int(p)) for t in txn.topics for p in t.partitions],
+        by_broker=True, verify_only=bool(txn.verify_only))) for txn in body.transactions]
+
+    async def answer() -> dict[str, Any]:
+        results = []
+        for transactional_id, codes in pending:
+            by_topic: dict[str, list[dict[str, Any]]] = {}
+            for (topic, partition), code in (await codes).items():
+                by_topic.setdefault(topic, []).append(
+                    {"partition_index": partition,
+                     "partition_error_code": wire_code(head, code)})
+            results.append({"transactional_id": transactional_id, "topic_results": [
+                {"name": t, "results_by_partition": p} for t, p in by_topic.items()]})
+        return {"throttle_time": 0, "error_code": pb.NONE, "results_by_transaction": results}
     return answer()
 
 

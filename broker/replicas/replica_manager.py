@@ -55,7 +55,9 @@ from tidewater.broker.serving.txn_markers import MarkerWriter
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import TopicPartition, validate_topic_partition
+from tidewater.broker.txn.verification import VerificationCache
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.broker_dynamic_config import TXN_VERIFICATION, dynamic_flag
 from tidewater.proto.errors import UnknownTopicOrPartitionError
 from tidewater.proto.supervisor import TaskSupervisor
 
@@ -133,11 +135,19 @@ class ReplicaManager:
         self.corruption = CorruptionReporter(
             lambda how: metrics.corrupt_batches.labels(how).inc())
         self.producer_ids = ProducerIdManager(allocate_producer_ids, self.supervisor)
+        # KIP-890 part 1 (broker/txn/verification.py): what the transaction coordinator
+        # confirmed, per partition and producer, until the producer's next marker.
+        # Switched by ``transaction.partition.verification.enable`` (dynamic, as Kafka's).
+        self.txn_verification = VerificationCache(
+            expiration_ms=config.producer_id_expiration_ms)
         self.producer = ProducePath(lookup=self._partition, carrier=self.carrier,
-                                    acks_waits=self.acks_waits, metrics=metrics)
+                                    acks_waits=self.acks_waits, metrics=metrics,
+                                    verification=self.txn_verification)
+        self.producer.verification_enabled = config.transaction_partition_verification_enable
         # The transaction coordinator's port for markers (serving/txn_markers.py).
         self.txn_markers = MarkerWriter(lookup=self._partition, carrier=self.carrier,
-                                        acks_waits=self.acks_waits)
+                                        acks_waits=self.acks_waits,
+                                        verification=self.txn_verification)
         self.fetcher_path = FetchPath(
             lookup=self._partition, carrier=self.carrier, fetch_waiters=self.fetch_waiters,
             metrics=metrics, is_isr_eligible=self.control.is_isr_eligible,
@@ -233,6 +243,10 @@ class ReplicaManager:
         if response.error_code == pb.NONE:
             # A deleted topic's per-topic series go (the snapshot names every topic).
             self.metrics.topic_series.forget_topics_except(set(self.metadata_cache.topics()))
+            # KIP-890's switch, a dynamic broker config as in Kafka.
+            self.producer.verification_enabled = dynamic_flag(
+                self.metadata_cache.broker_configs(), self.broker_id, TXN_VERIFICATION,
+                self.config.transaction_partition_verification_enable)
         return response
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:

@@ -19,8 +19,8 @@ simulation's broker both run:
   the controller's requests (LeaderAndIsr, UpdateMetadata, StopReplica) only
   from a ``controller`` certificate, a follower fetch only from the ``broker``
   certificate naming the replica id it fetches as (``broker-<id>``), a
-  transaction coordinator's WriteTxnMarkers from any ``broker-<id>``
-  certificate; anything else is CLUSTER_AUTHORIZATION_FAILED before the request
+  transaction coordinator's WriteTxnMarkers and a leader's VerifyTxnPartitions
+  (KIP-890) from any ``broker-<id>`` certificate; anything else is CLUSTER_AUTHORIZATION_FAILED before the request
   is looked at.
   Without TLS there are no principals and this rule takes everything (the
   control token above still applies).
@@ -61,6 +61,9 @@ def controller_request_refusal(*, registered_epoch: int, controller_epoch_seen: 
 
 
 CONTROLLER_REQUESTS = frozenset({"LeaderAndIsr", "UpdateMetadata", "StopReplica"})
+# A transaction coordinator's markers to a leader; a leader's KIP-890 verification to a
+# coordinator.
+BROKER_TXN_REQUESTS = frozenset({"WriteTxnMarkers", "VerifyTxnPartitions"})
 
 
 def control_principal_refusal(rpc: str, principal: Principal | None, *, authenticating: bool,
@@ -74,7 +77,7 @@ def control_principal_refusal(rpc: str, principal: Principal | None, *, authenti
         return pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc in CONTROLLER_REQUESTS:
         return None if principal.role == ROLE_CONTROLLER else pb.CLUSTER_AUTHORIZATION_FAILED
-    if rpc == "WriteTxnMarkers":  # a transaction coordinator runs on any broker
+    if rpc in BROKER_TXN_REQUESTS:  # coordinators and leaders run on any broker
         return None if broker_id_of(principal) is not None else pb.CLUSTER_AUTHORIZATION_FAILED
     if rpc == "ReplicaFetch":
         broker_id = broker_id_of(principal)

@@ -15,9 +15,9 @@ certificate from the cluster's CA, and ``BrokerControl`` takes each call only
 from the principal ``control_rules.control_principal_refusal`` allows (the
 controller's requests from a ``controller`` certificate, a follower's fetches
 from the ``broker-<id>`` certificate of the replica id it fetches as, a
-transaction coordinator's WriteTxnMarkers from any broker certificate). With SASL
-or an authorizer, whatever the transport, a ReplicaFetch stream (and a WriteTxnMarkers
-call) also needs an
+transaction coordinator's WriteTxnMarkers and a leader's VerifyTxnPartitions from any
+broker certificate). With SASL or an authorizer, whatever the transport, a ReplicaFetch
+stream (and a WriteTxnMarkers or VerifyTxnPartitions call) also needs an
 authenticated caller (``BrokerSecurity.authenticate_grpc``; refused: UNAUTHENTICATED) with
 CLUSTER_ACTION on the cluster (``inter_broker``; else every request is
 CLUSTER_AUTHORIZATION_FAILED): a follower fetch moves the high watermark and reads
@@ -509,9 +509,11 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     principal ``control_principal_refusal`` allows; refused calls change nothing."""
 
     def __init__(self, replica_manager: ReplicaManager, metrics: BrokerMetrics, *,
-                 authenticating: bool = False, security: BrokerSecurity | None = None) -> None:
+                 authenticating: bool = False, security: BrokerSecurity | None = None,
+                 txn_coordinator: TransactionCoordinator | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.authenticating = authenticating
+        self.txn_coordinator = txn_coordinator  # VerifyTxnPartitions (KIP-890)
         # SASL or an authorizer: a follower fetch also needs an authenticated caller with
         # CLUSTER_ACTION (``inter_broker``), whatever the transport.
         self.security = security if security is not None and security.secured else None
@@ -544,15 +546,13 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
             return pb.StopReplicaResponse(error_code=wire_code(code))
         return await self.replica_manager.stop_replica(request)
 
-    @_rpc("WriteTxnMarkers")
-    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: Context
-                              ) -> pb.WriteTxnMarkersResponse:
-        """A transaction coordinator's markers (``serving/txn_markers.py``), per partition."""
-        code = self._refusal("WriteTxnMarkers", context)
+    async def _broker_refusal(self, rpc: str, context: Context) -> int | None:
+        """WriteTxnMarkers and VerifyTxnPartitions: from any broker certificate (TLS);
+        with SASL or an authorizer only a broker's credentials with CLUSTER_ACTION (the
+        follower fetch's rule, ``inter_broker``): markers end other producers'
+        transactions, and a verification tells what a transaction holds."""
+        code = self._refusal(rpc, context)
         if code is None and self.security is not None:
-            # SASL or an authorizer: only a broker's credentials with CLUSTER_ACTION (the
-            # follower fetch's rule, ``inter_broker``): markers end other producers'
-            # transactions and make their records visible.
             try:
                 session = await self.security.authenticate_grpc(context)
             except SaslAuthenticationError as e:
@@ -561,6 +561,32 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
                 raise
             if not self.security.may_fetch_as_follower(session):
                 code = pb.CLUSTER_AUTHORIZATION_FAILED
+        return code
+
+    @_rpc("VerifyTxnPartitions")
+    async def VerifyTxnPartitions(self, request: pb.AddPartitionsToTxnRequest,
+                                  context: Context) -> pb.AddPartitionsToTxnResponse:
+        """A partition leader's KIP-890 verification (``broker/txn/verifier.py``): each
+        partition's code from this broker's transaction coordinator."""
+        wanted = [(p.topic, p.partition) for p in request.partitions]
+        code = await self._broker_refusal("VerifyTxnPartitions", context)
+        if code:
+            codes = {tp: wire_code(code) for tp in wanted}
+        elif self.txn_coordinator is None:
+            codes = {tp: pb.NOT_COORDINATOR for tp in wanted}
+        else:
+            codes = self.txn_coordinator.verify_partitions(
+                request.transactional_id, request.producer_id, request.producer_epoch,
+                wanted)
+        return pb.AddPartitionsToTxnResponse(partitions=[
+            pb.TxnPartition(topic=t, partition=p, error_code=c)
+            for (t, p), c in codes.items()])
+
+    @_rpc("WriteTxnMarkers")
+    async def WriteTxnMarkers(self, request: pb.WriteTxnMarkersRequest, context: Context
+                              ) -> pb.WriteTxnMarkersResponse:
+        """A transaction coordinator's markers (``serving/txn_markers.py``), per partition."""
+        code = await self._broker_refusal("WriteTxnMarkers", context)
         if code:
             return results_to_proto([
                 TxnMarkerResult(m.producer_id, p.topic, p.partition, code)

@@ -14,6 +14,15 @@ Every produce (unary ``Produce``, ``ProduceStream``) goes through
 - ``wait`` (a coroutine) or ``watch`` (a callback, for ProduceStream): the
   outcome of every acks=all partition written into the response.
 
+Transactional batches (KIP-890 part 1, ``broker/txn/verification.py``): before the
+appends, each partition whose batch would open a transaction (its producer has none
+open there at that epoch) and is not verified yet is checked with the transaction
+coordinator in one call (``verify``: the request's transactional id, the partitions);
+refused ones are answered and not appended. Right before each append (no ``await`` in
+between) a batch that would open a transaction must be verified, else it is refused
+with INVALID_TXN_STATE (a request without a transactional id included). The broker's
+own appends (``internal_topics_allowed``) are not checked.
+
 A request's partitions are appended in its order, and a stream's requests in
 arrival order (ProduceStream awaits ``append`` for request N before reading
 request N+1; each partition's append and decision run without an ``await`` between
@@ -24,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms, wall_ms
@@ -36,6 +45,13 @@ from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
 from tidewater.broker.storage.log import AppendInfo
 from tidewater.broker.storage.topics import COORDINATOR_TOPICS
+from tidewater.broker.txn.verification import (
+    TopicPartition,
+    VerificationCache,
+    VerificationEntry,
+    produce_error,
+    transactional_producer,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import (
     CorruptRecordError,
@@ -43,10 +59,16 @@ from tidewater.proto.errors import (
     InvalidRequiredAcksError,
     InvalidTopicError,
     KafkaStorageError,
+    TidewaterError,
 )
 from tidewater.proto.records import decode_records
 
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
+
+# The transaction coordinator's verify_only AddPartitionsToTxn (KIP-890): (transactional
+# id, producer id, epoch, partitions) -> each partition's code.
+VerifyTxn = Callable[[str, int, int, list[TopicPartition]],
+                     Awaitable[dict[TopicPartition, pb.ErrorCode]]]
 
 
 def produce_error_response(request: pb.ProduceRequest, e: Exception, *,
@@ -122,7 +144,16 @@ def append_as_leader(partition: Partition, records: Any, acks: int, timeout_ms: 
 
 class ProducePath:
     def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
-                 acks_waits: AcksWaits, metrics: BrokerMetrics):
+                 acks_waits: AcksWaits, metrics: BrokerMetrics,
+                 verification: VerificationCache | None = None):
+        """``verification``: transactional batches are verified (KIP-890) with the cache's
+        entries and ``verify`` (set by the broker once its transaction coordinator
+        exists; None: nothing can be verified, a batch opening a transaction is
+        refused) while ``verification_enabled``
+        (``transaction.partition.verification.enable``, dynamic); None: never."""
+        self.verification = verification
+        self.verification_enabled = verification is not None
+        self.verify: VerifyTxn | None = None
         self._lookup = lookup
         self._carrier = carrier
         self._waits = acks_waits
@@ -152,6 +183,9 @@ class ProducePath:
                 f"acks must be 0, 1 or -1 (all), got {acks}"), context="Produce"), []
         waits: Waits = []
         timeout_ms = acks_timeout_ms(request) if acks == -1 else 0
+        verifying = (self.verification_enabled and self.verification is not None
+                     and not internal_topics_allowed)
+        refusals = await self._verify(request) if verifying else {}
         for data in request.partitions:
             topic, partition_index = data.topic, data.partition  # each access is a call
             result = response.partitions.add(topic=topic, partition=partition_index,
@@ -160,6 +194,11 @@ class ProducePath:
                 if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
                     raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
+                if verifying:
+                    refused = refusals.get((topic, partition_index))
+                    if refused is not None:
+                        raise refused
+                    self._check_verified(partition, topic, partition_index, data.records)
                 info, wait = await self._append_as_leader(
                     partition, topic, data.records, acks, timeout_ms,
                     coordinator_origin=internal_topics_allowed)
@@ -178,6 +217,57 @@ class ProducePath:
             # The client asked for no answer: nothing to tell it, errors included.
             return pb.ProduceResponse(), []
         return response, waits
+
+    def _unverified(self, partition: Partition, tp: TopicPartition, records: bytes,
+                    now_ms: int) -> tuple[int, int] | None:
+        """(producer id, epoch) when ``records`` would open a transaction in ``tp`` that
+        is not verified, else None."""
+        assert self.verification is not None
+        producer = transactional_producer(records) if records else None
+        if producer is None or partition.log.producer_state.has_ongoing_transaction(*producer):
+            return None
+        if self.verification.allows(tp, *producer, partition.leader_epoch, now_ms):
+            return None
+        return producer
+
+    async def _verify(self, request: pb.ProduceRequest
+                      ) -> dict[TopicPartition, Exception]:
+        """Ask the coordinator about every partition of ``request`` whose batch would
+        open an unverified transaction (one call); the refusals, by partition."""
+        assert self.verification is not None
+        transactional_id = request.transactional_id
+        if not transactional_id or self.verify is None:
+            return {}  # nothing to ask with: ``_check_verified`` refuses them
+        now_ms = wall_ms()
+        asked: dict[tuple[int, int], list[tuple[TopicPartition, VerificationEntry]]] = {}
+        for data in request.partitions:
+            tp = (data.topic, data.partition)
+            try:
+                partition = self._lookup(*tp)
+                producer = self._unverified(partition, tp, data.records, now_ms)
+            except TidewaterError:  # answered by the append below, with its typed error
+                continue
+            if producer is not None:
+                entry = self.verification.begin(tp, *producer, partition.leader_epoch, now_ms)
+                asked.setdefault(producer, []).append((tp, entry))
+        refusals: dict[TopicPartition, Exception] = {}
+        for (producer_id, producer_epoch), entries in asked.items():
+            codes = await self.verify(transactional_id, producer_id, producer_epoch,
+                                      [tp for tp, _ in entries])
+            for tp, entry in entries:
+                code = codes.get(tp, pb.UNKNOWN_SERVER_ERROR)
+                if not self.verification.on_answer(tp, producer_id, entry, code):
+                    refusals[tp] = produce_error(code if code != pb.NONE
+                                                 else pb.INVALID_TXN_STATE)
+        return refusals
+
+    def _check_verified(self, partition: Partition, topic: str, partition_index: int,
+                        records: bytes) -> None:
+        """Right before the append: a batch that would open a transaction must be verified
+        (a marker may have ended the transaction since the coordinator answered)."""
+        if self._unverified(partition, (topic, partition_index), records,
+                            wall_ms()) is not None:
+            raise produce_error(pb.INVALID_TXN_STATE)
 
     async def _append_as_leader(self, partition: Partition, topic: str, records: bytes,
                                 acks: int, timeout_ms: int, *, coordinator_origin: bool = False

@@ -54,6 +54,7 @@ from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica import acks_all_wait_ms
 from tidewater.broker.serving.produce import append_as_leader
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
+from tidewater.broker.txn.verification import VerificationCache
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.control_records import encode_marker_batch
@@ -93,7 +94,11 @@ class MarkerWriter:
     """The broker's ``TxnMarkerWriter``: appends as the partition's leader, acks=all."""
 
     def __init__(self, *, lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
-                 acks_waits: AcksWaits):
+                 acks_waits: AcksWaits, verification: VerificationCache | None = None):
+        """``verification``: the produce path's KIP-890 entries; a marker drops its
+        producer's entry for the partition (its next transaction there is verified
+        again)."""
+        self._verification = verification
         self._lookup = lookup
         self._carrier = carrier
         self._waits = acks_waits
@@ -112,6 +117,11 @@ class MarkerWriter:
                                       else MARKER_TIMEOUT_MS_DEFAULT)
         for marker in markers:
             for topic, partition_index in marker.partitions:
+                if self._verification is not None:
+                    # Before the append: a verification answered after this marker
+                    # must not let a late batch open a transaction the marker ended.
+                    self._verification.on_marker((topic, partition_index),
+                                                 marker.producer_id)
                 try:
                     wait = self._append(marker, topic, partition_index, timeout_ms)
                 except Exception as e:  # the one boundary: a typed error per partition
@@ -161,6 +171,11 @@ class RemoteMarkerWriter:
                  call_metadata: tuple[tuple[str, str], ...] = ()):
         self._stub = pb_grpc.BrokerControlStub(channel)
         self._call_metadata = call_metadata
+
+    @property
+    def stub(self) -> pb_grpc.BrokerControlStub:
+        """The broker's BrokerControl on this channel (the KIP-890 verifier's calls)."""
+        return self._stub
 
     async def write_txn_markers(self, markers: Sequence[TxnMarkerEntry], *,
                                 timeout_ms: int = MARKER_TIMEOUT_MS_DEFAULT

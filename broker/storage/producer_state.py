@@ -387,6 +387,14 @@ class ProducerStateManager:
         first = self.first_unstable_offset
         return first if first is not None else completed.last_offset + 1
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Has the producer, at this epoch, a transaction open here (Kafka's
+        ``hasOngoingTransaction``): its next batch needs no verification (KIP-890)."""
+        if producer_id not in self._ongoing:
+            return False
+        entry = self.entries.get(producer_id)
+        return entry is not None and entry.producer_epoch == producer_epoch
+
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each open transaction."""
         return dict(self._ongoing)

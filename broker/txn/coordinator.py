@@ -52,6 +52,7 @@ from tidewater.broker.txn.state import (
     InitPidAnswer,
     MarkerJob,
     Ready,
+    TopicPartition,
     TransactionCoordinatorState,
     TxnMetadata,
     TxnSettings,
@@ -175,6 +176,22 @@ class TransactionCoordinator(
         if not isinstance(answer, InitPidAnswer):
             raise InvariantViolation(f"InitProducerId answered with {answer!r}")
         return answer
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[TopicPartition]
+                          ) -> dict[TopicPartition, pb.ErrorCode]:
+        """AddPartitionsToTxn with verify_only (KIP-890 part 1): each partition's code
+        (``TransactionCoordinatorState.verify_partitions``); NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS for all when the id is not coordinated here now."""
+        if not transactional_id:
+            return {tp: pb.INVALID_REQUEST for tp in partitions}
+        try:
+            shard = self.shard_for(transactional_id)
+        except CoordinatorError as e:
+            return {tp: e.error_code for tp in partitions}
+        return shard.state.verify_partitions(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, partitions=partitions)
 
     def describe(self, transactional_id: str) -> TxnMetadata | None:
         """The id's metadata (None: unknown); CoordinatorError when not coordinated here."""

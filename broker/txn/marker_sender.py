@@ -38,7 +38,8 @@ from tidewater.broker.serving.txn_markers import (
 from tidewater.broker.txn.markers import TxnMarker
 from tidewater.broker.txn.state import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+from tidewater.proto.errors import InvariantViolation, TidewaterError
 
 log = logging.getLogger("tidewater.broker.txn")
 
@@ -101,6 +102,17 @@ class LeaderMarkerSender:
         writer = RemoteMarkerWriter(channel, call_metadata=self._call_metadata)
         self._remotes[leader_broker_id] = (endpoint, channel, writer)
         return writer
+
+    async def remote_stub(self, broker_id: int) -> pb_grpc.BrokerControlStub:
+        """Another broker's BrokerControl on this sender's channel to it (the KIP-890
+        verifier asks a remote transaction coordinator there); raises as
+        ``write_markers`` does when the broker's endpoint is unknown."""
+        if broker_id == self._broker_id:
+            raise InvariantViolation("a remote stub asked for this broker itself")
+        writer = await self._writer_for(broker_id)
+        if not isinstance(writer, RemoteMarkerWriter):
+            raise InvariantViolation(f"broker {broker_id}'s writer is not remote")
+        return writer.stub
 
     async def write_markers(self, leader_broker_id: int, markers: Sequence[TxnMarker]
                             ) -> list[dict[TopicPartition, pb.ErrorCode]]:

@@ -53,6 +53,8 @@ PrepareCommit/     all markers written                  CompleteCommit/       (n
 PrepareAbort                                            CompleteAbort (write)
 Empty, Complete*   idle for transactional.id.expiration Dead: a tombstone     (none)
                    (tick)                               (write), forgotten
+any                AddPartitionsToTxn verify_only       (none: nothing        at once
+                   (KIP-890, a partition leader asks)   written)
 ================== ==================================== ===================== =========
 
 Refusals (Kafka's): an unknown id or a different producer id is
@@ -86,7 +88,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidewater.broker.group.state import coordinator_error_for_write
-from tidewater.broker.txn import records
+from tidewater.broker.txn import records, verification
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
@@ -361,6 +363,23 @@ class TransactionCoordinatorState:
         if state != TxnState.ONGOING:
             return _reply(token, CodeAnswer(pb.INVALID_TXN_STATE))
         return self._prepare(md, now_ms, committed, token, pb.NONE)
+
+    def verify_partitions(self, *, transactional_id: str, producer_id: int,
+                          producer_epoch: int, partitions: list[TopicPartition]
+                          ) -> dict[TopicPartition, pb.ErrorCode]:
+        """AddPartitionsToTxn with verify_only (KIP-890, a partition leader asking): is
+        each partition in the producer's ongoing transaction? Nothing is written; a
+        pending write is not waited for (partitions count once durable)."""
+        md = self.txns.get(transactional_id)
+        known = md is not None and md.current.producer_epoch >= 0
+        cur = md.current if md is not None else None
+        return verification.verify_partitions(
+            partitions, known=known, producer_id=producer_id, producer_epoch=producer_epoch,
+            current_producer_id=cur.producer_id if cur else NO_PRODUCER_ID,
+            current_producer_epoch=cur.producer_epoch if cur else -1,
+            preparing=md is not None and md.state in PREPARE,
+            in_transaction=(cur.partitions if cur and md is not None
+                            and md.state == TxnState.ONGOING else frozenset()))
 
     def on_markers_written(self, job: MarkerJob, now_ms: int) -> Ready:
         """Every partition of ``job`` has its marker: write Complete*."""

@@ -11,6 +11,10 @@ abort drops them). kafka-python and aiokafka: commit and abort seen by their own
 read_committed consumers. An exactly-once consume-transform-produce app
 (``eos_app.py``) SIGKILLed half-way and restarted, while the transaction coordinator
 and the leader of an output partition are SIGKILLed too, writes each output once.
+KIP-890 part 1 (transaction verification): a transactional produce, forged with raw
+frames and a producer id from InitProducerId, to a partition never added to the
+transaction, or after the transaction ended, is INVALID_TXN_STATE and writes nothing,
+whether the partition's leader is the coordinator or another broker.
 """
 
 from __future__ import annotations
@@ -26,7 +30,18 @@ from typing import Any
 
 import pytest
 from cluster_fixtures import describe_topic, run_tide, start_cluster, stop_cluster, wait_for
-from test_kafka_transactions import coordinator_of, describe
+from test_kafka_transactions import (
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    INIT_PRODUCER_ID,
+    call,
+    coordinator_of,
+    describe,
+)
+
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import TRANSACTIONAL_MASK
+from tidewater.proto.records import encode_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -115,6 +130,93 @@ def test_committed_transactions_are_visible_and_aborted_ones_never(cluster):
     assert sorted(uncommitted) == sorted(f"{o}-{i}".encode() for o in ("c1", "a1", "c2")
                                          for i in range(10))
     assert describe(cluster.kafka, f"tx-{topic}").transaction_state == "CompleteCommit"
+
+
+def _kafka_address(c, node: int) -> str:
+    return c.manifest()["processes"][f"broker-{node}"]["kafka"]
+
+
+def _produce_txn(address: str, topic: str, partition: int, transactional_id: str,
+                 producer: tuple[int, int], sequence: int, values: list[bytes]) -> Any:
+    """One transactional batch by raw Produce v9 (acks=all); the partition's answer."""
+    records = encode_batch([(None, v) for v in values], producer_id=producer[0],
+                           producer_epoch=producer[1], base_sequence=sequence,
+                           attributes=TRANSACTIONAL_MASK)
+    answer = call(address, 0, 9, {
+        "transactional_id": transactional_id, "acks": -1, "timeout": 30000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
+    [[result]] = [t.partition_responses for t in answer.responses]
+    return result
+
+
+def test_kip890_a_produce_outside_the_ongoing_transaction_is_refused_and_not_written(
+        cluster):
+    partitions = 6
+    topic = new_topic(cluster, partitions)
+    transactional_id = f"tx-{topic}"
+    node, coordinator = coordinator_of(cluster.kafka, transactional_id)
+    init = wait_for(lambda: (a := call(coordinator, INIT_PRODUCER_ID, 4, {
+        "transactional_id": transactional_id, "transaction_timeout": 60_000,
+        "producer_id": -1, "producer_epoch": -1})).error_code == 0 and a, "InitProducerId")
+    producer_ = (int(init.producer_id), int(init.producer_epoch))
+    leaders = {p: _leader(cluster, topic, p) for p in range(partitions)}
+    # Both ways of asking: in process (the leader is the coordinator) and over the
+    # inter-broker gRPC (another broker leads).
+    assert node in leaders.values() and set(leaders.values()) - {node}, (node, leaders)
+
+    def produce(partition: int, sequence: int, values: list[bytes]) -> Any:
+        return _produce_txn(_kafka_address(cluster, leaders[partition]), topic, partition,
+                            transactional_id, producer_, sequence, values)
+
+    # No partition added yet: every one refuses, wherever it is led.
+    for partition in range(partitions):
+        refused = produce(partition, 0, [b"stray"])
+        assert refused.error_code == pb.INVALID_TXN_STATE, (partition, refused)
+    added = call(coordinator, ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": transactional_id,
+        "v3_and_below_producer_id": producer_[0],
+        "v3_and_below_producer_epoch": producer_[1],
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0]\
+        .partition_error_code == 0
+    assert produce(0, 0, [b"in-0"]).error_code == pb.NONE
+    assert produce(0, 1, [b"in-1"]).error_code == pb.NONE
+    for partition in range(1, partitions):  # still never added
+        assert produce(partition, 0, [b"stray"]).error_code == pb.INVALID_TXN_STATE
+    ended = call(coordinator, END_TXN, 3, {
+        "transactional_id": transactional_id, "producer_id": producer_[0],
+        "producer_epoch": producer_[1], "committed": True})
+    assert ended.error_code == 0
+    wait_for(lambda: describe(cluster.kafka, transactional_id).transaction_state
+             == "CompleteCommit", "the markers written")
+    # The same producer and epoch after its transaction ended (a late retry): refused.
+    assert produce(0, 2, [b"late"]).error_code == pb.INVALID_TXN_STATE
+    assert read_all(cluster, topic, "read_uncommitted", partitions) == [b"in-0", b"in-1"]
+    assert read_all(cluster, topic, "read_committed", partitions) == [b"in-0", b"in-1"]
+
+    # transaction.partition.verification.enable is a dynamic broker config, as Kafka's.
+    def verification(setting: str) -> None:
+        assert cluster.tide("configs", "alter", "--entity-type", "brokers",
+                            "--entity-default", setting).returncode == 0
+    verification("--add-config=transaction.partition.verification.enable=false")
+    try:
+        wait_for(lambda: produce(1, 0, [b"unchecked"]).error_code == pb.NONE,
+                 "a produce outside the transaction taken with verification off")
+    finally:
+        verification("--delete-config=transaction.partition.verification.enable")
+    # Once partition 2's leader has the change (its DescribeConfigs answers from the same
+    # metadata): refused again. (Partition 1 has a transaction open now: its batches
+    # need no check.)
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+
+    def verifying(node: int) -> bool:
+        [(_, future)] = admin.describe_configs(
+            [ConfigResource(ResourceType.BROKER, str(node))]).items()
+        entry = future.result(30).get("transaction.partition.verification.enable")
+        return entry is None or entry.value == "true"
+    wait_for(lambda: verifying(leaders[2]), "the leader of partition 2 verifying again")
+    assert produce(2, 0, [b"again"]).error_code == pb.INVALID_TXN_STATE
 
 
 def test_a_fenced_producers_open_transaction_never_becomes_visible(cluster):

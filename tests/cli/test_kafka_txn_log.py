@@ -19,7 +19,14 @@ import time
 import uuid
 
 import pytest
-from cluster_fixtures import describe_topic, fully_replicated, kafka_cluster, run_tide, wait_for
+from cluster_fixtures import (
+    describe_topic,
+    fully_replicated,
+    run_tide,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
 
 from tidewater.broker.kafka import codec
 from tidewater.proto import tidewater_pb2 as pb
@@ -143,7 +150,13 @@ def kafka_python_values(c, isolation: str) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    yield from kafka_cluster(tmp_path_factory, "txn-log")
+    # These tests forge the producer's side (no transactional id known to a coordinator):
+    # KIP-890's verification, which would refuse it, is off, as for the log alone.
+    c = start_cluster(tmp_path_factory.mktemp("txn-log"), 3, "min.insync.replicas=2",
+                      "transaction.partition.verification.enable=false")
+    c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
+    yield c
+    stop_cluster(c)
 
 
 @pytest.fixture(scope="module")

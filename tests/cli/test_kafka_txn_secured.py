@@ -6,7 +6,9 @@ brokers' ``inter.broker.credentials.file`` user, with TLS the broker's certifica
 caller without credentials is refused (UNAUTHENTICATED), one without CLUSTER_ACTION gets
 CLUSTER_AUTHORIZATION_FAILED for every partition and nothing is written; a transaction
 over partitions led by all three brokers commits and aborts with confluent-kafka on a
-SASL_PLAINTEXT cluster and on a SASL_SSL (mutual TLS inside) cluster.
+SASL_PLAINTEXT cluster and on a SASL_SSL (mutual TLS inside) cluster (each leader
+verifying the transaction's first batch with the coordinator, KIP-890, with the same
+credentials; a caller without CLUSTER_ACTION is refused there too).
 """
 
 from __future__ import annotations
@@ -128,6 +130,31 @@ def test_write_txn_markers_needs_a_broker_principal(sasl_cluster):
         internal, [plain_metadata("mallory", "mallory-pw")])).results and r,
         "mallory's answer")
     assert [r.error_code for r in refused.results] == [pb.CLUSTER_AUTHORIZATION_FAILED]
+
+
+def _verify(internal: str, metadata=()) -> pb.AddPartitionsToTxnResponse:
+    request = pb.AddPartitionsToTxnRequest(
+        transactional_id="someone-elses", producer_id=4242, producer_epoch=0,
+        partitions=[pb.TxnPartition(topic="__consumer_offsets", partition=0)])
+    with grpc.insecure_channel(internal) as channel:
+        return pb_grpc.BrokerControlStub(channel).VerifyTxnPartitions(
+            request, metadata=list(metadata) or None, timeout=10)
+
+
+def test_verify_txn_partitions_needs_a_broker_principal(sasl_cluster):
+    """KIP-890's leader-to-coordinator question tells what a transaction holds: only
+    brokers (CLUSTER_ACTION) may ask; the brokers themselves ask with their own
+    credentials (test_transactions_commit_across_brokers_*: every partition's first
+    batch of a transaction is verified, whichever broker coordinates)."""
+    c = sasl_cluster
+    assert tide(c, "users", "create", "eve", "--password", "eve-pw").returncode == 0
+    internal = c.manifest_data["processes"]["broker-1"]["internal"]
+    with pytest.raises(grpc.RpcError) as anonymous:
+        _verify(internal)
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    refused = wait_for(lambda: (r := _verify(
+        internal, [plain_metadata("eve", "eve-pw")])).partitions and r, "eve's answer")
+    assert [p.error_code for p in refused.partitions] == [pb.CLUSTER_AUTHORIZATION_FAILED]
 
 
 def test_transactions_commit_across_brokers_with_sasl_ssl(tmp_path_factory):

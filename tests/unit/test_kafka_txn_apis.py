@@ -50,6 +50,12 @@ class FakeTxnCoordinator:
     def describe(self, transactional_id: str) -> Any:
         return self.state.describe(transactional_id)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> Any:
+        return self.state.verify_partitions(
+            transactional_id=transactional_id, producer_id=producer_id,
+            producer_epoch=producer_epoch, partitions=partitions)
+
     def loaded_states(self) -> list[TransactionCoordinatorState]:
         return [self.state]
 
@@ -187,9 +193,54 @@ def test_describe_and_list_show_only_what_the_caller_may_describe():
         "transaction_states"] == []
 
 
+def test_the_brokers_batched_form_verifies_without_writing_and_needs_cluster_action():
+    """AddPartitionsToTxn v4-5 (KIP-890): verify_only answers per partition and adds
+    nothing; without verify_only the partitions are added; CLUSTER_ACTION required."""
+    s = FakeServices()
+    answer = init(s)
+    pid, epoch = answer["producer_id"], answer["producer_epoch"]
+    assert add(s, pid, epoch, {"a": [0]}) == {("a", 0): pb.NONE}
+
+    def batched(version: int, verify_only: bool, topics: dict[str, list[int]]) -> Any:
+        return call(s, 24, version, {"transactions": [{
+            "transactional_id": "tx", "producer_id": pid, "producer_epoch": epoch,
+            "verify_only": verify_only,
+            "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}]})
+
+    def codes(answer: Any) -> dict[tuple[str, int], int]:
+        assert answer["error_code"] == pb.NONE
+        [txn] = answer["results_by_transaction"]
+        assert txn["transactional_id"] == "tx"
+        return {(t["name"], r["partition_index"]): r["partition_error_code"]
+                for t in txn["topic_results"] for r in t["results_by_partition"]}
+    for version in (4, 5):
+        assert codes(batched(version, True, {"a": [0, 1]})) == {
+            ("a", 0): pb.NONE, ("a", 1): pb.INVALID_TXN_STATE}
+        assert codes(batched(version, True, {"a": [0], "zz": [0]})) == {
+            ("a", 0): pb.OPERATION_NOT_ATTEMPTED, ("zz", 0): pb.UNKNOWN_TOPIC_OR_PARTITION}
+    assert s.txn_coordinator.describe("tx").current.partitions == {("a", 0)}
+    assert codes(batched(4, False, {"a": [1]})) == {("a", 1): pb.NONE}
+    assert s.txn_coordinator.describe("tx").current.partitions == {("a", 0), ("a", 1)}
+    s.denied.add((acls.CLUSTER_ACTION, acls.CLUSTER, acls.CLUSTER_NAME))
+    refused = batched(5, True, {"a": [0]})
+    assert (refused["error_code"], refused["results_by_transaction"]) == (
+        pb.CLUSTER_AUTHORIZATION_FAILED, [])
+
+
+def test_end_txn_v4_commits_as_v3_does():
+    s = FakeServices()
+    answer = init(s)
+    pid, epoch = answer["producer_id"], answer["producer_epoch"]
+    assert add(s, pid, epoch, {"a": [0]}) == {("a", 0): pb.NONE}
+    end = call(s, 26, 4, {"transactional_id": "tx", "producer_id": pid,
+                          "producer_epoch": epoch, "committed": True})
+    assert end["error_code"] == pb.NONE
+    assert s.txn_coordinator.describe("tx").state == TxnState.PREPARE_COMMIT
+
+
 def test_the_apis_are_advertised_as_far_as_they_work():
     from tidewater.broker.kafka.apis import HANDLERS, SUPPORTED
-    assert {24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0),
+    assert {24: (0, 5), 25: (0, 3), 26: (0, 4), 28: (0, 3), 65: (0, 0),
             66: (0, 1)}.items() <= SUPPORTED.items()
     assert 28 in HANDLERS  # TxnOffsetCommit: the log takes the coordinator's batches
 

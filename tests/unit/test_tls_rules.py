@@ -65,6 +65,10 @@ def test_broker_id_of(principal, broker_id):
     ("WriteTxnMarkers", CLIENT_NAMED_BROKER_1, None, True),
     ("WriteTxnMarkers", CONTROLLER, None, True),
     ("WriteTxnMarkers", None, None, True),
+    ("VerifyTxnPartitions", BROKER_2, None, False),  # a leader asks a coordinator (KIP-890)
+    ("VerifyTxnPartitions", CLIENT_NAMED_BROKER_1, None, True),
+    ("VerifyTxnPartitions", CONTROLLER, None, True),
+    ("VerifyTxnPartitions", None, None, True),
 ])
 def test_broker_control_calls_under_mutual_tls(rpc, principal, replica_id, refused):
     code = control_principal_refusal(rpc, principal, authenticating=True, replica_id=replica_id)

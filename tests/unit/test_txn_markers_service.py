@@ -29,13 +29,16 @@ pytestmark = pytest.mark.timeout(60)
 CLUSTER_ID = "txn-markers-cluster"
 
 
-async def leading_manager(tmp_path):
+async def leading_manager(tmp_path, verification: bool = False):
+    """``verification``: KIP-890's (off: these tests write the log side alone, with no
+    transaction coordinator to ask)."""
     data_dir = tmp_path / "broker"
     data_dir.mkdir()
     write_meta_properties(data_dir, MetaProperties(1, CLUSTER_ID))
     manager = LogManager(data_dir, LogConfig())
     manager.load(now_ms=0)
-    rm, _ = make_manager(data_dir, log_manager=manager)
+    rm, _ = make_manager(data_dir, log_manager=manager, **{
+        "transaction.partition.verification.enable": str(verification).lower()})
     rm.load()
     answer = await rm.leader_and_isr(lai(isr=(1,), replicas=(1,)))  # alone: HW = LEO
     assert all(p.error_code == pb.NONE for p in answer.partitions), answer
