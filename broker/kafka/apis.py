@@ -59,6 +59,8 @@ CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
 brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED),
 DeleteRecords DELETE on the topic, DescribeLogDirs DESCRIBE on the cluster.
+Metadata (v8+, when asked) and DescribeCluster answer KIP-430's authorized operations
+(``acls.authorized_operations``: the bit field of what ``Services.allowed`` grants).
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
 response values (a plain dict, see ``codec.build``), or None where Kafka sends
@@ -130,6 +132,7 @@ from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
+    AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER,
     CLUSTER_NAME,
     CREATE,
@@ -139,6 +142,7 @@ from tidewater.proto.acls import (
     TOPIC,
     TRANSACTIONAL_ID,
     WRITE,
+    authorized_operations,
 )
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
@@ -292,9 +296,16 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # v0-3 have no such field: those clients always allow it, as with Kafka.
         allow = getattr(body, "allow_auto_topic_creation", True)
         _maybe_auto_create(s, answer, hidden, allow)
+    # KIP-430 (v8+): what the principal may do, when asked (Int32.MIN otherwise). The
+    # cluster's field is in v8-10 only (v11 moved it to DescribeCluster).
+    topic_ops = getattr(body, "include_topic_authorized_operations", False)
+    cluster_ops = getattr(body, "include_cluster_authorized_operations", False)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
         "is_internal": t.name in COORDINATOR_TOPICS,
+        "topic_authorized_operations": (
+            authorized_operations(s.allowed, TOPIC, t.name)
+            if topic_ops and t.error_code == pb.NONE else AUTHORIZED_OPERATIONS_OMITTED),
         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -309,7 +320,10 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # Admin requests go to the "controller" Metadata names; every broker forwards
         # them to the real one (whose id is no broker's), as KRaft brokers do.
         "controller_id": s.replica_manager.broker_id,
-        "topics": topics})
+        "topics": topics,
+        "cluster_authorized_operations": (
+            authorized_operations(s.allowed, CLUSTER, CLUSTER_NAME) if cluster_ops
+            else AUTHORIZED_OPERATIONS_OMITTED)})
 
 
 def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str],
@@ -752,7 +766,10 @@ async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
         "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
         "cluster_id": answer.cluster_id, "controller_id": s.replica_manager.broker_id,
         "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                    for b in answer.brokers]})
+                    for b in answer.brokers],
+        "cluster_authorized_operations": (
+            authorized_operations(s.allowed, CLUSTER, CLUSTER_NAME)
+            if body.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)})
 
 
 async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody
