@@ -145,6 +145,24 @@ class GroupAdmin:
         if result.error_code != pb.NONE:
             raise error_for_code(result.error_code, f"group {group_id!r}")
 
+    def delete_offsets(self, group_id: str, partitions: dict[str, list[int] | None]
+                       ) -> dict[tuple[str, int], int]:
+        """OffsetDelete (Kafka's ``--delete-offsets``): the group's committed offsets of
+        ``partitions`` (topic -> its partitions; None: all of them). Returns each
+        partition's error code (NONE: deleted, or nothing was committed;
+        GROUP_SUBSCRIBED_TO_TOPIC: a member still consumes the topic); a group-level
+        refusal (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...) raises."""
+        request = pb.OffsetDeleteRequest(group_id=group_id)
+        for topic, chosen in partitions.items():
+            for partition in chosen if chosen is not None else \
+                    self.consumer.partitions_for(topic):
+                request.partitions.add(topic=topic, partition=partition)
+        answer: pb.OffsetDeleteResponse = self._coordinator(group_id).retrying(
+            "OffsetDelete", request, self._deadline())
+        if answer.error_code != pb.NONE:
+            raise error_for_code(answer.error_code, f"deleting offsets of group {group_id!r}")
+        return {(o.topic, o.partition): o.error_code for o in answer.partitions}
+
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets: (topic, partition) -> offset."""
         return self._committed(self._coordinator(group_id))

@@ -315,3 +315,40 @@ def test_reset_offsets_scopes_and_scenarios_as_kafka_consumer_groups(cluster):
     assert both.returncode == 2 and "--all-groups" in both.stderr
     missing = c.tide("groups", "reset-offsets", "r1", "--topic", f"{a}:5", "--to-earliest")
     assert missing.returncode != 0 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+
+
+@pytest.mark.timeout(300)
+def test_delete_offsets_of_topics_the_group_does_not_consume(cluster):
+    c = cluster
+    a, b = make_topic(c, "cli-drop-a", partitions=2), make_topic(c, "cli-drop-b", partitions=1)
+    for topic in (a, b):
+        produce(c, topic, [f"v{i}" for i in range(6)])
+    planted = c.tide("groups", "reset-offsets", "do1", "--topic", a, "--topic", b,
+                     "--to-offset", "1", "--execute")
+    assert planted.returncode == 0, planted.stderr
+    assert set(_committed(c, "do1")) == {(a, 0), (a, 1), (b, 0)}
+
+    dropped = c.tide("groups", "delete-offsets", "do1", "--topic", f"{a}:1")
+    assert dropped.returncode == 0, dropped.stderr
+    assert dropped.stdout.split() == ["TOPIC", "PARTITION", "STATUS", a, "1", "Successful"]
+    assert set(_committed(c, "do1")) == {(a, 0), (b, 0)}
+
+    member = Consumer(c.bootstrap, group_id="do1", session_timeout_ms=3000,
+                      heartbeat_interval_ms=300)
+    try:
+        member.subscribe([b])
+        wait_for(lambda: (member.poll(200) is not None
+                          and describe(c, "do1")["state"] == "Stable"), "a stable member")
+        # A topic a member consumes keeps its offsets; another one's go.
+        kept = c.tide("groups", "delete-offsets", "do1", "--topic", b)
+        assert kept.returncode == 1
+        assert "Error: GROUP_SUBSCRIBED_TO_TOPIC" in kept.stdout
+        gone = c.tide("groups", "delete-offsets", "do1", "--topic", a)
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert set(_committed(c, "do1")) == {(b, 0)}
+    finally:
+        member.close()
+    missing = c.tide("groups", "delete-offsets", "no-such-group", "--topic", a)
+    assert missing.returncode != 0 and "GROUP_ID_NOT_FOUND" in missing.stderr
+    bad = c.tide("groups", "delete-offsets", "do1", "--topic", f"{a}:one")
+    assert bad.returncode == 2

@@ -19,6 +19,11 @@ one object.
 
 As Kafka, it is a dry run unless ``--execute`` (without ``--dry-run`` or ``--execute`` it
 says so on stderr), offsets are clamped to the log, and the group must be empty.
+
+``delete-offsets GROUP --topic T[:P,P...]`` is Kafka's ``--delete-offsets`` (OffsetDelete):
+the group's committed offsets of those partitions go, when the group is empty or its
+members do not subscribe to the topic. It prints ``TOPIC PARTITION STATUS`` (Successful,
+or Error: CODE) and exits 1 when a partition's offset could not be deleted.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tidewater.client.group_admin import GroupAdmin
+from tidewater.proto import tidewater_pb2 as pb
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -85,6 +91,13 @@ def register(subparsers: Subparsers) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     add_bootstrap_argument(reset)
     reset.set_defaults(func=cmd_reset_offsets)
+    drop = actions.add_parser("delete-offsets",
+                              help="delete a group's committed offsets of some topics")
+    drop.add_argument("group", metavar="GROUP")
+    drop.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,P...]",
+                      help="a topic, or some of its partitions; repeatable")
+    add_bootstrap_argument(drop)
+    drop.set_defaults(func=cmd_delete_offsets)
 
 
 def _admin(args: argparse.Namespace) -> GroupAdmin:
@@ -250,3 +263,16 @@ def cmd_reset_offsets(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     return 0
+
+
+def cmd_delete_offsets(args: argparse.Namespace) -> int:
+    partitions = parse_topic_partitions(args.topic)
+    with cli_errors(f"cannot delete offsets of group {args.group!r}"), _admin(args) as admin:
+        results = admin.delete_offsets(args.group, partitions)
+    rows = [("TOPIC", "PARTITION", "STATUS")]
+    rows += [(t, str(p), "Successful" if code == pb.NONE else f"Error: {pb.ErrorCode.Name(code)}")
+             for (t, p), code in sorted(results.items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0 if all(code == pb.NONE for code in results.values()) else 1
