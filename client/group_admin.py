@@ -145,29 +145,81 @@ class GroupAdmin:
         if result.error_code != pb.NONE:
             raise error_for_code(result.error_code, f"group {group_id!r}")
 
-    def reset_offsets(self, group_id: str, topic: str, *, to: str, offset: int | None = None,
-                      timestamp_ms: int | None = None, dry_run: bool = False
-                      ) -> dict[int, int]:
-        """Move ``group_id``'s committed offsets of every partition of ``topic``: ``to`` is
-        earliest, latest, offset (``offset``, clamped to the log) or datetime (the first
-        record at or after ``timestamp_ms``, the end if none). Returns partition -> new
-        offset; commits unless ``dry_run``. GroupNotEmptyError for a group with members."""
+    def delete_offsets(self, group_id: str, partitions: dict[str, list[int] | None]
+                       ) -> dict[tuple[str, int], int]:
+        """OffsetDelete (Kafka's ``--delete-offsets``): the group's committed offsets of
+        ``partitions`` (topic -> its partitions; None: all of them). Returns each
+        partition's error code (NONE: deleted, or nothing was committed;
+        GROUP_SUBSCRIBED_TO_TOPIC: a member still consumes the topic); a group-level
+        refusal (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, ...) raises."""
+        request = pb.OffsetDeleteRequest(group_id=group_id)
+        for topic, chosen in partitions.items():
+            for partition in chosen if chosen is not None else \
+                    self.consumer.partitions_for(topic):
+                request.partitions.add(topic=topic, partition=partition)
+        answer: pb.OffsetDeleteResponse = self._coordinator(group_id).retrying(
+            "OffsetDelete", request, self._deadline())
+        if answer.error_code != pb.NONE:
+            raise error_for_code(answer.error_code, f"deleting offsets of group {group_id!r}")
+        return {(o.topic, o.partition): o.error_code for o in answer.partitions}
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets: (topic, partition) -> offset."""
+        return self._committed(self._coordinator(group_id))
+
+    def plan_reset(self, group_id: str, partitions: dict[str, list[int] | None] | None, *,
+                   to: str, offset: int | None = None, timestamp_ms: int | None = None,
+                   shift: int | None = None) -> dict[tuple[str, int], int]:
+        """What a reset of ``group_id`` would commit, as kafka-consumer-groups.sh plans it:
+        (topic, partition) -> new offset. ``partitions``: topic -> its partitions (None:
+        all of the topic's); None: every partition the group has committed (Kafka's
+        ``--all-topics``). ``to``: earliest, latest, current (the committed offset; the log
+        end without one), offset (``offset``), shift (committed + ``shift``), datetime (the
+        first record at or after ``timestamp_ms``; the log end if none). Offsets are
+        clamped to [log start, log end], as Kafka. GroupNotEmptyError for a group with
+        members; ValueError for a shift of a partition without a committed offset."""
         coordinator = self._coordinator(group_id)
         g = self._described(coordinator)
         if g.state not in ("Empty", "Dead"):
             raise GroupNotEmptyError(
                 f"group {group_id!r} is {g.state} with {len(g.members)} member(s): offsets "
                 "can be reset only when it is empty (stop its consumers first)")
-        tps = [TopicPartition(topic, p) for p in self.consumer.partitions_for(topic)]
+        committed = self._committed(coordinator)
+        if partitions is None:
+            tps = [TopicPartition(t, p) for t, p in sorted(committed)]
+        else:
+            tps = []
+            for topic, chosen in partitions.items():
+                existing = self.consumer.partitions_for(topic)
+                missing = sorted(set(chosen or ()) - set(existing))
+                if missing:
+                    raise error_for_code(pb.UNKNOWN_TOPIC_OR_PARTITION,
+                                         f"{topic} has no partition {missing[0]}")
+                tps += [TopicPartition(topic, p) for p in (chosen or existing)]
+        if not tps:
+            return {}
         earliest = self.consumer.beginning_offsets(tps)
         latest = self.consumer.end_offsets(tps)
+
+        def clamp(tp: TopicPartition, value: int) -> int:
+            return min(max(value, earliest[tp]), latest[tp])
+
         if to == "earliest":
             targets = earliest
         elif to == "latest":
             targets = latest
+        elif to == "current":
+            targets = {tp: committed.get((tp.topic, tp.partition), latest[tp]) for tp in tps}
         elif to == "offset":
             assert offset is not None
-            targets = {tp: min(max(offset, earliest[tp]), latest[tp]) for tp in tps}
+            targets = {tp: clamp(tp, offset) for tp in tps}
+        elif to == "shift":
+            assert shift is not None
+            without = [tp for tp in tps if (tp.topic, tp.partition) not in committed]
+            if without:
+                raise ValueError(f"cannot shift the offset of {without[0].topic}-"
+                                 f"{without[0].partition}: the group has no committed offset")
+            targets = {tp: clamp(tp, committed[(tp.topic, tp.partition)] + shift) for tp in tps}
         elif to == "datetime":
             assert timestamp_ms is not None
             found = self.consumer.offsets_for_times(tps, timestamp_ms)
@@ -175,14 +227,28 @@ class GroupAdmin:
                        for tp in tps}
         else:
             raise ValueError(f"unknown reset target {to!r}")
+        return {(tp.topic, tp.partition): targets[tp] for tp in tps}
+
+    def commit_offsets(self, group_id: str, targets: dict[tuple[str, int], int]) -> None:
+        """Commit ``targets`` for the empty group (an OffsetCommit with generation -1)."""
+        coordinator = self._coordinator(group_id)
+        request = pb.OffsetCommitRequest(group_id=group_id, generation_id=-1)
+        for (topic, partition), target in targets.items():
+            request.offsets.add(topic=topic, partition=partition, offset=target,
+                                leader_epoch=-1)
+        committed: pb.OffsetCommitResponse = coordinator.retrying(
+            "OffsetCommit", request, self._deadline())
+        codes = {o.error_code for o in committed.offsets} - {pb.NONE}
+        if codes:
+            raise error_for_code(min(codes), f"resetting offsets of {group_id!r}")
+
+    def reset_offsets(self, group_id: str, topic: str, *, to: str, offset: int | None = None,
+                      timestamp_ms: int | None = None, dry_run: bool = False
+                      ) -> dict[int, int]:
+        """Move ``group_id``'s committed offsets of every partition of ``topic``
+        (``plan_reset``); commits unless ``dry_run``. Returns partition -> new offset."""
+        targets = self.plan_reset(group_id, {topic: None}, to=to, offset=offset,
+                                  timestamp_ms=timestamp_ms)
         if not dry_run:
-            request = pb.OffsetCommitRequest(group_id=group_id, generation_id=-1)
-            for tp, target in targets.items():
-                request.offsets.add(topic=tp.topic, partition=tp.partition, offset=target,
-                                    leader_epoch=-1)
-            committed: pb.OffsetCommitResponse = coordinator.retrying(
-                "OffsetCommit", request, self._deadline())
-            codes = {o.error_code for o in committed.offsets} - {pb.NONE}
-            if codes:
-                raise error_for_code(min(codes), f"resetting offsets of {group_id!r}")
-        return {tp.partition: off for tp, off in targets.items()}
+            self.commit_offsets(group_id, targets)
+        return {p: off for (_, p), off in targets.items()}

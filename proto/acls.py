@@ -15,6 +15,7 @@ did not authenticate (plaintext, or TLS without a client certificate).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,17 @@ OPERATION_NAMES = {ALL: "all", READ: "read", WRITE: "write", CREATE: "create",
                    DELETE: "delete", ALTER: "alter", DESCRIBE: "describe",
                    CLUSTER_ACTION: "cluster_action", DESCRIBE_CONFIGS: "describe_configs",
                    ALTER_CONFIGS: "alter_configs", IDEMPOTENT_WRITE: "idempotent_write"}
+# The operations each resource type has (Kafka's AclEntry.supportedOperations): what an
+# authorized-operations bit field (KIP-430) is made of.
+SUPPORTED_OPERATIONS: dict[int, tuple[int, ...]] = {
+    TOPIC: (READ, WRITE, CREATE, DESCRIBE, DELETE, ALTER, DESCRIBE_CONFIGS, ALTER_CONFIGS),
+    GROUP: (READ, DESCRIBE, DELETE),
+    CLUSTER: (CREATE, CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, ALTER,
+              DESCRIBE),
+    TRANSACTIONAL_ID: (DESCRIBE, WRITE),
+}
+# Kafka's Int32.MIN_VALUE: "not asked for" in every authorized_operations field.
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 # AclPermissionType
 PERMISSION_ANY, DENY, ALLOW = 1, 2, 3
 PERMISSION_NAMES = {DENY: "deny", ALLOW: "allow"}
@@ -163,3 +175,12 @@ class AclFilter:
 
 def user_principal(name: str) -> str:
     return f"User:{name}"
+
+
+def authorized_operations(allowed: Callable[[int, int, str], bool], resource_type: int,
+                          name: str) -> int:
+    """KIP-430's bit field: bit ``op`` set for each operation of the resource type that
+    ``allowed(op, resource_type, name)`` grants (Kafka's ``Utils.to32BitField``). Without
+    an authorizer ``allowed`` grants all, and every supported operation is set, as Kafka."""
+    return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type]
+               if allowed(op, resource_type, name))

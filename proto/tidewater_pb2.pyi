@@ -1049,6 +1049,22 @@ class DeleteGroupsResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[GroupResult]
     def __init__(self, results: _Optional[_Iterable[_Union[GroupResult, _Mapping]]] = ...) -> None: ...
 
+class OffsetDeleteRequest(_message.Message):
+    __slots__ = ("group_id", "partitions")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupOffset]
+    def __init__(self, group_id: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ...) -> None: ...
+
+class OffsetDeleteResponse(_message.Message):
+    __slots__ = ("error_code", "partitions")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    error_code: ErrorCode
+    partitions: _containers.RepeatedCompositeFieldContainer[GroupOffset]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[GroupOffset, _Mapping]]] = ...) -> None: ...
+
 class ReplicaInfo(_message.Message):
     __slots__ = ("topic", "partition", "is_leader", "leader_epoch", "log_start_offset", "log_end_offset", "high_watermark", "size_bytes", "isr")
     TOPIC_FIELD_NUMBER: _ClassVar[int]

@@ -133,6 +133,11 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.OffsetDelete = channel.unary_unary(
+                '/tidewater.Broker/OffsetDelete',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteResponse.FromString,
+                _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/tidewater.Broker/InitProducerId',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.InitProducerIdRequest.SerializeToString,
@@ -291,6 +296,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetDelete(self, request, context):
+        """Kafka's OffsetDelete: a group's committed offsets of topics it does not subscribe to
+        (any, when it is empty). DELETE on the group, READ on each topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def InitProducerId(self, request, context):
         """An idempotent or transactional producer's id and epoch (Kafka's InitProducerId);
         with a transactional_id, on the id's transaction coordinator (FindCoordinator with
@@ -423,6 +436,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'OffsetDelete': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetDelete,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
@@ -967,6 +985,33 @@ class Broker:
             '/tidewater.Broker/DeleteGroups',
             tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetDelete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/OffsetDelete',
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.OffsetDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,8 @@ local.retention.ms                long     >= -2                   no effect (no
 local.retention.bytes             long     >= -2                   no effect
 remote.log.copy.disable           boolean  true, false             no effect
 remote.log.delete.on.disable      boolean  true, false             no effect
+message.format.version            string   a Kafka version:        deprecated: ignored, as Kafka 3.x
+                                           0.8.0 ... 3.9-IV0       ignores it from IBP 3.0 on
 ================================  =======  ======================  ==================================
 
 Those marked "no effect" are Kafka's topic configs that Tidewater accepts,
@@ -87,6 +89,12 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _THROTTLED_REPLICA = r"[0-9]+:[0-9]+"
+# Kafka 3.x's MetadataVersion.fromVersionString: a known release ("0.10.2", "2.8", "3.0")
+# with an optional "-IVn" sub-version; segments past the release's own ("0.10.0.0",
+# "2.8.1") are ignored, as Kafka does. Kafka 3.x ignores the config's value altogether
+# (message format v2 always, from inter.broker.protocol.version 3.0 on); Kafka 4 drops it.
+_KAFKA_VERSION = (r"(0\.8\.[012]|0\.9\.0|0\.10\.[012]|0\.11\.0|1\.[01]|2\.[0-8]|3\.[0-9])"
+                  r"(-IV[0-9]|(\.[0-9]+)*)")
 # Smallest segment that can hold a batch header; Kafka allows 14, tests use tiny ones.
 SEGMENT_BYTES_MIN = 14
 INDEX_ENTRY_BYTES_MAX = 12  # the time index entry, the larger of the two
@@ -112,6 +120,7 @@ class TopicConfigDef:
     effect: bool = True  # False: accepted and stored, not acted on (README lists them)
     also: tuple[int, ...] = ()  # ints valid outside [minimum, maximum] (gzip's -1)
     item_pattern: str | None = None  # a list's items, when it has no choices
+    pattern: str | None = None  # a string's values, when it has no choices
     unsupported: tuple[str, ...] = ()  # parsed values refused here (remote storage)
 
     def parse(self, raw: str) -> int | float | bool | str:
@@ -157,6 +166,10 @@ class TopicConfigDef:
             if not all(item in self.choices for item in items):
                 raise self._invalid(raw, f"expected a list of {', '.join(self.choices)}")
             return ",".join(dict.fromkeys(items))
+        if self.type == "string" and self.pattern is not None:
+            if not re.fullmatch(self.pattern, text, re.ASCII):
+                raise self._invalid(raw, "expected a Kafka version such as 2.8 or 3.0-IV1")
+            return text
         if text not in self.choices:
             raise self._invalid(raw, f"must be one of {', '.join(self.choices)}")
         return text
@@ -182,6 +195,9 @@ class TopicConfigDef:
             items = str(value).split(",")
             if not value or not all(item in self.choices for item in items):
                 raise self._invalid(shown, f"expected a list of {', '.join(self.choices)}")
+        elif self.type == "string" and self.pattern is not None:
+            if not re.fullmatch(self.pattern, str(value), re.ASCII):
+                raise self._invalid(shown, "expected a Kafka version such as 2.8 or 3.0-IV1")
         elif self.type == "string" and value not in self.choices:
             raise self._invalid(shown, f"must be one of {', '.join(self.choices)}")
 
@@ -239,6 +255,8 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
     TopicConfigDef("local.retention.bytes", "long", -2, default="-2", effect=False),
     TopicConfigDef("remote.log.copy.disable", "boolean", default="false", effect=False),
     TopicConfigDef("remote.log.delete.on.disable", "boolean", default="false", effect=False),
+    TopicConfigDef("message.format.version", "string", default="3.0-IV1", effect=False,
+                   pattern=_KAFKA_VERSION),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.

@@ -5,7 +5,8 @@ Kafka's group APIs, in Tidewater's messages (proto/tidewater.proto, "consumer gr
 the coordinator's address on that listener. With security on, each call gets
 ``allowed(operation, group)`` for its caller and checks the group's ACLs as Kafka's APIs
 do: READ to join, sync, heartbeat, leave and commit; DESCRIBE to find the coordinator,
-fetch offsets, describe and list; DELETE to delete (GROUP_AUTHORIZATION_FAILED).
+fetch offsets, describe and list; DELETE to delete (GROUP_AUTHORIZATION_FAILED), and
+for OffsetDelete READ on each topic too (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tidewater.broker.group.service import TopicPartition
 from tidewater.broker.group.state import CommittedOffset, GroupState, Member
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.acls import DELETE, DESCRIBE, READ
+from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, READ, TOPIC
 
 GroupAllowed = Callable[[int, str], bool]  # (operation, group id) -> may
 
@@ -196,6 +197,32 @@ class GroupRpcs:
                 protocol_type=group.protocol_type or "", protocol_name=protocol,
                 members=[_member(m, protocol, stable) for m in group.members.values()])
         return response
+
+    async def delete_offsets(self, request: pb.OffsetDeleteRequest,
+                             rights: Callable[[int, int, str], bool] | None = None
+                             ) -> pb.OffsetDeleteResponse:
+        """Kafka's handleOffsetDeleteRequest: DELETE on the group (else
+        GROUP_AUTHORIZATION_FAILED for the request); per topic READ
+        (TOPIC_AUTHORIZATION_FAILED) and a known topic (UNKNOWN_TOPIC_OR_PARTITION)."""
+        if rights is not None and not rights(DELETE, GROUP, request.group_id):
+            return pb.OffsetDeleteResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
+        known = set(self.metadata_cache.topics())
+        refused: dict[tuple[str, int], pb.ErrorCode] = {}
+        wanted: list[tuple[str, int]] = []
+        for o in request.partitions:
+            tp = (o.topic, o.partition)
+            if rights is not None and not rights(READ, TOPIC, o.topic):
+                refused[tp] = pb.TOPIC_AUTHORIZATION_FAILED
+            elif o.topic not in known:
+                refused[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                wanted.append(tp)
+        result = await service.delete_offsets(self.coordinator, request.group_id, wanted)
+        if result.error_code != pb.NONE:
+            return pb.OffsetDeleteResponse(error_code=result.error_code)
+        return pb.OffsetDeleteResponse(partitions=[
+            pb.GroupOffset(topic=t, partition=p, error_code=code)
+            for (t, p), code in sorted({**result.errors, **refused}.items())])
 
     async def delete_groups(self, request: pb.DeleteGroupsRequest,
                             allowed: GroupAllowed | None = None) -> pb.DeleteGroupsResponse:

@@ -718,19 +718,30 @@ class GroupCoordinatorState:
         """Session expiry, pending members' expiry, rebalance deadlines."""
         ready = Ready()
         for group in list(self.groups.values()):
-            for member_id, expiry_ms in list(group.pending_members.items()):
-                if now_ms >= expiry_ms:
-                    del group.pending_members[member_id]
-            for member_id, member in list(group.members.items()):
-                if member_id in group.members and not member.is_alive(now_ms):
-                    ready.extend(self._remove_member(group, member_id, now_ms))
-            ready.extend(self._maybe_complete_join(group, now_ms))
+            ready.extend(self._expire_sessions(group, now_ms))
         if self._next_expiry_check_ms is None:
             self._next_expiry_check_ms = now_ms + self.settings.offsets_retention_check_interval_ms
         elif now_ms >= self._next_expiry_check_ms:
             self._next_expiry_check_ms = now_ms + self.settings.offsets_retention_check_interval_ms
             ready.extend(self.expire_offsets(now_ms))
         return ready
+
+    def _expire_sessions(self, group: Group, now_ms: int) -> Ready:
+        """Remove the members (and pending members) whose session ended by ``now_ms``, and
+        complete a rebalance that no longer waits for anyone. Ticks call it for every
+        group; the admin requests that need an empty group (DeleteGroups, OffsetDelete)
+        call it for theirs first, so a session that ended before the request counts as
+        ended, as with Kafka's per-member expiry timers (a tick may be 100 ms or, on a
+        loaded broker, more behind: librdkafka's 0081 deletes its groups of static
+        members just one session timeout after closing them)."""
+        ready = Ready()
+        for member_id, expiry_ms in list(group.pending_members.items()):
+            if now_ms >= expiry_ms:
+                del group.pending_members[member_id]
+        for member_id, member in list(group.members.items()):
+            if member_id in group.members and not member.is_alive(now_ms):
+                ready.extend(self._remove_member(group, member_id, now_ms))
+        return ready.extend(self._maybe_complete_join(group, now_ms))
 
     def expire_offsets(self, now_ms: int) -> Ready:
         """Tombstones for the expired offsets of EMPTY groups (see the module docstring)."""
@@ -930,8 +941,9 @@ class GroupCoordinatorState:
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return Ready(replies=[(token, CodeAnswer(pb.GROUP_ID_NOT_FOUND))])
+        expired = self._expire_sessions(group, now_ms)
         if group.state != GroupState.EMPTY:
-            return Ready(replies=[(token, CodeAnswer(pb.NON_EMPTY_GROUP))])
+            return expired.extend(Ready(replies=[(token, CodeAnswer(pb.NON_EMPTY_GROUP))]))
         tombstones: list[records.GroupRecord] = [
             records.OffsetCommitRecord(group_id, t, p, None) for t, p in group.offsets]
         tombstones.append(records.GroupMetadataRecord(group_id, None))
@@ -942,7 +954,7 @@ class GroupCoordinatorState:
                 if self.groups.get(group_id) is group:
                     del self.groups[group_id]
             return Ready(replies=[(token, CodeAnswer(coordinator_error_for_write(code)))])
-        return Ready(writes=[self._write(group, tuple(tombstones), written)])
+        return expired.extend(Ready(writes=[self._write(group, tuple(tombstones), written)]))
 
     def delete_offsets(self, token: Any, now_ms: int, group_id: str,
                        partitions: list[tuple[str, int]]) -> Ready:
@@ -951,6 +963,12 @@ class GroupCoordinatorState:
         group = self.groups.get(group_id)
         if group is None or group.state == GroupState.DEAD:
             return Ready(replies=[(token, OffsetDeleteAnswer(pb.GROUP_ID_NOT_FOUND, {}))])
+        return self._expire_sessions(group, now_ms).extend(
+            self._delete_offsets(group, token, partitions))
+
+    def _delete_offsets(self, group: Group, token: Any, partitions: list[tuple[str, int]]
+                        ) -> Ready:
+        group_id = group.group_id
         errors: dict[tuple[str, int], pb.ErrorCode] = {}
         if group.state == GroupState.EMPTY:
             candidates = list(partitions)

@@ -8,10 +8,13 @@ idempotence off without key 22). Versions, as today's clients negotiate them:
 ===================== ===== ======================================================
 API (key)             vers  notes
 ===================== ===== ======================================================
-Produce (0)           0-9   advertised from 0: librdkafka 2.0 drops compression
+Produce (0)           0-11  advertised from 0: librdkafka 2.0 drops compression
                             when the minimum is 3; v0-2 (magic 0/1) are refused;
                             log_append_time on LogAppendTime topics; transactional
-                            batches (a transactional_id) taken
+                            batches (a transactional_id) taken; v10+: KIP-951's
+                            current leader and its endpoint on NOT_LEADER_OR_FOLLOWER
+                            and FENCED_LEADER_EPOCH; v11 (KIP-890's
+                            TRANSACTION_ABORTABLE allowed) answers as v10
 Fetch (1)             4-17  sessions (KIP-227, ``fetch_sessions``) from v7; topic ids
                             from v13; KIP-320 epochs; isolation_level:
                             READ_COMMITTED reads below the last stable offset and
@@ -59,6 +62,8 @@ CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
 brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED),
 DeleteRecords DELETE on the topic, DescribeLogDirs DESCRIBE on the cluster.
+Metadata (v8+, when asked) and DescribeCluster answer KIP-430's authorized operations
+(``acls.authorized_operations``: the bit field of what ``Services.allowed`` grants).
 
 Each ``on_*`` coroutine turns a decoded kio request into an awaitable of the
 response values (a plain dict, see ``codec.build``), or None where Kafka sends
@@ -130,6 +135,7 @@ from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
+    AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER,
     CLUSTER_NAME,
     CREATE,
@@ -139,6 +145,7 @@ from tidewater.proto.acls import (
     TOPIC,
     TRANSACTIONAL_ID,
     WRITE,
+    authorized_operations,
 )
 from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
@@ -151,7 +158,7 @@ DESCRIBE_CONFIGS, DESCRIBE_CLUSTER, CREATE_PARTITIONS = 32, 60, 37
 
 # api key -> (min, max) advertised.
 SUPPORTED: dict[int, tuple[int, int]] = {
-    PRODUCE: (0, 9),
+    PRODUCE: (0, 11),
     FETCH: (4, 17),
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
@@ -292,9 +299,16 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # v0-3 have no such field: those clients always allow it, as with Kafka.
         allow = getattr(body, "allow_auto_topic_creation", True)
         _maybe_auto_create(s, answer, hidden, allow)
+    # KIP-430 (v8+): what the principal may do, when asked (Int32.MIN otherwise). The
+    # cluster's field is in v8-10 only (v11 moved it to DescribeCluster).
+    topic_ops = getattr(body, "include_topic_authorized_operations", False)
+    cluster_ops = getattr(body, "include_cluster_authorized_operations", False)
     topics = [] if names == [] else [{
         "error_code": t.error_code, "name": t.name, "topic_id": _topic_id(t.topic_id),
         "is_internal": t.name in COORDINATOR_TOPICS,
+        "topic_authorized_operations": (
+            authorized_operations(s.allowed, TOPIC, t.name)
+            if topic_ops and t.error_code == pb.NONE else AUTHORIZED_OPERATIONS_OMITTED),
         "partitions": [{"error_code": p.error_code, "partition_index": p.partition,
                         "leader_id": p.leader, "leader_epoch": p.leader_epoch,
                         "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
@@ -309,7 +323,10 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         # Admin requests go to the "controller" Metadata names; every broker forwards
         # them to the real one (whose id is no broker's), as KRaft brokers do.
         "controller_id": s.replica_manager.broker_id,
-        "topics": topics})
+        "topics": topics,
+        "cluster_authorized_operations": (
+            authorized_operations(s.allowed, CLUSTER, CLUSTER_NAME) if cluster_ops
+            else AUTHORIZED_OPERATIONS_OMITTED)})
 
 
 def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str],
@@ -372,12 +389,50 @@ def _log_append_time(p: pb.ProducePartitionResponse) -> int:
     return p.log_append_time_ms if p.error_code == pb.NONE and p.log_append_time_ms > 0 else -1
 
 
-def produce_values(response: pb.ProduceResponse) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": by_topic(
-        response.partitions, "name", "partition_responses", lambda p: {
-            "index": p.partition, "error_code": p.error_code, "base_offset": p.base_offset,
-            "log_append_time": _log_append_time(p), "log_start_offset": p.log_start_offset,
-            "record_errors": [], "error_message": p.error_message or None})}
+# KIP-951 (Produce v10+): a partition refused because this broker does not lead it names
+# the leader this broker knows (tagged ``current_leader``), and the answer carries that
+# leader's address (tagged ``node_endpoints``), so the client need not ask Metadata first.
+CURRENT_LEADER_PRODUCE_FROM = 10
+_LEADER_MOVED = (pb.NOT_LEADER_OR_FOLLOWER, pb.FENCED_LEADER_EPOCH)
+
+
+def produce_values(response: pb.ProduceResponse,
+                   leaders: pb.MetadataResponse | None = None) -> dict[str, Any]:
+    """The Produce answer's values; ``leaders`` (v10+: the metadata of the topics with a
+    partition whose leader moved) fills KIP-951's current leader and its endpoint."""
+    known = {(t.name, p.partition): (p.leader, p.leader_epoch)
+             for t in leaders.topics for p in t.partitions} if leaders is not None else {}
+
+    def entry(p: pb.ProducePartitionResponse) -> dict[str, Any]:
+        values = {"index": p.partition, "error_code": p.error_code,
+                  "base_offset": p.base_offset, "log_append_time": _log_append_time(p),
+                  "log_start_offset": p.log_start_offset, "record_errors": [],
+                  "error_message": p.error_message or None}
+        if leaders is not None and p.error_code in _LEADER_MOVED:
+            leader_id, leader_epoch = known.get((p.topic, p.partition), (-1, -1))
+            values["current_leader"] = {"leader_id": leader_id, "leader_epoch": leader_epoch}
+        return values
+    values: dict[str, Any] = {"throttle_time": 0, "responses": by_topic(
+        response.partitions, "name", "partition_responses", entry)}
+    if leaders is not None:
+        named = {known.get((p.topic, p.partition), (-1, -1))[0]
+                 for p in response.partitions if p.error_code in _LEADER_MOVED}
+        values["node_endpoints"] = [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
+            for b in leaders.brokers if b.broker_id in named]
+    return values
+
+
+def _leaders_of(s: Services, version: int, response: pb.ProduceResponse
+                ) -> pb.MetadataResponse | None:
+    """For Produce v10+: this broker's metadata of the topics whose leader moved (None
+    otherwise, and for older versions)."""
+    if version < CURRENT_LEADER_PRODUCE_FROM:
+        return None
+    moved = sorted({p.topic for p in response.partitions if p.error_code in _LEADER_MOVED})
+    if not moved:
+        return pb.MetadataResponse()
+    return s.metadata_cache.metadata_response(moved, s.listener_name)
 
 
 def _refused(p: pb.ProducePartitionData, code: pb.ErrorCode,
@@ -419,7 +474,8 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
         request.partitions.extend(kept)
         if not kept:
             all_refused = pb.ProduceResponse(partitions=refused)
-            return _done(None if request.acks == 0 else produce_values(all_refused))
+            return _done(None if request.acks == 0 else produce_values(
+                all_refused, _leaders_of(s, head.api_version, all_refused)))
     if s.auto_create is not None and s.auto_create.enabled:
         # Answered UNKNOWN_TOPIC_OR_PARTITION (retriable) by the append below, as Kafka's.
         known = set(s.metadata_cache.topics())
@@ -433,7 +489,7 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
     if request.acks == 0:
         return _done(None)
     if not waits:
-        return _done(produce_values(response))
+        return _done(produce_values(response, _leaders_of(s, head.api_version, response)))
     outcome: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
 
     def settle(done: pb.ProduceResponse) -> None:
@@ -442,7 +498,8 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
     withdraw = rm.produce_watch(request, response, waits, settle)
 
     async def answer() -> Response:
-        return produce_values(await outcome)
+        done = await outcome
+        return produce_values(done, _leaders_of(s, head.api_version, done))
     # Not a background task: this request's answer, awaited in order by the connection's
     # writer (which handles what it raises), cancelled with the connection.
     task = asyncio.ensure_future(answer())
@@ -753,7 +810,10 @@ async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
         "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
         "cluster_id": answer.cluster_id, "controller_id": s.replica_manager.broker_id,
         "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
-                    for b in answer.brokers]})
+                    for b in answer.brokers],
+        "cluster_authorized_operations": (
+            authorized_operations(s.allowed, CLUSTER, CLUSTER_NAME)
+            if body.include_cluster_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)})
 
 
 async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody

@@ -365,18 +365,21 @@ async def on_list_groups(s: GroupServices, head: RequestHead, body: RequestBody
     return _done({"throttle_time": 0, "error_code": code, "groups": listed})
 
 
-def _describe_group_values(s: GroupServices, head: RequestHead, group_id: str
-                           ) -> dict[str, Any]:
+def _describe_group_values(s: GroupServices, head: RequestHead, group_id: str,
+                           include_authorized_operations: bool = False) -> dict[str, Any]:
     values: dict[str, Any] = {"error_code": pb.NONE, "group_id": group_id,
                               "group_state": GroupState.DEAD.value, "protocol_type": "",
                               "protocol_data": "", "members": [],
-                              "authorized_operations": -2147483648}
+                              "authorized_operations": acls.AUTHORIZED_OPERATIONS_OMITTED}
     code = authorize_group(s, head, "DESCRIBE", group_id)
     if code is None:
         code, group = service.describe(_coordinator(s), group_id)
     else:
         group = None
     values["error_code"] = code
+    if code == pb.NONE and include_authorized_operations:  # KIP-430, v3+; a Dead group too
+        values["authorized_operations"] = acls.authorized_operations(s.allowed, acls.GROUP,
+                                                                     group_id)
     if group is None:
         return values
     stable = group.state == GroupState.STABLE
@@ -394,7 +397,9 @@ def _describe_group_values(s: GroupServices, head: RequestHead, group_id: str
 async def on_describe_groups(s: GroupServices, head: RequestHead, body: RequestBody
                             ) -> Awaitable[dict[str, Any]]:
     return _done({"throttle_time": 0, "groups": [
-        _describe_group_values(s, head, g) for g in body.groups]})
+        _describe_group_values(s, head, g,
+                               getattr(body, "include_authorized_operations", False))
+        for g in body.groups]})
 
 
 async def on_delete_groups(s: GroupServices, head: RequestHead, body: RequestBody

@@ -23,7 +23,7 @@ from tidewater.broker.kafka.codec import RequestBody, RequestHead
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.acls import DESCRIBE, TOPIC
+from tidewater.proto.acls import DESCRIBE, TOPIC, authorized_operations
 
 DESCRIBE_TOPIC_PARTITIONS = 75
 SUPPORTED = {DESCRIBE_TOPIC_PARTITIONS: (0, 0)}
@@ -94,6 +94,8 @@ def describe_topic_partitions(s: TopicServices, body: RequestBody) -> dict[str, 
             continue
         first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         entry, left_out = _topic_entry(t, first, limit)
+        # Kafka's handler always answers the topic's KIP-430 bit field (no request flag).
+        entry["topic_authorized_operations"] = authorized_operations(s.allowed, TOPIC, name)
         topics.append(entry)
         limit -= len(entry["partitions"])
         if left_out is not None:

@@ -481,6 +481,11 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                           ) -> pb.DeleteGroupsResponse:
         return await self.groups.delete_groups(request, await self._group_allowed(context))
 
+    @_rpc("OffsetDelete")
+    async def OffsetDelete(self, request: pb.OffsetDeleteRequest, context: Context
+                          ) -> pb.OffsetDeleteResponse:
+        return await self.groups.delete_offsets(request, await self._rights(context))
+
 
     # Transactions: broker/txn/grpc_service.py (the Kafka transaction APIs' functions).
     @_rpc("AddPartitionsToTxn")

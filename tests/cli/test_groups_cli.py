@@ -97,23 +97,29 @@ def test_reset_offsets_is_refused_while_the_group_has_members_then_moves_them(cl
     dry = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
-    done = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest")
+    # Kafka's default is a dry run too, saying so.
+    default = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest")
+    assert default.returncode == 0 and "--execute option is missing" in default.stderr
+    assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
+    done = c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-earliest",
+                  "--execute")
     assert done.returncode == 0, done.stderr
     assert all(p["committed_offset"] == 0 for p in describe(c, "g2")["partitions"])
     again = c.tide("consume", topic, "--group", "g2", "--timeout-ms", "3000")
     assert sorted(again.stdout.split()) == sorted(f"v{i}" for i in range(12))
 
-    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-offset", "1")
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-offset", "1", "--execute")
     assert all(p["committed_offset"] == min(1, p["log_end_offset"])  # clamped to the log
                for p in describe(c, "g2")["partitions"])
-    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-latest")
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-latest", "--execute")
     assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
     future = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime(
         "%Y-%m-%dT%H:%M:%S")
     past = "2000-01-01T00:00:00"
-    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", past)
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", past, "--execute")
     assert all(p["committed_offset"] == 0 for p in describe(c, "g2")["partitions"])
-    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", future)
+    c.tide("groups", "reset-offsets", "g2", "--topic", topic, "--to-datetime", future,
+           "--execute")
     assert sum(p["committed_offset"] for p in describe(c, "g2")["partitions"]) == 12
 
     deleted = c.tide("groups", "delete", "g2")
@@ -238,3 +244,111 @@ def test_partitions_added_to_a_subscribed_topic_reach_the_group(cluster):
                 poller.join(timeout=30)
         for m in members:
             m.close()
+
+
+def _plan(result) -> dict[tuple[str, str, int], int]:
+    """The reset plan table: (group, topic, partition) -> new offset."""
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], result.stdout
+    return {(g, t, int(p)): int(o) for g, t, p, o in (line.split() for line in lines[1:])}
+
+
+def _committed(c, group: str) -> dict[tuple[str, int], int]:
+    return {(p["topic"], p["partition"]): p["committed_offset"]
+            for p in describe(c, group)["partitions"] if p["committed_offset"] >= 0}
+
+
+@pytest.mark.timeout(300)
+def test_reset_offsets_scopes_and_scenarios_as_kafka_consumer_groups(cluster):
+    c = cluster
+    a, b = make_topic(c, "cli-scope-a", partitions=2), make_topic(c, "cli-scope-b", partitions=1)
+    for topic, partition in ((a, 0), (a, 1), (b, 0)):
+        r = c.tide("produce", topic, "--partition", str(partition), "--acks", "all",
+                   input="".join(f"{topic}-{partition}-{i}\n" for i in range(10)))
+        assert r.returncode == 0, r.stderr
+    before = int(time.time() * 1000)
+
+    def reset(*args: str, group: str = "r1"):
+        result = c.tide("groups", "reset-offsets", *((group,) if group else ()), *args)
+        assert result.returncode == 0, result.stderr
+        return _plan(result)
+
+    # Partitions chosen as Kafka's --topic t:0,1; a plan for r1 before it has committed.
+    assert reset("--topic", f"{a}:1", "--topic", b, "--to-offset", "4", "--execute") == {
+        ("r1", a, 1): 4, ("r1", b, 0): 4}
+    assert _committed(c, "r1") == {(a, 1): 4, (b, 0): 4}
+    # --shift-by from the committed offsets, clamped to the log.
+    assert reset("--topic", b, "--shift-by", "-3", "--execute") == {("r1", b, 0): 1}
+    assert reset("--topic", b, "--shift-by", "-5", "--execute") == {("r1", b, 0): 0}
+    assert reset("--topic", f"{a}:1", "--shift-by", "100", "--execute") == {("r1", a, 1): 10}
+    # A shift of a partition without a committed offset is refused, nothing committed.
+    refused = c.tide("groups", "reset-offsets", "r1", "--topic", a, "--shift-by", "1",
+                     "--execute")
+    assert refused.returncode != 0 and "no committed offset" in refused.stderr
+    assert _committed(c, "r1") == {(a, 1): 10, (b, 0): 0}
+    # --to-current: the committed offset; the log end where there is none.
+    assert reset("--topic", a, "--to-current") == {("r1", a, 0): 10, ("r1", a, 1): 10}
+    # --all-topics: every partition the group has committed; a dry run by default.
+    assert reset("--all-topics", "--to-earliest", "--dry-run") == {
+        ("r1", a, 1): 0, ("r1", b, 0): 0}
+    assert _committed(c, "r1") == {(a, 1): 10, (b, 0): 0}
+    # --by-duration: the first record at most that long ago (all of them are younger
+    # than a day: the log start; none is in the future: the log end).
+    assert reset("--all-topics", "--by-duration", "P1D", "--execute") == {
+        ("r1", a, 1): 0, ("r1", b, 0): 0}
+    assert reset("--all-topics", "--by-duration=-PT1H") == {
+        ("r1", a, 1): 10, ("r1", b, 0): 10}
+    assert time.time() * 1000 >= before
+    # --all-groups: every group, each with its own committed partitions.
+    assert reset("--topic", f"{a}:0", "--to-offset", "7", "--execute", group="r2") == {
+        ("r2", a, 0): 7}
+    plan = reset("--all-groups", "--all-topics", "--to-latest", "--execute", group="")
+    assert {k: v for k, v in plan.items() if k[0] in ("r1", "r2")} == {
+        ("r1", a, 1): 10, ("r1", b, 0): 10, ("r2", a, 0): 10}
+    assert _committed(c, "r2") == {(a, 0): 10}
+    # Bad input: typed errors, exit 2 for usage.
+    for args in (("--topic", f"{a}:x", "--to-earliest"), ("--topic", a, "--by-duration", "1h"),
+                 ("--topic", a), ("--to-earliest",)):
+        bad = c.tide("groups", "reset-offsets", "r1", *args)
+        assert bad.returncode == 2, (args, bad.stderr)
+    both = c.tide("groups", "reset-offsets", "r1", "--all-groups", "--topic", a, "--to-earliest")
+    assert both.returncode == 2 and "--all-groups" in both.stderr
+    missing = c.tide("groups", "reset-offsets", "r1", "--topic", f"{a}:5", "--to-earliest")
+    assert missing.returncode != 0 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+
+
+@pytest.mark.timeout(300)
+def test_delete_offsets_of_topics_the_group_does_not_consume(cluster):
+    c = cluster
+    a, b = make_topic(c, "cli-drop-a", partitions=2), make_topic(c, "cli-drop-b", partitions=1)
+    for topic in (a, b):
+        produce(c, topic, [f"v{i}" for i in range(6)])
+    planted = c.tide("groups", "reset-offsets", "do1", "--topic", a, "--topic", b,
+                     "--to-offset", "1", "--execute")
+    assert planted.returncode == 0, planted.stderr
+    assert set(_committed(c, "do1")) == {(a, 0), (a, 1), (b, 0)}
+
+    dropped = c.tide("groups", "delete-offsets", "do1", "--topic", f"{a}:1")
+    assert dropped.returncode == 0, dropped.stderr
+    assert dropped.stdout.split() == ["TOPIC", "PARTITION", "STATUS", a, "1", "Successful"]
+    assert set(_committed(c, "do1")) == {(a, 0), (b, 0)}
+
+    member = Consumer(c.bootstrap, group_id="do1", session_timeout_ms=3000,
+                      heartbeat_interval_ms=300)
+    try:
+        member.subscribe([b])
+        wait_for(lambda: (member.poll(200) is not None
+                          and describe(c, "do1")["state"] == "Stable"), "a stable member")
+        # A topic a member consumes keeps its offsets; another one's go.
+        kept = c.tide("groups", "delete-offsets", "do1", "--topic", b)
+        assert kept.returncode == 1
+        assert "Error: GROUP_SUBSCRIBED_TO_TOPIC" in kept.stdout
+        gone = c.tide("groups", "delete-offsets", "do1", "--topic", a)
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert set(_committed(c, "do1")) == {(b, 0)}
+    finally:
+        member.close()
+    missing = c.tide("groups", "delete-offsets", "no-such-group", "--topic", a)
+    assert missing.returncode != 0 and "GROUP_ID_NOT_FOUND" in missing.stderr
+    bad = c.tide("groups", "delete-offsets", "do1", "--topic", f"{a}:one")
+    assert bad.returncode == 2

@@ -12,9 +12,10 @@ requires every test of ``SUITE`` to pass.
 ``SUITE`` is the subset that fits CI (about three minutes with two tests at a time). Left out:
 tests that need Kafka's own scripts or its Java test producer (`KAFKA_PATH`: 0052,
 0077, 0098, 0109, 0115), racks set as trivup does (0101), trivup's SSL/SASL set-up
-(0097), and the long ones (0033, 0091). 0081_admin passes whole when run alone (126 s)
-but not beside other tests: DescribeConsumerGroups' DeleteGroups then finds the group
-not yet empty (the question issue 28 names), and a failed test stops the runner.
+(0097), and the long ones (0033, 0091). 0081_admin's DescribeConsumerGroups closes
+static members (which do not leave, KIP-345) and deletes their groups one session timeout
+later; DeleteGroups now expires the ended sessions itself instead of waiting for the
+coordinator's next tick (which lags on a loaded machine), as Kafka's per-member timers.
 Locally, without the runner, the module is skipped; under CI it fails instead.
 """
 
@@ -49,6 +50,10 @@ SUITE = (
     # consumer groups: subscribe, assign, rebalance protocols, commits, static members
     "0018", "0019", "0022", "0026", "0030", "0045", "0048", "0051", "0056", "0063",
     "0069", "0089", "0093", "0102", "0113", "0114", "0118", "0130",
+    # the admin API: topics, partitions, configs, ACLs, records, groups, offsets
+    "0081",
+    # a topic's message.format.version changed mid-stream (accepted, no effect)
+    "0092",
     # transactions: commit, abort, fencing, offsets in transactions, aborted records
     "0103", "0129",
 )

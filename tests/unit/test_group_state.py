@@ -503,3 +503,42 @@ def test_offset_delete_of_a_non_consumer_group_with_members_is_refused():
     h.state.groups["g"].protocol_type = "connect"
     h.take(h.state.delete_offsets("d", 3, "g", [("t", 0)]))
     assert h.answers["d"] == OffsetDeleteAnswer(pb.NON_EMPTY_GROUP, {})
+
+
+@pytest.mark.timeout(30)
+def test_delete_groups_right_after_the_sessions_ended_needs_no_tick():
+    """Static members do not leave when they close (KIP-345): librdkafka's 0081 closes
+    them, waits one session timeout and deletes their group. Kafka's expiry timer fires at
+    the session's end; here the DeleteGroups that arrives after it expires them first, so
+    no tick has to come in between."""
+    h = Harness(delay_ms=1)
+    a, b, generation = static_group(h)
+    for member in (a, b):  # the closing consumers' last commit/heartbeat, at 100 ms
+        assert h.state.heartbeat(100, group_id="g", generation_id=generation,
+                                 member_id=member) == pb.NONE
+    # Still inside the sessions: refused, and nothing changes.
+    h.take(h.state.delete_group("early", 100 + SESSION_MS - 1, "g"))
+    assert h.answers["early"] == CodeAnswer(pb.NON_EMPTY_GROUP) and not h.writes
+    assert set(h.state.groups["g"].members) == {a, b}
+    # Once they ended: the members go, the group empties, then it is deleted.
+    h.take(h.state.delete_group("d", 100 + SESSION_MS, "g"))
+    assert "d" not in h.answers  # waits for its tombstones
+    assert [[type(r) for r in w.records] for w in h.writes] == [
+        [records.GroupMetadataRecord], [records.GroupMetadataRecord]]
+    assert h.writes[1].records[0].value is None  # the tombstone after the empty group
+    h.complete_writes(100 + SESSION_MS + 1)
+    assert h.answers["d"] == CodeAnswer(pb.NONE)
+    assert "g" not in h.state.groups
+
+
+@pytest.mark.timeout(30)
+def test_offset_delete_after_the_sessions_ended_sees_an_empty_group():
+    h = Harness(delay_ms=1)
+    a, b, generation = static_group(h)
+    h.commit("c", 5, a, generation, offset=7)
+    h.complete_writes(6)
+    h.take(h.state.delete_offsets("od", 5 + SESSION_MS, "g", [("t", 0)]))
+    h.complete_writes(6 + SESSION_MS)
+    answer = h.answers["od"]
+    assert answer.error_code == pb.NONE and answer.errors == {("t", 0): pb.NONE}
+    assert "g" not in h.state.groups  # empty, without offsets: gone with them

@@ -104,7 +104,6 @@ def test_invalid_values_name_the_config(name, raw, why):
 
 
 @pytest.mark.parametrize("name", ["no.such.config", "message.downconversion.enable",
-                                  "message.format.version",
                                   "message.timestamp.difference.max.ms", "SEGMENT.BYTES"])
 def test_unknown_names_are_refused(name):
     with pytest.raises(InvalidConfigError, match="unknown topic config"):
@@ -173,7 +172,7 @@ _RAW = st.one_of(
                      "compact", "1e3", "0x10", "+7", "-0", "\u0661", "1.0", "delete,delete"]),
     st.text(max_size=6),
 )
-_NAMES = st.sampled_from(sorted(TOPIC_CONFIGS) + ["message.format.version", "no.such.config"])
+_NAMES = st.sampled_from(sorted(TOPIC_CONFIGS) + ["no.such.config"])
 
 
 @settings(max_examples=500, deadline=None)
@@ -236,3 +235,19 @@ def test_each_config_without_effect_has_kafkas_default():
         if not definition.effect:
             assert definition.default is not None, definition.name
             definition.parse(definition.default)
+
+
+@pytest.mark.parametrize("raw", ["0.10.0.0", "0.10.0", "0.8.2", "0.10.1-IV2", "2.8", "2.8.1",
+                                 "3.0-IV1", " 3.5 "])
+@pytest.mark.timeout(30)
+def test_message_format_version_takes_kafka_versions_and_has_no_effect(raw):
+    # Kafka 3.x accepts the deprecated config and ignores it (librdkafka's 0092 sets it).
+    assert parse_topic_config("message.format.version", raw) == raw.strip()
+    assert LogConfig.from_configs({"message.format.version": raw}) == LogConfig()
+
+
+@pytest.mark.parametrize("raw", ["", "0.10", "4.0", "3.0-IV1.2", "v2", "1.0.x"])
+@pytest.mark.timeout(30)
+def test_message_format_version_refuses_what_kafka_cannot_parse(raw):
+    with pytest.raises(InvalidConfigError, match="message.format.version.*Kafka version"):
+        parse_topic_config("message.format.version", raw)
