@@ -267,3 +267,59 @@ def test_cancel_reverts_and_bad_targets_get_typed_errors(cluster, tmp_path):
     garbage.write_text("{not json")
     assert run_tide("reassign", "verify", "--reassignment-json-file", str(garbage),
                     bootstrap=cluster.bootstrap).returncode == 2
+
+
+def timed_move(c, name: str, target: list[int]) -> float:
+    """Seconds from AlterPartitionReassignments until the move completed."""
+    client = KafkaAdminClient(bootstrap_servers=c.kafka)
+    try:
+        started = time.monotonic()
+        assert client.alter_partition_reassignments(
+            {TopicPartition(name, 0): target}) == {TopicPartition(name, 0): None}
+        wait_for(lambda: not client.list_partition_reassignments(), f"{name} moved", 120)
+        return time.monotonic() - started
+    finally:
+        client.close()
+
+
+def fill(c, name: str, size_bytes: int) -> None:
+    producer = Producer({"bootstrap.servers": c.kafka, "acks": "all", "linger.ms": 20})
+    value = b"x" * 1000
+    for _ in range(size_bytes // len(value)):
+        while True:
+            try:
+                producer.produce(name, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def test_follower_throttle_holds_the_new_replicas_catch_up_to_its_rate(cluster):
+    """follower.replication.throttled.rate on the new replica's broker with the topic's
+    follower.replication.throttled.replicas naming it: 1.5 MB to copy at 300 KB/s takes
+    at least 3 s (the first second's credit aside); the same move unthrottled is faster."""
+    size, rate = 1_500_000, 300_000
+    timings = {}
+    for name, throttled in (("move-free", False), ("move-throttled", True)):
+        replicas = create(cluster, name)
+        fill(cluster, name, size)
+        [spare] = [b for b in BROKERS if b not in replicas]
+        target = replicas[:2] + [spare]
+        if throttled:
+            assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-name",
+                                str(spare), "--add-config",
+                                f"follower.replication.throttled.rate={rate}").returncode == 0
+            assert cluster.tide("configs", "alter", "--entity-type", "topics", "--entity-name",
+                                name, "--add-config",
+                                f"follower.replication.throttled.replicas=0:{spare}"
+                                ).returncode == 0
+        timings[name] = timed_move(cluster, name, target)
+        if throttled:
+            assert cluster.tide("configs", "alter", "--entity-type", "brokers", "--entity-name",
+                                str(spare), "--delete-config",
+                                "follower.replication.throttled.rate").returncode == 0
+    print(f"1.5 MB move: unthrottled {timings['move-free']:.1f} s, throttled at "
+          f"{rate} B/s {timings['move-throttled']:.1f} s")
+    assert timings["move-throttled"] >= (size - rate) / rate * 0.9
+    assert timings["move-free"] < timings["move-throttled"]
