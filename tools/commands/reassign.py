@@ -15,6 +15,16 @@ prints the current assignment (to keep for a rollback) and starts the moves
 completed or still in progress (exit 1 while any is in progress or failed).
 ``cancel`` (Kafka's ``--cancel``) reverts the ongoing moves of the file's
 partitions.
+
+``execute --throttle BYTES_PER_S`` throttles the copying as Kafka's tool does: the
+rate goes into ``leader.replication.throttled.rate`` and
+``follower.replication.throttled.rate`` of every broker of the moving partitions
+(old and new replicas), and each moving topic gets
+``leader.replication.throttled.replicas`` (its current replicas) and
+``follower.replication.throttled.replicas`` (the replicas being added), as
+``PARTITION:BROKER`` lists. (Only the follower side has an effect here.) ``verify``
+removes all of them once every move of the file is complete ("Throttle was
+removed.").
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from tidewater.client.admin import AdminClient
+from tidewater.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, AdminClient, ConfigOp
 from tidewater.controller.assignment import assign_replicas
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
@@ -38,6 +48,9 @@ if TYPE_CHECKING:
     from tidewater.tools.cli import Subparsers
 
 REASSIGNMENT_ITEMS_MAX = 10_000
+BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+TOPIC_THROTTLES = ("leader.replication.throttled.replicas",
+                   "follower.replication.throttled.replicas")
 
 
 def register(subparsers: Subparsers) -> None:
@@ -56,6 +69,9 @@ def register(subparsers: Subparsers) -> None:
         p = sub.add_parser(action, help=helptext)
         p.add_argument("--reassignment-json-file", required=True, metavar="FILE")
         p.set_defaults(func=func)
+        if action == "execute":
+            p.add_argument("--throttle", type=int, metavar="BYTES_PER_S",
+                           help="cap the copying (follower.replication.throttled.rate)")
     for p in (generate, *(sub.choices[a] for a in ("execute", "verify", "cancel"))):
         p.add_argument("--timeout-ms", type=int, default=30000)
         add_bootstrap_argument(p)
@@ -169,6 +185,10 @@ def cmd_execute(args: argparse.Namespace) -> int:
         missing = [f"{t}-{n}" for t, n in targets if (t, n) not in current]
         if missing:
             raise CliError("unknown partitions: " + ", ".join(missing))
+        if args.throttle is not None:
+            if args.throttle <= 0:
+                raise CliError("--throttle must be a positive number of bytes/s", exit_code=2)
+            _set_throttles(admin, current, targets, args.throttle)
         results = admin.alter_partition_reassignments(dict(targets))
     print("Current partition replica assignment")
     print()
@@ -195,18 +215,64 @@ def cmd_verify(args: argparse.Namespace) -> int:
                      for p in t.partitions}
     print("Status of partition reassignment:")
     done = True
+    complete = True
     for (topic, number), target in sorted(targets.items()):
         name = f"{topic}-{number}"
         if (topic, number) in ongoing:
             print(f"Reassignment of partition {name} is still in progress.")
-            done = False
+            done = complete = False
         elif described.get((topic, number)) == target:
             print(f"Reassignment of partition {name} is completed.")
         else:
             print(f"There is no active reassignment of partition {name}, but replica set is "
                   f"{described.get((topic, number))} rather than {target}.")
             done = False
+    if complete:
+        with _admin(args) as admin, cli_errors("cannot remove the throttles"):
+            if _clear_throttles(admin, sorted({t for t, _ in targets})):
+                print("Throttle was removed.")
     return 0 if done else 1
+
+
+def _set_throttles(admin: AdminClient, current: dict[tuple[str, int], list[int]],
+                   targets: dict[tuple[str, int], list[int]], rate: int) -> None:
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    brokers: set[int] = set()
+    for (topic, number), target in targets.items():
+        now = current[(topic, number)]
+        brokers.update(now, target)
+        leaders.setdefault(topic, []).extend(f"{number}:{b}" for b in now)
+        followers.setdefault(topic, []).extend(f"{number}:{b}" for b in target if b not in now)
+    for broker_id in sorted(brokers):
+        admin.alter_configs(BROKER_RESOURCE, str(broker_id),
+                            [ConfigOp(name, "SET", str(rate)) for name in BROKER_THROTTLES])
+    for topic in sorted(leaders):
+        ops = [ConfigOp(TOPIC_THROTTLES[0], "SET", ",".join(leaders[topic]))]
+        if followers[topic]:
+            ops.append(ConfigOp(TOPIC_THROTTLES[1], "SET", ",".join(followers[topic])))
+        admin.alter_configs(TOPIC_RESOURCE, topic, ops)
+    print(f"The inter-broker throttle limit was set to {rate} B/s")
+
+
+def _clear_throttles(admin: AdminClient, topics: list[str]) -> bool:
+    """Remove the throttle configs (every broker's rates, the topics' replica lists);
+    True when there was any."""
+    removed = False
+    for broker in admin.describe_cluster().brokers:
+        own = admin.describe_dynamic_configs(BROKER_RESOURCE, str(broker.broker_id))
+        names = [n for n in BROKER_THROTTLES if n in own]
+        if names:
+            admin.alter_configs(BROKER_RESOURCE, str(broker.broker_id),
+                                [ConfigOp(n, "DELETE") for n in names])
+            removed = True
+    for topic in topics:
+        own = admin.describe_dynamic_configs(TOPIC_RESOURCE, topic)
+        names = [n for n in TOPIC_THROTTLES if n in own]
+        if names:
+            admin.alter_configs(TOPIC_RESOURCE, topic, [ConfigOp(n, "DELETE") for n in names])
+            removed = True
+    return removed
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
