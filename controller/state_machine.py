@@ -701,7 +701,9 @@ class ControllerStateMachine:
                 if partition_count + t.count - current > PARTITIONS_MAX:
                     raise _TopicError(pb.INVALID_PARTITIONS,
                                       f"the cluster would exceed {PARTITIONS_MAX} partitions")
-                factor = len(info.partitions[0].replicas)
+                first = info.partitions[0]
+                # Mid-reassignment its replicas are the union: the adding ones do not count.
+                factor = len(first.replicas) - len(first.adding)
                 manual = [list(a.broker_ids) for a in t.assignments]
                 if manual and len(manual) != t.count - current:
                     raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,

@@ -131,3 +131,12 @@ def test_a_snapshot_mid_reassignment_rebuilds_the_same_partition(h):
     for offset, record in enumerate(h.metadata.snapshot_records()):
         image.apply(offset, record)
     assert image.partition("t", 0) == h.partition("t")
+
+
+def test_partitions_added_mid_reassignment_keep_the_topics_replication_factor(h):
+    assert reassign(h, [2, 3, 4]).error_code == pb.NONE
+    assert len(h.partition("t").replicas) == 4  # the union
+    grown = h.run(h.machine.create_partitions, pb.CreatePartitionsRequest(
+        topics=[pb.CreatePartitionsTopic(name="t", count=2)]))
+    assert grown.topics[0].error_code == pb.NONE, grown
+    assert len(h.partition("t", 1).replicas) == 3
