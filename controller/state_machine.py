@@ -206,11 +206,18 @@ class ControllerStateMachine:
             # be lost again before delivery, the broker's own stray-log check
             # at its next start is the fallback.
             # The topic ID makes the broker delete only that incarnation's log.
+            # A replica a reassignment removed and a later one gave back is hosted again:
+            # not stopped.
             stubs = [PartitionRecord(topic, number, (broker_id,), (broker_id,), NO_LEADER, -1, -1,
                                      topic_id)
-                     for topic, number, topic_id in sorted(pending)]
+                     for topic, number, topic_id in sorted(pending)
+                     if not self._hosts(broker_id, topic, number, topic_id)]
             tx.append(pending_stops_cleared_record(broker_id))
             tx.effects.stop_replicas.append((broker_id, stubs))
+
+    def _hosts(self, broker_id: int, topic: str, number: int, topic_id: bytes) -> bool:
+        p = self.metadata.partition(topic, number)
+        return p is not None and p.topic_id == topic_id and broker_id in p.replicas
 
     # ------------------------------------------------------------ start-up
 

@@ -140,3 +140,26 @@ def test_partitions_added_mid_reassignment_keep_the_topics_replication_factor(h)
         topics=[pb.CreatePartitionsTopic(name="t", count=2)]))
     assert grown.topics[0].error_code == pb.NONE, grown
     assert len(h.partition("t", 1).replicas) == 3
+
+
+def test_a_fenced_replica_removed_gets_its_stop_when_back_unless_it_was_given_back(h):
+    # Broker 3 is fenced; a move drops it (removing-only: done at once).
+    h.advance(h.config.broker_session_timeout_ms + 200, 3)
+    assert h.metadata.brokers[3].fenced
+    assert reassign(h, [1, 2]).error_code == pb.NONE
+    assert h.partition("t").replicas == (1, 2)
+    assert stops(h) == []  # it is fenced: remembered instead
+    h2 = h.restart()  # durable
+    h2.epochs = dict(h.epochs)
+    h2.effects.clear()
+    assert h2.heartbeat(3).error_code == pb.NONE  # back: the stop goes out
+    assert stops(h2) == [(3, [("t", 0)])]
+    # Removed while fenced, then given back before it returned: nothing to stop.
+    h2.advance(h2.config.broker_session_timeout_ms + 200, 4)
+    assert reassign(h2, [1, 2, 4]).error_code == pb.NONE  # adds 4 (fenced): in progress
+    assert reassign(h2, [1, 2]).error_code == pb.NONE  # reverted: 4 removed, fenced
+    assert reassign(h2, [1, 2, 4]).error_code == pb.NONE  # and given back
+    h2.effects.clear()
+    assert h2.heartbeat(4).error_code == pb.NONE
+    assert stops(h2) == []
+    h2.log.close()
