@@ -91,6 +91,15 @@ class PartitionDescription:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """An ongoing reassignment (Kafka's OngoingPartitionReassignment)."""
+
+    replicas: tuple[int, ...]  # the union of the original and the target replicas
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicDescriptionInfo:
     name: str
     configs: dict[str, str]
@@ -525,6 +534,43 @@ class AdminClient:
         return {(r.topic, r.partition): None if r.error_code == pb.NONE else error_for_code(
                     r.error_code, r.error_message or pb.ErrorCode.Name(r.error_code))
                 for r in resp.results}
+
+    def alter_partition_reassignments(
+            self, targets: dict[tuple[str, int], list[int] | None],
+    ) -> dict[tuple[str, int], TidewaterError | None]:
+        """Kafka's AlterPartitionReassignments (KIP-455): move each partition to its target
+        replicas (None: cancel its ongoing reassignment); per partition, None or the typed
+        error (InvalidReplicaAssignmentError, NoReassignmentInProgressError, ...). Returns
+        once the controller has started the move; ``list_partition_reassignments`` shows
+        it until the new replicas caught up and the old ones are removed."""
+        request = pb.AlterPartitionReassignmentsRequest(timeout_ms=self.request_timeout_ms)
+        for (topic, number), replicas in targets.items():
+            request.partitions.add(topic=topic, partition=number, replicas=replicas or [],
+                                   cancel=replicas is None)
+        resp: pb.AlterPartitionReassignmentsResponse = self._controller_call(
+            "AlterPartitionReassignments", request)
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, resp.error_message or
+                                 f"AlterPartitionReassignments: {pb.ErrorCode.Name(resp.error_code)}")
+        self.metadata.invalidate()
+        return {(r.topic, r.partition): None if r.error_code == pb.NONE else error_for_code(
+                    r.error_code, r.error_message or pb.ErrorCode.Name(r.error_code))
+                for r in resp.results}
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None = None
+                                     ) -> dict[tuple[str, int], PartitionReassignment]:
+        """The ongoing reassignments among ``partitions`` (None: all)."""
+        request = pb.ListPartitionReassignmentsRequest(all_partitions=partitions is None)
+        for topic, number in partitions or ():
+            request.partitions.add(topic=topic, partition=number)
+        resp: pb.ListPartitionReassignmentsResponse = self._controller_call(
+            "ListPartitionReassignments", request)
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code, resp.error_message or
+                                 f"ListPartitionReassignments: {pb.ErrorCode.Name(resp.error_code)}")
+        return {(r.topic, r.partition): PartitionReassignment(
+                    tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas))
+                for r in resp.reassignments}
 
     @staticmethod
     def _topic_results(results: Iterable[_TopicResult]) -> dict[str, TidewaterError | None]:

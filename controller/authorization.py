@@ -37,7 +37,8 @@ from tidewater.proto.tls import ROLE_BROKER, ROLE_CONTROLLER, Principal, broker_
 MEMBER_ONLY_ADMIN_RPCS = frozenset({
     "CreateTopics", "CreatePartitions", "DeleteTopics", "AlterUserScramCredentials",
     "DescribeUserScramCredentials", "CreateAcls", "DescribeAcls", "DeleteAcls",
-    "AlterConfigs", "ElectLeaders", "AlterClientQuotas", "DescribeClientQuotas"})
+    "AlterConfigs", "ElectLeaders", "AlterClientQuotas", "DescribeClientQuotas",
+    "AlterPartitionReassignments", "ListPartitionReassignments"})
 
 
 def admin_request_refusal(principal: Principal | None, rpc: str, *,

@@ -67,6 +67,11 @@ class PartitionRecord:
     # The topic incarnation's 16-byte ID (proto/topic_id.py); b"" only in code that does not
     # care (tests, the simulation). Every change below keeps it (``replace``).
     topic_id: bytes = b""
+    # KIP-455: during a reassignment ``replicas`` is the union of the original and the
+    # target sets (target first); these are the target's new members and the originals
+    # that go when it completes (``reassignment``). Both empty: no reassignment.
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # Invariants every record must keep; a violation is a programmer error (at replay,
@@ -84,6 +89,14 @@ class PartitionRecord:
             raise InvariantViolation(f"{name}: ISR {self.isr} not in replicas {self.replicas}")
         if self.leader != NO_LEADER and self.leader not in self.isr:
             raise InvariantViolation(f"{name}: leader {self.leader} not in ISR {self.isr}")
+        if (not set(self.adding) | set(self.removing) <= set(self.replicas)
+                or set(self.adding) & set(self.removing)):
+            raise InvariantViolation(f"{name}: adding {self.adding} / removing {self.removing} "
+                                     f"do not fit replicas {self.replicas}")
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
 
     @property
     def offline(self) -> bool:

@@ -19,11 +19,14 @@ broker_fenced           broker_id
 broker_unfenced         broker_id
 topic_created           name, topic_id (22-char base64url, see below), configs
                         {str: str}, partitions [{partition, replicas, isr, leader,
-                        optional leader_epoch and partition_epoch (else 0)}]
+                        optional leader_epoch and partition_epoch (else 0),
+                        optional adding_replicas, removing_replicas}]
 partitions_created      name, partitions [{partition, replicas, isr, leader}]: new
                         partitions of an existing topic, numbered on from its last
 partition_changed       topic, partition, leader, isr, leader_epoch,
-                        partition_epoch, unclean (bool)
+                        partition_epoch, unclean (bool), optional replicas,
+                        adding_replicas, removing_replicas (a reassignment, KIP-455:
+                        absent in older records, which keep the replicas as they were)
 topic_deleted           name, optional pending_stops {broker_id: [partition]}: the
                         fenced replicas that still need a StopReplica
 pending_stops_cleared   broker_id (its pending StopReplicas were handed to a sender)
@@ -260,7 +263,9 @@ class ClusterMetadata:
             number = int(p["partition"])
             info.partitions[number] = PartitionRecord(
                 name, number, tuple(p["replicas"]), tuple(p["isr"]), int(p["leader"]),
-                int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)), topic_id)
+                int(p.get("leader_epoch", 0)), int(p.get("partition_epoch", 0)), topic_id,
+                adding=tuple(p.get("adding_replicas", ())),
+                removing=tuple(p.get("removing_replicas", ())))
         self.topics[name] = info
         self.topic_names_by_id[topic_id] = name
         self.topics_created_total += 1
@@ -271,6 +276,10 @@ class ClusterMetadata:
         new = replace(old, isr=tuple(r["isr"]), leader=int(r["leader"]),
                       leader_epoch=int(r["leader_epoch"]),
                       partition_epoch=int(r["partition_epoch"]))
+        if "replicas" in r:
+            new = replace(new, replicas=tuple(int(b) for b in r["replicas"]),
+                          adding=tuple(int(b) for b in r.get("adding_replicas", ())),
+                          removing=tuple(int(b) for b in r.get("removing_replicas", ())))
         if new.leader_epoch < old.leader_epoch or new.partition_epoch <= old.partition_epoch:
             raise ValueError(f"epochs go backwards: {old} -> {new}")
         info.partitions[old.partition] = new
@@ -438,6 +447,9 @@ def topic_created_record(name: str, configs: dict[str, str], partitions: list[Pa
         if with_epochs:
             item["leader_epoch"] = p.leader_epoch
             item["partition_epoch"] = p.partition_epoch
+        if p.reassigning:  # a snapshot of a partition mid-reassignment
+            item["adding_replicas"] = list(p.adding)
+            item["removing_replicas"] = list(p.removing)
         items.append(item)
     return {"type": "topic_created", "name": name, "topic_id": topic_id_to_text(topic_id),
             "configs": dict(configs), "partitions": items}
@@ -446,7 +458,9 @@ def topic_created_record(name: str, configs: dict[str, str], partitions: list[Pa
 def partition_changed_record(p: PartitionRecord, *, unclean: bool = False) -> MetadataRecord:
     return {"type": "partition_changed", "topic": p.topic, "partition": p.partition,
             "leader": p.leader, "isr": list(p.isr), "leader_epoch": p.leader_epoch,
-            "partition_epoch": p.partition_epoch, "unclean": unclean}
+            "partition_epoch": p.partition_epoch, "unclean": unclean,
+            "replicas": list(p.replicas), "adding_replicas": list(p.adding),
+            "removing_replicas": list(p.removing)}
 
 
 def topic_deleted_record(name: str,

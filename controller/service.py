@@ -399,6 +399,28 @@ class ControllerService(pb_grpc.ControllerServicer):
             await self._wait_propagated(offset, request.timeout_ms)
         return response
 
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context: Context,
+                                          ) -> pb.AlterPartitionReassignmentsResponse:
+        """Answered once durable and delivered (the new replicas have their LeaderAndIsr);
+        the data moves afterwards: ListPartitionReassignments shows it ongoing."""
+        response, offset, changed = await self._run("AlterPartitionReassignments", lambda tx, now: (
+            self.machine.alter_partition_reassignments(tx, now, request),
+            self.machine.metadata.last_offset, bool(tx.records)), context)
+        if changed:
+            await self._wait_propagated(offset, request.timeout_ms)
+        for r, item in zip(response.results, request.partitions, strict=True):
+            if r.error_code == pb.NONE:
+                log.info("reassignment of %s-%d: %s", r.topic, r.partition,
+                         "cancelled" if item.cancel else f"to {list(item.replicas)}")
+        return response
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context: Context,
+                                         ) -> pb.ListPartitionReassignmentsResponse:
+        return await self._run("ListPartitionReassignments", lambda tx, now: (
+            self.machine.list_partition_reassignments(tx, now, request)), context)
+
     # ------------------------------------------------------------ users and ACLs
     # Answered once durable; brokers learn the change from the next UpdateMetadata (waited
     # for as CreateTopics does, so a client's next connection sees it).

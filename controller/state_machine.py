@@ -43,7 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidewater.broker.storage.topics import INTERNAL_TOPICS
-from tidewater.controller import config_changes, quota_records, requests, security_records
+from tidewater.controller import (
+    config_changes,
+    quota_records,
+    reassignment,
+    requests,
+    security_records,
+)
 from tidewater.controller.assignment import assign_replicas
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import (
@@ -84,7 +90,7 @@ from tidewater.controller.validation import (
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.broker_dynamic_config import CLUSTER_DEFAULT, dynamic_topic_defaults
 from tidewater.proto.errors import TidewaterError
-from tidewater.proto.topic_id import new_topic_id
+from tidewater.proto.topic_id import new_topic_id, topic_id_to_text
 
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PARTITIONS_MAX = 200_000  # whole cluster: the full UpdateMetadata must stay a sane size
@@ -200,11 +206,18 @@ class ControllerStateMachine:
             # be lost again before delivery, the broker's own stray-log check
             # at its next start is the fallback.
             # The topic ID makes the broker delete only that incarnation's log.
+            # A replica a reassignment removed and a later one gave back is hosted again:
+            # not stopped.
             stubs = [PartitionRecord(topic, number, (broker_id,), (broker_id,), NO_LEADER, -1, -1,
                                      topic_id)
-                     for topic, number, topic_id in sorted(pending)]
+                     for topic, number, topic_id in sorted(pending)
+                     if not self._hosts(broker_id, topic, number, topic_id)]
             tx.append(pending_stops_cleared_record(broker_id))
             tx.effects.stop_replicas.append((broker_id, stubs))
+
+    def _hosts(self, broker_id: int, topic: str, number: int, topic_id: bytes) -> bool:
+        p = self.metadata.partition(topic, number)
+        return p is not None and p.topic_id == topic_id and broker_id in p.replicas
 
     # ------------------------------------------------------------ start-up
 
@@ -393,6 +406,9 @@ class ControllerStateMachine:
                 change = maybe_preferred_leader(record, live)
                 if change is not None:
                     self._commit_change(tx, record, change)
+            if code == pb.NONE and record is not current:
+                # An adding replica may just have joined: the reassignment completes.
+                self._maybe_complete_reassignment(tx, tp_key=(item.topic, item.partition))
         return response
 
     def report_corrupt_replica(self, tx: Tx, now_ms: int, req: pb.ReportCorruptReplicaRequest
@@ -457,7 +473,106 @@ class ControllerStateMachine:
             if change is not None:
                 self._commit_change(tx, p, change)
                 moved += 1
+            if p.reassigning:
+                # A safety net: an ISR change completes a reassignment at once (above).
+                self._maybe_complete_reassignment(tx, tp_key=(p.topic, p.partition))
         return moved
+
+    # ------------------------------------------------------------ reassignments
+
+    def _commit_reassignment(self, tx: Tx, old: PartitionRecord,
+                             change: Change) -> None:
+        """Commit a reassignment step; the replicas it drops get StopReplica(delete)
+        (a fenced one when it is back: ``pending_stops``)."""
+        self._commit_change(tx, old, change)
+        removed = reassignment.removed_replicas(old, change.record)
+        unfenced = self.metadata.unfenced_broker_ids()
+        for broker_id in removed:
+            if broker_id in unfenced:
+                tx.effects.stop_replicas.append((broker_id, [change.record]))
+            else:
+                tx.append({"type": "pending_stops", "broker_id": broker_id, "partitions": [
+                    [old.topic, old.partition,
+                     topic_id_to_text(old.topic_id) if old.topic_id else ""]]})
+
+    def _maybe_complete_reassignment(self, tx: Tx, tp_key: tuple[str, int]) -> None:
+        p = self.metadata.partition(*tp_key)
+        if p is None:
+            return
+        change = reassignment.maybe_complete(p, self.live_broker_ids())
+        if change is not None:
+            self._commit_reassignment(tx, p, change)
+
+    def alter_partition_reassignments(self, tx: Tx, now_ms: int,
+                                      req: pb.AlterPartitionReassignmentsRequest,
+                                      ) -> pb.AlterPartitionReassignmentsResponse:
+        """Kafka's AlterPartitionReassignments (``reassignment``): per partition, start
+        moving it to the given replicas (checked as a manual assignment: registered
+        brokers, none twice, not empty: INVALID_REPLICA_ASSIGNMENT), or cancel
+        (NO_REASSIGNMENT_IN_PROGRESS when none is ongoing)."""
+        response = pb.AlterPartitionReassignmentsResponse(error_code=pb.NONE)
+        if len(req.partitions) > ITEMS_PER_REQUEST_MAX:
+            response.error_code = pb.INVALID_REQUEST
+            response.error_message = f"more than {ITEMS_PER_REQUEST_MAX} partitions"
+            return response
+        live = self.live_broker_ids()
+        seen: set[tuple[str, int]] = set()
+        for item in req.partitions:
+            result = response.results.add(topic=item.topic, partition=item.partition,
+                                          error_code=pb.NONE)
+            try:
+                key = (item.topic, item.partition)
+                if key in seen:
+                    raise _TopicError(pb.INVALID_REQUEST,
+                                      f"{item.topic}-{item.partition} is named twice")
+                seen.add(key)
+                current = self.metadata.partition(item.topic, item.partition)
+                if current is None:
+                    raise _TopicError(pb.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"{item.topic}-{item.partition} does not exist")
+                if item.cancel:
+                    change: Change | None = reassignment.cancel(current, live)
+                else:
+                    self._check_assignment([list(item.replicas)])
+                    original = [r for r in current.replicas if r not in current.adding]
+                    if req.keep_replication_factor and len(item.replicas) != len(original):
+                        raise _TopicError(
+                            pb.INVALID_REPLICATION_FACTOR,
+                            f"{item.topic}-{item.partition} has {len(original)} replicas; "
+                            f"the target has {len(item.replicas)} and the request does not "
+                            "allow changing the replication factor")
+                    change = reassignment.start(current, item.replicas, live)
+            except TidewaterError as e:
+                result.error_code, result.error_message = e.error_code, str(e)
+                continue
+            if change is not None:
+                self._commit_reassignment(tx, current, change)
+        return response
+
+    def list_partition_reassignments(self, tx: Tx, now_ms: int,
+                                     req: pb.ListPartitionReassignmentsRequest,
+                                     ) -> pb.ListPartitionReassignmentsResponse:
+        """The ongoing reassignments among the named partitions (every partition when
+        ``all_partitions``); a named topic or partition that does not exist makes the
+        answer UNKNOWN_TOPIC_OR_PARTITION, as Kafka's controller."""
+        response = pb.ListPartitionReassignmentsResponse(error_code=pb.NONE)
+        if req.all_partitions:
+            wanted = list(self.metadata.all_partitions())
+        else:
+            wanted = []
+            for item in dict.fromkeys((x.topic, x.partition) for x in req.partitions):
+                p = self.metadata.partition(*item)
+                if p is None:
+                    response.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
+                    response.error_message = f"{item[0]}-{item[1]} does not exist"
+                    return response
+                wanted.append(p)
+        for p in sorted(wanted, key=lambda p: (p.topic, p.partition)):
+            if p.reassigning:
+                response.reassignments.add(topic=p.topic, partition=p.partition,
+                                           replicas=p.replicas, adding_replicas=p.adding,
+                                           removing_replicas=p.removing)
+        return response
 
     # ------------------------------------------------------------ topics
 
@@ -596,7 +711,9 @@ class ControllerStateMachine:
                 if partition_count + t.count - current > PARTITIONS_MAX:
                     raise _TopicError(pb.INVALID_PARTITIONS,
                                       f"the cluster would exceed {PARTITIONS_MAX} partitions")
-                factor = len(info.partitions[0].replicas)
+                first = info.partitions[0]
+                # Mid-reassignment its replicas are the union: the adding ones do not count.
+                factor = len(first.replicas) - len(first.adding)
                 manual = [list(a.broker_ids) for a in t.assignments]
                 if manual and len(manual) != t.count - current:
                     raise _TopicError(pb.INVALID_REPLICA_ASSIGNMENT,

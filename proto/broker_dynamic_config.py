@@ -50,11 +50,12 @@ DYNAMIC_BROKER_CONFIGS = {
 CLUSTER_DEFAULT = ""  # the resource name of the cluster-wide dynamic defaults
 
 # Kafka's other dynamic broker configs (DynamicBrokerConfig's reconfigurables: thread
-# pools, listener security, cleaner, throttles) with their Kafka types. None but
-# transaction.partition.verification.enable has an effect here (Tidewater has no such
-# thread pool, Kerberos, or throttle): they are accepted with their type checked, kept
-# in the metadata log and described with their source, so tools that set them work;
-# the README lists them.
+# pools, listener security, cleaner, throttles) with their Kafka types. None has an
+# effect here (Tidewater has no such thread pool, Kerberos, or leader-side throttle) but
+# transaction.partition.verification.enable and follower.replication.throttled.rate
+# (broker/following/throttle.py reads it): they are accepted with their type checked,
+# kept in the metadata log and described with their source, so tools that set them
+# work; the README lists them.
 STORED_DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "background.threads": "int",
     "num.io.threads": "int",

@@ -329,6 +329,12 @@ class InvalidReplicaAssignmentError(TidewaterError):
     error_code = pb.INVALID_REPLICA_ASSIGNMENT
 
 
+class NoReassignmentInProgressError(TidewaterError):
+    """AlterPartitionReassignments cancel: the partition has no ongoing reassignment."""
+
+    error_code = pb.NO_REASSIGNMENT_IN_PROGRESS
+
+
 class ElectionNotNeededError(TidewaterError):
     """ElectLeaders: the partition already has the leader the election would give it."""
 

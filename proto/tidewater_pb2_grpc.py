@@ -1577,6 +1577,16 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.FromString,
                 _registered_method=True)
+        self.AlterPartitionReassignments = channel.unary_unary(
+                '/tidewater.Controller/AlterPartitionReassignments',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
+        self.ListPartitionReassignments = channel.unary_unary(
+                '/tidewater.Controller/ListPartitionReassignments',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsResponse.FromString,
+                _registered_method=True)
 
 
 class ControllerServicer:
@@ -1713,6 +1723,21 @@ class ControllerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlterPartitionReassignments(self, request, context):
+        """Kafka's KIP-455 AlterPartitionReassignments / ListPartitionReassignments
+        (controller/reassignment.py). Brokers forward them; ALTER (list: DESCRIBE) on the
+        cluster when an authorizer is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPartitionReassignments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControllerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1805,6 +1830,16 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.ElectLeaders,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.SerializeToString,
+            ),
+            'AlterPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterPartitionReassignments,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsResponse.SerializeToString,
+            ),
+            'ListPartitionReassignments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPartitionReassignments,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2299,6 +2334,60 @@ class Controller:
             '/tidewater.Controller/ElectLeaders',
             tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.ElectLeadersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/AlterPartitionReassignments',
+            tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.AlterPartitionReassignmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPartitionReassignments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/ListPartitionReassignments',
+            tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListPartitionReassignmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,10 +44,12 @@ segment.jitter.ms                 long     >= 0                    no effect: no
 preallocate                       boolean  true, false             no effect
 message.timestamp.before.max.ms   long     >= 0                    no effect (no KIP-937 bounds yet)
 message.timestamp.after.max.ms    long     >= 0                    no effect
-leader.replication.throttled      list     *, or PARTITION:BROKER  no effect (no throttles yet)
-.replicas                                  pairs
-follower.replication.throttled    list     as above                no effect
-.replicas
+leader.replication.throttled      list     *, or PARTITION:BROKER  no effect (no leader-side
+.replicas                                  pairs                   throttle)
+follower.replication.throttled    list     as above                the replicas that
+.replicas                                                          follower.replication.throttled
+                                                                   .rate holds (broker/following/
+                                                                   throttle.py)
 remote.storage.enable             boolean  false                   true: INVALID_CONFIG, as Kafka
                                                                    without tiered storage
 local.retention.ms                long     >= -2                   no effect (no tiered storage)
@@ -248,7 +250,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
     TopicConfigDef("leader.replication.throttled.replicas", "list", default="",
                    effect=False, item_pattern=_THROTTLED_REPLICA),
     TopicConfigDef("follower.replication.throttled.replicas", "list", default="",
-                   effect=False, item_pattern=_THROTTLED_REPLICA),
+                   item_pattern=_THROTTLED_REPLICA),
     TopicConfigDef("remote.storage.enable", "boolean", default="false", effect=False,
                    unsupported=("true",)),
     TopicConfigDef("local.retention.ms", "long", -2, default="-2", effect=False),

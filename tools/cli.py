@@ -26,6 +26,7 @@ tune_malloc_for_large_buffers()
 SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.topics",
     "tidewater.tools.commands.configs",
+    "tidewater.tools.commands.reassign",
     "tidewater.tools.commands.records",
     "tidewater.tools.commands.produce",
     "tidewater.tools.commands.consume",

@@ -46,6 +46,7 @@ import grpc
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
+from tidewater.broker.following.throttle import ReplicationQuota
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import Ready
@@ -210,9 +211,17 @@ class LeaderFetcher:
             self._changed.clear()
             now = mono_ms()
             truncating, fetching = self._wanting(now)
+            throttle_s = None
+            if fetching and (delay_ms := self.manager.quota.delay_ms(now)):
+                # Over follower.replication.throttled.rate: the throttled replicas
+                # wait (``throttle``); the others fetch on.
+                fetching = [p for p in fetching if not self.manager.throttled(p.tp)]
+                throttle_s = delay_ms / 1000
             stub = self._connect()
             if not (truncating or fetching) or stub is None:
                 timeout = self._next_retry_s(now)
+                if throttle_s is not None:
+                    timeout = throttle_s if timeout is None else min(timeout, throttle_s)
                 if timeout is None and stub is None:
                     timeout = backoff_s
                 try:
@@ -434,11 +443,14 @@ class LeaderFetcher:
                               sent: _Sent) -> None:
         if error_code != pb.NONE:
             raise StreamBrokenError(f"fetch refused: {code_name(error_code)}", error_code)
+        quota = self.manager.quota
         for p in answers:
             asked = sent.get((p.topic, p.partition))
             if asked is None:
                 continue
             partition, leader_epoch, fetch_offset = asked
+            if quota.rate is not None and p.records and self.manager.throttled(partition.tp):
+                quota.record(len(p.records), mono_ms())
             ready = partition.replica.on_fetch_answer(
                 leader_epoch, fetch_offset, p.error_code, high_watermark=p.high_watermark,
                 leader_log_start_offset=p.log_start_offset, diverging_epoch=p.diverging,
@@ -478,6 +490,10 @@ class FetcherManager:
         self.leader_endpoint = leader_endpoint
         self.fetchers: dict[int, LeaderFetcher] = {}
         self._by_tp: dict[TopicPartition, int] = {}
+        # follower.replication.throttled.rate and which replicas it holds (``throttle``;
+        # the replica manager sets both from the metadata snapshot).
+        self.quota = ReplicationQuota()
+        self.throttled: Callable[[TopicPartition], bool] = lambda tp: False
 
     def follow(self, partition: Partition, leader_id: int, leader_epoch: int) -> None:
         """Fetch ``partition`` from ``leader_id`` (its core decides what and when)."""

@@ -44,6 +44,10 @@ AlterConfigs (33)     0-2   forwarded: topics, dynamic broker configs
 IncrementalAlter-     0-1   forwarded (``config_apis.py``; rules in
 Configs (44)                ``controller/config_changes.py``)
 ElectLeaders (43)     0-2   forwarded: preferred and unclean elections
+AlterPartition-       0-1   forwarded (``reassign_apis.py``; rules in
+Reassignments (45)          ``controller/reassignment.py``)
+ListPartition-        0     forwarded: the ongoing reassignments
+Reassignments (46)
 DescribeTopic-        0     ``topic_apis.py``: paginated by a cursor
 Partitions (75)
 WriteTxnMarkers (27)  0-2   coordinator -> leader: COMMIT/ABORT markers
@@ -83,7 +87,14 @@ from typing import Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka import config_apis, quota_apis, sasl, security_apis, topic_apis
+from tidewater.broker.kafka import (
+    config_apis,
+    quota_apis,
+    reassign_apis,
+    sasl,
+    security_apis,
+    topic_apis,
+)
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
@@ -179,6 +190,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DELETE_RECORDS: DELETE_RECORDS_VERSIONS,
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
     **config_apis.SUPPORTED,
+    **reassign_apis.SUPPORTED,
     **topic_apis.SUPPORTED,
     WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS,
     DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_VERSIONS,
@@ -864,6 +876,7 @@ HANDLERS: dict[int, Handler] = {
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
     **config_apis.HANDLERS,
+    **reassign_apis.HANDLERS,
     **topic_apis.HANDLERS,
     WRITE_TXN_MARKERS: on_write_txn_markers,
     DESCRIBE_PRODUCERS: on_describe_producers,

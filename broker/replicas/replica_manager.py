@@ -38,6 +38,7 @@ from tidewater.broker.controller_link.alter_partition import (
     CorruptReportRpc,
 )
 from tidewater.broker.following.fetcher import FetcherManager
+from tidewater.broker.following.throttle import FOLLOWER_REPLICAS, follower_rate, is_throttled
 from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
 from tidewater.broker.replicas.background import BackgroundWork
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
@@ -127,6 +128,7 @@ class ReplicaManager:
         self.alter_partitions = AlterPartitionSender(
             rpc=alter_partition, carrier=self.carrier, supervisor=self.supervisor,
             **({"report_rpc": report_corrupt_replica} if report_corrupt_replica else {}))
+        self.fetchers.throttled = self._follower_throttled
         self.carrier.follow = self.fetchers.follow
         self.carrier.stop_following = self.fetchers.stop_following
         self.carrier.send_alter_partition = self.alter_partitions.send
@@ -247,7 +249,15 @@ class ReplicaManager:
             self.producer.verification_enabled = dynamic_flag(
                 self.metadata_cache.broker_configs(), self.broker_id, TXN_VERIFICATION,
                 self.config.transaction_partition_verification_enable)
+            self.fetchers.quota.set_rate(follower_rate(self.metadata_cache.broker_configs(),
+                                                       self.config.broker_id))
         return response
+
+    def _follower_throttled(self, tp: TopicPartition) -> bool:
+        """Is this broker's replica of ``tp`` in its topic's
+        follower.replication.throttled.replicas?"""
+        listed = self.metadata_cache.topic_configs(tp.topic).get(FOLLOWER_REPLICAS, "")
+        return bool(listed) and is_throttled(listed, tp.partition, self.config.broker_id)
 
     async def produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         return await self.producer.produce(request)

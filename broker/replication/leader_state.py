@@ -288,8 +288,10 @@ class LeadershipState:
         self.pending_isr = None
 
     def on_leader_and_isr_update(self, isr: Iterable[int], partition_epoch: int,
-                                 now_ms: int) -> bool:
-        """The controller changed the ISR itself (same leader epoch, e.g. a fenced follower).
+                                 now_ms: int, replicas: Iterable[int] | None = None) -> bool:
+        """The controller changed the ISR itself (same leader epoch, e.g. a fenced follower),
+        and maybe the replicas (a reassignment, KIP-455: new replicas are followers that
+        start unknown and out of the ISR; removed ones are forgotten).
 
         Stale updates (partition epoch not newer) are ignored. The controller's
         state supersedes a proposal in flight. True when the HW moved.
@@ -297,7 +299,21 @@ class LeadershipState:
         if partition_epoch <= self.partition_epoch:
             return False
         self.pending_isr = None
+        if replicas is not None:
+            self._set_replicas(tuple(replicas))
         return self._apply_isr(tuple(isr), partition_epoch, now_ms)
+
+    def _set_replicas(self, replicas: tuple[int, ...]) -> None:
+        if replicas == self.replicas:
+            return
+        if self.local_broker_id not in replicas:
+            raise InvariantViolation(f"leader {self.local_broker_id} is not a replica {replicas}")
+        self.replicas = replicas
+        for replica_id in replicas:
+            if replica_id != self.local_broker_id and replica_id not in self.followers:
+                self.followers[replica_id] = FollowerState(replica_id)
+        for replica_id in [r for r in self.followers if r not in replicas]:
+            del self.followers[replica_id]
 
     # ------------------------------------------------------------------ acks=all
 

@@ -335,14 +335,15 @@ class ControlEvents(ReplicaBase):
         self._alter_in_flight = self._alter_waits_for_leader_and_isr = False
 
     def _on_isr_change(self, state: LeaderAndIsrState, now_ms: int, out: ReadyBuilder) -> None:
-        """Same leader epoch, newer partition epoch: the controller changed the ISR."""
+        """Same leader epoch, newer partition epoch: the controller changed the ISR, and
+        maybe the replicas (a reassignment)."""
         leader = self.leader
         self._record(state)
         if leader is None:
             return
         old_isr = leader.isr
-        out.high_watermark_moved = leader.on_leader_and_isr_update(state.isr,
-                                                                   state.partition_epoch, now_ms)
+        out.high_watermark_moved = leader.on_leader_and_isr_update(
+            state.isr, state.partition_epoch, now_ms, replicas=state.replicas)
         if leader.pending_isr is None:
             self._alter_for = None  # the controller's state superseded the proposal
             self._alter_in_flight = self._alter_waits_for_leader_and_isr = False

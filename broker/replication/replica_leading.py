@@ -221,9 +221,11 @@ class LeadingEvents(ReplicaBase):
                 moved = leader.on_alter_partition_committed(state.isr, state.partition_epoch,
                                                             now_ms)
             else:
-                moved = leader.on_leader_and_isr_update(state.isr, state.partition_epoch, now_ms)
+                moved = leader.on_leader_and_isr_update(state.isr, state.partition_epoch, now_ms,
+                                                        replicas=state.replicas)
             self.partition_epoch = leader.partition_epoch
             self.isr = leader.isr
+            self.replicas = leader.replicas
         if error != pb.NONE and leader.pending_isr is proposal:
             leader.on_alter_partition_failed()  # certainly not applied (module docstring)
             # A dropped expansion's joiner no longer holds the HW (the maximal ISR shrank).

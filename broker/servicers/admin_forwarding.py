@@ -1,7 +1,8 @@
 """The broker's ``Controller`` service: forwards admin calls to the controller.
 
 Clients need only a bootstrap broker: CreateTopics, DeleteTopics,
-CreatePartitions, DescribeCluster, AlterConfigs, ElectLeaders and the user and ACL
+CreatePartitions, DescribeCluster, AlterConfigs, ElectLeaders, the partition
+reassignment calls and the user and ACL
 calls (AlterUserScramCredentials, DescribeUserScramCredentials, CreateAcls,
 DescribeAcls, DeleteAcls) go to the controller unchanged and its answer comes back
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
@@ -178,6 +179,22 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
                           ) -> pb.ElectLeadersResponse:
         return await self._forward("ElectLeaders", request, lambda m: pb.ElectLeadersResponse(
             error_code=pb.NOT_CONTROLLER))
+
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context: Context | None,
+                                          ) -> pb.AlterPartitionReassignmentsResponse:
+        return await self._forward(
+            "AlterPartitionReassignments", request,
+            lambda m: pb.AlterPartitionReassignmentsResponse(
+                error_code=pb.NOT_CONTROLLER, error_message=m))
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context: Context | None,
+                                         ) -> pb.ListPartitionReassignmentsResponse:
+        return await self._forward(
+            "ListPartitionReassignments", request,
+            lambda m: pb.ListPartitionReassignmentsResponse(
+                error_code=pb.NOT_CONTROLLER, error_message=m))
 
     async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Context | None
                                  ) -> pb.AllocateProducerIdsResponse:

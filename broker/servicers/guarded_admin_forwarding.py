@@ -9,7 +9,8 @@ the topic, DeleteTopics DELETE on the topic, CreatePartitions ALTER on the topic
 DescribeCluster DESCRIBE on the cluster; AlterUserScramCredentials, CreateAcls and
 DeleteAcls ALTER on the cluster, DescribeUserScramCredentials and DescribeAcls
 DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded);
-AlterConfigs ALTER_CONFIGS on each topic (brokers: the cluster), ElectLeaders ALTER on
+AlterConfigs ALTER_CONFIGS on each topic (brokers: the cluster), AlterPartitionReassignments
+ALTER and ListPartitionReassignments DESCRIBE on the cluster, ElectLeaders ALTER on
 the cluster. The
 broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
 """
@@ -69,6 +70,14 @@ class ControllerCalls(Protocol):
 
     async def ElectLeaders(self, request: pb.ElectLeadersRequest, context: Context
                            ) -> pb.ElectLeadersResponse: ...
+
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context: Context,
+                                          ) -> pb.AlterPartitionReassignmentsResponse: ...
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context: Context,
+                                         ) -> pb.ListPartitionReassignmentsResponse: ...
 
     async def AlterUserScramCredentials(self, request: pb.AlterUserScramCredentialsRequest,
                                         context: Context
@@ -216,6 +225,24 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
         if not await self._cluster(context, ALTER):
             return pb.ElectLeadersResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
         return await self._inner.ElectLeaders(request, context)
+
+    async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
+                                          context: Context,
+                                          ) -> pb.AlterPartitionReassignmentsResponse:
+        if not await self._cluster(context, ALTER):
+            return pb.AlterPartitionReassignmentsResponse(
+                error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=_CLUSTER_DENIED.format(op="ALTER"))
+        return await self._inner.AlterPartitionReassignments(request, context)
+
+    async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
+                                         context: Context,
+                                         ) -> pb.ListPartitionReassignmentsResponse:
+        if not await self._cluster(context, DESCRIBE):
+            return pb.ListPartitionReassignmentsResponse(
+                error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
+                error_message=_CLUSTER_DENIED.format(op="DESCRIBE"))
+        return await self._inner.ListPartitionReassignments(request, context)
 
     # ------------------------------------------------------------ users and ACLs
 

@@ -1,5 +1,5 @@
 """Authorization of DeleteRecords, DescribeLogDirs, OffsetDelete, (Incremental)AlterConfigs,
-ElectLeaders and the client quota APIs on the Kafka listener
+ElectLeaders, the partition reassignment APIs and the client quota APIs on the Kafka listener
 (Kafka's rules, README's ACL table), with fakes: a refused request reaches nothing.
 Real clients: tests/cli/test_kafka_delete_records.py, test_kafka_log_dirs.py,
 test_kafka_offset_delete.py."""
@@ -20,6 +20,10 @@ from tidewater.broker.kafka.config_apis import (
 from tidewater.broker.kafka.group_apis import on_offset_delete
 from tidewater.broker.kafka.log_apis import on_delete_records, on_describe_log_dirs
 from tidewater.broker.kafka.quota_apis import on_alter_client_quotas, on_describe_client_quotas
+from tidewater.broker.kafka.reassign_apis import (
+    on_alter_partition_reassignments,
+    on_list_partition_reassignments,
+)
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
@@ -182,3 +186,17 @@ async def test_client_quota_apis_need_alter_configs_and_describe_configs_on_the_
         services((ALTER_CONFIGS, CLUSTER, CLUSTER_NAME)), HEAD,
         SimpleNamespace(strict=False, components=[])))
     assert (answer["error_code"], answer["entries"]) == (pb.CLUSTER_AUTHORIZATION_FAILED, None)
+
+
+async def test_partition_reassignments_need_alter_and_describe_on_the_cluster():
+    """Kafka's rules: AlterPartitionReassignments ALTER on the cluster, the list DESCRIBE;
+    refused at the top level, and nothing reaches the controller."""
+    alter = SimpleNamespace(timeout=1000, topics=[SimpleNamespace(
+        name="t", partitions=[SimpleNamespace(partition_index=0, replicas=(1, 2))])])
+    answer = await (await on_alter_partition_reassignments(
+        services((DESCRIBE, CLUSTER, CLUSTER_NAME), (ALTER, TOPIC, "t")), HEAD, alter))
+    assert (answer["error_code"], answer["responses"]) == (pb.CLUSTER_AUTHORIZATION_FAILED, [])
+    listed = await (await on_list_partition_reassignments(
+        services((ALTER, CLUSTER, CLUSTER_NAME)), HEAD, SimpleNamespace(timeout=1000,
+                                                                         topics=None)))
+    assert (listed["error_code"], listed["topics"]) == (pb.CLUSTER_AUTHORIZATION_FAILED, [])

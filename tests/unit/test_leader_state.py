@@ -209,6 +209,26 @@ def test_leader_and_isr_update_removes_fenced_follower():
     assert s.isr == (1, 2) and s.partition_epoch == 4 and s.high_watermark == 10
 
 
+def test_leader_and_isr_update_with_new_replicas_follows_a_reassignment():
+    """KIP-455 in one leader epoch: an added replica is a follower that must catch up
+    before the leader proposes it; a removed one is forgotten."""
+    s = leader(leo=10, partition_epoch=3)
+    with pytest.raises(NotLeaderOrFollowerError):
+        s.on_follower_fetch(4, 0, T0 + 1)
+    s.on_leader_and_isr_update((1, 2, 3), 4, T0 + 2, replicas=(2, 3, 4, 1))
+    assert s.replicas == (2, 3, 4, 1) and s.isr == (1, 2, 3)
+    assert s.on_follower_fetch(4, 0, T0 + 3).propose_isr is None  # behind
+    s.on_follower_fetch(2, 10, T0 + 4)
+    s.on_follower_fetch(3, 10, T0 + 4)
+    assert s.on_follower_fetch(4, 10, T0 + 5).propose_isr == (1, 2, 3, 4)
+    s.on_leader_and_isr_update((1, 2, 4), 5, T0 + 6, replicas=(1, 2, 4))
+    assert set(s.followers) == {2, 4} and s.isr == (1, 2, 4)
+    with pytest.raises(NotLeaderOrFollowerError):
+        s.on_follower_fetch(3, 10, T0 + 7)
+    with pytest.raises(InvariantViolation):
+        s.on_leader_and_isr_update((2, 4), 6, T0 + 8, replicas=(2, 4))
+
+
 def test_leader_and_isr_update_supersedes_pending_change():
     s = leader(leo=10, partition_epoch=3)
     assert s.maybe_shrink_isr(T0 + LAG_MS + 1) == (1,)
