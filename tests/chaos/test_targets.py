@@ -115,3 +115,32 @@ def test_missing_project_and_failing_commands_are_typed_errors(fake):
         c.kill("broker-7")
     with pytest.raises(ChaosTargetError, match="command not found"):
         ComposeCluster("p", docker="/nonexistent/docker")
+
+
+@pytest.mark.timeout(60)
+def test_tls_clients_find_the_hosts_folder_through_the_ca_file_mount(tmp_path, monkeypatch):
+    """compose-tls.yml mounts only /tls/ca.pem and the container's own files: the client's
+    files are found beside the CA certificate's source on the host; every /metrics is HTTPS."""
+    containers = [container(s, i) for i, s in enumerate(["controller", "broker-1"])]
+    for c in containers:
+        name = c["Config"]["Labels"]["com.docker.compose.service"]
+        c["Config"]["Env"] = ["TIDE_TLS_CA=/tls/ca.pem", f"TIDE_TLS_CERT=/tls/{name}.pem"]
+        c["Mounts"] += [{"Type": "bind", "Source": f"/host/tls/{f}", "Destination": f"/tls/{f}"}
+                        for f in ("ca.pem", f"{name}.pem", f"{name}.key")]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"containers": containers}))
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    c = ComposeCluster("p", docker=str(docker))
+    assert c.client_security() == {"security_protocol": "SSL", "ssl_cafile": "/host/tls/ca.pem",
+                                   "ssl_certfile": "/host/tls/client.pem",
+                                   "ssl_keyfile": "/host/tls/client.key"}
+    assert [t.url for t in c.metrics_targets()] == ["https://127.0.0.1:9200/metrics",
+                                                    "https://127.0.0.1:9201/metrics"]
+    for c_info in containers:
+        c_info["Mounts"] = [m for m in c_info["Mounts"] if m["Destination"] != "/tls/ca.pem"]
+    state.write_text(json.dumps({"containers": containers}))
+    with pytest.raises(ChaosTargetError, match="mount no /tls/ca.pem"):
+        ComposeCluster("p", docker=str(docker)).client_security()
