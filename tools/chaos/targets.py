@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tidewater.client.security import SecurityOptions
+from tidewater.client.security import SecurityConfigError, SecurityOptions, parse_properties
 from tidewater.tools.scrape import ScrapeTarget, target_for
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ EXTERNAL_PORT = "19092/tcp"
 KAFKA_EXTERNAL_PORT = "29092/tcp"
 KAFKA_ADVERTISE_FLAG = "--kafka-advertise"
 METRICS_PORT = "9100/tcp"
+SASL_ADMIN_MOUNT = "/sasl/admin.properties"  # deploy/compose-sasl.yml, the controller's
 TLS_MOUNT = "/tls"  # where deploy/compose-tls.yml mounts each container's TLS files
 DATA_MOUNT = "/data"
 START_CHECK_TIMEOUT_S = 30
@@ -185,9 +186,27 @@ class ComposeCluster:
                 tls_dir = Path(source)
         if tls_dir is None:
             raise ChaosTargetError(f"the brokers run with TLS but mount no {TLS_MOUNT}/ca.pem")
-        return {"security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
-                "ssl_certfile": str(tls_dir / "client.pem"),
-                "ssl_keyfile": str(tls_dir / "client.key")}
+        security: SecurityOptions = {
+            "security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
+            "ssl_certfile": str(tls_dir / "client.pem"), "ssl_keyfile": str(tls_dir / "client.key")}
+        admin = self._sasl_admin_properties()
+        if admin is not None:  # deploy/compose-sasl.yml: as its super user, over SASL_SSL
+            try:
+                properties = parse_properties(admin.read_text())
+            except (OSError, SecurityConfigError) as e:
+                raise ChaosTargetError(f"cannot read the SASL admin's {admin}: {e}") from None
+            security["security_protocol"] = "SASL_SSL"
+            security["sasl_mechanism"] = properties.get("sasl.mechanism")
+            security["sasl_plain_username"] = properties.get("sasl.username")
+            security["sasl_plain_password"] = properties.get("sasl.password")
+        return security
+
+    def _sasl_admin_properties(self) -> Path | None:
+        """The host's admin.properties the controller mounts at /sasl (compose-sasl.yml)."""
+        for mount in self.inspect("controller").get("Mounts") or []:
+            if mount.get("Destination") == SASL_ADMIN_MOUNT and mount.get("Source"):
+                return Path(mount["Source"])
+        return None
 
     def _flag(self, node: str, flag: str) -> str:
         command: list[str] = self.inspect(node)["Config"].get("Cmd") or []
