@@ -26,6 +26,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient as KafkaAdminClient
 
 from tidewater.tools.chaos.targets import ComposeCluster
 
@@ -191,11 +192,11 @@ def test_kafka_listeners_are_sasl_ssl_with_acls(compose_sasl_cluster):
     assert sorted(v for v in got if v.startswith("sasl-")) == sent
 
     # The client certificate alone (SSL, no SASL user) gets no metadata.
-    admin = confluent_kafka.admin.AdminClient(kafka(c, None))
+    admin = KafkaAdminClient(kafka(c, None))
     with pytest.raises(confluent_kafka.KafkaException):
         admin.list_topics(timeout=10)
     # The console's user may describe, not write.
-    described = confluent_kafka.admin.AdminClient(kafka(c, "console")).list_topics(timeout=30)
+    described = KafkaAdminClient(kafka(c, "console")).list_topics(timeout=30)
     assert "demo" in described.topics and len(described.brokers) == 3
     refused = produce(kafka(c, "console"), ["nope"])
     assert len(refused) == 1 and refused[0] is not None
