@@ -34,6 +34,9 @@ class ControllerConfig:
     listen: str = "127.0.0.1:9090"
     data_dir: Path = Path("controller-data")
     metrics_port: int = 0  # 0: no metrics endpoint
+    # Where /metrics listens (metrics.bind.address): loopback unless told otherwise, as the
+    # brokers'; HTTPS with the controller's certificate when it has TLS.
+    metrics_bind_address: str = "127.0.0.1"
     node_id: int = 3000  # the controller's id in requests to brokers (Kafka KRaft style)
     broker_session_timeout_ms: int = 3000
     unclean_leader_election_enable: bool = False
@@ -69,6 +72,7 @@ class ControllerConfig:
     # Kafka name -> (attribute, parser)
     SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
         "node.id": ("node_id", int),
+        "metrics.bind.address": ("metrics_bind_address", str),
         "broker.session.timeout.ms": ("broker_session_timeout_ms", int),
         "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
         "default.replication.factor": ("default_replication_factor", int),
@@ -117,6 +121,8 @@ class ControllerConfig:
         for f in fields(self):
             if f.name in positive and getattr(self, f.name) <= 0:
                 raise InvalidConfigError(f"{names.get(f.name, f.name)} must be > 0")
+        if not self.metrics_bind_address:
+            raise InvalidConfigError("metrics.bind.address is empty (0.0.0.0 for every address)")
         if self.sender_debounce_ms < 0:
             raise InvalidConfigError("controller.sender.debounce.ms must be >= 0")
         if self.quorum_voters:

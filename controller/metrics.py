@@ -91,6 +91,9 @@ class ControllerMetrics:
         finally:
             self.request_latency.labels(rpc).observe(time.perf_counter() - start)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-        """Expose /metrics on ``addr:port``; returns (server, thread)."""
-        return start_http_server(port, addr=addr, registry=self.registry)
+    def serve(self, port: int, addr: str = "127.0.0.1", *, certfile: str | None = None,
+              keyfile: str | None = None) -> tuple[WSGIServer, threading.Thread]:
+        """Expose /metrics on ``addr:port``; HTTPS with ``certfile``/``keyfile`` (the
+        controller's own certificate when it has TLS). Returns (server, thread)."""
+        return start_http_server(port, addr=addr, registry=self.registry, certfile=certfile,
+                                 keyfile=keyfile)

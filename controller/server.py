@@ -219,7 +219,13 @@ class ControllerServer:
         if self.port == 0:
             raise OSError(f"cannot listen on {self.config.listen}")
         if self.config.metrics_port:
-            self._metrics_http = self.metrics.serve(self.config.metrics_port, host)
+            # On metrics.bind.address (127.0.0.1 unless told otherwise), not the gRPC
+            # host; with TLS, HTTPS with the controller's certificate, as every port.
+            files = self.config.tls
+            self._metrics_http = self.metrics.serve(
+                self.config.metrics_port, self.config.metrics_bind_address,
+                certfile=str(files.cert) if files and files.cert else None,
+                keyfile=str(files.key) if files and files.key else None)
 
         if isinstance(self.owner, MetadataOwner):
             assert self.metadata_log is not None  # opened with the owner

@@ -2,8 +2,10 @@
 #
 #   make image        wheelhouse on the host, then docker build (cached layers)
 #   make up           image if needed, start the compose cluster, create `demo`
-#                     (TLS=1: certificates in data/tls, TLS on every port, see
-#                     deploy/compose-tls.yml)
+#                     (TLS=1: certificates made in ./tls on the host, each container
+#                     mounting only the CA certificate and its own; TLS on every port,
+#                     see deploy/compose-tls.yml. TLS=1 SASL=1: also SASL_SSL Kafka
+#                     listeners and ACLs, users in ./tls/sasl, deploy/compose-sasl.yml)
 #   make down         stop and remove containers (./data kept)
 #   make clean        down, remove volumes, wipe ./data and the wheelhouse
 #   make chaos        a seeded chaos run against the compose cluster
@@ -24,12 +26,18 @@ DEBOOTSTRAP_IMAGE := tidewater-base:bookworm
 COMPOSE ?= docker-compose
 COMPOSE_PROJECT ?= tidewater
 COMPOSE_FILE_PATH := $(CURDIR)/docker-compose.yml
-# TLS=1: the TLS override on top (each process's TLS files from data/tls, mounted at /tls).
+# TLS=1: the TLS override on top (each process's own files from ./tls, mounted at /tls).
+# Not under ./data: the spark profile mounts ./data whole, and no container may see
+# ca.key. SASL=1 (with TLS=1): the SASL and ACL override too (users in ./tls/sasl).
 TLS ?=
-TLS_DIR ?= $(CURDIR)/data/tls
-COMPOSE_FILES := -f $(COMPOSE_FILE_PATH)$(if $(filter 1 yes true,$(TLS)), -f $(CURDIR)/deploy/compose-tls.yml)
+SASL ?=
+TLS_DIR ?= $(CURDIR)/tls
+SASL_DIR ?= $(TLS_DIR)/sasl
+TLS_ON := $(filter 1 yes true,$(TLS))
+SASL_ON := $(filter 1 yes true,$(SASL))
+COMPOSE_FILES := -f $(COMPOSE_FILE_PATH)$(if $(TLS_ON), -f $(CURDIR)/deploy/compose-tls.yml)$(if $(SASL_ON), -f $(CURDIR)/deploy/compose-sasl.yml)
 # The compose file reads the image name from TIDE_IMAGE.
-COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) TIDE_TLS_DIR=$(TLS_DIR) $(COMPOSE) -p $(COMPOSE_PROJECT) $(COMPOSE_FILES)
+COMPOSE_CMD = TIDE_IMAGE=$(IMAGE) TIDE_TLS_DIR=$(TLS_DIR) TIDE_SASL_DIR=$(SASL_DIR) $(COMPOSE) -p $(COMPOSE_PROJECT) $(COMPOSE_FILES)
 TOPIC ?= demo
 CHAOS_DURATION_S ?= 120
 CHAOS_SEED ?= 1
@@ -116,8 +124,16 @@ image: wheelhouse
 
 up: image
 	mkdir -p data/controller data/broker-1 data/broker-2 data/broker-3
-ifneq ($(filter 1 yes true,$(TLS)),)
+ifneq ($(SASL_ON),)
+ifeq ($(TLS_ON),)
+	$(error SASL=1 needs TLS=1: the SASL passwords travel over TLS only)
+endif
+endif
+ifneq ($(TLS_ON),)
 	$(PY) -m tidewater.tools certs cluster --dir $(TLS_DIR) --brokers 3 --names-as-hosts >/dev/null
+endif
+ifneq ($(SASL_ON),)
+	$(PY) deploy/sasl_users.py --dir $(TLS_DIR) >/dev/null
 endif
 	$(COMPOSE_CMD) up -d
 	$(PY) deploy/up.py --compose-project $(COMPOSE_PROJECT) --compose-file $(COMPOSE_FILE_PATH) --topic $(TOPIC)
@@ -127,7 +143,7 @@ down:
 
 clean:
 	-$(COMPOSE_CMD) down -v --remove-orphans
-	rm -rf data $(WHEELHOUSE) build/chaos build/lib build/bdist.* || docker run --rm -v $(CURDIR):/w $(IMAGE) rm -rf /w/data
+	rm -rf data $(TLS_DIR) $(WHEELHOUSE) build/chaos build/lib build/bdist.* || docker run --rm -v $(CURDIR):/w $(IMAGE) rm -rf /w/data
 
 # The chaos run ends with the Spark audit of what it collected; either failing fails.
 chaos: venv

@@ -5,7 +5,9 @@ Run with the host venv after `docker-compose up -d`:
 
 Waits until every container's health check passes and every broker is
 registered and unfenced, creates the topic (an existing one is fine) and waits
-until each of its partitions has a leader and a full ISR. Prints the addresses
+until each of its partitions has a leader and a full ISR. With SASL and ACLs
+(deploy/compose-sasl.yml) it connects as the admin super user and grants the web
+console's user DESCRIBE on the cluster, every topic and every group, nothing more. Prints the addresses
 to use from the host (gRPC, Kafka, metrics) and the Kafka bootstrap inside the
 compose network. Exit 1 with a one-line reason on failure.
 """
@@ -21,11 +23,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, when not installed
 
 from tidewater.client.admin import AdminClient, NewTopic
+from tidewater.proto import acls as a
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster
 
 READY_TIMEOUT_S = 180
+CONSOLE_PRINCIPAL = "User:console"  # deploy/sasl_users.py's console user
+# What the read-only web console needs: DESCRIBE on the cluster, every topic, every group.
+CONSOLE_ACLS = [a.Acl(resource, name, a.LITERAL, CONSOLE_PRINCIPAL, a.ANY_HOST, a.DESCRIBE,
+                      a.ALLOW)
+                for resource, name in ((a.CLUSTER, a.CLUSTER_NAME), (a.TOPIC, a.WILDCARD),
+                                       (a.GROUP, a.WILDCARD))]
 
 
 def wait_for_brokers(admin: AdminClient, broker_ids: list[int], deadline: float) -> None:
@@ -106,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.topic:
                 ensure_topic(admin, args.topic, args.partitions, args.replication_factor,
                              args.min_insync_replicas, deadline)
+            if security.get("security_protocol") == "SASL_SSL":
+                admin.create_acls(CONSOLE_ACLS)  # the same bindings again: no change
         metrics = ", ".join(f"{t.source} {t.url}" for t in cluster.metrics_targets())
         kafka_host, kafka_network = cluster.kafka_bootstrap(), cluster.kafka_network_bootstrap()
         console = console_url(cluster)
@@ -121,10 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"metrics: {metrics}")
     print(f"web console: {console}" if console else
           "web console: not serving (see `docker-compose logs console`)")
-    if security:
-        tls_dir = Path(security["ssl_cafile"] or "").parent
+    if security.get("security_protocol") == "SASL_SSL":
+        tls_dir = Path(security.get("ssl_cafile") or "").parent
+        print(f"TLS on every port, SASL_SSL Kafka listeners and ACLs: export "
+              f"TIDE_COMMAND_CONFIG={tls_dir / 'sasl' / 'admin.properties'}  (the super user; "
+              f"kcat -X security.protocol=SASL_SSL -X sasl.mechanism="
+              f"{security.get('sasl_mechanism')} -X sasl.username=admin ...)")
+    elif security:
+        tls_dir = Path(security.get("ssl_cafile") or "").parent
         print(f"TLS on every port: export TIDE_COMMAND_CONFIG={tls_dir / 'client.properties'}  "
-              f"(kcat -X security.protocol=SSL -X ssl.ca.location={security['ssl_cafile']} ...)")
+              f"(kcat -X security.protocol=SSL -X ssl.ca.location={security.get('ssl_cafile')} "
+              "...)")
     return 0
 
 

@@ -35,6 +35,12 @@ ROLES = ("broker", "controller", "client")
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 CA_DAYS = 3650
 LEAF_DAYS = 825  # the longest validity TLS clients still accept for a server certificate
+# Extended key usages by role: members serve and connect, clients only connect.
+EKUS: dict[str, tuple[x509.ObjectIdentifier, ...]] = {
+    "broker": (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+    "controller": (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH),
+    "client": (ExtendedKeyUsageOID.CLIENT_AUTH,),
+}
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca.key"
 # Certificates are backdated this much: a machine whose clock is a little behind the
@@ -99,8 +105,10 @@ def issue(ca: Issued, *, name: str, role: str, hosts: tuple[str, ...] = DEFAULT_
           now: datetime.datetime, days: int = LEAF_DAYS) -> Issued:
     """A certificate ``CN=<name>, OU=<role>`` for ``hosts``, signed by ``ca``.
 
-    Usable both as a TLS server and a TLS client certificate: cluster members
-    serve with the certificate they present on their own channels."""
+    Extended key usage by role (``EKUS``): a cluster member's (broker, controller)
+    serves TLS and is also presented on its own channels (serverAuth and clientAuth);
+    a client's is clientAuth only, so a TLS client (gRPC, OpenSSL, librdkafka) refuses
+    a server presenting it: a leaked client key cannot impersonate a member."""
     if role not in ROLES:
         raise CertError(f"bad role {role!r}: expected one of {', '.join(ROLES)}")
     if not name or any(c in name for c in ",=/\\") or name != name.strip():
@@ -123,9 +131,7 @@ def issue(ca: Issued, *, name: str, role: str, hosts: tuple[str, ...] = DEFAULT_
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName([_san(h) for h in dict.fromkeys(hosts)]),
                            critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage(list(EKUS[role])), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
                 ca_cert.public_key()), critical=False)  # type: ignore[arg-type]
             .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]

@@ -115,3 +115,70 @@ def test_missing_project_and_failing_commands_are_typed_errors(fake):
         c.kill("broker-7")
     with pytest.raises(ChaosTargetError, match="command not found"):
         ComposeCluster("p", docker="/nonexistent/docker")
+
+
+@pytest.mark.timeout(60)
+def test_tls_clients_find_the_hosts_folder_through_the_ca_file_mount(tmp_path, monkeypatch):
+    """compose-tls.yml mounts only /tls/ca.pem and the container's own files: the client's
+    files are found beside the CA certificate's source on the host; every /metrics is HTTPS."""
+    containers = [container(s, i) for i, s in enumerate(["controller", "broker-1"])]
+    for c in containers:
+        name = c["Config"]["Labels"]["com.docker.compose.service"]
+        c["Config"]["Env"] = ["TIDE_TLS_CA=/tls/ca.pem", f"TIDE_TLS_CERT=/tls/{name}.pem"]
+        c["Mounts"] += [{"Type": "bind", "Source": f"/host/tls/{f}", "Destination": f"/tls/{f}"}
+                        for f in ("ca.pem", f"{name}.pem", f"{name}.key")]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"containers": containers}))
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    c = ComposeCluster("p", docker=str(docker))
+    assert c.client_security() == {"security_protocol": "SSL", "ssl_cafile": "/host/tls/ca.pem",
+                                   "ssl_certfile": "/host/tls/client.pem",
+                                   "ssl_keyfile": "/host/tls/client.key"}
+    assert [t.url for t in c.metrics_targets()] == ["https://127.0.0.1:9200/metrics",
+                                                    "https://127.0.0.1:9201/metrics"]
+    for c_info in containers:
+        c_info["Mounts"] = [m for m in c_info["Mounts"] if m["Destination"] != "/tls/ca.pem"]
+    state.write_text(json.dumps({"containers": containers}))
+    with pytest.raises(ChaosTargetError, match="mount no /tls/ca.pem"):
+        ComposeCluster("p", docker=str(docker)).client_security()
+
+
+@pytest.mark.timeout(60)
+def test_a_sasl_cluster_is_reached_as_the_admin_the_controller_mounts(tmp_path, monkeypatch):
+    """compose-sasl.yml: the controller mounts the admin's properties at
+    /sasl/admin.properties; the chaos clients use that user over SASL_SSL (librdkafka's
+    names for the transactional workload too)."""
+    from tidewater.tools.chaos.txn_workload import kafka_config
+
+    admin = tmp_path / "admin.properties"
+    admin.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.username=admin\nsasl.password=s3cret\n")
+    containers = [container(s, i) for i, s in enumerate(["controller", "broker-1"])]
+    for c in containers:
+        c["Config"]["Env"] = ["TIDE_TLS_CA=/tls/ca.pem"]
+        c["Mounts"].append({"Type": "bind", "Source": "/host/tls/ca.pem",
+                            "Destination": "/tls/ca.pem"})
+    containers[0]["Mounts"].append({"Type": "bind", "Source": str(admin),
+                                    "Destination": "/sasl/admin.properties"})
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"containers": containers}))
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    security = ComposeCluster("p", docker=str(docker)).client_security()
+    assert security["security_protocol"] == "SASL_SSL"
+    assert (security["sasl_mechanism"], security["sasl_plain_username"],
+            security["sasl_plain_password"]) == ("SCRAM-SHA-512", "admin", "s3cret")
+    assert security["ssl_cafile"] == "/host/tls/ca.pem"
+    assert kafka_config(security) == {
+        "security.protocol": "SASL_SSL", "ssl.ca.location": "/host/tls/ca.pem",
+        "ssl.certificate.location": "/host/tls/client.pem",
+        "ssl.key.location": "/host/tls/client.key", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "admin", "sasl.password": "s3cret"}
+    admin.write_text("security.protocol SASL_SSL\n")  # not key=value: a typed error
+    with pytest.raises(ChaosTargetError, match="cannot read the SASL admin"):
+        ComposeCluster("p", docker=str(docker)).client_security()

@@ -1,7 +1,6 @@
 """Issue 29 item 9, the TLS half: with TLS on (`tide cluster up --tls`), a broker's
 /metrics is HTTPS with its own certificate, as its other ports are; plain HTTP gets no
-metrics. The cluster's tools scrape it over HTTPS against the cluster's CA (the
-controller's /metrics stays HTTP: it is the controller's)."""
+metrics. The cluster's tools scrape it over HTTPS against the cluster's CA; the controller's /metrics is HTTPS with its certificate too."""
 
 from __future__ import annotations
 
@@ -36,7 +35,7 @@ def test_broker_metrics_are_https_with_tls(tmp_path):
                                    context=ssl.create_default_context())
         targets = {t.source: t for t in LocalChaosCluster(c.data_dir).metrics_targets()}
         assert targets["broker-1"].url.startswith("https://") and targets["broker-1"].cafile
-        assert targets["controller"].url.startswith("http://")
+        assert targets["controller"].url.startswith("https://") and targets["controller"].cafile
         for target in targets.values():
             assert "# HELP" in fetch_metrics(target.url, 10, target.cafile)
     finally:

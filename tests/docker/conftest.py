@@ -27,6 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 COMPOSE_TLS_FILE = ROOT / "deploy" / "compose-tls.yml"
+COMPOSE_SASL_FILE = ROOT / "deploy" / "compose-sasl.yml"
 IMAGE = os.environ.get("TIDE_IMAGE") or "tidewater:latest"
 IMAGE_BUILD_TIMEOUT_S = 900
 UP_TIMEOUT_S = 240
@@ -87,7 +88,10 @@ class ComposeTestCluster:
 
     @property
     def command_config(self) -> str | None:
-        """client.properties of a TLS cluster (None: plaintext)."""
+        """sasl/admin.properties of a SASL cluster, client.properties of a TLS one (None:
+        plaintext)."""
+        if self.env.get("TIDE_SASL_DIR"):
+            return str(Path(self.env["TIDE_SASL_DIR"]) / "admin.properties")
         tls_dir = self.env.get("TIDE_TLS_DIR")
         return str(Path(tls_dir) / "client.properties") if tls_dir else None
 
@@ -157,7 +161,14 @@ def compose_tls_cluster(image, tmp_path_factory):
     yield from _compose_cluster(tmp_path_factory, tls=True)
 
 
-def _compose_cluster(tmp_path_factory, *, tls: bool):
+@pytest.fixture(scope="module")
+def compose_sasl_cluster(image, tmp_path_factory):
+    """The cluster as `make up TLS=1 SASL=1` runs it: compose-tls.yml and compose-sasl.yml
+    on top, the users from deploy/sasl_users.py beside the certificates."""
+    yield from _compose_cluster(tmp_path_factory, tls=True, sasl=True)
+
+
+def _compose_cluster(tmp_path_factory, *, tls: bool, sasl: bool = False):
     project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
     data_dir = tmp_path_factory.mktemp("compose-data")
     for service in ("controller", "broker-1", "broker-2", "broker-3"):
@@ -179,6 +190,10 @@ def _compose_cluster(tmp_path_factory, *, tls: bool):
              "--brokers", "3", "--names-as-hosts"])
         env["TIDE_TLS_DIR"] = str(tls_dir)
         compose_files.append(COMPOSE_TLS_FILE)
+    if sasl:
+        run([sys.executable, str(ROOT / "deploy" / "sasl_users.py"), "--dir", str(tls_dir)])
+        env["TIDE_SASL_DIR"] = str(tls_dir / "sasl")
+        compose_files.append(COMPOSE_SASL_FILE)
     cluster = ComposeTestCluster(project, env, data_dir, broker_ports, kafka_ports, metrics_ports,
                                  compose_files=compose_files)
     try:

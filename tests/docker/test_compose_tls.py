@@ -126,7 +126,8 @@ def test_tide_kcat_and_kafka_python_over_tls(compose_tls_cluster):
     # Inside the network, by the brokers' compose names (their certificates name them).
     target = ComposeCluster(c.project)
     cmd = ["docker", "run", "--rm", "--network", target.network,
-           "-v", f"{tls_files(c)['dir']}:/tls:ro", c.image, "python", "-c",
+           *[arg for f in ("ca.pem", "client.pem", "client.key")  # a client's files only
+             for arg in ("-v", f"{tls_files(c)['dir']}/{f}:/tls/{f}:ro")], c.image, "python", "-c",
            SSL_ROUND_TRIP_IN_NETWORK, target.kafka_network_bootstrap(), "demo", "200"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S * 3)
     assert r.returncode == 0, r.stderr[-3000:]

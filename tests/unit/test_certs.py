@@ -124,3 +124,24 @@ def test_cli_cluster_makes_every_member_and_keeps_what_is_there(tmp_path):
     ca_before = (tmp_path / "ca.pem").read_bytes()
     again = subprocess.run(run, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and (tmp_path / "ca.pem").read_bytes() == ca_before
+
+
+@pytest.mark.timeout(30)
+def test_members_serve_and_connect_but_a_client_certificate_only_connects(tmp_path):
+    from cryptography.x509.oid import ExtendedKeyUsageOID as Eku
+
+    def usages(name: str) -> set[x509.ObjectIdentifier]:
+        cert = x509.load_pem_x509_certificate((tmp_path / f"{name}.pem").read_bytes())
+        return set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+    def dns_names(name: str) -> list[str]:
+        cert = x509.load_pem_x509_certificate((tmp_path / f"{name}.pem").read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return san.get_values_for_type(x509.DNSName)
+
+    certs.make_cluster_dir(tmp_path, [1, 2], names_as_hosts=True, now=NOW)
+    assert usages("client") == {Eku.CLIENT_AUTH}
+    for member in ("controller", "broker-1", "broker-2"):
+        assert usages(member) == {Eku.SERVER_AUTH, Eku.CLIENT_AUTH}, member
+        assert member in dns_names(member)  # serves as its own (compose) name
+    assert "client" not in dns_names("client")

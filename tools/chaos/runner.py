@@ -134,6 +134,9 @@ class FaultLog:
         self._file.close()
 
 
+FIRST_CALL_RETRY_S = 60.0
+
+
 class ChaosRun:
     def __init__(self, cluster: ChaosCluster, options: ChaosOptions) -> None:
         self.cluster = cluster
@@ -155,8 +158,19 @@ class ChaosRun:
         configs = {"min.insync.replicas": str(o.min_insync_replicas)}
         if o.compacted_keys:
             configs.update(COMPACTED_TOPIC_CONFIGS)
-        errors = admin.create_topics([NewTopic(o.topic, o.partitions, o.replication_factor,
-                                               configs)])
+        # A cluster that just turned healthy on a loaded host may miss the first calls'
+        # deadline (a TLS handshake not done in time): retry for a while, not for ever.
+        deadline = time.monotonic() + FIRST_CALL_RETRY_S
+        while True:
+            try:
+                errors = admin.create_topics([NewTopic(o.topic, o.partitions,
+                                                       o.replication_factor, configs)])
+                break
+            except TidewaterError as e:
+                if time.monotonic() >= deadline:
+                    raise
+                self.say(f"create topic {o.topic}: {' '.join(str(e).split())}; retrying")
+                time.sleep(2)
         error = errors.get(o.topic)
         if error is not None and getattr(error, "error_code", None) != pb.TOPIC_ALREADY_EXISTS:
             raise ChaosTargetError(f"create topic {o.topic}: {error}")

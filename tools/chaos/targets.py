@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tidewater.client.security import SecurityOptions
+from tidewater.client.security import SecurityConfigError, SecurityOptions, parse_properties
 from tidewater.tools.scrape import ScrapeTarget, target_for
 
 if TYPE_CHECKING:
@@ -45,7 +45,8 @@ EXTERNAL_PORT = "19092/tcp"
 KAFKA_EXTERNAL_PORT = "29092/tcp"
 KAFKA_ADVERTISE_FLAG = "--kafka-advertise"
 METRICS_PORT = "9100/tcp"
-TLS_MOUNT = "/tls"  # where deploy/compose-tls.yml mounts the TLS folder
+SASL_ADMIN_MOUNT = "/sasl/admin.properties"  # deploy/compose-sasl.yml, the controller's
+TLS_MOUNT = "/tls"  # where deploy/compose-tls.yml mounts each container's TLS files
 DATA_MOUNT = "/data"
 START_CHECK_TIMEOUT_S = 30
 
@@ -169,20 +170,43 @@ class ComposeCluster:
 
     def client_security(self) -> SecurityOptions:
         """The clients' TLS options when the brokers run with TLS (deploy/compose-tls.yml
-        sets TIDE_TLS_CA): the CA and the ``client`` certificate of the TLS folder the
-        containers mount at /tls, on the host; {} (plaintext) otherwise."""
+        sets TIDE_TLS_CA): the CA and the ``client`` certificate of the host's TLS folder,
+        the one the containers' ``/tls/ca.pem`` comes from (each container mounts only
+        the CA certificate and its own files); {} (plaintext) otherwise."""
         info = self.inspect(f"broker-{self.broker_ids()[0]}")
         env = dict(e.split("=", 1) for e in info["Config"].get("Env") or [] if "=" in e)
         if not env.get("TIDE_TLS_CA"):
             return {}
-        sources = [m.get("Source") for m in info.get("Mounts") or []
-                   if m.get("Destination") == TLS_MOUNT]
-        if not sources or not sources[0]:
-            raise ChaosTargetError(f"the brokers run with TLS but mount nothing at {TLS_MOUNT}")
-        tls_dir = Path(sources[0])
-        return {"security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
-                "ssl_certfile": str(tls_dir / "client.pem"),
-                "ssl_keyfile": str(tls_dir / "client.key")}
+        tls_dir: Path | None = None
+        for mount in info.get("Mounts") or []:
+            source, destination = mount.get("Source"), mount.get("Destination")
+            if source and destination == f"{TLS_MOUNT}/ca.pem":
+                tls_dir = Path(source).parent
+            elif source and destination == TLS_MOUNT:  # a whole folder (older compose files)
+                tls_dir = Path(source)
+        if tls_dir is None:
+            raise ChaosTargetError(f"the brokers run with TLS but mount no {TLS_MOUNT}/ca.pem")
+        security: SecurityOptions = {
+            "security_protocol": "SSL", "ssl_cafile": str(tls_dir / "ca.pem"),
+            "ssl_certfile": str(tls_dir / "client.pem"), "ssl_keyfile": str(tls_dir / "client.key")}
+        admin = self._sasl_admin_properties()
+        if admin is not None:  # deploy/compose-sasl.yml: as its super user, over SASL_SSL
+            try:
+                properties = parse_properties(admin.read_text())
+            except (OSError, SecurityConfigError) as e:
+                raise ChaosTargetError(f"cannot read the SASL admin's {admin}: {e}") from None
+            security["security_protocol"] = "SASL_SSL"
+            security["sasl_mechanism"] = properties.get("sasl.mechanism")
+            security["sasl_plain_username"] = properties.get("sasl.username")
+            security["sasl_plain_password"] = properties.get("sasl.password")
+        return security
+
+    def _sasl_admin_properties(self) -> Path | None:
+        """The host's admin.properties the controller mounts at /sasl (compose-sasl.yml)."""
+        for mount in self.inspect("controller").get("Mounts") or []:
+            if mount.get("Destination") == SASL_ADMIN_MOUNT and mount.get("Source"):
+                return Path(mount["Source"])
+        return None
 
     def _flag(self, node: str, flag: str) -> str:
         command: list[str] = self.inspect(node)["Config"].get("Cmd") or []
@@ -194,11 +218,11 @@ class ComposeCluster:
         raise ChaosTargetError(f"{node}: its command has no {flag}")
 
     def metrics_targets(self) -> list[ScrapeTarget]:
-        # With TLS the brokers' /metrics are HTTPS with their certificates (the
-        # controller's stay HTTP).
+        # With TLS every /metrics (brokers' and controller's) is HTTPS with the
+        # process's own certificate.
         cafile = self.client_security().get("ssl_cafile")
-        return [target_for(node, self._published(node, METRICS_PORT),
-                           https=bool(cafile) and broker_id_of(node) is not None, cafile=cafile)
+        return [target_for(node, self._published(node, METRICS_PORT), https=bool(cafile),
+                           cafile=cafile)
                 for node in self.node_names()]
 
     def data_dirs(self) -> dict[str, Path]:
@@ -326,10 +350,10 @@ class LocalChaosCluster:
         for node in self.node_names():
             port = int(self._proc(node).get("metrics_port") or 0)
             if port > 0:
-                # With TLS the brokers' /metrics are HTTPS (the controller's stay HTTP).
+                # With TLS every /metrics is HTTPS (the process's own certificate).
                 cafile = self.client_security().get("ssl_cafile")
                 targets.append(target_for(node, f"127.0.0.1:{port}", cafile=cafile,
-                                          https=bool(cafile) and broker_id_of(node) is not None))
+                                          https=bool(cafile)))
         return targets
 
     def data_dirs(self) -> dict[str, Path]:

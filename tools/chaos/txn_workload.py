@@ -41,13 +41,18 @@ READ_BACK_TIMEOUT_S = 120.0
 
 
 def kafka_config(security: SecurityOptions) -> dict[str, str]:
-    """The chaos clients' TLS options in librdkafka's names (SASL is not used by chaos)."""
-    if security.get("security_protocol") != "SSL":
+    """The chaos clients' TLS (and, on a SASL_SSL cluster, SASL) options in librdkafka's
+    names; {} for plaintext."""
+    protocol = security.get("security_protocol")
+    if protocol not in ("SSL", "SASL_SSL"):
         return {}
-    config = {"security.protocol": "SSL"}
-    for ours, theirs in (("ssl_cafile", "ssl.ca.location"),
-                         ("ssl_certfile", "ssl.certificate.location"),
-                         ("ssl_keyfile", "ssl.key.location")):
+    config = {"security.protocol": str(protocol)}
+    names = [("ssl_cafile", "ssl.ca.location"), ("ssl_certfile", "ssl.certificate.location"),
+             ("ssl_keyfile", "ssl.key.location")]
+    if protocol == "SASL_SSL":
+        names += [("sasl_mechanism", "sasl.mechanism"), ("sasl_plain_username", "sasl.username"),
+                  ("sasl_plain_password", "sasl.password")]
+    for ours, theirs in names:
         value = security.get(ours)
         if value:
             config[theirs] = str(value)
