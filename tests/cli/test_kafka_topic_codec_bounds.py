@@ -237,3 +237,25 @@ def test_timestamp_before_max_ms_refuses_an_old_record(cluster):
     assert "is out of range. The timestamp should be within" in refused.error_message
     [events] = replica_dumps(cluster, "bounded", 1)[:1]
     assert [e["value"] for e in events if e["type"] == "record"] == ["fresh"]
+
+
+def test_cluster_wide_after_max_ms_refuses_a_future_record(cluster):
+    """The broker default (``log.message.timestamp.after.max.ms``, dynamic cluster-wide)
+    bounds a topic without its own value; deleting it lifts the bound again."""
+    create(cluster, "future")
+    now = int(time.time() * 1000)
+
+    def future_batch() -> bytes:
+        return encode_batch([SimpleRecord(None, b"later", timestamp_ms=now + 3_600_000)])
+
+    def alter(setting: str) -> None:
+        assert cluster.tide("configs", "alter", "--entity-type", "brokers",
+                            "--entity-default", setting).returncode == 0
+    alter("--add-config=log.message.timestamp.after.max.ms=60000")
+    try:
+        wait_for(lambda: produce_raw(cluster, "future", future_batch()).error_code
+                 == INVALID_TIMESTAMP, "the cluster-wide bound in force")
+    finally:
+        alter("--delete-config=log.message.timestamp.after.max.ms")
+    wait_for(lambda: produce_raw(cluster, "future", future_batch()).error_code == 0,
+             "the bound lifted")

@@ -132,3 +132,47 @@ def test_configs_parse_into_the_log_config():
             config.message_timestamp_after_max_ms) == (HOUR, 60000)
     assert LogConfig.from_configs({"compression.gzip.level": "-1"}).compression_gzip_level == -1
     assert LogConfig().to_configs()["message.timestamp.before.max.ms"] == str(INT64_MAX)
+
+
+def test_broker_level_names_set_the_topic_defaults():
+    from pathlib import Path
+
+    from tidewater.broker.config import BrokerConfig
+    from tidewater.broker.kafka.broker_configs import STATIC_BROKER_CONFIG, broker_config_entries
+    config = BrokerConfig(broker_id=2, listen=("127.0.0.1", 1), controller=("127.0.0.1", 2),
+                          data_dir=Path("x"))
+    config.apply_settings({"log.message.timestamp.before.max.ms": "3600000",
+                           "log.message.timestamp.after.max.ms": "1000",
+                           "compression.type": "zstd", "compression.zstd.level": "9"})
+    log_config = LogConfig.from_configs(config.log_config_overrides(
+        {"message.timestamp.after.max.ms": "2000"}))  # the topic's own wins
+    assert (log_config.message_timestamp_before_max_ms, log_config.message_timestamp_after_max_ms,
+            log_config.compression_type, log_config.compression_zstd_level) == (
+        HOUR, 2000, "zstd", 9)
+    entries = {e.name: e for e in broker_config_entries(
+        config, LogConfig.from_configs(config.log_config_overrides()))}
+    assert (entries["compression.type"].value, entries["compression.type"].source,
+            entries["compression.type"].default) == ("zstd", STATIC_BROKER_CONFIG, "producer")
+    assert entries["log.message.timestamp.before.max.ms"].value == "3600000"
+
+
+async def test_dynamic_broker_defaults_reach_hosted_logs(tmp_path):
+    from tests.unit.test_broker_replica_manager import CLUSTER_ID, TOPIC_ID, TP, lai, make_manager
+    from tidewater.proto import tidewater_pb2 as pb
+
+    rm, _ = make_manager(tmp_path)
+    try:
+        await rm.leader_and_isr(lai(isr=(1,), configs={}))
+        assert not rm.partitions[TP].log.config.leader_rewrite
+        await rm.update_metadata(pb.UpdateMetadataRequest(
+            controller_epoch=1, cluster_id=CLUSTER_ID, metadata_offset=10,
+            partitions=[pb.PartitionState(topic=TP.topic, partition=TP.partition, leader=1,
+                                          replicas=[1, 2], isr=[1], topic_id=TOPIC_ID)],
+            topics=[pb.TopicConfig(name=TP.topic, configs={})],
+            broker_configs=[pb.BrokerConfigOverride(resource_name="", configs={
+                "log.message.timestamp.after.max.ms": "5000", "compression.type": "lz4"})]))
+        config = rm.partitions[TP].log.config
+        assert (config.message_timestamp_after_max_ms, config.compression_type) == (5000, "lz4")
+        assert config.leader_rewrite
+    finally:
+        await rm.stop()
