@@ -316,6 +316,13 @@ class LogConfig:
 
     def __post_init__(self) -> None:
         self.validate()
+        # Read on every produce: a plain attribute, not a property (a LogConfig is
+        # replaced, never changed in place: ``Log.update_config``, ``dataclasses.replace``).
+        # True: the leader must look into a producer's batches before appending them, a
+        # codec to rewrite them into or a KIP-937 bound set (``proto/leader_batches.py``).
+        self.leader_rewrite = (self.compression_type != "producer"
+                               or self.message_timestamp_before_max_ms != INT64_MAX
+                               or self.message_timestamp_after_max_ms != INT64_MAX)
 
     def validate(self) -> None:
         for definition in TOPIC_CONFIGS.values():
@@ -329,14 +336,6 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
-
-    @property
-    def leader_rewrite(self) -> bool:
-        """The leader must look into a producer's batches before appending them: a codec
-        to rewrite them into, or a KIP-937 bound set (``proto/leader_batches.py``)."""
-        return (self.compression_type != "producer"
-                or self.message_timestamp_before_max_ms != INT64_MAX
-                or self.message_timestamp_after_max_ms != INT64_MAX)
 
     @property
     def compact(self) -> bool:
