@@ -28,7 +28,7 @@ from cluster_fixtures import (
 )
 
 from tidewater.broker.kafka import codec
-from tidewater.proto.compression import COMPRESSION_LZ4
+from tidewater.proto.compression import COMPRESSION_LZ4, COMPRESSION_ZSTD
 from tidewater.proto.records import SimpleRecord, encode_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -259,3 +259,20 @@ def test_cluster_wide_after_max_ms_refuses_a_future_record(cluster):
         alter("--delete-config=log.message.timestamp.after.max.ms")
     wait_for(lambda: produce_raw(cluster, "future", future_batch()).error_code == 0,
              "the bound lifted")
+
+
+def test_max_message_bytes_applies_to_the_batch_as_rewritten(cluster):
+    """A zstd batch well under max.message.bytes that is larger once rewritten
+    uncompressed is refused (MESSAGE_TOO_LARGE), nothing appended."""
+    create(cluster, "inflated", "compression.type=uncompressed", "max.message.bytes=4000")
+    small = encode_batch([SimpleRecord(None, b"z" * 10_000, timestamp_ms=int(time.time() * 1000))],
+                         compression=COMPRESSION_ZSTD)  # a few dozen bytes
+    assert len(small) < 4000
+    refused = produce_raw(cluster, "inflated", small)
+    assert refused.error_code == 10, refused  # MESSAGE_TOO_LARGE
+    fits = encode_batch([SimpleRecord(None, b"z" * 1000, timestamp_ms=int(time.time() * 1000))],
+                        compression=COMPRESSION_ZSTD)
+    taken = produce_raw(cluster, "inflated", fits)
+    assert (taken.error_code, taken.base_offset) == (0, 0)
+    for events in replica_dumps(cluster, "inflated", 1):
+        assert [b["compression"] for b in batches(events)] == ["none"]
