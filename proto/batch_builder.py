@@ -162,12 +162,14 @@ class BatchBuilder:
     def build(self, compression: int = COMPRESSION_NONE, *, base_offset: int = 0,
               partition_leader_epoch: int = -1, producer_id: int = -1, producer_epoch: int = -1,
               base_sequence: int = -1, attributes: int = 0, last_offset_delta: int | None = None,
-              max_timestamp_ms: int | None = None, allow_empty: bool = False) -> bytes:
+              max_timestamp_ms: int | None = None, allow_empty: bool = False,
+              level: int | None = None) -> bytes:
         """The finished batch: header and CRC written (records compressed if asked).
 
         ``attributes``: the bits besides the compression code (timestamp type,
         transactional, control); ``last_offset_delta`` / ``max_timestamp_ms``: a
-        rewritten batch's originals (default: from the records appended).
+        rewritten batch's originals (default: from the records appended); ``level``:
+        the codec's level (``proto.compression.compress``).
         May be called more than once (each call gives the batch as it is then). Raises
         ValueError for an empty batch (unless ``allow_empty`` with a
         ``last_offset_delta``) and UnsupportedCompressionError for an unknown code.
@@ -186,7 +188,7 @@ class BatchBuilder:
             batch = self.buffer
         else:  # compress raises UnsupportedCompressionError for an unknown code
             batch = bytearray(HEADER_SIZE)
-            batch += compress(compression, bytes(memoryview(self.buffer)[HEADER_SIZE:]))
+            batch += compress(compression, bytes(memoryview(self.buffer)[HEADER_SIZE:]), level)
         _HEADER.pack_into(
             batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
             (attributes & ~_COMPRESSION_MASK) | compression, last_offset_delta, base_timestamp_ms,

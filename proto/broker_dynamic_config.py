@@ -37,6 +37,9 @@ KAFKA_LOG_DEFAULT_NAMES = {
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "compression.type": "compression.type",  # Kafka's broker name is the topic's
 }
 
 # Dynamic broker config -> the topic config it is the default of.
@@ -69,10 +72,7 @@ STORED_DYNAMIC_BROKER_CONFIGS: dict[str, str] = {
     "log.cleaner.io.max.bytes.per.second": "double",
     "log.cleaner.backoff.ms": "long",
     "log.preallocate": "boolean",
-    "log.message.timestamp.before.max.ms": "long",
-    "log.message.timestamp.after.max.ms": "long",
     "log.message.downconversion.enable": "boolean",
-    "compression.type": "string",
     "leader.replication.throttled.rate": "long",
     "follower.replication.throttled.rate": "long",
     "replica.alter.log.dirs.io.max.bytes.per.second": "long",

@@ -55,13 +55,16 @@ SNAPPY_EXPANSION_MAX = 22  # > 64/3: a 3-byte copy element gives at most 64 byte
 _INT32 = struct.Struct(">i")
 
 
-def compress(compression: int, data: bytes) -> bytes:
-    """The records part compressed as Kafka writes it."""
+def compress(compression: int, data: bytes, level: int | None = None) -> bytes:
+    """The records part compressed as Kafka writes it. ``level``: gzip's (1-9, -1 its
+    default 6) or zstd's (-131072..22, default 3), a topic's compression.*.level; the
+    other codecs ignore it."""
     if compression == COMPRESSION_NONE:
         return data
     if compression == COMPRESSION_GZIP:
         # mtime=0: the same records always give the same bytes (and CRC).
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        gzip_level = 6 if level is None or level == -1 else level
+        return gzip.compress(data, compresslevel=gzip_level, mtime=0)
     if compression == COMPRESSION_LZ4:
         import lz4.frame
 
@@ -73,7 +76,8 @@ def compress(compression: int, data: bytes) -> bytes:
     if compression == COMPRESSION_ZSTD:
         import zstandard
 
-        return zstandard.ZstdCompressor(level=3, write_content_size=True).compress(data)
+        return zstandard.ZstdCompressor(level=3 if level is None else level,
+                                        write_content_size=True).compress(data)
     if compression == COMPRESSION_SNAPPY:
         return _snappy_compress(data)
     raise UnsupportedCompressionError(f"unknown compression type {compression}")

@@ -153,6 +153,13 @@ class InvalidRecordError(TidewaterError):
     error_code = pb.INVALID_RECORD
 
 
+class InvalidTimestampError(TidewaterError):
+    """A record's CreateTime lies outside the topic's KIP-937 bounds
+    (``message.timestamp.before.max.ms`` / ``after.max.ms``). Not retriable."""
+
+    error_code = pb.INVALID_TIMESTAMP
+
+
 class UnsupportedVersionError(TidewaterError):
     """The peer does not implement the RPC (gRPC UNIMPLEMENTED): it is not a Tidewater
     process of this release, or not the service asked for. Retrying cannot help."""

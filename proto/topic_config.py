@@ -33,17 +33,17 @@ delete.retention.ms               long     >= 0                    tombstones ke
 min.cleanable.dirty.ratio         double   [0, 1]
 min.compaction.lag.ms             long     >= 0                    records younger stay uncompacted
 max.compaction.lag.ms             long     >= 1                    2^63-1 (Kafka's default): never
-compression.type                  string   uncompressed, zstd,     no effect: batches keep the
-                                           lz4, snappy, gzip,      producer's compression
-                                           producer
-compression.gzip.level            int      -1, [1, 9]              no effect (see compression.type)
-compression.lz4.level             int      [1, 17]                 no effect
-compression.zstd.level            int      [-131072, 22]           no effect
+compression.type                  string   uncompressed, zstd,     not producer: the leader rewrites
+                                           lz4, snappy, gzip,      other codecs' batches into it
+                                           producer                (proto/leader_batches.py)
+compression.gzip.level            int      -1, [1, 9]              the rewrite's gzip level
+compression.lz4.level             int      [1, 17]                 no effect (python-lz4's default)
+compression.zstd.level            int      [-131072, 22]           the rewrite's zstd level
 file.delete.delay.ms              long     >= 0                    no effect
 segment.jitter.ms                 long     >= 0                    no effect: no jitter
 preallocate                       boolean  true, false             no effect
-message.timestamp.before.max.ms   long     >= 0                    no effect (no KIP-937 bounds yet)
-message.timestamp.after.max.ms    long     >= 0                    no effect
+message.timestamp.before.max.ms   long     >= 0                    KIP-937: CreateTime bounds,
+message.timestamp.after.max.ms    long     >= 0                    2^63-1 (default): unbounded
 leader.replication.throttled      list     *, or PARTITION:BROKER  no effect (no leader-side
 .replicas                                  pairs                   throttle)
 follower.replication.throttled    list     as above                the replicas that
@@ -179,6 +179,8 @@ class TopicConfigDef:
     def check(self, value: object, raw: object = None) -> None:
         """Range/choice check of a parsed value (also used by ``LogConfig.validate``)."""
         shown = value if raw is None else raw
+        if self.type in _RANGES and value in self.also:
+            return
         if self.type in _RANGES:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise self._invalid(shown, f"expected a {self.type}")
@@ -235,18 +237,20 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
     TopicConfigDef("max.compaction.lag.ms", "long", 1, log_field="max_compaction_lag_ms"),
     # Kafka's other topic configs: accepted, stored, described; no effect here (yet).
     TopicConfigDef("compression.type", "string", choices=COMPRESSION_TYPES,
-                   default="producer", effect=False),
-    TopicConfigDef("compression.gzip.level", "int", 1, 9, default="-1", effect=False,
-                   also=(-1,)),
+                   log_field="compression_type"),
+    TopicConfigDef("compression.gzip.level", "int", 1, 9, also=(-1,),
+                   log_field="compression_gzip_level"),
+    # python-lz4's frame writer takes no level we could match Kafka's with: stored only.
     TopicConfigDef("compression.lz4.level", "int", 1, 17, default="9", effect=False),
-    TopicConfigDef("compression.zstd.level", "int", -131072, 22, default="3", effect=False),
+    TopicConfigDef("compression.zstd.level", "int", -131072, 22,
+                   log_field="compression_zstd_level"),
     TopicConfigDef("file.delete.delay.ms", "long", 0, default="60000", effect=False),
     TopicConfigDef("segment.jitter.ms", "long", 0, default="0", effect=False),
     TopicConfigDef("preallocate", "boolean", default="false", effect=False),
-    TopicConfigDef("message.timestamp.before.max.ms", "long", 0, default=str(INT64_MAX),
-                   effect=False),
-    TopicConfigDef("message.timestamp.after.max.ms", "long", 0, default="3600000",
-                   effect=False),
+    TopicConfigDef("message.timestamp.before.max.ms", "long", 0,
+                   log_field="message_timestamp_before_max_ms"),
+    TopicConfigDef("message.timestamp.after.max.ms", "long", 0,
+                   log_field="message_timestamp_after_max_ms"),
     TopicConfigDef("leader.replication.throttled.replicas", "list", default="",
                    effect=False, item_pattern=_THROTTLED_REPLICA),
     TopicConfigDef("follower.replication.throttled.replicas", "list", default="",
@@ -302,9 +306,23 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int | None = None  # None: never forces a cleaning (KIP-354)
+    # The leader's rewrites (proto/leader_batches.py); "producer": batches kept as sent.
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1  # -1: zlib's default (6), as Kafka's
+    compression_zstd_level: int = 3
+    # KIP-937 (CreateTime only); INT64_MAX, Kafka 3.x's default: unbounded, no check.
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
 
     def __post_init__(self) -> None:
         self.validate()
+        # Read on every produce: a plain attribute, not a property (a LogConfig is
+        # replaced, never changed in place: ``Log.update_config``, ``dataclasses.replace``).
+        # True: the leader must look into a producer's batches before appending them, a
+        # codec to rewrite them into or a KIP-937 bound set (``proto/leader_batches.py``).
+        self.leader_rewrite = (self.compression_type != "producer"
+                               or self.message_timestamp_before_max_ms != INT64_MAX
+                               or self.message_timestamp_after_max_ms != INT64_MAX)
 
     def validate(self) -> None:
         for definition in TOPIC_CONFIGS.values():

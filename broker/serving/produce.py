@@ -23,6 +23,10 @@ between) a batch that would open a transaction must be verified, else it is refu
 with INVALID_TXN_STATE (a request without a transactional id included). The broker's
 own appends (``internal_topics_allowed``) are not checked.
 
+A topic with ``compression.type`` other than ``producer`` or a KIP-937 timestamp bound
+has its batches checked and rewritten into the topic's codec before the append
+(``proto/leader_batches.py``); other topics' batches are appended as sent.
+
 A request's partitions are appended in its order, and a stream's requests in
 arrival order (ProduceStream awaits ``append`` for request N before reading
 request N+1; each partition's append and decision run without an ``await`` between
@@ -61,6 +65,7 @@ from tidewater.proto.errors import (
     KafkaStorageError,
     TidewaterError,
 )
+from tidewater.proto.leader_batches import leader_batches
 from tidewater.proto.records import decode_records
 
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
@@ -274,11 +279,16 @@ class ProducePath:
                                 ) -> tuple[AppendInfo, AcksWait | None]:
         if not records:
             raise CorruptRecordError("produce request carries no record batch")
-        if partition.log.config.compact:
+        config = partition.log.config
+        if config.compact:
             require_keys(records)
-        info, wait = append_as_leader(partition, records, acks, timeout_ms,
+        wall_now_ms = wall_ms()
+        # compression.type or KIP-937 bounds (off by default); bytes in: as received.
+        written = (leader_batches(records, config, wall_now_ms) if config.leader_rewrite
+                   else records)
+        info, wait = append_as_leader(partition, written, acks, timeout_ms,
                                       open_wait=self._waits.open, carrier=self._carrier,
-                                      now_ms=mono_ms(), wall_now_ms=wall_ms(),
+                                      now_ms=mono_ms(), wall_now_ms=wall_now_ms,
                                       coordinator_origin=coordinator_origin)
         if not info.duplicate:  # a retry already in the log: its original offsets
             size = len(records)
