@@ -109,9 +109,12 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
             replicas=[pb.QuorumReplicaState(
                 replica=_voter(r.key), is_voter=r.is_voter, log_end_offset=r.log_end_offset,
                 lag=r.lag,
-                last_fetch_age_ms=-1 if r.last_fetch_ms is None else now_ms - r.last_fetch_ms)
+                last_fetch_age_ms=-1 if r.last_fetch_ms is None else now_ms - r.last_fetch_ms,
+                last_caught_up_age_ms=(-1 if r.last_caught_up_ms is None
+                                       else now_ms - r.last_caught_up_ms))
                 for r in described.replicas],
-            applied_offset=shell.records.applied_offset)
+            applied_offset=shell.records.applied_offset,
+            cluster_id=getattr(shell.records, "cluster_id", ""))
 
     async def ChangeQuorumVoters(self, request: pb.ChangeQuorumVotersRequest,
                                  context: grpc.aio.ServicerContext[pb.ChangeQuorumVotersRequest,

@@ -1,0 +1,138 @@
+"""Issue 26: ``tide quorum`` (kafka-metadata-quorum.sh) against a ``tide cluster up
+--controllers 3`` quorum: describe --status / --replication name the leader, the voters
+and their lag; remove-controller then add-controller change the voter set; after a
+SIGKILL of the leader the new leader shows."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from cluster_fixtures import (
+    RunningCluster,
+    assert_one_line_error,
+    run_tide,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def quorum_endpoints(c: RunningCluster) -> dict[int, str]:
+    """node id -> its quorum endpoint, from the controllers' controller.quorum.voters."""
+    for proc in c.manifest()["processes"].values():
+        for arg in proc["command"]:
+            if arg.startswith("controller.quorum.voters="):
+                voters = arg.partition("=")[2].split(",")
+                return {int(v.partition("@")[0]): v.partition("@")[2] for v in voters}
+    raise AssertionError("no controller.quorum.voters in the manifest")
+
+
+def status_of(c: RunningCluster, controllers: str) -> dict[str, str] | None:
+    result = run_tide("quorum", "describe", "--status", "--bootstrap-controller", controllers)
+    if result.returncode != 0:
+        return None
+    fields = {}
+    for line in result.stdout.splitlines():
+        name, sep, value = line.partition(":")
+        assert sep, line
+        fields[name] = value.strip()
+    return fields
+
+
+def replication_of(controllers: str) -> list[dict[str, str]] | None:
+    result = run_tide("quorum", "describe", "--replication", "--bootstrap-controller", controllers)
+    if result.returncode != 0:
+        return None
+    header, *rows = [re.split(r"\s+", line.strip()) for line in result.stdout.splitlines()]
+    assert header == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
+                      "LastCaughtUpTimestamp", "Status"]
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def voter_ids(status: dict[str, str]) -> list[int]:
+    return sorted(v["id"] for v in json.loads(status["CurrentVoters"]))
+
+
+def test_quorum_describe_change_voters_and_failover(tmp_path):
+    c = start_cluster(tmp_path / "cluster", 3, "min.insync.replicas=2",
+                      up_flags=("--controllers", "3"))
+    try:
+        endpoints = quorum_endpoints(c)
+        everyone = ",".join(endpoints.values())
+
+        def three_voters_caught_up():
+            status = status_of(c, everyone)
+            if status is None or status["ClusterId"] == "" or int(status["MaxFollowerLag"]) != 0:
+                return None
+            return status if voter_ids(status) == [1, 2, 3] else None
+
+        status = wait_for(three_voters_caught_up, "a leader with 3 caught-up voters", 90)
+        leader = int(status["LeaderId"])
+        assert leader in endpoints
+        epoch = int(status["LeaderEpoch"])
+        assert epoch > 0 and int(status["HighWatermark"]) > 0
+        assert int(status["MaxFollowerLagTimeMs"]) >= 0
+        assert json.loads(status["CurrentObservers"]) == []
+        # The cluster id is the metadata's, as the brokers report it.
+        described = c.tide("cluster", "describe", "--json")
+        assert described.returncode == 0, described.stderr
+        assert json.loads(described.stdout)["cluster_id"] == status["ClusterId"]
+
+        # A follower's endpoint alone does not lead: a typed one-line error naming the leader.
+        follower = next(i for i in endpoints if i != leader)
+        refused = run_tide("quorum", "describe", "--status",
+                           "--bootstrap-controller", endpoints[follower])
+        assert_one_line_error(refused, "NOT_CONTROLLER", f"the leader is node {leader}")
+
+        rows = wait_for(lambda: replication_of(everyone), "describe --replication")
+        assert [r["NodeId"] for r in rows][0] == str(leader)
+        assert sorted(int(r["NodeId"]) for r in rows) == [1, 2, 3]
+        assert {r["Status"] for r in rows} == {"Leader", "Follower"}
+        for row in rows:
+            assert int(row["Lag"]) >= 0 and int(row["LogEndOffset"]) > 0
+            assert int(row["LastFetchTimestamp"]) > 0 and int(row["LastCaughtUpTimestamp"]) > 0
+            assert re.fullmatch(r"[0-9a-f]{32}", row["DirectoryId"])
+
+        # remove-controller, then add-controller of the standby it leaves.
+        victim = next(r for r in rows if r["Status"] == "Follower")
+        victim_id, victim_dir = victim["NodeId"], victim["DirectoryId"]
+        removed = run_tide("quorum", "remove-controller", "--bootstrap-controller", everyone,
+                           "--controller-id", victim_id, "--controller-directory-id", victim_dir)
+        assert removed.returncode == 0, removed.stderr
+        two = wait_for(lambda: (s := status_of(c, everyone)) and len(voter_ids(s)) == 2 and s,
+                       "2 voters")
+        assert int(victim_id) not in voter_ids(two)
+        added = run_tide("quorum", "add-controller", "--bootstrap-controller", everyone,
+                         "--controller-id", victim_id, "--controller-directory-id", victim_dir)
+        assert added.returncode == 0, added.stderr
+        three = wait_for(lambda: (s := status_of(c, everyone)) and len(voter_ids(s)) == 3 and s,
+                         "3 voters again")
+        assert voter_ids(three) == [1, 2, 3]
+        bad = run_tide("quorum", "add-controller", "--bootstrap-controller", everyone,
+                       "--controller-id", victim_id, "--controller-directory-id", "nothex")
+        assert_one_line_error(bad, "--controller-directory-id")
+        assert bad.returncode == 2
+
+        # SIGKILL the leader: the new one shows, in a later epoch.
+        now = status_of(c, everyone)
+        assert now is not None
+        leader, epoch = int(now["LeaderId"]), int(now["LeaderEpoch"])
+        killed = c.tide("cluster", "kill", f"controller-{leader}", "--signal", "KILL",
+                        "--data-dir", str(c.data_dir))
+        assert killed.returncode == 0, killed.stderr
+
+        def new_leader():
+            s = status_of(c, everyone)
+            return s if s is not None and int(s["LeaderId"]) != leader else None
+
+        moved = wait_for(new_leader, "a new quorum leader", 60)
+        assert int(moved["LeaderEpoch"]) > epoch
+        assert voter_ids(moved) == [1, 2, 3]
+        rows = replication_of(everyone)
+        assert rows is not None and rows[0]["NodeId"] == moved["LeaderId"]
+    finally:
+        stop_cluster(c)
