@@ -2004,7 +2004,7 @@ class QuorumReplicaState(_message.Message):
     def __init__(self, replica: _Optional[_Union[QuorumVoter, _Mapping]] = ..., is_voter: _Optional[bool] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_fetch_age_ms: _Optional[int] = ..., last_caught_up_age_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeQuorumResponse(_message.Message):
-    __slots__ = ("error_code", "local", "role", "epoch", "leader_id", "high_watermark", "log_start_offset", "log_end_offset", "voters", "replicas", "applied_offset", "cluster_id")
+    __slots__ = ("error_code", "local", "role", "epoch", "leader_id", "high_watermark", "log_start_offset", "log_end_offset", "voters", "replicas", "applied_offset", "cluster_id", "endpoints")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     LOCAL_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -2017,6 +2017,7 @@ class DescribeQuorumResponse(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     error_code: ErrorCode
     local: QuorumVoter
     role: str
@@ -2029,7 +2030,18 @@ class DescribeQuorumResponse(_message.Message):
     replicas: _containers.RepeatedCompositeFieldContainer[QuorumReplicaState]
     applied_offset: int
     cluster_id: str
-    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., local: _Optional[_Union[QuorumVoter, _Mapping]] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumVoter, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[QuorumReplicaState, _Mapping]]] = ..., applied_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ...) -> None: ...
+    endpoints: _containers.RepeatedCompositeFieldContainer[QuorumEndpoint]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., local: _Optional[_Union[QuorumVoter, _Mapping]] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumVoter, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[QuorumReplicaState, _Mapping]]] = ..., applied_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[QuorumEndpoint, _Mapping]]] = ...) -> None: ...
+
+class QuorumEndpoint(_message.Message):
+    __slots__ = ("id", "host", "port")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    host: str
+    port: int
+    def __init__(self, id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class ChangeQuorumVotersRequest(_message.Message):
     __slots__ = ("add", "remove", "timeout_ms")

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import struct
+import uuid
 
 import pytest
 from cluster_fixtures import (
@@ -18,7 +21,54 @@ from cluster_fixtures import (
     wait_for,
 )
 
+from tidewater.broker.kafka import codec
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+DESCRIBE_QUORUM = 55
+METADATA_PARTITION = {"topics": [{"topic_name": "__cluster_metadata",
+                                  "partitions": [{"partition_index": 0}]}]}
+
+
+def describe_quorum_wire(kafka: str, version: int, values: dict = METADATA_PARTITION):
+    """A raw DescribeQuorum request to a broker's Kafka listener; the decoded answer."""
+    host, _, port = kafka.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(codec.encode_request(DESCRIBE_QUORUM, version, 7, values))
+        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+        _, answer = codec.decode_response(DESCRIBE_QUORUM, version,
+                                          s.recv(size, socket.MSG_WAITALL))
+    return answer
+
+
+def check_wire_matches(c: RunningCluster, status: dict[str, str], dead: int = -1) -> None:
+    """Every broker's Kafka listener answers DescribeQuorum v0-2 with the leader, epoch
+    and voters ``describe --status`` shows (``dead``: a killed voter, fetching nothing)."""
+    voters = json.loads(status["CurrentVoters"])
+    for kafka in c.manifest()["kafka_bootstrap"].split(","):
+        for version in (0, 1, 2):
+            answer = describe_quorum_wire(kafka, version)
+            assert answer.error_code == 0
+            [topic] = answer.topics
+            assert topic.topic_name == "__cluster_metadata"
+            [partition] = topic.partitions
+            assert partition.error_code == 0
+            assert partition.leader_id == int(status["LeaderId"])
+            assert partition.leader_epoch == int(status["LeaderEpoch"])
+            assert partition.high_watermark >= int(status["HighWatermark"])
+            assert sorted(v.replica_id for v in partition.current_voters) == sorted(
+                v["id"] for v in voters)
+            live = [v for v in partition.current_voters if v.replica_id != dead]
+            assert all(v.log_end_offset > 0 for v in live)
+            if version >= 1:
+                assert all(v.last_fetch_timestamp > 0 and v.last_caught_up_timestamp > 0
+                           for v in live)
+            if version >= 2:
+                assert sorted((v.replica_id, v.replica_directory_id.hex)
+                              for v in partition.current_voters) == sorted(
+                    (v["id"], v["directoryId"]) for v in voters)
+                assert sorted(n.node_id for n in answer.nodes) == [1, 2, 3]
+                assert all(n.listeners[0].name == "CONTROLLER" for n in answer.nodes)
 
 
 def quorum_endpoints(c: RunningCluster) -> dict[int, str]:
@@ -97,6 +147,14 @@ def test_quorum_describe_change_voters_and_failover(tmp_path):
             assert int(row["LastFetchTimestamp"]) > 0 and int(row["LastCaughtUpTimestamp"]) > 0
             assert re.fullmatch(r"[0-9a-f]{32}", row["DirectoryId"])
 
+        # The same through every broker's Kafka listener (forwarded to the quorum leader).
+        check_wire_matches(c, wait_for(three_voters_caught_up, "the quorum, again"))
+        other = describe_quorum_wire(c.manifest()["kafka_bootstrap"].split(",")[0], 2,
+                                     {"topics": [{"topic_name": "orders",
+                                                  "partitions": [{"partition_index": 0}]}]})
+        assert other.error_code == 0
+        assert other.topics[0].partitions[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
         # remove-controller, then add-controller of the standby it leaves.
         victim = next(r for r in rows if r["Status"] == "Follower")
         victim_id, victim_dir = victim["NodeId"], victim["DirectoryId"]
@@ -106,6 +164,12 @@ def test_quorum_describe_change_voters_and_failover(tmp_path):
         two = wait_for(lambda: (s := status_of(c, everyone)) and len(voter_ids(s)) == 2 and s,
                        "2 voters")
         assert int(victim_id) not in voter_ids(two)
+        # The removed controller still runs: an observer of the quorum.
+        observer = wait_for(lambda: (s := status_of(c, everyone)) and json.loads(
+            s["CurrentObservers"]), "the removed controller as an observer")
+        assert observer == [{"id": int(victim_id), "directoryId": victim_dir}]
+        rows = replication_of(everyone)
+        assert rows is not None and {r["NodeId"]: r["Status"] for r in rows}[victim_id] == "Observer"
         added = run_tide("quorum", "add-controller", "--bootstrap-controller", everyone,
                          "--controller-id", victim_id, "--controller-directory-id", victim_dir)
         assert added.returncode == 0, added.stderr
@@ -134,5 +198,33 @@ def test_quorum_describe_change_voters_and_failover(tmp_path):
         assert voter_ids(moved) == [1, 2, 3]
         rows = replication_of(everyone)
         assert rows is not None and rows[0]["NodeId"] == moved["LeaderId"]
+        # Brokers follow the new leader too.
+        def live_fetching():
+            rows = replication_of(everyone)
+            return rows is not None and all(
+                int(r["LogEndOffset"]) > 0 and int(r["LastFetchTimestamp"]) > 0
+                for r in rows if r["NodeId"] != str(leader))
+
+        wait_for(live_fetching, "the live voters fetching from the new leader")
+        check_wire_matches(c, moved, dead=leader)
+    finally:
+        stop_cluster(c)
+
+
+def test_single_controller_answers_describe_quorum_as_a_one_voter_quorum(tmp_path):
+    c = start_cluster(tmp_path / "single", 1)
+    try:
+        kafka = c.manifest()["kafka_bootstrap"]
+        answer = describe_quorum_wire(kafka, 2)
+        assert answer.error_code == 0
+        [partition] = answer.topics[0].partitions
+        [voter] = partition.current_voters
+        assert partition.leader_id == voter.replica_id
+        assert partition.leader_epoch >= 1 and partition.high_watermark > 0
+        assert voter.log_end_offset == partition.high_watermark
+        assert isinstance(voter.replica_directory_id, uuid.UUID)
+        assert partition.observers == ()
+        v0 = describe_quorum_wire(kafka, 0)
+        assert v0.topics[0].partitions[0].leader_id == voter.replica_id
     finally:
         stop_cluster(c)
