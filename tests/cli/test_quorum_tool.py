@@ -81,8 +81,10 @@ def quorum_endpoints(c: RunningCluster) -> dict[int, str]:
     raise AssertionError("no controller.quorum.voters in the manifest")
 
 
-def status_of(c: RunningCluster, controllers: str) -> dict[str, str] | None:
-    result = run_tide("quorum", "describe", "--status", "--bootstrap-controller", controllers)
+def status_of(c: RunningCluster, controllers: str | None) -> dict[str, str] | None:
+    """``describe --status`` from the controllers, or (None) through a broker."""
+    result = (run_tide("quorum", "describe", "--status", "--bootstrap-controller", controllers)
+              if controllers is not None else c.tide("quorum", "describe", "--status"))
     if result.returncode != 0:
         return None
     fields = {}
@@ -149,6 +151,12 @@ def test_quorum_describe_change_voters_and_failover(tmp_path):
 
         # The same through every broker's Kafka listener (forwarded to the quorum leader).
         check_wire_matches(c, wait_for(three_voters_caught_up, "the quorum, again"))
+        through_broker = status_of(c, None)
+        assert through_broker is not None
+        now = status_of(c, everyone)
+        assert now is not None
+        for field in ("ClusterId", "LeaderId", "LeaderEpoch", "CurrentVoters"):
+            assert through_broker[field] == now[field], field
         other = describe_quorum_wire(c.manifest()["kafka_bootstrap"].split(",")[0], 2,
                                      {"topics": [{"topic_name": "orders",
                                                   "partitions": [{"partition_index": 0}]}]})
@@ -224,6 +232,11 @@ def test_single_controller_answers_describe_quorum_as_a_one_voter_quorum(tmp_pat
         assert voter.log_end_offset == partition.high_watermark
         assert isinstance(voter.replica_directory_id, uuid.UUID)
         assert partition.observers == ()
+        status = status_of(c, None)
+        assert status is not None
+        assert int(status["LeaderId"]) == voter.replica_id
+        assert voter_ids(status) == [voter.replica_id]
+        assert status["ClusterId"] and int(status["MaxFollowerLag"]) == 0
         v0 = describe_quorum_wire(kafka, 0)
         assert v0.topics[0].partitions[0].leader_id == voter.replica_id
     finally:

@@ -4,7 +4,8 @@
 the quorum leader's DescribeQuorum; ``add-controller`` / ``remove-controller`` change
 the voter set (KIP-853) over ChangeQuorumVoters. ``--bootstrap-controller`` lists the
 controllers' quorum endpoints (``controller.quorum.voters``' HOST:PORTs); the leader is
-found among them. Timestamps are epoch milliseconds: the leader reports ages, which are
+found among them. ``describe`` without it goes through a broker (``--bootstrap-server``):
+the Controller service's DescribeQuorum, forwarded to the active controller. Timestamps are epoch milliseconds: the leader reports ages, which are
 taken from this machine's clock.
 """
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from tidewater.client.admin import AdminClient
 from tidewater.controller.quorum.admin import (
     VoterChange,
     change_voters,
@@ -25,7 +27,12 @@ from tidewater.controller.quorum.admin import (
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidRequestError, TidewaterError
 from tidewater.tools.cli import CliError
-from tidewater.tools.commands._common import describe_error
+from tidewater.tools.commands._common import (
+    add_bootstrap_argument,
+    bootstrap_of,
+    describe_error,
+    security_of,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -47,7 +54,10 @@ def register(subparsers: Subparsers) -> None:
                        help="leader, epoch, high watermark, follower lag, voters, observers")
     shown.add_argument("--replication", action="store_true",
                        help="each voter's and observer's log end offset, lag and fetch times")
-    add_controllers_argument(describe)
+    describe.add_argument("--bootstrap-controller", metavar="HOST:PORT[,...]",
+                          help="controllers' quorum endpoints (controller.quorum.voters); "
+                               "without it, through a broker (--bootstrap-server)")
+    add_bootstrap_argument(describe)
     describe.set_defaults(func=run_describe)
     for name, adding in (("add-controller", True), ("remove-controller", False)):
         change = sub.add_parser(
@@ -83,9 +93,13 @@ def _call_failed(action: str, e: Exception) -> CliError:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    controllers = controllers_of(args)
     try:
-        described = describe_leader(controllers)
+        if args.bootstrap_controller is None:
+            # Through a broker: DescribeQuorum forwarded to the active controller.
+            with AdminClient(bootstrap_of(args), **security_of(args)) as admin:
+                described = admin.describe_metadata_quorum()
+        else:
+            described = describe_leader(controllers_of(args))
     except (TidewaterError, grpc.RpcError) as e:
         raise _call_failed("describe quorum", e) from None
     now_ms = int(time.time() * 1000)
