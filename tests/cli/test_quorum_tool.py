@@ -241,3 +241,16 @@ def test_single_controller_answers_describe_quorum_as_a_one_voter_quorum(tmp_pat
         assert v0.topics[0].partitions[0].leader_id == voter.replica_id
     finally:
         stop_cluster(c)
+
+
+def test_bad_arguments_and_unreachable_controllers_fail_in_one_line():
+    bad = run_tide("quorum", "describe", "--status", "--bootstrap-controller", "nohostport")
+    assert_one_line_error(bad, "--bootstrap-controller", "HOST:PORT")
+    assert bad.returncode == 2
+    gone = run_tide("quorum", "describe", "--replication", "--bootstrap-controller",
+                    "127.0.0.1:1", timeout_s=60)
+    assert_one_line_error(gone, "describe quorum", "UNAVAILABLE")
+    assert gone.returncode == 1
+    negative = run_tide("quorum", "remove-controller", "--bootstrap-controller", "127.0.0.1:1",
+                        "--controller-id", "-1", "--controller-directory-id", "0" * 32)
+    assert_one_line_error(negative, "--controller-id")
