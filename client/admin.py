@@ -572,6 +572,16 @@ class AdminClient:
                     tuple(r.replicas), tuple(r.adding_replicas), tuple(r.removing_replicas))
                 for r in resp.reassignments}
 
+    def describe_metadata_quorum(self) -> pb.DescribeQuorumResponse:
+        """Kafka's ``describeMetadataQuorum``: the metadata quorum leader's view, through
+        a broker (forwarded to the active controller; DESCRIBE on the cluster)."""
+        resp: pb.DescribeQuorumResponse = self._controller_call(
+            "DescribeQuorum", pb.DescribeQuorumRequest())
+        if resp.error_code != pb.NONE:
+            raise error_for_code(resp.error_code,
+                                 f"DescribeQuorum: {pb.ErrorCode.Name(resp.error_code)}")
+        return resp
+
     @staticmethod
     def _topic_results(results: Iterable[_TopicResult]) -> dict[str, TidewaterError | None]:
         out: dict[str, TidewaterError | None] = {}

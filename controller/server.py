@@ -48,7 +48,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,7 @@ from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
-from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.config import QuorumConfig, static_directory_id
 from tidewater.controller.quorum.metadata_app import MetadataApplication
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
 from tidewater.controller.quorum.shell import QuorumShell
@@ -88,11 +87,6 @@ EXIT_METADATA_NOT_DURABLE = 3
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-def static_directory_id(node_id: int) -> str:
-    """A static voter's directory id (``controller.quorum.voters`` names no ids)."""
-    return uuid.uuid5(uuid.NAMESPACE_OID, f"tidewater-controller-{node_id}").hex
 
 
 def exit_now(code: int) -> None:

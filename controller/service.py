@@ -114,7 +114,9 @@ from tidewater.controller.authorization import (
 )
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import Command, MetadataOwner, OwnerStoppedError
+from tidewater.controller.quorum.config import static_directory_id
 from tidewater.controller.quorum.owner import LEADER_HINT_KEY, NotActiveError, QuorumOwner
+from tidewater.controller.quorum.service import describe_response
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
@@ -374,6 +376,38 @@ class ControllerService(pb_grpc.ControllerServicer):
                               context: Context) -> pb.DescribeClusterResponse:
         return await self._run("DescribeCluster", lambda tx, now: (
             self.machine.describe_cluster(tx, now, request)), context)
+
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest,
+                             context: Context) -> pb.DescribeQuorumResponse:
+        """Kafka's DescribeQuorum: the active controller's view of the metadata quorum. A
+        standby answers NOT_CONTROLLER with the leader hint (the broker moves on); a
+        single controller (no quorum) answers as Kafka's one-voter quorum: itself, leader
+        in its controller epoch, its metadata log's end as high watermark."""
+        with self.metrics.time_rpc("DescribeQuorum"):
+            shell = self.owner.shell if isinstance(self.owner, QuorumOwner) else None
+            if shell is None:
+                return self._single_voter_quorum()
+            answer = describe_response(shell)
+            if answer.error_code == pb.NONE and answer.role != "leader":
+                hint = shell.leader_hint()
+                context.set_trailing_metadata(((LEADER_HINT_KEY, str(hint)),))
+                await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                    f"NOT_CONTROLLER: controller {shell.config.node_id} is not "
+                                    f"the active controller (leader: {hint})")
+            return answer
+
+    def _single_voter_quorum(self) -> pb.DescribeQuorumResponse:
+        metadata = self.machine.metadata
+        node_id = self.machine.config.node_id
+        voter = pb.QuorumVoter(id=node_id, directory_id=static_directory_id(node_id))
+        end = metadata.last_offset + 1
+        return pb.DescribeQuorumResponse(
+            local=voter, role="leader", epoch=metadata.controller_epoch, leader_id=node_id,
+            high_watermark=end, log_end_offset=end, voters=[voter], applied_offset=end,
+            replicas=[pb.QuorumReplicaState(replica=voter, is_voter=True, log_end_offset=end,
+                                            lag=0, last_fetch_age_ms=0,
+                                            last_caught_up_age_ms=0)],
+            cluster_id=metadata.cluster_id)
 
     async def AlterConfigs(self, request: pb.AlterConfigsRequest,
                            context: Context) -> pb.AlterConfigsResponse:

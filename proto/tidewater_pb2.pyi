@@ -1988,21 +1988,23 @@ class DescribeQuorumRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class QuorumReplicaState(_message.Message):
-    __slots__ = ("replica", "is_voter", "log_end_offset", "lag", "last_fetch_age_ms")
+    __slots__ = ("replica", "is_voter", "log_end_offset", "lag", "last_fetch_age_ms", "last_caught_up_age_ms")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     IS_VOTER_FIELD_NUMBER: _ClassVar[int]
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     LAST_FETCH_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CAUGHT_UP_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     replica: QuorumVoter
     is_voter: bool
     log_end_offset: int
     lag: int
     last_fetch_age_ms: int
-    def __init__(self, replica: _Optional[_Union[QuorumVoter, _Mapping]] = ..., is_voter: _Optional[bool] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_fetch_age_ms: _Optional[int] = ...) -> None: ...
+    last_caught_up_age_ms: int
+    def __init__(self, replica: _Optional[_Union[QuorumVoter, _Mapping]] = ..., is_voter: _Optional[bool] = ..., log_end_offset: _Optional[int] = ..., lag: _Optional[int] = ..., last_fetch_age_ms: _Optional[int] = ..., last_caught_up_age_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeQuorumResponse(_message.Message):
-    __slots__ = ("error_code", "local", "role", "epoch", "leader_id", "high_watermark", "log_start_offset", "log_end_offset", "voters", "replicas", "applied_offset")
+    __slots__ = ("error_code", "local", "role", "epoch", "leader_id", "high_watermark", "log_start_offset", "log_end_offset", "voters", "replicas", "applied_offset", "cluster_id", "endpoints")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     LOCAL_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -2014,6 +2016,8 @@ class DescribeQuorumResponse(_message.Message):
     VOTERS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     APPLIED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     error_code: ErrorCode
     local: QuorumVoter
     role: str
@@ -2025,7 +2029,19 @@ class DescribeQuorumResponse(_message.Message):
     voters: _containers.RepeatedCompositeFieldContainer[QuorumVoter]
     replicas: _containers.RepeatedCompositeFieldContainer[QuorumReplicaState]
     applied_offset: int
-    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., local: _Optional[_Union[QuorumVoter, _Mapping]] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumVoter, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[QuorumReplicaState, _Mapping]]] = ..., applied_offset: _Optional[int] = ...) -> None: ...
+    cluster_id: str
+    endpoints: _containers.RepeatedCompositeFieldContainer[QuorumEndpoint]
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., local: _Optional[_Union[QuorumVoter, _Mapping]] = ..., role: _Optional[str] = ..., epoch: _Optional[int] = ..., leader_id: _Optional[int] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[_Union[QuorumVoter, _Mapping]]] = ..., replicas: _Optional[_Iterable[_Union[QuorumReplicaState, _Mapping]]] = ..., applied_offset: _Optional[int] = ..., cluster_id: _Optional[str] = ..., endpoints: _Optional[_Iterable[_Union[QuorumEndpoint, _Mapping]]] = ...) -> None: ...
+
+class QuorumEndpoint(_message.Message):
+    __slots__ = ("id", "host", "port")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    host: str
+    port: int
+    def __init__(self, id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
 
 class ChangeQuorumVotersRequest(_message.Message):
     __slots__ = ("add", "remove", "timeout_ms")

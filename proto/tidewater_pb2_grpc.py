@@ -1522,6 +1522,11 @@ class ControllerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.DescribeQuorum = channel.unary_unary(
+                '/tidewater.Controller/DescribeQuorum',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.FromString,
+                _registered_method=True)
         self.ReportCorruptReplica = channel.unary_unary(
                 '/tidewater.Controller/ReportCorruptReplica',
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ReportCorruptReplicaRequest.SerializeToString,
@@ -1642,6 +1647,15 @@ class ControllerServicer:
 
     def DescribeCluster(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeQuorum(self, request, context):
+        """Kafka's DescribeQuorum (key 55) from a broker: the active controller's view of the
+        metadata quorum (ControllerQuorum's answer); a single controller answers as a
+        quorum of one voter, itself.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1775,6 +1789,11 @@ def add_ControllerServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeQuorum,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.SerializeToString,
             ),
             'ReportCorruptReplica': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportCorruptReplica,
@@ -2037,6 +2056,33 @@ class Controller:
             '/tidewater.Controller/DescribeCluster',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeQuorum(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Controller/DescribeQuorum',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeQuorumResponse.FromString,
             options,
             channel_credentials,
             insecure,

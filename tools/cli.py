@@ -32,6 +32,7 @@ SUBCOMMAND_MODULES = [
     "tidewater.tools.commands.consume",
     "tidewater.tools.commands.groups",
     "tidewater.tools.commands.cluster",
+    "tidewater.tools.commands.quorum",
     "tidewater.tools.commands.certs",
     "tidewater.tools.commands.security",
     "tidewater.tools.commands.quotas",

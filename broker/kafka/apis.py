@@ -52,6 +52,7 @@ DescribeTopic-        0     ``topic_apis.py``: paginated by a cursor
 Partitions (75)
 WriteTxnMarkers (27)  0-2   coordinator -> leader: COMMIT/ABORT markers
                             (``marker_apis.py``)
+DescribeQuorum (55)   0-2   forwarded: the metadata quorum (``quorum_apis.py``)
 ===================== ===== ======================================================
 
 Authorization (``Services.allowed``, an authorizer configured): Produce needs
@@ -65,7 +66,8 @@ is TOPIC_AUTHORIZATION_FAILED without (Kafka's rule);
 CreateTopics needs CREATE on the cluster or the topic, DeleteTopics DELETE,
 CreatePartitions ALTER, DescribeConfigs DESCRIBE_CONFIGS (topic; the cluster for
 brokers), DescribeCluster DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED),
-DeleteRecords DELETE on the topic, DescribeLogDirs DESCRIBE on the cluster.
+DeleteRecords DELETE on the topic, DescribeLogDirs DESCRIBE on the cluster, DescribeQuorum
+DESCRIBE on the cluster.
 Metadata (v8+, when asked) and DescribeCluster answer KIP-430's authorized operations
 (``acls.authorized_operations``: the bit field of what ``Services.allowed`` grants).
 
@@ -89,6 +91,7 @@ from tidewater.broker.clock import mono_ms
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka import (
     config_apis,
+    quorum_apis,
     quota_apis,
     reassign_apis,
     sasl,
@@ -191,6 +194,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_LOG_DIRS: DESCRIBE_LOG_DIRS_VERSIONS,
     **config_apis.SUPPORTED,
     **reassign_apis.SUPPORTED,
+    **quorum_apis.SUPPORTED,
     **topic_apis.SUPPORTED,
     WRITE_TXN_MARKERS: WRITE_TXN_MARKERS_VERSIONS,
     DESCRIBE_PRODUCERS: DESCRIBE_PRODUCERS_VERSIONS,
@@ -877,6 +881,7 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
     **config_apis.HANDLERS,
     **reassign_apis.HANDLERS,
+    **quorum_apis.HANDLERS,
     **topic_apis.HANDLERS,
     WRITE_TXN_MARKERS: on_write_txn_markers,
     DESCRIBE_PRODUCERS: on_describe_producers,

@@ -52,7 +52,14 @@ from collections.abc import Callable, Iterator
 from typing import TypeAlias
 
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.kafka import apis, config_apis, quota_apis, reassign_apis, topic_apis
+from tidewater.broker.kafka import (
+    apis,
+    config_apis,
+    quorum_apis,
+    quota_apis,
+    reassign_apis,
+    topic_apis,
+)
 from tidewater.broker.kafka.client_quotas import (
     CONSUMER_BYTE_RATE,
     PERCENT_PER_NS,
@@ -491,4 +498,5 @@ _API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", apis.LIST_OFFSETS: "
               51: "AlterUserScramCredentials", -1: "SaslToken", 22: "InitProducerId",
               21: "DeleteRecords", 35: "DescribeLogDirs", 27: "WriteTxnMarkers",
               **GROUP_API_NAMES, **config_apis.API_NAMES, **topic_apis.API_NAMES,
-              **quota_apis.API_NAMES, **reassign_apis.API_NAMES}
+              **quota_apis.API_NAMES, **reassign_apis.API_NAMES,
+              **quorum_apis.API_NAMES}

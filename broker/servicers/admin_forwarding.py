@@ -196,6 +196,11 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
             lambda m: pb.ListPartitionReassignmentsResponse(
                 error_code=pb.NOT_CONTROLLER, error_message=m))
 
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Context | None,
+                             ) -> pb.DescribeQuorumResponse:
+        return await self._forward("DescribeQuorum", request,
+                                   lambda m: pb.DescribeQuorumResponse(error_code=pb.NOT_CONTROLLER))
+
     async def AllocateProducerIds(self, request: pb.AllocateProducerIdsRequest, context: Context | None
                                  ) -> pb.AllocateProducerIdsResponse:
         return pb.AllocateProducerIdsResponse(error_code=pb.NOT_CONTROLLER)

@@ -11,7 +11,7 @@ DeleteAcls ALTER on the cluster, DescribeUserScramCredentials and DescribeAcls
 DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED, nothing forwarded);
 AlterConfigs ALTER_CONFIGS on each topic (brokers: the cluster), AlterPartitionReassignments
 ALTER and ListPartitionReassignments DESCRIBE on the cluster, ElectLeaders ALTER on
-the cluster. The
+the cluster, DescribeQuorum DESCRIBE on the cluster. The
 broker-to-controller calls are the forwarder's to refuse (NOT_CONTROLLER).
 """
 
@@ -74,6 +74,9 @@ class ControllerCalls(Protocol):
     async def AlterPartitionReassignments(self, request: pb.AlterPartitionReassignmentsRequest,
                                           context: Context,
                                           ) -> pb.AlterPartitionReassignmentsResponse: ...
+
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Context,
+                             ) -> pb.DescribeQuorumResponse: ...
 
     async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
                                          context: Context,
@@ -234,6 +237,12 @@ class GuardedControllerForwarder(pb_grpc.ControllerServicer):
                 error_code=pb.CLUSTER_AUTHORIZATION_FAILED,
                 error_message=_CLUSTER_DENIED.format(op="ALTER"))
         return await self._inner.AlterPartitionReassignments(request, context)
+
+    async def DescribeQuorum(self, request: pb.DescribeQuorumRequest, context: Context,
+                             ) -> pb.DescribeQuorumResponse:
+        if not await self._cluster(context, DESCRIBE):
+            return pb.DescribeQuorumResponse(error_code=pb.CLUSTER_AUTHORIZATION_FAILED)
+        return await self._inner.DescribeQuorum(request, context)
 
     async def ListPartitionReassignments(self, request: pb.ListPartitionReassignmentsRequest,
                                          context: Context,

@@ -38,6 +38,7 @@ grpc_env.apply()
 import grpc  # noqa: E402  (after grpc_env.apply)
 import uvloop  # noqa: E402
 
+from tidewater.controller.quorum.admin import describe_json, describe_one  # noqa: E402
 from tidewater.controller.quorum.config import (  # noqa: E402
     QuorumConfig,
     parse_endpoints,
@@ -165,15 +166,7 @@ def admin(args: argparse.Namespace) -> int:
                 print(f"{record.offset} {record.epoch} "
                       f"{record.data.decode('utf-8', errors='backslashreplace')}")
         else:
-            described = stub.DescribeQuorum(pb.DescribeQuorumRequest(), timeout=10)
-            print(json.dumps({
-                "node": described.local.id, "role": described.role, "epoch": described.epoch,
-                "leader_id": described.leader_id, "high_watermark": described.high_watermark,
-                "log_end_offset": described.log_end_offset,
-                "voters": [f"{v.id}:{v.directory_id}" for v in described.voters],
-                "replicas": [{"id": r.replica.id, "directory_id": r.replica.directory_id,
-                              "is_voter": r.is_voter, "log_end_offset": r.log_end_offset,
-                              "lag": r.lag} for r in described.replicas]}))
+            print(json.dumps(describe_json(describe_one(args.bootstrap))))
     return 0
 
 

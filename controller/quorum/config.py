@@ -11,11 +11,17 @@ to send Raft messages: a node that is to be added as a voter first runs as one.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.controller.raft import RaftConfig, VoterKey
 from tidewater.proto.errors import InvalidConfigError
+
+
+def static_directory_id(node_id: int) -> str:
+    """A static voter's directory id (``controller.quorum.voters`` names no ids)."""
+    return uuid.uuid5(uuid.NAMESPACE_OID, f"tidewater-controller-{node_id}").hex
 
 _ENDPOINT = re.compile(r"^(\d+)@([^:@,\s]+):(\d+)$")
 _INITIAL = re.compile(r"^(\d+)@([^:@,\s]+):(\d+):([0-9a-f]{32})$")

@@ -52,6 +52,12 @@ class MetadataApplication:
         self.applied_offset = 0
         self.on_applied = on_applied
 
+    @property
+    def cluster_id(self) -> str:
+        """The metadata's cluster id, for DescribeQuorum ("" before its first record)."""
+        cluster_id: str = self.machine.metadata.cluster_id
+        return cluster_id
+
     def apply(self, entry: Entry) -> None:
         if entry.offset < self.applied_offset:
             raise InvariantViolation(f"entry {entry.offset} applied again (applied up to "

@@ -33,6 +33,34 @@ def _voter_key(voter: pb.QuorumVoter) -> VoterKey:
     return VoterKey(voter.id, directory_id)
 
 
+def describe_response(shell: QuorumShell) -> pb.DescribeQuorumResponse:
+    """This node's view of the quorum (the leader's holds every replica's progress): the
+    ControllerQuorum DescribeQuorum answer, and the controller's own for brokers."""
+    try:
+        described = shell.describe()
+    except TidewaterError as e:
+        return pb.DescribeQuorumResponse(error_code=e.error_code)
+    now_ms = shell.now_ms()
+    return pb.DescribeQuorumResponse(
+        local=_voter(described.local), role=described.role.value, epoch=described.epoch,
+        leader_id=-1 if described.leader_id is None else described.leader_id,
+        high_watermark=described.high_watermark,
+        log_start_offset=described.log_start_offset,
+        log_end_offset=described.log_end_offset,
+        voters=[_voter(v) for v in sorted(described.voters)],
+        replicas=[pb.QuorumReplicaState(
+            replica=_voter(r.key), is_voter=r.is_voter, log_end_offset=r.log_end_offset,
+            lag=r.lag,
+            last_fetch_age_ms=-1 if r.last_fetch_ms is None else now_ms - r.last_fetch_ms,
+            last_caught_up_age_ms=(-1 if r.last_caught_up_ms is None
+                                   else now_ms - r.last_caught_up_ms))
+            for r in described.replicas],
+        applied_offset=shell.records.applied_offset,
+        cluster_id=getattr(shell.records, "cluster_id", ""),
+        endpoints=[pb.QuorumEndpoint(id=node_id, host=e.host, port=e.port) for node_id, e in
+                   sorted({**shell.config.observers, **shell.config.voters}.items())])
+
+
 class QuorumService(pb_grpc.ControllerQuorumServicer):
     def __init__(self, shell: QuorumShell):
         self.shell = shell
@@ -93,25 +121,7 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
                              context: grpc.aio.ServicerContext[pb.DescribeQuorumRequest,
                                                                pb.DescribeQuorumResponse],
                              ) -> pb.DescribeQuorumResponse:
-        shell = self.shell
-        try:
-            described = shell.describe()
-        except TidewaterError as e:
-            return pb.DescribeQuorumResponse(error_code=e.error_code)
-        now_ms = shell.now_ms()
-        return pb.DescribeQuorumResponse(
-            local=_voter(described.local), role=described.role.value, epoch=described.epoch,
-            leader_id=-1 if described.leader_id is None else described.leader_id,
-            high_watermark=described.high_watermark,
-            log_start_offset=described.log_start_offset,
-            log_end_offset=described.log_end_offset,
-            voters=[_voter(v) for v in sorted(described.voters)],
-            replicas=[pb.QuorumReplicaState(
-                replica=_voter(r.key), is_voter=r.is_voter, log_end_offset=r.log_end_offset,
-                lag=r.lag,
-                last_fetch_age_ms=-1 if r.last_fetch_ms is None else now_ms - r.last_fetch_ms)
-                for r in described.replicas],
-            applied_offset=shell.records.applied_offset)
+        return describe_response(self.shell)
 
     async def ChangeQuorumVoters(self, request: pb.ChangeQuorumVotersRequest,
                                  context: grpc.aio.ServicerContext[pb.ChangeQuorumVotersRequest,

@@ -183,6 +183,10 @@ class ReplicaProgress:
 
     log_end_offset: int = 0  # validated fetch offset: durable on that replica
     last_fetch_ms: int | None = None
+    # Kafka's lastCaughtUpTimestamp: when its fetch last reached our log end (or the end
+    # we had at its previous fetch), and the log end it fetched against then.
+    last_caught_up_ms: int | None = None
+    last_fetch_leader_end: int = 0
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,7 @@ class ReplicaDescription:
     log_end_offset: int
     lag: int
     last_fetch_ms: int | None
+    last_caught_up_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -468,7 +473,8 @@ class RaftNode:
                 end = self._durable_end if key == self.local else progress.log_end_offset
                 replicas.append(ReplicaDescription(
                     key, key in self.voters, end, self.log_end_offset - end,
-                    now_ms if key == self.local else progress.last_fetch_ms))
+                    now_ms if key == self.local else progress.last_fetch_ms,
+                    now_ms if key == self.local else progress.last_caught_up_ms))
         return QuorumDescription(self.local, self.role, self.epoch, self.leader_id,
                                  self.high_watermark, self.log_start_offset,
                                  self.log_end_offset, self.voters, tuple(replicas))
@@ -684,6 +690,7 @@ class RaftNode:
             answer(FetchError.FENCED_LEADER_EPOCH)
             return
         progress = self._progress.setdefault(request.source, ReplicaProgress())
+        previous_fetch_ms = progress.last_fetch_ms
         progress.last_fetch_ms = now_ms
         offset, last_epoch = request.fetch_offset, request.last_fetched_epoch
         if self._snapshot is not None and (
@@ -704,6 +711,13 @@ class RaftNode:
             raise InvariantViolation(f"{self.local}: {request.source} fetches {offset}, past our "
                                      f"log end {self.log_end_offset} in our epoch")
         progress.log_end_offset = max(progress.log_end_offset, offset)
+        # As Kafka's LeaderState.ReplicaState.updateFollowerState.
+        if offset >= self.log_end_offset:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms or 0, now_ms)
+        elif (progress.last_fetch_leader_end > 0 and offset >= progress.last_fetch_leader_end
+              and previous_fetch_ms is not None):
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms or 0, previous_fetch_ms)
+        progress.last_fetch_leader_end = self.log_end_offset
         self._maybe_advance_high_watermark(now_ms)
         entries = tuple(self._bounded(self.entries(offset, offset + self.config.fetch_entries_max)))
         answer(FetchError.NONE, high_watermark=min(self.high_watermark, offset + len(entries)),
