@@ -30,8 +30,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,spark,console]'
 	touch $(STAMP)
 
+# Files are spread over TEST_WORKERS pytest-xdist workers (2; 1 runs them in one process):
+# most tests wait on the real processes they start, so two at a time halve the wall time.
+TEST_WORKERS ?= 2
 test: venv kcat chromium librdkafka-suite
-	$(PY) -m pytest -q $(PYTEST_ARGS) --ignore=tests/docker tests
+	$(PY) -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) \
+	  --durations=25 $(PYTEST_ARGS) --ignore=tests/docker tests
 
 # Only the tests that start real controller and broker processes.
 test-integration: venv

@@ -5,6 +5,7 @@ model: same batches (bytes of the CRC'd part, offsets, epochs), same start and e
 offsets, and cache entries equal to the epoch runs of the kept batches.
 """
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -131,7 +132,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule(data=st.data(), retention_bytes=st.integers(0, 1500))
     def delete_old_segments(self, data, retention_bytes):
         high_watermark = data.draw(st.integers(self.log_start_offset, self.log_end_offset))
-        self.log.update_config(LogConfig(**{**CONFIG.__dict__, "retention_bytes": retention_bytes}))
+        self.log.update_config(dataclasses.replace(CONFIG, retention_bytes=retention_bytes))
         segments = [(s.base_offset, s.size_bytes) for s in self.log.segments()]
         total = sum(size for _, size in segments)
         expected = 0

@@ -2,6 +2,7 @@
 is flushed in the background (Kafka's "flush-log" job) and only then does the
 recovery point move; a crash before that flush loses nothing that reached the disk."""
 
+import dataclasses
 import os
 import threading
 from concurrent.futures import Executor, Future
@@ -181,7 +182,7 @@ def test_a_crash_that_lost_a_rolled_files_name_cuts_the_log_there(tmp_path, lost
 def test_flush_messages_still_fsyncs_a_rolled_files_name_before_the_append_returns(
         tmp_path, fsyncs):
     flushes = QueuedFlushes()
-    log = open_log(tmp_path, flushes, LogConfig(**{**CONFIG.__dict__, "flush_messages": 1}))
+    log = open_log(tmp_path, flushes, dataclasses.replace(CONFIG, flush_messages=1))
     for _ in range(3):
         log.append_as_leader(RECORD, 0, now_ms=0)
     fsyncs.clear()
@@ -242,7 +243,7 @@ def test_a_truncation_while_a_rolls_flush_syncs_keeps_the_recovery_point_below_i
 @pytest.mark.parametrize("how", ["delete", "close", "retention"])
 def test_a_log_deleted_or_closed_before_its_flush_runs_is_left_alone(tmp_path, how, caplog):
     flushes = QueuedFlushes()
-    log = open_log(tmp_path, flushes, LogConfig(**{**CONFIG.__dict__, "retention_bytes": 0}))
+    log = open_log(tmp_path, flushes, dataclasses.replace(CONFIG, retention_bytes=0))
     for _ in range(7):
         log.append_as_leader(RECORD, 0, now_ms=0)
     if how == "delete":
@@ -261,8 +262,7 @@ def test_a_log_deleted_or_closed_before_its_flush_runs_is_left_alone(tmp_path, h
 
 
 def test_the_manager_skips_logs_deleted_after_its_snapshot(tmp_path):
-    manager = LogManager(tmp_path, LogConfig(**{**CONFIG.__dict__, "retention_bytes": 0,
-                                                "segment_ms": 10}))
+    manager = LogManager(tmp_path, dataclasses.replace(CONFIG, retention_bytes=0, segment_ms=10))
     manager.load(now_ms=0)
     a, b = TopicPartition("a", 0), TopicPartition("b", 0)
     for tp in (a, b):
