@@ -84,9 +84,15 @@ class ScramLogin:
         self._refresh_at: float | None = None  # monotonic s; None: never
         self._lock = threading.Lock()
         self._aio_lock: asyncio.Lock | None = None
+        # The server enables no SASL mechanism (SASL off there: a TLS certificate or
+        # nothing names the caller), so calls carry no credentials, as they did when the
+        # PLAIN metadata was ignored by such a server.
+        self._sasl_off = False
         self.exchanges = 0  # completed, for tests and logs
 
     def _current(self) -> tuple[tuple[str, str], ...] | None:
+        if self._sasl_off:
+            return ()
         token = self._token
         if token is None or (self._refresh_at is not None and self._clock() >= self._refresh_at):
             return None
@@ -97,9 +103,13 @@ class ScramLogin:
         With ``token_metadata``, only if that is still the session (not a newer one)."""
         if token_metadata is None or token_metadata == self._current():
             self._token = None
+            self._sasl_off = False
 
     def _exchange(self) -> Generator[Step, Any, None]:
         answer = yield HANDSHAKE_METHOD, pb.GrpcSaslHandshakeRequest(mechanism=self.mechanism)
+        if answer.error_code == pb.UNSUPPORTED_SASL_MECHANISM and not answer.enabled_mechanisms:
+            self._sasl_off = True
+            return
         if answer.error_code == pb.UNSUPPORTED_SASL_MECHANISM:
             raise UnsupportedSaslMechanismError(
                 f"the server does not enable {self.mechanism} (enabled: "

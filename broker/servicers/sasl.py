@@ -1,9 +1,10 @@
 """The ``Sasl`` gRPC service: SCRAM over gRPC, on every broker listener and on the
 controller (``broker.security.grpc_sessions`` holds the exchanges and tokens).
 
-SaslHandshake takes only a SCRAM mechanism this server enables (PLAIN needs no
-exchange: where it is enabled its password travels in each call's metadata); anything
-else is UNSUPPORTED_SASL_MECHANISM with the enabled list. A failed SaslAuthenticate
+SaslHandshake takes only a SCRAM mechanism this server enables, or any SCRAM mechanism
+where none is enabled (PLAIN needs no exchange: where it is enabled, or none is, its
+password travels in each call's metadata); anything else is UNSUPPORTED_SASL_MECHANISM
+with the enabled list. A failed SaslAuthenticate
 (unknown user, wrong proof, malformed message, an unknown exchange) is answered
 SASL_AUTHENTICATION_FAILED ``connection.failed.authentication.delay.ms`` late, as on the
 Kafka listener (KIP-306). The session token travels only in the final answer and is
@@ -35,7 +36,10 @@ class SaslServicer(pb_grpc.SaslServicer):
                             context: Context[pb.GrpcSaslHandshakeRequest,
                                              pb.GrpcSaslHandshakeResponse]
                             ) -> pb.GrpcSaslHandshakeResponse:
-        enabled = list(self.security.settings.sasl_mechanisms)
+        # No mechanism enabled (SASL off on the Kafka listeners): gRPC calls may still name
+        # a user the metadata knows, as PLAIN metadata could before, so every SCRAM
+        # mechanism is taken (an authorizer then checks that user's ACLs).
+        enabled = list(self.security.settings.sasl_mechanisms) or list(MECHANISMS)
         if request.mechanism not in enabled or request.mechanism not in MECHANISMS:
             return pb.GrpcSaslHandshakeResponse(
                 error_code=pb.UNSUPPORTED_SASL_MECHANISM, enabled_mechanisms=enabled,

@@ -139,3 +139,22 @@ def test_the_client_renews_its_session_inside_kafkas_window():
     renewed = client.metadata_sync(call)
     assert renewed != first and client.exchanges == 2
     assert s.resolve(renewed[0][1].removeprefix("Session "), 9000) == "alice"
+
+
+def test_a_server_with_sasl_off_gets_no_credentials_and_one_with_other_mechanisms_refuses():
+    # SASL off there (no mechanism enabled): its certificate check or nothing names the
+    # caller, so calls go without credentials, as the PLAIN metadata was ignored before.
+    def off(method, request):
+        return pb.GrpcSaslHandshakeResponse(error_code=pb.UNSUPPORTED_SASL_MECHANISM)
+
+    client = ScramLogin("SCRAM-SHA-512", "alice", "secret")
+    assert client.metadata_sync(off) == () and client.exchanges == 0
+    client.forget(())  # a call refused UNAUTHENTICATED: the next one asks again
+    assert client._current() is None
+
+    def plain_only(method, request):
+        return pb.GrpcSaslHandshakeResponse(error_code=pb.UNSUPPORTED_SASL_MECHANISM,
+                                            enabled_mechanisms=["PLAIN"])
+
+    with pytest.raises(Exception, match="does not enable SCRAM-SHA-512"):
+        ScramLogin("SCRAM-SHA-512", "alice", "secret").metadata_sync(plain_only)
