@@ -21,6 +21,7 @@ import pytest
 from controller_process import PROJECT_DIR, free_port
 from test_quorum_metadata_owner import start_quorum
 
+from tests.cli.cluster_fixtures import wait_for
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 
@@ -65,17 +66,6 @@ def describe_cluster(address: str) -> pb.DescribeClusterResponse | None:
                                                                    timeout=3)
         except grpc.RpcError:
             return None
-
-
-def wait_for(condition, what: str, timeout_s: float = 60):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def leaders(bootstrap: str) -> dict[int, tuple[int, int]] | None:

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidewater.client.admin import BROKER_RESOURCE, TOPIC_RESOURCE, AdminClient, ConfigOp
 from tidewater.controller.assignment import assign_replicas
+from tidewater.proto.errors import TidewaterError
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -195,14 +197,8 @@ def cmd_execute(args: argparse.Namespace) -> int:
     print(_assignment_json({k: current[k] for k in targets}))
     print()
     print("Save this to use as the --reassignment-json-file option during rollback")
-    started = [f"{t}-{n}" for (t, n), error in sorted(results.items()) if error is None]
-    failed = {tp: e for tp, e in sorted(results.items()) if e is not None}
-    if started:
-        print("Successfully started partition reassignments for " + ",".join(started))
-    if failed:
-        raise CliError("reassignment refused for " + "; ".join(
-            f"{t}-{n}: {describe_error(e)}" for (t, n), e in failed.items()))
-    return 0
+    return _report(results, "Successfully started partition reassignments for ",
+                   "reassignment refused for ")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -279,11 +275,19 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     targets = read_reassignment(args.reassignment_json_file)
     with _admin(args) as admin, cli_errors("cannot cancel the reassignment"):
         results = admin.alter_partition_reassignments({tp: None for tp in targets})
-    cancelled = [f"{t}-{n}" for (t, n), e in sorted(results.items()) if e is None]
+    return _report(results, "Successfully cancelled partition reassignments for: ",
+                   "cancel refused for ")
+
+
+def _report(results: Mapping[tuple[str, int], TidewaterError | None], done: str,
+            refused: str) -> int:
+    """Print the partitions whose change was taken after ``done``; raise a CliError
+    naming each refused one after ``refused``; 0 when none was."""
+    taken = [f"{t}-{n}" for (t, n), e in sorted(results.items()) if e is None]
     failed = {tp: e for tp, e in sorted(results.items()) if e is not None}
-    if cancelled:
-        print("Successfully cancelled partition reassignments for: " + ",".join(cancelled))
+    if taken:
+        print(done + ",".join(taken))
     if failed:
-        raise CliError("cancel refused for " + "; ".join(
+        raise CliError(refused + "; ".join(
             f"{t}-{n}: {describe_error(e)}" for (t, n), e in failed.items()))
     return 0
