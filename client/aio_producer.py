@@ -167,7 +167,6 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._started = False
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
-        self._batches_in_flight: dict[TopicPartition, int] = {}  # idempotent: batches out
         self._records_in_flight = 0  # buffered_records less these are the records queued
         self._space_waiters = 0  # send() calls waiting for buffer space
         self._sender: asyncio.Task[None] | None = None
@@ -434,7 +433,6 @@ class AsyncProducer:
                     self._finish(batch, e)
                 continue
             self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
-            self._batches_in_flight[tp] = self._batches_in_flight.get(tp, 0) + len(batches)
             self._records_in_flight += _record_count(batches)
             by_leader.setdefault(leader.address, []).append((tp, batches))
         if refresh:
@@ -477,7 +475,7 @@ class AsyncProducer:
         """An answer, a transport error, or (acks=0) the request queued: settle its
         batches, then send what queued behind it, from here (no sender wake-up)."""
         for tp, batches in groups:
-            release_in_flight(self._in_flight, self._batches_in_flight, tp, len(batches))
+            release_in_flight(self._in_flight, tp)
             self._records_in_flight -= _record_count(batches)
         refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
         if refresh:

@@ -29,10 +29,14 @@ a batch of an older epoch         RETRY: it is renumbered in the current epoch
 anything else                     FAIL (and BUMP: the sequence it held is unresolved)
 ================================  =====================================================
 
-Every batch of a partition in flight must stay among the five the broker
-remembers, so at most ``BATCHES_IN_FLIGHT_MAX`` (5) are out at once, and a batch
-to retry goes alone in its request (the broker refuses a repeat that comes with
-new batches).
+Every unacked batch of a partition must stay among the five the broker
+remembers, so at most ``BATCHES_IN_FLIGHT_MAX`` (5) batches are sent from the oldest
+unacked one on (its *window*; acked batches after it count, since the broker appended
+them after it), and a batch to retry goes alone in its request (the broker refuses a
+repeat that comes with new batches). Counting batches in flight instead is not enough:
+answers may come out of order (one stream, answers by correlation id), so batches
+after a lost answer can be acked and replaced while its retry waits, and the retry
+would then be older than anything the broker remembers.
 
 The epoch is bumped per partition (the broker keeps a producer's epoch per
 partition), locally, as Kafka's idempotent producer does since KIP-360. An epoch
@@ -44,7 +48,8 @@ coordinator for a new epoch).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tidewater.proto import tidewater_pb2 as pb
@@ -61,13 +66,14 @@ _SEQUENCE_ERRORS = (pb.OUT_OF_ORDER_SEQUENCE_NUMBER, pb.UNKNOWN_PRODUCER_ID)
 
 
 def drain_count_max(state: IdempotentState | None, first_is_retry: bool,
-                    batches_in_flight: int) -> int | None:
-    """How many batches of a partition may go in its next request (None: any number)."""
+                    window_batches: int) -> int | None:
+    """How many batches of a partition may go in its next request (None: any number);
+    ``window_batches``: its batches sent from the oldest unacked one on."""
     if state is None:
         return None
     if first_is_retry:
         return 1
-    return BATCHES_IN_FLIGHT_MAX - batches_in_flight
+    return max(0, BATCHES_IN_FLIGHT_MAX - window_batches)
 
 
 def next_sequence(sequence: int, record_count: int) -> int:
@@ -81,6 +87,8 @@ class PartitionSequences:
     epoch: int
     next_sequence: int = 0
     last_acked_sequence: int = -1  # of the last record acked in this epoch
+    # [base sequence, acked] of the batches numbered in this epoch from the oldest unacked
+    window: deque[list[Any]] = field(default_factory=deque)
 
 
 class IdempotentState:
@@ -116,6 +124,7 @@ class IdempotentState:
             batch.producer_epoch = state.epoch
             batch.base_sequence = state.next_sequence
             state.next_sequence = next_sequence(state.next_sequence, batch.record_count)
+            state.window.append([batch.base_sequence, False])
         return self.producer_id, batch.producer_epoch, batch.base_sequence
 
     def on_acked(self, batch: Any) -> None:
@@ -125,6 +134,17 @@ class IdempotentState:
             last = next_sequence(batch.base_sequence, batch.record_count - 1)
             if state.last_acked_sequence < 0 or _after(last, state.last_acked_sequence):
                 state.last_acked_sequence = last
+            for entry in state.window:
+                if entry[0] == batch.base_sequence:
+                    entry[1] = True
+                    break
+            while state.window and state.window[0][1]:
+                state.window.popleft()
+
+    def window_batches(self, tp: Any) -> int:
+        """Batches of ``tp`` sent in its epoch from the oldest unacked one on."""
+        state = self.partitions.get(tp)
+        return 0 if state is None else len(state.window)
 
     def decide(self, batch: Any, error: BaseException) -> Decision:
         """What to do with a sequenced batch that failed with ``error`` (the table above)."""

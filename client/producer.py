@@ -162,7 +162,6 @@ class ProducerState(Protocol):
     _closed: bool
     _idempotence: IdempotentState | None
     _in_flight: dict[TopicPartition, int]
-    _batches_in_flight: dict[TopicPartition, int]
 
     @property
     def _accumulator(self) -> RecordAccumulator[object]: ...
@@ -185,20 +184,23 @@ def on_producer_id_error(producer: ProducerState, ready: list[TopicPartition], e
 def partition_held_back(producer: ProducerState, tp: TopicPartition) -> bool:
     """``tp`` may not send now: ``max_in_flight_per_partition`` requests out, or (idempotent)
     a batch to retry while requests are out (it goes once they are answered, so retried
-    sequences reach the broker in order), or BATCHES_IN_FLIGHT_MAX batches out."""
+    sequences reach the broker in order), or its window of BATCHES_IN_FLIGHT_MAX batches
+    full (client/idempotence.py)."""
     in_flight = producer._in_flight.get(tp, 0)
     if in_flight >= producer.max_in_flight_per_partition:
         return True
-    return in_flight > 0 and producer._idempotence is not None and (
+    idempotence = producer._idempotence
+    return in_flight > 0 and idempotence is not None and (
         producer._accumulator.first_is_retry(tp)
-        or producer._batches_in_flight.get(tp, 0) >= BATCHES_IN_FLIGHT_MAX)
+        or idempotence.window_batches(tp) >= BATCHES_IN_FLIGHT_MAX)
 
 
 def drain_for_request(producer: ProducerState, tp: TopicPartition) -> list[ProducerBatch]:
     """Take ``tp``'s batches for its next request; an idempotent producer numbers them."""
     accumulator, idempotence = producer._accumulator, producer._idempotence
     batches = accumulator.drain_many(tp, producer.request_bytes_max, drain_count_max(
-        idempotence, accumulator.first_is_retry(tp), producer._batches_in_flight.get(tp, 0)))
+        idempotence, accumulator.first_is_retry(tp),
+        0 if idempotence is None else idempotence.window_batches(tp)))
     if batches and idempotence is not None:
         if not idempotence.has_producer_id:  # dropped after an epoch overflow: asked again
             accumulator.reenqueue_many(batches, _now_ms(), 0)
@@ -315,20 +317,13 @@ def settle_produce_answer(producer: ProducerState, groups: list[tuple[TopicParti
     return refresh
 
 
-def release_in_flight(in_flight: dict[TopicPartition, int],
-                      batches_in_flight: dict[TopicPartition, int], tp: TopicPartition,
-                      batch_count: int) -> None:
-    """One request of ``tp`` with ``batch_count`` batches is answered: the counts drop."""
+def release_in_flight(in_flight: dict[TopicPartition, int], tp: TopicPartition) -> None:
+    """One request of ``tp`` is answered: its count drops."""
     left = in_flight.get(tp, 0) - 1
     if left > 0:
         in_flight[tp] = left
     else:
         in_flight.pop(tp, None)
-    batches_left = batches_in_flight.get(tp, 0) - batch_count
-    if batches_left > 0:
-        batches_in_flight[tp] = batches_left
-    else:
-        batches_in_flight.pop(tp, None)
 
 
 def give_up_sequences(producer: ProducerState, tp: TopicPartition, batch: ProducerBatch) -> None:
@@ -408,7 +403,6 @@ class Producer:
         self._lock = threading.Condition(self._mutex)
         self._sender_wake = threading.Condition(self._mutex)
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
-        self._batches_in_flight: dict[TopicPartition, int] = {}  # idempotent: batches out
         # Records in requests on the way; the accumulator's buffered_records less these are
         # the records queued (an answer wakes the sender only when some are).
         self._records_in_flight = 0
@@ -733,14 +727,13 @@ class Producer:
                 if not batches:
                     continue
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
-                self._batches_in_flight[tp] = self._batches_in_flight.get(tp, 0) + len(batches)
                 self._records_in_flight += _record_count(batches)
             try:
                 for batch in batches:
                     batch.close(self.compression)
             except Exception as e:  # e.g. a compression codec failing: fail, not hang
                 with self._lock:
-                    self._release_in_flight(tp, len(batches))
+                    self._release_in_flight(tp)
                     self._records_in_flight -= _record_count(batches)
                     for batch in batches:
                         self._finish(batch, e)
@@ -778,7 +771,7 @@ class Producer:
                      transport_error: TidewaterError | Exception | None) -> None:
         with self._lock:
             for tp, batches in groups:
-                self._release_in_flight(tp, len(batches))
+                self._release_in_flight(tp)
                 self._records_in_flight -= _record_count(batches)
             refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
             # acks=0 is settled inside the stream's send (no answer comes), i.e. inside
@@ -818,9 +811,9 @@ class Producer:
         if self._accumulator.buffered_records > self._records_in_flight:
             self._sender_wake.notify()
 
-    def _release_in_flight(self, tp: TopicPartition, batch_count: int) -> None:
-        """One request of ``tp``, with ``batch_count`` batches, is no longer out (lock held)."""
-        release_in_flight(self._in_flight, self._batches_in_flight, tp, batch_count)
+    def _release_in_flight(self, tp: TopicPartition) -> None:
+        """One request of ``tp`` is no longer out (lock held)."""
+        release_in_flight(self._in_flight, tp)
 
     def _maybe_refresh_metadata(self) -> None:
         now = _now_ms()

@@ -96,7 +96,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         waiting = threading.Semaphore(0)  # one release per answer thread that finished
 
         def answer(response) -> None:
-            self._wait_before_answer()
+            self._wait_before_answer(response)
             answers.put(response)
             waiting.release()
 
@@ -119,7 +119,7 @@ class FakeBroker(pb_grpc.BrokerServicer):
         while (response := answers.get()) is not None:
             yield response
 
-    def _wait_before_answer(self) -> None:
+    def _wait_before_answer(self, response: pb.ProduceResponse | None = None) -> None:
         s = self.state
         with s.lock:
             s.produce_calls_now += 1

@@ -98,6 +98,30 @@ def test_retries_go_back_in_creation_order_and_restamped_batches_pass_their_crc(
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (42, 1, 0)
 
 
+def test_the_window_counts_from_the_oldest_unacked_batch():
+    """Acks that come out of order do not open the window: the broker remembers five
+    batches, and the oldest unacked one must stay among them for its retry."""
+    state = IdempotentState()
+    state.set_producer_id(7, 0)
+    acc = RecordAccumulator(batch_size_bytes=10)
+    for _ in range(BATCHES_IN_FLIGHT_MAX):
+        acc.add(TP, None, b"x" * 20, (), 1000, 0)
+    batches = acc.drain_many(TP, 1 << 20, None)
+    for b in batches:
+        state.assign(b)
+    assert state.window_batches(TP) == BATCHES_IN_FLIGHT_MAX
+    for b in batches[1:]:  # every answer but the first one's
+        state.on_acked(b)
+    assert state.window_batches(TP) == BATCHES_IN_FLIGHT_MAX
+    assert drain_count_max(state, False, state.window_batches(TP)) == 0
+    state.assign(batches[0])  # a retry keeps its numbers and adds nothing
+    assert state.window_batches(TP) == BATCHES_IN_FLIGHT_MAX
+    state.on_acked(batches[0])
+    assert state.window_batches(TP) == 0
+    state.bump(TP)
+    assert state.window_batches(TP) == 0
+
+
 def test_drain_limits():
     assert drain_count_max(None, True, 9) is None
     state = IdempotentState()

@@ -6,6 +6,7 @@ offset it was written at."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -26,7 +27,14 @@ class IdempotentFakeBroker(FakeBroker):
     """Appends as the broker does for idempotent batches. Cues on the state:
     ``refuse_from``: the first request whose first sequence reaches each value is
     refused (NOT_LEADER_OR_FOLLOWER, nothing written); ``lose_from``: likewise appended
-    but answered REQUEST_TIMED_OUT (the answer is lost)."""
+    but answered REQUEST_TIMED_OUT (the answer is lost); ``lost_answer_late_s``: the
+    lost answers come that much later than the others (answers out of order)."""
+
+    def _wait_before_answer(self, response: pb.ProduceResponse | None = None) -> None:
+        super()._wait_before_answer(response)
+        if response is not None and any(p.error_code == pb.REQUEST_TIMED_OUT
+                                         for p in response.partitions):
+            time.sleep(self.state.lost_answer_late_s)
 
     def _append_partition(self, part, acks: int) -> pb.ProducePartitionResponse:
         s, p = self.state, part.partition
@@ -78,6 +86,7 @@ def faulty_cluster():
         state.refuse_from = [60, 200]
         state.lose_from = [120, 300]
         state.produce_delay_s = 0.01  # several requests in flight at once
+        state.lost_answer_late_s = 0.0
         yield state, bootstrap
 
 
@@ -118,3 +127,31 @@ def test_asyncio_producer_keeps_order_and_writes_once_through_lost_requests_and_
             return [(await f).offset for f in futures]
 
     check(state, asyncio.run(run()))
+
+
+@pytest.mark.parametrize("producer_kind", ["threaded", "asyncio"])
+def test_a_late_lost_answer_is_retried_within_the_five_batches_the_broker_remembers(
+        faulty_cluster, producer_kind):
+    """The lost answers come after the answers of the requests sent behind them: the batches
+    after a lost one are acked first, and without a window counted from the oldest unacked
+    batch the producer sent more behind them, so the retry fell out of the broker's five
+    and was refused (OUT_OF_ORDER_SEQUENCE_NUMBER) until the delivery timeout."""
+    state, bootstrap = faulty_cluster
+    state.refuse_from = []
+    state.lost_answer_late_s = 0.2
+    settings = dict(max_in_flight_per_partition=5, linger_ms=0, batch_size_bytes=256,
+                    retry_backoff_ms=5, delivery_timeout_ms=20000)
+    if producer_kind == "threaded":
+        with Producer(bootstrap, **settings) as producer:
+            futures = [producer.send("t", b"%d" % i, partition=0) for i in range(RECORDS)]
+            producer.flush(15)
+            offsets = [f.result(5).offset for f in futures]
+    else:
+        async def run() -> list[int]:
+            async with AsyncProducer(bootstrap, **settings) as producer:
+                futures = [await producer.send("t", b"%d" % i, partition=0)
+                           for i in range(RECORDS)]
+                await producer.flush(15)
+                return [(await f).offset for f in futures]
+        offsets = asyncio.run(run())
+    check(state, offsets)
