@@ -61,6 +61,7 @@ from tidewater.proto.errors import (
     TidewaterError,
 )
 from tidewater.proto.supervisor import TaskSupervisor
+from tidewater.proto.tls import server_credentials
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -169,7 +170,13 @@ class QuorumShell:
             interceptors=[InvariantBoundary(self.supervisor)])
         pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
         try:
-            self.port = self._server.add_insecure_port(str(listen))
+            if config.tls is None:
+                self.port = self._server.add_insecure_port(str(listen))
+            else:
+                # mTLS: only certificates of the cluster's CA get through the handshake;
+                # which of them may send Raft messages is the service's check.
+                self.port = self._server.add_secure_port(
+                    str(listen), server_credentials(config.tls, require_client_auth=True))
         except RuntimeError as e:
             raise OSError(f"cannot listen on {listen}: {e}") from e
         if self.port == 0:
@@ -178,7 +185,8 @@ class QuorumShell:
         self._transport = Transport(config.node_id, config.peers, self.supervisor,
                                     queue_max=config.peer_queue_messages_max,
                                     batch_max=config.peer_batch_messages_max,
-                                    request_timeout_ms=config.raft.request_timeout_ms)
+                                    request_timeout_ms=config.raft.request_timeout_ms,
+                                    tls=config.tls)
         self.supervisor.spawn(self._tick_loop(), name="raft-tick")
         self._drain()
         log.info("quorum node %s listening on %s (port %d)", local, listen, self.port)
