@@ -64,6 +64,7 @@ from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
 from tidewater.controller.quorum.config import QuorumConfig, static_directory_id
 from tidewater.controller.quorum.metadata_app import MetadataApplication
+from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
 from tidewater.controller.quorum.shell import QuorumShell
 from tidewater.controller.raft import VoterKey
@@ -261,7 +262,8 @@ class ControllerServer:
         self.quorum_shell = QuorumShell(
             quorum, on_fatal=self.supervisor.fail,
             application=MetadataApplication(self.machine, on_applied=owner.on_applied),
-            on_leadership=owner.on_leadership)
+            on_leadership=owner.on_leadership,
+            metrics=RaftMetrics(self.metrics.registry))
         owner.shell = self.quorum_shell
         await self.quorum_shell.start()
         log.info("controller %d: quorum node on port %d (voters %s); standby until it "
