@@ -31,7 +31,7 @@ from tidewater.proto.errors import (
     InvalidRequestError,
     TidewaterError,
 )
-from tidewater.proto.tls import ROLE_CLIENT, principal_of
+from tidewater.proto.tls import ROLE_CLIENT, Principal, principal_of
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -75,6 +75,10 @@ def describe_response(shell: QuorumShell) -> pb.DescribeQuorumResponse:
                    sorted({**shell.config.observers, **shell.config.voters}.items())])
 
 
+def _principal(context: grpc.aio.ServicerContext[Any, Any]) -> Principal | None:
+    return principal_of({k: list(v) for k, v in context.auth_context().items()})
+
+
 class QuorumService(pb_grpc.ControllerQuorumServicer):
     def __init__(self, shell: QuorumShell):
         self.shell = shell
@@ -83,13 +87,12 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
     def _require_controller(self, context: grpc.aio.ServicerContext[Any, Any], *,
                             source_id: int | None = None, what: str) -> None:
         if self._mtls:
-            check_controller_principal(principal_of(context.auth_context()),
-                                       source_id=source_id, what=what)
+            check_controller_principal(_principal(context), source_id=source_id, what=what)
 
     def _require_voter_admin(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self._mtls:
             return
-        principal = principal_of(context.auth_context())
+        principal = _principal(context)
         if (principal is not None and principal.role == ROLE_CLIENT
                 and self.shell.config.clients_may_change_voters):
             return

@@ -136,6 +136,23 @@ def test_every_controller_reports_kafkas_raft_metrics(quorum):
             assert lags == set(), name  # only the leader knows the voters' progress
 
 
+def test_tide_quorum_describe_over_mtls_and_through_a_broker(quorum):
+    c = quorum
+    leader = wait_for(lambda: leader_of(c, sorted(controllers(c))), "the quorum leader")
+    raft = ",".join(raft_address(c, i) for i in (1, 2, 3))
+    direct = run_tide("quorum", "describe", "--status", "--bootstrap-controller", raft,
+                      "--command-config", c.tls["command_config"])
+    assert direct.returncode == 0, direct.stderr
+    assert f"LeaderId:               {leader.rsplit('-', 1)[1]}" in direct.stdout.splitlines()
+    # Without a certificate the Raft port's handshake fails: the tool says so, in one line.
+    plain = run_tide("quorum", "describe", "--status", "--bootstrap-controller", raft)
+    assert plain.returncode != 0 and "LeaderId" not in plain.stdout
+    brokered = run_tide("quorum", "describe", "--status", "--command-config",
+                        c.sasl["command_config"], bootstrap=c.bootstrap)
+    assert brokered.returncode == 0, brokered.stderr
+    assert direct.stdout.splitlines()[1] == brokered.stdout.splitlines()[1]  # LeaderId
+
+
 def _batch(source_id: int, destination_id: int) -> pb.RaftMessageBatch:
     return pb.RaftMessageBatch(source_id=source_id, destination_id=destination_id)
 
