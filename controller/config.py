@@ -18,7 +18,7 @@ from tidewater.broker.security.settings import SecuritySettings
 from tidewater.controller.quorum.config import QuorumConfig, parse_endpoints
 from tidewater.controller.raft import RaftConfig
 from tidewater.proto.errors import InvalidConfigError
-from tidewater.proto.tls import TlsFiles
+from tidewater.proto.tls import TlsFiles, TlsMaterial
 from tidewater.proto.topic_config import parse_topic_config, validate_topic_configs
 
 
@@ -129,15 +129,17 @@ class ControllerConfig:
             parse_endpoints(self.quorum_voters)  # node.id is checked at start (any order)
         validate_topic_configs(self.default_topic_configs())  # e.g. min.insync.replicas > 2^31-1
 
-    def quorum_config(self) -> QuorumConfig:
+    def quorum_config(self, tls: TlsMaterial | None = None) -> QuorumConfig:
         """The Raft node's settings (``controller.quorum.voters`` must be set): its files
-        go in ``<data-dir>/raft``; this controller's ``node.id`` must be a voter."""
+        go in ``<data-dir>/raft``; this controller's ``node.id`` must be a voter. ``tls``
+        (the controller's loaded ``--tls-*``): Raft traffic over mTLS, controllers only."""
         voters = parse_endpoints(self.quorum_voters)
         if self.node_id not in voters:
             raise InvalidConfigError(f"controller.quorum.voters does not list node.id "
                                      f"{self.node_id}")
         return QuorumConfig(node_id=self.node_id, data_dir=Path(self.data_dir) / "raft",
-                            voters=voters,
+                            voters=voters, tls=tls,
+                            clients_may_change_voters=self.security.authorizer == "none",
                             raft=RaftConfig(election_timeout_ms=self.quorum_election_timeout_ms,
                                             fetch_timeout_ms=self.quorum_fetch_timeout_ms))
 

@@ -64,13 +64,14 @@ from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
 from tidewater.controller.quorum.config import QuorumConfig, static_directory_id
 from tidewater.controller.quorum.metadata_app import MetadataApplication
+from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
 from tidewater.controller.quorum.shell import QuorumShell
 from tidewater.controller.raft import VoterKey
 from tidewater.controller.raft.storage import QUORUM_STATE_FILE, RaftStorage
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
-from tidewater.controller.state_machine import ControllerStateMachine, Effects
+from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import InvalidConfigError, InvariantViolation
@@ -170,7 +171,7 @@ class ControllerServer:
             supervisor=self.supervisor,
             on_partition_error=lambda kind, error: (
                 self.metrics.broker_partition_errors.labels(kind, error).inc()))
-        quorum = self.config.quorum_config() if self.config.quorum_voters else None
+        quorum = self.config.quorum_config(tls) if self.config.quorum_voters else None
         if quorum is None:
             self.metadata_log = MetadataLog.open(self.config.data_dir)
             self.owner = MetadataOwner(self.metadata_log, self.machine,
@@ -178,11 +179,9 @@ class ControllerServer:
                                        clock_ms=monotonic_ms,
                                        queue_size_max=self.config.metadata_queue_size_max)
         else:
-            if self.config.bootstrap_user_configs:
-                raise InvalidConfigError("--bootstrap-user-config is not supported with "
-                                         "controller.quorum.voters yet")
             self.owner = QuorumOwner(self.machine, on_commit=self._on_commit,
                                      on_activated=self._on_activated,
+                                     on_start=self._add_bootstrap_users,
                                      on_renounce=self._on_renounce, clock_ms=monotonic_ms,
                                      queue_size_max=self.config.metadata_queue_size_max)
         # Bind before writing anything: a controller that cannot serve must not
@@ -263,7 +262,8 @@ class ControllerServer:
         self.quorum_shell = QuorumShell(
             quorum, on_fatal=self.supervisor.fail,
             application=MetadataApplication(self.machine, on_applied=owner.on_applied),
-            on_leadership=owner.on_leadership)
+            on_leadership=owner.on_leadership,
+            metrics=RaftMetrics(self.metrics.registry))
         owner.shell = self.quorum_shell
         await self.quorum_shell.start()
         log.info("controller %d: quorum node on port %d (voters %s); standby until it "
@@ -284,6 +284,16 @@ class ControllerServer:
         kept (an operator may have changed the password since)."""
         if not isinstance(self.owner, MetadataOwner):
             raise InvariantViolation("the bootstrap user before the owner (or with a quorum)")
+        self.owner.run_now(lambda tx, now: self._add_bootstrap_user(tx, now, path))
+
+    def _add_bootstrap_users(self, tx: Tx, now_ms: int) -> None:
+        """With a quorum, in the command that makes a leader the active controller: every
+        ``--bootstrap-user-config`` user's missing credentials, proposed with it through the
+        replicated log (so every standby has them, and a later leader finds them there)."""
+        for path in self.config.bootstrap_user_configs:
+            self._add_bootstrap_user(tx, now_ms, path)
+
+    def _add_bootstrap_user(self, tx: Tx, now_ms: int, path: Path) -> None:
         try:
             user, password = read_user_config(path)
         except ValueError as e:
@@ -294,8 +304,7 @@ class ControllerServer:
             return
         request = pb.AlterUserScramCredentialsRequest(upsertions=[
             credential_to_pb(user, make_credential(m, password)) for m in missing])
-        response = self.owner.run_now(lambda tx, now: (
-            self.machine.alter_user_scram_credentials(tx, now, request)))
+        response = self.machine.alter_user_scram_credentials(tx, now_ms, request)
         for result in response.results:
             if result.error_code != pb.NONE:
                 raise InvalidConfigError(f"--bootstrap-user-config: user {user!r}: "

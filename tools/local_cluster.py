@@ -20,7 +20,11 @@ controllers (``controller.quorum.voters``), processes ``controller-1``..``contro
 with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
 ``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. Brokers get
 ``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
-listen addresses (``controller`` is the first). Not yet with TLS, SASL or ACLs.
+listen addresses (``controller`` is the first). With ``--tls`` each controller has
+its own certificate ``controller-<i>`` (role controller) and the Raft port speaks
+mTLS that admits only controller certificates; SASL and ACLs work as with one
+controller (users and ACLs live in the replicated metadata log; every controller
+is given the bootstrap users, and the one that first leads creates them).
 
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
@@ -211,14 +215,22 @@ def plan_ports(brokers: int, base_port: int, controllers: int = 1) -> dict[str, 
     return ports
 
 
-def make_tls_files(tls_dir: Path, broker_ids: list[int]) -> certs.ClientTlsFiles:
+def make_tls_files(tls_dir: Path, broker_ids: list[int],
+                   controllers: int = 1) -> certs.ClientTlsFiles:
     """A CA and the certificates of a local cluster in ``tls_dir`` (kept when there), and
-    ``client.properties``; returns the manifest's ``tls`` entry."""
+    ``client.properties``; returns the manifest's ``tls`` entry. A quorum's controllers
+    get ``controller-<i>`` certificates (role controller) besides ``controller``."""
     import datetime
 
-    return certs.make_cluster_dir(tls_dir, broker_ids, hosts=(HOST, "localhost"),
-                                  client_name=CLIENT_CERT_NAME,
-                                  now=datetime.datetime.now(datetime.UTC))
+    now = datetime.datetime.now(datetime.UTC)
+    entry = certs.make_cluster_dir(tls_dir, broker_ids, hosts=(HOST, "localhost"),
+                                   client_name=CLIENT_CERT_NAME, now=now)
+    if controllers > 1:
+        for name in controller_names(controllers):
+            if not (tls_dir / f"{name}.pem").exists() or not (tls_dir / f"{name}.key").exists():
+                certs.issue_to_dir(tls_dir, name=name, role="controller",
+                                   hosts=(HOST, "localhost"), now=now)
+    return entry
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
@@ -349,9 +361,6 @@ class LocalCluster:
             raise LocalClusterError("--brokers must be at least 1")
         if controllers < 1:
             raise LocalClusterError("--controllers must be at least 1")
-        if controllers > 1 and (tls or sasl_mechanisms or authorizer != "none"):
-            raise LocalClusterError("--controllers above 1 with --tls, SASL or ACLs is not "
-                                    "supported yet")
         if any(not rack for rack in racks):
             raise LocalClusterError("--rack: a rack name is empty")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
@@ -366,7 +375,8 @@ class LocalCluster:
         names = controller_names(controllers)
         controller_listen = f"{HOST}:{ports[names[0]][0]}"
         tls_dir = self.data_dir / TLS_DIR_NAME
-        tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1))) if tls else None
+        tls_entry = make_tls_files(tls_dir, list(range(1, brokers + 1)),
+                                   controllers=controllers) if tls else None
         processes: dict[str, ProcessEntry] = {}
         secured = bool(sasl_mechanisms) or authorizer != "none"
         broker_credentials = cluster_sasl.broker_properties(self.data_dir) if secured else None
@@ -387,7 +397,9 @@ class LocalCluster:
                 cmd += ["--set", f"node.id={node_id}", "--set",
                         f"controller.quorum.voters={voters}"]
             if tls:
-                cmd += tls_flags(tls_dir, "controller")
+                # A quorum's controllers each have their own (``controller-<i>``): the Raft
+                # port binds a certificate to the node id it may send as.
+                cmd += tls_flags(tls_dir, "controller" if controllers == 1 else name)
             if sasl_entry is not None:
                 cmd += cluster_sasl.controller_flags(sasl_mechanisms, authorizer, super_users,
                                                      sasl_entry["command_config"],

@@ -5,6 +5,7 @@ Modules: ``config`` (``controller.quorum.voters``, ``node.id``, observers),
 checks), ``shell`` (the asyncio driver: one RaftNode, its files, the order in
 which a Ready is carried out), ``service`` (the ControllerQuorum gRPC service),
 ``record_log`` (the stand-alone node's application: committed records),
+``metrics`` (Kafka's raft-metrics on the controller's /metrics),
 ``metadata_app`` (the controller's metadata as the application), ``owner``
 (QuorumOwner: the metadata owner over this shell),
 ``__main__`` (``format``, ``run``, ``propose``, ``read``, ``describe``).
@@ -44,10 +45,11 @@ plan as written:
 5. The JSON metadata log is migrated once: a tool reads it and proposes its
    records into a freshly formatted quorum (or the quorum's first snapshot is
    built from it).
-6. Not done yet in this shell: mTLS between controllers (the inbound checks
-   trust a sender's configured host, not a certificate); fsyncs run on the event
+6. Done since: mTLS between controllers (``config.tls``; ``transport`` and
+   ``service`` admit only controller certificates to the Raft RPCs) and Kafka's
+   raft-metrics (``metrics``). Not done yet in this shell: fsyncs run on the event
    loop (a thread would keep it responsive under slow disks); Kafka's
    request/response RPCs per message kind (here one one-way RPC carries every
    message and answers come back the same way); bootstrap servers instead of a
-   static voters list for addresses; metrics.
+   static voters list for addresses.
 """

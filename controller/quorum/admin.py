@@ -6,6 +6,9 @@ tidewater.controller.quorum`` and ``tide quorum`` (kafka-metadata-quorum.sh).
 the leader knows every replica's progress. ``change_voters`` sends KIP-853
 AddVoter/RemoveVoter to each in turn until the leader takes it. Failures raise typed
 ``TidewaterError``s (``NOT_CONTROLLER`` when no given controller leads).
+``credentials``: the channel's TLS (a quorum whose controllers run with ``--tls-*``
+speaks mTLS on its Raft port; a client certificate may describe, and change voters
+only where the cluster has no authorizer).
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ from tidewater.proto.errors import (
 CALL_TIMEOUT_S = 10.0
 
 
+def _channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
 def parse_controllers(text: str) -> list[str]:
     """``HOST:PORT[,HOST:PORT...]`` -> the addresses; anything else is an InvalidRequestError."""
     addresses = [a.strip() for a in text.split(",") if a.strip()]
@@ -39,9 +48,11 @@ def parse_controllers(text: str) -> list[str]:
     return addresses
 
 
-def describe_one(address: str, timeout_s: float = CALL_TIMEOUT_S) -> pb.DescribeQuorumResponse:
+def describe_one(address: str, timeout_s: float = CALL_TIMEOUT_S,
+                 credentials: grpc.ChannelCredentials | None = None,
+                 ) -> pb.DescribeQuorumResponse:
     """One node's DescribeQuorum answer (its own view: followers know no replica progress)."""
-    with grpc.insecure_channel(address) as channel:
+    with _channel(address, credentials) as channel:
         answer: pb.DescribeQuorumResponse = pb_grpc.ControllerQuorumStub(channel).DescribeQuorum(
             pb.DescribeQuorumRequest(), timeout=timeout_s)
     return answer
@@ -59,14 +70,15 @@ def describe_json(described: pb.DescribeQuorumResponse) -> dict[str, object]:
                       "lag": r.lag} for r in described.replicas]}
 
 
-def describe_leader(addresses: Sequence[str],
-                    timeout_s: float = CALL_TIMEOUT_S) -> pb.DescribeQuorumResponse:
+def describe_leader(addresses: Sequence[str], timeout_s: float = CALL_TIMEOUT_S,
+                    credentials: grpc.ChannelCredentials | None = None,
+                    ) -> pb.DescribeQuorumResponse:
     """The leader's DescribeQuorum answer, from whichever given controller leads."""
     failures: list[str] = []
     leader_hint = -1
     for address in addresses:
         try:
-            answer = describe_one(address, timeout_s)
+            answer = describe_one(address, timeout_s, credentials)
         except grpc.RpcError as e:
             failures.append(f"{address}: {e.code().name}")
             continue
@@ -88,7 +100,8 @@ class VoterChange:
     add: bool  # False: remove
 
 
-def change_voters(addresses: Sequence[str], change: VoterChange, timeout_ms: int = 10_000) -> int:
+def change_voters(addresses: Sequence[str], change: VoterChange, timeout_ms: int = 10_000,
+                  credentials: grpc.ChannelCredentials | None = None) -> int:
     """Sends the change to each controller until the leader takes it; returns the leader id."""
     voter = pb.QuorumVoter(id=change.controller_id, directory_id=change.directory_id)
     request = (pb.ChangeQuorumVotersRequest(add=voter, timeout_ms=timeout_ms) if change.add
@@ -97,7 +110,7 @@ def change_voters(addresses: Sequence[str], change: VoterChange, timeout_ms: int
     last_error: TidewaterError | None = None
     for address in addresses:
         try:
-            with grpc.insecure_channel(address) as channel:
+            with _channel(address, credentials) as channel:
                 answer: pb.ChangeQuorumVotersResponse = pb_grpc.ControllerQuorumStub(
                     channel).ChangeQuorumVoters(request, timeout=timeout_ms / 1000 + 10)
         except grpc.RpcError as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tidewater.controller.raft import RaftConfig, VoterKey
 from tidewater.proto.errors import InvalidConfigError
+from tidewater.proto.tls import TlsMaterial
 
 
 def static_directory_id(node_id: int) -> str:
@@ -82,6 +83,13 @@ class QuorumConfig:
     observers: dict[int, Endpoint] = field(default_factory=dict)
     listen: Endpoint | None = None  # default: our own entry in voters/observers
     raft: RaftConfig = RaftConfig()
+    # The controller's TLS identity (--tls-*): set, the Raft port speaks mTLS only and its
+    # peers must present a controller certificate of the same CA (``transport``).
+    tls: TlsMaterial | None = None
+    # Whether a client certificate (role client) may change the voter set: true when the
+    # cluster has no authorizer (a client certificate is then an admin's, as on the
+    # controller's own port); with ACLs only a controller certificate may.
+    clients_may_change_voters: bool = True
     tick_interval_ms: int = 20
     # A node takes a snapshot (and the log behind it is cut) once this many entries were
     # applied since the last one: it bounds the log on disk and how far a replica replays.

@@ -18,7 +18,9 @@ The same contract as ``controller.owner.MetadataOwner`` (handlers and timers
    the senders (``on_commit``) and the caller gets the result.
 4. Becoming active runs ``machine.start`` first, with the Raft epoch as the
    controller epoch (brokers refuse requests of an older one): fresh sessions,
-   a resync of every unfenced broker, elections for offline partitions.
+   a resync of every unfenced broker, elections for offline partitions; then
+   ``on_start`` (the controller's ``--bootstrap-user-config`` users' missing
+   SCRAM credentials), in the same command.
 5. Losing the leadership (``on_leadership(False, ...)``): queued commands and the
    one waiting on its commit fail with ``NotActiveError``, and ``on_renounce``
    stops the senders at once: no decision leaves a controller that may have
@@ -67,8 +69,12 @@ class QuorumOwner:
     def __init__(self, machine: ControllerStateMachine, *,
                  on_commit: Callable[[Effects], None],
                  on_activated: Callable[[int], None], on_renounce: Callable[[], None],
-                 clock_ms: Callable[[], int], queue_size_max: int = 1024):
+                 clock_ms: Callable[[], int], queue_size_max: int = 1024,
+                 on_start: Callable[[Tx, int], None] | None = None):
         self.machine = machine
+        # Runs in the start command, after ``machine.start`` (the bootstrap users' SCRAM
+        # credentials): its records commit with the start's, before any other command.
+        self._on_start = on_start
         self._on_commit = on_commit
         self._on_activated = on_activated
         self._on_renounce = on_renounce
@@ -110,6 +116,8 @@ class QuorumOwner:
     def _start_command(self, epoch: int) -> Command[None]:
         def start(tx: Tx, now_ms: int) -> None:
             self.machine.start(tx, now_ms, controller_epoch=epoch)
+            if self._on_start is not None:
+                self._on_start(tx, now_ms)
         return start
 
     def _started(self, future: asyncio.Future[None]) -> None:

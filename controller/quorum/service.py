@@ -3,21 +3,35 @@
 Errors become codes here and nowhere else: a ``TidewaterError`` answers its
 ``error_code``; an ``InvariantViolation`` is not caught (it reaches the
 supervisor, as everywhere).
+
+Who may call, with mTLS (``config.tls`` set; the handshake already requires a
+certificate of the cluster's CA): RaftMessages, QuorumRead and QuorumPropose
+only a controller's certificate (``transport.check_controller_principal``);
+ChangeQuorumVoters a controller's, or a client's when the cluster has no
+authorizer (``clients_may_change_voters``); DescribeQuorum any (read-only, what
+``tide quorum describe`` needs). Without TLS the inbound checks of
+``transport.check_batch`` are all there is.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import grpc
 
 from tidewater.controller.quorum.record_log import CommittedRecords
 from tidewater.controller.quorum.shell import QuorumShell
-from tidewater.controller.quorum.transport import check_batch
+from tidewater.controller.quorum.transport import check_batch, check_controller_principal
 from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import InvalidRequestError, TidewaterError
+from tidewater.proto.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    TidewaterError,
+)
+from tidewater.proto.tls import ROLE_CLIENT, Principal, principal_of
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -61,9 +75,33 @@ def describe_response(shell: QuorumShell) -> pb.DescribeQuorumResponse:
                    sorted({**shell.config.observers, **shell.config.voters}.items())])
 
 
+def _principal(context: grpc.aio.ServicerContext[Any, Any]) -> Principal | None:
+    return principal_of({k: list(v) for k, v in context.auth_context().items()})
+
+
 class QuorumService(pb_grpc.ControllerQuorumServicer):
     def __init__(self, shell: QuorumShell):
         self.shell = shell
+        self._mtls = shell.config.tls is not None
+
+    def _require_controller(self, context: grpc.aio.ServicerContext[Any, Any], *,
+                            source_id: int | None = None, what: str) -> None:
+        if self._mtls:
+            check_controller_principal(_principal(context), source_id=source_id, what=what)
+
+    def _require_voter_admin(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not self._mtls:
+            return
+        principal = _principal(context)
+        if (principal is not None and principal.role == ROLE_CLIENT
+                and self.shell.config.clients_may_change_voters):
+            return
+        try:
+            check_controller_principal(principal, what="voter changes")
+        except ClusterAuthorizationFailedError as e:
+            raise ClusterAuthorizationFailedError(
+                f"{e} (with an authorizer, only a controller's certificate may change the "
+                f"quorum's voters)") from None
 
     async def RaftMessages(self, request: pb.RaftMessageBatch,
                            context: grpc.aio.ServicerContext[pb.RaftMessageBatch,
@@ -71,6 +109,7 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
                            ) -> pb.RaftMessageAck:
         shell = self.shell
         try:
+            self._require_controller(context, source_id=request.source_id, what="Raft messages")
             messages = check_batch(request, local_id=shell.config.node_id,
                                    peers=shell.config.peers, peer=context.peer())
             shell.step(messages)
@@ -86,6 +125,7 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
                             ) -> pb.QuorumProposeResponse:
         shell = self.shell
         try:
+            self._require_controller(context, what="proposals")
             if not request.records:
                 raise InvalidRequestError("no records")
             if not isinstance(shell.records, CommittedRecords):
@@ -105,6 +145,11 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
                                                            pb.QuorumReadResponse],
                          ) -> pb.QuorumReadResponse:
         shell = self.shell
+        try:
+            self._require_controller(context, what="reads of the metadata log")
+        except TidewaterError as e:
+            log.warning("refused a QuorumRead from %s: %s", context.peer(), e)
+            return pb.QuorumReadResponse(error_code=e.error_code)
         limit = shell.config.read_records_max
         count = limit if request.max_records <= 0 else min(request.max_records, limit)
         application = shell.records
@@ -129,6 +174,7 @@ class QuorumService(pb_grpc.ControllerQuorumServicer):
                                  ) -> pb.ChangeQuorumVotersResponse:
         shell = self.shell
         try:
+            self._require_voter_admin(context)
             add = _voter_key(request.add) if request.HasField("add") else None
             remove = _voter_key(request.remove) if request.HasField("remove") else None
             if add is None and remove is None:

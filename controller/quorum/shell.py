@@ -39,6 +39,7 @@ from typing import Protocol
 import grpc
 
 from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.record_log import CommittedRecords
 from tidewater.controller.quorum.transport import REQUEST_BYTES_MAX, Transport
 from tidewater.controller.raft import (
@@ -61,6 +62,7 @@ from tidewater.proto.errors import (
     TidewaterError,
 )
 from tidewater.proto.supervisor import TaskSupervisor
+from tidewater.proto.tls import server_credentials
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -109,8 +111,10 @@ class QuorumShell:
     def __init__(self, config: QuorumConfig, *, on_fatal: Callable[[BaseException], None],
                  clock_ms: Callable[[], int] = monotonic_ms,
                  application: Application | None = None,
-                 on_leadership: Callable[[bool, int], None] | None = None):
+                 on_leadership: Callable[[bool, int], None] | None = None,
+                 metrics: RaftMetrics | None = None):
         self.config = config
+        self.metrics = metrics  # Kafka's raft-metrics (``metrics``), fed after each drain
         self._on_fatal_outer = on_fatal
         self._clock_ms = clock_ms
         self.supervisor = TaskSupervisor(self._on_fatal, process="controller")
@@ -169,7 +173,13 @@ class QuorumShell:
             interceptors=[InvariantBoundary(self.supervisor)])
         pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
         try:
-            self.port = self._server.add_insecure_port(str(listen))
+            if config.tls is None:
+                self.port = self._server.add_insecure_port(str(listen))
+            else:
+                # mTLS: only certificates of the cluster's CA get through the handshake;
+                # which of them may send Raft messages is the service's check.
+                self.port = self._server.add_secure_port(
+                    str(listen), server_credentials(config.tls, require_client_auth=True))
         except RuntimeError as e:
             raise OSError(f"cannot listen on {listen}: {e}") from e
         if self.port == 0:
@@ -178,7 +188,8 @@ class QuorumShell:
         self._transport = Transport(config.node_id, config.peers, self.supervisor,
                                     queue_max=config.peer_queue_messages_max,
                                     batch_max=config.peer_batch_messages_max,
-                                    request_timeout_ms=config.raft.request_timeout_ms)
+                                    request_timeout_ms=config.raft.request_timeout_ms,
+                                    tls=config.tls)
         self.supervisor.spawn(self._tick_loop(), name="raft-tick")
         self._drain()
         log.info("quorum node %s listening on %s (port %d)", local, listen, self.port)
@@ -228,7 +239,13 @@ class QuorumShell:
     # ---- carrying out Readies -------------------------------------------------------
 
     def _drain(self) -> None:
-        """Carry out every Ready the node has, in the order the module docstring gives."""
+        """Carry out every Ready the node has, in the order the module docstring gives;
+        then the metrics from the state that left."""
+        self._drain_readies()
+        if self.metrics is not None and self._node is not None:
+            self.metrics.observe(self._node, set(self.config.peers), self._clock_ms())
+
+    def _drain_readies(self) -> None:
         node, storage = self.node, self.storage
         transport = self._transport
         assert transport is not None
@@ -343,15 +360,21 @@ class QuorumShell:
         limit = node.config.record_bytes_max
         if any(len(r) > limit for r in records):
             raise MessageTooLargeError(f"a record is larger than {limit} bytes")
+        proposed_ms = self._clock_ms()
         try:
-            first = node.propose(records, self._clock_ms())
+            first = node.propose(records, proposed_ms)
         except NotLeaderError as e:
             raise NotControllerError(str(e)) from e
         except ProposalRejectedError as e:
             raise QuorumNotCaughtUpError(str(e)) from e
+        if self.metrics is not None:
+            self.metrics.on_appended(len(records), proposed_ms)
         epoch = node.epoch
         self._drain()
         await self._wait_committed(first + len(records) - 1, epoch, self._timeout_ms(timeout_ms))
+        if self.metrics is not None:
+            now_ms = self._clock_ms()
+            self.metrics.on_committed(now_ms - proposed_ms, now_ms)
         return first, epoch
 
     async def change_voters(self, *, add: VoterKey | None, remove: VoterKey | None,

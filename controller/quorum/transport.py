@@ -14,8 +14,17 @@ for it when that is an IP address (CLUSTER_AUTHORIZATION_FAILED), address us
 ``codec.ENCODED_BYTES_MAX`` bytes (MESSAGE_TOO_LARGE), each a well-formed
 message (INVALID_REQUEST) whose ``source`` is the sender and whose
 ``destination`` is us (INVALID_REQUEST: a forged or misrouted message). What
-these checks cannot stop is a process that lies about its id from the right
-host: that needs mTLS between controllers (not done yet).
+these checks alone cannot stop is a process that lies about its id from the
+right host: that is what mTLS is for.
+
+mTLS (the controller started with ``--tls-*``): the Raft port speaks TLS only and
+requires a client certificate signed by the cluster's CA, and senders present the
+controller's own certificate. ``check_controller_principal`` then admits to the
+Raft RPCs (RaftMessages: votes, fetches of the metadata log, BeginQuorumEpoch;
+QuorumRead; QuorumPropose) only a certificate of role ``controller``
+(``OU=controller``, ``tools/certs.py``); a broker's or a client's certificate is
+refused with CLUSTER_AUTHORIZATION_FAILED. A per-node certificate named
+``controller-<id>`` is bound to that id: it may send only as node ``<id>``.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from tidewater.proto.errors import (
     MessageTooLargeError,
 )
 from tidewater.proto.supervisor import TaskSupervisor
+from tidewater.proto.tls import ROLE_CONTROLLER, Principal, TlsMaterial, channel_credentials
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -62,6 +72,26 @@ def peer_host(peer: str) -> str | None:
     if scheme == "ipv6":
         return rest.rpartition(":")[0].strip("[]")
     return None
+
+
+CONTROLLER_NAME_PREFIX = "controller-"
+
+
+def check_controller_principal(principal: Principal | None, *, source_id: int | None = None,
+                               what: str = "Raft messages") -> None:
+    """Raise CLUSTER_AUTHORIZATION_FAILED unless ``principal`` is a controller's certificate
+    (and, when it names a node as ``controller-<id>`` and ``source_id`` is given, that node)."""
+    if principal is None:
+        raise ClusterAuthorizationFailedError(f"{what} need a controller's client certificate")
+    if principal.role != ROLE_CONTROLLER:
+        raise ClusterAuthorizationFailedError(
+            f"{what} are taken only from controllers; {principal.name!r} is a "
+            f"{principal.role or 'role-less'} certificate")
+    if source_id is not None and principal.name.startswith(CONTROLLER_NAME_PREFIX):
+        digits = principal.name[len(CONTROLLER_NAME_PREFIX):]
+        if digits.isdigit() and int(digits) != source_id:
+            raise ClusterAuthorizationFailedError(
+                f"the certificate of {principal.name} sent {what} as node {source_id}")
 
 
 def check_batch(batch: pb.RaftMessageBatch, *, local_id: int, peers: dict[int, Endpoint],
@@ -109,14 +139,17 @@ class PeerSender:
     """Delivers Raft messages to one peer, in order, dropping what it cannot deliver."""
 
     def __init__(self, local_id: int, peer_id: int, endpoint: Endpoint, *, queue_max: int,
-                 batch_max: int, request_timeout_ms: int):
+                 batch_max: int, request_timeout_ms: int, tls: TlsMaterial | None = None):
         self.local_id = local_id
         self.peer_id = peer_id
         self.endpoint = endpoint
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=queue_max)
         self._batch_max = min(batch_max, BATCH_MESSAGES_MAX)
         self._timeout_s = request_timeout_ms / 1000
-        self._channel = grpc.aio.insecure_channel(str(endpoint), options=CHANNEL_OPTIONS)
+        self._channel = (
+            grpc.aio.insecure_channel(str(endpoint), options=CHANNEL_OPTIONS) if tls is None
+            else grpc.aio.secure_channel(str(endpoint), channel_credentials(tls),
+                                         options=CHANNEL_OPTIONS))
         self._stub = pb_grpc.ControllerQuorumStub(self._channel)
         self.dropped = 0
         self._last_error: str | None = None
@@ -167,11 +200,13 @@ class PeerSender:
 
 class Transport:
     def __init__(self, local_id: int, peers: dict[int, Endpoint], supervisor: TaskSupervisor, *,
-                 queue_max: int, batch_max: int, request_timeout_ms: int):
+                 queue_max: int, batch_max: int, request_timeout_ms: int,
+                 tls: TlsMaterial | None = None):
         self.local_id = local_id
         self.senders = {
             peer_id: PeerSender(local_id, peer_id, endpoint, queue_max=queue_max,
-                                batch_max=batch_max, request_timeout_ms=request_timeout_ms)
+                                batch_max=batch_max, request_timeout_ms=request_timeout_ms,
+                                tls=tls)
             for peer_id, endpoint in peers.items()}
         for sender in self.senders.values():
             supervisor.spawn(sender.run(), name=f"raft-sender-{sender.peer_id}")

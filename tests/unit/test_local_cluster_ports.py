@@ -43,10 +43,19 @@ def test_a_quorum_plan_gives_each_controller_three_distinct_ports():
 
 
 @pytest.mark.timeout(30)
-def test_controllers_below_one_or_a_quorum_with_tls_are_refused(tmp_path):
+def test_controllers_below_one_are_refused(tmp_path):
     cluster = local_cluster.LocalCluster(tmp_path / "c")
     with pytest.raises(local_cluster.LocalClusterError, match="--controllers must be"):
         cluster.up(1, base_port=0, controllers=0)
-    with pytest.raises(local_cluster.LocalClusterError, match="not supported yet"):
-        cluster.up(1, base_port=0, controllers=3, tls=True)
     assert not (tmp_path / "c" / "cluster.json").exists()  # nothing started
+
+
+@pytest.mark.timeout(30)
+def test_a_quorum_with_tls_gets_one_controller_certificate_per_node(tmp_path):
+    from cryptography import x509
+
+    local_cluster.make_tls_files(tmp_path, [1], controllers=3)
+    for i in (1, 2, 3):
+        cert = x509.load_pem_x509_certificate((tmp_path / f"controller-{i}.pem").read_bytes())
+        assert cert.subject.rfc4514_string() == f"OU=controller,CN=controller-{i}"
+    assert not (tmp_path / "controller-4.pem").exists()

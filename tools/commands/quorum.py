@@ -11,6 +11,7 @@ taken from this machine's clock.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from typing import TYPE_CHECKING
@@ -35,8 +36,6 @@ from tidewater.tools.commands._common import (
 )
 
 if TYPE_CHECKING:
-    import argparse
-
     from tidewater.tools.cli import Subparsers
 
 DIRECTORY_ID_HEX_DIGITS = 32
@@ -76,6 +75,32 @@ def register(subparsers: Subparsers) -> None:
 def add_controllers_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
                         help="controllers' quorum endpoints (controller.quorum.voters)")
+    parser.add_argument("--command-config", default=argparse.SUPPRESS, metavar="FILE",
+                        help="Kafka client properties: with ssl.cafile/certfile/keyfile, "
+                             "mTLS to the quorum endpoints (TIDE_COMMAND_CONFIG)")
+
+
+def quorum_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """TLS for the controllers' quorum endpoints, from --command-config's ssl.* files
+    (None: plaintext). SASL settings do not apply there: the quorum port authenticates
+    by certificate only."""
+    security = security_of(args)
+    cafile = security.get("ssl_cafile")
+    if not cafile:
+        return None
+
+    def read(path: str | None) -> bytes | None:
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise CliError(f"--command-config: cannot read {path}: {e.strerror}",
+                           exit_code=2) from None
+    return grpc.ssl_channel_credentials(root_certificates=read(cafile),
+                                        private_key=read(security.get("ssl_keyfile")),
+                                        certificate_chain=read(security.get("ssl_certfile")))
 
 
 def controllers_of(args: argparse.Namespace) -> list[str]:
@@ -99,7 +124,8 @@ def run_describe(args: argparse.Namespace) -> int:
             with AdminClient(bootstrap_of(args), **security_of(args)) as admin:
                 described = admin.describe_metadata_quorum()
         else:
-            described = describe_leader(controllers_of(args))
+            described = describe_leader(controllers_of(args),
+                                        credentials=quorum_credentials(args))
     except (TidewaterError, grpc.RpcError) as e:
         raise _call_failed("describe quorum", e) from None
     now_ms = int(time.time() * 1000)
@@ -166,7 +192,8 @@ def run_change(args: argparse.Namespace) -> int:
     action = "add controller" if args.adding else "remove controller"
     try:
         leader = change_voters(controllers, VoterChange(args.controller_id, directory_id,
-                                                        args.adding), args.timeout_ms)
+                                                        args.adding), args.timeout_ms,
+                              credentials=quorum_credentials(args))
     except (TidewaterError, grpc.RpcError) as e:
         raise _call_failed(action, e) from None
     verb = "Added" if args.adding else "Removed"
