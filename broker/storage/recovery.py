@@ -300,9 +300,15 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
                 log.warning("recovery: cut %s at position %d, %d bytes removed: %s",
                             segment.log_path, scan.valid_bytes, removed, scan.error.reason)
                 loaded.bytes_removed += _delete_later_segments(directory, config, bases[i + 1:])
+                segment.mark_data_unsynced()
                 segment.flush()
                 break
-            segment.flush()  # writes the rebuilt index files
+            # The rebuilt index files: rewritten only where they differ from the files
+            # (the .log and every index file are fsynced either way).
+            segment.index.adopt_matching_file()
+            segment.time_index.adopt_matching_file()
+            segment.mark_data_unsynced()
+            segment.flush()
             expected_base = segment.next_offset
     except BaseException:
         close_segments_quietly(segments)
