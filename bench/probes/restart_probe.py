@@ -25,11 +25,15 @@ The same data dir serves every python: the on-disk format is the same in both.
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import random
 import re
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -43,7 +47,22 @@ GIB = 1024 * MIB
 POLL_S = 0.01
 FAST_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 10), ("grpc.min_reconnect_backoff_ms", 10),
                 ("grpc.max_reconnect_backoff_ms", 10)]
-_LOADED = re.compile(r"loaded (\d+) logs in ([\d.]+)s")
+_LOADED = re.compile(r"^(\S+ \S+) broker-\d+ INFO tidewater.broker: loaded (\d+) logs in ([\d.]+)s",
+                     re.MULTILINE)
+_TICKS_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Start:
+    serving_s: float  # launch -> serving
+    cpu_s: float  # the broker's user + system CPU seconds at that moment
+    before_load_s: float | None  # launch -> log loading begins (Python start and imports)
+    load_s: float | None  # the broker's "loaded N logs in X s"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_S
 
 
 def setup(cluster: tidewater_side.TidewaterCluster, logs: int, fill_bytes: int) -> None:
@@ -87,22 +106,45 @@ def serving(proc: dict, controller: str) -> bool:
             and any(x.broker_id == me and not x.fenced for x in cluster.brokers))
 
 
-def launch(cluster: tidewater_side.TidewaterCluster, python: str) -> tuple[float, float | None]:
-    """Start broker 1 with ``python``; (launch -> serving s, the broker's log-load s)."""
+def _free_port() -> int:
+    for _ in range(1000):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000..32000")
+
+
+def launch(cluster: tidewater_side.TidewaterCluster, python: str) -> Start:
+    """Start broker 1 with ``python`` and time it."""
     local = cluster.local
     proc = local.process("broker-1")
     command = [python, *proc["command"][1:]]
+    # Ports free now, below the ephemeral range: on a shared machine the ports of `up`
+    # were seen taken by other programs' outgoing connections between two restarts.
+    for flag in ("--listen", "--external-listen", "--kafka-listen", "--metrics-port"):
+        if flag in command:
+            i = command.index(flag) + 1
+            port = str(_free_port())
+            command[i] = port if flag == "--metrics-port" else f"127.0.0.1:{port}"
+            if flag == "--listen":
+                proc["listen"] = command[i]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.setdefault("PYTHONUNBUFFERED", "1")
     log_path = Path(proc["log"])
     offset = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "ab") as log:
-        start = time.monotonic()
+        start, start_wall = time.monotonic(), time.time()
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, cwd=Path(python).parents[2], env=env,
                                  start_new_session=True)
     local._children[child.pid] = child  # LocalCluster stops it by pid with the others
-    proc["pid"] = child.pid
+    # What the process runs: LocalCluster checks a pid's command line against it before
+    # it signals the pid (a later run of this probe kills this broker through it).
+    proc["pid"], proc["command"] = child.pid, command
     local._write_manifest()
     manifest = local.manifest
     assert manifest is not None
@@ -113,10 +155,15 @@ def launch(cluster: tidewater_side.TidewaterCluster, python: str) -> tuple[float
             raise TimeoutError("broker not serving after 600 s")
         time.sleep(POLL_S)
     took = time.monotonic() - start
+    cpu = cpu_seconds(child.pid)
     with open(log_path, "rb") as f:
         f.seek(offset)
         found = _LOADED.findall(f.read().decode(errors="replace"))
-    return took, (float(found[-1][1]) if found else None)
+    if not found:
+        return Start(took, cpu, None, None)
+    stamp, _count, load = found[-1]
+    loaded_at = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return Start(took, cpu, loaded_at - float(load) - start_wall, float(load))
 
 
 def main() -> int:
@@ -138,27 +185,35 @@ def main() -> int:
     data_dir = cluster.broker_data_dir(1)
     print(f"[probe] {tidewater_side.directory_bytes(data_dir) / GIB:.2f} GiB of log in "
           f"{data_dir}; load average {os.getloadavg()}", flush=True)
-    results: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
+    results: dict[tuple[str, str], list[Start]] = {}
     try:
         for r in range(args.rounds):
             for name, python in pythons:
                 for sig in ("KILL", "TERM"):
-                    cluster.local.kill("broker-1", sig, term_timeout_s=120)
-                    took, load = launch(cluster, python)
-                    results.setdefault((name, sig), []).append((took, load))
-                    print(f"[probe] round {r + 1} {name} after SIG{sig}: launch -> serving "
-                          f"{took:.3f} s, logs loaded in {load} s; load average "
+                    if cluster.local._is_alive(cluster.local.process("broker-1")):
+                        cluster.local.kill("broker-1", sig, term_timeout_s=120)
+                    elif sig == "KILL":
+                        (data_dir / ".kafka_cleanshutdown").unlink(missing_ok=True)  # as killed
+                    got = launch(cluster, python)
+                    results.setdefault((name, sig), []).append(got)
+                    print(f"[probe] round {r + 1} {name} after SIG{sig}: {got}; load average "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
     finally:
         if not args.keep:
             cluster.local.down(timeout_s=30)
-    print("\n| checkout | restart after | launch -> serving s (median; all) | log loading s |")
-    print("|---|---|---|---|")
+
+    def med(values: list[float | None]) -> str:
+        known = [v for v in values if v is not None]
+        return f"{median(known):.2f}" if known else "?"
+
+    print("\n| checkout | restart after | launch -> serving s (median; all) | broker CPU s "
+          "at serving | launch -> log loading starts s | log loading s |")
+    print("|---|---|---|---|---|---|")
     for (name, sig), runs in results.items():
-        loads = [x for _, x in runs if x is not None]
-        print(f"| {name} | SIG{sig} | {median([t for t, _ in runs]):.2f} "
-              f"({', '.join(f'{t:.2f}' for t, _ in runs)}) | "
-              f"{median(loads) if loads else float('nan'):.2f} |")
+        print(f"| {name} | SIG{sig} | {med([x.serving_s for x in runs])} "
+              f"({', '.join(f'{x.serving_s:.2f}' for x in runs)}) | "
+              f"{med([x.cpu_s for x in runs])} | {med([x.before_load_s for x in runs])} | "
+              f"{med([x.load_s for x in runs])} |")
     return 0
 
 
