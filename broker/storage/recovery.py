@@ -29,8 +29,10 @@ Recovery rules (Kafka's ``LogLoader``):
   file) is completed first (``cleaner_swap.py``). Then leftovers of interrupted
   operations (``*.tmp``, ``*.deleted``, ``*.cleaned``, ``*.swap``) and index
   files without a ``.log`` are removed.
-- The opened log's recovery point is its end: recovered segments are fsynced,
-  and after an unclean shutdown the directory too (a roll does not fsync it, so
+- The opened log's recovery point is its end: recovered segments are fsynced
+  (the .log and both index files; an index file that already holds exactly the
+  rebuilt entries is kept and only fsynced, not cut and rewritten), and after an
+  unclean shutdown the directory too (a roll does not fsync it, so
   after a process crash a new segment's name may not be on disk yet).
 - The epoch checkpoint is rebuilt from the batches' partitionLeaderEpoch
   (header scan, no CRC) when it is missing, empty, corrupt, or disagrees with
