@@ -87,6 +87,7 @@ _BROKER_SETTINGS = {
     "message.max.bytes": ("message_max_bytes", _int),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int),
     "log.flush.offset.checkpoint.interval.ms": ("log_flush_offset_checkpoint_interval_ms", _int),
+    "num.recovery.threads.per.data.dir": ("num_recovery_threads_per_data_dir", _int),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int),
     "sasl.server.max.receive.size": ("sasl_server_max_receive_size", _int),
     "controlled.shutdown.timeout.ms": ("controlled_shutdown_timeout_ms", _int),
@@ -188,6 +189,8 @@ class BrokerConfig:
     message_max_bytes: int = 1048588
     log_retention_check_interval_ms: int = 30_000
     log_flush_offset_checkpoint_interval_ms: int = 1000
+    # Logs recovered at once after an unclean shutdown (storage/log_manager.py: why not 1).
+    num_recovery_threads_per_data_dir: int = 4
     socket_request_max_bytes: int = 100 * MIB
     # Kafka's: the largest request a SASL listener reads from a client not authenticated
     # yet (a larger size prefix closes the connection before anything is read or decoded).
@@ -324,6 +327,7 @@ class BrokerConfig:
             "message.max.bytes": self.message_max_bytes,
             "log.retention.check.interval.ms": self.log_retention_check_interval_ms,
             "log.flush.offset.checkpoint.interval.ms": self.log_flush_offset_checkpoint_interval_ms,
+            "num.recovery.threads.per.data.dir": self.num_recovery_threads_per_data_dir,
             "socket.request.max.bytes": self.socket_request_max_bytes,
             "sasl.server.max.receive.size": self.sasl_server_max_receive_size,
             "offsets.topic.num.partitions": self.offsets_topic_num_partitions,

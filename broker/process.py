@@ -135,7 +135,8 @@ class BrokerProcess:
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
             # The deleter's own thread reports its death: the broker stops (supervised).
             on_deleter_failure=deleter_failed,
-            producer_id_expiration_ms=c.producer_id_expiration_ms)
+            producer_id_expiration_ms=c.producer_id_expiration_ms,
+            recovery_threads=c.num_recovery_threads_per_data_dir)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:
         # no shutdown writes checkpoints or the clean-shutdown marker over half-loaded logs.
         manager.load(int(time.time() * 1000))

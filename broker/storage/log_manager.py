@@ -57,6 +57,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tidewater.broker.storage.checkpoints import (
@@ -82,6 +83,10 @@ from tidewater.proto.errors import CorruptFileError, InvariantViolation, KafkaSt
 
 log = logging.getLogger(__name__)
 
+# Kafka's num.recovery.threads.per.data.dir is 1; here a recovery mostly waits on the
+# disk (fsyncs; the GIL is free then), and 4 threads overlapped those waits (_open_logs).
+RECOVERY_THREADS_DEFAULT = 4
+
 __all__ = ["DELETE_DIR_SUFFIX", "LogManager"]
 
 
@@ -90,8 +95,10 @@ class LogManager:
 
     def __init__(self, data_dir: Path, default_config: LogConfig, *,
                  on_deleter_failure: Callable[[BaseException], None] | None = None,
-                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT):
+                 producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+                 recovery_threads: int = RECOVERY_THREADS_DEFAULT):
         self.data_dir = Path(data_dir)
+        self.recovery_threads = recovery_threads  # logs opened at once by ``load``
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.default_config = default_config
         self.had_clean_shutdown = False
@@ -131,6 +138,7 @@ class LogManager:
                 log.warning("%s was not shut down cleanly: recovering its logs", self.data_dir)
             recovery_points = self._read_checkpoint(self._recovery_file)
             log_start_offsets = self._read_checkpoint(self._start_file)
+            found: list[tuple[TopicPartition, Path]] = []
             for name in names:
                 path = self.data_dir / name
                 if not path.is_dir():
@@ -144,15 +152,49 @@ class LogManager:
                 except ValueError:
                     log.warning("ignoring %s: not a partition directory", path)
                     continue
-                # Read before opening: a corrupt file fails the load with nothing changed.
+                # Every one read before any log opens: a corrupt file fails the load with
+                # no log opened (none recovered, nothing cut).
                 self._topic_ids[tp] = read_partition_metadata(path)
-                self._logs[tp] = Log.open(
+                found.append((tp, path))
+
+            def open_log(tp: TopicPartition, path: Path) -> Log:
+                return Log.open(
                     path, self._config_for(tp.topic), now_ms=now_ms,
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_start_offsets.get(tp),
                     had_clean_shutdown=self.had_clean_shutdown,
                     producer_id_expiration_ms=self.producer_id_expiration_ms)
+
+            self._open_logs(found, open_log)
             remove_clean_shutdown_marker(self.data_dir)
+
+    def _open_logs(self, found: list[tuple[TopicPartition, Path]],
+                   open_log: Callable[[TopicPartition, Path], Log]) -> None:
+        """Open the logs; after an unclean shutdown ``recovery_threads`` at a time
+        (Kafka's num.recovery.threads.per.data.dir). Each log's files are its own, and
+        most of a recovery is waiting for the disk (fsyncs of the re-validated
+        segments and of the directory), which threads overlap: 60 logs recovered in
+        0.24-0.32 s with 4 threads against 0.82-1.18 s with one (bench/probes/
+        restart_probe.py's data dir, loaded machine). After a clean shutdown an opening
+        is mostly Python work under the GIL (no fsync): one thread was faster there
+        (0.13-0.20 s against 0.23-0.30 s). Every log that opened is kept (as one by one
+        before); the first failure, in name order, is raised once all have finished."""
+        if self.recovery_threads <= 1 or len(found) <= 1 or self.had_clean_shutdown:
+            for tp, path in found:
+                self._logs[tp] = open_log(tp, path)
+            return
+        with ThreadPoolExecutor(max_workers=min(self.recovery_threads, len(found)),
+                                thread_name_prefix="log-recovery") as pool:
+            futures = [(tp, pool.submit(open_log, tp, path)) for tp, path in found]
+        first_error: BaseException | None = None
+        for tp, future in futures:
+            error = future.exception()
+            if error is None:
+                self._logs[tp] = future.result()
+            elif first_error is None:
+                first_error = error
+        if first_error is not None:
+            raise first_error
 
     def _read_checkpoint(self, checkpoint: OffsetCheckpointFile) -> dict[TopicPartition, int]:
         try:

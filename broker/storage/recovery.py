@@ -29,8 +29,10 @@ Recovery rules (Kafka's ``LogLoader``):
   file) is completed first (``cleaner_swap.py``). Then leftovers of interrupted
   operations (``*.tmp``, ``*.deleted``, ``*.cleaned``, ``*.swap``) and index
   files without a ``.log`` are removed.
-- The opened log's recovery point is its end: recovered segments are fsynced,
-  and after an unclean shutdown the directory too (a roll does not fsync it, so
+- The opened log's recovery point is its end: recovered segments are fsynced
+  (the .log and both index files; an index file that already holds exactly the
+  rebuilt entries is kept and only fsynced, not cut and rewritten), and after an
+  unclean shutdown the directory too (a roll does not fsync it, so
   after a process crash a new segment's name may not be on disk yet).
 - The epoch checkpoint is rebuilt from the batches' partitionLeaderEpoch
   (header scan, no CRC) when it is missing, empty, corrupt, or disagrees with
@@ -300,9 +302,15 @@ def load_segments(directory: Path, config: LogConfig, *, recovery_point: int,
                 log.warning("recovery: cut %s at position %d, %d bytes removed: %s",
                             segment.log_path, scan.valid_bytes, removed, scan.error.reason)
                 loaded.bytes_removed += _delete_later_segments(directory, config, bases[i + 1:])
+                segment.mark_data_unsynced()
                 segment.flush()
                 break
-            segment.flush()  # writes the rebuilt index files
+            # The rebuilt index files: rewritten only where they differ from the files
+            # (the .log and every index file are fsynced either way).
+            segment.index.adopt_matching_file()
+            segment.time_index.adopt_matching_file()
+            segment.mark_data_unsynced()
+            segment.flush()
             expected_base = segment.next_offset
     except BaseException:
         close_segments_quietly(segments)

@@ -957,6 +957,11 @@ class LogSegment:
                 raise storage_error("cannot fsync segment", self.log_path, e) from e
             self.flushed_size_bytes = size
 
+    def mark_data_unsynced(self) -> None:
+        """The .log may hold bytes not yet on disk (a scan after a crash read them from
+        the page cache): the next flush fsyncs it before the recovery point passes it."""
+        self.flushed_size_bytes = -1
+
     def flush(self) -> None:
         """fsync the .log, then write and fsync the index tails."""
         self.flush_data()
