@@ -90,7 +90,11 @@ class Flood:
         for s in self.sockets:
             s.setblocking(False)
             try:
-                closed += s.recv(1) == b""
+                # Read what the server sent first (a gRPC server's HTTP/2 SETTINGS) up to
+                # the end of the stream, if it has come.
+                while chunk := s.recv(65_536):
+                    del chunk
+                closed += 1
             except BlockingIOError:
                 pass
             except OSError:
