@@ -7,7 +7,8 @@ so its limits are channel arguments, set here in one place:
 - ``grpc.server_handshake_timeout_ms``: a connection that has not finished its
   handshake (TLS, and the HTTP/2 preface and SETTINGS) within this long is closed. A
   raw TCP connection that sends nothing, or a byte a second, is gone after it
-  (gRPC's default is 120 s).
+  (gRPC's defaults close it after 60 s, when it has not acknowledged the server's
+  SETTINGS; the handshake timeout itself defaults to 120 s).
 - ``grpc.max_concurrent_streams``: HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, the calls
   one connection may have open at once; a client's further calls wait on its side
   until one ends. Without it one connection could open calls without end, each a
