@@ -11,12 +11,16 @@ on the Kafka listener in three phases:
 - ``trickle``: as many connections that each announced a 100 MiB frame and send one
   byte of it a second (a slow-loris client, and the 100 MiB frame that must not be
   allocated up front);
+- ``grpc silent``: ``--connections`` raw TCP connections to the broker's client gRPC
+  port that never send a byte (never the HTTP/2 preface);
 - ``baseline again``: nothing else connected, to show how much a shared machine
   moved the figures meanwhile.
 
 For each phase it prints the producer's records/s, the ratio to the baseline, the
-broker's resident memory, and whether the broker kept its session with the controller
-(same broker epoch, not fenced). The hostile connections use the broker's defaults
+hostile connections still open after the producer finished and again
+``--hold-s`` seconds after they were opened (the gRPC port's handshake timeout is
+10 s, ``broker/servicers/grpc_limits.py``), the broker's resident memory, and whether
+the broker kept its session with the controller (same broker epoch, not fenced). The hostile connections use the broker's defaults
 (connections.max.idle.ms 600000: they stay open for the whole run); see the README's
 connection settings for the limits that close them.
 
@@ -27,6 +31,7 @@ fits the test budget.
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import struct
 import sys
@@ -85,7 +90,11 @@ class Flood:
         for s in self.sockets:
             s.setblocking(False)
             try:
-                closed += s.recv(1) == b""
+                # Read what the server sent first (a gRPC server's HTTP/2 SETTINGS) up to
+                # the end of the stream, if it has come.
+                while chunk := s.recv(65_536):
+                    del chunk
+                closed += 1
             except BlockingIOError:
                 pass
             except OSError:
@@ -147,6 +156,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--hold-s", type=float, default=15.0)
     args = parser.parse_args()
 
     from tidewater.tools.local_cluster import LocalCluster
@@ -159,15 +169,21 @@ def main() -> int:
             broker = manifest["processes"]["broker-1"]
             controller = manifest["controller"]
             host, port = broker["kafka"].rsplit(":", 1)
+            grpc_host, grpc_port = broker["listen"].rsplit(":", 1)
             bootstrap = manifest["kafka_bootstrap"]
             produce_rate(bootstrap, "flood", 100)  # creates the topic, warms up
             epoch, _ = broker_session(controller, 1)
             rows = []
             baseline = None
             # The baseline again at the end: how much the machine itself moved meanwhile.
-            for phase in ("baseline", "silent", "trickle", "baseline again"):
-                flood = (None if phase.startswith("baseline") else
-                         Flood(host, int(port), args.connections, trickle=phase == "trickle"))
+            for phase in ("baseline", "silent", "trickle", "grpc silent", "baseline again"):
+                opened_at = time.monotonic()
+                if phase.startswith("baseline"):
+                    flood = None
+                elif phase.startswith("grpc"):
+                    flood = Flood(grpc_host, int(grpc_port), args.connections, trickle=False)
+                else:
+                    flood = Flood(host, int(port), args.connections, trickle=phase == "trickle")
                 try:
                     if flood is not None:
                         time.sleep(3 * TRICKLE_INTERVAL_S)  # let the trickle start
@@ -175,16 +191,25 @@ def main() -> int:
                     baseline = baseline or rate
                     now_epoch, fenced = broker_session(controller, 1)
                     held = 0 if flood is None else len(flood.sockets) - flood.closed_by_broker()
-                    rows.append((phase, str(held), f"{rate:,.0f}", f"{rate / baseline:.2f}",
+                    if flood is not None:
+                        time.sleep(max(0.0, opened_at + args.hold_s - time.monotonic()))
+                    held_later = (0 if flood is None else
+                                  len(flood.sockets) - flood.closed_by_broker())
+                    rows.append((phase, str(held), str(held_later), f"{rate:,.0f}",
+                                 f"{rate / baseline:.2f}",
                                  f"{resident_mib(broker['pid']):.0f}",
                                  "kept" if now_epoch == epoch and not fenced else
                                  f"LOST (epoch {epoch} -> {now_epoch}, fenced {fenced})"))
                 finally:
                     if flood is not None:
                         flood.close()
-            print(format_table(("phase", "hostile conns open", "records/s", "vs baseline",
-                                "broker RSS MiB", "controller session"), rows,
-                               align_right=(False, True, True, True, True, False)))
+            print(f"connection flood ({args.connections} connections, {args.records} records "
+                  f"of 1 KiB acks=all, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
+                  f"load average {os.getloadavg()[0]:.1f})")
+            print(format_table(("phase", "hostile conns open", f"open at {args.hold_s:.0f} s",
+                                "records/s", "vs baseline", "broker RSS MiB",
+                                "controller session"), rows,
+                               align_right=(False, True, True, True, True, True, False)))
         finally:
             cluster.down(timeout_s=10)
     return 0

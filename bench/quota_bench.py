@@ -9,7 +9,8 @@ one-partition topic, sets ``producer_byte_rate`` on client-id ``throttled`` with
 ``--seconds``, each sending 1,000-byte values as fast as it may (acks=1,
 batch.size 16384): ``throttled`` and ``unthrottled``. The table gives each one's
 value bytes per second over the whole run and from ``--steady-from`` seconds on
-(after Kafka's windowed rate has forgotten the first burst it allows), and how many
+(after the first second's burst, and past the 11 s at which Kafka's windowed rate, the
+throttle before the token bucket, let its first burst through again), and how many
 answers carried a throttle time.
 """
 

@@ -57,6 +57,7 @@ from tidewater.broker.security.inter_broker import (
 )
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
+from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.servicers.grpc_server import (
     BrokerControlServicer,
     BrokerServicer,
@@ -237,7 +238,13 @@ class BrokerProcess:
                                          controller_servicer=guarded,
                                          max_message_bytes=c.socket_request_max_bytes,
                                          control_servicer=control, credentials=credentials,
-                                         sasl_servicer=SaslServicer(self.security))
+                                         sasl_servicer=SaslServicer(self.security),
+                                         limits=GrpcLimits(
+                                             # Members' calls: the controller's and
+                                             # every follower's, on few connections.
+                                             max_concurrent_streams=1_000 if internal
+                                             else 100,
+                                             max_connection_idle_ms=c.connections_max_idle_ms))
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound

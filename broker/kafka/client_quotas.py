@@ -24,15 +24,26 @@ by every client-id of user u, one at ``/clients/<c>`` by every user of client-id
 one at a user-and-client level by that pair alone (Kafka's metric tags: the parts of
 the matched path, ``<default>`` read as the connection's own name).
 
-A rate is Kafka's ``Rate`` over a ``SampledStat``: ``quota.window.num`` samples (11)
-of ``quota.window.size.seconds`` (1 s) each; the rate is the sum of the live samples
-divided by the time they span, counted as at least ``num - 1`` full windows so that a
-burst in the first second is not measured over a few milliseconds. A value is
-recorded first and the quota checked after (KIP-219: the request that goes over is
-served, and its answer carries the throttle time). The throttle time is the time
-until the measured rate falls back to the quota if nothing more is recorded:
-``(rate - quota) / quota * window_ms`` (``QuotaUtils.throttleTime``); the request
-quota's is bounded by one window (``QuotaUtils.boundedThrottleTime``).
+Each sharing group has two meters. A rate, Kafka's ``Rate`` over a ``SampledStat``
+(``quota.window.num`` samples (11) of ``quota.window.size.seconds`` (1 s) each, the
+sum of the live samples over the time they span, at least ``num - 1`` windows), is
+what the metrics report. The throttle is decided by a token bucket, Kafka's
+``TokenBucket`` stat (KIP-599, its controller mutation quota): the bucket fills at the
+quota a second up to one window's worth (``burst_ms``), each request takes its cost,
+and while the bucket is below zero the throttle time is the time it takes to refill to
+zero, ``-tokens / quota`` seconds. A value is recorded first and the quota checked
+after (KIP-219: the request that goes over is served, and its answer carries the
+throttle time); the request quota's throttle is bounded by one window
+(``QuotaUtils.boundedThrottleTime``).
+
+Why not Kafka's windowed rate for the throttle, as Kafka's client quotas do: its
+``(rate - quota) / quota * window`` throttle lets a client that obeys it send ten
+windows' quota in the first second (the rate counts at least ten windows), then
+nothing until that sample leaves the window eleven seconds later, when the whole
+burst is allowed again. A client is held to its quota only on average over whole
+eleven-second cycles, and measured over 30 s it reads 105-117% of its quota (a
+simulation, and bench/quota_bench.py: 108% before this change). The bucket holds
+it to its quota plus one window's burst over any span: within 4% over 30 s.
 """
 
 from __future__ import annotations
@@ -56,6 +67,10 @@ ENTITY_TYPES = (ENTITY_USER, ENTITY_CLIENT_ID)
 ENTITY_NAME_BYTES_MAX = 255
 QUOTA_WINDOW_NUM = 11          # Kafka's quota.window.num
 QUOTA_WINDOW_SIZE_MS = 1_000   # Kafka's quota.window.size.seconds, in ms
+# The most a throttled client may send at once after a quiet spell, in ms of its quota:
+# one window. Kafka's TokenBucket allows window_num windows; over the 30 s the issue
+# asks a quota to hold within 10%, 11 s of burst would be 37% over.
+QUOTA_BURST_MS = QUOTA_WINDOW_SIZE_MS
 
 # Kafka's ClientRequestQuotaManager.NanosToPercentagePerSecond: a request that took
 # one second of handler time records 100 (percent of one handler for one second).
@@ -197,18 +212,58 @@ class WindowedRate:
         return self.total(now_ms) * 1000.0 / self.span_ms(now_ms)
 
 
-def throttle_time_ms(rate: WindowedRate, quota: float, now_ms: int,
-                     bound_ms: int | None = None) -> int:
-    """How long until ``rate`` falls back to ``quota`` with nothing more recorded; 0
-    while it is within. Kafka's ``QuotaUtils.throttleTime`` (and, with ``bound_ms``,
-    ``boundedThrottleTime``)."""
-    measured = rate.per_second(now_ms)
-    if measured <= quota:
-        return 0
-    throttle_ms = round((measured - quota) / quota * rate.span_ms(now_ms))
-    if bound_ms is not None:
-        throttle_ms = min(throttle_ms, bound_ms)
-    return max(0, int(throttle_ms))
+@dataclass
+class TokenBucket:
+    """Kafka's ``TokenBucket`` stat (KIP-599): credit that fills at ``quota`` units a
+    second up to ``quota * burst_ms / 1000``, taken by each recorded value, below zero
+    while a client is over its quota. Starts full. The quota is passed in on each
+    record, so a changed config applies at once."""
+
+    burst_ms: int = QUOTA_BURST_MS
+    _tokens: float | None = None   # None: not filled yet (full on first use)
+    _quota: float = 0.0
+    _last_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.burst_ms <= 0:
+            raise InvariantViolation(f"token bucket burst {self.burst_ms} ms")
+
+    def _refill(self, quota: float, now_ms: int) -> float:
+        capacity = quota * self.burst_ms / 1000
+        if self._tokens is None:
+            tokens = capacity
+        else:
+            # Time never runs backwards here: the clock is monotonic, but a caller's
+            # now_ms may be read before another's that recorded first.
+            elapsed_ms = max(0, now_ms - self._last_ms)
+            tokens = min(capacity, self._tokens + quota * elapsed_ms / 1000)
+        self._last_ms = max(self._last_ms, now_ms)
+        self._quota = quota
+        return tokens
+
+    def record(self, value: float, quota: float, now_ms: int) -> None:
+        if not quota > 0:
+            raise InvariantViolation(f"token bucket quota {quota!r}")
+        self._tokens = self._refill(quota, now_ms) - value
+
+    def unrecord(self, value: float, now_ms: int) -> None:
+        """Give back a charge (never above the bucket's capacity)."""
+        if self._tokens is not None and self._quota > 0:
+            self._tokens = min(self._refill(self._quota, now_ms) + value,
+                               self._quota * self.burst_ms / 1000)
+
+    def tokens(self) -> float | None:
+        return self._tokens
+
+    def throttle_time_ms(self, bound_ms: int | None = None) -> int:
+        """How long until the bucket is back to zero (``-tokens / quota``), 0 while
+        it is not below; rounded up, so that a client that waits it out finds credit."""
+        if self._tokens is None or self._tokens >= 0 or self._quota <= 0:
+            return 0
+        throttle_ms = math.ceil(-self._tokens / self._quota * 1000)
+        if bound_ms is not None:
+            throttle_ms = min(throttle_ms, bound_ms)
+        return max(0, throttle_ms)
 
 
 @dataclass(frozen=True)
@@ -235,6 +290,8 @@ class ClientQuotas:
         self.sensors_max = sensors_max
         self._configs: dict[QuotaEntity, dict[str, float]] = {}
         self._rates: dict[tuple[str, str, str], WindowedRate] = {}
+        # The throttle's credit, for the sharing groups a quota bounds (same keys).
+        self._buckets: dict[tuple[str, str, str], TokenBucket] = {}
         self.throttle_time_ms_total: dict[tuple[str, str, str], int] = {}
 
     # -- configs ----------------------------------------------------------------
@@ -299,10 +356,14 @@ class ClientQuotas:
         rate.record(value, now_ms)
         if found is None:
             return QuotaDecision(0, None, tags)
+        rate_key = (key, *tags)
+        bucket = self._buckets.get(rate_key)
+        if bucket is None:
+            bucket = self._buckets[rate_key] = TokenBucket(self.window_ms)
+        bucket.record(value, found[0], now_ms)
         bound_ms = self.window_ms if key == REQUEST_PERCENTAGE else None
-        throttle_ms = throttle_time_ms(rate, found[0], now_ms, bound_ms)
+        throttle_ms = bucket.throttle_time_ms(bound_ms)
         if throttle_ms:
-            rate_key = (key, *tags)
             self.throttle_time_ms_total[rate_key] = (
                 self.throttle_time_ms_total.get(rate_key, 0) + throttle_ms)
         return QuotaDecision(throttle_ms, found[0], tags)
@@ -313,6 +374,9 @@ class ClientQuotas:
         rate = self._rates.get((key, *tags))
         if rate is not None:
             rate.record(-value, now_ms)
+        bucket = self._buckets.get((key, *tags))
+        if bucket is not None:
+            bucket.unrecord(value, now_ms)
 
     def rates_per_second(self, now_ms: int) -> Iterable[tuple[str, str, str, float]]:
         """(key, user, client-id, rate) of every measured sharing group, for metrics
@@ -327,4 +391,6 @@ class ClientQuotas:
         idle = [k for k, r in self._rates.items() if r.is_idle(now_ms)]
         for k in idle:
             del self._rates[k]
+            # Idle for the whole window: its bucket is full again, nothing to keep.
+            self._buckets.pop(k, None)
         return len(idle)

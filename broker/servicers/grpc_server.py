@@ -66,6 +66,7 @@ from tidewater.broker.security import grpc_auth
 from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import BrokerSecurity, may_init_producer_id
 from tidewater.broker.servicers.admin_forwarding import Context
+from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.broker.serving.txn_markers import (
     TxnMarkerResult,
@@ -795,17 +796,20 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  max_message_bytes: int,
                  control_servicer: BrokerControlServicer | None = None,
                  credentials: grpc.ServerCredentials | None = None,
-                 sasl_servicer: pb_grpc.SaslServicer | None = None
+                 sasl_servicer: pb_grpc.SaslServicer | None = None,
+                 limits: GrpcLimits | None = None
                  ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for one listener; returns it (not started) and its bound port.
     ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere).
     ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext.
-    ``sasl_servicer``: SCRAM over gRPC (``servicers.sasl``)."""
+    ``sasl_servicer``: SCRAM over gRPC (``servicers.sasl``).
+    ``limits``: what one connection may hold (``servicers.grpc_limits``)."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
+        *(limits or GrpcLimits()).options(),
     ])
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)

@@ -1,0 +1,62 @@
+"""What one of the broker's gRPC listeners lets a connection hold (issue 29).
+
+The Kafka listener counts, limits and expires its connections itself
+(``broker.kafka.connection_quotas``); a gRPC listener's connections are gRPC core's,
+so its limits are channel arguments, set here in one place:
+
+- ``grpc.server_handshake_timeout_ms``: a connection that has not finished its
+  handshake (TLS, and the HTTP/2 preface and SETTINGS) within this long is closed. A
+  raw TCP connection that sends nothing, or a byte a second, is gone after it
+  (gRPC's defaults close it after 60 s, when it has not acknowledged the server's
+  SETTINGS; the handshake timeout itself defaults to 120 s).
+- ``grpc.max_concurrent_streams``: HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS, the calls
+  one connection may have open at once; a client's further calls wait on its side
+  until one ends. Without it one connection could open calls without end, each a
+  handler task here.
+- ``grpc.max_connection_idle_ms``: a connection with no call open this long is sent
+  GOAWAY (Kafka's ``connections.max.idle.ms``, the same setting); a real client
+  reconnects on its next call.
+- Keepalive: the server pings a quiet connection every ``keepalive_time_ms`` and
+  closes it when no answer comes within ``keepalive_timeout_ms`` (a peer gone
+  without a FIN holds nothing for long); a client that pings more often than every
+  ``min_ping_interval_ms`` without data is answered GOAWAY after
+  ``max_ping_strikes`` (gRPC's keepalive enforcement; Tidewater's clients send no
+  pings).
+
+A connection's age is not limited: the clients' FetchStream/ProduceStream and the
+followers' ReplicaFetch are streams meant to last as long as the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidewater.proto.errors import InvariantViolation
+
+
+@dataclass(frozen=True)
+class GrpcLimits:
+    handshake_timeout_ms: int = 10_000
+    max_concurrent_streams: int = 100
+    max_connection_idle_ms: int = 600_000
+    keepalive_time_ms: int = 300_000
+    keepalive_timeout_ms: int = 20_000
+    min_ping_interval_ms: int = 60_000
+    max_ping_strikes: int = 2
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value <= 0:
+                raise InvariantViolation(f"gRPC limit {name} = {value}")
+
+    def options(self) -> list[tuple[str, int]]:
+        """The channel arguments for ``grpc.aio.server(options=...)``."""
+        return [
+            ("grpc.server_handshake_timeout_ms", self.handshake_timeout_ms),
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.max_connection_idle_ms", self.max_connection_idle_ms),
+            ("grpc.keepalive_time_ms", self.keepalive_time_ms),
+            ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("grpc.http2.min_ping_interval_without_data_ms", self.min_ping_interval_ms),
+            ("grpc.http2.max_ping_strikes", self.max_ping_strikes),
+        ]
