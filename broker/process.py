@@ -248,9 +248,11 @@ class BrokerProcess:
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
             # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
-            self.metrics.serve(c.metrics_bind_address, c.metrics_port,
-                               certfile=str(c.tls.cert) if c.tls and c.tls.cert else None,
-                               keyfile=str(c.tls.key) if c.tls and c.tls.key else None)
+            # In secure mode only to a scraper with a certificate of the CA or a user's
+            # password (HTTP Basic), checked against the SCRAM credentials as PLAIN is.
+            self.metrics.serve(c.metrics_bind_address, c.metrics_port, tls=c.tls,
+                               secured=self.security.secured,
+                               check_password=self.security.password_ok)
         self.replica_manager.start()
         self.group_coordinator.start()
         self.txn_coordinator.start()

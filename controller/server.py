@@ -215,11 +215,11 @@ class ControllerServer:
         if self.config.metrics_port:
             # On metrics.bind.address (127.0.0.1 unless told otherwise), not the gRPC
             # host; with TLS, HTTPS with the controller's certificate, as every port.
-            files = self.config.tls
+            # In secure mode only to a scraper with a certificate of the CA or a user's
+            # password (HTTP Basic) checked against the SCRAM credentials.
             self._metrics_http = self.metrics.serve(
                 self.config.metrics_port, self.config.metrics_bind_address,
-                certfile=str(files.cert) if files and files.cert else None,
-                keyfile=str(files.key) if files and files.key else None)
+                tls=self.config.tls, secured=secured, check_password=guard_security.password_ok)
 
         if isinstance(self.owner, MetadataOwner):
             assert self.metadata_log is not None  # opened with the owner
