@@ -150,11 +150,17 @@ class BrokerProcess:
         # And the SASL user it fetches as (CredentialsFileError: cannot start).
         # SCRAM where the brokers enable it (``inter_broker_mechanism``): no password on
         # the wire, only session tokens; PLAIN in each call's metadata otherwise.
-        mechanism = inter_broker_mechanism(c.security.sasl_mechanisms)
+        mechanism = inter_broker_mechanism(c.security.sasl_mechanisms,
+                                           c.security.inter_broker_mechanism)
         inter_broker = (
             dataclasses.replace(InterBrokerCredentials.read(c.inter_broker_credentials_file),
                                 mechanism=mechanism)
             if c.inter_broker_credentials_file else None)
+        if c.controller_sasl_user is not None or inter_broker is not None:
+            log.info("broker %d authenticates with %s (sasl.mechanism.inter.broker.protocol) "
+                     "to the controller as %s, to other brokers as %s", c.broker_id, mechanism,
+                     c.controller_sasl_user[0] if c.controller_sasl_user else "-",
+                     inter_broker.username if inter_broker else "-")
         inter_broker_metadata = inter_broker.call_metadata() if inter_broker else ()
         open_inter_broker = inter_broker.open_channel if inter_broker else plain_channel
         self.controller_channel = ControllerChannel(
