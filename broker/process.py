@@ -56,6 +56,7 @@ from tidewater.broker.security.inter_broker import (
     plain_channel,
 )
 from tidewater.broker.security.settings import BrokerSecurity
+from tidewater.broker.security.stream_expiry import SessionStreamLimit
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.grpc_server import (
     BrokerControlServicer,
@@ -242,7 +243,9 @@ class BrokerProcess:
                                          controller_servicer=guarded,
                                          max_message_bytes=c.socket_request_max_bytes,
                                          control_servicer=control, credentials=credentials,
-                                         sasl_servicer=SaslServicer(self.security))
+                                         sasl_servicer=SaslServicer(self.security),
+                                         interceptors=[SessionStreamLimit(
+                                             self.security.grpc_sessions)])
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound

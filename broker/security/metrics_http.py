@@ -71,9 +71,9 @@ def _peer_cn(connection: object) -> str | None:
     if not cert:
         return None  # none shown (with CERT_OPTIONAL an unverifiable one fails the handshake)
     for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
+        for attribute in rdn:
+            if attribute[0] == "commonName":
+                return str(attribute[1])
     return None
 
 
@@ -139,7 +139,8 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int, *,
         app = guarded_app(app, check_password)
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("_MetricsServer", (_Server,), {"address_family": family})
-    server = make_server(host, port, app, server_class, handler_class=_Handler)
+    server: ThreadingWSGIServer = make_server(host, port, app, server_class,
+                                              handler_class=_Handler)
     if tls is not None:
         # The handshake on the handler's thread (first read), not in accept(): a client
         # that connects and stays silent must not hold up the others.
