@@ -10,9 +10,9 @@ UNAUTHENTICATED at its session's expiry, unless the client re-authenticated that
 ``GrpcSessions.renew`` moves its expiry), in which case it lives on to the new expiry.
 
 ``SessionStreamLimit`` is a grpc.aio server interceptor: for a streaming method called
-with a session token whose session expires, it runs the handler as a task and watches
-the session's expiry (``GrpcSessions.expiry_ms``, read again when it comes, so a renewal
-counts); at an expiry that was not moved, it cancels the handler and aborts the call
+with a session token whose session expires, it sets a timer at the session's expiry
+(``GrpcSessions.expiry_ms``, read again when it fires, so a renewal counts); at an
+expiry that was not moved, it cancels the handler (in the call's own task) and aborts the call
 UNAUTHENTICATED with a message saying to authenticate again (``REAUTHENTICATE_HINT``:
 clients reopen such a stream after a new exchange, ``client.metadata``). Calls with no
 token (certificates, PLAIN, no SASL), unary calls and sessions that never expire pass
@@ -22,7 +22,6 @@ untouched.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -41,27 +40,49 @@ SESSION_ENDED = ("session expired (connections.max.reauth.ms) and not re-authent
                  f"{REAUTHENTICATE_HINT} and reopen the stream")
 
 
-async def run_until_session_ends(handler: Awaitable[Any], context: grpc.aio.ServicerContext[Any, Any],
+async def run_until_session_ends(handler: Awaitable[Any],
+                                 context: grpc.aio.ServicerContext[Any, Any],
                                  expiry_ms: Callable[[], int | None],
                                  now_ms: Callable[[], int] = mono_ms) -> Any:
     """``handler``'s result, or the call aborted UNAUTHENTICATED once ``expiry_ms()``
-    (read again at each expiry: a renewal moves it) has passed."""
-    task = asyncio.ensure_future(handler)
+    (read again at each expiry: a renewal moves it) has passed.
+
+    The handler runs in the call's own task, as without this wrapper (a client's cancel
+    reaches it the same way); at the expiry a timer cancels that task, and the
+    cancellation it caused (and only that) becomes the abort."""
+    task = asyncio.current_task()
+    assert task is not None  # a grpc.aio handler runs in a task
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
+    cut = False
+
+    def arm() -> None:
+        nonlocal timer
+        expiry = expiry_ms()
+        if expiry is not None:
+            timer = loop.call_later(max(0, expiry - now_ms()) / 1000, check)
+
+    def check() -> None:
+        nonlocal cut
+        expiry = expiry_ms()
+        if expiry is None:
+            return
+        if now_ms() < expiry:
+            arm()  # renewed: watch the new expiry
+            return
+        cut = True
+        task.cancel()
+
+    arm()
     try:
-        while True:
-            expiry = expiry_ms()
-            timeout_s = None if expiry is None else max(0, expiry - now_ms()) / 1000
-            done, _ = await asyncio.wait({task}, timeout=timeout_s)
-            if task in done:
-                return task.result()
-            expiry = expiry_ms()
-            if expiry is not None and now_ms() >= expiry:
-                break
+        return await handler
+    except asyncio.CancelledError:
+        if not cut:
+            raise
+        task.uncancel()
     finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        if timer is not None:
+            timer.cancel()
     log.info("ending a stream of %s: %s", context.peer(), SESSION_ENDED)
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, SESSION_ENDED)
 
