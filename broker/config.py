@@ -379,6 +379,12 @@ class BrokerConfig:
             self.connection_limits  # noqa: B018  (validates)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        inter_broker = self.security.inter_broker_mechanism
+        if inter_broker and self.security.sasl_mechanisms \
+                and inter_broker not in self.security.sasl_mechanisms:
+            # Kafka's rule: the brokers must take what they authenticate to each other with.
+            raise ConfigError(f"sasl.mechanism.inter.broker.protocol {inter_broker} is not "
+                              f"an enabled mechanism ({','.join(self.security.sasl_mechanisms)})")
         if self.inter_broker_credentials_file:
             try:
                 InterBrokerCredentials.read(self.inter_broker_credentials_file)

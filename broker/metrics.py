@@ -35,14 +35,16 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka.client_quotas import ClientQuotas
 from tidewater.broker.kafka.connection_quotas import REFUSAL_REASONS
+from tidewater.broker.security.metrics_http import PasswordCheck, serve_metrics
 from tidewater.broker.storage.corruption import FOUND_BY
+from tidewater.proto.tls import TlsFiles
 
 PREFIX = "tidewater_broker_"
 
@@ -437,12 +439,13 @@ class BrokerMetrics:
     def register_client_quotas(self, quotas: ClientQuotas) -> None:
         self.registry.register(_ClientQuotaCollector(quotas))
 
-    def serve(self, host: str, port: int, *, certfile: str | None = None,
-              keyfile: str | None = None) -> None:
-        """Serve /metrics on ``host:port`` in a daemon thread (prometheus_client's server);
-        HTTPS with ``certfile``/``keyfile`` (the broker's own certificate when it has TLS)."""
-        self._http = start_http_server(port, addr=host, registry=self.registry,
-                                       certfile=certfile, keyfile=keyfile)
+    def serve(self, host: str, port: int, *, tls: TlsFiles | None = None, secured: bool = False,
+              check_password: PasswordCheck | None = None) -> None:
+        """Serve /metrics on ``host:port`` in a daemon thread: HTTPS with ``tls`` (the
+        broker's own certificate), and with TLS or ``secured`` only to a scraper with a
+        client certificate of the CA or a user's Basic credentials (``metrics_http``)."""
+        self._http = serve_metrics(self.registry, host, port, tls=tls, secured=secured,
+                                   check_password=check_password)
 
     def stop(self) -> None:
         if self._http is not None:

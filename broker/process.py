@@ -56,6 +56,7 @@ from tidewater.broker.security.inter_broker import (
     plain_channel,
 )
 from tidewater.broker.security.settings import BrokerSecurity
+from tidewater.broker.security.stream_expiry import SessionStreamLimit
 from tidewater.broker.servicers.admin_forwarding import ControllerForwarder
 from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.servicers.grpc_server import (
@@ -152,11 +153,17 @@ class BrokerProcess:
         # And the SASL user it fetches as (CredentialsFileError: cannot start).
         # SCRAM where the brokers enable it (``inter_broker_mechanism``): no password on
         # the wire, only session tokens; PLAIN in each call's metadata otherwise.
-        mechanism = inter_broker_mechanism(c.security.sasl_mechanisms)
+        mechanism = inter_broker_mechanism(c.security.sasl_mechanisms,
+                                           c.security.inter_broker_mechanism)
         inter_broker = (
             dataclasses.replace(InterBrokerCredentials.read(c.inter_broker_credentials_file),
                                 mechanism=mechanism)
             if c.inter_broker_credentials_file else None)
+        if c.controller_sasl_user is not None or inter_broker is not None:
+            log.info("broker %d authenticates with %s (sasl.mechanism.inter.broker.protocol) "
+                     "to the controller as %s, to other brokers as %s", c.broker_id, mechanism,
+                     c.controller_sasl_user[0] if c.controller_sasl_user else "-",
+                     inter_broker.username if inter_broker else "-")
         inter_broker_metadata = inter_broker.call_metadata() if inter_broker else ()
         open_inter_broker = inter_broker.open_channel if inter_broker else plain_channel
         self.controller_channel = ControllerChannel(
@@ -244,7 +251,9 @@ class BrokerProcess:
                                              # every follower's, on few connections.
                                              max_concurrent_streams=1_000 if internal
                                              else 100,
-                                             max_connection_idle_ms=c.connections_max_idle_ms))
+                                             max_connection_idle_ms=c.connections_max_idle_ms),
+                                         interceptors=[SessionStreamLimit(
+                                             self.security.grpc_sessions)])
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound
@@ -256,9 +265,11 @@ class BrokerProcess:
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
             # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
-            self.metrics.serve(c.metrics_bind_address, c.metrics_port,
-                               certfile=str(c.tls.cert) if c.tls and c.tls.cert else None,
-                               keyfile=str(c.tls.key) if c.tls and c.tls.key else None)
+            # In secure mode only to a scraper with a certificate of the CA or a user's
+            # password (HTTP Basic), checked against the SCRAM credentials as PLAIN is.
+            self.metrics.serve(c.metrics_bind_address, c.metrics_port, tls=c.tls,
+                               secured=self.security.secured,
+                               check_password=self.security.password_ok)
         self.replica_manager.start()
         self.group_coordinator.start()
         self.txn_coordinator.start()

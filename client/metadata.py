@@ -48,7 +48,7 @@ from tidewater.proto.errors import (
     UnsupportedVersionError,
     error_for_code,
 )
-from tidewater.proto.scram import SaslAuthenticationError
+from tidewater.proto.scram import REAUTHENTICATE_HINT, SaslAuthenticationError
 
 Address = tuple[str, int]
 T = TypeVar("T")
@@ -152,6 +152,11 @@ def rpc_error_to_typed(err: grpc.RpcError, address: Address | None = None) -> Ti
         return RequestTimedOutError(f"request to{where} timed out")
     if code == grpc.StatusCode.UNAVAILABLE:
         return BrokerConnectionError(f"broker{where} unavailable: {details}")
+    if code == grpc.StatusCode.UNAUTHENTICATED and REAUTHENTICATE_HINT in (details or ""):
+        # The session ended (expired, or the server forgot it), not the credentials: the
+        # channel authenticates again on its next call (the session was dropped), so a
+        # stream ended this way is reopened as after a lost connection.
+        return BrokerConnectionError(f"broker{where} ended the SASL session: {details}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
         # Not a connection problem: another broker would refuse the same credentials.
         return SaslAuthenticationError(f"broker{where} refused the credentials: {details}")

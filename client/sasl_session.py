@@ -9,7 +9,11 @@ pass for one that does). The answer's session token goes in every later call's m
 
 Re-authentication (KIP-368): a session of ``session_lifetime_ms`` > 0 is renewed by a
 new exchange once 85-95 % of the lifetime passed (Kafka's clients pick the same window,
-at random so that many clients do not all come at once); a call that is nevertheless
+at random so that many clients do not all come at once). The renewing exchange names the
+current token; the server keeps that token for the new lifetime, so streams opened with
+it are not ended at its first expiry (``broker.security.stream_expiry``); an open aio
+stream renews its session in time even when no other call is made
+(``client.security.AioScramAuth.keep_renewed``). A call that is nevertheless
 refused UNAUTHENTICATED with a token (the server restarted and forgot it, or dropped
 it) makes the next call authenticate again, and a unary call is retried once at once
 (UNAUTHENTICATED means the server did nothing with it).
@@ -105,8 +109,18 @@ class ScramLogin:
             self._token = None
             self._sasl_off = False
 
+    def seconds_to_refresh(self) -> float | None:
+        """How long until this session is due for renewal (0: due); None if it never is
+        or there is none (``keep_renewed`` then has nothing to do)."""
+        if self._token is None or self._refresh_at is None:
+            return None
+        return max(0.0, self._refresh_at - self._clock())
+
     def _exchange(self) -> Generator[Step, Any, None]:
-        answer = yield HANDSHAKE_METHOD, pb.GrpcSaslHandshakeRequest(mechanism=self.mechanism)
+        # A renewal names the session it renews: the server keeps that token (and the
+        # streams opened with it) alive to the new expiry and answers it again (KIP-368).
+        answer = yield HANDSHAKE_METHOD, pb.GrpcSaslHandshakeRequest(
+            mechanism=self.mechanism, previous_session_token=self._token or "")
         if answer.error_code == pb.UNSUPPORTED_SASL_MECHANISM and not answer.enabled_mechanisms:
             self._sasl_off = True
             return

@@ -50,13 +50,15 @@ from tidewater.client.sasl_session import (
     aio_caller,
     sync_caller,
 )
-from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.errors import InvariantViolation, TidewaterError
 from tidewater.proto.scram import MECHANISMS, SaslAuthenticationError, plain_metadata
 from tidewater.proto.tls import open_aio_channel
 
 log = logging.getLogger(__name__)
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# An open stream checks no more often than this whether its session is due for renewal.
+RENEW_POLL_S_MIN = 0.05
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -319,6 +321,35 @@ class AioScramAuth:
         call.add_done_callback(on_done)
         return call
 
+    def keep_renewed(self, call: Any, metadata: CallMetadata | None) -> Any:
+        """While the stream ``call`` is open, renew its session when due (a stream makes
+        no further calls that would): the server ends a stream whose session expired
+        without re-authentication (``broker.security.stream_expiry``)."""
+        if metadata is None or self.login.seconds_to_refresh() is None:
+            return call
+
+        async def renew() -> None:
+            while not call.done():
+                delay = self.login.seconds_to_refresh()
+                if delay is None:
+                    return
+                await asyncio.sleep(max(delay, RENEW_POLL_S_MIN))
+                if call.done():
+                    return
+                try:
+                    assert self.caller is not None  # set before any call is made
+                    await self.login.metadata_async(self.caller)
+                except (grpc.RpcError, TidewaterError) as e:
+                    # The stream ends at its session's expiry; its owner reopens it.
+                    log.info("could not renew a stream's SASL session: %s", e)
+                    return
+
+        task = asyncio.get_running_loop().create_task(renew())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
+        call.add_done_callback(lambda _done: task.cancel())
+        return call
+
     def interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         auth = self
 
@@ -341,7 +372,8 @@ class AioScramAuth:
                                                  Awaitable[Any]],
                     details: grpc.aio.ClientCallDetails, request: Any) -> Any:
                 sent, metadata = await auth.details(details)
-                return auth.watch(await continuation(sent, request), metadata)
+                return auth.keep_renewed(auth.watch(await continuation(sent, request), metadata),
+                                         metadata)
 
         class StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
             async def intercept_stream_unary(
@@ -349,7 +381,8 @@ class AioScramAuth:
                                                  Awaitable[Any]],
                     details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
                 sent, metadata = await auth.details(details)
-                return auth.watch(await continuation(sent, request_iterator), metadata)
+                return auth.keep_renewed(
+                    auth.watch(await continuation(sent, request_iterator), metadata), metadata)
 
         class StreamStream(grpc.aio.StreamStreamClientInterceptor):
             async def intercept_stream_stream(
@@ -357,7 +390,8 @@ class AioScramAuth:
                                                  Awaitable[Any]],
                     details: grpc.aio.ClientCallDetails, request_iterator: Any) -> Any:
                 sent, metadata = await auth.details(details)
-                return auth.watch(await continuation(sent, request_iterator), metadata)
+                return auth.keep_renewed(
+                    auth.watch(await continuation(sent, request_iterator), metadata), metadata)
         return [UnaryUnary(), UnaryStream(), StreamUnary(), StreamStream()]
 
 

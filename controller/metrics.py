@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from tidewater.broker.security.metrics_http import PasswordCheck, serve_metrics
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
+from tidewater.proto.tls import TlsFiles
 
 PREFIX = "tidewater_controller_"
 
@@ -91,9 +93,11 @@ class ControllerMetrics:
         finally:
             self.request_latency.labels(rpc).observe(time.perf_counter() - start)
 
-    def serve(self, port: int, addr: str = "127.0.0.1", *, certfile: str | None = None,
-              keyfile: str | None = None) -> tuple[WSGIServer, threading.Thread]:
-        """Expose /metrics on ``addr:port``; HTTPS with ``certfile``/``keyfile`` (the
-        controller's own certificate when it has TLS). Returns (server, thread)."""
-        return start_http_server(port, addr=addr, registry=self.registry, certfile=certfile,
-                                 keyfile=keyfile)
+    def serve(self, port: int, addr: str = "127.0.0.1", *, tls: TlsFiles | None = None,
+              secured: bool = False, check_password: PasswordCheck | None = None
+              ) -> tuple[WSGIServer, threading.Thread]:
+        """Expose /metrics on ``addr:port``: HTTPS with ``tls`` (the controller's own
+        certificate), and with TLS or ``secured`` only to a scraper with a client
+        certificate of the CA or a user's Basic credentials (``metrics_http``)."""
+        return serve_metrics(self.registry, addr, port, tls=tls, secured=secured,
+                             check_password=check_password)

@@ -56,6 +56,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 
 from tidewater.broker.security.settings import read_user_config
+from tidewater.broker.security.stream_expiry import SessionStreamLimit
 from tidewater.broker.servicers.sasl import SaslServicer
 from tidewater.controller.access import ControllerGuard, controller_security
 from tidewater.controller.config import ControllerConfig, parse_host_port
@@ -187,15 +188,19 @@ class ControllerServer:
         # Bind before writing anything: a controller that cannot serve must not
         # bump the controller epoch.
         host, port = parse_host_port(self.config.listen)
-        self.grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)],
-                                           interceptors=[InvariantBoundary(self.supervisor)])
-        self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
-                                         supervisor=self.supervisor,
-                                         authenticating=tls is not None)
         security = self.config.security
         secured = bool(security.sasl_mechanisms) or security.authorizer != "none"
         # Authentication and Kafka's authorizer in front of every call (``access``).
         guard_security = controller_security(security, lambda: self.machine.metadata)
+        # A heartbeat stream opened with a session token ends with its session unless
+        # the broker re-authenticated it (``stream_expiry``).
+        self.grpc_server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)],
+            interceptors=[InvariantBoundary(self.supervisor),
+                          SessionStreamLimit(guard_security.grpc_sessions)])
+        self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
+                                         supervisor=self.supervisor,
+                                         authenticating=tls is not None)
         servicer: pb_grpc.ControllerServicer = (
             ControllerGuard(self.service, guard_security) if secured else self.service)
         pb_grpc.add_ControllerServicer_to_server(servicer, self.grpc_server)
@@ -214,11 +219,11 @@ class ControllerServer:
         if self.config.metrics_port:
             # On metrics.bind.address (127.0.0.1 unless told otherwise), not the gRPC
             # host; with TLS, HTTPS with the controller's certificate, as every port.
-            files = self.config.tls
+            # In secure mode only to a scraper with a certificate of the CA or a user's
+            # password (HTTP Basic) checked against the SCRAM credentials.
             self._metrics_http = self.metrics.serve(
                 self.config.metrics_port, self.config.metrics_bind_address,
-                certfile=str(files.cert) if files and files.cert else None,
-                keyfile=str(files.key) if files and files.key else None)
+                tls=self.config.tls, secured=secured, check_password=guard_security.password_ok)
 
         if isinstance(self.owner, MetadataOwner):
             assert self.metadata_log is not None  # opened with the owner

@@ -332,6 +332,9 @@ def parse_plain(data: bytes) -> tuple[str, str]:
 # gRPC clients' credentials (broker/security/grpc_auth.py): call metadata carrying the PLAIN
 # message, checked against the user's SCRAM credential.
 AUTHORIZATION_KEY = "authorization"
+# In a refusal's message: the session token is gone (expired, dropped, unknown here), not
+# the credentials wrong; a client authenticates again and retries (``client.metadata``).
+REAUTHENTICATE_HINT = "authenticate again"
 PLAIN_SCHEME = "PLAIN "
 
 

@@ -2064,10 +2064,12 @@ class ChangeQuorumVotersResponse(_message.Message):
     def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., leader_id: _Optional[int] = ...) -> None: ...
 
 class GrpcSaslHandshakeRequest(_message.Message):
-    __slots__ = ("mechanism",)
+    __slots__ = ("mechanism", "previous_session_token")
     MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     mechanism: str
-    def __init__(self, mechanism: _Optional[str] = ...) -> None: ...
+    previous_session_token: str
+    def __init__(self, mechanism: _Optional[str] = ..., previous_session_token: _Optional[str] = ...) -> None: ...
 
 class GrpcSaslHandshakeResponse(_message.Message):
     __slots__ = ("error_code", "error_message", "enabled_mechanisms", "exchange_id")

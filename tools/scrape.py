@@ -36,13 +36,14 @@ timestamps of their own: the block's ``<unix_ms>`` is their time.
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +60,33 @@ class ScrapeConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ScrapeCredentials:
+    """Who a scraper is to a secured /metrics (broker/security/metrics_http.py): a client
+    certificate of the cluster's CA (HTTPS) and/or a cluster user's password (HTTP Basic)."""
+
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_security(cls, security: Mapping[str, object]) -> ScrapeCredentials | None:
+        """From the clients' security options (``SecurityOptions``: ``ssl_certfile``,
+        ``ssl_keyfile``, ``sasl_plain_username``, ``sasl_plain_password``); None if none."""
+        def text(key: str) -> str | None:
+            value = security.get(key)
+            return value if isinstance(value, str) and value else None
+        credentials = cls(text("ssl_certfile"), text("ssl_keyfile"),
+                          text("sasl_plain_username"), text("sasl_plain_password"))
+        return None if credentials == cls() else credentials
+
+
+@dataclass(frozen=True, slots=True)
 class ScrapeTarget:
     source: str  # file stem: controller, broker-1, ...
-    url: str  # http://host:port/metrics, or https:// (a broker with TLS)
+    url: str  # http://host:port/metrics, or https:// (a process with TLS)
     cafile: str | None = None  # an https target's CA (None: the system's)
+    credentials: ScrapeCredentials | None = None  # secure mode: a certificate, a password
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +98,24 @@ class Snapshot:
 
 
 def target_for(source: str, host_port: str, *, https: bool = False,
-               cafile: str | None = None) -> ScrapeTarget:
+               cafile: str | None = None,
+               credentials: ScrapeCredentials | None = None) -> ScrapeTarget:
     """A target for ``host:port`` (an http(s) URL is accepted as is); ``https``: the
-    process serves /metrics over TLS (a broker with TLS), checked against ``cafile``."""
+    process serves /metrics over TLS (a broker with TLS), checked against ``cafile``;
+    ``credentials``: what a secured /metrics asks for."""
     if host_port.startswith(("http://", "https://")):
-        return ScrapeTarget(source, host_port, cafile)
+        return ScrapeTarget(source, host_port, cafile, credentials)
     host, sep, port = host_port.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ScrapeConfigError(f"bad metrics target {host_port!r}: expected HOST:PORT")
     scheme = "https" if https else "http"
-    return ScrapeTarget(source, f"{scheme}://{host}:{int(port)}/metrics", cafile)
+    return ScrapeTarget(source, f"{scheme}://{host}:{int(port)}/metrics", cafile, credentials)
 
 
-def parse_targets(spec: str, *, cafile: str | None = None) -> list[ScrapeTarget]:
+def parse_targets(spec: str, *, cafile: str | None = None,
+                  credentials: ScrapeCredentials | None = None) -> list[ScrapeTarget]:
     """Targets from ``host:port,NAME=host:port,...`` (``https://...`` URLs checked against
-    ``cafile``)."""
+    ``cafile``; ``credentials`` shown to each)."""
     targets = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -97,7 +124,7 @@ def parse_targets(spec: str, *, cafile: str | None = None) -> list[ScrapeTarget]
         if not eq:
             address = name
             name = name.replace(":", "_").replace("/", "_")
-        targets.append(target_for(name, address, cafile=cafile))
+        targets.append(target_for(name, address, cafile=cafile, credentials=credentials))
     if not targets:
         raise ScrapeConfigError("no metrics targets given")
     _check_unique(targets)
@@ -112,12 +139,23 @@ def _check_unique(targets: Iterable[ScrapeTarget]) -> None:
         seen.add(t.source)
 
 
-def fetch_metrics(url: str, timeout_s: float, cafile: str | None = None) -> str:
-    """The exposition text at ``url`` (https: verified against ``cafile``); raises OSError
+def fetch_metrics(url: str, timeout_s: float, cafile: str | None = None,
+                  credentials: ScrapeCredentials | None = None) -> str:
+    """The exposition text at ``url`` (https: verified against ``cafile``, showing
+    ``credentials``' client certificate; their password as HTTP Basic); raises OSError
     (incl. URLError and ssl.SSLError) on failure."""
-    context = ssl.create_default_context(cafile=cafile) if url.startswith("https://") else None
+    context = None
+    if url.startswith("https://"):
+        context = ssl.create_default_context(cafile=cafile)
+        if credentials is not None and credentials.certfile:
+            context.load_cert_chain(credentials.certfile, credentials.keyfile)
+    request = urllib.request.Request(url)
+    if credentials is not None and credentials.username:
+        token = base64.b64encode(
+            f"{credentials.username}:{credentials.password or ''}".encode()).decode("ascii")
+        request.add_header("Authorization", f"Basic {token}")
     # The targets are http(s) URLs only (ScrapeTarget builds or accepts no other scheme).
-    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as response:
+    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
         body: bytes = response.read()
     return body.decode("utf-8")
 
@@ -216,7 +254,8 @@ class Scraper:
     def scrape_one(self, target: ScrapeTarget) -> Snapshot:
         unix_ms = int(time.time() * 1000)
         try:
-            text = fetch_metrics(target.url, self.timeout_ms / 1000, target.cafile)
+            text = fetch_metrics(target.url, self.timeout_ms / 1000, target.cafile,
+                                 target.credentials)
         except (OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or e
             return Snapshot(unix_ms, target.source, False, f"{type(e).__name__}: {reason}")

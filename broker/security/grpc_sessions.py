@@ -14,7 +14,11 @@ this module keeps no sockets and reads no clock: ``now_ms`` comes in):
 3. Later calls carry ``authorization: Session <token>`` (``resolve``): the token names
    its user until ``connections.max.reauth.ms`` after it was issued (0: as long as this
    process lives), then it is refused and the client authenticates again (KIP-368; our
-   clients do so before it expires, ``client.sasl_session``).
+   clients do so before it expires, ``client.sasl_session``). An exchange that names
+   the client's current, unexpired token (``renews``) and authenticates the same user
+   keeps that token for a new lifetime (``renew``) and answers it again: the streams
+   opened with it live on (``stream_expiry``), as a Kafka connection that
+   re-authenticated. Otherwise (another user, an expired or unknown token) a new one.
 
 A token is 32 random bytes (URL-safe base64); only its SHA-256 is kept, so neither this
 process's memory nor a log line holds a usable token. Tokens live in this process only:
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 
 from tidewater.proto.scram import (
     MECHANISMS,
+    REAUTHENTICATE_HINT,
     CredentialLookup,
     IterationsSeen,
     SaslAuthenticationError,
@@ -54,6 +59,7 @@ class _Exchange:
     server: ScramServer
     opened_ms: int
     steps: int = 0
+    renews: str = ""  # the session token this exchange re-authenticates (KIP-368)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +83,10 @@ class GrpcSessions:
         # sha256(token) -> (user, expiry in ms or None), oldest first
         self._sessions: OrderedDict[bytes, tuple[str, int | None]] = OrderedDict()
 
-    def open(self, mechanism: str, now_ms: int) -> bytes:
-        """A new SCRAM exchange of ``mechanism`` (the caller checked it is enabled)."""
+    def open(self, mechanism: str, now_ms: int, *, renews: str = "") -> bytes:
+        """A new SCRAM exchange of ``mechanism`` (the caller checked it is enabled);
+        ``renews``: the client's current session token, which lives on to the new
+        session's expiry if this exchange authenticates the same user (``renew``)."""
         if mechanism not in MECHANISMS:
             raise SaslAuthenticationError(f"{mechanism!r} is not a SCRAM mechanism")
         self._drop_stale_exchanges(now_ms)
@@ -86,7 +94,8 @@ class GrpcSessions:
             self._exchanges.popitem(last=False)
         exchange_id = self._random(EXCHANGE_ID_BYTES)
         self._exchanges[exchange_id] = _Exchange(
-            ScramServer(mechanism, self._lookup, iterations_seen=self._iterations_seen), now_ms)
+            ScramServer(mechanism, self._lookup, iterations_seen=self._iterations_seen), now_ms,
+            renews=renews if len(renews) <= TOKEN_TEXT_MAX else "")
         return exchange_id
 
     def _drop_stale_exchanges(self, now_ms: int) -> None:
@@ -117,7 +126,29 @@ class GrpcSessions:
         user = exchange.server.user
         if user is None:  # final() returns only once authenticated
             raise SaslAuthenticationError("SCRAM exchange ended without a user")
+        if exchange.renews and self.renew(exchange.renews, user, now_ms):
+            return answer, Issued(exchange.renews, self.lifetime_ms), user
         return answer, self.issue(user, now_ms), user
+
+    def renew(self, token: str, user: str, now_ms: int) -> bool:
+        """KIP-368 re-authentication of the session ``token`` by ``user``, who just
+        authenticated again: it now expires a lifetime from ``now_ms`` (so the streams
+        opened with it are not ended). False (nothing changed) for an unknown or expired
+        token, or one of another user: a re-authentication cannot take over a session."""
+        key = _digest(token)
+        entry = self._sessions.get(key)
+        if entry is None or entry[0] != user or entry[1] is None or now_ms >= entry[1]:
+            return False
+        self._sessions[key] = (user, now_ms + self.lifetime_ms)
+        return True
+
+    def expiry_ms(self, token: str) -> int | None:
+        """When the session ``token`` ends (``now_ms`` units): None if it never does;
+        0 for an unknown token (already gone: a stream opened with it ends at once)."""
+        entry = self._sessions.get(_digest(token)) if token else None
+        if entry is None:
+            return 0
+        return entry[1]
 
     def issue(self, user: str, now_ms: int) -> Issued:
         token = base64.urlsafe_b64encode(self._random(TOKEN_BYTES)).decode().rstrip("=")
@@ -136,12 +167,12 @@ class GrpcSessions:
         entry = self._sessions.get(key)
         if entry is None:
             raise SaslAuthenticationError("unknown session token (not issued by this server, "
-                                          "or dropped): authenticate again")
+                                          f"or dropped): {REAUTHENTICATE_HINT}")
         user, expiry = entry
         if expiry is not None and now_ms >= expiry:
             del self._sessions[key]
             raise SaslAuthenticationError("session token expired (connections.max.reauth.ms): "
-                                          "authenticate again")
+                                          f"{REAUTHENTICATE_HINT}")
         return user
 
     def __len__(self) -> int:

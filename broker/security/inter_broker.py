@@ -38,10 +38,14 @@ CallMetadata = tuple[tuple[str, str], ...]
 ChannelOpener = Callable[[str, Sequence[tuple[str, int]], Any], "grpc.aio.Channel"]
 
 
-def inter_broker_mechanism(enabled: Sequence[str]) -> str:
+def inter_broker_mechanism(enabled: Sequence[str], configured: str = "") -> str:
     """The mechanism a broker authenticates with to the controller and other brokers:
-    SCRAM (SHA-512 before SHA-256) where enabled, so no password crosses the network;
-    PLAIN only where no SCRAM mechanism is (or no mechanism is named)."""
+    ``configured`` (Kafka's ``sasl.mechanism.inter.broker.protocol``; the broker's
+    config checks it is an enabled one) if set; else SCRAM (SHA-512 before SHA-256)
+    where enabled, so no password crosses the network; PLAIN only where no SCRAM
+    mechanism is (or no mechanism is named)."""
+    if configured:
+        return configured
     for preferred in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
         if preferred in enabled:
             return preferred

@@ -43,7 +43,8 @@ PLAIN = "PLAIN"
 SECURITY_SETTING_NAMES = frozenset({"sasl.enabled.mechanisms", "authorizer.class.name",
                                     "super.users", "allow.everyone.if.no.acl.found",
                                     "connections.max.reauth.ms",
-                                    "connection.failed.authentication.delay.ms"})
+                                    "connection.failed.authentication.delay.ms",
+                                    "sasl.mechanism.inter.broker.protocol"})
 # Kafka's authorizer class names mean "check ACLs" here; empty means none.
 _KAFKA_AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
@@ -67,6 +68,9 @@ class SecuritySettings:
     # KIP-306 (connection.failed.authentication.delay.ms): a failed authentication is
     # answered this late, on the Kafka listeners and gRPC alike.
     failed_authentication_delay_ms: int = 100
+    # Kafka's sasl.mechanism.inter.broker.protocol: what a broker authenticates with to
+    # the controller and to other brokers; "" picks (``inter_broker.inter_broker_mechanism``).
+    inter_broker_mechanism: str = ""
 
     def __post_init__(self) -> None:
         unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
@@ -83,6 +87,9 @@ class SecuritySettings:
                              f"not {self.failed_authentication_delay_ms}")
         if self.reauth_ms < 0:
             raise ValueError(f"connections.max.reauth.ms must not be negative, not {self.reauth_ms}")
+        if self.inter_broker_mechanism and self.inter_broker_mechanism not in SASL_MECHANISMS:
+            raise ValueError(f"unknown SASL mechanism {self.inter_broker_mechanism!r}; known: "
+                             f"{', '.join(SASL_MECHANISMS)}")
 
     def with_setting(self, name: str, value: str) -> SecuritySettings:
         """These settings with one of Kafka's (``SECURITY_SETTING_NAMES``); ValueError."""
@@ -107,6 +114,8 @@ class SecuritySettings:
             if not value.isdigit():
                 raise ValueError(f"expected milliseconds (0 or more), not {value!r}")
             return dataclasses.replace(self, reauth_ms=int(value))
+        if name == "sasl.mechanism.inter.broker.protocol":
+            return dataclasses.replace(self, inter_broker_mechanism=value.upper())
         raise ValueError(f"not a security setting: {name}")
 
     @classmethod

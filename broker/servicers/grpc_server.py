@@ -46,7 +46,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import grpc
@@ -797,20 +797,22 @@ def build_server(*, host: str, port: int, servicer: BrokerServicer,
                  control_servicer: BrokerControlServicer | None = None,
                  credentials: grpc.ServerCredentials | None = None,
                  sasl_servicer: pb_grpc.SaslServicer | None = None,
-                 limits: GrpcLimits | None = None
+                 limits: GrpcLimits | None = None,
+                 interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
                  ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for one listener; returns it (not started) and its bound port.
     ``control_servicer``: the INTERNAL listener's ``BrokerControl`` (None elsewhere).
     ``credentials``: TLS (``proto.tls.server_credentials``); None: plaintext.
     ``sasl_servicer``: SCRAM over gRPC (``servicers.sasl``).
-    ``limits``: what one connection may hold (``servicers.grpc_limits``)."""
+    ``limits``: what one connection may hold (``servicers.grpc_limits``).
+    ``interceptors``: e.g. ``security.stream_expiry`` (streams end with their session)."""
     tune_malloc_for_large_buffers()  # requests and responses carry MiB-sized buffers
     server = grpc.aio.server(options=[
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
         *(limits or GrpcLimits()).options(),
-    ])
+    ], interceptors=list(interceptors))
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     pb_grpc.add_ControllerServicer_to_server(controller_servicer, server)
     if control_servicer is not None:

@@ -44,7 +44,8 @@ class SaslServicer(pb_grpc.SaslServicer):
             return pb.GrpcSaslHandshakeResponse(
                 error_code=pb.UNSUPPORTED_SASL_MECHANISM, enabled_mechanisms=enabled,
                 error_message=f"{request.mechanism!r} is not an enabled SCRAM mechanism here")
-        exchange_id = self.security.grpc_sessions.open(request.mechanism, mono_ms())
+        exchange_id = self.security.grpc_sessions.open(
+            request.mechanism, mono_ms(), renews=request.previous_session_token)
         return pb.GrpcSaslHandshakeResponse(error_code=pb.NONE, enabled_mechanisms=enabled,
                                             exchange_id=exchange_id)
 

@@ -33,7 +33,7 @@ import pytest
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.tools import certs
-from tidewater.tools.scrape import fetch_metrics
+from tidewater.tools.scrape import ScrapeCredentials, fetch_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -204,8 +204,10 @@ def test_controller_metrics_are_https_with_tls(tls_dir, tmp_path):
                             metrics_port=metrics_port)
     try:
         url = f"https://127.0.0.1:{metrics_port}/metrics"
+        # A client certificate of the CA is what a scrape shows (test_metrics_auth.py).
+        client = ScrapeCredentials(str(tls_dir / "client.pem"), str(tls_dir / "client.key"))
         assert "tidewater_controller_active_controller 1.0" in fetch_metrics(
-            url, 10, str(tls_dir / "ca.pem"))
+            url, 10, str(tls_dir / "ca.pem"), client)
         with pytest.raises((OSError, ConnectionError)):  # plain HTTP: no metrics
             body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
                                           timeout=10).read()

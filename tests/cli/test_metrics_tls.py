@@ -13,7 +13,7 @@ import pytest
 from cluster_fixtures import start_cluster, stop_cluster
 
 from tidewater.tools.chaos.targets import LocalChaosCluster
-from tidewater.tools.scrape import fetch_metrics
+from tidewater.tools.scrape import ScrapeCredentials, fetch_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -24,7 +24,9 @@ def test_broker_metrics_are_https_with_tls(tmp_path):
         manifest = c.manifest()
         port = manifest["processes"]["broker-1"]["metrics_port"]
         ca = manifest["tls"]["ca"]
-        text = fetch_metrics(f"https://127.0.0.1:{port}/metrics", 10, ca)
+        # With TLS a scrape shows a client certificate of the CA (test_metrics_auth.py).
+        client = ScrapeCredentials(manifest["tls"]["cert"], manifest["tls"]["key"])
+        text = fetch_metrics(f"https://127.0.0.1:{port}/metrics", 10, ca, client)
         assert "tidewater_broker_" in text
         # The TLS server drops the plain request (a reset, or an alert read as a status).
         with pytest.raises((OSError, http.client.HTTPException)):
@@ -37,6 +39,7 @@ def test_broker_metrics_are_https_with_tls(tmp_path):
         assert targets["broker-1"].url.startswith("https://") and targets["broker-1"].cafile
         assert targets["controller"].url.startswith("https://") and targets["controller"].cafile
         for target in targets.values():
-            assert "# HELP" in fetch_metrics(target.url, 10, target.cafile)
+            assert target.credentials is not None and target.credentials.certfile
+            assert "# HELP" in fetch_metrics(target.url, 10, target.cafile, target.credentials)
     finally:
         stop_cluster(c)

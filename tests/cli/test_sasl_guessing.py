@@ -18,13 +18,13 @@ import selectors
 import socket
 import struct
 import time
-import urllib.request
 
 import pytest
 from cluster_fixtures import start_cluster, stop_cluster
 
 from tidewater.broker.kafka.codec import decode_response, encode_request
 from tidewater.tools.cluster_sasl import read_password
+from tidewater.tools.scrape import ScrapeCredentials, fetch_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -120,8 +120,11 @@ def test_wrong_plain_guesses_are_delayed_and_do_not_stall_other_clients(cluster)
     legit.close()
 
     metrics_port = c.manifest()["processes"]["broker-1"]["metrics_port"]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
-                                  timeout=10).read().decode()
+    # In secure mode /metrics wants a cluster user's password (test_metrics_auth.py).
+    manifest = c.manifest()
+    admin = ScrapeCredentials(username=manifest["sasl"]["username"],
+                              password=read_password(manifest["sasl"]["command_config"]))
+    text = fetch_metrics(f"http://127.0.0.1:{metrics_port}/metrics", 10, None, admin)
     found = re.search(r"tidewater_broker_kafka_failed_authentications_total ([0-9.]+)", text)
     assert found and float(found.group(1)) >= GUESSES
 

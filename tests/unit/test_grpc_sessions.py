@@ -158,3 +158,30 @@ def test_a_server_with_sasl_off_gets_no_credentials_and_one_with_other_mechanism
 
     with pytest.raises(Exception, match="does not enable SCRAM-SHA-512"):
         ScramLogin("SCRAM-SHA-512", "alice", "secret").metadata_sync(plain_only)
+
+
+def _renewing_login(s: GrpcSessions, user: str, password: str, renews: str, now_ms: int):
+    client = ScramClient(MECHANISM, user, password)
+    exchange = s.open(MECHANISM, now_ms, renews=renews)
+    first, _, _ = s.step(exchange, client.first(), now_ms)
+    final, issued, _ = s.step(exchange, client.final(first), now_ms)
+    client.check(final)
+    return issued
+
+
+def test_a_reauthentication_keeps_the_token_for_a_new_lifetime_only_for_its_user():
+    """KIP-368 for streams: the exchange names the current token; the same user gets that
+    token back, living a lifetime from the renewal (``stream_expiry`` reads it); an
+    expired token or another user's is not taken over (a new token)."""
+    s = sessions(lifetime_ms=1000)
+    issued, _ = login(s, "alice", "alice-pw", now_ms=0)
+    assert s.expiry_ms(issued.token) == 1000
+    renewed = _renewing_login(s, "alice", "alice-pw", issued.token, now_ms=900)
+    assert renewed.token == issued.token and s.expiry_ms(issued.token) == 1900
+    assert s.resolve(issued.token, 1500) == "alice"
+    # Too late: the token expired at 1900; a new one, the old stays gone.
+    late = _renewing_login(s, "alice", "alice-pw", issued.token, now_ms=1900)
+    assert late.token != issued.token
+    assert s.expiry_ms("never-issued") == 0
+    assert not s.renew(late.token, "bob", 2000)  # another user's session: untouched
+    assert s.expiry_ms(late.token) == 2900

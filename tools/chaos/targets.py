@@ -31,8 +31,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tidewater.client.security import SecurityConfigError, SecurityOptions, parse_properties
-from tidewater.tools.scrape import ScrapeTarget, target_for
+from tidewater.client.security import (
+    SecurityConfigError,
+    SecurityOptions,
+    parse_properties,
+    security_kwargs,
+)
+from tidewater.tools.scrape import ScrapeCredentials, ScrapeTarget, target_for
 
 if TYPE_CHECKING:
     from tidewater.tools.local_cluster import ProcessEntry
@@ -220,9 +225,13 @@ class ComposeCluster:
     def metrics_targets(self) -> list[ScrapeTarget]:
         # With TLS every /metrics (brokers' and controller's) is HTTPS with the
         # process's own certificate.
-        cafile = self.client_security().get("ssl_cafile")
+        # In secure mode it answers only a client certificate of the CA or a user's
+        # password: the clients' own (ScrapeCredentials).
+        security = self.client_security()
+        cafile = security.get("ssl_cafile")
+        credentials = ScrapeCredentials.from_security(security)
         return [target_for(node, self._published(node, METRICS_PORT), https=bool(cafile),
-                           cafile=cafile)
+                           cafile=cafile, credentials=credentials)
                 for node in self.node_names()]
 
     def data_dirs(self) -> dict[str, Path]:
@@ -337,23 +346,26 @@ class LocalChaosCluster:
         return bootstrap
 
     def client_security(self) -> SecurityOptions:
-        """The manifest's client certificate of a ``tide cluster up --tls`` cluster."""
+        """The manifest's client certificate of a ``tide cluster up --tls`` cluster, and
+        its admin user's SASL settings with ``--sasl-mechanisms`` (the cluster's
+        ``security``); {} (plaintext) otherwise."""
         manifest = self.cluster.manifest
-        tls = manifest.get("tls") if manifest is not None else None
-        if not tls:
+        if manifest is None or not (manifest.get("tls") or manifest.get("sasl")):
             return {}
-        return {"security_protocol": "SSL", "ssl_cafile": tls["ca"],
-                "ssl_certfile": tls["cert"], "ssl_keyfile": tls["key"]}
+        return security_kwargs(self.cluster.security)
 
     def metrics_targets(self) -> list[ScrapeTarget]:
         targets = []
+        security = self.client_security()
+        cafile = security.get("ssl_cafile")
+        credentials = ScrapeCredentials.from_security(security)
         for node in self.node_names():
             port = int(self._proc(node).get("metrics_port") or 0)
             if port > 0:
-                # With TLS every /metrics is HTTPS (the process's own certificate).
-                cafile = self.client_security().get("ssl_cafile")
+                # With TLS every /metrics is HTTPS (the process's own certificate); in
+                # secure mode it wants the client certificate or the admin's password.
                 targets.append(target_for(node, f"127.0.0.1:{port}", cafile=cafile,
-                                          https=bool(cafile)))
+                                          https=bool(cafile), credentials=credentials))
         return targets
 
     def data_dirs(self) -> dict[str, Path]:

@@ -85,7 +85,12 @@ def run(args: Any) -> int:
     except ImportError as e:
         raise CliError(f"the console needs its extra: pip install 'tidewater[console]' ({e})"
                        ) from None
-    from tidewater.tools.scrape import ScrapeConfigError, ScrapeTarget, parse_targets
+    from tidewater.tools.scrape import (
+        ScrapeConfigError,
+        ScrapeCredentials,
+        ScrapeTarget,
+        parse_targets,
+    )
 
     host, port = parse_listen(args.listen)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -116,7 +121,8 @@ def run(args: Any) -> int:
         bootstrap, security = bootstrap_of(args), security_of(args)
         if args.metrics:
             try:
-                targets = parse_targets(args.metrics, cafile=security.get("ssl_cafile"))
+                targets = parse_targets(args.metrics, cafile=security.get("ssl_cafile"),
+                                        credentials=ScrapeCredentials.from_security(security))
             except ScrapeConfigError as e:
                 raise CliError(f"--metrics: {e}", exit_code=2) from None
     return serve(bootstrap, security, targets, host=host, port=port, login=login,

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import security_of
-from tidewater.tools.scrape import ScrapeConfigError, Scraper, ScrapeTarget, parse_targets
+from tidewater.tools.scrape import (
+    ScrapeConfigError,
+    ScrapeCredentials,
+    Scraper,
+    ScrapeTarget,
+    parse_targets,
+)
 
 if TYPE_CHECKING:
     from tidewater.tools.chaos.targets import ChaosCluster
@@ -71,7 +77,9 @@ def targets_from_args(args: argparse.Namespace) -> list[ScrapeTarget]:
     try:
         if args.targets is not None:  # (an empty list too: parse_targets says what is wrong)
             # https:// targets (brokers with TLS) are checked against --command-config's CA.
-            return parse_targets(args.targets, cafile=security_of(args).get("ssl_cafile"))
+            security = security_of(args)
+            return parse_targets(args.targets, cafile=security.get("ssl_cafile"),
+                                 credentials=ScrapeCredentials.from_security(security))
         cluster = cluster_from_args(args)
         if cluster is None:  # argparse requires one of --targets, --data-dir, --compose
             raise CliError("--targets, --data-dir or --compose is required", exit_code=2)

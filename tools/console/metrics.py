@@ -219,7 +219,8 @@ class MetricsHistory:
     def _scrape(target: ScrapeTarget) -> Sample:
         unix_ms = int(time.time() * 1000)
         try:
-            text = fetch_metrics(target.url, SCRAPE_TIMEOUT_S, target.cafile)
+            text = fetch_metrics(target.url, SCRAPE_TIMEOUT_S, target.cafile,
+                                 target.credentials)
         except (OSError, ValueError) as e:
             return Sample(unix_ms, False, " ".join(str(e).split())[:200])
         return parse_sample(text, unix_ms)
