@@ -53,21 +53,23 @@ class UnsupportedSaslMechanismError(TidewaterError):
     error_code = pb.UNSUPPORTED_SASL_MECHANISM
 
 
-class SaslRefusedRpcError(grpc.RpcError):
+class SaslRefusedRpcError(grpc.aio.AioRpcError):
     """What a call whose channel could not authenticate fails with: the gRPC error the
     server itself answers unauthenticated calls with (UNAUTHENTICATED), so callers
     handle it as they handle any refused call (``client.metadata.rpc_error_to_typed``
-    makes it a ``SaslAuthenticationError``); ``error`` is the typed cause."""
+    makes it a ``SaslAuthenticationError``); ``error`` is the typed cause. An
+    ``AioRpcError``, so that every handler of a failed call takes it: a follower whose
+    leader has just restarted and does not know its credential yet retries, it does not
+    stop its broker."""
 
     def __init__(self, error: TidewaterError) -> None:
-        super().__init__(str(error))
+        super().__init__(grpc.StatusCode.UNAUTHENTICATED, grpc.aio.Metadata(),
+                         grpc.aio.Metadata(),
+                         f"{pb.ErrorCode.Name(error.error_code)}: {error}")
         self.error = error
 
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAUTHENTICATED
-
-    def details(self) -> str:
-        return f"{pb.ErrorCode.Name(self.error.error_code)}: {self.error}"
+    def __str__(self) -> str:
+        return str(self.error)
 
 
 Step = tuple[str, Any]  # (method, request)

@@ -66,8 +66,10 @@ def raft_address(c, node_id: int) -> str:
 
 
 def scrape(c, name: str) -> dict[str, float] | None:
-    """``tidewater_raft_*`` samples of a controller's /metrics (HTTPS with the CA)."""
+    """``tidewater_raft_*`` samples of a controller's /metrics (HTTPS with the CA and the
+    client certificate: a secured /metrics answers cluster members only)."""
     context = ssl.create_default_context(cafile=c.tls["ca"])
+    context.load_cert_chain(c.tls["cert"], c.tls["key"])
     port = controllers(c)[name]["metrics_port"]
     try:
         with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", timeout=5,
