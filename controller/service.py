@@ -45,8 +45,9 @@ Broker <-> controller contract (details this controller decides)
   elections, gets a live out-of-sync replica as leader, as in Kafka). Then
   the broker exits; its session expiring afterwards changes nothing.
 * **Controller restart**: the controller bumps its epoch, replays its log and
-  gives every broker that was unfenced a fresh session of two session timeouts
-  (time for its channel to reconnect). Heartbeats with the
+  gives every broker that was unfenced a fresh session, one session timeout from
+  the moment it became active (a broker reconnects within about a heartbeat
+  interval plus its channel's 1 s reconnect backoff cap). Heartbeats with the
   broker's current epoch keep working; the controller resyncs every unfenced
   broker (full LeaderAndIsr with the new controller epoch + UpdateMetadata).
   Brokers must accept a higher controller epoch and refuse a lower one with

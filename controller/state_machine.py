@@ -230,9 +230,13 @@ class ControllerStateMachine:
             controller_epoch = self.metadata.controller_epoch + 1
         tx.append(controller_epoch_record(controller_epoch))
         for broker_id in self.metadata.unfenced_broker_ids():
-            # One extra session timeout: a broker's gRPC channel may be in its
-            # reconnect backoff after the controller was down.
-            self.sessions.reset(broker_id, now_ms + self.config.broker_session_timeout_ms)
+            # One session timeout from now, as KRaft's BrokerHeartbeatManager.register
+            # does on activation: a broker finds the new controller within about a
+            # heartbeat interval plus its channel's reconnect backoff (capped at 1 s,
+            # broker.channels), well inside a session. An extra session here (as this
+            # once gave) left a broker that died right after a failover, before its
+            # heartbeat stream reached the new controller, unfenced for two timeouts.
+            self.sessions.reset(broker_id, now_ms)
             tx.effects.resync_brokers.add(broker_id)
         # Brokers that were shutting down under the old controller count as live
         # again: partitions they left offline may have a leader now.
