@@ -21,6 +21,8 @@ with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
 ``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. Brokers get
 ``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
 listen addresses (``controller`` is the first). Not yet with TLS, SASL or ACLs.
+``tide cluster up`` starts 3 by default (1 with TLS, SASL or ACLs; as many as the
+folder's manifest had when it restarts a cluster); ``up()`` itself defaults to 1.
 
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
@@ -79,6 +81,8 @@ from tidewater.tools import certs, cluster_sasl
 MANIFEST_NAME = "cluster.json"
 MANIFEST_VERSION = 1
 HOST = "127.0.0.1"
+# `tide cluster up`'s quorum size (issue 26: no single process holds the metadata).
+DEFAULT_CONTROLLERS = 3
 DEFAULT_BASE_PORT = 9092
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
