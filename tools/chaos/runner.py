@@ -466,8 +466,10 @@ class ChaosRun:
                 delay_s = 0.0
                 for fault in self.plan:
                     time.sleep(max(0.0, started + delay_s + fault.start_s - time.monotonic()))
-                    applied_at = time.monotonic()
                     node = self.apply(fault, admin, log, pick)
+                    # The hold counts from the fault, not from the lookup of its target
+                    # (a leader or the active controller: a call that may take seconds).
+                    applied_at = time.monotonic()
                     time.sleep(max(0.0, applied_at + fault.hold_s - time.monotonic()))
                     if node is not None:
                         self.undo(fault, node, log)
