@@ -320,6 +320,10 @@ class ControllerChannel:
             log.warning("heartbeat stream %s; re-opening it with the next heartbeat",
                         "unanswered" if isinstance(e, TimeoutError) else "finished")
             self._drop_stream()
+            if isinstance(e, TimeoutError) and len(self._controllers) > 1:
+                # A controller that answers nothing for that long may be cut off: ask the
+                # next one (a standby names the leader; the same one answers again).
+                self._current = (self._current + 1) % len(self._controllers)
             return None
         except asyncio.CancelledError:
             # grpc.aio raises CancelledError from a call cancelled locally: when

@@ -146,3 +146,20 @@ async def serve_heartbeats(servicer: Heartbeats) -> tuple[grpc.aio.Server, int]:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
+
+
+async def test_an_unanswered_heartbeat_moves_to_the_next_controller():
+    """Without a resync (say it was lost), a heartbeat stream that times out on a cut-off
+    controller is not re-opened there: the next heartbeat asks the next controller."""
+    cut_off, active = Heartbeats(answers=False), Heartbeats(answers=True)
+    servers = [await serve_heartbeats(c) for c in (cut_off, active)]
+    link = channel([(1, servers[0][1]), (2, servers[1][1])])
+    link.heartbeat_timeout_s = 0.5
+    try:
+        assert await asyncio.wait_for(link.heartbeat(), 30) is None
+        answer = await asyncio.wait_for(link.heartbeat(), 30)
+        assert answer is not None and (cut_off.seen, active.seen) == (1, 1)
+    finally:
+        await link.close()
+        for server, _ in servers:
+            await server.stop(None)
