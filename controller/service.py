@@ -245,6 +245,12 @@ class ControllerService(pb_grpc.ControllerServicer):
                     await context.write(pb.BrokerHeartbeatResponse(error_code=code))
                     continue
 
+                # The session counts from the heartbeat's arrival, not from when the owner
+                # runs it: behind a slow commit (a quorum's round trip on a loaded host)
+                # heartbeats queue up, and the session timer's check queued among them
+                # would fence brokers whose heartbeats are waiting in line.
+                self.machine.note_heartbeat(request, stream_id, self.owner.now_ms())
+
                 def heartbeat(tx: Tx, now_ms: int, r: pb.BrokerHeartbeatRequest = request,
                               ) -> tuple[bool, pb.BrokerHeartbeatResponse]:
                     return (self._is_fenced(r.broker_id),

@@ -315,6 +315,15 @@ class ControllerStateMachine:
             return pb.CLUSTER_AUTHORIZATION_FAILED
         return None
 
+    def note_heartbeat(self, req: pb.BrokerHeartbeatRequest, stream_id: int | None,
+                       now_ms: int) -> None:
+        """A heartbeat arrived (its command may wait in the owner's queue): the session
+        of a broker whose committed registration it matches (epoch and control token)
+        counts from now. Sessions are not metadata (``sessions``): nothing is written."""
+        if self._registration_refusal(req.broker_id, req.broker_epoch,
+                                      req.control_token) is None:
+            self.sessions.touch(req.broker_id, now_ms, stream_id)
+
     def broker_heartbeat(self, tx: Tx, now_ms: int, req: pb.BrokerHeartbeatRequest,
                          stream_id: int | None = None) -> pb.BrokerHeartbeatResponse:
         """One heartbeat on ``BrokerHeartbeats`` stream ``stream_id`` (None: bound to no

@@ -747,3 +747,20 @@ def test_internal_topics_cannot_be_deleted(h, name):
     assert ordinary.error_code == pb.NONE  # the rest of the request is carried out
     assert "__consumer_offsets" in h.metadata.topics and "ordinary" not in h.metadata.topics
     assert h.log.record_count == records + 1  # only the ordinary topic's deletion
+
+
+def test_a_heartbeat_counts_from_its_arrival_even_while_its_command_waits(h):
+    """Behind a slow commit the heartbeat's command waits in the owner's queue, and the
+    session timer's check may run first: the arrival (note_heartbeat) already counts.
+    One without the registration's epoch and control token does not."""
+    three_brokers(h)
+    timeout_ms = h.config.broker_session_timeout_ms
+    assert h.advance(timeout_ms - 500, 1) == []
+
+    def heartbeat_request(token):
+        return pb.BrokerHeartbeatRequest(broker_id=1, broker_epoch=h.epochs[1], control_token=token)
+
+    h.machine.note_heartbeat(heartbeat_request(b"forged"), None, h.now_ms)
+    h.machine.note_heartbeat(heartbeat_request(h.token(1)), None, h.now_ms)
+    assert h.advance(timeout_ms - 100, 1) == []  # 2 timeouts - 600 ms since its command
+    assert h.advance(200, 1) == [1]
