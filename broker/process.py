@@ -186,6 +186,8 @@ class BrokerProcess:
             fetch_open_channel=open_inter_broker,
             allocate_producer_ids=channel.allocate_producer_ids)
         self.replica_manager.load()
+        # A quorum's new active controller resyncs us: our heartbeats follow it.
+        self.replica_manager.control.on_new_controller = channel.follow_active
         forwarder = ControllerForwarder(channel.stub)
         self.group_coordinator = groups = GroupCoordinator(
             replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,

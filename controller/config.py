@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidewater.broker.security.settings import SecuritySettings
-from tidewater.controller.quorum.config import QuorumConfig, parse_endpoints
+from tidewater.controller.quorum.config import Endpoint, QuorumConfig, parse_endpoints
 from tidewater.controller.raft import RaftConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsFiles, TlsMaterial
@@ -66,6 +66,10 @@ class ControllerConfig:
     # metadata lives in the Raft quorum (``controller.quorum``) and this controller is
     # active only while it leads it; empty, the single-controller JSON log as before.
     quorum_voters: str = ""
+    # controller.quorum.listen (HOST:PORT): where this controller's Raft service binds;
+    # empty: its own entry in the voters. A container binds 0.0.0.0 (its voter entry's
+    # host name is the address a network disconnect/connect may change).
+    quorum_listen: str = ""
     quorum_election_timeout_ms: int = 1000
     quorum_fetch_timeout_ms: int = 2000
 
@@ -87,6 +91,7 @@ class ControllerConfig:
         "controller.sender.retry.backoff.max.ms": ("sender_retry_backoff_max_ms", int),
         "controller.sender.request.timeout.ms": ("sender_request_timeout_ms", int),
         "controller.quorum.voters": ("quorum_voters", str),
+        "controller.quorum.listen": ("quorum_listen", str),
         "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
         "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
     }
@@ -137,8 +142,15 @@ class ControllerConfig:
         if self.node_id not in voters:
             raise InvalidConfigError(f"controller.quorum.voters does not list node.id "
                                      f"{self.node_id}")
+        listen = None
+        if self.quorum_listen:
+            try:
+                host, port = parse_host_port(self.quorum_listen)
+            except ValueError as e:
+                raise InvalidConfigError(f"controller.quorum.listen: {e}") from None
+            listen = Endpoint(host, port)
         return QuorumConfig(node_id=self.node_id, data_dir=Path(self.data_dir) / "raft",
-                            voters=voters, tls=tls,
+                            voters=voters, tls=tls, listen=listen,
                             clients_may_change_voters=self.security.authorizer == "none",
                             raft=RaftConfig(election_timeout_ms=self.quorum_election_timeout_ms,
                                             fetch_timeout_ms=self.quorum_fetch_timeout_ms))

@@ -103,6 +103,10 @@ class MetadataOwner:
                  count, len(snapshot), first)
         return True
 
+    def now_ms(self) -> int:
+        """The clock commands run with."""
+        return self._clock_ms()
+
     async def submit(self, command: Command[T]) -> T:
         if self._stopping or self.failure is not None:
             raise OwnerStoppedError("the controller is shutting down") from self.failure

@@ -275,6 +275,9 @@ class ControllerServer:
                  "leads", quorum.node_id, self.quorum_shell.port, self.config.quorum_voters)
 
     def _on_activated(self, controller_epoch: int) -> None:
+        # Epoch first: a scrape never pairs "active" with the previous holder's epoch
+        # (chaos counts failovers by the active epochs, verdict.controller_failovers).
+        self.metrics.controller_epoch.set(controller_epoch)
         self.metrics.active_controller.set(1)
 
     def _on_renounce(self) -> None:

@@ -45,8 +45,9 @@ Broker <-> controller contract (details this controller decides)
   elections, gets a live out-of-sync replica as leader, as in Kafka). Then
   the broker exits; its session expiring afterwards changes nothing.
 * **Controller restart**: the controller bumps its epoch, replays its log and
-  gives every broker that was unfenced a fresh session of two session timeouts
-  (time for its channel to reconnect). Heartbeats with the
+  gives every broker that was unfenced a fresh session, one session timeout from
+  the moment it became active (a broker reconnects within about a heartbeat
+  interval plus its channel's 1 s reconnect backoff cap). Heartbeats with the
   broker's current epoch keep working; the controller resyncs every unfenced
   broker (full LeaderAndIsr with the new controller epoch + UpdateMetadata).
   Brokers must accept a higher controller epoch and refuse a lower one with
@@ -243,6 +244,12 @@ class ControllerService(pb_grpc.ControllerServicer):
                     # Never bound: the end of this stream fences nobody.
                     await context.write(pb.BrokerHeartbeatResponse(error_code=code))
                     continue
+
+                # The session counts from the heartbeat's arrival, not from when the owner
+                # runs it: behind a slow commit (a quorum's round trip on a loaded host)
+                # heartbeats queue up, and the session timer's check queued among them
+                # would fence brokers whose heartbeats are waiting in line.
+                self.machine.note_heartbeat(request, stream_id, self.owner.now_ms())
 
                 def heartbeat(tx: Tx, now_ms: int, r: pb.BrokerHeartbeatRequest = request,
                               ) -> tuple[bool, pb.BrokerHeartbeatResponse]:

@@ -1,9 +1,9 @@
 """Broker sessions: when each broker last heartbeated, on which stream, and who is shutting down.
 
-Not durable on purpose: a restarted controller gives every broker it knows a
-fresh session (as KRaft does on failover), twice as long as usual, so a broker
-is fenced only after it stayed silent for two session timeouts under the new
-controller (its channel may need a while to reconnect).
+Not durable on purpose: a restarted controller, or a new active controller of
+the quorum, gives every broker it knows a fresh session counted from the moment
+it became active (as KRaft does on failover), so a broker that stays silent
+under the new controller is fenced one session timeout after the takeover.
 
 Heartbeat streams: a broker sends its heartbeats on one ``BrokerHeartbeats``
 stream. Each stream gets an id from the service; the session remembers the

@@ -230,9 +230,13 @@ class ControllerStateMachine:
             controller_epoch = self.metadata.controller_epoch + 1
         tx.append(controller_epoch_record(controller_epoch))
         for broker_id in self.metadata.unfenced_broker_ids():
-            # One extra session timeout: a broker's gRPC channel may be in its
-            # reconnect backoff after the controller was down.
-            self.sessions.reset(broker_id, now_ms + self.config.broker_session_timeout_ms)
+            # One session timeout from now, as KRaft's BrokerHeartbeatManager.register
+            # does on activation: a broker finds the new controller within about a
+            # heartbeat interval plus its channel's reconnect backoff (capped at 1 s,
+            # broker.channels), well inside a session. An extra session here (as this
+            # once gave) left a broker that died right after a failover, before its
+            # heartbeat stream reached the new controller, unfenced for two timeouts.
+            self.sessions.reset(broker_id, now_ms)
             tx.effects.resync_brokers.add(broker_id)
         # Brokers that were shutting down under the old controller count as live
         # again: partitions they left offline may have a leader now.
@@ -310,6 +314,15 @@ class ControllerStateMachine:
         if not hmac.compare_digest(broker.control_token, control_token):
             return pb.CLUSTER_AUTHORIZATION_FAILED
         return None
+
+    def note_heartbeat(self, req: pb.BrokerHeartbeatRequest, stream_id: int | None,
+                       now_ms: int) -> None:
+        """A heartbeat arrived (its command may wait in the owner's queue): the session
+        of a broker whose committed registration it matches (epoch and control token)
+        counts from now. Sessions are not metadata (``sessions``): nothing is written."""
+        if self._registration_refusal(req.broker_id, req.broker_epoch,
+                                      req.control_token) is None:
+            self.sessions.touch(req.broker_id, now_ms, stream_id)
 
     def broker_heartbeat(self, tx: Tx, now_ms: int, req: pb.BrokerHeartbeatRequest,
                          stream_id: int | None = None) -> pb.BrokerHeartbeatResponse:

@@ -123,7 +123,7 @@ image: wheelhouse
 	docker build -q -f deploy/Dockerfile --build-arg BASE_IMAGE=$$base -t $(IMAGE) . >/dev/null
 
 up: image
-	mkdir -p data/controller data/broker-1 data/broker-2 data/broker-3
+	mkdir -p data/controller data/controller-2 data/controller-3 data/broker-1 data/broker-2 data/broker-3
 ifneq ($(SASL_ON),)
 ifeq ($(TLS_ON),)
 	$(error SASL=1 needs TLS=1: the SASL passwords travel over TLS only)

@@ -1,10 +1,14 @@
 #!/opt/tidewater/bin/python -I
 """Container health check: exit 0 only when the local process answers a gRPC call.
 
-Usage: tidewater-healthcheck broker|controller [PORT]
+Usage: tidewater-healthcheck broker|controller|quorum [PORT]
 
 A broker must answer ``tidewater.Broker/Metadata``, the controller
-``tidewater.Controller/DescribeCluster``, each with an empty request. A port
+``tidewater.Controller/DescribeCluster``, each with an empty request. A controller
+of a quorum (``quorum``, its Raft port, 9093) must answer
+``tidewater.ControllerQuorum/DescribeQuorum``: every controller answers it with its
+own view, standbys too (they answer the Controller service's calls with
+NOT_CONTROLLER, which would leave them unhealthy for good). A port
 that accepts connections but does not answer the call fails: that is the point.
 
 Why no grpc import: Docker runs this every few seconds in every container, and
@@ -35,9 +39,10 @@ import ssl
 import sys
 
 TIMEOUT_S = 3.0
-DEFAULT_PORTS = {"broker": 9092, "controller": 9090}
+DEFAULT_PORTS = {"broker": 9092, "controller": 9090, "quorum": 9093}
 METHODS = {"broker": "/tidewater.Broker/Metadata",
-           "controller": "/tidewater.Controller/DescribeCluster"}
+           "controller": "/tidewater.Controller/DescribeCluster",
+           "quorum": "/tidewater.ControllerQuorum/DescribeQuorum"}
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
@@ -120,7 +125,7 @@ def call(port: int, path: str, context: ssl.SSLContext | None = None) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in DEFAULT_PORTS:
-        print("usage: tidewater-healthcheck broker|controller [PORT]", file=sys.stderr)
+        print("usage: tidewater-healthcheck broker|controller|quorum [PORT]", file=sys.stderr)
         return 2
     role = argv[0]
     port = int(argv[1]) if len(argv) > 1 else DEFAULT_PORTS[role]

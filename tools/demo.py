@@ -1,6 +1,7 @@
 """`make demo`: a 3-broker cluster loses a partition leader and no acknowledged record is lost.
 
-Steps: start a local cluster (controller + 3 brokers), create a topic with 3
+Steps: start a local cluster (a quorum of 3 controllers, as ``tide cluster up``
+gives by default, + 3 brokers), create a topic with 3
 partitions, replication factor 3 and min.insync.replicas 2; produce with
 acks=all; SIGKILL the leader of partition 0; keep producing; consume every
 partition from the start and check that every acknowledged record is there
@@ -14,7 +15,8 @@ new attempt with its own value, so every value is sent at most once. A failed
 attempt may still be in the log (the leader wrote it but died before
 answering); the story counts those as "in doubt", they are not duplicates.
 
-Usage: ``python -m tidewater.tools.demo --data-dir .demo [--records N] [--base-port P] [--keep]``.
+Usage: ``python -m tidewater.tools.demo --data-dir .demo [--records N] [--controllers N]
+[--base-port P] [--keep]``.
 Exit status 0 on PASS, 1 on FAIL.
 """
 
@@ -186,19 +188,20 @@ def reset_dir(data_dir: Path) -> None:
     if not data_dir.exists():
         return
     for entry in data_dir.iterdir():
-        if entry.name in ("controller", MANIFEST_NAME, "controller.log") or entry.name.startswith("broker-"):
+        if entry.name in (MANIFEST_NAME,) or entry.name.startswith(("controller", "broker-")):
             if entry.is_dir():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
 
 
-def run(data_dir: Path, records: int, base_port: int, keep: bool) -> bool:
+def run(data_dir: Path, records: int, base_port: int, keep: bool, controllers: int = 3) -> bool:
     reset_dir(data_dir)
     cluster = LocalCluster(data_dir)
-    say(f"starting a controller and 3 brokers in {data_dir} ...")
+    say(f"starting {'a controller' if controllers == 1 else f'{controllers} controllers'} "
+        f"and 3 brokers in {data_dir} ...")
     started = time.monotonic()
-    bootstrap = cluster.up(3, base_port=base_port)
+    bootstrap = cluster.up(3, base_port=base_port, controllers=controllers)
     say(f"cluster serving after {time.monotonic() - started:.1f} s; bootstrap {bootstrap}")
     ok = False
     try:
@@ -313,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=4000, help="records to produce in total")
     parser.add_argument("--base-port", type=int, default=0,
                         help="broker ports BASE.. (controller BASE-1); default 0: free ports")
+    parser.add_argument("--controllers", type=int, default=3,
+                        help="controllers in the quorum (1: a single controller)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     args = parser.parse_args(argv)
     try:
-        ok = run(Path(args.data_dir).resolve(), args.records, args.base_port, args.keep)
+        ok = run(Path(args.data_dir).resolve(), args.records, args.base_port, args.keep,
+                 args.controllers)
     except (LocalClusterError, TidewaterError, RuntimeError) as e:
         print(f"FAIL: {e}", flush=True)
         return 1

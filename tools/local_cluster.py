@@ -25,6 +25,10 @@ its own certificate ``controller-<i>`` (role controller) and the Raft port speak
 mTLS that admits only controller certificates; SASL and ACLs work as with one
 controller (users and ACLs live in the replicated metadata log; every controller
 is given the bootstrap users, and the one that first leads creates them).
+A quorum with SASL or ACLs needs ``--tls`` (the Raft port authenticates by
+certificate only). ``tide cluster up`` starts 3 by default (1 with TLS, SASL or ACLs
+unless ``--controllers`` says otherwise; as many as the folder's manifest had when it
+restarts a cluster); ``up()`` itself defaults to 1.
 
 ``cluster.json`` (UTF-8 JSON, rewritten atomically on every change)::
 
@@ -83,6 +87,8 @@ from tidewater.tools import certs, cluster_sasl
 MANIFEST_NAME = "cluster.json"
 MANIFEST_VERSION = 1
 HOST = "127.0.0.1"
+# `tide cluster up`'s quorum size (issue 26: no single process holds the metadata).
+DEFAULT_CONTROLLERS = 3
 DEFAULT_BASE_PORT = 9092
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
@@ -361,6 +367,9 @@ class LocalCluster:
             raise LocalClusterError("--brokers must be at least 1")
         if controllers < 1:
             raise LocalClusterError("--controllers must be at least 1")
+        if controllers > 1 and not tls and (sasl_mechanisms or authorizer != "none"):
+            raise LocalClusterError("a quorum of controllers with SASL or ACLs needs --tls: "
+                                    "its Raft port authenticates by certificate only")
         if any(not rack for rack in racks):
             raise LocalClusterError("--rack: a rack name is empty")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):

@@ -50,8 +50,13 @@ Theory of operation:
   calls through ``stub`` are retried once per controller at most (an UNAVAILABLE
   call was not taken), without gRPC's wait-for-ready (a dead controller must fail
   fast, not hold the call until its deadline); the heartbeat stream and
-  ``register`` move on and retry with their own backoff. With one controller
-  nothing of this applies.
+  ``register`` move on and retry with their own backoff. A new active controller
+  resyncs every broker at once (LeaderAndIsr / UpdateMetadata of a newer controller
+  epoch, with its node id): ``follow_active`` then moves the current controller to it
+  and drops the heartbeat stream, so the next heartbeat reaches it within a heartbeat
+  interval even when the old one was cut off rather than killed (its stream would
+  hang until ``heartbeat_timeout_s``, longer than the new controller's first session
+  of one ``broker.session.timeout.ms``). With one controller nothing of this applies.
 - A controller that cannot be reached is retried with a backoff; no call here
   raises for a transport error except ``alter_partition`` and
   ``report_corrupt_replica``, whose callers keep their state and retry later.
@@ -196,6 +201,22 @@ class ControllerChannel:
                  *self.controller_address)
         return True
 
+    def follow_active(self, controller_id: int, controller_epoch: int) -> None:
+        """A request of controller epoch ``controller_epoch`` came from node
+        ``controller_id``, the new active controller: heartbeat to it from now on. The
+        stream to the old one is dropped (it no longer decides: its end fences nobody).
+        Nothing when it is the current one, or not one ``ID@HOST:PORT`` named."""
+        named = [i for i, (node_id, _, _) in enumerate(self._controllers)
+                 if node_id >= 0 and node_id == controller_id]
+        if len(self._controllers) == 1 or not named or named[0] == self._current:
+            return
+        old = self.controller_address
+        self._current = named[0]
+        self._drop_stream()
+        log.info("controller %d is active (controller epoch %d): heartbeats move from "
+                 "%s:%d to %s:%d", controller_id, controller_epoch, *old,
+                 *self.controller_address)
+
     @property
     def broker_epoch(self) -> int:
         return self.registration.broker_epoch
@@ -299,6 +320,18 @@ class ControllerChannel:
             log.warning("heartbeat stream %s; re-opening it with the next heartbeat",
                         "unanswered" if isinstance(e, TimeoutError) else "finished")
             self._drop_stream()
+            if isinstance(e, TimeoutError) and len(self._controllers) > 1:
+                # A controller that answers nothing for that long may be cut off: ask the
+                # next one (a standby names the leader; the same one answers again).
+                self._current = (self._current + 1) % len(self._controllers)
+            return None
+        except asyncio.CancelledError:
+            # grpc.aio raises CancelledError from a call cancelled locally: when
+            # follow_active dropped this stream (not this task being cancelled), the
+            # heartbeat simply went unanswered and the next one goes to the new controller.
+            task = asyncio.current_task()
+            if self._stream is stream or (task is not None and task.cancelling()):
+                raise
             return None
         if resp is grpc.aio.EOF:  # the controller ended it (it is stopping)
             log.info("controller ended the heartbeat stream; re-opening it with the next heartbeat")

@@ -122,6 +122,17 @@ class ControlRequests:
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
         self.alive_broker_epochs: dict[int, int] | None = None
+        # Told (controller id, epoch) when a request of a newer controller epoch is taken:
+        # a quorum's new active controller resyncs every broker at once, so the broker's
+        # controller link moves its heartbeats there (ControllerChannel.follow_active)
+        # instead of waiting for the old one's stream to fail.
+        self.on_new_controller: Callable[[int, int], None] | None = None
+
+    def _take_controller_epoch(self, controller_id: int, controller_epoch: int) -> None:
+        newer = controller_epoch > self.controller_epoch
+        self.controller_epoch = controller_epoch
+        if newer and self.on_new_controller is not None:
+            self.on_new_controller(controller_id, controller_epoch)
 
     # ================================================================ LeaderAndIsr
 
@@ -151,7 +162,7 @@ class ControlRequests:
                                request.control_token)
         if refusal != pb.NONE:
             return pb.LeaderAndIsrResponse(error_code=wire_code(refusal))
-        self.controller_epoch = request.controller_epoch
+        self._take_controller_epoch(request.controller_id, request.controller_epoch)
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
@@ -334,7 +345,7 @@ removed them all: the defaults apply again) or dynamic broker defaults are in fo
             self.metadata_cache.update(request)
         except Exception as e:
             return pb.UpdateMetadataResponse(error_code=error_code_for(e)[0])
-        self.controller_epoch = request.controller_epoch
+        self._take_controller_epoch(request.controller_id, request.controller_epoch)
         for b in request.brokers:
             for lst in b.listeners:
                 if lst.name == "INTERNAL" and not b.fenced:

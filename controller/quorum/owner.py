@@ -138,6 +138,10 @@ class QuorumOwner:
         return NotActiveError(f"NOT_CONTROLLER: controller {self.machine.config.node_id} is not "
                               f"the active controller (leader: {hint})", hint)
 
+    def now_ms(self) -> int:
+        """The clock commands run with."""
+        return self._clock_ms()
+
     async def submit(self, command: Command[T]) -> T:
         if self._stopping or self.failure is not None:
             raise OwnerStoppedError("the controller is shutting down") from self.failure

@@ -26,6 +26,7 @@ def up(tmp_path, *settings):
     for setting in settings:
         args += ["--set", setting]
     r = tide("cluster", "up", "--brokers", "3", "--data-dir", str(data), "--base-port", "0",
+             "--controllers", "1",
              *args, timeout_s=120)
     try:
         assert r.returncode == 0, r.stderr

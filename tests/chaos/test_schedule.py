@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidewater.tools.chaos.schedule import APPLY_ACTION, FAULT_WEIGHTS, UNDO_ACTION, plan_faults
+from tidewater.tools.chaos.schedule import (
+    APPLY_ACTION,
+    CONTROLLER_FAULTS,
+    FAULT_WEIGHTS,
+    QUORUM_FAULT_WEIGHTS,
+    UNDO_ACTION,
+    plan_faults,
+)
 
 BROKERS = [1, 2, 3]
 
@@ -45,7 +52,18 @@ def test_weights_select_kinds():
 
 
 def test_every_kind_has_an_apply_and_an_undo():
-    assert set(APPLY_ACTION) == set(UNDO_ACTION) == set(FAULT_WEIGHTS)
+    assert set(APPLY_ACTION) == set(UNDO_ACTION) == set(FAULT_WEIGHTS) | set(QUORUM_FAULT_WEIGHTS)
+
+
+def test_a_quorum_adds_controller_pauses_and_partitions_on_the_active_and_standbys():
+    every = plan_faults(1, 2000, BROKERS, 3, controllers=3)
+    assert {f.kind for f in every} == set(FAULT_WEIGHTS) | set(QUORUM_FAULT_WEIGHTS)
+    hits = {(f.kind, f.target) for f in every if f.kind in CONTROLLER_FAULTS}
+    assert hits == {(k, t) for k in CONTROLLER_FAULTS for t in ("active", "standby")}
+    # One controller: the plans it always had (seeded runs keep their faults).
+    assert plan_faults(6, 60, BROKERS, 3, controllers=1) == plan_faults(6, 60, BROKERS, 3)
+    assert {f.target for f in plan_faults(1, 2000, BROKERS, 3) if f.kind in CONTROLLER_FAULTS} == {
+        "controller"}
 
 
 def test_no_room_no_faults():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster
+from tidewater.tools.chaos.targets import ChaosTargetError, ComposeCluster, controller_node
 
 FAKE_DOCKER = r'''
 import json, os, sys
@@ -46,7 +46,7 @@ json.dump(state, open(state_path, "w"))
 def container(service: str, index: int, project="p") -> dict:
     ports = {"9100/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(9200 + index)}]}
     command = ["python", "-m", "tidewater.controller"]
-    if service != "controller":
+    if not service.startswith("controller"):
         ports["19092/tcp"] = [{"HostIp": "0.0.0.0", "HostPort": str(9300 + index)}]
         ports["29092/tcp"] = [{"HostIp": "127.0.0.1", "HostPort": str(19300 + index)}]
         command = ["python", "-m", "tidewater.broker", f"--kafka-advertise={service}:9094"]
@@ -90,6 +90,27 @@ def test_discovery_from_labels_and_inspect(fake):
     assert [(t.source, t.url) for t in c.metrics_targets()][:2] == [
         ("controller", "http://127.0.0.1:9200/metrics"), ("broker-1", "http://127.0.0.1:9201/metrics")]
     assert c.data_dirs()["broker-2"] == Path("/host/data/broker-2")
+
+
+def test_a_quorum_projects_controllers_are_nodes_with_their_node_ids(tmp_path, monkeypatch):
+    """docker-compose.yml's quorum: `controller` (node 1), controller-2, controller-3."""
+    state = tmp_path / "state.json"
+    services = ["controller-3", "controller", "broker-1", "controller-2", "broker-2", "broker-3"]
+    state.write_text(json.dumps({"containers": [container(s, i) for i, s in enumerate(services)]}))
+    docker = tmp_path / "docker"
+    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
+    docker.chmod(docker.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    c = ComposeCluster("p", docker=str(docker))
+    assert c.controller_names() == ["controller", "controller-2", "controller-3"]
+    assert c.node_names() == ["controller", "controller-2", "controller-3", "broker-1",
+                              "broker-2", "broker-3"]
+    assert c.broker_ids() == [1, 2, 3]
+    assert [t.source for t in c.metrics_targets()][:3] == c.controller_names()
+    assert controller_node(c.controller_names(), 3) == "controller-3"
+    assert controller_node(c.controller_names(), 1) == "controller"
+    assert controller_node(c.controller_names(), 3000) is None  # a lone controller's id
+    assert controller_node(["controller-1", "controller-2"], 1) == "controller-1"  # local
 
 
 def test_faults_use_the_docker_commands_chaos_documents(fake):

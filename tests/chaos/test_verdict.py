@@ -6,7 +6,12 @@ import pytest
 
 from tidewater.tools.chaos.monitor import leaderless
 from tidewater.tools.chaos.replicas import ReplicaComparison
-from tidewater.tools.chaos.verdict import judge, judge_group, judge_transactional
+from tidewater.tools.chaos.verdict import (
+    controller_failovers,
+    judge,
+    judge_group,
+    judge_transactional,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,3 +184,30 @@ def test_a_transactional_failure_fails_the_whole_verdict_and_shows_in_the_table(
     assert "transactional: 1 inputs acked, 0 outputs read_committed, lost 1" in table
     assert table.splitlines()[-1] == "VERDICT: FAIL"
     assert base.to_json()["transactional"]["lost"] == 1
+
+
+def _exposition(active: int, epoch: int) -> str:
+    return ("# TYPE tidewater_controller_active_controller gauge\n"
+            f"tidewater_controller_active_controller {float(active)}\n"
+            "# TYPE tidewater_controller_controller_epoch gauge\n"
+            f"tidewater_controller_controller_epoch {float(epoch)}\n"
+            "tidewater_controller_controller_epoch_extra 9.0\n")
+
+
+def test_controller_failovers_are_the_active_epochs_after_the_first():
+    samples = {
+        "controller": [(1000, _exposition(1, 4)), (2000, _exposition(1, 4)), (5000, _exposition(0, 6))],
+        "controller-2": [(1000, _exposition(0, 4)), (3000, _exposition(1, 6)), (4000, _exposition(1, 6))],
+        "controller-3": [(3500, _exposition(1, 9)), (900, "")],  # a late leader; a torn scrape
+    }
+    v = controller_failovers(samples)
+    assert v.active_epochs == [(4, "controller"), (6, "controller-2"), (9, "controller-3")]
+    assert v.failovers == 2
+    assert "2 controller failover(s)" in v.line() and "6 controller-2" in v.line()
+    assert controller_failovers({"controller": [(1, _exposition(1, 2))]}).failovers == 0
+    assert controller_failovers({"controller": []}).failovers == 0
+    # In the verdict: its JSON and its table.
+    verdict = run({0: [], 1: []}, {})
+    verdict.controllers = v
+    assert verdict.to_json()["controllers"]["failovers"] == 2
+    assert "controller failover(s)" in verdict.table()

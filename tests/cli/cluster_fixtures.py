@@ -110,6 +110,11 @@ def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = Fals
     # A generous readiness deadline: the suite may run on a loaded machine.
     args = ["cluster", "up", "--brokers", str(brokers), "--data-dir", str(data_dir), "--base-port", "0",
             "--ready-timeout-s", "60"] + (["--tls"] if tls else []) + list(up_flags)
+    if "--controllers" not in up_flags:
+        # One controller unless a test asks for a quorum (`cluster up` starts 3 by default):
+        # the quorum's own tests cover it, and 2 more processes per cluster would cost the
+        # suite time it does not have.
+        args += ["--controllers", "1"]
     for s in settings:
         args += ["--set", s]
     result = run_tide(*args, timeout_s=150)

@@ -122,7 +122,8 @@ def test_argument_errors_show_the_subcommands_usage():
 
 def test_cluster_up_prints_exports_and_restarts_an_existing_cluster(tmp_path):
     data = tmp_path / "c"
-    up = ["cluster", "up", "--brokers", "1", "--data-dir", str(data), "--base-port", "0", "--ready-timeout-s", "60"]
+    up = ["cluster", "up", "--brokers", "1", "--data-dir", str(data), "--base-port", "0", "--ready-timeout-s", "60",
+          "--controllers", "1"]
     try:
         first = run_tide(*up, timeout_s=120)
         assert first.returncode == 0, first.stderr

@@ -133,7 +133,7 @@ def test_up_refuses_an_empty_rack_name_and_starts_nothing(tmp_path):
 
 def test_failing_process_reports_its_log(tmp_path):
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path), "--base-port", "0",
-                      "--set", "no.such.setting=1", "--ready-timeout-s", "60", timeout_s=120)
+                      "--controllers", "1", "--set", "no.such.setting=1", "--ready-timeout-s", "60", timeout_s=120)
     assert result.returncode != 0
     assert_one_line_error(result, "cluster up failed:", "broker-1")
     assert "no.such.setting" in result.stdout  # the log tail of the failing process
@@ -163,7 +163,7 @@ def test_foreground_streams_logs_and_stops_everything_on_sigterm(tmp_path):
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidewater.tools", "cluster", "up", "--brokers", "1", "--data-dir", str(tmp_path),
-         "--base-port", "0", "--foreground"],
+         "--base-port", "0", "--controllers", "1", "--foreground"],
         cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         bootstrap = proc.stdout.readline().strip()
@@ -203,4 +203,9 @@ def test_demo_passes(tmp_path):
     assert "SIGKILLed broker" in proc.stdout and "cluster stopped" in proc.stdout
     assert "live consumer saw all of them" in proc.stdout
     m = json.loads((tmp_path / "demo" / "cluster.json").read_text())
+    # make demo runs the default quorum of 3 controllers (issue 26)
+    assert "starting 3 controllers and 3 brokers" in proc.stdout
+    assert len(m["controllers"]) == 3
+    assert sorted(n for n, p in m["processes"].items() if p["kind"] == "controller") == [
+        "controller-1", "controller-2", "controller-3"]
     assert not any(pid_alive(p["pid"]) for p in m["processes"].values())

@@ -112,7 +112,7 @@ class Traffic:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[RunningCluster]:
     c = start_cluster(tmp_path_factory.mktemp("console-cluster"), 3,
-                      up_flags=("--rack", ",".join(RACKS.values())))
+                      up_flags=("--rack", ",".join(RACKS.values()), "--controllers", "3"))
     try:
         _seed(c)
         traffic = Traffic(c.bootstrap)
@@ -215,6 +215,40 @@ def test_overview_shows_brokers_controller_and_charts(browser, console, cluster)
     _poll(lambda: int(_attr(browser, "#chart-produce_bytes", "data-points")) >= 6, "charts on the overview")
     _local_resources_only(browser)
     screenshot(browser, "overview")
+
+
+def test_overview_shows_the_controller_quorum_as_its_leader_describes_it(browser, console,
+                                                                         cluster):
+    """The quorum section: leader, epoch, high watermark and each voter's log end and lag,
+    as DescribeQuorum (through a broker, as ``tide quorum describe``) answers them."""
+    from tidewater.client.admin import AdminClient
+
+    with AdminClient(cluster.bootstrap) as admin:
+        before = admin.describe_metadata_quorum()
+        browser.get(console.url + "/")
+        leader = int(_text(browser, "#quorum-leader"))
+        epoch = int(_text(browser, "#quorum-epoch"))
+        hw = int(_text(browser, "#quorum-hw"))
+        rows = {}
+        for node_id in (1, 2, 3):
+            row = f"#quorum-{node_id}"
+            rows[node_id] = (_attr(browser, row, "data-role"), int(_text(browser, row + " .leo")),
+                             int(_text(browser, row + " .lag")))
+        after = admin.describe_metadata_quorum()
+    assert before.leader_id == after.leader_id == leader  # no failover meanwhile
+    assert before.epoch == after.epoch == epoch
+    assert before.high_watermark <= hw <= after.high_watermark
+    assert _text(browser, "#quorum-voter-count") == "3"
+    assert {v.id for v in after.voters} == set(rows)
+    assert rows[leader][0] == "leader"
+    assert sorted(role for role, _, _ in rows.values()) == ["follower", "follower", "leader"]
+    low = {r.replica.id: r.log_end_offset for r in before.replicas}
+    high = {r.replica.id: r.log_end_offset for r in after.replicas}
+    for node_id, (_role, leo, _lag) in rows.items():
+        assert low[node_id] <= leo <= high[node_id], (node_id, leo)
+    # Every lag is against the leader's log end of one and the same answer.
+    assert len({leo + lag for _, leo, lag in rows.values()}) == 1, rows
+    assert hw <= rows[leader][1] + rows[leader][2]
 
 
 def test_topics_list_counts_records_from_the_high_watermarks(browser, console, cluster):

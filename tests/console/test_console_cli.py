@@ -40,7 +40,8 @@ def _alive(pid: int) -> bool:
 def test_cluster_up_console_serves_and_cluster_down_stops_it(tmp_path):
     data_dir = tmp_path / "cluster"
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(data_dir),
-                      "--base-port", "0", "--ready-timeout-s", "60", "--console", "127.0.0.1:0",
+                      "--base-port", "0", "--ready-timeout-s", "60", "--controllers", "1",
+                      "--console", "127.0.0.1:0",
                       timeout_s=150)
     try:
         assert result.returncode == 0, result.stderr
@@ -163,7 +164,7 @@ def test_console_of_a_tls_cluster_connects_with_its_client_certificate(tmp_path)
     (cluster.json) and reads it over TLS."""
     data_dir = tmp_path / "tls-cluster"
     result = run_tide("cluster", "up", "--brokers", "1", "--data-dir", str(data_dir),
-                      "--base-port", "0", "--ready-timeout-s", "60", "--tls",
+                      "--base-port", "0", "--ready-timeout-s", "60", "--tls", "--controllers", "1",
                       "--console", "127.0.0.1:0", timeout_s=150)
     try:
         assert result.returncode == 0, result.stderr

@@ -76,7 +76,7 @@ class Harness:
         heartbeat) until its session expired and it was fenced, so that a new incarnation
         may register (a live one's registration is DUPLICATE_BROKER_REGISTRATION)."""
         timeout_ms = self.config.broker_session_timeout_ms
-        for _ in range(3):  # a restarted controller gives two session timeouts
+        for _ in range(2):  # one session timeout, and a step to spare
             if not self.machine.sessions.alive(broker_id, self.now_ms):
                 return
             self.advance(timeout_ms + 100, broker_id)

@@ -137,6 +137,20 @@ def test_a_controller_not_among_the_voters_does_not_start(tmp_path):
         config.quorum_config()
 
 
+def test_controller_quorum_listen_binds_elsewhere_than_the_voter_entry(tmp_path):
+    """A container's controller binds its Raft port on 0.0.0.0 (controller.quorum.listen)
+    while its peers reach it by the host name in controller.quorum.voters."""
+    config = ControllerConfig(data_dir=tmp_path)
+    config.apply_settings(["node.id=2", "controller.quorum.voters=1@c-1:9093,2@c-2:9093",
+                           "controller.quorum.listen=0.0.0.0:9093"])
+    quorum = config.quorum_config()
+    assert str(quorum.listen_endpoint) == "0.0.0.0:9093"
+    assert {i: str(e) for i, e in quorum.peers.items()} == {1: "c-1:9093"}
+    config.apply_settings(["controller.quorum.listen=no-port"])
+    with pytest.raises(Exception, match="controller.quorum.listen"):
+        config.quorum_config()
+
+
 def _app() -> MetadataApplication:
     return MetadataApplication(ControllerStateMachine(ControllerConfig()))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -31,6 +32,10 @@ COMPOSE_SASL_FILE = ROOT / "deploy" / "compose-sasl.yml"
 IMAGE = os.environ.get("TIDE_IMAGE") or "tidewater:latest"
 IMAGE_BUILD_TIMEOUT_S = 900
 UP_TIMEOUT_S = 240
+EPHEMERAL_BELOW = 32768  # the kernel's default ip_local_port_range starts here
+QUORUM_STANDBY_SERVICES = ("controller-2", "controller-3")  # with `controller`: the quorum
+BROKER_SERVICES = ("broker-1", "broker-2", "broker-3")
+CONTROLLER_SERVICES = ("controller",) + QUORUM_STANDBY_SERVICES
 
 
 def _docker_problem() -> str | None:
@@ -63,6 +68,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: every probe socket stays bound until all are
+    chosen (one at a time, the kernel may hand a port out twice, and two services
+    publishing one host port fail to start).
+    Below the kernel's ephemeral range (``ip_local_port_range``, 32768.. by default):
+    a port the kernel hands out may be some client connection's local port by the time
+    Docker's proxy binds it (seen on a loaded host)."""
+    sockets: list[socket.socket] = []
+    rng = random.Random()
+    try:
+        for _ in range(count * 50):
+            if len(sockets) == count:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", rng.randrange(EPHEMERAL_BELOW - 10_000, EPHEMERAL_BELOW)))
+            except OSError:
+                s.close()
+                continue
+            sockets.append(s)
+        if len(sockets) < count:
+            raise RuntimeError(f"only {len(sockets)} of {count} free ports found")
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def run(cmd, *, env=None, timeout_s=120, check=True, input=None) -> subprocess.CompletedProcess:
@@ -171,14 +204,20 @@ def compose_sasl_cluster(image, tmp_path_factory):
 def _compose_cluster(tmp_path_factory, *, tls: bool, sasl: bool = False):
     project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
     data_dir = tmp_path_factory.mktemp("compose-data")
-    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+    # The quorum's controller-2 and -3 run without TLS only (compose-tls.yml).
+    members = ("controller",) + (() if tls else QUORUM_STANDBY_SERVICES) + BROKER_SERVICES
+    for service in members:
         (data_dir / service).mkdir()
-    broker_ports = {i: free_port() for i in (1, 2, 3)}
-    kafka_ports = {i: free_port() for i in (1, 2, 3)}
-    metrics_ports = {s: free_port() for s in ("controller", "broker-1", "broker-2", "broker-3")}
+    ports = free_ports(6 + len(members) + 3)
+    broker_ports = {i: ports.pop() for i in (1, 2, 3)}
+    kafka_ports = {i: ports.pop() for i in (1, 2, 3)}
+    metrics_ports = {s: ports.pop() for s in members}
     env = dict(os.environ, TIDE_IMAGE=IMAGE, TIDE_DATA_DIR=str(data_dir),
                TIDE_CONTROLLER_METRICS_PORT=str(metrics_ports["controller"]),
-               TIDE_CONSOLE_PORT=str(free_port()))
+               TIDE_CONSOLE_PORT=str(ports.pop()))
+    for n in (2, 3):  # published even where the service is left out: an unused free port
+        env[f"TIDE_CONTROLLER_{n}_METRICS_PORT"] = str(metrics_ports.get(f"controller-{n}")
+                                                       or ports.pop())
     for i in (1, 2, 3):
         env[f"TIDE_BROKER_{i}_PORT"] = str(broker_ports[i])
         env[f"TIDE_BROKER_{i}_KAFKA_PORT"] = str(kafka_ports[i])

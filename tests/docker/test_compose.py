@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.docker.conftest import BROKER_SERVICES, CONTROLLER_SERVICES
 from tidewater.tools.chaos.targets import ComposeCluster
 from tidewater.tools.scrape import read_snapshots
 
@@ -75,7 +76,7 @@ def wait_full_isr(cluster, topic: str, timeout_s: float = 120) -> dict:
 
 def test_every_service_is_healthy_and_the_check_fails_when_nothing_serves(compose_cluster):
     c = compose_cluster
-    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+    for service in CONTROLLER_SERVICES + BROKER_SERVICES:
         assert c.state(service)["Health"]["Status"] == "healthy"
     broker = c.container("broker-1")
     ok = subprocess.run(["docker", "exec", broker, "tidewater-healthcheck", "broker", "9092"],
@@ -85,6 +86,15 @@ def test_every_service_is_healthy_and_the_check_fails_when_nothing_serves(compos
     bad = subprocess.run(["docker", "exec", broker, "tidewater-healthcheck", "broker", "9100"],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "unhealthy" in bad.stderr
+    # The three controllers are one quorum: one leader, every voter caught up or close.
+    r = subprocess.run(["docker", "exec", c.container("controller-2"), "tide", "quorum",
+                        "describe", "--status", "--bootstrap-controller",
+                        "controller:9093,controller-2:9093,controller-3:9093"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    voters = json.loads(next(line.split(":", 1)[1] for line in r.stdout.splitlines()
+                             if line.startswith("CurrentVoters:")))
+    assert sorted(v["id"] for v in voters) == [1, 2, 3]
 
 
 
@@ -230,7 +240,7 @@ def test_metrics_scrape_finds_every_container(compose_cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     sources = json.loads((out / "sources.json").read_text())
     assert sources["broker-2"]["url"] == f"http://127.0.0.1:{c.metrics_ports['broker-2']}/metrics"
-    assert sorted(sources) == ["broker-1", "broker-2", "broker-3", "controller"]
+    assert sorted(sources) == sorted(CONTROLLER_SERVICES + BROKER_SERVICES)
     for node in sources:
         snaps = list(read_snapshots(out / f"{node}.prom"))
         assert len(snaps) >= 3 and all(s.ok for s in snaps), node
@@ -242,7 +252,7 @@ def test_metrics_scrape_finds_every_container(compose_cluster, tmp_path):
 def test_chaos_run_against_the_compose_cluster(compose_cluster, chaos_run_dir):
     c = compose_cluster
     out = chaos_run_dir
-    r = c.tide("chaos", "--compose", "--compose-project", c.project, "--duration", "60", "--seed", "6",
+    r = c.tide("chaos", "--compose", "--compose-project", c.project, "--duration", "60", "--seed", "95",
                "--out", str(out), "--hold", "2,5", "--gap", "1,3", "--scrape-interval-ms", "1000",
                timeout_s=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -252,12 +262,20 @@ def test_chaos_run_against_the_compose_cluster(compose_cluster, chaos_run_dir):
     assert verdict["ok"] and sum(p["acked"] for p in verdict["partitions"]) > 1000
     faults = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
     applied = {f["fault"] for f in faults if f["action"] in ("kill", "pause", "isolate") and f["ok"]}
-    # Seed 6 plans every kind of fault once at least in 60 s.
-    assert applied == {"kill_leader", "kill_broker", "kill_controller", "pause_broker", "isolate_broker"}
-    for node in ("controller", "broker-1", "broker-2", "broker-3"):
+    # Seed 95 plans every kind of fault once at least in 60 s, with a quorum: the active
+    # controller killed (twice) and paused, a standby cut off.
+    assert applied == {"kill_leader", "kill_broker", "kill_controller", "pause_broker",
+                       "isolate_broker", "pause_controller", "isolate_controller"}
+    hit = {(f["fault"], f["target"]) for f in faults if f["fault"].endswith("_controller")}
+    assert {("kill_controller", "active"), ("isolate_controller", "standby")} <= hit
+    # Killing the active controller made another one active: the verdict counts it.
+    assert verdict["controllers"]["names"] == list(CONTROLLER_SERVICES)
+    assert verdict["controllers"]["failovers"] >= 1, verdict["controllers"]
+    assert "controller failover(s)" in r.stdout
+    for node in CONTROLLER_SERVICES + BROKER_SERVICES:
         snaps = list(read_snapshots(out / "metrics" / f"{node}.prom"))
         assert len(snaps) >= 30 and any(s.ok for s in snaps)
         assert (out / "data" / node).is_dir()
     # Everything is back: every container runs and is healthy.
-    for service in ("controller", "broker-1", "broker-2", "broker-3"):
+    for service in CONTROLLER_SERVICES + BROKER_SERVICES:
         c.wait_healthy(service, timeout_s=60)

@@ -3,6 +3,8 @@ standby's NOT_CONTROLLER leader hint, else go round the list (in-process fakes).
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -86,3 +88,78 @@ def test_controller_bootstrap_servers_parse():
     for bad in ("", "1@a:1,1@b:2", "x@a:1", "a:99999", "a"):
         with pytest.raises(ConfigError):
             parse_controllers(bad, "--controller")
+
+
+class Heartbeats(pb_grpc.ControllerServicer):
+    """A controller's heartbeat stream: ``answers`` False is one cut off from the network
+    (the connection stays up, nothing comes back)."""
+
+    def __init__(self, answers: bool):
+        self.answers = answers
+        self.seen = 0
+
+    async def BrokerHeartbeats(self, request_iterator, context):
+        async for _request in request_iterator:
+            self.seen += 1
+            if not self.answers:
+                await asyncio.Event().wait()  # never answers
+            await context.write(pb.BrokerHeartbeatResponse(error_code=pb.NONE))
+
+
+async def _until(condition, what: str) -> None:
+    for _ in range(300):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {what}")
+
+
+async def test_the_new_active_controllers_resync_moves_the_heartbeats_to_it():
+    """A cut-off active controller leaves its broker's heartbeat unanswered; the new
+    active controller's resync (follow_active, from a LeaderAndIsr of a newer controller
+    epoch) moves the heartbeats to it at once, before the hung stream would time out
+    (after which the link would ask the cut-off controller again)."""
+    cut_off, active = Heartbeats(answers=False), Heartbeats(answers=True)
+    servers = [await serve_heartbeats(c) for c in (cut_off, active)]
+    link = channel([(1, servers[0][1]), (2, servers[1][1])])
+    try:
+        hung = asyncio.ensure_future(link.heartbeat())
+        await _until(lambda: cut_off.seen == 1, "heartbeat on the cut-off controller")
+        link.follow_active(2, 7)
+        assert await asyncio.wait_for(hung, 30) is None  # dropped, not answered
+        assert link.controller_address == ("127.0.0.1", servers[1][1])
+        answer = await asyncio.wait_for(link.heartbeat(), 30)
+        assert answer is not None and answer.error_code == pb.NONE
+        assert (cut_off.seen, active.seen) == (1, 1)
+        link.follow_active(9, 8)  # a node id it was not given: it stays
+        link.follow_active(2, 9)  # the current one: nothing changes
+        assert link.controller_address == ("127.0.0.1", servers[1][1])
+    finally:
+        await link.close()
+        for server, _ in servers:
+            await server.stop(None)
+
+
+async def serve_heartbeats(servicer: Heartbeats) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    pb_grpc.add_ControllerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def test_an_unanswered_heartbeat_moves_to_the_next_controller():
+    """Without a resync (say it was lost), a heartbeat stream that times out on a cut-off
+    controller is not re-opened there: the next heartbeat asks the next controller."""
+    cut_off, active = Heartbeats(answers=False), Heartbeats(answers=True)
+    servers = [await serve_heartbeats(c) for c in (cut_off, active)]
+    link = channel([(1, servers[0][1]), (2, servers[1][1])])
+    link.heartbeat_timeout_s = 0.5
+    try:
+        assert await asyncio.wait_for(link.heartbeat(), 30) is None
+        answer = await asyncio.wait_for(link.heartbeat(), 30)
+        assert answer is not None and (cut_off.seen, active.seen) == (1, 1)
+    finally:
+        await link.close()
+        for server, _ in servers:
+            await server.stop(None)

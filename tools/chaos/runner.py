@@ -30,6 +30,7 @@ Output folder::
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import sys
 import threading
@@ -48,18 +49,30 @@ from tidewater.proto.errors import TidewaterError
 from tidewater.tools.chaos.group_reader import GroupReader
 from tidewater.tools.chaos.monitor import LeaderMonitor
 from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
-from tidewater.tools.chaos.schedule import APPLY_ACTION, UNDO_ACTION, PlannedFault, plan_faults
-from tidewater.tools.chaos.targets import ChaosCluster, ChaosTargetError, broker_id_of
+from tidewater.tools.chaos.schedule import (
+    APPLY_ACTION,
+    CONTROLLER_FAULTS,
+    UNDO_ACTION,
+    PlannedFault,
+    plan_faults,
+)
+from tidewater.tools.chaos.targets import (
+    ChaosCluster,
+    ChaosTargetError,
+    broker_id_of,
+    controller_node,
+)
 from tidewater.tools.chaos.txn_workload import OUTPUT_PREFIX, TxnWorkload
 from tidewater.tools.chaos.verdict import (
     Verdict,
     compacted_away,
+    controller_failovers,
     judge,
     judge_group,
     judge_transactional,
 )
 from tidewater.tools.chaos.workload import Workload
-from tidewater.tools.scrape import BackgroundScraper, Scraper
+from tidewater.tools.scrape import BackgroundScraper, Scraper, read_snapshots
 
 SETTLE_TIMEOUT_S = 180.0
 READ_BACK_TIMEOUT_S = 120.0
@@ -147,6 +160,8 @@ class ChaosRun:
         self.security = cluster.client_security()  # TLS options of every client made here
         self.partitions: list[int] = []
         self.plan: list[PlannedFault] = []
+        # Which standby a "standby" controller fault hits: seeded, apart from the plan.
+        self._standby_rng = random.Random(options.seed ^ 0xC0DE)
 
     def say(self, text: str) -> None:
         print(f"chaos: {text}", file=self.opt.log, flush=True)
@@ -241,14 +256,48 @@ class ChaosRun:
         except (TidewaterError, KeyError):
             return -1
 
+    def controller_samples(self, metrics_dir: Path) -> dict[str, list[tuple[int, str]]]:
+        """Each controller's good scrapes of the run: (unix_ms, exposition)."""
+        samples: dict[str, list[tuple[int, str]]] = {}
+        for node in self.cluster.controller_names():
+            path = metrics_dir / f"{node}.prom"
+            samples[node] = ([(s.unix_ms, s.text) for s in read_snapshots(path) if s.ok]
+                             if path.exists() else [])
+        return samples
+
+    def controller_for(self, target: int | str, admin: AdminClient, log: FaultLog) -> str:
+        """The controller a controller fault hits: the active one (as DescribeCluster names
+        it through the brokers), or a standby (seeded pick among the others not impaired
+        now); a lone controller for ``controller``, or when the active one is unknown
+        (no answer during an election: then the first running one)."""
+        names = self.cluster.controller_names()
+        if not names:
+            raise ChaosTargetError("the cluster has no controller")
+        if target == "controller" or len(names) == 1:
+            return names[0]
+        try:
+            active = controller_node(names, admin.describe_cluster().controller_id)
+        except TidewaterError:
+            active = None
+        if target == "active":
+            return active or names[0]
+        standbys = [n for n in names if n != active and n not in log.impaired] or [
+            n for n in names if n != active]
+        return self._standby_rng.choice(standbys)
+
     def apply(self, fault: PlannedFault, admin: AdminClient, log: FaultLog,
               rng_pick: Callable[[], int]) -> str | None:
         """Apply one fault; returns the node impaired (None when it could not be applied)."""
         if fault.kind == "kill_leader":
             leader = self.leader_of(admin, int(fault.target))
             node = f"broker-{leader}" if leader >= 0 else f"broker-{rng_pick()}"
-        elif fault.kind == "kill_controller":
-            node = "controller"
+        elif fault.kind in CONTROLLER_FAULTS:
+            try:
+                node = self.controller_for(fault.target, admin, log)
+            except ChaosTargetError as e:
+                log.record(APPLY_ACTION[fault.kind], "controller", fault=fault.kind,
+                           target=fault.target, ok=False, error=str(e))
+                return None
         else:
             node = f"broker-{fault.target}"
         action = APPLY_ACTION[fault.kind]
@@ -352,8 +401,6 @@ class ChaosRun:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> Verdict:
-        import random
-
         o = self.opt
         if (self.out / "run.json").exists():
             raise ChaosTargetError(f"{self.out} already holds a chaos run; choose another --out")
@@ -369,7 +416,8 @@ class ChaosRun:
             unclean_before = self.unclean_elections(admin)
             self.plan = plan_faults(o.seed, o.duration_s, self.cluster.broker_ids(), len(self.partitions),
                                     warmup_s=o.warmup_s, cooldown_s=o.cooldown_s, hold_s=o.hold_s,
-                                    gap_s=o.gap_s, weights=o.fault_weights)
+                                    gap_s=o.gap_s, weights=o.fault_weights,
+                                    controllers=len(self.cluster.controller_names()))
             started_unix_ms = int(time.time() * 1000)
             run_info = {"run_id": self.run_id, "seed": o.seed, "duration_s": o.duration_s,
                         "cluster": self.cluster.kind, "bootstrap": self.bootstrap, "topic": o.topic,
@@ -418,8 +466,10 @@ class ChaosRun:
                 delay_s = 0.0
                 for fault in self.plan:
                     time.sleep(max(0.0, started + delay_s + fault.start_s - time.monotonic()))
-                    applied_at = time.monotonic()
                     node = self.apply(fault, admin, log, pick)
+                    # The hold counts from the fault, not from the lookup of its target
+                    # (a leader or the active controller: a call that may take seconds).
+                    applied_at = time.monotonic()
                     time.sleep(max(0.0, applied_at + fault.hold_s - time.monotonic()))
                     if node is not None:
                         self.undo(fault, node, log)
@@ -486,6 +536,8 @@ class ChaosRun:
                     acked=txn.acked, outputs=txn_outputs,
                     transactions_committed=counts["committed"],
                     transactions_aborted=counts["aborted"])
+            verdict.controllers = controller_failovers(
+                self.controller_samples(self.out / "metrics"))
             result = verdict.to_json()
             result["errors_by_type"] = dict(workload.errors)
             if txn is not None:

@@ -1,6 +1,10 @@
 """The clusters chaos acts on, behind one interface.
 
-Node names are ``controller`` and ``broker-<id>`` in both kinds.
+Node names are the controllers' (``controller`` alone, or the quorum's: compose's
+``controller``, ``controller-2``, ``controller-3``; a local cluster's
+``controller-1``..``N``) and ``broker-<id>``, in both kinds. ``controller_names()``
+lists the controllers, ``controller_node(node_id)`` names the one with a quorum
+node id (the active controller's, as DescribeCluster reports it).
 
 | fault      | docker-compose (``ComposeCluster``)     | local (``LocalChaosCluster``)  |
 |------------|-----------------------------------------|--------------------------------|
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     from tidewater.tools.local_cluster import ProcessEntry
 
 BROKER_NAME = re.compile(r"^broker-(\d+)$")
+CONTROLLER_NAME = re.compile(r"^controller(?:-(\d+))?$")
 DOCKER_TIMEOUT_S = 60
 COMPOSE_LABEL_PROJECT = "com.docker.compose.project"
 COMPOSE_LABEL_SERVICE = "com.docker.compose.service"
@@ -65,10 +70,28 @@ def broker_id_of(node: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def controller_node_id_of(node: str) -> int | None:
+    """A controller's quorum node id by its name: ``controller-N`` is N, ``controller``
+    is 1 (compose's node 1; a lone controller's id is 1 too); None for a broker."""
+    m = CONTROLLER_NAME.match(node)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1) else 1
+
+
+def controller_node(names: list[str], node_id: int) -> str | None:
+    """The name among ``names`` of the controller with quorum node id ``node_id``."""
+    for name in names:
+        if controller_node_id_of(name) == node_id:
+            return name
+    return None
+
+
 class ChaosCluster(Protocol):
     kind: str
 
     def node_names(self) -> list[str]: ...
+    def controller_names(self) -> list[str]: ...
     def broker_ids(self) -> list[int]: ...
     def bootstrap(self) -> str: ...
     def kafka_bootstrap(self) -> str: ...  # the Kafka listeners (--transactional's clients)
@@ -99,7 +122,8 @@ def _run(cmd: list[str], *, check: bool = True, timeout_s: float = DOCKER_TIMEOU
 
 
 class ComposeCluster:
-    """A docker-compose project: ``controller`` and ``broker-N`` services."""
+    """A docker-compose project: ``controller`` (and ``controller-N``) and ``broker-N``
+    services."""
 
     kind = "compose"
 
@@ -157,7 +181,13 @@ class ComposeCluster:
         return f"{host}:{port}"
 
     def node_names(self) -> list[str]:
-        return ["controller"] + [f"broker-{i}" for i in self.broker_ids()]
+        return self.controller_names() + [f"broker-{i}" for i in self.broker_ids()]
+
+    def controller_names(self) -> list[str]:
+        """The controller services that run (a service left out by a profile has no
+        container), node 1 (``controller``) first."""
+        return sorted((n for n in self._containers if controller_node_id_of(n) is not None),
+                      key=lambda n: controller_node_id_of(n) or 0)
 
     def broker_ids(self) -> list[int]:
         return sorted(i for i in map(broker_id_of, self._containers) if i is not None)
@@ -331,6 +361,9 @@ class LocalChaosCluster:
 
     def node_names(self) -> list[str]:
         return list(self.cluster.process_names())
+
+    def controller_names(self) -> list[str]:
+        return [n for n in self.node_names() if controller_node_id_of(n) is not None]
 
     def broker_ids(self) -> list[int]:
         return sorted(i for i in map(broker_id_of, self.node_names()) if i is not None)

@@ -33,6 +33,14 @@ The transactional workload (``--transactional``, ``txn_workload.py``): the outpu
 read with read_committed holds ``out-<input>`` exactly once per acknowledged input;
 ``lost`` counts acknowledged inputs without an output, ``duplicated`` the outputs found
 beyond the first (both must be 0), ``unknown`` outputs of no input this run sent (0).
+
+The controllers (``controller_failovers``, from the scraped metrics of each
+controller): every controller epoch some controller reported while active
+(``tidewater_controller_active_controller 1`` with its
+``tidewater_controller_controller_epoch``), and who held it; a failover is a new
+active epoch after the first. A count, not a pass condition: the other columns say
+whether the cluster survived them. Activations shorter than a scrape interval may
+be missed, so it is a lower bound.
 """
 
 from __future__ import annotations
@@ -147,6 +155,55 @@ def judge_transactional(*, input_prefix: str, output_prefix: str, sent: Abstract
     return v
 
 
+ACTIVE_METRIC = "tidewater_controller_active_controller"
+EPOCH_METRIC = "tidewater_controller_controller_epoch"
+
+
+@dataclass(slots=True)
+class ControllerVerdict:
+    """The controllers' failovers during a run (a count: the data columns judge)."""
+
+    controllers: list[str]
+    active_epochs: list[tuple[int, str]]  # (controller epoch, who was active), in order
+
+    @property
+    def failovers(self) -> int:
+        return max(0, len(self.active_epochs) - 1)
+
+    def line(self) -> str:
+        held = ", ".join(f"{epoch} {node}" for epoch, node in self.active_epochs) or "none seen"
+        return (f"controllers {', '.join(self.controllers)}: {self.failovers} controller "
+                f"failover(s) (active epochs: {held})")
+
+
+def _gauge(text: str, name: str) -> float | None:
+    """An unlabelled sample's value in a Prometheus exposition (None if absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def controller_failovers(samples: dict[str, list[tuple[int, str]]]) -> ControllerVerdict:
+    """``samples``: controller -> [(unix_ms, exposition text)] of its good scrapes."""
+    first_seen: dict[int, tuple[int, str]] = {}  # epoch -> (first unix_ms active, node)
+    for node, scrapes in samples.items():
+        for unix_ms, text in scrapes:
+            if _gauge(text, ACTIVE_METRIC) != 1:
+                continue
+            epoch = _gauge(text, EPOCH_METRIC)
+            if epoch is None:
+                continue
+            seen = first_seen.get(int(epoch))
+            if seen is None or unix_ms < seen[0]:
+                first_seen[int(epoch)] = (unix_ms, node)
+    return ControllerVerdict(sorted(samples),
+                             [(epoch, node) for epoch, (_, node) in sorted(first_seen.items())])
+
+
 @dataclass(slots=True)
 class Verdict:
     partitions: list[PartitionVerdict]
@@ -156,6 +213,7 @@ class Verdict:
     group: GroupVerdict | None = None
     compacted: bool = False  # a compacted topic's run: the compacted column is shown
     transactional: TxnVerdict | None = None  # a --transactional run's counts
+    controllers: ControllerVerdict | None = None  # failovers seen in the metrics
 
     @property
     def ok(self) -> bool:
@@ -169,7 +227,12 @@ class Verdict:
                 "notes": list(self.notes), "partitions": [asdict(p) for p in self.partitions],
                 "group": asdict(self.group) if self.group is not None else None,
                 "transactional": (asdict(self.transactional)
-                                  if self.transactional is not None else None)}
+                                  if self.transactional is not None else None),
+                "controllers": (None if self.controllers is None else {
+                    "names": self.controllers.controllers,
+                    "failovers": self.controllers.failovers,
+                    "active_epochs": [{"epoch": e, "node": n}
+                                      for e, n in self.controllers.active_epochs]})}
 
     def table(self) -> str:
         counts = ["acked", "lost", "moved", "duplicates", "out_of_order", "unacked_present",
@@ -202,6 +265,8 @@ class Verdict:
             out += "\n" + self.group.line()
         if self.transactional is not None:
             out += "\n" + self.transactional.line()
+        if self.controllers is not None:
+            out += "\n" + self.controllers.line()
         for note in self.notes:
             out += f"\nproblem: {note}"
         out += "\nVERDICT: " + ("PASS" if self.ok else "FAIL")

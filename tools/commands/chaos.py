@@ -34,7 +34,7 @@ def _range(text: str) -> tuple[float, float]:
 
 
 def register(subparsers: Subparsers) -> None:
-    from tidewater.tools.chaos.schedule import FAULT_WEIGHTS
+    from tidewater.tools.chaos.schedule import FAULT_WEIGHTS, QUORUM_FAULT_WEIGHTS
 
     p = subparsers.add_parser(
         "chaos", help="inject seeded faults while producing with acks=all, then verify nothing was lost")
@@ -52,9 +52,11 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--min-insync-replicas", type=int, default=2)
     p.add_argument("--producers", type=int, default=2, help="producer threads (default 2)")
     p.add_argument("--rate", type=float, default=200.0, help="records per second in total (default 200)")
-    p.add_argument("--faults", default=",".join(FAULT_WEIGHTS),
+    p.add_argument("--faults", default="",
                    help="fault kinds to use, comma-separated, optionally KIND=WEIGHT "
-                        f"(default: {','.join(FAULT_WEIGHTS)})")
+                        f"(default: {','.join(FAULT_WEIGHTS)}, and with a quorum of "
+                        f"controllers also {','.join(set(QUORUM_FAULT_WEIGHTS) - set(FAULT_WEIGHTS))}"
+                        ", each controller fault on the active controller or a standby)")
     p.add_argument("--hold", default="2,8", help="MIN,MAX seconds a fault lasts (default 2,8)")
     p.add_argument("--gap", default="1,4", help="MIN,MAX seconds between faults (default 1,4)")
     p.add_argument("--warmup", type=float, default=5.0, help="seconds before the first fault (default 5)")
@@ -77,19 +79,23 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def parse_faults(text: str) -> dict[str, int]:
-    from tidewater.tools.chaos.schedule import FAULT_WEIGHTS
+def parse_faults(text: str) -> dict[str, int] | None:
+    """The weights ``--faults`` gives; None (empty): the plan's default for the cluster."""
+    from tidewater.tools.chaos.schedule import FAULT_WEIGHTS, QUORUM_FAULT_WEIGHTS
 
+    if not text.strip():
+        return None
+    known = {**FAULT_WEIGHTS, **QUORUM_FAULT_WEIGHTS}
     weights = {}
     for item in (s.strip() for s in text.split(",")):
         if not item:
             continue
         kind, sep, weight = item.partition("=")
-        if kind not in FAULT_WEIGHTS:
-            raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(FAULT_WEIGHTS)})")
+        if kind not in known:
+            raise ValueError(f"unknown fault kind {kind!r} (known: {', '.join(known)})")
         if sep and (not weight.isdigit()):
             raise ValueError(f"bad weight in {item!r}")
-        weights[kind] = int(weight) if sep else FAULT_WEIGHTS[kind]
+        weights[kind] = int(weight) if sep else known[kind]
     if not any(weights.values()):
         raise ValueError("--faults selects no fault kind")
     return weights

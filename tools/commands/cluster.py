@@ -28,6 +28,7 @@ from tidewater.tools.commands._common import (
 )
 from tidewater.tools.local_cluster import (
     DEFAULT_BASE_PORT,
+    DEFAULT_CONTROLLERS,
     READY_TIMEOUT_S,
     STOP_TIMEOUT_S,
     LocalCluster,
@@ -51,9 +52,11 @@ def register(subparsers: Subparsers) -> None:
 
     up = sub.add_parser("up", help="start a controller and N brokers on 127.0.0.1")
     up.add_argument("--brokers", type=int, default=3)
-    up.add_argument("--controllers", type=int, default=1,
-                    help="N > 1: a quorum of N controllers (controller.quorum.voters; processes "
-                         "controller-1..N, node ids 1..N), the brokers given all of them")
+    up.add_argument("--controllers", type=int, default=None,
+                    help="a quorum of N controllers (controller.quorum.voters; processes "
+                         "controller-1..N, node ids 1..N), the brokers given all of them; "
+                         f"default {DEFAULT_CONTROLLERS} (1, one process named `controller`, "
+                         "with --tls, SASL or ACLs, which a quorum does not support yet)")
     up.add_argument("--data-dir", required=True)
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
                     help="broker i listens on BASE+i-1, the controller on BASE-1; 0 picks free ports")
@@ -158,12 +161,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         mechanisms = tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip())
         authorizer = args.authorizer or ("acl" if mechanisms else "none")
+        controllers = args.controllers
+        if controllers is None and cluster.manifest is not None:
+            # Up again in a cluster's folder: as many controllers as it had (a default of
+            # 3 would start a new quorum beside the old controller's metadata).
+            controllers = len(cluster.manifest.get("controllers") or ["controller"])
+        if controllers is None:
+            secured = args.tls or bool(mechanisms) or authorizer != "none"
+            controllers = 1 if secured else DEFAULT_CONTROLLERS
+            if secured:
+                print("cluster up: one controller (secured; --controllers 3 --tls starts a "
+                      "secured quorum)", file=sys.stderr)
         bootstrap = cluster.up(args.brokers, base_port=args.base_port, settings=settings,
                                ready_timeout_s=args.ready_timeout_s, tls=args.tls,
                                sasl_mechanisms=mechanisms, authorizer=authorizer,
                                super_users=args.super_users,
                                racks=[r.strip() for r in args.rack.split(",")] if args.rack else [],
-                               controllers=args.controllers)
+                               controllers=controllers)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts

@@ -5,7 +5,10 @@ controller plus every broker's DescribeReplicas, the two calls ``tide topics
 describe`` makes) is shared by the requests of the next ``snapshot_max_age_ms``
 (1 s): a browser that opens the overview, the topics list and a topic page in a
 row costs the cluster one description, and a broker killed shows as fenced at
-most that long after the controller fenced it.
+most that long after the controller fenced it. The snapshot also holds the
+controller quorum as its leader describes it (DescribeQuorum, Kafka key 55,
+through a broker: ``tide quorum describe``'s answer), or why it could not be had:
+the overview shows leader, epoch, high watermark and each voter's log end and lag.
 
 The clients are synchronous; the application calls these methods in worker threads
 (Starlette's threadpool). ``AdminClient`` is safe to share between threads; the
@@ -31,6 +34,8 @@ from tidewater.client.admin import (
     TopicDescriptionInfo,
 )
 from tidewater.client.group_admin import GroupAdmin, GroupDescription
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
 
 SNAPSHOT_MAX_AGE_MS = 1000
@@ -45,6 +50,8 @@ class Snapshot:
     replicas: dict[tuple[str, int, int], ReplicaState]  # (topic, partition, broker)
     answered: frozenset[int]  # brokers whose DescribeReplicas answered
     taken_unix_ms: int
+    quorum: Quorum | None = None  # None: DescribeQuorum failed (``quorum_error`` says why)
+    quorum_error: str = ""
 
     def replica(self, topic: str, partition: int, broker: int) -> ReplicaState:
         return self.replicas.get((topic, partition, broker), ReplicaState(broker=broker))
@@ -54,6 +61,45 @@ class Snapshot:
             return None
         state = self.replicas.get((topic, p.partition, p.leader))
         return state if state is not None and state.high_watermark >= 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumReplicaRow:
+    """One controller as the quorum leader sees it (``tide quorum describe --replication``)."""
+
+    node_id: int
+    directory_id: str
+    role: str  # "leader", "follower" (a voter), "observer"
+    log_end_offset: int
+    lag: int  # the leader's log end minus this one's
+    last_fetch_age_ms: int  # -1: never fetched (the leader itself: -1 or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Quorum:
+    """The metadata quorum: its leader, epoch, high watermark and every replica."""
+
+    leader_id: int
+    epoch: int
+    high_watermark: int
+    replicas: tuple[QuorumReplicaRow, ...]  # the leader first, then voters, then observers
+
+    @property
+    def voter_count(self) -> int:
+        return sum(r.role != "observer" for r in self.replicas)
+
+    @staticmethod
+    def of(d: pb.DescribeQuorumResponse) -> Quorum:
+        def role(r: pb.QuorumReplicaState) -> str:
+            if r.replica.id == d.leader_id:
+                return "leader"
+            return "follower" if r.is_voter else "observer"
+
+        order = {"leader": 0, "follower": 1, "observer": 2}
+        rows = sorted((QuorumReplicaRow(r.replica.id, r.replica.directory_id, role(r),
+                                        r.log_end_offset, r.lag, r.last_fetch_age_ms)
+                       for r in d.replicas), key=lambda row: (order[row.role], row.node_id))
+        return Quorum(d.leader_id, d.epoch, d.high_watermark, tuple(rows))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +177,8 @@ class Overview:
     taken_unix_ms: int
     under_replicated_by_topic: tuple[TopicProblem, ...] = ()
     offline_by_topic: tuple[TopicProblem, ...] = ()
+    quorum: Quorum | None = None
+    quorum_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +289,17 @@ class ClusterData:
             names = [t.name for t in cluster.topics]
             replicas = self.admin.describe_replicas(names) if names else {}
             answered = frozenset(b for (_t, _p, b) in replicas)
-            self._snapshot = Snapshot(cluster, replicas, answered, now_ms)
+            quorum, quorum_error = self._quorum()
+            self._snapshot = Snapshot(cluster, replicas, answered, now_ms, quorum, quorum_error)
             return self._snapshot
+
+    def _quorum(self) -> tuple[Quorum | None, str]:
+        """The quorum leader's DescribeQuorum (a failover under way: no leader to answer,
+        which the overview says instead of failing the page)."""
+        try:
+            return Quorum.of(self.admin.describe_metadata_quorum()), ""
+        except TidewaterError as e:
+            return None, f"{type(e).__name__}: {e}"
 
     def invalidate(self) -> None:
         with self._snapshot_lock:
@@ -283,7 +340,8 @@ class ClusterData:
         return Overview(c.cluster_id, c.controller_id, c.controller_epoch, brokers,
                         len(c.topics), c.partition_count, tuple(under), tuple(offline),
                         c.unclean_elections_total, self.audit(), snap.taken_unix_ms,
-                        by_topic(under, counts), by_topic(offline, counts))
+                        by_topic(under, counts), by_topic(offline, counts),
+                        snap.quorum, snap.quorum_error)
 
     def topics(self) -> list[TopicRow]:
         snap = self.snapshot()
