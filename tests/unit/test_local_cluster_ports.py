@@ -59,3 +59,14 @@ def test_a_quorum_with_tls_gets_one_controller_certificate_per_node(tmp_path):
         cert = x509.load_pem_x509_certificate((tmp_path / f"controller-{i}.pem").read_bytes())
         assert cert.subject.rfc4514_string() == f"OU=controller,CN=controller-{i}"
     assert not (tmp_path / "controller-4.pem").exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("security", [{"sasl_mechanisms": ("SCRAM-SHA-512",)},
+                                      {"authorizer": "acl"}])
+def test_a_quorum_with_sasl_or_acls_but_no_tls_is_refused(tmp_path, security):
+    """Its Raft port authenticates by certificate only: without TLS anyone who reaches
+    it could vote or propose metadata records."""
+    cluster = local_cluster.LocalCluster(tmp_path / "c")
+    with pytest.raises(local_cluster.LocalClusterError, match="needs --tls"):
+        cluster.up(1, controllers=3, **security)
