@@ -213,7 +213,8 @@ class ControllerStateMachine:
                      for topic, number, topic_id in sorted(pending)
                      if not self._hosts(broker_id, topic, number, topic_id)]
             tx.append(pending_stops_cleared_record(broker_id))
-            tx.effects.stop_replicas.append((broker_id, stubs))
+            if stubs:  # all given back: nothing to send
+                tx.effects.stop_replicas.append((broker_id, stubs))
 
     def _hosts(self, broker_id: int, topic: str, number: int, topic_id: bytes) -> bool:
         p = self.metadata.partition(topic, number)
