@@ -258,8 +258,14 @@ class ControllerChannel:
                     timeout=RPC_TIMEOUT_S)
             except grpc.aio.AioRpcError as e:
                 if attempt == 1 or attempt % 25 == 0:
-                    log.info("controller %s:%d not reachable (%s), retrying",
-                             *self.controller_address, e.code().name)
+                    if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                        # Wrong inter-broker credentials, or a controller that does not
+                        # know them yet: said with the reason, retried (as Kafka does).
+                        log.warning("controller %s:%d refuses this broker's credentials (%s), "
+                                    "retrying", *self.controller_address, e.details())
+                    else:
+                        log.info("controller %s:%d not reachable (%s), retrying",
+                                 *self.controller_address, e.code().name)
                 self.maybe_move(e)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
