@@ -159,4 +159,4 @@ chaos: venv
 	exit $$rc
 
 test-docker: venv kcat
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests/docker
+	$(PY) -m pytest -q -p no:cacheprovider --durations=20 $(PYTEST_ARGS) tests/docker
