@@ -93,6 +93,14 @@ Broker <-> controller contract (details this controller decides)
   UpdateMetadata, waiting at most min(timeout_ms, 5000) ms (0: no wait); after
   that wait they answer NONE anyway (the change is committed), so clients
   should still retry NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC briefly.
+  They are answered by their ``timeout_ms`` (``DEFAULT_TIMEOUT_MS`` when it is
+  0), as Kafka's controller answers by the request's deadline, and within the
+  forwarding broker's gRPC deadline: a change not committed by then (still
+  queued behind other commands, or its Raft commit late) is answered
+  REQUEST_TIMED_OUT per topic. One still queued is then dropped; one already
+  proposed may commit later, as in Kafka, so a client's retry may find
+  TOPIC_ALREADY_EXISTS. With timeout_ms 0 (Kafka's "do not wait": librdkafka
+  takes REQUEST_TIMED_OUT as "creation under way") nothing is dropped.
   Every topic gets ``min.insync.replicas`` in its configs (cluster default
   unless given).
 """
@@ -102,7 +110,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
@@ -122,7 +130,7 @@ from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.state_machine import ControllerStateMachine, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import InvariantViolation, TidewaterError
+from tidewater.proto.errors import InvariantViolation, RequestTimedOutError, TidewaterError
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import Principal, principal_of
 
@@ -132,6 +140,25 @@ T = TypeVar("T")
 TopicsRequest = TypeVar("TopicsRequest", pb.CreateTopicsRequest, pb.CreatePartitionsRequest)
 TopicsResponse = TypeVar("TopicsResponse", pb.CreateTopicsResponse, pb.CreatePartitionsResponse)
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
+# A topic change's deadline when its timeout_ms is 0 (the forwarding broker's margin).
+DEFAULT_TIMEOUT_MS = 5000
+# Of the forwarding broker's gRPC deadline, what is kept back so that our
+# REQUEST_TIMED_OUT reaches it before its own deadline passes.
+ANSWER_MARGIN_S = 0.5
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A command left running after its caller was answered: its outcome is nobody's."""
+    if not task.cancelled():
+        task.exception()
+
+
+def deadline_budget_s(timeout_ms: int, grpc_remaining_s: float | None) -> float:
+    """How long a topic change may take before it is answered REQUEST_TIMED_OUT."""
+    budget_s = (timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
+    if grpc_remaining_s is not None:
+        budget_s = min(budget_s, grpc_remaining_s - min(ANSWER_MARGIN_S, grpc_remaining_s / 10))
+    return max(budget_s, 0.0)
 
 
 class ControllerService(pb_grpc.ControllerServicer):
@@ -161,7 +188,12 @@ class ControllerService(pb_grpc.ControllerServicer):
             log.info("change at offset %d not yet delivered to every broker after %d ms",
                      offset, wait_ms)
 
-    async def _run(self, rpc: str, command: Command[T], context: Context) -> T:
+    async def _run(self, rpc: str, command: Command[T], context: Context,
+                   timeout_s: float | None = None, *, keep_late: bool = False) -> T:
+        """``command`` through the owner. ``timeout_s``: the caller answers by then; a
+        command not done by then raises ``RequestTimedOutError`` here (the caller answers
+        it per item): still queued, it is dropped (Kafka drops an event whose deadline
+        passed), unless ``keep_late``; already running, it finishes unseen."""
         # The principal is read only for the calls the rule is about (auth_context is
         # parsed per call): AlterPartition and the like pass through _run too.
         if rpc in MEMBER_ONLY_ADMIN_RPCS and admin_request_refusal(
@@ -173,13 +205,33 @@ class ControllerService(pb_grpc.ControllerServicer):
                                 "members only; send it to a broker")
         with self.metrics.time_rpc(rpc):
             try:
-                return await self.owner.submit(command)
+                if timeout_s is None:
+                    return await self.owner.submit(command)
+                # Cancelling the wait cancels the command's future: the owner skips it if
+                # it has not started. Shielded, it runs all the same, unawaited.
+                work: Awaitable[T] = self.owner.submit(command)
+                if keep_late:
+                    running = asyncio.ensure_future(work)
+                    running.add_done_callback(_retrieved)
+                    work = asyncio.shield(running)
+                try:
+                    async with asyncio.timeout(timeout_s):
+                        return await work
+                except TimeoutError:
+                    raise RequestTimedOutError(
+                        f"{rpc} not done within {timeout_s * 1000:.0f} ms (the active "
+                        "controller busy, or its quorum slow to commit); it may still "
+                        "complete") from None
             except NotActiveError as e:
                 # A standby of the quorum: the broker tries the controller it names next.
                 context.set_trailing_metadata(((LEADER_HINT_KEY, str(e.leader_id)),))
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
             except OwnerStoppedError as e:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except RequestTimedOutError as e:
+                if timeout_s is not None:
+                    raise  # answered per item by the caller
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{e.error_name}: {e}")
             except TidewaterError as e:
                 # Request-level typed errors have no per-message error field
                 # everywhere; INVALID_ARGUMENT carries the message.
@@ -342,14 +394,27 @@ class ControllerService(pb_grpc.ControllerServicer):
     async def _change_topics(self, kind: str, command: Callable[[Tx, int, TopicsRequest],
                                                                 TopicsResponse],
                              request: TopicsRequest, context: Context,
-                             describe: Callable[[pb.TopicResult], str]) -> TopicsResponse:
+                             describe: Callable[[pb.TopicResult], str],
+                             answer_type: type[TopicsResponse]) -> TopicsResponse:
         """A CreateTopics-like command: answered once durable and, unless validate_only,
-        once the brokers have it (``_wait_propagated``); each change logged."""
-        response, offset = await self._run(kind, lambda tx, now: (
-            command(tx, now, request), self.machine.metadata.last_offset), context)
+        once the brokers have it (``_wait_propagated``); each change logged. Not done by
+        its deadline: REQUEST_TIMED_OUT for every topic."""
+        loop = asyncio.get_running_loop()
+        budget_s = deadline_budget_s(request.timeout_ms, context.time_remaining())
+        deadline = loop.time() + budget_s
+        try:
+            response, offset = await self._run(kind, lambda tx, now: (
+                command(tx, now, request), self.machine.metadata.last_offset), context,
+                timeout_s=budget_s, keep_late=request.timeout_ms <= 0)
+        except RequestTimedOutError as e:
+            log.warning("%s timed out: %s", kind, e)
+            return answer_type(topics=[
+                pb.TopicResult(name=t.name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
+                for t in request.topics])
         changed = [t for t in response.topics if t.error_code == pb.NONE]
         if changed and not request.validate_only:
-            await self._wait_propagated(offset, request.timeout_ms)
+            left_ms = int((deadline - loop.time()) * 1000)
+            await self._wait_propagated(offset, min(request.timeout_ms, left_ms))
             for t in changed:
                 log.info("%s", describe(t))
         return response
@@ -359,21 +424,32 @@ class ControllerService(pb_grpc.ControllerServicer):
         return await self._change_topics(
             "CreateTopics", self.machine.create_topics, request, context,
             lambda t: f"created topic {t.name}: {t.num_partitions} partitions, replication "
-                      f"factor {t.replication_factor}")
+                      f"factor {t.replication_factor}", pb.CreateTopicsResponse)
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest,
                                context: Context) -> pb.CreatePartitionsResponse:
         return await self._change_topics(
             "CreatePartitions", self.machine.create_partitions, request, context,
-            lambda t: f"topic {t.name} now has {t.num_partitions} partitions")
+            lambda t: f"topic {t.name} now has {t.num_partitions} partitions",
+            pb.CreatePartitionsResponse)
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest,
                            context: Context) -> pb.DeleteTopicsResponse:
-        response, offset = await self._run("DeleteTopics", lambda tx, now: (
-            self.machine.delete_topics(tx, now, request), self.machine.metadata.last_offset),
-            context)
+        loop = asyncio.get_running_loop()
+        budget_s = deadline_budget_s(request.timeout_ms, context.time_remaining())
+        deadline = loop.time() + budget_s
+        try:
+            response, offset = await self._run("DeleteTopics", lambda tx, now: (
+                self.machine.delete_topics(tx, now, request), self.machine.metadata.last_offset),
+                context, timeout_s=budget_s, keep_late=request.timeout_ms <= 0)
+        except RequestTimedOutError as e:
+            log.warning("DeleteTopics timed out: %s", e)
+            return pb.DeleteTopicsResponse(topics=[
+                pb.TopicResult(name=name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
+                for name in request.names])
         if any(t.error_code == pb.NONE for t in response.topics):
-            await self._wait_propagated(offset, request.timeout_ms)
+            left_ms = int((deadline - loop.time()) * 1000)
+            await self._wait_propagated(offset, min(request.timeout_ms, left_ms))
         for t in response.topics:
             if t.error_code == pb.NONE:
                 log.info("deleted topic %s", t.name)

@@ -49,7 +49,8 @@ Theory of operation:
   when ``ID@HOST:PORT`` told us its address), else to the next in the list. Unary
   calls through ``stub`` are retried once per controller at most (an UNAVAILABLE
   call was not taken), without gRPC's wait-for-ready (a dead controller must fail
-  fast, not hold the call until its deadline); the heartbeat stream and
+  fast, not hold the call until its deadline), all within the call's one timeout (not
+  a timeout per controller); the heartbeat stream and
   ``register`` move on and retry with their own backoff. A new active controller
   resyncs every broker at once (LeaderAndIsr / UpdateMetadata of a newer controller
   epoch, with its node id): ``follow_active`` then moves the current controller to it
@@ -107,11 +108,19 @@ class _FailoverStub:
 
         async def call(request: Any, **kwargs: Any) -> Any:
             kwargs["wait_for_ready"] = False
+            # The caller's timeout bounds the whole call, not each controller's attempt:
+            # a forward is answered by its deadline however many controllers it tries.
+            loop = asyncio.get_running_loop()
+            timeout = kwargs.get("timeout")
+            deadline = None if timeout is None else loop.time() + timeout
             for attempt in range(link.controller_count):
+                if deadline is not None:
+                    kwargs["timeout"] = max(deadline - loop.time(), 0.001)
                 try:
                     return await getattr(link.current_stub, name)(request, **kwargs)
                 except grpc.aio.AioRpcError as e:
-                    if attempt + 1 == link.controller_count or not link.maybe_move(e):
+                    if (attempt + 1 == link.controller_count or not link.maybe_move(e)
+                            or (deadline is not None and loop.time() >= deadline)):
                         raise
             raise AssertionError("unreachable")  # the loop returns or raises
         return call

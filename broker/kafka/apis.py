@@ -336,13 +336,26 @@ async def on_metadata(s: Services, head: RequestHead, body: RequestBody
         "brokers": [{"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                     for b in answer.brokers],
         "cluster_id": answer.cluster_id or None,
-        # Admin requests go to the "controller" Metadata names; every broker forwards
-        # them to the real one (whose id is no broker's), as KRaft brokers do.
-        "controller_id": s.replica_manager.broker_id,
+        "controller_id": named_controller(s.replica_manager.broker_id,
+                                          [b.broker_id for b in answer.brokers]),
         "topics": topics,
         "cluster_authorized_operations": (
             authorized_operations(s.allowed, CLUSTER, CLUSTER_NAME) if cluster_ops
             else AUTHORIZED_OPERATIONS_OMITTED)})
+
+
+def named_controller(own_id: int, listed: list[int]) -> int:
+    """The "controller" a Metadata or DescribeCluster answer names. Admin requests go to
+    it, and every broker forwards them to the real one (whose id is no broker's), as
+    KRaft brokers do: this broker, when the answer lists it. A broker whose cache does not
+    list itself yet (fenced in its last UpdateMetadata, or none came yet: a broker just
+    registered) names a listed one, as Kafka's KRaft broker names a live broker of its
+    cache, or none (-1): a client cannot connect to an id the answer does not list, and
+    librdkafka then waits for that "controller" until its request times out, never
+    sending the request (nor asking for metadata again, which -1 makes it do)."""
+    if own_id in listed:
+        return own_id
+    return min(listed) if listed else -1
 
 
 def _maybe_auto_create(s: Services, answer: pb.MetadataResponse, hidden: set[str],
@@ -824,7 +837,9 @@ async def on_describe_cluster(s: Services, head: RequestHead, body: RequestBody
     answer = s.metadata_cache.metadata_response([], s.listener_name)
     return _done({
         "throttle_time": 0, "error_code": pb.NONE, "error_message": None, "endpoint_type": 1,
-        "cluster_id": answer.cluster_id, "controller_id": s.replica_manager.broker_id,
+        "cluster_id": answer.cluster_id,
+        "controller_id": named_controller(s.replica_manager.broker_id,
+                                          [b.broker_id for b in answer.brokers]),
         "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack or None}
                     for b in answer.brokers],
         "cluster_authorized_operations": (

@@ -8,7 +8,16 @@ DescribeAcls, DeleteAcls) go to the controller unchanged and its answer comes ba
 unchanged. A call waits (``wait_for_ready``) for the controller connection up
 to its timeout plus ``FORWARD_MARGIN_S``, so a controller restart is ridden
 out; when it still cannot be reached every item answers NOT_CONTROLLER
-(retriable) with the transport error as message. Each forwarded call names the
+(retriable) with the transport error as message.
+CreateTopics, DeleteTopics and CreatePartitions are answered by their own
+``timeout_ms`` (``FORWARD_MARGIN_S`` when it is 0), as Kafka's forwarding
+broker answers by its deadline: one deadline for the whole forward, however many
+controllers are tried. While the quorum has no active controller (every one
+answers UNAVAILABLE: an election) the call is sent again every
+``NO_CONTROLLER_BACKOFF_S`` within that deadline, so it succeeds once a leader
+is active; at the deadline each item answers NOT_CONTROLLER (no controller took
+it) or, from the controller, REQUEST_TIMED_OUT (taken, not finished in time: it
+may still complete). Each forwarded call names the
 client it is made for (``proto.forwarded_principal``: set by the Kafka listener
 and the guarded gRPC forwarder), so the controller authorizes it as that client.
 The
@@ -19,6 +28,7 @@ heartbeat on the stream).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeAlias, TypeVar
 
@@ -30,6 +40,9 @@ from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.forwarded_principal import forwarded_metadata
 
 FORWARD_MARGIN_S = 5.0
+# Between two forwards of a topic change while no controller is active (an election
+# takes about one election timeout).
+NO_CONTROLLER_BACKOFF_S = 0.1
 
 # A handler's call context (any request and response types). None where the Kafka
 # listener calls a forwarding handler directly (``broker/kafka``): it has no gRPC call.
@@ -43,47 +56,51 @@ class ControllerForwarder(pb_grpc.ControllerServicer):
         self._stub = controller_stub
         self._margin_s = margin_s
 
-    def _timeout_s(self, timeout_ms: int) -> float:
-        return max(timeout_ms, 0) / 1000 + self._margin_s
+    def _deadline_s(self, timeout_ms: int) -> float:
+        """How long a topic change may take here: its own timeout (Kafka answers by it),
+        the margin when the client set none."""
+        return timeout_ms / 1000 if timeout_ms > 0 else self._margin_s
+
+    async def _forward_by_deadline(self, rpc: str, request: Message, timeout_ms: int,
+                                   unreachable: Callable[[str], _Response]) -> _Response:
+        """``rpc`` to the active controller, answered within ``_deadline_s(timeout_ms)``:
+        sent again while no controller is active (each says UNAVAILABLE: not taken), and
+        ``unreachable(message)`` when the deadline passes with no controller's answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._deadline_s(timeout_ms)
+        while True:
+            try:
+                response: _Response = await getattr(self._stub, rpc)(
+                    request, timeout=max(deadline - loop.time(), 0.001), wait_for_ready=True,
+                    metadata=forwarded_metadata())
+                return response
+            except grpc.aio.AioRpcError as e:
+                left_s = deadline - loop.time()
+                if e.code() != grpc.StatusCode.UNAVAILABLE or left_s <= NO_CONTROLLER_BACKOFF_S:
+                    return unreachable(f"controller unreachable: {e.code().name}")
+            await asyncio.sleep(NO_CONTROLLER_BACKOFF_S)
 
     async def CreateTopics(self, request: pb.CreateTopicsRequest, context: Context | None
                           ) -> pb.CreateTopicsResponse:
-        try:
-            created: pb.CreateTopicsResponse = await self._stub.CreateTopics(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
-                metadata=forwarded_metadata())
-            return created
-        except grpc.aio.AioRpcError as e:
-            message = f"controller unreachable: {e.code().name}"
-            return pb.CreateTopicsResponse(topics=[
-                pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
-                for t in request.topics])
+        return await self._forward_by_deadline(
+            "CreateTopics", request, request.timeout_ms, lambda m: pb.CreateTopicsResponse(
+                topics=[pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER,
+                                       error_message=m) for t in request.topics]))
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest, context: Context | None
                           ) -> pb.DeleteTopicsResponse:
-        try:
-            deleted: pb.DeleteTopicsResponse = await self._stub.DeleteTopics(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
-                metadata=forwarded_metadata())
-            return deleted
-        except grpc.aio.AioRpcError as e:
-            message = f"controller unreachable: {e.code().name}"
-            return pb.DeleteTopicsResponse(topics=[
-                pb.TopicResult(name=name, error_code=pb.NOT_CONTROLLER, error_message=message)
-                for name in request.names])
+        return await self._forward_by_deadline(
+            "DeleteTopics", request, request.timeout_ms, lambda m: pb.DeleteTopicsResponse(
+                topics=[pb.TopicResult(name=name, error_code=pb.NOT_CONTROLLER,
+                                       error_message=m) for name in request.names]))
 
     async def CreatePartitions(self, request: pb.CreatePartitionsRequest, context: Context | None
                               ) -> pb.CreatePartitionsResponse:
-        try:
-            created: pb.CreatePartitionsResponse = await self._stub.CreatePartitions(
-                request, timeout=self._timeout_s(request.timeout_ms), wait_for_ready=True,
-                metadata=forwarded_metadata())
-            return created
-        except grpc.aio.AioRpcError as e:
-            message = f"controller unreachable: {e.code().name}"
-            return pb.CreatePartitionsResponse(topics=[
-                pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=message)
-                for t in request.topics])
+        return await self._forward_by_deadline(
+            "CreatePartitions", request, request.timeout_ms, lambda m: (
+                pb.CreatePartitionsResponse(topics=[
+                    pb.TopicResult(name=t.name, error_code=pb.NOT_CONTROLLER, error_message=m)
+                    for t in request.topics])))
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest, context: Context | None
                              ) -> pb.DescribeClusterResponse:

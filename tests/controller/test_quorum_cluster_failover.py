@@ -81,6 +81,30 @@ def leaders(bootstrap: str) -> dict[int, tuple[int, int]] | None:
     return None if any(leader < 0 for leader, _ in placed.values()) else placed
 
 
+# What a client retries CreateTopics on: no controller took it in time, or the quorum
+# had no active controller (librdkafka's own _TIMED_OUT: no answer in request_timeout).
+RETRIED = {"REQUEST_TIMED_OUT", "NOT_CONTROLLER", "_TIMED_OUT"}
+
+
+def create_topic(admin) -> None:
+    """The test's topic, retried as a client does; TOPIC_ALREADY_EXISTS on a retry means
+    an earlier attempt that timed out made it after all."""
+    for attempt in range(5):
+        [future] = admin.create_topics([admin_module.NewTopic(
+            TOPIC, num_partitions=3, replication_factor=3,
+            config={"min.insync.replicas": "2"})], operation_timeout=15,
+            request_timeout=20).values()
+        try:
+            future.result(30)
+            return
+        except confluent_kafka.KafkaException as e:
+            name = e.args[0].name()
+            if attempt and name == "TOPIC_ALREADY_EXISTS":
+                return
+            if name not in RETRIED or attempt == 4:
+                raise
+
+
 def test_controller_and_broker_sigkill_lose_no_acknowledged_record(tmp_path):
     # The brokers' session timeout: a broker whose heartbeat stream had not reached the
     # new controller yet when it was killed (a loaded machine) is fenced by its session.
@@ -101,11 +125,7 @@ def test_controller_and_broker_sigkill_lose_no_acknowledged_record(tmp_path):
 
         first, described = wait_for(active, "an active controller with 3 live brokers")
         kafka_bootstrap = ",".join(f"127.0.0.1:{b.kafka_port}" for b in brokers)
-        admin = admin_module.AdminClient({"bootstrap.servers": kafka_bootstrap})
-        [future] = admin.create_topics([admin_module.NewTopic(
-            TOPIC, num_partitions=3, replication_factor=3,
-            config={"min.insync.replicas": "2"})]).values()
-        future.result(30)
+        create_topic(admin_module.AdminClient({"bootstrap.servers": kafka_bootstrap}))
         wait_for(lambda: (placed := leaders(kafka_bootstrap)) is not None
                  and all(isr == 3 for _, isr in placed.values()), "3 in-sync replicas")
 

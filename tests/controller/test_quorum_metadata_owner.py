@@ -40,8 +40,14 @@ def start_quorum(tmp_path: Path, count: int = 3, session_timeout_ms: int = 30000
             f"broker.session.timeout.ms={session_timeout_ms}",
             "auto.leader.rebalance.enable=false",
             "controller.quorum.election.timeout.ms=500"]))
-    for proc in procs:
-        proc.start()
+    try:
+        for proc in procs:
+            proc.start()
+    except BaseException:
+        # One that did not start (a loaded host): the started ones are stopped, not leaked.
+        for proc in procs:
+            proc.stop()
+        raise
     return procs, voters
 
 

@@ -126,6 +126,76 @@ async def test_forwarder_passes_through_and_reports_unreachable(controller):
     await channel.close()
 
 
+class QuorumMember(pb_grpc.ControllerServicer):
+    """One of a quorum's controllers, sharing ``state`` with the others: every CreateTopics
+    is refused NOT_CONTROLLER (UNAVAILABLE, as a standby answers) until ``state["refusals"]``
+    ran out (an election ended), then taken; with ``state["hang"]`` taken and never
+    answered (a controller whose commands wait behind a slow commit)."""
+
+    def __init__(self, state: dict):
+        self.state = state
+
+    async def CreateTopics(self, request, context):
+        self.state["calls"] += 1
+        if self.state["hang"]:
+            await asyncio.Event().wait()
+        if self.state["refusals"] > 0:
+            self.state["refusals"] -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "NOT_CONTROLLER: no leader yet")
+        return pb.CreateTopicsResponse(topics=[pb.TopicResult(name=t.name)
+                                               for t in request.topics])
+
+
+@pytest.fixture
+async def quorum_link():
+    """A broker's ControllerChannel to two quorum members, and their shared state."""
+    state = {"calls": 0, "refusals": 0, "hang": False}
+    servers, bootstrap = [], []
+    for node_id in (1, 2):
+        server = grpc.aio.server()
+        pb_grpc.add_ControllerServicer_to_server(QuorumMember(state), server)
+        bootstrap.append((node_id, "127.0.0.1", server.add_insecure_port("127.0.0.1:0")))
+        await server.start()
+        servers.append(server)
+    channel = ControllerChannel(broker_id=1, controller_address=bootstrap[0][1:],
+                                listeners=[pb.Listener(name="INTERNAL", host="127.0.0.1",
+                                                       port=1)],
+                                heartbeat_interval_ms=20, session_timeout_ms=200,
+                                controller_bootstrap=bootstrap)
+    yield channel, state
+    await channel.close()
+    for server in servers:
+        await server.stop(0)
+
+
+async def test_a_forwarded_create_waits_out_an_election_within_its_timeout(quorum_link):
+    """No controller active yet (each refuses): the broker asks again within the
+    request's timeout, so the client's CreateTopics succeeds once a leader is active
+    instead of failing NOT_CONTROLLER after one round of the controllers."""
+    channel, state = quorum_link
+    state["refusals"] = 5  # two rounds of both controllers, and one more
+    forwarder = ControllerForwarder(channel.stub)
+    request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="t")], timeout_ms=30_000)
+    resp = await forwarder.CreateTopics(request, None)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("t", pb.NONE)]
+    assert state["calls"] == 6
+
+
+async def test_a_forwarded_create_is_answered_by_its_timeout_however_many_controllers(
+        quorum_link):
+    """Controllers that take the call and do not answer: one deadline (the request's
+    timeout) for the whole forward, not a timeout plus margin per controller tried. The
+    hang guard is far below one old per-controller wait (timeout + 60 s margin)."""
+    channel, state = quorum_link
+    state["hang"] = True
+    forwarder = ControllerForwarder(channel.stub, margin_s=60)
+    request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(name="t")], timeout_ms=300)
+    async with asyncio.timeout(30):
+        resp = await forwarder.CreateTopics(request, None)
+    assert [(t.name, t.error_code) for t in resp.topics] == [("t", pb.NOT_CONTROLLER)]
+    assert "DEADLINE_EXCEEDED" in resp.topics[0].error_message
+
+
 async def test_a_broker_answers_heartbeats_not_controller():
     # A broker's address given as the controller's: its forwarder takes the stream and
     # answers every heartbeat NOT_CONTROLLER (the broker-to-controller RPCs are not its own).

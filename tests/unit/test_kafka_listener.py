@@ -350,6 +350,85 @@ async def test_metadata_every_version_names_the_kafka_listener_and_the_topic(tmp
         c.close()
 
 
+def _listed(listening, *broker_ids, fenced=()):
+    """An UpdateMetadata listing ``broker_ids`` (all on this listener's port)."""
+    listeners = [pb.Listener(name="KAFKA", host="127.0.0.1", port=listening.port)]
+    return pb.UpdateMetadataRequest(controller_id=3000, controller_epoch=1, brokers=[
+        pb.BrokerRegistration(broker_id=b, broker_epoch=7, listeners=listeners,
+                              fenced=b in fenced) for b in broker_ids])
+
+
+@pytest.mark.parametrize("fenced, named", [((), 1), ((1,), 2)], ids=["listed", "self-fenced"])
+async def test_metadata_names_a_controller_it_lists(tmp_path, fenced, named):
+    """Admin requests go to the controller a Metadata answer names; this broker (it
+    forwards them) only when its answer lists it. A broker whose cache has itself fenced
+    (just registered: the UpdateMetadata unfencing it is still on its way) names a
+    listed one, as a KRaft broker names a live broker of its cache."""
+    async with Listening(tmp_path) as listening:
+        await listening.rm.update_metadata(_listed(listening, 1, 2, fenced=fenced))
+        c = await listening.connect()
+        try:
+            body = await c.call(apis.METADATA, 12, {
+                "topics": [], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False})
+            assert body.controller_id == named
+            assert named in [b.node_id for b in body.brokers]
+            cluster = await c.call(apis.DESCRIBE_CLUSTER, 0, {
+                "include_cluster_authorized_operations": False})
+            assert cluster.controller_id == named
+        finally:
+            c.close()
+
+
+async def test_metadata_listing_no_broker_names_no_controller(tmp_path):
+    # -1 (Kafka's NO_CONTROLLER_ID): librdkafka asks for metadata again, while an id it
+    # cannot find among the brokers leaves it waiting for that broker.
+    async with Listening(tmp_path) as listening:
+        await listening.rm.update_metadata(_listed(listening, 1, fenced=(1,)))
+        c = await listening.connect()
+        try:
+            body = await c.call(apis.METADATA, 12, {
+                "topics": [], "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False})
+            assert (body.controller_id, body.brokers) == (-1, ())
+        finally:
+            c.close()
+
+
+class _CreatingController:
+    """The forwarder's place: takes every CreateTopics."""
+
+    def __init__(self):
+        self.created: list[str] = []
+
+    async def CreateTopics(self, request, context):
+        self.created += [t.name for t in request.topics]
+        return pb.CreateTopicsResponse(topics=[pb.TopicResult(name=t.name)
+                                               for t in request.topics])
+
+
+async def test_librdkafka_creates_a_topic_through_a_broker_not_yet_unfenced_in_its_cache(
+        tmp_path):
+    """The landing-CI hang: a broker registered a moment ago has itself fenced in its
+    cache. It named itself controller while not listing itself, so librdkafka never
+    found that controller: create_topics sent nothing and timed out."""
+    admin = pytest.importorskip("confluent_kafka.admin")
+    import dataclasses
+
+    async with Listening(tmp_path) as listening:
+        controller = _CreatingController()
+        listening.listener.services = dataclasses.replace(listening.listener.services,
+                                                          controller=controller)
+        await listening.rm.update_metadata(_listed(listening, 1, 2, fenced=(1,)))
+        client = admin.AdminClient({"bootstrap.servers": f"127.0.0.1:{listening.port}",
+                                    "log_level": 0})
+        [future] = client.create_topics([admin.NewTopic("created", 1, 1)],
+                                        request_timeout=20).values()
+        # Waited for in a thread: the listener serves on this loop meanwhile.
+        await asyncio.get_running_loop().run_in_executor(None, future.result, 30)
+        assert controller.created == ["created"]
+
+
 @pytest.mark.parametrize("seed", sorted(
     (Path(__file__).parents[1] / "fuzz/corpus/kafka_request").glob("seed-*")),
     ids=lambda p: p.name)
