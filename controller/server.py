@@ -75,7 +75,7 @@ from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.errors import InvalidConfigError, InvariantViolation
+from tidewater.proto.errors import InvalidConfigError, InvariantViolation, RequestTimedOutError
 from tidewater.proto.scram import MECHANISMS, credential_to_pb, make_credential
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials
@@ -358,6 +358,11 @@ class ControllerServer:
                 continue  # a standby: it decides nothing until it leads
             except OwnerStoppedError:
                 return
+            except RequestTimedOutError as e:
+                # Its records did not commit in time (a slow quorum): they may still; the
+                # next check decides again on what did.
+                log.warning("session check not committed in time: %s", e)
+                continue
             for broker_id in fenced:
                 self.metrics.brokers_fenced.labels("session_timeout").inc()
                 log.warning("broker %d fenced: no heartbeat for %d ms", broker_id,
@@ -375,6 +380,9 @@ class ControllerServer:
                 continue
             except OwnerStoppedError:
                 return
+            except RequestTimedOutError as e:
+                log.warning("preferred leader election not committed in time: %s", e)
+                continue
             if moved:
                 log.info("preferred leader election moved %d partitions", moved)
 

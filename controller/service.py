@@ -337,6 +337,12 @@ class ControllerService(pb_grpc.ControllerServicer):
                 tx, now, broker_id, broker_epoch, stream_id))
         except OwnerStoppedError:
             return
+        except RequestTimedOutError as e:
+            # Not committed in time (a slow quorum); if it never does, the broker's
+            # session runs out and the session check fences it.
+            log.warning("fencing broker %d after its stream closed not committed in time: %s",
+                        broker_id, e)
+            return
         if fenced:
             self.metrics.brokers_fenced.labels("heartbeat_stream_closed").inc()
             log.warning("broker %d fenced: heartbeat stream closed (broker epoch %d)",
