@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import format_table, machine_description, median  # noqa: E402
-from bench.tidewater_side import TidewaterCluster  # noqa: E402
+from bench.bench_common import format_table, machine_description, median
+from bench.tidewater_side import TidewaterCluster
 
 KIB = 1024
 TOPIC = "idem-bench"

@@ -50,9 +50,10 @@ answered, so order holds across retries. At most 5 batches of a partition are
 out at once (the broker remembers the last five per producer); so that five batches
 carry as much as a non-idempotent request does, a partition whose next request is
 full already lets its last queued batch grow past ``batch_size_bytes``, as
-librdkafka's batches do, up to ``BATCH_GROW_BYTES_MAX`` and the largest batch its
-leader said it takes (``batch_bytes_max`` in each produce answer; before the first
-answer nothing grows). Without
+librdkafka's batches do: up to its share of what its requests in flight may carry
+(``request_bytes_max`` x ``max_in_flight_per_partition`` / 5), ``BATCH_GROW_BYTES_MAX``
+and the largest batch its leader said it takes (``batch_bytes_max`` in each produce
+answer; before the first answer nothing grows). Without
 idempotence, one request in flight (the default) keeps order; more may let a
 retry reorder records, and a retry whose first answer was lost is written twice
 (``retries=0`` gives at-most-once sends).
@@ -218,7 +219,12 @@ def batch_grow_bytes(producer: ProducerState, tp: TopicPartition) -> int:
     if leader_max <= 0 or (producer._accumulator.queued_batches(tp)
                            + idempotence.window_batches(tp) < BATCHES_IN_FLIGHT_MAX):
         return 0
-    return min(leader_max, producer.request_bytes_max, BATCH_GROW_BYTES_MAX)
+    # The partition's requests in flight carry at most its window of batches: spread
+    # over those, the bytes its requests may carry (five batches of a fifth of a request
+    # each fill one request; with five requests in flight each batch fills one).
+    spread = (producer.request_bytes_max * producer.max_in_flight_per_partition
+              // BATCHES_IN_FLIGHT_MAX)
+    return min(leader_max, producer.request_bytes_max, BATCH_GROW_BYTES_MAX, spread)
 
 
 def drain_for_request(producer: ProducerState, tp: TopicPartition) -> list[ProducerBatch]:
