@@ -325,9 +325,12 @@ class RecordAccumulator(Generic[_F]):
         self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
     def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Headers,
-            timestamp_ms: int, now_ms: int) -> _F:
+            timestamp_ms: int, now_ms: int, grow_bytes_max: int = 0) -> _F:
         """Queue a record; return the future of its RecordMetadata. A record that cannot be
-        encoded (not bytes, timestamp outside int64) raises and is not queued."""
+        encoded (not bytes, timestamp outside int64) raises and is not queued.
+        ``grow_bytes_max`` (above ``batch_size_bytes``): the partition's last queued batch
+        may grow up to it (estimated bytes) instead of a new batch starting; the producer
+        asks for it when a new batch could not go in the partition's next request anyway."""
         if headers:
             record_bytes = estimate_record_bytes(key, value, headers)
         else:  # the common case, inline: this runs once per record
@@ -338,7 +341,8 @@ class RecordAccumulator(Generic[_F]):
             queue = self._queues[tp] = deque()
         batch = queue[-1] if queue else None
         if (batch is None or batch.encoded is not None
-                or batch.size_bytes + record_bytes > self.batch_size_bytes):
+                or (batch.size_bytes + record_bytes > self.batch_size_bytes
+                    and batch.size_bytes + record_bytes > grow_bytes_max)):
             # A record larger than a batch still gets one (of its own).
             batch = ProducerBatch(tp, now_ms, self.batch_attributes)
             builder = batch.builder
@@ -436,6 +440,10 @@ class RecordAccumulator(Generic[_F]):
         while i < len(queue) and queue[i].order < batch.order:
             i += 1
         queue.insert(i, batch)
+
+    def queued_batches(self, tp: TopicPartition) -> int:
+        queue = self._queues.get(tp)
+        return 0 if queue is None else len(queue)
 
     def first_is_retry(self, tp: TopicPartition) -> bool:
         """``tp``'s first queued batch was sent before (it waits for the requests in flight)."""

@@ -67,6 +67,7 @@ from tidewater.client.metadata import (
 )
 from tidewater.client.partitioner import StickyPartitioner, choose_partition
 from tidewater.client.producer import (
+    batch_grow_bytes,
     closed_bytes,
     delivery_timeout_error,
     drain_for_request,
@@ -167,6 +168,7 @@ class AsyncProducer:
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._started = False
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
+        self._batch_bytes_max: dict[TopicPartition, int] = {}  # batch_grow_bytes
         self._records_in_flight = 0  # buffered_records less these are the records queued
         self._space_waiters = 0  # send() calls waiting for buffer space
         self._sender: asyncio.Task[None] | None = None
@@ -227,7 +229,7 @@ class AsyncProducer:
         record_headers: Headers = tuple(headers) if headers else ()
         fut = accumulator.add(tp, key, value, record_headers,
                               timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000,
-                              now_ms)
+                              now_ms, batch_grow_bytes(self, tp) if self._idempotence else 0)
         self._unfinished += 1
         self._idle.clear()
         in_flight = self._in_flight.get(tp, 0)

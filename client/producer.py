@@ -47,7 +47,13 @@ original offsets instead of writing it twice; with up to 5 requests in flight
 that does not follow the last one it wrote, the refused batches go back in
 creation order and a retry goes alone once the partition's requests are
 answered, so order holds across retries. At most 5 batches of a partition are
-out at once (the broker remembers the last five per producer). Without
+out at once (the broker remembers the last five per producer); so that five batches
+carry as much as a non-idempotent request does, a partition whose next request is
+full already lets its last queued batch grow past ``batch_size_bytes``, as
+librdkafka's batches do: up to its share of what its requests in flight may carry
+(``request_bytes_max`` x ``max_in_flight_per_partition`` / 5), ``BATCH_GROW_BYTES_MAX``
+and the largest batch its leader said it takes (``batch_bytes_max`` in each produce
+answer; before the first answer nothing grows). Without
 idempotence, one request in flight (the default) keeps order; more may let a
 retry reorder records, and a retry whose first answer was lost is written twice
 (``retries=0`` gives at-most-once sends).
@@ -150,6 +156,11 @@ def request_producer_id(metadata: MetadataClient, timeout_s: float) -> tuple[int
     return response.producer_id, response.producer_epoch
 
 
+# The most an idempotent producer's batch grows to while its partition is backlogged
+# (librdkafka's batch.size default is about this).
+BATCH_GROW_BYTES_MAX = 1024 * 1024
+
+
 class ProducerState(Protocol):
     """What the sending functions below use of a producer (``Producer``, ``AsyncProducer``)."""
 
@@ -162,6 +173,7 @@ class ProducerState(Protocol):
     _closed: bool
     _idempotence: IdempotentState | None
     _in_flight: dict[TopicPartition, int]
+    _batch_bytes_max: dict[TopicPartition, int]  # the leader's largest batch, per answer
 
     @property
     def _accumulator(self) -> RecordAccumulator[object]: ...
@@ -193,6 +205,26 @@ def partition_held_back(producer: ProducerState, tp: TopicPartition) -> bool:
     return in_flight > 0 and idempotence is not None and (
         producer._accumulator.first_is_retry(tp)
         or idempotence.window_batches(tp) >= BATCHES_IN_FLIGHT_MAX)
+
+
+def batch_grow_bytes(producer: ProducerState, tp: TopicPartition) -> int:
+    """How far ``tp``'s last queued batch may grow (0: ``batch_size_bytes``, no growth;
+    caller holds the lock): an idempotent producer's partition whose queued batches
+    already fill its window of BATCHES_IN_FLIGHT_MAX (a new batch could not go in its next
+    request), once its leader told the largest batch it takes."""
+    idempotence = producer._idempotence
+    if idempotence is None:
+        return 0
+    leader_max = producer._batch_bytes_max.get(tp, 0)
+    if leader_max <= 0 or (producer._accumulator.queued_batches(tp)
+                           + idempotence.window_batches(tp) < BATCHES_IN_FLIGHT_MAX):
+        return 0
+    # The partition's requests in flight carry at most its window of batches: spread
+    # over those, the bytes its requests may carry (five batches of a fifth of a request
+    # each fill one request; with five requests in flight each batch fills one).
+    spread = (producer.request_bytes_max * producer.max_in_flight_per_partition
+              // BATCHES_IN_FLIGHT_MAX)
+    return min(leader_max, producer.request_bytes_max, BATCH_GROW_BYTES_MAX, spread)
 
 
 def drain_for_request(producer: ProducerState, tp: TopicPartition) -> list[ProducerBatch]:
@@ -270,6 +302,8 @@ def settle_produce_answer(producer: ProducerState, groups: list[tuple[TopicParti
             error = transport_error
         else:
             answer = answers.get((tp.topic, tp.partition))
+            if answer is not None and answer.batch_bytes_max > 0:
+                producer._batch_bytes_max[tp] = answer.batch_bytes_max
             if answer is None and producer.acks == 0:
                 # acks=0: the broker owes no answer; the records count as sent.
                 for batch in batches:
@@ -403,6 +437,7 @@ class Producer:
         self._lock = threading.Condition(self._mutex)
         self._sender_wake = threading.Condition(self._mutex)
         self._in_flight: dict[TopicPartition, int] = {}  # requests out per partition
+        self._batch_bytes_max: dict[TopicPartition, int] = {}  # batch_grow_bytes
         # Records in requests on the way; the accumulator's buffered_records less these are
         # the records queued (an answer wakes the sender only when some are).
         self._records_in_flight = 0
@@ -451,7 +486,8 @@ class Producer:
                 self._wait_for_buffer_space()
             created = accumulator.batches_created
             now_ms = time.monotonic_ns() // 1_000_000
-            fut = accumulator.add(tp, key, value, record_headers, timestamp_ms, now_ms)
+            fut = accumulator.add(tp, key, value, record_headers, timestamp_ms, now_ms,
+                                  batch_grow_bytes(self, tp) if self._idempotence else 0)
             self._unfinished += 1
             if (accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed
                     and (self._idempotence is None or self._idempotence.has_producer_id)):

@@ -332,7 +332,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[ProducePartitionResponse, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class ProducePartitionResponse(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "batch_bytes_max")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,7 @@ class ProducePartitionResponse(_message.Message):
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BATCH_BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: ErrorCode
@@ -347,7 +348,8 @@ class ProducePartitionResponse(_message.Message):
     base_offset: int
     log_append_time_ms: int
     log_start_offset: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    batch_bytes_max: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., batch_bytes_max: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "isolation_level")

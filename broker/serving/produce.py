@@ -199,6 +199,8 @@ class ProducePath:
                 if topic in COORDINATOR_TOPICS and not internal_topics_allowed:
                     raise InvalidTopicError(f"{topic} is internal: clients cannot produce to it")
                 partition = self._lookup(topic, partition_index)
+                config = partition.log.config
+                result.batch_bytes_max = min(config.max_message_bytes, config.segment_bytes)
                 if verifying:
                     refused = refusals.get((topic, partition_index))
                     if refused is not None:

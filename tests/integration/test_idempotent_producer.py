@@ -9,9 +9,10 @@ import threading
 
 import pytest
 
-from tests.integration.conftest import consume_all, wait_for
+from tests.integration.conftest import consume_all, fetch, wait_for
 from tidewater.client.producer import Producer
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import iter_batches
 from tidewater.proto.records import encode_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -140,3 +141,33 @@ def test_python_producer_with_five_in_flight_writes_once_in_order_across_a_leade
     values = [int(v) for _, v in consume_all(leader, "idem5")]
     assert len(values) == len(set(values)), "a record was written twice"
     assert values == list(range(RECORDS)), "records out of send order or missing"
+
+
+def test_backlogged_idempotent_batches_grow_to_what_the_leader_takes(cluster):
+    """Issue 30: an idempotent producer's partition with its five batches out lets its
+    queued batch grow past batch_size_bytes up to the largest batch the leader said it
+    takes (the topic's max.message.bytes here), so nothing is refused as too large."""
+    c = cluster(1)
+    c.create_topic("grow", replication_factor=1, configs={"max.message.bytes": "40000"})
+    broker = c.wait_leader_ready("grow")
+    told = produce_batch(broker, "grow", -1, -1, [b"plain"])
+    assert (told.error_code, told.batch_bytes_max) == (pb.NONE, 40000)
+    with Producer(broker.address, linger_ms=5, batch_size_bytes=16384) as producer:
+        assert producer.enable_idempotence
+        producer.send("grow", b"first", partition=0).result(30)  # the leader's bound is known
+        futures = [producer.send("grow", b"%06d" % i + b"x" * 1000, partition=0)
+                   for i in range(3000)]
+        producer.flush(120)
+        assert all(f.exception() is None for f in futures), [
+            f.exception() for f in futures if f.exception() is not None][:3]
+    values = [v for _, v in consume_all(broker, "grow")]
+    assert values[2:] == [b"%06d" % i + b"x" * 1000 for i in range(3000)]
+    sizes, offset = [], 0
+    while offset < len(values):
+        records = fetch(broker, "grow", offset).records
+        for _, header in iter_batches(records):
+            if header.base_offset >= offset:
+                sizes.append(header.size)
+                offset = header.base_offset + header.last_offset_delta + 1
+    assert max(sizes) <= 40000, sizes
+    assert max(sizes) > 16384 + 1024, sizes  # some batch grew past batch_size_bytes

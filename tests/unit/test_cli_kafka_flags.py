@@ -136,3 +136,27 @@ def test_up_hints():
     again = up_hints(Path("/d"), "127.0.0.1:1", None, restarted=True)
     assert again.splitlines() == ["# restarted the cluster in /d: its topics and records are kept",
                                   "export TIDE_BOOTSTRAP_SERVER=127.0.0.1:1"]
+
+
+@pytest.mark.parametrize("argv,expected", [
+    ([], None),
+    (["--producer-property", "enable.idempotence=false"], False),
+    (["--producer-property", "enable.idempotence=TRUE"], True),
+    (["--acks", "1", "--producer-property", "enable.idempotence=false"], False),
+])
+def test_enable_idempotence_as_a_producer_property(argv, expected):
+    from tidewater.tools.commands.produce import producer_settings
+
+    args = build_parser().parse_args(["produce", "t", *argv])
+    assert producer_settings(args)["enable_idempotence"] is expected
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--producer-property", "enable.idempotence=maybe"], "true or false"),
+    (["--acks", "1", "--producer-property", "enable.idempotence=true"], "needs acks=all"),
+])
+def test_bad_enable_idempotence_is_refused(argv, message):
+    from tidewater.tools.commands.produce import producer_settings
+
+    args = build_parser().parse_args(["produce", "t", *argv])
+    assert message in usage_error(producer_settings, args)

@@ -174,3 +174,25 @@ def test_header_names_may_be_bytes_as_the_batch_builder_takes_them():
     (record,) = decode_batch(take(acc, TP0).close(COMPRESSION_NONE))[1]
     assert record.value == b"v"
     assert [name for name, _ in record.headers] == ["hé", "h"]
+
+
+def test_a_backlogged_batch_grows_up_to_the_given_bound_and_never_past_it():
+    """``grow_bytes_max`` (an idempotent producer's backlogged partition): the last batch
+    takes records past batch_size_bytes up to the bound (estimated, an upper bound of
+    its encoded size), then a new batch starts; without it batches stay at batch size."""
+    acc = RecordAccumulator(batch_size_bytes=1000)
+    value = b"x" * 100
+    record_bytes = estimate_record_bytes(None, value)
+    grow = 5000
+    for _ in range(100):
+        acc.add(TP0, None, value, (), 1000, 0, grow)
+    batches = acc.drain_many(TP0, bytes_max=10**9)
+    per_batch = (grow - BATCH_OVERHEAD_BYTES) // record_bytes
+    assert [b.record_count for b in batches] == [per_batch] * (100 // per_batch) + (
+        [100 % per_batch] if 100 % per_batch else [])
+    for b in batches:
+        assert b.size_bytes <= grow and len(b.close(COMPRESSION_NONE)) <= b.size_bytes
+        assert values(b) == [value] * b.record_count
+    for _ in range(20):
+        add(acc, TP0, value)  # no bound: batch size
+    assert all(b.size_bytes <= 1000 for b in acc.drain_many(TP0, bytes_max=10**9))

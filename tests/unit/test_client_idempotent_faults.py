@@ -46,6 +46,10 @@ class IdempotentFakeBroker(FakeBroker):
         if _cue(s.refuse_from, first):
             answer.error_code = pb.NOT_LEADER_OR_FOLLOWER
             return answer
+        answer.batch_bytes_max = s.batch_bytes_max
+        if s.batch_bytes_max and max(h.size for _, h in headers) > s.batch_bytes_max:
+            answer.error_code = pb.MESSAGE_TOO_LARGE
+            return answer
         state = s.producer_states.setdefault(p, ProducerStateManager())
         try:
             duplicate = state.check_leader_append([ProducerBatch(
@@ -87,6 +91,7 @@ def faulty_cluster():
         state.lose_from = [120, 300]
         state.produce_delay_s = 0.01  # several requests in flight at once
         state.lost_answer_late_s = 0.0
+        state.batch_bytes_max = 0  # told in each answer: 0, no growth
         yield state, bootstrap
 
 
@@ -102,31 +107,53 @@ def check(state, offsets: list[int]) -> None:
     assert state.duplicates_answered >= 2  # the lost answers' retries were deduplicated
 
 
+def grown_batches(state, batch_bytes_max: int) -> None:
+    """With a leader's ``batch_bytes_max`` told, a backlogged partition's batches grew past
+    batch_size_bytes (256), and none past what the leader takes."""
+    sizes = [len(data) for _, data in state.logs[0]]
+    if batch_bytes_max:
+        assert 256 < max(sizes) <= batch_bytes_max, sizes
+    else:
+        assert max(sizes) <= 256, sizes
+
+
+# 2048: the leader tells the largest batch it takes, and backlogged batches grow to it.
+@pytest.mark.parametrize("batch_bytes_max", [0, 2048])
 def test_threaded_producer_keeps_order_and_writes_once_through_lost_requests_and_answers(
-        faulty_cluster):
+        faulty_cluster, batch_bytes_max):
     state, bootstrap = faulty_cluster
+    state.batch_bytes_max = batch_bytes_max
     with Producer(bootstrap, max_in_flight_per_partition=5, linger_ms=0, batch_size_bytes=256,
                   retry_backoff_ms=5) as producer:
         assert producer.enable_idempotence
-        futures = [producer.send("t", b"%d" % i, partition=0) for i in range(RECORDS)]
+        futures = [producer.send("t", b"0", partition=0)]
+        producer.flush(30)  # a first answer: the leader's batch_bytes_max is known
+        futures += [producer.send("t", b"%d" % i, partition=0) for i in range(1, RECORDS)]
         producer.flush(30)
         offsets = [f.result(5).offset for f in futures]
     check(state, offsets)
+    grown_batches(state, batch_bytes_max)
 
 
+@pytest.mark.parametrize("batch_bytes_max", [0, 2048])
 def test_asyncio_producer_keeps_order_and_writes_once_through_lost_requests_and_answers(
-        faulty_cluster):
+        faulty_cluster, batch_bytes_max):
     state, bootstrap = faulty_cluster
+    state.batch_bytes_max = batch_bytes_max
 
     async def run() -> list[int]:
         async with AsyncProducer(bootstrap, max_in_flight_per_partition=5, linger_ms=0,
                                  batch_size_bytes=256, retry_backoff_ms=5) as producer:
             assert producer.enable_idempotence
-            futures = [await producer.send("t", b"%d" % i, partition=0) for i in range(RECORDS)]
+            futures = [await producer.send("t", b"0", partition=0)]
+            await producer.flush(30)  # a first answer: the leader's batch_bytes_max is known
+            futures += [await producer.send("t", b"%d" % i, partition=0)
+                        for i in range(1, RECORDS)]
             await producer.flush(30)
             return [(await f).offset for f in futures]
 
     check(state, asyncio.run(run()))
+    grown_batches(state, batch_bytes_max)
 
 
 @pytest.mark.parametrize("producer_kind", ["threaded", "asyncio"])

@@ -24,7 +24,8 @@ PRODUCE_PROPERTIES = ("parse.key", "key.separator")
 CONSUME_PROPERTIES = ("print.key", "key.separator")
 # --producer-property NAME -> the tide option it sets (the same values are accepted).
 PRODUCER_PROPERTY_OPTIONS = {"acks": "acks", "compression.type": "compression",
-                             "linger.ms": "linger_ms", "batch.size": "batch_size"}
+                             "linger.ms": "linger_ms", "batch.size": "batch_size",
+                             "enable.idempotence": "enable_idempotence"}
 
 
 def usage_error(message: str) -> CliError:

@@ -3,7 +3,7 @@
 With ``--key-separator SEP`` a line is ``KEY<SEP>VALUE``. Kafka's console
 producer flags work too (kafka_flags.py): ``--topic TOPIC``, ``--property
 parse.key=true`` with ``--property key.separator=SEP`` (a tab by default) and
-``--producer-property acks|compression.type|linger.ms|batch.size=VALUE``. With ``--ack-log FILE``
+``--producer-property acks|compression.type|linger.ms|batch.size|enable.idempotence=VALUE``. With ``--ack-log FILE``
 every acknowledged record is appended to FILE as one JSON line
 ``{"topic", "partition", "offset", "key", "value", "acks"}`` (flushed as it is
 acknowledged, so a crash loses no acknowledgement that was written). Exits
@@ -67,7 +67,8 @@ def register(subparsers: Subparsers) -> None:
                         help="Kafka's console-producer properties: parse.key=true splits lines at "
                              "key.separator (default: a tab)")
     parser.add_argument("--producer-property", action="append", default=[], metavar="NAME=VALUE",
-                        help="Kafka's producer configs acks, compression.type, linger.ms, batch.size")
+                        help="Kafka's producer configs acks, compression.type, linger.ms, batch.size, "
+                             "enable.idempotence")
     parser.add_argument("--ack-log", default=None, metavar="FILE",
                         help="append one JSON line per acknowledged record")
     parser.add_argument("--batch-size", type=int, default=None, metavar="BYTES",
@@ -180,13 +181,15 @@ class ProducerSettings(TypedDict):
     compression: str  # a name of COMPRESSION_BY_NAME
     linger_ms: int
     batch_size: int
+    enable_idempotence: bool | None  # None: the Producer's default (on with acks=all)
 
 
 def producer_settings(args: argparse.Namespace) -> ProducerSettings:
     """acks, compression, linger_ms, batch_size from tide's options and Kafka's
     --producer-property, checked, defaults filled in."""
     given = producer_options({"acks": args.acks, "compression": args.compression,
-                              "linger_ms": _text(args.linger_ms), "batch_size": _text(args.batch_size)},
+                              "linger_ms": _text(args.linger_ms), "batch_size": _text(args.batch_size),
+                              "enable_idempotence": None},
                              args.producer_property)
     acks = given["acks"] or DEFAULT_ACKS
     if acks not in ("0", "1", "all"):
@@ -196,11 +199,17 @@ def producer_settings(args: argparse.Namespace) -> ProducerSettings:
         raise usage_error(f"compression {compression!r}: expected one of {', '.join(COMPRESSION_BY_NAME)}")
     linger_ms = given["linger_ms"]
     batch_size = given["batch_size"]
+    idempotence = given["enable_idempotence"]
+    if idempotence not in (None, "true", "false"):
+        raise usage_error(f"enable.idempotence must be true or false, not {idempotence!r}")
+    if idempotence == "true" and acks != "all":
+        raise usage_error("enable.idempotence=true needs acks=all")
     return {
         "acks": acks, "compression": compression,
         "linger_ms": DEFAULT_LINGER_MS if linger_ms is None else _non_negative_int("linger.ms", linger_ms),
         "batch_size": (DEFAULT_BATCH_SIZE_BYTES if batch_size is None
                        else _non_negative_int("batch.size", batch_size)),
+        "enable_idempotence": None if idempotence is None else idempotence == "true",
     }
 
 
@@ -220,6 +229,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise usage_error("--records-per-transaction needs --transactional-id and N >= 1")
     if transactional_id is not None and settings["acks"] != "all":
         raise usage_error("--transactional-id needs acks=all")
+    if transactional_id is not None and settings["enable_idempotence"] is False:
+        raise usage_error("--transactional-id needs enable.idempotence (a transactional "
+                          "producer is idempotent)")
     results = _Results(ack_log, acks_label, transactional=transactional_id is not None)
     with cli_errors(f"cannot produce to {topic!r}"):
         producer = Producer(bootstrap_of(args), **security_of(args),
@@ -228,6 +240,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                             request_timeout_ms=min(args.timeout_ms, 30000),
                             delivery_timeout_ms=args.timeout_ms, max_block_ms=args.timeout_ms,
                             compression=COMPRESSION_BY_NAME[settings["compression"]],
+                            enable_idempotence=settings["enable_idempotence"],
                             transactional_id=transactional_id)
         try:
             if transactional_id is not None:

@@ -1,0 +1,122 @@
+"""Idempotence's cost (issue 30): the same acks=all 1 KiB workload, idempotent and not,
+side by side on one 3-broker cluster (RF 3, 3 partitions, min.insync.replicas 2),
+alternated ``--rounds`` times, for the threaded ``Producer`` at its defaults (16 KiB
+batches, linger 5 ms, one request in flight per partition) and at the cluster bench's
+settings (256 KiB batches, 5 in flight), and the ``AsyncProducer`` at its defaults.
+
+    .venv/bin/python bench/idempotence_bench.py [--records 100000] [--rounds 2]
+
+Prints one table: MB/s per run, the median per row and idempotent / not idempotent.
+The interpreter that runs it decides the code measured (the cluster's processes use it
+too), so a before/after comparison runs this file with each checkout's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_common import format_table, machine_description, median
+from bench.tidewater_side import TidewaterCluster
+
+KIB = 1024
+TOPIC = "idem-bench"
+SETTINGS = {
+    "Producer defaults": ("threaded", {}),
+    "Producer 256 KiB, 5 in flight": ("threaded", {"batch_size_bytes": 256 * KIB,
+                                                   "max_in_flight_per_partition": 5}),
+    "AsyncProducer defaults": ("asyncio", {}),
+}
+
+
+def threaded_mb_s(bootstrap: str, records: int, value: bytes, options: dict) -> float:
+    from tidewater.client.producer import Producer
+
+    failures: list[BaseException] = []
+
+    def check(fut) -> None:
+        if fut.exception() is not None:
+            failures.append(fut.exception())
+
+    with Producer(bootstrap, acks="all", buffer_memory_bytes=64 * KIB * KIB, **options) as p:
+        for partition in range(3):  # metadata, connections and (idempotent) the producer id
+            p.send(TOPIC, b"warm", partition=partition).result(30)
+        start = time.perf_counter()
+        for _ in range(records):
+            p.send(TOPIC, value).add_done_callback(check)
+        p.flush(300)
+        elapsed = time.perf_counter() - start
+    if failures:
+        raise RuntimeError(f"{len(failures)} sends failed, first: {failures[0]!r}")
+    return records * len(value) / elapsed / 1e6
+
+
+def asyncio_mb_s(bootstrap: str, records: int, value: bytes, options: dict) -> float:
+    from tidewater.client.aio_producer import AsyncProducer
+
+    async def run() -> float:
+        async with AsyncProducer(bootstrap, acks="all", buffer_memory_bytes=64 * KIB * KIB,
+                                 **options) as p:
+            for partition in range(3):
+                await (await p.send(TOPIC, b"warm", partition=partition))
+            start = time.perf_counter()
+            futures = [await p.send(TOPIC, value) for _ in range(records)]
+            await p.flush(300)
+            elapsed = time.perf_counter() - start
+            for f in futures:
+                f.result()  # raises a failed send's error
+        return records * len(value) / elapsed / 1e6
+
+    return asyncio.run(run())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    value = os.urandom(KIB)
+    runs: dict[tuple[str, bool], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="idem-bench-") as directory:
+        cluster = TidewaterCluster(directory, 3)
+        bootstrap = cluster.start()
+        try:
+            cluster.admin.create_topic(TOPIC, 3, 3, configs={"min.insync.replicas": "2"})
+            time.sleep(2)
+            for round_index in range(args.rounds):
+                # Alternate which goes first, so drift over the run falls on both.
+                order = (True, False) if round_index % 2 == 0 else (False, True)
+                for name, (kind, options) in SETTINGS.items():
+                    for idempotent in order:
+                        measure = threaded_mb_s if kind == "threaded" else asyncio_mb_s
+                        mb_s = measure(bootstrap, args.records, value,
+                                       dict(options, enable_idempotence=idempotent))
+                        runs.setdefault((name, idempotent), []).append(mb_s)
+                        print(f"round {round_index + 1} {name} idempotent={idempotent}: "
+                              f"{mb_s:.1f} MB/s (load {os.getloadavg()[0]:.1f})", flush=True)
+        finally:
+            cluster.stop()
+    rows = []
+    for name in SETTINGS:
+        idem, plain = runs[(name, True)], runs[(name, False)]
+        rows.append([name, " / ".join(f"{v:.1f}" for v in idem),
+                     " / ".join(f"{v:.1f}" for v in plain),
+                     f"{median(idem):.1f}", f"{median(plain):.1f}",
+                     f"{median(idem) / median(plain):.2f}"])
+    print(f"\nmachine: {machine_description()}")
+    print(f"{args.records} records of 1 KiB per run, acks=all, RF 3, 3 partitions, "
+          f"min.insync.replicas 2, {args.rounds} rounds alternated")
+    print(format_table(["settings", "idempotent MB/s", "not idempotent MB/s",
+                        "median idem", "median not", "idem/not"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
