@@ -22,12 +22,12 @@ Locally, without the runner, the module is skipped; under CI it fails instead.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from cluster_fixtures import start_cluster, stop_cluster
+from librdkafka_outcome import ANSI, problems, read_outcomes, slowest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -35,6 +35,8 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 SOURCE_DIR = Path(os.environ.get("LIBRDKAFKA_SUITE_DIR",
                                   PROJECT_DIR / "build" / "librdkafka")) / "src"
 RUNNER = SOURCE_DIR / "tests" / "test-runner"
+# Below the module's pytest timeout, so a runner that hangs is reported test by test.
+RUNNER_TIMEOUT_S = 840
 
 # Test numbers, each a whole librdkafka test (its sub-tests included).
 SUITE = (
@@ -82,40 +84,42 @@ def suite_cluster(tmp_path_factory):
 def test_librdkafka_suite_passes(runner, suite_cluster, tmp_path):
     conf = tmp_path / "test.conf"
     conf.write_text(f"bootstrap.servers={suite_cluster.kafka}\n")
+    # The runner's JSON report: written and closed before the runner may abort (see
+    # librdkafka_outcome), unlike its summary table on buffered stdout.
+    report = tmp_path / "report.json"
     env = dict(os.environ,
                RDKAFKA_TEST_CONF=str(conf), TESTS=",".join(SUITE), TEST_KAFKA_VERSION="3.5.0",
+               TEST_REPORT=str(report),
                LD_LIBRARY_PATH=f"{SOURCE_DIR / 'src'}:{SOURCE_DIR / 'src-cpp'}")
     # -L: tests that need a broker; -Q: quick mode; -E: no socket-emulation tests;
     # -p2: two tests at a time (two cores).
-    result = subprocess.run([str(runner), "-L", "-Q", "-E", "-p2"], cwd=runner.parent,
-                            env=env, capture_output=True, text=True, timeout=840)
-    output = result.stdout + result.stderr
-    states = summary_states(output)
-    failed = {name: state for name, state in states.items()
-              if name[:4] in SUITE and state == "FAILED"}
-    passed = {name[:4] for name, state in states.items() if state == "PASSED"}
-    not_passed = [n for n in SUITE if n not in passed]
-    assert not failed and not not_passed, (
-        f"failed: {failed}, none passed of: {not_passed}\n" + _failures(output))
-    assert result.returncode == 0, output[-4000:]
+    try:
+        result = subprocess.run([str(runner), "-L", "-Q", "-E", "-p2"], cwd=runner.parent,
+                                env=env, capture_output=True, text=True, timeout=RUNNER_TIMEOUT_S)
+        output, stopped = result.stdout + result.stderr, f"exit status {result.returncode}"
+    except subprocess.TimeoutExpired as expired:
+        output = _text(expired.stdout) + _text(expired.stderr)
+        stopped = f"killed after {RUNNER_TIMEOUT_S} s"
+        result = None
+    outcomes = read_outcomes(output, report)
+    not_passed = problems(outcomes, SUITE)
+    assert not not_passed, (
+        f"{len(not_passed)} of {len(SUITE)} librdkafka tests did not pass (runner: {stopped}):\n"
+        + "\n".join(not_passed) + f"\nslowest: {slowest(outcomes)}")
+    # Every test passed; the runner itself may still fail, e.g. <MAIN> in test_wait_exit()
+    # when a client's threads outlived its test.
+    assert result is not None and result.returncode == 0, (
+        f"every test passed but the runner ended with {stopped}:\n" + _main_failures(output))
 
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-SUMMARY_ROW = re.compile(r"^\|\s*(\d{4}_\S*)\s*\|\s*(\w+)\s*\|")
+def _text(captured: str | bytes | None) -> str:
+    if isinstance(captured, bytes):
+        return captured.decode(errors="replace")
+    return captured or ""
 
 
-def summary_states(output: str) -> dict[str, str]:
-    """Test name -> PASSED/FAILED/SKIPPED from the runner's closing summary table
-    (``| 0001_multiobj | PASSED | 1.094s |``; a number may name two tests, such as
-    0022_consume_batch and its local variant 0022_consume_batch_local, skipped by -L)."""
-    states: dict[str, str] = {}
-    for line in output.splitlines():
-        if (row := SUMMARY_ROW.match(ANSI.sub("", line))) is not None:
-            name, state = row.groups()
-            states[name] = state
-    return states
-
-
-def _failures(output: str) -> str:
-    lines = [line for line in output.splitlines() if "FAIL" in line or "###" in line]
-    return "\n".join(lines[-60:])
+def _main_failures(output: str) -> str:
+    lines = ANSI.sub("", output).splitlines()
+    picked = [f"{line}\n{lines[i + 1] if i + 1 < len(lines) else ''}"
+              for i, line in enumerate(lines) if '### Test "<MAIN>"' in line]
+    return "\n".join(picked) or "\n".join(lines[-20:])
