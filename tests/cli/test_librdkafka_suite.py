@@ -9,13 +9,28 @@ scenario "default" expects (topic auto-creation, `num.partitions=4`,
 `default.replication.factor=3`), points the runner at it with a `test.conf`, and
 requires every test of ``SUITE`` to pass.
 
-``SUITE`` is the subset that fits CI (about three minutes with two tests at a time). Left out:
-tests that need Kafka's own scripts or its Java test producer (`KAFKA_PATH`: 0052,
-0077, 0098, 0109, 0115), racks set as trivup does (0101), trivup's SSL/SASL set-up
-(0097), and the long ones (0033, 0091). 0081_admin's DescribeConsumerGroups closes
+``SUITE`` is the subset that fits CI (two tests at a time; 0081_admin, the longest, sets
+the pace). Left out: tests that need Kafka's own scripts or its Java test producer
+(`KAFKA_PATH`: 0052, 0077, 0098, 0109, 0115), racks set as trivup does (0101), trivup's
+SSL/SASL set-up (0097), the long ones (0033, 0091), and 0086_purge_remote: it means to
+hold its first ProduceRequest for 5 s (sockem delay) and purge it in flight, but sets that
+delay in an on_request_sent interceptor, after librdkafka's send(), when sockem's forwarder
+has already queued the request with the connection's 500 ms delay (strace: read 70 us
+after the send, forwarded 500 ms later). So the test thread must purge within about half a
+second of being woken, or the broker's answer arrives first and the delivery reports say
+Success instead of "Purged in flight": a race any broker, Kafka included, loses on a loaded
+CI machine (a test thread held 0.7 s before its purge fails the same way every time).
+0081_admin's DescribeConsumerGroups closes
 static members (which do not leave, KIP-345) and deletes their groups one session timeout
 later; DeleteGroups now expires the ended sessions itself instead of waiting for the
 coordinator's next tick (which lags on a loaded machine), as Kafka's per-member timers.
+The cluster sets `group.initial.rebalance.delay.ms=0`, as Kafka's own config/server.properties
+does "for development and testing": with Kafka's default of 3 s each new group's first
+join waits 3 s, and the suite forms dozens of groups (0081_admin alone took 243 s instead
+of 95 s). And `broker.session.timeout.ms=9000`, Kafka's default: with Tidewater's 3 s a
+broker starved of CPU on a loaded CI machine misses its heartbeats, is fenced and loses its
+leaderships mid-test (19 fencings in one run: clients then see UNKNOWN_TOPIC_OR_PARTITION
+and requests time out), which no librdkafka test expects.
 Locally, without the runner, the module is skipped; under CI it fails instead.
 """
 
@@ -40,10 +55,9 @@ RUNNER_TIMEOUT_S = 840
 
 # Test numbers, each a whole librdkafka test (its sub-tests included).
 SUITE = (
-    # producing: acks, batches, order, sizes, compression, headers, timestamps, purge
+    # producing: acks, batches, order, sizes, compression, headers, timestamps
     "0001", "0002", "0003", "0005", "0007", "0008", "0011", "0012", "0013", "0017",
-    "0021", "0035", "0040", "0057", "0064", "0070", "0073", "0085", "0086", "0090",
-    "0110",
+    "0021", "0035", "0040", "0057", "0064", "0070", "0073", "0085", "0090", "0110",
     # consuming: offsets, seeks, fetch sizes, many topics, lag, empty topics
     "0014", "0015", "0029", "0031", "0034", "0036", "0041", "0042", "0044", "0054",
     "0059", "0061", "0067", "0099", "0112",
@@ -75,7 +89,8 @@ def runner() -> Path:
 @pytest.fixture(scope="module")
 def suite_cluster(tmp_path_factory):
     c = start_cluster(tmp_path_factory.mktemp("librdkafka"), 3, "num.partitions=4",
-                      "default.replication.factor=3")
+                      "default.replication.factor=3", "group.initial.rebalance.delay.ms=0",
+                      "broker.session.timeout.ms=9000")
     c.kafka = c.manifest()["kafka_bootstrap"]  # type: ignore[attr-defined]
     yield c
     stop_cluster(c)
