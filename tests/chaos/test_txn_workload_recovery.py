@@ -46,6 +46,8 @@ class FakeProducer:
 
     def flush(self, timeout: float) -> int:
         self.calls.append("flush")
+        if self.abort_error is not None and self.abort_error.fatal():
+            raise confluent_kafka.KafkaException(self.abort_error)  # as librdkafka's
         return 0
 
 

@@ -123,7 +123,6 @@ def main() -> int:
                     error, replace = abort_error.args[0], True
             if replace:
                 print(f"new producer after: {error}", flush=True)
-                producer.flush(0)
                 producer = new_producer(bootstrap, transactional_id)
             rewind(consumer)
 

@@ -75,6 +75,15 @@ def _bounded(call: Callable[[], None], timeout_s: float, what: str) -> None:
         raise outcome[0]
 
 
+def _retire(producer: confluent_kafka.Producer) -> None:
+    """Let go of a producer in a fatal state: its flush raises that fatal error again
+    (seen: a run's app thread died of the INVALID_TXN_STATE its abort had just had)."""
+    try:
+        producer.flush(0)
+    except confluent_kafka.KafkaException:
+        pass
+
+
 def kafka_config(security: SecurityOptions) -> dict[str, str]:
     """The chaos clients' TLS (and, on a SASL_SSL cluster, SASL) options in librdkafka's
     names; {} for plaintext."""
@@ -292,7 +301,7 @@ class TxnWorkload:
         if e.args[0].fatal():
             # Fenced or epoch lost: this producer can do nothing more. A new one with
             # the same transactional.id aborts what this one left open.
-            producer.flush(0)
+            _retire(producer)
             return self._new_producer()
         try:
             self._abort(producer)
@@ -302,7 +311,7 @@ class TxnWorkload:
             # INVALID_TXN_STATE (fatal in librdkafka) because none of this transaction's
             # partitions got in while the coordinator finished the previous commit.
             self._count(abort_error)
-            producer.flush(0)
+            _retire(producer)
             return self._new_producer()
 
     def _commit(self, producer: confluent_kafka.Producer) -> None:
