@@ -133,6 +133,9 @@ class Shard(Generic[StateT]):
     state: StateT
     loaded: bool = False
     write_lock: asyncio.Lock | None = None
+    # The state was abandoned (leadership lost, or its load failed): every write it had
+    # in flight is already answered, so an append finishing later reports nothing.
+    abandoned: bool = False
 
 
 class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
@@ -238,7 +241,7 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
                     self._load_retry_at[index] = mono_ms() + LOAD_RETRY_MS
                     failed = self.shards.pop(index, None)
                     if failed is not None:
-                        self._carry_out(failed, failed.state.abandon())
+                        self._abandon(failed)
         self.maybe_tick()
 
     def maybe_tick(self) -> None:
@@ -256,6 +259,12 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
             del self.shards[shard.partition]
         self.log.info("%s of %s-%d: no longer coordinator (epoch %d)", self.entries_noun,
                       self.topic, shard.partition, shard.leader_epoch)
+        self._abandon(shard)
+
+    def _abandon(self, shard: Shard[StateT]) -> None:
+        """Answer what the state waits for (NOT_COORDINATOR) and forget its writes: an
+        append still in flight must not report to it again (``_append``)."""
+        shard.abandoned = True
         self._carry_out(shard, shard.state.abandon())
 
     async def _load(self, index: int, epoch: int) -> None:
@@ -396,7 +405,9 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
             self.log.exception("%s-%d: %s failed", self.topic, shard.partition,
                                self.write_noun)
         finally:
-            if code is not None:
+            # An abandoned state answered this write already (NOT_COORDINATOR); reporting
+            # it again is the state's InvariantViolation.
+            if code is not None and not shard.abandoned:
                 self._carry_out(shard, shard.state.on_write_done(write.write_id, code, wall_ms()))
 
     async def _append_acks_all(self, shard: Shard[StateT], write: WriteT) -> pb.ErrorCode:

@@ -2,8 +2,14 @@
 subprocess by test_kafka_txn_e2e.py: reads ``IN`` in group ``GROUP`` (read_committed),
 writes ``out-<value>`` to ``OUT`` and commits the input offsets in the same transaction.
 It runs until killed. A transaction that fails with an abortable error is aborted and
-the consumer is rewound to the group's committed offsets (Kafka's EOS pattern); a fatal
-error (fenced) exits with code 3.
+the consumer is rewound to the group's committed offsets (Kafka's EOS pattern); after a
+fatal error (fenced, or an abort the coordinator refuses: EndTxn INVALID_TXN_STATE) a new
+producer with the same transactional.id takes over (its init_transactions fences the old
+one and aborts what it left open), and the consumer is rewound likewise. So after a
+``send_offsets_to_transaction`` that outlives its timeout: librdkafka 2.10+ can block it
+forever once the group coordinator it cached drops out of the metadata (a killed broker
+is decommissioned; confluentinc/librdkafka#5511, #5456), so it runs in a helper thread
+and its producer is left to it.
 
 usage: eos_app.py BOOTSTRAP IN OUT GROUP TRANSACTIONAL_ID PAUSE_S
 
@@ -13,18 +19,64 @@ PAUSE_S: a pause after each transaction, so that the test's kills land mid-run.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import confluent_kafka
 
 BATCH_RECORDS_MAX = 10
+STUCK_AFTER_S = 45  # send_offsets_to_transaction's 30 s timeout, and some
+
+
+class StuckCallError(Exception):
+    pass
+
+
+def send_offsets(producer: confluent_kafka.Producer, offsets: list, group: object) -> None:
+    """``send_offsets_to_transaction`` in a daemon thread; StuckCallError when it outlives
+    its timeout by far (the thread is left blocked, with its producer)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            producer.send_offsets_to_transaction(offsets, group, 30)
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(STUCK_AFTER_S)
+    if not outcome:
+        raise StuckCallError(f"send_offsets_to_transaction blocked {STUCK_AFTER_S} s")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def new_producer(bootstrap: str, transactional_id: str) -> confluent_kafka.Producer:
+    while True:
+        producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+            "transaction.timeout.ms": 20000, "linger.ms": 5})
+        try:
+            producer.init_transactions(60)
+            return producer
+        except confluent_kafka.KafkaException as e:
+            print(f"init_transactions: {e.args[0]}", flush=True)
 
 
 def rewind(consumer: confluent_kafka.Consumer) -> None:
+    """To the group's committed offsets; a partition answered with an error (an
+    UNSTABLE_OFFSET_COMMIT the client gave up on) is asked again, never taken for "no
+    offset committed" (that replays it from the start: duplicates)."""
     assignment = consumer.assignment()
     if not assignment:
         return
-    for tp in consumer.committed(assignment, timeout=30):
+    while True:
+        committed = consumer.committed(assignment, timeout=30)
+        if all(tp.error is None for tp in committed):
+            break
+        time.sleep(0.5)
+    for tp in committed:
         # No committed offset yet (-1001): from the beginning, as auto.offset.reset.
         offset = tp.offset if tp.offset >= 0 else confluent_kafka.OFFSET_BEGINNING
         consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
@@ -37,10 +89,7 @@ def main() -> int:
         "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
-    producer = confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-        "transaction.timeout.ms": 20000, "linger.ms": 5})
-    producer.init_transactions(60)
+    producer = new_producer(bootstrap, transactional_id)
     consumer.subscribe([source])
     print("started", flush=True)
     while True:
@@ -55,18 +104,26 @@ def main() -> int:
             producer.begin_transaction()
             for r in records:
                 producer.produce(sink, key=r.key(), value=b"out-" + r.value())
-            producer.send_offsets_to_transaction(
-                [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
-                consumer.consumer_group_metadata(), 30)
+            send_offsets(producer, [confluent_kafka.TopicPartition(t, p, o)
+                                    for (t, p), o in next_offsets.items()],
+                         consumer.consumer_group_metadata())
             commit(producer)
             time.sleep(pause_s)
+        except StuckCallError as e:
+            print(f"new producer: {e}", flush=True)
+            producer = new_producer(bootstrap, transactional_id)
+            rewind(consumer)
         except confluent_kafka.KafkaException as e:
-            error = e.args[0]
-            if error.fatal():
-                print(f"fatal: {error}", flush=True)
-                return 3
-            print(f"aborting: {error}", flush=True)
-            abort(producer)
+            error, replace = e.args[0], e.args[0].fatal()
+            if not replace:
+                print(f"aborting: {error}", flush=True)
+                try:
+                    abort(producer)
+                except confluent_kafka.KafkaException as abort_error:
+                    error, replace = abort_error.args[0], True
+            if replace:
+                print(f"new producer after: {error}", flush=True)
+                producer = new_producer(bootstrap, transactional_id)
             rewind(consumer)
 
 

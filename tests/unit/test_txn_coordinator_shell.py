@@ -200,3 +200,42 @@ async def test_the_topic_is_created_as_the_broker_not_as_the_client_that_asked()
     FORWARDED.set(("User:alice", "10.0.0.7"))
     await coordinator._create_topic()
     assert seen == [None]
+
+
+class HeldAcksReplicaManager(FakeReplicaManager):
+    """Appends at once but holds each acks=all wait until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list = []
+
+    def produce_watch(self, request, response, waits, done):
+        self.held.append(lambda: done(response))
+        return lambda: None
+
+    def release(self) -> None:
+        for settle_one in self.held:
+            settle_one()
+        self.held.clear()
+
+
+async def test_a_write_in_flight_when_leadership_is_lost_is_answered_once_and_not_fatal():
+    """A shard dropped (another broker leads now) answers its waiting requests at once
+    (abandon); the append still in flight finishes later and must not report its write
+    to the abandoned state a second time: that was an InvariantViolation that stopped
+    the broker (seen killing a broker in the EOS e2e test)."""
+    rm, sender = HeldAcksReplicaManager(), RecordingSender()
+    coordinator = make(rm, sender)
+    await coordinator.scan()
+    pending = asyncio.ensure_future(coordinator.init_producer_id("tx", 10_000, -1, -1))
+    await settle(lambda: rm.held, "the InitProducerId write waiting for the ISR")
+    for partition in rm.partitions.values():
+        partition.is_leader = False  # moved away while the write waits
+    await coordinator.scan()
+    answer = await pending
+    assert answer.error_code == pb.NOT_COORDINATOR
+    rm.release()  # the old append's outcome arrives after the drop
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert coordinator.supervisor.failure is None
+    await coordinator.stop()

@@ -10,9 +10,15 @@ Three parts, each its own thread:
   a transaction, writes ``out-<input value>`` to the output topic, adds the batch's
   next offsets with ``send_offsets_to_transaction`` and commits. An abortable error
   aborts and rewinds the consumer to the group's committed offsets (Kafka's EOS
-  pattern); a fatal error (fenced, or the producer's epoch lost) makes a new producer
-  with the same transactional.id, whose ``init_transactions`` aborts whatever the old
-  one left open, and rewinds likewise;
+  pattern); a fatal error (fenced, the producer's epoch lost, or an abort the
+  coordinator refuses) makes a new producer with the same transactional.id, whose
+  ``init_transactions`` fences the old one and aborts whatever it left open, and
+  rewinds likewise. So does a call that outlives its timeout (``StuckCallError``):
+  librdkafka 2.10+ can block ``send_offsets_to_transaction`` forever, past its
+  timeout, once the group coordinator it cached drops out of the metadata (a killed
+  broker is decommissioned): confluentinc/librdkafka#5511 and #5456, both open. Such a
+  call runs in a helper thread (``_bounded``); when it hangs, its producer is left to
+  it (never closed: the thread still uses it);
 - after the faults (``finish``): the feeder stops and flushes, the app runs on until
   the group's committed offsets reach the input's end offsets, then stops.
 
@@ -27,6 +33,7 @@ import collections
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import confluent_kafka
 
@@ -38,6 +45,43 @@ TRANSACTION_TIMEOUT_MS = 20000
 CLIENT_CALL_TIMEOUT_S = 30.0
 INPUT_QUEUE_RECORDS_MAX = 10000
 READ_BACK_TIMEOUT_S = 120.0
+# Past its own timeout a bounded client call gets this long before it counts as stuck.
+STUCK_CALL_GRACE_S = 10.0
+REWIND_ATTEMPTS = 5  # OffsetFetch answers with partition errors (UNSTABLE_OFFSET_COMMIT)
+
+
+class StuckCallError(Exception):
+    """A client call still running well past its own timeout (librdkafka#5511)."""
+
+
+def _bounded(call: Callable[[], None], timeout_s: float, what: str) -> None:
+    """``call()`` in a daemon thread, waited for ``timeout_s`` + ``STUCK_CALL_GRACE_S``:
+    its exception re-raised, or StuckCallError (the thread is left blocked)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as e:  # handed to the caller's thread
+            outcome.append(e)
+    worker = threading.Thread(target=run, name=f"chaos-txn-{what}", daemon=True)
+    worker.start()
+    worker.join(timeout_s + STUCK_CALL_GRACE_S)
+    if not outcome:
+        raise StuckCallError(f"{what} still blocked {timeout_s + STUCK_CALL_GRACE_S:.0f} s "
+                             f"after its call (timeout {timeout_s:.0f} s)")
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _retire(producer: confluent_kafka.Producer) -> None:
+    """Let go of a producer in a fatal state: its flush raises that fatal error again
+    (seen: a run's app thread died of the INVALID_TXN_STATE its abort had just had)."""
+    try:
+        producer.flush(0)
+    except confluent_kafka.KafkaException:
+        pass
 
 
 def kafka_config(security: SecurityOptions) -> dict[str, str]:
@@ -165,17 +209,30 @@ class TxnWorkload:
                 self.producers_created += 1
             return producer
 
-    def _count(self, e: confluent_kafka.KafkaException) -> None:
-        error = e.args[0]
+    def _count(self, e: Exception) -> None:
+        error = e.args[0] if e.args else None
         name = error.name() if isinstance(error, confluent_kafka.KafkaError) else type(e).__name__
         with self._lock:
             self.errors[f"app: {name}"] += 1
 
     def _rewind(self, consumer: confluent_kafka.Consumer) -> None:
+        """Seek every assigned partition to the group's committed offset (the beginning
+        when it has none). A partition answered with an error (UNSTABLE_OFFSET_COMMIT
+        while a transaction's offsets wait for its marker) has no offset to go by:
+        asked again, never taken for "none committed" (that replays the partition from
+        its start and duplicates its outputs)."""
         assignment = consumer.assignment()
         if not assignment:
             return
-        for tp in consumer.committed(assignment, timeout=CLIENT_CALL_TIMEOUT_S):
+        for _ in range(REWIND_ATTEMPTS):
+            committed = consumer.committed(assignment, timeout=CLIENT_CALL_TIMEOUT_S)
+            failed = [tp for tp in committed if tp.error is not None]
+            if not failed:
+                break
+            time.sleep(0.5)
+        else:
+            raise confluent_kafka.KafkaException(failed[0].error)
+        for tp in committed:
             offset = tp.offset if tp.offset >= 0 else confluent_kafka.OFFSET_BEGINNING
             consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
 
@@ -211,19 +268,15 @@ class TxnWorkload:
             producer.begin_transaction()
             for r in records:
                 producer.produce(self.sink_topic, value=OUTPUT_PREFIX.encode() + (r.value() or b""))
-            producer.send_offsets_to_transaction(
-                [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
-                consumer.consumer_group_metadata(), CLIENT_CALL_TIMEOUT_S)
+            offsets = [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+            group = consumer.consumer_group_metadata()
+            send = producer.send_offsets_to_transaction
+            _bounded(lambda: send(offsets, group, CLIENT_CALL_TIMEOUT_S), CLIENT_CALL_TIMEOUT_S,
+                     "send_offsets_to_transaction")
             self._commit(producer)
-        except confluent_kafka.KafkaException as e:
+        except (confluent_kafka.KafkaException, StuckCallError) as e:
             self._count(e)
-            if e.args[0].fatal():
-                # Fenced or epoch lost: this producer can do nothing more. A new one with
-                # the same transactional.id aborts what this one left open.
-                producer.flush(0)
-                producer = self._new_producer()
-            else:
-                self._abort(producer)
+            producer = self._recover(producer, e)
             with self._lock:
                 self.transactions_aborted += 1
             self._rewind(consumer)
@@ -236,6 +289,30 @@ class TxnWorkload:
             for (_topic, partition), offset in next_offsets.items():
                 self._committed_next[partition] = offset
         return producer
+
+    def _recover(self, producer: confluent_kafka.Producer,
+                 e: confluent_kafka.KafkaException | StuckCallError) -> confluent_kafka.Producer:
+        """The producer to go on with after a failed transaction: the same one once its
+        transaction is aborted, else a new one."""
+        if isinstance(e, StuckCallError):
+            # Still in use by the blocked call: neither flushed nor closed. The new
+            # producer's init_transactions fences it and aborts its transaction.
+            return self._new_producer()
+        if e.args[0].fatal():
+            # Fenced or epoch lost: this producer can do nothing more. A new one with
+            # the same transactional.id aborts what this one left open.
+            _retire(producer)
+            return self._new_producer()
+        try:
+            self._abort(producer)
+            return producer
+        except confluent_kafka.KafkaException as abort_error:
+            # The abort itself failed for good: e.g. EndTxn(abort) answered
+            # INVALID_TXN_STATE (fatal in librdkafka) because none of this transaction's
+            # partitions got in while the coordinator finished the previous commit.
+            self._count(abort_error)
+            _retire(producer)
+            return self._new_producer()
 
     def _commit(self, producer: confluent_kafka.Producer) -> None:
         """A retriable failure (a timeout) leaves the outcome open: commit again, as
