@@ -20,6 +20,7 @@ whether the partition's leader is the coordinator or another broker.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -372,12 +373,21 @@ def _leader(c, topic: str, partition: int) -> int:
     return int(described["partitions"][partition]["leader"])
 
 
-def _kill_and_restart(c, broker: int) -> None:
+def _kill_and_restart(c, broker: int, app: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGKILL ``broker``, let ``app`` run on without it for 2 s, then start it again with
+    ``app`` stopped (SIGSTOP, by its pid) meanwhile: a slow restart on a loaded machine
+    must not leave the app the whole rest of its input, so the next fault lands mid-run."""
     assert run_tide("cluster", "kill", str(broker), "--signal", "KILL",
                     "--data-dir", str(c.data_dir)).returncode == 0
     time.sleep(2)  # the app runs on without the broker for a while
-    started = run_tide("cluster", "start", str(broker), "--data-dir", str(c.data_dir),
-                       timeout_s=120)
+    if app is not None:
+        app.send_signal(signal.SIGSTOP)
+    try:
+        started = run_tide("cluster", "start", str(broker), "--data-dir", str(c.data_dir),
+                           timeout_s=120)
+    finally:
+        if app is not None:
+            app.send_signal(signal.SIGCONT)
     assert started.returncode == 0, started.stderr
 
 
@@ -417,9 +427,9 @@ def test_exactly_once_app_survives_sigkills_of_itself_the_coordinator_and_a_lead
         start_app(2)
         outputs_reach(200, "the restarted app's outputs")
         coordinator, _ = coordinator_of(cluster.kafka, transactional_id)
-        _kill_and_restart(cluster, coordinator)
+        _kill_and_restart(cluster, coordinator, apps[-1])
         outputs_reach(450, "outputs after the coordinator's death")
-        _kill_and_restart(cluster, _leader(cluster, sink, 0))
+        _kill_and_restart(cluster, _leader(cluster, sink, 0), apps[-1])
         wait_for(lambda: len(set(read_all(cluster, sink, "read_committed"))) == inputs,
                  "every input's output", timeout_s=300)
     finally:

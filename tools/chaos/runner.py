@@ -76,6 +76,8 @@ from tidewater.tools.scrape import BackgroundScraper, Scraper, read_snapshots
 
 SETTLE_TIMEOUT_S = 180.0
 READ_BACK_TIMEOUT_S = 120.0
+# How long the faults wait for the transactional app's first commit.
+TXN_FIRST_COMMIT_WAIT_S = 60.0
 
 
 # A compacted chaos topic: small segments rolled every 2 s, and a dirty segment
@@ -455,15 +457,22 @@ class ChaosRun:
             monitor.start()
             workload.start()
             group_reader.start()
+            delay_s = 0.0
             if txn is not None:
                 txn.start()
+                # The plan's clock starts at the app's first commit: on a loaded machine
+                # finding its coordinator and joining its group took longer than the
+                # whole plan, and no fault fell on a transaction.
+                if not txn.wait_first_commit(TXN_FIRST_COMMIT_WAIT_S):
+                    self.say(f"transactional app: no transaction committed within "
+                             f"{TXN_FIRST_COMMIT_WAIT_S:.0f} s; the faults start anyway")
+                delay_s = time.monotonic() - started
             rng = random.Random(o.seed ^ 0x5EED)
             pick = lambda: rng.choice(self.cluster.broker_ids())  # noqa: E731
             try:
                 # Plan times are relative: a slow restart shifts the rest of the plan
                 # instead of squeezing later faults to nothing, so every fault keeps
                 # its hold and gap and a run may last longer than duration_s.
-                delay_s = 0.0
                 for fault in self.plan:
                     time.sleep(max(0.0, started + delay_s + fault.start_s - time.monotonic()))
                     node = self.apply(fault, admin, log, pick)

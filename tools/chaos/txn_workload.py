@@ -143,6 +143,19 @@ class TxnWorkload:
         self._feeder.start()
         self._app.start()
 
+    def wait_first_commit(self, timeout_s: float) -> bool:
+        """Wait until the app committed its first transaction (its coordinator found, its
+        producer id given, its group joined): the faults are for its transactions.
+        False: not within ``timeout_s``, or a thread of the workload died."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.first_commit_unix_ms or self.failure is not None:
+                break
+            if not (self._app.is_alive() and self._feeder.is_alive()):
+                break
+            time.sleep(0.1)
+        return bool(self.first_commit_unix_ms)
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             return {"inputs_sent": len(self.sent), "inputs_acked": len(self.acked),
