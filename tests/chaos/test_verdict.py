@@ -175,6 +175,27 @@ def test_the_transactional_verdict_counts_lost_duplicated_and_unknown_outputs():
     assert f"lost {IN}000000002" in v.examples and f"dup {IN}000000000 x3" in v.examples
 
 
+def test_an_input_written_twice_by_the_feeders_client_needs_two_outputs():
+    """librdkafka re-sends a batch whose messages timed out under a new epoch from
+    sequence 0 (confluentinc/librdkafka#4953): the input topic holds that input twice,
+    the app processes both copies, and that is exactly once per input record."""
+    acked = [f"{IN}000000000", f"{IN}000000001"]
+    inputs = [f"{IN}000000000", f"{IN}000000000", f"{IN}000000001"]
+    both = [f"out-{IN}000000000", f"out-{IN}000000000", f"out-{IN}000000001"]
+    v = judge_transactional(input_prefix=IN, output_prefix="out-", sent=set(acked),
+                            acked=set(acked), outputs=both, inputs=inputs)
+    assert (v.lost, v.duplicated, v.inputs_written_twice) == (0, 0, 1) and v.ok
+    assert "1 extra copies of inputs sent once" in v.line()
+    # A third output of the twice-written input is a duplicate.
+    v = judge_transactional(input_prefix=IN, output_prefix="out-", sent=set(acked),
+                            acked=set(acked), outputs=[*both, f"out-{IN}000000000"],
+                            inputs=inputs)
+    assert v.duplicated == 1 and not v.ok
+    assert f"dup {IN}000000000 x3 (x2 in the input)" in v.examples
+    # Without the input read back, every input counts once (the verdict as before).
+    assert txn_judge(both, acked).duplicated == 1
+
+
 def test_a_transactional_failure_fails_the_whole_verdict_and_shows_in_the_table():
     base = run({0: [(0, f"{P}0-1")], 1: []}, {f"{P}0-1": (0, 0)})
     assert base.ok

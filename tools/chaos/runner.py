@@ -508,6 +508,7 @@ class ChaosRun:
             monitor.stop()
             group_consumed, group_committed = self.finish_group(group_reader, admin, notes)
             txn_outputs: list[str] = []
+            txn_inputs: list[str] | None = None
             if txn is not None:
                 self.say(f"transactional app: finishing the input ({txn.counts()})")
                 why = txn.finish(READ_BACK_TIMEOUT_S)
@@ -516,6 +517,9 @@ class ChaosRun:
                 if txn.failure is not None:
                     notes.append(f"a transactional workload thread died: {txn.failure!r}")
                 txn_outputs, why = txn.read_output()
+                if why:
+                    notes.append(why)
+                txn_inputs, why = txn.read_input()
                 if why:
                     notes.append(why)
                 self.say(f"transactional app errors (ridden out): {dict(txn.errors)}")
@@ -542,7 +546,7 @@ class ChaosRun:
                 counts = txn.counts()
                 verdict.transactional = judge_transactional(
                     input_prefix=txn.input_prefix, output_prefix=OUTPUT_PREFIX, sent=txn.sent,
-                    acked=txn.acked, outputs=txn_outputs,
+                    acked=txn.acked, outputs=txn_outputs, inputs=txn_inputs,
                     transactions_committed=counts["committed"],
                     transactions_aborted=counts["aborted"])
             verdict.controllers = controller_failovers(

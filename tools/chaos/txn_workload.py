@@ -23,8 +23,9 @@ Three parts, each its own thread:
   the group's committed offsets reach the input's end offsets, then stops.
 
 The verdict (``verdict.judge_transactional``) reads the output topic with
-read_committed: an acknowledged input without its output is lost, an output found
-more than once is duplicated (goal: 0 and 0).
+read_committed and the input topic: an acknowledged input without its output is
+lost, an output found more often than its input is in the input topic is duplicated
+(goal: 0 and 0); inputs the feeder's client wrote twice are counted apart.
 """
 
 from __future__ import annotations
@@ -391,22 +392,32 @@ class TxnWorkload:
     def read_output(self) -> tuple[list[str], str]:
         """Every value of the output topic read with read_committed, from the start to
         each partition's end (the LSO: no transaction is open once the app stopped)."""
+        return self._read_all(self.sink_topic, "output")
+
+    def read_input(self) -> tuple[list[str], str]:
+        """Every value of the input topic: a value the feeder sent once may be there twice
+        (librdkafka re-sends a batch whose messages timed out under a new epoch from
+        sequence 0, though the broker may have it: confluentinc/librdkafka#4953), and
+        the app must process each copy once."""
+        return self._read_all(self.source_topic, "input")
+
+    def _read_all(self, topic: str, what: str) -> tuple[list[str], str]:
         consumer = confluent_kafka.Consumer({
             **self.base, "group.id": f"{self.run_id}-verdict-{uuid.uuid4().hex[:6]}",
             "isolation.level": "read_committed", "enable.partition.eof": True,
             "enable.auto.commit": False})
         values: list[str] = []
         try:
-            meta = consumer.list_topics(self.sink_topic, timeout=CLIENT_CALL_TIMEOUT_S)
-            partitions = sorted(meta.topics[self.sink_topic].partitions)
-            consumer.assign([confluent_kafka.TopicPartition(self.sink_topic, p,
+            meta = consumer.list_topics(topic, timeout=CLIENT_CALL_TIMEOUT_S)
+            partitions = sorted(meta.topics[topic].partitions)
+            consumer.assign([confluent_kafka.TopicPartition(topic, p,
                                                             confluent_kafka.OFFSET_BEGINNING)
                              for p in partitions])
             at_end: set[int] = set()
             deadline = time.monotonic() + READ_BACK_TIMEOUT_S
             while len(at_end) < len(partitions):
                 if time.monotonic() > deadline:
-                    return values, (f"transactional: output read-back incomplete after "
+                    return values, (f"transactional: {what} read-back incomplete after "
                                     f"{READ_BACK_TIMEOUT_S:.0f} s")
                 for r in consumer.consume(500, timeout=1.0):
                     error = r.error()
@@ -416,7 +427,7 @@ class TxnWorkload:
                         continue
                     values.append((r.value() or b"").decode("utf-8", "replace"))
         except confluent_kafka.KafkaException as e:
-            return values, f"transactional: output read-back failed: {e}"
+            return values, f"transactional: {what} read-back failed: {e}"
         finally:
             consumer.close()
         return values, ""

@@ -104,8 +104,11 @@ class TxnVerdict:
     inputs_acked: int = 0
     outputs: int = 0  # values in the read_committed output carrying this run's prefix
     lost: int = 0  # acknowledged inputs without an output
-    duplicated: int = 0  # outputs beyond the first of their input
+    duplicated: int = 0  # outputs beyond their input's copies in the input topic
     unknown: int = 0  # outputs of no input this run sent
+    # Copies beyond the first of inputs the feeder sent once (its client re-sent them:
+    # not the app's doing, so not duplicates of the output).
+    inputs_written_twice: int = 0
     transactions_committed: int = 0
     transactions_aborted: int = 0
     examples: list[str] = field(default_factory=list)
@@ -119,6 +122,9 @@ class TxnVerdict:
                 f"read_committed, lost {self.lost}, duplicated {self.duplicated}, "
                 f"unknown {self.unknown} ({self.transactions_committed} transactions "
                 f"committed, {self.transactions_aborted} aborted)")
+        if self.inputs_written_twice:
+            line += (f"; the input topic holds {self.inputs_written_twice} extra copies of "
+                     f"inputs sent once (the feeder's client re-sent them), each processed")
         if self.examples:
             line += f"; examples: {', '.join(self.examples)}"
         return line
@@ -126,11 +132,17 @@ class TxnVerdict:
 
 def judge_transactional(*, input_prefix: str, output_prefix: str, sent: AbstractSet[str],
                         acked: AbstractSet[str], outputs: list[str],
+                        inputs: list[str] | None = None,
                         transactions_committed: int = 0,
                         transactions_aborted: int = 0) -> TxnVerdict:
-    """``outputs``: every value of the output topic read with read_committed."""
+    """``outputs``: every value of the output topic read with read_committed; ``inputs``:
+    every value of the input topic (None: not read, each input counts once). Exactly
+    once is per input record: an input the feeder's client wrote twice has two outputs."""
     v = TxnVerdict(inputs_acked=len(acked), transactions_committed=transactions_committed,
                    transactions_aborted=transactions_aborted)
+    copies: collections.Counter[str] = collections.Counter(
+        value for value in inputs or () if value.startswith(input_prefix))
+    v.inputs_written_twice = sum(n - 1 for n in copies.values() if n > 1)
     found: collections.Counter[str] = collections.Counter()
     for value in outputs:
         source = value[len(output_prefix):] if value.startswith(output_prefix) else None
@@ -143,10 +155,12 @@ def judge_transactional(*, input_prefix: str, output_prefix: str, sent: Abstract
             if len(v.examples) < EXAMPLES_MAX:
                 v.examples.append(f"unknown {value}")
     for source, count in sorted(found.items()):
-        if count > 1:
-            v.duplicated += count - 1
+        expected = max(1, copies[source])
+        if count > expected:
+            v.duplicated += count - expected
             if len(v.examples) < EXAMPLES_MAX:
-                v.examples.append(f"dup {source} x{count}")
+                v.examples.append(f"dup {source} x{count}"
+                                  + (f" (x{expected} in the input)" if expected > 1 else ""))
     for source in sorted(acked):
         if source not in found:
             v.lost += 1
