@@ -5,9 +5,11 @@ retention and expiry."""
 import errno
 import os
 import struct
+import tempfile
+from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidewater.broker.storage.log import Log
@@ -403,3 +405,85 @@ def test_a_log_without_any_snapshot_reads_only_its_active_segment(tmp_path):
     assert 0 < active_base <= 10
     assert PID in reopened.producer_state.entries  # its batches are in the active segment
     assert reopened.append_as_leader(pbatch(1), 0, now_ms=1).duplicate
+
+
+# ------------------------------------------- property: the log keeps the dedup of retries
+
+# What a replica of one partition goes through in a chaos run, for two idempotent
+# producers: appends as leader, retries of a producer's last batch (its answer was lost:
+# a REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER acks=all outcome, a dropped connection),
+# epoch bumps, rolls, retention, truncation (a follower cut back to its leader's log), a
+# crash or clean restart, and a leader change to a follower that copied the whole log.
+life = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.sampled_from([7, 8]), st.integers(1, 3)),
+    st.tuples(st.just("bump"), st.sampled_from([7, 8]), st.just(1)),
+    st.tuples(st.just("retry"), st.sampled_from([7, 8]), st.just(0)),
+    st.tuples(st.just("truncate"), st.integers(0, 40), st.just(0)),
+    st.tuples(st.sampled_from(["roll", "retention", "crash", "restart", "new_leader"]),
+              st.just(0), st.just(0)),
+), max_size=40)
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(life)
+def test_a_retry_of_a_batch_still_in_the_log_is_never_written_twice(tmp_path, script):
+    """The broker's half of "no duplicate from an idempotent producer": whatever the
+    replica went through, a retry (same epoch and sequences) of a producer's last batch
+    still in the log gets that batch's offsets, nothing written; the producer's next
+    batch is taken (never UNKNOWN_PRODUCER_ID while its state can be rebuilt from the
+    log). What the broker cannot dedup is a re-send under a new epoch (librdkafka's
+    renumbering after an epoch bump): a new batch to every broker, as in Kafka."""
+    config = LogConfig(segment_bytes=200, retention_bytes=400)
+    path = Path(tempfile.mkdtemp(dir=tmp_path))
+    log = Log.open(path / "t-0", config, now_ms=0)
+    # Every batch written: [pid, epoch, base seq, count, first offset, below log start]
+    written: list[list[int]] = []
+    epochs = {7: 0, 8: 0}
+    copies = 0
+    for op, a, b in script:
+        if op in ("append", "bump"):
+            pid, count = a, b
+            epochs[pid] += op == "bump"
+            same = [w for w in written if w[0] == pid and w[1] == epochs[pid]]
+            seq = same[-1][2] + same[-1][3] if same else 0
+            info = log.append_as_leader(pbatch(seq, count, epochs[pid], pid), 0, now_ms=1)
+            assert not info.duplicate
+            written.append([pid, epochs[pid], seq, count, info.first_offset, 0])
+        elif op == "retry":
+            present = [w for w in written if w[0] == a and not w[5]]
+            if present and present[-1] is [w for w in written if w[0] == a][-1]:
+                pid, epoch, seq, count, first, _ = present[-1]
+                info = log.append_as_leader(pbatch(seq, count, epoch, pid), 0, now_ms=1)
+                assert info.duplicate and info.first_offset == first
+        elif op == "truncate":
+            if a < log.log_start_offset:
+                written = []  # the whole log goes, and every producer with it
+            log.truncate_to(a)
+            written = [w for w in written if w[4] + w[3] <= log.log_end_offset]
+        elif op == "roll":
+            log.roll(1)
+        elif op == "retention":
+            log.delete_old_segments(now_ms=1, high_watermark=log.log_end_offset)
+            for w in written:
+                w[5] = w[4] < log.log_start_offset
+        elif op in ("crash", "restart"):
+            if op == "restart":
+                log.close()
+            log = Log.open(log.dir, config, now_ms=0, had_clean_shutdown=op == "restart")
+        else:  # a follower copied the log (from its start) and now leads
+            # It never saw a producer whose batches all went with retention: that one's
+            # next batch starts at 0 (the leader kept it, a new replica cannot know it:
+            # UNKNOWN_PRODUCER_ID, producer_state.py's deliberate deviation from Kafka).
+            gone = {w[0] for w in written} - {w[0] for w in written if not w[5]}
+            written = [w for w in written if w[0] not in gone]
+            copies += 1
+            follower = Log.open(path / f"t-{copies}", config, now_ms=0)
+            follower.truncate_fully_and_start_at(log.log_start_offset)
+            while follower.log_end_offset < log.log_end_offset:
+                follower.append_as_follower(
+                    log.read(follower.log_end_offset, 1 << 20).records, now_ms=1)
+            log = follower
+        assert log.log_end_offset == max((w[4] + w[3] for w in written),
+                                         default=log.log_end_offset)
