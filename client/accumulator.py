@@ -317,6 +317,9 @@ class RecordAccumulator(Generic[_F]):
         self._new_future = cast("Callable[[ProducerBatch, int], _F]",
                                 RecordFuture if future_factory is None else self._external_future)
         self.batch_size_bytes = batch_size_bytes
+        # How far a partition's last batch may grow past batch_size_bytes (0: not at all);
+        # an idempotent producer sets it (a backlogged partition, client/producer.py).
+        self.grow_bytes_for: Callable[[TopicPartition], int] | None = None
         self.linger_ms = linger_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._flushing = 0
@@ -325,12 +328,12 @@ class RecordAccumulator(Generic[_F]):
         self.batches_created = 0  # the sender only needs waking when this moves (or linger is 0)
 
     def add(self, tp: TopicPartition, key: bytes | None, value: bytes | None, headers: Headers,
-            timestamp_ms: int, now_ms: int, grow_bytes_max: int = 0) -> _F:
+            timestamp_ms: int, now_ms: int) -> _F:
         """Queue a record; return the future of its RecordMetadata. A record that cannot be
-        encoded (not bytes, timestamp outside int64) raises and is not queued.
-        ``grow_bytes_max`` (above ``batch_size_bytes``): the partition's last queued batch
-        may grow up to it (estimated bytes) instead of a new batch starting; the producer
-        asks for it when a new batch could not go in the partition's next request anyway."""
+        encoded (not bytes, timestamp outside int64) raises and is not queued. A record
+        that does not fit the partition's last batch within ``batch_size_bytes`` still
+        joins it while the size stays within ``grow_bytes_for(tp)`` (estimated bytes;
+        asked only then, not per record)."""
         if headers:
             record_bytes = estimate_record_bytes(key, value, headers)
         else:  # the common case, inline: this runs once per record
@@ -342,7 +345,8 @@ class RecordAccumulator(Generic[_F]):
         batch = queue[-1] if queue else None
         if (batch is None or batch.encoded is not None
                 or (batch.size_bytes + record_bytes > self.batch_size_bytes
-                    and batch.size_bytes + record_bytes > grow_bytes_max)):
+                    and (self.grow_bytes_for is None
+                         or batch.size_bytes + record_bytes > self.grow_bytes_for(tp)))):
             # A record larger than a batch still gets one (of its own).
             batch = ProducerBatch(tp, now_ms, self.batch_attributes)
             builder = batch.builder

@@ -181,6 +181,8 @@ class AsyncProducer:
             batch_size_bytes=self._batch_size_bytes, linger_ms=self._linger_ms,
             future_factory=loop.create_future,
             batch_attributes=TRANSACTIONAL_MASK if self._txn is not None else 0)
+        if self._idempotence is not None:
+            self._accumulator.grow_bytes_for = partial(batch_grow_bytes, self)
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -229,7 +231,7 @@ class AsyncProducer:
         record_headers: Headers = tuple(headers) if headers else ()
         fut = accumulator.add(tp, key, value, record_headers,
                               timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000,
-                              now_ms, batch_grow_bytes(self, tp) if self._idempotence else 0)
+                              now_ms)
         self._unfinished += 1
         self._idle.clear()
         in_flight = self._in_flight.get(tp, 0)

@@ -426,6 +426,8 @@ class Producer:
         self._accumulator = RecordAccumulator(
             batch_size_bytes=batch_size_bytes, linger_ms=linger_ms,
             batch_attributes=TRANSACTIONAL_MASK if self._txn is not None else 0)
+        if self._idempotence is not None:
+            self._accumulator.grow_bytes_for = partial(batch_grow_bytes, self)
         self._partitioner = StickyPartitioner(batch_size_bytes)
         self._tps: dict[str, dict[int, TopicPartition]] = {}  # one TopicPartition per partition
         # send() takes the bare mutex (a C-level enter/exit, once per record); everything
@@ -486,8 +488,7 @@ class Producer:
                 self._wait_for_buffer_space()
             created = accumulator.batches_created
             now_ms = time.monotonic_ns() // 1_000_000
-            fut = accumulator.add(tp, key, value, record_headers, timestamp_ms, now_ms,
-                                  batch_grow_bytes(self, tp) if self._idempotence else 0)
+            fut = accumulator.add(tp, key, value, record_headers, timestamp_ms, now_ms)
             self._unfinished += 1
             if (accumulator.linger_ms == 0 and tp not in self._in_flight and not self._closed
                     and (self._idempotence is None or self._idempotence.has_producer_id)):

@@ -57,13 +57,20 @@ class FakeWire:
                 key = (part.topic, part.partition)
                 base = self.next_offset.get(key, 0)
                 self.next_offset[key] = base + count
-                answers.append(pb.ProducePartitionResponse(
-                    topic=part.topic, partition=part.partition, error_code=pb.NONE, base_offset=base))
+                answer = pb.ProducePartitionResponse(
+                    topic=part.topic, partition=part.partition, error_code=pb.NONE, base_offset=base)
+                if BATCH_BYTES_MAX_TOLD:  # a leader's bound, as brokers tell it since issue 30
+                    answer.batch_bytes_max = 1048588
+                answers.append(answer)
             callback(pb.ProduceResponse(partitions=answers), None)
 
     def stop(self) -> None:
         self.requests.put(None)
         self.thread.join(timeout=5)
+
+
+# Answers carry the leader's largest batch where this checkout's protocol has the field.
+BATCH_BYTES_MAX_TOLD = "batch_bytes_max" in pb.ProducePartitionResponse.DESCRIPTOR.fields_by_name
 
 
 class FakeStream:
@@ -124,6 +131,10 @@ class FakeMetadata:
 
     def invalidate(self) -> None:
         pass
+
+    def any_broker_call(self, call):
+        """InitProducerId for the (default) idempotent producer: a fixed id."""
+        return pb.InitProducerIdResponse(error_code=pb.NONE, producer_id=1, producer_epoch=0)
 
     def refresh(self, topics=None):
         return self.snapshot

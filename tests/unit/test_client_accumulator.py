@@ -184,8 +184,9 @@ def test_a_backlogged_batch_grows_up_to_the_given_bound_and_never_past_it():
     value = b"x" * 100
     record_bytes = estimate_record_bytes(None, value)
     grow = 5000
+    acc.grow_bytes_for = lambda tp: grow
     for _ in range(100):
-        acc.add(TP0, None, value, (), 1000, 0, grow)
+        add(acc, TP0, value)
     batches = acc.drain_many(TP0, bytes_max=10**9)
     per_batch = (grow - BATCH_OVERHEAD_BYTES) // record_bytes
     assert [b.record_count for b in batches] == [per_batch] * (100 // per_batch) + (
@@ -193,6 +194,7 @@ def test_a_backlogged_batch_grows_up_to_the_given_bound_and_never_past_it():
     for b in batches:
         assert b.size_bytes <= grow and len(b.close(COMPRESSION_NONE)) <= b.size_bytes
         assert values(b) == [value] * b.record_count
+    acc.grow_bytes_for = lambda tp: 0
     for _ in range(20):
-        add(acc, TP0, value)  # no bound: batch size
+        add(acc, TP0, value)  # no growth: batch size
     assert all(b.size_bytes <= 1000 for b in acc.drain_many(TP0, bytes_max=10**9))
