@@ -155,7 +155,7 @@ class ProducerBatch:
                  "retry_after_ms", "encoded", "postponed", "last_error", "order", "producer_id",
                  "producer_epoch", "base_sequence", "_stamped", "attributes",
                  "_lock", "_cond", "_done", "_error", "_base_offset", "_log_append_time_ms",
-                 "_callbacks", "_cancelled")
+                 "_callbacks", "_cancelled", "grow_limit_bytes")
 
     def __init__(self, tp: TopicPartition, created_ms: int, attributes: int = 0):
         self.tp = tp
@@ -171,6 +171,8 @@ class ProducerBatch:
         self.postponed = False  # held back (no leader known) until retry_after_ms
         self.last_error: BaseException | None = None  # why the last attempt failed (for the expiry message)
         self.order = 0  # creation order in the accumulator: retries go back in this order
+        # How far it may grow past batch_size_bytes, asked once when it first would (-1: not yet).
+        self.grow_limit_bytes = -1
         # Idempotent producers (client/idempotence.py): the numbers it is sent with, -1: none.
         self.producer_id = self.producer_epoch = self.base_sequence = -1
         self._stamped = (-1, -1, -1)  # the producer fields ``encoded`` carries
@@ -333,7 +335,7 @@ class RecordAccumulator(Generic[_F]):
         encoded (not bytes, timestamp outside int64) raises and is not queued. A record
         that does not fit the partition's last batch within ``batch_size_bytes`` still
         joins it while the size stays within ``grow_bytes_for(tp)`` (estimated bytes;
-        asked only then, not per record)."""
+        asked once per batch, when a record first does not fit)."""
         if headers:
             record_bytes = estimate_record_bytes(key, value, headers)
         else:  # the common case, inline: this runs once per record
@@ -345,8 +347,7 @@ class RecordAccumulator(Generic[_F]):
         batch = queue[-1] if queue else None
         if (batch is None or batch.encoded is not None
                 or (batch.size_bytes + record_bytes > self.batch_size_bytes
-                    and (self.grow_bytes_for is None
-                         or batch.size_bytes + record_bytes > self.grow_bytes_for(tp)))):
+                    and batch.size_bytes + record_bytes > self._grow_limit(batch))):
             # A record larger than a batch still gets one (of its own).
             batch = ProducerBatch(tp, now_ms, self.batch_attributes)
             builder = batch.builder
@@ -364,6 +365,15 @@ class RecordAccumulator(Generic[_F]):
         self.buffered_bytes += record_bytes
         self.buffered_records += 1
         return self._new_future(batch, len(batch.timestamps) - 1)
+
+    def _grow_limit(self, batch: ProducerBatch) -> int:
+        """How far ``batch`` may grow: ``grow_bytes_for`` asked once, when a record first does
+        not fit it (per record it cost the producer ~1 µs); a partition that can send again
+        sends the batch soon, which ends its growth."""
+        if batch.grow_limit_bytes < 0:
+            grow = self.grow_bytes_for
+            batch.grow_limit_bytes = 0 if grow is None else grow(batch.tp)
+        return batch.grow_limit_bytes
 
     def _external_future(self, batch: ProducerBatch, index: int) -> SettleableFuture:
         """A record's future from ``future_factory``, resolved with its batch (``index``: its
