@@ -437,7 +437,24 @@ def test_a_retry_of_a_batch_still_in_the_log_is_never_written_twice(tmp_path, sc
     renumbering after an epoch bump): a new batch to every broker, as in Kafka."""
     config = LogConfig(segment_bytes=200, retention_bytes=400)
     path = Path(tempfile.mkdtemp(dir=tmp_path))
-    log = Log.open(path / "t-0", config, now_ms=0)
+    opened: list[Log] = []  # closed after the example: a crash drops its log unclosed
+    try:
+        _retries_of_the_last_batch(config, path, script, opened)
+    finally:
+        for log in opened:
+            try:
+                log.close()
+            except Exception:  # a crashed log: its files are only released
+                pass
+
+
+def _retries_of_the_last_batch(config: LogConfig, path: Path, script, opened: list[Log]) -> None:
+    def open_log(directory: Path, **kwargs) -> Log:
+        log = Log.open(directory, config, now_ms=0, **kwargs)
+        opened.append(log)
+        return log
+
+    log = open_log(path / "t-0")
     # Every batch written: [pid, epoch, base seq, count, first offset, below log start]
     written: list[list[int]] = []
     epochs = {7: 0, 8: 0}
@@ -471,7 +488,7 @@ def test_a_retry_of_a_batch_still_in_the_log_is_never_written_twice(tmp_path, sc
         elif op in ("crash", "restart"):
             if op == "restart":
                 log.close()
-            log = Log.open(log.dir, config, now_ms=0, had_clean_shutdown=op == "restart")
+            log = open_log(log.dir, had_clean_shutdown=op == "restart")
         else:  # a follower copied the log (from its start) and now leads
             # It never saw a producer whose batches all went with retention: that one's
             # next batch starts at 0 (the leader kept it, a new replica cannot know it:
@@ -479,7 +496,7 @@ def test_a_retry_of_a_batch_still_in_the_log_is_never_written_twice(tmp_path, sc
             gone = {w[0] for w in written} - {w[0] for w in written if not w[5]}
             written = [w for w in written if w[0] not in gone]
             copies += 1
-            follower = Log.open(path / f"t-{copies}", config, now_ms=0)
+            follower = open_log(path / f"t-{copies}")
             follower.truncate_fully_and_start_at(log.log_start_offset)
             while follower.log_end_offset < log.log_end_offset:
                 follower.append_as_follower(
