@@ -137,8 +137,10 @@ from tidewater.proto.tls import Principal, principal_of
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-TopicsRequest = TypeVar("TopicsRequest", pb.CreateTopicsRequest, pb.CreatePartitionsRequest)
-TopicsResponse = TypeVar("TopicsResponse", pb.CreateTopicsResponse, pb.CreatePartitionsResponse)
+TopicsRequest = TypeVar("TopicsRequest", pb.CreateTopicsRequest, pb.CreatePartitionsRequest,
+                        pb.DeleteTopicsRequest)
+TopicsResponse = TypeVar("TopicsResponse", pb.CreateTopicsResponse, pb.CreatePartitionsResponse,
+                         pb.DeleteTopicsResponse)
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]  # of any handler
 # A topic change's deadline when its timeout_ms is 0 (the forwarding broker's margin).
 DEFAULT_TIMEOUT_MS = 5000
@@ -402,9 +404,13 @@ class ControllerService(pb_grpc.ControllerServicer):
                              request: TopicsRequest, context: Context,
                              describe: Callable[[pb.TopicResult], str],
                              answer_type: type[TopicsResponse]) -> TopicsResponse:
-        """A CreateTopics-like command: answered once durable and, unless validate_only,
-        once the brokers have it (``_wait_propagated``); each change logged. Not done by
-        its deadline: REQUEST_TIMED_OUT for every topic."""
+        """A CreateTopics-like command (DeleteTopics too): answered once durable and, unless
+        validate_only, once the brokers have it (``_wait_propagated``); each change logged.
+        Not done by its deadline: REQUEST_TIMED_OUT for every topic."""
+        if isinstance(request, pb.DeleteTopicsRequest):
+            names, validate_only = list(request.names), False
+        else:
+            names, validate_only = [t.name for t in request.topics], request.validate_only
         loop = asyncio.get_running_loop()
         budget_s = deadline_budget_s(request.timeout_ms, context.time_remaining())
         deadline = loop.time() + budget_s
@@ -415,10 +421,10 @@ class ControllerService(pb_grpc.ControllerServicer):
         except RequestTimedOutError as e:
             log.warning("%s timed out: %s", kind, e)
             return answer_type(topics=[
-                pb.TopicResult(name=t.name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
-                for t in request.topics])
+                pb.TopicResult(name=name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
+                for name in names])
         changed = [t for t in response.topics if t.error_code == pb.NONE]
-        if changed and not request.validate_only:
+        if changed and not validate_only:
             left_ms = int((deadline - loop.time()) * 1000)
             await self._wait_propagated(offset, min(request.timeout_ms, left_ms))
             for t in changed:
@@ -441,25 +447,9 @@ class ControllerService(pb_grpc.ControllerServicer):
 
     async def DeleteTopics(self, request: pb.DeleteTopicsRequest,
                            context: Context) -> pb.DeleteTopicsResponse:
-        loop = asyncio.get_running_loop()
-        budget_s = deadline_budget_s(request.timeout_ms, context.time_remaining())
-        deadline = loop.time() + budget_s
-        try:
-            response, offset = await self._run("DeleteTopics", lambda tx, now: (
-                self.machine.delete_topics(tx, now, request), self.machine.metadata.last_offset),
-                context, timeout_s=budget_s, keep_late=request.timeout_ms <= 0)
-        except RequestTimedOutError as e:
-            log.warning("DeleteTopics timed out: %s", e)
-            return pb.DeleteTopicsResponse(topics=[
-                pb.TopicResult(name=name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
-                for name in request.names])
-        if any(t.error_code == pb.NONE for t in response.topics):
-            left_ms = int((deadline - loop.time()) * 1000)
-            await self._wait_propagated(offset, min(request.timeout_ms, left_ms))
-        for t in response.topics:
-            if t.error_code == pb.NONE:
-                log.info("deleted topic %s", t.name)
-        return response
+        return await self._change_topics(
+            "DeleteTopics", self.machine.delete_topics, request, context,
+            lambda t: f"deleted topic {t.name}", pb.DeleteTopicsResponse)
 
     async def DescribeCluster(self, request: pb.DescribeClusterRequest,
                               context: Context) -> pb.DescribeClusterResponse:
