@@ -19,37 +19,21 @@ PAUSE_S: a pause after each transaction, so that the test's kills land mid-run.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 import confluent_kafka
+
+from tidewater.tools.chaos.txn_workload import StuckCallError, bounded_call
 
 BATCH_RECORDS_MAX = 10
 STUCK_AFTER_S = 45  # send_offsets_to_transaction's 30 s timeout, and some
 
 
-class StuckCallError(Exception):
-    pass
-
-
 def send_offsets(producer: confluent_kafka.Producer, offsets: list, group: object) -> None:
     """``send_offsets_to_transaction`` in a daemon thread; StuckCallError when it outlives
     its timeout by far (the thread is left blocked, with its producer)."""
-    outcome: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            producer.send_offsets_to_transaction(offsets, group, 30)
-            outcome.append(None)
-        except BaseException as e:
-            outcome.append(e)
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(STUCK_AFTER_S)
-    if not outcome:
-        raise StuckCallError(f"send_offsets_to_transaction blocked {STUCK_AFTER_S} s")
-    if outcome[0] is not None:
-        raise outcome[0]
+    bounded_call(lambda: producer.send_offsets_to_transaction(offsets, group, 30), 30,
+                 "send_offsets_to_transaction", grace_s=STUCK_AFTER_S - 30)
 
 
 def new_producer(bootstrap: str, transactional_id: str) -> confluent_kafka.Producer:

@@ -17,7 +17,7 @@ Three parts, each its own thread:
   librdkafka 2.10+ can block ``send_offsets_to_transaction`` forever, past its
   timeout, once the group coordinator it cached drops out of the metadata (a killed
   broker is decommissioned): confluentinc/librdkafka#5511 and #5456, both open. Such a
-  call runs in a helper thread (``_bounded``); when it hangs, its producer is left to
+  call runs in a helper thread (``bounded_call``); when it hangs, its producer is left to
   it (never closed: the thread still uses it);
 - after the faults (``finish``): the feeder stops and flushes, the app runs on until
   the group's committed offsets reach the input's end offsets, then stops.
@@ -55,9 +55,12 @@ class StuckCallError(Exception):
     """A client call still running well past its own timeout (librdkafka#5511)."""
 
 
-def _bounded(call: Callable[[], None], timeout_s: float, what: str) -> None:
-    """``call()`` in a daemon thread, waited for ``timeout_s`` + ``STUCK_CALL_GRACE_S``:
-    its exception re-raised, or StuckCallError (the thread is left blocked)."""
+def bounded_call(call: Callable[[], None], timeout_s: float, what: str,
+                 grace_s: float | None = None) -> None:
+    """``call()`` in a daemon thread, waited for ``timeout_s`` + ``grace_s`` (default
+    ``STUCK_CALL_GRACE_S``): its exception re-raised, or StuckCallError (the thread is
+    left blocked). tests/cli/eos_app.py uses it too."""
+    grace = STUCK_CALL_GRACE_S if grace_s is None else grace_s
     outcome: list[BaseException | None] = []
 
     def run() -> None:
@@ -68,9 +71,9 @@ def _bounded(call: Callable[[], None], timeout_s: float, what: str) -> None:
             outcome.append(e)
     worker = threading.Thread(target=run, name=f"chaos-txn-{what}", daemon=True)
     worker.start()
-    worker.join(timeout_s + STUCK_CALL_GRACE_S)
+    worker.join(timeout_s + grace)
     if not outcome:
-        raise StuckCallError(f"{what} still blocked {timeout_s + STUCK_CALL_GRACE_S:.0f} s "
+        raise StuckCallError(f"{what} still blocked {timeout_s + grace:.0f} s "
                              f"after its call (timeout {timeout_s:.0f} s)")
     if outcome[0] is not None:
         raise outcome[0]
@@ -285,7 +288,7 @@ class TxnWorkload:
             offsets = [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
             group = consumer.consumer_group_metadata()
             send = producer.send_offsets_to_transaction
-            _bounded(lambda: send(offsets, group, CLIENT_CALL_TIMEOUT_S), CLIENT_CALL_TIMEOUT_S,
+            bounded_call(lambda: send(offsets, group, CLIENT_CALL_TIMEOUT_S), CLIENT_CALL_TIMEOUT_S,
                      "send_offsets_to_transaction")
             self._commit(producer)
         except (confluent_kafka.KafkaException, StuckCallError) as e:
