@@ -60,13 +60,14 @@ class TidewaterCluster:
     """A LocalCluster of ``brokers`` brokers plus the admin client the workloads need."""
 
     def __init__(self, directory: str | Path, brokers: int = 3, settings: dict | None = None,
-                 *, tls: bool = False):
+                 *, tls: bool = False, controllers: int = 1):
         from tidewater.tools.local_cluster import LocalCluster
 
         self.directory = Path(directory)
         self.brokers = brokers
         self.settings = dict(settings or {})
         self.tls = tls  # `tide cluster up --tls`: TLS on every port, clients use client_security
+        self.controllers = controllers  # `tide cluster up --controllers N`
         self.local = LocalCluster(self.directory)
         self.bootstrap = ""
         self._admin = None
@@ -75,7 +76,8 @@ class TidewaterCluster:
         from tidewater.client.admin import AdminClient
 
         self.bootstrap = self.local.up(self.brokers, base_port=0, settings=self.settings,
-                                       ready_timeout_s=READY_TIMEOUT_S, tls=self.tls)
+                                       ready_timeout_s=READY_TIMEOUT_S, tls=self.tls,
+                                       controllers=self.controllers)
         self._admin = AdminClient(self.bootstrap, **self.client_security)
         return self.bootstrap
 
