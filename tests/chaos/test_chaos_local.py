@@ -20,13 +20,13 @@ def tide(*args, timeout_s=240) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout_s)
 
 
-def up(tmp_path, *settings):
+def up(tmp_path, *settings, controllers=1):
     data = tmp_path / "cluster"
     args = ["--set", "broker.session.timeout.ms=2000"]
     for setting in settings:
         args += ["--set", setting]
     r = tide("cluster", "up", "--brokers", "3", "--data-dir", str(data), "--base-port", "0",
-             "--controllers", "1",
+             "--controllers", str(controllers),
              *args, timeout_s=120)
     try:
         assert r.returncode == 0, r.stderr
@@ -38,6 +38,12 @@ def up(tmp_path, *settings):
 @pytest.fixture
 def cluster_dir(tmp_path):
     yield from up(tmp_path)
+
+
+@pytest.fixture
+def quorum_cluster_dir(tmp_path):
+    """Three controllers (the default of `tide cluster up`)."""
+    yield from up(tmp_path, controllers=3)
 
 
 @pytest.fixture
@@ -93,6 +99,36 @@ def test_chaos_run_on_a_local_cluster_passes_and_keeps_evidence(cluster_dir, tmp
     status = json.loads(tide("cluster", "status", "--data-dir", str(cluster_dir), "--json").stdout)
     entries = status if isinstance(status, list) else status.get("processes", status)
     assert all(p["serving"] for p in entries)
+
+
+def test_chaos_run_on_a_controller_quorum_kills_pauses_and_isolates_controllers(
+        quorum_cluster_dir, tmp_path):
+    """Controllers (the active one and standbys) are killed or cut off while partition
+    leaders are killed: nothing acknowledged is lost and the verdict counts failovers."""
+    out = tmp_path / "out"
+    r = tide("chaos", "--data-dir", str(quorum_cluster_dir), "--duration", "24", "--seed", "11",
+             "--out", str(out), "--hold", "2,4", "--gap", "0.5,1", "--warmup", "3",
+             "--rate", "150", "--scrape-interval-ms", "500",
+             "--faults", "kill_controller=2,pause_controller,isolate_controller,kill_leader")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "VERDICT: PASS" in r.stdout
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["ok"] and verdict["notes"] == []
+    assert all(p["lost"] == p["duplicates"] == 0 and p["replicas_identical"]
+               for p in verdict["partitions"])
+    assert sum(p["acked"] for p in verdict["partitions"]) > 500
+    run = json.loads((out / "run.json").read_text())
+    # Seed 11's plan: cut a standby off, kill partition leaders, kill the active
+    # controller (so the verdict must count a failover).
+    planned = [{"kind": f["kind"], "target": f["target"]} for f in run["plan"]]
+    assert {"kind": "kill_controller", "target": "active"} in planned
+    assert {"isolate_controller", "kill_leader"} <= {f["kind"] for f in run["plan"]}
+    controllers = verdict["controllers"]
+    assert controllers["names"] == ["controller-1", "controller-2", "controller-3"]
+    assert controllers["failovers"] >= 1, controllers
+    faults = [json.loads(line) for line in (out / "faults.jsonl").read_text().splitlines()]
+    applied = {f["fault"] for f in faults if f["action"] in ("kill", "pause", "isolate") and f["ok"]}
+    assert applied == {f["kind"] for f in run["plan"]}
 
 
 def test_idempotent_chaos_run_writes_nothing_twice_and_keeps_send_order(cluster_dir, tmp_path):
