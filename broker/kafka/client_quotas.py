@@ -126,6 +126,11 @@ def entity_from_pb(message: pb.ClientQuotaEntity) -> QuotaEntity:
     return QuotaEntity(user, client_id)
 
 
+def quota_user(principal: str) -> str:
+    """Kafka's quota user of a principal: the name ("alice" of "User:alice")."""
+    return principal.partition(":")[2] or principal
+
+
 def precedence(user: str, client_id: str) -> list[QuotaEntity]:
     """The config entities to look up for a connection's (user, client-id), most
     specific first: Kafka's ``DefaultQuotaCallback.quotaMetricTags`` order."""

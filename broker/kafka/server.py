@@ -65,6 +65,7 @@ from tidewater.broker.kafka.client_quotas import (
     PERCENT_PER_NS,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
+    quota_user,
 )
 from tidewater.broker.kafka.codec import (
     RequestHead,
@@ -460,8 +461,7 @@ _REQUEST_QUOTA_EXEMPT = frozenset({apis.API_VERSIONS, 17, 36})  # SaslHandshake,
 
 def _quota_user(connection: ConnectionSecurity | None) -> str:
     """Kafka's quota user: the principal's name ("alice" of "User:alice")."""
-    principal = connection.session.principal if connection is not None else ANONYMOUS
-    return principal.partition(":")[2] or principal
+    return quota_user(connection.session.principal if connection is not None else ANONYMOUS)
 
 
 def error_codes(values: object) -> Iterator[int]:

@@ -67,6 +67,7 @@ from tidewater.broker.security.authorizer import Session
 from tidewater.broker.security.settings import BrokerSecurity, may_init_producer_id
 from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.servicers.grpc_limits import GrpcLimits
+from tidewater.broker.servicers.grpc_quotas import GrpcQuotas, client_id_of, hold, quota_user
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.broker.serving.txn_markers import (
     TxnMarkerResult,
@@ -208,6 +209,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         self.txns = TxnRpcs(txn_coordinator, group_coordinator, metadata_cache, listener_name)
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
+        self.quotas = GrpcQuotas(lambda: metadata_cache.client_quotas)
 
     async def _session(self, context: Context, security: BrokerSecurity) -> Session:
         """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
@@ -218,23 +220,36 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                                 f"SASL_AUTHENTICATION_FAILED: {e}")
             raise
 
-    async def _allowed(self, context: Context) -> grpc_auth.Allowed | None:
-        """(operation, topic) -> may, for this call's caller; None: security is off.
-        An unauthenticated caller is refused here (UNAUTHENTICATED)."""
+    async def _session_or_none(self, context: Context) -> Session | None:
+        """This call's caller; None when security is off. An unauthenticated caller is
+        refused here (UNAUTHENTICATED)."""
         security = self.security
-        if security is None:
+        return None if security is None else await self._session(context, security)
+
+    async def _caller(self, context: Context) -> tuple[Session | None, str, str]:
+        """(session or None, quota user, client-id) of a produce or fetch call."""
+        session = await self._session_or_none(context)
+        return session, quota_user(session), client_id_of(context.invocation_metadata())
+
+    def _topic_rights(self, session: Session | None) -> grpc_auth.Allowed | None:
+        """(operation, topic) -> may, for ``session``; None: security is off."""
+        security = self.security
+        if security is None or session is None:
             return None
-        session = await self._session(context, security)
         return lambda operation, topic: security.allows(session, operation, TOPIC, topic)
 
-    async def _rights(self, context: Context) -> Callable[[int, int, str], bool] | None:
-        """(operation, resource type, name) -> may, for this call's caller; None: security
-        is off."""
+    def _all_rights(self, session: Session | None) -> Callable[[int, int, str], bool] | None:
+        """(operation, resource type, name) -> may, for ``session``; None: security is off."""
         security = self.security
-        if security is None:
+        if security is None or session is None:
             return None
-        session = await self._session(context, security)
         return lambda operation, kind, name: security.allows(session, operation, kind, name)
+
+    async def _allowed(self, context: Context) -> grpc_auth.Allowed | None:
+        return self._topic_rights(await self._session_or_none(context))
+
+    async def _rights(self, context: Context) -> Callable[[int, int, str], bool] | None:
+        return self._all_rights(await self._session_or_none(context))
 
     async def _group_allowed(self, context: Context) -> GroupAllowed | None:
         """(operation, group) -> may, for this call's caller; None: security is off."""
@@ -246,26 +261,35 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
     @_rpc("Produce")
     async def Produce(self, request: pb.ProduceRequest, context: Context) -> pb.ProduceResponse:
-        rights = await self._rights(context)
+        session, user, client_id = await self._caller(context)
+        # Charged as it is read, as the Kafka listener charges; the answer waits out
+        # the throttle (``grpc_quotas``).
+        throttle_ms = self.quotas.charge_produce(user, client_id, request)
+        rights = self._all_rights(session)
         if rights is None:
-            return await self.replica_manager.produce(request)
-        denied = _produce_refusals(request, rights)
-        response = (await self.replica_manager.produce(request) if request.partitions
-                    else pb.ProduceResponse())
-        response.partitions.extend(denied)
+            response = await self.replica_manager.produce(request)
+        else:
+            denied = _produce_refusals(request, rights)
+            response = (await self.replica_manager.produce(request) if request.partitions
+                        else pb.ProduceResponse())
+            response.partitions.extend(denied)
+        await hold(throttle_ms)
         return response
 
     @_rpc("Fetch")
     async def Fetch(self, request: pb.FetchRequest, context: Context) -> pb.FetchResponse:
         if code := client_fetch_refusal(request.replica_id):
             return pb.FetchResponse(error_code=wire_code(code))
-        allowed = await self._allowed(context)
+        session, user, client_id = await self._caller(context)
+        allowed = self._topic_rights(session)
         if allowed is None:
-            return await self.replica_manager.fetch(request)
-        denied = grpc_auth.fetch_refusals(request, allowed)
-        response = (await self.replica_manager.fetch(request) if request.partitions
-                    else pb.FetchResponse())
-        response.partitions.extend(denied)
+            response = await self.replica_manager.fetch(request)
+        else:
+            denied = grpc_auth.fetch_refusals(request, allowed)
+            response = (await self.replica_manager.fetch(request) if request.partitions
+                        else pb.FetchResponse())
+            response.partitions.extend(denied)
+        await hold(self.quotas.charge_fetch(user, client_id, response))
         return response
 
     async def FetchStream(self, request_iterator: AsyncIterator[pb.FetchRequest],
@@ -275,14 +299,18 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
 
         A message on an open stream costs about half the CPU of a unary call (both sides),
         and a caught-up consumer sends one fetch per record it is woken for."""
-        allowed = await self._allowed(context)
+        session, user, client_id = await self._caller(context)
+        allowed = self._topic_rights(session)
         replica_manager = self.replica_manager
+        quotas = self.quotas
 
         async def answer(request: pb.FetchRequest) -> pb.FetchResponse:
             denied = [] if allowed is None else grpc_auth.fetch_refusals(request, allowed)
             response = (await replica_manager.fetch(request)
                         if request.partitions or not denied else pb.FetchResponse())
             response.partitions.extend(denied)
+            # The answer, and so the stream's next fetch, waits out the throttle.
+            await hold(quotas.charge_fetch(user, client_id, response))
             return response
         await self._fetch_stream(context, "FetchStream", client_fetch_refusal, answer,
                                  _fetch_error)
@@ -304,7 +332,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         what was not answered); when the client cancels, pending waits are withdrawn.
         """
         replica_manager = self.replica_manager
-        rights = await self._rights(context)
+        session, user, client_id = await self._caller(context)
+        rights = self._all_rights(session)
+        quotas = self.quotas
         writer = _AnswerWriter(context, self._observer("ProduceStream"),
                                self.replica_manager.supervisor)
         withdraws: dict[int, Callable[[], None]] = {}  # id -> withdraw of an acks=all wait
@@ -336,6 +366,9 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                         withdraws[wait_id] = withdraw
                 elif request.acks != 0:
                     await writer.write(response, started)
+                # Over its quota: the next request is read only after the throttle (the
+                # Kafka listener mutes the connection the same way).
+                await hold(quotas.charge_produce(user, client_id, request))
             while withdraws:
                 await writer.idle()  # the pending acks=all answers, as they complete
             await writer.drain()
