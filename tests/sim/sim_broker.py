@@ -44,6 +44,10 @@ from tidewater.broker.controller_link.alter_partition import (
 from tidewater.broker.controller_link.registration import Registration
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
 from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.hw_checkpoint import (
+    high_watermarks_to_checkpoint,
+    loaded_high_watermarks,
+)
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
@@ -300,7 +304,8 @@ class SimBroker:
         self.registering = True
         self.partitions: dict[TopicPartition, Partition] = {}
         self.transport: dict[TopicPartition, Transport] = {}
-        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
+        self.loaded_high_watermarks = loaded_high_watermarks(
+            {tp: log.hw_checkpoint for tp, log in self.logs.items()}, self.logs)
         self.waiters: dict[int, Waiter] = {}
         self._completed: list[tuple[int, int]] = []
         self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
@@ -417,8 +422,13 @@ class SimBroker:
             except TidewaterError:
                 self.counters["disk: HW checkpoint failed"] += 1
             else:
-                for p in self.partitions.values():
-                    p.log.hw_checkpoint = p.replica.high_watermark
+                hws = high_watermarks_to_checkpoint(
+                    self.loaded_high_watermarks,
+                    {tp: p.high_watermark for tp, p in self.partitions.items()})
+                for tp, hw in hws.items():
+                    log = self.logs.get(tp)
+                    if log is not None:
+                        log.hw_checkpoint = hw
         for transport in list(self.transport.values()):
             self._controller_call_timeouts(transport, now_ms)
         tick_replicas(self.partitions.values(), self.carrier, now_ms)
