@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidewater.broker.replicas.control import ControlRequests
 from tidewater.broker.replication.follower import TruncationStep
 from tidewater.broker.replication.leader_state import LeadershipState, PendingIsrChange
 from tidewater.broker.replication.replica import ReplicaState
@@ -222,21 +221,19 @@ def with_topic_recreation(config):
     return replace(config, recreate_per_s=1.0, controller_crash_per_s=0.3)
 
 
-class TakesRequestsBeforeRegistration(ControlRequests):
+def takes_requests_before_registration(*, registered_epoch, controller_epoch_seen,
+                                       request_controller_epoch, request_broker_epoch,
+                                       token_matches):
     """Broken start-up order (the rule broker/replicas/control.py had before the simulation
     found it wrong, seeds 157 and 172): controller requests are taken before the
     registration is answered, and a broker epoch is checked only when both are known (-1 a
     wildcard). A restarted process then applies a LeaderAndIsr meant for its previous
     incarnation, which may have lost records in the crash."""
-
-    @staticmethod
-    def _request_refusal(*, registered_epoch, controller_epoch_seen, request_controller_epoch,
-                         request_broker_epoch, token_matches):
-        if request_controller_epoch < controller_epoch_seen:
-            return pb.STALE_CONTROLLER_EPOCH
-        if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
-            return pb.STALE_BROKER_EPOCH
-        return None
+    if request_controller_epoch < controller_epoch_seen:
+        return pb.STALE_CONTROLLER_EPOCH
+    if request_broker_epoch is not None and 0 <= request_broker_epoch < registered_epoch:
+        return pb.STALE_BROKER_EPOCH
+    return None
 
 
 def before_registration(config):
@@ -298,7 +295,7 @@ def test_requests_taken_before_registration_are_caught():
     test prints the seed that catches it (96 when this was written, 8 since partition
     reassignment changed the random runs)."""
     seed, message = first_safety_failure(
-        range(200), {"control_base": TakesRequestsBeforeRegistration}, before_registration)
+        range(200), {"refusal_rule": takes_requests_before_registration}, before_registration)
     assert seed is not None, "taking controller requests before registration went unnoticed"
     print(f"controller requests before registration: caught by seed {seed}: "
           f"{message.splitlines()[0]}")
