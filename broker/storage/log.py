@@ -25,7 +25,9 @@ offset (LEO) is the active segment's end.
   the rolled segment is flushed in the background: a worker thread fsyncs the
   directory, the rolled segment's data and its index files without the lock
   (``flush_outside_lock``), then moves the recovery point to the new segment's
-  base. Until then the rolled segment keeps its indexes in memory.
+  base. Until then the rolled segment keeps its indexes in memory. A disk error
+  there takes the log offline; a broken invariant goes to the log's
+  ``on_background_failure`` (the broker's supervisor stops the process).
 - ``recovery_point``: every offset below it is durable (data fsynced, and the
   directory fsynced after the file was created). It moves on flush
   (``flush.messages``, ``flush.ms``, a roll's background flush, checkpoint,
