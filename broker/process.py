@@ -130,13 +130,15 @@ class BrokerProcess:
         loop = asyncio.get_running_loop()
         self.supervisor.watch_callbacks(loop)  # a broken invariant in a timer stops it too
 
-        def deleter_failed(error: BaseException) -> None:
+        def storage_thread_failed(error: BaseException) -> None:
             loop.call_soon_threadsafe(self.supervisor.fail, error)
 
         manager = LogManager(
             c.data_dir, LogConfig.from_configs(c.log_config_overrides()),
-            # The deleter's own thread reports its death: the broker stops (supervised).
-            on_deleter_failure=deleter_failed,
+            # The deleter's own thread reports its death, the flush-log thread a broken
+            # invariant: the broker stops (supervised).
+            on_deleter_failure=storage_thread_failed,
+            on_flush_failure=storage_thread_failed,
             producer_id_expiration_ms=c.producer_id_expiration_ms,
             recovery_threads=c.num_recovery_threads_per_data_dir)
         # A failed load (a corrupt partition.metadata) leaves the data dir as it found it:

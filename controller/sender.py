@@ -7,7 +7,10 @@ deleted partitions need a StopReplica. Marks coalesce (a partition that
 changed three times is sent once, in its latest state), so the queue is
 bounded by the number of partitions. Requests are built from the image when
 they are sent, after a short debounce, so a burst of changes becomes one
-request. Order within a round: StopReplica, LeaderAndIsr, UpdateMetadata.
+request. Order: StopReplica, LeaderAndIsr, UpdateMetadata. The marks, that
+order, the put-back of a failed request's marks, the backoff and which sender
+hears what from a commit are ``controller/send_marks.py``'s (no I/O; the
+simulation drives the same classes); this module is the asyncio/gRPC shell.
 
 A failed delivery keeps its marks and is retried with exponential backoff
 until it succeeds or the sender is closed (the broker was fenced or
@@ -40,14 +43,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Awaitable, Callable, Iterable, Set
+from typing import Any
 
 import grpc
 
-from tidewater.controller import requests
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata import ImagePoisonedError
+from tidewater.controller.send_marks import (
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+    Outgoing,
+    RetryBackoff,
+    SendMarks,
+    route_effects,
+)
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
@@ -82,9 +94,9 @@ class BrokerSender:
         self.config = config
         self._on_delivered = on_delivered or (lambda kind: None)
         self._on_partition_error = on_partition_error or (lambda kind, error: None)
-        self._pending_partitions: dict[tuple[str, int], bool] = {}  # -> is_new
-        self._pending_metadata = False
-        self._pending_stop: dict[tuple[str, int], PartitionRecord] = {}
+        self.marks = SendMarks(broker_id)
+        self.backoff = RetryBackoff(config.sender_retry_backoff_ms,
+                                    config.sender_retry_backoff_max_ms)
         self._wake = asyncio.Event()
         self._closed = False
         self._channel = open_aio_channel(target, channel_options(config), credentials)
@@ -99,26 +111,20 @@ class BrokerSender:
 
     def mark_partitions(self, tps: Iterable[tuple[str, int]], *,
                         new: Set[tuple[str, int]] = frozenset()) -> None:
-        for tp in tps:
-            self._pending_partitions[tp] = self._pending_partitions.get(tp, False) or tp in new
+        self.marks.mark_partitions(tps, new=new)
         self._wake.set()
 
     def mark_metadata(self) -> None:
-        self._pending_metadata = True
+        self.marks.mark_metadata()
         self._wake.set()
 
     def mark_stop(self, partitions: Iterable[PartitionRecord]) -> None:
-        for p in partitions:
-            tp = (p.topic, p.partition)
-            self._pending_stop[tp] = p
-            current = self.machine.metadata.partition(*tp)
-            if current is None or self.broker_id not in current.replicas:
-                self._pending_partitions.pop(tp, None)  # a LeaderAndIsr for it would be stale
+        self.marks.mark_stop(partitions, self.machine.metadata)
         self._wake.set()
 
     @property
     def idle(self) -> bool:
-        return not (self._pending_partitions or self._pending_metadata or self._pending_stop)
+        return self.marks.idle
 
     # ------------------------------------------------------------ loop
 
@@ -130,7 +136,7 @@ class BrokerSender:
             self._closed = True
 
     async def _deliver(self) -> None:
-        backoff_ms = self.config.sender_retry_backoff_ms
+        loop = asyncio.get_running_loop()
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
@@ -142,53 +148,35 @@ class BrokerSender:
                 try:
                     await self._send_round()
                     self.synced_offset = max(self.synced_offset, round_offset)
-                    backoff_ms = self.config.sender_retry_backoff_ms
+                    self.backoff.succeeded()
                 except (TimeoutError, grpc.aio.AioRpcError) as e:
                     detail = e.code().name if isinstance(e, grpc.aio.AioRpcError) else "timeout"
+                    wait_ms = self.backoff.failed(int(loop.time() * 1000))
                     log.info("broker %d at %s unreachable (%s); retrying in %d ms",
-                             self.broker_id, self.target, detail, backoff_ms)
-                    await asyncio.sleep(backoff_ms / 1000)
-                    backoff_ms = min(backoff_ms * 2, self.config.sender_retry_backoff_max_ms)
+                             self.broker_id, self.target, detail, wait_ms)
+                    await asyncio.sleep(wait_ms / 1000)
 
     async def _send_round(self) -> None:
-        metadata = self.machine.metadata
-        node_id = self.config.node_id
+        """Send what the marks call for, one request at a time, until none is due."""
         timeout_s = self.config.sender_request_timeout_ms / 1000
-        if self._pending_stop:
-            stops, self._pending_stop = self._pending_stop, {}
-            stop = requests.stop_replica(metadata, node_id, self.broker_id, stops.values(),
-                                         delete=True)
+        while not self._closed:
+            outgoing = self.marks.take_next(self.machine.metadata, self.config.node_id,
+                                            self.machine.sessions)
+            if outgoing is None:
+                return
             try:
-                stopped = await self._stub.StopReplica(stop, timeout=timeout_s)
+                response = await self._call(outgoing, timeout_s)
             except BaseException:
-                self._pending_stop = {**stops, **self._pending_stop}
+                self.marks.put_back(outgoing)
                 raise
-            self._check("StopReplica", stopped.error_code, stopped.partitions)
-        if self._pending_partitions:
-            marks, self._pending_partitions = self._pending_partitions, {}
-            partitions = []
-            for (topic, number), is_new in sorted(marks.items()):
-                p = metadata.partition(topic, number)
-                if p is not None and self.broker_id in p.replicas:
-                    partitions.append((p, is_new))
-            if partitions:
-                request = requests.leader_and_isr(metadata, node_id, self.broker_id, partitions)
-                try:
-                    response = await self._stub.LeaderAndIsr(request, timeout=timeout_s)
-                except BaseException:
-                    for tp, is_new in marks.items():
-                        self._pending_partitions[tp] = self._pending_partitions.get(tp, False) or is_new
-                    raise
-                self._check("LeaderAndIsr", response.error_code, response.partitions)
-        if self._pending_metadata:
-            self._pending_metadata = False
-            update = requests.update_metadata(metadata, node_id, self.broker_id, self.machine.sessions)
-            try:
-                updated = await self._stub.UpdateMetadata(update, timeout=timeout_s)
-            except BaseException:
-                self._pending_metadata = True
-                raise
-            self._check("UpdateMetadata", updated.error_code, ())
+            self._check(outgoing.kind, response.error_code,
+                        getattr(response, "partitions", ()))
+
+    def _call(self, outgoing: Outgoing, timeout_s: float) -> Awaitable[Any]:
+        calls: dict[str, Callable[..., Awaitable[Any]]] = {
+            STOP_REPLICA: self._stub.StopReplica, LEADER_AND_ISR: self._stub.LeaderAndIsr,
+            UPDATE_METADATA: self._stub.UpdateMetadata}
+        return calls[outgoing.kind](outgoing.request, timeout=timeout_s)
 
     def _check(self, kind: str, error_code: int,
                partitions: Iterable[pb.PartitionError]) -> None:
@@ -213,9 +201,7 @@ class BrokerSender:
     def abort(self) -> None:
         """Stop now, synchronously: the task is cancelled where it waits and sends nothing more."""
         self._closed = True
-        self._pending_partitions.clear()
-        self._pending_metadata = False
-        self._pending_stop.clear()
+        self.marks.clear()
         self._task.cancel()
 
     async def close(self) -> None:
@@ -288,32 +274,13 @@ class BrokerSenders:
     def on_commit(self, effects: Effects) -> None:
         if self._aborted:
             return
-        metadata = self.machine.metadata
-        for broker_id in effects.fenced_brokers:
-            sender = self.senders.pop(broker_id, None)
-            if sender is not None:
-                self._close_later(sender)
-        for broker_id in effects.resync_brokers:
-            sender = self._ensure_sender(broker_id)
-            if sender is not None:
-                hosted = [(p.topic, p.partition) for p in metadata.partitions_of_broker(broker_id)]
-                sender.mark_partitions(hosted, new=effects.new_partitions)
-                sender.mark_metadata()
-        for broker_id, partitions in effects.stop_replicas:
-            sender = self.senders.get(broker_id)
-            if sender is not None:
-                sender.mark_stop(partitions)
-        for tp in effects.changed_partitions:
-            p = metadata.partition(*tp)
-            if p is None:
-                continue
-            for replica in p.replicas:
-                sender = self.senders.get(replica)
-                if sender is not None:
-                    sender.mark_partitions([tp], new=effects.new_partitions)
-        if effects.metadata_changed:
-            for sender in self.senders.values():
-                sender.mark_metadata()
+        route_effects(effects, self.machine.metadata, self.senders,
+                      drop_sender=self._drop_sender, ensure_sender=self._ensure_sender)
+
+    def _drop_sender(self, broker_id: int) -> None:
+        sender = self.senders.pop(broker_id, None)
+        if sender is not None:
+            self._close_later(sender)
 
     async def wait_synced(self, offset: int, timeout_s: float) -> bool:
         """Wait until every live broker has received all changes up to ``offset``.

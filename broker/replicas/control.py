@@ -96,6 +96,12 @@ class LogManagerPort(Protocol):
     def delete(self, tp: TopicPartition) -> Any: ...
 
 
+# ``control_rules.controller_request_refusal``'s and ``topic_identity.incarnation_action``'s
+# shapes: the rules ControlRequests is given.
+RefusalRule = Callable[..., int | None]
+IncarnationRule = Callable[..., IdentityAction]
+
+
 class ControlRequests:
     def __init__(self, *, config: BrokerConfig, log_manager: LogManagerPort,
                  metadata_cache: MetadataCache,
@@ -103,7 +109,10 @@ class ControlRequests:
                  broker_epoch: Callable[[], int], loaded_high_watermarks: dict[TopicPartition, int],
                  forget_partition: Callable[[TopicPartition], None],
                  control_token: Callable[[], bytes], cluster_identity: ClusterIdentity,
-                 mono_ms: Callable[[], int] = _mono_ms, wall_ms: Callable[[], int] = _wall_ms):
+                 mono_ms: Callable[[], int] = _mono_ms, wall_ms: Callable[[], int] = _wall_ms,
+                 replica_class: type[ReplicaState] = ReplicaState,
+                 refusal_rule: RefusalRule = controller_request_refusal,
+                 incarnation_rule: IncarnationRule = incarnation_action):
         self.config = config
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -118,6 +127,11 @@ class ControlRequests:
         self.cluster_identity = cluster_identity
         self._mono_ms = mono_ms
         self._wall_ms = wall_ms
+        # The rules, given (defaults: the product's): the simulation puts a broken
+        # variant's in here, so this class carries no seam for it.
+        self._replica_class = replica_class
+        self._refusal_rule = refusal_rule
+        self._incarnation_rule = incarnation_rule
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
@@ -141,7 +155,7 @@ class ControlRequests:
         """``control_rules.controller_request_refusal`` (NONE: take it); not registered
         yet raises BrokerNotAvailableError, which the servicer answers as gRPC
         UNAVAILABLE so the controller's sender retries."""
-        refusal = self._request_refusal(
+        refusal = self._refusal_rule(
             registered_epoch=self._broker_epoch(), controller_epoch_seen=self.controller_epoch,
             request_controller_epoch=controller_epoch, request_broker_epoch=broker_epoch,
             token_matches=hmac.compare_digest(token, self._control_token()))
@@ -151,11 +165,6 @@ class ControlRequests:
             log.warning("refused %s claiming controller epoch %d: not this registration's "
                         "control token", kind, controller_epoch)
         return pb.NONE if refusal is None else refusal
-
-    @staticmethod
-    def _request_refusal(**facts: Any) -> int | None:
-        """``control_rules.controller_request_refusal`` (one place to call it from)."""
-        return controller_request_refusal(**facts)
 
     def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
         refusal = self._refusal("LeaderAndIsr", request.controller_epoch, request.broker_epoch,
@@ -210,7 +219,7 @@ class ControlRequests:
         the local one, after adopting the ID or replacing another incarnation's log."""
         partition = self.partitions.get(tp)
         local_id = self.log_manager.topic_id(tp)
-        action = self._incarnation_action(
+        action = self._incarnation_rule(
             tp, topic_id, local_id, trusted=trusted, names_by_id=names_by_id,
             has_log=partition is not None or self.log_manager.get(tp) is not None)
         if action is IdentityAction.ADOPT:
@@ -234,27 +243,14 @@ class ControlRequests:
         if log_ is None:
             config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
             log_ = self.log_manager.get_or_create(tp, config, self._wall_ms(), topic_id=topic_id)
-        replica = self._new_replica(
-            tp, log_, high_watermark=self._loaded_high_watermarks.pop(tp, 0),
-            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs))
-        partition = self.partitions[tp] = Partition(tp, log_, replica, topic_id)
-        return partition
-
-    def _new_replica(self, tp: TopicPartition, log_: Any, *, high_watermark: int,
-                     min_insync_replicas: int) -> ReplicaState:
-        return ReplicaState(
+        replica = self._replica_class(
             tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
-            high_watermark=high_watermark, min_insync_replicas=min_insync_replicas,
+            high_watermark=self._loaded_high_watermarks.pop(tp, 0),
+            min_insync_replicas=self.config.min_insync_replicas_for(topic_configs),
             replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
             follower_options=self.config.follower_options)
-
-    @staticmethod
-    def _incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
-                            has_log: bool, trusted: bool,
-                            names_by_id: dict[bytes, str]) -> IdentityAction:
-        """``topic_identity.incarnation_action`` (one place to call it from)."""
-        return incarnation_action(tp, told_id, local_id, has_log=has_log, trusted=trusted,
-                                  names_by_id=names_by_id)
+        partition = self.partitions[tp] = Partition(tp, log_, replica, topic_id)
+        return partition
 
     def _topic_names_by_id(self) -> dict[bytes, str]:
         """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""

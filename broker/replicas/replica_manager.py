@@ -43,6 +43,10 @@ from tidewater.broker.metrics import BrokerMetrics, ReplicaSnapshot
 from tidewater.broker.replicas.background import BackgroundWork
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
 from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.hw_checkpoint import (
+    high_watermarks_to_checkpoint,
+    loaded_high_watermarks,
+)
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
@@ -164,12 +168,11 @@ class ReplicaManager:
     # ================================================================ lifecycle
 
     def load(self) -> None:
-        """Logs are loaded (LogManager.load); remember their checkpointed HWs, clamped to the LEO."""
-        checkpointed = self.log_manager.read_high_watermarks()
-        for tp, log_ in self.log_manager.logs().items():
-            hw = checkpointed.get(tp, 0)
-            self._loaded_high_watermarks[tp] = max(log_.log_start_offset,
-                                                   min(hw, log_.log_end_offset))
+        """Logs are loaded (LogManager.load); remember their checkpointed HWs, clamped to
+        [log start, LEO] (``hw_checkpoint``)."""
+        # Updated in place: ControlRequests holds this dict and claims from it.
+        self._loaded_high_watermarks.update(loaded_high_watermarks(
+            self.log_manager.read_high_watermarks(), self.log_manager.logs()))
 
     def start(self) -> None:
         self.background.start()
@@ -200,9 +203,9 @@ class ReplicaManager:
         return lambda: self._closing_callbacks.discard(callback)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
-        hws = dict(self._loaded_high_watermarks)
-        hws.update({tp: p.high_watermark for tp, p in self.partitions.items()})
-        return hws
+        return high_watermarks_to_checkpoint(
+            self._loaded_high_watermarks,
+            {tp: p.high_watermark for tp, p in self.partitions.items()})
 
     def checkpoint_high_watermarks(self) -> None:
         self.log_manager.checkpoint_high_watermarks(self.high_watermarks())

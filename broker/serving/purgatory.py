@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import TypeAlias, TypeVar
 
 from tidewater.broker.replicas.partition import Partition
+from tidewater.broker.replication.replica_produce import acks_all_wait_ms
 from tidewater.proto.errors import InvariantViolation
 
 log = logging.getLogger("tidewater.broker.serving.purgatory")
@@ -69,10 +70,11 @@ class AcksWaits:
         """A new wait of ``partition`` (its id goes to the core with the append)."""
         wait = AcksWait(next(self._ids), partition)
         self._open[wait.waiter_id] = wait
-        # One millisecond late: the core compares its own clock with the deadline, and the
+        # The core's deadline (``acks_all_wait_ms``: the request's timeout, capped), one
+        # millisecond late: the core compares its own clock with the deadline, and the
         # loop's clock may run a little behind it (the replication tick is the backstop).
         wait.timer = asyncio.get_running_loop().call_later(
-            (max(timeout_ms, 0) + 1) / 1000, self._on_deadline, wait)
+            (acks_all_wait_ms(timeout_ms) + 1) / 1000, self._on_deadline, wait)
         return wait
 
     def complete(self, waiter_id: int, code: int) -> None:

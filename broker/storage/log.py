@@ -25,7 +25,9 @@ offset (LEO) is the active segment's end.
   the rolled segment is flushed in the background: a worker thread fsyncs the
   directory, the rolled segment's data and its index files without the lock
   (``flush_outside_lock``), then moves the recovery point to the new segment's
-  base. Until then the rolled segment keeps its indexes in memory.
+  base. Until then the rolled segment keeps its indexes in memory. A disk error
+  there takes the log offline; a broken invariant goes to the log's
+  ``on_background_failure`` (the broker's supervisor stops the process).
 - ``recovery_point``: every offset below it is durable (data fsynced, and the
   directory fsynced after the file was created). It moves on flush
   (``flush.messages``, ``flush.ms``, a roll's background flush, checkpoint,
@@ -151,6 +153,7 @@ from tidewater.proto.errors import (
     FencedLeaderEpochError,
     InvalidRecordError,
     InvalidRequestError,
+    InvariantViolation,
     KafkaStorageError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
@@ -209,7 +212,8 @@ class Log:
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  leader_epoch_cache: LeaderEpochCache, log_start_offset: int,
                  recovery_point: int, now_ms: int, flush_executor: Executor | None = None,
-                 producer_state: ProducerStateManager | None = None):
+                 producer_state: ProducerStateManager | None = None,
+                 on_background_failure: Callable[[BaseException], None] | None = None):
         self.dir = directory
         self.topic_partition: TopicPartition | None
         try:
@@ -238,6 +242,9 @@ class Log:
         # stay in memory until it has (unload needs them on disk).
         self._rolled_unflushed: list[LogSegment] = []
         self._flush_executor = flush_executor  # None: the process's "flush-log" thread
+        # A broken invariant in a job nobody awaits (the flush of a roll): the broker
+        # stops on it (its supervisor), as on one anywhere else.
+        self._on_background_failure = on_background_failure
         self._lock = threading.RLock()
         # Inactive segments whose indexes a read loaded back, oldest first.
         self._loaded_inactive: deque[LogSegment] = deque()
@@ -250,12 +257,14 @@ class Log:
     def open(cls, dir: Path, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
              log_start_offset: int | None = None, had_clean_shutdown: bool = False,
              flush_executor: Executor | None = None,
-             producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT) -> Log:
+             producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
+             on_background_failure: Callable[[BaseException], None] | None = None) -> Log:
         """Open (creating if needed) the log in ``dir``; recover unless shut down cleanly.
 
         ``flush_executor`` runs the flush of each rolled segment (default: one
-        "flush-log" thread shared by the process's logs). The producers' state is
-        loaded from the latest snapshot and the batches after it."""
+        "flush-log" thread shared by the process's logs); an ``InvariantViolation``
+        there goes to ``on_background_failure`` (the broker stops on it). The
+        producers' state is loaded from the latest snapshot and the batches after it."""
         directory = Path(dir)
         opened = open_log_dir(directory, config, recovery_point=recovery_point,
                               log_start_offset=log_start_offset,
@@ -264,7 +273,8 @@ class Log:
         opened_log = cls(directory, opened.config, opened.segments, opened.leader_epoch_cache,
                          opened.log_start_offset, opened.segments[-1].next_offset, now_ms,
                          flush_executor,
-                         ProducerStateManager(expiration_ms=producer_id_expiration_ms))
+                         ProducerStateManager(expiration_ms=producer_id_expiration_ms),
+                         on_background_failure)
         try:
             with opened_log._lock:
                 opened_log.txn_indexes.load(opened_log._base_offsets)
@@ -640,6 +650,14 @@ class Log:
             self.flush_outside_lock(end_offset=end_offset)
         except KafkaStorageError:
             pass  # the log went offline and said why; the next open recovers it
+        except InvariantViolation as e:
+            # A bug, not a disk error: nobody waits for this job, so it must not end in a
+            # log line; the broker stops, as on a broken invariant anywhere else.
+            log.critical("flushing the rolled segments of %s broke an invariant", self.dir,
+                         exc_info=e)
+            if self._on_background_failure is None:
+                raise  # no owner to stop (a tool or test): the executor's future holds it
+            self._on_background_failure(e)
         except Exception:  # a bug: nobody waits for this job, so say it loudly here
             log.exception("flushing the rolled segments of %s failed", self.dir)
 

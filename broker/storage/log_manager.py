@@ -95,6 +95,7 @@ class LogManager:
 
     def __init__(self, data_dir: Path, default_config: LogConfig, *,
                  on_deleter_failure: Callable[[BaseException], None] | None = None,
+                 on_flush_failure: Callable[[BaseException], None] | None = None,
                  producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS_DEFAULT,
                  recovery_threads: int = RECOVERY_THREADS_DEFAULT):
         self.data_dir = Path(data_dir)
@@ -106,6 +107,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, bytes | None] = {}  # None: no partition.metadata
         self.deleter = LogDirDeleter(on_failure=on_deleter_failure)
+        # A log's background flush (of a roll) that broke an invariant: the broker stops.
+        self._on_flush_failure = on_flush_failure
         self._topic_configs: dict[str, LogConfig] = {}
         # _lock guards _logs and is held only briefly: the event loop takes it (logs(),
         # get_or_create). Each checkpoint file has its own lock, held while the file is
@@ -163,7 +166,8 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0),
                     log_start_offset=log_start_offsets.get(tp),
                     had_clean_shutdown=self.had_clean_shutdown,
-                    producer_id_expiration_ms=self.producer_id_expiration_ms)
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    on_background_failure=self._on_flush_failure)
 
             self._open_logs(found, open_log)
             remove_clean_shutdown_marker(self.data_dir)
@@ -231,7 +235,8 @@ class LogManager:
             self._topic_configs.setdefault(tp.topic, config)
             # A new directory has nothing to recover; a stray old one gets validated.
             created = Log.open(self.data_dir / name, config, now_ms=now_ms,
-                               producer_id_expiration_ms=self.producer_id_expiration_ms)
+                               producer_id_expiration_ms=self.producer_id_expiration_ms,
+                               on_background_failure=self._on_flush_failure)
             if topic_id is not None:
                 try:
                     write_partition_metadata(created.dir, topic_id)

@@ -12,10 +12,12 @@ and the clock:
 * the controller (``sim_controller``): ``controller.state_machine`` driven
   through ``controller.owner.MetadataOwner`` over a fake metadata log
   (``sim_metadata_log``, the product's framing and recovery in memory, whose
-  writes can fail as a full disk does); the module is the transport:
-  ``controller/service.py``'s calls and heartbeat streams, ``controller/sender.py``'s
-  marks and retries, ``controller/server.py``'s timers and process lifecycle
-  (crash and restart, exit at once on a failed write);
+  writes can fail as a full disk does) and the senders' core
+  ``controller.send_marks`` (marks, request order, put-back, backoff); the module
+  is the transport: ``controller/service.py``'s calls and heartbeat streams,
+  ``controller/sender.py``'s calls (one in flight, a request timeout),
+  ``controller/server.py``'s timers and process lifecycle (crash and restart,
+  exit at once on a failed write);
 * fakes: an in-memory network that drops, delays (and so reorders) and
   partitions messages (``network``), broker logs whose unflushed tail a crash
   may lose (``sim_log``), an injected clock and seeded IDs.

@@ -34,7 +34,8 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 
-from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.control import RefusalRule
+from tidewater.broker.replication.control_rules import controller_request_refusal
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import log_identity_action
 from tidewater.controller.config import ControllerConfig
@@ -185,7 +186,7 @@ class Simulation:
                  replica_class: type[ReplicaState] = ReplicaState,
                  owner_class: type[MetadataOwner] = MetadataOwner,
                  identity_rule: IdentityRule = log_identity_action,
-                 control_base: type[ControlRequests] = ControlRequests,
+                 refusal_rule: RefusalRule = controller_request_refusal,
                  trace_lines: int = 300, verbose: bool = False):
         self.seed = seed
         self.config = config or SimConfig.for_seed(seed)
@@ -217,7 +218,7 @@ class Simulation:
         self.brokers: dict[int, SimBroker] = {
             b: SimBroker(b, self.network, self.rng, cfg.broker, self,
                          replica_class=replica_class, identity_rule=identity_rule,
-                         control_base=control_base)
+                         refusal_rule=refusal_rule)
             for b in broker_ids}
         self.producers = [Producer(CLIENT_BASE + i, tp) for i, tp in enumerate(self.partitions)]
         self.admin = Admin()
@@ -230,7 +231,7 @@ class Simulation:
             ("replica_class", replica_class, ReplicaState),
             ("owner_class", owner_class, MetadataOwner),
             ("identity_rule", identity_rule, log_identity_action),
-            ("control_base", control_base, ControlRequests)) if value is not default}
+            ("refusal_rule", refusal_rule, controller_request_refusal)) if value is not default}
         self._next_payload_id = 1
         self.crashes = 0
         self.controller.start(0)

@@ -43,11 +43,16 @@ from tidewater.broker.controller_link.alter_partition import (
 )
 from tidewater.broker.controller_link.registration import Registration
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
-from tidewater.broker.replicas.control import ControlRequests
+from tidewater.broker.replicas.control import ControlRequests, RefusalRule
+from tidewater.broker.replicas.hw_checkpoint import (
+    high_watermarks_to_checkpoint,
+    loaded_high_watermarks,
+)
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
+from tidewater.broker.replication.control_rules import controller_request_refusal
 from tidewater.broker.replication.ready import AlterPartitionRequest, CorruptReport, Ready
 from tidewater.broker.replication.replica import FollowerPhase, ReplicaState
 from tidewater.broker.replication.topic_identity import (
@@ -217,30 +222,20 @@ class SimLogManager:
 
 # ---------------------------------------------------------------- broken variants, injected
 
-def control_class(replica_class: type[ReplicaState] = ReplicaState,
+def control_rules(replica_class: type[ReplicaState] = ReplicaState,
                   identity_rule: Any = log_identity_action,
-                  base: type[ControlRequests] = ControlRequests) -> type[ControlRequests]:
-    """``ControlRequests`` (or ``base``) with a broken variant's replica core or topic-identity
-    table put in from outside: the product's class is untouched."""
-    overrides: dict[str, Any] = {}
-    if replica_class is not ReplicaState:
-        def _new_replica(self: ControlRequests, tp: TopicPartition, log_: Any, *,
-                         high_watermark: int, min_insync_replicas: int) -> ReplicaState:
-            return replica_class(
-                tp.topic, tp.partition, local_broker_id=self.broker_id, log=log_,
-                high_watermark=high_watermark, min_insync_replicas=min_insync_replicas,
-                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
-                follower_options=self.config.follower_options)
-        overrides["_new_replica"] = _new_replica
+                  refusal_rule: RefusalRule = controller_request_refusal) -> dict[str, Any]:
+    """``ControlRequests``' rules with a broken variant's replica core, topic-identity table
+    or refusal rule put in from outside (constructor arguments): the product's class is
+    untouched and has no seam for them."""
+    rules: dict[str, Any] = {"replica_class": replica_class, "refusal_rule": refusal_rule}
     if identity_rule is not log_identity_action:
-        def _incarnation_action(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
-                                has_log: bool, trusted: bool,
-                                names_by_id: dict[bytes, str]) -> IdentityAction:
+        def incarnation_rule(tp: TopicPartition, told_id: bytes, local_id: bytes | None, *,
+                             has_log: bool, trusted: bool,
+                             names_by_id: dict[bytes, str]) -> IdentityAction:
             return identity_rule(local_id, told_id, has_log=has_log, trusted=trusted)
-        overrides["_incarnation_action"] = staticmethod(_incarnation_action)
-    if not overrides:
-        return base
-    return type(f"{base.__name__}With{len(overrides)}Variants", (base,), overrides)
+        rules["incarnation_rule"] = incarnation_rule
+    return rules
 
 
 class _ObservedCarrier(ReadyCarrier):
@@ -265,7 +260,7 @@ class SimBroker:
                  config: BrokerConfig, hooks: Any, *,
                  replica_class: type[ReplicaState] = ReplicaState,
                  identity_rule: Any = log_identity_action,
-                 control_base: type[ControlRequests] = ControlRequests):
+                 refusal_rule: RefusalRule = controller_request_refusal):
         self.broker_id = broker_id
         self.network = network
         self.rng = rng
@@ -278,7 +273,7 @@ class SimBroker:
         replica_class = replica_class_for(
             truncate_first=config.use_offset_for_leader_epoch,
             send_last_fetched_epoch=config.send_last_fetched_epoch, base=replica_class)
-        self.control_class = control_class(replica_class, identity_rule, control_base)
+        self.control_rules = control_rules(replica_class, identity_rule, refusal_rule)
         # The disk: survives crashes.
         self.disk = SimDisk(DiskFaults(random.Random(f"disk-{broker_id}-{rng.random()}"),
                                        dict(config.disk_failure_probabilities)))
@@ -300,7 +295,8 @@ class SimBroker:
         self.registering = True
         self.partitions: dict[TopicPartition, Partition] = {}
         self.transport: dict[TopicPartition, Transport] = {}
-        self.loaded_high_watermarks = {tp: log.hw_checkpoint for tp, log in self.logs.items()}
+        self.loaded_high_watermarks = loaded_high_watermarks(
+            {tp: log.hw_checkpoint for tp, log in self.logs.items()}, self.logs)
         self.waiters: dict[int, Waiter] = {}
         self._completed: list[tuple[int, int]] = []
         self._calls: dict[int, tuple] = {}  # controller calls in flight: id -> what for
@@ -314,7 +310,7 @@ class SimBroker:
         self.carrier.stop_following = self._stop_following
         self.carrier.send_alter_partition = self._send_alter_partition
         self.carrier.send_corrupt_report = self._send_corrupt_report
-        self.control = self.control_class(
+        self.control = ControlRequests(
             config=self.product_config, log_manager=SimLogManager(self),
             metadata_cache=self.metadata_cache, partitions=self.partitions,
             carrier=self.carrier, broker_epoch=lambda: self.registration.broker_epoch,
@@ -322,7 +318,7 @@ class SimBroker:
             forget_partition=self._forget_partition,
             control_token=lambda: self.registration.control_token,
             cluster_identity=ClusterIdentity(SimMetaProperties(self.disk), self.broker_id),
-            mono_ms=self._now, wall_ms=self._now)
+            mono_ms=self._now, wall_ms=self._now, **self.control_rules)
         self._next_request_id = 1
         self._next_waiter_id = 1
         self._next_heartbeat_ms = now_ms
@@ -417,8 +413,13 @@ class SimBroker:
             except TidewaterError:
                 self.counters["disk: HW checkpoint failed"] += 1
             else:
-                for p in self.partitions.values():
-                    p.log.hw_checkpoint = p.replica.high_watermark
+                hws = high_watermarks_to_checkpoint(
+                    self.loaded_high_watermarks,
+                    {tp: p.high_watermark for tp, p in self.partitions.items()})
+                for tp, hw in hws.items():
+                    log = self.logs.get(tp)
+                    if log is not None:
+                        log.hw_checkpoint = hw
         for transport in list(self.transport.values()):
             self._controller_call_timeouts(transport, now_ms)
         tick_replicas(self.partitions.values(), self.carrier, now_ms)

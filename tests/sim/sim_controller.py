@@ -13,10 +13,10 @@ transport around them, as ``controller/service.py``, ``controller/sender.py`` an
   id given by this controller process; a ``HeartbeatStreamClosed`` (a dead
   broker's kernel closing the connection) ends it through
   ``heartbeat_stream_closed``, as the service does;
-* senders (``SimSender``, one per unfenced broker registration): the marks of
-  ``BrokerSender`` set from each commit's ``Effects`` as ``BrokerSenders.on_commit``
-  does, one request at a time built from the image when sent (StopReplica, then
-  LeaderAndIsr, then UpdateMetadata), retried with a backoff until answered;
+* senders (``SimSender``, one per unfenced broker registration): the product's
+  ``controller/send_marks.py`` (marks set from each commit's ``Effects`` by
+  ``route_effects``, requests built from the image when sent in its order, marks
+  put back and a backoff on failure) over the fake network, one request in flight;
 * timers: session expiry (``check_sessions``) and preferred leader election
   (``preferred_leader_check``), at the server's intervals;
 * the process: ``start`` replays the durable log into a fresh image and machine
@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidewater.controller import requests
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import PartitionRecord
 from tidewater.controller.metadata import BrokerInfo, ClusterMetadata
 from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner, OwnerStoppedError
+from tidewater.controller.send_marks import Outgoing, RetryBackoff, SendMarks, route_effects
 from tidewater.controller.sender import NOT_RETRIED
 from tidewater.controller.state_machine import ControllerStateMachine, Effects
 from tidewater.proto import tidewater_pb2 as pb
@@ -60,17 +60,16 @@ SESSION_CHECK_INTERVAL_MS_MAX = 100  # controller/server.py
 @dataclass
 class _InFlight:
     call_id: int
-    kind: str
-    marks: object  # what to mark again when it fails
+    outgoing: Outgoing  # its marks go back when it fails
     sent_ms: int
 
 
 class SimSender:
     """``controller/sender.py``'s ``BrokerSender`` for one broker registration, without gRPC.
 
-    Marks, not requests, are queued; a request is built from the image when it is
-    sent, so it carries the latest durable state. One request in flight; no answer
-    within the request timeout puts its marks back and retries after a backoff.
+    The marks, the order of requests, the put-back on failure and the backoff are the
+    product's (``controller/send_marks.py``); this is only the transport: one request
+    in flight; no answer within the request timeout fails it as gRPC's deadline does.
     """
 
     def __init__(self, controller: SimController, broker_id: int, broker_epoch: int):
@@ -78,67 +77,41 @@ class SimSender:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         config = controller.config
-        self.pending_partitions: dict[TopicPartition, bool] = {}  # -> is_new
-        self.pending_metadata = False
-        self.pending_stop: dict[TopicPartition, PartitionRecord] = {}
+        self.marks = SendMarks(broker_id)
+        self.backoff = RetryBackoff(config.sender_retry_backoff_ms,
+                                    config.sender_retry_backoff_max_ms)
         self.inflight: _InFlight | None = None
-        self.next_send_ms = 0
-        self.backoff_ms = config.sender_retry_backoff_ms
 
     # ------------------------------------------------------------ marks (as BrokerSender)
 
     def mark_partitions(self, tps, *, new=frozenset()) -> None:
-        for tp in tps:
-            self.pending_partitions[tp] = self.pending_partitions.get(tp, False) or tp in new
+        self.marks.mark_partitions(tps, new=new)
 
     def mark_metadata(self) -> None:
-        self.pending_metadata = True
+        self.marks.mark_metadata()
 
     def mark_stop(self, partitions) -> None:
-        metadata = self.controller.machine.metadata
-        for p in partitions:
-            tp = TopicPartition(p.topic, p.partition)
-            self.pending_stop[tp] = p
-            current = metadata.partition(*tp)
-            if current is None or self.broker_id not in current.replicas:
-                self.pending_partitions.pop(tp, None)  # a LeaderAndIsr for it would be stale
-
-    @property
-    def idle(self) -> bool:
-        return not (self.pending_partitions or self.pending_metadata or self.pending_stop)
+        self.marks.mark_stop(partitions, self.controller.machine.metadata)
 
     # ------------------------------------------------------------ delivery
 
     def maybe_send(self, now_ms: int) -> None:
-        config = self.controller.config
+        controller = self.controller
+        config = controller.config
         if self.inflight is not None:
             if now_ms - self.inflight.sent_ms < config.sender_request_timeout_ms:
                 return
             self._failed(now_ms)
-        if self.idle or now_ms < self.next_send_ms:
+        if self.marks.idle or not self.backoff.may_send(now_ms):
             return
-        metadata = self.controller.machine.metadata
-        node_id = config.node_id
-        if self.pending_stop:
-            stops, self.pending_stop = self.pending_stop, {}
-            self._send("StopReplica", requests.stop_replica(
-                metadata, node_id, self.broker_id, stops.values(), delete=True), stops, now_ms)
+        outgoing = self.marks.take_next(controller.machine.metadata, config.node_id,
+                                        controller.machine.sessions)
+        if outgoing is None:
             return
-        if self.pending_partitions:
-            marks, self.pending_partitions = self.pending_partitions, {}
-            partitions = []
-            for (topic, number), is_new in sorted(marks.items()):
-                p = metadata.partition(topic, number)
-                if p is not None and self.broker_id in p.replicas:
-                    partitions.append((p, is_new))
-            if partitions:
-                self._send("LeaderAndIsr", requests.leader_and_isr(
-                    metadata, node_id, self.broker_id, partitions), marks, now_ms)
-                return
-        if self.pending_metadata:
-            self.pending_metadata = False
-            self._send("UpdateMetadata", requests.update_metadata(
-                metadata, node_id, self.broker_id, self.controller.machine.sessions), None, now_ms)
+        call_id = controller.next_call_id()
+        self.inflight = _InFlight(call_id, outgoing, now_ms)
+        controller.network.send(CONTROLLER, self.broker_id,
+                                BrokerCall(call_id, controller.run_id, outgoing.request), now_ms)
 
     def on_answer(self, call_id: int, response, now_ms: int) -> None:
         inflight = self.inflight
@@ -148,35 +121,22 @@ class SimSender:
             self._failed(now_ms)
             return
         self.inflight = None
-        self.backoff_ms = self.controller.config.sender_retry_backoff_ms
+        self.backoff.succeeded()
+        kind = inflight.outgoing.kind
         if response.error_code in NOT_RETRIED:
-            self.controller.count(f"broker refused {inflight.kind} "
+            self.controller.count(f"broker refused {kind} "
                                   f"{pb.ErrorCode.Name(response.error_code)}")
         for item in getattr(response, "partitions", ()):
             if item.error_code != pb.NONE:
                 # Not retried, as the real sender: the broker cannot take this state.
-                self.controller.count(f"broker refused {inflight.kind} partition "
+                self.controller.count(f"broker refused {kind} partition "
                                       f"{pb.ErrorCode.Name(item.error_code)}")
         self.maybe_send(now_ms)  # the rest of the round
 
-    def _send(self, kind: str, request, marks, now_ms: int) -> None:
-        controller = self.controller
-        call_id = controller.next_call_id()
-        self.inflight = _InFlight(call_id, kind, marks, now_ms)
-        controller.network.send(CONTROLLER, self.broker_id,
-                                BrokerCall(call_id, controller.run_id, request), now_ms)
-
     def _failed(self, now_ms: int) -> None:
         inflight, self.inflight = self.inflight, None
-        if inflight.kind == "StopReplica":
-            self.pending_stop = {**inflight.marks, **self.pending_stop}
-        elif inflight.kind == "LeaderAndIsr":
-            for tp, is_new in inflight.marks.items():
-                self.pending_partitions[tp] = self.pending_partitions.get(tp, False) or is_new
-        else:
-            self.pending_metadata = True
-        self.next_send_ms = now_ms + self.backoff_ms
-        self.backoff_ms = min(self.backoff_ms * 2, self.controller.config.sender_retry_backoff_max_ms)
+        self.marks.put_back(inflight.outgoing)
+        self.backoff.failed(now_ms)
 
 
 class SimController:
@@ -383,32 +343,16 @@ class SimController:
         metadata = self.machine.metadata
         now_ms = self.clock_ms()
         self.leader_changes += effects.leader_elections
-        for broker_id in sorted(effects.fenced_brokers):
-            self.trace(now_ms, f"controller: broker {broker_id} fenced")
-            self.senders.pop(broker_id, None)
-        for broker_id in sorted(effects.resync_brokers):
-            sender = self._ensure_sender(broker_id)
-            if sender is not None:
-                hosted = [TopicPartition(p.topic, p.partition)
-                          for p in metadata.partitions_of_broker(broker_id)]
-                sender.mark_partitions(hosted, new=effects.new_partitions)
-                sender.mark_metadata()
-        for broker_id, partitions in effects.stop_replicas:
-            sender = self.senders.get(broker_id)
-            if sender is not None:
-                sender.mark_stop(partitions)
+        route_effects(effects, metadata, self.senders,
+                      drop_sender=self._drop_sender, ensure_sender=self._ensure_sender)
         for tp in sorted(effects.changed_partitions):
             p = metadata.partition(*tp)
-            if p is None:
-                continue
-            self._trace_change(TopicPartition(*tp), p, now_ms)
-            for replica in p.replicas:
-                sender = self.senders.get(replica)
-                if sender is not None:
-                    sender.mark_partitions([TopicPartition(*tp)], new=effects.new_partitions)
-        if effects.metadata_changed:
-            for sender in self.senders.values():
-                sender.mark_metadata()
+            if p is not None:
+                self._trace_change(TopicPartition(*tp), p, now_ms)
+
+    def _drop_sender(self, broker_id: int) -> None:
+        self.trace(self.clock_ms(), f"controller: broker {broker_id} fenced")
+        self.senders.pop(broker_id, None)
 
     def _ensure_sender(self, broker_id: int) -> SimSender | None:
         broker = self.machine.metadata.brokers.get(broker_id)

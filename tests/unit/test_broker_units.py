@@ -10,6 +10,7 @@ import pytest
 
 from tidewater.broker.config import BrokerConfig, ConfigError, config_from_args
 from tidewater.broker.replicas.metadata_cache import MetadataCache
+from tidewater.broker.replication.replica_produce import ACKS_ALL_WAIT_MS_MAX
 from tidewater.broker.serving.purgatory import AcksWaits, FetchWaiters
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import StaleControllerEpochError
@@ -98,6 +99,21 @@ async def test_acks_waits_answer_whoever_attaches_once():
     waits.complete(late.waiter_id, pb.NONE)  # a second outcome is never delivered
     assert answers == [("early", pb.NONE), ("late", pb.NOT_LEADER_OR_FOLLOWER)]
     assert waits.pending() == 0 and deadlines == []
+
+
+async def test_acks_waits_timer_is_the_cores_capped_deadline():
+    # The timer fires at the core's deadline (acks_all_wait_ms: the request's timeout,
+    # at most ACKS_ALL_WAIT_MS_MAX), not at whatever a client asked for.
+    waits = AcksWaits(on_deadline=lambda wait: None)
+    loop = asyncio.get_running_loop()
+    armed_at_s = loop.time()
+    huge = waits.open(_FakePartition(), 10**9)
+    negative = waits.open(_FakePartition(), -5)
+    cap_s = ACKS_ALL_WAIT_MS_MAX / 1000
+    assert cap_s < huge.timer.when() - armed_at_s < cap_s + 1
+    assert negative.timer.when() - armed_at_s < 1
+    for wait in (huge, negative):
+        waits.complete(wait.waiter_id, pb.NONE)
 
 
 async def test_acks_waits_withdraw_tells_the_core_and_answers_nobody():

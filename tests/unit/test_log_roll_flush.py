@@ -16,6 +16,7 @@ from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import iter_batches
+from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.records import encode_batch
 
 RECORD = encode_batch([(None, b"x" * 100)], base_timestamp_ms=1000)
@@ -276,3 +277,36 @@ def test_the_manager_skips_logs_deleted_after_its_snapshot(tmp_path):
     assert snapshot[a].is_closed and not snapshot[a].is_offline
     assert [s.base_offset for s in snapshot[b].segments()] == [6, 7]
     manager.shutdown()
+
+
+def test_a_broken_invariant_in_the_background_flush_stops_the_broker(tmp_path, monkeypatch):
+    """Not a disk error: the flush-log thread hands it to the log's owner (the broker's
+    supervisor stops the process), it does not end in a log line."""
+    flushes = QueuedFlushes()
+    failures = []
+    log = Log.open(tmp_path / "t-0", CONFIG, now_ms=0, flush_executor=flushes,
+                   on_background_failure=failures.append)
+    for _ in range(4):
+        log.append_as_leader(RECORD, 0, now_ms=0)
+    assert len(flushes.jobs) == 1
+    broken = InvariantViolation("recovery point past the log end")
+
+    def flush_breaks(**_):
+        raise broken
+
+    monkeypatch.setattr(log, "flush_outside_lock", flush_breaks)
+    flushes.run()
+    assert failures == [broken]
+    log.close()
+
+
+def test_without_an_owner_the_broken_invariant_is_raised(tmp_path, monkeypatch):
+    log = open_log(tmp_path, QueuedFlushes())
+
+    def flush_breaks(**_):
+        raise InvariantViolation("recovery point past the log end")
+
+    monkeypatch.setattr(log, "flush_outside_lock", flush_breaks)
+    with pytest.raises(InvariantViolation):
+        log._flush_rolled(0)
+    log.close()
