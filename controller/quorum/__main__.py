@@ -2,16 +2,19 @@
 
 Commands::
 
-    format   --node-id N --data-dir D --initial-controllers 1@H:P:DIRID,... [--new-directory-id]
+    format   --node-id N --data-dir D (--initial-controllers 1@H:P:DIRID,... [--new-directory-id]
+                                       | --no-initial-controllers)
     run      --node-id N --data-dir D --voters 1@H:P,2@H:P,... [--observers ...]
     propose  --bootstrap H:P RECORD...        (prints first offset and epoch)
     read     --bootstrap H:P [--start-offset O] (prints offset, epoch, record per line)
     describe --bootstrap H:P                  (JSON: leader, epoch, high watermark, replicas)
 
-``format`` is Kafka's ``kafka-storage format``: the node takes the directory id
-``--initial-controllers`` gives it (the bootstrap voter set), or with
-``--new-directory-id`` a new one (a wiped voter's replacement, or a node to be
-added: it runs as an observer until ``ChangeQuorumVoters`` adds it). ``run``
+``format`` is Kafka's ``kafka-storage format`` (``formatting``, the one implementation):
+the node takes the directory id ``--initial-controllers`` gives it (the bootstrap
+voter set), or with ``--new-directory-id`` a new one; ``--no-initial-controllers``
+formats with a new directory id and no voter set (a wiped voter's replacement, or a
+node to be added: it runs as an observer until ``ChangeQuorumVoters`` adds it). ``run``
+refuses a directory never formatted. ``run``
 prints ``quorum node listening on port P`` once it serves.
 
 Exit codes of ``run``: 0 after SIGTERM/SIGINT; 1 when a fatal error stopped it;
@@ -28,7 +31,6 @@ import json
 import logging
 import signal
 import sys
-import uuid
 from pathlib import Path
 
 from tidewater.proto import grpc_env
@@ -44,9 +46,12 @@ from tidewater.controller.quorum.config import (  # noqa: E402
     parse_endpoints,
     parse_initial_controllers,
 )
+from tidewater.controller.quorum.formatting import (  # noqa: E402
+    format_raft_directory,
+    require_formatted,
+)
 from tidewater.controller.quorum.shell import QuorumShell  # noqa: E402
 from tidewater.controller.raft import RaftConfig  # noqa: E402
-from tidewater.controller.raft.storage import RaftStorage  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc  # noqa: E402
 from tidewater.proto.errors import InvalidConfigError, KafkaStorageError, TidewaterError  # noqa: E402
@@ -74,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = commands.add_parser("format", help="create an empty Raft data directory")
     fmt.add_argument("--node-id", type=int, required=True)
     fmt.add_argument("--data-dir", type=Path, required=True)
-    fmt.add_argument("--initial-controllers", required=True,
-                     help="ID@HOST:PORT:DIRECTORY_ID,...: the bootstrap voters")
+    initial = fmt.add_mutually_exclusive_group(required=True)
+    initial.add_argument("--initial-controllers",
+                         help="ID@HOST:PORT:DIRECTORY_ID,...: the bootstrap voters")
+    initial.add_argument("--no-initial-controllers", action="store_true",
+                         help="no voter set: an observer until add-controller adds it")
     fmt.add_argument("--new-directory-id", action="store_true",
                      help="take a new directory id, not the one the list names for this node")
 
@@ -101,13 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def format_directory(args: argparse.Namespace) -> int:
-    voters = parse_initial_controllers(args.initial_controllers)
-    own = [v for v in voters if v.id == args.node_id]
-    if args.new_directory_id or not own:
-        directory_id = uuid.uuid4().hex
-    else:
-        directory_id = own[0].directory_id
-    local = RaftStorage.format(args.data_dir, args.node_id, voters, directory_id=directory_id)
+    voters = (None if args.no_initial_controllers
+              else parse_initial_controllers(args.initial_controllers))
+    local = format_raft_directory(args.data_dir, args.node_id, voters,
+                                  fresh_directory_id=args.new_directory_id)
     print(f"formatted {args.data_dir} as {local.id}:{local.directory_id}", flush=True)
     return 0
 
@@ -141,6 +146,9 @@ def run_node(args: argparse.Namespace) -> int:
                         election_timeout_ms=args.election_timeout_ms),
         snapshot_interval_entries=args.snapshot_interval_entries)
     try:
+        require_formatted(config.data_dir, f"python -m tidewater.controller.quorum format "
+                                           f"--data-dir {config.data_dir} --node-id "
+                                           f"{config.node_id}")
         return uvloop.run(serve(config))
     except (TidewaterError, OSError) as e:
         log.critical("quorum node failed: %s", e)
