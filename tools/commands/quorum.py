@@ -50,7 +50,7 @@ DIRECTORY_ID_HEX_DIGITS = 32
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "quorum", help="the controller quorum (kafka-metadata-quorum.sh): describe, "
-                       "add-controller, remove-controller")
+                       "add-controller, remove-controller; format (kafka-storage format)")
     sub = parser.add_subparsers(dest="quorum_command", metavar="ACTION")
     sub.required = True
     describe = sub.add_parser("describe", help="the quorum's leader, voters and their lag")
