@@ -17,6 +17,12 @@ node to be added: it runs as an observer until ``ChangeQuorumVoters`` adds it). 
 refuses a directory never formatted. ``run``
 prints ``quorum node listening on port P`` once it serves.
 
+``--tls-ca``/``--tls-cert``/``--tls-key`` (or ``TIDE_TLS_*``), the controller's TLS
+options: ``run`` serves the Raft port with mTLS only (peers and admin tools present
+certificates of the CA; Raft messages, propose and read only from a controller
+certificate) and sends to its peers with its certificate; the admin commands connect
+with them.
+
 Exit codes of ``run``: 0 after SIGTERM/SIGINT; 1 when a fatal error stopped it;
 2 on bad arguments; 3 (``EXIT_RAFT_NOT_DURABLE``) when a Raft write failed (full
 disk, I/O error): nothing that write held was sent or applied, and restarting
@@ -55,6 +61,12 @@ from tidewater.controller.raft import RaftConfig  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc  # noqa: E402
 from tidewater.proto.errors import InvalidConfigError, KafkaStorageError, TidewaterError  # noqa: E402
+from tidewater.proto.tls import (  # noqa: E402
+    TlsFiles,
+    TlsMaterial,
+    add_tls_arguments,
+    channel_credentials,
+)
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -96,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--election-timeout-ms", type=int, default=RaftConfig.election_timeout_ms)
     run.add_argument("--snapshot-interval-entries", type=int, default=1000)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # The controller's own TLS options: the Raft port then speaks mTLS only and admits
+    # controller certificates of the CA to RaftMessages (``transport``, ``service``).
+    add_tls_arguments(run)
 
     for name in ("propose", "read", "describe"):
         admin = commands.add_parser(name)
@@ -105,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
             admin.add_argument("--timeout-ms", type=int, default=0)
         if name == "read":
             admin.add_argument("--start-offset", type=int, default=0)
+        # mTLS to a node run with --tls-*: a controller certificate for propose and read.
+        add_tls_arguments(admin)
     return parser
 
 
@@ -144,7 +161,8 @@ def run_node(args: argparse.Namespace) -> int:
         observers=parse_endpoints(args.observers),
         raft=RaftConfig(fetch_timeout_ms=args.fetch_timeout_ms,
                         election_timeout_ms=args.election_timeout_ms),
-        snapshot_interval_entries=args.snapshot_interval_entries)
+        snapshot_interval_entries=args.snapshot_interval_entries,
+        tls=tls_material(args))
     try:
         require_formatted(config.data_dir, f"python -m tidewater.controller.quorum format "
                                            f"--data-dir {config.data_dir} --node-id "
@@ -155,8 +173,17 @@ def run_node(args: argparse.Namespace) -> int:
         return exit_code_for(e) or EXIT_FATAL
 
 
+def tls_material(args: argparse.Namespace) -> TlsMaterial | None:
+    """The --tls-* files, read (``TlsConfigError``, exit 2, when given in part or unreadable)."""
+    files = TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key,
+                                need_cert=args.command == "run")
+    return files.load() if files is not None else None
+
+
 def admin(args: argparse.Namespace) -> int:
-    with grpc.insecure_channel(args.bootstrap) as channel:
+    tls = tls_material(args)
+    with (grpc.insecure_channel(args.bootstrap) if tls is None else
+          grpc.secure_channel(args.bootstrap, channel_credentials(tls))) as channel:
         stub = pb_grpc.ControllerQuorumStub(channel)
         if args.command == "propose":
             answer = stub.QuorumPropose(pb.QuorumProposeRequest(
@@ -174,7 +201,8 @@ def admin(args: argparse.Namespace) -> int:
                 print(f"{record.offset} {record.epoch} "
                       f"{record.data.decode('utf-8', errors='backslashreplace')}")
         else:
-            print(json.dumps(describe_json(describe_one(args.bootstrap))))
+            print(json.dumps(describe_json(describe_one(
+                args.bootstrap, credentials=channel_credentials(tls) if tls else None))))
     return 0
 
 
@@ -190,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return admin(args)
+    except InvalidConfigError as e:
+        print(f"quorum: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except grpc.RpcError as e:
         print(f"quorum: {e}", file=sys.stderr)
         return EXIT_FATAL
