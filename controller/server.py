@@ -272,7 +272,7 @@ class ControllerServer:
                                         f"--node-id {self.config.node_id}")
         local = format_raft_directory(raft_dir, self.config.node_id,
                                       parse_initial_controllers(self.config.initial_controllers))
-        log.warning("%s was empty: formatted (--format-if-empty) as voter %d with directory "
+        log.warning("%s was empty: formatted (--format-if-empty) as node %d with directory "
                     "id %s", raft_dir, local.id, local.directory_id)
 
     async def _start_quorum(self, owner: QuorumOwner, quorum: QuorumConfig) -> None:
