@@ -2,7 +2,8 @@
 
 Exit codes: 0 after SIGTERM/SIGINT, 1 when a fatal error stopped it (metadata
 log unreadable, corrupt or not writable at start-up, a crashed internal task),
-2 on bad arguments, 3 (``server.EXIT_METADATA_NOT_DURABLE``) at once when a
+2 on bad arguments, 1 also when a quorum's Raft directory was never formatted
+(``quorum.formatting``: a wiped controller never rejoins as the voter it was), 3 (``server.EXIT_METADATA_NOT_DURABLE``) at once when a
 metadata write failed (full disk, I/O error) or a command failed after
 appending: the process ends before anything the log lacks is sent.
 """
@@ -67,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Kafka client properties with sasl.username and sasl.password: "
                              "that user gets SCRAM credentials at start-up when it has none "
                              "(as kafka-storage format --add-scram); repeatable")
+    parser.add_argument("--format-if-empty", action="store_true",
+                        help="with a quorum: format a Raft directory never formatted for "
+                             "--initial-controllers (containers, as Kafka's docker image with "
+                             "an empty volume); without it such a directory refuses to start")
+    parser.add_argument("--initial-controllers", default="",
+                        metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+                        help="the bootstrap voters --format-if-empty writes (as kafka-storage "
+                             "format --initial-controllers)")
     return parser
 
 
@@ -84,10 +93,13 @@ def config_from_args(args: argparse.Namespace) -> ControllerConfig:
                                   authorizer=args.authorizer,
                                   super_users=SecuritySettings.parse_super_users(
                                       args.super_users)),
-                              bootstrap_user_configs=tuple(args.bootstrap_user_config))
+                              bootstrap_user_configs=tuple(args.bootstrap_user_config),
+                              format_if_empty=args.format_if_empty,
+                              initial_controllers=args.initial_controllers)
     for path in config.bootstrap_user_configs:
         read_user_config(path)  # ValueError now, not at start-up
     config.apply_settings(args.settings)
+    config.validate()
     return config
 
 

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidewater.broker.security.settings import SecuritySettings
-from tidewater.controller.quorum.config import Endpoint, QuorumConfig, parse_endpoints
+from tidewater.controller.quorum.config import (
+    Endpoint,
+    QuorumConfig,
+    parse_endpoints,
+    parse_initial_controllers,
+)
+from tidewater.controller.quorum.formatting import raft_directory
 from tidewater.controller.raft import RaftConfig
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsFiles, TlsMaterial
@@ -72,6 +78,11 @@ class ControllerConfig:
     quorum_listen: str = ""
     quorum_election_timeout_ms: int = 1000
     quorum_fetch_timeout_ms: int = 2000
+    # --format-if-empty with --initial-controllers ID@HOST:PORT:DIRID,...: a Raft directory
+    # never formatted is formatted at start (containers, as Kafka's docker image does with
+    # an empty volume); without it such a directory refuses to start (``quorum.formatting``).
+    format_if_empty: bool = False
+    initial_controllers: str = ""
 
     # Kafka name -> (attribute, parser)
     SETTABLE: ClassVar[dict[str, tuple[str, Callable[[str], object]]]] = {
@@ -132,6 +143,10 @@ class ControllerConfig:
             raise InvalidConfigError("controller.sender.debounce.ms must be >= 0")
         if self.quorum_voters:
             parse_endpoints(self.quorum_voters)  # node.id is checked at start (any order)
+        if self.format_if_empty and not self.initial_controllers:
+            raise InvalidConfigError("--format-if-empty needs --initial-controllers")
+        if self.initial_controllers:
+            parse_initial_controllers(self.initial_controllers)
         validate_topic_configs(self.default_topic_configs())  # e.g. min.insync.replicas > 2^31-1
 
     def quorum_config(self, tls: TlsMaterial | None = None) -> QuorumConfig:
@@ -149,7 +164,7 @@ class ControllerConfig:
             except ValueError as e:
                 raise InvalidConfigError(f"controller.quorum.listen: {e}") from None
             listen = Endpoint(host, port)
-        return QuorumConfig(node_id=self.node_id, data_dir=Path(self.data_dir) / "raft",
+        return QuorumConfig(node_id=self.node_id, data_dir=raft_directory(self.data_dir),
                             voters=voters, tls=tls, listen=listen,
                             clients_may_change_voters=self.security.authorizer == "none",
                             raft=RaftConfig(election_timeout_ms=self.quorum_election_timeout_ms,

@@ -63,13 +63,17 @@ from tidewater.controller.config import ControllerConfig, parse_host_port
 from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.metrics import ControllerMetrics
 from tidewater.controller.owner import MetadataOwner, OwnerStoppedError
-from tidewater.controller.quorum.config import QuorumConfig, static_directory_id
+from tidewater.controller.quorum.config import QuorumConfig, parse_initial_controllers
+from tidewater.controller.quorum.formatting import (
+    format_raft_directory,
+    is_formatted,
+    raft_directory,
+    require_formatted,
+)
 from tidewater.controller.quorum.metadata_app import MetadataApplication
 from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
 from tidewater.controller.quorum.shell import QuorumShell
-from tidewater.controller.raft import VoterKey
-from tidewater.controller.raft.storage import QUORUM_STATE_FILE, RaftStorage
 from tidewater.controller.sender import BrokerSenders
 from tidewater.controller.service import ControllerService
 from tidewater.controller.state_machine import ControllerStateMachine, Effects, Tx
@@ -164,6 +168,8 @@ class ControllerServer:
 
     async def start(self) -> None:
         self.supervisor.watch_callbacks(asyncio.get_running_loop())
+        if self.config.quorum_voters:
+            self._check_formatted()
         tls = self.config.tls.load() if self.config.tls is not None else None
         self.senders = BrokerSenders(
             self.machine, self.config,
@@ -254,16 +260,24 @@ class ControllerServer:
                  ",".join(security.sasl_mechanisms) or "off", security.authorizer,
                  self.config.metrics_port or "off")
 
+    def _check_formatted(self) -> None:
+        """Before anything binds: a Raft directory never formatted (new or wiped) refuses
+        to start, or with ``--format-if-empty`` is formatted for ``--initial-controllers``
+        (``quorum.formatting``: never again under an id that may have voted)."""
+        raft_dir = raft_directory(self.config.data_dir)
+        if is_formatted(raft_dir):
+            return
+        if not self.config.format_if_empty:
+            require_formatted(raft_dir, f"tide quorum format --data-dir {self.config.data_dir} "
+                                        f"--node-id {self.config.node_id}")
+        local = format_raft_directory(raft_dir, self.config.node_id,
+                                      parse_initial_controllers(self.config.initial_controllers))
+        log.warning("%s was empty: formatted (--format-if-empty) as node %d with directory "
+                    "id %s", raft_dir, local.id, local.directory_id)
+
     async def _start_quorum(self, owner: QuorumOwner, quorum: QuorumConfig) -> None:
-        """The Raft node, applying committed records into the image (``quorum.owner``). A
-        directory never formatted is formatted for the static voters of
-        ``controller.quorum.voters`` (as Kafka's static quorum: a voter's directory id
-        is derived from its node id, so a wiped voter rejoins as itself)."""
-        if not (quorum.data_dir / QUORUM_STATE_FILE).exists():
-            voters = frozenset(VoterKey(node_id, static_directory_id(node_id))
-                               for node_id in quorum.voters)
-            RaftStorage.format(quorum.data_dir, quorum.node_id, voters,
-                               directory_id=static_directory_id(quorum.node_id))
+        """The Raft node, applying committed records into the image (``quorum.owner``), on
+        a directory formatted before (``_check_formatted``)."""
         self.quorum_shell = QuorumShell(
             quorum, on_fatal=self.supervisor.fail,
             application=MetadataApplication(self.machine, on_applied=owner.on_applied),

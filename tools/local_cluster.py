@@ -1,4 +1,4 @@
-"""A local Tidewater cluster: one controller and N brokers as background processes.
+"""A local Tidewater cluster: one controller or a quorum, and N brokers, as background processes.
 
 Layout of a cluster directory ``DIR``::
 
@@ -18,7 +18,8 @@ the controller. ``base_port=0`` picks free ports instead (what tests use).
 ``controllers=N`` (``tide cluster up --controllers N``, N > 1): a quorum of N
 controllers (``controller.quorum.voters``), processes ``controller-1``..``controller-N``
 with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
-``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. Brokers get
+``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. ``up`` formats a new quorum's directories first (``format_new_quorum``:
+random directory ids, every controller an initial voter); a restart formats none. Brokers get
 ``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
 listen addresses (``controller`` is the first). With ``--tls`` each controller has
 its own certificate ``controller-<i>`` (role controller) and the Raft port speaks
@@ -81,6 +82,13 @@ import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
 from tidewater.client.security import PLAINTEXT, ClientSecurity
+from tidewater.controller.quorum.formatting import (
+    format_raft_directory,
+    is_formatted,
+    new_directory_id,
+    raft_directory,
+)
+from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.tools import certs, cluster_sasl
 
@@ -237,6 +245,20 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int],
                 certs.issue_to_dir(tls_dir, name=name, role="controller",
                                    hosts=(HOST, "localhost"), now=now)
     return entry
+
+
+def format_new_quorum(data_dirs: dict[int, Path]) -> None:
+    """kafka-storage format for each controller of a new quorum (node id -> its
+    --data-dir), with random directory ids and every voter as the initial controllers.
+    A restart formats nothing: a controller whose directory is missing (wiped) then
+    refuses to start, and comes back with ``tide quorum format --no-initial-controllers``
+    and ``tide quorum add-controller`` (``controller.quorum.formatting``)."""
+    raft_dirs = {node_id: raft_directory(d) for node_id, d in data_dirs.items()}
+    if any(is_formatted(d) for d in raft_dirs.values()):
+        return
+    initial = frozenset(VoterKey(node_id, new_directory_id()) for node_id in raft_dirs)
+    for node_id, raft_dir in raft_dirs.items():
+        format_raft_directory(raft_dir, node_id, initial)
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
@@ -456,6 +478,8 @@ class LocalCluster:
         if sasl_entry is not None:
             self.manifest["sasl"] = sasl_entry
         self._write_manifest()
+        if voters:
+            format_new_quorum({i: self.data_dir / name for i, name in enumerate(names, 1)})
         try:
             for name in names:
                 self._launch(name)

@@ -8,6 +8,8 @@ which a Ready is carried out), ``service`` (the ControllerQuorum gRPC service),
 ``metrics`` (Kafka's raft-metrics on the controller's /metrics),
 ``metadata_app`` (the controller's metadata as the application), ``owner``
 (QuorumOwner: the metadata owner over this shell),
+``formatting`` (kafka-storage format: a directory is formatted once, with a random
+directory id; a controller refuses an unformatted one),
 ``__main__`` (``format``, ``run``, ``propose``, ``read``, ``describe``).
 
 The metadata owner onto Raft

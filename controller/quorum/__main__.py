@@ -2,17 +2,26 @@
 
 Commands::
 
-    format   --node-id N --data-dir D --initial-controllers 1@H:P:DIRID,... [--new-directory-id]
+    format   --node-id N --data-dir D (--initial-controllers 1@H:P:DIRID,... [--new-directory-id]
+                                       | --no-initial-controllers)
     run      --node-id N --data-dir D --voters 1@H:P,2@H:P,... [--observers ...]
     propose  --bootstrap H:P RECORD...        (prints first offset and epoch)
     read     --bootstrap H:P [--start-offset O] (prints offset, epoch, record per line)
     describe --bootstrap H:P                  (JSON: leader, epoch, high watermark, replicas)
 
-``format`` is Kafka's ``kafka-storage format``: the node takes the directory id
-``--initial-controllers`` gives it (the bootstrap voter set), or with
-``--new-directory-id`` a new one (a wiped voter's replacement, or a node to be
-added: it runs as an observer until ``ChangeQuorumVoters`` adds it). ``run``
+``format`` is Kafka's ``kafka-storage format`` (``formatting``, the one implementation):
+the node takes the directory id ``--initial-controllers`` gives it (the bootstrap
+voter set), or with ``--new-directory-id`` a new one; ``--no-initial-controllers``
+formats with a new directory id and no voter set (a wiped voter's replacement, or a
+node to be added: it runs as an observer until ``ChangeQuorumVoters`` adds it). ``run``
+refuses a directory never formatted. ``run``
 prints ``quorum node listening on port P`` once it serves.
+
+``--tls-ca``/``--tls-cert``/``--tls-key`` (or ``TIDE_TLS_*``), the controller's TLS
+options: ``run`` serves the Raft port with mTLS only (peers and admin tools present
+certificates of the CA; Raft messages, propose and read only from a controller
+certificate) and sends to its peers with its certificate; the admin commands connect
+with them.
 
 Exit codes of ``run``: 0 after SIGTERM/SIGINT; 1 when a fatal error stopped it;
 2 on bad arguments; 3 (``EXIT_RAFT_NOT_DURABLE``) when a Raft write failed (full
@@ -28,7 +37,6 @@ import json
 import logging
 import signal
 import sys
-import uuid
 from pathlib import Path
 
 from tidewater.proto import grpc_env
@@ -44,12 +52,21 @@ from tidewater.controller.quorum.config import (  # noqa: E402
     parse_endpoints,
     parse_initial_controllers,
 )
+from tidewater.controller.quorum.formatting import (  # noqa: E402
+    format_raft_directory,
+    require_formatted,
+)
 from tidewater.controller.quorum.shell import QuorumShell  # noqa: E402
 from tidewater.controller.raft import RaftConfig  # noqa: E402
-from tidewater.controller.raft.storage import RaftStorage  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc  # noqa: E402
 from tidewater.proto.errors import InvalidConfigError, KafkaStorageError, TidewaterError  # noqa: E402
+from tidewater.proto.tls import (  # noqa: E402
+    TlsFiles,
+    TlsMaterial,
+    add_tls_arguments,
+    channel_credentials,
+)
 
 log = logging.getLogger("tidewater.controller.quorum")
 
@@ -74,8 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = commands.add_parser("format", help="create an empty Raft data directory")
     fmt.add_argument("--node-id", type=int, required=True)
     fmt.add_argument("--data-dir", type=Path, required=True)
-    fmt.add_argument("--initial-controllers", required=True,
-                     help="ID@HOST:PORT:DIRECTORY_ID,...: the bootstrap voters")
+    initial = fmt.add_mutually_exclusive_group(required=True)
+    initial.add_argument("--initial-controllers",
+                         help="ID@HOST:PORT:DIRECTORY_ID,...: the bootstrap voters")
+    initial.add_argument("--no-initial-controllers", action="store_true",
+                         help="no voter set: an observer until add-controller adds it")
     fmt.add_argument("--new-directory-id", action="store_true",
                      help="take a new directory id, not the one the list names for this node")
 
@@ -88,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--election-timeout-ms", type=int, default=RaftConfig.election_timeout_ms)
     run.add_argument("--snapshot-interval-entries", type=int, default=1000)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # The controller's own TLS options: the Raft port then speaks mTLS only and admits
+    # controller certificates of the CA to RaftMessages (``transport``, ``service``).
+    add_tls_arguments(run)
 
     for name in ("propose", "read", "describe"):
         admin = commands.add_parser(name)
@@ -97,17 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
             admin.add_argument("--timeout-ms", type=int, default=0)
         if name == "read":
             admin.add_argument("--start-offset", type=int, default=0)
+        # mTLS to a node run with --tls-*: a controller certificate for propose and read.
+        add_tls_arguments(admin)
     return parser
 
 
 def format_directory(args: argparse.Namespace) -> int:
-    voters = parse_initial_controllers(args.initial_controllers)
-    own = [v for v in voters if v.id == args.node_id]
-    if args.new_directory_id or not own:
-        directory_id = uuid.uuid4().hex
-    else:
-        directory_id = own[0].directory_id
-    local = RaftStorage.format(args.data_dir, args.node_id, voters, directory_id=directory_id)
+    voters = (None if args.no_initial_controllers
+              else parse_initial_controllers(args.initial_controllers))
+    local = format_raft_directory(args.data_dir, args.node_id, voters,
+                                  fresh_directory_id=args.new_directory_id)
     print(f"formatted {args.data_dir} as {local.id}:{local.directory_id}", flush=True)
     return 0
 
@@ -139,16 +161,29 @@ def run_node(args: argparse.Namespace) -> int:
         observers=parse_endpoints(args.observers),
         raft=RaftConfig(fetch_timeout_ms=args.fetch_timeout_ms,
                         election_timeout_ms=args.election_timeout_ms),
-        snapshot_interval_entries=args.snapshot_interval_entries)
+        snapshot_interval_entries=args.snapshot_interval_entries,
+        tls=tls_material(args))
     try:
+        require_formatted(config.data_dir, f"python -m tidewater.controller.quorum format "
+                                           f"--data-dir {config.data_dir} --node-id "
+                                           f"{config.node_id}")
         return uvloop.run(serve(config))
     except (TidewaterError, OSError) as e:
         log.critical("quorum node failed: %s", e)
         return exit_code_for(e) or EXIT_FATAL
 
 
+def tls_material(args: argparse.Namespace) -> TlsMaterial | None:
+    """The --tls-* files, read (``TlsConfigError``, exit 2, when given in part or unreadable)."""
+    files = TlsFiles.from_flags(args.tls_ca, args.tls_cert, args.tls_key,
+                                need_cert=args.command == "run")
+    return files.load() if files is not None else None
+
+
 def admin(args: argparse.Namespace) -> int:
-    with grpc.insecure_channel(args.bootstrap) as channel:
+    tls = tls_material(args)
+    with (grpc.insecure_channel(args.bootstrap) if tls is None else
+          grpc.secure_channel(args.bootstrap, channel_credentials(tls))) as channel:
         stub = pb_grpc.ControllerQuorumStub(channel)
         if args.command == "propose":
             answer = stub.QuorumPropose(pb.QuorumProposeRequest(
@@ -166,7 +201,8 @@ def admin(args: argparse.Namespace) -> int:
                 print(f"{record.offset} {record.epoch} "
                       f"{record.data.decode('utf-8', errors='backslashreplace')}")
         else:
-            print(json.dumps(describe_json(describe_one(args.bootstrap))))
+            print(json.dumps(describe_json(describe_one(
+                args.bootstrap, credentials=channel_credentials(tls) if tls else None))))
     return 0
 
 
@@ -182,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return admin(args)
+    except InvalidConfigError as e:
+        print(f"quorum: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except grpc.RpcError as e:
         print(f"quorum: {e}", file=sys.stderr)
         return EXIT_FATAL

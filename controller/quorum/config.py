@@ -21,7 +21,9 @@ from tidewater.proto.tls import TlsMaterial
 
 
 def static_directory_id(node_id: int) -> str:
-    """A static voter's directory id (``controller.quorum.voters`` names no ids)."""
+    """The directory id a single controller (no quorum, no Raft directory) shows in
+    DescribeQuorum answers. Never a quorum voter's: those are random, drawn at format
+    time (``formatting``), so a wiped voter cannot come back under its old id."""
     return uuid.uuid5(uuid.NAMESPACE_OID, f"tidewater-controller-{node_id}").hex
 
 _ENDPOINT = re.compile(r"^(\d+)@([^:@,\s]+):(\d+)$")

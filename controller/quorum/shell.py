@@ -161,7 +161,8 @@ class QuorumShell:
         self._node = RaftNode(config.raft, local, random.Random(), now_ms,
                               bootstrap_voters=storage.bootstrap_voters,
                               quorum_state=storage.quorum_state, snapshot=storage.snapshot,
-                              entries=storage.entries)
+                              entries=storage.entries,
+                              bootstrap_servers=frozenset(config.voters))
         storage.entries = []  # the node keeps its own copy
         listen = config.listen_endpoint
         assert listen is not None  # QuorumConfig checks it
@@ -192,7 +193,9 @@ class QuorumShell:
                                     tls=config.tls)
         self.supervisor.spawn(self._tick_loop(), name="raft-tick")
         self._drain()
-        log.info("quorum node %s listening on %s (port %d)", local, listen, self.port)
+        log.info("quorum node %s listening on %s (port %d), %s", local, listen, self.port,
+                 "a voter" if self._node.is_voter else
+                 "an observer (not in the voter set: it fetches, never votes)")
 
     async def stop(self) -> None:
         await self.supervisor.stop()

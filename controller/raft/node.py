@@ -217,8 +217,12 @@ class QuorumDescription:
 class RaftNode:
     def __init__(self, config: RaftConfig, local: VoterKey, rng: random.Random, now_ms: int, *,
                  bootstrap_voters: frozenset[VoterKey], quorum_state: QuorumState,
-                 snapshot: Snapshot | None = None, entries: Sequence[Entry] = ()):
+                 snapshot: Snapshot | None = None, entries: Sequence[Entry] = (),
+                 bootstrap_servers: frozenset[int] = frozenset()):
         self.config = config
+        # Kafka's controller.quorum.bootstrap.servers: whom an observer that knows no voter
+        # yet (formatted with --no-initial-controllers) asks who leads.
+        self._bootstrap_servers = bootstrap_servers
         self.local = local
         self._rng = rng
         self.epoch = quorum_state.epoch
@@ -764,7 +768,8 @@ class RaftNode:
             assert self.leader_id is not None
             destination = self.leader_id
         else:  # an observer that lost its leader asks any voter
-            others = sorted(v.id for v in self.voters if v.id != self.local.id)
+            others = (sorted(v.id for v in self.voters if v.id != self.local.id)
+                      or sorted(i for i in self._bootstrap_servers if i != self.local.id))
             if not others:
                 return
             destination = self._rng.choice(others)

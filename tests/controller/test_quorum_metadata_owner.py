@@ -23,6 +23,7 @@ from tidewater.controller.state_machine import ControllerStateMachine
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import InvariantViolation
+from tidewater.tools.local_cluster import format_new_quorum
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,9 +33,10 @@ LISTENERS = [pb.Listener(name="INTERNAL", host="127.0.0.1", port=1)]
 def start_quorum(tmp_path: Path, count: int = 3, session_timeout_ms: int = 30000,
                  ) -> tuple[list[ControllerProcess], str]:
     voters = ",".join(f"{i + 1}@127.0.0.1:{free_port()}" for i in range(count))
+    # Formatted first, as every quorum is (kafka-storage format): random directory ids.
+    format_new_quorum({i + 1: tmp_path / f"c{i + 1}" / "data" for i in range(count)})
     procs = []
     for i in range(count):
-        (tmp_path / f"c{i + 1}").mkdir()
         procs.append(ControllerProcess(tmp_path / f"c{i + 1}" / "data", settings=[
             f"node.id={i + 1}", f"controller.quorum.voters={voters}",
             f"broker.session.timeout.ms={session_timeout_ms}",

@@ -125,6 +125,10 @@ class SimDisk:
     quorum_state: QuorumState = QuorumState()
     snapshot: Snapshot | None = None
     log: list[Entry] = field(default_factory=list)  # from the snapshot's end (or 0)
+    # The voters written at format time; None: the cluster's initial controllers. A wiped
+    # disk is formatted either way: with them and a new directory id, or with none
+    # (--no-initial-controllers: an observer that asks the bootstrap servers who leads).
+    bootstrap_voters: frozenset[VoterKey] | None = None
 
     @property
     def log_start_offset(self) -> int:
@@ -274,8 +278,9 @@ class RaftSimulation:
         node = self.node_class(
             self.config.raft, VoterKey(node_id, disk.directory_id),
             random.Random(self.rng.getrandbits(64)), self.now_ms,
-            bootstrap_voters=self.bootstrap_voters, quorum_state=disk.quorum_state,
-            snapshot=disk.snapshot, entries=list(disk.log))
+            bootstrap_voters=self._formatted_voters(disk), quorum_state=disk.quorum_state,
+            snapshot=disk.snapshot, entries=list(disk.log),
+            bootstrap_servers=frozenset(self.disks))
         self.nodes[node_id] = node
         self.apps[node_id] = (AppState.decode(disk.snapshot.data) if disk.snapshot else AppState())
         self.log(f"node {node_id} starts as {node.local}, {node.role.value} in epoch {node.epoch}, "
@@ -289,7 +294,12 @@ class RaftSimulation:
             old = self.disks[node_id]
             directory_id = (old.directory_id if self.config.wipe_keeps_directory_id
                             else self._new_directory_id())
-            self.disks[node_id] = SimDisk(node_id, directory_id)
+            # Half the new directories are formatted without initial controllers (decided
+            # by the id's last bit: no extra draw, so seeds keep their other choices).
+            no_initial = (not self.config.wipe_keeps_directory_id
+                          and int(directory_id[-1], 16) % 2 == 1)
+            self.disks[node_id] = SimDisk(node_id, directory_id,
+                                          bootstrap_voters=frozenset() if no_initial else None)
             self.chains[node_id] = []
             self.result.wipes += 1
             why += ", disk wiped"
@@ -308,7 +318,10 @@ class RaftSimulation:
         for entry in reversed(disk.log):
             if entry.kind is EntryKind.VOTERS:
                 return decode_voters(entry.data)
-        return disk.snapshot.voters if disk.snapshot else self.bootstrap_voters
+        return disk.snapshot.voters if disk.snapshot else self._formatted_voters(disk)
+
+    def _formatted_voters(self, disk: SimDisk) -> frozenset[VoterKey]:
+        return self.bootstrap_voters if disk.bootstrap_voters is None else disk.bootstrap_voters
 
     def _carry_out(self, node_id: int, node: RaftNode) -> None:
         for _ in range(READY_ROUNDS_MAX):

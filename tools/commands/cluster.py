@@ -54,9 +54,11 @@ def register(subparsers: Subparsers) -> None:
     up.add_argument("--brokers", type=int, default=3)
     up.add_argument("--controllers", type=int, default=None,
                     help="a quorum of N controllers (controller.quorum.voters; processes "
-                         "controller-1..N, node ids 1..N), the brokers given all of them; "
-                         f"default {DEFAULT_CONTROLLERS} (1, one process named `controller`, "
-                         "with --tls, SASL or ACLs, which a quorum does not support yet)")
+                         "controller-1..N, node ids 1..N, their directories formatted first "
+                         "with random directory ids), the brokers given all of them; "
+                         f"default {DEFAULT_CONTROLLERS}; with --tls, SASL or ACLs default 1 "
+                         "(one process named `controller`): say --controllers 3 --tls for a "
+                         "secured quorum (SASL or ACLs with a quorum need --tls)")
     up.add_argument("--data-dir", required=True)
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
                     help="broker i listens on BASE+i-1, the controller on BASE-1; 0 picks free ports")

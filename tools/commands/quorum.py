@@ -1,5 +1,8 @@
 """``tide quorum``: kafka-metadata-quorum.sh for a controller quorum (issue 26).
 
+``format`` is kafka-storage format for a controller's directory (``quorum.formatting``):
+once, before its first start; ``--no-initial-controllers`` for a controller to add (new,
+or wiped: it then runs as an observer with a new directory id).
 ``describe --status`` / ``describe --replication`` print what Kafka's tool prints, from
 the quorum leader's DescribeQuorum; ``add-controller`` / ``remove-controller`` change
 the voter set (KIP-853) over ChangeQuorumVoters. ``--bootstrap-controller`` lists the
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -25,8 +29,10 @@ from tidewater.controller.quorum.admin import (
     describe_leader,
     parse_controllers,
 )
+from tidewater.controller.quorum.config import parse_initial_controllers
+from tidewater.controller.quorum.formatting import format_raft_directory, raft_directory
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import InvalidRequestError, TidewaterError
+from tidewater.proto.errors import InvalidConfigError, InvalidRequestError, TidewaterError
 from tidewater.tools.cli import CliError
 from tidewater.tools.commands._common import (
     add_bootstrap_argument,
@@ -44,7 +50,7 @@ DIRECTORY_ID_HEX_DIGITS = 32
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "quorum", help="the controller quorum (kafka-metadata-quorum.sh): describe, "
-                       "add-controller, remove-controller")
+                       "add-controller, remove-controller; format (kafka-storage format)")
     sub = parser.add_subparsers(dest="quorum_command", metavar="ACTION")
     sub.required = True
     describe = sub.add_parser("describe", help="the quorum's leader, voters and their lag")
@@ -70,6 +76,21 @@ def register(subparsers: Subparsers) -> None:
         change.add_argument("--timeout-ms", type=int, default=10_000,
                             help="how long the leader waits for the change to commit")
         change.set_defaults(func=run_change, adding=adding)
+    fmt = sub.add_parser(
+        "format", help="format a controller's metadata log directory once, before its first "
+                       "start (kafka-storage format)")
+    fmt.add_argument("--data-dir", required=True, type=Path,
+                     help="the controller's --data-dir (its Raft files go in DIR/raft)")
+    fmt.add_argument("--node-id", type=int, required=True, help="the controller's node.id")
+    initial = fmt.add_mutually_exclusive_group(required=True)
+    initial.add_argument("--initial-controllers", metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+                         help="a new cluster's voters (directory ids: 32 random hex digits "
+                              "each); this node takes the one listed for it")
+    initial.add_argument("--no-initial-controllers", action="store_true",
+                         help="a new directory id and no voters: the controller runs as an "
+                              "observer until add-controller makes it a voter (a new or a "
+                              "wiped controller)")
+    fmt.set_defaults(func=run_format)
 
 
 def add_controllers_argument(parser: argparse.ArgumentParser) -> None:
@@ -199,4 +220,27 @@ def run_change(args: argparse.Namespace) -> int:
     verb = "Added" if args.adding else "Removed"
     print(f"{verb} controller {args.controller_id} with directory id {directory_id} "
           f"(leader {leader})")
+    return 0
+
+
+def run_format(args: argparse.Namespace) -> int:
+    if args.node_id < 0:
+        raise CliError("--node-id: must not be negative", exit_code=2)
+    try:
+        voters = (None if args.no_initial_controllers
+                  else parse_initial_controllers(args.initial_controllers))
+    except InvalidConfigError as e:
+        raise CliError(f"--initial-controllers: {e}", exit_code=2) from None
+    raft_dir = raft_directory(args.data_dir)
+    try:
+        local = format_raft_directory(raft_dir, args.node_id, voters)
+    except FileExistsError:
+        raise CliError(f"{raft_dir} is formatted already (a directory is formatted once)",
+                       exit_code=1) from None
+    except OSError as e:
+        raise CliError(f"cannot format {raft_dir}: {e.strerror}", exit_code=1) from None
+    role = ("an observer until add-controller" if voters is None or local not in voters
+            else "a voter")
+    print(f"Formatted {raft_dir} as controller {local.id} with directory id "
+          f"{local.directory_id} ({role})")
     return 0
