@@ -32,6 +32,9 @@ class FakeStreamContext:
         await asyncio.sleep(0)  # a write suspends, as grpc.aio's does
         self.written.append(response)
 
+    def invocation_metadata(self):
+        return ()
+
 
 def request(correlation_id: int, acks: int) -> pb.ProduceRequest:
     r = produce(acks=acks, timeout_ms=5000)
@@ -42,7 +45,7 @@ def request(correlation_id: int, acks: int) -> pb.ProduceRequest:
 async def started_stream(tmp_path):
     rm, _ = make_manager(tmp_path)
     await rm.leader_and_isr(lai())
-    servicer = BrokerServicer(rm, None, rm.metrics, "INTERNAL")
+    servicer = BrokerServicer(rm, rm.metadata_cache, rm.metrics, "INTERNAL")
     context = FakeStreamContext()
     handler = asyncio.create_task(servicer.ProduceStream(None, context))
     return rm, context, handler
