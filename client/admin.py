@@ -54,6 +54,21 @@ class NewTopic:
     replica_assignment: tuple[tuple[int, ...], ...] = ()
 
 
+# Kafka's ConfigSource numbers (DescribeConfigs), by the names this client shows.
+CONFIG_SOURCE_NAMES = {1: "topic", 2: "dynamic broker", 3: "dynamic default",
+                       4: "static broker", 5: "default"}
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    """A topic config as a broker applies it: its value and where the value comes from
+    (``CONFIG_SOURCE_NAMES``: set on the topic, a broker's setting, or the default)."""
+
+    name: str
+    value: str
+    source: str
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerDescription:
     broker_id: int
@@ -316,6 +331,25 @@ class AdminClient:
                     broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
                     log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
         return out
+
+    def describe_topic_configs(self, topic: str) -> list[DescribedConfig]:
+        """Every config of ``topic`` as a broker applies it (Kafka's DescribeConfigs): its
+        value and source, so a broker's ``--set`` or a dynamic default shows as such.
+        Raises the typed error (unknown topic, not authorized)."""
+        request = pb.DescribeTopicConfigsRequest(topics=[topic])
+        timeout_s = self.request_timeout_ms / 1000
+
+        def call(address: Address) -> pb.DescribeTopicConfigsResponse:
+            response: pb.DescribeTopicConfigsResponse = rpc_call(
+                self.metadata.pool.broker(address).DescribeTopicConfigs, request,
+                timeout_s=timeout_s, address=address)
+            return response
+
+        [result] = self.metadata.any_broker_call(call).topics
+        if result.error_code != pb.NONE:
+            raise error_for_code(result.error_code, result.error_message)
+        return [DescribedConfig(c.name, c.value, CONFIG_SOURCE_NAMES.get(c.source, str(c.source)))
+                for c in result.configs]
 
     def delete_records(self, offsets: dict[tuple[str, int], int]
                        ) -> dict[tuple[str, int], int | TidewaterError]:

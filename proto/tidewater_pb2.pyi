@@ -249,6 +249,40 @@ class PartitionState(_message.Message):
     topic_id: bytes
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., partition_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., isr: _Optional[_Iterable[int]] = ..., offline: _Optional[bool] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
+class DescribeTopicConfigsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribedConfig(_message.Message):
+    __slots__ = ("name", "value", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    source: int
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., source: _Optional[int] = ...) -> None: ...
+
+class TopicConfigsResult(_message.Message):
+    __slots__ = ("topic", "error_code", "error_message", "configs")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    error_code: ErrorCode
+    error_message: str
+    configs: _containers.RepeatedCompositeFieldContainer[DescribedConfig]
+    def __init__(self, topic: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., configs: _Optional[_Iterable[_Union[DescribedConfig, _Mapping]]] = ...) -> None: ...
+
+class DescribeTopicConfigsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicConfigsResult]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicConfigsResult, _Mapping]]] = ...) -> None: ...
+
 class WriteTxnMarkersRequest(_message.Message):
     __slots__ = ("markers", "timeout_ms")
     MARKERS_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ from tidewater.tools.console.records import FORMATS, MODES, RecordQuery, RecordR
 
 HERE = Path(__file__).resolve().parent
 LIVE_INTERVAL_MS = 2000
+# A topic config's source (cluster_data.ConfigRow.source) as the topic page words it.
+CONFIG_SOURCE_LABELS = {
+    "topic": "set on the topic", "dynamic broker": "this broker's dynamic config",
+    "dynamic default": "every broker's dynamic default", "static broker": "broker setting (--set)",
+    "default": "default", "default?": "default (no broker asked)"}
 
 
 @dataclass
@@ -103,6 +108,7 @@ class Console:
         env.globals["allow_writes"] = config.allow_writes
         env.globals["live_ms"] = config.live_interval_ms
         env.globals["bootstrap"] = config.bootstrap
+        env.globals["source_labels"] = CONFIG_SOURCE_LABELS
 
     def page(self, request: Request, name: str, context: dict[str, Any],
              status_code: int = 200) -> HTMLResponse:

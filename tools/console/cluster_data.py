@@ -18,6 +18,7 @@ group admin's consumer is not, so its calls go one at a time under a lock.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
 
+log = logging.getLogger(__name__)
 SNAPSHOT_MAX_AGE_MS = 1000
 REQUEST_TIMEOUT_MS = 5000
 
@@ -222,7 +224,10 @@ class PartitionRow:
 class ConfigRow:
     name: str
     value: str
-    source: str  # "topic" (set on the topic) or "default" (Kafka's default, the broker's may differ)
+    # Where the value comes from, as the brokers' DescribeConfigs says (client.admin's
+    # CONFIG_SOURCE_NAMES): "topic", "dynamic broker", "dynamic default", "static broker",
+    # "default"; "default?" when no broker described it (Kafka's default, shown here).
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +377,19 @@ class ClusterData:
         t = found[0]
         return TopicDetail(t.name, t.topic_id, tuple(self._partition_row(snap, t, p)
                                                      for p in t.partitions),
-                           config_rows(t.configs), snap.taken_unix_ms)
+                           self._config_rows(t), snap.taken_unix_ms)
+
+    def _config_rows(self, t: TopicDescriptionInfo) -> tuple[ConfigRow, ...]:
+        """The topic's configs as a broker applies them (DescribeTopicConfigs: a broker's
+        ``--set`` or a dynamic default shows with its source); the controller's view of
+        what the topic sets when no broker answers."""
+        try:
+            described = self.admin.describe_topic_configs(t.name)
+        except TidewaterError as e:
+            log.info("DescribeTopicConfigs of %s failed (%s): the configs the topic sets "
+                     "and Kafka's defaults are shown", t.name, e)
+            return config_rows(t.configs)
+        return tuple(ConfigRow(c.name, c.value, c.source) for c in described)
 
     @staticmethod
     def _partition_row(snap: Snapshot, t: TopicDescriptionInfo,
@@ -445,8 +462,8 @@ class ClusterData:
 
 
 def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
-    """Every topic config: set on the topic, or Kafka's default (a broker's ``--set`` may
-    change the default it applies; the controller reports only what the topic sets)."""
+    """Every topic config: set on the topic, or Kafka's default ("default?": a broker's
+    ``--set`` may change the default it applies, and no broker was asked)."""
     defaults = LogConfig()
     rows = []
     for name, definition in sorted(TOPIC_CONFIGS.items()):
@@ -460,7 +477,7 @@ def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
         else:
             value = getattr(defaults, definition.log_field)
             shown = "(not set)" if value is None else str(value)
-        rows.append(ConfigRow(name, shown, "default"))
+        rows.append(ConfigRow(name, shown, "default?"))
     for name in sorted(set(configs) - set(TOPIC_CONFIGS)):
         rows.append(ConfigRow(name, configs[name], "topic"))
     return tuple(rows)
