@@ -168,6 +168,11 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.FromString,
                 _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tidewater.Broker/ListTransactions',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -354,6 +359,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """Every transactional id this broker coordinates, described (Kafka's ListTransactions
+        and DescribeTransactions in one). Ids without DESCRIBE are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -486,6 +499,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeTopicConfigs,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1194,6 +1212,33 @@ class Broker:
             '/tidewater.Broker/DescribeTopicConfigs',
             tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/ListTransactions',
+            tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -541,6 +541,12 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.EndTxnResponse:
         return await self.txns.end_txn(request, await self._rights(context))
 
+    @_rpc("ListTransactions")
+    async def ListTransactions(self, request: pb.ListTransactionsRequest, context: Context
+                               ) -> pb.ListTransactionsResponse:
+        return self.txns.list_transactions(self.replica_manager.broker_id,
+                                           await self._rights(context))
+
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
     """Cluster members' calls; on the INTERNAL listener only. ``authenticating``: the

@@ -177,6 +177,14 @@ class Console:
                                                    "topic": name, "partition": partition,
                                                    "r": r, "format": fmt, "formats": FORMATS})
 
+    async def transactions(self, request: Request) -> Response:
+        t = await run_in_threadpool(self.data.transactions)
+        return self.page(request, "transactions.html", {"title": "Transactions", "t": t})
+
+    async def quotas(self, request: Request) -> Response:
+        q = await run_in_threadpool(self.data.quotas)
+        return self.page(request, "quotas.html", {"title": "Client quotas", "q": q})
+
     async def groups(self, request: Request) -> Response:
         rows = await run_in_threadpool(self.data.groups)
         return self.page(request, "groups.html", {"title": "Consumer groups", "rows": rows})
@@ -338,6 +346,8 @@ def build_app(console: Console) -> Any:
         Route("/groups", _guarded(g, g.groups)),
         Route("/groups/{group_id:path}/lag", _guarded(g, g.group_lag_fragment)),
         Route("/groups/{group_id:path}", _guarded(g, g.group)),
+        Route("/transactions", _guarded(g, g.transactions)),
+        Route("/quotas", _guarded(g, g.quotas)),
         Route("/charts", _guarded(g, g.charts_page)),
         Route("/audit/report.html", g.audit_report),
         Route("/healthz", g.healthz),

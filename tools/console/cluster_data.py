@@ -33,6 +33,7 @@ from tidewater.client.admin import (
     PartitionDescription,
     ReplicaState,
     TopicDescriptionInfo,
+    TransactionDescription,
 )
 from tidewater.client.group_admin import GroupAdmin, GroupDescription
 from tidewater.proto import tidewater_pb2 as pb
@@ -218,6 +219,42 @@ class PartitionRow:
     high_watermark: int
     log_end_offset: int
     replica_rows: tuple[ReplicaRow, ...]
+    # The leader's: below the high watermark while a transaction is open on it; -1 unknown.
+    last_stable_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionsPage:
+    transactions: tuple[TransactionDescription, ...]
+    now_ms: int  # wall clock: a transaction open longer than its timeout is hanging
+    error: str  # "" when every broker answered or some listed
+
+    @property
+    def open_count(self) -> int:
+        return sum(1 for t in self.transactions if t.open)
+
+    @property
+    def hanging_count(self) -> int:
+        return sum(1 for t in self.transactions if t.hanging(self.now_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    user: str  # "<default>": every user's default; "" when the entity has no user part
+    client_id: str  # likewise
+    values: dict[str, float]  # producer_byte_rate, consumer_byte_rate, request_percentage
+
+
+@dataclass(frozen=True, slots=True)
+class QuotasPage:
+    rows: tuple[QuotaRow, ...]
+    keys: tuple[str, ...]  # every quota key some row sets: the table's columns
+    error: str
+
+
+def _entity_label(name: str | None) -> str:
+    """A client quota entity's part as ``tide quotas`` prints it."""
+    return "" if name is None else "<default>" if name == "" else name
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +440,35 @@ class ClusterData:
             p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, p.offline or p.leader < 0,
             p.under_replicated,
             leader.log_start_offset if leader else -1, leader.high_watermark if leader else -1,
-            leader.log_end_offset if leader else -1, rows)
+            leader.log_end_offset if leader else -1, rows,
+            leader.last_stable_offset if leader else -1)
+
+    # ------------------------------------------------------------------ transactions
+
+    def transactions(self) -> TransactionsPage:
+        """Every transactional id its coordinator lists, open ones first."""
+        now_ms = int(time.time() * 1000)
+        try:
+            listed = self.admin.list_transactions()
+        except TidewaterError as e:
+            return TransactionsPage((), now_ms, str(e))
+        ordered = sorted(listed, key=lambda t: (not t.open, t.transactional_id))
+        return TransactionsPage(tuple(ordered), now_ms, "")
+
+    # ------------------------------------------------------------------ quotas
+
+    def quotas(self) -> QuotasPage:
+        """Every client quota the controller holds (DescribeClientQuotas, no filter)."""
+        try:
+            entries = self.admin.describe_client_quotas()
+        except TidewaterError as e:
+            return QuotasPage((), (), str(e))
+        rows = tuple(sorted(
+            (QuotaRow(_entity_label(user), _entity_label(client_id), values)
+             for user, client_id, values in entries),
+            key=lambda r: (r.user, r.client_id)))
+        keys = tuple(sorted({k for r in rows for k in r.values}))
+        return QuotasPage(rows, keys, "")
 
     # ------------------------------------------------------------------ groups
 
