@@ -34,9 +34,9 @@ were not dispatched, so the next command's effects resync every unfenced broker.
 The scratch copy is a ``deepcopy`` of the image per command (``scratch_copy``)
 that shares the ``PartitionRecord``s: they are frozen, and a record replaces one
 rather than changing it, so only the containers are copied. A plain deepcopy cost
-60-100 ms at 1,000 partitions on a loaded host, per command and so per broker
+60-140 ms at 1,000 partitions on a loaded host, per command and so per broker
 heartbeat: the event loop then starved the Raft and broker RPCs (elections,
-fenced brokers); sharing them makes it ~3 ms. Kafka's timeline data structures
+fenced brokers); sharing them makes it 1-5 ms. Kafka's timeline data structures
 (snapshot and revert) are what a much larger image would need.
 """
 
