@@ -30,7 +30,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,9 +40,11 @@ from bench.bench_common import format_table, machine_description
 from tidewater.client.admin import AdminClient
 from tidewater.client.group_admin import GroupAdmin
 from tidewater.client.producer import Producer
+from tidewater.proto.errors import TidewaterError, TopicAlreadyExistsError
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC, GROUP = "wide", "wide-readers"
+T = TypeVar("T")
 
 
 def tide(*args: str, timeout_s: float = 300) -> str:
@@ -67,13 +71,33 @@ def pages(partitions: int) -> list[tuple[str, str]]:
     ]
 
 
+def retrying(what: str, call: Callable[[], T], timeout_s: float = 120) -> T:
+    """``call()``, again after a retriable error (NOT_CONTROLLER while the quorum elects,
+    a timeout) until ``timeout_s``; each retry is printed, and any other error raises."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except TidewaterError as e:
+            if not e.retriable or time.monotonic() > deadline:
+                raise
+            print(f"  {what}: {e.error_name}, retrying: {e}", file=sys.stderr)
+            time.sleep(1)
+
+
 def seed(bootstrap: str, partitions: int) -> None:
     started = time.monotonic()
     with AdminClient(bootstrap) as admin:
-        admin.create_topic(TOPIC, partitions, 3)
+        def create() -> None:
+            try:
+                admin.create_topic(TOPIC, partitions, 3)
+            except TopicAlreadyExistsError:
+                pass  # a retried create whose first attempt timed out but went through
+        retrying("CreateTopics", create)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            [t] = admin.describe_topics([TOPIC], with_replica_state=False)
+            [t] = retrying("DescribeTopics", lambda: admin.describe_topics(
+                [TOPIC], with_replica_state=False))
             if all(p.leader >= 0 and len(p.isr) == 3 for p in t.partitions):
                 break
             time.sleep(1)
@@ -88,7 +112,8 @@ def seed(bootstrap: str, partitions: int) -> None:
                        key=f"k{i}".encode(), partition=partition)
         p.flush(120)
     with GroupAdmin(bootstrap) as groups:
-        groups.reset_offsets(GROUP, TOPIC, to="offset", offset=2)
+        retrying("reset_offsets",
+                 lambda: groups.reset_offsets(GROUP, TOPIC, to="offset", offset=2))
     print(f"seeded in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 

@@ -36,7 +36,7 @@ from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
 from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.kafka.apis import Services
+from tidewater.broker.kafka.apis import Services, topic_config_entries
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.broker_configs import (
     BrokerConfigEntry,
@@ -234,7 +234,8 @@ class BrokerProcess:
             servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
                                       security=self.security,
                                       group_coordinator=self.group_coordinator,
-                                      txn_coordinator=self.txn_coordinator)
+                                      txn_coordinator=self.txn_coordinator,
+                                      topic_configs=self._described_topic_configs)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
@@ -332,6 +333,14 @@ class BrokerProcess:
             raise InvariantViolation("broker configs before the log manager")
         return broker_config_entries(self.config, self.log_manager.default_config,
                                      self.metadata_cache.broker_configs())
+
+    def _described_topic_configs(self, topic: str) -> list[tuple[str, str, int]]:
+        """``topic``'s configs and their sources as the Kafka listener's DescribeConfigs
+        answers them (the gRPC DescribeTopicConfigs)."""
+        entries = topic_config_entries(
+            self.metadata_cache.topic_configs(topic), self._topic_config_defaults(), None,
+            topic_default_sources(self.config, self.metadata_cache.broker_configs()))
+        return [(e["name"], e["value"], e["config_source"]) for e in entries]
 
     def _topic_config_defaults(self) -> dict[str, str]:
         """What a topic that sets nothing gets here: the broker's log defaults, its

@@ -54,6 +54,44 @@ class NewTopic:
     replica_assignment: tuple[tuple[int, ...], ...] = ()
 
 
+# Kafka's ConfigSource numbers (DescribeConfigs), by the names this client shows.
+CONFIG_SOURCE_NAMES = {1: "topic", 2: "dynamic broker", 3: "dynamic default",
+                       4: "static broker", 5: "default"}
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConfig:
+    """A topic config as a broker applies it: its value and where the value comes from
+    (``CONFIG_SOURCE_NAMES``: set on the topic, a broker's setting, or the default)."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as its coordinator describes it (ListTransactions)."""
+
+    transactional_id: str
+    coordinator: int  # the broker id that answered
+    state: str  # Kafka's name: Empty, Ongoing, PrepareCommit, CompleteCommit, ...
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_timestamp_ms: int  # -1: no transaction open
+    partitions: tuple[tuple[str, int], ...]
+
+    @property
+    def open(self) -> bool:
+        return self.state in ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+    def hanging(self, now_ms: int) -> bool:
+        """Open for longer than its timeout: the coordinator should have aborted it."""
+        return (self.open and self.start_timestamp_ms >= 0
+                and now_ms - self.start_timestamp_ms > self.timeout_ms)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerDescription:
     broker_id: int
@@ -72,6 +110,9 @@ class ReplicaState:
     log_start_offset: int = -1
     is_leader: bool = False
     size_bytes: int = -1
+    # A read_committed consumer's limit: the first offset of the oldest open transaction,
+    # else the high watermark (-1: unknown, or a broker that does not report it).
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,8 +355,57 @@ class AdminClient:
             for r in resp.replicas:
                 out[(r.topic, r.partition, answering)] = ReplicaState(
                     broker=answering, log_end_offset=r.log_end_offset, high_watermark=r.high_watermark,
-                    log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes)
+                    log_start_offset=r.log_start_offset, is_leader=r.is_leader, size_bytes=r.size_bytes,
+                    last_stable_offset=r.last_stable_offset if r.HasField("last_stable_offset")
+                    else -1)
         return out
+
+    def describe_topic_configs(self, topic: str) -> list[DescribedConfig]:
+        """Every config of ``topic`` as a broker applies it (Kafka's DescribeConfigs): its
+        value and source, so a broker's ``--set`` or a dynamic default shows as such.
+        Raises the typed error (unknown topic, not authorized)."""
+        request = pb.DescribeTopicConfigsRequest(topics=[topic])
+        timeout_s = self.request_timeout_ms / 1000
+
+        def call(address: Address) -> pb.DescribeTopicConfigsResponse:
+            response: pb.DescribeTopicConfigsResponse = rpc_call(
+                self.metadata.pool.broker(address).DescribeTopicConfigs, request,
+                timeout_s=timeout_s, address=address)
+            return response
+
+        [result] = self.metadata.any_broker_call(call).topics
+        if result.error_code != pb.NONE:
+            raise error_for_code(result.error_code, result.error_message)
+        return [DescribedConfig(c.name, c.value, CONFIG_SOURCE_NAMES.get(c.source, str(c.source)))
+                for c in result.configs]
+
+    def list_transactions(self) -> list[TransactionDescription]:
+        """Every transactional id, from each broker's ListTransactions (each coordinates
+        some): sorted by id. A broker that does not answer leaves its ids out; one still
+        loading its coordinator state may list only some (CoordinatorLoadInProgressError
+        when it lists none)."""
+        snap = self.metadata.refresh()
+        timeout_s = min(self.request_timeout_ms, REPLICA_STATE_TIMEOUT_MS) / 1000
+        calls = [(broker_id, self.metadata.pool.broker(address).ListTransactions.future(
+            pb.ListTransactionsRequest(), timeout=timeout_s))
+            for broker_id, address in snap.brokers.items()]
+        out: list[TransactionDescription] = []
+        loading: TidewaterError | None = None
+        for broker_id, call in calls:
+            try:
+                resp: pb.ListTransactionsResponse = call.result()
+            except grpc.RpcError:
+                continue  # that broker's transactional ids stay unknown
+            if resp.error_code != pb.NONE and not resp.transactions:
+                loading = error_for_code(resp.error_code, f"ListTransactions on broker "
+                                         f"{broker_id}: {pb.ErrorCode.Name(resp.error_code)}")
+            out += [TransactionDescription(
+                t.transactional_id, resp.broker_id or broker_id, t.state, t.producer_id,
+                t.producer_epoch, t.timeout_ms, t.start_timestamp_ms,
+                tuple((p.topic, p.partition) for p in t.partitions)) for t in resp.transactions]
+        if not out and loading is not None:
+            raise loading
+        return sorted(out, key=lambda t: t.transactional_id)
 
     def delete_records(self, offsets: dict[tuple[str, int], int]
                        ) -> dict[tuple[str, int], int | TidewaterError]:

@@ -12,6 +12,7 @@ and a reset here checks the state first; a reset is an OffsetCommit with generat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Unpack
@@ -22,7 +23,11 @@ from tidewater.client.group import CoordinatorClient
 from tidewater.client.metadata import MetadataClient, TopicPartition, rpc_call
 from tidewater.client.security import SecurityOptions
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError, error_for_code
+from tidewater.proto.errors import LeaderNotAvailableError, TidewaterError, error_for_code
+
+# A consumer's ListOffsets of some partitions: the offsets it got (partitions left out: none).
+OffsetsFetch = Callable[[list[TopicPartition]], dict[TopicPartition, int]]
+RETRY_BACKOFF_S = 0.2
 
 EARLIEST, LATEST = -2, -1
 
@@ -198,8 +203,8 @@ class GroupAdmin:
                 tps += [TopicPartition(topic, p) for p in (chosen or existing)]
         if not tps:
             return {}
-        earliest = self.consumer.beginning_offsets(tps)
-        latest = self.consumer.end_offsets(tps)
+        earliest = self._offsets_of_every("earliest", self.consumer.beginning_offsets, tps)
+        latest = self._offsets_of_every("latest", self.consumer.end_offsets, tps)
 
         def clamp(tp: TopicPartition, value: int) -> int:
             return min(max(value, earliest[tp]), latest[tp])
@@ -228,6 +233,28 @@ class GroupAdmin:
         else:
             raise ValueError(f"unknown reset target {to!r}")
         return {(tp.topic, tp.partition): targets[tp] for tp in tps}
+
+    def _offsets_of_every(self, what: str, fetch: OffsetsFetch,
+                          tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """``fetch`` (a ListOffsets) of every partition of ``tps``. It leaves out partitions
+        with no known leader or a retriable error (a leader moving): those are asked again
+        until the request timeout, then ``LeaderNotAvailableError`` names them (a reset
+        plans every partition or none)."""
+        deadline = self._deadline()
+        found: dict[TopicPartition, int] = {}
+        missing = list(tps)
+        while True:
+            found.update(fetch(missing))
+            missing = [tp for tp in missing if tp not in found]
+            if not missing:
+                return found
+            if time.monotonic() >= deadline:
+                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing[:5])
+                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                raise LeaderNotAvailableError(
+                    f"no {what} offset of {names}{more} within {self.request_timeout_s:g} s "
+                    "(no leader reachable): nothing was reset")
+            time.sleep(RETRY_BACKOFF_S)
 
     def commit_offsets(self, group_id: str, targets: dict[tuple[str, int], int]) -> None:
         """Commit ``targets`` for the empty group (an OffsetCommit with generation -1)."""

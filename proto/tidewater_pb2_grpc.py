@@ -163,6 +163,16 @@ class BrokerStub:
                 request_serializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.SerializeToString,
                 response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.FromString,
                 _registered_method=True)
+        self.DescribeTopicConfigs = channel.unary_unary(
+                '/tidewater.Broker/DescribeTopicConfigs',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/tidewater.Broker/ListTransactions',
+                request_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -339,6 +349,24 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeTopicConfigs(self, request, context):
+        """Kafka's DescribeConfigs of topics, as this broker applies them: every topic
+        config's value and where it comes from (the topic, this broker's or every
+        broker's dynamic setting, the broker's --set, the default). DESCRIBE_CONFIGS
+        on each topic (TOPIC_AUTHORIZATION_FAILED) when an authorizer is on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTransactions(self, request, context):
+        """Every transactional id this broker coordinates, described (Kafka's ListTransactions
+        and DescribeTransactions in one). Ids without DESCRIBE are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -466,6 +494,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.EndTxn,
                     request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.FromString,
                     response_serializer=tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.SerializeToString,
+            ),
+            'DescribeTopicConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTopicConfigs,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1147,6 +1185,60 @@ class Broker:
             '/tidewater.Broker/EndTxn',
             tidewater_dot_proto_dot_tidewater__pb2.EndTxnRequest.SerializeToString,
             tidewater_dot_proto_dot_tidewater__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTopicConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/DescribeTopicConfigs',
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.DescribeTopicConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tidewater.Broker/ListTransactions',
+            tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsRequest.SerializeToString,
+            tidewater_dot_proto_dot_tidewater__pb2.ListTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

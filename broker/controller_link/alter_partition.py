@@ -2,17 +2,23 @@
 
 ``ReplicaState`` decides when to propose an ISR change, keeps at most one in
 flight, and decides what each answer proves (module docstring of
-``broker/replication/replica.py``). This sender only does the I/O: one
-supervised task per ``AlterPartitionRequest`` the core emits, which calls the
-controller and hands the answer back to the core (``on_alter_partition_answer``)
-or reports that there was none it can trust (``on_alter_partition_unsure``:
-a transport error, a timeout, a request-level error), then carries out the
-resulting ``Ready``. A corrupt replica's report (``CorruptReport``) travels the
+``broker/replication/replica.py``). This sender only does the I/O: the
+``AlterPartitionRequest``s the core emits in one turn of the event loop go in one
+AlterPartition (a supervised task; at most ``ALTER_PARTITION_ITEMS_MAX`` items),
+and each partition's answer goes back to its core (``on_alter_partition_answer``),
+or the report that there was none it can trust (``on_alter_partition_unsure``: a
+transport error, a timeout, a request-level error), then its ``Ready`` is carried
+out. One request for many partitions, as Kafka's AlterPartitionManager batches:
+after a broker returns, hundreds of partitions propose to expand their ISR at once,
+and one request each made as many controller commands, each waiting for its own
+quorum commit in the controller's single queue, with the brokers' heartbeats queued
+behind them (at 1,000 partitions long enough to fence the brokers again). A corrupt replica's report (``CorruptReport``) travels the
 same way (``ReportCorruptReplica``; ``on_corrupt_report_answer`` / ``..._unsure``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -29,6 +35,8 @@ from tidewater.proto.errors import InvariantViolation
 from tidewater.proto.supervisor import TaskSupervisor
 
 log = logging.getLogger("tidewater.broker.isr")
+# Items of one AlterPartition at most (the controller takes up to 10,000).
+ALTER_PARTITION_ITEMS_MAX = 1000
 
 AlterPartitionRpc = Callable[[list[pb.AlterPartitionItem]], Awaitable[pb.AlterPartitionResponse]]
 CorruptReportRpc = Callable[[list[pb.CorruptReplica]],
@@ -78,21 +86,52 @@ class AlterPartitionSender:
         self._report_rpc = report_rpc
         self._carrier = carrier
         self._supervisor = supervisor
+        # Proposals made since the last request left: (partition, request), in order.
+        self._pending: list[tuple[Partition, AlterPartitionRequest]] = []
 
     def send(self, partition: Partition, request: AlterPartitionRequest) -> None:
-        self._supervisor.spawn(self._send(partition, request),
-                               name=f"alter-partition-{partition.tp}-{request.alter_id}")
-
-    async def _send(self, partition: Partition, request: AlterPartitionRequest) -> None:
-        item = alter_partition_item(partition, request)
         log.info("proposing ISR %s for %s (partition epoch %d)", list(request.new_isr),
                  partition.tp, request.partition_epoch)
-        replica = partition.replica
-        await self._round_trip(
-            partition, "AlterPartition", lambda: self._rpc([item]),
-            lambda response: response.items,
-            functools.partial(replica.on_alter_partition_answer, request.alter_id),
-            functools.partial(replica.on_alter_partition_unsure, request.alter_id))
+        self._pending.append((partition, request))
+        if len(self._pending) == 1:  # the first of this turn: one task sends them all
+            self._supervisor.spawn(self._send_pending(), name="alter-partition")
+
+    async def _send_pending(self) -> None:
+        await asyncio.sleep(0)  # the proposals of this turn of the loop join the request
+        batch = self._pending[:ALTER_PARTITION_ITEMS_MAX]
+        del self._pending[:ALTER_PARTITION_ITEMS_MAX]
+        if self._pending:  # the rest in the next request, by another task
+            self._supervisor.spawn(self._send_pending(), name="alter-partition")
+        await self._send_batch(batch)
+
+    async def _send_batch(self, batch: list[tuple[Partition, AlterPartitionRequest]]) -> None:
+        items = [alter_partition_item(partition, request) for partition, request in batch]
+        try:
+            response: pb.AlterPartitionResponse | None = await self._rpc(items)
+        except InvariantViolation:
+            raise  # a bug: the supervisor stops the broker
+        except Exception as e:  # the controller may be gone: not an answer
+            log.info("AlterPartition of %d partition(s): no answer (%s)", len(batch),
+                     type(e).__name__)
+            response = None
+        results: Sequence[pb.AlterPartitionResult] = ()
+        if response is not None and response.error_code == pb.NONE:
+            if len(response.items) == len(batch):  # one per item, in order
+                results = response.items
+            else:
+                log.warning("AlterPartition answered %d results for %d items: treated as "
+                            "no answer", len(response.items), len(batch))
+        now_ms = mono_ms()
+        for i, (partition, request) in enumerate(batch):
+            replica = partition.replica
+            mine = results[i:i + 1]
+            if mine:
+                log.info("AlterPartition %s answered %s", partition.tp,
+                         pb.ErrorCode.Name(mine[0].error_code))
+            self._carrier.apply(partition, answer_to_core(
+                mine, functools.partial(replica.on_alter_partition_answer, request.alter_id),
+                functools.partial(replica.on_alter_partition_unsure, request.alter_id),
+                now_ms))
 
     def report_corrupt(self, partition: Partition, report: CorruptReport) -> None:
         self._supervisor.spawn(self._report(partition, report),

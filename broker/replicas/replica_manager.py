@@ -52,7 +52,7 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
-from tidewater.broker.serving.fetch import FetchedPartition, FetchPath
+from tidewater.broker.serving.fetch import FetchedPartition, FetchPath, last_stable_offset
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
@@ -330,7 +330,8 @@ class ReplicaManager:
                 topic=tp.topic, partition=tp.partition, is_leader=p.is_leader,
                 leader_epoch=p.leader_epoch, log_start_offset=p.log.log_start_offset,
                 log_end_offset=p.log_end_offset, high_watermark=p.high_watermark,
-                size_bytes=p.log.size_bytes, isr=list(p.replica.leader_isr))
+                size_bytes=p.log.size_bytes, isr=list(p.replica.leader_isr),
+                last_stable_offset=last_stable_offset(p, p.high_watermark))
         return response
 
     def log_dir_partitions(self) -> list[tuple[TopicPartition, int, int]]:

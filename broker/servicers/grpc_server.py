@@ -78,7 +78,15 @@ from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
-from tidewater.proto.acls import DELETE, DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID, WRITE
+from tidewater.proto.acls import (
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+)
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
@@ -112,6 +120,8 @@ _Request = TypeVar("_Request", bound=Message)
 _Answer = TypeVar("_Answer")  # a stream's answer: a message, or its wire bytes
 # A unary handler (self, request, context) -> response, as ``_rpc`` takes and gives it.
 _Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[Message]])
+# A topic -> its configs as Kafka's DescribeConfigs lists them: (name, value, ConfigSource).
+TopicConfigsOf = Callable[[str], list[tuple[str, str, int]]]
 
 
 def _rpc(name: str) -> Callable[[_Handler], _Handler]:
@@ -201,9 +211,13 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
                  metrics: BrokerMetrics, listener_name: str,
                  security: BrokerSecurity | None = None,
                  group_coordinator: GroupCoordinator | None = None,
-                 txn_coordinator: TransactionCoordinator | None = None) -> None:
+                 txn_coordinator: TransactionCoordinator | None = None,
+                 topic_configs: TopicConfigsOf | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
+        # A known topic's configs as DescribeConfigs lists them (name, value, source);
+        # None: this broker describes none (UNKNOWN_TOPIC_OR_PARTITION).
+        self._topic_configs = topic_configs
         self.listener_name = listener_name
         self.groups = GroupRpcs(group_coordinator, metadata_cache, listener_name)
         self.txns = TxnRpcs(txn_coordinator, group_coordinator, metadata_cache, listener_name)
@@ -417,6 +431,25 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
             response.replicas.extend(kept)
         return response
 
+    @_rpc("DescribeTopicConfigs")
+    async def DescribeTopicConfigs(self, request: pb.DescribeTopicConfigsRequest,
+                                   context: Context) -> pb.DescribeTopicConfigsResponse:
+        allowed = await self._allowed(context)
+        known = set(self.metadata_cache.topics())
+        response = pb.DescribeTopicConfigsResponse()
+        for topic in request.topics:
+            result = response.topics.add(topic=topic, error_code=pb.NONE)
+            if allowed is not None and not allowed(DESCRIBE_CONFIGS, topic):
+                result.error_code = pb.TOPIC_AUTHORIZATION_FAILED
+                result.error_message = f"needs DESCRIBE_CONFIGS on topic {topic!r}"
+            elif topic not in known or self._topic_configs is None:
+                result.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
+                result.error_message = f"topic {topic!r} does not exist"
+            else:
+                result.configs.extend(pb.DescribedConfig(name=n, value=v, source=source)
+                                      for n, v, source in self._topic_configs(topic))
+        return response
+
     @_rpc("DeleteRecords")
     async def DeleteRecords(self, request: pb.DeleteRecordsRequest, context: Context
                            ) -> pb.DeleteRecordsResponse:
@@ -540,6 +573,12 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     @_rpc("EndTxn")
     async def EndTxn(self, request: pb.EndTxnRequest, context: Context) -> pb.EndTxnResponse:
         return await self.txns.end_txn(request, await self._rights(context))
+
+    @_rpc("ListTransactions")
+    async def ListTransactions(self, request: pb.ListTransactionsRequest, context: Context
+                               ) -> pb.ListTransactionsResponse:
+        return self.txns.list_transactions(self.replica_manager.broker_id,
+                                           await self._rights(context))
 
 
 class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):

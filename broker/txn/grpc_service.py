@@ -22,6 +22,7 @@ from tidewater.broker.kafka import txn_apis
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.acls import DESCRIBE, TRANSACTIONAL_ID
 
 Allowed = Callable[[int, int, str], bool]  # (operation, resource type, name) -> may
 
@@ -52,6 +53,32 @@ class TxnRpcs:
     def _services(self, allowed: Allowed | None) -> _CallServices:
         return _CallServices(self.txn_coordinator, self.group_coordinator,
                              self.metadata_cache, allowed)
+
+    def list_transactions(self, broker_id: int, rights: Allowed | None
+                          ) -> pb.ListTransactionsResponse:
+        """Every transactional id coordinated here whose producer is durable, described;
+        ids the caller may not DESCRIBE are left out (``rights`` None: security off)."""
+        response = pb.ListTransactionsResponse(error_code=pb.NONE, broker_id=broker_id)
+        coordinator = self.txn_coordinator
+        if coordinator is None:
+            return response
+        if coordinator.loading():
+            response.error_code = pb.COORDINATOR_LOAD_IN_PROGRESS
+        for state in coordinator.loaded_states():
+            for transactional_id, md in sorted(state.txns.items()):
+                cur = md.current
+                if cur.producer_epoch < 0:
+                    continue  # its first write is not durable yet
+                if rights is not None and not rights(DESCRIBE, TRANSACTIONAL_ID,
+                                                     transactional_id):
+                    continue
+                response.transactions.add(
+                    transactional_id=transactional_id, state=md.state.kafka_name,
+                    producer_id=cur.producer_id, producer_epoch=cur.producer_epoch,
+                    timeout_ms=cur.timeout_ms, start_timestamp_ms=cur.start_ms,
+                    partitions=[pb.TopicPartitionName(topic=t, partition=p)
+                                for t, p in sorted(cur.partitions)])
+        return response
 
     async def find_coordinator(self, request: pb.FindCoordinatorRequest,
                                allowed: Allowed | None) -> pb.FindCoordinatorResponse:

@@ -402,6 +402,32 @@ def test_groups_show_state_members_and_lag_the_coordinator_reports(browser, cons
     screenshot(browser, "group")
 
 
+def test_transactions_and_quotas_pages_show_what_the_cluster_holds(browser, console,
+                                                                    cluster):
+    from tidewater.client.admin import AdminClient
+    from tidewater.client.producer import Producer
+
+    with AdminClient(cluster.bootstrap) as admin:
+        admin.alter_client_quotas(None, "batch-loader", {"producer_byte_rate": 1048576.0})
+    producer = Producer(cluster.bootstrap, transactional_id="invoice-writer", linger_ms=0,
+                        max_block_ms=30000)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(LIVE, b"pending invoice", partition=0)
+        producer.flush(30)  # left open while the page is looked at
+        browser.get(console.url + "/transactions")
+        assert _text(browser, "#txn-invoice-writer .state") == "Ongoing"
+        assert f"{LIVE}-0" in _text(browser, "#txn-invoice-writer .partitions")
+        screenshot(browser, "transactions")
+        producer.abort_transaction()
+    finally:
+        producer.close()
+    browser.get(console.url + "/quotas")
+    assert _text(browser, "#quota--batch-loader .producer_byte_rate") == "1048576"
+    screenshot(browser, "quotas")
+
+
 def test_charts_update_live_without_a_reload(browser, console, cluster):
     browser.get(console.url + "/charts")
     browser.execute_script("window.__notReloaded = true")
@@ -416,7 +442,7 @@ def test_charts_update_live_without_a_reload(browser, console, cluster):
         "return [...document.querySelectorAll('#chart-produce_bytes .legend')]"
         ".map(e => e.textContent).join(' ')")
     assert "broker-1" in legend and "broker-3" in legend
-    for chart in ("fetch_bytes", "requests", "isr_shrinks", "p99_produce_ms"):
+    for chart in ("fetch_bytes", "requests", "isr_shrinks", "p99_produce_ms", "throttle_ms"):
         assert browser.find_elements("css selector", f"#chart-{chart}")
     _local_resources_only(browser)
     screenshot(browser, "charts")

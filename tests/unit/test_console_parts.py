@@ -33,13 +33,15 @@ tidewater_broker_topic_bytes_in_total{topic="a"} 4000.0
 tidewater_broker_topic_bytes_out_total{topic="a",kind="consumer"} 800.0
 tidewater_broker_topic_bytes_out_total{topic="a",kind="replica"} 8000.0
 tidewater_broker_topic_bytes_out_total{topic="b",kind="consumer"} 10.0
+tidewater_broker_client_quota_throttle_time_ms_total{quota_type="Produce",user="",client_id="a"} 120.0
+tidewater_broker_client_quota_throttle_time_ms_total{quota_type="Fetch",user="u",client_id=""} 30.0
 """
 
 
 def test_parse_sample_reads_the_counters_the_charts_need():
     s = parse_sample(EXPOSITION, 1000)
     assert s.counters == {"produce_bytes": 1000.0, "fetch_bytes": 300.0, "requests": 150.0,
-                          "isr_shrinks": 2.0}
+                          "isr_shrinks": 2.0, "throttle_ms": 150.0}
     assert s.produce_buckets == {"0.001": 90.0, "0.01": 99.0, "+Inf": 100.0}
     # Per topic: records in, bytes in, consumers' bytes out (followers' left out).
     assert s.topics == {"a": [40.0, 4000.0, 800.0], "b": [0.0, 0.0, 10.0]}
@@ -123,11 +125,13 @@ def test_record_query_refuses_what_it_cannot_do():
         raise AssertionError(f"accepted {bad}")
 
 
-def test_config_rows_say_where_each_value_comes_from():
+def test_config_rows_without_a_broker_say_where_each_value_comes_from():
+    # The fallback when no broker answers DescribeTopicConfigs: "default?", since a
+    # broker's own setting may differ from Kafka's default shown.
     rows = {r.name: r for r in config_rows({"retention.ms": "1000", "x.custom": "1"})}
     assert (rows["retention.ms"].value, rows["retention.ms"].source) == ("1000", "topic")
     assert (rows["segment.bytes"].value, rows["segment.bytes"].source) == ("1073741824",
-                                                                           "default")
+                                                                           "default?")
     assert rows["x.custom"].source == "topic"
 
 

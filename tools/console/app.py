@@ -39,6 +39,11 @@ from tidewater.tools.console.records import FORMATS, MODES, RecordQuery, RecordR
 
 HERE = Path(__file__).resolve().parent
 LIVE_INTERVAL_MS = 2000
+# A topic config's source (cluster_data.ConfigRow.source) as the topic page words it.
+CONFIG_SOURCE_LABELS = {
+    "topic": "set on the topic", "dynamic broker": "this broker's dynamic config",
+    "dynamic default": "every broker's dynamic default", "static broker": "broker setting (--set)",
+    "default": "default", "default?": "default (no broker asked)"}
 
 
 @dataclass
@@ -103,6 +108,7 @@ class Console:
         env.globals["allow_writes"] = config.allow_writes
         env.globals["live_ms"] = config.live_interval_ms
         env.globals["bootstrap"] = config.bootstrap
+        env.globals["source_labels"] = CONFIG_SOURCE_LABELS
 
     def page(self, request: Request, name: str, context: dict[str, Any],
              status_code: int = 200) -> HTMLResponse:
@@ -170,6 +176,14 @@ class Console:
         return self.page(request, "record.html", {"title": f"{name}-{partition}@{offset}",
                                                    "topic": name, "partition": partition,
                                                    "r": r, "format": fmt, "formats": FORMATS})
+
+    async def transactions(self, request: Request) -> Response:
+        t = await run_in_threadpool(self.data.transactions)
+        return self.page(request, "transactions.html", {"title": "Transactions", "t": t})
+
+    async def quotas(self, request: Request) -> Response:
+        q = await run_in_threadpool(self.data.quotas)
+        return self.page(request, "quotas.html", {"title": "Client quotas", "q": q})
 
     async def groups(self, request: Request) -> Response:
         rows = await run_in_threadpool(self.data.groups)
@@ -332,6 +346,8 @@ def build_app(console: Console) -> Any:
         Route("/groups", _guarded(g, g.groups)),
         Route("/groups/{group_id:path}/lag", _guarded(g, g.group_lag_fragment)),
         Route("/groups/{group_id:path}", _guarded(g, g.group)),
+        Route("/transactions", _guarded(g, g.transactions)),
+        Route("/quotas", _guarded(g, g.quotas)),
         Route("/charts", _guarded(g, g.charts_page)),
         Route("/audit/report.html", g.audit_report),
         Route("/healthz", g.healthz),

@@ -18,6 +18,7 @@ group admin's consumer is not, so its calls go one at a time under a lock.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -32,12 +33,14 @@ from tidewater.client.admin import (
     PartitionDescription,
     ReplicaState,
     TopicDescriptionInfo,
+    TransactionDescription,
 )
 from tidewater.client.group_admin import GroupAdmin, GroupDescription
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
 
+log = logging.getLogger(__name__)
 SNAPSHOT_MAX_AGE_MS = 1000
 REQUEST_TIMEOUT_MS = 5000
 
@@ -216,13 +219,52 @@ class PartitionRow:
     high_watermark: int
     log_end_offset: int
     replica_rows: tuple[ReplicaRow, ...]
+    # The leader's: below the high watermark while a transaction is open on it; -1 unknown.
+    last_stable_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionsPage:
+    transactions: tuple[TransactionDescription, ...]
+    now_ms: int  # wall clock: a transaction open longer than its timeout is hanging
+    error: str  # "" when every broker answered or some listed
+
+    @property
+    def open_count(self) -> int:
+        return sum(1 for t in self.transactions if t.open)
+
+    @property
+    def hanging_count(self) -> int:
+        return sum(1 for t in self.transactions if t.hanging(self.now_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    user: str  # "<default>": every user's default; "" when the entity has no user part
+    client_id: str  # likewise
+    values: dict[str, float]  # producer_byte_rate, consumer_byte_rate, request_percentage
+
+
+@dataclass(frozen=True, slots=True)
+class QuotasPage:
+    rows: tuple[QuotaRow, ...]
+    keys: tuple[str, ...]  # every quota key some row sets: the table's columns
+    error: str
+
+
+def _entity_label(name: str | None) -> str:
+    """A client quota entity's part as ``tide quotas`` prints it."""
+    return "" if name is None else "<default>" if name == "" else name
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigRow:
     name: str
     value: str
-    source: str  # "topic" (set on the topic) or "default" (Kafka's default, the broker's may differ)
+    # Where the value comes from, as the brokers' DescribeConfigs says (client.admin's
+    # CONFIG_SOURCE_NAMES): "topic", "dynamic broker", "dynamic default", "static broker",
+    # "default"; "default?" when no broker described it (Kafka's default, shown here).
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +414,19 @@ class ClusterData:
         t = found[0]
         return TopicDetail(t.name, t.topic_id, tuple(self._partition_row(snap, t, p)
                                                      for p in t.partitions),
-                           config_rows(t.configs), snap.taken_unix_ms)
+                           self._config_rows(t), snap.taken_unix_ms)
+
+    def _config_rows(self, t: TopicDescriptionInfo) -> tuple[ConfigRow, ...]:
+        """The topic's configs as a broker applies them (DescribeTopicConfigs: a broker's
+        ``--set`` or a dynamic default shows with its source); the controller's view of
+        what the topic sets when no broker answers."""
+        try:
+            described = self.admin.describe_topic_configs(t.name)
+        except TidewaterError as e:
+            log.info("DescribeTopicConfigs of %s failed (%s): the configs the topic sets "
+                     "and Kafka's defaults are shown", t.name, e)
+            return config_rows(t.configs)
+        return tuple(ConfigRow(c.name, c.value, c.source) for c in described)
 
     @staticmethod
     def _partition_row(snap: Snapshot, t: TopicDescriptionInfo,
@@ -386,7 +440,35 @@ class ClusterData:
             p.partition, p.leader, p.leader_epoch, p.replicas, p.isr, p.offline or p.leader < 0,
             p.under_replicated,
             leader.log_start_offset if leader else -1, leader.high_watermark if leader else -1,
-            leader.log_end_offset if leader else -1, rows)
+            leader.log_end_offset if leader else -1, rows,
+            leader.last_stable_offset if leader else -1)
+
+    # ------------------------------------------------------------------ transactions
+
+    def transactions(self) -> TransactionsPage:
+        """Every transactional id its coordinator lists, open ones first."""
+        now_ms = int(time.time() * 1000)
+        try:
+            listed = self.admin.list_transactions()
+        except TidewaterError as e:
+            return TransactionsPage((), now_ms, str(e))
+        ordered = sorted(listed, key=lambda t: (not t.open, t.transactional_id))
+        return TransactionsPage(tuple(ordered), now_ms, "")
+
+    # ------------------------------------------------------------------ quotas
+
+    def quotas(self) -> QuotasPage:
+        """Every client quota the controller holds (DescribeClientQuotas, no filter)."""
+        try:
+            entries = self.admin.describe_client_quotas()
+        except TidewaterError as e:
+            return QuotasPage((), (), str(e))
+        rows = tuple(sorted(
+            (QuotaRow(_entity_label(user), _entity_label(client_id), values)
+             for user, client_id, values in entries),
+            key=lambda r: (r.user, r.client_id)))
+        keys = tuple(sorted({k for r in rows for k in r.values}))
+        return QuotasPage(rows, keys, "")
 
     # ------------------------------------------------------------------ groups
 
@@ -445,8 +527,8 @@ class ClusterData:
 
 
 def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
-    """Every topic config: set on the topic, or Kafka's default (a broker's ``--set`` may
-    change the default it applies; the controller reports only what the topic sets)."""
+    """Every topic config: set on the topic, or Kafka's default ("default?": a broker's
+    ``--set`` may change the default it applies, and no broker was asked)."""
     defaults = LogConfig()
     rows = []
     for name, definition in sorted(TOPIC_CONFIGS.items()):
@@ -460,7 +542,7 @@ def config_rows(configs: dict[str, str]) -> tuple[ConfigRow, ...]:
         else:
             value = getattr(defaults, definition.log_field)
             shown = "(not set)" if value is None else str(value)
-        rows.append(ConfigRow(name, shown, "default"))
+        rows.append(ConfigRow(name, shown, "default?"))
     for name in sorted(set(configs) - set(TOPIC_CONFIGS)):
         rows.append(ConfigRow(name, configs[name], "topic"))
     return tuple(rows)

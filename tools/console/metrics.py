@@ -56,11 +56,15 @@ CHARTS: dict[str, str] = {
     "requests": "Requests/s",
     "isr_shrinks": "ISR shrinks/s",
     "p99_produce_ms": "p99 produce latency (ms)",
+    # KIP-219 throttle time the broker answered clients over their quotas, all quota
+    # types and clients summed: ms of delay per second (1000: one client always waiting).
+    "throttle_ms": "Quota throttle time (ms/s)",
 }
 
 _COUNTERS = {
     PREFIX + "bytes_in_total": "produce_bytes",
     PREFIX + "isr_shrinks_total": "isr_shrinks",
+    PREFIX + "client_quota_throttle_time_ms_total": "throttle_ms",
 }
 
 
@@ -106,7 +110,8 @@ def parse_sample(text: str, unix_ms: int) -> Sample:
     """The counters the charts need from one exposition (other lines are skipped unread)."""
     s = Sample(unix_ms, True)
     counters = s.counters
-    counters.update(produce_bytes=0.0, fetch_bytes=0.0, requests=0.0, isr_shrinks=0.0)
+    counters.update(produce_bytes=0.0, fetch_bytes=0.0, requests=0.0, isr_shrinks=0.0,
+                    throttle_ms=0.0)
     topics = s.topics
     for line in text.splitlines():
         # The replica gauges, a few lines per partition, are most of a big broker's
