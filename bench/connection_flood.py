@@ -1,6 +1,6 @@
 """Does a flood of idle or slow connections leave a broker serving a producer?
 
-    .venv/bin/python bench/connection_flood.py [--connections 1000] [--records 20000]
+    .venv/bin/python bench/connection_flood.py [--connections 1000] [--records 20000] [--secure]
 
 Starts a local 1-broker cluster (`tide cluster up`, stopped by its recorded pids at the
 end), then measures a confluent-kafka producer (acks=all, 1 KiB records, one topic)
@@ -13,8 +13,17 @@ on the Kafka listener in three phases:
   allocated up front);
 - ``grpc silent``: ``--connections`` raw TCP connections to the broker's client gRPC
   port that never send a byte (never the HTTP/2 preface);
+- ``big frame`` (``--secure`` only): one unauthenticated Kafka connection that sends a
+  100 MiB frame as fast as it can, and one unauthenticated gRPC Produce call carrying a
+  100 MiB message, both repeated while the producer runs; the broker must refuse each
+  before reading it (512 KiB before authentication on the Kafka listener,
+  ``sasl.server.max.receive.size``; no message read without credentials on gRPC);
 - ``baseline again``: nothing else connected, to show how much a shared machine
   moved the figures meanwhile.
+
+``--secure``: the cluster runs SASL/SCRAM-SHA-512 on every port with the ACL authorizer
+(`tide cluster up --sasl-mechanisms SCRAM-SHA-512`), the producer logs in as the
+cluster's admin user, and every hostile connection is unauthenticated.
 
 For each phase it prints the producer's records/s, the ratio to the baseline, the
 hostile connections still open after the producer finished and again
@@ -109,12 +118,15 @@ class Flood:
             s.close()
 
 
-def produce_rate(bootstrap: str, topic: str, records: int, record_bytes: int = KIB) -> float:
-    """records/s of an acks=all confluent-kafka producer sending ``records`` records."""
+def produce_rate(bootstrap: str, topic: str, records: int, record_bytes: int = KIB,
+                 client_config: dict[str, str] | None = None) -> float:
+    """records/s of an acks=all confluent-kafka producer sending ``records`` records;
+    ``client_config``: librdkafka's security settings."""
     import confluent_kafka
 
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                         "linger.ms": 5, "message.timeout.ms": 120_000})
+                                         "linger.ms": 5, "message.timeout.ms": 120_000,
+                                         **(client_config or {})})
     errors: list[object] = []
     value = b"v" * record_bytes
     started = time.perf_counter()
@@ -132,7 +144,7 @@ def produce_rate(bootstrap: str, topic: str, records: int, record_bytes: int = K
 
 
 def broker_session(controller: str, broker_id: int) -> tuple[int, bool]:
-    """(broker epoch, fenced) of ``broker_id`` as the controller sees it."""
+    """(broker epoch, fenced) of ``broker_id`` as a plaintext controller sees it."""
     import grpc
 
     from tidewater.proto import tidewater_pb2 as pb
@@ -143,6 +155,67 @@ def broker_session(controller: str, broker_id: int) -> tuple[int, bool]:
                                                                  timeout=10)
     [broker] = [b for b in answer.brokers if b.broker_id == broker_id]
     return broker.broker_epoch, broker.fenced
+
+
+def broker_session_of(admin, broker_id: int) -> tuple[int, bool]:
+    """(broker epoch, fenced) of ``broker_id`` as the controller sees it, asked through
+    ``admin`` (a client.admin.AdminClient, with the cluster's credentials)."""
+    [broker] = [b for b in admin.describe_cluster().brokers if b.broker_id == broker_id]
+    return broker.broker_epoch, broker.fenced
+
+
+class BigFrames:
+    """Unauthenticated 100 MiB requests, one after another until ``close()``: a Kafka
+    frame of that size sent as fast as the socket takes it, and a gRPC Produce whose
+    message is that size. ``refused`` counts each one the broker ended before taking
+    it all; ``accepted`` each one it read to the end (must stay 0)."""
+
+    def __init__(self, kafka: tuple[str, int], grpc_address: str) -> None:
+        self.kafka = kafka
+        self.grpc_address = grpc_address
+        self.refused = {"kafka": 0, "grpc": 0}
+        self.accepted = {"kafka": 0, "grpc": 0}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._kafka_loop, daemon=True),
+                         threading.Thread(target=self._grpc_loop, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _kafka_loop(self) -> None:
+        chunk = b"\0" * (1024 * 1024)
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection(self.kafka, timeout=10) as s:
+                    s.sendall(struct.pack(">i", TRICKLE_FRAME_BYTES))
+                    for _ in range(TRICKLE_FRAME_BYTES // len(chunk)):
+                        s.sendall(chunk)
+                    self.accepted["kafka"] += 1
+            except OSError:
+                self.refused["kafka"] += 1
+            self._stop.wait(0.2)
+
+    def _grpc_loop(self) -> None:
+        import grpc
+
+        from tidewater.proto import tidewater_pb2 as pb
+        from tidewater.proto import tidewater_pb2_grpc as pb_grpc
+
+        request = pb.ProduceRequest(acks=1, partitions=[pb.ProducePartitionData(
+            topic="flood", partition=0, records=b"\0" * TRICKLE_FRAME_BYTES)])
+        options = [("grpc.max_send_message_length", 2 * TRICKLE_FRAME_BYTES)]
+        while not self._stop.is_set():
+            with grpc.insecure_channel(self.grpc_address, options=options) as channel:
+                try:
+                    pb_grpc.BrokerStub(channel).Produce(request, timeout=30)
+                    self.accepted["grpc"] += 1
+                except grpc.RpcError:
+                    self.refused["grpc"] += 1
+            self._stop.wait(0.2)
+
+    def close(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=40)
 
 
 def resident_mib(pid: int) -> float:
@@ -157,29 +230,55 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--hold-s", type=float, default=15.0)
+    parser.add_argument("--secure", action="store_true",
+                        help="SASL/SCRAM-SHA-512 and ACLs on every port; hostile "
+                             "connections unauthenticated; adds the 100 MiB frame phase")
     args = parser.parse_args()
 
+    from tidewater.client.admin import AdminClient
+    from tidewater.tools import cluster_sasl
     from tidewater.tools.local_cluster import LocalCluster
 
     with tempfile.TemporaryDirectory(prefix="tw-flood-") as directory:
         cluster = LocalCluster(Path(directory))
-        cluster.up(1, base_port=0, ready_timeout_s=120)
+        if args.secure:
+            cluster.up(1, base_port=0, ready_timeout_s=120, sasl_mechanisms=("SCRAM-SHA-512",),
+                       authorizer="acl")
+        else:
+            cluster.up(1, base_port=0, ready_timeout_s=120)
         try:
             manifest = cluster.manifest or {}
             broker = manifest["processes"]["broker-1"]
-            controller = manifest["controller"]
             host, port = broker["kafka"].rsplit(":", 1)
             grpc_host, grpc_port = broker["listen"].rsplit(":", 1)
             bootstrap = manifest["kafka_bootstrap"]
-            produce_rate(bootstrap, "flood", 100)  # creates the topic, warms up
-            epoch, _ = broker_session(controller, 1)
+            sasl = manifest.get("sasl")
+            client_config = {} if not sasl else {
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": sasl["mechanism"],
+                "sasl.username": sasl["username"],
+                "sasl.password": cluster_sasl.read_password(sasl["command_config"])}
+            security = cluster.security
+            admin = AdminClient(manifest["bootstrap"], security_protocol=security.protocol,
+                                sasl_mechanism=security.sasl_mechanism,
+                                sasl_plain_username=security.sasl_username,
+                                sasl_plain_password=security.sasl_password)
+            produce_rate(bootstrap, "flood", 100, client_config=client_config)  # warms up
+            epoch, _ = broker_session_of(admin, 1)
             rows = []
             baseline = None
+            refusals = ""
+            phases = ["baseline", "silent", "trickle", "grpc silent"]
+            if args.secure:
+                phases.append("big frame")
             # The baseline again at the end: how much the machine itself moved meanwhile.
-            for phase in ("baseline", "silent", "trickle", "grpc silent", "baseline again"):
+            for phase in phases + ["baseline again"]:
                 opened_at = time.monotonic()
+                big: BigFrames | None = None
                 if phase.startswith("baseline"):
                     flood = None
+                elif phase == "big frame":
+                    flood = None
+                    big = BigFrames((host, int(port)), broker["listen"])
                 elif phase.startswith("grpc"):
                     flood = Flood(grpc_host, int(grpc_port), args.connections, trickle=False)
                 else:
@@ -187,9 +286,10 @@ def main() -> int:
                 try:
                     if flood is not None:
                         time.sleep(3 * TRICKLE_INTERVAL_S)  # let the trickle start
-                    rate = produce_rate(bootstrap, "flood", args.records)
+                    rate = produce_rate(bootstrap, "flood", args.records,
+                                        client_config=client_config)
                     baseline = baseline or rate
-                    now_epoch, fenced = broker_session(controller, 1)
+                    now_epoch, fenced = broker_session_of(admin, 1)
                     held = 0 if flood is None else len(flood.sockets) - flood.closed_by_broker()
                     if flood is not None:
                         time.sleep(max(0.0, opened_at + args.hold_s - time.monotonic()))
@@ -203,13 +303,23 @@ def main() -> int:
                 finally:
                     if flood is not None:
                         flood.close()
-            print(f"connection flood ({args.connections} connections, {args.records} records "
+                    if big is not None:
+                        big.close()
+                        refusals = (f"100 MiB requests without credentials: Kafka refused "
+                                    f"{big.refused['kafka']}, read {big.accepted['kafka']}; "
+                                    f"gRPC refused {big.refused['grpc']}, read "
+                                    f"{big.accepted['grpc']}")
+            admin.close()
+            mode = "SASL/SCRAM + ACLs" if args.secure else "plaintext"
+            print(f"connection flood, {mode} ({args.connections} connections, {args.records} records "
                   f"of 1 KiB acks=all, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
                   f"load average {os.getloadavg()[0]:.1f})")
             print(format_table(("phase", "hostile conns open", f"open at {args.hold_s:.0f} s",
                                 "records/s", "vs baseline", "broker RSS MiB",
                                 "controller session"), rows,
                                align_right=(False, True, True, True, True, True, False)))
+            if refusals:
+                print(refusals)
         finally:
             cluster.down(timeout_s=10)
     return 0
