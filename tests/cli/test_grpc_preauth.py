@@ -103,6 +103,7 @@ def refused_while_others_are_served(c, metadata=()) -> None:
     for t in hostiles:
         t.join(120)
     grown = rss_bytes(c.pid) - before
+    print(f"broker RSS grew {grown / MIB:.1f} MiB")
     assert wait_for(lambda: len(answered) > answered_before,
                     "the authenticated client is still answered")
     stop.set()
