@@ -215,17 +215,23 @@ class ClientTlsFiles(TypedDict):
 
 def make_cluster_dir(directory: Path, broker_ids: list[int], *,
                      hosts: tuple[str, ...] = DEFAULT_HOSTS, names_as_hosts: bool = False,
-                     client_name: str = CLIENT_CERT_NAME, now: datetime.datetime
-                     ) -> ClientTlsFiles:
+                     controllers: int = 1, client_name: str = CLIENT_CERT_NAME,
+                     now: datetime.datetime) -> ClientTlsFiles:
     """A cluster's CA and certificates in ``directory``: ``controller``, ``broker-<id>``
-    for each id, ``client_name`` (role client); files already there are kept (a CA is never replaced).
+    for each id, ``client_name`` (role client); with ``controllers`` > 1 also
+    ``controller-2``..``controller-<N>`` for the other nodes of a quorum (node 1 keeps
+    ``controller``, the compose service's name; a ``controller-<id>`` certificate may
+    send Raft messages only as node ``<id>``, ``controller.quorum.transport``); files
+    already there are kept (a CA is never replaced).
     Each certificate serves ``hosts`` and, with ``names_as_hosts``, its own name too (a
     container's hostname on a compose network). Writes ``client.properties`` (Kafka
     client settings naming the client certificate) and returns its entries:
     ``{"ca", "cert", "key", "command_config"}``, paths as strings."""
     if not (directory / CA_CERT_FILE).exists():
         init_ca_dir(directory, now=now)
-    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
+    wanted = [("controller", "controller")] + [
+        (f"controller-{n}", "controller") for n in range(2, controllers + 1)] + [
+        (f"broker-{i}", "broker") for i in broker_ids]
     wanted.append((client_name, "client"))
     for name, role in wanted:
         if not (directory / f"{name}.pem").exists() or not (directory / f"{name}.key").exists():

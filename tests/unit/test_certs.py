@@ -145,3 +145,16 @@ def test_members_serve_and_connect_but_a_client_certificate_only_connects(tmp_pa
         assert usages(member) == {Eku.SERVER_AUTH, Eku.CLIENT_AUTH}, member
         assert member in dns_names(member)  # serves as its own (compose) name
     assert "client" not in dns_names("client")
+    assert not (tmp_path / "controller-2.pem").exists()  # one controller unless asked
+
+
+@pytest.mark.timeout(30)
+def test_a_quorum_gets_a_certificate_per_controller(tmp_path):
+    certs.make_cluster_dir(tmp_path, [1], names_as_hosts=True, controllers=3, now=NOW)
+    for name in ("controller", "controller-2", "controller-3"):
+        pem = (tmp_path / f"{name}.pem").read_bytes()
+        assert certs.subject_of(pem) == {"CN": name, "OU": "controller"}
+        san = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+        assert name in san.get_values_for_type(x509.DNSName)
+        assert (tmp_path / f"{name}.key").stat().st_mode & 0o077 == 0
