@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tidewater.proto.tls import CONTROLLER_ROLE_HOST, ROLE_CONTROLLER
+
 ROLES = ("broker", "controller", "client")
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 CA_DAYS = 3650
@@ -115,6 +117,8 @@ def issue(ca: Issued, *, name: str, role: str, hosts: tuple[str, ...] = DEFAULT_
         raise CertError(f"bad name {name!r}: no commas, '=', slashes or surrounding spaces")
     if not hosts:
         raise CertError("a certificate needs at least one host")
+    if role == ROLE_CONTROLLER:  # only controllers serve as it: brokers' channels check it
+        hosts = (*hosts, CONTROLLER_ROLE_HOST)
     try:
         ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
         ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
@@ -187,6 +191,23 @@ def read_ca_dir(directory: Path) -> Issued:
             from None
 
 
+def needs_issuing(directory: Path, name: str, role: str) -> bool:
+    """Are ``<name>.pem`` / ``<name>.key`` missing, or is it a controller certificate
+    issued before controllers served as ``CONTROLLER_ROLE_HOST`` (brokers would refuse
+    it)?"""
+    cert_path = directory / f"{name}.pem"
+    if not cert_path.exists() or not (directory / f"{name}.key").exists():
+        return True
+    if role != ROLE_CONTROLLER:
+        return False
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return True
+    return CONTROLLER_ROLE_HOST not in san.get_values_for_type(x509.DNSName)
+
+
 def issue_to_dir(directory: Path, *, name: str, role: str,
                  hosts: tuple[str, ...] = DEFAULT_HOSTS,
                  now: datetime.datetime) -> tuple[Path, Path]:
@@ -234,7 +255,7 @@ def make_cluster_dir(directory: Path, broker_ids: list[int], *,
         (f"broker-{i}", "broker") for i in broker_ids]
     wanted.append((client_name, "client"))
     for name, role in wanted:
-        if not (directory / f"{name}.pem").exists() or not (directory / f"{name}.key").exists():
+        if needs_issuing(directory, name, role):
             own = (name,) if names_as_hosts and role != "client" else ()
             issue_to_dir(directory, name=name, role=role, hosts=hosts + own, now=now)
     ca, cert, key = (str(directory.resolve() / n) for n in (
