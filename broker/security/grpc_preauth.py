@@ -120,8 +120,8 @@ class PreAuthentication(grpc.aio.ServerInterceptor):
     async def intercept_service(
             self, continuation: Callable[[grpc.HandlerCallDetails],
                                          Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-            handler_call_details: grpc.HandlerCallDetails
-                                ) -> grpc.RpcMethodHandler[Any, Any] | None:
+            handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:  # UNIMPLEMENTED, answered by gRPC without reading
             return None
