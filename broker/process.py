@@ -50,6 +50,7 @@ from tidewater.broker.kafka.server import KafkaListener
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
+from tidewater.broker.security.grpc_preauth import CONTROLLER_CALLS, PreAuthentication
 from tidewater.broker.security.inter_broker import (
     InterBrokerCredentials,
     inter_broker_mechanism,
@@ -256,9 +257,11 @@ class BrokerProcess:
                                              # every follower's, on few connections.
                                              max_concurrent_streams=1_000 if internal
                                              else 100,
-                                             max_connection_idle_ms=c.connections_max_idle_ms),
-                                         interceptors=[SessionStreamLimit(
-                                             self.security.grpc_sessions)])
+                                             max_connection_idle_ms=c.connections_max_idle_ms,
+                                             max_connections=c.max_connections),
+                                         interceptors=[
+                                             *self._preauthentication(internal),
+                                             SessionStreamLimit(self.security.grpc_sessions)])
             await server.start()
             self.servers.append(server)
             self.bound_ports[name] = bound
@@ -280,6 +283,15 @@ class BrokerProcess:
         self.txn_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
                                                       "controller-session")
+
+    def _preauthentication(self, internal: bool) -> list[PreAuthentication]:
+        """With SASL, a call is refused before its request is read unless its metadata
+        authenticates it (``grpc_preauth``); not where the TLS handshake required a
+        certificate (INTERNAL with TLS): members authenticate by certificate there."""
+        if not self.security.sasl_enabled or (internal and self.config.tls is not None):
+            return []
+        return [PreAuthentication(self.security.check_call_metadata,
+                                  token_authenticated=CONTROLLER_CALLS if internal else ())]
 
     async def _start_kafka_listener(self, forwarder: ControllerForwarder, name: str,
                                     listen: tuple[str, int], advertise: tuple[str, int],

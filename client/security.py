@@ -175,7 +175,7 @@ def channel_credentials(security: ClientSecurity) -> grpc.ChannelCredentials | N
 
 
 # Channel options (grpc.* keys) and the metadata every call of a client carries.
-ChannelOptions = Sequence[tuple[str, int]]
+ChannelOptions = Sequence[tuple[str, int | str]]
 CallMetadata = tuple[tuple[str, str], ...]
 
 

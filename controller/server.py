@@ -55,8 +55,10 @@ from wsgiref.simple_server import WSGIServer
 
 import grpc
 
+from tidewater.broker.security.grpc_preauth import PreAuthentication
 from tidewater.broker.security.settings import read_user_config
 from tidewater.broker.security.stream_expiry import SessionStreamLimit
+from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.servicers.sasl import SaslServicer
 from tidewater.controller.access import ControllerGuard, controller_security
 from tidewater.controller.config import ControllerConfig, parse_host_port
@@ -200,9 +202,15 @@ class ControllerServer:
         guard_security = controller_security(security, lambda: self.machine.metadata)
         # A heartbeat stream opened with a session token ends with its session unless
         # the broker re-authenticated it (``stream_expiry``).
+        # With SASL and no TLS (which would require a certificate in the handshake), a
+        # call whose metadata does not authenticate it is refused before its request is
+        # read (``grpc_preauth``). What a connection may hold: ``grpc_limits``.
+        preauthentication = ([PreAuthentication(guard_security.check_call_metadata)]
+                             if security.sasl_mechanisms and tls is None else [])
         self.grpc_server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0)],
-            interceptors=[InvariantBoundary(self.supervisor),
+            options=[("grpc.so_reuseport", 0),
+                     *GrpcLimits(max_concurrent_streams=1_000).options()],
+            interceptors=[InvariantBoundary(self.supervisor), *preauthentication,
                           SessionStreamLimit(guard_security.grpc_sessions)])
         self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,
                                          supervisor=self.supervisor,

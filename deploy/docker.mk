@@ -130,7 +130,7 @@ ifeq ($(TLS_ON),)
 endif
 endif
 ifneq ($(TLS_ON),)
-	$(PY) -m tidewater.tools certs cluster --dir $(TLS_DIR) --brokers 3 --names-as-hosts >/dev/null
+	$(PY) -m tidewater.tools certs cluster --dir $(TLS_DIR) --brokers 3 --controllers 3 --names-as-hosts >/dev/null
 endif
 ifneq ($(SASL_ON),)
 	$(PY) deploy/sasl_users.py --dir $(TLS_DIR) >/dev/null

@@ -38,6 +38,11 @@ BROKER_NAME_PREFIX = "broker-"
 ROLE_BROKER = "broker"
 ROLE_CONTROLLER = "controller"
 ROLE_CLIENT = "client"
+# A DNS name every controller certificate serves as (``tools/certs.py``) and no other
+# role's does: a broker's channel to the controller checks it instead of the address
+# dialled (``controller_channel_options``), so only a controller certificate of the
+# cluster's CA passes that handshake.
+CONTROLLER_ROLE_HOST = "controller.role.tidewater"
 
 
 class TlsConfigError(InvalidConfigError):
@@ -112,7 +117,14 @@ def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
                                         certificate_chain=material.cert_pem)
 
 
-def open_aio_channel(target: str, options: Sequence[tuple[str, int]],
+def controller_channel_options() -> list[tuple[str, str]]:
+    """For a TLS channel to a controller: the server's certificate must name
+    ``CONTROLLER_ROLE_HOST`` (gRPC's ``ssl_target_name_override`` is the name checked;
+    gRPC Python has no hook to check the certificate's OU itself)."""
+    return [("grpc.ssl_target_name_override", CONTROLLER_ROLE_HOST)]
+
+
+def open_aio_channel(target: str, options: Sequence[tuple[str, int | str]],
                      credentials: grpc.ChannelCredentials | None,
                      interceptors: Sequence[Any] | None = None) -> grpc.aio.Channel:
     """An aio channel to ``target``: TLS with ``credentials``, else plaintext (the one

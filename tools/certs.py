@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tidewater.proto.tls import CONTROLLER_ROLE_HOST, ROLE_CONTROLLER
+
 ROLES = ("broker", "controller", "client")
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 CA_DAYS = 3650
@@ -115,6 +117,8 @@ def issue(ca: Issued, *, name: str, role: str, hosts: tuple[str, ...] = DEFAULT_
         raise CertError(f"bad name {name!r}: no commas, '=', slashes or surrounding spaces")
     if not hosts:
         raise CertError("a certificate needs at least one host")
+    if role == ROLE_CONTROLLER:  # only controllers serve as it: brokers' channels check it
+        hosts = (*hosts, CONTROLLER_ROLE_HOST)
     try:
         ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
         ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
@@ -187,6 +191,23 @@ def read_ca_dir(directory: Path) -> Issued:
             from None
 
 
+def needs_issuing(directory: Path, name: str, role: str) -> bool:
+    """Are ``<name>.pem`` / ``<name>.key`` missing, or is it a controller certificate
+    issued before controllers served as ``CONTROLLER_ROLE_HOST`` (brokers would refuse
+    it)?"""
+    cert_path = directory / f"{name}.pem"
+    if not cert_path.exists() or not (directory / f"{name}.key").exists():
+        return True
+    if role != ROLE_CONTROLLER:
+        return False
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return True
+    return CONTROLLER_ROLE_HOST not in san.get_values_for_type(x509.DNSName)
+
+
 def issue_to_dir(directory: Path, *, name: str, role: str,
                  hosts: tuple[str, ...] = DEFAULT_HOSTS,
                  now: datetime.datetime) -> tuple[Path, Path]:
@@ -215,20 +236,26 @@ class ClientTlsFiles(TypedDict):
 
 def make_cluster_dir(directory: Path, broker_ids: list[int], *,
                      hosts: tuple[str, ...] = DEFAULT_HOSTS, names_as_hosts: bool = False,
-                     client_name: str = CLIENT_CERT_NAME, now: datetime.datetime
-                     ) -> ClientTlsFiles:
+                     controllers: int = 1, client_name: str = CLIENT_CERT_NAME,
+                     now: datetime.datetime) -> ClientTlsFiles:
     """A cluster's CA and certificates in ``directory``: ``controller``, ``broker-<id>``
-    for each id, ``client_name`` (role client); files already there are kept (a CA is never replaced).
+    for each id, ``client_name`` (role client); with ``controllers`` > 1 also
+    ``controller-2``..``controller-<N>`` for the other nodes of a quorum (node 1 keeps
+    ``controller``, the compose service's name; a ``controller-<id>`` certificate may
+    send Raft messages only as node ``<id>``, ``controller.quorum.transport``); files
+    already there are kept (a CA is never replaced).
     Each certificate serves ``hosts`` and, with ``names_as_hosts``, its own name too (a
     container's hostname on a compose network). Writes ``client.properties`` (Kafka
     client settings naming the client certificate) and returns its entries:
     ``{"ca", "cert", "key", "command_config"}``, paths as strings."""
     if not (directory / CA_CERT_FILE).exists():
         init_ca_dir(directory, now=now)
-    wanted = [("controller", "controller")] + [(f"broker-{i}", "broker") for i in broker_ids]
+    wanted = [("controller", "controller")] + [
+        (f"controller-{n}", "controller") for n in range(2, controllers + 1)] + [
+        (f"broker-{i}", "broker") for i in broker_ids]
     wanted.append((client_name, "client"))
     for name, role in wanted:
-        if not (directory / f"{name}.pem").exists() or not (directory / f"{name}.key").exists():
+        if needs_issuing(directory, name, role):
             own = (name,) if names_as_hosts and role != "client" else ()
             issue_to_dir(directory, name=name, role=role, hosts=hosts + own, now=now)
     ca, cert, key = (str(directory.resolve() / n) for n in (

@@ -241,7 +241,7 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int],
                                    client_name=CLIENT_CERT_NAME, now=now)
     if controllers > 1:
         for name in controller_names(controllers):
-            if not (tls_dir / f"{name}.pem").exists() or not (tls_dir / f"{name}.key").exists():
+            if certs.needs_issuing(tls_dir, name, "controller"):
                 certs.issue_to_dir(tls_dir, name=name, role="controller",
                                    hosts=(HOST, "localhost"), now=now)
     return entry

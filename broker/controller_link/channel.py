@@ -83,7 +83,7 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, UnsupportedVersionError
 from tidewater.proto.scram import MECHANISMS, plain_metadata
-from tidewater.proto.tls import open_aio_channel
+from tidewater.proto.tls import controller_channel_options, open_aio_channel
 
 log = logging.getLogger("tidewater.broker.controller_link.channel")
 
@@ -163,7 +163,12 @@ class ControllerChannel:
         # ``sasl_mechanism`` by a SCRAM exchange, every call then carrying the session
         # token (``client.sasl_session``); with PLAIN the password goes on every call.
         def open_channel(host: str, port: int) -> grpc.aio.Channel:
-            target, options = f"{host}:{port}", channel_options(max_message_bytes)
+            target = f"{host}:{port}"
+            options: list[tuple[str, int | str]] = [*channel_options(max_message_bytes)]
+            if credentials is not None:
+                # Only a controller's certificate: a broker's or a client's of the same CA
+                # (a stolen broker key) cannot stand in for the controller.
+                options += controller_channel_options()
             if sasl_user is not None and sasl_mechanism in MECHANISMS:
                 return scram_aio_channel(target, options, credentials,
                                          ScramLogin(sasl_mechanism, *sasl_user))

@@ -579,6 +579,13 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
             "responses": responses}
 
 
+def throttled_fetch_values(values: dict[str, Any]) -> dict[str, Any]:
+    """A throttled fetch's answer (KIP-219, Kafka's ``getThrottledResponse``): its top
+    level (error code, session id) and no partitions; the records stay unread for the
+    next fetch."""
+    return {**values, "responses": []}
+
+
 def _aborted_values(p: FetchedPartition) -> list[dict[str, int]] | None:
     aborted = aborted_transactions_of(p)
     if aborted is None:

@@ -34,7 +34,10 @@ and while the bucket is below zero the throttle time is the time it takes to ref
 zero, ``-tokens / quota`` seconds. A value is recorded first and the quota checked
 after (KIP-219: the request that goes over is served, and its answer carries the
 throttle time); the request quota's throttle is bounded by one window
-(``QuotaUtils.boundedThrottleTime``).
+(``QuotaUtils.boundedThrottleTime``). A fetch is the exception, as in Kafka: throttled,
+it is answered with no partitions and its bytes are given back (``unrecord``), unless
+the bucket was full before (``QuotaDecision.from_full_bucket``: an answer larger than
+the bucket could otherwise never be served).
 
 Why not Kafka's windowed rate for the throttle, as Kafka's client quotas do: its
 ``(rate - quota) / quota * window`` throttle lets a client that obeys it send ten
@@ -249,10 +252,14 @@ class TokenBucket:
         self._quota = quota
         return tokens
 
-    def record(self, value: float, quota: float, now_ms: int) -> None:
+    def record(self, value: float, quota: float, now_ms: int) -> bool:
+        """Take ``value``; was the bucket full before (as much credit as a client can
+        ever have)?"""
         if not quota > 0:
             raise InvariantViolation(f"token bucket quota {quota!r}")
-        self._tokens = self._refill(quota, now_ms) - value
+        before = self._refill(quota, now_ms)
+        self._tokens = before - value
+        return before >= quota * self.burst_ms / 1000
 
     def unrecord(self, value: float, now_ms: int) -> None:
         """Give back a charge (never above the bucket's capacity)."""
@@ -281,6 +288,9 @@ class QuotaDecision:
     throttle_time_ms: int
     quota: float | None             # the bound that applied; None: unlimited
     sensor: tuple[str, str] | None  # (user, client-id) tags of the rate that was charged
+    # The bucket was full before this charge: a cost larger than the bucket throttles
+    # however long the client waits, so it must be served (a throttled fetch is not).
+    from_full_bucket: bool = False
 
 
 class ClientQuotas:
@@ -370,13 +380,13 @@ class ClientQuotas:
         bucket = self._buckets.get(rate_key)
         if bucket is None:
             bucket = self._buckets[rate_key] = TokenBucket(self.window_ms)
-        bucket.record(value, found[0], now_ms)
+        from_full_bucket = bucket.record(value, found[0], now_ms)
         bound_ms = self.window_ms if key == REQUEST_PERCENTAGE else None
         throttle_ms = bucket.throttle_time_ms(bound_ms)
         if throttle_ms:
             self.throttle_time_ms_total[rate_key] = (
                 self.throttle_time_ms_total.get(rate_key, 0) + throttle_ms)
-        return QuotaDecision(throttle_ms, found[0], tags)
+        return QuotaDecision(throttle_ms, found[0], tags, from_full_bucket)
 
     def unrecord(self, key: str, tags: tuple[str, str], value: float, now_ms: int) -> None:
         """Take back a charge whose work was not done (Kafka's ``unrecordQuotaSensor``:

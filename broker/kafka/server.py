@@ -49,7 +49,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka import (
@@ -411,8 +411,9 @@ class KafkaListener:
                     parts = encode_response_parts(head, body)
                     if head.api_key == apis.FETCH:
                         # A fetch is charged its answer's size, known only now.
-                        throttle_ms = max(throttle_ms, self._charge_quota(
-                            head, connection, 0, sum(len(p) for p in parts)))
+                        throttle_ms, values = self._throttled_fetch(
+                            head, connection, values, sum(len(p) for p in parts),
+                            throttle_ms)
                     if throttle_ms and "throttle_time" in values:
                         # throttle_time_ms is a fixed-size int32: the size charged holds.
                         values["throttle_time"] = throttle_ms
@@ -431,6 +432,27 @@ class KafkaListener:
                 if item is not None:
                     item[1].cancel()
 
+
+    def _throttled_fetch(self, head: RequestHead, connection: ConnectionSecurity | None,
+                         values: dict[str, Any], answer_bytes: int, throttle_ms: int
+                         ) -> tuple[int, dict[str, Any]]:
+        """A fetch's answer charged to its byte-rate quota: (throttle time, the values to
+        answer). Throttled, as Kafka (KIP-219), it is answered with no partitions and
+        its bytes are not charged: the client fetches the same records again after the
+        throttle time. Unless the bucket was full before: an answer larger than the
+        bucket would be refused however long its client waited, so it is served."""
+        quotas = self.services.metadata_cache.client_quotas
+        decision = quotas.record(CONSUMER_BYTE_RATE, _quota_user(connection),
+                                 head.client_id or "", answer_bytes, mono_ms())
+        throttle_ms = max(throttle_ms, decision.throttle_time_ms)
+        if not throttle_ms or decision.from_full_bucket or not values.get("responses"):
+            return throttle_ms, values
+        if decision.sensor is not None:
+            quotas.unrecord(CONSUMER_BYTE_RATE, decision.sensor, answer_bytes, mono_ms())
+        # The session (if any) keeps its id: a client's incremental session goes on, a
+        # new full-fetch session is dropped by the client (Kafka answers the throttled
+        # full fetch with no session), and the broker evicts it from its cache.
+        return throttle_ms, apis.throttled_fetch_values(values)
 
     def _charge_quota(self, head: RequestHead, connection: ConnectionSecurity | None,
                       request_bytes: int, response_bytes: int) -> int:

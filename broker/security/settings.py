@@ -227,6 +227,17 @@ class BrokerSecurity:
             await self.failure_delay()
             raise
 
+    async def check_call_metadata(self, metadata: Iterable[tuple[str, str | bytes]]) -> None:
+        """Does the call's metadata alone (a session token, a PLAIN password) authenticate
+        its caller? SaslAuthenticationError, ``failed_authentication_delay_ms`` late, if
+        not (``grpc_preauth``: before anything of the request is read)."""
+        try:
+            await grpc_session_off_loop(metadata, {}, "", logins=self._logins,
+                                        run=self._run_password_work, sasl_required=True)
+        except SaslAuthenticationError:
+            await self.failure_delay()
+            raise
+
     async def failure_delay(self) -> None:
         """KIP-306's wait before a failed authentication is answered."""
         if self.settings.failed_authentication_delay_ms > 0:

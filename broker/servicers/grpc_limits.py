@@ -23,6 +23,13 @@ so its limits are channel arguments, set here in one place:
   ``max_ping_strikes`` (gRPC's keepalive enforcement; Tidewater's clients send no
   pings).
 
+- ``grpc.max_allowed_incoming_connections``: Kafka's ``max.connections`` for this
+  listener: a connection accepted beyond it is closed at once by gRPC core (before its
+  handshake), until one of the open ones closes. Counted per gRPC server (listener), not
+  across the broker's listeners as Kafka does; on INTERNAL the members' connections
+  count too. gRPC core has no per-address limit: ``max.connections.per.ip`` applies to
+  the Kafka listeners only.
+
 A connection's age is not limited: the clients' FetchStream/ProduceStream and the
 followers' ReplicaFetch are streams meant to last as long as the process.
 """
@@ -32,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidewater.proto.errors import InvariantViolation
+
+CONNECTIONS_UNLIMITED = 2**31 - 1  # Kafka's default max.connections
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class GrpcLimits:
     keepalive_timeout_ms: int = 20_000
     min_ping_interval_ms: int = 60_000
     max_ping_strikes: int = 2
+    max_connections: int = CONNECTIONS_UNLIMITED
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -59,4 +69,6 @@ class GrpcLimits:
             ("grpc.keepalive_timeout_ms", self.keepalive_timeout_ms),
             ("grpc.http2.min_ping_interval_without_data_ms", self.min_ping_interval_ms),
             ("grpc.http2.max_ping_strikes", self.max_ping_strikes),
-        ]
+        ] + ([("grpc.max_allowed_incoming_connections", self.max_connections)]
+             # gRPC core aborts the process on a limit of INT_MAX (it must be below).
+             if self.max_connections < CONNECTIONS_UNLIMITED else [])

@@ -38,6 +38,7 @@ from typing import Protocol
 
 import grpc
 
+from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.controller.quorum.config import QuorumConfig
 from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.record_log import CommittedRecords
@@ -170,7 +171,8 @@ class QuorumShell:
         # the controller's own server.
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0),
-                     ("grpc.max_receive_message_length", REQUEST_BYTES_MAX)],
+                     ("grpc.max_receive_message_length", REQUEST_BYTES_MAX),
+                     *GrpcLimits().options()],
             interceptors=[InvariantBoundary(self.supervisor)])
         pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
         try:

@@ -9,12 +9,15 @@ Real ``python -m tidewater.controller`` processes with certificates from ``tools
   answers;
 - a server certificate that does not name the address dialled is refused by a gRPC
   channel (the peer's name is checked against the certificate's SANs);
+- a broker's channel to the controller takes only a controller certificate: a
+  broker's certificate of the same CA serving as the controller is refused;
 - the controller's /metrics listens on 127.0.0.1 unless ``metrics.bind.address`` says
   otherwise, and is HTTPS with the controller's certificate when it has TLS.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import select
@@ -156,6 +159,43 @@ def test_a_channel_checks_the_server_name_against_its_certificate(tls_dir, tmp_p
         assert "IP address mismatch" in str(wrong_name.value)
     finally:
         misnamed.stop()
+
+
+async def broker_link_describe(directory: Path, address: str) -> pb.DescribeClusterResponse:
+    """DescribeCluster through a broker's own channel to the controller (broker-1's)."""
+    from tidewater.broker.controller_link.channel import ControllerChannel
+    from tidewater.proto.tls import TlsFiles, channel_credentials
+
+    files = TlsFiles.from_flags(str(directory / "ca.pem"), str(directory / "broker-1.pem"),
+                                str(directory / "broker-1.key"))
+    assert files is not None
+    host, _, port = address.rpartition(":")
+    link = ControllerChannel(broker_id=1, controller_address=(host, int(port)), listeners=[],
+                             heartbeat_interval_ms=1000, session_timeout_ms=9000,
+                             credentials=channel_credentials(files.load()))
+    try:
+        return await link.stub.DescribeCluster(pb.DescribeClusterRequest(),
+                                               timeout=RPC_TIMEOUT_S)
+    finally:
+        await link.close()
+
+
+def test_a_brokers_controller_channel_takes_only_a_controller_certificate(tls_dir, tmp_path):
+    """A broker's certificate (the same CA, serving as 127.0.0.1) standing in for the
+    controller: a plain channel to 127.0.0.1 takes it, the broker's channel does not."""
+    impostor = Controller(tmp_path, *tls_flags(tls_dir, "broker-1"))
+    try:
+        assert describe(tls_dir, impostor.address).cluster_id  # the name alone passes
+        with pytest.raises(grpc.RpcError) as refused:
+            asyncio.run(broker_link_describe(tls_dir, impostor.address))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    finally:
+        impostor.stop()
+    genuine = Controller(tmp_path, *tls_flags(tls_dir, "controller"))
+    try:
+        assert asyncio.run(broker_link_describe(tls_dir, genuine.address)).cluster_id
+    finally:
+        genuine.stop()
 
 
 def listening_addresses(port: int) -> set[str]:

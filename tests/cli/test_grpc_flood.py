@@ -13,7 +13,9 @@ Against one real broker (connections.max.idle.ms 3000):
   call through: its Metadata call waits until its deadline, while the same call on
   another connection is answered;
 - a connection with no call open for connections.max.idle.ms is sent GOAWAY (its
-  channel falls back to IDLE).
+  channel falls back to IDLE);
+- with max.connections=8, of 16 connections at most 8 are served at once, and a new
+  one is served once they closed.
 """
 
 from __future__ import annotations
@@ -166,3 +168,48 @@ async def _metadata_on_flood(flood: StreamFlood) -> grpc.StatusCode:
     except grpc.RpcError as e:
         return e.code()
     return grpc.StatusCode.OK
+
+
+CONNECTIONS_MAX = 8
+CONNECTIONS_TRIED = 16
+
+
+def test_max_connections_holds_on_the_grpc_port(tmp_path):
+    """max.connections is the gRPC listener's ``grpc.max_allowed_incoming_connections``:
+    of 16 connections (the broker's own members' connections count too) at most 8 are
+    served at once; once the held ones close, a new connection is served again."""
+    c = start_cluster(tmp_path / "cluster", 1, f"max.connections={CONNECTIONS_MAX}")
+    channels: list[grpc.Channel] = []
+    try:
+        target = c.manifest()["processes"]["broker-1"]["listen"]
+        channels = [grpc.insecure_channel(target, options=OWN_CONNECTION)
+                    for _ in range(CONNECTIONS_TRIED)]
+        readiness = [grpc.channel_ready_future(ch) for ch in channels]
+        deadline = time.monotonic() + 10
+        for f in readiness:
+            try:
+                f.result(timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                pass
+        served = [ch for ch, f in zip(channels, readiness, strict=True)
+                  if f.done() and not f.cancelled()]
+        # Members (the controller's channel) may hold some of the 8.
+        print(f"{len(served)} of {CONNECTIONS_TRIED} connections served")
+        assert 1 <= len(served) <= CONNECTIONS_MAX, len(served)
+        refused = [ch for ch in channels if ch not in served]
+        assert len(refused) >= CONNECTIONS_TRIED - CONNECTIONS_MAX
+        for ch in served:
+            assert metadata_within(ch, 30) == grpc.StatusCode.OK
+        for f in readiness:
+            f.cancel()
+        for ch in channels:
+            ch.close()
+        channels = []
+        # Connections closed: the port takes a new one (its retries back off, hence wait).
+        with grpc.insecure_channel(target, options=OWN_CONNECTION) as again:
+            assert wait_for(lambda: metadata_within(again, 5) == grpc.StatusCode.OK,
+                            "a new connection is served once the others closed")
+    finally:
+        for ch in channels:
+            ch.close()
+        stop_cluster(c)

@@ -37,6 +37,7 @@ RUN_S = 30.0
 STEADY_FROM_S = 12.0
 CEILING = 1.10
 FLOOR = 0.90
+READER_FLOOR = 0.85
 
 
 def window_rate(events: list[tuple[float, int]], from_s: float, to_s: float) -> float:
@@ -192,10 +193,11 @@ def test_throttled_consumer_held_to_its_quota(cluster):
           f"quota {QUOTA_BYTES_PER_S}), "
           f"fastreader {fast_rate:.0f} B/s")
     assert slow["throttles"] and max(slow["throttles"]) > 0
-    # The ceiling as the producer's; the floor looser: with the machine loaded (load
-    # average 14-19), a reader's first seconds measured 80% of its quota and the span
-    # from 12 s on 98%, so only the ceiling is the quota's doing.
-    assert QUOTA_BYTES_PER_S * 0.5 <= slow_rate <= QUOTA_BYTES_PER_S * CEILING
+    # The ceiling as the producer's; the floor a little looser than its 90%: since a
+    # throttled fetch is answered empty (KIP-219), three runs at load average 7-11 read
+    # 98.5%, 99.6% and 101.1% of the quota from the first record (before, with the
+    # machine at 14-19, a reader's first seconds measured 80%, and the floor was 50%).
+    assert QUOTA_BYTES_PER_S * READER_FLOOR <= slow_rate <= QUOTA_BYTES_PER_S * CEILING
     assert not fast["throttles"]
     # The unthrottled one reads everything there is, far faster than the quota.
     assert fast["bytes"] >= needed_bytes

@@ -204,8 +204,7 @@ def compose_sasl_cluster(image, tmp_path_factory):
 def _compose_cluster(tmp_path_factory, *, tls: bool, sasl: bool = False):
     project = f"tidewater-test-{uuid.uuid4().hex[:8]}"
     data_dir = tmp_path_factory.mktemp("compose-data")
-    # The quorum's controller-2 and -3 run without TLS only (compose-tls.yml).
-    members = ("controller",) + (() if tls else QUORUM_STANDBY_SERVICES) + BROKER_SERVICES
+    members = ("controller",) + QUORUM_STANDBY_SERVICES + BROKER_SERVICES
     for service in members:
         (data_dir / service).mkdir()
     ports = free_ports(6 + len(members) + 3)
@@ -226,7 +225,7 @@ def _compose_cluster(tmp_path_factory, *, tls: bool, sasl: bool = False):
     if tls:
         tls_dir = data_dir / "tls"
         run([sys.executable, "-m", "tidewater.tools", "certs", "cluster", "--dir", str(tls_dir),
-             "--brokers", "3", "--names-as-hosts"])
+             "--brokers", "3", "--controllers", "3", "--names-as-hosts"])
         env["TIDE_TLS_DIR"] = str(tls_dir)
         compose_files.append(COMPOSE_TLS_FILE)
     if sasl:

@@ -37,9 +37,10 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 COMPOSE_TLS_FILE = ROOT / "deploy" / "compose-tls.yml"
 COMPOSE_SASL_FILE = ROOT / "deploy" / "compose-sasl.yml"
 
-MEMBERS = ("controller", "broker-1", "broker-2", "broker-3")
+CONTROLLERS = ("controller", "controller-2", "controller-3")  # the quorum's three nodes
+MEMBERS = (*CONTROLLERS, "broker-1", "broker-2", "broker-3")
 SERVICES = (*MEMBERS, "console")
-KEYS = ("ca", "controller", "broker-1", "broker-2", "broker-3", "client")
+KEYS = ("ca", *MEMBERS, "client")
 USERS = ("admin", "broker", "console")
 
 
@@ -56,7 +57,8 @@ def own_files(service: str, *, sasl: bool) -> dict[str, str]:
     name = "client" if service == "console" else service
     files = {f"/tls/{f}": f for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
     if sasl:
-        users = {"controller": USERS, "console": ("console",)}.get(service, ("broker",))
+        users = (USERS if service in CONTROLLERS
+                 else ("console",) if service == "console" else ("broker",))
         files.update({f"/sasl/{u}.properties": f"sasl/{u}.properties" for u in users})
     return files
 
@@ -84,7 +86,7 @@ def config_sources(text: str) -> dict[str, dict[str, str]]:
 def test_compose_config_mounts_only_each_services_own_files(tmp_path, sasl):
     tls_dir = tmp_path / "tls"
     run([sys.executable, "-m", "tidewater.tools", "certs", "cluster", "--dir", str(tls_dir),
-         "--brokers", "3", "--names-as-hosts"])
+         "--brokers", "3", "--controllers", "3", "--names-as-hosts"])
     files = ["-f", str(COMPOSE_FILE), "-f", str(COMPOSE_TLS_FILE)]
     env = dict(os.environ, TIDE_TLS_DIR=str(tls_dir), TIDE_DATA_DIR=str(tmp_path / "data"))
     if sasl:

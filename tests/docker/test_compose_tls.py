@@ -1,7 +1,8 @@
 """Issue 18: the compose cluster with TLS on every port, as `make up TLS=1` runs it.
 
 deploy/compose-tls.yml on top of docker-compose.yml, certificates from
-`tide certs cluster --names-as-hosts`: every container is healthy (the health
+`tide certs cluster --controllers 3 --names-as-hosts` (a quorum of three controllers
+with their own certificates): every container is healthy (the health
 check speaks TLS), every published port refuses plaintext, `tide` with
 ``--command-config`` and kcat with ``security.protocol=SSL`` produce and
 consume from the host, kafka-python does inside the network against the
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.timeout(1200)
 
 KCAT = shutil.which("kcat")
 WAIT_S = 60
-SERVICES = ("controller", "broker-1", "broker-2", "broker-3")
+SERVICES = ("controller", "controller-2", "controller-3", "broker-1", "broker-2", "broker-3")
 
 # kafka-python over SSL inside the compose network; argv: bootstrap, topic, count; prints
 # [[partition, value], ...] read from the beginning.

@@ -13,6 +13,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from tidewater.proto.tls import CONTROLLER_ROLE_HOST
 from tidewater.tools import certs
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -115,7 +116,8 @@ def test_cli_cluster_makes_every_member_and_keeps_what_is_there(tmp_path):
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip() == str((tmp_path / "client.properties").resolve())
     assert hosts_of("broker-2") == {"broker-2", "localhost", "127.0.0.1"}
-    assert hosts_of("controller") == {"controller", "localhost", "127.0.0.1"}
+    assert hosts_of("controller") == {"controller", "localhost", "127.0.0.1",
+                                      CONTROLLER_ROLE_HOST}
     assert hosts_of("client") == {"localhost", "127.0.0.1"}
     assert certs.subject_of((tmp_path / "broker-1.pem").read_bytes()) == {"CN": "broker-1",
                                                                           "OU": "broker"}
@@ -145,3 +147,40 @@ def test_members_serve_and_connect_but_a_client_certificate_only_connects(tmp_pa
         assert usages(member) == {Eku.SERVER_AUTH, Eku.CLIENT_AUTH}, member
         assert member in dns_names(member)  # serves as its own (compose) name
     assert "client" not in dns_names("client")
+    assert not (tmp_path / "controller-2.pem").exists()  # one controller unless asked
+
+
+@pytest.mark.timeout(30)
+def test_a_quorum_gets_a_certificate_per_controller(tmp_path):
+    certs.make_cluster_dir(tmp_path, [1], names_as_hosts=True, controllers=3, now=NOW)
+    for name in ("controller", "controller-2", "controller-3"):
+        pem = (tmp_path / f"{name}.pem").read_bytes()
+        assert certs.subject_of(pem) == {"CN": name, "OU": "controller"}
+        san = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+        assert name in san.get_values_for_type(x509.DNSName)
+        assert CONTROLLER_ROLE_HOST in san.get_values_for_type(x509.DNSName)
+        assert (tmp_path / f"{name}.key").stat().st_mode & 0o077 == 0
+    for name in ("broker-1", "client"):
+        san = x509.load_pem_x509_certificate((tmp_path / f"{name}.pem").read_bytes()
+                                             ).extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+        assert CONTROLLER_ROLE_HOST not in san.get_values_for_type(x509.DNSName)
+
+
+@pytest.mark.timeout(30)
+def test_a_controller_certificate_from_before_the_role_name_is_issued_again(tmp_path):
+    """Brokers check CONTROLLER_ROLE_HOST: a kept controller certificate without it
+    would lock them out, so ``make_cluster_dir`` replaces it (the others are kept)."""
+    certs.init_ca_dir(tmp_path, now=NOW)
+    ca = certs.read_ca_dir(tmp_path)
+    old = certs.issue(ca, name="controller", role="broker", hosts=("127.0.0.1",), now=NOW)
+    certs.write_public(tmp_path / "controller.pem", old.cert_pem)  # stands in for an old one
+    certs.write_private(tmp_path / "controller.key", old.key_pem)
+    assert certs.needs_issuing(tmp_path, "controller", "controller")
+    certs.make_cluster_dir(tmp_path, [1], now=NOW)
+    assert (tmp_path / "controller.pem").read_bytes() != old.cert_pem
+    assert not certs.needs_issuing(tmp_path, "controller", "controller")
+    broker_pem = (tmp_path / "broker-1.pem").read_bytes()
+    certs.make_cluster_dir(tmp_path, [1], now=NOW)
+    assert (tmp_path / "broker-1.pem").read_bytes() == broker_pem

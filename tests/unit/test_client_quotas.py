@@ -61,6 +61,14 @@ def test_throttle_time_is_time_until_the_bucket_refills_to_zero():
     assert bucket.tokens() == pytest.approx(1_000)
 
 
+def test_a_charge_says_whether_the_bucket_was_full_before():
+    bucket = TokenBucket(burst_ms=1_000)
+    assert bucket.record(300, quota=1_000, now_ms=0)          # starts full
+    assert not bucket.record(300, quota=1_000, now_ms=100)    # 800 of 1,000
+    assert bucket.record(5_000, quota=1_000, now_ms=10_000)   # refilled to the top
+    assert not bucket.record(0, quota=1_000, now_ms=11_000)   # 4,000 below zero
+
+
 def test_throttle_time_bound():
     bucket = TokenBucket()
     bucket.record(20_000, quota=1_000, now_ms=0)

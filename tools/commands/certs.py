@@ -2,7 +2,7 @@
 
     tide certs init --dir DIR
     tide certs issue --dir DIR --name broker-1 --role broker [--host H ...]
-    tide certs cluster --dir DIR --brokers 3 [--host H ...] [--names-as-hosts]
+    tide certs cluster --dir DIR --brokers 3 [--controllers 3] [--host H ...] [--names-as-hosts]
 
 ``init`` writes ``DIR/ca.pem`` and ``DIR/ca.key`` (0600); ``issue`` writes
 ``DIR/<name>.pem`` and ``DIR/<name>.key`` (0600), subject ``CN=<name>,
@@ -10,7 +10,8 @@ OU=<role>``, for the hosts given (127.0.0.1 and localhost by default). A
 broker's certificate must be named ``broker-<id>``: the controller takes a
 broker's registration only from the certificate naming its id. ``cluster``
 makes what a whole cluster needs at once (kept where already there): the CA,
-``controller``, ``broker-1..N`` and ``client``, and ``client.properties``
+``controller`` (and ``controller-2..N`` with ``--controllers N``: a quorum),
+``broker-1..N`` and ``client``, and ``client.properties``
 for ``--command-config``; ``--names-as-hosts`` adds each member's own name to
 the hosts it serves as (compose service names: ``make up TLS=1`` uses it).
 """
@@ -52,6 +53,9 @@ def register(subparsers: Subparsers) -> None:
                                              "with client.properties")
     cluster.add_argument("--dir", required=True, type=Path)
     cluster.add_argument("--brokers", type=int, default=3, help="broker ids 1..N (default 3)")
+    cluster.add_argument("--controllers", type=int, default=1,
+                         help="controller nodes: node 1's certificate is `controller`, "
+                              "the others' controller-2..N (default 1)")
     cluster.add_argument("--host", action="append", default=[], metavar="HOST",
                          help="IP or DNS name every member serves as (repeatable; default "
                               "127.0.0.1 and localhost)")
@@ -89,10 +93,14 @@ def cmd_issue(args: argparse.Namespace) -> int:
 def cmd_cluster(args: argparse.Namespace) -> int:
     if args.brokers < 1:
         raise CliError(f"certs cluster: --brokers must be at least 1, got {args.brokers}")
+    if args.controllers < 1:
+        raise CliError(f"certs cluster: --controllers must be at least 1, "
+                       f"got {args.controllers}")
     hosts = tuple(args.host) or certs.DEFAULT_HOSTS
     try:
         entry = certs.make_cluster_dir(args.dir, list(range(1, args.brokers + 1)), hosts=hosts,
-                                       names_as_hosts=args.names_as_hosts, now=_now())
+                                       names_as_hosts=args.names_as_hosts,
+                                       controllers=args.controllers, now=_now())
     except (certs.CertError, OSError) as e:
         raise CliError(f"certs cluster: {e}") from None
     print(entry["command_config"])
