@@ -71,14 +71,10 @@ def require_migrated(data_dir: Path, migrate_command: str) -> None:
     metadata.log and its Raft directory no migrated snapshot. ``migrate_command`` is the
     format command as the user runs it for this controller."""
     log_path = Path(data_dir) / FILE_NAME
-    try:
-        size_bytes = log_path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size_bytes == 0 or holds_snapshot(raft_directory(data_dir)):
+    if not has_records(log_path) or holds_snapshot(raft_directory(data_dir)):
         return
     raise UnmigratedMetadataLogError(
-        f"{log_path} holds the metadata of a single-controller cluster ({size_bytes} bytes) "
+        f"{log_path} holds the metadata of a single-controller cluster "
         f"and the quorum's Raft directory does not: started as a quorum it would lose "
         f"every topic. Migrate it once: stop, move {raft_directory(data_dir)} away if it "
         f"was formatted, run `{migrate_command} --initial-controllers "
@@ -128,9 +124,25 @@ def migrate_metadata_log(raft_dir: Path, node_id: int, initial_controllers: froz
         local = format_raft_directory(raft_dir, node_id, initial_controllers,
                                       fresh_directory_id=fresh_directory_id, snapshot=snapshot)
         if is_own:
-            os.rename(own_log, own_log.with_name(FILE_NAME + MIGRATED_SUFFIX))
-            fsync_dir(raft_dir.parent)
+            retire_metadata_log(own_log)
     finally:
         if lock_file is not None:
             lock_file.close()
     return local, snapshot
+
+
+def retire_metadata_log(log_path: Path) -> Path:
+    """Rename a migrated ``metadata.log`` to ``metadata.log.migrated``, durably: no
+    controller replays it again, no migration reads it twice by its old name."""
+    retired = log_path.with_name(log_path.name + MIGRATED_SUFFIX)
+    os.rename(log_path, retired)
+    fsync_dir(log_path.parent)
+    return retired
+
+
+def has_records(log_path: Path) -> bool:
+    """``log_path`` exists and is not empty (a single controller's metadata to migrate)."""
+    try:
+        return Path(log_path).stat().st_size > 0
+    except FileNotFoundError:
+        return False
