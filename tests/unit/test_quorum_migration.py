@@ -109,3 +109,38 @@ def test_nothing_to_migrate_formats_nothing(tmp_path):
         with pytest.raises(NothingToMigrateError):
             migrate_metadata_log(raft_directory(empty), 1, VOTERS, path)
     assert not is_formatted(raft_directory(empty))
+
+
+def test_both_format_commands_take_the_option(tmp_path, capsys):
+    """``tide quorum format`` and ``python -m tidewater.controller.quorum format`` migrate
+    with the same implementation; without --initial-controllers both refuse (usage)."""
+    from tidewater.controller.quorum.__main__ import main as quorum_main
+    from tidewater.tools.cli import main as tide_main
+
+    old = tmp_path / "c1"
+    write_compacted_log(old)
+    initial = ",".join(f"{v.id}@127.0.0.1:{9290 + v.id}:{v.directory_id}" for v in VOTERS)
+    assert tide_main(["quorum", "format", "--data-dir", str(old), "--node-id", "1",
+                      "--no-initial-controllers", "--migrate-metadata-log",
+                      str(old / "metadata.log")]) == 2
+    assert quorum_main(["format", "--data-dir", str(tmp_path / "c2" / "raft"), "--node-id",
+                        "2", "--no-initial-controllers", "--migrate-metadata-log",
+                        str(old / "metadata.log")]) == 2
+    assert (old / "metadata.log").exists() and not is_formatted(raft_directory(old))
+    capsys.readouterr()
+
+    assert tide_main(["quorum", "format", "--data-dir", str(old), "--node-id", "1",
+                      "--initial-controllers", initial, "--migrate-metadata-log",
+                      str(old / "metadata.log")]) == 0
+    assert "as a snapshot up to offset 6" in capsys.readouterr().out
+    assert quorum_main(["format", "--data-dir", str(tmp_path / "c2" / "raft"), "--node-id",
+                        "2", "--initial-controllers", initial, "--migrate-metadata-log",
+                        str(old / "metadata.log.migrated")]) == 0
+    first, _ = restored(raft_directory(old))
+    second, _ = restored(tmp_path / "c2" / "raft")
+    try:
+        assert first.snapshot == second.snapshot
+        assert (first.local_directory_id, second.local_directory_id) == ("11" * 16, "22" * 16)
+    finally:
+        first.close()
+        second.close()
