@@ -190,14 +190,12 @@ class MetadataLog:
             file.close()
             lock_file.close()
             raise
-        start_offset = 0
-        if records and records[0].get("type") == LOG_START:
-            try:
-                start_offset = int(records.pop(0)["next_offset"])
-            except (KeyError, TypeError, ValueError) as e:
-                file.close()
-                lock_file.close()
-                raise CorruptFileError(f"bad log_start record: {e!r}", path=str(path)) from e
+        try:
+            start_offset = _pop_log_start(records, str(path))
+        except CorruptFileError:
+            file.close()
+            lock_file.close()
+            raise
         return cls(data_dir, lock_file, file, records, start_offset, valid_bytes)
 
     def recovered_records(self) -> Iterator[tuple[int, MetadataRecord]]:
@@ -272,6 +270,24 @@ class MetadataLog:
             log.warning("closing the failed metadata log %s: %s", self.path, e)
         finally:
             self._lock_file.close()  # releases the flock
+
+
+def read_records(path: Path) -> tuple[int, list[MetadataRecord]]:
+    """A metadata log file's (offset of its first record, records), read only: a torn
+    tail is left out as ``open`` would cut it, the file is not touched (the quorum
+    migration reads a log, or a copy of one, that no controller runs on)."""
+    records, _ = _decode_all(path.read_bytes(), str(path))
+    return _pop_log_start(records, str(path)), records
+
+
+def _pop_log_start(records: list[MetadataRecord], path: str) -> int:
+    """Remove a leading ``log_start`` record; the offset of the first record left."""
+    if not records or records[0].get("type") != LOG_START:
+        return 0
+    try:
+        return int(records.pop(0)["next_offset"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptFileError(f"bad log_start record: {e!r}", path=path) from e
 
 
 def _decode_all(data: bytes, path: str) -> tuple[list[MetadataRecord], int]:

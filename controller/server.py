@@ -74,6 +74,7 @@ from tidewater.controller.quorum.formatting import (
 )
 from tidewater.controller.quorum.metadata_app import MetadataApplication
 from tidewater.controller.quorum.metrics import RaftMetrics
+from tidewater.controller.quorum.migration import require_migrated
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
 from tidewater.controller.quorum.shell import QuorumShell
 from tidewater.controller.sender import BrokerSenders
@@ -273,11 +274,15 @@ class ControllerServer:
         to start, or with ``--format-if-empty`` is formatted for ``--initial-controllers``
         (``quorum.formatting``: never again under an id that may have voted)."""
         raft_dir = raft_directory(self.config.data_dir)
+        format_command = (f"tide quorum format --data-dir {self.config.data_dir} "
+                          f"--node-id {self.config.node_id}")
+        # A single controller's metadata.log here and not in Raft: the quorum would start
+        # without every topic (``quorum.migration``).
+        require_migrated(self.config.data_dir, format_command)
         if is_formatted(raft_dir):
             return
         if not self.config.format_if_empty:
-            require_formatted(raft_dir, f"tide quorum format --data-dir {self.config.data_dir} "
-                                        f"--node-id {self.config.node_id}")
+            require_formatted(raft_dir, format_command)
         local = format_raft_directory(raft_dir, self.config.node_id,
                                       parse_initial_controllers(self.config.initial_controllers))
         log.warning("%s was empty: formatted (--format-if-empty) as node %d with directory "

@@ -19,7 +19,9 @@ the controller. ``base_port=0`` picks free ports instead (what tests use).
 controllers (``controller.quorum.voters``), processes ``controller-1``..``controller-N``
 with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
 ``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. ``up`` formats a new quorum's directories first (``format_new_quorum``:
-random directory ids, every controller an initial voter); a restart formats none. Brokers get
+random directory ids, every controller an initial voter); a restart formats none. In a folder
+that ran one controller, ``up`` with a quorum formats every controller holding that
+controller's ``controller/metadata.log`` and renames it (``quorum.migration``). Brokers get
 ``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
 listen addresses (``controller`` is the first). With ``--tls`` each controller has
 its own certificate ``controller-<i>`` (role controller) and the Raft port speaks
@@ -82,11 +84,17 @@ import grpc
 
 from tidewater.client.metadata import ChannelPool, parse_address
 from tidewater.client.security import PLAINTEXT, ClientSecurity
+from tidewater.controller.metadata_log import FILE_NAME as METADATA_LOG_FILE_NAME
 from tidewater.controller.quorum.formatting import (
     format_raft_directory,
     is_formatted,
     new_directory_id,
     raft_directory,
+)
+from tidewater.controller.quorum.migration import (
+    has_records,
+    migrate_metadata_log,
+    retire_metadata_log,
 )
 from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
@@ -247,18 +255,31 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int],
     return entry
 
 
-def format_new_quorum(data_dirs: dict[int, Path]) -> None:
+def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = None) -> bool:
     """kafka-storage format for each controller of a new quorum (node id -> its
     --data-dir), with random directory ids and every voter as the initial controllers.
     A restart formats nothing: a controller whose directory is missing (wiped) then
     refuses to start, and comes back with ``tide quorum format --no-initial-controllers``
-    and ``tide quorum add-controller`` (``controller.quorum.formatting``)."""
+    and ``tide quorum add-controller`` (``controller.quorum.formatting``).
+
+    ``migrate_from``: the folder's single controller's ``metadata.log``; when it holds
+    records every controller is formatted holding it (``quorum.migration``) and it is
+    renamed ``metadata.log.migrated``. Returns whether it was migrated."""
     raft_dirs = {node_id: raft_directory(d) for node_id, d in data_dirs.items()}
     if any(is_formatted(d) for d in raft_dirs.values()):
-        return
+        return False
     initial = frozenset(VoterKey(node_id, new_directory_id()) for node_id in raft_dirs)
+    migrating = migrate_from is not None and has_records(migrate_from)
     for node_id, raft_dir in raft_dirs.items():
-        format_raft_directory(raft_dir, node_id, initial)
+        if migrating:
+            assert migrate_from is not None
+            migrate_metadata_log(raft_dir, node_id, initial, migrate_from)
+        else:
+            format_raft_directory(raft_dir, node_id, initial)
+    if migrating:
+        assert migrate_from is not None
+        retire_metadata_log(migrate_from)
+    return migrating
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
@@ -313,6 +334,8 @@ class LocalCluster:
         self.manifest_path = self.data_dir / MANIFEST_NAME
         self.manifest: Manifest | None = None
         self._children: dict[int, subprocess.Popen[bytes]] = {}  # processes this object started
+        # The single controller's metadata.log ``up`` moved into a new quorum, if it did.
+        self.migrated_metadata_log: Path | None = None
         if self.manifest_path.exists():
             self.manifest = self._read_manifest()
 
@@ -479,7 +502,12 @@ class LocalCluster:
             self.manifest["sasl"] = sasl_entry
         self._write_manifest()
         if voters:
-            format_new_quorum({i: self.data_dir / name for i, name in enumerate(names, 1)})
+            # A folder that ran one controller: its metadata moves into the quorum (else
+            # every topic would be gone).
+            single = self.data_dir / controller_names(1)[0] / METADATA_LOG_FILE_NAME
+            if format_new_quorum({i: self.data_dir / name for i, name in enumerate(names, 1)},
+                                 migrate_from=single):
+                self.migrated_metadata_log = single
         try:
             for name in names:
                 self._launch(name)

@@ -9,7 +9,8 @@ which a Ready is carried out), ``service`` (the ControllerQuorum gRPC service),
 ``metadata_app`` (the controller's metadata as the application), ``owner``
 (QuorumOwner: the metadata owner over this shell),
 ``formatting`` (kafka-storage format: a directory is formatted once, with a random
-directory id; a controller refuses an unformatted one),
+directory id; a controller refuses an unformatted one), ``migration`` (a single
+controller's metadata.log as every controller's first snapshot, once),
 ``__main__`` (``format``, ``run``, ``propose``, ``read``, ``describe``).
 
 The metadata owner onto Raft
@@ -18,8 +19,8 @@ The metadata owner onto Raft
 Without ``controller.quorum.voters`` the controller keeps ``controller/owner.py``
 (MetadataOwner) and its JSON log (``metadata_log.py``), unchanged. With it, steps
 1-4 below are done (``metadata_app``, ``owner``, ``controller/server.py``'s
-``_start_quorum``, ``broker/controller_link/channel.py``); 5 and 6 are not. The
-plan as written:
+``_start_quorum``, ``broker/controller_link/channel.py``), and 5 (``migration``); 6 is not all
+done. The plan as written:
 
 1. The application: replace ``record_log.CommittedRecords`` by the metadata
    state machine. A committed DATA entry's bytes are one metadata record (the
@@ -44,9 +45,11 @@ plan as written:
    (``QuorumProposeResponse.leader_id``; the broker side is
    ``broker/controller_link``). The controller's Controller service answers
    NOT_CONTROLLER on standbys, as admin_forwarding does on brokers.
-5. The JSON metadata log is migrated once: a tool reads it and proposes its
-   records into a freshly formatted quorum (or the quorum's first snapshot is
-   built from it).
+5. Done: the JSON metadata log is migrated once. ``tide quorum format
+   --migrate-metadata-log`` (and ``tide cluster up`` in a one-controller folder)
+   builds every controller's first snapshot from it, ending at its next offset in
+   epoch 1, and renames it; a quorum controller refuses a data dir whose
+   metadata.log was never migrated.
 6. Done since: mTLS between controllers (``config.tls``; ``transport`` and
    ``service`` admit only controller certificates to the Raft RPCs) and Kafka's
    raft-metrics (``metrics``). Not done yet in this shell: fsyncs run on the event

@@ -3,6 +3,7 @@
 Commands::
 
     format   --node-id N --data-dir D (--initial-controllers 1@H:P:DIRID,... [--new-directory-id]
+                                       [--migrate-metadata-log PATH]
                                        | --no-initial-controllers)
     run      --node-id N --data-dir D --voters 1@H:P,2@H:P,... [--observers ...]
     propose  --bootstrap H:P RECORD...        (prints first offset and epoch)
@@ -56,6 +57,7 @@ from tidewater.controller.quorum.formatting import (  # noqa: E402
     format_raft_directory,
     require_formatted,
 )
+from tidewater.controller.quorum.migration import migrate_metadata_log  # noqa: E402
 from tidewater.controller.quorum.shell import QuorumShell  # noqa: E402
 from tidewater.controller.raft import RaftConfig  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
@@ -98,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="no voter set: an observer until add-controller adds it")
     fmt.add_argument("--new-directory-id", action="store_true",
                      help="take a new directory id, not the one the list names for this node")
+    fmt.add_argument("--migrate-metadata-log", type=Path, metavar="PATH",
+                     help="a single controller's metadata.log, written as the directory's "
+                          "first snapshot (``migration``); needs --initial-controllers")
 
     run = commands.add_parser("run", help="serve as a quorum node")
     run.add_argument("--node-id", type=int, required=True)
@@ -128,8 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
 def format_directory(args: argparse.Namespace) -> int:
     voters = (None if args.no_initial_controllers
               else parse_initial_controllers(args.initial_controllers))
-    local = format_raft_directory(args.data_dir, args.node_id, voters,
-                                  fresh_directory_id=args.new_directory_id)
+    if args.migrate_metadata_log is not None:
+        if voters is None:
+            raise InvalidConfigError("--migrate-metadata-log needs --initial-controllers")
+        local, _ = migrate_metadata_log(args.data_dir, args.node_id, voters,
+                                        args.migrate_metadata_log,
+                                        fresh_directory_id=args.new_directory_id)
+    else:
+        local = format_raft_directory(args.data_dir, args.node_id, voters,
+                                      fresh_directory_id=args.new_directory_id)
     print(f"formatted {args.data_dir} as {local.id}:{local.directory_id}", flush=True)
     return 0
 
@@ -216,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     except (InvalidConfigError, FileExistsError, ValueError) as e:
         print(f"quorum: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KafkaStorageError as e:  # format: a running controller holds the metadata log
+        print(f"quorum: {e}", file=sys.stderr)
+        return EXIT_FATAL
     try:
         return admin(args)
     except InvalidConfigError as e:

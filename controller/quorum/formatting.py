@@ -31,7 +31,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tidewater.controller.raft import VoterKey
+from tidewater.controller.raft import Snapshot, VoterKey
 from tidewater.controller.raft.storage import QUORUM_STATE_FILE, RaftStorage
 from tidewater.proto.errors import InvalidConfigError
 
@@ -56,20 +56,23 @@ def is_formatted(raft_dir: Path) -> bool:
 
 def format_raft_directory(raft_dir: Path, node_id: int,
                           initial_controllers: frozenset[VoterKey] | None, *,
-                          fresh_directory_id: bool = False) -> VoterKey:
+                          fresh_directory_id: bool = False,
+                          snapshot: Snapshot | None = None) -> VoterKey:
     """Format ``raft_dir`` for node ``node_id``; the (id, directory id) it votes as.
 
     ``initial_controllers`` None is ``--no-initial-controllers`` (an observer with a new
-    directory id). Raises ``FileExistsError`` when the directory is formatted already."""
+    directory id). ``snapshot``: the directory starts with it (``migration``). Raises
+    ``FileExistsError`` when the directory is formatted already."""
     if initial_controllers is None:
         return RaftStorage.format(raft_dir, node_id, frozenset(),
-                                  directory_id=new_directory_id())
+                                  directory_id=new_directory_id(), snapshot=snapshot)
     own = [v for v in initial_controllers if v.id == node_id]
     if fresh_directory_id or not own:
         directory_id = new_directory_id()
     else:
         directory_id = own[0].directory_id
-    return RaftStorage.format(raft_dir, node_id, initial_controllers, directory_id=directory_id)
+    return RaftStorage.format(raft_dir, node_id, initial_controllers, directory_id=directory_id,
+                              snapshot=snapshot)
 
 
 def require_formatted(raft_dir: Path, format_command: str) -> None:

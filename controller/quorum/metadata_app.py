@@ -43,6 +43,13 @@ def decode_record(data: bytes, offset: int) -> dict[str, object]:
     return record
 
 
+def encode_image(applied_offset: int, metadata: ClusterMetadata) -> bytes:
+    """A snapshot's image of ``metadata`` applied up to ``applied_offset`` (exclusive)."""
+    return json.dumps({"applied_offset": applied_offset,
+                       "records": metadata.snapshot_records()},
+                      separators=(",", ":"), sort_keys=True).encode()
+
+
 class MetadataApplication:
     """Applies committed entries to ``machine.metadata``; snapshots are its image."""
 
@@ -77,9 +84,7 @@ class MetadataApplication:
             self.on_applied(entry)
 
     def image(self) -> bytes:
-        return json.dumps({"applied_offset": self.applied_offset,
-                           "records": self.machine.metadata.snapshot_records()},
-                          separators=(",", ":"), sort_keys=True).encode()
+        return encode_image(self.applied_offset, self.machine.metadata)
 
     def restore(self, image: bytes, end_offset: int) -> None:
         try:

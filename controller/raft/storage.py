@@ -237,15 +237,25 @@ class RaftStorage:
 
     @staticmethod
     def format(directory: Path, node_id: int, bootstrap_voters: frozenset[VoterKey],
-               directory_id: str | None = None) -> VoterKey:
-        """Create an empty Raft directory with a new directory id (KIP-853)."""
+               directory_id: str | None = None, snapshot: Snapshot | None = None) -> VoterKey:
+        """Create a Raft directory with a new directory id (KIP-853): empty, or holding
+        ``snapshot`` (a migrated image) with the log starting at its end and the quorum
+        state in its epoch. The quorum state, which marks the directory formatted, is
+        written last: a crash before it leaves a directory that is not formatted."""
         directory.mkdir(parents=True, exist_ok=True)
         if (directory / QUORUM_STATE_FILE).exists():
             raise FileExistsError(f"{directory} is formatted already")
         directory_id = directory_id or uuid.uuid4().hex
-        write_atomically(directory / LOG_FILE, LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, 0))
+        start_offset = 0
+        state = QuorumState()
+        if snapshot is not None:
+            snapshot_file.write(directory, snapshot)
+            start_offset = snapshot.snapshot_id.offset
+            state = QuorumState(snapshot.snapshot_id.epoch, None, None)
+        write_atomically(directory / LOG_FILE,
+                         LOG_HEADER.pack(LOG_MAGIC, LOG_VERSION, start_offset))
         write_atomically(directory / QUORUM_STATE_FILE, encode_quorum_state(
-            QuorumStateFile(directory_id, QuorumState(), bootstrap_voters)))
+            QuorumStateFile(directory_id, state, bootstrap_voters)))
         return VoterKey(node_id, directory_id)
 
     @classmethod

@@ -1,6 +1,7 @@
 """A quorum controller on a Raft directory never formatted: refused with one line and exit
 1; with ``--format-if-empty`` (containers) formatted for ``--initial-controllers``, taking
-the directory id listed for it, and not formatted again on the next start."""
+the directory id listed for it, and not formatted again on the next start. A directory
+holding a single controller's metadata.log that was never migrated is refused too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 import pytest
 from controller_process import PROJECT_DIR, free_port
 
+from tidewater.controller.metadata import cluster_record, controller_epoch_record
+from tidewater.controller.metadata_log import MetadataLog
 from tidewater.controller.raft.storage import QUORUM_STATE_FILE, decode_quorum_state
 
 pytestmark = pytest.mark.timeout(120)
@@ -76,3 +79,33 @@ def test_unformatted_is_refused_and_format_if_empty_formats_once(tmp_path):
     start_and_stop(cmd, data_dir, first.state.epoch)
     again = decode_quorum_state(path.read_bytes(), path)
     assert again.directory_id == DIRECTORY_ID and again.state.epoch > first.state.epoch
+
+
+def test_unmigrated_metadata_log_is_refused_until_migrated(tmp_path):
+    """A single controller's metadata.log in a quorum controller's directory: refused with
+    one line naming the migration (also with --format-if-empty, which must not format);
+    migrated, the controller starts and the log is renamed."""
+    raft_port = free_port()
+    data_dir = tmp_path / "c1"
+    metadata_log = MetadataLog.open(data_dir)
+    metadata_log.append([cluster_record("migrated-cluster"), controller_epoch_record(3)])
+    metadata_log.close()
+    initial = f"1@127.0.0.1:{raft_port}:{DIRECTORY_ID}"
+    for extra in ((), ("--format-if-empty", "--initial-controllers", initial)):
+        refused = subprocess.run(controller_command(data_dir, raft_port, *extra),
+                                 cwd=PROJECT_DIR, capture_output=True, timeout=60)
+        assert refused.returncode == 1
+        lines = [line for line in refused.stderr.decode().splitlines() if line.strip()]
+        assert len(lines) == 1 and "CRITICAL" in lines[0], lines
+        assert "--migrate-metadata-log" in lines[0] and "tide quorum format" in lines[0]
+        assert not (data_dir / "raft" / QUORUM_STATE_FILE).exists()
+
+    migrated = subprocess.run(
+        [sys.executable, "-m", "tidewater.tools", "quorum", "format", "--data-dir",
+         str(data_dir), "--node-id", "1", "--initial-controllers", initial,
+         "--migrate-metadata-log", str(data_dir / "metadata.log")],
+        cwd=PROJECT_DIR, capture_output=True, timeout=60)
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    assert not (data_dir / "metadata.log").exists()
+    assert (data_dir / "metadata.log.migrated").exists()
+    start_and_stop(controller_command(data_dir, raft_port), data_dir, 1)

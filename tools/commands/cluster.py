@@ -182,6 +182,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                                controllers=controllers)
     except LocalClusterError as e:
         raise CliError(f"cluster up failed: {_one_line(e)}") from None
+    if cluster.migrated_metadata_log is not None:
+        print(f"cluster up: migrated {cluster.migrated_metadata_log} into the quorum (renamed "
+              f"{cluster.migrated_metadata_log.name}.migrated)", file=sys.stderr)
     # The hints go to stderr: stdout is exactly the bootstrap address, which scripts
     # and tests read (its last line, and with --foreground its first).
     manifest = cluster.manifest

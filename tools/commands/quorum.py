@@ -31,6 +31,7 @@ from tidewater.controller.quorum.admin import (
 )
 from tidewater.controller.quorum.config import parse_initial_controllers
 from tidewater.controller.quorum.formatting import format_raft_directory, raft_directory
+from tidewater.controller.quorum.migration import migrate_metadata_log
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidConfigError, InvalidRequestError, TidewaterError
 from tidewater.tools.cli import CliError
@@ -90,6 +91,11 @@ def register(subparsers: Subparsers) -> None:
                          help="a new directory id and no voters: the controller runs as an "
                               "observer until add-controller makes it a voter (a new or a "
                               "wiped controller)")
+    fmt.add_argument("--migrate-metadata-log", type=Path, metavar="PATH",
+                     help="a single controller's metadata.log: the directory starts with it "
+                          "as a snapshot (format every controller of --initial-controllers "
+                          "from the same file; this controller's own log is then renamed "
+                          "metadata.log.migrated)")
     fmt.set_defaults(func=run_format)
 
 
@@ -232,15 +238,30 @@ def run_format(args: argparse.Namespace) -> int:
     except InvalidConfigError as e:
         raise CliError(f"--initial-controllers: {e}", exit_code=2) from None
     raft_dir = raft_directory(args.data_dir)
+    migrated = ""
     try:
-        local = format_raft_directory(raft_dir, args.node_id, voters)
+        if args.migrate_metadata_log is not None:
+            if voters is None:
+                raise CliError("--migrate-metadata-log needs --initial-controllers (every "
+                               "controller is formatted with the migrated metadata)",
+                               exit_code=2)
+            local, snapshot = migrate_metadata_log(raft_dir, args.node_id, voters,
+                                                   args.migrate_metadata_log)
+            migrated = (f", holding {args.migrate_metadata_log} as a snapshot up to offset "
+                        f"{snapshot.snapshot_id.offset}")
+        else:
+            local = format_raft_directory(raft_dir, args.node_id, voters)
+    except InvalidConfigError as e:
+        raise CliError(f"--migrate-metadata-log: {e}", exit_code=1) from None
     except FileExistsError:
         raise CliError(f"{raft_dir} is formatted already (a directory is formatted once)",
                        exit_code=1) from None
     except OSError as e:
         raise CliError(f"cannot format {raft_dir}: {e.strerror}", exit_code=1) from None
+    except TidewaterError as e:  # a running controller's locked log, a corrupt log
+        raise CliError(f"cannot migrate {args.migrate_metadata_log}: {e}", exit_code=1) from None
     role = ("an observer until add-controller" if voters is None or local not in voters
             else "a voter")
     print(f"Formatted {raft_dir} as controller {local.id} with directory id "
-          f"{local.directory_id} ({role})")
+          f"{local.directory_id} ({role}){migrated}")
     return 0
