@@ -165,36 +165,50 @@ def broker_session_of(admin, broker_id: int) -> tuple[int, bool]:
 
 
 class BigFrames:
-    """Unauthenticated 100 MiB requests, one after another until ``close()``: a Kafka
-    frame of that size sent as fast as the socket takes it, and a gRPC Produce whose
-    message is that size. ``refused`` counts each one the broker ended before taking
-    it all; ``accepted`` each one it read to the end (must stay 0)."""
+    """Unauthenticated 100 MiB requests, one after another until ``close()``, from a
+    process of their own (so their copying does not take this process's GIL from the
+    producer measured): a Kafka frame of that size sent as fast as the socket takes it,
+    and a gRPC Produce whose message is that size. ``counts()``: for each, how many the
+    broker ended before taking it all (``refused``) and how many it read to the end
+    (``accepted``, must stay 0)."""
 
     def __init__(self, kafka: tuple[str, int], grpc_address: str) -> None:
-        self.kafka = kafka
-        self.grpc_address = grpc_address
-        self.refused = {"kafka": 0, "grpc": 0}
-        self.accepted = {"kafka": 0, "grpc": 0}
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._kafka_loop, daemon=True),
-                         threading.Thread(target=self._grpc_loop, daemon=True)]
-        for t in self._threads:
-            t.start()
+        import multiprocessing
 
-    def _kafka_loop(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._stop = context.Event()
+        self._counts = context.Array("i", 4)  # kafka refused, accepted, grpc refused, accepted
+        self._process = context.Process(target=_big_frames_main, daemon=True,
+                                        args=(kafka, grpc_address, self._stop, self._counts))
+        self._process.start()
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        c = list(self._counts)
+        return {"kafka": {"refused": c[0], "accepted": c[1]},
+                "grpc": {"refused": c[2], "accepted": c[3]}}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._process.join(timeout=60)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _big_frames_main(kafka: tuple[str, int], grpc_address: str, stop, counts) -> None:
+    def kafka_loop() -> None:
         chunk = b"\0" * (1024 * 1024)
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
-                with socket.create_connection(self.kafka, timeout=10) as s:
+                with socket.create_connection(kafka, timeout=10) as s:
                     s.sendall(struct.pack(">i", TRICKLE_FRAME_BYTES))
                     for _ in range(TRICKLE_FRAME_BYTES // len(chunk)):
                         s.sendall(chunk)
-                    self.accepted["kafka"] += 1
+                    counts[1] += 1
             except OSError:
-                self.refused["kafka"] += 1
-            self._stop.wait(0.2)
+                counts[0] += 1
+            stop.wait(0.2)
 
-    def _grpc_loop(self) -> None:
+    def grpc_loop() -> None:
         import grpc
 
         from tidewater.proto import tidewater_pb2 as pb
@@ -203,19 +217,21 @@ class BigFrames:
         request = pb.ProduceRequest(acks=1, partitions=[pb.ProducePartitionData(
             topic="flood", partition=0, records=b"\0" * TRICKLE_FRAME_BYTES)])
         options = [("grpc.max_send_message_length", 2 * TRICKLE_FRAME_BYTES)]
-        while not self._stop.is_set():
-            with grpc.insecure_channel(self.grpc_address, options=options) as channel:
+        while not stop.is_set():
+            with grpc.insecure_channel(grpc_address, options=options) as channel:
                 try:
                     pb_grpc.BrokerStub(channel).Produce(request, timeout=30)
-                    self.accepted["grpc"] += 1
+                    counts[3] += 1
                 except grpc.RpcError:
-                    self.refused["grpc"] += 1
-            self._stop.wait(0.2)
+                    counts[2] += 1
+            stop.wait(0.2)
 
-    def close(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=40)
+    threads = [threading.Thread(target=kafka_loop, daemon=True),
+               threading.Thread(target=grpc_loop, daemon=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def resident_mib(pid: int) -> float:
@@ -284,7 +300,7 @@ def main() -> int:
                 else:
                     flood = Flood(host, int(port), args.connections, trickle=phase == "trickle")
                 try:
-                    if flood is not None:
+                    if flood is not None or big is not None:
                         time.sleep(3 * TRICKLE_INTERVAL_S)  # let the trickle start
                     rate = produce_rate(bootstrap, "flood", args.records,
                                         client_config=client_config)
@@ -305,10 +321,11 @@ def main() -> int:
                         flood.close()
                     if big is not None:
                         big.close()
+                        n = big.counts()
                         refusals = (f"100 MiB requests without credentials: Kafka refused "
-                                    f"{big.refused['kafka']}, read {big.accepted['kafka']}; "
-                                    f"gRPC refused {big.refused['grpc']}, read "
-                                    f"{big.accepted['grpc']}")
+                                    f"{n['kafka']['refused']}, read {n['kafka']['accepted']}; "
+                                    f"gRPC refused {n['grpc']['refused']}, read "
+                                    f"{n['grpc']['accepted']}")
             admin.close()
             mode = "SASL/SCRAM + ACLs" if args.secure else "plaintext"
             print(f"connection flood, {mode} ({args.connections} connections, {args.records} records "
