@@ -1645,12 +1645,21 @@ class TopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class DeleteTopicsRequest(_message.Message):
-    __slots__ = ("names", "timeout_ms")
+    __slots__ = ("names", "timeout_ms", "topic_ids")
+    class TopicIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     NAMES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_IDS_FIELD_NUMBER: _ClassVar[int]
     names: _containers.RepeatedScalarFieldContainer[str]
     timeout_ms: int
-    def __init__(self, names: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    topic_ids: _containers.ScalarMap[str, bytes]
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ..., topic_ids: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class DeleteTopicsResponse(_message.Message):
     __slots__ = ("topics",)
