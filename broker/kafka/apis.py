@@ -437,7 +437,9 @@ def produce_values(response: pb.ProduceResponse,
     def entry(p: pb.ProducePartitionResponse) -> dict[str, Any]:
         values = {"index": p.partition, "error_code": p.error_code,
                   "base_offset": p.base_offset, "log_append_time": _log_append_time(p),
-                  "log_start_offset": p.log_start_offset, "record_errors": [],
+                  "log_start_offset": p.log_start_offset, "record_errors": [
+                      {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
+                      for e in p.record_errors],
                   "error_message": p.error_message or None}
         if leaders is not None and p.error_code in _LEADER_MOVED:
             leader_id, leader_epoch = known.get((p.topic, p.partition), (-1, -1))

@@ -62,7 +62,11 @@ async def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
         await rm.leader_and_isr(lai(isr=(1,), configs={"cleanup.policy": "compact"}))
         out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (None, b"x")])))
         [result] = out.partitions
-        assert result.error_code == pb.INVALID_RECORD and "without a key" in result.error_message
+        assert result.error_code == pb.INVALID_RECORD and "without key" in result.error_message
+        # KIP-467: the keyless record named by its index in the batch, Kafka's message.
+        assert [(e.batch_index, e.message) for e in result.record_errors] == [
+            (1, f"Compacted topic cannot accept message without key in topic partition "
+                f"{TP[0]}-{TP[1]}.")]
         assert rm.partitions[TP].log.log_end_offset == 0  # nothing of the batch written
         out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (b"k", None)])))
         assert out.partitions[0].error_code == pb.NONE  # a tombstone has a key
