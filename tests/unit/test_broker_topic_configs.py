@@ -135,3 +135,16 @@ async def test_dynamic_broker_configs_and_removed_topic_configs_reach_hosted_log
         assert rm.partitions[TP].log.config.retention_ms == 7 * 24 * 3600 * 1000
     finally:
         await rm.stop()
+
+
+@pytest.mark.parametrize("version", [7, 8, 11])
+def test_kafka_produce_answer_carries_the_record_errors_from_v8(version):
+    from tidewater.broker.kafka import apis, codec
+    response = pb.ProduceResponse(partitions=[pb.ProducePartitionResponse(
+        topic="t", partition=0, error_code=pb.INVALID_RECORD, error_message="rejected",
+        base_offset=-1, record_errors=[pb.RecordError(batch_index=3, message="no key")])])
+    body = codec.build(codec.response_type(apis.PRODUCE, version), apis.produce_values(response))
+    [[partition]] = [t.partition_responses for t in body.responses]
+    errors = [(e.batch_index, e.batch_index_error_message)
+              for e in getattr(partition, "record_errors", ())]
+    assert errors == ([] if version < 8 else [(3, "no key")])
