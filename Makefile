@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat librdkafka-suite fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-controllers bench-log bench-cleaner sim sim-long audit \
+.PHONY: venv kcat librdkafka-suite fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-controllers bench-fetch-session bench-log bench-cleaner sim sim-long audit \
 	audit-zip spark-up spark-down bench-audit chromium
 
 # The project's bytecode, compiled for every start: an editable install has none, and
@@ -67,7 +67,10 @@ demo: venv
 
 # The issue's benchmark: a 3-broker RF=3 cluster against NATS JetStream (3 nodes, R3)
 # in one run. BENCH_ARGS="--quick" for ~2 minutes, "--only produce,consume" for some rows.
-bench: bench-cluster bench-controllers
+# Then the controller quorum benchmark (1 vs 3 controllers) and the fetch-session benchmark
+# (KIP-227, docs/benchmarks.md), each on its own cluster: FETCH_SESSION_BENCH_ARGS="--polls
+# 100 --rounds 2" for a quick run.
+bench: bench-cluster bench-controllers bench-fetch-session
 
 bench-cluster: venv
 	@command -v nats-server >/dev/null 2>&1 || apt-get install -y nats-server || echo "nats-server not installed: the peer will be skipped"
@@ -78,6 +81,10 @@ bench-cluster: venv
 # commit latency, controller failover alone and with a partition leader (bench/controller_bench.py).
 bench-controllers: venv
 	$(PY) bench/controller_bench.py $(CONTROLLER_BENCH_ARGS)
+
+FETCH_SESSION_BENCH_ARGS ?=
+bench-fetch-session: venv
+	$(PY) bench/fetch_session_bench.py $(FETCH_SESSION_BENCH_ARGS)
 
 bench-log: venv
 	$(PY) bench/log_bench.py

@@ -421,7 +421,8 @@ class ControllerService(pb_grpc.ControllerServicer):
         except RequestTimedOutError as e:
             log.warning("%s timed out: %s", kind, e)
             return answer_type(topics=[
-                pb.TopicResult(name=name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e))
+                pb.TopicResult(name=name, error_code=pb.REQUEST_TIMED_OUT, error_message=str(e),
+                               topic_id=getattr(request, "topic_ids", {}).get(name, b""))
                 for name in names])
         changed = [t for t in response.topics if t.error_code == pb.NONE]
         if changed and not validate_only:

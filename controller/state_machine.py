@@ -769,6 +769,11 @@ class ControllerStateMachine:
             return response
         for name in dict.fromkeys(req.names):  # once each, in order
             info = self.metadata.topics.get(name)
+            named_id = req.topic_ids.get(name)
+            if named_id is not None and (info is None or info.topic_id != named_id):
+                response.topics.add(topic_id=named_id, error_code=pb.UNKNOWN_TOPIC_ID,
+                                    error_message="This server does not host this topic ID.")
+                continue
             if name in INTERNAL_TOPICS:
                 # Kafka's kafka-topics.sh refuses these with this message, and its brokers
                 # refuse other writes to them with INVALID_TOPIC_EXCEPTION; refused here for

@@ -39,6 +39,7 @@ KAFKA_LOG_DEFAULT_NAMES = {
     "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
     "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
     "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
     "compression.type": "compression.type",  # Kafka's broker name is the topic's
 }
 

@@ -148,9 +148,15 @@ class PolicyViolationError(TidewaterError):
 
 class InvalidRecordError(TidewaterError):
     """A well-formed record the log may not take (Kafka's InvalidRecordException): a
-    record without a key in a compacted topic. Not retriable."""
+    record without a key in a compacted topic. Not retriable. ``record_errors``: (index
+    in its batch, message) of each record refused, as Kafka's RecordValidationException
+    (empty when the refusal is the batch's, not a record's)."""
 
     error_code = pb.INVALID_RECORD
+
+    def __init__(self, message: str, record_errors: tuple[tuple[int, str], ...] = ()):
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class InvalidTimestampError(TidewaterError):

@@ -67,7 +67,7 @@ def leader_batches(records: bytes, config: LogConfig, now_ms: int) -> bytes:
     the same object when nothing is rewritten. Raises InvalidTimestampError (KIP-937),
     CorruptRecordError for a damaged batch."""
     codec = topic_codec(config.compression_type)
-    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    before, after = config.timestamp_before_bound_ms, config.timestamp_after_bound_ms
     check = not config.log_append_time and (before != INT64_MAX or after != INT64_MAX)
     if codec is None and not check:
         return records

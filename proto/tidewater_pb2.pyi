@@ -398,7 +398,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, partitions: _Optional[_Iterable[_Union[ProducePartitionResponse, _Mapping]]] = ..., correlation_id: _Optional[int] = ...) -> None: ...
 
 class ProducePartitionResponse(_message.Message):
-    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "batch_bytes_max")
+    __slots__ = ("topic", "partition", "error_code", "error_message", "base_offset", "log_append_time_ms", "log_start_offset", "batch_bytes_max", "record_errors")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -407,6 +407,7 @@ class ProducePartitionResponse(_message.Message):
     LOG_APPEND_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     BATCH_BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ERRORS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     error_code: ErrorCode
@@ -415,7 +416,16 @@ class ProducePartitionResponse(_message.Message):
     log_append_time_ms: int
     log_start_offset: int
     batch_bytes_max: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., batch_bytes_max: _Optional[int] = ...) -> None: ...
+    record_errors: _containers.RepeatedCompositeFieldContainer[RecordError]
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., base_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., batch_bytes_max: _Optional[int] = ..., record_errors: _Optional[_Iterable[_Union[RecordError, _Mapping]]] = ...) -> None: ...
+
+class RecordError(_message.Message):
+    __slots__ = ("batch_index", "message")
+    BATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    batch_index: int
+    message: str
+    def __init__(self, batch_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "isolation_level")
@@ -1713,12 +1723,21 @@ class TopicResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., error_code: _Optional[_Union[ErrorCode, str]] = ..., error_message: _Optional[str] = ..., num_partitions: _Optional[int] = ..., replication_factor: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class DeleteTopicsRequest(_message.Message):
-    __slots__ = ("names", "timeout_ms")
+    __slots__ = ("names", "timeout_ms", "topic_ids")
+    class TopicIdsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     NAMES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_IDS_FIELD_NUMBER: _ClassVar[int]
     names: _containers.RepeatedScalarFieldContainer[str]
     timeout_ms: int
-    def __init__(self, names: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    topic_ids: _containers.ScalarMap[str, bytes]
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ..., topic_ids: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class DeleteTopicsResponse(_message.Message):
     __slots__ = ("topics",)

@@ -44,6 +44,9 @@ segment.jitter.ms                 long     >= 0                    no effect: no
 preallocate                       boolean  true, false             no effect
 message.timestamp.before.max.ms   long     >= 0                    KIP-937: CreateTime bounds,
 message.timestamp.after.max.ms    long     >= 0                    2^63-1 (default): unbounded
+message.timestamp.difference      long     >= 0                    deprecated (Kafka 3.6): each
+.max.ms                                                            bound above left at 2^63-1
+                                                                   takes this value, as Kafka 3.x
 leader.replication.throttled      list     *, or PARTITION:BROKER  no effect (no leader-side
 .replicas                                  pairs                   throttle)
 follower.replication.throttled    list     as above                the replicas that
@@ -58,6 +61,8 @@ remote.log.copy.disable           boolean  true, false             no effect
 remote.log.delete.on.disable      boolean  true, false             no effect
 message.format.version            string   a Kafka version:        deprecated: ignored, as Kafka 3.x
                                            0.8.0 ... 3.9-IV0       ignores it from IBP 3.0 on
+message.downconversion.enable     boolean  true, false             no effect: no Fetch below v4,
+                                                                   nothing to down-convert
 ================================  =======  ======================  ==================================
 
 Those marked "no effect" are Kafka's topic configs that Tidewater accepts,
@@ -235,7 +240,7 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
                    log_field="min_cleanable_dirty_ratio"),
     TopicConfigDef("min.compaction.lag.ms", "long", 0, log_field="min_compaction_lag_ms"),
     TopicConfigDef("max.compaction.lag.ms", "long", 1, log_field="max_compaction_lag_ms"),
-    # Kafka's other topic configs: accepted, stored, described; no effect here (yet).
+    # The leader rewrites producer batches into the topic's codec (proto/leader_batches.py).
     TopicConfigDef("compression.type", "string", choices=COMPRESSION_TYPES,
                    log_field="compression_type"),
     TopicConfigDef("compression.gzip.level", "int", 1, 9, also=(-1,),
@@ -251,6 +256,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
                    log_field="message_timestamp_before_max_ms"),
     TopicConfigDef("message.timestamp.after.max.ms", "long", 0,
                    log_field="message_timestamp_after_max_ms"),
+    # Kafka 3.x's name for both bounds, deprecated by KIP-937 (3.6) and removed in 4.0:
+    # each bound left at its default takes this value, as Kafka 3.6-3.9's LogConfig.
+    TopicConfigDef("message.timestamp.difference.max.ms", "long", 0,
+                   log_field="message_timestamp_difference_max_ms"),
     TopicConfigDef("leader.replication.throttled.replicas", "list", default="",
                    effect=False, item_pattern=_THROTTLED_REPLICA),
     TopicConfigDef("follower.replication.throttled.replicas", "list", default="",
@@ -263,6 +272,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = _defs(
     TopicConfigDef("remote.log.delete.on.disable", "boolean", default="false", effect=False),
     TopicConfigDef("message.format.version", "string", default="3.0-IV1", effect=False,
                    pattern=_KAFKA_VERSION),
+    # Down-conversion serves Fetch v0-v3 (message formats v0/v1); the Kafka listener
+    # advertises Fetch from v4, so there is nothing to down-convert. Kafka 4 drops it.
+    TopicConfigDef("message.downconversion.enable", "boolean", default="true", effect=False),
 )
 LOG_CONFIG_NAMES = frozenset(name for name, d in TOPIC_CONFIGS.items() if d.log_field)
 # Kafka's "never" for the flush settings; LogConfig holds it as None.
@@ -285,6 +297,10 @@ def min_insync_replicas(configs: Mapping[str, str], default: int) -> int:
     """The topic's ``min.insync.replicas``, ``default`` when it has none."""
     raw = configs.get("min.insync.replicas")
     return default if raw is None else int(parse_topic_config("min.insync.replicas", raw))
+
+
+def _bound_ms(own_ms: int, difference_max_ms: int) -> int:
+    return own_ms if own_ms != INT64_MAX else difference_max_ms
 
 
 @dataclass
@@ -313,6 +329,8 @@ class LogConfig:
     # KIP-937 (CreateTime only); INT64_MAX, Kafka 3.x's default: unbounded, no check.
     message_timestamp_before_max_ms: int = INT64_MAX
     message_timestamp_after_max_ms: int = INT64_MAX
+    # The pre-KIP-937 bound: what each of the two above takes while it is INT64_MAX.
+    message_timestamp_difference_max_ms: int = INT64_MAX
 
     def __post_init__(self) -> None:
         self.validate()
@@ -320,9 +338,15 @@ class LogConfig:
         # replaced, never changed in place: ``Log.update_config``, ``dataclasses.replace``).
         # True: the leader must look into a producer's batches before appending them, a
         # codec to rewrite them into or a KIP-937 bound set (``proto/leader_batches.py``).
+        # The KIP-937 bounds in force, Kafka 3.6-3.9's LogConfig: a bound left at its
+        # default falls back to message.timestamp.difference.max.ms.
+        self.timestamp_before_bound_ms = _bound_ms(self.message_timestamp_before_max_ms,
+                                                   self.message_timestamp_difference_max_ms)
+        self.timestamp_after_bound_ms = _bound_ms(self.message_timestamp_after_max_ms,
+                                                  self.message_timestamp_difference_max_ms)
         self.leader_rewrite = (self.compression_type != "producer"
-                               or self.message_timestamp_before_max_ms != INT64_MAX
-                               or self.message_timestamp_after_max_ms != INT64_MAX)
+                               or self.timestamp_before_bound_ms != INT64_MAX
+                               or self.timestamp_after_bound_ms != INT64_MAX)
 
     def validate(self) -> None:
         for definition in TOPIC_CONFIGS.values():

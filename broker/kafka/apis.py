@@ -26,7 +26,8 @@ OffsetForLeaderEpoch  2-4
 (23)
 ApiVersions (18)      0-4   an unknown version gets a v0 answer with error 35
 CreateTopics (19)     2-7   forwarded to the controller (manual assignments too)
-DeleteTopics (20)     1-5   forwarded to the controller
+DeleteTopics (20)     1-6   forwarded to the controller; v6 by topic ID too
+                            (``delete_topics_plan``)
 CreatePartitions (37) 0-3   forwarded, manual assignments too (checked by the controller)
 DescribeConfigs (32)  1-4   topics: their own configs and the defaults they take;
                             this broker: its settings (``broker_configs``)
@@ -101,6 +102,7 @@ from tidewater.broker.kafka import (
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.kafka.delete_topics_plan import plan_delete_topics
 from tidewater.broker.kafka.fetch_session_apis import (
     TOPIC_IDS_FROM,
     replica_id_of,
@@ -179,7 +181,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 5),
+    DELETE_TOPICS: (1, 6),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
     CREATE_PARTITIONS: (0, 3),
@@ -435,7 +437,9 @@ def produce_values(response: pb.ProduceResponse,
     def entry(p: pb.ProducePartitionResponse) -> dict[str, Any]:
         values = {"index": p.partition, "error_code": p.error_code,
                   "base_offset": p.base_offset, "log_append_time": _log_append_time(p),
-                  "log_start_offset": p.log_start_offset, "record_errors": [],
+                  "log_start_offset": p.log_start_offset, "record_errors": [
+                      {"batch_index": e.batch_index, "batch_index_error_message": e.message or None}
+                      for e in p.record_errors],
                   "error_message": p.error_message or None}
         if leaders is not None and p.error_code in _LEADER_MOVED:
             leader_id, leader_epoch = known.get((p.topic, p.partition), (-1, -1))
@@ -713,20 +717,23 @@ async def on_create_topics(s: Services, head: RequestHead, body: RequestBody
 
 async def on_delete_topics(s: Services, head: RequestHead, body: RequestBody
                           ) -> Awaitable[Response]:
-    names = list(getattr(body, "topic_names", None) or
-                 [t.name for t in getattr(body, "topics", ()) if t.name is not None])
-    denied = [n for n in dict.fromkeys(names) if not s.allowed(DELETE, TOPIC, n)]
-    request = pb.DeleteTopicsRequest(names=[n for n in names if n not in denied],
+    # v1-5 name topics (topic_names); v6 names each by name or by ID (delete_topics_plan).
+    entries = ([(t.name, t.topic_id or NO_TOPIC_ID) for t in body.topics]
+               if head.api_version >= 6
+               else [(name, NO_TOPIC_ID) for name in body.topic_names])
+    plan = plan_delete_topics(entries, s.metadata_cache.topic_names_by_id(),
+                              lambda name: s.allowed(DELETE, TOPIC, name),
+                              lambda name: s.allowed(DESCRIBE, TOPIC, name))
+    request = pb.DeleteTopicsRequest(names=plan.names, topic_ids=plan.topic_ids,
                                      timeout_ms=milliseconds(body.timeout))
 
     async def answer() -> Response:
         response = (await s.controller.DeleteTopics(request, None) if request.names
                     else pb.DeleteTopicsResponse())
         return {"throttle_time": 0, "responses": [
-            {"name": r.name, "topic_id": _topic_id(r.topic_id), "error_code": r.error_code,
-             "error_message": r.error_message or None} for r in response.topics] + [
-            {"name": n, "topic_id": NO_TOPIC_ID, "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
-             "error_message": f"needs DELETE on topic {n!r}"} for n in denied]}
+            {"name": r.name or None, "topic_id": _topic_id(r.topic_id),
+             "error_code": r.error_code, "error_message": r.error_message or None}
+            for r in response.topics] + plan.answered}
     return answer()
 
 

@@ -57,6 +57,7 @@ from tidewater.broker.txn.verification import (
     transactional_producer,
 )
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.batch import iter_batches
 from tidewater.proto.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -66,7 +67,7 @@ from tidewater.proto.errors import (
     TidewaterError,
 )
 from tidewater.proto.leader_batches import leader_batches
-from tidewater.proto.records import decode_records
+from tidewater.proto.records import decode_batch_records
 
 ACKS_TIMEOUT_DEFAULT_MS = 30_000
 
@@ -218,6 +219,9 @@ class ProducePath:
                 code, message = error_code_for(e, context="Produce")
                 result.error_code, result.error_message = code, message
                 result.base_offset = -1
+                if isinstance(e, InvalidRecordError):
+                    result.record_errors.extend(pb.RecordError(batch_index=i, message=m)
+                                                for i, m in e.record_errors)
                 if code != pb.NONE:
                     self._metrics.request_errors.labels("Produce", pb.ErrorCode.Name(code)).inc()
         if acks == 0:
@@ -283,7 +287,7 @@ class ProducePath:
             raise CorruptRecordError("produce request carries no record batch")
         config = partition.log.config
         if config.compact:
-            require_keys(records)
+            require_keys(records, *partition.tp)
         wall_now_ms = wall_ms()
         # compression.type or KIP-937 bounds (off by default); bytes in: as received.
         written = (leader_batches(records, config, wall_now_ms) if config.leader_rewrite
@@ -343,12 +347,20 @@ class ProducePath:
         return withdraw_all
 
 
-def require_keys(records: bytes) -> None:
-    """A compacted topic keeps the last record per key: one without a key is refused,
-    as Kafka's LogValidator does (INVALID_RECORD). Decodes every record (CRC-checked),
-    which Kafka also does for compacted topics; other topics' batches stay opaque."""
-    for record in decode_records(records):
-        if record.key is None:
-            raise InvalidRecordError(
-                f"compacted topic cannot accept a record without a key (offset delta "
-                f"{record.offset})")
+def require_keys(records: bytes, topic: str, partition: int) -> None:
+    """A compacted topic keeps the last record per key: a batch holding a record without
+    a key is refused, as Kafka's LogValidator does (INVALID_RECORD, each keyless record
+    named by its index in its batch: KIP-467's record errors). Decodes every record
+    (CRC-checked), which Kafka also does for compacted topics; other topics' batches
+    stay opaque."""
+    why = f"Compacted topic cannot accept message without key in topic partition " \
+          f"{topic}-{partition}."
+    keyless = tuple((index, why) for position, header in iter_batches(records)
+                    for index, record in enumerate(decode_batch_records(records, position,
+                                                                        header))
+                    if record.key is None)
+    if keyless:
+        raise InvalidRecordError(
+            f"One or more records have been rejected due to {len(keyless)} record errors "
+            f"in total: {why} (batch index {', '.join(str(i) for i, _ in keyless[:3])}"
+            f"{', ...' if len(keyless) > 3 else ''})", keyless)

@@ -6,8 +6,9 @@ confluent-kafka's ``incremental_alter_configs`` / ``alter_configs`` and kafka-py
 next DescribeConfigs shows them as DYNAMIC_TOPIC_CONFIG, and they take effect on the
 replicas at once (a lowered max.message.bytes refuses a producer's record; a lowered
 retention.ms deletes old segments). Dynamic broker configs, cluster-wide and per
-broker, show with their sources and change what topics without their own value get.
-ElectLeaders moves leadership back to the preferred replica.
+broker, show with their sources and change what topics without their own value get;
+kafka-python's ``alter_configs`` sets them on one broker (it cannot name the
+cluster-wide ``""`` resource). ElectLeaders moves leadership back to the preferred replica.
 """
 
 from __future__ import annotations
@@ -397,3 +398,64 @@ def test_kafka_dynamic_broker_configs_without_an_effect_are_stored_and_described
     incremental(cluster, ResourceType.BROKER, "3",
                 ("num.io.threads", AlterConfigOpType.DELETE, None))
     assert "num.io.threads" not in described(cluster, ResourceType.BROKER, "3")
+
+
+def test_kafka_python_alters_broker_configs_per_broker_and_cluster_wide(cluster):
+    """kafka-python's ``KafkaAdminClient.alter_configs`` on BROKER resources, checked with
+    its ``describe_configs``: IncrementalAlterConfigs (its default) and legacy
+    AlterConfigs (``incremental=False``, which first reads the broker's dynamic configs
+    back so as not to drop them) on one broker; ``reset_configs`` deletes. kafka-python
+    routes a BROKER resource to ``int(name)`` and so refuses the cluster-wide ``""``
+    resource (ValueError, before sending): that one is set here on the wire, and
+    kafka-python's describe of each broker shows it in force, under a broker's own value."""
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    def broker(name: str, configs=None):
+        return KConfigResource(ConfigResourceType.BROKER, name, configs=configs)
+
+    def described_by_kafka_python(client, broker_id: str) -> dict:
+        return client.describe_configs([broker(broker_id)], config_filter="all")[
+            "broker"][broker_id]
+
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka)
+    try:
+        assert client.alter_configs([broker("2", {"log.retention.ms": "43200000"})]) == {
+            "broker": {"2": "OK"}}
+        assert client.alter_configs([broker("2", {"log.roll.ms": "3600000"})],
+                                    incremental=False) == {"broker": {"2": "OK"}}
+        two, one = (described_by_kafka_python(client, b) for b in ("2", "1"))
+        assert (two["log.retention.ms"]["value"], two["log.retention.ms"]["config_source"]) == (
+            "43200000", "DYNAMIC_BROKER_CONFIG")
+        assert (two["log.roll.ms"]["value"], two["log.roll.ms"]["config_source"]) == (
+            "3600000", "DYNAMIC_BROKER_CONFIG")
+        assert one["log.retention.ms"]["config_source"] == "DEFAULT_CONFIG"
+        modified = client.describe_configs([broker("2")])["broker"]["2"]  # 'modified' filter
+        assert {"log.retention.ms", "log.roll.ms"} <= set(modified)
+        # A read-only broker config: kafka-python refuses it itself (not dynamic per the
+        # describe), and with raise_on_unknown=False the broker answers INVALID_REQUEST.
+        with pytest.raises(ValueError, match="replica.lag.time.max.ms"):
+            client.alter_configs([broker("1", {"replica.lag.time.max.ms": "100"})])
+        refused = client.alter_configs([broker("1", {"replica.lag.time.max.ms": "100"})],
+                                       raise_on_unknown=False)
+        assert "InvalidRequestError" in refused["broker"]["1"], refused
+
+        with pytest.raises(ValueError, match="integer"):
+            client.alter_configs([broker("", {"log.retention.ms": "86400000"})])
+        cluster_wide(cluster, ("log.retention.ms", 0, "86400000"))
+        two, one = (described_by_kafka_python(client, b) for b in ("2", "1"))
+        assert (one["log.retention.ms"]["value"], one["log.retention.ms"]["config_source"]) == (
+            "86400000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        assert (two["log.retention.ms"]["value"], two["log.retention.ms"]["config_source"]) == (
+            "43200000", "DYNAMIC_BROKER_CONFIG")  # the broker's own value wins
+
+        assert client.reset_configs([broker("2", ["log.retention.ms", "log.roll.ms"])]) == {
+            "broker": {"2": "OK"}}
+        two = described_by_kafka_python(client, "2")
+        assert (two["log.retention.ms"]["value"], two["log.retention.ms"]["config_source"]) == (
+            "86400000", "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        assert two["log.roll.ms"]["config_source"] == "DEFAULT_CONFIG"
+    finally:
+        cluster_wide(cluster, ("log.retention.ms", 1, None))
+        client.close()
+    assert cluster_wide_described(cluster) == {}

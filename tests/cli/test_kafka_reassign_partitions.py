@@ -6,7 +6,8 @@ a new replica set that drops its leader, while a confluent-kafka producer keeps
 writing with acks=all. Afterwards every acknowledged record is read back (0 lost),
 the new replicas hold the whole log, the removed broker's directory is gone, and
 ListPartitionReassignments is empty. Bad targets get Kafka's typed errors.
-(confluent-kafka 2.16 and aiokafka 0.14 have no reassignment API: not tested here.)
+(confluent-kafka 2.16 has no reassignment API; aiokafka 0.14 has only the request
+classes, sent by hand in test_aiokafka_admin_surface.py.)
 """
 
 from __future__ import annotations

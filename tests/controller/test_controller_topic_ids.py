@@ -143,3 +143,23 @@ def test_ids_come_from_the_machines_uuid_source():
         made.append((m.metadata.cluster_id, created.topics[0].topic_id))
     assert made[0] == made[1]
     assert len(made[0][1]) == 16 and made[0][1] != bytes(16)
+
+
+def test_delete_by_id_deletes_only_the_incarnation_it_names(h):
+    """DeleteTopics v6 names a topic by ID: the broker sends name -> ID, and the controller
+    deletes the name only while it has that ID (a recreated topic is not the one meant)."""
+    first = h.create("orders", partitions=1, rf=3)
+    h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(names=["orders"]))
+    second = h.create("orders", partitions=1, rf=3)
+    stale = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(
+        names=["orders"], topic_ids={"orders": first.topic_id}))
+    [result] = stale.topics
+    assert (result.name, result.topic_id, result.error_code) == (
+        "", first.topic_id, pb.UNKNOWN_TOPIC_ID)
+    assert h.metadata.topics["orders"].topic_id == second.topic_id  # still there
+    current = h.run(h.machine.delete_topics, pb.DeleteTopicsRequest(
+        names=["orders"], topic_ids={"orders": second.topic_id}))
+    [result] = current.topics
+    assert (result.name, result.topic_id, result.error_code) == (
+        "orders", second.topic_id, pb.NONE)
+    assert "orders" not in h.metadata.topics

@@ -62,7 +62,11 @@ async def test_a_compacted_topic_refuses_records_without_a_key(tmp_path):
         await rm.leader_and_isr(lai(isr=(1,), configs={"cleanup.policy": "compact"}))
         out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (None, b"x")])))
         [result] = out.partitions
-        assert result.error_code == pb.INVALID_RECORD and "without a key" in result.error_message
+        assert result.error_code == pb.INVALID_RECORD and "without key" in result.error_message
+        # KIP-467: the keyless record named by its index in the batch, Kafka's message.
+        assert [(e.batch_index, e.message) for e in result.record_errors] == [
+            (1, f"Compacted topic cannot accept message without key in topic partition "
+                f"{TP[0]}-{TP[1]}.")]
         assert rm.partitions[TP].log.log_end_offset == 0  # nothing of the batch written
         out = await rm.produce(produce(records=encode_batch([(b"k", b"v"), (b"k", None)])))
         assert out.partitions[0].error_code == pb.NONE  # a tombstone has a key
@@ -131,3 +135,16 @@ async def test_dynamic_broker_configs_and_removed_topic_configs_reach_hosted_log
         assert rm.partitions[TP].log.config.retention_ms == 7 * 24 * 3600 * 1000
     finally:
         await rm.stop()
+
+
+@pytest.mark.parametrize("version", [7, 8, 11])
+def test_kafka_produce_answer_carries_the_record_errors_from_v8(version):
+    from tidewater.broker.kafka import apis, codec
+    response = pb.ProduceResponse(partitions=[pb.ProducePartitionResponse(
+        topic="t", partition=0, error_code=pb.INVALID_RECORD, error_message="rejected",
+        base_offset=-1, record_errors=[pb.RecordError(batch_index=3, message="no key")])])
+    body = codec.build(codec.response_type(apis.PRODUCE, version), apis.produce_values(response))
+    [[partition]] = [t.partition_responses for t in body.responses]
+    errors = [(e.batch_index, e.batch_index_error_message)
+              for e in getattr(partition, "record_errors", ())]
+    assert errors == ([] if version < 8 else [(3, "no key")])

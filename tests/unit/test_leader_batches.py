@@ -114,6 +114,16 @@ def test_kip_937_bounds(offset_ms, refused):
         f"timestamp should be within [{NOW - HOUR}, {NOW + 2 * HOUR}]")
 
 
+def test_the_deprecated_difference_config_bounds_both_sides():
+    config = LogConfig.from_configs({"message.timestamp.difference.max.ms": str(HOUR)})
+    sent = encode_batch([SimpleRecord(b"a", b"1", timestamp_ms=NOW - HOUR)])
+    assert leader_batches(sent, config, NOW) is sent  # within the bound: as sent
+    for offset_ms in (-2 * HOUR, 2 * HOUR):
+        late = encode_batch([SimpleRecord(b"a", b"1", timestamp_ms=NOW + offset_ms)])
+        with pytest.raises(InvalidTimestampError):
+            leader_batches(late, config, NOW)
+
+
 def test_bounds_do_not_apply_under_log_append_time():
     config = LogConfig(message_timestamp_type="LogAppendTime",
                        message_timestamp_before_max_ms=0, message_timestamp_after_max_ms=0)
@@ -154,6 +164,13 @@ def test_broker_level_names_set_the_topic_defaults():
     assert (entries["compression.type"].value, entries["compression.type"].source,
             entries["compression.type"].default) == ("zstd", STATIC_BROKER_CONFIG, "producer")
     assert entries["log.message.timestamp.before.max.ms"].value == "3600000"
+    assert entries["log.message.timestamp.difference.max.ms"].value == str(INT64_MAX)
+    config.apply_settings({"log.message.timestamp.difference.max.ms": "60000"})
+    log_config = LogConfig.from_configs(config.log_config_overrides())
+    assert (log_config.timestamp_before_bound_ms, log_config.timestamp_after_bound_ms) == (
+        HOUR, 1000)  # both set at the broker: the old name changes neither
+    assert LogConfig.from_configs(config.log_config_overrides(
+        {"message.timestamp.before.max.ms": str(INT64_MAX)})).timestamp_before_bound_ms == 60000
 
 
 async def test_dynamic_broker_defaults_reach_hosted_logs(tmp_path):

@@ -103,8 +103,8 @@ def test_invalid_values_name_the_config(name, raw, why):
     assert refused.value.error_name == "INVALID_CONFIG"
 
 
-@pytest.mark.parametrize("name", ["no.such.config", "message.downconversion.enable",
-                                  "message.timestamp.difference.max.ms", "SEGMENT.BYTES"])
+@pytest.mark.parametrize("name", ["no.such.config", "SEGMENT.BYTES",
+                                  "message.timestamp.difference.max.ms.x"])
 def test_unknown_names_are_refused(name):
     with pytest.raises(InvalidConfigError, match="unknown topic config"):
         validate_topic_configs({name: "1"})
@@ -251,3 +251,42 @@ def test_message_format_version_takes_kafka_versions_and_has_no_effect(raw):
 def test_message_format_version_refuses_what_kafka_cannot_parse(raw):
     with pytest.raises(InvalidConfigError, match="message.format.version.*Kafka version"):
         parse_topic_config("message.format.version", raw)
+
+
+@pytest.mark.parametrize("raw", ["true", "FALSE", " false "])
+@pytest.mark.timeout(30)
+def test_message_downconversion_enable_is_a_boolean_without_effect(raw):
+    # Kafka 3.x's topic config (removed in 4.0): accepted, stored, no effect here.
+    assert parse_topic_config("message.downconversion.enable", raw) == (
+        raw.strip().lower() == "true")
+    assert LogConfig.from_configs({"message.downconversion.enable": raw}) == LogConfig()
+    assert TOPIC_CONFIGS["message.downconversion.enable"].default == "true"
+    assert not TOPIC_CONFIGS["message.downconversion.enable"].effect
+
+
+@pytest.mark.parametrize(("name", "raw", "why"), [
+    ("message.downconversion.enable", "yes", "true or false"),
+    ("message.timestamp.difference.max.ms", "-1", "[0, "),
+    ("message.timestamp.difference.max.ms", "1h", "decimal integer"),
+])
+@pytest.mark.timeout(30)
+def test_bad_values_of_the_kafka3_configs_are_refused(name, raw, why):
+    with pytest.raises(InvalidConfigError) as refused:
+        validate_topic_configs({name: raw})
+    assert name in str(refused.value) and why in str(refused.value), refused.value
+
+
+@pytest.mark.timeout(30)
+def test_timestamp_difference_is_the_fallback_of_each_kip937_bound():
+    # Kafka 3.6-3.9's LogConfig: a bound left at Long.MAX_VALUE takes the old config's value.
+    default = LogConfig()
+    assert (default.timestamp_before_bound_ms, default.timestamp_after_bound_ms) == (
+        INT64_MAX, INT64_MAX)
+    assert not default.leader_rewrite
+    old_only = LogConfig.from_configs({"message.timestamp.difference.max.ms": "1000"})
+    assert (old_only.timestamp_before_bound_ms, old_only.timestamp_after_bound_ms) == (1000, 1000)
+    assert old_only.leader_rewrite
+    both = LogConfig.from_configs({"message.timestamp.difference.max.ms": "1000",
+                                   "message.timestamp.before.max.ms": "5000"})
+    assert (both.timestamp_before_bound_ms, both.timestamp_after_bound_ms) == (5000, 1000)
+    assert LogConfig.from_configs(both.to_configs()) == both
