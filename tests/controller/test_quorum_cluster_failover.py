@@ -86,6 +86,23 @@ def leaders(bootstrap: str) -> dict[int, tuple[int, int]] | None:
 RETRIED = {"REQUEST_TIMED_OUT", "NOT_CONTROLLER", "_TIMED_OUT"}
 
 
+def read_back(bootstrap: str, acknowledged: set[bytes], timeout_s: float) -> set[bytes]:
+    """The values of TOPIC's 3 partitions read from the start, until every acknowledged
+    one is seen or ``timeout_s`` passes."""
+    consumer = confluent_kafka.Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "audit", "auto.offset.reset": "earliest",
+        "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(3)])
+    read: set[bytes] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not acknowledged <= read:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            read.add(message.value())
+    consumer.close()
+    return read
+
+
 def create_topic(admin) -> None:
     """The test's topic, retried as a client does; TOPIC_ALREADY_EXISTS on a retry means
     an earlier attempt that timed out made it after all."""
@@ -179,18 +196,7 @@ def test_controller_and_broker_sigkill_lose_no_acknowledged_record(tmp_path):
               f"broker {victim_broker} killed; new active controller seen after "
               f"{takeover_s:.1f} s, leaders moved after {moved_s:.1f} s")
 
-        consumer = confluent_kafka.Consumer({
-            "bootstrap.servers": survivors, "group.id": "audit", "auto.offset.reset": "earliest",
-            "enable.auto.commit": False})
-        consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(3)])
-        read: set[bytes] = set()
-        idle_deadline = time.monotonic() + 15
-        while time.monotonic() < idle_deadline and not acknowledged <= read:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                read.add(message.value())
-        consumer.close()
-        lost = acknowledged - read
+        lost = acknowledged - read_back(survivors, acknowledged, 15)
         assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
     finally:
         for broker in brokers:

@@ -14,7 +14,6 @@ Every acknowledged record is read back at the end.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from test_quorum_cluster_failover import (
@@ -25,6 +24,7 @@ from test_quorum_cluster_failover import (
     confluent_kafka,
     describe_cluster,
     leaders,
+    read_back,
 )
 from test_quorum_metadata_owner import start_quorum
 
@@ -149,18 +149,7 @@ def test_controller_majority_loss_and_simultaneous_failures_keep_every_record(tm
             assert answer == "TOPIC_ALREADY_EXISTS", (name, answer)
         produce_batch()
 
-        consumer = confluent_kafka.Consumer({
-            "bootstrap.servers": kafka, "group.id": "audit", "auto.offset.reset": "earliest",
-            "enable.auto.commit": False})
-        consumer.assign([confluent_kafka.TopicPartition(TOPIC, p, 0) for p in range(3)])
-        read: set[bytes] = set()
-        idle_deadline = time.monotonic() + 30
-        while time.monotonic() < idle_deadline and not acknowledged <= read:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                read.add(message.value())
-        consumer.close()
-        lost = acknowledged - read
+        lost = acknowledged - read_back(kafka, acknowledged, 30)
         assert len(acknowledged) == sent
         assert not lost, f"{len(lost)} acknowledged records lost, e.g. {sorted(lost)[:5]}"
         print(f"acknowledged {len(acknowledged)} of {sent}, all read back; CreateTopics "
