@@ -549,6 +549,9 @@ class Log:
         old_log_end_offset = segment.next_offset
         cache = self.leader_epoch_cache
         try:
+            # Entries at the old end dropped in memory only at opening (epoch_cache.py)
+            # must leave the file before the log grows past them.
+            cache.write_if_pending()
             for epoch, start_offset in epochs:
                 cache.assign(epoch, start_offset)
             segment.append(data, batches, next_offset, now_ms)

@@ -147,7 +147,7 @@ def open_log_dir(directory: Path, config: LogConfig, *, recovery_point: int,
             cache = _rebuild_epoch_cache(checkpoint_path, loaded.epoch_starts)
         if cache is None:
             raise InvariantViolation("no epoch cache after rebuilding it")
-        cache.truncate_from_end(log_end_offset)
+        cache.truncate_from_end(log_end_offset, write=False)  # epoch_cache.py: Kafka's async flush
         cache.truncate_from_start(start)
     except BaseException:
         close_segments_quietly(segments)

@@ -196,3 +196,13 @@ def test_empty_batches_and_unknown_codecs_are_refused():
         encode_batch([(None, b"v")], compression=7)
     with pytest.raises(ValueError):
         BatchBuilder(INT64_MAX + 1)
+
+
+def test_small_varint_table_is_the_zigzag_of_each_value():
+    from tidewater.proto import batch_builder
+    expected = tuple(batch_builder._zigzag_bytes(n)
+                     for n in range(batch_builder._SMALL_MIN, batch_builder._SMALL_MAX))
+    assert batch_builder._SMALL == expected
+    assert batch_builder.encode_varint(127 // 2) == b"\x7e"
+    assert batch_builder.encode_varint(64) == b"\x80\x01"
+    assert batch_builder.encode_varint((1 << 14) - 1) == b"\xfe\xff\x01"

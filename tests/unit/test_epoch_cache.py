@@ -358,3 +358,51 @@ def test_end_offset_for_matches_the_table(raw, requested, leo_extra):
         assert (epoch, end_offset) == (requested, above[0][1])
     else:
         assert (epoch, end_offset) == (at_or_below[-1][0], above[0][1])
+
+
+# -- the opening's truncation, written lazily (Kafka's truncateFromEndAsyncFlush) ----
+
+def _stored(path):
+    return read_epoch_checkpoint(path), os.stat(path).st_ino
+
+
+def test_truncation_without_write_keeps_the_file_until_assign_makes_it_true_again(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    LeaderEpochCache(path).assign(0, 0)
+    cache = LeaderEpochCache.load(path)
+    cache.assign(4, 100)
+    cache = LeaderEpochCache.load(path)
+    before = _stored(path)
+    cache.truncate_from_end(100, write=False)
+    assert cache.entries() == [(0, 0)] and cache.write_pending
+    assert _stored(path) == before  # the file keeps (4, 100)
+    cache.assign(4, 100)  # becoming leader again in the same epoch at the same end
+    assert cache.entries() == [(0, 0), (4, 100)] and not cache.write_pending
+    assert _stored(path) == before  # not rewritten: it already holds exactly this
+
+
+def test_pending_truncation_is_written_before_the_same_epoch_goes_on(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    LeaderEpochCache(path, [(0, 0)]).assign(4, 100)
+    cache = LeaderEpochCache.load(path)
+    cache.truncate_from_end(100, write=False)
+    cache.assign(0, 150)  # no change in memory, but the file must lose (4, 100)
+    assert read_epoch_checkpoint(path) == [(0, 0)] and not cache.write_pending
+    cache.truncate_from_end(0, write=False)
+    cache.write_if_pending()
+    assert read_epoch_checkpoint(path) == [] == cache.entries()
+
+
+def test_any_change_after_a_pending_truncation_writes_memory(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    LeaderEpochCache(path, [(0, 0)]).assign(4, 100)
+    cache = LeaderEpochCache.load(path)
+    cache.truncate_from_end(100, write=False)
+    cache.assign(5, 120)
+    assert read_epoch_checkpoint(path) == [(0, 0), (5, 120)] == cache.entries()
+
+
+def test_a_missing_file_is_written_even_for_no_entries(tmp_path):
+    path = tmp_path / "leader-epoch-checkpoint"
+    LeaderEpochCache.load(path).clear()
+    assert path.exists() and read_epoch_checkpoint(path) == []

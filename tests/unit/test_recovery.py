@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tidewater.broker.storage.epoch_cache import read_epoch_checkpoint
 from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.proto.batch import iter_batches
@@ -318,3 +319,34 @@ def test_gap_between_segments_cuts_the_later_ones(pristine, caplog):
         assert_log_holds_exactly(log, [b for b in batches if b.segment < bases[2]])
         assert "does not follow" in caplog.text or "but the log before it ends" in caplog.text
         log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_epoch_at_the_log_end_is_dropped_at_opening_and_leaves_the_file_before_an_append(
+        pristine, clean):
+    """An epoch with no record yet (a leader's, nothing written in it) is dropped when the
+    log opens, in memory only: the file loses it before the log grows past it."""
+    pristine_dir, _batches, _bases, entries = pristine
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = copy_of(pristine_dir, tmp)
+        path = directory / "leader-epoch-checkpoint"
+        log = reopen(directory, clean=True)
+        end, latest_epoch = log.log_end_offset, entries[-1][0]
+        log.leader_epoch_cache.assign(latest_epoch + 3, end)
+        log.close()
+        with_empty_epoch = path.read_bytes()
+        log = reopen(directory, clean=clean)
+        assert log.leader_epoch_cache.entries() == entries
+        assert path.read_bytes() == with_empty_epoch  # not rewritten at opening
+        # The same epoch again at the same end (the usual restart): still no rewrite.
+        log.leader_epoch_cache.assign(latest_epoch + 3, end)
+        assert path.read_bytes() == with_empty_epoch
+        log.close()
+        log = reopen(directory, clean=clean)
+        # An append in the older epoch: the file must not keep the empty epoch at `end`.
+        log.append_as_leader(encode_batch([(None, b"x")], base_timestamp_ms=5000), latest_epoch,
+                             now_ms=0)
+        log.close()
+        assert read_epoch_checkpoint(path) == entries
+        assert Log.open(directory, CONFIG, now_ms=0, had_clean_shutdown=True
+                        ).leader_epoch_cache.entries() == entries
