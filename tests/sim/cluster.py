@@ -44,6 +44,7 @@ from tidewater.controller.owner import MetadataOwner
 from tidewater.controller.quorum.owner import QuorumOwner
 from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation as ProductInvariantViolation
 
 from .checker import InvariantChecker, InvariantViolation
 from .messages import (
@@ -155,9 +156,9 @@ class SimConfig:
         apart, so the rest of the seed's shape is ``for_seed``'s)."""
         rng = random.Random(f"quorum-config-{seed}")
         return replace(cls.for_seed(seed), controllers=controllers,
-                       controller_crash_per_s=rng.choice([0.05, 0.1, 0.3]),
+                       controller_crash_per_s=rng.choice([0.03, 0.1, 0.2]),
                        controller_cut_per_s=rng.choice([0.0, 0.1, 0.3]),
-                       metadata_write_failure_per_s=rng.choice([0.0, 0.05, 0.2]))
+                       metadata_write_failure_per_s=rng.choice([0.0, 0.03, 0.1]))
 
 
 class SimulationFailure(AssertionError):
@@ -373,8 +374,12 @@ class Simulation:
                     self._committed_at_chaos_end = len(self.quorum_checker.committed)
                 self.step(chaos=chaos)
             self.check_converged()
-        except InvariantViolation as e:
-            raise SimulationFailure(self._failure_text(str(e))) from None
+        except ProductInvariantViolation as e:
+            # The quorum's checks (raft_cluster.RaftChecker, the owner, MetadataApplication)
+            # raise the product's type, without the seed and time the checker's names.
+            text = (str(e) if isinstance(e, InvariantViolation)
+                    else f"seed {self.seed} at {self.now_ms} ms: {e}")
+            raise SimulationFailure(self._failure_text(text)) from None
         finally:
             self._close_loop()
         counters = sum((b.counters for b in self.brokers.values()), Counter())
@@ -401,7 +406,7 @@ class Simulation:
         if loop is None or loop.is_closed():
             return
         for controller in self.quorum.values():
-            controller.crash(self.now_ms)  # cancels its owner's tasks
+            controller.end_of_run()  # cancels its owner's tasks
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
 
@@ -478,8 +483,10 @@ class Simulation:
         for node_id, controller in self.quorum.items():
             owner = controller.quorum_owner
             if owner is not None and owner.failure is not None:
-                raise InvariantViolation(f"controller {node_id}'s owner failed: "
-                                         f"{owner.failure!r}")
+                raise ProductInvariantViolation(f"controller {node_id}'s owner failed: "
+                                                f"{owner.failure!r}")
+            if controller.active_epoch:  # one active controller per epoch, at every step
+                self.quorum_checker.on_active(node_id, controller.active_epoch)
             if controller.state == DOWN and node_id not in self._quorum_restart_at_ms:
                 self._quorum_restart_at_ms[node_id] = now + self.rng.randint(
                     *self.config.controller_restart_delay_ms)

@@ -153,6 +153,7 @@ class SimController:
         self.owner_class = owner_class
         self.graceful_stop_ms = graceful_stop_ms
         self.address = CONTROLLER  # its node on the network
+        self.name = "controller"  # in the trace
         self.state = DOWN
         self.run_id = 0  # controller processes started
         self.machine: ControllerStateMachine | None = None
@@ -375,7 +376,7 @@ class SimController:
                 self._trace_change(TopicPartition(*tp), p, now_ms)
 
     def _drop_sender(self, broker_id: int) -> None:
-        self.trace(self.clock_ms(), f"controller: broker {broker_id} fenced")
+        self.trace(self.clock_ms(), f"{self.name}: broker {broker_id} fenced")
         self.senders.pop(broker_id, None)
 
     def _ensure_sender(self, broker_id: int) -> SimSender | None:
@@ -384,9 +385,9 @@ class SimController:
             return None
         sender = self.senders.get(broker_id)
         if sender is None or sender.broker_epoch != broker.broker_epoch:
-            self.trace(self.clock_ms(), f"controller: broker {broker_id} registered with epoch "
+            self.trace(self.clock_ms(), f"{self.name}: broker {broker_id} registered with epoch "
                                         f"{broker.broker_epoch}" if sender is None else
-                                        f"controller: broker {broker_id} now epoch "
+                                        f"{self.name}: broker {broker_id} now epoch "
                                         f"{broker.broker_epoch}")
             sender = self.senders[broker_id] = SimSender(self, broker_id, broker.broker_epoch)
         return sender
@@ -396,6 +397,6 @@ class SimController:
         self._traced[tp] = p
         if old is not None and old.topic_id != p.topic_id:
             old = None
-        self.trace(now_ms, f"controller: {tp[0]}-{tp[1]} leader "
+        self.trace(now_ms, f"{self.name}: {tp[0]}-{tp[1]} leader "
                            f"{old.leader if old else '(new)'}->{p.leader} epoch {p.leader_epoch} "
                            f"ISR {p.isr} pe {p.partition_epoch}")

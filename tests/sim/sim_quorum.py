@@ -160,6 +160,7 @@ class SimQuorumController(SimController):
                          uuid4=uuid4, trace=trace)
         self.node_id = node_id
         self.address = controller_address(node_id)
+        self.name = f"controller {node_id}"
         self.disk = disk
         self.voters = voters
         self.checker = checker
@@ -232,6 +233,11 @@ class SimQuorumController(SimController):
         self.crashes += 1
         self.trace(now_ms, f"controller {self.node_id}: crashed")
         self._stop()
+
+    def end_of_run(self) -> None:
+        """The run is over: stop without counting a crash."""
+        if self.state != DOWN:
+            self._stop()
 
     def _stop(self) -> None:
         self.state = DOWN
