@@ -252,6 +252,12 @@ class Simulation:
         self._committed_at_chaos_end = -1
         if cfg.controllers > 1:
             self.loop = asyncio.new_event_loop()
+            # An exception in a callback (a future's done callback) is only logged by
+            # asyncio: the step raises it instead.
+            self._loop_errors: list[BaseException] = []
+            self.loop.set_exception_handler(
+                lambda loop, context: self._loop_errors.append(
+                    context.get("exception") or RuntimeError(context["message"])))
             disk_ids = random.Random(f"quorum-disks-{seed}")
             disks = {i: QuorumDisk(f"{disk_ids.getrandbits(128):032x}")
                      for i in range(1, cfg.controllers + 1)}
@@ -480,7 +486,20 @@ class Simulation:
         self._brokers_and_clients(now, chaos=chaos)
         for _ in range(SETTLE_ROUNDS):
             await asyncio.sleep(0)
+        if self._loop_errors:
+            error = self._loop_errors[0]
+            if isinstance(error, ProductInvariantViolation):
+                raise error
+            raise ProductInvariantViolation(f"the controllers' event loop: {error!r}") from error
         for node_id, controller in self.quorum.items():
+            while controller.activated_epochs:
+                epoch = controller.activated_epochs.pop(0)
+                if epoch != controller.active_epoch and controller.state == RUNNING:
+                    raise ProductInvariantViolation(
+                        f"controller {node_id} became active with controller epoch {epoch} "
+                        f"in its image, not its Raft epoch {controller.active_epoch}: its "
+                        f"start records had not committed")
+                self.quorum_checker.on_active(node_id, epoch)
             owner = controller.quorum_owner
             if owner is not None and owner.failure is not None:
                 raise ProductInvariantViolation(f"controller {node_id}'s owner failed: "

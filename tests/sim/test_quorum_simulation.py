@@ -4,6 +4,7 @@ A failing seed prints how to reproduce it alone:
 ``cd tests && ../.venv/bin/python -m sim.run --controllers 3 --seed N --verbose``.
 """
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from tidewater.broker.controller_link.controller_choice import ControllerChoice
-from tidewater.controller.quorum.owner import QuorumOwner
+from tidewater.controller.quorum.metadata_app import encode_record
+from tidewater.controller.quorum.owner import QuorumOwner, scratch_copy
 from tidewater.controller.raft import Entry, EntryKind
+from tidewater.controller.state_machine import Tx
 
 from .cluster import SimConfig, Simulation, SimulationFailure
 from .sim_controller import RUNNING
@@ -90,9 +93,35 @@ class StandbyDecidesAsActive(QuorumOwner):
         super().on_applied(entry)
 
 
+class AnswersBeforeCommit(QuorumOwner):
+    """Broken: a command is answered (and its effects routed) once its records are
+    proposed, before they commit; the next command runs before they apply."""
+
+    async def _execute(self, command):
+        shell = self.shell
+        epoch = self.active_epoch
+        if shell is None or not epoch:
+            raise self._not_active()
+        real = self.machine.metadata
+        scratch = scratch_copy(real)
+        tx = Tx(scratch, shell.node.log_end_offset)
+        self.machine.metadata = scratch
+        try:
+            result = command(tx, self._clock_ms())
+        finally:
+            self.machine.metadata = real
+        if tx.records:
+            proposal = asyncio.ensure_future(shell.propose([encode_record(r) for r in tx.records]))
+            proposal.add_done_callback(lambda f: f.cancelled() or f.exception())
+            await asyncio.sleep(0)  # the proposal is appended; its commit is not awaited
+        self._on_commit(tx.effects)
+        return result
+
+
 # name -> (Simulation arguments, pinned first seed of 0..19 that catches it)
 BROKEN_QUORUM_VARIANTS = {
     "standby-decides-as-active": ({"quorum_owner_class": StandbyDecidesAsActive}, 0),
+    "answers-before-commit": ({"quorum_owner_class": AnswersBeforeCommit}, 0),
 }
 
 
@@ -130,3 +159,4 @@ def test_controller_choice_follows_hints_and_the_active_controller():
     single = ControllerChoice([-1])
     assert not single.on_unavailable(2) and not single.follow_active(2)
     assert single.current_id == -1
+
