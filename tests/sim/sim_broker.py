@@ -333,7 +333,9 @@ class SimBroker:
             cluster_identity=ClusterIdentity(SimMetaProperties(self.disk), self.broker_id),
             mono_ms=self._now, wall_ms=self._now, **self.control_rules)
         self.control.on_new_controller = self._follow_active
-        self._next_request_id = 1
+        # Ids of this process's calls: an answer to a previous process's call never
+        # reaches this one (gRPC: that connection died with it), however late it comes.
+        self._next_request_id = 1 + self.incarnation * 1_000_000
         self._next_waiter_id = 1
         self._next_heartbeat_ms = now_ms
         self._next_register_ms = now_ms
