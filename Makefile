@@ -152,15 +152,23 @@ SIM_COUNT ?= 100
 # seeds of >= 3,000 steps each (20 to 45 s here, by load); sim-long sweeps 340 other seeds
 # (>= 1,000,000 steps).
 RAFT_SIM_COUNT ?= 60
+# After the one-controller sweep, the same cluster with a quorum of 3 controllers (tests/sim/sim_quorum.py: the
+# product's QuorumOwner and Raft, controller crashes, cuts and failed Raft writes):
+# QUORUM_SIM_COUNT seeds of 3,000 steps (about 1 s of CPU each); sim-long sweeps 340 others.
+QUORUM_SIM_COUNT ?= 20
 sim: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first $(or $(SIM_FIRST),0) --count $(SIM_COUNT) \
 	  --min-steps $$(( $(SIM_COUNT) * 3000 ))
+	cd tests && $(CURDIR)/$(PY) -m sim.run --controllers 3 --first $(or $(SIM_FIRST),0) \
+	  --count $(QUORUM_SIM_COUNT) --min-steps $$(( $(QUORUM_SIM_COUNT) * 3000 ))
 	cd tests && $(CURDIR)/$(PY) -m sim.raft_run --first $(or $(SIM_FIRST),0) \
 	  --count $(RAFT_SIM_COUNT) --min-steps $$(( $(RAFT_SIM_COUNT) * 3000 ))
 
 sim-long: venv
 	cd tests && $(CURDIR)/$(PY) -m sim.run --first 100000 --count 400 --min-steps 1200000
 	cd tests && $(CURDIR)/$(PY) -m sim.raft_run --first 100000 --count 340 --min-steps 1000000
+	cd tests && $(CURDIR)/$(PY) -m sim.run --controllers 3 --first 100000 --count 340 \
+	  --min-steps 1020000
 
 # Docker image, compose cluster and chaos targets live beside the Dockerfile.
 -include deploy/docker.mk

@@ -76,6 +76,7 @@ import grpc
 
 from tidewater.broker.channels import channel_options
 from tidewater.broker.clock import mono_ms
+from tidewater.broker.controller_link.controller_choice import ControllerChoice
 from tidewater.broker.controller_link.registration import REGISTER_AGAIN, Registration
 from tidewater.client.sasl_session import ScramLogin
 from tidewater.client.security import aio_metadata_interceptors, scram_aio_channel
@@ -138,7 +139,7 @@ class ControllerChannel:
         self.rack = rack
         # (node id or -1, host, port) per controller; the current one gets our calls.
         self._controllers = list(controller_bootstrap) or [(-1, *controller_address)]
-        self._current = 0
+        self._choice = ControllerChoice([node_id for node_id, _, _ in self._controllers])
         self.listeners = list(listeners)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.session_timeout_ms = session_timeout_ms
@@ -184,7 +185,7 @@ class ControllerChannel:
 
     @property
     def controller_address(self) -> tuple[str, int]:
-        _, host, port = self._controllers[self._current]
+        _, host, port = self._controllers[self._choice.current]
         return host, port
 
     @property
@@ -193,7 +194,7 @@ class ControllerChannel:
 
     @property
     def current_stub(self) -> pb_grpc.ControllerStub:
-        return self._stubs[self._current]
+        return self._stubs[self._choice.current]
 
     def maybe_move(self, error: grpc.aio.AioRpcError) -> bool:
         """After a failed call to the current controller: move to the leader a standby
@@ -202,15 +203,11 @@ class ControllerChannel:
         if len(self._controllers) == 1 or error.code() not in (
                 grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return False
-        target = (self._current + 1) % len(self._controllers)
         hint = dict(error.trailing_metadata() or ()).get(LEADER_HINT_KEY)
-        if isinstance(hint, str) and hint.lstrip("-").isdigit() and int(hint) >= 0:
-            named = [i for i, (node_id, _, _) in enumerate(self._controllers)
-                     if node_id == int(hint)]
-            if named and named[0] != self._current:
-                target = named[0]
+        leader_hint = (int(hint) if isinstance(hint, str) and hint.lstrip("-").isdigit()
+                       else -1)
         old = self.controller_address
-        self._current = target
+        self._choice.on_unavailable(leader_hint)
         log.info("controller %s:%d answered %s; asking %s:%d next", *old, error.code().name,
                  *self.controller_address)
         return True
@@ -220,12 +217,9 @@ class ControllerChannel:
         ``controller_id``, the new active controller: heartbeat to it from now on. The
         stream to the old one is dropped (it no longer decides: its end fences nobody).
         Nothing when it is the current one, or not one ``ID@HOST:PORT`` named."""
-        named = [i for i, (node_id, _, _) in enumerate(self._controllers)
-                 if node_id >= 0 and node_id == controller_id]
-        if len(self._controllers) == 1 or not named or named[0] == self._current:
-            return
         old = self.controller_address
-        self._current = named[0]
+        if not self._choice.follow_active(controller_id):
+            return
         self._drop_stream()
         log.info("controller %d is active (controller epoch %d): heartbeats move from "
                  "%s:%d to %s:%d", controller_id, controller_epoch, *old,
@@ -343,7 +337,7 @@ class ControllerChannel:
             if isinstance(e, TimeoutError) and len(self._controllers) > 1:
                 # A controller that answers nothing for that long may be cut off: ask the
                 # next one (a standby names the leader; the same one answers again).
-                self._current = (self._current + 1) % len(self._controllers)
+                self._choice.on_unavailable()
             return None
         except asyncio.CancelledError:
             # grpc.aio raises CancelledError from a call cancelled locally: when

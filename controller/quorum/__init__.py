@@ -43,7 +43,9 @@ done. The plan as written:
 4. Brokers take a list of controllers (``controller.quorum.bootstrap.servers``),
    send to any, and follow NOT_CONTROLLER answers' leader hint
    (``QuorumProposeResponse.leader_id``; the broker side is
-   ``broker/controller_link``). The controller's Controller service answers
+   ``broker/controller_link``, its rules in ``controller_choice.py``, which the
+   cluster simulation's brokers run against three simulated quorum controllers:
+   ``tests/sim/sim_quorum.py``). The controller's Controller service answers
    NOT_CONTROLLER on standbys, as admin_forwarding does on brokers.
 5. Done: the JSON metadata log is migrated once. ``tide quorum format
    --migrate-metadata-log`` (and ``tide cluster up`` in a one-controller folder)

@@ -27,6 +27,7 @@ with the last trace lines.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import math
 import random
@@ -40,7 +41,10 @@ from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import log_identity_action
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.owner import MetadataOwner
+from tidewater.controller.quorum.owner import QuorumOwner
+from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import InvariantViolation as ProductInvariantViolation
 
 from .checker import InvariantChecker, InvariantViolation
 from .messages import (
@@ -52,9 +56,16 @@ from .messages import (
     TopicPartition,
 )
 from .network import CONTROLLER, Network
-from .sim_broker import BrokerConfig, IdentityRule, SimBroker
+from .sim_broker import BrokerConfig, ControllerChoice, IdentityRule, SimBroker
 from .sim_controller import DOWN, RUNNING, SimController
 from .sim_metadata_log import SimMetadataLog
+from .sim_quorum import (
+    SETTLE_ROUNDS,
+    QuorumChecker,
+    QuorumDisk,
+    SimQuorumController,
+    controller_address,
+)
 
 # Probabilities that one write of a kind fails (sim_log.DiskFaults.KINDS).
 DISK_FAILS_SOMETIMES = {"append": 0.002, "truncate": 0.01, "epoch": 0.005, "flush": 0.01,
@@ -103,6 +114,12 @@ class SimConfig:
     recreate_per_s: float = 0.0
     recreate_pause_ms: tuple[int, int] = (0, 1500)
     admin_retry_ms: int = 200
+    # A quorum of controllers (sim_quorum.py) when above 1: then controller_crash_per_s is
+    # per controller, metadata_write_failure_per_s makes one controller's next Raft write
+    # fail, and controller_cut_per_s cuts one controller off from everything or from the
+    # other controllers only.
+    controllers: int = 1
+    controller_cut_per_s: float = 0.0
     broker: BrokerConfig = field(default_factory=BrokerConfig)
 
     @classmethod
@@ -133,6 +150,16 @@ class SimConfig:
         disk = rng.choice([{}, {}, DISK_FAILS_SOMETIMES, DISK_FAILS_OFTEN])
         return replace(config, broker=replace(broker, disk_failure_probabilities=disk))
 
+    @classmethod
+    def quorum_for_seed(cls, seed: int, controllers: int = 3) -> SimConfig:
+        """The seed's run with a quorum of controllers and the quorum's own faults (drawn
+        apart, so the rest of the seed's shape is ``for_seed``'s)."""
+        rng = random.Random(f"quorum-config-{seed}")
+        return replace(cls.for_seed(seed), controllers=controllers,
+                       controller_crash_per_s=rng.choice([0.03, 0.1, 0.2]),
+                       controller_cut_per_s=rng.choice([0.0, 0.1, 0.3]),
+                       metadata_write_failure_per_s=rng.choice([0.0, 0.03, 0.1]))
+
 
 class SimulationFailure(AssertionError):
     pass
@@ -161,7 +188,9 @@ class SimResult:
 class Admin:
     """The admin client: creates topic ``t``, and in some seeds deletes and re-creates it."""
 
-    def __init__(self):
+    def __init__(self, controller_ids: list[int]):
+        self.controller_choice = ControllerChoice(controller_ids)  # as a broker's
+        self.last_call_id = -1
         self.state = "create"  # create | exists | delete | pause
         self.calls: dict[int, str] = {}  # call id -> the state it was sent in
         self.next_call_id = 0
@@ -187,6 +216,7 @@ class Simulation:
                  owner_class: type[MetadataOwner] = MetadataOwner,
                  identity_rule: IdentityRule = log_identity_action,
                  refusal_rule: RefusalRule = controller_request_refusal,
+                 quorum_owner_class: type[QuorumOwner] = QuorumOwner,
                  trace_lines: int = 300, verbose: bool = False):
         self.seed = seed
         self.config = config or SimConfig.for_seed(seed)
@@ -202,26 +232,57 @@ class Simulation:
         broker_ids = list(range(1, cfg.broker_count + 1))
         self.metadata_log = SimMetadataLog(random.Random(f"metadata-disk-{seed}"))
         ids = random.Random(f"ids-{seed}")
-        self.controller = SimController(
-            self.network, self.metadata_log, ControllerConfig(
-                broker_session_timeout_ms=cfg.session_timeout_ms,
-                min_insync_replicas=cfg.broker.min_insync_replicas,
-                default_replication_factor=cfg.broker_count,
-                leader_imbalance_check_interval_seconds=cfg.preferred_leader_interval_ms / 1000,
-                sender_request_timeout_ms=cfg.sender_request_timeout_ms,
-                sender_retry_backoff_ms=cfg.sender_retry_backoff_ms,
-                sender_retry_backoff_max_ms=cfg.sender_retry_backoff_max_ms),
-            clock_ms=lambda: self.now_ms,
-            uuid4=lambda: uuid.UUID(int=ids.getrandbits(128), version=4), trace=self.trace,
-            owner_class=owner_class, graceful_stop_ms=cfg.controller_graceful_stop_ms)
+        controller_config = ControllerConfig(
+            broker_session_timeout_ms=cfg.session_timeout_ms,
+            min_insync_replicas=cfg.broker.min_insync_replicas,
+            default_replication_factor=cfg.broker_count,
+            leader_imbalance_check_interval_seconds=cfg.preferred_leader_interval_ms / 1000,
+            sender_request_timeout_ms=cfg.sender_request_timeout_ms,
+            sender_retry_backoff_ms=cfg.sender_retry_backoff_ms,
+            sender_retry_backoff_max_ms=cfg.sender_retry_backoff_max_ms)
+
+        def uuid4() -> uuid.UUID:
+            return uuid.UUID(int=ids.getrandbits(128), version=4)
+
+        # One controller (SimController over the JSON metadata log), or a quorum.
+        self.quorum: dict[int, SimQuorumController] | None = None
+        self.quorum_checker = QuorumChecker()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._quorum_restart_at_ms: dict[int, int] = {}
+        self._committed_at_chaos_end = -1
+        if cfg.controllers > 1:
+            self.loop = asyncio.new_event_loop()
+            # An exception in a callback (a future's done callback) is only logged by
+            # asyncio: the step raises it instead.
+            self._loop_errors: list[BaseException] = []
+            self.loop.set_exception_handler(
+                lambda loop, context: self._loop_errors.append(
+                    context.get("exception") or RuntimeError(context["message"])))
+            disk_ids = random.Random(f"quorum-disks-{seed}")
+            disks = {i: QuorumDisk(f"{disk_ids.getrandbits(128):032x}")
+                     for i in range(1, cfg.controllers + 1)}
+            voters = frozenset(VoterKey(i, d.directory_id) for i, d in disks.items())
+            self.quorum = {i: SimQuorumController(
+                self.network, controller_config, node_id=i, disk=disk, voters=voters,
+                checker=self.quorum_checker, loop=self.loop,
+                rng=random.Random(f"controller-{seed}-{i}"), clock_ms=lambda: self.now_ms,
+                uuid4=uuid4, trace=self.trace, owner_class=quorum_owner_class)
+                for i, disk in disks.items()}
+            self.controller_addresses = {i: controller_address(i) for i in self.quorum}
+        else:
+            self._controller = SimController(
+                self.network, self.metadata_log, controller_config,
+                clock_ms=lambda: self.now_ms, uuid4=uuid4, trace=self.trace,
+                owner_class=owner_class, graceful_stop_ms=cfg.controller_graceful_stop_ms)
+            self.controller_addresses = {-1: CONTROLLER}
         self.checker = InvariantChecker(self)
         self.brokers: dict[int, SimBroker] = {
             b: SimBroker(b, self.network, self.rng, cfg.broker, self,
                          replica_class=replica_class, identity_rule=identity_rule,
-                         refusal_rule=refusal_rule)
+                         refusal_rule=refusal_rule, controllers=self.controller_addresses)
             for b in broker_ids}
         self.producers = [Producer(CLIENT_BASE + i, tp) for i, tp in enumerate(self.partitions)]
-        self.admin = Admin()
+        self.admin = Admin(list(self.controller_addresses))
         self._restart_at_ms: dict[int, float] = {}
         self._controller_restart_at_ms = math.inf
         self._scheduled: list[tuple[int, int, object]] = []  # (at_ms, sequence, action)
@@ -231,10 +292,30 @@ class Simulation:
             ("replica_class", replica_class, ReplicaState),
             ("owner_class", owner_class, MetadataOwner),
             ("identity_rule", identity_rule, log_identity_action),
-            ("refusal_rule", refusal_rule, controller_request_refusal)) if value is not default}
+            ("refusal_rule", refusal_rule, controller_request_refusal),
+            ("quorum_owner_class", quorum_owner_class, QuorumOwner)) if value is not default}
         self._next_payload_id = 1
         self.crashes = 0
-        self.controller.start(0)
+        if self.quorum is None:
+            self._controller.start(0)
+        else:
+            self.loop.run_until_complete(self._start_quorum())
+
+    async def _start_quorum(self) -> None:
+        for controller in self.quorum.values():
+            controller.start(0)
+
+    @property
+    def controller(self) -> SimController:
+        """The controller whose image the checks read: the one controller, or the quorum
+        controller that applied the most (every applied image is committed state)."""
+        if self.quorum is None:
+            return self._controller
+        return max(self.quorum.values(), key=lambda c: c.applied_offset)
+
+    @property
+    def controllers(self) -> list[SimController]:
+        return [self._controller] if self.quorum is None else list(self.quorum.values())
 
     # ------------------------------------------------------------------ hooks for brokers
 
@@ -294,21 +375,51 @@ class Simulation:
         end_ms = cfg.chaos_ms + cfg.settle_ms
         try:
             while self.now_ms < end_ms:
-                self.step(chaos=self.now_ms < cfg.chaos_ms)
+                chaos = self.now_ms < cfg.chaos_ms
+                if not chaos and self._committed_at_chaos_end < 0:
+                    self._committed_at_chaos_end = len(self.quorum_checker.committed)
+                self.step(chaos=chaos)
             self.check_converged()
-        except InvariantViolation as e:
-            raise SimulationFailure(self._failure_text(str(e))) from None
+        except ProductInvariantViolation as e:
+            # The quorum's checks (raft_cluster.RaftChecker, the owner, MetadataApplication)
+            # raise the product's type, without the seed and time the checker's names.
+            text = (str(e) if isinstance(e, InvariantViolation)
+                    else f"seed {self.seed} at {self.now_ms} ms: {e}")
+            raise SimulationFailure(self._failure_text(text)) from None
+        finally:
+            self._close_loop()
         counters = sum((b.counters for b in self.brokers.values()), Counter())
-        counters.update(self.controller.counters)
+        for controller in self.controllers:
+            counters.update(controller.counters)
+        if self.quorum is not None:
+            counters["quorum: metadata entries committed"] = len(self.quorum_checker.committed)
+            counters["quorum: epochs with an active controller"] = len(
+                self.quorum_checker.active_of_epoch)
+            counters["quorum: controller cuts"] = self._controller_cuts
+        metadata_write_failures = (self.metadata_log.failed_appends if self.quorum is None else
+                                   sum(c.disk.failed_writes for c in self.quorum.values()))
         return SimResult(self.seed, cfg, self.now_ms, self.steps, self.checker.stats.acked,
-                         self.checker.stats.committed_batches, self.controller.leader_changes,
+                         self.checker.stats.committed_batches,
+                         sum(c.leader_changes for c in self.controllers),
                          self.checker.stats.leaderships, self.crashes,
-                         self.controller.crashes, self.metadata_log.failed_appends,
+                         sum(c.crashes for c in self.controllers), metadata_write_failures,
                          len({topic_id for topic_id, _ in self.checker.committed}),
                          self.checker.stats.excused_losses,
                          self.network.sent, self.network.dropped, dict(counters))
 
+    def _close_loop(self) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        for controller in self.quorum.values():
+            controller.end_of_run()  # cancels its owner's tasks
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+
     def step(self, *, chaos: bool) -> None:
+        if self.loop is not None:
+            self.loop.run_until_complete(self._quorum_step(chaos=chaos))
+            return
         cfg = self.config
         self.now_ms += cfg.step_ms
         self.steps += 1
@@ -318,21 +429,29 @@ class Simulation:
             action()
         for envelope in self.network.deliverable(now):
             if envelope.dst == CONTROLLER:
-                self.controller.handle(envelope.src, envelope.message, now)
-            elif envelope.dst == ADMIN:
-                self._admin_answer(envelope.message, now)
-            elif envelope.dst >= CLIENT_BASE:
-                self._producer_response(envelope.dst, envelope.message)
+                self._controller.handle(envelope.src, envelope.message, now)
             else:
-                broker = self.brokers[envelope.dst]
-                if broker.alive:
-                    broker.handle(envelope.src, envelope.message, now)
-        if self.controller.state == DOWN and now >= self._controller_restart_at_ms:
+                self._deliver(envelope, now)
+        if self._controller.state == DOWN and now >= self._controller_restart_at_ms:
             self._controller_restart_at_ms = math.inf
-            self.controller.start(now)
+            self._controller.start(now)
             self._after_controller_call(now)
-        self.controller.tick(now)
+        self._controller.tick(now)
         self._after_controller_call(now)
+        self._brokers_and_clients(now, chaos=chaos)
+        self.checker.check_step(now)
+
+    def _deliver(self, envelope, now: int) -> None:
+        if envelope.dst == ADMIN:
+            self._admin_answer(envelope.message, now)
+        elif envelope.dst >= CLIENT_BASE:
+            self._producer_response(envelope.dst, envelope.message)
+        else:
+            broker = self.brokers[envelope.dst]
+            if broker.alive:
+                broker.handle(envelope.src, envelope.message, now)
+
+    def _brokers_and_clients(self, now: int, *, chaos: bool) -> None:
         for broker in self.brokers.values():
             if broker.alive:
                 broker.tick(now)
@@ -342,9 +461,59 @@ class Simulation:
         else:
             self._heal(now)
         self._admin(now, chaos=chaos)
+
+    async def _quorum_step(self, *, chaos: bool) -> None:
+        """A step with a quorum of controllers, inside the event loop their owners run on:
+        the same order as ``step``; at its end the loop runs until its commands are idle."""
+        assert self.quorum is not None
+        self.now_ms += self.config.step_ms
+        self.steps += 1
+        now = self.now_ms
+        while self._scheduled and self._scheduled[0][0] <= now:
+            _, _, action = heapq.heappop(self._scheduled)
+            action()
+        for envelope in self.network.deliverable(now):
+            if envelope.dst < 0:
+                self.quorum[-envelope.dst].handle(envelope.src, envelope.message, now)
+            else:
+                self._deliver(envelope, now)
+        for node_id, controller in self.quorum.items():
+            if controller.state == DOWN and now >= self._quorum_restart_at_ms.get(node_id,
+                                                                                 math.inf):
+                del self._quorum_restart_at_ms[node_id]
+                controller.start(now)
+            controller.tick(now)
+        self._brokers_and_clients(now, chaos=chaos)
+        for _ in range(SETTLE_ROUNDS):
+            await asyncio.sleep(0)
+        if self._loop_errors:
+            error = self._loop_errors[0]
+            if isinstance(error, ProductInvariantViolation):
+                raise error
+            raise ProductInvariantViolation(f"the controllers' event loop: {error!r}") from error
+        for node_id, controller in self.quorum.items():
+            while controller.activated_epochs:
+                epoch = controller.activated_epochs.pop(0)
+                if epoch != controller.active_epoch and controller.state == RUNNING:
+                    raise ProductInvariantViolation(
+                        f"controller {node_id} became active with controller epoch {epoch} "
+                        f"in its image, not its Raft epoch {controller.active_epoch}: its "
+                        f"start records had not committed")
+                self.quorum_checker.on_active(node_id, epoch)
+            owner = controller.quorum_owner
+            if owner is not None and owner.failure is not None:
+                raise ProductInvariantViolation(f"controller {node_id}'s owner failed: "
+                                                f"{owner.failure!r}")
+            if controller.active_epoch:  # one active controller per epoch, at every step
+                self.quorum_checker.on_active(node_id, controller.active_epoch)
+            if controller.state == DOWN and node_id not in self._quorum_restart_at_ms:
+                self._quorum_restart_at_ms[node_id] = now + self.rng.randint(
+                    *self.config.controller_restart_delay_ms)
         self.checker.check_step(now)
 
     def check_converged(self) -> None:
+        if self.quorum is not None:
+            self._check_quorum_converged()
         if self.admin.state != "exists":
             self.checker.fail(self.now_ms, f"topic {TOPIC} was not created again after settling "
                                            f"(admin: {self.admin.state})")
@@ -415,10 +584,12 @@ class Simulation:
             broker_id = self.rng.choice(list(self.brokers))
             kind = self.rng.choice(["isolate", "controller", "peer"])
             if kind == "isolate":
-                others = [CONTROLLER, *self.brokers, *(p.client_id for p in self.producers)]
+                others = [*self.controller_addresses.values(), *self.brokers,
+                          *(p.client_id for p in self.producers)]
                 self.network.isolate(broker_id, others, now_ms + duration)
             elif kind == "controller":
-                self.network.cut(broker_id, CONTROLLER, now_ms + duration)
+                self.network.cut(broker_id, self.brokers[broker_id].controller_address,
+                                 now_ms + duration)
             else:
                 peer = self.rng.choice([b for b in self.brokers if b != broker_id])
                 self.network.cut(broker_id, peer, now_ms + duration)
@@ -427,11 +598,13 @@ class Simulation:
                 and self.rng.random() < cfg.controller_to_broker_cut_per_s * step_s):
             duration = self.rng.randint(*cfg.cut_duration_ms)
             broker_id = self.rng.choice(list(self.brokers))
-            self.network.cut_one_way(CONTROLLER, broker_id, now_ms + duration)
+            self.network.cut_one_way(self.brokers[broker_id].controller_address, broker_id,
+                                     now_ms + duration)
             self.trace(now_ms, f"network: the controller's messages to broker {broker_id} are "
                                f"lost for {duration} ms")
-        controller = self.controller
-        if controller.state == RUNNING:
+        if self.quorum is not None:
+            self._quorum_faults(now_ms)
+        elif self._controller.state == RUNNING:
             if self.rng.random() < cfg.controller_crash_per_s * step_s:
                 self._crash_controller(now_ms)
             elif (self.rng.random() < cfg.metadata_write_failure_per_s * step_s
@@ -444,13 +617,60 @@ class Simulation:
             self.admin.state = "delete"
             self.admin.next_try_ms = now_ms
 
+    _controller_cuts = 0
+
+    def _check_quorum_converged(self) -> None:
+        """After settling: every controller runs, exactly one is active, and each applied
+        every metadata record committed by the end of the faults (none was lost)."""
+        assert self.quorum is not None
+        down = [i for i, c in self.quorum.items() if c.state != RUNNING]
+        if down:
+            self.checker.fail(self.now_ms, f"controllers {down} are not running after settling")
+        active = [i for i, c in self.quorum.items() if c.active_epoch]
+        if len(active) != 1:
+            self.checker.fail(self.now_ms, f"{len(active)} active controllers after settling: "
+                                           f"{active}")
+        behind = {i: c.applied_offset for i, c in self.quorum.items()
+                  if c.applied_offset < self._committed_at_chaos_end}
+        if behind:
+            self.checker.fail(self.now_ms, f"controllers {behind} did not apply the "
+                                           f"{self._committed_at_chaos_end} metadata entries "
+                                           f"committed during the faults")
+
+    def _quorum_faults(self, now_ms: int) -> None:
+        """Each controller crashes, or its next Raft write fails; one is cut off from
+        everything (as SIGSTOP) or from the other controllers only."""
+        assert self.quorum is not None
+        cfg = self.config
+        step_s = cfg.step_ms / 1000
+        for node_id, controller in self.quorum.items():
+            if controller.state == RUNNING and (
+                    self.rng.random() < cfg.controller_crash_per_s * step_s):
+                controller.crash(now_ms)
+            if (self.rng.random() < cfg.metadata_write_failure_per_s * step_s
+                    and not controller.disk.fail_next_write):
+                self.trace(now_ms, f"controller {node_id}: its disk is full: the next raft "
+                                   f"write fails")
+                controller.disk.fail_next_write = True
+        if cfg.controller_cut_per_s and self.rng.random() < cfg.controller_cut_per_s * step_s:
+            node_id = self.rng.choice(list(self.quorum))
+            duration = self.rng.randint(*cfg.cut_duration_ms)
+            kind = self.rng.choice(["isolate", "quorum"])
+            others = [controller_address(i) for i in self.quorum]
+            if kind == "isolate":
+                others += [ADMIN, *self.brokers]
+            self.network.isolate(controller_address(node_id), others, now_ms + duration)
+            self._controller_cuts += 1
+            self.trace(now_ms, f"network: cut controller {node_id} off ({kind}) for "
+                               f"{duration} ms")
+
     def _crash_controller(self, now_ms: int) -> None:
-        self.controller.crash(now_ms)
+        self._controller.crash(now_ms)
         self._after_controller_call(now_ms)
 
     def _after_controller_call(self, now_ms: int) -> None:
         """A controller that went down (crash, failed write, graceful stop) restarts later."""
-        if self.controller.state == DOWN and self._controller_restart_at_ms == math.inf:
+        if self._controller.state == DOWN and self._controller_restart_at_ms == math.inf:
             self._controller_restart_at_ms = now_ms + self.rng.randint(
                 *self.config.controller_restart_delay_ms)
 
@@ -460,8 +680,8 @@ class Simulation:
         batches_before = {tp: (log.topic_id, list(log.batches)) for tp, log in broker.logs.items()}
         broker.crash(now_ms, lose_unflushed=lose_unflushed, keep_offset=keep_offset)
         # Its kernel closes the heartbeat stream's connection (lost if the link is cut).
-        self.network.send(broker.broker_id, CONTROLLER,
-                          HeartbeatStreamClosed(broker.broker_id, broker.incarnation), now_ms)
+        self.network.send(broker.broker_id, broker.controller_address,
+                          HeartbeatStreamClosed(broker.broker_id, broker.heartbeat_stream), now_ms)
         self.checker.crashed(broker, batches_before, now_ms)
         if restart_after_ms is None:
             restart_after_ms = self.rng.randint(*self.config.restart_delay_ms)
@@ -479,7 +699,12 @@ class Simulation:
         self.metadata_log.fail_next_append = False
         for broker in self.brokers.values():
             broker.heal_disk()
-        if self.controller.state == DOWN and self._controller_restart_at_ms > now_ms:
+        if self.quorum is not None:
+            for node_id, controller in self.quorum.items():
+                controller.disk.fail_next_write = False
+                if controller.state == DOWN:
+                    self._quorum_restart_at_ms[node_id] = now_ms  # restarted at the next step
+        elif self._controller.state == DOWN and self._controller_restart_at_ms > now_ms:
             self._controller_restart_at_ms = now_ms  # restarted at the next step
         for broker in self.brokers.values():
             if not broker.alive:
@@ -495,6 +720,8 @@ class Simulation:
         if admin.state not in ("create", "delete") or now_ms < admin.next_try_ms:
             return
         admin.next_try_ms = now_ms + self.config.admin_retry_ms
+        if self.quorum is not None and admin.last_call_id in admin.calls:
+            admin.controller_choice.on_unavailable()  # the last try went unanswered
         if admin.state == "create":
             request = pb.CreateTopicsRequest(topics=[pb.CreatableTopic(
                 name=TOPIC, num_partitions=self.config.partition_count,
@@ -503,11 +730,16 @@ class Simulation:
             request = pb.DeleteTopicsRequest(names=[TOPIC])
         admin.next_call_id += 1
         admin.calls[admin.next_call_id] = admin.state
-        self.network.send(ADMIN, CONTROLLER, ControllerCall(admin.next_call_id, request), now_ms)
+        admin.last_call_id = admin.next_call_id
+        address = self.controller_addresses[admin.controller_choice.current_id]
+        self.network.send(ADMIN, address, ControllerCall(admin.next_call_id, request), now_ms)
 
     def _admin_answer(self, message: ControllerAnswer, now_ms: int) -> None:
         admin = self.admin
         sent_in = admin.calls.pop(message.call_id, None)
+        if message.not_controller:
+            admin.controller_choice.on_unavailable(message.leader_hint)
+            return
         if sent_in != admin.state:
             return  # an answer to a call of an earlier step of the cycle
         code = message.response.topics[0].error_code
@@ -565,7 +797,8 @@ class Simulation:
 
     def isolate(self, broker_id: int, duration_ms: int) -> None:
         """Cut a broker off from every node (as SIGSTOP does: it sends and answers nothing)."""
-        others = [CONTROLLER, ADMIN, *self.brokers, *(p.client_id for p in self.producers)]
+        others = [*self.controller_addresses.values(), ADMIN, *self.brokers,
+                  *(p.client_id for p in self.producers)]
         self.network.isolate(broker_id, others, self.now_ms + duration_ms)
         self.trace(self.now_ms, f"network: isolate {broker_id} for {duration_ms} ms")
 
@@ -593,6 +826,10 @@ class Simulation:
         variant = self._variants
         if self.config == SimConfig.for_seed(self.seed) and not self._scripted and not variant:
             how = f"cd tests && ../.venv/bin/python -m sim.run --seed {self.seed} --verbose"
+        elif (self.config == SimConfig.quorum_for_seed(self.seed, self.config.controllers)
+              and not self._scripted and not variant):
+            how = (f"cd tests && ../.venv/bin/python -m sim.run --controllers "
+                   f"{self.config.controllers} --seed {self.seed} --verbose")
         else:
             how = (f"Simulation({self.seed}, <the config below>"
                    + "".join(f", {k}={v}" for k, v in variant.items())

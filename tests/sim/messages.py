@@ -35,6 +35,10 @@ class ControllerCall:
 class ControllerAnswer:
     call_id: int
     response: Any
+    # A standby of a quorum: NOT_CONTROLLER (gRPC UNAVAILABLE), naming the leader (-1: none
+    # known) as the trailing metadata does.
+    not_controller: bool = False
+    leader_hint: int = -1
 
 
 @dataclass(frozen=True)

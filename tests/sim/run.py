@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 
-from .cluster import Simulation, SimulationFailure
+from .cluster import SimConfig, Simulation, SimulationFailure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seed to run (repeatable); default: --first/--count")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--controllers", type=int, default=1,
+                        help="controllers: 1 (the JSON metadata log) or a quorum (3: the "
+                             "product's QuorumOwner and Raft, with the quorum's faults)")
     parser.add_argument("--verbose", action="store_true", help="print the trace as it happens")
     parser.add_argument("--counters", action="store_true",
                         help="print the decision paths taken, summed over the seeds")
@@ -43,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         started = time.perf_counter()
         try:
-            r = Simulation(seed, verbose=args.verbose).run()
+            config = (SimConfig.for_seed(seed) if args.controllers == 1
+                      else SimConfig.quorum_for_seed(seed, args.controllers))
+            r = Simulation(seed, config, verbose=args.verbose).run()
         except SimulationFailure as e:
             failed += 1
             print(f"{seed:>6} FAILED\n{e}")

@@ -41,6 +41,7 @@ from tidewater.broker.controller_link.alter_partition import (
     answer_to_core,
     corrupt_replica_item,
 )
+from tidewater.broker.controller_link.controller_choice import ControllerChoice
 from tidewater.broker.controller_link.registration import Registration
 from tidewater.broker.replicas.cluster_identity import ClusterIdentity
 from tidewater.broker.replicas.control import ControlRequests, RefusalRule
@@ -78,6 +79,7 @@ from .messages import (
     ControllerCall,
     Fetch,
     FetchResponse,
+    HeartbeatStreamClosed,
     OffsetForLeaderEpoch,
     OffsetForLeaderEpochResponse,
     Produce,
@@ -87,6 +89,9 @@ from .messages import (
 from .network import CONTROLLER, Network
 from .sim_log import DiskFaults, SimLog, SimRecords
 
+# controller_link/channel.py's RETRY_BACKOFF_S: a registration a standby refused is sent
+# again (to the leader it named) after this.
+RETRY_BACKOFF_MS = 200
 IdentityRule = Callable[..., IdentityAction]  # topic_identity.log_identity_action's shape
 
 
@@ -260,8 +265,12 @@ class SimBroker:
                  config: BrokerConfig, hooks: Any, *,
                  replica_class: type[ReplicaState] = ReplicaState,
                  identity_rule: Any = log_identity_action,
-                 refusal_rule: RefusalRule = controller_request_refusal):
+                 refusal_rule: RefusalRule = controller_request_refusal,
+                 controllers: dict[int, int] | None = None):
         self.broker_id = broker_id
+        # The controllers' node ids and their network addresses (one controller: its id
+        # is not known, as ``--controller HOST:PORT`` without ``ID@``).
+        self.controllers = controllers or {-1: CONTROLLER}
         self.network = network
         self.rng = rng
         self.config = config
@@ -292,6 +301,10 @@ class SimBroker:
         """A new process over the disk: no partition until a LeaderAndIsr names it."""
         self.now_ms = now_ms
         self.registration = Registration(session_timeout_ms=self.config.session_timeout_ms)
+        # Which controller gets the calls: the product's rules (ControllerChannel's).
+        self.controller_choice = ControllerChoice(list(self.controllers))
+        self.heartbeat_stream = self.incarnation  # moves to another controller: a new one
+        self._heartbeat_answered_ms = now_ms
         self.registering = True
         self.partitions: dict[TopicPartition, Partition] = {}
         self.transport: dict[TopicPartition, Transport] = {}
@@ -319,7 +332,10 @@ class SimBroker:
             control_token=lambda: self.registration.control_token,
             cluster_identity=ClusterIdentity(SimMetaProperties(self.disk), self.broker_id),
             mono_ms=self._now, wall_ms=self._now, **self.control_rules)
-        self._next_request_id = 1
+        self.control.on_new_controller = self._follow_active
+        # Ids of this process's calls: an answer to a previous process's call never
+        # reaches this one (gRPC: that connection died with it), however late it comes.
+        self._next_request_id = 1 + self.incarnation * 1_000_000
         self._next_waiter_id = 1
         self._next_heartbeat_ms = now_ms
         self._next_register_ms = now_ms
@@ -389,6 +405,9 @@ class SimBroker:
         config = self.config
         if self.registering:
             if now_ms >= self._next_register_ms:
+                if self._register_call in self._calls:
+                    # The last attempt went unanswered (DEADLINE_EXCEEDED): ask the next one.
+                    self._controller_unavailable(-1)
                 self._next_register_ms = now_ms + config.request_timeout_ms
                 self.registration.begin()
                 self._register_call = self._call(pb.RegisterBrokerRequest(
@@ -397,8 +416,15 @@ class SimBroker:
                                            port=9092)]), ("register",))
         elif now_ms >= self._next_heartbeat_ms:
             self._next_heartbeat_ms = now_ms + config.heartbeat_interval_ms
+            if (len(self.controllers) > 1 and now_ms - self._heartbeat_answered_ms
+                    > 2 * config.session_timeout_ms):
+                # ControllerChannel's heartbeat_timeout_s: a controller that answers nothing
+                # for that long may be cut off.
+                self._heartbeat_answered_ms = now_ms
+                self._controller_unavailable(-1)
             self._call(self.registration.heartbeat_request(self.broker_id),
-                       ("heartbeat", self.registration.broker_epoch), stream=self.incarnation)
+                       ("heartbeat", self.registration.broker_epoch),
+                       stream=self.heartbeat_stream)
         if now_ms >= self._next_flush_ms:
             self._next_flush_ms = now_ms + self.flush_interval_ms
             for log in self.logs.values():
@@ -488,15 +514,54 @@ class SimBroker:
 
     # -- the controller link (broker/controller_link/)
 
+    @property
+    def controller_address(self) -> int:
+        """The network address of the controller this broker's calls go to now."""
+        return self.controllers[self.controller_choice.current_id]
+
     def _call(self, request: Any, what: tuple, *, stream: int = -1) -> int:
         call_id = self._request_id()
         self._calls[call_id] = what
-        self._send(CONTROLLER, ControllerCall(call_id, request, stream))
+        self._send(self.controller_address, ControllerCall(call_id, request, stream))
         return call_id
+
+    def _controller_unavailable(self, leader_hint: int) -> None:
+        old = self.controller_address
+        if self.controller_choice.on_unavailable(leader_hint):
+            self._moved_from(old)
+
+    def _follow_active(self, controller_id: int, controller_epoch: int) -> None:
+        """``ControlRequests.on_new_controller``: ``ControllerChannel.follow_active``."""
+        old = self.controller_address
+        if self.controller_choice.follow_active(controller_id):
+            self.trace(f"controller {controller_id} is active (controller epoch "
+                       f"{controller_epoch}): heartbeats move there")
+            self._moved_from(old)
+
+    def _moved_from(self, old_address: int) -> None:
+        """The heartbeat stream to the old controller is dropped (the gRPC cancel reaches
+        it as the stream's end); the next heartbeat opens one to the new controller."""
+        self.counters["controller moved"] += 1
+        self._send(old_address, HeartbeatStreamClosed(self.broker_id, self.heartbeat_stream))
+        self.heartbeat_stream += 1000
+        self._heartbeat_answered_ms = self.now_ms
 
     def _on_controller_answer(self, message: ControllerAnswer, now_ms: int) -> None:
         what = self._calls.pop(message.call_id, None)
         if what is None:
+            return
+        if message.not_controller:
+            self.counters["NOT_CONTROLLER answered"] += 1
+            self._controller_unavailable(message.leader_hint)
+            if what[0] == "register" and message.call_id == self._register_call:
+                self._next_register_ms = min(self._next_register_ms, now_ms + RETRY_BACKOFF_MS)
+            elif what[0] in ("alter", "corrupt"):
+                kind, partition = what
+                transport = self.transport.get(partition.tp)
+                if (transport is not None and transport.partition is partition
+                        and message.call_id in transport.calls):
+                    core_id = transport.calls.pop(message.call_id)[2]
+                    self._answer_core(partition, kind, core_id, ())
             return
         response = message.response
         if what[0] == "register":
@@ -510,6 +575,7 @@ class SimBroker:
         elif what[0] == "heartbeat":
             if what[1] != self.registration.broker_epoch or self.registering:
                 return
+            self._heartbeat_answered_ms = now_ms
             if self.registration.on_heartbeat_answer(response, now_ms):
                 self.trace(f"heartbeat answered {pb.ErrorCode.Name(response.error_code)} "
                            f"fenced={response.is_fenced}: registering again")

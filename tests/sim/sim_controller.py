@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.election import PartitionRecord
@@ -110,7 +111,7 @@ class SimSender:
             return
         call_id = controller.next_call_id()
         self.inflight = _InFlight(call_id, outgoing, now_ms)
-        controller.network.send(CONTROLLER, self.broker_id,
+        controller.network.send(controller.address, self.broker_id,
                                 BrokerCall(call_id, controller.run_id, outgoing.request), now_ms)
 
     def on_answer(self, call_id: int, response, now_ms: int) -> None:
@@ -151,6 +152,8 @@ class SimController:
         self.trace = trace
         self.owner_class = owner_class
         self.graceful_stop_ms = graceful_stop_ms
+        self.address = CONTROLLER  # its node on the network
+        self.name = "controller"  # in the trace
         self.state = DOWN
         self.run_id = 0  # controller processes started
         self.machine: ControllerStateMachine | None = None
@@ -242,12 +245,16 @@ class SimController:
         self._stream_bound.clear()
         self._view = self.metadata_log.durable_image()
 
-    def _command(self, command):
-        """``owner.run_now``; None when the process cannot answer (gRPC's UNAVAILABLE)."""
+    def _command(self, command, on_result: Callable[[Any], None] | None = None):
+        """``owner.run_now``; None when the process cannot answer (gRPC's UNAVAILABLE).
+        ``on_result`` gets a result that is not None (a quorum's owner answers later)."""
         if self.state != RUNNING:
             return None
         try:
-            return self.owner.run_now(command)
+            result = self.owner.run_now(command)
+            if on_result is not None and result is not None:
+                on_result(result)
+            return result
         except (ImageAheadOfDiskError, OwnerStoppedError) as e:
             if self.state == RUNNING:
                 # The owner failed and nothing stopped the process: the supervisor's fail
@@ -281,27 +288,45 @@ class SimController:
             raise TypeError(f"controller cannot handle {message!r}")
         request = message.request
         machine = self.machine
+        call_id = message.call_id
+
+        def answer(response) -> None:
+            self.network.send(self.address, src, ControllerAnswer(call_id, response),
+                              self.clock_ms())
+
         if isinstance(request, pb.BrokerHeartbeatRequest):
             stream_id = self._streams.get((src, message.stream))
             if stream_id is None:  # the first heartbeat opens the stream
                 self._next_stream_id += 1
                 stream_id = self._streams[(src, message.stream)] = self._next_stream_id
-            response = self._command(lambda tx, now: machine.broker_heartbeat(
-                tx, now, request, stream_id))
-            if response is not None and response.error_code == pb.NONE:
-                self._stream_bound[stream_id] = (request.broker_id, request.broker_epoch)
+
+            def heartbeat_answered(response) -> None:
+                if response.error_code == pb.NONE and self._streams.get(
+                        (src, message.stream)) == stream_id:
+                    self._stream_bound[stream_id] = (request.broker_id, request.broker_epoch)
+                answer(response)
+
+            self._command(lambda tx, now: machine.broker_heartbeat(tx, now, request, stream_id),
+                          self._answered_by(src, call_id, heartbeat_answered))
         elif isinstance(request, pb.RegisterBrokerRequest):
-            response = self._command(lambda tx, now: machine.register_broker(tx, now, request))
+            self._command(lambda tx, now: machine.register_broker(tx, now, request),
+                          self._answered_by(src, call_id, answer))
         elif isinstance(request, pb.AlterPartitionRequest):
-            response = self._command(lambda tx, now: machine.alter_partition(tx, now, request))
+            self._command(lambda tx, now: machine.alter_partition(tx, now, request),
+                          self._answered_by(src, call_id, answer))
         elif isinstance(request, pb.CreateTopicsRequest):
-            response = self._command(lambda tx, now: machine.create_topics(tx, now, request))
+            self._command(lambda tx, now: machine.create_topics(tx, now, request),
+                          self._answered_by(src, call_id, answer))
         elif isinstance(request, pb.DeleteTopicsRequest):
-            response = self._command(lambda tx, now: machine.delete_topics(tx, now, request))
+            self._command(lambda tx, now: machine.delete_topics(tx, now, request),
+                          self._answered_by(src, call_id, answer))
         else:
             raise TypeError(f"controller cannot handle {request!r}")
-        if response is not None:
-            self.network.send(CONTROLLER, src, ControllerAnswer(message.call_id, response), now_ms)
+
+    def _answered_by(self, src: int, call_id: int, answer: Callable[[Any], None]
+                     ) -> Callable[[Any], None]:
+        """The callback that answers a call (a quorum controller adds NOT_CONTROLLER)."""
+        return answer
 
     def _on_stream_closed(self, message: HeartbeatStreamClosed) -> None:
         stream_id = self._streams.pop((message.broker_id, message.stream), None)
@@ -351,7 +376,7 @@ class SimController:
                 self._trace_change(TopicPartition(*tp), p, now_ms)
 
     def _drop_sender(self, broker_id: int) -> None:
-        self.trace(self.clock_ms(), f"controller: broker {broker_id} fenced")
+        self.trace(self.clock_ms(), f"{self.name}: broker {broker_id} fenced")
         self.senders.pop(broker_id, None)
 
     def _ensure_sender(self, broker_id: int) -> SimSender | None:
@@ -360,9 +385,9 @@ class SimController:
             return None
         sender = self.senders.get(broker_id)
         if sender is None or sender.broker_epoch != broker.broker_epoch:
-            self.trace(self.clock_ms(), f"controller: broker {broker_id} registered with epoch "
+            self.trace(self.clock_ms(), f"{self.name}: broker {broker_id} registered with epoch "
                                         f"{broker.broker_epoch}" if sender is None else
-                                        f"controller: broker {broker_id} now epoch "
+                                        f"{self.name}: broker {broker_id} now epoch "
                                         f"{broker.broker_epoch}")
             sender = self.senders[broker_id] = SimSender(self, broker_id, broker.broker_epoch)
         return sender
@@ -372,6 +397,6 @@ class SimController:
         self._traced[tp] = p
         if old is not None and old.topic_id != p.topic_id:
             old = None
-        self.trace(now_ms, f"controller: {tp[0]}-{tp[1]} leader "
+        self.trace(now_ms, f"{self.name}: {tp[0]}-{tp[1]} leader "
                            f"{old.leader if old else '(new)'}->{p.leader} epoch {p.leader_epoch} "
                            f"ISR {p.isr} pe {p.partition_epoch}")
