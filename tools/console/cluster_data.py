@@ -10,6 +10,12 @@ controller quorum as its leader describes it (DescribeQuorum, Kafka key 55,
 through a broker: ``tide quorum describe``'s answer), or why it could not be had:
 the overview shows leader, epoch, high watermark and each voter's log end and lag.
 
+A snapshot is DescribeCluster, and meanwhile (in a small pool: the page waits for the
+slowest call, not for their sum) DescribeQuorum and every broker's DescribeReplicas of
+all topics, asked of the brokers up at the last snapshot (again, after DescribeCluster,
+if one came up since). The topic page asks DescribeTopicConfigs meanwhile too, and
+turns only the shown page of partitions (``paging.PartitionPage``) into rows.
+
 The clients are synchronous; the application calls these methods in worker threads
 (Starlette's threadpool). ``AdminClient`` is safe to share between threads; the
 group admin's consumer is not, so its calls go one at a time under a lock.
