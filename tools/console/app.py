@@ -164,16 +164,15 @@ class Console:
                 browse_error = str(e) or type(e).__name__
             else:  # read while the topic is described: the page waits for the slower
                 reading = asyncio.ensure_future(self._read_records(name, query))
+        page = None
         try:
             detail = await run_in_threadpool(self.data.topic, name, page_index, per_page,
                                              showing)
         except UnknownTopic:
-            if reading is not None:
-                await reading
             return self.error(request, f"no topic {name!r}", 404)
-        page = None
-        if reading is not None:
-            page, browse_error = await reading
+        finally:  # never left running unawaited, whatever the description raised
+            if reading is not None:
+                page, browse_error = await reading
         return self.page(request, "topic.html", {
             "title": f"Topic {name}", "t": detail, "rate": self.metrics.topic_rates().get(name),
             "form": form, "page": page, "default_per_page": PARTITIONS_PER_PAGE,
