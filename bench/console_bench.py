@@ -14,7 +14,9 @@ and every broker's DescribeReplicas), as a user's first look does.
 Columns: ``server ms``: an HTTP GET until the whole page is read (median and max of
 the runs); ``KiB``: the page's HTML; ``browser ms``: headless Chromium (Debian's,
 through Selenium), from navigation start to the load event (median), for a page as
-a person opens it (skipped with ``--no-browser`` or without chromium-driver).
+a person opens it (skipped with ``--no-browser`` or without chromium-driver), and of
+that the part after the response's end (the browser's own parsing, layout and
+scripts, which the server's speed does not change) and the page's element count.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def pages(partitions: int) -> list[tuple[str, str]]:
         ("overview: live brokers fragment", "/fragments/brokers"),
         ("topics", "/topics"),
         (f"topic ({partitions} partitions)", f"/topics/{TOPIC}"),
+        (f"topic, all {partitions} on one page", f"/topics/{TOPIC}?per_page={partitions}"),
         ("topic + record browser, newest 20", f"/topics/{TOPIC}?partition={middle}"
                                               "&mode=newest&limit=20&format=json"),
         ("groups", "/groups"),
@@ -171,10 +174,15 @@ def browser_driver():  # type: ignore[no-untyped-def]
     return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
 
 
-def browser_load_ms(driver, url: str) -> float:  # type: ignore[no-untyped-def]
+def browser_load_ms(driver, url: str) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
+    """Navigation start to the load event; the response's end to the load event (the
+    browser's own work: parsing, style, layout, scripts); the page's element count."""
     driver.get(url)
-    return float(driver.execute_script(
-        "const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd"))
+    load, own, elements = driver.execute_script(
+        "const n = performance.getEntriesByType('navigation')[0];"
+        "return [n.loadEventEnd, n.loadEventEnd - n.responseEnd,"
+        " document.getElementsByTagName('*').length]")
+    return float(load), float(own), int(elements)
 
 
 def main() -> int:
@@ -205,15 +213,17 @@ def main() -> int:
                 time.sleep(1.2)
                 ms, size = http_get_ms(url + path)
                 server.append(ms)
-            shown = "-"
+            shown = own = elements = "-"
             if driver is not None:
                 loads = []
                 for _ in range(args.runs):
                     time.sleep(1.2)
                     loads.append(browser_load_ms(driver, url + path))
-                shown = f"{statistics.median(loads):.0f}"
+                shown = f"{statistics.median(m[0] for m in loads):.0f}"
+                own = f"{statistics.median(m[1] for m in loads):.0f}"
+                elements = str(loads[-1][2])
             rows.append([name, f"{statistics.median(server):.0f}", f"{max(server):.0f}",
-                         f"{size / 1024:.0f}", shown])
+                         f"{size / 1024:.0f}", shown, own, elements])
             print(f"  {name}: {rows[-1][1:]}", file=sys.stderr)
         machine = machine_description()
         print(f"tide console, {args.partitions} partitions of {TOPIC} (RF 3) + 50 of "
@@ -221,7 +231,8 @@ def main() -> int:
               "snapshot cache")
         print(f"machine: {machine}")
         print(format_table(["page", "server ms (median)", "server ms (max)", "KiB",
-                            "browser ms to load (median)"], rows))
+                            "browser ms to load (median)", "of which after the response",
+                            "elements"], rows))
     finally:
         if driver is not None:
             driver.quit()

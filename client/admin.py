@@ -337,12 +337,25 @@ class AdminClient:
             out.append(TopicDescriptionInfo(t.name, t.configs, tuple(parts), t.topic_id))
         return out
 
-    def describe_replicas(self, topics: list[str]) -> dict[tuple[str, int, int], ReplicaState]:
-        """(topic, partition, broker) -> ReplicaState, from every broker that answers."""
-        snap = self.metadata.refresh()
+    def describe_replicas(self, topics: list[str], broker_ids: Iterable[int] | None = None
+                          ) -> dict[tuple[str, int, int], ReplicaState]:
+        """(topic, partition, broker) -> ReplicaState, from every broker that answers.
+
+        ``broker_ids``: the brokers the caller knows are up (DescribeCluster's unfenced
+        ones); when the cached metadata (younger than metadata_max_age_ms) has an
+        address for each, its brokers are asked without a Metadata request first
+        (which, from an admin client tracking no topics, describes every partition of
+        the cluster: at 1,000 partitions a quarter of the console's snapshot). A broker that does not answer marks the
+        metadata stale, so the next call asks afresh (it may have moved)."""
+        cached = self.metadata.fresh_snapshot()
+        if (cached is not None and broker_ids is not None
+                and set(broker_ids) <= cached.brokers.keys()):
+            brokers = cached.brokers
+        else:
+            brokers = self.metadata.refresh().brokers
         request = pb.DescribeReplicasRequest(topics=list(topics))
         calls = []
-        for broker_id, address in snap.brokers.items():
+        for broker_id, address in brokers.items():
             calls.append((broker_id, address, self.metadata.pool.broker(address).DescribeReplicas.future(
                 request, timeout=min(self.request_timeout_ms, REPLICA_STATE_TIMEOUT_MS) / 1000)))
         out: dict[tuple[str, int, int], ReplicaState] = {}
@@ -350,6 +363,7 @@ class AdminClient:
             try:
                 resp = call.result()
             except grpc.RpcError:
+                self.metadata.invalidate()
                 continue  # that broker's replicas stay unknown
             answering = resp.broker_id if resp.broker_id else broker_id
             for r in resp.replicas:

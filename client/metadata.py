@@ -261,6 +261,14 @@ class MetadataClient:
     def snapshot(self) -> ClusterMetadata | None:
         return self._snapshot
 
+    def fresh_snapshot(self) -> ClusterMetadata | None:
+        """The snapshot when neither stale nor older than metadata_max_age_ms, else None
+        (never asks the cluster)."""
+        snap = self._snapshot
+        if snap is None or self._stale or self.is_aged(snap):
+            return None
+        return snap
+
     def add_topics(self, topics: Iterable[str]) -> None:
         with self._lock:
             new = set(topics) - self._topics

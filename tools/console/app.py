@@ -13,6 +13,7 @@ whose ``Origin`` is another site is refused (a page elsewhere cannot drive the c
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import hmac
@@ -35,10 +36,14 @@ from tidewater.proto.errors import TidewaterError
 from tidewater.tools.console import charts
 from tidewater.tools.console.cluster_data import ClusterData, UnknownTopic
 from tidewater.tools.console.metrics import CHARTS, LagHistory, MetricsHistory
-from tidewater.tools.console.records import FORMATS, MODES, RecordQuery, RecordReader
+from tidewater.tools.console.paging import PARTITIONS_PER_PAGE
+from tidewater.tools.console.records import FORMATS, MODES, RecordPage, RecordQuery, RecordReader
 
 HERE = Path(__file__).resolve().parent
 LIVE_INTERVAL_MS = 2000
+# Above this many partitions the record browser asks for a partition's number instead
+# of listing them all: Chromium takes ~0.3 s to parse a list of 1,000 options.
+MOST_PARTITION_OPTIONS = 100
 # A topic config's source (cluster_data.ConfigRow.source) as the topic page words it.
 CONFIG_SOURCE_LABELS = {
     "topic": "set on the topic", "dynamic broker": "this broker's dynamic config",
@@ -136,16 +141,16 @@ class Console:
 
     async def topic(self, request: Request) -> Response:
         name = request.path_params["name"]
-        try:
-            detail = await run_in_threadpool(self.data.topic, name)
-        except UnknownTopic:
-            return self.error(request, f"no topic {name!r}", 404)
         params = request.query_params
+        page_index = int(params["page"]) if params.get("page") else None
+        per_page = int(params["per_page"]) if params.get("per_page") else None
+        # Reading a partition's records without a page asked: the page holding it.
+        showing = int(params["partition"]) if params.get("partition", "").isdigit() else None
         form = {"partition": params.get("partition", "0"), "mode": params.get("mode", "newest"),
                 "limit": params.get("limit", "20"), "offset": params.get("offset", "0"),
                 "timestamp": params.get("timestamp", ""), "key": params.get("key", ""),
                 "format": params.get("format", "text")}
-        page = None
+        reading = None
         browse_error = ""
         if "mode" in params:
             try:
@@ -155,13 +160,34 @@ class Console:
                     timestamp_ms=(parse_timestamp_ms(form["timestamp"])
                                   if form["mode"] == "timestamp" else 0),
                     key=form["key"] or None, fmt=form["format"])
-                page = await run_in_threadpool(self.records.read, name, query)
-            except (ValueError, LookupError, TidewaterError) as e:
+            except ValueError as e:
                 browse_error = str(e) or type(e).__name__
+            else:  # read while the topic is described: the page waits for the slower
+                reading = asyncio.ensure_future(self._read_records(name, query))
+        page = None
+        try:
+            detail = await run_in_threadpool(self.data.topic, name, page_index, per_page,
+                                             showing)
+        except UnknownTopic:
+            return self.error(request, f"no topic {name!r}", 404)
+        finally:  # never left running unawaited, whatever the description raised
+            if reading is not None:
+                page, browse_error = await reading
         return self.page(request, "topic.html", {
             "title": f"Topic {name}", "t": detail, "rate": self.metrics.topic_rates().get(name),
-            "form": form, "page": page,
+            "form": form, "page": page, "default_per_page": PARTITIONS_PER_PAGE,
+            "most_partition_options": MOST_PARTITION_OPTIONS,
+            # The query string the pager's links keep (the record browser's, a page size).
+            "keep_q": "".join(f"{quote(k, safe='')}={quote(v, safe='')}&"
+                              for k, v in params.multi_items() if k != "page"),
             "browse_error": browse_error, "modes": MODES, "formats": FORMATS})
+
+    async def _read_records(self, topic: str, query: RecordQuery) -> tuple[RecordPage | None, str]:
+        """The record browser's page, or why there is none."""
+        try:
+            return await run_in_threadpool(self.records.read, topic, query), ""
+        except (ValueError, LookupError, TidewaterError) as e:
+            return None, str(e) or type(e).__name__
 
     async def record(self, request: Request) -> Response:
         name = request.path_params["name"]

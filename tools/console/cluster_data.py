@@ -10,6 +10,12 @@ controller quorum as its leader describes it (DescribeQuorum, Kafka key 55,
 through a broker: ``tide quorum describe``'s answer), or why it could not be had:
 the overview shows leader, epoch, high watermark and each voter's log end and lag.
 
+A snapshot is DescribeCluster, and meanwhile (in a small pool: the page waits for the
+slowest call, not for their sum) DescribeQuorum and every broker's DescribeReplicas of
+all topics, asked of the brokers up at the last snapshot (again, after DescribeCluster,
+if one came up since). The topic page asks DescribeTopicConfigs meanwhile too, and
+turns only the shown page of partitions (``paging.PartitionPage``) into rows.
+
 The clients are synchronous; the application calls these methods in worker threads
 (Starlette's threadpool). ``AdminClient`` is safe to share between threads; the
 group admin's consumer is not, so its calls go one at a time under a lock.
@@ -22,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,7 @@ from tidewater.client.admin import (
     AdminClient,
     BrokerDescription,
     ClusterDescription,
+    DescribedConfig,
     PartitionDescription,
     ReplicaState,
     TopicDescriptionInfo,
@@ -39,6 +47,7 @@ from tidewater.client.group_admin import GroupAdmin, GroupDescription
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
+from tidewater.tools.console.paging import PARTITIONS_PER_PAGE, PartitionPage
 
 log = logging.getLogger(__name__)
 SNAPSHOT_MAX_AGE_MS = 1000
@@ -271,9 +280,14 @@ class ConfigRow:
 class TopicDetail:
     name: str
     topic_id: str
-    partitions: tuple[PartitionRow, ...]
+    partitions: tuple[PartitionRow, ...]  # the shown page's (``shown``)
     configs: tuple[ConfigRow, ...]
     taken_unix_ms: int
+    shown: PartitionPage = PartitionPage(0, 1, 0)
+    partition_ids: tuple[int, ...] = ()  # every partition of the topic
+    # The whole topic's, not only the shown page's: (partition, page index).
+    under_replicated: tuple[tuple[int, int], ...] = ()
+    offline: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,8 +323,14 @@ class ClusterData:
         self._group_lock = threading.Lock()
         self._snapshot_lock = threading.Lock()
         self._snapshot: Snapshot | None = None
+        # Calls that need nothing from DescribeCluster's answer (DescribeQuorum, DescribeReplicas,
+        # DescribeTopicConfigs)
+        # run here meanwhile, so a page waits for the slowest call, not for their sum.
+        self._beside = ThreadPoolExecutor(max_workers=4, thread_name_prefix="console-beside")
+        self._up_brokers: frozenset[int] | None = None  # unfenced at the last snapshot
 
     def close(self) -> None:
+        self._beside.shutdown(wait=False, cancel_futures=True)
         self.admin.close()
         with self._group_lock:
             if self._group_admin is not None:
@@ -327,11 +347,23 @@ class ClusterData:
             if (not fresh and current is not None
                     and now_ms - current.taken_unix_ms < self.snapshot_max_age_ms):
                 return current
+            asked_quorum = self._beside.submit(self._quorum)
+            # Every topic's replicas (an empty list: all), asked of the brokers up at the
+            # last snapshot while DescribeCluster runs; again if a broker came up since.
+            known_up = self._up_brokers
+            asked_replicas = (self._beside.submit(self.admin.describe_replicas, [], known_up)
+                              if known_up is not None else None)
             cluster = self.admin.describe_cluster()
-            names = [t.name for t in cluster.topics]
-            replicas = self.admin.describe_replicas(names) if names else {}
+            up = frozenset(b.broker_id for b in cluster.brokers if not b.fenced)
+            if asked_replicas is None or known_up is None or not up <= known_up:
+                if asked_replicas is not None:
+                    asked_replicas.cancel()
+                replicas = self.admin.describe_replicas([], up)
+            else:
+                replicas = asked_replicas.result()
+            self._up_brokers = up
             answered = frozenset(b for (_t, _p, b) in replicas)
-            quorum, quorum_error = self._quorum()
+            quorum, quorum_error = asked_quorum.result()
             self._snapshot = Snapshot(cluster, replicas, answered, now_ms, quorum, quorum_error)
             return self._snapshot
 
@@ -406,22 +438,36 @@ class ClusterData:
                 sum(1 for p in t.partitions if p.offline or p.leader < 0)))
         return rows
 
-    def topic(self, name: str) -> TopicDetail:
+    def topic(self, name: str, page: int | None = None, per_page: int | None = None,
+              showing: int | None = None) -> TopicDetail:
+        """The topic with one page of its partitions described row by row (``page``,
+        0-based; without it the page holding partition ``showing``, else the first)."""
+        asked_configs = self._beside.submit(self.admin.describe_topic_configs, name)
         snap = self.snapshot()
         found = [t for t in snap.cluster.topics if t.name == name]
         if not found:
+            asked_configs.cancel()
             raise UnknownTopic(name)
         t = found[0]
-        return TopicDetail(t.name, t.topic_id, tuple(self._partition_row(snap, t, p)
-                                                     for p in t.partitions),
-                           self._config_rows(t), snap.taken_unix_ms)
+        ids = tuple(p.partition for p in t.partitions)
+        position = ids.index(showing) if showing in ids else None
+        shown = PartitionPage.of(len(ids), page, per_page or PARTITIONS_PER_PAGE, position)
+        return TopicDetail(
+            t.name, t.topic_id,
+            tuple(self._partition_row(snap, t, p) for p in t.partitions[shown.first:shown.stop]),
+            self._config_rows(t, asked_configs), snap.taken_unix_ms, shown, ids,
+            tuple((p.partition, shown.index_of(i)) for i, p in enumerate(t.partitions)
+                  if p.under_replicated and not (p.offline or p.leader < 0)),
+            tuple((p.partition, shown.index_of(i)) for i, p in enumerate(t.partitions)
+                  if p.offline or p.leader < 0))
 
-    def _config_rows(self, t: TopicDescriptionInfo) -> tuple[ConfigRow, ...]:
+    def _config_rows(self, t: TopicDescriptionInfo, asked: Future[list[DescribedConfig]]
+                     ) -> tuple[ConfigRow, ...]:
         """The topic's configs as a broker applies them (DescribeTopicConfigs: a broker's
         ``--set`` or a dynamic default shows with its source); the controller's view of
         what the topic sets when no broker answers."""
         try:
-            described = self.admin.describe_topic_configs(t.name)
+            described = asked.result()
         except TidewaterError as e:
             log.info("DescribeTopicConfigs of %s failed (%s): the configs the topic sets "
                      "and Kafka's defaults are shown", t.name, e)
