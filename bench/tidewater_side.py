@@ -495,6 +495,14 @@ class _Prober:
             with self._lock:
                 self.acks.append((sent, time.monotonic()))
 
+    def wait_acking(self, timeout_s: float = 30) -> None:
+        """Return once a write sent in the last 0.5 s was acknowledged (before a kill)."""
+        deadline = time.monotonic() + timeout_s
+        while self.first_ack_sent_after(time.monotonic() - 0.5) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the prober gets no acknowledgements before the kill")
+            time.sleep(0.05)
+
     def first_ack_sent_after(self, t: float) -> float | None:
         with self._lock:
             for sent, acked in self.acks:
@@ -518,11 +526,7 @@ def failover(cluster: TidewaterCluster, topic: str, kills: int, *, timeout_s: fl
     try:
         for _ in range(kills):
             cluster.wait_full_isr(topic)
-            deadline = time.monotonic() + 30
-            while prober.first_ack_sent_after(time.monotonic() - 0.5) is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("prober gets no acknowledgements before the kill")
-                time.sleep(0.05)
+            prober.wait_acking()
             leader = cluster.leader_of(topic)
             killed_at = time.monotonic()
             cluster.local.kill(leader, "KILL")
