@@ -113,8 +113,10 @@ def refused_while_others_are_served(c, metadata=()) -> None:
     for e in errors:
         assert e.code() == grpc.StatusCode.UNAUTHENTICATED, (e.code(), e.details())
         assert "SASL_AUTHENTICATION_FAILED" in e.details()
-    # Received whole (let alone decoded), one of them alone would add 60 MiB.
-    assert grown < HOSTILE_BYTES // 4, f"broker RSS grew {grown / MIB:.1f} MiB"
+    # Received whole (let alone decoded), one of them alone would add 60 MiB (the three
+    # added 366 MiB without the interceptor). Refused unread, the broker's allocator and
+    # the authenticated client's calls meanwhile moved RSS by 0.8-16.3 MiB.
+    assert grown < HOSTILE_BYTES // 2, f"broker RSS grew {grown / MIB:.1f} MiB"
     assert set(answered) == {1}
 
 
