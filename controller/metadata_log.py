@@ -114,6 +114,19 @@ def _open_private(path: Path) -> IO[bytes]:
         os.close(fd)
         raise
 
+def lock_directory(data_dir: Path, held_message: str) -> IO[bytes]:
+    """The held ``metadata.lock`` of ``data_dir`` (flock LOCK_EX; released when the
+    returned file is closed). ``KafkaStorageError(held_message)`` when another process
+    holds it."""
+    lock_file = _open_private(data_dir / LOCK_FILE_NAME)
+    try:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        lock_file.close()
+        raise KafkaStorageError(held_message, path=str(data_dir / FILE_NAME)) from e
+    return lock_file
+
+
 class MetadataLog:
     """Append-only record file. Open with ``MetadataLog.open``, which recovers it."""
 
@@ -151,17 +164,12 @@ class MetadataLog:
         try:
             data_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             _tighten_dir(data_dir)
-            # Kept open: the flock below lasts as long as the file.
-            lock_file = _open_private(data_dir / LOCK_FILE_NAME)
+            # Kept open: the flock lasts as long as the file. Two controllers appending
+            # to one log would interleave records.
+            lock_file = lock_directory(
+                data_dir, "metadata log is locked by another controller process")
         except OSError as e:
             raise KafkaStorageError(f"cannot open metadata log: {e}", path=str(data_dir)) from e
-        try:
-            # Two controllers appending to one log would interleave records.
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            lock_file.close()
-            raise KafkaStorageError("metadata log is locked by another controller process",
-                                    path=str(path)) from e
         try:
             tmp = path.with_name(path.name + TMP_SUFFIX)
             tmp.unlink(missing_ok=True)  # an unfinished compaction

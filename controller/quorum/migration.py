@@ -36,17 +36,16 @@ directory start (its Raft directory holds a snapshot).
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
 from tidewater.controller.metadata import ClusterMetadata
-from tidewater.controller.metadata_log import FILE_NAME, LOCK_FILE_NAME, read_records
+from tidewater.controller.metadata_log import FILE_NAME, lock_directory, read_records
 from tidewater.controller.quorum.formatting import format_raft_directory, raft_directory
 from tidewater.controller.quorum.metadata_app import encode_image
 from tidewater.controller.raft import Snapshot, SnapshotId, VoterKey
 from tidewater.controller.raft.files import fsync_dir
-from tidewater.proto.errors import InvalidConfigError, KafkaStorageError
+from tidewater.proto.errors import InvalidConfigError
 
 MIGRATED_SUFFIX = ".migrated"
 # The epoch of the migrated snapshot: above the 0 of a directory formatted empty, so a
@@ -112,13 +111,8 @@ def migrate_metadata_log(raft_dir: Path, node_id: int, initial_controllers: froz
     lock_file = None
     if log_path.name == FILE_NAME and log_path.parent.is_dir():
         # The controller that writes this log must be stopped: hold its lock meanwhile.
-        lock_file = open(log_path.parent / LOCK_FILE_NAME, "a+b")
-        try:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            lock_file.close()
-            raise KafkaStorageError("metadata log is locked by a running controller: stop it "
-                                    "first", path=str(log_path)) from e
+        lock_file = lock_directory(
+            log_path.parent, "metadata log is locked by a running controller: stop it first")
     try:
         snapshot = migrated_snapshot(log_path, initial_controllers)
         local = format_raft_directory(raft_dir, node_id, initial_controllers,

@@ -31,6 +31,7 @@ from tidewater.controller.quorum.migration import (
 from tidewater.controller.raft import SnapshotId, VoterKey
 from tidewater.controller.raft.storage import RaftStorage
 from tidewater.controller.state_machine import ControllerStateMachine
+from tidewater.proto.errors import KafkaStorageError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -144,3 +145,16 @@ def test_both_format_commands_take_the_option(tmp_path, capsys):
     finally:
         first.close()
         second.close()
+
+
+def test_a_running_controllers_log_is_not_migrated(tmp_path):
+    data_dir = tmp_path / "c1"
+    write_compacted_log(data_dir)
+    running = MetadataLog.open(data_dir)  # holds metadata.lock, as a running controller
+    try:
+        with pytest.raises(KafkaStorageError, match="stop it first"):
+            migrate_metadata_log(raft_directory(data_dir), 1, VOTERS, data_dir / "metadata.log")
+        assert not is_formatted(raft_directory(data_dir))
+        assert (data_dir / "metadata.log").exists()
+    finally:
+        running.close()
