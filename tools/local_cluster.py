@@ -85,17 +85,13 @@ import grpc
 from tidewater.client.metadata import ChannelPool, parse_address
 from tidewater.client.security import PLAINTEXT, ClientSecurity
 from tidewater.controller.metadata_log import FILE_NAME as METADATA_LOG_FILE_NAME
+from tidewater.controller.quorum.format_controller import format_controller
 from tidewater.controller.quorum.formatting import (
-    format_raft_directory,
     is_formatted,
     new_directory_id,
     raft_directory,
 )
-from tidewater.controller.quorum.migration import (
-    has_records,
-    migrate_metadata_log,
-    retire_metadata_log,
-)
+from tidewater.controller.quorum.migration import has_records, retire_metadata_log
 from tidewater.controller.raft import VoterKey
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.tools import certs, cluster_sasl
@@ -271,11 +267,8 @@ def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = No
     initial = frozenset(VoterKey(node_id, new_directory_id()) for node_id in raft_dirs)
     migrating = migrate_from is not None and has_records(migrate_from)
     for node_id, raft_dir in raft_dirs.items():
-        if migrating:
-            assert migrate_from is not None
-            migrate_metadata_log(raft_dir, node_id, initial, migrate_from)
-        else:
-            format_raft_directory(raft_dir, node_id, initial)
+        format_controller(raft_dir, node_id, initial,
+                          migrate_from=migrate_from if migrating else None)
     if migrating:
         assert migrate_from is not None
         retire_metadata_log(migrate_from)

@@ -10,7 +10,8 @@ Commands::
     read     --bootstrap H:P [--start-offset O] (prints offset, epoch, record per line)
     describe --bootstrap H:P                  (JSON: leader, epoch, high watermark, replicas)
 
-``format`` is Kafka's ``kafka-storage format`` (``formatting``, the one implementation):
+``format`` is Kafka's ``kafka-storage format`` (``format_controller``: migrate or
+format empty, over ``formatting``, the one implementation):
 the node takes the directory id ``--initial-controllers`` gives it (the bootstrap
 voter set), or with ``--new-directory-id`` a new one; ``--no-initial-controllers``
 formats with a new directory id and no voter set (a wiped voter's replacement, or a
@@ -53,11 +54,8 @@ from tidewater.controller.quorum.config import (  # noqa: E402
     parse_endpoints,
     parse_initial_controllers,
 )
-from tidewater.controller.quorum.formatting import (  # noqa: E402
-    format_raft_directory,
-    require_formatted,
-)
-from tidewater.controller.quorum.migration import migrate_metadata_log  # noqa: E402
+from tidewater.controller.quorum.format_controller import format_controller  # noqa: E402
+from tidewater.controller.quorum.formatting import require_formatted  # noqa: E402
 from tidewater.controller.quorum.shell import QuorumShell  # noqa: E402
 from tidewater.controller.raft import RaftConfig  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
@@ -133,15 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
 def format_directory(args: argparse.Namespace) -> int:
     voters = (None if args.no_initial_controllers
               else parse_initial_controllers(args.initial_controllers))
-    if args.migrate_metadata_log is not None:
-        if voters is None:
-            raise InvalidConfigError("--migrate-metadata-log needs --initial-controllers")
-        local, _ = migrate_metadata_log(args.data_dir, args.node_id, voters,
-                                        args.migrate_metadata_log,
-                                        fresh_directory_id=args.new_directory_id)
-    else:
-        local = format_raft_directory(args.data_dir, args.node_id, voters,
-                                      fresh_directory_id=args.new_directory_id)
+    local = format_controller(args.data_dir, args.node_id, voters,
+                              migrate_from=args.migrate_metadata_log,
+                              fresh_directory_id=args.new_directory_id).local
     print(f"formatted {args.data_dir} as {local.id}:{local.directory_id}", flush=True)
     return 0
 

@@ -8,8 +8,9 @@ would be gone: it refuses instead (``require_migrated``), naming the command
 that migrates.
 
 ``tide quorum format ... --initial-controllers L --migrate-metadata-log PATH``
-(and ``python -m tidewater.controller.quorum format``) formats the Raft
-directory holding one snapshot (``metadata_app``'s image):
+(and ``python -m tidewater.controller.quorum format``, both through
+``format_controller``) formats the Raft directory holding one snapshot
+(``metadata_app``'s image):
 
 - the image is the log replayed into ``ClusterMetadata`` at its own offsets, the
   replay a single controller's start does (``MetadataOwner.recover``);

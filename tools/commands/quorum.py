@@ -30,8 +30,11 @@ from tidewater.controller.quorum.admin import (
     parse_controllers,
 )
 from tidewater.controller.quorum.config import parse_initial_controllers
-from tidewater.controller.quorum.formatting import format_raft_directory, raft_directory
-from tidewater.controller.quorum.migration import migrate_metadata_log
+from tidewater.controller.quorum.format_controller import (
+    MigrationNeedsVotersError,
+    format_controller,
+)
+from tidewater.controller.quorum.formatting import raft_directory
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvalidConfigError, InvalidRequestError, TidewaterError
 from tidewater.tools.cli import CliError
@@ -238,19 +241,11 @@ def run_format(args: argparse.Namespace) -> int:
     except InvalidConfigError as e:
         raise CliError(f"--initial-controllers: {e}", exit_code=2) from None
     raft_dir = raft_directory(args.data_dir)
-    migrated = ""
     try:
-        if args.migrate_metadata_log is not None:
-            if voters is None:
-                raise CliError("--migrate-metadata-log needs --initial-controllers (every "
-                               "controller is formatted with the migrated metadata)",
-                               exit_code=2)
-            local, snapshot = migrate_metadata_log(raft_dir, args.node_id, voters,
-                                                   args.migrate_metadata_log)
-            migrated = (f", holding {args.migrate_metadata_log} as a snapshot up to offset "
-                        f"{snapshot.snapshot_id.offset}")
-        else:
-            local = format_raft_directory(raft_dir, args.node_id, voters)
+        result = format_controller(raft_dir, args.node_id, voters,
+                                   migrate_from=args.migrate_metadata_log)
+    except MigrationNeedsVotersError as e:
+        raise CliError(str(e), exit_code=2) from None
     except InvalidConfigError as e:
         raise CliError(f"--migrate-metadata-log: {e}", exit_code=1) from None
     except FileExistsError:
@@ -260,6 +255,10 @@ def run_format(args: argparse.Namespace) -> int:
         raise CliError(f"cannot format {raft_dir}: {e.strerror}", exit_code=1) from None
     except TidewaterError as e:  # a running controller's locked log, a corrupt log
         raise CliError(f"cannot migrate {args.migrate_metadata_log}: {e}", exit_code=1) from None
+    local = result.local
+    migrated = ("" if result.snapshot is None else
+                f", holding {args.migrate_metadata_log} as a snapshot up to offset "
+                f"{result.snapshot.snapshot_id.offset}")
     role = ("an observer until add-controller" if voters is None or local not in voters
             else "a voter")
     print(f"Formatted {raft_dir} as controller {local.id} with directory id "
