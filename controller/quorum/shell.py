@@ -33,13 +33,14 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
 
 from tidewater.broker.servicers.grpc_limits import GrpcLimits
+from tidewater.controller.quorum.commit_waiters import CommitWaiters
 from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.errors import QuorumNotCaughtUpError, QuorumStoppedError
 from tidewater.controller.quorum.metrics import RaftMetrics
 from tidewater.controller.quorum.record_log import CommittedRecords
 from tidewater.controller.quorum.transport import REQUEST_BYTES_MAX, Transport
@@ -53,34 +54,16 @@ from tidewater.controller.raft import (
     VoterKey,
 )
 from tidewater.controller.raft.storage import RaftStorage
-from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.errors import (
     KafkaStorageError,
     MessageTooLargeError,
     NotControllerError,
-    RequestTimedOutError,
-    TidewaterError,
 )
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import server_credentials
 
 log = logging.getLogger("tidewater.controller.quorum")
-
-
-class QuorumNotCaughtUpError(TidewaterError):
-    """The leader cannot take this now: too many uncommitted entries (no majority keeps
-    up), a voter change still uncommitted, or the voter to add behind. Retriable."""
-
-    error_code = pb.NOT_ENOUGH_REPLICAS
-    retriable = True
-
-
-class QuorumStoppedError(TidewaterError):
-    """The node stopped (shutdown, or after a failed write): ask another controller."""
-
-    error_code = pb.NOT_CONTROLLER
-    retriable = True
 
 
 def monotonic_ms() -> int:
@@ -100,12 +83,6 @@ class Application(Protocol):
     def image(self) -> bytes: ...
 
     def restore(self, image: bytes, end_offset: int) -> None: ...
-
-
-@dataclass
-class _Waiter:
-    epoch: int
-    future: asyncio.Future[None]
 
 
 class QuorumShell:
@@ -128,7 +105,10 @@ class QuorumShell:
         self.failure: BaseException | None = None
         self.stopped = asyncio.Event()
         self.port = 0
-        self._waiters: dict[int, _Waiter] = {}
+        self._waiters = CommitWaiters(config.proposals_in_flight_max)
+        # One timer, at the earliest waiter's deadline (``_arm_expiry``).
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_ms = 0
         self._storage: RaftStorage | None = None
         self._node: RaftNode | None = None
         self._transport: Transport | None = None
@@ -205,10 +185,10 @@ class QuorumShell:
             await self._server.stop(grace=0.5)
         if self._transport is not None:
             await self._transport.close()
-        for waiter in self._waiters.values():
-            if not waiter.future.done():
-                waiter.future.set_exception(QuorumStoppedError("the quorum node stopped"))
-        self._waiters.clear()
+        self._waiters.fail_all(QuorumStoppedError("the quorum node stopped"))
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         if self._storage is not None:
             try:
                 self._storage.close()
@@ -269,10 +249,10 @@ class QuorumShell:
                 if ready.snapshot_install is not None:
                     snapshot = ready.snapshot_install
                     self.records.restore(snapshot.data, snapshot.snapshot_id.offset)
-                    self._answer_covered_by(snapshot.snapshot_id.offset)
+                    self._waiters.on_snapshot_installed(snapshot.snapshot_id.offset)
                 for entry in ready.committed:
                     self.records.apply(entry)
-                    self._answer(entry.offset, entry.epoch)
+                    self._waiters.on_committed(entry.offset, entry.epoch)
                 node.advance(ready, self._clock_ms())
             self._maybe_leadership_changed(node)
             if (self.records.applied_offset - node.log_start_offset
@@ -287,36 +267,29 @@ class QuorumShell:
         if self._was_leader:
             # Proposals of the lost epoch may still commit under the next leader, or be
             # truncated: either way this node can no longer answer for them.
-            self._fail_waiters(NotControllerError(
+            self._waiters.fail_all(NotControllerError(
                 f"node {self.config.node_id} lost the leadership of epoch {self._leader_epoch}"))
         self._was_leader = leader
         self._leader_epoch = node.epoch if leader else 0
         if self._on_leadership is not None:
             self._on_leadership(leader, node.epoch)
 
-    def _fail_waiters(self, error: Exception) -> None:
-        waiters, self._waiters = self._waiters, {}
-        for waiter in waiters.values():
-            if not waiter.future.done():
-                waiter.future.set_exception(error)
-
-    def _answer(self, offset: int, epoch: int) -> None:
-        waiter = self._waiters.pop(offset, None)
-        if waiter is None or waiter.future.done():
+    def _arm_expiry(self, deadline_ms: int | None) -> None:
+        """Have ``_expire_waiters`` run at ``deadline_ms`` unless it runs before already."""
+        if deadline_ms is None:
             return
-        if waiter.epoch == epoch:
-            waiter.future.set_result(None)
-        else:
-            waiter.future.set_exception(NotControllerError(
-                f"offset {offset} was committed by epoch {epoch}; the proposal of epoch "
-                f"{waiter.epoch} was lost with its leader"))
+        if self._expiry is not None:
+            if self._expiry_ms <= deadline_ms:
+                return
+            self._expiry.cancel()
+        delay_ms = max(deadline_ms - self._clock_ms(), 1)
+        self._expiry = asyncio.get_running_loop().call_later(delay_ms / 1000,
+                                                             self._expire_waiters)
+        self._expiry_ms = deadline_ms
 
-    def _answer_covered_by(self, end_offset: int) -> None:
-        for offset in [o for o in self._waiters if o < end_offset]:
-            waiter = self._waiters.pop(offset)
-            if not waiter.future.done():
-                waiter.future.set_exception(RequestTimedOutError(
-                    f"offset {offset} was replaced by a snapshot: outcome unknown"))
+    def _expire_waiters(self) -> None:
+        self._expiry = None
+        self._arm_expiry(self._waiters.expire(self._clock_ms()))
 
     # ---- inputs ---------------------------------------------------------------------
 
@@ -334,23 +307,19 @@ class QuorumShell:
         return self._node.leader_id
 
     async def _wait_committed(self, offset: int, epoch: int, timeout_ms: int) -> None:
-        if len(self._waiters) >= self.config.proposals_in_flight_max:
-            raise QuorumNotCaughtUpError("too many proposals waiting to commit")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[offset] = _Waiter(epoch, future)
+        now_ms = self._clock_ms()
+        self._waiters.add(offset, epoch, future, now_ms=now_ms, timeout_ms=timeout_ms)
         if self.records.applied_offset > offset:
             # Committed in the drain right after the proposal (a one-voter quorum), with
             # no await since: the entry at ``offset`` is the one proposed in ``epoch``.
-            self._answer(offset, epoch)
+            self._waiters.on_committed(offset, epoch)
+        if not future.done():
+            self._arm_expiry(now_ms + timeout_ms)
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                await future
-        except TimeoutError:
-            raise RequestTimedOutError(
-                f"offset {offset} not committed within {timeout_ms} ms (no majority of "
-                f"voters reachable?)") from None
+            await future
         finally:
-            self._waiters.pop(offset, None)
+            self._waiters.discard(offset, future)  # a cancelled caller
 
     def _timeout_ms(self, requested_ms: int) -> int:
         if requested_ms <= 0:

@@ -18,8 +18,9 @@ heartbeat streams, senders, timers) with the quorum's owner in place of
   answer NOT_CONTROLLER with the leader's id.
 
 ``SimRaftShell`` stands in for ``QuorumShell`` where the owner calls it (``node``,
-``leader_hint``, ``propose``): the proposal's waiters and their timeout are the
-shell's, on the simulation's clock. The owner is asyncio code: the simulation
+``leader_hint``, ``propose``): the proposal's waiters are the shell's
+``CommitWaiters`` (``controller/quorum/commit_waiters.py``), expired on the
+simulation's clock at each tick. The owner is asyncio code: the simulation
 runs each quorum step inside one event loop (``Simulation._quorum_step``) and
 lets the loop run until idle at its end, so commands advance at known points and
 a run stays a function of its seed (no timers, no I/O on that loop).
@@ -40,9 +41,11 @@ from typing import Any
 
 from tidewater.controller.config import ControllerConfig
 from tidewater.controller.metadata import ClusterMetadata
+from tidewater.controller.quorum.commit_waiters import CommitWaiters
+from tidewater.controller.quorum.config import QuorumConfig
+from tidewater.controller.quorum.errors import QuorumNotCaughtUpError, QuorumStoppedError
 from tidewater.controller.quorum.metadata_app import MetadataApplication
 from tidewater.controller.quorum.owner import NotActiveError, QuorumOwner
-from tidewater.controller.quorum.shell import QuorumNotCaughtUpError, QuorumStoppedError
 from tidewater.controller.raft import (
     Entry,
     Message,
@@ -55,7 +58,7 @@ from tidewater.controller.raft import (
     VoterKey,
 )
 from tidewater.controller.state_machine import ControllerStateMachine
-from tidewater.proto.errors import InvariantViolation, NotControllerError, RequestTimedOutError
+from tidewater.proto.errors import InvariantViolation, NotControllerError
 
 from .messages import ControllerAnswer
 from .network import Network
@@ -68,6 +71,7 @@ SIM_RAFT_CONFIG = RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, fetc
                              request_timeout_ms=200, begin_quorum_resend_ms=100,
                              fetch_entries_max=16)
 PROPOSE_TIMEOUT_MS = 2000  # QuorumConfig.propose_timeout_ms_default is 5000: a shorter run
+PROPOSALS_IN_FLIGHT_MAX = QuorumConfig.proposals_in_flight_max  # the product's default
 SETTLE_ROUNDS = 12  # event-loop turns at the end of a step: a command's whole path
 
 
@@ -102,13 +106,6 @@ class QuorumChecker(RaftChecker):
             self.fail(f"controllers {known} and {node_id} are both active in epoch {epoch}")
 
 
-@dataclass
-class _Waiter:
-    epoch: int
-    future: asyncio.Future[None]
-    deadline_ms: int
-
-
 class SimRaftShell:
     """What ``QuorumOwner`` calls of ``QuorumShell``, over the simulated controller."""
 
@@ -141,11 +138,15 @@ class SimRaftShell:
             raise QuorumStoppedError("the quorum node stopped")
         last = first + len(records) - 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        controller.waiters[last] = _Waiter(epoch, future,
-                                           controller.clock_ms() + PROPOSE_TIMEOUT_MS)
+        waiters = controller.waiters
+        waiters.add(last, epoch, future, now_ms=controller.clock_ms(),
+                    timeout_ms=PROPOSE_TIMEOUT_MS)
         if controller.app.applied_offset > last:
-            controller.answer_waiter(last, epoch)
-        await future
+            waiters.on_committed(last, epoch)  # committed in the drain above
+        try:
+            await future
+        finally:
+            waiters.discard(last, future)  # a cancelled caller
         return first, epoch
 
 
@@ -172,7 +173,7 @@ class SimQuorumController(SimController):
         self.app = MetadataApplication(ControllerStateMachine(self.config, ClusterMetadata()))
         self.app_state = AppState()
         self.quorum_owner: QuorumOwner | None = None
-        self.waiters: dict[int, _Waiter] = {}
+        self.waiters = CommitWaiters(PROPOSALS_IN_FLIGHT_MAX)
         self.failure: BaseException | None = None
         self.activations = 0
         self.activated_epochs: list[int] = []  # controller epochs it became active in
@@ -213,7 +214,7 @@ class SimQuorumController(SimController):
         self._streams.clear()
         self._stream_bound.clear()
         self._traced.clear()
-        self.waiters = {}
+        self.waiters = CommitWaiters(PROPOSALS_IN_FLIGHT_MAX)
         self._was_leader = False
         self._leader_epoch = 0
         disk = self.disk
@@ -246,10 +247,7 @@ class SimQuorumController(SimController):
         self.senders = {}
         self._streams.clear()
         self._stream_bound.clear()
-        waiters, self.waiters = self.waiters, {}
-        for waiter in waiters.values():
-            if not waiter.future.done():
-                waiter.future.set_exception(QuorumStoppedError("the quorum node stopped"))
+        self.waiters.fail_all(QuorumStoppedError("the quorum node stopped"))
         for task in list(self._tasks):
             task.cancel()
 
@@ -333,12 +331,7 @@ class SimQuorumController(SimController):
         assert node is not None
         node.tick(now_ms)
         self.drain()
-        for offset, waiter in list(self.waiters.items()):
-            if waiter.deadline_ms <= now_ms:
-                del self.waiters[offset]
-                if not waiter.future.done():
-                    waiter.future.set_exception(RequestTimedOutError(
-                        f"offset {offset} not committed in time"))
+        self.waiters.expire(now_ms)  # the shell's timer, at tick granularity
         if self.active_epoch:
             super().tick(now_ms)  # the active controller's timers and senders
 
@@ -358,17 +351,15 @@ class SimQuorumController(SimController):
             for entry in ready.committed:
                 self.checker.on_apply(self.node_id, self.app_state, entry)
                 self.app.apply(entry)
-                self.answer_waiter(entry.offset, entry.epoch)
+                self.waiters.on_committed(entry.offset, entry.epoch)
             node.advance(ready, now_ms)
         if node is None or self.node is not node:
             return
         leader = node.is_leader
         if leader != self._was_leader or (leader and node.epoch != self._leader_epoch):
             if self._was_leader:
-                waiters, self.waiters = self.waiters, {}
-                for waiter in waiters.values():
-                    if not waiter.future.done():
-                        waiter.future.set_exception(NotControllerError("leadership lost"))
+                self.waiters.fail_all(NotControllerError(
+                    f"node {self.node_id} lost the leadership of epoch {self._leader_epoch}"))
             self._was_leader = leader
             self._leader_epoch = node.epoch if leader else 0
             if leader:
@@ -378,16 +369,6 @@ class SimQuorumController(SimController):
             self.quorum_owner.on_leadership(leader, node.epoch)
         if leader:
             self.checker.on_leader(self.node_id, node)
-
-    def answer_waiter(self, offset: int, epoch: int) -> None:
-        waiter = self.waiters.pop(offset, None)
-        if waiter is None or waiter.future.done():
-            return
-        if waiter.epoch == epoch:
-            waiter.future.set_result(None)
-        else:
-            waiter.future.set_exception(NotControllerError(
-                f"offset {offset} was committed by epoch {epoch}"))
 
     def _persist(self, ready: Ready) -> bool:
         """``RaftStorage.carry_out`` on the fake disk; False if the write failed (the
