@@ -446,6 +446,10 @@ class Producer:
         # Retired batches whose futures still need resolving: (batch, error, base_offset, ts).
         self._finished: list[tuple[ProducerBatch, BaseException | None, int, int]] = []
         self._unfinished = 0  # records sent but not yet resolved
+        # Kafka's record-error-total, and the first failed batch's error: what a caller that
+        # attaches no callback per record (``tide produce`` without an ack log) reports.
+        self.records_failed = 0
+        self.first_record_error: BaseException | None = None
         self._closed = False
         self._last_metadata_refresh_ms = 0
         # Produce requests go on one ProduceStream per broker (client.streams).
@@ -592,8 +596,10 @@ class Producer:
             self._resolve_finished()
             with self._lock:
                 leftovers = self._accumulator.abort_all()
+                closed_error = RuntimeError("producer closed before delivery")
+                self._count_failed([(batch, closed_error) for batch in leftovers])
             for batch in leftovers:
-                batch.fail(RuntimeError("producer closed before delivery"))
+                batch.fail(closed_error)
             # Half-closes: the brokers answer what they have. acks=0 requests resolve once
             # queued, so their streams get what is left of the close's timeout (else up to a
             # request timeout) to write them; otherwise a hung broker holds close for 5 s.
@@ -721,7 +727,15 @@ class Producer:
         with self._lock:
             # Only now: flush() returns after every future it waited for has resolved.
             self._unfinished -= sum(batch.record_count for batch, *_ in done)
+            self._count_failed([(batch, error) for batch, error, *_ in done if error is not None])
             self._lock.notify_all()
+
+    def _count_failed(self, failed: list[tuple[ProducerBatch, BaseException]]) -> None:
+        """records_failed and first_record_error (caller holds the lock)."""
+        for batch, error in failed:
+            self.records_failed += batch.record_count
+            if self.first_record_error is None:
+                self.first_record_error = error
 
     def _send_ready(self, ready: list[TopicPartition], *, from_answer: bool = False) -> None:
         """One request per leader with the ready partitions' queued batches. From an

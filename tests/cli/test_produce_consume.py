@@ -116,6 +116,21 @@ def test_line_without_key_separator_is_a_counted_failure(cluster, topic, tmp_pat
     assert [e["value"] for e in read_ack_log(log)] == ["v1", "v2"]
 
 
+@pytest.mark.parametrize("ack_log", [False, True])
+def test_records_the_broker_refuses_are_counted_with_or_without_an_ack_log(
+        cluster, tmp_path, ack_log):  # noqa: F811
+    """Without an ack log no callback runs per record: the producer's own failure count
+    must still reach the exit status and the message."""
+    name = f"small-{int(ack_log)}"
+    assert cluster.tide("topics", "create", name, "--partitions", "1", "--replication-factor",
+                        "3", "--config", "max.message.bytes=1024").returncode == 0
+    log = ["--ack-log", str(tmp_path / "acks.jsonl")] if ack_log else []
+    # every 4 KiB line is over the topic's limit, however the lines are batched
+    result = cluster.tide("produce", name, *log, input=("x" * 4096 + "\n") * 3)
+    line = assert_one_line_error(result, "3 of 3 records failed")
+    assert "TOO_LARGE" in line
+
+
 def test_bad_partition(cluster, topic):  # noqa: F811
     assert_one_line_error(cluster.tide("produce", topic, "--partition", "9", input="x\n"), "partition 9")
     assert_one_line_error(cluster.tide("consume", topic, "--partition", "9", "--timeout-ms", "300"),

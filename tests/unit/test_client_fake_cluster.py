@@ -488,6 +488,21 @@ def test_delivery_timeout_names_the_last_error(fake_cluster):
     assert state.logs[0] == []
 
 
+def test_failed_batches_are_counted_without_any_callback(fake_cluster):
+    """records_failed (Kafka's record-error-total) counts a failed batch's records, and the
+    first error stays: what `tide produce` reports without callbacks per record."""
+    state, bootstrap = fake_cluster
+    with Producer(bootstrap, linger_ms=50, retries=0) as producer:
+        state.produce_errors = [pb.INVALID_TOPIC_EXCEPTION]
+        futures = [producer.send("t", b"x", partition=1) for _ in range(3)]
+        producer.flush(5)
+        assert producer.records_failed == 3
+        assert isinstance(producer.first_record_error, InvalidTopicError)
+        producer.send("t", b"ok", partition=1).result(5)
+        assert producer.records_failed == 3
+    assert all(isinstance(f.exception(), InvalidTopicError) for f in futures)
+
+
 @pytest.mark.parametrize("in_flight", [1, 4])
 def test_max_in_flight_per_partition_bounds_the_requests_out_at_once(fake_cluster, in_flight):
     state, bootstrap = fake_cluster
