@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: venv kcat librdkafka-suite fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-controllers bench-fetch-session bench-log bench-cleaner sim sim-long audit \
+.PHONY: venv kcat librdkafka-suite fuzz test test-integration proto lint typecheck demo bench bench-cluster bench-controllers bench-fetch-session bench-cli bench-log bench-cleaner sim sim-long audit \
 	audit-zip spark-up spark-down bench-audit chromium
 
 # The project's bytecode, compiled for every start: an editable install has none, and
@@ -70,7 +70,7 @@ demo: venv
 # Then the controller quorum benchmark (1 vs 3 controllers) and the fetch-session benchmark
 # (KIP-227, docs/benchmarks.md), each on its own cluster: FETCH_SESSION_BENCH_ARGS="--polls
 # 100 --rounds 2" for a quick run.
-bench: bench-cluster bench-controllers bench-fetch-session
+bench: bench-cluster bench-controllers bench-fetch-session bench-cli
 
 bench-cluster: venv
 	@command -v nats-server >/dev/null 2>&1 || apt-get install -y nats-server || echo "nats-server not installed: the peer will be skipped"
@@ -85,6 +85,12 @@ bench-controllers: venv
 FETCH_SESSION_BENCH_ARGS ?=
 bench-fetch-session: venv
 	$(PY) bench/fetch_session_bench.py $(FETCH_SESSION_BENCH_ARGS)
+
+# `tide produce --acks all`, 300 MB piped, idempotent and not (bench/cli_produce_bench.py);
+# CLI_BENCH_ARGS="--tide old=/other/checkout/.venv/bin/tide" adds an A/B.
+CLI_BENCH_ARGS ?=
+bench-cli: venv
+	$(PY) bench/cli_produce_bench.py $(CLI_BENCH_ARGS)
 
 bench-log: venv
 	$(PY) bench/log_bench.py

@@ -12,7 +12,10 @@ topic's high watermarks must add up to the lines sent, else the run fails. ``--t
 other checkouts' `tide` scripts (each starts its own cluster, so broker and client are that
 checkout's code) for an A/B in one sitting; the order of checkouts and settings alternates
 between rounds. A checkout whose `tide produce` has no `enable.idempotence` property gets
-only its default row. Every process started is stopped by `tide cluster down` (by pid).
+only its default row. Beside MB/s: the client's CPU per MB, the cluster's (controllers and
+brokers, from the manifest's pids) per MB meanwhile, and the MB/s two cores could carry if
+that CPU were all the work (2,000 / their sum): the floor this machine sets. Every process
+started is stopped by `tide cluster down` (by pid).
 """
 
 from __future__ import annotations
@@ -30,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import format_table, machine_description, median
+from bench.bench_common import cpu_seconds, format_table, machine_description, median
 
 LINE_BYTES = 1024
 SETTINGS = {
-    "default (idempotent)": [],
+    "default": [],  # idempotent with acks=all since issue 17; ebe4908 had no idempotence
     "enable.idempotence=false": ["--producer-property", "enable.idempotence=false"],
 }
 
@@ -107,8 +110,16 @@ class Checkout:
                                           "describe", topic, "--json"]).stdout)
         return committed_records(described)
 
-    def produce(self, topic: str, lines_file: Path, extra: list[str]) -> tuple[float, float]:
-        """Wall seconds from launch to exit, and the process's CPU seconds."""
+    def server_pids(self) -> list[int]:
+        """The controller(s)' and brokers' pids, from the cluster's manifest."""
+        manifest = json.loads((self.data_dir / "cluster.json").read_text())
+        return [proc["pid"] for proc in manifest["processes"].values() if proc.get("pid")]
+
+    def produce(self, topic: str, lines_file: Path, extra: list[str]) -> tuple[float, float, float]:
+        """Wall seconds from launch to exit, the process's CPU seconds, and the cluster's
+        CPU seconds meanwhile."""
+        pids = self.server_pids()
+        servers_before = cpu_seconds(pids)
         with lines_file.open("rb") as stdin:
             start = time.perf_counter()
             # the global --bootstrap-server: older checkouts know only that form
@@ -118,12 +129,13 @@ class Checkout:
                                     stderr=subprocess.PIPE)
             _, status, usage = os.wait4(proc.pid, 0)
             elapsed = time.perf_counter() - start
+        servers_cpu_s = cpu_seconds(pids) - servers_before
         proc.returncode = os.waitstatus_to_exitcode(status)
         stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         if proc.returncode != 0:
             raise RuntimeError(f"{self.label}: tide produce exited {proc.returncode}: "
                                f"{stderr[-2000:]}")
-        return elapsed, usage.ru_utime + usage.ru_stime
+        return elapsed, usage.ru_utime + usage.ru_stime, servers_cpu_s
 
 
 def committed_records(described: dict) -> int:
@@ -149,7 +161,7 @@ def main() -> int:
                         "interpreter's, labelled 'this')")
     args = parser.parse_args()
     tides = args.tide or [("this", Path(sys.executable).parent / "tide")]
-    runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="cli-bench-") as tmp:
         directory = Path(tmp)
         lines_file = directory / "lines.txt"
@@ -168,31 +180,38 @@ def main() -> int:
                         if SETTINGS[name] and not checkout.has_idempotence_switch:
                             continue
                         topic = checkout.new_topic()
-                        elapsed, cpu_s = checkout.produce(topic, lines_file, SETTINGS[name])
+                        elapsed, cpu_s, servers_cpu_s = checkout.produce(topic, lines_file,
+                                                                         SETTINGS[name])
                         stored = checkout.high_watermarks(topic)
                         if stored != lines:
                             raise RuntimeError(f"{checkout.label} {name}: {stored} records "
                                                f"stored of {lines} sent")
                         checkout.delete_topic(topic)
-                        runs.setdefault((checkout.label, name), []).append((elapsed, cpu_s))
+                        runs.setdefault((checkout.label, name), []).append(
+                            (elapsed, cpu_s, servers_cpu_s))
                         print(f"round {round_index + 1} {checkout.label} {name}: "
                               f"{size_bytes / elapsed / 1e6:.1f} MB/s, {elapsed:.2f} s, "
-                              f"client CPU {cpu_s:.2f} s (load {os.getloadavg()[0]:.1f})",
+                              f"client CPU {cpu_s:.2f} s, servers {servers_cpu_s:.2f} s "
+                              f"(load {os.getloadavg()[0]:.1f})",
                               flush=True)
         finally:
             for checkout in checkouts:
                 checkout.down()
     rows = []
     for (label, name), measured in runs.items():
-        rates = [size_bytes / elapsed / 1e6 for elapsed, _ in measured]
+        rates = [size_bytes / elapsed / 1e6 for elapsed, _, _ in measured]
+        megabytes = size_bytes / 1e6
+        client_ms = median([cpu for _, cpu, _ in measured]) / megabytes * 1e3
+        servers_ms = median([cpu for _, _, cpu in measured]) / megabytes * 1e3
         rows.append([label, name, " / ".join(f"{r:.1f}" for r in rates),
-                     f"{median(rates):.1f}",
-                     f"{median([cpu for _, cpu in measured]) / (size_bytes / 1e6) * 1e3:.1f}"])
+                     f"{median(rates):.1f}", f"{client_ms:.1f}", f"{servers_ms:.1f}",
+                     # what 2 cores could carry if the CPU above were all of it
+                     f"{2000 / (client_ms + servers_ms):.0f}"])
     print(f"\nmachine: {machine_description()}")
     print(f"tide produce --acks all, {size_bytes / 1e6:.0f} MB piped ({lines} lines of 1 KiB), "
           f"RF 3, 3 partitions, min.insync.replicas 2, {args.rounds} rounds alternated")
     print(format_table(["checkout", "settings", "MB/s per round", "median MB/s",
-                        "client CPU ms/MB"], rows))
+                        "client CPU ms/MB", "servers CPU ms/MB", "2-core bound MB/s"], rows))
     return 0
 
 
