@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/probes/profile_broker.py [--seconds 15] [--record-bytes 1024]
                                              [--mode pipelined|producer|kafka-produce|kafka-consume]
-                                             [--out-dir DIR]
+                                             [--out-dir DIR] [--tls]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 with 1 partition and RF=3, drives it with acks=all (``pipelined``: pre-encoded
 256 KiB batches, 8 in flight; ``producer``: client.producer.Producer;
 ``kafka-produce``: confluent-kafka over the Kafka listener; ``kafka-consume``:
 confluent-kafka reading back, from the start and again, a topic filled first) and
-samples the partition leader, one follower and the client process with
+samples the partition leader, one follower and the client process (``--tls``: the
+cluster of `tide cluster up --tls`, clients with its certificate) with
 py-spy (``pip install py-spy``; needs ptrace, i.e. root or CAP_SYS_PTRACE).
 
 Writes ``DIR/<role>.txt`` (py-spy raw format: one ``frame;frame;... count``
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--gil", action="store_true", help="only samples holding the GIL (Python CPU)")
     parser.add_argument("--native", action="store_true", help="include C frames (gRPC core, uvloop)")
+    parser.add_argument("--tls", action="store_true", help="TLS on every port (tide cluster up --tls)")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(py_spy).exists():
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="tide-profile-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tide-profile-cluster-"))
-    cluster = tidewater_side.TidewaterCluster(work)
+    cluster = tidewater_side.TidewaterCluster(work, tls=args.tls)
     spies: list[tuple[str, subprocess.Popen, Path]] = []
     try:
         cluster.start()
@@ -117,26 +119,32 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "kafka-consume":
             from bench import kafka_side
 
-            kafka_side.producer_throughput(kafka_bootstrap, "profile", args.record_bytes, "all", 10)
+            kafka_side.producer_throughput(kafka_bootstrap, "profile", args.record_bytes, "all", 10,
+                                           **cluster.kafka_client_config)
 
         def drive() -> None:
             if args.mode == "kafka-produce":
                 from bench import kafka_side
 
                 result["t"] = kafka_side.producer_throughput(
-                    kafka_bootstrap, "profile", args.record_bytes, "all", args.seconds + 2)
+                    kafka_bootstrap, "profile", args.record_bytes, "all", args.seconds + 2,
+                    **cluster.kafka_client_config)
             elif args.mode == "kafka-consume":
                 from bench import kafka_side
 
                 deadline = time.monotonic() + args.seconds + 2
                 while time.monotonic() < deadline:  # read the topic again until profiled
-                    result["t"] = kafka_side.consume_throughput(kafka_bootstrap, "profile")
+                    result["t"] = kafka_side.consume_throughput(kafka_bootstrap, "profile",
+                                                                **cluster.kafka_client_config)
             elif args.mode == "pipelined":
+                if args.tls:
+                    raise SystemExit("--mode pipelined has no TLS client: use producer")
                 result["t"] = tidewater_side.pipelined_throughput(
                     cluster.bootstrap, "profile", args.record_bytes, -1, args.seconds + 2)
             else:
                 result["t"] = tidewater_side.producer_throughput(
-                    cluster.bootstrap, "profile", args.record_bytes, -1, args.seconds + 2)
+                    cluster.bootstrap, "profile", args.record_bytes, -1, args.seconds + 2,
+                    producer_options=cluster.client_security)
 
         worker = threading.Thread(target=drive)
         worker.start()
