@@ -81,14 +81,19 @@ class Profile:
     fill_bytes: int           # broker log for the restart test
     disk_bytes: int
     loopback_bytes: int
+    growth_bytes: int         # page_cache_growth: total written (the first 2 GiB untimed)
 
+
+# The first 2 GiB of page_cache_growth are not timed: on the bench VM about that much of
+# recently freed memory is still backed by the host (measured 2026-11-29).
+GROWTH_SKIP_BYTES = 2 * GIB
 
 QUICK = Profile("quick", produce_s=2, pipelined_s=2, latency_1k_count=3000, latency_10k_count=10000,
                 serial_count=500, kills=2, fill_bytes=128 * MIB, disk_bytes=256 * MIB,
-                loopback_bytes=512 * MIB)
+                loopback_bytes=512 * MIB, growth_bytes=3 * GIB)
 FULL = Profile("full", produce_s=8, pipelined_s=6, latency_1k_count=15000, latency_10k_count=50000,
                serial_count=2000, kills=5, fill_bytes=1 * GIB, disk_bytes=1 * GIB,
-               loopback_bytes=2 * GIB)
+               loopback_bytes=2 * GIB, growth_bytes=5 * GIB)
 
 
 SECTIONS = ("limits", "produce", "latency", "consume", "kafka", "txn", "tls", "failover",
@@ -174,6 +179,25 @@ class Bench:
         if t is not None:
             self.limits.append(Row("machine", f"loopback TCP {p.loopback_bytes // MIB} MiB, 256 KiB sends",
                                    "MB/s", t.mb_per_s, note="one sender, one receiver process"))
+
+    def measure_page_cache_growth(self) -> None:
+        """Last of the run: writing GiBs and freeing them changes the memory state that
+        every row before measured in (``machine_limits.page_cache_growth``)."""
+        if not self.wants("limits"):
+            return
+        p = self.profile
+        growth = self.step("page cache growth", machine_limits.page_cache_growth, self.work_dir,
+                           p.growth_bytes, GROWTH_SKIP_BYTES)
+        if growth is None:
+            return
+        t, system_s = growth
+        what = f"page-cache write into new memory, GiB 3-{p.growth_bytes // GIB}"
+        self.limits.append(Row("machine", what, "MB/s", t.mb_per_s,
+                               note="past the recently freed pages, measured after the rows: what "
+                                    "new log costs in this run's memory state"))
+        self.limits.append(Row("machine", what, "sys ms/MB",
+                               system_s * 1000 / (t.payload_bytes / 1e6),
+                               note="the guest's system CPU per MB: host page faults show here"))
 
     def measure_peer(self) -> None:
         p = self.profile
@@ -689,6 +713,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.measure_peer()
         if bench.run_tidewater:
             bench.measure_tidewater()
+        bench.measure_page_cache_growth()
     except KeyboardInterrupt:
         interrupted = True
         bench.errors.append("interrupted")

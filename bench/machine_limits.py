@@ -7,6 +7,13 @@ writes and loopback TCP throughput.
   unset, like Kafka; JetStream also syncs only every 2 minutes by default),
   ``"end"`` adds one fsync before the clock stops, ``"each"`` fsyncs after
   every chunk. The file is deleted afterwards.
+- ``page_cache_growth``: writes ``total_bytes`` into files kept until the end, so every
+  GiB needs memory the page cache did not hold, and times the part after the first
+  ``skip_bytes``: past the pool of pages recently freed (and so still backed by the host).
+  In a VM that hands freed memory back to its host (free page reporting), each new page
+  then faults in the host on first touch, which the guest sees as system CPU; with the page
+  cache filled first, the pages come from reclaimed cache instead. The machine's own floor
+  for a broker writing new log, in the memory state the run has.
 - ``python_import_s``: a fresh interpreter importing a module (the broker's
   start-up floor).
 - ``loopback_tcp``: a receiver process reads into one reused buffer
@@ -65,6 +72,40 @@ def disk_write(directory: str | Path, total_bytes: int, *, chunk_bytes: int = 25
         os.close(fd)
         path.unlink(missing_ok=True)
     return Throughput(records=written // chunk_bytes, payload_bytes=written, elapsed_s=elapsed)
+
+
+def page_cache_growth(directory: str | Path, total_bytes: int, skip_bytes: int, *,
+                      chunk_bytes: int = 256 * KIB) -> tuple[Throughput, float]:
+    """The write rate of the bytes after ``skip_bytes``, and this process's system CPU
+    seconds for them. The files are deleted afterwards."""
+    if not 0 <= skip_bytes < total_bytes:
+        raise ValueError("skip_bytes must be below total_bytes")
+    chunk = os.urandom(chunk_bytes)
+    file_bytes = 256 * 1024 * KIB  # several files, as a log's segments
+    paths: list[Path] = []
+    written = 0
+    start = 0.0
+    system_start = 0.0
+    try:
+        while written < total_bytes:
+            path = Path(directory) / f"page-cache-growth-{os.getpid()}-{len(paths)}.bin"
+            paths.append(path)
+            with open(path, "xb", buffering=0) as f:
+                in_file = 0
+                while in_file < file_bytes and written < total_bytes:
+                    if written == skip_bytes:
+                        start, system_start = time.perf_counter(), os.times().system
+                    f.write(chunk)
+                    in_file += chunk_bytes
+                    written += chunk_bytes
+        elapsed = time.perf_counter() - start
+        system_s = os.times().system - system_start
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+    measured = written - skip_bytes
+    return (Throughput(records=measured // chunk_bytes, payload_bytes=measured,
+                       elapsed_s=elapsed), system_s)
 
 
 def _receive(listener_fd_port: int, total_bytes: int, chunk_bytes: int, conn) -> None:

@@ -336,8 +336,9 @@ class BrokerProcess:
         sasl = ",".join(c.security.sasl_mechanisms)
         protocol = ("SASL_SSL" if sasl and ssl_context else "SASL_PLAINTEXT" if sasl
                     else "SSL" if ssl_context else "PLAINTEXT")
-        log.info("broker %d serving Kafka's protocol (%s, %s%s%s) on %s:%d", c.broker_id, name,
-                 protocol, f"{sasl}, " if sasl else "", f"authorizer {c.security.authorizer}",
+        described = ", ".join([name, protocol, *([sasl] if sasl else []),
+                               f"authorizer {c.security.authorizer}"])
+        log.info("broker %d serving Kafka's protocol (%s) on %s:%d", c.broker_id, described,
                  listen[0], bound)
 
     def _broker_configs(self) -> list[BrokerConfigEntry]:

@@ -336,3 +336,15 @@ def test_mem_available_reads_proc_meminfo():
     total_kib = next(int(line.split()[1]) for line in open("/proc/meminfo")
                      if line.startswith("MemTotal:"))
     assert 0 < bench_common.mem_available_bytes() <= total_kib * 1024
+
+
+def test_page_cache_growth_times_only_the_bytes_past_the_skip_and_leaves_no_file(tmp_path):
+    from bench.bench_common import KIB
+    from bench.machine_limits import page_cache_growth
+
+    t, system_s = page_cache_growth(tmp_path, 8 * 256 * KIB, 2 * 256 * KIB)
+    assert t.payload_bytes == 6 * 256 * KIB and t.elapsed_s > 0
+    assert system_s >= 0
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError):
+        page_cache_growth(tmp_path, 256 * KIB, 256 * KIB)
