@@ -1,0 +1,142 @@
+"""The floor of TLS on the Kafka listener's receive path: a uvloop server with a
+``BufferedProtocol`` (as ``broker/kafka/framing.py``) receiving bytes from another process,
+plaintext against TLS (the cluster's own kind of certificate, ``tools/certs.py``), and the
+server's CPU per MB. No broker code runs: what TLS through asyncio's memory-BIO SSL protocol
+costs before any request is parsed.
+
+    .venv/bin/python bench/probes/tls_receive_floor.py [--mib 1024] [--rounds 2]
+
+Prints one table: MB/s and the server process's CPU ms per MB (user and total) for each
+transport and receive buffer size, alternated ``--rounds`` times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import multiprocessing
+import os
+import socket
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import uvloop
+
+from bench.bench_common import KIB, format_table, median
+from tidewater.tools import certs
+
+CHUNK_BYTES = 256 * KIB  # the sender's writes: a 256 KiB produce request at a time
+BUFFER_SIZES = (64 * KIB, 1024 * KIB)
+
+
+def send(port: int, ca_file: str | None, total_bytes: int) -> None:
+    sock: socket.socket = socket.create_connection(("127.0.0.1", port))
+    if ca_file is not None:
+        sock = ssl.create_default_context(cafile=ca_file).wrap_socket(
+            sock, server_hostname="localhost")
+    chunk = os.urandom(CHUNK_BYTES)
+    sent = 0
+    while sent < total_bytes:
+        sock.sendall(chunk)
+        sent += CHUNK_BYTES
+    sock.close()
+
+
+class Receiver(asyncio.BufferedProtocol):
+    def __init__(self, done: asyncio.Future, buffer_bytes: int, total_bytes: int):
+        self.buffer = memoryview(bytearray(buffer_bytes))
+        self.received = 0
+        self.total_bytes = total_bytes
+        self.done = done
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.received += nbytes
+        if self.received >= self.total_bytes and not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def measure(context: ssl.SSLContext | None, ca_file: str | None, buffer_bytes: int,
+                  total_bytes: int) -> tuple[float, float, float]:
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    receivers: list[Receiver] = []
+
+    def make() -> Receiver:
+        receiver = Receiver(done, buffer_bytes, total_bytes)
+        receivers.append(receiver)
+        return receiver
+
+    server = await loop.create_server(make, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    sender = multiprocessing.get_context("spawn").Process(target=send,
+                                                          args=(port, ca_file, total_bytes))
+    sender.start()
+    try:
+        while not receivers or receivers[0].received == 0:  # past start-up and handshake
+            await asyncio.sleep(0.001)
+        cpu_before, start = os.times(), time.perf_counter()
+        already = receivers[0].received
+        await asyncio.wait_for(done, 120)
+        elapsed, cpu_after = time.perf_counter() - start, os.times()
+    finally:
+        sender.join(30)
+        if sender.is_alive():
+            sender.kill()
+        server.close()
+    megabytes = (receivers[0].received - already) / 1e6
+    user = cpu_after.user - cpu_before.user
+    total = user + cpu_after.system - cpu_before.system
+    return megabytes / elapsed, user * 1e3 / megabytes, total * 1e3 / megabytes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    total_bytes = args.mib * 1024 * KIB
+    now = datetime.datetime.now(datetime.UTC)
+    ca = certs.make_ca(now=now)
+    server_cert = certs.issue(ca, name="broker-1", role="broker", now=now)
+    runs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="tls-floor-") as tmp:
+        ca_file, cert_file, key_file = (Path(tmp) / n for n in ("ca.pem", "cert.pem", "key.pem"))
+        ca_file.write_bytes(ca.cert_pem)
+        cert_file.write_bytes(server_cert.cert_pem)
+        key_file.write_bytes(server_cert.key_pem)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert_file, key_file)
+        for _ in range(args.rounds):
+            for transport in ("plaintext", "TLS"):
+                for buffer_bytes in BUFFER_SIZES:
+                    tls = transport == "TLS"
+                    result = uvloop.run(measure(context if tls else None,
+                                                str(ca_file) if tls else None,
+                                                buffer_bytes, total_bytes))
+                    runs.setdefault((transport, buffer_bytes), []).append(result)
+    rows = [[transport, f"{buffer_bytes // KIB} KiB",
+             f"{median([r[0] for r in measured]):,.0f}",
+             f"{median([r[1] for r in measured]):.2f}", f"{median([r[2] for r in measured]):.2f}"]
+            for (transport, buffer_bytes), measured in runs.items()]
+    print(f"{args.mib} MiB per run from another process in {CHUNK_BYTES // KIB} KiB writes, "
+          f"uvloop {uvloop.__version__}, {ssl.OPENSSL_VERSION}; medians of {args.rounds}")
+    print(format_table(["transport", "receive buffer", "MB/s", "server user ms/MB",
+                        "server CPU ms/MB"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
