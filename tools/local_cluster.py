@@ -21,7 +21,9 @@ with node ids 1..N, data in ``DIR/controller-<i>/``; controller i listens on
 ``P-i``, its metrics on ``P+99-(i-1)``, its Raft port is ``P+300+i-1``. ``up`` formats a new quorum's directories first (``format_new_quorum``:
 random directory ids, every controller an initial voter); a restart formats none. In a folder
 that ran one controller, ``up`` with a quorum formats every controller holding that
-controller's ``controller/metadata.log`` and renames it (``quorum.migration``). Brokers get
+controller's ``controller/metadata.log`` and renames it (``quorum.migration``). An ``up``
+stopped half-way through (Ctrl-C, power cut) leaves ``DIR/quorum-format.json`` (the
+initial voters, ``quorum_format_plan``): the next ``up`` finishes that formatting. Brokers get
 ``--controller 1@HOST:PORT,...``; the manifest's ``controllers`` lists the
 listen addresses (``controller`` is the first). With ``--tls`` each controller has
 its own certificate ``controller-<i>`` (role controller) and the Raft port speaks
@@ -91,10 +93,16 @@ from tidewater.controller.quorum.formatting import (
     new_directory_id,
     raft_directory,
 )
-from tidewater.controller.quorum.migration import has_records, retire_metadata_log
+from tidewater.controller.quorum.migration import (
+    MIGRATED_SUFFIX,
+    has_records,
+    retire_metadata_log,
+)
 from tidewater.controller.raft import VoterKey
+from tidewater.controller.raft.files import fsync_dir
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.tools import certs, cluster_sasl
+from tidewater.tools import certs, cluster_sasl, quorum_format_plan
+from tidewater.tools.quorum_format_plan import QuorumFormatPlan
 
 MANIFEST_NAME = "cluster.json"
 MANIFEST_VERSION = 1
@@ -251,6 +259,10 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int],
     return entry
 
 
+class UnfinishedQuorumFormatError(LocalClusterError):
+    """A quorum's formatting stopped half-way and cannot be finished as it was begun."""
+
+
 def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = None) -> bool:
     """kafka-storage format for each controller of a new quorum (node id -> its
     --data-dir), with random directory ids and every voter as the initial controllers.
@@ -260,19 +272,66 @@ def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = No
 
     ``migrate_from``: the folder's single controller's ``metadata.log``; when it holds
     records every controller is formatted holding it (``quorum.migration``) and it is
-    renamed ``metadata.log.migrated``. Returns whether it was migrated."""
-    raft_dirs = {node_id: raft_directory(d) for node_id, d in data_dirs.items()}
-    if any(is_formatted(d) for d in raft_dirs.values()):
-        return False
-    initial = frozenset(VoterKey(node_id, new_directory_id()) for node_id in raft_dirs)
-    migrating = migrate_from is not None and has_records(migrate_from)
-    for node_id, raft_dir in raft_dirs.items():
-        format_controller(raft_dir, node_id, initial,
-                          migrate_from=migrate_from if migrating else None)
-    if migrating:
-        assert migrate_from is not None
-        retire_metadata_log(migrate_from)
-    return migrating
+    renamed ``metadata.log.migrated``. Returns whether it was migrated.
+
+    Resumable: the initial voters (and the migrated log's hash) are recorded first in
+    ``quorum-format.json`` beside the data directories (``quorum_format_plan``), removed
+    when all is done. A call that finds the record finishes that formatting: it formats
+    the directories not formatted yet with the recorded voters (one formatted already is
+    never formatted again, it keeps its directory id) and retires the log if still there.
+    So a crash at any point leaves a folder the next ``up`` starts. What it cannot finish
+    (another controller count, the log changed or gone meanwhile) raises
+    ``UnfinishedQuorumFormatError`` naming the fix."""
+    raft_dirs = {node_id: raft_directory(d) for node_id, d in sorted(data_dirs.items())}
+    plan_path = Path(os.path.commonpath([Path(d).absolute() for d in data_dirs.values()]),
+                     quorum_format_plan.FILE_NAME)
+    plan = quorum_format_plan.read_plan(plan_path)
+    if plan is None:
+        if any(is_formatted(d) for d in raft_dirs.values()):
+            return False
+        migrating = migrate_from is not None and has_records(migrate_from)
+        plan = QuorumFormatPlan(
+            frozenset(VoterKey(node_id, new_directory_id()) for node_id in raft_dirs),
+            quorum_format_plan.file_sha256(migrate_from)
+            if migrate_from is not None and migrating else None)
+        quorum_format_plan.write_plan(plan_path, plan)
+    _finish_quorum_format(plan, plan_path, raft_dirs, migrate_from)
+    return plan.migrating
+
+
+def _finish_quorum_format(plan: QuorumFormatPlan, plan_path: Path, raft_dirs: dict[int, Path],
+                          migrate_from: Path | None) -> None:
+    """Format what ``plan`` has left unformatted, retire the migrated log, remove the plan."""
+    planned = sorted(v.id for v in plan.voters)
+    if planned != sorted(raft_dirs):
+        raise UnfinishedQuorumFormatError(
+            f"{plan_path}: formatting a quorum of controllers {planned} stopped half-way; "
+            f"finish it with `tide cluster up --controllers {len(planned)}`")
+    missing = [node_id for node_id, d in raft_dirs.items() if not is_formatted(d)]
+    log = migrate_from if plan.migrating else None
+    if plan.migrating:
+        if migrate_from is None or not migrate_from.exists():
+            if missing:
+                raise UnfinishedQuorumFormatError(
+                    f"{plan_path}: migrating {migrate_from} into the quorum stopped half-way "
+                    f"and the file is gone: put it back (from {METADATA_LOG_FILE_NAME}"
+                    f"{MIGRATED_SUFFIX} if renamed) and run up again")
+            log = None  # retired already: a crash just before removing the plan
+        elif quorum_format_plan.file_sha256(migrate_from) != plan.metadata_log_sha256:
+            raise UnfinishedQuorumFormatError(
+                f"{migrate_from} changed since `tide cluster up` began migrating it into the "
+                f"quorum ({plan_path}); controllers formatted from other bytes would "
+                f"disagree. If no quorum controller has run, remove {plan_path} and every "
+                f"controller's raft directory and run up again")
+    for node_id in missing:
+        format_controller(raft_dirs[node_id], node_id, plan.voters, migrate_from=log)
+    for raft_dir in raft_dirs.values():
+        # Every directory's entry durable before the plan that would redo it is gone.
+        fsync_dir(raft_dir.parent)
+        fsync_dir(raft_dir.parent.parent)
+    if log is not None:
+        retire_metadata_log(log)
+    quorum_format_plan.remove_plan(plan_path)
 
 
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
