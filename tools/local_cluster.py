@@ -101,6 +101,7 @@ from tidewater.controller.quorum.migration import (
 from tidewater.controller.raft import VoterKey
 from tidewater.controller.raft.files import fsync_dir
 from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
 from tidewater.tools import certs, cluster_sasl, quorum_format_plan
 from tidewater.tools.quorum_format_plan import QuorumFormatPlan
 
@@ -557,8 +558,14 @@ class LocalCluster:
             # A folder that ran one controller: its metadata moves into the quorum (else
             # every topic would be gone).
             single = self.data_dir / controller_names(1)[0] / METADATA_LOG_FILE_NAME
-            if format_new_quorum({i: self.data_dir / name for i, name in enumerate(names, 1)},
-                                 migrate_from=single):
+            try:
+                migrated = format_new_quorum(
+                    {i: self.data_dir / name for i, name in enumerate(names, 1)},
+                    migrate_from=single)
+            except (TidewaterError, OSError) as e:  # a locked or corrupt log, a full disk
+                raise LocalClusterError(f"cannot format the controllers' directories: "
+                                        f"{e}") from None
+            if migrated:
                 self.migrated_metadata_log = single
         try:
             for name in names:

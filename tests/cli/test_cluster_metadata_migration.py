@@ -90,3 +90,18 @@ def test_one_controller_cluster_restarted_as_a_quorum_keeps_its_metadata(tmp_pat
         assert (snapshots[0]["end_offset"], snapshots[0]["epoch"]) == (
             start_offset + len(records), 1)
         assert "configured" in snapshots[0]["data"] and "retention.ms" in snapshots[0]["data"]
+
+
+def test_an_unreadable_metadata_log_stops_cluster_up_with_one_line(tmp_path):
+    """A corrupt single-controller log cannot be migrated: `cluster up` says so in one
+    line and starts nothing (before: a traceback from the migration)."""
+    data_dir = tmp_path / "cluster"
+    (data_dir / "controller").mkdir(parents=True)
+    (data_dir / "controller" / "metadata.log").write_bytes(b"\xff" * 4096)
+    result = run_tide("cluster", "up", "--controllers", "3", "--brokers", "1", "--base-port",
+                      "0", "--data-dir", str(data_dir))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "cluster up failed: cannot format the controllers' directories" in result.stderr
+    assert "metadata.log" in result.stderr
+    assert not (data_dir / "controller-1" / "raft").exists()
