@@ -5,6 +5,14 @@ in KRaft, 18 s with ZooKeeper). That timeout only matters for a paused,
 partitioned or hung broker: a broker whose process died is fenced as soon as
 its heartbeat stream ends (see ``controller.service``), so failover after a
 crash takes tens of milliseconds.
+
+``max.connections`` and ``connections.max.idle.ms`` (Kafka's names) limit the
+controller's gRPC port and, with a quorum, its Raft port, each counted alone
+(``broker.servicers.grpc_limits``): a connection beyond the cap is closed by gRPC
+before its handshake, and one with no call open for the idle time is sent GOAWAY. A
+broker's heartbeat stream is a call open, so a live broker's connection never idles.
+The default cap is 1,000 per port, not Kafka's none: only members and admin tools
+connect here.
 """
 
 from __future__ import annotations
@@ -15,6 +23,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from tidewater.broker.security.settings import SecuritySettings
+from tidewater.broker.servicers.grpc_limits import (
+    CONNECTIONS_MAX_IDLE_MS,
+    CONTROLLER_MAX_CONNECTIONS,
+    check_connection_settings,
+)
 from tidewater.controller.quorum.config import (
     Endpoint,
     QuorumConfig,
@@ -59,6 +72,9 @@ class ControllerConfig:
     metadata_queue_size_max: int = 1024
     metadata_compaction_records_min: int = 10_000  # compact at start-up beyond this
     shutdown_grace_seconds: float = 2.0
+    # Both ports' connections (the controller's and the Raft port's, each its own count).
+    max_connections: int = CONTROLLER_MAX_CONNECTIONS
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
     extra: dict[str, str] = field(default_factory=dict)
     # --tls-ca/--tls-cert/--tls-key; None: plaintext, as before TLS existed.
     tls: TlsFiles | None = None
@@ -105,6 +121,8 @@ class ControllerConfig:
         "controller.quorum.listen": ("quorum_listen", str),
         "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
         "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
+        "max.connections": ("max_connections", int),
+        "connections.max.idle.ms": ("connections_max_idle_ms", int),
     }
 
     def set(self, name: str, value: str) -> None:
@@ -139,6 +157,7 @@ class ControllerConfig:
                 raise InvalidConfigError(f"{names.get(f.name, f.name)} must be > 0")
         if not self.metrics_bind_address:
             raise InvalidConfigError("metrics.bind.address is empty (0.0.0.0 for every address)")
+        check_connection_settings(self.max_connections, self.connections_max_idle_ms)
         if self.sender_debounce_ms < 0:
             raise InvalidConfigError("controller.sender.debounce.ms must be >= 0")
         if self.quorum_voters:
@@ -167,6 +186,8 @@ class ControllerConfig:
         return QuorumConfig(node_id=self.node_id, data_dir=raft_directory(self.data_dir),
                             voters=voters, tls=tls, listen=listen,
                             clients_may_change_voters=self.security.authorizer == "none",
+                            max_connections=self.max_connections,
+                            connections_max_idle_ms=self.connections_max_idle_ms,
                             raft=RaftConfig(election_timeout_ms=self.quorum_election_timeout_ms,
                                             fetch_timeout_ms=self.quorum_fetch_timeout_ms))
 

@@ -32,6 +32,11 @@ certificate of the cluster's CA (brokers, and admin tools with a ``client``
 certificate; clients reach the controller through a broker); the senders
 present the controller's certificate to the brokers' INTERNAL listeners.
 
+Connections (``max.connections``, ``connections.max.idle.ms``; ``grpc_limits``): the
+port serves at most that many at once (gRPC core closes the others before their
+handshake) and sends GOAWAY to one with no call open for the idle time; a broker's
+heartbeat stream is a call open, so its connection is never idle.
+
 Fencing has two detectors: the session timer (``broker.session.timeout.ms``
 without a heartbeat: a paused, partitioned or hung broker) and the end of a
 broker's ``BrokerHeartbeats`` stream (a dead process, whose kernel closed the
@@ -210,7 +215,9 @@ class ControllerServer:
                              if security.sasl_mechanisms and tls is None else [])
         self.grpc_server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0),
-                     *GrpcLimits(max_concurrent_streams=1_000).options()],
+                     *GrpcLimits(max_concurrent_streams=1_000,
+                                 max_connection_idle_ms=self.config.connections_max_idle_ms,
+                                 max_connections=self.config.max_connections).options()],
             interceptors=[InvariantBoundary(self.supervisor), *preauthentication,
                           SessionStreamLimit(guard_security.grpc_sessions)])
         self.service = ControllerService(self.owner, self.machine, self.metrics, self.senders,

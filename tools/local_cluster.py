@@ -64,7 +64,8 @@ pid is never signalled).
 ``--set name=value`` settings are routed: names only the controller knows
 (``default.replication.factor``, ``num.partitions``, ``controller.*``, ...)
 go to the controller; names both know (``min.insync.replicas``,
-``broker.session.timeout.ms``, ``unclean.leader.election.enable``) go to all;
+``broker.session.timeout.ms``, ``unclean.leader.election.enable``,
+``max.connections``, ``connections.max.idle.ms``) go to all;
 the rest go to the brokers.
 """
 
@@ -114,8 +115,11 @@ DEFAULT_BASE_PORT = 9092
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 LOG_TAIL_LINES = 15
+# Kafka's controllers and brokers each read max.connections and connections.max.idle.ms
+# from their own properties: here a --set of them limits every process's ports.
 SHARED_SETTINGS = frozenset({"min.insync.replicas", "broker.session.timeout.ms",
-                             "unclean.leader.election.enable"})
+                             "unclean.leader.election.enable", "max.connections",
+                             "connections.max.idle.ms"})
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 TLS_DIR_NAME = "tls"
 CLIENT_CERT_NAME = "tide-client"

@@ -1,4 +1,5 @@
-"""What one of the broker's gRPC listeners lets a connection hold (issue 29).
+"""What one of the broker's gRPC listeners lets a connection hold (issue 29); the
+controller's port and its Raft port use the same limits.
 
 The Kafka listener counts, limits and expires its connections itself
 (``broker.kafka.connection_quotas``); a gRPC listener's connections are gRPC core's,
@@ -28,7 +29,9 @@ so its limits are channel arguments, set here in one place:
   handshake), until one of the open ones closes. Counted per gRPC server (listener), not
   across the broker's listeners as Kafka does; on INTERNAL the members' connections
   count too. gRPC core has no per-address limit: ``max.connections.per.ip`` applies to
-  the Kafka listeners only.
+  the Kafka listeners only. The controller's two ports take ``max.connections`` and
+  ``connections.max.idle.ms`` too (``controller.config``), each port counted alone, with
+  a default bound (``CONTROLLER_MAX_CONNECTIONS``) where the brokers keep Kafka's none.
 
 A connection's age is not limited: the clients' FetchStream/ProduceStream and the
 followers' ReplicaFetch are streams meant to last as long as the process.
@@ -38,16 +41,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidewater.proto.errors import InvariantViolation
+from tidewater.proto.errors import InvalidConfigError, InvariantViolation
 
 CONNECTIONS_UNLIMITED = 2**31 - 1  # Kafka's default max.connections
+# The controller's ports are reached by the brokers, the other controllers and admin
+# tools: a few connections each. A bound far above that still stops a flood there.
+CONTROLLER_MAX_CONNECTIONS = 1_000
+CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's default connections.max.idle.ms
+
+
+def check_connection_settings(max_connections: int, connections_max_idle_ms: int) -> None:
+    """``max.connections`` and ``connections.max.idle.ms`` of a gRPC port: 1 to 2^31-1
+    (gRPC's channel arguments are C ints: a larger one stops the server's creation;
+    2^31-1 connections is no limit). InvalidConfigError otherwise."""
+    for name, value in (("max.connections", max_connections),
+                        ("connections.max.idle.ms", connections_max_idle_ms)):
+        if not 0 < value <= CONNECTIONS_UNLIMITED:
+            raise InvalidConfigError(f"{name} must be between 1 and {CONNECTIONS_UNLIMITED}, "
+                                     f"not {value}")
 
 
 @dataclass(frozen=True)
 class GrpcLimits:
     handshake_timeout_ms: int = 10_000
     max_concurrent_streams: int = 100
-    max_connection_idle_ms: int = 600_000
+    max_connection_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
     keepalive_time_ms: int = 300_000
     keepalive_timeout_ms: int = 20_000
     min_ping_interval_ms: int = 60_000

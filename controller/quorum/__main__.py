@@ -6,6 +6,7 @@ Commands::
                                        [--migrate-metadata-log PATH]
                                        | --no-initial-controllers)
     run      --node-id N --data-dir D --voters 1@H:P,2@H:P,... [--observers ...]
+             [--max-connections N] [--connections-max-idle-ms MS]
     propose  --bootstrap H:P RECORD...        (prints first offset and epoch)
     read     --bootstrap H:P [--start-offset O] (prints offset, epoch, record per line)
     describe --bootstrap H:P                  (JSON: leader, epoch, high watermark, replicas)
@@ -48,6 +49,10 @@ grpc_env.apply()
 import grpc  # noqa: E402  (after grpc_env.apply)
 import uvloop  # noqa: E402
 
+from tidewater.broker.servicers.grpc_limits import (  # noqa: E402
+    CONNECTIONS_MAX_IDLE_MS,
+    CONTROLLER_MAX_CONNECTIONS,
+)
 from tidewater.controller.quorum.admin import describe_json, describe_one  # noqa: E402
 from tidewater.controller.quorum.config import (  # noqa: E402
     QuorumConfig,
@@ -110,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fetch-timeout-ms", type=int, default=RaftConfig.fetch_timeout_ms)
     run.add_argument("--election-timeout-ms", type=int, default=RaftConfig.election_timeout_ms)
     run.add_argument("--snapshot-interval-entries", type=int, default=1000)
+    run.add_argument("--max-connections", type=int, default=CONTROLLER_MAX_CONNECTIONS,
+                     help="max.connections: the Raft port's connections at most")
+    run.add_argument("--connections-max-idle-ms", type=int, default=CONNECTIONS_MAX_IDLE_MS,
+                     help="connections.max.idle.ms: a connection with no call open this "
+                          "long is closed")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # The controller's own TLS options: the Raft port then speaks mTLS only and admits
     # controller certificates of the CA to RaftMessages (``transport``, ``service``).
@@ -166,6 +176,8 @@ def run_node(args: argparse.Namespace) -> int:
         raft=RaftConfig(fetch_timeout_ms=args.fetch_timeout_ms,
                         election_timeout_ms=args.election_timeout_ms),
         snapshot_interval_entries=args.snapshot_interval_entries,
+        max_connections=args.max_connections,
+        connections_max_idle_ms=args.connections_max_idle_ms,
         tls=tls_material(args))
     try:
         require_formatted(config.data_dir, f"python -m tidewater.controller.quorum format "

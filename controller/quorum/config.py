@@ -6,6 +6,10 @@ KIP-853) comes from the log, or before any VOTERS entry from the bootstrap set
 written by ``format --initial-controllers 1@host:port:DIRID,...``. Observers
 (``--observers``, same syntax as ``--voters``) are the other controllers allowed
 to send Raft messages: a node that is to be added as a voter first runs as one.
+
+The Raft port's connections are capped and expired as the controller's own port's
+(``max.connections``, ``connections.max.idle.ms``; ``broker.servicers.grpc_limits``):
+``run --max-connections/--connections-max-idle-ms``, or the controller's settings.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidewater.broker.servicers.grpc_limits import (
+    CONNECTIONS_MAX_IDLE_MS,
+    CONTROLLER_MAX_CONNECTIONS,
+    check_connection_settings,
+)
 from tidewater.controller.raft import RaftConfig, VoterKey
 from tidewater.proto.errors import InvalidConfigError
 from tidewater.proto.tls import TlsMaterial
@@ -102,10 +111,15 @@ class QuorumConfig:
     propose_timeout_ms_max: int = 60_000
     proposals_in_flight_max: int = 1024
     read_records_max: int = 10_000
+    # The Raft port's max.connections and connections.max.idle.ms (peers' fetches keep
+    # their connections busy; an idle one is closed and reopened on the next call).
+    max_connections: int = CONTROLLER_MAX_CONNECTIONS
+    connections_max_idle_ms: int = CONNECTIONS_MAX_IDLE_MS
 
     def __post_init__(self) -> None:
         if self.node_id < 0:
             raise InvalidConfigError("node.id must not be negative")
+        check_connection_settings(self.max_connections, self.connections_max_idle_ms)
         overlap = set(self.voters) & set(self.observers)
         if overlap:
             raise InvalidConfigError(f"nodes {sorted(overlap)} are both voters and observers")

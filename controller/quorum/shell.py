@@ -152,7 +152,8 @@ class QuorumShell:
         self._server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0),
                      ("grpc.max_receive_message_length", REQUEST_BYTES_MAX),
-                     *GrpcLimits().options()],
+                     *GrpcLimits(max_connection_idle_ms=config.connections_max_idle_ms,
+                                 max_connections=config.max_connections).options()],
             interceptors=[InvariantBoundary(self.supervisor)])
         pb_grpc.add_ControllerQuorumServicer_to_server(QuorumService(self), self._server)
         try:

@@ -15,6 +15,7 @@ from tidewater.controller.owner import ImageAheadOfDiskError, MetadataOwner
 from tidewater.controller.state_machine import ControllerStateMachine
 from tidewater.controller.validation import validate_topic_configs, validate_topic_name
 from tidewater.proto.errors import CorruptFileError, InvalidConfigError, InvalidTopicError
+from tidewater.tools.local_cluster import route_settings
 
 # ---------------------------------------------------------------- assignment
 
@@ -91,10 +92,29 @@ def test_settings_by_kafka_name():
 
 @pytest.mark.parametrize("item", ["nope=1", "num.partitions", "num.partitions=0",
                                   "broker.session.timeout.ms=x",
-                                  "unclean.leader.election.enable=maybe"])
+                                  "unclean.leader.election.enable=maybe",
+                                  "max.connections=0", "max.connections=x",
+                                  "connections.max.idle.ms=-1",
+                                  # gRPC's channel arguments are C ints
+                                  "connections.max.idle.ms=2147483648",
+                                  "max.connections=2147483648"])
 def test_bad_settings(item):
     with pytest.raises(InvalidConfigError):
         ControllerConfig().apply_settings([item])
+
+
+def test_connection_settings_reach_both_ports_and_tide_cluster_routes_them_to_all():
+    """max.connections and connections.max.idle.ms: the controller's port, and the Raft
+    port through the quorum config; ``tide cluster up --set`` gives them to every process."""
+    assert ControllerConfig().max_connections == 1_000  # a bound, unlike Kafka's default
+    config = ControllerConfig()
+    config.apply_settings(["max.connections=5", "connections.max.idle.ms=2000", "node.id=1",
+                           "controller.quorum.voters=1@127.0.0.1:9093"])
+    assert (config.max_connections, config.connections_max_idle_ms) == (5, 2000)
+    quorum = config.quorum_config()
+    assert (quorum.max_connections, quorum.connections_max_idle_ms) == (5, 2000)
+    settings = {"max.connections": "5", "connections.max.idle.ms": "2000"}
+    assert route_settings(settings) == (settings, settings)
 
 
 # ---------------------------------------------------------------- owner
