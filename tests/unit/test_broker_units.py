@@ -47,7 +47,9 @@ def test_broker_rack_setting():
                                      "broker.rack=" + "r" * 65, "segment.bytes=abc",
                                      "min.insync.replicas=0", "segment.bytes=1", "novalue",
                                      "log.scrub.bytes.per.second=-1", "log.scrub.interval.ms=-5",
-                                     "log.scrub.bytes.per.second=fast"])
+                                     "log.scrub.bytes.per.second=fast",
+                                     "max.connections=0", "connections.max.idle.ms=0",
+                                     "connections.max.idle.ms=3000000000"])
 def test_config_rejects_bad_settings(setting):
     with pytest.raises(ConfigError):
         config_from_args(BASE + ["--set", setting])
