@@ -394,6 +394,31 @@ def test_groups_show_state_members_and_lag_the_coordinator_reports(browser, cons
     for p in described.partitions:
         assert _text(browser, f"#lag-{p.topic}-{p.partition} .lag") == str(p.lag)
         assert _text(browser, f"#lag-{p.topic}-{p.partition} .committed") == str(SETTLED_AT)
+    assert _text(browser, f"#topic-lag-{FIXED} .lag") == str(expected_total)
+
+    # Paged as the topic page is (2 rows a page here; 100 by default): the totals and
+    # the largest lags stay the whole group's, each lag linked to the page showing it,
+    # and the live fragment keeps to the page shown.
+    def rows() -> list[str]:
+        return browser.execute_script(
+            "return [...document.querySelectorAll('#lag tbody tr')].map(r => r.id)")
+
+    def href(css: str) -> str:
+        return browser.execute_script("return document.querySelector(arguments[0]).href", css)
+
+    browser.get(console.url + "/groups/settled?per_page=2")
+    assert rows() == [f"lag-{FIXED}-0", f"lag-{FIXED}-1"]
+    assert _text(browser, "#total-lag") == str(expected_total)
+    assert _text(browser, "#largest-lag") == (f"Largest lag: {FIXED}-1 (21), {FIXED}-0 (20), "
+                                              f"{FIXED}-2 (20)")
+    browser.get(href(".pager a[rel=next]"))
+    _poll(lambda: rows() == [f"lag-{FIXED}-2"], "the group's second page")
+    refreshed = _attr(browser, ".live", "data-updated")
+    _poll(lambda: _attr(browser, ".live", "data-updated") != refreshed, "the lag refreshed")
+    assert rows() == [f"lag-{FIXED}-2"] and "page 2 of 2" in _text(browser, ".pager")
+    browser.get(href(f"#largest-lag a[href$='#lag-{FIXED}-0']"))
+    _poll(lambda: rows() == [f"lag-{FIXED}-0", f"lag-{FIXED}-1"], "the page of fixed-0")
+    assert browser.current_url.endswith(f"/groups/settled?per_page=2&page=0#lag-{FIXED}-0")
 
     # The live group: its member and assignment, and a lag chart that grows by itself.
     browser.get(console.url + "/groups/readers")

@@ -142,8 +142,7 @@ class Console:
     async def topic(self, request: Request) -> Response:
         name = request.path_params["name"]
         params = request.query_params
-        page_index = int(params["page"]) if params.get("page") else None
-        per_page = int(params["per_page"]) if params.get("per_page") else None
+        page_index, per_page = _page_asked(request)
         # Reading a partition's records without a page asked: the page holding it.
         showing = int(params["partition"]) if params.get("partition", "").isdigit() else None
         form = {"partition": params.get("partition", "0"), "mode": params.get("mode", "newest"),
@@ -177,9 +176,7 @@ class Console:
             "title": f"Topic {name}", "t": detail, "rate": self.metrics.topic_rates().get(name),
             "form": form, "page": page, "default_per_page": PARTITIONS_PER_PAGE,
             "most_partition_options": MOST_PARTITION_OPTIONS,
-            # The query string the pager's links keep (the record browser's, a page size).
-            "keep_q": "".join(f"{quote(k, safe='')}={quote(v, safe='')}&"
-                              for k, v in params.multi_items() if k != "page"),
+            "keep_q": _pager_query(request),
             "browse_error": browse_error, "modes": MODES, "formats": FORMATS})
 
     async def _read_records(self, topic: str, query: RecordQuery) -> tuple[RecordPage | None, str]:
@@ -216,20 +213,19 @@ class Console:
         return self.page(request, "groups.html", {"title": "Consumer groups", "rows": rows})
 
     async def group(self, request: Request) -> Response:
-        group_id = request.path_params["group_id"]
-        g = await run_in_threadpool(self.data.group, group_id)
-        self.lag.add(group_id, int(time.time() * 1000), g.total_lag)
-        topics = sorted({p.topic for p in g.description.partitions})
-        return self.page(request, "group.html", {"title": f"Group {group_id}", "g": g,
-                                                  "topics": topics,
-                                                  "lag_chart": self._lag_chart(group_id)})
+        return await self._group(request, "group.html")
 
     async def group_lag_fragment(self, request: Request) -> Response:
+        # The live part of the group page, asked with the page's own page and per_page.
+        return await self._group(request, "_group_lag.html")
+
+    async def _group(self, request: Request, template: str) -> Response:
         group_id = request.path_params["group_id"]
-        g = await run_in_threadpool(self.data.group, group_id)
+        g = await run_in_threadpool(self.data.group, group_id, *_page_asked(request))
         self.lag.add(group_id, int(time.time() * 1000), g.total_lag)
-        return self.page(request, "_group_lag.html", {"g": g,
-                                                       "lag_chart": self._lag_chart(group_id)})
+        return self.page(request, template, {"title": f"Group {group_id}", "g": g,
+                                             "keep_q": _pager_query(request),
+                                             "lag_chart": self._lag_chart(group_id)})
 
     def _lag_chart(self, group_id: str) -> str:
         series = {"lag": self.lag.series(group_id)}
@@ -326,6 +322,20 @@ class Console:
             self.data.reset_offsets(f["group"], f["topic"], to, offset)
             return f"/groups/{quote(f['group'], safe='')}"
         raise ValueError(f"unknown action {kind!r}")
+
+
+def _page_asked(request: Request) -> tuple[int | None, int | None]:
+    """A paged table's ``page`` (0-based) and ``per_page`` query parameters, if given."""
+    params = request.query_params
+    return (int(params["page"]) if params.get("page") else None,
+            int(params["per_page"]) if params.get("per_page") else None)
+
+
+def _pager_query(request: Request) -> str:
+    """The query string a pager's links keep (all but ``page``: a page size, the record
+    browser's fields), each parameter followed by ``&``."""
+    return "".join(f"{quote(k, safe='')}={quote(v, safe='')}&"
+                   for k, v in request.query_params.multi_items() if k != "page")
 
 
 def _guarded(console: Console, handler: Callable[[Request], Awaitable[Response]]

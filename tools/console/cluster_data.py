@@ -14,7 +14,8 @@ A snapshot is DescribeCluster, and meanwhile (in a small pool: the page waits fo
 slowest call, not for their sum) DescribeQuorum and every broker's DescribeReplicas of
 all topics, asked of the brokers up at the last snapshot (again, after DescribeCluster,
 if one came up since). The topic page asks DescribeTopicConfigs meanwhile too, and
-turns only the shown page of partitions (``paging.PartitionPage``) into rows.
+turns only the shown page of partitions (``paging.PartitionPage``) into rows; the
+group page likewise (``group_lag``).
 
 The clients are synchronous; the application calls these methods in worker threads
 (Starlette's threadpool). ``AdminClient`` is safe to share between threads; the
@@ -29,7 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,11 @@ from tidewater.client.admin import (
     TopicDescriptionInfo,
     TransactionDescription,
 )
-from tidewater.client.group_admin import GroupAdmin, GroupDescription
+from tidewater.client.group_admin import GroupAdmin
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.topic_config import TOPIC_CONFIGS, LogConfig
+from tidewater.tools.console.group_lag import GroupPage, group_page
 from tidewater.tools.console.paging import PARTITIONS_PER_PAGE, PartitionPage
 
 log = logging.getLogger(__name__)
@@ -297,13 +299,6 @@ class GroupRow:
     protocol_type: str
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPage:
-    description: GroupDescription
-    total_lag: int | None
-    members_by_id: dict[str, str] = field(default_factory=dict)  # member id -> client id
-
-
 class UnknownTopic(LookupError):
     pass
 
@@ -529,12 +524,13 @@ class ClusterData:
             listing = self._groups().list_groups()
         return [GroupRow(g.group_id, g.state, g.protocol_type) for g in listing]
 
-    def group(self, group_id: str) -> GroupPage:
+    def group(self, group_id: str, page: int | None = None,
+              per_page: int | None = None) -> GroupPage:
+        """The group, with one page of its partitions' lag (``page``, 0-based; the
+        first without one) and its totals over all of them."""
         with self._group_lock:
             d = self._groups().describe_group(group_id)
-        lags = [p.lag for p in d.partitions if p.lag is not None]
-        total = sum(lags) if lags else None
-        return GroupPage(d, total, {m.member_id: m.client_id for m in d.members})
+        return group_page(d, page, per_page)
 
     def reset_offsets(self, group_id: str, topic: str, to: str,
                       offset: int | None = None) -> dict[int, int]:
