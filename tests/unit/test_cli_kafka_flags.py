@@ -160,3 +160,37 @@ def test_bad_enable_idempotence_is_refused(argv, message):
 
     args = build_parser().parse_args(["produce", "t", *argv])
     assert message in usage_error(producer_settings, args)
+
+
+def test_the_command_table_names_every_command_and_its_module():
+    """`tide CMD` imports only COMMAND_MODULES[CMD]: the table must say exactly what
+    each module registers, else a command would be missing or lose its arguments."""
+    import argparse
+    import importlib
+
+    from tidewater.tools.cli import COMMAND_MODULES, SUBCOMMAND_MODULES
+
+    registered: dict[str, str] = {}
+    for module in SUBCOMMAND_MODULES:
+        parser = argparse.ArgumentParser()
+        subparsers = parser.add_subparsers()
+        importlib.import_module(module).register(subparsers)
+        for name in subparsers.choices:
+            registered[name] = module
+    assert registered == COMMAND_MODULES
+
+
+@pytest.mark.parametrize(("argv", "word"), [
+    (["produce", "t"], "produce"),
+    (["--bootstrap-server", "h:1", "topics", "list"], "topics"),
+    (["--bootstrap-server=h:1", "--command-config", "f", "consume"], "consume"),
+    (["--help"], None), ([], None)])
+def test_the_command_word_is_found_after_the_global_options(argv, word):
+    from tidewater.tools.cli import command_word
+
+    assert command_word(argv) == word
+
+
+def test_one_commands_parse_equals_the_full_parsers():
+    argv = ["--bootstrap-server", "h:1", "produce", "t", "--acks", "1", "--linger-ms", "7"]
+    assert vars(build_parser(argv).parse_args(argv)) == vars(build_parser().parse_args(argv))
