@@ -27,6 +27,7 @@ from tidewater.broker.security.settings import (
     SecuritySettings,
     read_user_config,
 )
+from tidewater.broker.servicers.grpc_limits import check_connection_settings
 from tidewater.broker.storage.log_config import LOG_CONFIG_NAMES, LogConfig
 from tidewater.proto.broker_dynamic_config import KAFKA_LOG_DEFAULT_NAMES
 from tidewater.proto.errors import InvalidConfigError
@@ -350,12 +351,10 @@ class BrokerConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{name} must be positive, got {value}")
-        # The gRPC ports' channel arguments are C ints: a larger value stops the server's
-        # creation at start (grpc_limits.check_connection_settings, as the controller's).
-        for name, value in (("max.connections", self.max_connections),
-                            ("connections.max.idle.ms", self.connections_max_idle_ms)):
-            if not 0 < value <= KAFKA_INT_MAX:
-                raise ConfigError(f"{name} must be between 1 and {KAFKA_INT_MAX}, got {value}")
+        try:  # the gRPC ports' bounds, the controller's check
+            check_connection_settings(self.max_connections, self.connections_max_idle_ms)
+        except InvalidConfigError as e:
+            raise ConfigError(str(e)) from None
         if self.replica_fetch_wait_max_ms < 0:
             raise ConfigError("replica.fetch.wait.max.ms must not be negative")
         if self.group_max_session_timeout_ms < self.group_min_session_timeout_ms:
