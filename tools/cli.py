@@ -22,28 +22,6 @@ grpc_env.apply()
 # MiB-sized produce requests and fetch answers stay off per-call mmap (proto/malloc_tuning.py).
 tune_malloc_for_large_buffers()
 
-# Modules that add subcommands; each has register(subparsers).
-SUBCOMMAND_MODULES = [
-    "tidewater.tools.commands.topics",
-    "tidewater.tools.commands.configs",
-    "tidewater.tools.commands.reassign",
-    "tidewater.tools.commands.records",
-    "tidewater.tools.commands.produce",
-    "tidewater.tools.commands.consume",
-    "tidewater.tools.commands.groups",
-    "tidewater.tools.commands.cluster",
-    "tidewater.tools.commands.quorum",
-    "tidewater.tools.commands.certs",
-    "tidewater.tools.commands.security",
-    "tidewater.tools.commands.quotas",
-    "tidewater.tools.commands.dump_log",
-    "tidewater.tools.commands.metrics",
-    "tidewater.tools.commands.chaos",
-    "tidewater.tools.commands.audit",
-    "tidewater.tools.commands.console",
-]
-
-
 # Which module registers each top-level command: `tide produce` imports that module only
 # (half of the CLI's start-up CPU went to importing every command's dependencies). Help,
 # an unknown command or none at all import them all. A unit test checks this table
@@ -70,6 +48,9 @@ COMMAND_MODULES = {
     "audit": "tidewater.tools.commands.audit",
     "console": "tidewater.tools.commands.console",
 }
+# Modules that add subcommands, each once, in the order `tide --help` lists them; each
+# has register(subparsers).
+SUBCOMMAND_MODULES = list(dict.fromkeys(COMMAND_MODULES.values()))
 # The top-level options that take a value (to find the command word after them).
 _GLOBAL_OPTIONS_WITH_VALUE = ("--bootstrap-server", "--command-config")
 
