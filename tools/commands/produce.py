@@ -23,7 +23,7 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO, TextIO, TypedDict
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from tidewater.client.producer import Producer, RecordFuture, RecordMetadata, parse_acks
 from tidewater.client.transactions import TransactionAbortRequiredError
@@ -151,13 +151,13 @@ class _Results:
         with self.lock:
             self.failed += count
             if self.first_error is None:
-                self.first_error = describe_error(error) if isinstance(error, TidewaterError) else str(error)
+                self.first_error = _reason(error)
 
     def callback(self, key: bytes | None, value: bytes | None) -> Callable[[RecordFuture], None]:
         def done(fut: RecordFuture) -> None:
             exc = fut.exception()
             if exc is not None:
-                self.record_failure(describe_error(exc) if isinstance(exc, TidewaterError) else str(exc))
+                self.record_failure(_reason(exc))
                 return
             meta = fut.result()
             with self.lock:
@@ -169,6 +169,11 @@ class _Results:
                     self.ack_log.write(ack_log_line(meta, key, value, self.acks_label))
                     self.ack_log.flush()
         return done
+
+
+def _reason(error: BaseException) -> str:
+    """A failed record's error as the summary line words it."""
+    return describe_error(error) if isinstance(error, TidewaterError) else str(error)
 
 
 def _text(value: object) -> str | None:
@@ -260,7 +265,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 producer.init_transactions()
             in_transaction = 0  # records sent in the open transaction
             total = 0
-            for line_number, raw in enumerate(_stdin_lines(), start=1):
+            for line_number, raw in enumerate(sys.stdin.buffer, start=1):
                 line = raw[:-1] if raw.endswith(b"\n") else raw
                 if line.endswith(b"\r"):
                     line = line[:-1]
@@ -298,16 +303,6 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if results.failed:
         raise CliError(f"{results.failed} of {total} records failed (first: {results.first_error})")
     return 0
-
-
-STDIN_BUFFER_BYTES = 1 << 20
-
-
-def _stdin_lines() -> BinaryIO:
-    """stdin in 1 MiB reads: every read gives up the GIL and waits to get it back from
-    the producer's threads, so sys.stdin.buffer's 8 KiB reads (one per 8 lines of 1 KiB)
-    cost the loop more than the lines themselves. Closing it leaves fd 0 open."""
-    return open(sys.stdin.fileno(), "rb", buffering=STDIN_BUFFER_BYTES, closefd=False)
 
 
 def _end_transaction(producer: Producer, results: _Results) -> None:
