@@ -330,10 +330,10 @@ def _finish_quorum_format(plan: QuorumFormatPlan, plan_path: Path, raft_dirs: di
                 f"controller's raft directory and run up again")
     for node_id in missing:
         format_controller(raft_dirs[node_id], node_id, plan.voters, migrate_from=log)
-    for raft_dir in raft_dirs.values():
-        # Every directory's entry durable before the plan that would redo it is gone.
-        fsync_dir(raft_dir.parent)
-        fsync_dir(raft_dir.parent.parent)
+    # Every directory's entry durable before the plan that would redo it is gone.
+    for directory in dict.fromkeys(p for d in raft_dirs.values() for p in (d.parent,
+                                                                           d.parent.parent)):
+        fsync_dir(directory)
     if log is not None:
         retire_metadata_log(log)
     quorum_format_plan.remove_plan(plan_path)
