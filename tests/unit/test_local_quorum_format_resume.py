@@ -197,3 +197,22 @@ def test_a_folder_with_a_formatted_controller_and_no_record_formats_nothing(tmp_
         f.unlink()
     assert format_new_quorum(data_dirs(cluster)) is False  # a wiped voter is not re-formatted
     assert not is_formatted(wiped)
+
+
+def test_a_failed_record_write_formats_nothing_and_the_next_call_formats_all(tmp_path,
+                                                                            monkeypatch):
+    """The record is the first write: when it fails (a full disk) no controller is
+    formatted, so the next call starts afresh instead of taking the folder for a restart."""
+    cluster = tmp_path / "cluster"
+    real_write = quorum_format_plan.write_plan
+
+    def full_disk(path, plan):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(quorum_format_plan, "write_plan", full_disk)
+    with pytest.raises(OSError):
+        format_new_quorum(data_dirs(cluster))
+    assert not any(is_formatted(raft_directory(d)) for d in data_dirs(cluster).values())
+    monkeypatch.setattr(quorum_format_plan, "write_plan", real_write)
+    assert format_new_quorum(data_dirs(cluster)) is False
+    assert_consistent(cluster, migrated=False)
