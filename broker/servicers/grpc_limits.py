@@ -33,6 +33,14 @@ so its limits are channel arguments, set here in one place:
   ``connections.max.idle.ms`` too (``controller.config``), each port counted alone, with
   a default bound (``CONTROLLER_MAX_CONNECTIONS``) where the brokers keep Kafka's none.
 
+Kept at gRPC core's defaults: calls that have arrived but not yet been taken up by the
+event loop wait in core; beyond ``grpc.server.max_pending_requests`` (1,000) of them, new
+calls are ended CANCELLED at random, all of them at the hard limit (3,000). A burst of
+thousands of new calls on a busy broker is so shed in gRPC core, before it costs the loop
+anything; a Tidewater client takes such an end as a lost connection (retriable
+``BrokerConnectionError``, ``client.streams``) and opens the stream again
+(``tests/cli/test_grpc_flood.py`` meets it).
+
 A connection's age is not limited: the clients' FetchStream/ProduceStream and the
 followers' ReplicaFetch are streams meant to last as long as the process.
 """
