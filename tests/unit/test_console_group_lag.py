@@ -11,7 +11,7 @@ import pytest
 from tidewater.client.group_admin import GroupDescription, MemberDescription, PartitionLag
 from tidewater.tools.console.app import Console, ConsoleConfig
 from tidewater.tools.console.cluster_data import ClusterData
-from tidewater.tools.console.group_lag import group_page, ranges
+from tidewater.tools.console.group_lag import MEMBERS_PER_PAGE, group_page, ranges
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,7 +56,8 @@ def test_group_page_of_1000_partitions_renders_one_page_and_links_the_rest():
     try:
         console = Console(data, None, None, ConsoleConfig())  # type: ignore[arg-type]
         html = console.templates.env.get_template("_group_lag.html").render(
-            g=group_page(_described(), page=1), keep_q="", lag_chart="")
+            g=group_page(_described(), page=1), keep_q="", keep_members_q="page=1&",
+            lag_chart="")
     finally:
         data.close()
     rows = re.findall(r'<tr id="lag-([^"]+)"', html)
@@ -66,3 +67,46 @@ def test_group_page_of_1000_partitions_renders_one_page_and_links_the_rest():
     assert 'href="?per_page=1003"' in html
     assert 'href="?page=10#lag-wide-999">wide-999</a> (1049)' in html
     assert re.search(r'<tr id="topic-lag-a">.*?class="lag">3<', html)
+    # Two members fit one page: no members' pager.
+    assert "mpage=" not in html and ">2</span> member(s)" not in html
+
+
+def _crowd(members: int) -> GroupDescription:
+    """``members`` consumers, member i assigned partition i of topic "t"."""
+    return GroupDescription("g", "Stable", "consumer", "range",
+                            [MemberDescription(f"m{i}", f"c{i}", "/h", [("t", i)])
+                             for i in range(members)],
+                            [PartitionLag("t", i, 0, i, f"m{i}") for i in range(members)])
+
+
+def test_members_are_paged_apart_from_the_partitions():
+    d = _crowd(250)
+    g = group_page(d, page=1, member_page=2)
+    assert g.members_shown.total == 250 and g.members_shown.count == 3
+    assert [m.member_id for m in g.members] == [f"m{i}" for i in range(200, 250)]
+    assert g.shown.index == 1  # the partitions' page is its own
+    assert [m.member_id for m in group_page(d).members] == [f"m{i}" for i in range(100)]
+    assert len(group_page(d, member_page=99).members) == 50  # clamped to the last page
+    assert len(group_page(d, members_per_page=1000).members) == 250
+    assert MEMBERS_PER_PAGE == 100
+
+
+def test_members_pager_keeps_the_partitions_page_and_counts_every_member():
+    data = ClusterData("127.0.0.1:1")
+    try:
+        console = Console(data, None, None, ConsoleConfig())  # type: ignore[arg-type]
+        html = console.templates.env.get_template("_group_lag.html").render(
+            g=group_page(_crowd(250), page=1, member_page=1), keep_q="mpage=1&",
+            keep_members_q="page=1&", lag_chart="")
+    finally:
+        data.close()
+    members = re.search(r'<table id="members">(.*?)</table>', html, re.S)
+    assert members is not None
+    assert re.findall(r"<tr><td>(m\d+)</td>", members.group(1)) == [
+        f"m{i}" for i in range(100, 200)]
+    assert "250 member(s)" in html
+    assert "members 101-200 of 250 (page 2 of 3)" in html
+    assert 'href="?page=1&amp;mpage=0"' in html and 'href="?page=1&amp;mpage=2"' in html
+    assert 'href="?members_per_page=250"' in html
+    # The partitions' pager keeps the members' page.
+    assert 'href="?mpage=1&amp;page=2"' in html

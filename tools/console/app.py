@@ -221,10 +221,14 @@ class Console:
 
     async def _group(self, request: Request, template: str) -> Response:
         group_id = request.path_params["group_id"]
-        g = await run_in_threadpool(self.data.group, group_id, *_page_asked(request))
+        g = await run_in_threadpool(self.data.group, group_id, *_page_asked(request),
+                                    *_page_asked(request, "mpage", "members_per_page"))
         self.lag.add(group_id, int(time.time() * 1000), g.total_lag)
         return self.page(request, template, {"title": f"Group {group_id}", "g": g,
                                              "keep_q": _pager_query(request),
+                                             "keep_members_q": _pager_query(request, "mpage"),
+                                             "keep_live_q": _pager_query(request, "page",
+                                                                         "mpage"),
                                              "lag_chart": self._lag_chart(group_id)})
 
     def _lag_chart(self, group_id: str) -> str:
@@ -324,18 +328,21 @@ class Console:
         raise ValueError(f"unknown action {kind!r}")
 
 
-def _page_asked(request: Request) -> tuple[int | None, int | None]:
-    """A paged table's ``page`` (0-based) and ``per_page`` query parameters, if given."""
+def _page_asked(request: Request, page: str = "page", per_page: str = "per_page"
+                ) -> tuple[int | None, int | None]:
+    """A paged table's page (0-based) and page size query parameters, if given."""
     params = request.query_params
-    return (int(params["page"]) if params.get("page") else None,
-            int(params["per_page"]) if params.get("per_page") else None)
+    return (int(params[page]) if params.get(page) else None,
+            int(params[per_page]) if params.get(per_page) else None)
 
 
-def _pager_query(request: Request) -> str:
-    """The query string a pager's links keep (all but ``page``: a page size, the record
-    browser's fields), each parameter followed by ``&``."""
+def _pager_query(request: Request, *pages: str) -> str:
+    """The query string a pager's links keep: all but ``pages`` (its own page, by default
+    ``page``): a page size, the record browser's fields, the other table's page; each
+    parameter followed by ``&``."""
+    dropped = pages or ("page",)
     return "".join(f"{quote(k, safe='')}={quote(v, safe='')}&"
-                   for k, v in request.query_params.multi_items() if k != "page")
+                   for k, v in request.query_params.multi_items() if k not in dropped)
 
 
 def _guarded(console: Console, handler: Callable[[Request], Awaitable[Response]]

@@ -525,12 +525,14 @@ class ClusterData:
         return [GroupRow(g.group_id, g.state, g.protocol_type) for g in listing]
 
     def group(self, group_id: str, page: int | None = None,
-              per_page: int | None = None) -> GroupPage:
+              per_page: int | None = None, member_page: int | None = None,
+              members_per_page: int | None = None) -> GroupPage:
         """The group, with one page of its partitions' lag (``page``, 0-based; the
-        first without one) and its totals over all of them."""
+        first without one) and its totals over all of them, and one page of its
+        members (``member_page``)."""
         with self._group_lock:
             d = self._groups().describe_group(group_id)
-        return group_page(d, page, per_page)
+        return group_page(d, page, per_page, member_page, members_per_page)
 
     def reset_offsets(self, group_id: str, topic: str, to: str,
                       offset: int | None = None) -> dict[int, int]:

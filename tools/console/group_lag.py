@@ -5,7 +5,8 @@ assignment in ranges.
 A group reading a 1,000-partition topic drawn as one row per partition was 7,050
 elements and up to 1.8 s in a loaded browser; the lag table is paged as the topic
 page is (``paging.PartitionPage``), and what a person looks for first (how far
-behind, where) is summed over the whole group above it.
+behind, where) is summed over the whole group above it. Members are paged the same
+way (a group of a thousand consumers is a thousand rows), each with its own page.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tidewater.client.group_admin import GroupDescription, PartitionLag
 from tidewater.tools.console.paging import PARTITIONS_PER_PAGE, PartitionPage
 
 LARGEST_LAG_SHOWN = 10
+MEMBERS_PER_PAGE = 100  # a row per member, its assignment in ranges
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,8 @@ class GroupPage:
     partitions: tuple[PartitionLag, ...] = ()  # the shown page's
     topics: tuple[TopicLag, ...] = ()
     largest_lag: tuple[LaggingPartition, ...] = ()  # largest first, none of lag 0
-    members: tuple[MemberRow, ...] = ()
+    members: tuple[MemberRow, ...] = ()  # the shown page's
+    members_shown: PartitionPage = PartitionPage(0, 1, 0)
 
 
 def summed_lag(partitions: list[PartitionLag]) -> int | None:
@@ -74,10 +77,14 @@ def ranges(numbers: list[int]) -> str:
 
 
 def group_page(d: GroupDescription, page: int | None = None,
-               per_page: int | None = None) -> GroupPage:
+               per_page: int | None = None, member_page: int | None = None,
+               members_per_page: int | None = None) -> GroupPage:
     """``d`` with page ``page`` (0-based) of its partitions, in the order the group
-    admin lists them (by topic, then partition)."""
+    admin lists them (by topic, then partition), and page ``member_page`` of its
+    members, in the coordinator's order."""
     shown = PartitionPage.of(len(d.partitions), page, per_page or PARTITIONS_PER_PAGE)
+    members_shown = PartitionPage.of(len(d.members), member_page,
+                                     members_per_page or MEMBERS_PER_PAGE)
     by_topic: dict[str, list[PartitionLag]] = {}
     for p in d.partitions:
         by_topic.setdefault(p.topic, []).append(p)
@@ -85,7 +92,7 @@ def group_page(d: GroupDescription, page: int | None = None,
     # nlargest keeps the listed order among equal lags.
     largest = heapq.nlargest(LARGEST_LAG_SHOWN, behind, key=lambda pi: pi[0].lag or 0)
     members = []
-    for m in d.members:
+    for m in d.members[members_shown.first:members_shown.stop]:
         assigned: dict[str, list[int]] = {}
         for topic, partition in m.partitions:
             assigned.setdefault(topic, []).append(partition)
@@ -97,4 +104,4 @@ def group_page(d: GroupDescription, page: int | None = None,
         tuple(TopicLag(t, len(ps), summed_lag(ps)) for t, ps in sorted(by_topic.items())),
         tuple(LaggingPartition(p.topic, p.partition, p.lag or 0, shown.index_of(i))
               for p, i in largest),
-        tuple(members))
+        tuple(members), members_shown)
