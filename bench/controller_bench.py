@@ -7,9 +7,11 @@ Rows, per controller count:
   active controller; a call returns once the controller committed the topic to its
   metadata log (one controller: ``metadata.log`` written and fsynced; a quorum: a majority
   has the record) and the brokers were told.
-- ``raft commit latency avg/max``: Kafka's ``commit-latency-avg``/``-max`` from the
-  active controller's /metrics after the creations (a quorum only; one controller has no
-  Raft log).
+- ``raft commit latency p50/p99`` and ``avg/max``: ms from a proposal to its commit on
+  the active controller, over the creations (its /metrics: Kafka's
+  ``commit-latency-avg``/``-max`` and Tidewater's p50/p99 of the same samples; a quorum
+  only: one controller has no Raft log, its commit is the metadata.log fsync inside
+  CreateTopics).
 - ``controller failover``: SIGKILL the active controller, then time until a metadata
   change (a CreateTopics) succeeds again. One controller is started again at once, as a
   supervisor (systemd, Docker's restart policy) would; a quorum elects a standby.
@@ -61,18 +63,20 @@ def active_controller_name(cluster: TidewaterCluster) -> str:
         time.sleep(0.1)
 
 
-def raft_commit_latency_ms(cluster: TidewaterCluster, name: str) -> tuple[float, float] | None:
-    """(avg, max) of ``tidewater_raft_commit_latency_*`` on controller ``name``'s /metrics."""
+COMMIT_STATS = ("p50", "p99", "avg", "max")
+
+
+def raft_commit_latency_ms(cluster: TidewaterCluster, name: str) -> dict[str, float] | None:
+    """``tidewater_raft_commit_latency_*`` (p50, p99, avg, max) on controller ``name``'s
+    /metrics."""
     port = cluster.local.process(name)["metrics_port"]
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     found: dict[str, float] = {}
     for line in text.splitlines():
-        for stat in ("avg", "max"):
+        for stat in COMMIT_STATS:
             if line.startswith(f"tidewater_raft_commit_latency_{stat} "):
                 found[stat] = float(line.split()[1])
-    if "avg" not in found or "max" not in found:
-        return None
-    return found["avg"], found["max"]
+    return found if set(found) == set(COMMIT_STATS) else None
 
 
 def create_until_ok(cluster: TidewaterCluster, name: str, deadline: float) -> float:
@@ -196,9 +200,12 @@ def table(results: dict[int, dict]) -> str:
         row("topic creations/s", lambda r: f"{r['creations']['per_s']:.1f}"),
         row("CreateTopics p50 ms", lambda r: f"{r['creations']['latency'].p50_ms:.1f}"),
         row("CreateTopics p99 ms", lambda r: f"{r['creations']['latency'].p99_ms:.1f}"),
+        row("raft commit latency p50/p99 ms",
+            lambda r: "-" if r["commit_ms"] is None
+            else f"{r['commit_ms']['p50']:.1f} / {r['commit_ms']['p99']:.1f}"),
         row("raft commit latency avg/max ms",
             lambda r: "-" if r["commit_ms"] is None
-            else f"{r['commit_ms'][0]:.1f} / {r['commit_ms'][1]:.1f}"),
+            else f"{r['commit_ms']['avg']:.1f} / {r['commit_ms']['max']:.1f}"),
         row("controller failover, median s",
             lambda r: f"{median(r['failover_s']):.2f} ({', '.join(f'{t:.2f}' for t in r['failover_s'])})"),
         row("controller + leader failover, median s",

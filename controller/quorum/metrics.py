@@ -11,6 +11,8 @@ Names are Kafka's with ``-`` as ``_`` and the prefix ``tidewater_raft_``:
 ``log_end_offset``                 this node's log end offset
 ``commit_latency_avg`` / ``_max``  ms from a proposal on the leader to its commit, over the
                                    last ``WINDOW_MS`` (NaN without a sample, as Kafka)
+``commit_latency_p50`` / ``_p99``  the same samples' median and 99th percentile (nearest
+                                   rank; Tidewater's own, Kafka reports avg/max only)
 ``append_records_rate``            records the leader appended per second, over the window
                                    (``append_records_total`` counts them all)
 ``election_latency_avg`` / ``_max``  ms a node spent without a known leader before it
@@ -66,6 +68,14 @@ class WindowedStat:
         self._expire(now_ms)
         return max((v for _, v in self._samples), default=math.nan)
 
+    def quantile(self, q: float, now_ms: int) -> float:
+        """The nearest-rank ``q`` quantile (0 < q <= 1) of the window's samples."""
+        self._expire(now_ms)
+        if not self._samples:
+            return math.nan
+        values = sorted(v for _, v in self._samples)
+        return values[max(0, math.ceil(q * len(values)) - 1)]
+
     def rate_per_s(self, now_ms: int) -> float:
         self._expire(now_ms)
         if self._started_ms is None:
@@ -94,6 +104,12 @@ class RaftMetrics:
                                         registry=r)
         self.commit_latency_max = Gauge(PREFIX + "commit_latency_max",
                                         "Maximum ms from proposal to commit (window)",
+                                        registry=r)
+        self.commit_latency_p50 = Gauge(PREFIX + "commit_latency_p50",
+                                        "Median ms from proposal to commit (window)",
+                                        registry=r)
+        self.commit_latency_p99 = Gauge(PREFIX + "commit_latency_p99",
+                                        "99th percentile ms from proposal to commit (window)",
                                         registry=r)
         self.append_records_rate = Gauge(PREFIX + "append_records_rate",
                                          "Records appended by the leader per second (window)",
@@ -149,6 +165,8 @@ class RaftMetrics:
         self.log_end_offset.set(node.log_end_offset)
         self.commit_latency_avg.set(self._commit_latency.avg(now_ms))
         self.commit_latency_max.set(self._commit_latency.max(now_ms))
+        self.commit_latency_p50.set(self._commit_latency.quantile(0.50, now_ms))
+        self.commit_latency_p99.set(self._commit_latency.quantile(0.99, now_ms))
         self.append_records_rate.set(self._appended.rate_per_s(now_ms))
         self.election_latency_avg.set(self._election_latency.avg(now_ms))
         self.election_latency_max.set(self._election_latency.max(now_ms))

@@ -123,7 +123,8 @@ def test_every_controller_reports_kafkas_raft_metrics(quorum):
     for name, s in samples.items():
         assert s is not None
         for metric in ("current_vote", "high_watermark", "log_end_offset", "commit_latency_avg",
-                       "commit_latency_max", "append_records_rate", "election_latency_avg",
+                       "commit_latency_max", "commit_latency_p50", "commit_latency_p99",
+                       "append_records_rate", "election_latency_avg",
                        "election_latency_max"):
             assert f"tidewater_raft_{metric}" in s, (name, metric)
         assert s["tidewater_raft_number_unknown_voter_connections"] == 0
@@ -134,6 +135,9 @@ def test_every_controller_reports_kafkas_raft_metrics(quorum):
             # The bootstrap users and the brokers' registrations were proposed here.
             assert s["tidewater_raft_append_records_total"] > 0
             assert not math.isnan(s["tidewater_raft_commit_latency_max"])
+            assert (s["tidewater_raft_commit_latency_p50"]
+                    <= s["tidewater_raft_commit_latency_p99"]
+                    <= s["tidewater_raft_commit_latency_max"])
         else:
             assert lags == set(), name  # only the leader knows the voters' progress
 

@@ -44,6 +44,18 @@ def test_windowed_stat_forgets_samples_older_than_its_window():
     assert math.isnan(stat.max(1700))
 
 
+def test_windowed_stat_quantiles_are_nearest_rank_over_the_window():
+    stat = WindowedStat(window_ms=1000)
+    assert math.isnan(stat.quantile(0.5, 0))
+    for i, value in enumerate([5, 1, 4, 2, 3] * 20 + [100]):  # 101 samples
+        stat.record(value, i)
+    assert stat.quantile(0.50, 200) == 3
+    assert stat.quantile(0.99, 200) == 5  # rank 100 of 101
+    assert stat.quantile(1.0, 200) == 100
+    stat.record(7, 1150)
+    assert stat.quantile(0.5, 1160) == 7 and stat.quantile(0.99, 1160) == 7  # the rest expired
+
+
 def _sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
     return registry.get_sample_value("tidewater_raft_" + name, labels or None)
 
@@ -73,3 +85,5 @@ def test_a_single_voter_leader_reports_itself_its_commit_and_its_election():
     metrics.observe(node, known_peers={2}, now_ms=320)
     assert _sample(registry, "append_records_total") == 4
     assert _sample(registry, "commit_latency_avg") == 12
+    assert _sample(registry, "commit_latency_p50") == 12
+    assert _sample(registry, "commit_latency_p99") == 12
