@@ -291,6 +291,7 @@ def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = No
     plan_path = Path(os.path.commonpath([Path(d).absolute() for d in data_dirs.values()]),
                      quorum_format_plan.FILE_NAME)
     plan = quorum_format_plan.read_plan(plan_path)
+    hashed_now = plan is None  # the log's digest taken just now, not by an earlier up
     if plan is None:
         if any(is_formatted(d) for d in raft_dirs.values()):
             return False
@@ -300,13 +301,15 @@ def format_new_quorum(data_dirs: dict[int, Path], migrate_from: Path | None = No
             quorum_format_plan.file_sha256(migrate_from)
             if migrate_from is not None and migrating else None)
         quorum_format_plan.write_plan(plan_path, plan)
-    _finish_quorum_format(plan, plan_path, raft_dirs, migrate_from)
+    _finish_quorum_format(plan, plan_path, raft_dirs, migrate_from, hashed_now)
     return plan.migrating
 
 
 def _finish_quorum_format(plan: QuorumFormatPlan, plan_path: Path, raft_dirs: dict[int, Path],
-                          migrate_from: Path | None) -> None:
-    """Format what ``plan`` has left unformatted, retire the migrated log, remove the plan."""
+                          migrate_from: Path | None, hashed_now: bool) -> None:
+    """Format what ``plan`` has left unformatted, retire the migrated log, remove the plan.
+    ``hashed_now``: the plan's digest of the log was taken by this call (the log cannot
+    have changed since: it is not read twice)."""
     planned = sorted(v.id for v in plan.voters)
     if planned != sorted(raft_dirs):
         raise UnfinishedQuorumFormatError(
@@ -322,7 +325,8 @@ def _finish_quorum_format(plan: QuorumFormatPlan, plan_path: Path, raft_dirs: di
                     f"and the file is gone: put it back (from {METADATA_LOG_FILE_NAME}"
                     f"{MIGRATED_SUFFIX} if renamed) and run up again")
             log = None  # retired already: a crash just before removing the plan
-        elif quorum_format_plan.file_sha256(migrate_from) != plan.metadata_log_sha256:
+        elif (not hashed_now
+              and quorum_format_plan.file_sha256(migrate_from) != plan.metadata_log_sha256):
             raise UnfinishedQuorumFormatError(
                 f"{migrate_from} changed since `tide cluster up` began migrating it into the "
                 f"quorum ({plan_path}); controllers formatted from other bytes would "

@@ -216,3 +216,22 @@ def test_a_failed_record_write_formats_nothing_and_the_next_call_formats_all(tmp
     monkeypatch.setattr(quorum_format_plan, "write_plan", real_write)
     assert format_new_quorum(data_dirs(cluster)) is False
     assert_consistent(cluster, migrated=False)
+
+
+def test_a_fresh_migration_digests_the_log_once_a_resumed_one_once_again(tmp_path, monkeypatch):
+    cluster = tmp_path / "cluster"
+    log = single_log(cluster)
+    digests: list[Path] = []
+    real = quorum_format_plan.file_sha256
+
+    def counted(path: Path) -> str:
+        digests.append(path)
+        return real(path)
+    monkeypatch.setattr(quorum_format_plan, "file_sha256", counted)
+    crashes = crash_on_format(monkeypatch, 2)
+    with pytest.raises(Crash):
+        format_new_quorum(data_dirs(cluster), migrate_from=log)
+    assert digests == [log] and crashes  # the plan's digest, not taken again to compare
+    assert format_new_quorum(data_dirs(cluster), migrate_from=log) is True
+    assert digests == [log, log]  # the resumed call checks the log against the plan
+    assert_consistent(cluster, migrated=True)
