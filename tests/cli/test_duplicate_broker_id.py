@@ -1,6 +1,8 @@
 """Issue 26 item 5: a second broker process started with a live broker's ID is refused
 (DUPLICATE_BROKER_REGISTRATION), exits non-zero naming the ID, and fences no one: the
-real broker keeps its epoch and serves produce and fetch throughout."""
+real broker keeps its epoch and serves produce and fetch throughout. In every security
+mode: plaintext, and SASL/SCRAM over TLS (the impostor holds the real broker's
+certificate and credentials, as an operator's second process with one ID would)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from cluster_fixtures import PROJECT_DIR, start_cluster, stop_cluster
@@ -15,15 +18,25 @@ from cluster_fixtures import PROJECT_DIR, start_cluster, stop_cluster
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = start_cluster(tmp_path_factory.mktemp("dup-id"), 2)
+@pytest.fixture(scope="module", params=["plaintext", "sasl-ssl"])
+def cluster(request, tmp_path_factory):
+    secured = request.param == "sasl-ssl"
+    c = start_cluster(tmp_path_factory.mktemp(f"dup-id-{request.param}"), 2, tls=secured,
+                      up_flags=("--sasl-mechanisms", "SCRAM-SHA-512") if secured else ())
+    manifest = json.loads((Path(c.data_dir) / "cluster.json").read_text())
+    c.admin_flags = (["--command-config", manifest["sasl"]["command_config"]] if secured
+                     else [])
     yield c
     stop_cluster(c)
 
 
+def tide(c, *args: str, **kwargs):
+    """``tide ARGS`` as the cluster's admin (its command config on a secured cluster)."""
+    return c.tide(*args, *c.admin_flags, **kwargs)
+
+
 def brokers(c) -> dict[int, dict]:
-    result = c.tide("cluster", "describe", "--json")
+    result = tide(c, "cluster", "describe", "--json")
     assert result.returncode == 0, result.stderr
     return {b["id"]: b for b in json.loads(result.stdout)["brokers"]}
 
@@ -47,16 +60,17 @@ def impostor_command(c, broker_id: int, data_dir) -> list[str]:
 
 def produce_and_read(c, topic: str, values: list[str], expected: list[str]) -> None:
     """Produce ``values`` with acks=all, then read the topic: exactly ``expected``."""
-    produced = c.tide("produce", topic, "--acks", "all", input="".join(f"{v}\n" for v in values))
+    produced = tide(c, "produce", topic, "--acks", "all",
+                    input="".join(f"{v}\n" for v in values))
     assert produced.returncode == 0, produced.stderr
-    consumed = c.tide("consume", topic, "--from-beginning", "--timeout-ms", "3000")
+    consumed = tide(c, "consume", topic, "--from-beginning", "--timeout-ms", "3000")
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(consumed.stdout.splitlines()) == sorted(expected)
 
 
 def test_a_second_process_with_a_live_brokers_id_exits_and_fences_no_one(cluster, tmp_path):
-    created = cluster.tide("topics", "create", "dup", "--partitions", "2",
-                           "--replication-factor", "2")
+    created = tide(cluster, "topics", "create", "dup", "--partitions", "2",
+                   "--replication-factor", "2")
     assert created.returncode == 0, created.stderr
     produce_and_read(cluster, "dup", ["before"], ["before"])
     before = brokers(cluster)
