@@ -1,5 +1,5 @@
-"""Fetch sessions (KIP-227): broker CPU per poll for a consumer of 100 partitions, with
-and without a session, in the same run.
+"""Fetch sessions (KIP-227): broker and consumer CPU per poll for a consumer of 100
+partitions, with and without a session, in the same run.
 
 Run:  .venv/bin/python bench/fetch_session_bench.py [--partitions N] [--polls N]
                                                     [--rounds N] [--client raw|kafka-python]
@@ -18,8 +18,10 @@ where a poll brings nothing new.
 
 The two modes alternate in ``--rounds`` rounds of ``--polls`` polls each, so both see
 the same machine load. Broker CPU is user + system seconds of the broker process from
-/proc (all threads, the metrics server's too) over each round; the table gives the
-total over all rounds, per poll, and the answer's size.
+/proc (all threads, the metrics server's too) over each round; the consumer's is this
+process's own over the same polls (it runs nothing else meanwhile: kafka-python's
+consumer without a group has no thread of its own). The table gives the broker's total
+over all rounds, both per fetch, and the answer's size.
 """
 
 from __future__ import annotations
@@ -159,6 +161,8 @@ def main() -> None:
         offsets = dict.fromkeys(range(args.partitions), 3)
 
         cpu_s = {"session": 0.0, "sessionless": 0.0}
+        client_cpu_s = {"session": 0.0, "sessionless": 0.0}
+        me = os.getpid()
         polls = {"session": 0, "sessionless": 0}
         answer_bytes = {"session": 0, "sessionless": 0}
         load_before = os.getloadavg()[0]
@@ -170,8 +174,10 @@ def main() -> None:
             for _ in range(args.rounds):
                 for mode, c in consumers.items():
                     before = process_cpu_s(broker["pid"])
+                    client_before = process_cpu_s(me)
                     for _ in range(args.polls):
                         answer_bytes[mode] += c.poll(session=mode == "session")
+                    client_cpu_s[mode] += process_cpu_s(me) - client_before
                     cpu_s[mode] += process_cpu_s(broker["pid"]) - before
                     polls[mode] += args.polls
         else:
@@ -182,8 +188,10 @@ def main() -> None:
                 for mode, kc in kafka_consumers.items():
                     fetches_before = fetch_counts(broker["metrics_port"])
                     before = process_cpu_s(broker["pid"])
+                    client_before = process_cpu_s(me)
                     for _ in range(args.polls):
                         kc.poll(timeout_ms=0)  # type: ignore[attr-defined]
+                    client_cpu_s[mode] += process_cpu_s(me) - client_before
                     cpu_s[mode] += process_cpu_s(broker["pid"]) - before
                     polls[mode] += int(fetch_counts(broker["metrics_port"]) - fetches_before)
             for kc in kafka_consumers.values():
@@ -199,17 +207,20 @@ def main() -> None:
         rows = []
         for mode in ("sessionless", "session"):
             per_poll_us = cpu_s[mode] / polls[mode] * 1e6 if polls[mode] else float("nan")
+            client_us = (client_cpu_s[mode] / polls[mode] * 1e6 if polls[mode]
+                         else float("nan"))
             size = (f"{answer_bytes[mode] / polls[mode]:.0f}"
                     if args.client == "raw" and polls[mode] else "-")
             rows.append((mode, str(polls[mode]), f"{cpu_s[mode]:.2f}", f"{per_poll_us:.0f}",
-                         size))
+                         f"{client_us:.0f}", size))
         print(format_table(("mode", "fetches", "broker CPU s", "CPU us/fetch",
-                            "answer bytes/fetch"), rows,
-                           align_right=(False, True, True, True, True)))
-        if polls["session"] and polls["sessionless"] and cpu_s["session"] > 0:
-            ratio = (cpu_s["sessionless"] / polls["sessionless"]) / (
-                cpu_s["session"] / polls["session"])
-            print(f"sessionless / session CPU per fetch: {ratio:.1f}x")
+                            "consumer CPU us/fetch", "answer bytes/fetch"), rows,
+                           align_right=(False, True, True, True, True, True)))
+        for name, spent in (("broker", cpu_s), ("consumer", client_cpu_s)):
+            if polls["session"] and polls["sessionless"] and spent["session"] > 0:
+                ratio = (spent["sessionless"] / polls["sessionless"]) / (
+                    spent["session"] / polls["session"])
+                print(f"sessionless / session {name} CPU per fetch: {ratio:.1f}x")
     finally:
         tide("cluster", "down", "--data-dir", str(data_dir), "--timeout-s", "10")
 
