@@ -25,7 +25,9 @@ large frame's buffer starts at twice what has arrived of it, at least
 ``FRAME_BUFFER_INITIAL_BYTES`` (16 KiB; at most the frame's size), and doubles as
 bytes arrive (a copy each time), so memory follows what a client sent (at most
 twice it, plus 16 KiB), not what its size prefix claims. (A 256 KiB produce whose
-first 64 KiB arrived together is read with one 128 KiB copy.) The scratch buffer
+first 64 KiB arrived together is read with one 128 KiB copy.) Under TLS the buffer
+grows at once to hold what the SSL protocol says it holds (``get_buffer``'s hint:
+bytes that arrived), not one doubling per pass of the loop. The scratch buffer
 itself starts at ``SCRATCH_INITIAL_BYTES`` (4 KiB) and becomes ``SCRATCH_BYTES``
 at the first read that fills it: a connection that sends nothing, or a byte a
 second, holds 4 KiB (20 KiB with a large size prefix), not 64 KiB.
