@@ -25,7 +25,9 @@ large frame's buffer starts at twice what has arrived of it, at least
 ``FRAME_BUFFER_INITIAL_BYTES`` (16 KiB; at most the frame's size), and doubles as
 bytes arrive (a copy each time), so memory follows what a client sent (at most
 twice it, plus 16 KiB), not what its size prefix claims. (A 256 KiB produce whose
-first 64 KiB arrived together is read with one 128 KiB copy.) The scratch buffer
+first 64 KiB arrived together is read with one 128 KiB copy.) Under TLS the buffer
+grows at once to hold what the SSL protocol says it holds (``get_buffer``'s hint:
+bytes that arrived), not one doubling per pass of the loop. The scratch buffer
 itself starts at ``SCRATCH_INITIAL_BYTES`` (4 KiB) and becomes ``SCRATCH_BYTES``
 at the first read that fills it: a connection that sends nothing, or a byte a
 second, holds 4 KiB (20 KiB with a large size prefix), not 64 KiB.
@@ -105,6 +107,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed = False
+        self._hint_is_arrived = False  # set by connection_made
         self.last_active_ms = mono_ms()
         self.requests_in_flight = 0  # kept by the listener
 
@@ -135,12 +138,17 @@ class FrameConnection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses: no isinstance check.
         self._transport = transport  # type: ignore[assignment]
+        # Under TLS get_buffer's size hint is what the SSL protocol holds (arrived, not yet
+        # decrypted into ours: uvloop's and asyncio's alike); a socket's is a fixed guess.
+        self._hint_is_arrived = transport.get_extra_info("sslcontext") is not None
         self._on_open(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
-            if self._frame_filled == len(self._frame_view):
-                self._grow_frame()
+            room = len(self._frame_view) - self._frame_filled
+            if room == 0 or (self._hint_is_arrived and room < sizehint
+                             and len(self._frame_view) < self._frame_size):
+                self._grow_frame(sizehint if self._hint_is_arrived else 0)
             return self._frame_view[self._frame_filled:]
         if self._scratch_offered > 0 and len(self._scratch) < self._scratch_bytes_max:
             self._grow_scratch()
@@ -253,12 +261,14 @@ class FrameConnection(asyncio.BufferedProtocol):
             start = end = 0
         self._start, self._end = start, end
 
-    def _grow_frame(self) -> None:
-        """The large frame's buffer is full and the frame is not: twice the size (or the
-        frame's), what arrived copied over."""
+    def _grow_frame(self, arrived_bytes: int = 0) -> None:
+        """The large frame's buffer is too small for what has arrived (full, or under TLS
+        smaller than the ``arrived_bytes`` its SSL protocol holds): twice the size, or
+        room for all that arrived (at most the frame's), what was filled copied over."""
         if self._frame_view is None:
             raise InvariantViolation("growing a large frame that has no buffer")
-        grown = bytearray(min(self._frame_size, 2 * len(self._frame_view)))
+        grown = bytearray(min(self._frame_size, max(2 * len(self._frame_view),
+                                                    self._frame_filled + arrived_bytes)))
         grown[:self._frame_filled] = self._frame_view[:self._frame_filled]
         self._frame_view.release()
         self._frame_view = memoryview(grown)
