@@ -187,7 +187,7 @@ class ControlRequests:
             try:
                 got = self._apply_partition_state(
                     item, trusted, request.metadata_offset, names_by_id,
-                    decided_already={id(p) for _, p, _ in decided},
+                    decided_already={p.tp for _, p, _ in decided},
                     carry_out=lambda: self._carry_out(decided, answers))
             except Exception as e:  # the one boundary: a typed error per partition
                 got = error_code_for(e, context="LeaderAndIsr")
@@ -215,7 +215,7 @@ class ControlRequests:
     def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
                                      metadata_offset: int,
                                      names_by_id: dict[bytes, str], *,
-                                     decided_already: set[int],
+                                     decided_already: set[TopicPartition],
                                      carry_out: Callable[[], None]
                                      ) -> tuple[int, str] | tuple[Partition, Ready]:
         """The partition's answer when refused here, else it and its Ready to carry out."""
@@ -233,10 +233,10 @@ class ControlRequests:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
+        if tp in decided_already:  # before a new incarnation may replace that partition
+            carry_out()
         partition = self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
                                                           names_by_id)
-        if id(partition) in decided_already:
-            carry_out()
         partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
         self._apply_topic_configs(partition, topic_configs)
         return partition, partition.replica.on_leader_and_isr(state, self._mono_ms())

@@ -70,3 +70,18 @@ async def test_a_failed_epoch_write_fails_its_partition_only(tmp_path):
     for tp in (TPS[0], TPS[2]):
         assert rm.partitions[tp].replica.role == Role.LEADER
         assert rm.partitions[tp].log.leader_epoch_cache.entries() == [(1, 0)]
+
+
+async def test_a_partition_named_twice_takes_both_states_in_order(tmp_path):
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(leader_and_isr(0))
+    request = leader_and_isr(1)
+    again = request.partitions.add()
+    again.CopyFrom(request.partitions[0])
+    again.state.leader_epoch = 2
+
+    resp = await rm.leader_and_isr(request)
+
+    assert [p.error_code for p in resp.partitions] == [pb.NONE] * 4
+    assert rm.partitions[TPS[0]].log.leader_epoch_cache.entries() == [(2, 0)]
+    assert rm.partitions[TPS[0]].replica.leader_epoch == 2
