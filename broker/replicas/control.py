@@ -46,6 +46,7 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.control_rules import controller_request_refusal, is_isr_eligible
+from tidewater.broker.replication.ready import Ready
 from tidewater.broker.replication.replica import LeaderAndIsrState, ReplicaState
 from tidewater.broker.replication.topic_identity import (
     IdentityAction,
@@ -177,19 +178,47 @@ class ControlRequests:
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
         trusted = self.cluster_identity.trusts(request.cluster_id)
         names_by_id = self._topic_names_by_id()
+        # Every partition decides first, then the carrier carries out all the Readies
+        # together (a restart's 60 new epochs are fsynced at once, not in turn), each
+        # before this answers. A partition named twice carries out what came before it.
+        answers: list[tuple[int, str] | None] = []
+        decided: list[tuple[int, Partition, Ready]] = []
         for item in request.partitions:
             try:
-                code, message = self._apply_partition_state(
-                    item, trusted, request.metadata_offset, names_by_id)
+                got = self._apply_partition_state(
+                    item, trusted, request.metadata_offset, names_by_id,
+                    decided_already={p.tp for _, p, _ in decided},
+                    carry_out=lambda: self._carry_out(decided, answers))
             except Exception as e:  # the one boundary: a typed error per partition
-                code, message = error_code_for(e, context="LeaderAndIsr")
+                got = error_code_for(e, context="LeaderAndIsr")
+            if isinstance(got[1], Ready):
+                decided.append((len(answers), got[0], got[1]))
+                answers.append(None)
+            else:
+                answers.append(got)
+        self._carry_out(decided, answers)
+        for item, answer in zip(request.partitions, answers, strict=True):
+            code, message = answer if answer is not None else (pb.NONE, "")
             response.partitions.add(topic=item.state.topic, partition=item.state.partition,
                                     error_code=code, error_message=message)
         return response
 
+    def _carry_out(self, decided: list[tuple[int, Partition, Ready]],
+                   answers: list[tuple[int, str] | None]) -> None:
+        """The decided Readies, carried out; each partition's answer set in ``answers``."""
+        failures = self._carrier.apply_all([(p, ready) for _, p, ready in decided])
+        for (index, _, ready), failure in zip(decided, failures, strict=True):
+            answers[index] = (error_code_for(failure, context="LeaderAndIsr")
+                              if failure is not None else (ready.error, ready.error_message))
+        decided.clear()
+
     def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
                                      metadata_offset: int,
-                                     names_by_id: dict[bytes, str]) -> tuple[int, str]:
+                                     names_by_id: dict[bytes, str], *,
+                                     decided_already: set[TopicPartition],
+                                     carry_out: Callable[[], None]
+                                     ) -> tuple[int, str] | tuple[Partition, Ready]:
+        """The partition's answer when refused here, else it and its Ready to carry out."""
         state = partition_state(item.state)
         tp = TopicPartition(state.topic, state.partition)
         validate_topic_partition(tp)
@@ -204,13 +233,13 @@ class ControlRequests:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
+        if tp in decided_already:  # before a new incarnation may replace that partition
+            carry_out()
         partition = self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
                                                           names_by_id)
         partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
         self._apply_topic_configs(partition, topic_configs)
-        ready = partition.replica.on_leader_and_isr(state, self._mono_ms())
-        self._carrier.apply(partition, ready)
-        return ready.error, ready.error_message
+        return partition, partition.replica.on_leader_and_isr(state, self._mono_ms())
 
     def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
                                          topic_configs: dict[str, str], trusted: bool,

@@ -49,7 +49,7 @@ from tidewater.broker.replicas.hw_checkpoint import (
 )
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.partition import Partition
-from tidewater.broker.replicas.ready_carrier import ReadyCarrier
+from tidewater.broker.replicas.ready_carrier import ReadyCarrier, from_threads
 from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
 from tidewater.broker.serving.fetch import FetchedPartition, FetchPath, last_stable_offset
@@ -116,7 +116,7 @@ class ReplicaManager:
         self.carrier = ReadyCarrier(
             notify_readers=self._notify_readers, complete_wait=self.acks_waits.complete,
             count_decision=self._count_decision,
-            count_replicated_bytes=metrics.replication_bytes_in.inc)
+            count_replicated_bytes=metrics.replication_bytes_in.inc, run_all=from_threads)
         self._named_decisions = {name: getattr(metrics, name) for name in NAMED_DECISIONS}
         self.control = ControlRequests(
             config=config, log_manager=log_manager, metadata_cache=metadata_cache,

@@ -250,12 +250,9 @@ class _ObservedCarrier(ReadyCarrier):
         super().__init__(**ports)
         self.broker = broker
 
-    def apply(self, partition: Partition, ready: Ready, *, fetched: Any = b"") -> None:
-        try:
-            super().apply(partition, ready, fetched=fetched)
-        finally:
-            self.broker.observe(partition, ready)
-            self.broker.answer_completed_waits()
+    def carried_out(self, partition: Partition, ready: Ready) -> None:
+        self.broker.observe(partition, ready)
+        self.broker.answer_completed_waits()
 
 
 # ---------------------------------------------------------------- the broker
