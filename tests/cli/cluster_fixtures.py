@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -120,8 +121,22 @@ def start_cluster(data_dir: Path, brokers: int, *settings: str, tls: bool = Fals
     result = run_tide(*args, timeout_s=150)
     if result.returncode != 0:
         run_tide("cluster", "down", "--data-dir", str(data_dir), "--timeout-s", "5")
-        pytest.fail(f"cluster up failed: {result.stderr}")
+        pytest.fail(f"cluster up failed: {result.stderr}{_logs_named(result.stderr)}")
     return RunningCluster(data_dir, result.stdout.strip().splitlines()[-1])
+
+
+def _logs_named(stderr: str, lines: int = 40) -> str:
+    """The last lines of each process log ``(log PATH)`` that ``tide``'s one-line error
+    names: a process that exited during start-up says why there (a CI run once failed with
+    only the one line, and pytest had removed the directory by the time it was read)."""
+    found = []
+    for path in re.findall(r"\(log ([^)]+)\)", stderr):
+        try:
+            text = Path(path).read_text(errors="replace").splitlines()[-lines:]
+        except OSError as e:
+            text = [f"(unreadable: {e})"]
+        found.append(f"\n--- last lines of {path}:\n" + "\n".join(text))
+    return "".join(found)
 
 
 def stop_cluster(c: RunningCluster) -> None:
