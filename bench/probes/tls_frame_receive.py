@@ -15,14 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import multiprocessing
-import os
-import socket
 import ssl
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,23 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import uvloop
 
 from bench.bench_common import KIB, format_table, median
+from bench.probes import tls_receive_floor
 from tidewater.broker.kafka import framing
-from tidewater.tools import certs
 
-FRAME_BYTES = 256 * KIB  # one produce request (librdkafka's batch.size in the bench)
-
-
-def send(port: int, ca_file: str | None, total_bytes: int) -> None:
-    sock: socket.socket = socket.create_connection(("127.0.0.1", port))
-    if ca_file is not None:
-        sock = ssl.create_default_context(cafile=ca_file).wrap_socket(
-            sock, server_hostname="localhost")
-    frame = FRAME_BYTES.to_bytes(4, "big") + os.urandom(FRAME_BYTES)
-    sent = 0
-    while sent < total_bytes:
-        sock.sendall(frame)
-        sent += len(frame)
-    sock.close()
+FRAME_BYTES = tls_receive_floor.CHUNK_BYTES  # one produce request (batch.size in the bench)
 
 
 class CountingConnection(framing.FrameConnection):
@@ -93,23 +75,18 @@ async def measure(context: ssl.SSLContext | None, ca_file: str | None,
 
     server = await loop.create_server(make, "127.0.0.1", 0, ssl=context)
     port = server.sockets[0].getsockname()[1]
-    sender = multiprocessing.get_context("spawn").Process(target=send,
-                                                          args=(port, ca_file, total_bytes))
-    sender.start()
+    at_start = [0, 0, 0]  # received, buffer_updated calls, grown bytes
+
+    def on_start() -> None:
+        at_start[:] = [received[0], connections[0].updates, connections[0].grown_bytes]
     try:
-        while received[0] == 0:  # past start-up and handshake
-            await asyncio.sleep(0.001)
-        cpu_before, start = os.times(), time.perf_counter()
-        already, updates, grown = received[0], connections[0].updates, connections[0].grown_bytes
-        await asyncio.wait_for(done, 120)
-        elapsed, cpu_after = time.perf_counter() - start, os.times()
+        elapsed, _, cpu = await tls_receive_floor.timed_transfer(
+            port, ca_file, total_bytes, lambda: received[0] > 0, on_start, done,
+            size_prefixed=True)
     finally:
-        sender.join(30)
-        if sender.is_alive():
-            sender.kill()
         server.close()
+    already, updates, grown = at_start
     megabytes = (received[0] - already) / 1e6
-    cpu = cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system
     return (megabytes / elapsed, cpu * 1e3 / megabytes,
             (connections[0].updates - updates) / megabytes,
             (connections[0].grown_bytes - grown) / 1e6 / megabytes)
@@ -123,22 +100,14 @@ def main() -> int:
                         help="one transport (to profile it)")
     args = parser.parse_args()
     total_bytes = args.mib * 1024 * KIB
-    now = datetime.datetime.now(datetime.UTC)
-    ca = certs.make_ca(now=now)
-    server_cert = certs.issue(ca, name="broker-1", role="broker", now=now)
     runs: dict[str, list[tuple[float, float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tls-frames-") as tmp:
-        ca_file, cert_file, key_file = (Path(tmp) / n for n in ("ca.pem", "cert.pem", "key.pem"))
-        ca_file.write_bytes(ca.cert_pem)
-        cert_file.write_bytes(server_cert.cert_pem)
-        key_file.write_bytes(server_cert.key_pem)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
+        context, ca_file = tls_receive_floor.server_context(Path(tmp))
         for _ in range(args.rounds):
             for transport in (args.only,) if args.only else ("plaintext", "TLS"):
                 tls = transport == "TLS"
                 runs.setdefault(transport, []).append(uvloop.run(measure(
-                    context if tls else None, str(ca_file) if tls else None, total_bytes)))
+                    context if tls else None, ca_file if tls else None, total_bytes)))
     rows = [[transport, *(f"{median([r[i] for r in measured]):,.2f}" for i in range(4))]
             for transport, measured in runs.items()]
     print(f"{args.mib} MiB per run in {FRAME_BYTES // KIB} KiB frames, uvloop "

@@ -22,6 +22,7 @@ import ssl
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -35,17 +36,61 @@ CHUNK_BYTES = 256 * KIB  # the sender's writes: a 256 KiB produce request at a t
 BUFFER_SIZES = (64 * KIB, 1024 * KIB)
 
 
-def send(port: int, ca_file: str | None, total_bytes: int) -> None:
+def send(port: int, ca_file: str | None, total_bytes: int, size_prefixed: bool = False
+         ) -> None:
+    """In a process of its own: ``total_bytes`` to ``port`` in 256 KiB writes (TLS when
+    ``ca_file``), each a size-prefixed frame when ``size_prefixed`` (a produce request)."""
     sock: socket.socket = socket.create_connection(("127.0.0.1", port))
     if ca_file is not None:
         sock = ssl.create_default_context(cafile=ca_file).wrap_socket(
             sock, server_hostname="localhost")
-    chunk = os.urandom(CHUNK_BYTES)
+    chunk = ((CHUNK_BYTES.to_bytes(4, "big") if size_prefixed else b"")
+             + os.urandom(CHUNK_BYTES))
     sent = 0
     while sent < total_bytes:
         sock.sendall(chunk)
-        sent += CHUNK_BYTES
+        sent += len(chunk)
     sock.close()
+
+
+def server_context(directory: Path) -> tuple[ssl.SSLContext, str]:
+    """A TLS server context with a broker certificate of a new CA (files in
+    ``directory``), and the CA file a sender trusts."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca = certs.make_ca(now=now)
+    server_cert = certs.issue(ca, name="broker-1", role="broker", now=now)
+    ca_file, cert_file, key_file = (directory / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    ca_file.write_bytes(ca.cert_pem)
+    cert_file.write_bytes(server_cert.cert_pem)
+    key_file.write_bytes(server_cert.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, str(ca_file)
+
+
+async def timed_transfer(port: int, ca_file: str | None, total_bytes: int,
+                         started: Callable[[], bool], on_start: Callable[[], None],
+                         done: asyncio.Future[None], size_prefixed: bool = False
+                         ) -> tuple[float, float, float]:
+    """A sender process to ``port``; from when ``started()`` (past start-up and the
+    handshake; ``on_start`` then) until ``done``: (seconds, this process's user CPU s,
+    its total CPU s)."""
+    sender = multiprocessing.get_context("spawn").Process(
+        target=send, args=(port, ca_file, total_bytes, size_prefixed))
+    sender.start()
+    try:
+        while not started():
+            await asyncio.sleep(0.001)
+        cpu_before, start = os.times(), time.perf_counter()
+        on_start()
+        await asyncio.wait_for(done, 120)
+        elapsed, cpu_after = time.perf_counter() - start, os.times()
+    finally:
+        sender.join(30)
+        if sender.is_alive():
+            sender.kill()
+    user = cpu_after.user - cpu_before.user
+    return elapsed, user, user + cpu_after.system - cpu_before.system
 
 
 class Receiver(asyncio.BufferedProtocol):
@@ -81,24 +126,14 @@ async def measure(context: ssl.SSLContext | None, ca_file: str | None, buffer_by
 
     server = await loop.create_server(make, "127.0.0.1", 0, ssl=context)
     port = server.sockets[0].getsockname()[1]
-    sender = multiprocessing.get_context("spawn").Process(target=send,
-                                                          args=(port, ca_file, total_bytes))
-    sender.start()
+    already = [0]
     try:
-        while not receivers or receivers[0].received == 0:  # past start-up and handshake
-            await asyncio.sleep(0.001)
-        cpu_before, start = os.times(), time.perf_counter()
-        already = receivers[0].received
-        await asyncio.wait_for(done, 120)
-        elapsed, cpu_after = time.perf_counter() - start, os.times()
+        elapsed, user, total = await timed_transfer(
+            port, ca_file, total_bytes, lambda: bool(receivers) and receivers[0].received > 0,
+            lambda: already.__setitem__(0, receivers[0].received), done)
     finally:
-        sender.join(30)
-        if sender.is_alive():
-            sender.kill()
         server.close()
-    megabytes = (receivers[0].received - already) / 1e6
-    user = cpu_after.user - cpu_before.user
-    total = user + cpu_after.system - cpu_before.system
+    megabytes = (receivers[0].received - already[0]) / 1e6
     return megabytes / elapsed, user * 1e3 / megabytes, total * 1e3 / megabytes
 
 
@@ -108,23 +143,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     total_bytes = args.mib * 1024 * KIB
-    now = datetime.datetime.now(datetime.UTC)
-    ca = certs.make_ca(now=now)
-    server_cert = certs.issue(ca, name="broker-1", role="broker", now=now)
     runs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tls-floor-") as tmp:
-        ca_file, cert_file, key_file = (Path(tmp) / n for n in ("ca.pem", "cert.pem", "key.pem"))
-        ca_file.write_bytes(ca.cert_pem)
-        cert_file.write_bytes(server_cert.cert_pem)
-        key_file.write_bytes(server_cert.key_pem)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
+        context, ca_file = server_context(Path(tmp))
         for _ in range(args.rounds):
             for transport in ("plaintext", "TLS"):
                 for buffer_bytes in BUFFER_SIZES:
                     tls = transport == "TLS"
                     result = uvloop.run(measure(context if tls else None,
-                                                str(ca_file) if tls else None,
+                                                ca_file if tls else None,
                                                 buffer_bytes, total_bytes))
                     runs.setdefault((transport, buffer_bytes), []).append(result)
     rows = [[transport, f"{buffer_bytes // KIB} KiB",
