@@ -184,11 +184,12 @@ class ControlRequests:
         answers: list[tuple[int, str] | None] = []
         decided: list[tuple[int, Partition, Ready]] = []
         for item in request.partitions:
+            if any(p.tp.topic == item.state.topic and p.tp.partition == item.state.partition
+                   for _, p, _ in decided):  # before a new incarnation may replace it
+                self._carry_out(decided, answers)
             try:
-                got = self._apply_partition_state(
-                    item, trusted, request.metadata_offset, names_by_id,
-                    decided_already={p.tp for _, p, _ in decided},
-                    carry_out=lambda: self._carry_out(decided, answers))
+                got = self._apply_partition_state(item, trusted, request.metadata_offset,
+                                                  names_by_id)
             except Exception as e:  # the one boundary: a typed error per partition
                 got = error_code_for(e, context="LeaderAndIsr")
             if isinstance(got[1], Ready):
@@ -214,9 +215,7 @@ class ControlRequests:
 
     def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
                                      metadata_offset: int,
-                                     names_by_id: dict[bytes, str], *,
-                                     decided_already: set[TopicPartition],
-                                     carry_out: Callable[[], None]
+                                     names_by_id: dict[bytes, str]
                                      ) -> tuple[int, str] | tuple[Partition, Ready]:
         """The partition's answer when refused here, else it and its Ready to carry out."""
         state = partition_state(item.state)
@@ -233,8 +232,6 @@ class ControlRequests:
             # version, or a metadata log edited by hand. The partition is not hosted.
             log.error("cannot host %s: its topic configs are refused: %s", tp, e)
             return pb.INVALID_CONFIG, str(e)
-        if tp in decided_already:  # before a new incarnation may replace that partition
-            carry_out()
         partition = self._partition_for_incarnation(tp, topic_id, topic_configs, trusted,
                                                           names_by_id)
         partition.metadata_offset = max(partition.metadata_offset, metadata_offset)
