@@ -149,22 +149,27 @@ class ReadyCarrier:
                 if i not in written:
                     self.apply(partition, ready)
                 else:
-                    try:
-                        failed = written[i]
-                        failure = None
-                        if failed is not None:
-                            op, error = failed
-                            if not isinstance(error, TidewaterError):
-                                raise error  # as from apply: the rest is not carried out
-                            failure = self._persist_failed(partition, op, error)
-                        self._carry_out_rest(partition, ready, failure)
-                    finally:
-                        self.carried_out(partition, ready)
+                    self._apply_written(partition, ready, written[i])
             except Exception as e:  # the caller's boundary answers it per partition
                 errors.append(e)
             else:
                 errors.append(None)
         return errors
+
+    def _apply_written(self, partition: Partition, ready: Ready,
+                       failed: tuple[Persist, Exception] | None) -> None:
+        """``apply`` for a Ready whose persist ``apply_all`` has run (``failed``: the
+        write that failed, and how)."""
+        try:
+            failure = None
+            if failed is not None:
+                op, error = failed
+                if not isinstance(error, TidewaterError):
+                    raise error  # as from apply: the rest is not carried out
+                failure = self._persist_failed(partition, op, error)
+            self._carry_out_rest(partition, ready, failure)
+        finally:
+            self.carried_out(partition, ready)
 
     def _carry_out_rest(self, partition: Partition, ready: Ready,
                         failure: TidewaterError | None) -> None:
