@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--partitions", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, nargs="+", default=[THREADS],
+                        help="thread counts to compare with in turn (default: the broker's)")
     args = parser.parse_args()
     shutil.rmtree(args.dir, ignore_errors=True)
     paths = [args.dir / f"t-{i}-0" / "leader-epoch-checkpoint" for i in range(args.partitions)]
@@ -52,10 +54,11 @@ def main() -> None:
 
     try:
         for r in range(args.rounds):
-            in_turn = write_all(2 * r, 1)
-            at_once = write_all(2 * r + 1, THREADS)
-            print(f"round {r + 1}: in turn {in_turn * 1000:.0f} ms, "
-                  f"{THREADS} threads {at_once * 1000:.0f} ms")
+            cells = [f"in turn {write_all(r * 100, 1) * 1000:.0f} ms"]
+            for k, threads in enumerate(args.threads):
+                took = write_all(r * 100 + k + 1, threads)
+                cells.append(f"{threads} threads {took * 1000:.0f} ms")
+            print(f"round {r + 1}: " + ", ".join(cells))
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
 
