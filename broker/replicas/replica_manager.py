@@ -68,11 +68,17 @@ from tidewater.proto.supervisor import TaskSupervisor
 
 __all__ = ["ReplicaManager", "produce_error_response"]
 
-# A LeaderAndIsr naming more partitions is applied this many at a time, the event loop
-# let run in between: hosting a partition costs milliseconds (files created, fsynced),
-# and a request for hundreds (a topic's creation) would otherwise hold the loop for
-# seconds, long enough to miss heartbeats and be fenced.
+# A LeaderAndIsr naming more partitions is applied a slice at a time, the event loop
+# let run in between: hosting a new partition costs milliseconds (files created,
+# fsynced), and a request for hundreds (a topic's creation) would otherwise hold the
+# loop for seconds, long enough to miss heartbeats and be fenced. A partition whose log
+# is already here (a restart's new epochs) costs a quarter of that, one fsynced epoch
+# write that runs beside the slice's others (ReadyCarrier.apply_all): a slice holds up
+# to 16 new partitions or 64 hosted ones (a restart's 60: the first to the last partition
+# served 21-76 ms apart in 4 slices, 1-6 ms in one; docs/benchmarks.md).
 LEADER_AND_ISR_SLICE_PARTITIONS = 16
+LEADER_AND_ISR_SLICE_COST = 64
+_NEW_PARTITION_COST = LEADER_AND_ISR_SLICE_COST // LEADER_AND_ISR_SLICE_PARTITIONS
 
 # Replication decisions that have a metric of their own besides replication_decisions.
 NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
@@ -213,21 +219,21 @@ class ReplicaManager:
     # ================================================================ the servicer's calls
 
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        """``control.leader_and_isr``, LEADER_AND_ISR_SLICE_PARTITIONS partitions at a time:
+        """``control.leader_and_isr``, a slice of partitions at a time (``_leader_and_isr_slices``):
         each slice is the request with part of its partitions (the same epochs, token and
         leaders), so a refusal comes with the first slice, before anything is applied."""
         async with self._control_lock:
-            step = LEADER_AND_ISR_SLICE_PARTITIONS
-            if len(request.partitions) <= step:
+            bounds = self._leader_and_isr_slices(request)
+            if len(bounds) == 1:
                 return self.control.leader_and_isr(request)
             response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
-            for start in range(0, len(request.partitions), step):
+            for start, end in bounds:
                 if start:
                     await asyncio.sleep(0)
                 part = pb.LeaderAndIsrRequest()
                 part.CopyFrom(request)
                 del part.partitions[:]
-                part.partitions.extend(request.partitions[start:start + step])
+                part.partitions.extend(request.partitions[start:end])
                 answered = self.control.leader_and_isr(part)
                 if answered.error_code != pb.NONE:
                     # Refused (the first slice; or a later one, when this broker
@@ -236,6 +242,21 @@ class ReplicaManager:
                     return answered
                 response.partitions.extend(answered.partitions)
             return response
+
+    def _leader_and_isr_slices(self, request: pb.LeaderAndIsrRequest) -> list[tuple[int, int]]:
+        """``(start, end)`` of each slice, in order: a partition without a log here costs
+        ``_NEW_PARTITION_COST``, one with a log 1, a slice at most LEADER_AND_ISR_SLICE_COST."""
+        bounds: list[tuple[int, int]] = []
+        start = cost = 0
+        for i, item in enumerate(request.partitions):
+            tp = TopicPartition(item.state.topic, item.state.partition)
+            here = 1 if self.log_manager.get(tp) is not None else _NEW_PARTITION_COST
+            if cost + here > LEADER_AND_ISR_SLICE_COST and i > start:
+                bounds.append((start, i))
+                start, cost = i, 0
+            cost += here
+        bounds.append((start, len(request.partitions)))
+        return bounds
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         async with self._control_lock:

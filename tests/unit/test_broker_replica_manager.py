@@ -697,6 +697,37 @@ async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp
     # The ticker saw the partitions arrive a slice at a time.
     seen_between = {n for n in hosted_when_ticked if 0 < n < count}
     assert len(seen_between) >= 3
+    # New epochs for partitions already hosted (a restart's) cost one epoch write each:
+    # up to LEADER_AND_ISR_SLICE_COST of them go in one slice.
+    from tidewater.broker.replicas.replica_manager import LEADER_AND_ISR_SLICE_COST
+    again = pb.LeaderAndIsrRequest()
+    again.CopyFrom(request)
+    for item in again.partitions:
+        item.state.leader_epoch += 1
+        item.is_new = False
+    assert count <= LEADER_AND_ISR_SLICE_COST
+    assert rm._leader_and_isr_slices(again) == [(0, count)]
+    response = await rm.leader_and_isr(again)
+    assert response.error_code == pb.NONE and len(response.partitions) == count
+    assert all(p.error_code == pb.NONE for p in response.partitions)
+    assert all(rm.partitions[TopicPartition(TP.topic, p)].leader_epoch == 1
+               for p in range(count))
+    # Mixed: a new partition costs as much as four hosted ones; slices follow each other,
+    # each within the cost, at most LEADER_AND_ISR_SLICE_PARTITIONS new ones in one.
+    mixed = pb.LeaderAndIsrRequest()
+    mixed.CopyFrom(again)
+    for p in range(count, count + 40):
+        item = mixed.partitions.add()
+        item.CopyFrom(template)
+        item.state.partition = p
+    bounds = rm._leader_and_isr_slices(mixed)
+    assert bounds[0][0] == 0 and bounds[-1][1] == count + 40
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    for start, end in bounds:
+        new = sum(1 for i in range(start, end) if i >= count)
+        assert new <= LEADER_AND_ISR_SLICE_PARTITIONS
+        assert (end - start - new) + 4 * new <= LEADER_AND_ISR_SLICE_COST
+    assert bounds[:2] == [(0, count + 2), (count + 2, count + 18)]
     # A refused request is refused whole, before anything is applied.
     stale = pb.LeaderAndIsrRequest()
     stale.CopyFrom(request)
