@@ -100,6 +100,9 @@ class BrokerSender:
         self._wake = asyncio.Event()
         self._closed = False
         self._channel = open_aio_channel(target, channel_options(config), credentials)
+        # Connect now, during the first round's debounce, not when its first request is
+        # sent: a (re)started broker gets its LeaderAndIsr a handshake sooner.
+        self._channel.get_state(try_to_connect=True)
         self._stub = pb_grpc.BrokerControlStub(self._channel)
         # Supervised: a sender that dies (a bug) stops the controller, which would
         # otherwise starve this broker of every decision in silence.
