@@ -36,11 +36,11 @@ from bench.bench_common import HOST, KIB, Throughput
 FSYNC_MODES = ("none", "end", "each")
 
 
-def python_import_s(module: str, *, cwd: str | Path | None = None) -> float:
-    """Seconds for a fresh interpreter to start and import ``module`` (what every broker
-    restart pays before it can load a single log)."""
+def python_import_s(module: str, *, cwd: str | Path | None = None, before: str = "") -> float:
+    """Seconds for a fresh interpreter to start, run ``before`` and import ``module`` (what
+    every broker restart pays before it can load a single log)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, cwd=cwd,
+    subprocess.run([sys.executable, "-c", f"{before}\nimport {module}"], check=True, cwd=cwd,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=120)
     return time.perf_counter() - start
 
