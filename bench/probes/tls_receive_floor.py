@@ -47,7 +47,8 @@ def send(port: int, ca_file: str | None, total_bytes: int, size_prefixed: bool =
     ``ca_file``), each a size-prefixed frame when ``size_prefixed`` (a produce request),
     written ``write_bytes`` at a time (smaller: with TCP_NODELAY, as librdkafka)."""
     sock: socket.socket = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if write_bytes < CHUNK_BYTES:  # small writes as librdkafka's: each its own segment
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ca_file is not None:
         sock = ssl.create_default_context(cafile=ca_file).wrap_socket(
             sock, server_hostname="localhost")
