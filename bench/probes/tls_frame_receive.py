@@ -5,6 +5,10 @@ each) by another process. ``tls_receive_floor.py`` without the framing; this one
 so the difference between the two is what the framing adds under TLS.
 
     .venv/bin/python bench/probes/tls_frame_receive.py [--mib 512] [--rounds 2]
+                                                       [--write-bytes 262144]
+
+``--write-bytes 1046``: the sender writes each frame that much at a time, one TLS record
+each, as librdkafka does (see ``tls_receive_floor.py``).
 
 Prints MB/s, the server's CPU ms per MB, and per MB: ``buffer_updated`` calls (each one a
 pass of the loop under TLS when it filled the buffer offered) and bytes copied while a
@@ -48,8 +52,8 @@ class CountingConnection(framing.FrameConnection):
         super()._grow_frame(*arrived_bytes)
 
 
-async def measure(context: ssl.SSLContext | None, ca_file: str | None,
-                  total_bytes: int) -> tuple[float, float, float, float]:
+async def measure(context: ssl.SSLContext | None, ca_file: str | None, total_bytes: int,
+                  write_bytes: int = FRAME_BYTES) -> tuple[float, float, float, float]:
     loop = asyncio.get_running_loop()
     connections: list[CountingConnection] = []
     received = [0]
@@ -82,7 +86,7 @@ async def measure(context: ssl.SSLContext | None, ca_file: str | None,
     try:
         elapsed, _, cpu = await tls_receive_floor.timed_transfer(
             port, ca_file, total_bytes, lambda: received[0] > 0, on_start, done,
-            size_prefixed=True)
+            size_prefixed=True, write_bytes=write_bytes)
     finally:
         server.close()
     already, updates, grown = at_start
@@ -96,6 +100,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--write-bytes", type=int, default=FRAME_BYTES,
+                        help="the sender's write size (1046: librdkafka's records under TLS)")
     parser.add_argument("--only", choices=("plaintext", "TLS"), default=None,
                         help="one transport (to profile it)")
     args = parser.parse_args()
@@ -107,10 +113,12 @@ def main() -> int:
             for transport in (args.only,) if args.only else ("plaintext", "TLS"):
                 tls = transport == "TLS"
                 runs.setdefault(transport, []).append(uvloop.run(measure(
-                    context if tls else None, ca_file if tls else None, total_bytes)))
+                    context if tls else None, ca_file if tls else None, total_bytes,
+                    args.write_bytes)))
     rows = [[transport, *(f"{median([r[i] for r in measured]):,.2f}" for i in range(4))]
             for transport, measured in runs.items()]
-    print(f"{args.mib} MiB per run in {FRAME_BYTES // KIB} KiB frames, uvloop "
+    print(f"{args.mib} MiB per run in {FRAME_BYTES // KIB} KiB frames written "
+          f"{args.write_bytes:,} B at a time, uvloop "
           f"{uvloop.__version__}, {ssl.OPENSSL_VERSION}; medians of {args.rounds}")
     print(format_table(["transport", "MB/s", "server CPU ms/MB", "buffer_updated per MB",
                         "grow copies MB per MB"], rows))

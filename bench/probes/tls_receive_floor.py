@@ -5,6 +5,11 @@ server's CPU per MB. No broker code runs: what TLS through asyncio's memory-BIO 
 costs before any request is parsed.
 
     .venv/bin/python bench/probes/tls_receive_floor.py [--mib 1024] [--rounds 2]
+                                                       [--write-bytes 262144]
+
+``--write-bytes 1046``: the sender writes that much at a time with TCP_NODELAY, so each
+write is one TLS record and one segment, as librdkafka sends a produce request under TLS
+(one ``SSL_write`` per buffer segment: each 1 KiB payload is a record of its own).
 
 Prints one table: MB/s and the server process's CPU ms per MB (user and total) for each
 transport and receive buffer size, alternated ``--rounds`` times.
@@ -36,19 +41,24 @@ CHUNK_BYTES = 256 * KIB  # the sender's writes: a 256 KiB produce request at a t
 BUFFER_SIZES = (64 * KIB, 1024 * KIB)
 
 
-def send(port: int, ca_file: str | None, total_bytes: int, size_prefixed: bool = False
-         ) -> None:
-    """In a process of its own: ``total_bytes`` to ``port`` in 256 KiB writes (TLS when
-    ``ca_file``), each a size-prefixed frame when ``size_prefixed`` (a produce request)."""
+def send(port: int, ca_file: str | None, total_bytes: int, size_prefixed: bool = False,
+         write_bytes: int = CHUNK_BYTES) -> None:
+    """In a process of its own: ``total_bytes`` to ``port`` in 256 KiB chunks (TLS when
+    ``ca_file``), each a size-prefixed frame when ``size_prefixed`` (a produce request),
+    written ``write_bytes`` at a time (smaller: with TCP_NODELAY, as librdkafka)."""
     sock: socket.socket = socket.create_connection(("127.0.0.1", port))
+    if write_bytes < CHUNK_BYTES:  # small writes as librdkafka's: each its own segment
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ca_file is not None:
         sock = ssl.create_default_context(cafile=ca_file).wrap_socket(
             sock, server_hostname="localhost")
     chunk = ((CHUNK_BYTES.to_bytes(4, "big") if size_prefixed else b"")
              + os.urandom(CHUNK_BYTES))
+    pieces = [memoryview(chunk)[i:i + write_bytes] for i in range(0, len(chunk), write_bytes)]
     sent = 0
     while sent < total_bytes:
-        sock.sendall(chunk)
+        for piece in pieces:
+            sock.sendall(piece)
         sent += len(chunk)
     sock.close()
 
@@ -70,13 +80,13 @@ def server_context(directory: Path) -> tuple[ssl.SSLContext, str]:
 
 async def timed_transfer(port: int, ca_file: str | None, total_bytes: int,
                          started: Callable[[], bool], on_start: Callable[[], None],
-                         done: asyncio.Future[None], size_prefixed: bool = False
-                         ) -> tuple[float, float, float]:
+                         done: asyncio.Future[None], size_prefixed: bool = False,
+                         write_bytes: int = CHUNK_BYTES) -> tuple[float, float, float]:
     """A sender process to ``port``; from when ``started()`` (past start-up and the
     handshake; ``on_start`` then) until ``done``: (seconds, this process's user CPU s,
     its total CPU s)."""
     sender = multiprocessing.get_context("spawn").Process(
-        target=send, args=(port, ca_file, total_bytes, size_prefixed))
+        target=send, args=(port, ca_file, total_bytes, size_prefixed, write_bytes))
     sender.start()
     try:
         while not started():
@@ -114,7 +124,7 @@ class Receiver(asyncio.BufferedProtocol):
 
 
 async def measure(context: ssl.SSLContext | None, ca_file: str | None, buffer_bytes: int,
-                  total_bytes: int) -> tuple[float, float, float]:
+                  total_bytes: int, write_bytes: int = CHUNK_BYTES) -> tuple[float, float, float]:
     loop = asyncio.get_running_loop()
     done = loop.create_future()
     receivers: list[Receiver] = []
@@ -130,7 +140,8 @@ async def measure(context: ssl.SSLContext | None, ca_file: str | None, buffer_by
     try:
         elapsed, user, total = await timed_transfer(
             port, ca_file, total_bytes, lambda: bool(receivers) and receivers[0].received > 0,
-            lambda: already.__setitem__(0, receivers[0].received), done)
+            lambda: already.__setitem__(0, receivers[0].received), done,
+            write_bytes=write_bytes)
     finally:
         server.close()
     megabytes = (receivers[0].received - already[0]) / 1e6
@@ -141,6 +152,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--write-bytes", type=int, default=CHUNK_BYTES,
+                        help="the sender's write size (1046: librdkafka's records under TLS)")
     args = parser.parse_args()
     total_bytes = args.mib * 1024 * KIB
     runs: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
@@ -152,13 +165,13 @@ def main() -> int:
                     tls = transport == "TLS"
                     result = uvloop.run(measure(context if tls else None,
                                                 ca_file if tls else None,
-                                                buffer_bytes, total_bytes))
+                                                buffer_bytes, total_bytes, args.write_bytes))
                     runs.setdefault((transport, buffer_bytes), []).append(result)
     rows = [[transport, f"{buffer_bytes // KIB} KiB",
              f"{median([r[0] for r in measured]):,.0f}",
              f"{median([r[1] for r in measured]):.2f}", f"{median([r[2] for r in measured]):.2f}"]
             for (transport, buffer_bytes), measured in runs.items()]
-    print(f"{args.mib} MiB per run from another process in {CHUNK_BYTES // KIB} KiB writes, "
+    print(f"{args.mib} MiB per run from another process in {args.write_bytes:,} B writes, "
           f"uvloop {uvloop.__version__}, {ssl.OPENSSL_VERSION}; medians of {args.rounds}")
     print(format_table(["transport", "receive buffer", "MB/s", "server user ms/MB",
                         "server CPU ms/MB"], rows))
