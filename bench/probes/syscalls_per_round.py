@@ -71,8 +71,8 @@ def read_counts(out: Path) -> dict[int, dict[str, float]]:
 
 class ClientAttacher:
     """Attaches ``perf stat`` to the producer (this process) and the receiver process once
-    their threads are up (perf counts the threads a process has when it attaches one by
-    one), from a thread polling /proc until both are attached or it is stopped."""
+    their threads are up (``--per-thread`` counts, one by one, the threads there are when
+    it attaches), from a thread polling /proc until both are attached or it is stopped."""
 
     def __init__(self, directory: Path, perfs: dict[str, tuple[subprocess.Popen[bytes], Path, int]],
                  rounds_now: Callable[[], float]):
@@ -97,7 +97,7 @@ class ClientAttacher:
                                            or RECEIVER not in self._perfs):
             if RECEIVER not in self._perfs:
                 for pid in child_pids(me):
-                    if pid not in self._known and len(os.listdir(f"/proc/{pid}/task")) >= 3:
+                    if pid not in self._known and _receiver_up(pid):
                         time.sleep(0.3)  # its Consumer's threads start together
                         self._attach(RECEIVER, pid)
                         break
@@ -112,6 +112,15 @@ class ClientAttacher:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _receiver_up(pid: int) -> bool:
+    """``pid`` is the receiver (a multiprocessing child) and its Consumer's threads run."""
+    try:
+        return (b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                and len(os.listdir(f"/proc/{pid}/task")) >= 3)
+    except OSError:  # gone meanwhile
+        return False
 
 
 def produce_requests(latency: dict[tuple[str, str], float]) -> float:
