@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from tidewater.proto import grpc_env
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
@@ -84,6 +85,14 @@ def latency_summary(samples_ms: Sequence[float]) -> LatencySummary:
     return LatencySummary(count=len(values), p50_ms=percentile(values, 50),
                           p99_ms=percentile(values, 99), p999_ms=percentile(values, 99.9),
                           max_ms=values[-1], mean_ms=sum(values) / len(values))
+
+
+def stop_receiver(process: Any) -> None:
+    """Join a latency run's receiver process; killed if it has not ended within 10 s."""
+    process.join(timeout=10)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
 
 
 def median(values: Sequence[float]) -> float:

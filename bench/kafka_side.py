@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Iterator
 
-from bench.bench_common import KIB, Throughput, latency_summary
+from bench.bench_common import KIB, Throughput, latency_summary, stop_receiver
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
 
@@ -189,7 +189,7 @@ def read_to_end_throughput(kafka_bootstrap: str, topic: str, isolation_level: st
     return Throughput(count, payload, elapsed)
 
 
-def _receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
+def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
                    conn) -> None:
     """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -222,7 +222,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
     timeout_s = count / rate_per_s + 60
-    receiver = ctx.Process(target=_receiver_main,
+    receiver = ctx.Process(target=latency_receiver_main,
                            args=(kafka_bootstrap, topic, count, timeout_s, child_end), daemon=True)
     receiver.start()
     try:
@@ -251,10 +251,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
             raise RuntimeError("latency receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        receiver.join(timeout=10)
-        if receiver.is_alive():
-            receiver.kill()
-            receiver.join(timeout=5)
+        stop_receiver(receiver)
     if failures:
         raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]}")
     return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,

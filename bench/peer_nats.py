@@ -46,6 +46,7 @@ from bench.bench_common import (
     free_port,
     latency_summary,
     median,
+    stop_receiver,
 )
 from bench.probes.latency_probe import due_count, read_stamp, stamped_payload
 
@@ -411,10 +412,7 @@ async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, co
             raise RuntimeError("NATS latency receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        receiver.join(timeout=10)
-        if receiver.is_alive():
-            receiver.kill()
-            receiver.join(timeout=5)
+        stop_receiver(receiver)
     if len(ack_ms) != count:
         raise RuntimeError(f"only {len(ack_ms)} of {count} paced publishes were acknowledged")
     return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,

@@ -38,7 +38,15 @@ import threading
 import time
 from pathlib import Path
 
-from bench.bench_common import KIB, MIB, LatencySummary, Throughput, latency_summary, median
+from bench.bench_common import (
+    KIB,
+    MIB,
+    LatencySummary,
+    Throughput,
+    latency_summary,
+    median,
+    stop_receiver,
+)
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
 READY_TIMEOUT_S = 60.0
@@ -433,10 +441,7 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
     finally:
         if producer is not None:
             producer.close(timeout_s=30)
-        receiver.join(timeout=10)
-        if receiver.is_alive():
-            receiver.kill()
-            receiver.join(timeout=5)
+        stop_receiver(receiver)
     if failures:
         raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
     # The warm-up record may be received too: it is stamped before the paced ones.

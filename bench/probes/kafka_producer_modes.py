@@ -22,35 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.bench_common import latency_summary
-from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
+from bench.bench_common import latency_summary, stop_receiver
+from bench.kafka_side import latency_receiver_main
+from bench.probes.latency_probe import run_paced, stamped_payload
 
 RECORD_BYTES = 1024
-
-
-def _receiver(bootstrap: str, topic: str, expected: int, conn) -> None:
-    """A librdkafka consumer at the end of ``topic``-0 (the bench's settings); sends back
-    each record's latency in ms."""
-    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "producer-modes",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-                         "fetch.min.bytes": 1})
-    latencies: list[float] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
-        for _ in range(10):  # the first fetches resolve OFFSET_END before stamps arrive
-            consumer.poll(0.1)
-        conn.send("ready")
-        deadline = time.monotonic() + expected / 100 + 60
-        while len(latencies) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                latencies.append((time.time_ns() - read_stamp(message.value())) / 1e6)
-    finally:
-        consumer.close()
-        conn.send(latencies)
-        conn.close()
 
 
 def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: float,
@@ -69,8 +45,10 @@ def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: f
     producer.flush(30)
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
-    receiver = ctx.Process(target=_receiver, args=(bootstrap, topic, count, child_end),
-                           daemon=True)
+    timeout_s = count / rate_per_s + 60
+    # The bench's kafka-row receiver: a librdkafka consumer at the topic's end.
+    receiver = ctx.Process(target=latency_receiver_main,
+                           args=(bootstrap, topic, count, timeout_s, child_end), daemon=True)
     receiver.start()
     try:
         if not parent_end.poll(60) or parent_end.recv() != "ready":
@@ -94,14 +72,11 @@ def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: f
         producer.flush(60)
         if failed:
             raise RuntimeError(f"{len(failed)} sends failed, first: {failed[0]}")
-        if not parent_end.poll(count / 100 + 90):
+        if not parent_end.poll(timeout_s + 30):
             raise RuntimeError("receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        receiver.join(timeout=10)
-        if receiver.is_alive():
-            receiver.kill()
-            receiver.join(timeout=5)
+        stop_receiver(receiver)
     return {"e2e": latency_summary(e2e_ms), "received": len(e2e_ms), "achieved": achieved}
 
 
