@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from bench.bench_common import KIB, Throughput, latency_summary, stop_receiver
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
@@ -216,18 +217,27 @@ def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeo
         conn.close()
 
 
-def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
-                  rate_per_s: float) -> dict:
-    """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency."""
+def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
+                           timeout_s: float) -> tuple[Any, Any]:
+    """The receiver process (``latency_receiver_main``) and this end of its pipe, once it
+    is ready at the end of ``topic``-0; stopped again if it is not."""
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
-    timeout_s = count / rate_per_s + 60
     receiver = ctx.Process(target=latency_receiver_main,
                            args=(kafka_bootstrap, topic, count, timeout_s, child_end), daemon=True)
     receiver.start()
+    if not parent_end.poll(60) or parent_end.recv() != "ready":
+        stop_receiver(receiver)
+        raise RuntimeError("latency receiver did not start")
+    return receiver, parent_end
+
+
+def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
+                  rate_per_s: float) -> dict:
+    """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency."""
+    timeout_s = count / rate_per_s + 60
+    receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count, timeout_s)
     try:
-        if not parent_end.poll(60) or parent_end.recv() != "ready":
-            raise RuntimeError("latency receiver did not start")
         # Latency settings: send at once, one request in flight (as the gRPC row).
         producer = _producer(kafka_bootstrap, "all", **{"linger.ms": 0,
                                                          "max.in.flight.requests.per.connection": 1})

@@ -14,7 +14,6 @@ pace shows as latency. Needs a running cluster (``tide cluster up``); the modes 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.bench_common import latency_summary, stop_receiver
-from bench.kafka_side import latency_receiver_main
+from bench.kafka_side import start_latency_receiver
 from bench.probes.latency_probe import run_paced, stamped_payload
 
 RECORD_BYTES = 1024
@@ -43,16 +42,10 @@ def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: f
                          "max.in.flight.requests.per.connection": in_flight})
     producer.produce(topic, b"warm-up", partition=0)
     producer.flush(30)
-    ctx = multiprocessing.get_context("spawn")
-    parent_end, child_end = ctx.Pipe()
     timeout_s = count / rate_per_s + 60
     # The bench's kafka-row receiver: a librdkafka consumer at the topic's end.
-    receiver = ctx.Process(target=latency_receiver_main,
-                           args=(bootstrap, topic, count, timeout_s, child_end), daemon=True)
-    receiver.start()
+    receiver, parent_end = start_latency_receiver(bootstrap, topic, count, timeout_s)
     try:
-        if not parent_end.poll(60) or parent_end.recv() != "ready":
-            raise RuntimeError("receiver did not start")
         filler = os.urandom(RECORD_BYTES)
         failed: list[object] = []
 
