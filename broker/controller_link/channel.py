@@ -177,9 +177,6 @@ class ControllerChannel:
                 target, options, credentials,
                 aio_metadata_interceptors((plain_metadata(*sasl_user),)) if sasl_user else None)
         self._channels = [open_channel(host, port) for _, host, port in self._controllers]
-        # Connect to the first controller asked now, while the listeners start: the
-        # registration then waits for no handshake.
-        self._channels[self._choice.current].get_state(try_to_connect=True)
         self._stubs = [pb_grpc.ControllerStub(channel) for channel in self._channels]
         # The failover stub answers every ControllerStub method (by name).
         self.stub: pb_grpc.ControllerStub = (
