@@ -87,9 +87,10 @@ def latency_summary(samples_ms: Sequence[float]) -> LatencySummary:
                           max_ms=values[-1], mean_ms=sum(values) / len(values))
 
 
-def stop_receiver(process: Any) -> None:
-    """Join a latency run's receiver process; killed if it has not ended within 10 s."""
-    process.join(timeout=10)
+def stop_child(process: Any, join_timeout_s: float = 10) -> None:
+    """Join a bench's helper process (a latency receiver, a sender); killed if it has not
+    ended within ``join_timeout_s``."""
+    process.join(timeout=join_timeout_s)
     if process.is_alive():
         process.kill()
         process.join(timeout=5)

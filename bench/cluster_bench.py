@@ -170,12 +170,9 @@ class Bench:
             if t is not None:
                 self.limits.append(Row("machine", f"disk seq write {p.disk_bytes // MIB} MiB, 256 KiB writes",
                                        "MB/s", t.mb_per_s, note=note))
-        # As the broker imports it (broker/__main__.py): without hypothesis, which kio pulls
-        # in where it is installed (a dev venv: 0.72 s against 0.27 s here, 2026-11-29).
         seconds = self.step("python start + import broker.process", machine_limits.python_import_s,
                             "tidewater.broker.process", cwd=str(PROJECT_DIR),
-                            before="import tidewater.broker.__main__ as m\n"
-                                   "m.import_kafka_types_without_hypothesis()")
+                            before=machine_limits.BROKER_IMPORT_PRELUDE)
         if seconds is not None:
             self.limits.append(Row("machine", "python start + import broker.process", "s", seconds,
                                    note="floor of any broker restart (imported as the broker does)"))

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.bench_common import KIB, Throughput, latency_summary, stop_receiver
+from bench.bench_common import KIB, Throughput, latency_summary, stop_child
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
 
@@ -191,7 +191,7 @@ def read_to_end_throughput(kafka_bootstrap: str, topic: str, isolation_level: st
 
 
 def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
-                   conn) -> None:
+                          conn) -> None:
     """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
@@ -217,6 +217,13 @@ def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeo
         conn.close()
 
 
+def latency_producer(kafka_bootstrap: str, in_flight: int = 1):
+    """The latency rows' producer: acks=all, sends at once (linger 0), ``in_flight``
+    requests in flight (1: as the gRPC row)."""
+    return _producer(kafka_bootstrap, "all", **{"linger.ms": 0,
+                                                "max.in.flight.requests.per.connection": in_flight})
+
+
 def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
                            timeout_s: float) -> tuple[Any, Any]:
     """The receiver process (``latency_receiver_main``) and this end of its pipe, once it
@@ -227,7 +234,7 @@ def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
                            args=(kafka_bootstrap, topic, count, timeout_s, child_end), daemon=True)
     receiver.start()
     if not parent_end.poll(60) or parent_end.recv() != "ready":
-        stop_receiver(receiver)
+        stop_child(receiver)
         raise RuntimeError("latency receiver did not start")
     return receiver, parent_end
 
@@ -238,9 +245,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
     timeout_s = count / rate_per_s + 60
     receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count, timeout_s)
     try:
-        # Latency settings: send at once, one request in flight (as the gRPC row).
-        producer = _producer(kafka_bootstrap, "all", **{"linger.ms": 0,
-                                                         "max.in.flight.requests.per.connection": 1})
+        producer = latency_producer(kafka_bootstrap)
         filler = os.urandom(record_bytes)
         ack_ms: list[float] = []
         failures: list = []
@@ -261,7 +266,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
             raise RuntimeError("latency receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        stop_receiver(receiver)
+        stop_child(receiver)
     if failures:
         raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]}")
     return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,

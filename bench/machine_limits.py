@@ -35,6 +35,11 @@ from bench.bench_common import HOST, KIB, Throughput
 
 FSYNC_MODES = ("none", "end", "each")
 
+# What broker/__main__.py runs before it imports broker.process: kio kept from importing
+# hypothesis, which a dev venv has (0.72 s against 0.27 s without, 2026-11-29).
+BROKER_IMPORT_PRELUDE = ("import tidewater.broker.__main__ as main\n"
+                         "main.import_kafka_types_without_hypothesis()")
+
 
 def python_import_s(module: str, *, cwd: str | Path | None = None, before: str = "") -> float:
     """Seconds for a fresh interpreter to start, run ``before`` and import ``module`` (what

@@ -46,7 +46,7 @@ from bench.bench_common import (
     free_port,
     latency_summary,
     median,
-    stop_receiver,
+    stop_child,
 )
 from bench.probes.latency_probe import due_count, read_stamp, stamped_payload
 
@@ -412,7 +412,7 @@ async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, co
             raise RuntimeError("NATS latency receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        stop_receiver(receiver)
+        stop_child(receiver)
     if len(ack_ms) != count:
         raise RuntimeError(f"only {len(ack_ms)} of {count} paced publishes were acknowledged")
     return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,

@@ -45,7 +45,7 @@ from bench.bench_common import (
     Throughput,
     latency_summary,
     median,
-    stop_receiver,
+    stop_child,
 )
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
@@ -441,7 +441,7 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
     finally:
         if producer is not None:
             producer.close(timeout_s=30)
-        stop_receiver(receiver)
+        stop_child(receiver)
     if failures:
         raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
     # The warm-up record may be received too: it is stamped before the paced ones.

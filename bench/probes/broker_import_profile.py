@@ -22,15 +22,23 @@ from collections import Counter
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(PROJECT_DIR))
+
+from bench.machine_limits import BROKER_IMPORT_PRELUDE  # noqa: E402
 
 INTERPRETER = "pass"
 LIBRARIES = ("import asyncio, ssl, logging, uvloop, grpc, grpc.aio\n"
              "from tidewater.proto import tidewater_pb2, tidewater_pb2_grpc")
-# As broker/__main__.py runs before broker.process; the dataclass decorator timed.
-BROKER = """
-import gc, time
+# As broker/__main__.py imports broker.process: gc off, kio without hypothesis.
+BROKER_PLAIN = f"""
+import gc
 gc.disable()
-import dataclasses
+{BROKER_IMPORT_PRELUDE}
+import tidewater.broker.process
+"""
+# The same with the dataclass decorator timed: prints how many classes, and seconds.
+BROKER = """
+import dataclasses, time
 made = [0, 0.0]
 _process_class = dataclasses._process_class
 def timed(*args, **kwargs):
@@ -41,18 +49,7 @@ def timed(*args, **kwargs):
         made[0] += 1
         made[1] += time.perf_counter() - started
 dataclasses._process_class = timed
-import tidewater.broker.__main__ as main
-main.import_kafka_types_without_hypothesis()
-import tidewater.broker.process
-print(made[0], made[1])
-"""
-BROKER_PLAIN = """
-import gc
-gc.disable()
-import tidewater.broker.__main__ as main
-main.import_kafka_types_without_hypothesis()
-import tidewater.broker.process
-"""
+""" + BROKER_PLAIN + "print(made[0], made[1])\n"
 
 
 def run(code: str, *flags: str) -> tuple[float, str, str]:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.bench_common import latency_summary, stop_receiver
-from bench.kafka_side import start_latency_receiver
+from bench import kafka_side
+from bench.bench_common import latency_summary, stop_child
 from bench.probes.latency_probe import run_paced, stamped_payload
 
 RECORD_BYTES = 1024
@@ -30,21 +30,19 @@ RECORD_BYTES = 1024
 
 def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: float,
              in_flight: int) -> dict:
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"producer-modes-{os.getpid()}-{time.time_ns()}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, replicas)])[topic].result(30)
-    # The bench's latency settings: send at once, one request in flight (``--in-flight``).
-    # Warmed up (its connection and metadata) before the receiver starts at the topic's end.
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
-                         "max.in.flight.requests.per.connection": in_flight})
+    # The kafka row's producer, ``in_flight`` requests in flight. Warmed up (its
+    # connection and metadata) before the receiver starts at the topic's end.
+    producer = kafka_side.latency_producer(bootstrap, in_flight)
     producer.produce(topic, b"warm-up", partition=0)
     producer.flush(30)
     timeout_s = count / rate_per_s + 60
     # The bench's kafka-row receiver: a librdkafka consumer at the topic's end.
-    receiver, parent_end = start_latency_receiver(bootstrap, topic, count, timeout_s)
+    receiver, parent_end = kafka_side.start_latency_receiver(bootstrap, topic, count, timeout_s)
     try:
         filler = os.urandom(RECORD_BYTES)
         failed: list[object] = []
@@ -69,7 +67,7 @@ def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: f
             raise RuntimeError("receiver did not answer")
         e2e_ms = parent_end.recv()
     finally:
-        stop_receiver(receiver)
+        stop_child(receiver)
     return {"e2e": latency_summary(e2e_ms), "received": len(e2e_ms), "achieved": achieved}
 
 

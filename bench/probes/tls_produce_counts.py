@@ -34,23 +34,21 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import kafka_side, tidewater_side  # noqa: E402
-from bench.bench_common import format_table  # noqa: E402
+from bench.bench_common import (  # noqa: E402
+    format_table,
+    process_cpu_s,
+    thread_context_switches,
+)
 
 SMALL_WRITE_BYTES = 1100  # a 1 KiB record's payload in its own TLS record is 1,046 bytes
 
 
 def cpu_ms(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(pid) * 1000
 
 
 def context_switches(pid: int) -> int:
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
-            if "ctxt_switches" in line:
-                total += int(line.split()[1])
-    return total
+    return sum(thread_context_switches(pid).values())
 
 
 def negotiated(bootstrap: str, tls_files: dict) -> str:

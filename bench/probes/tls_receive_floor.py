@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvloop
 
-from bench.bench_common import KIB, format_table, median
+from bench.bench_common import KIB, format_table, median, stop_child
 from tidewater.tools import certs
 
 CHUNK_BYTES = 256 * KIB  # the sender's writes: a 256 KiB produce request at a time
@@ -96,9 +96,7 @@ async def timed_transfer(port: int, ca_file: str | None, total_bytes: int,
         await asyncio.wait_for(done, 120)
         elapsed, cpu_after = time.perf_counter() - start, os.times()
     finally:
-        sender.join(30)
-        if sender.is_alive():
-            sender.kill()
+        stop_child(sender, join_timeout_s=30)
     user = cpu_after.user - cpu_before.user
     return elapsed, user, user + cpu_after.system - cpu_before.system
 
