@@ -11,7 +11,7 @@ with ``--consumer`` one consumer on FetchStream doing the same. Prints the
 process CPU microseconds per record (``time.process_time``), which is the
 leader's Python (handlers, replica manager, purgatory, metrics, storage) plus a
 small fixed cost of the fakes (a loop hop per write, building the followers'
-requests). gRPC's own per-message cost (bench/probes/cpu_per_record.py shows it in the
+requests and parsing their answers: ``ReplicaFetch`` answers with the wire bytes). gRPC's own per-message cost (bench/probes/cpu_per_record.py shows it in the
 real cluster) is absent, so changes to the leader's Python show clearly here;
 like any CPU figure it still moves a little with machine load, so compare
 several runs.
@@ -38,7 +38,10 @@ from tidewater.broker.config import BrokerConfig  # noqa: E402
 from tidewater.broker.metrics import BrokerMetrics  # noqa: E402
 from tidewater.broker.replicas.metadata_cache import MetadataCache  # noqa: E402
 from tidewater.broker.replicas.replica_manager import ReplicaManager  # noqa: E402
-from tidewater.broker.servicers.grpc_server import BrokerServicer  # noqa: E402
+from tidewater.broker.servicers.grpc_server import (  # noqa: E402
+    BrokerControlServicer,
+    BrokerServicer,
+)
 from tidewater.broker.storage.log_config import LogConfig  # noqa: E402
 from tidewater.broker.storage.log_manager import LogManager  # noqa: E402
 from tidewater.proto import tidewater_pb2 as pb  # noqa: E402
@@ -56,6 +59,13 @@ def _die(error: BaseException) -> None:
     os._exit(70)
 
 
+def _watched(task: asyncio.Task) -> asyncio.Task:
+    """A handler that dies would leave the probe waiting for ever: stop instead."""
+    task.add_done_callback(
+        lambda t: t.cancelled() or t.exception() is None or _die(t.exception()))
+    return task
+
+
 class FakeStreamContext:
     """The read/write half of a grpc.aio servicer context; a write costs one loop hop."""
 
@@ -69,6 +79,9 @@ class FakeStreamContext:
     async def write(self, message) -> None:
         await asyncio.sleep(0)
         self._on_write(message)
+
+    def invocation_metadata(self):  # the handlers read the caller's client-id from it
+        return ()
 
 
 def fetch_request(replica_id: int, offset: int) -> pb.FetchRequest:
@@ -100,12 +113,15 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
                                     partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3],
                                     topic_id=TOPIC_ID),
             topic_configs={"min.insync.replicas": "2"}, is_new=True)]))
-    servicer = BrokerServicer(rm, None, rm.metrics, "INTERNAL")
+    servicer = BrokerServicer(rm, rm.metadata_cache, rm.metrics, "INTERNAL")
+    control = BrokerControlServicer(rm, rm.metrics)  # ReplicaFetch: the INTERNAL listener's
     offsets = {2: 0, 3: 0, -1: 0}
     contexts: dict[int, FakeStreamContext] = {}
 
     def fetcher(reader_id: int):
-        def on_answer(response: pb.FetchResponse) -> None:
+        def on_answer(response: pb.FetchResponse | bytes) -> None:
+            if isinstance(response, bytes):  # ReplicaFetch answers with the wire bytes
+                response = pb.FetchResponse.FromString(response)
             p = response.partitions[0]
             if p.records:  # a follower continues at the LEO, a consumer at the HW
                 offsets[reader_id] = p.log_end_offset if reader_id >= 0 else p.high_watermark
@@ -116,11 +132,11 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
     for reader_id in (2, 3, -1) if consumer else (2, 3):
         contexts[reader_id] = FakeStreamContext(fetcher(reader_id))
         contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, 0))
-        handler = servicer.ReplicaFetch if reader_id >= 0 else servicer.FetchStream
-        tasks.append(asyncio.create_task(handler(None, contexts[reader_id])))
+        handler = control.ReplicaFetch if reader_id >= 0 else servicer.FetchStream
+        tasks.append(_watched(asyncio.create_task(handler(None, contexts[reader_id]))))
     answered = asyncio.Event()
     producer = FakeStreamContext(lambda response: answered.set())
-    tasks.append(asyncio.create_task(servicer.ProduceStream(None, producer)))
+    tasks.append(_watched(asyncio.create_task(servicer.ProduceStream(None, producer))))
     batch = encode_batch([(None, bytes(1024))])
 
     async def produce_one(i: int) -> None:
