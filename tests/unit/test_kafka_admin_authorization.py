@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tidewater.broker.coordinators import Coordinators
 from tidewater.broker.group.state import OffsetDeleteAnswer
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.config_apis import (
@@ -64,7 +65,8 @@ class Cache:
 def services(*grants):
     return apis.Services(replica_manager=Unreachable(), metadata_cache=Cache(),
                          controller=Unreachable(), listener_name="KAFKA",
-                         group_coordinator=Unreachable(), connection=Acls(*grants))
+                         coordinators=Coordinators.of(Unreachable(), Unreachable()),
+                         connection=Acls(*grants))
 
 
 HEAD = SimpleNamespace(api_version=0)
