@@ -119,6 +119,7 @@ class BrokerProcess:
         self.metrics.register_client_quotas(self.metadata_cache.client_quotas)
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
+        self._coordinators_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
         # is set and the process exits non-zero after a shutdown (broker/__main__.py).
         self.fatal = asyncio.Event()
@@ -425,7 +426,8 @@ class BrokerProcess:
             log.critical("%s", e)
             self.supervisor.fail(e)
             return
-        self.supervisor.spawn(self._build_coordinators_once_unfenced(channel), "coordinators")
+        self._coordinators_task = self.supervisor.spawn(
+            self._build_coordinators_once_unfenced(channel), "coordinators")
         await channel.run_heartbeats()
 
     async def _build_coordinators_once_unfenced(self, channel: ControllerChannel) -> None:
@@ -445,9 +447,11 @@ class BrokerProcess:
             log.info("controlled shutdown: asking the controller to move leadership away")
             moved = await channel.controlled_shutdown(c.controlled_shutdown_timeout_ms)
             log.info("controlled shutdown %s", "done" if moved else "timed out")
-        if self._controller_task is not None:
-            self._controller_task.cancel()
-            await asyncio.gather(self._controller_task, return_exceptions=True)
+        # No coordinators built from here on but by a request: shutdown stops them once.
+        tasks = [t for t in (self._controller_task, self._coordinators_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.replica_manager is not None:
             # Long-polls and ReplicaFetch streams would otherwise hold the servers' grace.
             self.replica_manager.answer_long_polls()

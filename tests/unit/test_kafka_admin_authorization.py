@@ -96,7 +96,7 @@ async def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic():
     body.topics.append(SimpleNamespace(name="u", partitions=[SimpleNamespace(partition_index=1)]))
     coordinator = Coordinator()
     s = services((DELETE, GROUP, "g"), (READ, TOPIC, "t"))
-    s.group_coordinator = coordinator
+    s.coordinators = Coordinators.of(coordinator, Unreachable())
     answer = await (await on_offset_delete(s, HEAD, body))
     assert coordinator.asked == [("t", 0)]
     assert answer["error_code"] == pb.NONE
