@@ -3,8 +3,8 @@
 Why: their modules (``broker/group``, ``broker/txn``, the Kafka and gRPC APIs over them)
 are about a sixth of what a broker imports, and nothing a broker does before it serves
 needs them (issue 30: "imports that a broker does not need at start-up wait"). The
-broker process asks for them once the controller has unfenced it, so their leadership
-scans and timers run as before, a heartbeat round trip later; a request that needs them
+broker process asks for them once it serves (unfenced, named in the controller's
+metadata), so their leadership scans and timers run as before, just later; a request that needs them
 earlier (a group or transaction API, a transactional produce's verification, a marker
 on ``__consumer_offsets``) builds them itself. Building is synchronous (imports,
 constructors, ``start``) on the event loop's one thread: no caller ever sees one

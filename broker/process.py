@@ -88,8 +88,8 @@ log = logging.getLogger("tidewater.broker")
 
 
 SERVER_GRACE_S = 2.0
-# How often the coordinators' build looks whether the controller has unfenced us yet.
-UNFENCED_POLL_S = 0.01
+# How often the coordinators' build looks whether this broker serves yet.
+SERVING_POLL_S = 0.01
 
 
 class BrokerProcess:
@@ -103,7 +103,7 @@ class BrokerProcess:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         # The group and transaction coordinators (start() makes the accessor): built at
-        # their first use or once the controller has unfenced us (coordinators.py).
+        # their first use or once this broker serves (coordinators.py).
         self.coordinators: Coordinators | None = None
         self.marker_sender: LeaderMarkerSender | None = None
         self.txn_verifier: TxnPartitionVerifier | None = None
@@ -427,16 +427,18 @@ class BrokerProcess:
             self.supervisor.fail(e)
             return
         self._coordinators_task = self.supervisor.spawn(
-            self._build_coordinators_once_unfenced(channel), "coordinators")
+            self._build_coordinators_once_serving(channel), "coordinators")
         await channel.run_heartbeats()
 
-    async def _build_coordinators_once_unfenced(self, channel: ControllerChannel) -> None:
-        """Build the coordinators (their leadership scans and timers start) once the first
-        heartbeat has unfenced us, unless a request built them already: before that, the
-        broker serves nothing of theirs, and their imports would only put off the
-        heartbeat that makes it serve (issue 30's restart time)."""
-        while channel.is_fenced:
-            await asyncio.sleep(UNFENCED_POLL_S)
+    async def _build_coordinators_once_serving(self, channel: ControllerChannel) -> None:
+        """Build the coordinators (their leadership scans and timers start) once this
+        broker serves, unless a request built them already. Serving: a heartbeat has
+        unfenced us and the controller's metadata names us; the LeaderAndIsr that makes us
+        lead a coordinator topic's partitions comes with it. Before, their imports (some
+        20 ms of CPU) would only put off the answers that make the broker serve (issue
+        30's restart time); once unfenced alone was measured too early for that."""
+        while channel.is_fenced or self.metadata_cache.endpoint(self.config.broker_id) is None:
+            await asyncio.sleep(SERVING_POLL_S)
         if self.coordinators is not None:
             self.coordinators.ensure_built()
 
