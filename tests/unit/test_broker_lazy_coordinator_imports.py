@@ -30,6 +30,9 @@ WAITING_MODULES = (
     "tidewater.broker.coordination.partitioned",
     "tidewater.broker.kafka.group_apis",
     "tidewater.broker.kafka.txn_apis",
+    # Not the coordinators', but as rarely asked for: WriteTxnMarkers v0's schemas.
+    "tidewater.broker.kafka.schemas.write_txn_markers_v0_request",
+    "tidewater.broker.kafka.schemas.write_txn_markers_v0_response",
 )
 
 # As broker/__main__.py imports the process (bench/machine_limits.BROKER_IMPORT_PRELUDE).
