@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import ssl
 import time
+from typing import TYPE_CHECKING
 
 import grpc
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.config import BrokerConfig
 from tidewater.broker.controller_link.channel import ControllerChannel
-from tidewater.broker.group.coordinator import GroupCoordinator
+from tidewater.broker.coordinators import Built, Coordinators
 from tidewater.broker.kafka.apis import Services, topic_config_entries
 from tidewater.broker.kafka.auto_create import AutoTopicCreator
 from tidewater.broker.kafka.broker_configs import (
@@ -52,6 +54,7 @@ from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.security.grpc_preauth import CONTROLLER_CALLS, PreAuthentication
 from tidewater.broker.security.inter_broker import (
+    ChannelOpener,
     InterBrokerCredentials,
     inter_broker_mechanism,
     plain_channel,
@@ -71,18 +74,22 @@ from tidewater.broker.serving.txn_markers import TxnMarkerEntry
 from tidewater.broker.storage.log_config import LogConfig
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
-from tidewater.broker.txn.coordinator import TransactionCoordinator
-from tidewater.broker.txn.marker_sender import LeaderMarkerSender
-from tidewater.broker.txn.verifier import TxnPartitionVerifier
+from tidewater.broker.txn.verification import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import DuplicateBrokerRegistrationError, InvariantViolation, code_name
 from tidewater.proto.supervisor import TaskSupervisor
 from tidewater.proto.tls import channel_credentials, server_credentials, server_ssl_context
 
+if TYPE_CHECKING:
+    from tidewater.broker.txn.marker_sender import LeaderMarkerSender
+    from tidewater.broker.txn.verifier import TxnPartitionVerifier
+
 log = logging.getLogger("tidewater.broker")
 
 
 SERVER_GRACE_S = 2.0
+# How often the coordinators' build looks whether this broker serves yet.
+SERVING_POLL_S = 0.01
 
 
 class BrokerProcess:
@@ -95,9 +102,11 @@ class BrokerProcess:
         self.connection_quotas = ConnectionQuotas(config.connection_limits, mono_ms())
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
-        self.group_coordinator: GroupCoordinator | None = None
-        self.txn_coordinator: TransactionCoordinator | None = None
+        # The group and transaction coordinators (start() makes the accessor): built at
+        # their first use or once this broker serves (coordinators.py).
+        self.coordinators: Coordinators | None = None
         self.marker_sender: LeaderMarkerSender | None = None
+        self.txn_verifier: TxnPartitionVerifier | None = None
         self.controller_channel: ControllerChannel | None = None
         self.servers: list[grpc.aio.Server] = []
         self.kafka_listeners: list[KafkaListener] = []
@@ -110,6 +119,7 @@ class BrokerProcess:
         self.metrics.register_client_quotas(self.metadata_cache.client_quotas)
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
+        self._coordinators_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
         # is set and the process exits non-zero after a shutdown (broker/__main__.py).
         self.fatal = asyncio.Event()
@@ -192,35 +202,19 @@ class BrokerProcess:
         # A quorum's new active controller resyncs us: our heartbeats follow it.
         self.replica_manager.control.on_new_controller = channel.follow_active
         forwarder = ControllerForwarder(channel.stub)
-        self.group_coordinator = groups = GroupCoordinator(
-            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
-            controller=forwarder, config=c, supervisor=self.supervisor)
-        # A marker committed on an __consumer_offsets partition led here releases (COMMIT)
-        # or drops (ABORT) the transaction's TxnOffsetCommit offsets.
+        self.coordinators = coordinators = Coordinators(functools.partial(
+            self._build_coordinators, forwarder, member_credentials, inter_broker_metadata,
+            open_inter_broker))
 
+        # A marker committed on an __consumer_offsets partition led here releases (COMMIT)
+        # or drops (ABORT) the transaction's TxnOffsetCommit offsets. Not built yet: no
+        # group is loaded, and the load replays the marker from the log.
         def on_marker_committed(marker: TxnMarkerEntry, topic: str, partition: int) -> None:
-            if topic == CONSUMER_OFFSETS_TOPIC:
-                groups.complete_transaction(partition, marker.producer_id, marker.committed)
+            built = coordinators.built
+            if topic == CONSUMER_OFFSETS_TOPIC and built is not None:
+                built[0].complete_transaction(partition, marker.producer_id, marker.committed)
         self.replica_manager.txn_markers.on_committed = on_marker_committed
-        # Markers to partition leaders: in process when led here, else over the leader's
-        # INTERNAL gRPC with what the follower fetchers present (certificate, SASL).
-        self.marker_sender = LeaderMarkerSender(
-            broker_id=c.broker_id, local_writer=self.replica_manager.txn_markers,
-            endpoint=self.metadata_cache.endpoint,
-            max_message_bytes=c.socket_request_max_bytes,
-            channel_credentials=member_credentials, call_metadata=inter_broker_metadata,
-            open_channel=open_inter_broker)
-        self.txn_coordinator = TransactionCoordinator(
-            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
-            controller=forwarder, config=c, supervisor=self.supervisor,
-            marker_sender=self.marker_sender,
-            next_producer_id=self.replica_manager.producer_ids.next_producer_id)
-        # KIP-890 part 1: a transactional batch opening a transaction here is verified
-        # with its coordinator first, in process or over the marker sender's channels.
-        self.replica_manager.producer.verify = TxnPartitionVerifier(
-            broker_id=c.broker_id, coordinator=self.txn_coordinator,
-            metadata_cache=self.metadata_cache, remote_stub=self.marker_sender.remote_stub,
-            call_metadata=inter_broker_metadata).verify
+        self.replica_manager.producer.verify = self._verify_txn_partitions
         # Clients' admin calls on gRPC are checked first when security is on.
         guarded = (GuardedControllerForwarder(forwarder, self.security)
                    if self.security.secured else forwarder)
@@ -234,15 +228,14 @@ class BrokerProcess:
         for name, (host, port) in listeners:
             servicer = BrokerServicer(self.replica_manager, self.metadata_cache, self.metrics, name,
                                       security=self.security,
-                                      group_coordinator=self.group_coordinator,
-                                      txn_coordinator=self.txn_coordinator,
+                                      coordinators=coordinators,
                                       topic_configs=self._described_topic_configs)
             # The control service only where cluster members connect, never for clients.
             internal = name == "INTERNAL"
             control = (BrokerControlServicer(self.replica_manager, self.metrics,
                                              authenticating=tls is not None,
                                              security=self.security,
-                                             txn_coordinator=self.txn_coordinator)
+                                             coordinators=coordinators)
                        if internal else None)
             # Mutual TLS where cluster members connect; clients need no certificate.
             credentials = (server_credentials(tls, require_client_auth=internal)
@@ -279,10 +272,62 @@ class BrokerProcess:
                                secured=self.security.secured,
                                check_password=self.security.password_ok)
         self.replica_manager.start()
-        self.group_coordinator.start()
-        self.txn_coordinator.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
                                                       "controller-session")
+
+    def _build_coordinators(self, forwarder: ControllerForwarder,
+                            member_credentials: grpc.ChannelCredentials | None,
+                            inter_broker_metadata: tuple[tuple[str, str], ...],
+                            open_inter_broker: ChannelOpener) -> Built:
+        """The group and transaction coordinators, started, with the marker sender and the
+        KIP-890 verifier over them: ``self.coordinators`` calls this once. Their modules
+        are imported here, not before the broker serves (coordinators.py)."""
+        from tidewater.broker.group.coordinator import GroupCoordinator
+        from tidewater.broker.txn.coordinator import TransactionCoordinator
+        from tidewater.broker.txn.marker_sender import LeaderMarkerSender
+        from tidewater.broker.txn.verifier import TxnPartitionVerifier
+
+        c = self.config
+        if self.replica_manager is None:
+            raise InvariantViolation("the coordinators before the replica manager")
+        groups = GroupCoordinator(
+            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            controller=forwarder, config=c, supervisor=self.supervisor)
+        # Markers to partition leaders: in process when led here, else over the leader's
+        # INTERNAL gRPC with what the follower fetchers present (certificate, SASL).
+        self.marker_sender = LeaderMarkerSender(
+            broker_id=c.broker_id, local_writer=self.replica_manager.txn_markers,
+            endpoint=self.metadata_cache.endpoint,
+            max_message_bytes=c.socket_request_max_bytes,
+            channel_credentials=member_credentials, call_metadata=inter_broker_metadata,
+            open_channel=open_inter_broker)
+        txns = TransactionCoordinator(
+            replica_manager=self.replica_manager, metadata_cache=self.metadata_cache,
+            controller=forwarder, config=c, supervisor=self.supervisor,
+            marker_sender=self.marker_sender,
+            next_producer_id=self.replica_manager.producer_ids.next_producer_id)
+        # KIP-890 part 1: a transactional batch opening a transaction here is verified
+        # with its coordinator first, in process or over the marker sender's channels.
+        self.txn_verifier = TxnPartitionVerifier(
+            broker_id=c.broker_id, coordinator=txns,
+            metadata_cache=self.metadata_cache, remote_stub=self.marker_sender.remote_stub,
+            call_metadata=inter_broker_metadata)
+        groups.start()
+        txns.start()
+        return groups, txns
+
+    async def _verify_txn_partitions(self, transactional_id: str, producer_id: int,
+                                     producer_epoch: int, partitions: list[TopicPartition]
+                                     ) -> dict[TopicPartition, pb.ErrorCode]:
+        """The produce path's KIP-890 check (``TxnPartitionVerifier.verify``), building
+        the coordinators first if nothing has yet."""
+        if self.coordinators is None:
+            raise InvariantViolation("a transactional produce before start-up")
+        self.coordinators.ensure_built()
+        if self.txn_verifier is None:
+            raise InvariantViolation("coordinators built without the verifier")
+        return await self.txn_verifier.verify(transactional_id, producer_id, producer_epoch,
+                                              partitions)
 
     def _preauthentication(self, internal: bool) -> list[PreAuthentication]:
         """With SASL, a call is refused before its request is read unless its metadata
@@ -306,8 +351,7 @@ class BrokerProcess:
         services = Services(replica_manager=self.replica_manager,
                             metadata_cache=self.metadata_cache, controller=forwarder,
                             listener_name=name, topic_config_defaults=self._topic_config_defaults,
-                            group_coordinator=self.group_coordinator,
-                            txn_coordinator=self.txn_coordinator,
+                            coordinators=self.coordinators,
                             auto_create=self.auto_create,
                             broker_configs=self._broker_configs,
                             cluster_default_configs=lambda: cluster_default_entries(
@@ -382,7 +426,21 @@ class BrokerProcess:
             log.critical("%s", e)
             self.supervisor.fail(e)
             return
+        self._coordinators_task = self.supervisor.spawn(
+            self._build_coordinators_once_serving(channel), "coordinators")
         await channel.run_heartbeats()
+
+    async def _build_coordinators_once_serving(self, channel: ControllerChannel) -> None:
+        """Build the coordinators (their leadership scans and timers start) once this
+        broker serves, unless a request built them already. Serving: a heartbeat has
+        unfenced us and the controller's metadata names us; the LeaderAndIsr that makes us
+        lead a coordinator topic's partitions comes with it. Before, their imports (some
+        20 ms of CPU) would only put off the answers that make the broker serve (issue
+        30's restart time); once unfenced alone was measured too early for that."""
+        while channel.is_fenced or self.metadata_cache.endpoint(self.config.broker_id) is None:
+            await asyncio.sleep(SERVING_POLL_S)
+        if self.coordinators is not None:
+            self.coordinators.ensure_built()
 
     async def shutdown(self) -> None:
         c = self.config
@@ -391,9 +449,11 @@ class BrokerProcess:
             log.info("controlled shutdown: asking the controller to move leadership away")
             moved = await channel.controlled_shutdown(c.controlled_shutdown_timeout_ms)
             log.info("controlled shutdown %s", "done" if moved else "timed out")
-        if self._controller_task is not None:
-            self._controller_task.cancel()
-            await asyncio.gather(self._controller_task, return_exceptions=True)
+        # No coordinators built from here on but by a request: shutdown stops them once.
+        tasks = [t for t in (self._controller_task, self._coordinators_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.replica_manager is not None:
             # Long-polls and ReplicaFetch streams would otherwise hold the servers' grace.
             self.replica_manager.answer_long_polls()
@@ -401,12 +461,13 @@ class BrokerProcess:
                              return_exceptions=True)
         await asyncio.gather(*(k.stop() for k in self.kafka_listeners), return_exceptions=True)
         self.security.close()  # the password threads: no listener left to ask them
-        if self.txn_coordinator is not None:
-            await self.txn_coordinator.stop()
+        built = self.coordinators.built if self.coordinators is not None else None
+        if built is not None:
+            await built[1].stop()
         if self.marker_sender is not None:
             await self.marker_sender.close()
-        if self.group_coordinator is not None:
-            await self.group_coordinator.stop()
+        if built is not None:
+            await built[0].stop()
         if self.replica_manager is not None:
             await self.replica_manager.stop()
             self.replica_manager.checkpoint_high_watermarks()

@@ -83,13 +83,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms
-from tidewater.broker.group.coordinator import GroupCoordinator
+from tidewater.broker.coordinators import Coordinators
 from tidewater.broker.kafka import (
     config_apis,
     quorum_apis,
@@ -102,6 +103,7 @@ from tidewater.broker.kafka import (
 from tidewater.broker.kafka.auto_create import AutoTopicCreator, name_refusal
 from tidewater.broker.kafka.broker_configs import BrokerConfigEntry, describe_values
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.kafka.coordinator_api_keys import GROUP_VERSIONS, TXN_VERSIONS
 from tidewater.broker.kafka.delete_topics_plan import plan_delete_topics
 from tidewater.broker.kafka.fetch_session_apis import (
     TOPIC_IDS_FROM,
@@ -111,7 +113,6 @@ from tidewater.broker.kafka.fetch_session_apis import (
 )
 from tidewater.broker.kafka.fetch_session_apis import new_context as session_context
 from tidewater.broker.kafka.fetch_sessions import FetchSessionCache
-from tidewater.broker.kafka.group_apis import GROUP_HANDLERS, GROUP_VERSIONS
 from tidewater.broker.kafka.log_apis import (
     DELETE_RECORDS,
     DELETE_RECORDS_VERSIONS,
@@ -135,7 +136,6 @@ from tidewater.broker.kafka.producer_state_apis import (
     DESCRIBE_PRODUCERS_VERSIONS,
     on_describe_producers,
 )
-from tidewater.broker.kafka.txn_apis import TXN_HANDLERS, TXN_VERSIONS
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.replication.control_rules import client_fetch_refusal
@@ -147,7 +147,6 @@ from tidewater.broker.serving.fetch import (
     last_stable_offset_of,
 )
 from tidewater.broker.storage.topics import COORDINATOR_TOPICS
-from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import (
     ALTER,
@@ -167,6 +166,10 @@ from tidewater.proto.acls import DESCRIBE_CONFIGS as OP_DESCRIBE_CONFIGS
 from tidewater.proto.batch import BATCH_LENGTH_MIN, HEADER_SIZE, BytesLike, read_header
 from tidewater.proto.compression import COMPRESSION_ZSTD
 from tidewater.proto.errors import TidewaterError
+
+if TYPE_CHECKING:
+    from tidewater.broker.group.coordinator import GroupCoordinator
+    from tidewater.broker.txn.coordinator import TransactionCoordinator
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_FOR_LEADER_EPOCH, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 23, 18, 19, 20
@@ -235,8 +238,9 @@ class Services:
     listener_name: str  # the registration's listener whose addresses Metadata answers
     # Every topic config's value for a topic that does not set it (the broker's defaults).
     topic_config_defaults: Callable[[], dict[str, str]] = dict
-    group_coordinator: GroupCoordinator | None = None  # the group APIs (broker/group)
-    txn_coordinator: TransactionCoordinator | None = None  # transactions (broker/txn)
+    # The group APIs' and transactions' coordinators (broker/group, broker/txn), built at
+    # their first use (broker/coordinators.py); None: this broker has none.
+    coordinators: Coordinators | None = None
     # Where a topic config a topic does not set comes from: Kafka's ConfigSource of the
     # broker setting it inherits, by topic config name (absent: DEFAULT_CONFIG).
     topic_default_sources: Callable[[], dict[str, int]] = dict
@@ -253,6 +257,14 @@ class Services:
     client_host: str = ""
     # Fetch sessions (KIP-227), one cache per broker: every connection's copy shares it.
     fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None:
+        return self.coordinators.group if self.coordinators is not None else None
+
+    @property
+    def txn_coordinator(self) -> TransactionCoordinator | None:
+        return self.coordinators.txn if self.coordinators is not None else None
 
     def allowed(self, operation: int, resource_type: int, name: str) -> bool:
         """May this connection's principal do ``operation`` (``proto.acls``) on the
@@ -887,6 +899,17 @@ async def on_create_partitions(s: Services, head: RequestHead, body: RequestBody
 # A request's handler: does its in-order work, then returns the awaitable answer.
 Handler = Callable[[Services, RequestHead, RequestBody], Awaitable[Awaitable[Response]]]
 
+
+def _imported_at_first_request(module: str, table: str, api_key: int) -> Handler:
+    """``module``'s handler of ``api_key`` (in its dict ``table``), the module imported at
+    the first such request: the group and transaction APIs, whose modules and coordinators
+    a broker need not import before it serves (broker/coordinators.py)."""
+    def handle(services: Services, head: RequestHead,
+               body: RequestBody) -> Awaitable[Awaitable[Response]]:
+        handler: Handler = getattr(importlib.import_module(module), table)[api_key]
+        return handler(services, head, body)
+    return handle
+
 HANDLERS: dict[int, Handler] = {
     API_VERSIONS: on_api_versions,
     METADATA: on_metadata,
@@ -899,13 +922,15 @@ HANDLERS: dict[int, Handler] = {
     DESCRIBE_CONFIGS: on_describe_configs,
     DESCRIBE_CLUSTER: on_describe_cluster,
     CREATE_PARTITIONS: on_create_partitions,
-    **GROUP_HANDLERS,
+    **{key: _imported_at_first_request("tidewater.broker.kafka.group_apis", "GROUP_HANDLERS",
+                                       key) for key in GROUP_VERSIONS},
     sasl.SASL_HANDSHAKE: sasl.on_sasl_handshake,
     sasl.SASL_AUTHENTICATE: sasl.on_sasl_authenticate,
     **security_apis.HANDLERS,
     **quota_apis.HANDLERS,
     INIT_PRODUCER_ID: on_init_producer_id,
-    **TXN_HANDLERS,
+    **{key: _imported_at_first_request("tidewater.broker.kafka.txn_apis", "TXN_HANDLERS", key)
+       for key in TXN_VERSIONS},
     DELETE_RECORDS: on_delete_records,
     DESCRIBE_LOG_DIRS: on_describe_log_dirs,
     **config_apis.HANDLERS,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib
 import io
 import struct
 import typing
@@ -83,7 +84,7 @@ def peek_head(frame: bytes | memoryview) -> tuple[int, int, int]:
 @cache
 def _request_type(api_key: int, api_version: int) -> type[RequestPayload]:
     extra = EXTRA_SCHEMAS.get((api_key, api_version))
-    module = (extra[0] if extra is not None
+    module = (importlib.import_module(extra[0]) if extra is not None
               else load_payload_module(api_key, api_version, EntityType.request))
     entity_type: type[RequestPayload] = module.__dict__[_payload_class_name(module, "Request")]
     return entity_type
@@ -92,7 +93,7 @@ def _request_type(api_key: int, api_version: int) -> type[RequestPayload]:
 @cache
 def _response_type(api_key: int, api_version: int) -> type[ResponsePayload]:
     extra = EXTRA_SCHEMAS.get((api_key, api_version))
-    module = (extra[1] if extra is not None
+    module = (importlib.import_module(extra[1]) if extra is not None
               else load_payload_module(api_key, api_version, EntityType.response))
     entity_type: type[ResponsePayload] = module.__dict__[
         _payload_class_name(module, "Response")]

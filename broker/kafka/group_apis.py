@@ -35,33 +35,25 @@ from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
 from tidewater.broker.kafka import txn_apis
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.kafka.coordinator_api_keys import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    GROUP_VERSIONS,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP = 8, 9, 10, 11
-HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 12, 13, 14, 15, 16
-DELETE_GROUPS, OFFSET_DELETE = 42, 47
-
-GROUP_VERSIONS: dict[int, tuple[int, int]] = {
-    FIND_COORDINATOR: (0, 4),
-    JOIN_GROUP: (0, 9),
-    SYNC_GROUP: (0, 5),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 8),
-    DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 5),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
-}
-GROUP_API_NAMES = {FIND_COORDINATOR: "FindCoordinator", JOIN_GROUP: "JoinGroup",
-                   SYNC_GROUP: "SyncGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
-                   OFFSET_COMMIT: "OffsetCommit", OFFSET_FETCH: "OffsetFetch",
-                   DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
-                   DELETE_GROUPS: "DeleteGroups", OFFSET_DELETE: "OffsetDelete"}
 GROUP_KEY_TYPE = 0
 JOIN_MEMBER_ID_REQUIRED_FROM = 4
 

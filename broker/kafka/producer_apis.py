@@ -19,16 +19,17 @@ TRANSACTIONAL_ID instead).
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.kafka.codec import RequestBody, RequestHead
-from tidewater.broker.kafka.txn_apis import on_init_transactional_producer
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager
 from tidewater.broker.security.settings import may_init_producer_id
-from tidewater.broker.txn.coordinator import TransactionCoordinator
 from tidewater.proto import tidewater_pb2 as pb
+
+if TYPE_CHECKING:
+    from tidewater.broker.group.coordinator import GroupCoordinator
+    from tidewater.broker.txn.coordinator import TransactionCoordinator
 
 INIT_PRODUCER_ID = 22
 INIT_PRODUCER_ID_VERSIONS = (0, 5)
@@ -57,6 +58,8 @@ class ProducerIdServices(Protocol):
 async def on_init_producer_id(s: ProducerIdServices, head: RequestHead, body: RequestBody
                               ) -> Awaitable[dict[str, Any]]:
     if body.transactional_id:
+        # Imported here: the transaction APIs wait for their first use (coordinators.py).
+        from tidewater.broker.kafka.txn_apis import on_init_transactional_producer
         return on_init_transactional_producer(s, head, body)
     if not may_init_producer_id(s.allowed, s.allowed_on_any):
         async def refused() -> dict[str, Any]:

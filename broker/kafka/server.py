@@ -77,8 +77,8 @@ from tidewater.broker.kafka.codec import (
     response_type,
 )
 from tidewater.broker.kafka.connection_quotas import ConnectionLimits, ConnectionQuotas
+from tidewater.broker.kafka.coordinator_api_keys import GROUP_API_NAMES
 from tidewater.broker.kafka.framing import FrameConnection, FrameSizeError
-from tidewater.broker.kafka.group_apis import GROUP_API_NAMES
 from tidewater.broker.kafka.sasl import ConnectionSecurity, tls_principal
 from tidewater.broker.security.settings import BrokerSecurity
 from tidewater.proto import tidewater_pb2 as pb

@@ -58,6 +58,15 @@ from tidewater.broker.group.coordinator import (
     partition_for,
 )
 from tidewater.broker.kafka.codec import RequestBody, RequestHead, milliseconds
+from tidewater.broker.kafka.coordinator_api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
+    TXN_VERSIONS,
+)
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.storage.topics import CONSUMER_OFFSETS_TOPIC
 from tidewater.broker.txn.coordinator import TransactionCoordinator
@@ -66,18 +75,8 @@ from tidewater.proto import acls
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import InvariantViolation
 
-ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 TRANSACTION_KEY_TYPE = 1
 
-TXN_VERSIONS: dict[int, tuple[int, int]] = {
-    ADD_PARTITIONS_TO_TXN: (0, 5),
-    ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 4),
-    DESCRIBE_TRANSACTIONS: (0, 0),
-    LIST_TRANSACTIONS: (0, 1),
-    TXN_OFFSET_COMMIT: (0, 3),
-}
 # The first version of each API that knows PRODUCER_FENCED (KIP-588).
 PRODUCER_FENCED_FROM = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2,
                         TXN_OFFSET_COMMIT: 3, 22: 4}

@@ -47,14 +47,13 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Generic, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 
+from tidewater.broker.coordinators import Coordinators
 from tidewater.broker.error_mapping import error_code_for, wire_code
-from tidewater.broker.group.coordinator import GroupCoordinator
-from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
 from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.metadata_cache import MetadataCache
 from tidewater.broker.replicas.replica_manager import ReplicaManager, produce_error_response
@@ -74,8 +73,6 @@ from tidewater.broker.serving.txn_markers import (
     markers_from_proto,
     results_to_proto,
 )
-from tidewater.broker.txn.coordinator import TransactionCoordinator
-from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto import tidewater_pb2_grpc as pb_grpc
 from tidewater.proto.acls import (
@@ -88,6 +85,10 @@ from tidewater.proto.acls import (
     WRITE,
 )
 from tidewater.proto.errors import BrokerNotAvailableError, InvariantViolation
+
+if TYPE_CHECKING:
+    from tidewater.broker.group.grpc_service import GroupAllowed, GroupRpcs
+    from tidewater.broker.txn.grpc_service import TxnRpcs
 from tidewater.proto.malloc_tuning import tune_malloc_for_large_buffers
 from tidewater.proto.scram import SaslAuthenticationError
 from tidewater.proto.supervisor import TaskSupervisor
@@ -210,8 +211,7 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
     def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache,
                  metrics: BrokerMetrics, listener_name: str,
                  security: BrokerSecurity | None = None,
-                 group_coordinator: GroupCoordinator | None = None,
-                 txn_coordinator: TransactionCoordinator | None = None,
+                 coordinators: Coordinators | None = None,
                  topic_configs: TopicConfigsOf | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.metadata_cache = metadata_cache
@@ -219,11 +219,33 @@ class BrokerServicer(_Servicer, pb_grpc.BrokerServicer):
         # None: this broker describes none (UNKNOWN_TOPIC_OR_PARTITION).
         self._topic_configs = topic_configs
         self.listener_name = listener_name
-        self.groups = GroupRpcs(group_coordinator, metadata_cache, listener_name)
-        self.txns = TxnRpcs(txn_coordinator, group_coordinator, metadata_cache, listener_name)
+        # The group and transaction RPCs: built, with their modules and the coordinators
+        # under them, at the first such call (broker/coordinators.py).
+        self._coordinators = coordinators
+        self._groups: GroupRpcs | None = None
+        self._txns: TxnRpcs | None = None
         # broker.security.BrokerSecurity; None or not ``secured``: no checks, as before.
         self.security = security if security is not None and security.secured else None
         self.quotas = GrpcQuotas(lambda: metadata_cache.client_quotas)
+
+    @property
+    def groups(self) -> GroupRpcs:
+        if self._groups is None:
+            from tidewater.broker.group.grpc_service import GroupRpcs
+            c = self._coordinators
+            self._groups = GroupRpcs(c.group if c is not None else None, self.metadata_cache,
+                                     self.listener_name)
+        return self._groups
+
+    @property
+    def txns(self) -> TxnRpcs:
+        if self._txns is None:
+            from tidewater.broker.txn.grpc_service import TxnRpcs
+            c = self._coordinators
+            self._txns = TxnRpcs(c.txn if c is not None else None,
+                                 c.group if c is not None else None, self.metadata_cache,
+                                 self.listener_name)
+        return self._txns
 
     async def _session(self, context: Context, security: BrokerSecurity) -> Session:
         """This call's caller; an unauthenticated one is refused here (UNAUTHENTICATED)."""
@@ -588,10 +610,10 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
 
     def __init__(self, replica_manager: ReplicaManager, metrics: BrokerMetrics, *,
                  authenticating: bool = False, security: BrokerSecurity | None = None,
-                 txn_coordinator: TransactionCoordinator | None = None) -> None:
+                 coordinators: Coordinators | None = None) -> None:
         super().__init__(replica_manager, metrics)
         self.authenticating = authenticating
-        self.txn_coordinator = txn_coordinator  # VerifyTxnPartitions (KIP-890)
+        self.coordinators = coordinators  # VerifyTxnPartitions (KIP-890)
         # SASL or an authorizer: a follower fetch also needs an authenticated caller with
         # CLUSTER_ACTION (``inter_broker``), whatever the transport.
         self.security = security if security is not None and security.secured else None
@@ -650,10 +672,10 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         code = await self._broker_refusal("VerifyTxnPartitions", context)
         if code:
             codes = {tp: wire_code(code) for tp in wanted}
-        elif self.txn_coordinator is None:
+        elif self.coordinators is None:
             codes = {tp: pb.NOT_COORDINATOR for tp in wanted}
         else:
-            codes = self.txn_coordinator.verify_partitions(
+            codes = self.coordinators.txn.verify_partitions(
                 request.transactional_id, request.producer_id, request.producer_epoch,
                 wanted)
         return pb.AddPartitionsToTxnResponse(partitions=[

@@ -4,6 +4,7 @@ answers, and what an authorizer leaves out."""
 import asyncio
 from types import SimpleNamespace
 
+from tidewater.broker.coordinators import Coordinators
 from tidewater.broker.servicers.grpc_server import BrokerServicer
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.acls import DESCRIBE, DESCRIBE_CONFIGS, TOPIC, TRANSACTIONAL_ID
@@ -37,7 +38,7 @@ def servicer(security=None, txns=None) -> BrokerServicer:
     coordinator = SimpleNamespace(loading=lambda: False,
                                   loaded_states=lambda: [SimpleNamespace(txns=txns or {})])
     s = BrokerServicer(SimpleNamespace(broker_id=7), cache, metrics, "EXTERNAL",
-                       security=security, txn_coordinator=coordinator,
+                       security=security, coordinators=Coordinators.of(None, coordinator),
                        topic_configs=lambda topic: [("retention.ms", "7200000", 4),
                                                     ("cleanup.policy", "delete", 5)])
     return s

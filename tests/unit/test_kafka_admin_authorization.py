@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tidewater.broker.coordinators import Coordinators
 from tidewater.broker.group.state import OffsetDeleteAnswer
 from tidewater.broker.kafka import apis
 from tidewater.broker.kafka.config_apis import (
@@ -64,7 +65,8 @@ class Cache:
 def services(*grants):
     return apis.Services(replica_manager=Unreachable(), metadata_cache=Cache(),
                          controller=Unreachable(), listener_name="KAFKA",
-                         group_coordinator=Unreachable(), connection=Acls(*grants))
+                         coordinators=Coordinators.of(Unreachable(), Unreachable()),
+                         connection=Acls(*grants))
 
 
 HEAD = SimpleNamespace(api_version=0)
@@ -94,7 +96,7 @@ async def test_offset_delete_needs_delete_on_the_group_and_read_on_each_topic():
     body.topics.append(SimpleNamespace(name="u", partitions=[SimpleNamespace(partition_index=1)]))
     coordinator = Coordinator()
     s = services((DELETE, GROUP, "g"), (READ, TOPIC, "t"))
-    s.group_coordinator = coordinator
+    s.coordinators = Coordinators.of(coordinator, Unreachable())
     answer = await (await on_offset_delete(s, HEAD, body))
     assert coordinator.asked == [("t", 0)]
     assert answer["error_code"] == pb.NONE
