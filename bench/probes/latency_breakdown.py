@@ -47,11 +47,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 _LATENCY_LINE = re.compile(
-    r'tidewater_broker_request_latency_seconds_(sum|count)\{rpc="(\w+)"\} (\S+)')
+    r'tidewater_broker_request_latency_seconds_(sum|count)\{rpc="([\w:]+)"\} (\S+)')
 
 
 def request_latency(metrics_port: int) -> dict[tuple[str, str], float]:
-    """(rpc, "sum" | "count") -> value, from a broker's /metrics."""
+    """(rpc, "sum" | "count") -> value, from a broker's /metrics (Kafka APIs as "kafka:Fetch")."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
     return {(m.group(2), m.group(1)): float(m.group(3))
             for m in map(_LATENCY_LINE.match, text.decode().splitlines()) if m}
