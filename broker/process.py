@@ -123,6 +123,9 @@ class BrokerProcess:
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
         # is set and the process exits non-zero after a shutdown (broker/__main__.py).
         self.fatal = asyncio.Event()
+        # Set once this broker serves (unfenced, named in the controller's metadata): what
+        # may wait until then waits on it (the coordinators here, __main__'s tune_gc).
+        self.serving = asyncio.Event()
         self.supervisor = TaskSupervisor(on_fatal=lambda error: self.fatal.set())
 
     def _listeners(self) -> list[pb.Listener]:
@@ -436,9 +439,11 @@ class BrokerProcess:
         unfenced us and the controller's metadata names us; the LeaderAndIsr that makes us
         lead a coordinator topic's partitions comes with it. Before, their imports (some
         20 ms of CPU) would only put off the answers that make the broker serve (issue
-        30's restart time); once unfenced alone was measured too early for that."""
+        30's restart time); once unfenced alone was measured too early for that. Sets
+        ``serving`` first."""
         while channel.is_fenced or self.metadata_cache.endpoint(self.config.broker_id) is None:
             await asyncio.sleep(SERVING_POLL_S)
+        self.serving.set()
         if self.coordinators is not None:
             self.coordinators.ensure_built()
 

@@ -34,8 +34,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple, TypeAlias
 
-from crc32c import crc32c
-
+from tidewater.proto.crc import crc32c
 from tidewater.proto.errors import CorruptRecordError
 
 MAGIC_V2 = 2

@@ -37,10 +37,9 @@ import struct
 from collections.abc import Sequence
 from typing import TypeAlias
 
-from crc32c import crc32c
-
 from tidewater.proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 from tidewater.proto.compression import COMPRESSION_NONE, compress
+from tidewater.proto.crc import crc32c
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount

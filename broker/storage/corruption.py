@@ -28,8 +28,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from tidewater.proto.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_LENGTH_MIN,
@@ -37,6 +35,7 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     BytesLike,
 )
+from tidewater.proto.crc import crc32c
 from tidewater.proto.errors import CorruptRecordError, InvariantViolation
 
 log = logging.getLogger(__name__)

@@ -110,8 +110,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
 from tidewater.broker.storage.checkpoints import write_file_atomically
 from tidewater.broker.storage.cleaner_swap import mark_compacted
 from tidewater.broker.storage.corruption import CorruptBatch, CorruptBatchError
@@ -147,6 +145,7 @@ from tidewater.proto.batch import (
     validate_batch,
 )
 from tidewater.proto.control_records import marker_of_batch
+from tidewater.proto.crc import crc32c
 from tidewater.proto.errors import (
     CorruptFileError,
     CorruptRecordError,

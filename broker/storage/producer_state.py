@@ -103,8 +103,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from crc32c import crc32c
-
+from tidewater.proto.crc import crc32c
 from tidewater.proto.errors import (
     CorruptFileError,
     InvalidProducerEpochError,

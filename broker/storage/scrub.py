@@ -38,8 +38,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from crc32c import crc32c
-
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.storage.corruption import (
     FRAME,
@@ -53,6 +51,7 @@ from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.segment import LogSegment
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.batch import ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD
+from tidewater.proto.crc import crc32c
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias, TypeVar, TypeVarTuple
 
-from crc32c import crc32c
-
 from tidewater.broker.storage.corruption import (
     FRAME,
     CorruptBatch,
@@ -56,6 +54,7 @@ from tidewater.proto.batch import (
     MAGIC_V2,
     BytesLike,
 )
+from tidewater.proto.crc import crc32c
 from tidewater.proto.errors import (
     CorruptFileError,
     CorruptRecordError,

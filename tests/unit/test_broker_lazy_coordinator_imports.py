@@ -33,6 +33,9 @@ WAITING_MODULES = (
     # Not the coordinators', but as rarely asked for: WriteTxnMarkers v0's schemas.
     "tidewater.broker.kafka.schemas.write_txn_markers_v0_request",
     "tidewater.broker.kafka.schemas.write_txn_markers_v0_response",
+    # crc32c's package __init__ and the importlib.metadata scan it runs (proto/crc.py).
+    "crc32c",
+    "importlib.metadata",
 )
 
 # As broker/__main__.py imports the process (bench/machine_limits.BROKER_IMPORT_PRELUDE).
