@@ -419,8 +419,7 @@ class KafkaListener:
                         values["throttle_time"] = throttle_ms
                         body = build(response_type(head.api_key, head.api_version), values)
                         parts = encode_response_parts(head, body)
-                    writer.writelines(parts)
-                    await writer.drain()
+                    await writer.write_parts(parts)
                     if throttle_ms and head.api_key == apis.FETCH:
                         mute.until_ms = max(mute.until_ms, mono_ms() + throttle_ms)
                 writer.requests_in_flight -= 1  # answered: the idle clock runs again
