@@ -112,7 +112,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed = False
-        self._hint_is_arrived = False  # set by connection_made
+        self._is_tls = False  # set by connection_made
         self.last_active_ms = mono_ms()
         self.requests_in_flight = 0  # kept by the listener
 
@@ -145,15 +145,15 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._transport = transport  # type: ignore[assignment]
         # Under TLS get_buffer's size hint is what the SSL protocol holds (arrived, not yet
         # decrypted into ours: uvloop's and asyncio's alike); a socket's is a fixed guess.
-        self._hint_is_arrived = transport.get_extra_info("sslcontext") is not None
+        self._is_tls = transport.get_extra_info("sslcontext") is not None
         self._on_open(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._frame_view is not None:
             room = len(self._frame_view) - self._frame_filled
-            if room == 0 or (self._hint_is_arrived and room < sizehint
+            if room == 0 or (self._is_tls and room < sizehint
                              and len(self._frame_view) < self._frame_size):
-                self._grow_frame(sizehint if self._hint_is_arrived else 0)
+                self._grow_frame(sizehint if self._is_tls else 0)
             return self._frame_view[self._frame_filled:]
         if self._scratch_offered > 0 and len(self._scratch) < self._scratch_bytes_max:
             self._grow_scratch()
@@ -324,7 +324,7 @@ class FrameConnection(asyncio.BufferedProtocol):
     async def write_parts(self, parts: Iterable[bytes]) -> None:
         """Write ``parts`` in order and drain: in one ``writelines`` on a socket; under TLS
         in ``writelines`` of about TLS_WRITE_PIECE_BYTES each (large parts cut), each drained."""
-        if not self._hint_is_arrived:  # set when the transport is TLS
+        if not self._is_tls:
             self.writelines(parts)
             await self.drain()
             return
