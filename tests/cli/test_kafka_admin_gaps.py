@@ -127,11 +127,16 @@ def test_delete_groups_right_after_the_consumers_closed(cluster):
     for group, future in admin.describe_consumer_groups(dynamic + ["dg-pair"]).items():
         assert str(future.result(30).state).endswith("DEAD"), group
 
-    session_ms = 2000
+    # Heartbeats well inside the session: with librdkafka's default interval (3 s) above
+    # a 2 s session, the first member's session ran out while the second joined on a
+    # loaded CI machine (the client logged "session timed out", rejoined and was fenced),
+    # and its group was empty before the delete this test expects to be refused.
+    session_ms = 6000
     static = ["dg-static-0", "dg-static-1"]
     consumers = [_join_and_consume(cluster.kafka, g, "dg", 10,
                                    **{"group.instance.id": f"instance-{i}",
-                                      "session.timeout.ms": session_ms})
+                                      "session.timeout.ms": session_ms,
+                                      "heartbeat.interval.ms": 500})
                  for i, g in enumerate(static)]
     for c in consumers:
         c.close()

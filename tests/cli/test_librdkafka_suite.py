@@ -31,6 +31,11 @@ of 95 s). And `broker.session.timeout.ms=9000`, Kafka's default: with Tidewater'
 broker starved of CPU on a loaded CI machine misses its heartbeats, is fenced and loses its
 leaderships mid-test (19 fencings in one run: clients then see UNKNOWN_TOPIC_OR_PARTITION
 and requests time out), which no librdkafka test expects.
+Two tests assert timings that a loaded 2-core CI machine can miss on any broker: 0110
+checks that the producer's average batch lies within one message of ``batch.size`` (seen:
+3,811 bytes against 3,900..5,000, while 57 tests ran beside it), and 0118 commits inside a
+rebalance callback within its session. When only these failed, they run once more, alone,
+and must pass then; any other failure, or theirs twice, fails the test.
 Locally, without the runner, the module is skipped; under CI it fails instead.
 2.0.2's suite has no IncrementalAlterConfigs test (0081_admin has one from librdkafka
 2.2); librdkafka 2.15's 0081 and 0011 were run by hand outside CI, which cannot fetch
@@ -76,6 +81,8 @@ SUITE = (
     # transactions: commit, abort, fencing, offsets in transactions, aborted records
     "0103", "0129",
 )
+# Timing-bound tests (module docstring): run once more, alone, when only they failed.
+RERUN_ALONE = ("0110", "0118")
 
 
 @pytest.fixture(scope="module")
@@ -102,32 +109,43 @@ def suite_cluster(tmp_path_factory):
 def test_librdkafka_suite_passes(runner, suite_cluster, tmp_path):
     conf = tmp_path / "test.conf"
     conf.write_text(f"bootstrap.servers={suite_cluster.kafka}\n")
-    # The runner's JSON report: written and closed before the runner may abort (see
-    # librdkafka_outcome), unlike its summary table on buffered stdout.
-    report = tmp_path / "report.json"
     env = dict(os.environ,
-               RDKAFKA_TEST_CONF=str(conf), TESTS=",".join(SUITE), TEST_KAFKA_VERSION="3.5.0",
-               TEST_REPORT=str(report),
+               RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION="3.5.0",
                LD_LIBRARY_PATH=f"{SOURCE_DIR / 'src'}:{SOURCE_DIR / 'src-cpp'}")
-    # -L: tests that need a broker; -Q: quick mode; -E: no socket-emulation tests;
     # -p2: two tests at a time (two cores).
-    try:
-        result = subprocess.run([str(runner), "-L", "-Q", "-E", "-p2"], cwd=runner.parent,
-                                env=env, capture_output=True, text=True, timeout=RUNNER_TIMEOUT_S)
-        output, stopped = result.stdout + result.stderr, f"exit status {result.returncode}"
-    except subprocess.TimeoutExpired as expired:
-        output = _text(expired.stdout) + _text(expired.stderr)
-        stopped = f"killed after {RUNNER_TIMEOUT_S} s"
-        result = None
-    outcomes = read_outcomes(output, report)
+    outcomes, result, stopped = _run(runner, env, SUITE, tmp_path / "report.json", "-p2")
     not_passed = problems(outcomes, SUITE)
+    failing = tuple(sorted({line[:4] for line in not_passed}))
+    if not_passed and set(failing) <= set(RERUN_ALONE):
+        first = not_passed
+        outcomes, result, stopped = _run(runner, env, failing, tmp_path / "rerun.json", "-p1")
+        not_passed = [f"{line} (with the suite: {'; '.join(first)})"
+                      for line in problems(outcomes, failing)]
     assert not not_passed, (
         f"{len(not_passed)} of {len(SUITE)} librdkafka tests did not pass (runner: {stopped}):\n"
         + "\n".join(not_passed) + f"\nslowest: {slowest(outcomes)}")
     # Every test passed; the runner itself may still fail, e.g. <MAIN> in test_wait_exit()
     # when a client's threads outlived its test.
     assert result is not None and result.returncode == 0, (
-        f"every test passed but the runner ended with {stopped}:\n" + _main_failures(output))
+        f"every test passed but the runner ended with {stopped}:\n" + _main_failures(result))
+
+
+def _run(runner: Path, env: dict[str, str], tests: tuple[str, ...], report: Path,
+         parallel: str) -> tuple[dict, subprocess.CompletedProcess[str] | None, str]:
+    """Run ``tests`` with the runner: their outcomes, the finished run (None: killed) and
+    how it stopped. The runner's JSON report is written and closed before the runner may
+    abort (see librdkafka_outcome), unlike its summary table on buffered stdout."""
+    env = dict(env, TESTS=",".join(tests), TEST_REPORT=str(report))
+    # -L: tests that need a broker; -Q: quick mode; -E: no socket-emulation tests.
+    try:
+        result = subprocess.run([str(runner), "-L", "-Q", "-E", parallel], cwd=runner.parent,
+                                env=env, capture_output=True, text=True, timeout=RUNNER_TIMEOUT_S)
+        output, stopped = result.stdout + result.stderr, f"exit status {result.returncode}"
+    except subprocess.TimeoutExpired as expired:
+        output = _text(expired.stdout) + _text(expired.stderr)
+        stopped = f"killed after {RUNNER_TIMEOUT_S} s"
+        result = None
+    return read_outcomes(output, report), result, stopped
 
 
 def _text(captured: str | bytes | None) -> str:
@@ -136,8 +154,8 @@ def _text(captured: str | bytes | None) -> str:
     return captured or ""
 
 
-def _main_failures(output: str) -> str:
-    lines = ANSI.sub("", output).splitlines()
+def _main_failures(result: subprocess.CompletedProcess[str]) -> str:
+    lines = ANSI.sub("", result.stdout + result.stderr).splitlines()
     picked = [f"{line}\n{lines[i + 1] if i + 1 < len(lines) else ''}"
               for i, line in enumerate(lines) if '### Test "<MAIN>"' in line]
     return "\n".join(picked) or "\n".join(lines[-20:])
