@@ -26,8 +26,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.bench_common import format_table  # noqa: E402
-from bench.probes.latency_breakdown import cpu_seconds  # noqa: E402
+from bench.bench_common import format_table, process_cpu_s  # noqa: E402
 
 WARMUP_REQUESTS = 200  # channel and stream open, code paths hot
 
@@ -41,13 +40,13 @@ async def run_round(bootstrap: str, broker_pid: int, acks: int, count: int,
     async with AsyncProducer(bootstrap, acks=acks, linger_ms=0) as producer:
         for _ in range(WARMUP_REQUESTS):
             await (await producer.send("micro", value, partition=0))
-        broker_before, client_before = cpu_seconds(broker_pid), time.process_time()
+        broker_before, client_before = process_cpu_s(broker_pid), time.process_time()
         started = time.perf_counter()
         for _ in range(count):
             await (await producer.send("micro", value, partition=0))
         elapsed_s = time.perf_counter() - started
         client_s = time.process_time() - client_before
-        broker_s = cpu_seconds(broker_pid) - broker_before
+        broker_s = process_cpu_s(broker_pid) - broker_before
     return client_s / count * 1e6, broker_s / count * 1e6, elapsed_s / count * 1e6
 
 

@@ -23,7 +23,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.probes.latency_breakdown import cpu_seconds  # noqa: E402
+from bench.bench_common import process_cpu_s  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 for _ in range(200):  # warm up: channel, stream, broker paths
                     one()
-                broker_before, client_before = cpu_seconds(pid), time.process_time()
+                broker_before, client_before = process_cpu_s(pid), time.process_time()
                 interval = 1 / args.rate
                 next_at = time.perf_counter()
                 for _ in range(args.count):
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                         time.sleep(pause)
                 n = args.count
                 return ((time.process_time() - client_before) / n * 1e6,
-                        (cpu_seconds(pid) - broker_before) / n * 1e6)
+                        (process_cpu_s(pid) - broker_before) / n * 1e6)
 
             for mode in args.modes.split(","):
                 client_us, broker_us = run(mode)

@@ -28,7 +28,8 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.probes.latency_breakdown import cpu_seconds, own_cpu_seconds, request_latency  # noqa: E402
+from bench.bench_common import process_cpu_s  # noqa: E402
+from bench.probes.latency_breakdown import own_cpu_seconds, request_latency  # noqa: E402
 
 
 def measure(bootstrap: str, topic: str, processes: dict, leader_name: str, acks: int,
@@ -40,14 +41,14 @@ def measure(bootstrap: str, topic: str, processes: dict, leader_name: str, acks:
         for _ in range(200):  # warm-up: streams open, code paths hot
             producer.send(topic, value, partition=0).result(timeout=30)
         metrics_before = request_latency(processes[leader_name]["metrics_port"])
-        cpu_before = {name: cpu_seconds(proc["pid"]) for name, proc in processes.items()}
+        cpu_before = {name: process_cpu_s(proc["pid"]) for name, proc in processes.items()}
         client_before = own_cpu_seconds()
         started = time.perf_counter()
         for _ in range(records):
             producer.send(topic, value, partition=0).result(timeout=30)
         elapsed = time.perf_counter() - started
         client_cpu = own_cpu_seconds() - client_before
-        cpu = {name: cpu_seconds(proc["pid"]) - cpu_before[name]
+        cpu = {name: process_cpu_s(proc["pid"]) - cpu_before[name]
                for name, proc in processes.items()}
         metrics_after = request_latency(processes[leader_name]["metrics_port"])
     label = "all" if acks == -1 else str(acks)

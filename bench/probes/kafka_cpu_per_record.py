@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,19 +30,17 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import kafka_side, tidewater_side  # noqa: E402
-from bench.probes.latency_breakdown import cpu_seconds, request_latency  # noqa: E402
-from bench.probes.profile_broker import parse_raw, top_table  # noqa: E402
+from bench.bench_common import process_cpu_s  # noqa: E402
+from bench.probes.latency_breakdown import request_latency  # noqa: E402
+from bench.probes.profile_broker import parse_raw, start_py_spy, top_table  # noqa: E402
 
 
 def start_spies(targets: dict[str, int], out_dir: Path, seconds: float) -> list:
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     spies = []
     for role, pid in targets.items():
         path = out_dir / f"{role}.txt"
-        spy = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration",
-                                str(max(1, int(seconds))), "--format", "raw", "--output",
-                                str(path), "--rate", "250", "--gil", "--nonblocking"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        spy = start_py_spy(pid, path, max(1, int(seconds)), 250, ["--gil", "--nonblocking"],
+                           stderr=subprocess.DEVNULL)
         spies.append((role, spy, path))
     return spies
 
@@ -67,7 +64,7 @@ def one_round(cluster: tidewater_side.TidewaterCluster, path: str, topic: str,
               spies_args: tuple | None) -> dict:
     spies: list = []
     requests_before = request_latency(leader_metrics_port)
-    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    cpu_before = {name: process_cpu_s(pid) for name, pid in pids.items()}
     started = time.perf_counter()
     if spies_args is not None:
         spies = start_spies(*spies_args)
@@ -78,7 +75,7 @@ def one_round(cluster: tidewater_side.TidewaterCluster, path: str, topic: str,
         result = tidewater_side.paced_latency(cluster.bootstrap, topic, 1024, records,
                                               rate_per_s)
     elapsed = time.perf_counter() - started
-    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    cpu = {name: process_cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
     requests_after = request_latency(leader_metrics_port)
     # Requests the leader answered per record, by RPC (its request_latency counts).
     requests = {rpc: (count - requests_before.get((rpc, "count"), 0)) / records

@@ -21,7 +21,6 @@ import argparse
 import os
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,17 +33,8 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.bench_common import SwitchCounter, child_pids, thread_names  # noqa: E402
-from bench.probes.profile_broker import parse_raw, top_table  # noqa: E402
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
+from bench.bench_common import SwitchCounter, child_pids, process_cpu_s, thread_names  # noqa: E402
+from bench.probes.profile_broker import parse_raw, start_py_spy, top_table  # noqa: E402
 
 _LATENCY_LINE = re.compile(
     r'tidewater_broker_request_latency_seconds_(sum|count)\{rpc="([\w:]+)"\} (\S+)')
@@ -136,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.create_topic("paced")
             leader = cluster.leader_of("paced")
             pids = {proc["name"]: proc["pid"] for proc in cluster.local.manifest["processes"].values()}
-            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            before = {name: process_cpu_s(pid) for name, pid in pids.items()}
             metrics_port = cluster.local.manifest["processes"][f"broker-{leader}"]["metrics_port"]
             rpcs_before = request_latency(metrics_port)
             spy, spy_out = None, Path(directory) / "spy.txt"
@@ -144,14 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                 target = leader if args.profile == "leader" else next(
                     int(n.split("-")[1]) for n in pids if n.startswith("broker-")
                     and int(n.split("-")[1]) != leader)
-                py_spy = str(Path(sys.executable).with_name("py-spy"))
-                spy = subprocess.Popen([py_spy, "record", "--pid", str(pids[f"broker-{target}"]),
-                                        "--duration", str(int(args.seconds) + 2), "--format", "raw",
-                                        "--output", str(spy_out), "--rate", "500",
-                                        *(["--native", "--threads"] if args.native
-                                          else ["--gil", "--nonblocking"])],
-                                       stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE)
+                spy = start_py_spy(pids[f"broker-{target}"], spy_out, int(args.seconds) + 2, 500,
+                                   ["--native", "--threads"] if args.native
+                                   else ["--gil", "--nonblocking"])
             client_before = own_cpu_seconds()
             started = time.perf_counter()
             started_wall = time.time()
@@ -161,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.perf_counter() - started
             if spy is not None:
                 spy.wait(timeout=60)
-            cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
             rpcs = {rpc: value - rpcs_before.get((rpc, kind), 0.0)
                     for (rpc, kind), value in request_latency(metrics_port).items() if kind == "count"}
             cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before

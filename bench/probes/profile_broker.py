@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -41,6 +42,21 @@ from bench.bench_common import format_table  # noqa: E402
 # --native, py-spy reports threads blocked in these as samples like any other.
 IDLE_LEAVES = ("epoll_wait", "epoll_pwait", "poll (", "select (", "clock_nanosleep", "nanosleep")
 WAITING_FRAMES = ("PyThread_acquire_lock_timed", "Condition.wait", "Event.wait", "select_poll_poll")
+
+
+def py_spy_path() -> str:
+    """py-spy on the PATH, else beside this interpreter (a venv's own)."""
+    return shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+
+
+def start_py_spy(pid: int, out: Path, duration_s: int, rate: int, flags: Sequence[str],
+                 stderr: int = subprocess.PIPE) -> subprocess.Popen:
+    """``py-spy record`` of ``pid`` for ``duration_s`` into ``out`` (raw format), with
+    ``flags`` such as --gil, --nonblocking, --native; the caller waits for it."""
+    return subprocess.Popen([py_spy_path(), "record", "--pid", str(pid), "--duration",
+                             str(duration_s), "--format", "raw", "--output", str(out),
+                             "--rate", str(rate), *flags],
+                            stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def is_idle(frames: list[str]) -> bool:
@@ -95,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--native", action="store_true", help="include C frames (gRPC core, uvloop)")
     parser.add_argument("--tls", action="store_true", help="TLS on every port (tide cluster up --tls)")
     args = parser.parse_args(argv)
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(py_spy).exists():
+    if not Path(py_spy_path()).exists():
         print("py-spy not found: pip install py-spy", file=sys.stderr)
         return 2
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="tide-profile-"))
@@ -153,11 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         window_start = time.monotonic()
         for role, pid in targets.items():
             path = out_dir / f"{role}.txt"
-            spy = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", str(int(args.seconds)),
-                                    "--format", "raw", "--output", str(path), "--rate", "200",
-                                    *([] if args.native else ["--nonblocking"]),
-                                    *(["--gil"] if args.gil else []), *(["--native"] if args.native else [])],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            spy = start_py_spy(pid, path, int(args.seconds), 200,
+                               [*([] if args.native else ["--nonblocking"]),
+                                *(["--gil"] if args.gil else []),
+                                *(["--native"] if args.native else [])])
             spies.append((role, spy, path))
         for _role, spy, _path in spies:
             spy.wait(timeout=args.seconds + 60)

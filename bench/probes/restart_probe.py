@@ -41,7 +41,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.bench_common import MIB, median  # noqa: E402
+from bench.bench_common import MIB, median, process_cpu_s  # noqa: E402
 
 GIB = 1024 * MIB
 POLL_S = 0.01
@@ -49,7 +49,6 @@ FAST_CHANNEL = [("grpc.initial_reconnect_backoff_ms", 10), ("grpc.min_reconnect_
                 ("grpc.max_reconnect_backoff_ms", 10)]
 _LOADED = re.compile(r"^(\S+ \S+) broker-\d+ INFO tidewater.broker: loaded (\d+) logs in ([\d.]+)s",
                      re.MULTILINE)
-_TICKS_S = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -58,11 +57,6 @@ class Start:
     cpu_s: float  # the broker's user + system CPU seconds at that moment
     before_load_s: float | None  # launch -> log loading begins (Python start and imports)
     load_s: float | None  # the broker's "loaded N logs in X s"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_S
 
 
 def setup(cluster: tidewater_side.TidewaterCluster, logs: int, fill_bytes: int) -> None:
@@ -155,7 +149,7 @@ def launch(cluster: tidewater_side.TidewaterCluster, python: str) -> Start:
             raise TimeoutError("broker not serving after 600 s")
         time.sleep(POLL_S)
     took = time.monotonic() - start
-    cpu = cpu_seconds(child.pid)
+    cpu = process_cpu_s(child.pid)
     with open(log_path, "rb") as f:
         f.seek(offset)
         found = _LOADED.findall(f.read().decode(errors="replace"))
