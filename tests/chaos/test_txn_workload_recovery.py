@@ -2,7 +2,8 @@
 clients, no cluster: a ``send_offsets_to_transaction`` that never returns (librdkafka
 2.10+ once its cached group coordinator is decommissioned, confluentinc/librdkafka#5511),
 an abort the coordinator refuses for good (EndTxn INVALID_TXN_STATE, fatal in
-librdkafka), and a rewind answered UNSTABLE_OFFSET_COMMIT."""
+librdkafka), and a rewind answered UNSTABLE_OFFSET_COMMIT or failed whole with
+NOT_COORDINATOR."""
 
 from __future__ import annotations
 
@@ -52,15 +53,18 @@ class FakeProducer:
 
 
 class FakeConsumer:
-    def __init__(self, answers: list[list[SimpleNamespace]]):
-        self.answers = answers  # what committed() answers, one list per call
+    def __init__(self, answers: list[list[SimpleNamespace] | confluent_kafka.KafkaError]):
+        self.answers = answers  # what committed() answers (or raises), one per call
         self.seeks: list[tuple[int, int]] = []
 
     def assignment(self) -> list[confluent_kafka.TopicPartition]:
         return [confluent_kafka.TopicPartition(SOURCE, 0)]
 
     def committed(self, partitions, timeout: float) -> list[SimpleNamespace]:
-        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, confluent_kafka.KafkaError):
+            raise confluent_kafka.KafkaException(answer)
+        return answer
 
     def seek(self, tp: confluent_kafka.TopicPartition) -> None:
         self.seeks.append((tp.partition, tp.offset))
@@ -132,3 +136,41 @@ def test_a_rewind_answered_unstable_asks_again_instead_of_replaying_from_the_sta
     consumer = FakeConsumer([[committed(-1001, unstable)], [committed(40)]])
     app._rewind(consumer)  # type: ignore[arg-type]
     assert consumer.seeks == [(0, 40)]
+
+
+def test_a_rewind_whose_call_fails_while_the_coordinator_moves_asks_again(monkeypatch):
+    """Seen in a chaos run: the app thread died of NOT_COORDINATOR "Failed to get
+    committed offsets" while brokers were killed, which librdkafka does not mark
+    retriable."""
+    monkeypatch.setattr(txn_workload.time, "sleep", lambda s: None)
+    app, _ = workload(monkeypatch)
+    moved = confluent_kafka.KafkaError(confluent_kafka.KafkaError.NOT_COORDINATOR,
+                                       "Failed to get committed offsets")
+    timed_out = confluent_kafka.KafkaError(confluent_kafka.KafkaError._TIMED_OUT)
+    consumer = FakeConsumer([moved, timed_out, [committed(12)]])
+    app._rewind(consumer)  # type: ignore[arg-type]
+    assert consumer.seeks == [(0, 12)]
+    assert app.errors == {"app: NOT_COORDINATOR": 1, "app: _TIMED_OUT": 1}
+
+
+def test_a_rewind_refused_for_good_is_raised_and_seeks_nothing(monkeypatch):
+    monkeypatch.setattr(txn_workload.time, "sleep", lambda s: None)
+    app, _ = workload(monkeypatch)
+    denied = confluent_kafka.KafkaError(confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED)
+    consumer = FakeConsumer([denied, [committed(12)]])
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        app._rewind(consumer)  # type: ignore[arg-type]
+    assert raised.value.args[0].code() == confluent_kafka.KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert consumer.seeks == []
+
+
+def test_a_rewind_gives_up_at_its_deadline(monkeypatch):
+    clock = iter(range(0, 10_000, 30))
+    monkeypatch.setattr(txn_workload.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(txn_workload.time, "sleep", lambda s: None)
+    app, _ = workload(monkeypatch)
+    moved = confluent_kafka.KafkaError(confluent_kafka.KafkaError.NOT_COORDINATOR)
+    consumer = FakeConsumer([moved])
+    with pytest.raises(confluent_kafka.KafkaException):
+        app._rewind(consumer)  # type: ignore[arg-type]
+    assert app.errors["app: NOT_COORDINATOR"] == txn_workload.REWIND_TIMEOUT_S // 30

@@ -48,7 +48,10 @@ INPUT_QUEUE_RECORDS_MAX = 10000
 READ_BACK_TIMEOUT_S = 120.0
 # Past its own timeout a bounded client call gets this long before it counts as stuck.
 STUCK_CALL_GRACE_S = 10.0
-REWIND_ATTEMPTS = 5  # OffsetFetch answers with partition errors (UNSTABLE_OFFSET_COMMIT)
+# How long a rewind asks again while OffsetFetch fails (UNSTABLE_OFFSET_COMMIT on a
+# partition, or the whole call while the group's coordinator moves with a killed broker).
+REWIND_TIMEOUT_S = 90.0
+REWIND_RETRY_S = 0.5
 
 
 class StuckCallError(Exception):
@@ -77,6 +80,26 @@ def bounded_call(call: Callable[[], None], timeout_s: float, what: str,
                              f"after its call (timeout {timeout_s:.0f} s)")
     if outcome[0] is not None:
         raise outcome[0]
+
+
+# Errors of a consumer's OffsetFetch that pass once the group's coordinator is found
+# again; librdkafka does not mark all of them retriable.
+PASSING_CODES = frozenset({
+    confluent_kafka.KafkaError.NOT_COORDINATOR,
+    confluent_kafka.KafkaError.COORDINATOR_NOT_AVAILABLE,
+    confluent_kafka.KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
+    confluent_kafka.KafkaError._TIMED_OUT,
+    confluent_kafka.KafkaError._TRANSPORT,
+    confluent_kafka.KafkaError._WAIT_COORD,
+})
+
+
+def passes(error: object) -> bool:
+    """Whether a consumer call's error is one to ask again after."""
+    if not isinstance(error, confluent_kafka.KafkaError):
+        return False
+    return error.retriable() or error.code() in PASSING_CODES
 
 
 def _retire(producer: confluent_kafka.Producer) -> None:
@@ -241,17 +264,33 @@ class TxnWorkload:
         assignment = consumer.assignment()
         if not assignment:
             return
-        for _ in range(REWIND_ATTEMPTS):
-            committed = consumer.committed(assignment, timeout=CLIENT_CALL_TIMEOUT_S)
-            failed = [tp for tp in committed if tp.error is not None]
-            if not failed:
-                break
-            time.sleep(0.5)
-        else:
-            raise confluent_kafka.KafkaException(failed[0].error)
+        committed = self._committed_offsets(consumer, assignment)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else confluent_kafka.OFFSET_BEGINNING
             consumer.seek(confluent_kafka.TopicPartition(tp.topic, tp.partition, offset))
+
+    def _committed_offsets(self, consumer: confluent_kafka.Consumer,
+                           assignment: list[confluent_kafka.TopicPartition],
+                           ) -> list[confluent_kafka.TopicPartition]:
+        """The group's committed offsets for ``assignment``, asked again while the
+        answer fails in a way that passes: a partition's error, or the whole call failing
+        with a coordinator error or a timeout (seen: NOT_COORDINATOR "Failed to get
+        committed offsets" while brokers were killed). Anything else is raised."""
+        deadline = time.monotonic() + REWIND_TIMEOUT_S
+        while True:
+            try:
+                committed = consumer.committed(assignment, timeout=CLIENT_CALL_TIMEOUT_S)
+            except confluent_kafka.KafkaException as e:
+                if not passes(e.args[0]) or time.monotonic() > deadline:
+                    raise
+                self._count(e)
+            else:
+                failed = [tp for tp in committed if tp.error is not None]
+                if not failed:
+                    return committed
+                if time.monotonic() > deadline:
+                    raise confluent_kafka.KafkaException(failed[0].error)
+            time.sleep(REWIND_RETRY_S)
 
     def _run_app(self) -> None:
         consumer = confluent_kafka.Consumer({
