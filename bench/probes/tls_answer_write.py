@@ -1,0 +1,297 @@
+"""The floor of TLS on the Kafka listener's read path, and whether a socket-BIO writer
+cuts the leader's share of it.
+
+    .venv/bin/python bench/probes/tls_answer_write.py [--answers 20] [--rounds 3]
+
+Two parts, both printed as tables:
+
+1. In memory (no sockets): CPU ms per MB to encrypt and to decrypt 16 KiB TLS records
+   through Python's ``ssl`` with memory BIOs (``SSLObject``, one ``write`` of 256 KiB
+   then one BIO ``read``, as uvloop's SSL transport does), after a real handshake with
+   the listener's context (``proto/tls.server_ssl_context``).
+2. A server in this process writes ``--answers`` answers of 12 MB (a Fetch answer's
+   size on the read bench) to a reader in another process (a blocking ``SSLSocket``,
+   ``recv_into`` a 1 MiB buffer; it asks for the next answer after the last byte of
+   one, as librdkafka's one fetch in flight). Paths, alternated ``--rounds`` times:
+   ``uvloop plaintext``; ``uvloop TLS`` (the listener today: ``writelines`` of 256 KiB,
+   each drained, through uvloop's memory-BIO SSL transport); ``socket-BIO TLS`` (a
+   non-blocking ``ssl.SSLSocket`` on the loop through ``add_reader``/``add_writer``:
+   OpenSSL writes records straight to the socket, no BIO copies). Server CPU ms per MB
+   (``os.times``, this process only) and MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import multiprocessing
+import os
+import socket
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import uvloop
+
+from bench.bench_common import KIB, format_table, median, stop_child
+from tidewater.proto.tls import TlsFiles, server_ssl_context
+from tidewater.tools import certs
+
+ANSWER_BYTES = 12 * 1000 * 1000
+PIECE_BYTES = 256 * KIB  # the listener's drained writelines under TLS (framing.write_parts)
+RECORD_BYTES = 16 * KIB
+READ_BUFFER_BYTES = 1024 * KIB
+
+
+def write_files(directory: Path) -> TlsFiles:
+    now = datetime.datetime.now(datetime.UTC)
+    ca = certs.make_ca(now=now)
+    broker = certs.issue(ca, name="broker-1", role="broker", now=now)
+    files = TlsFiles(ca=directory / "ca.pem", cert=directory / "cert.pem",
+                     key=directory / "key.pem")
+    assert files.cert is not None and files.key is not None
+    files.ca.write_bytes(ca.cert_pem)
+    files.cert.write_bytes(broker.cert_pem)
+    files.key.write_bytes(broker.key_pem)
+    return files
+
+
+def client_context(ca_file: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(ca_file))
+
+
+# ---------------------------------------------------------------- 1. in memory
+
+
+def pump(source: ssl.MemoryBIO, sink: ssl.MemoryBIO) -> None:
+    data = source.read()
+    if data:
+        sink.write(data)
+
+
+def memory_pair(files: TlsFiles) -> tuple[ssl.SSLObject, ssl.SSLObject, list[ssl.MemoryBIO]]:
+    """A server and a client ``SSLObject`` after their handshake, and their BIOs
+    (server in, server out, client in, client out)."""
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    server = server_ssl_context(files).wrap_bio(bios[0], bios[1], server_side=True)
+    client = client_context(files.ca).wrap_bio(bios[2], bios[3], server_hostname="localhost")
+    for _ in range(10):
+        for side in (client, server):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        pump(bios[3], bios[0])
+        pump(bios[1], bios[2])
+    return server, client, bios
+
+
+def in_memory(files: TlsFiles, megabytes: int) -> tuple[str, float, float, str]:
+    """(cipher, encrypt CPU ms/MB, decrypt CPU ms/MB, records per MB) at 16 KiB
+    records: the server encrypts, the client decrypts."""
+    server, client, bios = memory_pair(files)
+    piece = os.urandom(PIECE_BYTES)
+    pieces = megabytes * 1_000_000 // PIECE_BYTES
+    sink = bytearray(READ_BUFFER_BYTES)
+    encrypted: list[bytes] = []
+    start = time.process_time()
+    for _ in range(pieces):
+        server.write(piece)
+        encrypted.append(bios[1].read())
+    encrypt_s = time.process_time() - start
+    wire_bytes = sum(len(e) for e in encrypted)
+    start = time.process_time()
+    for chunk in encrypted:
+        bios[2].write(chunk)
+        while True:
+            try:
+                if not client.read(len(sink), sink):
+                    break
+            except ssl.SSLWantReadError:
+                break
+    decrypt_s = time.process_time() - start
+    mb = pieces * PIECE_BYTES / 1e6
+    records_per_mb = (wire_bytes - pieces * PIECE_BYTES) / 22 / mb  # 22 B overhead per record
+    cipher = server.cipher()
+    return (f"{server.version()} {cipher[0] if cipher else '?'}", 1e3 * encrypt_s / mb,
+            1e3 * decrypt_s / mb, f"{records_per_mb:.0f}")
+
+
+# ---------------------------------------------------------------- 2. over a socket
+
+
+def read_answers(port: int, ca_file: str | None, answers: int, ready: object) -> None:
+    """In a process of its own: ask for ``answers`` answers one at a time (one byte out,
+    ``ANSWER_BYTES`` in), as a reader with one fetch in flight."""
+    sock: socket.socket = socket.create_connection(("127.0.0.1", port))
+    if ca_file is not None:
+        sock = client_context(Path(ca_file)).wrap_socket(sock, server_hostname="localhost")
+    buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+    sock.sendall(b"w")  # warm-up answer: past the handshake and first allocations
+    for index in range(answers + 1):
+        received = 0
+        while received < ANSWER_BYTES:
+            n = sock.recv_into(buffer)
+            if not n:
+                raise ConnectionError("server closed mid-answer")
+            received += n
+        if index < answers:
+            sock.sendall(b"a")
+    sock.close()
+
+
+class AnswerServer:
+    """Counts answers; each ask (one byte) is answered with ``ANSWER_BYTES``."""
+
+    def __init__(self) -> None:
+        self.answer = memoryview(os.urandom(ANSWER_BYTES))
+        self.asked = 0
+        self.first_asked: asyncio.Event = asyncio.Event()
+
+
+async def serve_uvloop(stream_reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       state: AnswerServer, tls: bool) -> None:
+    while await stream_reader.read(1):
+        state.asked += 1
+        state.first_asked.set()
+        if tls:  # as framing.write_parts under TLS: 256 KiB writelines, each drained
+            for offset in range(0, ANSWER_BYTES, PIECE_BYTES):
+                writer.writelines([state.answer[offset:offset + PIECE_BYTES]])
+                await writer.drain()
+        else:
+            writer.writelines([state.answer])
+            await writer.drain()
+    writer.close()
+
+
+async def wait_io(loop: asyncio.AbstractEventLoop, sock: ssl.SSLSocket, write: bool) -> None:
+    ready = loop.create_future()
+    add, remove = ((loop.add_writer, loop.remove_writer) if write
+                   else (loop.add_reader, loop.remove_reader))
+    add(sock.fileno(), ready.set_result, None)
+    try:
+        await ready
+    finally:
+        remove(sock.fileno())
+
+
+async def call(loop: asyncio.AbstractEventLoop, sock: ssl.SSLSocket, op, *args):  # type: ignore[no-untyped-def]
+    """``op(*args)`` on a non-blocking SSLSocket, waiting on whichever way OpenSSL asks
+    (a TLS write can need a read, and a read a write, e.g. around a KeyUpdate)."""
+    while True:
+        try:
+            return op(*args)
+        except ssl.SSLWantReadError:
+            await wait_io(loop, sock, write=False)
+        except ssl.SSLWantWriteError:
+            await wait_io(loop, sock, write=True)
+
+
+async def serve_socket_bio(raw: socket.socket, context: ssl.SSLContext,
+                           state: AnswerServer) -> None:
+    loop = asyncio.get_running_loop()
+    raw.setblocking(False)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvloop's transports
+    sock = context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+    await call(loop, sock, sock.do_handshake)
+    try:
+        while await call(loop, sock, sock.recv, 1):
+            state.asked += 1
+            state.first_asked.set()
+            view = state.answer
+            while view:
+                # SSL_write without partial writes: a retry after WANT_WRITE passes the
+                # same piece; CPython allows the buffer to move.
+                sent = await call(loop, sock, sock.send, view[:PIECE_BYTES])
+                view = view[sent:]
+    except (ssl.SSLEOFError, ConnectionError):
+        pass
+    finally:
+        sock.close()
+
+
+async def measure(path: str, context: ssl.SSLContext, ca_file: str,
+                  answers: int) -> tuple[float, float]:
+    """(MB/s, server CPU ms/MB) over ``answers`` answers after a warm-up one."""
+    loop = asyncio.get_running_loop()
+    state = AnswerServer()
+    tasks: list[asyncio.Task] = []
+    if path == "socket-BIO TLS":
+        listener = socket.create_server(("127.0.0.1", 0))
+        listener.setblocking(False)
+
+        def accept() -> None:
+            raw, _ = listener.accept()
+            tasks.append(loop.create_task(serve_socket_bio(raw, context, state)))
+        loop.add_reader(listener.fileno(), accept)
+        port = listener.getsockname()[1]
+        server = None
+    else:
+        tls = path == "uvloop TLS"
+        server = await asyncio.start_server(
+            lambda r, w: serve_uvloop(r, w, state, tls), "127.0.0.1", 0,
+            ssl=context if tls else None)
+        port = server.sockets[0].getsockname()[1]
+    reader = multiprocessing.get_context("spawn").Process(
+        target=read_answers, args=(port, None if path == "uvloop plaintext" else ca_file,
+                                   answers, None))
+    reader.start()
+    try:
+        while state.asked < 2:  # the warm-up answer is written: time from the first ask
+            await asyncio.sleep(0.0005)
+        cpu_before, start = os.times(), time.perf_counter()
+        # a thread waits on the reader's exit: no polling counted in this process's CPU
+        await loop.run_in_executor(None, reader.join)
+        elapsed, cpu_after = time.perf_counter() - start, os.times()
+    finally:
+        stop_child(reader, join_timeout_s=30)
+        if server is not None:
+            server.close()
+        else:
+            loop.remove_reader(listener.fileno())
+            listener.close()
+        for task in tasks:
+            task.cancel()
+    # From the second ask to the reader's exit: ``answers`` answers (the last ask's included).
+    mb = answers * ANSWER_BYTES / 1e6
+    cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    return mb / elapsed, 1e3 * cpu / mb
+
+
+PATHS = ("uvloop plaintext", "uvloop TLS", "socket-BIO TLS")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--answers", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-mb", type=int, default=256)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tls-answer-") as tmp:
+        files = write_files(Path(tmp))
+        memory = [in_memory(files, args.memory_mb) for _ in range(args.rounds)]
+        print(f"In memory, {ssl.OPENSSL_VERSION}, {memory[0][0]}, "
+              f"{PIECE_BYTES // KIB} KiB writes, {memory[0][3]} records/MB:")
+        print(format_table(["round", "encrypt CPU ms/MB", "decrypt CPU ms/MB"],
+                           [[str(i), f"{m[1]:.3f}", f"{m[2]:.3f}"] for i, m in enumerate(memory)]))
+        context = server_ssl_context(files)
+        runs: dict[str, list[tuple[float, float]]] = {p: [] for p in PATHS}
+        for _ in range(args.rounds):
+            for path in PATHS:
+                runs[path].append(uvloop.run(measure(path, context, str(files.ca), args.answers)))
+    print(f"\n{args.answers} answers of {ANSWER_BYTES / 1e6:.0f} MB per run, uvloop "
+          f"{uvloop.__version__}; per round, then median:")
+    print(format_table(["path", "MB/s", "server CPU ms/MB", "median MB/s", "median ms/MB"],
+                       [[p, " ".join(f"{r[0]:.0f}" for r in rs), " ".join(f"{r[1]:.2f}" for r in rs),
+                         f"{median([r[0] for r in rs]):.0f}", f"{median([r[1] for r in rs]):.2f}"]
+                        for p, rs in runs.items()]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
