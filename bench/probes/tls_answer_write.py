@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -127,40 +128,62 @@ def in_memory(files: TlsFiles, megabytes: int) -> tuple[str, float, float, str]:
 # ---------------------------------------------------------------- 2. over a socket
 
 
-def read_answers(port: int, ca_file: str | None, answers: int) -> None:
+def read_answers(port: int, ca_file: str | None, answers: int, times_file: str) -> None:
     """In a process of its own: ask for ``answers`` answers one at a time (one byte out,
-    ``ANSWER_BYTES`` in), as a reader with one fetch in flight."""
+    ``ANSWER_BYTES`` in), as a reader with one fetch in flight; writes each answer's
+    first and last byte's ``perf_counter`` (CLOCK_MONOTONIC, shared with the server) to
+    ``times_file``."""
     sock: socket.socket = socket.create_connection(("127.0.0.1", port))
     if ca_file is not None:
         sock = client_context(Path(ca_file)).wrap_socket(sock, server_hostname="localhost")
     buffer = memoryview(bytearray(READ_BUFFER_BYTES))
     sock.sendall(b"w")  # warm-up answer: past the handshake and first allocations
+    times: list[str] = []
     for index in range(answers + 1):
         received = 0
+        first = 0.0
         while received < ANSWER_BYTES:
             n = sock.recv_into(buffer)
             if not n:
                 raise ConnectionError("server closed mid-answer")
+            if not received:
+                first = time.perf_counter()
             received += n
+        times.append(f"{first} {time.perf_counter()}")
         if index < answers:
             sock.sendall(b"a")
     sock.close()
+    Path(times_file).write_text("\n".join(times[1:]))  # the warm-up answer left out
 
 
 class AnswerServer:
     """Counts answers; each ask (one byte) is answered with ``ANSWER_BYTES``."""
 
+    def ask(self) -> float:
+        """One ask read: its time."""
+        self.asked += 1
+        now = time.perf_counter()
+        if self.asked == 2:
+            self.cpu_start, self.start_s = os.times(), now
+            self.started.set()
+        return now
+
     def __init__(self) -> None:
         self.answer = memoryview(os.urandom(ANSWER_BYTES))
         self.asked = 0
-        self.first_asked: asyncio.Event = asyncio.Event()
+        # the second ask (the warm-up answer is through): where the timing starts, taken
+        # in the serving code itself (a polling task can be late by several answers)
+        self.started = asyncio.Event()
+        self.start_s = 0.0
+        self.cpu_start: os.times_result | None = None
+        # per answer: (ask read, last byte handed to the transport or the socket)
+        self.windows: list[tuple[float, float]] = []
 
 
 async def serve_uvloop(stream_reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        state: AnswerServer, tls: bool) -> None:
     while await stream_reader.read(1):
-        state.asked += 1
-        state.first_asked.set()
+        asked_at = state.ask()
         if tls:  # as framing.write_parts under TLS: 256 KiB writelines, each drained
             for offset in range(0, ANSWER_BYTES, PIECE_BYTES):
                 writer.writelines([state.answer[offset:offset + PIECE_BYTES]])
@@ -168,6 +191,7 @@ async def serve_uvloop(stream_reader: asyncio.StreamReader, writer: asyncio.Stre
         else:
             writer.writelines([state.answer])
             await writer.drain()
+        state.windows.append((asked_at, time.perf_counter()))
     writer.close()
 
 
@@ -203,23 +227,44 @@ async def serve_socket_bio(raw: socket.socket, context: ssl.SSLContext,
     await call(loop, sock, sock.do_handshake)
     try:
         while await call(loop, sock, sock.recv, 1):
-            state.asked += 1
-            state.first_asked.set()
+            asked_at = state.ask()
             view = state.answer
             while view:
                 # SSL_write without partial writes: a retry after WANT_WRITE passes the
                 # same piece; CPython allows the buffer to move.
                 sent = await call(loop, sock, sock.send, view[:PIECE_BYTES])
                 view = view[sent:]
+            state.windows.append((asked_at, time.perf_counter()))
     except (ssl.SSLEOFError, ConnectionError):
         pass
     finally:
         sock.close()
 
 
+class Measured(NamedTuple):
+    mb_per_s: float
+    server_cpu_ms_per_mb: float
+    first_byte_ms: float  # median, from the server reading the ask to the reader's first byte
+    server_ms: float  # median, from the ask read to the last byte handed on
+    reader_ms: float  # median, from the reader's first byte to its last
+    overlap: float  # median share of the server's window during which the reader receives
+
+
+def overlaps(server: list[tuple[float, float]], reader: list[tuple[float, float]]
+             ) -> tuple[float, float, float, float]:
+    """Medians over answers: (first-byte delay ms, server window ms, reader window ms,
+    share of the server's window the reader's overlaps)."""
+    pairs = list(zip(server, reader, strict=True))
+    return (median([1e3 * (r[0] - s[0]) for s, r in pairs]),
+            median([1e3 * (s[1] - s[0]) for s, _ in pairs]),
+            median([1e3 * (r[1] - r[0]) for _, r in pairs]),
+            median([max(0.0, min(s[1], r[1]) - max(s[0], r[0])) / (s[1] - s[0])
+                    for s, r in pairs]))
+
+
 async def measure(path: str, context: ssl.SSLContext, ca_file: str,
-                  answers: int) -> tuple[float, float]:
-    """(MB/s, server CPU ms/MB) over ``answers`` answers after a warm-up one."""
+                  answers: int, times_file: Path) -> Measured:
+    """Over ``answers`` answers after a warm-up one."""
     loop = asyncio.get_running_loop()
     state = AnswerServer()
     tasks: list[asyncio.Task] = []
@@ -241,15 +286,17 @@ async def measure(path: str, context: ssl.SSLContext, ca_file: str,
         port = server.sockets[0].getsockname()[1]
     reader = multiprocessing.get_context("spawn").Process(
         target=read_answers, args=(port, None if path == "uvloop plaintext" else ca_file,
-                                   answers))
+                                   answers, str(times_file)))
     reader.start()
     try:
-        while state.asked < 2:  # the warm-up answer is written: time from the first ask
-            await asyncio.sleep(0.0005)
-        cpu_before, start = os.times(), time.perf_counter()
+        await state.started.wait()
         # a thread waits on the reader's exit: no polling counted in this process's CPU
         await loop.run_in_executor(None, reader.join)
-        elapsed, cpu_after = time.perf_counter() - start, os.times()
+        elapsed, cpu_after = time.perf_counter() - state.start_s, os.times()
+        cpu_before = state.cpu_start
+        assert cpu_before is not None  # set with ``started``
+        if reader.exitcode != 0:  # a reader that died counts no answers: no figures
+            raise RuntimeError(f"{path}: the reader exited with {reader.exitcode}")
     finally:
         stop_child(reader, join_timeout_s=30)
         if server is not None:
@@ -262,7 +309,10 @@ async def measure(path: str, context: ssl.SSLContext, ca_file: str,
     # From the second ask to the reader's exit: ``answers`` answers (the last ask's included).
     mb = answers * ANSWER_BYTES / 1e6
     cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-    return mb / elapsed, 1e3 * cpu / mb
+    reader_windows = [(float(a), float(b)) for a, b in
+                      (line.split() for line in times_file.read_text().splitlines())]
+    return Measured(mb / elapsed, 1e3 * cpu / mb,
+                    *overlaps(state.windows[1:], reader_windows))
 
 
 PATHS = ("uvloop plaintext", "uvloop TLS", "socket-BIO TLS")
@@ -283,16 +333,25 @@ def main() -> int:
         print(format_table(["round", "encrypt CPU ms/MB", "decrypt CPU ms/MB"],
                            [[str(i), f"{m[1]:.3f}", f"{m[2]:.3f}"] for i, m in enumerate(memory)]))
         context = server_ssl_context(files)
-        runs: dict[str, list[tuple[float, float]]] = {p: [] for p in args.paths}
+        runs: dict[str, list[Measured]] = {p: [] for p in args.paths}
         for _ in range(args.rounds):
             for path in args.paths:
-                runs[path].append(uvloop.run(measure(path, context, str(files.ca), args.answers)))
+                runs[path].append(uvloop.run(measure(path, context, str(files.ca), args.answers,
+                                                     Path(tmp) / "times.txt")))
     print(f"\n{args.answers} answers of {ANSWER_BYTES / 1e6:.0f} MB per run, uvloop "
           f"{uvloop.__version__}; per round, then median:")
     print(format_table(["path", "MB/s", "server CPU ms/MB", "median MB/s", "median ms/MB"],
                        [[p, " ".join(f"{r[0]:.0f}" for r in rs), " ".join(f"{r[1]:.2f}" for r in rs),
                          f"{median([r[0] for r in rs]):.0f}", f"{median([r[1] for r in rs]):.2f}"]
                         for p, rs in runs.items()]))
+    print("\nPer answer, medians over the answers of each round (ms; overlap: share of the "
+          "server's window from the ask to its last byte during which the reader receives):")
+    print(format_table(["path", "first byte ms", "server window ms", "reader window ms",
+                        "overlap"],
+                       [[p, " ".join(f"{r.first_byte_ms:.1f}" for r in rs),
+                         " ".join(f"{r.server_ms:.1f}" for r in rs),
+                         " ".join(f"{r.reader_ms:.1f}" for r in rs),
+                         " ".join(f"{r.overlap:.2f}" for r in rs)] for p, rs in runs.items()]))
     return 0
 
 
