@@ -2,6 +2,7 @@
 cuts the leader's share of it.
 
     .venv/bin/python bench/probes/tls_answer_write.py [--answers 20] [--rounds 3]
+        [--paths PATH ...] [--tls-piece-kib KIB ...]
 
 Two parts, both printed as tables:
 
@@ -181,12 +182,12 @@ class AnswerServer:
 
 
 async def serve_uvloop(stream_reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       state: AnswerServer, tls: bool) -> None:
+                       state: AnswerServer, tls: bool, piece_bytes: int = PIECE_BYTES) -> None:
     while await stream_reader.read(1):
         asked_at = state.ask()
         if tls:  # as framing.write_parts under TLS: 256 KiB writelines, each drained
-            for offset in range(0, ANSWER_BYTES, PIECE_BYTES):
-                writer.writelines([state.answer[offset:offset + PIECE_BYTES]])
+            for offset in range(0, ANSWER_BYTES, piece_bytes):
+                writer.writelines([state.answer[offset:offset + piece_bytes]])
                 await writer.drain()
         else:
             writer.writelines([state.answer])
@@ -279,9 +280,11 @@ async def measure(path: str, context: ssl.SSLContext, ca_file: str,
         port = listener.getsockname()[1]
         server = None
     else:
-        tls = path == "uvloop TLS"
+        tls = path.startswith("uvloop TLS")
+        # "uvloop TLS <n> KiB": that piece size instead of the listener's
+        piece_bytes = int(path.split()[2]) * KIB if path.endswith(" KiB") else PIECE_BYTES
         server = await asyncio.start_server(
-            lambda r, w: serve_uvloop(r, w, state, tls), "127.0.0.1", 0,
+            lambda r, w: serve_uvloop(r, w, state, tls, piece_bytes), "127.0.0.1", 0,
             ssl=context if tls else None)
         port = server.sockets[0].getsockname()[1]
     reader = multiprocessing.get_context("spawn").Process(
@@ -324,6 +327,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memory-mb", type=int, default=256)
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS)
+    parser.add_argument("--tls-piece-kib", type=int, nargs="*", default=[],
+                        help="also uvloop TLS with these drained piece sizes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tls-answer-") as tmp:
         files = write_files(Path(tmp))
@@ -333,9 +338,10 @@ def main() -> int:
         print(format_table(["round", "encrypt CPU ms/MB", "decrypt CPU ms/MB"],
                            [[str(i), f"{m[1]:.3f}", f"{m[2]:.3f}"] for i, m in enumerate(memory)]))
         context = server_ssl_context(files)
-        runs: dict[str, list[Measured]] = {p: [] for p in args.paths}
+        paths = [*args.paths, *(f"uvloop TLS {kib} KiB" for kib in args.tls_piece_kib)]
+        runs: dict[str, list[Measured]] = {p: [] for p in paths}
         for _ in range(args.rounds):
-            for path in args.paths:
+            for path in paths:
                 runs[path].append(uvloop.run(measure(path, context, str(files.ca), args.answers,
                                                      Path(tmp) / "times.txt")))
     print(f"\n{args.answers} answers of {ANSWER_BYTES / 1e6:.0f} MB per run, uvloop "
