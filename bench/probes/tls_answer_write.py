@@ -18,7 +18,9 @@ Two parts, both printed as tables:
    each drained, through uvloop's memory-BIO SSL transport); ``socket-BIO TLS`` (a
    non-blocking ``ssl.SSLSocket`` on the loop through ``add_reader``/``add_writer``:
    OpenSSL writes records straight to the socket, no BIO copies). Server CPU ms per MB
-   (``os.times``, this process only) and MB/s.
+   (``os.times``, this process only, from the second ask to the reader's exit) and MB/s;
+   then per answer the first-byte delay and how much of the server's window (ask read to
+   last byte handed on) the reader spends receiving, on one monotonic clock.
 """
 
 from __future__ import annotations
