@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cluster.start()
             bootstrap = cluster.local.manifest["kafka_bootstrap"]
+            # Not reported: the first run after the cluster's start is slower whatever it sets.
+            cluster.create_topic("kafka-latency-warm-up")
+            kafka_side.paced_latency(bootstrap, "kafka-latency-warm-up", args.record_bytes,
+                                     int(args.rate), args.rate)
             for round_number in range(1, args.rounds + 1):
                 for index, name in enumerate(names):
                     topic = f"kafka-latency-{round_number}-{index}"
