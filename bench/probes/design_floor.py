@@ -370,6 +370,12 @@ def run_cluster(rate_per_s: float, seconds: float, record_bytes: int) -> dict:
         [sys.executable, str(PROJECT_DIR / "bench/probes/latency_breakdown.py"), "--rate", str(rate_per_s),
          "--seconds", str(seconds), "--record-bytes", str(record_bytes)],
         capture_output=True, text=True, check=True, timeout=seconds + 180).stdout
+    return parse_breakdown(out)
+
+
+def parse_breakdown(out: str) -> dict:
+    """ack/e2e (p50, p99) ms, load, elapsed_s, rounds and each process's CPU s/s, from
+    ``latency_breakdown.py``'s printout."""
     found: dict = {"cpu_s_per_s": {}}
     in_cpu_section = False  # the switches section below it has the same line shape
     for line in out.splitlines():
