@@ -191,13 +191,13 @@ def read_to_end_throughput(kafka_bootstrap: str, topic: str, isolation_level: st
 
 
 def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
-                          conn) -> None:
+                          conn, extra_config: dict | None = None) -> None:
     """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-latency",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-                         "fetch.min.bytes": 1})
+                         "fetch.min.bytes": 1, **(extra_config or {})})
     latencies: list[float] = []
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
@@ -217,21 +217,23 @@ def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeo
         conn.close()
 
 
-def latency_producer(kafka_bootstrap: str, in_flight: int = 1):
+def latency_producer(kafka_bootstrap: str, in_flight: int = 1, extra_config: dict | None = None):
     """The latency rows' producer: acks=all, sends at once (linger 0), ``in_flight``
     requests in flight (1: as the gRPC row)."""
     return _producer(kafka_bootstrap, "all", **{"linger.ms": 0,
-                                                "max.in.flight.requests.per.connection": in_flight})
+                                                "max.in.flight.requests.per.connection": in_flight,
+                                                **(extra_config or {})})
 
 
 def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
-                           timeout_s: float) -> tuple[Any, Any]:
+                           timeout_s: float, extra_config: dict | None = None) -> tuple[Any, Any]:
     """The receiver process (``latency_receiver_main``) and this end of its pipe, once it
     is ready at the end of ``topic``-0; stopped again if it is not."""
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
     receiver = ctx.Process(target=latency_receiver_main,
-                           args=(kafka_bootstrap, topic, count, timeout_s, child_end), daemon=True)
+                           args=(kafka_bootstrap, topic, count, timeout_s, child_end, extra_config),
+                           daemon=True)
     receiver.start()
     if not parent_end.poll(60) or parent_end.recv() != "ready":
         stop_child(receiver)
@@ -240,12 +242,15 @@ def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
 
 
 def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
-                  rate_per_s: float) -> dict:
-    """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency."""
+                  rate_per_s: float, *, producer_config: dict | None = None,
+                  consumer_config: dict | None = None) -> dict:
+    """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency.
+    ``*_config``: librdkafka settings added to (or replacing) the rows' own."""
     timeout_s = count / rate_per_s + 60
-    receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count, timeout_s)
+    receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count, timeout_s,
+                                                  consumer_config)
     try:
-        producer = latency_producer(kafka_bootstrap)
+        producer = latency_producer(kafka_bootstrap, extra_config=producer_config)
         filler = os.urandom(record_bytes)
         ack_ms: list[float] = []
         failures: list = []

@@ -1,0 +1,443 @@
+"""The design's floor: an acks=all round at a paced rate with nothing but the messages.
+
+    .venv/bin/python bench/probes/design_floor.py [--rate 1000] [--seconds 4] [--record-bytes 1024]
+        [--repeats 3] [--cluster]
+
+Five processes on 127.0.0.1, as in ``latency_breakdown.py``'s run, each on uvloop with
+``proto/grpc_env.py``'s settings: a leader, two followers (each also a grpc.aio server,
+idle, as brokers are), a producer and a receiver. They exchange the messages a real
+round exchanges, on the same RPC kinds, with the real protobuf messages:
+
+- the producer: a pacer thread (``run_paced``, as the bench's) hands each stamped record
+  to the producer's loop thread; one ``ProduceStream`` request in flight, records due
+  meanwhile go together in the next one (the bench's Producer, linger 0);
+- each follower long-polls the leader on a ``ReplicaFetch`` stream: its next fetch is
+  sent as soon as the answer arrives and carries its new end;
+- the leader keeps the records in one bytearray (no log, no checks, no batches), moves
+  the HW when both followers' fetch offsets pass a record, then answers the produce
+  request and the receiver's parked fetch;
+- the receiver long-polls on a ``FetchStream`` (max wait 100 ms, as the bench's Consumer)
+  and stamps each record's receipt in its loop thread (the real Consumer hands records to
+  a polling thread: one wake-up more than here).
+
+Prints e2e (due -> receipt) and ack (due -> answer) p50/p99 and each process's CPU per
+round (one produce request). ``--cluster`` alternates each run with
+``latency_breakdown.py`` (the real 3-broker cluster, same rate and seconds) and prints
+both. What the real round has beyond this: the log, batch encoding and CRCs, the
+checks, the replica state machine, the clients' batching and their extra threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from bench.bench_common import format_table, latency_summary, process_cpu_s  # noqa: E402
+from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload  # noqa: E402
+
+PRODUCE_METHOD = "/tidewater.Broker/ProduceStream"
+FETCH_METHOD = "/tidewater.Broker/FetchStream"
+REPLICA_FETCH_METHOD = "/tidewater.BrokerControl/ReplicaFetch"
+FOLLOWER_IDS = (2, 3)
+FETCH_MAX_WAIT_MS = 100  # the bench's Consumer
+REPLICA_MAX_WAIT_MS = 500
+WARM_UP_RECORDS = 300
+
+
+def _start_grpc() -> None:
+    """Before grpc is imported in this (spawned) process: as Tidewater's programs do."""
+    from tidewater.proto import grpc_env
+
+    grpc_env.apply()
+
+
+class Watermark:
+    """An offset that only grows, and the futures waiting for it to pass a value."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def advance(self, value: int) -> None:
+        if value <= self.value:
+            return
+        self.value = value
+        still = []
+        for needed, future in self._waiters:
+            if needed <= value:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((needed, future))
+        self._waiters = still
+
+    async def wait_past(self, offset: int, timeout_s: float | None) -> None:
+        """Until value > offset, or ``timeout_s`` has passed (then it just returns)."""
+        if self.value > offset:
+            return
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiters.append((offset + 1, future))
+        timer = None if timeout_s is None else loop.call_later(
+            timeout_s, lambda: future.done() or future.set_result(None))
+        await future
+        if timer is not None:
+            timer.cancel()
+
+
+class LeaderState:
+    """Records in one bytearray; offsets count fixed-size records."""
+
+    def __init__(self, record_bytes: int) -> None:
+        self.record_bytes = record_bytes
+        self.log = bytearray()
+        self.end = Watermark()  # the log end offset
+        self.high_watermark = Watermark()
+        self.follower_ends = dict.fromkeys(FOLLOWER_IDS, 0)
+
+    def append(self, records: bytes) -> int:
+        base = self.end.value
+        self.log += records
+        self.end.advance(len(self.log) // self.record_bytes)
+        return base
+
+    def follower_at(self, follower_id: int, offset: int) -> None:
+        self.follower_ends[follower_id] = offset
+        self.high_watermark.advance(min(self.follower_ends.values()))
+
+    def read(self, start: int, end: int) -> bytes:
+        return bytes(self.log[start * self.record_bytes:end * self.record_bytes])
+
+
+def _leader_main(port_pipe, record_bytes: int) -> None:
+    _start_grpc()
+    import grpc
+    import uvloop
+
+    from tidewater.proto import tidewater_pb2 as pb
+
+    state = LeaderState(record_bytes)
+
+    async def produce_stream(_unused, context) -> None:
+        while (request := await context.read()) is not grpc.aio.EOF:
+            base = state.append(request.partitions[0].records)
+            await state.high_watermark.wait_past(state.end.value - 1, None)
+            await context.write(pb.ProduceResponse(
+                correlation_id=request.correlation_id,
+                partitions=[pb.ProducePartitionResponse(base_offset=base)]))
+
+    async def replica_fetch(_unused, context) -> None:
+        while (request := await context.read()) is not grpc.aio.EOF:
+            offset = request.partitions[0].fetch_offset
+            state.follower_at(request.replica_id, offset)
+            await state.end.wait_past(offset, request.max_wait_ms / 1000)
+            await context.write(pb.FetchResponse(partitions=[pb.FetchPartitionResponse(
+                high_watermark=state.high_watermark.value,
+                records=state.read(offset, state.end.value))]))
+
+    async def fetch_stream(_unused, context) -> None:
+        while (request := await context.read()) is not grpc.aio.EOF:
+            offset = request.partitions[0].fetch_offset
+            await state.high_watermark.wait_past(offset, request.max_wait_ms / 1000)
+            hw = state.high_watermark.value
+            await context.write(pb.FetchResponse(partitions=[pb.FetchPartitionResponse(
+                high_watermark=hw, records=state.read(offset, hw))]))
+
+    def stream(handler, request_type, response_type):
+        return grpc.stream_stream_rpc_method_handler(
+            handler, request_deserializer=request_type.FromString,
+            response_serializer=response_type.SerializeToString)
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((
+            grpc.method_handlers_generic_handler("tidewater.Broker", {
+                "ProduceStream": stream(produce_stream, pb.ProduceRequest, pb.ProduceResponse),
+                "FetchStream": stream(fetch_stream, pb.FetchRequest, pb.FetchResponse)}),
+            grpc.method_handlers_generic_handler("tidewater.BrokerControl", {
+                "ReplicaFetch": stream(replica_fetch, pb.FetchRequest, pb.FetchResponse)})))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        port_pipe.send(port)
+        await server.wait_for_termination()
+
+    uvloop.run(serve())
+
+
+def _fetch_request(pb, replica_id: int, offset: int, max_wait_ms: int):
+    return pb.FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, partitions=[
+        pb.FetchPartition(topic="paced", partition=0, fetch_offset=offset)])
+
+
+def _follower_main(port: int, follower_id: int, record_bytes: int) -> None:
+    _start_grpc()
+    import grpc
+    import uvloop
+
+    from tidewater.proto import tidewater_pb2 as pb
+
+    async def follow() -> None:
+        server = grpc.aio.server()  # a broker serves; nothing calls it in the round
+        server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(
+                REPLICA_FETCH_METHOD, request_serializer=pb.FetchRequest.SerializeToString,
+                response_deserializer=pb.FetchResponse.FromString)()
+            offset = 0
+            while True:
+                await call.write(_fetch_request(pb, follower_id, offset, REPLICA_MAX_WAIT_MS))
+                answer = await call.read()
+                offset += len(answer.partitions[0].records) // record_bytes
+
+    uvloop.run(follow())
+
+
+def _receiver_main(port: int, record_bytes: int, expected: int, result_pipe) -> None:
+    _start_grpc()
+    import grpc
+    import uvloop
+
+    from tidewater.proto import tidewater_pb2 as pb
+
+    async def receive() -> list[float]:
+        latencies_ms: list[float] = []
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(
+                FETCH_METHOD, request_serializer=pb.FetchRequest.SerializeToString,
+                response_deserializer=pb.FetchResponse.FromString)()
+            offset = 0
+            result_pipe.send("ready")
+            while len(latencies_ms) < expected:
+                await call.write(_fetch_request(pb, -1, offset, FETCH_MAX_WAIT_MS))
+                records = (await call.read()).partitions[0].records
+                now_ns = time.time_ns()
+                for start in range(0, len(records), record_bytes):
+                    latencies_ms.append((now_ns - read_stamp(records[start:start + 8])) / 1e6)
+                offset += len(records) // record_bytes
+        return latencies_ms
+
+    result_pipe.send(uvloop.run(receive()))
+
+
+def _producer_main(port: int, record_bytes: int, count: int, rate_per_s: float, result_pipe) -> None:
+    _start_grpc()
+    import grpc
+    import uvloop
+
+    from tidewater.proto import tidewater_pb2 as pb
+
+    filler = os.urandom(record_bytes)
+
+    async def produce() -> tuple[list[float], int, float]:
+        loop = asyncio.get_running_loop()
+        pending: list[tuple[bytes, int]] = []
+        wake = asyncio.Event()
+        ack_ms: list[float] = []
+        requests = [0]
+
+        def enqueue(payload: bytes, due_ns: int) -> None:
+            pending.append((payload, due_ns))
+            wake.set()
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(
+                PRODUCE_METHOD, request_serializer=pb.ProduceRequest.SerializeToString,
+                response_deserializer=pb.ProduceResponse.FromString)()
+
+            async def send_loop() -> None:
+                while True:
+                    await wake.wait()
+                    wake.clear()
+                    batch = pending[:]
+                    del pending[:]
+                    requests[0] += 1
+                    await call.write(pb.ProduceRequest(acks=-1, correlation_id=requests[0], partitions=[
+                        pb.ProducePartitionData(topic="paced", partition=0,
+                                                records=b"".join(p for p, _ in batch))]))
+                    await call.read()
+                    now_ns = time.time_ns()
+                    ack_ms.extend((now_ns - due_ns) / 1e6 for _, due_ns in batch)
+
+            sender = asyncio.ensure_future(send_loop())
+
+            def pace(records: int, done: asyncio.Future) -> None:
+                def send_one(_index: int, due_ns: int) -> None:
+                    loop.call_soon_threadsafe(enqueue, stamped_payload(record_bytes, due_ns, filler), due_ns)
+
+                rate = run_paced(records, rate_per_s, send_one)
+                loop.call_soon_threadsafe(done.set_result, rate)
+
+            async def paced(records: int) -> float:
+                done = loop.create_future()
+                threading.Thread(target=pace, args=(records, done), daemon=True).start()
+                rate = await done
+                while pending or wake.is_set() or len(ack_ms) < records:
+                    await asyncio.sleep(0.01)
+                return rate
+
+            await paced(WARM_UP_RECORDS)
+            ack_ms.clear()
+            requests[0] = 0
+            result_pipe.send("measuring")
+            rate = await paced(count)
+            sender.cancel()
+            return ack_ms, requests[0], rate
+
+    result_pipe.send(uvloop.run(produce()))
+
+
+@dataclass
+class FloorRun:
+    ack_ms: list[float]
+    e2e_ms: list[float]
+    rounds: int
+    achieved_rate_per_s: float
+    cpu_s: dict[str, float]
+    elapsed_s: float
+    load: float
+
+
+def run_floor(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
+    ctx = multiprocessing.get_context("spawn")
+    count = int(rate_per_s * seconds)
+    processes: dict[str, multiprocessing.process.BaseProcess] = {}
+    try:
+        port_end, port_child = ctx.Pipe()
+        processes["leader"] = ctx.Process(target=_leader_main, args=(port_child, record_bytes), daemon=True)
+        processes["leader"].start()
+        if not port_end.poll(30):
+            raise RuntimeError("the leader did not start")
+        port = port_end.recv()
+        for follower_id in FOLLOWER_IDS:
+            processes[f"follower {follower_id}"] = ctx.Process(
+                target=_follower_main, args=(port, follower_id, record_bytes), daemon=True)
+            processes[f"follower {follower_id}"].start()
+        receiver_end, receiver_child = ctx.Pipe()
+        processes["receiver"] = ctx.Process(
+            target=_receiver_main, args=(port, record_bytes, WARM_UP_RECORDS + count, receiver_child),
+            daemon=True)
+        processes["receiver"].start()
+        if not receiver_end.poll(30) or receiver_end.recv() != "ready":
+            raise RuntimeError("the receiver did not start")
+        producer_end, producer_child = ctx.Pipe()
+        processes["producer"] = ctx.Process(
+            target=_producer_main, args=(port, record_bytes, count, rate_per_s, producer_child),
+            daemon=True)
+        processes["producer"].start()
+        if not producer_end.poll(60) or producer_end.recv() != "measuring":
+            raise RuntimeError("the producer's warm-up did not finish")
+        before = {name: process_cpu_s(p.pid) for name, p in processes.items()}
+        started = time.perf_counter()
+        if not producer_end.poll(seconds + 60):
+            raise RuntimeError("the producer did not finish")
+        ack_ms, rounds, rate = producer_end.recv()
+        elapsed = time.perf_counter() - started
+        cpu = {name: process_cpu_s(p.pid) - before[name] for name, p in processes.items()}
+        load = os.getloadavg()[0]
+        if not receiver_end.poll(30):
+            raise RuntimeError("the receiver did not finish")
+        e2e_ms = receiver_end.recv()[-count:]
+    finally:
+        for process in reversed(processes.values()):  # the leader last: no follower sees it go
+            process.kill()
+            process.join(5)
+    return FloorRun(ack_ms, e2e_ms, rounds, rate, cpu, elapsed, load)
+
+
+_E2E = re.compile(r"^(ack|e2e)\s+p50\s+(\S+) ms\s+p99\s+(\S+) ms")
+_RUN = re.compile(r"^load average (\S+); run (\S+) s")
+_CPU = re.compile(r"^  (broker-\d+|client \(producer \+ receiver\))\s+(\S+)$")
+_ROUNDS = re.compile(r"^context switches per round \(([\d,]+) produce requests")
+
+
+def run_cluster(rate_per_s: float, seconds: float, record_bytes: int) -> dict:
+    """The real cluster's figures from ``latency_breakdown.py`` (a child process)."""
+    out = subprocess.run(
+        [sys.executable, str(PROJECT_DIR / "bench/probes/latency_breakdown.py"), "--rate", str(rate_per_s),
+         "--seconds", str(seconds), "--record-bytes", str(record_bytes)],
+        capture_output=True, text=True, check=True, timeout=seconds + 180).stdout
+    return parse_breakdown(out)
+
+
+def parse_breakdown(out: str) -> dict:
+    """ack/e2e (p50, p99) ms, load, elapsed_s, rounds and each process's CPU s/s, from
+    ``latency_breakdown.py``'s printout."""
+    found: dict = {"cpu_s_per_s": {}}
+    in_cpu_section = False  # the switches section below it has the same line shape
+    for line in out.splitlines():
+        if line.startswith("CPU seconds per second"):
+            in_cpu_section = True
+        elif not line.startswith("  "):
+            in_cpu_section = False
+        if m := _E2E.match(line):
+            found[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+        elif m := _RUN.match(line):
+            found["load"], found["elapsed_s"] = float(m.group(1)), float(m.group(2))
+        elif in_cpu_section and (m := _CPU.match(line)):
+            found["cpu_s_per_s"][m.group(1)] = float(m.group(2))
+        elif m := _ROUNDS.match(line):
+            found["rounds"] = int(m.group(1).replace(",", ""))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=1000)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--record-bytes", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--cluster", action="store_true",
+                        help="alternate with latency_breakdown.py (the real cluster)")
+    args = parser.parse_args(argv)
+    rows = []
+    for repeat in range(args.repeats):
+        utc = time.strftime("%H:%M:%S", time.gmtime())
+        floor = run_floor(args.rate, args.seconds, args.record_bytes)
+        ack, e2e = latency_summary(floor.ack_ms), latency_summary(floor.e2e_ms)
+        cpu_us = {name: s / floor.rounds * 1e6 for name, s in floor.cpu_s.items()}
+        rows.append((f"floor #{repeat + 1}", utc, f"{floor.load:.2f}", f"{floor.achieved_rate_per_s:,.0f}",
+                     f"{len(floor.ack_ms) / floor.rounds:.2f}",
+                     f"{e2e.p50_ms:.2f}", f"{e2e.p99_ms:.2f}", f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}",
+                     f"{cpu_us['leader']:,.0f}",
+                     f"{cpu_us['follower 2']:,.0f} / {cpu_us['follower 3']:,.0f}",
+                     f"{cpu_us['producer']:,.0f} + {cpu_us['receiver']:,.0f}"))
+        if args.cluster:
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            real = run_cluster(args.rate, args.seconds, args.record_bytes)
+            per_round = real["elapsed_s"] / real["rounds"] * 1e6
+            brokers = sorted(((s, n) for n, s in real["cpu_s_per_s"].items() if n.startswith("broker")),
+                             reverse=True)
+            client = real["cpu_s_per_s"].get("client (producer + receiver)", 0.0)
+            rows.append((f"cluster #{repeat + 1}", utc, f"{real['load']:.2f}", "",
+                         f"{args.rate * real['elapsed_s'] / real['rounds']:.2f}",
+                         f"{real['e2e'][0]:.2f}", f"{real['e2e'][1]:.2f}",
+                         f"{real['ack'][0]:.2f}", f"{real['ack'][1]:.2f}",
+                         f"{brokers[0][0] * per_round:,.0f}",
+                         " / ".join(f"{s * per_round:,.0f}" for s, _ in brokers[1:]),
+                         f"{client * per_round:,.0f} (both)"))
+    print(f"{args.rate:,.0f} records/s of {args.record_bytes} B, acks=all, {args.seconds} s a run; "
+          "CPU per round = CPU / produce requests; cluster: the leader is its busiest broker, "
+          "records/round from its run time (it includes the receiver's start)")
+    print(format_table(("run", "UTC", "load", "rate/s", "records/round", "e2e p50 ms", "e2e p99 ms",
+                        "ack p50 ms", "ack p99 ms", "leader µs/round", "followers µs/round",
+                        "producer + receiver µs/round"), rows,
+                       align_right=(False, False, True, True, True, True, True, True, True, True, True, True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
