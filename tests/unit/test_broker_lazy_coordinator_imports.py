@@ -42,6 +42,10 @@ WAITING_MODULES = (
     "wsgiref.simple_server",
     "http.server",
     "tidewater.broker.security.metrics_http",
+    # The log cleaner, made before its first pass (broker/replicas/background.py).
+    "tidewater.broker.storage.cleaner",
+    "tidewater.broker.storage.cleaner_plan",
+    "tidewater.broker.storage.cleaner_rewrite",
 )
 
 # As broker/__main__.py imports the process (bench/machine_limits.BROKER_IMPORT_PRELUDE).
