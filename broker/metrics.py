@@ -472,6 +472,8 @@ class BrokerMetrics:
                      10, 30),
         )
         self._listening: socket.socket | None = None
+        # serve may run in a worker thread while the broker stops: one after the other.
+        self._serving_lock = threading.Lock()
         self._http: tuple[ThreadingWSGIServer, threading.Thread] | None = None
 
     @property
@@ -498,19 +500,23 @@ class BrokerMetrics:
               check_password: PasswordCheck | None = None) -> None:
         """Serve /metrics on ``listen``'s port in a daemon thread: HTTPS with ``tls`` (the
         broker's own certificate), and with TLS or ``secured`` only to a scraper with a
-        client certificate of the CA or a user's Basic credentials (``metrics_http``)."""
+        client certificate of the CA or a user's Basic credentials (``metrics_http``).
+        Nothing after ``stop``."""
         from tidewater.broker.security.metrics_http import serve_metrics_on
-        listening, self._listening = self._listening, None
-        assert listening is not None, "serve() after listen()"
-        self._http = serve_metrics_on(self.registry, listening, tls=tls, secured=secured,
-                                      check_password=check_password)
+        with self._serving_lock:
+            listening, self._listening = self._listening, None
+            if listening is None:
+                return  # stopped already (or never listening)
+            self._http = serve_metrics_on(self.registry, listening, tls=tls, secured=secured,
+                                          check_password=check_password)
 
     def stop(self) -> None:
-        if self._listening is not None:  # stopped before serving
-            self._listening.close()
-            self._listening = None
-        if self._http is not None:
-            server, _thread = self._http
-            server.shutdown()
-            server.server_close()
-            self._http = None
+        with self._serving_lock:
+            if self._listening is not None:  # stopped before serving
+                self._listening.close()
+                self._listening = None
+            if self._http is not None:
+                server, _thread = self._http
+                server.shutdown()
+                server.server_close()
+                self._http = None

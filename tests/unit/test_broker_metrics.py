@@ -186,3 +186,12 @@ def test_stop_before_serve_gives_the_port_back():
     port = m.listen("127.0.0.1", 0)
     m.stop()
     socket.create_server(("127.0.0.1", port)).close()
+
+
+def test_serve_after_stop_serves_nothing():
+    m = BrokerMetrics(6)
+    port = m.listen("127.0.0.1", 0)
+    m.stop()
+    m.serve()  # the broker stopped while its serve was on its way: nothing is left open
+    socket.create_server(("127.0.0.1", port)).close()
+    m.stop()
