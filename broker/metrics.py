@@ -28,25 +28,60 @@ from __future__ import annotations
 
 import bisect
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
-from wsgiref.simple_server import WSGIServer
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.kafka.client_quotas import ClientQuotas
 from tidewater.broker.kafka.connection_quotas import REFUSAL_REASONS
-from tidewater.broker.security.metrics_http import PasswordCheck, serve_metrics
+from tidewater.broker.security.metrics_listen import listen_metrics
 from tidewater.broker.storage.corruption import FOUND_BY
 from tidewater.proto.tls import TlsFiles
 
+if TYPE_CHECKING:
+    # prometheus_client's package imports its http.server stack (20-25 ms of CPU): loaded
+    # for the first scrape or the /metrics server, not before a broker serves (issue 30).
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    from tidewater.broker.security.metrics_http import PasswordCheck
+
 PREFIX = "tidewater_broker_"
+
+
+class Registers(Protocol):
+    def register(self, collector: Any) -> None: ...
+
+
+class PendingRegistry:
+    """Collectors kept until something reads them; then prometheus_client's registry with
+    them all (``built``), and later ones go straight to it. Makes a ``BrokerMetrics``
+    without importing prometheus_client."""
+
+    def __init__(self) -> None:
+        self._collectors: list[Any] = []
+        self._registry: CollectorRegistry | None = None
+
+    def register(self, collector: Any) -> None:
+        if self._registry is not None:
+            self._registry.register(collector)
+        else:
+            self._collectors.append(collector)
+
+    def built(self) -> CollectorRegistry:
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+            registry = CollectorRegistry()
+            for collector in self._collectors:
+                registry.register(collector)
+            self._collectors.clear()
+            self._registry = registry
+        return self._registry
 
 
 class _CounterValue:
@@ -92,7 +127,7 @@ class _Family(Generic[_Series]):
     kind = ""
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str],
-                 registry: CollectorRegistry) -> None:
+                 registry: Registers) -> None:
         self._name = name
         self._documentation = documentation
         self._labelnames = tuple(labelnames)
@@ -124,6 +159,7 @@ class _Family(Generic[_Series]):
         raise NotImplementedError
 
     def collect(self) -> list[Metric]:
+        from prometheus_client.core import Metric
         metric = Metric(self._name, self._documentation, self.kind)
         for values, series in list(self._series.items()):
             self._add_samples(metric, dict(zip(self._labelnames, values, strict=True)), series)
@@ -139,7 +175,7 @@ class LocalCounter(_Family[_CounterValue]):
     kind = "counter"
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
-                 registry: CollectorRegistry) -> None:
+                 registry: Registers) -> None:
         super().__init__(name, documentation, labelnames, registry)
         if not self._labelnames:
             series = self.labels()
@@ -165,15 +201,14 @@ class LocalHistogram(_Family[_HistogramValue]):
     kind = "histogram"
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str] = (), *,
-                 registry: CollectorRegistry, buckets: Iterable[float]) -> None:
+                 registry: Registers, buckets: Iterable[float]) -> None:
         bounds = [float(b) for b in buckets]
         if bounds != sorted(bounds):
             raise ValueError("buckets not in sorted order")
         if not bounds or bounds[-1] != math.inf:
             bounds.append(math.inf)
         self._upper_bounds = tuple(bounds)
-        # floatToGoString is unannotated in prometheus_client (it takes a float).
-        self._le = tuple(floatToGoString(b) for b in bounds)  # type: ignore[no-untyped-call]
+        self._le_labels: tuple[str, ...] | None = None  # at the first collect: prometheus' text
         super().__init__(name, documentation, labelnames, registry)
         if not self._labelnames:
             self.observe = self.labels().observe
@@ -186,7 +221,12 @@ class LocalHistogram(_Family[_HistogramValue]):
         counts = list(series.counts)
         total_sum = series.sum
         cumulative = 0.0
-        for le, count in zip(self._le, counts, strict=True):
+        if self._le_labels is None:
+            from prometheus_client.utils import floatToGoString
+            # floatToGoString is unannotated in prometheus_client (it takes a float).
+            self._le_labels = tuple(floatToGoString(b)  # type: ignore[no-untyped-call]
+                                    for b in self._upper_bounds)
+        for le, count in zip(self._le_labels, counts, strict=True):
             cumulative += count
             metric.add_sample(self._name + "_bucket", {**labels, "le": le}, cumulative)
         metric.add_sample(self._name + "_count", labels, cumulative)
@@ -215,6 +255,7 @@ class _ReplicaCollector:
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
         labels = ["topic", "partition", "broker"]
         families = {
             name: GaugeMetricFamily(PREFIX + "replica_" + name, doc, labels=labels)
@@ -298,6 +339,7 @@ class _FetchSessionCollector:
         self._view = view
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         v = self._view()
         yield GaugeMetricFamily(PREFIX + "incremental_fetch_sessions",
                                 "Fetch sessions cached (KIP-227)", value=v.sessions)
@@ -329,6 +371,7 @@ class _ClientQuotaCollector:
         self._quotas = quotas
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         now_ms = mono_ms()
         rates = GaugeMetricFamily(
             PREFIX + "client_quota_byte_rate", "Bytes per second a client (or the group "
@@ -359,8 +402,8 @@ class FetchSessionView:
 class BrokerMetrics:
     def __init__(self, broker_id: int):
         self.broker_id = broker_id
-        self.registry = CollectorRegistry()
-        r = self.registry
+        self._pending = PendingRegistry()
+        r = self._pending
         self.isr_shrinks = LocalCounter(PREFIX + "isr_shrinks", "ISR shrinks committed",
                                         registry=r)
         self.isr_expands = LocalCounter(PREFIX + "isr_expands", "ISR expansions committed",
@@ -428,28 +471,52 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                      10, 30),
         )
-        self._http: tuple[WSGIServer, threading.Thread] | None = None
+        self._listening: socket.socket | None = None
+        # serve may run in a worker thread while the broker stops: one after the other.
+        self._serving_lock = threading.Lock()
+        self._http: tuple[ThreadingWSGIServer, threading.Thread] | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """prometheus_client's registry of every collector (imports prometheus_client)."""
+        return self._pending.built()
 
     def register_replicas(self, snapshot: Callable[[], Iterable[ReplicaSnapshot]]) -> None:
-        self.registry.register(_ReplicaCollector(self.broker_id, snapshot))
+        self._pending.register(_ReplicaCollector(self.broker_id, snapshot))
 
     def register_fetch_sessions(self, view: Callable[[], FetchSessionView]) -> None:
-        self.registry.register(_FetchSessionCollector(view))
+        self._pending.register(_FetchSessionCollector(view))
 
     def register_client_quotas(self, quotas: ClientQuotas) -> None:
-        self.registry.register(_ClientQuotaCollector(quotas))
+        self._pending.register(_ClientQuotaCollector(quotas))
 
-    def serve(self, host: str, port: int, *, tls: TlsFiles | None = None, secured: bool = False,
+    def listen(self, host: str, port: int) -> int:
+        """Take the /metrics port now (an error if it is in use); ``serve`` answers on it.
+        Returns the port bound."""
+        self._listening = listen_metrics(host, port)
+        return int(self._listening.getsockname()[1])
+
+    def serve(self, *, tls: TlsFiles | None = None, secured: bool = False,
               check_password: PasswordCheck | None = None) -> None:
-        """Serve /metrics on ``host:port`` in a daemon thread: HTTPS with ``tls`` (the
+        """Serve /metrics on ``listen``'s port in a daemon thread: HTTPS with ``tls`` (the
         broker's own certificate), and with TLS or ``secured`` only to a scraper with a
-        client certificate of the CA or a user's Basic credentials (``metrics_http``)."""
-        self._http = serve_metrics(self.registry, host, port, tls=tls, secured=secured,
-                                   check_password=check_password)
+        client certificate of the CA or a user's Basic credentials (``metrics_http``).
+        Nothing after ``stop``."""
+        from tidewater.broker.security.metrics_http import serve_metrics_on
+        with self._serving_lock:
+            listening, self._listening = self._listening, None
+            if listening is None:
+                return  # stopped already (or never listening)
+            self._http = serve_metrics_on(self.registry, listening, tls=tls, secured=secured,
+                                          check_password=check_password)
 
     def stop(self) -> None:
-        if self._http is not None:
-            server, _thread = self._http
-            server.shutdown()
-            server.server_close()
-            self._http = None
+        with self._serving_lock:
+            if self._listening is not None:  # stopped before serving
+                self._listening.close()
+                self._listening = None
+            if self._http is not None:
+                server, _thread = self._http
+                server.shutdown()
+                server.server_close()
+                self._http = None

@@ -25,6 +25,7 @@ shuts down and exits with code 70.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -90,6 +91,10 @@ log = logging.getLogger("tidewater.broker")
 SERVER_GRACE_S = 2.0
 # How often the coordinators' build looks whether this broker serves yet.
 SERVING_POLL_S = 0.01
+# The longest /metrics waits for the broker to serve before it answers anyway.
+METRICS_SERVE_WAIT_S_MAX = 2.0
+# How long the broker serves before the work that waits for it starts (``settled``).
+SETTLE_AFTER_SERVING_S = 0.5
 
 
 class BrokerProcess:
@@ -120,12 +125,16 @@ class BrokerProcess:
         self.bound_ports: dict[str, int] = {}
         self._controller_task: asyncio.Task[None] | None = None
         self._coordinators_task: asyncio.Task[None] | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
         # A background task that dies, or a broken invariant, stops the broker: ``fatal``
         # is set and the process exits non-zero after a shutdown (broker/__main__.py).
         self.fatal = asyncio.Event()
         # Set once this broker serves (unfenced, named in the controller's metadata): what
         # may wait until then waits on it (the coordinators here, __main__'s tune_gc).
         self.serving = asyncio.Event()
+        # Set SETTLE_AFTER_SERVING_S after ``serving``: the work that waits for the broker
+        # to serve starts then (the coordinators' build, /metrics, __main__'s gc pass).
+        self.settled = asyncio.Event()
         self.supervisor = TaskSupervisor(on_fatal=lambda error: self.fatal.set())
 
     def _listeners(self) -> list[pb.Listener]:
@@ -268,12 +277,9 @@ class BrokerProcess:
         for name, listen, advertise in c.kafka_listeners():
             await self._start_kafka_listener(forwarder, name, listen, advertise, kafka_ssl)
         if c.metrics_port:
-            # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
-            # In secure mode only to a scraper with a certificate of the CA or a user's
-            # password (HTTP Basic), checked against the SCRAM credentials as PLAIN is.
-            self.metrics.serve(c.metrics_bind_address, c.metrics_port, tls=c.tls,
-                               secured=self.security.secured,
-                               check_password=self.security.password_ok)
+            # The port is taken now; it is answered once the broker serves (_serve_metrics).
+            self.metrics.listen(c.metrics_bind_address, c.metrics_port)
+            self._metrics_task = self.supervisor.spawn(self._serve_metrics(), "metrics-http")
         self.replica_manager.start()
         self._controller_task = self.supervisor.spawn(self._controller_session(channel),
                                                       "controller-session")
@@ -433,6 +439,25 @@ class BrokerProcess:
             self._build_coordinators_once_serving(channel), "coordinators")
         await channel.run_heartbeats()
 
+    async def _serve_metrics(self) -> None:
+        """Answer /metrics once this broker serves (``settled``), or after ``METRICS_SERVE_WAIT_S_MAX``
+        without (a broker that cannot reach its controller is the one to look at). Why
+        wait: prometheus_client and the http.server stack under it are 20-25 ms of CPU
+        to import, on the thread that registers and takes the leadership that make the
+        broker serve (issue 30's restart time); scrapes meanwhile wait in the backlog.
+        The imports run in a worker thread: on the loop they would hold up the first
+        answers after serving as long."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(METRICS_SERVE_WAIT_S_MAX):
+                await self.settled.wait()
+        c = self.config
+        # With TLS, /metrics is HTTPS with this broker's certificate, as every port.
+        # In secure mode only to a scraper with a certificate of the CA or a user's
+        # password (HTTP Basic), checked against the SCRAM credentials as PLAIN is.
+        await asyncio.to_thread(functools.partial(
+            self.metrics.serve, tls=c.tls, secured=self.security.secured,
+            check_password=self.security.password_ok))
+
     async def _build_coordinators_once_serving(self, channel: ControllerChannel) -> None:
         """Build the coordinators (their leadership scans and timers start) once this
         broker serves, unless a request built them already. Serving: a heartbeat has
@@ -440,10 +465,14 @@ class BrokerProcess:
         lead a coordinator topic's partitions comes with it. Before, their imports (some
         20 ms of CPU) would only put off the answers that make the broker serve (issue
         30's restart time); once unfenced alone was measured too early for that. Sets
-        ``serving`` first."""
+        ``serving`` first, and ``settled`` before the build."""
         while channel.is_fenced or self.metadata_cache.endpoint(self.config.broker_id) is None:
             await asyncio.sleep(SERVING_POLL_S)
         self.serving.set()
+        # That work is some 75 ms of CPU on this thread (imports, a full collection): at
+        # once, it held up the first answers after serving as long (issue 30, restart time).
+        await asyncio.sleep(SETTLE_AFTER_SERVING_S)
+        self.settled.set()
         if self.coordinators is not None:
             self.coordinators.ensure_built()
 
@@ -455,7 +484,8 @@ class BrokerProcess:
             moved = await channel.controlled_shutdown(c.controlled_shutdown_timeout_ms)
             log.info("controlled shutdown %s", "done" if moved else "timed out")
         # No coordinators built from here on but by a request: shutdown stops them once.
-        tasks = [t for t in (self._controller_task, self._coordinators_task) if t is not None]
+        tasks = [t for t in (self._controller_task, self._coordinators_task,
+                             self._metrics_task) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidewater.broker.clock import mono_ms, wall_ms
 from tidewater.broker.config import BrokerConfig
@@ -37,13 +37,16 @@ from tidewater.broker.metrics import BrokerMetrics
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
-from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto.errors import TidewaterError
 from tidewater.proto.supervisor import TaskSupervisor
+
+if TYPE_CHECKING:
+    # Imported by the cleaner's first pass (_cleaner_loop), not before the broker serves.
+    from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 
 log = logging.getLogger("tidewater.broker.replicas.background")
 T = TypeVar("T")
@@ -89,10 +92,7 @@ class BackgroundWork:
                 interval_ms=self.config.log_scrub_interval_ms, now_ms=mono_ms())
             self._tasks.append(spawn(scrubber.run(), "scrub"))
         if self.config.log_cleaner_enable:
-            self.cleaner = LogCleaner(
-                self.config.data_dir,
-                io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
-            self._tasks.append(spawn(self._cleaner_loop(self.cleaner), "log-cleaner"))
+            self._tasks.append(spawn(self._cleaner_loop(), "log-cleaner"))
 
     async def stop(self) -> None:
         if self.cleaner is not None:
@@ -173,10 +173,11 @@ class BackgroundWork:
             except (OSError, TidewaterError) as e:
                 log.error("retention failed: %s", e)  # the next round retries
 
-    async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
+    async def _cleaner_loop(self) -> None:
         interval_s = self.config.log_cleaner_backoff_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
+            cleaner = self.cleaner or self._new_cleaner()
             partitions = list(self._partitions.items())
             # HWs and logs snapshotted together here, on the loop (as retention does).
             results = await self._in_thread(cleaner.clean_logs,
@@ -184,6 +185,16 @@ class BackgroundWork:
                                             {tp: p.high_watermark for tp, p in partitions},
                                             wall_ms())
             self._count_cleaned(results or [])
+
+    def _new_cleaner(self) -> LogCleaner:
+        """The cleaner, made before its first pass (a backoff after the start): its modules
+        and their dataclasses are some 5 ms of CPU a starting broker does not need before
+        it serves (issue 30's restart time)."""
+        from tidewater.broker.storage.cleaner import LogCleaner
+        self.cleaner = LogCleaner(
+            self.config.data_dir,
+            io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
+        return self.cleaner
 
     def _count_cleaned(self, results: list[CleanResult]) -> None:
         metrics = self._metrics

@@ -29,11 +29,12 @@ import ssl
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from tidewater.broker.security.metrics_listen import listen_metrics
 from tidewater.proto.tls import TlsFiles
 
 PEER_CN_KEY = "tidewater.peer_cn"
@@ -44,7 +45,20 @@ REQUEST_TIMEOUT_S = 10
 
 
 class _Server(ThreadingWSGIServer):
-    """A failed TLS handshake or a dropped connection is the peer's business: not logged."""
+    """On a socket already listening (``metrics_listen``). A failed TLS handshake or a
+    dropped connection is the peer's business: not logged."""
+
+    def __init__(self, listening: socket.socket, handler_class: type[WSGIRequestHandler]):
+        self.address_family = listening.family
+        super().__init__(listening.getsockname()[:2], handler_class, bind_and_activate=False)
+        self.socket.close()  # the one TCPServer made, never bound
+        self.socket = listening
+        # What HTTPServer's and WSGIServer's server_bind do after the bind itself.
+        host, port = listening.getsockname()[:2]
+        self.server_address = (host, port)
+        self.server_name = socket.getfqdn(host)
+        self.server_port = port
+        self.setup_environ()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         return None
@@ -134,13 +148,20 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int, *,
                   ) -> tuple[ThreadingWSGIServer, threading.Thread]:
     """Serve ``registry`` at ``host:port`` on a daemon thread: HTTPS with ``tls``; with
     ``tls`` or ``secured`` (SASL or an authorizer) only to an authenticated scraper."""
+    return serve_metrics_on(registry, listen_metrics(host, port), tls=tls, secured=secured,
+                            check_password=check_password)
+
+
+def serve_metrics_on(registry: CollectorRegistry, listening: socket.socket, *,
+                     tls: TlsFiles | None, secured: bool,
+                     check_password: PasswordCheck | None
+                     ) -> tuple[ThreadingWSGIServer, threading.Thread]:
+    """``serve_metrics`` on a socket ``listen_metrics`` made (it is the server's now)."""
     app = make_wsgi_app(registry)
     if tls is not None or secured:
         app = guarded_app(app, check_password)
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    server_class = type("_MetricsServer", (_Server,), {"address_family": family})
-    server: ThreadingWSGIServer = make_server(host, port, app, server_class,
-                                              handler_class=_Handler)
+    server = _Server(listening, _Handler)
+    server.set_app(app)
     if tls is not None:
         # The handshake on the handler's thread (first read), not in accept(): a client
         # that connects and stays silent must not hold up the others.

@@ -36,6 +36,16 @@ WAITING_MODULES = (
     # crc32c's package __init__ and the importlib.metadata scan it runs (proto/crc.py).
     "crc32c",
     "importlib.metadata",
+    # prometheus_client and the http.server stack its package imports: /metrics is
+    # answered once the broker serves (broker/process.py _serve_metrics).
+    "prometheus_client",
+    "wsgiref.simple_server",
+    "http.server",
+    "tidewater.broker.security.metrics_http",
+    # The log cleaner, made before its first pass (broker/replicas/background.py).
+    "tidewater.broker.storage.cleaner",
+    "tidewater.broker.storage.cleaner_plan",
+    "tidewater.broker.storage.cleaner_rewrite",
 )
 
 # As broker/__main__.py imports the process (bench/machine_limits.BROKER_IMPORT_PRELUDE).

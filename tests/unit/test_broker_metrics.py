@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import socket
+import threading
+import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from tidewater.broker.metrics import BrokerMetrics, LocalCounter, LocalHistogram
+from tidewater.broker.metrics import BrokerMetrics, FetchSessionView, LocalCounter, LocalHistogram
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 1, 30)
 
@@ -148,3 +151,47 @@ async def test_produce_and_fetch_count_per_topic_consumers_and_followers_apart(t
     await rm.update_metadata(pb.UpdateMetadataRequest(controller_epoch=1, cluster_id=CLUSTER_ID,
                                                       metadata_offset=10))
     assert _sample(m, "topic_bytes_in_total", topic=TP.topic) is None
+
+
+def test_collectors_registered_before_and_after_the_registry_is_built_are_scraped():
+    m = BrokerMetrics(3)
+    m.leader_elections.inc()
+    m.register_fetch_sessions(lambda: FetchSessionView(2, 5, 0, 0, 0, 0, 0))
+    assert _sample(m, "leader_elections_total") == 1.0  # builds the registry
+    assert _sample(m, "incremental_fetch_sessions") == 2.0
+    m.register_replicas(lambda: [])
+    assert _sample(m, "under_replicated_partitions", broker="3") == 0.0
+
+
+def test_metrics_port_is_taken_at_listen_and_a_scrape_waits_for_serve():
+    m = BrokerMetrics(4)
+    port = m.listen("127.0.0.1", 0)
+    try:
+        with pytest.raises(OSError):  # the port is ours before serve
+            socket.create_server(("127.0.0.1", port)).close()
+        scraped: list[str] = []
+        scrape = threading.Thread(target=lambda: scraped.append(urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()))
+        scrape.start()  # connects now, waits in the backlog
+        m.serve()
+        scrape.join(timeout=30)
+        assert scraped and "tidewater_broker_leader_elections_total 0.0" in scraped[0]
+    finally:
+        m.stop()
+    socket.create_server(("127.0.0.1", port)).close()  # stop gave the port back
+
+
+def test_stop_before_serve_gives_the_port_back():
+    m = BrokerMetrics(5)
+    port = m.listen("127.0.0.1", 0)
+    m.stop()
+    socket.create_server(("127.0.0.1", port)).close()
+
+
+def test_serve_after_stop_serves_nothing():
+    m = BrokerMetrics(6)
+    port = m.listen("127.0.0.1", 0)
+    m.stop()
+    m.serve()  # the broker stopped while its serve was on its way: nothing is left open
+    socket.create_server(("127.0.0.1", port)).close()
+    m.stop()
