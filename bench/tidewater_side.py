@@ -30,6 +30,7 @@ replicated log, like one JetStream stream):
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import re
@@ -422,7 +423,33 @@ def run_on_uvloop(coro):
         return runner.run(coro)
 
 
-RECEIVERS = {"consumer": _receiver_main, "stream": _stream_receiver_main}
+def _aio_consumer_receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float,
+                                conn) -> None:
+    """Receiver process: ``client.aio_consumer.AsyncConsumer`` polled on its own loop."""
+    from tidewater.client.aio_consumer import AsyncConsumer
+
+    latencies: list[float] = []
+
+    async def receive() -> None:
+        async with AsyncConsumer(bootstrap, auto_offset_reset="latest",
+                                 fetch_max_wait_ms=100) as consumer:
+            consumer.assign([(topic, 0)])
+            await consumer.position((topic, 0))
+            conn.send("ready")
+            deadline = time.monotonic() + timeout_s
+            while len(latencies) < expected and time.monotonic() < deadline:
+                for record in await consumer.poll(200):
+                    latencies.append((time.time_ns() - read_stamp(record.value)) / 1e6)
+
+    try:
+        run_on_uvloop(receive())
+    finally:
+        conn.send(latencies)
+        conn.close()
+
+
+RECEIVERS = {"consumer": _receiver_main, "aio_consumer": _aio_consumer_receiver_main,
+             "stream": _stream_receiver_main}
 PRODUCERS = ("threaded", "asyncio")
 
 
@@ -462,7 +489,10 @@ async def _paced_async_sends(bootstrap: str, topic: str, record_bytes: int, coun
                 fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
                 sent += 1
             if sent < count:  # until the next record is due, as run_paced
-                await asyncio.sleep(max(0.0, start + sent / rate_per_s - time.perf_counter()))
+                # In whole ms, rounded up: uvloop's timers count whole ms and round down, so
+                # a 0.5 ms sleep returns at once (measured 0.003 ms): the pacer would spin.
+                wait_s = start + sent / rate_per_s - time.perf_counter()
+                await asyncio.sleep(math.ceil(wait_s * 1000) / 1000 if wait_s > 0 else 0)
         achieved = count / (time.perf_counter() - start)
         await producer.flush(timeout_s=120)
     return achieved
@@ -474,8 +504,9 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
     """Produce ``count`` stamped records with acks=all at ``rate_per_s``; ack and end-to-end
     LatencySummary plus the achieved rate. ``producer_kind``: "threaded" (``Producer``
     from a pacer thread) or "asyncio" (``AsyncProducer`` paced on its loop, the peer's
-    shape); ``receiver_kind``: "consumer" (``Consumer.poll``) or "stream" (the FetchStream
-    read on one loop: ``bench.fetch_stream_receiver``)."""
+    shape); ``receiver_kind``: "consumer" (``Consumer.poll``), "aio_consumer"
+    (``AsyncConsumer.poll`` on its loop) or "stream" (the FetchStream read on one loop
+    by the bench itself: ``bench.fetch_stream_receiver``)."""
     if producer_kind not in PRODUCERS or receiver_kind not in RECEIVERS:
         raise ValueError(f"producer_kind {producer_kind!r}, receiver_kind {receiver_kind!r}")
 

@@ -1,7 +1,7 @@
 """Where an acks=all record's milliseconds and CPU go at a paced rate.
 
     .venv/bin/python bench/probes/latency_breakdown.py [--rate 1000] [--seconds 3] [--record-bytes 1024] [--threads]
-        [--producer threaded|asyncio] [--receiver consumer|stream]
+        [--producer threaded|asyncio] [--receiver consumer|aio_consumer|stream]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 (1 partition, RF=3), runs ``tidewater_side.paced_latency`` (Producer acks=all,
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producer", choices=tidewater_side.PRODUCERS, default="threaded",
                         help="threaded: Producer from a pacer thread; asyncio: AsyncProducer on its loop")
     parser.add_argument("--receiver", choices=tuple(tidewater_side.RECEIVERS), default="consumer",
-                        help="consumer: Consumer.poll; stream: the FetchStream read on one loop")
+                        help="consumer: Consumer.poll; aio_consumer: AsyncConsumer.poll; "
+                             "stream: the FetchStream read on one loop by the bench")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a broker setting for every broker")
     args = parser.parse_args(argv)

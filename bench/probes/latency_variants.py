@@ -5,8 +5,9 @@
 
 A variant is PRODUCER/RECEIVER for ``tidewater_side.paced_latency``: producer
 "threaded" (``Producer`` from a pacer thread) or "asyncio" (``AsyncProducer`` on its
-loop); receiver "consumer" (``Consumer.poll``) or "stream" (the FetchStream read on
-one loop, ``bench.fetch_stream_receiver``). One local 3-broker cluster; each block
+loop); receiver "consumer" (``Consumer.poll``), "aio_consumer" (``AsyncConsumer.poll``
+on its loop) or "stream" (the FetchStream read on one loop by the bench,
+``bench.fetch_stream_receiver``). One local 3-broker cluster; each block
 runs every variant once, in turn, each on a fresh topic (1 partition, RF=3), so a
 slow minute of the shared machine falls on all of them alike. Prints every run with
 the load average, then the median over blocks of each percentile per variant.
@@ -27,7 +28,8 @@ if str(PROJECT_DIR) not in sys.path:
 
 from bench import tidewater_side  # noqa: E402
 
-DEFAULT_VARIANTS = ("threaded/consumer", "asyncio/consumer", "asyncio/stream", "threaded/stream")
+DEFAULT_VARIANTS = ("threaded/consumer", "threaded/aio_consumer", "asyncio/consumer",
+                    "asyncio/aio_consumer")
 FIGURES = (("ack", "p50_ms"), ("ack", "p99_ms"), ("e2e", "p50_ms"), ("e2e", "p99_ms"))
 
 

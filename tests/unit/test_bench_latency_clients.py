@@ -37,7 +37,8 @@ def test_paced_latency_rejects_an_unknown_client_shape():
 @pytest.mark.integration
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("producer_kind", "receiver_kind"),
-                         [("asyncio", "stream"), ("threaded", "consumer")])
+                         [("asyncio", "stream"), ("threaded", "aio_consumer"),
+                          ("threaded", "consumer")])
 def test_paced_latency_each_client_shape_receives_every_record(tmp_path, producer_kind,
                                                                receiver_kind):
     cluster = tidewater_side.TidewaterCluster(tmp_path / "cluster")
