@@ -33,20 +33,20 @@ import asyncio
 import time
 from types import TracebackType
 
-from tidewater.client.consumer import Consumer, ConsumerRecord, Partitions
+from tidewater.client.consumer import Consumer, ConsumerRecord, FetchChunk, Partitions
 from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
+    LeaderInfo,
     TopicPartition,
     format_address,
 )
 from tidewater.client.streams import CallerLoop, ClientStream, StreamPool
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError, error_for_code
+from tidewater.proto.errors import TidewaterError
 
 __all__ = ["AsyncConsumer"]
 
-FetchItems = tuple[tuple[TopicPartition, int, int], ...]  # (partition, position, leader epoch)
 # A fetch sent: its stream (None: none to send on) and its answer.
 SentFetch = tuple["ClientStream[pb.FetchRequest, pb.FetchResponse] | None",
                   "asyncio.Future[pb.FetchResponse]"]
@@ -67,7 +67,7 @@ class AsyncConsumer:
 
     async def start(self) -> None:
         self._streams = StreamPool("FetchStream", ordered=True, io=CallerLoop(),
-                                   security=self._core._streams.security)
+                                   security=self._core.security)
         self._started = True
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -108,50 +108,43 @@ class AsyncConsumer:
         core = self._core
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            if any(pos is None for pos in core._positions.values()) or core._pending_reset:
-                await asyncio.to_thread(core._resolve_positions, deadline)
+            if core.needs_positions():
+                await asyncio.to_thread(core.resolve_positions, deadline)
             records = await self._fetch_once(deadline)
             if records or time.monotonic() >= deadline:
                 return records
 
     async def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
+        """The threaded ``Consumer._fetch_once`` without prefetch: its plan, requests and
+        answer table (``Consumer.fetch_plan``, ``read_fetch_answer``), awaited here."""
         core = self._core
         now = time.monotonic()
-        by_leader: dict[Address, list[tuple[TopicPartition, int, int]]] = {}
-        for tp, pos in core._positions.items():
-            if pos is None or core._backoff_until.get(tp, 0) > now:
-                continue
-            leader = core.metadata.cached_leader_for(tp)
-            if leader is None:
-                try:
-                    leader = await asyncio.to_thread(core.metadata.leader_for, tp)
-                except TidewaterError as e:
-                    if not e.retriable:
-                        raise
-                    leader = None
-            if leader is None:
-                core.metadata.invalidate()
-                core._backoff(tp)
-                continue
-            by_leader.setdefault(leader.address, []).append((tp, pos, leader.leader_epoch))
-        if not by_leader:
-            await asyncio.sleep(max(0.0, min(core.retry_backoff_ms / 1000, deadline - now)))
+        fetchable = core.fetchable(now)
+        leaders: dict[TopicPartition, LeaderInfo | None] = {
+            tp: core.metadata.cached_leader_for(tp) for tp, _ in fetchable}
+        unknown = [tp for tp, leader in leaders.items() if leader is None]
+        if unknown:  # a metadata refresh blocks: in a worker thread
+            leaders.update(await asyncio.to_thread(
+                lambda: {tp: core.leader_or_none(tp) for tp in unknown}))
+        wanted = core.fetch_plan(fetchable, leaders.get)
+        if not wanted:
+            await asyncio.sleep(core.idle_wait_s(deadline))
             return []
-        wait_ms = int(max(0, min(core.fetch_max_wait_ms, (deadline - now) * 1000)))
-        calls = [(tuple(items), *self._send_fetch(address, core._fetch_request(tuple(items), wait_ms)))
-                 for address, items in by_leader.items()]
-        records: list[ConsumerRecord] = []
+        wait_ms = core.fetch_wait_ms(deadline, now)
+        calls = [(items, *self._send_fetch(address, core.fetch_request(items, wait_ms)))
+                 for address, items in wanted.items()]
+        chunks: list[FetchChunk] = []
         for i, (items, _stream, answer) in enumerate(calls):
             try:
-                response = await answer
-            except TidewaterError as e:
-                core._on_partition_error([tp for tp, _, _ in items], e)
-                continue
+                try:
+                    response: pb.FetchResponse | TidewaterError = await answer
+                except TidewaterError as e:  # a transport failure
+                    response = e
+                chunks += core.read_fetch_answer(items, response)[0]  # raises a fatal error
             except BaseException:
                 self._withdraw([(stream, a) for _, stream, a in calls[i:]])
                 raise
-            records += self._records_of(items, response)
-        return records
+        return core.decode_chunks(chunks)
 
     def _send_fetch(self, address: Address, request: pb.FetchRequest) -> SentFetch:
         """On the broker's FetchStream: (the stream, or None when none could be had; the
@@ -171,7 +164,7 @@ class AsyncConsumer:
             stream = self._streams.stream(address)
             if stream is None:
                 break  # the pool is closed
-            if stream.send(request, on_answer, self._core._timeout_s(request.max_wait_ms)):
+            if stream.send(request, on_answer, self._core.fetch_timeout_s(request.max_wait_ms)):
                 return stream, answer
         answer.set_exception(BrokerConnectionError(
             f"no FetchStream to {format_address(address)} to send on"))
@@ -187,27 +180,6 @@ class AsyncConsumer:
                 if stream is not None:
                     stream.abort(BrokerConnectionError("long-poll fetch withdrawn"))
                 answer.cancel()
-
-    def _records_of(self, items: FetchItems, response: pb.FetchResponse) -> list[ConsumerRecord]:
-        """The threaded poll's answer table, then its decoding, for one leader's answer."""
-        core = self._core
-        if response.error_code != pb.NONE:
-            core._on_partition_error([tp for tp, _, _ in items], error_for_code(response.error_code))
-            return []
-        records: list[ConsumerRecord] = []
-        for p in response.partitions:
-            tp = TopicPartition(p.topic, p.partition)
-            if tp not in core._positions:
-                continue  # unassigned while the fetch was out
-            if p.error_code != pb.NONE:
-                core._on_partition_error([tp], error_for_code(
-                    p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
-                continue
-            data = p.records
-            if data:
-                aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-                records += core._decode(tp, data, None, aborted)
-        return records
 
     async def close(self) -> None:
         if self._closed:
