@@ -308,6 +308,15 @@ class Bench:
                 self.tw[("paced", rate)] = self.step(
                     f"tidewater paced latency {rate}/s", with_machine_pauses,
                     tidewater_side.paced_latency, bootstrap, name, LATENCY_RECORD_BYTES, count, rate)
+            if rate != 1000:
+                continue
+            # The peer's shape: one asyncio loop per client (peer_nats.paced_latency).
+            name = self.step(f"create topic paced {rate} asyncio", topic, f"paced-{rate}-aio")
+            if name:
+                self.tw[("paced_aio", rate)] = self.step(
+                    f"tidewater paced latency {rate}/s, AsyncProducer", with_machine_pauses,
+                    tidewater_side.paced_latency, bootstrap, name, LATENCY_RECORD_BYTES, count, rate,
+                    producer_kind="asyncio", receiver_kind="aio_consumer")
         if self.tw.get(("produce", "all", 1024)) is not None and self.wants("consume"):
             self.tw["consume"] = self.step("tidewater consume from the beginning", with_cpu, pids(),
                                            tidewater_side.consume_throughput, bootstrap,
@@ -526,7 +535,7 @@ class Bench:
                     peer_s = peer.get(kind) if peer else None
                     note = ""
                     if label == "p50":
-                        note = (f"{what}, 1 KiB, acks=all; achieved "
+                        note = (f"{what}, 1 KiB, acks=all, threaded Producer + Consumer; achieved "
                                 f"tw {format_value(tw['achieved_rate_per_s']) if tw else '-'}/s, "
                                 f"peer {format_value(peer['achieved_rate_per_s']) if peer else '-'}/s")
                     elif label == "p99.9" and kind == "e2e":
@@ -536,6 +545,19 @@ class Bench:
                             for who, run in (("tw", tw), ("peer", peer))
                             if run and run.get("machine_pauses") is not None)
                     rows.append(Row("latency", f"{kind} @{rate:,}/s {label}", "ms",
+                                    getattr(tw_s, attr) if tw_s else None,
+                                    getattr(peer_s, attr) if peer_s else None, note, better="lower"))
+        tw, peer = self.tw.get(("paced_aio", 1000)), self.peer.get(("paced", 1000))
+        if tw is not None or ("paced_aio", 1000) in self.tw:
+            for kind in ("e2e", "ack"):
+                for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+                    tw_s = tw.get(kind) if tw else None
+                    peer_s = peer.get(kind) if peer else None
+                    note = ("the peer's shape, one loop per client: AsyncProducer paced on its "
+                            "loop (an event-loop pacer wakes ~0.5 ms late, counted, as the "
+                            "peer's), AsyncConsumer receiving; the rows above: threaded Producer "
+                            "(pacer thread) + Consumer" if label == "p50" and kind == "e2e" else "")
+                    rows.append(Row("latency", f"{kind} @1,000/s {label}, AsyncProducer", "ms",
                                     getattr(tw_s, attr) if tw_s else None,
                                     getattr(peer_s, attr) if peer_s else None, note, better="lower"))
         tw, peer = self.tw.get("consume"), self.peer.get("consume")

@@ -30,6 +30,7 @@ replicated log, like one JetStream stream):
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import re
@@ -393,19 +394,130 @@ def _receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float, 
         conn.close()
 
 
+def _stream_receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float,
+                          conn) -> None:
+    """Receiver process without the Consumer's thread hand-off
+    (``bench.fetch_stream_receiver``: the FetchStream read on one loop)."""
+    from bench.fetch_stream_receiver import receive, start_position
+    from tidewater.client.metadata import TopicPartition
+
+    latencies: list[float] = []
+    try:
+        position = start_position(bootstrap, TopicPartition(topic, 0))
+        conn.send("ready")
+        run_on_uvloop(receive(bootstrap, topic, position, expected, timeout_s, lambda record:
+                              latencies.append((time.time_ns() - read_stamp(record.value)) / 1e6)))
+    finally:
+        conn.send(latencies)
+        conn.close()
+
+
+def run_on_uvloop(coro):
+    """``asyncio.run`` on a uvloop loop: the loop kind the threaded clients' I/O thread
+    runs (client.streams), so the asyncio rows differ from theirs in shape only."""
+    import asyncio
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def _aio_consumer_receiver_main(bootstrap: str, topic: str, expected: int, timeout_s: float,
+                                conn) -> None:
+    """Receiver process: ``client.aio_consumer.AsyncConsumer`` polled on its own loop."""
+    from tidewater.client.aio_consumer import AsyncConsumer
+
+    latencies: list[float] = []
+
+    async def receive() -> None:
+        async with AsyncConsumer(bootstrap, auto_offset_reset="latest",
+                                 fetch_max_wait_ms=100) as consumer:
+            consumer.assign([(topic, 0)])
+            await consumer.position((topic, 0))
+            conn.send("ready")
+            deadline = time.monotonic() + timeout_s
+            while len(latencies) < expected and time.monotonic() < deadline:
+                for record in await consumer.poll(200):
+                    latencies.append((time.time_ns() - read_stamp(record.value)) / 1e6)
+
+    try:
+        run_on_uvloop(receive())
+    finally:
+        conn.send(latencies)
+        conn.close()
+
+
+RECEIVERS = {"consumer": _receiver_main, "aio_consumer": _aio_consumer_receiver_main,
+             "stream": _stream_receiver_main}
+PRODUCERS = ("threaded", "asyncio")
+
+
+async def _paced_async_sends(bootstrap: str, topic: str, record_bytes: int, count: int,
+                             rate_per_s: float, in_flight: int,
+                             ack_ms: list[float], failures: list[BaseException]) -> float:
+    """``client.aio_producer.AsyncProducer`` paced on its own loop, as
+    ``peer_nats.paced_latency`` paces ``publish_async``; returns the achieved rate."""
+    import asyncio
+
+    from bench.probes.latency_probe import due_count
+    from tidewater.client.aio_producer import AsyncProducer
+
+    async with AsyncProducer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=0,
+                             buffer_memory_bytes=64 * MIB,
+                             max_in_flight_per_partition=in_flight) as producer:
+        await (await producer.send(topic, stamped_payload(record_bytes, time.time_ns(),
+                                                          bytes(record_bytes)), partition=0))
+        filler = os.urandom(record_bytes)
+
+        def on_ack(fut, due_ns: int) -> None:
+            if fut.exception() is None:
+                ack_ms.append((time.time_ns() - due_ns) / 1e6)
+            else:
+                failures.append(fut.exception())
+
+        start_ns = time.time_ns()
+        start = time.perf_counter()
+        interval_ns = 1e9 / rate_per_s
+        sent = 0
+        while sent < count:
+            due = min(count, due_count(time.perf_counter() - start, rate_per_s))
+            while sent < due:
+                due_ns = start_ns + int(sent * interval_ns)
+                fut = await producer.send(topic, stamped_payload(record_bytes, due_ns, filler),
+                                          partition=0)
+                fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
+                sent += 1
+            if sent < count:  # until the next record is due, as run_paced
+                # In whole ms, rounded up: uvloop's timers count whole ms and round down, so
+                # a 0.5 ms sleep returns at once (measured 0.003 ms): the pacer would spin.
+                wait_s = start + sent / rate_per_s - time.perf_counter()
+                await asyncio.sleep(math.ceil(wait_s * 1000) / 1000 if wait_s > 0 else 0)
+        achieved = count / (time.perf_counter() - start)
+        await producer.flush(timeout_s=120)
+    return achieved
+
+
 def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
-                  rate_per_s: float, *, in_flight: int = 1) -> dict:
+                  rate_per_s: float, *, in_flight: int = 1, producer_kind: str = "threaded",
+                  receiver_kind: str = "consumer") -> dict:
     """Produce ``count`` stamped records with acks=all at ``rate_per_s``; ack and end-to-end
-    LatencySummary plus the achieved rate."""
-    from tidewater.client.producer import Producer
+    LatencySummary plus the achieved rate. ``producer_kind``: "threaded" (``Producer``
+    from a pacer thread) or "asyncio" (``AsyncProducer`` paced on its loop, the peer's
+    shape); ``receiver_kind``: "consumer" (``Consumer.poll``), "aio_consumer"
+    (``AsyncConsumer.poll`` on its loop) or "stream" (the FetchStream read on one loop
+    by the bench itself: ``bench.fetch_stream_receiver``)."""
+    if producer_kind not in PRODUCERS or receiver_kind not in RECEIVERS:
+        raise ValueError(f"producer_kind {producer_kind!r}, receiver_kind {receiver_kind!r}")
 
     ctx = multiprocessing.get_context("spawn")  # never fork a process holding gRPC threads
     parent_end, child_end = ctx.Pipe()
     timeout_s = count / rate_per_s + 60
-    receiver = ctx.Process(target=_receiver_main, args=(bootstrap, topic, count, timeout_s, child_end),
-                           daemon=True)
+    receiver = ctx.Process(target=RECEIVERS[receiver_kind],
+                           args=(bootstrap, topic, count, timeout_s, child_end), daemon=True)
     receiver.start()
-    producer = None
+    ack_ms: list[float] = []
+    failures: list[BaseException] = []
     try:
         if not parent_end.poll(60) or parent_end.recv() != "ready":
             raise RuntimeError("latency receiver did not start")
@@ -413,6 +525,34 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
         # go together in the next request. More in flight sends one request per record
         # at 1,000/s, and the extra messages cost more CPU (hence queueing) than the
         # waiting saves: measured p99 12 ms with 5 in flight against 6 ms with 1.
+        if producer_kind == "asyncio":
+            achieved = run_on_uvloop(_paced_async_sends(bootstrap, topic, record_bytes, count,
+                                                      rate_per_s, in_flight, ack_ms, failures))
+        else:
+            achieved = _paced_threaded_sends(bootstrap, topic, record_bytes, count, rate_per_s,
+                                             in_flight, ack_ms, failures)
+        if not parent_end.poll(timeout_s):
+            raise RuntimeError("latency receiver did not answer")
+        e2e_ms = parent_end.recv()
+    finally:
+        stop_child(receiver)
+    if failures:
+        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
+    # The warm-up record may be received too: it is stamped before the paced ones.
+    e2e_ms = e2e_ms[-count:] if len(e2e_ms) > count else e2e_ms
+    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
+            "received": len(e2e_ms), "achieved_rate_per_s": achieved,
+            "producer": producer_kind, "receiver": receiver_kind}
+
+
+def _paced_threaded_sends(bootstrap: str, topic: str, record_bytes: int, count: int,
+                          rate_per_s: float, in_flight: int,
+                          ack_ms: list[float], failures: list[BaseException]) -> float:
+    """The threaded ``Producer`` from this (pacer) thread; returns the achieved rate."""
+    from tidewater.client.producer import Producer
+
+    producer = None
+    try:
         options = ({"max_in_flight_per_partition": in_flight}
                    if producer_in_flight_supported() else {})
         producer = Producer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=0,
@@ -420,8 +560,6 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
         producer.send(topic, stamped_payload(record_bytes, time.time_ns(), bytes(record_bytes)),
                       partition=0).result(timeout=30)
         filler = os.urandom(record_bytes)
-        ack_ms: list[float] = []
-        failures: list[BaseException] = []
 
         def on_ack(fut, due_ns: int) -> None:
             if fut.exception() is None:
@@ -435,19 +573,10 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
 
         achieved = run_paced(count, rate_per_s, send_one)
         producer.flush(timeout_s=120)
-        if not parent_end.poll(timeout_s):
-            raise RuntimeError("latency receiver did not answer")
-        e2e_ms = parent_end.recv()
     finally:
         if producer is not None:
             producer.close(timeout_s=30)
-        stop_child(receiver)
-    if failures:
-        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
-    # The warm-up record may be received too: it is stamped before the paced ones.
-    e2e_ms = e2e_ms[-count:] if len(e2e_ms) > count else e2e_ms
-    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
-            "received": len(e2e_ms), "achieved_rate_per_s": achieved}
+    return achieved
 
 
 def ack_latency_serial(bootstrap: str, topic: str, record_bytes: int, count: int,

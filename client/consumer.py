@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 
 import grpc
@@ -75,6 +75,7 @@ from tidewater.client.group import CommitFailedError, GroupMembership, Rebalance
 from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
+    LeaderInfo,
     MetadataClient,
     TopicPartition,
     client_metadata,
@@ -119,6 +120,10 @@ Wanted = dict[Address, FetchItems]  # what a poll fetches, by leader
 PendingFetch = StreamRequest[pb.FetchRequest, pb.FetchResponse]
 FetchCall = tuple[Address, FetchItems, PendingFetch]  # a fetch sent, as (address, items, call)
 Prefetch = tuple[Wanted, list[FetchCall]]  # fetches sent ahead: what they ask, their calls
+# One partition's records in an answer: (partition, records, high watermark, aborted
+# transactions as (producer id, first offset), read_committed).
+FetchChunk = tuple[TopicPartition, bytes, int, Sequence[tuple[int, int]]]
+LeaderLookup = Callable[[TopicPartition], "LeaderInfo | None"]  # None: no leader known
 # (topic, partition) pairs, as TopicPartition or plain tuples.
 Partitions = Iterable[tuple[str, int]]
 
@@ -235,6 +240,7 @@ class Consumer:
         # (what it asked for: leader address -> ((tp, position, epoch), ...), its calls)
         self._prefetched: Prefetch | None = None
         # Fetches go on one FetchStream per broker (client.streams).
+        self.security = security  # for client.aio_consumer's streams
         self._streams: StreamPool[pb.FetchRequest, pb.FetchResponse] = StreamPool(
             "FetchStream", ordered=True, security=security)
         self._closed = False
@@ -400,7 +406,7 @@ class Consumer:
         tp = self._assigned(partition)
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         while True:
-            self._resolve_positions(deadline)
+            self.resolve_positions(deadline)
             pos = self._positions[tp]
             if pos is not None and tp not in self._pending_reset:
                 return pos
@@ -440,12 +446,18 @@ class Consumer:
         self._maybe_auto_commit()
         while True:
             self._maybe_rebalance(deadline)
-            self._resolve_positions(deadline)
+            self.resolve_positions(deadline)
             records = self._fetch_once(deadline, max_records)
             if records or time.monotonic() >= deadline:
                 return records
 
-    def _resolve_positions(self, deadline: float) -> None:
+    def needs_positions(self) -> bool:
+        """Whether some assigned partition has no position yet or a reset pending."""
+        return bool(self._pending_reset) or any(pos is None for pos in self._positions.values())
+
+    def resolve_positions(self, deadline: float) -> None:
+        """Positions for the partitions without one or with a reset pending (ListOffsets
+        at their leaders, blocking); a retriable failure leaves them for the next poll."""
         needing = {tp: self._pending_reset.get(tp, self._reset_timestamp(tp))
                    for tp, pos in self._positions.items()
                    if pos is None or tp in self._pending_reset}
@@ -508,26 +520,11 @@ class Consumer:
 
     def _fetch_once(self, deadline: float, max_records: int | None) -> list[ConsumerRecord]:
         now = time.monotonic()
-        by_leader: dict[Address, list[tuple[TopicPartition, int, int]]] = {}
-        for tp, pos in self._positions.items():
-            if pos is None or self._backoff_until.get(tp, 0) > now:
-                continue
-            try:
-                leader = self.metadata.leader_for(tp)
-            except TidewaterError as e:
-                if not e.retriable:
-                    raise
-                leader = None
-            if leader is None:
-                self.metadata.invalidate()
-                self._backoff(tp)
-                continue
-            by_leader.setdefault(leader.address, []).append((tp, pos, leader.leader_epoch))
-        if not by_leader:
-            time.sleep(max(0.0, min(self.retry_backoff_ms / 1000, deadline - time.monotonic())))
+        wanted = self.fetch_plan(self.fetchable(now), self.leader_or_none)
+        if not wanted:
+            time.sleep(self.idle_wait_s(deadline))
             return []
-        wait_ms = int(max(0, min(self.fetch_max_wait_ms, (deadline - now) * 1000)))
-        wanted = {address: tuple(items) for address, items in by_leader.items()}
+        wait_ms = self.fetch_wait_ms(deadline, now)
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == wanted:
             calls = prefetched[1]
@@ -545,43 +542,20 @@ class Consumer:
             if prefetched is not None:
                 self._cancel(prefetched[1])
             calls = self._send_fetches(wanted, wait_ms)
-        records: list[ConsumerRecord] = []
-        chunks: list[tuple[TopicPartition, bytes]] = []
-        high_watermarks: dict[TopicPartition, int] = {}
-        # read_committed: each answer's aborted transactions, (producer id, first offset)
-        aborted: dict[TopicPartition, list[tuple[int, int]]] = {}
+        chunks: list[FetchChunk] = []
         clean = True  # every partition answered without an error
         try:
             for _address, items, call in calls:
-                loop_chunks = call.chunks if isinstance(call, _FollowingFetch) else None
+                answer: pb.FetchResponse | TidewaterError | None
                 try:
-                    resp = call.result()  # a transport failure raises its typed error
-                except TidewaterError as e:
-                    clean = False
-                    self._on_partition_error([tp for tp, _, _ in items], e)
-                    continue
-                assert resp is not None  # a fetch is answered (or fails)
-                if resp.error_code != pb.NONE:
-                    clean = False
-                    self._on_partition_error([tp for tp, _, _ in items], error_for_code(resp.error_code))
-                    continue
-                for p in resp.partitions:
-                    tp = TopicPartition(p.topic, p.partition)
-                    if tp not in self._positions:
-                        continue
-                    if p.error_code != pb.NONE:
-                        clean = False
-                        self._on_partition_error([tp], error_for_code(
-                            p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
-                        continue
-                    # Each read of a protobuf bytes field is a fresh copy: the loop's if it read one.
-                    data = p.records if loop_chunks is None else loop_chunks.get(tp, b"")
-                    if data:
-                        chunks.append((tp, data))
-                        high_watermarks[tp] = p.high_watermark
-                        if p.aborted_transactions:
-                            aborted[tp] = [(a.producer_id, a.first_offset)
-                                           for a in p.aborted_transactions]
+                    answer = call.result()
+                except TidewaterError as e:  # a transport failure
+                    answer = e
+                assert answer is not None  # a fetch is answered (or fails)
+                leader_chunks, leader_clean = self.read_fetch_answer(
+                    items, answer, call.chunks if isinstance(call, _FollowingFetch) else None)
+                chunks += leader_chunks
+                clean = clean and leader_clean
         except BaseException:
             # Calls not read yet are withdrawn: a long-poll left on an ordered stream would
             # hold the next poll's fetch behind it.
@@ -592,13 +566,11 @@ class Consumer:
             if followed is not None:
                 self._prefetched = followed  # sent by the loop thread: what _prefetch would send
             else:
-                self._prefetch(wanted, dict(chunks), high_watermarks)
+                self._prefetch(wanted, {tp: data for tp, data, _, _ in chunks},
+                               {tp: high_watermark for tp, _, high_watermark, _ in chunks})
         elif followed is not None:
             self._cancel(followed[1])
-        for tp, data in chunks:
-            # With max_records, batches past the limit are left undecoded (fetched again).
-            records += self._decode(tp, data, None if max_records is None else max_records - len(records),
-                                    aborted.get(tp, ()))
+        records = self.decode_chunks(chunks, max_records)
         if max_records is not None and len(records) > max_records:
             # Hand back only max_records; rewind positions so the rest come next poll.
             kept = records[:max_records]
@@ -610,15 +582,94 @@ class Consumer:
             return kept
         return records
 
-    def _send_fetches(self, wanted: Wanted, wait_ms: int) -> list[FetchCall]:
-        """One Fetch per leader address, sent now; [(address, items, call)]."""
-        calls: list[FetchCall] = []
-        for address, items in wanted.items():
-            calls.append((address, items, self._send_fetch(
-                address, self._fetch_request(items, wait_ms), items if len(wanted) == 1 else None)))
-        return calls
+    # -------------------------------------------- fetch rounds (shared with client.aio_consumer)
 
-    def _fetch_request(self, items: FetchItems, wait_ms: int) -> pb.FetchRequest:
+    def fetchable(self, now: float) -> list[tuple[TopicPartition, int]]:
+        """The assigned partitions to fetch at ``now``, with their positions: those
+        positioned and not backing off after an error."""
+        backoff_until = self._backoff_until
+        return [(tp, pos) for tp, pos in self._positions.items()
+                if pos is not None and backoff_until.get(tp, 0) <= now]
+
+    def leader_or_none(self, tp: TopicPartition) -> LeaderInfo | None:
+        """``tp``'s leader, refreshing metadata when the snapshot is stale (blocking);
+        None when it has none or a retriable error hides it."""
+        try:
+            return self.metadata.leader_for(tp)
+        except TidewaterError as e:
+            if not e.retriable:
+                raise
+            return None
+
+    def fetch_plan(self, fetchable: Iterable[tuple[TopicPartition, int]],
+                   leader_of: LeaderLookup) -> Wanted:
+        """``fetchable`` (``fetchable()``) grouped by the address of each partition's
+        leader (``leader_of``); a partition without a known leader is left out: metadata
+        is invalidated and the partition backs off."""
+        by_leader: dict[Address, list[tuple[TopicPartition, int, int]]] = {}
+        for tp, pos in fetchable:
+            leader = leader_of(tp)
+            if leader is None:
+                self.metadata.invalidate()
+                self._backoff(tp)
+                continue
+            by_leader.setdefault(leader.address, []).append((tp, pos, leader.leader_epoch))
+        return {address: tuple(items) for address, items in by_leader.items()}
+
+    def fetch_wait_ms(self, deadline: float, now: float) -> int:
+        """A fetch's long-poll: ``fetch_max_wait_ms``, or what is left of the poll."""
+        return int(max(0, min(self.fetch_max_wait_ms, (deadline - now) * 1000)))
+
+    def idle_wait_s(self, deadline: float) -> float:
+        """How long a poll with nothing to fetch (every partition backing off or
+        leaderless) waits before it looks again."""
+        return max(0.0, min(self.retry_backoff_ms / 1000, deadline - time.monotonic()))
+
+    def read_fetch_answer(self, items: FetchItems, answer: pb.FetchResponse | TidewaterError,
+                          loop_chunks: Mapping[TopicPartition, bytes] | None = None
+                          ) -> tuple[list[FetchChunk], bool]:
+        """One leader's answer to the fetch of ``items`` (or its transport error) by the
+        answer table (module docstring): errors go to ``_on_partition_error``, which
+        raises those not retriable; partitions unassigned while the fetch was out are
+        skipped. Returns the partitions' records and whether the answer was clean (no
+        error). ``loop_chunks``: the records fields the loop thread read already
+        (``_FollowingFetch.chunks``)."""
+        if isinstance(answer, TidewaterError):
+            self._on_partition_error([tp for tp, _, _ in items], answer)
+            return [], False
+        if answer.error_code != pb.NONE:
+            self._on_partition_error([tp for tp, _, _ in items], error_for_code(answer.error_code))
+            return [], False
+        chunks: list[FetchChunk] = []
+        clean = True
+        for p in answer.partitions:
+            tp = TopicPartition(p.topic, p.partition)
+            if tp not in self._positions:
+                continue
+            if p.error_code != pb.NONE:
+                clean = False
+                self._on_partition_error([tp], error_for_code(
+                    p.error_code, p.error_message or pb.ErrorCode.Name(p.error_code)))
+                continue
+            # Each read of a protobuf bytes field is a fresh copy: the loop's if it read one.
+            data = p.records if loop_chunks is None else loop_chunks.get(tp, b"")
+            if data:
+                aborted = ([(a.producer_id, a.first_offset) for a in p.aborted_transactions]
+                           if p.aborted_transactions else ())
+                chunks.append((tp, data, p.high_watermark, aborted))
+        return chunks, clean
+
+    def decode_chunks(self, chunks: Iterable[FetchChunk],
+                      max_records: int | None = None) -> list[ConsumerRecord]:
+        """The records of ``chunks``, advancing positions; with ``max_records``, batches
+        past the limit are left undecoded (fetched again; up to a batch more is returned)."""
+        records: list[ConsumerRecord] = []
+        for tp, data, _high_watermark, aborted in chunks:
+            records += self._decode(tp, data, None if max_records is None else max_records - len(records),
+                                    aborted)
+        return records
+
+    def fetch_request(self, items: FetchItems, wait_ms: int) -> pb.FetchRequest:
         return pb.FetchRequest(
             replica_id=-1, replica_broker_epoch=-1, max_wait_ms=wait_ms,
             min_bytes=self.fetch_min_bytes, max_bytes=self.fetch_max_bytes,
@@ -628,6 +679,18 @@ class Consumer:
                 fetch_offset=pos, last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=self.max_partition_fetch_bytes)
                 for tp, pos, epoch in items])
+
+    def fetch_timeout_s(self, wait_ms: int) -> float:
+        """A fetch's deadline: its long-poll and ``request_timeout_ms``."""
+        return wait_ms / 1000 + self.request_timeout_ms / 1000
+
+    def _send_fetches(self, wanted: Wanted, wait_ms: int) -> list[FetchCall]:
+        """One Fetch per leader address, sent now; [(address, items, call)]."""
+        calls: list[FetchCall] = []
+        for address, items in wanted.items():
+            calls.append((address, items, self._send_fetch(
+                address, self.fetch_request(items, wait_ms), items if len(wanted) == 1 else None)))
+        return calls
 
     def _send_fetch(self, address: Address, request: pb.FetchRequest,
                     items: FetchItems | None = None) -> PendingFetch:
@@ -639,7 +702,7 @@ class Consumer:
                 break  # the pool is closed: the consumer is closing
             pending: PendingFetch = (StreamRequest(stream, request) if items is None
                        else _FollowingFetch(self, items, stream, request))
-            if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
+            if stream.send(request, pending.on_answer, self.fetch_timeout_s(request.max_wait_ms)):
                 return pending
         # No stream to send on: the request fails as a transport failure would (retried by
         # the next poll); answered already, so it never touches its (absent) stream.
@@ -647,9 +710,6 @@ class Consumer:
         failed.on_answer(None, BrokerConnectionError(
             f"no FetchStream to {format_address(address)} to send on"))
         return failed
-
-    def _timeout_s(self, wait_ms: int) -> float:
-        return wait_ms / 1000 + self.request_timeout_ms / 1000
 
     def _prefetch(self, wanted: Wanted, chunks: dict[TopicPartition, bytes],
                   high_watermarks: dict[TopicPartition, int]) -> None:
@@ -713,9 +773,9 @@ class Consumer:
             return  # (a _FollowingFetch always has its stream)
         following, behind = self._following({stream.address: call.items}, chunks, high_watermarks)
         items = following[stream.address]
-        request = self._fetch_request(items, 0 if behind else self.fetch_max_wait_ms)
+        request = self.fetch_request(items, 0 if behind else self.fetch_max_wait_ms)
         pending = _FollowingFetch(self, items, stream, request)
-        if stream.send(request, pending.on_answer, self._timeout_s(request.max_wait_ms)):
+        if stream.send(request, pending.on_answer, self.fetch_timeout_s(request.max_wait_ms)):
             call.follow = (following, [(stream.address, items, pending)])
 
     @staticmethod

@@ -1,6 +1,7 @@
 """Where an acks=all record's milliseconds and CPU go at a paced rate.
 
     .venv/bin/python bench/probes/latency_breakdown.py [--rate 1000] [--seconds 3] [--record-bytes 1024] [--threads]
+        [--producer threaded|asyncio] [--receiver consumer|aio_consumer|stream]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 (1 partition, RF=3), runs ``tidewater_side.paced_latency`` (Producer acks=all,
@@ -115,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile every thread with C frames (gRPC core, uvloop), not GIL only")
     parser.add_argument("--threads", action="store_true",
                         help="also print the context switches per round of each thread (by name)")
+    parser.add_argument("--producer", choices=tidewater_side.PRODUCERS, default="threaded",
+                        help="threaded: Producer from a pacer thread; asyncio: AsyncProducer on its loop")
+    parser.add_argument("--receiver", choices=tuple(tidewater_side.RECEIVERS), default="consumer",
+                        help="consumer: Consumer.poll; aio_consumer: AsyncConsumer.poll; "
+                             "stream: the FetchStream read on one loop by the bench")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a broker setting for every broker")
     args = parser.parse_args(argv)
@@ -142,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             started_wall = time.time()
             with SwitchSampler(pids) as sampler:
                 result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
-                                                      int(args.rate * args.seconds), args.rate)
+                                                      int(args.rate * args.seconds), args.rate,
+                                                      producer_kind=args.producer,
+                                                      receiver_kind=args.receiver)
             elapsed = time.perf_counter() - started
             if spy is not None:
                 spy.wait(timeout=60)
@@ -156,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.stop()
     print(f"run window (epoch s) {started_wall:.3f} {started_wall + elapsed:.3f}")
+    print(f"producer {args.producer}, receiver {args.receiver}")
     print(f"load average {os.getloadavg()[0]:.2f}; run {elapsed:.1f} s; leader broker-{leader}; "
           f"achieved {result['achieved_rate_per_s']:,.0f}/s")
     for kind in ("ack", "e2e"):

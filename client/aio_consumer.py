@@ -1,0 +1,190 @@
+"""The asyncio consumer for assigned partitions: the threaded ``client.consumer``'s
+positions, fetch requests, decoding and error table, read on the caller's loop.
+
+The threaded ``Consumer`` reads its FetchStreams on the ``tide-client-io`` loop thread
+and hands each answer to the polling thread (a latch and a GIL exchange per answer:
+``docs/benchmarks.md``, issue 30, measured ~10.5 context switches a round in a paced
+receiver against ~6 for one loop). Here the streams run on the loop of the coroutine
+that started the consumer (``client.streams.StreamPool`` given a ``CallerLoop``), and
+``poll`` decodes each answer on that loop: no thread hand-off.
+
+What is shared, by composition with a ``Consumer`` that never opens its own streams:
+assignment and positions (``assign``, ``seek``), resets by ``auto_offset_reset``
+(ListOffsets, blocking: run in a worker thread, as the asyncio producer runs its
+metadata look-ups), the FetchRequest's fields, CRC check and decoding, aborted
+transactions (read_committed), and the per-partition answer table (retriable errors
+refresh metadata and back off; OFFSET_OUT_OF_RANGE resets; the rest raises).
+
+Not here: groups (``subscribe``, commits) and prefetch. One fetch per leader is out at
+a time: ``poll`` waits for the answers, each a long-poll of up to
+``min(fetch_max_wait_ms, what is left of timeout_ms)``, so a poll may end up to a
+round trip after its timeout. A poll cancelled while its long-poll is out breaks that
+stream (the next poll opens a new one): an ordered stream would otherwise hold the
+next fetch's answer behind it.
+
+    async with AsyncConsumer(bootstrap) as consumer:
+        consumer.assign([("topic", 0)])
+        records = await consumer.poll(1000)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+
+from tidewater.client.consumer import Consumer, ConsumerRecord, FetchChunk, Partitions
+from tidewater.client.metadata import (
+    Address,
+    BrokerConnectionError,
+    LeaderInfo,
+    TopicPartition,
+    format_address,
+)
+from tidewater.client.streams import CallerLoop, ClientStream, StreamPool
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import TidewaterError
+
+__all__ = ["AsyncConsumer"]
+
+# A fetch sent: its stream (None: none to send on) and its answer.
+SentFetch = tuple["ClientStream[pb.FetchRequest, pb.FetchResponse] | None",
+                  "asyncio.Future[pb.FetchResponse]"]
+
+
+class AsyncConsumer:
+    _streams: StreamPool[pb.FetchRequest, pb.FetchResponse]  # made by start(), on the loop
+
+    def __init__(self, bootstrap: str, **consumer_options: object) -> None:
+        """``consumer_options``: the threaded ``Consumer``'s keyword arguments
+        (``auto_offset_reset``, ``fetch_max_wait_ms``, TLS and SASL, ``isolation_level``
+        ...), except ``group_id``: an asyncio consumer of assigned partitions only."""
+        if consumer_options.get("group_id") is not None:
+            raise ValueError("AsyncConsumer has no groups: assign partitions instead")
+        self._core = Consumer(bootstrap, **consumer_options)  # type: ignore[arg-type]
+        self._started = False
+        self._closed = False
+
+    async def start(self) -> None:
+        self._streams = StreamPool("FetchStream", ordered=True, io=CallerLoop(),
+                                   security=self._core.security)
+        self._started = True
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ positions
+
+    def assign(self, partitions: Partitions) -> None:
+        self._core.assign(partitions)
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._core.assignment()
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        self._core.seek(partition, offset)
+
+    def seek_to_beginning(self, tps: Partitions | None = None) -> None:
+        self._core.seek_to_beginning(tps)
+
+    def seek_to_end(self, tps: Partitions | None = None) -> None:
+        self._core.seek_to_end(tps)
+
+    async def position(self, partition: tuple[str, int]) -> int:
+        """The next offset ``poll`` returns (a pending reset is resolved now, in a thread)."""
+        return await asyncio.to_thread(self._core.position, partition)
+
+    # ------------------------------------------------------------------ fetching
+
+    async def poll(self, timeout_ms: int = 1000) -> list[ConsumerRecord]:
+        """Records fetched within ``timeout_ms`` (empty when none arrived)."""
+        if self._closed or not self._started:
+            raise RuntimeError("consumer is not running (use `async with` or start())")
+        core = self._core
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if core.needs_positions():
+                await asyncio.to_thread(core.resolve_positions, deadline)
+            records = await self._fetch_once(deadline)
+            if records or time.monotonic() >= deadline:
+                return records
+
+    async def _fetch_once(self, deadline: float) -> list[ConsumerRecord]:
+        """The threaded ``Consumer._fetch_once`` without prefetch: its plan, requests and
+        answer table (``Consumer.fetch_plan``, ``read_fetch_answer``), awaited here."""
+        core = self._core
+        now = time.monotonic()
+        fetchable = core.fetchable(now)
+        leaders: dict[TopicPartition, LeaderInfo | None] = {
+            tp: core.metadata.cached_leader_for(tp) for tp, _ in fetchable}
+        unknown = [tp for tp, leader in leaders.items() if leader is None]
+        if unknown:  # a metadata refresh blocks: in a worker thread
+            leaders.update(await asyncio.to_thread(
+                lambda: {tp: core.leader_or_none(tp) for tp in unknown}))
+        wanted = core.fetch_plan(fetchable, leaders.get)
+        if not wanted:
+            await asyncio.sleep(core.idle_wait_s(deadline))
+            return []
+        wait_ms = core.fetch_wait_ms(deadline, now)
+        calls = [(items, *self._send_fetch(address, core.fetch_request(items, wait_ms)))
+                 for address, items in wanted.items()]
+        chunks: list[FetchChunk] = []
+        for i, (items, _stream, answer) in enumerate(calls):
+            try:
+                try:
+                    response: pb.FetchResponse | TidewaterError = await answer
+                except TidewaterError as e:  # a transport failure
+                    response = e
+                chunks += core.read_fetch_answer(items, response)[0]  # raises a fatal error
+            except BaseException:
+                self._withdraw([(stream, a) for _, stream, a in calls[i:]])
+                raise
+        return core.decode_chunks(chunks)
+
+    def _send_fetch(self, address: Address, request: pb.FetchRequest) -> SentFetch:
+        """On the broker's FetchStream: (the stream, or None when none could be had; the
+        answer's future, resolved on this loop by the stream's reader task or failed
+        with the stream's typed error)."""
+        answer: asyncio.Future[pb.FetchResponse] = asyncio.get_running_loop().create_future()
+
+        def on_answer(response: pb.FetchResponse | None, error: TidewaterError | None) -> None:
+            if answer.done():
+                return  # withdrawn
+            if error is not None or response is None:
+                answer.set_exception(error or BrokerConnectionError("fetch without an answer"))
+            else:
+                answer.set_result(response)
+
+        for _ in range(2):  # a stream found broken between lookup and send: open a new one
+            stream = self._streams.stream(address)
+            if stream is None:
+                break  # the pool is closed
+            if stream.send(request, on_answer, self._core.fetch_timeout_s(request.max_wait_ms)):
+                return stream, answer
+        answer.set_exception(BrokerConnectionError(
+            f"no FetchStream to {format_address(address)} to send on"))
+        return None, answer
+
+    @staticmethod
+    def _withdraw(sent: list[SentFetch]) -> None:
+        """Long-polls not wanted any more: their streams break (the next poll opens new
+        ones), so no later answer waits behind them."""
+        for stream, answer in sent:
+            # Cancelled: by us, or by the cancellation of the poll awaiting it.
+            if not answer.done() or answer.cancelled():
+                if stream is not None:
+                    stream.abort(BrokerConnectionError("long-poll fetch withdrawn"))
+                answer.cancel()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            await self._streams.aclose()
+        await asyncio.to_thread(self._core.close)
