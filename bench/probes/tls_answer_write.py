@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import uvloop
 
 from bench.bench_common import KIB, format_table, median, stop_child
+from bench.probes.tls_record_decrypt import handshake_pair
 from tidewater.proto.tls import TlsFiles, server_ssl_context
 from tidewater.tools import certs
 
@@ -72,27 +73,10 @@ def client_context(ca_file: Path) -> ssl.SSLContext:
 # ---------------------------------------------------------------- 1. in memory
 
 
-def pump(source: ssl.MemoryBIO, sink: ssl.MemoryBIO) -> None:
-    data = source.read()
-    if data:
-        sink.write(data)
-
-
 def memory_pair(files: TlsFiles) -> tuple[ssl.SSLObject, ssl.SSLObject, list[ssl.MemoryBIO]]:
-    """A server and a client ``SSLObject`` after their handshake, and their BIOs
-    (server in, server out, client in, client out)."""
-    bios = [ssl.MemoryBIO() for _ in range(4)]
-    server = server_ssl_context(files).wrap_bio(bios[0], bios[1], server_side=True)
-    client = client_context(files.ca).wrap_bio(bios[2], bios[3], server_hostname="localhost")
-    for _ in range(10):
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        pump(bios[3], bios[0])
-        pump(bios[1], bios[2])
-    return server, client, bios
+    """A server (the listener's context) and a client ``SSLObject`` after their handshake,
+    and their BIOs (server in, server out, client in, client out)."""
+    return handshake_pair(server_ssl_context(files), client_context(files.ca))
 
 
 def in_memory(files: TlsFiles, megabytes: int) -> tuple[str, float, float, str]:

@@ -31,15 +31,12 @@ PATTERNS = {"16 KiB records": (16384,), "1 KiB records": (1024,),
             "1 KiB + 9 B records in turn": (1024, 9)}
 
 
-def connected_pair(directory: Path, tune: Callable[[ssl.SSLContext], None] | None = None,
-                   ) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.SSLObject, ssl.MemoryBIO]:
-    """(server, its incoming BIO, client, its outgoing BIO), handshake done; ``tune``
-    (when given) changes the server's context first."""
-    server_ssl, ca_file = server_context(directory)
-    if tune is not None:
-        tune(server_ssl)
-    client_ssl = ssl.create_default_context(cafile=ca_file)
-    server_in, server_out, client_in, client_out = (ssl.MemoryBIO() for _ in range(4))
+def handshake_pair(server_ssl: ssl.SSLContext, client_ssl: ssl.SSLContext,
+                   ) -> tuple[ssl.SSLObject, ssl.SSLObject, list[ssl.MemoryBIO]]:
+    """A server and a client ``SSLObject`` over memory BIOs, their handshake done, and the
+    BIOs (server in, server out, client in, client out)."""
+    bios = [ssl.MemoryBIO() for _ in range(4)]
+    server_in, server_out, client_in, client_out = bios
     server = server_ssl.wrap_bio(server_in, server_out, server_side=True)
     client = client_ssl.wrap_bio(client_in, client_out, server_hostname="localhost")
     for _ in range(10):
@@ -50,7 +47,18 @@ def connected_pair(directory: Path, tune: Callable[[ssl.SSLContext], None] | Non
                 pass
         server_in.write(client_out.read())
         client_in.write(server_out.read())
-    return server, server_in, client, client_out
+    return server, client, bios
+
+
+def connected_pair(directory: Path, tune: Callable[[ssl.SSLContext], None] | None = None,
+                   ) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.SSLObject, ssl.MemoryBIO]:
+    """(server, its incoming BIO, client, its outgoing BIO), handshake done; ``tune``
+    (when given) changes the server's context first."""
+    server_ssl, ca_file = server_context(directory)
+    if tune is not None:
+        tune(server_ssl)
+    server, client, bios = handshake_pair(server_ssl, ssl.create_default_context(cafile=ca_file))
+    return server, bios[0], client, bios[3]
 
 
 def measure(directory: Path, sizes: tuple[int, ...], total_bytes: int,
