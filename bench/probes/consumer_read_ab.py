@@ -8,6 +8,10 @@ reader in turn, each read in a fresh process:
   options (64 MiB fetches, 16 MiB per partition, prefetch on);
 - ``aio``: ``client.aio_consumer.AsyncConsumer`` with the same options (no prefetch: each
   poll waits a round trip before the next fetch is sent);
+- ``threaded-noprefetch``: the threaded Consumer with ``_prefetch`` and ``_follow``
+  made no-ops (probe only), so each poll sends its fetch after decoding the last, as the
+  AsyncConsumer does: against ``threaded`` it is what prefetch buys, against ``aio``
+  what the thread hand-off costs;
 - ``threaded@LABEL``: the threaded Consumer run by another checkout's interpreter
   (``--other LABEL=PYTHON``, e.g. ``base=/work/wt/base-b177/.venv/bin/python``), the A/B
   of a client change on the same topic and brokers.
@@ -34,6 +38,15 @@ MIB = 1024 * 1024
 # The threaded Consumer's options in bench.tidewater_side.consume_throughput.
 READ_OPTIONS = {"auto_offset_reset": "earliest", "fetch_max_bytes": 64 * MIB,
                 "max_partition_fetch_bytes": 16 * MIB, "fetch_max_wait_ms": 100}
+
+
+def read_threaded_without_prefetch(bootstrap: str, topic: str, target: int) -> tuple[int, int]:
+    from tidewater.client.consumer import Consumer
+
+    # No fetch sent ahead: neither by the poll (_prefetch) nor by the loop thread (_follow).
+    Consumer._prefetch = lambda self, wanted, chunks, high_watermarks: None  # type: ignore[method-assign]
+    Consumer._follow = lambda self, call, response: None  # type: ignore[method-assign]
+    return read_threaded(bootstrap, topic, target)
 
 
 def read_threaded(bootstrap: str, topic: str, target: int) -> tuple[int, int]:
@@ -81,7 +94,8 @@ def reader_main(kind: str, bootstrap: str, topic: str, target: int) -> None:
     import tidewater.client.consumer
     if kind == "aio":
         import tidewater.client.aio_consumer  # noqa: F401
-    reader = read_threaded if kind == "threaded" else read_aio
+    reader = {"threaded": read_threaded, "threaded-noprefetch": read_threaded_without_prefetch,
+              "aio": read_aio}[kind]
     wall, cpu = time.perf_counter(), time.process_time()
     count, payload = reader(bootstrap, topic, target)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -116,7 +130,8 @@ def main() -> None:
 
     readers = [(f"threaded@{label}", python, "threaded")
                for label, python in (o.split("=", 1) for o in args.other)]
-    readers += [("threaded", sys.executable, "threaded"), ("aio", sys.executable, "aio")]
+    readers += [("threaded", sys.executable, "threaded"), ("aio", sys.executable, "aio"),
+                ("threaded-noprefetch", sys.executable, "threaded-noprefetch")]
     with tempfile.TemporaryDirectory(prefix="consumer-read-ab-") as work:
         cluster = TidewaterCluster(work)
         bootstrap = cluster.start()
@@ -135,18 +150,18 @@ def main() -> None:
                     r = one_read(python, kind, bootstrap, "readab", target)
                     assert r["records"] >= target, r
                     results[label].append(r)
-                    print(f"round {round_no} {label:<16} {r['bytes'] / r['wall_s'] / 1e6:7.1f} MB/s "
+                    print(f"round {round_no} {label:<20} {r['bytes'] / r['wall_s'] / 1e6:7.1f} MB/s "
                           f"{r['bytes'] / r['cpu_s'] / 1e6:7.1f} MB/CPU-s load {r['load']:.2f}",
                           flush=True)
         finally:
             cluster.stop()
-    print(f"\n{'reader':<16} {'MB/s median':>12} {'(min-max)':>15} {'MB/CPU-s median':>16} "
+    print(f"\n{'reader':<20} {'MB/s median':>12} {'(min-max)':>15} {'MB/CPU-s median':>16} "
           f"{'(min-max)':>15} {'load':>10}")
     for label, rs in results.items():
         mbs = [r["bytes"] / r["wall_s"] / 1e6 for r in rs]
         mbcpu = [r["bytes"] / r["cpu_s"] / 1e6 for r in rs]
         loads = [r["load"] for r in rs]
-        print(f"{label:<16} {statistics.median(mbs):12.1f} {min(mbs):7.1f}-{max(mbs):<7.1f} "
+        print(f"{label:<20} {statistics.median(mbs):12.1f} {min(mbs):7.1f}-{max(mbs):<7.1f} "
               f"{statistics.median(mbcpu):16.1f} {min(mbcpu):7.1f}-{max(mbcpu):<7.1f} "
               f"{min(loads):4.2f}-{max(loads):.2f}")
 
