@@ -83,8 +83,8 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from tidewater.proto.errors import InvalidConfigError
 
