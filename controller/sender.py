@@ -6,7 +6,8 @@ which partitions need a LeaderAndIsr, whether an UpdateMetadata is due, which
 deleted partitions need a StopReplica. Marks coalesce (a partition that
 changed three times is sent once, in its latest state), so the queue is
 bounded by the number of partitions. Requests are built from the image when
-they are sent, after a short debounce, so a burst of changes becomes one
+they are sent, after a short debounce (not before a new sender's first round, the
+broker's full resync), so a burst of changes becomes one
 request. Order: StopReplica, LeaderAndIsr, UpdateMetadata. The marks, that
 order, the put-back of a failed request's marks, the backoff and which sender
 hears what from a commit are ``controller/send_marks.py``'s (no I/O; the
@@ -100,8 +101,8 @@ class BrokerSender:
         self._wake = asyncio.Event()
         self._closed = False
         self._channel = open_aio_channel(target, channel_options(config), credentials)
-        # Connect now, during the first round's debounce, not when its first request is
-        # sent: a (re)started broker gets its LeaderAndIsr a handshake sooner.
+        # Connect now, not when the first request is sent: the handshake overlaps the
+        # building of the first round's requests.
         self._channel.get_state(try_to_connect=True)
         self._stub = pb_grpc.BrokerControlStub(self._channel)
         # Supervised: a sender that dies (a bug) stops the controller, which would
@@ -140,11 +141,16 @@ class BrokerSender:
 
     async def _deliver(self) -> None:
         loop = asyncio.get_running_loop()
+        # The first round is the broker's full resync, all marked by the commit that made
+        # this sender: nothing to gather by waiting, and a (re)started broker serves only
+        # once it has this LeaderAndIsr (issue 30's restart time).
+        first_round = True
         while not self._closed:
             await self._wake.wait()
             self._wake.clear()
-            if self.config.sender_debounce_ms:
+            if self.config.sender_debounce_ms and not first_round:
                 await asyncio.sleep(self.config.sender_debounce_ms / 1000)
+            first_round = False
             while not self._closed and not self.idle:
                 # Every mark set by a commit up to this offset is taken by this round.
                 round_offset = self.machine.metadata.last_offset

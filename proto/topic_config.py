@@ -80,9 +80,11 @@ segment younger than the minimum is never cleaned, however overdue.)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tidewater.proto.errors import InvalidConfigError
 
@@ -387,7 +389,7 @@ class LogConfig:
         Every name must be a topic config (``TOPIC_CONFIGS``); those that are
         not log settings are checked and otherwise ignored.
         """
-        values = dataclasses.asdict(base if base is not None else cls())
+        values = _init_values(base) if base is not None else dict(_default_init_values())
         for name, raw in configs.items():
             value: int | float | str | None = parse_topic_config(name, raw)
             field = TOPIC_CONFIGS[name].log_field
@@ -407,3 +409,20 @@ class LogConfig:
             value = getattr(self, field)
             out[name] = str(INT64_MAX if value is None else value)
         return out
+
+
+# What ``LogConfig(...)`` takes. Every field is a scalar: ``from_configs`` copies them as
+# they are, where ``dataclasses.asdict`` deep-copied each and a fresh ``LogConfig()`` was
+# made and validated for the defaults on every call (a restart's LeaderAndIsr calls it
+# once per partition: issue 30, launch -> serving).
+_INIT_FIELDS = tuple(f.name for f in dataclasses.fields(LogConfig) if f.init)
+
+
+def _init_values(config: LogConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in _INIT_FIELDS}
+
+
+@functools.cache
+def _default_init_values() -> dict[str, Any]:
+    """The defaults' values, made once (callers copy before changing them)."""
+    return _init_values(LogConfig())

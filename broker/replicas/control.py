@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from tidewater.broker.clock import mono_ms as _mono_ms
@@ -178,40 +178,50 @@ class ControlRequests:
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
         trusted = self.cluster_identity.trusts(request.cluster_id)
         names_by_id = self._topic_names_by_id()
-        # Every partition decides first, then the carrier carries out all the Readies
-        # together (a restart's 60 new epochs are fsynced at once, not in turn), each
-        # before this answers. A partition named twice carries out what came before it.
+        # The carrier writes each partition's new epoch (fsynced, from threads) as soon as
+        # it is decided, while the next ones decide (a restart's 60), and carries out the
+        # Readies once all are written, each before this answers. A partition named twice
+        # carries out what came before it first.
         answers: list[tuple[int, str] | None] = []
-        decided: list[tuple[int, Partition, Ready]] = []
-        for item in request.partitions:
-            if any(p.tp.topic == item.state.topic and p.tp.partition == item.state.partition
-                   for _, p, _ in decided):  # before a new incarnation may replace it
-                self._carry_out(decided, answers)
-            try:
-                got = self._apply_partition_state(item, trusted, request.metadata_offset,
-                                                  names_by_id)
-            except Exception as e:  # the one boundary: a typed error per partition
-                got = error_code_for(e, context="LeaderAndIsr")
-            if isinstance(got[1], Ready):
-                decided.append((len(answers), got[0], got[1]))
-                answers.append(None)
-            else:
-                answers.append(got)
-        self._carry_out(decided, answers)
+        position = 0
+        while position < len(request.partitions):
+            decided: list[tuple[int, Ready]] = []  # (answer index, Ready) handed to the carrier
+            run = self._decide(request, position, trusted, names_by_id, answers, decided)
+            failures = self._carrier.apply_all(run)
+            position = len(answers)
+            for (index, ready), failure in zip(decided, failures, strict=True):
+                answers[index] = (error_code_for(failure, context="LeaderAndIsr")
+                                  if failure is not None else (ready.error, ready.error_message))
         for item, answer in zip(request.partitions, answers, strict=True):
             code, message = answer if answer is not None else (pb.NONE, "")
             response.partitions.add(topic=item.state.topic, partition=item.state.partition,
                                     error_code=code, error_message=message)
         return response
 
-    def _carry_out(self, decided: list[tuple[int, Partition, Ready]],
-                   answers: list[tuple[int, str] | None]) -> None:
-        """The decided Readies, carried out; each partition's answer set in ``answers``."""
-        failures = self._carrier.apply_all([(p, ready) for _, p, ready in decided])
-        for (index, _, ready), failure in zip(decided, failures, strict=True):
-            answers[index] = (error_code_for(failure, context="LeaderAndIsr")
-                              if failure is not None else (ready.error, ready.error_message))
-        decided.clear()
+    def _decide(self, request: pb.LeaderAndIsrRequest, position: int, trusted: bool,
+                names_by_id: dict[bytes, str], answers: list[tuple[int, str] | None],
+                decided: list[tuple[int, Ready]]) -> Iterator[tuple[Partition, Ready]]:
+        """The partitions from ``position`` on, decided one at a time as the carrier reads
+        them: each one's answer (None: its Ready's, once carried out) appended to
+        ``answers``. Ends before a partition decided already (before a new incarnation
+        may replace it)."""
+        named: set[tuple[str, int]] = set()
+        for item in request.partitions[position:]:
+            key = (item.state.topic, item.state.partition)
+            if key in named:
+                return
+            try:
+                got = self._apply_partition_state(item, trusted, request.metadata_offset,
+                                                  names_by_id)
+            except Exception as e:  # the one boundary: a typed error per partition
+                got = error_code_for(e, context="LeaderAndIsr")
+            if isinstance(got[1], Ready):
+                named.add(key)
+                decided.append((len(answers), got[1]))
+                answers.append(None)
+                yield got[0], got[1]
+            else:
+                answers.append(got)
 
     def _apply_partition_state(self, item: pb.LeaderAndIsrPartition, trusted: bool,
                                      metadata_offset: int,

@@ -22,7 +22,7 @@ effects one order:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -51,18 +51,19 @@ PERSIST_THREADS = 8
 
 _T = TypeVar("_T")
 # How ``apply_all`` runs its writes: ``write(i)`` for each index, results in order.
-RunAll = Callable[[Callable[[int], Any], Sequence[int]], list[Any]]
+RunAll = Callable[[Callable[[int], Any], Iterable[int]], list[Any]]
 
 
-def in_turn(write: Callable[[int], _T], indexes: Sequence[int]) -> list[_T]:
+def in_turn(write: Callable[[int], _T], indexes: Iterable[int]) -> list[_T]:
     """One write after another (the simulation's: its disk is one deterministic object)."""
     return [write(i) for i in indexes]
 
 
-def from_threads(write: Callable[[int], _T], indexes: Sequence[int]) -> list[_T]:
-    """Up to ``PERSIST_THREADS`` writes at once (the broker's); returns when all ended."""
-    with ThreadPoolExecutor(min(PERSIST_THREADS, len(indexes)),
-                            thread_name_prefix="epoch-persist") as pool:
+def from_threads(write: Callable[[int], _T], indexes: Iterable[int]) -> list[_T]:
+    """Up to ``PERSIST_THREADS`` writes at once (the broker's), each started as soon as
+    ``indexes`` yields it (``map`` submits while it reads); returns when all ended. The
+    pool starts a thread only for a write that finds none idle."""
+    with ThreadPoolExecutor(PERSIST_THREADS, thread_name_prefix="epoch-persist") as pool:
         return list(pool.map(write, indexes))
 
 
@@ -115,36 +116,46 @@ class ReadyCarrier:
         """Called after each Ready was carried out (or failed to be); the simulation looks
         here (checks only). Nothing in the broker."""
 
-    def apply_all(self, items: list[tuple[Partition, Ready]]) -> list[Exception | None]:
+    def apply_all(self, items: Iterable[tuple[Partition, Ready]]) -> list[Exception | None]:
         """``apply`` for the Readies of one request (a LeaderAndIsr), of distinct
         partitions; what ``apply`` would raise for each is returned in its place.
 
         Readies whose persist is only epoch assigns (a restart's new leader epochs) have
-        them written from threads at once, each partition's in order; all are written
-        (fsynced) before any Ready's rest is carried out, on this thread, in order, and
-        before this returns, so nothing is served in an epoch before it is durable. A
-        failed write goes to the core as in ``apply``."""
-        if len({id(partition) for partition, _ in items}) != len(items):
-            raise ValueError("apply_all takes one Ready per partition")
-        at_once = [i for i, (_, ready) in enumerate(items)
-                   if ready is not EMPTY and ready.persist
-                   and all(isinstance(op, AssignEpoch) for op in ready.persist)]
-        written: dict[int, tuple[Persist, Exception] | None] = {}
-        if len(at_once) > 1:
-            now = self.wall_ms()
+        them written from threads at once, each partition's in order, each as soon as
+        ``items`` yields it: a caller that decides the next partition while ``items`` is
+        read overlaps its decisions with the earlier writes (issue 30's restart time).
+        All are written (fsynced) before any Ready's rest is carried out, on this thread,
+        in order, and before this returns, so nothing is served in an epoch before it is
+        durable. A failed write goes to the core as in ``apply``."""
+        taken: list[tuple[Partition, Ready]] = []
+        indexes: list[int] = []  # in ``taken``, of the Readies written here, in order
+        seen: set[int] = set()
+        now = self.wall_ms()
 
-            def write(i: int) -> tuple[Persist, Exception] | None:
-                partition, ready = items[i]
-                for op in ready.persist:
-                    try:
-                        partition.persist(op, b"", now)
-                    except Exception as e:  # handed back to this thread, below
-                        return op, e
-                return None
+        def epoch_writes() -> Iterator[int]:
+            for partition, ready in items:
+                if id(partition) in seen:
+                    raise ValueError("apply_all takes one Ready per partition")
+                seen.add(id(partition))
+                taken.append((partition, ready))
+                if (ready is not EMPTY and ready.persist
+                        and all(isinstance(op, AssignEpoch) for op in ready.persist)):
+                    indexes.append(len(taken) - 1)
+                    yield indexes[-1]
 
-            written = dict(zip(at_once, self.run_all(write, at_once), strict=True))
+        def write(i: int) -> tuple[Persist, Exception] | None:
+            partition, ready = taken[i]
+            for op in ready.persist:
+                try:
+                    partition.persist(op, b"", now)
+                except Exception as e:  # handed back to this thread, below
+                    return op, e
+            return None
+
+        results = self.run_all(write, epoch_writes())
+        written = dict(zip(indexes, results, strict=True))
         errors: list[Exception | None] = []
-        for i, (partition, ready) in enumerate(items):
+        for i, (partition, ready) in enumerate(taken):
             try:
                 if i not in written:
                     self.apply(partition, ready)

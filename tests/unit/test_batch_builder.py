@@ -5,6 +5,8 @@ bytes for the same inputs, and equals frozen vectors, so the format cannot drift
 """
 
 import gzip
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -198,8 +200,19 @@ def test_empty_batches_and_unknown_codecs_are_refused():
         BatchBuilder(INT64_MAX + 1)
 
 
+def test_small_varint_table_is_made_by_the_first_builder_not_at_import():
+    """Issue 30: a broker imports the builder before it serves and builds no batch then."""
+    code = ("from tidewater.proto import batch_builder as b\n"
+            "assert b._SMALL == (), 'made at import'\n"
+            "b.BatchBuilder()\n"
+            "assert len(b._SMALL) == b._SMALL_MAX - b._SMALL_MIN\n"
+            "assert (b._NULL, b._ZERO) == (b._SMALL[0], b._SMALL[1])\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_small_varint_table_is_the_zigzag_of_each_value():
     from tidewater.proto import batch_builder
+    batch_builder.BatchBuilder()
     expected = tuple(batch_builder._zigzag_bytes(n)
                      for n in range(batch_builder._SMALL_MIN, batch_builder._SMALL_MAX))
     assert batch_builder._SMALL == expected

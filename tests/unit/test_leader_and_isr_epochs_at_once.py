@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_broker_replica_manager import lai, make_manager
+from tidewater.broker.replicas.ready_carrier import in_turn
 from tidewater.broker.replication.replica_base import Role
 from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
@@ -85,3 +86,32 @@ async def test_a_partition_named_twice_takes_both_states_in_order(tmp_path):
     assert [p.error_code for p in resp.partitions] == [pb.NONE] * 4
     assert rm.partitions[TPS[0]].log.leader_epoch_cache.entries() == [(2, 0)]
     assert rm.partitions[TPS[0]].replica.leader_epoch == 2
+
+
+async def test_each_new_epoch_is_written_as_soon_as_its_partition_decided(tmp_path):
+    """Issue 30: a restart's epoch writes overlap the later partitions' decisions, instead
+    of starting once all 60 decided; the Readies' rest still waits for every write."""
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(leader_and_isr(0))
+    rm.carrier.run_all = in_turn  # the order is then one: each write where it starts
+    events: list[str] = []
+    for tp in TPS:
+        partition = rm.partitions[tp]
+        cache, replica = partition.log.leader_epoch_cache, partition.replica
+
+        def recorded(epoch, start, *, assign=cache.assign, tp=tp):
+            assign(epoch, start)
+            events.append(f"assign {tp.partition}")
+
+        def decided(state, now_ms, *, decide=replica.on_leader_and_isr, tp=tp):
+            events.append(f"decide {tp.partition}")
+            return decide(state, now_ms)
+        cache.assign = recorded
+        replica.on_leader_and_isr = decided
+    rm.carrier.note = lambda line: events.append("note")
+
+    resp = await rm.leader_and_isr(leader_and_isr(1))
+
+    assert [p.error_code for p in resp.partitions] == [pb.NONE] * 3
+    assert events == ["decide 0", "assign 0", "decide 1", "assign 1", "decide 2", "assign 2",
+                      "note", "note", "note"]

@@ -8,6 +8,8 @@ accepts, a broker builds its log settings from.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -290,3 +292,22 @@ def test_timestamp_difference_is_the_fallback_of_each_kip937_bound():
                                    "message.timestamp.before.max.ms": "5000"})
     assert (both.timestamp_before_bound_ms, both.timestamp_after_bound_ms) == (5000, 1000)
     assert LogConfig.from_configs(both.to_configs()) == both
+
+
+def test_from_configs_validates_once_and_keeps_its_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart's LeaderAndIsr reads every partition's configs (issue 30): one LogConfig
+    made and validated per call, not a default one besides; the base's values carry over
+    and the defaults shared between calls stay the defaults."""
+    base = LogConfig.from_configs({"retention.ms": "5", "flush.ms": str(INT64_MAX)})
+    validated: list[LogConfig] = []
+    real = LogConfig.validate
+    monkeypatch.setattr(LogConfig, "validate", lambda self: (validated.append(self), real(self)))
+    changed = LogConfig.from_configs({"segment.bytes": "2000000"}, base=base)
+    again = LogConfig.from_configs({"retention.ms": "7"})
+    plain = LogConfig.from_configs({})
+    assert validated == [changed, again, plain]
+    monkeypatch.undo()
+    assert changed == dataclasses.replace(base, segment_bytes=2000000)
+    assert changed.flush_ms is None and changed.retention_ms == 5
+    assert again == dataclasses.replace(LogConfig(), retention_ms=7)
+    assert plain == LogConfig()
