@@ -477,7 +477,14 @@ class AsyncProducer:
     def _on_response(self, groups: Groups, response: pb.ProduceResponse | None,
                      transport_error: BaseException | None) -> None:
         """An answer, a transport error, or (acks=0) the request queued: settle its
-        batches, then send what queued behind it, from here (no sender wake-up)."""
+        batches, then send what queued behind it one loop pass later (no sender wake-up).
+
+        Why a pass later: the answer is read in the same loop pass in which the caller's
+        timers that fell due meanwhile fire (an event loop's timers run late: uvloop's
+        count whole ms), and the reader runs first. Sent at once, the request leaves
+        without the records those timers send, and they wait a whole round behind it;
+        one pass later they go in it, and the answered records' futures resolve before
+        the next request is built."""
         for tp, batches in groups:
             release_in_flight(self._in_flight, tp)
             self._records_in_flight -= _record_count(batches)
@@ -485,11 +492,21 @@ class AsyncProducer:
         if refresh:
             self.metadata.invalidate()
         elif not self._closed:
+            asyncio.get_running_loop().call_soon(self._send_behind, [tp for tp, _ in groups])
+            return
+        self._wake_for_waiting()
+
+    def _send_behind(self, tps: list[TopicPartition]) -> None:
+        """The answered partitions' queued records (those ``send`` did not take meanwhile)."""
+        if not self._closed:
             now_ms, accumulator = _now_ms(), self._accumulator
-            ready = [tp for tp, _ in groups
+            ready = [tp for tp in tps
                      if not partition_held_back(self, tp) and accumulator.partition_ready(tp, now_ms)]
             if ready:
                 self._send_or_fail(ready)  # uncached metadata: left to the sender, woken below
+        self._wake_for_waiting()
+
+    def _wake_for_waiting(self) -> None:
         if self._accumulator.buffered_records > self._records_in_flight:
             self._wake.set()  # records wait (behind a request, to retry, or for metadata)
 
