@@ -12,8 +12,9 @@ Requests go on one ``ProduceStream`` per broker (``client.streams``: a
 reader tasks and deadline watchdog run on this loop, not on ``tide-client-io``).
 A message on an open stream costs about half the CPU of a unary call on both
 sides. Answers are matched by ``correlation_id`` and applied by the stream's
-reader task (``_on_response``), which also sends the records that queued
-behind the answered request. The rules are the threaded producer's:
+reader task (``_on_response``); the records that queued behind the answered
+request go one loop pass later (with those the caller's timers sent in the
+pass that read the answer: see ``_on_response``). The rules are the threaded producer's:
 
 | event                                  | what happens                                  |
 |----------------------------------------|-----------------------------------------------|
