@@ -492,7 +492,8 @@ class AsyncProducer:
         refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
         if refresh:
             self.metadata.invalidate()
-        elif not self._closed:
+        elif not self._closed and self._accumulator.buffered_records > self._records_in_flight:
+            # (Nothing queued: no pass to wait for; a record sent now goes from send itself.)
             asyncio.get_running_loop().call_soon(self._send_behind, [tp for tp, _ in groups])
             return
         self._wake_for_waiting()
