@@ -12,8 +12,9 @@ Requests go on one ``ProduceStream`` per broker (``client.streams``: a
 reader tasks and deadline watchdog run on this loop, not on ``tide-client-io``).
 A message on an open stream costs about half the CPU of a unary call on both
 sides. Answers are matched by ``correlation_id`` and applied by the stream's
-reader task (``_on_response``), which also sends the records that queued
-behind the answered request. The rules are the threaded producer's:
+reader task (``_on_response``); the records that queued behind the answered
+request go one loop pass later (with those the caller's timers sent in the
+pass that read the answer: see ``_on_response``). The rules are the threaded producer's:
 
 | event                                  | what happens                                  |
 |----------------------------------------|-----------------------------------------------|
@@ -477,19 +478,37 @@ class AsyncProducer:
     def _on_response(self, groups: Groups, response: pb.ProduceResponse | None,
                      transport_error: BaseException | None) -> None:
         """An answer, a transport error, or (acks=0) the request queued: settle its
-        batches, then send what queued behind it, from here (no sender wake-up)."""
+        batches, then send what queued behind it one loop pass later (no sender wake-up).
+
+        Why a pass later: the answer is read in the same loop pass in which the caller's
+        timers that fell due meanwhile fire (an event loop's timers run late: uvloop's
+        count whole ms), and the reader runs first. Sent at once, the request leaves
+        without the records those timers send, and they wait a whole round behind it;
+        one pass later they go in it, and the answered records' futures resolve before
+        the next request is built."""
         for tp, batches in groups:
             release_in_flight(self._in_flight, tp)
             self._records_in_flight -= _record_count(batches)
         refresh = settle_produce_answer(self, groups, response, transport_error, _now_ms())
         if refresh:
             self.metadata.invalidate()
-        elif not self._closed:
+        elif not self._closed and self._accumulator.buffered_records > self._records_in_flight:
+            # (Nothing queued: no pass to wait for; a record sent now goes from send itself.)
+            asyncio.get_running_loop().call_soon(self._send_behind, [tp for tp, _ in groups])
+            return
+        self._wake_for_waiting()
+
+    def _send_behind(self, tps: list[TopicPartition]) -> None:
+        """The answered partitions' queued records (those ``send`` did not take meanwhile)."""
+        if not self._closed:
             now_ms, accumulator = _now_ms(), self._accumulator
-            ready = [tp for tp, _ in groups
+            ready = [tp for tp in tps
                      if not partition_held_back(self, tp) and accumulator.partition_ready(tp, now_ms)]
             if ready:
                 self._send_or_fail(ready)  # uncached metadata: left to the sender, woken below
+        self._wake_for_waiting()
+
+    def _wake_for_waiting(self) -> None:
         if self._accumulator.buffered_records > self._records_in_flight:
             self._wake.set()  # records wait (behind a request, to retry, or for metadata)
 

@@ -69,6 +69,43 @@ async def test_acks_zero(fake_cluster):  # noqa: F811
         assert (await producer.send_and_wait("t", b"x", partition=0)).offset == -1
 
 
+async def test_a_record_sent_in_the_answers_loop_pass_goes_in_the_next_request(fake_cluster):  # noqa: F811
+    """A record the application sends in the loop pass that reads an answer (a timer that
+    fell due alongside it) goes in the request carrying what queued behind the answered
+    one, not in a request of its own a whole round later."""
+    state, bootstrap = fake_cluster
+    async with AsyncProducer(bootstrap, acks=1, linger_ms=0) as producer:
+        await producer.send_and_wait("t", b"warm", partition=0)
+        loop = asyncio.get_running_loop()
+        late: list[asyncio.Future] = []
+        on_response = producer._on_response
+
+        def send_in_this_pass() -> None:
+            # One step of send(): it does not suspend (metadata cached, buffer free).
+            step = producer.send("t", b"C", partition=0)
+            try:
+                step.send(None)
+            except StopIteration as done:
+                late.append(done.value)
+            else:  # pragma: no cover - send suspended
+                raise AssertionError("send suspended")
+
+        def answer_then_send(groups, response, transport_error):
+            producer._on_response = on_response  # once: the answer to A
+            loop.call_soon(send_in_this_pass)  # queued in the pass that reads the answer
+            on_response(groups, response, transport_error)
+
+        producer._on_response = answer_then_send
+        futs = [await producer.send("t", b"A", partition=0)]  # out at once
+        futs.append(await producer.send("t", b"B", partition=0))  # queued behind A
+        while not late:
+            await asyncio.sleep(0.001)
+        await producer.flush(5)
+    assert [f.result().offset for f in futs + late] == [1, 2, 3]
+    # warm, A, then B and C together (one batch, one request)
+    assert [base for base, _ in state.logs[0]] == [0, 1, 2]
+
+
 # ---------------------------------------------------------------------- ProduceStream paths
 
 
