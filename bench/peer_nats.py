@@ -48,7 +48,7 @@ from bench.bench_common import (
     median,
     stop_child,
 )
-from bench.probes.latency_probe import due_count, read_stamp, stamped_payload
+from bench.probes.latency_probe import read_stamp, run_paced_async, stamped_payload
 
 NODES = 3
 READY_TIMEOUT_S = 30.0
@@ -389,22 +389,14 @@ async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, co
             subject = f"{stream.lower()}.data"
             filler = os.urandom(record_bytes)
             ack_ms: list[float] = []
-            loop_start_ns = time.time_ns()
-            start = time.perf_counter()
-            interval_ns = 1e9 / rate_per_s
-            sent = 0
-            while sent < count:
-                due = min(count, due_count(time.perf_counter() - start, rate_per_s))
-                while sent < due:
-                    due_ns = loop_start_ns + int(sent * interval_ns)
-                    fut = await js.publish_async(subject, stamped_payload(record_bytes, due_ns, filler))
-                    fut.add_done_callback(
-                        lambda f, due_ns=due_ns: ack_ms.append((time.time_ns() - due_ns) / 1e6)
-                        if f.exception() is None else None)
-                    sent += 1
-                if sent < count:  # until the next record is due, as run_paced
-                    await asyncio.sleep(max(0.0, start + sent / rate_per_s - time.perf_counter()))
-            achieved = count / (time.perf_counter() - start)
+
+            async def send_one(_index: int, due_ns: int) -> None:
+                fut = await js.publish_async(subject, stamped_payload(record_bytes, due_ns, filler))
+                fut.add_done_callback(
+                    lambda f, due_ns=due_ns: ack_ms.append((time.time_ns() - due_ns) / 1e6)
+                    if f.exception() is None else None)
+
+            achieved = await run_paced_async(count, rate_per_s, send_one)
             await asyncio.wait_for(js.publish_async_completed(), timeout=60)
         finally:
             await nc.close()

@@ -30,14 +30,15 @@ replicated log, like one JetStream stream):
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.bench_common import (
     KIB,
@@ -453,14 +454,24 @@ RECEIVERS = {"consumer": _receiver_main, "aio_consumer": _aio_consumer_receiver_
 PRODUCERS = ("threaded", "asyncio")
 
 
+def _ack_recorder(ack_ms: list[float], failures: list[BaseException]
+                  ) -> Callable[[Any, int], None]:
+    """A done callback's body for a record due at ``due_ns``: its ack latency, or its
+    failure."""
+    def on_ack(fut: Any, due_ns: int) -> None:
+        if fut.exception() is None:
+            ack_ms.append((time.time_ns() - due_ns) / 1e6)
+        else:
+            failures.append(fut.exception())
+    return on_ack
+
+
 async def _paced_async_sends(bootstrap: str, topic: str, record_bytes: int, count: int,
                              rate_per_s: float, in_flight: int,
                              ack_ms: list[float], failures: list[BaseException]) -> float:
-    """``client.aio_producer.AsyncProducer`` paced on its own loop, as
+    """``client.aio_producer.AsyncProducer`` paced on its own (uvloop) loop, as
     ``peer_nats.paced_latency`` paces ``publish_async``; returns the achieved rate."""
-    import asyncio
-
-    from bench.probes.latency_probe import due_count
+    from bench.probes.latency_probe import run_paced_async
     from tidewater.client.aio_producer import AsyncProducer
 
     async with AsyncProducer(bootstrap, acks=-1, batch_size_bytes=256 * KIB, linger_ms=0,
@@ -469,31 +480,14 @@ async def _paced_async_sends(bootstrap: str, topic: str, record_bytes: int, coun
         await (await producer.send(topic, stamped_payload(record_bytes, time.time_ns(),
                                                           bytes(record_bytes)), partition=0))
         filler = os.urandom(record_bytes)
+        on_ack = _ack_recorder(ack_ms, failures)
 
-        def on_ack(fut, due_ns: int) -> None:
-            if fut.exception() is None:
-                ack_ms.append((time.time_ns() - due_ns) / 1e6)
-            else:
-                failures.append(fut.exception())
+        async def send_one(_index: int, due_ns: int) -> None:
+            fut = await producer.send(topic, stamped_payload(record_bytes, due_ns, filler),
+                                      partition=0)
+            fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
 
-        start_ns = time.time_ns()
-        start = time.perf_counter()
-        interval_ns = 1e9 / rate_per_s
-        sent = 0
-        while sent < count:
-            due = min(count, due_count(time.perf_counter() - start, rate_per_s))
-            while sent < due:
-                due_ns = start_ns + int(sent * interval_ns)
-                fut = await producer.send(topic, stamped_payload(record_bytes, due_ns, filler),
-                                          partition=0)
-                fut.add_done_callback(lambda f, due_ns=due_ns: on_ack(f, due_ns))
-                sent += 1
-            if sent < count:  # until the next record is due, as run_paced
-                # In whole ms, rounded up: uvloop's timers count whole ms and round down, so
-                # a 0.5 ms sleep returns at once (measured 0.003 ms): the pacer would spin.
-                wait_s = start + sent / rate_per_s - time.perf_counter()
-                await asyncio.sleep(math.ceil(wait_s * 1000) / 1000 if wait_s > 0 else 0)
-        achieved = count / (time.perf_counter() - start)
+        achieved = await run_paced_async(count, rate_per_s, send_one, whole_ms_sleeps=True)
         await producer.flush(timeout_s=120)
     return achieved
 
@@ -560,12 +554,7 @@ def _paced_threaded_sends(bootstrap: str, topic: str, record_bytes: int, count: 
         producer.send(topic, stamped_payload(record_bytes, time.time_ns(), bytes(record_bytes)),
                       partition=0).result(timeout=30)
         filler = os.urandom(record_bytes)
-
-        def on_ack(fut, due_ns: int) -> None:
-            if fut.exception() is None:
-                ack_ms.append((time.time_ns() - due_ns) / 1e6)
-            else:
-                failures.append(fut.exception())
+        on_ack = _ack_recorder(ack_ms, failures)
 
         def send_one(_index: int, due_ns: int) -> None:
             fut = producer.send(topic, stamped_payload(record_bytes, due_ns, filler), partition=0)

@@ -24,9 +24,7 @@ record: due, ``send`` called, acked; per request (``ClientStream.send`` to the r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
-import math
 import os
 import statistics
 import sys
@@ -39,7 +37,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from bench import tidewater_side  # noqa: E402
-from bench.probes.latency_probe import due_count, run_paced  # noqa: E402
+from bench.probes.latency_probe import run_paced, run_paced_async  # noqa: E402
 from tidewater.client import streams  # noqa: E402
 
 KIB = 1024
@@ -165,20 +163,15 @@ async def run_asyncio(bootstrap: str, topic: str, count: int, rate: float,
                              buffer_memory_bytes=64 * 1024 * KIB) as producer:
         await (await producer.send(topic, b"x" * 1024, partition=0))
         value = os.urandom(1024)
-        start = time.perf_counter()
-        start_pc = time.perf_counter_ns()
-        sent = 0
-        while sent < count:
-            due = min(count, due_count(time.perf_counter() - start, rate))
-            while sent < due:
-                due_pc = start_pc + int(sent * 1e9 / rate)
-                called = time.perf_counter_ns()
-                fut = await producer.send(topic, value, partition=0)
-                fut.add_done_callback(lambda f, d=due_pc, c=called: rows.append((d, c, time.perf_counter_ns())))
-                sent += 1
-            if sent < count:  # as tidewater_side._paced_async_sends
-                wait_s = start + sent / rate - time.perf_counter()
-                await asyncio.sleep(math.ceil(wait_s * 1000) / 1000 if wait_s > 0 else 0)
+        start_ns, start_pc = time.time_ns(), time.perf_counter_ns()
+
+        async def send_one(_i: int, due_ns: int) -> None:
+            called = time.perf_counter_ns()
+            due = start_pc + (due_ns - start_ns)
+            fut = await producer.send(topic, value, partition=0)
+            fut.add_done_callback(lambda f, d=due, c=called: rows.append((d, c, time.perf_counter_ns())))
+
+        await run_paced_async(count, rate, send_one, whole_ms_sleeps=True)  # as the bench's
         await producer.flush(timeout_s=60)
     return rows
 

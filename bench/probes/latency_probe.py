@@ -13,9 +13,11 @@ the same CLOCK_REALTIME of this one machine.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 _STAMP = struct.Struct(">q")
 STAMP_BYTES = _STAMP.size
@@ -59,5 +61,33 @@ def run_paced(count: int, rate_per_s: float, send_one: Callable[[int, int], None
             wait_s = start + sent * interval_s - time.perf_counter()
             if wait_s > 0:
                 time.sleep(wait_s)
+    elapsed = time.perf_counter() - start
+    return count / elapsed if elapsed > 0 else 0.0
+
+
+async def run_paced_async(count: int, rate_per_s: float,
+                          send_one: Callable[[int, int], Awaitable[None]], *,
+                          whole_ms_sleeps: bool = False) -> float:
+    """``run_paced`` on the running event loop: ``await send_one(index, due_ns)``, the
+    same stamps and catch-up. ``whole_ms_sleeps``: sleep in whole ms, rounded up, for
+    uvloop, whose timers count whole ms and round down, so a 0.5 ms sleep returns at
+    once (measured 0.003 ms) and the pacer would spin; the stdlib loop sleeps as asked.
+    Either way an event-loop pacer wakes later than the threaded one (0.5-0.6 ms at p50
+    against 0.1, docs/benchmarks.md, issue 30): its rows carry that. Returns the
+    achieved rate."""
+    start_ns = time.time_ns()
+    start = time.perf_counter()
+    interval_ns = 1e9 / rate_per_s
+    sent = 0
+    while sent < count:
+        due = min(count, due_count(time.perf_counter() - start, rate_per_s))
+        while sent < due:
+            await send_one(sent, start_ns + int(sent * interval_ns))
+            sent += 1
+        if sent < count:
+            wait_s = start + sent / rate_per_s - time.perf_counter()
+            if whole_ms_sleeps:
+                wait_s = math.ceil(wait_s * 1000) / 1000
+            await asyncio.sleep(max(0.0, wait_s))
     elapsed = time.perf_counter() - start
     return count / elapsed if elapsed > 0 else 0.0
