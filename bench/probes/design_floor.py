@@ -1,7 +1,7 @@
 """The design's floor: an acks=all round at a paced rate with nothing but the messages.
 
     .venv/bin/python bench/probes/design_floor.py [--rate 1000] [--seconds 4] [--record-bytes 1024]
-        [--repeats 3] [--cluster]
+        [--repeats 3] [--cluster] [--peer]
 
 Five processes on 127.0.0.1, as in ``latency_breakdown.py``'s run, each on uvloop with
 ``proto/grpc_env.py``'s settings: a leader, two followers (each also a grpc.aio server,
@@ -23,7 +23,9 @@ round exchanges, on the same RPC kinds, with the real protobuf messages:
 Prints e2e (due -> receipt) and ack (due -> answer) p50/p99 and each process's CPU per
 round (one produce request). ``--cluster`` alternates each run with
 ``latency_breakdown.py`` (the real 3-broker cluster, same rate and seconds) and prints
-both. What the real round has beyond this: the log, batch encoding and CRCs, the
+both. ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
+3-node NATS cluster started once, as ``cluster_bench`` runs it; needs nats-server and
+nats-py), so the floor, the cluster and the peer stand in one table. What the real round has beyond this: the log, batch encoding and CRCs, the
 checks, the replica state machine, the clients' batching and their extra threads.
 """
 
@@ -34,19 +36,30 @@ import asyncio
 import multiprocessing
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from bench.bench_common import format_table, latency_summary, process_cpu_s  # noqa: E402
+from bench.bench_common import (  # noqa: E402
+    OwnedProcesses,
+    format_table,
+    latency_summary,
+    process_cpu_s,
+)
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.peer_nats import NatsCluster
 
 PRODUCE_METHOD = "/tidewater.Broker/ProduceStream"
 FETCH_METHOD = "/tidewater.Broker/FetchStream"
@@ -402,8 +415,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--cluster", action="store_true",
                         help="alternate with latency_breakdown.py (the real cluster)")
+    parser.add_argument("--peer", action="store_true",
+                        help="alternate with JetStream's paced latency (a 3-node NATS cluster)")
     args = parser.parse_args(argv)
-    rows = []
+    processes = OwnedProcesses()
+    peer_dir = tempfile.mkdtemp(prefix="design-floor-nats-") if args.peer else None
+    try:
+        peer = start_peer(peer_dir, processes) if peer_dir else None
+        rows = run_rows(args, peer)
+    finally:
+        processes.stop_all()
+        if peer_dir:
+            shutil.rmtree(peer_dir, ignore_errors=True)
+    print(f"{args.rate:,.0f} records/s of {args.record_bytes} B, acks=all, {args.seconds} s a run; "
+          "CPU per round = CPU / produce requests; cluster: the leader is its busiest broker, "
+          "records/round from its run time (it includes the receiver's start)")
+    print(format_table(("run", "UTC", "load", "rate/s", "records/round", "e2e p50 ms", "e2e p99 ms",
+                        "ack p50 ms", "ack p99 ms", "leader µs/round", "followers µs/round",
+                        "producer + receiver µs/round"), rows,
+                       align_right=(False, False, True, True, True, True, True, True, True, True, True, True)))
+    return 0
+
+
+def start_peer(directory: str, processes: OwnedProcesses) -> NatsCluster:
+    """A started 3-node NATS cluster in ``directory`` (its servers in ``processes``)."""
+    from bench.peer_nats import NatsCluster
+
+    cluster = NatsCluster(directory, processes)
+    cluster.start()
+    return cluster
+
+
+def run_peer(cluster: NatsCluster, name: str, rate_per_s: float, seconds: float,
+             record_bytes: int) -> dict:
+    from bench import peer_nats
+
+    return asyncio.run(peer_nats.paced_latency(cluster, name, record_bytes,
+                                               int(rate_per_s * seconds), rate_per_s))
+
+
+def run_rows(args: argparse.Namespace, peer: NatsCluster | None) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for repeat in range(args.repeats):
         utc = time.strftime("%H:%M:%S", time.gmtime())
         floor = run_floor(args.rate, args.seconds, args.record_bytes)
@@ -429,14 +481,17 @@ def main(argv: list[str] | None = None) -> int:
                          f"{brokers[0][0] * per_round:,.0f}",
                          " / ".join(f"{s * per_round:,.0f}" for s, _ in brokers[1:]),
                          f"{client * per_round:,.0f} (both)"))
-    print(f"{args.rate:,.0f} records/s of {args.record_bytes} B, acks=all, {args.seconds} s a run; "
-          "CPU per round = CPU / produce requests; cluster: the leader is its busiest broker, "
-          "records/round from its run time (it includes the receiver's start)")
-    print(format_table(("run", "UTC", "load", "rate/s", "records/round", "e2e p50 ms", "e2e p99 ms",
-                        "ack p50 ms", "ack p99 ms", "leader µs/round", "followers µs/round",
-                        "producer + receiver µs/round"), rows,
-                       align_right=(False, False, True, True, True, True, True, True, True, True, True, True)))
-    return 0
+        if peer is not None:
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            load = os.getloadavg()[0]
+            got = run_peer(peer, f"FLOOR{repeat + 1}", args.rate, args.seconds, args.record_bytes)
+            e2e_peer, ack_peer = got["e2e"], got["ack"]
+            rows.append((f"jetstream #{repeat + 1}", utc, f"{load:.2f}",
+                         f"{got['achieved_rate_per_s']:,.0f}", "",
+                         f"{e2e_peer.p50_ms:.2f}" if e2e_peer else "-",
+                         f"{e2e_peer.p99_ms:.2f}" if e2e_peer else "-",
+                         f"{ack_peer.p50_ms:.2f}", f"{ack_peer.p99_ms:.2f}", "", "", ""))
+    return rows
 
 
 if __name__ == "__main__":
