@@ -77,6 +77,25 @@ class LatencySummary:
     mean_ms: float
 
 
+def receiver_latencies(parent_end: Any, timeout_s: float) -> list[float]:
+    """The e2e latencies (ms) a latency receiver process sends back on ``parent_end``
+    (its ``Pipe`` end) once it has every record or its time is up."""
+    if not parent_end.poll(timeout_s):
+        raise RuntimeError("latency receiver did not answer")
+    latencies: list[float] = parent_end.recv()
+    return latencies
+
+
+def paced_latency_result(ack_ms: Sequence[float], e2e_ms: Sequence[float], achieved_rate_per_s: float,
+                         failures: Sequence[object]) -> dict[str, Any]:
+    """A paced latency run's figures: ack and e2e ``LatencySummary`` (e2e None when
+    nothing arrived), records received, the achieved rate; a failed send fails the run."""
+    if failures:
+        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
+    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
+            "received": len(e2e_ms), "achieved_rate_per_s": achieved_rate_per_s}
+
+
 def latency_summary(samples_ms: Sequence[float]) -> LatencySummary:
     """p50 / p99 / p99.9 / max / mean of latency samples in milliseconds."""
     values = sorted(samples_ms)

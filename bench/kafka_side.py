@@ -18,7 +18,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.bench_common import KIB, Throughput, latency_summary, stop_child
+from bench.bench_common import (
+    KIB,
+    Throughput,
+    paced_latency_result,
+    receiver_latencies,
+    stop_child,
+)
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
 
 
@@ -267,12 +273,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
 
         achieved = run_paced(count, rate_per_s, send_one)
         producer.flush(120)
-        if not parent_end.poll(timeout_s):
-            raise RuntimeError("latency receiver did not answer")
-        e2e_ms = parent_end.recv()
+        e2e_ms = receiver_latencies(parent_end, timeout_s)
     finally:
         stop_child(receiver)
-    if failures:
-        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]}")
-    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
-            "received": len(e2e_ms), "achieved_rate_per_s": achieved}
+    return paced_latency_result(ack_ms, e2e_ms, achieved, failures)

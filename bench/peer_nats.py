@@ -46,6 +46,7 @@ from bench.bench_common import (
     free_port,
     latency_summary,
     median,
+    receiver_latencies,
     stop_child,
 )
 from bench.probes.latency_probe import read_stamp, run_paced_async, stamped_payload
@@ -400,9 +401,7 @@ async def paced_latency(cluster: NatsCluster, stream: str, record_bytes: int, co
             await asyncio.wait_for(js.publish_async_completed(), timeout=60)
         finally:
             await nc.close()
-        if not parent_end.poll(timeout_s):
-            raise RuntimeError("NATS latency receiver did not answer")
-        e2e_ms = parent_end.recv()
+        e2e_ms = receiver_latencies(parent_end, timeout_s)
     finally:
         stop_child(receiver)
     if len(ack_ms) != count:

@@ -47,6 +47,8 @@ from bench.bench_common import (
     Throughput,
     latency_summary,
     median,
+    paced_latency_result,
+    receiver_latencies,
     stop_child,
 )
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload
@@ -525,17 +527,12 @@ def paced_latency(bootstrap: str, topic: str, record_bytes: int, count: int,
         else:
             achieved = _paced_threaded_sends(bootstrap, topic, record_bytes, count, rate_per_s,
                                              in_flight, ack_ms, failures)
-        if not parent_end.poll(timeout_s):
-            raise RuntimeError("latency receiver did not answer")
-        e2e_ms = parent_end.recv()
+        e2e_ms = receiver_latencies(parent_end, timeout_s)
     finally:
         stop_child(receiver)
-    if failures:
-        raise RuntimeError(f"{len(failures)} paced sends failed, first: {failures[0]!r}")
     # The warm-up record may be received too: it is stamped before the paced ones.
     e2e_ms = e2e_ms[-count:] if len(e2e_ms) > count else e2e_ms
-    return {"ack": latency_summary(ack_ms), "e2e": latency_summary(e2e_ms) if e2e_ms else None,
-            "received": len(e2e_ms), "achieved_rate_per_s": achieved,
+    return {**paced_latency_result(ack_ms, e2e_ms, achieved, failures),
             "producer": producer_kind, "receiver": receiver_kind}
 
 

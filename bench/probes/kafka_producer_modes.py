@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import kafka_side
-from bench.bench_common import latency_summary, stop_child
+from bench.bench_common import latency_summary, receiver_latencies, stop_child
 from bench.probes.latency_probe import run_paced, stamped_payload
 
 RECORD_BYTES = 1024
@@ -63,9 +63,7 @@ def run_mode(bootstrap: str, replicas: int, mode: str, count: int, rate_per_s: f
         producer.flush(60)
         if failed:
             raise RuntimeError(f"{len(failed)} sends failed, first: {failed[0]}")
-        if not parent_end.poll(timeout_s + 30):
-            raise RuntimeError("receiver did not answer")
-        e2e_ms = parent_end.recv()
+        e2e_ms = receiver_latencies(parent_end, timeout_s + 30)
     finally:
         stop_child(receiver)
     return {"e2e": latency_summary(e2e_ms), "received": len(e2e_ms), "achieved": achieved}
