@@ -160,15 +160,12 @@ class AsyncConsumer:
             else:
                 answer.set_result(response)
 
-        for _ in range(2):  # a stream found broken between lookup and send: open a new one
-            stream = self._streams.stream(address)
-            if stream is None:
-                break  # the pool is closed
-            if stream.send(request, on_answer, self._core.fetch_timeout_s(request.max_wait_ms)):
-                return stream, answer
-        answer.set_exception(BrokerConnectionError(
-            f"no FetchStream to {format_address(address)} to send on"))
-        return None, answer
+        stream = self._streams.send(address, request, on_answer,
+                                    self._core.fetch_timeout_s(request.max_wait_ms))
+        if stream is None:
+            answer.set_exception(BrokerConnectionError(
+                f"no FetchStream to {format_address(address)} to send on"))
+        return stream, answer
 
     @staticmethod
     def _withdraw(sent: list[SentFetch]) -> None:

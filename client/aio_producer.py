@@ -457,18 +457,16 @@ class AsyncProducer:
     def _send_request(self, address: Address, request: pb.ProduceRequest, groups: Groups) -> None:
         """On the broker's ProduceStream (opened now if there is none)."""
         timeout_s = self.request_timeout_ms / 1000 + DEADLINE_SLACK_S
-        for _ in range(2):  # a stream found broken between lookup and send: open a new one
-            stream = self._streams.stream(address)
-            if stream is None:
-                break  # the pool is closed: the producer is closing
-            if self.acks == 0:
-                # No answer comes: the records resolve once the request is queued, after the
-                # sending loop of _send_ready (so no re-entrant send from here).
-                if stream.send(request, _no_answer, timeout_s, answered=False):
-                    asyncio.get_running_loop().call_soon(self._on_response, groups, None, None)
-                    return
-            elif stream.send(request, partial(self._on_response, groups), timeout_s):
+        if self.acks == 0:
+            # No answer comes: the records resolve once the request is queued, after the
+            # sending loop of _send_ready (so no re-entrant send from here).
+            if self._streams.send(address, request, _no_answer, timeout_s,
+                                  answered=False) is not None:
+                asyncio.get_running_loop().call_soon(self._on_response, groups, None, None)
                 return
+        elif self._streams.send(address, request, partial(self._on_response, groups),
+                                timeout_s) is not None:
+            return
         # A transport failure, settled after the sending loop of _send_ready like acks=0.
         asyncio.get_running_loop().call_soon(self._on_response, groups, None,
                                              no_stream_error(address))

@@ -695,7 +695,9 @@ class Consumer:
     def _send_fetch(self, address: Address, request: pb.FetchRequest,
                     items: FetchItems | None = None) -> PendingFetch:
         """On the broker's FetchStream (a StreamRequest; a ``_FollowingFetch`` given the
-        request's ``items``, the poll's only leader): its ``result`` waits for the answer."""
+        request's ``items``, the poll's only leader): its ``result`` waits for the answer.
+        Not ``StreamPool.send``: the pending request holds its stream before it is sent
+        (the loop thread may answer it at once)."""
         for _ in range(2):  # a stream found broken between lookup and send: open a new one
             stream = self._streams.stream(address)
             if stream is None:

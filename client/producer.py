@@ -808,14 +808,9 @@ class Producer:
                       groups: list[tuple[TopicPartition, list[ProducerBatch]]]) -> None:
         """On the broker's ProduceStream (opened now if there is none)."""
         timeout_s = self.request_timeout_ms / 1000 + 5
-        on_answer = partial(self._on_response, groups)
-        for _ in range(2):  # a stream found broken between lookup and send: open a new one
-            stream = self._streams.stream(address)
-            if stream is None:
-                break  # the pool is closed: the producer is closing
-            if stream.send(request, on_answer, timeout_s, answered=self.acks != 0):
-                return
-        self._on_response(groups, None, no_stream_error(address))
+        if self._streams.send(address, request, partial(self._on_response, groups), timeout_s,
+                              answered=self.acks != 0) is None:
+            self._on_response(groups, None, no_stream_error(address))
 
     def _on_response(self, groups: list[tuple[TopicPartition, list[ProducerBatch]]],
                      response: pb.ProduceResponse | None,

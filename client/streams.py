@@ -574,6 +574,20 @@ class StreamPool(Generic[_Req, _Resp]):
                     rpc=self._name)
             return stream
 
+    def send(self, address: Address, request: _Req, callback: Callback[_Resp], timeout_s: float,
+             *, answered: bool = True) -> ClientStream[_Req, _Resp] | None:
+        """``ClientStream.send`` on the stream to ``address``, opened anew once when the one
+        looked up broke before the send took it; the stream it went on, or None (the pool
+        is closed, or no stream took it): the caller fails the request as a transport
+        failure."""
+        for _ in range(2):
+            stream = self.stream(address)
+            if stream is None:
+                return None
+            if stream.send(request, callback, timeout_s, answered=answered):
+                return stream
+        return None
+
     def _open_call(self, address: Address) -> grpc.aio.StreamStreamCall[_Req, _Resp]:
         """Loop thread: a new call of the pool's RPC on the broker's aio channel."""
         entry = self._channels.get(address)

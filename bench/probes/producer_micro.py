@@ -94,8 +94,13 @@ class FakeStreamPool:
     def __init__(self, wire: FakeWire):
         self._stream = FakeStream(wire)
 
-    def stream(self, address) -> FakeStream:
+    def stream(self, address) -> FakeStream:  # what producers before StreamPool.send ask
         return self._stream
+
+    def send(self, address, request, callback, timeout_s: float, *,
+             answered: bool = True) -> FakeStream | None:
+        return self._stream if self._stream.send(request, callback, timeout_s,
+                                                 answered=answered) else None
 
     def close(self, timeout_s: float = 5.0) -> None:
         pass

@@ -125,3 +125,19 @@ def test_unanswered_stream_request_times_out(hanging_broker, monkeypatch):
         pending.result()
     assert stream.broken
     streams.close(timeout_s=1)
+
+
+def test_pool_send_goes_on_a_new_stream_once_its_stream_broke_and_nowhere_once_closed(
+        hanging_broker):
+    servicer, address, pool = hanging_broker
+    streams = StreamPool("ProduceStream", ordered=False)
+    answers = futures.Future()
+    broken = streams.send(address, pb.ProduceRequest(acks=-1),
+                          lambda r, e: answers.set_result((r, e)), 30)
+    assert broken is not None
+    servicer.end.set_result(None)  # the broker fails the call
+    assert isinstance(answers.result(10)[1], BrokerConnectionError)
+    again = streams.send(address, pb.ProduceRequest(acks=-1), lambda r, e: None, 30)
+    assert again is not None and again is not broken and not again.broken
+    streams.close(timeout_s=1)
+    assert streams.send(address, pb.ProduceRequest(acks=-1), lambda r, e: None, 30) is None
