@@ -219,16 +219,30 @@ def _follower_main(port: int, follower_id: int, record_bytes: int) -> None:
     uvloop.run(follow())
 
 
-def _receiver_main(port: int, record_bytes: int, expected: int, result_pipe) -> None:
+def _receiver_main(address: str, record_bytes: int, expected: int, result_pipe,
+                   kafka_batches: bool = False) -> None:
     _start_grpc()
     import grpc
     import uvloop
 
     from tidewater.proto import tidewater_pb2 as pb
+    from tidewater.proto.batch import iter_batches
+    from tidewater.proto.records import decode_batch_records
+
+    def stamps(records: bytes) -> tuple[list[int], int]:
+        """(each record's stamp, how many offsets ``records`` covers)."""
+        if not kafka_batches:
+            return ([read_stamp(records[start:start + 8]) for start in range(0, len(records), record_bytes)],
+                    len(records) // record_bytes)
+        found, covered = [], 0
+        for position, header in iter_batches(records):  # each batch's CRC checked
+            found.extend(read_stamp(r.value) for r in decode_batch_records(records, position, header))
+            covered += header.last_offset_delta + 1
+        return found, covered
 
     async def receive() -> list[float]:
         latencies_ms: list[float] = []
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(address) as channel:
             call = channel.stream_stream(
                 FETCH_METHOD, request_serializer=pb.FetchRequest.SerializeToString,
                 response_deserializer=pb.FetchResponse.FromString)()
@@ -238,20 +252,26 @@ def _receiver_main(port: int, record_bytes: int, expected: int, result_pipe) -> 
                 await call.write(_fetch_request(pb, -1, offset, FETCH_MAX_WAIT_MS))
                 records = (await call.read()).partitions[0].records
                 now_ns = time.time_ns()
-                for start in range(0, len(records), record_bytes):
-                    latencies_ms.append((now_ns - read_stamp(records[start:start + 8])) / 1e6)
-                offset += len(records) // record_bytes
+                sent_ns, covered = stamps(records)
+                latencies_ms.extend((now_ns - stamp) / 1e6 for stamp in sent_ns)
+                offset += covered
         return latencies_ms
 
     result_pipe.send(uvloop.run(receive()))
 
 
-def _producer_main(port: int, record_bytes: int, count: int, rate_per_s: float, result_pipe) -> None:
+def _producer_main(address: str, record_bytes: int, count: int, rate_per_s: float, result_pipe,
+                   kafka_batches: bool = False) -> None:
     _start_grpc()
     import grpc
     import uvloop
 
     from tidewater.proto import tidewater_pb2 as pb
+    from tidewater.proto.records import encode_batch
+
+    def records_of(payloads: list[bytes]) -> bytes:
+        # the real leader takes Kafka batches (one per request, as the Producer's)
+        return encode_batch([(None, p) for p in payloads]) if kafka_batches else b"".join(payloads)
 
     filler = os.urandom(record_bytes)
 
@@ -266,7 +286,7 @@ def _producer_main(port: int, record_bytes: int, count: int, rate_per_s: float, 
             pending.append((payload, due_ns))
             wake.set()
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc.aio.insecure_channel(address) as channel:
             call = channel.stream_stream(
                 PRODUCE_METHOD, request_serializer=pb.ProduceRequest.SerializeToString,
                 response_deserializer=pb.ProduceResponse.FromString)()
@@ -280,7 +300,7 @@ def _producer_main(port: int, record_bytes: int, count: int, rate_per_s: float, 
                     requests[0] += 1
                     await call.write(pb.ProduceRequest(acks=-1, correlation_id=requests[0], partitions=[
                         pb.ProducePartitionData(topic="paced", partition=0,
-                                                records=b"".join(p for p, _ in batch))]))
+                                                records=records_of([p for p, _ in batch]))]))
                     await call.read()
                     now_ns = time.time_ns()
                     ack_ms.extend((now_ns - due_ns) / 1e6 for _, due_ns in batch)
@@ -326,7 +346,6 @@ class FloorRun:
 
 def run_floor(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
     ctx = multiprocessing.get_context("spawn")
-    count = int(rate_per_s * seconds)
     processes: dict[str, multiprocessing.process.BaseProcess] = {}
     try:
         port_end, port_child = ctx.Pipe()
@@ -339,35 +358,77 @@ def run_floor(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
             processes[f"follower {follower_id}"] = ctx.Process(
                 target=_follower_main, args=(port, follower_id, record_bytes), daemon=True)
             processes[f"follower {follower_id}"].start()
-        receiver_end, receiver_child = ctx.Pipe()
-        processes["receiver"] = ctx.Process(
-            target=_receiver_main, args=(port, record_bytes, WARM_UP_RECORDS + count, receiver_child),
-            daemon=True)
-        processes["receiver"].start()
-        if not receiver_end.poll(30) or receiver_end.recv() != "ready":
-            raise RuntimeError("the receiver did not start")
-        producer_end, producer_child = ctx.Pipe()
-        processes["producer"] = ctx.Process(
-            target=_producer_main, args=(port, record_bytes, count, rate_per_s, producer_child),
-            daemon=True)
-        processes["producer"].start()
-        if not producer_end.poll(60) or producer_end.recv() != "measuring":
-            raise RuntimeError("the producer's warm-up did not finish")
-        before = {name: process_cpu_s(p.pid) for name, p in processes.items()}
-        started = time.perf_counter()
-        if not producer_end.poll(seconds + 60):
-            raise RuntimeError("the producer did not finish")
-        ack_ms, rounds, rate = producer_end.recv()
-        elapsed = time.perf_counter() - started
-        cpu = {name: process_cpu_s(p.pid) - before[name] for name, p in processes.items()}
-        load = os.getloadavg()[0]
-        if not receiver_end.poll(30):
-            raise RuntimeError("the receiver did not finish")
-        e2e_ms = receiver_end.recv()[-count:]
+        servers = {name: int(p.pid or 0) for name, p in processes.items()}
+        return _run_clients(ctx, f"127.0.0.1:{port}", rate_per_s, seconds, record_bytes, servers,
+                            processes, kafka_batches=False)
     finally:
         for process in reversed(processes.values()):  # the leader last: no follower sees it go
             process.kill()
             process.join(5)
+
+
+def run_mixed(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
+    """The floor's producer and receiver (no threads but the pacer, no library) against the
+    real 3-broker cluster: Kafka batches built by ``encode_batch``, one per request, and
+    read back with every batch's CRC checked. Its CPU names the leader "leader" and the
+    other brokers "follower N"."""
+    from bench import tidewater_side
+
+    ctx = multiprocessing.get_context("spawn")
+    clients: dict[str, multiprocessing.process.BaseProcess] = {}
+    with tempfile.TemporaryDirectory(prefix="design-floor-mixed-") as directory:
+        cluster = tidewater_side.TidewaterCluster(directory)
+        try:
+            cluster.start()
+            cluster.create_topic("paced")
+            leader = cluster.leader_of("paced")
+            brokers = {proc["name"]: proc for proc in cluster.local.manifest["processes"].values()
+                       if proc["name"].startswith("broker-")}
+            servers = {("leader" if name == f"broker-{leader}" else f"follower {name.split('-')[1]}"):
+                       int(proc["pid"]) for name, proc in brokers.items()}
+            return _run_clients(ctx, brokers[f"broker-{leader}"]["listen"], rate_per_s, seconds,
+                                record_bytes, servers, clients, kafka_batches=True)
+        finally:
+            for process in clients.values():
+                process.kill()
+                process.join(5)
+            cluster.stop()
+
+
+def _run_clients(ctx, address: str, rate_per_s: float, seconds: float, record_bytes: int,
+                 servers: dict[str, int], processes: dict[str, multiprocessing.process.BaseProcess],
+                 *, kafka_batches: bool) -> FloorRun:
+    """The floor's receiver and producer against the leader at ``address`` (added to
+    ``processes``, which the caller stops); CPU of them and of ``servers`` (name -> pid)."""
+    count = int(rate_per_s * seconds)
+    receiver_end, receiver_child = ctx.Pipe()
+    processes["receiver"] = ctx.Process(
+        target=_receiver_main,
+        args=(address, record_bytes, WARM_UP_RECORDS + count, receiver_child, kafka_batches),
+        daemon=True)
+    processes["receiver"].start()
+    if not receiver_end.poll(30) or receiver_end.recv() != "ready":
+        raise RuntimeError("the receiver did not start")
+    producer_end, producer_child = ctx.Pipe()
+    processes["producer"] = ctx.Process(
+        target=_producer_main,
+        args=(address, record_bytes, count, rate_per_s, producer_child, kafka_batches), daemon=True)
+    processes["producer"].start()
+    if not producer_end.poll(60) or producer_end.recv() != "measuring":
+        raise RuntimeError("the producer's warm-up did not finish")
+    pids = {**servers, "producer": int(processes["producer"].pid or 0),
+            "receiver": int(processes["receiver"].pid or 0)}
+    before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    started = time.perf_counter()
+    if not producer_end.poll(seconds + 60):
+        raise RuntimeError("the producer did not finish")
+    ack_ms, rounds, rate = producer_end.recv()
+    elapsed = time.perf_counter() - started
+    cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+    load = os.getloadavg()[0]
+    if not receiver_end.poll(30):
+        raise RuntimeError("the receiver did not finish")
+    e2e_ms = receiver_end.recv()[-count:]
     return FloorRun(ack_ms, e2e_ms, rounds, rate, cpu, elapsed, load)
 
 
@@ -415,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--cluster", action="store_true",
                         help="alternate with latency_breakdown.py (the real cluster)")
+    parser.add_argument("--mixed", action="store_true",
+                        help="also the floor's producer and receiver against the real brokers")
     parser.add_argument("--peer", action="store_true",
                         help="alternate with JetStream's paced latency (a 3-node NATS cluster)")
     args = parser.parse_args(argv)
@@ -454,19 +517,27 @@ def run_peer(cluster: NatsCluster, name: str, rate_per_s: float, seconds: float,
                                                int(rate_per_s * seconds), rate_per_s))
 
 
+def _floor_row(name: str, utc: str, run: FloorRun) -> tuple[str, ...]:
+    ack, e2e = latency_summary(run.ack_ms), latency_summary(run.e2e_ms)
+    cpu_us = {name: s / run.rounds * 1e6 for name, s in run.cpu_s.items()}
+    return (name, utc, f"{run.load:.2f}", f"{run.achieved_rate_per_s:,.0f}",
+            f"{len(run.ack_ms) / run.rounds:.2f}",
+            f"{e2e.p50_ms:.2f}", f"{e2e.p99_ms:.2f}", f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}",
+            f"{cpu_us['leader']:,.0f}",
+            " / ".join(f"{us:,.0f}" for name, us in sorted(cpu_us.items()) if name.startswith("follower")),
+            f"{cpu_us['producer']:,.0f} + {cpu_us['receiver']:,.0f}")
+
+
 def run_rows(args: argparse.Namespace, peer: NatsCluster | None) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for repeat in range(args.repeats):
         utc = time.strftime("%H:%M:%S", time.gmtime())
         floor = run_floor(args.rate, args.seconds, args.record_bytes)
-        ack, e2e = latency_summary(floor.ack_ms), latency_summary(floor.e2e_ms)
-        cpu_us = {name: s / floor.rounds * 1e6 for name, s in floor.cpu_s.items()}
-        rows.append((f"floor #{repeat + 1}", utc, f"{floor.load:.2f}", f"{floor.achieved_rate_per_s:,.0f}",
-                     f"{len(floor.ack_ms) / floor.rounds:.2f}",
-                     f"{e2e.p50_ms:.2f}", f"{e2e.p99_ms:.2f}", f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}",
-                     f"{cpu_us['leader']:,.0f}",
-                     f"{cpu_us['follower 2']:,.0f} / {cpu_us['follower 3']:,.0f}",
-                     f"{cpu_us['producer']:,.0f} + {cpu_us['receiver']:,.0f}"))
+        rows.append(_floor_row(f"floor #{repeat + 1}", utc, floor))
+        if args.mixed:
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            mixed = run_mixed(args.rate, args.seconds, args.record_bytes)
+            rows.append(_floor_row(f"brokers + floor clients #{repeat + 1}", utc, mixed))
         if args.cluster:
             utc = time.strftime("%H:%M:%S", time.gmtime())
             real = run_cluster(args.rate, args.seconds, args.record_bytes)
