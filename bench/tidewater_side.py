@@ -30,13 +30,15 @@ replicated log, like one JetStream stream):
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,22 @@ def directory_bytes(path: str | Path) -> int:
                 except OSError:
                     pass
     return total
+
+
+@contextlib.contextmanager
+def paced_cluster(prefix: str, settings: dict | None = None
+                  ) -> Iterator[tuple[TidewaterCluster, Path]]:
+    """A started local 3-broker cluster in a new temporary folder (``prefix``), with the
+    topic the latency probes write to ("paced": one partition, RF 3), and the folder;
+    stopped (its processes by pid) and removed at the end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        cluster = TidewaterCluster(directory, settings=settings)
+        try:
+            cluster.start()
+            cluster.create_topic("paced")
+            yield cluster, Path(directory)
+        finally:
+            cluster.stop()
 
 
 class TidewaterCluster:

@@ -376,11 +376,8 @@ def run_mixed(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
 
     ctx = multiprocessing.get_context("spawn")
     clients: dict[str, multiprocessing.process.BaseProcess] = {}
-    with tempfile.TemporaryDirectory(prefix="design-floor-mixed-") as directory:
-        cluster = tidewater_side.TidewaterCluster(directory)
+    with tidewater_side.paced_cluster("design-floor-mixed-") as (cluster, _directory):
         try:
-            cluster.start()
-            cluster.create_topic("paced")
             leader = cluster.leader_of("paced")
             brokers = {proc["name"]: proc for proc in cluster.local.manifest["processes"].values()
                        if proc["name"].startswith("broker-")}
@@ -392,7 +389,6 @@ def run_mixed(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
             for process in clients.values():
                 process.kill()
                 process.join(5)
-            cluster.stop()
 
 
 def _run_clients(ctx, address: str, rate_per_s: float, seconds: float, record_bytes: int,

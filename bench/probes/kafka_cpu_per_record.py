@@ -21,7 +21,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -99,63 +98,57 @@ def main(argv: list[str] | None = None) -> int:
     import tidewater.broker
 
     print(f"tidewater from {Path(tidewater.broker.__file__).parent.parent}")
-    with tempfile.TemporaryDirectory(prefix="tw-kafka-cpu-") as directory:
-        cluster = tidewater_side.TidewaterCluster(directory)
-        try:
-            cluster.start()
-            cluster.create_topic("paced")
-            partition = cluster.partition("paced")
-            leader_name = f"broker-{partition.leader}"
-            processes = cluster.local.manifest["processes"]
-            pids = {name: proc["pid"] for name, proc in processes.items()}
-            leader_metrics_port = processes[leader_name]["metrics_port"]
-            # Warm-up: connections, metadata, __consumer_offsets creation.
-            kafka_side.paced_latency(cluster.local.manifest["kafka_bootstrap"], "paced", 1024,
-                                     500, 1000.0)
-            rows = []
-            for round_number in range(1, args.rounds + 1):
-                for rate_per_s in args.rates:
-                    for path in args.paths:
-                        spies_args = None
-                        if args.profile_dir and round_number == args.rounds:
-                            out_dir = Path(args.profile_dir) / f"{path}-{rate_per_s:.0f}"
-                            out_dir.mkdir(parents=True, exist_ok=True)
-                            follower = next(r for r in partition.replicas
-                                            if r != partition.leader)
-                            targets = {"leader": pids[leader_name],
-                                       "follower": pids[f"broker-{follower}"]}
-                            spies_args = (targets, out_dir, args.records / rate_per_s - 1)
-                        r = one_round(cluster, path, "paced", pids, leader_metrics_port,
-                                      args.records, rate_per_s, spies_args)
-                        r.update(round=round_number, path=path, rate=rate_per_s,
-                                 load=os.getloadavg()[0])
-                        rows.append(r)
-                        print(f"[probe] round {round_number} {path} {rate_per_s:,.0f}/s: e2e p50 "
-                              f"{r['e2e'].p50_ms:.2f} ms", flush=True)
-                        if r["spies"]:
-                            print(f"\n######## py-spy, {path} at {rate_per_s:,.0f}/s")
-                            print_profiles(r["spies"], args.top)
-            brokers = sorted(pids, key=lambda name: (name != leader_name, name))
-            brokers = [name for name in brokers if name.startswith("broker")]
-            print(f"\nacks=all 1 KiB, RF 3, 1 partition; CPU µs per record from /proc "
-                  f"(leader {leader_name}); load = 1-min load average after the run")
-            header = (f"{'round':>5} {'path':5} {'rate/s':>6} {'achieved':>8} {'e2e p50':>7} "
-                      f"{'e2e p99':>7} {'ack p50':>7} "
-                      + " ".join(f"{name + ('*' if name == leader_name else ''):>9}"
-                                 for name in brokers) + f" {'load':>5}")
-            print(header)
-            for r in rows:
-                print(f"{r['round']:>5} {r['path']:5} {r['rate']:>6,.0f} "
-                      f"{r['achieved_rate_per_s']:>8,.0f} {r['e2e'].p50_ms:>7.2f} "
-                      f"{r['e2e'].p99_ms:>7.2f} {r['ack'].p50_ms:>7.2f} "
-                      + " ".join(f"{r['cpu'][name] / args.records * 1e6:>9,.0f}"
-                                 for name in brokers) + f" {r['load']:>5.2f}")
-            print("\nrequests the leader answered per record")
-            for r in rows:
-                print(f"  round {r['round']} {r['path']:5} {r['rate']:>6,.0f}/s: " + ", ".join(
-                    f"{rpc} {n:.2f}" for rpc, n in sorted(r["requests"].items())))
-        finally:
-            cluster.stop()
+    with tidewater_side.paced_cluster("tw-kafka-cpu-") as (cluster, directory):
+        partition = cluster.partition("paced")
+        leader_name = f"broker-{partition.leader}"
+        processes = cluster.local.manifest["processes"]
+        pids = {name: proc["pid"] for name, proc in processes.items()}
+        leader_metrics_port = processes[leader_name]["metrics_port"]
+        # Warm-up: connections, metadata, __consumer_offsets creation.
+        kafka_side.paced_latency(cluster.local.manifest["kafka_bootstrap"], "paced", 1024,
+                                 500, 1000.0)
+        rows = []
+        for round_number in range(1, args.rounds + 1):
+            for rate_per_s in args.rates:
+                for path in args.paths:
+                    spies_args = None
+                    if args.profile_dir and round_number == args.rounds:
+                        out_dir = Path(args.profile_dir) / f"{path}-{rate_per_s:.0f}"
+                        out_dir.mkdir(parents=True, exist_ok=True)
+                        follower = next(r for r in partition.replicas
+                                        if r != partition.leader)
+                        targets = {"leader": pids[leader_name],
+                                   "follower": pids[f"broker-{follower}"]}
+                        spies_args = (targets, out_dir, args.records / rate_per_s - 1)
+                    r = one_round(cluster, path, "paced", pids, leader_metrics_port,
+                                  args.records, rate_per_s, spies_args)
+                    r.update(round=round_number, path=path, rate=rate_per_s,
+                             load=os.getloadavg()[0])
+                    rows.append(r)
+                    print(f"[probe] round {round_number} {path} {rate_per_s:,.0f}/s: e2e p50 "
+                          f"{r['e2e'].p50_ms:.2f} ms", flush=True)
+                    if r["spies"]:
+                        print(f"\n######## py-spy, {path} at {rate_per_s:,.0f}/s")
+                        print_profiles(r["spies"], args.top)
+        brokers = sorted(pids, key=lambda name: (name != leader_name, name))
+        brokers = [name for name in brokers if name.startswith("broker")]
+        print(f"\nacks=all 1 KiB, RF 3, 1 partition; CPU µs per record from /proc "
+              f"(leader {leader_name}); load = 1-min load average after the run")
+        header = (f"{'round':>5} {'path':5} {'rate/s':>6} {'achieved':>8} {'e2e p50':>7} "
+                  f"{'e2e p99':>7} {'ack p50':>7} "
+                  + " ".join(f"{name + ('*' if name == leader_name else ''):>9}"
+                             for name in brokers) + f" {'load':>5}")
+        print(header)
+        for r in rows:
+            print(f"{r['round']:>5} {r['path']:5} {r['rate']:>6,.0f} "
+                  f"{r['achieved_rate_per_s']:>8,.0f} {r['e2e'].p50_ms:>7.2f} "
+                  f"{r['e2e'].p99_ms:>7.2f} {r['ack'].p50_ms:>7.2f} "
+                  + " ".join(f"{r['cpu'][name] / args.records * 1e6:>9,.0f}"
+                             for name in brokers) + f" {r['load']:>5.2f}")
+        print("\nrequests the leader answered per record")
+        for r in rows:
+            print(f"  round {r['round']} {r['path']:5} {r['rate']:>6,.0f}/s: " + ", ".join(
+                f"{rpc} {n:.2f}" for rpc, n in sorted(r["requests"].items())))
     return 0
 
 

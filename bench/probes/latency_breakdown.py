@@ -23,7 +23,6 @@ import os
 import re
 import resource
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -125,44 +124,39 @@ def main(argv: list[str] | None = None) -> int:
                         help="a broker setting for every broker")
     args = parser.parse_args(argv)
     settings = dict(s.split("=", 1) for s in args.set)
-    with tempfile.TemporaryDirectory(prefix="tw-latency-") as directory:
-        cluster = tidewater_side.TidewaterCluster(directory, settings=settings)
-        try:
-            bootstrap = cluster.start()
-            cluster.create_topic("paced")
-            leader = cluster.leader_of("paced")
-            pids = {proc["name"]: proc["pid"] for proc in cluster.local.manifest["processes"].values()}
-            before = {name: process_cpu_s(pid) for name, pid in pids.items()}
-            metrics_port = cluster.local.manifest["processes"][f"broker-{leader}"]["metrics_port"]
-            rpcs_before = request_latency(metrics_port)
-            spy, spy_out = None, Path(directory) / "spy.txt"
-            if args.profile:
-                target = leader if args.profile == "leader" else next(
-                    int(n.split("-")[1]) for n in pids if n.startswith("broker-")
-                    and int(n.split("-")[1]) != leader)
-                spy = start_py_spy(pids[f"broker-{target}"], spy_out, int(args.seconds) + 2, 500,
-                                   ["--native", "--threads"] if args.native
-                                   else ["--gil", "--nonblocking"])
-            client_before = own_cpu_seconds()
-            started = time.perf_counter()
-            started_wall = time.time()
-            with SwitchSampler(pids) as sampler:
-                result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
-                                                      int(args.rate * args.seconds), args.rate,
-                                                      producer_kind=args.producer,
-                                                      receiver_kind=args.receiver)
-            elapsed = time.perf_counter() - started
-            if spy is not None:
-                spy.wait(timeout=60)
-            cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
-            rpcs = {rpc: value - rpcs_before.get((rpc, kind), 0.0)
-                    for (rpc, kind), value in request_latency(metrics_port).items() if kind == "count"}
-            cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before
-            profile_text = spy_out.read_text() if spy is not None and spy_out.exists() else None
-            if profile_text is not None and args.profile_out:
-                Path(args.profile_out).write_text(profile_text)
-        finally:
-            cluster.stop()
+    with tidewater_side.paced_cluster("tw-latency-", settings) as (cluster, directory):
+        bootstrap = cluster.bootstrap
+        leader = cluster.leader_of("paced")
+        pids = {proc["name"]: proc["pid"] for proc in cluster.local.manifest["processes"].values()}
+        before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+        metrics_port = cluster.local.manifest["processes"][f"broker-{leader}"]["metrics_port"]
+        rpcs_before = request_latency(metrics_port)
+        spy, spy_out = None, Path(directory) / "spy.txt"
+        if args.profile:
+            target = leader if args.profile == "leader" else next(
+                int(n.split("-")[1]) for n in pids if n.startswith("broker-")
+                and int(n.split("-")[1]) != leader)
+            spy = start_py_spy(pids[f"broker-{target}"], spy_out, int(args.seconds) + 2, 500,
+                               ["--native", "--threads"] if args.native
+                               else ["--gil", "--nonblocking"])
+        client_before = own_cpu_seconds()
+        started = time.perf_counter()
+        started_wall = time.time()
+        with SwitchSampler(pids) as sampler:
+            result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
+                                                  int(args.rate * args.seconds), args.rate,
+                                                  producer_kind=args.producer,
+                                                  receiver_kind=args.receiver)
+        elapsed = time.perf_counter() - started
+        if spy is not None:
+            spy.wait(timeout=60)
+        cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        rpcs = {rpc: value - rpcs_before.get((rpc, kind), 0.0)
+                for (rpc, kind), value in request_latency(metrics_port).items() if kind == "count"}
+        cpu["client (producer + receiver)"] = own_cpu_seconds() - client_before
+        profile_text = spy_out.read_text() if spy is not None and spy_out.exists() else None
+        if profile_text is not None and args.profile_out:
+            Path(args.profile_out).write_text(profile_text)
     print(f"run window (epoch s) {started_wall:.3f} {started_wall + elapsed:.3f}")
     print(f"producer {args.producer}, receiver {args.receiver}")
     print(f"load average {os.getloadavg()[0]:.2f}; run {elapsed:.1f} s; leader broker-{leader}; "

@@ -199,17 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     from bench import tidewater_side
     from bench.bench_common import format_table
 
-    with tempfile.TemporaryDirectory(prefix="tw-round-timeline-") as directory:
-        cluster = tidewater_side.TidewaterCluster(directory)
-        try:
-            bootstrap = cluster.start()
-            cluster.create_topic("paced")
-            result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
-                                                  int(args.rate * args.seconds), args.rate,
-                                                  producer_kind=args.producer,
-                                                  receiver_kind=args.receiver)
-        finally:
-            cluster.stop()
+    with tidewater_side.paced_cluster("tw-round-timeline-") as (cluster, _directory):
+        bootstrap = cluster.bootstrap
+        result = tidewater_side.paced_latency(bootstrap, "paced", args.record_bytes,
+                                              int(args.rate * args.seconds), args.rate,
+                                              producer_kind=args.producer,
+                                              receiver_kind=args.receiver)
     import sitecustomize
     sitecustomize._flush()
     rows, per_follower = rounds(read_traces(trace_folder), args.skip)

@@ -27,7 +27,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -146,13 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", action="store_true", help="also perf record the leader")
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="tw-syscalls-") as directory:
-        cluster = tidewater_side.TidewaterCluster(directory, settings={})
+    with tidewater_side.paced_cluster("tw-syscalls-") as (cluster, directory):
         perfs: dict[str, tuple[subprocess.Popen[bytes], Path, int]] = {}
         attacher: ClientAttacher | None = None
         try:
-            bootstrap = cluster.start()
-            cluster.create_topic("paced")
+            bootstrap = cluster.bootstrap
             leader = cluster.leader_of("paced")
             processes = cluster.local.manifest["processes"]
             pids = {proc["name"]: proc["pid"] for proc in processes.values()}
@@ -209,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
             for proc, _, _ in perfs.values():
                 if proc.poll() is None:
                     proc.kill()
-            cluster.stop()
     return 0
 
 
