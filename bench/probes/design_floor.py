@@ -1,7 +1,7 @@
 """The design's floor: an acks=all round at a paced rate with nothing but the messages.
 
     .venv/bin/python bench/probes/design_floor.py [--rate 1000] [--seconds 4] [--record-bytes 1024]
-        [--repeats 3] [--cluster] [--peer]
+        [--repeats 3] [--cluster] [--mixed] [--peer]
 
 Five processes on 127.0.0.1, as in ``latency_breakdown.py``'s run, each on uvloop with
 ``proto/grpc_env.py``'s settings: a leader, two followers (each also a grpc.aio server,
@@ -23,7 +23,8 @@ round exchanges, on the same RPC kinds, with the real protobuf messages:
 Prints e2e (due -> receipt) and ack (due -> answer) p50/p99 and each process's CPU per
 round (one produce request). ``--cluster`` alternates each run with
 ``latency_breakdown.py`` (the real 3-broker cluster, same rate and seconds) and prints
-both. ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
+both. ``--mixed`` adds, after each floor run, the floor's producer and receiver against
+the real brokers (``run_mixed``). ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
 3-node NATS cluster started once, as ``cluster_bench`` runs it; needs nats-server and
 nats-py), so the floor, the cluster and the peer stand in one table. What the real round has beyond this: the log, batch encoding and CRCs, the
 checks, the replica state machine, the clients' batching and their extra threads.
@@ -55,6 +56,7 @@ from bench.bench_common import (  # noqa: E402
     format_table,
     latency_summary,
     process_cpu_s,
+    receiver_latencies,
 )
 from bench.probes.latency_probe import read_stamp, run_paced, stamped_payload  # noqa: E402
 
@@ -422,9 +424,7 @@ def _run_clients(ctx, address: str, rate_per_s: float, seconds: float, record_by
     elapsed = time.perf_counter() - started
     cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
     load = os.getloadavg()[0]
-    if not receiver_end.poll(30):
-        raise RuntimeError("the receiver did not finish")
-    e2e_ms = receiver_end.recv()[-count:]
+    e2e_ms = receiver_latencies(receiver_end, 30)[-count:]
     return FloorRun(ack_ms, e2e_ms, rounds, rate, cpu, elapsed, load)
 
 
@@ -515,12 +515,13 @@ def run_peer(cluster: NatsCluster, name: str, rate_per_s: float, seconds: float,
 
 def _floor_row(name: str, utc: str, run: FloorRun) -> tuple[str, ...]:
     ack, e2e = latency_summary(run.ack_ms), latency_summary(run.e2e_ms)
-    cpu_us = {name: s / run.rounds * 1e6 for name, s in run.cpu_s.items()}
+    cpu_us = {process: s / run.rounds * 1e6 for process, s in run.cpu_s.items()}
     return (name, utc, f"{run.load:.2f}", f"{run.achieved_rate_per_s:,.0f}",
             f"{len(run.ack_ms) / run.rounds:.2f}",
             f"{e2e.p50_ms:.2f}", f"{e2e.p99_ms:.2f}", f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}",
             f"{cpu_us['leader']:,.0f}",
-            " / ".join(f"{us:,.0f}" for name, us in sorted(cpu_us.items()) if name.startswith("follower")),
+            " / ".join(f"{us:,.0f}" for process, us in sorted(cpu_us.items())
+                       if process.startswith("follower")),
             f"{cpu_us['producer']:,.0f} + {cpu_us['receiver']:,.0f}")
 
 

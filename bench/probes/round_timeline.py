@@ -127,7 +127,7 @@ def rounds(traces: dict[int, dict[str, list[tuple[int, int]]]], skip: int
     # k-th answer that request's, counted from the end (the warm-up came first).
     n = min(len(sends), len(answers), len(p_ins), len(apps))
     out: list[dict[str, int]] = []
-    per_follower: dict[str, list[int]] = defaultdict(list)
+    other_hops: dict[str, list[int]] = defaultdict(list)
     for k in range(skip, n):
         t_app, base = apps[len(apps) - n + k]
         last = lasts[len(lasts) - n + k][1]
@@ -147,8 +147,8 @@ def rounds(traces: dict[int, dict[str, list[tuple[int, int]]]], skip: int
                 break
             received.append(fa_in)
             read_at_leader.append(f_in)
-            per_follower["follower received -> next fetch built (each)"].append(f_out - fa_in)
-            per_follower["next fetch built -> leader reads it (each)"].append(f_in - f_out)
+            other_hops["follower received -> next fetch built (each)"].append(f_out - fa_in)
+            other_hops["next fetch built -> leader reads it (each)"].append(f_in - f_out)
         else:
             row["fa_first"], row["fa_second"] = min(received), max(received)
             row["fin_last"] = max(read_at_leader)
@@ -159,16 +159,16 @@ def rounds(traces: dict[int, dict[str, list[tuple[int, int]]]], skip: int
             # (a next send more than 2 ms on had nothing queued: not a turnaround).
             turnaround = sends[len(sends) - n + k + 1][0] - row["ans"]
             if 0 <= turnaround < 2_000_000:
-                per_follower[TURNAROUND].append(turnaround)
+                other_hops[TURNAROUND].append(turnaround)
         out.append(row)
-    return out, per_follower
+    return out, other_hops
 
 
-def hop_table(rows: list[dict[str, int]], per_follower: dict[str, list[int]]) -> list[tuple[str, str, str, str]]:
+def hop_table(rows: list[dict[str, int]], other_hops: dict[str, list[int]]) -> list[tuple[str, str, str, str]]:
     table = []
     for label, start, end in HOPS:
         if start is None:
-            values = per_follower.get(label, [])
+            values = other_hops.get(label, [])
         else:
             values = [r[end] - r[start] for r in rows if start in r and end in r]
         if not values:
@@ -181,8 +181,8 @@ def hop_table(rows: list[dict[str, int]], per_follower: dict[str, list[int]]) ->
 
 
 def analyse(folder: str, skip: int) -> list[tuple[str, str, str, str]]:
-    rows, per_follower = rounds(read_traces(folder), skip)
-    return hop_table(rows, per_follower)
+    rows, other_hops = rounds(read_traces(folder), skip)
+    return hop_table(rows, other_hops)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,12 +207,12 @@ def main(argv: list[str] | None = None) -> int:
                                               receiver_kind=args.receiver)
     import sitecustomize
     sitecustomize._flush()
-    rows, per_follower = rounds(read_traces(trace_folder), args.skip)
+    rows, other_hops = rounds(read_traces(trace_folder), args.skip)
     ack, e2e = result["ack"], result["e2e"]
     print(f"{args.rate:,.0f}/s of {args.record_bytes} B for {args.seconds} s, producer {args.producer}, "
           f"receiver {args.receiver}; load {os.getloadavg()[0]:.2f}; ack p50 {ack.p50_ms:.2f} ms, "
           f"e2e p50 {e2e.p50_ms:.2f} ms; {len(rows):,} rounds matched; traces in {trace_folder}")
-    print(format_table(("hop", "p50 µs", "p90 µs", "rounds"), hop_table(rows, per_follower),
+    print(format_table(("hop", "p50 µs", "p90 µs", "rounds"), hop_table(rows, other_hops),
                        align_right=(False, True, True, True)))
     return 0
 

@@ -56,7 +56,7 @@ def test_each_round_is_matched_by_its_offsets(tmp_path: Path) -> None:
     _write(tmp_path, 50, [(0, "argv:-c", 0), (5 * us, "S_req", 0), (6 * us, "S_ans", 0),
                           (7 * us, "C_ans", 0)])
 
-    found, per_follower = rounds(read_traces(str(tmp_path)), skip=0)
+    found, other_hops = rounds(read_traces(str(tmp_path)), skip=0)
 
     assert len(found) == 2
     first = found[0]
@@ -65,11 +65,11 @@ def test_each_round_is_matched_by_its_offsets(tmp_path: Path) -> None:
     assert (first["fa_first"], first["fa_second"], first["fin_last"]) == (300 * us, 400 * us, 700 * us)
     assert (first["wr0"], first["wr1"]) == (800 * us, 850 * us)
     assert found[1]["fin_last"] == 10_550 * us
-    assert per_follower["follower received -> next fetch built (each)"] == [
+    assert other_hops["follower received -> next fetch built (each)"] == [
         200 * us, 250 * us, 100 * us, 50 * us]
-    assert per_follower["next fetch built -> leader reads it (each)"] == [
+    assert other_hops["next fetch built -> leader reads it (each)"] == [
         100 * us, 50 * us, 100 * us, 100 * us]
-    table = {row[0]: row[1] for row in hop_table(found, per_follower)}
+    table = {row[0]: row[1] for row in hop_table(found, other_hops)}
     assert table["round: producer send -> answer"] == "750"  # median of 850 and 650 µs
     assert table["leader read -> appended"] == "35"
     # the second request left 9 ms after the first answer: nothing had queued behind it

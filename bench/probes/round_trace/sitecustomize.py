@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.machinery
 import os
 import struct
 import sys
@@ -231,4 +230,3 @@ if _FOLDER:
     install()
     # The role, so the reader can tell the processes apart.
     event("argv:" + " ".join(sys.argv[:3]).replace(" ", "_"))
-    _ = importlib.machinery  # (kept: the finders it defines are what we walk)
