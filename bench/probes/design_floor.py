@@ -1,7 +1,8 @@
 """The design's floor: an acks=all round at a paced rate with nothing but the messages.
 
     .venv/bin/python bench/probes/design_floor.py [--rate 1000] [--seconds 4] [--record-bytes 1024]
-        [--repeats 3] [--cluster] [--mixed] [--peer]
+        [--repeats 3] [--storage] [--kafka [--kafka-answer-delay-ms 1]] [--cluster] [--mixed]
+        [--peer]
 
 Five processes on 127.0.0.1, as in ``latency_breakdown.py``'s run, each on uvloop with
 ``proto/grpc_env.py``'s settings: a leader, two followers (each also a grpc.aio server,
@@ -23,7 +24,14 @@ round exchanges, on the same RPC kinds, with the real protobuf messages:
 Prints e2e (due -> receipt) and ack (due -> answer) p50/p99 and each process's CPU per
 round (one produce request). ``--cluster`` alternates each run with
 ``latency_breakdown.py`` (the real 3-broker cluster, same rate and seconds) and prints
-both. ``--mixed`` adds, after each floor run, the floor's producer and receiver against
+both. ``--storage`` adds, after each floor run, the floor with the broker's own on-disk
+``Log`` at each replica (``StoredLeaderState``: append, and reads with every batch's CRC
+checked) and Kafka batches from the producer, checked by the receiver: the floor of a
+replicated log of this format, before any of the broker around the log. ``--kafka`` adds
+the same with librdkafka clients over ``floor_kafka``'s listener on the floor leader (the
+bench's Kafka row, ``kafka_side.paced_latency``), then that row against the real cluster;
+``--kafka-answer-delay-ms`` makes the floor's Produce answers later, to show how the
+clients turn a longer round into e2e latency. ``--mixed`` adds, after each floor run, the floor's producer and receiver against
 the real brokers (``run_mixed``). ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
 3-node NATS cluster started once, as ``cluster_bench`` runs it; needs nats-server and
 nats-py), so the floor, the cluster and the peer stand in one table. What the real round has beyond this: the log, batch encoding and CRCs, the
@@ -137,14 +145,49 @@ class LeaderState:
         return bytes(self.log[start * self.record_bytes:end * self.record_bytes])
 
 
-def _leader_main(port_pipe, record_bytes: int) -> None:
+def _open_log(directory: str):
+    """The broker's own on-disk ``Log`` (default LogConfig) in ``directory``/paced-0."""
+    from tidewater.broker.storage.log import Log
+    from tidewater.broker.storage.log_config import LogConfig
+
+    return Log.open(Path(directory) / "paced-0", LogConfig(), now_ms=int(time.time() * 1000))
+
+
+class StoredLeaderState(LeaderState):
+    """``--storage``: the records in the broker's own ``Log``; offsets are Kafka offsets.
+
+    What a replica of this log format cannot skip: ``append_as_leader`` (each batch's
+    framing and CRC checked, offsets and the leader epoch stamped, written to the
+    segment and its index) and ``Log.read`` (each batch's CRC checked again on the way
+    out), nothing of the broker around them (no replica state machine, purgatory,
+    metrics, quotas or checks of the request)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(record_bytes=1)
+        self.stored = _open_log(directory)
+
+    def append(self, records: bytes) -> int:
+        base = self.stored.append_as_leader(records, 0, int(time.time() * 1000)).first_offset
+        self.end.advance(self.stored.log_end_offset)
+        return base
+
+    def read(self, start: int, end: int) -> bytes:
+        if start >= end:
+            return b""
+        return bytes(self.stored.read(start, 1 << 20, max_offset=end).records)
+
+
+def _leader_main(port_pipe, record_bytes: int, storage_dir: str | None = None,
+                 kafka_rounds=None, kafka_answer_delay_ms: float = 0.0) -> None:
+    """With ``kafka_rounds`` (a shared counter of its Produce requests) the leader also
+    serves the clients over ``floor_kafka``'s listener and sends (gRPC port, Kafka port)."""
     _start_grpc()
     import grpc
     import uvloop
 
     from tidewater.proto import tidewater_pb2 as pb
 
-    state = LeaderState(record_bytes)
+    state = LeaderState(record_bytes) if storage_dir is None else StoredLeaderState(storage_dir)
 
     async def produce_stream(_unused, context) -> None:
         while (request := await context.read()) is not grpc.aio.EOF:
@@ -186,7 +229,14 @@ def _leader_main(port_pipe, record_bytes: int) -> None:
                 "ReplicaFetch": stream(replica_fetch, pb.FetchRequest, pb.FetchResponse)})))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
-        port_pipe.send(port)
+        if kafka_rounds is None:
+            port_pipe.send(port)
+        else:
+            from bench.probes.floor_kafka import FloorKafkaServer
+
+            kafka = FloorKafkaServer(state, "paced", on_produce=kafka_rounds,
+                                     answer_delay_ms=kafka_answer_delay_ms)
+            port_pipe.send((port, await kafka.start()))
         await server.wait_for_termination()
 
     uvloop.run(serve())
@@ -197,12 +247,15 @@ def _fetch_request(pb, replica_id: int, offset: int, max_wait_ms: int):
         pb.FetchPartition(topic="paced", partition=0, fetch_offset=offset)])
 
 
-def _follower_main(port: int, follower_id: int, record_bytes: int) -> None:
+def _follower_main(port: int, follower_id: int, record_bytes: int,
+                   storage_dir: str | None = None) -> None:
     _start_grpc()
     import grpc
     import uvloop
 
     from tidewater.proto import tidewater_pb2 as pb
+
+    stored = None if storage_dir is None else _open_log(storage_dir)
 
     async def follow() -> None:
         server = grpc.aio.server()  # a broker serves; nothing calls it in the round
@@ -216,7 +269,12 @@ def _follower_main(port: int, follower_id: int, record_bytes: int) -> None:
             while True:
                 await call.write(_fetch_request(pb, follower_id, offset, REPLICA_MAX_WAIT_MS))
                 answer = await call.read()
-                offset += len(answer.partitions[0].records) // record_bytes
+                records = answer.partitions[0].records
+                if stored is None:
+                    offset += len(records) // record_bytes
+                elif records:  # --storage: appended to its own Log, as a follower does
+                    stored.append_as_follower(records, int(time.time() * 1000))
+                    offset = stored.log_end_offset
 
     uvloop.run(follow())
 
@@ -346,27 +404,92 @@ class FloorRun:
     load: float
 
 
-def run_floor(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
+def run_floor(rate_per_s: float, seconds: float, record_bytes: int, *,
+              storage: bool = False) -> FloorRun:
+    """The floor's five processes; with ``storage`` each replica keeps the records in the
+    broker's ``Log`` (in a temporary folder) and the clients send Kafka batches."""
     ctx = multiprocessing.get_context("spawn")
     processes: dict[str, multiprocessing.process.BaseProcess] = {}
+    storage_root = tempfile.mkdtemp(prefix="design-floor-storage-") if storage else None
+
+    def storage_dir(name: str) -> str | None:
+        return None if storage_root is None else os.path.join(storage_root, name)
     try:
         port_end, port_child = ctx.Pipe()
-        processes["leader"] = ctx.Process(target=_leader_main, args=(port_child, record_bytes), daemon=True)
+        processes["leader"] = ctx.Process(
+            target=_leader_main, args=(port_child, record_bytes, storage_dir("leader")), daemon=True)
         processes["leader"].start()
         if not port_end.poll(30):
             raise RuntimeError("the leader did not start")
         port = port_end.recv()
         for follower_id in FOLLOWER_IDS:
             processes[f"follower {follower_id}"] = ctx.Process(
-                target=_follower_main, args=(port, follower_id, record_bytes), daemon=True)
+                target=_follower_main,
+                args=(port, follower_id, record_bytes, storage_dir(f"follower-{follower_id}")),
+                daemon=True)
             processes[f"follower {follower_id}"].start()
         servers = {name: int(p.pid or 0) for name, p in processes.items()}
         return _run_clients(ctx, f"127.0.0.1:{port}", rate_per_s, seconds, record_bytes, servers,
-                            processes, kafka_batches=False)
+                            processes, kafka_batches=storage)
     finally:
         for process in reversed(processes.values()):  # the leader last: no follower sees it go
             process.kill()
             process.join(5)
+        if storage_root is not None:
+            shutil.rmtree(storage_root, ignore_errors=True)
+
+
+def run_floor_kafka(rate_per_s: float, seconds: float, record_bytes: int,
+                    answer_delay_ms: float = 0.0) -> tuple[dict, int, dict[str, float], float]:
+    """The floor with each replica's ``Log`` (``--storage``), its clients librdkafka over
+    ``floor_kafka``'s listener on the leader: the bench's Kafka row
+    (``kafka_side.paced_latency``) against the floor. Returns its figures, the Produce
+    requests (rounds), the leader's and followers' CPU s, and the load.
+    ``answer_delay_ms``: ``FloorKafkaServer``'s, to see how the clients take longer rounds."""
+    from bench import kafka_side
+
+    ctx = multiprocessing.get_context("spawn")
+    processes: dict[str, multiprocessing.process.BaseProcess] = {}
+    storage_root = tempfile.mkdtemp(prefix="design-floor-kafka-")
+    produced = ctx.Value("q", 0, lock=False)
+    try:
+        port_end, port_child = ctx.Pipe()
+        processes["leader"] = ctx.Process(
+            target=_leader_main,
+            args=(port_child, record_bytes, os.path.join(storage_root, "leader"), produced,
+                  answer_delay_ms),
+            daemon=True)
+        processes["leader"].start()
+        if not port_end.poll(30):
+            raise RuntimeError("the leader did not start")
+        port, kafka_port = port_end.recv()
+        for follower_id in FOLLOWER_IDS:
+            processes[f"follower {follower_id}"] = ctx.Process(
+                target=_follower_main,
+                args=(port, follower_id, record_bytes,
+                      os.path.join(storage_root, f"follower-{follower_id}")), daemon=True)
+            processes[f"follower {follower_id}"].start()
+        pids = {name: int(p.pid or 0) for name, p in processes.items()}
+        before = {name: process_cpu_s(pid) for name, pid in pids.items()}
+        rounds_before = produced.value
+        got = kafka_side.paced_latency(f"127.0.0.1:{kafka_port}", "paced", record_bytes,
+                                       int(rate_per_s * seconds), rate_per_s)
+        cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
+        return got, max(produced.value - rounds_before, 1), cpu, os.getloadavg()[0]
+    finally:
+        for process in reversed(processes.values()):
+            process.kill()
+            process.join(5)
+        shutil.rmtree(storage_root, ignore_errors=True)
+
+
+def run_cluster_kafka(rate_per_s: float, seconds: float, record_bytes: int) -> dict:
+    """The bench's Kafka row (``kafka_side.paced_latency``) against the real 3-broker cluster."""
+    from bench import kafka_side, tidewater_side
+
+    with tidewater_side.paced_cluster("design-floor-kafka-cluster-") as (cluster, _directory):
+        return kafka_side.paced_latency(cluster.local.manifest["kafka_bootstrap"], "paced",
+                                        record_bytes, int(rate_per_s * seconds), rate_per_s)
 
 
 def run_mixed(rate_per_s: float, seconds: float, record_bytes: int) -> FloorRun:
@@ -474,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="alternate with latency_breakdown.py (the real cluster)")
     parser.add_argument("--mixed", action="store_true",
                         help="also the floor's producer and receiver against the real brokers")
+    parser.add_argument("--storage", action="store_true",
+                        help="also the floor with each replica's records in the broker's Log")
+    parser.add_argument("--kafka", action="store_true",
+                        help="also the floor + Log and the cluster with librdkafka clients "
+                             "(the bench's Kafka row)")
+    parser.add_argument("--kafka-answer-delay-ms", type=float, default=0.0,
+                        help="with --kafka: the floor's Produce answers wait this much more")
     parser.add_argument("--peer", action="store_true",
                         help="alternate with JetStream's paced latency (a 3-node NATS cluster)")
     args = parser.parse_args(argv)
@@ -531,6 +661,31 @@ def run_rows(args: argparse.Namespace, peer: NatsCluster | None) -> list[tuple[s
         utc = time.strftime("%H:%M:%S", time.gmtime())
         floor = run_floor(args.rate, args.seconds, args.record_bytes)
         rows.append(_floor_row(f"floor #{repeat + 1}", utc, floor))
+        if args.storage:
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            stored = run_floor(args.rate, args.seconds, args.record_bytes, storage=True)
+            rows.append(_floor_row(f"floor + Log #{repeat + 1}", utc, stored))
+        if args.kafka:
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            got, rounds, cpu, load = run_floor_kafka(args.rate, args.seconds, args.record_bytes,
+                                                     args.kafka_answer_delay_ms)
+            per_round = {name: f"{s / rounds * 1e6:,.0f}" for name, s in cpu.items()}
+            delayed = (f", answers +{args.kafka_answer_delay_ms:g} ms"
+                       if args.kafka_answer_delay_ms else "")
+            rows.append((f"floor + Log, Kafka clients{delayed} #{repeat + 1}", utc, f"{load:.2f}",
+                         f"{got['achieved_rate_per_s']:,.0f}",
+                         f"{got['ack'].count / rounds:.2f}",
+                         f"{got['e2e'].p50_ms:.2f}", f"{got['e2e'].p99_ms:.2f}",
+                         f"{got['ack'].p50_ms:.2f}", f"{got['ack'].p99_ms:.2f}",
+                         per_round["leader"],
+                         " / ".join(per_round[f"follower {f}"] for f in FOLLOWER_IDS), ""))
+            utc = time.strftime("%H:%M:%S", time.gmtime())
+            load = os.getloadavg()[0]
+            got = run_cluster_kafka(args.rate, args.seconds, args.record_bytes)
+            rows.append((f"cluster, Kafka clients #{repeat + 1}", utc, f"{load:.2f}",
+                         f"{got['achieved_rate_per_s']:,.0f}", "",
+                         f"{got['e2e'].p50_ms:.2f}", f"{got['e2e'].p99_ms:.2f}",
+                         f"{got['ack'].p50_ms:.2f}", f"{got['ack'].p99_ms:.2f}", "", "", ""))
         if args.mixed:
             utc = time.strftime("%H:%M:%S", time.gmtime())
             mixed = run_mixed(args.rate, args.seconds, args.record_bytes)
