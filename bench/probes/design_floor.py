@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import re
@@ -51,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -404,11 +406,15 @@ class FloorRun:
     load: float
 
 
-def run_floor(rate_per_s: float, seconds: float, record_bytes: int, *,
-              storage: bool = False) -> FloorRun:
-    """The floor's five processes; with ``storage`` each replica keeps the records in the
-    broker's ``Log`` (in a temporary folder) and the clients send Kafka batches."""
-    ctx = multiprocessing.get_context("spawn")
+@contextlib.contextmanager
+def floor_servers(ctx, record_bytes: int, *, storage: bool, kafka_rounds=None,
+                  kafka_answer_delay_ms: float = 0.0
+                  ) -> Iterator[tuple[dict[str, multiprocessing.process.BaseProcess], int, int]]:
+    """The floor leader and its two followers, started: (the processes by name, the gRPC
+    port, the Kafka port or 0). With ``storage`` each keeps its records in the broker's
+    ``Log`` in a temporary folder; with ``kafka_rounds`` the leader also serves
+    ``floor_kafka``'s listener. Stopped (by the processes' handles) and the folder removed
+    on leaving, along with any process the caller added to the dict."""
     processes: dict[str, multiprocessing.process.BaseProcess] = {}
     storage_root = tempfile.mkdtemp(prefix="design-floor-storage-") if storage else None
 
@@ -417,26 +423,36 @@ def run_floor(rate_per_s: float, seconds: float, record_bytes: int, *,
     try:
         port_end, port_child = ctx.Pipe()
         processes["leader"] = ctx.Process(
-            target=_leader_main, args=(port_child, record_bytes, storage_dir("leader")), daemon=True)
+            target=_leader_main, args=(port_child, record_bytes, storage_dir("leader"),
+                                       kafka_rounds, kafka_answer_delay_ms), daemon=True)
         processes["leader"].start()
         if not port_end.poll(30):
             raise RuntimeError("the leader did not start")
-        port = port_end.recv()
+        port, kafka_port = (port_end.recv(), 0) if kafka_rounds is None else port_end.recv()
         for follower_id in FOLLOWER_IDS:
             processes[f"follower {follower_id}"] = ctx.Process(
                 target=_follower_main,
                 args=(port, follower_id, record_bytes, storage_dir(f"follower-{follower_id}")),
                 daemon=True)
             processes[f"follower {follower_id}"].start()
-        servers = {name: int(p.pid or 0) for name, p in processes.items()}
-        return _run_clients(ctx, f"127.0.0.1:{port}", rate_per_s, seconds, record_bytes, servers,
-                            processes, kafka_batches=storage)
+        yield processes, port, kafka_port
     finally:
         for process in reversed(processes.values()):  # the leader last: no follower sees it go
             process.kill()
             process.join(5)
         if storage_root is not None:
             shutil.rmtree(storage_root, ignore_errors=True)
+
+
+def run_floor(rate_per_s: float, seconds: float, record_bytes: int, *,
+              storage: bool = False) -> FloorRun:
+    """The floor's five processes; with ``storage`` each replica keeps the records in the
+    broker's ``Log`` and the clients send Kafka batches."""
+    ctx = multiprocessing.get_context("spawn")
+    with floor_servers(ctx, record_bytes, storage=storage) as (processes, port, _):
+        servers = {name: int(p.pid or 0) for name, p in processes.items()}
+        return _run_clients(ctx, f"127.0.0.1:{port}", rate_per_s, seconds, record_bytes, servers,
+                            processes, kafka_batches=storage)
 
 
 def run_floor_kafka(rate_per_s: float, seconds: float, record_bytes: int,
@@ -449,26 +465,9 @@ def run_floor_kafka(rate_per_s: float, seconds: float, record_bytes: int,
     from bench import kafka_side
 
     ctx = multiprocessing.get_context("spawn")
-    processes: dict[str, multiprocessing.process.BaseProcess] = {}
-    storage_root = tempfile.mkdtemp(prefix="design-floor-kafka-")
     produced = ctx.Value("q", 0, lock=False)
-    try:
-        port_end, port_child = ctx.Pipe()
-        processes["leader"] = ctx.Process(
-            target=_leader_main,
-            args=(port_child, record_bytes, os.path.join(storage_root, "leader"), produced,
-                  answer_delay_ms),
-            daemon=True)
-        processes["leader"].start()
-        if not port_end.poll(30):
-            raise RuntimeError("the leader did not start")
-        port, kafka_port = port_end.recv()
-        for follower_id in FOLLOWER_IDS:
-            processes[f"follower {follower_id}"] = ctx.Process(
-                target=_follower_main,
-                args=(port, follower_id, record_bytes,
-                      os.path.join(storage_root, f"follower-{follower_id}")), daemon=True)
-            processes[f"follower {follower_id}"].start()
+    with floor_servers(ctx, record_bytes, storage=True, kafka_rounds=produced,
+                       kafka_answer_delay_ms=answer_delay_ms) as (processes, _, kafka_port):
         pids = {name: int(p.pid or 0) for name, p in processes.items()}
         before = {name: process_cpu_s(pid) for name, pid in pids.items()}
         rounds_before = produced.value
@@ -476,11 +475,6 @@ def run_floor_kafka(rate_per_s: float, seconds: float, record_bytes: int,
                                        int(rate_per_s * seconds), rate_per_s)
         cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
         return got, max(produced.value - rounds_before, 1), cpu, os.getloadavg()[0]
-    finally:
-        for process in reversed(processes.values()):
-            process.kill()
-            process.join(5)
-        shutil.rmtree(storage_root, ignore_errors=True)
 
 
 def run_cluster_kafka(rate_per_s: float, seconds: float, record_bytes: int) -> dict:
