@@ -31,8 +31,8 @@ replicated log of this format, before any of the broker around the log. ``--kafk
 the same with librdkafka clients over ``floor_kafka``'s listener on the floor leader (the
 bench's Kafka row, ``kafka_side.paced_latency``), then that row against the real cluster;
 ``--kafka-answer-delay-ms`` makes the floor's Produce answers later, to show how the
-clients turn a longer round into e2e latency. ``--mixed`` adds, after each floor run, the floor's producer and receiver against
-the real brokers (``run_mixed``). ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
+clients turn a longer round into e2e latency. ``--mixed`` adds, after each floor run, the
+floor's producer and receiver against the real brokers (``run_mixed``). ``--peer`` alternates each run with JetStream's (``peer_nats.paced_latency`` on a
 3-node NATS cluster started once, as ``cluster_bench`` runs it; needs nats-server and
 nats-py), so the floor, the cluster and the peer stand in one table. What the real round has beyond this: the log, batch encoding and CRCs, the
 checks, the replica state machine, the clients' batching and their extra threads.
