@@ -57,6 +57,7 @@ from bench.bench_common import (  # noqa: E402
     fill_page_cache,
     format_table,
     format_value,
+    latency_summary,
     machine_description,
     results_table,
     settle_page_cache,
@@ -67,6 +68,20 @@ from bench.bench_common import (  # noqa: E402
 RECORD_SIZES = (100, 1024)
 ACKS = (("all", -1), ("1", 1), ("0", 0))
 LATENCY_RECORD_BYTES = 1024
+
+
+def floor_latency(count: int, rate_per_s: float, *, kafka: bool = False) -> dict:
+    """The design's floor with the broker's own ``Log`` at each replica
+    (``bench/probes/design_floor.py --storage``; ``kafka``: its ``--kafka`` mode, the Kafka
+    row's librdkafka clients): ``count`` records at ``rate_per_s``, ack and e2e summaries."""
+    from bench.probes import design_floor
+
+    seconds = count / rate_per_s
+    if kafka:
+        return design_floor.run_floor_kafka(rate_per_s, seconds, LATENCY_RECORD_BYTES)[0]
+    run = design_floor.run_floor(rate_per_s, seconds, LATENCY_RECORD_BYTES, storage=True)
+    return {"ack": latency_summary(run.ack_ms), "e2e": latency_summary(run.e2e_ms),
+            "achieved_rate_per_s": run.achieved_rate_per_s}
 
 
 @dataclass(frozen=True)
@@ -317,6 +332,8 @@ class Bench:
                     f"tidewater paced latency {rate}/s, AsyncProducer", with_machine_pauses,
                     tidewater_side.paced_latency, bootstrap, name, LATENCY_RECORD_BYTES, count, rate,
                     producer_kind="asyncio", receiver_kind="aio_consumer")
+            self.tw["floor"] = self.step(f"design floor with the broker's Log, {rate}/s",
+                                         floor_latency, count, rate)
         if self.tw.get(("produce", "all", 1024)) is not None and self.wants("consume"):
             self.tw["consume"] = self.step("tidewater consume from the beginning", with_cpu, pids(),
                                            tidewater_side.consume_throughput, bootstrap,
@@ -361,6 +378,9 @@ class Bench:
                 "confluent-kafka paced latency 1000/s", with_machine_pauses,
                 kafka_side.paced_latency, kafka_bootstrap, name, LATENCY_RECORD_BYTES,
                 p.latency_1k_count, 1000)
+        self.tw["kafka-floor"] = self.step(
+            "design floor with the broker's Log, librdkafka clients, 1000/s", floor_latency,
+            p.latency_1k_count, 1000, kafka=True)
 
     def _measure_transactions(self, cluster, topic, pids) -> None:
         """Issue 27: idempotent against transactional produce (1 KiB, acks=all, 1, 100 and
@@ -560,6 +580,10 @@ class Bench:
                     rows.append(Row("latency", f"{kind} @1,000/s {label}, AsyncProducer", "ms",
                                     getattr(tw_s, attr) if tw_s else None,
                                     getattr(peer_s, attr) if peer_s else None, note, better="lower"))
+        self._floor_rows(rows, "latency", "floor", "e2e @1,000/s {label}, design floor with Log",
+                         "the floor under the rows above: the same five processes, clients and "
+                         "RPCs, each replica's records in the broker's own Log, nothing else of "
+                         "the broker (bench/probes/design_floor.py --storage)")
         tw, peer = self.tw.get("consume"), self.peer.get("consume")
         rows.append(Row("consume", "read 1 KiB topic from the start", "MB/s",
                         tw.mb_per_s if tw else None, peer.mb_per_s if peer else None,
@@ -640,6 +664,22 @@ class Bench:
             rows.append(Row("kafka", f"confluent-kafka e2e @1,000/s {label}", "ms",
                             getattr(tw_s, attr) if tw_s else None,
                             getattr(peer_s, attr) if peer_s else None, note, better="lower"))
+        self._floor_rows(rows, "kafka", "kafka-floor",
+                         "confluent-kafka e2e @1,000/s {label}, design floor with Log",
+                         "the floor under the rows above: the floor with Log, the same librdkafka "
+                         "clients over a minimal Kafka listener (design_floor.py --kafka)")
+
+    def _floor_rows(self, rows: list[Row], section: str, key: str, metric: str, note: str) -> None:
+        """e2e p50 and p99 of a design-floor run (``floor_latency``) beside the peer's."""
+        if key not in self.tw:
+            return
+        floor, peer = self.tw.get(key), self.peer.get(("paced", 1000))
+        for attr, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            floor_s, peer_s = (floor or {}).get("e2e"), (peer or {}).get("e2e")
+            rows.append(Row(section, metric.format(label=label), "ms",
+                            getattr(floor_s, attr) if floor_s else None,
+                            getattr(peer_s, attr) if peer_s else None,
+                            note if label == "p50" else "", better="lower"))
 
 
     def _build_txn_rows(self, rows: list[Row]) -> None:
