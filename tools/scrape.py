@@ -37,6 +37,7 @@ timestamps of their own: the block's ``<unix_ms>`` is their time.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import ssl
 import threading
@@ -143,7 +144,9 @@ def fetch_metrics(url: str, timeout_s: float, cafile: str | None = None,
                   credentials: ScrapeCredentials | None = None) -> str:
     """The exposition text at ``url`` (https: verified against ``cafile``, showing
     ``credentials``' client certificate; their password as HTTP Basic); raises OSError
-    (incl. URLError and ssl.SSLError) on failure."""
+    (incl. URLError and ssl.SSLError) on failure. An answer cut short or garbled (the
+    process killed mid-answer, as ``tide chaos`` does) is a ConnectionError too: http.client
+    raises its own IncompleteRead, which is not an OSError."""
     context = None
     if url.startswith("https://"):
         context = ssl.create_default_context(cafile=cafile)
@@ -155,8 +158,11 @@ def fetch_metrics(url: str, timeout_s: float, cafile: str | None = None,
             f"{credentials.username}:{credentials.password or ''}".encode()).decode("ascii")
         request.add_header("Authorization", f"Basic {token}")
     # The targets are http(s) URLs only (ScrapeTarget builds or accepts no other scheme).
-    with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
-        body: bytes = response.read()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
+            body: bytes = response.read()
+    except http.client.HTTPException as e:
+        raise ConnectionError(f"{type(e).__name__}: {e!r}") from e
     return body.decode("utf-8")
 
 
