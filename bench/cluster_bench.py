@@ -57,7 +57,6 @@ from bench.bench_common import (  # noqa: E402
     fill_page_cache,
     format_table,
     format_value,
-    latency_summary,
     machine_description,
     results_table,
     settle_page_cache,
@@ -79,9 +78,7 @@ def floor_latency(count: int, rate_per_s: float, *, kafka: bool = False) -> dict
     seconds = count / rate_per_s
     if kafka:
         return design_floor.run_floor_kafka(rate_per_s, seconds, LATENCY_RECORD_BYTES)[0]
-    run = design_floor.run_floor(rate_per_s, seconds, LATENCY_RECORD_BYTES, storage=True)
-    return {"ack": latency_summary(run.ack_ms), "e2e": latency_summary(run.e2e_ms),
-            "achieved_rate_per_s": run.achieved_rate_per_s}
+    return design_floor.run_floor(rate_per_s, seconds, LATENCY_RECORD_BYTES, storage=True).latency()
 
 
 @dataclass(frozen=True)

@@ -405,6 +405,11 @@ class FloorRun:
     elapsed_s: float
     load: float
 
+    def latency(self) -> dict:
+        """Ack and e2e summaries and the achieved rate, as ``paced_latency`` gives them."""
+        return {"ack": latency_summary(self.ack_ms), "e2e": latency_summary(self.e2e_ms),
+                "achieved_rate_per_s": self.achieved_rate_per_s}
+
 
 @contextlib.contextmanager
 def floor_servers(ctx, record_bytes: int, *, storage: bool, kafka_rounds=None,
@@ -637,12 +642,17 @@ def run_peer(cluster: NatsCluster, name: str, rate_per_s: float, seconds: float,
                                                int(rate_per_s * seconds), rate_per_s))
 
 
+def _latency_cells(got: dict) -> tuple[str, str, str, str]:
+    """e2e p50, e2e p99, ack p50, ack p99 of a ``paced_latency``-shaped result ("-": no e2e)."""
+    e2e, ack = got["e2e"], got["ack"]
+    return (f"{e2e.p50_ms:.2f}" if e2e else "-", f"{e2e.p99_ms:.2f}" if e2e else "-",
+            f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}")
+
+
 def _floor_row(name: str, utc: str, run: FloorRun) -> tuple[str, ...]:
-    ack, e2e = latency_summary(run.ack_ms), latency_summary(run.e2e_ms)
     cpu_us = {process: s / run.rounds * 1e6 for process, s in run.cpu_s.items()}
     return (name, utc, f"{run.load:.2f}", f"{run.achieved_rate_per_s:,.0f}",
-            f"{len(run.ack_ms) / run.rounds:.2f}",
-            f"{e2e.p50_ms:.2f}", f"{e2e.p99_ms:.2f}", f"{ack.p50_ms:.2f}", f"{ack.p99_ms:.2f}",
+            f"{len(run.ack_ms) / run.rounds:.2f}", *_latency_cells(run.latency()),
             f"{cpu_us['leader']:,.0f}",
             " / ".join(f"{us:,.0f}" for process, us in sorted(cpu_us.items())
                        if process.startswith("follower")),
@@ -668,18 +678,15 @@ def run_rows(args: argparse.Namespace, peer: NatsCluster | None) -> list[tuple[s
                        if args.kafka_answer_delay_ms else "")
             rows.append((f"floor + Log, Kafka clients{delayed} #{repeat + 1}", utc, f"{load:.2f}",
                          f"{got['achieved_rate_per_s']:,.0f}",
-                         f"{got['ack'].count / rounds:.2f}",
-                         f"{got['e2e'].p50_ms:.2f}", f"{got['e2e'].p99_ms:.2f}",
-                         f"{got['ack'].p50_ms:.2f}", f"{got['ack'].p99_ms:.2f}",
+                         f"{got['ack'].count / rounds:.2f}", *_latency_cells(got),
                          per_round["leader"],
                          " / ".join(per_round[f"follower {f}"] for f in FOLLOWER_IDS), ""))
             utc = time.strftime("%H:%M:%S", time.gmtime())
             load = os.getloadavg()[0]
             got = run_cluster_kafka(args.rate, args.seconds, args.record_bytes)
             rows.append((f"cluster, Kafka clients #{repeat + 1}", utc, f"{load:.2f}",
-                         f"{got['achieved_rate_per_s']:,.0f}", "",
-                         f"{got['e2e'].p50_ms:.2f}", f"{got['e2e'].p99_ms:.2f}",
-                         f"{got['ack'].p50_ms:.2f}", f"{got['ack'].p99_ms:.2f}", "", "", ""))
+                         f"{got['achieved_rate_per_s']:,.0f}", "", *_latency_cells(got),
+                         "", "", ""))
         if args.mixed:
             utc = time.strftime("%H:%M:%S", time.gmtime())
             mixed = run_mixed(args.rate, args.seconds, args.record_bytes)
@@ -702,12 +709,9 @@ def run_rows(args: argparse.Namespace, peer: NatsCluster | None) -> list[tuple[s
             utc = time.strftime("%H:%M:%S", time.gmtime())
             load = os.getloadavg()[0]
             got = run_peer(peer, f"FLOOR{repeat + 1}", args.rate, args.seconds, args.record_bytes)
-            e2e_peer, ack_peer = got["e2e"], got["ack"]
             rows.append((f"jetstream #{repeat + 1}", utc, f"{load:.2f}",
-                         f"{got['achieved_rate_per_s']:,.0f}", "",
-                         f"{e2e_peer.p50_ms:.2f}" if e2e_peer else "-",
-                         f"{e2e_peer.p99_ms:.2f}" if e2e_peer else "-",
-                         f"{ack_peer.p50_ms:.2f}", f"{ack_peer.p99_ms:.2f}", "", "", ""))
+                         f"{got['achieved_rate_per_s']:,.0f}", "", *_latency_cells(got),
+                         "", "", ""))
     return rows
 
 

@@ -187,7 +187,8 @@ class FloorKafkaServer:
                 reader.i32()  # partition_max_bytes
                 answers.append((topic, partition, offset))
         if len(answers) == 1:
-            await self.state.high_watermark.wait_past(answers[0][2], min(max_wait_ms / 1000, FETCH_WAIT_MAX_S))
+            wait_s = min(max_wait_ms / 1000, FETCH_WAIT_MAX_S)
+            await self.state.high_watermark.wait_past(answers[0][2], wait_s)
         high_watermark = self.state.high_watermark.value
         body = [_I32.pack(0), _I32.pack(len(answers))]
         for topic, partition, offset in answers:
