@@ -71,11 +71,14 @@ __all__ = ["ReplicaManager", "produce_error_response"]
 # A LeaderAndIsr naming more partitions is applied a slice at a time, the event loop
 # let run in between: hosting a new partition costs milliseconds (files created,
 # fsynced), and a request for hundreds (a topic's creation) would otherwise hold the
-# loop for seconds, long enough to miss heartbeats and be fenced. A partition whose log
-# is already here (a restart's new epochs) costs a quarter of that, one fsynced epoch
-# write that runs beside the slice's others (ReadyCarrier.apply_all): a slice holds up
-# to 16 new partitions or 64 hosted ones (a restart's 60: the first to the last partition
-# served 21-76 ms apart in 4 slices, 1-6 ms in one; docs/benchmarks.md).
+# loop for seconds, long enough to miss heartbeats and be fenced. (Their logs are made
+# in a worker thread first, ``_create_new_logs``; one that could not be is tried again
+# in its slice, at this cost, and answered there.) A partition whose log is already
+# here (a restart's new epochs, a new topic's once made) costs a quarter of that, one
+# fsynced epoch write that runs beside the slice's others (ReadyCarrier.apply_all): a
+# slice holds up to 16 new partitions or 64 hosted ones (a restart's 60: the first to
+# the last partition served 21-76 ms apart in 4 slices, 1-6 ms in one;
+# docs/benchmarks.md).
 LEADER_AND_ISR_SLICE_PARTITIONS = 16
 LEADER_AND_ISR_SLICE_COST = 64
 _NEW_PARTITION_COST = LEADER_AND_ISR_SLICE_COST // LEADER_AND_ISR_SLICE_PARTITIONS
@@ -219,10 +222,13 @@ class ReplicaManager:
     # ================================================================ the servicer's calls
 
     async def leader_and_isr(self, request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrResponse:
-        """``control.leader_and_isr``, a slice of partitions at a time (``_leader_and_isr_slices``):
-        each slice is the request with part of its partitions (the same epochs, token and
-        leaders), so a refusal comes with the first slice, before anything is applied."""
+        """The logs of the request's new partitions made first, off the loop
+        (``_create_new_logs``); then ``control.leader_and_isr``, a slice of partitions at a
+        time (``_leader_and_isr_slices``): each slice is the request with part of its
+        partitions (the same epochs, token and leaders), so a refusal comes with the first
+        slice, before anything is applied."""
         async with self._control_lock:
+            await self._create_new_logs(request)
             bounds = self._leader_and_isr_slices(request)
             if len(bounds) == 1:
                 return self.control.leader_and_isr(request)
@@ -242,6 +248,22 @@ class ReplicaManager:
                     return answered
                 response.partitions.extend(answered.partitions)
             return response
+
+    async def _create_new_logs(self, request: pb.LeaderAndIsrRequest) -> None:
+        """The logs ``request`` creates (``ControlRequests.new_logs``), made in a worker
+        thread while the loop serves: a topic's creation holds no other request up.
+        Cancelled meanwhile (a stop), it waits for the thread before it ends, so no log is
+        still being made when the caller goes on to close them."""
+        new_logs = self.control.new_logs(request)
+        if not new_logs:
+            return  # no thread for a request that only moves epochs
+        made = asyncio.get_running_loop().run_in_executor(None, self.control.create_logs,
+                                                          new_logs)
+        try:
+            await asyncio.shield(made)
+        except asyncio.CancelledError:
+            await asyncio.wait([made])
+            raise
 
     def _leader_and_isr_slices(self, request: pb.LeaderAndIsrRequest) -> list[tuple[int, int]]:
         """``(start, end)`` of each slice, in order: a partition without a log here costs

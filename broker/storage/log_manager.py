@@ -110,10 +110,11 @@ class LogManager:
         # A log's background flush (of a roll) that broke an invariant: the broker stops.
         self._on_flush_failure = on_flush_failure
         self._topic_configs: dict[str, LogConfig] = {}
-        # _lock guards _logs and is held only briefly: the event loop takes it (logs(),
-        # get_or_create). Each checkpoint file has its own lock, held while the file is
-        # written and fsynced, taken before _lock (never while holding it): a snapshot
-        # and its write are one step, so an older snapshot never overwrites a newer one.
+        # _lock guards _logs and is held only briefly (never over a log's files): the
+        # event loop takes it (logs(), get_or_create). Each checkpoint file has its own
+        # lock, held while the file is written and fsynced, taken before _lock (never
+        # while holding it): a snapshot and its write are one step, so an older snapshot
+        # never overwrites a newer one.
         self._lock = threading.RLock()
         self._hw_file_lock = threading.Lock()
         self._recovery_file_lock = threading.Lock()
@@ -233,19 +234,25 @@ class LogManager:
             if existing is not None:
                 return existing
             self._topic_configs.setdefault(tp.topic, config)
-            # A new directory has nothing to recover; a stray old one gets validated.
-            created = Log.open(self.data_dir / name, config, now_ms=now_ms,
-                               producer_id_expiration_ms=self.producer_id_expiration_ms,
-                               on_background_failure=self._on_flush_failure)
+        # The files are made (and fsynced) without _lock, which the event loop takes: the
+        # broker creates a topic's logs from a worker thread (``ControlRequests.new_logs``).
+        # Only the control requests create logs, one at a time, so none can come between.
+        # A new directory has nothing to recover; a stray old one gets validated.
+        created = Log.open(self.data_dir / name, config, now_ms=now_ms,
+                           producer_id_expiration_ms=self.producer_id_expiration_ms,
+                           on_background_failure=self._on_flush_failure)
+        try:
             if topic_id is not None:
-                try:
-                    write_partition_metadata(created.dir, topic_id)
-                except BaseException:
-                    created.close()
-                    raise
-            self._logs[tp] = created
-            self._topic_ids[tp] = topic_id
-            return created
+                write_partition_metadata(created.dir, topic_id)
+            with self._lock:
+                if tp in self._logs:
+                    raise InvariantViolation(f"the log of {tp} was created twice at once")
+                self._logs[tp] = created
+                self._topic_ids[tp] = topic_id
+        except BaseException:
+            created.close()
+            raise
+        return created
 
     def topic_id(self, tp: TopicPartition) -> bytes | None:
         """The topic ID in the log's ``partition.metadata``; None without one (or no log)."""

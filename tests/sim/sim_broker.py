@@ -623,6 +623,8 @@ class SimBroker:
         kind = type(request).__name__.removesuffix("Request")
         try:
             if isinstance(request, pb.LeaderAndIsrRequest):
+                # The broker makes the new partitions' logs first, in a worker thread.
+                self.control.create_logs(self.control.new_logs(request))
                 response = self.control.leader_and_isr(request)
             elif isinstance(request, pb.UpdateMetadataRequest):
                 logs_before = len(self.logs)

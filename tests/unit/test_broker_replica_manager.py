@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -667,8 +668,9 @@ async def test_delete_records_answers_once_the_isr_followers_log_starts_reached_
 
 async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp_path):
     """Hosting hundreds of partitions at once must not hold the event loop (heartbeats
-    would stop and the broker be fenced): the request is applied a slice at a time, a
-    task runs in between, and every partition is answered and hosted, in order."""
+    would stop and the broker be fenced, and every other request wait): the new logs are
+    made in a worker thread while a task runs, then the request is applied a slice at a
+    time, and every partition is answered and hosted, in order."""
     from tidewater.broker.replicas.replica_manager import LEADER_AND_ISR_SLICE_PARTITIONS
     rm, _ = make_manager(tmp_path)
     count = 3 * LEADER_AND_ISR_SLICE_PARTITIONS + 5
@@ -680,10 +682,19 @@ async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp
         item.CopyFrom(template)
         item.state.partition = p
     hosted_when_ticked: list[int] = []
+    logs_when_ticked: list[int] = []
+    create_log = rm.log_manager.get_or_create
+
+    def slow_create(*args, **kwargs):  # a real log's files and fsyncs take milliseconds
+        time.sleep(0.002)
+        return create_log(*args, **kwargs)
+
+    rm.log_manager.get_or_create = slow_create
 
     async def ticker():
         while True:
             hosted_when_ticked.append(len(rm.partitions))
+            logs_when_ticked.append(len(rm.log_manager.logs()))
             await asyncio.sleep(0)
 
     ticking = asyncio.create_task(ticker())
@@ -694,9 +705,10 @@ async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp
     assert [p.partition for p in response.partitions] == list(range(count))
     assert all(p.error_code == pb.NONE for p in response.partitions)
     assert len(rm.partitions) == count
-    # The ticker saw the partitions arrive a slice at a time.
-    seen_between = {n for n in hosted_when_ticked if 0 < n < count}
-    assert len(seen_between) >= 3
+    # The ticker ran while the logs were made, before any partition was hosted.
+    made_between = {logs for hosted, logs in zip(hosted_when_ticked, logs_when_ticked,
+                                                  strict=True) if hosted == 0 and 0 < logs < count}
+    assert len(made_between) >= 3
     # New epochs for partitions already hosted (a restart's) cost one epoch write each:
     # up to LEADER_AND_ISR_SLICE_COST of them go in one slice.
     from tidewater.broker.replicas.replica_manager import LEADER_AND_ISR_SLICE_COST
@@ -737,3 +749,46 @@ async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp
     refused = await rm.leader_and_isr(stale)
     assert refused.error_code != pb.NONE and not refused.partitions
     assert not any(tp.topic == "other" for tp in rm.partitions)
+    assert not any(tp.topic == "other" for tp in rm.log_manager.logs())  # no file made
+
+
+
+async def test_a_log_the_full_disk_cannot_make_is_answered_and_made_on_the_next_request(
+        tmp_path, caplog):
+    """The worker thread's creation fails (ENOSPC on every fsync), the apply tries once
+    more and answers the partition KAFKA_STORAGE_ERROR; nothing is hosted. With room
+    again, the controller's next LeaderAndIsr hosts it, in the directory left behind."""
+    import errno
+    from unittest import mock
+
+    from tidewater.broker.storage.log_config import LogConfig
+    from tidewater.broker.storage.log_manager import LogManager
+
+    log_manager = LogManager(tmp_path / "data", LogConfig())
+    log_manager.load(0)
+    rm, _ = make_manager(tmp_path, log_manager=log_manager)
+    create_log = log_manager.get_or_create
+    attempts: list[TopicPartition] = []
+
+    def counted(tp, *args, **kwargs):
+        attempts.append(tp)
+        return create_log(tp, *args, **kwargs)
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log_manager.get_or_create = counted
+    with mock.patch("os.fsync", disk_full):
+        out = await rm.leader_and_isr(lai())
+    assert out.error_code == pb.NONE
+    assert out.partitions[0].error_code == pb.KAFKA_STORAGE_ERROR
+    assert "No space left" in out.partitions[0].error_message
+    assert attempts == [TP, TP]  # ahead, in the worker thread; then in the apply
+    assert TP not in rm.partitions and log_manager.get(TP) is None
+    assert "ahead of its LeaderAndIsr" in caplog.text
+    out = await rm.leader_and_isr(lai())
+    assert out.partitions[0].error_code == pb.NONE
+    assert len(attempts) == 3 and rm.partitions[TP].replica.leader_epoch == 0
+    assert (await rm.produce(produce(acks=1))).partitions[0].error_code == pb.NONE
+    await rm.stop()
+    log_manager.shutdown()
