@@ -173,7 +173,10 @@ def _choose_log_start_offset(segments: list[LogSegment], checkpointed: int | Non
 def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment],
                              log_start_offset: int, *, compacted: bool = False) -> bool:
     """Each entry (epoch, start) below the LEO must start a batch of that epoch, and the
-    batch before it (if kept) must be of another epoch. Cheap: a few header reads.
+    batch before it (if kept) must be of the entry before's epoch; the log's last batch
+    must be of the epoch of the last entry that starts at or below it (a damaged start
+    offset at or past the LEO, which opening drops, would otherwise lose that epoch).
+    Cheap: a few header reads.
 
     In a compacted log the cleaner may have removed the batch at ``start`` and those
     before it: the first batch kept at or after ``start`` must then be of that epoch or
@@ -192,9 +195,11 @@ def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment]
         return found[1], segments[i].read_epoch_at(found[0])
 
     try:
+        last_epoch: int | None = None  # of the last entry starting below the LEO
         for epoch, start in cache.entries():
             if start >= log_end_offset:
                 continue
+            previous_epoch, last_epoch = last_epoch, epoch
             if start < log_start_offset:
                 continue  # truncate_from_start fixes these
             at = batch_at(start)
@@ -208,8 +213,13 @@ def _epoch_cache_matches_log(cache: LeaderEpochCache, segments: list[LogSegment]
                 return False
             if start > log_start_offset:
                 before = batch_at(start - 1)
-                if before is None or before[1] == epoch:
+                if before is None or before[1] == epoch or (
+                        previous_epoch is not None and before[1] != previous_epoch):
                     return False
+        if not compacted and log_end_offset > log_start_offset:
+            last = batch_at(log_end_offset - 1)
+            if last is not None and last[1] >= 0 and last[1] != last_epoch:
+                return False
     except CorruptRecordError:
         return False
     return True

@@ -293,6 +293,28 @@ def test_damaged_epoch_checkpoint_is_rebuilt_from_batches(pristine, data, damage
                         had_clean_shutdown=True).leader_epoch_cache.entries() == entries
 
 
+@pytest.mark.parametrize("damage", [
+    "last start past the end",  # a flipped digit (156 -> 356): opening dropped that epoch
+    "an entry missing",  # the batches before the next entry are of the missing epoch
+])
+def test_a_checkpoint_that_parses_but_lost_an_epoch_is_rebuilt(pristine, damage):
+    pristine_dir, batches, _bases, entries = pristine
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = copy_of(pristine_dir, tmp)
+        log_end_offset = batches[-1].header.last_offset + 1
+        kept = list(entries)
+        if damage == "last start past the end":
+            kept[-1] = (kept[-1][0], log_end_offset + 200)
+        else:
+            del kept[2]
+        lines = [f"{epoch} {start}" for epoch, start in kept]
+        (directory / "leader-epoch-checkpoint").write_text(f"0\n{len(lines)}\n" + "".join(
+            f"{line}\n" for line in lines))
+        log = reopen(directory)
+        assert log.leader_epoch_cache.entries() == entries
+        log.close()
+
+
 def test_stray_files_of_interrupted_operations_are_removed(pristine):
     pristine_dir, batches, bases, _entries = pristine
     with tempfile.TemporaryDirectory() as tmp:
