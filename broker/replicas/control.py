@@ -38,6 +38,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, Protocol
 
 from tidewater.broker.clock import mono_ms as _mono_ms
@@ -98,6 +99,8 @@ class LogManagerPort(Protocol):
     def update_topic_config(self, topic: str, config: LogConfig) -> None: ...
 
     def delete(self, tp: TopicPartition) -> Any: ...
+
+    def deletions_together(self) -> AbstractContextManager[None]: ...
 
 
 class NewLog(NamedTuple):
@@ -407,25 +410,36 @@ removed them all: the defaults apply again) or dynamic broker defaults are in fo
         self.controller_epoch = request.controller_epoch
         trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
-        for state in request.partitions:
-            tp = TopicPartition(state.topic, state.partition)
-            code: int = pb.NONE
-            message = ""
-            try:
-                if state.topic_id:
-                    check_topic_id(state.topic_id)
-                if tp in self.partitions or self.log_manager.get(tp) is not None:
-                    refused = stop_replica_error(self.log_manager.topic_id(tp), state.topic_id,
-                                                 trusted=trusted or not request.delete_partitions)
-                    if refused is not None:
-                        raise error_for_code(*refused)
-                code, message = self._remove_replica(
-                    tp, leader_epoch=state.leader_epoch, delete=request.delete_partitions)
-            except Exception as e:
-                code, message = error_code_for(e, context="StopReplica")
-            response.partitions.add(topic=tp.topic, partition=tp.partition,
-                                    error_code=wire_code(code), error_message=message)
+        try:
+            # A topic's partitions are deleted together: one fsync and checkpoint write.
+            with self.log_manager.deletions_together():
+                for state in request.partitions:
+                    tp = TopicPartition(state.topic, state.partition)
+                    code, message = self._stop_one_replica(tp, state, request.delete_partitions,
+                                                           trusted)
+                    response.partitions.add(topic=tp.topic, partition=tp.partition,
+                                            error_code=wire_code(code), error_message=message)
+        except Exception as e:  # the moves could not be made durable: no deletion is sure
+            code, message = error_code_for(e, context="StopReplica")
+            for answered in response.partitions:
+                if answered.error_code == pb.NONE:
+                    answered.error_code, answered.error_message = wire_code(code), message
         return response
+
+    def _stop_one_replica(self, tp: TopicPartition, state: pb.PartitionState,
+                          delete: bool, trusted: bool) -> tuple[int, str]:
+        """One partition of a StopReplica: its answer."""
+        try:
+            if state.topic_id:
+                check_topic_id(state.topic_id)
+            if tp in self.partitions or self.log_manager.get(tp) is not None:
+                refused = stop_replica_error(self.log_manager.topic_id(tp), state.topic_id,
+                                             trusted=trusted or not delete)
+                if refused is not None:
+                    raise error_for_code(*refused)
+            return self._remove_replica(tp, leader_epoch=state.leader_epoch, delete=delete)
+        except Exception as e:
+            return error_code_for(e, context="StopReplica")
 
     def _remove_replica(self, tp: TopicPartition, *, leader_epoch: int = -1,
                               delete: bool = True) -> tuple[int, str]:

@@ -28,6 +28,7 @@ timeout (``on_..._unsure``). The broker's observations for the invariant checks
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -223,6 +224,9 @@ class SimLogManager:
         self.broker.counters["logs moved aside"] += 1
         self.broker.trace(f"{tp[0]}-{tp[1]} of incarnation {describe_topic_id(log.topic_id)[:6]} "
                           f"moved aside for deletion (LEO {log.log_end_offset})")
+
+    def deletions_together(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # this disk's moves are durable at once
 
 
 # ---------------------------------------------------------------- broken variants, injected

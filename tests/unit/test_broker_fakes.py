@@ -8,6 +8,7 @@ LeaderEpochCache (in memory) updated on appends and truncations.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 from dataclasses import dataclass
@@ -206,6 +207,9 @@ class FakeLogManager:
         log = self._logs.pop(tp, None)
         if log is not None:
             self.deleted.append((tp, log, self._topic_ids.pop(tp, None)))
+
+    def deletions_together(self):
+        return contextlib.nullcontext()  # a move here is done at once
 
     def update_topic_config(self, topic, config):
         for tp, log in self._logs.items():

@@ -792,3 +792,51 @@ async def test_a_log_the_full_disk_cannot_make_is_answered_and_made_on_the_next_
     assert (await rm.produce(produce(acks=1))).partitions[0].error_code == pb.NONE
     await rm.stop()
     log_manager.shutdown()
+
+
+async def test_a_topics_deletion_is_made_durable_once_and_its_failure_answered(
+        tmp_path, monkeypatch):
+    """A StopReplica deleting a topic's partitions fsyncs the data dir once for them all;
+    when that fsync fails, every partition it moved is answered KAFKA_STORAGE_ERROR."""
+    from tidewater.broker.storage import log_manager as log_manager_module
+    from tidewater.broker.storage.log_config import LogConfig
+    from tidewater.broker.storage.log_manager import LogManager
+    from tidewater.proto.errors import KafkaStorageError
+
+    log_manager = LogManager(tmp_path / "data", LogConfig())
+    log_manager.load(0)
+    rm, _ = make_manager(tmp_path, log_manager=log_manager)
+    request = lai()
+    template = request.partitions[0]
+    del request.partitions[:]
+    for p in range(6):
+        item = request.partitions.add()
+        item.CopyFrom(template)
+        item.state.partition = p
+    assert all(p.error_code == pb.NONE for p in (await rm.leader_and_isr(request)).partitions)
+
+    def stop(partitions):
+        return pb.StopReplicaRequest(
+            controller_epoch=1, broker_epoch=7, delete_partitions=True, cluster_id=CLUSTER_ID,
+            partitions=[pb.PartitionState(topic=TP.topic, partition=p, leader_epoch=-1,
+                                          topic_id=TOPIC_ID) for p in partitions])
+
+    fsyncs: list = []
+    real_fsync_dir = log_manager_module.fsync_dir
+    monkeypatch.setattr(log_manager_module, "fsync_dir",
+                        lambda d: (fsyncs.append(d), real_fsync_dir(d)))
+    out = await rm.stop_replica(stop(range(3)))
+    assert [p.error_code for p in out.partitions] == [pb.NONE] * 3
+    assert fsyncs == [tmp_path / "data"]
+    assert sorted(tp.partition for tp in rm.partitions) == [3, 4, 5]
+
+    def broken_fsync_dir(directory):
+        raise KafkaStorageError("cannot fsync directory: Input/output error", path=str(directory))
+
+    monkeypatch.setattr(log_manager_module, "fsync_dir", broken_fsync_dir)
+    out = await rm.stop_replica(stop(range(3, 6)))
+    assert [p.error_code for p in out.partitions] == [pb.KAFKA_STORAGE_ERROR] * 3
+    assert all("Input/output error" in p.error_message for p in out.partitions)
+    assert rm.partitions == {} and log_manager.logs() == {}
+    await rm.stop()
+    log_manager.shutdown()

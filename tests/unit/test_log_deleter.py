@@ -119,3 +119,49 @@ def test_a_dying_worker_is_reported_and_refuses_more_work(tmp_path):
 def test_only_delete_dirs_are_accepted(tmp_path):
     with pytest.raises(AssertionError):
         LogDirDeleter().submit(tmp_path / "a-0")
+
+
+def test_deletions_together_move_at_once_and_settle_once_at_the_end(tmp_path, monkeypatch):
+    """A topic's partitions deleted together: each renamed at once, then one fsync of the
+    data dir, the hand-over to the deleter and one write of the checkpoints at the end."""
+    removed: list[str] = []
+    manager = manager_with_log(tmp_path, LogDirDeleter(remove=lambda p: removed.append(p.name)))
+    others = [TopicPartition("a", p) for p in (1, 2)]
+    for tp in others:
+        manager.get_or_create(tp, CONFIG, now_ms=0, topic_id=ID)
+    manager.checkpoint_high_watermarks({A0: 3, others[0]: 0, others[1]: 0})
+    fsyncs: list = []
+    real_fsync_dir = log_manager_module.fsync_dir
+    monkeypatch.setattr(log_manager_module, "fsync_dir",
+                        lambda d: (fsyncs.append(d), real_fsync_dir(d)))
+    with manager.deletions_together():
+        moved = [manager.delete(tp) for tp in [A0, *others]]
+        assert manager.delete(TopicPartition("a", 9)) is None  # no such log: nothing moved
+        assert fsyncs == [] and removed == []  # moved, not yet durable nor handed over
+        assert not (tmp_path / "a-0").exists() and all(path.exists() for path in moved)
+        assert manager.logs() == {}
+    assert fsyncs == [tmp_path]
+    assert manager.deleter.wait_idle(10) and sorted(removed) == sorted(p.name for p in moved)
+    restarted = LogManager(tmp_path, CONFIG)
+    assert restarted.read_high_watermarks() == {}
+    assert restarted._read_checkpoint(restarted._hw_file) == {}  # the entries are gone
+    with pytest.raises(Exception, match="twice"), manager.deletions_together(), \
+            manager.deletions_together():
+        pass
+
+
+def test_deletions_together_that_cannot_be_made_durable_raise_at_the_end(tmp_path, monkeypatch):
+    from tidewater.proto.errors import KafkaStorageError
+
+    removed: list[str] = []
+    manager = manager_with_log(tmp_path, LogDirDeleter(remove=lambda p: removed.append(p.name)))
+
+    def broken_fsync_dir(directory):
+        raise KafkaStorageError("cannot fsync directory: Input/output error", path=str(directory))
+
+    monkeypatch.setattr(log_manager_module, "fsync_dir", broken_fsync_dir)
+    with pytest.raises(KafkaStorageError), manager.deletions_together():
+        doomed = manager.delete(A0)
+    assert manager.get(A0) is None and doomed.exists()
+    assert manager.deleter.wait_idle(10) and removed == []  # never removed unless durable
+    assert manager._deletions_pending is None  # the next request starts afresh
