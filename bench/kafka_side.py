@@ -197,8 +197,10 @@ def read_to_end_throughput(kafka_bootstrap: str, topic: str, isolation_level: st
 
 
 def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeout_s: float,
-                          conn, extra_config: dict | None = None) -> None:
-    """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms)."""
+                          conn, extra_config: dict | None = None,
+                          groups: bool = True) -> None:
+    """Receiver process: a consumer at the end of ``topic``-0; sends back latencies (ms).
+    ``groups``: the server has group coordinators (not the design floor's listener)."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "bench-latency",
@@ -211,6 +213,11 @@ def latency_receiver_main(kafka_bootstrap: str, topic: str, expected: int, timeo
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(0.1)
         consumer.poll(0.5)  # the first fetch resolves OFFSET_END before stamps arrive
+        if groups:
+            # Its group's coordinator found and loaded: on a new cluster that first use
+            # creates __consumer_offsets (50 partitions), which is set-up, not the steady
+            # state measured.
+            consumer.committed([TopicPartition(topic, 0)], timeout=60)
         conn.send("ready")
         deadline = time.monotonic() + timeout_s
         while len(latencies) < expected and time.monotonic() < deadline:
@@ -232,13 +239,15 @@ def latency_producer(kafka_bootstrap: str, in_flight: int = 1, extra_config: dic
 
 
 def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
-                           timeout_s: float, extra_config: dict | None = None) -> tuple[Any, Any]:
+                           timeout_s: float, extra_config: dict | None = None,
+                           groups: bool = True) -> tuple[Any, Any]:
     """The receiver process (``latency_receiver_main``) and this end of its pipe, once it
     is ready at the end of ``topic``-0; stopped again if it is not."""
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe()
     receiver = ctx.Process(target=latency_receiver_main,
-                           args=(kafka_bootstrap, topic, count, timeout_s, child_end, extra_config),
+                           args=(kafka_bootstrap, topic, count, timeout_s, child_end, extra_config,
+                                 groups),
                            daemon=True)
     receiver.start()
     if not parent_end.poll(60) or parent_end.recv() != "ready":
@@ -249,15 +258,21 @@ def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
 
 def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
                   rate_per_s: float, *, producer_config: dict | None = None,
-                  consumer_config: dict | None = None) -> dict:
+                  consumer_config: dict | None = None, groups: bool = True) -> dict:
     """``count`` stamped records at ``rate_per_s``, acks=all; ack and end-to-end latency.
-    ``*_config``: librdkafka settings added to (or replacing) the rows' own."""
+    ``*_config``: librdkafka settings added to (or replacing) the rows' own; ``groups``:
+    the server has group coordinators (the receiver waits for its own before it starts)."""
     timeout_s = count / rate_per_s + 60
-    receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count, timeout_s,
-                                                  consumer_config)
+    # One record more: the warm-up below, as the gRPC rows send one (the peer connects
+    # to its stream's leader first), so the paced records do not wait for the
+    # producer's metadata and its connection to the leader.
+    receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count + 1, timeout_s,
+                                                  consumer_config, groups)
     try:
         producer = latency_producer(kafka_bootstrap, extra_config=producer_config)
         filler = os.urandom(record_bytes)
+        producer.produce(topic, stamped_payload(record_bytes, time.time_ns(), filler), partition=0)
+        producer.flush(30)
         ack_ms: list[float] = []
         failures: list = []
 
@@ -273,7 +288,7 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
 
         achieved = run_paced(count, rate_per_s, send_one)
         producer.flush(120)
-        e2e_ms = receiver_latencies(parent_end, timeout_s)
+        e2e_ms = receiver_latencies(parent_end, timeout_s)[-count:]  # not the warm-up's
     finally:
         stop_child(receiver)
     return paced_latency_result(ack_ms, e2e_ms, achieved, failures)

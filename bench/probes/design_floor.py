@@ -477,7 +477,7 @@ def run_floor_kafka(rate_per_s: float, seconds: float, record_bytes: int,
         before = {name: process_cpu_s(pid) for name, pid in pids.items()}
         rounds_before = produced.value
         got = kafka_side.paced_latency(f"127.0.0.1:{kafka_port}", "paced", record_bytes,
-                                       int(rate_per_s * seconds), rate_per_s)
+                                       int(rate_per_s * seconds), rate_per_s, groups=False)
         cpu = {name: process_cpu_s(pid) - before[name] for name, pid in pids.items()}
         return got, max(produced.value - rounds_before, 1), cpu, os.getloadavg()[0]
 
