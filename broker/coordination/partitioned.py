@@ -55,6 +55,10 @@ from tidewater.proto.supervisor import TaskSupervisor
 SCAN_INTERVAL_MS = 100
 LOAD_READ_BYTES = 1 << 20
 LOAD_RETRY_MS = 5000  # after a failed load (a damaged log): not every scan
+# A FindCoordinator during the topic's creation or its partition's load waits this long
+# at most for it, looking every FIRST_USE_POLL_S (``find_coordinator``).
+FIRST_USE_WAIT_S = 10.0
+FIRST_USE_POLL_S = 0.02
 
 
 def java_string_hash(text: str) -> int:
@@ -320,8 +324,37 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
         return shard
 
     async def find_coordinator(self, key: str, listener: str) -> CoordinatorNode:
+        """The key's coordinator. While the topic is being created, or the key's partition
+        has no leader yet, or this broker leads it and is still loading it, the answer
+        waits for that, up to ``FIRST_USE_WAIT_S``: answered COORDINATOR_NOT_AVAILABLE at
+        once, librdkafka's admin client retries twice 100 ms apart and then waits for a
+        broker state change that never comes (its AlterConsumerGroupOffsets on a new
+        cluster hung for its whole timeout once the topic's logs were made off the loop).
+        At the bound the answer is what is known then."""
         if not key:
             return CoordinatorNode(self.empty_key_error, message=self.empty_key_message)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + FIRST_USE_WAIT_S
+        while True:
+            node = self._locate(key, listener)
+            if (node.error_code != pb.COORDINATOR_NOT_AVAILABLE
+                    and not self._loading_here(key, node)) or loop.time() >= deadline:
+                return node
+            await asyncio.sleep(FIRST_USE_POLL_S)
+
+    def _loading_here(self, key: str, node: CoordinatorNode) -> bool:
+        """``node`` is this broker and the key's partition is not loaded here yet."""
+        if node.node_id != self.config.broker_id:
+            return False
+        try:
+            self.shard_for(key)
+        except CoordinatorError:
+            return True
+        return False
+
+    def _locate(self, key: str, listener: str) -> CoordinatorNode:
+        """The key's coordinator from the metadata; the topic's creation started if it
+        is missing (then COORDINATOR_NOT_AVAILABLE)."""
         if self.metadata_cache.partition_state(self.topic, 0) is None:
             self._maybe_create_topic()
             return CoordinatorNode(pb.COORDINATOR_NOT_AVAILABLE,
