@@ -324,21 +324,22 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
         return shard
 
     async def find_coordinator(self, key: str, listener: str) -> CoordinatorNode:
-        """The key's coordinator. While the topic is being created, or the key's partition
-        has no leader yet, or this broker leads it and is still loading it, the answer
-        waits for that, up to ``FIRST_USE_WAIT_S``: answered COORDINATOR_NOT_AVAILABLE at
-        once, librdkafka's admin client retries twice 100 ms apart and then waits for a
-        broker state change that never comes (its AlterConsumerGroupOffsets on a new
-        cluster hung for its whole timeout once the topic's logs were made off the loop).
-        At the bound the answer is what is known then."""
+        """The key's coordinator. While the topic is being created, or this broker leads
+        the key's partition and is still loading it, the answer waits for that, up to
+        ``FIRST_USE_WAIT_S``: answered COORDINATOR_NOT_AVAILABLE at once, librdkafka's
+        admin client retries twice 100 ms apart and then waits for a broker state change
+        that never comes (its AlterConsumerGroupOffsets on a new cluster hung for its
+        whole timeout once the topic's logs were made off the loop). A partition without
+        a leader (its replicas down) is answered at once. At the bound the answer is what
+        is known then."""
         if not key:
             return CoordinatorNode(self.empty_key_error, message=self.empty_key_message)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + FIRST_USE_WAIT_S
         while True:
+            creating = self.metadata_cache.partition_state(self.topic, 0) is None
             node = self._locate(key, listener)
-            if (node.error_code != pb.COORDINATOR_NOT_AVAILABLE
-                    and not self._loading_here(key, node)) or loop.time() >= deadline:
+            if not (creating or self._loading_here(key, node)) or loop.time() >= deadline:
                 return node
             await asyncio.sleep(FIRST_USE_POLL_S)
 
