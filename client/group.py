@@ -111,6 +111,19 @@ class CoordinatorClient:
             raise _CoordinatorGone(pb.ErrorCode.Name(code))
         return answer
 
+    def retrying_per_key(self, method: str, request: Message, deadline: float,
+                         key_error: Callable[[Any], int]) -> Any:
+        """``retrying``, and again while ``key_error(answer)`` (the answer's own error for
+        this key, as DescribeGroups gives one per group) is a coordinator error: the
+        coordinator moved, or is still loading its partition (a group's first use on a
+        new cluster). Past ``deadline`` the answer is returned as it is."""
+        while True:
+            answer = self.retrying(method, request, deadline)
+            if key_error(answer) not in COORDINATOR_ERRORS or time.monotonic() >= deadline:
+                return answer
+            self._forget()
+            time.sleep(self.retry_backoff_s)
+
     def _forget(self) -> None:
         with self._lock:
             self._coordinator = None

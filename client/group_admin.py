@@ -127,9 +127,9 @@ class GroupAdmin:
         return description
 
     def _described(self, coordinator: CoordinatorClient) -> pb.GroupDescription:
-        answer: pb.DescribeGroupsResponse = coordinator.retrying(
+        answer: pb.DescribeGroupsResponse = coordinator.retrying_per_key(
             "DescribeGroups", pb.DescribeGroupsRequest(group_ids=[coordinator.group_id]),
-            self._deadline())
+            self._deadline(), lambda a: a.groups[0].error_code if a.groups else pb.NONE)
         [g] = answer.groups
         if g.error_code != pb.NONE:
             raise error_for_code(g.error_code, f"DescribeGroups of {coordinator.group_id!r}")
