@@ -61,6 +61,11 @@ FIRST_USE_WAIT_S = 10.0
 FIRST_USE_POLL_S = 0.02
 
 
+def first_use_deadline() -> float:
+    """When a FindCoordinator asked now stops waiting, on the running loop's clock."""
+    return asyncio.get_running_loop().time() + FIRST_USE_WAIT_S
+
+
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode``: over UTF-16 code units, 32-bit signed."""
     h = 0
@@ -323,7 +328,8 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
                                    f"{self.topic}-{index} is loading")
         return shard
 
-    async def find_coordinator(self, key: str, listener: str) -> CoordinatorNode:
+    async def find_coordinator(self, key: str, listener: str,
+                               deadline: float | None = None) -> CoordinatorNode:
         """The key's coordinator. While the topic is being created, or this broker leads
         the key's partition and is still loading it, the answer waits for that, up to
         ``FIRST_USE_WAIT_S``: answered COORDINATOR_NOT_AVAILABLE at once, librdkafka's
@@ -331,14 +337,16 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
         that never comes (its AlterConsumerGroupOffsets on a new cluster hung for its
         whole timeout once the topic's logs were made off the loop). A partition without
         a leader (its replicas down) is answered at once. At the bound the answer is what
-        is known then."""
+        is known then. ``deadline`` (the loop's clock) is the request's own, when one
+        request asks for several keys: they share one wait rather than one each."""
         if not key:
             return CoordinatorNode(self.empty_key_error, message=self.empty_key_message)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + FIRST_USE_WAIT_S
+        if deadline is None:
+            deadline = first_use_deadline()
         while True:
             creating = self.metadata_cache.partition_state(self.topic, 0) is None
-            node = self._locate(key, listener)
+            node = self._locate(key, listener, creating)
             if not (creating or self._loading_here(key, node)) or loop.time() >= deadline:
                 return node
             await asyncio.sleep(FIRST_USE_POLL_S)
@@ -353,10 +361,10 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
             return True
         return False
 
-    def _locate(self, key: str, listener: str) -> CoordinatorNode:
+    def _locate(self, key: str, listener: str, creating: bool) -> CoordinatorNode:
         """The key's coordinator from the metadata; the topic's creation started if it
-        is missing (then COORDINATOR_NOT_AVAILABLE)."""
-        if self.metadata_cache.partition_state(self.topic, 0) is None:
+        is missing (``creating``: then COORDINATOR_NOT_AVAILABLE)."""
+        if creating:
             self._maybe_create_topic()
             return CoordinatorNode(pb.COORDINATOR_NOT_AVAILABLE,
                                    message=f"{self.topic} is being created")

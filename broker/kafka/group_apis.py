@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import Any, Protocol
 
+from tidewater.broker.coordination.partitioned import first_use_deadline
 from tidewater.broker.group import service
 from tidewater.broker.group.coordinator import GroupCoordinator
 from tidewater.broker.group.state import GroupState, JoinAnswer, SyncAnswer
@@ -119,9 +120,12 @@ async def on_find_coordinator(s: GroupServices, head: RequestHead, body: Request
     keys: list[str] = list(body.coordinator_keys) if head.api_version >= 4 else [body.key]
     # (key, error code, node id, host, port, error message)
     found: list[tuple[str, pb.ErrorCode, int, str, int, str | None]] = []
+    # One wait for the whole request: v4's keys waiting in turn while the coordinator
+    # topic cannot be created would hold the connection's later requests N times over.
+    deadline = first_use_deadline()
     for key in keys:
         if key_type == txn_apis.TRANSACTION_KEY_TYPE:
-            node = await txn_apis.find_txn_coordinator(s, key, s.listener_name)
+            node = await txn_apis.find_txn_coordinator(s, key, s.listener_name, deadline)
             found.append((key, node.error_code, node.node_id, node.host, node.port,
                           node.message or None))
             continue
@@ -132,7 +136,7 @@ async def on_find_coordinator(s: GroupServices, head: RequestHead, body: Request
         if (code := authorize_group(s, head, "DESCRIBE", key)) is not None:
             found.append((key, code, -1, "", -1, None))
             continue
-        node = await _coordinator(s).find_coordinator(key, s.listener_name)
+        node = await _coordinator(s).find_coordinator(key, s.listener_name, deadline)
         found.append((key, node.error_code, node.node_id, node.host, node.port,
                       node.message or None))
     if head.api_version >= 4:

@@ -139,10 +139,11 @@ async def _code_of(pending: Awaitable[object]) -> pb.ErrorCode:
 
 # ---------------------------------------------------------------- FindCoordinator
 
-async def find_txn_coordinator(s: TxnServices, key: str, listener: str) -> CoordinatorNode:
+async def find_txn_coordinator(s: TxnServices, key: str, listener: str,
+                               deadline: float | None = None) -> CoordinatorNode:
     if not s.allowed(acls.DESCRIBE, acls.TRANSACTIONAL_ID, key):
         return CoordinatorNode(pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    return await _coordinator(s).find_coordinator(key, listener)
+    return await _coordinator(s).find_coordinator(key, listener, deadline)
 
 
 # ---------------------------------------------------------------- InitProducerId
