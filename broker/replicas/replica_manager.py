@@ -228,8 +228,11 @@ class ReplicaManager:
         partitions (the same epochs, token and leaders), so a refusal comes with the first
         slice, before anything is applied."""
         async with self._control_lock:
-            await self._create_new_logs(request)
+            # Sliced before the logs are made: a partition is costed as new by its missing
+            # log, and its replica, epoch write and notes still cost that after the thread
+            # made its log (otherwise a new topic's partitions went in one slice).
             bounds = self._leader_and_isr_slices(request)
+            await self._create_new_logs(request)
             if len(bounds) == 1:
                 return self.control.leader_and_isr(request)
             response = pb.LeaderAndIsrResponse(error_code=pb.NONE)

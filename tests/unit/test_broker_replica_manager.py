@@ -709,6 +709,10 @@ async def test_a_large_leader_and_isr_lets_the_event_loop_run_between_slices(tmp
     made_between = {logs for hosted, logs in zip(hosted_when_ticked, logs_when_ticked,
                                                   strict=True) if hosted == 0 and 0 < logs < count}
     assert len(made_between) >= 3
+    # And between the slices that host them, at most LEADER_AND_ISR_SLICE_PARTITIONS new
+    # ones in each, although their logs exist by then.
+    hosted_between = sorted({hosted for hosted in hosted_when_ticked if 0 < hosted < count})
+    assert hosted_between == [LEADER_AND_ISR_SLICE_PARTITIONS * k for k in (1, 2, 3)]
     # New epochs for partitions already hosted (a restart's) cost one epoch write each:
     # up to LEADER_AND_ISR_SLICE_COST of them go in one slice.
     from tidewater.broker.replicas.replica_manager import LEADER_AND_ISR_SLICE_COST
