@@ -109,6 +109,10 @@ class NewLog(NamedTuple):
     tp: TopicPartition
     config: LogConfig
     topic_id: bytes
+    # The leader epoch it starts in here when this broker is its leader (None: a
+    # follower): written into the new log's epoch cache with it, off the loop, so the
+    # apply's AssignEpoch of the same epoch at offset 0 finds it durable already.
+    leader_epoch: int | None = None
 
 
 # ``control_rules.controller_request_refusal``'s and ``topic_identity.incarnation_action``'s
@@ -147,6 +151,12 @@ class ControlRequests:
         self._replica_class = replica_class
         self._refusal_rule = refusal_rule
         self._incarnation_rule = incarnation_rule
+        # A request's partitions mostly share their topic's configs: each distinct map is
+        # checked and made into a LogConfig once a request (``_configs_checked``,
+        # ``_log_config``), not once a partition. Emptied at each request: the broker's
+        # dynamic defaults may change between requests.
+        self._checked_configs: dict[frozenset[tuple[str, str]], str | None] = {}
+        self._log_configs: dict[frozenset[tuple[str, str]], LogConfig] = {}
         # Leader endpoints (INTERNAL) learned from LeaderAndIsr and UpdateMetadata.
         self.leader_endpoints: dict[int, tuple[str, int]] = {}
         # Live brokers' registered epochs from the last UpdateMetadata (None: none yet).
@@ -198,6 +208,7 @@ class ControlRequests:
         if self._refusal_of(request.controller_epoch, request.broker_epoch,
                             request.control_token) is not None:
             return []
+        self._forget_parsed_configs()
         trusted = self.cluster_identity.trusts(request.cluster_id)
         names_by_id: dict[bytes, str] | None = None  # made once a new partition is named
         wanted: list[NewLog] = []
@@ -207,7 +218,7 @@ class ControlRequests:
                 taken = self._taken_state(item)
                 if not isinstance(taken[0], LeaderAndIsrState):
                     continue
-                _state, tp, topic_id, topic_configs = taken
+                state, tp, topic_id, topic_configs = taken
                 if tp in seen or tp in self.partitions or self.log_manager.get(tp) is not None:
                     continue  # the apply decides what an existing replica or log becomes
                 seen.add(tp)
@@ -217,7 +228,9 @@ class ControlRequests:
                                                 names_by_id=names_by_id, has_log=False)
                 names_by_id[topic_id] = tp.topic
                 if action is IdentityAction.CREATE:
-                    wanted.append(NewLog(tp, self._log_config(topic_configs), topic_id))
+                    leading = state.leader == self.broker_id and state.leader_epoch >= 0
+                    wanted.append(NewLog(tp, self._log_config(topic_configs), topic_id,
+                                         state.leader_epoch if leading else None))
             except Exception:  # refused here: the apply answers it
                 continue
         return wanted
@@ -228,9 +241,11 @@ class ControlRequests:
         between ``new_logs`` and ``leader_and_isr`` under its lock of control requests.
         A failed creation is left to the apply, which meets it again and answers it."""
         now_ms = self._wall_ms()
-        for tp, config, topic_id in new_logs:
+        for tp, config, topic_id, leader_epoch in new_logs:
             try:
-                self.log_manager.get_or_create(tp, config, now_ms, topic_id=topic_id)
+                log_ = self.log_manager.get_or_create(tp, config, now_ms, topic_id=topic_id)
+                if leader_epoch is not None:
+                    log_.leader_epoch_cache.assign(leader_epoch, log_.log_end_offset)
             except Exception as e:  # the apply tries again and answers the error
                 log.warning("could not create the log of %s ahead of its LeaderAndIsr: %s",
                             tp, e)
@@ -243,6 +258,7 @@ class ControlRequests:
         self._take_controller_epoch(request.controller_id, request.controller_epoch)
         for e in request.leaders:
             self.leader_endpoints[e.broker_id] = (e.host, e.port)
+        self._forget_parsed_configs()
         response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
         trusted = self.cluster_identity.trusts(request.cluster_id)
         names_by_id = self._topic_names_by_id()
@@ -324,11 +340,21 @@ class ControlRequests:
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.broker_id} is not a replica of {tp}"
         topic_id = check_topic_id(item.state.topic_id)
         topic_configs = dict(item.topic_configs)
-        try:
-            validate_topic_configs(topic_configs)  # the controller's own parser
-        except InvalidConfigError as e:
-            return pb.INVALID_CONFIG, str(e)
+        if (refused := self._configs_refusal(topic_configs)) is not None:
+            return pb.INVALID_CONFIG, refused
         return state, tp, topic_id, topic_configs
+
+    def _configs_refusal(self, topic_configs: dict[str, str]) -> str | None:
+        """Why the controller's own parser refuses ``topic_configs``, or None."""
+        key = frozenset(topic_configs.items())
+        if key not in self._checked_configs:
+            try:
+                validate_topic_configs(topic_configs)
+            except InvalidConfigError as e:
+                self._checked_configs[key] = str(e)
+            else:
+                self._checked_configs[key] = None
+        return self._checked_configs[key]
 
     def _partition_for_incarnation(self, tp: TopicPartition, topic_id: bytes,
                                          topic_configs: dict[str, str], trusted: bool,
@@ -371,7 +397,18 @@ class ControlRequests:
         return partition
 
     def _log_config(self, topic_configs: dict[str, str]) -> LogConfig:
-        return LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+        """The LogConfig of a topic with ``topic_configs`` (one object for the topic's
+        logs, as ``LogManager.update_topic_config`` gives them)."""
+        key = frozenset(topic_configs.items())
+        config = self._log_configs.get(key)
+        if config is None:
+            config = self._log_configs[key] = LogConfig.from_configs(
+                self.config.log_config_overrides(topic_configs))
+        return config
+
+    def _forget_parsed_configs(self) -> None:
+        self._checked_configs.clear()
+        self._log_configs.clear()
 
     def _topic_names_by_id(self) -> dict[bytes, str]:
         """Every topic ID this broker knows, with its topic: logs, replicas, the last snapshot."""
@@ -393,7 +430,7 @@ removed them all: the defaults apply again) or dynamic broker defaults are in fo
                 and not self.config.dynamic_topic_defaults):
             return
         partition.has_topic_configs = bool(topic_configs)
-        config = LogConfig.from_configs(self.config.log_config_overrides(topic_configs))
+        config = self._log_config(topic_configs)
         if config != partition.log.config:
             self.log_manager.update_topic_config(partition.tp.topic, config)
         ready = partition.replica.set_min_insync_replicas(
@@ -493,6 +530,7 @@ removed them all: the defaults apply again) or dynamic broker defaults are in fo
             return
         log.info("dynamic broker configs in force: %s", dynamic or "none")
         self.config.dynamic_topic_defaults = dynamic
+        self._forget_parsed_configs()  # made with the old defaults
         known = set(self.metadata_cache.topics())
         for partition in list(self.partitions.values()):
             if partition.tp.topic in known:

@@ -59,12 +59,19 @@ def in_turn(write: Callable[[int], _T], indexes: Iterable[int]) -> list[_T]:
     return [write(i) for i in indexes]
 
 
+_persist_pool: ThreadPoolExecutor | None = None
+
+
 def from_threads(write: Callable[[int], _T], indexes: Iterable[int]) -> list[_T]:
     """Up to ``PERSIST_THREADS`` writes at once (the broker's), each started as soon as
     ``indexes`` yields it (``map`` submits while it reads); returns when all ended. The
-    pool starts a thread only for a write that finds none idle."""
-    with ThreadPoolExecutor(PERSIST_THREADS, thread_name_prefix="epoch-persist") as pool:
-        return list(pool.map(write, indexes))
+    pool starts a thread only for a write that finds none idle, and keeps it: a large
+    LeaderAndIsr is applied a slice at a time, each slice's writes here, and starting
+    the threads again for each took a tenth of a new topic's apply."""
+    global _persist_pool
+    if _persist_pool is None:
+        _persist_pool = ThreadPoolExecutor(PERSIST_THREADS, thread_name_prefix="epoch-persist")
+    return list(_persist_pool.map(write, indexes))
 
 
 def _log_note(line: str) -> None:
