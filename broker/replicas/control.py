@@ -100,7 +100,18 @@ class LogManagerPort(Protocol):
 
     def delete(self, tp: TopicPartition) -> Any: ...
 
-    def deletions_together(self) -> AbstractContextManager[None]: ...
+    def moves_aside(self) -> AbstractContextManager[list[Any]]: ...
+
+    def settle_deletions(self, moved: list[Any]) -> None: ...
+
+
+class StoppedReplicas(NamedTuple):
+    """A StopReplica's first step (``ControlRequests.stop_replicas``): its answers so far
+    and the logs it moved aside. They are made durable (``LogManager.settle_deletions``)
+    before it is answered (``answer_stop_replica``)."""
+
+    response: pb.StopReplicaResponse
+    moved: list[Any]
 
 
 class NewLog(NamedTuple):
@@ -440,24 +451,45 @@ removed them all: the defaults apply again) or dynamic broker defaults are in fo
     # ================================================================ StopReplica
 
     def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        """Both steps of a StopReplica in turn: ``stop_replicas``, the deletions made
+        durable, ``answer_stop_replica`` (the broker makes them durable off its loop)."""
+        stopped = self.stop_replicas(request)
+        failure: Exception | None = None
+        if stopped.moved:
+            try:
+                self.log_manager.settle_deletions(stopped.moved)
+            except Exception as e:  # answered below
+                failure = e
+        return self.answer_stop_replica(stopped, failure)
+
+    def stop_replicas(self, request: pb.StopReplicaRequest) -> StoppedReplicas:
+        """A StopReplica's partitions stopped, and the deleted ones' logs moved aside
+        (a topic's together: one fsync and checkpoint write at the end, for them all)."""
         refusal = self._refusal("StopReplica", request.controller_epoch, request.broker_epoch,
                                request.control_token)
         if refusal != pb.NONE:
-            return pb.StopReplicaResponse(error_code=wire_code(refusal))
+            return StoppedReplicas(pb.StopReplicaResponse(error_code=wire_code(refusal)), [])
         self.controller_epoch = request.controller_epoch
         trusted = self.cluster_identity.trusts(request.cluster_id)
         response = pb.StopReplicaResponse(error_code=pb.NONE)
-        try:
-            # A topic's partitions are deleted together: one fsync and checkpoint write.
-            with self.log_manager.deletions_together():
-                for state in request.partitions:
-                    tp = TopicPartition(state.topic, state.partition)
-                    code, message = self._stop_one_replica(tp, state, request.delete_partitions,
-                                                           trusted)
-                    response.partitions.add(topic=tp.topic, partition=tp.partition,
-                                            error_code=wire_code(code), error_message=message)
-        except Exception as e:  # the moves could not be made durable: no deletion is sure
-            code, message = error_code_for(e, context="StopReplica")
+        with self.log_manager.moves_aside() as moved:
+            for state in request.partitions:
+                tp = TopicPartition(state.topic, state.partition)
+                code, message = self._stop_one_replica(tp, state, request.delete_partitions,
+                                                       trusted)
+                response.partitions.add(topic=tp.topic, partition=tp.partition,
+                                        error_code=wire_code(code), error_message=message)
+        return StoppedReplicas(response, moved)
+
+    @staticmethod
+    def answer_stop_replica(stopped: StoppedReplicas,
+                            failure: Exception | None) -> pb.StopReplicaResponse:
+        """The StopReplica's answer once its moves were made durable, or ``failure``
+        said they could not be: then no deletion is sure, and every partition it
+        stopped is answered with that error."""
+        response = stopped.response
+        if failure is not None:
+            code, message = error_code_for(failure, context="StopReplica")
             for answered in response.partitions:
                 if answered.error_code == pb.NONE:
                     answered.error_code, answered.error_message = wire_code(code), message

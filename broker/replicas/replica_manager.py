@@ -284,8 +284,23 @@ class ReplicaManager:
         return bounds
 
     async def stop_replica(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        """``control.stop_replicas`` on the loop, then the deleted logs' moves made durable
+        in a worker thread (fsyncs of the data dir and the checkpoints) while the loop
+        serves; answered once they are. Cancelled meanwhile, it waits for the thread."""
         async with self._control_lock:
-            return self.control.stop_replica(request)
+            stopped = self.control.stop_replicas(request)
+            failure: Exception | None = None
+            if stopped.moved:
+                settling = asyncio.get_running_loop().run_in_executor(
+                    None, self.log_manager.settle_deletions, stopped.moved)
+                try:
+                    await asyncio.shield(settling)
+                except asyncio.CancelledError:
+                    await asyncio.wait([settling])
+                    raise
+                except Exception as e:  # answered: no deletion is sure
+                    failure = e
+            return self.control.answer_stop_replica(stopped, failure)
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest
                               ) -> pb.UpdateMetadataResponse:

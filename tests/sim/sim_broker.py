@@ -225,8 +225,11 @@ class SimLogManager:
         self.broker.trace(f"{tp[0]}-{tp[1]} of incarnation {describe_topic_id(log.topic_id)[:6]} "
                           f"moved aside for deletion (LEO {log.log_end_offset})")
 
-    def deletions_together(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()  # this disk's moves are durable at once
+    def moves_aside(self) -> contextlib.AbstractContextManager[list[Any]]:
+        return contextlib.nullcontext([])  # this disk's moves are durable at once
+
+    def settle_deletions(self, moved: list[Any]) -> None:
+        pass
 
 
 # ---------------------------------------------------------------- broken variants, injected

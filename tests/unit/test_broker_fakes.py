@@ -208,8 +208,11 @@ class FakeLogManager:
         if log is not None:
             self.deleted.append((tp, log, self._topic_ids.pop(tp, None)))
 
-    def deletions_together(self):
-        return contextlib.nullcontext()  # a move here is done at once
+    def moves_aside(self):
+        return contextlib.nullcontext([])  # a move here is done at once: nothing to settle
+
+    def settle_deletions(self, moved):
+        pass
 
     def update_topic_config(self, topic, config):
         for tp, log in self._logs.items():

@@ -801,8 +801,9 @@ async def test_a_log_the_full_disk_cannot_make_is_answered_and_made_on_the_next_
 
 async def test_a_topics_deletion_is_made_durable_once_and_its_failure_answered(
         tmp_path, monkeypatch):
-    """A StopReplica deleting a topic's partitions fsyncs the data dir once for them all;
-    when that fsync fails, every partition it moved is answered KAFKA_STORAGE_ERROR."""
+    """A StopReplica deleting a topic's partitions fsyncs the data dir once for them all,
+    in a worker thread while the loop serves; when that fsync fails, every partition it
+    moved is answered KAFKA_STORAGE_ERROR."""
     from tidewater.broker.storage import log_manager as log_manager_module
     from tidewater.broker.storage.log_config import LogConfig
     from tidewater.broker.storage.log_manager import LogManager
@@ -828,11 +829,30 @@ async def test_a_topics_deletion_is_made_durable_once_and_its_failure_answered(
 
     fsyncs: list = []
     real_fsync_dir = log_manager_module.fsync_dir
-    monkeypatch.setattr(log_manager_module, "fsync_dir",
-                        lambda d: (fsyncs.append(d), real_fsync_dir(d)))
+    loop_thread = threading.current_thread()
+
+    def slow_fsync_dir(directory):  # a slow disk's, off the loop: the loop serves meanwhile
+        fsyncs.append((directory, threading.current_thread() is loop_thread))
+        time.sleep(0.05)
+        real_fsync_dir(directory)
+
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(log_manager_module, "fsync_dir", slow_fsync_dir)
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    ticks_before = ticks
     out = await rm.stop_replica(stop(range(3)))
+    ticking.cancel()
     assert [p.error_code for p in out.partitions] == [pb.NONE] * 3
-    assert fsyncs == [tmp_path / "data"]
+    assert fsyncs == [(tmp_path / "data", False)]
+    assert ticks - ticks_before > 5  # it ran while the data dir was fsynced
     assert sorted(tp.partition for tp in rm.partitions) == [3, 4, 5]
 
     def broken_fsync_dir(directory):

@@ -165,3 +165,27 @@ def test_deletions_together_that_cannot_be_made_durable_raise_at_the_end(tmp_pat
     assert manager.get(A0) is None and doomed.exists()
     assert manager.deleter.wait_idle(10) and removed == []  # never removed unless durable
     assert manager._deletions_pending is None  # the next request starts afresh
+
+
+def test_moves_aside_lists_the_moves_for_the_caller_to_settle(tmp_path, monkeypatch):
+    """``moves_aside`` leaves the fsync, the hand-over and the checkpoints to the caller
+    (the broker's worker thread), unless its body raises: then it settles them itself."""
+    removed: list[str] = []
+    manager = manager_with_log(tmp_path, LogDirDeleter(remove=lambda p: removed.append(p.name)))
+    manager.get_or_create(TopicPartition("a", 1), CONFIG, now_ms=0, topic_id=ID)
+    fsyncs: list = []
+    real_fsync_dir = log_manager_module.fsync_dir
+    monkeypatch.setattr(log_manager_module, "fsync_dir",
+                        lambda d: (fsyncs.append(d), real_fsync_dir(d)))
+    with manager.moves_aside() as moved:
+        doomed = manager.delete(A0)
+    assert moved == [(A0, doomed)] and fsyncs == [] and removed == []
+    manager.settle_deletions(moved)
+    assert fsyncs == [tmp_path]
+    assert manager.deleter.wait_idle(10) and removed == [doomed.name]
+    with pytest.raises(RuntimeError, match="mid-request"), manager.moves_aside():
+        doomed = manager.delete(TopicPartition("a", 1))
+        raise RuntimeError("mid-request")
+    assert fsyncs == [tmp_path, tmp_path]  # settled on the way out
+    assert manager.deleter.wait_idle(10) and removed[-1] == doomed.name
+    assert manager._deletions_pending is None
