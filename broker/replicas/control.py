@@ -163,7 +163,7 @@ class ControlRequests:
         self._refusal_rule = refusal_rule
         self._incarnation_rule = incarnation_rule
         # A request's partitions mostly share their topic's configs: each distinct map is
-        # checked and made into a LogConfig once a request (``_configs_checked``,
+        # checked and made into a LogConfig once a request (``_configs_refusal``,
         # ``_log_config``), not once a partition. Emptied at each request: the broker's
         # dynamic defaults may change between requests.
         self._checked_configs: dict[frozenset[tuple[str, str]], str | None] = {}

@@ -111,7 +111,7 @@ class LogManager:
         # A log's background flush (of a roll) that broke an invariant: the broker stops.
         self._on_flush_failure = on_flush_failure
         self._topic_configs: dict[str, LogConfig] = {}
-        # The logs moved aside inside deletions_together, not yet made durable (None:
+        # The logs moved aside inside moves_aside, not yet listed for settling (None:
         # outside it).
         self._deletions_pending: list[tuple[TopicPartition, Path]] | None = None
         # _lock guards _logs and is held only briefly (never over a log's files): the
@@ -290,8 +290,8 @@ class LogManager:
         The directory becomes ``<topic>-<partition>.<32 hex>-delete`` (Kafka's name),
         the data dir is fsynced, and the ``LogDirDeleter`` removes it in the
         background. Returns the new path (None when there was no log). Inside
-        ``deletions_together`` (or ``moves_aside``) the fsync, the hand-over and the
-        checkpoints wait for its end (or ``settle_deletions``).
+        ``moves_aside`` the fsync, the hand-over and the checkpoints wait for
+        ``settle_deletions``.
         """
         tp = TopicPartition(*tp)
         with self._lock:
@@ -310,28 +310,18 @@ class LogManager:
         return doomed
 
     @contextlib.contextmanager
-    def deletions_together(self) -> Iterator[None]:
-        """The logs ``delete``d inside it are moved aside at once, and made durable and
-        handed to the deleter at its end, for them all: one fsync of the data dir and
-        one write of each checkpoint file. A topic's deletion moves all its partitions
-        in one StopReplica, and an fsync and three checkpoint writes each (~10 ms a
-        partition on a slow disk) held the broker's event loop for half a second for
-        50 of them. Raises what that end raises (the moves may then be undone by a
-        crash: the logs come back at the next start, as strays to sweep)."""
-        with self.moves_aside() as moved:
-            yield
-        if moved:
-            self.settle_deletions(moved)
-
-    @contextlib.contextmanager
     def moves_aside(self) -> Iterator[list[tuple[TopicPartition, Path]]]:
         """The logs ``delete``d inside it are moved aside at once and listed in what it
-        yields, for the caller to make durable with ``settle_deletions`` where it
-        chooses: the broker does so in a worker thread, off its event loop (a StopReplica
-        of 50 partitions held it 15-35 ms in that end's fsyncs). If its body raises, the
-        moves made are settled here first."""
+        yields, for the caller to make durable with ``settle_deletions``, for them all:
+        one fsync of the data dir and one write of each checkpoint file. A topic's
+        deletion moves all its partitions in one StopReplica, and an fsync and three
+        checkpoint writes each (~10 ms a partition on a slow disk) held the broker's
+        event loop for half a second for 50 of them; the broker now settles them in a
+        worker thread, off its loop. If the body raises, the moves made are settled here
+        first. Until they are settled a crash may undo them: the logs come back at the
+        next start, as strays to sweep."""
         if self._deletions_pending is not None:
-            raise InvariantViolation("moves_aside (deletions_together) entered twice")
+            raise InvariantViolation("moves_aside entered twice")
         moved: list[tuple[TopicPartition, Path]] = []
         self._deletions_pending = moved
         try:

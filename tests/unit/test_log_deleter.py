@@ -121,7 +121,7 @@ def test_only_delete_dirs_are_accepted(tmp_path):
         LogDirDeleter().submit(tmp_path / "a-0")
 
 
-def test_deletions_together_move_at_once_and_settle_once_at_the_end(tmp_path, monkeypatch):
+def test_deletions_move_at_once_and_settle_once_at_the_end(tmp_path, monkeypatch):
     """A topic's partitions deleted together: each renamed at once, then one fsync of the
     data dir, the hand-over to the deleter and one write of the checkpoints at the end."""
     removed: list[str] = []
@@ -134,23 +134,24 @@ def test_deletions_together_move_at_once_and_settle_once_at_the_end(tmp_path, mo
     real_fsync_dir = log_manager_module.fsync_dir
     monkeypatch.setattr(log_manager_module, "fsync_dir",
                         lambda d: (fsyncs.append(d), real_fsync_dir(d)))
-    with manager.deletions_together():
+    with manager.moves_aside() as listed:
         moved = [manager.delete(tp) for tp in [A0, *others]]
         assert manager.delete(TopicPartition("a", 9)) is None  # no such log: nothing moved
-        assert fsyncs == [] and removed == []  # moved, not yet durable nor handed over
         assert not (tmp_path / "a-0").exists() and all(path.exists() for path in moved)
         assert manager.logs() == {}
+    assert fsyncs == [] and removed == []  # moved, not yet durable nor handed over
+    manager.settle_deletions(listed)
     assert fsyncs == [tmp_path]
     assert manager.deleter.wait_idle(10) and sorted(removed) == sorted(p.name for p in moved)
     restarted = LogManager(tmp_path, CONFIG)
     assert restarted.read_high_watermarks() == {}
     assert restarted._read_checkpoint(restarted._hw_file) == {}  # the entries are gone
-    with pytest.raises(Exception, match="twice"), manager.deletions_together(), \
-            manager.deletions_together():
+    with pytest.raises(Exception, match="twice"), manager.moves_aside(), \
+            manager.moves_aside():
         pass
 
 
-def test_deletions_together_that_cannot_be_made_durable_raise_at_the_end(tmp_path, monkeypatch):
+def test_deletions_that_cannot_be_made_durable_raise_when_settled(tmp_path, monkeypatch):
     from tidewater.proto.errors import KafkaStorageError
 
     removed: list[str] = []
@@ -160,8 +161,10 @@ def test_deletions_together_that_cannot_be_made_durable_raise_at_the_end(tmp_pat
         raise KafkaStorageError("cannot fsync directory: Input/output error", path=str(directory))
 
     monkeypatch.setattr(log_manager_module, "fsync_dir", broken_fsync_dir)
-    with pytest.raises(KafkaStorageError), manager.deletions_together():
+    with manager.moves_aside() as listed:
         doomed = manager.delete(A0)
+    with pytest.raises(KafkaStorageError):
+        manager.settle_deletions(listed)
     assert manager.get(A0) is None and doomed.exists()
     assert manager.deleter.wait_idle(10) and removed == []  # never removed unless durable
     assert manager._deletions_pending is None  # the next request starts afresh
