@@ -465,7 +465,8 @@ class BrokerProcess:
         lead a coordinator topic's partitions comes with it. Before, their imports (some
         20 ms of CPU) would only put off the answers that make the broker serve (issue
         30's restart time); once unfenced alone was measured too early for that. Sets
-        ``serving`` first, and ``settled`` before the build."""
+        ``serving`` first, and ``settled`` before the build; then the log cleaner is made
+        (``BackgroundWork.make_cleaner``), in a worker thread."""
         while channel.is_fenced or self.metadata_cache.endpoint(self.config.broker_id) is None:
             await asyncio.sleep(SERVING_POLL_S)
         self.serving.set()
@@ -475,6 +476,8 @@ class BrokerProcess:
         self.settled.set()
         if self.coordinators is not None:
             self.coordinators.ensure_built()
+        if self.replica_manager is not None:
+            await self.replica_manager.background.make_cleaner()
 
     async def shutdown(self) -> None:
         c = self.config

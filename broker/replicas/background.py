@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replicas.ticks import tick_replicas
 from tidewater.broker.storage.corruption import SCRUB, CorruptBatch, CorruptionReporter
+from tidewater.broker.storage.log import Log
 from tidewater.broker.storage.log_manager import LogManager
 from tidewater.broker.storage.scrub import LogScrubber
 from tidewater.broker.storage.topics import TopicPartition
@@ -45,7 +47,7 @@ from tidewater.proto.errors import TidewaterError
 from tidewater.proto.supervisor import TaskSupervisor
 
 if TYPE_CHECKING:
-    # Imported by the cleaner's first pass (_cleaner_loop), not before the broker serves.
+    # Imported once the broker settles (make_cleaner) or by the first pass, in a thread.
     from tidewater.broker.storage.cleaner import CleanResult, LogCleaner
 
 log = logging.getLogger("tidewater.broker.replicas.background")
@@ -69,6 +71,8 @@ class BackgroundWork:
         self._corruption = corruption
         self._metrics = metrics
         self.cleaner: LogCleaner | None = None
+        self._cleaner_lock = threading.Lock()  # made once, by make_cleaner or the first pass
+        self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         # Checkpoint writes, rolls/flushes and retention passes running in threads.
         self._thread_work: set[asyncio.Future[Any]] = set()
@@ -95,6 +99,7 @@ class BackgroundWork:
             self._tasks.append(spawn(self._cleaner_loop(), "log-cleaner"))
 
     async def stop(self) -> None:
+        self._stopping = True  # a cleaner made in its thread from now on is stopped there
         if self.cleaner is not None:
             self.cleaner.stop()  # a pass in its thread gives up at the next batch
         for task in self._tasks:
@@ -177,24 +182,42 @@ class BackgroundWork:
         interval_s = self.config.log_cleaner_backoff_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            cleaner = self.cleaner or self._new_cleaner()
             partitions = list(self._partitions.items())
             # HWs and logs snapshotted together here, on the loop (as retention does).
-            results = await self._in_thread(cleaner.clean_logs,
+            results = await self._in_thread(self._clean_pass,
                                             {tp: p.log for tp, p in partitions},
                                             {tp: p.high_watermark for tp, p in partitions},
                                             wall_ms())
             self._count_cleaned(results or [])
 
-    def _new_cleaner(self) -> LogCleaner:
-        """The cleaner, made before its first pass (a backoff after the start): its modules
-        and their dataclasses are some 5 ms of CPU a starting broker does not need before
-        it serves (issue 30's restart time)."""
-        from tidewater.broker.storage.cleaner import LogCleaner
-        self.cleaner = LogCleaner(
-            self.config.data_dir,
-            io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
-        return self.cleaner
+    def _clean_pass(self, logs: dict[TopicPartition, Log],
+                    high_watermarks: dict[TopicPartition, int],
+                    now_ms: int) -> list[CleanResult]:
+        """One cleaner pass (in a worker thread), with the cleaner made if it is not yet."""
+        return self._cleaner().clean_logs(logs, high_watermarks, now_ms)
+
+    async def make_cleaner(self) -> None:
+        """Make the cleaner now, in a worker thread, if it is enabled: the broker calls
+        this once it has settled after serving (``BrokerProcess.settled``)."""
+        if self.config.log_cleaner_enable and self.cleaner is None:
+            await self._in_thread(self._cleaner)
+
+    def _cleaner(self) -> LogCleaner:
+        """The cleaner, made on first use. Not before the broker serves: its modules and
+        their dataclasses are 5-8 ms of CPU (issue 30's restart time). Not at its first
+        pass either: every broker of a cluster started together then held the GIL that
+        long at once, one log.cleaner.backoff.ms after the start, a window of slow acks
+        that stall_probe.py found at +14 s in every run (gone with the cleaner made when
+        the broker settles)."""
+        with self._cleaner_lock:
+            if self.cleaner is None:
+                from tidewater.broker.storage.cleaner import LogCleaner
+                self.cleaner = LogCleaner(
+                    self.config.data_dir,
+                    io_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second)
+                if self._stopping:  # stop() found no cleaner to stop: this one stops itself
+                    self.cleaner.stop()
+            return self.cleaner
 
     def _count_cleaned(self, results: list[CleanResult]) -> None:
         metrics = self._metrics

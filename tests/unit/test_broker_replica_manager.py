@@ -917,3 +917,42 @@ async def test_a_new_topics_files_and_fsyncs_are_made_off_the_event_loop(tmp_pat
         True, True, False]
     await rm.stop()
     log_manager.shutdown()
+
+
+async def test_the_cleaner_is_made_in_a_worker_thread_not_on_the_loop(tmp_path, monkeypatch):
+    """The cleaner's modules are imported and it is made in a worker thread: by
+    ``make_cleaner`` (the broker calls it once settled after serving) or else by the
+    first pass. On the loop, at the first pass, every broker started together stopped
+    serving for that long at once, one log.cleaner.backoff.ms after its start."""
+    from tidewater.broker.storage import cleaner as cleaner_module
+    from tidewater.broker.storage.log_config import LogConfig
+    from tidewater.broker.storage.log_manager import LogManager
+
+    made_in: list[threading.Thread] = []
+    real_init = cleaner_module.LogCleaner.__init__
+
+    def recorded_init(self, *args, **kwargs):
+        made_in.append(threading.current_thread())
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(cleaner_module.LogCleaner, "__init__", recorded_init)
+    log_manager = LogManager(tmp_path / "data", LogConfig())
+    log_manager.load(0)
+    rm, _ = make_manager(tmp_path, log_manager=log_manager, **{"log.cleaner.backoff.ms": "20"})
+    await rm.leader_and_isr(lai(isr=(1,), configs={"cleanup.policy": "compact"}))
+    rm.start()
+    await wait_until(lambda: rm.background.cleaner is not None)
+    first = rm.background.cleaner
+    await rm.background.make_cleaner()  # made already: the same one
+    assert rm.background.cleaner is first
+    await rm.stop()
+    log_manager.shutdown()
+    assert rm.supervisor.failure is None
+    assert len(made_in) == 1 and made_in[0] is not threading.current_thread()
+    # What the broker does once it has settled after serving: made before the first pass,
+    # in a worker thread too.
+    rm, _ = make_manager(tmp_path / "b", **{"log.cleaner.backoff.ms": "60000"})
+    await rm.background.make_cleaner()
+    assert rm.background.cleaner is not None
+    assert len(made_in) == 2 and made_in[1] is not threading.current_thread()
+    await rm.stop()
