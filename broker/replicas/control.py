@@ -120,10 +120,6 @@ class NewLog(NamedTuple):
     tp: TopicPartition
     config: LogConfig
     topic_id: bytes
-    # The leader epoch it starts in here when this broker is its leader (None: a
-    # follower): written into the new log's epoch cache with it, off the loop, so the
-    # apply's AssignEpoch of the same epoch at offset 0 finds it durable already.
-    leader_epoch: int | None = None
 
 
 # ``control_rules.controller_request_refusal``'s and ``topic_identity.incarnation_action``'s
@@ -229,7 +225,7 @@ class ControlRequests:
                 taken = self._taken_state(item)
                 if not isinstance(taken[0], LeaderAndIsrState):
                     continue
-                state, tp, topic_id, topic_configs = taken
+                _state, tp, topic_id, topic_configs = taken
                 if tp in seen or tp in self.partitions or self.log_manager.get(tp) is not None:
                     continue  # the apply decides what an existing replica or log becomes
                 seen.add(tp)
@@ -239,9 +235,7 @@ class ControlRequests:
                                                 names_by_id=names_by_id, has_log=False)
                 names_by_id[topic_id] = tp.topic
                 if action is IdentityAction.CREATE:
-                    leading = state.leader == self.broker_id and state.leader_epoch >= 0
-                    wanted.append(NewLog(tp, self._log_config(topic_configs), topic_id,
-                                         state.leader_epoch if leading else None))
+                    wanted.append(NewLog(tp, self._log_config(topic_configs), topic_id))
             except Exception:  # refused here: the apply answers it
                 continue
         return wanted
@@ -252,11 +246,9 @@ class ControlRequests:
         between ``new_logs`` and ``leader_and_isr`` under its lock of control requests.
         A failed creation is left to the apply, which meets it again and answers it."""
         now_ms = self._wall_ms()
-        for tp, config, topic_id, leader_epoch in new_logs:
+        for tp, config, topic_id in new_logs:
             try:
-                log_ = self.log_manager.get_or_create(tp, config, now_ms, topic_id=topic_id)
-                if leader_epoch is not None:
-                    log_.leader_epoch_cache.assign(leader_epoch, log_.log_end_offset)
+                self.log_manager.get_or_create(tp, config, now_ms, topic_id=topic_id)
             except Exception as e:  # the apply tries again and answers the error
                 log.warning("could not create the log of %s ahead of its LeaderAndIsr: %s",
                             tp, e)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from pathlib import Path
@@ -863,58 +862,6 @@ async def test_a_topics_deletion_is_made_durable_once_and_its_failure_answered(
     assert [p.error_code for p in out.partitions] == [pb.KAFKA_STORAGE_ERROR] * 3
     assert all("Input/output error" in p.error_message for p in out.partitions)
     assert rm.partitions == {} and log_manager.logs() == {}
-    await rm.stop()
-    log_manager.shutdown()
-
-
-async def test_a_new_topics_files_and_fsyncs_are_made_off_the_event_loop(tmp_path):
-    """A LeaderAndIsr creating partitions makes their logs, and the leaders' first epoch
-    entries, in a worker thread while the loop serves: the apply, which holds the loop
-    until its epoch writes are durable, finds them durable and waits for no fsync; each
-    log's epochs are those of a leader (or a follower) made in the apply."""
-    from unittest import mock
-
-    from tidewater.broker.storage.log_config import LogConfig
-    from tidewater.broker.storage.log_manager import LogManager
-
-    log_manager = LogManager(tmp_path / "data", LogConfig())
-    log_manager.load(0)
-    rm, _ = make_manager(tmp_path, log_manager=log_manager)
-    await rm.leader_and_isr(lai())  # the first trusted request writes meta.properties
-    request = lai(leader_epoch=3)
-    template = request.partitions[0]
-    del request.partitions[:]
-    for p, leader in ((1, 1), (2, 1), (3, 2)):  # led here, and followed here
-        item = request.partitions.add()
-        item.CopyFrom(template)
-        item.state.partition = p
-        item.state.leader = leader
-    real_fsync = os.fsync
-    apply = rm.control.leader_and_isr
-    applying = threading.Event()  # set while the loop applies (and waits for its threads)
-    fsyncs = {"made ahead": 0, "while applying": 0}
-
-    def watched_fsync(fd):
-        fsyncs["while applying" if applying.is_set() else "made ahead"] += 1
-        return real_fsync(fd)
-
-    def watched_apply(part):
-        applying.set()
-        try:
-            return apply(part)
-        finally:
-            applying.clear()
-
-    rm.control.leader_and_isr = watched_apply
-    with mock.patch("os.fsync", watched_fsync):
-        out = await rm.leader_and_isr(request)
-    assert [p.error_code for p in out.partitions] == [pb.NONE] * 3
-    assert fsyncs["while applying"] == 0 and fsyncs["made ahead"] > 0
-    epochs = {p: log_manager.get(TopicPartition(TP.topic, p)).leader_epoch_cache.entries()
-              for p in (1, 2, 3)}
-    assert epochs == {1: [(3, 0)], 2: [(3, 0)], 3: []}
-    assert [rm.partitions[TopicPartition(TP.topic, p)].is_leader for p in (1, 2, 3)] == [
-        True, True, False]
     await rm.stop()
     log_manager.shutdown()
 
