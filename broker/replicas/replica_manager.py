@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import grpc
 
@@ -85,6 +85,18 @@ _NEW_PARTITION_COST = LEADER_AND_ISR_SLICE_COST // LEADER_AND_ISR_SLICE_PARTITIO
 
 # Replication decisions that have a metric of their own besides replication_decisions.
 NAMED_DECISIONS = ("leader_elections", "isr_shrinks", "isr_expands")
+
+
+async def _in_thread_to_its_end(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread while the loop serves. Cancelled meanwhile (a
+    stop), it waits for the thread before the cancellation goes on: the caller's files
+    are not closed under it."""
+    work = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait([work])
+        raise
 
 
 class ReplicaManager:
@@ -260,13 +272,7 @@ class ReplicaManager:
         new_logs = self.control.new_logs(request)
         if not new_logs:
             return  # no thread for a request that only moves epochs
-        made = asyncio.get_running_loop().run_in_executor(None, self.control.create_logs,
-                                                          new_logs)
-        try:
-            await asyncio.shield(made)
-        except asyncio.CancelledError:
-            await asyncio.wait([made])
-            raise
+        await _in_thread_to_its_end(self.control.create_logs, new_logs)
 
     def _leader_and_isr_slices(self, request: pb.LeaderAndIsrRequest) -> list[tuple[int, int]]:
         """``(start, end)`` of each slice, in order: a partition without a log here costs
@@ -291,13 +297,9 @@ class ReplicaManager:
             stopped = self.control.stop_replicas(request)
             failure: Exception | None = None
             if stopped.moved:
-                settling = asyncio.get_running_loop().run_in_executor(
-                    None, self.log_manager.settle_deletions, stopped.moved)
                 try:
-                    await asyncio.shield(settling)
-                except asyncio.CancelledError:
-                    await asyncio.wait([settling])
-                    raise
+                    await _in_thread_to_its_end(self.log_manager.settle_deletions,
+                                                stopped.moved)
                 except Exception as e:  # answered: no deletion is sure
                     failure = e
             return self.control.answer_stop_replica(stopped, failure)

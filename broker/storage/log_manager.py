@@ -327,11 +327,11 @@ class LogManager:
         try:
             yield moved
         except BaseException:
-            self._deletions_pending = None
             if moved:
                 self.settle_deletions(moved)
             raise
-        self._deletions_pending = None
+        finally:
+            self._deletions_pending = None
 
     def settle_deletions(self, moved: list[tuple[TopicPartition, Path]]) -> None:
         """The moves of ``delete`` made durable, then the directories handed to the
