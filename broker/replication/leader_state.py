@@ -142,7 +142,12 @@ class LeadershipState:
     def __init__(self, *, local_broker_id: int, replicas: Iterable[int], isr: Iterable[int],
                  leader_epoch: int, partition_epoch: int, high_watermark: int,
                  log_end_offset: int, epoch_start_offset: int, min_insync_replicas: int,
-                 replica_lag_time_max_ms: int, now_ms: int):
+                 replica_lag_time_max_ms: int, now_ms: int,
+                 pending_expansion: PendingIsrChange | None = None):
+        """``pending_expansion``: one proposed in an earlier run of this same leadership
+        (same leader and partition epochs) before a failed write stopped it, never
+        answered. The controller may have committed it, so it is pending again from the
+        first HW on: the joiner holds the HW until the controller answers."""
         self.local_broker_id = local_broker_id
         self.replicas: tuple[int, ...] = tuple(replicas)
         self.isr: tuple[int, ...] = tuple(isr)
@@ -156,6 +161,11 @@ class LeadershipState:
         if local_broker_id not in self.replicas:
             raise InvariantViolation(f"leader {local_broker_id} is not a replica {self.replicas}")
         self._check_isr(self.isr)
+        if pending_expansion is not None:
+            if not pending_expansion.is_expansion:
+                raise InvariantViolation(f"{pending_expansion} resumed is not an expansion")
+            self._check_isr(pending_expansion.proposed_isr)
+            self.pending_isr = pending_expansion
         if not 0 <= epoch_start_offset <= log_end_offset:
             raise InvariantViolation(f"epoch start {epoch_start_offset} outside [0, LEO {log_end_offset}]")
         # A checkpointed HW can exceed the LEO after an unclean crash lost the

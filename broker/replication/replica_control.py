@@ -31,7 +31,7 @@ newer: UNKNOWN_LEADER_EPOCH, -1: not checked), then leadership
 
 from __future__ import annotations
 
-from tidewater.broker.replication.leader_state import LeadershipState
+from tidewater.broker.replication.leader_state import LeadershipState, PendingIsrChange
 from tidewater.broker.replication.ready import (
     EMPTY,
     STOP_FETCHING,
@@ -207,11 +207,16 @@ class ControlEvents(ReplicaBase):
         """No role for now; the acks=all waits of a leadership fail. The role is taken again
         from the same state after a backoff (``tick``), or from the next LeaderAndIsr:
         without that a leader whose disk failed once would hold its partition offline
-        until the controller happened to send it a new state."""
+        until the controller happened to send it a new state. An ISR expansion in flight
+        is kept for the same state: the controller may have committed it."""
         out = ReadyBuilder()
         self._storage_retry_state = LeaderAndIsrState(
             self.topic, self.partition, self.leader_id, self.leader_epoch,
             self.partition_epoch, self.replicas, self.isr)
+        leader = self.leader
+        pending = leader.pending_isr if leader is not None else None
+        if pending is not None and pending.is_expansion:
+            self._storage_retry_expansion = (self.leader_epoch, self.partition_epoch, pending)
         self._storage_retry_at_ms = now_ms + self._storage_retry_backoff_ms
         self._end_leadership(pb.NOT_LEADER_OR_FOLLOWER, out)
         self.role = Role.NONE
@@ -237,6 +242,7 @@ class ControlEvents(ReplicaBase):
                          f"failed write")
         self._apply_state(state, now_ms, out)  # the same state: the backoff is kept
         self._storage_retry_at_ms = self._storage_retry_state = None
+        self._storage_retry_expansion = None
 
     def set_min_insync_replicas(self, min_insync_replicas: int, now_ms: int) -> Ready:
         """``min.insync.replicas`` changed: the HW and the waiting acks=all requests are
@@ -284,6 +290,7 @@ class ControlEvents(ReplicaBase):
         if state != self._storage_retry_state:
             # A new state from the controller: a retry pending for the old one is moot.
             self._storage_retry_at_ms = self._storage_retry_state = None
+            self._storage_retry_expansion = None
             self._storage_retry_backoff_ms = STORAGE_RETRY_MS
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
@@ -296,7 +303,13 @@ class ControlEvents(ReplicaBase):
         # The epoch is in the cache (fsynced) before anything is served in it: the shell
         # persists before it carries out the rest of this Ready.
         out.persist.append(AssignEpoch(state.leader_epoch, log_end_offset))
-        self.leader = self._new_leader_state(state, now_ms)
+        held, self._storage_retry_expansion = self._storage_retry_expansion, None
+        # This leadership again after a failed write, its expansion never answered: the
+        # controller may have committed it, so the joiner holds the HW (KIP-497's maximal
+        # ISR) from the first HW on, and the proposal is sent again.
+        resumed = (held[2] if held is not None
+                   and held[:2] == (state.leader_epoch, state.partition_epoch) else None)
+        self.leader = self._new_leader_state(state, now_ms, pending_expansion=resumed)
         self.role = Role.LEADER
         self.follower = None
         self._alter_for = None
@@ -308,8 +321,11 @@ class ControlEvents(ReplicaBase):
         out.notes.append(f"leader of {self.topic}-{self.partition} in epoch "
                          f"{state.leader_epoch} at LEO {log_end_offset}, HW "
                          f"{self.leader.high_watermark}, ISR {list(state.isr)}")
+        if self.leader.pending_isr is not None:
+            self._maybe_send_alter(now_ms, out)
 
-    def _new_leader_state(self, state: LeaderAndIsrState, now_ms: int) -> LeadershipState:
+    def _new_leader_state(self, state: LeaderAndIsrState, now_ms: int, *,
+                          pending_expansion: PendingIsrChange | None = None) -> LeadershipState:
         """The leader's view of one leadership, starting at the LEO with the HW this replica
         exposed until now."""
         log_end_offset = self.log.log_end_offset
@@ -318,7 +334,8 @@ class ControlEvents(ReplicaBase):
             leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
             high_watermark=self.high_watermark, log_end_offset=log_end_offset,
             epoch_start_offset=log_end_offset, min_insync_replicas=self.min_insync_replicas,
-            replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
+            replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms,
+            pending_expansion=pending_expansion)
 
     def _end_leadership(self, code: int, out: ReadyBuilder) -> None:
         """Fail every acks=all and DeleteRecords wait of the leadership that ends (they may
