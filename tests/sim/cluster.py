@@ -40,6 +40,7 @@ from tidewater.broker.replication.control_rules import controller_request_refusa
 from tidewater.broker.replication.replica import ReplicaState
 from tidewater.broker.replication.topic_identity import log_identity_action
 from tidewater.controller.config import ControllerConfig
+from tidewater.controller.election import PartitionRecord
 from tidewater.controller.owner import MetadataOwner
 from tidewater.controller.quorum.owner import QuorumOwner
 from tidewater.controller.raft import VoterKey
@@ -95,6 +96,15 @@ class SimConfig:
     # The controller's messages to one broker lost while the broker's reach it (its
     # heartbeats keep it unfenced, in the ISR, while it misses LeaderAndIsr requests).
     controller_to_broker_cut_per_s: float = 0.0
+    # The same loss aimed: the chance that, when the controller moves a partition's
+    # leader, its messages to one of that partition's followers are lost for a
+    # ``cut_duration_ms`` draw (it misses the move and what follows while it lasts).
+    follower_misses_leader_move: float = 0.0
+    # And the chance that, when the controller commits a new ISR under the same leader
+    # (its AlterPartition, or a fenced member dropped), its messages to that leader are
+    # lost: the leader does not learn the ISR the controller now counts.
+    leader_misses_isr_change: float = 0.0
+    aimed_cut_ms: tuple[int, int] = (1000, 4000)  # how long either aimed loss lasts
     produce_per_partition_per_s: float = 40.0
     produce_inflight_max: int = 5
     produce_timeout_ms: int = 1000
@@ -274,6 +284,9 @@ class Simulation:
                 self.network, self.metadata_log, controller_config,
                 clock_ms=lambda: self.now_ms, uuid4=uuid4, trace=self.trace,
                 owner_class=owner_class, graceful_stop_ms=cfg.controller_graceful_stop_ms)
+            if cfg.follower_misses_leader_move or cfg.leader_misses_isr_change:
+                # Else no hook and no draw: the other set-ups' runs stay as they were.
+                self._controller.on_partition_change = self._aimed_controller_loss
             self.controller_addresses = {-1: CONTROLLER}
         self.checker = InvariantChecker(self)
         self.brokers: dict[int, SimBroker] = {
@@ -616,6 +629,38 @@ class Simulation:
             self.trace(now_ms, f"admin: delete topic {TOPIC}, then create it again")
             self.admin.state = "delete"
             self.admin.next_try_ms = now_ms
+
+    def _aimed_controller_loss(self, old: PartitionRecord, new: PartitionRecord,
+                               now_ms: int) -> None:
+        """``follower_misses_leader_move`` and ``leader_misses_isr_change``: called as the
+        controller commits a partition's change, before it sends the requests that
+        announce it."""
+        cfg = self.config
+        if old.leader != new.leader:
+            if self.rng.random() >= cfg.follower_misses_leader_move:
+                return
+            followers = [b for b in new.replicas if b != new.leader and b in self.brokers]
+            if not followers:
+                return
+            # The follower furthest ahead: the one whose tail the new leader may not have.
+            tp = TopicPartition(new.topic, new.partition)
+
+            def log_end(b: int) -> int:
+                replica = self.brokers[b].partitions.get(tp)
+                return -1 if replica is None else replica.log.log_end_offset
+            broker_id = max(followers, key=lambda b: (log_end(b), -b))
+            why = "leader moves"
+        elif old.isr != new.isr and new.leader in self.brokers:
+            if self.rng.random() >= cfg.leader_misses_isr_change:
+                return
+            broker_id, why = new.leader, "ISR changes"
+        else:
+            return
+        duration = self.rng.randint(*cfg.aimed_cut_ms)
+        self.network.cut_one_way(self.brokers[broker_id].controller_address, broker_id,
+                                 now_ms + duration)
+        self.trace(now_ms, f"network: the controller's messages to broker {broker_id} are "
+                           f"lost for {duration} ms ({new.topic}-{new.partition}'s {why})")
 
     _controller_cuts = 0
 

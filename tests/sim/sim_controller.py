@@ -159,6 +159,11 @@ class SimController:
         self.machine: ControllerStateMachine | None = None
         self.owner: MetadataOwner | None = None
         self.senders: dict[int, SimSender] = {}
+        # Told of each change of a partition's leader or ISR as it commits, before the
+        # requests that announce it go out (old, new, now; the simulation's aimed
+        # faults); None: nobody listens.
+        self.on_partition_change: Callable[[PartitionRecord, PartitionRecord, int], None] | None \
+            = None
         self._streams: dict[tuple[int, int], int] = {}  # (broker, stream) -> this process's id
         self._next_stream_id = 0
         self._stream_bound: dict[int, tuple[int, int]] = {}  # stream id -> (broker, broker epoch)
@@ -397,6 +402,8 @@ class SimController:
         self._traced[tp] = p
         if old is not None and old.topic_id != p.topic_id:
             old = None
+        if old is not None and self.on_partition_change is not None:
+            self.on_partition_change(old, p, now_ms)
         self.trace(now_ms, f"{self.name}: {tp[0]}-{tp[1]} leader "
                            f"{old.leader if old else '(new)'}->{p.leader} epoch {p.leader_epoch} "
                            f"ISR {p.isr} pe {p.partition_epoch}")

@@ -24,7 +24,7 @@ from tidewater.controller.state_machine import Tx
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import KafkaStorageError
 
-from .cluster import SimConfig, Simulation, SimulationFailure
+from .cluster import DISK_FAILS_OFTEN, SimConfig, Simulation, SimulationFailure
 from .network import CONTROLLER
 from .sim_broker import BrokerConfig
 from .sim_controller import RUNNING
@@ -110,14 +110,15 @@ def with_leader_state(cls):
     """A ReplicaState that builds the broken ``cls`` for each leadership (as the product
     builds LeadershipState in ``_new_leader_state``)."""
 
-    def _new_leader_state(self, state, now_ms):
+    def _new_leader_state(self, state, now_ms, *, pending_expansion=None):
         log_end_offset = self.log.log_end_offset
         return cls(local_broker_id=self.local_broker_id, replicas=state.replicas, isr=state.isr,
                    leader_epoch=state.leader_epoch, partition_epoch=state.partition_epoch,
                    high_watermark=self.high_watermark, log_end_offset=log_end_offset,
                    epoch_start_offset=log_end_offset,
                    min_insync_replicas=self.min_insync_replicas,
-                   replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms)
+                   replica_lag_time_max_ms=self.replica_lag_time_max_ms, now_ms=now_ms,
+                   pending_expansion=pending_expansion)
 
     return type(f"ReplicaWith{cls.__name__}", (ReplicaState,),
                 {"_new_leader_state": _new_leader_state})
@@ -126,6 +127,18 @@ def with_leader_state(cls):
 HW_IGNORES_ISR = with_leader_state(HighWatermarkIgnoresIsr)
 NEW_LEADER_TRUSTS_OLD_OFFSETS = with_leader_state(NewLeaderTrustsOldFollowerOffsets)
 EXPANDS_ISR_BEHIND_HW = with_leader_state(ExpandsIsrBehindHighWatermark)
+
+
+class ForgetsExpansionAfterFailedWrite(ReplicaState):
+    """Broken KIP-497 across a failed write (the product before this was found): a leader
+    whose write failed while its ISR expansion was in flight takes its state again
+    without it, so the HW passes the joiner the controller may already count in the
+    ISR."""
+
+    def _stop_on_storage_failure(self, why, now_ms):
+        ready = super()._stop_on_storage_failure(why, now_ms)
+        self._storage_retry_expansion = None
+        return ready
 
 
 class TruncatesToHighWatermark(ReplicaState):
@@ -254,6 +267,14 @@ def with_stale_followers(config):
                                   use_offset_for_leader_epoch=True))
 
 
+def with_leaders_missing_isr_changes(config):
+    """An aimed fault: as the controller commits a new ISR under the same leader, its
+    messages to that leader are lost for 1-4 s (it never hears its own expansion
+    committed), on disks that fail often."""
+    return replace(config, leader_misses_isr_change=1.0,
+                   broker=replace(config.broker, disk_failure_probabilities=DISK_FAILS_OFTEN))
+
+
 # (the rule it breaks): (the variant's Simulation arguments, how seeds are set up, the seed
 # that catches it). The seed is the first of 0..79 that does, found by the random search of
 # test_broken_variant_is_caught, which asserts it is still that one; it is listed in
@@ -276,7 +297,17 @@ BROKEN_VARIANTS = {
                                               with_topic_recreation, 27),
     "leader-epoch-not-fenced": ({"replica_class": IgnoresLeaderEpochFencing},
                                 with_stale_followers, 46),
+    "expansion-forgotten-after-failed-write": (
+        {"replica_class": ForgetsExpansionAfterFailedWrite}, with_leaders_missing_isr_changes, 28),
 }
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_aimed_controller_losses_keep_invariants(seed):
+    """The product under both aimed faults at once (the controller's messages lost to a
+    follower as its leader moves, and to a leader as its ISR changes)."""
+    config = with_leaders_missing_isr_changes(SimConfig.for_seed(seed))
+    Simulation(seed, replace(config, follower_misses_leader_move=1.0)).run()
 
 
 @pytest.mark.parametrize("name", BROKEN_VARIANTS)
