@@ -97,8 +97,8 @@ class SimConfig:
     # heartbeats keep it unfenced, in the ISR, while it misses LeaderAndIsr requests).
     controller_to_broker_cut_per_s: float = 0.0
     # The same loss aimed: the chance that, when the controller moves a partition's
-    # leader, its messages to one of that partition's followers are lost for a
-    # ``cut_duration_ms`` draw (it misses the move and what follows while it lasts).
+    # leader, its messages to that partition's follower furthest ahead are lost for an
+    # ``aimed_cut_ms`` draw (it misses the move and what follows while it lasts).
     follower_misses_leader_move: float = 0.0
     # And the chance that, when the controller commits a new ISR under the same leader
     # (its AlterPartition, or a fenced member dropped), its messages to that leader are
