@@ -138,10 +138,11 @@ class ReplicaBase:
         # at ``_storage_retry_at_ms`` (a disk that failed once may work again).
         self._storage_retry_state: LeaderAndIsrState | None = None
         self._storage_retry_at_ms: int | None = None
-        # (leader epoch, partition epoch, proposal) of the ISR expansion the leader had in
-        # flight when its write failed: the controller may have committed it, so the same
-        # leadership taken again holds the HW for the joiner and asks again.
-        self._storage_retry_expansion: tuple[int, int, PendingIsrChange] | None = None
+        # The ISR expansion the leader had in flight when its write failed: the controller
+        # may have committed it, so the same leadership taken again holds the HW for the
+        # joiner and asks again. Kept only with ``_storage_retry_state``: any other state
+        # from the controller drops both (``_record``).
+        self._storage_retry_expansion: PendingIsrChange | None = None
         self._storage_retry_backoff_ms = STORAGE_RETRY_MS
 
     # ================================================================== views

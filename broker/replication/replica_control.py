@@ -216,7 +216,7 @@ class ControlEvents(ReplicaBase):
         leader = self.leader
         pending = leader.pending_isr if leader is not None else None
         if pending is not None and pending.is_expansion:
-            self._storage_retry_expansion = (self.leader_epoch, self.partition_epoch, pending)
+            self._storage_retry_expansion = pending
         self._storage_retry_at_ms = now_ms + self._storage_retry_backoff_ms
         self._end_leadership(pb.NOT_LEADER_OR_FOLLOWER, out)
         self.role = Role.NONE
@@ -303,12 +303,11 @@ class ControlEvents(ReplicaBase):
         # The epoch is in the cache (fsynced) before anything is served in it: the shell
         # persists before it carries out the rest of this Ready.
         out.persist.append(AssignEpoch(state.leader_epoch, log_end_offset))
-        held, self._storage_retry_expansion = self._storage_retry_expansion, None
-        # This leadership again after a failed write, its expansion never answered: the
+        # Held only for the state just recorded (``_record`` drops it for any other): this
+        # leadership again after a failed write, its expansion never answered. The
         # controller may have committed it, so the joiner holds the HW (KIP-497's maximal
         # ISR) from the first HW on, and the proposal is sent again.
-        resumed = (held[2] if held is not None
-                   and held[:2] == (state.leader_epoch, state.partition_epoch) else None)
+        resumed, self._storage_retry_expansion = self._storage_retry_expansion, None
         self.leader = self._new_leader_state(state, now_ms, pending_expansion=resumed)
         self.role = Role.LEADER
         self.follower = None
