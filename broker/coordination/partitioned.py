@@ -321,12 +321,25 @@ class PartitionedCoordinator(ABC, Generic[StateT, ReadyT, WriteT, AnswerT]):
         shard = self.shards.get(index)
         partition = self.replica_manager.partitions.get(TopicPartition(self.topic, index))
         if partition is None or not partition.is_leader:
+            if self._leadership_on_its_way(index):
+                raise CoordinatorError(pb.COORDINATOR_LOAD_IN_PROGRESS,
+                                       f"{self.topic}-{index} is not led here yet")
             raise CoordinatorError(pb.NOT_COORDINATOR,
                                    f"not the coordinator of {self.key_kind} {key!r}")
         if shard is None or shard.leader_epoch != partition.leader_epoch or not shard.loaded:
             raise CoordinatorError(pb.COORDINATOR_LOAD_IN_PROGRESS,
                                    f"{self.topic}-{index} is loading")
         return shard
+
+    def _leadership_on_its_way(self, index: int) -> bool:
+        """The partition is not led here, yet the metadata says it is, or does not know
+        the topic yet: another broker sent the client here from newer metadata while
+        this broker's LeaderAndIsr (or the topic itself) is still on its way. Answered
+        COORDINATOR_LOAD_IN_PROGRESS, which clients retry here; NOT_COORDINATOR would
+        fail librdkafka's ``committed()`` outright on a new cluster (it only looks the
+        coordinator up again, and is told this broker)."""
+        state = self.metadata_cache.partition_state(self.topic, index)
+        return state is None or (state.leader == self.config.broker_id and not state.offline)
 
     async def find_coordinator(self, key: str, listener: str,
                                deadline: float | None = None) -> CoordinatorNode:

@@ -79,16 +79,21 @@ class FakeReplicaManager:
 
 
 class FakeMetadata:
+    offsets_leader = 1  # this broker (config.broker_id); None: the topic is not known yet
+
     def partition_state(self, topic, partition):
         if topic == OFFSETS_TOPIC and partition < PARTITIONS:
-            return pb.PartitionState(topic=topic, partition=partition, leader=1)
+            if self.offsets_leader is None:
+                return None
+            return pb.PartitionState(topic=topic, partition=partition,
+                                     leader=self.offsets_leader)
         if topic == "t":
             return pb.PartitionState(topic=topic, partition=partition, leader=1)
         return None
 
 
 def make_coordinator(rm: FakeReplicaManager) -> GroupCoordinator:
-    config = SimpleNamespace(group_min_session_timeout_ms=1000,
+    config = SimpleNamespace(broker_id=1, group_min_session_timeout_ms=1000,
                              group_max_session_timeout_ms=60000,
                              group_initial_rebalance_delay_ms=0,
                              offsets_topic_num_partitions=PARTITIONS,
@@ -128,6 +133,7 @@ async def test_commits_are_written_then_answered_and_a_new_leader_loads_them():
 
     # Leadership moves: the old coordinator stops answering ...
     rm.partitions[(OFFSETS_TOPIC, INDEX)].is_leader = False
+    coordinator.metadata_cache.offsets_leader = 2
     await coordinator.scan()
     with pytest.raises(CoordinatorError) as e:
         coordinator.shard_for(GROUP)
@@ -138,6 +144,31 @@ async def test_commits_are_written_then_answered_and_a_new_leader_loads_them():
         rm.partitions[(OFFSETS_TOPIC, INDEX)].log, is_leader=True, leader_epoch=1)
     await successor.scan()
     assert committed(successor) == 7
+
+
+@pytest.mark.parametrize("offsets_leader, hosted, code", [
+    (None, False, pb.COORDINATOR_LOAD_IN_PROGRESS),  # the topic not known here yet
+    (1, False, pb.COORDINATOR_LOAD_IN_PROGRESS),  # led here, its LeaderAndIsr not applied
+    (1, True, pb.COORDINATOR_LOAD_IN_PROGRESS),  # ... while a follower here
+    (2, False, pb.NOT_COORDINATOR),
+    (2, True, pb.NOT_COORDINATOR),
+])
+def test_a_client_sent_here_ahead_of_the_leadership_is_told_to_retry(offsets_leader, hosted,
+                                                                      code):
+    # Another broker's newer metadata names this one while its LeaderAndIsr, or the new
+    # topic, is still on its way: librdkafka's committed() fails outright on
+    # NOT_COORDINATOR (it looks the coordinator up, and is sent here again), and
+    # retries COORDINATOR_LOAD_IN_PROGRESS.
+    rm = FakeReplicaManager()
+    if hosted:
+        rm.partitions[(OFFSETS_TOPIC, INDEX)].is_leader = False
+    else:
+        del rm.partitions[(OFFSETS_TOPIC, INDEX)]
+    coordinator = make_coordinator(rm)
+    coordinator.metadata_cache.offsets_leader = offsets_leader
+    with pytest.raises(CoordinatorError) as e:
+        coordinator.shard_for(GROUP)
+    assert e.value.error_code == code
 
 
 @pytest.mark.parametrize("failure,answer", [
