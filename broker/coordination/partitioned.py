@@ -19,7 +19,10 @@ then does it answer; meanwhile its keys' requests get COORDINATOR_LOAD_IN_PROGRE
 load that fails (a damaged log) is retried after ``LOAD_RETRY_MS``, not every scan. One
 it no longer leads (or leads at a newer epoch) is dropped: the state is abandoned, its
 waiting requests answer NOT_COORDINATOR and so do later ones, so the clients look the
-coordinator up again. The same task ticks the loaded states (``maybe_tick``).
+coordinator up again. A request for a partition not led here while this broker's own
+metadata names it the leader, or does not know the topic yet (another broker's newer
+metadata sent the client ahead of the LeaderAndIsr), answers COORDINATOR_LOAD_IN_PROGRESS,
+which clients retry. The same task ticks the loaded states (``maybe_tick``).
 
 Writes: each ``Write`` of a Ready is one RecordBatch appended with acks=all through
 ``ReplicaManager.produce_append``/``produce_watch`` (the one produce path and its
