@@ -31,7 +31,13 @@ if str(PROJECT_DIR) not in sys.path:
 from bench import kafka_side, tidewater_side  # noqa: E402
 from bench.bench_common import process_cpu_s  # noqa: E402
 from bench.probes.latency_breakdown import request_latency  # noqa: E402
-from bench.probes.profile_broker import parse_raw, start_py_spy, top_table  # noqa: E402
+from bench.probes.profile_broker import (  # noqa: E402
+    by_part,
+    parse_raw,
+    part_table,
+    start_py_spy,
+    top_table,
+)
 
 
 def start_spies(targets: dict[str, int], out_dir: Path, seconds: float) -> list:
@@ -50,8 +56,11 @@ def print_profiles(spies: list, top: int) -> None:
         if not path.exists():
             print(f"{role}: py-spy wrote nothing")
             continue
-        inclusive, own, total = parse_raw(path.read_text())
+        text = path.read_text()
+        inclusive, own, total = parse_raw(text)
         print(f"\n== {role}: {total} samples holding the GIL, raw stacks in {path}")
+        print("-- by part")
+        print(part_table(*by_part(text)))
         print("-- self")
         print(top_table(own, max(1, total), top))
         print("-- inclusive")

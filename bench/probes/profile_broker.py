@@ -85,6 +85,47 @@ def parse_raw(text: str, *, busy_only: bool = False) -> tuple[Counter, Counter, 
     return inclusive, own, total
 
 
+# Where a sample's leaf frame lives -> the part of the broker it is charged to (first match).
+# The stream handlers' own lines in grpc_server.py are almost all the awaited gRPC calls
+# (``context.write``, the stream reader), whose C code py-spy charges to the calling line.
+PARTS = (
+    ("gRPC calls (grpc/, the stream handlers' lines)", ("grpc/", "broker/servicers/")),
+    ("Kafka codec (codec.py, kio)", ("broker/kafka/codec.py", "kio/")),
+    ("Kafka listener, the rest", ("broker/kafka/",)),
+    ("fetch serving (fetch path, purgatory, wire)", ("broker/serving/fetch", "broker/serving/purgatory",
+                                                     "broker/serving/replica_fetch_wire")),
+    ("produce serving", ("broker/serving/",)),
+    ("replication core and fetcher", ("broker/replication/", "broker/following/")),
+    ("replica manager, partitions, carrier", ("broker/replicas/",)),
+    ("storage and batches", ("broker/storage/", "proto/")),
+    ("metrics, quotas, clock", ("broker/metrics", "prometheus_client/", "broker/clock")),
+    ("the loop itself and asyncio", ("asyncio/", "uvloop/")),
+)
+
+
+def by_part(text: str) -> tuple[Counter, int]:
+    """(samples per part of ``PARTS``, total) of a py-spy raw file, by each sample's leaf
+    frame's file; "other" for the rest (dataclass-made ``__init__``s, the stdlib)."""
+    parts: Counter = Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        where = leaf.rsplit("(", 1)[-1]
+        part = next((name for name, prefixes in PARTS
+                     if any(prefix in where for prefix in prefixes)), "other")
+        parts[part] += int(count_text)
+        total += int(count_text)
+    return parts, total
+
+
+def part_table(parts: Counter, total: int) -> str:
+    rows = [(f"{100 * c / max(1, total):5.1f}%", name) for name, c in parts.most_common()]
+    return format_table(("samples", "part (leaf frame's file)"), rows, align_right=(True, False))
+
+
 def top_table(counter: Counter, total: int, n: int) -> str:
     rows = [(f"{100 * c / total:5.1f}%", frame[:140]) for frame, c in counter.most_common(n)]
     return format_table(("samples", "frame"), rows, align_right=(True, False))
