@@ -98,7 +98,7 @@ PARTS = (
     ("replication core and fetcher", ("broker/replication/", "broker/following/")),
     ("replica manager, partitions, carrier", ("broker/replicas/",)),
     ("storage and batches", ("broker/storage/", "proto/")),
-    ("metrics, quotas, clock", ("broker/metrics", "prometheus_client/", "broker/clock")),
+    ("metrics, clock", ("broker/metrics", "prometheus_client/", "broker/clock")),
     ("the loop itself and asyncio", ("asyncio/", "uvloop/")),
 )
 
