@@ -15,8 +15,14 @@ metadata look-ups), the FetchRequest's fields, CRC check and decoding, aborted
 transactions (read_committed), and the per-partition answer table (retriable errors
 refresh metadata and back off; OFFSET_OUT_OF_RANGE resets; the rest raises).
 
-Not here: groups (``subscribe``, commits) and prefetch. One fetch per leader is out at
-a time: ``poll`` waits for the answers, each a long-poll of up to
+Groups (``group_id``): ``subscribe``, ``commit``, ``committed`` and ``group_metadata``
+are the threaded ``Consumer``'s own (``client.group``: join, sync, heartbeats on their
+thread, the assignors, auto-commit, rejoining when a subscribed topic grows). Their calls
+block, so a poll that must rejoin or auto-commit runs that step in a worker thread and
+awaits it; ``on_assign`` / ``on_revoke`` run there too, while the poll waits. The check
+whether a rejoin is due is made on the loop, so a poll of a stable group has no hand-off.
+
+Not here: prefetch. One fetch per leader is out at a time: ``poll`` waits for the answers, each a long-poll of up to
 ``min(fetch_max_wait_ms, what is left of timeout_ms)``, so a poll may end up to a
 round trip after its timeout. A poll cancelled while its long-poll is out breaks that
 stream (the next poll opens a new one): an ordered stream would otherwise hold the
@@ -25,15 +31,22 @@ next fetch's answer behind it.
     async with AsyncConsumer(bootstrap) as consumer:
         consumer.assign([("topic", 0)])
         records = await consumer.poll(1000)
+
+    async with AsyncConsumer(bootstrap, group_id="g") as consumer:
+        consumer.subscribe(["topic"])
+        records = await consumer.poll(1000)
+        await consumer.commit()
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from types import TracebackType
 
 from tidewater.client.consumer import Consumer, ConsumerRecord, FetchChunk, Partitions
+from tidewater.client.group import RebalanceCallback
 from tidewater.client.metadata import (
     Address,
     BrokerConnectionError,
@@ -42,6 +55,7 @@ from tidewater.client.metadata import (
     format_address,
 )
 from tidewater.client.streams import CallerLoop, ClientStream, StreamPool
+from tidewater.client.transactions import ConsumerGroupMetadata
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import TidewaterError
 
@@ -57,10 +71,8 @@ class AsyncConsumer:
 
     def __init__(self, bootstrap: str, **consumer_options: object) -> None:
         """``consumer_options``: the threaded ``Consumer``'s keyword arguments
-        (``auto_offset_reset``, ``fetch_max_wait_ms``, TLS and SASL, ``isolation_level``
-        ...), except ``group_id``: an asyncio consumer of assigned partitions only."""
-        if consumer_options.get("group_id") is not None:
-            raise ValueError("AsyncConsumer has no groups: assign partitions instead")
+        (``auto_offset_reset``, ``fetch_max_wait_ms``, TLS and SASL, ``isolation_level``,
+        ``group_id``, ``enable_auto_commit`` ...)."""
         self._core = Consumer(bootstrap, **consumer_options)  # type: ignore[arg-type]
         self._started = False
         self._closed = False
@@ -77,6 +89,27 @@ class AsyncConsumer:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.close()
+
+    # ------------------------------------------------------------------ groups
+
+    def subscribe(self, topics: list[str], *, on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None) -> None:
+        """Share ``topics``' partitions with the group's other members (needs ``group_id``);
+        the next poll joins. The callbacks run in the worker thread of that poll's rejoin."""
+        self._core.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke)
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]
+                     | Mapping[tuple[str, int], int] | None = None) -> None:
+        """``Consumer.commit`` (by default every assigned partition's position), awaited;
+        CommitFailedError when the group has rebalanced meanwhile."""
+        await asyncio.to_thread(self._core.commit, offsets)
+
+    async def committed(self, tps: Partitions) -> dict[TopicPartition, int]:
+        """The group's committed offset of each partition (-1: none)."""
+        return await asyncio.to_thread(self._core.committed, tps)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._core.group_metadata()
 
     # ------------------------------------------------------------------ positions
 
@@ -107,7 +140,13 @@ class AsyncConsumer:
             raise RuntimeError("consumer is not running (use `async with` or start())")
         core = self._core
         deadline = time.monotonic() + timeout_ms / 1000
+        if core.group is not None:
+            core.group.last_poll_s = time.monotonic()  # the heartbeats' max.poll.interval
+            if core.auto_commit_due():
+                await asyncio.to_thread(core.maybe_auto_commit)
         while True:
+            if core.rebalance_due():
+                await asyncio.to_thread(core.rebalance, deadline)
             if core.needs_positions():
                 await asyncio.to_thread(core.resolve_positions, deadline)
             records = await self._fetch_once(deadline)

@@ -326,15 +326,29 @@ class Consumer:
                 counts[topic] = len(partitions)
         return counts
 
-    def _maybe_rebalance(self, deadline: float) -> None:
+    def rebalance_due(self) -> bool:
+        """Whether this member must (re)join its group before it fetches: the group
+        rebalances, or a subscribed topic has more partitions than at the last
+        assignment. Never blocks (the metadata snapshot as it is)."""
         group = self.group
         if group is None or not self._subscription:
-            return
+            return False
         if not group.rejoin_needed:
             counts = self._partition_counts()
             if all(self._assigned_partition_counts.get(t) == n for t, n in counts.items()):
-                return
+                return False
             group.rejoin_needed = True  # partitions were added: share them out again
+        return True
+
+    def _maybe_rebalance(self, deadline: float) -> None:
+        if self.rebalance_due():
+            self.rebalance(deadline)
+
+    def rebalance(self, deadline: float) -> None:
+        """Give the assigned partitions back (auto-commit, ``on_revoke``), join and sync,
+        and take the new assignment at its committed offsets (``on_assign``). Blocks."""
+        group = self.group
+        assert group is not None
         revoked = sorted(self._positions)
         if revoked:
             self._maybe_commit_quietly()
@@ -366,8 +380,11 @@ class Consumer:
             pass
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
 
-    def _maybe_auto_commit(self) -> None:
-        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+    def auto_commit_due(self) -> bool:
+        return self.enable_auto_commit and time.monotonic() >= self._next_auto_commit
+
+    def maybe_auto_commit(self) -> None:
+        if self.auto_commit_due():
             self._maybe_commit_quietly()
 
     # ------------------------------------------------------------------ assignment & positions
@@ -443,7 +460,7 @@ class Consumer:
         deadline = time.monotonic() + timeout_ms / 1000
         if self.group is not None:
             self.group.last_poll_s = time.monotonic()
-        self._maybe_auto_commit()
+        self.maybe_auto_commit()
         while True:
             self._maybe_rebalance(deadline)
             self.resolve_positions(deadline)

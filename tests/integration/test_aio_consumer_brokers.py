@@ -79,6 +79,91 @@ async def test_out_of_range_resets_and_a_cancelled_long_poll_holds_nothing_back(
         assert [r.value for r in records] == [b"after"]
 
 
-async def test_group_id_is_refused():
+GROUP_BROKER_SETTINGS = {"offsets.topic.num.partitions": "4",
+                         "group.min.session.timeout.ms": "1000",
+                         "group.initial.rebalance.delay.ms": "0"}
+
+
+async def test_a_group_shares_partitions_commits_and_hands_them_on(cluster):
+    c = cluster(3, broker_settings=GROUP_BROKER_SETTINGS)
+    c.create_topic("aio-g", partitions=4, replication_factor=3)
+    for partition in range(4):
+        c.wait_leader_ready("aio-g", partition)
+    bootstrap = bootstrap_of(c)
+    for p in range(4):
+        await _produce(bootstrap, "aio-g", p, [f"a{p}-{i}".encode() for i in range(10)])
+    options = dict(group_id="ag", auto_offset_reset="earliest", fetch_max_wait_ms=200,
+                   session_timeout_ms=3000, heartbeat_interval_ms=300,
+                   enable_auto_commit=False)
+    assigned: dict[str, list] = {"a": [], "b": []}
+    first = AsyncConsumer(bootstrap, **options)
+    await first.start()
+    try:
+        first.subscribe(["aio-g"], on_assign=assigned["a"].append)
+        got = await _poll_until(first, 40)
+        assert sorted(r.value for r in got) == sorted(
+            f"a{p}-{i}".encode() for p in range(4) for i in range(10))
+        assert assigned["a"] == [[("aio-g", p) for p in range(4)]]
+        await first.commit()
+        assert await first.committed([("aio-g", p) for p in range(4)]) == {
+            ("aio-g", p): 10 for p in range(4)}
+        assert first.group_metadata().generation_id >= 1
+
+        # A second member: the group rebalances and each takes two partitions; what is
+        # written after is read once, by the member that holds its partition.
+        async with AsyncConsumer(bootstrap, **options) as second:
+            second.subscribe(["aio-g"], on_assign=assigned["b"].append)
+            seen: dict[str, list] = {"a": [], "b": []}
+
+            async def poll_until(name: str, member: AsyncConsumer, done) -> None:
+                # Each member polls in its own task, as members of a group do: a rejoin
+                # runs in a worker thread, so the loop serves the other one meanwhile.
+                deadline = asyncio.get_running_loop().time() + 60
+                while not done():
+                    assert asyncio.get_running_loop().time() < deadline, (assigned, seen)
+                    seen[name] += await member.poll(100)
+
+            def split() -> bool:
+                return (len(first.assignment()) == 2 and len(second.assignment()) == 2
+                        and len(assigned["a"]) >= 2 and len(assigned["b"]) >= 1)
+
+            await asyncio.gather(poll_until("a", first, split), poll_until("b", second, split))
+            held_by_first = sorted(first.assignment())
+            assert sorted(held_by_first + second.assignment()) == [
+                ("aio-g", p) for p in range(4)]
+            for p in range(4):
+                await _produce(bootstrap, "aio-g", p, [f"b{p}-{i}".encode() for i in range(5)])
+
+            def all_read() -> bool:
+                return len(seen["a"]) + len(seen["b"]) >= 20
+
+            await asyncio.gather(poll_until("a", first, all_read),
+                                 poll_until("b", second, all_read))
+            for name, member in (("a", first), ("b", second)):
+                assert {(r.topic, r.partition) for r in seen[name]} <= set(member.assignment())
+            assert sorted(r.value for r in seen["a"] + seen["b"]) == sorted(
+                f"b{p}-{i}".encode() for p in range(4) for i in range(5))
+            await second.commit()  # the first commits nothing more
+        # The second member left: the first takes all four partitions back, each at its
+        # committed offset: its own two at 10 (it reads their five new records again,
+        # at least once), the second's at 15 (nothing again).
+        again: list = []
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(first.assignment()) != 4 or len(again) < 10:
+            assert asyncio.get_running_loop().time() < deadline, (first.assignment(), again)
+            again += await first.poll(100)
+        assert sorted(r.value for r in again) == sorted(
+            f"b{p}-{i}".encode() for _, p in held_by_first for i in range(5))
+        assert await first.poll(500) == []
+        assert assigned["a"][-1] == [("aio-g", p) for p in range(4)]  # on_assign each time
+    finally:
+        await first.close()
+
+
+async def test_groups_need_a_group_id():
+    consumer = AsyncConsumer("127.0.0.1:1")
     with pytest.raises(ValueError):
-        AsyncConsumer("127.0.0.1:1", group_id="g")
+        consumer.subscribe(["t"])
+    with pytest.raises(ValueError):
+        await consumer.commit({("t", 0): 1})
+    await consumer.close()
