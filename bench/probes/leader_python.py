@@ -1,6 +1,6 @@
 """The leader's own Python per record, without gRPC: CPU µs per record in one process.
 
-    .venv/bin/python bench/probes/leader_python.py [--acks all|1] [--records 5000] [--consumer]
+    .venv/bin/python bench/probes/leader_python.py [--acks all|1] [--records 5000] [--consumer] [--idle-partitions N]
 
 One leader ``ReplicaManager`` (real on-disk log in a temporary directory, RF=3,
 ISR of 3) behind ``BrokerServicer``'s stream handlers, driven through fake
@@ -84,17 +84,34 @@ class FakeStreamContext:
         return ()
 
 
-def fetch_request(replica_id: int, offset: int) -> pb.FetchRequest:
+def fetch_request(replica_id: int, offset: int, idle_partitions: int = 0) -> pb.FetchRequest:
+    """A fetch of partition 0 at ``offset``; a follower's names the idle partitions too
+    (at offset 0), as a real follower's names every partition it follows from a leader."""
     follower = replica_id >= 0
-    return pb.FetchRequest(
+    request = pb.FetchRequest(
         replica_id=replica_id, replica_broker_epoch=-1, max_wait_ms=500, min_bytes=1,
         max_bytes=1 << 20, partitions=[pb.FetchPartition(
             topic=TOPIC, partition=0, current_leader_epoch=0 if follower else -1,
             fetch_offset=offset, last_fetched_epoch=0 if follower and offset else -1,
             partition_max_bytes=1 << 20)])
+    if follower:
+        for index in range(1, idle_partitions + 1):
+            request.partitions.add(topic=TOPIC, partition=index, current_leader_epoch=0,
+                                   fetch_offset=0, last_fetched_epoch=-1,
+                                   partition_max_bytes=1 << 20)
+    return request
 
 
-async def run(directory: Path, acks: int, records: int, consumer: bool) -> float:
+def leader_of(index: int) -> pb.LeaderAndIsrPartition:
+    return pb.LeaderAndIsrPartition(
+        state=pb.PartitionState(topic=TOPIC, partition=index, leader=1, leader_epoch=0,
+                                partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3],
+                                topic_id=TOPIC_ID),
+        topic_configs={"min.insync.replicas": "2"}, is_new=True)
+
+
+async def run(directory: Path, acks: int, records: int, consumer: bool,
+              idle_partitions: int = 0) -> float:
     config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
                           data_dir=directory)
     log_manager = LogManager(directory, LogConfig())
@@ -108,11 +125,8 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
                         broker_epoch=lambda: 1, supervisor=TaskSupervisor(on_fatal=_die))
     rm.load()
     await rm.leader_and_isr(pb.LeaderAndIsrRequest(
-        controller_id=0, controller_epoch=1, broker_epoch=1, partitions=[pb.LeaderAndIsrPartition(
-            state=pb.PartitionState(topic=TOPIC, partition=0, leader=1, leader_epoch=0,
-                                    partition_epoch=0, replicas=[1, 2, 3], isr=[1, 2, 3],
-                                    topic_id=TOPIC_ID),
-            topic_configs={"min.insync.replicas": "2"}, is_new=True)]))
+        controller_id=0, controller_epoch=1, broker_epoch=1,
+        partitions=[leader_of(index) for index in range(idle_partitions + 1)]))
     servicer = BrokerServicer(rm, rm.metadata_cache, rm.metrics, "INTERNAL")
     control = BrokerControlServicer(rm, rm.metrics)  # ReplicaFetch: the INTERNAL listener's
     offsets = {2: 0, 3: 0, -1: 0}
@@ -125,13 +139,14 @@ async def run(directory: Path, acks: int, records: int, consumer: bool) -> float
             p = response.partitions[0]
             if p.records:  # a follower continues at the LEO, a consumer at the HW
                 offsets[reader_id] = p.log_end_offset if reader_id >= 0 else p.high_watermark
-            contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, offsets[reader_id]))
+            contexts[reader_id].inbox.put_nowait(
+                fetch_request(reader_id, offsets[reader_id], idle_partitions))
         return on_answer
 
     tasks = []
     for reader_id in (2, 3, -1) if consumer else (2, 3):
         contexts[reader_id] = FakeStreamContext(fetcher(reader_id))
-        contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, 0))
+        contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, 0, idle_partitions))
         handler = control.ReplicaFetch if reader_id >= 0 else servicer.FetchStream
         tasks.append(_watched(asyncio.create_task(handler(None, contexts[reader_id]))))
     answered = asyncio.Event()
@@ -167,11 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--acks", choices=["all", "1"], default="all")
     parser.add_argument("--records", type=int, default=5000)
     parser.add_argument("--consumer", action="store_true", help="one consumer on FetchStream")
+    parser.add_argument("--idle-partitions", type=int, default=0,
+                        help="more partitions led here, idle, named in every follower fetch "
+                             "(a 3-broker cluster's leader leads ~17 of __consumer_offsets' 50)")
     args = parser.parse_args(argv)
     acks = -1 if args.acks == "all" else 1
     with tempfile.TemporaryDirectory() as directory:
-        us = uvloop.run(run(Path(directory), acks, args.records, args.consumer))
-    print(f"acks={args.acks}{' +consumer' if args.consumer else ''}: "
+        us = uvloop.run(run(Path(directory), acks, args.records, args.consumer,
+                            args.idle_partitions))
+    idle = f" +{args.idle_partitions} idle partitions" if args.idle_partitions else ""
+    print(f"acks={args.acks}{' +consumer' if args.consumer else ''}{idle}: "
           f"{us:,.0f} CPU µs per record (leader Python, no gRPC)")
     return 0
 

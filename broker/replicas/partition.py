@@ -99,6 +99,8 @@ class Partition:
         """Carry out one ``Ready.persist`` operation; returns the bytes (or, for the
         simulation's log, batches) appended."""
         if isinstance(op, AppendFetched):
+            if not fetched:
+                return 0  # an idle partition's answer: nothing to cut or append
             records = self._from_log_end(fetched)
             if records:
                 self.log.append_as_follower(records, now_ms)

@@ -95,6 +95,10 @@ class FetchedPartition(NamedTuple):
     diverging: tuple[int, int] | None  # (epoch, end_offset) a follower must truncate to
 
 
+# A follower fetch's pass: its answers and the partition each came from (None: not found).
+_Pass = tuple[list[FetchedPartition], list[Partition | None]]
+
+
 class ConsumerFetched(FetchedPartition):
     """A consumer's answer: a ``FetchedPartition`` (the same tuple: every reader of one
     reads this) with the partition's transaction view."""
@@ -265,11 +269,14 @@ class FetchPath:
                         if is_follower else False)
         keys = None
         first_pass = True
+        earlier: _Pass | None = None
         while True:
-            results, total_bytes, must_answer = self._read(
+            results, total_bytes, must_answer, served = self._read(
                 wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
-                first_pass, read_committed)
+                first_pass, read_committed, earlier)
             first_pass = False
+            if is_follower:
+                earlier = (results, served)
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self._closing():
                 break
@@ -299,20 +306,45 @@ class FetchPath:
         return results
 
     def _read(self, wanted: list[_Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
-              broker_epoch: int, first_pass: bool, read_committed: bool = False
-              ) -> tuple[list[FetchedPartition], int, bool]:
-        """(the answer per partition, the records' bytes, must it be answered now). A
-        follower's when ``replica_id`` >= 0."""
+              broker_epoch: int, first_pass: bool, read_committed: bool = False,
+              earlier: _Pass | None = None
+              ) -> tuple[list[FetchedPartition], int, bool, list[Partition | None]]:
+        """(the answer per partition, the records' bytes, must it be answered now, the
+        partition each answer came from). A follower's when ``replica_id`` >= 0.
+
+        ``earlier``: a follower's previous pass of this long-poll. A partition still the
+        same object, where the follower was caught up and the leader epoch, log start and
+        log end have not moved since, keeps that pass's empty answer with the HW of now:
+        served again it would give the same, at the cost of the checks. A follower's fetch
+        names every partition it follows from this leader (``__consumer_offsets``'s among
+        them), most of them idle, and each long-poll makes two passes or more."""
         if max_bytes <= 0:
             max_bytes = FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
         must_answer = False
         results = []
-        for (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
-             partition_max_bytes, topic_id, follower_log_start_offset) in wanted:
+        served: list[Partition | None] = []
+        for index, (topic, partition_index, current_leader_epoch, fetch_offset,
+                    last_fetched_epoch, partition_max_bytes, topic_id,
+                    follower_log_start_offset) in enumerate(wanted):
             leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
+            partition = None
             try:
                 partition = self._lookup(topic, partition_index)
+                if earlier is not None and partition is earlier[1][index]:
+                    before = earlier[0][index]
+                    log_ = partition.log
+                    replica = partition.replica
+                    if (before.error_code == pb.NONE and before.diverging is None
+                            and fetch_offset >= before.log_end_offset
+                            and before.log_end_offset == log_.log_end_offset
+                            and before.log_start_offset == log_.log_start_offset
+                            and before.leader_epoch == replica.leader_epoch):
+                        high_watermark = replica.high_watermark
+                        results.append(before if before.high_watermark == high_watermark
+                                       else before._replace(high_watermark=high_watermark))
+                        served.append(partition)
+                        continue
                 if topic_id and topic_id != partition.topic_id:
                     check_fetch_topic_id(partition, topic_id, self._known_topic_ids())
                 log_ = partition.log
@@ -362,7 +394,8 @@ class FetchPath:
                     topic, partition_index, code, message, high_watermark, log_start_offset,
                     log_end_offset, leader_epoch, b"", None))
                 must_answer = True
-        return results, total_bytes, must_answer
+            served.append(partition)
+        return results, total_bytes, must_answer, served
 
     def _read_checked(self, partition: Partition, how: str, fetch_offset: int, max_bytes: int,
                       max_offset: int | None, min_one_batch: bool) -> bytes:

@@ -157,6 +157,55 @@ async def test_high_watermark_move_wakes_consumers_not_parked_followers(tmp_path
     assert follower.records and follower.high_watermark == 1 and follower.log_end_offset == 2
 
 
+def lai_of_two(leader_epoch=0):
+    """``lai`` for partitions 0 and 1 of TP's topic, both led here, replicas 1-3."""
+    request = lai(replicas=(1, 2, 3), isr=(1, 2, 3), leader_epoch=leader_epoch)
+    second = request.partitions.add()
+    second.CopyFrom(request.partitions[0])
+    second.state.partition = 1
+    return request
+
+
+def fetch_both(replica_id, offsets, epoch=0, max_wait_ms=0):
+    return pb.FetchRequest(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
+                           partitions=[pb.FetchPartition(topic=TP.topic, partition=p,
+                                                         current_leader_epoch=epoch,
+                                                         fetch_offset=offset)
+                                       for p, offset in enumerate(offsets)])
+
+
+async def test_a_parked_follower_fetch_answers_its_idle_partitions_as_they_are_now(tmp_path):
+    # A follower's long-poll names every partition it follows; after its wake-up the
+    # partitions that did not move keep the first pass's answer (not served again), with
+    # the HW of now, and one whose leader epoch moved is served again (fenced).
+    rm, _ = make_manager(tmp_path)
+    await rm.leader_and_isr(lai_of_two())
+    await rm.produce(produce(acks=1, partition=0))
+    for replica_id in (2, 3):
+        await rm.fetch(fetch_both(replica_id, (0, 0)))
+    assert [rm.partitions[TopicPartition(TP.topic, p)].replica.high_watermark
+            for p in (0, 1)] == [0, 0]
+    parked = asyncio.create_task(rm.fetch(fetch_both(2, (1, 0), max_wait_ms=5000)))
+    await wait_until(lambda: rm.fetch_waiters.waiting() == 1)
+    # Follower 3 at 1 moves partition 0's HW to 1 (its LEO stays 1): no wake-up for 2 ...
+    await rm.fetch(fetch_both(3, (1, 0)))
+    await asyncio.sleep(0.05)
+    assert not parked.done()
+    # ... an append to partition 1 is one: partition 0 answered with the HW moved meanwhile.
+    await rm.produce(produce(acks=1, partition=1))
+    zero, one = (await asyncio.wait_for(parked, 1)).partitions
+    assert (zero.error_code, zero.records, zero.high_watermark, zero.log_end_offset) == (
+        pb.NONE, b"", 1, 1)
+    assert one.error_code == pb.NONE and one.records and one.log_end_offset == 1
+
+    parked = asyncio.create_task(rm.fetch(fetch_both(2, (1, 1), max_wait_ms=5000)))
+    await wait_until(lambda: rm.fetch_waiters.waiting() == 1)
+    await rm.leader_and_isr(lai_of_two(leader_epoch=1))  # still the leader, a new epoch
+    zero, one = (await asyncio.wait_for(parked, 1)).partitions
+    assert (zero.error_code, one.error_code) == (pb.FENCED_LEADER_EPOCH,
+                                                 pb.FENCED_LEADER_EPOCH)
+
+
 async def test_acks_all_times_out_without_follower(tmp_path):
     rm, _ = make_manager(tmp_path)
     await rm.leader_and_isr(lai())
