@@ -22,8 +22,9 @@ block, so a poll that must rejoin or auto-commit runs that step in a worker thre
 awaits it; ``on_assign`` / ``on_revoke`` run there too, while the poll waits. The check
 whether a rejoin is due is made on the loop, so a poll of a stable group has no hand-off.
 
-Not here: prefetch. One fetch per leader is out at a time: ``poll`` waits for the answers, each a long-poll of up to
-``min(fetch_max_wait_ms, what is left of timeout_ms)``, so a poll may end up to a
+Not here: prefetch. One fetch per leader is out at a time: ``poll`` waits for the
+answers, each a long-poll of up to ``min(fetch_max_wait_ms, what is left of
+timeout_ms)``, so a poll may end up to a
 round trip after its timeout. A poll cancelled while its long-poll is out breaks that
 stream (the next poll opens a new one): an ordered stream would otherwise hold the
 next fetch's answer behind it.
