@@ -24,10 +24,9 @@ whether a rejoin is due is made on the loop, so a poll of a stable group has no 
 
 Not here: prefetch. One fetch per leader is out at a time: ``poll`` waits for the
 answers, each a long-poll of up to ``min(fetch_max_wait_ms, what is left of
-timeout_ms)``, so a poll may end up to a
-round trip after its timeout. A poll cancelled while its long-poll is out breaks that
-stream (the next poll opens a new one): an ordered stream would otherwise hold the
-next fetch's answer behind it.
+timeout_ms)``, so a poll may end up to a round trip after its timeout. A poll cancelled
+while its long-poll is out breaks that stream (the next poll opens a new one): an
+ordered stream would otherwise hold the next fetch's answer behind it.
 
     async with AsyncConsumer(bootstrap) as consumer:
         consumer.assign([("topic", 0)])
