@@ -45,7 +45,7 @@ from tidewater.client.admin import AdminClient, NewTopic, PartitionDescription
 from tidewater.client.consumer import Consumer
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
-from tidewater.proto.errors import TidewaterError
+from tidewater.proto.errors import RequestTimedOutError, TidewaterError
 from tidewater.tools.chaos.group_reader import GroupReader
 from tidewater.tools.chaos.monitor import LeaderMonitor
 from tidewater.tools.chaos.replicas import ReplicaComparison, compare_partition
@@ -330,8 +330,7 @@ class ChaosRun:
         commits it saw (judged after the read-back: ``judge_group``)."""
         consumer = Consumer(self.bootstrap, **self.security)
         try:
-            tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
-            ends = {tp.partition: off for tp, off in consumer.end_offsets(tps).items()}
+            ends = {tp.partition: off for tp, off in self.end_offsets(consumer).items()}
         except TidewaterError as e:
             ends = {}
             notes.append(f"group: no end offsets: {e}")
@@ -347,6 +346,31 @@ class ChaosRun:
         self.say(f"group reader errors (ridden out): {dict(reader.errors)}")
         return reader.snapshot()
 
+    def end_offsets(self, consumer: Consumer) -> dict[TopicPartition, int]:
+        """The end offset of every partition of the topic. After the healing a loaded host
+        may miss the first calls' deadline (a TLS handshake not done in time: "connection
+        attempt timed out before receiving SETTINGS frame", seen in CI), and a partition
+        may have no leader known yet (left out of ``end_offsets``): both are asked again
+        for up to FIRST_CALL_RETRY_S, as the topic's creation is."""
+        tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
+        ends: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + FIRST_CALL_RETRY_S
+        while True:
+            try:
+                ends.update(consumer.end_offsets([tp for tp in tps if tp not in ends]))
+                if len(ends) == len(tps):
+                    return ends
+                why = f"no leader answered for {sorted(tp.partition for tp in tps if tp not in ends)}"
+                failure: TidewaterError = RequestTimedOutError(f"end offsets: {why}")
+            except TidewaterError as e:
+                if not e.retriable:
+                    raise
+                why, failure = " ".join(str(e).split()), e
+            if time.monotonic() >= deadline:
+                raise failure
+            self.say(f"end offsets: {why}; retrying")
+            time.sleep(2)
+
     def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
         """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
         consumer = Consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
@@ -355,7 +379,7 @@ class ChaosRun:
         try:
             tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
             consumer.assign(tps)
-            ends = consumer.end_offsets(tps)
+            ends = self.end_offsets(consumer)
             consumer.seek_to_beginning()
             deadline = time.monotonic() + READ_BACK_TIMEOUT_S
             while any(consumer.position(tp) < ends[tp] for tp in tps):
