@@ -56,11 +56,10 @@ def print_profiles(spies: list, top: int) -> None:
         if not path.exists():
             print(f"{role}: py-spy wrote nothing")
             continue
-        text = path.read_text()
-        inclusive, own, total = parse_raw(text)
+        inclusive, own, total = parse_raw(path.read_text())
         print(f"\n== {role}: {total} samples holding the GIL, raw stacks in {path}")
         print("-- by part")
-        print(part_table(*by_part(text)))
+        print(part_table(by_part(own), total))
         print("-- self")
         print(top_table(own, max(1, total), top))
         print("-- inclusive")

@@ -103,22 +103,15 @@ PARTS = (
 )
 
 
-def by_part(text: str) -> tuple[Counter, int]:
-    """(samples per part of ``PARTS``, total) of a py-spy raw file, by each sample's leaf
-    frame's file; "other" for the rest (dataclass-made ``__init__``s, the stdlib)."""
+def by_part(own: Counter) -> Counter:
+    """Samples per part of ``PARTS`` from ``parse_raw``'s self samples per leaf frame, by
+    the leaf frame's file; "other" for the rest (dataclass-made ``__init__``s, the stdlib)."""
     parts: Counter = Counter()
-    total = 0
-    for line in text.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        leaf = stack.rsplit(";", 1)[-1]
+    for leaf, count in own.items():
         where = leaf.rsplit("(", 1)[-1]
-        part = next((name for name, prefixes in PARTS
-                     if any(prefix in where for prefix in prefixes)), "other")
-        parts[part] += int(count_text)
-        total += int(count_text)
-    return parts, total
+        parts[next((name for name, prefixes in PARTS
+                    if any(prefix in where for prefix in prefixes)), "other")] += count
+    return parts
 
 
 def part_table(parts: Counter, total: int) -> str:
