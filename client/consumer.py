@@ -906,3 +906,22 @@ class Consumer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+OffsetsFetch = Callable[[list[TopicPartition]], dict[TopicPartition, int]]
+
+
+def offsets_of_every(fetch: OffsetsFetch, tps: list[TopicPartition], deadline: float,
+                     backoff_s: float) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
+    """``fetch`` (``Consumer.beginning_offsets``, ``end_offsets`` ...: each leaves out the
+    partitions with no known leader or a retriable error code) asked again for those it
+    left out, every ``backoff_s``, until none is left or ``deadline`` (``time.monotonic``)
+    has passed: (the offsets found, the partitions still without one)."""
+    found: dict[TopicPartition, int] = {}
+    missing = list(tps)
+    while True:
+        found.update(fetch(missing))
+        missing = [tp for tp in missing if tp not in found]
+        if not missing or time.monotonic() >= deadline:
+            return found, missing
+        time.sleep(backoff_s)

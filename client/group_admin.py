@@ -12,13 +12,12 @@ and a reset here checks the state first; a reset is an OffsetCommit with generat
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Unpack
 
 from tidewater.client import assignors
-from tidewater.client.consumer import Consumer
+from tidewater.client.consumer import Consumer, OffsetsFetch, offsets_of_every
 from tidewater.client.group import CoordinatorClient
 from tidewater.client.metadata import MetadataClient, TopicPartition, rpc_call
 from tidewater.client.security import SecurityOptions
@@ -26,7 +25,6 @@ from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import LeaderNotAvailableError, TidewaterError, error_for_code
 
 # A consumer's ListOffsets of some partitions: the offsets it got (partitions left out: none).
-OffsetsFetch = Callable[[list[TopicPartition]], dict[TopicPartition, int]]
 RETRY_BACKOFF_S = 0.2
 
 EARLIEST, LATEST = -2, -1
@@ -240,21 +238,14 @@ class GroupAdmin:
         with no known leader or a retriable error (a leader moving): those are asked again
         until the request timeout, then ``LeaderNotAvailableError`` names them (a reset
         plans every partition or none)."""
-        deadline = self._deadline()
-        found: dict[TopicPartition, int] = {}
-        missing = list(tps)
-        while True:
-            found.update(fetch(missing))
-            missing = [tp for tp in missing if tp not in found]
-            if not missing:
-                return found
-            if time.monotonic() >= deadline:
-                names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing[:5])
-                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-                raise LeaderNotAvailableError(
-                    f"no {what} offset of {names}{more} within {self.request_timeout_s:g} s "
-                    "(no leader reachable): nothing was reset")
-            time.sleep(RETRY_BACKOFF_S)
+        found, missing = offsets_of_every(fetch, tps, self._deadline(), RETRY_BACKOFF_S)
+        if not missing:
+            return found
+        names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise LeaderNotAvailableError(
+            f"no {what} offset of {names}{more} within {self.request_timeout_s:g} s "
+            "(no leader reachable): nothing was reset")
 
     def commit_offsets(self, group_id: str, targets: dict[tuple[str, int], int]) -> None:
         """Commit ``targets`` for the empty group (an OffsetCommit with generation -1)."""

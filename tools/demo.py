@@ -40,7 +40,7 @@ grpc_env.apply()
 tune_malloc_for_large_buffers()
 
 from tidewater.client.admin import AdminClient  # noqa: E402
-from tidewater.client.consumer import Consumer, ConsumerRecord  # noqa: E402
+from tidewater.client.consumer import Consumer, ConsumerRecord, offsets_of_every  # noqa: E402
 from tidewater.client.metadata import TopicPartition  # noqa: E402
 from tidewater.client.producer import Producer, RecordFuture  # noqa: E402
 from tidewater.proto.errors import TidewaterError  # noqa: E402
@@ -117,11 +117,10 @@ def consume_everything(bootstrap: str, timeout_s: float = 60) -> list[ConsumerRe
         consumer.assign(tps)
         consumer.seek_to_beginning()
         deadline = time.monotonic() + timeout_s
-        ends: dict[TopicPartition, int] = {}
-        while len(ends) < PARTITIONS:
-            ends.update(consumer.end_offsets([tp for tp in tps if tp not in ends]))
-            if time.monotonic() > deadline:
-                raise RuntimeError("could not read the end offsets of every partition")
+        ends, missing = offsets_of_every(consumer.end_offsets,
+                                         [TopicPartition(*tp) for tp in tps], deadline, 0.1)
+        if missing:
+            raise RuntimeError("could not read the end offsets of every partition")
         records: list[ConsumerRecord] = []
         while any(consumer.position(tp) < ends[tp] for tp in ends):
             records += consumer.poll(500)

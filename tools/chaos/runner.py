@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tidewater.client.admin import AdminClient, NewTopic, PartitionDescription
-from tidewater.client.consumer import Consumer
+from tidewater.client.consumer import Consumer, offsets_of_every
 from tidewater.client.metadata import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import RequestTimedOutError, TidewaterError
@@ -351,25 +351,27 @@ class ChaosRun:
         may miss the first calls' deadline (a TLS handshake not done in time: "connection
         attempt timed out before receiving SETTINGS frame", seen in CI), and a partition
         may have no leader known yet (left out of ``end_offsets``): both are asked again
-        for up to FIRST_CALL_RETRY_S, as the topic's creation is."""
+        for up to FIRST_CALL_RETRY_S, as the topic's creation is; then the last attempt's
+        failure is raised."""
         tps = [TopicPartition(self.opt.topic, p) for p in self.partitions]
-        ends: dict[TopicPartition, int] = {}
-        deadline = time.monotonic() + FIRST_CALL_RETRY_S
-        while True:
+        failed: list[TidewaterError | None] = [None]  # the last attempt's raised failure
+
+        def fetch(missing: list[TopicPartition]) -> dict[TopicPartition, int]:
             try:
-                ends.update(consumer.end_offsets([tp for tp in tps if tp not in ends]))
-                if len(ends) == len(tps):
-                    return ends
-                why = f"no leader answered for {sorted(tp.partition for tp in tps if tp not in ends)}"
-                failure: TidewaterError = RequestTimedOutError(f"end offsets: {why}")
+                found = consumer.end_offsets(missing)
+                failed[0] = None
             except TidewaterError as e:
                 if not e.retriable:
                     raise
-                why, failure = " ".join(str(e).split()), e
-            if time.monotonic() >= deadline:
-                raise failure
-            self.say(f"end offsets: {why}; retrying")
-            time.sleep(2)
+                found, failed[0] = {}, e
+                self.say(f"end offsets: {' '.join(str(e).split())}; retrying")
+            return found
+
+        ends, missing = offsets_of_every(fetch, tps, time.monotonic() + FIRST_CALL_RETRY_S, 2.0)
+        if not missing:
+            return ends
+        raise failed[0] or RequestTimedOutError(
+            f"end offsets: no leader answered for {sorted(tp.partition for tp in missing)}")
 
     def read_back(self) -> tuple[dict[int, list[tuple[int, str]]], str]:
         """Every record of every partition from the start to the HW: partition -> [(offset, value)]."""
