@@ -100,6 +100,12 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INELIGIBLE_REPLICA: _ClassVar[ErrorCode]
     NEW_LEADER_ELECTED: _ClassVar[ErrorCode]
 
+class FetchSessionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSIONLESS: _ClassVar[FetchSessionMode]
+    SESSION_FULL: _ClassVar[FetchSessionMode]
+    SESSION_INCREMENTAL: _ClassVar[FetchSessionMode]
+
 class CoordinatorKeyType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     KEY_TYPE_GROUP: _ClassVar[CoordinatorKeyType]
@@ -194,6 +200,9 @@ TRANSACTIONAL_ID_NOT_FOUND: ErrorCode
 FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode
 INELIGIBLE_REPLICA: ErrorCode
 NEW_LEADER_ELECTED: ErrorCode
+SESSIONLESS: FetchSessionMode
+SESSION_FULL: FetchSessionMode
+SESSION_INCREMENTAL: FetchSessionMode
 KEY_TYPE_GROUP: CoordinatorKeyType
 KEY_TYPE_TRANSACTION: CoordinatorKeyType
 
@@ -428,7 +437,7 @@ class RecordError(_message.Message):
     def __init__(self, batch_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "isolation_level")
+    __slots__ = ("replica_id", "replica_broker_epoch", "max_wait_ms", "min_bytes", "max_bytes", "partitions", "isolation_level", "session_mode")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_BROKER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -436,6 +445,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_MODE_FIELD_NUMBER: _ClassVar[int]
     replica_id: int
     replica_broker_epoch: int
     max_wait_ms: int
@@ -443,7 +453,8 @@ class FetchRequest(_message.Message):
     max_bytes: int
     partitions: _containers.RepeatedCompositeFieldContainer[FetchPartition]
     isolation_level: int
-    def __init__(self, replica_id: _Optional[int] = ..., replica_broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ...) -> None: ...
+    session_mode: FetchSessionMode
+    def __init__(self, replica_id: _Optional[int] = ..., replica_broker_epoch: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., max_bytes: _Optional[int] = ..., partitions: _Optional[_Iterable[_Union[FetchPartition, _Mapping]]] = ..., isolation_level: _Optional[int] = ..., session_mode: _Optional[_Union[FetchSessionMode, str]] = ...) -> None: ...
 
 class FetchPartition(_message.Message):
     __slots__ = ("topic", "partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes", "topic_id")
@@ -466,12 +477,14 @@ class FetchPartition(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., current_leader_epoch: _Optional[int] = ..., fetch_offset: _Optional[int] = ..., last_fetched_epoch: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., partition_max_bytes: _Optional[int] = ..., topic_id: _Optional[bytes] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("error_code", "partitions")
+    __slots__ = ("error_code", "partitions", "session_held")
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_HELD_FIELD_NUMBER: _ClassVar[int]
     error_code: ErrorCode
     partitions: _containers.RepeatedCompositeFieldContainer[FetchPartitionResponse]
-    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResponse, _Mapping]]] = ...) -> None: ...
+    session_held: bool
+    def __init__(self, error_code: _Optional[_Union[ErrorCode, str]] = ..., partitions: _Optional[_Iterable[_Union[FetchPartitionResponse, _Mapping]]] = ..., session_held: _Optional[bool] = ...) -> None: ...
 
 class FetchPartitionResponse(_message.Message):
     __slots__ = ("topic", "partition", "error_code", "error_message", "high_watermark", "log_start_offset", "log_end_offset", "leader_epoch", "diverging_epoch", "records", "last_stable_offset", "aborted_transactions")

@@ -26,13 +26,22 @@ cores park them (UNSUPPORTED_VERSION) until the next LeaderAndIsr. Answers are
 read from the FetchResponse bytes received (``fetch_wire``), the records handed
 on as slices of them; bytes that do not parse break the stream like a silence.
 
+Fetch sessions (``serving/replica_fetch_session``): the first request on a stream names
+every partition (``SESSION_FULL``); once an answer says ``session_held``, each request
+names only the partitions whose position or leader epoch moved since the one before
+(``SESSION_INCREMENTAL``), and the answer leaves out the partitions with nothing new,
+whose cores then hear nothing. A changed set of fetching partitions, a round that
+truncates, or a new stream starts over with a full request; a leader of an earlier
+release never says ``session_held`` and so only ever gets full ones.
+
 Cost per round (a follower sends one request per record at one record per
 produce request, so this is paid at the record rate): the fetcher task itself
 awaits the stream's read, with no task, future or ``asyncio.wait`` per round;
 what cuts the read short (a changed assignment set, an answer overdue) cancels
 the stream call instead, and the deadline is one timer re-armed lazily. The
-request message is built once per assignment set and only its offsets and
-epochs are set per round (~1.5 µs; building it each round cost ~13 µs).
+full request message is built once per assignment set and only its offsets and
+epochs are set per round (~1.5 µs; building it each round cost ~13 µs); an
+incremental one is filled with the partitions that moved.
 """
 
 from __future__ import annotations
@@ -52,8 +61,8 @@ from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.ready import Ready
 from tidewater.broker.replication.replica import FollowerCycle, FollowerPhase
 from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
-from tidewater.broker.serving.fetch import FetchedPartition
 from tidewater.broker.serving.replica_fetch_wire import (
+    FetchAnswer,
     MalformedFetchResponseError,
     decode_fetch_response,
 )
@@ -92,6 +101,9 @@ class _LeaderStubs:
 # What each partition of a fetch request was asked with, by (topic, partition):
 # (partition, leader epoch, fetch offset).
 _Sent = dict[tuple[str, int], tuple[Partition, int, int]]
+# A partition's ask as the session's last request sent it: (leader epoch, fetch offset,
+# last fetched epoch, log start offset).
+_Asked = tuple[int, int, int, int]
 
 
 def _cycle(partition: Partition) -> FollowerCycle:
@@ -129,11 +141,17 @@ class LeaderFetcher:
         self._reading = False
         self._read_deadline = 0.0  # loop time; an answer not read by then breaks the stream
         self._read_timer: asyncio.TimerHandle | None = None
-        # The request, built once per assignment set (``_fetch_request``).
+        # The full request, built once per assignment set (``_fetch_request``), and the
+        # incremental one, filled each round with the partitions that moved.
         self._request: pb.FetchRequest | None = None
+        self._incremental: pb.FetchRequest | None = None
         self._request_for: list[Partition] = []
-        # The request's FetchPartition messages, in _request_for order.
+        # The full request's FetchPartition messages, in _request_for order.
         self._request_partitions: list[pb.FetchPartition] = []
+        # The stream's fetch session: held once the leader said so in an answer to this
+        # stream; what each partition of _request_for was last asked with on it.
+        self._session_held = False
+        self._last_asked: list[_Asked | None] = []
         self._loop = asyncio.get_running_loop()
         self.task = manager.supervisor.spawn(self._run(), name=f"fetcher-{leader_id}")
 
@@ -232,6 +250,7 @@ class LeaderFetcher:
                 continue
             try:
                 if truncating:
+                    self._session_held = False  # the next fetch says every partition anew
                     await self._truncate(stub, truncating)
                 else:
                     await self._fetch_round(stub, fetching)
@@ -310,7 +329,7 @@ class LeaderFetcher:
             response = await self._read_answer(call)
             if response is None:
                 return  # cut short by a changed assignment set (the stream is dropped)
-            await self._apply_response(*self._checked(response), sent)
+            await self._apply_response(self._checked(response), sent)
         except BaseException:
             self._drop_stream()
             raise
@@ -356,9 +375,9 @@ class LeaderFetcher:
             return
         self._drop_stream()  # the pending read raises CancelledError: StreamBrokenError
 
-    def _checked(self, response: object) -> tuple[int, list[FetchedPartition]]:
-        """The answer read (FetchResponse wire bytes) as (request-level error code,
-        partitions); StreamBrokenError at the stream's end or for bytes that do not parse."""
+    def _checked(self, response: object) -> FetchAnswer:
+        """The answer read (FetchResponse wire bytes); StreamBrokenError at the stream's
+        end or for bytes that do not parse."""
         if response is grpc.aio.EOF:
             raise StreamBrokenError("the leader ended the ReplicaFetch stream")
         assert isinstance(response, bytes), type(response)  # no deserializer: the bytes
@@ -370,6 +389,7 @@ class LeaderFetcher:
             raise StreamBrokenError(f"malformed answer from broker {self.leader_id}: {e}") from e
 
     def _drop_stream(self) -> None:
+        self._session_held = False  # the session was the stream's
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
@@ -406,24 +426,58 @@ class LeaderFetcher:
 
     def _fetch_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, _Sent]:
         """The request for ``fetching`` and, by (topic, partition), what it was asked with:
-        (partition, leader epoch, fetch offset).
+        (partition, leader epoch, fetch offset): every partition, whether the request
+        names it or the session holds its ask.
 
-        The message is built once per assignment set and reused: only what moves per
+        The full message is built once per assignment set and reused: only what moves per
         round (the broker epoch, each partition's epoch and position) is set. Rounds are
         sequential, so a request is never changed while it is in flight.
         """
         if fetching != self._request_for:
             self._build_request(fetching)
+        if self._session_held:
+            return self._incremental_request(fetching)
         request = self._request
         assert request is not None  # built above for this assignment set
         request.replica_broker_epoch = self.manager.broker_epoch()
         sent: _Sent = {}
-        for partition, p in zip(fetching, self._request_partitions, strict=True):
+        last_asked = self._last_asked
+        for index, (partition, p) in enumerate(zip(fetching, self._request_partitions,
+                                                   strict=True)):
             replica = partition.replica
             leader_epoch = p.current_leader_epoch = _cycle(partition).leader_epoch
-            fetch_offset, p.last_fetched_epoch, p.log_start_offset = replica.fetch_position()
-            p.fetch_offset = fetch_offset
+            fetch_offset, last_fetched_epoch, log_start_offset = replica.fetch_position()
+            p.fetch_offset, p.last_fetched_epoch, p.log_start_offset = (
+                fetch_offset, last_fetched_epoch, log_start_offset)
+            last_asked[index] = (leader_epoch, fetch_offset, last_fetched_epoch,
+                                 log_start_offset)
             sent[(p.topic, p.partition)] = (partition, leader_epoch, fetch_offset)
+        return request, sent
+
+    def _incremental_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, _Sent]:
+        """``_fetch_request`` within the stream's session: only the partitions whose ask
+        moved since the last request are named."""
+        request = self._incremental
+        assert request is not None  # built with the full one
+        request.replica_broker_epoch = self.manager.broker_epoch()
+        del request.partitions[:]
+        add = request.partitions.add
+        sent: _Sent = {}
+        last_asked = self._last_asked
+        for index, (partition, p) in enumerate(zip(fetching, self._request_partitions,
+                                                   strict=True)):
+            leader_epoch = _cycle(partition).leader_epoch
+            fetch_offset, last_fetched_epoch, log_start_offset = (
+                partition.replica.fetch_position())
+            asked = (leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset)
+            key = (p.topic, p.partition)
+            if asked != last_asked[index]:
+                last_asked[index] = asked
+                add(topic=key[0], partition=key[1], current_leader_epoch=leader_epoch,
+                    fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
+                    log_start_offset=log_start_offset,
+                    partition_max_bytes=p.partition_max_bytes, topic_id=p.topic_id)
+            sent[key] = (partition, leader_epoch, fetch_offset)
         return request, sent
 
     def _build_request(self, fetching: list[Partition]) -> None:
@@ -431,6 +485,10 @@ class LeaderFetcher:
         request = pb.FetchRequest(replica_id=self.manager.broker_id,
                                   max_wait_ms=config.replica_fetch_wait_max_ms, min_bytes=1,
                                   max_bytes=config.replica_fetch_max_bytes)
+        self._incremental = pb.FetchRequest()
+        self._incremental.CopyFrom(request)
+        self._incremental.session_mode = pb.SESSION_INCREMENTAL
+        request.session_mode = pb.SESSION_FULL
         # With the topic ID: a leader never serves us another incarnation's records.
         partitions = [request.partitions.add(topic=p.tp.topic, partition=p.tp.partition,
                                              partition_max_bytes=config.replica_fetch_max_bytes,
@@ -438,13 +496,16 @@ class LeaderFetcher:
                       for p in fetching]
         self._request, self._request_for, self._request_partitions = (
             request, list(fetching), partitions)
+        self._session_held = False  # a new set of partitions: a full request first
+        self._last_asked = [None] * len(fetching)
 
-    async def _apply_response(self, error_code: int, answers: list[FetchedPartition],
-                              sent: _Sent) -> None:
-        if error_code != pb.NONE:
-            raise StreamBrokenError(f"fetch refused: {code_name(error_code)}", error_code)
+    async def _apply_response(self, answer: FetchAnswer, sent: _Sent) -> None:
+        if answer.error_code != pb.NONE:
+            raise StreamBrokenError(f"fetch refused: {code_name(answer.error_code)}",
+                                    answer.error_code)
+        self._session_held = answer.session_held
         quota = self.manager.quota
-        for p in answers:
+        for p in answer.partitions:
             asked = sent.get((p.topic, p.partition))
             if asked is None:
                 continue

@@ -52,7 +52,12 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier, from_threads
 from tidewater.broker.security.inter_broker import ChannelOpener, plain_channel
 from tidewater.broker.serving.delete_records import DeleteRecordsResult, delete_records
-from tidewater.broker.serving.fetch import FetchedPartition, FetchPath, last_stable_offset
+from tidewater.broker.serving.fetch import (
+    FetchedPartition,
+    FetchPath,
+    FollowerSession,
+    last_stable_offset,
+)
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
@@ -346,9 +351,12 @@ class ReplicaManager:
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return await self.fetcher_path.fetch(request)
 
-    async def fetch_partitions(self, request: pb.FetchRequest) -> list[FetchedPartition]:
-        """``fetch``'s answer as plain tuples (the records not copied into a message)."""
-        return await self.fetcher_path.fetch_partitions(request)
+    async def fetch_partitions(self, request: pb.FetchRequest,
+                               session: FollowerSession | None = None
+                               ) -> list[FetchedPartition]:
+        """``fetch``'s answer as plain tuples (the records not copied into a message);
+        ``session``: a ReplicaFetch stream's fetch session (``FetchPath.fetch_partitions``)."""
+        return await self.fetcher_path.fetch_partitions(request, session)
 
     def list_offsets(self, request: pb.ListOffsetsRequest) -> pb.ListOffsetsResponse:
         return self.fetcher_path.list_offsets(request)

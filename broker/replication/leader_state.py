@@ -265,6 +265,25 @@ class LeadershipState:
             return _HIGH_WATERMARK_MOVED if moved else _NOTHING_TO_DO
         return FetchDecision(moved, propose)
 
+    def on_follower_fetch_at_end(self, replica_id: int, fetch_offset: int, now_ms: int,
+                                 broker_epoch: int, log_start_offset: int) -> bool:
+        """``on_follower_fetch`` where it changes nothing but the follower's fetch time: an
+        ISR member that has fetched, at the log end, which is the HW, with its broker
+        epoch and log start as its last fetch told (so no expansion, no HW move, no log
+        start move). True when so, and recorded as that call would; else False."""
+        follower = self.followers.get(replica_id)
+        if (follower is None or not follower.has_fetched
+                or follower.log_end_offset != fetch_offset
+                or fetch_offset != self.log_end_offset or self.high_watermark != fetch_offset
+                or follower.broker_epoch != broker_epoch
+                or log_start_offset > follower.log_start_offset
+                or replica_id not in self.isr):
+            return False
+        follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
+        follower.last_fetch_leader_log_end_offset = fetch_offset
+        follower.last_fetch_time_ms = now_ms
+        return True
+
     def maybe_shrink_isr(self, now_ms: int) -> tuple[int, ...] | None:
         """Propose dropping ISR followers that lag too long; ``None`` when none do."""
         if self.pending_isr is not None:

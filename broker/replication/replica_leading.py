@@ -114,6 +114,27 @@ class LeadingEvents(ReplicaBase):
         self._maybe_send_alter(now_ms, out)
         return None, out.build()
 
+    def on_follower_fetch_at_end(self, replica_id: int, current_leader_epoch: int,
+                                 fetch_offset: int, last_fetched_epoch: int, now_ms: int, *,
+                                 broker_epoch: int, log_start_offset: int) -> bool:
+        """``on_follower_fetch`` of an ISR follower at the log end while the HW is there
+        too, where that fetch would only tell that the follower is still caught up now:
+        True when that is the case (and it is recorded), False when not (serve it with
+        ``on_follower_fetch``). The leader's fetch path asks it for the partitions a
+        fetch session's request did not name: most of them idle, every round."""
+        leader = self.leader
+        if leader is None or current_leader_epoch != self.leader_epoch:
+            return False
+        log = self.log
+        log_end_offset = log.log_end_offset
+        if fetch_offset != log_end_offset or not log.log_start_offset <= fetch_offset:
+            return False
+        if check_diverging(last_fetched_epoch, fetch_offset, log.leader_epoch_cache,
+                           log_end_offset) is not None:
+            return False
+        return leader.on_follower_fetch_at_end(replica_id, fetch_offset, now_ms, broker_epoch,
+                                               log_start_offset)
+
     def answer_offset_for_leader_epoch(self, current_leader_epoch: int,
                                        requested_epoch: int) -> tuple[int, int]:
         """The leader's ``(epoch, end_offset)`` for a follower's epoch (KIP-279), even (-1, -1)."""

@@ -67,6 +67,7 @@ from tidewater.broker.security.settings import BrokerSecurity, may_init_producer
 from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.servicers.grpc_quotas import GrpcQuotas, client_id_of, hold, quota_user
+from tidewater.broker.serving.replica_fetch_session import ReplicaFetchSession
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.broker.serving.txn_markers import (
     TxnMarkerResult,
@@ -707,7 +708,8 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
         An exception escaping a fetch is answered as a request-level error, as for Fetch.
         Answers are written as FetchResponse wire bytes (``fetch_wire``: the records
         joined in once, not copied through a protobuf message); ``build_server`` registers
-        this method without protobuf's serializer.
+        this method without protobuf's serializer. The stream holds the follower's fetch
+        session (``replica_fetch_session``): incremental requests and answers.
         """
         # The peer's certificate, read once per stream (no principals without TLS).
         principal = _principal(context) if self.authenticating else None
@@ -732,9 +734,13 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
                 return pb.CLUSTER_AUTHORIZATION_FAILED
             return code
         replica_manager = self.replica_manager
+        fetch_session = ReplicaFetchSession()  # the stream's (replica_fetch_session)
 
         async def answer(request: pb.FetchRequest) -> bytes:
-            return encode_fetch_response(await replica_manager.fetch_partitions(request))
+            if not fetch_session.take(request):
+                return encode_fetch_response(await replica_manager.fetch_partitions(request))
+            results = await replica_manager.fetch_partitions(request, fetch_session)
+            return encode_fetch_response(fetch_session.answer(results), session_held=True)
         await self._fetch_stream(context, "ReplicaFetch", refusal, answer, _fetch_error_bytes)
 
 

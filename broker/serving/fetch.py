@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from tidewater.broker.clock import mono_ms
 from tidewater.broker.error_mapping import error_code_for
@@ -75,7 +75,15 @@ _RECORD_COUNT_AT = HEADER_SIZE - 4  # the header's last field
 
 # A wanted partition as a fetch pass reads it: topic, partition, current leader epoch,
 # fetch offset, last fetched epoch, partition max bytes, topic id, the asker's log start.
-_Wanted = tuple[str, int, int, int, int, int, bytes, int]
+Wanted = tuple[str, int, int, int, int, int, bytes, int]
+
+
+def wanted_of(partitions: Iterable[pb.FetchPartition]) -> list[Wanted]:
+    """The request's partitions as plain tuples, read once: a long-poll reads them again on
+    every pass, and each protobuf field access is a call (a message one allocates)."""
+    return [(fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
+             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id, fp.log_start_offset)
+            for fp in partitions]
 
 
 class FetchedPartition(NamedTuple):
@@ -96,7 +104,16 @@ class FetchedPartition(NamedTuple):
 
 
 # A follower fetch's pass: its answers and the partition each came from (None: not found).
-_Pass = tuple[list[FetchedPartition], list[Partition | None]]
+FetchPass = tuple[list[FetchedPartition], list[Partition | None]]
+
+
+class FollowerSession(Protocol):
+    """What the fetch path reads and keeps of a follower's fetch session
+    (``replica_fetch_session.ReplicaFetchSession``)."""
+
+    wanted: list[Wanted] | None  # the partitions asked, in the session's order
+    named: set[int] | None  # the indexes the request named; None: all of them
+    earlier: FetchPass | None  # the last pass of the session's previous fetch
 
 
 class ConsumerFetched(FetchedPartition):
@@ -247,21 +264,23 @@ class FetchPath:
     async def fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         return fetch_response(await self.fetch_partitions(request))
 
-    async def fetch_partitions(self, request: pb.FetchRequest) -> list[FetchedPartition]:
+    async def fetch_partitions(self, request: pb.FetchRequest,
+                               session: FollowerSession | None = None
+                               ) -> list[FetchedPartition]:
         """The answer per partition, as plain tuples: the Kafka listener encodes the
-        records from these without the copy a protobuf message makes."""
+        records from these without the copy a protobuf message makes. ``session``: a
+        follower's fetch session; its partitions are read in place of the request's, one
+        answer each, in order, and the first pass takes the previous fetch's answer of
+        each partition the request did not name that has not moved (``_read``)."""
         loop = asyncio.get_running_loop()
         max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_WAIT_MAX_MS)
         deadline = loop.time() + max_wait_ms / 1000
         replica_id = request.replica_id
         is_follower = replica_id >= 0
         min_bytes = max(request.min_bytes, 1)
-        # The request's fields are read once into plain tuples: a long-poll reads them again
-        # on every pass, and each protobuf field access is a call (a message one allocates).
-        wanted: list[_Wanted] = [
-            (fp.topic, fp.partition, fp.current_leader_epoch, fp.fetch_offset,
-             fp.last_fetched_epoch, fp.partition_max_bytes, fp.topic_id, fp.log_start_offset)
-            for fp in request.partitions]
+        wanted = session.wanted if session is not None else None
+        if wanted is None:
+            wanted = wanted_of(request.partitions)
         max_bytes = request.max_bytes
         broker_epoch = request.replica_broker_epoch
         read_committed = not is_follower and request.isolation_level == READ_COMMITTED
@@ -269,11 +288,15 @@ class FetchPath:
                         if is_follower else False)
         keys = None
         first_pass = True
-        earlier: _Pass | None = None
+        earlier: FetchPass | None = None
+        named: set[int] | None = None
+        if session is not None and is_follower:
+            earlier, named = session.earlier, session.named
+            session.earlier = None  # until this fetch is answered
         while True:
             results, total_bytes, must_answer, served = self._read(
                 wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
-                first_pass, read_committed, earlier)
+                first_pass, read_committed, earlier, named)
             first_pass = False
             if is_follower:
                 earlier = (results, served)
@@ -303,27 +326,34 @@ class FetchPath:
             bytes_out, messages_out = self._fetch_out_counters[is_follower]
             bytes_out.inc(total_bytes)
             messages_out.inc(messages)
+        if session is not None and is_follower:
+            session.earlier = earlier
         return results
 
-    def _read(self, wanted: list[_Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
+    def _read(self, wanted: list[Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
               broker_epoch: int, first_pass: bool, read_committed: bool = False,
-              earlier: _Pass | None = None
+              earlier: FetchPass | None = None, named: set[int] | None = None
               ) -> tuple[list[FetchedPartition], int, bool, list[Partition | None]]:
         """(the answer per partition, the records' bytes, must it be answered now, the
         partition each answer came from). A follower's when ``replica_id`` >= 0.
 
-        ``earlier``: a follower's previous pass of this long-poll. A partition still the
-        same object, where the follower was caught up and the leader epoch, log start and
-        log end have not moved since, keeps that pass's empty answer with the HW of now:
-        served again it would give the same, at the cost of the checks. A follower's fetch
-        names every partition it follows from this leader (``__consumer_offsets``'s among
-        them), most of them idle, and each long-poll makes two passes or more."""
+        ``earlier``: a follower's previous pass: of this long-poll, or on the first pass
+        the last one of its session's previous fetch (``named``: the partitions whose ask
+        moved since, which are served anew). A partition still the same object, where the
+        follower was caught up and the leader epoch, log start and log end have not moved
+        since, keeps that pass's empty answer with the HW of now: served again it would
+        give the same, at the cost of the checks. On a first pass the core still records
+        the fetch, the short way (``on_follower_fetch_at_end``), or the partition is served
+        in full. A follower's fetch names every partition it follows from this leader
+        (``__consumer_offsets``'s among them), most of them idle, and each long-poll makes
+        two passes or more."""
         if max_bytes <= 0:
             max_bytes = FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
         must_answer = False
         results = []
         served: list[Partition | None] = []
+        now_ms = mono_ms() if first_pass and earlier is not None else 0
         for index, (topic, partition_index, current_leader_epoch, fetch_offset,
                     last_fetched_epoch, partition_max_bytes, topic_id,
                     follower_log_start_offset) in enumerate(wanted):
@@ -331,7 +361,8 @@ class FetchPath:
             partition = None
             try:
                 partition = self._lookup(topic, partition_index)
-                if earlier is not None and partition is earlier[1][index]:
+                if (earlier is not None and partition is earlier[1][index]
+                        and not (first_pass and (named is None or index in named))):
                     before = earlier[0][index]
                     log_ = partition.log
                     replica = partition.replica
@@ -339,7 +370,11 @@ class FetchPath:
                             and fetch_offset >= before.log_end_offset
                             and before.log_end_offset == log_.log_end_offset
                             and before.log_start_offset == log_.log_start_offset
-                            and before.leader_epoch == replica.leader_epoch):
+                            and before.leader_epoch == replica.leader_epoch
+                            and (not first_pass or replica.on_follower_fetch_at_end(
+                                replica_id, current_leader_epoch, fetch_offset,
+                                last_fetched_epoch, now_ms, broker_epoch=broker_epoch,
+                                log_start_offset=follower_log_start_offset))):
                         high_watermark = replica.high_watermark
                         results.append(before if before.high_watermark == high_watermark
                                        else before._replace(high_watermark=high_watermark))

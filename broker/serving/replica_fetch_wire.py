@@ -17,6 +17,8 @@ The message (proto3, ``proto/tidewater.proto``)::
     FetchResponse
        1 error_code        varint     ErrorCode; omitted when NONE (0)
        2 partitions        len-delim  FetchPartitionResponse, once per partition
+       3 session_held      varint     1: the leader holds the stream's fetch session
+                                      (``replica_fetch_session``); omitted when false
     FetchPartitionResponse
        1 topic             len-delim  UTF-8
        2 partition         varint     int32
@@ -60,6 +62,7 @@ this reader accepts, protobuf parses to the same message (a property test checks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from tidewater.broker.serving.fetch import FetchedPartition, fetch_response
 from tidewater.proto import tidewater_pb2 as pb
@@ -88,6 +91,7 @@ _TOPIC, _PARTITION, _ERROR_CODE, _ERROR_MESSAGE = b"\x0a", b"\x10", b"\x18", b"\
 _HIGH_WATERMARK, _LOG_START_OFFSET, _LOG_END_OFFSET = b"\x28", b"\x30", b"\x38"
 _LEADER_EPOCH, _DIVERGING_EPOCH, _RECORDS = b"\x40", b"\x4a", b"\x52"
 _EPOCH, _END_OFFSET = b"\x08", b"\x10"
+_SESSION_HELD = b"\x18\x01"  # FetchResponse.session_held = true, after the partitions
 
 _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 _NO_RECORDS = memoryview(b"")
@@ -97,12 +101,23 @@ class MalformedFetchResponseError(Exception):
     """The bytes received are not a FetchResponse (the leader's fault, or the path's)."""
 
 
+class FetchAnswer(NamedTuple):
+    """A FetchResponse as the follower reads it."""
+
+    error_code: int  # request-level
+    partitions: list[FetchedPartition]
+    session_held: bool  # the leader holds the stream's fetch session
+
+
 def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: int = 0,
-                          by_hand_bytes: int = BY_HAND_RECORDS_BYTES) -> bytes:
+                          by_hand_bytes: int = BY_HAND_RECORDS_BYTES,
+                          session_held: bool = False) -> bytes:
     """The FetchResponse wire bytes of ``fetch.fetch_response(partitions)`` (with
-    ``error_code`` at the request level): partitions with ``by_hand_bytes`` of records and
-    more written here (their records copied once, by the join), the runs between them by
-    protobuf."""
+    ``error_code`` at the request level, and ``session_held``): partitions with
+    ``by_hand_bytes`` of records and more written here (their records copied once, by the
+    join), the runs between them by protobuf."""
+    if session_held:  # field 3 after field 2, as protobuf writes them
+        return encode_fetch_response(partitions, error_code, by_hand_bytes) + _SESSION_HELD
     parts: list[BytesLike] = []
     if error_code:
         parts.append(_RESPONSE_ERROR_CODE + _varint(error_code))
@@ -123,9 +138,8 @@ def encode_fetch_response(partitions: Sequence[FetchedPartition], error_code: in
 
 
 def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES,
-                          whole_below: int = BY_HAND_ANSWER_BYTES
-                          ) -> tuple[int, list[FetchedPartition]]:
-    """(request-level error code, the partitions' answers) of FetchResponse bytes: the
+                          whole_below: int = BY_HAND_ANSWER_BYTES) -> FetchAnswer:
+    """The ``FetchAnswer`` of FetchResponse bytes: the
     partitions of ``by_hand_bytes`` and more read here (records sliced, not copied), the
     runs between them by protobuf (all of it under ``whole_below`` bytes).
     MalformedFetchResponseError if it is not one."""
@@ -135,6 +149,7 @@ def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES
         return decode_by_protobuf(raw)
     view = memoryview(raw)
     error_code = 0
+    session_held = False
     partitions: list[FetchedPartition] = []
     run_start = -1  # where the run of small partitions being gathered starts
     position, end = 0, len(raw)
@@ -158,26 +173,29 @@ def decode_fetch_response(raw: bytes, by_hand_bytes: int = BY_HAND_RECORDS_BYTES
         if field == 1 and wire_type == _VARINT:
             value, position = _read_varint(raw, position, end)
             error_code = _int32(value)
+        elif field == 3 and wire_type == _VARINT:
+            value, position = _read_varint(raw, position, end)
+            session_held = value != 0
         else:
             position = _skip(raw, wire_type, position, end)
     if run_start >= 0:
         partitions += decode_by_protobuf(raw[run_start:])[1]
-    return error_code, partitions
+    return FetchAnswer(error_code, partitions, session_held)
 
 
-def decode_by_protobuf(raw: bytes) -> tuple[int, list[FetchedPartition]]:
+def decode_by_protobuf(raw: bytes) -> FetchAnswer:
     """``decode_fetch_response``'s answer through protobuf's parser (the records copied)."""
     try:
         message = pb.FetchResponse.FromString(raw)
     except Exception as e:  # protobuf's DecodeError, or what its C code raises instead
         raise MalformedFetchResponseError(f"not a FetchResponse: {e}") from None
     new, view = tuple.__new__, FetchedPartition  # __new__ by hand: ~0.2 us less each
-    return message.error_code, [
+    return FetchAnswer(message.error_code, [
         new(view, (p.topic, p.partition, p.error_code, p.error_message, p.high_watermark,
                    p.log_start_offset, p.log_end_offset, p.leader_epoch, p.records,
                    (p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
                    if p.HasField("diverging_epoch") else None))
-        for p in message.partitions]
+        for p in message.partitions], message.session_held)
 
 
 # ---------------------------------------------------------------- writing
@@ -408,10 +426,11 @@ def _diverging(fields: list[object]) -> tuple[int, int]:
     return diverging
 
 
-def decode_by_hand(raw: bytes) -> tuple[int, list[FetchedPartition]]:
+def decode_by_hand(raw: bytes) -> FetchAnswer:
     """``decode_fetch_response`` read here: the records are slices of ``raw``, not copies."""
     view = memoryview(raw)
     error_code = 0
+    session_held = False
     partitions: list[FetchedPartition] = []
     position, end = 0, len(raw)
     while position < end:
@@ -422,6 +441,9 @@ def decode_by_hand(raw: bytes) -> tuple[int, list[FetchedPartition]]:
         elif field == 1 and wire_type == _VARINT:
             value, position = _read_varint(raw, position, end)
             error_code = _int32(value)
+        elif field == 3 and wire_type == _VARINT:
+            value, position = _read_varint(raw, position, end)
+            session_held = value != 0
         else:
             position = _skip(raw, wire_type, position, end)
-    return error_code, partitions
+    return FetchAnswer(error_code, partitions, session_held)

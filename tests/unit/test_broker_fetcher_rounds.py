@@ -76,12 +76,61 @@ async def follower(tmp_path, wait_max_ms=500):
     return rm, fetcher, partition
 
 
-def answer(high_watermark: int) -> bytes:
-    """An answer as the stream reads it: FetchResponse wire bytes (``fetch_wire``)."""
-    return pb.FetchResponse(error_code=pb.NONE, partitions=[pb.FetchPartitionResponse(
-        topic=TP.topic, partition=TP.partition, error_code=pb.NONE,
-        high_watermark=high_watermark, log_start_offset=0, log_end_offset=3)]
+def answer(high_watermark: int | None, session_held: bool = False) -> bytes:
+    """An answer as the stream reads it: FetchResponse wire bytes (``fetch_wire``); None:
+    the partition left out (a session's answer with nothing new for it)."""
+    return pb.FetchResponse(error_code=pb.NONE, session_held=session_held, partitions=[
+        pb.FetchPartitionResponse(topic=TP.topic, partition=TP.partition, error_code=pb.NONE,
+                                  high_watermark=high_watermark, log_start_offset=0,
+                                  log_end_offset=3)] if high_watermark is not None else []
     ).SerializeToString()
+
+
+async def test_a_held_session_names_only_what_moved_until_the_stream_is_dropped(tmp_path):
+    rm, fetcher, a = await follower(tmp_path)
+    stub = FakeStub()
+
+    async def one_round(answer_bytes: bytes) -> pb.FetchRequest:
+        calls = len(stub.calls)
+        round_ = asyncio.ensure_future(fetcher._fetch_round(stub, [a]))
+        await wait_until(lambda: len(stub.calls) > calls - 1 and stub.calls
+                         and stub.calls[-1].pending is not None)
+        await stub.calls[-1].answers.put(answer_bytes)
+        await asyncio.wait_for(round_, 10)
+        return pb.FetchRequest.FromString(stub.calls[-1].written[-1])
+
+    try:
+        first = await one_round(answer(1, session_held=True))
+        assert first.session_mode == pb.SESSION_FULL and len(first.partitions) == 1
+        # Nothing moved: an incremental request naming nothing; the answer leaves the
+        # partition out and its core hears nothing (the HW stays).
+        second = await one_round(answer(None, session_held=True))
+        assert second.session_mode == pb.SESSION_INCREMENTAL and not second.partitions
+        assert rm.partitions[TP].high_watermark == 1
+        # The log moved (truncated here): named, with what the leader needs of it.
+        a.log.truncate_to(2)
+        third = await one_round(answer(2, session_held=True))
+        assert third.session_mode == pb.SESSION_INCREMENTAL
+        assert [(p.partition, p.fetch_offset, p.partition_max_bytes, p.topic_id)
+                for p in third.partitions] == [(TP.partition, 2,
+                                               rm.config.replica_fetch_max_bytes,
+                                               a.topic_id)]
+        assert rm.partitions[TP].high_watermark == 2
+        # An answer without session_held (the leader dropped it): full requests again.
+        await one_round(answer(2))
+        assert (await one_round(answer(2, session_held=True))).session_mode == pb.SESSION_FULL
+        # A dropped stream ends the session: the new stream starts with a full request.
+        fetcher._drop_stream()
+        fourth = await one_round(answer(2, session_held=True))
+        assert len(stub.calls) == 2 and fourth.session_mode == pb.SESSION_FULL
+        assert len(fourth.partitions) == 1
+        assert (await one_round(answer(None, session_held=True))).session_mode \
+            == pb.SESSION_INCREMENTAL
+        # Another set of fetching partitions: a full request first.
+        fetcher._build_request([a])
+        assert (await one_round(answer(2, session_held=True))).session_mode == pb.SESSION_FULL
+    finally:
+        await rm.stop()
 
 
 async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path):
@@ -99,7 +148,8 @@ async def test_answered_rounds_share_one_stream_and_one_request_message(tmp_path
         first, second = stub.calls[0].written
         assert first == second  # same offsets: nothing was appended
         fresh = pb.FetchRequest(replica_id=2, replica_broker_epoch=7, max_wait_ms=500,
-                                min_bytes=1, max_bytes=rm.config.replica_fetch_max_bytes)
+                                min_bytes=1, max_bytes=rm.config.replica_fetch_max_bytes,
+                                session_mode=pb.SESSION_FULL)
         fresh.partitions.add(topic=TP.topic, partition=TP.partition, current_leader_epoch=0,
                              fetch_offset=3, last_fetched_epoch=0, log_start_offset=0,
                              partition_max_bytes=rm.config.replica_fetch_max_bytes,

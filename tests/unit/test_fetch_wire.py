@@ -55,14 +55,18 @@ def pb_partitions(response: pb.FetchResponse) -> list[FetchedPartition]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(answers, by_hand_bytes)
-def test_encoded_answer_parses_to_the_message_fetch_response_builds(results, threshold):
+@given(answers, by_hand_bytes, st.booleans())
+def test_encoded_answer_parses_to_the_message_fetch_response_builds(results, threshold, held):
     wire = encode_by_hand(results)
     assert pb.FetchResponse.FromString(wire) == fetch_response(results)
     # And the same bytes protobuf writes (proto3: fields in number order, zeros omitted),
     # so the partitions may be written either way, in runs.
     assert wire == fetch_response(results).SerializeToString(deterministic=True)
     assert encode_fetch_response(results, by_hand_bytes=threshold) == wire
+    expected = fetch_response(results)
+    expected.session_held = held
+    assert encode_fetch_response(results, by_hand_bytes=threshold, session_held=held) \
+        == expected.SerializeToString(deterministic=True)
 
 
 @settings(max_examples=100, deadline=None)
@@ -76,18 +80,21 @@ def test_request_level_error_code_is_encoded(code, results, threshold):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers, by_hand_bytes)
-def test_decoded_answer_is_what_protobuf_parses(code, results, threshold):
+@given(st.one_of(st.sampled_from(pb.ErrorCode.values()), INT32), answers, by_hand_bytes,
+       st.booleans())
+def test_decoded_answer_is_what_protobuf_parses(code, results, threshold, held):
     message = fetch_response(results)
     message.error_code = code
+    message.session_held = held
     wire = message.SerializeToString()
-    error_code, partitions = decode_by_hand(wire)
+    error_code, partitions, session_held = decode_by_hand(wire)
     assert error_code == code
+    assert session_held is held
     assert [as_fetched(p) for p in partitions] == results == pb_partitions(message)
     for p in partitions:  # slices of the bytes received, not copies
         assert isinstance(p.records, memoryview)
         assert p.records.obj is wire or not p.records
-    assert decode_by_protobuf(wire) == (error_code, [as_fetched(p) for p in partitions])
+    assert decode_by_protobuf(wire) == (error_code, [as_fetched(p) for p in partitions], held)
     mixed = decode_fetch_response(wire, by_hand_bytes=threshold, whole_below=0)
     assert mixed == decode_by_protobuf(wire)  # in runs: the same, in order
     assert decode_fetch_response(wire) == decode_by_protobuf(wire)
@@ -119,7 +126,7 @@ def test_decoder_takes_what_a_protobuf_peer_may_send():
     wire = (b"\x12" + bytes([len(partition)]) + partition
             + b"\x08\x03")  # request-level error code after the partition
     expected = pb.FetchResponse.FromString(wire)
-    error_code, partitions = decode_by_hand(wire)
+    error_code, partitions, _ = decode_by_hand(wire)
     assert error_code == expected.error_code == 3
     assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
     assert as_fetched(partitions[0]) == FetchedPartition("u", 7, 0, "", 0, 0, 0, 0, b"abc", (4, 9))
@@ -168,11 +175,12 @@ def check_against_protobuf(wire: bytes) -> None:
     for decode in (decode_by_hand,
                    lambda raw: decode_fetch_response(raw, by_hand_bytes=8, whole_below=0)):
         try:
-            error_code, partitions = decode(wire)
+            error_code, partitions, session_held = decode(wire)
         except MalformedFetchResponseError:
             continue
         expected = pb.FetchResponse.FromString(wire)
         assert error_code == expected.error_code
+        assert session_held is expected.session_held
         assert [as_fetched(p) for p in partitions] == pb_partitions(expected)
 
 

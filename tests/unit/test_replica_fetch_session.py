@@ -1,0 +1,244 @@
+"""ReplicaFetch sessions: what a leader leaves out of an answer, what a follower leaves out
+of a request, and the two over real gRPC with an idle partition beside a busy one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_broker_fakes import FakeLog, make_batch
+from tests.unit.test_broker_fetcher import wait_until
+from tests.unit.test_broker_replica_fetch import CountingServicer, make_follower, start_leader
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce
+from tidewater.broker.serving.fetch import FetchedPartition
+from tidewater.broker.serving.replica_fetch_session import ReplicaFetchSession
+from tidewater.broker.serving.replica_fetch_wire import decode_fetch_response
+from tidewater.broker.storage.log_config import LogConfig
+from tidewater.broker.storage.topics import TopicPartition
+from tidewater.proto import tidewater_pb2 as pb
+from tidewater.proto.errors import FetchSessionIdNotFoundError, InvalidRequestError
+
+pytestmark = pytest.mark.timeout(60)
+
+TP1 = TopicPartition(TP.topic, 1)
+
+
+def request(mode: int, *asks: tuple[int, int]) -> pb.FetchRequest:
+    """A follower's request naming (partition, fetch offset) pairs."""
+    return pb.FetchRequest(replica_id=2, session_mode=mode, partitions=[
+        pb.FetchPartition(topic=TP.topic, partition=p, fetch_offset=offset)
+        for p, offset in asks])
+
+
+def result(partition: int, high_watermark: int, records: bytes = b"", error_code: int = 0,
+           log_start_offset: int = 0, diverging=None) -> FetchedPartition:
+    return FetchedPartition(TP.topic, partition, error_code, "", high_watermark,
+                            log_start_offset, high_watermark, 0, records, diverging)
+
+
+def test_a_full_request_starts_the_session_and_is_answered_whole():
+    session = ReplicaFetchSession()
+    assert session.take(request(pb.SESSION_FULL, (0, 5), (1, 3)))
+    assert session.held and session.named is None
+    assert [(w[1], w[3]) for w in session.wanted] == [(0, 5), (1, 3)]
+    results = [result(0, 5), result(1, 3)]
+    assert session.answer(results) == results
+
+
+def test_an_incremental_answer_leaves_out_only_what_has_nothing_new():
+    session = ReplicaFetchSession()
+    session.take(request(pb.SESSION_FULL, (0, 5), (1, 3), (2, 0)))
+    session.answer([result(0, 5), result(1, 3), result(2, 0)])
+    # Partition 0 moved (named); 1 and 2 are asked as before.
+    assert session.take(request(pb.SESSION_INCREMENTAL, (0, 6)))
+    assert session.named == {0}
+    assert [(w[1], w[3]) for w in session.wanted] == [(0, 6), (1, 3), (2, 0)]
+    answered = session.answer([result(0, 5), result(1, 3), result(2, 0)])
+    assert [r.partition for r in answered] == [0]  # named, though nothing new
+    # A HW, records, an error, a divergence or a log start: answered though not named.
+    for changed in (result(1, 4), result(1, 3, records=b"r"),
+                    result(1, 3, error_code=pb.NOT_LEADER_OR_FOLLOWER),
+                    result(1, 3, diverging=(0, 2)), result(1, 3, log_start_offset=1)):
+        session.take(request(pb.SESSION_INCREMENTAL))
+        assert session.named == set()
+        answered = session.answer([result(0, 5), changed, result(2, 0)])
+        assert answered == [changed]
+    # A new full request starts over: every partition again.
+    session.take(request(pb.SESSION_FULL, (0, 6), (1, 3)))
+    assert len(session.answer([result(0, 5), result(1, 3)])) == 2
+
+
+def test_requests_the_session_cannot_take_are_refused_whole():
+    session = ReplicaFetchSession()
+    with pytest.raises(FetchSessionIdNotFoundError):
+        session.take(request(pb.SESSION_INCREMENTAL, (0, 1)))
+    session.take(request(pb.SESSION_FULL, (0, 5)))
+    with pytest.raises(InvalidRequestError, match="orders-7 is not in this stream's"):
+        session.take(request(pb.SESSION_INCREMENTAL, (7, 1)))
+    with pytest.raises(InvalidRequestError, match="named twice"):
+        session.take(request(pb.SESSION_FULL, (0, 5), (0, 6)))
+    assert not session.held
+    with pytest.raises(FetchSessionIdNotFoundError):
+        session.take(request(pb.SESSION_INCREMENTAL))
+
+
+def test_a_sessionless_request_is_read_as_it_is():
+    """A follower of an earlier release, or a mode this release does not know."""
+    session = ReplicaFetchSession()
+    session.take(request(pb.SESSION_FULL, (0, 5)))
+    for mode in (pb.SESSIONLESS, 9):
+        assert not session.take(request(mode, (0, 5)))
+        assert not session.held
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.booleans(),
+                                   st.booleans()), min_size=3, max_size=3),
+                min_size=1, max_size=12),
+       st.lists(st.sets(st.integers(0, 2)), min_size=12, max_size=12))
+def test_what_is_left_out_the_follower_already_has(rounds, named_per_round):
+    """Whatever each round's results, after applying the answers the follower's view of
+    every partition (HW, log start) is the leader's, and nothing with records or an error
+    is ever left out."""
+    session = ReplicaFetchSession()
+    session.take(request(pb.SESSION_FULL, (0, 0), (1, 0), (2, 0)))
+    seen: dict[int, tuple[int, int]] = {}
+    for number, round_ in enumerate(rounds):
+        if number:
+            names = named_per_round[number]
+            session.take(request(pb.SESSION_INCREMENTAL, *((p, number) for p in sorted(names))))
+        named = session.named
+        results = [result(p, hw, records=b"r" if has_records else b"",
+                          error_code=pb.NOT_LEADER_OR_FOLLOWER if failed else 0,
+                          log_start_offset=start)
+                   for p, (hw, start, has_records, failed) in enumerate(round_)]
+        answered = session.answer(results)
+        for r in answered:
+            seen[r.partition] = (r.high_watermark, r.log_start_offset)
+        for r in results:
+            assert seen[r.partition] == (r.high_watermark, r.log_start_offset)
+            if r.records or r.error_code or (named is not None and r.partition in named):
+                assert r in answered
+
+
+class RecordingServicer(CountingServicer):
+    """The real ReplicaFetch, its requests and answers kept."""
+
+    def __init__(self, rm):
+        super().__init__(rm)
+        self.requests: list[pb.FetchRequest] = []
+        self.answers: list[bytes] = []
+
+    async def ReplicaFetch(self, request_iterator, context):
+        servicer = self
+
+        class Recording:
+            def __getattr__(self, name):
+                return getattr(context, name)
+
+            async def read(self):
+                message = await context.read()
+                if isinstance(message, pb.FetchRequest):
+                    servicer.requests.append(message)
+                return message
+
+            async def write(self, answer):
+                servicer.answers.append(answer)
+                await context.write(answer)
+
+        return await super().ReplicaFetch(request_iterator, Recording())
+
+
+def of_two(request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrRequest:
+    second = request.partitions.add()
+    second.CopyFrom(request.partitions[0])
+    second.state.partition = 1
+    return request
+
+
+async def test_an_idle_partition_leaves_the_stream_once_the_follower_has_it(tmp_path):
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = FakeLog(TP, LogConfig())
+    leader_rm.log_manager._logs[TP1] = FakeLog(TP1, LogConfig())
+    servicer = RecordingServicer(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    await leader_rm.leader_and_isr(of_two(lai(leader=1, leader_epoch=0, isr=(1,))))
+    follower_rm = make_follower(tmp_path / "f", **{"replica.fetch.wait.max.ms": "200"})
+    follower_rm.log_manager._logs[TP1] = FakeLog(TP1, LogConfig())
+    try:
+        for partition in (0, 1):
+            await leader_rm.produce(produce(acks=1, partition=partition))
+        request = of_two(lai(leader=1, leader_epoch=0, isr=(1,)))
+        request.leaders[0].broker_id, request.leaders[0].port = 1, port
+        await follower_rm.leader_and_isr(request)
+        logs = [follower_rm.log_manager.get(tp) for tp in (TP, TP1)]
+        await wait_until(lambda: [log.log_end_offset for log in logs] == [1, 1])
+        await wait_until(lambda: follower_rm.partitions[TP1].high_watermark == 1)
+        caught_up = len(servicer.requests)
+        for n in range(2, 6):  # partition 0 busy, partition 1 idle
+            await leader_rm.produce(produce(acks=1, partition=0, records=make_batch(1)))
+            await wait_until(lambda n=n: logs[0].log_end_offset == n)
+        await wait_until(lambda: follower_rm.partitions[TP].high_watermark == 5)
+        assert servicer.calls["ReplicaFetch"] == 1  # one stream, one session
+        first = servicer.requests[0]
+        assert first.session_mode == pb.SESSION_FULL and len(first.partitions) == 2
+        later = servicer.requests[caught_up:]
+        assert later and all(r.session_mode == pb.SESSION_INCREMENTAL for r in later)
+        assert all(p.partition == 0 for r in later for p in r.partitions)
+        answers = [decode_fetch_response(a) for a in servicer.answers]
+        assert all(a.session_held for a in answers)
+        assert [p.partition for p in answers[0].partitions] == [0, 1]
+        assert not any(p.partition == 1 for a in answers[caught_up:] for p in a.partitions)
+        assert any(p.records for a in answers[caught_up:] for p in a.partitions)
+        assert follower_rm.partitions[TP1].high_watermark == 1  # kept, not re-answered
+        # The idle partition wakes: its records come on the same stream.
+        await leader_rm.produce(produce(acks=1, partition=1))
+        await wait_until(lambda: logs[1].log_end_offset == 2)
+        await wait_until(lambda: follower_rm.partitions[TP1].high_watermark == 2)
+        assert servicer.calls["ReplicaFetch"] == 1
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
+
+
+async def test_a_leader_that_never_holds_a_session_gets_full_requests(tmp_path):
+    """A leader of an earlier release ignores session_mode and never says session_held."""
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = FakeLog(TP, LogConfig())
+
+    modes: list[int] = []
+
+    class EarlierRelease(RecordingServicer):
+        async def ReplicaFetch(self, request_iterator, context):
+            class Sessionless:
+                def __getattr__(self, name):
+                    return getattr(context, name)
+
+                async def read(self):
+                    message = await context.read()
+                    if isinstance(message, pb.FetchRequest):
+                        modes.append(message.session_mode)
+                        message.session_mode = pb.SESSIONLESS  # as if never read
+                    return message
+            return await super().ReplicaFetch(request_iterator, Sessionless())
+
+    servicer = EarlierRelease(leader_rm)
+    server, port = await start_leader(leader_rm, servicer)
+    follower_rm = make_follower(tmp_path / "f", **{"replica.fetch.wait.max.ms": "100"})
+    try:
+        request = lai(leader=1, leader_epoch=0, isr=(1,))
+        request.leaders[0].broker_id, request.leaders[0].port = 1, port
+        await follower_rm.leader_and_isr(request)
+        for n in range(1, 4):
+            await leader_rm.produce(produce(acks=1))
+            await wait_until(lambda n=n: follower_rm.log_manager.get(TP).log_end_offset == n)
+        await asyncio.sleep(0.3)  # a long-poll or two with nothing new
+        assert len(modes) >= 4 and set(modes) == {pb.SESSION_FULL}
+        assert all(len(r.partitions) == 1 for r in servicer.requests)
+        assert not any(decode_fetch_response(a).session_held for a in servicer.answers)
+    finally:
+        await follower_rm.stop()
+        await server.stop(0)
