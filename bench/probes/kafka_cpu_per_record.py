@@ -1,7 +1,7 @@
 """CPU microseconds each process spends per record over the Kafka listener at a paced rate.
 
     .venv/bin/python bench/probes/kafka_cpu_per_record.py [--rates 1000 400] [--paths kafka grpc] [--records 3000]
-        [--rounds 1] [--profile-dir DIR]
+        [--rounds 1] [--profile-dir DIR] [--set NAME=VALUE]
 
 Starts a local 3-broker cluster (stopped by pid at the end), creates a topic
 (1 partition, RF=3) and runs the kafka latency row (``kafka_side.paced_latency``:
@@ -102,11 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile-dir", default=None)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a broker setting for every broker (offsets.topic.num.partitions=1: "
+                             "no idle partitions in the follower fetches)")
     args = parser.parse_args(argv)
+    settings = dict(s.split("=", 1) for s in args.set)
     import tidewater.broker
 
     print(f"tidewater from {Path(tidewater.broker.__file__).parent.parent}")
-    with tidewater_side.paced_cluster("tw-kafka-cpu-") as (cluster, directory):
+    with tidewater_side.paced_cluster("tw-kafka-cpu-", settings) as (cluster, directory):
         partition = cluster.partition("paced")
         leader_name = f"broker-{partition.leader}"
         processes = cluster.local.manifest["processes"]

@@ -1,12 +1,16 @@
 """The leader's own Python per record, without gRPC: CPU µs per record in one process.
 
     .venv/bin/python bench/probes/leader_python.py [--acks all|1] [--records 5000] [--consumer] [--idle-partitions N]
+        [--sessionless]
 
 One leader ``ReplicaManager`` (real on-disk log in a temporary directory, RF=3,
 ISR of 3) behind ``BrokerServicer``'s stream handlers, driven through fake
 stream contexts instead of gRPC: a ProduceStream sending one single-record
 batch at a time and waiting for its answer, two followers on ReplicaFetch that
-send their next fetch as soon as an answer arrives (long-polls of 500 ms), and
+send their next fetch as soon as an answer arrives (long-polls of 500 ms) within a fetch
+session as the broker's fetcher does (a full request, then incremental ones naming
+partition 0 when it moved; ``--sessionless``: every request names every partition, as a
+follower of an earlier release does), and
 with ``--consumer`` one consumer on FetchStream doing the same. Prints the
 process CPU microseconds per record (``time.process_time``), which is the
 leader's Python (handlers, replica manager, purgatory, metrics, storage) plus a
@@ -84,17 +88,22 @@ class FakeStreamContext:
         return ()
 
 
-def fetch_request(replica_id: int, offset: int, idle_partitions: int = 0) -> pb.FetchRequest:
+def fetch_request(replica_id: int, offset: int, idle_partitions: int = 0,
+                  session_mode: int = pb.SESSIONLESS) -> pb.FetchRequest:
     """A fetch of partition 0 at ``offset``; a follower's names the idle partitions too
-    (at offset 0), as a real follower's names every partition it follows from a leader."""
+    (at offset 0), as a real follower's names every partition it follows from a leader,
+    except in an incremental request (``session_mode``), which names only partition 0,
+    and only if ``offset`` is not None."""
     follower = replica_id >= 0
     request = pb.FetchRequest(
         replica_id=replica_id, replica_broker_epoch=-1, max_wait_ms=500, min_bytes=1,
-        max_bytes=1 << 20, partitions=[pb.FetchPartition(
+        max_bytes=1 << 20, session_mode=session_mode)
+    if offset is not None:
+        request.partitions.add(
             topic=TOPIC, partition=0, current_leader_epoch=0 if follower else -1,
             fetch_offset=offset, last_fetched_epoch=0 if follower and offset else -1,
-            partition_max_bytes=1 << 20)])
-    if follower:
+            partition_max_bytes=1 << 20)
+    if follower and session_mode != pb.SESSION_INCREMENTAL:
         for index in range(1, idle_partitions + 1):
             request.partitions.add(topic=TOPIC, partition=index, current_leader_epoch=0,
                                    fetch_offset=0, last_fetched_epoch=-1,
@@ -111,7 +120,7 @@ def leader_of(index: int) -> pb.LeaderAndIsrPartition:
 
 
 async def run(directory: Path, acks: int, records: int, consumer: bool,
-              idle_partitions: int = 0) -> float:
+              idle_partitions: int = 0, sessions: bool = True) -> float:
     config = BrokerConfig(broker_id=1, listen=("127.0.0.1", 0), controller=("127.0.0.1", 1),
                           data_dir=directory)
     log_manager = LogManager(directory, LogConfig())
@@ -132,21 +141,33 @@ async def run(directory: Path, acks: int, records: int, consumer: bool,
     offsets = {2: 0, 3: 0, -1: 0}
     contexts: dict[int, FakeStreamContext] = {}
 
+    first_mode = pb.SESSION_FULL if sessions else pb.SESSIONLESS
+
     def fetcher(reader_id: int):
         def on_answer(response: pb.FetchResponse | bytes) -> None:
             if isinstance(response, bytes):  # ReplicaFetch answers with the wire bytes
                 response = pb.FetchResponse.FromString(response)
-            p = response.partitions[0]
-            if p.records:  # a follower continues at the LEO, a consumer at the HW
-                offsets[reader_id] = p.log_end_offset if reader_id >= 0 else p.high_watermark
-            contexts[reader_id].inbox.put_nowait(
-                fetch_request(reader_id, offsets[reader_id], idle_partitions))
+            before = offsets[reader_id]
+            for p in response.partitions:  # a session's answer may leave partition 0 out
+                if p.partition == 0 and p.records:
+                    # A follower continues at the LEO, a consumer at the HW.
+                    offsets[reader_id] = (p.log_end_offset if reader_id >= 0
+                                          else p.high_watermark)
+            if reader_id >= 0 and response.session_held:
+                moved = offsets[reader_id] if offsets[reader_id] != before else None
+                request = fetch_request(reader_id, moved, idle_partitions,
+                                        pb.SESSION_INCREMENTAL)
+            else:
+                request = fetch_request(reader_id, offsets[reader_id], idle_partitions,
+                                        first_mode if reader_id >= 0 else pb.SESSIONLESS)
+            contexts[reader_id].inbox.put_nowait(request)
         return on_answer
 
     tasks = []
     for reader_id in (2, 3, -1) if consumer else (2, 3):
         contexts[reader_id] = FakeStreamContext(fetcher(reader_id))
-        contexts[reader_id].inbox.put_nowait(fetch_request(reader_id, 0, idle_partitions))
+        contexts[reader_id].inbox.put_nowait(fetch_request(
+            reader_id, 0, idle_partitions, first_mode if reader_id >= 0 else pb.SESSIONLESS))
         handler = control.ReplicaFetch if reader_id >= 0 else servicer.FetchStream
         tasks.append(_watched(asyncio.create_task(handler(None, contexts[reader_id]))))
     answered = asyncio.Event()
@@ -185,12 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-partitions", type=int, default=0,
                         help="more partitions led here, idle, named in every follower fetch "
                              "(a 3-broker cluster's leader leads ~17 of __consumer_offsets' 50)")
+    parser.add_argument("--sessionless", action="store_true",
+                        help="followers name every partition in every request, as a follower "
+                             "of an earlier release")
     args = parser.parse_args(argv)
     acks = -1 if args.acks == "all" else 1
     with tempfile.TemporaryDirectory() as directory:
         us = uvloop.run(run(Path(directory), acks, args.records, args.consumer,
-                            args.idle_partitions))
+                            args.idle_partitions, sessions=not args.sessionless))
     idle = f" +{args.idle_partitions} idle partitions" if args.idle_partitions else ""
+    idle += " (sessionless followers)" if args.sessionless else ""
     print(f"acks={args.acks}{' +consumer' if args.consumer else ''}{idle}: "
           f"{us:,.0f} CPU µs per record (leader Python, no gRPC)")
     return 0
