@@ -124,6 +124,28 @@ def test_what_is_left_out_the_follower_already_has(rounds, named_per_round):
                 assert r in answered
 
 
+class ContextProxy:
+    """A servicer context whose requests read pass through ``on_read`` and whose answers
+    written pass through ``on_write``; the rest is the context's."""
+
+    def __init__(self, context, on_read=None, on_write=None):
+        self._context, self._on_read, self._on_write = context, on_read, on_write
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+    async def read(self):
+        message = await self._context.read()
+        if self._on_read is not None and isinstance(message, pb.FetchRequest):
+            self._on_read(message)
+        return message
+
+    async def write(self, answer):
+        if self._on_write is not None:
+            self._on_write(answer)
+        await self._context.write(answer)
+
+
 class RecordingServicer(CountingServicer):
     """The real ReplicaFetch, its requests and answers kept."""
 
@@ -133,23 +155,8 @@ class RecordingServicer(CountingServicer):
         self.answers: list[bytes] = []
 
     async def ReplicaFetch(self, request_iterator, context):
-        servicer = self
-
-        class Recording:
-            def __getattr__(self, name):
-                return getattr(context, name)
-
-            async def read(self):
-                message = await context.read()
-                if isinstance(message, pb.FetchRequest):
-                    servicer.requests.append(message)
-                return message
-
-            async def write(self, answer):
-                servicer.answers.append(answer)
-                await context.write(answer)
-
-        return await super().ReplicaFetch(request_iterator, Recording())
+        return await super().ReplicaFetch(request_iterator, ContextProxy(
+            context, self.requests.append, self.answers.append))
 
 
 def of_two(request: pb.LeaderAndIsrRequest) -> pb.LeaderAndIsrRequest:
@@ -211,19 +218,14 @@ async def test_a_leader_that_never_holds_a_session_gets_full_requests(tmp_path):
 
     modes: list[int] = []
 
+    def as_if_never_read(message: pb.FetchRequest) -> None:
+        modes.append(message.session_mode)
+        message.session_mode = pb.SESSIONLESS
+
     class EarlierRelease(RecordingServicer):
         async def ReplicaFetch(self, request_iterator, context):
-            class Sessionless:
-                def __getattr__(self, name):
-                    return getattr(context, name)
-
-                async def read(self):
-                    message = await context.read()
-                    if isinstance(message, pb.FetchRequest):
-                        modes.append(message.session_mode)
-                        message.session_mode = pb.SESSIONLESS  # as if never read
-                    return message
-            return await super().ReplicaFetch(request_iterator, Sessionless())
+            return await super().ReplicaFetch(request_iterator,
+                                              ContextProxy(context, as_if_never_read))
 
     servicer = EarlierRelease(leader_rm)
     server, port = await start_leader(leader_rm, servicer)
