@@ -9,6 +9,7 @@ import re
 from dataclasses import fields
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.unit.test_replica_state import PropertyHarness, event_lines
 
@@ -54,9 +55,48 @@ def replay(lines: list[str]) -> int:
     return applied
 
 
+@st.composite
+def settled_lives(draw) -> list[str]:
+    """Lives where followers fetch at the log end again and again (where the short way
+    applies), with what can make it not apply between: appends, ISR and epoch changes,
+    a follower behind, time passing (lag), min.insync.replicas."""
+    lines = [f"init broker=1 min-isr={draw(st.integers(1, 3))} lag=500", "now 0",
+             "leader-and-isr leader=1 epoch=1 pe=next replicas=1,2,3 isr=1,2,3"]
+    leader_epoch, leo, now = 1, 0, 0
+    for _ in range(draw(st.integers(5, 40))):
+        now += draw(st.sampled_from([0, 10, 300, 600]))
+        lines.append(f"now {now}")
+        kind = draw(st.sampled_from(["fetch", "fetch", "fetch", "fetch", "append", "isr",
+                                     "lai", "behind", "tick"]))
+        if kind == "fetch":
+            lines.append(f"follower-fetch replica={draw(st.sampled_from([2, 3]))} "
+                         f"epoch={leader_epoch} offset={leo}")
+        elif kind == "append":
+            leo += draw(st.integers(1, 3))
+            lines.append(f"append leo={leo} acks=1")
+        elif kind == "behind":
+            lines.append(f"follower-fetch replica={draw(st.sampled_from([2, 3]))} "
+                         f"epoch={leader_epoch} offset={draw(st.integers(0, leo))}")
+        elif kind == "tick":
+            lines.append("tick")
+        else:
+            if kind == "lai":
+                leader_epoch += 1
+            isr = sorted({1} | draw(st.sets(st.sampled_from([2, 3]))))
+            lines.append(f"leader-and-isr leader=1 epoch={leader_epoch} pe=next "
+                         f"replicas=1,2,3 isr={','.join(map(str, isr))}")
+    return lines
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event_lines())
 def test_the_short_way_changes_what_the_full_fetch_changes(lines):
+    replay(lines)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(settled_lives())
+def test_the_short_way_changes_what_the_full_fetch_changes_where_it_applies(lines):
     replay(lines)
 
 
