@@ -429,6 +429,11 @@ class BrokerMetrics:
             "ReplicationBytesOutPerSec)", ["topic", "kind"], registry=r)
         self.topic_series = TopicSeries(self.topic_bytes_in, self.topic_messages_in,
                                         self.topic_bytes_out)
+        self.replica_fetch_requests = LocalCounter(
+            PREFIX + "replica_fetch_requests", "Follower fetches answered on ReplicaFetch "
+            "streams, by fetch session: full (names every partition), incremental (names "
+            "what moved), sessionless (a follower of an earlier release)", ["session"],
+            registry=r)
         self.replication_bytes_in = LocalCounter(PREFIX + "replication_bytes_in",
                                                  "Bytes appended as follower", registry=r)
         self.leader_elections = LocalCounter(PREFIX + "leader_elections",

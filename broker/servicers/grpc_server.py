@@ -735,8 +735,13 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
             return code
         replica_manager = self.replica_manager
         fetch_session = ReplicaFetchSession()  # the stream's (replica_fetch_session)
+        by_mode = self.metrics.replica_fetch_requests
+        sessionless = by_mode.labels("sessionless")
+        counted = {pb.SESSION_FULL: by_mode.labels("full"),
+                   pb.SESSION_INCREMENTAL: by_mode.labels("incremental")}
 
         async def answer(request: pb.FetchRequest) -> bytes:
+            counted.get(request.session_mode, sessionless).inc()
             if not fetch_session.take(request):
                 return encode_fetch_response(await replica_manager.fetch_partitions(request))
             results = await replica_manager.fetch_partitions(request, fetch_session)

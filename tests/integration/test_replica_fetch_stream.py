@@ -41,3 +41,9 @@ def test_followers_replicate_acks_all_writes_over_replica_fetch(cluster):
         scrape(leader.broker_id)), message="ReplicaFetch answers counted")
     assert rpc_count(text, "Fetch") == 0
     assert [v for _, v in consume_all(leader, "rf")] == values
+    # Within each stream's fetch session: a full request to start, incremental ones after.
+    sessions = {kind: float(count) for kind, count in re.findall(
+        r'tidewater_broker_replica_fetch_requests_total\{session="(\w+)"\} (\S+)', text)}
+    assert sessions.get("full", 0) >= 2  # a stream per follower
+    assert sessions.get("incremental", 0) >= len(values)
+    assert sessions.get("sessionless", 0) == 0

@@ -239,6 +239,9 @@ async def test_a_leader_that_never_holds_a_session_gets_full_requests(tmp_path):
             await wait_until(lambda n=n: follower_rm.log_manager.get(TP).log_end_offset == n)
         await asyncio.sleep(0.3)  # a long-poll or two with nothing new
         assert len(modes) >= 4 and set(modes) == {pb.SESSION_FULL}
+        counted = leader_rm.metrics.registry.get_sample_value(
+            "tidewater_broker_replica_fetch_requests_total", {"session": "sessionless"})
+        assert 4 <= counted <= len(modes)  # what the leader took them for (one may be in flight)
         assert all(len(r.partitions) == 1 for r in servicer.requests)
         assert not any(decode_fetch_response(a).session_held for a in servicer.answers)
     finally:
