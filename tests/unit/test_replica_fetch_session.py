@@ -247,3 +247,47 @@ async def test_a_leader_that_never_holds_a_session_gets_full_requests(tmp_path):
     finally:
         await follower_rm.stop()
         await server.stop(0)
+
+
+async def test_forged_session_requests_are_refused_and_the_stream_goes_on(tmp_path):
+    """Over real gRPC, a caller that does not follow the session's rules: an incremental
+    request before any full one, one naming a partition outside the session, a full one
+    naming a partition twice. Each is refused at the request level, nothing is served for
+    it, and the same stream then serves a proper full request."""
+    import grpc
+
+    leader_rm, _ = make_manager(tmp_path / "l")
+    leader_rm.log_manager._logs[TP] = FakeLog(TP, LogConfig())
+    server, port = await start_leader(leader_rm, CountingServicer(leader_rm))
+    await leader_rm.produce(produce(acks=1))
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    stream = channel.stream_stream("/tidewater.BrokerControl/ReplicaFetch",
+                                   request_serializer=pb.FetchRequest.SerializeToString,
+                                   response_deserializer=None)()
+
+    async def ask(mode: int, *asks: tuple[int, int]):
+        fetch = request(mode, *asks)
+        fetch.max_wait_ms, fetch.min_bytes = 0, 1
+        for p in fetch.partitions:
+            p.current_leader_epoch, p.partition_max_bytes = 0, 1 << 20
+        await stream.write(fetch)
+        return decode_fetch_response(await stream.read())
+
+    try:
+        refused = await ask(pb.SESSION_INCREMENTAL, (0, 0))
+        assert refused.error_code == pb.FETCH_SESSION_ID_NOT_FOUND and not refused.partitions
+        started = await ask(pb.SESSION_FULL, (0, 0))
+        assert started.error_code == pb.NONE and started.session_held
+        assert [bytes(p.records) != b"" for p in started.partitions] == [True]
+        outside = await ask(pb.SESSION_INCREMENTAL, (5, 0))
+        assert outside.error_code == pb.INVALID_REQUEST and not outside.partitions
+        twice = await ask(pb.SESSION_FULL, (0, 1), (0, 1))
+        assert twice.error_code == pb.INVALID_REQUEST
+        assert (await ask(pb.SESSION_INCREMENTAL)).error_code == pb.FETCH_SESSION_ID_NOT_FOUND
+        again = await ask(pb.SESSION_FULL, (0, 1))
+        assert again.error_code == pb.NONE and again.session_held
+        assert [(p.partition, p.high_watermark) for p in again.partitions] == [(0, 1)]
+    finally:
+        stream.cancel()
+        await channel.close()
+        await server.stop(0)
