@@ -430,37 +430,19 @@ class LeaderFetcher:
         names it or the session holds its ask.
 
         The full message is built once per assignment set and reused: only what moves per
-        round (the broker epoch, each partition's epoch and position) is set. Rounds are
-        sequential, so a request is never changed while it is in flight.
+        round (the broker epoch, each partition's epoch and position) is set. Within the
+        stream's session the incremental message is filled with the partitions whose ask
+        moved since the last request. Rounds are sequential, so a request is never changed
+        while it is in flight.
         """
         if fetching != self._request_for:
             self._build_request(fetching)
-        if self._session_held:
-            return self._incremental_request(fetching)
-        request = self._request
-        assert request is not None  # built above for this assignment set
+        incremental = self._session_held
+        request = self._incremental if incremental else self._request
+        assert request is not None  # both built above for this assignment set
         request.replica_broker_epoch = self.manager.broker_epoch()
-        sent: _Sent = {}
-        last_asked = self._last_asked
-        for index, (partition, p) in enumerate(zip(fetching, self._request_partitions,
-                                                   strict=True)):
-            replica = partition.replica
-            leader_epoch = p.current_leader_epoch = _cycle(partition).leader_epoch
-            fetch_offset, last_fetched_epoch, log_start_offset = replica.fetch_position()
-            p.fetch_offset, p.last_fetched_epoch, p.log_start_offset = (
-                fetch_offset, last_fetched_epoch, log_start_offset)
-            last_asked[index] = (leader_epoch, fetch_offset, last_fetched_epoch,
-                                 log_start_offset)
-            sent[(p.topic, p.partition)] = (partition, leader_epoch, fetch_offset)
-        return request, sent
-
-    def _incremental_request(self, fetching: list[Partition]) -> tuple[pb.FetchRequest, _Sent]:
-        """``_fetch_request`` within the stream's session: only the partitions whose ask
-        moved since the last request are named."""
-        request = self._incremental
-        assert request is not None  # built with the full one
-        request.replica_broker_epoch = self.manager.broker_epoch()
-        del request.partitions[:]
+        if incremental:
+            del request.partitions[:]
         add = request.partitions.add
         sent: _Sent = {}
         last_asked = self._last_asked
@@ -471,12 +453,15 @@ class LeaderFetcher:
                 partition.replica.fetch_position())
             asked = (leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset)
             key = (p.topic, p.partition)
-            if asked != last_asked[index]:
-                last_asked[index] = asked
+            if not incremental:
+                (p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
+                 p.log_start_offset) = asked
+            elif asked != last_asked[index]:
                 add(topic=key[0], partition=key[1], current_leader_epoch=leader_epoch,
                     fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
                     log_start_offset=log_start_offset,
                     partition_max_bytes=p.partition_max_bytes, topic_id=p.topic_id)
+            last_asked[index] = asked
             sent[key] = (partition, leader_epoch, fetch_offset)
         return request, sent
 
