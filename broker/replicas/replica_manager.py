@@ -61,6 +61,7 @@ from tidewater.broker.serving.fetch import (
 from tidewater.broker.serving.produce import ProducePath, Waits, produce_error_response
 from tidewater.broker.serving.producer_ids import AllocateRpc, ProducerIdManager
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits, FetchWaiters
+from tidewater.broker.serving.replica_fetch_session import ReplicaFetchSession
 from tidewater.broker.serving.txn_markers import MarkerWriter
 from tidewater.broker.storage.corruption import CorruptionReporter
 from tidewater.broker.storage.log_manager import LogManager
@@ -373,7 +374,14 @@ class ReplicaManager:
         return await delete_records(wanted, timeout_ms, lookup=self._partition,
                                     carrier=self.carrier,
                                     checkpoint=self.background.checkpoint_log_start_offsets,
-                                    acks_waits=self.acks_waits)
+                                    acks_waits=self.acks_waits,
+                                    log_start_moved=self.fetch_waiters.notify_log_start)
+
+    def replica_fetch_session(self) -> ReplicaFetchSession:
+        """A ReplicaFetch stream's fetch session, listening to this broker's partitions;
+        a settled partition's follower time is recorded every quarter of the lag time."""
+        return ReplicaFetchSession(self.fetch_waiters,
+                                   refresh_ms=max(self.config.replica_lag_time_max_ms // 4, 1))
 
     @property
     def controller_epoch(self) -> int:

@@ -67,7 +67,6 @@ from tidewater.broker.security.settings import BrokerSecurity, may_init_producer
 from tidewater.broker.servicers.admin_forwarding import Context
 from tidewater.broker.servicers.grpc_limits import GrpcLimits
 from tidewater.broker.servicers.grpc_quotas import GrpcQuotas, client_id_of, hold, quota_user
-from tidewater.broker.serving.replica_fetch_session import ReplicaFetchSession
 from tidewater.broker.serving.replica_fetch_wire import encode_fetch_response
 from tidewater.broker.serving.txn_markers import (
     TxnMarkerResult,
@@ -734,7 +733,7 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
                 return pb.CLUSTER_AUTHORIZATION_FAILED
             return code
         replica_manager = self.replica_manager
-        fetch_session = ReplicaFetchSession()  # the stream's (replica_fetch_session)
+        fetch_session = replica_manager.replica_fetch_session()  # the stream's
         by_mode = self.metrics.replica_fetch_requests
         sessionless = by_mode.labels("sessionless")
         counted = {pb.SESSION_FULL: by_mode.labels("full"),
@@ -746,7 +745,11 @@ class BrokerControlServicer(_Servicer, pb_grpc.BrokerControlServicer):
                 return encode_fetch_response(await replica_manager.fetch_partitions(request))
             results = await replica_manager.fetch_partitions(request, fetch_session)
             return encode_fetch_response(fetch_session.answer(results), session_held=True)
-        await self._fetch_stream(context, "ReplicaFetch", refusal, answer, _fetch_error_bytes)
+        try:
+            await self._fetch_stream(context, "ReplicaFetch", refusal, answer,
+                                     _fetch_error_bytes)
+        finally:
+            fetch_session.close()  # it stops listening to its partitions
 
 
 class _StreamReader(Generic[_Request]):

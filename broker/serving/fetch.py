@@ -114,6 +114,17 @@ class FollowerSession(Protocol):
     wanted: list[Wanted] | None  # the partitions asked, in the session's order
     named: set[int] | None  # the indexes the request named; None: all of them
     earlier: FetchPass | None  # the last pass of the session's previous fetch
+    unsettled: set[int]  # the indexes whose follower is not known to be settled
+
+    def to_read(self, first_pass: bool, now_ms: int, broker_epoch: int,
+                isr_eligible: bool) -> list[int] | None:
+        """The indexes a pass reads, in order (None: all)."""
+
+    def read_all(self) -> None:
+        """A pass read every partition."""
+
+    async def park(self, timeout_s: float) -> None:
+        """Until an append or a leadership change of a partition of the session."""
 
 
 class ConsumerFetched(FetchedPartition):
@@ -293,16 +304,29 @@ class FetchPath:
         if session is not None and is_follower:
             earlier, named = session.earlier, session.named
             session.earlier = None  # until this fetch is answered
+        else:
+            session = None
         while True:
+            indexes = None
+            if session is not None:
+                if earlier is None:
+                    session.read_all()
+                else:
+                    indexes = session.to_read(first_pass, mono_ms(), broker_epoch,
+                                              isr_eligible)
             results, total_bytes, must_answer, served = self._read(
                 wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
-                first_pass, read_committed, earlier, named)
+                first_pass, read_committed, earlier, named, indexes,
+                session.unsettled if session is not None else None)
             first_pass = False
             if is_follower:
                 earlier = (results, served)
             remaining_s = deadline - loop.time()
             if must_answer or total_bytes >= min_bytes or remaining_s <= 0 or self._closing():
                 break
+            if session is not None:
+                await session.park(remaining_s)
+                continue
             if keys is None:
                 keys = [(topic, partition) for topic, partition, *_ in wanted]
             await self.fetch_waiters.wait(keys, remaining_s, follower=is_follower)
@@ -326,16 +350,22 @@ class FetchPath:
             bytes_out, messages_out = self._fetch_out_counters[is_follower]
             bytes_out.inc(total_bytes)
             messages_out.inc(messages)
-        if session is not None and is_follower:
+        if session is not None:
             session.earlier = earlier
         return results
 
     def _read(self, wanted: list[Wanted], max_bytes: int, replica_id: int, isr_eligible: bool,
               broker_epoch: int, first_pass: bool, read_committed: bool = False,
-              earlier: FetchPass | None = None, named: set[int] | None = None
+              earlier: FetchPass | None = None, named: set[int] | None = None,
+              indexes: list[int] | None = None, unsettled: set[int] | None = None
               ) -> tuple[list[FetchedPartition], int, bool, list[Partition | None]]:
         """(the answer per partition, the records' bytes, must it be answered now, the
         partition each answer came from). A follower's when ``replica_id`` >= 0.
+
+        ``indexes``: read only those of ``wanted`` (in order); the others keep
+        ``earlier``'s answer as it is (a fetch session's pass, ``replica_fetch_session``).
+        ``unsettled``: the session's set, kept: an index leaves it where the short way
+        held on a first pass, and joins it where the partition was served anew.
 
         ``earlier``: a follower's previous pass: of this long-poll, or on the first pass
         the last one of its session's previous fetch (``named``: the partitions whose ask
@@ -351,12 +381,22 @@ class FetchPath:
             max_bytes = FETCH_MAX_BYTES_DEFAULT
         total_bytes = 0
         must_answer = False
-        results = []
-        served: list[Partition | None] = []
+        results: list[FetchedPartition]
+        served: list[Partition | None]
+        to_read: Iterable[int]
+        if indexes is None:
+            to_read = range(len(wanted))
+            results = [None] * len(wanted)  # type: ignore[list-item]  # each set below
+            served = [None] * len(wanted)
+        else:
+            if earlier is None:
+                raise InvariantViolation("a pass of some partitions with no earlier pass")
+            to_read = indexes
+            results, served = list(earlier[0]), list(earlier[1])
         now_ms = mono_ms() if first_pass and earlier is not None else 0
-        for index, (topic, partition_index, current_leader_epoch, fetch_offset,
-                    last_fetched_epoch, partition_max_bytes, topic_id,
-                    follower_log_start_offset) in enumerate(wanted):
+        for index in to_read:
+            (topic, partition_index, current_leader_epoch, fetch_offset, last_fetched_epoch,
+             partition_max_bytes, topic_id, follower_log_start_offset) = wanted[index]
             leader_epoch = high_watermark = log_start_offset = log_end_offset = -1
             partition = None
             try:
@@ -376,9 +416,11 @@ class FetchPath:
                                 last_fetched_epoch, now_ms, broker_epoch=broker_epoch,
                                 log_start_offset=follower_log_start_offset))):
                         high_watermark = replica.high_watermark
-                        results.append(before if before.high_watermark == high_watermark
-                                       else before._replace(high_watermark=high_watermark))
-                        served.append(partition)
+                        results[index] = (before if before.high_watermark == high_watermark
+                                          else before._replace(high_watermark=high_watermark))
+                        served[index] = partition
+                        if first_pass and unsettled is not None:
+                            unsettled.discard(index)
                         continue
                 if topic_id and topic_id != partition.topic_id:
                     check_fetch_topic_id(partition, topic_id, self._known_topic_ids())
@@ -422,14 +464,16 @@ class FetchPath:
                                 log_.aborted_transactions(fetch_offset, visible_end)]
                                if read_committed and records else [])
                     fetched = consumer_fetched(fetched, stable_end, aborted)
-                results.append(fetched)
+                results[index] = fetched
             except Exception as e:  # the one boundary: a typed error per partition
                 code, message = error_code_for(e, context="Fetch")
-                results.append(FetchedPartition(
+                results[index] = FetchedPartition(
                     topic, partition_index, code, message, high_watermark, log_start_offset,
-                    log_end_offset, leader_epoch, b"", None))
+                    log_end_offset, leader_epoch, b"", None)
                 must_answer = True
-            served.append(partition)
+            served[index] = partition
+            if unsettled is not None:
+                unsettled.add(index)
         return results, total_bytes, must_answer, served
 
     def _read_checked(self, partition: Partition, how: str, fetch_offset: int, max_bytes: int,

@@ -12,7 +12,9 @@ wait's deadline has come. A wait may complete before anyone attaches to it
 partitions and is woken by the first change on any of them that can change
 its answer (a follower's: an append; a consumer's: a HW move; both: a
 leadership change); it then reads again and decides whether it has enough
-bytes.
+bytes. A follower's fetch session (``replica_fetch_session``) listens to its
+partitions for as long as it lasts (``listen``): it hears of every change,
+parked or not, and so reads again only the partitions that changed.
 
 Everything runs on the broker's one event loop, so registering a waiter and
 checking the current state happen without a gap for an event to slip through.
@@ -24,7 +26,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Hashable, Iterable
-from typing import TypeAlias, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replication.replica_produce import acks_all_wait_ms
@@ -36,6 +38,17 @@ _T = TypeVar("_T")
 # A parked fetch: resolved with the key that woke it, or None when its time is up.
 Parked: TypeAlias = asyncio.Future[Hashable | None]
 _ByKey: TypeAlias = dict[Hashable, set[Parked]]
+
+
+class Listener(Protocol):
+    """A fetch session listening to its partitions (``FetchWaiters.listen``)."""
+
+    # The session's parked long-poll, if one is (counted by ``FetchWaiters.waiting``).
+    parked: asyncio.Future[Hashable | None] | None
+
+    def on_notice(self, key: Hashable, wakes_follower: bool) -> None:
+        """``key`` changed: an append or a leadership change (``wakes_follower``), or a
+        HW move or a log start move (not)."""
 
 
 def _answer(future: asyncio.Future[_T], result: _T) -> None:
@@ -134,13 +147,32 @@ class FetchWaiters:
     HW, and a HW move alone does not answer a follower (``FetchPath.fetch``).
     ``notify`` (leadership changes, errors) and ``notify_all`` (shutdown) wake both.
     Waking a fetch whose answer cannot have changed costs a read pass and a new
-    park, once per record and parked fetch.
+    park, once per record and parked fetch. Listeners (``listen``) hear of every
+    notice of their keys, ``notify_log_start``'s too, and park on their own.
     """
 
     def __init__(self) -> None:
         self._consumers_by_key: _ByKey = {}
         self._followers_by_key: _ByKey = {}
         self._keys: dict[Parked, tuple[tuple[Hashable, ...], _ByKey]] = {}
+        self._listeners_by_key: dict[Hashable, list[Listener]] = {}
+
+    def listen(self, keys: Iterable[Hashable], listener: Listener) -> None:
+        """``listener.on_notice`` for every notice of ``keys`` until ``unlisten``."""
+        for key in keys:
+            listeners = self._listeners_by_key.get(key)
+            if listeners is None:
+                self._listeners_by_key[key] = [listener]
+            else:
+                listeners.append(listener)
+
+    def unlisten(self, keys: Iterable[Hashable], listener: Listener) -> None:
+        for key in keys:
+            listeners = self._listeners_by_key.get(key)
+            if listeners is not None and listener in listeners:
+                listeners.remove(listener)
+                if not listeners:
+                    del self._listeners_by_key[key]
 
     def watch(self, keys: Iterable[Hashable], *, follower: bool = False) -> Parked:
         """A future resolved by the next ``notify`` of any of ``keys``, or the next
@@ -188,17 +220,37 @@ class FetchWaiters:
 
     def notify_high_watermark(self, key: Hashable) -> None:
         _wake(self._consumers_by_key.pop(key, ()), key)
+        listeners = self._listeners_by_key.get(key)
+        if listeners is not None:
+            for listener in listeners:
+                listener.on_notice(key, False)
 
     def notify_append(self, key: Hashable) -> None:
         _wake(self._followers_by_key.pop(key, ()), key)
+        listeners = self._listeners_by_key.get(key)
+        if listeners is not None:
+            for listener in listeners:
+                listener.on_notice(key, True)
+
+    def notify_log_start(self, key: Hashable) -> None:
+        """The leader's log start moved (DeleteRecords): the listeners hear of it; no
+        long-poll is woken (a follower learns it with its next answer)."""
+        listeners = self._listeners_by_key.get(key)
+        if listeners is not None:
+            for listener in listeners:
+                listener.on_notice(key, False)
 
     def notify_all(self) -> None:
-        for key in list(self._consumers_by_key) + list(self._followers_by_key):
+        for key in dict.fromkeys([*self._consumers_by_key, *self._followers_by_key,
+                                  *self._listeners_by_key]):
             self.notify(key)
 
     def waiting(self) -> int:
-        return len({f for by_key in (self._consumers_by_key, self._followers_by_key)
-                    for waiters in by_key.values() for f in waiters})
+        parked = {f for by_key in (self._consumers_by_key, self._followers_by_key)
+                  for waiters in by_key.values() for f in waiters}
+        parked.update(listener.parked for listeners in self._listeners_by_key.values()
+                      for listener in listeners if listener.parked is not None)
+        return len(parked)
 
 
 def _wake(futures: Iterable[Parked], key: Hashable) -> None:

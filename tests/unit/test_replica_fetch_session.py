@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from tests.unit.test_broker_fakes import FakeLog, make_batch
 from tests.unit.test_broker_fetcher import wait_until
 from tests.unit.test_broker_replica_fetch import CountingServicer, make_follower, start_leader
-from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce
+from tests.unit.test_broker_replica_manager import TP, lai, make_manager, produce, serve
+from tidewater.broker.clock import mono_ms
 from tidewater.broker.serving.fetch import FetchedPartition
+from tidewater.broker.serving.purgatory import FetchWaiters
 from tidewater.broker.serving.replica_fetch_session import ReplicaFetchSession
 from tidewater.broker.serving.replica_fetch_wire import decode_fetch_response
 from tidewater.broker.storage.log_config import LogConfig
@@ -33,6 +35,19 @@ def request(mode: int, *asks: tuple[int, int]) -> pb.FetchRequest:
         for p, offset in asks])
 
 
+def new_session() -> ReplicaFetchSession:
+    return ReplicaFetchSession(FetchWaiters(), refresh_ms=10**9)
+
+
+def take(session: ReplicaFetchSession, fetch: pb.FetchRequest) -> bool:
+    """``session.take``, then a first pass's choice, as the fetch path makes it: a new
+    session reads every partition (none is settled yet)."""
+    taken = session.take(fetch)
+    if taken:
+        session.to_read(True, 0, 0, False)
+    return taken
+
+
 def result(partition: int, high_watermark: int, records: bytes = b"", error_code: int = 0,
            log_start_offset: int = 0, diverging=None) -> FetchedPartition:
     return FetchedPartition(TP.topic, partition, error_code, "", high_watermark,
@@ -40,8 +55,8 @@ def result(partition: int, high_watermark: int, records: bytes = b"", error_code
 
 
 def test_a_full_request_starts_the_session_and_is_answered_whole():
-    session = ReplicaFetchSession()
-    assert session.take(request(pb.SESSION_FULL, (0, 5), (1, 3)))
+    session = new_session()
+    assert take(session, request(pb.SESSION_FULL, (0, 5), (1, 3)))
     assert session.held and session.named is None
     assert [(w[1], w[3]) for w in session.wanted] == [(0, 5), (1, 3)]
     results = [result(0, 5), result(1, 3)]
@@ -49,11 +64,11 @@ def test_a_full_request_starts_the_session_and_is_answered_whole():
 
 
 def test_an_incremental_answer_leaves_out_only_what_has_nothing_new():
-    session = ReplicaFetchSession()
-    session.take(request(pb.SESSION_FULL, (0, 5), (1, 3), (2, 0)))
+    session = new_session()
+    take(session, request(pb.SESSION_FULL, (0, 5), (1, 3), (2, 0)))
     session.answer([result(0, 5), result(1, 3), result(2, 0)])
     # Partition 0 moved (named); 1 and 2 are asked as before.
-    assert session.take(request(pb.SESSION_INCREMENTAL, (0, 6)))
+    assert take(session, request(pb.SESSION_INCREMENTAL, (0, 6)))
     assert session.named == {0}
     assert [(w[1], w[3]) for w in session.wanted] == [(0, 6), (1, 3), (2, 0)]
     answered = session.answer([result(0, 5), result(1, 3), result(2, 0)])
@@ -62,35 +77,35 @@ def test_an_incremental_answer_leaves_out_only_what_has_nothing_new():
     for changed in (result(1, 4), result(1, 3, records=b"r"),
                     result(1, 3, error_code=pb.NOT_LEADER_OR_FOLLOWER),
                     result(1, 3, diverging=(0, 2)), result(1, 3, log_start_offset=1)):
-        session.take(request(pb.SESSION_INCREMENTAL))
+        take(session, request(pb.SESSION_INCREMENTAL))
         assert session.named == set()
         answered = session.answer([result(0, 5), changed, result(2, 0)])
         assert answered == [changed]
     # A new full request starts over: every partition again.
-    session.take(request(pb.SESSION_FULL, (0, 6), (1, 3)))
+    take(session, request(pb.SESSION_FULL, (0, 6), (1, 3)))
     assert len(session.answer([result(0, 5), result(1, 3)])) == 2
 
 
 def test_requests_the_session_cannot_take_are_refused_whole():
-    session = ReplicaFetchSession()
+    session = new_session()
     with pytest.raises(FetchSessionIdNotFoundError):
-        session.take(request(pb.SESSION_INCREMENTAL, (0, 1)))
-    session.take(request(pb.SESSION_FULL, (0, 5)))
+        take(session, request(pb.SESSION_INCREMENTAL, (0, 1)))
+    take(session, request(pb.SESSION_FULL, (0, 5)))
     with pytest.raises(InvalidRequestError, match="orders-7 is not in this stream's"):
-        session.take(request(pb.SESSION_INCREMENTAL, (7, 1)))
+        take(session, request(pb.SESSION_INCREMENTAL, (7, 1)))
     with pytest.raises(InvalidRequestError, match="named twice"):
-        session.take(request(pb.SESSION_FULL, (0, 5), (0, 6)))
+        take(session, request(pb.SESSION_FULL, (0, 5), (0, 6)))
     assert not session.held
     with pytest.raises(FetchSessionIdNotFoundError):
-        session.take(request(pb.SESSION_INCREMENTAL))
+        take(session, request(pb.SESSION_INCREMENTAL))
 
 
 def test_a_sessionless_request_is_read_as_it_is():
     """A follower of an earlier release, or a mode this release does not know."""
-    session = ReplicaFetchSession()
-    session.take(request(pb.SESSION_FULL, (0, 5)))
+    session = new_session()
+    take(session, request(pb.SESSION_FULL, (0, 5)))
     for mode in (pb.SESSIONLESS, 9):
-        assert not session.take(request(mode, (0, 5)))
+        assert not take(session, request(mode, (0, 5)))
         assert not session.held
 
 
@@ -103,13 +118,13 @@ def test_what_is_left_out_the_follower_already_has(rounds, named_per_round):
     """Whatever each round's results, after applying the answers the follower's view of
     every partition (HW, log start) is the leader's, and nothing with records or an error
     is ever left out."""
-    session = ReplicaFetchSession()
-    session.take(request(pb.SESSION_FULL, (0, 0), (1, 0), (2, 0)))
+    session = new_session()
+    take(session, request(pb.SESSION_FULL, (0, 0), (1, 0), (2, 0)))
     seen: dict[int, tuple[int, int]] = {}
     for number, round_ in enumerate(rounds):
         if number:
             names = named_per_round[number]
-            session.take(request(pb.SESSION_INCREMENTAL, *((p, number) for p in sorted(names))))
+            take(session, request(pb.SESSION_INCREMENTAL, *((p, number) for p in sorted(names))))
         named = session.named
         results = [result(p, hw, records=b"r" if has_records else b"",
                           error_code=pb.NOT_LEADER_OR_FOLLOWER if failed else 0,
@@ -209,6 +224,112 @@ async def test_an_idle_partition_leaves_the_stream_once_the_follower_has_it(tmp_
     finally:
         await follower_rm.stop()
         await server.stop(0)
+
+
+async def test_a_settled_partition_is_read_on_refreshes_only_and_stays_in_the_isr(tmp_path):
+    """Over real gRPC: while partition 0 takes records one at a time, the caught-up idle
+    partition 1 is read on the session's refreshes only (a quarter of the lag time apart),
+    not on every pass; idle for three lag times, neither partition drops its follower
+    from the ISR (the refreshes record its fetch time); partition 1's next record reaches
+    the follower at once; and the session stops listening when the stream ends."""
+    lag_ms = 400
+    leader_rm, controller = make_manager(tmp_path / "l", **{"replica.lag.time.max.ms": str(lag_ms)})
+    leader_rm.log_manager._logs[TP] = FakeLog(TP, LogConfig())
+    leader_rm.log_manager._logs[TP1] = FakeLog(TP1, LogConfig())
+    servicer = RecordingServicer(leader_rm)
+    server, port = await serve(leader_rm, servicer.client, servicer)
+    await leader_rm.leader_and_isr(of_two(lai(leader=1, leader_epoch=0, isr=(1, 2))))
+    follower_rm = make_follower(tmp_path / "f", **{"replica.fetch.wait.max.ms": "50"})
+    follower_rm.log_manager._logs[TP1] = FakeLog(TP1, LogConfig())
+    path = leader_rm.fetcher_path
+    lookups: dict[int, int] = {0: 0, 1: 0}
+    lookup = path._lookup
+
+    def counted(topic: str, partition: int):
+        lookups[partition] += 1
+        return lookup(topic, partition)
+
+    path._lookup = counted
+    loop = asyncio.get_running_loop()
+    try:
+        request = of_two(lai(leader=1, leader_epoch=0, isr=(1, 2)))
+        request.leaders[0].broker_id, request.leaders[0].port = 1, port
+        await follower_rm.leader_and_isr(request)
+        logs = [follower_rm.log_manager.get(tp) for tp in (TP, TP1)]
+        for partition in (0, 1):
+            await leader_rm.produce(produce(acks=1, partition=partition))
+        await wait_until(lambda: follower_rm.partitions[TP1].high_watermark == 1)
+        await asyncio.sleep(0.2)  # a few rounds: both partitions settle
+        lookups.update({0: 0, 1: 0})
+        asked = len(servicer.requests)
+        started = loop.time()
+        for n in range(2, 42):
+            await leader_rm.produce(produce(acks=1, partition=0))
+            await wait_until(lambda n=n: logs[0].log_end_offset == n)
+        elapsed_ms = (loop.time() - started) * 1000
+        rounds = len(servicer.requests) - asked
+        assert rounds >= 40 and lookups[0] >= 40
+        refreshes_max = int(elapsed_ms // (lag_ms // 4)) + 2
+        assert lookups[1] <= refreshes_max < rounds, (lookups, refreshes_max, rounds)
+        for _ in range(3 * lag_ms // 50):  # idle: the ISR's lag check keeps running
+            await asyncio.sleep(0.05)
+            leader_rm.background.tick_all(mono_ms())
+        assert controller.items == []  # no ISR shrink proposed
+        for tp in (TP, TP1):
+            assert 2 in leader_rm.partitions[tp].replica.leader.isr
+        await leader_rm.produce(produce(acks=1, partition=1))
+        await wait_until(lambda: follower_rm.partitions[TP1].high_watermark == 2)
+    finally:
+        await follower_rm.stop()
+        await wait_until(lambda: leader_rm.fetch_waiters.waiting() == 0)
+        await server.stop(0)
+    assert not leader_rm.fetch_waiters._listeners_by_key  # the session stopped listening
+
+
+def test_a_session_reads_what_it_heard_of_and_parks_on_appends_only():
+    """The session's choice of what a pass reads, from the notices it hears."""
+    waiters = FetchWaiters()
+    session = ReplicaFetchSession(waiters, refresh_ms=100)
+    take(session, request(pb.SESSION_FULL, (0, 5), (1, 3), (2, 0)))
+    session.unsettled.clear()  # as if a pass found all three settled
+    session.take(request(pb.SESSION_INCREMENTAL))
+    assert session.to_read(True, 50, 0, False) == []
+    waiters.notify_high_watermark(TP1)
+    waiters.notify_log_start(TopicPartition(TP.topic, 2))
+    waiters.notify_append(TopicPartition("other", 0))  # not in the session
+    assert session.to_read(False, 60, 0, False) == [1, 2]
+    assert session.to_read(False, 60, 0, False) == []
+    session.unsettled.add(0)
+    session.take(request(pb.SESSION_INCREMENTAL, (2, 1)))
+    assert session.to_read(True, 70, 0, False) == [0, 2]  # unsettled, named
+    session.take(request(pb.SESSION_INCREMENTAL))
+    assert session.to_read(True, 101, 0, False) is None  # the refresh is due
+    session.take(request(pb.SESSION_INCREMENTAL))
+    assert session.to_read(True, 102, 8, False) is None  # another broker epoch
+    session.close()
+    waiters.notify_append(TP)
+    assert not session.changed and not waiters._listeners_by_key
+
+
+async def test_a_parked_session_wakes_on_an_append_or_a_leadership_change_only():
+    waiters = FetchWaiters()
+    session = ReplicaFetchSession(waiters, refresh_ms=100)
+    take(session, request(pb.SESSION_FULL, (0, 5), (1, 3)))
+    for notice in (lambda: waiters.notify_append(TP1), lambda: waiters.notify(TP1),
+                   waiters.notify_all):
+        parked = asyncio.ensure_future(session.park(5))
+        await asyncio.sleep(0)
+        assert waiters.waiting() == 1
+        waiters.notify_high_watermark(TP)
+        waiters.notify_log_start(TP1)
+        await asyncio.sleep(0.01)
+        assert not parked.done()
+        notice()
+        await asyncio.wait_for(parked, 1)
+        assert waiters.waiting() == 0
+    started = asyncio.get_running_loop().time()
+    await session.park(0.05)  # nothing: its time ends it
+    assert asyncio.get_running_loop().time() - started >= 0.04
 
 
 async def test_a_leader_that_never_holds_a_session_gets_full_requests(tmp_path):
