@@ -374,8 +374,7 @@ class ReplicaManager:
         return await delete_records(wanted, timeout_ms, lookup=self._partition,
                                     carrier=self.carrier,
                                     checkpoint=self.background.checkpoint_log_start_offsets,
-                                    acks_waits=self.acks_waits,
-                                    log_start_moved=self.fetch_waiters.notify_log_start)
+                                    acks_waits=self.acks_waits)
 
     def replica_fetch_session(self) -> ReplicaFetchSession:
         """A ReplicaFetch stream's fetch session, listening to this broker's partitions;

@@ -33,7 +33,6 @@ from tidewater.broker.replicas.partition import Partition
 from tidewater.broker.replicas.ready_carrier import ReadyCarrier
 from tidewater.broker.replication.replica_produce import acks_all_wait_ms
 from tidewater.broker.serving.purgatory import AcksWait, AcksWaits
-from tidewater.broker.storage.topics import TopicPartition
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import KafkaStorageError, PolicyViolationError
 
@@ -48,8 +47,7 @@ class DeleteRecordsResult(NamedTuple):
 
 async def delete_records(wanted: list[tuple[str, int, int]], timeout_ms: int, *,
                          lookup: Callable[[str, int], Partition], carrier: ReadyCarrier,
-                         checkpoint: Callable[[], Awaitable[None]], acks_waits: AcksWaits,
-                         log_start_moved: Callable[[TopicPartition], None] = lambda tp: None
+                         checkpoint: Callable[[], Awaitable[None]], acks_waits: AcksWaits
                          ) -> list[DeleteRecordsResult]:
     """Move the log start of each ``(topic, partition, offset)`` this broker leads;
     answers in ``wanted``'s order (module docstring)."""
@@ -68,7 +66,6 @@ async def delete_records(wanted: list[tuple[str, int, int]], timeout_ms: int, *,
             except KafkaStorageError:
                 carrier.apply(partition, partition.replica.on_leader_append_failure(mono_ms()))
                 raise
-            log_start_moved(partition.tp)  # the followers' fetch sessions read it again
         except Exception as e:
             code, message = error_code_for(e, context="DeleteRecords")
             results.append(DeleteRecordsResult(topic, index, -1, code, message))

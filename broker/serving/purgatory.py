@@ -47,8 +47,8 @@ class Listener(Protocol):
     parked: asyncio.Future[Hashable | None] | None
 
     def on_notice(self, key: Hashable, wakes_follower: bool) -> None:
-        """``key`` changed: an append or a leadership change (``wakes_follower``), or a
-        HW move or a log start move (not)."""
+        """``key`` changed: an append or a leadership change (``wakes_follower``; the
+        core's DeleteRecords wakes followers too), or a HW move (not)."""
 
 
 def _answer(future: asyncio.Future[_T], result: _T) -> None:
@@ -148,7 +148,7 @@ class FetchWaiters:
     ``notify`` (leadership changes, errors) and ``notify_all`` (shutdown) wake both.
     Waking a fetch whose answer cannot have changed costs a read pass and a new
     park, once per record and parked fetch. Listeners (``listen``) hear of every
-    notice of their keys, ``notify_log_start``'s too, and park on their own.
+    notice of their keys and park on their own.
     """
 
     def __init__(self) -> None:
@@ -231,14 +231,6 @@ class FetchWaiters:
         if listeners is not None:
             for listener in listeners:
                 listener.on_notice(key, True)
-
-    def notify_log_start(self, key: Hashable) -> None:
-        """The leader's log start moved (DeleteRecords): the listeners hear of it; no
-        long-poll is woken (a follower learns it with its next answer)."""
-        listeners = self._listeners_by_key.get(key)
-        if listeners is not None:
-            for listener in listeners:
-                listener.on_notice(key, False)
 
     def notify_all(self) -> None:
         for key in dict.fromkeys([*self._consumers_by_key, *self._followers_by_key,

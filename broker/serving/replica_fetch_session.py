@@ -29,9 +29,9 @@ The leader reads again only what can have changed. A partition the request did n
 that has not moved since the session's previous fetch keeps that fetch's answer, and the
 core records the fetch the short way (``FetchPath._read``, ``on_follower_fetch_at_end``);
 a partition where that held is *settled*. The session listens to its partitions
-(``FetchWaiters.listen``: appends, HW moves, leadership changes, DeleteRecords' log start
-moves), and a pass reads only the partitions named, noticed since the last pass, or not
-settled; the others keep their answer untouched. Going over every partition on every
+(``FetchWaiters.listen``: appends, HW moves, leadership changes, DeleteRecords, which
+the core tells as an append), and a pass reads only the partitions named, noticed since
+the last pass, or not settled; the others keep their answer untouched. Going over every partition on every
 pass, as before, cost the leader ~135 microseconds a record with 16 idle partitions
 beside one busy one (bench/probes/leader_python.py, 2026-12-02). A long-poll parks on
 the session (``park``), woken by the first append or leadership change of any of its

@@ -295,7 +295,7 @@ def test_a_session_reads_what_it_heard_of_and_parks_on_appends_only():
     session.take(request(pb.SESSION_INCREMENTAL))
     assert session.to_read(True, 50, 0, False) == []
     waiters.notify_high_watermark(TP1)
-    waiters.notify_log_start(TopicPartition(TP.topic, 2))
+    waiters.notify_high_watermark(TopicPartition(TP.topic, 2))
     waiters.notify_append(TopicPartition("other", 0))  # not in the session
     assert session.to_read(False, 60, 0, False) == [1, 2]
     assert session.to_read(False, 60, 0, False) == []
@@ -321,7 +321,7 @@ async def test_a_parked_session_wakes_on_an_append_or_a_leadership_change_only()
         await asyncio.sleep(0)
         assert waiters.waiting() == 1
         waiters.notify_high_watermark(TP)
-        waiters.notify_log_start(TP1)
+        waiters.notify_high_watermark(TP1)
         await asyncio.sleep(0.01)
         assert not parked.done()
         notice()
