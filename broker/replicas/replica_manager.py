@@ -377,10 +377,9 @@ class ReplicaManager:
                                     acks_waits=self.acks_waits)
 
     def replica_fetch_session(self) -> ReplicaFetchSession:
-        """A ReplicaFetch stream's fetch session, listening to this broker's partitions;
-        a settled partition's follower time is recorded every quarter of the lag time."""
-        return ReplicaFetchSession(self.fetch_waiters,
-                                   refresh_ms=max(self.config.replica_lag_time_max_ms // 4, 1))
+        """A ReplicaFetch stream's fetch session, listening to this broker's partitions
+        (its refreshes follow the lag time)."""
+        return ReplicaFetchSession(self.fetch_waiters, self.config.replica_lag_time_max_ms)
 
     @property
     def controller_epoch(self) -> int:

@@ -117,7 +117,7 @@ class FollowerSession(Protocol):
     unsettled: set[int]  # the indexes whose follower is not known to be settled
 
     def to_read(self, first_pass: bool, now_ms: int, broker_epoch: int,
-                isr_eligible: bool) -> list[int] | None:
+                isr_eligible: bool, max_wait_ms: int = 0) -> list[int] | None:
         """The indexes a pass reads, in order (None: all)."""
 
     def read_all(self) -> None:
@@ -313,7 +313,7 @@ class FetchPath:
                     session.read_all()
                 else:
                     indexes = session.to_read(first_pass, mono_ms(), broker_epoch,
-                                              isr_eligible)
+                                              isr_eligible, max_wait_ms)
             results, total_bytes, must_answer, served = self._read(
                 wanted, max_bytes, replica_id if is_follower else -1, isr_eligible, broker_epoch,
                 first_pass, read_committed, earlier, named, indexes,

@@ -39,9 +39,11 @@ partitions, instead of watching every partition's key anew each time.
 
 Kafka's leader records every follower's fetch time on every partition of a session, for
 the ISR's lag check; here a settled partition's is recorded on a *refresh*: a first pass
-that goes over every partition, at most ``refresh_ms`` after the last one (a quarter of
-``replica.lag.time.max.ms``: a caught-up follower's time is never older than that plus
-one long-poll when the check reads it). A refresh also catches what no notice tells: an
+that goes over every partition, once a quarter of ``replica.lag.time.max.ms`` has passed
+since the last one, or sooner where the fetch's own long-poll could take the time since
+past half of it (``to_read``). So a caught-up follower's recorded time is never older
+than half the lag time when the check reads it (a follower waiting longer than that is
+slower than the lag time allows anyway). A refresh also catches what no notice tells: an
 ISR or follower state the controller changed, a log start moved by retention. A fetch
 from another broker epoch, or with another ISR eligibility, than the previous one is a
 refresh too.
@@ -62,7 +64,8 @@ class ReplicaFetchSession:
     """One ReplicaFetch stream's session (module docstring). Requests on a stream are
     answered one at a time, in order, so ``take`` and ``answer`` alternate."""
 
-    def __init__(self, waiters: FetchWaiters, refresh_ms: int) -> None:
+    def __init__(self, waiters: FetchWaiters, lag_ms: int) -> None:
+        """``lag_ms``: the leader's ``replica.lag.time.max.ms``."""
         self.wanted: list[Wanted] | None = None  # None: no session on this stream
         # The indexes of ``wanted`` the request being answered named (None: all of them),
         # and the last pass of the previous fetch (``fetch.FollowerSession``).
@@ -74,7 +77,8 @@ class ReplicaFetchSession:
         self.unsettled: set[int] = set()
         self.parked: asyncio.Future[Hashable | None] | None = None
         self._waiters = waiters
-        self._refresh_ms = refresh_ms
+        self._refresh_ms = max(lag_ms // 4, 1)
+        self._recorded_age_max_ms = max(lag_ms // 2, 1)
         self._refreshed_ms = 0
         self._asker: tuple[int, bool] | None = None  # (broker epoch, ISR eligible)
         # Indexes read since the last answer; None: all of them.
@@ -156,13 +160,16 @@ class ReplicaFetchSession:
             self.parked = None
 
     def to_read(self, first_pass: bool, now_ms: int, broker_epoch: int,
-                isr_eligible: bool) -> list[int] | None:
+                isr_eligible: bool, max_wait_ms: int = 0) -> list[int] | None:
         """The indexes a pass reads, in order; None: every one (a refresh on a first
-        pass, module docstring). Forgets what was noticed: a pass reads it."""
+        pass, module docstring; ``max_wait_ms``: the fetch's long-poll). Forgets what was
+        noticed: a pass reads it."""
         changed = self.changed
         if first_pass:
             asker = (broker_epoch, isr_eligible)
-            if (self._asker != asker or now_ms - self._refreshed_ms >= self._refresh_ms
+            age_ms = now_ms - self._refreshed_ms
+            if (self._asker != asker or age_ms >= self._refresh_ms
+                    or age_ms + max_wait_ms >= self._recorded_age_max_ms
                     or self.named is None):
                 self._asker = asker
                 self._refreshed_ms = now_ms

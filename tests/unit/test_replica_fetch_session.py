@@ -36,7 +36,7 @@ def request(mode: int, *asks: tuple[int, int]) -> pb.FetchRequest:
 
 
 def new_session() -> ReplicaFetchSession:
-    return ReplicaFetchSession(FetchWaiters(), refresh_ms=10**9)
+    return ReplicaFetchSession(FetchWaiters(), lag_ms=10**9)
 
 
 def take(session: ReplicaFetchSession, fetch: pb.FetchRequest) -> bool:
@@ -289,7 +289,7 @@ async def test_a_settled_partition_is_read_on_refreshes_only_and_stays_in_the_is
 def test_a_session_reads_what_it_heard_of_and_parks_on_appends_only():
     """The session's choice of what a pass reads, from the notices it hears."""
     waiters = FetchWaiters()
-    session = ReplicaFetchSession(waiters, refresh_ms=100)
+    session = ReplicaFetchSession(waiters, lag_ms=400)
     take(session, request(pb.SESSION_FULL, (0, 5), (1, 3), (2, 0)))
     session.unsettled.clear()  # as if a pass found all three settled
     session.take(request(pb.SESSION_INCREMENTAL))
@@ -303,9 +303,14 @@ def test_a_session_reads_what_it_heard_of_and_parks_on_appends_only():
     session.take(request(pb.SESSION_INCREMENTAL, (2, 1)))
     assert session.to_read(True, 70, 0, False) == [0, 2]  # unsettled, named
     session.take(request(pb.SESSION_INCREMENTAL))
-    assert session.to_read(True, 101, 0, False) is None  # the refresh is due
+    assert session.to_read(True, 101, 0, False) is None  # a quarter of the lag time
     session.take(request(pb.SESSION_INCREMENTAL))
     assert session.to_read(True, 102, 8, False) is None  # another broker epoch
+    session.take(request(pb.SESSION_INCREMENTAL))
+    assert session.to_read(True, 103, 8, False, 198) == [0]  # 0 is not settled
+    session.take(request(pb.SESSION_INCREMENTAL))
+    # A long-poll that could leave the last recorded time older than half the lag time.
+    assert session.to_read(True, 103, 8, False, 199) is None
     session.close()
     waiters.notify_append(TP)
     assert not session.changed and not waiters._listeners_by_key
@@ -313,7 +318,7 @@ def test_a_session_reads_what_it_heard_of_and_parks_on_appends_only():
 
 async def test_a_parked_session_wakes_on_an_append_or_a_leadership_change_only():
     waiters = FetchWaiters()
-    session = ReplicaFetchSession(waiters, refresh_ms=100)
+    session = ReplicaFetchSession(waiters, lag_ms=400)
     take(session, request(pb.SESSION_FULL, (0, 5), (1, 3)))
     for notice in (lambda: waiters.notify_append(TP1), lambda: waiters.notify(TP1),
                    waiters.notify_all):
