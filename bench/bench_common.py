@@ -29,7 +29,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -221,11 +221,22 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(out)
 
 
-def results_table(rows: Sequence[Row]) -> str:
-    headers = ("section", "metric", "unit", "tidewater", "nats-js", "tw/peer", "note")
+def results_table(rows: Sequence[Row],
+                  earlier: Mapping[tuple[str, str, str], str] | None = None) -> str:
+    """The rows; with ``earlier`` ((section, metric, unit) -> text), a column of the
+    figures an issue started from beside them (``bench/earlier_figures.py``)."""
+    headers: tuple[str, ...] = ("section", "metric", "unit", "tidewater", "nats-js", "tw/peer")
+    right: tuple[bool, ...] = (False, False, False, True, True, True)
     cells = [(r.section, r.metric, r.unit, format_value(r.tidewater), format_value(r.peer),
-              format_ratio(r.ratio), r.note) for r in rows]
-    return format_table(headers, cells, align_right=(False, False, False, True, True, True, False))
+              format_ratio(r.ratio)) for r in rows]
+    if earlier is not None:
+        headers += ("earlier",)
+        right += (True,)
+        cells = [(*c, earlier.get((r.section, r.metric, r.unit), ""))
+                 for c, r in zip(cells, rows, strict=True)]
+    return format_table(headers + ("note",), [(*c, r.note) for c, r in zip(cells, rows,
+                                                                             strict=True)],
+                        align_right=right + (False,))
 
 
 # ---------------------------------------------------------------------- the machine

@@ -34,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import cpu_seconds, format_table, machine_description, median
+from bench.earlier_figures import EARLIER_CLI
+from bench.earlier_figures import SOURCE as EARLIER_SOURCE
 
 LINE_BYTES = 1024
 SETTINGS = {
@@ -212,6 +214,7 @@ def main() -> int:
           f"RF 3, 3 partitions, min.insync.replicas 2, {args.rounds} rounds alternated")
     print(format_table(["checkout", "settings", "MB/s per round", "median MB/s",
                         "client CPU ms/MB", "servers CPU ms/MB", "2-core bound MB/s"], rows))
+    print(f"earlier: {EARLIER_CLI} ({EARLIER_SOURCE})")
     return 0
 
 

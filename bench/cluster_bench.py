@@ -63,6 +63,8 @@ from bench.bench_common import (  # noqa: E402
     with_cpu,
     with_machine_pauses,
 )
+from bench.earlier_figures import EARLIER, EARLIER_LIMITS, EARLIER_TLS  # noqa: E402
+from bench.earlier_figures import SOURCE as EARLIER_SOURCE  # noqa: E402
 
 RECORD_SIZES = (100, 1024)
 ACKS = (("all", -1), ("1", 1), ("0", 0))
@@ -494,11 +496,12 @@ class Bench:
 
     def tls_table(self) -> str:
         return format_table(
-            ("TLS on/off (same run)", "unit", "plaintext", "TLS", "TLS/plaintext"),
+            ("TLS on/off (same run)", "unit", "plaintext", "TLS", "TLS/plaintext", "earlier"),
             [(r["metric"], r["unit"], format_value(r["plaintext"]), format_value(r["tls"]),
-              f"{r['tls_over_plaintext']:.2f}" if r["tls_over_plaintext"] else "-")
+              f"{r['tls_over_plaintext']:.2f}" if r["tls_over_plaintext"] else "-",
+              EARLIER_TLS.get((r["metric"], r["unit"]), ""))
              for r in self.tls_rows],
-            align_right=(False, False, True, True, True))
+            align_right=(False, False, True, True, True, True))
 
     def _build_all_rows(self, rows: list[Row]) -> None:
         for size in RECORD_SIZES:
@@ -806,11 +809,13 @@ def main(argv: list[str] | None = None) -> int:
           "(servers, controller, client): the cost of the work, which a loaded machine "
           "distorts less than wall-clock rates")
     print()
-    print(format_table(("machine limit", "unit", "value", "note"),
-                       [(r.metric, r.unit, format_value(r.tidewater), r.note) for r in bench.limits],
-                       align_right=(False, False, True, False)))
+    print(format_table(("machine limit", "unit", "value", "earlier", "note"),
+                       [(r.metric, r.unit, format_value(r.tidewater),
+                         EARLIER_LIMITS.get(r.metric, ""), r.note) for r in bench.limits],
+                       align_right=(False, False, True, True, False)))
     print()
-    print(results_table(bench.rows))
+    print(results_table(bench.rows, EARLIER))
+    print(f"earlier: {EARLIER_SOURCE}")
     if bench.tls_rows:
         print()
         print("TLS: one partition RF=3 on each of two 3-broker clusters, `tide cluster up` and "
@@ -829,6 +834,10 @@ def main(argv: list[str] | None = None) -> int:
             "page_cache_fill_bytes": fill_bytes,
             "limits": [r.to_json() for r in bench.limits], "rows": [r.to_json() for r in bench.rows],
             "tls_rows": bench.tls_rows,
+            "earlier": {"source": EARLIER_SOURCE,
+                        "rows": [[*key, text] for key, text in EARLIER.items()],
+                        "tls": [[*key, text] for key, text in EARLIER_TLS.items()],
+                        "limits": EARLIER_LIMITS},
             "errors": bench.errors}, indent=2) + "\n")
     return 130 if interrupted else (1 if bench.errors and not bench.rows else 0)
 

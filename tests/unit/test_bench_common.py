@@ -119,6 +119,35 @@ def test_results_table_has_ratio_and_missing_values():
     assert rows[1].to_json()["ratio_tidewater_over_peer"] is None
 
 
+def test_results_table_prints_the_earlier_figures_beside_their_rows():
+    rows = [Row("latency", "e2e @1,000/s p50", "ms", 1.9, 1.2, "paced", better="lower"),
+            Row("latency", "e2e @1,000/s p99", "ms", 3.5, 1.8, "", better="lower")]
+    lines = results_table(rows, {("latency", "e2e @1,000/s p50", "ms"): "2.53 (2.15x)"}
+                          ).splitlines()
+    assert lines[0].split()[-2:] == ["earlier", "note"]
+    assert lines[2].split()[-2:] == ["(2.15x)", "paced"]
+    assert lines[3].rstrip().endswith("1.94x")  # no earlier figure, no note: nothing after
+    assert "earlier" not in results_table(rows)
+
+
+def test_every_earlier_figure_names_a_row_the_cluster_bench_prints(tmp_path):
+    """A renamed row would lose its earlier figure without a word: the names must match
+    what ``cluster_bench`` builds (here with no measurement: every row is still named)."""
+    from bench.bench_common import GIB
+    from bench.cluster_bench import QUICK, TLS_WORKLOADS, Bench
+    from bench.earlier_figures import EARLIER, EARLIER_LIMITS, EARLIER_TLS
+
+    bench = Bench(QUICK, tmp_path, run_peer=False, run_tidewater=False)
+    bench.tw[("produce_plain", "all", 1024)] = None  # rows printed once measured or failed
+    bench.tw["restart"] = {"log_bytes": GIB}
+    bench.build_rows()
+    named = {(r.section, r.metric, r.unit) for r in bench.rows}
+    assert [key for key in EARLIER if key not in named] == []
+    workloads = {label for label, _client, _kind in TLS_WORKLOADS}
+    assert [key for key in EARLIER_TLS if key[0] not in workloads] == []
+    assert set(EARLIER_LIMITS) <= {"python start + import broker.process"}
+
+
 def test_stamped_payload_round_trip():
     filler = bytes(range(256)) * 8
     payload = stamped_payload(1024, 1_795_296_072_767_000_123, filler)
