@@ -41,6 +41,13 @@ EARLIER_TLS: dict[tuple[str, str], str] = {
 EARLIER_CLI = ("main against ebe4908 then: 25.2 vs 35.9, 22.2 vs 31.8, 15.6 vs 29.2 MB/s "
                "(0.53-0.70x); the aim: at least 100 MB/s and at least 1.0x ebe4908")
 
+# bench/idempotence_bench.py's settings -> idempotent / not then (the A/B of the
+# Producer's defaults, alternated twice, and the 256 KiB rows of make bench 2026-11-26).
+EARLIER_IDEMPOTENCE: dict[str, str] = {
+    "Producer defaults": "0.45 (33.4 / 73.5)",
+    "Producer 256 KiB, 5 in flight": "0.72 (93.2 / 129)",
+}
+
 # The machine-limits table: metric -> the figure then.
 EARLIER_LIMITS: dict[str, str] = {
     "python start + import broker.process": "0.67",

@@ -24,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_common import format_table, machine_description, median
+from bench.earlier_figures import EARLIER_IDEMPOTENCE
+from bench.earlier_figures import SOURCE as EARLIER_SOURCE
 from bench.tidewater_side import TidewaterCluster
 
 KIB = 1024
@@ -109,12 +111,13 @@ def main() -> int:
         rows.append([name, " / ".join(f"{v:.1f}" for v in idem),
                      " / ".join(f"{v:.1f}" for v in plain),
                      f"{median(idem):.1f}", f"{median(plain):.1f}",
-                     f"{median(idem) / median(plain):.2f}"])
+                     f"{median(idem) / median(plain):.2f}", EARLIER_IDEMPOTENCE.get(name, "")])
     print(f"\nmachine: {machine_description()}")
     print(f"{args.records} records of 1 KiB per run, acks=all, RF 3, 3 partitions, "
           f"min.insync.replicas 2, {args.rounds} rounds alternated")
     print(format_table(["settings", "idempotent MB/s", "not idempotent MB/s",
-                        "median idem", "median not", "idem/not"], rows))
+                        "median idem", "median not", "idem/not", "earlier idem/not"], rows))
+    print(f"earlier: {EARLIER_SOURCE}")
     return 0
 
 

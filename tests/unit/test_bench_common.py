@@ -146,6 +146,9 @@ def test_every_earlier_figure_names_a_row_the_cluster_bench_prints(tmp_path):
     workloads = {label for label, _client, _kind in TLS_WORKLOADS}
     assert [key for key in EARLIER_TLS if key[0] not in workloads] == []
     assert set(EARLIER_LIMITS) <= {"python start + import broker.process"}
+    from bench.earlier_figures import EARLIER_IDEMPOTENCE
+    from bench.idempotence_bench import SETTINGS
+    assert set(EARLIER_IDEMPOTENCE) <= set(SETTINGS)
 
 
 def test_stamped_payload_round_trip():
