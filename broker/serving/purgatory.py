@@ -51,7 +51,8 @@ class Listener(Protocol):
         core's DeleteRecords wakes followers too), or a HW move (not)."""
 
 
-def _answer(future: asyncio.Future[_T], result: _T) -> None:
+def resolve_once(future: asyncio.Future[_T], result: _T) -> None:
+    """``future``'s result, unless it has one (or was cancelled)."""
     if not future.done():
         future.set_result(result)
 
@@ -194,7 +195,7 @@ class FetchWaiters:
                    follower: bool = False) -> None:
         """Until ``watch``'s future resolves, or ``timeout_s``."""
         future = self.watch(keys, follower=follower)
-        timer = asyncio.get_running_loop().call_later(timeout_s, _answer, future, None)
+        timer = asyncio.get_running_loop().call_later(timeout_s, resolve_once, future, None)
         try:
             await future
         finally:

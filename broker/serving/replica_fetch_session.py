@@ -31,11 +31,12 @@ core records the fetch the short way (``FetchPath._read``, ``on_follower_fetch_a
 a partition where that held is *settled*. The session listens to its partitions
 (``FetchWaiters.listen``: appends, HW moves, leadership changes, DeleteRecords, which
 the core tells as an append), and a pass reads only the partitions named, noticed since
-the last pass, or not settled; the others keep their answer untouched. Going over every partition on every
-pass, as before, cost the leader ~135 microseconds a record with 16 idle partitions
-beside one busy one (bench/probes/leader_python.py, 2026-12-02). A long-poll parks on
-the session (``park``), woken by the first append or leadership change of any of its
-partitions, instead of watching every partition's key anew each time.
+the last pass, or not settled; the others keep their answer untouched. Going over every
+partition on every pass, as before, cost the leader 135-283 microseconds a record with 16
+idle partitions beside one busy one (bench/probes/leader_python.py on two machines;
+docs/benchmarks.md, 2026-12-02). A long-poll parks on the session (``park``), woken by
+the first append or leadership change of any of its partitions, instead of watching
+every partition's key anew each time.
 
 Kafka's leader records every follower's fetch time on every partition of a session, for
 the ISR's lag check; here a settled partition's is recorded on a *refresh*: a first pass
@@ -55,7 +56,7 @@ import asyncio
 from collections.abc import Hashable
 
 from tidewater.broker.serving.fetch import FetchedPartition, FetchPass, Wanted, wanted_of
-from tidewater.broker.serving.purgatory import FetchWaiters
+from tidewater.broker.serving.purgatory import FetchWaiters, resolve_once
 from tidewater.proto import tidewater_pb2 as pb
 from tidewater.proto.errors import FetchSessionIdNotFoundError, InvalidRequestError
 
@@ -152,7 +153,7 @@ class ReplicaFetchSession:
         ``timeout_s``."""
         loop = asyncio.get_running_loop()
         self.parked = parked = loop.create_future()
-        timer = loop.call_later(timeout_s, _answer_none, parked)
+        timer = loop.call_later(timeout_s, resolve_once, parked, None)
         try:
             await parked
         finally:
@@ -211,8 +212,3 @@ class ReplicaFetchSession:
                 answered[at] = (result.high_watermark, result.log_start_offset)
                 out.append(result)
         return out
-
-
-def _answer_none(future: asyncio.Future[Hashable | None]) -> None:
-    if not future.done():
-        future.set_result(None)
