@@ -13,7 +13,8 @@ cluster members on ``P+200+i-1`` (its INTERNAL listener, ``internal`` below:
 the controller's requests and follower fetches) and Kafka clients on
 ``P+10000+i-1`` (Kafka's binary protocol; ``kafka_bootstrap`` below: 19092.. for
 the default P); the controller listens on ``P-1``; metrics (Prometheus) on ``P+100+i-1`` for brokers and ``P+99`` for
-the controller. ``base_port=0`` picks free ports instead (what tests use).
+the controller. ``base_port=0`` picks free ports instead (what tests use); a
+process that finds one taken by then makes ``up`` start over with a new plan.
 
 ``controllers=N`` (``tide cluster up --controllers N``, N > 1): a quorum of N
 controllers (``controller.quorum.voters``), processes ``controller-1``..``controller-N``
@@ -115,6 +116,9 @@ DEFAULT_BASE_PORT = 9092
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 LOG_TAIL_LINES = 15
+# ``base_port=0``: plans tried before ``up`` gives up on ports taken under it.
+PORT_PLAN_ATTEMPTS = 3
+BIND_FAILURE_MARKERS = ("cannot listen on", "address already in use")
 # Kafka's controllers and brokers each read max.connections and connections.max.idle.ms
 # from their own properties: here a --set of them limits every process's ports.
 SHARED_SETTINGS = frozenset({"min.insync.replicas", "broker.session.timeout.ms",
@@ -264,6 +268,11 @@ def make_tls_files(tls_dir: Path, broker_ids: list[int],
     return entry
 
 
+class PortTakenError(LocalClusterError):
+    """A process could not bind a port planned for it. With ``base_port=0`` another
+    program took the port between planning and binding: ``up`` plans again."""
+
+
 class UnfinishedQuorumFormatError(LocalClusterError):
     """A quorum's formatting stopped half-way and cannot be finished as it was begun."""
 
@@ -346,6 +355,24 @@ def _finish_quorum_format(plan: QuorumFormatPlan, plan_path: Path, raft_dirs: di
 def tls_flags(tls_dir: Path, name: str) -> list[str]:
     return ["--tls-ca", str(tls_dir / certs.CA_CERT_FILE), "--tls-cert",
             str(tls_dir / f"{name}.pem"), "--tls-key", str(tls_dir / f"{name}.key")]
+
+
+def output_since_start(path: Path, name: str) -> str:
+    """What ``name`` wrote to its log since ``_launch`` last started it (the log is
+    appended to across restarts)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    marker = f" starting {name}\n"
+    return text[text.rfind(marker) + len(marker):] if marker in text else text
+
+
+def failed_to_bind(output: str) -> bool:
+    """Whether a process's output shows it could not bind a port: gRPC's and the
+    servers' own ``cannot listen on``, asyncio's and http.server's EADDRINUSE."""
+    lowered = output.lower()
+    return any(marker in lowered for marker in BIND_FAILURE_MARKERS)
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -468,7 +495,9 @@ class LocalCluster:
         serve. ``tls``: certificates under ``DIR/tls`` and TLS on every port.
         ``sasl_mechanisms`` / ``authorizer``: SASL on the Kafka listeners and ACL checks,
         with an ``admin`` super user (``cluster_sasl``). ``racks``: broker i's
-        ``broker.rack`` is ``racks[(i - 1) % len(racks)]`` (so "a,b" alternates)."""
+        ``broker.rack`` is ``racks[(i - 1) % len(racks)]`` (so "a,b" alternates).
+        ``base_port=0``: a process that finds a planned port taken (``PortTakenError``)
+        makes ``up`` stop what it started and try a new plan, ``PORT_PLAN_ATTEMPTS`` in all."""
         if brokers < 1:
             raise LocalClusterError("--brokers must be at least 1")
         if controllers < 1:
@@ -480,10 +509,29 @@ class LocalCluster:
             raise LocalClusterError("--rack: a rack name is empty")
         if self.manifest is not None and any(self._is_alive(p) for p in self.manifest["processes"].values()):
             raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
+        # Free ports are probed, then released for the processes to bind: another program
+        # may take one meanwhile (seen in CI). With base_port 0 a new plan is as good.
+        attempts = PORT_PLAN_ATTEMPTS if base_port == 0 else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._up_once(
+                    brokers, base_port=base_port, settings=settings,
+                    ready_timeout_s=ready_timeout_s, tls=tls, sasl_mechanisms=sasl_mechanisms,
+                    authorizer=authorizer, super_users=super_users, racks=racks,
+                    controllers=controllers)
+            except PortTakenError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _up_once(self, brokers: int, *, base_port: int, settings: dict[str, str] | None,
+                 ready_timeout_s: float, tls: bool, sasl_mechanisms: tuple[str, ...],
+                 authorizer: str, super_users: str, racks: Sequence[str],
+                 controllers: int) -> str:
         ports = plan_ports(brokers, base_port, controllers)
         busy = sorted(p for planned in ports.values() for p in planned if port_in_use(p))
         if busy:
-            raise LocalClusterError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
+            raise PortTakenError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
                                     "(choose another --base-port)")
         controller_settings, broker_settings = route_settings(dict(settings or {}))
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -690,7 +738,9 @@ class LocalCluster:
                 for name in list(pending):
                     proc = self.process(name)
                     if not self._is_alive(proc):
-                        raise LocalClusterError(
+                        error = (PortTakenError if failed_to_bind(
+                            output_since_start(Path(proc["log"]), name)) else LocalClusterError)
+                        raise error(
                             f"{name} exited during start-up (log {proc['log']}):\n{tail(Path(proc['log']))}")
                     if self._serves(proc, pool, timeout_s=1.0):
                         pending.remove(name)
