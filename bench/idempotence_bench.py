@@ -6,7 +6,10 @@ settings (256 KiB batches, 5 in flight), and the ``AsyncProducer`` at its defaul
 
     .venv/bin/python bench/idempotence_bench.py [--records 100000] [--rounds 2]
 
-Prints one table: MB/s per run, the median per row and idempotent / not idempotent.
+Prints one table: MB/s per run, the median per row and idempotent / not idempotent;
+beside them the CPU per MB of this process (the client) and of the cluster's processes
+during each run, medians, and their sum's ratio: the work idempotence adds, which a
+loaded or noisy machine does not inflate the way it inflates MB/s.
 The interpreter that runs it decides the code measured (the cluster's processes use it
 too), so a before/after comparison runs this file with each checkout's interpreter.
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import format_table, machine_description, median
+from bench.bench_common import cpu_seconds, format_table, machine_description, median, process_cpu_s
 from bench.earlier_figures import EARLIER_IDEMPOTENCE
 from bench.earlier_figures import SOURCE as EARLIER_SOURCE
 from bench.tidewater_side import TidewaterCluster
@@ -86,37 +89,57 @@ def main() -> int:
     args = parser.parse_args()
     value = os.urandom(KIB)
     runs: dict[tuple[str, bool], list[float]] = {}
+    # (settings, idempotent) -> [(client CPU ms/MB, servers CPU ms/MB)] per run
+    cpu_ms_per_mb: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    megabytes = args.records * len(value) / 1e6
     with tempfile.TemporaryDirectory(prefix="idem-bench-") as directory:
         cluster = TidewaterCluster(directory, 3)
         bootstrap = cluster.start()
         try:
             cluster.admin.create_topic(TOPIC, 3, 3, configs={"min.insync.replicas": "2"})
             time.sleep(2)
+            servers = [proc["pid"] for proc in cluster.local.manifest["processes"].values()]
             for round_index in range(args.rounds):
                 # Alternate which goes first, so drift over the run falls on both.
                 order = (True, False) if round_index % 2 == 0 else (False, True)
                 for name, (kind, options) in SETTINGS.items():
                     for idempotent in order:
                         measure = threaded_mb_s if kind == "threaded" else asyncio_mb_s
+                        client_before = process_cpu_s(os.getpid())
+                        servers_before = cpu_seconds(servers)
                         mb_s = measure(bootstrap, args.records, value,
                                        dict(options, enable_idempotence=idempotent))
+                        client_ms = (process_cpu_s(os.getpid()) - client_before) / megabytes * 1e3
+                        servers_ms = (cpu_seconds(servers) - servers_before) / megabytes * 1e3
                         runs.setdefault((name, idempotent), []).append(mb_s)
+                        cpu_ms_per_mb.setdefault((name, idempotent), []).append(
+                            (client_ms, servers_ms))
                         print(f"round {round_index + 1} {name} idempotent={idempotent}: "
-                              f"{mb_s:.1f} MB/s (load {os.getloadavg()[0]:.1f})", flush=True)
+                              f"{mb_s:.1f} MB/s, CPU ms/MB client {client_ms:.2f} servers "
+                              f"{servers_ms:.2f} (load {os.getloadavg()[0]:.1f})", flush=True)
         finally:
             cluster.stop()
     rows = []
     for name in SETTINGS:
         idem, plain = runs[(name, True)], runs[(name, False)]
+        cpu = {idempotent: (median([c for c, _ in cpu_ms_per_mb[(name, idempotent)]]),
+                            median([s for _, s in cpu_ms_per_mb[(name, idempotent)]]))
+               for idempotent in (True, False)}
         rows.append([name, " / ".join(f"{v:.1f}" for v in idem),
                      " / ".join(f"{v:.1f}" for v in plain),
                      f"{median(idem):.1f}", f"{median(plain):.1f}",
-                     f"{median(idem) / median(plain):.2f}", EARLIER_IDEMPOTENCE.get(name, "")])
+                     f"{median(idem) / median(plain):.2f}",
+                     f"{cpu[True][0]:.2f} / {cpu[False][0]:.2f}",
+                     f"{cpu[True][1]:.2f} / {cpu[False][1]:.2f}",
+                     f"{sum(cpu[True]) / sum(cpu[False]):.2f}",
+                     EARLIER_IDEMPOTENCE.get(name, "")])
     print(f"\nmachine: {machine_description()}")
     print(f"{args.records} records of 1 KiB per run, acks=all, RF 3, 3 partitions, "
           f"min.insync.replicas 2, {args.rounds} rounds alternated")
     print(format_table(["settings", "idempotent MB/s", "not idempotent MB/s",
-                        "median idem", "median not", "idem/not", "earlier idem/not"], rows))
+                        "median idem", "median not", "idem/not",
+                        "client CPU ms/MB idem / not", "servers CPU ms/MB idem / not",
+                        "CPU idem/not", "earlier idem/not"], rows))
     print(f"earlier: {EARLIER_SOURCE}")
     return 0
 
