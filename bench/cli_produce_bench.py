@@ -3,7 +3,7 @@ it, idempotent (the default with acks=all) and not, on a 3-broker cluster (RF 3,
 partitions, min.insync.replicas 2) that the same checkout's `tide cluster up` started.
 
     .venv/bin/python bench/cli_produce_bench.py [--mb 300] [--rounds 2] \\
-        [--tide LABEL=PATH/TO/tide ...]
+        [--tide LABEL=PATH/TO/tide ...] [--fresh-memory]
 
 Each run pipes the same file of 1 KiB lines (1,023 printable bytes and a newline) into
 `tide produce TOPIC --acks all` on a new topic and times the process from launch to exit
@@ -15,7 +15,10 @@ between rounds. A checkout whose `tide produce` has no `enable.idempotence` prop
 only its default row. Beside MB/s: the client's CPU per MB, the cluster's (controllers and
 brokers, from the manifest's pids) per MB meanwhile, and the MB/s two cores could carry if
 that CPU were all the work (2,000 / their sum): the floor this machine sets. Every process
-started is stopped by `tide cluster down` (by pid).
+started is stopped by `tide cluster down` (by pid). The page cache is filled first
+(``fill_page_cache``, as ``cluster_bench.py`` and ``idempotence_bench.py`` do: log pages
+taken from free memory fault in the host on first touch, and the servers' CPU per MB
+doubles once the first ~2 GB are written); ``--fresh-memory`` skips it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import cpu_seconds, format_table, machine_description, median
+from bench.bench_common import (
+    cpu_seconds,
+    fill_page_cache,
+    format_table,
+    machine_description,
+    median,
+)
 from bench.earlier_figures import EARLIER_CLI
 from bench.earlier_figures import SOURCE as EARLIER_SOURCE
 
@@ -161,6 +170,8 @@ def main() -> int:
     parser.add_argument("--tide", type=parse_tide, action="append", default=[],
                         metavar="LABEL=PATH", help="a checkout's tide script (default: this "
                         "interpreter's, labelled 'this')")
+    parser.add_argument("--fresh-memory", action="store_true",
+                        help="do not fill the page cache first (new log pages from free memory)")
     args = parser.parse_args()
     tides = args.tide or [("this", Path(sys.executable).parent / "tide")]
     runs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -168,6 +179,7 @@ def main() -> int:
         directory = Path(tmp)
         lines_file = directory / "lines.txt"
         lines = write_lines(lines_file, args.mb)
+        fill_bytes = 0 if args.fresh_memory else fill_page_cache(directory)
         size_bytes = lines * LINE_BYTES
         checkouts = [Checkout(label, tide, directory) for label, tide in tides]
         try:
@@ -211,7 +223,9 @@ def main() -> int:
                      f"{2000 / (client_ms + servers_ms):.0f}"])
     print(f"\nmachine: {machine_description()}")
     print(f"tide produce --acks all, {size_bytes / 1e6:.0f} MB piped ({lines} lines of 1 KiB), "
-          f"RF 3, 3 partitions, min.insync.replicas 2, {args.rounds} rounds alternated")
+          f"RF 3, 3 partitions, min.insync.replicas 2, {args.rounds} rounds alternated; page "
+          + (f"cache filled first ({fill_bytes / 2**30:.1f} GiB)" if fill_bytes else
+             "cache not filled first"))
     print(format_table(["checkout", "settings", "MB/s per round", "median MB/s",
                         "client CPU ms/MB", "servers CPU ms/MB", "2-core bound MB/s"], rows))
     print(f"earlier: {EARLIER_CLI} ({EARLIER_SOURCE})")

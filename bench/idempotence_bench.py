@@ -4,12 +4,18 @@ alternated ``--rounds`` times, for the threaded ``Producer`` at its defaults (16
 batches, linger 5 ms, one request in flight per partition) and at the cluster bench's
 settings (256 KiB batches, 5 in flight), and the ``AsyncProducer`` at its defaults.
 
-    .venv/bin/python bench/idempotence_bench.py [--records 100000] [--rounds 2]
+    .venv/bin/python bench/idempotence_bench.py [--records 100000] [--rounds 2] [--fresh-memory]
 
 Prints one table: MB/s per run, the median per row and idempotent / not idempotent;
 beside them the CPU per MB of this process (the client) and of the cluster's processes
 during each run, medians, and their sum's ratio: the work idempotence adds, which a
 loaded or noisy machine does not inflate the way it inflates MB/s.
+
+The page cache is filled first, as ``cluster_bench.py`` does (``fill_page_cache``):
+without it the first ~2 GB of log come from memory the host still backs and the rest
+from free memory whose first touch faults in the host, and the servers' CPU per MB
+doubled part-way through a run (6.5 -> 13-15 ms/MB on 2026-12-02), falling on whichever
+rows ran then. ``--fresh-memory`` skips the fill.
 The interpreter that runs it decides the code measured (the cluster's processes use it
 too), so a before/after comparison runs this file with each checkout's interpreter.
 """
@@ -26,7 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_common import cpu_seconds, format_table, machine_description, median, process_cpu_s
+from bench.bench_common import (
+    cpu_seconds,
+    fill_page_cache,
+    format_table,
+    machine_description,
+    median,
+    process_cpu_s,
+)
 from bench.earlier_figures import EARLIER_IDEMPOTENCE
 from bench.earlier_figures import SOURCE as EARLIER_SOURCE
 from bench.tidewater_side import TidewaterCluster
@@ -86,14 +99,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", action="append", choices=list(SETTINGS), default=[],
+                        metavar="SETTINGS", help="only these rows (repeatable; default all): "
+                        + ", ".join(repr(name) for name in SETTINGS))
+    parser.add_argument("--fresh-memory", action="store_true",
+                        help="do not fill the page cache first (new log pages from free memory)")
     args = parser.parse_args()
+    settings = {name: SETTINGS[name] for name in (args.only or SETTINGS)}
     value = os.urandom(KIB)
     runs: dict[tuple[str, bool], list[float]] = {}
     # (settings, idempotent) -> [(client CPU ms/MB, servers CPU ms/MB)] per run
     cpu_ms_per_mb: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     megabytes = args.records * len(value) / 1e6
     with tempfile.TemporaryDirectory(prefix="idem-bench-") as directory:
-        cluster = TidewaterCluster(directory, 3)
+        fill_bytes = 0 if args.fresh_memory else fill_page_cache(directory)
+        cluster = TidewaterCluster(Path(directory) / "cluster", 3)
         bootstrap = cluster.start()
         try:
             cluster.admin.create_topic(TOPIC, 3, 3, configs={"min.insync.replicas": "2"})
@@ -102,7 +122,7 @@ def main() -> int:
             for round_index in range(args.rounds):
                 # Alternate which goes first, so drift over the run falls on both.
                 order = (True, False) if round_index % 2 == 0 else (False, True)
-                for name, (kind, options) in SETTINGS.items():
+                for name, (kind, options) in settings.items():
                     for idempotent in order:
                         measure = threaded_mb_s if kind == "threaded" else asyncio_mb_s
                         client_before = process_cpu_s(os.getpid())
@@ -120,7 +140,7 @@ def main() -> int:
         finally:
             cluster.stop()
     rows = []
-    for name in SETTINGS:
+    for name in settings:
         idem, plain = runs[(name, True)], runs[(name, False)]
         cpu = {idempotent: (median([c for c, _ in cpu_ms_per_mb[(name, idempotent)]]),
                             median([s for _, s in cpu_ms_per_mb[(name, idempotent)]]))
@@ -135,7 +155,9 @@ def main() -> int:
                      EARLIER_IDEMPOTENCE.get(name, "")])
     print(f"\nmachine: {machine_description()}")
     print(f"{args.records} records of 1 KiB per run, acks=all, RF 3, 3 partitions, "
-          f"min.insync.replicas 2, {args.rounds} rounds alternated")
+          f"min.insync.replicas 2, {args.rounds} rounds alternated; page cache "
+          + (f"filled first ({fill_bytes / 2**30:.1f} GiB)" if fill_bytes else
+             "not filled first"))
     print(format_table(["settings", "idempotent MB/s", "not idempotent MB/s",
                         "median idem", "median not", "idem/not",
                         "client CPU ms/MB idem / not", "servers CPU ms/MB idem / not",
