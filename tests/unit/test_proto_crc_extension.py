@@ -15,14 +15,15 @@ from tidewater.proto import crc
 IMPORT_ALONE = """
 import json, sys
 from tidewater.proto.crc import crc32c
-print(json.dumps([type(crc32c).__name__, sorted(m for m in sys.modules
+from tidewater.proto import crc
+print(json.dumps([type(crc._crc32c_releasing).__name__, sorted(m for m in sys.modules
                   if m == "crc32c" or m.startswith(("crc32c.", "importlib.metadata")))]))
 """
 
 
 def test_same_checksums_as_the_package() -> None:
     assert crc.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
-    for size in (0, 1, 7, 64, 4097):
+    for size in (0, 1, 7, 64, 4097, 40_000):  # 40,000: past the package's GIL release size
         data = os.urandom(size)
         assert crc.crc32c(data) == packaged.crc32c(data)
         assert crc.crc32c(memoryview(data)[1:]) == packaged.crc32c(data[1:])
@@ -52,3 +53,19 @@ def test_a_later_import_of_the_package_runs_as_always() -> None:
     version, same = json.loads(done.stdout)
     assert version == packaged.__version__
     assert same is True
+
+
+def test_never_releases_the_gil(monkeypatch) -> None:
+    """The package would release it for 32 KiB or more, and the thread that did waits up to
+    a switch interval to get it back while another thread runs Python (module docstring)."""
+    calls = []
+
+    def recording(data, value, gil_release_mode):
+        calls.append((len(data), value, gil_release_mode))
+        return packaged.crc32c(data, value)
+
+    monkeypatch.setattr(crc, "_crc32c_releasing", recording)
+    data = bytes(256 * 1024)
+    assert crc.crc32c(data) == packaged.crc32c(data)
+    assert crc.crc32c(data, 7) == packaged.crc32c(data, 7)
+    assert calls == [(len(data), 0, 0), (len(data), 7, 0)]
