@@ -21,6 +21,7 @@ SOURCE = ("issue 30's starting figures (make bench 2026-11-26 and the A/B runs t
 EARLIER: dict[tuple[str, str, str], str] = {
     ("produce", "Producer acks=all 1 KiB", "MB/s"): "93.2 idempotent",
     ("produce", "Producer acks=all 1 KiB, not idempotent", "MB/s"): "129",
+    ("produce", "Producer acks=all 1 KiB, idempotent / not", "ratio"): "0.72 (93.2 / 129)",
     ("latency", "ack, one at a time, p50", "ms"): "1.20 (2.7x)",
     ("latency", "e2e @1,000/s p50", "ms"): "2.53 (2.15x)",
     ("kafka", "confluent-kafka e2e @1,000/s p50", "ms"): "4.37",

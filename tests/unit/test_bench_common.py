@@ -380,3 +380,18 @@ def test_page_cache_growth_times_only_the_bytes_past_the_skip_and_leaves_no_file
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError):
         page_cache_growth(tmp_path, 256 * KIB, 256 * KIB)
+
+
+def test_summed_adds_samples_up_and_leaves_failed_ones_out():
+    from bench.bench_common import Throughput
+    from bench.cluster_bench import summed
+
+    a = Throughput(1000, 1_000_000, 1.0, cpu_s=3.0)  # 1.0 MB/s
+    b = Throughput(3000, 3_000_000, 1.5, cpu_s=5.0)  # 2.0 MB/s
+    both = summed([a, b])
+    assert (both.records, both.payload_bytes, both.elapsed_s, both.cpu_s) == (4000, 4_000_000,
+                                                                            2.5, 8.0)
+    assert both.mb_per_s == pytest.approx(1.6)  # bytes over time, not the mean 1.5 of rates
+    assert summed([a, None]) == a
+    assert summed([None, None]) is None
+    assert summed([a, Throughput(1, 1, 1.0)]).cpu_s is None  # a sample without CPU: none
