@@ -39,7 +39,7 @@ from typing import TypeAlias
 
 from tidewater.proto.batch import ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 from tidewater.proto.compression import COMPRESSION_NONE, compress
-from tidewater.proto.crc import crc32c
+from tidewater.proto.crc import crc32c_holding_gil
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
@@ -224,5 +224,8 @@ class BatchBuilder:
             (attributes & ~_COMPRESSION_MASK) | compression, last_offset_delta, base_timestamp_ms,
             max_timestamp_ms, producer_id, producer_epoch, base_sequence, count)
         # One CRC over attributes..end; baseOffset, length and leader epoch lie outside it.
-        _CRC.pack_into(batch, CRC_OFFSET, crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+        # Holding the GIL: a producer's I/O thread builds here while the caller sends
+        # (proto/crc.py).
+        _CRC.pack_into(batch, CRC_OFFSET,
+                       crc32c_holding_gil(memoryview(batch)[ATTRIBUTES_OFFSET:]))
         return bytes(batch)

@@ -10,13 +10,16 @@ the one the package exports (``crc32c._crc32c.crc32c``). The extension is loaded
 package's own directory and not put in ``sys.modules``: a later ``import crc32c`` (tests,
 the controller) runs exactly as before. Any other layout of the package: its import.
 
-``crc32c`` never releases the GIL (``gil_release_mode`` 0). The package's default releases
-it for data of 32 KiB or more; a CRC takes ~7 us for 200 KiB here, but the thread that
-released the GIL must then win it back, and while another thread of the process is busy
-with Python that takes up to a switch interval (5 ms). The threaded ``Producer``'s I/O
-thread paid that on every batch past 32 KiB while the caller's thread kept sending: an
-idempotent producer's batches grow to ~200 KiB (``client/producer.py``), and its rounds
-took 40-140 ms instead of ~20 while the caller sent (docs/benchmarks.md, 2026-12-02).
+``crc32c`` is the package's function: it releases the GIL for data of 32 KiB or more.
+``crc32c_holding_gil`` never does (``gil_release_mode`` 0), for a thread that others wait
+on. A CRC of 200 KiB takes ~7 us, but the thread that released the GIL must then win it
+back, and while another thread of the process is busy with Python that takes up to a
+switch interval (5 ms). The threaded ``Producer``'s I/O thread paid that on every batch
+it built past 32 KiB while the caller's thread kept sending: an idempotent producer's
+batches grow to ~200 KiB (``client/producer.py``), and its rounds took 40-140 ms instead
+of ~20 while the caller sent. Where the checking thread is not the one others wait on
+(the ``Consumer`` checking fetched batches) the release lets the other threads run
+beside the CRC: holding the GIL there read 3-10% slower (docs/benchmarks.md, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -52,15 +55,15 @@ def _extension_crc32c() -> Callable[..., int] | None:
 
 
 if TYPE_CHECKING:
-    from crc32c import crc32c as _crc32c_releasing
+    from crc32c import crc32c as crc32c
 else:
-    _crc32c_releasing = _extension_crc32c()
-    if _crc32c_releasing is None:
-        from crc32c import crc32c as _crc32c_releasing
+    crc32c = _extension_crc32c()
+    if crc32c is None:
+        from crc32c import crc32c
 
 NEVER_RELEASE_GIL = 0
 
 
-def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
-    """CRC-32C of ``data``, continuing from ``value``; holds the GIL (module docstring)."""
-    return _crc32c_releasing(data, value, NEVER_RELEASE_GIL)
+def crc32c_holding_gil(data: bytes | bytearray | memoryview, value: int = 0) -> int:
+    """``crc32c`` without releasing the GIL, whatever the size (module docstring)."""
+    return crc32c(data, value, NEVER_RELEASE_GIL)

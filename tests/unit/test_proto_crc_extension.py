@@ -15,8 +15,7 @@ from tidewater.proto import crc
 IMPORT_ALONE = """
 import json, sys
 from tidewater.proto.crc import crc32c
-from tidewater.proto import crc
-print(json.dumps([type(crc._crc32c_releasing).__name__, sorted(m for m in sys.modules
+print(json.dumps([type(crc32c).__name__, sorted(m for m in sys.modules
                   if m == "crc32c" or m.startswith(("crc32c.", "importlib.metadata")))]))
 """
 
@@ -55,17 +54,32 @@ def test_a_later_import_of_the_package_runs_as_always() -> None:
     assert same is True
 
 
-def test_never_releases_the_gil(monkeypatch) -> None:
+def test_the_holding_variant_never_releases_the_gil(monkeypatch) -> None:
     """The package would release it for 32 KiB or more, and the thread that did waits up to
     a switch interval to get it back while another thread runs Python (module docstring)."""
     calls = []
 
-    def recording(data, value, gil_release_mode):
+    def recording(data, value=0, gil_release_mode=-1):
         calls.append((len(data), value, gil_release_mode))
         return packaged.crc32c(data, value)
 
-    monkeypatch.setattr(crc, "_crc32c_releasing", recording)
+    monkeypatch.setattr(crc, "crc32c", recording)
     data = bytes(256 * 1024)
-    assert crc.crc32c(data) == packaged.crc32c(data)
-    assert crc.crc32c(data, 7) == packaged.crc32c(data, 7)
+    assert crc.crc32c_holding_gil(data) == packaged.crc32c(data)
+    assert crc.crc32c_holding_gil(data, 7) == packaged.crc32c(data, 7)
     assert calls == [(len(data), 0, 0), (len(data), 7, 0)]
+
+
+def test_batches_are_built_holding_the_gil(monkeypatch) -> None:
+    """The producer's I/O thread builds batches while the caller's thread sends."""
+    from tidewater.proto import batch_builder
+
+    modes = []
+    monkeypatch.setattr(batch_builder, "crc32c_holding_gil",
+                        lambda data, value=0: modes.append(len(data)) or crc.crc32c(data, value))
+    builder = batch_builder.BatchBuilder()
+    for _ in range(60):
+        builder.append(None, bytes(1024), (), 0)
+    built = builder.build(0)
+    assert modes and modes[0] > 32 * 1024
+    assert len(built) > 60 * 1024
