@@ -144,6 +144,18 @@ class Throughput:
         return self.payload_bytes / self.cpu_s / 1e6
 
 
+
+def summed(samples: list[Throughput | None]) -> Throughput | None:
+    """Samples of one workload as one: records, bytes, seconds and CPU added up (a failed
+    sample, None, is left out and its error is in the bench's errors already)."""
+    present = [t for t in samples if t is not None]
+    if not present:
+        return None
+    cpu = [t.cpu_s for t in present]
+    return Throughput(sum(t.records for t in present), sum(t.payload_bytes for t in present),
+                      sum(t.elapsed_s for t in present),
+                      None if any(c is None for c in cpu) else sum(c for c in cpu if c is not None))
+
 def ratio(ours: float | None, peer: float | None) -> float | None:
     """ours / peer, or None when either is missing or the peer is zero."""
     if ours is None or peer is None or peer == 0:

@@ -54,7 +54,6 @@ from bench.bench_common import (  # noqa: E402
     PAGE_CACHE_FILL_NAME,
     OwnedProcesses,
     Row,
-    Throughput,
     fill_page_cache,
     format_table,
     format_value,
@@ -62,6 +61,7 @@ from bench.bench_common import (  # noqa: E402
     ratio,
     results_table,
     settle_page_cache,
+    summed,
     with_cpu,
     with_machine_pauses,
 )
@@ -70,17 +70,6 @@ from bench.earlier_figures import SOURCE as EARLIER_SOURCE  # noqa: E402
 
 RECORD_SIZES = (100, 1024)
 
-
-def summed(samples: list[Throughput | None]) -> Throughput | None:
-    """Samples of one workload as one: records, bytes, seconds and CPU added up (a failed
-    sample, None, is left out and its error is in the bench's errors already)."""
-    present = [t for t in samples if t is not None]
-    if not present:
-        return None
-    cpu = [t.cpu_s for t in present]
-    return Throughput(sum(t.records for t in present), sum(t.payload_bytes for t in present),
-                      sum(t.elapsed_s for t in present),
-                      None if any(c is None for c in cpu) else sum(c for c in cpu if c is not None))
 ACKS = (("all", -1), ("1", 1), ("0", 0))
 LATENCY_RECORD_BYTES = 1024
 

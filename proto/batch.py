@@ -34,7 +34,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple, TypeAlias
 
-from tidewater.proto.crc import crc32c
+from tidewater.proto.crc import crc32c, crc32c_holding_gil
 from tidewater.proto.errors import CorruptRecordError
 
 MAGIC_V2 = 2
@@ -208,8 +208,9 @@ def set_producer_fields(buf: bytearray, producer_id: int, producer_epoch: int,
     _PRODUCER_FIELDS.pack_into(buf, position + _PRODUCER_FIELDS_AT, producer_id, producer_epoch,
                                base_sequence)
     size = LOG_OVERHEAD + _PREFIX.unpack_from(buf, position)[1]
-    struct.pack_into(">I", buf, position + 17,
-                     crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size]))
+    # Holding the GIL, as BatchBuilder.build: a producer restamps on its I/O thread.
+    struct.pack_into(">I", buf, position + 17, crc32c_holding_gil(
+        memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size]))
 
 
 def batch_crc_valid(buf: BytesLike, position: int = 0) -> bool:

@@ -72,6 +72,7 @@ the rest go to the brokers.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -511,18 +512,16 @@ class LocalCluster:
             raise LocalClusterError(f"a cluster is already running in {self.data_dir}; `tide cluster down` first")
         # Free ports are probed, then released for the processes to bind: another program
         # may take one meanwhile (seen in CI). With base_port 0 a new plan is as good.
-        attempts = PORT_PLAN_ATTEMPTS if base_port == 0 else 1
-        for attempt in range(1, attempts + 1):
+        start = functools.partial(
+            self._up_once, brokers, base_port=base_port, settings=settings,
+            ready_timeout_s=ready_timeout_s, tls=tls, sasl_mechanisms=sasl_mechanisms,
+            authorizer=authorizer, super_users=super_users, racks=racks, controllers=controllers)
+        for _ in range(PORT_PLAN_ATTEMPTS - 1 if base_port == 0 else 0):
             try:
-                return self._up_once(
-                    brokers, base_port=base_port, settings=settings,
-                    ready_timeout_s=ready_timeout_s, tls=tls, sasl_mechanisms=sasl_mechanisms,
-                    authorizer=authorizer, super_users=super_users, racks=racks,
-                    controllers=controllers)
+                return start()
             except PortTakenError:
-                if attempt == attempts:
-                    raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                pass  # what it started is stopped: plan again
+        return start()
 
     def _up_once(self, brokers: int, *, base_port: int, settings: dict[str, str] | None,
                  ready_timeout_s: float, tls: bool, sasl_mechanisms: tuple[str, ...],
@@ -532,7 +531,7 @@ class LocalCluster:
         busy = sorted(p for planned in ports.values() for p in planned if port_in_use(p))
         if busy:
             raise PortTakenError(f"port(s) in use on {HOST}: {', '.join(map(str, busy))} "
-                                    "(choose another --base-port)")
+                                 "(choose another --base-port)")
         controller_settings, broker_settings = route_settings(dict(settings or {}))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         names = controller_names(controllers)

@@ -383,8 +383,7 @@ def test_page_cache_growth_times_only_the_bytes_past_the_skip_and_leaves_no_file
 
 
 def test_summed_adds_samples_up_and_leaves_failed_ones_out():
-    from bench.bench_common import Throughput
-    from bench.cluster_bench import summed
+    from bench.bench_common import Throughput, summed
 
     a = Throughput(1000, 1_000_000, 1.0, cpu_s=3.0)  # 1.0 MB/s
     b = Throughput(3000, 3_000_000, 1.5, cpu_s=5.0)  # 2.0 MB/s

@@ -83,3 +83,19 @@ def test_batches_are_built_holding_the_gil(monkeypatch) -> None:
     built = builder.build(0)
     assert modes and modes[0] > 32 * 1024
     assert len(built) > 60 * 1024
+
+
+def test_a_restamped_batch_gets_its_crc_holding_the_gil(monkeypatch) -> None:
+    """A producer restamps a batch's producer fields on its I/O thread, as it builds one."""
+    from tidewater.proto import batch, batch_builder
+
+    builder = batch_builder.BatchBuilder()
+    for _ in range(60):
+        builder.append(None, bytes(1024), (), 0)
+    built = bytearray(builder.build(0))
+    sizes = []
+    monkeypatch.setattr(batch, "crc32c_holding_gil",
+                        lambda data, value=0: sizes.append(len(data)) or crc.crc32c(data, value))
+    batch.set_producer_fields(built, 7, 1, 0)
+    assert sizes and sizes[0] > 32 * 1024
+    assert batch.batch_crc_valid(built)
