@@ -263,30 +263,30 @@ class _Truncated(Exception):
     """A length (or a null) the frame and the schema do not allow."""
 
 
-def _uvarint(buf: bytes | memoryview, offset: int) -> tuple[int, int]:
-    value = shift = 0
+_Buffer: TypeAlias = "bytes | memoryview"
+# One step of a length walk: (frame, offset, the frame's length) -> the offset after it.
+_Step: TypeAlias = typing.Callable[[_Buffer, int, int], int]
+_LENGTH_INT16, _LENGTH_INT32 = struct.Struct(">h").unpack_from, struct.Struct(">i").unpack_from
+
+
+def _uvarint(buf: bytes | memoryview, offset: int, end: int) -> tuple[int, int]:
+    if offset >= end:
+        raise _Truncated("varint past the end")
+    byte = buf[offset]
+    if byte < 0x80:  # the usual one-byte length
+        return byte, offset + 1
+    value, shift = byte & 0x7F, 7
     while True:
-        if offset >= len(buf):
+        offset += 1
+        if offset >= end:
             raise _Truncated("varint past the end")
         byte = buf[offset]
-        offset += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
-            return value, offset
+            return value, offset + 1
         shift += 7
         if shift > 35:
             raise _Truncated("varint longer than 5 bytes")
-
-
-def _length(buf: bytes | memoryview, offset: int, compact: bool, wide: bool) -> tuple[int, int]:
-    """(length or -1 for null, offset after it): compact uvarint N+1, else int16/int32."""
-    if compact:
-        raw, offset = _uvarint(buf, offset)
-        return raw - 1, offset
-    size = 4 if wide else 2
-    if offset + size > len(buf):
-        raise _Truncated("length past the end")
-    return int.from_bytes(buf[offset:offset + size], "big", signed=True), offset + size
 
 
 @cache
@@ -316,59 +316,140 @@ def check_lengths(entity_type: type[Entity], buf: bytes | memoryview, offset: in
     schema does not let be null is; returns the end offset. InvalidRequestError otherwise.
     No value is decoded: that is kio's job."""
     try:
-        return _walk(entity_type, buf, offset)
+        return _checker(entity_type)(buf, offset, len(buf))
     except _Truncated as e:
         raise InvalidRequestError(f"{entity_type.__name__}: {e}") from None
 
 
-def _walk(entity_type: type[Entity], buf: bytes | memoryview, offset: int) -> int:
+@cache
+def _checker(entity_type: type[Entity]) -> _Step:
+    """``entity_type``'s walk, planned once per class: a step per field chosen by its wire
+    type when the class is first met, consecutive fixed-size fields one step, then the
+    tagged fields. (Walking the schema's field list and dispatching on each field's type
+    on every request cost 5-8 of the 10-11 µs a Produce's decode took; kio's own reader
+    takes ~1.2.)"""
     flexible = bool(entity_type.__flexible__)
     # The request header's client_id keeps its int16 length even in header v2.
     compact = flexible and entity_type.__name__ != "RequestHeader"
+    steps: list[_Step] = []
+    fixed_bytes, fixed_name = 0, ""
     for name, kafka_type, nullable, is_array, nested in _wire_fields(entity_type):
-        if is_array:
-            count, offset = _length(buf, offset, compact, wide=True)
-            if count < 0 and not nullable:
-                raise _Truncated(f"{name} is null")
-            if count > len(buf) - offset:  # every element takes at least one byte
-                raise _Truncated(f"{name}: {count} elements in {len(buf) - offset} bytes")
-            for _ in range(max(count, 0)):  # an element is never null
-                offset = _walk_one(kafka_type, nested, False, buf, offset, compact, name)
-        else:
-            offset = _walk_one(kafka_type, nested, nullable, buf, offset, compact, name)
+        if not is_array and nested is None and kafka_type in _FIXED_SIZES:
+            fixed_bytes += _FIXED_SIZES[kafka_type]
+            fixed_name = name
+            continue
+        if fixed_bytes:
+            steps.append(_fixed_step(fixed_bytes, fixed_name))
+            fixed_bytes = 0
+        steps.append(_array_step(kafka_type, nested, nullable, compact, name) if is_array
+                     else _value_step(kafka_type, nested, nullable, compact, name))
+    if fixed_bytes:
+        steps.append(_fixed_step(fixed_bytes, fixed_name))
     if flexible:
-        tags, offset = _uvarint(buf, offset)
-        for _ in range(tags):
-            _tag, offset = _uvarint(buf, offset)
-            size, offset = _uvarint(buf, offset)
-            offset += size
-            if offset > len(buf):
-                raise _Truncated("tagged field past the end")
-    return offset
+        steps.append(_tagged_fields_step)
+    planned = tuple(steps)
+
+    def walk(buf: _Buffer, offset: int, end: int) -> int:
+        for step in planned:
+            offset = step(buf, offset, end)
+        return offset
+    return walk
 
 
-def _walk_one(kafka_type: str | None, nested: Any, nullable: bool, buf: bytes | memoryview,
-              offset: int,
-              compact: bool, name: str) -> int:
-    if nested is not None and nullable:
-        # Kafka's nullable struct: int8 -1 for null, 1 then the struct.
-        if offset >= len(buf):
+def _fixed_step(size: int, name: str) -> _Step:
+    def fixed(buf: _Buffer, offset: int, end: int) -> int:
+        offset += size
+        if offset > end:
             raise _Truncated(f"{name} past the end")
-        marker = int.from_bytes(bytes(buf[offset:offset + 1]), "big", signed=True)
-        return offset + 1 if marker < 0 else _walk(nested, buf, offset + 1)
+        return offset
+    return fixed
+
+
+def _length_step(compact: bool, wide: bool) -> typing.Callable[[_Buffer, int, int],
+                                                               tuple[int, int]]:
+    """(length or -1 for null, offset after it): compact uvarint N+1, else int16/int32."""
+    if compact:
+        def compact_length(buf: _Buffer, offset: int, end: int) -> tuple[int, int]:
+            raw, offset = _uvarint(buf, offset, end)
+            return raw - 1, offset
+        return compact_length
+    size, unpack = (4, _LENGTH_INT32) if wide else (2, _LENGTH_INT16)
+
+    def fixed_length(buf: _Buffer, offset: int, end: int) -> tuple[int, int]:
+        if offset + size > end:
+            raise _Truncated("length past the end")
+        return unpack(buf, offset)[0], offset + size
+    return fixed_length
+
+
+def _value_step(kafka_type: str | None, nested: Any, nullable: bool, compact: bool,
+                name: str) -> _Step:
     if nested is not None:
-        return _walk(nested, buf, offset)
+        inner = _checker(nested)
+        if not nullable:
+            return inner
+
+        def nullable_struct(buf: _Buffer, offset: int, end: int) -> int:
+            # Kafka's nullable struct: int8 -1 for null, 1 then the struct.
+            if offset >= end:
+                raise _Truncated(f"{name} past the end")
+            return offset + 1 if buf[offset] >= 0x80 else inner(buf, offset + 1, end)
+        return nullable_struct
     if kafka_type in _FIXED_SIZES:
-        offset += _FIXED_SIZES[kafka_type]
-    elif kafka_type in _VARIABLE:
-        size, offset = _length(buf, offset, compact, wide=kafka_type != "string")
-        if size < 0 and not nullable:
-            raise _Truncated(f"{name} is null")
-        offset += max(size, 0)
-    else:
+        return _fixed_step(_FIXED_SIZES[kafka_type], name)
+    if kafka_type in _VARIABLE:
+        length = _length_step(compact, wide=kafka_type != "string")
+
+        def variable(buf: _Buffer, offset: int, end: int) -> int:
+            size, offset = length(buf, offset, end)
+            if size < 0:
+                if not nullable:
+                    raise _Truncated(f"{name} is null")
+                return offset
+            offset += size
+            if offset > end:
+                raise _Truncated(f"{name} past the end")
+            return offset
+        return variable
+
+    def unknown(buf: _Buffer, offset: int, end: int) -> int:
         raise _Truncated(f"{name}: unknown wire type {kafka_type!r}")
-    if offset > len(buf):
-        raise _Truncated(f"{name} past the end")
+    return unknown
+
+
+def _array_step(kafka_type: str | None, nested: Any, nullable: bool, compact: bool,
+                name: str) -> _Step:
+    count_of = _length_step(compact, wide=True)
+    item_bytes = _FIXED_SIZES.get(kafka_type) if nested is None else None  # type: ignore[arg-type]
+    element = _value_step(kafka_type, nested, False, compact, name)  # never null
+
+    def array(buf: _Buffer, offset: int, end: int) -> int:
+        count, offset = count_of(buf, offset, end)
+        if count < 0:
+            if not nullable:
+                raise _Truncated(f"{name} is null")
+            return offset
+        if count > end - offset:  # every element takes at least one byte
+            raise _Truncated(f"{name}: {count} elements in {end - offset} bytes")
+        if item_bytes is not None:  # fixed-size elements: one step for all
+            offset += count * item_bytes
+            if offset > end:
+                raise _Truncated(f"{name} past the end")
+            return offset
+        for _ in range(count):
+            offset = element(buf, offset, end)
+        return offset
+    return array
+
+
+def _tagged_fields_step(buf: _Buffer, offset: int, end: int) -> int:
+    tags, offset = _uvarint(buf, offset, end)
+    for _ in range(tags):
+        _tag, offset = _uvarint(buf, offset, end)
+        size, offset = _uvarint(buf, offset, end)
+        offset += size
+        if offset > end:
+            raise _Truncated("tagged field past the end")
     return offset
 
 
