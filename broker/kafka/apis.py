@@ -82,7 +82,6 @@ finish later (an acks=all wait, a long-poll) is in the awaitable.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -110,6 +109,7 @@ from tidewater.broker.kafka.fetch_session_apis import (
     replica_id_of,
     session_answer,
     session_read,
+    topic_id_of_key,
 )
 from tidewater.broker.kafka.fetch_session_apis import new_context as session_context
 from tidewater.broker.kafka.fetch_sessions import FetchSessionCache
@@ -555,20 +555,13 @@ async def on_produce(s: Services, head: RequestHead, body: RequestBody
 
 # ---------------------------------------------------------------- Fetch
 
-def fetch_request(body: RequestBody, version: int) -> pb.FetchRequest:
-    request = pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
-                              max_wait_ms=milliseconds(body.max_wait),
-                              min_bytes=body.min_bytes, max_bytes=body.max_bytes)
-    for topic in body.topics:
-        for p in topic.partitions:
-            request.partitions.add(
-                topic=topic.topic, partition=p.partition,
-                current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-                fetch_offset=p.fetch_offset,
-                last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
-                log_start_offset=-1, partition_max_bytes=p.partition_max_bytes)
-    request.isolation_level = getattr(body, "isolation_level", READ_UNCOMMITTED)
-    return request
+def fetch_request_head(body: RequestBody) -> pb.FetchRequest:
+    """A Kafka Fetch's own fields as the broker's request, without its partitions (the
+    fetch session's, ``session_read``, are added after)."""
+    return pb.FetchRequest(replica_id=-1, replica_broker_epoch=-1,
+                           max_wait_ms=milliseconds(body.max_wait), min_bytes=body.min_bytes,
+                           max_bytes=body.max_bytes,
+                           isolation_level=getattr(body, "isolation_level", READ_UNCOMMITTED))
 
 
 def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str, Any]:
@@ -590,7 +583,7 @@ def fetch_values(results: list[FetchedPartition], version: int = 12) -> dict[str
     responses = by_topic(results, "topic", "partitions", entry)
     if version >= TOPIC_IDS_FROM:  # the answers' ``topic`` is the topic id's string
         for t in responses:
-            t["topic_id"] = uuid.UUID(t["topic"])
+            t["topic_id"] = topic_id_of_key(t["topic"])
     return {"throttle_time": 0, "error_code": pb.NONE, "session_id": 0,
             "responses": responses}
 
@@ -622,8 +615,7 @@ async def on_fetch(s: Services, head: RequestHead, body: RequestBody
     except TidewaterError as e:  # a session error: the client starts a new session
         return _done({"throttle_time": 0, "error_code": e.error_code, "session_id": 0,
                       "responses": []})
-    # The request's own fields from ``fetch_request``; its partitions are the session's.
-    head_only = fetch_request(dataclasses.replace(body, topics=()), version)
+    head_only = fetch_request_head(body)
     read = session_read(context, head_only, version, s.metadata_cache.topic_names_by_id(),
                         lambda topic: s.allowed(READ, TOPIC, topic))
 

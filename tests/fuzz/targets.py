@@ -235,7 +235,7 @@ def kafka_request(data: bytes) -> None:
         apis.produce_request(body)
     elif head.api_key == apis.FETCH:
         # What on_fetch does with a request: its own fields, then its session keys.
-        apis.fetch_request(dataclasses.replace(body, topics=()), head.api_version)
+        apis.fetch_request_head(body)
         fetch_session_apis.replica_id_of(body)
         fetch_session_apis.session_request(body, head.api_version)
 
