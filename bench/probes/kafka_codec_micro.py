@@ -10,7 +10,8 @@ over ``--rounds`` calls (so another process's load moves it little):
 - Produce: ``decode_request`` (length checks and kio's reader), ``produce_request`` (kio body
   to the protobuf the replica manager takes), ``produce_values`` (the answer's values),
   ``build`` (values to kio's response entity) and ``encode_response_parts`` (kio's writer);
-- Fetch, per version librdkafka may use: ``fetch_values``, ``build`` and
+- Fetch, per version librdkafka may use: ``decode_request`` of a consumer's request of one
+  partition, and ``fetch_values``, ``build`` and
   ``encode_response_parts`` of the answer with those records (the records themselves are
   kept by reference, not copied, from ``BY_REFERENCE_BYTES_MIN``).
 
@@ -105,6 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         values = apis.fetch_values(fetched, version)
         fetch_type = response_type(FETCH, version)
         built = build(fetch_type, values)
+        # The consumer's request of that round: one partition at the topic's end.
+        fetch_frame = encode_request(FETCH, version, 9, {
+            "max_wait": datetime.timedelta(milliseconds=100), "min_bytes": 1,
+            "max_bytes": 52_428_800, "isolation_level": 0, "session_id": 0,
+            "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": "paced", "topic_id": uuid.UUID(topic_id), "partitions": [{
+                "partition": 0, "current_leader_epoch": 0, "fetch_offset": 100,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": 1_048_576}]}]})[4:]
+        timed(f"Fetch v{version}: decode_request",
+              partial(decode_request, fetch_frame, apis.SUPPORTED))
         timed(f"Fetch v{version}: fetch_values", partial(apis.fetch_values, fetched, version))
         timed(f"Fetch v{version}: build", partial(build, fetch_type, values))
         timed(f"Fetch v{version}: encode_response_parts",

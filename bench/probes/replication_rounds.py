@@ -93,9 +93,9 @@ async def run(records: int, record_bytes: int, directory: Path) -> None:
     answered = {"fetch": 0}
     fetch = leader.fetch_partitions
 
-    async def counted_fetch(request):
+    async def counted_fetch(request, session=None):
         answered["fetch"] += 1
-        return await fetch(request)
+        return await fetch(request, session)
 
     leader.fetch_partitions = counted_fetch  # what ReplicaFetch calls
     servicer = BrokerServicer(leader, leader.metadata_cache, leader.metrics, "INTERNAL")
