@@ -161,6 +161,11 @@ def rounds(traces: dict[int, dict[str, list[tuple[int, int]]]], skip: int
             if 0 <= turnaround < 2_000_000:
                 other_hops[TURNAROUND].append(turnaround)
         out.append(row)
+    if out and not any("fa_first" in row for row in out):
+        # Seen when a tracer wrapper no longer fitted the broker (every fetch failed):
+        # the ISR shrank to the leader and the rounds timed were not replicated.
+        raise RuntimeError("no round's records reached both followers: the rounds were "
+                           "not replicated (see the brokers' logs)")
     return out, other_hops
 
 

@@ -109,9 +109,12 @@ def _patch_replica_manager(module) -> None:
     fetch_partitions = manager.fetch_partitions
 
     @functools.wraps(fetch_partitions)
-    async def traced_fetch_partitions(self, request):
+    async def traced_fetch_partitions(self, request, *args):
+        # ``*args``: a ReplicaFetch stream's fetch session. Taking only the request
+        # refused every session fetch with a TypeError: the followers fetched nothing,
+        # the ISR shrank to the leader and the probe timed an unreplicated round.
         event("RF_start", request.replica_id)
-        response = await fetch_partitions(self, request)
+        response = await fetch_partitions(self, request, *args)
         event("RF_ready", request.replica_id)
         return response
     manager.fetch_partitions = traced_fetch_partitions
