@@ -256,6 +256,32 @@ def start_latency_receiver(kafka_bootstrap: str, topic: str, count: int,
     return receiver, parent_end
 
 
+def paced_sends(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
+                rate_per_s: float, ack_ms: list[float], failures: list,
+                producer_config: dict | None = None) -> float:
+    """The latency rows' producer (``latency_producer``): one warm-up record, then
+    ``count`` stamped records at ``rate_per_s`` into partition 0, each delivery's ack
+    latency into ``ack_ms`` (its error into ``failures``); the achieved rate."""
+    producer = latency_producer(kafka_bootstrap, extra_config=producer_config)
+    filler = os.urandom(record_bytes)
+    producer.produce(topic, stamped_payload(record_bytes, time.time_ns(), filler), partition=0)
+    producer.flush(30)
+
+    def send_one(_index: int, due_ns: int) -> None:
+        def on_delivery(error, _message, due_ns=due_ns) -> None:
+            if error is None:
+                ack_ms.append((time.time_ns() - due_ns) / 1e6)
+            else:
+                failures.append(error)
+        producer.produce(topic, stamped_payload(record_bytes, due_ns, filler), partition=0,
+                         on_delivery=on_delivery)
+        producer.poll(0)
+
+    achieved = run_paced(count, rate_per_s, send_one)
+    producer.flush(120)
+    return achieved
+
+
 def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: int,
                   rate_per_s: float, *, producer_config: dict | None = None,
                   consumer_config: dict | None = None, groups: bool = True) -> dict:
@@ -263,31 +289,16 @@ def paced_latency(kafka_bootstrap: str, topic: str, record_bytes: int, count: in
     ``*_config``: librdkafka settings added to (or replacing) the rows' own; ``groups``:
     the server has group coordinators (the receiver waits for its own before it starts)."""
     timeout_s = count / rate_per_s + 60
-    # One record more: the warm-up below, as the gRPC rows send one (the peer connects
+    # One record more: paced_sends' warm-up, as the gRPC rows send one (the peer connects
     # to its stream's leader first), so the paced records do not wait for the
     # producer's metadata and its connection to the leader.
     receiver, parent_end = start_latency_receiver(kafka_bootstrap, topic, count + 1, timeout_s,
                                                   consumer_config, groups)
+    ack_ms: list[float] = []
+    failures: list = []
     try:
-        producer = latency_producer(kafka_bootstrap, extra_config=producer_config)
-        filler = os.urandom(record_bytes)
-        producer.produce(topic, stamped_payload(record_bytes, time.time_ns(), filler), partition=0)
-        producer.flush(30)
-        ack_ms: list[float] = []
-        failures: list = []
-
-        def send_one(_index: int, due_ns: int) -> None:
-            def on_delivery(error, _message, due_ns=due_ns) -> None:
-                if error is None:
-                    ack_ms.append((time.time_ns() - due_ns) / 1e6)
-                else:
-                    failures.append(error)
-            producer.produce(topic, stamped_payload(record_bytes, due_ns, filler), partition=0,
-                             on_delivery=on_delivery)
-            producer.poll(0)
-
-        achieved = run_paced(count, rate_per_s, send_one)
-        producer.flush(120)
+        achieved = paced_sends(kafka_bootstrap, topic, record_bytes, count, rate_per_s, ack_ms,
+                               failures, producer_config)
         e2e_ms = receiver_latencies(parent_end, timeout_s)[-count:]  # not the warm-up's
     finally:
         stop_child(receiver)

@@ -26,7 +26,6 @@ import argparse
 import multiprocessing
 import os
 import sys
-import time
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -41,34 +40,10 @@ from bench.bench_common import (  # noqa: E402
     stop_child,
 )
 from bench.probes.latency_breakdown import request_latency  # noqa: E402
-from bench.probes.latency_probe import run_paced, stamped_payload  # noqa: E402
 
 TOPIC = "paced"
 RECORD_BYTES = 1024
 ENDS = ("kafka", "tidewater")
-
-
-def kafka_sends(kafka_bootstrap: str, count: int, rate_per_s: float,
-                ack_ms: list[float], failures: list) -> float:
-    """The Kafka row's producer (``kafka_side.paced_latency``'s); the achieved rate."""
-    producer = kafka_side.latency_producer(kafka_bootstrap)
-    filler = os.urandom(RECORD_BYTES)
-    producer.produce(TOPIC, stamped_payload(RECORD_BYTES, time.time_ns(), filler), partition=0)
-    producer.flush(30)
-
-    def send_one(_index: int, due_ns: int) -> None:
-        def on_delivery(error, _message, due_ns=due_ns) -> None:
-            if error is None:
-                ack_ms.append((time.time_ns() - due_ns) / 1e6)
-            else:
-                failures.append(error)
-        producer.produce(TOPIC, stamped_payload(RECORD_BYTES, due_ns, filler), partition=0,
-                         on_delivery=on_delivery)
-        producer.poll(0)
-
-    achieved = run_paced(count, rate_per_s, send_one)
-    producer.flush(120)
-    return achieved
 
 
 def one_run(cluster: tidewater_side.TidewaterCluster, producer: str, receiver: str,
@@ -93,7 +68,8 @@ def one_run(cluster: tidewater_side.TidewaterCluster, producer: str, receiver: s
     failures: list = []
     try:
         if producer == "kafka":
-            achieved = kafka_sends(kafka_bootstrap, count, rate_per_s, ack_ms, failures)
+            achieved = kafka_side.paced_sends(kafka_bootstrap, TOPIC, RECORD_BYTES, count,
+                                              rate_per_s, ack_ms, failures)
         else:
             achieved = tidewater_side._paced_threaded_sends(
                 cluster.bootstrap, TOPIC, RECORD_BYTES, count, rate_per_s, 1, ack_ms, failures)
